@@ -1,0 +1,231 @@
+//! Shared conformance suites: every `BundleStore` and every `RunIndex` implementation runs the
+//! same checks (filesystem and SQLite here, S3 and DynamoDB in the AWS crate).
+//!
+//! The suites panic with a message naming the broken property, like assertions in a test.
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use chrono::Utc;
+
+use crate::error::ErrorKind;
+use crate::ids::{JobId, RunId, TaskId};
+use crate::model::*;
+use crate::traits::{BundleStore, RunIndex};
+
+/// Runs every bundle-store check against `store`.
+pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
+    let run = RunId::new();
+    let other = RunId::new();
+
+    assert!(!store.exists(&run, "a.json").await.unwrap(), "fresh store has no files");
+    let err = store.get(&run, "a.json").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "get of a missing file is NotFound: {err}");
+    assert!(store.list(&run, "").await.unwrap().is_empty(), "list of an empty run");
+
+    store.put(&run, "a.json", b"{\"x\":1}").await.unwrap();
+    store.put(&run, "tasks/t1/result.json", b"r1").await.unwrap();
+    store.put(&run, "tasks/t2/result.json", b"r2").await.unwrap();
+    store.put(&other, "tasks/t9/result.json", b"other").await.unwrap();
+    assert!(store.exists(&run, "a.json").await.unwrap());
+    assert_eq!(store.get(&run, "a.json").await.unwrap(), b"{\"x\":1}");
+
+    store.put(&run, "a.json", b"replaced").await.unwrap();
+    assert_eq!(store.get(&run, "a.json").await.unwrap(), b"replaced", "put overwrites");
+
+    let all = store.list(&run, "").await.unwrap();
+    assert_eq!(all, vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"], "list is sorted and run-scoped");
+    let tasks = store.list(&run, "tasks/").await.unwrap();
+    assert_eq!(tasks, vec!["tasks/t1/result.json", "tasks/t2/result.json"], "list honours the prefix");
+    assert_eq!(store.list(&run, "tasks/t1/").await.unwrap(), vec!["tasks/t1/result.json"]);
+
+    let empty: Vec<u8> = vec![];
+    store.put(&run, "empty.txt", &empty).await.unwrap();
+    assert_eq!(store.get(&run, "empty.txt").await.unwrap(), empty, "empty files survive");
+
+    let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+    store.put(&run, "artifacts/big.bin", &big).await.unwrap();
+    assert_eq!(store.get(&run, "artifacts/big.bin").await.unwrap(), big, "large files round-trip");
+
+    for bad in ["../escape", "/abs", "a/../b", "", "a//b"] {
+        assert!(store.put(&run, bad, b"x").await.is_err(), "path {bad:?} must be refused");
+    }
+
+    let mut app = store.open_appender(&run, "tasks/t1/trace.jsonl").await.unwrap();
+    app.append(b"{\"step\":0}\n").await.unwrap();
+    app.append(b"{\"step\":1}\n").await.unwrap();
+    app.finish().await.unwrap();
+    assert_eq!(
+        store.get(&run, "tasks/t1/trace.jsonl").await.unwrap(),
+        b"{\"step\":0}\n{\"step\":1}\n",
+        "appended lines are all there, in order"
+    );
+    let mut again = store.open_appender(&run, "tasks/t1/trace.jsonl").await.unwrap();
+    again.append(b"{\"step\":0}\n").await.unwrap();
+    again.finish().await.unwrap();
+    assert_eq!(
+        store.get(&run, "tasks/t1/trace.jsonl").await.unwrap(),
+        b"{\"step\":0}\n",
+        "opening an appender starts the file over (a retried attempt replaces its trace)"
+    );
+    assert!(store.bundle_uri(&run).contains(&run.to_string()), "the bundle uri names the run");
+}
+
+fn run_record(run: RunId, name: &str) -> RunRecord {
+    let now = Utc::now();
+    RunRecord {
+        run_id: run,
+        name: name.to_string(),
+        benchmark: "toy".into(),
+        agent: "mock".into(),
+        backend: "test".into(),
+        status: RunStatus::Running,
+        bundle_uri: format!("/tmp/runs/{run}"),
+        config_hash: "abc".into(),
+        tasks_total: 3,
+        created_at: now,
+        updated_at: now,
+        finished_at: None,
+        heartbeat_at: now,
+        cancel_requested: false,
+        epoch: 0,
+    }
+}
+
+fn tid(s: &str) -> TaskId {
+    TaskId::from_str(s).unwrap()
+}
+
+/// Runs every run-index check against `index`.
+pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
+    let run = RunId::new();
+    let tasks = [tid("t1"), tid("t2"), tid("t3")];
+    index.create_run(&run_record(run, "first"), &tasks).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().expect("created run is found");
+    assert_eq!(got.name, "first");
+    assert_eq!(got.status, RunStatus::Running);
+    assert_eq!(got.tasks_total, 3);
+    assert!(index.get_run(&RunId::new()).await.unwrap().is_none(), "unknown run is None");
+
+    let listed = index.list_tasks(&run).await.unwrap();
+    assert_eq!(listed.len(), 3);
+    assert!(listed.iter().all(|t| t.state == TaskState::Pending && t.attempt == 0));
+    assert_eq!(listed[0].task_id, tasks[0], "tasks are listed by id");
+
+    let counts = index.task_counts(&run).await.unwrap();
+    assert_eq!((counts.total, counts.pending), (3, 3));
+
+    // Forward moves apply; backward moves within an attempt do not.
+    let job = JobId::numbered(0, 1);
+    let q = TaskTransition::new(tid("t1"), 1, TaskState::Queued).job(&job);
+    assert!(index.record_task(&run, &q).await.unwrap());
+    let r = TaskTransition::new(tid("t1"), 1, TaskState::Running).job(&job);
+    assert!(index.record_task(&run, &r).await.unwrap());
+    assert!(!index.record_task(&run, &q).await.unwrap(), "running -> queued refused");
+    assert!(!index.record_task(&run, &r).await.unwrap(), "same state again refused");
+    let t1 = index.get_task(&run, &tid("t1")).await.unwrap().unwrap();
+    assert_eq!((t1.state, t1.attempt), (TaskState::Running, 1));
+    assert_eq!(t1.job_id.as_ref(), Some(&job));
+
+    // A new attempt may start over; completion is final and counted once.
+    let q2 = TaskTransition::new(tid("t1"), 2, TaskState::Queued);
+    assert!(index.record_task(&run, &q2).await.unwrap());
+    let mut done = TaskTransition::new(tid("t1"), 2, TaskState::Completed);
+    done.passed = Some(true);
+    done.cost_usd = 0.25;
+    done.tokens = 100;
+    done.terminated_by = Some(TerminatedBy::Completed);
+    assert!(index.record_task(&run, &done).await.unwrap());
+    let mut late = TaskTransition::new(tid("t1"), 3, TaskState::Completed);
+    late.passed = Some(false);
+    assert!(!index.record_task(&run, &late).await.unwrap(), "a completed task never changes");
+    let stale = TaskTransition::new(tid("t1"), 1, TaskState::Completed);
+    assert!(!index.record_task(&run, &stale).await.unwrap(), "an older attempt cannot complete");
+    let t1 = index.get_task(&run, &tid("t1")).await.unwrap().unwrap();
+    assert_eq!(t1.state, TaskState::Completed);
+    assert_eq!(t1.passed, Some(true));
+    assert_eq!(t1.terminated_by, Some(TerminatedBy::Completed));
+    assert!((t1.cost_usd - 0.25).abs() < 1e-9);
+
+    // Racing completions of the same attempt: exactly one wins.
+    let mut a = TaskTransition::new(tid("t2"), 1, TaskState::Completed);
+    a.passed = Some(true);
+    let mut b = a.clone();
+    b.passed = Some(false);
+    let (ra, rb) = tokio::join!(index.record_task(&run, &a), index.record_task(&run, &b));
+    assert!(ra.unwrap() ^ rb.unwrap(), "exactly one racing completion applies");
+
+    let mut f = TaskTransition::new(tid("t3"), 1, TaskState::Failed);
+    f.terminated_by = Some(TerminatedBy::InfraFailure);
+    f.detail = Some("worker killed".into());
+    assert!(index.record_task(&run, &f).await.unwrap());
+
+    let counts = index.task_counts(&run).await.unwrap();
+    assert_eq!(counts.total, 3);
+    assert_eq!(counts.completed, 2);
+    assert_eq!(counts.failed, 1);
+    assert_eq!(counts.pending + counts.queued + counts.running, 0);
+    assert_eq!(counts.finished(), 3);
+    assert!(counts.passed >= 1);
+    assert!((counts.cost_usd - 0.25).abs() < 1e-9, "cost sums completed tasks");
+    assert_eq!(counts.tokens, 100);
+
+    let unknown = TaskTransition::new(tid("nope"), 1, TaskState::Queued);
+    let err = index.record_task(&run, &unknown).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "unknown task: {err}");
+
+    // Run updates.
+    let upd = RunUpdate { cancel_requested: Some(true), heartbeat: true, ..Default::default() };
+    index.update_run(&run, &upd).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().unwrap();
+    assert!(got.cancel_requested);
+    assert!(got.heartbeat_at >= got.created_at);
+    let fin = RunUpdate {
+        status: Some(RunStatus::Interrupted),
+        finished_at: Some(Utc::now()),
+        epoch: Some(1),
+        ..Default::default()
+    };
+    index.update_run(&run, &fin).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().unwrap();
+    assert_eq!(got.status, RunStatus::Interrupted);
+    assert!(got.finished_at.is_some());
+    assert_eq!(got.epoch, 1);
+    let missing = index.update_run(&RunId::new(), &upd).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound);
+
+    // Jobs.
+    let handle = JobHandle { job_id: job.clone(), attempt: 1, native_id: "pid:42".into() };
+    let mut jr = JobRecord {
+        run_id: run,
+        handle: handle.clone(),
+        status: "running".into(),
+        task_count: 1,
+        updated_at: Utc::now(),
+    };
+    index.record_job(&jr).await.unwrap();
+    jr.status = "succeeded".into();
+    index.record_job(&jr).await.unwrap();
+    let jobs = index.list_jobs(&run).await.unwrap();
+    assert_eq!(jobs.len(), 1, "recording a job again updates it");
+    assert_eq!(jobs[0].status, "succeeded");
+    assert_eq!(jobs[0].handle, handle);
+
+    // Listing runs: newest first.
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    let newer = RunId::new();
+    index.create_run(&run_record(newer, "second"), &[tid("x")]).await.unwrap();
+    let runs = index.list_runs(100).await.unwrap();
+    let pos_old = runs.iter().position(|r| r.run_id == run).expect("old run listed");
+    let pos_new = runs.iter().position(|r| r.run_id == newer).expect("new run listed");
+    assert!(pos_new < pos_old, "newest first");
+    assert_eq!(index.list_runs(1).await.unwrap().len(), 1, "limit honoured");
+
+    // A large run is created in one go.
+    let big = RunId::new();
+    let many: Vec<TaskId> = (0..2_500).map(|i| tid(&format!("task-{i:05}"))).collect();
+    let mut rec = run_record(big, "big");
+    rec.tasks_total = many.len() as u64;
+    index.create_run(&rec, &many).await.unwrap();
+    assert_eq!(index.task_counts(&big).await.unwrap().pending, 2_500);
+}

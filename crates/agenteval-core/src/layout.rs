@@ -1,0 +1,41 @@
+//! Where things live inside a run bundle. Every writer and reader uses these names.
+
+use crate::ids::{JobId, TaskId};
+
+pub const METADATA: &str = "metadata.json";
+pub const MANIFEST: &str = "manifest.json";
+pub const SUMMARY: &str = "summary.json";
+pub const REPORT: &str = "report.md";
+pub const REPLAY: &str = "replay_command.txt";
+pub const CONFIG: &str = "config.resolved.json";
+/// Every task of the run, one JSON `TaskSpec` per line, written when the run is created.
+pub const TASKS: &str = "tasks.jsonl";
+pub const TELEMETRY: &str = "telemetry.jsonl";
+
+pub const TASK_RESULT: &str = "result.json";
+pub const TASK_TRACE: &str = "trace.jsonl";
+pub const TASK_SCORES: &str = "scores.json";
+pub const TASK_LOG: &str = "worker.log";
+
+/// Files every bundle has, sealed or not.
+pub const REQUIRED: &[&str] = &[METADATA, CONFIG, TASKS];
+/// Files a sealed bundle has in addition.
+pub const REQUIRED_SEALED: &[&str] = &[MANIFEST, SUMMARY, REPORT, REPLAY];
+/// Files every finished task folder has.
+pub const TASK_FILES: &[&str] = &[TASK_RESULT, TASK_TRACE, TASK_SCORES, TASK_LOG];
+
+pub fn task_file(task: &TaskId, file: &str) -> String {
+    format!("tasks/{task}/{file}")
+}
+
+pub fn job_dir(job: &JobId, attempt: u32) -> String {
+    format!("jobs/{job}/attempt-{attempt}")
+}
+
+pub fn job_spec(job: &JobId, attempt: u32) -> String {
+    format!("{}/job.json", job_dir(job, attempt))
+}
+
+pub fn job_log(job: &JobId, attempt: u32) -> String {
+    format!("{}/worker.log", job_dir(job, attempt))
+}

@@ -1,0 +1,20 @@
+//! The heart of agenteval: domain types, backend traits, run configuration and typed errors.
+//!
+//! This crate performs no network I/O and knows nothing of AWS, OpenTelemetry or the command
+//! line; every backend (local, AWS) and every front end builds on the types defined here.
+
+pub mod config;
+pub mod conformance;
+pub mod error;
+pub mod ids;
+pub mod layout;
+pub mod model;
+pub mod secret;
+pub mod traits;
+
+pub use error::{Error, ErrorKind, Result};
+pub use ids::{JobId, RunId, TaskId};
+
+/// Version of every JSON document agenteval writes (bundle files, job specs, task results).
+/// Readers accept documents with the same major version.
+pub const SCHEMA_VERSION: &str = "1.0";

@@ -1,0 +1,548 @@
+//! Domain model: tasks, jobs, trace events, agent results, scores, run and task records.
+//!
+//! Every type here is serialized into bundles, job specs or the run index, so field names are
+//! part of the on-disk format (see `docs/bundle-format.md`); change them only with the schema
+//! version.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{JobId, RunId, TaskId};
+
+/// One unit of evaluation: an input for the agent and what the benchmark expects back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    pub id: TaskId,
+    pub input: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Extra evaluators that apply to this task only (from a case file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evaluators: Vec<crate::config::EvaluatorConfig>,
+    /// Benchmark-specific data (for `toy`: the scripted behaviour of the mock agent).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub metadata: serde_json::Value,
+}
+
+/// A shard of one or more tasks of one run, as handed to a worker.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub schema_version: String,
+    pub run_id: RunId,
+    pub job_id: JobId,
+    /// Attempt number of this job and of every task in it (1 for the first dispatch).
+    pub attempt: u32,
+    pub tasks: Vec<TaskSpec>,
+    /// Where the worker finds the bundle (a path or URI understood by the store factory).
+    pub bundle_uri: String,
+    /// Where the worker records task states.
+    pub index_uri: String,
+    /// Extra environment for the worker, set by the controller (e.g. trace context).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+}
+
+/// What a backend returns for a submitted job; opaque to the controller, stored in the index so
+/// another process can find (and cancel) the job later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobHandle {
+    pub job_id: JobId,
+    pub attempt: u32,
+    /// Backend-specific locator: a process id locally, a task ARN on ECS.
+    pub native_id: String,
+}
+
+/// The lifecycle of a job as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum JobStatus {
+    Queued,
+    Running,
+    Succeeded,
+    Failed {
+        exit_code: Option<i32>,
+        reason: String,
+        /// True when the failure came from the infrastructure (killed, crashed, evicted) rather
+        /// than from a decision of the worker; such jobs are worth re-submitting.
+        infrastructure: bool,
+    },
+    Cancelled,
+}
+
+impl JobStatus {
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed { .. } | JobStatus::Cancelled)
+    }
+}
+
+/// The closed set of trace event kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    #[serde(rename = "agent.plan")]
+    AgentPlan,
+    #[serde(rename = "agent.tool_call")]
+    AgentToolCall,
+    #[serde(rename = "agent.tool_result")]
+    AgentToolResult,
+    #[serde(rename = "agent.observation")]
+    AgentObservation,
+    #[serde(rename = "agent.final_answer")]
+    AgentFinalAnswer,
+    #[serde(rename = "agent.terminal")]
+    AgentTerminal,
+    #[serde(rename = "evaluator.score")]
+    EvaluatorScore,
+    #[serde(rename = "policy.verdict")]
+    PolicyVerdict,
+    #[serde(rename = "cost.tick")]
+    CostTick,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 9] = [
+        EventKind::AgentPlan,
+        EventKind::AgentToolCall,
+        EventKind::AgentToolResult,
+        EventKind::AgentObservation,
+        EventKind::AgentFinalAnswer,
+        EventKind::AgentTerminal,
+        EventKind::EvaluatorScore,
+        EventKind::PolicyVerdict,
+        EventKind::CostTick,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::AgentPlan => "agent.plan",
+            EventKind::AgentToolCall => "agent.tool_call",
+            EventKind::AgentToolResult => "agent.tool_result",
+            EventKind::AgentObservation => "agent.observation",
+            EventKind::AgentFinalAnswer => "agent.final_answer",
+            EventKind::AgentTerminal => "agent.terminal",
+            EventKind::EvaluatorScore => "evaluator.score",
+            EventKind::PolicyVerdict => "policy.verdict",
+            EventKind::CostTick => "cost.tick",
+        }
+    }
+}
+
+/// One line of `trace.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    pub run_id: RunId,
+    pub task_id: TaskId,
+    /// 0-based position of the event in the task's trace.
+    pub step: u32,
+    pub timestamp: DateTime<Utc>,
+    pub kind: EventKind,
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    #[serde(default)]
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+}
+
+/// Why an agent run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminatedBy {
+    Completed,
+    LimitTokens,
+    LimitTime,
+    LimitCost,
+    InfraFailure,
+    AgentError,
+}
+
+impl TerminatedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TerminatedBy::Completed => "completed",
+            TerminatedBy::LimitTokens => "limit_tokens",
+            TerminatedBy::LimitTime => "limit_time",
+            TerminatedBy::LimitCost => "limit_cost",
+            TerminatedBy::InfraFailure => "infra_failure",
+            TerminatedBy::AgentError => "agent_error",
+        }
+    }
+}
+
+/// The outcome of one agent run on one task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentResult {
+    pub success: bool,
+    pub final_answer: Option<serde_json::Value>,
+    pub error: Option<String>,
+    pub total_cost_usd: f64,
+    pub total_tokens: u64,
+    pub wall_seconds: f64,
+    pub terminated_by: TerminatedBy,
+    /// Number of trace events the agent produced.
+    pub steps: u32,
+}
+
+/// A score given by one evaluator (or by the benchmark's own grader, kind `benchmark`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvaluatorScore {
+    pub evaluator_id: String,
+    pub kind: String,
+    /// In [0, 1].
+    pub score: f64,
+    pub passed: bool,
+    pub reason: String,
+    /// Trace steps that justify the score.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub citations: Vec<u32>,
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Set when the evaluator itself failed; such a score never passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl EvaluatorScore {
+    pub fn errored(id: &str, kind: &str, error: impl Into<String>) -> Self {
+        let error = error.into();
+        EvaluatorScore {
+            evaluator_id: id.to_string(),
+            kind: kind.to_string(),
+            score: 0.0,
+            passed: false,
+            reason: format!("evaluator error: {error}"),
+            citations: vec![],
+            cost_usd: 0.0,
+            error: Some(error),
+        }
+    }
+}
+
+/// `tasks/<task_id>/result.json`: everything about one finished task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskResult {
+    pub schema_version: String,
+    pub run_id: RunId,
+    pub task_id: TaskId,
+    pub job_id: JobId,
+    pub attempt: u32,
+    /// A task passes when every score passes.
+    pub passed: bool,
+    pub agent: AgentResult,
+    pub scores: Vec<EvaluatorScore>,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+}
+
+impl TaskResult {
+    /// Cost of the task including evaluator cost.
+    pub fn total_cost_usd(&self) -> f64 {
+        self.agent.total_cost_usd + self.scores.iter().map(|s| s.cost_usd).sum::<f64>()
+    }
+}
+
+/// Status of a whole run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Dispatching or waiting for jobs.
+    Running,
+    /// Every task has a result.
+    Complete,
+    /// Stopped by the user (Ctrl-C, `cancel`) or by a crash; `resume` can finish it.
+    Interrupted,
+    /// Stopped because `max_run_cost_usd` was reached.
+    BudgetExceeded,
+    /// Tasks were given up after `max_attempts` infrastructure failures.
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Complete => "complete",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::BudgetExceeded => "budget_exceeded",
+            RunStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RunStatus> {
+        [
+            RunStatus::Running,
+            RunStatus::Complete,
+            RunStatus::Interrupted,
+            RunStatus::BudgetExceeded,
+            RunStatus::Failed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+}
+
+/// State of one task in the run index. States only move forward within an attempt; a later
+/// attempt may start over, but a `Completed` task never changes again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    Pending,
+    Queued,
+    Running,
+    /// Gave up after infrastructure failures (a result with `infra_failure` exists).
+    Failed,
+    Cancelled,
+    /// Graded; a result exists. Final.
+    Completed,
+}
+
+impl TaskState {
+    /// Order used to refuse backward transitions within one attempt.
+    pub fn rank(self) -> u8 {
+        match self {
+            TaskState::Pending => 0,
+            TaskState::Queued => 1,
+            TaskState::Running => 2,
+            TaskState::Failed | TaskState::Cancelled => 3,
+            TaskState::Completed => 4,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+            TaskState::Completed => "completed",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TaskState> {
+        [
+            TaskState::Pending,
+            TaskState::Queued,
+            TaskState::Running,
+            TaskState::Failed,
+            TaskState::Cancelled,
+            TaskState::Completed,
+        ]
+        .into_iter()
+        .find(|st| st.as_str() == s)
+    }
+
+    /// Whether moving from `(cur_attempt, self)` to `(attempt, next)` is allowed.
+    pub fn may_move_to(self, cur_attempt: u32, next: TaskState, attempt: u32) -> bool {
+        if self == TaskState::Completed {
+            return false;
+        }
+        attempt > cur_attempt || (attempt == cur_attempt && next.rank() > self.rank())
+    }
+}
+
+/// A run as the index records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run_id: RunId,
+    pub name: String,
+    pub benchmark: String,
+    pub agent: String,
+    pub backend: String,
+    pub status: RunStatus,
+    pub bundle_uri: String,
+    pub config_hash: String,
+    pub tasks_total: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Last sign of life of the controller; a `running` run with an old heartbeat was abandoned.
+    pub heartbeat_at: DateTime<Utc>,
+    pub cancel_requested: bool,
+    /// How many times the run was resumed; also the prefix of the job ids of the latest resume.
+    pub epoch: u32,
+}
+
+/// A change to a run record; `None` fields are left as they are.
+#[derive(Debug, Clone, Default)]
+pub struct RunUpdate {
+    pub status: Option<RunStatus>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub heartbeat: bool,
+    pub cancel_requested: Option<bool>,
+    pub epoch: Option<u32>,
+}
+
+/// A task as the index records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    pub run_id: RunId,
+    pub task_id: TaskId,
+    pub state: TaskState,
+    pub attempt: u32,
+    pub job_id: Option<JobId>,
+    pub passed: Option<bool>,
+    pub cost_usd: f64,
+    pub tokens: u64,
+    pub wall_seconds: f64,
+    pub terminated_by: Option<TerminatedBy>,
+    pub detail: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A requested state transition of one task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskTransition {
+    pub task_id: TaskId,
+    pub attempt: u32,
+    pub state: TaskState,
+    pub job_id: Option<JobId>,
+    pub passed: Option<bool>,
+    pub cost_usd: f64,
+    pub tokens: u64,
+    pub wall_seconds: f64,
+    pub terminated_by: Option<TerminatedBy>,
+    pub detail: Option<String>,
+}
+
+impl TaskTransition {
+    pub fn new(task_id: TaskId, attempt: u32, state: TaskState) -> Self {
+        TaskTransition {
+            task_id,
+            attempt,
+            state,
+            job_id: None,
+            passed: None,
+            cost_usd: 0.0,
+            tokens: 0,
+            wall_seconds: 0.0,
+            terminated_by: None,
+            detail: None,
+        }
+    }
+
+    pub fn job(mut self, job_id: &JobId) -> Self {
+        self.job_id = Some(job_id.clone());
+        self
+    }
+
+    /// The completion transition for a graded result.
+    pub fn completed(result: &TaskResult) -> Self {
+        TaskTransition {
+            task_id: result.task_id.clone(),
+            attempt: result.attempt,
+            state: if result.agent.terminated_by == TerminatedBy::InfraFailure {
+                TaskState::Failed
+            } else {
+                TaskState::Completed
+            },
+            job_id: Some(result.job_id.clone()),
+            passed: Some(result.passed),
+            cost_usd: result.total_cost_usd(),
+            tokens: result.agent.total_tokens,
+            wall_seconds: result.agent.wall_seconds,
+            terminated_by: Some(result.agent.terminated_by),
+            detail: result.agent.error.clone(),
+        }
+    }
+}
+
+/// Aggregates over a run's tasks, cheap enough to poll for progress.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    pub total: u64,
+    pub pending: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub passed: u64,
+    pub cost_usd: f64,
+    pub tokens: u64,
+}
+
+impl TaskCounts {
+    pub fn finished(&self) -> u64 {
+        self.completed + self.failed
+    }
+}
+
+/// A job dispatch as the index records it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub run_id: RunId,
+    pub handle: JobHandle,
+    pub status: String,
+    pub task_count: u32,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// Per-evaluator aggregate in the run summary.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvaluatorSummary {
+    pub kind: String,
+    pub count: u64,
+    pub passed: u64,
+    pub errors: u64,
+    pub mean_score: f64,
+}
+
+/// `summary.json`: the aggregated outcome of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunSummary {
+    pub schema_version: String,
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub tasks_total: u64,
+    /// Tasks with a result file.
+    pub tasks_finished: u64,
+    pub passed: u64,
+    pub failed: u64,
+    /// pass rate over finished tasks, in [0, 1].
+    pub pass_rate: f64,
+    pub terminated_by: BTreeMap<String, u64>,
+    pub total_cost_usd: f64,
+    pub mean_cost_usd: f64,
+    pub total_tokens: u64,
+    pub latency_p50_seconds: f64,
+    pub latency_p95_seconds: f64,
+    pub evaluators: BTreeMap<String, EvaluatorSummary>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kinds_round_trip_through_their_wire_names() {
+        for k in EventKind::ALL {
+            let s = serde_json::to_string(&k).unwrap();
+            assert_eq!(s, format!("\"{}\"", k.as_str()));
+            assert_eq!(serde_json::from_str::<EventKind>(&s).unwrap(), k);
+        }
+        assert!(serde_json::from_str::<EventKind>("\"agent.dance\"").is_err());
+    }
+
+    #[test]
+    fn task_states_never_go_backwards_within_an_attempt() {
+        use TaskState::*;
+        assert!(Pending.may_move_to(0, Queued, 1));
+        assert!(Queued.may_move_to(1, Running, 1));
+        assert!(!Running.may_move_to(1, Queued, 1));
+        assert!(!Running.may_move_to(1, Running, 1));
+        assert!(Running.may_move_to(1, Queued, 2), "a new attempt may start over");
+        assert!(!Completed.may_move_to(1, Queued, 2), "completed is final");
+        assert!(Cancelled.may_move_to(1, Queued, 2));
+        assert!(
+            Cancelled.may_move_to(1, Completed, 1),
+            "a result that arrives after a cancel is kept rather than re-run"
+        );
+        assert!(!Completed.may_move_to(1, Completed, 2), "a task completes exactly once");
+    }
+}

@@ -1,0 +1,215 @@
+//! The seams of agenteval: backends, stores, indexes, agents, benchmarks, evaluators, scorers.
+//!
+//! Every backend is used as `Arc<dyn Trait>` chosen by a factory from the configuration, so the
+//! controller and the worker never name a concrete implementation.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::config::{Limits, TaskFilter};
+use crate::error::{Error, Result};
+use crate::ids::{RunId, TaskId};
+use crate::model::*;
+use crate::secret::Secret;
+
+/// Runs jobs somewhere: local processes, ECS Fargate tasks.
+#[async_trait]
+pub trait CloudBackend: Send + Sync {
+    /// Short name recorded in the index and the bundle (`local`, `aws`).
+    fn id(&self) -> &str;
+    /// Starts a job. The job spec must already be stored where `job.bundle_uri` says.
+    async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle>;
+    /// Statuses of several jobs, in the order asked.
+    async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>>;
+    /// Stops a job; stopping a job that already ended is not an error.
+    async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()>;
+    /// A secret by name. Implementations never log the value.
+    async fn fetch_secret(&self, name: &str) -> Result<Secret>;
+    /// Delivers a snapshot of fleet telemetry for a run to the backend's sink.
+    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()>;
+    /// Waits until some job may have changed state, or `timeout`. Backends that learn of exits
+    /// (local processes) return early; polling backends just sleep.
+    async fn wait_for_change(&self, timeout: Duration) {
+        tokio::time::sleep(timeout).await
+    }
+}
+
+/// A point-in-time view of a run's fleet, exported periodically by the controller.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TelemetrySnapshot {
+    pub timestamp: chrono::DateTime<chrono::Utc>,
+    pub jobs_queued: u64,
+    pub jobs_running: u64,
+    pub jobs_succeeded: u64,
+    pub jobs_failed: u64,
+    pub jobs_retried: u64,
+    pub tasks_finished: u64,
+    pub tasks_passed: u64,
+    pub cost_usd: f64,
+    pub tokens: u64,
+}
+
+/// Bundle files of runs: `put/get/list/exists` under a run prefix. Paths are relative,
+/// `/`-separated, and never contain `..`.
+#[async_trait]
+pub trait BundleStore: Send + Sync {
+    /// Where the bundle of `run` lives (a folder path or an `s3://` URI).
+    fn bundle_uri(&self, run: &RunId) -> String;
+    async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()>;
+    /// Fails with `ErrorKind::NotFound` when the file does not exist.
+    async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>>;
+    async fn exists(&self, run: &RunId, path: &str) -> Result<bool>;
+    /// Every file under `prefix` (`""` for the whole bundle), sorted, relative to the bundle.
+    async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>>;
+    /// Opens a file for appending lines as they happen. The default buffers and writes the
+    /// whole file on every flush; stores with real appends override it.
+    async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
+        let _ = (run, path);
+        Err(Error::internal("this store does not support appending"))
+    }
+}
+
+/// An append-only file being written.
+#[async_trait]
+pub trait Appender: Send {
+    /// Appends bytes; once this returns, a crash of this process does not lose them.
+    async fn append(&mut self, bytes: &[u8]) -> Result<()>;
+    /// Completes the file.
+    async fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// Checks a bundle-relative path: relative, `/`-separated, no `.`/`..` segments.
+pub fn check_bundle_path(path: &str) -> Result<()> {
+    let ok = !path.is_empty()
+        && !path.starts_with('/')
+        && !path.contains('\\')
+        && path.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
+    if ok { Ok(()) } else { Err(Error::invalid(format!("`{path}` is not a valid bundle path"))) }
+}
+
+/// The record of every run and task, shared by the controller and all workers.
+#[async_trait]
+pub trait RunIndex: Send + Sync {
+    /// Records a new run and all its tasks as `pending`, atomically where the store allows.
+    async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()>;
+    async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>>;
+    /// Runs, newest first.
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>>;
+    /// Fails with `NotFound` for an unknown run.
+    async fn update_run(&self, run: &RunId, update: &RunUpdate) -> Result<()>;
+    /// Applies a task transition if it moves forward (see `TaskState::may_move_to`). Returns
+    /// whether it was applied. Unknown tasks fail with `NotFound`.
+    async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool>;
+    async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>>;
+    /// Every task of a run, ordered by task id.
+    async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>>;
+    async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;
+    /// Records (or updates) one dispatch of a job.
+    async fn record_job(&self, job: &JobRecord) -> Result<()>;
+    async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>>;
+}
+
+/// What a benchmark prepared for one task.
+#[derive(Debug, Clone, Default)]
+pub struct TaskEnvironment {
+    /// A scratch folder the agent may use; removed at teardown.
+    pub workdir: Option<PathBuf>,
+    pub vars: BTreeMap<String, String>,
+}
+
+/// A source of tasks with its own grader.
+#[async_trait]
+pub trait BenchmarkAdapter: Send + Sync {
+    fn name(&self) -> &str;
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>>;
+    async fn prepare_environment(&self, run: &RunId, task: &TaskSpec) -> Result<TaskEnvironment>;
+    /// The benchmark's own verdict on an agent's result.
+    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent]) -> EvaluatorScore;
+    /// Releases what `prepare_environment` made. Calling it twice is harmless.
+    async fn teardown(&self, env: &TaskEnvironment) -> Result<()>;
+}
+
+/// Why an agent must stop early.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stop {
+    pub terminated_by: TerminatedBy,
+    pub reason: String,
+}
+
+/// Receives an agent's trace events as they happen; the runner behind it writes them to the
+/// bundle and enforces token and cost limits by answering `Err(Stop)`.
+#[async_trait]
+pub trait EventSink: Send {
+    async fn emit(&mut self, event: AgentEvent) -> std::result::Result<(), Stop>;
+}
+
+/// An event as an agent reports it; the sink adds run, task, step and timestamp.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgentEvent {
+    pub kind: Option<EventKind>,
+    pub payload: serde_json::Value,
+    pub cost_usd: f64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl AgentEvent {
+    pub fn new(kind: EventKind, payload: serde_json::Value) -> Self {
+        AgentEvent { kind: Some(kind), payload, ..Default::default() }
+    }
+}
+
+/// Everything an agent gets for one task.
+#[derive(Debug)]
+pub struct AgentContext<'a> {
+    pub run_id: RunId,
+    pub task: &'a TaskSpec,
+    pub limits: &'a Limits,
+    pub env: &'a TaskEnvironment,
+    /// Secrets to hand to the agent, by environment variable name.
+    pub secrets: &'a [(String, Secret)],
+}
+
+/// What the agent produced, before the runner adds totals from the sink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentOutcome {
+    pub final_answer: Option<serde_json::Value>,
+    /// `None` on success.
+    pub error: Option<(TerminatedBy, String)>,
+}
+
+/// An agent under evaluation.
+#[async_trait]
+pub trait AgentRunner: Send + Sync {
+    fn name(&self) -> &str;
+    /// Runs the agent on one task, streaming events into `sink`. Failures of the agent are
+    /// reported in the outcome, never as a panic or an `Err` of the worker.
+    async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome;
+}
+
+/// What an evaluator looks at.
+#[derive(Debug)]
+pub struct EvalInput<'a> {
+    pub task: &'a TaskSpec,
+    pub result: &'a AgentResult,
+    pub trace: &'a [TraceEvent],
+}
+
+/// Scores one aspect of a task's result.
+#[async_trait]
+pub trait Evaluator: Send + Sync {
+    fn id(&self) -> &str;
+    fn kind(&self) -> &str;
+    /// An `Err` becomes an error score for this evaluator; it never fails the task run.
+    async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore>;
+}
+
+/// Aggregates task results into part of the run summary, one result at a time (so a run of
+/// a million tasks is summarized without holding them all).
+pub trait Scorer: Send {
+    fn observe(&mut self, result: &TaskResult);
+    fn finish(&self, summary: &mut RunSummary);
+}

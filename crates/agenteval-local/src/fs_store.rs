@@ -1,0 +1,184 @@
+//! `BundleStore` on a local folder: `<root>/<run_id>/<path>`, written atomically.
+
+use std::path::{Path, PathBuf};
+
+use agenteval_core::traits::{Appender, BundleStore, check_bundle_path};
+use agenteval_core::{Error, Result, RunId};
+use async_trait::async_trait;
+use tokio::io::AsyncWriteExt;
+
+/// Bundles as plain folders. Whole-file writes go to a temporary file that is renamed into
+/// place, so a crash never leaves a half-written `result.json`.
+#[derive(Debug, Clone)]
+pub struct FsBundleStore {
+    root: PathBuf,
+}
+
+impl FsBundleStore {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let root = std::path::absolute(&root).unwrap_or(root);
+        FsBundleStore { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn run_dir(&self, run: &RunId) -> PathBuf {
+        self.root.join(run.to_string())
+    }
+
+    fn file(&self, run: &RunId, path: &str) -> Result<PathBuf> {
+        check_bundle_path(path)?;
+        Ok(self.run_dir(run).join(path))
+    }
+}
+
+async fn ensure_parent(p: &Path) -> Result<()> {
+    if let Some(parent) = p.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to `target` through a temporary sibling and a rename.
+pub fn write_atomic_blocking(target: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = target.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    }
+    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, target).map_err(|e| Error::io(format!("renaming to {}", target.display()), e))
+}
+
+fn list_blocking(dir: &Path, base: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        let path = entry.path();
+        if ft.is_dir() {
+            list_blocking(&path, base, out)?;
+        } else if ft.is_file() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            // Temporary files of in-flight atomic writes are not part of the bundle.
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                continue;
+            }
+            if let Ok(rel) = path.strip_prefix(base) {
+                let rel: Vec<String> =
+                    rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+                out.push(rel.join("/"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl BundleStore for FsBundleStore {
+    fn bundle_uri(&self, run: &RunId) -> String {
+        self.run_dir(run).display().to_string()
+    }
+
+    async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
+        let target = self.file(run, path)?;
+        let bytes = bytes.to_vec();
+        tokio::task::spawn_blocking(move || write_atomic_blocking(&target, &bytes))
+            .await
+            .map_err(|e| Error::internal(format!("write task failed: {e}")))?
+    }
+
+    async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
+        let p = self.file(run, path)?;
+        tokio::fs::read(&p).await.map_err(|e| Error::io(format!("reading {}", p.display()), e))
+    }
+
+    async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
+        let p = self.file(run, path)?;
+        tokio::fs::try_exists(&p).await.map_err(|e| Error::io(format!("checking {}", p.display()), e))
+    }
+
+    async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
+        let base = self.run_dir(run);
+        // Walk only the folder part of the prefix, then filter by the full prefix.
+        let start = match prefix.rfind('/') {
+            Some(i) => base.join(&prefix[..i]),
+            None => base.clone(),
+        };
+        let prefix = prefix.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            list_blocking(&start, &base, &mut out).map_err(|e| Error::io(format!("listing {}", start.display()), e))?;
+            out.retain(|p| p.starts_with(&prefix));
+            out.sort();
+            Ok(out)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("list task failed: {e}")))?
+    }
+
+    async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
+        let p = self.file(run, path)?;
+        ensure_parent(&p).await?;
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&p)
+            .await
+            .map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
+        Ok(Box::new(FsAppender { file, path: p }))
+    }
+}
+
+/// Appends go straight to the file with one `write` each: once `append` returns, the bytes are
+/// in the kernel and survive a kill of this process.
+struct FsAppender {
+    file: tokio::fs::File,
+    path: PathBuf,
+}
+
+#[async_trait]
+impl Appender for FsAppender {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.file.write_all(bytes).await.map_err(|e| Error::io(format!("appending to {}", self.path.display()), e))?;
+        // tokio's File buffers in a background task; flush hands the bytes to the kernel now.
+        self.file.flush().await.map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<()> {
+        self.file.flush().await.map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[tokio::test]
+    async fn conformance() {
+        let dir = tempfile::tempdir().unwrap();
+        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path()))).await;
+    }
+
+    #[tokio::test]
+    async fn interrupted_atomic_writes_are_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsBundleStore::new(dir.path());
+        let run = RunId::new();
+        store.put(&run, "a.json", b"1").await.unwrap();
+        std::fs::write(store.run_dir(&run).join(".b.json.99.tmp"), b"half").unwrap();
+        assert_eq!(store.list(&run, "").await.unwrap(), vec!["a.json"]);
+    }
+}

@@ -1,0 +1,290 @@
+//! `CloudBackend` that runs each job as a local worker process (`agenteval worker --job FILE`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agenteval_core::layout;
+use agenteval_core::model::{JobHandle, JobSpec, JobStatus};
+use agenteval_core::secret::Secret;
+use agenteval_core::traits::{CloudBackend, TelemetrySnapshot};
+use agenteval_core::{Error, Result, RunId};
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::sync::Notify;
+
+use crate::fs_store::FsBundleStore;
+
+/// Exit codes of `agenteval worker`, shared with the worker so both sides agree.
+pub mod worker_exit {
+    /// Every task of the job was processed (whatever the grades).
+    pub const OK: i32 = 0;
+    /// The job cannot be run as specified (unreadable spec, bad config): retrying won't help.
+    pub const BAD_JOB: i32 = 2;
+    /// The worker stopped because it was asked to (SIGTERM/SIGINT).
+    pub const CANCELLED: i32 = 3;
+}
+
+/// How long a cancelled worker gets to finish its current write before SIGKILL.
+const CANCEL_GRACE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Clone)]
+enum Proc {
+    Running,
+    Exited(JobStatus),
+}
+
+/// Runs jobs as child processes of the controller, each in its own process group so that a
+/// cancel reaches the worker and the agent processes it started.
+pub struct LocalProcessBackend {
+    exe: PathBuf,
+    store: FsBundleStore,
+    secrets_file: Option<PathBuf>,
+    procs: Arc<Mutex<HashMap<(String, u32), Proc>>>,
+    changed: Arc<Notify>,
+}
+
+impl std::fmt::Debug for LocalProcessBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalProcessBackend").field("exe", &self.exe).field("root", &self.store.root()).finish()
+    }
+}
+
+impl LocalProcessBackend {
+    /// `exe` is the agenteval binary that runs `worker`; `store` holds the bundles.
+    pub fn new(exe: PathBuf, store: FsBundleStore, secrets_file: Option<PathBuf>) -> Self {
+        LocalProcessBackend {
+            exe,
+            store,
+            secrets_file,
+            procs: Arc::new(Mutex::new(HashMap::new())),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    fn key(h: &JobHandle) -> (String, u32) {
+        (h.job_id.to_string(), h.attempt)
+    }
+
+    fn pid_of(h: &JobHandle) -> Option<i32> {
+        h.native_id.strip_prefix("pid:").and_then(|p| p.parse().ok())
+    }
+}
+
+/// Whether `pid` is a live agenteval worker (not a reused pid of some other program).
+fn is_live_worker(pid: i32) -> bool {
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmd) => {
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.split('\0').any(|a| a == "worker")
+        }
+        Err(_) => false,
+    }
+}
+
+fn status_from_exit(st: std::process::ExitStatus) -> JobStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match st.code() {
+        Some(worker_exit::OK) => JobStatus::Succeeded,
+        Some(worker_exit::CANCELLED) => JobStatus::Cancelled,
+        Some(worker_exit::BAD_JOB) => JobStatus::Failed {
+            exit_code: Some(worker_exit::BAD_JOB),
+            reason: "worker could not run the job as specified (see its log)".into(),
+            infrastructure: false,
+        },
+        Some(code) => JobStatus::Failed {
+            exit_code: Some(code),
+            reason: format!("worker exited with status {code}"),
+            infrastructure: true,
+        },
+        None => {
+            let sig = st.signal().and_then(|s| Signal::try_from(s).ok());
+            JobStatus::Failed {
+                exit_code: None,
+                reason: match sig {
+                    Some(s) => format!("worker killed by {s}"),
+                    None => "worker killed by a signal".into(),
+                },
+                infrastructure: true,
+            }
+        }
+    }
+}
+
+fn read_secrets_file(path: &Path, name: &str) -> Result<Option<Secret>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading secrets file {}", path.display()), e))?;
+    for line in text.lines() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        if let Some((k, v)) = line.split_once('=') {
+            if k.trim() == name {
+                let v = v.trim();
+                let v = v
+                    .strip_prefix('"')
+                    .and_then(|x| x.strip_suffix('"'))
+                    .or_else(|| v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
+                    .unwrap_or(v);
+                return Ok(Some(Secret::new(v)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+#[async_trait]
+impl CloudBackend for LocalProcessBackend {
+    fn id(&self) -> &str {
+        "local"
+    }
+
+    async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
+        let run_dir = self.store.run_dir(&job.run_id);
+        let spec = run_dir.join(layout::job_spec(&job.job_id, job.attempt));
+        let log_path = run_dir.join(layout::job_log(&job.job_id, job.attempt));
+        if let Some(dir) = log_path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        }
+        let log = std::fs::File::create(&log_path).map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
+        let log2 = log.try_clone().map_err(|e| Error::io("duplicating log handle", e))?;
+        let mut cmd = tokio::process::Command::new(&self.exe);
+        cmd.arg("worker")
+            .arg("--job")
+            .arg(&spec)
+            .envs(&job.env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2))
+            // Its own process group: Ctrl-C in the terminal reaches the controller only, and
+            // the controller decides how workers stop; cancel signals the whole group.
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting worker {}", self.exe.display()), e))?;
+        let pid = child.id().ok_or_else(|| Error::internal("worker exited before it had a pid"))? as i32;
+        let handle = JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: format!("pid:{pid}") };
+        let key = Self::key(&handle);
+        self.procs.lock().expect("procs lock").insert(key.clone(), Proc::Running);
+        let procs = self.procs.clone();
+        let changed = self.changed.clone();
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(st) => status_from_exit(st),
+                Err(e) => JobStatus::Failed {
+                    exit_code: None,
+                    reason: format!("lost track of worker: {e}"),
+                    infrastructure: true,
+                },
+            };
+            procs.lock().expect("procs lock").insert(key, Proc::Exited(status));
+            changed.notify_one();
+        });
+        Ok(handle)
+    }
+
+    async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>> {
+        let procs = self.procs.lock().expect("procs lock");
+        Ok(handles
+            .iter()
+            .map(|h| match procs.get(&Self::key(h)) {
+                Some(Proc::Running) => JobStatus::Running,
+                Some(Proc::Exited(st)) => st.clone(),
+                // Started by another controller process: all we can tell is whether it lives.
+                None => match Self::pid_of(h) {
+                    Some(pid) if is_live_worker(pid) => JobStatus::Running,
+                    _ => JobStatus::Failed {
+                        exit_code: None,
+                        reason: "worker process is gone".into(),
+                        infrastructure: true,
+                    },
+                },
+            })
+            .collect())
+    }
+
+    async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()> {
+        let ours = matches!(self.procs.lock().expect("procs lock").get(&Self::key(handle)), Some(Proc::Running));
+        let Some(pid) = Self::pid_of(handle) else {
+            return Err(Error::invalid(format!("`{}` is not a local job handle", handle.native_id)));
+        };
+        if !ours && !is_live_worker(pid) {
+            return Ok(());
+        }
+        tracing::debug!(job = %handle.job_id, pid, reason, "cancelling worker");
+        let group = Pid::from_raw(pid);
+        let _ = killpg(group, Signal::SIGTERM);
+        let procs = self.procs.clone();
+        let key = Self::key(handle);
+        tokio::spawn(async move {
+            tokio::time::sleep(CANCEL_GRACE).await;
+            let still = match procs.lock().expect("procs lock").get(&key) {
+                Some(Proc::Running) => true,
+                Some(Proc::Exited(_)) => false,
+                None => is_live_worker(pid),
+            };
+            if still {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+        });
+        Ok(())
+    }
+
+    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
+        if let Some(file) = &self.secrets_file {
+            if let Some(s) = read_secrets_file(file, name)? {
+                return Ok(s);
+            }
+        }
+        match std::env::var(name) {
+            Ok(v) => Ok(Secret::new(v)),
+            Err(_) => Err(Error::not_found(format!(
+                "secret `{name}` is neither in the secrets file nor in the environment"
+            ))),
+        }
+    }
+
+    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
+        let path = self.store.run_dir(run).join(layout::TELEMETRY);
+        let mut line = serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
+        line.push(b'\n');
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
+        f.write_all(&line).map_err(|e| Error::io(format!("writing {}", path.display()), e))
+    }
+
+    async fn wait_for_change(&self, timeout: Duration) {
+        let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_file_parsing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.env");
+        std::fs::write(&p, "# comment\nexport A_KEY=\"quoted value\"\nB_KEY=plain=with=equals\n").unwrap();
+        assert_eq!(read_secrets_file(&p, "A_KEY").unwrap().unwrap().expose(), "quoted value");
+        assert_eq!(read_secrets_file(&p, "B_KEY").unwrap().unwrap().expose(), "plain=with=equals");
+        assert!(read_secrets_file(&p, "C_KEY").unwrap().is_none());
+    }
+
+    #[test]
+    fn exit_statuses_map_to_job_statuses() {
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status_from_exit(std::process::ExitStatus::from_raw(0)), JobStatus::Succeeded);
+        let killed = status_from_exit(std::process::ExitStatus::from_raw(9));
+        assert!(matches!(killed, JobStatus::Failed { infrastructure: true, .. }), "{killed:?}");
+        let bad = status_from_exit(std::process::ExitStatus::from_raw(2 << 8));
+        assert!(matches!(bad, JobStatus::Failed { infrastructure: false, .. }), "{bad:?}");
+    }
+}

@@ -1,0 +1,454 @@
+//! `RunIndex` in an embedded SQLite file (WAL mode), safe for many worker processes at once.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agenteval_core::model::*;
+use agenteval_core::traits::RunIndex;
+use agenteval_core::{Error, ErrorKind, JobId, Result, RunId, TaskId};
+use async_trait::async_trait;
+use chrono::{DateTime, SecondsFormat, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    benchmark TEXT NOT NULL,
+    agent TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    status TEXT NOT NULL,
+    bundle_uri TEXT NOT NULL,
+    config_hash TEXT NOT NULL,
+    tasks_total INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    finished_at TEXT,
+    heartbeat_at TEXT NOT NULL,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at DESC);
+CREATE TABLE IF NOT EXISTS tasks (
+    run_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    state TEXT NOT NULL,
+    rank INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    job_id TEXT,
+    passed INTEGER,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    tokens INTEGER NOT NULL DEFAULT 0,
+    wall_seconds REAL NOT NULL DEFAULT 0,
+    terminated_by TEXT,
+    detail TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, task_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS jobs (
+    run_id TEXT NOT NULL,
+    job_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    native_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    task_count INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, job_id, attempt)
+) WITHOUT ROWID;
+"#;
+
+/// The run index in one SQLite file. Each process opens its own connection; SQLite's locking
+/// (WAL, busy timeout) serializes writers across processes.
+#[derive(Clone)]
+pub struct SqliteRunIndex {
+    conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for SqliteRunIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SqliteRunIndex({})", self.path.display())
+    }
+}
+
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn parse_ts(s: &str) -> rusqlite::Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn conv<T, E: std::error::Error + Send + Sync + 'static>(r: std::result::Result<T, E>) -> rusqlite::Result<T> {
+    r.map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+}
+
+fn corrupt(message: String) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(Error::corrupt(message)))
+}
+
+fn db_err(context: &str, e: rusqlite::Error) -> Error {
+    let kind = match &e {
+        rusqlite::Error::SqliteFailure(f, _)
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+        {
+            ErrorKind::Transient
+        }
+        rusqlite::Error::FromSqlConversionFailure(..) => ErrorKind::Corrupt,
+        _ => ErrorKind::Io,
+    };
+    Error::with_source(kind, format!("run index: {context}: {e}"), e)
+}
+
+impl SqliteRunIndex {
+    /// Opens (creating if needed) the index at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+        }
+        let conn = Connection::open(path).map_err(|e| db_err("opening", e))?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(|e| db_err("configuring", e))?;
+        // WAL lets readers (the controller's progress polls) run beside writing workers;
+        // synchronous=NORMAL is durable across process crashes, which is what we guard against.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| db_err("configuring", e))?;
+        conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
+        Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let conn = self.conn.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut c = conn.lock().map_err(|_| Error::internal("run index lock poisoned"))?;
+            f(&mut c)
+        })
+        .await
+        .map_err(|e| Error::internal(format!("run index task failed: {e}")))?
+    }
+}
+
+fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
+    let status: String = r.get("status")?;
+    Ok(RunRecord {
+        run_id: conv(RunId::from_str(&r.get::<_, String>("run_id")?))?,
+        name: r.get("name")?,
+        benchmark: r.get("benchmark")?,
+        agent: r.get("agent")?,
+        backend: r.get("backend")?,
+        status: RunStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown run status {status}")))?,
+        bundle_uri: r.get("bundle_uri")?,
+        config_hash: r.get("config_hash")?,
+        tasks_total: r.get::<_, i64>("tasks_total")? as u64,
+        created_at: parse_ts(&r.get::<_, String>("created_at")?)?,
+        updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
+        finished_at: r.get::<_, Option<String>>("finished_at")?.map(|s| parse_ts(&s)).transpose()?,
+        heartbeat_at: parse_ts(&r.get::<_, String>("heartbeat_at")?)?,
+        cancel_requested: r.get::<_, i64>("cancel_requested")? != 0,
+        epoch: r.get::<_, i64>("epoch")? as u32,
+    })
+}
+
+fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
+    let state: String = r.get("state")?;
+    let term: Option<String> = r.get("terminated_by")?;
+    Ok(TaskRecord {
+        run_id: conv(RunId::from_str(&r.get::<_, String>("run_id")?))?,
+        task_id: conv(TaskId::from_str(&r.get::<_, String>("task_id")?))?,
+        state: TaskState::parse(&state).ok_or_else(|| corrupt(format!("unknown task state {state}")))?,
+        attempt: r.get::<_, i64>("attempt")? as u32,
+        job_id: r.get::<_, Option<String>>("job_id")?.map(|s| conv(JobId::from_str(&s))).transpose()?,
+        passed: r.get::<_, Option<i64>>("passed")?.map(|v| v != 0),
+        cost_usd: r.get("cost_usd")?,
+        tokens: r.get::<_, i64>("tokens")? as u64,
+        wall_seconds: r.get("wall_seconds")?,
+        terminated_by: term.map(|t| conv(serde_json::from_value(serde_json::Value::String(t)))).transpose()?,
+        detail: r.get("detail")?,
+        updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
+    })
+}
+
+#[async_trait]
+impl RunIndex for SqliteRunIndex {
+    async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()> {
+        let run = run.clone();
+        let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+        self.with(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| db_err("begin", e))?;
+            tx.execute(
+                "INSERT INTO runs (run_id, name, benchmark, agent, backend, status, bundle_uri, config_hash,
+                   tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                params![
+                    run.run_id.to_string(),
+                    run.name,
+                    run.benchmark,
+                    run.agent,
+                    run.backend,
+                    run.status.as_str(),
+                    run.bundle_uri,
+                    run.config_hash,
+                    run.tasks_total as i64,
+                    ts(run.created_at),
+                    ts(run.updated_at),
+                    run.finished_at.map(ts),
+                    ts(run.heartbeat_at),
+                    run.cancel_requested as i64,
+                    run.epoch as i64,
+                ],
+            )
+            .map_err(|e| db_err("inserting run", e))?;
+            {
+                let now = ts(Utc::now());
+                let mut stmt = tx
+                    .prepare("INSERT INTO tasks (run_id, task_id, state, rank, attempt, updated_at) VALUES (?1, ?2, 'pending', 0, 0, ?3)")
+                    .map_err(|e| db_err("preparing", e))?;
+                let rid = run.run_id.to_string();
+                for t in &tasks {
+                    stmt.execute(params![rid, t, now]).map_err(|e| db_err("inserting task", e))?;
+                }
+            }
+            tx.commit().map_err(|e| db_err("commit", e))
+        })
+        .await
+    }
+
+    async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
+        let id = run.to_string();
+        self.with(move |c| {
+            c.query_row("SELECT * FROM runs WHERE run_id = ?1", [id], run_from_row)
+                .optional()
+                .map_err(|e| db_err("reading run", e))
+        })
+        .await
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>> {
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?1")
+                .map_err(|e| db_err("preparing", e))?;
+            let rows = stmt.query_map([limit as i64], run_from_row).map_err(|e| db_err("listing runs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing runs", e))
+        })
+        .await
+    }
+
+    async fn update_run(&self, run: &RunId, u: &RunUpdate) -> Result<()> {
+        let id = run.to_string();
+        let u = u.clone();
+        self.with(move |c| {
+            let now = ts(Utc::now());
+            let n = c
+                .execute(
+                    "UPDATE runs SET
+                        status = COALESCE(?2, status),
+                        finished_at = COALESCE(?3, finished_at),
+                        heartbeat_at = CASE WHEN ?4 THEN ?5 ELSE heartbeat_at END,
+                        cancel_requested = COALESCE(?6, cancel_requested),
+                        epoch = COALESCE(?7, epoch),
+                        updated_at = ?5
+                     WHERE run_id = ?1",
+                    params![
+                        id,
+                        u.status.map(|s| s.as_str()),
+                        u.finished_at.map(ts),
+                        u.heartbeat,
+                        now,
+                        u.cancel_requested.map(|b| b as i64),
+                        u.epoch.map(|e| e as i64),
+                    ],
+                )
+                .map_err(|e| db_err("updating run", e))?;
+            if n == 0 { Err(Error::not_found(format!("run {id} is not in the index"))) } else { Ok(()) }
+        })
+        .await
+    }
+
+    async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool> {
+        let id = run.to_string();
+        let t = t.clone();
+        self.with(move |c| {
+            // The WHERE clause is the whole state machine: not completed, and a later attempt
+            // or a higher rank in the same attempt. One statement, so racing writers serialize.
+            let n = c
+                .execute(
+                    "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
+                        passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
+                        detail = ?12, updated_at = ?13
+                     WHERE run_id = ?1 AND task_id = ?2 AND state != 'completed'
+                       AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))",
+                    params![
+                        id,
+                        t.task_id.as_str(),
+                        t.state.as_str(),
+                        t.state.rank() as i64,
+                        t.attempt as i64,
+                        t.job_id.as_ref().map(|j| j.to_string()),
+                        t.passed.map(|b| b as i64),
+                        t.cost_usd,
+                        t.tokens as i64,
+                        t.wall_seconds,
+                        t.terminated_by.map(|x| x.as_str()),
+                        t.detail,
+                        ts(Utc::now()),
+                    ],
+                )
+                .map_err(|e| db_err("recording task", e))?;
+            if n > 0 {
+                return Ok(true);
+            }
+            let exists: bool = c
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE run_id = ?1 AND task_id = ?2)",
+                    params![id, t.task_id.as_str()],
+                    |r| r.get(0),
+                )
+                .map_err(|e| db_err("reading task", e))?;
+            if exists {
+                Ok(false)
+            } else {
+                Err(Error::not_found(format!("task {} of run {id} is not in the index", t.task_id)))
+            }
+        })
+        .await
+    }
+
+    async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>> {
+        let (id, task) = (run.to_string(), task.to_string());
+        self.with(move |c| {
+            c.query_row("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2", [id, task], task_from_row)
+                .optional()
+                .map_err(|e| db_err("reading task", e))
+        })
+        .await
+    }
+
+    async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>> {
+        let id = run.to_string();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare("SELECT * FROM tasks WHERE run_id = ?1 ORDER BY task_id")
+                .map_err(|e| db_err("preparing", e))?;
+            let rows = stmt.query_map([id], task_from_row).map_err(|e| db_err("listing tasks", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing tasks", e))
+        })
+        .await
+    }
+
+    async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
+        let id = run.to_string();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare(
+                    "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens), 0)
+                     FROM tasks WHERE run_id = ?1 GROUP BY state",
+                )
+                .map_err(|e| db_err("preparing", e))?;
+            let mut counts = TaskCounts::default();
+            let mut rows = stmt.query([id]).map_err(|e| db_err("counting tasks", e))?;
+            while let Some(r) = rows.next().map_err(|e| db_err("counting tasks", e))? {
+                let state: String = r.get(0).map_err(|e| db_err("counting", e))?;
+                let n = r.get::<_, i64>(1).map_err(|e| db_err("counting", e))? as u64;
+                counts.total += n;
+                counts.passed += r.get::<_, i64>(2).map_err(|e| db_err("counting", e))? as u64;
+                counts.cost_usd += r.get::<_, f64>(3).map_err(|e| db_err("counting", e))?;
+                counts.tokens += r.get::<_, i64>(4).map_err(|e| db_err("counting", e))? as u64;
+                match TaskState::parse(&state) {
+                    Some(TaskState::Pending) => counts.pending += n,
+                    Some(TaskState::Queued) => counts.queued += n,
+                    Some(TaskState::Running) => counts.running += n,
+                    Some(TaskState::Completed) => counts.completed += n,
+                    Some(TaskState::Failed) => counts.failed += n,
+                    Some(TaskState::Cancelled) => counts.cancelled += n,
+                    None => return Err(Error::corrupt(format!("run index: unknown task state {state}"))),
+                }
+            }
+            Ok(counts)
+        })
+        .await
+    }
+
+    async fn record_job(&self, job: &JobRecord) -> Result<()> {
+        let job = job.clone();
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO jobs (run_id, job_id, attempt, native_id, status, task_count, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (run_id, job_id, attempt) DO UPDATE SET
+                   native_id = excluded.native_id, status = excluded.status, updated_at = excluded.updated_at",
+                params![
+                    job.run_id.to_string(),
+                    job.handle.job_id.as_str(),
+                    job.handle.attempt as i64,
+                    job.handle.native_id,
+                    job.status,
+                    job.task_count as i64,
+                    ts(job.updated_at),
+                ],
+            )
+            .map_err(|e| db_err("recording job", e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>> {
+        let id = run.to_string();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare("SELECT * FROM jobs WHERE run_id = ?1 ORDER BY job_id, attempt")
+                .map_err(|e| db_err("preparing", e))?;
+            let rows = stmt
+                .query_map([id], |r| {
+                    Ok(JobRecord {
+                        run_id: conv(RunId::from_str(&r.get::<_, String>("run_id")?))?,
+                        handle: JobHandle {
+                            job_id: conv(JobId::from_str(&r.get::<_, String>("job_id")?))?,
+                            attempt: r.get::<_, i64>("attempt")? as u32,
+                            native_id: r.get("native_id")?,
+                        },
+                        status: r.get("status")?,
+                        task_count: r.get::<_, i64>("task_count")? as u32,
+                        updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
+                    })
+                })
+                .map_err(|e| db_err("listing jobs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing jobs", e))
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn conformance() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
+        agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+    }
+
+    #[tokio::test]
+    async fn two_connections_see_each_others_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("i.sqlite");
+        let a = SqliteRunIndex::open(&p).unwrap();
+        let b = SqliteRunIndex::open(&p).unwrap();
+        agenteval_core::conformance::run_index_suite(Arc::new(a.clone())).await;
+        let runs = b.list_runs(10).await.unwrap();
+        assert!(runs.len() >= 3);
+    }
+}
