@@ -230,6 +230,26 @@ fn parse_yaml(text: &str, pos: &mut Positions) -> Result<Value, Vec<Problem>> {
     if problems.is_empty() { Ok(value) } else { Err(problems) }
 }
 
+/// A YAML document converted to JSON, with the position of every value.
+pub struct YamlDoc {
+    pub value: Value,
+    positions: Positions,
+}
+
+impl YamlDoc {
+    /// Parses one YAML document. Errors are problems with positions (no file name).
+    pub fn parse(text: &str) -> Result<YamlDoc, Vec<Problem>> {
+        let mut positions = Positions::default();
+        let value = parse_yaml(text, &mut positions)?;
+        Ok(YamlDoc { value, positions })
+    }
+
+    /// The position of the value at a JSON pointer (or of its nearest ancestor).
+    pub fn origin(&self, pointer: &str) -> Origin {
+        self.positions.find(pointer, false)
+    }
+}
+
 /// Applies `key.path=value` overrides. Values are YAML scalars or flow collections.
 fn apply_overrides(
     root: &mut Value,
@@ -345,7 +365,29 @@ fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
 }
 
 fn resolve(base: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() || p.to_string_lossy().contains("://") { p.to_path_buf() } else { base.join(p) }
+    if p.to_string_lossy().contains("://") {
+        return p.to_path_buf();
+    }
+    normalize(&base.join(p))
+}
+
+/// Removes `.` and `..` lexically, so paths shown to users read `/repo/runs`, not
+/// `/repo/configs/../runs`.
+fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
 }
 
 /// Loads and validates configuration text. `file` names it in messages; `base` is the folder
@@ -456,6 +498,8 @@ mod tests {
         assert_eq!(c.storage.bundle_root, PathBuf::from("/base/runs"));
         assert_eq!(c.storage.index_path(), PathBuf::from("/base/runs/index.sqlite"));
         assert_eq!(c.agent.workdir, Some(PathBuf::from("/base")));
+        let c = load(GOOD, &["storage.bundle_root=../runs"]).unwrap().config;
+        assert_eq!(c.storage.bundle_root, PathBuf::from("/runs"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use load::{ConfigError, LoadedConfig, Problem, load_config, load_config_str};
+pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, load_config, load_config_str};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

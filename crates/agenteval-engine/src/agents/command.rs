@@ -1,0 +1,220 @@
+//! The `command` agent: an external program speaking the JSON-lines agent protocol
+//! (`docs/agent-protocol.md`). Anything it does wrong becomes an `agent_error`, never a crash.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use agenteval_core::config::AgentConfig;
+use agenteval_core::model::{EventKind, TerminatedBy};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+/// Longest stdout line accepted; a longer one is garbage, not an event.
+const MAX_LINE: usize = 4 * 1024 * 1024;
+/// How much of the program's stderr is kept for the error message.
+const STDERR_TAIL: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct CommandAgent {
+    program: Vec<String>,
+    env: BTreeMap<String, String>,
+    workdir: Option<PathBuf>,
+    model: Option<String>,
+}
+
+impl CommandAgent {
+    pub fn new(cfg: &AgentConfig) -> Self {
+        CommandAgent {
+            program: cfg.command.clone(),
+            env: cfg.env.clone(),
+            workdir: cfg.workdir.clone(),
+            model: cfg.model.clone(),
+        }
+    }
+}
+
+/// One stdout line of the protocol.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireEvent {
+    kind: EventKind,
+    #[serde(default)]
+    payload: serde_json::Value,
+    #[serde(default)]
+    cost_usd: f64,
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+}
+
+/// Kills the agent's whole process group when dropped: on a time limit the runner drops the
+/// agent's future, and grandchildren the agent started must not outlive it.
+struct GroupGuard(Option<i32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+fn agent_error(msg: impl Into<String>) -> AgentOutcome {
+    AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, msg.into())) }
+}
+
+#[async_trait]
+impl AgentRunner for CommandAgent {
+    fn name(&self) -> &str {
+        "command"
+    }
+
+    async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
+        let Some((prog, args)) = self.program.split_first() else {
+            return agent_error("agent.command is empty");
+        };
+        let mut cmd = tokio::process::Command::new(prog);
+        cmd.args(args)
+            .envs(&self.env)
+            .envs(&ctx.env.vars)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        if let Some(w) = &self.workdir {
+            cmd.current_dir(w);
+        }
+        if let Some(scratch) = &ctx.env.workdir {
+            cmd.env("AGENTEVAL_SCRATCH_DIR", scratch);
+        }
+        for (var, secret) in ctx.secrets {
+            cmd.env(var, secret.expose());
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
+        };
+        let _guard = GroupGuard(child.id().map(|p| p as i32));
+
+        let request = json!({
+            "protocol": 1,
+            "run_id": ctx.run_id,
+            "task_id": ctx.task.id,
+            "input": ctx.task.input,
+            "model": self.model,
+            "limits": {
+                "max_tokens": ctx.limits.max_tokens,
+                "max_wall_seconds": ctx.limits.max_wall_seconds,
+                "max_cost_usd": ctx.limits.max_cost_usd,
+            },
+            "scratch_dir": ctx.env.workdir,
+        });
+        if let Some(mut stdin) = child.stdin.take() {
+            let mut line = request.to_string();
+            line.push('\n');
+            // An agent that exits without reading its input is judged by its output below.
+            let _ = stdin.write_all(line.as_bytes()).await;
+            drop(stdin);
+        }
+        let mut stderr = child.stderr.take().expect("stderr piped");
+        let stderr_task = tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut stderr).take(1024 * 1024).read_to_end(&mut buf).await;
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let start = text.len().saturating_sub(STDERR_TAIL);
+            let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+            text[start..].to_string()
+        });
+
+        let stdout = child.stdout.take().expect("stdout piped");
+        let mut lines = BufReader::new(stdout);
+        let mut final_answer = None;
+        let mut terminal_seen = false;
+        let mut problem: Option<(TerminatedBy, String)> = None;
+        let mut buf = Vec::new();
+        let mut n = 0usize;
+        loop {
+            buf.clear();
+            let read = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await;
+            match read {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    problem = Some((TerminatedBy::AgentError, format!("reading agent output: {e}")));
+                    break;
+                }
+            }
+            n += 1;
+            if buf.len() > MAX_LINE {
+                problem = Some((TerminatedBy::AgentError, format!("output line {n} is longer than {MAX_LINE} bytes")));
+                break;
+            }
+            let text = String::from_utf8_lossy(&buf);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            if terminal_seen {
+                problem = Some((TerminatedBy::AgentError, format!("output line {n} comes after agent.terminal")));
+                break;
+            }
+            let ev: WireEvent = match serde_json::from_str(text) {
+                Ok(ev) => ev,
+                Err(e) => {
+                    let shown: String = text.chars().take(80).collect();
+                    problem = Some((TerminatedBy::AgentError, format!("output line {n} is not a protocol event ({e}): {shown:?}")));
+                    break;
+                }
+            };
+            if ev.kind == EventKind::AgentTerminal {
+                terminal_seen = true;
+                final_answer = ev.payload.get("final_answer").cloned();
+                if final_answer.is_none() {
+                    problem = Some((TerminatedBy::AgentError, "agent.terminal has no payload.final_answer".into()));
+                }
+            }
+            let event = AgentEvent {
+                kind: Some(ev.kind),
+                payload: ev.payload,
+                cost_usd: ev.cost_usd,
+                input_tokens: ev.input_tokens,
+                output_tokens: ev.output_tokens,
+            };
+            if let Err(stop) = sink.emit(event).await {
+                problem = Some((stop.terminated_by, stop.reason));
+                break;
+            }
+            if problem.is_some() {
+                break;
+            }
+        }
+        if problem.is_some() {
+            let _ = child.start_kill();
+        }
+        let status = child.wait().await;
+        let stderr_tail = stderr_task.await.unwrap_or_default();
+        let with_stderr = |msg: String| {
+            if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
+        };
+        if let Some((term, msg)) = problem {
+            return AgentOutcome { final_answer: None, error: Some((term, with_stderr(msg))) };
+        }
+        match status {
+            Ok(st) if st.success() => {}
+            Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
+            Err(e) => return agent_error(format!("waiting for agent: {e}")),
+        }
+        if !terminal_seen {
+            return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
+        }
+        AgentOutcome { final_answer, error: None }
+    }
+}

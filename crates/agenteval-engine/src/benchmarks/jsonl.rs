@@ -1,0 +1,203 @@
+//! The `jsonl` benchmark: cases from a JSONL or YAML file (`id`, `input`, `expected`,
+//! `evaluators`, `tags`), with problems reported by line.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use agenteval_core::config::{EvaluatorConfig, Origin, TaskFilter, YamlDoc};
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::BenchmarkAdapter;
+use agenteval_core::{Error, Result, TaskId};
+use async_trait::async_trait;
+use serde::Deserialize;
+
+#[derive(Debug, Clone)]
+pub struct JsonlBenchmark {
+    path: PathBuf,
+}
+
+impl JsonlBenchmark {
+    pub fn new(path: PathBuf) -> Self {
+        JsonlBenchmark { path }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Case {
+    id: String,
+    input: serde_json::Value,
+    #[serde(default)]
+    expected: Option<serde_json::Value>,
+    #[serde(default)]
+    evaluators: Vec<EvaluatorConfig>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    metadata: serde_json::Value,
+}
+
+/// Checks one case; problems are pushed as messages.
+fn case_to_task(value: serde_json::Value, seen: &mut HashSet<String>, problems: &mut Vec<String>) -> Option<TaskSpec> {
+    let case: Case = match serde_json::from_value(value) {
+        Ok(c) => c,
+        Err(e) => {
+            problems.push(e.to_string());
+            return None;
+        }
+    };
+    let id = match TaskId::try_from(case.id.clone()) {
+        Ok(id) if !case.id.contains('@') => id,
+        Ok(_) => {
+            problems.push(format!("case id `{}` must not contain `@`", case.id));
+            return None;
+        }
+        Err(e) => {
+            problems.push(e.to_string());
+            return None;
+        }
+    };
+    if !seen.insert(case.id.clone()) {
+        problems.push(format!("duplicate case id `{}`", case.id));
+    }
+    let mut evaluator_problems = Vec::new();
+    for (i, e) in case.evaluators.iter().enumerate() {
+        e.validate(&format!("/evaluators/{i}"), &mut evaluator_problems);
+    }
+    problems.extend(evaluator_problems.into_iter().map(|(at, m)| format!("{m} (at {at})")));
+    Some(TaskSpec {
+        id,
+        input: case.input,
+        expected: case.expected,
+        tags: case.tags,
+        evaluators: case.evaluators,
+        metadata: case.metadata,
+    })
+}
+
+/// Parses a case file. Every problem is reported at once as `file:line: message`.
+pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
+    let name = path.display();
+    let mut tasks = Vec::new();
+    let mut problems = Vec::new();
+    let mut seen = HashSet::new();
+    let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    if is_yaml {
+        match YamlDoc::parse(text) {
+            Err(ps) => {
+                for p in ps {
+                    let at = match p.origin {
+                        Origin::File { line, column } => format!("{name}:{line}:{column}"),
+                        _ => name.to_string(),
+                    };
+                    problems.push(format!("{at}: {}", p.message));
+                }
+            }
+            Ok(doc) => match &doc.value {
+                serde_json::Value::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let mut ps = Vec::new();
+                        if let Some(t) = case_to_task(item.clone(), &mut seen, &mut ps) {
+                            tasks.push(t);
+                        }
+                        let at = match doc.origin(&format!("/{i}")) {
+                            Origin::File { line, .. } => format!("{name}:{line}"),
+                            _ => name.to_string(),
+                        };
+                        problems.extend(ps.into_iter().map(|m| format!("{at}: {m}")));
+                    }
+                }
+                _ => problems.push(format!("{name}:1: a YAML case file is a list of cases")),
+            },
+        }
+    } else {
+        for (i, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let mut ps = Vec::new();
+            match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(v) => {
+                    if let Some(t) = case_to_task(v, &mut seen, &mut ps) {
+                        tasks.push(t);
+                    }
+                }
+                Err(e) => ps.push(format!("invalid JSON: {e}")),
+            }
+            problems.extend(ps.into_iter().map(|m| format!("{name}:{}: {m}", i + 1)));
+        }
+    }
+    if !problems.is_empty() {
+        let n = problems.len();
+        return Err(Error::invalid(format!(
+            "case file {name} has {n} problem{}:\n  {}",
+            if n == 1 { "" } else { "s" },
+            problems.join("\n  ")
+        )));
+    }
+    if tasks.is_empty() {
+        return Err(Error::invalid(format!("case file {name} has no cases")));
+    }
+    Ok(tasks)
+}
+
+#[async_trait]
+impl BenchmarkAdapter for JsonlBenchmark {
+    fn name(&self) -> &str {
+        "jsonl"
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
+        let text = std::fs::read_to_string(&self.path)
+            .map_err(|e| Error::io(format!("reading case file {}", self.path.display()), e))?;
+        let mut tasks = parse_cases(&self.path, &text)?;
+        tasks.retain(|t| filter.matches(t));
+        if let Some(limit) = filter.limit {
+            tasks.truncate(limit as usize);
+        }
+        Ok(tasks)
+    }
+
+    async fn prepare_environment(&self, run: &agenteval_core::RunId, task: &TaskSpec) -> Result<agenteval_core::traits::TaskEnvironment> {
+        super::make_scratch(run, task)
+    }
+
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &agenteval_core::model::AgentResult,
+        _trace: &[agenteval_core::model::TraceEvent],
+    ) -> agenteval_core::model::EvaluatorScore {
+        super::grade_expected(task, result)
+    }
+
+    async fn teardown(&self, env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
+        super::remove_scratch(env)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonl_problems_name_every_line() {
+        let text = "{\"id\":\"a\",\"input\":\"x\"}\nnot json\n{\"id\":\"a\",\"input\":\"y\"}\n{\"id\":\"b/c\",\"input\":1}\n{\"id\":\"d\",\"input\":1,\"colour\":2}\n";
+        let err = parse_cases(Path::new("cases.jsonl"), text).unwrap_err().to_string();
+        assert!(err.contains("cases.jsonl:2: invalid JSON"), "{err}");
+        assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
+        assert!(err.contains("cases.jsonl:4:"), "{err}");
+        assert!(err.contains("cases.jsonl:5: unknown field `colour`"), "{err}");
+    }
+
+    #[test]
+    fn yaml_cases_load_and_report_lines() {
+        let good = "- id: a\n  input: hello\n  expected: HELLO\n  tags: [x]\n- id: b\n  input: {q: 1}\n  evaluators:\n    - kind: contains\n      value: '1'\n";
+        let tasks = parse_cases(Path::new("c.yaml"), good).unwrap();
+        assert_eq!(tasks.len(), 2);
+        assert_eq!(tasks[1].evaluators.len(), 1);
+        let bad = "- id: a\n  input: hello\n- id: b\n  inptu: 2\n";
+        let err = parse_cases(Path::new("c.yaml"), bad).unwrap_err().to_string();
+        assert!(err.contains("c.yaml:3:"), "{err}");
+    }
+}

@@ -1,0 +1,393 @@
+//! The result bundle: metadata, sealing (summary, report, manifest with checksums) and
+//! validation that names every problem.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agenteval_core::layout;
+use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TaskSpec, TraceEvent};
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::scorers::{default_scorers, empty_summary};
+
+/// `metadata.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Metadata {
+    pub schema_version: String,
+    pub run_id: RunId,
+    pub name: String,
+    /// `running` until sealed.
+    pub status: RunStatus,
+    pub sealed: bool,
+    pub backend: String,
+    pub benchmark: String,
+    pub agent: String,
+    pub config_hash: String,
+    pub agenteval_version: String,
+    pub git_sha: Option<String>,
+    pub tasks_total: u64,
+    pub created_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+    /// Times the run was resumed.
+    pub resumed: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ManifestEntry {
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// `manifest.json`: checksum and size of every other file of the bundle.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema_version: String,
+    pub run_id: RunId,
+    pub files: BTreeMap<String, ManifestEntry>,
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+pub fn to_json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
+    let mut b = serde_json::to_vec_pretty(v).expect("bundle documents serialize");
+    b.push(b'\n');
+    b
+}
+
+pub async fn read_json<T: for<'de> Deserialize<'de>>(store: &dyn BundleStore, run: &RunId, path: &str) -> Result<T> {
+    let bytes = store.get(run, path).await?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::json(format!("{path} is not valid"), e))
+}
+
+/// Reads `tasks.jsonl`.
+pub async fn read_tasks(store: &dyn BundleStore, run: &RunId) -> Result<Vec<TaskSpec>> {
+    let bytes = store.get(run, layout::TASKS).await?;
+    let mut out = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        out.push(serde_json::from_slice(line).map_err(|e| Error::json(format!("{}:{}", layout::TASKS, i + 1), e))?);
+    }
+    Ok(out)
+}
+
+pub fn tasks_jsonl(tasks: &[TaskSpec]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(tasks.len() * 256);
+    for t in tasks {
+        serde_json::to_writer(&mut out, t).expect("tasks serialize");
+        out.push(b'\n');
+    }
+    out
+}
+
+/// Task ids that have a `result.json` in the bundle.
+pub async fn finished_task_dirs(store: &dyn BundleStore, run: &RunId) -> Result<Vec<String>> {
+    Ok(store
+        .list(run, "tasks/")
+        .await?
+        .into_iter()
+        .filter_map(|p| p.strip_suffix(&format!("/{}", layout::TASK_RESULT)).and_then(|d| d.strip_prefix("tasks/")).map(str::to_string))
+        .filter(|d| !d.contains('/'))
+        .collect())
+}
+
+/// A failed task for the report.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub task_id: String,
+    pub reason: String,
+}
+
+/// Summarizes every task result in the bundle.
+pub async fn summarize(
+    store: &dyn BundleStore,
+    run: &RunId,
+    status: RunStatus,
+    tasks_total: u64,
+) -> Result<(RunSummary, Vec<Failure>)> {
+    let mut scorers = default_scorers();
+    let mut failures = Vec::new();
+    for task in finished_task_dirs(store, run).await? {
+        let r: TaskResult = read_json(store, run, &format!("tasks/{task}/{}", layout::TASK_RESULT)).await?;
+        for s in scorers.iter_mut() {
+            s.observe(&r);
+        }
+        if !r.passed && failures.len() < 50 {
+            let reason = r
+                .agent
+                .error
+                .clone()
+                .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
+                .unwrap_or_default();
+            failures.push(Failure { task_id: r.task_id.to_string(), reason });
+        }
+    }
+    let mut summary = empty_summary(*run, status, tasks_total);
+    for s in &scorers {
+        s.finish(&mut summary);
+    }
+    Ok((summary, failures))
+}
+
+/// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
+/// everything else. Sealing again (after a resume) replaces all of them.
+pub async fn seal(store: &dyn BundleStore, meta: &Metadata) -> Result<RunSummary> {
+    let run = &meta.run_id;
+    let (summary, failures) = summarize(store, run, meta.status, meta.tasks_total).await?;
+    store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
+    store.put(run, layout::REPORT, crate::report::render(meta, &summary, &failures).as_bytes()).await?;
+    let replay = format!(
+        "agenteval submit --config {}/{}\n",
+        store.bundle_uri(run),
+        layout::CONFIG
+    );
+    store.put(run, layout::REPLAY, replay.as_bytes()).await?;
+    let mut meta = meta.clone();
+    meta.sealed = true;
+    store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
+    write_manifest(store, run).await?;
+    Ok(summary)
+}
+
+async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
+    let mut files = BTreeMap::new();
+    for path in store.list(run, "").await? {
+        if path == layout::MANIFEST {
+            continue;
+        }
+        let bytes = store.get(run, &path).await?;
+        files.insert(path, ManifestEntry { sha256: sha256_hex(&bytes), size: bytes.len() as u64 });
+    }
+    let manifest = Manifest { schema_version: SCHEMA_VERSION.into(), run_id: *run, files };
+    store.put(run, layout::MANIFEST, &to_json_bytes(&manifest)).await
+}
+
+/// What `validate-bundle` found.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Validation {
+    pub problems: Vec<String>,
+    pub warnings: Vec<String>,
+    pub files_checked: u64,
+    pub tasks_with_results: u64,
+    pub sealed: bool,
+    pub status: Option<RunStatus>,
+}
+
+impl Validation {
+    pub fn is_valid(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()))
+}
+
+/// Checks a bundle: required files, checksums, and that its files agree with each other.
+pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation> {
+    let mut v = Validation::default();
+    let files = store.list(run, "").await?;
+    if files.is_empty() {
+        return Err(Error::not_found(format!("no bundle at {}", store.bundle_uri(run))));
+    }
+    let present: BTreeSet<&str> = files.iter().map(String::as_str).collect();
+    for req in layout::REQUIRED {
+        if !present.contains(req) {
+            v.problems.push(format!("{req}: missing"));
+        }
+    }
+    let meta: Option<Metadata> = match read_json(store, run, layout::METADATA).await {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => {
+            v.problems.push(e.to_string());
+            None
+        }
+    };
+    if let Some(m) = &meta {
+        v.sealed = m.sealed;
+        v.status = Some(m.status);
+        if m.run_id != *run {
+            v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
+        }
+        if !m.sealed {
+            v.warnings.push(format!(
+                "bundle is not sealed (status {}): its run is still going or its controller died; `agenteval resume {run}` finishes it",
+                m.status.as_str()
+            ));
+        }
+    }
+    let sealed = meta.as_ref().is_some_and(|m| m.sealed);
+    if sealed {
+        for req in layout::REQUIRED_SEALED {
+            if !present.contains(req) {
+                v.problems.push(format!("{req}: missing"));
+            }
+        }
+    }
+
+    // Checksums.
+    if sealed && present.contains(layout::MANIFEST) {
+        match read_json::<Manifest>(store, run, layout::MANIFEST).await {
+            Err(e) => v.problems.push(e.to_string()),
+            Ok(man) => {
+                for (path, entry) in &man.files {
+                    if !present.contains(path.as_str()) {
+                        v.problems.push(format!("{path}: listed in the manifest but missing"));
+                        continue;
+                    }
+                    let bytes = store.get(run, path).await?;
+                    v.files_checked += 1;
+                    if bytes.len() as u64 != entry.size {
+                        v.problems.push(format!("{path}: size {} differs from the manifest's {}", bytes.len(), entry.size));
+                    } else if sha256_hex(&bytes) != entry.sha256 {
+                        v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
+                    }
+                }
+                for path in &files {
+                    if path != layout::MANIFEST && !man.files.contains_key(path) {
+                        v.problems.push(format!("{path}: not listed in the manifest"));
+                    }
+                }
+            }
+        }
+    }
+
+    // Tasks.
+    let specs = match read_tasks(store, run).await {
+        Ok(t) => t,
+        Err(e) => {
+            if e.kind() != ErrorKind::NotFound {
+                v.problems.push(e.to_string());
+            }
+            vec![]
+        }
+    };
+    let known: BTreeSet<String> = specs.iter().map(|t| t.id.to_string()).collect();
+    if let Some(m) = &meta {
+        if !specs.is_empty() && specs.len() as u64 != m.tasks_total {
+            v.problems.push(format!("{}: {} tasks, metadata says {}", layout::TASKS, specs.len(), m.tasks_total));
+        }
+    }
+    let mut task_dirs: BTreeSet<String> = BTreeSet::new();
+    for f in &files {
+        if let Some(rest) = f.strip_prefix("tasks/") {
+            if let Some((dir, _)) = rest.split_once('/') {
+                task_dirs.insert(dir.to_string());
+            }
+        }
+    }
+    for dir in &task_dirs {
+        if !known.is_empty() && !known.contains(dir) {
+            v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
+        }
+        let has = |f: &str| present.contains(format!("tasks/{dir}/{f}").as_str());
+        if !has(layout::TASK_RESULT) {
+            if sealed && meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete) {
+                v.problems.push(format!("tasks/{dir}/{}: missing in a complete run", layout::TASK_RESULT));
+            }
+            continue;
+        }
+        v.tasks_with_results += 1;
+        for f in layout::TASK_FILES {
+            if !has(f) {
+                v.problems.push(format!("tasks/{dir}/{f}: missing"));
+            }
+        }
+        check_task(store, run, dir, &mut v).await?;
+    }
+
+    // Cross-file: summary against the results.
+    if let Some(m) = &meta {
+        if sealed && present.contains(layout::SUMMARY) {
+            match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
+                Err(e) => v.problems.push(e.to_string()),
+                Ok(s) => {
+                    let (re, _) = summarize(store, run, m.status, m.tasks_total).await?;
+                    if s.status != m.status {
+                        v.problems.push(format!("{}: status {} but metadata says {}", layout::SUMMARY, s.status.as_str(), m.status.as_str()));
+                    }
+                    if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
+                        v.problems.push(format!(
+                            "{}: {} finished / {} passed, but the task results give {} / {}",
+                            layout::SUMMARY, s.tasks_finished, s.passed, re.tasks_finished, re.passed
+                        ));
+                    }
+                    if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
+                        v.problems.push(format!("{}: cost or tokens disagree with the task results", layout::SUMMARY));
+                    }
+                    if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
+                        v.problems.push(format!(
+                            "{}: run is complete but {} of {} tasks have results",
+                            layout::SUMMARY, s.tasks_finished, m.tasks_total
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Ok(v)
+}
+
+async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Validation) -> Result<()> {
+    let rpath = format!("tasks/{dir}/{}", layout::TASK_RESULT);
+    let result: TaskResult = match read_json(store, run, &rpath).await {
+        Ok(r) => r,
+        Err(e) => {
+            v.problems.push(e.to_string());
+            return Ok(());
+        }
+    };
+    if result.task_id.as_str() != dir {
+        v.problems.push(format!("{rpath}: task_id {} does not match its folder", result.task_id));
+    }
+    if result.run_id != *run {
+        v.problems.push(format!("{rpath}: run_id {} is not this run", result.run_id));
+    }
+    if result.passed != result.scores.iter().all(|s| s.passed) {
+        v.problems.push(format!("{rpath}: `passed` disagrees with its scores"));
+    }
+    let spath = format!("tasks/{dir}/{}", layout::TASK_SCORES);
+    match read_json::<Vec<EvaluatorScore>>(store, run, &spath).await {
+        Ok(s) if s != result.scores => v.problems.push(format!("{spath}: differs from the scores in result.json")),
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => v.problems.push(e.to_string()),
+    }
+    let tpath = format!("tasks/{dir}/{}", layout::TASK_TRACE);
+    match store.get(run, &tpath).await {
+        Ok(bytes) => {
+            let mut n = 0u32;
+            for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+                if line.is_empty() {
+                    continue;
+                }
+                match serde_json::from_slice::<TraceEvent>(line) {
+                    Ok(ev) => {
+                        if ev.task_id != result.task_id || ev.step != n {
+                            v.problems.push(format!("{tpath}:{}: event out of place (task {}, step {})", i + 1, ev.task_id, ev.step));
+                            break;
+                        }
+                        n += 1;
+                    }
+                    Err(e) => {
+                        v.problems.push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
+                        break;
+                    }
+                }
+            }
+            if n < result.agent.steps {
+                v.problems.push(format!("{tpath}: {n} events, result says {}", result.agent.steps));
+            }
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}

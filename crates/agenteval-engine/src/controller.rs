@@ -1,0 +1,625 @@
+//! The controller: turns a run config into jobs, dispatches them through a `CloudBackend` with
+//! bounded concurrency, retries infrastructure failures, enforces the run budget, reacts to
+//! cancellation, and seals the bundle. Also `resume` and `cancel` of existing runs.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenteval_core::config::{LoadedConfig, RunConfig};
+use agenteval_core::layout;
+use agenteval_core::model::*;
+use agenteval_core::traits::{BundleStore, CloudBackend, RunIndex, TelemetrySnapshot};
+use agenteval_core::{Error, ErrorKind, JobId, Result, RunId, SCHEMA_VERSION};
+use chrono::Utc;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::benchmarks::benchmark_from_config;
+use crate::bundle::{self, Metadata, read_json, sha256_hex, to_json_bytes};
+use crate::factory;
+
+/// A controller heartbeat older than this means the controller is gone.
+pub const STALE_HEARTBEAT: Duration = Duration::from_secs(15);
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+const COUNTS_EVERY: Duration = Duration::from_millis(200);
+const TELEMETRY_EVERY: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(250);
+/// How long cancelled jobs get to stop before the controller seals without them.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// What the progress display is told.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProgressView {
+    pub total: u64,
+    pub waiting: u64,
+    pub running: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub passed: u64,
+    pub cost_usd: f64,
+    pub jobs_in_flight: u64,
+    pub retries: u64,
+}
+
+/// Receives progress; the CLI draws a bar, tests and `--json` stay quiet.
+pub trait Progress: Send + Sync {
+    fn start(&self, _run_id: &RunId, _bundle_uri: &str, _total: u64) {}
+    fn update(&self, _view: &ProgressView) {}
+    fn message(&self, _text: &str) {}
+    fn finish(&self) {}
+}
+
+/// A progress sink that shows nothing.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// How a controller run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub bundle_uri: String,
+    pub summary: RunSummary,
+}
+
+/// Options that come from the command line rather than the config.
+pub struct ControllerOptions {
+    /// The agenteval binary workers run as.
+    pub exe: PathBuf,
+    pub progress: Arc<dyn Progress>,
+    /// Becomes `true` when the user interrupts (Ctrl-C).
+    pub interrupt: watch::Receiver<bool>,
+}
+
+struct Pending {
+    job_id: JobId,
+    attempt: u32,
+    tasks: Vec<u32>,
+}
+
+struct InFlight {
+    handle: JobHandle,
+    tasks: Vec<u32>,
+    submitted: Instant,
+}
+
+/// Why dispatching stopped early.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum StopReason {
+    Interrupted,
+    Budget,
+}
+
+struct Run {
+    run_id: RunId,
+    config: RunConfig,
+    index_uri: String,
+    tasks: Vec<TaskSpec>,
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+    backend: Arc<dyn CloudBackend>,
+    meta: Metadata,
+    /// Attempts already used before this controller started (resume); retry limits count from it.
+    attempt_base: u32,
+}
+
+fn config_hash(resolved: &serde_json::Value) -> String {
+    sha256_hex(&serde_json::to_vec(resolved).expect("config serializes"))
+}
+
+fn git_sha(dir: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn expand_repetitions(tasks: Vec<TaskSpec>, reps: u32) -> Vec<TaskSpec> {
+    if reps <= 1 {
+        return tasks;
+    }
+    let mut out = Vec::with_capacity(tasks.len() * reps as usize);
+    for t in tasks {
+        for r in 0..reps {
+            let mut c = t.clone();
+            c.id = t.id.repetition(r);
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Starts a new run from a loaded config and drives it to the end.
+pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<RunOutcome> {
+    let config = loaded.config.clone();
+    let store = factory::store_for(&config)?;
+    let index = factory::index_for(&config)?;
+    let backend = factory::backend_for(&config, &opts.exe)?;
+    let benchmark = benchmark_from_config(&config.benchmark)?;
+    let tasks = expand_repetitions(benchmark.list_tasks(&config.benchmark.filter).await?, config.repetitions);
+    if tasks.is_empty() {
+        return Err(Error::invalid("the benchmark filter matches no tasks"));
+    }
+    let run_id = RunId::new();
+    let now = Utc::now();
+    let hash = config_hash(&loaded.resolved);
+    let meta = Metadata {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id,
+        name: config.name.clone(),
+        status: RunStatus::Running,
+        sealed: false,
+        backend: backend.id().to_string(),
+        benchmark: benchmark.name().to_string(),
+        agent: loaded.resolved["agent"]["kind"].as_str().unwrap_or("unknown").to_string(),
+        config_hash: hash.clone(),
+        agenteval_version: crate::VERSION.into(),
+        git_sha: loaded.path.parent().and_then(git_sha),
+        tasks_total: tasks.len() as u64,
+        created_at: now,
+        finished_at: None,
+        resumed: 0,
+    };
+    store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
+    store.put(&run_id, layout::TASKS, &bundle::tasks_jsonl(&tasks)).await?;
+    store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    let record = RunRecord {
+        run_id,
+        name: config.name.clone(),
+        benchmark: meta.benchmark.clone(),
+        agent: meta.agent.clone(),
+        backend: meta.backend.clone(),
+        status: RunStatus::Running,
+        bundle_uri: store.bundle_uri(&run_id),
+        config_hash: hash,
+        tasks_total: tasks.len() as u64,
+        created_at: now,
+        updated_at: now,
+        finished_at: None,
+        heartbeat_at: now,
+        cancel_requested: false,
+        epoch: 0,
+    };
+    let ids: Vec<_> = tasks.iter().map(|t| t.id.clone()).collect();
+    index.create_run(&record, &ids).await?;
+    let todo: Vec<u32> = (0..tasks.len() as u32).collect();
+    let run = Run { run_id, index_uri: factory::index_uri(&config), config, tasks, store, index, backend, meta, attempt_base: 0 };
+    drive(run, todo, 0, opts).await
+}
+
+/// Where an existing run lives, from its index record.
+pub struct Located {
+    pub record: RunRecord,
+    pub store: Arc<dyn BundleStore>,
+    pub config: RunConfig,
+}
+
+pub async fn locate(index: &dyn RunIndex, run_id: &RunId) -> Result<Located> {
+    let record = index
+        .get_run(run_id)
+        .await?
+        .ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
+    let (store, _) = factory::store_from_bundle_uri(&record.bundle_uri)?;
+    let config: RunConfig = read_json(store.as_ref(), run_id, layout::CONFIG).await?;
+    Ok(Located { record, store, config })
+}
+
+/// Whether the run's controller is still alive, judged by its heartbeat.
+pub fn controller_alive(record: &RunRecord) -> bool {
+    record.status == RunStatus::Running
+        && (Utc::now() - record.heartbeat_at).to_std().map(|d| d < STALE_HEARTBEAT).unwrap_or(true)
+}
+
+/// Re-dispatches every task the index does not record as completed, into the same bundle.
+pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOptions) -> Result<RunOutcome> {
+    let Located { record, store, config } = locate(index.as_ref(), run_id).await?;
+    if controller_alive(&record) {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!("run {run_id} is still running (its controller was seen {}s ago)", (Utc::now() - record.heartbeat_at).num_seconds()),
+        ));
+    }
+    let mut meta: Metadata = read_json(store.as_ref(), run_id, layout::METADATA).await?;
+    let tasks = bundle::read_tasks(store.as_ref(), run_id).await?;
+    let states = index.list_tasks(run_id).await?;
+    let attempt_base = states.iter().map(|t| t.attempt).max().unwrap_or(0);
+    let done: std::collections::HashSet<_> =
+        states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
+    let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(&tasks[i as usize].id)).collect();
+    let epoch = record.epoch + 1;
+    index
+        .update_run(run_id, &RunUpdate { status: Some(RunStatus::Running), cancel_requested: Some(false), epoch: Some(epoch), heartbeat: true, ..Default::default() })
+        .await?;
+    meta.status = RunStatus::Running;
+    meta.sealed = false;
+    meta.finished_at = None;
+    meta.resumed = epoch;
+    store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    let backend = factory::backend_for(&config, &opts.exe)?;
+    let run = Run { run_id: *run_id, index_uri: factory::index_uri(&config), config, tasks, store, index, backend, meta, attempt_base };
+    drive(run, todo, epoch, opts).await
+}
+
+/// Asks a run to stop. If its controller is alive it is told through the index and stops its
+/// own jobs; if not, the jobs are cancelled here and the bundle is sealed as `interrupted`.
+pub async fn cancel(index: Arc<dyn RunIndex>, run_id: &RunId, exe: &Path, wait: Duration) -> Result<RunStatus> {
+    let located = locate(index.as_ref(), run_id).await?;
+    if located.record.status != RunStatus::Running {
+        return Ok(located.record.status);
+    }
+    index.update_run(run_id, &RunUpdate { cancel_requested: Some(true), ..Default::default() }).await?;
+    if controller_alive(&located.record) {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
+            if r.status != RunStatus::Running {
+                return Ok(r.status);
+            }
+            if !controller_alive(&r) {
+                break;
+            }
+        }
+        let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
+        if controller_alive(&r) {
+            return Err(Error::new(ErrorKind::Transient, format!("run {run_id} did not stop within {}s", wait.as_secs())));
+        }
+    }
+    // The controller is gone: stop what it left running and seal.
+    let backend = factory::backend_for(&located.config, exe)?;
+    for job in index.list_jobs(run_id).await? {
+        if job.status == "running" {
+            backend.cancel_job(&job.handle, "run cancelled").await?;
+            let mut j = job.clone();
+            j.status = "cancelled".into();
+            j.updated_at = Utc::now();
+            index.record_job(&j).await?;
+        }
+    }
+    for t in index.list_tasks(run_id).await? {
+        if matches!(t.state, TaskState::Queued | TaskState::Running) {
+            index.record_task(run_id, &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled)).await?;
+        }
+    }
+    let mut meta: Metadata = read_json(located.store.as_ref(), run_id, layout::METADATA).await?;
+    meta.status = RunStatus::Interrupted;
+    meta.finished_at = Some(Utc::now());
+    bundle::seal(located.store.as_ref(), &meta).await?;
+    index
+        .update_run(run_id, &RunUpdate { status: Some(RunStatus::Interrupted), finished_at: meta.finished_at, ..Default::default() })
+        .await?;
+    Ok(RunStatus::Interrupted)
+}
+
+struct Counters {
+    submitted: u64,
+    succeeded: u64,
+    failed: u64,
+    retried: u64,
+}
+
+async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions) -> Result<RunOutcome> {
+    let progress = opts.progress.clone();
+    let bundle_uri = run.store.bundle_uri(&run.run_id);
+    progress.start(&run.run_id, &bundle_uri, run.tasks.len() as u64);
+    let per_job = run.config.backend.tasks_per_job.max(1) as usize;
+    let mut queue: VecDeque<Pending> = todo
+        .chunks(per_job)
+        .enumerate()
+        .map(|(n, chunk)| Pending { job_id: JobId::numbered(epoch, n + 1), attempt: run.attempt_base + 1, tasks: chunk.to_vec() })
+        .collect();
+    let mut in_flight: HashMap<JobId, InFlight> = HashMap::new();
+    let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
+    let mut counters = Counters { submitted: 0, succeeded: 0, failed: 0, retried: 0 };
+    let mut stop: Option<StopReason> = None;
+    let mut last_counts = Instant::now() - COUNTS_EVERY;
+    let mut last_beat = Instant::now();
+    let mut last_telemetry = Instant::now();
+    let mut counts = run.index.task_counts(&run.run_id).await?;
+    let mut gave_up = false;
+
+    loop {
+        if *opts.interrupt.borrow() {
+            stop = Some(StopReason::Interrupted);
+        }
+        if last_counts.elapsed() >= COUNTS_EVERY {
+            counts = run.index.task_counts(&run.run_id).await?;
+            last_counts = Instant::now();
+            progress.update(&view(&counts, in_flight.len(), counters.retried));
+            if let Some(max) = run.config.max_run_cost_usd {
+                if counts.cost_usd >= max && stop.is_none() {
+                    progress.message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", counts.cost_usd));
+                    stop = Some(StopReason::Budget);
+                }
+            }
+        }
+        if last_beat.elapsed() >= HEARTBEAT_EVERY {
+            last_beat = Instant::now();
+            run.index.update_run(&run.run_id, &RunUpdate { heartbeat: true, ..Default::default() }).await?;
+            if stop.is_none() {
+                if let Some(r) = run.index.get_run(&run.run_id).await? {
+                    if r.cancel_requested {
+                        progress.message("cancel requested; stopping");
+                        stop = Some(StopReason::Interrupted);
+                    }
+                }
+            }
+        }
+        if last_telemetry.elapsed() >= TELEMETRY_EVERY {
+            last_telemetry = Instant::now();
+            export(&run, &counts, &in_flight, queue.len(), &counters).await;
+        }
+        if stop.is_some() {
+            break;
+        }
+        while in_flight.len() < max_conc {
+            let Some(p) = queue.pop_front() else { break };
+            match dispatch(&run, &p).await {
+                Ok(handle) => {
+                    counters.submitted += 1;
+                    in_flight.insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
+                }
+                Err(e) if e.kind().is_retryable() => {
+                    tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                    queue.push_front(p);
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(job = %p.job_id, "submit failed: {e}");
+                    give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
+                    gave_up = true;
+                }
+            }
+        }
+        if in_flight.is_empty() && queue.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = run.backend.wait_for_change(POLL) => {}
+            _ = opts.interrupt.changed() => {}
+        }
+        let handles: Vec<JobHandle> = in_flight.values().map(|f| f.handle.clone()).collect();
+        let statuses = match run.backend.job_status(&handles).await {
+            Ok(s) => s,
+            Err(e) if e.kind().is_retryable() => {
+                tracing::warn!("job status failed, will retry: {e}");
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        for (handle, status) in handles.into_iter().zip(statuses) {
+            if !status.is_terminal() {
+                continue;
+            }
+            let f = in_flight.remove(&handle.job_id).expect("job in flight");
+            record_job(&run, &handle, &status, f.tasks.len()).await?;
+            tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
+            match status {
+                JobStatus::Succeeded => counters.succeeded += 1,
+                JobStatus::Failed { infrastructure, ref reason, .. } => {
+                    counters.failed += 1;
+                    let unfinished = unfinished(&run, &f.tasks).await?;
+                    if unfinished.is_empty() {
+                        continue;
+                    }
+                    let used = handle.attempt - run.attempt_base;
+                    if infrastructure && used < run.config.backend.max_attempts {
+                        counters.retried += 1;
+                        progress.message(&format!("job {} attempt {} failed ({reason}); retrying {} task(s)", handle.job_id, handle.attempt, unfinished.len()));
+                        queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+                    } else {
+                        give_up(&run, &handle.job_id, handle.attempt, &unfinished, reason).await?;
+                        gave_up = true;
+                    }
+                }
+                JobStatus::Cancelled => {
+                    // A worker cancelled by someone else: its tasks are retried like a crash.
+                    counters.failed += 1;
+                    let unfinished = unfinished(&run, &f.tasks).await?;
+                    if !unfinished.is_empty() {
+                        counters.retried += 1;
+                        queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+                    }
+                }
+                JobStatus::Queued | JobStatus::Running => unreachable!("terminal statuses only"),
+            }
+        }
+    }
+
+    if !in_flight.is_empty() {
+        stop_jobs(&run, &mut in_flight).await?;
+    }
+    counts = run.index.task_counts(&run.run_id).await?;
+    progress.update(&view(&counts, 0, counters.retried));
+    export(&run, &counts, &in_flight, queue.len(), &counters).await;
+    let status = match stop {
+        Some(StopReason::Interrupted) => RunStatus::Interrupted,
+        Some(StopReason::Budget) => RunStatus::BudgetExceeded,
+        None if gave_up || counts.failed > 0 => RunStatus::Failed,
+        None if counts.completed == counts.total => RunStatus::Complete,
+        None => RunStatus::Failed,
+    };
+    let mut meta = run.meta.clone();
+    meta.status = status;
+    meta.finished_at = Some(Utc::now());
+    progress.message("sealing bundle");
+    let summary = bundle::seal(run.store.as_ref(), &meta).await?;
+    run.index
+        .update_run(&run.run_id, &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() })
+        .await?;
+    progress.finish();
+    Ok(RunOutcome { run_id: run.run_id, status, bundle_uri, summary })
+}
+
+fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
+    ProgressView {
+        total: c.total,
+        waiting: c.pending + c.queued + c.cancelled,
+        running: c.running,
+        done: c.finished(),
+        failed: c.failed,
+        passed: c.passed,
+        cost_usd: c.cost_usd,
+        jobs_in_flight: jobs as u64,
+        retries,
+    }
+}
+
+async fn export(run: &Run, c: &TaskCounts, in_flight: &HashMap<JobId, InFlight>, queued: usize, k: &Counters) {
+    let snap = TelemetrySnapshot {
+        timestamp: Utc::now(),
+        jobs_queued: queued as u64,
+        jobs_running: in_flight.len() as u64,
+        jobs_succeeded: k.succeeded,
+        jobs_failed: k.failed,
+        jobs_retried: k.retried,
+        tasks_finished: c.finished(),
+        tasks_passed: c.passed,
+        cost_usd: c.cost_usd,
+        tokens: c.tokens,
+    };
+    // Telemetry never harms a run.
+    if let Err(e) = run.backend.export_telemetry(&run.run_id, &snap).await {
+        tracing::warn!("telemetry export failed: {e}");
+    }
+}
+
+async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
+    let spec = JobSpec {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id: run.run_id,
+        job_id: p.job_id.clone(),
+        attempt: p.attempt,
+        tasks: p.tasks.iter().map(|&i| run.tasks[i as usize].clone()).collect(),
+        bundle_uri: run.store.bundle_uri(&run.run_id),
+        index_uri: run.index_uri.clone(),
+        env: Default::default(),
+    };
+    run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
+    for t in &spec.tasks {
+        run.index.record_task(&run.run_id, &TaskTransition::new(t.id.clone(), p.attempt, TaskState::Queued).job(&p.job_id)).await?;
+    }
+    let handle = run.backend.submit_job(&spec).await?;
+    run.index
+        .record_job(&JobRecord { run_id: run.run_id, handle: handle.clone(), status: "running".into(), task_count: spec.tasks.len() as u32, updated_at: Utc::now() })
+        .await?;
+    Ok(handle)
+}
+
+async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus, n: usize) -> Result<()> {
+    let s = match status {
+        JobStatus::Queued => "queued",
+        JobStatus::Running => "running",
+        JobStatus::Succeeded => "succeeded",
+        JobStatus::Failed { .. } => "failed",
+        JobStatus::Cancelled => "cancelled",
+    };
+    run.index
+        .record_job(&JobRecord { run_id: run.run_id, handle: handle.clone(), status: s.into(), task_count: n as u32, updated_at: Utc::now() })
+        .await
+}
+
+/// Tasks of a job the index does not record as completed or given up.
+async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
+    let mut out = Vec::new();
+    for &i in tasks {
+        let id = &run.tasks[i as usize].id;
+        match run.index.get_task(&run.run_id, id).await? {
+            Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => {}
+            _ => out.push(i),
+        }
+    }
+    Ok(out)
+}
+
+/// Records tasks as infrastructure failures, with a result in the bundle so that the bundle
+/// says what happened to every task.
+async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &str) -> Result<()> {
+    for &i in tasks {
+        let task = &run.tasks[i as usize];
+        let now = Utc::now();
+        let msg = format!("gave up after attempt {attempt}: {reason}");
+        let result = TaskResult {
+            schema_version: SCHEMA_VERSION.into(),
+            run_id: run.run_id,
+            task_id: task.id.clone(),
+            job_id: job.clone(),
+            attempt,
+            passed: false,
+            agent: AgentResult {
+                success: false,
+                final_answer: None,
+                error: Some(msg.clone()),
+                total_cost_usd: 0.0,
+                total_tokens: 0,
+                wall_seconds: 0.0,
+                terminated_by: TerminatedBy::InfraFailure,
+                steps: 0,
+            },
+            scores: vec![EvaluatorScore::errored("benchmark", "benchmark", msg.clone())],
+            started_at: now,
+            finished_at: now,
+        };
+        let trace = TraceEvent {
+            run_id: run.run_id,
+            task_id: task.id.clone(),
+            step: 0,
+            timestamp: now,
+            kind: EventKind::AgentTerminal,
+            payload: json!({"terminated_by": "infra_failure", "error": msg, "written_by": "controller"}),
+            cost_usd: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        let mut line = serde_json::to_vec(&trace).expect("serializes");
+        line.push(b'\n');
+        let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
+        let s = run.store.as_ref();
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &to_json_bytes(&result.scores)).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_LOG), log.as_bytes()).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &to_json_bytes(&result)).await?;
+        run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?;
+    }
+    Ok(())
+}
+
+/// Cancels every job in flight, waits (bounded) for them to stop, and records their unfinished
+/// tasks as cancelled so `resume` picks them up.
+async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Result<()> {
+    for f in in_flight.values() {
+        if let Err(e) = run.backend.cancel_job(&f.handle, "run stopped").await {
+            tracing::warn!(job = %f.handle.job_id, "cancel failed: {e}");
+        }
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    while !in_flight.is_empty() && Instant::now() < deadline {
+        run.backend.wait_for_change(Duration::from_millis(100)).await;
+        let handles: Vec<JobHandle> = in_flight.values().map(|f| f.handle.clone()).collect();
+        let Ok(statuses) = run.backend.job_status(&handles).await else { continue };
+        for (h, st) in handles.into_iter().zip(statuses) {
+            if st.is_terminal() {
+                let f = in_flight.remove(&h.job_id).expect("in flight");
+                record_job(run, &h, &JobStatus::Cancelled, f.tasks.len()).await?;
+                for i in unfinished(run, &f.tasks).await? {
+                    let id = run.tasks[i as usize].id.clone();
+                    run.index.record_task(&run.run_id, &TaskTransition::new(id, h.attempt, TaskState::Cancelled)).await?;
+                }
+            }
+        }
+    }
+    for (_, f) in in_flight.drain() {
+        tracing::warn!(job = %f.handle.job_id, "job did not stop in time");
+        for i in unfinished(run, &f.tasks).await? {
+            let id = run.tasks[i as usize].id.clone();
+            run.index.record_task(&run.run_id, &TaskTransition::new(id, f.handle.attempt, TaskState::Cancelled)).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! Built-in evaluators: exact_match, contains, regex, no_error, max_steps, tool_sequence,
+//! cost_budget, latency_budget. Each turns a task's result and trace into an `EvaluatorScore`.
+
+use std::sync::Arc;
+
+use agenteval_core::config::{EvaluatorConfig, EvaluatorKind, SequenceMode};
+use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
+use agenteval_core::traits::{EvalInput, Evaluator};
+use agenteval_core::{Error, Result};
+use async_trait::async_trait;
+
+use crate::benchmarks::answer_text;
+
+/// An evaluator built from its configuration.
+#[derive(Debug)]
+pub struct BuiltinEvaluator {
+    cfg: EvaluatorConfig,
+    regex: Option<regex::Regex>,
+}
+
+/// Builds an evaluator; fails only on configuration the loader would have refused.
+pub fn evaluator_from_config(cfg: &EvaluatorConfig) -> Result<Arc<dyn Evaluator>> {
+    let regex = match (&cfg.kind, &cfg.pattern) {
+        (EvaluatorKind::Regex, Some(p)) => {
+            Some(regex::Regex::new(p).map_err(|e| Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id())))?)
+        }
+        (EvaluatorKind::Regex, None) => return Err(Error::invalid(format!("evaluator {} needs a pattern", cfg.id()))),
+        _ => None,
+    };
+    Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex }))
+}
+
+fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> (f64, bool, String, Vec<u32>) {
+    (if passed { 1.0 } else { 0.0 }, passed, reason, citations)
+}
+
+fn normalize(s: &str, case_sensitive: bool) -> String {
+    let t = s.trim();
+    if case_sensitive { t.to_string() } else { t.to_lowercase() }
+}
+
+/// Steps of the trace that are tool calls, with the tool names.
+fn tool_calls(input: &EvalInput<'_>) -> Vec<(u32, String)> {
+    input
+        .trace
+        .iter()
+        .filter(|e| e.kind == EventKind::AgentToolCall)
+        .map(|e| {
+            let name = e
+                .payload
+                .get("tool")
+                .or_else(|| e.payload.get("name"))
+                .and_then(|v| v.as_str())
+                .unwrap_or("")
+                .to_string();
+            (e.step, name)
+        })
+        .collect()
+}
+
+fn final_step(input: &EvalInput<'_>) -> Vec<u32> {
+    input.trace.last().map(|e| vec![e.step]).unwrap_or_default()
+}
+
+impl BuiltinEvaluator {
+    fn judge(&self, input: &EvalInput<'_>) -> Result<(f64, bool, String, Vec<u32>)> {
+        let cfg = &self.cfg;
+        let answer = input.result.final_answer.as_ref().map(answer_text);
+        let cs = cfg.case_sensitive.unwrap_or(true);
+        Ok(match cfg.kind {
+            EvaluatorKind::ExactMatch => {
+                let expected = cfg.expected.as_ref().or(input.task.expected.as_ref()).ok_or_else(|| {
+                    Error::invalid("exact_match needs `expected` in the evaluator or the task")
+                })?;
+                let exp = answer_text(expected);
+                match answer {
+                    None => verdict(false, "no final answer".into(), vec![]),
+                    Some(a) => {
+                        let ok = normalize(&a, cs) == normalize(&exp, cs);
+                        let reason = if ok { "matches".into() } else { format!("expected {exp:?}, got {a:?}") };
+                        verdict(ok, reason, final_step(input))
+                    }
+                }
+            }
+            EvaluatorKind::Contains => {
+                let needle = cfg
+                    .value
+                    .clone()
+                    .or_else(|| input.task.expected.as_ref().map(answer_text))
+                    .ok_or_else(|| Error::invalid("contains needs `value` or a task `expected`"))?;
+                match answer {
+                    None => verdict(false, "no final answer".into(), vec![]),
+                    Some(a) => {
+                        let ok = normalize(&a, cs).contains(&normalize(&needle, cs));
+                        let reason = if ok { format!("contains {needle:?}") } else { format!("{a:?} does not contain {needle:?}") };
+                        verdict(ok, reason, final_step(input))
+                    }
+                }
+            }
+            EvaluatorKind::Regex => {
+                let re = self.regex.as_ref().ok_or_else(|| Error::internal("regex evaluator without a regex"))?;
+                match answer {
+                    None => verdict(false, "no final answer".into(), vec![]),
+                    Some(a) => {
+                        let ok = re.is_match(&a);
+                        verdict(ok, format!("{} /{}/", if ok { "matches" } else { "does not match" }, re.as_str()), final_step(input))
+                    }
+                }
+            }
+            EvaluatorKind::NoError => {
+                let r = input.result;
+                let ok = r.terminated_by == TerminatedBy::Completed && r.error.is_none();
+                let reason = if ok {
+                    "completed without error".into()
+                } else {
+                    format!("{}: {}", r.terminated_by.as_str(), r.error.as_deref().unwrap_or("no detail"))
+                };
+                verdict(ok, reason, final_step(input))
+            }
+            EvaluatorKind::MaxSteps => {
+                let max = cfg.max_steps.ok_or_else(|| Error::invalid("max_steps needs `max_steps`"))?;
+                let steps = input.result.steps;
+                let ok = steps <= max;
+                let cite = if ok { vec![] } else { vec![max] };
+                verdict(ok, format!("{steps} steps (max {max})"), cite)
+            }
+            EvaluatorKind::ToolSequence => {
+                let calls = tool_calls(input);
+                if let Some((step, name)) = calls.iter().find(|(_, n)| cfg.forbidden.contains(n)) {
+                    return Ok(verdict(false, format!("forbidden tool `{name}` called"), vec![*step]));
+                }
+                let names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
+                let want: Vec<&str> = cfg.tools.iter().map(String::as_str).collect();
+                let mode = cfg.mode.unwrap_or_default();
+                let ok = match mode {
+                    SequenceMode::Strict => names == want,
+                    SequenceMode::Ordered => {
+                        let mut it = names.iter();
+                        want.iter().all(|w| it.any(|n| n == w))
+                    }
+                    SequenceMode::Subset => want.iter().all(|w| names.contains(w)),
+                };
+                let reason = format!("{mode:?} match of {want:?} against calls {names:?}: {}", if ok { "ok" } else { "no" })
+                    .to_lowercase();
+                verdict(ok, reason, calls.iter().map(|(s, _)| *s).collect())
+            }
+            EvaluatorKind::CostBudget => {
+                let max = cfg.max_cost_usd.ok_or_else(|| Error::invalid("cost_budget needs `max_cost_usd`"))?;
+                let cost = input.result.total_cost_usd;
+                verdict(cost <= max, format!("cost ${cost:.6} (budget ${max:.6})"), vec![])
+            }
+            EvaluatorKind::LatencyBudget => {
+                let max = cfg.max_seconds.ok_or_else(|| Error::invalid("latency_budget needs `max_seconds`"))?;
+                let secs = input.result.wall_seconds;
+                verdict(secs <= max, format!("{secs:.3}s (budget {max:.3}s)"), vec![])
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl Evaluator for BuiltinEvaluator {
+    fn id(&self) -> &str {
+        self.cfg.id()
+    }
+
+    fn kind(&self) -> &str {
+        self.cfg.kind.as_str()
+    }
+
+    async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
+        let (score, passed, reason, citations) = self.judge(input)?;
+        Ok(EvaluatorScore {
+            evaluator_id: self.id().to_string(),
+            kind: self.kind().to_string(),
+            score,
+            passed,
+            reason,
+            citations,
+            cost_usd: 0.0,
+            error: None,
+        })
+    }
+}
+
+/// Runs an evaluator, turning an error or a panic-free failure into an error score.
+pub async fn evaluate_safely(e: &dyn Evaluator, input: &EvalInput<'_>) -> EvaluatorScore {
+    match e.evaluate(input).await {
+        Ok(s) => s,
+        Err(err) => EvaluatorScore::errored(e.id(), e.kind(), err.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agenteval_core::model::{AgentResult, TaskSpec, TraceEvent};
+    use agenteval_core::RunId;
+    use serde_json::json;
+
+    fn task(expected: Option<&str>) -> TaskSpec {
+        TaskSpec {
+            id: "t".parse().unwrap(),
+            input: json!("q"),
+            expected: expected.map(|e| json!(e)),
+            tags: vec![],
+            evaluators: vec![],
+            metadata: serde_json::Value::Null,
+        }
+    }
+
+    fn result(answer: Option<&str>) -> AgentResult {
+        AgentResult {
+            success: true,
+            final_answer: answer.map(|a| json!(a)),
+            error: None,
+            total_cost_usd: 0.02,
+            total_tokens: 10,
+            wall_seconds: 1.5,
+            terminated_by: TerminatedBy::Completed,
+            steps: 4,
+        }
+    }
+
+    fn trace(tools: &[&str]) -> Vec<TraceEvent> {
+        let run = RunId::new();
+        tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| TraceEvent {
+                run_id: run,
+                task_id: "t".parse().unwrap(),
+                step: i as u32,
+                timestamp: chrono::Utc::now(),
+                kind: EventKind::AgentToolCall,
+                payload: json!({"tool": t}),
+                cost_usd: 0.0,
+                input_tokens: 0,
+                output_tokens: 0,
+            })
+            .collect()
+    }
+
+    async fn run(cfg: EvaluatorConfig, t: &TaskSpec, r: &AgentResult, tr: &[TraceEvent]) -> EvaluatorScore {
+        let e = evaluator_from_config(&cfg).unwrap();
+        evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr }).await
+    }
+
+    fn cfg(kind: EvaluatorKind) -> EvaluatorConfig {
+        EvaluatorConfig::of_kind(kind)
+    }
+
+    #[tokio::test]
+    async fn answer_evaluators() {
+        let t = task(Some("Paris"));
+        assert!(run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("Paris ")), &[]).await.passed);
+        assert!(!run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("paris")), &[]).await.passed);
+        let ci = EvaluatorConfig { case_sensitive: Some(false), ..cfg(EvaluatorKind::ExactMatch) };
+        assert!(run(ci, &t, &result(Some("paris")), &[]).await.passed);
+        assert!(run(cfg(EvaluatorKind::Contains), &t, &result(Some("It is Paris.")), &[]).await.passed);
+        let re = EvaluatorConfig { pattern: Some("^[A-Z][a-z]+$".into()), ..cfg(EvaluatorKind::Regex) };
+        assert!(run(re.clone(), &t, &result(Some("Paris")), &[]).await.passed);
+        assert!(!run(re, &t, &result(None), &[]).await.passed);
+    }
+
+    #[tokio::test]
+    async fn a_failing_evaluator_gives_an_error_score() {
+        let s = run(cfg(EvaluatorKind::ExactMatch), &task(None), &result(Some("x")), &[]).await;
+        assert!(!s.passed);
+        assert!(s.error.as_deref().unwrap().contains("expected"), "{s:?}");
+    }
+
+    #[tokio::test]
+    async fn budgets_and_steps() {
+        let t = task(None);
+        let r = result(Some("x"));
+        let c = EvaluatorConfig { max_cost_usd: Some(0.01), ..cfg(EvaluatorKind::CostBudget) };
+        assert!(!run(c, &t, &r, &[]).await.passed);
+        let l = EvaluatorConfig { max_seconds: Some(2.0), ..cfg(EvaluatorKind::LatencyBudget) };
+        assert!(run(l, &t, &r, &[]).await.passed);
+        let m = EvaluatorConfig { max_steps: Some(3), ..cfg(EvaluatorKind::MaxSteps) };
+        assert!(!run(m, &t, &r, &[]).await.passed);
+        let mut bad = r.clone();
+        bad.terminated_by = TerminatedBy::LimitTime;
+        assert!(!run(cfg(EvaluatorKind::NoError), &t, &bad, &[]).await.passed);
+    }
+
+    #[tokio::test]
+    async fn tool_sequences() {
+        let t = task(None);
+        let r = result(Some("x"));
+        let tr = trace(&["search", "open", "calc"]);
+        let mk = |mode, tools: &[&str]| EvaluatorConfig {
+            mode: Some(mode),
+            tools: tools.iter().map(|s| s.to_string()).collect(),
+            ..cfg(EvaluatorKind::ToolSequence)
+        };
+        assert!(run(mk(SequenceMode::Strict, &["search", "open", "calc"]), &t, &r, &tr).await.passed);
+        assert!(!run(mk(SequenceMode::Strict, &["search", "calc"]), &t, &r, &tr).await.passed);
+        assert!(run(mk(SequenceMode::Ordered, &["search", "calc"]), &t, &r, &tr).await.passed);
+        assert!(!run(mk(SequenceMode::Ordered, &["calc", "search"]), &t, &r, &tr).await.passed);
+        assert!(run(mk(SequenceMode::Subset, &["calc", "search"]), &t, &r, &tr).await.passed);
+        let forbid = EvaluatorConfig { forbidden: vec!["open".into()], ..cfg(EvaluatorKind::ToolSequence) };
+        let s = run(forbid, &t, &r, &tr).await;
+        assert!(!s.passed);
+        assert_eq!(s.citations, vec![1]);
+    }
+}

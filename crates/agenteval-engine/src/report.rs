@@ -1,0 +1,72 @@
+//! Renders `report.md`, the human-readable page of a run.
+
+use std::fmt::Write;
+
+use agenteval_core::model::RunSummary;
+
+use crate::bundle::{Failure, Metadata};
+
+pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# agenteval run `{}`\n", meta.name);
+    let _ = writeln!(out, "| | |\n|---|---|");
+    let _ = writeln!(out, "| run id | `{}` |", meta.run_id);
+    let _ = writeln!(out, "| status | **{}** |", s.status.as_str());
+    let _ = writeln!(out, "| benchmark | {} |", meta.benchmark);
+    let _ = writeln!(out, "| agent | {} |", meta.agent);
+    let _ = writeln!(out, "| backend | {} |", meta.backend);
+    let _ = writeln!(out, "| started | {} |", meta.created_at.to_rfc3339());
+    if let Some(f) = meta.finished_at {
+        let _ = writeln!(out, "| finished | {} |", f.to_rfc3339());
+    }
+    let _ = writeln!(out, "| agenteval | {} |", meta.agenteval_version);
+    if let Some(g) = &meta.git_sha {
+        let _ = writeln!(out, "| git | `{g}` |");
+    }
+    let _ = writeln!(out, "\n## Results\n");
+    let _ = writeln!(out, "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {:.1}% | {:.4} | {} | {:.3} | {:.3} |",
+        s.tasks_total,
+        s.tasks_finished,
+        s.passed,
+        s.failed,
+        s.pass_rate * 100.0,
+        s.total_cost_usd,
+        s.total_tokens,
+        s.latency_p50_seconds,
+        s.latency_p95_seconds
+    );
+    if !s.terminated_by.is_empty() {
+        let _ = writeln!(out, "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|");
+        for (k, n) in &s.terminated_by {
+            let _ = writeln!(out, "| {k} | {n} |");
+        }
+    }
+    if !s.evaluators.is_empty() {
+        let _ = writeln!(out, "\n## Evaluators\n\n| evaluator | kind | scored | passed | errors | mean score |\n|---|---|---:|---:|---:|---:|");
+        for (id, e) in &s.evaluators {
+            let _ = writeln!(out, "| {id} | {} | {} | {} | {} | {:.3} |", e.kind, e.count, e.passed, e.errors, e.mean_score);
+        }
+    }
+    if !failures.is_empty() {
+        let _ = writeln!(out, "\n## Failed tasks (first {})\n", failures.len());
+        for f in failures {
+            let reason = f.reason.replace('\n', " ");
+            let reason: String = reason.chars().take(200).collect();
+            let _ = writeln!(out, "- `{}`: {}", f.task_id, reason);
+        }
+    }
+    if s.tasks_finished < s.tasks_total {
+        let _ = writeln!(
+            out,
+            "\n> {} of {} tasks have no result. Finish the run with `agenteval resume {}`.",
+            s.tasks_total - s.tasks_finished,
+            s.tasks_total,
+            meta.run_id
+        );
+    }
+    out
+}

@@ -1,0 +1,141 @@
+//! Command-line arguments (clap). Raw values only; `commands` turns them into work.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "agenteval", version, about = "Run AI-agent benchmarks as a fleet", propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// More log output (repeat for more); RUST_LOG overrides.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Only errors; no progress bar.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Debug, Args, Clone)]
+pub struct IndexArgs {
+    /// The run index (SQLite file). Defaults to the config's, else ./runs/index.sqlite.
+    #[arg(long, env = "AGENTEVAL_INDEX", global = true)]
+    pub index: Option<PathBuf>,
+    /// Take the index location from this run config.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a run and drive it to the end.
+    Submit {
+        /// The run config (YAML).
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Override a config value: `--set benchmark.size=100` (repeatable).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        /// Backend to run on (`local` or `aws`); overrides `backend.id`.
+        #[arg(long)]
+        backend: Option<String>,
+        /// Print one JSON object with run_id, status and bundle, nothing else on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the state of a run.
+    Status {
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List or show runs.
+    Runs {
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Stop a run; its bundle is sealed as `interrupted`.
+    Cancel {
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Seconds to wait for a running controller to stop.
+        #[arg(long, default_value_t = 60)]
+        wait: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Finish an interrupted run: re-dispatch only tasks without a result, into the same bundle.
+    Resume {
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a run's report (Markdown), or its summary with --json.
+    Report {
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a bundle: required files, checksums, consistency. Exit 0 only when valid.
+    ValidateBundle {
+        /// The bundle folder (`runs/<run_id>`).
+        path: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Work with run configs.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Run one job (started by a backend, not by people).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        job: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RunsCommand {
+    /// Runs, newest first.
+    List {
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run in detail.
+    Show {
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Include every task.
+        #[arg(long)]
+        tasks: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Check a config file without running anything; every problem with file:line:column.
+    Validate {
+        file: PathBuf,
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,359 @@
+//! One function per command: turn parsed arguments into engine calls and print the outcome.
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenteval_core::config::{ConfigError, Origin, load_config};
+use agenteval_core::layout;
+use agenteval_core::model::{RunRecord, RunStatus, RunSummary};
+use agenteval_core::traits::RunIndex;
+use agenteval_core::{Error, RunId};
+use agenteval_engine::bundle::{self, Metadata, read_json};
+use agenteval_engine::controller::{self, ControllerOptions, NoProgress, Progress, RunOutcome};
+use agenteval_engine::factory;
+use anyhow::Context;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunsCommand};
+use crate::output::{self, Bar};
+use crate::{Failure, exit};
+
+pub async fn run(cli: Cli) -> Result<u8, Failure> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Submit { config, sets, backend, json } => submit(&config, sets, backend, json, quiet).await,
+        Command::Status { run, index, json } => status(&run, &index, json).await,
+        Command::Runs { command: RunsCommand::List { index, limit, json } } => runs_list(&index, limit, json).await,
+        Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => runs_show(&run, &index, tasks, json).await,
+        Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
+        Command::Resume { run, index, json } => resume(&run, &index, json, quiet).await,
+        Command::Report { run, index, json } => report(&run, &index, json).await,
+        Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
+        Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
+        Command::Worker { job } => Ok(worker(&job).await),
+    }
+}
+
+fn exe() -> Result<PathBuf, Failure> {
+    std::env::current_exe().context("cannot find the agenteval executable").map_err(Failure::from)
+}
+
+/// Ctrl-C handling for controllers: the first interrupt asks the run to stop cleanly (workers
+/// stop, the bundle is sealed `interrupted`); a second one exits at once.
+fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            progress.message("interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)");
+            let _ = tx.send(true);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("quitting without sealing; `agenteval resume` can finish the run");
+                std::process::exit(130);
+            }
+        }
+    });
+    rx
+}
+
+fn outcome_code(status: RunStatus) -> u8 {
+    if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
+}
+
+fn print_outcome(o: &RunOutcome, json: bool) {
+    if json {
+        let v = json!({
+            "run_id": o.run_id,
+            "status": o.status,
+            "bundle": o.bundle_uri,
+            "exit_code": outcome_code(o.status),
+            "summary": o.summary,
+        });
+        println!("{v}");
+        return;
+    }
+    println!("{}", output::summary_table(&o.summary));
+    println!("run     {}", o.run_id);
+    println!("status  {}", output::status_word(o.status));
+    println!("bundle  {}", o.bundle_uri);
+    println!("report  {}/{}", o.bundle_uri, layout::REPORT);
+    if o.status != RunStatus::Complete {
+        println!("finish it with: agenteval resume {}", o.run_id);
+    }
+}
+
+fn config_failure(e: ConfigError) -> Failure {
+    Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
+}
+
+async fn submit(config: &Path, mut sets: Vec<String>, backend: Option<String>, json: bool, quiet: bool) -> Result<u8, Failure> {
+    if let Some(b) = backend {
+        sets.push(format!("backend.id={b}"));
+    }
+    let loaded = load_config(config, &sets).map_err(config_failure)?;
+    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
+    let outcome = controller::submit(&loaded, opts).await?;
+    print_outcome(&outcome, json);
+    Ok(outcome_code(outcome.status))
+}
+
+fn open_index(args: &IndexArgs) -> Result<Arc<dyn RunIndex>, Failure> {
+    let uri = if let Some(i) = &args.index {
+        i.display().to_string()
+    } else if let Some(c) = &args.config {
+        factory::index_uri(&load_config(c, &[]).map_err(config_failure)?.config)
+    } else {
+        Path::new("runs").join("index.sqlite").display().to_string()
+    };
+    if !uri.contains("://") && !Path::new(&uri).exists() {
+        return Err(Error::not_found(format!("no run index at {uri} (pass --index or --config)")).into());
+    }
+    Ok(factory::index_from_uri(&uri)?)
+}
+
+fn parse_run(s: &str) -> Result<RunId, Failure> {
+    Ok(RunId::from_str(s)?)
+}
+
+fn record_json(r: &RunRecord) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).expect("serializes");
+    v["controller_alive"] = json!(controller::controller_alive(r));
+    v
+}
+
+async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
+    let run_id = parse_run(run)?;
+    let index = open_index(index)?;
+    let r = index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
+    let counts = index.task_counts(&run_id).await?;
+    let alive = controller::controller_alive(&r);
+    if json {
+        println!("{}", json!({"run": record_json(&r), "tasks": counts}));
+        return Ok(exit::OK);
+    }
+    let mut status = output::status_word(r.status);
+    if r.status == RunStatus::Running && !alive {
+        status.push_str(" (controller gone: `agenteval resume` finishes it)");
+    }
+    println!("run       {} ({})", r.run_id, r.name);
+    println!("status    {status}");
+    println!("tasks     {} total, {} completed, {} failed, {} running, {} waiting, {} cancelled", counts.total, counts.completed, counts.failed, counts.running, counts.pending + counts.queued, counts.cancelled);
+    let rate = if counts.finished() == 0 { 0.0 } else { 100.0 * counts.passed as f64 / counts.finished() as f64 };
+    println!("passed    {} ({rate:.1}% of finished)", counts.passed);
+    println!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
+    println!("bundle    {}", r.bundle_uri);
+    Ok(exit::OK)
+}
+
+async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Failure> {
+    let index = open_index(index)?;
+    let runs = index.list_runs(limit).await?;
+    if json {
+        println!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
+        return Ok(exit::OK);
+    }
+    if runs.is_empty() {
+        println!("no runs yet");
+        return Ok(exit::OK);
+    }
+    let mut t = output::table();
+    t.set_header(vec!["run id", "name", "status", "benchmark", "backend", "tasks", "created"]);
+    for r in &runs {
+        t.add_row(vec![
+            r.run_id.to_string(),
+            r.name.clone(),
+            r.status.as_str().to_string(),
+            r.benchmark.clone(),
+            r.backend.clone(),
+            r.tasks_total.to_string(),
+            r.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(exit::OK)
+}
+
+async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -> Result<u8, Failure> {
+    let run_id = parse_run(run)?;
+    let index = open_index(index)?;
+    let located = controller::locate(index.as_ref(), &run_id).await?;
+    let counts = index.task_counts(&run_id).await?;
+    let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
+    let tasks = if with_tasks { index.list_tasks(&run_id).await? } else { vec![] };
+    if json {
+        println!("{}", json!({"run": record_json(&located.record), "tasks_counts": counts, "summary": summary, "tasks": tasks}));
+        return Ok(exit::OK);
+    }
+    let r = &located.record;
+    println!("run        {} ({})", r.run_id, r.name);
+    println!("status     {}", output::status_word(r.status));
+    println!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
+    println!("created    {}", r.created_at.to_rfc3339());
+    if let Some(f) = r.finished_at {
+        println!("finished   {}", f.to_rfc3339());
+    }
+    println!("bundle     {}", r.bundle_uri);
+    if let Some(s) = &summary {
+        println!("{}", output::summary_table(s));
+    } else {
+        println!("tasks      {} of {} finished, {} passed", counts.finished(), counts.total, counts.passed);
+    }
+    if with_tasks {
+        let mut t = output::table();
+        t.set_header(vec!["task", "state", "attempt", "passed", "ended by", "cost", "detail"]);
+        for task in &tasks {
+            t.add_row(vec![
+                task.task_id.to_string(),
+                task.state.as_str().to_string(),
+                task.attempt.to_string(),
+                task.passed.map(|p| p.to_string()).unwrap_or_default(),
+                task.terminated_by.map(|x| x.as_str().to_string()).unwrap_or_default(),
+                format!("{:.4}", task.cost_usd),
+                task.detail.clone().unwrap_or_default().chars().take(60).collect(),
+            ]);
+        }
+        println!("{t}");
+    }
+    Ok(exit::OK)
+}
+
+async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {
+    let run_id = parse_run(run)?;
+    let index = open_index(index)?;
+    let status = controller::cancel(index, &run_id, &exe()?, Duration::from_secs(wait)).await?;
+    if json {
+        println!("{}", json!({"run_id": run_id, "status": status}));
+    } else {
+        println!("run {run_id}: {}", output::status_word(status));
+    }
+    Ok(exit::OK)
+}
+
+async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool) -> Result<u8, Failure> {
+    let run_id = parse_run(run)?;
+    let index = open_index(index)?;
+    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
+    let outcome = controller::resume(index, &run_id, opts).await?;
+    print_outcome(&outcome, json);
+    Ok(outcome_code(outcome.status))
+}
+
+async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
+    let run_id = parse_run(run)?;
+    let index = open_index(index)?;
+    let located = controller::locate(index.as_ref(), &run_id).await?;
+    let store = located.store.as_ref();
+    let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
+    // A sealed bundle has its report; a partial one gets one rendered from what is there.
+    let (summary, text) = if meta.sealed {
+        let s: RunSummary = read_json(store, &run_id, layout::SUMMARY).await?;
+        let text = String::from_utf8_lossy(&store.get(&run_id, layout::REPORT).await?).into_owned();
+        (s, text)
+    } else {
+        let (s, failures) = bundle::summarize(store, &run_id, meta.status, meta.tasks_total).await?;
+        let text = agenteval_engine::report::render(&meta, &s, &failures);
+        (s, text)
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&summary).expect("serializes"));
+    } else {
+        print!("{text}");
+    }
+    Ok(exit::OK)
+}
+
+async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
+    let abs = if path.contains("://") { path.to_string() } else { std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or(path.to_string()) };
+    let (store, run_id) = factory::store_from_bundle_uri(&abs)?;
+    let v = bundle::validate(store.as_ref(), &run_id).await?;
+    if json {
+        println!("{}", json!({"bundle": abs, "valid": v.is_valid(), "validation": v}));
+    } else {
+        for w in &v.warnings {
+            println!("warning: {w}");
+        }
+        for p in &v.problems {
+            println!("problem: {p}");
+        }
+        if v.is_valid() {
+            println!(
+                "valid: {abs} ({} files checked, {} task results, status {})",
+                v.files_checked,
+                v.tasks_with_results,
+                v.status.map(|s| s.as_str()).unwrap_or("unknown")
+            );
+        } else {
+            println!("invalid: {abs}: {} problem(s)", v.problems.len());
+        }
+    }
+    Ok(if v.is_valid() { exit::OK } else { exit::CHECK_FAILED })
+}
+
+fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Failure> {
+    match load_config(file, &sets) {
+        Ok(loaded) => {
+            if json {
+                println!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
+            } else {
+                let c = &loaded.config;
+                let r = &loaded.resolved;
+                println!(
+                    "{} is valid: run `{}`, benchmark {}, agent {}, backend {}",
+                    file.display(),
+                    c.name,
+                    r["benchmark"]["kind"].as_str().unwrap_or("?"),
+                    r["agent"]["kind"].as_str().unwrap_or("?"),
+                    c.backend.id
+                );
+            }
+            Ok(exit::OK)
+        }
+        Err(e) => {
+            if json {
+                let problems: Vec<_> = e
+                    .problems
+                    .iter()
+                    .map(|p| {
+                        let (line, column, set) = match &p.origin {
+                            Origin::File { line, column } => (Some(*line), Some(*column), None),
+                            Origin::Override(s) => (None, None, Some(s.clone())),
+                            Origin::Unknown => (None, None, None),
+                        };
+                        json!({"file": e.file, "line": line, "column": column, "set": set, "field": p.pointer, "message": p.message})
+                    })
+                    .collect();
+                println!("{}", json!({"valid": false, "file": file, "problems": problems}));
+                Ok(exit::USAGE)
+            } else {
+                Err(config_failure(e))
+            }
+        }
+    }
+}
+
+async fn worker(job: &str) -> u8 {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            tracing::error!("cannot find own executable: {e}");
+            return 1;
+        }
+    };
+    let cancel = async {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            _ => std::future::pending::<()>().await,
+        }
+    };
+    agenteval_engine::worker::run_job(job, &exe, cancel).await as u8
+}

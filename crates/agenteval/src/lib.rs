@@ -1,0 +1,72 @@
+//! The agenteval command line: argument parsing, command dispatch, output and exit codes.
+//!
+//! Exit codes (documented in the README): 0 ok, 1 a check failed (gate or bundle validation),
+//! 2 usage or configuration error, 3 run incomplete, 4 operation failed (storage, index,
+//! backend).
+
+mod cli;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+pub use cli::Cli;
+
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const CHECK_FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+    pub const INCOMPLETE: u8 = 3;
+    pub const FAILED: u8 = 4;
+}
+
+/// An error that knows its exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Failure {
+    fn from(e: E) -> Self {
+        let error = e.into();
+        let code = match error.downcast_ref::<agenteval_core::Error>().map(|e| e.kind()) {
+            Some(
+                agenteval_core::ErrorKind::Invalid
+                | agenteval_core::ErrorKind::NotFound
+                | agenteval_core::ErrorKind::Conflict,
+            ) => exit::USAGE,
+            _ if error.downcast_ref::<agenteval_core::config::ConfigError>().is_some() => exit::USAGE,
+            _ => exit::FAILED,
+        };
+        Failure { code, error }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+        }
+    };
+    output::init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILED);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            let text = format!("{:#}", f.error);
+            eprintln!("error: {}", text.trim_end());
+            ExitCode::from(f.code)
+        }
+    }
+}
