@@ -2,8 +2,9 @@
 """An example agent for agenteval's `command` agent protocol (see docs/agent-protocol.md).
 
 It reads one JSON request on stdin, "thinks" with a tool call to a lookup table, and writes
-JSON-lines events to stdout, ending with `agent.terminal`. Environment knobs used by the test
-suite: AGENT_MODE=crash|hang|garbage|no_terminal|echo_secret.
+JSON-lines events to stdout, ending with `agent.terminal`. For the test suite it can also
+misbehave, chosen by AGENT_MODE or by an input of the form {"question": ..., "mode": ...}:
+crash, hang, garbage, no_terminal, echo_secret.
 """
 import json
 import os
@@ -26,8 +27,12 @@ def emit(kind, payload, **usage):
 
 def main():
     request = json.loads(sys.stdin.readline())
-    question = request["input"] if isinstance(request["input"], str) else json.dumps(request["input"])
+    task_input = request["input"]
     mode = os.environ.get("AGENT_MODE", "")
+    if isinstance(task_input, dict):
+        mode = task_input.get("mode", mode)
+        task_input = task_input.get("question", "")
+    question = task_input if isinstance(task_input, str) else json.dumps(task_input)
     emit("agent.plan", {"text": f"look up: {question}"}, input_tokens=20, output_tokens=10, cost_usd=0.0001)
     if mode == "crash":
         print("simulated crash", file=sys.stderr)

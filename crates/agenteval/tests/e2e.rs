@@ -1,0 +1,328 @@
+//! End-to-end tests of the local fleet: they drive the real `agenteval` binary, its worker
+//! processes, the filesystem bundle and the SQLite index.
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use util::*;
+
+fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
+    let out = ws.run(&["runs", "show", run, "--tasks", "--json", "--index", ws.index().to_str().unwrap()]);
+    assert!(out.status.success(), "runs show failed: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Checks that the index and the bundle say the same about every task.
+fn assert_index_agrees(ws: &Workspace, run: &str, bundle: &Path) {
+    let shown = index_tasks(ws, run);
+    let tasks = shown["tasks"].as_array().unwrap();
+    let results: HashMap<String, serde_json::Value> =
+        results(bundle).into_iter().map(|r| (r["task_id"].as_str().unwrap().to_string(), r)).collect();
+    assert_eq!(tasks.len() as u64, shown["run"]["tasks_total"].as_u64().unwrap());
+    for t in tasks {
+        let id = t["task_id"].as_str().unwrap();
+        let r = results.get(id).unwrap_or_else(|| panic!("task {id} has no result in the bundle"));
+        assert_eq!(t["state"], "completed", "task {id}");
+        assert_eq!(t["passed"], r["passed"], "task {id}: index and bundle disagree on passed");
+        assert_eq!(t["attempt"], r["attempt"], "task {id}: attempt");
+        assert_eq!(t["terminated_by"], r["agent"]["terminated_by"], "task {id}: terminated_by");
+    }
+    let summary = read_json(&bundle.join("summary.json"));
+    let passed = tasks.iter().filter(|t| t["passed"] == true).count() as u64;
+    assert_eq!(summary["passed"].as_u64().unwrap(), passed, "summary passed vs index");
+}
+
+#[test]
+fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 25, 0, 3, 3);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let run = v["run_id"].as_str().unwrap();
+    assert!(bundle.starts_with(ws.runs()));
+    for f in ["metadata.json", "manifest.json", "summary.json", "report.md", "replay_command.txt", "config.resolved.json", "tasks.jsonl"] {
+        assert!(bundle.join(f).is_file(), "{f} missing");
+    }
+    let meta = read_json(&bundle.join("metadata.json"));
+    assert_eq!(meta["status"], "complete");
+    assert_eq!(meta["sealed"], true);
+    assert_eq!(meta["schema_version"], "1.0");
+    assert_eq!(meta["config_hash"].as_str().unwrap().len(), 64);
+    let rs = results(&bundle);
+    assert_eq!(rs.len(), 25);
+    // The toy cycle: pass, fail, agent_error, limit, slow → 10 of 25 pass.
+    assert_eq!(v["summary"]["passed"], 10);
+    let by_term = |t: &str| rs.iter().filter(|r| r["agent"]["terminated_by"] == t).count();
+    assert_eq!(by_term("agent_error"), 5);
+    assert_eq!(by_term("limit_tokens"), 5);
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_index_agrees(&ws, run, &bundle);
+
+    // Read commands.
+    let idx = ws.index();
+    let list = ws.run(&["runs", "list", "--json", "--index", idx.to_str().unwrap()]);
+    let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(list[0]["run_id"], run);
+    let status = ws.run(&["status", run, "--json", "--index", idx.to_str().unwrap()]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["tasks"]["completed"], 25);
+    let report = ws.run(&["report", run, "--index", idx.to_str().unwrap()]);
+    assert!(text(&report.stdout).contains("| 25 | 25 | 10 | 15 | 40.0% |"), "{}", text(&report.stdout));
+}
+
+#[test]
+fn jsonl_run_with_the_example_command_agent() {
+    let ws = Workspace::new();
+    let cases = repo().join("configs/cases.jsonl");
+    let agent = repo().join("examples/echo_agent.py");
+    let cfg = ws.write(
+        "j.yaml",
+        &format!(
+            "name: e2e-jsonl\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 20\nevaluators:\n  - kind: tool_sequence\n    tools: [lookup]\nbackend:\n  tasks_per_job: 2\nstorage:\n  bundle_root: runs\n",
+            cases.display(),
+            agent.display()
+        ),
+    );
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    assert_eq!(v["summary"]["tasks_finished"], 6);
+    // `upper` expects "OK" and the agent says "ok": the benchmark's grader is case-sensitive.
+    assert_eq!(v["summary"]["passed"], 5);
+    let trace = std::fs::read_to_string(bundle.join("tasks/capital-fr/trace.jsonl")).unwrap();
+    let kinds: Vec<String> = trace.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].as_str().unwrap().to_string()).collect();
+    assert_eq!(&kinds[..5], ["agent.plan", "agent.tool_call", "agent.tool_result", "agent.final_answer", "agent.terminal"]);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+    assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
+}
+
+#[test]
+fn a_misbehaving_command_agent_is_graded_not_fatal() {
+    let ws = Workspace::new();
+    let agent = repo().join("examples/echo_agent.py");
+    ws.write(
+        "cases.jsonl",
+        r#"{"id": "ok", "input": {"question": "capital of France", "mode": ""}, "expected": "Paris"}
+{"id": "crash", "input": {"question": "x", "mode": "crash"}}
+{"id": "hang", "input": {"question": "x", "mode": "hang"}}
+{"id": "garbage", "input": {"question": "x", "mode": "garbage"}}
+{"id": "no-terminal", "input": {"question": "x", "mode": "no_terminal"}}
+"#,
+    );
+    let cfg = ws.write(
+        "bad.yaml",
+        &format!(
+            "name: e2e-bad-agent\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 2\nbackend:\n  max_concurrent_jobs: 5\nstorage:\n  bundle_root: runs\n",
+            agent.display()
+        ),
+    );
+    let started = std::time::Instant::now();
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "a bad agent must not fail the run: {v}");
+    assert_eq!(v["status"], "complete");
+    assert!(started.elapsed() < Duration::from_secs(30), "the hanging agent was not killed at its limit");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let term = |id: &str| read_json(&bundle.join(format!("tasks/{id}/result.json")));
+    assert_eq!(term("ok")["passed"], true);
+    for (id, want, detail) in [
+        ("crash", "agent_error", "exited with"),
+        ("garbage", "agent_error", "not a protocol event"),
+        ("no-terminal", "agent_error", "without an agent.terminal"),
+        ("hang", "limit_time", "max_wall_seconds"),
+    ] {
+        let r = term(id);
+        assert_eq!(r["agent"]["terminated_by"], want, "{id}: {r}");
+        assert_eq!(r["passed"], false, "{id}");
+        assert!(r["agent"]["error"].as_str().unwrap().contains(detail), "{id}: {}", r["agent"]["error"]);
+        assert!(!r["scores"].as_array().unwrap().is_empty(), "{id} was graded");
+    }
+    assert!(term("crash")["agent"]["error"].as_str().unwrap().contains("simulated crash"), "stderr is kept");
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+}
+
+#[test]
+fn a_malformed_config_names_every_problem_and_creates_no_run() {
+    let ws = Workspace::new();
+    let cfg = ws.write(
+        "broken.yaml",
+        "name: broken\nbenchmark:\n  kind: toy\n  size: -3\nagent:\n  kind: robot\n  limits:\n    max_tokns: 10\nbackend:\n  max_concurrent_jobs: 0\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    for at in ["broken.yaml:4:9:", "broken.yaml:6:9:", "broken.yaml:8:5: unknown field `max_tokns`"] {
+        assert!(err.contains(at), "missing {at} in:\n{err}");
+    }
+    assert!(!ws.runs().exists(), "a bad config must not create a run");
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false);
+    assert_eq!(v["problems"].as_array().unwrap().len(), 3, "{v}");
+    // Semantic problems surface once the shape is right, also with positions.
+    let cfg2 = ws.write("sem.yaml", "name: s\nbenchmark:\n  kind: toy\n  size: 3\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 0\n");
+    let out = ws.run(&["config", "validate", cfg2.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("sem.yaml:8:24: must be at least 1"), "{}", text(&out.stderr));
+    // Usage errors are 2 as well.
+    assert_eq!(ws.run(&["submit"]).status.code(), Some(2));
+}
+
+#[test]
+fn one_changed_byte_fails_validation_naming_the_file() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 5, 0, 1, 2);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0);
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+    let victim = bundle.join("tasks/toy-0000001/trace.jsonl");
+    let mut bytes = std::fs::read(&victim).unwrap();
+    let i = bytes.iter().position(|b| *b == b'a').unwrap();
+    bytes[i] = b'b';
+    std::fs::write(&victim, bytes).unwrap();
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("tasks/toy-0000001/trace.jsonl: sha256 differs"), "{}", text(&out.stdout));
+    let out = ws.run(&["validate-bundle", bundle.to_str().unwrap(), "--json"]);
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["valid"], false);
+}
+
+#[test]
+fn a_worker_killed_mid_task_is_retried_and_its_task_counted_once() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 6, 1500, 1, 3);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    // Find a worker that is inside its agent (its trace has started) and SIGKILL it.
+    let mut victim = None;
+    wait_until("a worker mid-task", Duration::from_secs(30), || {
+        for (pid, job) in workers_under(ws.path()) {
+            let Ok(spec) = std::fs::read(&job) else { continue };
+            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
+            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
+            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
+            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
+                kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+                victim = Some(task);
+                return true;
+            }
+        }
+        false
+    });
+    let victim = victim.unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = read_json(&bundle.join(format!("tasks/{victim}/result.json")));
+    assert_eq!(r["attempt"], 2, "the killed task was retried: {r}");
+    assert_eq!(v["summary"]["tasks_finished"], 6, "every task counted once");
+    assert_eq!(results(&bundle).len(), 6);
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
+    let shown = index_tasks(&ws, v["run_id"].as_str().unwrap());
+    let jobs_log = bundle.join(format!("jobs/{}/attempt-1/worker.log", r["job_id"].as_str().unwrap()));
+    assert!(jobs_log.exists(), "the killed attempt's log is kept");
+    assert_eq!(shown["tasks_counts"]["completed"], 6);
+}
+
+#[test]
+fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 12, 800, 1, 3);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    let pid = Pid::from_raw(child.id() as i32);
+    let bundle_of = || -> Option<PathBuf> {
+        std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())
+    };
+    wait_until("three finished tasks", Duration::from_secs(30), || bundle_of().is_some_and(|b| results(&b).len() >= 3));
+    wait_until("workers running again", Duration::from_secs(30), || !workers_under(ws.path()).is_empty());
+    kill(pid, Signal::SIGINT).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "an interrupted run exits 3: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let run = v["run_id"].as_str().unwrap().to_string();
+    assert!(workers_under(ws.path()).is_empty(), "workers stopped");
+    let meta = read_json(&bundle.join("metadata.json"));
+    assert_eq!((meta["status"].as_str(), meta["sealed"].as_bool()), (Some("interrupted"), Some(true)));
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "interrupted bundle validates: {}", text(&out.stdout));
+    let finished_before: HashMap<String, String> = results(&bundle)
+        .into_iter()
+        .map(|r| (r["task_id"].as_str().unwrap().to_string(), r["finished_at"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(finished_before.len() >= 3 && finished_before.len() < 12, "{}", finished_before.len());
+
+    // Resume from another directory: the index locates everything.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["resume", &run, "--json", "--index", ws.index().to_str().unwrap()])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 12);
+    for r in results(&bundle) {
+        let id = r["task_id"].as_str().unwrap();
+        if let Some(before) = finished_before.get(id) {
+            assert_eq!(r["finished_at"].as_str().unwrap(), before, "{id} was re-run by resume");
+        }
+    }
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_index_agrees(&ws, &run, &bundle);
+    assert!(read_json(&bundle.join("metadata.json"))["resumed"] == 1);
+}
+
+#[test]
+fn secrets_never_reach_bundles_logs_or_the_index() {
+    const SECRET: &str = "sk-live-DO-NOT-LEAK-7f3a9c";
+    let ws = Workspace::new();
+    let agent = repo().join("examples/echo_agent.py");
+    ws.write("secrets.env", &format!("# local secrets\nMY_API_KEY={SECRET}\n"));
+    ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n{\"id\": \"crashy\", \"input\": {\"question\": \"q\", \"mode\": \"crash\"}}\n");
+    let cfg = ws.write(
+        "s.yaml",
+        &format!(
+            "name: e2e-secrets\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  secrets:\n    API_KEY: MY_API_KEY\nbackend:\n  secrets_file: secrets.env\nstorage:\n  bundle_root: runs\n",
+            agent.display()
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &["-vv"]);
+    assert_eq!(code, 0, "{v}");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    // The agent did get the secret: it echoed it, and the echo was redacted.
+    let r = read_json(&bundle.join("tasks/leaky/result.json"));
+    assert_eq!(r["agent"]["final_answer"], "the key is [REDACTED]", "{r}");
+    let mut scanned = 0;
+    let mut stack = vec![ws.runs()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                scanned += 1;
+                let bytes = std::fs::read(&p).unwrap();
+                assert!(!text(&bytes).contains(SECRET), "secret leaked into {}", p.display());
+            }
+        }
+    }
+    assert!(scanned > 10);
+    assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET), "secret leaked to the terminal");
+}

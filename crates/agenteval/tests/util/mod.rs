@@ -1,0 +1,149 @@
+//! Helpers for the end-to-end tests: a scratch workspace, running the real binary, reading
+//! bundles and the index.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
+
+/// Repository root (for `examples/`).
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    pub fn new() -> Self {
+        Workspace { dir: tempfile::tempdir().unwrap() }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    pub fn runs(&self) -> PathBuf {
+        self.path().join("runs")
+    }
+
+    pub fn index(&self) -> PathBuf {
+        self.runs().join("index.sqlite")
+    }
+
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG");
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    /// `submit --json`, returning the parsed object and the exit code.
+    pub fn submit(&self, config: &Path, extra: &[&str]) -> (serde_json::Value, i32, Output) {
+        let mut args = vec!["submit", "--json", "--config", config.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = self.run(&args);
+        let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "submit printed no JSON ({e}); status {:?}\nstdout: {}\nstderr: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v, out.status.code().unwrap_or(-1), out)
+    }
+
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    }
+
+    pub fn validate(&self, bundle: &str) -> Output {
+        self.run(&["validate-bundle", bundle])
+    }
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+pub fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+}
+
+/// Task folders that have a result.
+pub fn results(bundle: &Path) -> Vec<serde_json::Value> {
+    let mut out = vec![];
+    let Ok(dirs) = std::fs::read_dir(bundle.join("tasks")) else { return out };
+    for d in dirs {
+        let p = d.unwrap().path().join("result.json");
+        if p.exists() {
+            out.push(read_json(&p));
+        }
+    }
+    out
+}
+
+pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits for a child with a deadline, killing it on timeout.
+pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("process did not finish in {timeout:?}; stderr: {}", text(&out.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Pids of live `agenteval worker` processes whose job file is under `root`.
+pub fn workers_under(root: &Path) -> Vec<(i32, PathBuf)> {
+    let mut out = vec![];
+    let root = root.to_string_lossy().to_string();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        if args.iter().any(|a| a == "worker") {
+            if let Some(job) = args.iter().find(|a| a.starts_with(&root) && a.ends_with("job.json")) {
+                // Zombies have an empty cmdline, so anything here is alive.
+                out.push((pid, PathBuf::from(job)));
+            }
+        }
+    }
+    out
+}
+
+pub fn toy_config(ws: &Workspace, size: u64, latency_ms: u64, tasks_per_job: u32, concurrency: u32) -> PathBuf {
+    ws.write(
+        "toy.yaml",
+        &format!(
+            "name: e2e-toy\nbenchmark:\n  kind: toy\n  size: {size}\n  latency_ms: {latency_ms}\n  slow_ms: {latency_ms}\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {tasks_per_job}\n  max_attempts: 3\nstorage:\n  bundle_root: runs\n"
+        ),
+    )
+}
