@@ -66,7 +66,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error { kind, message: message.into(), source: None }
+        Error {
+            kind,
+            message: message.into(),
+            source: None,
+        }
     }
 
     pub fn with_source(
@@ -74,7 +78,11 @@ impl Error {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Error { kind, message: message.into(), source: Some(Box::new(source)) }
+        Error {
+            kind,
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -120,7 +128,10 @@ mod tests {
 
     #[test]
     fn io_not_found_keeps_its_kind() {
-        let e = Error::io("reading x", std::io::Error::from(std::io::ErrorKind::NotFound));
+        let e = Error::io(
+            "reading x",
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        );
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert!(e.to_string().starts_with("reading x:"));
         assert!(!e.kind().is_retryable());

@@ -75,7 +75,10 @@ pub enum JobStatus {
 
 impl JobStatus {
     pub fn is_terminal(&self) -> bool {
-        matches!(self, JobStatus::Succeeded | JobStatus::Failed { .. } | JobStatus::Cancelled)
+        matches!(
+            self,
+            JobStatus::Succeeded | JobStatus::Failed { .. } | JobStatus::Cancelled
+        )
     }
 }
 
@@ -536,13 +539,19 @@ mod tests {
         assert!(Queued.may_move_to(1, Running, 1));
         assert!(!Running.may_move_to(1, Queued, 1));
         assert!(!Running.may_move_to(1, Running, 1));
-        assert!(Running.may_move_to(1, Queued, 2), "a new attempt may start over");
+        assert!(
+            Running.may_move_to(1, Queued, 2),
+            "a new attempt may start over"
+        );
         assert!(!Completed.may_move_to(1, Queued, 2), "completed is final");
         assert!(Cancelled.may_move_to(1, Queued, 2));
         assert!(
             Cancelled.may_move_to(1, Completed, 1),
             "a result that arrives after a cancel is kept rather than re-run"
         );
-        assert!(!Completed.may_move_to(1, Completed, 2), "a task completes exactly once");
+        assert!(
+            !Completed.may_move_to(1, Completed, 2),
+            "a task completes exactly once"
+        );
     }
 }

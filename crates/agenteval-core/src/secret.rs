@@ -92,7 +92,9 @@ impl Redactor {
                 serde_json::Value::Array(a.iter().map(|v| self.redact_json(v)).collect())
             }
             serde_json::Value::Object(o) => serde_json::Value::Object(
-                o.iter().map(|(k, v)| (self.redact(k), self.redact_json(v))).collect(),
+                o.iter()
+                    .map(|(k, v)| (self.redact(k), self.redact_json(v)))
+                    .collect(),
             ),
             other => other.clone(),
         }

@@ -86,8 +86,16 @@ pub fn check_bundle_path(path: &str) -> Result<()> {
     let ok = !path.is_empty()
         && !path.starts_with('/')
         && !path.contains('\\')
-        && path.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
-    if ok { Ok(()) } else { Err(Error::invalid(format!("`{path}` is not a valid bundle path"))) }
+        && path
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid(format!(
+            "`{path}` is not a valid bundle path"
+        )))
+    }
 }
 
 /// The record of every run and task, shared by the controller and all workers.
@@ -103,6 +111,15 @@ pub trait RunIndex: Send + Sync {
     /// Applies a task transition if it moves forward (see `TaskState::may_move_to`). Returns
     /// whether it was applied. Unknown tasks fail with `NotFound`.
     async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool>;
+    /// Applies several transitions, in one round trip where the store allows; returns, for
+    /// each, whether it was applied.
+    async fn record_tasks(&self, run: &RunId, ts: &[TaskTransition]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(ts.len());
+        for t in ts {
+            out.push(self.record_task(run, t).await?);
+        }
+        Ok(out)
+    }
     async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>>;
     /// Every task of a run, ordered by task id.
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>>;
@@ -125,9 +142,26 @@ pub struct TaskEnvironment {
 pub trait BenchmarkAdapter: Send + Sync {
     fn name(&self) -> &str;
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>>;
+    /// Hands matching tasks to `f` one at a time. Benchmarks with very many tasks override it
+    /// so that a run never holds them all as `TaskSpec`s.
+    async fn for_each_task(
+        &self,
+        filter: &TaskFilter,
+        f: &mut (dyn FnMut(TaskSpec) -> Result<()> + Send),
+    ) -> Result<()> {
+        for t in self.list_tasks(filter).await? {
+            f(t)?;
+        }
+        Ok(())
+    }
     async fn prepare_environment(&self, run: &RunId, task: &TaskSpec) -> Result<TaskEnvironment>;
     /// The benchmark's own verdict on an agent's result.
-    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent]) -> EvaluatorScore;
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        trace: &[TraceEvent],
+    ) -> EvaluatorScore;
     /// Releases what `prepare_environment` made. Calling it twice is harmless.
     async fn teardown(&self, env: &TaskEnvironment) -> Result<()>;
 }
@@ -158,7 +192,11 @@ pub struct AgentEvent {
 
 impl AgentEvent {
     pub fn new(kind: EventKind, payload: serde_json::Value) -> Self {
-        AgentEvent { kind: Some(kind), payload, ..Default::default() }
+        AgentEvent {
+            kind: Some(kind),
+            payload,
+            ..Default::default()
+        }
     }
 }
 

@@ -4,9 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agenteval_core::layout;
-use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TaskSpec, TraceEvent};
+use agenteval_core::model::{
+    EvaluatorScore, RunStatus, RunSummary, TaskResult, TaskSpec, TraceEvent,
+};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -59,42 +61,91 @@ pub fn to_json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
     b
 }
 
-pub async fn read_json<T: for<'de> Deserialize<'de>>(store: &dyn BundleStore, run: &RunId, path: &str) -> Result<T> {
+pub async fn read_json<T: for<'de> Deserialize<'de>>(
+    store: &dyn BundleStore,
+    run: &RunId,
+    path: &str,
+) -> Result<T> {
     let bytes = store.get(run, path).await?;
     serde_json::from_slice(&bytes).map_err(|e| Error::json(format!("{path} is not valid"), e))
 }
 
-/// Reads `tasks.jsonl`.
-pub async fn read_tasks(store: &dyn BundleStore, run: &RunId) -> Result<Vec<TaskSpec>> {
-    let bytes = store.get(run, layout::TASKS).await?;
-    let mut out = Vec::new();
-    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-        if line.is_empty() {
-            continue;
+/// The tasks of a run, held compactly: their `tasks.jsonl` text plus an index of lines and
+/// ids. A 100,000-task run costs about 30 MB here instead of ~100 MB of `TaskSpec`s.
+#[derive(Debug, Default)]
+pub struct TaskTable {
+    jsonl: Vec<u8>,
+    spans: Vec<(u32, u32)>,
+    ids: Vec<TaskId>,
+}
+
+#[derive(Deserialize)]
+struct IdOnly {
+    id: TaskId,
+}
+
+impl TaskTable {
+    pub fn push(&mut self, t: &TaskSpec) {
+        let start = self.jsonl.len();
+        serde_json::to_writer(&mut self.jsonl, t).expect("tasks serialize");
+        self.spans
+            .push((start as u32, (self.jsonl.len() - start) as u32));
+        self.jsonl.push(b'\n');
+        self.ids.push(t.id.clone());
+    }
+
+    /// Reads a `tasks.jsonl` file, parsing only the ids up front.
+    pub fn from_jsonl(jsonl: Vec<u8>) -> Result<Self> {
+        let mut spans = Vec::new();
+        let mut ids = Vec::new();
+        let mut start = 0usize;
+        for (n, line) in jsonl.split(|b| *b == b'\n').enumerate() {
+            if !line.is_empty() {
+                let id: IdOnly = serde_json::from_slice(line)
+                    .map_err(|e| Error::json(format!("{}:{}", layout::TASKS, n + 1), e))?;
+                spans.push((start as u32, line.len() as u32));
+                ids.push(id.id);
+            }
+            start += line.len() + 1;
         }
-        out.push(serde_json::from_slice(line).map_err(|e| Error::json(format!("{}:{}", layout::TASKS, i + 1), e))?);
+        Ok(TaskTable { jsonl, spans, ids })
     }
-    Ok(out)
+
+    pub async fn read(store: &dyn BundleStore, run: &RunId) -> Result<Self> {
+        Self::from_jsonl(store.get(run, layout::TASKS).await?)
+    }
+
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    pub fn ids(&self) -> &[TaskId] {
+        &self.ids
+    }
+
+    pub fn id(&self, i: usize) -> &TaskId {
+        &self.ids[i]
+    }
+
+    pub fn spec(&self, i: usize) -> Result<TaskSpec> {
+        let (s, l) = self.spans[i];
+        serde_json::from_slice(&self.jsonl[s as usize..(s + l) as usize])
+            .map_err(|e| Error::json(format!("{} task {}", layout::TASKS, i + 1), e))
+    }
+
+    pub fn jsonl(&self) -> &[u8] {
+        &self.jsonl
+    }
 }
 
-pub fn tasks_jsonl(tasks: &[TaskSpec]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(tasks.len() * 256);
-    for t in tasks {
-        serde_json::to_writer(&mut out, t).expect("tasks serialize");
-        out.push(b'\n');
-    }
-    out
-}
-
-/// Task ids that have a `result.json` in the bundle.
-pub async fn finished_task_dirs(store: &dyn BundleStore, run: &RunId) -> Result<Vec<String>> {
-    Ok(store
-        .list(run, "tasks/")
-        .await?
-        .into_iter()
-        .filter_map(|p| p.strip_suffix(&format!("/{}", layout::TASK_RESULT)).and_then(|d| d.strip_prefix("tasks/")).map(str::to_string))
-        .filter(|d| !d.contains('/'))
-        .collect())
+/// Reads `tasks.jsonl` in full.
+pub async fn read_tasks(store: &dyn BundleStore, run: &RunId) -> Result<Vec<TaskSpec>> {
+    let table = TaskTable::read(store, run).await?;
+    (0..table.len()).map(|i| table.spec(i)).collect()
 }
 
 /// A failed task for the report.
@@ -104,17 +155,22 @@ pub struct Failure {
     pub reason: String,
 }
 
-/// Summarizes every task result in the bundle.
+/// Summarizes the results of the run's tasks, one file at a time.
 pub async fn summarize(
     store: &dyn BundleStore,
     run: &RunId,
+    ids: &[TaskId],
     status: RunStatus,
-    tasks_total: u64,
 ) -> Result<(RunSummary, Vec<Failure>)> {
     let mut scorers = default_scorers();
     let mut failures = Vec::new();
-    for task in finished_task_dirs(store, run).await? {
-        let r: TaskResult = read_json(store, run, &format!("tasks/{task}/{}", layout::TASK_RESULT)).await?;
+    for id in ids {
+        let r: TaskResult =
+            match read_json(store, run, &layout::task_file(id, layout::TASK_RESULT)).await {
+                Ok(r) => r,
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
@@ -123,12 +179,20 @@ pub async fn summarize(
                 .agent
                 .error
                 .clone()
-                .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
+                .or_else(|| {
+                    r.scores
+                        .iter()
+                        .find(|s| !s.passed)
+                        .map(|s| format!("{}: {}", s.evaluator_id, s.reason))
+                })
                 .unwrap_or_default();
-            failures.push(Failure { task_id: r.task_id.to_string(), reason });
+            failures.push(Failure {
+                task_id: r.task_id.to_string(),
+                reason,
+            });
         }
     }
-    let mut summary = empty_summary(*run, status, tasks_total);
+    let mut summary = empty_summary(*run, status, ids.len() as u64);
     for s in &scorers {
         s.finish(&mut summary);
     }
@@ -137,11 +201,20 @@ pub async fn summarize(
 
 /// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
 /// everything else. Sealing again (after a resume) replaces all of them.
-pub async fn seal(store: &dyn BundleStore, meta: &Metadata) -> Result<RunSummary> {
+pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
     let run = &meta.run_id;
-    let (summary, failures) = summarize(store, run, meta.status, meta.tasks_total).await?;
-    store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
-    store.put(run, layout::REPORT, crate::report::render(meta, &summary, &failures).as_bytes()).await?;
+    let started = std::time::Instant::now();
+    let (summary, failures) = summarize(store, run, ids, meta.status).await?;
+    store
+        .put(run, layout::SUMMARY, &to_json_bytes(&summary))
+        .await?;
+    store
+        .put(
+            run,
+            layout::REPORT,
+            crate::report::render(meta, &summary, &failures).as_bytes(),
+        )
+        .await?;
     let replay = format!(
         "agenteval submit --config {}/{}\n",
         store.bundle_uri(run),
@@ -150,22 +223,37 @@ pub async fn seal(store: &dyn BundleStore, meta: &Metadata) -> Result<RunSummary
     store.put(run, layout::REPLAY, replay.as_bytes()).await?;
     let mut meta = meta.clone();
     meta.sealed = true;
-    store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
+    store
+        .put(run, layout::METADATA, &to_json_bytes(&meta))
+        .await?;
     write_manifest(store, run).await?;
+    tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
     Ok(summary)
 }
 
+/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads), so a bundle of
+/// hundreds of thousands of files never exists as a map in memory.
 async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
-    let mut files = BTreeMap::new();
-    for path in store.list(run, "").await? {
-        if path == layout::MANIFEST {
-            continue;
-        }
-        let bytes = store.get(run, &path).await?;
-        files.insert(path, ManifestEntry { sha256: sha256_hex(&bytes), size: bytes.len() as u64 });
+    let paths = store.list(run, "").await?;
+    let mut out = Vec::with_capacity(paths.len() * 130);
+    out.extend_from_slice(format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{").as_bytes());
+    let mut first = true;
+    for path in paths.iter().filter(|p| p.as_str() != layout::MANIFEST) {
+        let bytes = store.get(run, path).await?;
+        out.extend_from_slice(if first { b"\n    " } else { b",\n    " });
+        first = false;
+        serde_json::to_writer(&mut out, path).expect("paths serialize");
+        out.extend_from_slice(
+            format!(
+                ": {{\"sha256\": \"{}\", \"size\": {}}}",
+                sha256_hex(&bytes),
+                bytes.len()
+            )
+            .as_bytes(),
+        );
     }
-    let manifest = Manifest { schema_version: SCHEMA_VERSION.into(), run_id: *run, files };
-    store.put(run, layout::MANIFEST, &to_json_bytes(&manifest)).await
+    out.extend_from_slice(b"\n  }\n}\n");
+    store.put(run, layout::MANIFEST, &out).await
 }
 
 /// What `validate-bundle` found.
@@ -194,7 +282,10 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     let mut v = Validation::default();
     let files = store.list(run, "").await?;
     if files.is_empty() {
-        return Err(Error::not_found(format!("no bundle at {}", store.bundle_uri(run))));
+        return Err(Error::not_found(format!(
+            "no bundle at {}",
+            store.bundle_uri(run)
+        )));
     }
     let present: BTreeSet<&str> = files.iter().map(String::as_str).collect();
     for req in layout::REQUIRED {
@@ -214,7 +305,11 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         v.sealed = m.sealed;
         v.status = Some(m.status);
         if m.run_id != *run {
-            v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
+            v.problems.push(format!(
+                "{}: run_id {} does not match the bundle's run {run}",
+                layout::METADATA,
+                m.run_id
+            ));
         }
         if !m.sealed {
             v.warnings.push(format!(
@@ -239,20 +334,28 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             Ok(man) => {
                 for (path, entry) in &man.files {
                     if !present.contains(path.as_str()) {
-                        v.problems.push(format!("{path}: listed in the manifest but missing"));
+                        v.problems
+                            .push(format!("{path}: listed in the manifest but missing"));
                         continue;
                     }
                     let bytes = store.get(run, path).await?;
                     v.files_checked += 1;
                     if bytes.len() as u64 != entry.size {
-                        v.problems.push(format!("{path}: size {} differs from the manifest's {}", bytes.len(), entry.size));
+                        v.problems.push(format!(
+                            "{path}: size {} differs from the manifest's {}",
+                            bytes.len(),
+                            entry.size
+                        ));
                     } else if sha256_hex(&bytes) != entry.sha256 {
-                        v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
+                        v.problems.push(format!(
+                            "{path}: sha256 differs from the manifest (the file was changed)"
+                        ));
                     }
                 }
                 for path in &files {
                     if path != layout::MANIFEST && !man.files.contains_key(path) {
-                        v.problems.push(format!("{path}: not listed in the manifest"));
+                        v.problems
+                            .push(format!("{path}: not listed in the manifest"));
                     }
                 }
             }
@@ -260,19 +363,24 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     }
 
     // Tasks.
-    let specs = match read_tasks(store, run).await {
+    let specs = match TaskTable::read(store, run).await {
         Ok(t) => t,
         Err(e) => {
             if e.kind() != ErrorKind::NotFound {
                 v.problems.push(e.to_string());
             }
-            vec![]
+            TaskTable::default()
         }
     };
-    let known: BTreeSet<String> = specs.iter().map(|t| t.id.to_string()).collect();
+    let known: BTreeSet<&str> = specs.ids().iter().map(|t| t.as_str()).collect();
     if let Some(m) = &meta {
         if !specs.is_empty() && specs.len() as u64 != m.tasks_total {
-            v.problems.push(format!("{}: {} tasks, metadata says {}", layout::TASKS, specs.len(), m.tasks_total));
+            v.problems.push(format!(
+                "{}: {} tasks, metadata says {}",
+                layout::TASKS,
+                specs.len(),
+                m.tasks_total
+            ));
         }
     }
     let mut task_dirs: BTreeSet<String> = BTreeSet::new();
@@ -284,13 +392,23 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         }
     }
     for dir in &task_dirs {
-        if !known.is_empty() && !known.contains(dir) {
-            v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
+        if !known.is_empty() && !known.contains(dir.as_str()) {
+            v.problems.push(format!(
+                "tasks/{dir}/: not a task of this run ({})",
+                layout::TASKS
+            ));
         }
         let has = |f: &str| present.contains(format!("tasks/{dir}/{f}").as_str());
         if !has(layout::TASK_RESULT) {
-            if sealed && meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete) {
-                v.problems.push(format!("tasks/{dir}/{}: missing in a complete run", layout::TASK_RESULT));
+            if sealed
+                && meta
+                    .as_ref()
+                    .is_some_and(|m| m.status == RunStatus::Complete)
+            {
+                v.problems.push(format!(
+                    "tasks/{dir}/{}: missing in a complete run",
+                    layout::TASK_RESULT
+                ));
             }
             continue;
         }
@@ -309,23 +427,39 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
                 Err(e) => v.problems.push(e.to_string()),
                 Ok(s) => {
-                    let (re, _) = summarize(store, run, m.status, m.tasks_total).await?;
+                    let (re, _) = summarize(store, run, specs.ids(), m.status).await?;
                     if s.status != m.status {
-                        v.problems.push(format!("{}: status {} but metadata says {}", layout::SUMMARY, s.status.as_str(), m.status.as_str()));
+                        v.problems.push(format!(
+                            "{}: status {} but metadata says {}",
+                            layout::SUMMARY,
+                            s.status.as_str(),
+                            m.status.as_str()
+                        ));
                     }
                     if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
                         v.problems.push(format!(
                             "{}: {} finished / {} passed, but the task results give {} / {}",
-                            layout::SUMMARY, s.tasks_finished, s.passed, re.tasks_finished, re.passed
+                            layout::SUMMARY,
+                            s.tasks_finished,
+                            s.passed,
+                            re.tasks_finished,
+                            re.passed
                         ));
                     }
-                    if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
-                        v.problems.push(format!("{}: cost or tokens disagree with the task results", layout::SUMMARY));
+                    if !close(s.total_cost_usd, re.total_cost_usd)
+                        || s.total_tokens != re.total_tokens
+                    {
+                        v.problems.push(format!(
+                            "{}: cost or tokens disagree with the task results",
+                            layout::SUMMARY
+                        ));
                     }
                     if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
                         v.problems.push(format!(
                             "{}: run is complete but {} of {} tasks have results",
-                            layout::SUMMARY, s.tasks_finished, m.tasks_total
+                            layout::SUMMARY,
+                            s.tasks_finished,
+                            m.tasks_total
                         ));
                     }
                 }
@@ -335,7 +469,12 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     Ok(v)
 }
 
-async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Validation) -> Result<()> {
+async fn check_task(
+    store: &dyn BundleStore,
+    run: &RunId,
+    dir: &str,
+    v: &mut Validation,
+) -> Result<()> {
     let rpath = format!("tasks/{dir}/{}", layout::TASK_RESULT);
     let result: TaskResult = match read_json(store, run, &rpath).await {
         Ok(r) => r,
@@ -345,17 +484,24 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
         }
     };
     if result.task_id.as_str() != dir {
-        v.problems.push(format!("{rpath}: task_id {} does not match its folder", result.task_id));
+        v.problems.push(format!(
+            "{rpath}: task_id {} does not match its folder",
+            result.task_id
+        ));
     }
     if result.run_id != *run {
-        v.problems.push(format!("{rpath}: run_id {} is not this run", result.run_id));
+        v.problems
+            .push(format!("{rpath}: run_id {} is not this run", result.run_id));
     }
     if result.passed != result.scores.iter().all(|s| s.passed) {
-        v.problems.push(format!("{rpath}: `passed` disagrees with its scores"));
+        v.problems
+            .push(format!("{rpath}: `passed` disagrees with its scores"));
     }
     let spath = format!("tasks/{dir}/{}", layout::TASK_SCORES);
     match read_json::<Vec<EvaluatorScore>>(store, run, &spath).await {
-        Ok(s) if s != result.scores => v.problems.push(format!("{spath}: differs from the scores in result.json")),
+        Ok(s) if s != result.scores => v
+            .problems
+            .push(format!("{spath}: differs from the scores in result.json")),
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => v.problems.push(e.to_string()),
@@ -371,19 +517,28 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
                 match serde_json::from_slice::<TraceEvent>(line) {
                     Ok(ev) => {
                         if ev.task_id != result.task_id || ev.step != n {
-                            v.problems.push(format!("{tpath}:{}: event out of place (task {}, step {})", i + 1, ev.task_id, ev.step));
+                            v.problems.push(format!(
+                                "{tpath}:{}: event out of place (task {}, step {})",
+                                i + 1,
+                                ev.task_id,
+                                ev.step
+                            ));
                             break;
                         }
                         n += 1;
                     }
                     Err(e) => {
-                        v.problems.push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
+                        v.problems
+                            .push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
                         break;
                     }
                 }
             }
             if n < result.agent.steps {
-                v.problems.push(format!("{tpath}: {n} events, result says {}", result.agent.steps));
+                v.problems.push(format!(
+                    "{tpath}: {n} events, result says {}",
+                    result.agent.steps
+                ));
             }
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {}

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::benchmarks::benchmark_from_config;
-use crate::bundle::{self, Metadata, read_json, sha256_hex, to_json_bytes};
+use crate::bundle::{self, Metadata, TaskTable, read_json, sha256_hex, to_json_bytes};
 use crate::factory;
 
 /// A controller heartbeat older than this means the controller is gone.
@@ -97,7 +97,7 @@ struct Run {
     run_id: RunId,
     config: RunConfig,
     index_uri: String,
-    tasks: Vec<TaskSpec>,
+    tasks: TaskTable,
     store: Arc<dyn BundleStore>,
     index: Arc<dyn RunIndex>,
     backend: Arc<dyn CloudBackend>,
@@ -117,22 +117,9 @@ fn git_sha(dir: &Path) -> Option<String> {
         .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-fn expand_repetitions(tasks: Vec<TaskSpec>, reps: u32) -> Vec<TaskSpec> {
-    if reps <= 1 {
-        return tasks;
-    }
-    let mut out = Vec::with_capacity(tasks.len() * reps as usize);
-    for t in tasks {
-        for r in 0..reps {
-            let mut c = t.clone();
-            c.id = t.id.repetition(r);
-            out.push(c);
-        }
-    }
-    out
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Starts a new run from a loaded config and drives it to the end.
@@ -142,7 +129,22 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     let index = factory::index_for(&config)?;
     let backend = factory::backend_for(&config, &opts.exe)?;
     let benchmark = benchmark_from_config(&config.benchmark)?;
-    let tasks = expand_repetitions(benchmark.list_tasks(&config.benchmark.filter).await?, config.repetitions);
+    let mut tasks = TaskTable::default();
+    let reps = config.repetitions.max(1);
+    benchmark
+        .for_each_task(&config.benchmark.filter, &mut |t| {
+            for r in 0..reps {
+                if r == 0 {
+                    tasks.push(&t);
+                } else {
+                    let mut rep = t.clone();
+                    rep.id = t.id.repetition(r);
+                    tasks.push(&rep);
+                }
+            }
+            Ok(())
+        })
+        .await?;
     if tasks.is_empty() {
         return Err(Error::invalid("the benchmark filter matches no tasks"));
     }
@@ -157,7 +159,10 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         sealed: false,
         backend: backend.id().to_string(),
         benchmark: benchmark.name().to_string(),
-        agent: loaded.resolved["agent"]["kind"].as_str().unwrap_or("unknown").to_string(),
+        agent: loaded.resolved["agent"]["kind"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string(),
         config_hash: hash.clone(),
         agenteval_version: crate::VERSION.into(),
         git_sha: loaded.path.parent().and_then(git_sha),
@@ -166,9 +171,13 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         finished_at: None,
         resumed: 0,
     };
-    store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
-    store.put(&run_id, layout::TASKS, &bundle::tasks_jsonl(&tasks)).await?;
-    store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    store
+        .put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved))
+        .await?;
+    store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
+    store
+        .put(&run_id, layout::METADATA, &to_json_bytes(&meta))
+        .await?;
     let record = RunRecord {
         run_id,
         name: config.name.clone(),
@@ -186,10 +195,19 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         cancel_requested: false,
         epoch: 0,
     };
-    let ids: Vec<_> = tasks.iter().map(|t| t.id.clone()).collect();
-    index.create_run(&record, &ids).await?;
+    index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();
-    let run = Run { run_id, index_uri: factory::index_uri(&config), config, tasks, store, index, backend, meta, attempt_base: 0 };
+    let run = Run {
+        run_id,
+        index_uri: factory::index_uri(&config),
+        config,
+        tasks,
+        store,
+        index,
+        backend,
+        meta,
+        attempt_base: 0,
+    };
     drive(run, todo, 0, opts).await
 }
 
@@ -207,58 +225,118 @@ pub async fn locate(index: &dyn RunIndex, run_id: &RunId) -> Result<Located> {
         .ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let (store, _) = factory::store_from_bundle_uri(&record.bundle_uri)?;
     let config: RunConfig = read_json(store.as_ref(), run_id, layout::CONFIG).await?;
-    Ok(Located { record, store, config })
+    Ok(Located {
+        record,
+        store,
+        config,
+    })
 }
 
 /// Whether the run's controller is still alive, judged by its heartbeat.
 pub fn controller_alive(record: &RunRecord) -> bool {
     record.status == RunStatus::Running
-        && (Utc::now() - record.heartbeat_at).to_std().map(|d| d < STALE_HEARTBEAT).unwrap_or(true)
+        && (Utc::now() - record.heartbeat_at)
+            .to_std()
+            .map(|d| d < STALE_HEARTBEAT)
+            .unwrap_or(true)
 }
 
 /// Re-dispatches every task the index does not record as completed, into the same bundle.
-pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOptions) -> Result<RunOutcome> {
-    let Located { record, store, config } = locate(index.as_ref(), run_id).await?;
+pub async fn resume(
+    index: Arc<dyn RunIndex>,
+    run_id: &RunId,
+    opts: ControllerOptions,
+) -> Result<RunOutcome> {
+    let Located {
+        record,
+        store,
+        config,
+    } = locate(index.as_ref(), run_id).await?;
     if controller_alive(&record) {
         return Err(Error::new(
             ErrorKind::Conflict,
-            format!("run {run_id} is still running (its controller was seen {}s ago)", (Utc::now() - record.heartbeat_at).num_seconds()),
+            format!(
+                "run {run_id} is still running (its controller was seen {}s ago)",
+                (Utc::now() - record.heartbeat_at).num_seconds()
+            ),
         ));
     }
     let mut meta: Metadata = read_json(store.as_ref(), run_id, layout::METADATA).await?;
-    let tasks = bundle::read_tasks(store.as_ref(), run_id).await?;
+    let tasks = TaskTable::read(store.as_ref(), run_id).await?;
     let states = index.list_tasks(run_id).await?;
     let attempt_base = states.iter().map(|t| t.attempt).max().unwrap_or(0);
-    let done: std::collections::HashSet<_> =
-        states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
-    let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(&tasks[i as usize].id)).collect();
+    let done: std::collections::HashSet<_> = states
+        .iter()
+        .filter(|t| t.state == TaskState::Completed)
+        .map(|t| t.task_id.clone())
+        .collect();
+    let todo: Vec<u32> = (0..tasks.len() as u32)
+        .filter(|&i| !done.contains(tasks.id(i as usize)))
+        .collect();
     let epoch = record.epoch + 1;
     index
-        .update_run(run_id, &RunUpdate { status: Some(RunStatus::Running), cancel_requested: Some(false), epoch: Some(epoch), heartbeat: true, ..Default::default() })
+        .update_run(
+            run_id,
+            &RunUpdate {
+                status: Some(RunStatus::Running),
+                cancel_requested: Some(false),
+                epoch: Some(epoch),
+                heartbeat: true,
+                ..Default::default()
+            },
+        )
         .await?;
     meta.status = RunStatus::Running;
     meta.sealed = false;
     meta.finished_at = None;
     meta.resumed = epoch;
-    store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    store
+        .put(run_id, layout::METADATA, &to_json_bytes(&meta))
+        .await?;
     let backend = factory::backend_for(&config, &opts.exe)?;
-    let run = Run { run_id: *run_id, index_uri: factory::index_uri(&config), config, tasks, store, index, backend, meta, attempt_base };
+    let run = Run {
+        run_id: *run_id,
+        index_uri: factory::index_uri(&config),
+        config,
+        tasks,
+        store,
+        index,
+        backend,
+        meta,
+        attempt_base,
+    };
     drive(run, todo, epoch, opts).await
 }
 
 /// Asks a run to stop. If its controller is alive it is told through the index and stops its
 /// own jobs; if not, the jobs are cancelled here and the bundle is sealed as `interrupted`.
-pub async fn cancel(index: Arc<dyn RunIndex>, run_id: &RunId, exe: &Path, wait: Duration) -> Result<RunStatus> {
+pub async fn cancel(
+    index: Arc<dyn RunIndex>,
+    run_id: &RunId,
+    exe: &Path,
+    wait: Duration,
+) -> Result<RunStatus> {
     let located = locate(index.as_ref(), run_id).await?;
     if located.record.status != RunStatus::Running {
         return Ok(located.record.status);
     }
-    index.update_run(run_id, &RunUpdate { cancel_requested: Some(true), ..Default::default() }).await?;
+    index
+        .update_run(
+            run_id,
+            &RunUpdate {
+                cancel_requested: Some(true),
+                ..Default::default()
+            },
+        )
+        .await?;
     if controller_alive(&located.record) {
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
+            let r = index
+                .get_run(run_id)
+                .await?
+                .ok_or_else(|| Error::not_found("run vanished"))?;
             if r.status != RunStatus::Running {
                 return Ok(r.status);
             }
@@ -266,9 +344,15 @@ pub async fn cancel(index: Arc<dyn RunIndex>, run_id: &RunId, exe: &Path, wait: 
                 break;
             }
         }
-        let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
+        let r = index
+            .get_run(run_id)
+            .await?
+            .ok_or_else(|| Error::not_found("run vanished"))?;
         if controller_alive(&r) {
-            return Err(Error::new(ErrorKind::Transient, format!("run {run_id} did not stop within {}s", wait.as_secs())));
+            return Err(Error::new(
+                ErrorKind::Transient,
+                format!("run {run_id} did not stop within {}s", wait.as_secs()),
+            ));
         }
     }
     // The controller is gone: stop what it left running and seal.
@@ -284,15 +368,28 @@ pub async fn cancel(index: Arc<dyn RunIndex>, run_id: &RunId, exe: &Path, wait: 
     }
     for t in index.list_tasks(run_id).await? {
         if matches!(t.state, TaskState::Queued | TaskState::Running) {
-            index.record_task(run_id, &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled)).await?;
+            index
+                .record_task(
+                    run_id,
+                    &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled),
+                )
+                .await?;
         }
     }
     let mut meta: Metadata = read_json(located.store.as_ref(), run_id, layout::METADATA).await?;
     meta.status = RunStatus::Interrupted;
     meta.finished_at = Some(Utc::now());
-    bundle::seal(located.store.as_ref(), &meta).await?;
+    let ids = TaskTable::read(located.store.as_ref(), run_id).await?;
+    bundle::seal(located.store.as_ref(), &meta, ids.ids()).await?;
     index
-        .update_run(run_id, &RunUpdate { status: Some(RunStatus::Interrupted), finished_at: meta.finished_at, ..Default::default() })
+        .update_run(
+            run_id,
+            &RunUpdate {
+                status: Some(RunStatus::Interrupted),
+                finished_at: meta.finished_at,
+                ..Default::default()
+            },
+        )
         .await?;
     Ok(RunStatus::Interrupted)
 }
@@ -304,7 +401,12 @@ struct Counters {
     retried: u64,
 }
 
-async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions) -> Result<RunOutcome> {
+async fn drive(
+    run: Run,
+    todo: Vec<u32>,
+    epoch: u32,
+    mut opts: ControllerOptions,
+) -> Result<RunOutcome> {
     let progress = opts.progress.clone();
     let bundle_uri = run.store.bundle_uri(&run.run_id);
     progress.start(&run.run_id, &bundle_uri, run.tasks.len() as u64);
@@ -312,11 +414,20 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
     let mut queue: VecDeque<Pending> = todo
         .chunks(per_job)
         .enumerate()
-        .map(|(n, chunk)| Pending { job_id: JobId::numbered(epoch, n + 1), attempt: run.attempt_base + 1, tasks: chunk.to_vec() })
+        .map(|(n, chunk)| Pending {
+            job_id: JobId::numbered(epoch, n + 1),
+            attempt: run.attempt_base + 1,
+            tasks: chunk.to_vec(),
+        })
         .collect();
     let mut in_flight: HashMap<JobId, InFlight> = HashMap::new();
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
-    let mut counters = Counters { submitted: 0, succeeded: 0, failed: 0, retried: 0 };
+    let mut counters = Counters {
+        submitted: 0,
+        succeeded: 0,
+        failed: 0,
+        retried: 0,
+    };
     let mut stop: Option<StopReason> = None;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
     let mut last_beat = Instant::now();
@@ -334,14 +445,25 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             progress.update(&view(&counts, in_flight.len(), counters.retried));
             if let Some(max) = run.config.max_run_cost_usd {
                 if counts.cost_usd >= max && stop.is_none() {
-                    progress.message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", counts.cost_usd));
+                    progress.message(&format!(
+                        "run budget ${max:.4} reached (spent ${:.4}); stopping",
+                        counts.cost_usd
+                    ));
                     stop = Some(StopReason::Budget);
                 }
             }
         }
         if last_beat.elapsed() >= HEARTBEAT_EVERY {
             last_beat = Instant::now();
-            run.index.update_run(&run.run_id, &RunUpdate { heartbeat: true, ..Default::default() }).await?;
+            run.index
+                .update_run(
+                    &run.run_id,
+                    &RunUpdate {
+                        heartbeat: true,
+                        ..Default::default()
+                    },
+                )
+                .await?;
             if stop.is_none() {
                 if let Some(r) = run.index.get_run(&run.run_id).await? {
                     if r.cancel_requested {
@@ -363,7 +485,14 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             match dispatch(&run, &p).await {
                 Ok(handle) => {
                     counters.submitted += 1;
-                    in_flight.insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
+                    in_flight.insert(
+                        p.job_id.clone(),
+                        InFlight {
+                            handle,
+                            tasks: p.tasks,
+                            submitted: Instant::now(),
+                        },
+                    );
                 }
                 Err(e) if e.kind().is_retryable() => {
                     tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
@@ -372,7 +501,14 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                 }
                 Err(e) => {
                     tracing::error!(job = %p.job_id, "submit failed: {e}");
-                    give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
+                    give_up(
+                        &run,
+                        &p.job_id,
+                        p.attempt,
+                        &p.tasks,
+                        &format!("could not submit job: {e}"),
+                    )
+                    .await?;
                     gave_up = true;
                 }
             }
@@ -402,7 +538,11 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
             match status {
                 JobStatus::Succeeded => counters.succeeded += 1,
-                JobStatus::Failed { infrastructure, ref reason, .. } => {
+                JobStatus::Failed {
+                    infrastructure,
+                    ref reason,
+                    ..
+                } => {
                     counters.failed += 1;
                     let unfinished = unfinished(&run, &f.tasks).await?;
                     if unfinished.is_empty() {
@@ -411,8 +551,17 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                     let used = handle.attempt - run.attempt_base;
                     if infrastructure && used < run.config.backend.max_attempts {
                         counters.retried += 1;
-                        progress.message(&format!("job {} attempt {} failed ({reason}); retrying {} task(s)", handle.job_id, handle.attempt, unfinished.len()));
-                        queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+                        progress.message(&format!(
+                            "job {} attempt {} failed ({reason}); retrying {} task(s)",
+                            handle.job_id,
+                            handle.attempt,
+                            unfinished.len()
+                        ));
+                        queue.push_front(Pending {
+                            job_id: handle.job_id.clone(),
+                            attempt: handle.attempt + 1,
+                            tasks: unfinished,
+                        });
                     } else {
                         give_up(&run, &handle.job_id, handle.attempt, &unfinished, reason).await?;
                         gave_up = true;
@@ -424,7 +573,11 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                     let unfinished = unfinished(&run, &f.tasks).await?;
                     if !unfinished.is_empty() {
                         counters.retried += 1;
-                        queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+                        queue.push_front(Pending {
+                            job_id: handle.job_id.clone(),
+                            attempt: handle.attempt + 1,
+                            tasks: unfinished,
+                        });
                     }
                 }
                 JobStatus::Queued | JobStatus::Running => unreachable!("terminal statuses only"),
@@ -449,12 +602,24 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
     meta.status = status;
     meta.finished_at = Some(Utc::now());
     progress.message("sealing bundle");
-    let summary = bundle::seal(run.store.as_ref(), &meta).await?;
+    let summary = bundle::seal(run.store.as_ref(), &meta, run.tasks.ids()).await?;
     run.index
-        .update_run(&run.run_id, &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() })
+        .update_run(
+            &run.run_id,
+            &RunUpdate {
+                status: Some(status),
+                finished_at: meta.finished_at,
+                ..Default::default()
+            },
+        )
         .await?;
     progress.finish();
-    Ok(RunOutcome { run_id: run.run_id, status, bundle_uri, summary })
+    Ok(RunOutcome {
+        run_id: run.run_id,
+        status,
+        bundle_uri,
+        summary,
+    })
 }
 
 fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
@@ -471,7 +636,13 @@ fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
     }
 }
 
-async fn export(run: &Run, c: &TaskCounts, in_flight: &HashMap<JobId, InFlight>, queued: usize, k: &Counters) {
+async fn export(
+    run: &Run,
+    c: &TaskCounts,
+    in_flight: &HashMap<JobId, InFlight>,
+    queued: usize,
+    k: &Counters,
+) {
     let snap = TelemetrySnapshot {
         timestamp: Utc::now(),
         jobs_queued: queued as u64,
@@ -496,18 +667,37 @@ async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
         run_id: run.run_id,
         job_id: p.job_id.clone(),
         attempt: p.attempt,
-        tasks: p.tasks.iter().map(|&i| run.tasks[i as usize].clone()).collect(),
+        tasks: p
+            .tasks
+            .iter()
+            .map(|&i| run.tasks.spec(i as usize))
+            .collect::<Result<_>>()?,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         index_uri: run.index_uri.clone(),
         env: Default::default(),
     };
-    run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
-    for t in &spec.tasks {
-        run.index.record_task(&run.run_id, &TaskTransition::new(t.id.clone(), p.attempt, TaskState::Queued).job(&p.job_id)).await?;
-    }
+    run.store
+        .put(
+            &run.run_id,
+            &layout::job_spec(&p.job_id, p.attempt),
+            &to_json_bytes(&spec),
+        )
+        .await?;
+    let queued: Vec<_> = spec
+        .tasks
+        .iter()
+        .map(|t| TaskTransition::new(t.id.clone(), p.attempt, TaskState::Queued).job(&p.job_id))
+        .collect();
+    run.index.record_tasks(&run.run_id, &queued).await?;
     let handle = run.backend.submit_job(&spec).await?;
     run.index
-        .record_job(&JobRecord { run_id: run.run_id, handle: handle.clone(), status: "running".into(), task_count: spec.tasks.len() as u32, updated_at: Utc::now() })
+        .record_job(&JobRecord {
+            run_id: run.run_id,
+            handle: handle.clone(),
+            status: "running".into(),
+            task_count: spec.tasks.len() as u32,
+            updated_at: Utc::now(),
+        })
         .await?;
     Ok(handle)
 }
@@ -521,7 +711,13 @@ async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus, n: usize)
         JobStatus::Cancelled => "cancelled",
     };
     run.index
-        .record_job(&JobRecord { run_id: run.run_id, handle: handle.clone(), status: s.into(), task_count: n as u32, updated_at: Utc::now() })
+        .record_job(&JobRecord {
+            run_id: run.run_id,
+            handle: handle.clone(),
+            status: s.into(),
+            task_count: n as u32,
+            updated_at: Utc::now(),
+        })
         .await
 }
 
@@ -529,7 +725,7 @@ async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus, n: usize)
 async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
     let mut out = Vec::new();
     for &i in tasks {
-        let id = &run.tasks[i as usize].id;
+        let id = run.tasks.id(i as usize);
         match run.index.get_task(&run.run_id, id).await? {
             Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => {}
             _ => out.push(i),
@@ -542,7 +738,7 @@ async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
 /// says what happened to every task.
 async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &str) -> Result<()> {
     for &i in tasks {
-        let task = &run.tasks[i as usize];
+        let task = run.tasks.spec(i as usize)?;
         let now = Utc::now();
         let msg = format!("gave up after attempt {attempt}: {reason}");
         let result = TaskResult {
@@ -562,7 +758,11 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
                 terminated_by: TerminatedBy::InfraFailure,
                 steps: 0,
             },
-            scores: vec![EvaluatorScore::errored("benchmark", "benchmark", msg.clone())],
+            scores: vec![EvaluatorScore::errored(
+                "benchmark",
+                "benchmark",
+                msg.clone(),
+            )],
             started_at: now,
             finished_at: now,
         };
@@ -579,13 +779,39 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
         };
         let mut line = serde_json::to_vec(&trace).expect("serializes");
         line.push(b'\n');
-        let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
+        let log = format!(
+            "{} controller: {msg}\nsee {}\n",
+            now.to_rfc3339(),
+            layout::job_log(job, attempt)
+        );
         let s = run.store.as_ref();
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &to_json_bytes(&result.scores)).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_LOG), log.as_bytes()).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &to_json_bytes(&result)).await?;
-        run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?;
+        s.put(
+            &run.run_id,
+            &layout::task_file(&task.id, layout::TASK_TRACE),
+            &line,
+        )
+        .await?;
+        s.put(
+            &run.run_id,
+            &layout::task_file(&task.id, layout::TASK_SCORES),
+            &to_json_bytes(&result.scores),
+        )
+        .await?;
+        s.put(
+            &run.run_id,
+            &layout::task_file(&task.id, layout::TASK_LOG),
+            log.as_bytes(),
+        )
+        .await?;
+        s.put(
+            &run.run_id,
+            &layout::task_file(&task.id, layout::TASK_RESULT),
+            &to_json_bytes(&result),
+        )
+        .await?;
+        run.index
+            .record_task(&run.run_id, &TaskTransition::completed(&result))
+            .await?;
     }
     Ok(())
 }
@@ -600,16 +826,25 @@ async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Resul
     }
     let deadline = Instant::now() + STOP_GRACE;
     while !in_flight.is_empty() && Instant::now() < deadline {
-        run.backend.wait_for_change(Duration::from_millis(100)).await;
+        run.backend
+            .wait_for_change(Duration::from_millis(100))
+            .await;
         let handles: Vec<JobHandle> = in_flight.values().map(|f| f.handle.clone()).collect();
-        let Ok(statuses) = run.backend.job_status(&handles).await else { continue };
+        let Ok(statuses) = run.backend.job_status(&handles).await else {
+            continue;
+        };
         for (h, st) in handles.into_iter().zip(statuses) {
             if st.is_terminal() {
                 let f = in_flight.remove(&h.job_id).expect("in flight");
                 record_job(run, &h, &JobStatus::Cancelled, f.tasks.len()).await?;
                 for i in unfinished(run, &f.tasks).await? {
-                    let id = run.tasks[i as usize].id.clone();
-                    run.index.record_task(&run.run_id, &TaskTransition::new(id, h.attempt, TaskState::Cancelled)).await?;
+                    let id = run.tasks.id(i as usize).clone();
+                    run.index
+                        .record_task(
+                            &run.run_id,
+                            &TaskTransition::new(id, h.attempt, TaskState::Cancelled),
+                        )
+                        .await?;
                 }
             }
         }
@@ -617,8 +852,13 @@ async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Resul
     for (_, f) in in_flight.drain() {
         tracing::warn!(job = %f.handle.job_id, "job did not stop in time");
         for i in unfinished(run, &f.tasks).await? {
-            let id = run.tasks[i as usize].id.clone();
-            run.index.record_task(&run.run_id, &TaskTransition::new(id, f.handle.attempt, TaskState::Cancelled)).await?;
+            let id = run.tasks.id(i as usize).clone();
+            run.index
+                .record_task(
+                    &run.run_id,
+                    &TaskTransition::new(id, f.handle.attempt, TaskState::Cancelled),
+                )
+                .await?;
         }
     }
     Ok(())

@@ -43,7 +43,10 @@ pub fn store_from_bundle_uri(uri: &str) -> Result<(Arc<dyn BundleStore>, RunId)>
         .file_name()
         .and_then(|n| n.to_str())
         .ok_or_else(|| Error::invalid(format!("`{uri}` is not a bundle path")))
-        .and_then(|n| RunId::from_str(n).map_err(|_| Error::invalid(format!("`{uri}` does not end in a run id"))))?;
+        .and_then(|n| {
+            RunId::from_str(n)
+                .map_err(|_| Error::invalid(format!("`{uri}` does not end in a run id")))
+        })?;
     let root = p.parent().map(Path::to_path_buf).unwrap_or_default();
     Ok((store_for_root(&root)?, run))
 }
@@ -78,7 +81,9 @@ pub fn backend_for(cfg: &RunConfig, exe: &Path) -> Result<Arc<dyn CloudBackend>>
                 cfg.backend.secrets_file.clone(),
             )))
         }
-        "aws" => Err(Error::invalid("backend `aws` is not available in this build yet")),
+        "aws" => Err(Error::invalid(
+            "backend `aws` is not available in this build yet",
+        )),
         other => Err(Error::invalid(format!("unknown backend `{other}`"))),
     }
 }

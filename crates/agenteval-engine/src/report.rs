@@ -24,7 +24,10 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         let _ = writeln!(out, "| git | `{g}` |");
     }
     let _ = writeln!(out, "\n## Results\n");
-    let _ = writeln!(out, "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |");
+    let _ = writeln!(
+        out,
+        "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |"
+    );
     let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
@@ -40,15 +43,25 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         s.latency_p95_seconds
     );
     if !s.terminated_by.is_empty() {
-        let _ = writeln!(out, "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|");
+        let _ = writeln!(
+            out,
+            "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|"
+        );
         for (k, n) in &s.terminated_by {
             let _ = writeln!(out, "| {k} | {n} |");
         }
     }
     if !s.evaluators.is_empty() {
-        let _ = writeln!(out, "\n## Evaluators\n\n| evaluator | kind | scored | passed | errors | mean score |\n|---|---|---:|---:|---:|---:|");
+        let _ = writeln!(
+            out,
+            "\n## Evaluators\n\n| evaluator | kind | scored | passed | errors | mean score |\n|---|---|---:|---:|---:|---:|"
+        );
         for (id, e) in &s.evaluators {
-            let _ = writeln!(out, "| {id} | {} | {} | {} | {} | {:.3} |", e.kind, e.count, e.passed, e.errors, e.mean_score);
+            let _ = writeln!(
+                out,
+                "| {id} | {} | {} | {} | {} | {:.3} |",
+                e.kind, e.count, e.passed, e.errors, e.mean_score
+            );
         }
     }
     if !failures.is_empty() {

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 use agenteval_core::traits::{Appender, BundleStore, check_bundle_path};
 use agenteval_core::{Error, Result, RunId};
 use async_trait::async_trait;
-use tokio::io::AsyncWriteExt;
 
 /// Bundles as plain folders. Whole-file writes go to a temporary file that is renamed into
 /// place, so a crash never leaves a half-written `result.json`.
@@ -35,24 +34,28 @@ impl FsBundleStore {
     }
 }
 
-async fn ensure_parent(p: &Path) -> Result<()> {
-    if let Some(parent) = p.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
-    }
-    Ok(())
-}
-
 /// Writes `bytes` to `target` through a temporary sibling and a rename.
 pub fn write_atomic_blocking(target: &Path, bytes: &[u8]) -> Result<()> {
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
-    }
-    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let name = target
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("file");
     let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, target).map_err(|e| Error::io(format!("renaming to {}", target.display()), e))
+    // Folders are created only when missing: on a busy bundle a `mkdir` per write is a
+    // measurable share of the cost.
+    let written = match std::fs::write(&tmp, bytes) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+            }
+            std::fs::write(&tmp, bytes)
+        }
+        other => other,
+    };
+    written.map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
+    std::fs::rename(&tmp, target)
+        .map_err(|e| Error::io(format!("renaming to {}", target.display()), e))
 }
 
 fn list_blocking(dir: &Path, base: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
@@ -75,8 +78,10 @@ fn list_blocking(dir: &Path, base: &Path, out: &mut Vec<String>) -> std::io::Res
                 continue;
             }
             if let Ok(rel) = path.strip_prefix(base) {
-                let rel: Vec<String> =
-                    rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
+                let rel: Vec<String> = rel
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                    .collect();
                 out.push(rel.join("/"));
             }
         }
@@ -92,20 +97,19 @@ impl BundleStore for FsBundleStore {
 
     async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
         let target = self.file(run, path)?;
-        let bytes = bytes.to_vec();
-        tokio::task::spawn_blocking(move || write_atomic_blocking(&target, &bytes))
-            .await
-            .map_err(|e| Error::internal(format!("write task failed: {e}")))?
+        crate::blocking(|| write_atomic_blocking(&target, bytes))
     }
 
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         let p = self.file(run, path)?;
-        tokio::fs::read(&p).await.map_err(|e| Error::io(format!("reading {}", p.display()), e))
+        crate::blocking(|| std::fs::read(&p))
+            .map_err(|e| Error::io(format!("reading {}", p.display()), e))
     }
 
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         let p = self.file(run, path)?;
-        tokio::fs::try_exists(&p).await.map_err(|e| Error::io(format!("checking {}", p.display()), e))
+        crate::blocking(|| p.try_exists())
+            .map_err(|e| Error::io(format!("checking {}", p.display()), e))
     }
 
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
@@ -115,49 +119,52 @@ impl BundleStore for FsBundleStore {
             Some(i) => base.join(&prefix[..i]),
             None => base.clone(),
         };
-        let prefix = prefix.to_string();
-        tokio::task::spawn_blocking(move || {
+        crate::blocking(|| {
             let mut out = Vec::new();
-            list_blocking(&start, &base, &mut out).map_err(|e| Error::io(format!("listing {}", start.display()), e))?;
-            out.retain(|p| p.starts_with(&prefix));
+            list_blocking(&start, &base, &mut out)
+                .map_err(|e| Error::io(format!("listing {}", start.display()), e))?;
+            out.retain(|p| p.starts_with(prefix));
             out.sort();
             Ok(out)
         })
-        .await
-        .map_err(|e| Error::internal(format!("list task failed: {e}")))?
     }
 
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let p = self.file(run, path)?;
-        ensure_parent(&p).await?;
-        let file = tokio::fs::OpenOptions::new()
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+        }
+        let file = std::fs::OpenOptions::new()
             .create(true)
             .write(true)
             .truncate(true)
             .open(&p)
-            .await
             .map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
         Ok(Box::new(FsAppender { file, path: p }))
     }
 }
 
-/// Appends go straight to the file with one `write` each: once `append` returns, the bytes are
-/// in the kernel and survive a kill of this process.
+/// Appends go straight to the file with one unbuffered `write` each: once `append` returns, the
+/// bytes are in the kernel and survive a kill of this process. The write is synchronous on
+/// purpose: a trace line is a few hundred bytes to a local file, cheaper than a hop to
+/// tokio's blocking pool.
 struct FsAppender {
-    file: tokio::fs::File,
+    file: std::fs::File,
     path: PathBuf,
 }
 
 #[async_trait]
 impl Appender for FsAppender {
     async fn append(&mut self, bytes: &[u8]) -> Result<()> {
-        self.file.write_all(bytes).await.map_err(|e| Error::io(format!("appending to {}", self.path.display()), e))?;
-        // tokio's File buffers in a background task; flush hands the bytes to the kernel now.
-        self.file.flush().await.map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
+        use std::io::Write;
+        self.file
+            .write_all(bytes)
+            .map_err(|e| Error::io(format!("appending to {}", self.path.display()), e))
     }
 
-    async fn finish(mut self: Box<Self>) -> Result<()> {
-        self.file.flush().await.map_err(|e| Error::io(format!("flushing {}", self.path.display()), e))
+    async fn finish(self: Box<Self>) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -169,7 +176,8 @@ mod tests {
     #[tokio::test]
     async fn conformance() {
         let dir = tempfile::tempdir().unwrap();
-        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path()))).await;
+        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path())))
+            .await;
     }
 
     #[tokio::test]

@@ -80,21 +80,34 @@ fn ts(t: DateTime<Utc>) -> String {
 fn parse_ts(s: &str) -> rusqlite::Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+        .map_err(|e| {
+            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+        })
 }
 
-fn conv<T, E: std::error::Error + Send + Sync + 'static>(r: std::result::Result<T, E>) -> rusqlite::Result<T> {
-    r.map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
+fn conv<T, E: std::error::Error + Send + Sync + 'static>(
+    r: std::result::Result<T, E>,
+) -> rusqlite::Result<T> {
+    r.map_err(|e| {
+        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
+    })
 }
 
 fn corrupt(message: String) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(Error::corrupt(message)))
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Text,
+        Box::new(Error::corrupt(message)),
+    )
 }
 
 fn db_err(context: &str, e: rusqlite::Error) -> Error {
     let kind = match &e {
         rusqlite::Error::SqliteFailure(f, _)
-            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+            if matches!(
+                f.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
         {
             ErrorKind::Transient
         }
@@ -108,16 +121,24 @@ impl SqliteRunIndex {
     /// Opens (creating if needed) the index at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
         }
         let conn = Connection::open(path).map_err(|e| db_err("opening", e))?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(|e| db_err("configuring", e))?;
+        conn.busy_timeout(Duration::from_secs(30))
+            .map_err(|e| db_err("configuring", e))?;
         // WAL lets readers (the controller's progress polls) run beside writing workers;
         // synchronous=NORMAL is durable across process crashes, which is what we guard against.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| db_err("configuring", e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
-        Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(|e| db_err("enabling WAL", e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL")
+            .map_err(|e| db_err("configuring", e))?;
+        conn.execute_batch(SCHEMA)
+            .map_err(|e| db_err("creating schema", e))?;
+        Ok(SqliteRunIndex {
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -128,13 +149,13 @@ impl SqliteRunIndex {
         &self,
         f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut c = conn.lock().map_err(|_| Error::internal("run index lock poisoned"))?;
+        crate::blocking(|| {
+            let mut c = self
+                .conn
+                .lock()
+                .map_err(|_| Error::internal("run index lock poisoned"))?;
             f(&mut c)
         })
-        .await
-        .map_err(|e| Error::internal(format!("run index task failed: {e}")))?
     }
 }
 
@@ -146,13 +167,17 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         benchmark: r.get("benchmark")?,
         agent: r.get("agent")?,
         backend: r.get("backend")?,
-        status: RunStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown run status {status}")))?,
+        status: RunStatus::parse(&status)
+            .ok_or_else(|| corrupt(format!("unknown run status {status}")))?,
         bundle_uri: r.get("bundle_uri")?,
         config_hash: r.get("config_hash")?,
         tasks_total: r.get::<_, i64>("tasks_total")? as u64,
         created_at: parse_ts(&r.get::<_, String>("created_at")?)?,
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
-        finished_at: r.get::<_, Option<String>>("finished_at")?.map(|s| parse_ts(&s)).transpose()?,
+        finished_at: r
+            .get::<_, Option<String>>("finished_at")?
+            .map(|s| parse_ts(&s))
+            .transpose()?,
         heartbeat_at: parse_ts(&r.get::<_, String>("heartbeat_at")?)?,
         cancel_requested: r.get::<_, i64>("cancel_requested")? != 0,
         epoch: r.get::<_, i64>("epoch")? as u32,
@@ -165,17 +190,72 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
     Ok(TaskRecord {
         run_id: conv(RunId::from_str(&r.get::<_, String>("run_id")?))?,
         task_id: conv(TaskId::from_str(&r.get::<_, String>("task_id")?))?,
-        state: TaskState::parse(&state).ok_or_else(|| corrupt(format!("unknown task state {state}")))?,
+        state: TaskState::parse(&state)
+            .ok_or_else(|| corrupt(format!("unknown task state {state}")))?,
         attempt: r.get::<_, i64>("attempt")? as u32,
-        job_id: r.get::<_, Option<String>>("job_id")?.map(|s| conv(JobId::from_str(&s))).transpose()?,
+        job_id: r
+            .get::<_, Option<String>>("job_id")?
+            .map(|s| conv(JobId::from_str(&s)))
+            .transpose()?,
         passed: r.get::<_, Option<i64>>("passed")?.map(|v| v != 0),
         cost_usd: r.get("cost_usd")?,
         tokens: r.get::<_, i64>("tokens")? as u64,
         wall_seconds: r.get("wall_seconds")?,
-        terminated_by: term.map(|t| conv(serde_json::from_value(serde_json::Value::String(t)))).transpose()?,
+        terminated_by: term
+            .map(|t| conv(serde_json::from_value(serde_json::Value::String(t))))
+            .transpose()?,
         detail: r.get("detail")?,
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
     })
+}
+
+/// The whole task state machine is the WHERE clause: not completed, and a later attempt or a
+/// higher rank in the same attempt. One statement, so racing writers serialize in SQLite.
+fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool> {
+    let n = c
+        .prepare_cached(
+            "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
+                passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
+                detail = ?12, updated_at = ?13
+             WHERE run_id = ?1 AND task_id = ?2 AND state != 'completed'
+               AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))",
+        )
+        .and_then(|mut st| {
+            st.execute(params![
+                id,
+                t.task_id.as_str(),
+                t.state.as_str(),
+                t.state.rank() as i64,
+                t.attempt as i64,
+                t.job_id.as_ref().map(|j| j.to_string()),
+                t.passed.map(|b| b as i64),
+                t.cost_usd,
+                t.tokens as i64,
+                t.wall_seconds,
+                t.terminated_by.map(|x| x.as_str()),
+                t.detail,
+                ts(Utc::now()),
+            ])
+        })
+        .map_err(|e| db_err("recording task", e))?;
+    if n > 0 {
+        return Ok(true);
+    }
+    let exists: bool = c
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM tasks WHERE run_id = ?1 AND task_id = ?2)",
+            params![id, t.task_id.as_str()],
+            |r| r.get(0),
+        )
+        .map_err(|e| db_err("reading task", e))?;
+    if exists {
+        Ok(false)
+    } else {
+        Err(Error::not_found(format!(
+            "task {} of run {id} is not in the index",
+            t.task_id
+        )))
+    }
 }
 
 #[async_trait]
@@ -238,8 +318,11 @@ impl RunIndex for SqliteRunIndex {
             let mut stmt = c
                 .prepare("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?1")
                 .map_err(|e| db_err("preparing", e))?;
-            let rows = stmt.query_map([limit as i64], run_from_row).map_err(|e| db_err("listing runs", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing runs", e))
+            let rows = stmt
+                .query_map([limit as i64], run_from_row)
+                .map_err(|e| db_err("listing runs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| db_err("listing runs", e))
         })
         .await
     }
@@ -270,7 +353,11 @@ impl RunIndex for SqliteRunIndex {
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;
-            if n == 0 { Err(Error::not_found(format!("run {id} is not in the index"))) } else { Ok(()) }
+            if n == 0 {
+                Err(Error::not_found(format!("run {id} is not in the index")))
+            } else {
+                Ok(())
+            }
         })
         .await
     }
@@ -278,48 +365,22 @@ impl RunIndex for SqliteRunIndex {
     async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool> {
         let id = run.to_string();
         let t = t.clone();
+        self.with(move |c| apply_transition(c, &id, &t)).await
+    }
+
+    async fn record_tasks(&self, run: &RunId, ts: &[TaskTransition]) -> Result<Vec<bool>> {
+        let id = run.to_string();
+        let ts = ts.to_vec();
         self.with(move |c| {
-            // The WHERE clause is the whole state machine: not completed, and a later attempt
-            // or a higher rank in the same attempt. One statement, so racing writers serialize.
-            let n = c
-                .execute(
-                    "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
-                        passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
-                        detail = ?12, updated_at = ?13
-                     WHERE run_id = ?1 AND task_id = ?2 AND state != 'completed'
-                       AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))",
-                    params![
-                        id,
-                        t.task_id.as_str(),
-                        t.state.as_str(),
-                        t.state.rank() as i64,
-                        t.attempt as i64,
-                        t.job_id.as_ref().map(|j| j.to_string()),
-                        t.passed.map(|b| b as i64),
-                        t.cost_usd,
-                        t.tokens as i64,
-                        t.wall_seconds,
-                        t.terminated_by.map(|x| x.as_str()),
-                        t.detail,
-                        ts(Utc::now()),
-                    ],
-                )
-                .map_err(|e| db_err("recording task", e))?;
-            if n > 0 {
-                return Ok(true);
-            }
-            let exists: bool = c
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM tasks WHERE run_id = ?1 AND task_id = ?2)",
-                    params![id, t.task_id.as_str()],
-                    |r| r.get(0),
-                )
-                .map_err(|e| db_err("reading task", e))?;
-            if exists {
-                Ok(false)
-            } else {
-                Err(Error::not_found(format!("task {} of run {id} is not in the index", t.task_id)))
-            }
+            let tx = c
+                .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+                .map_err(|e| db_err("begin", e))?;
+            let out = ts
+                .iter()
+                .map(|t| apply_transition(&tx, &id, t))
+                .collect::<Result<Vec<_>>>()?;
+            tx.commit().map_err(|e| db_err("commit", e))?;
+            Ok(out)
         })
         .await
     }
@@ -327,9 +388,13 @@ impl RunIndex for SqliteRunIndex {
     async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>> {
         let (id, task) = (run.to_string(), task.to_string());
         self.with(move |c| {
-            c.query_row("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2", [id, task], task_from_row)
-                .optional()
-                .map_err(|e| db_err("reading task", e))
+            c.query_row(
+                "SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2",
+                [id, task],
+                task_from_row,
+            )
+            .optional()
+            .map_err(|e| db_err("reading task", e))
         })
         .await
     }
@@ -340,8 +405,11 @@ impl RunIndex for SqliteRunIndex {
             let mut stmt = c
                 .prepare("SELECT * FROM tasks WHERE run_id = ?1 ORDER BY task_id")
                 .map_err(|e| db_err("preparing", e))?;
-            let rows = stmt.query_map([id], task_from_row).map_err(|e| db_err("listing tasks", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing tasks", e))
+            let rows = stmt
+                .query_map([id], task_from_row)
+                .map_err(|e| db_err("listing tasks", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| db_err("listing tasks", e))
         })
         .await
     }
@@ -424,7 +492,8 @@ impl RunIndex for SqliteRunIndex {
                     })
                 })
                 .map_err(|e| db_err("listing jobs", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing jobs", e))
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| db_err("listing jobs", e))
         })
         .await
     }

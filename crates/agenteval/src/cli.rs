@@ -5,7 +5,12 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "agenteval", version, about = "Run AI-agent benchmarks as a fleet", propagate_version = true)]
+#[command(
+    name = "agenteval",
+    version,
+    about = "Run AI-agent benchmarks as a fleet",
+    propagate_version = true
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -32,13 +32,21 @@ pub struct Failure {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         let error = e.into();
-        let code = match error.downcast_ref::<agenteval_core::Error>().map(|e| e.kind()) {
+        let code = match error
+            .downcast_ref::<agenteval_core::Error>()
+            .map(|e| e.kind())
+        {
             Some(
                 agenteval_core::ErrorKind::Invalid
                 | agenteval_core::ErrorKind::NotFound
                 | agenteval_core::ErrorKind::Conflict,
             ) => exit::USAGE,
-            _ if error.downcast_ref::<agenteval_core::config::ConfigError>().is_some() => exit::USAGE,
+            _ if error
+                .downcast_ref::<agenteval_core::config::ConfigError>()
+                .is_some() =>
+            {
+                exit::USAGE
+            }
             _ => exit::FAILED,
         };
         Failure { code, error }
@@ -50,11 +58,22 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
         }
     };
     output::init_logging(&cli);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
+    // which dominated the cost of small tasks with several workers on two cores.
+    let builder = if matches!(cli.command, cli::Command::Worker { .. }) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match { builder }.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -26,7 +26,8 @@ pub fn init_logging(cli: &Cli) {
             _ => "trace",
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -62,7 +63,10 @@ pub struct Bar {
 
 impl Bar {
     pub fn new(enabled: bool) -> Self {
-        Bar { bar: Mutex::new(None), enabled: enabled && std::io::stderr().is_terminal() }
+        Bar {
+            bar: Mutex::new(None),
+            enabled: enabled && std::io::stderr().is_terminal(),
+        }
     }
 }
 
@@ -72,9 +76,11 @@ impl Progress for Bar {
             return;
         }
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
-        let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}")
-            .expect("valid template")
-            .progress_chars("=> ");
+        let style = ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> ");
         pb.set_style(style);
         pb.enable_steady_tick(Duration::from_millis(200));
         pb.println(format!("run {run_id}\nbundle {bundle_uri}"));
@@ -84,7 +90,11 @@ impl Progress for Bar {
     fn update(&self, v: &ProgressView) {
         if let Some(pb) = self.bar.lock().expect("bar lock").as_ref() {
             pb.set_position(v.done);
-            let rate = if v.done == 0 { 0.0 } else { 100.0 * v.passed as f64 / v.done as f64 };
+            let rate = if v.done == 0 {
+                0.0
+            } else {
+                100.0 * v.passed as f64 / v.done as f64
+            };
             pb.set_message(format!(
                 "queued {} | running {} | failed {} | pass {:.1}% | ${:.4}{}",
                 v.waiting,
@@ -92,7 +102,11 @@ impl Progress for Bar {
                 v.failed,
                 rate,
                 v.cost_usd,
-                if v.retries > 0 { format!(" | retries {}", v.retries) } else { String::new() }
+                if v.retries > 0 {
+                    format!(" | retries {}", v.retries)
+                } else {
+                    String::new()
+                }
             ));
         }
     }
@@ -120,7 +134,17 @@ pub fn table() -> Table {
 
 pub fn summary_table(s: &RunSummary) -> Table {
     let mut t = table();
-    t.set_header(vec!["tasks", "finished", "passed", "failed", "pass rate", "cost (USD)", "tokens", "p50 (s)", "p95 (s)"]);
+    t.set_header(vec![
+        "tasks",
+        "finished",
+        "passed",
+        "failed",
+        "pass rate",
+        "cost (USD)",
+        "tokens",
+        "p50 (s)",
+        "p95 (s)",
+    ]);
     t.add_row(vec![
         s.tasks_total.to_string(),
         s.tasks_finished.to_string(),

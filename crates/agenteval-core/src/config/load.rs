@@ -44,7 +44,13 @@ pub struct ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        writeln!(f, "{} has {} problem{}:", self.file, n, if n == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "{} has {} problem{}:",
+            self.file,
+            n,
+            if n == 1 { "" } else { "s" }
+        )?;
         for p in &self.problems {
             let field = if p.pointer.is_empty() {
                 String::new()
@@ -52,9 +58,11 @@ impl fmt::Display for ConfigError {
                 format!(" ({})", pointer_to_path(&p.pointer))
             };
             match &p.origin {
-                Origin::File { line, column } => {
-                    writeln!(f, "  {}:{}:{}: {}{}", self.file, line, column, p.message, field)?
-                }
+                Origin::File { line, column } => writeln!(
+                    f,
+                    "  {}:{}:{}: {}{}",
+                    self.file, line, column, p.message, field
+                )?,
                 Origin::Override(set) => writeln!(f, "  --set {}: {}{}", set, p.message, field)?,
                 Origin::Unknown => writeln!(f, "  {}: {}{}", self.file, p.message, field)?,
             }
@@ -126,7 +134,10 @@ impl Positions {
 }
 
 fn origin_of(node: &MarkedYamlOwned) -> Origin {
-    Origin::File { line: node.span.start.line(), column: node.span.start.col() + 1 }
+    Origin::File {
+        line: node.span.start.line(),
+        column: node.span.start.col() + 1,
+    }
 }
 
 fn scalar_to_json(s: &ScalarOwned) -> Result<Value, String> {
@@ -159,7 +170,11 @@ fn convert(
 ) -> Value {
     pos.values.insert(ptr.to_string(), origin_of(node));
     let mut problem = |message: String| {
-        problems.push(Problem { origin: origin_of(node), pointer: ptr.to_string(), message })
+        problems.push(Problem {
+            origin: origin_of(node),
+            pointer: ptr.to_string(),
+            message,
+        })
     };
     match &node.data {
         YamlDataOwned::Value(s) => scalar_to_json(s).unwrap_or_else(|m| {
@@ -209,7 +224,10 @@ fn convert(
 fn parse_yaml(text: &str, pos: &mut Positions) -> Result<Value, Vec<Problem>> {
     let docs = MarkedYamlOwned::load_from_str(text).map_err(|e| {
         vec![Problem {
-            origin: Origin::File { line: e.marker().line(), column: e.marker().col() + 1 },
+            origin: Origin::File {
+                line: e.marker().line(),
+                column: e.marker().col() + 1,
+            },
             pointer: String::new(),
             message: format!("invalid YAML: {}", e.info()),
         }]
@@ -227,7 +245,11 @@ fn parse_yaml(text: &str, pos: &mut Positions) -> Result<Value, Vec<Problem>> {
             Value::Null
         }
     };
-    if problems.is_empty() { Ok(value) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(value)
+    } else {
+        Err(problems)
+    }
 }
 
 /// A YAML document converted to JSON, with the position of every value.
@@ -269,7 +291,9 @@ fn apply_overrides(
         };
         let segments: Vec<&str> = path.split('.').collect();
         if segments.iter().any(|s| s.is_empty()) {
-            problems.push(bad(format!("`{path}` is not a key path like `backend.max_attempts`")));
+            problems.push(bad(format!(
+                "`{path}` is not a key path like `backend.max_attempts`"
+            )));
             continue;
         }
         let value = if raw.is_empty() {
@@ -292,9 +316,12 @@ fn apply_overrides(
                 for seg in ptr.split('/').skip(1) {
                     prefix.push('/');
                     prefix.push_str(seg);
-                    pos.keys.entry(prefix.clone()).or_insert_with(|| Origin::Override(set.clone()));
+                    pos.keys
+                        .entry(prefix.clone())
+                        .or_insert_with(|| Origin::Override(set.clone()));
                 }
-                pos.values.insert(ptr.clone(), Origin::Override(set.clone()));
+                pos.values
+                    .insert(ptr.clone(), Origin::Override(set.clone()));
                 pos.keys.insert(ptr, Origin::Override(set.clone()));
             }
             Err(m) => problems.push(bad(m)),
@@ -303,7 +330,11 @@ fn apply_overrides(
 }
 
 /// The value at `segments` (created as objects where missing) and its JSON pointer.
-fn slot<'v>(root: &'v mut Value, segments: &[&str], path: &str) -> Result<(&'v mut Value, String), String> {
+fn slot<'v>(
+    root: &'v mut Value,
+    segments: &[&str],
+    path: &str,
+) -> Result<(&'v mut Value, String), String> {
     let mut cur = root;
     let mut ptr = String::new();
     for (i, seg) in segments.iter().enumerate() {
@@ -322,7 +353,11 @@ fn slot<'v>(root: &'v mut Value, segments: &[&str], path: &str) -> Result<(&'v m
                 Ok(n) if n < items.len() => &mut items[n],
                 _ => return Err(format!("`{seg}` is not an index of the list at `{path}`")),
             },
-            _ => return Err(format!("cannot set `{path}`: `{seg}` is inside a plain value")),
+            _ => {
+                return Err(format!(
+                    "cannot set `{path}`: `{seg}` is inside a plain value"
+                ));
+            }
         };
     }
     Ok((cur, ptr))
@@ -398,7 +433,10 @@ pub fn load_config_str(
     base: &Path,
     overrides: &[String],
 ) -> Result<LoadedConfig, ConfigError> {
-    let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
+    let fail = |problems: Vec<Problem>| ConfigError {
+        file: file.to_string(),
+        problems,
+    };
     let mut pos = Positions::default();
     let mut value = parse_yaml(text, &mut pos).map_err(fail)?;
     if value.is_null() {
@@ -419,10 +457,18 @@ pub fn load_config_str(
         return Err(fail(problems));
     }
     let mut config: RunConfig = serde_json::from_value(value).map_err(|e| {
-        fail(vec![Problem { origin: Origin::Unknown, pointer: String::new(), message: e.to_string() }])
+        fail(vec![Problem {
+            origin: Origin::Unknown,
+            pointer: String::new(),
+            message: e.to_string(),
+        }])
     })?;
     for (ptr, message) in config.validate() {
-        problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
+        problems.push(Problem {
+            origin: pos.find(&ptr, false),
+            pointer: ptr,
+            message,
+        });
     }
 
     // Paths are relative to the config file, not to wherever the user happens to stand.
@@ -451,13 +497,22 @@ pub fn load_config_str(
         }
         config.backend.secrets_file = Some(abs);
     }
-    config.agent.workdir =
-        Some(config.agent.workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+    config.agent.workdir = Some(
+        config
+            .agent
+            .workdir
+            .as_ref()
+            .map_or_else(|| base.to_path_buf(), |w| resolve(base, w)),
+    );
     if !problems.is_empty() {
         return Err(fail(problems));
     }
     let resolved = serde_json::to_value(&config).expect("config serializes");
-    Ok(LoadedConfig { config, path: base.join(file), resolved })
+    Ok(LoadedConfig {
+        config,
+        path: base.join(file),
+        resolved,
+    })
 }
 
 /// Loads and validates a configuration file, applying `--set` overrides.
@@ -496,7 +551,10 @@ mod tests {
         assert_eq!(c.backend.max_attempts, 3);
         assert_eq!(c.repetitions, 1);
         assert_eq!(c.storage.bundle_root, PathBuf::from("/base/runs"));
-        assert_eq!(c.storage.index_path(), PathBuf::from("/base/runs/index.sqlite"));
+        assert_eq!(
+            c.storage.index_path(),
+            PathBuf::from("/base/runs/index.sqlite")
+        );
         assert_eq!(c.agent.workdir, Some(PathBuf::from("/base")));
         let c = load(GOOD, &["storage.bundle_root=../runs"]).unwrap().config;
         assert_eq!(c.storage.bundle_root, PathBuf::from("/runs"));
@@ -507,10 +565,16 @@ mod tests {
         let text = "name: t\nbenchmark:\n  kind: toy\n  sise: 5\nagent:\n  kind: robot\nbackend:\n  max_attempts: -1\ncolour: blue\n";
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
-        assert!(shown.contains("c.yaml:4:3: unknown field `sise`"), "{shown}");
+        assert!(
+            shown.contains("c.yaml:4:3: unknown field `sise`"),
+            "{shown}"
+        );
         assert!(shown.contains("c.yaml:6:9:"), "{shown}");
         assert!(shown.contains("c.yaml:8:17:"), "{shown}");
-        assert!(shown.contains("c.yaml:9:1: unknown field `colour`"), "{shown}");
+        assert!(
+            shown.contains("c.yaml:9:1: unknown field `colour`"),
+            "{shown}"
+        );
         assert_eq!(err.problems.len(), 4, "{shown}");
     }
 
@@ -519,8 +583,14 @@ mod tests {
         let text = "name: t\nbenchmark:\n  kind: toy\nagent:\n  kind: command\nevaluators:\n  - kind: regex\n    pattern: '(('\n";
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
-        assert!(shown.contains("c.yaml:3:9: benchmark `toy` requires `size`"), "{shown}");
-        assert!(shown.contains("c.yaml:5:9: agent `command` requires `command`"), "{shown}");
+        assert!(
+            shown.contains("c.yaml:3:9: benchmark `toy` requires `size`"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("c.yaml:5:9: agent `command` requires `command`"),
+            "{shown}"
+        );
         assert!(shown.contains("c.yaml:8:14: invalid regex"), "{shown}");
     }
 
@@ -528,23 +598,44 @@ mod tests {
     fn syntax_errors_name_line_and_column() {
         let err = load("name: [unclosed\n", &[]).unwrap_err();
         assert_eq!(err.problems.len(), 1);
-        assert!(matches!(err.problems[0].origin, Origin::File { line: 2, .. }), "{err}");
+        assert!(
+            matches!(err.problems[0].origin, Origin::File { line: 2, .. }),
+            "{err}"
+        );
     }
 
     #[test]
     fn overrides_set_typed_values_and_are_validated() {
-        let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"]).unwrap().config;
+        let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"])
+            .unwrap()
+            .config;
         assert_eq!(c.benchmark.size, Some(10000));
         assert_eq!(c.backend.tasks_per_job, 100);
-        let err = load(GOOD, &["backend.tasks_per_job=many", "bogus.x=1", "novalue"]).unwrap_err();
+        let err = load(
+            GOOD,
+            &["backend.tasks_per_job=many", "bogus.x=1", "novalue"],
+        )
+        .unwrap_err();
         let shown = err.to_string();
-        assert!(shown.contains("--set backend.tasks_per_job=many:"), "{shown}");
-        assert!(shown.contains("--set bogus.x=1: unknown field `bogus`"), "{shown}");
-        assert!(shown.contains("--set novalue: expected `key.path=value`"), "{shown}");
+        assert!(
+            shown.contains("--set backend.tasks_per_job=many:"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("--set bogus.x=1: unknown field `bogus`"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("--set novalue: expected `key.path=value`"),
+            "{shown}"
+        );
     }
 
     #[test]
     fn pointers_read_like_set_paths() {
-        assert_eq!(pointer_to_path("/evaluators/2/pattern"), "evaluators[2].pattern");
+        assert_eq!(
+            pointer_to_path("/evaluators/2/pattern"),
+            "evaluators[2].pattern"
+        );
     }
 }

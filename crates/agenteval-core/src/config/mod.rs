@@ -159,7 +159,11 @@ fn default_mock_cost() -> f64 {
 
 impl Default for MockConfig {
     fn default() -> Self {
-        MockConfig { latency_ms: 0, tokens: default_mock_tokens(), cost_usd: default_mock_cost() }
+        MockConfig {
+            latency_ms: 0,
+            tokens: default_mock_tokens(),
+            cost_usd: default_mock_cost(),
+        }
     }
 }
 
@@ -285,14 +289,18 @@ impl EvaluatorConfig {
                 }
             }
             EvaluatorKind::MaxSteps => need("max_steps", self.max_steps.is_some()),
-            EvaluatorKind::ToolSequence => {
-                need("tools or forbidden", !self.tools.is_empty() || !self.forbidden.is_empty())
-            }
+            EvaluatorKind::ToolSequence => need(
+                "tools or forbidden",
+                !self.tools.is_empty() || !self.forbidden.is_empty(),
+            ),
             EvaluatorKind::CostBudget => need("max_cost_usd", self.max_cost_usd.is_some()),
             EvaluatorKind::LatencyBudget => need("max_seconds", self.max_seconds.is_some()),
             EvaluatorKind::ExactMatch | EvaluatorKind::Contains | EvaluatorKind::NoError => {}
         }
-        for (field, v) in [("max_cost_usd", self.max_cost_usd), ("max_seconds", self.max_seconds)] {
+        for (field, v) in [
+            ("max_cost_usd", self.max_cost_usd),
+            ("max_seconds", self.max_seconds),
+        ] {
             if v.is_some_and(|v| !(v >= 0.0)) {
                 problems.push((format!("{at}/{field}"), "must be zero or more".into()));
             }
@@ -359,14 +367,19 @@ fn default_bundle_root() -> PathBuf {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig { bundle_root: default_bundle_root(), index: None }
+        StorageConfig {
+            bundle_root: default_bundle_root(),
+            index: None,
+        }
     }
 }
 
 impl StorageConfig {
     /// The index location: `index`, or `index.sqlite` inside the bundle root.
     pub fn index_path(&self) -> PathBuf {
-        self.index.clone().unwrap_or_else(|| self.bundle_root.join("index.sqlite"))
+        self.index
+            .clone()
+            .unwrap_or_else(|| self.bundle_root.join("index.sqlite"))
     }
 }
 
@@ -383,15 +396,24 @@ impl RunConfig {
         match self.benchmark.kind {
             BenchmarkKind::Toy => {
                 if self.benchmark.size.is_none() {
-                    p.push(("/benchmark/kind".into(), "benchmark `toy` requires `size`".into()));
+                    p.push((
+                        "/benchmark/kind".into(),
+                        "benchmark `toy` requires `size`".into(),
+                    ));
                 }
                 if self.benchmark.cases.is_some() {
-                    p.push(("/benchmark/cases".into(), "only `jsonl` benchmarks take `cases`".into()));
+                    p.push((
+                        "/benchmark/cases".into(),
+                        "only `jsonl` benchmarks take `cases`".into(),
+                    ));
                 }
             }
             BenchmarkKind::Jsonl => {
                 if self.benchmark.cases.is_none() {
-                    p.push(("/benchmark/kind".into(), "benchmark `jsonl` requires `cases`".into()));
+                    p.push((
+                        "/benchmark/kind".into(),
+                        "benchmark `jsonl` requires `cases`".into(),
+                    ));
                 }
                 for f in ["size", "latency_ms", "slow_ms"] {
                     let set = match f {
@@ -400,18 +422,23 @@ impl RunConfig {
                         _ => self.benchmark.slow_ms.is_some(),
                     };
                     if set {
-                        p.push((format!("/benchmark/{f}"), "only `toy` benchmarks take this".into()));
+                        p.push((
+                            format!("/benchmark/{f}"),
+                            "only `toy` benchmarks take this".into(),
+                        ));
                     }
                 }
             }
         }
         match self.agent.kind {
-            AgentKind::Command if self.agent.command.is_empty() => {
-                p.push(("/agent/kind".into(), "agent `command` requires `command`".into()))
-            }
-            AgentKind::Mock if !self.agent.command.is_empty() => {
-                p.push(("/agent/command".into(), "only `command` agents take a command".into()))
-            }
+            AgentKind::Command if self.agent.command.is_empty() => p.push((
+                "/agent/kind".into(),
+                "agent `command` requires `command`".into(),
+            )),
+            AgentKind::Mock if !self.agent.command.is_empty() => p.push((
+                "/agent/command".into(),
+                "only `command` agents take a command".into(),
+            )),
             _ => {}
         }
         for (name, v) in [
@@ -419,7 +446,10 @@ impl RunConfig {
             ("max_cost_usd", self.agent.limits.max_cost_usd),
         ] {
             if v.is_some_and(|v| !(v > 0.0)) {
-                p.push((format!("/agent/limits/{name}"), "must be greater than zero".into()));
+                p.push((
+                    format!("/agent/limits/{name}"),
+                    "must be greater than zero".into(),
+                ));
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -436,7 +466,11 @@ impl RunConfig {
         if !KNOWN_BACKENDS.contains(&self.backend.id.as_str()) {
             p.push((
                 "/backend/id".into(),
-                format!("unknown backend `{}` (expected one of: {})", self.backend.id, KNOWN_BACKENDS.join(", ")),
+                format!(
+                    "unknown backend `{}` (expected one of: {})",
+                    self.backend.id,
+                    KNOWN_BACKENDS.join(", ")
+                ),
             ));
         }
         for (name, v) in [
@@ -452,7 +486,10 @@ impl RunConfig {
             p.push(("/repetitions".into(), "must be at least 1".into()));
         }
         if self.max_run_cost_usd.is_some_and(|v| !(v > 0.0)) {
-            p.push(("/max_run_cost_usd".into(), "must be greater than zero".into()));
+            p.push((
+                "/max_run_cost_usd".into(),
+                "must be greater than zero".into(),
+            ));
         }
         p
     }

@@ -32,7 +32,10 @@ struct Script {
 
 impl MockAgent {
     pub fn new(defaults: MockConfig, model: Option<String>) -> Self {
-        MockAgent { defaults, model: model.unwrap_or_else(|| "mock-1".into()) }
+        MockAgent {
+            defaults,
+            model: model.unwrap_or_else(|| "mock-1".into()),
+        }
     }
 }
 
@@ -65,17 +68,34 @@ impl AgentRunner for MockAgent {
         let steps = 2 + 2 * script.tool_calls.len() as u64;
         let (tok_step, cost_step) = (tokens / steps, cost / steps as f64);
 
-        let mut outcome = AgentOutcome { final_answer: None, error: None };
+        let mut outcome = AgentOutcome {
+            final_answer: None,
+            error: None,
+        };
         let plan = json!({"model": self.model, "plan": "answer the question"});
-        if let Err(stop) = sink.emit(tokens_event(EventKind::AgentPlan, plan, tok_step, cost_step)).await {
+        if let Err(stop) = sink
+            .emit(tokens_event(
+                EventKind::AgentPlan,
+                plan,
+                tok_step,
+                cost_step,
+            ))
+            .await
+        {
             outcome.error = Some((stop.terminated_by, stop.reason));
             return outcome;
         }
         for tool in &script.tool_calls {
             let call = json!({"tool": tool, "arguments": ctx.task.input});
             let result = json!({"tool": tool, "output": "ok"});
-            for (kind, payload) in [(EventKind::AgentToolCall, call), (EventKind::AgentToolResult, result)] {
-                if let Err(stop) = sink.emit(tokens_event(kind, payload, tok_step, cost_step)).await {
+            for (kind, payload) in [
+                (EventKind::AgentToolCall, call),
+                (EventKind::AgentToolResult, result),
+            ] {
+                if let Err(stop) = sink
+                    .emit(tokens_event(kind, payload, tok_step, cost_step))
+                    .await
+                {
                     outcome.error = Some((stop.terminated_by, stop.reason));
                     return outcome;
                 }
@@ -94,7 +114,10 @@ impl AgentRunner for MockAgent {
                     return outcome;
                 }
             }
-            outcome.error = Some((TerminatedBy::AgentError, "runaway mock spent a million tokens".into()));
+            outcome.error = Some((
+                TerminatedBy::AgentError,
+                "runaway mock spent a million tokens".into(),
+            ));
             return outcome;
         }
         if let Some(msg) = script.fail {
@@ -105,13 +128,23 @@ impl AgentRunner for MockAgent {
             .answer
             .or_else(|| ctx.task.expected.clone())
             .unwrap_or_else(|| ctx.task.input.clone());
-        let final_ev = tokens_event(EventKind::AgentFinalAnswer, json!({"answer": answer}), tok_step, cost_step);
+        let final_ev = tokens_event(
+            EventKind::AgentFinalAnswer,
+            json!({"answer": answer}),
+            tok_step,
+            cost_step,
+        );
         if let Err(stop) = sink.emit(final_ev).await {
             outcome.error = Some((stop.terminated_by, stop.reason));
             return outcome;
         }
         let last = tokens - tok_step * (steps - 1);
-        let terminal = tokens_event(EventKind::AgentTerminal, json!({"final_answer": answer}), last, cost - cost_step * (steps - 1) as f64);
+        let terminal = tokens_event(
+            EventKind::AgentTerminal,
+            json!({"final_answer": answer}),
+            last,
+            cost - cost_step * (steps - 1) as f64,
+        );
         if let Err(stop) = sink.emit(terminal).await {
             outcome.error = Some((stop.terminated_by, stop.reason));
             return outcome;

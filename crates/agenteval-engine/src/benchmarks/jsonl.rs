@@ -38,7 +38,11 @@ struct Case {
 }
 
 /// Checks one case; problems are pushed as messages.
-fn case_to_task(value: serde_json::Value, seen: &mut HashSet<String>, problems: &mut Vec<String>) -> Option<TaskSpec> {
+fn case_to_task(
+    value: serde_json::Value,
+    seen: &mut HashSet<String>,
+    problems: &mut Vec<String>,
+) -> Option<TaskSpec> {
     let case: Case = match serde_json::from_value(value) {
         Ok(c) => c,
         Err(e) => {
@@ -64,7 +68,11 @@ fn case_to_task(value: serde_json::Value, seen: &mut HashSet<String>, problems: 
     for (i, e) in case.evaluators.iter().enumerate() {
         e.validate(&format!("/evaluators/{i}"), &mut evaluator_problems);
     }
-    problems.extend(evaluator_problems.into_iter().map(|(at, m)| format!("{m} (at {at})")));
+    problems.extend(
+        evaluator_problems
+            .into_iter()
+            .map(|(at, m)| format!("{m} (at {at})")),
+    );
     Some(TaskSpec {
         id,
         input: case.input,
@@ -81,7 +89,10 @@ pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
-    let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
+    let is_yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
     if is_yaml {
         match YamlDoc::parse(text) {
             Err(ps) => {
@@ -158,8 +169,13 @@ impl BenchmarkAdapter for JsonlBenchmark {
         Ok(tasks)
     }
 
-    async fn prepare_environment(&self, run: &agenteval_core::RunId, task: &TaskSpec) -> Result<agenteval_core::traits::TaskEnvironment> {
-        super::make_scratch(run, task)
+    /// Tasks are pure data: nothing to set up.
+    async fn prepare_environment(
+        &self,
+        _run: &agenteval_core::RunId,
+        _task: &TaskSpec,
+    ) -> Result<agenteval_core::traits::TaskEnvironment> {
+        Ok(Default::default())
     }
 
     async fn grade(
@@ -171,8 +187,8 @@ impl BenchmarkAdapter for JsonlBenchmark {
         super::grade_expected(task, result)
     }
 
-    async fn teardown(&self, env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
-        super::remove_scratch(env)
+    async fn teardown(&self, _env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -183,11 +199,19 @@ mod tests {
     #[test]
     fn jsonl_problems_name_every_line() {
         let text = "{\"id\":\"a\",\"input\":\"x\"}\nnot json\n{\"id\":\"a\",\"input\":\"y\"}\n{\"id\":\"b/c\",\"input\":1}\n{\"id\":\"d\",\"input\":1,\"colour\":2}\n";
-        let err = parse_cases(Path::new("cases.jsonl"), text).unwrap_err().to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("cases.jsonl:2: invalid JSON"), "{err}");
-        assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
+        assert!(
+            err.contains("cases.jsonl:3: duplicate case id `a`"),
+            "{err}"
+        );
         assert!(err.contains("cases.jsonl:4:"), "{err}");
-        assert!(err.contains("cases.jsonl:5: unknown field `colour`"), "{err}");
+        assert!(
+            err.contains("cases.jsonl:5: unknown field `colour`"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -197,7 +221,9 @@ mod tests {
         assert_eq!(tasks.len(), 2);
         assert_eq!(tasks[1].evaluators.len(), 1);
         let bad = "- id: a\n  input: hello\n- id: b\n  inptu: 2\n";
-        let err = parse_cases(Path::new("c.yaml"), bad).unwrap_err().to_string();
+        let err = parse_cases(Path::new("c.yaml"), bad)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("c.yaml:3:"), "{err}");
     }
 }

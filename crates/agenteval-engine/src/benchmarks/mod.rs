@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use agenteval_core::config::{BenchmarkConfig, BenchmarkKind};
 use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TerminatedBy};
-use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment};
-use agenteval_core::{Error, Result, RunId};
+use agenteval_core::traits::BenchmarkAdapter;
+use agenteval_core::{Error, Result};
 
 pub use jsonl::{JsonlBenchmark, parse_cases};
 pub use toy::ToyBenchmark;
@@ -17,32 +17,17 @@ pub use toy::ToyBenchmark;
 pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkAdapter>> {
     Ok(match cfg.kind {
         BenchmarkKind::Toy => Arc::new(ToyBenchmark::new(
-            cfg.size.ok_or_else(|| Error::invalid("toy benchmark needs a size"))?,
+            cfg.size
+                .ok_or_else(|| Error::invalid("toy benchmark needs a size"))?,
             cfg.latency_ms.unwrap_or(toy::DEFAULT_LATENCY_MS),
             cfg.slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
-        BenchmarkKind::Jsonl => Arc::new(JsonlBenchmark::new(
-            cfg.cases.clone().ok_or_else(|| Error::invalid("jsonl benchmark needs a case file"))?,
-        )),
-    })
-}
-
-/// A per-task scratch folder under the system temp dir.
-pub(crate) fn make_scratch(run: &RunId, task: &TaskSpec) -> Result<TaskEnvironment> {
-    let dir = std::env::temp_dir().join(format!("agenteval-{run}-{}", task.id));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
-    Ok(TaskEnvironment { workdir: Some(dir), vars: Default::default() })
-}
-
-pub(crate) fn remove_scratch(env: &TaskEnvironment) -> Result<()> {
-    if let Some(dir) = &env.workdir {
-        match std::fs::remove_dir_all(dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("removing {}", dir.display()), e)),
+        BenchmarkKind::Jsonl => {
+            Arc::new(JsonlBenchmark::new(cfg.cases.clone().ok_or_else(|| {
+                Error::invalid("jsonl benchmark needs a case file")
+            })?))
         }
-    }
-    Ok(())
+    })
 }
 
 /// Text of a JSON answer for comparison: strings as they are, anything else as JSON.
@@ -122,7 +107,13 @@ mod tests {
             evaluators: vec![],
             metadata: serde_json::Value::Null,
         };
-        assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
+        assert!(
+            grade_expected(
+                &task,
+                &result(TerminatedBy::Completed, Some(json!(" 42\n")))
+            )
+            .passed
+        );
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);
         assert!(!grade_expected(&task, &result(TerminatedBy::Completed, Some(json!("41")))).passed);
         let err = grade_expected(&task, &result(TerminatedBy::AgentError, Some(json!("42"))));

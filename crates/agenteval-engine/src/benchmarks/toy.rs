@@ -23,7 +23,11 @@ pub struct ToyBenchmark {
 
 impl ToyBenchmark {
     pub fn new(size: u64, latency_ms: u64, slow_ms: u64) -> Self {
-        ToyBenchmark { size, latency_ms, slow_ms }
+        ToyBenchmark {
+            size,
+            latency_ms,
+            slow_ms,
+        }
     }
 
     /// Task `i`, the same on every call.
@@ -31,8 +35,16 @@ impl ToyBenchmark {
         let behaviour = BEHAVIOURS[(i % 5) as usize];
         let (a, b) = (i % 97, (i * 7) % 89);
         let correct = a + b;
-        let answer = if behaviour == "fail" { correct + 1 } else { correct };
-        let latency = if behaviour == "slow" { self.slow_ms } else { self.latency_ms };
+        let answer = if behaviour == "fail" {
+            correct + 1
+        } else {
+            correct
+        };
+        let latency = if behaviour == "slow" {
+            self.slow_ms
+        } else {
+            self.latency_ms
+        };
         let mut mock = json!({
             "answer": answer.to_string(),
             "latency_ms": latency,
@@ -64,22 +76,42 @@ impl BenchmarkAdapter for ToyBenchmark {
     }
 
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
-        let limit = filter.limit.unwrap_or(u64::MAX);
         let mut out = Vec::new();
+        self.for_each_task(filter, &mut |t| {
+            out.push(t);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    async fn for_each_task(
+        &self,
+        filter: &TaskFilter,
+        f: &mut (dyn FnMut(TaskSpec) -> Result<()> + Send),
+    ) -> Result<()> {
+        let limit = filter.limit.unwrap_or(u64::MAX);
+        let mut n = 0u64;
         for i in 0..self.size {
-            if out.len() as u64 >= limit {
+            if n >= limit {
                 break;
             }
             let t = self.task(i);
             if filter.matches(&t) {
-                out.push(t);
+                n += 1;
+                f(t)?;
             }
         }
-        Ok(out)
+        Ok(())
     }
 
-    async fn prepare_environment(&self, run: &agenteval_core::RunId, task: &TaskSpec) -> Result<agenteval_core::traits::TaskEnvironment> {
-        super::make_scratch(run, task)
+    /// Tasks are pure data: nothing to set up.
+    async fn prepare_environment(
+        &self,
+        _run: &agenteval_core::RunId,
+        _task: &TaskSpec,
+    ) -> Result<agenteval_core::traits::TaskEnvironment> {
+        Ok(Default::default())
     }
 
     async fn grade(
@@ -91,8 +123,8 @@ impl BenchmarkAdapter for ToyBenchmark {
         super::grade_expected(task, result)
     }
 
-    async fn teardown(&self, env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
-        super::remove_scratch(env)
+    async fn teardown(&self, _env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
+        Ok(())
     }
 }
 
@@ -107,9 +139,24 @@ mod tests {
         assert_eq!(all.len(), 12);
         assert_eq!(all, b.list_tasks(&TaskFilter::default()).await.unwrap());
         assert_eq!(all[3].tags, vec!["limit"]);
-        let slow = b.list_tasks(&TaskFilter { tags: vec!["slow".into()], ..Default::default() }).await.unwrap();
-        assert_eq!(slow.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec!["toy-0000004", "toy-0000009"]);
-        let lim = b.list_tasks(&TaskFilter { limit: Some(2), ..Default::default() }).await.unwrap();
+        let slow = b
+            .list_tasks(&TaskFilter {
+                tags: vec!["slow".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            slow.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
+            vec!["toy-0000004", "toy-0000009"]
+        );
+        let lim = b
+            .list_tasks(&TaskFilter {
+                limit: Some(2),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
         assert_eq!(lim.len(), 2);
     }
 }
