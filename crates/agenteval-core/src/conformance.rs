@@ -142,6 +142,7 @@ fn run_record(run: RunId, name: &str) -> RunRecord {
         finished_at: None,
         heartbeat_at: now,
         cancel_requested: false,
+        controller: "host:1".into(),
         epoch: 0,
     }
 }
@@ -289,6 +290,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
         status: Some(RunStatus::Interrupted),
         finished_at: Some(Utc::now()),
         epoch: Some(1),
+        controller: Some("other:2".into()),
         ..Default::default()
     };
     index.update_run(&run, &fin).await.unwrap();
@@ -296,6 +298,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(got.status, RunStatus::Interrupted);
     assert!(got.finished_at.is_some());
     assert_eq!(got.epoch, 1);
+    assert_eq!(got.controller, "other:2");
     let missing = index.update_run(&RunId::new(), &upd).await.unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound);
 

@@ -367,6 +367,9 @@ pub struct RunRecord {
     /// Last sign of life of the controller; a `running` run with an old heartbeat was abandoned.
     pub heartbeat_at: DateTime<Utc>,
     pub cancel_requested: bool,
+    /// `host:pid` of the controller driving the run, so that a dead one is noticed at once on
+    /// the same machine (elsewhere the heartbeat tells).
+    pub controller: String,
     /// How many times the run was resumed; also the prefix of the job ids of the latest resume.
     pub epoch: u32,
 }
@@ -379,6 +382,7 @@ pub struct RunUpdate {
     pub heartbeat: bool,
     pub cancel_requested: Option<bool>,
     pub epoch: Option<u32>,
+    pub controller: Option<String>,
 }
 
 /// A task as the index records it.

@@ -193,6 +193,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         finished_at: None,
         heartbeat_at: now,
         cancel_requested: false,
+        controller: controller_id(),
         epoch: 0,
     };
     index.create_run(&record, tasks.ids()).await?;
@@ -232,13 +233,51 @@ pub async fn locate(index: &dyn RunIndex, run_id: &RunId) -> Result<Located> {
     })
 }
 
-/// Whether the run's controller is still alive, judged by its heartbeat.
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// `host:pid` of this process.
+pub fn controller_id() -> String {
+    format!("{}:{}", hostname(), std::process::id())
+}
+
+/// Whether the run's controller is still alive: its heartbeat is fresh and, when it ran on this
+/// machine, its process exists.
 pub fn controller_alive(record: &RunRecord) -> bool {
-    record.status == RunStatus::Running
-        && (Utc::now() - record.heartbeat_at)
-            .to_std()
-            .map(|d| d < STALE_HEARTBEAT)
-            .unwrap_or(true)
+    if record.status != RunStatus::Running {
+        return false;
+    }
+    let fresh = (Utc::now() - record.heartbeat_at)
+        .to_std()
+        .map(|d| d < STALE_HEARTBEAT)
+        .unwrap_or(true);
+    match record.controller.rsplit_once(':') {
+        Some((host, pid)) if fresh && host == hostname() => pid
+            .parse::<i32>()
+            .is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()),
+        _ => fresh,
+    }
+}
+
+/// Stops workers a dead controller left behind, so that a resume does not race them.
+async fn stop_leftovers(
+    index: &dyn RunIndex,
+    backend: &dyn CloudBackend,
+    run_id: &RunId,
+) -> Result<()> {
+    for job in index.list_jobs(run_id).await? {
+        if job.status == "running" {
+            backend.cancel_job(&job.handle, "controller gone").await?;
+            let mut j = job.clone();
+            j.status = "cancelled".into();
+            j.updated_at = Utc::now();
+            index.record_job(&j).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Re-dispatches every task the index does not record as completed, into the same bundle.
@@ -274,6 +313,8 @@ pub async fn resume(
         .filter(|&i| !done.contains(tasks.id(i as usize)))
         .collect();
     let epoch = record.epoch + 1;
+    let backend = factory::backend_for(&config, &opts.exe)?;
+    stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
     index
         .update_run(
             run_id,
@@ -282,6 +323,7 @@ pub async fn resume(
                 cancel_requested: Some(false),
                 epoch: Some(epoch),
                 heartbeat: true,
+                controller: Some(controller_id()),
                 ..Default::default()
             },
         )
@@ -293,7 +335,6 @@ pub async fn resume(
     store
         .put(run_id, layout::METADATA, &to_json_bytes(&meta))
         .await?;
-    let backend = factory::backend_for(&config, &opts.exe)?;
     let run = Run {
         run_id: *run_id,
         index_uri: factory::index_uri(&config),
@@ -357,15 +398,7 @@ pub async fn cancel(
     }
     // The controller is gone: stop what it left running and seal.
     let backend = factory::backend_for(&located.config, exe)?;
-    for job in index.list_jobs(run_id).await? {
-        if job.status == "running" {
-            backend.cancel_job(&job.handle, "run cancelled").await?;
-            let mut j = job.clone();
-            j.status = "cancelled".into();
-            j.updated_at = Utc::now();
-            index.record_job(&j).await?;
-        }
-    }
+    stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
     for t in index.list_tasks(run_id).await? {
         if matches!(t.state, TaskState::Queued | TaskState::Running) {
             index

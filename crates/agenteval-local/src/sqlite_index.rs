@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at TEXT,
     heartbeat_at TEXT NOT NULL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
+    controller TEXT NOT NULL DEFAULT '',
     epoch INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at DESC);
@@ -180,6 +181,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
             .transpose()?,
         heartbeat_at: parse_ts(&r.get::<_, String>("heartbeat_at")?)?,
         cancel_requested: r.get::<_, i64>("cancel_requested")? != 0,
+        controller: r.get("controller")?,
         epoch: r.get::<_, i64>("epoch")? as u32,
     })
 }
@@ -267,8 +269,8 @@ impl RunIndex for SqliteRunIndex {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| db_err("begin", e))?;
             tx.execute(
                 "INSERT INTO runs (run_id, name, benchmark, agent, backend, status, bundle_uri, config_hash,
-                   tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                   tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch, controller)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 params![
                     run.run_id.to_string(),
                     run.name,
@@ -285,6 +287,7 @@ impl RunIndex for SqliteRunIndex {
                     ts(run.heartbeat_at),
                     run.cancel_requested as i64,
                     run.epoch as i64,
+                    run.controller,
                 ],
             )
             .map_err(|e| db_err("inserting run", e))?;
@@ -340,6 +343,7 @@ impl RunIndex for SqliteRunIndex {
                         heartbeat_at = CASE WHEN ?4 THEN ?5 ELSE heartbeat_at END,
                         cancel_requested = COALESCE(?6, cancel_requested),
                         epoch = COALESCE(?7, epoch),
+                        controller = COALESCE(?8, controller),
                         updated_at = ?5
                      WHERE run_id = ?1",
                     params![
@@ -350,6 +354,7 @@ impl RunIndex for SqliteRunIndex {
                         now,
                         u.cancel_requested.map(|b| b as i64),
                         u.epoch.map(|e| e as i64),
+                        u.controller,
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;

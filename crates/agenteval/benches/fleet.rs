@@ -25,7 +25,8 @@ struct Outcome {
 
 fn children_cpu() -> Duration {
     let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(u.user_time()) + tv(u.system_time())
 }
 
@@ -52,7 +53,11 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     let mut peak = 0u64;
     while child.try_wait().unwrap().is_none() {
         if let Ok(s) = std::fs::read_to_string(&status_file) {
-            if let Some(kb) = s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").parse().ok()) {
+            if let Some(kb) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            {
                 peak = peak.max(kb);
             }
         }
@@ -62,26 +67,52 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     let out = child.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json output");
     assert_eq!(v["status"], "complete", "{name}: {v}");
-    assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
-    Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }
+    assert_eq!(
+        v["summary"]["tasks_finished"].as_u64(),
+        Some(tasks),
+        "{name}"
+    );
+    Outcome {
+        tasks,
+        wall,
+        cpu: children_cpu() - cpu0,
+        peak_rss_kb: peak,
+    }
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing we use.
-    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1.0);
     let n = |x: u64| ((x as f64 * scale) as u64).max(10);
-    let dir = tempfile::Builder::new().prefix("agenteval-bench-").tempdir().unwrap();
-    println!("agenteval fleet benchmark ({} cores, scale {scale})", std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1));
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-bench-")
+        .tempdir()
+        .unwrap();
+    println!(
+        "agenteval fleet benchmark ({} cores, scale {scale})",
+        std::thread::available_parallelism()
+            .map(|p| p.get())
+            .unwrap_or(1)
+    );
 
     let a = scenario(dir.path(), "sharded", n(10_000), 100, 2);
     let b = scenario(dir.path(), "per-task", n(10_000), 1, 4);
     let c = scenario(dir.path(), "large", n(100_000), 1_000, 2);
 
     let ms = |d: Duration, t: u64| d.as_secs_f64() * 1000.0 / t as f64;
-    println!("{:<44} {:>10} {:>14} {:>14} {:>12}", "scenario", "wall (s)", "wall/task (ms)", "cpu/task (ms)", "peak RSS");
+    println!(
+        "{:<44} {:>10} {:>14} {:>14} {:>12}",
+        "scenario", "wall (s)", "wall/task (ms)", "cpu/task (ms)", "peak RSS"
+    );
     for (label, o) in [
         (format!("{} tasks, 100 per job, 2 in flight", a.tasks), &a),
-        (format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks), &b),
+        (
+            format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks),
+            &b,
+        ),
         (format!("{} tasks, 1000 per job, 2 in flight", c.tasks), &c),
     ] {
         println!(

@@ -470,3 +470,169 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
         "secret leaked to the terminal"
     );
 }
+
+fn only_bundle(ws: &Workspace) -> Option<PathBuf> {
+    std::fs::read_dir(ws.runs())
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+}
+
+#[test]
+fn the_run_budget_stops_dispatching_and_seals_budget_exceeded() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 40, 50, 1, 2);
+    let (v, code, _) = ws.submit(&cfg, &["--set", "max_run_cost_usd=0.004"]);
+    assert_eq!(code, 3, "{v}");
+    assert_eq!(v["status"], "budget_exceeded");
+    let finished = v["summary"]["tasks_finished"].as_u64().unwrap();
+    assert!(finished > 0 && finished < 40, "stopped early: {finished}");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let idx = ws.index();
+    let st = ws.run(&[
+        "status",
+        v["run_id"].as_str().unwrap(),
+        "--json",
+        "--index",
+        idx.to_str().unwrap(),
+    ]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["run"]["status"], "budget_exceeded");
+    assert!(st["tasks"]["cost_usd"].as_f64().unwrap() >= 0.004);
+}
+
+#[test]
+fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 3, 1500, 1, 3);
+    let child = ws.spawn(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "backend.max_attempts=1",
+    ]);
+    let mut victim = None;
+    wait_until("a worker mid-task", Duration::from_secs(30), || {
+        for (pid, job) in workers_under(ws.path()) {
+            let Ok(spec) = std::fs::read(&job) else {
+                continue;
+            };
+            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
+            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
+            if PathBuf::from(spec["bundle_uri"].as_str().unwrap())
+                .join(format!("tasks/{task}/trace.jsonl"))
+                .exists()
+            {
+                kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
+                victim = Some(task);
+                return true;
+            }
+        }
+        false
+    });
+    let victim = victim.unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "failed");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = read_json(&bundle.join(format!("tasks/{victim}/result.json")));
+    assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+    assert!(
+        r["agent"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("killed by SIGKILL"),
+        "{r}"
+    );
+    assert_eq!(
+        v["summary"]["tasks_finished"], 3,
+        "the given-up task is accounted for"
+    );
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+}
+
+#[test]
+fn cancel_from_another_terminal_stops_the_run() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 20, 700, 1, 2);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("two results", Duration::from_secs(30), || {
+        only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2)
+    });
+    let run = only_bundle(&ws)
+        .unwrap()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let out = ws.run(&[
+        "cancel",
+        &run,
+        "--json",
+        "--index",
+        ws.index().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(c["status"], "interrupted");
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    assert!(v["summary"]["tasks_finished"].as_u64().unwrap() < 20);
+    assert!(workers_under(ws.path()).is_empty());
+    assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
+}
+
+#[test]
+fn a_killed_controller_leaves_an_inspectable_run_that_resume_finishes() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 8, 700, 1, 2);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("two results", Duration::from_secs(30), || {
+        only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2)
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let _ = wait_output(child, Duration::from_secs(10));
+    let bundle = only_bundle(&ws).unwrap();
+    let run = bundle.file_name().unwrap().to_string_lossy().to_string();
+    let idx = ws.index();
+
+    // The index says what happened.
+    let st = ws.run(&["status", &run, "--json", "--index", idx.to_str().unwrap()]);
+    let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(st["run"]["status"], "running");
+    assert_eq!(st["run"]["controller_alive"], false, "{st}");
+    let human = text(
+        &ws.run(&["status", &run, "--index", idx.to_str().unwrap()])
+            .stdout,
+    );
+    assert!(human.contains("controller gone"), "{human}");
+
+    // The partial bundle is valid and inspectable.
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("not sealed"));
+    let report = ws.run(&["report", &run, "--index", idx.to_str().unwrap()]);
+    assert!(report.status.success());
+    assert!(
+        text(&report.stdout).contains("have no result"),
+        "{}",
+        text(&report.stdout)
+    );
+
+    let out = ws.run(&["resume", &run, "--json", "--index", idx.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 8);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+    assert_index_agrees(&ws, &run, &bundle);
+}
