@@ -373,22 +373,23 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         }
     };
     let known: BTreeSet<&str> = specs.ids().iter().map(|t| t.as_str()).collect();
-    if let Some(m) = &meta {
-        if !specs.is_empty() && specs.len() as u64 != m.tasks_total {
-            v.problems.push(format!(
-                "{}: {} tasks, metadata says {}",
-                layout::TASKS,
-                specs.len(),
-                m.tasks_total
-            ));
-        }
+    if let Some(m) = &meta
+        && !specs.is_empty()
+        && specs.len() as u64 != m.tasks_total
+    {
+        v.problems.push(format!(
+            "{}: {} tasks, metadata says {}",
+            layout::TASKS,
+            specs.len(),
+            m.tasks_total
+        ));
     }
     let mut task_dirs: BTreeSet<String> = BTreeSet::new();
     for f in &files {
-        if let Some(rest) = f.strip_prefix("tasks/") {
-            if let Some((dir, _)) = rest.split_once('/') {
-                task_dirs.insert(dir.to_string());
-            }
+        if let Some(rest) = f.strip_prefix("tasks/")
+            && let Some((dir, _)) = rest.split_once('/')
+        {
+            task_dirs.insert(dir.to_string());
         }
     }
     for dir in &task_dirs {
@@ -422,46 +423,46 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     }
 
     // Cross-file: summary against the results.
-    if let Some(m) = &meta {
-        if sealed && present.contains(layout::SUMMARY) {
-            match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
-                Err(e) => v.problems.push(e.to_string()),
-                Ok(s) => {
-                    let (re, _) = summarize(store, run, specs.ids(), m.status).await?;
-                    if s.status != m.status {
-                        v.problems.push(format!(
-                            "{}: status {} but metadata says {}",
-                            layout::SUMMARY,
-                            s.status.as_str(),
-                            m.status.as_str()
-                        ));
-                    }
-                    if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
-                        v.problems.push(format!(
-                            "{}: {} finished / {} passed, but the task results give {} / {}",
-                            layout::SUMMARY,
-                            s.tasks_finished,
-                            s.passed,
-                            re.tasks_finished,
-                            re.passed
-                        ));
-                    }
-                    if !close(s.total_cost_usd, re.total_cost_usd)
-                        || s.total_tokens != re.total_tokens
-                    {
-                        v.problems.push(format!(
-                            "{}: cost or tokens disagree with the task results",
-                            layout::SUMMARY
-                        ));
-                    }
-                    if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
-                        v.problems.push(format!(
-                            "{}: run is complete but {} of {} tasks have results",
-                            layout::SUMMARY,
-                            s.tasks_finished,
-                            m.tasks_total
-                        ));
-                    }
+    if let Some(m) = &meta
+        && sealed
+        && present.contains(layout::SUMMARY)
+    {
+        match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
+            Err(e) => v.problems.push(e.to_string()),
+            Ok(s) => {
+                let (re, _) = summarize(store, run, specs.ids(), m.status).await?;
+                if s.status != m.status {
+                    v.problems.push(format!(
+                        "{}: status {} but metadata says {}",
+                        layout::SUMMARY,
+                        s.status.as_str(),
+                        m.status.as_str()
+                    ));
+                }
+                if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
+                    v.problems.push(format!(
+                        "{}: {} finished / {} passed, but the task results give {} / {}",
+                        layout::SUMMARY,
+                        s.tasks_finished,
+                        s.passed,
+                        re.tasks_finished,
+                        re.passed
+                    ));
+                }
+                if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens
+                {
+                    v.problems.push(format!(
+                        "{}: cost or tokens disagree with the task results",
+                        layout::SUMMARY
+                    ));
+                }
+                if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
+                    v.problems.push(format!(
+                        "{}: run is complete but {} of {} tasks have results",
+                        layout::SUMMARY,
+                        s.tasks_finished,
+                        m.tasks_total
+                    ));
                 }
             }
         }

@@ -476,14 +476,15 @@ async fn drive(
             counts = run.index.task_counts(&run.run_id).await?;
             last_counts = Instant::now();
             progress.update(&view(&counts, in_flight.len(), counters.retried));
-            if let Some(max) = run.config.max_run_cost_usd {
-                if counts.cost_usd >= max && stop.is_none() {
-                    progress.message(&format!(
-                        "run budget ${max:.4} reached (spent ${:.4}); stopping",
-                        counts.cost_usd
-                    ));
-                    stop = Some(StopReason::Budget);
-                }
+            if let Some(max) = run.config.max_run_cost_usd
+                && counts.cost_usd >= max
+                && stop.is_none()
+            {
+                progress.message(&format!(
+                    "run budget ${max:.4} reached (spent ${:.4}); stopping",
+                    counts.cost_usd
+                ));
+                stop = Some(StopReason::Budget);
             }
         }
         if last_beat.elapsed() >= HEARTBEAT_EVERY {
@@ -497,13 +498,12 @@ async fn drive(
                     },
                 )
                 .await?;
-            if stop.is_none() {
-                if let Some(r) = run.index.get_run(&run.run_id).await? {
-                    if r.cancel_requested {
-                        progress.message("cancel requested; stopping");
-                        stop = Some(StopReason::Interrupted);
-                    }
-                }
+            if stop.is_none()
+                && let Some(r) = run.index.get_run(&run.run_id).await?
+                && r.cancel_requested
+            {
+                progress.message("cancel requested; stopping");
+                stop = Some(StopReason::Interrupted);
             }
         }
         if last_telemetry.elapsed() >= TELEMETRY_EVERY {

@@ -98,21 +98,21 @@ impl EventSink for TraceSink {
                 reason: format!("cannot write trace: {e}"),
             });
         }
-        if let Some(max) = self.limits.max_tokens {
-            if self.tokens > max {
-                return Err(Stop {
-                    terminated_by: TerminatedBy::LimitTokens,
-                    reason: format!("used {} tokens, limit {max}", self.tokens),
-                });
-            }
+        if let Some(max) = self.limits.max_tokens
+            && self.tokens > max
+        {
+            return Err(Stop {
+                terminated_by: TerminatedBy::LimitTokens,
+                reason: format!("used {} tokens, limit {max}", self.tokens),
+            });
         }
-        if let Some(max) = self.limits.max_cost_usd {
-            if self.cost > max {
-                return Err(Stop {
-                    terminated_by: TerminatedBy::LimitCost,
-                    reason: format!("spent ${:.6}, limit ${max:.6}", self.cost),
-                });
-            }
+        if let Some(max) = self.limits.max_cost_usd
+            && self.cost > max
+        {
+            return Err(Stop {
+                terminated_by: TerminatedBy::LimitCost,
+                reason: format!("spent ${:.6}, limit ${max:.6}", self.cost),
+            });
         }
         Ok(())
     }
@@ -249,10 +249,10 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
         Ok(env) => run_and_grade(ctx, task, env, &mut log).await,
         Err(e) => Err(e.clone_message()),
     };
-    if let Ok(env) = &env {
-        if let Err(e) = ctx.benchmark.teardown(env).await {
-            log.push(format!("teardown failed: {e}"));
-        }
+    if let Ok(env) = &env
+        && let Err(e) = ctx.benchmark.teardown(env).await
+    {
+        log.push(format!("teardown failed: {e}"));
     }
     let (agent, scores) = match result {
         Ok(x) => x,

@@ -128,16 +128,16 @@ fn read_secrets_file(path: &Path, name: &str) -> Result<Option<Secret>> {
             continue;
         }
         let line = line.strip_prefix("export ").unwrap_or(line);
-        if let Some((k, v)) = line.split_once('=') {
-            if k.trim() == name {
-                let v = v.trim();
-                let v = v
-                    .strip_prefix('"')
-                    .and_then(|x| x.strip_suffix('"'))
-                    .or_else(|| v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
-                    .unwrap_or(v);
-                return Ok(Some(Secret::new(v)));
-            }
+        if let Some((k, v)) = line.split_once('=')
+            && k.trim() == name
+        {
+            let v = v.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|x| x.strip_suffix('"'))
+                .or_else(|| v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
+                .unwrap_or(v);
+            return Ok(Some(Secret::new(v)));
         }
     }
     Ok(None)
@@ -267,10 +267,10 @@ impl CloudBackend for LocalProcessBackend {
     }
 
     async fn fetch_secret(&self, name: &str) -> Result<Secret> {
-        if let Some(file) = &self.secrets_file {
-            if let Some(s) = read_secrets_file(file, name)? {
-                return Ok(s);
-            }
+        if let Some(file) = &self.secrets_file
+            && let Some(s) = read_secrets_file(file, name)?
+        {
+            return Ok(s);
         }
         match std::env::var(name) {
             Ok(v) => Ok(Secret::new(v)),

@@ -52,14 +52,13 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     let status_file = format!("/proc/{}/status", child.id());
     let mut peak = 0u64;
     while child.try_wait().unwrap().is_none() {
-        if let Ok(s) = std::fs::read_to_string(&status_file) {
-            if let Some(kb) = s
+        if let Ok(s) = std::fs::read_to_string(&status_file)
+            && let Some(kb) = s
                 .lines()
                 .find_map(|l| l.strip_prefix("VmHWM:"))
                 .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            {
-                peak = peak.max(kb);
-            }
+        {
+            peak = peak.max(kb);
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -282,10 +282,10 @@ impl EvaluatorConfig {
         match self.kind {
             EvaluatorKind::Regex => {
                 need("pattern", self.pattern.is_some());
-                if let Some(p) = &self.pattern {
-                    if let Err(e) = regex::Regex::new(p) {
-                        problems.push((format!("{at}/pattern"), format!("invalid regex: {e}")));
-                    }
+                if let Some(p) = &self.pattern
+                    && let Err(e) = regex::Regex::new(p)
+                {
+                    problems.push((format!("{at}/pattern"), format!("invalid regex: {e}")));
                 }
             }
             EvaluatorKind::MaxSteps => need("max_steps", self.max_steps.is_some()),
@@ -301,7 +301,7 @@ impl EvaluatorConfig {
             ("max_cost_usd", self.max_cost_usd),
             ("max_seconds", self.max_seconds),
         ] {
-            if v.is_some_and(|v| !(v >= 0.0)) {
+            if v.is_some_and(|v| v < 0.0) {
                 problems.push((format!("{at}/{field}"), "must be zero or more".into()));
             }
         }
@@ -445,7 +445,7 @@ impl RunConfig {
             ("max_wall_seconds", self.agent.limits.max_wall_seconds),
             ("max_cost_usd", self.agent.limits.max_cost_usd),
         ] {
-            if v.is_some_and(|v| !(v > 0.0)) {
+            if v.is_some_and(|v| v <= 0.0) {
                 p.push((
                     format!("/agent/limits/{name}"),
                     "must be greater than zero".into(),
@@ -485,7 +485,7 @@ impl RunConfig {
         if self.repetitions == 0 {
             p.push(("/repetitions".into(), "must be at least 1".into()));
         }
-        if self.max_run_cost_usd.is_some_and(|v| !(v > 0.0)) {
+        if self.max_run_cost_usd.is_some_and(|v| v <= 0.0) {
             p.push((
                 "/max_run_cost_usd".into(),
                 "must be greater than zero".into(),

@@ -154,14 +154,13 @@ pub fn workers_under(root: &Path) -> Vec<(i32, PathBuf)> {
             .split(|b| *b == 0)
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
-        if args.iter().any(|a| a == "worker") {
-            if let Some(job) = args
+        if args.iter().any(|a| a == "worker")
+            && let Some(job) = args
                 .iter()
                 .find(|a| a.starts_with(&root) && a.ends_with("job.json"))
-            {
-                // Zombies have an empty cmdline, so anything here is alive.
-                out.push((pid, PathBuf::from(job)));
-            }
+        {
+            // Zombies have an empty cmdline, so anything here is alive.
+            out.push((pid, PathBuf::from(job)));
         }
     }
     out
