@@ -74,6 +74,36 @@ impl std::fmt::Debug for SqliteRunIndex {
     }
 }
 
+/// Version of the schema this build writes, kept in `PRAGMA user_version`.
+const SCHEMA_VERSION: i64 = 1;
+
+/// Brings an index written by an older build up to date. Columns are only ever added, with
+/// defaults, so older rows stay readable.
+fn migrate(conn: &Connection) -> Result<()> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| db_err("reading schema version", e))?;
+    if version > SCHEMA_VERSION {
+        return Err(Error::invalid(format!(
+            "the run index was written by a newer agenteval (schema {version}, this build knows {SCHEMA_VERSION})"
+        )));
+    }
+    let has_controller: bool = conn
+        .query_row(
+            "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'controller'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+        .map_err(|e| db_err("reading schema", e))?;
+    if !has_controller {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN controller TEXT NOT NULL DEFAULT ''")
+            .map_err(|e| db_err("migrating schema", e))?;
+    }
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(|e| db_err("writing schema version", e))
+}
+
 fn ts(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Micros, true)
 }
@@ -136,6 +166,7 @@ impl SqliteRunIndex {
             .map_err(|e| db_err("configuring", e))?;
         conn.execute_batch(SCHEMA)
             .map_err(|e| db_err("creating schema", e))?;
+        migrate(&conn)?;
         Ok(SqliteRunIndex {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
@@ -513,6 +544,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let index = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
         agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+    }
+
+    #[tokio::test]
+    async fn an_index_from_before_the_controller_column_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.sqlite");
+        {
+            let c = Connection::open(&p).unwrap();
+            c.execute_batch(&SCHEMA.replace("    controller TEXT NOT NULL DEFAULT '',\n", ""))
+                .unwrap();
+        }
+        let index = SqliteRunIndex::open(&p).unwrap();
+        agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+        let newer = Connection::open(&p).unwrap();
+        newer.pragma_update(None, "user_version", 99).unwrap();
+        drop(newer);
+        let err = SqliteRunIndex::open(&p).unwrap_err();
+        assert!(err.to_string().contains("newer agenteval"), "{err}");
     }
 
     #[tokio::test]

@@ -65,21 +65,35 @@ fn exe() -> Result<PathBuf, Failure> {
         .map_err(Failure::from)
 }
 
-/// Ctrl-C handling for controllers: the first interrupt asks the run to stop cleanly (workers
-/// stop, the bundle is sealed `interrupted`); a second one exits at once.
+/// Interrupt handling for controllers: the first Ctrl-C (or SIGTERM, SIGHUP) asks the run to
+/// stop cleanly (workers stop, the bundle is sealed `interrupted`); a second one exits at once.
 fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
+    use tokio::signal::unix::{SignalKind, signal};
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            progress.message(
-                "interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)",
-            );
-            let _ = tx.send(true);
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("quitting without sealing; `agenteval resume` can finish the run");
-                std::process::exit(130);
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            tracing::warn!("cannot install signal handlers; Ctrl-C will not seal the bundle");
+            return;
+        };
+        let mut next = async || {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+                _ = hup.recv() => {}
             }
-        }
+        };
+        next().await;
+        progress.message(
+            "interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)",
+        );
+        let _ = tx.send(true);
+        next().await;
+        eprintln!("quitting without sealing; `agenteval resume` can finish the run");
+        std::process::exit(130);
     });
     rx
 }
@@ -243,7 +257,11 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
         t.add_row(vec![
             r.run_id.to_string(),
             r.name.clone(),
-            r.status.as_str().to_string(),
+            if r.status == RunStatus::Running && !controller::controller_alive(r) {
+                "running (controller gone)".to_string()
+            } else {
+                r.status.as_str().to_string()
+            },
             r.benchmark.clone(),
             r.backend.clone(),
             r.tasks_total.to_string(),

@@ -53,6 +53,23 @@ impl<E: Into<anyhow::Error>> From<E> for Failure {
     }
 }
 
+/// The error and its causes, skipping a cause whose text the message already carries (library
+/// errors embed their source's text so that they read well on their own).
+fn render_chain(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -83,8 +100,7 @@ pub fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            let text = format!("{:#}", f.error);
-            eprintln!("error: {}", text.trim_end());
+            eprintln!("error: {}", render_chain(&f.error).trim_end());
             ExitCode::from(f.code)
         }
     }

@@ -636,3 +636,20 @@ fn a_killed_controller_leaves_an_inspectable_run_that_resume_finishes() {
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
     assert_index_agrees(&ws, &run, &bundle);
 }
+
+#[test]
+fn sigterm_to_the_controller_seals_like_ctrl_c() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 10, 700, 1, 2);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("a result", Duration::from_secs(30), || {
+        only_bundle(&ws).is_some_and(|b| !results(&b).is_empty())
+    });
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
+    assert!(workers_under(ws.path()).is_empty(), "workers stopped");
+}
