@@ -18,88 +18,40 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     let run = RunId::new();
     let other = RunId::new();
 
-    assert!(
-        !store.exists(&run, "a.json").await.unwrap(),
-        "fresh store has no files"
-    );
+    assert!(!store.exists(&run, "a.json").await.unwrap(), "fresh store has no files");
     let err = store.get(&run, "a.json").await.unwrap_err();
-    assert_eq!(
-        err.kind(),
-        ErrorKind::NotFound,
-        "get of a missing file is NotFound: {err}"
-    );
-    assert!(
-        store.list(&run, "").await.unwrap().is_empty(),
-        "list of an empty run"
-    );
+    assert_eq!(err.kind(), ErrorKind::NotFound, "get of a missing file is NotFound: {err}");
+    assert!(store.list(&run, "").await.unwrap().is_empty(), "list of an empty run");
 
     store.put(&run, "a.json", b"{\"x\":1}").await.unwrap();
-    store
-        .put(&run, "tasks/t1/result.json", b"r1")
-        .await
-        .unwrap();
-    store
-        .put(&run, "tasks/t2/result.json", b"r2")
-        .await
-        .unwrap();
-    store
-        .put(&other, "tasks/t9/result.json", b"other")
-        .await
-        .unwrap();
+    store.put(&run, "tasks/t1/result.json", b"r1").await.unwrap();
+    store.put(&run, "tasks/t2/result.json", b"r2").await.unwrap();
+    store.put(&other, "tasks/t9/result.json", b"other").await.unwrap();
     assert!(store.exists(&run, "a.json").await.unwrap());
     assert_eq!(store.get(&run, "a.json").await.unwrap(), b"{\"x\":1}");
 
     store.put(&run, "a.json", b"replaced").await.unwrap();
-    assert_eq!(
-        store.get(&run, "a.json").await.unwrap(),
-        b"replaced",
-        "put overwrites"
-    );
+    assert_eq!(store.get(&run, "a.json").await.unwrap(), b"replaced", "put overwrites");
 
     let all = store.list(&run, "").await.unwrap();
-    assert_eq!(
-        all,
-        vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"],
-        "list is sorted and run-scoped"
-    );
+    assert_eq!(all, vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"], "list is sorted and run-scoped");
     let tasks = store.list(&run, "tasks/").await.unwrap();
-    assert_eq!(
-        tasks,
-        vec!["tasks/t1/result.json", "tasks/t2/result.json"],
-        "list honours the prefix"
-    );
-    assert_eq!(
-        store.list(&run, "tasks/t1/").await.unwrap(),
-        vec!["tasks/t1/result.json"]
-    );
+    assert_eq!(tasks, vec!["tasks/t1/result.json", "tasks/t2/result.json"], "list honours the prefix");
+    assert_eq!(store.list(&run, "tasks/t1/").await.unwrap(), vec!["tasks/t1/result.json"]);
 
     let empty: Vec<u8> = vec![];
     store.put(&run, "empty.txt", &empty).await.unwrap();
-    assert_eq!(
-        store.get(&run, "empty.txt").await.unwrap(),
-        empty,
-        "empty files survive"
-    );
+    assert_eq!(store.get(&run, "empty.txt").await.unwrap(), empty, "empty files survive");
 
     let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
     store.put(&run, "artifacts/big.bin", &big).await.unwrap();
-    assert_eq!(
-        store.get(&run, "artifacts/big.bin").await.unwrap(),
-        big,
-        "large files round-trip"
-    );
+    assert_eq!(store.get(&run, "artifacts/big.bin").await.unwrap(), big, "large files round-trip");
 
     for bad in ["../escape", "/abs", "a/../b", "", "a//b"] {
-        assert!(
-            store.put(&run, bad, b"x").await.is_err(),
-            "path {bad:?} must be refused"
-        );
+        assert!(store.put(&run, bad, b"x").await.is_err(), "path {bad:?} must be refused");
     }
 
-    let mut app = store
-        .open_appender(&run, "tasks/t1/trace.jsonl")
-        .await
-        .unwrap();
+    let mut app = store.open_appender(&run, "tasks/t1/trace.jsonl").await.unwrap();
     app.append(b"{\"step\":0}\n").await.unwrap();
     app.append(b"{\"step\":1}\n").await.unwrap();
     app.finish().await.unwrap();
@@ -108,10 +60,7 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
         b"{\"step\":0}\n{\"step\":1}\n",
         "appended lines are all there, in order"
     );
-    let mut again = store
-        .open_appender(&run, "tasks/t1/trace.jsonl")
-        .await
-        .unwrap();
+    let mut again = store.open_appender(&run, "tasks/t1/trace.jsonl").await.unwrap();
     again.append(b"{\"step\":0}\n").await.unwrap();
     again.finish().await.unwrap();
     assert_eq!(
@@ -119,10 +68,7 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
         b"{\"step\":0}\n",
         "opening an appender starts the file over (a retried attempt replaces its trace)"
     );
-    assert!(
-        store.bundle_uri(&run).contains(&run.to_string()),
-        "the bundle uri names the run"
-    );
+    assert!(store.bundle_uri(&run).contains(&run.to_string()), "the bundle uri names the run");
 }
 
 fn run_record(run: RunId, name: &str) -> RunRecord {
@@ -155,30 +101,16 @@ fn tid(s: &str) -> TaskId {
 pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let run = RunId::new();
     let tasks = [tid("t1"), tid("t2"), tid("t3")];
-    index
-        .create_run(&run_record(run, "first"), &tasks)
-        .await
-        .unwrap();
-    let got = index
-        .get_run(&run)
-        .await
-        .unwrap()
-        .expect("created run is found");
+    index.create_run(&run_record(run, "first"), &tasks).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().expect("created run is found");
     assert_eq!(got.name, "first");
     assert_eq!(got.status, RunStatus::Running);
     assert_eq!(got.tasks_total, 3);
-    assert!(
-        index.get_run(&RunId::new()).await.unwrap().is_none(),
-        "unknown run is None"
-    );
+    assert!(index.get_run(&RunId::new()).await.unwrap().is_none(), "unknown run is None");
 
     let listed = index.list_tasks(&run).await.unwrap();
     assert_eq!(listed.len(), 3);
-    assert!(
-        listed
-            .iter()
-            .all(|t| t.state == TaskState::Pending && t.attempt == 0)
-    );
+    assert!(listed.iter().all(|t| t.state == TaskState::Pending && t.attempt == 0));
     assert_eq!(listed[0].task_id, tasks[0], "tasks are listed by id");
 
     let counts = index.task_counts(&run).await.unwrap();
@@ -190,14 +122,8 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!(index.record_task(&run, &q).await.unwrap());
     let r = TaskTransition::new(tid("t1"), 1, TaskState::Running).job(&job);
     assert!(index.record_task(&run, &r).await.unwrap());
-    assert!(
-        !index.record_task(&run, &q).await.unwrap(),
-        "running -> queued refused"
-    );
-    assert!(
-        !index.record_task(&run, &r).await.unwrap(),
-        "same state again refused"
-    );
+    assert!(!index.record_task(&run, &q).await.unwrap(), "running -> queued refused");
+    assert!(!index.record_task(&run, &r).await.unwrap(), "same state again refused");
     let t1 = index.get_task(&run, &tid("t1")).await.unwrap().unwrap();
     assert_eq!((t1.state, t1.attempt), (TaskState::Running, 1));
     assert_eq!(t1.job_id.as_ref(), Some(&job));
@@ -213,15 +139,9 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!(index.record_task(&run, &done).await.unwrap());
     let mut late = TaskTransition::new(tid("t1"), 3, TaskState::Completed);
     late.passed = Some(false);
-    assert!(
-        !index.record_task(&run, &late).await.unwrap(),
-        "a completed task never changes"
-    );
+    assert!(!index.record_task(&run, &late).await.unwrap(), "a completed task never changes");
     let stale = TaskTransition::new(tid("t1"), 1, TaskState::Completed);
-    assert!(
-        !index.record_task(&run, &stale).await.unwrap(),
-        "an older attempt cannot complete"
-    );
+    assert!(!index.record_task(&run, &stale).await.unwrap(), "an older attempt cannot complete");
     let t1 = index.get_task(&run, &tid("t1")).await.unwrap().unwrap();
     assert_eq!(t1.state, TaskState::Completed);
     assert_eq!(t1.passed, Some(true));
@@ -234,10 +154,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let mut b = a.clone();
     b.passed = Some(false);
     let (ra, rb) = tokio::join!(index.record_task(&run, &a), index.record_task(&run, &b));
-    assert!(
-        ra.unwrap() ^ rb.unwrap(),
-        "exactly one racing completion applies"
-    );
+    assert!(ra.unwrap() ^ rb.unwrap(), "exactly one racing completion applies");
 
     let mut f = TaskTransition::new(tid("t3"), 1, TaskState::Failed);
     f.terminated_by = Some(TerminatedBy::InfraFailure);
@@ -251,10 +168,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(counts.pending + counts.queued + counts.running, 0);
     assert_eq!(counts.finished(), 3);
     assert!(counts.passed >= 1);
-    assert!(
-        (counts.cost_usd - 0.25).abs() < 1e-9,
-        "cost sums completed tasks"
-    );
+    assert!((counts.cost_usd - 0.25).abs() < 1e-9, "cost sums completed tasks");
     assert_eq!(counts.tokens, 100);
 
     // Batches apply each transition by the same rules.
@@ -263,11 +177,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
         TaskTransition::new(tid("t1"), 9, TaskState::Queued),
         TaskTransition::new(tid("t3"), 2, TaskState::Running),
     ];
-    assert_eq!(
-        index.record_tasks(&run, &batch).await.unwrap(),
-        vec![true, false, true],
-        "batch follows the rules"
-    );
+    assert_eq!(index.record_tasks(&run, &batch).await.unwrap(), vec![true, false, true], "batch follows the rules");
     let mut f2 = TaskTransition::new(tid("t3"), 2, TaskState::Failed);
     f2.terminated_by = Some(TerminatedBy::InfraFailure);
     assert!(index.record_task(&run, &f2).await.unwrap());
@@ -277,11 +187,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(err.kind(), ErrorKind::NotFound, "unknown task: {err}");
 
     // Run updates.
-    let upd = RunUpdate {
-        cancel_requested: Some(true),
-        heartbeat: true,
-        ..Default::default()
-    };
+    let upd = RunUpdate { cancel_requested: Some(true), heartbeat: true, ..Default::default() };
     index.update_run(&run, &upd).await.unwrap();
     let got = index.get_run(&run).await.unwrap().unwrap();
     assert!(got.cancel_requested);
@@ -303,11 +209,7 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(missing.kind(), ErrorKind::NotFound);
 
     // Jobs.
-    let handle = JobHandle {
-        job_id: job.clone(),
-        attempt: 1,
-        native_id: "pid:42".into(),
-    };
+    let handle = JobHandle { job_id: job.clone(), attempt: 1, native_id: "pid:42".into() };
     let mut jr = JobRecord {
         run_id: run,
         handle: handle.clone(),
@@ -326,19 +228,10 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     // Listing runs: newest first.
     std::thread::sleep(std::time::Duration::from_millis(3));
     let newer = RunId::new();
-    index
-        .create_run(&run_record(newer, "second"), &[tid("x")])
-        .await
-        .unwrap();
+    index.create_run(&run_record(newer, "second"), &[tid("x")]).await.unwrap();
     let runs = index.list_runs(100).await.unwrap();
-    let pos_old = runs
-        .iter()
-        .position(|r| r.run_id == run)
-        .expect("old run listed");
-    let pos_new = runs
-        .iter()
-        .position(|r| r.run_id == newer)
-        .expect("new run listed");
+    let pos_old = runs.iter().position(|r| r.run_id == run).expect("old run listed");
+    let pos_new = runs.iter().position(|r| r.run_id == newer).expect("new run listed");
     assert!(pos_new < pos_old, "newest first");
     assert_eq!(index.list_runs(1).await.unwrap().len(), 1, "limit honoured");
 

@@ -66,11 +66,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        Error {
-            kind,
-            message: message.into(),
-            source: None,
-        }
+        Error { kind, message: message.into(), source: None }
     }
 
     pub fn with_source(
@@ -78,11 +74,7 @@ impl Error {
         message: impl Into<String>,
         source: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Error {
-            kind,
-            message: message.into(),
-            source: Some(Box::new(source)),
-        }
+        Error { kind, message: message.into(), source: Some(Box::new(source)) }
     }
 
     pub fn kind(&self) -> ErrorKind {
@@ -107,9 +99,7 @@ impl Error {
         let kind = match err.kind() {
             std::io::ErrorKind::NotFound => ErrorKind::NotFound,
             std::io::ErrorKind::PermissionDenied => ErrorKind::Unauthorized,
-            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => {
-                ErrorKind::Transient
-            }
+            std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => ErrorKind::Transient,
             _ => ErrorKind::Io,
         };
         let context = context.into();
@@ -128,10 +118,7 @@ mod tests {
 
     #[test]
     fn io_not_found_keeps_its_kind() {
-        let e = Error::io(
-            "reading x",
-            std::io::Error::from(std::io::ErrorKind::NotFound),
-        );
+        let e = Error::io("reading x", std::io::Error::from(std::io::ErrorKind::NotFound));
         assert_eq!(e.kind(), ErrorKind::NotFound);
         assert!(e.to_string().starts_with("reading x:"));
         assert!(!e.kind().is_retryable());

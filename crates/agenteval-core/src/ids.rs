@@ -46,8 +46,7 @@ fn valid_id(s: &str) -> bool {
         && s.len() <= 200
         && s != "."
         && s != ".."
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 macro_rules! string_id {
@@ -71,11 +70,7 @@ macro_rules! string_id {
                     Ok($name(s))
                 } else {
                     Err(Error::invalid(format!(
-                        concat!(
-                            "`{}` is not a valid ",
-                            $what,
-                            " id: use 1-200 characters from A-Z a-z 0-9 . _ -"
-                        ),
+                        concat!("`{}` is not a valid ", $what, " id: use 1-200 characters from A-Z a-z 0-9 . _ -"),
                         s
                     )))
                 }
@@ -109,22 +104,14 @@ string_id!(JobId, "job");
 impl TaskId {
     /// The id of repetition `rep` (0-based) of this task; repetition 0 keeps the plain id.
     pub fn repetition(&self, rep: u32) -> TaskId {
-        if rep == 0 {
-            self.clone()
-        } else {
-            TaskId(format!("{}@r{}", self.0, rep))
-        }
+        if rep == 0 { self.clone() } else { TaskId(format!("{}@r{}", self.0, rep)) }
     }
 }
 
 impl JobId {
     /// Job ids sort in submission order: `j000042`, or `r2-j000042` for the second resume.
     pub fn numbered(epoch: u32, n: usize) -> JobId {
-        if epoch == 0 {
-            JobId(format!("j{n:06}"))
-        } else {
-            JobId(format!("r{epoch}-j{n:06}"))
-        }
+        if epoch == 0 { JobId(format!("j{n:06}")) } else { JobId(format!("r{epoch}-j{n:06}")) }
     }
 }
 

@@ -75,10 +75,7 @@ pub enum JobStatus {
 
 impl JobStatus {
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            JobStatus::Succeeded | JobStatus::Failed { .. } | JobStatus::Cancelled
-        )
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed { .. } | JobStatus::Cancelled)
     }
 }
 
@@ -277,15 +274,9 @@ impl RunStatus {
     }
 
     pub fn parse(s: &str) -> Option<RunStatus> {
-        [
-            RunStatus::Running,
-            RunStatus::Complete,
-            RunStatus::Interrupted,
-            RunStatus::BudgetExceeded,
-            RunStatus::Failed,
-        ]
-        .into_iter()
-        .find(|st| st.as_str() == s)
+        [RunStatus::Running, RunStatus::Complete, RunStatus::Interrupted, RunStatus::BudgetExceeded, RunStatus::Failed]
+            .into_iter()
+            .find(|st| st.as_str() == s)
     }
 }
 
@@ -543,19 +534,13 @@ mod tests {
         assert!(Queued.may_move_to(1, Running, 1));
         assert!(!Running.may_move_to(1, Queued, 1));
         assert!(!Running.may_move_to(1, Running, 1));
-        assert!(
-            Running.may_move_to(1, Queued, 2),
-            "a new attempt may start over"
-        );
+        assert!(Running.may_move_to(1, Queued, 2), "a new attempt may start over");
         assert!(!Completed.may_move_to(1, Queued, 2), "completed is final");
         assert!(Cancelled.may_move_to(1, Queued, 2));
         assert!(
             Cancelled.may_move_to(1, Completed, 1),
             "a result that arrives after a cancel is kept rather than re-run"
         );
-        assert!(
-            !Completed.may_move_to(1, Completed, 2),
-            "a task completes exactly once"
-        );
+        assert!(!Completed.may_move_to(1, Completed, 2), "a task completes exactly once");
     }
 }

@@ -88,14 +88,10 @@ impl Redactor {
         }
         match value {
             serde_json::Value::String(s) => serde_json::Value::String(self.redact(s)),
-            serde_json::Value::Array(a) => {
-                serde_json::Value::Array(a.iter().map(|v| self.redact_json(v)).collect())
+            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(|v| self.redact_json(v)).collect()),
+            serde_json::Value::Object(o) => {
+                serde_json::Value::Object(o.iter().map(|(k, v)| (self.redact(k), self.redact_json(v))).collect())
             }
-            serde_json::Value::Object(o) => serde_json::Value::Object(
-                o.iter()
-                    .map(|(k, v)| (self.redact(k), self.redact_json(v)))
-                    .collect(),
-            ),
             other => other.clone(),
         }
     }

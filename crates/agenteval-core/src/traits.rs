@@ -86,16 +86,8 @@ pub fn check_bundle_path(path: &str) -> Result<()> {
     let ok = !path.is_empty()
         && !path.starts_with('/')
         && !path.contains('\\')
-        && path
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != "..");
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::invalid(format!(
-            "`{path}` is not a valid bundle path"
-        )))
-    }
+        && path.split('/').all(|s| !s.is_empty() && s != "." && s != "..");
+    if ok { Ok(()) } else { Err(Error::invalid(format!("`{path}` is not a valid bundle path"))) }
 }
 
 /// The record of every run and task, shared by the controller and all workers.
@@ -156,12 +148,7 @@ pub trait BenchmarkAdapter: Send + Sync {
     }
     async fn prepare_environment(&self, run: &RunId, task: &TaskSpec) -> Result<TaskEnvironment>;
     /// The benchmark's own verdict on an agent's result.
-    async fn grade(
-        &self,
-        task: &TaskSpec,
-        result: &AgentResult,
-        trace: &[TraceEvent],
-    ) -> EvaluatorScore;
+    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent]) -> EvaluatorScore;
     /// Releases what `prepare_environment` made. Calling it twice is harmless.
     async fn teardown(&self, env: &TaskEnvironment) -> Result<()>;
 }
@@ -192,11 +179,7 @@ pub struct AgentEvent {
 
 impl AgentEvent {
     pub fn new(kind: EventKind, payload: serde_json::Value) -> Self {
-        AgentEvent {
-            kind: Some(kind),
-            payload,
-            ..Default::default()
-        }
+        AgentEvent { kind: Some(kind), payload, ..Default::default() }
     }
 }
 

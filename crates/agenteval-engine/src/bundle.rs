@@ -4,9 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use agenteval_core::layout;
-use agenteval_core::model::{
-    EvaluatorScore, RunStatus, RunSummary, TaskResult, TaskSpec, TraceEvent,
-};
+use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TaskSpec, TraceEvent};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
 use chrono::{DateTime, Utc};
@@ -61,11 +59,7 @@ pub fn to_json_bytes<T: Serialize>(v: &T) -> Vec<u8> {
     b
 }
 
-pub async fn read_json<T: for<'de> Deserialize<'de>>(
-    store: &dyn BundleStore,
-    run: &RunId,
-    path: &str,
-) -> Result<T> {
+pub async fn read_json<T: for<'de> Deserialize<'de>>(store: &dyn BundleStore, run: &RunId, path: &str) -> Result<T> {
     let bytes = store.get(run, path).await?;
     serde_json::from_slice(&bytes).map_err(|e| Error::json(format!("{path} is not valid"), e))
 }
@@ -88,8 +82,7 @@ impl TaskTable {
     pub fn push(&mut self, t: &TaskSpec) {
         let start = self.jsonl.len();
         serde_json::to_writer(&mut self.jsonl, t).expect("tasks serialize");
-        self.spans
-            .push((start as u32, (self.jsonl.len() - start) as u32));
+        self.spans.push((start as u32, (self.jsonl.len() - start) as u32));
         self.jsonl.push(b'\n');
         self.ids.push(t.id.clone());
     }
@@ -101,8 +94,8 @@ impl TaskTable {
         let mut start = 0usize;
         for (n, line) in jsonl.split(|b| *b == b'\n').enumerate() {
             if !line.is_empty() {
-                let id: IdOnly = serde_json::from_slice(line)
-                    .map_err(|e| Error::json(format!("{}:{}", layout::TASKS, n + 1), e))?;
+                let id: IdOnly =
+                    serde_json::from_slice(line).map_err(|e| Error::json(format!("{}:{}", layout::TASKS, n + 1), e))?;
                 spans.push((start as u32, line.len() as u32));
                 ids.push(id.id);
             }
@@ -165,12 +158,11 @@ pub async fn summarize(
     let mut scorers = default_scorers();
     let mut failures = Vec::new();
     for id in ids {
-        let r: TaskResult =
-            match read_json(store, run, &layout::task_file(id, layout::TASK_RESULT)).await {
-                Ok(r) => r,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
+        let r: TaskResult = match read_json(store, run, &layout::task_file(id, layout::TASK_RESULT)).await {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
@@ -179,17 +171,9 @@ pub async fn summarize(
                 .agent
                 .error
                 .clone()
-                .or_else(|| {
-                    r.scores
-                        .iter()
-                        .find(|s| !s.passed)
-                        .map(|s| format!("{}: {}", s.evaluator_id, s.reason))
-                })
+                .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
                 .unwrap_or_default();
-            failures.push(Failure {
-                task_id: r.task_id.to_string(),
-                reason,
-            });
+            failures.push(Failure { task_id: r.task_id.to_string(), reason });
         }
     }
     let mut summary = empty_summary(*run, status, ids.len() as u64);
@@ -205,27 +189,13 @@ pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> R
     let run = &meta.run_id;
     let started = std::time::Instant::now();
     let (summary, failures) = summarize(store, run, ids, meta.status).await?;
-    store
-        .put(run, layout::SUMMARY, &to_json_bytes(&summary))
-        .await?;
-    store
-        .put(
-            run,
-            layout::REPORT,
-            crate::report::render(meta, &summary, &failures).as_bytes(),
-        )
-        .await?;
-    let replay = format!(
-        "agenteval submit --config {}/{}\n",
-        store.bundle_uri(run),
-        layout::CONFIG
-    );
+    store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
+    store.put(run, layout::REPORT, crate::report::render(meta, &summary, &failures).as_bytes()).await?;
+    let replay = format!("agenteval submit --config {}/{}\n", store.bundle_uri(run), layout::CONFIG);
     store.put(run, layout::REPLAY, replay.as_bytes()).await?;
     let mut meta = meta.clone();
     meta.sealed = true;
-    store
-        .put(run, layout::METADATA, &to_json_bytes(&meta))
-        .await?;
+    store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
     write_manifest(store, run).await?;
     tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
     Ok(summary)
@@ -236,7 +206,10 @@ pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> R
 async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
     let paths = store.list(run, "").await?;
     let mut out = Vec::with_capacity(paths.len() * 130);
-    out.extend_from_slice(format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{").as_bytes());
+    out.extend_from_slice(
+        format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
+            .as_bytes(),
+    );
     let mut first = true;
     for path in paths.iter().filter(|p| p.as_str() != layout::MANIFEST) {
         let bytes = store.get(run, path).await?;
@@ -244,12 +217,7 @@ async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
         first = false;
         serde_json::to_writer(&mut out, path).expect("paths serialize");
         out.extend_from_slice(
-            format!(
-                ": {{\"sha256\": \"{}\", \"size\": {}}}",
-                sha256_hex(&bytes),
-                bytes.len()
-            )
-            .as_bytes(),
+            format!(": {{\"sha256\": \"{}\", \"size\": {}}}", sha256_hex(&bytes), bytes.len()).as_bytes(),
         );
     }
     out.extend_from_slice(b"\n  }\n}\n");
@@ -282,10 +250,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     let mut v = Validation::default();
     let files = store.list(run, "").await?;
     if files.is_empty() {
-        return Err(Error::not_found(format!(
-            "no bundle at {}",
-            store.bundle_uri(run)
-        )));
+        return Err(Error::not_found(format!("no bundle at {}", store.bundle_uri(run))));
     }
     let present: BTreeSet<&str> = files.iter().map(String::as_str).collect();
     for req in layout::REQUIRED {
@@ -305,11 +270,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         v.sealed = m.sealed;
         v.status = Some(m.status);
         if m.run_id != *run {
-            v.problems.push(format!(
-                "{}: run_id {} does not match the bundle's run {run}",
-                layout::METADATA,
-                m.run_id
-            ));
+            v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
         }
         if !m.sealed {
             v.warnings.push(format!(
@@ -334,8 +295,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             Ok(man) => {
                 for (path, entry) in &man.files {
                     if !present.contains(path.as_str()) {
-                        v.problems
-                            .push(format!("{path}: listed in the manifest but missing"));
+                        v.problems.push(format!("{path}: listed in the manifest but missing"));
                         continue;
                     }
                     let bytes = store.get(run, path).await?;
@@ -347,15 +307,12 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
                             entry.size
                         ));
                     } else if sha256_hex(&bytes) != entry.sha256 {
-                        v.problems.push(format!(
-                            "{path}: sha256 differs from the manifest (the file was changed)"
-                        ));
+                        v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
                     }
                 }
                 for path in &files {
                     if path != layout::MANIFEST && !man.files.contains_key(path) {
-                        v.problems
-                            .push(format!("{path}: not listed in the manifest"));
+                        v.problems.push(format!("{path}: not listed in the manifest"));
                     }
                 }
             }
@@ -377,12 +334,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         && !specs.is_empty()
         && specs.len() as u64 != m.tasks_total
     {
-        v.problems.push(format!(
-            "{}: {} tasks, metadata says {}",
-            layout::TASKS,
-            specs.len(),
-            m.tasks_total
-        ));
+        v.problems.push(format!("{}: {} tasks, metadata says {}", layout::TASKS, specs.len(), m.tasks_total));
     }
     let mut task_dirs: BTreeSet<String> = BTreeSet::new();
     for f in &files {
@@ -394,22 +346,12 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     }
     for dir in &task_dirs {
         if !known.is_empty() && !known.contains(dir.as_str()) {
-            v.problems.push(format!(
-                "tasks/{dir}/: not a task of this run ({})",
-                layout::TASKS
-            ));
+            v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
         }
         let has = |f: &str| present.contains(format!("tasks/{dir}/{f}").as_str());
         if !has(layout::TASK_RESULT) {
-            if sealed
-                && meta
-                    .as_ref()
-                    .is_some_and(|m| m.status == RunStatus::Complete)
-            {
-                v.problems.push(format!(
-                    "tasks/{dir}/{}: missing in a complete run",
-                    layout::TASK_RESULT
-                ));
+            if sealed && meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete) {
+                v.problems.push(format!("tasks/{dir}/{}: missing in a complete run", layout::TASK_RESULT));
             }
             continue;
         }
@@ -449,12 +391,8 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
                         re.passed
                     ));
                 }
-                if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens
-                {
-                    v.problems.push(format!(
-                        "{}: cost or tokens disagree with the task results",
-                        layout::SUMMARY
-                    ));
+                if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
+                    v.problems.push(format!("{}: cost or tokens disagree with the task results", layout::SUMMARY));
                 }
                 if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
                     v.problems.push(format!(
@@ -470,12 +408,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     Ok(v)
 }
 
-async fn check_task(
-    store: &dyn BundleStore,
-    run: &RunId,
-    dir: &str,
-    v: &mut Validation,
-) -> Result<()> {
+async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Validation) -> Result<()> {
     let rpath = format!("tasks/{dir}/{}", layout::TASK_RESULT);
     let result: TaskResult = match read_json(store, run, &rpath).await {
         Ok(r) => r,
@@ -485,24 +418,17 @@ async fn check_task(
         }
     };
     if result.task_id.as_str() != dir {
-        v.problems.push(format!(
-            "{rpath}: task_id {} does not match its folder",
-            result.task_id
-        ));
+        v.problems.push(format!("{rpath}: task_id {} does not match its folder", result.task_id));
     }
     if result.run_id != *run {
-        v.problems
-            .push(format!("{rpath}: run_id {} is not this run", result.run_id));
+        v.problems.push(format!("{rpath}: run_id {} is not this run", result.run_id));
     }
     if result.passed != result.scores.iter().all(|s| s.passed) {
-        v.problems
-            .push(format!("{rpath}: `passed` disagrees with its scores"));
+        v.problems.push(format!("{rpath}: `passed` disagrees with its scores"));
     }
     let spath = format!("tasks/{dir}/{}", layout::TASK_SCORES);
     match read_json::<Vec<EvaluatorScore>>(store, run, &spath).await {
-        Ok(s) if s != result.scores => v
-            .problems
-            .push(format!("{spath}: differs from the scores in result.json")),
+        Ok(s) if s != result.scores => v.problems.push(format!("{spath}: differs from the scores in result.json")),
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => v.problems.push(e.to_string()),
@@ -529,17 +455,13 @@ async fn check_task(
                         n += 1;
                     }
                     Err(e) => {
-                        v.problems
-                            .push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
+                        v.problems.push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
                         break;
                     }
                 }
             }
             if n < result.agent.steps {
-                v.problems.push(format!(
-                    "{tpath}: {n} events, result says {}",
-                    result.agent.steps
-                ));
+                v.problems.push(format!("{tpath}: {n} events, result says {}", result.agent.steps));
             }
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {}

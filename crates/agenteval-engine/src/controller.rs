@@ -117,17 +117,15 @@ fn git_sha(dir: &Path) -> Option<String> {
         .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Starts a new run from a loaded config and drives it to the end.
 pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<RunOutcome> {
     let config = loaded.config.clone();
-    let store = factory::store_for(&config)?;
-    let index = factory::index_for(&config)?;
-    let backend = factory::backend_for(&config, &opts.exe)?;
+    let store = factory::store_for(&config).await?;
+    let index = factory::index_for(&config).await?;
+    let backend = factory::backend_for(&config, &opts.exe).await?;
     let benchmark = benchmark_from_config(&config.benchmark)?;
     let mut tasks = TaskTable::default();
     let reps = config.repetitions.max(1);
@@ -159,10 +157,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         sealed: false,
         backend: backend.id().to_string(),
         benchmark: benchmark.name().to_string(),
-        agent: loaded.resolved["agent"]["kind"]
-            .as_str()
-            .unwrap_or("unknown")
-            .to_string(),
+        agent: loaded.resolved["agent"]["kind"].as_str().unwrap_or("unknown").to_string(),
         config_hash: hash.clone(),
         agenteval_version: crate::VERSION.into(),
         git_sha: loaded.path.parent().and_then(git_sha),
@@ -171,13 +166,9 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         finished_at: None,
         resumed: 0,
     };
-    store
-        .put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved))
-        .await?;
+    store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
     store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
-    store
-        .put(&run_id, layout::METADATA, &to_json_bytes(&meta))
-        .await?;
+    store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let record = RunRecord {
         run_id,
         name: config.name.clone(),
@@ -220,23 +211,15 @@ pub struct Located {
 }
 
 pub async fn locate(index: &dyn RunIndex, run_id: &RunId) -> Result<Located> {
-    let record = index
-        .get_run(run_id)
-        .await?
-        .ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
-    let (store, _) = factory::store_from_bundle_uri(&record.bundle_uri)?;
+    let record =
+        index.get_run(run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
+    let (store, _) = factory::store_from_bundle_uri(&record.bundle_uri).await?;
     let config: RunConfig = read_json(store.as_ref(), run_id, layout::CONFIG).await?;
-    Ok(Located {
-        record,
-        store,
-        config,
-    })
+    Ok(Located { record, store, config })
 }
 
 fn hostname() -> String {
-    nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// `host:pid` of this process.
@@ -250,24 +233,17 @@ pub fn controller_alive(record: &RunRecord) -> bool {
     if record.status != RunStatus::Running {
         return false;
     }
-    let fresh = (Utc::now() - record.heartbeat_at)
-        .to_std()
-        .map(|d| d < STALE_HEARTBEAT)
-        .unwrap_or(true);
+    let fresh = (Utc::now() - record.heartbeat_at).to_std().map(|d| d < STALE_HEARTBEAT).unwrap_or(true);
     match record.controller.rsplit_once(':') {
-        Some((host, pid)) if fresh && host == hostname() => pid
-            .parse::<i32>()
-            .is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()),
+        Some((host, pid)) if fresh && host == hostname() => {
+            pid.parse::<i32>().is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok())
+        }
         _ => fresh,
     }
 }
 
 /// Stops workers a dead controller left behind, so that a resume does not race them.
-async fn stop_leftovers(
-    index: &dyn RunIndex,
-    backend: &dyn CloudBackend,
-    run_id: &RunId,
-) -> Result<()> {
+async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id: &RunId) -> Result<()> {
     for job in index.list_jobs(run_id).await? {
         if job.status == "running" {
             backend.cancel_job(&job.handle, "controller gone").await?;
@@ -281,16 +257,8 @@ async fn stop_leftovers(
 }
 
 /// Re-dispatches every task the index does not record as completed, into the same bundle.
-pub async fn resume(
-    index: Arc<dyn RunIndex>,
-    run_id: &RunId,
-    opts: ControllerOptions,
-) -> Result<RunOutcome> {
-    let Located {
-        record,
-        store,
-        config,
-    } = locate(index.as_ref(), run_id).await?;
+pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOptions) -> Result<RunOutcome> {
+    let Located { record, store, config } = locate(index.as_ref(), run_id).await?;
     if controller_alive(&record) {
         return Err(Error::new(
             ErrorKind::Conflict,
@@ -304,16 +272,11 @@ pub async fn resume(
     let tasks = TaskTable::read(store.as_ref(), run_id).await?;
     let states = index.list_tasks(run_id).await?;
     let attempt_base = states.iter().map(|t| t.attempt).max().unwrap_or(0);
-    let done: std::collections::HashSet<_> = states
-        .iter()
-        .filter(|t| t.state == TaskState::Completed)
-        .map(|t| t.task_id.clone())
-        .collect();
-    let todo: Vec<u32> = (0..tasks.len() as u32)
-        .filter(|&i| !done.contains(tasks.id(i as usize)))
-        .collect();
+    let done: std::collections::HashSet<_> =
+        states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
+    let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(tasks.id(i as usize))).collect();
     let epoch = record.epoch + 1;
-    let backend = factory::backend_for(&config, &opts.exe)?;
+    let backend = factory::backend_for(&config, &opts.exe).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
     index
         .update_run(
@@ -332,9 +295,7 @@ pub async fn resume(
     meta.sealed = false;
     meta.finished_at = None;
     meta.resumed = epoch;
-    store
-        .put(run_id, layout::METADATA, &to_json_bytes(&meta))
-        .await?;
+    store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let run = Run {
         run_id: *run_id,
         index_uri: factory::index_uri(&config),
@@ -351,33 +312,17 @@ pub async fn resume(
 
 /// Asks a run to stop. If its controller is alive it is told through the index and stops its
 /// own jobs; if not, the jobs are cancelled here and the bundle is sealed as `interrupted`.
-pub async fn cancel(
-    index: Arc<dyn RunIndex>,
-    run_id: &RunId,
-    exe: &Path,
-    wait: Duration,
-) -> Result<RunStatus> {
+pub async fn cancel(index: Arc<dyn RunIndex>, run_id: &RunId, exe: &Path, wait: Duration) -> Result<RunStatus> {
     let located = locate(index.as_ref(), run_id).await?;
     if located.record.status != RunStatus::Running {
         return Ok(located.record.status);
     }
-    index
-        .update_run(
-            run_id,
-            &RunUpdate {
-                cancel_requested: Some(true),
-                ..Default::default()
-            },
-        )
-        .await?;
+    index.update_run(run_id, &RunUpdate { cancel_requested: Some(true), ..Default::default() }).await?;
     if controller_alive(&located.record) {
         let deadline = Instant::now() + wait;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            let r = index
-                .get_run(run_id)
-                .await?
-                .ok_or_else(|| Error::not_found("run vanished"))?;
+            let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
             if r.status != RunStatus::Running {
                 return Ok(r.status);
             }
@@ -385,10 +330,7 @@ pub async fn cancel(
                 break;
             }
         }
-        let r = index
-            .get_run(run_id)
-            .await?
-            .ok_or_else(|| Error::not_found("run vanished"))?;
+        let r = index.get_run(run_id).await?.ok_or_else(|| Error::not_found("run vanished"))?;
         if controller_alive(&r) {
             return Err(Error::new(
                 ErrorKind::Transient,
@@ -397,16 +339,11 @@ pub async fn cancel(
         }
     }
     // The controller is gone: stop what it left running and seal.
-    let backend = factory::backend_for(&located.config, exe)?;
+    let backend = factory::backend_for(&located.config, exe).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
     for t in index.list_tasks(run_id).await? {
         if matches!(t.state, TaskState::Queued | TaskState::Running) {
-            index
-                .record_task(
-                    run_id,
-                    &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled),
-                )
-                .await?;
+            index.record_task(run_id, &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled)).await?;
         }
     }
     let mut meta: Metadata = read_json(located.store.as_ref(), run_id, layout::METADATA).await?;
@@ -417,11 +354,7 @@ pub async fn cancel(
     index
         .update_run(
             run_id,
-            &RunUpdate {
-                status: Some(RunStatus::Interrupted),
-                finished_at: meta.finished_at,
-                ..Default::default()
-            },
+            &RunUpdate { status: Some(RunStatus::Interrupted), finished_at: meta.finished_at, ..Default::default() },
         )
         .await?;
     Ok(RunStatus::Interrupted)
@@ -434,12 +367,7 @@ struct Counters {
     retried: u64,
 }
 
-async fn drive(
-    run: Run,
-    todo: Vec<u32>,
-    epoch: u32,
-    mut opts: ControllerOptions,
-) -> Result<RunOutcome> {
+async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions) -> Result<RunOutcome> {
     let progress = opts.progress.clone();
     let bundle_uri = run.store.bundle_uri(&run.run_id);
     progress.start(&run.run_id, &bundle_uri, run.tasks.len() as u64);
@@ -455,12 +383,7 @@ async fn drive(
         .collect();
     let mut in_flight: HashMap<JobId, InFlight> = HashMap::new();
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
-    let mut counters = Counters {
-        submitted: 0,
-        succeeded: 0,
-        failed: 0,
-        retried: 0,
-    };
+    let mut counters = Counters { submitted: 0, succeeded: 0, failed: 0, retried: 0 };
     let mut stop: Option<StopReason> = None;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
     let mut last_beat = Instant::now();
@@ -480,24 +403,13 @@ async fn drive(
                 && counts.cost_usd >= max
                 && stop.is_none()
             {
-                progress.message(&format!(
-                    "run budget ${max:.4} reached (spent ${:.4}); stopping",
-                    counts.cost_usd
-                ));
+                progress.message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", counts.cost_usd));
                 stop = Some(StopReason::Budget);
             }
         }
         if last_beat.elapsed() >= HEARTBEAT_EVERY {
             last_beat = Instant::now();
-            run.index
-                .update_run(
-                    &run.run_id,
-                    &RunUpdate {
-                        heartbeat: true,
-                        ..Default::default()
-                    },
-                )
-                .await?;
+            run.index.update_run(&run.run_id, &RunUpdate { heartbeat: true, ..Default::default() }).await?;
             if stop.is_none()
                 && let Some(r) = run.index.get_run(&run.run_id).await?
                 && r.cancel_requested
@@ -518,14 +430,7 @@ async fn drive(
             match dispatch(&run, &p).await {
                 Ok(handle) => {
                     counters.submitted += 1;
-                    in_flight.insert(
-                        p.job_id.clone(),
-                        InFlight {
-                            handle,
-                            tasks: p.tasks,
-                            submitted: Instant::now(),
-                        },
-                    );
+                    in_flight.insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
                 }
                 Err(e) if e.kind().is_retryable() => {
                     tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
@@ -534,14 +439,7 @@ async fn drive(
                 }
                 Err(e) => {
                     tracing::error!(job = %p.job_id, "submit failed: {e}");
-                    give_up(
-                        &run,
-                        &p.job_id,
-                        p.attempt,
-                        &p.tasks,
-                        &format!("could not submit job: {e}"),
-                    )
-                    .await?;
+                    give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
                     gave_up = true;
                 }
             }
@@ -571,11 +469,7 @@ async fn drive(
             tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
             match status {
                 JobStatus::Succeeded => counters.succeeded += 1,
-                JobStatus::Failed {
-                    infrastructure,
-                    ref reason,
-                    ..
-                } => {
+                JobStatus::Failed { infrastructure, ref reason, .. } => {
                     counters.failed += 1;
                     let unfinished = unfinished(&run, &f.tasks).await?;
                     if unfinished.is_empty() {
@@ -639,20 +533,11 @@ async fn drive(
     run.index
         .update_run(
             &run.run_id,
-            &RunUpdate {
-                status: Some(status),
-                finished_at: meta.finished_at,
-                ..Default::default()
-            },
+            &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() },
         )
         .await?;
     progress.finish();
-    Ok(RunOutcome {
-        run_id: run.run_id,
-        status,
-        bundle_uri,
-        summary,
-    })
+    Ok(RunOutcome { run_id: run.run_id, status, bundle_uri, summary })
 }
 
 fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
@@ -669,13 +554,7 @@ fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
     }
 }
 
-async fn export(
-    run: &Run,
-    c: &TaskCounts,
-    in_flight: &HashMap<JobId, InFlight>,
-    queued: usize,
-    k: &Counters,
-) {
+async fn export(run: &Run, c: &TaskCounts, in_flight: &HashMap<JobId, InFlight>, queued: usize, k: &Counters) {
     let snap = TelemetrySnapshot {
         timestamp: Utc::now(),
         jobs_queued: queued as u64,
@@ -700,22 +579,12 @@ async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
         run_id: run.run_id,
         job_id: p.job_id.clone(),
         attempt: p.attempt,
-        tasks: p
-            .tasks
-            .iter()
-            .map(|&i| run.tasks.spec(i as usize))
-            .collect::<Result<_>>()?,
+        tasks: p.tasks.iter().map(|&i| run.tasks.spec(i as usize)).collect::<Result<_>>()?,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         index_uri: run.index_uri.clone(),
         env: Default::default(),
     };
-    run.store
-        .put(
-            &run.run_id,
-            &layout::job_spec(&p.job_id, p.attempt),
-            &to_json_bytes(&spec),
-        )
-        .await?;
+    run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
     let queued: Vec<_> = spec
         .tasks
         .iter()
@@ -791,11 +660,7 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
                 terminated_by: TerminatedBy::InfraFailure,
                 steps: 0,
             },
-            scores: vec![EvaluatorScore::errored(
-                "benchmark",
-                "benchmark",
-                msg.clone(),
-            )],
+            scores: vec![EvaluatorScore::errored("benchmark", "benchmark", msg.clone())],
             started_at: now,
             finished_at: now,
         };
@@ -812,39 +677,13 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
         };
         let mut line = serde_json::to_vec(&trace).expect("serializes");
         line.push(b'\n');
-        let log = format!(
-            "{} controller: {msg}\nsee {}\n",
-            now.to_rfc3339(),
-            layout::job_log(job, attempt)
-        );
+        let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
         let s = run.store.as_ref();
-        s.put(
-            &run.run_id,
-            &layout::task_file(&task.id, layout::TASK_TRACE),
-            &line,
-        )
-        .await?;
-        s.put(
-            &run.run_id,
-            &layout::task_file(&task.id, layout::TASK_SCORES),
-            &to_json_bytes(&result.scores),
-        )
-        .await?;
-        s.put(
-            &run.run_id,
-            &layout::task_file(&task.id, layout::TASK_LOG),
-            log.as_bytes(),
-        )
-        .await?;
-        s.put(
-            &run.run_id,
-            &layout::task_file(&task.id, layout::TASK_RESULT),
-            &to_json_bytes(&result),
-        )
-        .await?;
-        run.index
-            .record_task(&run.run_id, &TaskTransition::completed(&result))
-            .await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &to_json_bytes(&result.scores)).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_LOG), log.as_bytes()).await?;
+        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &to_json_bytes(&result)).await?;
+        run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?;
     }
     Ok(())
 }
@@ -859,9 +698,7 @@ async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Resul
     }
     let deadline = Instant::now() + STOP_GRACE;
     while !in_flight.is_empty() && Instant::now() < deadline {
-        run.backend
-            .wait_for_change(Duration::from_millis(100))
-            .await;
+        run.backend.wait_for_change(Duration::from_millis(100)).await;
         let handles: Vec<JobHandle> = in_flight.values().map(|f| f.handle.clone()).collect();
         let Ok(statuses) = run.backend.job_status(&handles).await else {
             continue;
@@ -873,10 +710,7 @@ async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Resul
                 for i in unfinished(run, &f.tasks).await? {
                     let id = run.tasks.id(i as usize).clone();
                     run.index
-                        .record_task(
-                            &run.run_id,
-                            &TaskTransition::new(id, h.attempt, TaskState::Cancelled),
-                        )
+                        .record_task(&run.run_id, &TaskTransition::new(id, h.attempt, TaskState::Cancelled))
                         .await?;
                 }
             }
@@ -887,10 +721,7 @@ async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight>) -> Resul
         for i in unfinished(run, &f.tasks).await? {
             let id = run.tasks.id(i as usize).clone();
             run.index
-                .record_task(
-                    &run.run_id,
-                    &TaskTransition::new(id, f.handle.attempt, TaskState::Cancelled),
-                )
+                .record_task(&run.run_id, &TaskTransition::new(id, f.handle.attempt, TaskState::Cancelled))
                 .await?;
         }
     }

@@ -20,23 +20,16 @@ pub struct BuiltinEvaluator {
 
 /// Builds an evaluator; fails only on configuration the loader would have refused.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig) -> Result<Arc<dyn Evaluator>> {
-    let regex =
-        match (&cfg.kind, &cfg.pattern) {
-            (EvaluatorKind::Regex, Some(p)) => Some(regex::Regex::new(p).map_err(|e| {
-                Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id()))
-            })?),
-            (EvaluatorKind::Regex, None) => {
-                return Err(Error::invalid(format!(
-                    "evaluator {} needs a pattern",
-                    cfg.id()
-                )));
-            }
-            _ => None,
-        };
-    Ok(Arc::new(BuiltinEvaluator {
-        cfg: cfg.clone(),
-        regex,
-    }))
+    let regex = match (&cfg.kind, &cfg.pattern) {
+        (EvaluatorKind::Regex, Some(p)) => Some(
+            regex::Regex::new(p).map_err(|e| Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id())))?,
+        ),
+        (EvaluatorKind::Regex, None) => {
+            return Err(Error::invalid(format!("evaluator {} needs a pattern", cfg.id())));
+        }
+        _ => None,
+    };
+    Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex }))
 }
 
 fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> (f64, bool, String, Vec<u32>) {
@@ -45,11 +38,7 @@ fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> (f64, bool, Str
 
 fn normalize(s: &str, case_sensitive: bool) -> String {
     let t = s.trim();
-    if case_sensitive {
-        t.to_string()
-    } else {
-        t.to_lowercase()
-    }
+    if case_sensitive { t.to_string() } else { t.to_lowercase() }
 }
 
 /// Steps of the trace that are tool calls, with the tool names.
@@ -86,19 +75,13 @@ impl BuiltinEvaluator {
                     .expected
                     .as_ref()
                     .or(input.task.expected.as_ref())
-                    .ok_or_else(|| {
-                        Error::invalid("exact_match needs `expected` in the evaluator or the task")
-                    })?;
+                    .ok_or_else(|| Error::invalid("exact_match needs `expected` in the evaluator or the task"))?;
                 let exp = answer_text(expected);
                 match answer {
                     None => verdict(false, "no final answer".into(), vec![]),
                     Some(a) => {
                         let ok = normalize(&a, cs) == normalize(&exp, cs);
-                        let reason = if ok {
-                            "matches".into()
-                        } else {
-                            format!("expected {exp:?}, got {a:?}")
-                        };
+                        let reason = if ok { "matches".into() } else { format!("expected {exp:?}, got {a:?}") };
                         verdict(ok, reason, final_step(input))
                     }
                 }
@@ -123,21 +106,14 @@ impl BuiltinEvaluator {
                 }
             }
             EvaluatorKind::Regex => {
-                let re = self
-                    .regex
-                    .as_ref()
-                    .ok_or_else(|| Error::internal("regex evaluator without a regex"))?;
+                let re = self.regex.as_ref().ok_or_else(|| Error::internal("regex evaluator without a regex"))?;
                 match answer {
                     None => verdict(false, "no final answer".into(), vec![]),
                     Some(a) => {
                         let ok = re.is_match(&a);
                         verdict(
                             ok,
-                            format!(
-                                "{} /{}/",
-                                if ok { "matches" } else { "does not match" },
-                                re.as_str()
-                            ),
+                            format!("{} /{}/", if ok { "matches" } else { "does not match" }, re.as_str()),
                             final_step(input),
                         )
                     }
@@ -149,18 +125,12 @@ impl BuiltinEvaluator {
                 let reason = if ok {
                     "completed without error".into()
                 } else {
-                    format!(
-                        "{}: {}",
-                        r.terminated_by.as_str(),
-                        r.error.as_deref().unwrap_or("no detail")
-                    )
+                    format!("{}: {}", r.terminated_by.as_str(), r.error.as_deref().unwrap_or("no detail"))
                 };
                 verdict(ok, reason, final_step(input))
             }
             EvaluatorKind::MaxSteps => {
-                let max = cfg
-                    .max_steps
-                    .ok_or_else(|| Error::invalid("max_steps needs `max_steps`"))?;
+                let max = cfg.max_steps.ok_or_else(|| Error::invalid("max_steps needs `max_steps`"))?;
                 let steps = input.result.steps;
                 let ok = steps <= max;
                 let cite = if ok { vec![] } else { vec![max] };
@@ -169,11 +139,7 @@ impl BuiltinEvaluator {
             EvaluatorKind::ToolSequence => {
                 let calls = tool_calls(input);
                 if let Some((step, name)) = calls.iter().find(|(_, n)| cfg.forbidden.contains(n)) {
-                    return Ok(verdict(
-                        false,
-                        format!("forbidden tool `{name}` called"),
-                        vec![*step],
-                    ));
+                    return Ok(verdict(false, format!("forbidden tool `{name}` called"), vec![*step]));
                 }
                 let names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
                 let want: Vec<&str> = cfg.tools.iter().map(String::as_str).collect();
@@ -186,34 +152,20 @@ impl BuiltinEvaluator {
                     }
                     SequenceMode::Subset => want.iter().all(|w| names.contains(w)),
                 };
-                let reason = format!(
-                    "{mode:?} match of {want:?} against calls {names:?}: {}",
-                    if ok { "ok" } else { "no" }
-                )
-                .to_lowercase();
+                let reason =
+                    format!("{mode:?} match of {want:?} against calls {names:?}: {}", if ok { "ok" } else { "no" })
+                        .to_lowercase();
                 verdict(ok, reason, calls.iter().map(|(s, _)| *s).collect())
             }
             EvaluatorKind::CostBudget => {
-                let max = cfg
-                    .max_cost_usd
-                    .ok_or_else(|| Error::invalid("cost_budget needs `max_cost_usd`"))?;
+                let max = cfg.max_cost_usd.ok_or_else(|| Error::invalid("cost_budget needs `max_cost_usd`"))?;
                 let cost = input.result.total_cost_usd;
-                verdict(
-                    cost <= max,
-                    format!("cost ${cost:.6} (budget ${max:.6})"),
-                    vec![],
-                )
+                verdict(cost <= max, format!("cost ${cost:.6} (budget ${max:.6})"), vec![])
             }
             EvaluatorKind::LatencyBudget => {
-                let max = cfg
-                    .max_seconds
-                    .ok_or_else(|| Error::invalid("latency_budget needs `max_seconds`"))?;
+                let max = cfg.max_seconds.ok_or_else(|| Error::invalid("latency_budget needs `max_seconds`"))?;
                 let secs = input.result.wall_seconds;
-                verdict(
-                    secs <= max,
-                    format!("{secs:.3}s (budget {max:.3}s)"),
-                    vec![],
-                )
+                verdict(secs <= max, format!("{secs:.3}s (budget {max:.3}s)"), vec![])
             }
         })
     }
@@ -302,22 +254,9 @@ mod tests {
             .collect()
     }
 
-    async fn run(
-        cfg: EvaluatorConfig,
-        t: &TaskSpec,
-        r: &AgentResult,
-        tr: &[TraceEvent],
-    ) -> EvaluatorScore {
+    async fn run(cfg: EvaluatorConfig, t: &TaskSpec, r: &AgentResult, tr: &[TraceEvent]) -> EvaluatorScore {
         let e = evaluator_from_config(&cfg).unwrap();
-        evaluate_safely(
-            e.as_ref(),
-            &EvalInput {
-                task: t,
-                result: r,
-                trace: tr,
-            },
-        )
-        .await
+        evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr }).await
     }
 
     fn cfg(kind: EvaluatorKind) -> EvaluatorConfig {
@@ -327,62 +266,19 @@ mod tests {
     #[tokio::test]
     async fn answer_evaluators() {
         let t = task(Some("Paris"));
-        assert!(
-            run(
-                cfg(EvaluatorKind::ExactMatch),
-                &t,
-                &result(Some("Paris ")),
-                &[]
-            )
-            .await
-            .passed
-        );
-        assert!(
-            !run(
-                cfg(EvaluatorKind::ExactMatch),
-                &t,
-                &result(Some("paris")),
-                &[]
-            )
-            .await
-            .passed
-        );
-        let ci = EvaluatorConfig {
-            case_sensitive: Some(false),
-            ..cfg(EvaluatorKind::ExactMatch)
-        };
+        assert!(run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("Paris ")), &[]).await.passed);
+        assert!(!run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("paris")), &[]).await.passed);
+        let ci = EvaluatorConfig { case_sensitive: Some(false), ..cfg(EvaluatorKind::ExactMatch) };
         assert!(run(ci, &t, &result(Some("paris")), &[]).await.passed);
-        assert!(
-            run(
-                cfg(EvaluatorKind::Contains),
-                &t,
-                &result(Some("It is Paris.")),
-                &[]
-            )
-            .await
-            .passed
-        );
-        let re = EvaluatorConfig {
-            pattern: Some("^[A-Z][a-z]+$".into()),
-            ..cfg(EvaluatorKind::Regex)
-        };
-        assert!(
-            run(re.clone(), &t, &result(Some("Paris")), &[])
-                .await
-                .passed
-        );
+        assert!(run(cfg(EvaluatorKind::Contains), &t, &result(Some("It is Paris.")), &[]).await.passed);
+        let re = EvaluatorConfig { pattern: Some("^[A-Z][a-z]+$".into()), ..cfg(EvaluatorKind::Regex) };
+        assert!(run(re.clone(), &t, &result(Some("Paris")), &[]).await.passed);
         assert!(!run(re, &t, &result(None), &[]).await.passed);
     }
 
     #[tokio::test]
     async fn a_failing_evaluator_gives_an_error_score() {
-        let s = run(
-            cfg(EvaluatorKind::ExactMatch),
-            &task(None),
-            &result(Some("x")),
-            &[],
-        )
-        .await;
+        let s = run(cfg(EvaluatorKind::ExactMatch), &task(None), &result(Some("x")), &[]).await;
         assert!(!s.passed);
         assert!(s.error.as_deref().unwrap().contains("expected"), "{s:?}");
     }
@@ -391,20 +287,11 @@ mod tests {
     async fn budgets_and_steps() {
         let t = task(None);
         let r = result(Some("x"));
-        let c = EvaluatorConfig {
-            max_cost_usd: Some(0.01),
-            ..cfg(EvaluatorKind::CostBudget)
-        };
+        let c = EvaluatorConfig { max_cost_usd: Some(0.01), ..cfg(EvaluatorKind::CostBudget) };
         assert!(!run(c, &t, &r, &[]).await.passed);
-        let l = EvaluatorConfig {
-            max_seconds: Some(2.0),
-            ..cfg(EvaluatorKind::LatencyBudget)
-        };
+        let l = EvaluatorConfig { max_seconds: Some(2.0), ..cfg(EvaluatorKind::LatencyBudget) };
         assert!(run(l, &t, &r, &[]).await.passed);
-        let m = EvaluatorConfig {
-            max_steps: Some(3),
-            ..cfg(EvaluatorKind::MaxSteps)
-        };
+        let m = EvaluatorConfig { max_steps: Some(3), ..cfg(EvaluatorKind::MaxSteps) };
         assert!(!run(m, &t, &r, &[]).await.passed);
         let mut bad = r.clone();
         bad.terminated_by = TerminatedBy::LimitTime;
@@ -421,40 +308,12 @@ mod tests {
             tools: tools.iter().map(|s| s.to_string()).collect(),
             ..cfg(EvaluatorKind::ToolSequence)
         };
-        assert!(
-            run(
-                mk(SequenceMode::Strict, &["search", "open", "calc"]),
-                &t,
-                &r,
-                &tr
-            )
-            .await
-            .passed
-        );
-        assert!(
-            !run(mk(SequenceMode::Strict, &["search", "calc"]), &t, &r, &tr)
-                .await
-                .passed
-        );
-        assert!(
-            run(mk(SequenceMode::Ordered, &["search", "calc"]), &t, &r, &tr)
-                .await
-                .passed
-        );
-        assert!(
-            !run(mk(SequenceMode::Ordered, &["calc", "search"]), &t, &r, &tr)
-                .await
-                .passed
-        );
-        assert!(
-            run(mk(SequenceMode::Subset, &["calc", "search"]), &t, &r, &tr)
-                .await
-                .passed
-        );
-        let forbid = EvaluatorConfig {
-            forbidden: vec!["open".into()],
-            ..cfg(EvaluatorKind::ToolSequence)
-        };
+        assert!(run(mk(SequenceMode::Strict, &["search", "open", "calc"]), &t, &r, &tr).await.passed);
+        assert!(!run(mk(SequenceMode::Strict, &["search", "calc"]), &t, &r, &tr).await.passed);
+        assert!(run(mk(SequenceMode::Ordered, &["search", "calc"]), &t, &r, &tr).await.passed);
+        assert!(!run(mk(SequenceMode::Ordered, &["calc", "search"]), &t, &r, &tr).await.passed);
+        assert!(run(mk(SequenceMode::Subset, &["calc", "search"]), &t, &r, &tr).await.passed);
+        let forbid = EvaluatorConfig { forbidden: vec!["open".into()], ..cfg(EvaluatorKind::ToolSequence) };
         let s = run(forbid, &t, &r, &tr).await;
         assert!(!s.passed);
         assert_eq!(s.citations, vec![1]);

@@ -8,6 +8,7 @@ pub mod agents;
 pub mod benchmarks;
 pub mod bundle;
 pub mod controller;
+pub mod doctor;
 pub mod evaluators;
 pub mod factory;
 pub mod report;

@@ -24,10 +24,8 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         let _ = writeln!(out, "| git | `{g}` |");
     }
     let _ = writeln!(out, "\n## Results\n");
-    let _ = writeln!(
-        out,
-        "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |"
-    );
+    let _ =
+        writeln!(out, "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |");
     let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
@@ -43,10 +41,7 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         s.latency_p95_seconds
     );
     if !s.terminated_by.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|"
-        );
+        let _ = writeln!(out, "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|");
         for (k, n) in &s.terminated_by {
             let _ = writeln!(out, "| {k} | {n} |");
         }

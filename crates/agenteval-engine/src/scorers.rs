@@ -18,21 +18,14 @@ impl Scorer for PassRate {
     fn observe(&mut self, r: &TaskResult) {
         self.finished += 1;
         self.passed += r.passed as u64;
-        *self
-            .terminated_by
-            .entry(r.agent.terminated_by.as_str().to_string())
-            .or_default() += 1;
+        *self.terminated_by.entry(r.agent.terminated_by.as_str().to_string()).or_default() += 1;
     }
 
     fn finish(&self, s: &mut RunSummary) {
         s.tasks_finished = self.finished;
         s.passed = self.passed;
         s.failed = self.finished - self.passed;
-        s.pass_rate = if self.finished == 0 {
-            0.0
-        } else {
-            self.passed as f64 / self.finished as f64
-        };
+        s.pass_rate = if self.finished == 0 { 0.0 } else { self.passed as f64 / self.finished as f64 };
         s.terminated_by = self.terminated_by.clone();
     }
 }
@@ -60,11 +53,7 @@ impl Scorer for EvaluatorMeans {
             .iter()
             .map(|(id, (e, sum))| {
                 let mut e = e.clone();
-                e.mean_score = if e.count == 0 {
-                    0.0
-                } else {
-                    sum / e.count as f64
-                };
+                e.mean_score = if e.count == 0 { 0.0 } else { sum / e.count as f64 };
                 (id.clone(), e)
             })
             .collect();
@@ -87,11 +76,7 @@ impl Scorer for CostTokens {
 
     fn finish(&self, s: &mut RunSummary) {
         s.total_cost_usd = self.cost;
-        s.mean_cost_usd = if self.n == 0 {
-            0.0
-        } else {
-            self.cost / self.n as f64
-        };
+        s.mean_cost_usd = if self.n == 0 { 0.0 } else { self.cost / self.n as f64 };
         s.total_tokens = self.tokens;
     }
 }

@@ -50,14 +50,7 @@ struct TraceSink {
 }
 
 impl TraceSink {
-    async fn write(
-        &mut self,
-        kind: EventKind,
-        payload: serde_json::Value,
-        cost: f64,
-        input: u64,
-        output: u64,
-    ) {
+    async fn write(&mut self, kind: EventKind, payload: serde_json::Value, cost: f64, input: u64, output: u64) {
         let ev = TraceEvent {
             run_id: self.run_id,
             task_id: self.task_id.clone(),
@@ -84,19 +77,9 @@ impl TraceSink {
 impl EventSink for TraceSink {
     async fn emit(&mut self, event: AgentEvent) -> std::result::Result<(), Stop> {
         let kind = event.kind.unwrap_or(EventKind::AgentObservation);
-        self.write(
-            kind,
-            event.payload,
-            event.cost_usd,
-            event.input_tokens,
-            event.output_tokens,
-        )
-        .await;
+        self.write(kind, event.payload, event.cost_usd, event.input_tokens, event.output_tokens).await;
         if let Some(e) = &self.write_error {
-            return Err(Stop {
-                terminated_by: TerminatedBy::InfraFailure,
-                reason: format!("cannot write trace: {e}"),
-            });
+            return Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason: format!("cannot write trace: {e}") });
         }
         if let Some(max) = self.limits.max_tokens
             && self.tokens > max
@@ -120,37 +103,24 @@ impl EventSink for TraceSink {
 
 /// Reads a job spec from a path or URI.
 async fn read_job(uri: &str) -> Result<JobSpec> {
-    let bytes = tokio::fs::read(Path::new(uri))
-        .await
-        .map_err(|e| Error::io(format!("reading job spec {uri}"), e))?;
-    serde_json::from_slice(&bytes).map_err(|e| {
-        Error::with_source(
-            ErrorKind::Invalid,
-            format!("job spec {uri} is invalid: {e}"),
-            e,
-        )
-    })
+    let bytes = tokio::fs::read(Path::new(uri)).await.map_err(|e| Error::io(format!("reading job spec {uri}"), e))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("job spec {uri} is invalid: {e}"), e))
 }
 
 async fn build(job: JobSpec, exe: &Path) -> Result<Ctx> {
-    let (store, run_id) = factory::store_from_bundle_uri(&job.bundle_uri)?;
+    let (store, run_id) = factory::store_from_bundle_uri(&job.bundle_uri).await?;
     if run_id != job.run_id {
         return Err(Error::invalid(format!(
             "job {} belongs to run {} but points at bundle {}",
             job.job_id, job.run_id, job.bundle_uri
         )));
     }
-    let index = factory::index_from_uri(&job.index_uri)?;
+    let index = factory::index_from_uri(&job.index_uri).await?;
     let config: RunConfig = read_json(store.as_ref(), &run_id, layout::CONFIG)
         .await
-        .map_err(|e| {
-            Error::with_source(
-                ErrorKind::Invalid,
-                format!("run config in the bundle: {e}"),
-                e,
-            )
-        })?;
-    let backend = factory::backend_for(&config, exe)?;
+        .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("run config in the bundle: {e}"), e))?;
+    let backend = factory::backend_for(&config, exe).await?;
     let redactor = Redactor::new();
     let mut secrets = Vec::new();
     for (var, name) in &config.agent.secrets {
@@ -158,11 +128,7 @@ async fn build(job: JobSpec, exe: &Path) -> Result<Ctx> {
         redactor.add(&s);
         secrets.push((var.clone(), s));
     }
-    let evaluators = config
-        .evaluators
-        .iter()
-        .map(evaluator_from_config)
-        .collect::<Result<Vec<_>>>()?;
+    let evaluators = config.evaluators.iter().map(evaluator_from_config).collect::<Result<Vec<_>>>()?;
     Ok(Ctx {
         run_id,
         benchmark: benchmark_from_config(&config.benchmark)?,
@@ -178,20 +144,12 @@ async fn build(job: JobSpec, exe: &Path) -> Result<Ctx> {
 }
 
 /// Runs the job at `job_uri`; returns the process exit code (see `worker_exit`).
-pub async fn run_job(
-    job_uri: &str,
-    exe: &Path,
-    cancel: impl std::future::Future<Output = ()>,
-) -> i32 {
+pub async fn run_job(job_uri: &str, exe: &Path, cancel: impl std::future::Future<Output = ()>) -> i32 {
     let job = match read_job(job_uri).await {
         Ok(j) => j,
         Err(e) => {
             tracing::error!("{e}");
-            return if e.kind() == ErrorKind::Invalid {
-                worker_exit::BAD_JOB
-            } else {
-                1
-            };
+            return if e.kind() == ErrorKind::Invalid { worker_exit::BAD_JOB } else { 1 };
         }
     };
     let ctx = match build(job, exe).await {
@@ -199,9 +157,7 @@ pub async fn run_job(
         Err(e) => {
             tracing::error!("cannot start job: {e}");
             return match e.kind() {
-                ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Unauthorized => {
-                    worker_exit::BAD_JOB
-                }
+                ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Unauthorized => worker_exit::BAD_JOB,
                 _ => 1,
             };
         }
@@ -230,19 +186,13 @@ pub async fn run_job(
 /// Processes one task; `Err` only for failures of agenteval's own storage.
 async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
     let attempt = ctx.job.attempt;
-    let running =
-        TaskTransition::new(task.id.clone(), attempt, TaskState::Running).job(&ctx.job.job_id);
+    let running = TaskTransition::new(task.id.clone(), attempt, TaskState::Running).job(&ctx.job.job_id);
     if !ctx.index.record_task(&ctx.run_id, &running).await? {
         tracing::info!(task = %task.id, attempt, "skipped: already completed or taken by a later attempt");
         return Ok(());
     }
-    let mut log = vec![format!(
-        "{} task {} attempt {} job {}",
-        Utc::now().to_rfc3339(),
-        task.id,
-        attempt,
-        ctx.job.job_id
-    )];
+    let mut log =
+        vec![format!("{} task {} attempt {} job {}", Utc::now().to_rfc3339(), task.id, attempt, ctx.job.job_id)];
     let started_at = Utc::now();
     let env = ctx.benchmark.prepare_environment(&ctx.run_id, task).await;
     let result = match &env {
@@ -294,38 +244,16 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
         result.agent.wall_seconds
     ));
     let store = ctx.store.as_ref();
-    let red = |b: Vec<u8>| {
-        ctx.redactor
-            .redact(&String::from_utf8_lossy(&b))
-            .into_bytes()
-    };
+    let red = |b: Vec<u8>| ctx.redactor.redact(&String::from_utf8_lossy(&b)).into_bytes();
     store
-        .put(
-            &ctx.run_id,
-            &layout::task_file(&task.id, layout::TASK_SCORES),
-            &red(to_json_bytes(&result.scores)),
-        )
+        .put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &red(to_json_bytes(&result.scores)))
         .await?;
     store
-        .put(
-            &ctx.run_id,
-            &layout::task_file(&task.id, layout::TASK_LOG),
-            &red((log.join("\n") + "\n").into_bytes()),
-        )
+        .put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_LOG), &red((log.join("\n") + "\n").into_bytes()))
         .await?;
     // result.json last: its presence says the task folder is complete.
-    store
-        .put(
-            &ctx.run_id,
-            &layout::task_file(&task.id, layout::TASK_RESULT),
-            &red(to_json_bytes(&result)),
-        )
-        .await?;
-    if !ctx
-        .index
-        .record_task(&ctx.run_id, &TaskTransition::completed(&result))
-        .await?
-    {
+    store.put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &red(to_json_bytes(&result))).await?;
+    if !ctx.index.record_task(&ctx.run_id, &TaskTransition::completed(&result)).await? {
         tracing::warn!(task = %task.id, attempt, "another attempt completed this task first");
     }
     Ok(())
@@ -348,13 +276,7 @@ async fn run_and_grade(
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
     let limits = &ctx.config.agent.limits;
-    let appender = ctx
-        .store
-        .open_appender(
-            &ctx.run_id,
-            &layout::task_file(&task.id, layout::TASK_TRACE),
-        )
-        .await?;
+    let appender = ctx.store.open_appender(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_TRACE)).await?;
     let mut sink = TraceSink {
         run_id: ctx.run_id,
         task_id: task.id.clone(),
@@ -366,30 +288,18 @@ async fn run_and_grade(
         tokens: 0,
         write_error: None,
     };
-    let actx = AgentContext {
-        run_id: ctx.run_id,
-        task,
-        limits,
-        env,
-        secrets: &ctx.secrets,
-    };
+    let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets };
     let start = Instant::now();
     let outcome = match limits.max_wall_seconds {
-        Some(secs) => match tokio::time::timeout(
-            Duration::from_secs_f64(secs),
-            ctx.agent.run(&actx, &mut sink),
-        )
-        .await
-        {
-            Ok(o) => o,
-            Err(_) => AgentOutcome {
-                final_answer: None,
-                error: Some((
-                    TerminatedBy::LimitTime,
-                    format!("killed after {secs}s (max_wall_seconds)"),
-                )),
-            },
-        },
+        Some(secs) => {
+            match tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)).await {
+                Ok(o) => o,
+                Err(_) => AgentOutcome {
+                    final_answer: None,
+                    error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
+                },
+            }
+        }
         None => ctx.agent.run(&actx, &mut sink).await,
     };
     let wall = start.elapsed().as_secs_f64();
@@ -397,10 +307,7 @@ async fn run_and_grade(
         return Err(e);
     }
     let agent_steps = sink.events.len() as u32;
-    let ended = sink
-        .events
-        .last()
-        .is_some_and(|e| e.kind == EventKind::AgentTerminal);
+    let ended = sink.events.last().is_some_and(|e| e.kind == EventKind::AgentTerminal);
     let (terminated_by, error) = match &outcome.error {
         None => (TerminatedBy::Completed, None),
         Some((t, m)) => (*t, Some(ctx.redactor.redact(m))),
@@ -408,8 +315,7 @@ async fn run_and_grade(
     if !ended || error.is_some() {
         // Every trace ends with a terminal event, written by the runner when the agent could not.
         let payload = json!({"terminated_by": terminated_by.as_str(), "error": error, "written_by": "runner"});
-        sink.write(EventKind::AgentTerminal, payload, 0.0, 0, 0)
-            .await;
+        sink.write(EventKind::AgentTerminal, payload, 0.0, 0, 0).await;
     }
     let agent = AgentResult {
         success: error.is_none(),
@@ -421,41 +327,26 @@ async fn run_and_grade(
         terminated_by,
         steps: agent_steps.max(sink.events.len() as u32),
     };
-    log.push(format!(
-        "agent {} ended: {}",
-        ctx.agent.name(),
-        terminated_by.as_str()
-    ));
+    log.push(format!("agent {} ended: {}", ctx.agent.name(), terminated_by.as_str()));
     if let Some(e) = &agent.error {
         log.push(format!("agent error: {e}"));
     }
 
     let mut scores = vec![ctx.benchmark.grade(task, &agent, &sink.events).await];
-    let task_evaluators = task
-        .evaluators
-        .iter()
-        .map(evaluator_from_config)
-        .collect::<Vec<_>>();
-    let input = EvalInput {
-        task,
-        result: &agent,
-        trace: &sink.events,
-    };
+    let task_evaluators = task.evaluators.iter().map(evaluator_from_config).collect::<Vec<_>>();
+    let input = EvalInput { task, result: &agent, trace: &sink.events };
     for e in &ctx.evaluators {
         scores.push(evaluate_safely(e.as_ref(), &input).await);
     }
     for (i, e) in task_evaluators.into_iter().enumerate() {
         scores.push(match e {
             Ok(e) => evaluate_safely(e.as_ref(), &input).await,
-            Err(err) => {
-                EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string())
-            }
+            Err(err) => EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string()),
         });
     }
     for s in &scores {
         let payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
-        sink.write(EventKind::EvaluatorScore, payload, s.cost_usd, 0, 0)
-            .await;
+        sink.write(EventKind::EvaluatorScore, payload, s.cost_usd, 0, 0).await;
     }
     sink.appender.finish().await?;
     if let Some(e) = sink.write_error.take() {

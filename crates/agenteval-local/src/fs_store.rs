@@ -36,26 +36,21 @@ impl FsBundleStore {
 
 /// Writes `bytes` to `target` through a temporary sibling and a rename.
 pub fn write_atomic_blocking(target: &Path, bytes: &[u8]) -> Result<()> {
-    let name = target
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("file");
+    let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp = target.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     // Folders are created only when missing: on a busy bundle a `mkdir` per write is a
     // measurable share of the cost.
     let written = match std::fs::write(&tmp, bytes) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+                std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
             }
             std::fs::write(&tmp, bytes)
         }
         other => other,
     };
     written.map_err(|e| Error::io(format!("writing {}", tmp.display()), e))?;
-    std::fs::rename(&tmp, target)
-        .map_err(|e| Error::io(format!("renaming to {}", target.display()), e))
+    std::fs::rename(&tmp, target).map_err(|e| Error::io(format!("renaming to {}", target.display()), e))
 }
 
 fn list_blocking(dir: &Path, base: &Path, out: &mut Vec<String>) -> std::io::Result<()> {
@@ -78,10 +73,7 @@ fn list_blocking(dir: &Path, base: &Path, out: &mut Vec<String>) -> std::io::Res
                 continue;
             }
             if let Ok(rel) = path.strip_prefix(base) {
-                let rel: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
+                let rel: Vec<String> = rel.components().map(|c| c.as_os_str().to_string_lossy().into_owned()).collect();
                 out.push(rel.join("/"));
             }
         }
@@ -102,14 +94,12 @@ impl BundleStore for FsBundleStore {
 
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         let p = self.file(run, path)?;
-        crate::blocking(|| std::fs::read(&p))
-            .map_err(|e| Error::io(format!("reading {}", p.display()), e))
+        crate::blocking(|| std::fs::read(&p)).map_err(|e| Error::io(format!("reading {}", p.display()), e))
     }
 
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         let p = self.file(run, path)?;
-        crate::blocking(|| p.try_exists())
-            .map_err(|e| Error::io(format!("checking {}", p.display()), e))
+        crate::blocking(|| p.try_exists()).map_err(|e| Error::io(format!("checking {}", p.display()), e))
     }
 
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
@@ -121,8 +111,7 @@ impl BundleStore for FsBundleStore {
         };
         crate::blocking(|| {
             let mut out = Vec::new();
-            list_blocking(&start, &base, &mut out)
-                .map_err(|e| Error::io(format!("listing {}", start.display()), e))?;
+            list_blocking(&start, &base, &mut out).map_err(|e| Error::io(format!("listing {}", start.display()), e))?;
             out.retain(|p| p.starts_with(prefix));
             out.sort();
             Ok(out)
@@ -132,8 +121,7 @@ impl BundleStore for FsBundleStore {
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let p = self.file(run, path)?;
         if let Some(parent) = p.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
         }
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -158,9 +146,7 @@ struct FsAppender {
 impl Appender for FsAppender {
     async fn append(&mut self, bytes: &[u8]) -> Result<()> {
         use std::io::Write;
-        self.file
-            .write_all(bytes)
-            .map_err(|e| Error::io(format!("appending to {}", self.path.display()), e))
+        self.file.write_all(bytes).map_err(|e| Error::io(format!("appending to {}", self.path.display()), e))
     }
 
     async fn finish(self: Box<Self>) -> Result<()> {
@@ -176,8 +162,7 @@ mod tests {
     #[tokio::test]
     async fn conformance() {
         let dir = tempfile::tempdir().unwrap();
-        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path())))
-            .await;
+        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path()))).await;
     }
 
     #[tokio::test]

@@ -49,10 +49,7 @@ pub struct LocalProcessBackend {
 
 impl std::fmt::Debug for LocalProcessBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalProcessBackend")
-            .field("exe", &self.exe)
-            .field("root", &self.store.root())
-            .finish()
+        f.debug_struct("LocalProcessBackend").field("exe", &self.exe).field("root", &self.store.root()).finish()
     }
 }
 
@@ -73,9 +70,7 @@ impl LocalProcessBackend {
     }
 
     fn pid_of(h: &JobHandle) -> Option<i32> {
-        h.native_id
-            .strip_prefix("pid:")
-            .and_then(|p| p.parse().ok())
+        h.native_id.strip_prefix("pid:").and_then(|p| p.parse().ok())
     }
 }
 
@@ -120,8 +115,8 @@ fn status_from_exit(st: std::process::ExitStatus) -> JobStatus {
 }
 
 fn read_secrets_file(path: &Path, name: &str) -> Result<Option<Secret>> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::io(format!("reading secrets file {}", path.display()), e))?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading secrets file {}", path.display()), e))?;
     for line in text.lines() {
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
@@ -154,14 +149,11 @@ impl CloudBackend for LocalProcessBackend {
         let spec = run_dir.join(layout::job_spec(&job.job_id, job.attempt));
         let log_path = run_dir.join(layout::job_log(&job.job_id, job.attempt));
         if let Some(dir) = log_path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
-        let log = std::fs::File::create(&log_path)
-            .map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| Error::io("duplicating log handle", e))?;
+        let log =
+            std::fs::File::create(&log_path).map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
+        let log2 = log.try_clone().map_err(|e| Error::io("duplicating log handle", e))?;
         let mut cmd = tokio::process::Command::new(&self.exe);
         cmd.arg("worker")
             .arg("--job")
@@ -173,23 +165,11 @@ impl CloudBackend for LocalProcessBackend {
             // Its own process group: Ctrl-C in the terminal reaches the controller only, and
             // the controller decides how workers stop; cancel signals the whole group.
             .process_group(0);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Error::io(format!("starting worker {}", self.exe.display()), e))?;
-        let pid = child
-            .id()
-            .ok_or_else(|| Error::internal("worker exited before it had a pid"))?
-            as i32;
-        let handle = JobHandle {
-            job_id: job.job_id.clone(),
-            attempt: job.attempt,
-            native_id: format!("pid:{pid}"),
-        };
+        let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting worker {}", self.exe.display()), e))?;
+        let pid = child.id().ok_or_else(|| Error::internal("worker exited before it had a pid"))? as i32;
+        let handle = JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: format!("pid:{pid}") };
         let key = Self::key(&handle);
-        self.procs
-            .lock()
-            .expect("procs lock")
-            .insert(key.clone(), Proc::Running);
+        self.procs.lock().expect("procs lock").insert(key.clone(), Proc::Running);
         let procs = self.procs.clone();
         let changed = self.changed.clone();
         tokio::spawn(async move {
@@ -201,10 +181,7 @@ impl CloudBackend for LocalProcessBackend {
                     infrastructure: true,
                 },
             };
-            procs
-                .lock()
-                .expect("procs lock")
-                .insert(key, Proc::Exited(status));
+            procs.lock().expect("procs lock").insert(key, Proc::Exited(status));
             changed.notify_one();
         });
         Ok(handle)
@@ -231,18 +208,9 @@ impl CloudBackend for LocalProcessBackend {
     }
 
     async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()> {
-        let ours = matches!(
-            self.procs
-                .lock()
-                .expect("procs lock")
-                .get(&Self::key(handle)),
-            Some(Proc::Running)
-        );
+        let ours = matches!(self.procs.lock().expect("procs lock").get(&Self::key(handle)), Some(Proc::Running));
         let Some(pid) = Self::pid_of(handle) else {
-            return Err(Error::invalid(format!(
-                "`{}` is not a local job handle",
-                handle.native_id
-            )));
+            return Err(Error::invalid(format!("`{}` is not a local job handle", handle.native_id)));
         };
         if !ours && !is_live_worker(pid) {
             return Ok(());
@@ -274,16 +242,15 @@ impl CloudBackend for LocalProcessBackend {
         }
         match std::env::var(name) {
             Ok(v) => Ok(Secret::new(v)),
-            Err(_) => Err(Error::not_found(format!(
-                "secret `{name}` is neither in the secrets file nor in the environment"
-            ))),
+            Err(_) => {
+                Err(Error::not_found(format!("secret `{name}` is neither in the secrets file nor in the environment")))
+            }
         }
     }
 
     async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
         let path = self.store.run_dir(run).join(layout::TELEMETRY);
-        let mut line =
-            serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
+        let mut line = serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
         line.push(b'\n');
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -291,8 +258,7 @@ impl CloudBackend for LocalProcessBackend {
             .append(true)
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        f.write_all(&line)
-            .map_err(|e| Error::io(format!("writing {}", path.display()), e))
+        f.write_all(&line).map_err(|e| Error::io(format!("writing {}", path.display()), e))
     }
 
     async fn wait_for_change(&self, timeout: Duration) {
@@ -308,50 +274,19 @@ mod tests {
     fn secrets_file_parsing() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.env");
-        std::fs::write(
-            &p,
-            "# comment\nexport A_KEY=\"quoted value\"\nB_KEY=plain=with=equals\n",
-        )
-        .unwrap();
-        assert_eq!(
-            read_secrets_file(&p, "A_KEY").unwrap().unwrap().expose(),
-            "quoted value"
-        );
-        assert_eq!(
-            read_secrets_file(&p, "B_KEY").unwrap().unwrap().expose(),
-            "plain=with=equals"
-        );
+        std::fs::write(&p, "# comment\nexport A_KEY=\"quoted value\"\nB_KEY=plain=with=equals\n").unwrap();
+        assert_eq!(read_secrets_file(&p, "A_KEY").unwrap().unwrap().expose(), "quoted value");
+        assert_eq!(read_secrets_file(&p, "B_KEY").unwrap().unwrap().expose(), "plain=with=equals");
         assert!(read_secrets_file(&p, "C_KEY").unwrap().is_none());
     }
 
     #[test]
     fn exit_statuses_map_to_job_statuses() {
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            status_from_exit(std::process::ExitStatus::from_raw(0)),
-            JobStatus::Succeeded
-        );
+        assert_eq!(status_from_exit(std::process::ExitStatus::from_raw(0)), JobStatus::Succeeded);
         let killed = status_from_exit(std::process::ExitStatus::from_raw(9));
-        assert!(
-            matches!(
-                killed,
-                JobStatus::Failed {
-                    infrastructure: true,
-                    ..
-                }
-            ),
-            "{killed:?}"
-        );
+        assert!(matches!(killed, JobStatus::Failed { infrastructure: true, .. }), "{killed:?}");
         let bad = status_from_exit(std::process::ExitStatus::from_raw(2 << 8));
-        assert!(
-            matches!(
-                bad,
-                JobStatus::Failed {
-                    infrastructure: false,
-                    ..
-                }
-            ),
-            "{bad:?}"
-        );
+        assert!(matches!(bad, JobStatus::Failed { infrastructure: false, .. }), "{bad:?}");
     }
 }

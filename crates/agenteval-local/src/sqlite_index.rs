@@ -80,28 +80,24 @@ const SCHEMA_VERSION: i64 = 1;
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
 fn migrate(conn: &Connection) -> Result<()> {
-    let version: i64 = conn
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .map_err(|e| db_err("reading schema version", e))?;
+    let version: i64 =
+        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| db_err("reading schema version", e))?;
     if version > SCHEMA_VERSION {
         return Err(Error::invalid(format!(
             "the run index was written by a newer agenteval (schema {version}, this build knows {SCHEMA_VERSION})"
         )));
     }
     let has_controller: bool = conn
-        .query_row(
-            "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'controller'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
+        .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'controller'", [], |r| {
+            r.get::<_, i64>(0)
+        })
         .map(|n| n > 0)
         .map_err(|e| db_err("reading schema", e))?;
     if !has_controller {
         conn.execute_batch("ALTER TABLE runs ADD COLUMN controller TEXT NOT NULL DEFAULT ''")
             .map_err(|e| db_err("migrating schema", e))?;
     }
-    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-        .map_err(|e| db_err("writing schema version", e))
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(|e| db_err("writing schema version", e))
 }
 
 fn ts(t: DateTime<Utc>) -> String {
@@ -111,34 +107,21 @@ fn ts(t: DateTime<Utc>) -> String {
 fn parse_ts(s: &str) -> rusqlite::Result<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s)
         .map(|t| t.with_timezone(&Utc))
-        .map_err(|e| {
-            rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-        })
+        .map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
 }
 
-fn conv<T, E: std::error::Error + Send + Sync + 'static>(
-    r: std::result::Result<T, E>,
-) -> rusqlite::Result<T> {
-    r.map_err(|e| {
-        rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e))
-    })
+fn conv<T, E: std::error::Error + Send + Sync + 'static>(r: std::result::Result<T, E>) -> rusqlite::Result<T> {
+    r.map_err(|e| rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(e)))
 }
 
 fn corrupt(message: String) -> rusqlite::Error {
-    rusqlite::Error::FromSqlConversionFailure(
-        0,
-        rusqlite::types::Type::Text,
-        Box::new(Error::corrupt(message)),
-    )
+    rusqlite::Error::FromSqlConversionFailure(0, rusqlite::types::Type::Text, Box::new(Error::corrupt(message)))
 }
 
 fn db_err(context: &str, e: rusqlite::Error) -> Error {
     let kind = match &e {
         rusqlite::Error::SqliteFailure(f, _)
-            if matches!(
-                f.code,
-                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-            ) =>
+            if matches!(f.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
         {
             ErrorKind::Transient
         }
@@ -152,25 +135,17 @@ impl SqliteRunIndex {
     /// Opens (creating if needed) the index at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
         }
         let conn = Connection::open(path).map_err(|e| db_err("opening", e))?;
-        conn.busy_timeout(Duration::from_secs(30))
-            .map_err(|e| db_err("configuring", e))?;
+        conn.busy_timeout(Duration::from_secs(30)).map_err(|e| db_err("configuring", e))?;
         // WAL lets readers (the controller's progress polls) run beside writing workers;
         // synchronous=NORMAL is durable across process crashes, which is what we guard against.
-        conn.pragma_update(None, "journal_mode", "WAL")
-            .map_err(|e| db_err("enabling WAL", e))?;
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .map_err(|e| db_err("configuring", e))?;
-        conn.execute_batch(SCHEMA)
-            .map_err(|e| db_err("creating schema", e))?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| db_err("configuring", e))?;
+        conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
         migrate(&conn)?;
-        Ok(SqliteRunIndex {
-            conn: Arc::new(Mutex::new(conn)),
-            path: path.to_path_buf(),
-        })
+        Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
     }
 
     pub fn path(&self) -> &Path {
@@ -182,10 +157,7 @@ impl SqliteRunIndex {
         f: impl FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         crate::blocking(|| {
-            let mut c = self
-                .conn
-                .lock()
-                .map_err(|_| Error::internal("run index lock poisoned"))?;
+            let mut c = self.conn.lock().map_err(|_| Error::internal("run index lock poisoned"))?;
             f(&mut c)
         })
     }
@@ -199,17 +171,13 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         benchmark: r.get("benchmark")?,
         agent: r.get("agent")?,
         backend: r.get("backend")?,
-        status: RunStatus::parse(&status)
-            .ok_or_else(|| corrupt(format!("unknown run status {status}")))?,
+        status: RunStatus::parse(&status).ok_or_else(|| corrupt(format!("unknown run status {status}")))?,
         bundle_uri: r.get("bundle_uri")?,
         config_hash: r.get("config_hash")?,
         tasks_total: r.get::<_, i64>("tasks_total")? as u64,
         created_at: parse_ts(&r.get::<_, String>("created_at")?)?,
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
-        finished_at: r
-            .get::<_, Option<String>>("finished_at")?
-            .map(|s| parse_ts(&s))
-            .transpose()?,
+        finished_at: r.get::<_, Option<String>>("finished_at")?.map(|s| parse_ts(&s)).transpose()?,
         heartbeat_at: parse_ts(&r.get::<_, String>("heartbeat_at")?)?,
         cancel_requested: r.get::<_, i64>("cancel_requested")? != 0,
         controller: r.get("controller")?,
@@ -223,20 +191,14 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
     Ok(TaskRecord {
         run_id: conv(RunId::from_str(&r.get::<_, String>("run_id")?))?,
         task_id: conv(TaskId::from_str(&r.get::<_, String>("task_id")?))?,
-        state: TaskState::parse(&state)
-            .ok_or_else(|| corrupt(format!("unknown task state {state}")))?,
+        state: TaskState::parse(&state).ok_or_else(|| corrupt(format!("unknown task state {state}")))?,
         attempt: r.get::<_, i64>("attempt")? as u32,
-        job_id: r
-            .get::<_, Option<String>>("job_id")?
-            .map(|s| conv(JobId::from_str(&s)))
-            .transpose()?,
+        job_id: r.get::<_, Option<String>>("job_id")?.map(|s| conv(JobId::from_str(&s))).transpose()?,
         passed: r.get::<_, Option<i64>>("passed")?.map(|v| v != 0),
         cost_usd: r.get("cost_usd")?,
         tokens: r.get::<_, i64>("tokens")? as u64,
         wall_seconds: r.get("wall_seconds")?,
-        terminated_by: term
-            .map(|t| conv(serde_json::from_value(serde_json::Value::String(t))))
-            .transpose()?,
+        terminated_by: term.map(|t| conv(serde_json::from_value(serde_json::Value::String(t)))).transpose()?,
         detail: r.get("detail")?,
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
     })
@@ -284,10 +246,7 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
     if exists {
         Ok(false)
     } else {
-        Err(Error::not_found(format!(
-            "task {} of run {id} is not in the index",
-            t.task_id
-        )))
+        Err(Error::not_found(format!("task {} of run {id} is not in the index", t.task_id)))
     }
 }
 
@@ -352,11 +311,8 @@ impl RunIndex for SqliteRunIndex {
             let mut stmt = c
                 .prepare("SELECT * FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?1")
                 .map_err(|e| db_err("preparing", e))?;
-            let rows = stmt
-                .query_map([limit as i64], run_from_row)
-                .map_err(|e| db_err("listing runs", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| db_err("listing runs", e))
+            let rows = stmt.query_map([limit as i64], run_from_row).map_err(|e| db_err("listing runs", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing runs", e))
         })
         .await
     }
@@ -389,11 +345,7 @@ impl RunIndex for SqliteRunIndex {
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;
-            if n == 0 {
-                Err(Error::not_found(format!("run {id} is not in the index")))
-            } else {
-                Ok(())
-            }
+            if n == 0 { Err(Error::not_found(format!("run {id} is not in the index"))) } else { Ok(()) }
         })
         .await
     }
@@ -411,10 +363,7 @@ impl RunIndex for SqliteRunIndex {
             let tx = c
                 .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
                 .map_err(|e| db_err("begin", e))?;
-            let out = ts
-                .iter()
-                .map(|t| apply_transition(&tx, &id, t))
-                .collect::<Result<Vec<_>>>()?;
+            let out = ts.iter().map(|t| apply_transition(&tx, &id, t)).collect::<Result<Vec<_>>>()?;
             tx.commit().map_err(|e| db_err("commit", e))?;
             Ok(out)
         })
@@ -424,13 +373,9 @@ impl RunIndex for SqliteRunIndex {
     async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>> {
         let (id, task) = (run.to_string(), task.to_string());
         self.with(move |c| {
-            c.query_row(
-                "SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2",
-                [id, task],
-                task_from_row,
-            )
-            .optional()
-            .map_err(|e| db_err("reading task", e))
+            c.query_row("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2", [id, task], task_from_row)
+                .optional()
+                .map_err(|e| db_err("reading task", e))
         })
         .await
     }
@@ -441,11 +386,8 @@ impl RunIndex for SqliteRunIndex {
             let mut stmt = c
                 .prepare("SELECT * FROM tasks WHERE run_id = ?1 ORDER BY task_id")
                 .map_err(|e| db_err("preparing", e))?;
-            let rows = stmt
-                .query_map([id], task_from_row)
-                .map_err(|e| db_err("listing tasks", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| db_err("listing tasks", e))
+            let rows = stmt.query_map([id], task_from_row).map_err(|e| db_err("listing tasks", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing tasks", e))
         })
         .await
     }
@@ -528,8 +470,7 @@ impl RunIndex for SqliteRunIndex {
                     })
                 })
                 .map_err(|e| db_err("listing jobs", e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| db_err("listing jobs", e))
+            rows.collect::<rusqlite::Result<Vec<_>>>().map_err(|e| db_err("listing jobs", e))
         })
         .await
     }
@@ -552,8 +493,7 @@ mod tests {
         let p = dir.path().join("old.sqlite");
         {
             let c = Connection::open(&p).unwrap();
-            c.execute_batch(&SCHEMA.replace("    controller TEXT NOT NULL DEFAULT '',\n", ""))
-                .unwrap();
+            c.execute_batch(&SCHEMA.replace("    controller TEXT NOT NULL DEFAULT '',\n", "")).unwrap();
         }
         let index = SqliteRunIndex::open(&p).unwrap();
         agenteval_core::conformance::run_index_suite(Arc::new(index)).await;

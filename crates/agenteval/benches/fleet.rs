@@ -25,8 +25,7 @@ struct Outcome {
 
 fn children_cpu() -> Duration {
     let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let tv =
-        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(u.user_time()) + tv(u.system_time())
 }
 
@@ -66,35 +65,18 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     let out = child.wait_with_output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json output");
     assert_eq!(v["status"], "complete", "{name}: {v}");
-    assert_eq!(
-        v["summary"]["tasks_finished"].as_u64(),
-        Some(tasks),
-        "{name}"
-    );
-    Outcome {
-        tasks,
-        wall,
-        cpu: children_cpu() - cpu0,
-        peak_rss_kb: peak,
-    }
+    assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
+    Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }
 }
 
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing we use.
-    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1.0);
+    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let n = |x: u64| ((x as f64 * scale) as u64).max(10);
-    let dir = tempfile::Builder::new()
-        .prefix("agenteval-bench-")
-        .tempdir()
-        .unwrap();
+    let dir = tempfile::Builder::new().prefix("agenteval-bench-").tempdir().unwrap();
     println!(
         "agenteval fleet benchmark ({} cores, scale {scale})",
-        std::thread::available_parallelism()
-            .map(|p| p.get())
-            .unwrap_or(1)
+        std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1)
     );
 
     let a = scenario(dir.path(), "sharded", n(10_000), 100, 2);
@@ -108,10 +90,7 @@ fn main() {
     );
     for (label, o) in [
         (format!("{} tasks, 100 per job, 2 in flight", a.tasks), &a),
-        (
-            format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks),
-            &b,
-        ),
+        (format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks), &b),
         (format!("{} tasks, 1000 per job, 2 in flight", c.tasks), &c),
     ] {
         println!(

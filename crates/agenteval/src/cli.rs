@@ -5,12 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "agenteval",
-    version,
-    about = "Run AI-agent benchmarks as a fleet",
-    propagate_version = true
-)]
+#[command(name = "agenteval", version, about = "Run AI-agent benchmarks as a fleet", propagate_version = true)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -30,6 +25,9 @@ pub struct IndexArgs {
     /// Take the index location from this run config.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
+    /// `aws`: use the DynamoDB index (`AGENTEVAL_AWS_INDEX`, default dynamodb://agenteval-runs).
+    #[arg(long, global = true)]
+    pub backend: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,6 +91,19 @@ pub enum Command {
     ValidateBundle {
         /// The bundle folder (`runs/<run_id>`).
         path: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check that everything a run needs exists (AWS: credentials, region, bucket, table,
+    /// cluster, task definition, network, secrets) before launching anything.
+    Doctor {
+        #[arg(long, short)]
+        config: PathBuf,
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        /// Backend to check; overrides `backend.id`.
+        #[arg(long)]
+        backend: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -24,45 +24,24 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit {
-            config,
-            sets,
-            backend,
-            json,
-        } => submit(&config, sets, backend, json, quiet).await,
+        Command::Submit { config, sets, backend, json } => submit(&config, sets, backend, json, quiet).await,
         Command::Status { run, index, json } => status(&run, &index, json).await,
-        Command::Runs {
-            command: RunsCommand::List { index, limit, json },
-        } => runs_list(&index, limit, json).await,
-        Command::Runs {
-            command:
-                RunsCommand::Show {
-                    run,
-                    index,
-                    tasks,
-                    json,
-                },
-        } => runs_show(&run, &index, tasks, json).await,
-        Command::Cancel {
-            run,
-            index,
-            wait,
-            json,
-        } => cancel(&run, &index, wait, json).await,
+        Command::Runs { command: RunsCommand::List { index, limit, json } } => runs_list(&index, limit, json).await,
+        Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => {
+            runs_show(&run, &index, tasks, json).await
+        }
+        Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
         Command::Resume { run, index, json } => resume(&run, &index, json, quiet).await,
         Command::Report { run, index, json } => report(&run, &index, json).await,
         Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
-        Command::Config {
-            command: ConfigCommand::Validate { file, sets, json },
-        } => config_validate(&file, sets, json),
+        Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
+        Command::Doctor { config, sets, backend, json } => doctor(&config, sets, backend, json).await,
         Command::Worker { job } => Ok(worker(&job).await),
     }
 }
 
 fn exe() -> Result<PathBuf, Failure> {
-    std::env::current_exe()
-        .context("cannot find the agenteval executable")
-        .map_err(Failure::from)
+    std::env::current_exe().context("cannot find the agenteval executable").map_err(Failure::from)
 }
 
 /// Interrupt handling for controllers: the first Ctrl-C (or SIGTERM, SIGHUP) asks the run to
@@ -71,11 +50,9 @@ fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
     use tokio::signal::unix::{SignalKind, signal};
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
+            (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
+        else {
             tracing::warn!("cannot install signal handlers; Ctrl-C will not seal the bundle");
             return;
         };
@@ -87,9 +64,7 @@ fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
             }
         };
         next().await;
-        progress.message(
-            "interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)",
-        );
+        progress.message("interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)");
         let _ = tx.send(true);
         next().await;
         eprintln!("quitting without sealing; `agenteval resume` can finish the run");
@@ -99,11 +74,7 @@ fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
 }
 
 fn outcome_code(status: RunStatus) -> u8 {
-    if status == RunStatus::Complete {
-        exit::OK
-    } else {
-        exit::INCOMPLETE
-    }
+    if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
 }
 
 fn print_outcome(o: &RunOutcome, json: bool) {
@@ -129,10 +100,7 @@ fn print_outcome(o: &RunOutcome, json: bool) {
 }
 
 fn config_failure(e: ConfigError) -> Failure {
-    Failure {
-        code: exit::USAGE,
-        error: anyhow::anyhow!(e.to_string()),
-    }
+    Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
 }
 
 async fn submit(
@@ -146,35 +114,28 @@ async fn submit(
         sets.push(format!("backend.id={b}"));
     }
     let loaded = load_config(config, &sets).map_err(config_failure)?;
-    let progress: Arc<dyn Progress> = if json || quiet {
-        Arc::new(NoProgress)
-    } else {
-        Arc::new(Bar::new(true))
-    };
-    let opts = ControllerOptions {
-        exe: exe()?,
-        progress: progress.clone(),
-        interrupt: interrupt_channel(progress),
-    };
+    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
     let outcome = controller::submit(&loaded, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
 }
 
-fn open_index(args: &IndexArgs) -> Result<Arc<dyn RunIndex>, Failure> {
+async fn open_index(args: &IndexArgs) -> Result<Arc<dyn RunIndex>, Failure> {
     let uri = if let Some(i) = &args.index {
         i.display().to_string()
     } else if let Some(c) = &args.config {
-        factory::index_uri(&load_config(c, &[]).map_err(config_failure)?.config)
+        let cfg = load_config(c, &[]).map_err(config_failure)?.config;
+        return Ok(factory::index_for(&cfg).await?);
+    } else if args.backend.as_deref() == Some("aws") {
+        std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
     } else {
         Path::new("runs").join("index.sqlite").display().to_string()
     };
     if !uri.contains("://") && !Path::new(&uri).exists() {
-        return Err(
-            Error::not_found(format!("no run index at {uri} (pass --index or --config)")).into(),
-        );
+        return Err(Error::not_found(format!("no run index at {uri} (pass --index or --config)")).into());
     }
-    Ok(factory::index_from_uri(&uri)?)
+    Ok(factory::index_from_uri(&uri).await?)
 }
 
 fn parse_run(s: &str) -> Result<RunId, Failure> {
@@ -189,11 +150,9 @@ fn record_json(r: &RunRecord) -> serde_json::Value {
 
 async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index)?;
-    let r = index
-        .get_run(&run_id)
-        .await?
-        .ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
+    let index = open_index(index).await?;
+    let r =
+        index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let counts = index.task_counts(&run_id).await?;
     let alive = controller::controller_alive(&r);
     if json {
@@ -215,28 +174,18 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         counts.pending + counts.queued,
         counts.cancelled
     );
-    let rate = if counts.finished() == 0 {
-        0.0
-    } else {
-        100.0 * counts.passed as f64 / counts.finished() as f64
-    };
+    let rate = if counts.finished() == 0 { 0.0 } else { 100.0 * counts.passed as f64 / counts.finished() as f64 };
     println!("passed    {} ({rate:.1}% of finished)", counts.passed);
-    println!(
-        "cost      ${:.4}, {} tokens",
-        counts.cost_usd, counts.tokens
-    );
+    println!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
     println!("bundle    {}", r.bundle_uri);
     Ok(exit::OK)
 }
 
 async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Failure> {
-    let index = open_index(index)?;
+    let index = open_index(index).await?;
     let runs = index.list_runs(limit).await?;
     if json {
-        println!(
-            "{}",
-            serde_json::Value::Array(runs.iter().map(record_json).collect())
-        );
+        println!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
         return Ok(exit::OK);
     }
     if runs.is_empty() {
@@ -244,15 +193,7 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
         return Ok(exit::OK);
     }
     let mut t = output::table();
-    t.set_header(vec![
-        "run id",
-        "name",
-        "status",
-        "benchmark",
-        "backend",
-        "tasks",
-        "created",
-    ]);
+    t.set_header(vec!["run id", "name", "status", "benchmark", "backend", "tasks", "created"]);
     for r in &runs {
         t.add_row(vec![
             r.run_id.to_string(),
@@ -272,24 +213,13 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
     Ok(exit::OK)
 }
 
-async fn runs_show(
-    run: &str,
-    index: &IndexArgs,
-    with_tasks: bool,
-    json: bool,
-) -> Result<u8, Failure> {
+async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index)?;
+    let index = open_index(index).await?;
     let located = controller::locate(index.as_ref(), &run_id).await?;
     let counts = index.task_counts(&run_id).await?;
-    let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY)
-        .await
-        .ok();
-    let tasks = if with_tasks {
-        index.list_tasks(&run_id).await?
-    } else {
-        vec![]
-    };
+    let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
+    let tasks = if with_tasks { index.list_tasks(&run_id).await? } else { vec![] };
     if json {
         println!(
             "{}",
@@ -300,10 +230,7 @@ async fn runs_show(
     let r = &located.record;
     println!("run        {} ({})", r.run_id, r.name);
     println!("status     {}", output::status_word(r.status));
-    println!(
-        "benchmark  {}   agent {}   backend {}",
-        r.benchmark, r.agent, r.backend
-    );
+    println!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
     println!("created    {}", r.created_at.to_rfc3339());
     if let Some(f) = r.finished_at {
         println!("finished   {}", f.to_rfc3339());
@@ -312,34 +239,20 @@ async fn runs_show(
     if let Some(s) = &summary {
         println!("{}", output::summary_table(s));
     } else {
-        println!(
-            "tasks      {} of {} finished, {} passed",
-            counts.finished(),
-            counts.total,
-            counts.passed
-        );
+        println!("tasks      {} of {} finished, {} passed", counts.finished(), counts.total, counts.passed);
     }
     if with_tasks {
         let mut t = output::table();
-        t.set_header(vec![
-            "task", "state", "attempt", "passed", "ended by", "cost", "detail",
-        ]);
+        t.set_header(vec!["task", "state", "attempt", "passed", "ended by", "cost", "detail"]);
         for task in &tasks {
             t.add_row(vec![
                 task.task_id.to_string(),
                 task.state.as_str().to_string(),
                 task.attempt.to_string(),
                 task.passed.map(|p| p.to_string()).unwrap_or_default(),
-                task.terminated_by
-                    .map(|x| x.as_str().to_string())
-                    .unwrap_or_default(),
+                task.terminated_by.map(|x| x.as_str().to_string()).unwrap_or_default(),
                 format!("{:.4}", task.cost_usd),
-                task.detail
-                    .clone()
-                    .unwrap_or_default()
-                    .chars()
-                    .take(60)
-                    .collect(),
+                task.detail.clone().unwrap_or_default().chars().take(60).collect(),
             ]);
         }
         println!("{t}");
@@ -349,7 +262,7 @@ async fn runs_show(
 
 async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index)?;
+    let index = open_index(index).await?;
     let status = controller::cancel(index, &run_id, &exe()?, Duration::from_secs(wait)).await?;
     if json {
         println!("{}", json!({"run_id": run_id, "status": status}));
@@ -361,17 +274,9 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
 
 async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index)?;
-    let progress: Arc<dyn Progress> = if json || quiet {
-        Arc::new(NoProgress)
-    } else {
-        Arc::new(Bar::new(true))
-    };
-    let opts = ControllerOptions {
-        exe: exe()?,
-        progress: progress.clone(),
-        interrupt: interrupt_channel(progress),
-    };
+    let index = open_index(index).await?;
+    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
     let outcome = controller::resume(index, &run_id, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
@@ -379,7 +284,7 @@ async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool) -> Result
 
 async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index)?;
+    let index = open_index(index).await?;
     let located = controller::locate(index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
@@ -395,10 +300,7 @@ async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         (s, text)
     };
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&summary).expect("serializes")
-        );
+        println!("{}", serde_json::to_string_pretty(&summary).expect("serializes"));
     } else {
         print!("{text}");
     }
@@ -409,17 +311,12 @@ async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
     let abs = if path.contains("://") {
         path.to_string()
     } else {
-        std::path::absolute(path)
-            .map(|p| p.display().to_string())
-            .unwrap_or(path.to_string())
+        std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or(path.to_string())
     };
-    let (store, run_id) = factory::store_from_bundle_uri(&abs)?;
+    let (store, run_id) = factory::store_from_bundle_uri(&abs).await?;
     let v = bundle::validate(store.as_ref(), &run_id).await?;
     if json {
-        println!(
-            "{}",
-            json!({"bundle": abs, "valid": v.is_valid(), "validation": v})
-        );
+        println!("{}", json!({"bundle": abs, "valid": v.is_valid(), "validation": v}));
     } else {
         for w in &v.warnings {
             println!("warning: {w}");
@@ -438,21 +335,14 @@ async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
             println!("invalid: {abs}: {} problem(s)", v.problems.len());
         }
     }
-    Ok(if v.is_valid() {
-        exit::OK
-    } else {
-        exit::CHECK_FAILED
-    })
+    Ok(if v.is_valid() { exit::OK } else { exit::CHECK_FAILED })
 }
 
 fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Failure> {
     match load_config(file, &sets) {
         Ok(loaded) => {
             if json {
-                println!(
-                    "{}",
-                    json!({"valid": true, "file": file, "config": loaded.resolved})
-                );
+                println!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
             } else {
                 let c = &loaded.config;
                 let r = &loaded.resolved;
@@ -481,16 +371,34 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
                         json!({"file": e.file, "line": line, "column": column, "set": set, "field": p.pointer, "message": p.message})
                     })
                     .collect();
-                println!(
-                    "{}",
-                    json!({"valid": false, "file": file, "problems": problems})
-                );
+                println!("{}", json!({"valid": false, "file": file, "problems": problems}));
                 Ok(exit::USAGE)
             } else {
                 Err(config_failure(e))
             }
         }
     }
+}
+
+async fn doctor(config: &Path, mut sets: Vec<String>, backend: Option<String>, json: bool) -> Result<u8, Failure> {
+    if let Some(b) = backend {
+        sets.push(format!("backend.id={b}"));
+    }
+    let loaded = load_config(config, &sets).map_err(config_failure)?;
+    let checks = agenteval_engine::doctor::run(&loaded.config).await;
+    let ok = checks.iter().all(|c| c.ok);
+    if json {
+        println!("{}", json!({"ok": ok, "checks": checks}));
+    } else {
+        for c in &checks {
+            println!("{} {:<40} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+        }
+        println!(
+            "{}",
+            if ok { "everything a run needs is in place" } else { "fix the failed checks before submitting" }
+        );
+    }
+    Ok(if ok { exit::OK } else { exit::USAGE })
 }
 
 async fn worker(job: &str) -> u8 {
@@ -503,10 +411,7 @@ async fn worker(job: &str) -> u8 {
     };
     let cancel = async {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) {
+        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {}

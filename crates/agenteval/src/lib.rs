@@ -32,21 +32,13 @@ pub struct Failure {
 impl<E: Into<anyhow::Error>> From<E> for Failure {
     fn from(e: E) -> Self {
         let error = e.into();
-        let code = match error
-            .downcast_ref::<agenteval_core::Error>()
-            .map(|e| e.kind())
-        {
+        let code = match error.downcast_ref::<agenteval_core::Error>().map(|e| e.kind()) {
             Some(
                 agenteval_core::ErrorKind::Invalid
                 | agenteval_core::ErrorKind::NotFound
                 | agenteval_core::ErrorKind::Conflict,
             ) => exit::USAGE,
-            _ if error
-                .downcast_ref::<agenteval_core::config::ConfigError>()
-                .is_some() =>
-            {
-                exit::USAGE
-            }
+            _ if error.downcast_ref::<agenteval_core::config::ConfigError>().is_some() => exit::USAGE,
             _ => exit::FAILED,
         };
         Failure { code, error }
@@ -75,11 +67,7 @@ pub fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
+            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
         }
     };
     output::init_logging(&cli);

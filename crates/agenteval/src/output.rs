@@ -63,10 +63,7 @@ pub struct Bar {
 
 impl Bar {
     pub fn new(enabled: bool) -> Self {
-        Bar {
-            bar: Mutex::new(None),
-            enabled: enabled && std::io::stderr().is_terminal(),
-        }
+        Bar { bar: Mutex::new(None), enabled: enabled && std::io::stderr().is_terminal() }
     }
 }
 
@@ -76,11 +73,9 @@ impl Progress for Bar {
             return;
         }
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
-        let style = ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> ");
+        let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}")
+            .expect("valid template")
+            .progress_chars("=> ");
         pb.set_style(style);
         pb.enable_steady_tick(Duration::from_millis(200));
         pb.println(format!("run {run_id}\nbundle {bundle_uri}"));
@@ -90,11 +85,7 @@ impl Progress for Bar {
     fn update(&self, v: &ProgressView) {
         if let Some(pb) = self.bar.lock().expect("bar lock").as_ref() {
             pb.set_position(v.done);
-            let rate = if v.done == 0 {
-                0.0
-            } else {
-                100.0 * v.passed as f64 / v.done as f64
-            };
+            let rate = if v.done == 0 { 0.0 } else { 100.0 * v.passed as f64 / v.done as f64 };
             pb.set_message(format!(
                 "queued {} | running {} | failed {} | pass {:.1}% | ${:.4}{}",
                 v.waiting,
@@ -102,11 +93,7 @@ impl Progress for Bar {
                 v.failed,
                 rate,
                 v.cost_usd,
-                if v.retries > 0 {
-                    format!(" | retries {}", v.retries)
-                } else {
-                    String::new()
-                }
+                if v.retries > 0 { format!(" | retries {}", v.retries) } else { String::new() }
             ));
         }
     }

@@ -12,20 +12,8 @@ use nix::unistd::Pid;
 use util::*;
 
 fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
-    let out = ws.run(&[
-        "runs",
-        "show",
-        run,
-        "--tasks",
-        "--json",
-        "--index",
-        ws.index().to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "runs show failed: {}",
-        text(&out.stderr)
-    );
+    let out = ws.run(&["runs", "show", run, "--tasks", "--json", "--index", ws.index().to_str().unwrap()]);
+    assert!(out.status.success(), "runs show failed: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -33,37 +21,20 @@ fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
 fn assert_index_agrees(ws: &Workspace, run: &str, bundle: &Path) {
     let shown = index_tasks(ws, run);
     let tasks = shown["tasks"].as_array().unwrap();
-    let results: HashMap<String, serde_json::Value> = results(bundle)
-        .into_iter()
-        .map(|r| (r["task_id"].as_str().unwrap().to_string(), r))
-        .collect();
-    assert_eq!(
-        tasks.len() as u64,
-        shown["run"]["tasks_total"].as_u64().unwrap()
-    );
+    let results: HashMap<String, serde_json::Value> =
+        results(bundle).into_iter().map(|r| (r["task_id"].as_str().unwrap().to_string(), r)).collect();
+    assert_eq!(tasks.len() as u64, shown["run"]["tasks_total"].as_u64().unwrap());
     for t in tasks {
         let id = t["task_id"].as_str().unwrap();
-        let r = results
-            .get(id)
-            .unwrap_or_else(|| panic!("task {id} has no result in the bundle"));
+        let r = results.get(id).unwrap_or_else(|| panic!("task {id} has no result in the bundle"));
         assert_eq!(t["state"], "completed", "task {id}");
-        assert_eq!(
-            t["passed"], r["passed"],
-            "task {id}: index and bundle disagree on passed"
-        );
+        assert_eq!(t["passed"], r["passed"], "task {id}: index and bundle disagree on passed");
         assert_eq!(t["attempt"], r["attempt"], "task {id}: attempt");
-        assert_eq!(
-            t["terminated_by"], r["agent"]["terminated_by"],
-            "task {id}: terminated_by"
-        );
+        assert_eq!(t["terminated_by"], r["agent"]["terminated_by"], "task {id}: terminated_by");
     }
     let summary = read_json(&bundle.join("summary.json"));
     let passed = tasks.iter().filter(|t| t["passed"] == true).count() as u64;
-    assert_eq!(
-        summary["passed"].as_u64().unwrap(),
-        passed,
-        "summary passed vs index"
-    );
+    assert_eq!(summary["passed"].as_u64().unwrap(), passed, "summary passed vs index");
 }
 
 #[test]
@@ -96,11 +67,7 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     assert_eq!(rs.len(), 25);
     // The toy cycle: pass, fail, agent_error, limit, slow → 10 of 25 pass.
     assert_eq!(v["summary"]["passed"], 10);
-    let by_term = |t: &str| {
-        rs.iter()
-            .filter(|r| r["agent"]["terminated_by"] == t)
-            .count()
-    };
+    let by_term = |t: &str| rs.iter().filter(|r| r["agent"]["terminated_by"] == t).count();
     assert_eq!(by_term("agent_error"), 5);
     assert_eq!(by_term("limit_tokens"), 5);
     let out = ws.validate(bundle.to_str().unwrap());
@@ -116,11 +83,7 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["tasks"]["completed"], 25);
     let report = ws.run(&["report", run, "--index", idx.to_str().unwrap()]);
-    assert!(
-        text(&report.stdout).contains("| 25 | 25 | 10 | 15 | 40.0% |"),
-        "{}",
-        text(&report.stdout)
-    );
+    assert!(text(&report.stdout).contains("| 25 | 25 | 10 | 15 | 40.0% |"), "{}", text(&report.stdout));
 }
 
 #[test]
@@ -145,22 +108,11 @@ fn jsonl_run_with_the_example_command_agent() {
     let trace = std::fs::read_to_string(bundle.join("tasks/capital-fr/trace.jsonl")).unwrap();
     let kinds: Vec<String> = trace
         .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(
         &kinds[..5],
-        [
-            "agent.plan",
-            "agent.tool_call",
-            "agent.tool_result",
-            "agent.final_answer",
-            "agent.terminal"
-        ]
+        ["agent.plan", "agent.tool_call", "agent.tool_result", "agent.final_answer", "agent.terminal"]
     );
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
     assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
@@ -190,10 +142,7 @@ fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let (v, code, _) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "a bad agent must not fail the run: {v}");
     assert_eq!(v["status"], "complete");
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "the hanging agent was not killed at its limit"
-    );
+    assert!(started.elapsed() < Duration::from_secs(30), "the hanging agent was not killed at its limit");
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let term = |id: &str| read_json(&bundle.join(format!("tasks/{id}/result.json")));
     assert_eq!(term("ok")["passed"], true);
@@ -206,23 +155,10 @@ fn a_misbehaving_command_agent_is_graded_not_fatal() {
         let r = term(id);
         assert_eq!(r["agent"]["terminated_by"], want, "{id}: {r}");
         assert_eq!(r["passed"], false, "{id}");
-        assert!(
-            r["agent"]["error"].as_str().unwrap().contains(detail),
-            "{id}: {}",
-            r["agent"]["error"]
-        );
-        assert!(
-            !r["scores"].as_array().unwrap().is_empty(),
-            "{id} was graded"
-        );
+        assert!(r["agent"]["error"].as_str().unwrap().contains(detail), "{id}: {}", r["agent"]["error"]);
+        assert!(!r["scores"].as_array().unwrap().is_empty(), "{id} was graded");
     }
-    assert!(
-        term("crash")["agent"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("simulated crash"),
-        "stderr is kept"
-    );
+    assert!(term("crash")["agent"]["error"].as_str().unwrap().contains("simulated crash"), "stderr is kept");
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
 }
 
@@ -236,11 +172,7 @@ fn a_malformed_config_names_every_problem_and_creates_no_run() {
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let err = text(&out.stderr);
-    for at in [
-        "broken.yaml:4:9:",
-        "broken.yaml:6:9:",
-        "broken.yaml:8:5: unknown field `max_tokns`",
-    ] {
+    for at in ["broken.yaml:4:9:", "broken.yaml:6:9:", "broken.yaml:8:5: unknown field `max_tokns`"] {
         assert!(err.contains(at), "missing {at} in:\n{err}");
     }
     assert!(!ws.runs().exists(), "a bad config must not create a run");
@@ -250,14 +182,13 @@ fn a_malformed_config_names_every_problem_and_creates_no_run() {
     assert_eq!(v["valid"], false);
     assert_eq!(v["problems"].as_array().unwrap().len(), 3, "{v}");
     // Semantic problems surface once the shape is right, also with positions.
-    let cfg2 = ws.write("sem.yaml", "name: s\nbenchmark:\n  kind: toy\n  size: 3\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 0\n");
+    let cfg2 = ws.write(
+        "sem.yaml",
+        "name: s\nbenchmark:\n  kind: toy\n  size: 3\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 0\n",
+    );
     let out = ws.run(&["config", "validate", cfg2.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("sem.yaml:8:24: must be at least 1"),
-        "{}",
-        text(&out.stderr)
-    );
+    assert!(text(&out.stderr).contains("sem.yaml:8:24: must be at least 1"), "{}", text(&out.stderr));
     // Usage errors are 2 as well.
     assert_eq!(ws.run(&["submit"]).status.code(), Some(2));
 }
@@ -277,11 +208,7 @@ fn one_changed_byte_fails_validation_naming_the_file() {
     std::fs::write(&victim, bytes).unwrap();
     let out = ws.validate(bundle.to_str().unwrap());
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        text(&out.stdout).contains("tasks/toy-0000001/trace.jsonl: sha256 differs"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert!(text(&out.stdout).contains("tasks/toy-0000001/trace.jsonl: sha256 differs"), "{}", text(&out.stdout));
     let out = ws.run(&["validate-bundle", bundle.to_str().unwrap(), "--json"]);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["valid"], false);
@@ -324,10 +251,7 @@ fn a_worker_killed_mid_task_is_retried_and_its_task_counted_once() {
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
     let shown = index_tasks(&ws, v["run_id"].as_str().unwrap());
-    let jobs_log = bundle.join(format!(
-        "jobs/{}/attempt-1/worker.log",
-        r["job_id"].as_str().unwrap()
-    ));
+    let jobs_log = bundle.join(format!("jobs/{}/attempt-1/worker.log", r["job_id"].as_str().unwrap()));
     assert!(jobs_log.exists(), "the killed attempt's log is kept");
     assert_eq!(shown["tasks_counts"]["completed"], 6);
 }
@@ -338,68 +262,32 @@ fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
     let cfg = toy_config(&ws, 12, 800, 1, 3);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
     let pid = Pid::from_raw(child.id() as i32);
-    let bundle_of = || -> Option<PathBuf> {
-        std::fs::read_dir(ws.runs())
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| p.is_dir())
-    };
-    wait_until("three finished tasks", Duration::from_secs(30), || {
-        bundle_of().is_some_and(|b| results(&b).len() >= 3)
-    });
-    wait_until("workers running again", Duration::from_secs(30), || {
-        !workers_under(ws.path()).is_empty()
-    });
+    let bundle_of =
+        || -> Option<PathBuf> { std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir()) };
+    wait_until("three finished tasks", Duration::from_secs(30), || bundle_of().is_some_and(|b| results(&b).len() >= 3));
+    wait_until("workers running again", Duration::from_secs(30), || !workers_under(ws.path()).is_empty());
     kill(pid, Signal::SIGINT).unwrap();
     let out = wait_output(child, Duration::from_secs(60));
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "an interrupted run exits 3: {}",
-        text(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(3), "an interrupted run exits 3: {}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "interrupted");
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let run = v["run_id"].as_str().unwrap().to_string();
     assert!(workers_under(ws.path()).is_empty(), "workers stopped");
     let meta = read_json(&bundle.join("metadata.json"));
-    assert_eq!(
-        (meta["status"].as_str(), meta["sealed"].as_bool()),
-        (Some("interrupted"), Some(true))
-    );
+    assert_eq!((meta["status"].as_str(), meta["sealed"].as_bool()), (Some("interrupted"), Some(true)));
     let out = ws.validate(bundle.to_str().unwrap());
-    assert!(
-        out.status.success(),
-        "interrupted bundle validates: {}",
-        text(&out.stdout)
-    );
+    assert!(out.status.success(), "interrupted bundle validates: {}", text(&out.stdout));
     let finished_before: HashMap<String, String> = results(&bundle)
         .into_iter()
-        .map(|r| {
-            (
-                r["task_id"].as_str().unwrap().to_string(),
-                r["finished_at"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|r| (r["task_id"].as_str().unwrap().to_string(), r["finished_at"].as_str().unwrap().to_string()))
         .collect();
-    assert!(
-        finished_before.len() >= 3 && finished_before.len() < 12,
-        "{}",
-        finished_before.len()
-    );
+    assert!(finished_before.len() >= 3 && finished_before.len() < 12, "{}", finished_before.len());
 
     // Resume from another directory: the index locates everything.
     let elsewhere = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
-        .args([
-            "resume",
-            &run,
-            "--json",
-            "--index",
-            ws.index().to_str().unwrap(),
-        ])
+        .args(["resume", &run, "--json", "--index", ws.index().to_str().unwrap()])
         .current_dir(elsewhere.path())
         .output()
         .unwrap();
@@ -410,11 +298,7 @@ fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
     for r in results(&bundle) {
         let id = r["task_id"].as_str().unwrap();
         if let Some(before) = finished_before.get(id) {
-            assert_eq!(
-                r["finished_at"].as_str().unwrap(),
-                before,
-                "{id} was re-run by resume"
-            );
+            assert_eq!(r["finished_at"].as_str().unwrap(), before, "{id} was re-run by resume");
         }
     }
     let out = ws.validate(bundle.to_str().unwrap());
@@ -428,10 +312,7 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
     const SECRET: &str = "sk-live-DO-NOT-LEAK-7f3a9c";
     let ws = Workspace::new();
     let agent = repo().join("examples/echo_agent.py");
-    ws.write(
-        "secrets.env",
-        &format!("# local secrets\nMY_API_KEY={SECRET}\n"),
-    );
+    ws.write("secrets.env", &format!("# local secrets\nMY_API_KEY={SECRET}\n"));
     ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n{\"id\": \"crashy\", \"input\": {\"question\": \"q\", \"mode\": \"crash\"}}\n");
     let cfg = ws.write(
         "s.yaml",
@@ -456,11 +337,7 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
             } else {
                 scanned += 1;
                 let bytes = std::fs::read(&p).unwrap();
-                assert!(
-                    !text(&bytes).contains(SECRET),
-                    "secret leaked into {}",
-                    p.display()
-                );
+                assert!(!text(&bytes).contains(SECRET), "secret leaked into {}", p.display());
             }
         }
     }
@@ -472,11 +349,7 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
 }
 
 fn only_bundle(ws: &Workspace) -> Option<PathBuf> {
-    std::fs::read_dir(ws.runs())
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.is_dir())
+    std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())
 }
 
 #[test]
@@ -492,13 +365,7 @@ fn the_run_budget_stops_dispatching_and_seals_budget_exceeded() {
     let out = ws.validate(bundle.to_str().unwrap());
     assert!(out.status.success(), "{}", text(&out.stdout));
     let idx = ws.index();
-    let st = ws.run(&[
-        "status",
-        v["run_id"].as_str().unwrap(),
-        "--json",
-        "--index",
-        idx.to_str().unwrap(),
-    ]);
+    let st = ws.run(&["status", v["run_id"].as_str().unwrap(), "--json", "--index", idx.to_str().unwrap()]);
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["run"]["status"], "budget_exceeded");
     assert!(st["tasks"]["cost_usd"].as_f64().unwrap() >= 0.004);
@@ -508,14 +375,7 @@ fn the_run_budget_stops_dispatching_and_seals_budget_exceeded() {
 fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 3, 1500, 1, 3);
-    let child = ws.spawn(&[
-        "submit",
-        "--json",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--set",
-        "backend.max_attempts=1",
-    ]);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.max_attempts=1"]);
     let mut victim = None;
     wait_until("a worker mid-task", Duration::from_secs(30), || {
         for (pid, job) in workers_under(ws.path()) {
@@ -524,10 +384,7 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
             };
             let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
             let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
-            if PathBuf::from(spec["bundle_uri"].as_str().unwrap())
-                .join(format!("tasks/{task}/trace.jsonl"))
-                .exists()
-            {
+            if PathBuf::from(spec["bundle_uri"].as_str().unwrap()).join(format!("tasks/{task}/trace.jsonl")).exists() {
                 kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
                 victim = Some(task);
                 return true;
@@ -543,17 +400,8 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let r = read_json(&bundle.join(format!("tasks/{victim}/result.json")));
     assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
-    assert!(
-        r["agent"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("killed by SIGKILL"),
-        "{r}"
-    );
-    assert_eq!(
-        v["summary"]["tasks_finished"], 3,
-        "the given-up task is accounted for"
-    );
+    assert!(r["agent"]["error"].as_str().unwrap().contains("killed by SIGKILL"), "{r}");
+    assert_eq!(v["summary"]["tasks_finished"], 3, "the given-up task is accounted for");
     let out = ws.validate(bundle.to_str().unwrap());
     assert!(out.status.success(), "{}", text(&out.stdout));
 }
@@ -563,22 +411,9 @@ fn cancel_from_another_terminal_stops_the_run() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 20, 700, 1, 2);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
-    wait_until("two results", Duration::from_secs(30), || {
-        only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2)
-    });
-    let run = only_bundle(&ws)
-        .unwrap()
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .to_string();
-    let out = ws.run(&[
-        "cancel",
-        &run,
-        "--json",
-        "--index",
-        ws.index().to_str().unwrap(),
-    ]);
+    wait_until("two results", Duration::from_secs(30), || only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2));
+    let run = only_bundle(&ws).unwrap().file_name().unwrap().to_string_lossy().to_string();
+    let out = ws.run(&["cancel", &run, "--json", "--index", ws.index().to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(c["status"], "interrupted");
@@ -596,9 +431,7 @@ fn a_killed_controller_leaves_an_inspectable_run_that_resume_finishes() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 8, 700, 1, 2);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
-    wait_until("two results", Duration::from_secs(30), || {
-        only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2)
-    });
+    wait_until("two results", Duration::from_secs(30), || only_bundle(&ws).is_some_and(|b| results(&b).len() >= 2));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     let _ = wait_output(child, Duration::from_secs(10));
     let bundle = only_bundle(&ws).unwrap();
@@ -610,10 +443,7 @@ fn a_killed_controller_leaves_an_inspectable_run_that_resume_finishes() {
     let st: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
     assert_eq!(st["run"]["status"], "running");
     assert_eq!(st["run"]["controller_alive"], false, "{st}");
-    let human = text(
-        &ws.run(&["status", &run, "--index", idx.to_str().unwrap()])
-            .stdout,
-    );
+    let human = text(&ws.run(&["status", &run, "--index", idx.to_str().unwrap()]).stdout);
     assert!(human.contains("controller gone"), "{human}");
 
     // The partial bundle is valid and inspectable.
@@ -622,11 +452,7 @@ fn a_killed_controller_leaves_an_inspectable_run_that_resume_finishes() {
     assert!(text(&out.stdout).contains("not sealed"));
     let report = ws.run(&["report", &run, "--index", idx.to_str().unwrap()]);
     assert!(report.status.success());
-    assert!(
-        text(&report.stdout).contains("have no result"),
-        "{}",
-        text(&report.stdout)
-    );
+    assert!(text(&report.stdout).contains("have no result"), "{}", text(&report.stdout));
 
     let out = ws.run(&["resume", &run, "--json", "--index", idx.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
@@ -642,9 +468,7 @@ fn sigterm_to_the_controller_seals_like_ctrl_c() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 10, 700, 1, 2);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
-    wait_until("a result", Duration::from_secs(30), || {
-        only_bundle(&ws).is_some_and(|b| !results(&b).is_empty())
-    });
+    wait_until("a result", Duration::from_secs(30), || only_bundle(&ws).is_some_and(|b| !results(&b).is_empty()));
     kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM).unwrap();
     let out = wait_output(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));

@@ -44,25 +44,14 @@ pub struct ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.problems.len();
-        writeln!(
-            f,
-            "{} has {} problem{}:",
-            self.file,
-            n,
-            if n == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "{} has {} problem{}:", self.file, n, if n == 1 { "" } else { "s" })?;
         for p in &self.problems {
-            let field = if p.pointer.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", pointer_to_path(&p.pointer))
-            };
+            let field =
+                if p.pointer.is_empty() { String::new() } else { format!(" ({})", pointer_to_path(&p.pointer)) };
             match &p.origin {
-                Origin::File { line, column } => writeln!(
-                    f,
-                    "  {}:{}:{}: {}{}",
-                    self.file, line, column, p.message, field
-                )?,
+                Origin::File { line, column } => {
+                    writeln!(f, "  {}:{}:{}: {}{}", self.file, line, column, p.message, field)?
+                }
                 Origin::Override(set) => writeln!(f, "  --set {}: {}{}", set, p.message, field)?,
                 Origin::Unknown => writeln!(f, "  {}: {}{}", self.file, p.message, field)?,
             }
@@ -134,10 +123,7 @@ impl Positions {
 }
 
 fn origin_of(node: &MarkedYamlOwned) -> Origin {
-    Origin::File {
-        line: node.span.start.line(),
-        column: node.span.start.col() + 1,
-    }
+    Origin::File { line: node.span.start.line(), column: node.span.start.col() + 1 }
 }
 
 fn scalar_to_json(s: &ScalarOwned) -> Result<Value, String> {
@@ -162,20 +148,10 @@ fn key_string(node: &MarkedYamlOwned) -> Option<String> {
     }
 }
 
-fn convert(
-    node: &MarkedYamlOwned,
-    ptr: &str,
-    pos: &mut Positions,
-    problems: &mut Vec<Problem>,
-) -> Value {
+fn convert(node: &MarkedYamlOwned, ptr: &str, pos: &mut Positions, problems: &mut Vec<Problem>) -> Value {
     pos.values.insert(ptr.to_string(), origin_of(node));
-    let mut problem = |message: String| {
-        problems.push(Problem {
-            origin: origin_of(node),
-            pointer: ptr.to_string(),
-            message,
-        })
-    };
+    let mut problem =
+        |message: String| problems.push(Problem { origin: origin_of(node), pointer: ptr.to_string(), message });
     match &node.data {
         YamlDataOwned::Value(s) => scalar_to_json(s).unwrap_or_else(|m| {
             problem(m);
@@ -183,11 +159,7 @@ fn convert(
         }),
         YamlDataOwned::Representation(s, _, _) => Value::String(s.clone()),
         YamlDataOwned::Sequence(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, n)| convert(n, &format!("{ptr}/{i}"), pos, problems))
-                .collect(),
+            items.iter().enumerate().map(|(i, n)| convert(n, &format!("{ptr}/{i}"), pos, problems)).collect(),
         ),
         YamlDataOwned::Mapping(map) => {
             let mut out = Map::new();
@@ -224,10 +196,7 @@ fn convert(
 fn parse_yaml(text: &str, pos: &mut Positions) -> Result<Value, Vec<Problem>> {
     let docs = MarkedYamlOwned::load_from_str(text).map_err(|e| {
         vec![Problem {
-            origin: Origin::File {
-                line: e.marker().line(),
-                column: e.marker().col() + 1,
-            },
+            origin: Origin::File { line: e.marker().line(), column: e.marker().col() + 1 },
             pointer: String::new(),
             message: format!("invalid YAML: {}", e.info()),
         }]
@@ -245,11 +214,7 @@ fn parse_yaml(text: &str, pos: &mut Positions) -> Result<Value, Vec<Problem>> {
             Value::Null
         }
     };
-    if problems.is_empty() {
-        Ok(value)
-    } else {
-        Err(problems)
-    }
+    if problems.is_empty() { Ok(value) } else { Err(problems) }
 }
 
 /// A YAML document converted to JSON, with the position of every value.
@@ -273,27 +238,16 @@ impl YamlDoc {
 }
 
 /// Applies `key.path=value` overrides. Values are YAML scalars or flow collections.
-fn apply_overrides(
-    root: &mut Value,
-    overrides: &[String],
-    pos: &mut Positions,
-    problems: &mut Vec<Problem>,
-) {
+fn apply_overrides(root: &mut Value, overrides: &[String], pos: &mut Positions, problems: &mut Vec<Problem>) {
     for set in overrides {
-        let bad = |message: String| Problem {
-            origin: Origin::Override(set.clone()),
-            pointer: String::new(),
-            message,
-        };
+        let bad = |message: String| Problem { origin: Origin::Override(set.clone()), pointer: String::new(), message };
         let Some((path, raw)) = set.split_once('=') else {
             problems.push(bad("expected `key.path=value`".into()));
             continue;
         };
         let segments: Vec<&str> = path.split('.').collect();
         if segments.iter().any(|s| s.is_empty()) {
-            problems.push(bad(format!(
-                "`{path}` is not a key path like `backend.max_attempts`"
-            )));
+            problems.push(bad(format!("`{path}` is not a key path like `backend.max_attempts`")));
             continue;
         }
         let value = if raw.is_empty() {
@@ -316,12 +270,9 @@ fn apply_overrides(
                 for seg in ptr.split('/').skip(1) {
                     prefix.push('/');
                     prefix.push_str(seg);
-                    pos.keys
-                        .entry(prefix.clone())
-                        .or_insert_with(|| Origin::Override(set.clone()));
+                    pos.keys.entry(prefix.clone()).or_insert_with(|| Origin::Override(set.clone()));
                 }
-                pos.values
-                    .insert(ptr.clone(), Origin::Override(set.clone()));
+                pos.values.insert(ptr.clone(), Origin::Override(set.clone()));
                 pos.keys.insert(ptr, Origin::Override(set.clone()));
             }
             Err(m) => problems.push(bad(m)),
@@ -330,11 +281,7 @@ fn apply_overrides(
 }
 
 /// The value at `segments` (created as objects where missing) and its JSON pointer.
-fn slot<'v>(
-    root: &'v mut Value,
-    segments: &[&str],
-    path: &str,
-) -> Result<(&'v mut Value, String), String> {
+fn slot<'v>(root: &'v mut Value, segments: &[&str], path: &str) -> Result<(&'v mut Value, String), String> {
     let mut cur = root;
     let mut ptr = String::new();
     for (i, seg) in segments.iter().enumerate() {
@@ -354,9 +301,7 @@ fn slot<'v>(
                 _ => return Err(format!("`{seg}` is not an index of the list at `{path}`")),
             },
             _ => {
-                return Err(format!(
-                    "cannot set `{path}`: `{seg}` is inside a plain value"
-                ));
+                return Err(format!("cannot set `{path}`: `{seg}` is inside a plain value"));
             }
         };
     }
@@ -389,11 +334,7 @@ fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
                     });
                 }
             }
-            _ => out.push(Problem {
-                origin: pos.find(&ptr, false),
-                pointer: ptr,
-                message: err.to_string(),
-            }),
+            _ => out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: err.to_string() }),
         }
     }
     out
@@ -427,16 +368,8 @@ fn normalize(p: &Path) -> PathBuf {
 
 /// Loads and validates configuration text. `file` names it in messages; `base` is the folder
 /// relative paths resolve against.
-pub fn load_config_str(
-    text: &str,
-    file: &str,
-    base: &Path,
-    overrides: &[String],
-) -> Result<LoadedConfig, ConfigError> {
-    let fail = |problems: Vec<Problem>| ConfigError {
-        file: file.to_string(),
-        problems,
-    };
+pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
+    let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
     let mut pos = Positions::default();
     let mut value = parse_yaml(text, &mut pos).map_err(fail)?;
     if value.is_null() {
@@ -456,19 +389,10 @@ pub fn load_config_str(
     if !problems.is_empty() {
         return Err(fail(problems));
     }
-    let mut config: RunConfig = serde_json::from_value(value).map_err(|e| {
-        fail(vec![Problem {
-            origin: Origin::Unknown,
-            pointer: String::new(),
-            message: e.to_string(),
-        }])
-    })?;
+    let mut config: RunConfig = serde_json::from_value(value)
+        .map_err(|e| fail(vec![Problem { origin: Origin::Unknown, pointer: String::new(), message: e.to_string() }]))?;
     for (ptr, message) in config.validate() {
-        problems.push(Problem {
-            origin: pos.find(&ptr, false),
-            pointer: ptr,
-            message,
-        });
+        problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
     }
 
     // Paths are relative to the config file, not to wherever the user happens to stand.
@@ -497,22 +421,12 @@ pub fn load_config_str(
         }
         config.backend.secrets_file = Some(abs);
     }
-    config.agent.workdir = Some(
-        config
-            .agent
-            .workdir
-            .as_ref()
-            .map_or_else(|| base.to_path_buf(), |w| resolve(base, w)),
-    );
+    config.agent.workdir = Some(config.agent.workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
     if !problems.is_empty() {
         return Err(fail(problems));
     }
     let resolved = serde_json::to_value(&config).expect("config serializes");
-    Ok(LoadedConfig {
-        config,
-        path: base.join(file),
-        resolved,
-    })
+    Ok(LoadedConfig { config, path: base.join(file), resolved })
 }
 
 /// Loads and validates a configuration file, applying `--set` overrides.
@@ -551,10 +465,7 @@ mod tests {
         assert_eq!(c.backend.max_attempts, 3);
         assert_eq!(c.repetitions, 1);
         assert_eq!(c.storage.bundle_root, PathBuf::from("/base/runs"));
-        assert_eq!(
-            c.storage.index_path(),
-            PathBuf::from("/base/runs/index.sqlite")
-        );
+        assert_eq!(c.storage.index_path(), PathBuf::from("/base/runs/index.sqlite"));
         assert_eq!(c.agent.workdir, Some(PathBuf::from("/base")));
         let c = load(GOOD, &["storage.bundle_root=../runs"]).unwrap().config;
         assert_eq!(c.storage.bundle_root, PathBuf::from("/runs"));
@@ -565,16 +476,10 @@ mod tests {
         let text = "name: t\nbenchmark:\n  kind: toy\n  sise: 5\nagent:\n  kind: robot\nbackend:\n  max_attempts: -1\ncolour: blue\n";
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
-        assert!(
-            shown.contains("c.yaml:4:3: unknown field `sise`"),
-            "{shown}"
-        );
+        assert!(shown.contains("c.yaml:4:3: unknown field `sise`"), "{shown}");
         assert!(shown.contains("c.yaml:6:9:"), "{shown}");
         assert!(shown.contains("c.yaml:8:17:"), "{shown}");
-        assert!(
-            shown.contains("c.yaml:9:1: unknown field `colour`"),
-            "{shown}"
-        );
+        assert!(shown.contains("c.yaml:9:1: unknown field `colour`"), "{shown}");
         assert_eq!(err.problems.len(), 4, "{shown}");
     }
 
@@ -583,14 +488,8 @@ mod tests {
         let text = "name: t\nbenchmark:\n  kind: toy\nagent:\n  kind: command\nevaluators:\n  - kind: regex\n    pattern: '(('\n";
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
-        assert!(
-            shown.contains("c.yaml:3:9: benchmark `toy` requires `size`"),
-            "{shown}"
-        );
-        assert!(
-            shown.contains("c.yaml:5:9: agent `command` requires `command`"),
-            "{shown}"
-        );
+        assert!(shown.contains("c.yaml:3:9: benchmark `toy` requires `size`"), "{shown}");
+        assert!(shown.contains("c.yaml:5:9: agent `command` requires `command`"), "{shown}");
         assert!(shown.contains("c.yaml:8:14: invalid regex"), "{shown}");
     }
 
@@ -598,44 +497,23 @@ mod tests {
     fn syntax_errors_name_line_and_column() {
         let err = load("name: [unclosed\n", &[]).unwrap_err();
         assert_eq!(err.problems.len(), 1);
-        assert!(
-            matches!(err.problems[0].origin, Origin::File { line: 2, .. }),
-            "{err}"
-        );
+        assert!(matches!(err.problems[0].origin, Origin::File { line: 2, .. }), "{err}");
     }
 
     #[test]
     fn overrides_set_typed_values_and_are_validated() {
-        let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"])
-            .unwrap()
-            .config;
+        let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"]).unwrap().config;
         assert_eq!(c.benchmark.size, Some(10000));
         assert_eq!(c.backend.tasks_per_job, 100);
-        let err = load(
-            GOOD,
-            &["backend.tasks_per_job=many", "bogus.x=1", "novalue"],
-        )
-        .unwrap_err();
+        let err = load(GOOD, &["backend.tasks_per_job=many", "bogus.x=1", "novalue"]).unwrap_err();
         let shown = err.to_string();
-        assert!(
-            shown.contains("--set backend.tasks_per_job=many:"),
-            "{shown}"
-        );
-        assert!(
-            shown.contains("--set bogus.x=1: unknown field `bogus`"),
-            "{shown}"
-        );
-        assert!(
-            shown.contains("--set novalue: expected `key.path=value`"),
-            "{shown}"
-        );
+        assert!(shown.contains("--set backend.tasks_per_job=many:"), "{shown}");
+        assert!(shown.contains("--set bogus.x=1: unknown field `bogus`"), "{shown}");
+        assert!(shown.contains("--set novalue: expected `key.path=value`"), "{shown}");
     }
 
     #[test]
     fn pointers_read_like_set_paths() {
-        assert_eq!(
-            pointer_to_path("/evaluators/2/pattern"),
-            "evaluators[2].pattern"
-        );
+        assert_eq!(pointer_to_path("/evaluators/2/pattern"), "evaluators[2].pattern");
     }
 }

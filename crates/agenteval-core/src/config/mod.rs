@@ -33,6 +33,74 @@ pub struct RunConfig {
     /// Stop dispatching and cancel running jobs once the run has spent this much.
     #[serde(default)]
     pub max_run_cost_usd: Option<f64>,
+    /// Where and how to run on AWS (backend `aws`, or `s3://` / `dynamodb://` storage).
+    #[serde(default)]
+    pub aws: Option<AwsConfig>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FargateCapacity {
+    /// On-demand Fargate.
+    #[default]
+    Fargate,
+    /// Fargate Spot: cheaper; interrupted tasks are retried like crashes.
+    FargateSpot,
+}
+
+/// AWS settings. Credentials are never configured here: they come from the standard chain
+/// (environment, profile, web identity, ECS task role, instance metadata).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AwsConfig {
+    /// Region; defaults to the standard chain (`AWS_REGION`, profile).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Named profile for the controller (workers use their task role).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Endpoint override, e.g. an emulator; `AWS_ENDPOINT_URL` does the same.
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// ECS cluster name or ARN.
+    #[serde(default)]
+    pub cluster: Option<String>,
+    /// Task definition (family, family:revision or ARN) whose image runs `agenteval`.
+    #[serde(default)]
+    pub task_definition: Option<String>,
+    /// Container in the task definition that runs the worker.
+    #[serde(default = "default_container")]
+    pub container_name: String,
+    #[serde(default)]
+    pub subnets: Vec<String>,
+    #[serde(default)]
+    pub security_groups: Vec<String>,
+    #[serde(default)]
+    pub assign_public_ip: bool,
+    #[serde(default)]
+    pub capacity: FargateCapacity,
+    /// Launch pacing: RunTask calls allowed in a burst.
+    #[serde(default = "default_burst")]
+    pub launch_burst: u32,
+    /// Launch pacing: sustained RunTask calls per second.
+    #[serde(default = "default_rate")]
+    pub launch_per_second: f64,
+    /// Seconds between DescribeTasks polls.
+    #[serde(default = "default_poll")]
+    pub poll_seconds: f64,
+}
+
+fn default_container() -> String {
+    "agenteval".into()
+}
+fn default_burst() -> u32 {
+    100
+}
+fn default_rate() -> f64 {
+    20.0
+}
+fn default_poll() -> f64 {
+    2.0
 }
 
 fn one() -> u32 {
@@ -159,11 +227,7 @@ fn default_mock_cost() -> f64 {
 
 impl Default for MockConfig {
     fn default() -> Self {
-        MockConfig {
-            latency_ms: 0,
-            tokens: default_mock_tokens(),
-            cost_usd: default_mock_cost(),
-        }
+        MockConfig { latency_ms: 0, tokens: default_mock_tokens(), cost_usd: default_mock_cost() }
     }
 }
 
@@ -289,18 +353,14 @@ impl EvaluatorConfig {
                 }
             }
             EvaluatorKind::MaxSteps => need("max_steps", self.max_steps.is_some()),
-            EvaluatorKind::ToolSequence => need(
-                "tools or forbidden",
-                !self.tools.is_empty() || !self.forbidden.is_empty(),
-            ),
+            EvaluatorKind::ToolSequence => {
+                need("tools or forbidden", !self.tools.is_empty() || !self.forbidden.is_empty())
+            }
             EvaluatorKind::CostBudget => need("max_cost_usd", self.max_cost_usd.is_some()),
             EvaluatorKind::LatencyBudget => need("max_seconds", self.max_seconds.is_some()),
             EvaluatorKind::ExactMatch | EvaluatorKind::Contains | EvaluatorKind::NoError => {}
         }
-        for (field, v) in [
-            ("max_cost_usd", self.max_cost_usd),
-            ("max_seconds", self.max_seconds),
-        ] {
+        for (field, v) in [("max_cost_usd", self.max_cost_usd), ("max_seconds", self.max_seconds)] {
             if v.is_some_and(|v| v < 0.0) {
                 problems.push((format!("{at}/{field}"), "must be zero or more".into()));
             }
@@ -367,19 +427,14 @@ fn default_bundle_root() -> PathBuf {
 
 impl Default for StorageConfig {
     fn default() -> Self {
-        StorageConfig {
-            bundle_root: default_bundle_root(),
-            index: None,
-        }
+        StorageConfig { bundle_root: default_bundle_root(), index: None }
     }
 }
 
 impl StorageConfig {
     /// The index location: `index`, or `index.sqlite` inside the bundle root.
     pub fn index_path(&self) -> PathBuf {
-        self.index
-            .clone()
-            .unwrap_or_else(|| self.bundle_root.join("index.sqlite"))
+        self.index.clone().unwrap_or_else(|| self.bundle_root.join("index.sqlite"))
     }
 }
 
@@ -396,24 +451,15 @@ impl RunConfig {
         match self.benchmark.kind {
             BenchmarkKind::Toy => {
                 if self.benchmark.size.is_none() {
-                    p.push((
-                        "/benchmark/kind".into(),
-                        "benchmark `toy` requires `size`".into(),
-                    ));
+                    p.push(("/benchmark/kind".into(), "benchmark `toy` requires `size`".into()));
                 }
                 if self.benchmark.cases.is_some() {
-                    p.push((
-                        "/benchmark/cases".into(),
-                        "only `jsonl` benchmarks take `cases`".into(),
-                    ));
+                    p.push(("/benchmark/cases".into(), "only `jsonl` benchmarks take `cases`".into()));
                 }
             }
             BenchmarkKind::Jsonl => {
                 if self.benchmark.cases.is_none() {
-                    p.push((
-                        "/benchmark/kind".into(),
-                        "benchmark `jsonl` requires `cases`".into(),
-                    ));
+                    p.push(("/benchmark/kind".into(), "benchmark `jsonl` requires `cases`".into()));
                 }
                 for f in ["size", "latency_ms", "slow_ms"] {
                     let set = match f {
@@ -422,34 +468,25 @@ impl RunConfig {
                         _ => self.benchmark.slow_ms.is_some(),
                     };
                     if set {
-                        p.push((
-                            format!("/benchmark/{f}"),
-                            "only `toy` benchmarks take this".into(),
-                        ));
+                        p.push((format!("/benchmark/{f}"), "only `toy` benchmarks take this".into()));
                     }
                 }
             }
         }
         match self.agent.kind {
-            AgentKind::Command if self.agent.command.is_empty() => p.push((
-                "/agent/kind".into(),
-                "agent `command` requires `command`".into(),
-            )),
-            AgentKind::Mock if !self.agent.command.is_empty() => p.push((
-                "/agent/command".into(),
-                "only `command` agents take a command".into(),
-            )),
+            AgentKind::Command if self.agent.command.is_empty() => {
+                p.push(("/agent/kind".into(), "agent `command` requires `command`".into()))
+            }
+            AgentKind::Mock if !self.agent.command.is_empty() => {
+                p.push(("/agent/command".into(), "only `command` agents take a command".into()))
+            }
             _ => {}
         }
-        for (name, v) in [
-            ("max_wall_seconds", self.agent.limits.max_wall_seconds),
-            ("max_cost_usd", self.agent.limits.max_cost_usd),
-        ] {
+        for (name, v) in
+            [("max_wall_seconds", self.agent.limits.max_wall_seconds), ("max_cost_usd", self.agent.limits.max_cost_usd)]
+        {
             if v.is_some_and(|v| v <= 0.0) {
-                p.push((
-                    format!("/agent/limits/{name}"),
-                    "must be greater than zero".into(),
-                ));
+                p.push((format!("/agent/limits/{name}"), "must be greater than zero".into()));
             }
         }
         let mut seen = std::collections::HashSet::new();
@@ -457,20 +494,13 @@ impl RunConfig {
             let at = format!("/evaluators/{i}");
             e.validate(&at, &mut p);
             if !seen.insert(e.id().to_string()) {
-                p.push((
-                    format!("{at}/kind"),
-                    format!("duplicate evaluator id `{}`: give each an `id`", e.id()),
-                ));
+                p.push((format!("{at}/kind"), format!("duplicate evaluator id `{}`: give each an `id`", e.id())));
             }
         }
         if !KNOWN_BACKENDS.contains(&self.backend.id.as_str()) {
             p.push((
                 "/backend/id".into(),
-                format!(
-                    "unknown backend `{}` (expected one of: {})",
-                    self.backend.id,
-                    KNOWN_BACKENDS.join(", ")
-                ),
+                format!("unknown backend `{}` (expected one of: {})", self.backend.id, KNOWN_BACKENDS.join(", ")),
             ));
         }
         for (name, v) in [
@@ -482,14 +512,43 @@ impl RunConfig {
                 p.push((format!("/backend/{name}"), "must be at least 1".into()));
             }
         }
+        if self.backend.id == "aws" {
+            match &self.aws {
+                None => p.push(("/backend/id".into(), "backend `aws` requires an `aws` section".into())),
+                Some(a) => {
+                    for (field, ok) in [
+                        ("cluster", a.cluster.is_some()),
+                        ("task_definition", a.task_definition.is_some()),
+                        ("subnets", !a.subnets.is_empty()),
+                        ("security_groups", !a.security_groups.is_empty()),
+                    ] {
+                        if !ok {
+                            p.push(("/aws".into(), format!("backend `aws` requires `aws.{field}`")));
+                        }
+                    }
+                    if a.launch_per_second <= 0.0 || a.launch_burst == 0 {
+                        p.push((
+                            "/aws/launch_per_second".into(),
+                            "launch pacing must allow at least one launch".into(),
+                        ));
+                    }
+                }
+            }
+            if !self.storage.bundle_root.to_string_lossy().starts_with("s3://") {
+                p.push((
+                    "/storage/bundle_root".into(),
+                    "backend `aws` needs `s3://bucket/prefix` bundles (Fargate workers have no shared disk)".into(),
+                ));
+            }
+            if !self.storage.index.as_ref().is_some_and(|i| i.to_string_lossy().starts_with("dynamodb://")) {
+                p.push(("/storage/index".into(), "backend `aws` needs a `dynamodb://table` index".into()));
+            }
+        }
         if self.repetitions == 0 {
             p.push(("/repetitions".into(), "must be at least 1".into()));
         }
         if self.max_run_cost_usd.is_some_and(|v| v <= 0.0) {
-            p.push((
-                "/max_run_cost_usd".into(),
-                "must be greater than zero".into(),
-            ));
+            p.push(("/max_run_cost_usd".into(), "must be greater than zero".into()));
         }
         p
     }

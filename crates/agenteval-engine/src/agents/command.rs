@@ -67,10 +67,7 @@ impl Drop for GroupGuard {
 }
 
 fn agent_error(msg: impl Into<String>) -> AgentOutcome {
-    AgentOutcome {
-        final_answer: None,
-        error: Some((TerminatedBy::AgentError, msg.into())),
-    }
+    AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, msg.into())) }
 }
 
 #[async_trait]
@@ -99,19 +96,12 @@ impl AgentRunner for CommandAgent {
         // temporary folder removed when this function returns.
         let own_scratch = match &ctx.env.workdir {
             Some(_) => None,
-            None => match tempfile::Builder::new()
-                .prefix(&format!("agenteval-{}-", ctx.task.id))
-                .tempdir()
-            {
+            None => match tempfile::Builder::new().prefix(&format!("agenteval-{}-", ctx.task.id)).tempdir() {
                 Ok(d) => Some(d),
                 Err(e) => return agent_error(format!("cannot create a scratch folder: {e}")),
             },
         };
-        let scratch = ctx
-            .env
-            .workdir
-            .clone()
-            .or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
+        let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         if let Some(scratch) = &scratch {
             cmd.env("AGENTEVAL_SCRATCH_DIR", scratch);
         }
@@ -150,9 +140,7 @@ impl AgentRunner for CommandAgent {
             let _ = (&mut stderr).take(1024 * 1024).read_to_end(&mut buf).await;
             let text = String::from_utf8_lossy(&buf).into_owned();
             let start = text.len().saturating_sub(STDERR_TAIL);
-            let start = (start..text.len())
-                .find(|&i| text.is_char_boundary(i))
-                .unwrap_or(text.len());
+            let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
             text[start..].to_string()
         });
 
@@ -165,27 +153,18 @@ impl AgentRunner for CommandAgent {
         let mut n = 0usize;
         loop {
             buf.clear();
-            let read = (&mut lines)
-                .take(MAX_LINE as u64 + 1)
-                .read_until(b'\n', &mut buf)
-                .await;
+            let read = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await;
             match read {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    problem = Some((
-                        TerminatedBy::AgentError,
-                        format!("reading agent output: {e}"),
-                    ));
+                    problem = Some((TerminatedBy::AgentError, format!("reading agent output: {e}")));
                     break;
                 }
             }
             n += 1;
             if buf.len() > MAX_LINE {
-                problem = Some((
-                    TerminatedBy::AgentError,
-                    format!("output line {n} is longer than {MAX_LINE} bytes"),
-                ));
+                problem = Some((TerminatedBy::AgentError, format!("output line {n} is longer than {MAX_LINE} bytes")));
                 break;
             }
             let text = String::from_utf8_lossy(&buf);
@@ -194,10 +173,7 @@ impl AgentRunner for CommandAgent {
                 continue;
             }
             if terminal_seen {
-                problem = Some((
-                    TerminatedBy::AgentError,
-                    format!("output line {n} comes after agent.terminal"),
-                ));
+                problem = Some((TerminatedBy::AgentError, format!("output line {n} comes after agent.terminal")));
                 break;
             }
             let ev: WireEvent = match serde_json::from_str(text) {
@@ -215,10 +191,7 @@ impl AgentRunner for CommandAgent {
                 terminal_seen = true;
                 final_answer = ev.payload.get("final_answer").cloned();
                 if final_answer.is_none() {
-                    problem = Some((
-                        TerminatedBy::AgentError,
-                        "agent.terminal has no payload.final_answer".into(),
-                    ));
+                    problem = Some((TerminatedBy::AgentError, "agent.terminal has no payload.final_answer".into()));
                 }
             }
             let event = AgentEvent {
@@ -242,17 +215,10 @@ impl AgentRunner for CommandAgent {
         let status = child.wait().await;
         let stderr_tail = stderr_task.await.unwrap_or_default();
         let with_stderr = |msg: String| {
-            if stderr_tail.trim().is_empty() {
-                msg
-            } else {
-                format!("{msg}; stderr: {}", stderr_tail.trim())
-            }
+            if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
         };
         if let Some((term, msg)) = problem {
-            return AgentOutcome {
-                final_answer: None,
-                error: Some((term, with_stderr(msg))),
-            };
+            return AgentOutcome { final_answer: None, error: Some((term, with_stderr(msg))) };
         }
         match status {
             Ok(st) if st.success() => {}
@@ -260,13 +226,8 @@ impl AgentRunner for CommandAgent {
             Err(e) => return agent_error(format!("waiting for agent: {e}")),
         }
         if !terminal_seen {
-            return agent_error(with_stderr(
-                "agent exited without an agent.terminal event".into(),
-            ));
+            return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
         }
-        AgentOutcome {
-            final_answer,
-            error: None,
-        }
+        AgentOutcome { final_answer, error: None }
     }
 }

@@ -32,10 +32,7 @@ struct Script {
 
 impl MockAgent {
     pub fn new(defaults: MockConfig, model: Option<String>) -> Self {
-        MockAgent {
-            defaults,
-            model: model.unwrap_or_else(|| "mock-1".into()),
-        }
+        MockAgent { defaults, model: model.unwrap_or_else(|| "mock-1".into()) }
     }
 }
 
@@ -56,46 +53,25 @@ impl AgentRunner for MockAgent {
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
-        let script: Script = ctx
-            .task
-            .metadata
-            .get("mock")
-            .and_then(|m| serde_json::from_value(m.clone()).ok())
-            .unwrap_or_default();
+        let script: Script =
+            ctx.task.metadata.get("mock").and_then(|m| serde_json::from_value(m.clone()).ok()).unwrap_or_default();
         let tokens = script.tokens.unwrap_or(self.defaults.tokens);
         let cost = script.cost_usd.unwrap_or(self.defaults.cost_usd);
         let latency = script.latency_ms.unwrap_or(self.defaults.latency_ms);
         let steps = 2 + 2 * script.tool_calls.len() as u64;
         let (tok_step, cost_step) = (tokens / steps, cost / steps as f64);
 
-        let mut outcome = AgentOutcome {
-            final_answer: None,
-            error: None,
-        };
+        let mut outcome = AgentOutcome { final_answer: None, error: None };
         let plan = json!({"model": self.model, "plan": "answer the question"});
-        if let Err(stop) = sink
-            .emit(tokens_event(
-                EventKind::AgentPlan,
-                plan,
-                tok_step,
-                cost_step,
-            ))
-            .await
-        {
+        if let Err(stop) = sink.emit(tokens_event(EventKind::AgentPlan, plan, tok_step, cost_step)).await {
             outcome.error = Some((stop.terminated_by, stop.reason));
             return outcome;
         }
         for tool in &script.tool_calls {
             let call = json!({"tool": tool, "arguments": ctx.task.input});
             let result = json!({"tool": tool, "output": "ok"});
-            for (kind, payload) in [
-                (EventKind::AgentToolCall, call),
-                (EventKind::AgentToolResult, result),
-            ] {
-                if let Err(stop) = sink
-                    .emit(tokens_event(kind, payload, tok_step, cost_step))
-                    .await
-                {
+            for (kind, payload) in [(EventKind::AgentToolCall, call), (EventKind::AgentToolResult, result)] {
+                if let Err(stop) = sink.emit(tokens_event(kind, payload, tok_step, cost_step)).await {
                     outcome.error = Some((stop.terminated_by, stop.reason));
                     return outcome;
                 }
@@ -114,26 +90,15 @@ impl AgentRunner for MockAgent {
                     return outcome;
                 }
             }
-            outcome.error = Some((
-                TerminatedBy::AgentError,
-                "runaway mock spent a million tokens".into(),
-            ));
+            outcome.error = Some((TerminatedBy::AgentError, "runaway mock spent a million tokens".into()));
             return outcome;
         }
         if let Some(msg) = script.fail {
             outcome.error = Some((TerminatedBy::AgentError, msg));
             return outcome;
         }
-        let answer = script
-            .answer
-            .or_else(|| ctx.task.expected.clone())
-            .unwrap_or_else(|| ctx.task.input.clone());
-        let final_ev = tokens_event(
-            EventKind::AgentFinalAnswer,
-            json!({"answer": answer}),
-            tok_step,
-            cost_step,
-        );
+        let answer = script.answer.or_else(|| ctx.task.expected.clone()).unwrap_or_else(|| ctx.task.input.clone());
+        let final_ev = tokens_event(EventKind::AgentFinalAnswer, json!({"answer": answer}), tok_step, cost_step);
         if let Err(stop) = sink.emit(final_ev).await {
             outcome.error = Some((stop.terminated_by, stop.reason));
             return outcome;

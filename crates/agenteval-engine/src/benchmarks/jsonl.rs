@@ -38,11 +38,7 @@ struct Case {
 }
 
 /// Checks one case; problems are pushed as messages.
-fn case_to_task(
-    value: serde_json::Value,
-    seen: &mut HashSet<String>,
-    problems: &mut Vec<String>,
-) -> Option<TaskSpec> {
+fn case_to_task(value: serde_json::Value, seen: &mut HashSet<String>, problems: &mut Vec<String>) -> Option<TaskSpec> {
     let case: Case = match serde_json::from_value(value) {
         Ok(c) => c,
         Err(e) => {
@@ -68,11 +64,7 @@ fn case_to_task(
     for (i, e) in case.evaluators.iter().enumerate() {
         e.validate(&format!("/evaluators/{i}"), &mut evaluator_problems);
     }
-    problems.extend(
-        evaluator_problems
-            .into_iter()
-            .map(|(at, m)| format!("{m} (at {at})")),
-    );
+    problems.extend(evaluator_problems.into_iter().map(|(at, m)| format!("{m} (at {at})")));
     Some(TaskSpec {
         id,
         input: case.input,
@@ -89,10 +81,7 @@ pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
     let mut seen = HashSet::new();
-    let is_yaml = matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    );
+    let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
     if is_yaml {
         match YamlDoc::parse(text) {
             Err(ps) => {
@@ -199,19 +188,11 @@ mod tests {
     #[test]
     fn jsonl_problems_name_every_line() {
         let text = "{\"id\":\"a\",\"input\":\"x\"}\nnot json\n{\"id\":\"a\",\"input\":\"y\"}\n{\"id\":\"b/c\",\"input\":1}\n{\"id\":\"d\",\"input\":1,\"colour\":2}\n";
-        let err = parse_cases(Path::new("cases.jsonl"), text)
-            .unwrap_err()
-            .to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text).unwrap_err().to_string();
         assert!(err.contains("cases.jsonl:2: invalid JSON"), "{err}");
-        assert!(
-            err.contains("cases.jsonl:3: duplicate case id `a`"),
-            "{err}"
-        );
+        assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
         assert!(err.contains("cases.jsonl:4:"), "{err}");
-        assert!(
-            err.contains("cases.jsonl:5: unknown field `colour`"),
-            "{err}"
-        );
+        assert!(err.contains("cases.jsonl:5: unknown field `colour`"), "{err}");
     }
 
     #[test]
@@ -221,9 +202,7 @@ mod tests {
         assert_eq!(tasks.len(), 2);
         assert_eq!(tasks[1].evaluators.len(), 1);
         let bad = "- id: a\n  input: hello\n- id: b\n  inptu: 2\n";
-        let err = parse_cases(Path::new("c.yaml"), bad)
-            .unwrap_err()
-            .to_string();
+        let err = parse_cases(Path::new("c.yaml"), bad).unwrap_err().to_string();
         assert!(err.contains("c.yaml:3:"), "{err}");
     }
 }

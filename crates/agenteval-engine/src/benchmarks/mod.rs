@@ -17,16 +17,13 @@ pub use toy::ToyBenchmark;
 pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkAdapter>> {
     Ok(match cfg.kind {
         BenchmarkKind::Toy => Arc::new(ToyBenchmark::new(
-            cfg.size
-                .ok_or_else(|| Error::invalid("toy benchmark needs a size"))?,
+            cfg.size.ok_or_else(|| Error::invalid("toy benchmark needs a size"))?,
             cfg.latency_ms.unwrap_or(toy::DEFAULT_LATENCY_MS),
             cfg.slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
-        BenchmarkKind::Jsonl => {
-            Arc::new(JsonlBenchmark::new(cfg.cases.clone().ok_or_else(|| {
-                Error::invalid("jsonl benchmark needs a case file")
-            })?))
-        }
+        BenchmarkKind::Jsonl => Arc::new(JsonlBenchmark::new(
+            cfg.cases.clone().ok_or_else(|| Error::invalid("jsonl benchmark needs a case file"))?,
+        )),
     })
 }
 
@@ -107,13 +104,7 @@ mod tests {
             evaluators: vec![],
             metadata: serde_json::Value::Null,
         };
-        assert!(
-            grade_expected(
-                &task,
-                &result(TerminatedBy::Completed, Some(json!(" 42\n")))
-            )
-            .passed
-        );
+        assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);
         assert!(!grade_expected(&task, &result(TerminatedBy::Completed, Some(json!("41")))).passed);
         let err = grade_expected(&task, &result(TerminatedBy::AgentError, Some(json!("42"))));

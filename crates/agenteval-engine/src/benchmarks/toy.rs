@@ -23,11 +23,7 @@ pub struct ToyBenchmark {
 
 impl ToyBenchmark {
     pub fn new(size: u64, latency_ms: u64, slow_ms: u64) -> Self {
-        ToyBenchmark {
-            size,
-            latency_ms,
-            slow_ms,
-        }
+        ToyBenchmark { size, latency_ms, slow_ms }
     }
 
     /// Task `i`, the same on every call.
@@ -35,16 +31,8 @@ impl ToyBenchmark {
         let behaviour = BEHAVIOURS[(i % 5) as usize];
         let (a, b) = (i % 97, (i * 7) % 89);
         let correct = a + b;
-        let answer = if behaviour == "fail" {
-            correct + 1
-        } else {
-            correct
-        };
-        let latency = if behaviour == "slow" {
-            self.slow_ms
-        } else {
-            self.latency_ms
-        };
+        let answer = if behaviour == "fail" { correct + 1 } else { correct };
+        let latency = if behaviour == "slow" { self.slow_ms } else { self.latency_ms };
         let mut mock = json!({
             "answer": answer.to_string(),
             "latency_ms": latency,
@@ -139,24 +127,9 @@ mod tests {
         assert_eq!(all.len(), 12);
         assert_eq!(all, b.list_tasks(&TaskFilter::default()).await.unwrap());
         assert_eq!(all[3].tags, vec!["limit"]);
-        let slow = b
-            .list_tasks(&TaskFilter {
-                tags: vec!["slow".into()],
-                ..Default::default()
-            })
-            .await
-            .unwrap();
-        assert_eq!(
-            slow.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(),
-            vec!["toy-0000004", "toy-0000009"]
-        );
-        let lim = b
-            .list_tasks(&TaskFilter {
-                limit: Some(2),
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        let slow = b.list_tasks(&TaskFilter { tags: vec!["slow".into()], ..Default::default() }).await.unwrap();
+        assert_eq!(slow.iter().map(|t| t.id.as_str()).collect::<Vec<_>>(), vec!["toy-0000004", "toy-0000009"]);
+        let lim = b.list_tasks(&TaskFilter { limit: Some(2), ..Default::default() }).await.unwrap();
         assert_eq!(lim.len(), 2);
     }
 }

@@ -11,10 +11,7 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
 
 /// Repository root (for `examples/`).
 pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 pub struct Workspace {
@@ -23,9 +20,7 @@ pub struct Workspace {
 
 impl Workspace {
     pub fn new() -> Self {
-        Workspace {
-            dir: tempfile::tempdir().unwrap(),
-        }
+        Workspace { dir: tempfile::tempdir().unwrap() }
     }
 
     pub fn path(&self) -> &Path {
@@ -48,10 +43,7 @@ impl Workspace {
 
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
-        c.args(args)
-            .current_dir(self.path())
-            .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG");
+        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG");
         c
     }
 
@@ -76,11 +68,7 @@ impl Workspace {
     }
 
     pub fn spawn(&self, args: &[&str]) -> Child {
-        self.cmd(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        self.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
     }
 
     pub fn validate(&self, bundle: &str) -> Output {
@@ -93,8 +81,7 @@ pub fn text(b: &[u8]) -> String {
 }
 
 pub fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
-        .unwrap()
+    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
 /// Task folders that have a result.
@@ -130,10 +117,7 @@ pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
         if start.elapsed() > timeout {
             let _ = child.kill();
             let out = child.wait_with_output().unwrap();
-            panic!(
-                "process did not finish in {timeout:?}; stderr: {}",
-                text(&out.stderr)
-            );
+            panic!("process did not finish in {timeout:?}; stderr: {}", text(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -150,14 +134,9 @@ pub fn workers_under(root: &Path) -> Vec<(i32, PathBuf)> {
         let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        let args: Vec<String> = cmd
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
+        let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         if args.iter().any(|a| a == "worker")
-            && let Some(job) = args
-                .iter()
-                .find(|a| a.starts_with(&root) && a.ends_with("job.json"))
+            && let Some(job) = args.iter().find(|a| a.starts_with(&root) && a.ends_with("job.json"))
         {
             // Zombies have an empty cmdline, so anything here is alive.
             out.push((pid, PathBuf::from(job)));
@@ -166,13 +145,7 @@ pub fn workers_under(root: &Path) -> Vec<(i32, PathBuf)> {
     out
 }
 
-pub fn toy_config(
-    ws: &Workspace,
-    size: u64,
-    latency_ms: u64,
-    tasks_per_job: u32,
-    concurrency: u32,
-) -> PathBuf {
+pub fn toy_config(ws: &Workspace, size: u64, latency_ms: u64, tasks_per_job: u32, concurrency: u32) -> PathBuf {
     ws.write(
         "toy.yaml",
         &format!(

@@ -1,0 +1,153 @@
+//! `agenteval doctor --backend aws`: checks every AWS resource a run needs before anything is
+//! launched, and names each one that is missing.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::sdk::{AwsClients, classify};
+
+/// What the checks look at.
+#[derive(Debug, Clone, Default)]
+pub struct DoctorInput {
+    pub bucket: Option<String>,
+    pub table: Option<String>,
+    pub cluster: Option<String>,
+    pub task_definition: Option<String>,
+    pub container_name: String,
+    pub subnets: Vec<String>,
+    pub security_groups: Vec<String>,
+    pub secrets: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+fn check(name: impl Into<String>, r: std::result::Result<String, String>) -> Check {
+    match r {
+        Ok(d) => Check { name: name.into(), ok: true, detail: d },
+        Err(d) => Check { name: name.into(), ok: false, detail: d },
+    }
+}
+
+/// Runs every check; never stops at the first failure.
+pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(check(
+        "region",
+        clients
+            .region
+            .clone()
+            .map(|r| format!("{r}{}", clients.endpoint_url.as_ref().map(|e| format!(" via {e}")).unwrap_or_default()))
+            .ok_or_else(|| "no region: set AWS_REGION or aws.region".to_string()),
+    ));
+    match &input.bucket {
+        Some(b) => {
+            let r = clients.s3.head_bucket().bucket(b).send().await;
+            out.push(check(
+                format!("bucket {b}"),
+                r.map(|_| "reachable".into())
+                    .map_err(|e| classify(&format!("bucket {b} is missing or not accessible"), e).to_string()),
+            ));
+        }
+        None => out.push(check("bucket", Err("no s3:// bundle root configured".into()))),
+    }
+    match &input.table {
+        Some(t) => {
+            let r = clients.dynamodb.describe_table().table_name(t).send().await;
+            out.push(check(
+                format!("table {t}"),
+                match r {
+                    Ok(d) => {
+                        let gsis: Vec<String> = d
+                            .table()
+                            .map(|t| {
+                                t.global_secondary_indexes()
+                                    .iter()
+                                    .filter_map(|g| g.index_name().map(str::to_string))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        if gsis.iter().any(|g| g == crate::dynamo_index::GSI_CREATED) {
+                            Ok(format!("exists with indexes {}", gsis.join(", ")))
+                        } else {
+                            Err(format!("exists but lacks the `{}` index", crate::dynamo_index::GSI_CREATED))
+                        }
+                    }
+                    Err(e) => Err(classify(&format!("table {t} is missing or not accessible"), e).to_string()),
+                },
+            ));
+        }
+        None => out.push(check("table", Err("no dynamodb:// index configured".into()))),
+    }
+    match &input.cluster {
+        Some(c) => {
+            let r = clients.ecs.describe_clusters().clusters(c).send().await;
+            out.push(check(
+                format!("cluster {c}"),
+                match r {
+                    Ok(d) => match d.clusters().first() {
+                        Some(cl) if cl.status() == Some("ACTIVE") => Ok("active".into()),
+                        Some(cl) => Err(format!("status {}", cl.status().unwrap_or("unknown"))),
+                        None => Err("not found".into()),
+                    },
+                    Err(e) => Err(classify(&format!("cluster {c}"), e).to_string()),
+                },
+            ));
+        }
+        None => out.push(check("cluster", Err("aws.cluster is not set".into()))),
+    }
+    match &input.task_definition {
+        Some(td) => {
+            let r = clients.ecs.describe_task_definition().task_definition(td).send().await;
+            out.push(check(
+                format!("task definition {td}"),
+                match r {
+                    Ok(d) => {
+                        let def = d.task_definition();
+                        let container = def.and_then(|t| {
+                            t.container_definitions().iter().find(|c| c.name() == Some(input.container_name.as_str()))
+                        });
+                        match container {
+                            None => Err(format!("has no container named `{}`", input.container_name)),
+                            Some(c)
+                                if c.memory().is_none()
+                                    && c.memory_reservation().is_none()
+                                    && def.and_then(|t| t.memory()).is_none() =>
+                            {
+                                Err(format!("container `{}` sets no memory", input.container_name))
+                            }
+                            Some(_) => Ok(format!("container `{}` found", input.container_name)),
+                        }
+                    }
+                    Err(e) => Err(classify(&format!("task definition {td} is missing"), e).to_string()),
+                },
+            ));
+        }
+        None => out.push(check("task definition", Err("aws.task_definition is not set".into()))),
+    }
+    out.push(check(
+        "network",
+        if input.subnets.is_empty() || input.security_groups.is_empty() {
+            Err("aws.subnets and aws.security_groups must both be set (awsvpc networking)".into())
+        } else if input.subnets.iter().all(|s| s.starts_with("subnet-"))
+            && input.security_groups.iter().all(|s| s.starts_with("sg-"))
+        {
+            Ok(format!("{} subnet(s), {} security group(s)", input.subnets.len(), input.security_groups.len()))
+        } else {
+            Err("subnets look like `subnet-…` and security groups like `sg-…`".into())
+        },
+    ));
+    for name in &input.secrets {
+        let r = clients.secrets.describe_secret().secret_id(name).send().await;
+        out.push(check(
+            format!("secret {name}"),
+            r.map(|_| "exists".into()).map_err(|e| classify(&format!("secret {name} is missing"), e).to_string()),
+        ));
+    }
+    out
+}

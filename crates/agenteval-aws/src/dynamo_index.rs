@@ -1,0 +1,497 @@
+//! `RunIndex` in one DynamoDB table (single-table design, see `docs/aws.md`).
+//!
+//! | item | pk | sk | GSIs |
+//! |---|---|---|---|
+//! | run  | `RUN#<run_id>` | `#RUN` | `by_created` (`RUNS`, `<created_at>#<run_id>`), `by_benchmark` (`BENCH#<benchmark>`, same) |
+//! | task | `RUN#<run_id>` | `TASK#<task_id>` | — |
+//! | job  | `RUN#<run_id>` | `JOB#<job_id>#<attempt:06>` | — |
+//!
+//! A task's state machine is one conditional `UpdateItem`, so racing attempts serialize in
+//! DynamoDB and a task completes exactly once.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agenteval_core::model::*;
+use agenteval_core::traits::RunIndex;
+use agenteval_core::{Error, JobId, Result, RunId, TaskId};
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
+    ProjectionType, PutRequest, ScalarAttributeType, WriteRequest,
+};
+use chrono::{DateTime, SecondsFormat, Utc};
+
+use crate::sdk::{AwsClients, classify};
+
+type Item = HashMap<String, AttributeValue>;
+
+pub const GSI_CREATED: &str = "by_created";
+pub const GSI_BENCHMARK: &str = "by_benchmark";
+
+#[derive(Clone, Debug)]
+pub struct DynamoDbRunIndex {
+    clients: Arc<AwsClients>,
+    table: String,
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+fn opt_s(v: Option<impl Into<String>>) -> AttributeValue {
+    v.map(|x| s(x)).unwrap_or(AttributeValue::Null(true))
+}
+
+fn run_pk(run: &RunId) -> String {
+    format!("RUN#{run}")
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::corrupt(format!("run index item has a bad or missing `{what}`"))
+}
+
+fn get_s<'a>(item: &'a Item, k: &str) -> Result<&'a str> {
+    item.get(k).and_then(|v| v.as_s().ok()).map(String::as_str).ok_or_else(|| corrupt(k))
+}
+fn get_opt_s(item: &Item, k: &str) -> Option<String> {
+    item.get(k).and_then(|v| v.as_s().ok()).cloned()
+}
+fn get_n<T: FromStr>(item: &Item, k: &str) -> Result<T> {
+    item.get(k).and_then(|v| v.as_n().ok()).and_then(|x| x.parse().ok()).ok_or_else(|| corrupt(k))
+}
+fn get_bool(item: &Item, k: &str) -> Option<bool> {
+    item.get(k).and_then(|v| v.as_bool().ok()).copied()
+}
+fn get_ts(item: &Item, k: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(get_s(item, k)?).map(|t| t.with_timezone(&Utc)).map_err(|_| corrupt(k))
+}
+
+fn run_from_item(item: &Item) -> Result<RunRecord> {
+    Ok(RunRecord {
+        run_id: RunId::from_str(get_s(item, "run_id")?)?,
+        name: get_s(item, "name")?.into(),
+        benchmark: get_s(item, "benchmark")?.into(),
+        agent: get_s(item, "agent")?.into(),
+        backend: get_s(item, "backend")?.into(),
+        status: RunStatus::parse(get_s(item, "status")?).ok_or_else(|| corrupt("status"))?,
+        bundle_uri: get_s(item, "bundle_uri")?.into(),
+        config_hash: get_s(item, "config_hash")?.into(),
+        tasks_total: get_n(item, "tasks_total")?,
+        created_at: get_ts(item, "created_at")?,
+        updated_at: get_ts(item, "updated_at")?,
+        finished_at: get_opt_s(item, "finished_at")
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)),
+        heartbeat_at: get_ts(item, "heartbeat_at")?,
+        cancel_requested: get_bool(item, "cancel_requested").unwrap_or(false),
+        controller: get_opt_s(item, "controller").unwrap_or_default(),
+        epoch: get_n(item, "epoch")?,
+    })
+}
+
+fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
+    Ok(TaskRecord {
+        run_id: *run,
+        task_id: TaskId::from_str(get_s(item, "task_id")?)?,
+        state: TaskState::parse(get_s(item, "state")?).ok_or_else(|| corrupt("state"))?,
+        attempt: get_n(item, "attempt")?,
+        job_id: get_opt_s(item, "job_id").map(|j| JobId::from_str(&j)).transpose()?,
+        passed: get_bool(item, "passed"),
+        cost_usd: get_n(item, "cost_usd").unwrap_or(0.0),
+        tokens: get_n(item, "tokens").unwrap_or(0),
+        wall_seconds: get_n(item, "wall_seconds").unwrap_or(0.0),
+        terminated_by: get_opt_s(item, "terminated_by")
+            .map(|t| serde_json::from_value(serde_json::Value::String(t)).map_err(|_| corrupt("terminated_by")))
+            .transpose()?,
+        detail: get_opt_s(item, "detail"),
+        updated_at: get_ts(item, "updated_at")?,
+    })
+}
+
+impl DynamoDbRunIndex {
+    pub fn new(clients: Arc<AwsClients>, table: impl Into<String>) -> Self {
+        DynamoDbRunIndex { clients, table: table.into() }
+    }
+
+    /// A `dynamodb://table` URI.
+    pub fn from_uri(clients: Arc<AwsClients>, uri: &str) -> Result<Self> {
+        let table = uri
+            .strip_prefix("dynamodb://")
+            .filter(|t| !t.is_empty() && !t.contains('/'))
+            .ok_or_else(|| Error::invalid(format!("`{uri}` is not a dynamodb://table URI")))?;
+        Ok(Self::new(clients, table))
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates the table with its GSIs (on-demand billing). For tests and first-time setup;
+    /// production tables come from the deployment template.
+    pub async fn create_table(&self) -> Result<()> {
+        let attr = |name: &str| {
+            AttributeDefinition::builder().attribute_name(name).attribute_type(ScalarAttributeType::S).build()
+        };
+        let key = |name: &str, t: KeyType| KeySchemaElement::builder().attribute_name(name).key_type(t).build();
+        let gsi = |name: &str, pk: &str, sk: &str| -> Result<GlobalSecondaryIndex> {
+            GlobalSecondaryIndex::builder()
+                .index_name(name)
+                .key_schema(key(pk, KeyType::Hash).map_err(build_err)?)
+                .key_schema(key(sk, KeyType::Range).map_err(build_err)?)
+                .projection(Projection::builder().projection_type(ProjectionType::All).build())
+                .build()
+                .map_err(build_err)
+        };
+        let mut req =
+            self.clients.dynamodb.create_table().table_name(&self.table).billing_mode(BillingMode::PayPerRequest);
+        for a in ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk"] {
+            req = req.attribute_definitions(attr(a).map_err(build_err)?);
+        }
+        req.key_schema(key("pk", KeyType::Hash).map_err(build_err)?)
+            .key_schema(key("sk", KeyType::Range).map_err(build_err)?)
+            .global_secondary_indexes(gsi(GSI_CREATED, "gsi1pk", "gsi1sk")?)
+            .global_secondary_indexes(gsi(GSI_BENCHMARK, "gsi2pk", "gsi2sk")?)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("creating table {}", self.table), e))?;
+        Ok(())
+    }
+
+    async fn query_all(&self, run: &RunId, sk_prefix: &str, projection: Option<&str>) -> Result<Vec<Item>> {
+        let mut out = Vec::new();
+        let mut start: Option<Item> = None;
+        loop {
+            let mut q = self
+                .clients
+                .dynamodb
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :pk AND begins_with(sk, :p)")
+                .expression_attribute_values(":pk", s(run_pk(run)))
+                .expression_attribute_values(":p", s(sk_prefix))
+                .set_exclusive_start_key(start.take());
+            if let Some(p) = projection {
+                q = q.projection_expression(p).expression_attribute_names("#st", "state");
+            }
+            let page = q.send().await.map_err(|e| classify(&format!("querying {}", self.table), e))?;
+            out.extend(page.items().iter().cloned());
+            match page.last_evaluated_key() {
+                Some(k) if !k.is_empty() => start = Some(k.clone()),
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>> {
+        let out = self
+            .clients
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(pk))
+            .key("sk", s(sk))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("reading {}", self.table), e))?;
+        Ok(out.item().cloned())
+    }
+}
+
+fn build_err(e: aws_sdk_dynamodb::error::BuildError) -> Error {
+    Error::internal(format!("building a DynamoDB request: {e}"))
+}
+
+#[async_trait]
+impl RunIndex for DynamoDbRunIndex {
+    async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()> {
+        let pk = run_pk(&run.run_id);
+        let order = format!("{}#{}", ts(run.created_at), run.run_id);
+        let mut item: Item = HashMap::new();
+        for (k, v) in [
+            ("pk", s(&pk)),
+            ("sk", s("#RUN")),
+            ("gsi1pk", s("RUNS")),
+            ("gsi1sk", s(&order)),
+            ("gsi2pk", s(format!("BENCH#{}", run.benchmark))),
+            ("gsi2sk", s(&order)),
+            ("run_id", s(run.run_id.to_string())),
+            ("name", s(&run.name)),
+            ("benchmark", s(&run.benchmark)),
+            ("agent", s(&run.agent)),
+            ("backend", s(&run.backend)),
+            ("status", s(run.status.as_str())),
+            ("bundle_uri", s(&run.bundle_uri)),
+            ("config_hash", s(&run.config_hash)),
+            ("tasks_total", n(run.tasks_total)),
+            ("created_at", s(ts(run.created_at))),
+            ("updated_at", s(ts(run.updated_at))),
+            ("finished_at", opt_s(run.finished_at.map(ts))),
+            ("heartbeat_at", s(ts(run.heartbeat_at))),
+            ("cancel_requested", AttributeValue::Bool(run.cancel_requested)),
+            ("controller", s(&run.controller)),
+            ("epoch", n(run.epoch)),
+        ] {
+            item.insert(k.to_string(), v);
+        }
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await
+            .map_err(|e| classify(&format!("creating run {} in {}", run.run_id, self.table), e))?;
+
+        let now = s(ts(Utc::now()));
+        let mut pending: Vec<WriteRequest> = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let mut item: Item = HashMap::new();
+            item.insert("pk".into(), s(&pk));
+            item.insert("sk".into(), s(format!("TASK#{t}")));
+            item.insert("task_id".into(), s(t.as_str()));
+            item.insert("state".into(), s("pending"));
+            item.insert("rank".into(), n(0));
+            item.insert("attempt".into(), n(0));
+            item.insert("updated_at".into(), now.clone());
+            let put = PutRequest::builder().set_item(Some(item)).build().map_err(build_err)?;
+            pending.push(WriteRequest::builder().put_request(put).build());
+        }
+        // BatchWriteItem takes 25 items; unprocessed ones (throttling) are retried with backoff.
+        let mut backoff = Duration::from_millis(50);
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(25));
+            let batch = std::mem::replace(&mut pending, rest);
+            let out = self
+                .clients
+                .dynamodb
+                .batch_write_item()
+                .request_items(&self.table, batch)
+                .send()
+                .await
+                .map_err(|e| classify(&format!("writing tasks of run {}", run.run_id), e))?;
+            if let Some(left) = out.unprocessed_items().and_then(|m| m.get(&self.table)) {
+                if !left.is_empty() {
+                    pending.extend(left.iter().cloned());
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
+        self.get_item(run_pk(run), "#RUN".into()).await?.map(|i| run_from_item(&i)).transpose()
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>> {
+        let out = self
+            .clients
+            .dynamodb
+            .query()
+            .table_name(&self.table)
+            .index_name(GSI_CREATED)
+            .key_condition_expression("gsi1pk = :p")
+            .expression_attribute_values(":p", s("RUNS"))
+            .scan_index_forward(false)
+            .limit(limit.min(i32::MAX as usize) as i32)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("listing runs in {}", self.table), e))?;
+        out.items().iter().map(run_from_item).collect()
+    }
+
+    async fn update_run(&self, run: &RunId, u: &RunUpdate) -> Result<()> {
+        let now = ts(Utc::now());
+        let mut sets = vec!["updated_at = :now".to_string()];
+        let mut values: Item = HashMap::from([(":now".to_string(), s(&now))]);
+        let mut names: HashMap<String, String> = HashMap::new();
+        if let Some(st) = u.status {
+            sets.push("#status = :status".into());
+            names.insert("#status".into(), "status".into());
+            values.insert(":status".into(), s(st.as_str()));
+        }
+        if let Some(f) = u.finished_at {
+            sets.push("finished_at = :fin".into());
+            values.insert(":fin".into(), s(ts(f)));
+        }
+        if u.heartbeat {
+            sets.push("heartbeat_at = :now".into());
+        }
+        if let Some(c) = u.cancel_requested {
+            sets.push("cancel_requested = :cancel".into());
+            values.insert(":cancel".into(), AttributeValue::Bool(c));
+        }
+        if let Some(e) = u.epoch {
+            sets.push("epoch = :epoch".into());
+            values.insert(":epoch".into(), n(e));
+        }
+        if let Some(c) = &u.controller {
+            sets.push("controller = :ctl".into());
+            values.insert(":ctl".into(), s(c));
+        }
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression(format!("SET {}", sets.join(", ")))
+            .condition_expression("attribute_exists(pk)")
+            .set_expression_attribute_values(Some(values))
+            .set_expression_attribute_names(if names.is_empty() { None } else { Some(names) })
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify(&format!("updating run {run}"), e)),
+        }
+    }
+
+    async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool> {
+        let mut sets = vec![
+            "#st = :st",
+            "#rk = :rk",
+            "attempt = :a",
+            "passed = :passed",
+            "cost_usd = :cost",
+            "tokens = :tokens",
+            "wall_seconds = :wall",
+            "terminated_by = :term",
+            "detail = :detail",
+            "updated_at = :now",
+        ];
+        let mut values: Item = HashMap::from([
+            (":st".to_string(), s(t.state.as_str())),
+            (":rk".to_string(), n(t.state.rank())),
+            (":a".to_string(), n(t.attempt)),
+            (":passed".to_string(), t.passed.map(AttributeValue::Bool).unwrap_or(AttributeValue::Null(true))),
+            (":cost".to_string(), n(t.cost_usd)),
+            (":tokens".to_string(), n(t.tokens)),
+            (":wall".to_string(), n(t.wall_seconds)),
+            (":term".to_string(), opt_s(t.terminated_by.map(|x| x.as_str()))),
+            (":detail".to_string(), opt_s(t.detail.clone())),
+            (":now".to_string(), s(ts(Utc::now()))),
+            (":completed".to_string(), s("completed")),
+        ]);
+        if let Some(j) = &t.job_id {
+            sets.push("job_id = :job");
+            values.insert(":job".into(), s(j.as_str()));
+        }
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s(format!("TASK#{}", t.task_id)))
+            .update_expression(format!("SET {}", sets.join(", ")))
+            // The whole state machine: exists, not completed, and a later attempt or a higher
+            // rank within the same attempt.
+            .condition_expression(
+                "attribute_exists(pk) AND #st <> :completed AND (attempt < :a OR (attempt = :a AND #rk < :rk))",
+            )
+            .expression_attribute_names("#st", "state")
+            .expression_attribute_names("#rk", "rank")
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                match self.get_item(run_pk(run), format!("TASK#{}", t.task_id)).await? {
+                    Some(_) => Ok(false),
+                    None => Err(Error::not_found(format!("task {} of run {run} is not in the index", t.task_id))),
+                }
+            }
+            Err(e) => Err(classify(&format!("recording task {}", t.task_id), e)),
+        }
+    }
+
+    async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>> {
+        self.get_item(run_pk(run), format!("TASK#{task}")).await?.map(|i| task_from_item(run, &i)).transpose()
+    }
+
+    async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>> {
+        let items = self.query_all(run, "TASK#", None).await?;
+        let mut out = items.iter().map(|i| task_from_item(run, i)).collect::<Result<Vec<_>>>()?;
+        out.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        Ok(out)
+    }
+
+    async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
+        let items = self.query_all(run, "TASK#", Some("#st, passed, cost_usd, tokens")).await?;
+        let mut c = TaskCounts::default();
+        for i in &items {
+            c.total += 1;
+            match TaskState::parse(get_s(i, "state")?).ok_or_else(|| corrupt("state"))? {
+                TaskState::Pending => c.pending += 1,
+                TaskState::Queued => c.queued += 1,
+                TaskState::Running => c.running += 1,
+                TaskState::Completed => c.completed += 1,
+                TaskState::Failed => c.failed += 1,
+                TaskState::Cancelled => c.cancelled += 1,
+            }
+            c.passed += get_bool(i, "passed").unwrap_or(false) as u64;
+            c.cost_usd += get_n::<f64>(i, "cost_usd").unwrap_or(0.0);
+            c.tokens += get_n::<u64>(i, "tokens").unwrap_or(0);
+        }
+        Ok(c)
+    }
+
+    async fn record_job(&self, job: &JobRecord) -> Result<()> {
+        let mut item: Item = HashMap::new();
+        item.insert("pk".into(), s(run_pk(&job.run_id)));
+        item.insert("sk".into(), s(format!("JOB#{}#{:06}", job.handle.job_id, job.handle.attempt)));
+        item.insert("job_id".into(), s(job.handle.job_id.as_str()));
+        item.insert("attempt".into(), n(job.handle.attempt));
+        item.insert("native_id".into(), s(&job.handle.native_id));
+        item.insert("status".into(), s(&job.status));
+        item.insert("task_count".into(), n(job.task_count));
+        item.insert("updated_at".into(), s(ts(job.updated_at)));
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .send()
+            .await
+            .map_err(|e| classify(&format!("recording job {}", job.handle.job_id), e))?;
+        Ok(())
+    }
+
+    async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>> {
+        let items = self.query_all(run, "JOB#", None).await?;
+        items
+            .iter()
+            .map(|i| {
+                Ok(JobRecord {
+                    run_id: *run,
+                    handle: JobHandle {
+                        job_id: JobId::from_str(get_s(i, "job_id")?)?,
+                        attempt: get_n(i, "attempt")?,
+                        native_id: get_s(i, "native_id")?.into(),
+                    },
+                    status: get_s(i, "status")?.into(),
+                    task_count: get_n(i, "task_count")?,
+                    updated_at: get_ts(i, "updated_at")?,
+                })
+            })
+            .collect()
+    }
+}

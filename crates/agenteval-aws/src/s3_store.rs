@@ -1,0 +1,252 @@
+//! `BundleStore` on S3: `s3://bucket/prefix/<run_id>/<path>`, the same layout as on disk.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenteval_core::traits::{Appender, BundleStore, check_bundle_path};
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use async_trait::async_trait;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+
+use crate::sdk::{AwsClients, classify, status_of};
+
+/// Objects above this size are uploaded in parts.
+const MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+/// Part size for multipart uploads (S3's minimum is 5 MiB).
+const PART_SIZE: usize = 8 * 1024 * 1024;
+/// How often a streamed file (a trace) is rewritten while it grows. S3 cannot append, so a
+/// worker killed on Fargate loses at most this much of its trace.
+const APPEND_FLUSH: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Debug)]
+pub struct S3BundleStore {
+    clients: Arc<AwsClients>,
+    bucket: String,
+    /// Key prefix without leading or trailing `/` (may be empty).
+    prefix: String,
+}
+
+/// Splits `s3://bucket/some/prefix` into bucket and prefix.
+pub fn parse_s3_uri(uri: &str) -> Result<(String, String)> {
+    let rest = uri.strip_prefix("s3://").ok_or_else(|| Error::invalid(format!("`{uri}` is not an s3:// URI")))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(Error::invalid(format!("`{uri}` names no bucket")));
+    }
+    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+}
+
+impl S3BundleStore {
+    pub fn new(clients: Arc<AwsClients>, bucket: impl Into<String>, prefix: impl Into<String>) -> Self {
+        S3BundleStore { clients, bucket: bucket.into(), prefix: prefix.into().trim_matches('/').to_string() }
+    }
+
+    /// A store for a bundle root URI (`s3://bucket/prefix`).
+    pub fn from_uri(clients: Arc<AwsClients>, uri: &str) -> Result<Self> {
+        let (bucket, prefix) = parse_s3_uri(uri)?;
+        Ok(Self::new(clients, bucket, prefix))
+    }
+
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    fn run_prefix(&self, run: &RunId) -> String {
+        if self.prefix.is_empty() { format!("{run}/") } else { format!("{}/{run}/", self.prefix) }
+    }
+
+    fn key(&self, run: &RunId, path: &str) -> Result<String> {
+        check_bundle_path(path)?;
+        Ok(format!("{}{path}", self.run_prefix(run)))
+    }
+
+    async fn put_multipart(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let s3 = &self.clients.s3;
+        let what = format!("uploading s3://{}/{key}", self.bucket);
+        let created = s3
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32)
+            .send()
+            .await
+            .map_err(|e| classify(&what, e))?;
+        let upload_id = created.upload_id().ok_or_else(|| Error::internal("S3 returned no upload id"))?.to_string();
+        let mut parts = Vec::new();
+        let result: Result<()> = async {
+            for (i, chunk) in bytes.chunks(PART_SIZE).enumerate() {
+                let n = i as i32 + 1;
+                let part = s3
+                    .upload_part()
+                    .bucket(&self.bucket)
+                    .key(key)
+                    .upload_id(&upload_id)
+                    .part_number(n)
+                    .checksum_algorithm(ChecksumAlgorithm::Crc32)
+                    .body(ByteStream::from(chunk.to_vec()))
+                    .send()
+                    .await
+                    .map_err(|e| classify(&what, e))?;
+                parts.push(
+                    CompletedPart::builder()
+                        .part_number(n)
+                        .set_e_tag(part.e_tag().map(str::to_string))
+                        .set_checksum_crc32(part.checksum_crc32().map(str::to_string))
+                        .build(),
+                );
+            }
+            s3.complete_multipart_upload()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
+                .send()
+                .await
+                .map_err(|e| classify(&what, e))?;
+            Ok(())
+        }
+        .await;
+        if result.is_err() {
+            // Leave no billable orphan parts behind.
+            let _ = s3.abort_multipart_upload().bucket(&self.bucket).key(key).upload_id(&upload_id).send().await;
+        }
+        result
+    }
+
+    async fn put_key(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > MULTIPART_THRESHOLD {
+            return self.put_multipart(key, bytes).await;
+        }
+        self.clients
+            .s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32)
+            .body(ByteStream::from(bytes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| classify(&format!("writing s3://{}/{key}", self.bucket), e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl BundleStore for S3BundleStore {
+    fn bundle_uri(&self, run: &RunId) -> String {
+        format!("s3://{}/{}", self.bucket, self.run_prefix(run).trim_end_matches('/'))
+    }
+
+    async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
+        let key = self.key(run, path)?;
+        self.put_key(&key, bytes).await
+    }
+
+    async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
+        let key = self.key(run, path)?;
+        let what = format!("reading s3://{}/{key}", self.bucket);
+        let out = self.clients.s3.get_object().bucket(&self.bucket).key(&key).send().await.map_err(|e| {
+            if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
+                Error::not_found(format!("{what}: no such object"))
+            } else {
+                classify(&what, e)
+            }
+        })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::with_source(ErrorKind::Transient, format!("{what}: {e}"), e))?;
+        Ok(body.into_bytes().to_vec())
+    }
+
+    async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
+        let key = self.key(run, path)?;
+        match self.clients.s3.head_object().bucket(&self.bucket).key(&key).send().await {
+            Ok(_) => Ok(true),
+            Err(e) if status_of(&e) == Some(404) => Ok(false),
+            Err(e) => Err(classify(&format!("checking s3://{}/{key}", self.bucket), e)),
+        }
+    }
+
+    async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
+        let base = self.run_prefix(run);
+        let full = format!("{base}{prefix}");
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .clients
+                .s3
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&full)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| classify(&format!("listing s3://{}/{full}", self.bucket), e))?;
+            for obj in page.contents() {
+                if let Some(k) = obj.key().and_then(|k| k.strip_prefix(&base)) {
+                    out.push(k.to_string());
+                }
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
+        let key = self.key(run, path)?;
+        // Opening starts the object over, like truncating a file.
+        self.put_key(&key, b"").await?;
+        Ok(Box::new(S3Appender { store: self.clone(), key, buf: Vec::new(), last_flush: Instant::now(), dirty: false }))
+    }
+}
+
+/// Buffers a growing object and rewrites it at most once per `APPEND_FLUSH` and on finish.
+struct S3Appender {
+    store: S3BundleStore,
+    key: String,
+    buf: Vec<u8>,
+    last_flush: Instant,
+    dirty: bool,
+}
+
+#[async_trait]
+impl Appender for S3Appender {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(bytes);
+        self.dirty = true;
+        if self.last_flush.elapsed() >= APPEND_FLUSH {
+            self.store.put_key(&self.key, &self.buf).await?;
+            self.last_flush = Instant::now();
+            self.dirty = false;
+        }
+        Ok(())
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        if self.dirty {
+            self.store.put_key(&self.key, &self.buf).await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_uris_split_into_bucket_and_prefix() {
+        assert_eq!(parse_s3_uri("s3://b/p/q/").unwrap(), ("b".into(), "p/q".into()));
+        assert_eq!(parse_s3_uri("s3://b").unwrap(), ("b".into(), "".into()));
+        assert!(parse_s3_uri("s3:///x").is_err());
+        assert!(parse_s3_uri("/local").is_err());
+    }
+}

@@ -1,0 +1,142 @@
+//! SDK configuration (built once) and error classification (one place decides what is
+//! retryable).
+
+use std::sync::Arc;
+
+use agenteval_core::{Error, ErrorKind};
+use aws_config::BehaviorVersion;
+use aws_config::retry::RetryConfig;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+
+/// Where to reach AWS. Empty fields fall back to the standard chain and environment
+/// (`AWS_REGION`, `AWS_PROFILE`, `AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct AwsSettings {
+    pub region: Option<String>,
+    pub profile: Option<String>,
+    pub endpoint_url: Option<String>,
+}
+
+/// One client per service, sharing one SDK configuration.
+#[derive(Clone, Debug)]
+pub struct AwsClients {
+    pub s3: aws_sdk_s3::Client,
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub ecs: aws_sdk_ecs::Client,
+    pub secrets: aws_sdk_secretsmanager::Client,
+    pub region: Option<String>,
+    pub endpoint_url: Option<String>,
+}
+
+impl AwsClients {
+    /// Loads the SDK configuration once and builds every client from it.
+    pub async fn connect(settings: &AwsSettings) -> Arc<AwsClients> {
+        let mut loader =
+            aws_config::defaults(BehaviorVersion::latest()).retry_config(RetryConfig::standard().with_max_attempts(4));
+        if let Some(r) = &settings.region {
+            loader = loader.region(aws_config::Region::new(r.clone()));
+        }
+        if let Some(p) = &settings.profile {
+            loader = loader.profile_name(p);
+        }
+        if let Some(e) = &settings.endpoint_url {
+            loader = loader.endpoint_url(e);
+        }
+        let sdk = loader.load().await;
+        let endpoint = sdk
+            .endpoint_url()
+            .map(str::to_string)
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
+        // Emulators (and custom endpoints generally) serve buckets by path, not by host name.
+        let s3_conf = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(endpoint.is_some()).build();
+        Arc::new(AwsClients {
+            s3: aws_sdk_s3::Client::from_conf(s3_conf),
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+            ecs: aws_sdk_ecs::Client::new(&sdk),
+            secrets: aws_sdk_secretsmanager::Client::new(&sdk),
+            region: sdk.region().map(|r| r.to_string()),
+            endpoint_url: endpoint,
+        })
+    }
+}
+
+const TRANSIENT_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "SlowDown",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "InternalError",
+    "InternalServerError",
+    "InternalFailure",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "ServerException",
+    "TransactionConflictException",
+    "LimitExceededException",
+];
+
+const NOT_FOUND_CODES: &[&str] =
+    &["NoSuchKey", "NoSuchBucket", "NotFound", "ResourceNotFoundException", "ClusterNotFoundException"];
+
+const UNAUTHORIZED_CODES: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+];
+
+/// Classifies an SDK error: throttling, 5xx, capacity and network trouble are `Transient`
+/// (retry), missing resources `NotFound`, credentials `Unauthorized`, failed conditions
+/// `Conflict`; anything else is `Invalid` (the request itself is wrong).
+pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    what: &str,
+    err: SdkError<E, HttpResponse>,
+) -> Error {
+    let (kind, detail) = match &err {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            (ErrorKind::Transient, format!("{err}"))
+        }
+        SdkError::ServiceError(se) => {
+            let code = se.err().code().unwrap_or("");
+            let message = se.err().message().unwrap_or("");
+            let status = se.raw().status().as_u16();
+            let kind = if TRANSIENT_CODES.contains(&code) || status >= 500 || status == 429 {
+                ErrorKind::Transient
+            } else if NOT_FOUND_CODES.contains(&code) {
+                ErrorKind::NotFound
+            } else if UNAUTHORIZED_CODES.contains(&code) {
+                ErrorKind::Unauthorized
+            } else if code == "ConditionalCheckFailedException" || code == "PreconditionFailed" {
+                ErrorKind::Conflict
+            } else {
+                ErrorKind::Invalid
+            };
+            let code = if code.is_empty() { format!("HTTP {status}") } else { code.to_string() };
+            (kind, if message.is_empty() { code } else { format!("{code}: {message}") })
+        }
+        _ => (ErrorKind::Invalid, format!("{err}")),
+    };
+    let detail = if detail.is_empty() { format!("{err:?}") } else { detail };
+    Error::with_source(kind, format!("{what}: {detail}"), err)
+}
+
+/// The HTTP status of a service error, if any.
+pub fn status_of<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
+    match err {
+        SdkError::ServiceError(se) => Some(se.raw().status().as_u16()),
+        _ => None,
+    }
+}
