@@ -10,6 +10,7 @@ pub mod dynamo_index;
 pub mod ecs;
 pub mod s3_store;
 pub mod sdk;
+pub mod testing;
 
 pub use dynamo_index::DynamoDbRunIndex;
 pub use ecs::{EcsBackend, EcsSettings, TokenBucket};

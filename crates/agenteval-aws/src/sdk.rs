@@ -16,6 +16,21 @@ pub struct AwsSettings {
     pub region: Option<String>,
     pub profile: Option<String>,
     pub endpoint_url: Option<String>,
+    /// Fixed credentials, for emulators only; real AWS uses the standard chain.
+    pub emulator_credentials: bool,
+}
+
+impl AwsSettings {
+    /// Settings for a local emulator (moto, LocalStack): its endpoint, `us-east-1`, and the
+    /// dummy credentials emulators accept.
+    pub fn emulator(endpoint: impl Into<String>) -> Self {
+        AwsSettings {
+            region: Some("us-east-1".into()),
+            profile: None,
+            endpoint_url: Some(endpoint.into()),
+            emulator_credentials: true,
+        }
+    }
 }
 
 /// One client per service, sharing one SDK configuration.
@@ -42,6 +57,9 @@ impl AwsClients {
         }
         if let Some(e) = &settings.endpoint_url {
             loader = loader.endpoint_url(e);
+        }
+        if settings.emulator_credentials {
+            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
         }
         let sdk = loader.load().await;
         let endpoint = sdk

@@ -467,47 +467,37 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             let f = in_flight.remove(&handle.job_id).expect("job in flight");
             record_job(&run, &handle, &status, f.tasks.len()).await?;
             tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
-            match status {
-                JobStatus::Succeeded => counters.succeeded += 1,
-                JobStatus::Failed { infrastructure, ref reason, .. } => {
-                    counters.failed += 1;
-                    let unfinished = unfinished(&run, &f.tasks).await?;
-                    if unfinished.is_empty() {
-                        continue;
-                    }
-                    let used = handle.attempt - run.attempt_base;
-                    if infrastructure && used < run.config.backend.max_attempts {
-                        counters.retried += 1;
-                        progress.message(&format!(
-                            "job {} attempt {} failed ({reason}); retrying {} task(s)",
-                            handle.job_id,
-                            handle.attempt,
-                            unfinished.len()
-                        ));
-                        queue.push_front(Pending {
-                            job_id: handle.job_id.clone(),
-                            attempt: handle.attempt + 1,
-                            tasks: unfinished,
-                        });
-                    } else {
-                        give_up(&run, &handle.job_id, handle.attempt, &unfinished, reason).await?;
-                        gave_up = true;
-                    }
+            // Whatever the job's status says, the index is the judge of what got done: a job that
+            // "succeeded" without recording its tasks (a container that never ran, an emulator)
+            // is an infrastructure failure like any other.
+            let unfinished = unfinished(&run, &f.tasks).await?;
+            let (infrastructure, reason) = match &status {
+                JobStatus::Succeeded if unfinished.is_empty() => {
+                    counters.succeeded += 1;
+                    continue;
                 }
-                JobStatus::Cancelled => {
-                    // A worker cancelled by someone else: its tasks are retried like a crash.
-                    counters.failed += 1;
-                    let unfinished = unfinished(&run, &f.tasks).await?;
-                    if !unfinished.is_empty() {
-                        counters.retried += 1;
-                        queue.push_front(Pending {
-                            job_id: handle.job_id.clone(),
-                            attempt: handle.attempt + 1,
-                            tasks: unfinished,
-                        });
-                    }
-                }
+                JobStatus::Succeeded => (true, format!("job ended without results for {} task(s)", unfinished.len())),
+                JobStatus::Failed { infrastructure, reason, .. } => (*infrastructure, reason.clone()),
+                JobStatus::Cancelled => (true, "worker was cancelled".to_string()),
                 JobStatus::Queued | JobStatus::Running => unreachable!("terminal statuses only"),
+            };
+            counters.failed += 1;
+            if unfinished.is_empty() {
+                continue;
+            }
+            let used = handle.attempt - run.attempt_base;
+            if infrastructure && used < run.config.backend.max_attempts {
+                counters.retried += 1;
+                progress.message(&format!(
+                    "job {} attempt {} failed ({reason}); retrying {} task(s)",
+                    handle.job_id,
+                    handle.attempt,
+                    unfinished.len()
+                ));
+                queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+            } else {
+                give_up(&run, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
+                gave_up = true;
             }
         }
     }

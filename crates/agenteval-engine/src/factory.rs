@@ -28,6 +28,7 @@ pub async fn aws_clients(cfg: Option<&AwsConfig>) -> Arc<AwsClients> {
                 region: a.region.clone(),
                 profile: a.profile.clone(),
                 endpoint_url: a.endpoint_url.clone(),
+                emulator_credentials: false,
             })
             .unwrap_or_default();
         AwsClients::connect(&settings).await

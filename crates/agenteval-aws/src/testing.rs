@@ -1,0 +1,49 @@
+//! Test support: starts the AWS emulator for a test binary: `moto_server` on a free port of 127.0.0.1, or
+//! the endpoint in `AWS_ENDPOINT_URL` when one is already running (LocalStack, a shared moto).
+
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The emulator's endpoint, starting moto on first use. The server is started under a small
+/// shell watchdog that stops it when this test process exits.
+pub fn endpoint() -> &'static str {
+    ENDPOINT.get_or_init(|| {
+        if let Ok(e) = std::env::var("AWS_ENDPOINT_URL") {
+            return e;
+        }
+        let port = free_port();
+        let script = format!(
+            "moto_server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $m",
+            parent = std::process::id()
+        );
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("cannot start moto_server: install it with `pip install 'moto[server]'`");
+        let start = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(start.elapsed() < Duration::from_secs(30), "moto_server did not start on port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        format!("http://127.0.0.1:{port}")
+    })
+}
+
+/// A name unique to this test and process (buckets and tables are shared per emulator).
+pub fn unique(prefix: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    format!("{prefix}-{}-{n}", std::process::id())
+}

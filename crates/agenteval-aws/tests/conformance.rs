@@ -1,0 +1,54 @@
+//! The shared `BundleStore` and `RunIndex` conformance suites against S3 and DynamoDB on the
+//! AWS emulator (the same suites run against the filesystem and SQLite in agenteval-local).
+
+use std::sync::Arc;
+
+use agenteval_aws::testing as emulator;
+use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, S3BundleStore};
+
+async fn clients() -> Arc<AwsClients> {
+    AwsClients::connect(&AwsSettings::emulator(emulator::endpoint())).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_bundle_store_conformance() {
+    let c = clients().await;
+    let bucket = emulator::unique("bundles");
+    c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c.clone(), &bucket, "team/runs"))).await;
+    // The same store at the bucket root.
+    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c, &bucket, ""))).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_multipart_uploads_round_trip() {
+    let c = clients().await;
+    let bucket = emulator::unique("big");
+    c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let store = S3BundleStore::new(c, &bucket, "p");
+    let run = agenteval_core::RunId::new();
+    use agenteval_core::traits::BundleStore;
+    let big: Vec<u8> = (0..20 * 1024 * 1024u32).map(|i| (i % 253) as u8).collect();
+    store.put(&run, "artifacts/huge.bin", &big).await.unwrap();
+    assert_eq!(store.get(&run, "artifacts/huge.bin").await.unwrap(), big);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dynamodb_run_index_conformance() {
+    let c = clients().await;
+    let index = DynamoDbRunIndex::new(c, emulator::unique("runs"));
+    index.create_table().await.unwrap();
+    agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_resources_are_not_found_errors() {
+    use agenteval_core::traits::{BundleStore, RunIndex};
+    let c = clients().await;
+    let store = S3BundleStore::new(c.clone(), emulator::unique("nobucket"), "");
+    let err = store.put(&agenteval_core::RunId::new(), "a.json", b"x").await.unwrap_err();
+    assert_eq!(err.kind(), agenteval_core::ErrorKind::NotFound, "{err}");
+    let index = DynamoDbRunIndex::new(c, emulator::unique("notable"));
+    let err = index.list_runs(5).await.unwrap_err();
+    assert_eq!(err.kind(), agenteval_core::ErrorKind::NotFound, "{err}");
+}
