@@ -280,12 +280,12 @@ impl RunIndex for DynamoDbRunIndex {
                 .send()
                 .await
                 .map_err(|e| classify(&format!("writing tasks of run {}", run.run_id), e))?;
-            if let Some(left) = out.unprocessed_items().and_then(|m| m.get(&self.table)) {
-                if !left.is_empty() {
-                    pending.extend(left.iter().cloned());
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                }
+            if let Some(left) = out.unprocessed_items().and_then(|m| m.get(&self.table))
+                && !left.is_empty()
+            {
+                pending.extend(left.iter().cloned());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
             }
         }
         Ok(())

@@ -86,6 +86,64 @@ pub struct CallCounts {
     pub launch_retries: u64,
 }
 
+/// What the backend needs of an ECS task, read from the SDK's typed output or, when the SDK
+/// cannot parse a 200 response (emulators send `cpu`/`memory` as numbers where ECS sends
+/// strings), from the raw JSON: a tolerant reader, so an answer that did arrive is never
+/// mistaken for a failure (a mistaken RunTask failure would launch the job twice).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct TaskView {
+    arn: String,
+    last_status: String,
+    stop_code: String,
+    stopped_reason: String,
+    exit_code: Option<i32>,
+}
+
+impl TaskView {
+    fn from_sdk(t: &aws_sdk_ecs::types::Task, container: &str) -> Self {
+        let c = t.containers().iter().find(|c| c.name() == Some(container)).or_else(|| t.containers().first());
+        TaskView {
+            arn: t.task_arn().unwrap_or_default().to_string(),
+            last_status: t.last_status().unwrap_or_default().to_string(),
+            stop_code: t.stop_code().map(|c| c.as_str().to_string()).unwrap_or_default(),
+            stopped_reason: t.stopped_reason().unwrap_or_default().to_string(),
+            exit_code: c.and_then(|c| c.exit_code()),
+        }
+    }
+
+    fn from_json(t: &serde_json::Value, container: &str) -> Self {
+        let str_of = |k: &str| t.get(k).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let containers = t.get("containers").and_then(|c| c.as_array()).cloned().unwrap_or_default();
+        let c = containers
+            .iter()
+            .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(container))
+            .or(containers.first());
+        TaskView {
+            arn: str_of("taskArn"),
+            last_status: str_of("lastStatus"),
+            stop_code: str_of("stopCode"),
+            stopped_reason: str_of("stoppedReason"),
+            exit_code: c.and_then(|c| c.get("exitCode")).and_then(|v| v.as_i64()).map(|v| v as i32),
+        }
+    }
+}
+
+/// The body of a 200 response the SDK could not parse, as JSON.
+fn unparsed_success<E>(
+    err: &aws_sdk_ecs::error::SdkError<E, aws_sdk_ecs::config::http::HttpResponse>,
+) -> Option<serde_json::Value> {
+    match err {
+        aws_sdk_ecs::error::SdkError::ResponseError(r) if r.raw().status().as_u16() == 200 => {
+            r.raw().body().bytes().and_then(|b| serde_json::from_slice(b).ok())
+        }
+        _ => None,
+    }
+}
+
+fn failures_text(failures: impl Iterator<Item = (String, String)>) -> String {
+    failures.map(|(r, d)| format!("{r} {d}").trim().to_string()).collect::<Vec<_>>().join("; ")
+}
+
 pub struct EcsBackend {
     clients: Arc<AwsClients>,
     settings: EcsSettings,
@@ -103,6 +161,13 @@ impl std::fmt::Debug for EcsBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EcsBackend").field("cluster", &self.settings.cluster).finish()
     }
+}
+
+/// An idempotency token for one attempt of one job (ECS allows 64 characters).
+fn client_token(job: &JobSpec) -> String {
+    let run = job.run_id.to_string().replace('-', "");
+    let t = format!("{run}-{}-{}", job.job_id, job.attempt);
+    t.chars().take(64).collect()
 }
 
 /// Failures of `RunTask` worth retrying: capacity and throttling.
@@ -152,21 +217,14 @@ impl EcsBackend {
             .build()
     }
 
-    fn status_of_task(&self, t: &aws_sdk_ecs::types::Task) -> JobStatus {
-        let last = t.last_status().unwrap_or("");
-        match last {
+    fn status_of_task(t: &TaskView) -> JobStatus {
+        match t.last_status.as_str() {
             "PROVISIONING" | "PENDING" | "ACTIVATING" => JobStatus::Queued,
             "STOPPED" => {
-                let stop_code = t.stop_code().map(|c| c.as_str().to_string()).unwrap_or_default();
-                let reason = t.stopped_reason().unwrap_or("").to_string();
-                let exit = t
-                    .containers()
-                    .iter()
-                    .find(|c| c.name() == Some(self.settings.container_name.as_str()))
-                    .or_else(|| t.containers().first())
-                    .and_then(|c| c.exit_code());
+                let exit = t.exit_code;
+                let reason = &t.stopped_reason;
                 let infra = |why: String| JobStatus::Failed { exit_code: exit, reason: why, infrastructure: true };
-                match (stop_code.as_str(), exit) {
+                match (t.stop_code.as_str(), exit) {
                     ("SpotInterruption", _) => infra(format!("Fargate Spot interruption: {reason}")),
                     ("TaskFailedToStart", _) => infra(format!("task failed to start: {reason}")),
                     (_, Some(0)) => JobStatus::Succeeded,
@@ -212,6 +270,8 @@ impl CloudBackend for EcsBackend {
                 .network_configuration(NetworkConfiguration::builder().awsvpc_configuration(vpc.clone()).build())
                 .overrides(TaskOverride::builder().container_overrides(self.container_override(job)).build())
                 .started_by(job.run_id.to_string())
+                // Retries of one job attempt are the same request: ECS starts it at most once.
+                .client_token(client_token(job))
                 .tags(Tag::builder().key("agenteval:run").value(job.run_id.to_string()).build())
                 .tags(Tag::builder().key("agenteval:job").value(format!("{}/{}", job.job_id, job.attempt)).build());
             req = if s.spot {
@@ -226,30 +286,50 @@ impl CloudBackend for EcsBackend {
                 req.launch_type(LaunchType::Fargate)
             };
             self.count(|c| c.run_task += 1);
-            let out = match req.send().await {
-                Ok(o) => o,
+            let (arns, failures): (Vec<String>, String) = match req.send().await {
+                Ok(o) => (
+                    o.tasks().iter().filter_map(|t| t.task_arn().map(str::to_string)).collect(),
+                    failures_text(
+                        o.failures()
+                            .iter()
+                            .map(|f| (f.reason().unwrap_or("").to_string(), f.detail().unwrap_or("").to_string())),
+                    ),
+                ),
                 Err(e) => {
-                    let err = classify(&format!("starting job {}", job.job_id), e);
-                    if err.kind() == ErrorKind::Transient && attempt < 6 {
-                        tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
-                        self.count(|c| c.launch_retries += 1);
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(20));
-                        continue;
+                    if let Some(v) = unparsed_success(&e) {
+                        let arns = v["tasks"]
+                            .as_array()
+                            .map(|ts| ts.iter().filter_map(|t| t["taskArn"].as_str().map(str::to_string)).collect())
+                            .unwrap_or_default();
+                        let failures = v["failures"]
+                            .as_array()
+                            .map(|fs| {
+                                failures_text(fs.iter().map(|f| {
+                                    (
+                                        f["reason"].as_str().unwrap_or("").to_string(),
+                                        f["detail"].as_str().unwrap_or("").to_string(),
+                                    )
+                                }))
+                            })
+                            .unwrap_or_default();
+                        (arns, failures)
+                    } else {
+                        let err = classify(&format!("starting job {}", job.job_id), e);
+                        if err.kind() == ErrorKind::Transient && attempt < 6 {
+                            tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
+                            self.count(|c| c.launch_retries += 1);
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_secs(20));
+                            continue;
+                        }
+                        return Err(err);
                     }
-                    return Err(err);
                 }
             };
-            if let Some(task) = out.tasks().first() {
-                let arn = task.task_arn().ok_or_else(|| Error::internal("RunTask returned a task without an ARN"))?;
-                return Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: arn.to_string() });
+            if let Some(arn) = arns.into_iter().next() {
+                return Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: arn });
             }
-            let reason = out
-                .failures()
-                .iter()
-                .map(|f| format!("{} {}", f.reason().unwrap_or(""), f.detail().unwrap_or("")))
-                .collect::<Vec<_>>()
-                .join("; ");
+            let reason = failures;
             if retryable_launch_failure(&reason) && attempt < 6 {
                 tracing::warn!(job = %job.job_id, "RunTask could not place the task, retrying: {reason}");
                 self.count(|c| c.launch_retries += 1);
@@ -268,19 +348,20 @@ impl CloudBackend for EcsBackend {
         for chunk in handles.chunks(100) {
             let arns: Vec<String> = chunk.iter().map(|h| h.native_id.clone()).collect();
             self.count(|c| c.describe_tasks += 1);
-            let out = self
-                .clients
-                .ecs
-                .describe_tasks()
-                .cluster(&self.settings.cluster)
-                .set_tasks(Some(arns))
-                .send()
-                .await
-                .map_err(|e| classify("describing jobs", e))?;
-            for t in out.tasks() {
-                if let Some(arn) = t.task_arn() {
-                    by_arn.insert(arn.to_string(), self.status_of_task(t));
-                }
+            let res =
+                self.clients.ecs.describe_tasks().cluster(&self.settings.cluster).set_tasks(Some(arns)).send().await;
+            let views: Vec<TaskView> = match res {
+                Ok(out) => out.tasks().iter().map(|t| TaskView::from_sdk(t, &self.settings.container_name)).collect(),
+                Err(e) => match unparsed_success(&e) {
+                    Some(v) => v["tasks"]
+                        .as_array()
+                        .map(|ts| ts.iter().map(|t| TaskView::from_json(t, &self.settings.container_name)).collect())
+                        .unwrap_or_default(),
+                    None => return Err(classify("describing jobs", e)),
+                },
+            };
+            for t in views {
+                by_arn.insert(t.arn.clone(), Self::status_of_task(&t));
             }
         }
         let mut missing = self.missing_since.lock().expect("missing lock");
@@ -322,6 +403,7 @@ impl CloudBackend for EcsBackend {
             .await
         {
             Ok(_) => Ok(()),
+            Err(e) if unparsed_success(&e).is_some() => Ok(()),
             Err(e) => {
                 let err = classify(&format!("stopping job {}", handle.job_id), e);
                 // Stopping a task that is already gone is not an error.

@@ -109,12 +109,9 @@ impl S3BundleStore {
                 // Some emulators answer 200 with a differently named XML root the SDK cannot
                 // parse; the upload did complete, which the object's size confirms.
                 Err(e) if status_of(&e) == Some(200) => {
-                    let head = s3.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| classify(&what, e))?;
-                    if head.content_length() == Some(bytes.len() as i64) {
-                        Ok(())
-                    } else {
-                        Err(classify(&what, e))
-                    }
+                    let head =
+                        s3.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| classify(&what, e))?;
+                    if head.content_length() == Some(bytes.len() as i64) { Ok(()) } else { Err(classify(&what, e)) }
                 }
                 Err(e) => Err(classify(&what, e)),
             }

@@ -59,7 +59,8 @@ impl AwsClients {
             loader = loader.endpoint_url(e);
         }
         if settings.emulator_credentials {
-            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
+            loader = loader
+                .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
         }
         let sdk = loader.load().await;
         let endpoint = sdk
@@ -125,7 +126,7 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
 ) -> Error {
     let (kind, detail) = match &err {
         SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            (ErrorKind::Transient, format!("{err}"))
+            (ErrorKind::Transient, format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err)))
         }
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
@@ -145,7 +146,7 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
             let code = if code.is_empty() { format!("HTTP {status}") } else { code.to_string() };
             (kind, if message.is_empty() { code } else { format!("{code}: {message}") })
         }
-        _ => (ErrorKind::Invalid, format!("{err}")),
+        _ => (ErrorKind::Invalid, format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err))),
     };
     let detail = if detail.is_empty() { format!("{err:?}") } else { detail };
     Error::with_source(kind, format!("{what}: {detail}"), err)

@@ -1,7 +1,6 @@
 //! Test support: starts the AWS emulator for a test binary: `moto_server` on a free port of 127.0.0.1, or
 //! the endpoint in `AWS_ENDPOINT_URL` when one is already running (LocalStack, a shared moto).
 
-
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -25,7 +24,10 @@ pub fn endpoint() -> &'static str {
             "moto_server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $m",
             parent = std::process::id()
         );
-        Command::new("sh")
+        // The watchdog shell outlives this call on purpose and is reaped when the test
+        // process exits; waiting for it here would block for the whole test run.
+        #[allow(clippy::zombie_processes)]
+        let _watchdog = Command::new("sh")
             .args(["-c", &script])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -15,7 +15,8 @@ async fn s3_bundle_store_conformance() {
     let c = clients().await;
     let bucket = emulator::unique("bundles");
     c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
-    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c.clone(), &bucket, "team/runs"))).await;
+    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c.clone(), &bucket, "team/runs")))
+        .await;
     // The same store at the bucket root.
     agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c, &bucket, ""))).await;
 }

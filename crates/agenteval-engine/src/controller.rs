@@ -494,7 +494,11 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                     handle.attempt,
                     unfinished.len()
                 ));
-                queue.push_front(Pending { job_id: handle.job_id.clone(), attempt: handle.attempt + 1, tasks: unfinished });
+                queue.push_front(Pending {
+                    job_id: handle.job_id.clone(),
+                    attempt: handle.attempt + 1,
+                    tasks: unfinished,
+                });
             } else {
                 give_up(&run, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
                 gave_up = true;

@@ -103,7 +103,7 @@ impl EventSink for TraceSink {
 
 /// Reads a job spec from a path or URI.
 async fn read_job(uri: &str) -> Result<JobSpec> {
-    let bytes = tokio::fs::read(Path::new(uri)).await.map_err(|e| Error::io(format!("reading job spec {uri}"), e))?;
+    let bytes = factory::read_bundle_file(uri).await?;
     serde_json::from_slice(&bytes)
         .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("job spec {uri} is invalid: {e}"), e))
 }

@@ -1,0 +1,332 @@
+//! End-to-end tests of the AWS fleet against the AWS emulator (moto, or whatever
+//! `AWS_ENDPOINT_URL` points at). The emulator runs no containers, so a test harness
+//! (`tests/aws/fake_fargate.py`) plays Fargate: it runs exactly the command and environment
+//! that each RunTask carried, as a local process of the real binary.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use agenteval_aws::testing as emulator;
+use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
+use util::*;
+
+/// One isolated AWS "account": its own bucket, table, cluster and working directory.
+struct Aws {
+    ws: Workspace,
+    endpoint: String,
+    bucket: String,
+    table: String,
+    cluster: String,
+    subnet: String,
+    security_group: String,
+    task_definition: String,
+    harnesses: Vec<Child>,
+}
+
+impl Drop for Aws {
+    fn drop(&mut self) {
+        for h in &mut self.harnesses {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}
+
+fn python(script: &str) -> Command {
+    let mut c = Command::new("python3");
+    c.arg(repo().join("tests/aws").join(script));
+    c
+}
+
+impl Aws {
+    async fn new(secrets: &[(&str, &str)], create_bucket: bool) -> Aws {
+        let endpoint = emulator::endpoint().to_string();
+        let bucket = emulator::unique("bundles");
+        let table = emulator::unique("runs");
+        let cluster = emulator::unique("fleet");
+        let clients = AwsClients::connect(&AwsSettings::emulator(&endpoint)).await;
+        DynamoDbRunIndex::new(clients, &table).create_table().await.unwrap();
+        let mut setup = python("setup_emulator.py");
+        setup.args(["--endpoint", &endpoint, "--cluster", &cluster]);
+        if create_bucket {
+            setup.args(["--bucket", &bucket]);
+        }
+        for (k, v) in secrets {
+            setup.args(["--secret", &format!("{k}={v}")]);
+        }
+        let out = setup.output().unwrap();
+        assert!(out.status.success(), "setup failed: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        Aws {
+            ws: Workspace::new(),
+            endpoint,
+            bucket,
+            table,
+            cluster,
+            subnet: v["subnet"].as_str().unwrap().into(),
+            security_group: v["security_group"].as_str().unwrap().into(),
+            task_definition: v["task_definition"].as_str().unwrap().into(),
+            harnesses: vec![],
+        }
+    }
+
+    /// Starts the Fargate stand-in for this cluster.
+    fn fargate(&mut self, drop_first: u32) -> PathBuf {
+        let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
+        let child = python("fake_fargate.py")
+            .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN])
+            .args(["--drop-first", &drop_first.to_string(), "--stats", stats.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.harnesses.push(child);
+        stats
+    }
+
+    fn config(&self, name: &str, body: &str, endpoint: &str) -> PathBuf {
+        self.ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\n{body}backend:\n  id: aws\n  max_concurrent_jobs: 4\n  tasks_per_job: 2\n  max_attempts: 3\nstorage:\n  bundle_root: s3://{bucket}/team/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  cluster: {cluster}\n  task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  poll_seconds: 0.3\n",
+                bucket = self.bucket,
+                table = self.table,
+                cluster = self.cluster,
+                td = self.task_definition,
+                subnet = self.subnet,
+                sg = self.security_group,
+            ),
+        )
+    }
+
+    fn cmd_in(&self, dir: &Path, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.args(args)
+            .current_dir(dir)
+            .env("NO_COLOR", "1")
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("AWS_ENDPOINT_URL", &self.endpoint)
+            .env("AGENTEVAL_AWS_INDEX", format!("dynamodb://{}", self.table))
+            .env_remove("RUST_LOG");
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd_in(self.ws.path(), args).output().unwrap()
+    }
+
+    fn json(&self, args: &[&str]) -> (serde_json::Value, i32) {
+        let out = self.run(args);
+        let v = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{args:?} printed no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
+        (v, out.status.code().unwrap_or(-1))
+    }
+}
+
+const TOY: &str = "benchmark:\n  kind: toy\n  size: 12\n  latency_ms: 10\n  slow_ms: 50\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: no_error\n";
+
+fn assert_index_matches_summary(aws: &Aws, run: &str) {
+    let (shown, code) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
+    assert_eq!(code, 0);
+    let (summary, _) = aws.json(&["report", run, "--json", "--backend", "aws"]);
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len() as u64, summary["tasks_total"].as_u64().unwrap());
+    assert!(tasks.iter().all(|t| t["state"] == "completed"), "{shown}");
+    let passed = tasks.iter().filter(|t| t["passed"] == true).count() as u64;
+    assert_eq!(passed, summary["passed"].as_u64().unwrap(), "DynamoDB and the bundle's summary agree");
+    let cost: f64 = tasks.iter().map(|t| t["cost_usd"].as_f64().unwrap()).sum();
+    assert!((cost - summary["total_cost_usd"].as_f64().unwrap()).abs() < 1e-6);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_toy_run_on_the_aws_fleet_lands_in_s3_and_dynamodb() {
+    let mut aws = Aws::new(&[], true).await;
+    // The first task "dies" before writing anything: its job must be re-submitted.
+    let stats = aws.fargate(1);
+    let cfg = aws.config("aws-toy", TOY, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 12);
+    let bundle = v["bundle"].as_str().unwrap().to_string();
+    let run = v["run_id"].as_str().unwrap().to_string();
+    assert_eq!(bundle, format!("s3://{}/team/runs/{run}", aws.bucket));
+
+    let f = read_json(&stats);
+    assert_eq!(f["dropped"], 1);
+    assert!(f["started"].as_u64().unwrap() >= 6, "{f}");
+
+    // Any machine with access sees the run.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = aws.cmd_in(elsewhere.path(), &["runs", "list", "--backend", "aws", "--json"]).output().unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list[0]["run_id"], run.as_str(), "{list}");
+    assert_eq!(list[0]["status"], "complete");
+
+    let out = aws.run(&["validate-bundle", &bundle]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_index_matches_summary(&aws, &run);
+    let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
+    let retried = shown["tasks"].as_array().unwrap().iter().filter(|t| t["attempt"] == 2).count();
+    assert!(retried >= 1, "the dropped job's tasks ran again as attempt 2: {shown}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secrets_manager_secret_reaches_the_agent_and_nothing_else() {
+    const SECRET: &str = "sk-aws-NEVER-STORE-91c2e";
+    let mut aws = Aws::new(&[("prod/agent-key", SECRET)], true).await;
+    aws.fargate(0);
+    let agent = repo().join("examples/echo_agent.py");
+    aws.ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n");
+    let body = format!(
+        "benchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  secrets:\n    API_KEY: prod/agent-key\n",
+        agent.display()
+    );
+    let cfg = aws.config("aws-secret", &body, &aws.endpoint.clone());
+    let out = aws.run(&["submit", "--json", "-vv", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = v["run_id"].as_str().unwrap();
+    let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
+    assert_eq!(shown["tasks"][0]["state"], "completed", "{shown}");
+    let scan = python("scan_for.py")
+        .args(["--endpoint", &aws.endpoint, "--bucket", &aws.bucket, "--table", &aws.table, "--needle", SECRET])
+        .output()
+        .unwrap();
+    let found: serde_json::Value = serde_json::from_slice(&scan.stdout).unwrap();
+    assert!(scan.status.success(), "secret stored: {found}");
+    assert!(found["objects"].as_u64().unwrap() > 5 && found["items"].as_u64().unwrap() > 1, "{found}");
+    // The agent did receive it: its echo was redacted.
+    let scan = python("scan_for.py")
+        .args([
+            "--endpoint",
+            &aws.endpoint,
+            "--bucket",
+            &aws.bucket,
+            "--table",
+            &aws.table,
+            "--needle",
+            "the key is [REDACTED]",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(scan.status.code(), Some(1), "the redacted echo is in the bundle");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let proxy_stats = aws.ws.path().join("proxy.json");
+    let proxy = python("fault_proxy.py")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--target",
+            &aws.endpoint,
+            "--throttle-every",
+            "3",
+            "--capacity-every",
+            "4",
+        ])
+        .args(["--stats", proxy_stats.to_str().unwrap()])
+        .spawn()
+        .unwrap();
+    aws.harnesses.push(proxy);
+    wait_until("the proxy", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let cfg = aws.config("aws-faults", TOY, &format!("http://127.0.0.1:{port}"));
+    let (v, code) =
+        aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.tasks_per_job=1"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete");
+    let p = read_json(&proxy_stats);
+    assert!(p["throttled"].as_u64().unwrap() >= 1 && p["capacity"].as_u64().unwrap() >= 1, "{p}");
+    let run = v["run_id"].as_str().unwrap();
+    let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 12);
+    assert!(
+        tasks.iter().all(|t| t["state"] == "completed" && t["attempt"] == 1),
+        "launch faults cost no attempt: {shown}"
+    );
+    assert_eq!(v["summary"]["tasks_finished"], 12, "no task counted twice");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
+    let mut aws = Aws::new(&[], true).await;
+    let stats = aws.fargate(0);
+    let slow = "benchmark:\n  kind: toy\n  size: 10\n  latency_ms: 1500\n  slow_ms: 1500\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\n";
+    let cfg = aws.config("aws-cancel", slow, &aws.endpoint.clone());
+    let child = aws
+        .cmd_in(
+            aws.ws.path(),
+            &[
+                "submit",
+                "--json",
+                "--config",
+                cfg.to_str().unwrap(),
+                "--set",
+                "backend.tasks_per_job=1",
+                "--set",
+                "backend.max_concurrent_jobs=3",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = String::new();
+    wait_until("a finished task", Duration::from_secs(60), || {
+        let out = aws.run(&["runs", "list", "--backend", "aws", "--json"]);
+        let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else { return false };
+        let Some(id) = list[0]["run_id"].as_str() else { return false };
+        run = id.to_string();
+        let (st, _) = aws.json(&["status", &run, "--json", "--backend", "aws"]);
+        st["tasks"]["completed"].as_u64().unwrap_or(0) >= 1
+    });
+    let other = tempfile::tempdir().unwrap();
+    let out = aws.cmd_in(other.path(), &["cancel", &run, "--backend", "aws", "--json"]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = wait_output(child, Duration::from_secs(90));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    wait_until("the harness to see the stops", Duration::from_secs(10), || {
+        read_json(&stats)["stopped_by_controller"].as_u64().unwrap_or(0) >= 1
+    });
+    let out = aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+
+    // Resume from a third directory with no local state at all.
+    let third = tempfile::tempdir().unwrap();
+    let out = aws.cmd_in(third.path(), &["resume", &run, "--backend", "aws", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 10);
+    assert!(aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]).status.success());
+    assert_index_matches_summary(&aws, &run);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_names_a_missing_bucket_and_launches_nothing() {
+    let aws = Aws::new(&[], false).await;
+    let cfg = aws.config("aws-doctor", TOY, &aws.endpoint.clone());
+    let out = aws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let shown = text(&out.stdout);
+    assert!(shown.contains(&format!("FAIL bucket {}", aws.bucket)), "{shown}");
+    assert!(shown.contains(&format!("ok   table {}", aws.table)), "{shown}");
+    assert!(shown.contains(&format!("ok   cluster {}", aws.cluster)), "{shown}");
+    let (runs, _) = aws.json(&["runs", "list", "--backend", "aws", "--json"]);
+    assert_eq!(runs.as_array().unwrap().len(), 0, "nothing was launched");
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Plays Fargate for an AWS emulator that runs no containers (test code, never product code).
+
+It watches the cluster's RUNNING tasks through the ECS API, reads each task's container
+overrides back with DescribeTasks, and runs exactly that command with exactly that environment
+as a local process of the agenteval binary (the image's entrypoint), adding only what the
+platform itself provides (credentials, PATH). When the process exits it stops the task with the
+exit status in the reason; when the controller stops a task (StopTask) it terminates the process.
+
+--drop-first N stops the first N tasks without running them: a container that never wrote its
+results, as after a host failure.
+"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import boto3
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--cluster", required=True)
+    p.add_argument("--agenteval", required=True, help="the binary the image would run")
+    p.add_argument("--drop-first", type=int, default=0)
+    p.add_argument("--stats", help="write counts here (JSON) as it goes")
+    a = p.parse_args()
+
+    # Keep tasks RUNNING until someone calls StopTask (moto otherwise advances them itself).
+    req = urllib.request.Request(
+        f"{a.endpoint}/moto-api/state-manager/set-transition",
+        data=json.dumps({"model_name": "ecs::task", "transition": {"progression": "manual", "times": 1000000}}).encode(),
+        method="POST",
+    )
+    urllib.request.urlopen(req).read()
+
+    ecs = boto3.client("ecs", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    platform_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    seen = set()
+    running = {}  # arn -> (process, stop_requested_at)
+    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "exits": {}}
+    stop = False
+
+    def on_term(*_):
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    while not stop:
+        arns = []
+        for page in ecs.get_paginator("list_tasks").paginate(cluster=a.cluster):
+            arns.extend(page["taskArns"])
+        tasks = []
+        for i in range(0, len(arns), 100):
+            if arns[i : i + 100]:
+                tasks.extend(ecs.describe_tasks(cluster=a.cluster, tasks=arns[i : i + 100])["tasks"])
+        for t in tasks:
+            arn = t["taskArn"]
+            if arn not in seen and t["lastStatus"] == "RUNNING" and t.get("desiredStatus") == "RUNNING":
+                seen.add(arn)
+                if stats["dropped"] < a.drop_first:
+                    stats["dropped"] += 1
+                    ecs.stop_task(cluster=a.cluster, task=arn, reason="Host EC2 instance terminated (simulated)")
+                    continue
+                ov = t["overrides"]["containerOverrides"][0]
+                env = dict(platform_env)
+                env.update({kv["name"]: kv["value"] for kv in ov.get("environment", [])})
+                proc = subprocess.Popen([a.agenteval] + ov["command"], env=env, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                running[arn] = (proc, None)
+                stats["started"] += 1
+            elif arn in running and t.get("desiredStatus") == "STOPPED" and running[arn][1] is None:
+                # The controller stopped the task: ECS sends SIGTERM, then SIGKILL after 30 s.
+                proc, _ = running[arn]
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                running[arn] = (proc, time.time())
+                stats["stopped_by_controller"] += 1
+        for arn, (proc, stop_at) in list(running.items()):
+            rc = proc.poll()
+            if rc is None:
+                if stop_at is not None and time.time() - stop_at > 5:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                continue
+            del running[arn]
+            stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
+            if stop_at is None:
+                ecs.stop_task(cluster=a.cluster, task=arn, reason=f"Essential container in task exited (exit code {rc})")
+        if a.stats:
+            with open(a.stats + ".tmp", "w") as f:
+                json.dump(stats, f)
+            os.replace(a.stats + ".tmp", a.stats)
+        time.sleep(0.2)
+    for proc, _ in running.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""A fault-injecting HTTP proxy in front of the AWS emulator (test code). It forwards every
+request unchanged, except that among ECS RunTask calls every Nth is answered with a
+ThrottlingException and every Mth with a capacity failure, as Fargate does under load."""
+import argparse
+import http.client
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+counts = {"run_task": 0, "throttled": 0, "capacity": 0}
+lock = threading.Lock()
+
+
+def make_handler(target, throttle_every, capacity_every, stats):
+    t = urlparse(target)
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):
+            pass
+
+        def _reply(self, status, body, ctype="application/x-amz-json-1.1"):
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("x-amzn-RequestId", "fault-proxy")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _forward(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            if self.headers.get("X-Amz-Target", "").endswith(".RunTask"):
+                with lock:
+                    counts["run_task"] += 1
+                    n = counts["run_task"]
+                    fault = None
+                    if throttle_every and n % throttle_every == 0:
+                        counts["throttled"] += 1
+                        fault = "throttle"
+                    elif capacity_every and n % capacity_every == 0:
+                        counts["capacity"] += 1
+                        fault = "capacity"
+                    if stats:
+                        with open(stats, "w") as f:
+                            json.dump(counts, f)
+                if fault == "throttle":
+                    return self._reply(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
+                if fault == "capacity":
+                    return self._reply(200, {"tasks": [], "failures": [{"reason": "Capacity is unavailable at this time. Please try again later."}]})
+            conn = http.client.HTTPConnection(t.hostname, t.port, timeout=60)
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+            conn.request(self.command, self.path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            conn.close()
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+    return Handler
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--target", required=True)
+    p.add_argument("--throttle-every", type=int, default=0)
+    p.add_argument("--capacity-every", type=int, default=0)
+    p.add_argument("--stats")
+    a = p.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.target, a.throttle_every, a.capacity_every, a.stats))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
