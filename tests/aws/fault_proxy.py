@@ -5,11 +5,30 @@ ThrottlingException and every Mth with a capacity failure, as Fargate does under
 import argparse
 import http.client
 import json
+import os
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-counts = {"run_task": 0, "throttled": 0, "capacity": 0}
+counts = {"run_task": 0, "throttled": 0, "capacity": 0, "ops": {}}
+
+
+def op_name(method, path, headers):
+    """`service.Operation` of a request, for counting API calls."""
+    target = headers.get("X-Amz-Target", "")
+    if target:
+        service, op = target.split(".", 1)
+        service = {"DynamoDB_20120810": "dynamodb", "AmazonEC2ContainerServiceV20141113": "ecs", "secretsmanager": "secretsmanager"}.get(service, service)
+        return f"{service}.{op}"
+    query = path.split("?", 1)[1] if "?" in path else ""
+    if method == "GET":
+        return "s3.ListObjectsV2" if "list-type" in query else "s3.GetObject"
+    if method == "PUT":
+        return "s3.UploadPart" if "partNumber" in query else "s3.PutObject"
+    if method == "HEAD":
+        return "s3.HeadObject"
+    return f"s3.{method}"
 lock = threading.Lock()
 
 
@@ -34,6 +53,9 @@ def make_handler(target, throttle_every, capacity_every, stats):
         def _forward(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
+            with lock:
+                op = op_name(self.command, self.path, self.headers)
+                counts["ops"][op] = counts["ops"].get(op, 0) + 1
             if self.headers.get("X-Amz-Target", "").endswith(".RunTask"):
                 with lock:
                     counts["run_task"] += 1
@@ -45,9 +67,6 @@ def make_handler(target, throttle_every, capacity_every, stats):
                     elif capacity_every and n % capacity_every == 0:
                         counts["capacity"] += 1
                         fault = "capacity"
-                    if stats:
-                        with open(stats, "w") as f:
-                            json.dump(counts, f)
                 if fault == "throttle":
                     return self._reply(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
                 if fault == "capacity":
@@ -80,6 +99,16 @@ def main():
     p.add_argument("--stats")
     a = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.target, a.throttle_every, a.capacity_every, a.stats))
+    if a.stats:
+        def dump():
+            while True:
+                with lock:
+                    data = json.dumps(counts)
+                with open(a.stats + ".tmp", "w") as f:
+                    f.write(data)
+                os.replace(a.stats + ".tmp", a.stats)
+                time.sleep(0.2)
+        threading.Thread(target=dump, daemon=True).start()
     server.serve_forever()
 
 

@@ -523,7 +523,7 @@ impl RunConfig {
                         ("security_groups", !a.security_groups.is_empty()),
                     ] {
                         if !ok {
-                            p.push(("/aws".into(), format!("backend `aws` requires `aws.{field}`")));
+                            p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}`")));
                         }
                     }
                     if a.launch_per_second <= 0.0 || a.launch_burst == 0 {

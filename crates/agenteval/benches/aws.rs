@@ -1,0 +1,218 @@
+//! AWS benchmark against the emulator (moto, started here, or `AWS_ENDPOINT_URL`):
+//!
+//! 1. AWS API calls per task of a 1,000-task run (every call the controller and the workers
+//!    make goes through a counting proxy), and their request cost per 1,000 tasks at list
+//!    prices, compute excluded;
+//! 2. launch pacing: 2,000 jobs through the ECS backend with the quota set to burst 100 /
+//!    20 per second, with every 25th RunTask throttled by the proxy — expected ≈ (2000-100)/20
+//!    = 95 s and zero errors surfacing.
+//!
+//! Run with `cargo bench -p agenteval --bench aws`. `AGENTEVAL_BENCH_SCALE=0.1` shrinks both.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenteval_aws::testing as emulator;
+use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
+use agenteval_core::traits::CloudBackend;
+
+const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Kill(Vec<Child>);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn python(script: &str) -> Command {
+    let mut c = Command::new("python3");
+    c.arg(repo().join("tests/aws").join(script));
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Kill) -> String {
+    let port = free_port();
+    kill.0.push(
+        python("fault_proxy.py")
+            .args(["--port", &port.to_string(), "--target", endpoint, "--throttle-every", &throttle_every.to_string()])
+            .args(["--stats", stats.to_str().unwrap()])
+            .spawn()
+            .unwrap(),
+    );
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    format!("http://127.0.0.1:{port}")
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// US East list prices per request (2026): S3 PUT/LIST $0.005 per 1,000, GET/HEAD $0.0004 per
+/// 1,000; DynamoDB on-demand $0.625 per million write units and $0.125 per million read units
+/// (items here are under 1 KB: one unit per write, half a unit per eventually consistent read);
+/// Secrets Manager $0.05 per 10,000 calls; ECS API calls are free.
+fn price(op: &str) -> f64 {
+    match op {
+        "s3.PutObject" | "s3.UploadPart" | "s3.ListObjectsV2" | "s3.POST" => 0.005 / 1000.0,
+        "s3.GetObject" | "s3.HeadObject" => 0.0004 / 1000.0,
+        o if o.starts_with("dynamodb.") && (o.ends_with("Item") || o.ends_with("BatchWriteItem")) && !o.ends_with("GetItem") => {
+            0.625 / 1e6
+        }
+        o if o.starts_with("dynamodb.") => 0.125 / 1e6,
+        o if o.starts_with("secretsmanager.") => 0.05 / 10_000.0,
+        _ => 0.0,
+    }
+}
+
+struct Setup {
+    subnet: String,
+    sg: String,
+    td: String,
+}
+
+fn setup(endpoint: &str, cluster: &str, bucket: Option<&str>) -> Setup {
+    let mut c = python("setup_emulator.py");
+    c.args(["--endpoint", endpoint, "--cluster", cluster]);
+    if let Some(b) = bucket {
+        c.args(["--bucket", b]);
+    }
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Setup {
+        subnet: v["subnet"].as_str().unwrap().into(),
+        sg: v["security_group"].as_str().unwrap().into(),
+        td: v["task_definition"].as_str().unwrap().into(),
+    }
+}
+
+async fn api_calls(endpoint: &str, tasks: u64, per_job: u64, dir: &Path) {
+    let bucket = emulator::unique("bench-bundles");
+    let table = emulator::unique("bench-runs");
+    let cluster = emulator::unique("bench-fleet");
+    let clients = AwsClients::connect(&AwsSettings::emulator(endpoint)).await;
+    DynamoDbRunIndex::new(clients, &table).create_table().await.unwrap();
+    let s = setup(endpoint, &cluster, Some(&bucket));
+    let mut kill = Kill(vec![]);
+    let stats = dir.join(format!("proxy-{per_job}.json"));
+    let counted = proxy(endpoint, &stats, 0, &mut kill);
+    kill.0.push(
+        python("fake_fargate.py")
+            .args(["--endpoint", endpoint, "--cluster", &cluster, "--agenteval", BIN])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let cfg = dir.join(format!("bench-{per_job}.yaml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: bench-aws\nbenchmark:\n  kind: toy\n  size: {tasks}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: no_error\nbackend:\n  id: aws\n  max_concurrent_jobs: 16\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: s3://{bucket}/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {counted}\n  cluster: {cluster}\n  task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  poll_seconds: 0.5\n",
+            td = s.td,
+            subnet = s.subnet,
+            sg = s.sg
+        ),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let out = Command::new(BIN)
+        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json");
+    assert_eq!(v["status"], "complete", "{v}");
+    std::thread::sleep(Duration::from_millis(600));
+    let ops: BTreeMap<String, u64> = serde_json::from_value(read_json(&stats)["ops"].clone()).unwrap();
+    println!("\n{tasks} tasks, {per_job} per job: {:.1} s against the emulator", start.elapsed().as_secs_f64());
+    println!("{:<32} {:>10} {:>12} {:>16}", "operation", "calls", "per task", "USD per 1k tasks");
+    let mut total = 0.0;
+    for (op, n) in &ops {
+        let cost = *n as f64 * price(op) * 1000.0 / tasks as f64;
+        total += cost;
+        println!("{op:<32} {n:>10} {:>12.3} {cost:>16.6}", *n as f64 / tasks as f64);
+    }
+    let calls: u64 = ops.values().sum();
+    println!("{:<32} {calls:>10} {:>12.3} {total:>16.6}", "total", calls as f64 / tasks as f64);
+}
+
+async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
+    let cluster = emulator::unique("bench-pace");
+    let s = setup(endpoint, &cluster, None);
+    let mut kill = Kill(vec![]);
+    let stats = dir.join("pacing-proxy.json");
+    let throttled = proxy(endpoint, &stats, 25, &mut kill);
+    let clients = AwsClients::connect(&AwsSettings::emulator(&throttled)).await;
+    let settings = EcsSettings {
+        cluster,
+        task_definition: s.td,
+        container_name: "agenteval".into(),
+        subnets: vec![s.subnet],
+        security_groups: vec![s.sg],
+        assign_public_ip: false,
+        spot: false,
+        launch_burst: 100,
+        launch_per_second: 20.0,
+        poll: Duration::from_secs(1),
+        worker_env: BTreeMap::new(),
+    };
+    let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
+    let run = agenteval_core::RunId::new();
+    let start = Instant::now();
+    let mut errors = 0;
+    for i in 0..jobs {
+        let job = agenteval_core::model::JobSpec {
+            schema_version: agenteval_core::SCHEMA_VERSION.into(),
+            run_id: run,
+            job_id: agenteval_core::JobId::numbered(0, i as usize + 1),
+            attempt: 1,
+            tasks: vec![],
+            bundle_uri: "s3://unused/runs".into(),
+            index_uri: "dynamodb://unused".into(),
+            env: BTreeMap::new(),
+        };
+        if backend.submit_job(&job).await.is_err() {
+            errors += 1;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(600));
+    let p = read_json(&stats);
+    let expected = (jobs.saturating_sub(100)) as f64 / 20.0;
+    println!(
+        "\nlaunch pacing: {jobs} jobs in {secs:.1} s (expected ≈ {expected:.1} s at burst 100, 20/s); throttled by the proxy: {}; errors surfaced: {errors}; calls: {:?}",
+        p["throttled"],
+        backend.calls()
+    );
+}
+
+#[tokio::main]
+async fn main() {
+    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let n = |x: f64| ((x * scale) as u64).max(10);
+    let endpoint = emulator::endpoint().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    println!("agenteval AWS benchmark against {endpoint}");
+    api_calls(&endpoint, n(1000.0), 10, dir.path()).await;
+    api_calls(&endpoint, n(1000.0), 1, dir.path()).await;
+    pacing(&endpoint, n(2000.0) as u32, dir.path()).await;
+}
