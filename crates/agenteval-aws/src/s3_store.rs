@@ -212,9 +212,9 @@ impl BundleStore for S3BundleStore {
 
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let key = self.key(run, path)?;
-        // Opening starts the object over, like truncating a file.
-        self.put_key(&key, b"").await?;
-        Ok(Box::new(S3Appender { store: self.clone(), key, buf: Vec::new(), last_flush: Instant::now(), dirty: false }))
+        // No request yet: the first flush (or `finish`) replaces whatever an earlier attempt
+        // left, which is what truncating a file does, one PUT cheaper per task.
+        Ok(Box::new(S3Appender { store: self.clone(), key, buf: Vec::new(), last_flush: Instant::now(), dirty: true }))
     }
 }
 

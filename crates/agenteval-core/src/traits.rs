@@ -146,11 +146,17 @@ pub trait BenchmarkAdapter: Send + Sync {
         }
         Ok(())
     }
-    async fn prepare_environment(&self, run: &RunId, task: &TaskSpec) -> Result<TaskEnvironment>;
+    /// Sets up what a task needs (files, services). The default prepares nothing: tasks that
+    /// are pure data need no environment.
+    async fn prepare_environment(&self, _run: &RunId, _task: &TaskSpec) -> Result<TaskEnvironment> {
+        Ok(TaskEnvironment::default())
+    }
     /// The benchmark's own verdict on an agent's result.
     async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent]) -> EvaluatorScore;
     /// Releases what `prepare_environment` made. Calling it twice is harmless.
-    async fn teardown(&self, env: &TaskEnvironment) -> Result<()>;
+    async fn teardown(&self, _env: &TaskEnvironment) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Why an agent must stop early.

@@ -26,6 +26,8 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 const COUNTS_EVERY: Duration = Duration::from_millis(200);
 const TELEMETRY_EVERY: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(250);
+/// Jobs submitted concurrently in one dispatch round.
+const DISPATCH_BATCH: usize = 32;
 /// How long cancelled jobs get to stop before the controller seals without them.
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
@@ -425,23 +427,36 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
         if stop.is_some() {
             break;
         }
-        while in_flight.len() < max_conc {
-            let Some(p) = queue.pop_front() else { break };
-            match dispatch(&run, &p).await {
-                Ok(handle) => {
-                    counters.submitted += 1;
-                    in_flight.insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
+        // Dispatch in concurrent batches: a cloud launch takes a round trip of 100 ms or more,
+        // and the backend's own pacing (a token bucket) decides the rate, not this loop.
+        while in_flight.len() < max_conc && !queue.is_empty() {
+            let n = (max_conc - in_flight.len()).min(queue.len()).min(DISPATCH_BATCH);
+            let batch: Vec<Pending> = queue.drain(..n).collect();
+            let results = futures::future::join_all(batch.iter().map(|p| dispatch(&run, p))).await;
+            let mut retry_later = Vec::new();
+            for (p, res) in batch.into_iter().zip(results) {
+                match res {
+                    Ok(handle) => {
+                        counters.submitted += 1;
+                        in_flight
+                            .insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
+                    }
+                    Err(e) if e.kind().is_retryable() => {
+                        tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                        retry_later.push(p);
+                    }
+                    Err(e) => {
+                        tracing::error!(job = %p.job_id, "submit failed: {e}");
+                        give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
+                        gave_up = true;
+                    }
                 }
-                Err(e) if e.kind().is_retryable() => {
-                    tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+            }
+            if !retry_later.is_empty() {
+                for p in retry_later.into_iter().rev() {
                     queue.push_front(p);
-                    break;
                 }
-                Err(e) => {
-                    tracing::error!(job = %p.job_id, "submit failed: {e}");
-                    give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
-                    gave_up = true;
-                }
+                break;
             }
         }
         if in_flight.is_empty() && queue.is_empty() {

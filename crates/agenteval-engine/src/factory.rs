@@ -139,7 +139,9 @@ pub async fn backend_for(cfg: &RunConfig, exe: &Path) -> Result<Arc<dyn CloudBac
                 spot: a.capacity == FargateCapacity::FargateSpot,
                 launch_burst: a.launch_burst,
                 launch_per_second: a.launch_per_second,
-                poll: Duration::from_secs_f64(a.poll_seconds.max(0.05)),
+                // The controller's heartbeat rides on its polling loop: polls longer than 10 s would
+                // make a live controller look dead to `status` and `resume`.
+                poll: Duration::from_secs_f64(a.poll_seconds.clamp(0.05, 10.0)),
                 worker_env,
             };
             Ok(Arc::new(EcsBackend::new(clients, settings, store)))

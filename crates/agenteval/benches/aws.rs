@@ -72,7 +72,10 @@ fn price(op: &str) -> f64 {
     match op {
         "s3.PutObject" | "s3.UploadPart" | "s3.ListObjectsV2" | "s3.POST" => 0.005 / 1000.0,
         "s3.GetObject" | "s3.HeadObject" => 0.0004 / 1000.0,
-        o if o.starts_with("dynamodb.") && (o.ends_with("Item") || o.ends_with("BatchWriteItem")) && !o.ends_with("GetItem") => {
+        o if o.starts_with("dynamodb.")
+            && (o.ends_with("Item") || o.ends_with("BatchWriteItem"))
+            && !o.ends_with("GetItem") =>
+        {
             0.625 / 1e6
         }
         o if o.starts_with("dynamodb.") => 0.125 / 1e6,
@@ -177,23 +180,30 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
     };
     let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
     let run = agenteval_core::RunId::new();
+    // The controller dispatches up to 32 jobs at once; the backend's token bucket sets the pace.
+    use futures::StreamExt;
     let start = Instant::now();
-    let mut errors = 0;
-    for i in 0..jobs {
-        let job = agenteval_core::model::JobSpec {
-            schema_version: agenteval_core::SCHEMA_VERSION.into(),
-            run_id: run,
-            job_id: agenteval_core::JobId::numbered(0, i as usize + 1),
-            attempt: 1,
-            tasks: vec![],
-            bundle_uri: "s3://unused/runs".into(),
-            index_uri: "dynamodb://unused".into(),
-            env: BTreeMap::new(),
-        };
-        if backend.submit_job(&job).await.is_err() {
-            errors += 1;
-        }
-    }
+    let results: Vec<bool> = futures::stream::iter(0..jobs)
+        .map(|i| {
+            let backend = backend.clone();
+            async move {
+                let job = agenteval_core::model::JobSpec {
+                    schema_version: agenteval_core::SCHEMA_VERSION.into(),
+                    run_id: run,
+                    job_id: agenteval_core::JobId::numbered(0, i as usize + 1),
+                    attempt: 1,
+                    tasks: vec![],
+                    bundle_uri: "s3://unused/runs".into(),
+                    index_uri: "dynamodb://unused".into(),
+                    env: BTreeMap::new(),
+                };
+                backend.submit_job(&job).await.is_ok()
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let errors = results.iter().filter(|ok| !**ok).count();
     let secs = start.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(600));
     let p = read_json(&stats);

@@ -93,15 +93,6 @@ impl BenchmarkAdapter for ToyBenchmark {
         Ok(())
     }
 
-    /// Tasks are pure data: nothing to set up.
-    async fn prepare_environment(
-        &self,
-        _run: &agenteval_core::RunId,
-        _task: &TaskSpec,
-    ) -> Result<agenteval_core::traits::TaskEnvironment> {
-        Ok(Default::default())
-    }
-
     async fn grade(
         &self,
         task: &TaskSpec,
@@ -109,10 +100,6 @@ impl BenchmarkAdapter for ToyBenchmark {
         _trace: &[agenteval_core::model::TraceEvent],
     ) -> agenteval_core::model::EvaluatorScore {
         super::grade_expected(task, result)
-    }
-
-    async fn teardown(&self, _env: &agenteval_core::traits::TaskEnvironment) -> Result<()> {
-        Ok(())
     }
 }
 
