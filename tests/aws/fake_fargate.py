@@ -29,6 +29,7 @@ def main():
     p.add_argument("--agenteval", required=True, help="the binary the image would run")
     p.add_argument("--drop-first", type=int, default=0)
     p.add_argument("--stats", help="write counts here (JSON) as it goes")
+    p.add_argument("--logs", help="folder for each worker's stdout and stderr (as CloudWatch would keep them)")
     a = p.parse_args()
 
     # Keep tasks RUNNING until someone calls StopTask (moto otherwise advances them itself).
@@ -77,8 +78,15 @@ def main():
                 ov = t["overrides"]["containerOverrides"][0]
                 env = dict(platform_env)
                 env.update({kv["name"]: kv["value"] for kv in ov.get("environment", [])})
+                out = subprocess.DEVNULL
+                if a.logs:
+                    os.makedirs(a.logs, exist_ok=True)
+                    out = open(os.path.join(a.logs, arn.rsplit("/", 1)[-1] + ".log"), "wb")
                 proc = subprocess.Popen([a.agenteval] + ov["command"], env=env, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                                        stdout=out, stderr=subprocess.STDOUT if a.logs else subprocess.DEVNULL,
+                                        start_new_session=True)
+                if a.logs:
+                    out.close()
                 running[arn] = (proc, None)
                 stats["started"] += 1
             elif arn in running and t.get("desiredStatus") == "STOPPED" and running[arn][1] is None:

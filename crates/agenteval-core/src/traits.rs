@@ -151,8 +151,11 @@ pub trait BenchmarkAdapter: Send + Sync {
     async fn prepare_environment(&self, _run: &RunId, _task: &TaskSpec) -> Result<TaskEnvironment> {
         Ok(TaskEnvironment::default())
     }
-    /// The benchmark's own verdict on an agent's result.
-    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent]) -> EvaluatorScore;
+    /// The benchmark's own verdict on an agent's result. The default: the agent completed and
+    /// its final answer equals the task's `expected` (see `model::grade_expected`).
+    async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
+        grade_expected(task, result)
+    }
     /// Releases what `prepare_environment` made. Calling it twice is harmless.
     async fn teardown(&self, _env: &TaskEnvironment) -> Result<()> {
         Ok(())

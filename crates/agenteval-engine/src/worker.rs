@@ -243,6 +243,14 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
         result.agent.total_tokens,
         result.agent.wall_seconds
     ));
+    // A retried job may overlap the attempt it replaced (a worker that was only slow). Whoever
+    // the index has moved past must not overwrite the files of the attempt that counts.
+    if let Some(now) = ctx.index.get_task(&ctx.run_id, &task.id).await? {
+        if now.state == TaskState::Completed || now.attempt > attempt {
+            tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
+            return Ok(());
+        }
+    }
     let store = ctx.store.as_ref();
     let red = |b: Vec<u8>| ctx.redactor.redact(&String::from_utf8_lossy(&b)).into_bytes();
     store

@@ -73,12 +73,14 @@ impl Aws {
         }
     }
 
-    /// Starts the Fargate stand-in for this cluster.
+    /// Starts the Fargate stand-in for this cluster; worker logs go to `<workspace>/worker-logs`.
     fn fargate(&mut self, drop_first: u32) -> PathBuf {
         let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
+        let logs = self.ws.path().join("worker-logs");
         let child = python("fake_fargate.py")
             .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN])
             .args(["--drop-first", &drop_first.to_string(), "--stats", stats.to_str().unwrap()])
+            .args(["--logs", logs.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -203,6 +205,13 @@ async fn a_secrets_manager_secret_reaches_the_agent_and_nothing_else() {
     let found: serde_json::Value = serde_json::from_slice(&scan.stdout).unwrap();
     assert!(scan.status.success(), "secret stored: {found}");
     assert!(found["objects"].as_u64().unwrap() > 5 && found["items"].as_u64().unwrap() > 1, "{found}");
+    // Nor in the workers' own logs (what CloudWatch would hold).
+    let logs: Vec<_> = std::fs::read_dir(aws.ws.path().join("worker-logs")).unwrap().flatten().collect();
+    assert!(!logs.is_empty());
+    for l in logs {
+        let t = std::fs::read_to_string(l.path()).unwrap();
+        assert!(!t.contains(SECRET), "secret in worker log {}", l.path().display());
+    }
     // The agent did receive it: its echo was redacted.
     let scan = python("scan_for.py")
         .args([

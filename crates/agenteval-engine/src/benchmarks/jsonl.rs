@@ -157,15 +157,6 @@ impl BenchmarkAdapter for JsonlBenchmark {
         }
         Ok(tasks)
     }
-
-    async fn grade(
-        &self,
-        task: &TaskSpec,
-        result: &agenteval_core::model::AgentResult,
-        _trace: &[agenteval_core::model::TraceEvent],
-    ) -> agenteval_core::model::EvaluatorScore {
-        super::grade_expected(task, result)
-    }
 }
 
 #[cfg(test)]

@@ -92,15 +92,6 @@ impl BenchmarkAdapter for ToyBenchmark {
         }
         Ok(())
     }
-
-    async fn grade(
-        &self,
-        task: &TaskSpec,
-        result: &agenteval_core::model::AgentResult,
-        _trace: &[agenteval_core::model::TraceEvent],
-    ) -> agenteval_core::model::EvaluatorScore {
-        super::grade_expected(task, result)
-    }
 }
 
 #[cfg(test)]
