@@ -245,11 +245,11 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
     ));
     // A retried job may overlap the attempt it replaced (a worker that was only slow). Whoever
     // the index has moved past must not overwrite the files of the attempt that counts.
-    if let Some(now) = ctx.index.get_task(&ctx.run_id, &task.id).await? {
-        if now.state == TaskState::Completed || now.attempt > attempt {
-            tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
-            return Ok(());
-        }
+    if let Some(now) = ctx.index.get_task(&ctx.run_id, &task.id).await?
+        && (now.state == TaskState::Completed || now.attempt > attempt)
+    {
+        tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
+        return Ok(());
     }
     let store = ctx.store.as_ref();
     let red = |b: Vec<u8>| ctx.redactor.redact(&String::from_utf8_lossy(&b)).into_bytes();
