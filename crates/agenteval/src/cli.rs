@@ -30,19 +30,37 @@ pub struct IndexArgs {
     pub backend: Option<String>,
 }
 
+/// A run config and what the command line changes in it.
+#[derive(Debug, Args, Clone)]
+pub struct RunConfigArgs {
+    /// The run config (YAML).
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// Override a config value: `--set benchmark.size=100` (repeatable).
+    #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+    pub sets: Vec<String>,
+    /// Backend (`local` or `aws`); overrides `backend.id`.
+    #[arg(long)]
+    pub backend: Option<String>,
+}
+
+impl RunConfigArgs {
+    /// The `--set` overrides, with `--backend` as one more.
+    pub fn overrides(&self) -> Vec<String> {
+        let mut sets = self.sets.clone();
+        if let Some(b) = &self.backend {
+            sets.push(format!("backend.id={b}"));
+        }
+        sets
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Start a run and drive it to the end.
     Submit {
-        /// The run config (YAML).
-        #[arg(long, short)]
-        config: PathBuf,
-        /// Override a config value: `--set benchmark.size=100` (repeatable).
-        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
-        sets: Vec<String>,
-        /// Backend to run on (`local` or `aws`); overrides `backend.id`.
-        #[arg(long)]
-        backend: Option<String>,
+        #[command(flatten)]
+        run: RunConfigArgs,
         /// Print one JSON object with run_id, status and bundle, nothing else on stdout.
         #[arg(long)]
         json: bool,
@@ -97,13 +115,8 @@ pub enum Command {
     /// Check that everything a run needs exists (AWS: credentials, region, bucket, table,
     /// cluster, task definition, network, secrets) before launching anything.
     Doctor {
-        #[arg(long, short)]
-        config: PathBuf,
-        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
-        sets: Vec<String>,
-        /// Backend to check; overrides `backend.id`.
-        #[arg(long)]
-        backend: Option<String>,
+        #[command(flatten)]
+        run: RunConfigArgs,
         #[arg(long)]
         json: bool,
     },

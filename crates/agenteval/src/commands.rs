@@ -17,14 +17,14 @@ use anyhow::Context;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunsCommand};
+use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunConfigArgs, RunsCommand};
 use crate::output::{self, Bar};
 use crate::{Failure, exit};
 
 pub async fn run(cli: Cli) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { config, sets, backend, json } => submit(&config, sets, backend, json, quiet).await,
+        Command::Submit { run, json } => submit(&run, json, quiet).await,
         Command::Status { run, index, json } => status(&run, &index, json).await,
         Command::Runs { command: RunsCommand::List { index, limit, json } } => runs_list(&index, limit, json).await,
         Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => {
@@ -35,7 +35,7 @@ pub async fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Report { run, index, json } => report(&run, &index, json).await,
         Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
-        Command::Doctor { config, sets, backend, json } => doctor(&config, sets, backend, json).await,
+        Command::Doctor { run, json } => doctor(&run, json).await,
         Command::Worker { job } => Ok(worker(&job).await),
     }
 }
@@ -103,17 +103,8 @@ fn config_failure(e: ConfigError) -> Failure {
     Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
 }
 
-async fn submit(
-    config: &Path,
-    mut sets: Vec<String>,
-    backend: Option<String>,
-    json: bool,
-    quiet: bool,
-) -> Result<u8, Failure> {
-    if let Some(b) = backend {
-        sets.push(format!("backend.id={b}"));
-    }
-    let loaded = load_config(config, &sets).map_err(config_failure)?;
+async fn submit(args: &RunConfigArgs, json: bool, quiet: bool) -> Result<u8, Failure> {
+    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
     let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
     let outcome = controller::submit(&loaded, opts).await?;
@@ -380,11 +371,8 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
     }
 }
 
-async fn doctor(config: &Path, mut sets: Vec<String>, backend: Option<String>, json: bool) -> Result<u8, Failure> {
-    if let Some(b) = backend {
-        sets.push(format!("backend.id={b}"));
-    }
-    let loaded = load_config(config, &sets).map_err(config_failure)?;
+async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
+    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let checks = agenteval_engine::doctor::run(&loaded.config).await;
     let ok = checks.iter().all(|c| c.ok);
     if json {
