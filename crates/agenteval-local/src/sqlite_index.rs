@@ -87,6 +87,10 @@ fn migrate(conn: &Connection) -> Result<()> {
             "the run index was written by a newer agenteval (schema {version}, this build knows {SCHEMA_VERSION})"
         )));
     }
+    if version == SCHEMA_VERSION {
+        // Every worker opens the index: an up-to-date one costs no query and no write.
+        return Ok(());
+    }
     let has_controller: bool = conn
         .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'controller'", [], |r| {
             r.get::<_, i64>(0)
