@@ -140,6 +140,22 @@ impl TaskTable {
     }
 }
 
+/// Writes a finished task's scores, log and result, in the order the bundle format promises:
+/// `result.json` last, so its presence says the folder is complete. `redact` is applied to
+/// every byte written (the worker scrubs secrets; the controller has none).
+pub async fn write_task_outcome(
+    store: &dyn BundleStore,
+    result: &TaskResult,
+    log: &str,
+    redact: &(dyn Fn(&str) -> String + Sync),
+) -> Result<()> {
+    let (run, task) = (&result.run_id, &result.task_id);
+    let text = |b: Vec<u8>| redact(&String::from_utf8_lossy(&b)).into_bytes();
+    store.put(run, &layout::task_file(task, layout::TASK_SCORES), &text(to_json_bytes(&result.scores))).await?;
+    store.put(run, &layout::task_file(task, layout::TASK_LOG), redact(log).as_bytes()).await?;
+    store.put(run, &layout::task_file(task, layout::TASK_RESULT), &text(to_json_bytes(result))).await
+}
+
 /// Reads `tasks.jsonl` in full.
 pub async fn read_tasks(store: &dyn BundleStore, run: &RunId) -> Result<Vec<TaskSpec>> {
     let table = TaskTable::read(store, run).await?;

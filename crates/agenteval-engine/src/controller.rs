@@ -687,11 +687,8 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
         let mut line = serde_json::to_vec(&trace).expect("serializes");
         line.push(b'\n');
         let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
-        let s = run.store.as_ref();
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &to_json_bytes(&result.scores)).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_LOG), log.as_bytes()).await?;
-        s.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &to_json_bytes(&result)).await?;
+        run.store.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
+        bundle::write_task_outcome(run.store.as_ref(), &result, &log, &|t: &str| t.to_string()).await?;
         run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?;
     }
     Ok(())

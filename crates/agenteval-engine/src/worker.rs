@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::agents::agent_from_config;
 use crate::benchmarks::benchmark_from_config;
-use crate::bundle::{read_json, to_json_bytes};
+use crate::bundle::{read_json, write_task_outcome};
 use crate::evaluators::{evaluate_safely, evaluator_from_config};
 use crate::factory;
 
@@ -251,16 +251,8 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
         tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
         return Ok(());
     }
-    let store = ctx.store.as_ref();
-    let red = |b: Vec<u8>| ctx.redactor.redact(&String::from_utf8_lossy(&b)).into_bytes();
-    store
-        .put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_SCORES), &red(to_json_bytes(&result.scores)))
-        .await?;
-    store
-        .put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_LOG), &red((log.join("\n") + "\n").into_bytes()))
-        .await?;
-    // result.json last: its presence says the task folder is complete.
-    store.put(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_RESULT), &red(to_json_bytes(&result))).await?;
+    let redact = |t: &str| ctx.redactor.redact(t);
+    write_task_outcome(ctx.store.as_ref(), &result, &(log.join("\n") + "\n"), &redact).await?;
     if !ctx.index.record_task(&ctx.run_id, &TaskTransition::completed(&result)).await? {
         tracing::warn!(task = %task.id, attempt, "another attempt completed this task first");
     }
