@@ -11,11 +11,15 @@ pub const CONFIG: &str = "config.resolved.json";
 /// Every task of the run, one JSON `TaskSpec` per line, written when the run is created.
 pub const TASKS: &str = "tasks.jsonl";
 pub const TELEMETRY: &str = "telemetry.jsonl";
+/// The controller's OpenTelemetry spans (`eval.run`, `eval.job`, ...), one JSON object per line.
+pub const SPANS: &str = "spans.jsonl";
 
 pub const TASK_RESULT: &str = "result.json";
 pub const TASK_TRACE: &str = "trace.jsonl";
 pub const TASK_SCORES: &str = "scores.json";
 pub const TASK_LOG: &str = "worker.log";
+/// The task's OpenTelemetry spans (`eval.task` and everything under it).
+pub const TASK_SPANS: &str = "spans.jsonl";
 
 /// Files every bundle has, sealed or not.
 pub const REQUIRED: &[&str] = &[METADATA, CONFIG, TASKS];

@@ -9,6 +9,7 @@ use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
+use tracing::Instrument;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -147,10 +148,14 @@ pub async fn write_task_outcome(
     store: &dyn BundleStore,
     result: &TaskResult,
     log: &str,
+    spans: Option<&[u8]>,
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<()> {
     let (run, task) = (&result.run_id, &result.task_id);
     let text = |b: Vec<u8>| redact(&String::from_utf8_lossy(&b)).into_bytes();
+    if let Some(spans) = spans {
+        store.put(run, &layout::task_file(task, layout::TASK_SPANS), &text(spans.to_vec())).await?;
+    }
     store.put(run, &layout::task_file(task, layout::TASK_SCORES), &text(to_json_bytes(&result.scores))).await?;
     store.put(run, &layout::task_file(task, layout::TASK_LOG), redact(log).as_bytes()).await?;
     store.put(run, &layout::task_file(task, layout::TASK_RESULT), &text(to_json_bytes(result))).await
@@ -210,24 +215,33 @@ pub async fn summarize(
 /// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
 /// everything else. Sealing again (after a resume) replaces all of them.
 pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
+    let summary = seal_contents(store, meta, ids).await?;
+    write_manifest(store, &meta.run_id).await?;
+    Ok(summary)
+}
+
+/// Everything of sealing but the manifest: summary (`scorer.summarize` span), report
+/// (`report.render` span), replay command and the final metadata.
+pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
     let run = &meta.run_id;
     let started = std::time::Instant::now();
-    let (summary, failures) = summarize(store, run, ids, meta.status).await?;
+    let (summary, failures) =
+        summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
-    store.put(run, layout::REPORT, crate::report::render(meta, &summary, &failures).as_bytes()).await?;
+    let report = tracing::info_span!("report.render").in_scope(|| crate::report::render(meta, &summary, &failures));
+    store.put(run, layout::REPORT, report.as_bytes()).await?;
     let replay = format!("agenteval submit --config {}/{}\n", store.bundle_uri(run), layout::CONFIG);
     store.put(run, layout::REPLAY, replay.as_bytes()).await?;
     let mut meta = meta.clone();
     meta.sealed = true;
     store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
-    write_manifest(store, run).await?;
     tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
     Ok(summary)
 }
 
 /// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads), so a bundle of
 /// hundreds of thousands of files never exists as a map in memory.
-async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
+pub async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
     let paths = store.list(run, "").await?;
     let mut out = Vec::with_capacity(paths.len() * 130);
     out.extend_from_slice(

@@ -2,7 +2,7 @@
 //! bounded concurrency, retries infrastructure failures, enforces the run budget, reacts to
 //! cancellation, and seals the bundle. Also `resume` and `cancel` of existing runs.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -10,15 +10,19 @@ use std::time::{Duration, Instant};
 use agenteval_core::config::{LoadedConfig, RunConfig};
 use agenteval_core::layout;
 use agenteval_core::model::*;
-use agenteval_core::traits::{BundleStore, CloudBackend, RunIndex, TelemetrySnapshot};
+use agenteval_core::traits::{Appender, BundleStore, CloudBackend, RunIndex, TelemetrySnapshot};
 use agenteval_core::{Error, ErrorKind, JobId, Result, RunId, SCHEMA_VERSION};
 use chrono::Utc;
+use opentelemetry::KeyValue;
 use serde_json::json;
 use tokio::sync::watch;
+use tracing::Instrument;
+use tracing::field::Empty;
 
 use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{self, Metadata, TaskTable, read_json, sha256_hex, to_json_bytes};
 use crate::factory;
+use crate::telemetry::{self, FleetMetrics, Journal, TRACEPARENT_ENV};
 
 /// A controller heartbeat older than this means the controller is gone.
 pub const STALE_HEARTBEAT: Duration = Duration::from_secs(15);
@@ -74,6 +78,10 @@ pub struct ControllerOptions {
     pub progress: Arc<dyn Progress>,
     /// Becomes `true` when the user interrupts (Ctrl-C).
     pub interrupt: watch::Receiver<bool>,
+    /// Where this process's finished spans wait to be written to the bundle's `spans.jsonl`.
+    pub journal: Journal,
+    /// Environment every worker gets (telemetry settings); the job's `TRACEPARENT` is added.
+    pub worker_env: BTreeMap<String, String>,
 }
 
 struct Pending {
@@ -86,6 +94,10 @@ struct InFlight {
     handle: JobHandle,
     tasks: Vec<u32>,
     submitted: Instant,
+    /// Whether the job has been seen running (its start latency is recorded once).
+    started: bool,
+    /// The job's `eval.job` span, from submit to end.
+    span: tracing::Span,
 }
 
 /// Why dispatching stopped early.
@@ -106,6 +118,8 @@ struct Run {
     meta: Metadata,
     /// Attempts already used before this controller started (resume); retry limits count from it.
     attempt_base: u32,
+    /// Set when the run starts driving.
+    metrics: Option<FleetMetrics>,
 }
 
 fn config_hash(resolved: &serde_json::Value) -> String {
@@ -201,6 +215,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         backend,
         meta,
         attempt_base: 0,
+        metrics: None,
     };
     drive(run, todo, 0, opts).await
 }
@@ -308,6 +323,7 @@ pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOp
         backend,
         meta,
         attempt_base,
+        metrics: None,
     };
     drive(run, todo, epoch, opts).await
 }
@@ -369,7 +385,135 @@ struct Counters {
     retried: u64,
 }
 
-async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions) -> Result<RunOutcome> {
+/// The run's `spans.jsonl`, appended as the controller's spans finish so that a crash loses at
+/// most the spans still open.
+struct SpanFile {
+    journal: Journal,
+    appender: Option<Box<dyn Appender>>,
+}
+
+impl SpanFile {
+    /// Opens the run's span file; a resumed run keeps the spans of earlier controllers.
+    async fn open(run: &Run, journal: Journal) -> Result<Self> {
+        if journal.is_none() {
+            return Ok(SpanFile { journal, appender: None });
+        }
+        let earlier = match run.store.get(&run.run_id, layout::SPANS).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut appender = run.store.open_appender(&run.run_id, layout::SPANS).await?;
+        if !earlier.is_empty() {
+            appender.append(&earlier).await?;
+        }
+        Ok(SpanFile { journal, appender: Some(appender) })
+    }
+
+    async fn flush(&mut self) -> Result<()> {
+        if let (Some(j), Some(a)) = (&self.journal, self.appender.as_mut()) {
+            let lines = j.take_all();
+            if !lines.is_empty() {
+                a.append(&lines).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<()> {
+        self.flush().await?;
+        match self.appender.take() {
+            Some(a) => a.finish().await,
+            None => Ok(()),
+        }
+    }
+}
+
+async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions) -> Result<RunOutcome> {
+    let span = tracing::info_span!(
+        "eval.run",
+        agenteval.run.id = %run.run_id,
+        agenteval.run.name = run.config.name.as_str(),
+        agenteval.benchmark = run.meta.benchmark.as_str(),
+        agenteval.agent = run.meta.agent.as_str(),
+        gen_ai.request.model = run.config.agent.model.as_deref().unwrap_or(""),
+        agenteval.backend = run.meta.backend.as_str(),
+        agenteval.tasks_total = run.tasks.len() as i64,
+        agenteval.epoch = epoch as i64,
+        agenteval.status = Empty,
+        agenteval.passed = Empty,
+        agenteval.pass_rate = Empty,
+        agenteval.cost_usd = Empty,
+        agenteval.tokens = Empty,
+    );
+    run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
+    let mut spans = SpanFile::open(&run, opts.journal.clone()).await?;
+    let progress = opts.progress.clone();
+    let outcome = drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await;
+    let sealed = match outcome {
+        Ok(status) => seal_run(&run, status).instrument(span.clone()).await,
+        Err(e) => Err(e),
+    };
+    match &sealed {
+        Ok(o) => {
+            span.record("agenteval.status", o.status.as_str());
+            span.record("agenteval.passed", o.summary.passed as i64);
+            span.record("agenteval.pass_rate", o.summary.pass_rate);
+            span.record("agenteval.cost_usd", o.summary.total_cost_usd);
+            span.record("agenteval.tokens", o.summary.total_tokens as i64);
+            if o.status != RunStatus::Complete {
+                telemetry::set_error(&span, &format!("run {}", o.status.as_str()));
+            }
+        }
+        Err(e) => telemetry::set_error(&span, &e.to_string()),
+    }
+    // The manifest covers the run's spans, so the root span ends first.
+    drop(span);
+    let outcome = sealed?;
+    spans.finish().await?;
+    bundle::write_manifest(run.store.as_ref(), &run.run_id).await?;
+    run.index
+        .update_run(
+            &run.run_id,
+            &RunUpdate { status: Some(outcome.status), finished_at: outcome.finished_at, ..Default::default() },
+        )
+        .await?;
+    progress.finish();
+    Ok(outcome.outcome)
+}
+
+struct Sealed {
+    status: RunStatus,
+    summary: RunSummary,
+    finished_at: Option<chrono::DateTime<Utc>>,
+    outcome: RunOutcome,
+}
+
+async fn seal_run(run: &Run, status: RunStatus) -> Result<Sealed> {
+    let mut meta = run.meta.clone();
+    meta.status = status;
+    meta.finished_at = Some(Utc::now());
+    let summary = bundle::seal_contents(run.store.as_ref(), &meta, run.tasks.ids()).await?;
+    let outcome = RunOutcome {
+        run_id: run.run_id,
+        status,
+        bundle_uri: run.store.bundle_uri(&run.run_id),
+        summary: summary.clone(),
+    };
+    Ok(Sealed { status, summary, finished_at: meta.finished_at, outcome })
+}
+
+/// Dispatches and watches jobs until every task is done or the run is stopped; returns the
+/// run's final status.
+async fn drive_jobs(
+    run: &Run,
+    todo: Vec<u32>,
+    epoch: u32,
+    mut opts: ControllerOptions,
+    run_span: &tracing::Span,
+    spans: &mut SpanFile,
+) -> Result<RunStatus> {
+    let metrics = run.metrics.as_ref().expect("metrics set before driving");
     let progress = opts.progress.clone();
     let bundle_uri = run.store.bundle_uri(&run.run_id);
     progress.start(&run.run_id, &bundle_uri, run.tasks.len() as u64);
@@ -401,6 +545,7 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             counts = run.index.task_counts(&run.run_id).await?;
             last_counts = Instant::now();
             progress.update(&view(&counts, in_flight.len(), counters.retried));
+            gauges(metrics, &counts, in_flight.len(), queue.len());
             if let Some(max) = run.config.max_run_cost_usd
                 && counts.cost_usd >= max
                 && stop.is_none()
@@ -422,7 +567,8 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
         }
         if last_telemetry.elapsed() >= TELEMETRY_EVERY {
             last_telemetry = Instant::now();
-            export(&run, &counts, &in_flight, queue.len(), &counters).await;
+            export(run, &counts, &in_flight, queue.len(), &counters).await;
+            spans.flush().await?;
         }
         if stop.is_some() {
             break;
@@ -431,23 +577,33 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
         // and the backend's own pacing (a token bucket) decides the rate, not this loop.
         while in_flight.len() < max_conc && !queue.is_empty() {
             let n = (max_conc - in_flight.len()).min(queue.len()).min(DISPATCH_BATCH);
-            let batch: Vec<Pending> = queue.drain(..n).collect();
-            let results = futures::future::join_all(batch.iter().map(|p| dispatch(&run, p))).await;
+            let batch: Vec<(Pending, tracing::Span)> =
+                queue.drain(..n).map(|p| { let s = job_span(run_span, &p); (p, s) }).collect();
+            let results = futures::future::join_all(
+                batch.iter().map(|(p, span)| dispatch(run, p, span, &opts.worker_env).instrument(span.clone())),
+            )
+            .await;
             let mut retry_later = Vec::new();
-            for (p, res) in batch.into_iter().zip(results) {
+            for ((p, span), res) in batch.into_iter().zip(results) {
                 match res {
                     Ok(handle) => {
                         counters.submitted += 1;
-                        in_flight
-                            .insert(p.job_id.clone(), InFlight { handle, tasks: p.tasks, submitted: Instant::now() });
+                        metrics.jobs_submitted.add(1, metrics.attrs());
+                        span.record("agenteval.job.handle", handle.native_id.as_str());
+                        in_flight.insert(
+                            p.job_id.clone(),
+                            InFlight { handle, tasks: p.tasks, submitted: Instant::now(), started: false, span },
+                        );
                     }
                     Err(e) if e.kind().is_retryable() => {
                         tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                        telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
                         retry_later.push(p);
                     }
                     Err(e) => {
                         tracing::error!(job = %p.job_id, "submit failed: {e}");
-                        give_up(&run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
+                        telemetry::set_error(&span, &format!("submit failed: {e}"));
+                        give_up(run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
                         gave_up = true;
                     }
                 }
@@ -476,19 +632,29 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
             Err(e) => return Err(e),
         };
         for (handle, status) in handles.into_iter().zip(statuses) {
+            if let Some(f) = in_flight.get_mut(&handle.job_id)
+                && !f.started
+                && status != JobStatus::Queued
+            {
+                f.started = true;
+                metrics.job_start_latency.record(f.submitted.elapsed().as_secs_f64(), metrics.attrs());
+            }
             if !status.is_terminal() {
                 continue;
             }
             let f = in_flight.remove(&handle.job_id).expect("job in flight");
-            record_job(&run, &handle, &status, f.tasks.len()).await?;
+            record_job(run, &handle, &status, f.tasks.len()).await?;
             tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
             // Whatever the job's status says, the index is the judge of what got done: a job that
             // "succeeded" without recording its tasks (a container that never ran, an emulator)
             // is an infrastructure failure like any other.
-            let unfinished = unfinished(&run, &f.tasks).await?;
+            let unfinished = unfinished(run, &f.tasks).await?;
+            f.span.record("agenteval.job.status", job_status_word(&status));
+            f.span.record("agenteval.job.unfinished", unfinished.len() as i64);
             let (infrastructure, reason) = match &status {
                 JobStatus::Succeeded if unfinished.is_empty() => {
                     counters.succeeded += 1;
+                    metrics.jobs_succeeded.add(1, metrics.attrs());
                     continue;
                 }
                 JobStatus::Succeeded => (true, format!("job ended without results for {} task(s)", unfinished.len())),
@@ -497,12 +663,15 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                 JobStatus::Queued | JobStatus::Running => unreachable!("terminal statuses only"),
             };
             counters.failed += 1;
+            metrics.jobs_failed.add(1, metrics.attrs());
+            telemetry::set_error(&f.span, &reason);
             if unfinished.is_empty() {
                 continue;
             }
             let used = handle.attempt - run.attempt_base;
             if infrastructure && used < run.config.backend.max_attempts {
                 counters.retried += 1;
+                metrics.jobs_retried.add(1, metrics.attrs());
                 progress.message(&format!(
                     "job {} attempt {} failed ({reason}); retrying {} task(s)",
                     handle.job_id,
@@ -515,18 +684,19 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
                     tasks: unfinished,
                 });
             } else {
-                give_up(&run, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
+                give_up(run, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
                 gave_up = true;
             }
         }
     }
 
     if !in_flight.is_empty() {
-        stop_jobs(&run, &mut in_flight).await?;
+        stop_jobs(run, &mut in_flight).await?;
     }
     counts = run.index.task_counts(&run.run_id).await?;
     progress.update(&view(&counts, 0, counters.retried));
-    export(&run, &counts, &in_flight, queue.len(), &counters).await;
+    gauges(metrics, &counts, 0, queue.len());
+    export(run, &counts, &in_flight, queue.len(), &counters).await;
     let status = match stop {
         Some(StopReason::Interrupted) => RunStatus::Interrupted,
         Some(StopReason::Budget) => RunStatus::BudgetExceeded,
@@ -534,19 +704,40 @@ async fn drive(run: Run, todo: Vec<u32>, epoch: u32, mut opts: ControllerOptions
         None if counts.completed == counts.total => RunStatus::Complete,
         None => RunStatus::Failed,
     };
-    let mut meta = run.meta.clone();
-    meta.status = status;
-    meta.finished_at = Some(Utc::now());
     progress.message("sealing bundle");
-    let summary = bundle::seal(run.store.as_ref(), &meta, run.tasks.ids()).await?;
-    run.index
-        .update_run(
-            &run.run_id,
-            &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() },
-        )
-        .await?;
-    progress.finish();
-    Ok(RunOutcome { run_id: run.run_id, status, bundle_uri, summary })
+    Ok(status)
+}
+
+/// The `eval.job` span of one job attempt: a child of `eval.run` whatever span is current.
+fn job_span(run_span: &tracing::Span, p: &Pending) -> tracing::Span {
+    tracing::info_span!(
+        parent: run_span,
+        "eval.job",
+        agenteval.job.id = %p.job_id,
+        agenteval.attempt = p.attempt as i64,
+        agenteval.job.tasks = p.tasks.len() as i64,
+        agenteval.job.handle = Empty,
+        agenteval.job.status = Empty,
+        agenteval.job.unfinished = Empty,
+    )
+}
+
+fn job_status_word(status: &JobStatus) -> &'static str {
+    match status {
+        JobStatus::Queued => "queued",
+        JobStatus::Running => "running",
+        JobStatus::Succeeded => "succeeded",
+        JobStatus::Failed { .. } => "failed",
+        JobStatus::Cancelled => "cancelled",
+    }
+}
+
+fn gauges(m: &FleetMetrics, c: &TaskCounts, running: usize, queued: usize) {
+    m.jobs_running.record(running as u64, m.attrs());
+    m.queue_depth.record(queued as u64, m.attrs());
+    if c.finished() > 0 {
+        m.pass_rate.record(c.passed as f64 / c.finished() as f64, m.attrs());
+    }
 }
 
 fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
@@ -582,7 +773,16 @@ async fn export(run: &Run, c: &TaskCounts, in_flight: &HashMap<JobId, InFlight>,
     }
 }
 
-async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
+async fn dispatch(
+    run: &Run,
+    p: &Pending,
+    span: &tracing::Span,
+    worker_env: &BTreeMap<String, String>,
+) -> Result<JobHandle> {
+    let mut env = worker_env.clone();
+    if let Some(tp) = telemetry::traceparent(span) {
+        env.insert(TRACEPARENT_ENV.into(), tp);
+    }
     let spec = JobSpec {
         schema_version: SCHEMA_VERSION.into(),
         run_id: run.run_id,
@@ -591,7 +791,7 @@ async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
         tasks: p.tasks.iter().map(|&i| run.tasks.spec(i as usize)).collect::<Result<_>>()?,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         index_uri: run.index_uri.clone(),
-        env: Default::default(),
+        env,
     };
     run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
     let queued: Vec<_> = spec
@@ -614,13 +814,7 @@ async fn dispatch(run: &Run, p: &Pending) -> Result<JobHandle> {
 }
 
 async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus, n: usize) -> Result<()> {
-    let s = match status {
-        JobStatus::Queued => "queued",
-        JobStatus::Running => "running",
-        JobStatus::Succeeded => "succeeded",
-        JobStatus::Failed { .. } => "failed",
-        JobStatus::Cancelled => "cancelled",
-    };
+    let s = job_status_word(status);
     run.index
         .record_job(&JobRecord {
             run_id: run.run_id,
@@ -638,11 +832,22 @@ async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
     for &i in tasks {
         let id = run.tasks.id(i as usize);
         match run.index.get_task(&run.run_id, id).await? {
-            Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => {}
+            Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => task_metrics(run, &t),
             _ => out.push(i),
         }
     }
     Ok(out)
+}
+
+/// Per-task metrics, recorded once when the controller learns a task is finished (each task
+/// belongs to exactly one job in flight).
+fn task_metrics(run: &Run, t: &TaskRecord) {
+    let Some(m) = &run.metrics else { return };
+    let passed = t.passed.unwrap_or(false);
+    m.tasks_completed.add(1, &m.attrs_with(KeyValue::new("agenteval.passed", passed)));
+    m.task_duration.record(t.wall_seconds, m.attrs());
+    m.tokens.add(t.tokens, m.attrs());
+    m.cost.add(t.cost_usd, m.attrs());
 }
 
 /// Records tasks as infrastructure failures, with a result in the bundle so that the bundle
@@ -688,8 +893,13 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
         line.push(b'\n');
         let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
         run.store.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
-        bundle::write_task_outcome(run.store.as_ref(), &result, &log, &|t: &str| t.to_string()).await?;
-        run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?;
+        bundle::write_task_outcome(run.store.as_ref(), &result, &log, None, &|t: &str| t.to_string()).await?;
+        if run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?
+            && let Some(m) = &run.metrics
+        {
+            m.tasks_completed.add(1, &m.attrs_with(KeyValue::new("agenteval.passed", false)));
+            m.task_duration.record(0.0, m.attrs());
+        }
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ pub mod evaluators;
 pub mod factory;
 pub mod report;
 pub mod scorers;
+pub mod telemetry;
 pub mod worker;
 
 /// Version of this build, recorded in every bundle.

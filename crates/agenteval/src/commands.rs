@@ -19,24 +19,25 @@ use tokio::sync::watch;
 
 use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunConfigArgs, RunsCommand};
 use crate::output::{self, Bar};
+use crate::telemetry::{Role, Settings, Telemetry};
 use crate::{Failure, exit};
 
-pub async fn run(cli: Cli) -> Result<u8, Failure> {
+pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { run, json } => submit(&run, json, quiet).await,
+        Command::Submit { run, json } => submit(&run, json, quiet, telemetry).await,
         Command::Status { run, index, json } => status(&run, &index, json).await,
         Command::Runs { command: RunsCommand::List { index, limit, json } } => runs_list(&index, limit, json).await,
         Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => {
             runs_show(&run, &index, tasks, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
-        Command::Resume { run, index, json } => resume(&run, &index, json, quiet).await,
+        Command::Resume { run, index, json } => resume(&run, &index, json, quiet, telemetry).await,
         Command::Report { run, index, json } => report(&run, &index, json).await,
         Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json } => doctor(&run, json).await,
-        Command::Worker { job } => Ok(worker(&job).await),
+        Command::Worker { job } => Ok(worker(&job, telemetry).await),
     }
 }
 
@@ -103,10 +104,28 @@ fn config_failure(e: ConfigError) -> Failure {
     Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
 }
 
-async fn submit(args: &RunConfigArgs, json: bool, quiet: bool) -> Result<u8, Failure> {
-    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+/// Controller options, with telemetry connected as the run's config says.
+fn controller_options(
+    config: &agenteval_core::config::RunConfig,
+    json: bool,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<ControllerOptions, Failure> {
+    let settings = Settings::resolve(Some(&config.telemetry));
+    telemetry.connect(&settings, Role::Controller);
     let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
-    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
+    Ok(ControllerOptions {
+        exe: exe()?,
+        progress: progress.clone(),
+        interrupt: interrupt_channel(progress),
+        journal: Some(telemetry.journal()),
+        worker_env: settings.worker_env(),
+    })
+}
+
+async fn submit(args: &RunConfigArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    let opts = controller_options(&loaded.config, json, quiet, telemetry)?;
     let outcome = controller::submit(&loaded, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
@@ -263,11 +282,11 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
     Ok(exit::OK)
 }
 
-async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool) -> Result<u8, Failure> {
+async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
     let index = open_index(index).await?;
-    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
-    let opts = ControllerOptions { exe: exe()?, progress: progress.clone(), interrupt: interrupt_channel(progress) };
+    let config = controller::locate(index.as_ref(), &run_id).await?.config;
+    let opts = controller_options(&config, json, quiet, telemetry)?;
     let outcome = controller::resume(index, &run_id, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
@@ -389,7 +408,9 @@ async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
     Ok(if ok { exit::OK } else { exit::USAGE })
 }
 
-async fn worker(job: &str) -> u8 {
+async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
+    // Workers are configured by their environment alone (the controller forwards its settings).
+    telemetry.connect(&Settings::resolve(None), Role::Worker);
     let exe = match std::env::current_exe() {
         Ok(e) => e,
         Err(e) => {
@@ -409,5 +430,5 @@ async fn worker(job: &str) -> u8 {
             _ => std::future::pending::<()>().await,
         }
     };
-    agenteval_engine::worker::run_job(job, &exe, cancel).await as u8
+    agenteval_engine::worker::run_job(job, &exe, Some(telemetry.journal()), cancel).await as u8
 }

@@ -7,6 +7,7 @@
 mod cli;
 mod commands;
 mod output;
+pub mod telemetry;
 
 use std::process::ExitCode;
 
@@ -70,7 +71,6 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
         }
     };
-    output::init_logging(&cli);
     // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
     // which dominated the cost of small tasks with several workers on two cores.
     let builder = if matches!(cli.command, cli::Command::Worker { .. }) {
@@ -85,7 +85,15 @@ pub fn main() -> ExitCode {
             return ExitCode::from(exit::FAILED);
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    let telemetry = {
+        let _guard = runtime.enter();
+        telemetry::Telemetry::install(&output::default_log_filter(&cli), output::color_enabled(&std::io::stderr()))
+    };
+    let result = runtime.block_on(commands::run(cli, &telemetry));
+    // Every process flushes its spans before it exits, a worker stopped by SIGTERM included
+    // (the signal ends its job through the cancel path, which returns here).
+    runtime.block_on(telemetry.shutdown());
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
             eprintln!("error: {}", render_chain(&f.error).trim_end());

@@ -13,9 +13,12 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{Cli, Command};
 
-pub fn init_logging(cli: &Cli) {
+/// The log filter when `RUST_LOG` is not set: `-q`/`-v` for commands, `info` for workers (their
+/// stderr is the job's log in the bundle). The OpenTelemetry SDK's own chatter stays off; export
+/// problems surface as one warning of ours.
+pub fn default_log_filter(cli: &Cli) -> String {
     let is_worker = matches!(cli.command, Command::Worker { .. });
-    let default = if cli.quiet {
+    let level = if cli.quiet {
         "error"
     } else {
         match (is_worker, cli.verbose) {
@@ -26,14 +29,7 @@ pub fn init_logging(cli: &Cli) {
             _ => "trace",
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(color_enabled(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+    format!("{level},opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off")
 }
 
 /// Colour only on a terminal and only without NO_COLOR (https://no-color.org).

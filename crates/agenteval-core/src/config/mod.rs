@@ -36,6 +36,70 @@ pub struct RunConfig {
     /// Where and how to run on AWS (backend `aws`, or `s3://` / `dynamodb://` storage).
     #[serde(default)]
     pub aws: Option<AwsConfig>,
+    /// OpenTelemetry export. Every field overrides the matching standard `OTEL_*` variable.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+/// OTLP transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum OtlpProtocol {
+    #[serde(rename = "grpc")]
+    Grpc,
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+impl OtlpProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtlpProtocol::Grpc => "grpc",
+            OtlpProtocol::HttpProtobuf => "http/protobuf",
+        }
+    }
+
+    /// Parses the values of `OTEL_EXPORTER_OTLP_PROTOCOL` this tool supports.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "grpc" => Some(OtlpProtocol::Grpc),
+            "http/protobuf" => Some(OtlpProtocol::HttpProtobuf),
+            _ => None,
+        }
+    }
+}
+
+/// OpenTelemetry settings of a run. Unset fields fall back to the standard environment
+/// variables; without an endpoint there or here nothing is exported (the bundle still gets its
+/// `spans.jsonl` files).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Turns export off even when an endpoint is configured (`OTEL_SDK_DISABLED=true`).
+    #[serde(default)]
+    pub disabled: Option<bool>,
+    /// OTLP endpoint of the controller (`OTEL_EXPORTER_OTLP_ENDPOINT`), e.g.
+    /// `http://localhost:4317` for gRPC or `http://localhost:4318` for HTTP.
+    #[serde(default)]
+    pub endpoint: Option<String>,
+    /// `grpc` or `http/protobuf` (`OTEL_EXPORTER_OTLP_PROTOCOL`; the default is `http/protobuf`).
+    #[serde(default)]
+    pub protocol: Option<OtlpProtocol>,
+    /// Endpoint the workers export to, when it differs from the controller's (on Fargate: the
+    /// ADOT collector sidecar, `http://localhost:4317`). Defaults to `endpoint`.
+    #[serde(default)]
+    pub worker_endpoint: Option<String>,
+    /// `service.name` (`OTEL_SERVICE_NAME`; default `agenteval`).
+    #[serde(default)]
+    pub service_name: Option<String>,
+    /// Extra resource attributes, added to `OTEL_RESOURCE_ATTRIBUTES`.
+    #[serde(default)]
+    pub resource_attributes: BTreeMap<String, String>,
+    /// Longest a single export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`, in seconds here; default 5).
+    #[serde(default)]
+    pub export_timeout_seconds: Option<f64>,
+    /// How often metrics are pushed while a run goes (`OTEL_METRIC_EXPORT_INTERVAL`; default 10).
+    #[serde(default)]
+    pub metrics_interval_seconds: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -549,6 +613,22 @@ impl RunConfig {
         }
         if self.max_run_cost_usd.is_some_and(|v| v <= 0.0) {
             p.push(("/max_run_cost_usd".into(), "must be greater than zero".into()));
+        }
+        let t = &self.telemetry;
+        for (field, v) in [("endpoint", &t.endpoint), ("worker_endpoint", &t.worker_endpoint)] {
+            if let Some(e) = v
+                && !(e.starts_with("http://") || e.starts_with("https://"))
+            {
+                p.push((format!("/telemetry/{field}"), format!("`{e}` is not an http:// or https:// URL")));
+            }
+        }
+        for (field, v) in [
+            ("export_timeout_seconds", t.export_timeout_seconds),
+            ("metrics_interval_seconds", t.metrics_interval_seconds),
+        ] {
+            if v.is_some_and(|v| v <= 0.0) {
+                p.push((format!("/telemetry/{field}"), "must be greater than zero".into()));
+            }
         }
         p
     }

@@ -1,0 +1,569 @@
+//! OpenTelemetry setup, owned by the binary: the `tracing` subscriber (terminal logs carrying
+//! trace and span ids, plus the OpenTelemetry bridge), the span journal that fills the bundle's
+//! `spans.jsonl` files, and the OTLP exporters (gRPC or HTTP/protobuf) when an endpoint is
+//! configured. Export never harms a run: bounded queues and timeouts, one warning per process.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use agenteval_core::config::{OtlpProtocol, TelemetryConfig};
+use agenteval_engine::telemetry::SpanJournal;
+use opentelemetry::trace::{Span as _, SpanId, Status, TraceContextExt as _, TracerProvider as _};
+use opentelemetry::{Context, KeyValue, Value};
+use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
+};
+use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt as _;
+use tracing_subscriber::{Layer as _, Registry};
+
+/// Defaults chosen so that a dead or slow collector costs a run seconds, not minutes.
+const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(10);
+/// Spans waiting for export; beyond this they are dropped (the bundle keeps them all).
+const MAX_QUEUE: usize = 8192;
+
+/// The crates whose spans become OpenTelemetry spans (dependencies' spans stay out, so an
+/// exporter's own HTTP client can never feed spans back into the exporter).
+const OWN_CRATES: &[&str] = &["agenteval", "agenteval_engine", "agenteval_local", "agenteval_aws", "agenteval_core"];
+
+/// Where and how to export, resolved from the standard `OTEL_*` variables and the run config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// `None`: nothing leaves the process.
+    pub endpoint: Option<String>,
+    pub protocol: OtlpProtocol,
+    pub service_name: String,
+    pub resource_attributes: BTreeMap<String, String>,
+    pub timeout: Duration,
+    pub metrics_interval: Duration,
+    /// The endpoint workers get (`telemetry.worker_endpoint`, else `endpoint`).
+    pub worker_endpoint: Option<String>,
+    pub disabled: bool,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn env_millis(name: &str) -> Option<Duration> {
+    env(name).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis)
+}
+
+impl Settings {
+    /// Resolves settings: every field the config sets wins over its environment variable.
+    pub fn resolve(config: Option<&TelemetryConfig>) -> Settings {
+        let default = TelemetryConfig::default();
+        let c = config.unwrap_or(&default);
+        let disabled =
+            c.disabled.unwrap_or_else(|| env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true")));
+        let endpoint = c
+            .endpoint
+            .clone()
+            .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").map(|e| strip_signal_path(&e)))
+            .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        let protocol = c
+            .protocol
+            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL").and_then(|p| OtlpProtocol::parse(&p)))
+            .unwrap_or(OtlpProtocol::HttpProtobuf);
+        let timeout = c
+            .export_timeout_seconds
+            .map(Duration::from_secs_f64)
+            .or_else(|| env_millis("OTEL_EXPORTER_OTLP_TIMEOUT"))
+            .unwrap_or(DEFAULT_EXPORT_TIMEOUT);
+        let metrics_interval = c
+            .metrics_interval_seconds
+            .map(Duration::from_secs_f64)
+            .or_else(|| env_millis("OTEL_METRIC_EXPORT_INTERVAL"))
+            .unwrap_or(DEFAULT_METRICS_INTERVAL);
+        Settings {
+            worker_endpoint: c.worker_endpoint.clone().or_else(|| endpoint.clone()),
+            endpoint: if disabled { None } else { endpoint },
+            protocol,
+            service_name: c.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "agenteval".into()),
+            resource_attributes: c.resource_attributes.clone(),
+            timeout,
+            metrics_interval,
+            disabled,
+        }
+    }
+
+    /// The environment a worker needs to export to the same place (merged over the worker's
+    /// own environment by the backend). Headers are deliberately not forwarded: they often hold
+    /// API keys, and job specs are stored in the bundle.
+    pub fn worker_env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        if self.disabled {
+            env.insert("OTEL_SDK_DISABLED".into(), "true".into());
+            return env;
+        }
+        let Some(endpoint) = &self.worker_endpoint else { return env };
+        env.insert("OTEL_EXPORTER_OTLP_ENDPOINT".into(), endpoint.clone());
+        env.insert("OTEL_EXPORTER_OTLP_PROTOCOL".into(), self.protocol.as_str().into());
+        env.insert("OTEL_EXPORTER_OTLP_TIMEOUT".into(), self.timeout.as_millis().to_string());
+        env.insert("OTEL_SERVICE_NAME".into(), self.service_name.clone());
+        if !self.resource_attributes.is_empty() {
+            let mut attrs: Vec<String> = env_resource_attributes();
+            attrs.extend(self.resource_attributes.iter().map(|(k, v)| format!("{k}={v}")));
+            env.insert("OTEL_RESOURCE_ATTRIBUTES".into(), attrs.join(","));
+        }
+        env
+    }
+}
+
+fn env_resource_attributes() -> Vec<String> {
+    env("OTEL_RESOURCE_ATTRIBUTES").map(|v| v.split(',').map(str::to_string).collect()).unwrap_or_default()
+}
+
+/// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` names the full URL; the settings hold the base.
+fn strip_signal_path(e: &str) -> String {
+    e.strip_suffix("/v1/traces").unwrap_or(e).to_string()
+}
+
+/// Which process this is; a resource attribute, and it decides what is exported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Controller,
+    Worker,
+    Other,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::Controller => "controller",
+            Role::Worker => "worker",
+            Role::Other => "cli",
+        }
+    }
+}
+
+/// The telemetry of this process: installed once at start, connected to an exporter when the
+/// settings are known, shut down (bounded) before exit.
+pub struct Telemetry {
+    tracer_provider: SdkTracerProvider,
+    journal: Arc<Journal>,
+    export: Arc<OnceLock<BatchSpanProcessor>>,
+    meter_provider: Mutex<Option<SdkMeterProvider>>,
+    warned: Arc<AtomicBool>,
+    timeout: Mutex<Duration>,
+}
+
+impl Telemetry {
+    /// Installs the global `tracing` subscriber: terminal logs filtered by `RUST_LOG` or
+    /// `default_filter`, and every span of agenteval's crates into OpenTelemetry.
+    pub fn install(default_filter: &str, ansi: bool) -> Telemetry {
+        let journal = Arc::new(Journal::default());
+        let export: Arc<OnceLock<BatchSpanProcessor>> = Arc::default();
+        let tracer_provider = SdkTracerProvider::builder()
+            .with_sampler(Sampler::AlwaysOn)
+            .with_span_processor(JournalProcessor(journal.clone()))
+            .with_span_processor(Deferred(export.clone()))
+            .build();
+        let tracer = tracer_provider.tracer("agenteval");
+        opentelemetry::global::set_tracer_provider(tracer_provider.clone());
+        let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
+        let span_filter =
+            OWN_CRATES.iter().fold(Targets::new(), |t, c| t.with_target(*c, LevelFilter::INFO));
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(ansi)
+            .with_target(false)
+            .event_format(WithTraceIds(tracing_subscriber::fmt::format().with_target(false).with_ansi(ansi)))
+            .with_filter(log_filter);
+        let otel = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_location(false)
+            .with_threads(false)
+            .with_target(false)
+            .with_level(false)
+            .with_tracked_inactivity(false)
+            .with_filter(span_filter);
+        let _ = Registry::default().with(fmt).with(otel).try_init();
+        Telemetry {
+            tracer_provider,
+            journal,
+            export,
+            meter_provider: Mutex::new(None),
+            warned: Arc::default(),
+            timeout: Mutex::new(DEFAULT_EXPORT_TIMEOUT),
+        }
+    }
+
+    /// The span journal, for the engine to write `spans.jsonl`.
+    pub fn journal(&self) -> Arc<dyn SpanJournal> {
+        self.journal.clone()
+    }
+
+    /// Starts exporting spans (and, for the controller, metrics) as `settings` say. Call once,
+    /// inside the Tokio runtime (the gRPC channel lives on it).
+    pub fn connect(&self, settings: &Settings, role: Role) {
+        *self.timeout.lock().expect("timeout lock") = settings.timeout;
+        let Some(endpoint) = &settings.endpoint else { return };
+        let mut attrs = vec![
+            KeyValue::new("agenteval.role", role.as_str()),
+            KeyValue::new("service.instance.id", uuid::Uuid::now_v7().to_string()),
+            KeyValue::new("process.pid", std::process::id() as i64),
+            KeyValue::new("service.version", agenteval_engine::VERSION),
+        ];
+        attrs.extend(settings.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
+        let resource = Resource::builder().with_service_name(settings.service_name.clone()).with_attributes(attrs).build();
+        match span_exporter(endpoint, settings) {
+            Ok(mut exporter) => {
+                exporter.set_resource(&resource);
+                let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
+                let config = BatchConfigBuilder::default()
+                    .with_max_queue_size(MAX_QUEUE)
+                    .with_scheduled_delay(Duration::from_millis(500))
+                    .build();
+                let _ = self.export.set(BatchSpanProcessor::builder(exporter).with_batch_config(config).build());
+            }
+            Err(e) => self.warn(endpoint, &e),
+        }
+        if role != Role::Controller {
+            return;
+        }
+        match metric_exporter(endpoint, settings) {
+            Ok(exporter) => {
+                let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
+                let reader = PeriodicReader::builder(exporter).with_interval(settings.metrics_interval).build();
+                let provider = SdkMeterProvider::builder().with_resource(resource).with_reader(reader).build();
+                opentelemetry::global::set_meter_provider(provider.clone());
+                *self.meter_provider.lock().expect("meter lock") = Some(provider);
+            }
+            Err(e) => self.warn(endpoint, &e),
+        }
+    }
+
+    fn warn(&self, endpoint: &str, e: &dyn fmt::Display) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!("telemetry export to {endpoint} is off: {e}");
+        }
+    }
+
+    /// Flushes and stops export, waiting at most the export timeout (twice, for spans and
+    /// metrics in parallel). Runs the blocking SDK calls off the runtime's threads, which the
+    /// gRPC channel needs to make progress.
+    pub async fn shutdown(self) {
+        let timeout = *self.timeout.lock().expect("timeout lock");
+        let tracer = self.tracer_provider.clone();
+        let meters = self.meter_provider.lock().expect("meter lock").take();
+        let spans = tokio::task::spawn_blocking(move || tracer.shutdown_with_timeout(timeout));
+        let metrics = tokio::task::spawn_blocking(move || meters.map(|m| m.shutdown_with_timeout(timeout)));
+        let bound = timeout + Duration::from_secs(1);
+        let _ = tokio::time::timeout(bound, async {
+            let _ = spans.await;
+            let _ = metrics.await;
+        })
+        .await;
+    }
+}
+
+fn span_exporter(endpoint: &str, s: &Settings) -> Result<opentelemetry_otlp::SpanExporter, String> {
+    let b = opentelemetry_otlp::SpanExporter::builder();
+    match s.protocol {
+        OtlpProtocol::Grpc => b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).build(),
+        OtlpProtocol::HttpProtobuf => {
+            b.with_http().with_endpoint(signal_url(endpoint, "traces")).with_timeout(s.timeout).build()
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+fn metric_exporter(endpoint: &str, s: &Settings) -> Result<opentelemetry_otlp::MetricExporter, String> {
+    let b = opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
+    match s.protocol {
+        OtlpProtocol::Grpc => b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).build(),
+        OtlpProtocol::HttpProtobuf => {
+            b.with_http().with_endpoint(signal_url(endpoint, "metrics")).with_timeout(s.timeout).build()
+        }
+    }
+    .map_err(|e| e.to_string())
+}
+
+/// The OTLP/HTTP URL of one signal under a base endpoint (as the specification builds it from
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`).
+fn signal_url(base: &str, signal: &str) -> String {
+    format!("{}/v1/{signal}", base.trim_end_matches('/'))
+}
+
+/// Wraps an exporter: the first failure in this process becomes one warning; later ones are
+/// silent (the bundle has every span regardless).
+#[derive(Debug)]
+struct WarnOnce<E> {
+    inner: E,
+    warned: Arc<AtomicBool>,
+    endpoint: String,
+}
+
+impl<E> WarnOnce<E> {
+    fn check(&self, r: OTelSdkResult) -> OTelSdkResult {
+        if let Err(e) = &r
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!("telemetry export to {} failed (the run goes on; spans stay in the bundle): {e}", self.endpoint);
+        }
+        r
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for WarnOnce<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let r = self.inner.export(batch).await;
+        self.check(r)
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource)
+    }
+}
+
+impl<E: PushMetricExporter> PushMetricExporter for WarnOnce<E> {
+    async fn export(&self, metrics: &ResourceMetrics) -> OTelSdkResult {
+        let r = self.inner.export(metrics).await;
+        self.check(r)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn temporality(&self) -> Temporality {
+        self.inner.temporality()
+    }
+}
+
+/// A span processor filled in later: the OTLP batch processor once `connect` knows where to
+/// send (the provider's processors are fixed when it is built, before the config is read).
+#[derive(Debug)]
+struct Deferred(Arc<OnceLock<BatchSpanProcessor>>);
+
+impl SpanProcessor for Deferred {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        if let Some(p) = self.0.get() {
+            p.on_start(span, cx)
+        }
+    }
+
+    fn on_end(&self, span: SpanData) {
+        if let Some(p) = self.0.get() {
+            p.on_end(span)
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.get().map_or(Ok(()), |p| p.force_flush())
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.get().map_or(Ok(()), |p| p.shutdown_with_timeout(timeout))
+    }
+}
+
+/// Finished spans of this process, grouped by their local root (the outermost span of this
+/// process above them: `eval.run` in the controller, each `eval.task` in a worker), as JSON
+/// lines ready for `spans.jsonl`.
+#[derive(Debug, Default)]
+pub struct Journal {
+    inner: Mutex<JournalInner>,
+}
+
+#[derive(Debug, Default)]
+struct JournalInner {
+    /// Open spans and their local roots.
+    roots: HashMap<SpanId, SpanId>,
+    /// Finished spans by local root.
+    done: HashMap<SpanId, Vec<u8>>,
+}
+
+impl SpanJournal for Journal {
+    fn take_tree(&self, root: SpanId) -> Vec<u8> {
+        self.inner.lock().expect("journal lock").done.remove(&root).unwrap_or_default()
+    }
+
+    fn take_all(&self) -> Vec<u8> {
+        let mut inner = self.inner.lock().expect("journal lock");
+        let mut out = Vec::new();
+        for (_, lines) in inner.done.drain() {
+            out.extend_from_slice(&lines);
+        }
+        out
+    }
+}
+
+#[derive(Debug)]
+struct JournalProcessor(Arc<Journal>);
+
+impl SpanProcessor for JournalProcessor {
+    fn on_start(&self, span: &mut Span, cx: &Context) {
+        let id = span.span_context().span_id();
+        let parent = cx.span().span_context().clone();
+        let mut inner = self.0.inner.lock().expect("journal lock");
+        let root = if parent.is_valid() && !parent.is_remote() {
+            inner.roots.get(&parent.span_id()).copied().unwrap_or(parent.span_id())
+        } else {
+            id
+        };
+        inner.roots.insert(id, root);
+    }
+
+    fn on_end(&self, span: SpanData) {
+        let line = span_json(&span);
+        let id = span.span_context.span_id();
+        let mut inner = self.0.inner.lock().expect("journal lock");
+        let root = inner.roots.remove(&id).unwrap_or(id);
+        let lines = inner.done.entry(root).or_default();
+        serde_json::to_writer(&mut *lines, &line).expect("span JSON serializes");
+        lines.push(b'\n');
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+fn time(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
+fn value_json(v: &Value) -> serde_json::Value {
+    use opentelemetry::Array;
+    match v {
+        Value::Bool(b) => (*b).into(),
+        Value::I64(i) => (*i).into(),
+        Value::F64(f) => serde_json::Number::from_f64(*f).map(Into::into).unwrap_or(serde_json::Value::Null),
+        Value::String(s) => s.as_str().into(),
+        Value::Array(Array::Bool(a)) => a.clone().into(),
+        Value::Array(Array::I64(a)) => a.clone().into(),
+        Value::Array(Array::F64(a)) => a.iter().map(|f| value_json(&Value::F64(*f))).collect(),
+        Value::Array(Array::String(a)) => a.iter().map(|s| serde_json::Value::from(s.as_str())).collect(),
+        other => other.to_string().into(),
+    }
+}
+
+fn attrs_json(kvs: &[KeyValue]) -> serde_json::Map<String, serde_json::Value> {
+    kvs.iter().map(|kv| (kv.key.to_string(), value_json(&kv.value))).collect()
+}
+
+/// One line of `spans.jsonl` (documented in docs/bundle-format.md).
+fn span_json(s: &SpanData) -> serde_json::Value {
+    let parent = (s.parent_span_id != SpanId::INVALID).then(|| s.parent_span_id.to_string());
+    let (status, message) = match &s.status {
+        Status::Unset => ("unset", None),
+        Status::Ok => ("ok", None),
+        Status::Error { description } => ("error", Some(description.to_string())),
+    };
+    let duration = s.end_time.duration_since(s.start_time).unwrap_or_default();
+    let events: Vec<serde_json::Value> = s
+        .events
+        .iter()
+        .map(|e| serde_json::json!({"name": e.name, "time": time(e.timestamp), "attributes": attrs_json(&e.attributes)}))
+        .collect();
+    serde_json::json!({
+        "trace_id": s.span_context.trace_id().to_string(),
+        "span_id": s.span_context.span_id().to_string(),
+        "parent_span_id": parent,
+        "parent_is_remote": s.parent_span_is_remote,
+        "name": s.name,
+        "kind": format!("{:?}", s.span_kind).to_lowercase(),
+        "start_time": time(s.start_time),
+        "end_time": time(s.end_time),
+        "duration_ms": duration.as_secs_f64() * 1000.0,
+        "status": status,
+        "status_message": message,
+        "attributes": attrs_json(&s.attributes),
+        "events": events,
+    })
+}
+
+/// The default log line with the current span's trace and span ids appended, so a log line
+/// leads to its trace.
+struct WithTraceIds<F>(F);
+
+impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+    F: FormatEvent<S, N>,
+{
+    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &tracing::Event<'_>) -> fmt::Result {
+        let ids = ctx.lookup_current().and_then(|span| {
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            let cx = tracing_opentelemetry::get_otel_context(&span.id(), &dispatch)?;
+            let sc = cx.span().span_context().clone();
+            sc.is_valid().then(|| format!(" trace_id={} span_id={}", sc.trace_id(), sc.span_id()))
+        });
+        let Some(ids) = ids else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        // The ids go at the end of the line, before its newline.
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        writeln!(writer, "{}{ids}", line.trim_end_matches('\n'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_wins_over_environment_and_workers_get_no_headers() {
+        let c = TelemetryConfig {
+            endpoint: Some("http://collector:4317".into()),
+            protocol: Some(OtlpProtocol::Grpc),
+            worker_endpoint: Some("http://localhost:4317".into()),
+            service_name: Some("nightly".into()),
+            export_timeout_seconds: Some(2.0),
+            ..Default::default()
+        };
+        let s = Settings::resolve(Some(&c));
+        assert_eq!(s.endpoint.as_deref(), Some("http://collector:4317"));
+        assert_eq!(s.protocol, OtlpProtocol::Grpc);
+        assert_eq!(s.timeout, Duration::from_secs(2));
+        let w = s.worker_env();
+        assert_eq!(w["OTEL_EXPORTER_OTLP_ENDPOINT"], "http://localhost:4317");
+        assert_eq!(w["OTEL_EXPORTER_OTLP_PROTOCOL"], "grpc");
+        assert_eq!(w["OTEL_SERVICE_NAME"], "nightly");
+        assert!(!w.contains_key("OTEL_EXPORTER_OTLP_HEADERS"));
+
+        let off = Settings::resolve(Some(&TelemetryConfig { disabled: Some(true), ..c }));
+        assert_eq!(off.endpoint, None);
+        assert_eq!(off.worker_env()["OTEL_SDK_DISABLED"], "true");
+    }
+
+    #[test]
+    fn signal_urls() {
+        assert_eq!(signal_url("http://h:4318/", "traces"), "http://h:4318/v1/traces");
+        assert_eq!(strip_signal_path("http://h:4318/v1/traces"), "http://h:4318");
+    }
+}
