@@ -9,9 +9,9 @@ use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use tracing::Instrument;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 
 use crate::scorers::{default_scorers, empty_summary};
 

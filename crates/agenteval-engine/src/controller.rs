@@ -577,8 +577,13 @@ async fn drive_jobs(
         // and the backend's own pacing (a token bucket) decides the rate, not this loop.
         while in_flight.len() < max_conc && !queue.is_empty() {
             let n = (max_conc - in_flight.len()).min(queue.len()).min(DISPATCH_BATCH);
-            let batch: Vec<(Pending, tracing::Span)> =
-                queue.drain(..n).map(|p| { let s = job_span(run_span, &p); (p, s) }).collect();
+            let batch: Vec<(Pending, tracing::Span)> = queue
+                .drain(..n)
+                .map(|p| {
+                    let s = job_span(run_span, &p);
+                    (p, s)
+                })
+                .collect();
             let results = futures::future::join_all(
                 batch.iter().map(|(p, span)| dispatch(run, p, span, &opts.worker_env).instrument(span.clone())),
             )

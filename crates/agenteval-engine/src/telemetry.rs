@@ -115,13 +115,18 @@ pub struct FleetMetrics {
 }
 
 /// Histogram buckets in seconds, from sub-second local starts to slow Fargate cold starts.
-const SECONDS_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
+const SECONDS_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0];
 
 impl FleetMetrics {
     pub fn new(run_id: &str, benchmark: &str, backend: &str) -> Self {
         let m = opentelemetry::global::meter("agenteval");
         let seconds = |name: &'static str, what: &'static str| {
-            m.f64_histogram(name).with_unit("s").with_description(what).with_boundaries(SECONDS_BUCKETS.to_vec()).build()
+            m.f64_histogram(name)
+                .with_unit("s")
+                .with_description(what)
+                .with_boundaries(SECONDS_BUCKETS.to_vec())
+                .build()
         };
         FleetMetrics {
             attrs: vec![
@@ -129,18 +134,47 @@ impl FleetMetrics {
                 KeyValue::new(attr::BENCHMARK, benchmark.to_string()),
                 KeyValue::new(attr::BACKEND, backend.to_string()),
             ],
-            jobs_submitted: m.u64_counter("agenteval.jobs.submitted").with_description("Jobs submitted to the backend").build(),
-            jobs_succeeded: m.u64_counter("agenteval.jobs.succeeded").with_description("Jobs that ended with every task recorded").build(),
-            jobs_failed: m.u64_counter("agenteval.jobs.failed").with_description("Jobs that failed, were cancelled or left tasks unrecorded").build(),
-            jobs_retried: m.u64_counter("agenteval.jobs.retried").with_description("Failed jobs submitted again").build(),
-            jobs_running: m.u64_gauge("agenteval.jobs.running").with_description("Jobs submitted and not yet ended").build(),
+            jobs_submitted: m
+                .u64_counter("agenteval.jobs.submitted")
+                .with_description("Jobs submitted to the backend")
+                .build(),
+            jobs_succeeded: m
+                .u64_counter("agenteval.jobs.succeeded")
+                .with_description("Jobs that ended with every task recorded")
+                .build(),
+            jobs_failed: m
+                .u64_counter("agenteval.jobs.failed")
+                .with_description("Jobs that failed, were cancelled or left tasks unrecorded")
+                .build(),
+            jobs_retried: m
+                .u64_counter("agenteval.jobs.retried")
+                .with_description("Failed jobs submitted again")
+                .build(),
+            jobs_running: m
+                .u64_gauge("agenteval.jobs.running")
+                .with_description("Jobs submitted and not yet ended")
+                .build(),
             queue_depth: m.u64_gauge("agenteval.queue.depth").with_description("Jobs waiting to be submitted").build(),
             job_start_latency: seconds("agenteval.job.start_latency", "From submitting a job to seeing it run"),
             task_duration: seconds("agenteval.task.duration", "Agent wall time of a finished task"),
-            tasks_completed: m.u64_counter("agenteval.tasks.completed").with_description("Tasks with a recorded result").build(),
-            tokens: m.u64_counter("agenteval.tokens").with_unit("{token}").with_description("Tokens used by agents").build(),
-            cost: m.f64_counter("agenteval.cost").with_unit("USD").with_description("Spend of agents and evaluators").build(),
-            pass_rate: m.f64_gauge("agenteval.pass_rate").with_description("Passed tasks over finished tasks so far").build(),
+            tasks_completed: m
+                .u64_counter("agenteval.tasks.completed")
+                .with_description("Tasks with a recorded result")
+                .build(),
+            tokens: m
+                .u64_counter("agenteval.tokens")
+                .with_unit("{token}")
+                .with_description("Tokens used by agents")
+                .build(),
+            cost: m
+                .f64_counter("agenteval.cost")
+                .with_unit("USD")
+                .with_description("Spend of agents and evaluators")
+                .build(),
+            pass_rate: m
+                .f64_gauge("agenteval.pass_rate")
+                .with_description("Passed tasks over finished tasks so far")
+                .build(),
         }
     }
 

@@ -82,9 +82,8 @@ impl CallSpans {
         let tracer = opentelemetry::global::tracer("agenteval");
         let tool_name = || ev.payload.get("tool").and_then(|t| t.as_str()).unwrap_or("unknown").to_string();
         if ev.kind == EventKind::AgentToolResult {
-            let mut span = self.open_tool.take().unwrap_or_else(|| {
-                self.tool_span(&tracer, &tool_name(), self.last_event)
-            });
+            let mut span =
+                self.open_tool.take().unwrap_or_else(|| self.tool_span(&tracer, &tool_name(), self.last_event));
             if ev.input_tokens + ev.output_tokens > 0 {
                 span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", ev.input_tokens as i64));
                 span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", ev.output_tokens as i64));
@@ -280,12 +279,29 @@ pub async fn run_job(
     );
     tokio::pin!(cancel);
     for task in &ctx.job.tasks {
+        let span = task_span(&ctx, task);
+        let root = telemetry::span_id(&span);
         let outcome = tokio::select! {
-            r = process_task(&ctx, task) => r,
+            r = run_task(&ctx, task).instrument(span.clone()) => r,
             _ = &mut cancel => {
                 tracing::warn!(task = %task.id, "stopping: cancelled");
+                // The task's span ends here, marked, and is flushed before the process exits.
+                telemetry::set_error(&span, "worker cancelled");
                 return worker_exit::CANCELLED;
             }
+        };
+        record_outcome(&ctx, &span, &outcome);
+        // The task's spans go into its folder, so its span must be over before the files are
+        // written; this handle is the last one.
+        drop(span);
+        let spans = match (root, &ctx.journal) {
+            (Some(root), Some(j)) => Some(j.take_tree(root)),
+            _ => None,
+        };
+        let outcome = match outcome {
+            Ok(Some(done)) => write_outcome(&ctx, task, done, spans).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
         };
         if let Err(e) = outcome {
             // A store or index failure: the job cannot vouch for its results. Exiting non-zero
@@ -298,9 +314,9 @@ pub async fn run_job(
     worker_exit::OK
 }
 
-/// Processes one task in its `eval.task` span; `Err` only for failures of agenteval's own
-/// storage.
-async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
+/// A task's `eval.task` span, a child of the controller's `eval.job` span when the job carries
+/// its trace context.
+fn task_span(ctx: &Ctx, task: &TaskSpec) -> tracing::Span {
     let span = tracing::info_span!(
         "eval.task",
         agenteval.run.id = %ctx.run_id,
@@ -320,32 +336,36 @@ async fn process_task(ctx: &Ctx, task: &TaskSpec) -> Result<()> {
     if let Some(tp) = &ctx.traceparent {
         telemetry::set_remote_parent(&span, tp);
     }
-    let root = telemetry::span_id(&span);
-    let outcome = run_task(ctx, task).instrument(span.clone()).await;
-    match &outcome {
+    span
+}
+
+/// The task's outcome on its span.
+fn record_outcome(ctx: &Ctx, span: &tracing::Span, outcome: &Result<Option<(TaskResult, String)>>) {
+    match outcome {
         Ok(Some((r, _))) => {
             span.record("agenteval.passed", r.passed);
             span.record("agenteval.cost_usd", r.total_cost_usd());
             span.record("agenteval.tokens", r.agent.total_tokens as i64);
             span.record("agenteval.terminated_by", r.agent.terminated_by.as_str());
             if r.agent.terminated_by == TerminatedBy::InfraFailure {
-                telemetry::set_error(&span, r.agent.error.as_deref().unwrap_or("infrastructure failure"));
+                telemetry::set_error(span, r.agent.error.as_deref().unwrap_or("infrastructure failure"));
             }
         }
         Ok(None) => {
             span.record("agenteval.skipped", true);
         }
-        Err(e) => telemetry::set_error(&span, &ctx.redactor.redact(&e.to_string())),
+        Err(e) => telemetry::set_error(span, &ctx.redactor.redact(&e.to_string())),
     }
-    // The task's spans go into its folder, so the span must be over before the files are written.
-    drop(span);
-    let spans = match (root, &ctx.journal) {
-        (Some(root), Some(j)) => Some(j.take_tree(root)),
-        _ => None,
-    };
-    let Some((result, log)) = outcome? else {
-        return Ok(());
-    };
+}
+
+/// Writes a finished task's files and records it; `Err` only for failures of agenteval's own
+/// storage.
+async fn write_outcome(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    (result, log): (TaskResult, String),
+    spans: Option<Vec<u8>>,
+) -> Result<()> {
     // A retried job may overlap the attempt it replaced (a worker that was only slow). Whoever
     // the index has moved past must not overwrite the files of the attempt that counts.
     let attempt = ctx.job.attempt;
@@ -372,13 +392,8 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         return Ok(None);
     }
     let ids = telemetry::log_ids(&tracing::Span::current());
-    let mut log = vec![format!(
-        "{} task {} attempt {} job {}{ids}",
-        Utc::now().to_rfc3339(),
-        task.id,
-        attempt,
-        ctx.job.job_id
-    )];
+    let mut log =
+        vec![format!("{} task {} attempt {} job {}{ids}", Utc::now().to_rfc3339(), task.id, attempt, ctx.job.job_id)];
     let started_at = Utc::now();
     let prepare = tracing::info_span!("benchmark.prepare");
     let env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;

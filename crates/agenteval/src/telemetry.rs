@@ -16,9 +16,9 @@ use opentelemetry::{Context, KeyValue, Value};
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
 use opentelemetry_sdk::metrics::exporter::PushMetricExporter;
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider, Temporality};
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracerProvider, Span, SpanData, SpanExporter, SpanProcessor,
 };
@@ -93,7 +93,11 @@ impl Settings {
             worker_endpoint: c.worker_endpoint.clone().or_else(|| endpoint.clone()),
             endpoint: if disabled { None } else { endpoint },
             protocol,
-            service_name: c.service_name.clone().or_else(|| env("OTEL_SERVICE_NAME")).unwrap_or_else(|| "agenteval".into()),
+            service_name: c
+                .service_name
+                .clone()
+                .or_else(|| env("OTEL_SERVICE_NAME"))
+                .unwrap_or_else(|| "agenteval".into()),
             resource_attributes: c.resource_attributes.clone(),
             timeout,
             metrics_interval,
@@ -176,8 +180,7 @@ impl Telemetry {
         let tracer = tracer_provider.tracer("agenteval");
         opentelemetry::global::set_tracer_provider(tracer_provider.clone());
         let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
-        let span_filter =
-            OWN_CRATES.iter().fold(Targets::new(), |t, c| t.with_target(*c, LevelFilter::INFO));
+        let span_filter = OWN_CRATES.iter().fold(Targets::new(), |t, c| t.with_target(*c, LevelFilter::INFO));
         let fmt = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(ansi)
@@ -220,7 +223,8 @@ impl Telemetry {
             KeyValue::new("service.version", agenteval_engine::VERSION),
         ];
         attrs.extend(settings.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
-        let resource = Resource::builder().with_service_name(settings.service_name.clone()).with_attributes(attrs).build();
+        let resource =
+            Resource::builder().with_service_name(settings.service_name.clone()).with_attributes(attrs).build();
         match span_exporter(endpoint, settings) {
             Ok(mut exporter) => {
                 exporter.set_resource(&resource);
@@ -314,7 +318,10 @@ impl<E> WarnOnce<E> {
         if let Err(e) = &r
             && !self.warned.swap(true, Ordering::Relaxed)
         {
-            tracing::warn!("telemetry export to {} failed (the run goes on; spans stay in the bundle): {e}", self.endpoint);
+            tracing::warn!(
+                "telemetry export to {} failed (the run goes on; spans stay in the bundle): {e}",
+                self.endpoint
+            );
         }
         r
     }
@@ -486,7 +493,9 @@ fn span_json(s: &SpanData) -> serde_json::Value {
     let events: Vec<serde_json::Value> = s
         .events
         .iter()
-        .map(|e| serde_json::json!({"name": e.name, "time": time(e.timestamp), "attributes": attrs_json(&e.attributes)}))
+        .map(
+            |e| serde_json::json!({"name": e.name, "time": time(e.timestamp), "attributes": attrs_json(&e.attributes)}),
+        )
         .collect();
     serde_json::json!({
         "trace_id": s.span_context.trace_id().to_string(),
@@ -515,7 +524,12 @@ where
     N: for<'a> FormatFields<'a> + 'static,
     F: FormatEvent<S, N>,
 {
-    fn format_event(&self, ctx: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &tracing::Event<'_>) -> fmt::Result {
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
         let ids = ctx.lookup_current().and_then(|span| {
             let dispatch = tracing::dispatcher::get_default(|d| d.clone());
             let cx = tracing_opentelemetry::get_otel_context(&span.id(), &dispatch)?;

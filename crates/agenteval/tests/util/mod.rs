@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod otlp;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -44,6 +46,12 @@ impl Workspace {
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG");
+        // Tests choose their own telemetry; the machine's must not leak in.
+        for (k, _) in std::env::vars() {
+            if k.starts_with("OTEL_") || k == "TRACEPARENT" {
+                c.env_remove(k);
+            }
+        }
         c
     }
 

@@ -1,0 +1,296 @@
+//! End-to-end telemetry tests: the real binary exports to an OTLP receiver on 127.0.0.1 (built
+//! on the OTLP protobuf definitions, gRPC and HTTP/protobuf), and the bundle's `spans.jsonl`
+//! files are checked against what arrived.
+
+mod util;
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use util::otlp::{Protocol, RSpan, Receiver};
+use util::*;
+
+fn spans_file(p: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every span of a bundle: the run's file and every task's.
+fn bundle_spans(bundle: &Path) -> (Vec<serde_json::Value>, HashMap<String, Vec<serde_json::Value>>) {
+    let run = spans_file(&bundle.join("spans.jsonl"));
+    let mut tasks = HashMap::new();
+    for d in std::fs::read_dir(bundle.join("tasks")).unwrap().flatten() {
+        let p = d.path().join("spans.jsonl");
+        if p.exists() {
+            tasks.insert(d.file_name().to_string_lossy().into_owned(), spans_file(&p));
+        }
+    }
+    (run, tasks)
+}
+
+fn with_otlp(cmd: &mut std::process::Command, endpoint: &str, protocol: &str) {
+    cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint).env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
+}
+
+fn one_trace_for_the_whole_fleet(protocol: Protocol) {
+    let receiver = Receiver::start(protocol);
+    let ws = Workspace::new();
+    // 12 tasks in 4 jobs, two workers at a time.
+    let cfg = toy_config(&ws, 12, 5, 3, 2);
+    let mut cmd = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    let wire = if protocol == Protocol::Grpc { "grpc" } else { "http/protobuf" };
+    with_otlp(&mut cmd, &receiver.endpoint(), wire);
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run_id = v["run_id"].as_str().unwrap().to_string();
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+
+    // Spans of every process arrive: the controller exits after its workers, flushing last.
+    assert!(
+        receiver.wait_for(Duration::from_secs(20), |s| {
+            s.spans.iter().filter(|s| s.name == "eval.task").count() == 12
+                && s.spans.iter().any(|s| s.name == "eval.run")
+                && s.points.iter().any(|p| p.metric == "agenteval.tasks.completed")
+        }),
+        "spans and metrics did not all arrive"
+    );
+    let store = receiver.store.lock().unwrap();
+    let by_id: HashMap<&str, &RSpan> = store.spans.iter().map(|s| (s.span_id.as_str(), s)).collect();
+    let runs: Vec<&RSpan> = store.spans.iter().filter(|s| s.name == "eval.run").collect();
+    assert_eq!(runs.len(), 1);
+    let root = runs[0];
+    assert!(root.parent_span_id.is_empty(), "eval.run is the root");
+    assert_eq!(root.attr("agenteval.run.id").unwrap(), &serde_json::json!(run_id));
+    assert_eq!(root.attr("agenteval.status").unwrap(), "complete");
+    assert_eq!(root.resource["agenteval.role"], "controller");
+    assert_eq!(root.resource["service.name"], "agenteval");
+    for s in &store.spans {
+        assert_eq!(s.trace_id, root.trace_id, "{} is in the run's trace", s.name);
+    }
+    let jobs: Vec<&RSpan> = store.spans.iter().filter(|s| s.name == "eval.job").collect();
+    assert_eq!(jobs.len(), 4);
+    for j in &jobs {
+        assert_eq!(j.parent_span_id, root.span_id);
+        assert_eq!(j.attr("agenteval.attempt").unwrap(), 1);
+        assert_eq!(j.attr("agenteval.job.status").unwrap(), "succeeded");
+    }
+    let mut task_ids = BTreeSet::new();
+    for t in store.spans.iter().filter(|s| s.name == "eval.task") {
+        let parent = by_id.get(t.parent_span_id.as_str()).expect("eval.task has a received parent");
+        assert_eq!(parent.name, "eval.job", "eval.task hangs under its job");
+        assert_eq!(t.attr("agenteval.job.id"), parent.attr("agenteval.job.id"));
+        assert_eq!(t.resource["agenteval.role"], "worker");
+        for key in [
+            "agenteval.run.id",
+            "agenteval.task.id",
+            "agenteval.benchmark",
+            "agenteval.agent",
+            "agenteval.backend",
+            "agenteval.attempt",
+            "agenteval.cost_usd",
+            "agenteval.tokens",
+            "agenteval.terminated_by",
+        ] {
+            assert!(t.attr(key).is_some(), "eval.task has {key}: {:?}", t.attrs);
+        }
+        task_ids.insert(t.attr("agenteval.task.id").unwrap().as_str().unwrap().to_string());
+    }
+    assert_eq!(task_ids.len(), 12, "one eval.task per task");
+    // Every other worker span leads up to an eval.task.
+    let names: BTreeSet<&str> = store.spans.iter().map(|s| s.name.as_str()).collect();
+    for n in [
+        "benchmark.prepare",
+        "agent.execute",
+        "policy.check",
+        "benchmark.grade",
+        "evaluator.exact_match",
+        "evaluator.no_error",
+        "benchmark.teardown",
+        "scorer.summarize",
+        "report.render",
+        "chat mock",
+        "execute_tool calculator",
+    ] {
+        assert!(names.contains(n), "a {n} span arrived: {names:?}");
+    }
+    for s in store.spans.iter().filter(|s| !s.name.starts_with("eval.") && s.resource["agenteval.role"] == "worker") {
+        let mut p = by_id[s.parent_span_id.as_str()];
+        while p.name != "eval.task" {
+            p = by_id[p.parent_span_id.as_str()];
+        }
+    }
+    let chat = store.spans.iter().find(|s| s.name == "chat mock").unwrap();
+    assert_eq!(chat.attr("gen_ai.operation.name").unwrap(), "chat");
+    assert_eq!(chat.attr("gen_ai.request.model").unwrap(), "mock");
+    assert!(chat.attr("gen_ai.usage.input_tokens").unwrap().as_i64().unwrap() > 0);
+    assert_eq!(by_id[chat.parent_span_id.as_str()].name, "agent.execute");
+    // The toy's agent_error tasks mark their agent span as failed.
+    assert!(store.spans.iter().any(|s| s.name == "agent.execute" && s.status_code == 2));
+
+    // The bundle has the same spans, collector or not.
+    let (run_spans, task_spans) = bundle_spans(&bundle);
+    assert_eq!(task_spans.len(), 12);
+    let received: BTreeSet<&str> = store.spans.iter().map(|s| s.span_id.as_str()).collect();
+    let mut in_bundle = 0;
+    for s in run_spans.iter().chain(task_spans.values().flatten()) {
+        assert!(received.contains(s["span_id"].as_str().unwrap()), "bundle span {s} was exported");
+        in_bundle += 1;
+    }
+    assert_eq!(in_bundle, store.spans.len(), "the bundle holds every exported span");
+    let manifest = read_json(&bundle.join("manifest.json"));
+    assert!(manifest["files"]["spans.jsonl"].is_object(), "the manifest lists spans.jsonl");
+    assert!(manifest["files"]["tasks/toy-0000000/spans.jsonl"].is_object());
+
+    // Fleet metrics: counts match the bundle.
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(store.total("agenteval.tasks.completed"), 12.0);
+    assert_eq!(store.total("agenteval.jobs.submitted"), 4.0);
+    assert_eq!(store.total("agenteval.jobs.succeeded"), 4.0);
+    assert_eq!(store.total("agenteval.jobs.failed"), 0.0);
+    assert_eq!(store.total("agenteval.tokens"), summary["total_tokens"].as_f64().unwrap());
+    assert!((store.total("agenteval.cost") - summary["total_cost_usd"].as_f64().unwrap()).abs() < 1e-9);
+    let passed: f64 = store
+        .latest("agenteval.tasks.completed")
+        .iter()
+        .filter(|p| p.attrs["agenteval.passed"] == true)
+        .map(|p| p.value)
+        .sum();
+    assert_eq!(passed, summary["passed"].as_f64().unwrap());
+    let durations = store.latest("agenteval.task.duration");
+    assert_eq!(durations.iter().map(|p| p.count).sum::<u64>(), 12);
+    let starts = store.latest("agenteval.job.start_latency");
+    assert_eq!(starts.iter().map(|p| p.count).sum::<u64>(), 4, "one start latency per job");
+    let rate = store.latest("agenteval.pass_rate");
+    assert!((rate[0].value - summary["pass_rate"].as_f64().unwrap()).abs() < 1e-9);
+    assert_eq!(store.latest("agenteval.queue.depth")[0].value, 0.0);
+    assert_eq!(store.latest("agenteval.jobs.running")[0].value, 0.0);
+    for p in &durations {
+        assert_eq!(p.attrs["agenteval.run.id"], serde_json::json!(run_id));
+        assert_eq!(p.attrs["agenteval.benchmark"], "toy");
+        assert_eq!(p.attrs["agenteval.backend"], "local");
+    }
+    if protocol == Protocol::Grpc {
+        assert!(store.grpc_requests > 0 && store.http_requests == 0);
+    } else {
+        assert!(store.http_requests > 0 && store.grpc_requests == 0);
+    }
+}
+
+#[test]
+fn a_local_run_arrives_as_one_trace_over_grpc() {
+    one_trace_for_the_whole_fleet(Protocol::Grpc);
+}
+
+#[test]
+fn a_local_run_arrives_as_one_trace_over_http_protobuf() {
+    one_trace_for_the_whole_fleet(Protocol::Http);
+}
+
+/// A collector that accepts connections and never answers: the slowest way to be down.
+fn black_hole() -> (std::net::TcpListener, String) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", l.local_addr().unwrap());
+    (l, endpoint)
+}
+
+fn assert_complete_spans(bundle: &Path, tasks: usize) {
+    let (run, task_spans) = bundle_spans(bundle);
+    assert_eq!(run.iter().filter(|s| s["name"] == "eval.run").count(), 1);
+    let trace = run[0]["trace_id"].as_str().unwrap().to_string();
+    assert_eq!(task_spans.len(), tasks, "every task has its spans.jsonl");
+    for (task, spans) in &task_spans {
+        let t: Vec<_> = spans.iter().filter(|s| s["name"] == "eval.task").collect();
+        assert_eq!(t.len(), 1, "{task}: one eval.task");
+        assert_eq!(t[0]["trace_id"], serde_json::json!(trace));
+        assert!(spans.iter().any(|s| s["name"] == "agent.execute"), "{task}: agent.execute");
+        assert!(spans.iter().any(|s| s["name"] == "benchmark.grade"), "{task}: benchmark.grade");
+    }
+}
+
+#[test]
+fn a_dead_or_silent_collector_costs_bounded_time_and_one_warning() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 6, 5, 2, 2);
+    // Closed port: connections are refused at once.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let (_hole, silent) = black_hole();
+    for (endpoint, protocol) in
+        [(closed.as_str(), "grpc"), (silent.as_str(), "http/protobuf"), (silent.as_str(), "grpc")]
+    {
+        let started = Instant::now();
+        let mut cmd = ws.cmd(&[
+            "submit",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--set",
+            "telemetry.export_timeout_seconds=1",
+        ]);
+        with_otlp(&mut cmd, endpoint, protocol);
+        let out = cmd.output().unwrap();
+        let took = started.elapsed();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{protocol} {endpoint}: {stderr}");
+        // A generous bound: the point is that export cannot hang a run (timeouts are 1 s).
+        assert!(took < Duration::from_secs(45), "{protocol} {endpoint}: took {took:?}");
+        let warnings = stderr.lines().filter(|l| l.contains("telemetry")).count();
+        assert!(warnings <= 1, "at most one warning: {stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["status"], "complete");
+        assert_complete_spans(Path::new(v["bundle"].as_str().unwrap()), 6);
+    }
+}
+
+#[test]
+fn a_worker_stopped_by_sigterm_flushes_its_spans() {
+    let receiver = Receiver::start(Protocol::Grpc);
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 4, 1500, 1, 2);
+    let mut cmd = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    with_otlp(&mut cmd, &receiver.endpoint(), "grpc");
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut victim = None;
+    wait_until("a worker mid-task", Duration::from_secs(30), || {
+        for (pid, job) in workers_under(ws.path()) {
+            let Ok(spec) = std::fs::read(&job) else { continue };
+            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
+            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
+            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
+            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
+                kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
+                victim = Some(task);
+                return true;
+            }
+        }
+        false
+    });
+    let victim = victim.unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(receiver.wait_for(Duration::from_secs(20), |s| s.spans.iter().any(|s| s.name == "eval.run")));
+    let store = receiver.store.lock().unwrap();
+    let victim_spans: Vec<&RSpan> = store
+        .spans
+        .iter()
+        .filter(|s| s.name == "eval.task" && s.attr("agenteval.task.id") == Some(&serde_json::json!(victim)))
+        .collect();
+    let stopped = victim_spans.iter().find(|s| s.attr("agenteval.attempt") == Some(&serde_json::json!(1)));
+    let stopped = stopped.expect("the SIGTERMed worker's eval.task span was flushed before it exited");
+    assert_eq!(stopped.status_code, 2, "marked as an error (cancelled)");
+    assert!(
+        victim_spans.iter().any(|s| s.attr("agenteval.attempt") == Some(&serde_json::json!(2))),
+        "the retry has its own span"
+    );
+    let root = store.spans.iter().find(|s| s.name == "eval.run").unwrap();
+    assert_eq!(stopped.trace_id, root.trace_id);
+}
