@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use agenteval_aws::testing as emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
+use util::otlp;
 use util::*;
 
 /// One isolated AWS "account": its own bucket, table, cluster and working directory.
@@ -338,4 +339,60 @@ async fn doctor_names_a_missing_bucket_and_launches_nothing() {
     assert!(shown.contains(&format!("ok   cluster {}", aws.cluster)), "{shown}");
     let (runs, _) = aws.json(&["runs", "list", "--backend", "aws", "--json"]);
     assert_eq!(runs.as_array().unwrap().len(), 0, "nothing was launched");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_trace_context_reaches_fargate_workers_through_container_overrides() {
+    let receiver = otlp::Receiver::start(otlp::Protocol::Grpc);
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let body = format!("{TOY}telemetry:\n  endpoint: {}\n  protocol: grpc\n", receiver.endpoint());
+    let cfg = aws.config("aws-traced", &body, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert!(receiver.wait_for(Duration::from_secs(20), |s| {
+        s.spans.iter().filter(|s| s.name == "eval.task").count() == 12 && s.spans.iter().any(|s| s.name == "eval.run")
+    }));
+    let store = receiver.store.lock().unwrap();
+    let root = store.spans.iter().find(|s| s.name == "eval.run").unwrap();
+    assert_eq!(root.attr("agenteval.backend").unwrap(), "aws");
+    let jobs: std::collections::HashMap<&str, &otlp::RSpan> =
+        store.spans.iter().filter(|s| s.name == "eval.job").map(|s| (s.span_id.as_str(), s)).collect();
+
+    // Every RunTask carried its job span's traceparent and the telemetry settings in the
+    // container overrides (the Fargate stand-in passes nothing else to the worker).
+    let out =
+        python("ecs_overrides.py").args(["--endpoint", &aws.endpoint, "--cluster", &aws.cluster]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tasks: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(tasks.len(), 6, "12 tasks at 2 per job");
+    for t in &tasks {
+        let env = &t["env"];
+        let tp = env["TRACEPARENT"].as_str().unwrap_or_else(|| panic!("no TRACEPARENT in the overrides: {t}"));
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts[1], root.trace_id, "the run's trace");
+        assert!(jobs.contains_key(parts[2]), "the parent is an eval.job span: {tp}");
+        assert_eq!(env["OTEL_EXPORTER_OTLP_ENDPOINT"], receiver.endpoint().as_str());
+        assert_eq!(env["OTEL_EXPORTER_OTLP_PROTOCOL"], "grpc");
+    }
+    // ...and the workers' spans joined the trace under those job spans.
+    for t in store.spans.iter().filter(|s| s.name == "eval.task") {
+        assert_eq!(t.trace_id, root.trace_id);
+        assert!(jobs.contains_key(t.parent_span_id.as_str()), "eval.task under an eval.job");
+        assert_eq!(t.attr("agenteval.backend").unwrap(), "aws");
+    }
+    // The S3 bundle has the spans too, in its manifest.
+    let bundle = v["bundle"].as_str().unwrap();
+    let out = aws.run(&["validate-bundle", bundle, "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    let key = format!("team/runs/{}/manifest.json", v["run_id"].as_str().unwrap());
+    let script = format!(
+        "import boto3,json;s3=boto3.client('s3',endpoint_url='{}',region_name='us-east-1',aws_access_key_id='t',aws_secret_access_key='t');print(s3.get_object(Bucket='{}',Key='{key}')['Body'].read().decode())",
+        aws.endpoint, aws.bucket
+    );
+    let out = Command::new("python3").args(["-c", &script]).output().unwrap();
+    let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let files = manifest["files"].as_object().unwrap();
+    assert!(files.contains_key("spans.jsonl"));
+    assert_eq!(files.keys().filter(|k| k.ends_with("/spans.jsonl") && k.starts_with("tasks/")).count(), 12);
 }

@@ -186,11 +186,11 @@ impl MetricsService for Svc {
     }
 }
 
-/// A running receiver; stops when dropped (its runtime goes with it).
+/// A running receiver. It serves from a thread of its own (so tests with or without a Tokio
+/// runtime can use it) until the test process exits.
 pub struct Receiver {
     pub store: Arc<Mutex<Store>>,
     pub addr: SocketAddr,
-    _runtime: tokio::runtime::Runtime,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -201,57 +201,16 @@ pub enum Protocol {
 
 impl Receiver {
     pub fn start(protocol: Protocol) -> Receiver {
-        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
         let store = Arc::new(Mutex::new(Store::default()));
-        let listener = runtime.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = Svc(store.clone());
-        match protocol {
-            Protocol::Grpc => {
-                runtime.spawn(async move {
-                    tonic::transport::Server::builder()
-                        .add_service(TraceServiceServer::new(svc.clone()))
-                        .add_service(MetricsServiceServer::new(svc))
-                        .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
-                        .await
-                        .unwrap()
-                });
-            }
-            Protocol::Http => {
-                use axum::body::Bytes;
-                use axum::routing::post;
-                let (t, m) = (svc.clone(), svc);
-                let app = axum::Router::new()
-                    .route(
-                        "/v1/traces",
-                        post(move |body: Bytes| async move {
-                            let req = ExportTraceServiceRequest::decode(body).expect("OTLP trace protobuf");
-                            let mut s = t.0.lock().unwrap();
-                            s.http_requests += 1;
-                            s.add_traces(req);
-                            (
-                                [("content-type", "application/x-protobuf")],
-                                ExportTraceServiceResponse::default().encode_to_vec(),
-                            )
-                        }),
-                    )
-                    .route(
-                        "/v1/metrics",
-                        post(move |body: Bytes| async move {
-                            let req = ExportMetricsServiceRequest::decode(body).expect("OTLP metrics protobuf");
-                            let mut s = m.0.lock().unwrap();
-                            s.http_requests += 1;
-                            s.add_metrics(req);
-                            (
-                                [("content-type", "application/x-protobuf")],
-                                ExportMetricsServiceResponse::default().encode_to_vec(),
-                            )
-                        }),
-                    );
-                runtime.spawn(async move { axum::serve(listener, app).await.unwrap() });
-            }
-        }
-        Receiver { store, addr, _runtime: runtime }
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(serve(protocol, svc, listener));
+        });
+        Receiver { store, addr }
     }
 
     pub fn endpoint(&self) -> String {
@@ -268,5 +227,50 @@ impl Receiver {
             std::thread::sleep(Duration::from_millis(50));
         }
         done(&self.store.lock().unwrap())
+    }
+}
+
+async fn serve(protocol: Protocol, svc: Svc, listener: std::net::TcpListener) {
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    match protocol {
+        Protocol::Grpc => tonic::transport::Server::builder()
+            .add_service(TraceServiceServer::new(svc.clone()))
+            .add_service(MetricsServiceServer::new(svc))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+            .unwrap(),
+        Protocol::Http => {
+            use axum::body::Bytes;
+            use axum::routing::post;
+            let (t, m) = (svc.clone(), svc);
+            let app = axum::Router::new()
+                .route(
+                    "/v1/traces",
+                    post(move |body: Bytes| async move {
+                        let req = ExportTraceServiceRequest::decode(body).expect("OTLP trace protobuf");
+                        let mut s = t.0.lock().unwrap();
+                        s.http_requests += 1;
+                        s.add_traces(req);
+                        (
+                            [("content-type", "application/x-protobuf")],
+                            ExportTraceServiceResponse::default().encode_to_vec(),
+                        )
+                    }),
+                )
+                .route(
+                    "/v1/metrics",
+                    post(move |body: Bytes| async move {
+                        let req = ExportMetricsServiceRequest::decode(body).expect("OTLP metrics protobuf");
+                        let mut s = m.0.lock().unwrap();
+                        s.http_requests += 1;
+                        s.add_metrics(req);
+                        (
+                            [("content-type", "application/x-protobuf")],
+                            ExportMetricsServiceResponse::default().encode_to_vec(),
+                        )
+                    }),
+                );
+            axum::serve(listener, app).await.unwrap()
+        }
     }
 }
