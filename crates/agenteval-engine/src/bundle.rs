@@ -383,6 +383,9 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             task_dirs.insert(dir.to_string());
         }
     }
+    if present.contains(layout::SPANS) {
+        check_spans(&store.get(run, layout::SPANS).await?, layout::SPANS, false, &mut v);
+    }
     for dir in &task_dirs {
         if !known.is_empty() && !known.contains(dir.as_str()) {
             v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
@@ -447,7 +450,55 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     Ok(v)
 }
 
+/// The fields of a `spans.jsonl` line that validation checks.
+#[derive(Deserialize)]
+struct SpanLine {
+    trace_id: String,
+    span_id: String,
+    name: String,
+}
+
+/// Checks a `spans.jsonl`: every line a span; in a task's file, exactly one `eval.task` and every
+/// span in its trace.
+fn check_spans(bytes: &[u8], path: &str, task_file: bool, v: &mut Validation) {
+    let mut spans = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        match serde_json::from_slice::<SpanLine>(line) {
+            Ok(s) if s.trace_id.len() == 32 && s.span_id.len() == 16 => spans.push(s),
+            Ok(_) => {
+                v.problems.push(format!("{path}:{}: malformed trace or span id", i + 1));
+                return;
+            }
+            Err(e) => {
+                v.problems.push(format!("{path}:{}: not a span: {e}", i + 1));
+                return;
+            }
+        }
+    }
+    if !task_file {
+        return;
+    }
+    let roots: Vec<&SpanLine> = spans.iter().filter(|s| s.name == "eval.task").collect();
+    match roots.as_slice() {
+        [root] => {
+            if let Some(other) = spans.iter().find(|s| s.trace_id != root.trace_id) {
+                v.problems.push(format!("{path}: span {} ({}) is not in the task's trace", other.span_id, other.name));
+            }
+        }
+        _ => v.problems.push(format!("{path}: {} eval.task spans, expected 1", roots.len())),
+    }
+}
+
 async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Validation) -> Result<()> {
+    let path = format!("tasks/{dir}/{}", layout::TASK_SPANS);
+    match store.get(run, &path).await {
+        Ok(bytes) => check_spans(&bytes, &path, true, v),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
     let rpath = format!("tasks/{dir}/{}", layout::TASK_RESULT);
     let result: TaskResult = match read_json(store, run, &rpath).await {
         Ok(r) => r,

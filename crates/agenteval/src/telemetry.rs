@@ -13,7 +13,7 @@ use agenteval_core::config::{OtlpProtocol, TelemetryConfig};
 use agenteval_engine::telemetry::SpanJournal;
 use opentelemetry::trace::{Span as _, SpanId, Status, TraceContextExt as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue, Value};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{RetryPolicy, WithExportConfig as _, WithHttpConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::data::ResourceMetrics;
@@ -225,7 +225,7 @@ impl Telemetry {
         attrs.extend(settings.resource_attributes.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())));
         let resource =
             Resource::builder().with_service_name(settings.service_name.clone()).with_attributes(attrs).build();
-        match span_exporter(endpoint, settings) {
+        match span_exporter(endpoint, settings, retry_policy(role)) {
             Ok(mut exporter) => {
                 exporter.set_resource(&resource);
                 let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
@@ -240,7 +240,7 @@ impl Telemetry {
         if role != Role::Controller {
             return;
         }
-        match metric_exporter(endpoint, settings) {
+        match metric_exporter(endpoint, settings, retry_policy(role)) {
             Ok(exporter) => {
                 let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
                 let reader = PeriodicReader::builder(exporter).with_interval(settings.metrics_interval).build();
@@ -276,24 +276,48 @@ impl Telemetry {
     }
 }
 
-fn span_exporter(endpoint: &str, s: &Settings) -> Result<opentelemetry_otlp::SpanExporter, String> {
+/// A worker lives for one job and exports mostly once, at exit: retrying a dead collector
+/// there only delays the fleet (the bundle has every span anyway). The controller lives for the
+/// run and exports in the background, where a short retry rides out a collector restart.
+fn retry_policy(role: Role) -> RetryPolicy {
+    match role {
+        Role::Controller => RetryPolicy::recommended().with_max_retries(2),
+        Role::Worker | Role::Other => RetryPolicy::disabled(),
+    }
+}
+
+fn span_exporter(endpoint: &str, s: &Settings, retry: RetryPolicy) -> Result<opentelemetry_otlp::SpanExporter, String> {
     let b = opentelemetry_otlp::SpanExporter::builder();
     match s.protocol {
-        OtlpProtocol::Grpc => b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).build(),
-        OtlpProtocol::HttpProtobuf => {
-            b.with_http().with_endpoint(signal_url(endpoint, "traces")).with_timeout(s.timeout).build()
+        OtlpProtocol::Grpc => {
+            b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).with_retry_policy(retry).build()
         }
+        OtlpProtocol::HttpProtobuf => b
+            .with_http()
+            .with_endpoint(signal_url(endpoint, "traces"))
+            .with_timeout(s.timeout)
+            .with_retry_policy(retry)
+            .build(),
     }
     .map_err(|e| e.to_string())
 }
 
-fn metric_exporter(endpoint: &str, s: &Settings) -> Result<opentelemetry_otlp::MetricExporter, String> {
+fn metric_exporter(
+    endpoint: &str,
+    s: &Settings,
+    retry: RetryPolicy,
+) -> Result<opentelemetry_otlp::MetricExporter, String> {
     let b = opentelemetry_otlp::MetricExporter::builder().with_temporality(Temporality::Cumulative);
     match s.protocol {
-        OtlpProtocol::Grpc => b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).build(),
-        OtlpProtocol::HttpProtobuf => {
-            b.with_http().with_endpoint(signal_url(endpoint, "metrics")).with_timeout(s.timeout).build()
+        OtlpProtocol::Grpc => {
+            b.with_tonic().with_endpoint(endpoint).with_timeout(s.timeout).with_retry_policy(retry).build()
         }
+        OtlpProtocol::HttpProtobuf => b
+            .with_http()
+            .with_endpoint(signal_url(endpoint, "metrics"))
+            .with_timeout(s.timeout)
+            .with_retry_policy(retry)
+            .build(),
     }
     .map_err(|e| e.to_string())
 }
