@@ -4,6 +4,9 @@
 //! `cargo bench -p agenteval --bench telemetry` (target: wall-time overhead under 5%).
 //!
 //! `AGENTEVAL_BENCH_REPS` (default 5) runs of each mode are interleaved; medians are compared.
+//! Bundles go to a tmpfs (`/dev/shm`) when there is one: on this VM's ext4, deleting a bundle of
+//! thousands of files makes the next run's writes several times slower, which drowns the
+//! difference being measured.
 
 #[path = "../tests/util/otlp.rs"]
 #[allow(dead_code)]
@@ -13,15 +16,25 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::resource::{UsageWho, getrusage};
+
 const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
 const TASKS: u64 = 1_000;
 
-fn run(dir: &Path, shape: &str, per_job: u64, concurrency: u64, otlp: Option<(&str, &str)>) -> Duration {
+fn children_cpu() -> Duration {
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(u.user_time()) + tv(u.system_time())
+}
+
+/// One run: wall time and the CPU time of the controller and its workers.
+fn run(dir: &Path, shape: &str, sc: &Scenario, otlp: Option<(&str, &str)>) -> (Duration, Duration) {
+    let (per_job, concurrency, latency) = (sc.per_job, sc.concurrency, sc.latency_ms);
     let cfg = dir.join(format!("{shape}.yaml"));
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-telemetry-{shape}\nbenchmark:\n  kind: toy\n  size: {TASKS}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: runs-{shape}\n"
+            "name: bench-telemetry-{shape}\nbenchmark:\n  kind: toy\n  size: {TASKS}\n  latency_ms: {latency}\n  slow_ms: {latency}\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: runs-{shape}\n"
         ),
     )
     .unwrap();
@@ -35,13 +48,21 @@ fn run(dir: &Path, shape: &str, per_job: u64, concurrency: u64, otlp: Option<(&s
     if let Some((endpoint, protocol)) = otlp {
         cmd.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint).env("OTEL_EXPORTER_OTLP_PROTOCOL", protocol);
     }
+    let cpu0 = children_cpu();
     let start = Instant::now();
     let out = cmd.output().unwrap();
     let wall = start.elapsed();
+    let cpu = children_cpu() - cpu0;
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json output");
     assert_eq!(v["status"], "complete", "{v}");
     assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(TASKS));
-    wall
+    (wall, cpu)
+}
+
+struct Scenario {
+    per_job: u64,
+    concurrency: u64,
+    latency_ms: u64,
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -51,44 +72,65 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let reps: usize = std::env::var("AGENTEVAL_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let dir = tempfile::Builder::new().prefix("agenteval-bench-otel-").tempdir().unwrap();
-    let grpc = otlp::Receiver::start(otlp::Protocol::Grpc);
-    let http = otlp::Receiver::start(otlp::Protocol::Http);
+    let shm = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("agenteval-bench-otel-");
+    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap();
+    // The receivers run in this process, on the same two cores: they count what arrives and
+    // keep nothing, so that they cost as little as a collector elsewhere would.
+    let grpc = otlp::Receiver::counting(otlp::Protocol::Grpc);
+    let http = otlp::Receiver::counting(otlp::Protocol::Http);
     println!(
-        "agenteval telemetry benchmark: {TASKS} mock tasks, {reps} runs per mode ({} cores)",
-        std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1)
+        "agenteval telemetry benchmark: {TASKS} mock tasks, {reps} runs per mode ({} cores), bundles in {}",
+        std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1),
+        dir.path().display()
     );
     println!(
-        "{:<34} {:>12} {:>12} {:>12} {:>10} {:>10}",
-        "shape", "off (s)", "grpc (s)", "http (s)", "grpc +%", "http +%"
+        "{:<48} {:>9} {:>9} {:>9} {:>8} {:>8}",
+        "scenario", "off (s)", "grpc (s)", "http (s)", "grpc +%", "http +%"
     );
     let mut report = serde_json::Map::new();
-    for (shape, per_job, conc) in [("50-per-job", 50, 2), ("1-per-job", 1, 4)] {
+    let scenarios = [
+        ("0ms-50-per-job", Scenario { per_job: 50, concurrency: 2, latency_ms: 0 }),
+        ("0ms-1-per-job", Scenario { per_job: 1, concurrency: 4, latency_ms: 0 }),
+        ("20ms-50-per-job", Scenario { per_job: 50, concurrency: 4, latency_ms: 20 }),
+    ];
+    for (shape, sc) in &scenarios {
         let (mut off, mut on_grpc, mut on_http) = (vec![], vec![], vec![]);
         for _ in 0..reps {
-            off.push(run(dir.path(), shape, per_job, conc, None));
-            on_grpc.push(run(dir.path(), shape, per_job, conc, Some((&grpc.endpoint(), "grpc"))));
-            on_http.push(run(dir.path(), shape, per_job, conc, Some((&http.endpoint(), "http/protobuf"))));
-            let _ = std::fs::remove_dir_all(dir.path().join(format!("runs-{shape}")));
+            for (times, otlp) in [
+                (&mut off, None),
+                (&mut on_grpc, Some((grpc.endpoint(), "grpc"))),
+                (&mut on_http, Some((http.endpoint(), "http/protobuf"))),
+            ] {
+                times.push(run(dir.path(), shape, sc, otlp.as_ref().map(|(e, p)| (e.as_str(), *p))));
+                let _ = std::fs::remove_dir_all(dir.path().join(format!("runs-{shape}")));
+            }
         }
-        let (off, g, h) = (median(off), median(on_grpc), median(on_http));
-        let pct = |on: Duration| (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0;
+        let walls = |v: &[(Duration, Duration)]| median(v.iter().map(|x| x.0).collect());
+        let cpus = |v: &[(Duration, Duration)]| median(v.iter().map(|x| x.1).collect());
+        let (off_w, g_w, h_w) = (walls(&off), walls(&on_grpc), walls(&on_http));
+        let (off_c, g_c, h_c) = (cpus(&off), cpus(&on_grpc), cpus(&on_http));
+        let pct = |on: Duration, off: Duration| (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0;
         println!(
-            "{:<34} {:>12.3} {:>12.3} {:>12.3} {:>9.1}% {:>9.1}%",
-            format!("{TASKS} tasks, {shape}, {conc} in flight"),
-            off.as_secs_f64(),
-            g.as_secs_f64(),
-            h.as_secs_f64(),
-            pct(g),
-            pct(h)
+            "{:<48} {:>8.3} {:>8.3} {:>8.3} {:>7.1}% {:>7.1}% {:>8.1}% {:>8.1}%",
+            format!("{TASKS} tasks, {} ms agent, {} per job, {} in flight", sc.latency_ms, sc.per_job, sc.concurrency),
+            off_w.as_secs_f64(),
+            g_w.as_secs_f64(),
+            h_w.as_secs_f64(),
+            pct(g_w, off_w),
+            pct(h_w, off_w),
+            pct(g_c, off_c),
+            pct(h_c, off_c),
         );
         report.insert(
-            shape.into(),
-            serde_json::json!({"off_s": off.as_secs_f64(), "grpc_s": g.as_secs_f64(), "http_s": h.as_secs_f64(),
-                "grpc_overhead_pct": pct(g), "http_overhead_pct": pct(h)}),
+            (*shape).into(),
+            serde_json::json!({"off_s": off_w.as_secs_f64(), "grpc_s": g_w.as_secs_f64(), "http_s": h_w.as_secs_f64(),
+                "grpc_wall_overhead_pct": pct(g_w, off_w), "http_wall_overhead_pct": pct(h_w, off_w),
+                "grpc_cpu_overhead_pct": pct(g_c, off_c), "http_cpu_overhead_pct": pct(h_c, off_c)}),
         );
     }
-    let spans = |r: &otlp::Receiver| r.store.lock().unwrap().spans.len();
+    let spans = |r: &otlp::Receiver| r.store.lock().unwrap().span_count;
     report.insert("spans_received".into(), serde_json::json!({"grpc": spans(&grpc), "http": spans(&http)}));
     report.insert("target_overhead_pct".into(), 5.into());
     println!("{}", serde_json::Value::Object(report));

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use util::otlp;
 use util::*;
 
 /// Finds a worker that is inside its agent (its trace has started), SIGKILLs it, and returns
@@ -325,9 +326,23 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
             agent.display()
         ),
     );
-    let (v, code, out) = ws.submit(&cfg, &["-vv"]);
-    assert_eq!(code, 0, "{v}");
+    // Traces and metrics go to a collector too: they must be as clean as the bundle.
+    let receiver = otlp::Receiver::start(otlp::Protocol::Grpc);
+    let out = ws
+        .cmd(&["submit", "--json", "-vv", "--config", cfg.to_str().unwrap()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{v}");
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    assert!(receiver.wait_for(Duration::from_secs(20), |s| {
+        s.spans.iter().filter(|s| s.name == "eval.task").count() == 2 && s.spans.iter().any(|s| s.name == "eval.run")
+    }));
+    let exported = format!("{:?}", *receiver.store.lock().unwrap());
+    assert!(exported.contains("agent.execute"), "spans arrived");
+    assert!(!exported.contains(SECRET), "secret leaked into exported telemetry");
     // The agent did get the secret: it echoed it, and the echo was redacted.
     let r = read_json(&bundle.join("tasks/leaky/result.json"));
     assert_eq!(r["agent"]["final_answer"], "the key is [REDACTED]", "{r}");

@@ -50,6 +50,10 @@ pub struct RPoint {
 
 #[derive(Debug, Default)]
 pub struct Store {
+    /// `false`: count spans and points, keep nothing (for benchmarks: the receiver shares the
+    /// machine with what it measures).
+    pub keep: bool,
+    pub span_count: u64,
     pub spans: Vec<RSpan>,
     pub points: Vec<RPoint>,
     pub grpc_requests: u64,
@@ -73,10 +77,16 @@ fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, serde_json::Value> {
 
 impl Store {
     fn add_traces(&mut self, req: ExportTraceServiceRequest) {
+        if !self.keep {
+            self.span_count +=
+                req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum::<u64>();
+            return;
+        }
         for rs in req.resource_spans {
             let resource = attrs(&rs.resource.map(|r| r.attributes).unwrap_or_default());
             for ss in rs.scope_spans {
                 for s in ss.spans {
+                    self.span_count += 1;
                     self.spans.push(RSpan {
                         trace_id: hex::encode(&s.trace_id),
                         span_id: hex::encode(&s.span_id),
@@ -92,6 +102,9 @@ impl Store {
     }
 
     fn add_metrics(&mut self, req: ExportMetricsServiceRequest) {
+        if !self.keep {
+            return;
+        }
         for rm in req.resource_metrics {
             let resource = attrs(&rm.resource.map(|r| r.attributes).unwrap_or_default());
             let instance = resource.get("service.instance.id").map(|v| v.to_string()).unwrap_or_default();
@@ -201,7 +214,16 @@ pub enum Protocol {
 
 impl Receiver {
     pub fn start(protocol: Protocol) -> Receiver {
-        let store = Arc::new(Mutex::new(Store::default()));
+        Self::start_with(protocol, true)
+    }
+
+    /// A receiver that only counts spans (see `Store::keep`).
+    pub fn counting(protocol: Protocol) -> Receiver {
+        Self::start_with(protocol, false)
+    }
+
+    fn start_with(protocol: Protocol, keep: bool) -> Receiver {
+        let store = Arc::new(Mutex::new(Store { keep, ..Default::default() }));
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
