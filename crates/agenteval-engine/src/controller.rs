@@ -455,7 +455,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         Err(e) => Err(e),
     };
     match &sealed {
-        Ok(o) => {
+        Ok(Sealed { outcome: o, .. }) => {
             span.record("agenteval.status", o.status.as_str());
             span.record("agenteval.passed", o.summary.passed as i64);
             span.record("agenteval.pass_rate", o.summary.pass_rate);
@@ -475,7 +475,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.index
         .update_run(
             &run.run_id,
-            &RunUpdate { status: Some(outcome.status), finished_at: outcome.finished_at, ..Default::default() },
+            &RunUpdate { status: Some(outcome.outcome.status), finished_at: outcome.finished_at, ..Default::default() },
         )
         .await?;
     progress.finish();
@@ -483,8 +483,6 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
 }
 
 struct Sealed {
-    status: RunStatus,
-    summary: RunSummary,
     finished_at: Option<chrono::DateTime<Utc>>,
     outcome: RunOutcome,
 }
@@ -494,13 +492,8 @@ async fn seal_run(run: &Run, status: RunStatus) -> Result<Sealed> {
     meta.status = status;
     meta.finished_at = Some(Utc::now());
     let summary = bundle::seal_contents(run.store.as_ref(), &meta, run.tasks.ids()).await?;
-    let outcome = RunOutcome {
-        run_id: run.run_id,
-        status,
-        bundle_uri: run.store.bundle_uri(&run.run_id),
-        summary: summary.clone(),
-    };
-    Ok(Sealed { status, summary, finished_at: meta.finished_at, outcome })
+    let outcome = RunOutcome { run_id: run.run_id, status, bundle_uri: run.store.bundle_uri(&run.run_id), summary };
+    Ok(Sealed { finished_at: meta.finished_at, outcome })
 }
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the

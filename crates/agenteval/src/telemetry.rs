@@ -122,9 +122,9 @@ impl Settings {
         env.insert("OTEL_EXPORTER_OTLP_PROTOCOL".into(), self.protocol.as_str().into());
         env.insert("OTEL_EXPORTER_OTLP_TIMEOUT".into(), self.timeout.as_millis().to_string());
         env.insert("OTEL_SERVICE_NAME".into(), self.service_name.clone());
-        if !self.resource_attributes.is_empty() {
-            let mut attrs: Vec<String> = env_resource_attributes();
-            attrs.extend(self.resource_attributes.iter().map(|(k, v)| format!("{k}={v}")));
+        let mut attrs: Vec<String> = env_resource_attributes();
+        attrs.extend(self.resource_attributes.iter().map(|(k, v)| format!("{k}={v}")));
+        if !attrs.is_empty() {
             env.insert("OTEL_RESOURCE_ATTRIBUTES".into(), attrs.join(","));
         }
         env
@@ -145,7 +145,6 @@ fn strip_signal_path(e: &str) -> String {
 pub enum Role {
     Controller,
     Worker,
-    Other,
 }
 
 impl Role {
@@ -153,7 +152,6 @@ impl Role {
         match self {
             Role::Controller => "controller",
             Role::Worker => "worker",
-            Role::Other => "cli",
         }
     }
 }
@@ -285,7 +283,7 @@ impl Telemetry {
 fn retry_policy(role: Role) -> RetryPolicy {
     match role {
         Role::Controller => RetryPolicy::recommended().with_max_retries(2),
-        Role::Worker | Role::Other => RetryPolicy::disabled(),
+        Role::Worker => RetryPolicy::disabled(),
     }
 }
 

@@ -117,6 +117,11 @@ impl Aws {
             .env("AWS_ENDPOINT_URL", &self.endpoint)
             .env("AGENTEVAL_AWS_INDEX", format!("dynamodb://{}", self.table))
             .env_remove("RUST_LOG");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("OTEL_") || k == "TRACEPARENT" {
+                c.env_remove(k);
+            }
+        }
         c
     }
 
