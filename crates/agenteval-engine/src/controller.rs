@@ -393,21 +393,23 @@ struct SpanFile {
 }
 
 impl SpanFile {
-    /// Opens the run's span file; a resumed run keeps the spans of earlier controllers.
-    async fn open(run: &Run, journal: Journal) -> Result<Self> {
+    /// Opens the run's span file; a resumed run keeps the spans of earlier controllers. Also
+    /// returns the `traceparent` of the first controller's `eval.run`, if there was one.
+    async fn open(run: &Run, journal: Journal) -> Result<(Self, Option<String>)> {
         if journal.is_none() {
-            return Ok(SpanFile { journal, appender: None });
+            return Ok((SpanFile { journal, appender: None }, None));
         }
         let earlier = match run.store.get(&run.run_id, layout::SPANS).await {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
         };
+        let root = earlier_root(&earlier);
         let mut appender = run.store.open_appender(&run.run_id, layout::SPANS).await?;
         if !earlier.is_empty() {
             appender.append(&earlier).await?;
         }
-        Ok(SpanFile { journal, appender: Some(appender) })
+        Ok((SpanFile { journal, appender: Some(appender) }, root))
     }
 
     async fn flush(&mut self) -> Result<()> {
@@ -429,7 +431,24 @@ impl SpanFile {
     }
 }
 
+/// The `traceparent` of the outermost `eval.run` in a run's `spans.jsonl`.
+fn earlier_root(spans: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        trace_id: String,
+        span_id: String,
+        name: String,
+        parent_span_id: Option<String>,
+    }
+    spans
+        .split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<Line>(l).ok())
+        .find(|l| l.name == "eval.run" && l.parent_span_id.is_none())
+        .map(|l| format!("00-{}-{}-01", l.trace_id, l.span_id))
+}
+
 async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions) -> Result<RunOutcome> {
+    let (mut spans, earlier_root) = SpanFile::open(&run, opts.journal.clone()).await?;
     let span = tracing::info_span!(
         "eval.run",
         agenteval.run.id = %run.run_id,
@@ -446,8 +465,11 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         agenteval.cost_usd = Empty,
         agenteval.tokens = Empty,
     );
+    // A resumed run stays one trace: its new root hangs under the first controller's.
+    if let Some(tp) = earlier_root {
+        telemetry::set_remote_parent(&span, &tp);
+    }
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
-    let mut spans = SpanFile::open(&run, opts.journal.clone()).await?;
     let progress = opts.progress.clone();
     let outcome = drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await;
     let sealed = match outcome {

@@ -310,6 +310,25 @@ fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
     assert!(out.status.success(), "{}", text(&out.stdout));
     assert_index_agrees(&ws, &run, &bundle);
     assert!(read_json(&bundle.join("metadata.json"))["resumed"] == 1);
+    // Interrupted and resumed, the run is still one trace: the second controller's root hangs
+    // under the first's, and every task's spans are in it.
+    let spans: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join("spans.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let roots: Vec<&serde_json::Value> = spans.iter().filter(|s| s["name"] == "eval.run").collect();
+    assert_eq!(roots.len(), 2, "one eval.run per controller");
+    let first = roots.iter().find(|s| s["parent_span_id"].is_null()).expect("the first root");
+    let second = roots.iter().find(|s| !s["parent_span_id"].is_null()).expect("the resumed root");
+    assert_eq!(second["parent_span_id"], first["span_id"]);
+    assert_eq!(second["trace_id"], first["trace_id"]);
+    for r in results(&bundle) {
+        let task = r["task_id"].as_str().unwrap();
+        let log = std::fs::read_to_string(bundle.join(format!("tasks/{task}/worker.log"))).unwrap();
+        let trace = first["trace_id"].as_str().unwrap();
+        assert!(log.lines().next().unwrap().contains(&format!("trace_id={trace}")), "{task}: {log}");
+    }
 }
 
 #[test]
