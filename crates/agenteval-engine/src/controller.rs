@@ -80,9 +80,13 @@ pub struct ControllerOptions {
     pub interrupt: watch::Receiver<bool>,
     /// Where this process's finished spans wait to be written to the bundle's `spans.jsonl`.
     pub journal: Journal,
-    /// Environment every worker gets (telemetry settings); the job's `TRACEPARENT` is added.
-    pub worker_env: BTreeMap<String, String>,
+    /// Environment each worker gets (telemetry settings), asked at every dispatch so that it
+    /// can change during the run; the job's `TRACEPARENT` is added.
+    pub worker_env: WorkerEnv,
 }
+
+/// See `ControllerOptions::worker_env`.
+pub type WorkerEnv = Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
 
 struct Pending {
     job_id: JobId,
@@ -599,8 +603,9 @@ async fn drive_jobs(
                     (p, s)
                 })
                 .collect();
+            let env = (opts.worker_env)();
             let results = futures::future::join_all(
-                batch.iter().map(|(p, span)| dispatch(run, p, span, &opts.worker_env).instrument(span.clone())),
+                batch.iter().map(|(p, span)| dispatch(run, p, span, &env).instrument(span.clone())),
             )
             .await;
             let mut retry_later = Vec::new();

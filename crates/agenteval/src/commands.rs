@@ -119,7 +119,7 @@ fn controller_options(
         progress: progress.clone(),
         interrupt: interrupt_channel(progress),
         journal: Some(telemetry.journal()),
-        worker_env: settings.worker_env(),
+        worker_env: telemetry.worker_env(&settings),
     })
 }
 

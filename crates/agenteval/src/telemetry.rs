@@ -163,8 +163,16 @@ pub struct Telemetry {
     journal: Arc<Journal>,
     export: Arc<OnceLock<BatchSpanProcessor>>,
     meter_provider: Mutex<Option<SdkMeterProvider>>,
-    warned: Arc<AtomicBool>,
+    health: Arc<Health>,
     timeout: Mutex<Duration>,
+}
+
+/// What this process knows about its collector: whether it warned already, and whether the
+/// last export got through.
+#[derive(Debug)]
+struct Health {
+    warned: AtomicBool,
+    reachable: AtomicBool,
 }
 
 impl Telemetry {
@@ -202,7 +210,7 @@ impl Telemetry {
             journal,
             export,
             meter_provider: Mutex::new(None),
-            warned: Arc::default(),
+            health: Arc::new(Health { warned: AtomicBool::new(false), reachable: AtomicBool::new(true) }),
             timeout: Mutex::new(DEFAULT_EXPORT_TIMEOUT),
         }
     }
@@ -210,6 +218,17 @@ impl Telemetry {
     /// The span journal, for the engine to write `spans.jsonl`.
     pub fn journal(&self) -> Arc<dyn SpanJournal> {
         self.journal.clone()
+    }
+
+    /// The environment for workers: `settings`' while this controller's own exports get
+    /// through; `OTEL_SDK_DISABLED=true` while they fail, so that a dead or silent collector
+    /// costs the workers launched from then on nothing (each would wait up to the export timeout
+    /// at exit). Their spans are in the bundle either way.
+    pub fn worker_env(&self, settings: &Settings) -> agenteval_engine::controller::WorkerEnv {
+        let env = settings.worker_env();
+        let off: BTreeMap<String, String> = [("OTEL_SDK_DISABLED".to_string(), "true".to_string())].into();
+        let health = self.health.clone();
+        Arc::new(move || if health.reachable.load(Ordering::Relaxed) { env.clone() } else { off.clone() })
     }
 
     /// Starts exporting spans (and, for the controller, metrics) as `settings` say. Call once,
@@ -229,7 +248,7 @@ impl Telemetry {
         match span_exporter(endpoint, settings, retry_policy(role)) {
             Ok(mut exporter) => {
                 exporter.set_resource(&resource);
-                let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
+                let exporter = WarnOnce { inner: exporter, health: self.health.clone(), endpoint: endpoint.clone() };
                 let config = BatchConfigBuilder::default()
                     .with_max_queue_size(MAX_QUEUE)
                     .with_scheduled_delay(Duration::from_millis(500))
@@ -243,7 +262,7 @@ impl Telemetry {
         }
         match metric_exporter(endpoint, settings, retry_policy(role)) {
             Ok(exporter) => {
-                let exporter = WarnOnce { inner: exporter, warned: self.warned.clone(), endpoint: endpoint.clone() };
+                let exporter = WarnOnce { inner: exporter, health: self.health.clone(), endpoint: endpoint.clone() };
                 let reader = PeriodicReader::builder(exporter).with_interval(settings.metrics_interval).build();
                 let provider = SdkMeterProvider::builder().with_resource(resource).with_reader(reader).build();
                 opentelemetry::global::set_meter_provider(provider.clone());
@@ -254,7 +273,7 @@ impl Telemetry {
     }
 
     fn warn(&self, endpoint: &str, e: &dyn fmt::Display) {
-        if !self.warned.swap(true, Ordering::Relaxed) {
+        if !self.health.warned.swap(true, Ordering::Relaxed) {
             tracing::warn!("telemetry export to {endpoint} is off: {e}");
         }
     }
@@ -334,17 +353,19 @@ fn signal_url(base: &str, signal: &str) -> String {
 #[derive(Debug)]
 struct WarnOnce<E> {
     inner: E,
-    warned: Arc<AtomicBool>,
+    health: Arc<Health>,
     endpoint: String,
 }
 
 impl<E> WarnOnce<E> {
     fn check(&self, r: OTelSdkResult) -> OTelSdkResult {
+        self.health.reachable.store(r.is_ok(), Ordering::Relaxed);
         if let Err(e) = &r
-            && !self.warned.swap(true, Ordering::Relaxed)
+            && !self.health.warned.swap(true, Ordering::Relaxed)
         {
             tracing::warn!(
-                "telemetry export to {} failed (the run goes on; spans stay in the bundle): {e}",
+                "telemetry export to {} failed (the run goes on; spans stay in the bundle; workers started while it \
+                 fails do not export): {e}",
                 self.endpoint
             );
         }

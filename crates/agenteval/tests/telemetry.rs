@@ -294,3 +294,29 @@ fn a_worker_stopped_by_sigterm_flushes_its_spans() {
     let root = store.spans.iter().find(|s| s.name == "eval.run").unwrap();
     assert_eq!(stopped.trace_id, root.trace_id);
 }
+
+#[test]
+fn once_the_collector_is_known_down_new_workers_do_not_export() {
+    let ws = Workspace::new();
+    // One job at a time, each a few hundred milliseconds: the controller's own export fails
+    // early in the run, and the jobs dispatched after that are told not to export.
+    let cfg = toy_config(&ws, 12, 300, 1, 1);
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let mut cmd = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    with_otlp(&mut cmd, &closed, "grpc");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let env_of = |job: &str| read_json(&bundle.join(format!("jobs/{job}/attempt-1/job.json")))["env"].clone();
+    let first = env_of("j000001");
+    assert_eq!(first["OTEL_EXPORTER_OTLP_ENDPOINT"], serde_json::json!(closed), "{first}");
+    assert!(first.get("OTEL_SDK_DISABLED").is_none());
+    let last = env_of("j000012");
+    assert_eq!(last["OTEL_SDK_DISABLED"], "true", "{last}");
+    assert!(last["TRACEPARENT"].is_string(), "the trace context still goes: {last}");
+    assert_complete_spans(&bundle, 12);
+}
