@@ -33,6 +33,7 @@ use tracing_subscriber::{Layer as _, Registry};
 /// Defaults chosen so that a dead or slow collector costs a run seconds, not minutes.
 const DEFAULT_EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_METRICS_INTERVAL: Duration = Duration::from_secs(10);
+const WORKER_EXIT_FLUSH: Duration = Duration::from_secs(2);
 /// Spans waiting for export; beyond this they are dropped (the bundle keeps them all). The SDK
 /// allocates the whole queue up front: 8,192 slots cost a one-job worker 2 ms of page faults,
 /// more than its export. An export starts whenever a batch (512) is ready, so four batches of
@@ -164,6 +165,7 @@ pub struct Telemetry {
     export: Arc<OnceLock<BatchSpanProcessor>>,
     meter_provider: Mutex<Option<SdkMeterProvider>>,
     health: Arc<Health>,
+    /// How long the exit flush may wait.
     timeout: Mutex<Duration>,
 }
 
@@ -234,7 +236,12 @@ impl Telemetry {
     /// Starts exporting spans (and, for the controller, metrics) as `settings` say. Call once,
     /// inside the Tokio runtime (the gRPC channel lives on it).
     pub fn connect(&self, settings: &Settings, role: Role) {
-        *self.timeout.lock().expect("timeout lock") = settings.timeout;
+        // A worker's spans are already in the bundle; its exit waits for a slow collector at
+        // most WORKER_EXIT_FLUSH, since every job of the fleet pays that wait.
+        *self.timeout.lock().expect("timeout lock") = match role {
+            Role::Controller => settings.timeout,
+            Role::Worker => settings.timeout.min(WORKER_EXIT_FLUSH),
+        };
         let Some(endpoint) = &settings.endpoint else { return };
         let mut attrs = vec![
             KeyValue::new("agenteval.role", role.as_str()),
@@ -282,7 +289,12 @@ impl Telemetry {
     /// metrics in parallel). Runs the blocking SDK calls off the runtime's threads, which the
     /// gRPC channel needs to make progress.
     pub async fn shutdown(self) {
-        let timeout = *self.timeout.lock().expect("timeout lock");
+        let mut timeout = *self.timeout.lock().expect("timeout lock");
+        if !self.health.reachable.load(Ordering::Relaxed) {
+            // The last export failed already: waiting the full timeout for this one to fail
+            // too would only delay the exit.
+            timeout = timeout.min(Duration::from_millis(200));
+        }
         let tracer = self.tracer_provider.clone();
         let meters = self.meter_provider.lock().expect("meter lock").take();
         let spans = tokio::task::spawn_blocking(move || tracer.shutdown_with_timeout(timeout));
