@@ -12,27 +12,6 @@ use nix::unistd::Pid;
 use util::otlp;
 use util::*;
 
-/// Finds a worker that is inside its agent (its trace has started), SIGKILLs it, and returns
-/// the task it was running.
-fn kill_a_worker_mid_task(ws: &Workspace) -> String {
-    let mut victim = None;
-    wait_until("a worker mid-task", Duration::from_secs(30), || {
-        for (pid, job) in workers_under(ws.path()) {
-            let Ok(spec) = std::fs::read(&job) else { continue };
-            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
-            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
-            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
-            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
-                kill(Pid::from_raw(pid), Signal::SIGKILL).unwrap();
-                victim = Some(task);
-                return true;
-            }
-        }
-        false
-    });
-    victim.unwrap()
-}
-
 fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
     let out = ws.run(&["runs", "show", run, "--tasks", "--json", "--index", ws.index().to_str().unwrap()]);
     assert!(out.status.success(), "runs show failed: {}", text(&out.stderr));
@@ -242,7 +221,7 @@ fn a_worker_killed_mid_task_is_retried_and_its_task_counted_once() {
     let cfg = toy_config(&ws, 6, 1500, 1, 3);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
     // The worker is SIGKILLed inside its agent, trace started, result not yet written.
-    let victim = kill_a_worker_mid_task(&ws);
+    let victim = signal_a_worker_mid_task(&ws, Signal::SIGKILL);
     let out = wait_output(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -414,7 +393,7 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 3, 1500, 1, 3);
     let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.max_attempts=1"]);
-    let victim = kill_a_worker_mid_task(&ws);
+    let victim = signal_a_worker_mid_task(&ws, Signal::SIGKILL);
     let out = wait_output(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

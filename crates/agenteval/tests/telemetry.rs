@@ -8,8 +8,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use util::otlp::{Protocol, RSpan, Receiver};
 use util::*;
 
@@ -259,22 +258,7 @@ fn a_worker_stopped_by_sigterm_flushes_its_spans() {
     let mut cmd = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
     with_otlp(&mut cmd, &receiver.endpoint(), "grpc");
     let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
-    let mut victim = None;
-    wait_until("a worker mid-task", Duration::from_secs(30), || {
-        for (pid, job) in workers_under(ws.path()) {
-            let Ok(spec) = std::fs::read(&job) else { continue };
-            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
-            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
-            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
-            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
-                kill(Pid::from_raw(pid), Signal::SIGTERM).unwrap();
-                victim = Some(task);
-                return true;
-            }
-        }
-        false
-    });
-    let victim = victim.unwrap();
+    let victim = signal_a_worker_mid_task(&ws, Signal::SIGTERM);
     let out = wait_output(child, Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(receiver.wait_for(Duration::from_secs(20), |s| s.spans.iter().any(|s| s.name == "eval.run")));

@@ -161,3 +161,24 @@ pub fn toy_config(ws: &Workspace, size: u64, latency_ms: u64, tasks_per_job: u32
         ),
     )
 }
+
+/// Finds a worker that is inside its agent (its trace has started), sends it `signal`, and
+/// returns the task it was running.
+pub fn signal_a_worker_mid_task(ws: &Workspace, signal: nix::sys::signal::Signal) -> String {
+    let mut victim = None;
+    wait_until("a worker mid-task", Duration::from_secs(30), || {
+        for (pid, job) in workers_under(ws.path()) {
+            let Ok(spec) = std::fs::read(&job) else { continue };
+            let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
+            let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
+            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
+            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+                victim = Some(task);
+                return true;
+            }
+        }
+        false
+    });
+    victim.unwrap()
+}
