@@ -166,7 +166,7 @@ pub struct Telemetry {
     meter_provider: Mutex<Option<SdkMeterProvider>>,
     health: Arc<Health>,
     /// How long the exit flush may wait.
-    timeout: Mutex<Duration>,
+    exit_flush: Mutex<Duration>,
 }
 
 /// What this process knows about its collector: whether it warned already, and whether the
@@ -213,7 +213,7 @@ impl Telemetry {
             export,
             meter_provider: Mutex::new(None),
             health: Arc::new(Health { warned: AtomicBool::new(false), reachable: AtomicBool::new(true) }),
-            timeout: Mutex::new(DEFAULT_EXPORT_TIMEOUT),
+            exit_flush: Mutex::new(DEFAULT_EXPORT_TIMEOUT),
         }
     }
 
@@ -238,7 +238,7 @@ impl Telemetry {
     pub fn connect(&self, settings: &Settings, role: Role) {
         // A worker's spans are already in the bundle; its exit waits for a slow collector at
         // most WORKER_EXIT_FLUSH, since every job of the fleet pays that wait.
-        *self.timeout.lock().expect("timeout lock") = match role {
+        *self.exit_flush.lock().expect("exit flush lock") = match role {
             Role::Controller => settings.timeout,
             Role::Worker => settings.timeout.min(WORKER_EXIT_FLUSH),
         };
@@ -285,11 +285,11 @@ impl Telemetry {
         }
     }
 
-    /// Flushes and stops export, waiting at most the export timeout (twice, for spans and
-    /// metrics in parallel). Runs the blocking SDK calls off the runtime's threads, which the
-    /// gRPC channel needs to make progress.
+    /// Flushes and stops export, spans and metrics in parallel, each waiting at most the exit
+    /// flush budget. The blocking SDK calls run off the runtime's threads, which the gRPC channel
+    /// needs to make progress.
     pub async fn shutdown(self) {
-        let mut timeout = *self.timeout.lock().expect("timeout lock");
+        let mut timeout = *self.exit_flush.lock().expect("exit flush lock");
         if !self.health.reachable.load(Ordering::Relaxed) {
             // The last export failed already: waiting the full timeout for this one to fail
             // too would only delay the exit.
