@@ -124,6 +124,7 @@ struct Run {
     attempt_base: u32,
     /// Set when the run starts driving.
     metrics: Option<FleetMetrics>,
+    journal: Journal,
 }
 
 fn config_hash(resolved: &serde_json::Value) -> String {
@@ -220,6 +221,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         meta,
         attempt_base: 0,
         metrics: None,
+        journal: None,
     };
     drive(run, todo, 0, opts).await
 }
@@ -328,6 +330,7 @@ pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOp
         meta,
         attempt_base,
         metrics: None,
+        journal: None,
     };
     drive(run, todo, epoch, opts).await
 }
@@ -474,6 +477,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         telemetry::set_remote_parent(&span, &tp);
     }
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
+    run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
     let outcome = drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await;
     let sealed = match outcome {
@@ -628,7 +632,8 @@ async fn drive_jobs(
                     Err(e) => {
                         tracing::error!(job = %p.job_id, "submit failed: {e}");
                         telemetry::set_error(&span, &format!("submit failed: {e}"));
-                        give_up(run, &p.job_id, p.attempt, &p.tasks, &format!("could not submit job: {e}")).await?;
+                        let reason = format!("could not submit job: {e}");
+                        give_up(run, &span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
                         gave_up = true;
                     }
                 }
@@ -709,7 +714,7 @@ async fn drive_jobs(
                     tasks: unfinished,
                 });
             } else {
-                give_up(run, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
+                give_up(run, &f.span, &handle.job_id, handle.attempt, &unfinished, &reason).await?;
                 gave_up = true;
             }
         }
@@ -877,11 +882,46 @@ fn task_metrics(run: &Run, t: &TaskRecord) {
 
 /// Records tasks as infrastructure failures, with a result in the bundle so that the bundle
 /// says what happened to every task.
-async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &str) -> Result<()> {
+/// Every task of the bundle has its `spans.jsonl`: for a task given up, the controller records an
+/// `eval.task` span (status ERROR) under the last job attempt's span. It is parented through the
+/// job's trace context, as a worker's would be, so that the journal keeps it apart from the
+/// run's own spans.
+async fn give_up(
+    run: &Run,
+    job_span: &tracing::Span,
+    job: &JobId,
+    attempt: u32,
+    tasks: &[u32],
+    reason: &str,
+) -> Result<()> {
     for &i in tasks {
         let task = run.tasks.spec(i as usize)?;
         let now = Utc::now();
         let msg = format!("gave up after attempt {attempt}: {reason}");
+        let span = tracing::info_span!(
+            parent: None,
+            "eval.task",
+            agenteval.run.id = %run.run_id,
+            agenteval.task.id = %task.id,
+            agenteval.job.id = %job,
+            agenteval.attempt = attempt as i64,
+            agenteval.benchmark = run.meta.benchmark.as_str(),
+            agenteval.agent = run.meta.agent.as_str(),
+            agenteval.backend = run.meta.backend.as_str(),
+            agenteval.passed = false,
+            agenteval.terminated_by = TerminatedBy::InfraFailure.as_str(),
+            agenteval.given_up = true,
+        );
+        if let Some(tp) = telemetry::traceparent(job_span) {
+            telemetry::set_remote_parent(&span, &tp);
+        }
+        telemetry::set_error(&span, &msg);
+        let root = telemetry::span_id(&span);
+        drop(span);
+        let spans = match (root, &run.journal) {
+            (Some(root), Some(j)) => Some(j.take_tree(root)),
+            _ => None,
+        };
         let result = TaskResult {
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
@@ -918,7 +958,8 @@ async fn give_up(run: &Run, job: &JobId, attempt: u32, tasks: &[u32], reason: &s
         line.push(b'\n');
         let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
         run.store.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
-        bundle::write_task_outcome(run.store.as_ref(), &result, &log, None, &|t: &str| t.to_string()).await?;
+        bundle::write_task_outcome(run.store.as_ref(), &result, &log, spans.as_deref(), &|t: &str| t.to_string())
+            .await?;
         if run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?
             && let Some(m) = &run.metrics
         {

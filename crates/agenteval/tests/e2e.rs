@@ -405,6 +405,23 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
     assert_eq!(v["summary"]["tasks_finished"], 3, "the given-up task is accounted for");
     let out = ws.validate(bundle.to_str().unwrap());
     assert!(out.status.success(), "{}", text(&out.stdout));
+    // Its spans say what happened too: an eval.task in the run's trace, under the job that died.
+    let spans: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join(format!("tasks/{victim}/spans.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(spans.len(), 1, "{spans:?}");
+    assert_eq!((spans[0]["name"].as_str(), spans[0]["status"].as_str()), (Some("eval.task"), Some("error")));
+    let run_spans = std::fs::read_to_string(bundle.join("spans.jsonl")).unwrap();
+    let job = run_spans
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|s| s["span_id"] == spans[0]["parent_span_id"])
+        .expect("the given-up task's parent is in the run's spans");
+    assert_eq!(job["name"], "eval.job");
+    assert_eq!(job["status"], "error");
+    assert_eq!(job["trace_id"], spans[0]["trace_id"]);
 }
 
 #[test]
