@@ -284,7 +284,7 @@ fn once_the_collector_is_known_down_new_workers_do_not_export() {
     let ws = Workspace::new();
     // One job at a time, each a few hundred milliseconds: the controller's own export fails
     // early in the run, and the jobs dispatched after that are told not to export.
-    let cfg = toy_config(&ws, 12, 300, 1, 1);
+    let cfg = toy_config(&ws, 16, 300, 1, 1);
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}", l.local_addr().unwrap())
@@ -299,8 +299,8 @@ fn once_the_collector_is_known_down_new_workers_do_not_export() {
     let first = env_of("j000001");
     assert_eq!(first["OTEL_EXPORTER_OTLP_ENDPOINT"], serde_json::json!(closed), "{first}");
     assert!(first.get("OTEL_SDK_DISABLED").is_none());
-    let last = env_of("j000012");
+    let last = env_of("j000016");
     assert_eq!(last["OTEL_SDK_DISABLED"], "true", "{last}");
     assert!(last["TRACEPARENT"].is_string(), "the trace context still goes: {last}");
-    assert_complete_spans(&bundle, 12);
+    assert_complete_spans(&bundle, 16);
 }
