@@ -127,6 +127,34 @@ struct Run {
     journal: Journal,
 }
 
+impl Run {
+    /// A run ready to drive; its id comes from the metadata, its index URI from the config, and
+    /// its metrics and journal are set when driving starts.
+    fn new(
+        config: RunConfig,
+        tasks: TaskTable,
+        store: Arc<dyn BundleStore>,
+        index: Arc<dyn RunIndex>,
+        backend: Arc<dyn CloudBackend>,
+        meta: Metadata,
+        attempt_base: u32,
+    ) -> Self {
+        Run {
+            run_id: meta.run_id,
+            index_uri: factory::index_uri(&config),
+            config,
+            tasks,
+            store,
+            index,
+            backend,
+            meta,
+            attempt_base,
+            metrics: None,
+            journal: None,
+        }
+    }
+}
+
 fn config_hash(resolved: &serde_json::Value) -> String {
     sha256_hex(&serde_json::to_vec(resolved).expect("config serializes"))
 }
@@ -210,19 +238,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     };
     index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();
-    let run = Run {
-        run_id,
-        index_uri: factory::index_uri(&config),
-        config,
-        tasks,
-        store,
-        index,
-        backend,
-        meta,
-        attempt_base: 0,
-        metrics: None,
-        journal: None,
-    };
+    let run = Run::new(config, tasks, store, index, backend, meta, 0);
     drive(run, todo, 0, opts).await
 }
 
@@ -319,19 +335,7 @@ pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOp
     meta.finished_at = None;
     meta.resumed = epoch;
     store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
-    let run = Run {
-        run_id: *run_id,
-        index_uri: factory::index_uri(&config),
-        config,
-        tasks,
-        store,
-        index,
-        backend,
-        meta,
-        attempt_base,
-        metrics: None,
-        journal: None,
-    };
+    let run = Run::new(config, tasks, store, index, backend, meta, attempt_base);
     drive(run, todo, epoch, opts).await
 }
 
