@@ -10,7 +10,6 @@ pub mod dynamo_index;
 pub mod ecs;
 pub mod s3_store;
 pub mod sdk;
-pub mod testing;
 
 pub use dynamo_index::DynamoDbRunIndex;
 pub use ecs::{EcsBackend, EcsSettings, TokenBucket};

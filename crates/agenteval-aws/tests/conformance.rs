@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use agenteval_aws::testing as emulator;
+use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, S3BundleStore};
 
 async fn clients() -> Arc<AwsClients> {
@@ -15,10 +15,10 @@ async fn s3_bundle_store_conformance() {
     let c = clients().await;
     let bucket = emulator::unique("bundles");
     c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
-    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c.clone(), &bucket, "team/runs")))
+    agenteval_testkit::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c.clone(), &bucket, "team/runs")))
         .await;
     // The same store at the bucket root.
-    agenteval_core::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c, &bucket, ""))).await;
+    agenteval_testkit::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c, &bucket, ""))).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -39,7 +39,7 @@ async fn dynamodb_run_index_conformance() {
     let c = clients().await;
     let index = DynamoDbRunIndex::new(c, emulator::unique("runs"));
     index.create_table().await.unwrap();
-    agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+    agenteval_testkit::conformance::run_index_suite(Arc::new(index)).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,10 +4,11 @@
 //! line; every backend (local, AWS) and every front end builds on the types defined here.
 
 pub mod config;
-pub mod conformance;
 pub mod error;
+pub mod evaluator;
 pub mod ids;
 pub mod layout;
+pub mod location;
 pub mod model;
 pub mod secret;
 pub mod traits;

@@ -162,7 +162,7 @@ mod tests {
     #[tokio::test]
     async fn conformance() {
         let dir = tempfile::tempdir().unwrap();
-        agenteval_core::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path()))).await;
+        agenteval_testkit::conformance::bundle_store_suite(Arc::new(FsBundleStore::new(dir.path()))).await;
     }
 
     #[tokio::test]

@@ -488,7 +488,7 @@ mod tests {
     async fn conformance() {
         let dir = tempfile::tempdir().unwrap();
         let index = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
-        agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+        agenteval_testkit::conformance::run_index_suite(Arc::new(index)).await;
     }
 
     #[tokio::test]
@@ -500,7 +500,7 @@ mod tests {
             c.execute_batch(&SCHEMA.replace("    controller TEXT NOT NULL DEFAULT '',\n", "")).unwrap();
         }
         let index = SqliteRunIndex::open(&p).unwrap();
-        agenteval_core::conformance::run_index_suite(Arc::new(index)).await;
+        agenteval_testkit::conformance::run_index_suite(Arc::new(index)).await;
         let newer = Connection::open(&p).unwrap();
         newer.pragma_update(None, "user_version", 99).unwrap();
         drop(newer);
@@ -514,7 +514,7 @@ mod tests {
         let p = dir.path().join("i.sqlite");
         let a = SqliteRunIndex::open(&p).unwrap();
         let b = SqliteRunIndex::open(&p).unwrap();
-        agenteval_core::conformance::run_index_suite(Arc::new(a.clone())).await;
+        agenteval_testkit::conformance::run_index_suite(Arc::new(a.clone())).await;
         let runs = b.list_runs(10).await.unwrap();
         assert!(runs.len() >= 3);
     }

@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_aws::testing as emulator;
+use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
 use agenteval_core::traits::CloudBackend;
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agenteval_aws::testing as emulator;
+use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
 use util::otlp;
 use util::*;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
 use serde_json::{Map, Value};
 
-use super::{BenchmarkKind, RunConfig};
+use super::{AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, RunConfig};
 
 /// Where a problem comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +310,11 @@ fn slot<'v>(root: &'v mut Value, segments: &[&str], path: &str) -> Result<(&'v m
 
 fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
     let schema = RunConfig::json_schema();
-    let validator = match jsonschema::validator_for(&schema) {
+    let validator = match jsonschema::options()
+        .should_validate_formats(true)
+        .with_format("rust-regex", |s: &str| regex::Regex::new(s).is_ok())
+        .build(&schema)
+    {
         Ok(v) => v,
         Err(e) => {
             return vec![Problem {
@@ -322,29 +326,150 @@ fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
     };
     let mut out = Vec::new();
     for err in validator.iter_errors(value) {
-        let ptr = err.instance_path().as_str().to_string();
-        match err.kind() {
-            jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected } => {
-                for u in unexpected {
-                    let child = format!("{ptr}/{}", escape(u));
-                    out.push(Problem {
-                        origin: pos.find(&child, true),
-                        pointer: child,
-                        message: format!("unknown field `{u}`"),
-                    });
-                }
-            }
-            _ => out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: err.to_string() }),
-        }
+        explain(&err, value, pos, &mut out);
     }
+    // A problem shared by every kind's schema is reported once.
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert((p.pointer.clone(), p.message.clone())));
     out
 }
 
-fn resolve(base: &Path, p: &Path) -> PathBuf {
-    if p.to_string_lossy().contains("://") {
-        return p.to_path_buf();
+type SchemaError<'a> = jsonschema::ValidationError<'a>;
+
+/// The section a pointer is in, for messages: `/benchmark` → `benchmark`, `/evaluators/2` →
+/// `evaluator`.
+fn section(ptr: &str) -> String {
+    let seg = ptr.rsplit('/').find(|s| !s.is_empty() && !s.chars().all(|c| c.is_ascii_digit())).unwrap_or("config");
+    seg.strip_suffix('s').unwrap_or(seg).to_string()
+}
+
+/// Whether an error inside one branch of a `kind`-tagged `oneOf` says "this is not my kind":
+/// the tag differs, is missing, or the value is not even an object.
+fn rules_out_branch(e: &SchemaError<'_>, ptr: &str) -> bool {
+    use jsonschema::error::ValidationErrorKind as K;
+    let at = e.instance_path().as_str();
+    match e.kind() {
+        K::Constant { .. } | K::Enum { .. } => at == format!("{ptr}/kind"),
+        K::Required { property } => at == ptr && property.as_str() == Some("kind"),
+        K::Type { .. } => at == ptr,
+        _ => false,
     }
+}
+
+/// Turns one schema error into problems users can act on. Configs with a `kind` (benchmark,
+/// agent, evaluators) are `oneOf` their kinds' schemas; the validator's "not valid under any
+/// of the schemas" is replaced by the problems of the kind the user chose, or by an unknown
+/// kind with the known ones listed.
+fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<Problem>) {
+    use jsonschema::error::ValidationErrorKind as K;
+    let ptr = err.instance_path().as_str().to_string();
+    match err.kind() {
+        K::AdditionalProperties { unexpected } => {
+            let kind = value.pointer(&ptr).and_then(|v| v.get("kind")).and_then(Value::as_str);
+            for u in unexpected {
+                let child = format!("{ptr}/{}", escape(u));
+                let message = match kind {
+                    Some(k) => format!("unknown field `{u}` for {} kind `{k}`", section(&ptr)),
+                    None => format!("unknown field `{u}`"),
+                };
+                out.push(Problem { origin: pos.find(&child, true), pointer: child, message });
+            }
+        }
+        K::Required { property } => {
+            let field = property.as_str().map(str::to_string).unwrap_or_else(|| property.to_string());
+            let kind = value.pointer(&ptr).and_then(|v| v.get("kind")).and_then(Value::as_str);
+            let (at, message) = match kind {
+                Some(k) => (format!("{ptr}/kind"), format!("{} `{k}` requires `{field}`", section(&ptr))),
+                None => (ptr.clone(), format!("`{field}` is required")),
+            };
+            out.push(Problem { origin: pos.find(&at, false), pointer: at, message });
+        }
+        K::OneOfNotValid { context } | K::AnyOf { context } => {
+            let fitting: Vec<_> =
+                context.iter().filter(|branch| !branch.iter().any(|e| rules_out_branch(e, &ptr))).collect();
+            if let [only] = fitting.as_slice() {
+                for e in only.iter() {
+                    explain(e, value, pos, out);
+                }
+                return;
+            }
+            let kinds: Vec<String> = context
+                .iter()
+                .flat_map(|b| b.iter())
+                .filter_map(|e| match e.kind() {
+                    K::Constant { expected_value } if e.instance_path().as_str() == format!("{ptr}/kind") => {
+                        expected_value.as_str().map(str::to_string)
+                    }
+                    _ => None,
+                })
+                .collect();
+            if kinds.is_empty() || !value.pointer(&ptr).is_some_and(Value::is_object) {
+                out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: err.to_string() });
+                return;
+            }
+            let at = format!("{ptr}/kind");
+            let message = match value.pointer(&at) {
+                Some(Value::String(k)) => {
+                    format!("unknown {} kind `{k}` (expected one of: {})", section(&ptr), kinds.join(", "))
+                }
+                Some(other) => format!("`kind` must be one of: {} (found {other})", kinds.join(", ")),
+                None => format!("`kind` is required (one of: {})", kinds.join(", ")),
+            };
+            out.push(Problem { origin: pos.find(&at, false), pointer: at.clone(), message });
+            // Problems every kind agrees on (a typo inside `limits`) are worth reporting now.
+            let mut common: Vec<Problem> = Vec::new();
+            for (i, branch) in context.iter().enumerate() {
+                let mut found = Vec::new();
+                for e in branch.iter().filter(|e| !rules_out_branch(e, &ptr)) {
+                    if matches!(e.kind(), K::AdditionalProperties { .. }) && e.instance_path().as_str() == ptr {
+                        continue;
+                    }
+                    explain(e, value, pos, &mut found);
+                }
+                if i == 0 {
+                    common = found;
+                } else {
+                    common.retain(|p| found.contains(p));
+                }
+            }
+            out.extend(common);
+        }
+        K::Format { format } if format == "rust-regex" => {
+            let pattern = value.pointer(&ptr).and_then(Value::as_str).unwrap_or_default();
+            let why = regex::Regex::new(pattern).err().map(|e| e.to_string()).unwrap_or_default();
+            out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: format!("invalid regex: {why}") });
+        }
+        _ => out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: err.to_string() }),
+    }
+}
+
+/// Problems sorted as they appear in the file; `--set` problems and unplaced ones follow.
+fn in_file_order(mut problems: Vec<Problem>) -> Vec<Problem> {
+    problems.sort_by_key(|p| match p.origin {
+        Origin::File { line, column } => (0, line, column),
+        Origin::Override(_) => (1, 0, 0),
+        Origin::Unknown => (2, 0, 0),
+    });
+    problems
+}
+
+fn resolve(base: &Path, p: &Path) -> PathBuf {
     normalize(&base.join(p))
+}
+
+/// `serde_path_to_error`'s path (`storage.bundle_root`, `evaluators[1].pattern`) as a JSON
+/// pointer.
+fn path_to_pointer(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => out.push_str(&format!("/{index}")),
+            Segment::Map { key } | Segment::Enum { variant: key } => out.push_str(&format!("/{}", escape(key))),
+            Segment::Unknown => {}
+        }
+    }
+    out
 }
 
 /// Removes `.` and `..` lexically, so paths shown to users read `/repo/runs`, not
@@ -387,29 +512,35 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     }
     problems.extend(schema_problems(&value, &pos));
     if !problems.is_empty() {
-        return Err(fail(problems));
+        return Err(fail(in_file_order(problems)));
     }
-    let mut config: RunConfig = serde_json::from_value(value)
-        .map_err(|e| fail(vec![Problem { origin: Origin::Unknown, pointer: String::new(), message: e.to_string() }]))?;
+    // The schema accepts every shape serde does; what is left here are values that parse
+    // further (locations), reported at their position.
+    let mut config: RunConfig = serde_path_to_error::deserialize(value).map_err(|e| {
+        let ptr = path_to_pointer(e.path());
+        fail(vec![Problem { origin: pos.find(&ptr, false), pointer: ptr, message: e.inner().to_string() }])
+    })?;
     for (ptr, message) in config.validate() {
         problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
     }
 
     // Paths are relative to the config file, not to wherever the user happens to stand.
-    let b = &mut config.benchmark;
-    if let Some(cases) = &b.cases {
-        let abs = resolve(base, cases);
-        if b.kind == BenchmarkKind::Jsonl && !abs.is_file() {
+    if let BenchmarkConfig::Jsonl { cases, .. } = &mut config.benchmark {
+        *cases = resolve(base, cases);
+        if !cases.is_file() {
             problems.push(Problem {
                 origin: pos.find("/benchmark/cases", false),
                 pointer: "/benchmark/cases".into(),
-                message: format!("case file {} does not exist", abs.display()),
+                message: format!("case file {} does not exist", cases.display()),
             });
         }
-        b.cases = Some(abs);
     }
-    config.storage.bundle_root = resolve(base, &config.storage.bundle_root);
-    config.storage.index = config.storage.index.as_ref().map(|p| resolve(base, p));
+    if let BundleRoot::Local(root) = &mut config.storage.bundle_root {
+        *root = resolve(base, root);
+    }
+    if let Some(IndexLocation::Sqlite(index)) = &mut config.storage.index {
+        *index = resolve(base, index);
+    }
     if let Some(f) = &config.backend.secrets_file {
         let abs = resolve(base, f);
         if !abs.is_file() {
@@ -421,9 +552,11 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
         }
         config.backend.secrets_file = Some(abs);
     }
-    config.agent.workdir = Some(config.agent.workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+    if let AgentConfig::Command { workdir, .. } = &mut config.agent {
+        *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+    }
     if !problems.is_empty() {
-        return Err(fail(problems));
+        return Err(fail(in_file_order(problems)));
     }
     let resolved = serde_json::to_value(&config).expect("config serializes");
     Ok(LoadedConfig { config, path: base.join(file), resolved })
@@ -464,11 +597,11 @@ mod tests {
         assert_eq!(c.backend.tasks_per_job, 1);
         assert_eq!(c.backend.max_attempts, 3);
         assert_eq!(c.repetitions, 1);
-        assert_eq!(c.storage.bundle_root, PathBuf::from("/base/runs"));
-        assert_eq!(c.storage.index_path(), PathBuf::from("/base/runs/index.sqlite"));
-        assert_eq!(c.agent.workdir, Some(PathBuf::from("/base")));
-        let c = load(GOOD, &["storage.bundle_root=../runs"]).unwrap().config;
-        assert_eq!(c.storage.bundle_root, PathBuf::from("/runs"));
+        assert_eq!(c.storage.bundle_root, BundleRoot::Local("/base/runs".into()));
+        assert_eq!(c.storage.index_location(), IndexLocation::Sqlite("/base/runs/index.sqlite".into()));
+        let c = load(GOOD, &["storage.bundle_root=../runs", "agent.kind=command", "agent.command=[a]"]).unwrap().config;
+        assert_eq!(c.storage.bundle_root, BundleRoot::Local("/runs".into()));
+        assert!(matches!(c.agent, AgentConfig::Command { workdir: Some(w), .. } if w == Path::new("/base")));
     }
 
     #[test]
@@ -480,7 +613,41 @@ mod tests {
         assert!(shown.contains("c.yaml:6:9:"), "{shown}");
         assert!(shown.contains("c.yaml:8:17:"), "{shown}");
         assert!(shown.contains("c.yaml:9:1: unknown field `colour`"), "{shown}");
-        assert_eq!(err.problems.len(), 4, "{shown}");
+        assert!(shown.contains("c.yaml:3:9: benchmark `toy` requires `size`"), "{shown}");
+        assert_eq!(err.problems.len(), 5, "{shown}");
+        let lines: Vec<usize> = err
+            .problems
+            .iter()
+            .map(|p| match p.origin {
+                Origin::File { line, .. } => line,
+                _ => 0,
+            })
+            .collect();
+        assert!(lines.is_sorted(), "problems in file order: {shown}");
+    }
+
+    /// Each kind takes only its own fields, and a wrong one is reported where it is written.
+    #[test]
+    fn a_field_of_another_kind_is_named_with_its_position() {
+        let cases = [
+            ("benchmark:\n  kind: jsonl\n  cases: c.jsonl\n  size: 5\nagent:\n  kind: mock\n", "c.yaml:5:3: unknown field `size` for benchmark kind `jsonl`"),
+            ("benchmark:\n  kind: toy\n  size: 5\n  cases: c.jsonl\nagent:\n  kind: mock\n", "c.yaml:5:3: unknown field `cases` for benchmark kind `toy`"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\n  command: [x]\n", "c.yaml:7:3: unknown field `command` for agent kind `mock`"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: command\n  command: [x]\n  mock: {tokens: 1}\n", "c.yaml:8:3: unknown field `mock` for agent kind `command`"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: exact_match\n    pattern: x\n", "c.yaml:9:5: unknown field `pattern` for evaluator kind `exact_match`"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: cost_budget\n", "c.yaml:8:11: evaluator `cost_budget` requires `max_cost_usd`"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: '(('\n", "c.yaml:9:14: invalid regex"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nbackend:\n  id: gcp\n", "c.yaml:8:7:"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: gs://b/runs\n", "c.yaml:8:16: `gs://b/runs` is not a bundle location"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  index: postgres://x\n", "c.yaml:8:10: `postgres://x` is not a run index location"),
+            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n", "c.yaml:8:16: the local backend needs a local bundle folder"),
+        ];
+        for (body, want) in cases {
+            let err = load(&format!("name: t\n{body}"), &[]).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.contains(want), "want {want} in:\n{shown}");
+            assert_eq!(err.problems.len(), 1, "{shown}");
+        }
     }
 
     #[test]
@@ -503,7 +670,7 @@ mod tests {
     #[test]
     fn overrides_set_typed_values_and_are_validated() {
         let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"]).unwrap().config;
-        assert_eq!(c.benchmark.size, Some(10000));
+        assert!(matches!(c.benchmark, BenchmarkConfig::Toy { size: 10000, .. }));
         assert_eq!(c.backend.tasks_per_job, 100);
         let err = load(GOOD, &["backend.tasks_per_job=many", "bogus.x=1", "novalue"]).unwrap_err();
         let shown = err.to_string();

@@ -11,11 +11,13 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
+pub use crate::location::{BundleRoot, IndexLocation};
 pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, load_config, load_config_str};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct RunConfig {
     /// A human name for the run (shown in `runs list`).
     pub name: String,
@@ -72,7 +74,7 @@ impl OtlpProtocol {
 /// variables; without an endpoint there or here nothing is exported (the bundle still gets its
 /// `spans.jsonl` files).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct TelemetryConfig {
     /// Turns export off even when an endpoint is configured (`OTEL_SDK_DISABLED=true`).
     #[serde(default)]
@@ -115,7 +117,7 @@ pub enum FargateCapacity {
 /// AWS settings. Credentials are never configured here: they come from the standard chain
 /// (environment, profile, web identity, ECS task role, instance metadata).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct AwsConfig {
     /// Region; defaults to the standard chain (`AWS_REGION`, profile).
     #[serde(default)]
@@ -171,38 +173,52 @@ fn one() -> u32 {
     1
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BenchmarkKind {
+/// What to evaluate, tagged by `kind`; each kind takes exactly its own fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[schemars(deny_unknown_fields)]
+pub enum BenchmarkConfig {
     /// Deterministic generated tasks, for trying the tool and measuring it.
-    Toy,
+    Toy {
+        /// Number of tasks.
+        size: u64,
+        /// Latency of the mock agent on ordinary tasks, in milliseconds (default 5).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        latency_ms: Option<u64>,
+        /// Latency of the mock agent on the slow tasks, in milliseconds (default 300).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slow_ms: Option<u64>,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
     /// Cases from a JSONL or YAML file.
-    Jsonl,
+    Jsonl {
+        /// The case file (`.jsonl`, `.yaml` or `.yml`), relative to the config file.
+        cases: PathBuf,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct BenchmarkConfig {
-    pub kind: BenchmarkKind,
-    /// `toy`: number of tasks.
-    #[serde(default)]
-    pub size: Option<u64>,
-    /// `toy`: latency of the mock agent on ordinary tasks, in milliseconds.
-    #[serde(default)]
-    pub latency_ms: Option<u64>,
-    /// `toy`: latency of the mock agent on the slow tasks, in milliseconds.
-    #[serde(default)]
-    pub slow_ms: Option<u64>,
-    /// `jsonl`: the case file (`.jsonl`, `.yaml` or `.yml`), relative to the config file.
-    #[serde(default)]
-    pub cases: Option<PathBuf>,
-    #[serde(default)]
-    pub filter: TaskFilter,
+impl BenchmarkConfig {
+    /// The kind as written in configs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BenchmarkConfig::Toy { .. } => "toy",
+            BenchmarkConfig::Jsonl { .. } => "jsonl",
+        }
+    }
+
+    pub fn filter(&self) -> &TaskFilter {
+        match self {
+            BenchmarkConfig::Toy { filter, .. } | BenchmarkConfig::Jsonl { filter, .. } => filter,
+        }
+    }
 }
 
 /// Which tasks of a benchmark to run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct TaskFilter {
     /// Only these task ids.
     #[serde(default)]
@@ -222,43 +238,77 @@ impl TaskFilter {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AgentKind {
+/// The agent under evaluation, tagged by `kind`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+#[schemars(deny_unknown_fields)]
+pub enum AgentConfig {
     /// Deterministic scripted agent.
-    Mock,
+    Mock {
+        /// Model name, recorded in results.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        #[serde(default)]
+        limits: Limits,
+        /// Behaviour on tasks that carry no script of their own.
+        #[serde(default)]
+        mock: MockConfig,
+    },
     /// Any external program speaking the agent protocol (`docs/agent-protocol.md`).
-    Command,
+    Command {
+        /// Model name, recorded in results and passed to the program.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// Program and arguments. Runs in the config file's folder.
+        command: Vec<String>,
+        /// Extra environment for the program.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// Secrets to pass as environment variables: `ENV_NAME: secret-name`.
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+        #[serde(default)]
+        limits: Limits,
+        /// Folder the command runs in; filled in with the config file's folder when loading.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workdir: Option<PathBuf>,
+    },
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    pub kind: AgentKind,
-    /// Model name, recorded in results and passed to `command` agents.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// `command`: program and arguments. Runs in the config file's folder.
-    #[serde(default)]
-    pub command: Vec<String>,
-    /// `command`: extra environment for the program.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// `command`: secrets to pass as environment variables: `ENV_NAME: secret-name`.
-    #[serde(default)]
-    pub secrets: BTreeMap<String, String>,
-    #[serde(default)]
-    pub limits: Limits,
-    /// `mock`: behaviour on tasks that carry no script of their own.
-    #[serde(default)]
-    pub mock: MockConfig,
-    /// Folder the command runs in; filled in with the config file's folder when loading.
-    #[serde(default)]
-    pub workdir: Option<PathBuf>,
+static NO_SECRETS: BTreeMap<String, String> = BTreeMap::new();
+
+impl AgentConfig {
+    /// The kind as written in configs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AgentConfig::Mock { .. } => "mock",
+            AgentConfig::Command { .. } => "command",
+        }
+    }
+
+    pub fn model(&self) -> Option<&str> {
+        match self {
+            AgentConfig::Mock { model, .. } | AgentConfig::Command { model, .. } => model.as_deref(),
+        }
+    }
+
+    pub fn limits(&self) -> &Limits {
+        match self {
+            AgentConfig::Mock { limits, .. } | AgentConfig::Command { limits, .. } => limits,
+        }
+    }
+
+    /// Secrets the worker fetches for this agent: `ENV_NAME → secret name`.
+    pub fn secrets(&self) -> &BTreeMap<String, String> {
+        match self {
+            AgentConfig::Command { secrets, .. } => secrets,
+            AgentConfig::Mock { .. } => &NO_SECRETS,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct Limits {
     #[serde(default)]
     pub max_tokens: Option<u64>,
@@ -269,7 +319,7 @@ pub struct Limits {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct MockConfig {
     /// Latency per task in milliseconds.
     #[serde(default)]
@@ -295,149 +345,49 @@ impl Default for MockConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+/// Which backend runs the jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum EvaluatorKind {
-    ExactMatch,
-    Contains,
-    Regex,
-    NoError,
-    MaxSteps,
-    ToolSequence,
-    CostBudget,
-    LatencyBudget,
+pub enum BackendId {
+    /// Processes on this machine.
+    #[default]
+    Local,
+    /// ECS Fargate tasks.
+    Aws,
 }
 
-impl EvaluatorKind {
+impl BackendId {
     pub fn as_str(self) -> &'static str {
         match self {
-            EvaluatorKind::ExactMatch => "exact_match",
-            EvaluatorKind::Contains => "contains",
-            EvaluatorKind::Regex => "regex",
-            EvaluatorKind::NoError => "no_error",
-            EvaluatorKind::MaxSteps => "max_steps",
-            EvaluatorKind::ToolSequence => "tool_sequence",
-            EvaluatorKind::CostBudget => "cost_budget",
-            EvaluatorKind::LatencyBudget => "latency_budget",
+            BackendId::Local => "local",
+            BackendId::Aws => "aws",
         }
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SequenceMode {
-    /// The calls are exactly the expected tools, in order.
-    Strict,
-    /// The expected tools appear in this order, other calls may come between.
-    #[default]
-    Ordered,
-    /// Every expected tool is called at least once, in any order.
-    Subset,
+impl std::fmt::Display for BackendId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
-/// One evaluator. Which parameters apply depends on `kind` (see `docs/configuration.md`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct EvaluatorConfig {
-    /// Name used in scores and summaries; defaults to the kind.
-    #[serde(default)]
-    pub id: Option<String>,
-    pub kind: EvaluatorKind,
-    /// `exact_match`: expected answer; defaults to the task's `expected`.
-    #[serde(default)]
-    pub expected: Option<serde_json::Value>,
-    /// `contains`: the substring; defaults to the task's `expected`.
-    #[serde(default)]
-    pub value: Option<String>,
-    /// `regex`: the pattern the final answer must match.
-    #[serde(default)]
-    pub pattern: Option<String>,
-    /// `exact_match`, `contains`: compare case-sensitively (default true).
-    #[serde(default)]
-    pub case_sensitive: Option<bool>,
-    /// `max_steps`: most trace events allowed.
-    #[serde(default)]
-    pub max_steps: Option<u32>,
-    /// `tool_sequence`: expected tool names.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// `tool_sequence`: how `tools` is compared.
-    #[serde(default)]
-    pub mode: Option<SequenceMode>,
-    /// `tool_sequence`: tools that must never be called.
-    #[serde(default)]
-    pub forbidden: Vec<String>,
-    /// `cost_budget`: most US dollars a task may cost.
-    #[serde(default)]
-    pub max_cost_usd: Option<f64>,
-    /// `latency_budget`: most seconds a task may take.
-    #[serde(default)]
-    pub max_seconds: Option<f64>,
-}
-
-impl EvaluatorConfig {
-    pub fn id(&self) -> &str {
-        self.id.as_deref().unwrap_or(self.kind.as_str())
-    }
-
-    pub fn of_kind(kind: EvaluatorKind) -> Self {
-        EvaluatorConfig {
-            id: None,
-            kind,
-            expected: None,
-            value: None,
-            pattern: None,
-            case_sensitive: None,
-            max_steps: None,
-            tools: vec![],
-            mode: None,
-            forbidden: vec![],
-            max_cost_usd: None,
-            max_seconds: None,
-        }
-    }
-
-    /// Pure checks of the parameters for this kind; `at` is the JSON pointer of this evaluator.
-    pub fn validate(&self, at: &str, problems: &mut Vec<(String, String)>) {
-        let mut need = |field: &str, present: bool| {
-            if !present {
-                problems.push((
-                    format!("{at}/kind"),
-                    format!("evaluator kind `{}` requires `{field}`", self.kind.as_str()),
-                ));
-            }
-        };
-        match self.kind {
-            EvaluatorKind::Regex => {
-                need("pattern", self.pattern.is_some());
-                if let Some(p) = &self.pattern
-                    && let Err(e) = regex::Regex::new(p)
-                {
-                    problems.push((format!("{at}/pattern"), format!("invalid regex: {e}")));
-                }
-            }
-            EvaluatorKind::MaxSteps => need("max_steps", self.max_steps.is_some()),
-            EvaluatorKind::ToolSequence => {
-                need("tools or forbidden", !self.tools.is_empty() || !self.forbidden.is_empty())
-            }
-            EvaluatorKind::CostBudget => need("max_cost_usd", self.max_cost_usd.is_some()),
-            EvaluatorKind::LatencyBudget => need("max_seconds", self.max_seconds.is_some()),
-            EvaluatorKind::ExactMatch | EvaluatorKind::Contains | EvaluatorKind::NoError => {}
-        }
-        for (field, v) in [("max_cost_usd", self.max_cost_usd), ("max_seconds", self.max_seconds)] {
-            if v.is_some_and(|v| v < 0.0) {
-                problems.push((format!("{at}/{field}"), "must be zero or more".into()));
-            }
+impl std::str::FromStr for BackendId {
+    type Err = crate::Error;
+    fn from_str(s: &str) -> crate::Result<Self> {
+        match s {
+            "local" => Ok(BackendId::Local),
+            "aws" => Ok(BackendId::Aws),
+            other => Err(crate::Error::invalid(format!("unknown backend `{other}` (expected local or aws)"))),
         }
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct BackendConfig {
     /// `local` (processes on this machine) or `aws` (ECS Fargate).
-    #[serde(default = "default_backend")]
-    pub id: String,
+    #[serde(default)]
+    pub id: BackendId,
     #[serde(default = "default_concurrency")]
     pub max_concurrent_jobs: u32,
     /// Tasks per job; 1 runs one worker per task.
@@ -452,9 +402,6 @@ pub struct BackendConfig {
     pub secrets_file: Option<PathBuf>,
 }
 
-fn default_backend() -> String {
-    "local".into()
-}
 fn default_concurrency() -> u32 {
     4
 }
@@ -465,7 +412,7 @@ fn default_attempts() -> u32 {
 impl Default for BackendConfig {
     fn default() -> Self {
         BackendConfig {
-            id: default_backend(),
+            id: BackendId::Local,
             max_concurrent_jobs: default_concurrency(),
             tasks_per_job: 1,
             max_attempts: default_attempts(),
@@ -475,18 +422,19 @@ impl Default for BackendConfig {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
+#[schemars(deny_unknown_fields)]
 pub struct StorageConfig {
-    /// Folder (or URI) under which `<run_id>/` bundles are written.
+    /// Folder (or `s3://bucket/prefix`) under which `<run_id>/` bundles are written.
     #[serde(default = "default_bundle_root")]
-    pub bundle_root: PathBuf,
-    /// The run index: a SQLite file locally.
+    pub bundle_root: BundleRoot,
+    /// The run index: a SQLite file (default `index.sqlite` in a local bundle root) or
+    /// `dynamodb://table`.
     #[serde(default)]
-    pub index: Option<PathBuf>,
+    pub index: Option<IndexLocation>,
 }
 
-fn default_bundle_root() -> PathBuf {
-    PathBuf::from("runs")
+fn default_bundle_root() -> BundleRoot {
+    BundleRoot::Local(PathBuf::from("runs"))
 }
 
 impl Default for StorageConfig {
@@ -496,13 +444,17 @@ impl Default for StorageConfig {
 }
 
 impl StorageConfig {
-    /// The index location: `index`, or `index.sqlite` inside the bundle root.
-    pub fn index_path(&self) -> PathBuf {
-        self.index.clone().unwrap_or_else(|| self.bundle_root.join("index.sqlite"))
+    /// The index location: `index`, or `index.sqlite` inside a local bundle root. (An S3 root
+    /// without an index is refused by `validate`; `index.sqlite` in the working folder is only
+    /// the answer for configs that skipped it.)
+    pub fn index_location(&self) -> IndexLocation {
+        match (&self.index, &self.bundle_root) {
+            (Some(i), _) => i.clone(),
+            (None, BundleRoot::Local(root)) => IndexLocation::Sqlite(root.join("index.sqlite")),
+            (None, BundleRoot::S3 { .. }) => IndexLocation::Sqlite(PathBuf::from("index.sqlite")),
+        }
     }
 }
-
-pub const KNOWN_BACKENDS: &[&str] = &["local", "aws"];
 
 impl RunConfig {
     /// Pure semantic checks that the schema cannot express. Returns `(json pointer, message)`
@@ -512,43 +464,13 @@ impl RunConfig {
         if self.name.trim().is_empty() {
             p.push(("/name".into(), "must not be empty".into()));
         }
-        match self.benchmark.kind {
-            BenchmarkKind::Toy => {
-                if self.benchmark.size.is_none() {
-                    p.push(("/benchmark/kind".into(), "benchmark `toy` requires `size`".into()));
-                }
-                if self.benchmark.cases.is_some() {
-                    p.push(("/benchmark/cases".into(), "only `jsonl` benchmarks take `cases`".into()));
-                }
-            }
-            BenchmarkKind::Jsonl => {
-                if self.benchmark.cases.is_none() {
-                    p.push(("/benchmark/kind".into(), "benchmark `jsonl` requires `cases`".into()));
-                }
-                for f in ["size", "latency_ms", "slow_ms"] {
-                    let set = match f {
-                        "size" => self.benchmark.size.is_some(),
-                        "latency_ms" => self.benchmark.latency_ms.is_some(),
-                        _ => self.benchmark.slow_ms.is_some(),
-                    };
-                    if set {
-                        p.push((format!("/benchmark/{f}"), "only `toy` benchmarks take this".into()));
-                    }
-                }
-            }
-        }
-        match self.agent.kind {
-            AgentKind::Command if self.agent.command.is_empty() => {
-                p.push(("/agent/kind".into(), "agent `command` requires `command`".into()))
-            }
-            AgentKind::Mock if !self.agent.command.is_empty() => {
-                p.push(("/agent/command".into(), "only `command` agents take a command".into()))
-            }
-            _ => {}
-        }
-        for (name, v) in
-            [("max_wall_seconds", self.agent.limits.max_wall_seconds), ("max_cost_usd", self.agent.limits.max_cost_usd)]
+        if let AgentConfig::Command { command, .. } = &self.agent
+            && command.first().is_none_or(|c| c.trim().is_empty())
         {
+            p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
+        }
+        let limits = self.agent.limits();
+        for (name, v) in [("max_wall_seconds", limits.max_wall_seconds), ("max_cost_usd", limits.max_cost_usd)] {
             if v.is_some_and(|v| v <= 0.0) {
                 p.push((format!("/agent/limits/{name}"), "must be greater than zero".into()));
             }
@@ -561,12 +483,6 @@ impl RunConfig {
                 p.push((format!("{at}/kind"), format!("duplicate evaluator id `{}`: give each an `id`", e.id())));
             }
         }
-        if !KNOWN_BACKENDS.contains(&self.backend.id.as_str()) {
-            p.push((
-                "/backend/id".into(),
-                format!("unknown backend `{}` (expected one of: {})", self.backend.id, KNOWN_BACKENDS.join(", ")),
-            ));
-        }
         for (name, v) in [
             ("max_concurrent_jobs", self.backend.max_concurrent_jobs),
             ("tasks_per_job", self.backend.tasks_per_job),
@@ -576,36 +492,55 @@ impl RunConfig {
                 p.push((format!("/backend/{name}"), "must be at least 1".into()));
             }
         }
-        if self.backend.id == "aws" {
-            match &self.aws {
-                None => p.push(("/backend/id".into(), "backend `aws` requires an `aws` section".into())),
-                Some(a) => {
-                    for (field, ok) in [
-                        ("cluster", a.cluster.is_some()),
-                        ("task_definition", a.task_definition.is_some()),
-                        ("subnets", !a.subnets.is_empty()),
-                        ("security_groups", !a.security_groups.is_empty()),
-                    ] {
-                        if !ok {
-                            p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}`")));
-                        }
-                    }
-                    if a.launch_per_second <= 0.0 || a.launch_burst == 0 {
-                        p.push((
-                            "/aws/launch_per_second".into(),
-                            "launch pacing must allow at least one launch".into(),
-                        ));
-                    }
+        if !self.storage.bundle_root.is_local() && self.storage.index.is_none() {
+            p.push(("/storage/bundle_root".into(), "an s3:// bundle root needs `storage.index` (dynamodb://table)".into()));
+        }
+        match self.backend.id {
+            BackendId::Local => {
+                if !self.storage.bundle_root.is_local() {
+                    p.push((
+                        "/storage/bundle_root".into(),
+                        "the local backend needs a local bundle folder (its workers write to it)".into(),
+                    ));
                 }
             }
-            if !self.storage.bundle_root.to_string_lossy().starts_with("s3://") {
-                p.push((
-                    "/storage/bundle_root".into(),
-                    "backend `aws` needs `s3://bucket/prefix` bundles (Fargate workers have no shared disk)".into(),
-                ));
-            }
-            if !self.storage.index.as_ref().is_some_and(|i| i.to_string_lossy().starts_with("dynamodb://")) {
-                p.push(("/storage/index".into(), "backend `aws` needs a `dynamodb://table` index".into()));
+            BackendId::Aws => {
+                if self.backend.secrets_file.is_some() {
+                    p.push((
+                        "/backend/secrets_file".into(),
+                        "only the local backend reads a secrets file; on AWS secrets come from Secrets Manager".into(),
+                    ));
+                }
+                match &self.aws {
+                    None => p.push(("/backend/id".into(), "backend `aws` requires an `aws` section".into())),
+                    Some(a) => {
+                        for (field, ok) in [
+                            ("cluster", a.cluster.is_some()),
+                            ("task_definition", a.task_definition.is_some()),
+                            ("subnets", !a.subnets.is_empty()),
+                            ("security_groups", !a.security_groups.is_empty()),
+                        ] {
+                            if !ok {
+                                p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}`")));
+                            }
+                        }
+                        if a.launch_per_second <= 0.0 || a.launch_burst == 0 {
+                            p.push((
+                                "/aws/launch_per_second".into(),
+                                "launch pacing must allow at least one launch".into(),
+                            ));
+                        }
+                    }
+                }
+                if self.storage.bundle_root.is_local() {
+                    p.push((
+                        "/storage/bundle_root".into(),
+                        "backend `aws` needs `s3://bucket/prefix` bundles (Fargate workers have no shared disk)".into(),
+                    ));
+                }
+                if !matches!(self.storage.index, Some(IndexLocation::DynamoDb { .. })) {
+                    p.push(("/storage/index".into(), "backend `aws` needs a `dynamodb://table` index".into()));
+                }
             }
         }
         if self.repetitions == 0 {

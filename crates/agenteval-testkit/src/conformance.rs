@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use chrono::Utc;
 
-use crate::error::ErrorKind;
-use crate::ids::{JobId, RunId, TaskId};
-use crate::model::*;
-use crate::traits::{BundleStore, RunIndex};
+use agenteval_core::ErrorKind;
+use agenteval_core::{JobId, RunId, TaskId};
+use agenteval_core::model::*;
+use agenteval_core::traits::{BundleStore, RunIndex};
 
 /// Runs every bundle-store check against `store`.
 pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {

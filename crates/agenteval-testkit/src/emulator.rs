@@ -1,4 +1,4 @@
-//! Test support: starts the AWS emulator for a test binary: `moto_server` on a free port of 127.0.0.1, or
+//! Starts the AWS emulator for a test binary: `moto_server` on a free port of 127.0.0.1, or
 //! the endpoint in `AWS_ENDPOINT_URL` when one is already running (LocalStack, a shared moto).
 
 use std::net::{TcpListener, TcpStream};

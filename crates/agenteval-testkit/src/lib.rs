@@ -1,0 +1,8 @@
+//! Test support shared by agenteval's crates, never shipped: the conformance suites every
+//! `BundleStore` and `RunIndex` implementation must pass, and the AWS emulator launcher.
+//!
+//! Only `[dev-dependencies]` name this crate, so the libraries and the binary do not export
+//! test helpers.
+
+pub mod conformance;
+pub mod emulator;
