@@ -19,9 +19,7 @@ use aws_sdk_ecs::types::{
 use crate::s3_store::S3BundleStore;
 use crate::sdk::{AwsClients, classify};
 
-/// Exit codes of the worker (must match `agenteval_local::process::worker_exit`).
-const EXIT_BAD_JOB: i32 = 2;
-const EXIT_CANCELLED: i32 = 3;
+use agenteval_core::traits::worker_exit;
 
 /// How a job's ECS task is launched.
 #[derive(Debug, Clone, PartialEq)]
@@ -227,9 +225,9 @@ impl EcsBackend {
                 match (t.stop_code.as_str(), exit) {
                     ("SpotInterruption", _) => infra(format!("Fargate Spot interruption: {reason}")),
                     ("TaskFailedToStart", _) => infra(format!("task failed to start: {reason}")),
-                    (_, Some(0)) => JobStatus::Succeeded,
-                    (_, Some(EXIT_CANCELLED)) => JobStatus::Cancelled,
-                    (_, Some(EXIT_BAD_JOB)) => JobStatus::Failed {
+                    (_, Some(worker_exit::OK)) => JobStatus::Succeeded,
+                    (_, Some(worker_exit::CANCELLED)) => JobStatus::Cancelled,
+                    (_, Some(worker_exit::BAD_JOB)) => JobStatus::Failed {
                         exit_code: exit,
                         reason: "worker could not run the job as specified (see its log)".into(),
                         infrastructure: false,

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, S3BundleStore};
+use agenteval_testkit::emulator;
 
 async fn clients() -> Arc<AwsClients> {
     AwsClients::connect(&AwsSettings::emulator(emulator::endpoint())).await

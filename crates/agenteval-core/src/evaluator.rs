@@ -134,7 +134,10 @@ impl EvaluatorConfig {
                 }
             }
             EvaluatorConfig::ToolSequence { tools, forbidden, .. } if tools.is_empty() && forbidden.is_empty() => {
-                problems.push((format!("{at}/kind"), "evaluator kind `tool_sequence` requires `tools` or `forbidden`".into()))
+                problems.push((
+                    format!("{at}/kind"),
+                    "evaluator kind `tool_sequence` requires `tools` or `forbidden`".into(),
+                ))
             }
             EvaluatorConfig::CostBudget { max_cost_usd: v, .. } if *v < 0.0 => {
                 problems.push((format!("{at}/max_cost_usd"), "must be zero or more".into()))

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod error;
 pub mod evaluator;
+pub mod format;
 pub mod ids;
 pub mod layout;
 pub mod location;

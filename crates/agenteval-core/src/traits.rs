@@ -1,7 +1,7 @@
 //! The seams of agenteval: backends, stores, indexes, agents, benchmarks, evaluators, scorers.
 //!
-//! Every backend is used as `Arc<dyn Trait>` chosen by a factory from the configuration, so the
-//! controller and the worker never name a concrete implementation.
+//! Every backend is used as `Arc<dyn Trait>`, opened by a [`Resolver`] from the configuration or
+//! a location, so the controller and the worker never name a concrete implementation.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,11 +9,39 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Limits, TaskFilter};
+use crate::config::{Limits, RunConfig, TaskFilter};
 use crate::error::{Error, Result};
 use crate::ids::{RunId, TaskId};
+use crate::location::{BundleRoot, IndexLocation};
 use crate::model::*;
 use crate::secret::Secret;
+
+/// Exit codes of the `agenteval worker` process, which every backend reads back from its jobs.
+pub mod worker_exit {
+    /// Every task of the job was processed (whatever the grades).
+    pub const OK: i32 = 0;
+    /// A store or index failure: the job cannot vouch for its results; its unfinished tasks are
+    /// retried.
+    pub const FAILED: i32 = 1;
+    /// The job cannot be run as specified (unreadable spec, bad config): retrying won't help.
+    pub const BAD_JOB: i32 = 2;
+    /// The worker stopped because it was asked to (SIGTERM/SIGINT).
+    pub const CANCELLED: i32 = 3;
+}
+
+/// Opens the backends that a location or a run config names. The binary implements it (it is
+/// the one crate that links every backend); the controller and the worker are handed one, so
+/// the engine never depends on a backend crate. One resolver holds one set of cloud settings:
+/// nothing is global, so two resolvers with different settings never see each other's.
+#[async_trait]
+pub trait Resolver: Send + Sync {
+    /// The store holding the bundles under `root`.
+    async fn store(&self, root: &BundleRoot) -> Result<std::sync::Arc<dyn BundleStore>>;
+    /// The run index at `at`.
+    async fn index(&self, at: &IndexLocation) -> Result<std::sync::Arc<dyn RunIndex>>;
+    /// The backend that runs the jobs of `config` (`backend.id`).
+    async fn backend(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn CloudBackend>>;
+}
 
 /// Runs jobs somewhere: local processes, ECS Fargate tasks.
 #[async_trait]

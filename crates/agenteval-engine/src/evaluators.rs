@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use agenteval_core::config::{EvaluatorConfig, EvaluatorKind, SequenceMode};
+use agenteval_core::evaluator::{EvaluatorConfig, SequenceMode};
 use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
 use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::{Error, Result};
@@ -20,13 +20,11 @@ pub struct BuiltinEvaluator {
 
 /// Builds an evaluator; fails only on configuration the loader would have refused.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig) -> Result<Arc<dyn Evaluator>> {
-    let regex = match (&cfg.kind, &cfg.pattern) {
-        (EvaluatorKind::Regex, Some(p)) => Some(
-            regex::Regex::new(p).map_err(|e| Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id())))?,
+    let regex = match cfg {
+        EvaluatorConfig::Regex { pattern, .. } => Some(
+            regex::Regex::new(pattern)
+                .map_err(|e| Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id())))?,
         ),
-        (EvaluatorKind::Regex, None) => {
-            return Err(Error::invalid(format!("evaluator {} needs a pattern", cfg.id())));
-        }
         _ => None,
     };
     Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex }))
@@ -68,11 +66,10 @@ impl BuiltinEvaluator {
     fn judge(&self, input: &EvalInput<'_>) -> Result<(f64, bool, String, Vec<u32>)> {
         let cfg = &self.cfg;
         let answer = input.result.final_answer.as_ref().map(answer_text);
-        let cs = cfg.case_sensitive.unwrap_or(true);
-        Ok(match cfg.kind {
-            EvaluatorKind::ExactMatch => {
-                let expected = cfg
-                    .expected
+        Ok(match cfg {
+            EvaluatorConfig::ExactMatch { expected, case_sensitive, .. } => {
+                let cs = case_sensitive.unwrap_or(true);
+                let expected = expected
                     .as_ref()
                     .or(input.task.expected.as_ref())
                     .ok_or_else(|| Error::invalid("exact_match needs `expected` in the evaluator or the task"))?;
@@ -86,9 +83,9 @@ impl BuiltinEvaluator {
                     }
                 }
             }
-            EvaluatorKind::Contains => {
-                let needle = cfg
-                    .value
+            EvaluatorConfig::Contains { value, case_sensitive, .. } => {
+                let cs = case_sensitive.unwrap_or(true);
+                let needle = value
                     .clone()
                     .or_else(|| input.task.expected.as_ref().map(answer_text))
                     .ok_or_else(|| Error::invalid("contains needs `value` or a task `expected`"))?;
@@ -105,7 +102,7 @@ impl BuiltinEvaluator {
                     }
                 }
             }
-            EvaluatorKind::Regex => {
+            EvaluatorConfig::Regex { .. } => {
                 let re = self.regex.as_ref().ok_or_else(|| Error::internal("regex evaluator without a regex"))?;
                 match answer {
                     None => verdict(false, "no final answer".into(), vec![]),
@@ -119,7 +116,7 @@ impl BuiltinEvaluator {
                     }
                 }
             }
-            EvaluatorKind::NoError => {
+            EvaluatorConfig::NoError { .. } => {
                 let r = input.result;
                 let ok = r.terminated_by == TerminatedBy::Completed && r.error.is_none();
                 let reason = if ok {
@@ -129,21 +126,21 @@ impl BuiltinEvaluator {
                 };
                 verdict(ok, reason, final_step(input))
             }
-            EvaluatorKind::MaxSteps => {
-                let max = cfg.max_steps.ok_or_else(|| Error::invalid("max_steps needs `max_steps`"))?;
+            EvaluatorConfig::MaxSteps { max_steps: max, .. } => {
+                let max = *max;
                 let steps = input.result.steps;
                 let ok = steps <= max;
                 let cite = if ok { vec![] } else { vec![max] };
                 verdict(ok, format!("{steps} steps (max {max})"), cite)
             }
-            EvaluatorKind::ToolSequence => {
+            EvaluatorConfig::ToolSequence { tools, mode, forbidden, .. } => {
                 let calls = tool_calls(input);
-                if let Some((step, name)) = calls.iter().find(|(_, n)| cfg.forbidden.contains(n)) {
+                if let Some((step, name)) = calls.iter().find(|(_, n)| forbidden.contains(n)) {
                     return Ok(verdict(false, format!("forbidden tool `{name}` called"), vec![*step]));
                 }
                 let names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
-                let want: Vec<&str> = cfg.tools.iter().map(String::as_str).collect();
-                let mode = cfg.mode.unwrap_or_default();
+                let want: Vec<&str> = tools.iter().map(String::as_str).collect();
+                let mode = mode.unwrap_or_default();
                 let ok = match mode {
                     SequenceMode::Strict => names == want,
                     SequenceMode::Ordered => {
@@ -157,13 +154,13 @@ impl BuiltinEvaluator {
                         .to_lowercase();
                 verdict(ok, reason, calls.iter().map(|(s, _)| *s).collect())
             }
-            EvaluatorKind::CostBudget => {
-                let max = cfg.max_cost_usd.ok_or_else(|| Error::invalid("cost_budget needs `max_cost_usd`"))?;
+            EvaluatorConfig::CostBudget { max_cost_usd: max, .. } => {
+                let max = *max;
                 let cost = input.result.total_cost_usd;
                 verdict(cost <= max, format!("cost ${cost:.6} (budget ${max:.6})"), vec![])
             }
-            EvaluatorKind::LatencyBudget => {
-                let max = cfg.max_seconds.ok_or_else(|| Error::invalid("latency_budget needs `max_seconds`"))?;
+            EvaluatorConfig::LatencyBudget { max_seconds: max, .. } => {
+                let max = *max;
                 let secs = input.result.wall_seconds;
                 verdict(secs <= max, format!("{secs:.3}s (budget {max:.3}s)"), vec![])
             }
@@ -178,7 +175,7 @@ impl Evaluator for BuiltinEvaluator {
     }
 
     fn kind(&self) -> &str {
-        self.cfg.kind.as_str()
+        self.cfg.kind()
     }
 
     async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
@@ -259,26 +256,28 @@ mod tests {
         evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr }).await
     }
 
-    fn cfg(kind: EvaluatorKind) -> EvaluatorConfig {
-        EvaluatorConfig::of_kind(kind)
+    fn exact(case_sensitive: Option<bool>) -> EvaluatorConfig {
+        EvaluatorConfig::ExactMatch { id: None, expected: None, case_sensitive }
     }
 
     #[tokio::test]
     async fn answer_evaluators() {
         let t = task(Some("Paris"));
-        assert!(run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("Paris ")), &[]).await.passed);
-        assert!(!run(cfg(EvaluatorKind::ExactMatch), &t, &result(Some("paris")), &[]).await.passed);
-        let ci = EvaluatorConfig { case_sensitive: Some(false), ..cfg(EvaluatorKind::ExactMatch) };
-        assert!(run(ci, &t, &result(Some("paris")), &[]).await.passed);
-        assert!(run(cfg(EvaluatorKind::Contains), &t, &result(Some("It is Paris.")), &[]).await.passed);
-        let re = EvaluatorConfig { pattern: Some("^[A-Z][a-z]+$".into()), ..cfg(EvaluatorKind::Regex) };
+        assert!(run(exact(None), &t, &result(Some("Paris ")), &[]).await.passed);
+        assert!(!run(exact(None), &t, &result(Some("paris")), &[]).await.passed);
+        assert!(run(exact(Some(false)), &t, &result(Some("paris")), &[]).await.passed);
+        let contains = EvaluatorConfig::Contains { id: None, value: None, case_sensitive: None };
+        assert!(run(contains.clone(), &t, &result(Some("It is Paris.")), &[]).await.passed);
+        assert!(!run(contains, &t, &result(Some("It is Rome.")), &[]).await.passed);
+        let re = EvaluatorConfig::Regex { id: None, pattern: "^[A-Z][a-z]+$".into() };
         assert!(run(re.clone(), &t, &result(Some("Paris")), &[]).await.passed);
+        assert!(!run(re.clone(), &t, &result(Some("paris!")), &[]).await.passed);
         assert!(!run(re, &t, &result(None), &[]).await.passed);
     }
 
     #[tokio::test]
     async fn a_failing_evaluator_gives_an_error_score() {
-        let s = run(cfg(EvaluatorKind::ExactMatch), &task(None), &result(Some("x")), &[]).await;
+        let s = run(exact(None), &task(None), &result(Some("x")), &[]).await;
         assert!(!s.passed);
         assert!(s.error.as_deref().unwrap().contains("expected"), "{s:?}");
     }
@@ -287,15 +286,20 @@ mod tests {
     async fn budgets_and_steps() {
         let t = task(None);
         let r = result(Some("x"));
-        let c = EvaluatorConfig { max_cost_usd: Some(0.01), ..cfg(EvaluatorKind::CostBudget) };
-        assert!(!run(c, &t, &r, &[]).await.passed);
-        let l = EvaluatorConfig { max_seconds: Some(2.0), ..cfg(EvaluatorKind::LatencyBudget) };
-        assert!(run(l, &t, &r, &[]).await.passed);
-        let m = EvaluatorConfig { max_steps: Some(3), ..cfg(EvaluatorKind::MaxSteps) };
-        assert!(!run(m, &t, &r, &[]).await.passed);
+        let cost = |max| EvaluatorConfig::CostBudget { id: None, max_cost_usd: max };
+        assert!(!run(cost(0.01), &t, &r, &[]).await.passed);
+        assert!(run(cost(0.05), &t, &r, &[]).await.passed);
+        let latency = |max| EvaluatorConfig::LatencyBudget { id: None, max_seconds: max };
+        assert!(run(latency(2.0), &t, &r, &[]).await.passed);
+        assert!(!run(latency(1.0), &t, &r, &[]).await.passed);
+        let steps = |max| EvaluatorConfig::MaxSteps { id: None, max_steps: max };
+        assert!(!run(steps(3), &t, &r, &[]).await.passed);
+        assert!(run(steps(4), &t, &r, &[]).await.passed);
+        let no_error = EvaluatorConfig::NoError { id: None };
+        assert!(run(no_error.clone(), &t, &r, &[]).await.passed);
         let mut bad = r.clone();
         bad.terminated_by = TerminatedBy::LimitTime;
-        assert!(!run(cfg(EvaluatorKind::NoError), &t, &bad, &[]).await.passed);
+        assert!(!run(no_error, &t, &bad, &[]).await.passed);
     }
 
     #[tokio::test]
@@ -303,17 +307,19 @@ mod tests {
         let t = task(None);
         let r = result(Some("x"));
         let tr = trace(&["search", "open", "calc"]);
-        let mk = |mode, tools: &[&str]| EvaluatorConfig {
+        let mk = |mode, tools: &[&str]| EvaluatorConfig::ToolSequence {
+            id: None,
             mode: Some(mode),
             tools: tools.iter().map(|s| s.to_string()).collect(),
-            ..cfg(EvaluatorKind::ToolSequence)
+            forbidden: vec![],
         };
         assert!(run(mk(SequenceMode::Strict, &["search", "open", "calc"]), &t, &r, &tr).await.passed);
         assert!(!run(mk(SequenceMode::Strict, &["search", "calc"]), &t, &r, &tr).await.passed);
         assert!(run(mk(SequenceMode::Ordered, &["search", "calc"]), &t, &r, &tr).await.passed);
         assert!(!run(mk(SequenceMode::Ordered, &["calc", "search"]), &t, &r, &tr).await.passed);
         assert!(run(mk(SequenceMode::Subset, &["calc", "search"]), &t, &r, &tr).await.passed);
-        let forbid = EvaluatorConfig { forbidden: vec!["open".into()], ..cfg(EvaluatorKind::ToolSequence) };
+        let forbid =
+            EvaluatorConfig::ToolSequence { id: None, mode: None, tools: vec![], forbidden: vec!["open".into()] };
         let s = run(forbid, &t, &r, &tr).await;
         assert!(!s.passed);
         assert_eq!(s.citations, vec![1]);

@@ -1,17 +1,17 @@
 //! The run engine: the controller that turns a benchmark into jobs, the worker that runs them,
-//! and everything in between (benchmarks, agents, evaluators, scorers, bundles, factories).
+//! and everything in between (benchmarks, agents, evaluators, scorers, bundles).
 //!
-//! It depends on `agenteval-core` for types and traits and picks implementations through
-//! [`factory`]; it never parses command lines and never talks to a cloud SDK directly.
+//! It depends on `agenteval-core` for types and traits and is handed a
+//! [`Resolver`](agenteval_core::traits::Resolver) that opens stores, indexes and backends; it
+//! depends on no backend crate, never parses command lines and never talks to a cloud SDK.
 
 pub mod agents;
 pub mod benchmarks;
 pub mod bundle;
 pub mod controller;
-pub mod doctor;
 pub mod evaluators;
-pub mod factory;
 pub mod report;
+pub mod resolve;
 pub mod scorers;
 pub mod telemetry;
 pub mod worker;

@@ -4,7 +4,14 @@ use std::fmt::Write;
 
 use agenteval_core::model::RunSummary;
 
-use crate::bundle::{Failure, Metadata};
+use agenteval_core::format::Metadata;
+
+/// A failed task, as the report lists it.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub task_id: String,
+    pub reason: String,
+}
 
 pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     let mut out = String::new();

@@ -19,14 +19,7 @@ use tokio::sync::Notify;
 use crate::fs_store::FsBundleStore;
 
 /// Exit codes of `agenteval worker`, shared with the worker so both sides agree.
-pub mod worker_exit {
-    /// Every task of the job was processed (whatever the grades).
-    pub const OK: i32 = 0;
-    /// The job cannot be run as specified (unreadable spec, bad config): retrying won't help.
-    pub const BAD_JOB: i32 = 2;
-    /// The worker stopped because it was asked to (SIGTERM/SIGINT).
-    pub const CANCELLED: i32 = 3;
-}
+pub use agenteval_core::traits::worker_exit;
 
 /// How long a cancelled worker gets to finish its current write before SIGKILL.
 const CANCEL_GRACE: Duration = Duration::from_secs(3);

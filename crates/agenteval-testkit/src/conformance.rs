@@ -9,9 +9,9 @@ use std::sync::Arc;
 use chrono::Utc;
 
 use agenteval_core::ErrorKind;
-use agenteval_core::{JobId, RunId, TaskId};
 use agenteval_core::model::*;
 use agenteval_core::traits::{BundleStore, RunIndex};
+use agenteval_core::{JobId, RunId, TaskId};
 
 /// Runs every bundle-store check against `store`.
 pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {

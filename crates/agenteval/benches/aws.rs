@@ -15,9 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
 use agenteval_core::traits::CloudBackend;
+use agenteval_testkit::emulator;
 
 const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
 

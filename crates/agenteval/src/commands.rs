@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use agenteval_core::config::{ConfigError, Origin, load_config};
 use agenteval_core::layout;
+use agenteval_core::location::IndexLocation;
 use agenteval_core::model::{RunRecord, RunStatus, RunSummary};
-use agenteval_core::traits::RunIndex;
+use agenteval_core::traits::{Resolver, RunIndex, worker_exit};
 use agenteval_core::{Error, RunId};
 use agenteval_engine::bundle::{self, Metadata, read_json};
 use agenteval_engine::controller::{self, ControllerOptions, NoProgress, Progress, RunOutcome};
-use agenteval_engine::factory;
+use agenteval_engine::resolve::store_from_bundle_uri;
 use anyhow::Context;
 use serde_json::json;
 use tokio::sync::watch;
@@ -20,6 +21,7 @@ use tokio::sync::watch;
 use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunConfigArgs, RunsCommand};
 use crate::output::{self, Bar};
 use crate::telemetry::{Role, Settings, Telemetry};
+use crate::wiring::{self, Wiring};
 use crate::{Failure, exit};
 
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
@@ -107,6 +109,7 @@ fn config_failure(e: ConfigError) -> Failure {
 /// Controller options, with telemetry connected as the run's config says.
 fn controller_options(
     config: &agenteval_core::config::RunConfig,
+    resolver: Arc<dyn Resolver>,
     json: bool,
     quiet: bool,
     telemetry: &Telemetry,
@@ -115,7 +118,7 @@ fn controller_options(
     telemetry.connect(&settings, Role::Controller);
     let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
     Ok(ControllerOptions {
-        exe: exe()?,
+        resolver,
         progress: progress.clone(),
         interrupt: interrupt_channel(progress),
         journal: Some(telemetry.journal()),
@@ -125,27 +128,38 @@ fn controller_options(
 
 async fn submit(args: &RunConfigArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
-    let opts = controller_options(&loaded.config, json, quiet, telemetry)?;
+    let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
+    let opts = controller_options(&loaded.config, wiring, json, quiet, telemetry)?;
     let outcome = controller::submit(&loaded, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
 }
 
-async fn open_index(args: &IndexArgs) -> Result<Arc<dyn RunIndex>, Failure> {
+/// The run index the arguments name, and the wiring that opened it (its AWS settings come from
+/// `--config` when given, else from the environment).
+async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
+    if let Some(c) = &args.config {
+        let cfg = load_config(c, &[]).map_err(config_failure)?.config;
+        let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
+        let index = wiring.index(&cfg.storage.index_location()).await?;
+        return Ok((wiring, index));
+    }
     let uri = if let Some(i) = &args.index {
         i.display().to_string()
-    } else if let Some(c) = &args.config {
-        let cfg = load_config(c, &[]).map_err(config_failure)?.config;
-        return Ok(factory::index_for(&cfg).await?);
     } else if args.backend.as_deref() == Some("aws") {
         std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
     } else {
         Path::new("runs").join("index.sqlite").display().to_string()
     };
-    if !uri.contains("://") && !Path::new(&uri).exists() {
+    let at: IndexLocation = uri.parse()?;
+    if let IndexLocation::Sqlite(path) = &at
+        && !path.exists()
+    {
         return Err(Error::not_found(format!("no run index at {uri} (pass --index or --config)")).into());
     }
-    Ok(factory::index_from_uri(&uri).await?)
+    let wiring = Wiring::new(exe()?, None);
+    let index = wiring.index(&at).await?;
+    Ok((wiring, index))
 }
 
 fn parse_run(s: &str) -> Result<RunId, Failure> {
@@ -160,7 +174,7 @@ fn record_json(r: &RunRecord) -> serde_json::Value {
 
 async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index).await?;
+    let (_, index) = open_index(index).await?;
     let r =
         index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let counts = index.task_counts(&run_id).await?;
@@ -192,7 +206,7 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
 }
 
 async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Failure> {
-    let index = open_index(index).await?;
+    let (_, index) = open_index(index).await?;
     let runs = index.list_runs(limit).await?;
     if json {
         println!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
@@ -225,8 +239,8 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
 
 async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index).await?;
-    let located = controller::locate(index.as_ref(), &run_id).await?;
+    let (wiring, index) = open_index(index).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let counts = index.task_counts(&run_id).await?;
     let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
     let tasks = if with_tasks { index.list_tasks(&run_id).await? } else { vec![] };
@@ -272,8 +286,8 @@ async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -
 
 async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index).await?;
-    let status = controller::cancel(index, &run_id, &exe()?, Duration::from_secs(wait)).await?;
+    let (wiring, index) = open_index(index).await?;
+    let status = controller::cancel(wiring.as_ref(), index, &run_id, Duration::from_secs(wait)).await?;
     if json {
         println!("{}", json!({"run_id": run_id, "status": status}));
     } else {
@@ -284,9 +298,9 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
 
 async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index).await?;
-    let config = controller::locate(index.as_ref(), &run_id).await?.config;
-    let opts = controller_options(&config, json, quiet, telemetry)?;
+    let (wiring, index) = open_index(index).await?;
+    let config = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?.config;
+    let opts = controller_options(&config, wiring, json, quiet, telemetry)?;
     let outcome = controller::resume(index, &run_id, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
@@ -294,8 +308,8 @@ async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry
 
 async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
-    let index = open_index(index).await?;
-    let located = controller::locate(index.as_ref(), &run_id).await?;
+    let (wiring, index) = open_index(index).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
     // A sealed bundle has its report; a partial one gets one rendered from what is there.
@@ -323,7 +337,8 @@ async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
     } else {
         std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or(path.to_string())
     };
-    let (store, run_id) = factory::store_from_bundle_uri(&abs).await?;
+    let wiring = Wiring::new(exe()?, None);
+    let (store, run_id) = store_from_bundle_uri(wiring.as_ref(), &abs).await?;
     let v = bundle::validate(store.as_ref(), &run_id).await?;
     if json {
         println!("{}", json!({"bundle": abs, "valid": v.is_valid(), "validation": v}));
@@ -355,13 +370,12 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
                 println!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
             } else {
                 let c = &loaded.config;
-                let r = &loaded.resolved;
                 println!(
                     "{} is valid: run `{}`, benchmark {}, agent {}, backend {}",
                     file.display(),
                     c.name,
-                    r["benchmark"]["kind"].as_str().unwrap_or("?"),
-                    r["agent"]["kind"].as_str().unwrap_or("?"),
+                    c.benchmark.kind(),
+                    c.agent.kind(),
                     c.backend.id
                 );
             }
@@ -392,7 +406,8 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
 
 async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
-    let checks = agenteval_engine::doctor::run(&loaded.config).await;
+    let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
+    let checks = wiring::doctor::run(&wiring, &loaded.config).await;
     let ok = checks.iter().all(|c| c.ok);
     if json {
         println!("{}", json!({"ok": ok, "checks": checks}));
@@ -415,9 +430,12 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
         Ok(e) => e,
         Err(e) => {
             tracing::error!("cannot find own executable: {e}");
-            return 1;
+            return worker_exit::FAILED as u8;
         }
     };
+    // A worker knows only its job's location: AWS settings come from its environment, which
+    // the controller's backend set (region, endpoint) and its task role completes.
+    let wiring = Wiring::new(exe, None);
     let cancel = async {
         use tokio::signal::unix::{SignalKind, signal};
         match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
@@ -430,5 +448,5 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
             _ => std::future::pending::<()>().await,
         }
     };
-    agenteval_engine::worker::run_job(job, &exe, Some(telemetry.journal()), cancel).await as u8
+    agenteval_engine::worker::run_job(job, wiring.as_ref(), Some(telemetry.journal()), cancel).await as u8
 }

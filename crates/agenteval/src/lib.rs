@@ -8,6 +8,7 @@ mod cli;
 mod commands;
 mod output;
 pub mod telemetry;
+mod wiring;
 
 use std::process::ExitCode;
 

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agenteval_testkit::emulator;
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
+use agenteval_testkit::emulator;
 use util::otlp;
 use util::*;
 

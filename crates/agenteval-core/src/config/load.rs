@@ -630,17 +630,47 @@ mod tests {
     #[test]
     fn a_field_of_another_kind_is_named_with_its_position() {
         let cases = [
-            ("benchmark:\n  kind: jsonl\n  cases: c.jsonl\n  size: 5\nagent:\n  kind: mock\n", "c.yaml:5:3: unknown field `size` for benchmark kind `jsonl`"),
-            ("benchmark:\n  kind: toy\n  size: 5\n  cases: c.jsonl\nagent:\n  kind: mock\n", "c.yaml:5:3: unknown field `cases` for benchmark kind `toy`"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\n  command: [x]\n", "c.yaml:7:3: unknown field `command` for agent kind `mock`"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: command\n  command: [x]\n  mock: {tokens: 1}\n", "c.yaml:8:3: unknown field `mock` for agent kind `command`"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: exact_match\n    pattern: x\n", "c.yaml:9:5: unknown field `pattern` for evaluator kind `exact_match`"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: cost_budget\n", "c.yaml:8:11: evaluator `cost_budget` requires `max_cost_usd`"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: '(('\n", "c.yaml:9:14: invalid regex"),
+            (
+                "benchmark:\n  kind: jsonl\n  cases: c.jsonl\n  size: 5\nagent:\n  kind: mock\n",
+                "c.yaml:5:3: unknown field `size` for benchmark kind `jsonl`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\n  cases: c.jsonl\nagent:\n  kind: mock\n",
+                "c.yaml:5:3: unknown field `cases` for benchmark kind `toy`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\n  command: [x]\n",
+                "c.yaml:7:3: unknown field `command` for agent kind `mock`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: command\n  command: [x]\n  mock: {tokens: 1}\n",
+                "c.yaml:8:3: unknown field `mock` for agent kind `command`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: exact_match\n    pattern: x\n",
+                "c.yaml:9:5: unknown field `pattern` for evaluator kind `exact_match`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: cost_budget\n",
+                "c.yaml:8:11: evaluator `cost_budget` requires `max_cost_usd`",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: '(('\n",
+                "c.yaml:9:14: invalid regex",
+            ),
             ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nbackend:\n  id: gcp\n", "c.yaml:8:7:"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: gs://b/runs\n", "c.yaml:8:16: `gs://b/runs` is not a bundle location"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  index: postgres://x\n", "c.yaml:8:10: `postgres://x` is not a run index location"),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n", "c.yaml:8:16: the local backend needs a local bundle folder"),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: gs://b/runs\n",
+                "c.yaml:8:16: `gs://b/runs` is not a bundle location",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  index: postgres://x\n",
+                "c.yaml:8:10: `postgres://x` is not a run index location",
+            ),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n",
+                "c.yaml:8:16: the local backend needs a local bundle folder",
+            ),
         ];
         for (body, want) in cases {
             let err = load(&format!("name: t\n{body}"), &[]).unwrap_err();

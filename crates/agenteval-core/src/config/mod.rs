@@ -156,6 +156,26 @@ pub struct AwsConfig {
     pub poll_seconds: f64,
 }
 
+impl Default for AwsConfig {
+    fn default() -> Self {
+        AwsConfig {
+            region: None,
+            profile: None,
+            endpoint_url: None,
+            cluster: None,
+            task_definition: None,
+            container_name: default_container(),
+            subnets: vec![],
+            security_groups: vec![],
+            assign_public_ip: false,
+            capacity: FargateCapacity::default(),
+            launch_burst: default_burst(),
+            launch_per_second: default_rate(),
+            poll_seconds: default_poll(),
+        }
+    }
+}
+
 fn default_container() -> String {
     "agenteval".into()
 }
@@ -493,7 +513,10 @@ impl RunConfig {
             }
         }
         if !self.storage.bundle_root.is_local() && self.storage.index.is_none() {
-            p.push(("/storage/bundle_root".into(), "an s3:// bundle root needs `storage.index` (dynamodb://table)".into()));
+            p.push((
+                "/storage/bundle_root".into(),
+                "an s3:// bundle root needs `storage.index` (dynamodb://table)".into(),
+            ));
         }
         match self.backend.id {
             BackendId::Local => {

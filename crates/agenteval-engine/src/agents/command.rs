@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use agenteval_core::config::AgentConfig;
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 use async_trait::async_trait;
@@ -29,13 +28,13 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
-    pub fn new(cfg: &AgentConfig) -> Self {
-        CommandAgent {
-            program: cfg.command.clone(),
-            env: cfg.env.clone(),
-            workdir: cfg.workdir.clone(),
-            model: cfg.model.clone(),
-        }
+    pub fn new(
+        program: Vec<String>,
+        env: BTreeMap<String, String>,
+        workdir: Option<PathBuf>,
+        model: Option<String>,
+    ) -> Self {
+        CommandAgent { program, env, workdir, model }
     }
 }
 

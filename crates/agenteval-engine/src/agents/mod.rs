@@ -5,7 +5,7 @@ mod mock;
 
 use std::sync::Arc;
 
-use agenteval_core::config::{AgentConfig, AgentKind};
+use agenteval_core::config::AgentConfig;
 use agenteval_core::traits::AgentRunner;
 
 pub use command::CommandAgent;
@@ -13,8 +13,10 @@ pub use mock::MockAgent;
 
 /// Builds the agent a configuration names.
 pub fn agent_from_config(cfg: &AgentConfig) -> Arc<dyn AgentRunner> {
-    match cfg.kind {
-        AgentKind::Mock => Arc::new(MockAgent::new(cfg.mock.clone(), cfg.model.clone())),
-        AgentKind::Command => Arc::new(CommandAgent::new(cfg)),
+    match cfg {
+        AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
+        AgentConfig::Command { model, command, env, workdir, .. } => {
+            Arc::new(CommandAgent::new(command.clone(), env.clone(), workdir.clone(), model.clone()))
+        }
     }
 }

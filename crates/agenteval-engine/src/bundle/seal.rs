@@ -1,0 +1,103 @@
+//! Sealing a bundle: the summary over every task result, the report, the replay command, the
+//! final metadata and the manifest of checksums.
+
+use agenteval_core::format::Metadata;
+use agenteval_core::layout;
+use agenteval_core::model::{RunStatus, RunSummary, TaskResult};
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
+use futures::StreamExt;
+use tracing::Instrument;
+
+use super::{READ_CONCURRENCY, read_json, sha256_hex, to_json_bytes};
+use crate::report::Failure;
+use crate::scorers::{default_scorers, empty_summary};
+
+/// Summarizes the results of the run's tasks, one file at a time.
+pub async fn summarize(
+    store: &dyn BundleStore,
+    run: &RunId,
+    ids: &[TaskId],
+    status: RunStatus,
+) -> Result<(RunSummary, Vec<Failure>)> {
+    let mut scorers = default_scorers();
+    let mut failures = Vec::new();
+    let mut results = futures::stream::iter(ids)
+        .map(|id| async move { read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await })
+        .buffered(READ_CONCURRENCY);
+    while let Some(r) = results.next().await {
+        let r = match r {
+            Ok(r) => r,
+            Err(e) if e.kind() == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for s in scorers.iter_mut() {
+            s.observe(&r);
+        }
+        if !r.passed && failures.len() < 50 {
+            let reason = r
+                .agent
+                .error
+                .clone()
+                .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
+                .unwrap_or_default();
+            failures.push(Failure { task_id: r.task_id.to_string(), reason });
+        }
+    }
+    let mut summary = empty_summary(*run, status, ids.len() as u64);
+    for s in &scorers {
+        s.finish(&mut summary);
+    }
+    Ok((summary, failures))
+}
+
+/// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
+/// everything else. Sealing again (after a resume) replaces all of them.
+pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
+    let summary = seal_contents(store, meta, ids).await?;
+    write_manifest(store, &meta.run_id).await?;
+    Ok(summary)
+}
+
+/// Everything of sealing but the manifest: summary (`scorer.summarize` span), report
+/// (`report.render` span), replay command and the final metadata.
+pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
+    let run = &meta.run_id;
+    let started = std::time::Instant::now();
+    let (summary, failures) =
+        summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
+    store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
+    let report = tracing::info_span!("report.render").in_scope(|| crate::report::render(meta, &summary, &failures));
+    store.put(run, layout::REPORT, report.as_bytes()).await?;
+    let replay = format!("agenteval submit --config {}/{}\n", store.bundle_uri(run), layout::CONFIG);
+    store.put(run, layout::REPLAY, replay.as_bytes()).await?;
+    let mut meta = meta.clone();
+    meta.sealed = true;
+    store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
+    tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
+    Ok(summary)
+}
+
+/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads), so a bundle of
+/// hundreds of thousands of files never exists as a map in memory.
+pub async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
+    let paths = store.list(run, "").await?;
+    let mut out = Vec::with_capacity(paths.len() * 130);
+    out.extend_from_slice(
+        format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
+            .as_bytes(),
+    );
+    let mut first = true;
+    let mut files = futures::stream::iter(paths.iter().filter(|p| p.as_str() != layout::MANIFEST))
+        .map(|path| async move { store.get(run, path).await.map(|b| (path, sha256_hex(&b), b.len())) })
+        .buffered(READ_CONCURRENCY);
+    while let Some(file) = files.next().await {
+        let (path, sha, len) = file?;
+        out.extend_from_slice(if first { b"\n    " } else { b",\n    " });
+        first = false;
+        serde_json::to_writer(&mut out, path).expect("paths serialize");
+        out.extend_from_slice(format!(": {{\"sha256\": \"{sha}\", \"size\": {len}}}").as_bytes());
+    }
+    out.extend_from_slice(b"\n  }\n}\n");
+    store.put(run, layout::MANIFEST, &out).await
+}

@@ -1,0 +1,179 @@
+//! The controller's decisions as pure functions: how tasks are sharded into jobs, what happens
+//! to a job's tasks when it ends, when the budget stops a run, and the status a run ends with.
+//! No I/O here, so every rule is unit-tested on its own.
+
+use std::collections::VecDeque;
+
+use agenteval_core::JobId;
+use agenteval_core::model::{JobStatus, RunStatus, TaskCounts};
+
+/// A job waiting to be dispatched: tasks by their position in the run's task table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub job_id: JobId,
+    pub attempt: u32,
+    pub tasks: Vec<u32>,
+}
+
+/// Why dispatching stopped early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    /// Ctrl-C, SIGTERM, SIGHUP or `agenteval cancel`.
+    Interrupted,
+    /// The run spent `max_run_cost_usd`.
+    Budget,
+}
+
+/// The first jobs of a (resumed) run: `todo` in chunks of `per_job`, numbered in the epoch.
+pub fn shard(todo: &[u32], per_job: u32, epoch: u32, attempt: u32) -> VecDeque<Pending> {
+    todo.chunks(per_job.max(1) as usize)
+        .enumerate()
+        .map(|(n, chunk)| Pending { job_id: JobId::numbered(epoch, n + 1), attempt, tasks: chunk.to_vec() })
+        .collect()
+}
+
+/// What becomes of a job's tasks once the job has ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Every task of the job is finished in the index.
+    Done,
+    /// Dispatch these tasks again, as this attempt.
+    Retry(Pending),
+    /// Record these tasks as infrastructure failures.
+    GiveUp { tasks: Vec<u32>, reason: String },
+}
+
+/// A job's end, judged.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEnd {
+    /// Whether the job counts as succeeded (it did all it was given).
+    pub succeeded: bool,
+    /// Why it failed, when it did.
+    pub reason: Option<String>,
+    pub verdict: Verdict,
+}
+
+/// Decides what a job's end means for its tasks. The index, not the backend, says what got
+/// done: `unfinished` are the job's tasks the index does not record as finished, so a job that
+/// "succeeded" without running them (a container that never started, an emulator) is an
+/// infrastructure failure like any other. Infrastructure failures are retried while the
+/// attempts this controller made (`attempt - attempt_base`) stay under `max_attempts`; a job
+/// that failed by its own decision (a bad job spec) is never retried.
+pub fn on_job_end(
+    job_id: &JobId,
+    status: &JobStatus,
+    attempt: u32,
+    attempt_base: u32,
+    max_attempts: u32,
+    unfinished: Vec<u32>,
+) -> JobEnd {
+    let (infrastructure, reason) = match status {
+        JobStatus::Succeeded if unfinished.is_empty() => {
+            return JobEnd { succeeded: true, reason: None, verdict: Verdict::Done };
+        }
+        JobStatus::Succeeded => (true, format!("job ended without results for {} task(s)", unfinished.len())),
+        JobStatus::Failed { infrastructure, reason, .. } => (*infrastructure, reason.clone()),
+        JobStatus::Cancelled => (true, "worker was cancelled".to_string()),
+        // Not an end; a caller asking is a bug, and the safe answer is to look again later.
+        JobStatus::Queued | JobStatus::Running => (true, "job has not ended".to_string()),
+    };
+    let verdict = if unfinished.is_empty() {
+        Verdict::Done
+    } else if infrastructure && attempt.saturating_sub(attempt_base) < max_attempts {
+        Verdict::Retry(Pending { job_id: job_id.clone(), attempt: attempt + 1, tasks: unfinished })
+    } else {
+        Verdict::GiveUp { tasks: unfinished, reason: reason.clone() }
+    };
+    JobEnd { succeeded: false, reason: Some(reason), verdict }
+}
+
+/// Whether the run budget stops dispatching.
+pub fn budget_reached(max_run_cost_usd: Option<f64>, spent: f64) -> bool {
+    max_run_cost_usd.is_some_and(|max| spent >= max)
+}
+
+/// The status a run ends with once the controller stops driving it.
+pub fn final_status(stop: Option<StopReason>, gave_up: bool, counts: &TaskCounts) -> RunStatus {
+    match stop {
+        Some(StopReason::Interrupted) => RunStatus::Interrupted,
+        Some(StopReason::Budget) => RunStatus::BudgetExceeded,
+        None if gave_up || counts.failed > 0 => RunStatus::Failed,
+        None if counts.completed == counts.total => RunStatus::Complete,
+        None => RunStatus::Failed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> JobId {
+        JobId::numbered(0, 7)
+    }
+
+    fn crashed() -> JobStatus {
+        JobStatus::Failed { exit_code: Some(137), reason: "killed".into(), infrastructure: true }
+    }
+
+    #[test]
+    fn shards_keep_every_task_once_in_order() {
+        let q = shard(&[0, 1, 2, 3, 4], 2, 0, 1);
+        assert_eq!(q.iter().map(|p| p.tasks.clone()).collect::<Vec<_>>(), vec![vec![0, 1], vec![2, 3], vec![4]]);
+        assert_eq!(q[2].job_id.as_str(), "j000003");
+        let q = shard(&[5, 9], 0, 2, 4);
+        assert_eq!(q.len(), 2, "tasks_per_job 0 means one task per job");
+        assert_eq!((q[0].job_id.as_str(), q[0].attempt), ("r2-j000001", 4));
+    }
+
+    #[test]
+    fn a_job_that_did_everything_is_done() {
+        let end = on_job_end(&job(), &JobStatus::Succeeded, 1, 0, 3, vec![]);
+        assert_eq!(end, JobEnd { succeeded: true, reason: None, verdict: Verdict::Done });
+    }
+
+    #[test]
+    fn success_without_results_is_retried() {
+        let end = on_job_end(&job(), &JobStatus::Succeeded, 1, 0, 3, vec![4, 5]);
+        assert!(!end.succeeded);
+        assert_eq!(end.verdict, Verdict::Retry(Pending { job_id: job(), attempt: 2, tasks: vec![4, 5] }));
+        assert!(end.reason.unwrap().contains("without results for 2 task(s)"));
+    }
+
+    #[test]
+    fn infrastructure_failures_retry_until_max_attempts_then_give_up() {
+        assert!(matches!(on_job_end(&job(), &crashed(), 2, 0, 3, vec![1]).verdict, Verdict::Retry(_)));
+        let end = on_job_end(&job(), &crashed(), 3, 0, 3, vec![1]);
+        assert_eq!(end.verdict, Verdict::GiveUp { tasks: vec![1], reason: "killed".into() });
+        // A resumed run counts its attempts from where it started.
+        assert!(matches!(on_job_end(&job(), &crashed(), 4, 3, 3, vec![1]).verdict, Verdict::Retry(_)));
+        assert!(matches!(on_job_end(&job(), &JobStatus::Cancelled, 1, 0, 1, vec![1]).verdict, Verdict::GiveUp { .. }));
+    }
+
+    #[test]
+    fn a_worker_refusing_its_job_is_not_retried() {
+        let refused = JobStatus::Failed { exit_code: Some(2), reason: "bad spec".into(), infrastructure: false };
+        let end = on_job_end(&job(), &refused, 1, 0, 3, vec![0, 1]);
+        assert_eq!(end.verdict, Verdict::GiveUp { tasks: vec![0, 1], reason: "bad spec".into() });
+    }
+
+    #[test]
+    fn a_failed_job_whose_tasks_all_finished_needs_nothing() {
+        let end = on_job_end(&job(), &crashed(), 1, 0, 3, vec![]);
+        assert!(!end.succeeded);
+        assert_eq!(end.verdict, Verdict::Done);
+    }
+
+    #[test]
+    fn budget_and_final_status() {
+        assert!(!budget_reached(None, 1e9));
+        assert!(!budget_reached(Some(1.0), 0.99));
+        assert!(budget_reached(Some(1.0), 1.0));
+        let all = TaskCounts { total: 3, completed: 3, ..Default::default() };
+        assert_eq!(final_status(None, false, &all), RunStatus::Complete);
+        assert_eq!(final_status(None, true, &all), RunStatus::Failed);
+        assert_eq!(final_status(Some(StopReason::Budget), false, &all), RunStatus::BudgetExceeded);
+        assert_eq!(final_status(Some(StopReason::Interrupted), false, &all), RunStatus::Interrupted);
+        let short = TaskCounts { total: 3, completed: 2, ..Default::default() };
+        assert_eq!(final_status(None, false, &short), RunStatus::Failed);
+    }
+}

@@ -1,0 +1,325 @@
+//! The dispatch loop: keeps up to `max_concurrent_jobs` jobs in flight, watches them end, applies
+//! the decisions of [`super::decide`], and every few moments refreshes progress, budget,
+//! heartbeat, cancel requests and telemetry. It returns the status the run ends with; sealing
+//! is the caller's.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Instant;
+
+use agenteval_core::model::*;
+use agenteval_core::traits::TelemetrySnapshot;
+use agenteval_core::{JobId, Result};
+use chrono::Utc;
+use tracing::Instrument;
+
+use super::decide::{self, Pending, StopReason, Verdict};
+use super::jobs::{dispatch, give_up, job_span, job_status_word, record_job, stop_jobs, unfinished};
+use super::spans::SpanFile;
+use super::{
+    COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, InFlight, POLL, ProgressView, Run,
+    TELEMETRY_EVERY,
+};
+use crate::telemetry::{self, FleetMetrics};
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub submitted: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub retried: u64,
+}
+
+/// The state of one drive: what waits, what runs, and how the run is going.
+struct Fleet<'a> {
+    run: &'a Run,
+    metrics: &'a FleetMetrics,
+    run_span: &'a tracing::Span,
+    queue: VecDeque<Pending>,
+    in_flight: HashMap<JobId, InFlight>,
+    counters: Counters,
+    counts: TaskCounts,
+    stop: Option<StopReason>,
+    gave_up: bool,
+}
+
+/// Dispatches and watches jobs until every task is done or the run is stopped; returns the
+/// run's final status.
+pub(super) async fn drive_jobs(
+    run: &Run,
+    todo: Vec<u32>,
+    epoch: u32,
+    mut opts: ControllerOptions,
+    run_span: &tracing::Span,
+    spans: &mut SpanFile,
+) -> Result<RunStatus> {
+    let Some(metrics) = run.metrics.as_ref() else {
+        return Err(agenteval_core::Error::internal("fleet metrics are set before driving"));
+    };
+    let progress = opts.progress.clone();
+    progress.start(&run.run_id, &run.store.bundle_uri(&run.run_id), run.tasks.len() as u64);
+    let mut fleet = Fleet {
+        run,
+        metrics,
+        run_span,
+        queue: decide::shard(&todo, run.config.backend.tasks_per_job, epoch, run.attempt_base + 1),
+        in_flight: HashMap::new(),
+        counters: Counters::default(),
+        counts: run.index.task_counts(&run.run_id).await?,
+        stop: None,
+        gave_up: false,
+    };
+    let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
+    let mut last_counts = Instant::now() - COUNTS_EVERY;
+    let mut last_beat = Instant::now();
+    let mut last_telemetry = Instant::now();
+
+    loop {
+        if *opts.interrupt.borrow() {
+            fleet.stop = Some(StopReason::Interrupted);
+        }
+        if last_counts.elapsed() >= COUNTS_EVERY {
+            last_counts = Instant::now();
+            fleet.refresh_counts(&opts).await?;
+        }
+        if last_beat.elapsed() >= HEARTBEAT_EVERY {
+            last_beat = Instant::now();
+            fleet.heartbeat(&opts).await?;
+        }
+        if last_telemetry.elapsed() >= TELEMETRY_EVERY {
+            last_telemetry = Instant::now();
+            fleet.export().await;
+            spans.flush().await?;
+        }
+        if fleet.stop.is_some() {
+            break;
+        }
+        fleet.dispatch_ready(max_conc, &opts).await?;
+        if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
+            break;
+        }
+        tokio::select! {
+            _ = run.backend.wait_for_change(POLL) => {}
+            _ = opts.interrupt.changed() => {}
+        }
+        fleet.collect_ended(&opts).await?;
+    }
+
+    if !fleet.in_flight.is_empty() {
+        stop_jobs(run, &mut fleet.in_flight).await?;
+    }
+    fleet.counts = run.index.task_counts(&run.run_id).await?;
+    progress.update(&view(&fleet.counts, 0, fleet.counters.retried));
+    gauges(metrics, &fleet.counts, 0, fleet.queue.len());
+    fleet.export().await;
+    progress.message("sealing bundle");
+    Ok(decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts))
+}
+
+impl Fleet<'_> {
+    /// Task counts for the progress display and the run budget.
+    async fn refresh_counts(&mut self, opts: &ControllerOptions) -> Result<()> {
+        self.counts = self.run.index.task_counts(&self.run.run_id).await?;
+        opts.progress.update(&view(&self.counts, self.in_flight.len(), self.counters.retried));
+        gauges(self.metrics, &self.counts, self.in_flight.len(), self.queue.len());
+        if self.stop.is_none() && decide::budget_reached(self.run.config.max_run_cost_usd, self.counts.cost_usd) {
+            let max = self.run.config.max_run_cost_usd.unwrap_or_default();
+            opts.progress
+                .message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", self.counts.cost_usd));
+            self.stop = Some(StopReason::Budget);
+        }
+        Ok(())
+    }
+
+    /// Tells the index this controller is alive, and learns whether someone asked it to stop.
+    async fn heartbeat(&mut self, opts: &ControllerOptions) -> Result<()> {
+        let run = self.run;
+        run.index.update_run(&run.run_id, &RunUpdate { heartbeat: true, ..Default::default() }).await?;
+        if self.stop.is_none()
+            && let Some(r) = run.index.get_run(&run.run_id).await?
+            && r.cancel_requested
+        {
+            opts.progress.message("cancel requested; stopping");
+            self.stop = Some(StopReason::Interrupted);
+        }
+        Ok(())
+    }
+
+    /// Submits queued jobs while there is room, in concurrent batches: a cloud launch takes a
+    /// round trip of 100 ms or more, and the backend's own pacing (a token bucket) decides the
+    /// rate, not this loop. A launch that failed transiently goes back to the front of the queue.
+    async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
+        let run = self.run;
+        while self.in_flight.len() < max_conc && !self.queue.is_empty() {
+            let n = (max_conc - self.in_flight.len()).min(self.queue.len()).min(DISPATCH_BATCH);
+            let batch: Vec<(Pending, tracing::Span)> = self
+                .queue
+                .drain(..n)
+                .map(|p| {
+                    let s = job_span(self.run_span, &p);
+                    (p, s)
+                })
+                .collect();
+            let env: BTreeMap<String, String> = (opts.worker_env)();
+            let results = futures::future::join_all(
+                batch.iter().map(|(p, span)| dispatch(run, p, span, &env).instrument(span.clone())),
+            )
+            .await;
+            let mut retry_later = Vec::new();
+            for ((p, span), res) in batch.into_iter().zip(results) {
+                match res {
+                    Ok(handle) => {
+                        self.counters.submitted += 1;
+                        self.metrics.jobs_submitted.add(1, self.metrics.attrs());
+                        span.record("agenteval.job.handle", handle.native_id.as_str());
+                        self.in_flight.insert(
+                            p.job_id.clone(),
+                            InFlight { handle, tasks: p.tasks, submitted: Instant::now(), started: false, span },
+                        );
+                    }
+                    Err(e) if e.kind().is_retryable() => {
+                        tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                        telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
+                        retry_later.push(p);
+                    }
+                    Err(e) => {
+                        tracing::error!(job = %p.job_id, "submit failed: {e}");
+                        telemetry::set_error(&span, &format!("submit failed: {e}"));
+                        let reason = format!("could not submit job: {e}");
+                        give_up(run, &span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
+                        self.gave_up = true;
+                    }
+                }
+            }
+            if !retry_later.is_empty() {
+                for p in retry_later.into_iter().rev() {
+                    self.queue.push_front(p);
+                }
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Polls the jobs in flight and settles every one that ended.
+    async fn collect_ended(&mut self, opts: &ControllerOptions) -> Result<()> {
+        let run = self.run;
+        let handles: Vec<JobHandle> = self.in_flight.values().map(|f| f.handle.clone()).collect();
+        let statuses = match run.backend.job_status(&handles).await {
+            Ok(s) => s,
+            Err(e) if e.kind().is_retryable() => {
+                tracing::warn!("job status failed, will retry: {e}");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        for (handle, status) in handles.into_iter().zip(statuses) {
+            let Some(f) = self.in_flight.get_mut(&handle.job_id) else { continue };
+            if !f.started && status != JobStatus::Queued {
+                f.started = true;
+                self.metrics.job_start_latency.record(f.submitted.elapsed().as_secs_f64(), self.metrics.attrs());
+            }
+            if !status.is_terminal() {
+                continue;
+            }
+            if let Some(f) = self.in_flight.remove(&handle.job_id) {
+                self.settle(handle, status, f, opts).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a job's end and acts on the decision: done, retry the unfinished tasks, or give
+    /// them up.
+    async fn settle(
+        &mut self,
+        handle: JobHandle,
+        status: JobStatus,
+        f: InFlight,
+        opts: &ControllerOptions,
+    ) -> Result<()> {
+        let run = self.run;
+        record_job(run, &handle, &status, f.tasks.len()).await?;
+        tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
+        let left = unfinished(run, &f.tasks).await?;
+        f.span.record("agenteval.job.status", job_status_word(&status));
+        f.span.record("agenteval.job.unfinished", left.len() as i64);
+        let end = decide::on_job_end(
+            &handle.job_id,
+            &status,
+            handle.attempt,
+            run.attempt_base,
+            run.config.backend.max_attempts,
+            left,
+        );
+        if end.succeeded {
+            self.counters.succeeded += 1;
+            self.metrics.jobs_succeeded.add(1, self.metrics.attrs());
+        } else {
+            self.counters.failed += 1;
+            self.metrics.jobs_failed.add(1, self.metrics.attrs());
+            telemetry::set_error(&f.span, end.reason.as_deref().unwrap_or("job failed"));
+        }
+        match end.verdict {
+            Verdict::Done => {}
+            Verdict::Retry(p) => {
+                self.counters.retried += 1;
+                self.metrics.jobs_retried.add(1, self.metrics.attrs());
+                opts.progress.message(&format!(
+                    "job {} attempt {} failed ({}); retrying {} task(s)",
+                    handle.job_id,
+                    handle.attempt,
+                    end.reason.as_deref().unwrap_or("unknown"),
+                    p.tasks.len()
+                ));
+                self.queue.push_front(p);
+            }
+            Verdict::GiveUp { tasks, reason } => {
+                give_up(run, &f.span, &handle.job_id, handle.attempt, &tasks, &reason).await?;
+                self.gave_up = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// A telemetry snapshot to the backend's sink; telemetry never harms a run.
+    async fn export(&self) {
+        let (c, k) = (&self.counts, &self.counters);
+        let snap = TelemetrySnapshot {
+            timestamp: Utc::now(),
+            jobs_queued: self.queue.len() as u64,
+            jobs_running: self.in_flight.len() as u64,
+            jobs_succeeded: k.succeeded,
+            jobs_failed: k.failed,
+            jobs_retried: k.retried,
+            tasks_finished: c.finished(),
+            tasks_passed: c.passed,
+            cost_usd: c.cost_usd,
+            tokens: c.tokens,
+        };
+        if let Err(e) = self.run.backend.export_telemetry(&self.run.run_id, &snap).await {
+            tracing::warn!("telemetry export failed: {e}");
+        }
+    }
+}
+
+fn gauges(m: &FleetMetrics, c: &TaskCounts, running: usize, queued: usize) {
+    m.jobs_running.record(running as u64, m.attrs());
+    m.queue_depth.record(queued as u64, m.attrs());
+    if c.finished() > 0 {
+        m.pass_rate.record(c.passed as f64 / c.finished() as f64, m.attrs());
+    }
+}
+
+fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
+    ProgressView {
+        total: c.total,
+        waiting: c.pending + c.queued + c.cancelled,
+        running: c.running,
+        done: c.finished(),
+        failed: c.failed,
+        passed: c.passed,
+        cost_usd: c.cost_usd,
+        jobs_in_flight: jobs as u64,
+        retries,
+    }
+}

@@ -1,0 +1,495 @@
+//! The controller: turns a run config into jobs, dispatches them through a `CloudBackend` with
+//! bounded concurrency, retries infrastructure failures, enforces the run budget, reacts to
+//! cancellation, and seals the bundle. Also `resume` and `cancel` of existing runs.
+//!
+//! Its parts: [`decide`] holds the decisions as pure functions; `drive` the dispatch loop;
+//! `jobs` the operations on one job; `spans` the run's span file. This module holds the run's
+//! lifecycle: start, resume, cancel, and [`seal_run`], the one way every run ends.
+
+pub mod decide;
+mod drive;
+mod jobs;
+mod spans;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenteval_core::config::{LoadedConfig, RunConfig};
+use agenteval_core::layout;
+use agenteval_core::model::*;
+use agenteval_core::traits::{BundleStore, CloudBackend, Resolver, RunIndex};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use chrono::Utc;
+use tokio::sync::watch;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::benchmarks::benchmark_from_config;
+use crate::bundle::{self, Metadata, TaskTable, read_json, sha256_hex, to_json_bytes};
+use crate::resolve::store_from_bundle_uri;
+use crate::telemetry::{self, FleetMetrics, Journal};
+use spans::SpanFile;
+
+/// A controller heartbeat older than this means the controller is gone.
+pub const STALE_HEARTBEAT: Duration = Duration::from_secs(15);
+pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
+const COUNTS_EVERY: Duration = Duration::from_millis(200);
+const TELEMETRY_EVERY: Duration = Duration::from_secs(2);
+const POLL: Duration = Duration::from_millis(250);
+/// Jobs submitted concurrently in one dispatch round.
+const DISPATCH_BATCH: usize = 32;
+/// How long cancelled jobs get to stop before the controller seals without them.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// What the progress display is told.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProgressView {
+    pub total: u64,
+    pub waiting: u64,
+    pub running: u64,
+    pub done: u64,
+    pub failed: u64,
+    pub passed: u64,
+    pub cost_usd: f64,
+    pub jobs_in_flight: u64,
+    pub retries: u64,
+}
+
+/// Receives progress; the CLI draws a bar, tests and `--json` stay quiet.
+pub trait Progress: Send + Sync {
+    fn start(&self, _run_id: &RunId, _bundle_uri: &str, _total: u64) {}
+    fn update(&self, _view: &ProgressView) {}
+    fn message(&self, _text: &str) {}
+    fn finish(&self) {}
+}
+
+/// A progress sink that shows nothing.
+#[derive(Debug, Default)]
+pub struct NoProgress;
+impl Progress for NoProgress {}
+
+/// How a controller run ended.
+#[derive(Debug, Clone)]
+pub struct RunOutcome {
+    pub run_id: RunId,
+    pub status: RunStatus,
+    pub bundle_uri: String,
+    pub summary: RunSummary,
+}
+
+/// Options that come from the command line rather than the config.
+pub struct ControllerOptions {
+    /// Opens the run's store, index and backend.
+    pub resolver: Arc<dyn Resolver>,
+    pub progress: Arc<dyn Progress>,
+    /// Becomes `true` when the user interrupts (Ctrl-C).
+    pub interrupt: watch::Receiver<bool>,
+    /// Where this process's finished spans wait to be written to the bundle's `spans.jsonl`.
+    pub journal: Journal,
+    /// Environment each worker gets (telemetry settings), asked at every dispatch so that it
+    /// can change during the run; the job's `TRACEPARENT` is added.
+    pub worker_env: WorkerEnv,
+}
+
+/// See `ControllerOptions::worker_env`.
+pub type WorkerEnv = Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
+
+struct InFlight {
+    handle: JobHandle,
+    tasks: Vec<u32>,
+    submitted: Instant,
+    /// Whether the job has been seen running (its start latency is recorded once).
+    started: bool,
+    /// The job's `eval.job` span, from submit to end.
+    span: tracing::Span,
+}
+
+struct Run {
+    run_id: RunId,
+    config: RunConfig,
+    index_uri: String,
+    tasks: TaskTable,
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+    backend: Arc<dyn CloudBackend>,
+    meta: Metadata,
+    /// Attempts already used before this controller started (resume); retry limits count from it.
+    attempt_base: u32,
+    /// Set when the run starts driving.
+    metrics: Option<FleetMetrics>,
+    journal: Journal,
+}
+
+impl Run {
+    /// A run ready to drive; its id comes from the metadata, its index URI from the config, and
+    /// its metrics and journal are set when driving starts.
+    fn new(
+        config: RunConfig,
+        tasks: TaskTable,
+        store: Arc<dyn BundleStore>,
+        index: Arc<dyn RunIndex>,
+        backend: Arc<dyn CloudBackend>,
+        meta: Metadata,
+        attempt_base: u32,
+    ) -> Self {
+        Run {
+            run_id: meta.run_id,
+            index_uri: config.storage.index_location().to_string(),
+            config,
+            tasks,
+            store,
+            index,
+            backend,
+            meta,
+            attempt_base,
+            metrics: None,
+            journal: None,
+        }
+    }
+}
+
+fn config_hash(resolved: &serde_json::Value) -> String {
+    // A `Value` always serializes; the hash of nothing would only ever be a wrong hash.
+    sha256_hex(&serde_json::to_vec(resolved).unwrap_or_default())
+}
+
+fn git_sha(dir: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Starts a new run from a loaded config and drives it to the end.
+pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<RunOutcome> {
+    let config = loaded.config.clone();
+    let store = opts.resolver.store(&config.storage.bundle_root).await?;
+    let index = opts.resolver.index(&config.storage.index_location()).await?;
+    let backend = opts.resolver.backend(&config).await?;
+    let benchmark = benchmark_from_config(&config.benchmark)?;
+    let mut tasks = TaskTable::default();
+    let reps = config.repetitions.max(1);
+    benchmark
+        .for_each_task(config.benchmark.filter(), &mut |t| {
+            for r in 0..reps {
+                if r == 0 {
+                    tasks.push(&t);
+                } else {
+                    let mut rep = t.clone();
+                    rep.id = t.id.repetition(r);
+                    tasks.push(&rep);
+                }
+            }
+            Ok(())
+        })
+        .await?;
+    if tasks.is_empty() {
+        return Err(Error::invalid("the benchmark filter matches no tasks"));
+    }
+    let run_id = RunId::new();
+    let now = Utc::now();
+    let hash = config_hash(&loaded.resolved);
+    let meta = Metadata {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id,
+        name: config.name.clone(),
+        status: RunStatus::Running,
+        sealed: false,
+        backend: backend.id().to_string(),
+        benchmark: benchmark.name().to_string(),
+        agent: config.agent.kind().to_string(),
+        config_hash: hash.clone(),
+        agenteval_version: crate::VERSION.into(),
+        git_sha: loaded.path.parent().and_then(git_sha),
+        tasks_total: tasks.len() as u64,
+        created_at: now,
+        finished_at: None,
+        resumed: 0,
+    };
+    store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
+    store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
+    store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    let record = RunRecord {
+        run_id,
+        name: config.name.clone(),
+        benchmark: meta.benchmark.clone(),
+        agent: meta.agent.clone(),
+        backend: meta.backend.clone(),
+        status: RunStatus::Running,
+        bundle_uri: store.bundle_uri(&run_id),
+        config_hash: hash,
+        tasks_total: tasks.len() as u64,
+        created_at: now,
+        updated_at: now,
+        finished_at: None,
+        heartbeat_at: now,
+        cancel_requested: false,
+        controller: controller_id(),
+        epoch: 0,
+    };
+    index.create_run(&record, tasks.ids()).await?;
+    let todo: Vec<u32> = (0..tasks.len() as u32).collect();
+    let run = Run::new(config, tasks, store, index, backend, meta, 0);
+    drive(run, todo, 0, opts).await
+}
+
+/// Where an existing run lives, from its index record.
+pub struct Located {
+    pub record: RunRecord,
+    pub store: Arc<dyn BundleStore>,
+    pub config: RunConfig,
+}
+
+/// Finds a run the user named. A run missing from the index is the user's mistake (`NotFound`);
+/// a bundle missing under a run the index knows is a failed operation (`Io`), not a usage error.
+pub async fn locate(resolver: &dyn Resolver, index: &dyn RunIndex, run_id: &RunId) -> Result<Located> {
+    let record =
+        index.get_run(run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
+    let (store, _) = store_from_bundle_uri(resolver, &record.bundle_uri).await.map_err(not_user_error)?;
+    let config: RunConfig = read_json(store.as_ref(), run_id, layout::CONFIG).await.map_err(not_user_error)?;
+    Ok(Located { record, store, config })
+}
+
+/// What the index or the bundle lacks mid-operation is a failure of the operation: the user
+/// typed nothing wrong.
+pub(crate) fn not_user_error(e: Error) -> Error {
+    match e.kind() {
+        ErrorKind::NotFound | ErrorKind::Invalid => Error::with_source(ErrorKind::Io, e.to_string(), e),
+        _ => e,
+    }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// `host:pid` of this process.
+pub fn controller_id() -> String {
+    format!("{}:{}", hostname(), std::process::id())
+}
+
+/// Whether the run's controller is still alive: its heartbeat is fresh and, when it ran on this
+/// machine, its process exists.
+pub fn controller_alive(record: &RunRecord) -> bool {
+    if record.status != RunStatus::Running {
+        return false;
+    }
+    let fresh = (Utc::now() - record.heartbeat_at).to_std().map(|d| d < STALE_HEARTBEAT).unwrap_or(true);
+    match record.controller.rsplit_once(':') {
+        Some((host, pid)) if fresh && host == hostname() => {
+            pid.parse::<i32>().is_ok_and(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok())
+        }
+        _ => fresh,
+    }
+}
+
+/// Stops workers a dead controller left behind, so that a resume does not race them.
+async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id: &RunId) -> Result<()> {
+    for job in index.list_jobs(run_id).await? {
+        if job.status == "running" {
+            backend.cancel_job(&job.handle, "controller gone").await?;
+            let mut j = job.clone();
+            j.status = "cancelled".into();
+            j.updated_at = Utc::now();
+            index.record_job(&j).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Re-dispatches every task the index does not record as completed, into the same bundle.
+pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOptions) -> Result<RunOutcome> {
+    let Located { record, store, config } = locate(opts.resolver.as_ref(), index.as_ref(), run_id).await?;
+    if controller_alive(&record) {
+        return Err(Error::new(
+            ErrorKind::Conflict,
+            format!(
+                "run {run_id} is still running (its controller was seen {}s ago)",
+                (Utc::now() - record.heartbeat_at).num_seconds()
+            ),
+        ));
+    }
+    let mut meta: Metadata = read_json(store.as_ref(), run_id, layout::METADATA).await.map_err(not_user_error)?;
+    let tasks = TaskTable::read(store.as_ref(), run_id).await.map_err(not_user_error)?;
+    let states = index.list_tasks(run_id).await?;
+    let attempt_base = states.iter().map(|t| t.attempt).max().unwrap_or(0);
+    let done: std::collections::HashSet<_> =
+        states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
+    let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(tasks.id(i as usize))).collect();
+    let epoch = record.epoch + 1;
+    let backend = opts.resolver.backend(&config).await?;
+    stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
+    index
+        .update_run(
+            run_id,
+            &RunUpdate {
+                status: Some(RunStatus::Running),
+                cancel_requested: Some(false),
+                epoch: Some(epoch),
+                heartbeat: true,
+                controller: Some(controller_id()),
+                ..Default::default()
+            },
+        )
+        .await?;
+    meta.status = RunStatus::Running;
+    meta.sealed = false;
+    meta.finished_at = None;
+    meta.resumed = epoch;
+    store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
+    let run = Run::new(config, tasks, store, index, backend, meta, attempt_base);
+    drive(run, todo, epoch, opts).await
+}
+
+/// Asks a run to stop. If its controller is alive it is told through the index and stops its
+/// own jobs; if not, the jobs are cancelled here and the bundle is sealed as `interrupted`.
+pub async fn cancel(
+    resolver: &dyn Resolver,
+    index: Arc<dyn RunIndex>,
+    run_id: &RunId,
+    wait: Duration,
+) -> Result<RunStatus> {
+    let located = locate(resolver, index.as_ref(), run_id).await?;
+    if located.record.status != RunStatus::Running {
+        return Ok(located.record.status);
+    }
+    index.update_run(run_id, &RunUpdate { cancel_requested: Some(true), ..Default::default() }).await?;
+    if controller_alive(&located.record) {
+        let vanished = || Error::new(ErrorKind::Io, format!("run {run_id} vanished from the index"));
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let r = index.get_run(run_id).await?.ok_or_else(vanished)?;
+            if r.status != RunStatus::Running {
+                return Ok(r.status);
+            }
+            if !controller_alive(&r) {
+                break;
+            }
+        }
+        let r = index.get_run(run_id).await?.ok_or_else(vanished)?;
+        if controller_alive(&r) {
+            return Err(Error::new(
+                ErrorKind::Transient,
+                format!("run {run_id} did not stop within {}s", wait.as_secs()),
+            ));
+        }
+    }
+    // The controller is gone: stop what it left running and seal.
+    let backend = resolver.backend(&located.config).await?;
+    stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
+    for t in index.list_tasks(run_id).await? {
+        if matches!(t.state, TaskState::Queued | TaskState::Running) {
+            index.record_task(run_id, &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled)).await?;
+        }
+    }
+    let meta: Metadata = read_json(located.store.as_ref(), run_id, layout::METADATA).await.map_err(not_user_error)?;
+    let tasks = TaskTable::read(located.store.as_ref(), run_id).await.map_err(not_user_error)?;
+    let sealed =
+        seal_run(located.store.as_ref(), index.as_ref(), &meta, tasks.ids(), RunStatus::Interrupted, None, None)
+            .await?;
+    Ok(sealed.status)
+}
+
+async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions) -> Result<RunOutcome> {
+    let (mut spans, earlier_root) = SpanFile::open(&run, opts.journal.clone()).await?;
+    let span = tracing::info_span!(
+        "eval.run",
+        agenteval.run.id = %run.run_id,
+        agenteval.run.name = run.config.name.as_str(),
+        agenteval.benchmark = run.meta.benchmark.as_str(),
+        agenteval.agent = run.meta.agent.as_str(),
+        gen_ai.request.model = run.config.agent.model().unwrap_or(""),
+        agenteval.backend = run.meta.backend.as_str(),
+        agenteval.tasks_total = run.tasks.len() as i64,
+        agenteval.epoch = epoch as i64,
+        agenteval.status = Empty,
+        agenteval.passed = Empty,
+        agenteval.pass_rate = Empty,
+        agenteval.cost_usd = Empty,
+        agenteval.tokens = Empty,
+    );
+    // A resumed run stays one trace: its new root hangs under the first controller's.
+    if let Some(tp) = earlier_root {
+        telemetry::set_remote_parent(&span, &tp);
+    }
+    run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
+    run.journal = opts.journal.clone();
+    let progress = opts.progress.clone();
+    let status = match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
+        Ok(s) => s,
+        Err(e) => {
+            telemetry::set_error(&span, &e.to_string());
+            return Err(e);
+        }
+    };
+    let sealed =
+        seal_run(run.store.as_ref(), run.index.as_ref(), &run.meta, run.tasks.ids(), status, Some(span), Some(spans))
+            .await?;
+    progress.finish();
+    Ok(RunOutcome {
+        run_id: run.run_id,
+        status: sealed.status,
+        bundle_uri: run.store.bundle_uri(&run.run_id),
+        summary: sealed.summary,
+    })
+}
+
+/// A sealed run.
+struct Sealed {
+    pub status: RunStatus,
+    pub summary: RunSummary,
+}
+
+/// The one way a run ends, whatever the ending (complete, failed, interrupted, budget exceeded,
+/// or a cancel that finds its controller gone): summary, report, replay command and final
+/// metadata; then the controller's `eval.run` span closes with the outcome and the run's span
+/// file is finished, because the manifest that follows covers them; last, the index is told.
+async fn seal_run(
+    store: &dyn BundleStore,
+    index: &dyn RunIndex,
+    meta: &Metadata,
+    ids: &[agenteval_core::TaskId],
+    status: RunStatus,
+    run_span: Option<tracing::Span>,
+    spans: Option<SpanFile>,
+) -> Result<Sealed> {
+    let mut meta = meta.clone();
+    meta.status = status;
+    meta.finished_at = Some(Utc::now());
+    let span = run_span.unwrap_or_else(tracing::Span::none);
+    let summary = bundle::seal_contents(store, &meta, ids).instrument(span.clone()).await;
+    match &summary {
+        Ok(s) => {
+            span.record("agenteval.status", status.as_str());
+            span.record("agenteval.passed", s.passed as i64);
+            span.record("agenteval.pass_rate", s.pass_rate);
+            span.record("agenteval.cost_usd", s.total_cost_usd);
+            span.record("agenteval.tokens", s.total_tokens as i64);
+            if status != RunStatus::Complete {
+                telemetry::set_error(&span, &format!("run {}", status.as_str()));
+            }
+        }
+        Err(e) => telemetry::set_error(&span, &e.to_string()),
+    }
+    drop(span);
+    let summary = summary?;
+    if let Some(spans) = spans {
+        spans.finish().await?;
+    }
+    bundle::write_manifest(store, &meta.run_id).await?;
+    index
+        .update_run(
+            &meta.run_id,
+            &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() },
+        )
+        .await?;
+    Ok(Sealed { status, summary })
+}

@@ -1,0 +1,71 @@
+//! The run's `spans.jsonl`: the controller's spans, appended as they finish so that a crash
+//! loses at most the spans still open; a resumed run keeps the spans of earlier controllers.
+
+use agenteval_core::layout;
+use agenteval_core::traits::Appender;
+use agenteval_core::{ErrorKind, Result};
+
+use super::Run;
+use crate::telemetry::Journal;
+
+/// The run's `spans.jsonl`, appended as the controller's spans finish so that a crash loses at
+/// most the spans still open.
+pub(super) struct SpanFile {
+    journal: Journal,
+    appender: Option<Box<dyn Appender>>,
+}
+
+impl SpanFile {
+    /// Opens the run's span file; a resumed run keeps the spans of earlier controllers. Also
+    /// returns the `traceparent` of the first controller's `eval.run`, if there was one.
+    pub(super) async fn open(run: &Run, journal: Journal) -> Result<(Self, Option<String>)> {
+        if journal.is_none() {
+            return Ok((SpanFile { journal, appender: None }, None));
+        }
+        let earlier = match run.store.get(&run.run_id, layout::SPANS).await {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let root = earlier_root(&earlier);
+        let mut appender = run.store.open_appender(&run.run_id, layout::SPANS).await?;
+        if !earlier.is_empty() {
+            appender.append(&earlier).await?;
+        }
+        Ok((SpanFile { journal, appender: Some(appender) }, root))
+    }
+
+    pub(super) async fn flush(&mut self) -> Result<()> {
+        if let (Some(j), Some(a)) = (&self.journal, self.appender.as_mut()) {
+            let lines = j.take_all();
+            if !lines.is_empty() {
+                a.append(&lines).await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn finish(mut self) -> Result<()> {
+        self.flush().await?;
+        match self.appender.take() {
+            Some(a) => a.finish().await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// The `traceparent` of the outermost `eval.run` in a run's `spans.jsonl`.
+fn earlier_root(spans: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        trace_id: String,
+        span_id: String,
+        name: String,
+        parent_span_id: Option<String>,
+    }
+    spans
+        .split(|b| *b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<Line>(l).ok())
+        .find(|l| l.name == "eval.run" && l.parent_span_id.is_none())
+        .map(|l| format!("00-{}-{}-01", l.trace_id, l.span_id))
+}

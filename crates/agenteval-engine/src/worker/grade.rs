@@ -1,0 +1,60 @@
+//! Grading one task: the benchmark's own grader, then the run's evaluators and the task's own,
+//! each in its span. An evaluator that fails gives an error score; it never fails the job.
+
+use agenteval_core::model::*;
+use agenteval_core::secret::Redactor;
+use agenteval_core::traits::*;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use super::Ctx;
+use crate::evaluators::{evaluate_safely, evaluator_from_config};
+use crate::telemetry;
+
+/// Every score of a task: the benchmark's grade first, then the evaluators'.
+pub(super) async fn grade(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    agent: &AgentResult,
+    trace: &[TraceEvent],
+) -> Vec<EvaluatorScore> {
+    let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
+    let graded = ctx.benchmark.grade(task, agent, trace).instrument(grade.clone()).await;
+    score_span(&grade, &graded, &ctx.redactor);
+    drop(grade);
+    let mut scores = vec![graded];
+    let task_evaluators = task.evaluators.iter().map(evaluator_from_config).collect::<Vec<_>>();
+    let input = EvalInput { task, result: agent, trace };
+    for e in &ctx.evaluators {
+        scores.push(evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await);
+    }
+    for (i, e) in task_evaluators.into_iter().enumerate() {
+        scores.push(match e {
+            Ok(e) => evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await,
+            Err(err) => EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string()),
+        });
+    }
+    scores
+}
+
+fn score_span(span: &tracing::Span, s: &EvaluatorScore, redactor: &Redactor) {
+    span.record("agenteval.passed", s.passed);
+    if let Some(e) = &s.error {
+        telemetry::set_error(span, &redactor.redact(e));
+    }
+}
+
+/// Runs an evaluator in its `evaluator.<kind>` span.
+async fn evaluate_in_span(e: &dyn Evaluator, input: &EvalInput<'_>, redactor: &Redactor) -> EvaluatorScore {
+    let span = tracing::info_span!(
+        "evaluator",
+        otel.name = format!("evaluator.{}", e.kind()),
+        agenteval.evaluator.id = e.id(),
+        agenteval.score = Empty,
+        agenteval.passed = Empty,
+    );
+    let score = evaluate_safely(e, input).instrument(span.clone()).await;
+    span.record("agenteval.score", score.score);
+    score_span(&span, &score, redactor);
+    score
+}

@@ -1,0 +1,329 @@
+//! The worker: runs every task of one job (prepare, agent, grade, evaluate, write, record),
+//! streaming trace events to the bundle as they happen. Running the agent is [`execute`]'s,
+//! grading is [`grade`]'s.
+
+mod execute;
+mod grade;
+
+use std::sync::Arc;
+
+use agenteval_core::config::RunConfig;
+use agenteval_core::layout;
+use agenteval_core::model::*;
+use agenteval_core::secret::{Redactor, Secret};
+use agenteval_core::traits::*;
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use chrono::Utc;
+use serde_json::json;
+use tracing::Instrument;
+use tracing::field::Empty;
+
+use crate::agents::agent_from_config;
+use crate::benchmarks::benchmark_from_config;
+use crate::bundle::{read_json, write_task_outcome};
+use crate::evaluators::evaluator_from_config;
+use crate::resolve::{read_bundle_file, store_from_bundle_uri};
+use crate::telemetry::{self, Journal, TRACEPARENT_ENV};
+
+/// Everything a worker needs, built once per job.
+struct Ctx {
+    run_id: RunId,
+    job: JobSpec,
+    config: RunConfig,
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+    benchmark: Arc<dyn BenchmarkAdapter>,
+    agent: Arc<dyn AgentRunner>,
+    evaluators: Vec<Arc<dyn Evaluator>>,
+    secrets: Vec<(String, Secret)>,
+    redactor: Redactor,
+    /// Where this job's tasks hang in the run's trace (the controller's `eval.job` span).
+    traceparent: Option<String>,
+    journal: Journal,
+}
+
+/// Reads a job spec from a path or URI.
+async fn read_job(resolver: &dyn Resolver, uri: &str) -> Result<JobSpec> {
+    let bytes = read_bundle_file(resolver, uri).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("job spec {uri} is invalid: {e}"), e))
+}
+
+async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Result<Ctx> {
+    let (store, run_id) = store_from_bundle_uri(resolver, &job.bundle_uri).await?;
+    if run_id != job.run_id {
+        return Err(Error::invalid(format!(
+            "job {} belongs to run {} but points at bundle {}",
+            job.job_id, job.run_id, job.bundle_uri
+        )));
+    }
+    let index = resolver.index(&job.index_uri.parse()?).await?;
+    let config: RunConfig = read_json(store.as_ref(), &run_id, layout::CONFIG)
+        .await
+        .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("run config in the bundle: {e}"), e))?;
+    let backend = resolver.backend(&config).await?;
+    let redactor = Redactor::new();
+    let mut secrets = Vec::new();
+    for (var, name) in config.agent.secrets() {
+        let s = backend.fetch_secret(name).await?;
+        redactor.add(&s);
+        secrets.push((var.clone(), s));
+    }
+    let evaluators = config.evaluators.iter().map(evaluator_from_config).collect::<Result<Vec<_>>>()?;
+    let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
+    Ok(Ctx {
+        traceparent,
+        journal,
+        run_id,
+        benchmark: benchmark_from_config(&config.benchmark)?,
+        agent: agent_from_config(&config.agent),
+        evaluators,
+        secrets,
+        redactor,
+        store,
+        index,
+        job,
+        config,
+    })
+}
+
+/// Runs the job at `job_uri`; returns the process exit code (see `worker_exit`).
+pub async fn run_job(
+    job_uri: &str,
+    resolver: &dyn Resolver,
+    journal: Journal,
+    cancel: impl std::future::Future<Output = ()>,
+) -> i32 {
+    let job = match read_job(resolver, job_uri).await {
+        Ok(j) => j,
+        Err(e) => {
+            tracing::error!("{e}");
+            return if e.kind() == ErrorKind::Invalid { worker_exit::BAD_JOB } else { worker_exit::FAILED };
+        }
+    };
+    let ctx = match build(job, resolver, journal).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!("cannot start job: {e}");
+            return match e.kind() {
+                ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Unauthorized => worker_exit::BAD_JOB,
+                _ => worker_exit::FAILED,
+            };
+        }
+    };
+    let trace = ctx.traceparent.as_deref().and_then(telemetry::parse_traceparent);
+    tracing::info!(
+        run = %ctx.run_id,
+        job = %ctx.job.job_id,
+        attempt = ctx.job.attempt,
+        tasks = ctx.job.tasks.len(),
+        trace_id = %trace.as_ref().map(|t| t.trace_id().to_string()).unwrap_or_default(),
+        parent_span_id = %trace.as_ref().map(|t| t.span_id().to_string()).unwrap_or_default(),
+        "job started"
+    );
+    tokio::pin!(cancel);
+    for task in &ctx.job.tasks {
+        let span = task_span(&ctx, task);
+        let root = telemetry::span_id(&span);
+        let outcome = tokio::select! {
+            r = run_task(&ctx, task).instrument(span.clone()) => r,
+            _ = &mut cancel => {
+                tracing::warn!(task = %task.id, "stopping: cancelled");
+                // The task's span ends here, marked, and is flushed before the process exits.
+                telemetry::set_error(&span, "worker cancelled");
+                return worker_exit::CANCELLED;
+            }
+        };
+        record_outcome(&ctx, &span, &outcome);
+        // The task's spans go into its folder, so its span must be over before the files are
+        // written; this handle is the last one.
+        drop(span);
+        let spans = match (root, &ctx.journal) {
+            (Some(root), Some(j)) => Some(j.take_tree(root)),
+            _ => None,
+        };
+        let outcome = match outcome {
+            Ok(Some(done)) => write_outcome(&ctx, task, done, spans).await,
+            Ok(None) => Ok(()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            // A store or index failure: the job cannot vouch for its results. Exiting non-zero
+            // makes the controller retry the unfinished tasks.
+            tracing::error!(task = %task.id, "{}", ctx.redactor.redact(&e.to_string()));
+            return worker_exit::FAILED;
+        }
+    }
+    tracing::info!(job = %ctx.job.job_id, "job finished");
+    worker_exit::OK
+}
+
+/// A task's `eval.task` span, a child of the controller's `eval.job` span when the job carries
+/// its trace context.
+fn task_span(ctx: &Ctx, task: &TaskSpec) -> tracing::Span {
+    let span = tracing::info_span!(
+        "eval.task",
+        agenteval.run.id = %ctx.run_id,
+        agenteval.task.id = %task.id,
+        agenteval.job.id = %ctx.job.job_id,
+        agenteval.attempt = ctx.job.attempt as i64,
+        agenteval.benchmark = ctx.benchmark.name(),
+        agenteval.agent = ctx.agent.name(),
+        gen_ai.request.model = ctx.config.agent.model().unwrap_or(""),
+        agenteval.backend = ctx.config.backend.id.as_str(),
+        agenteval.passed = Empty,
+        agenteval.cost_usd = Empty,
+        agenteval.tokens = Empty,
+        agenteval.terminated_by = Empty,
+        agenteval.skipped = Empty,
+    );
+    if let Some(tp) = &ctx.traceparent {
+        telemetry::set_remote_parent(&span, tp);
+    }
+    span
+}
+
+/// The task's outcome on its span.
+fn record_outcome(ctx: &Ctx, span: &tracing::Span, outcome: &Result<Option<(TaskResult, String)>>) {
+    match outcome {
+        Ok(Some((r, _))) => {
+            span.record("agenteval.passed", r.passed);
+            span.record("agenteval.cost_usd", r.total_cost_usd());
+            span.record("agenteval.tokens", r.agent.total_tokens as i64);
+            span.record("agenteval.terminated_by", r.agent.terminated_by.as_str());
+            if r.agent.terminated_by == TerminatedBy::InfraFailure {
+                telemetry::set_error(span, r.agent.error.as_deref().unwrap_or("infrastructure failure"));
+            }
+        }
+        Ok(None) => {
+            span.record("agenteval.skipped", true);
+        }
+        Err(e) => telemetry::set_error(span, &ctx.redactor.redact(&e.to_string())),
+    }
+}
+
+/// Writes a finished task's files and records it; `Err` only for failures of agenteval's own
+/// storage.
+async fn write_outcome(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    (result, log): (TaskResult, String),
+    spans: Option<Vec<u8>>,
+) -> Result<()> {
+    // A retried job may overlap the attempt it replaced (a worker that was only slow). Whoever
+    // the index has moved past must not overwrite the files of the attempt that counts.
+    let attempt = ctx.job.attempt;
+    if let Some(now) = ctx.index.get_task(&ctx.run_id, &task.id).await?
+        && (now.state == TaskState::Completed || now.attempt > attempt)
+    {
+        tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
+        return Ok(());
+    }
+    let redact = |t: &str| ctx.redactor.redact(t);
+    write_task_outcome(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact).await?;
+    if !ctx.index.record_task(&ctx.run_id, &TaskTransition::completed(&result)).await? {
+        tracing::warn!(task = %task.id, attempt, "another attempt completed this task first");
+    }
+    Ok(())
+}
+
+/// Runs and grades one task: its result and worker log, or `None` when another attempt owns it.
+async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, String)>> {
+    let attempt = ctx.job.attempt;
+    let running = TaskTransition::new(task.id.clone(), attempt, TaskState::Running).job(&ctx.job.job_id);
+    if !ctx.index.record_task(&ctx.run_id, &running).await? {
+        tracing::info!(task = %task.id, attempt, "skipped: already completed or taken by a later attempt");
+        return Ok(None);
+    }
+    let ids = telemetry::log_ids(&tracing::Span::current());
+    let mut log =
+        vec![format!("{} task {} attempt {} job {}{ids}", Utc::now().to_rfc3339(), task.id, attempt, ctx.job.job_id)];
+    let started_at = Utc::now();
+    let prepare = tracing::info_span!("benchmark.prepare");
+    let env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;
+    if let Err(e) = &env {
+        telemetry::set_error(&prepare, &ctx.redactor.redact(&e.to_string()));
+    }
+    drop(prepare);
+    let result = match &env {
+        Ok(env) => run_and_grade(ctx, task, env, &mut log).await,
+        Err(e) => Err(e.clone_message()),
+    };
+    if let Ok(env) = &env {
+        let teardown = tracing::info_span!("benchmark.teardown");
+        if let Err(e) = ctx.benchmark.teardown(env).instrument(teardown.clone()).await {
+            telemetry::set_error(&teardown, &ctx.redactor.redact(&e.to_string()));
+            log.push(format!("teardown failed: {e}"));
+        }
+    }
+    let (agent, scores) = match result {
+        Ok(x) => x,
+        Err(e) => {
+            log.push(format!("infrastructure failure: {e}"));
+            let agent = AgentResult {
+                success: false,
+                final_answer: None,
+                error: Some(ctx.redactor.redact(&e.to_string())),
+                total_cost_usd: 0.0,
+                total_tokens: 0,
+                wall_seconds: 0.0,
+                terminated_by: TerminatedBy::InfraFailure,
+                steps: 0,
+            };
+            let score = EvaluatorScore::errored("benchmark", "benchmark", e.to_string());
+            (agent, vec![score])
+        }
+    };
+    let result = TaskResult {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id: ctx.run_id,
+        task_id: task.id.clone(),
+        job_id: ctx.job.job_id.clone(),
+        attempt,
+        passed: scores.iter().all(|s| s.passed),
+        agent,
+        scores,
+        started_at,
+        finished_at: Utc::now(),
+    };
+    log.push(format!(
+        "{} finished: passed={} terminated_by={} cost=${:.6} tokens={} wall={:.3}s",
+        Utc::now().to_rfc3339(),
+        result.passed,
+        result.agent.terminated_by.as_str(),
+        result.total_cost_usd(),
+        result.agent.total_tokens,
+        result.agent.wall_seconds
+    ));
+    Ok(Some((result, log.join("\n") + "\n")))
+}
+
+trait CloneMessage {
+    fn clone_message(&self) -> Error;
+}
+
+impl CloneMessage for Error {
+    fn clone_message(&self) -> Error {
+        Error::new(self.kind(), self.to_string())
+    }
+}
+
+/// Runs the agent, grades its result, and closes the task's trace with the scores.
+async fn run_and_grade(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    env: &TaskEnvironment,
+    log: &mut Vec<String>,
+) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
+    let (agent, mut sink) = execute::run_agent(ctx, task, env, log).await?;
+    let scores = grade::grade(ctx, task, &agent, &sink.events).await;
+    for s in &scores {
+        let payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
+        sink.write(EventKind::EvaluatorScore, payload, s.cost_usd, 0, 0).await;
+    }
+    sink.appender.finish().await?;
+    if let Some(e) = sink.write_error.take() {
+        return Err(e);
+    }
+    Ok((agent, scores))
+}
