@@ -57,7 +57,7 @@ impl Redactor {
     pub fn add(&self, secret: &Secret) {
         let v = secret.expose();
         if v.len() >= MIN_SECRET_LEN {
-            let mut values = self.values.write().expect("redactor lock poisoned");
+            let mut values = self.values.write().unwrap_or_else(|e| e.into_inner());
             if !values.iter().any(|x| x == v) {
                 values.push(v.to_string());
                 // Longest first, so a secret containing another is replaced whole.
@@ -71,7 +71,7 @@ impl Redactor {
     }
 
     pub fn redact(&self, text: &str) -> String {
-        let values = self.values.read().expect("redactor lock poisoned");
+        let values = self.values.read().unwrap_or_else(|e| e.into_inner());
         let mut out = text.to_string();
         for v in values.iter() {
             if out.contains(v.as_str()) {

@@ -162,7 +162,7 @@ impl CloudBackend for LocalProcessBackend {
         let pid = child.id().ok_or_else(|| Error::internal("worker exited before it had a pid"))? as i32;
         let handle = JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: format!("pid:{pid}") };
         let key = Self::key(&handle);
-        self.procs.lock().expect("procs lock").insert(key.clone(), Proc::Running);
+        self.procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), Proc::Running);
         let procs = self.procs.clone();
         let changed = self.changed.clone();
         tokio::spawn(async move {
@@ -174,14 +174,14 @@ impl CloudBackend for LocalProcessBackend {
                     infrastructure: true,
                 },
             };
-            procs.lock().expect("procs lock").insert(key, Proc::Exited(status));
+            procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Proc::Exited(status));
             changed.notify_one();
         });
         Ok(handle)
     }
 
     async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>> {
-        let procs = self.procs.lock().expect("procs lock");
+        let procs = self.procs.lock().unwrap_or_else(|e| e.into_inner());
         Ok(handles
             .iter()
             .map(|h| match procs.get(&Self::key(h)) {
@@ -201,7 +201,8 @@ impl CloudBackend for LocalProcessBackend {
     }
 
     async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()> {
-        let ours = matches!(self.procs.lock().expect("procs lock").get(&Self::key(handle)), Some(Proc::Running));
+        let ours =
+            matches!(self.procs.lock().unwrap_or_else(|e| e.into_inner()).get(&Self::key(handle)), Some(Proc::Running));
         let Some(pid) = Self::pid_of(handle) else {
             return Err(Error::invalid(format!("`{}` is not a local job handle", handle.native_id)));
         };
@@ -215,7 +216,7 @@ impl CloudBackend for LocalProcessBackend {
         let key = Self::key(handle);
         tokio::spawn(async move {
             tokio::time::sleep(CANCEL_GRACE).await;
-            let still = match procs.lock().expect("procs lock").get(&key) {
+            let still = match procs.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
                 Some(Proc::Running) => true,
                 Some(Proc::Exited(_)) => false,
                 None => is_live_worker(pid),

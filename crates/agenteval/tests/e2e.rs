@@ -495,3 +495,34 @@ fn sigterm_to_the_controller_seals_like_ctrl_c() {
     assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
     assert!(workers_under(ws.path()).is_empty(), "workers stopped");
 }
+
+/// Exit 2 is for what the user typed; a run the index knows whose bundle is gone is a failed
+/// operation (4).
+#[test]
+fn exit_codes_tell_a_typo_from_a_failed_operation() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 2, 0, 1, 1);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let idx = ws.index();
+    let idx = idx.to_str().unwrap();
+    // A run id that is not in the index, and one that is not a run id at all: the user's.
+    let unknown = "01a22a96-1d7e-7510-9d4a-b92353ebdcb2";
+    for (args, want) in [
+        (vec!["status", unknown, "--index", idx], "is not in the index"),
+        (vec!["report", "not-a-run", "--index", idx], "run id"),
+        (vec!["status", &run, "--index", "/nonexistent/index.sqlite"], "no run index"),
+    ] {
+        let out = ws.run(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains(want), "{args:?}: {}", text(&out.stderr));
+    }
+    // The bundle of a known run disappears: reading it is an operation that failed.
+    std::fs::remove_dir_all(v["bundle"].as_str().unwrap()).unwrap();
+    for cmd in ["report", "resume"] {
+        let out = ws.run(&[cmd, &run, "--index", idx]);
+        assert_eq!(out.status.code(), Some(4), "{cmd}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).lines().count() <= 2, "{cmd}: {}", text(&out.stderr));
+    }
+}

@@ -225,8 +225,9 @@ pub(super) async fn stop_jobs(run: &Run, in_flight: &mut HashMap<JobId, InFlight
             continue;
         };
         for (h, st) in handles.into_iter().zip(statuses) {
-            if st.is_terminal() {
-                let f = in_flight.remove(&h.job_id).expect("in flight");
+            if st.is_terminal()
+                && let Some(f) = in_flight.remove(&h.job_id)
+            {
                 record_job(run, &h, &JobStatus::Cancelled, f.tasks.len()).await?;
                 for i in unfinished(run, &f.tasks).await? {
                     let id = run.tasks.id(i as usize).clone();

@@ -237,7 +237,8 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();
     let run = Run::new(config, tasks, store, index, backend, meta, 0);
-    drive(run, todo, 0, opts).await
+    // From here on the run exists; what fails is an operation, not the user's input.
+    drive(run, todo, 0, opts).await.map_err(not_user_error)
 }
 
 /// Where an existing run lives, from its index record.
@@ -345,7 +346,7 @@ pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOp
     meta.resumed = epoch;
     store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let run = Run::new(config, tasks, store, index, backend, meta, attempt_base);
-    drive(run, todo, epoch, opts).await
+    drive(run, todo, epoch, opts).await.map_err(not_user_error)
 }
 
 /// Asks a run to stop. If its controller is alive it is told through the index and stops its

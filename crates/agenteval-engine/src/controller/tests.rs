@@ -1,1 +1,399 @@
+//! The controller driven by a scripted in-memory `CloudBackend`: jobs that run, vanish, hang,
+//! or report success without running, so that retries, give-up, budget, cancel and resume are
+//! covered without starting a process. The store and index are the real local ones.
 
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agenteval_core::config::{LoadedConfig, RunConfig, load_config_str};
+use agenteval_core::format::Metadata;
+use agenteval_core::layout;
+use agenteval_core::location::{BundleRoot, IndexLocation};
+use agenteval_core::model::*;
+use agenteval_core::secret::Secret;
+use agenteval_core::traits::*;
+use agenteval_core::{Error, Result, RunId, SCHEMA_VERSION};
+use agenteval_local::{FsBundleStore, SqliteRunIndex};
+use async_trait::async_trait;
+use chrono::Utc;
+use tokio::sync::watch;
+
+use super::{ControllerOptions, NoProgress, RunOutcome, resume, submit};
+use crate::bundle::{TaskTable, read_json, write_task_outcome};
+
+/// What a job attempt does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Behave {
+    /// Runs every task (each passes and costs `cost`) and succeeds, `after` its submission.
+    Run { after: Duration, cost: f64 },
+    /// The job disappears: an infrastructure failure with nothing done.
+    Vanish,
+    /// The job reports success without having run a task.
+    Lie,
+    /// The job runs until it is cancelled.
+    Hang,
+}
+
+const RUN: Behave = Behave::Run { after: Duration::ZERO, cost: 0.01 };
+
+type Script = Box<dyn Fn(&JobSpec) -> Behave + Send + Sync>;
+
+struct Job {
+    spec: JobSpec,
+    behave: Behave,
+    submitted: Instant,
+    status: JobStatus,
+}
+
+/// A backend that does what its script says, writing results the way a worker would.
+struct Scripted {
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+    script: Script,
+    jobs: Mutex<HashMap<String, Job>>,
+    /// Every submission, in order: (job id, attempt, task ids).
+    submitted: Mutex<Vec<(String, u32, Vec<String>)>>,
+    cancelled: Mutex<Vec<String>>,
+}
+
+impl Scripted {
+    fn submissions(&self) -> Vec<(String, u32, Vec<String>)> {
+        self.submitted.lock().unwrap().clone()
+    }
+
+    async fn run_tasks(&self, spec: &JobSpec, cost: f64) -> Result<()> {
+        for t in &spec.tasks {
+            let running = TaskTransition::new(t.id.clone(), spec.attempt, TaskState::Running).job(&spec.job_id);
+            if !self.index.record_task(&spec.run_id, &running).await? {
+                continue;
+            }
+            let now = Utc::now();
+            let result = TaskResult {
+                schema_version: SCHEMA_VERSION.into(),
+                run_id: spec.run_id,
+                task_id: t.id.clone(),
+                job_id: spec.job_id.clone(),
+                attempt: spec.attempt,
+                passed: true,
+                agent: AgentResult {
+                    success: true,
+                    final_answer: Some(serde_json::json!("ok")),
+                    error: None,
+                    total_cost_usd: cost,
+                    total_tokens: 10,
+                    wall_seconds: 0.0,
+                    terminated_by: TerminatedBy::Completed,
+                    steps: 1,
+                },
+                scores: vec![],
+                started_at: now,
+                finished_at: now,
+            };
+            self.store.put(&spec.run_id, &layout::task_file(&t.id, layout::TASK_TRACE), b"").await?;
+            write_task_outcome(self.store.as_ref(), &result, "scripted\n", None, &|s: &str| s.to_string()).await?;
+            self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl CloudBackend for Scripted {
+    fn id(&self) -> &str {
+        "scripted"
+    }
+
+    async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
+        let key = format!("{}#{}", job.job_id, job.attempt);
+        let behave = (self.script)(job);
+        self.submitted.lock().unwrap().push((
+            job.job_id.to_string(),
+            job.attempt,
+            job.tasks.iter().map(|t| t.id.to_string()).collect(),
+        ));
+        let status = match behave {
+            Behave::Vanish => JobStatus::Failed { exit_code: None, reason: "vanished".into(), infrastructure: true },
+            Behave::Lie => JobStatus::Succeeded,
+            _ => JobStatus::Running,
+        };
+        self.jobs
+            .lock()
+            .unwrap()
+            .insert(key.clone(), Job { spec: job.clone(), behave, submitted: Instant::now(), status });
+        Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: key })
+    }
+
+    async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>> {
+        let mut out = Vec::new();
+        for h in handles {
+            let due = {
+                let jobs = self.jobs.lock().unwrap();
+                let j = jobs.get(&h.native_id).ok_or_else(|| Error::not_found("no such job"))?;
+                match (j.behave, &j.status) {
+                    (Behave::Run { after, cost }, JobStatus::Running) if j.submitted.elapsed() >= after => {
+                        Some((j.spec.clone(), cost))
+                    }
+                    _ => None,
+                }
+            };
+            if let Some((spec, cost)) = due {
+                self.run_tasks(&spec, cost).await?;
+                self.jobs.lock().unwrap().get_mut(&h.native_id).unwrap().status = JobStatus::Succeeded;
+            }
+            out.push(self.jobs.lock().unwrap()[&h.native_id].status.clone());
+        }
+        Ok(out)
+    }
+
+    async fn cancel_job(&self, handle: &JobHandle, _reason: &str) -> Result<()> {
+        self.cancelled.lock().unwrap().push(handle.native_id.clone());
+        if let Some(j) = self.jobs.lock().unwrap().get_mut(&handle.native_id)
+            && !j.status.is_terminal()
+        {
+            j.status = JobStatus::Cancelled;
+        }
+        Ok(())
+    }
+
+    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
+        Err(Error::not_found(format!("no secret {name}")))
+    }
+
+    async fn export_telemetry(&self, _run: &RunId, _s: &TelemetrySnapshot) -> Result<()> {
+        Ok(())
+    }
+
+    async fn wait_for_change(&self, _timeout: Duration) {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Hands the controller the test's store, index and scripted backend.
+struct Fixed {
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+    backend: Arc<Scripted>,
+}
+
+#[async_trait]
+impl Resolver for Fixed {
+    async fn store(&self, _root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
+        Ok(self.store.clone())
+    }
+    async fn index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        Ok(self.index.clone())
+    }
+    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
+        Ok(self.backend.clone())
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    loaded: LoadedConfig,
+    resolver: Arc<Fixed>,
+}
+
+impl Harness {
+    /// A toy run of `tasks` tasks, one per job and two jobs at a time unless `sets` says
+    /// otherwise, whose jobs do what `script` says.
+    fn new(tasks: u32, sets: &[&str], script: Script) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name: scripted\nbenchmark:\n  kind: toy\n  size: {tasks}\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 2\n"
+        );
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let loaded = load_config_str(&text, "scripted.yaml", dir.path(), &sets).unwrap();
+        let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
+        let index: Arc<dyn RunIndex> = Arc::new(SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap());
+        let backend = Arc::new(Scripted {
+            store: store.clone(),
+            index: index.clone(),
+            script,
+            jobs: Mutex::default(),
+            submitted: Mutex::default(),
+            cancelled: Mutex::default(),
+        });
+        Harness { _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
+    }
+
+    fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
+        ControllerOptions {
+            resolver: self.resolver.clone(),
+            progress: Arc::new(NoProgress),
+            interrupt,
+            journal: None,
+            worker_env: Arc::new(BTreeMap::new),
+        }
+    }
+
+    async fn submit(&self) -> RunOutcome {
+        let (_tx, rx) = watch::channel(false);
+        submit(&self.loaded, self.options(rx)).await.unwrap()
+    }
+
+    /// Submits, and interrupts the run once `ready` says so (polled every few milliseconds).
+    async fn submit_and_interrupt(&self, ready: impl Fn(&Scripted) -> bool + Send + 'static) -> RunOutcome {
+        let (tx, rx) = watch::channel(false);
+        let backend = self.resolver.backend.clone();
+        let watcher = tokio::spawn(async move {
+            while !ready(&backend) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let _ = tx.send(true);
+            // The sender stays alive until the run has seen it.
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        });
+        let out = submit(&self.loaded, self.options(rx)).await.unwrap();
+        watcher.abort();
+        out
+    }
+
+    fn backend(&self) -> &Scripted {
+        &self.resolver.backend
+    }
+
+    async fn tasks(&self, run: &RunId) -> Vec<TaskRecord> {
+        self.resolver.index.list_tasks(run).await.unwrap()
+    }
+
+    async fn result(&self, run: &RunId, task: &str) -> TaskResult {
+        let id = task.parse().unwrap();
+        read_json(self.resolver.store.as_ref(), run, &layout::task_file(&id, layout::TASK_RESULT)).await.unwrap()
+    }
+
+    async fn metadata(&self, run: &RunId) -> Metadata {
+        read_json(self.resolver.store.as_ref(), run, layout::METADATA).await.unwrap()
+    }
+}
+
+fn attempts_of(subs: &[(String, u32, Vec<String>)], job: &str) -> Vec<u32> {
+    subs.iter().filter(|(j, _, _)| j == job).map(|(_, a, _)| *a).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_vanishes_is_retried() {
+    let h = Harness::new(
+        3,
+        &[],
+        Box::new(|j| if j.job_id.as_str() == "j000002" && j.attempt == 1 { Behave::Vanish } else { RUN }),
+    );
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Complete);
+    assert_eq!(out.summary.passed, 3);
+    let subs = h.backend().submissions();
+    assert_eq!(attempts_of(&subs, "j000002"), vec![1, 2]);
+    assert_eq!(attempts_of(&subs, "j000001"), vec![1]);
+    let tasks = h.tasks(&out.run_id).await;
+    assert!(tasks.iter().all(|t| t.state == TaskState::Completed), "{tasks:?}");
+    assert_eq!(h.result(&out.run_id, &subs.iter().find(|s| s.0 == "j000002").unwrap().2[0]).await.attempt, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_reports_success_without_running_is_retried() {
+    let h = Harness::new(2, &[], Box::new(|j| if j.attempt == 1 { Behave::Lie } else { RUN }));
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Complete);
+    let subs = h.backend().submissions();
+    assert_eq!(attempts_of(&subs, "j000001"), vec![1, 2]);
+    assert_eq!(attempts_of(&subs, "j000002"), vec![1, 2]);
+    for t in h.tasks(&out.run_id).await {
+        assert_eq!((t.state, t.attempt), (TaskState::Completed, 2));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_attempts_the_tasks_are_given_up_once() {
+    let h = Harness::new(2, &["backend.tasks_per_job=2", "backend.max_attempts=3"], Box::new(|_| Behave::Vanish));
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Failed);
+    assert_eq!(attempts_of(&h.backend().submissions(), "j000001"), vec![1, 2, 3]);
+    let tasks = h.tasks(&out.run_id).await;
+    assert_eq!(tasks.len(), 2);
+    for t in &tasks {
+        assert_eq!((t.state, t.attempt), (TaskState::Failed, 3), "{t:?}");
+        let r = h.result(&out.run_id, t.task_id.as_str()).await;
+        assert_eq!(r.agent.terminated_by, TerminatedBy::InfraFailure);
+        assert!(r.agent.error.as_deref().unwrap().contains("gave up after attempt 3: vanished"), "{r:?}");
+    }
+    assert_eq!(out.summary.failed, 2);
+    assert!(h.metadata(&out.run_id).await.sealed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_run_budget_stops_dispatch() {
+    let h = Harness::new(
+        20,
+        &["backend.max_concurrent_jobs=1", "max_run_cost_usd=2.5"],
+        Box::new(|_| Behave::Run { after: Duration::from_millis(100), cost: 1.0 }),
+    );
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::BudgetExceeded);
+    let n = h.backend().submissions().len();
+    // The budget is read every 200 ms; tasks take 100 ms each, one at a time.
+    assert!((3..=12).contains(&n), "{n} of 20 jobs dispatched for a budget of 2.5 tasks");
+    assert!(out.summary.total_cost_usd >= 2.5, "{:?}", out.summary);
+    assert!(h.metadata(&out.run_id).await.sealed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_the_jobs_and_seals_interrupted() {
+    let h = Harness::new(4, &[], Box::new(|j| if j.job_id.as_str() == "j000001" { RUN } else { Behave::Hang }));
+    let out = h.submit_and_interrupt(|b| b.submissions().len() >= 3).await;
+    assert_eq!(out.status, RunStatus::Interrupted);
+    let cancelled = h.backend().cancelled.lock().unwrap().clone();
+    assert!(cancelled.contains(&"j000002#1".to_string()) && cancelled.contains(&"j000003#1".to_string()));
+    let tasks = h.tasks(&out.run_id).await;
+    let states: Vec<_> = tasks.iter().map(|t| t.state).collect();
+    assert_eq!(states.iter().filter(|s| **s == TaskState::Completed).count(), 1, "{states:?}");
+    assert_eq!(states.iter().filter(|s| **s == TaskState::Cancelled).count(), 2, "{states:?}");
+    let meta = h.metadata(&out.run_id).await;
+    assert!(meta.sealed);
+    assert_eq!(meta.status, RunStatus::Interrupted);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_runs_only_the_unfinished_tasks() {
+    let hang = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = hang.clone();
+    let h = Harness::new(
+        4,
+        &[],
+        Box::new(move |j| {
+            if j.job_id.as_str() == "j000001" || !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                RUN
+            } else {
+                Behave::Hang
+            }
+        }),
+    );
+    let first = h.submit_and_interrupt(|b| b.submissions().len() >= 2).await;
+    assert_eq!(first.status, RunStatus::Interrupted);
+    let done: Vec<String> = h
+        .tasks(&first.run_id)
+        .await
+        .into_iter()
+        .filter(|t| t.state == TaskState::Completed)
+        .map(|t| t.task_id.to_string())
+        .collect();
+    assert_eq!(done.len(), 1);
+    let before = h.backend().submissions().len();
+
+    hang.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (_tx, rx) = watch::channel(false);
+    let out = resume(h.resolver.index.clone(), &first.run_id, h.options(rx)).await.unwrap();
+    assert_eq!(out.status, RunStatus::Complete);
+    assert_eq!(out.summary.passed, 4);
+    let resumed = &h.backend().submissions()[before..];
+    let rerun: Vec<&String> = resumed.iter().flat_map(|(_, _, t)| t).collect();
+    assert_eq!(rerun.len(), 3, "{resumed:?}");
+    assert!(!rerun.contains(&&done[0]), "a finished task ran again: {resumed:?}");
+    assert!(resumed.iter().all(|(j, _, _)| j.starts_with("r1-")), "{resumed:?}");
+    let meta = h.metadata(&first.run_id).await;
+    assert_eq!((meta.resumed, meta.status, meta.sealed), (1, RunStatus::Complete, true));
+    let table = TaskTable::read(h.resolver.store.as_ref(), &first.run_id).await.unwrap();
+    assert_eq!(table.len(), 4);
+    assert!(Path::new(&h.resolver.store.bundle_uri(&first.run_id)).join(layout::MANIFEST).is_file());
+}
