@@ -47,8 +47,11 @@ pub struct AwsClients {
 impl AwsClients {
     /// Loads the SDK configuration once and builds every client from it.
     pub async fn connect(settings: &AwsSettings) -> Arc<AwsClients> {
-        let mut loader =
-            aws_config::defaults(BehaviorVersion::latest()).retry_config(RetryConfig::standard().with_max_attempts(4));
+        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+        let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest())
+            .http_client(http)
+            .retry_config(RetryConfig::standard().with_max_attempts(4));
         if let Some(r) = &settings.region {
             loader = loader.region(aws_config::Region::new(r.clone()));
         }

@@ -4,6 +4,7 @@
 //! is the caller's.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use agenteval_core::model::*;
@@ -31,7 +32,7 @@ pub(super) struct Counters {
 
 /// The state of one drive: what waits, what runs, and how the run is going.
 struct Fleet<'a> {
-    run: &'a Run,
+    run: &'a Arc<Run>,
     metrics: &'a FleetMetrics,
     run_span: &'a tracing::Span,
     queue: VecDeque<Pending>,
@@ -45,7 +46,7 @@ struct Fleet<'a> {
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
 /// run's final status.
 pub(super) async fn drive_jobs(
-    run: &Run,
+    run: &Arc<Run>,
     todo: Vec<u32>,
     epoch: u32,
     mut opts: ControllerOptions,
@@ -146,7 +147,10 @@ impl Fleet<'_> {
 
     /// Submits queued jobs while there is room, in concurrent batches: a cloud launch takes a
     /// round trip of 100 ms or more, and the backend's own pacing (a token bucket) decides the
-    /// rate, not this loop. A launch that failed transiently goes back to the front of the queue.
+    /// rate, not this loop. Each submission is its own task: the local backend's work (index
+    /// statements, job spec writes, process starts) blocks its thread, and futures joined in
+    /// one task would run one after the other. A launch that failed transiently goes back to
+    /// the front of the queue.
     async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
         while self.in_flight.len() < max_conc && !self.queue.is_empty() {
@@ -159,13 +163,22 @@ impl Fleet<'_> {
                     (p, s)
                 })
                 .collect();
-            let env: BTreeMap<String, String> = (opts.worker_env)();
-            let results = futures::future::join_all(
-                batch.iter().map(|(p, span)| dispatch(run, p, span, &env).instrument(span.clone())),
-            )
-            .await;
+            let env: Arc<BTreeMap<String, String>> = Arc::new((opts.worker_env)());
+            let submissions: Vec<_> = batch
+                .into_iter()
+                .map(|(p, span)| {
+                    let (run, env) = (run.clone(), env.clone());
+                    tokio::spawn(async move {
+                        let res = dispatch(&run, &p, &span, &env).instrument(span.clone()).await;
+                        (p, span, res)
+                    })
+                })
+                .collect();
             let mut retry_later = Vec::new();
-            for ((p, span), res) in batch.into_iter().zip(results) {
+            for submission in submissions {
+                let (p, span, res) = submission
+                    .await
+                    .map_err(|e| agenteval_core::Error::internal(format!("a job submission panicked: {e}")))?;
                 match res {
                     Ok(handle) => {
                         self.counters.submitted += 1;
