@@ -48,7 +48,8 @@ impl AwsClients {
     /// Loads the SDK configuration once and builds every client from it.
     pub async fn connect(settings: &AwsSettings) -> Arc<AwsClients> {
         use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-        let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+        let http =
+            aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
         let mut loader = aws_config::defaults(BehaviorVersion::latest())
             .http_client(http)
             .retry_config(RetryConfig::standard().with_max_attempts(4));

@@ -42,6 +42,16 @@ async fn dynamodb_run_index_conformance() {
     agenteval_testkit::conformance::run_index_suite(Arc::new(index)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_dynamodb_clients_racing_complete_each_task_once() {
+    let table = emulator::unique("race");
+    let settings = AwsSettings::emulator(emulator::serialized_endpoint());
+    let a = DynamoDbRunIndex::new(AwsClients::connect(&settings).await, &table);
+    a.create_table().await.unwrap();
+    let b = DynamoDbRunIndex::new(AwsClients::connect(&settings).await, &table);
+    agenteval_testkit::conformance::run_index_race_suite(Arc::new(a), Arc::new(b)).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_resources_are_not_found_errors() {
     use agenteval_core::traits::{BundleStore, RunIndex};

@@ -508,6 +508,15 @@ mod tests {
         assert!(err.to_string().contains("newer agenteval"), "{err}");
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_connections_racing_complete_each_task_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("race.sqlite");
+        let a = SqliteRunIndex::open(&p).unwrap();
+        let b = SqliteRunIndex::open(&p).unwrap();
+        agenteval_testkit::conformance::run_index_race_suite(Arc::new(a), Arc::new(b)).await;
+    }
+
     #[tokio::test]
     async fn two_connections_see_each_others_writes() {
         let dir = tempfile::tempdir().unwrap();

@@ -97,6 +97,39 @@ fn tid(s: &str) -> TaskId {
     TaskId::from_str(s).unwrap()
 }
 
+/// Two handles on one index (two SQLite connections, two DynamoDB clients) race to complete
+/// the same tasks from tasks on different threads, released together by a barrier: for every
+/// task exactly one completion applies, and the index keeps the winner's result. Run it on a
+/// multi-threaded runtime so that the two calls really overlap.
+pub async fn run_index_race_suite(a: Arc<dyn RunIndex>, b: Arc<dyn RunIndex>) {
+    const TASKS: usize = 24;
+    let run = RunId::new();
+    let ids: Vec<TaskId> = (0..TASKS).map(|i| tid(&format!("race{i:02}"))).collect();
+    a.create_run(&run_record(run, "race"), &ids).await.unwrap();
+    let mut wins = [0usize; 2];
+    for id in &ids {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let contenders = [(a.clone(), true), (b.clone(), false)].map(|(index, passed)| {
+            let (barrier, id) = (barrier.clone(), id.clone());
+            tokio::spawn(async move {
+                let mut t = TaskTransition::new(id, 1, TaskState::Completed);
+                t.passed = Some(passed);
+                barrier.wait().await;
+                index.record_task(&run, &t).await.unwrap()
+            })
+        });
+        let [ra, rb] = contenders;
+        let (ra, rb) = (ra.await.unwrap(), rb.await.unwrap());
+        assert!(ra ^ rb, "{id}: exactly one of two racing completions applies (a: {ra}, b: {rb})");
+        wins[usize::from(rb)] += 1;
+        let kept = b.get_task(&run, id).await.unwrap().unwrap();
+        assert_eq!(kept.passed, Some(ra), "{id}: the index keeps the winner's result");
+    }
+    let counts = a.task_counts(&run).await.unwrap();
+    assert_eq!(counts.completed, TASKS as u64, "every raced task completed once");
+    assert_eq!(counts.passed, wins[0] as u64, "passed counts the first handle's wins");
+}
+
 /// Runs every run-index check against `index`.
 pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let run = RunId::new();

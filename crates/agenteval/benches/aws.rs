@@ -208,6 +208,9 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
     std::thread::sleep(Duration::from_millis(600));
     let p = read_json(&stats);
     let expected = (jobs.saturating_sub(100)) as f64 / 20.0;
+    // The figures mean something only if every launch went through and the proxy did throttle.
+    assert_eq!(errors, 0, "launches failed: the SDK's retries did not absorb the throttling");
+    assert!(p["throttled"].as_u64().unwrap_or(0) > 0, "the proxy throttled nothing: {p}");
     println!(
         "\nlaunch pacing: {jobs} jobs in {secs:.1} s (expected ≈ {expected:.1} s at burst 100, 20/s); throttled by the proxy: {}; errors surfaced: {errors}; calls: {:?}",
         p["throttled"],

@@ -4,6 +4,8 @@
 //! Prints, for zero-latency mock tasks on this machine:
 //! - 10,000 tasks at 100 tasks per job: wall time and per-task overhead (target < 1 ms);
 //! - 10,000 tasks at 1 task per job (one process each): per-task overhead (target < 10 ms);
+//! - 3,000 tasks at 1 task per job, 32 in flight: the same with full dispatch batches (each
+//!   submission starts a process and writes the index);
 //! - 100,000 tasks: the controller's peak RSS (target < 150 MB).
 //!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
@@ -81,6 +83,7 @@ fn main() {
 
     let a = scenario(dir.path(), "sharded", n(10_000), 100, 2);
     let b = scenario(dir.path(), "per-task", n(10_000), 1, 4);
+    let w = scenario(dir.path(), "wide", n(3_000), 1, 32);
     let c = scenario(dir.path(), "large", n(100_000), 1_000, 2);
 
     let ms = |d: Duration, t: u64| d.as_secs_f64() * 1000.0 / t as f64;
@@ -91,6 +94,7 @@ fn main() {
     for (label, o) in [
         (format!("{} tasks, 100 per job, 2 in flight", a.tasks), &a),
         (format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks), &b),
+        (format!("{} tasks, 1 per job, 32 in flight", w.tasks), &w),
         (format!("{} tasks, 1000 per job, 2 in flight", c.tasks), &c),
     ] {
         println!(
@@ -106,6 +110,7 @@ fn main() {
         serde_json::json!({
             "sharded_ms_per_task": ms(a.wall, a.tasks),
             "per_process_ms_per_task": ms(b.wall, b.tasks),
+            "wide_ms_per_task": ms(w.wall, w.tasks),
             "controller_peak_rss_mb_large": c.peak_rss_kb as f64 / 1024.0,
             "targets": {"sharded_ms_per_task": 1.0, "per_process_ms_per_task": 10.0, "controller_peak_rss_mb": 150.0},
         })

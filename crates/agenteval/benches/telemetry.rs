@@ -59,6 +59,25 @@ fn run(dir: &Path, shape: &str, sc: &Scenario, otlp: Option<(&str, &str)>) -> (D
     (wall, cpu)
 }
 
+fn spans_received(r: &otlp::Receiver) -> u64 {
+    r.store.lock().unwrap().span_count
+}
+
+/// Lines of every `spans.jsonl` under `dir`: the spans the runs there produced.
+fn spans_in(dir: &Path) -> u64 {
+    let mut n = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            n += spans_in(&p);
+        } else if p.file_name().is_some_and(|f| f == "spans.jsonl") {
+            n += std::fs::read_to_string(&p).map(|t| t.lines().filter(|l| !l.is_empty()).count() as u64).unwrap_or(0);
+        }
+    }
+    n
+}
+
 struct Scenario {
     per_job: u64,
     concurrency: u64,
@@ -98,13 +117,19 @@ fn main() {
     for (shape, sc) in &scenarios {
         let (mut off, mut on_grpc, mut on_http) = (vec![], vec![], vec![]);
         for _ in 0..reps {
-            for (times, otlp) in [
-                (&mut off, None),
-                (&mut on_grpc, Some((grpc.endpoint(), "grpc"))),
-                (&mut on_http, Some((http.endpoint(), "http/protobuf"))),
-            ] {
+            for (times, receiver) in [(&mut off, None), (&mut on_grpc, Some(&grpc)), (&mut on_http, Some(&http))] {
+                let before = receiver.map(spans_received).unwrap_or(0);
+                let otlp =
+                    receiver.map(|r| (r.endpoint(), if std::ptr::eq(r, &grpc) { "grpc" } else { "http/protobuf" }));
                 times.push(run(dir.path(), shape, sc, otlp.as_ref().map(|(e, p)| (e.as_str(), *p))));
-                let _ = std::fs::remove_dir_all(dir.path().join(format!("runs-{shape}")));
+                let runs = dir.path().join(format!("runs-{shape}"));
+                // An exporter that silently sent nothing would show as no overhead: every span
+                // the run wrote to its bundle must have reached the receiver.
+                if let Some(r) = receiver {
+                    let (sent, written) = (spans_received(r) - before, spans_in(&runs));
+                    assert!(written > 0 && sent == written, "{shape}: {written} spans in the bundle, {sent} received");
+                }
+                let _ = std::fs::remove_dir_all(runs);
             }
         }
         let walls = |v: &[(Duration, Duration)]| median(v.iter().map(|x| x.0).collect());
@@ -130,8 +155,10 @@ fn main() {
                 "grpc_cpu_overhead_pct": pct(g_c, off_c), "http_cpu_overhead_pct": pct(h_c, off_c)}),
         );
     }
-    let spans = |r: &otlp::Receiver| r.store.lock().unwrap().span_count;
-    report.insert("spans_received".into(), serde_json::json!({"grpc": spans(&grpc), "http": spans(&http)}));
+    report.insert(
+        "spans_received".into(),
+        serde_json::json!({"grpc": spans_received(&grpc), "http": spans_received(&http)}),
+    );
     report.insert("target_overhead_pct".into(), 5.into());
     println!("{}", serde_json::Value::Object(report));
 }

@@ -53,9 +53,8 @@ fn quoted_commands() -> Vec<(String, String)> {
             // Commands may follow a `VAR=value` prefix.
             let s = s.split_whitespace().skip_while(|w| w.contains('=') && !w.starts_with('-')).collect::<Vec<_>>();
             // A command's next word is a subcommand or a flag, not prose (`agenteval version, …`).
-            let command_like = s.get(1).is_some_and(|w| {
-                w.starts_with('-') || w.chars().all(|c| c.is_ascii_lowercase() || c == '-')
-            });
+            let command_like =
+                s.get(1).is_some_and(|w| w.starts_with('-') || w.chars().all(|c| c.is_ascii_lowercase() || c == '-'));
             if matches!(s.first(), Some(&"cargo") | Some(&"agenteval")) && command_like {
                 out.push((f.file_name().unwrap().to_string_lossy().into_owned(), s.join(" ")));
             }
@@ -169,7 +168,10 @@ fn check_cargo(words: &[&str], targets: &BTreeMap<String, BTreeMap<String, BTree
                 None => targets.values().any(|p| p.get(kind).is_some_and(|names| names.contains(name))),
             };
             if !found {
-                return Some(format!("no {kind} target {name}{}", arg("-p").map(|p| format!(" in {p}")).unwrap_or_default()));
+                return Some(format!(
+                    "no {kind} target {name}{}",
+                    arg("-p").map(|p| format!(" in {p}")).unwrap_or_default()
+                ));
             }
         }
     }

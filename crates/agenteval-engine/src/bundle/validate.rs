@@ -6,7 +6,7 @@ use agenteval_core::format::{Manifest, Metadata};
 use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
 use serde::{Deserialize, Serialize};
 
 use super::{TaskTable, read_json, sha256_hex, summarize};
@@ -25,6 +25,19 @@ pub struct Validation {
 impl Validation {
     pub fn is_valid(&self) -> bool {
         self.problems.is_empty()
+    }
+}
+
+/// Whether a document's `schema_version` is one this build reads: the same major version.
+fn compatible(version: &str) -> bool {
+    version.split('.').next() == SCHEMA_VERSION.split('.').next()
+}
+
+fn check_version(path: &str, version: &str, v: &mut Validation) {
+    if !compatible(version) {
+        v.problems.push(format!(
+            "{path}: schema_version {version} is not readable by this agenteval (reads {SCHEMA_VERSION} and same-major versions)"
+        ));
     }
 }
 
@@ -56,6 +69,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     if let Some(m) = &meta {
         v.sealed = m.sealed;
         v.status = Some(m.status);
+        check_version(layout::METADATA, &m.schema_version, &mut v);
         if m.run_id != *run {
             v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
         }
@@ -80,6 +94,7 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         match read_json::<Manifest>(store, run, layout::MANIFEST).await {
             Err(e) => v.problems.push(e.to_string()),
             Ok(man) => {
+                check_version(layout::MANIFEST, &man.schema_version, &mut v);
                 for (path, entry) in &man.files {
                     if !present.contains(path.as_str()) {
                         v.problems.push(format!("{path}: listed in the manifest but missing"));
@@ -255,6 +270,7 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
             return Ok(());
         }
     };
+    check_version(&rpath, &result.schema_version, v);
     if result.task_id.as_str() != dir {
         v.problems.push(format!("{rpath}: task_id {} does not match its folder", result.task_id));
     }
@@ -307,3 +323,7 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "validate_tests.rs"]
+mod tests;

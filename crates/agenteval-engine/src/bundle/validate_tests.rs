@@ -1,0 +1,294 @@
+//! One case per check of `validate`: each breaks exactly one thing in a valid sealed bundle and
+//! asserts the problem named. Cases about agreement between files re-write the manifest after
+//! the break, so that the checksums hold and only the check under test can catch it.
+
+use std::path::Path;
+
+use agenteval_core::format::Metadata;
+use agenteval_core::layout;
+use agenteval_core::model::*;
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{RunId, SCHEMA_VERSION, TaskId};
+use agenteval_local::FsBundleStore;
+use chrono::Utc;
+use serde_json::{Value, json};
+
+use super::validate;
+use crate::bundle::{TaskTable, seal, to_json_bytes, write_manifest, write_task_outcome};
+
+const TASKS: [&str; 3] = ["t1", "t2", "t3"];
+
+/// A sealed, complete, valid bundle of three tasks (t3 fails its one evaluator).
+async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
+    let store = FsBundleStore::new(root);
+    let run = RunId::new();
+    let mut table = TaskTable::default();
+    for t in TASKS {
+        table.push(&TaskSpec {
+            id: t.parse().unwrap(),
+            input: json!("q"),
+            expected: None,
+            tags: vec![],
+            evaluators: vec![],
+            metadata: Value::Null,
+        });
+    }
+    store.put(&run, layout::TASKS, table.jsonl()).await.unwrap();
+    store.put(&run, layout::CONFIG, b"{}\n").await.unwrap();
+    let now = Utc::now();
+    let meta = Metadata {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id: run,
+        name: "v".into(),
+        status: RunStatus::Complete,
+        sealed: false,
+        backend: "local".into(),
+        benchmark: "toy".into(),
+        agent: "mock".into(),
+        config_hash: "0".repeat(64),
+        agenteval_version: "test".into(),
+        git_sha: None,
+        tasks_total: TASKS.len() as u64,
+        created_at: now,
+        finished_at: Some(now),
+        resumed: 0,
+    };
+    store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();
+    for (i, t) in TASKS.iter().enumerate() {
+        let id: TaskId = t.parse().unwrap();
+        let passed = i < 2;
+        let event = TraceEvent {
+            run_id: run,
+            task_id: id.clone(),
+            step: 0,
+            timestamp: now,
+            kind: EventKind::AgentTerminal,
+            payload: json!({"final_answer": "x"}),
+            cost_usd: 0.5,
+            input_tokens: 3,
+            output_tokens: 4,
+        };
+        let mut line = serde_json::to_vec(&event).unwrap();
+        line.push(b'\n');
+        store.put(&run, &layout::task_file(&id, layout::TASK_TRACE), &line).await.unwrap();
+        let spans = format!(
+            "{{\"trace_id\":\"{0}\",\"span_id\":\"{1}\",\"name\":\"eval.task\"}}\n{{\"trace_id\":\"{0}\",\"span_id\":\"{2}\",\"name\":\"agent.execute\"}}\n",
+            "a".repeat(32),
+            "b".repeat(16),
+            "c".repeat(16)
+        );
+        let result = TaskResult {
+            schema_version: SCHEMA_VERSION.into(),
+            run_id: run,
+            task_id: id,
+            job_id: agenteval_core::JobId::numbered(0, i + 1),
+            attempt: 1,
+            passed,
+            agent: AgentResult {
+                success: true,
+                final_answer: Some(json!("x")),
+                error: None,
+                total_cost_usd: 0.5,
+                total_tokens: 7,
+                wall_seconds: 0.1,
+                terminated_by: TerminatedBy::Completed,
+                steps: 1,
+            },
+            scores: vec![EvaluatorScore {
+                evaluator_id: "e".into(),
+                kind: "exact_match".into(),
+                score: if passed { 1.0 } else { 0.0 },
+                passed,
+                reason: "r".into(),
+                citations: vec![],
+                cost_usd: 0.0,
+                error: None,
+            }],
+            started_at: now,
+            finished_at: now,
+        };
+        write_task_outcome(&store, &result, "log\n", Some(spans.as_bytes()), &|s: &str| s.to_string()).await.unwrap();
+    }
+    seal(&store, &meta, table.ids()).await.unwrap();
+    store.put(&run, layout::SPANS, b"").await.unwrap();
+    write_manifest(&store, &run).await.unwrap();
+    (store, run)
+}
+
+fn json_of(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+/// Edits a JSON file of the bundle.
+async fn edit(store: &FsBundleStore, run: &RunId, path: &str, f: impl FnOnce(&mut Value)) {
+    let mut v = json_of(&store.get(run, path).await.unwrap());
+    f(&mut v);
+    store.put(run, path, &to_json_bytes(&v)).await.unwrap();
+}
+
+fn file(store: &FsBundleStore, run: &RunId, path: &str) -> std::path::PathBuf {
+    Path::new(&store.bundle_uri(run)).join(path)
+}
+
+#[tokio::test]
+async fn every_check_names_what_it_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run) = valid_bundle(dir.path()).await;
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid() && v.warnings.is_empty(), "the starting bundle is valid: {v:?}");
+    assert_eq!((v.tasks_with_results, v.sealed), (3, true));
+
+    // (name, re-write the manifest after the break, expected problem)
+    type Break = for<'a> fn(
+        &'a FsBundleStore,
+        &'a RunId,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    let cases: Vec<(&str, bool, &str, Break)> = vec![
+        ("a changed byte", false, "tasks/t1/worker.log: sha256 differs from the manifest", |s, r| {
+            Box::pin(async move { std::fs::write(file(s, r, "tasks/t1/worker.log"), "LOG\n").unwrap() })
+        }),
+        ("a changed size", false, "tasks/t2/worker.log: size 5 differs from the manifest's 4", |s, r| {
+            Box::pin(async move { std::fs::write(file(s, r, "tasks/t2/worker.log"), "log!\n").unwrap() })
+        }),
+        ("a file outside the manifest", false, "extra.txt: not listed in the manifest", |s, r| {
+            Box::pin(async move { s.put(r, "extra.txt", b"x").await.unwrap() })
+        }),
+        ("a listed file missing", false, "report.md: listed in the manifest but missing", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, layout::REPORT)).unwrap() })
+        }),
+        ("a required file missing", true, "tasks.jsonl: missing", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, layout::TASKS)).unwrap() })
+        }),
+        ("a sealed file missing", true, "summary.json: missing", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, layout::SUMMARY)).unwrap() })
+        }),
+        ("metadata of another run", true, "does not match the bundle's run", |s, r| {
+            Box::pin(edit(s, r, layout::METADATA, |m| m["run_id"] = json!(RunId::new())))
+        }),
+        ("a newer major schema", true, "metadata.json: schema_version 2.0 is not readable", |s, r| {
+            Box::pin(edit(s, r, layout::METADATA, |m| m["schema_version"] = json!("2.0")))
+        }),
+        ("a result of a newer major schema", true, "tasks/t1/result.json: schema_version 9.1", |s, r| {
+            Box::pin(edit(s, r, "tasks/t1/result.json", |m| m["schema_version"] = json!("9.1")))
+        }),
+        ("a task count that disagrees", true, "tasks.jsonl: 3 tasks, metadata says 4", |s, r| {
+            Box::pin(edit(s, r, layout::METADATA, |m| m["tasks_total"] = json!(4)))
+        }),
+        ("a folder for an unknown task", true, "tasks/t9/: not a task of this run", |s, r| {
+            Box::pin(async move { s.put(r, "tasks/t9/worker.log", b"?").await.unwrap() })
+        }),
+        ("a complete run missing a result", true, "tasks/t2/result.json: missing in a complete run", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, "tasks/t2/result.json")).unwrap() })
+        }),
+        ("a task file missing", true, "tasks/t3/scores.json: missing", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, "tasks/t3/scores.json")).unwrap() })
+        }),
+        ("a result in the wrong folder", true, "tasks/t1/result.json: task_id t2 does not match its folder", |s, r| {
+            Box::pin(edit(s, r, "tasks/t1/result.json", |m| m["task_id"] = json!("t2")))
+        }),
+        ("a result of another run", true, "tasks/t1/result.json: run_id", |s, r| {
+            Box::pin(edit(s, r, "tasks/t1/result.json", |m| m["run_id"] = json!(RunId::new())))
+        }),
+        ("passed against its scores", true, "tasks/t3/result.json: `passed` disagrees with its scores", |s, r| {
+            Box::pin(edit(s, r, "tasks/t3/result.json", |m| m["passed"] = json!(true)))
+        }),
+        (
+            "scores.json against result.json",
+            true,
+            "tasks/t1/scores.json: differs from the scores in result.json",
+            |s, r| Box::pin(edit(s, r, "tasks/t1/scores.json", |m| m[0]["reason"] = json!("other"))),
+        ),
+        ("fewer events than steps", true, "tasks/t1/trace.jsonl: 1 events, result says 2", |s, r| {
+            Box::pin(edit(s, r, "tasks/t1/result.json", |m| m["agent"]["steps"] = json!(2)))
+        }),
+        ("a line that is not an event", true, "tasks/t2/trace.jsonl:2: not a trace event", |s, r| {
+            Box::pin(async move {
+                let mut t = s.get(r, "tasks/t2/trace.jsonl").await.unwrap();
+                t.extend_from_slice(b"{\"oops\": 1}\n");
+                s.put(r, "tasks/t2/trace.jsonl", &t).await.unwrap()
+            })
+        }),
+        ("an event out of place", true, "tasks/t2/trace.jsonl:1: event out of place", |s, r| {
+            Box::pin(async move {
+                let t = String::from_utf8(s.get(r, "tasks/t2/trace.jsonl").await.unwrap()).unwrap();
+                s.put(r, "tasks/t2/trace.jsonl", t.replace("\"step\":0", "\"step\":5").as_bytes()).await.unwrap()
+            })
+        }),
+        (
+            "a span from another trace",
+            true,
+            "tasks/t1/spans.jsonl: span cccccccccccccccc (agent.execute) is not in the task's trace",
+            |s, r| {
+                Box::pin(async move {
+                    let t = String::from_utf8(s.get(r, "tasks/t1/spans.jsonl").await.unwrap()).unwrap();
+                    let mut lines: Vec<String> = t.lines().map(str::to_string).collect();
+                    lines[1] = lines[1].replace(&"a".repeat(32), &"d".repeat(32));
+                    s.put(r, "tasks/t1/spans.jsonl", (lines.join("\n") + "\n").as_bytes()).await.unwrap()
+                })
+            },
+        ),
+        ("two task roots", true, "tasks/t2/spans.jsonl: 2 eval.task spans, expected 1", |s, r| {
+            Box::pin(async move {
+                let t = String::from_utf8(s.get(r, "tasks/t2/spans.jsonl").await.unwrap()).unwrap();
+                s.put(r, "tasks/t2/spans.jsonl", t.replace("agent.execute", "eval.task").as_bytes()).await.unwrap()
+            })
+        }),
+        ("a malformed span id", true, "spans.jsonl:1: malformed trace or span id", |s, r| {
+            Box::pin(async move {
+                s.put(r, layout::SPANS, b"{\"trace_id\":\"ab\",\"span_id\":\"cd\",\"name\":\"eval.run\"}\n")
+                    .await
+                    .unwrap()
+            })
+        }),
+        ("a run span file line that is not a span", true, "spans.jsonl:1: not a span", |s, r| {
+            Box::pin(async move { s.put(r, layout::SPANS, b"[1, 2]\n").await.unwrap() })
+        }),
+        (
+            "summary against the results",
+            true,
+            "summary.json: 3 finished / 3 passed, but the task results give 3 / 2",
+            |s, r| Box::pin(edit(s, r, layout::SUMMARY, |m| m["passed"] = json!(3))),
+        ),
+        ("summary cost against the results", true, "summary.json: cost or tokens disagree", |s, r| {
+            Box::pin(edit(s, r, layout::SUMMARY, |m| m["total_cost_usd"] = json!(99.0)))
+        }),
+        (
+            "summary status against metadata",
+            true,
+            "summary.json: status interrupted but metadata says complete",
+            |s, r| Box::pin(edit(s, r, layout::SUMMARY, |m| m["status"] = json!("interrupted"))),
+        ),
+    ];
+    for (name, reseal, want, break_it) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, run) = valid_bundle(dir.path()).await;
+        break_it(&store, &run).await;
+        if reseal {
+            write_manifest(&store, &run).await.unwrap();
+        }
+        let v = validate(&store, &run).await.unwrap();
+        assert!(
+            v.problems.iter().any(|p| p.contains(want)),
+            "{name}: expected a problem containing {want:?}, got {:?}",
+            v.problems
+        );
+        assert!(!v.is_valid(), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn an_unsealed_bundle_is_valid_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run) = valid_bundle(dir.path()).await;
+    edit(&store, &run, layout::METADATA, |m| {
+        m["sealed"] = json!(false);
+        m["status"] = json!("running");
+    })
+    .await;
+    std::fs::remove_file(file(&store, &run, "tasks/t3/result.json")).unwrap();
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
+    assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
+    assert!(v.warnings[0].contains("not sealed"), "{:?}", v.warnings);
+    assert_eq!(v.tasks_with_results, 2);
+}
