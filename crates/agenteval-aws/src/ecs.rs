@@ -3,7 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use agenteval_core::layout;
 use agenteval_core::model::{JobHandle, JobSpec, JobStatus};
@@ -449,19 +451,89 @@ impl CloudBackend for EcsBackend {
 mod tests {
     use super::*;
 
-    #[tokio::test]
+    /// On a paused clock, so the figures are exact whatever the machine's load.
+    #[tokio::test(start_paused = true)]
     async fn the_token_bucket_allows_a_burst_then_paces() {
         let b = TokenBucket::new(5, 50.0);
         let start = Instant::now();
         for _ in 0..5 {
             b.take().await;
         }
-        assert!(start.elapsed() < Duration::from_millis(20), "burst is immediate");
+        assert_eq!(start.elapsed(), Duration::ZERO, "the burst is immediate");
         for _ in 0..10 {
             b.take().await;
         }
         let e = start.elapsed();
-        assert!(e >= Duration::from_millis(180), "10 more at 50/s take about 200 ms, took {e:?}");
+        assert!((Duration::from_millis(199)..=Duration::from_millis(201)).contains(&e), "10 more at 50/s: {e:?}");
+    }
+
+    fn stopped(stop_code: &str, exit: Option<i32>) -> TaskView {
+        TaskView {
+            arn: "arn:aws:ecs:us-east-1:1:task/c/abc".into(),
+            last_status: "STOPPED".into(),
+            stop_code: stop_code.into(),
+            stopped_reason: "why".into(),
+            exit_code: exit,
+        }
+    }
+
+    #[test]
+    fn every_way_a_task_stops_maps_to_a_job_status() {
+        let infra = |st: JobStatus| matches!(st, JobStatus::Failed { infrastructure: true, .. });
+        let status = |v: &TaskView| EcsBackend::status_of_task(v);
+        for pending in ["PROVISIONING", "PENDING", "ACTIVATING"] {
+            let v = TaskView { last_status: pending.into(), ..Default::default() };
+            assert_eq!(status(&v), JobStatus::Queued, "{pending}");
+        }
+        for running in ["RUNNING", "DEACTIVATING", "STOPPING", "DEPROVISIONING"] {
+            let v = TaskView { last_status: running.into(), ..Default::default() };
+            assert_eq!(status(&v), JobStatus::Running, "{running}");
+        }
+        assert_eq!(status(&stopped("EssentialContainerExited", Some(0))), JobStatus::Succeeded);
+        assert_eq!(status(&stopped("EssentialContainerExited", Some(worker_exit::CANCELLED))), JobStatus::Cancelled);
+        let bad = status(&stopped("EssentialContainerExited", Some(worker_exit::BAD_JOB)));
+        assert!(matches!(bad, JobStatus::Failed { infrastructure: false, exit_code: Some(2), .. }), "{bad:?}");
+        // A Spot interruption or a failed start is the infrastructure's, whatever the exit code.
+        let spot = status(&stopped("SpotInterruption", Some(0)));
+        assert!(infra(spot.clone()), "{spot:?}");
+        assert!(format!("{spot:?}").contains("Spot interruption"));
+        assert!(infra(status(&stopped("TaskFailedToStart", None))));
+        assert!(infra(status(&stopped("EssentialContainerExited", Some(137)))));
+        assert!(infra(status(&stopped("UserInitiated", None))));
+        assert!(infra(status(&stopped("", Some(worker_exit::FAILED)))));
+    }
+
+    /// A DescribeTasks answer as ECS sends it, read by the SDK and by the raw-JSON fallback.
+    const DESCRIBED: &str = r#"{"tasks": [{
+        "taskArn": "arn:aws:ecs:us-east-1:123456789012:task/agenteval/0a1b2c",
+        "lastStatus": "STOPPED", "stopCode": "SpotInterruption",
+        "stoppedReason": "Your Spot Task was interrupted.", "cpu": "1024", "memory": "2048",
+        "containers": [
+            {"name": "adot-collector", "exitCode": 0},
+            {"name": "agenteval", "exitCode": 143}
+        ]}], "failures": []}"#;
+
+    #[test]
+    fn typed_and_raw_responses_read_the_same() {
+        let v: serde_json::Value = serde_json::from_str(DESCRIBED).unwrap();
+        let raw = TaskView::from_json(&v["tasks"][0], "agenteval");
+        assert_eq!(raw.exit_code, Some(143), "the worker's container, not the sidecar");
+        assert_eq!((raw.last_status.as_str(), raw.stop_code.as_str()), ("STOPPED", "SpotInterruption"));
+        let task = aws_sdk_ecs::types::Task::builder()
+            .task_arn(raw.arn.clone())
+            .last_status("STOPPED")
+            .stop_code(aws_sdk_ecs::types::TaskStopCode::SpotInterruption)
+            .stopped_reason("Your Spot Task was interrupted.")
+            .containers(aws_sdk_ecs::types::Container::builder().name("adot-collector").exit_code(0).build())
+            .containers(aws_sdk_ecs::types::Container::builder().name("agenteval").exit_code(143).build())
+            .build();
+        assert_eq!(TaskView::from_sdk(&task, "agenteval"), raw);
+        // Emulators send numbers where ECS sends strings; the fallback does not care.
+        let moto = DESCRIBED.replace("\"1024\"", "1024").replace("\"2048\"", "2048");
+        let v: serde_json::Value = serde_json::from_str(&moto).unwrap();
+        assert_eq!(TaskView::from_json(&v["tasks"][0], "agenteval"), raw);
+        // A task without the named container reads its first one.
+        assert_eq!(TaskView::from_json(&v["tasks"][0], "missing").exit_code, Some(0));
     }
 
     #[test]

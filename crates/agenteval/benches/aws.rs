@@ -10,42 +10,20 @@
 //! Run with `cargo bench -p agenteval --bench aws`. `AGENTEVAL_BENCH_SCALE=0.1` shrinks both.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
 use agenteval_core::traits::CloudBackend;
 use agenteval_testkit::emulator;
+use util::{BIN, Children, free_port, python, read_json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
+#[path = "../tests/util/mod.rs"]
+mod util;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-struct Kill(Vec<Child>);
-impl Drop for Kill {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn python(script: &str) -> Command {
-    let mut c = Command::new("python3");
-    c.arg(repo().join("tests/aws").join(script));
-    c
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Kill) -> String {
+fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Children) -> String {
     let port = free_port();
     kill.0.push(
         python("fault_proxy.py")
@@ -58,10 +36,6 @@ fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Kill) -> 
         std::thread::sleep(Duration::from_millis(50));
     }
     format!("http://127.0.0.1:{port}")
-}
-
-fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
 /// US East list prices per request (2026): S3 PUT/LIST $0.005 per 1,000, GET/HEAD $0.0004 per
@@ -113,7 +87,7 @@ async fn api_calls(endpoint: &str, tasks: u64, per_job: u64, dir: &Path) {
     let clients = AwsClients::connect(&AwsSettings::emulator(endpoint)).await;
     DynamoDbRunIndex::new(clients, &table).create_table().await.unwrap();
     let s = setup(endpoint, &cluster, Some(&bucket));
-    let mut kill = Kill(vec![]);
+    let mut kill = Children(vec![]);
     let stats = dir.join(format!("proxy-{per_job}.json"));
     let counted = proxy(endpoint, &stats, 0, &mut kill);
     kill.0.push(
@@ -161,7 +135,7 @@ async fn api_calls(endpoint: &str, tasks: u64, per_job: u64, dir: &Path) {
 async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
     let cluster = emulator::unique("bench-pace");
     let s = setup(endpoint, &cluster, None);
-    let mut kill = Kill(vec![]);
+    let mut kill = Children(vec![]);
     let stats = dir.join("pacing-proxy.json");
     let throttled = proxy(endpoint, &stats, 25, &mut kill);
     let clients = AwsClients::connect(&AwsSettings::emulator(&throttled)).await;

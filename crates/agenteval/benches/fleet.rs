@@ -10,13 +10,14 @@
 //!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
 
+#[path = "../tests/util/mod.rs"]
+mod util;
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::resource::{UsageWho, getrusage};
-
-const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
+use util::{BIN, children_cpu, toy_yaml};
 
 struct Outcome {
     tasks: u64,
@@ -25,21 +26,10 @@ struct Outcome {
     peak_rss_kb: u64,
 }
 
-fn children_cpu() -> Duration {
-    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    tv(u.user_time()) + tv(u.system_time())
-}
-
 fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) -> Outcome {
     let cfg = dir.join(format!("{name}.yaml"));
-    std::fs::write(
-        &cfg,
-        format!(
-            "name: bench-{name}\nbenchmark:\n  kind: toy\n  size: {tasks}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: runs-{name}\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&cfg, toy_yaml(&format!("bench-{name}"), tasks, 0, per_job, concurrency, &format!("runs-{name}")))
+        .unwrap();
     let cpu0 = children_cpu();
     let start = Instant::now();
     let mut child = Command::new(BIN)

@@ -8,24 +8,16 @@
 //! thousands of files makes the next run's writes several times slower, which drowns the
 //! difference being measured.
 
-#[path = "../tests/util/otlp.rs"]
-#[allow(dead_code)]
-mod otlp;
+#[path = "../tests/util/mod.rs"]
+mod util;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::resource::{UsageWho, getrusage};
+use util::{BIN, children_cpu, otlp, toy_yaml};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agenteval");
 const TASKS: u64 = 1_000;
-
-fn children_cpu() -> Duration {
-    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
-    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
-    tv(u.user_time()) + tv(u.system_time())
-}
 
 /// One run: wall time and the CPU time of the controller and its workers.
 fn run(dir: &Path, shape: &str, sc: &Scenario, otlp: Option<(&str, &str)>) -> (Duration, Duration) {
@@ -33,9 +25,7 @@ fn run(dir: &Path, shape: &str, sc: &Scenario, otlp: Option<(&str, &str)>) -> (D
     let cfg = dir.join(format!("{shape}.yaml"));
     std::fs::write(
         &cfg,
-        format!(
-            "name: bench-telemetry-{shape}\nbenchmark:\n  kind: toy\n  size: {TASKS}\n  latency_ms: {latency}\n  slow_ms: {latency}\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: runs-{shape}\n"
-        ),
+        toy_yaml(&format!("bench-telemetry-{shape}"), TASKS, latency, per_job, concurrency, &format!("runs-{shape}")),
     )
     .unwrap();
     let mut cmd = Command::new(BIN);

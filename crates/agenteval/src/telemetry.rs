@@ -63,13 +63,16 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
-fn env_millis(name: &str) -> Option<Duration> {
-    env(name).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis)
-}
-
 impl Settings {
     /// Resolves settings: every field the config sets wins over its environment variable.
     pub fn resolve(config: Option<&TelemetryConfig>) -> Settings {
+        Self::resolve_from(config, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Settings::resolve`] over any environment (`var` answers a variable's value).
+    fn resolve_from(config: Option<&TelemetryConfig>, var: &dyn Fn(&str) -> Option<String>) -> Settings {
+        let env = |name: &str| var(name).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let env_millis = |name: &str| env(name).and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis);
         let default = TelemetryConfig::default();
         let c = config.unwrap_or(&default);
         let disabled =
@@ -609,7 +612,43 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_wins_over_environment_and_workers_get_no_headers() {
+    fn the_environment_fills_what_the_config_leaves_unset_and_never_wins() {
+        let vars: BTreeMap<&str, &str> = BTreeMap::from([
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://from-env:4318"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1500"),
+            ("OTEL_SERVICE_NAME", "env-name"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "250"),
+        ]);
+        let var = |k: &str| vars.get(k).map(|v| v.to_string());
+        let from_env = Settings::resolve_from(None, &var);
+        assert_eq!(from_env.endpoint.as_deref(), Some("http://from-env:4318"));
+        assert_eq!(from_env.protocol, OtlpProtocol::Grpc);
+        assert_eq!(from_env.timeout, Duration::from_millis(1500));
+        assert_eq!(from_env.metrics_interval, Duration::from_millis(250));
+        assert_eq!(from_env.service_name, "env-name");
+        let c = TelemetryConfig {
+            endpoint: Some("http://from-config:4317".into()),
+            protocol: Some(OtlpProtocol::HttpProtobuf),
+            service_name: Some("config-name".into()),
+            export_timeout_seconds: Some(2.0),
+            ..Default::default()
+        };
+        let s = Settings::resolve_from(Some(&c), &var);
+        assert_eq!(s.endpoint.as_deref(), Some("http://from-config:4317"));
+        assert_eq!(s.protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(s.timeout, Duration::from_secs(2));
+        assert_eq!(s.service_name, "config-name");
+        assert_eq!(s.metrics_interval, Duration::from_millis(250), "unset in the config: the environment's");
+        let traces =
+            |k: &str| (k == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").then(|| "http://t:4318/v1/traces".to_string());
+        assert_eq!(Settings::resolve_from(None, &traces).endpoint.as_deref(), Some("http://t:4318"));
+        let off = |k: &str| var(k).or_else(|| (k == "OTEL_SDK_DISABLED").then(|| "TRUE".to_string()));
+        assert_eq!(Settings::resolve_from(None, &off).endpoint, None, "OTEL_SDK_DISABLED turns export off");
+    }
+
+    #[test]
+    fn config_settings_reach_workers_without_headers() {
         let c = TelemetryConfig {
             endpoint: Some("http://collector:4317".into()),
             protocol: Some(OtlpProtocol::Grpc),

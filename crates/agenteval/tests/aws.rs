@@ -36,12 +36,6 @@ impl Drop for Aws {
     }
 }
 
-fn python(script: &str) -> Command {
-    let mut c = Command::new("python3");
-    c.arg(repo().join("tests/aws").join(script));
-    c
-}
-
 impl Aws {
     async fn new(secrets: &[(&str, &str)], create_bucket: bool) -> Aws {
         let endpoint = emulator::endpoint().to_string();
@@ -88,6 +82,13 @@ impl Aws {
             .unwrap();
         self.harnesses.push(child);
         stats
+    }
+
+    /// ECS tasks of the test's cluster with this desired status.
+    async fn ecs_tasks(&self, desired: &str) -> usize {
+        let clients = AwsClients::connect(&AwsSettings::emulator(&self.endpoint)).await;
+        let out = clients.ecs.list_tasks().cluster(&self.cluster).desired_status(desired.into()).send().await.unwrap();
+        out.task_arns().len()
     }
 
     fn config(&self, name: &str, body: &str, endpoint: &str) -> PathBuf {
@@ -182,7 +183,7 @@ async fn a_toy_run_on_the_aws_fleet_lands_in_s3_and_dynamodb() {
     assert_index_matches_summary(&aws, &run);
     let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
     let retried = shown["tasks"].as_array().unwrap().iter().filter(|t| t["attempt"] == 2).count();
-    assert!(retried >= 1, "the dropped job's tasks ran again as attempt 2: {shown}");
+    assert_eq!(retried, 2, "the dropped job's two tasks ran again as attempt 2, no other: {shown}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -318,6 +319,8 @@ async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
     wait_until("the harness to see the stops", Duration::from_secs(10), || {
         read_json(&stats)["stopped_by_controller"].as_u64().unwrap_or(0) >= 1
     });
+    // Every ECS task of the run was told to stop: none is left running in the cluster.
+    assert_eq!(aws.ecs_tasks("RUNNING").await, 0, "ECS tasks still running after cancel");
     let out = aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stdout));
 
@@ -342,8 +345,10 @@ async fn doctor_names_a_missing_bucket_and_launches_nothing() {
     assert!(shown.contains(&format!("FAIL bucket {}", aws.bucket)), "{shown}");
     assert!(shown.contains(&format!("ok   table {}", aws.table)), "{shown}");
     assert!(shown.contains(&format!("ok   cluster {}", aws.cluster)), "{shown}");
+    assert_eq!(aws.ecs_tasks("RUNNING").await + aws.ecs_tasks("STOPPED").await, 0, "no ECS task was launched");
+    // A submit with the same config runs nothing either (the bucket is missing).
     let (runs, _) = aws.json(&["runs", "list", "--backend", "aws", "--json"]);
-    assert_eq!(runs.as_array().unwrap().len(), 0, "nothing was launched");
+    assert_eq!(runs.as_array().unwrap().len(), 0, "no run was created");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,5 +1,6 @@
-//! Helpers for the end-to-end tests: a scratch workspace, running the real binary, reading
-//! bundles and the index.
+//! Helpers shared by the end-to-end tests and the benchmarks (which include this file with
+//! `#[path]`): a scratch workspace, running the real binary, reading bundles and the index,
+//! the Python harness scripts, child processes that die with the test.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
@@ -154,12 +155,7 @@ pub fn workers_under(root: &Path) -> Vec<(i32, PathBuf)> {
 }
 
 pub fn toy_config(ws: &Workspace, size: u64, latency_ms: u64, tasks_per_job: u32, concurrency: u32) -> PathBuf {
-    ws.write(
-        "toy.yaml",
-        &format!(
-            "name: e2e-toy\nbenchmark:\n  kind: toy\n  size: {size}\n  latency_ms: {latency_ms}\n  slow_ms: {latency_ms}\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: exact_match\n  - kind: no_error\nbackend:\n  max_concurrent_jobs: {concurrency}\n  tasks_per_job: {tasks_per_job}\n  max_attempts: 3\nstorage:\n  bundle_root: runs\n"
-        ),
-    )
+    ws.write("toy.yaml", &toy_yaml("e2e-toy", size, latency_ms, tasks_per_job as u64, concurrency as u64, "runs"))
 }
 
 /// Finds a worker that is inside its agent (its trace has started), sends it `signal`, and
@@ -181,4 +177,66 @@ pub fn signal_a_worker_mid_task(ws: &Workspace, signal: nix::sys::signal::Signal
         false
     });
     victim.unwrap()
+}
+
+/// A command running one of the Python harness scripts of `tests/aws/`.
+pub fn python(script: &str) -> Command {
+    let mut c = Command::new("python3");
+    c.arg(repo().join("tests/aws").join(script));
+    c
+}
+
+/// A port that was free a moment ago, for a helper process that must bind it itself (a Python
+/// proxy cannot be handed a socket). Callers wait until the helper listens before using it.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Child processes (harness servers) killed and awaited when the guard is dropped, so a failed
+/// test leaves none behind.
+#[derive(Default)]
+pub struct Children(pub Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// CPU time (user + system) of every child process this process has waited for.
+pub fn children_cpu() -> Duration {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
+    let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
+    tv(u.user_time()) + tv(u.system_time())
+}
+
+/// A toy-benchmark config for benchmarks and tests: `size` zero-latency (or `latency_ms`) mock
+/// tasks, `per_job` per worker, `concurrency` workers at once, bundles in `runs_dir`.
+pub fn toy_yaml(name: &str, size: u64, latency_ms: u64, per_job: u64, concurrency: u64, runs_dir: &str) -> String {
+    format!(
+        r#"name: {name}
+benchmark:
+  kind: toy
+  size: {size}
+  latency_ms: {latency_ms}
+  slow_ms: {latency_ms}
+agent:
+  kind: mock
+  limits:
+    max_tokens: 5000
+evaluators:
+  - kind: exact_match
+  - kind: no_error
+backend:
+  max_concurrent_jobs: {concurrency}
+  tasks_per_job: {per_job}
+  max_attempts: 3
+storage:
+  bundle_root: {runs_dir}
+"#
+    )
 }
