@@ -138,14 +138,13 @@ async fn submit(args: &RunConfigArgs, json: bool, quiet: bool, telemetry: &Telem
 /// The run index the arguments name, and the wiring that opened it (its AWS settings come from
 /// `--config` when given, else from the environment).
 async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
-    if let Some(c) = &args.config {
+    let uri = if let Some(i) = &args.index {
+        i.display().to_string()
+    } else if let Some(c) = &args.config {
         let cfg = load_config(c, &[]).map_err(config_failure)?.config;
         let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
         let index = wiring.index(&cfg.storage.index_location()).await?;
         return Ok((wiring, index));
-    }
-    let uri = if let Some(i) = &args.index {
-        i.display().to_string()
     } else if args.backend.as_deref() == Some("aws") {
         std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
     } else {

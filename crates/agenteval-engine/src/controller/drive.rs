@@ -4,7 +4,6 @@
 //! is the caller's.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::time::Instant;
 
 use agenteval_core::model::*;
@@ -32,7 +31,7 @@ pub(super) struct Counters {
 
 /// The state of one drive: what waits, what runs, and how the run is going.
 struct Fleet<'a> {
-    run: &'a Arc<Run>,
+    run: &'a Run,
     metrics: &'a FleetMetrics,
     run_span: &'a tracing::Span,
     queue: VecDeque<Pending>,
@@ -46,7 +45,7 @@ struct Fleet<'a> {
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
 /// run's final status.
 pub(super) async fn drive_jobs(
-    run: &Arc<Run>,
+    run: &Run,
     todo: Vec<u32>,
     epoch: u32,
     mut opts: ControllerOptions,
@@ -147,10 +146,12 @@ impl Fleet<'_> {
 
     /// Submits queued jobs while there is room, in concurrent batches: a cloud launch takes a
     /// round trip of 100 ms or more, and the backend's own pacing (a token bucket) decides the
-    /// rate, not this loop. Each submission is its own task: the local backend's work (index
-    /// statements, job spec writes, process starts) blocks its thread, and futures joined in
-    /// one task would run one after the other. A launch that failed transiently goes back to
-    /// the front of the queue.
+    /// rate, not this loop. The batch is joined in this task: cloud submissions overlap while
+    /// they wait on the network; local ones (index statements, a job spec write, a process
+    /// start, none of which waits) run one after the other, which measured faster on two cores
+    /// than a task per submission, and costs no allocator arenas on other threads (see
+    /// docs/ARCHITECTURE.md, concurrency). A launch that failed transiently goes back to the
+    /// front of the queue.
     async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
         while self.in_flight.len() < max_conc && !self.queue.is_empty() {
@@ -163,22 +164,13 @@ impl Fleet<'_> {
                     (p, s)
                 })
                 .collect();
-            let env: Arc<BTreeMap<String, String>> = Arc::new((opts.worker_env)());
-            let submissions: Vec<_> = batch
-                .into_iter()
-                .map(|(p, span)| {
-                    let (run, env) = (run.clone(), env.clone());
-                    tokio::spawn(async move {
-                        let res = dispatch(&run, &p, &span, &env).instrument(span.clone()).await;
-                        (p, span, res)
-                    })
-                })
-                .collect();
+            let env: BTreeMap<String, String> = (opts.worker_env)();
+            let results = futures::future::join_all(
+                batch.iter().map(|(p, span)| dispatch(run, p, span, &env).instrument(span.clone())),
+            )
+            .await;
             let mut retry_later = Vec::new();
-            for submission in submissions {
-                let (p, span, res) = submission
-                    .await
-                    .map_err(|e| agenteval_core::Error::internal(format!("a job submission panicked: {e}")))?;
+            for ((p, span), res) in batch.into_iter().zip(results) {
                 match res {
                     Ok(handle) => {
                         self.counters.submitted += 1;

@@ -424,7 +424,6 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
-    let run = Arc::new(run);
     let status = match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
         Ok(s) => s,
         Err(e) => {

@@ -1,24 +1,39 @@
 //! Pre-flight checks of a run config's resources (`agenteval doctor`).
 
+use std::path::Path;
+
 use agenteval_aws::doctor::{Check, DoctorInput, run_checks};
 use agenteval_core::config::{BackendId, RunConfig};
 use agenteval_core::location::{BundleRoot, IndexLocation};
 
 use super::Wiring;
 
+/// Whether `dir` is, or can be created as, a folder agenteval can write: the nearest part of
+/// the path that exists must be a folder that is not read-only.
+fn creatable_folder(dir: &Path) -> (bool, String) {
+    let Some(existing) = dir.ancestors().find(|a| a.exists()) else {
+        return (false, "no part of the path exists".into());
+    };
+    if !existing.is_dir() {
+        return (false, format!("{} is not a folder", existing.display()));
+    }
+    match std::fs::metadata(existing) {
+        Ok(m) if m.permissions().readonly() => (false, format!("{} is read-only", existing.display())),
+        Ok(_) if existing == dir => (true, "writable folder".into()),
+        Ok(_) => (true, format!("will be created in {}", existing.display())),
+        Err(e) => (false, format!("{}: {e}", existing.display())),
+    }
+}
+
 /// Checks what a run of `cfg` needs; every check runs, none launches anything.
 pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
     let index = cfg.storage.index_location();
     if cfg.backend.id == BackendId::Local && cfg.storage.bundle_root.is_local() && index.is_local() {
-        let parent_ok = |p: &std::path::Path| p.ancestors().any(|a| a.is_dir());
-        let root = cfg.storage.bundle_root.local_path().unwrap_or(std::path::Path::new("."));
+        let root = cfg.storage.bundle_root.local_path().unwrap_or(Path::new("."));
+        let (ok, detail) = creatable_folder(root);
         return vec![
             Check { name: "backend".into(), ok: true, detail: "local: no cloud resources needed".into() },
-            Check {
-                name: format!("bundle root {}", root.display()),
-                ok: parent_ok(root),
-                detail: "writable folder".into(),
-            },
+            Check { name: format!("bundle root {}", root.display()), ok, detail },
         ];
     }
     let clients = wiring.clients(&super::aws_settings(cfg.aws.as_ref())).await;

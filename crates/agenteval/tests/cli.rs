@@ -1,0 +1,96 @@
+//! What the README promises of the command line, checked as a user would meet it: where
+//! commands find the run index, `doctor` on the local backend, task filters and repetitions,
+//! and the progress bar on a terminal.
+
+mod util;
+
+use std::process::Command;
+
+use util::*;
+
+fn listed(out: &std::process::Output) -> Vec<String> {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn commands_find_the_index_by_flag_config_environment_or_default() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 2, 0, 1, 1);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    // The default: ./runs/index.sqlite where the command runs.
+    assert_eq!(listed(&ws.run(&["runs", "list", "--json"])), vec![run.clone()]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let from = |args: &[&str], env: Option<&str>| {
+        let mut c = ws.cmd(args);
+        c.current_dir(elsewhere.path()).env_remove("AGENTEVAL_INDEX");
+        if let Some(e) = env {
+            c.env("AGENTEVAL_INDEX", e);
+        }
+        c.output().unwrap()
+    };
+    let index = ws.index();
+    let index = index.to_str().unwrap();
+    assert_eq!(listed(&from(&["runs", "list", "--json", "--index", index], None)), vec![run.clone()]);
+    assert_eq!(listed(&from(&["runs", "list", "--json", "--config", cfg.to_str().unwrap()], None)), vec![run.clone()]);
+    assert_eq!(listed(&from(&["runs", "list", "--json"], Some(index))), vec![run.clone()]);
+    let st = from(&["status", &run, "--json"], Some(index));
+    assert!(st.status.success(), "{}", text(&st.stderr));
+    // Nowhere to look: a clear usage error.
+    let none = from(&["runs", "list"], None);
+    assert_eq!(none.status.code(), Some(2));
+    assert!(text(&none.stderr).contains("no run index at runs/index.sqlite"), "{}", text(&none.stderr));
+}
+
+#[test]
+fn doctor_checks_the_local_bundle_folder() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 2, 0, 1, 1);
+    let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("local: no cloud resources needed"), "{}", text(&out.stdout));
+    // A bundle root under a file can never be created.
+    ws.write("a-file", "x");
+    let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap(), "--set", "storage.bundle_root=a-file/runs"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("is not a folder"), "{}", text(&out.stdout));
+}
+
+#[test]
+fn filters_and_repetitions_choose_the_tasks() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 10, 0, 2, 2);
+    let (v, code, _) =
+        ws.submit(&cfg, &["--set", "benchmark.filter.ids=[toy-0000001, toy-0000003]", "--set", "repetitions=2"]);
+    assert_eq!(code, 0, "{v}");
+    let bundle = std::path::PathBuf::from(v["bundle"].as_str().unwrap());
+    let mut ids: Vec<String> = results(&bundle).iter().map(|r| r["task_id"].as_str().unwrap().to_string()).collect();
+    ids.sort();
+    assert_eq!(ids, ["toy-0000001", "toy-0000001@r1", "toy-0000003", "toy-0000003@r1"]);
+    let (v, code, _) = ws.submit(&cfg, &["--set", "benchmark.filter.tags=[slow]", "--set", "benchmark.filter.limit=1"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["tasks_total"], 1, "{v}");
+}
+
+#[test]
+fn a_terminal_shows_a_progress_bar_and_the_summary() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 20, 30, 1, 2);
+    // `script` gives the command a terminal, as a user's shell would.
+    let line = format!("{BIN} submit --config {}", cfg.display());
+    let out = Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(ws.path())
+        .env("NO_COLOR", "1")
+        .env("COLUMNS", "200")
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    for want in ["tasks  queued", "| running", "| pass ", "pass rate", "status  complete"] {
+        assert!(shown.contains(want), "missing {want:?} in:\n{shown}");
+    }
+}
