@@ -134,7 +134,7 @@ impl IndexLocation {
 }
 
 macro_rules! string_serde {
-    ($t:ty, $desc:literal) => {
+    ($t:ty, $format:literal, $desc:literal) => {
         impl Serialize for $t {
             fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
                 s.collect_str(self)
@@ -154,14 +154,16 @@ macro_rules! string_serde {
             }
 
             fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-                schemars::json_schema!({ "type": "string", "description": $desc })
+                // The format is checked when a config loads (`config::load`), so a bad location is
+                // reported with every other problem, at its position.
+                schemars::json_schema!({ "type": "string", "format": $format, "description": $desc })
             }
         }
     };
 }
 
-string_serde!(BundleRoot, "A folder, or s3://bucket/prefix.");
-string_serde!(IndexLocation, "A SQLite file, or dynamodb://table.");
+string_serde!(BundleRoot, "bundle-root", "A folder, or s3://bucket/prefix.");
+string_serde!(IndexLocation, "index-location", "A SQLite file, or dynamodb://table.");
 
 #[cfg(test)]
 mod tests {

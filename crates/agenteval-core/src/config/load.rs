@@ -264,6 +264,11 @@ fn apply_overrides(root: &mut Value, overrides: &[String], pos: &mut Positions, 
         match slot(root, &segments, path) {
             Ok((target, ptr)) => {
                 *target = value;
+                // What the file had under this value is gone: its positions must not answer
+                // for what the override put there.
+                let under = format!("{ptr}/");
+                pos.values.retain(|k, _| !k.starts_with(&under));
+                pos.keys.retain(|k, _| !k.starts_with(&under));
                 // Fields the override created point at the override, so an unknown `bogus`
                 // in `--set bogus.x=1` is reported against the flag, not the file.
                 let mut prefix = String::new();
@@ -313,6 +318,8 @@ fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
     let validator = match jsonschema::options()
         .should_validate_formats(true)
         .with_format("rust-regex", |s: &str| regex::Regex::new(s).is_ok())
+        .with_format("bundle-root", |s: &str| s.parse::<BundleRoot>().is_ok())
+        .with_format("index-location", |s: &str| s.parse::<IndexLocation>().is_ok())
         .build(&schema)
     {
         Ok(v) => v,
@@ -434,10 +441,22 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
             }
             out.extend(common);
         }
-        K::Format { format } if format == "rust-regex" => {
-            let pattern = value.pointer(&ptr).and_then(Value::as_str).unwrap_or_default();
-            let why = regex::Regex::new(pattern).err().map(|e| e.to_string()).unwrap_or_default();
-            out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: format!("invalid regex: {why}") });
+        K::Format { format } => {
+            let text = value.pointer(&ptr).and_then(Value::as_str).unwrap_or_default();
+            let message = match format.as_str() {
+                // The regex crate draws the pattern with a caret under the fault; its last line
+                // says what the fault is.
+                "rust-regex" => regex::Regex::new(text).err().map(|e| {
+                    let e = e.to_string();
+                    let why = e.lines().last().unwrap_or_default().trim_start_matches("error: ");
+                    format!("invalid regex: {why}")
+                }),
+                "bundle-root" => text.parse::<BundleRoot>().err().map(|e| e.to_string()),
+                "index-location" => text.parse::<IndexLocation>().err().map(|e| e.to_string()),
+                _ => None,
+            };
+            let message = message.unwrap_or_else(|| err.to_string());
+            out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
         }
         _ => out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message: err.to_string() }),
     }
@@ -707,6 +726,16 @@ mod tests {
         assert!(shown.contains("--set backend.tasks_per_job=many:"), "{shown}");
         assert!(shown.contains("--set bogus.x=1: unknown field `bogus`"), "{shown}");
         assert!(shown.contains("--set novalue: expected `key.path=value`"), "{shown}");
+    }
+
+    #[test]
+    fn a_problem_inside_an_override_is_the_override_s() {
+        let text = "name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: ok\n";
+        let err = load(text, &["evaluators=[{kind: regex, pattern: '(('}]", "storage.bundle_root=ftp://x"]).unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains("--set evaluators=[{kind: regex, pattern: '(('}]: invalid regex: unclosed group"), "{shown}");
+        assert!(shown.contains("--set storage.bundle_root=ftp://x: `ftp://x` is not a bundle location"), "{shown}");
+        assert_eq!(err.problems.len(), 2, "{shown}");
     }
 
     #[test]
