@@ -135,7 +135,7 @@ fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let cfg = ws.write(
         "bad.yaml",
         &format!(
-            "name: e2e-bad-agent\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 2\nbackend:\n  max_concurrent_jobs: 5\nstorage:\n  bundle_root: runs\n",
+            "name: e2e-bad-agent\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 8\nbackend:\n  max_concurrent_jobs: 5\nstorage:\n  bundle_root: runs\n",
             agent.display()
         ),
     );
@@ -525,4 +525,84 @@ fn exit_codes_tell_a_typo_from_a_failed_operation() {
         assert_eq!(out.status.code(), Some(4), "{cmd}: {}", text(&out.stderr));
         assert!(text(&out.stderr).lines().count() <= 2, "{cmd}: {}", text(&out.stderr));
     }
+}
+
+/// `(ppid, pgrp)` of a process, from /proc.
+fn parent_and_group(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.rsplit(')').next()?.split_whitespace().skip(1);
+    Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+}
+
+/// A terminal's Ctrl-C goes to the whole foreground process group. Workers, and the agents they
+/// start, each run in a group of their own, so it reaches only the controller, which decides how
+/// they stop; the run ends `interrupted` with every result written before it intact.
+#[test]
+fn ctrl_c_from_a_terminal_reaches_only_the_controller() {
+    use std::os::unix::process::CommandExt;
+    let ws = Workspace::new();
+    ws.write(
+        "slow_agent.py",
+        "import json, sys, time\nreq = json.loads(sys.stdin.readline())\ntime.sleep(1.5)\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': 'done'}}), flush=True)\n",
+    );
+    let cases: String =
+        (0..12).map(|i| format!("{{\"id\": \"c{i}\", \"input\": \"q\", \"expected\": \"done\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "slow.yaml",
+        r#"name: ctrl-c
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, slow_agent.py]
+backend:
+  max_concurrent_jobs: 3
+storage:
+  bundle_root: runs
+"#,
+    );
+    // Its own process group, as a shell puts a foreground job.
+    let child = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .process_group(0)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let group = child.id() as i32;
+    let bundle = || std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir());
+    wait_until("a finished task", Duration::from_secs(60), || bundle().is_some_and(|b| !results(&b).is_empty()));
+    let mut agents = Vec::new();
+    wait_until("agents mid-task", Duration::from_secs(30), || {
+        let workers: Vec<i32> = workers_under(ws.path()).into_iter().map(|(pid, _)| pid).collect();
+        agents = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+            .filter(|pid| parent_and_group(*pid).is_some_and(|(ppid, _)| workers.contains(&ppid)))
+            .collect();
+        for w in &workers {
+            let (_, pgrp) = parent_and_group(*w).unwrap_or((0, group));
+            assert_ne!(pgrp, group, "worker {w} is in the controller's process group");
+        }
+        !agents.is_empty()
+    });
+    for a in &agents {
+        if let Some((_, pgrp)) = parent_and_group(*a) {
+            assert_ne!(pgrp, group, "agent {a} is in the controller's process group");
+        }
+    }
+    kill(Pid::from_raw(-group), Signal::SIGINT).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "interrupted");
+    let rs = results(&PathBuf::from(v["bundle"].as_str().unwrap()));
+    assert!(!rs.is_empty() && rs.len() < 12, "the run was interrupted mid-way: {} results", rs.len());
+    for r in &rs {
+        assert_eq!(r["agent"]["terminated_by"], "completed", "an agent was hit: {r}");
+    }
+    assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
 }

@@ -81,7 +81,7 @@ agent:
   env:
     PROBE_OUT: {seen}
   limits:
-    max_wall_seconds: 4
+    max_wall_seconds: 8
     max_cost_usd: 0.5
 backend:
   max_concurrent_jobs: 4

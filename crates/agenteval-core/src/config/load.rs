@@ -731,9 +731,13 @@ mod tests {
     #[test]
     fn a_problem_inside_an_override_is_the_override_s() {
         let text = "name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: ok\n";
-        let err = load(text, &["evaluators=[{kind: regex, pattern: '(('}]", "storage.bundle_root=ftp://x"]).unwrap_err();
+        let err =
+            load(text, &["evaluators=[{kind: regex, pattern: '(('}]", "storage.bundle_root=ftp://x"]).unwrap_err();
         let shown = err.to_string();
-        assert!(shown.contains("--set evaluators=[{kind: regex, pattern: '(('}]: invalid regex: unclosed group"), "{shown}");
+        assert!(
+            shown.contains("--set evaluators=[{kind: regex, pattern: '(('}]: invalid regex: unclosed group"),
+            "{shown}"
+        );
         assert!(shown.contains("--set storage.bundle_root=ftp://x: `ftp://x` is not a bundle location"), "{shown}");
         assert_eq!(err.problems.len(), 2, "{shown}");
     }
