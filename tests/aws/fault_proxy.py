@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """A fault-injecting HTTP proxy in front of the AWS emulator (test code). It forwards every
 request unchanged, except that among ECS RunTask calls every Nth is answered with a
-ThrottlingException and every Mth with a capacity failure, as Fargate does under load."""
+ThrottlingException and every Mth with a capacity failure, as Fargate does under load, and
+every Kth is forwarded (the task starts) but its answer is lost (the client sees a 500). The
+client token of every RunTask is recorded, so a test can check that a retried launch reuses it
+(ECS starts one task per token; the emulator does not deduplicate)."""
 import argparse
 import http.client
 import json
@@ -11,7 +14,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
-counts = {"run_task": 0, "throttled": 0, "capacity": 0, "ops": {}}
+counts = {"run_task": 0, "throttled": 0, "capacity": 0, "lost": 0, "tokens": [], "ops": {}}
 
 
 def op_name(method, path, headers):
@@ -32,7 +35,7 @@ def op_name(method, path, headers):
 lock = threading.Lock()
 
 
-def make_handler(target, throttle_every, capacity_every, stats):
+def make_handler(target, throttle_every, capacity_every, lose_every, stats):
     t = urlparse(target)
 
     class Handler(BaseHTTPRequestHandler):
@@ -56,17 +59,22 @@ def make_handler(target, throttle_every, capacity_every, stats):
             with lock:
                 op = op_name(self.command, self.path, self.headers)
                 counts["ops"][op] = counts["ops"].get(op, 0) + 1
+            fault = None
             if self.headers.get("X-Amz-Target", "").endswith(".RunTask"):
                 with lock:
                     counts["run_task"] += 1
                     n = counts["run_task"]
-                    fault = None
                     if throttle_every and n % throttle_every == 0:
                         counts["throttled"] += 1
                         fault = "throttle"
                     elif capacity_every and n % capacity_every == 0:
                         counts["capacity"] += 1
                         fault = "capacity"
+                    elif lose_every and n % lose_every == 0:
+                        counts["lost"] += 1
+                        fault = "lose"
+                    token = json.loads(body or b"{}").get("clientToken", "")
+                    counts["tokens"].append([token, fault or "ok"])
                 if fault == "throttle":
                     return self._reply(400, {"__type": "ThrottlingException", "message": "Rate exceeded"})
                 if fault == "capacity":
@@ -76,6 +84,9 @@ def make_handler(target, throttle_every, capacity_every, stats):
             conn.request(self.command, self.path, body=body, headers=headers)
             resp = conn.getresponse()
             data = resp.read()
+            if fault == "lose":
+                conn.close()
+                return self._reply(500, {"__type": "InternalFailure", "message": "the answer was lost"})
             self.send_response(resp.status)
             for k, v in resp.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -96,9 +107,10 @@ def main():
     p.add_argument("--target", required=True)
     p.add_argument("--throttle-every", type=int, default=0)
     p.add_argument("--capacity-every", type=int, default=0)
+    p.add_argument("--lose-every", type=int, default=0)
     p.add_argument("--stats")
     a = p.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.target, a.throttle_every, a.capacity_every, a.stats))
+    server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.target, a.throttle_every, a.capacity_every, a.lose_every, a.stats))
     if a.stats:
         def dump():
             while True:

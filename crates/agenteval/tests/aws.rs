@@ -252,6 +252,8 @@ async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
             "3",
             "--capacity-every",
             "4",
+            "--lose-every",
+            "5",
         ])
         .args(["--stats", proxy_stats.to_str().unwrap()])
         .spawn()
@@ -265,6 +267,23 @@ async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
     assert_eq!(v["status"], "complete");
     let p = read_json(&proxy_stats);
     assert!(p["throttled"].as_u64().unwrap() >= 1 && p["capacity"].as_u64().unwrap() >= 1, "{p}");
+    // A launch whose answer was lost is retried with the same client token, so that ECS
+    // starts it once; every job attempt has a token of its own.
+    let tokens: Vec<(String, String)> = p["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t[0].as_str().unwrap().to_string(), t[1].as_str().unwrap().to_string()))
+        .collect();
+    let lost: Vec<usize> = (0..tokens.len()).filter(|&i| tokens[i].1 == "lose").collect();
+    assert!(!lost.is_empty(), "no answer was lost: {p}");
+    for i in lost {
+        let token = &tokens[i].0;
+        assert!(!token.is_empty(), "RunTask without a client token");
+        assert!(tokens[i + 1..].iter().any(|(t, _)| t == token), "the launch of token {token} was not retried with it");
+    }
+    let distinct: std::collections::BTreeSet<&String> = tokens.iter().map(|(t, _)| t).collect();
+    assert_eq!(distinct.len(), 12, "one token per job attempt (12 one-task jobs): {tokens:?}");
     let run = v["run_id"].as_str().unwrap();
     let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
     let tasks = shown["tasks"].as_array().unwrap();

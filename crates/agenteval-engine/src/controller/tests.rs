@@ -56,6 +56,7 @@ struct Scripted {
     /// Every submission, in order: (job id, attempt, task ids).
     submitted: Mutex<Vec<(String, u32, Vec<String>)>>,
     cancelled: Mutex<Vec<String>>,
+    secrets_fetched: std::sync::atomic::AtomicUsize,
 }
 
 impl Scripted {
@@ -158,6 +159,7 @@ impl CloudBackend for Scripted {
     }
 
     async fn fetch_secret(&self, name: &str) -> Result<Secret> {
+        self.secrets_fetched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Err(Error::not_found(format!("no secret {name}")))
     }
 
@@ -215,6 +217,7 @@ impl Harness {
             jobs: Mutex::default(),
             submitted: Mutex::default(),
             cancelled: Mutex::default(),
+            secrets_fetched: Default::default(),
         });
         Harness { _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
     }
@@ -396,4 +399,19 @@ async fn resume_runs_only_the_unfinished_tasks() {
     let table = TaskTable::read(h.resolver.store.as_ref(), &first.run_id).await.unwrap();
     assert_eq!(table.len(), 4);
     assert!(Path::new(&h.resolver.store.bundle_uri(&first.run_id)).join(layout::MANIFEST).is_file());
+}
+
+/// Secrets are the workers' business: a controller that fetched them would hold them in a
+/// process that writes the bundle and the index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_never_fetches_a_secret() {
+    let h = Harness::new(
+        2,
+        &["agent.kind=command", "agent.command=[agent]", "agent.secrets={API_KEY: prod/key}"],
+        Box::new(|_| RUN),
+    );
+    assert_eq!(h.loaded.config.agent.secrets().len(), 1, "the config names a secret");
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Complete);
+    assert_eq!(h.backend().secrets_fetched.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
