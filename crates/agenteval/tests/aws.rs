@@ -126,8 +126,11 @@ impl Aws {
         c
     }
 
+    /// Runs a command with a deadline: if the Fargate stand-in dies, a submit would wait for
+    /// its jobs forever; the test must fail instead.
     fn run(&self, args: &[&str]) -> Output {
-        self.cmd_in(self.ws.path(), args).output().unwrap()
+        let child = self.cmd_in(self.ws.path(), args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        wait_output(child, Duration::from_secs(240))
     }
 
     fn json(&self, args: &[&str]) -> (serde_json::Value, i32) {
@@ -329,7 +332,9 @@ async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
         st["tasks"]["completed"].as_u64().unwrap_or(0) >= 1
     });
     let other = tempfile::tempdir().unwrap();
-    let out = aws.cmd_in(other.path(), &["cancel", &run, "--backend", "aws", "--json"]).output().unwrap();
+    let mut cancel = aws.cmd_in(other.path(), &["cancel", &run, "--backend", "aws", "--json"]);
+    let out =
+        wait_output(cancel.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(120));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = wait_output(child, Duration::from_secs(90));
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
@@ -344,7 +349,9 @@ async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
 
     // Resume from a third directory with no local state at all.
     let third = tempfile::tempdir().unwrap();
-    let out = aws.cmd_in(third.path(), &["resume", &run, "--backend", "aws", "--json"]).output().unwrap();
+    let mut resumed = aws.cmd_in(third.path(), &["resume", &run, "--backend", "aws", "--json"]);
+    let out =
+        wait_output(resumed.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap(), Duration::from_secs(240));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "complete");

@@ -116,20 +116,38 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Waits for a child with a deadline, killing it on timeout.
+/// Waits for a child with a deadline, killing it on timeout. Its output is read while it runs,
+/// so a chatty child never blocks on a full pipe.
 pub fn wait_output(mut child: Child, timeout: Duration) -> Output {
+    use std::io::Read;
+    // A pipe can outlive the child (a grandchild holding it): collecting is bounded too.
+    fn drain(pipe: Option<impl Read + Send + 'static>) -> std::sync::mpsc::Receiver<Vec<u8>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            let _ = tx.send(buf);
+        });
+        rx
+    }
+    let collect =
+        |rx: &std::sync::mpsc::Receiver<Vec<u8>>| rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+    let (out, err) = (drain(child.stdout.take()), drain(child.stderr.take()));
     let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
         }
         if start.elapsed() > timeout {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!("process did not finish in {timeout:?}; stderr: {}", text(&out.stderr));
+            let _ = child.wait();
+            panic!("process did not finish in {timeout:?}; stderr: {}", text(&collect(&err)));
         }
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
+    Output { status, stdout: collect(&out), stderr: collect(&err) }
 }
 
 /// Pids of live `agenteval worker` processes whose job file is under `root`.
