@@ -89,16 +89,16 @@ fn print_outcome(o: &RunOutcome, json: bool) {
             "exit_code": outcome_code(o.status),
             "summary": o.summary,
         });
-        println!("{v}");
+        say!("{v}");
         return;
     }
-    println!("{}", output::summary_table(&o.summary));
-    println!("run     {}", o.run_id);
-    println!("status  {}", output::status_word(o.status));
-    println!("bundle  {}", o.bundle_uri);
-    println!("report  {}/{}", o.bundle_uri, layout::REPORT);
+    say!("{}", output::summary_table(&o.summary));
+    say!("run     {}", o.run_id);
+    say!("status  {}", output::status_word(o.status));
+    say!("bundle  {}", o.bundle_uri);
+    say!("report  {}/{}", o.bundle_uri, layout::REPORT);
     if o.status != RunStatus::Complete {
-        println!("finish it with: agenteval resume {}", o.run_id);
+        say!("finish it with: agenteval resume {}", o.run_id);
     }
 }
 
@@ -179,16 +179,16 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
     let counts = index.task_counts(&run_id).await?;
     let alive = controller::controller_alive(&r);
     if json {
-        println!("{}", json!({"run": record_json(&r), "tasks": counts}));
+        say!("{}", json!({"run": record_json(&r), "tasks": counts}));
         return Ok(exit::OK);
     }
     let mut status = output::status_word(r.status);
     if r.status == RunStatus::Running && !alive {
         status.push_str(" (controller gone: `agenteval resume` finishes it)");
     }
-    println!("run       {} ({})", r.run_id, r.name);
-    println!("status    {status}");
-    println!(
+    say!("run       {} ({})", r.run_id, r.name);
+    say!("status    {status}");
+    say!(
         "tasks     {} total, {} completed, {} failed, {} running, {} waiting, {} cancelled",
         counts.total,
         counts.completed,
@@ -198,9 +198,9 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         counts.cancelled
     );
     let rate = if counts.finished() == 0 { 0.0 } else { 100.0 * counts.passed as f64 / counts.finished() as f64 };
-    println!("passed    {} ({rate:.1}% of finished)", counts.passed);
-    println!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
-    println!("bundle    {}", r.bundle_uri);
+    say!("passed    {} ({rate:.1}% of finished)", counts.passed);
+    say!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
+    say!("bundle    {}", r.bundle_uri);
     Ok(exit::OK)
 }
 
@@ -208,11 +208,11 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
     let (_, index) = open_index(index).await?;
     let runs = index.list_runs(limit).await?;
     if json {
-        println!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
+        say!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
         return Ok(exit::OK);
     }
     if runs.is_empty() {
-        println!("no runs yet");
+        say!("no runs yet");
         return Ok(exit::OK);
     }
     let mut t = output::table();
@@ -232,7 +232,7 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
             r.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
         ]);
     }
-    println!("{t}");
+    say!("{t}");
     Ok(exit::OK)
 }
 
@@ -244,25 +244,25 @@ async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -
     let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
     let tasks = if with_tasks { index.list_tasks(&run_id).await? } else { vec![] };
     if json {
-        println!(
+        say!(
             "{}",
             json!({"run": record_json(&located.record), "tasks_counts": counts, "summary": summary, "tasks": tasks})
         );
         return Ok(exit::OK);
     }
     let r = &located.record;
-    println!("run        {} ({})", r.run_id, r.name);
-    println!("status     {}", output::status_word(r.status));
-    println!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
-    println!("created    {}", r.created_at.to_rfc3339());
+    say!("run        {} ({})", r.run_id, r.name);
+    say!("status     {}", output::status_word(r.status));
+    say!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
+    say!("created    {}", r.created_at.to_rfc3339());
     if let Some(f) = r.finished_at {
-        println!("finished   {}", f.to_rfc3339());
+        say!("finished   {}", f.to_rfc3339());
     }
-    println!("bundle     {}", r.bundle_uri);
+    say!("bundle     {}", r.bundle_uri);
     if let Some(s) = &summary {
-        println!("{}", output::summary_table(s));
+        say!("{}", output::summary_table(s));
     } else {
-        println!("tasks      {} of {} finished, {} passed", counts.finished(), counts.total, counts.passed);
+        say!("tasks      {} of {} finished, {} passed", counts.finished(), counts.total, counts.passed);
     }
     if with_tasks {
         let mut t = output::table();
@@ -278,7 +278,7 @@ async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -
                 task.detail.clone().unwrap_or_default().chars().take(60).collect(),
             ]);
         }
-        println!("{t}");
+        say!("{t}");
     }
     Ok(exit::OK)
 }
@@ -288,9 +288,9 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
     let (wiring, index) = open_index(index).await?;
     let status = controller::cancel(wiring.as_ref(), index, &run_id, Duration::from_secs(wait)).await?;
     if json {
-        println!("{}", json!({"run_id": run_id, "status": status}));
+        say!("{}", json!({"run_id": run_id, "status": status}));
     } else {
-        println!("run {run_id}: {}", output::status_word(status));
+        say!("run {run_id}: {}", output::status_word(status));
     }
     Ok(exit::OK)
 }
@@ -323,9 +323,9 @@ async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         (s, text)
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&summary).expect("serializes"));
+        say!("{}", serde_json::to_string_pretty(&summary).expect("serializes"));
     } else {
-        print!("{text}");
+        say_raw!("{text}");
     }
     Ok(exit::OK)
 }
@@ -340,23 +340,23 @@ async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
     let (store, run_id) = store_from_bundle_uri(wiring.as_ref(), &abs).await?;
     let v = bundle::validate(store.as_ref(), &run_id).await?;
     if json {
-        println!("{}", json!({"bundle": abs, "valid": v.is_valid(), "validation": v}));
+        say!("{}", json!({"bundle": abs, "valid": v.is_valid(), "validation": v}));
     } else {
         for w in &v.warnings {
-            println!("warning: {w}");
+            say!("warning: {w}");
         }
         for p in &v.problems {
-            println!("problem: {p}");
+            say!("problem: {p}");
         }
         if v.is_valid() {
-            println!(
+            say!(
                 "valid: {abs} ({} files checked, {} task results, status {})",
                 v.files_checked,
                 v.tasks_with_results,
                 v.status.map(|s| s.as_str()).unwrap_or("unknown")
             );
         } else {
-            println!("invalid: {abs}: {} problem(s)", v.problems.len());
+            say!("invalid: {abs}: {} problem(s)", v.problems.len());
         }
     }
     Ok(if v.is_valid() { exit::OK } else { exit::CHECK_FAILED })
@@ -366,10 +366,10 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
     match load_config(file, &sets) {
         Ok(loaded) => {
             if json {
-                println!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
+                say!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
             } else {
                 let c = &loaded.config;
-                println!(
+                say!(
                     "{} is valid: run `{}`, benchmark {}, agent {}, backend {}",
                     file.display(),
                     c.name,
@@ -394,7 +394,7 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
                         json!({"file": e.file, "line": line, "column": column, "set": set, "field": p.pointer, "message": p.message})
                     })
                     .collect();
-                println!("{}", json!({"valid": false, "file": file, "problems": problems}));
+                say!("{}", json!({"valid": false, "file": file, "problems": problems}));
                 Ok(exit::USAGE)
             } else {
                 Err(config_failure(e))
@@ -409,15 +409,12 @@ async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
     let checks = wiring::doctor::run(&wiring, &loaded.config).await;
     let ok = checks.iter().all(|c| c.ok);
     if json {
-        println!("{}", json!({"ok": ok, "checks": checks}));
+        say!("{}", json!({"ok": ok, "checks": checks}));
     } else {
         for c in &checks {
-            println!("{} {:<40} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+            say!("{} {:<40} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
         }
-        println!(
-            "{}",
-            if ok { "everything a run needs is in place" } else { "fix the failed checks before submitting" }
-        );
+        say!("{}", if ok { "everything a run needs is in place" } else { "fix the failed checks before submitting" });
     }
     Ok(if ok { exit::OK } else { exit::USAGE })
 }

@@ -4,6 +4,31 @@
 //! 2 usage or configuration error, 3 run incomplete, 4 operation failed (storage, index,
 //! backend).
 
+/// `println!` for a command's output. A reader that went away (`agenteval runs list | head`)
+/// ends the process quietly, as it does any Unix tool, instead of a panic.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*)
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `print!` with the same care as [`say!`].
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = write!(std::io::stdout().lock(), $($arg)*)
+            && e.kind() == std::io::ErrorKind::BrokenPipe
+        {
+            std::process::exit(0);
+        }
+    }};
+}
+
 mod cli;
 mod commands;
 mod output;

@@ -94,3 +94,19 @@ fn a_terminal_shows_a_progress_bar_and_the_summary() {
         assert!(shown.contains(want), "missing {want:?} in:\n{shown}");
     }
 }
+
+/// `agenteval … | head` is how people read long output: the closed pipe ends the command
+/// quietly, never with a panic.
+#[test]
+fn output_into_a_closed_pipe_is_not_a_crash() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 30, 0, 5, 2);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap();
+    // `true` has exited before agenteval writes: every write meets a closed pipe.
+    let line = format!("{BIN} runs show {run} --tasks | true");
+    let out = Command::new("bash").args(["-o", "pipefail", "-c", &line]).current_dir(ws.path()).output().unwrap();
+    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
