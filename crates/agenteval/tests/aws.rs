@@ -376,6 +376,39 @@ async fn doctor_names_a_missing_bucket_and_launches_nothing() {
     assert_eq!(runs.as_array().unwrap().len(), 0, "no run was created");
 }
 
+/// Every resource a run needs is checked, each one missing named, before anything launches.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_names_a_missing_task_definition_secret_and_bad_network() {
+    let aws = Aws::new(&[], true).await;
+    let cfg = aws.config("aws-doctor-all", TOY, &aws.endpoint.clone());
+    let out = aws.run(&[
+        "doctor",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "aws.task_definition=no-such-family",
+        "--set",
+        "aws.subnets=[10.0.0.0/24]",
+        "--set",
+        "agent.kind=command",
+        "--set",
+        "agent.command=[python3, agent.py]",
+        "--set",
+        "agent.secrets={API_KEY: team/missing-key}",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}{}", text(&out.stdout), text(&out.stderr));
+    let shown = text(&out.stdout);
+    for want in [
+        "FAIL task definition no-such-family",
+        "FAIL network",
+        "FAIL secret team/missing-key",
+        &format!("ok   bucket {}", aws.bucket),
+    ] {
+        assert!(shown.contains(want), "missing {want:?} in:\n{shown}");
+    }
+    assert_eq!(aws.ecs_tasks("RUNNING").await + aws.ecs_tasks("STOPPED").await, 0, "no ECS task was launched");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn the_trace_context_reaches_fargate_workers_through_container_overrides() {
     let receiver = otlp::Receiver::start(otlp::Protocol::Grpc);
