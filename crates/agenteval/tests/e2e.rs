@@ -413,6 +413,10 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
         .collect();
     assert_eq!(spans.len(), 1, "{spans:?}");
     assert_eq!((spans[0]["name"].as_str(), spans[0]["status"].as_str()), (Some("eval.task"), Some("error")));
+    let attrs = &spans[0]["attributes"];
+    assert_eq!(attrs["agenteval.given_up"], true, "{attrs}");
+    assert_eq!(attrs["agenteval.terminated_by"], "infra_failure", "{attrs}");
+    assert_eq!(attrs["agenteval.attempt"], 1, "given up after its last attempt (max_attempts=1): {attrs}");
     let run_spans = std::fs::read_to_string(bundle.join("spans.jsonl")).unwrap();
     let job = run_spans
         .lines()

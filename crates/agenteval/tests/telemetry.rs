@@ -278,6 +278,16 @@ fn a_worker_stopped_by_sigterm_flushes_its_spans() {
     );
     let root = store.spans.iter().find(|s| s.name == "eval.run").unwrap();
     assert_eq!(stopped.trace_id, root.trace_id);
+    drop(store);
+    // The fleet metrics count the stopped job once as failed and once as retried.
+    assert!(
+        receiver.wait_for(Duration::from_secs(20), |s| s.total("agenteval.jobs.retried") > 0.0),
+        "no agenteval.jobs.retried arrived"
+    );
+    let store = receiver.store.lock().unwrap();
+    assert_eq!(store.total("agenteval.jobs.retried"), 1.0);
+    assert_eq!(store.total("agenteval.jobs.failed"), 1.0);
+    assert_eq!(store.total("agenteval.jobs.submitted"), 5.0, "4 jobs and one retry");
 }
 
 #[test]
