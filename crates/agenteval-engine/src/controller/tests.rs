@@ -57,6 +57,8 @@ struct Scripted {
     submitted: Mutex<Vec<(String, u32, Vec<String>)>>,
     cancelled: Mutex<Vec<String>>,
     secrets_fetched: std::sync::atomic::AtomicUsize,
+    /// Tasks completed by scripted jobs.
+    completed: std::sync::atomic::AtomicUsize,
 }
 
 impl Scripted {
@@ -95,6 +97,7 @@ impl Scripted {
             self.store.put(&spec.run_id, &layout::task_file(&t.id, layout::TASK_TRACE), b"").await?;
             write_task_outcome(self.store.as_ref(), &result, "scripted\n", None, &|s: &str| s.to_string()).await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
+            self.completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
         Ok(())
     }
@@ -218,6 +221,7 @@ impl Harness {
             submitted: Mutex::default(),
             cancelled: Mutex::default(),
             secrets_fetched: Default::default(),
+            completed: Default::default(),
         });
         Harness { _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
     }
@@ -372,7 +376,12 @@ async fn resume_runs_only_the_unfinished_tasks() {
             }
         }),
     );
-    let first = h.submit_and_interrupt(|b| b.submissions().len() >= 2).await;
+    // Interrupted once the first job has run and the second hangs.
+    let first = h
+        .submit_and_interrupt(|b| {
+            b.submissions().len() >= 2 && b.completed.load(std::sync::atomic::Ordering::SeqCst) >= 1
+        })
+        .await;
     assert_eq!(first.status, RunStatus::Interrupted);
     let done: Vec<String> = h
         .tasks(&first.run_id)
