@@ -101,7 +101,34 @@ async fn api_calls(endpoint: &str, tasks: u64, per_job: u64, dir: &Path) {
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-aws\nbenchmark:\n  kind: toy\n  size: {tasks}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: no_error\nbackend:\n  id: aws\n  max_concurrent_jobs: 16\n  tasks_per_job: {per_job}\nstorage:\n  bundle_root: s3://{bucket}/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {counted}\n  cluster: {cluster}\n  task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  poll_seconds: 0.5\n",
+            r#"name: bench-aws
+benchmark:
+  kind: toy
+  size: {tasks}
+  latency_ms: 0
+  slow_ms: 0
+agent:
+  kind: mock
+  limits:
+    max_tokens: 5000
+evaluators:
+  - kind: no_error
+backend:
+  id: aws
+  max_concurrent_jobs: 16
+  tasks_per_job: {per_job}
+storage:
+  bundle_root: s3://{bucket}/runs
+  index: dynamodb://{table}
+aws:
+  region: us-east-1
+  endpoint_url: {counted}
+  cluster: {cluster}
+  task_definition: {td}
+  subnets: [{subnet}]
+  security_groups: [{sg}]
+  poll_seconds: 0.5
+"#,
             td = s.td,
             subnet = s.subnet,
             sg = s.sg

@@ -95,7 +95,24 @@ impl Aws {
         self.ws.write(
             &format!("{name}.yaml"),
             &format!(
-                "name: {name}\n{body}backend:\n  id: aws\n  max_concurrent_jobs: 4\n  tasks_per_job: 2\n  max_attempts: 3\nstorage:\n  bundle_root: s3://{bucket}/team/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {endpoint}\n  cluster: {cluster}\n  task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  poll_seconds: 0.3\n",
+                r#"name: {name}
+{body}backend:
+  id: aws
+  max_concurrent_jobs: 4
+  tasks_per_job: 2
+  max_attempts: 3
+storage:
+  bundle_root: s3://{bucket}/team/runs
+  index: dynamodb://{table}
+aws:
+  region: us-east-1
+  endpoint_url: {endpoint}
+  cluster: {cluster}
+  task_definition: {td}
+  subnets: [{subnet}]
+  security_groups: [{sg}]
+  poll_seconds: 0.3
+"#,
                 bucket = self.bucket,
                 table = self.table,
                 cluster = self.cluster,
@@ -141,7 +158,18 @@ impl Aws {
     }
 }
 
-const TOY: &str = "benchmark:\n  kind: toy\n  size: 12\n  latency_ms: 10\n  slow_ms: 50\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\nevaluators:\n  - kind: no_error\n";
+const TOY: &str = r#"benchmark:
+  kind: toy
+  size: 12
+  latency_ms: 10
+  slow_ms: 50
+agent:
+  kind: mock
+  limits:
+    max_tokens: 5000
+evaluators:
+  - kind: no_error
+"#;
 
 fn assert_index_matches_summary(aws: &Aws, run: &str) {
     let (shown, code) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
@@ -302,7 +330,16 @@ async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
 async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
     let mut aws = Aws::new(&[], true).await;
     let stats = aws.fargate(0);
-    let slow = "benchmark:\n  kind: toy\n  size: 10\n  latency_ms: 1500\n  slow_ms: 1500\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\n";
+    let slow = r#"benchmark:
+  kind: toy
+  size: 10
+  latency_ms: 1500
+  slow_ms: 1500
+agent:
+  kind: mock
+  limits:
+    max_tokens: 5000
+"#;
     let cfg = aws.config("aws-cancel", slow, &aws.endpoint.clone());
     let child = aws
         .cmd_in(

@@ -95,7 +95,23 @@ fn jsonl_run_with_the_example_command_agent() {
     let cfg = ws.write(
         "j.yaml",
         &format!(
-            "name: e2e-jsonl\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 20\nevaluators:\n  - kind: tool_sequence\n    tools: [lookup]\nbackend:\n  tasks_per_job: 2\nstorage:\n  bundle_root: runs\n",
+            r#"name: e2e-jsonl
+benchmark:
+  kind: jsonl
+  cases: {}
+agent:
+  kind: command
+  command: [python3, {}]
+  limits:
+    max_wall_seconds: 20
+evaluators:
+  - kind: tool_sequence
+    tools: [lookup]
+backend:
+  tasks_per_job: 2
+storage:
+  bundle_root: runs
+"#,
             cases.display(),
             agent.display()
         ),
@@ -135,7 +151,20 @@ fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let cfg = ws.write(
         "bad.yaml",
         &format!(
-            "name: e2e-bad-agent\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  limits:\n    max_wall_seconds: 8\nbackend:\n  max_concurrent_jobs: 5\nstorage:\n  bundle_root: runs\n",
+            r#"name: e2e-bad-agent
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, {}]
+  limits:
+    max_wall_seconds: 8
+backend:
+  max_concurrent_jobs: 5
+storage:
+  bundle_root: runs
+"#,
             agent.display()
         ),
     );
@@ -185,7 +214,15 @@ fn a_malformed_config_names_every_problem_and_creates_no_run() {
     // Semantic problems surface once the shape is right, also with positions.
     let cfg2 = ws.write(
         "sem.yaml",
-        "name: s\nbenchmark:\n  kind: toy\n  size: 3\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 0\n",
+        r#"name: s
+benchmark:
+  kind: toy
+  size: 3
+agent:
+  kind: mock
+backend:
+  max_concurrent_jobs: 0
+"#,
     );
     let out = ws.run(&["config", "validate", cfg2.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
@@ -320,7 +357,20 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
     let cfg = ws.write(
         "s.yaml",
         &format!(
-            "name: e2e-secrets\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  secrets:\n    API_KEY: MY_API_KEY\nbackend:\n  secrets_file: secrets.env\nstorage:\n  bundle_root: runs\n",
+            r#"name: e2e-secrets
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, {}]
+  secrets:
+    API_KEY: MY_API_KEY
+backend:
+  secrets_file: secrets.env
+storage:
+  bundle_root: runs
+"#,
             agent.display()
         ),
     );

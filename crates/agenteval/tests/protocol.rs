@@ -138,7 +138,16 @@ fn a_program_that_cannot_start_is_an_agent_error_and_the_run_says_so() {
     ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"q\", \"expected\": \"x\"}\n");
     let cfg = ws.write(
         "broken.yaml",
-        "name: broken\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [no-such-program-here]\nstorage:\n  bundle_root: runs\n",
+        r#"name: broken
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [no-such-program-here]
+storage:
+  bundle_root: runs
+"#,
     );
     let (v, _, _) = ws.submit(&cfg, &[]);
     let bundle = Path::new(v["bundle"].as_str().unwrap()).to_path_buf();
