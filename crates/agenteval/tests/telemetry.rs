@@ -315,3 +315,51 @@ fn once_the_collector_is_known_down_new_workers_do_not_export() {
     assert!(last["TRACEPARENT"].is_string(), "the trace context still goes: {last}");
     assert_complete_spans(&bundle, 16);
 }
+
+/// Exports resume when the collector comes back: jobs dispatched while the controller's exports
+/// fail are told not to export, and jobs dispatched after one gets through export again.
+#[test]
+fn when_the_collector_comes_back_new_workers_export_again() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 40, 300, 1, 1);
+    // Held from the start, so the port cannot be taken; silent until served.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let mut cmd = ws.cmd(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "telemetry.export_timeout_seconds=0.5",
+    ]);
+    with_otlp(&mut cmd, &endpoint, "grpc");
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let env_of = |spec: &Path| read_json(spec)["env"].clone();
+    let specs = || -> Vec<PathBuf> {
+        let Some(run) =
+            std::fs::read_dir(ws.runs()).ok().and_then(|d| d.flatten().map(|e| e.path()).find(|p| p.is_dir()))
+        else {
+            return vec![];
+        };
+        let mut out: Vec<PathBuf> = std::fs::read_dir(run.join("jobs"))
+            .map(|d| d.flatten().map(|e| e.path().join("attempt-1/job.json")).filter(|p| p.is_file()).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    };
+    wait_until("a job told not to export", Duration::from_secs(60), || {
+        specs().iter().any(|s| env_of(s)["OTEL_SDK_DISABLED"] == "true")
+    });
+    let receiver = Receiver::serve_on(Protocol::Grpc, true, listener);
+    let out = wait_output(child, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all = specs();
+    assert_eq!(all.len(), 40);
+    let last = env_of(all.last().unwrap());
+    assert_eq!(last["OTEL_EXPORTER_OTLP_ENDPOINT"], serde_json::json!(endpoint), "the last job exports again: {last}");
+    assert!(
+        receiver.wait_for(Duration::from_secs(20), |s| s.spans.iter().any(|s| s.name == "eval.task")),
+        "workers' spans arrive once the collector is back"
+    );
+}

@@ -223,8 +223,13 @@ impl Receiver {
     }
 
     fn start_with(protocol: Protocol, keep: bool) -> Receiver {
+        Self::serve_on(protocol, keep, std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+    }
+
+    /// A receiver on a socket the test already holds: until this is called the socket accepts
+    /// connections and answers nothing (a silent collector); from then on it is served.
+    pub fn serve_on(protocol: Protocol, keep: bool, listener: std::net::TcpListener) -> Receiver {
         let store = Arc::new(Mutex::new(Store { keep, ..Default::default() }));
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let svc = Svc(store.clone());
