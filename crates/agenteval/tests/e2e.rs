@@ -667,3 +667,69 @@ storage:
     }
     assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
 }
+
+/// Trace events are appended as they happen: a worker killed mid-task, with its controller, has
+/// every event its agent sent before the kill in `trace.jsonl`, and the partial bundle is valid.
+#[test]
+fn a_killed_worker_has_streamed_every_event_before_the_kill() {
+    let ws = Workspace::new();
+    let seen = ws.path().join("seen");
+    std::fs::create_dir_all(&seen).unwrap();
+    ws.write(
+        "chatty.py",
+        r#"import json, os, sys, time
+req = json.loads(sys.stdin.readline())
+seen = os.environ["SEEN"]
+open(os.path.join(seen, "agent.pid"), "w").write(str(os.getpid()))
+for i in range(1000):
+    print(json.dumps({"kind": "agent.observation", "payload": {"n": i}}), flush=True)
+    time.sleep(0.3)
+    # Sent, and given 300 ms to reach the trace.
+    with open(os.path.join(seen, "sent.tmp"), "w") as f:
+        f.write(str(i + 1))
+    os.replace(os.path.join(seen, "sent.tmp"), os.path.join(seen, "sent"))
+"#,
+    );
+    ws.write("cases.jsonl", "{\"id\": \"long\", \"input\": \"q\"}\n");
+    let cfg = ws.write(
+        "chatty.yaml",
+        &format!(
+            r#"name: streaming
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, chatty.py]
+  env:
+    SEEN: {}
+storage:
+  bundle_root: runs
+"#,
+            seen.display()
+        ),
+    );
+    let mut child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    let sent = || std::fs::read_to_string(seen.join("sent")).ok().and_then(|s| s.trim().parse::<usize>().ok());
+    wait_until("three events sent", Duration::from_secs(60), || sent().unwrap_or(0) >= 3);
+    let workers = workers_under(ws.path());
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    // Everything dies at once, the controller first so that nobody cleans up after the worker.
+    let before = sent().unwrap();
+    child.kill().unwrap();
+    let _ = child.wait();
+    kill(Pid::from_raw(-workers[0].0), Signal::SIGKILL).unwrap();
+    if let Some(agent) = std::fs::read_to_string(seen.join("agent.pid")).ok().and_then(|p| p.trim().parse::<i32>().ok())
+    {
+        let _ = kill(Pid::from_raw(-agent), Signal::SIGKILL);
+    }
+    let bundle = std::fs::read_dir(ws.runs()).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
+    let trace = std::fs::read_to_string(bundle.join("tasks/long/trace.jsonl")).unwrap();
+    let events = trace.lines().filter(|l| !l.is_empty()).count();
+    assert!(events >= before, "{before} events sent before the kill, {events} in the trace");
+    for line in trace.lines().filter(|l| !l.is_empty()) {
+        let _: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("a torn line: {e}: {line}"));
+    }
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "the partial bundle is valid: {}", text(&out.stdout));
+}
