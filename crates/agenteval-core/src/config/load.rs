@@ -392,6 +392,23 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
             out.push(Problem { origin: pos.find(&at, false), pointer: at, message });
         }
         K::OneOfNotValid { context } | K::AnyOf { context } => {
+            // A choice of documented constants (`backend.id`, `aws.capacity`): name them.
+            let options: Option<Vec<String>> = context
+                .iter()
+                .map(|branch| match branch.as_slice() {
+                    [e] if e.instance_path().as_str() == ptr => match e.kind() {
+                        K::Constant { expected_value } => expected_value.as_str().map(str::to_string),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .collect();
+            if let Some(options) = options.filter(|o| !o.is_empty()) {
+                let found = value.pointer(&ptr).and_then(Value::as_str).unwrap_or_default();
+                let message = format!("`{found}` is not one of: {}", options.join(", "));
+                out.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
+                return;
+            }
             let fitting: Vec<_> =
                 context.iter().filter(|branch| !branch.iter().any(|e| rules_out_branch(e, &ptr))).collect();
             if let [only] = fitting.as_slice() {
@@ -677,7 +694,10 @@ mod tests {
                 "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nevaluators:\n  - kind: regex\n    pattern: '(('\n",
                 "c.yaml:9:14: invalid regex",
             ),
-            ("benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nbackend:\n  id: gcp\n", "c.yaml:8:7:"),
+            (
+                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nbackend:\n  id: gcp\n",
+                "c.yaml:8:7: `gcp` is not one of: local, aws",
+            ),
             (
                 "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: gs://b/runs\n",
                 "c.yaml:8:16: `gs://b/runs` is not a bundle location",
