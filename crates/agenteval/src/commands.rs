@@ -135,8 +135,9 @@ async fn submit(args: &RunConfigArgs, json: bool, quiet: bool, telemetry: &Telem
     Ok(outcome_code(outcome.status))
 }
 
-/// The run index the arguments name, and the wiring that opened it (its AWS settings come from
-/// `--config` when given, else from the environment).
+/// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else
+/// `--backend aws`'s, else ./runs/index.sqlite), and the wiring that opened it: its AWS
+/// settings are the config's when the index came from `--config`, else the environment's.
 async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
     let uri = if let Some(i) = &args.index {
         i.display().to_string()
