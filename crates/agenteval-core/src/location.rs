@@ -74,14 +74,6 @@ impl BundleRoot {
         }
     }
 
-    /// The location of one run's bundle, as stores report it (`<root>/<run_id>`).
-    pub fn bundle_uri(&self, run: &RunId) -> String {
-        match self {
-            BundleRoot::Local(p) => p.join(run.to_string()).display().to_string(),
-            root => format!("{root}/{run}"),
-        }
-    }
-
     /// Splits a bundle location (`/path/runs/<run_id>` or `s3://bucket/prefix/<run_id>`) into
     /// its root and run id.
     pub fn split_bundle_uri(uri: &str) -> Result<(BundleRoot, RunId)> {
@@ -193,7 +185,7 @@ mod tests {
         let run = RunId::new();
         for root in ["/tmp/runs", "s3://b/team/runs", "s3://b"] {
             let r: BundleRoot = root.parse().unwrap();
-            let uri = r.bundle_uri(&run);
+            let uri = format!("{root}/{run}");
             assert_eq!(BundleRoot::split_bundle_uri(&uri).unwrap(), (r, run), "{uri}");
         }
         assert!(BundleRoot::split_bundle_uri("/tmp/runs/notarun").is_err());

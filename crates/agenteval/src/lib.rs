@@ -4,20 +4,8 @@
 //! 2 usage or configuration error, 3 run incomplete, 4 operation failed (storage, index,
 //! backend).
 
-/// `println!` for a command's output. A reader that went away (`agenteval runs list | head`)
+/// `print!` for a command's output. A reader that went away (`agenteval runs list | head`)
 /// ends the process quietly, as it does any Unix tool, instead of a panic.
-macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*)
-            && e.kind() == std::io::ErrorKind::BrokenPipe
-        {
-            std::process::exit(0);
-        }
-    }};
-}
-
-/// `print!` with the same care as [`say!`].
 macro_rules! say_raw {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
@@ -27,6 +15,13 @@ macro_rules! say_raw {
             std::process::exit(0);
         }
     }};
+}
+
+/// `println!` with the same care as `say_raw!`.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        say_raw!("{}\n", format_args!($($arg)*))
+    };
 }
 
 mod cli;

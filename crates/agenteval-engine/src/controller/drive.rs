@@ -23,7 +23,6 @@ use crate::telemetry::{self, FleetMetrics};
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
-    pub submitted: u64,
     pub succeeded: u64,
     pub failed: u64,
     pub retried: u64,
@@ -173,7 +172,6 @@ impl Fleet<'_> {
             for ((p, span), res) in batch.into_iter().zip(results) {
                 match res {
                     Ok(handle) => {
-                        self.counters.submitted += 1;
                         self.metrics.jobs_submitted.add(1, self.metrics.attrs());
                         span.record("agenteval.job.handle", handle.native_id.as_str());
                         self.in_flight.insert(
