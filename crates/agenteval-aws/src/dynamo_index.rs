@@ -449,7 +449,7 @@ impl RunIndex for DynamoDbRunIndex {
             }
             c.passed += get_bool(i, "passed").unwrap_or(false) as u64;
             c.cost_usd += get_n::<f64>(i, "cost_usd").unwrap_or(0.0);
-            c.tokens += get_n::<u64>(i, "tokens").unwrap_or(0);
+            c.tokens = c.tokens.saturating_add(get_n::<u64>(i, "tokens").unwrap_or(0));
         }
         Ok(c)
     }

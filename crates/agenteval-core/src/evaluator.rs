@@ -65,6 +65,7 @@ pub enum EvaluatorConfig {
     MaxSteps {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        #[schemars(range(max = crate::config::MAX_TRACE_EVENTS))]
         max_steps: u32,
     },
     /// The agent called the expected tools (and none of the forbidden ones).
@@ -85,12 +86,14 @@ pub enum EvaluatorConfig {
     CostBudget {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        #[schemars(range(max = crate::config::MAX_TASK_COST_USD))]
         max_cost_usd: f64,
     },
     /// The task took at most this many seconds.
     LatencyBudget {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
+        #[schemars(range(max = crate::config::MAX_WALL_SECONDS))]
         max_seconds: f64,
     },
 }

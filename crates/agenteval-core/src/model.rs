@@ -157,6 +157,8 @@ pub enum TerminatedBy {
     LimitTokens,
     LimitTime,
     LimitCost,
+    /// The trace grew past `max_trace_events` or `max_trace_bytes`.
+    LimitTrace,
     InfraFailure,
     AgentError,
 }
@@ -168,6 +170,7 @@ impl TerminatedBy {
             TerminatedBy::LimitTokens => "limit_tokens",
             TerminatedBy::LimitTime => "limit_time",
             TerminatedBy::LimitCost => "limit_cost",
+            TerminatedBy::LimitTrace => "limit_trace",
             TerminatedBy::InfraFailure => "infra_failure",
             TerminatedBy::AgentError => "agent_error",
         }

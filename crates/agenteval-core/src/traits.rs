@@ -214,9 +214,33 @@ pub struct AgentEvent {
     pub output_tokens: u64,
 }
 
+/// Most tokens one event may report. Beyond it the number is a broken or hostile agent, not
+/// usage: no model call comes near it, and sums of such values stay far from overflowing.
+pub const MAX_EVENT_TOKENS: u64 = 1 << 32;
+/// Most one event may cost, in US dollars, for the same reason.
+pub const MAX_EVENT_COST_USD: f64 = 1e6;
+
 impl AgentEvent {
     pub fn new(kind: EventKind, payload: serde_json::Value) -> Self {
         AgentEvent { kind: Some(kind), payload, ..Default::default() }
+    }
+
+    /// Why this event's usage numbers cannot be believed, if they cannot: a cost that is
+    /// negative, not finite or absurd, or a token count past [`MAX_EVENT_TOKENS`]. A negative
+    /// cost would lower a budget; an infinite one would make totals unwritable.
+    pub fn usage_problem(&self) -> Option<String> {
+        let c = self.cost_usd;
+        if !c.is_finite() || !(0.0..=MAX_EVENT_COST_USD).contains(&c) {
+            return Some(format!(
+                "reports cost_usd {c}: an event's cost must be a finite number from 0 to {MAX_EVENT_COST_USD}"
+            ));
+        }
+        for (name, v) in [("input_tokens", self.input_tokens), ("output_tokens", self.output_tokens)] {
+            if v > MAX_EVENT_TOKENS {
+                return Some(format!("reports {name} {v}: an event reports at most {MAX_EVENT_TOKENS} tokens"));
+            }
+        }
+        None
     }
 }
 

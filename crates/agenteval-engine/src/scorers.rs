@@ -71,7 +71,7 @@ impl Scorer for CostTokens {
     fn observe(&mut self, r: &TaskResult) {
         self.n += 1;
         self.cost += r.total_cost_usd();
-        self.tokens += r.agent.total_tokens;
+        self.tokens = self.tokens.saturating_add(r.agent.total_tokens);
     }
 
     fn finish(&self, s: &mut RunSummary) {

@@ -229,7 +229,7 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
                 t.job_id.as_ref().map(|j| j.to_string()),
                 t.passed.map(|b| b as i64),
                 t.cost_usd,
-                t.tokens as i64,
+                t.tokens.min(i64::MAX as u64) as i64,
                 t.wall_seconds,
                 t.terminated_by.map(|x| x.as_str()),
                 t.detail,
@@ -401,7 +401,7 @@ impl RunIndex for SqliteRunIndex {
         self.with(move |c| {
             let mut stmt = c
                 .prepare(
-                    "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), COALESCE(SUM(tokens), 0)
+                    "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), TOTAL(tokens)
                      FROM tasks WHERE run_id = ?1 GROUP BY state",
                 )
                 .map_err(|e| db_err("preparing", e))?;
@@ -413,7 +413,9 @@ impl RunIndex for SqliteRunIndex {
                 counts.total += n;
                 counts.passed += r.get::<_, i64>(2).map_err(|e| db_err("counting", e))? as u64;
                 counts.cost_usd += r.get::<_, f64>(3).map_err(|e| db_err("counting", e))?;
-                counts.tokens += r.get::<_, i64>(4).map_err(|e| db_err("counting", e))? as u64;
+                // TOTAL is a float sum: it cannot overflow as SUM can, and `as` saturates.
+                counts.tokens =
+                    counts.tokens.saturating_add(r.get::<_, f64>(4).map_err(|e| db_err("counting", e))? as u64);
                 match TaskState::parse(&state) {
                     Some(TaskState::Pending) => counts.pending += n,
                     Some(TaskState::Queued) => counts.queued += n,

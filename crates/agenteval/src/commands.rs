@@ -421,6 +421,9 @@ async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
 }
 
 async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
+    // Everything an agent leaves behind (a `setsid` child included) becomes this process's to
+    // kill when its task ends.
+    agenteval_engine::agents::reap::own_descendants();
     // Workers are configured by their environment alone (the controller forwards its settings).
     telemetry.connect(&Settings::resolve(None), Role::Worker);
     let exe = match std::env::current_exe() {

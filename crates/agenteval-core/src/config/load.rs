@@ -598,16 +598,31 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     Ok(LoadedConfig { config, path: base.join(file), resolved })
 }
 
+/// Reads a config file, refusing what cannot be one: a device, pipe or folder (`/dev/zero` would
+/// be read forever) or a file past [`super::MAX_CONFIG_BYTES`].
+fn read_config_file(path: &Path) -> Result<String, String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file".into());
+    }
+    let limit = super::MAX_CONFIG_BYTES;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let mut bytes = Vec::new();
+    // Read one byte past the limit: the size in `meta` may already be stale.
+    file.take(limit + 1).read_to_end(&mut bytes).map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("is larger than {} KiB; a config is a page of YAML, not a data set", limit / 1024));
+    }
+    String::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())
+}
+
 /// Loads and validates a configuration file, applying `--set` overrides.
 pub fn load_config(path: &Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
     let display = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+    let text = read_config_file(path).map_err(|message| ConfigError {
         file: display.clone(),
-        problems: vec![Problem {
-            origin: Origin::Unknown,
-            pointer: String::new(),
-            message: format!("cannot read: {e}"),
-        }],
+        problems: vec![Problem { origin: Origin::Unknown, pointer: String::new(), message }],
     })?;
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();

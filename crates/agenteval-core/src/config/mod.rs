@@ -3,6 +3,7 @@
 //! Loading from YAML with positions lives in [`load`]; this module never touches the
 //! filesystem except through paths it was handed already resolved.
 
+mod bounds;
 mod load;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
 pub use crate::location::{BundleRoot, IndexLocation};
+pub use bounds::*;
 pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, load_config, load_config_str};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
@@ -31,9 +33,11 @@ pub struct RunConfig {
     pub storage: StorageConfig,
     /// How many times each task is run (each repetition is its own task `<id>@r<n>`).
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_REPETITIONS))]
     pub repetitions: u32,
     /// Stop dispatching and cancel running jobs once the run has spent this much.
     #[serde(default)]
+    #[schemars(range(max = MAX_RUN_COST_USD))]
     pub max_run_cost_usd: Option<f64>,
     /// Where and how to run on AWS (backend `aws`, or `s3://` / `dynamodb://` storage).
     #[serde(default)]
@@ -98,9 +102,11 @@ pub struct TelemetryConfig {
     pub resource_attributes: BTreeMap<String, String>,
     /// Longest a single export may take (`OTEL_EXPORTER_OTLP_TIMEOUT`, in seconds here; default 5).
     #[serde(default)]
+    #[schemars(range(max = MAX_EXPORT_TIMEOUT_SECONDS))]
     pub export_timeout_seconds: Option<f64>,
     /// How often metrics are pushed while a run goes (`OTEL_METRIC_EXPORT_INTERVAL`; default 10).
     #[serde(default)]
+    #[schemars(range(max = MAX_INTERVAL_SECONDS))]
     pub metrics_interval_seconds: Option<f64>,
 }
 
@@ -147,12 +153,15 @@ pub struct AwsConfig {
     pub capacity: FargateCapacity,
     /// Launch pacing: RunTask calls allowed in a burst.
     #[serde(default = "default_burst")]
+    #[schemars(range(min = 1, max = MAX_LAUNCH_BURST))]
     pub launch_burst: u32,
     /// Launch pacing: sustained RunTask calls per second.
     #[serde(default = "default_rate")]
+    #[schemars(range(max = MAX_LAUNCH_PER_SECOND))]
     pub launch_per_second: f64,
     /// Seconds between DescribeTasks polls.
     #[serde(default = "default_poll")]
+    #[schemars(range(min = MIN_POLL_SECONDS, max = MAX_INTERVAL_SECONDS))]
     pub poll_seconds: f64,
 }
 
@@ -201,12 +210,15 @@ pub enum BenchmarkConfig {
     /// Deterministic generated tasks, for trying the tool and measuring it.
     Toy {
         /// Number of tasks.
+        #[schemars(range(min = 1, max = MAX_TOY_SIZE))]
         size: u64,
         /// Latency of the mock agent on ordinary tasks, in milliseconds (default 5).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = MAX_LATENCY_MS))]
         latency_ms: Option<u64>,
         /// Latency of the mock agent on the slow tasks, in milliseconds (default 300).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = MAX_LATENCY_MS))]
         slow_ms: Option<u64>,
         #[serde(default)]
         filter: TaskFilter,
@@ -327,15 +339,48 @@ impl AgentConfig {
     }
 }
 
+/// Per-task limits of the agent. Each one stops the agent when crossed, with its own
+/// `terminated_by`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct Limits {
+    /// Tokens (input + output) the agent may use on one task.
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_TASK_TOKENS))]
     pub max_tokens: Option<u64>,
+    /// Seconds the agent may run on one task (default 3600: nothing may hold a task forever).
     #[serde(default)]
+    #[schemars(range(max = MAX_WALL_SECONDS))]
     pub max_wall_seconds: Option<f64>,
+    /// US dollars the agent may spend on one task.
     #[serde(default)]
+    #[schemars(range(max = MAX_TASK_COST_USD))]
     pub max_cost_usd: Option<f64>,
+    /// Trace events the agent may emit on one task (default 10,000).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_TRACE_EVENTS))]
+    pub max_trace_events: Option<u64>,
+    /// Bytes of trace the agent may write on one task (default 64 MiB).
+    #[serde(default)]
+    #[schemars(range(min = 1024, max = MAX_TRACE_BYTES))]
+    pub max_trace_bytes: Option<u64>,
+}
+
+impl Limits {
+    /// `max_wall_seconds`, or its default.
+    pub fn wall_seconds(&self) -> f64 {
+        self.max_wall_seconds.unwrap_or(DEFAULT_WALL_SECONDS)
+    }
+
+    /// `max_trace_events`, or its default.
+    pub fn trace_events(&self) -> u64 {
+        self.max_trace_events.unwrap_or(DEFAULT_TRACE_EVENTS)
+    }
+
+    /// `max_trace_bytes`, or its default.
+    pub fn trace_bytes(&self) -> u64 {
+        self.max_trace_bytes.unwrap_or(DEFAULT_TRACE_BYTES)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -343,12 +388,15 @@ pub struct Limits {
 pub struct MockConfig {
     /// Latency per task in milliseconds.
     #[serde(default)]
+    #[schemars(range(max = MAX_LATENCY_MS))]
     pub latency_ms: u64,
     /// Tokens spent per task.
     #[serde(default = "default_mock_tokens")]
+    #[schemars(range(max = MAX_EVENT_TOKENS))]
     pub tokens: u64,
     /// Cost per task in US dollars.
     #[serde(default = "default_mock_cost")]
+    #[schemars(range(min = 0, max = MAX_EVENT_COST_USD))]
     pub cost_usd: f64,
 }
 
@@ -409,12 +457,15 @@ pub struct BackendConfig {
     #[serde(default)]
     pub id: BackendId,
     #[serde(default = "default_concurrency")]
+    #[schemars(range(min = 1, max = MAX_CONCURRENT_JOBS))]
     pub max_concurrent_jobs: u32,
     /// Tasks per job; 1 runs one worker per task.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_TASKS_PER_JOB))]
     pub tasks_per_job: u32,
     /// Dispatches of a task before it is given up as an infrastructure failure.
     #[serde(default = "default_attempts")]
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
     pub max_attempts: u32,
     /// `local`: a file of `NAME=value` lines the local backend reads secrets from (besides the
     /// environment).

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::time::Duration;
 
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 use async_trait::async_trait;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -53,16 +52,25 @@ struct WireEvent {
     output_tokens: u64,
 }
 
-/// Kills the agent's whole process group when dropped: on a time limit the runner drops the
-/// agent's future, and grandchildren the agent started must not outlive it.
-struct GroupGuard(Option<i32>);
+/// Kills the agent's whole process tree when dropped, however the task ended: on a time limit
+/// the runner drops the agent's future, and nothing the agent started (in its group or out of
+/// it) may outlive its task.
+struct TreeGuard(Option<i32>);
 
-impl Drop for GroupGuard {
+impl Drop for TreeGuard {
     fn drop(&mut self) {
         if let Some(pid) = self.0 {
-            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+            super::reap::kill_tree(pid);
         }
     }
+}
+
+/// How long output is still read once the agent's own process has exited: enough for the pipe
+/// to drain, not enough for a background child holding stdout to keep the task.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(86_400 * 365)
 }
 
 fn agent_error(msg: impl Into<String>) -> AgentOutcome {
@@ -111,7 +119,7 @@ impl AgentRunner for CommandAgent {
             Ok(c) => c,
             Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
         };
-        let _guard = GroupGuard(child.id().map(|p| p as i32));
+        let _guard = TreeGuard(child.id().map(|p| p as i32));
 
         let request = json!({
             "protocol": 1,
@@ -121,7 +129,7 @@ impl AgentRunner for CommandAgent {
             "model": self.model,
             "limits": {
                 "max_tokens": ctx.limits.max_tokens,
-                "max_wall_seconds": ctx.limits.max_wall_seconds,
+                "max_wall_seconds": ctx.limits.wall_seconds(),
                 "max_cost_usd": ctx.limits.max_cost_usd,
             },
             "scratch_dir": scratch,
@@ -150,9 +158,26 @@ impl AgentRunner for CommandAgent {
         let mut problem: Option<(TerminatedBy, String)> = None;
         let mut buf = Vec::new();
         let mut n = 0usize;
+        let mut exited = None;
+        let mut drain_until: Option<tokio::time::Instant> = None;
         loop {
             buf.clear();
-            let read = (&mut lines).take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await;
+            // A read cancelled by the exit branch keeps what it read in `buf`; the next one goes on.
+            let read = loop {
+                let mut limited = (&mut lines).take(MAX_LINE as u64 + 1);
+                let read_line = limited.read_until(b'\n', &mut buf);
+                tokio::select! {
+                    r = read_line => break Some(r),
+                    st = child.wait(), if exited.is_none() => {
+                        exited = Some(st);
+                        drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                    }
+                    _ = tokio::time::sleep_until(drain_until.unwrap_or_else(far_future)), if drain_until.is_some() => {
+                        break None;
+                    }
+                }
+            };
+            let Some(read) = read else { break };
             match read {
                 Ok(0) => break,
                 Ok(_) => {}
@@ -211,7 +236,10 @@ impl AgentRunner for CommandAgent {
         if problem.is_some() {
             let _ = child.start_kill();
         }
-        let status = child.wait().await;
+        let status = match exited {
+            Some(st) => st,
+            None => child.wait().await,
+        };
         let stderr_tail = stderr_task.await.unwrap_or_default();
         let with_stderr = |msg: String| {
             if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }

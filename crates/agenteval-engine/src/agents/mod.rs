@@ -2,6 +2,7 @@
 
 mod command;
 mod mock;
+pub mod reap;
 
 use std::sync::Arc;
 

@@ -29,12 +29,21 @@ pub(super) struct TraceSink {
     pub(super) appender: Box<dyn Appender>,
     redactor: Redactor,
     limits: Limits,
+    /// What grading sees of the trace: every event, with its payload kept only while the
+    /// kept payloads fit [`KEPT_PAYLOAD_BYTES`]; the whole trace is in `trace.jsonl`.
     pub(super) events: Vec<TraceEvent>,
+    kept_payload_bytes: usize,
+    written_bytes: u64,
     cost: f64,
     tokens: u64,
     pub(super) write_error: Option<Error>,
     spans: CallSpans,
 }
+
+/// Payload bytes of trace events the worker keeps in memory for grading, so that its memory
+/// does not grow with the trace. Past it an event keeps its kind, usage and `tool` name (what the
+/// built-in evaluators read) and its payload is marked `{"elided": true}`.
+const KEPT_PAYLOAD_BYTES: usize = 8 << 20;
 
 /// Turns the agent's event stream into GenAI spans under `agent.execute`: an LLM call for every
 /// event that reports token usage (from the previous event to this one), and a tool execution
@@ -61,7 +70,7 @@ impl CallSpans {
         if ev.kind == EventKind::AgentToolResult {
             let mut span =
                 self.open_tool.take().unwrap_or_else(|| self.tool_span(&tracer, &tool_name(), self.last_event));
-            if ev.input_tokens + ev.output_tokens > 0 {
+            if ev.input_tokens > 0 || ev.output_tokens > 0 {
                 span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", ev.input_tokens as i64));
                 span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", ev.output_tokens as i64));
             }
@@ -72,7 +81,7 @@ impl CallSpans {
                 open.set_status(opentelemetry::trace::Status::error("no tool result"));
                 open.end_with_timestamp(now);
             }
-            if ev.input_tokens + ev.output_tokens > 0 {
+            if ev.input_tokens > 0 || ev.output_tokens > 0 {
                 let mut span = tracer
                     .span_builder(format!("chat {}", self.model))
                     .with_kind(SpanKind::Client)
@@ -147,9 +156,23 @@ impl TraceSink {
         if let Err(e) = self.appender.append(&line).await {
             self.write_error.get_or_insert(e);
         }
+        self.written_bytes = self.written_bytes.saturating_add(line.len() as u64);
+        // Usage was checked on the way in (`emit`); saturating keeps a long trace of large but
+        // believable numbers from wrapping.
         self.cost += cost;
-        self.tokens += input + output;
+        self.tokens = self.tokens.saturating_add(input.saturating_add(output));
         self.spans.observe(&ev);
+        let mut ev = ev;
+        let size = line.len();
+        if self.kept_payload_bytes + size > KEPT_PAYLOAD_BYTES && kind != EventKind::AgentTerminal {
+            let tool = ev.payload.get("tool").cloned();
+            ev.payload = json!({"elided": true});
+            if let Some(tool) = tool {
+                ev.payload["tool"] = tool;
+            }
+        } else {
+            self.kept_payload_bytes += size;
+        }
         self.events.push(ev);
     }
 }
@@ -157,10 +180,32 @@ impl TraceSink {
 #[async_trait]
 impl EventSink for TraceSink {
     async fn emit(&mut self, event: AgentEvent) -> std::result::Result<(), Stop> {
+        if let Some(problem) = event.usage_problem() {
+            // Not written: the numbers would enter every total. The reason quotes them.
+            return Err(Stop {
+                terminated_by: TerminatedBy::AgentError,
+                reason: format!("event {} {problem}", self.events.len() + 1),
+            });
+        }
+        // The runner's own terminal event is written after this limit; one past it is allowed.
+        let max_events = self.limits.trace_events();
+        if self.events.len() as u64 >= max_events {
+            return Err(Stop {
+                terminated_by: TerminatedBy::LimitTrace,
+                reason: format!("emitted more than {max_events} events (max_trace_events)"),
+            });
+        }
         let kind = event.kind.unwrap_or(EventKind::AgentObservation);
         self.write(kind, event.payload, event.cost_usd, event.input_tokens, event.output_tokens).await;
         if let Some(e) = &self.write_error {
             return Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason: format!("cannot write trace: {e}") });
+        }
+        let max_bytes = self.limits.trace_bytes();
+        if self.written_bytes > max_bytes {
+            return Err(Stop {
+                terminated_by: TerminatedBy::LimitTrace,
+                reason: format!("wrote {} trace bytes, limit {max_bytes} (max_trace_bytes)", self.written_bytes),
+            });
         }
         if let Some(max) = self.limits.max_tokens
             && self.tokens > max
@@ -209,6 +254,8 @@ pub(super) async fn run_agent(
         redactor: ctx.redactor.clone(),
         limits: limits.clone(),
         events: Vec::new(),
+        kept_payload_bytes: 0,
+        written_bytes: 0,
         cost: 0.0,
         tokens: 0,
         write_error: None,
@@ -216,18 +263,16 @@ pub(super) async fn run_agent(
     };
     let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets };
     let start = Instant::now();
+    // Always a deadline: with none, an agent (or a child holding its stdout) could keep the
+    // task forever. The config bounds it, so the `Duration` cannot overflow.
+    let secs = limits.wall_seconds();
     let outcome = async {
-        match limits.max_wall_seconds {
-            Some(secs) => {
-                match tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)).await {
-                    Ok(o) => o,
-                    Err(_) => AgentOutcome {
-                        final_answer: None,
-                        error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
-                    },
-                }
-            }
-            None => ctx.agent.run(&actx, &mut sink).await,
+        match tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)).await {
+            Ok(o) => o,
+            Err(_) => AgentOutcome {
+                final_answer: None,
+                error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
+            },
         }
     }
     .instrument(execute.clone())
@@ -244,10 +289,12 @@ pub(super) async fn run_agent(
         None => (TerminatedBy::Completed, None),
         Some((t, m)) => (*t, Some(ctx.redactor.redact(m))),
     };
-    let (input_tokens, output_tokens) =
-        sink.events.iter().fold((0, 0), |(i, o), e| (i + e.input_tokens, o + e.output_tokens));
-    execute.record("gen_ai.usage.input_tokens", input_tokens as i64);
-    execute.record("gen_ai.usage.output_tokens", output_tokens as i64);
+    let (input_tokens, output_tokens) = sink
+        .events
+        .iter()
+        .fold((0u64, 0u64), |(i, o), e| (i.saturating_add(e.input_tokens), o.saturating_add(e.output_tokens)));
+    execute.record("gen_ai.usage.input_tokens", input_tokens.min(i64::MAX as u64) as i64);
+    execute.record("gen_ai.usage.output_tokens", output_tokens.min(i64::MAX as u64) as i64);
     execute.record("agenteval.cost_usd", sink.cost);
     execute.record("agenteval.terminated_by", terminated_by.as_str());
     if let Some(e) = &error {
@@ -282,13 +329,15 @@ pub(super) async fn run_agent(
 /// verdict once the agent is done.
 fn policy_check(limits: &Limits, terminated_by: TerminatedBy, tokens: u64, cost: f64, wall: f64) {
     let verdict = match terminated_by {
-        TerminatedBy::LimitTokens | TerminatedBy::LimitCost | TerminatedBy::LimitTime => terminated_by.as_str(),
+        TerminatedBy::LimitTokens | TerminatedBy::LimitCost | TerminatedBy::LimitTime | TerminatedBy::LimitTrace => {
+            terminated_by.as_str()
+        }
         _ => "within_limits",
     };
     let span = tracing::info_span!(
         "policy.check",
         agenteval.policy.verdict = verdict,
-        agenteval.tokens = tokens as i64,
+        agenteval.tokens = tokens.min(i64::MAX as u64) as i64,
         agenteval.cost_usd = cost,
         agenteval.wall_seconds = wall,
         agenteval.limit.max_tokens = Empty,
@@ -301,9 +350,7 @@ fn policy_check(limits: &Limits, terminated_by: TerminatedBy, tokens: u64, cost:
     if let Some(v) = limits.max_cost_usd {
         span.record("agenteval.limit.max_cost_usd", v);
     }
-    if let Some(v) = limits.max_wall_seconds {
-        span.record("agenteval.limit.max_wall_seconds", v);
-    }
+    span.record("agenteval.limit.max_wall_seconds", limits.wall_seconds());
     if verdict != "within_limits" {
         telemetry::set_error(&span, &format!("limit exceeded: {verdict}"));
     }
