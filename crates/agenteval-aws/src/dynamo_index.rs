@@ -341,6 +341,9 @@ impl RunIndex for DynamoDbRunIndex {
             sets.push("controller = :ctl".into());
             values.insert(":ctl".into(), s(c));
         }
+        if let Some(e) = u.if_epoch {
+            values.insert(":if_epoch".into(), n(e));
+        }
         let res = self
             .clients
             .dynamodb
@@ -349,7 +352,11 @@ impl RunIndex for DynamoDbRunIndex {
             .key("pk", s(run_pk(run)))
             .key("sk", s("#RUN"))
             .update_expression(format!("SET {}", sets.join(", ")))
-            .condition_expression("attribute_exists(pk)")
+            .condition_expression(if u.if_epoch.is_some() {
+                "attribute_exists(pk) AND epoch = :if_epoch"
+            } else {
+                "attribute_exists(pk)"
+            })
             .set_expression_attribute_values(Some(values))
             .set_expression_attribute_names(if names.is_empty() { None } else { Some(names) })
             .send()
@@ -357,7 +364,10 @@ impl RunIndex for DynamoDbRunIndex {
         match res {
             Ok(_) => Ok(()),
             Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
-                Err(Error::not_found(format!("run {run} is not in the index")))
+                match self.get_run(run).await? {
+                    None => Err(Error::not_found(format!("run {run} is not in the index"))),
+                    Some(r) => Err(lease_lost(&run.to_string(), r.epoch, &r.controller)),
+                }
             }
             Err(e) => Err(classify(&format!("updating run {run}"), e)),
         }

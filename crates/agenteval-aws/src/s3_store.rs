@@ -210,6 +210,37 @@ impl BundleStore for S3BundleStore {
         Ok(out)
     }
 
+    async fn list_runs(&self) -> Result<Vec<RunId>> {
+        let base = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .clients
+                .s3
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&base)
+                .delimiter("/")
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| classify(&format!("listing s3://{}/{base}", self.bucket), e))?;
+            for p in page.common_prefixes() {
+                let name = p.prefix().and_then(|k| k.strip_prefix(&base)).map(|k| k.trim_end_matches('/'));
+                if let Some(run) = name.and_then(|n| n.parse().ok()) {
+                    out.push(run);
+                }
+            }
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let key = self.key(run, path)?;
         // No request yet: the first flush (or `finish`) replaces whatever an earlier attempt

@@ -37,6 +37,10 @@ pub struct JobSpec {
     /// Attempt number of this job and of every task in it (1 for the first dispatch).
     pub attempt: u32,
     pub tasks: Vec<TaskSpec>,
+    /// The lease epoch of the controller that dispatched this job: a worker starts a task only
+    /// while the run's epoch in the index is still this one.
+    #[serde(default)]
+    pub epoch: u32,
     /// Where the worker finds the bundle (a path or URI understood by the store factory).
     pub bundle_uri: String,
     /// Where the worker records task states.
@@ -377,6 +381,20 @@ pub struct RunUpdate {
     pub cancel_requested: Option<bool>,
     pub epoch: Option<u32>,
     pub controller: Option<String>,
+    /// Applies the update only while the run's epoch is this one; otherwise the update fails
+    /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch
+    /// on from the one it read, and every heartbeat and the seal are conditional on it, so two
+    /// controllers can never both drive a run.
+    pub if_epoch: Option<u32>,
+}
+
+/// The error of an update whose `if_epoch` no longer holds: another controller has claimed the
+/// run since.
+pub fn lease_lost(run: &str, epoch: u32, controller: &str) -> crate::Error {
+    crate::Error::new(
+        crate::ErrorKind::Conflict,
+        format!("run {run} is now driven by another controller ({controller}, epoch {epoch})"),
+    )
 }
 
 /// A task as the index records it.

@@ -38,7 +38,10 @@ pub trait Resolver: Send + Sync {
     /// The store holding the bundles under `root`.
     async fn store(&self, root: &BundleRoot) -> Result<std::sync::Arc<dyn BundleStore>>;
     /// The run index at `at`.
+    /// Opens an existing index: a missing one is `NotFound`, never silently recreated.
     async fn index(&self, at: &IndexLocation) -> Result<std::sync::Arc<dyn RunIndex>>;
+    /// Opens the index, creating it if it does not exist (`submit`, `index rebuild`).
+    async fn create_index(&self, at: &IndexLocation) -> Result<std::sync::Arc<dyn RunIndex>>;
     /// The backend that runs the jobs of `config` (`backend.id`).
     async fn backend(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn CloudBackend>>;
 }
@@ -92,6 +95,9 @@ pub trait BundleStore: Send + Sync {
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool>;
     /// Every file under `prefix` (`""` for the whole bundle), sorted, relative to the bundle.
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>>;
+    /// Every run with a bundle under this root, sorted (what `index rebuild` walks). Entries
+    /// that are not run ids are skipped.
+    async fn list_runs(&self) -> Result<Vec<RunId>>;
     /// Opens a file for appending lines as they happen. The default buffers and writes the
     /// whole file on every flush; stores with real appends override it.
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
@@ -147,6 +153,12 @@ pub trait RunIndex: Send + Sync {
     /// Records (or updates) one dispatch of a job.
     async fn record_job(&self, job: &JobRecord) -> Result<()>;
     async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>>;
+    /// Fails (`Io`) when the index this handle opened is no longer the one at its location
+    /// (a SQLite file deleted or replaced), so that a controller stops instead of writing into a
+    /// file nobody else sees.
+    async fn verify(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a benchmark prepared for one task.

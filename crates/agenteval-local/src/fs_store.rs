@@ -118,6 +118,23 @@ impl BundleStore for FsBundleStore {
         })
     }
 
+    async fn list_runs(&self) -> Result<Vec<RunId>> {
+        crate::blocking(|| {
+            let entries = match std::fs::read_dir(&self.root) {
+                Ok(e) => e,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+                Err(e) => return Err(Error::io(format!("listing {}", self.root.display()), e)),
+            };
+            let mut out: Vec<RunId> = entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+                .collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let p = self.file(run, path)?;
         if let Some(parent) = p.parent() {

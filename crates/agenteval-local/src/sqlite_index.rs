@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS jobs (
 pub struct SqliteRunIndex {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
+    /// Device and inode of the file opened, to notice it being deleted or replaced under us.
+    identity: (u64, u64),
 }
 
 impl std::fmt::Debug for SqliteRunIndex {
@@ -141,7 +143,46 @@ impl SqliteRunIndex {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
         }
-        let conn = Connection::open(path).map_err(|e| db_err("opening", e))?;
+        Self::open_with(path, true)
+    }
+
+    /// Opens the index at `path`, which must exist: workers and every command but `submit` and
+    /// `index rebuild` use this, so that a lost index is noticed instead of silently recreated.
+    pub fn open_existing(path: &Path) -> Result<Self> {
+        Self::open_with(path, false)
+    }
+
+    fn open_with(path: &Path, create: bool) -> Result<Self> {
+        let lost = || {
+            Error::not_found(format!(
+                "no run index at {} (if it was lost, `agenteval index rebuild --bundles ROOT` recreates it)",
+                path.display()
+            ))
+        };
+        match std::fs::metadata(path) {
+            Ok(m) if m.len() == 0 => {
+                // SQLite would read an empty file as an empty index: "no runs yet" is a lie here.
+                return Err(Error::corrupt(format!(
+                    "the run index {} is empty (truncated?); `agenteval index rebuild --bundles ROOT` recreates it",
+                    path.display()
+                )));
+            }
+            Ok(m) if !m.is_file() => {
+                return Err(Error::invalid(format!("the run index {} is not a regular file", path.display())));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => return Err(lost()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("reading {}", path.display()), e)),
+        }
+        let mut flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if create {
+            flags |= rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| match &e {
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::CannotOpen && !create => lost(),
+            _ => db_err("opening", e),
+        })?;
         conn.busy_timeout(Duration::from_secs(30)).map_err(|e| db_err("configuring", e))?;
         // WAL lets readers (the controller's progress polls) run beside writing workers;
         // synchronous=NORMAL is durable across process crashes, which is what we guard against.
@@ -149,7 +190,8 @@ impl SqliteRunIndex {
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| db_err("configuring", e))?;
         conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
         migrate(&conn)?;
-        Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf() })
+        let identity = file_identity(path).ok_or_else(lost)?;
+        Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity })
     }
 
     pub fn path(&self) -> &Path {
@@ -165,6 +207,11 @@ impl SqliteRunIndex {
             f(&mut c)
         })
     }
+}
+
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
@@ -321,6 +368,21 @@ impl RunIndex for SqliteRunIndex {
         .await
     }
 
+    async fn verify(&self) -> Result<()> {
+        // An open connection keeps reading a deleted file: only the path tells what others see.
+        match file_identity(&self.path) {
+            Some(id) if id == self.identity => Ok(()),
+            Some(_) => Err(Error::new(
+                ErrorKind::Io,
+                format!("the run index {} was replaced while in use", self.path.display()),
+            )),
+            None => Err(Error::new(
+                ErrorKind::Io,
+                format!("the run index {} was deleted while in use", self.path.display()),
+            )),
+        }
+    }
+
     async fn update_run(&self, run: &RunId, u: &RunUpdate) -> Result<()> {
         let id = run.to_string();
         let u = u.clone();
@@ -336,7 +398,7 @@ impl RunIndex for SqliteRunIndex {
                         epoch = COALESCE(?7, epoch),
                         controller = COALESCE(?8, controller),
                         updated_at = ?5
-                     WHERE run_id = ?1",
+                     WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
                     params![
                         id,
                         u.status.map(|s| s.as_str()),
@@ -346,10 +408,23 @@ impl RunIndex for SqliteRunIndex {
                         u.cancel_requested.map(|b| b as i64),
                         u.epoch.map(|e| e as i64),
                         u.controller,
+                        u.if_epoch.map(|e| e as i64),
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;
-            if n == 0 { Err(Error::not_found(format!("run {id} is not in the index"))) } else { Ok(()) }
+            if n > 0 {
+                return Ok(());
+            }
+            let held: Option<(i64, String)> = c
+                .query_row("SELECT epoch, controller FROM runs WHERE run_id = ?1", params![id], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()
+                .map_err(|e| db_err("reading run", e))?;
+            match held {
+                None => Err(Error::not_found(format!("run {id} is not in the index"))),
+                Some((epoch, controller)) => Err(lease_lost(&id, epoch as u32, &controller)),
+            }
         })
         .await
     }
@@ -491,6 +566,34 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let index = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
         agenteval_testkit::conformance::run_index_suite(Arc::new(index)).await;
+    }
+
+    #[tokio::test]
+    async fn a_lost_index_is_an_error_never_an_empty_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("index.sqlite");
+        let missing = SqliteRunIndex::open_existing(&path).unwrap_err();
+        assert_eq!(missing.kind(), ErrorKind::NotFound, "{missing}");
+        assert!(missing.to_string().contains("index rebuild"), "the error says how to recover: {missing}");
+        assert!(!path.exists(), "opening an existing index never creates one");
+
+        std::fs::write(&path, b"").unwrap();
+        for e in [SqliteRunIndex::open_existing(&path).unwrap_err(), SqliteRunIndex::open(&path).unwrap_err()] {
+            assert_eq!(e.kind(), ErrorKind::Corrupt, "an empty file is not an empty index: {e}");
+        }
+        std::fs::remove_file(&path).unwrap();
+
+        let index = SqliteRunIndex::open(&path).unwrap();
+        index.verify().await.expect("a fresh index verifies");
+        let again = SqliteRunIndex::open_existing(&path).unwrap();
+        again.verify().await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let gone = index.verify().await.unwrap_err();
+        assert!(gone.to_string().contains("deleted"), "{gone}");
+        // Someone recreates it (a worker of an older build would have): still not ours.
+        let _other = SqliteRunIndex::open(&path).unwrap();
+        let replaced = index.verify().await.unwrap_err();
+        assert!(replaced.to_string().contains("replaced"), "{replaced}");
     }
 
     #[tokio::test]

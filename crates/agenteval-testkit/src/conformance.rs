@@ -27,6 +27,9 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     store.put(&run, "tasks/t1/result.json", b"r1").await.unwrap();
     store.put(&run, "tasks/t2/result.json", b"r2").await.unwrap();
     store.put(&other, "tasks/t9/result.json", b"other").await.unwrap();
+    let runs = store.list_runs().await.unwrap();
+    assert!(runs.contains(&run) && runs.contains(&other), "list_runs finds every run with files: {runs:?}");
+    assert!(runs.windows(2).all(|w| w[0] < w[1]), "list_runs is sorted: {runs:?}");
     assert!(store.exists(&run, "a.json").await.unwrap());
     assert_eq!(store.get(&run, "a.json").await.unwrap(), b"{\"x\":1}");
 
@@ -128,6 +131,33 @@ pub async fn run_index_race_suite(a: Arc<dyn RunIndex>, b: Arc<dyn RunIndex>) {
     let counts = a.task_counts(&run).await.unwrap();
     assert_eq!(counts.completed, TASKS as u64, "every raced task completed once");
     assert_eq!(counts.passed, wins[0] as u64, "passed counts the first handle's wins");
+
+    // Two controllers claim the run from the same epoch at once: exactly one gets it.
+    for round in 0..8u32 {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let claims = [(a.clone(), "a:1"), (b.clone(), "b:2")].map(|(index, who)| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                let claim = RunUpdate {
+                    epoch: Some(round + 1),
+                    controller: Some(who.into()),
+                    if_epoch: Some(round),
+                    heartbeat: true,
+                    ..Default::default()
+                };
+                barrier.wait().await;
+                index.update_run(&run, &claim).await
+            })
+        });
+        let [ca, cb] = claims;
+        let (ca, cb) = (ca.await.unwrap(), cb.await.unwrap());
+        assert!(ca.is_ok() ^ cb.is_ok(), "round {round}: exactly one of two racing claims wins ({ca:?}, {cb:?})");
+        let loser = ca.as_ref().err().or(cb.as_ref().err()).unwrap();
+        assert_eq!(loser.kind(), ErrorKind::Conflict, "round {round}: the loser sees a conflict: {loser}");
+        let got = a.get_run(&run).await.unwrap().unwrap();
+        assert_eq!(got.epoch, round + 1);
+        assert_eq!(got.controller, if ca.is_ok() { "a:1" } else { "b:2" }, "round {round}: the winner holds it");
+    }
 }
 
 /// Runs every run-index check against `index`.
@@ -242,6 +272,20 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(got.controller, "other:2");
     let missing = index.update_run(&RunId::new(), &upd).await.unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound);
+
+    // The lease: an update conditional on the epoch applies only while the epoch holds.
+    let beat = RunUpdate { heartbeat: true, if_epoch: Some(1), ..Default::default() };
+    index.update_run(&run, &beat).await.expect("the holder's heartbeat applies");
+    let claim =
+        RunUpdate { epoch: Some(2), controller: Some("third:3".into()), if_epoch: Some(1), ..Default::default() };
+    index.update_run(&run, &claim).await.expect("a claim from the current epoch applies");
+    let stale = index.update_run(&run, &beat).await.unwrap_err();
+    assert_eq!(stale.kind(), ErrorKind::Conflict, "the old holder's heartbeat conflicts: {stale}");
+    assert!(stale.to_string().contains("third:3"), "a lost lease names the new holder: {stale}");
+    let got = index.get_run(&run).await.unwrap().unwrap();
+    assert_eq!((got.epoch, got.controller.as_str()), (2, "third:3"), "a refused update changes nothing");
+    let missing = index.update_run(&RunId::new(), &beat).await.unwrap_err();
+    assert_eq!(missing.kind(), ErrorKind::NotFound, "a conditional update of an unknown run: {missing}");
 
     // Jobs.
     let handle = JobHandle { job_id: job.clone(), attempt: 1, native_id: "pid:42".into() };

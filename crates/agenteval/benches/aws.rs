@@ -193,6 +193,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
                     run_id: run,
                     job_id: agenteval_core::JobId::numbered(0, i as usize + 1),
                     attempt: 1,
+                    epoch: 0,
                     tasks: vec![],
                     bundle_uri: "s3://unused/runs".into(),
                     index_uri: "dynamodb://unused".into(),

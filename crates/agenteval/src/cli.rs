@@ -96,6 +96,10 @@ pub enum Command {
         index: IndexArgs,
         #[arg(long)]
         json: bool,
+        /// Take the run over even though another controller's lease on it is live: its workers
+        /// are stopped first, and it stops at its next heartbeat.
+        #[arg(long)]
+        force: bool,
     },
     /// Print a run's report (Markdown), or its summary with --json.
     Report {
@@ -125,6 +129,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// The run index: recreate it from the bundles when it was lost.
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
     /// Run one job (started by a backend, not by people).
     #[command(hide = true)]
     Worker {
@@ -152,6 +161,24 @@ pub enum RunsCommand {
         /// Include every task.
         #[arg(long)]
         tasks: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IndexCommand {
+    /// Recreate the runs and task states of every bundle under a root that the index lacks
+    /// (runs it has are left as they are). Unsealed bundles come back `interrupted`, so
+    /// `agenteval resume` can finish them.
+    Rebuild {
+        /// The bundle root: a folder, or `s3://bucket/prefix`.
+        #[arg(long)]
+        bundles: String,
+        /// The index to write (created if missing). Defaults to `index.sqlite` in a local root;
+        /// an `s3://` root needs `--index dynamodb://TABLE`.
+        #[command(flatten)]
+        index: IndexArgs,
         #[arg(long)]
         json: bool,
     },

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agenteval_core::config::{ConfigError, Origin, load_config};
 use agenteval_core::layout;
-use agenteval_core::location::IndexLocation;
+use agenteval_core::location::{BundleRoot, IndexLocation};
 use agenteval_core::model::{RunRecord, RunStatus, RunSummary};
 use agenteval_core::traits::{Resolver, RunIndex, worker_exit};
 use agenteval_core::{Error, RunId};
@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, RunConfigArgs, RunsCommand};
+use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
 use crate::output::{self, Bar};
 use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
@@ -34,11 +34,14 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             runs_show(&run, &index, tasks, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
-        Command::Resume { run, index, json } => resume(&run, &index, json, quiet, telemetry).await,
+        Command::Resume { run, index, json, force } => resume(&run, &index, json, force, quiet, telemetry).await,
         Command::Report { run, index, json } => report(&run, &index, json).await,
         Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json } => doctor(&run, json).await,
+        Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
+            index_rebuild(&bundles, &index, json).await
+        }
         Command::Worker { job } => Ok(worker(&job, telemetry).await),
     }
 }
@@ -152,11 +155,6 @@ async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>)
         Path::new("runs").join("index.sqlite").display().to_string()
     };
     let at: IndexLocation = uri.parse()?;
-    if let IndexLocation::Sqlite(path) = &at
-        && !path.exists()
-    {
-        return Err(Error::not_found(format!("no run index at {uri} (pass --index or --config)")).into());
-    }
     let wiring = Wiring::new(exe()?, None);
     let index = wiring.index(&at).await?;
     Ok((wiring, index))
@@ -296,12 +294,19 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
     Ok(exit::OK)
 }
 
-async fn resume(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+async fn resume(
+    run: &str,
+    index: &IndexArgs,
+    json: bool,
+    force: bool,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
     let run_id = parse_run(run)?;
     let (wiring, index) = open_index(index).await?;
     let config = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?.config;
     let opts = controller_options(&config, wiring, json, quiet, telemetry)?;
-    let outcome = controller::resume(index, &run_id, opts).await?;
+    let outcome = controller::resume(index, &run_id, force, opts).await?;
     print_outcome(&outcome, json);
     Ok(outcome_code(outcome.status))
 }
@@ -418,6 +423,52 @@ async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
         say!("{}", if ok { "everything a run needs is in place" } else { "fix the failed checks before submitting" });
     }
     Ok(if ok { exit::OK } else { exit::USAGE })
+}
+
+async fn index_rebuild(bundles: &str, args: &IndexArgs, json: bool) -> Result<u8, Failure> {
+    let root: BundleRoot = bundles.parse()?;
+    let (wiring, at) = if let Some(i) = &args.index {
+        (Wiring::new(exe()?, None), i.display().to_string().parse::<IndexLocation>()?)
+    } else if let Some(c) = &args.config {
+        let cfg = load_config(c, &[]).map_err(config_failure)?.config;
+        (Wiring::new(exe()?, cfg.aws.as_ref()), cfg.storage.index_location())
+    } else {
+        match &root {
+            BundleRoot::Local(dir) => (Wiring::new(exe()?, None), IndexLocation::Sqlite(dir.join("index.sqlite"))),
+            BundleRoot::S3 { .. } => {
+                return Err(Error::invalid("an s3:// bundle root needs --index dynamodb://TABLE").into());
+            }
+        }
+    };
+    if let BundleRoot::Local(dir) = &root
+        && !dir.is_dir()
+    {
+        return Err(Error::not_found(format!("no bundle folder at {}", dir.display())).into());
+    }
+    let store = wiring.store(&root).await?;
+    let index = wiring.create_index(&at).await?;
+    let rebuilt = agenteval_engine::rebuild::rebuild_index(store.as_ref(), index.as_ref()).await?;
+    if json {
+        say!(
+            "{}",
+            json!({"index": at.to_string(), "added": rebuilt.added.iter().map(|(r, n)| json!({"run_id": r, "tasks_finished": n})).collect::<Vec<_>>(), "kept": rebuilt.kept, "skipped": rebuilt.skipped.iter().map(|(f, why)| json!({"folder": f, "reason": why})).collect::<Vec<_>>()})
+        );
+    } else {
+        for (run, n) in &rebuilt.added {
+            say!("added  {run}  ({n} finished tasks)");
+        }
+        for (folder, why) in &rebuilt.skipped {
+            say!("skipped {folder}: {why}");
+        }
+        say!(
+            "{}: {} runs added, {} already there, {} skipped",
+            at,
+            rebuilt.added.len(),
+            rebuilt.kept.len(),
+            rebuilt.skipped.len()
+        );
+    }
+    Ok(if rebuilt.skipped.is_empty() { exit::OK } else { exit::FAILED })
 }
 
 async fn worker(job: &str, telemetry: &Telemetry) -> u8 {

@@ -72,35 +72,47 @@ pub(super) async fn drive_jobs(
     let mut last_beat = Instant::now();
     let mut last_telemetry = Instant::now();
 
-    loop {
-        if *opts.interrupt.borrow() {
-            fleet.stop = Some(StopReason::Interrupted);
+    let driven: Result<()> = async {
+        loop {
+            if *opts.interrupt.borrow() {
+                fleet.stop = Some(StopReason::Interrupted);
+            }
+            if last_counts.elapsed() >= COUNTS_EVERY {
+                last_counts = Instant::now();
+                fleet.refresh_counts(&opts).await?;
+            }
+            if last_beat.elapsed() >= HEARTBEAT_EVERY {
+                last_beat = Instant::now();
+                fleet.heartbeat(&opts).await?;
+            }
+            if last_telemetry.elapsed() >= TELEMETRY_EVERY {
+                last_telemetry = Instant::now();
+                fleet.export().await;
+                spans.flush().await?;
+            }
+            if fleet.stop.is_some() {
+                break;
+            }
+            fleet.dispatch_ready(max_conc, &opts).await?;
+            if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
+                break;
+            }
+            tokio::select! {
+                _ = run.backend.wait_for_change(POLL) => {}
+                _ = opts.interrupt.changed() => {}
+            }
+            fleet.collect_ended(&opts).await?;
         }
-        if last_counts.elapsed() >= COUNTS_EVERY {
-            last_counts = Instant::now();
-            fleet.refresh_counts(&opts).await?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = driven {
+        // The run cannot go on (lost index, lost lease, failed store): its workers must not
+        // run on unwatched. Best effort; the error that stopped the run is the one to report.
+        if let Err(stop) = stop_jobs(run, &mut fleet.in_flight).await {
+            tracing::warn!("stopping the run's jobs: {stop}");
         }
-        if last_beat.elapsed() >= HEARTBEAT_EVERY {
-            last_beat = Instant::now();
-            fleet.heartbeat(&opts).await?;
-        }
-        if last_telemetry.elapsed() >= TELEMETRY_EVERY {
-            last_telemetry = Instant::now();
-            fleet.export().await;
-            spans.flush().await?;
-        }
-        if fleet.stop.is_some() {
-            break;
-        }
-        fleet.dispatch_ready(max_conc, &opts).await?;
-        if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
-            break;
-        }
-        tokio::select! {
-            _ = run.backend.wait_for_change(POLL) => {}
-            _ = opts.interrupt.changed() => {}
-        }
-        fleet.collect_ended(&opts).await?;
+        return Err(e);
     }
 
     if !fleet.in_flight.is_empty() {
@@ -132,7 +144,12 @@ impl Fleet<'_> {
     /// Tells the index this controller is alive, and learns whether someone asked it to stop.
     async fn heartbeat(&mut self, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
-        run.index.update_run(&run.run_id, &RunUpdate { heartbeat: true, ..Default::default() }).await?;
+        run.index.verify().await?;
+        // Conditional on this controller's lease: a `Conflict` here means another controller
+        // claimed the run (`resume --force`), and this one must stop driving it at once.
+        run.index
+            .update_run(&run.run_id, &RunUpdate { heartbeat: true, if_epoch: Some(run.epoch), ..Default::default() })
+            .await?;
         if self.stop.is_none()
             && let Some(r) = run.index.get_run(&run.run_id).await?
             && r.cancel_requested
@@ -241,6 +258,9 @@ impl Fleet<'_> {
         opts: &ControllerOptions,
     ) -> Result<()> {
         let run = self.run;
+        // A job that failed because the index vanished under it says nothing about its tasks:
+        // stop the run (its bundle is intact) rather than retry or give them up.
+        run.index.verify().await?;
         record_job(run, &handle, &status, f.tasks.len()).await?;
         tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
         let left = unfinished(run, &f.tasks).await?;

@@ -57,6 +57,7 @@ pub(super) async fn dispatch(
         run_id: run.run_id,
         job_id: p.job_id.clone(),
         attempt: p.attempt,
+        epoch: run.epoch,
         tasks: p.tasks.iter().map(|&i| run.tasks.spec(i as usize)).collect::<Result<_>>()?,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         index_uri: run.index_uri.clone(),

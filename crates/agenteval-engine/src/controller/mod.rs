@@ -119,6 +119,8 @@ struct Run {
     meta: Metadata,
     /// Attempts already used before this controller started (resume); retry limits count from it.
     attempt_base: u32,
+    /// The lease this controller holds on the run (see `RunUpdate::if_epoch`).
+    epoch: u32,
     /// Set when the run starts driving.
     metrics: Option<FleetMetrics>,
     journal: Journal,
@@ -146,6 +148,7 @@ impl Run {
             backend,
             meta,
             attempt_base,
+            epoch: 0,
             metrics: None,
             journal: None,
         }
@@ -171,7 +174,7 @@ fn git_sha(dir: &Path) -> Option<String> {
 pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<RunOutcome> {
     let config = loaded.config.clone();
     let store = opts.resolver.store(&config.storage.bundle_root).await?;
-    let index = opts.resolver.index(&config.storage.index_location()).await?;
+    let index = opts.resolver.create_index(&config.storage.index_location()).await?;
     let backend = opts.resolver.backend(&config).await?;
     let benchmark = benchmark_from_config(&config.benchmark)?;
     let mut tasks = TaskTable::default();
@@ -262,7 +265,10 @@ pub async fn locate(resolver: &dyn Resolver, index: &dyn RunIndex, run_id: &RunI
 /// typed nothing wrong.
 pub(crate) fn not_user_error(e: Error) -> Error {
     match e.kind() {
-        ErrorKind::NotFound | ErrorKind::Invalid => Error::with_source(ErrorKind::Io, e.to_string(), e),
+        // A conflict mid-run is a lost lease: another controller took the run over.
+        ErrorKind::NotFound | ErrorKind::Invalid | ErrorKind::Conflict => {
+            Error::with_source(ErrorKind::Io, e.to_string(), e)
+        }
         _ => e,
     }
 }
@@ -291,6 +297,22 @@ pub fn controller_alive(record: &RunRecord) -> bool {
     }
 }
 
+/// The refusal of a run whose lease another controller holds.
+fn held_by(r: &RunRecord) -> Error {
+    let (host, pid) = r.controller.rsplit_once(':').unwrap_or((r.controller.as_str(), "?"));
+    Error::new(
+        ErrorKind::Conflict,
+        format!(
+            "run {} is being driven by another controller (host {host}, pid {pid}, epoch {}, alive at {}); \
+             wait for it, or take over with `agenteval resume --force {}`",
+            r.run_id,
+            r.epoch,
+            r.heartbeat_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            r.run_id,
+        ),
+    )
+}
+
 /// Stops workers a dead controller left behind, so that a resume does not race them.
 async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id: &RunId) -> Result<()> {
     for job in index.list_jobs(run_id).await? {
@@ -306,16 +328,38 @@ async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id
 }
 
 /// Re-dispatches every task the index does not record as completed, into the same bundle.
-pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOptions) -> Result<RunOutcome> {
+///
+/// Only one controller drives a run: this one claims the run's lease by moving its epoch on,
+/// conditionally on the epoch it read, before it touches anything. While another controller's
+/// lease is live (its heartbeat is fresh) it refuses with `Conflict` naming the holder, unless
+/// `force`, which takes the run over; the old holder's workers are stopped and the old holder
+/// stops at its next heartbeat.
+pub async fn resume(
+    index: Arc<dyn RunIndex>,
+    run_id: &RunId,
+    force: bool,
+    opts: ControllerOptions,
+) -> Result<RunOutcome> {
     let Located { record, store, config } = locate(opts.resolver.as_ref(), index.as_ref(), run_id).await?;
-    if controller_alive(&record) {
-        return Err(Error::new(
-            ErrorKind::Conflict,
-            format!(
-                "run {run_id} is still running (its controller was seen {}s ago)",
-                (Utc::now() - record.heartbeat_at).num_seconds()
-            ),
-        ));
+    if controller_alive(&record) && !force {
+        return Err(held_by(&record));
+    }
+    let epoch = record.epoch + 1;
+    let claim = RunUpdate {
+        status: Some(RunStatus::Running),
+        cancel_requested: Some(false),
+        epoch: Some(epoch),
+        heartbeat: true,
+        controller: Some(controller_id()),
+        if_epoch: Some(record.epoch),
+        ..Default::default()
+    };
+    if let Err(e) = index.update_run(run_id, &claim).await {
+        // Another controller claimed it between our read and our claim: name it.
+        return Err(match (e.kind(), index.get_run(run_id).await) {
+            (ErrorKind::Conflict, Ok(Some(now))) => held_by(&now),
+            _ => e,
+        });
     }
     let mut meta: Metadata = read_json(store.as_ref(), run_id, layout::METADATA).await.map_err(not_user_error)?;
     let tasks = TaskTable::read(store.as_ref(), run_id).await.map_err(not_user_error)?;
@@ -324,22 +368,8 @@ pub async fn resume(index: Arc<dyn RunIndex>, run_id: &RunId, opts: ControllerOp
     let done: std::collections::HashSet<_> =
         states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
     let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(tasks.id(i as usize))).collect();
-    let epoch = record.epoch + 1;
     let backend = opts.resolver.backend(&config).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
-    index
-        .update_run(
-            run_id,
-            &RunUpdate {
-                status: Some(RunStatus::Running),
-                cancel_requested: Some(false),
-                epoch: Some(epoch),
-                heartbeat: true,
-                controller: Some(controller_id()),
-                ..Default::default()
-            },
-        )
-        .await?;
     meta.status = RunStatus::Running;
     meta.sealed = false;
     meta.finished_at = None;
@@ -421,6 +451,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     if let Some(tp) = earlier_root {
         telemetry::set_remote_parent(&span, &tp);
     }
+    run.epoch = epoch;
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
@@ -431,9 +462,16 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
             return Err(e);
         }
     };
-    let sealed =
-        seal_run(run.store.as_ref(), run.index.as_ref(), &run.meta, run.tasks.ids(), status, Some(span), Some(spans))
-            .await?;
+    let sealed = seal_run(
+        run.store.as_ref(),
+        run.index.as_ref(),
+        &run.meta,
+        run.tasks.ids(),
+        status,
+        Some(epoch),
+        Some((span, spans)),
+    )
+    .await?;
     progress.finish();
     Ok(RunOutcome {
         run_id: run.run_id,
@@ -459,9 +497,10 @@ async fn seal_run(
     meta: &Metadata,
     ids: &[agenteval_core::TaskId],
     status: RunStatus,
-    run_span: Option<tracing::Span>,
-    spans: Option<SpanFile>,
+    lease: Option<u32>,
+    driven: Option<(tracing::Span, SpanFile)>,
 ) -> Result<Sealed> {
+    let (run_span, spans) = driven.unzip();
     let mut meta = meta.clone();
     meta.status = status;
     meta.finished_at = Some(Utc::now());
@@ -489,7 +528,7 @@ async fn seal_run(
     index
         .update_run(
             &meta.run_id,
-            &RunUpdate { status: Some(status), finished_at: meta.finished_at, ..Default::default() },
+            &RunUpdate { status: Some(status), finished_at: meta.finished_at, if_epoch: lease, ..Default::default() },
         )
         .await?;
     Ok(Sealed { status, summary })

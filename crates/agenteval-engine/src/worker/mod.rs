@@ -123,6 +123,29 @@ pub async fn run_job(
     );
     tokio::pin!(cancel);
     for task in &ctx.job.tasks {
+        // One driver per run: a job dispatched under an older lease (its controller was taken
+        // over) starts nothing more, so no agent runs twice for the same task.
+        match ctx.index.get_run(&ctx.run_id).await {
+            Ok(Some(r)) if r.epoch == ctx.job.epoch => {}
+            Ok(Some(r)) => {
+                tracing::warn!(
+                    job = %ctx.job.job_id,
+                    "stopping: the run is now driven by {} (epoch {}, this job's {})",
+                    r.controller,
+                    r.epoch,
+                    ctx.job.epoch
+                );
+                return worker_exit::CANCELLED;
+            }
+            Ok(None) => {
+                tracing::error!("run {} is not in the index {}", ctx.run_id, ctx.job.index_uri);
+                return worker_exit::FAILED;
+            }
+            Err(e) => {
+                tracing::error!("{}", ctx.redactor.redact(&e.to_string()));
+                return worker_exit::FAILED;
+            }
+        }
         let span = task_span(&ctx, task);
         let root = telemetry::span_id(&span);
         let outcome = tokio::select! {

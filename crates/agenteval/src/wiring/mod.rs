@@ -78,6 +78,13 @@ impl Resolver for Wiring {
 
     async fn index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
         Ok(match at {
+            IndexLocation::Sqlite(path) => Arc::new(SqliteRunIndex::open_existing(path)?),
+            IndexLocation::DynamoDb { table } => Arc::new(DynamoDbRunIndex::new(self.default_clients().await, table)),
+        })
+    }
+
+    async fn create_index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        Ok(match at {
             IndexLocation::Sqlite(path) => Arc::new(SqliteRunIndex::open(path)?),
             IndexLocation::DynamoDb { table } => Arc::new(DynamoDbRunIndex::new(self.default_clients().await, table)),
         })
