@@ -134,6 +134,14 @@ pub enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Restrict this process to an agent's view, then become the agent (started by workers).
+    #[command(hide = true)]
+    AgentSandbox {
+        #[arg(long)]
+        view: String,
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run one job (started by a backend, not by people).
     #[command(hide = true)]
     Worker {

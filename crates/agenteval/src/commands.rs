@@ -43,6 +43,8 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             index_rebuild(&bundles, &index, json).await
         }
         Command::Worker { job } => Ok(worker(&job, telemetry).await),
+        // Handled in `main` before the runtime starts.
+        Command::AgentSandbox { .. } => Err(Error::internal("agent-sandbox runs before the runtime").into()),
     }
 }
 
@@ -50,9 +52,37 @@ fn exe() -> Result<PathBuf, Failure> {
     std::env::current_exe().context("cannot find the agenteval executable").map_err(Failure::from)
 }
 
+/// A progress sink that also tells the interrupt handler when driving has started.
+struct Started {
+    inner: Arc<dyn Progress>,
+    started: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Progress for Started {
+    fn start(&self, run_id: &RunId, bundle_uri: &str, total: u64) {
+        self.started.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.inner.start(run_id, bundle_uri, total);
+    }
+    fn update(&self, view: &agenteval_engine::controller::ProgressView) {
+        self.inner.update(view);
+    }
+    fn message(&self, text: &str) {
+        self.inner.message(text);
+    }
+    fn finish(&self) {
+        self.inner.finish();
+    }
+}
+
 /// Interrupt handling for controllers: the first Ctrl-C (or SIGTERM, SIGHUP) asks the run to
 /// stop cleanly (workers stop, the bundle is sealed `interrupted`); a second one exits at once.
-fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
+/// Before driving starts (enumerating tasks, writing the run) there is nothing to stop or seal,
+/// so the first one exits at once: a run already written is left for `resume`, its controller
+/// gone.
+fn interrupt_channel(
+    progress: Arc<dyn Progress>,
+    started: Arc<std::sync::atomic::AtomicBool>,
+) -> watch::Receiver<bool> {
     use tokio::signal::unix::{SignalKind, signal};
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -70,6 +100,10 @@ fn interrupt_channel(progress: Arc<dyn Progress>) -> watch::Receiver<bool> {
             }
         };
         next().await;
+        if !started.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!("interrupted before the run started");
+            std::process::exit(i32::from(exit::INCOMPLETE));
+        }
         progress.message("interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)");
         let _ = tx.send(true);
         next().await;
@@ -119,11 +153,13 @@ fn controller_options(
 ) -> Result<ControllerOptions, Failure> {
     let settings = Settings::resolve(Some(&config.telemetry));
     telemetry.connect(&settings, Role::Controller);
-    let progress: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let shown: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
     Ok(ControllerOptions {
         resolver,
         progress: progress.clone(),
-        interrupt: interrupt_channel(progress),
+        interrupt: interrupt_channel(progress, started),
         journal: Some(telemetry.journal()),
         worker_env: telemetry.worker_env(&settings),
     })
@@ -486,6 +522,7 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
     };
     // A worker knows only its job's location: AWS settings come from its environment, which
     // the controller's backend set (region, endpoint) and its task role completes.
+    agenteval_engine::agents::sandbox::set_launcher(exe.clone());
     let wiring = Wiring::new(exe, None);
     let cancel = async {
         use tokio::signal::unix::{SignalKind, signal};

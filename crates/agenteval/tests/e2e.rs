@@ -210,7 +210,7 @@ fn a_malformed_config_names_every_problem_and_creates_no_run() {
     assert_eq!(out.status.code(), Some(2));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["valid"], false);
-    assert_eq!(v["problems"].as_array().unwrap().len(), 3, "{v}");
+    assert_eq!(v["problems"].as_array().unwrap().len(), 4, "{v}");
     // Semantic problems surface once the shape is right, also with positions.
     let cfg2 = ws.write(
         "sem.yaml",
@@ -226,7 +226,7 @@ backend:
     );
     let out = ws.run(&["config", "validate", cfg2.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("sem.yaml:8:24: must be at least 1"), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("sem.yaml:8:24: 0 is less than the minimum of 1"), "{}", text(&out.stderr));
     // Usage errors are 2 as well.
     assert_eq!(ws.run(&["submit"]).status.code(), Some(2));
 }

@@ -80,6 +80,8 @@ agent:
   command: [python3, probe.py]
   env:
     PROBE_OUT: {seen}
+  sandbox:
+    write: [{seen}]
   limits:
     max_wall_seconds: 8
     max_cost_usd: 0.5

@@ -301,10 +301,48 @@ pub enum AgentConfig {
         secrets: BTreeMap<String, String>,
         #[serde(default)]
         limits: Limits,
-        /// Folder the command runs in; filled in with the config file's folder when loading.
+        /// The config file's folder, filled in when loading: relative paths in `command` and
+        /// `sandbox` are resolved against it. (The program runs in its task's scratch folder.)
         #[serde(default, skip_serializing_if = "Option::is_none")]
         workdir: Option<PathBuf>,
+        /// What the program may see of the machine (`docs/security.md`): by default the system,
+        /// its own files and the config's folder, never the bundles, the index or the cases;
+        /// writes only in its scratch folder. `none` turns the sandbox off.
+        #[serde(default)]
+        sandbox: Sandbox,
     },
+}
+
+/// An agent's sandbox: `none`, or the paths it may read and write besides the defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Sandbox {
+    Mode(SandboxMode),
+    Paths(SandboxPaths),
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Sandbox::Paths(SandboxPaths::default())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// No sandbox: the agent sees what the worker sees.
+    None,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SandboxPaths {
+    /// More paths the agent may read (relative to the config file).
+    #[serde(default)]
+    pub read: Vec<PathBuf>,
+    /// Paths the agent may write besides its scratch folder (relative to the config file).
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
 }
 
 static NO_SECRETS: BTreeMap<String, String> = BTreeMap::new();

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+
+use super::sandbox::{self, View};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -24,6 +26,8 @@ pub struct CommandAgent {
     env: BTreeMap<String, String>,
     workdir: Option<PathBuf>,
     model: Option<String>,
+    /// The agent's filesystem view; `None` when the config turned the sandbox off.
+    sandbox: Option<View>,
 }
 
 impl CommandAgent {
@@ -32,9 +36,48 @@ impl CommandAgent {
         env: BTreeMap<String, String>,
         workdir: Option<PathBuf>,
         model: Option<String>,
+        sandbox: Option<View>,
     ) -> Self {
-        CommandAgent { program, env, workdir, model }
+        CommandAgent { program, env, workdir, model, sandbox }
     }
+
+    /// The program and arguments, a relative path that names a file in the config's folder
+    /// made absolute: the agent runs in its scratch folder, not the config's.
+    fn argv(&self) -> Vec<String> {
+        self.program
+            .iter()
+            .map(|a| match &self.workdir {
+                Some(w) if !a.starts_with('/') && !a.starts_with('-') && w.join(a).exists() => {
+                    w.join(a).display().to_string()
+                }
+                _ => a.clone(),
+            })
+            .collect()
+    }
+}
+
+/// Variables of the worker's environment an agent still gets; everything else (credentials of
+/// the worker's cloud role above all) is left out.
+const PASSED_ENV: &[&str] = &[
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+];
+
+/// Says once per process that agents run without a sandbox, and why.
+fn warn_unsandboxed(why: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| tracing::warn!("agents run without a filesystem sandbox: {why}"));
 }
 
 /// One stdout line of the protocol.
@@ -84,21 +127,24 @@ impl AgentRunner for CommandAgent {
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
-        let Some((prog, args)) = self.program.split_first() else {
+        let argv = self.argv();
+        let Some((prog, args)) = argv.split_first() else {
             return agent_error("agent.command is empty");
         };
         let mut cmd = tokio::process::Command::new(prog);
-        cmd.args(args)
-            .envs(&self.env)
+        cmd.args(args).env_clear();
+        for var in PASSED_ENV {
+            if let Some(v) = std::env::var_os(var) {
+                cmd.env(var, v);
+            }
+        }
+        cmd.envs(&self.env)
             .envs(&ctx.env.vars)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        if let Some(w) = &self.workdir {
-            cmd.current_dir(w);
-        }
         // A scratch folder for the agent: the benchmark's if it prepared one, else a fresh
         // temporary folder removed when this function returns.
         let own_scratch = match &ctx.env.workdir {
@@ -110,7 +156,39 @@ impl AgentRunner for CommandAgent {
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         if let Some(scratch) = &scratch {
-            cmd.env("AGENTEVAL_SCRATCH_DIR", scratch);
+            cmd.env("AGENTEVAL_SCRATCH_DIR", scratch).env("HOME", scratch).env("TMPDIR", scratch).current_dir(scratch);
+        } else if let Some(w) = &self.workdir {
+            cmd.current_dir(w);
+        }
+        if let Some(view) = &self.sandbox {
+            match sandbox::launcher() {
+                Some(launcher) if sandbox::available() => {
+                    let mut view = view.clone();
+                    view.read.extend(sandbox::which(prog).and_then(|p| sandbox::program_home(&p)));
+                    view.read.extend(args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()));
+                    view.write.extend(scratch.iter().cloned());
+                    let view = serde_json::to_string(&view).expect("a view serializes");
+                    // The same process, restricted and then replaced by the agent: the worker
+                    // stays unrestricted, and no unsafe `pre_exec` is needed.
+                    let std_cmd = cmd.as_std_mut();
+                    let mut launched = std::process::Command::new(launcher);
+                    launched.args(["agent-sandbox", "--view", &view, "--", prog]).args(args);
+                    launched.env_clear().envs(std_cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))));
+                    if let Some(dir) = std_cmd.get_current_dir() {
+                        launched.current_dir(dir);
+                    }
+                    let mut wrapped = tokio::process::Command::from(launched);
+                    wrapped
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .kill_on_drop(true)
+                        .process_group(0);
+                    cmd = wrapped;
+                }
+                Some(_) => warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)"),
+                None => warn_unsandboxed("no sandbox launcher in this process"),
+            }
         }
         for (var, secret) in ctx.secrets {
             cmd.env(var, secret.expose());

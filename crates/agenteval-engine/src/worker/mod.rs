@@ -76,7 +76,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         journal,
         run_id,
         benchmark: benchmark_from_config(&config.benchmark)?,
-        agent: agent_from_config(&config.agent),
+        agent: agent_from_config(&config),
         evaluators,
         secrets,
         redactor,

@@ -1,0 +1,370 @@
+//! Faults a misbehaving agent or an unlucky operator brings, each with the real binary: two
+//! controllers on one run, usage numbers meant to poison totals and budgets, an index deleted
+//! mid-run, unbounded config values, a trace flood, and an agent that goes after the answers,
+//! the bundle, the index and the machine.
+
+mod util;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use util::*;
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// A run stopped partway: submitted, then interrupted once a few tasks finished.
+fn interrupted_run(ws: &Workspace, size: u64) -> String {
+    let cfg = toy_config(ws, size, 60, 2, 2);
+    let child = ws.spawn(&["submit", "--json", "-q", "--config", cfg.to_str().unwrap()]);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    wait_until("a few tasks to finish", Duration::from_secs(30), || {
+        std::fs::read_dir(ws.runs())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| std::fs::read_dir(run.path().join("tasks")).map(|d| d.count() >= 4).unwrap_or(false))
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["run_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn two_concurrent_resumes_one_drives_the_other_names_the_holder() {
+    let ws = Workspace::new();
+    let run = interrupted_run(&ws, 30);
+    let index = ws.index().display().to_string();
+    let a = ws.spawn(&["resume", &run, "--json", "-q", "--index", &index]);
+    let b = ws.spawn(&["resume", &run, "--json", "-q", "--index", &index]);
+    let (a, b) = (wait_output(a, Duration::from_secs(120)), wait_output(b, Duration::from_secs(120)));
+    let codes = [a.status.code(), b.status.code()];
+    let (winner, loser) = match codes {
+        [Some(0), Some(2)] => (&a, &b),
+        [Some(2), Some(0)] => (&b, &a),
+        _ => panic!("want one 0 and one 2, got {codes:?}\na: {}\nb: {}", text(&a.stderr), text(&b.stderr)),
+    };
+    let refusal = text(&loser.stderr);
+    assert!(refusal.contains("being driven by another controller") && refusal.contains("pid"), "{refusal}");
+    assert_eq!(refusal.trim().lines().count(), 1, "one line: {refusal}");
+    let v: serde_json::Value = serde_json::from_slice(&winner.stdout).unwrap();
+    assert_eq!(v["status"], "complete", "{v}");
+    let bundle = v["bundle"].as_str().unwrap();
+    assert!(ws.validate(bundle).status.success(), "{}", text(&ws.validate(bundle).stdout));
+    // No agent started twice: every task the resume dispatched is in exactly one job of one
+    // epoch (a second driver would have written jobs of its own, `r2-…`).
+    let mut dispatched = Vec::new();
+    for job in std::fs::read_dir(Path::new(bundle).join("jobs")).unwrap().flatten() {
+        let name = job.file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with("r2-"), "a second controller dispatched {name}");
+        if name.starts_with("r1-") {
+            for spec in std::fs::read_dir(job.path()).unwrap().flatten() {
+                let spec = spec.path().join("job.json");
+                if spec.exists() {
+                    let v = read_json(&spec);
+                    dispatched.extend(v["tasks"].as_array().unwrap().iter().map(|t| t["id"].to_string()));
+                }
+            }
+        }
+    }
+    assert!(!dispatched.is_empty(), "the resume dispatched the unfinished tasks");
+    let before = dispatched.len();
+    dispatched.sort();
+    dispatched.dedup();
+    assert_eq!(dispatched.len(), before, "a task was dispatched twice");
+    let meta = read_json(&Path::new(bundle).join("metadata.json"));
+    assert_eq!(meta["resumed"], 1, "one resume is counted once");
+}
+
+const POISON: &str = r#"
+import json, sys
+req = json.loads(sys.stdin.readline())
+mode = req["input"]
+def emit(kind, payload=None, **usage):
+    print(json.dumps(dict(kind=kind, payload=payload, **usage)), flush=True)
+if mode == "huge-tokens":
+    emit("agent.observation", "a", input_tokens=2**62)
+    emit("agent.observation", "b", input_tokens=2**62)
+elif mode == "huge-cost":
+    emit("agent.observation", "a", cost_usd=1e308)
+    emit("agent.observation", "b", cost_usd=1e308)
+elif mode == "negative-cost":
+    emit("agent.observation", "a", cost_usd=-1000)
+    emit("agent.observation", "b", cost_usd=5.0)
+elif mode == "nan-cost":
+    print('{"kind": "agent.observation", "payload": "a", "cost_usd": NaN}', flush=True)
+else:
+    emit("agent.observation", "paid", cost_usd=4.0, input_tokens=10, output_tokens=5)
+emit("agent.terminal", {"final_answer": mode})
+"#;
+
+#[test]
+fn poisoned_usage_numbers_cannot_break_totals_budgets_or_the_index() {
+    let ws = Workspace::new();
+    ws.write("poison.py", POISON);
+    let modes = ["huge-tokens", "huge-cost", "negative-cost", "nan-cost", "honest-1", "honest-2"];
+    let cases: String =
+        modes.iter().map(|m| format!("{{\"id\": \"{m}\", \"input\": \"{m}\", \"expected\": \"{m}\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "poison.yaml",
+        r#"name: poison
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, poison.py]
+  limits:
+    max_cost_usd: 4.5
+max_run_cost_usd: 1000
+backend:
+  max_concurrent_jobs: 2
+storage:
+  bundle_root: runs
+"#,
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    assert_eq!(v["status"], "complete");
+    let bundle = v["bundle"].as_str().unwrap();
+    assert!(ws.validate(bundle).status.success(), "{}", text(&ws.validate(bundle).stdout));
+    for r in results(Path::new(bundle)) {
+        let id = r["task_id"].as_str().unwrap();
+        let cost = r["agent"]["total_cost_usd"].as_f64().unwrap_or_else(|| panic!("{id}: cost not a number: {r}"));
+        assert!(cost.is_finite() && cost >= 0.0, "{id}: {cost}");
+        if id.starts_with("honest") {
+            assert_eq!(r["agent"]["terminated_by"], "completed", "{r}");
+            assert_eq!(r["passed"], true, "{r}");
+        } else {
+            assert_eq!(r["agent"]["terminated_by"], "agent_error", "{id}: {r}");
+            assert_eq!(r["passed"], false, "{id}");
+            let why = r["agent"]["error"].as_str().unwrap();
+            assert!(why.contains("cost_usd") || why.contains("tokens") || why.contains("NaN"), "{id}: {why}");
+            assert!(cost <= 0.0 + 1e-9 || id == "negative-cost", "{id}: no poisoned cost counted: {cost}");
+        }
+    }
+    let summary = &v["summary"];
+    let total = summary["total_cost_usd"].as_f64().unwrap();
+    assert!((7.99..8.01).contains(&total), "only the honest $4 + $4 count: {summary}");
+    assert_eq!(summary["total_tokens"], 30, "{summary}");
+    let index = ws.index().display().to_string();
+    let run = v["run_id"].as_str().unwrap();
+    for args in [vec!["status", run], vec!["runs", "show", run, "--tasks"], vec!["resume", run, "-q"]] {
+        let mut full = args.clone();
+        full.extend(["--index", &index]);
+        let out = ws.run(&full);
+        assert_eq!(out.status.code(), Some(0), "{full:?}: {}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_deleted_index_stops_the_run_and_rebuild_then_resume_completes_it() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 60, 80, 2, 2);
+    let child = ws.spawn(&["submit", "--json", "-q", "--config", cfg.to_str().unwrap()]);
+    wait_until("a few tasks to finish", Duration::from_secs(30), || {
+        std::fs::read_dir(ws.runs())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|run| std::fs::read_dir(run.path().join("tasks")).map(|d| d.count() >= 4).unwrap_or(false))
+    });
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", ws.index().display()));
+    }
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(err.contains("index") && err.contains("deleted"), "{err}");
+    wait_until("the run's workers to stop", Duration::from_secs(10), || workers_under(&ws.runs()).is_empty());
+    let runs: Vec<_> = std::fs::read_dir(ws.runs()).unwrap().flatten().filter(|e| e.path().is_dir()).collect();
+    assert_eq!(runs.len(), 1);
+    let run = runs[0].file_name().to_string_lossy().into_owned();
+    for r in results(&runs[0].path()) {
+        assert_ne!(r["agent"]["terminated_by"], "infra_failure", "a task was given up because of the index: {r}");
+    }
+    let index = ws.index().display().to_string();
+    let out = ws.run(&["runs", "list", "--index", &index]);
+    assert_eq!(out.status.code(), Some(2), "a missing index is an error, not an empty one");
+    assert!(text(&out.stderr).contains("index rebuild"), "{}", text(&out.stderr));
+    let out = ws.run(&["index", "rebuild", "--bundles", ws.runs().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&run), "{}", text(&out.stdout));
+    let out = ws.run(&["status", &run, "--index", &index]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("interrupted"), "{}", text(&out.stdout));
+    let out = ws.run(&["resume", &run, "--json", "-q", "--index", &index]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["tasks_finished"], 60, "{v}");
+    assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
+    // An empty index file is refused, not read as "no runs yet".
+    std::fs::write(ws.index(), b"").unwrap();
+    let out = ws.run(&["runs", "list", "--index", &index]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("empty"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn unbounded_config_values_are_config_errors_and_sigterm_stops_enumeration() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 10, 1, 1, 1);
+    let c = cfg.to_str().unwrap();
+    for set in
+        ["benchmark.size=99999999999", "agent.limits.max_wall_seconds=1e300", "telemetry.export_timeout_seconds=1e300"]
+    {
+        let out = ws.run(&["config", "validate", c, "--set", set]);
+        assert_eq!(out.status.code(), Some(2), "{set}: {}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("maximum"), "{set}: {}", text(&out.stderr));
+        let out = ws.run(&["submit", "--config", c, "--set", set]);
+        assert_eq!(out.status.code(), Some(2), "{set}");
+    }
+    let out = ws.run(&["config", "validate", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("not a regular file"), "{}", text(&out.stderr));
+    // The largest benchmark allowed takes a while to enumerate and write: SIGTERM stops it.
+    let child = ws.spawn(&["submit", "-q", "--config", c, "--set", "benchmark.size=1000000"]);
+    std::thread::sleep(Duration::from_millis(700));
+    let sent = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = wait_output(child, Duration::from_secs(30));
+    assert!(sent.elapsed() < Duration::from_secs(3), "SIGTERM took {:?}", sent.elapsed());
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+}
+
+const FLOOD: &str = r#"
+import json, os, sys
+req = json.loads(sys.stdin.readline())
+def hwm(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+worker = os.getppid()
+blob = "x" * (512 * 1024)
+while True:
+    print(json.dumps({"kind": "agent.observation", "payload": {"worker_hwm_kb": hwm(worker), "blob": blob}}), flush=True)
+"#;
+
+/// The peak memory a worker may reach while its agent floods the trace (documented in
+/// `docs/security.md`): the trace streams to disk and only a bounded part stays in memory.
+const WORKER_PEAK_MIB: u64 = 96;
+
+#[test]
+fn a_trace_flood_stops_at_the_limit_and_the_worker_stays_small() {
+    let ws = Workspace::new();
+    ws.write("flood.py", FLOOD);
+    ws.write("cases.jsonl", "{\"id\": \"flood\", \"input\": \"x\", \"expected\": \"y\"}\n");
+    let cfg = ws.write(
+        "flood.yaml",
+        r#"name: flood
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, flood.py]
+  limits:
+    max_trace_bytes: 67108864
+storage:
+  bundle_root: runs
+"#,
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    let r = &results(bundle)[0];
+    assert_eq!(r["agent"]["terminated_by"], "limit_trace", "{r}");
+    let trace = bundle.join("tasks/flood/trace.jsonl");
+    let size = std::fs::metadata(&trace).unwrap().len();
+    assert!(size <= (64 << 20) + (1 << 20) + 4096, "the trace stopped near its limit: {size} bytes");
+    let peak_kb = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|e| e["payload"]["worker_hwm_kb"].as_u64())
+        .max()
+        .expect("the agent reported the worker's memory");
+    assert!(peak_kb / 1024 < WORKER_PEAK_MIB, "the worker peaked at {} MiB after a 64 MiB trace", peak_kb / 1024);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+}
+
+const SNOOP: &str = r#"
+import json, os, subprocess, sys
+req = json.loads(sys.stdin.readline())
+root = os.environ["SNOOP_ROOT"]
+run = os.path.join(root, "runs", req["run_id"])
+tried = {}
+def attempt(name, f):
+    try:
+        f()
+        tried[name] = "ok"
+    except Exception as e:
+        tried[name] = type(e).__name__
+attempt("read_tasks", lambda: open(os.path.join(run, "tasks.jsonl")).read())
+attempt("read_config", lambda: open(os.path.join(run, "config.resolved.json")).read())
+attempt("read_cases", lambda: open(os.path.join(root, "cases.jsonl")).read())
+attempt("list_runs", lambda: os.listdir(os.path.join(root, "runs")))
+attempt("write_bundle", lambda: open(os.path.join(run, "planted.txt"), "w").write("x"))
+attempt("write_index", lambda: open(os.path.join(root, "runs", "index.sqlite"), "a").write("x"))
+attempt("write_config_dir", lambda: open(os.path.join(root, "planted.txt"), "w").write("x"))
+attempt("read_own_program", lambda: open(os.path.join(root, "snoop.py")).read())
+attempt("write_scratch", lambda: open(os.path.join(os.environ["AGENTEVAL_SCRATCH_DIR"], "n"), "w").write("x"))
+child = subprocess.Popen(["setsid", "sleep", "300"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+tried["child_pid"] = child.pid
+tried["aws_env"] = sorted(k for k in os.environ if k.startswith("AWS_"))
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": json.dumps(tried)}}), flush=True)
+"#;
+
+#[test]
+fn an_agent_cannot_reach_the_answers_the_bundle_the_index_or_outlive_its_task() {
+    let ws = Workspace::new();
+    ws.write("snoop.py", SNOOP);
+    ws.write("cases.jsonl", "{\"id\": \"snoop\", \"input\": \"q\", \"expected\": \"SECRET-ANSWER\"}\n");
+    let cfg = ws.write(
+        "snoop.yaml",
+        &format!(
+            r#"name: snoop
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, snoop.py]
+  env:
+    SNOOP_ROOT: {root}
+storage:
+  bundle_root: runs
+"#,
+            root = ws.path().canonicalize().unwrap().display()
+        ),
+    );
+    let mut cmd = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    cmd.env("AWS_ACCESS_KEY_ID", "AKIAWORKERONLY").env("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/creds");
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    let r = &results(bundle)[0];
+    assert_eq!(r["passed"], false, "{r}");
+    let tried: serde_json::Value = serde_json::from_str(r["agent"]["final_answer"].as_str().unwrap()).unwrap();
+    for denied in
+        ["read_tasks", "read_config", "read_cases", "list_runs", "write_bundle", "write_index", "write_config_dir"]
+    {
+        assert_eq!(tried[denied], "PermissionError", "{denied} was not denied: {tried}");
+    }
+    for allowed in ["read_own_program", "write_scratch"] {
+        assert_eq!(tried[allowed], "ok", "{allowed} was denied: {tried}");
+    }
+    assert_eq!(tried["aws_env"], serde_json::json!([]), "the worker's AWS credentials reached the agent");
+    assert!(!bundle.join("planted.txt").exists() && !ws.path().join("planted.txt").exists());
+    let pid = tried["child_pid"].as_i64().unwrap() as i32;
+    wait_until("the agent's setsid child to be killed", Duration::from_secs(10), || !alive(pid));
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+}
