@@ -702,11 +702,13 @@ agent:
   kind: command
   command: [python3, chatty.py]
   env:
-    SEEN: {}
+    SEEN: {seen}
+  sandbox:
+    write: [{seen}]
 storage:
   bundle_root: runs
 "#,
-            seen.display()
+            seen = seen.display()
         ),
     );
     let mut child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
