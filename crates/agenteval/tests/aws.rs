@@ -38,7 +38,13 @@ impl Drop for Aws {
 
 impl Aws {
     async fn new(secrets: &[(&str, &str)], create_bucket: bool) -> Aws {
-        let endpoint = emulator::endpoint().to_string();
+        Aws::on(emulator::endpoint(), secrets, create_bucket).await
+    }
+
+    /// A fleet on the given emulator (`emulator::serialized_endpoint()` for racing conditional
+    /// writes, which threaded moto may both apply).
+    async fn on(endpoint: &str, secrets: &[(&str, &str)], create_bucket: bool) -> Aws {
+        let endpoint = endpoint.to_string();
         let bucket = emulator::unique("bundles");
         let table = emulator::unique("runs");
         let cluster = emulator::unique("fleet");
@@ -394,6 +400,66 @@ agent:
     assert_eq!(v["status"], "complete");
     assert_eq!(v["summary"]["tasks_finished"], 10);
     assert!(aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]).status.success());
+    assert_index_matches_summary(&aws, &run);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_resumes_of_a_crashed_run_on_dynamodb_one_drives_the_other_names_it() {
+    let mut aws = Aws::on(emulator::serialized_endpoint(), &[], true).await;
+    aws.fargate(0);
+    let slow = r#"benchmark:
+  kind: toy
+  size: 8
+  latency_ms: 800
+  slow_ms: 800
+agent:
+  kind: mock
+"#;
+    let cfg = aws.config("aws-lease", slow, &aws.endpoint.clone());
+    let mut child = aws
+        .cmd_in(
+            aws.ws.path(),
+            &["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.max_concurrent_jobs=2"],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut run = String::new();
+    wait_until("a finished task", Duration::from_secs(90), || {
+        let out = aws.run(&["runs", "list", "--backend", "aws", "--json"]);
+        let Ok(list) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else { return false };
+        let Some(id) = list[0]["run_id"].as_str() else { return false };
+        run = id.to_string();
+        let (st, _) = aws.json(&["status", &run, "--json", "--backend", "aws"]);
+        st["tasks"]["completed"].as_u64().unwrap_or(0) >= 1
+    });
+    // The controller crashes: its lease stays in the index until someone claims the run.
+    child.kill().unwrap();
+    let _ = child.wait();
+    let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let spawn = |dir: &Path| {
+        aws.cmd_in(dir, &["resume", &run, "--backend", "aws", "--json", "-q"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(a_dir.path()), spawn(b_dir.path()));
+    let (a, b) = (wait_output(a, Duration::from_secs(240)), wait_output(b, Duration::from_secs(240)));
+    let (winner, loser) = match [a.status.code(), b.status.code()] {
+        [Some(0), Some(2)] => (&a, &b),
+        [Some(2), Some(0)] => (&b, &a),
+        codes => panic!("want one 0 and one 2, got {codes:?}\na: {}\nb: {}", text(&a.stderr), text(&b.stderr)),
+    };
+    let refusal = text(&loser.stderr);
+    assert!(refusal.contains("being driven by another controller") && refusal.contains("pid"), "{refusal}");
+    let v: serde_json::Value = serde_json::from_slice(&winner.stdout).unwrap();
+    assert_eq!(v["status"], "complete", "{v}");
+    assert_eq!(v["summary"]["tasks_finished"], 8, "no task counted twice");
+    assert!(aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]).status.success());
+    let (shown, _) = aws.json(&["runs", "show", &run, "--json", "--backend", "aws"]);
+    assert_eq!(shown["run"]["epoch"], 1, "one claim: {shown}");
     assert_index_matches_summary(&aws, &run);
 }
 
