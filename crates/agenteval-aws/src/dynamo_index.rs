@@ -94,6 +94,9 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
         cancel_requested: get_bool(item, "cancel_requested").unwrap_or(false),
         controller: get_opt_s(item, "controller").unwrap_or_default(),
         epoch: get_n(item, "epoch")?,
+        leased_at: get_opt_s(item, "leased_at")
+            .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
+            .map(|t| t.with_timezone(&Utc)),
     })
 }
 
@@ -240,6 +243,7 @@ impl RunIndex for DynamoDbRunIndex {
             ("cancel_requested", AttributeValue::Bool(run.cancel_requested)),
             ("controller", s(&run.controller)),
             ("epoch", n(run.epoch)),
+            ("leased_at", opt_s(run.leased_at.map(ts))),
         ] {
             item.insert(k.to_string(), v);
         }
@@ -339,6 +343,7 @@ impl RunIndex for DynamoDbRunIndex {
         }
         if let Some(c) = &u.controller {
             sets.push("controller = :ctl".into());
+            sets.push("leased_at = :now".into());
             values.insert(":ctl".into(), s(c));
         }
         if let Some(e) = u.if_epoch {

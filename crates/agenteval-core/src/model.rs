@@ -370,6 +370,10 @@ pub struct RunRecord {
     pub controller: String,
     /// How many times the run was resumed; also the prefix of the job ids of the latest resume.
     pub epoch: u32,
+    /// When `controller` took the run (its lease began): set whenever `controller` changes.
+    /// `None` in records written before leases.
+    #[serde(default)]
+    pub leased_at: Option<DateTime<Utc>>,
 }
 
 /// A change to a run record; `None` fields are left as they are.
@@ -380,6 +384,7 @@ pub struct RunUpdate {
     pub heartbeat: bool,
     pub cancel_requested: Option<bool>,
     pub epoch: Option<u32>,
+    /// A new controller for the run; its lease starts now (`leased_at`).
     pub controller: Option<String>,
     /// Applies the update only while the run's epoch is this one; otherwise the update fails
     /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch

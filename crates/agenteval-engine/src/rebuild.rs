@@ -70,6 +70,7 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
         cancel_requested: false,
         controller: String::new(),
         epoch: meta.resumed,
+        leased_at: None,
     };
     index.create_run(&record, tasks.ids()).await?;
     for chunk in finished.chunks(500) {

@@ -29,7 +29,8 @@ CREATE TABLE IF NOT EXISTS runs (
     heartbeat_at TEXT NOT NULL,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     controller TEXT NOT NULL DEFAULT '',
-    epoch INTEGER NOT NULL DEFAULT 0
+    epoch INTEGER NOT NULL DEFAULT 0,
+    leased_at TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at DESC);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -77,7 +78,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
@@ -93,15 +94,17 @@ fn migrate(conn: &Connection) -> Result<()> {
         // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
-    let has_controller: bool = conn
-        .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'controller'", [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .map(|n| n > 0)
-        .map_err(|e| db_err("reading schema", e))?;
-    if !has_controller {
-        conn.execute_batch("ALTER TABLE runs ADD COLUMN controller TEXT NOT NULL DEFAULT ''")
-            .map_err(|e| db_err("migrating schema", e))?;
+    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT")] {
+        let has: bool = conn
+            .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n > 0)
+            .map_err(|e| db_err("reading schema", e))?;
+        if !has {
+            conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))
+                .map_err(|e| db_err("migrating schema", e))?;
+        }
     }
     conn.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(|e| db_err("writing schema version", e))
 }
@@ -233,6 +236,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         cancel_requested: r.get::<_, i64>("cancel_requested")? != 0,
         controller: r.get("controller")?,
         epoch: r.get::<_, i64>("epoch")? as u32,
+        leased_at: r.get::<_, Option<String>>("leased_at")?.map(|s| parse_ts(&s)).transpose()?,
     })
 }
 
@@ -310,8 +314,9 @@ impl RunIndex for SqliteRunIndex {
             let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| db_err("begin", e))?;
             tx.execute(
                 "INSERT INTO runs (run_id, name, benchmark, agent, backend, status, bundle_uri, config_hash,
-                   tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch, controller)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                   tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch, controller,
+                   leased_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
                 params![
                     run.run_id.to_string(),
                     run.name,
@@ -329,6 +334,7 @@ impl RunIndex for SqliteRunIndex {
                     run.cancel_requested as i64,
                     run.epoch as i64,
                     run.controller,
+                    run.leased_at.map(ts),
                 ],
             )
             .map_err(|e| db_err("inserting run", e))?;
@@ -397,6 +403,7 @@ impl RunIndex for SqliteRunIndex {
                         cancel_requested = COALESCE(?6, cancel_requested),
                         epoch = COALESCE(?7, epoch),
                         controller = COALESCE(?8, controller),
+                        leased_at = CASE WHEN ?8 IS NOT NULL THEN ?5 ELSE leased_at END,
                         updated_at = ?5
                      WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
                     params![

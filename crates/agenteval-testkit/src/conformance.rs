@@ -93,6 +93,7 @@ fn run_record(run: RunId, name: &str) -> RunRecord {
         cancel_requested: false,
         controller: "host:1".into(),
         epoch: 0,
+        leased_at: Some(now),
     }
 }
 
@@ -278,12 +279,17 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     index.update_run(&run, &beat).await.expect("the holder's heartbeat applies");
     let claim =
         RunUpdate { epoch: Some(2), controller: Some("third:3".into()), if_epoch: Some(1), ..Default::default() };
+    let before_claim = index.get_run(&run).await.unwrap().unwrap().leased_at.expect("a lease start is recorded");
+    std::thread::sleep(std::time::Duration::from_millis(2));
     index.update_run(&run, &claim).await.expect("a claim from the current epoch applies");
+    let claimed_at = index.get_run(&run).await.unwrap().unwrap().leased_at.unwrap();
+    assert!(claimed_at > before_claim, "a new controller starts a new lease ({before_claim} -> {claimed_at})");
     let stale = index.update_run(&run, &beat).await.unwrap_err();
     assert_eq!(stale.kind(), ErrorKind::Conflict, "the old holder's heartbeat conflicts: {stale}");
     assert!(stale.to_string().contains("third:3"), "a lost lease names the new holder: {stale}");
     let got = index.get_run(&run).await.unwrap().unwrap();
     assert_eq!((got.epoch, got.controller.as_str()), (2, "third:3"), "a refused update changes nothing");
+    assert_eq!(got.leased_at, Some(claimed_at), "a heartbeat does not move the lease start");
     let missing = index.update_run(&RunId::new(), &beat).await.unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound, "a conditional update of an unknown run: {missing}");
 

@@ -50,7 +50,9 @@ fn two_concurrent_resumes_one_drives_the_other_names_the_holder() {
         _ => panic!("want one 0 and one 2, got {codes:?}\na: {}\nb: {}", text(&a.stderr), text(&b.stderr)),
     };
     let refusal = text(&loser.stderr);
-    assert!(refusal.contains("being driven by another controller") && refusal.contains("pid"), "{refusal}");
+    for part in ["being driven by another controller", "host ", "pid ", "since "] {
+        assert!(refusal.contains(part), "the refusal names the holder ({part}): {refusal}");
+    }
     assert_eq!(refusal.trim().lines().count(), 1, "one line: {refusal}");
     let v: serde_json::Value = serde_json::from_slice(&winner.stdout).unwrap();
     assert_eq!(v["status"], "complete", "{v}");

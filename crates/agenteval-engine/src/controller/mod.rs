@@ -236,6 +236,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         cancel_requested: false,
         controller: controller_id(),
         epoch: 0,
+        leased_at: Some(now),
     };
     index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();
@@ -303,11 +304,11 @@ fn held_by(r: &RunRecord) -> Error {
     Error::new(
         ErrorKind::Conflict,
         format!(
-            "run {} is being driven by another controller (host {host}, pid {pid}, epoch {}, alive at {}); \
+            "run {} is being driven by another controller (host {host}, pid {pid}, since {}, last seen {}s ago); \
              wait for it, or take over with `agenteval resume --force {}`",
             r.run_id,
-            r.epoch,
-            r.heartbeat_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            r.leased_at.unwrap_or(r.created_at).format("%Y-%m-%d %H:%M:%S UTC"),
+            (Utc::now() - r.heartbeat_at).num_seconds().max(0),
             r.run_id,
         ),
     )
