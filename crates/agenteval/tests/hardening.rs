@@ -256,7 +256,7 @@ while True:
 
 /// The peak memory a worker may reach while its agent floods the trace (documented in
 /// `docs/security.md`): the trace streams to disk and only a bounded part stays in memory.
-const WORKER_PEAK_MIB: u64 = 96;
+const WORKER_PEAK_MIB: u64 = 64;
 
 #[test]
 fn a_trace_flood_stops_at_the_limit_and_the_worker_stays_small() {
@@ -293,6 +293,7 @@ storage:
         .filter_map(|e| e["payload"]["worker_hwm_kb"].as_u64())
         .max()
         .expect("the agent reported the worker's memory");
+    eprintln!("worker peak memory during a 64 MiB trace flood: {} MiB", peak_kb / 1024);
     assert!(peak_kb / 1024 < WORKER_PEAK_MIB, "the worker peaked at {} MiB after a 64 MiB trace", peak_kb / 1024);
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
 }

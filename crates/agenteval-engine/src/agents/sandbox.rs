@@ -118,13 +118,18 @@ mod imp {
     }
 
     pub fn prepare(view: &View) -> Result<Prepared, String> {
-        let mut read = Vec::new();
+        // Hidden paths are cut out of the write grants too: a listed folder that holds the
+        // bundle root must not open it.
+        let (mut read, mut write) = (Vec::new(), Vec::new());
         for p in &view.read {
             super::readable_except(p, &view.exclude, &mut read);
         }
+        for p in &view.write {
+            super::readable_except(p, &view.exclude, &mut write);
+        }
         let rules = ruleset()
             .and_then(|r| r.add_rules(path_beneath_rules(&read, AccessFs::from_read(ABI_FS))))
-            .and_then(|r| r.add_rules(path_beneath_rules(&view.write, AccessFs::from_all(ABI_FS))))
+            .and_then(|r| r.add_rules(path_beneath_rules(&write, AccessFs::from_all(ABI_FS))))
             .map_err(|e| format!("cannot build the agent's sandbox: {e}"))?;
         Ok(Prepared(rules))
     }
