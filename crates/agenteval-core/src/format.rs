@@ -44,3 +44,52 @@ pub struct Manifest {
     pub run_id: RunId,
     pub files: BTreeMap<String, ManifestEntry>,
 }
+
+/// One evaluator's verdict in a [`ResultLine`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LineScore {
+    pub score: f64,
+    pub passed: bool,
+    /// Set when the evaluator itself failed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
+}
+
+/// One line of `results.jsonl`: a finished task in the few numbers that comparisons and
+/// reports read, so that judging a run costs one read, not one per task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResultLine {
+    pub task_id: crate::TaskId,
+    pub attempt: u32,
+    pub passed: bool,
+    pub terminated_by: crate::model::TerminatedBy,
+    /// Every score by evaluator id (the benchmark's own grade is `benchmark`).
+    pub scores: BTreeMap<String, LineScore>,
+    /// Agent and evaluator cost, US dollars.
+    pub cost_usd: f64,
+    pub tokens: u64,
+    pub wall_seconds: f64,
+    pub steps: u32,
+}
+
+impl From<&crate::model::TaskResult> for ResultLine {
+    fn from(r: &crate::model::TaskResult) -> Self {
+        ResultLine {
+            task_id: r.task_id.clone(),
+            attempt: r.attempt,
+            passed: r.passed,
+            terminated_by: r.agent.terminated_by,
+            scores: r
+                .scores
+                .iter()
+                .map(|s| {
+                    (s.evaluator_id.clone(), LineScore { score: s.score, passed: s.passed, error: s.error.is_some() })
+                })
+                .collect(),
+            cost_usd: r.total_cost_usd(),
+            tokens: r.agent.total_tokens,
+            wall_seconds: r.agent.wall_seconds,
+            steps: r.agent.steps,
+        }
+    }
+}

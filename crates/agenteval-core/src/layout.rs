@@ -10,6 +10,8 @@ pub const REPLAY: &str = "replay_command.txt";
 pub const CONFIG: &str = "config.resolved.json";
 /// Every task of the run, one JSON `TaskSpec` per line, written when the run is created.
 pub const TASKS: &str = "tasks.jsonl";
+/// One compact line per finished task, written at seal (`format::ResultLine`).
+pub const RESULTS: &str = "results.jsonl";
 pub const TELEMETRY: &str = "telemetry.jsonl";
 /// The controller's OpenTelemetry spans (`eval.run`, `eval.job`, ...), one JSON object per line.
 pub const SPANS: &str = "spans.jsonl";

@@ -360,7 +360,7 @@ async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         (s, text)
     } else {
         let table = bundle::TaskTable::read(store, &run_id).await?;
-        let (s, failures) = bundle::summarize(store, &run_id, table.ids(), meta.status).await?;
+        let (s, failures, _) = bundle::summarize(store, &run_id, table.ids(), meta.status).await?;
         let text = agenteval_engine::report::render(&meta, &s, &failures);
         (s, text)
     };

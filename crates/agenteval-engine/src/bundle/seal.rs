@@ -1,7 +1,7 @@
 //! Sealing a bundle: the summary over every task result, the report, the replay command, the
 //! final metadata and the manifest of checksums.
 
-use agenteval_core::format::Metadata;
+use agenteval_core::format::{Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{RunStatus, RunSummary, TaskResult};
 use agenteval_core::traits::BundleStore;
@@ -13,15 +13,17 @@ use super::{READ_CONCURRENCY, read_json, sha256_hex, to_json_bytes};
 use crate::report::Failure;
 use crate::scorers::{default_scorers, empty_summary};
 
-/// Summarizes the results of the run's tasks, one file at a time.
+/// Summarizes the results of the run's tasks, one file at a time; also returns
+/// `results.jsonl`, one line per finished task in task order.
 pub async fn summarize(
     store: &dyn BundleStore,
     run: &RunId,
     ids: &[TaskId],
     status: RunStatus,
-) -> Result<(RunSummary, Vec<Failure>)> {
+) -> Result<(RunSummary, Vec<Failure>, Vec<u8>)> {
     let mut scorers = default_scorers();
     let mut failures = Vec::new();
+    let mut lines = Vec::new();
     let mut results = futures::stream::iter(ids)
         .map(|id| async move { read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await })
         .buffered(READ_CONCURRENCY);
@@ -34,6 +36,8 @@ pub async fn summarize(
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
+        serde_json::to_writer(&mut lines, &ResultLine::from(&r)).expect("a result line serializes");
+        lines.push(b'\n');
         if !r.passed && failures.len() < 50 {
             let reason = r
                 .agent
@@ -48,7 +52,7 @@ pub async fn summarize(
     for s in &scorers {
         s.finish(&mut summary);
     }
-    Ok((summary, failures))
+    Ok((summary, failures, lines))
 }
 
 /// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
@@ -64,8 +68,9 @@ pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> R
 pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
     let run = &meta.run_id;
     let started = std::time::Instant::now();
-    let (summary, failures) =
+    let (summary, failures, lines) =
         summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
+    store.put(run, layout::RESULTS, &lines).await?;
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     let report = tracing::info_span!("report.render").in_scope(|| crate::report::render(meta, &summary, &failures));
     store.put(run, layout::REPORT, report.as_bytes()).await?;

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use agenteval_core::format::{Manifest, Metadata};
+use agenteval_core::format::{Manifest, Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
@@ -43,6 +43,56 @@ fn check_version(path: &str, version: &str, v: &mut Validation) {
 
 fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()))
+}
+
+/// `results.jsonl` against the task folders: one line per finished task, each saying what its
+/// `result.json` says. Bundles sealed before the file existed have none (a warning).
+async fn check_results(
+    store: &dyn BundleStore,
+    run: &RunId,
+    present: bool,
+    expected: &[u8],
+    v: &mut Validation,
+) -> Result<()> {
+    if !present {
+        v.warnings
+            .push(format!("{}: missing (sealed by an older agenteval); readers use the task folders", layout::RESULTS));
+        return Ok(());
+    }
+    // A task listed twice in `tasks.jsonl` is reported elsewhere; only the file's own lines are
+    // held to one each.
+    let parse =
+        |bytes: &[u8], strict: bool| -> std::result::Result<std::collections::BTreeMap<String, ResultLine>, String> {
+            let mut out = std::collections::BTreeMap::new();
+            for (i, line) in bytes.split(|&b| b == b'\n').enumerate().filter(|(_, l)| !l.is_empty()) {
+                let r: ResultLine = serde_json::from_slice(line).map_err(|e| format!("line {}: {e}", i + 1))?;
+                if out.insert(r.task_id.to_string(), r).is_some() && strict {
+                    return Err(format!("line {}: a task listed twice", i + 1));
+                }
+            }
+            Ok(out)
+        };
+    let want = parse(expected, false).map_err(|e| Error::internal(format!("recomputed results: {e}")))?;
+    let got = match parse(&store.get(run, layout::RESULTS).await?, true) {
+        Ok(g) => g,
+        Err(e) => {
+            v.problems.push(format!("{}: {e}", layout::RESULTS));
+            return Ok(());
+        }
+    };
+    for (id, line) in &want {
+        match got.get(id) {
+            None => v.problems.push(format!("{}: task {id} has a result but no line", layout::RESULTS)),
+            Some(g) if g != line => {
+                v.problems.push(format!("{}: the line of task {id} disagrees with its result.json", layout::RESULTS))
+            }
+            Some(_) => {}
+        }
+    }
+    for id in got.keys().filter(|id| !want.contains_key(*id)) {
+        v.problems.push(format!("{}: task {id} has a line but no result", layout::RESULTS));
+    }
+    Ok(())
 }
 
 /// Checks a bundle: required files, checksums, and that its files agree with each other.
@@ -177,7 +227,8 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
             Err(e) => v.problems.push(e.to_string()),
             Ok(s) => {
-                let (re, _) = summarize(store, run, specs.ids(), m.status).await?;
+                let (re, _, lines) = summarize(store, run, specs.ids(), m.status).await?;
+                check_results(store, run, present.contains(layout::RESULTS), &lines, &mut v).await?;
                 if s.status != m.status {
                     v.problems.push(format!(
                         "{}: status {} but metadata says {}",

@@ -253,6 +253,34 @@ async fn every_check_names_what_it_found() {
             Box::pin(edit(s, r, layout::SUMMARY, |m| m["total_cost_usd"] = json!(99.0)))
         }),
         (
+            "a result line that lies",
+            true,
+            "results.jsonl: the line of task t3 disagrees with its result.json",
+            |s, r| {
+                Box::pin(async move {
+                    let text = String::from_utf8(s.get(r, layout::RESULTS).await.unwrap()).unwrap();
+                    let lied: Vec<String> = text
+                        .lines()
+                        .map(|l| {
+                            if l.contains("\"t3\"") {
+                                l.replace("\"passed\":false", "\"passed\":true")
+                            } else {
+                                l.into()
+                            }
+                        })
+                        .collect();
+                    s.put(r, layout::RESULTS, format!("{}\n", lied.join("\n")).as_bytes()).await.unwrap()
+                })
+            },
+        ),
+        ("a result line missing", true, "results.jsonl: task t3 has a result but no line", |s, r| {
+            Box::pin(async move {
+                let text = String::from_utf8(s.get(r, layout::RESULTS).await.unwrap()).unwrap();
+                let kept: Vec<&str> = text.lines().filter(|l| !l.contains("\"t3\"")).collect();
+                s.put(r, layout::RESULTS, format!("{}\n", kept.join("\n")).as_bytes()).await.unwrap()
+            })
+        }),
+        (
             "summary status against metadata",
             true,
             "summary.json: status interrupted but metadata says complete",
