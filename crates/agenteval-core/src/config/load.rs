@@ -235,6 +235,11 @@ impl YamlDoc {
     pub fn origin(&self, pointer: &str) -> Origin {
         self.positions.find(pointer, false)
     }
+
+    /// The position of the key of the member at a JSON pointer (for "unknown key" problems).
+    pub fn key_origin(&self, pointer: &str) -> Origin {
+        self.positions.find(pointer, true)
+    }
 }
 
 /// Applies `key.path=value` overrides. Values are YAML scalars or flow collections.

@@ -1,0 +1,444 @@
+//! Comparing two runs task by task: tasks are paired by id (repetitions by their base id), each
+//! metric's mean paired difference gets a bootstrap confidence interval, and a metric counts as
+//! regressed only when its whole interval is on the bad side. Infrastructure failures are set
+//! apart: they are never counted as the agent getting worse.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use agenteval_core::format::ResultLine;
+use agenteval_core::model::{RunStatus, TerminatedBy};
+use agenteval_core::{Error, Result};
+use serde::Serialize;
+
+use crate::results::RunResults;
+use crate::stats::{Interval, median, paired_bootstrap};
+
+/// Version of the comparison document (`docs/report-schema.md`).
+pub const COMPARISON_SCHEMA: &str = "1";
+
+#[derive(Debug, Clone, Copy)]
+pub struct CompareOptions {
+    /// Bootstrap resamples (default 10,000).
+    pub resamples: usize,
+    /// Seed of the bootstrap, recorded in the output.
+    pub seed: u64,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions { resamples: 10_000, seed: 20_211_207 }
+    }
+}
+
+/// Which way is better for a metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+/// The metrics a comparison reports (and a gates file may name), besides `score:<evaluator>`.
+pub const METRICS: &[(&str, Better)] = &[
+    ("pass_rate", Better::Higher),
+    ("cost_per_task", Better::Lower),
+    ("tokens_per_task", Better::Lower),
+    ("wall_seconds", Better::Lower),
+    ("wall_seconds_p50", Better::Lower),
+    ("steps", Better::Lower),
+];
+
+/// Which way is better for a metric name, `score:<id>` included; `None` for an unknown name.
+pub fn better_of(metric: &str) -> Option<Better> {
+    if metric.strip_prefix("score:").is_some_and(|id| !id.is_empty()) {
+        return Some(Better::Higher);
+    }
+    METRICS.iter().find(|(m, _)| *m == metric).map(|(_, b)| *b)
+}
+
+/// One side of a comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Side {
+    pub run_id: String,
+    pub name: String,
+    pub status: RunStatus,
+    pub bundle: String,
+    pub benchmark: String,
+    /// Tasks (base ids) with a result on this side.
+    pub tasks: usize,
+}
+
+/// One metric on both sides.
+#[derive(Debug, Clone, Serialize)]
+pub struct MetricDiff {
+    pub metric: String,
+    pub better: Better,
+    /// Mean (or p50) over the paired tasks.
+    pub base: f64,
+    pub cand: f64,
+    /// Candidate − base, with its 95% interval (`None` for p50, which is reported, not judged).
+    pub diff: Option<Interval>,
+    /// The whole interval is on the bad side.
+    pub regressed: bool,
+    /// The whole interval is on the good side.
+    pub improved: bool,
+}
+
+impl MetricDiff {
+    /// How much worse the candidate is at best and at worst within the interval (positive is
+    /// worse), whichever way is better for the metric.
+    pub fn worse_range(&self) -> Option<(f64, f64)> {
+        self.diff.map(|d| match self.better {
+            Better::Higher => (-d.hi, -d.lo),
+            Better::Lower => (d.lo, d.hi),
+        })
+    }
+}
+
+/// A task whose outcome changed, with why it fails now (or failed before).
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskChange {
+    pub task_id: String,
+    /// Fraction of the task's repetitions that passed.
+    pub base_pass: f64,
+    pub cand_pass: f64,
+    /// How the failing side ended (`terminated_by` of its first failing repetition).
+    pub ended: Option<TerminatedBy>,
+}
+
+/// A task left out of the statistics because infrastructure failed on a side.
+#[derive(Debug, Clone, Serialize)]
+pub struct InfraTask {
+    pub task_id: String,
+    pub base: bool,
+    pub cand: bool,
+}
+
+/// The comparison of two runs (`comparison.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    pub schema_version: String,
+    pub base: Side,
+    pub cand: Side,
+    pub resamples: usize,
+    pub seed: u64,
+    /// Tasks on both sides without an infrastructure failure: what the statistics cover.
+    pub paired_tasks: usize,
+    pub metrics: Vec<MetricDiff>,
+    pub regressions: Vec<TaskChange>,
+    pub improvements: Vec<TaskChange>,
+    /// Tasks only the candidate has.
+    pub added: Vec<String>,
+    /// Tasks only the base has.
+    pub removed: Vec<String>,
+    pub infra_failures: Vec<InfraTask>,
+}
+
+impl Comparison {
+    pub fn metric(&self, name: &str) -> Option<&MetricDiff> {
+        self.metrics.iter().find(|m| m.metric == name)
+    }
+}
+
+/// A task's repetitions folded into per-task values.
+#[derive(Debug, Default, Clone)]
+struct Folded {
+    n: f64,
+    passed: f64,
+    infra: bool,
+    first_failure: Option<TerminatedBy>,
+    cost: f64,
+    tokens: f64,
+    wall: f64,
+    steps: f64,
+    scores: BTreeMap<String, f64>,
+}
+
+impl Folded {
+    fn value(&self, metric: &str) -> Option<f64> {
+        let mean = |x: f64| x / self.n;
+        Some(match metric {
+            "pass_rate" => mean(self.passed),
+            "cost_per_task" => mean(self.cost),
+            "tokens_per_task" => mean(self.tokens),
+            "wall_seconds" | "wall_seconds_p50" => mean(self.wall),
+            "steps" => mean(self.steps),
+            m => mean(*self.scores.get(m.strip_prefix("score:")?)?),
+        })
+    }
+}
+
+fn base_id(task: &str) -> &str {
+    match task.rsplit_once("@r") {
+        Some((base, rep)) if !rep.is_empty() && rep.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => task,
+    }
+}
+
+fn fold(lines: &[ResultLine]) -> BTreeMap<String, Folded> {
+    let mut out: BTreeMap<String, Folded> = BTreeMap::new();
+    for l in lines {
+        let f = out.entry(base_id(l.task_id.as_str()).to_string()).or_default();
+        f.n += 1.0;
+        f.passed += f64::from(u8::from(l.passed));
+        f.infra |= l.terminated_by == TerminatedBy::InfraFailure;
+        if !l.passed && f.first_failure.is_none() {
+            f.first_failure = Some(l.terminated_by);
+        }
+        f.cost += l.cost_usd;
+        f.tokens += l.tokens as f64;
+        f.wall += l.wall_seconds;
+        f.steps += f64::from(l.steps);
+        for (id, s) in &l.scores {
+            *f.scores.entry(id.clone()).or_default() += s.score;
+        }
+    }
+    out
+}
+
+fn side(r: &RunResults, tasks: usize) -> Side {
+    Side {
+        run_id: r.meta.run_id.to_string(),
+        name: r.meta.name.clone(),
+        status: r.meta.status,
+        bundle: r.bundle_uri.clone(),
+        benchmark: r.meta.benchmark.clone(),
+        tasks,
+    }
+}
+
+/// Compares a candidate run with a base run. Runs of different benchmarks, or with no task in
+/// common, cannot be compared (`Invalid`).
+pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Result<Comparison> {
+    if base.meta.benchmark != cand.meta.benchmark {
+        return Err(Error::invalid(format!(
+            "cannot compare runs of different benchmarks: {} is `{}`, {} is `{}`",
+            base.meta.run_id, base.meta.benchmark, cand.meta.run_id, cand.meta.benchmark
+        )));
+    }
+    let (b, c) = (fold(&base.lines), fold(&cand.lines));
+    let common: Vec<&String> = b.keys().filter(|k| c.contains_key(*k)).collect();
+    if common.is_empty() {
+        return Err(Error::invalid(format!(
+            "runs {} and {} have no finished task in common",
+            base.meta.run_id, cand.meta.run_id
+        )));
+    }
+    let mut infra_failures = Vec::new();
+    let mut paired = Vec::new();
+    for id in &common {
+        let (bf, cf) = (&b[*id], &c[*id]);
+        if bf.infra || cf.infra {
+            infra_failures.push(InfraTask { task_id: (*id).clone(), base: bf.infra, cand: cf.infra });
+        } else {
+            paired.push((*id, bf, cf));
+        }
+    }
+    let mut regressions = Vec::new();
+    let mut improvements = Vec::new();
+    for (id, bf, cf) in &paired {
+        let (bp, cp) = (bf.passed / bf.n, cf.passed / cf.n);
+        // A task "passes" when at least half of its repetitions do.
+        let change = |ended| TaskChange { task_id: (*id).clone(), base_pass: bp, cand_pass: cp, ended };
+        match (bp >= 0.5, cp >= 0.5) {
+            (true, false) => regressions.push(change(cf.first_failure)),
+            (false, true) => improvements.push(change(bf.first_failure)),
+            _ => {}
+        }
+    }
+    let scores: BTreeSet<&String> =
+        paired.iter().flat_map(|(_, bf, cf)| bf.scores.keys().filter(|k| cf.scores.contains_key(*k))).collect();
+    let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
+    names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
+    // Each metric's bootstrap is independent and seeded by its position: the same inputs give
+    // the same intervals however the work is spread over threads.
+    let metrics: Vec<MetricDiff> = std::thread::scope(|s| {
+        let paired = &paired;
+        let handles: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, (name, better))| {
+                s.spawn(move || {
+                    let values: Vec<(f64, f64)> =
+                        paired.iter().filter_map(|(_, bf, cf)| Some((bf.value(name)?, cf.value(name)?))).collect();
+                    metric_diff(name, *better, &values, opts, i as u64)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
+    });
+    let added = c.keys().filter(|k| !b.contains_key(*k)).cloned().collect();
+    let removed = b.keys().filter(|k| !c.contains_key(*k)).cloned().collect();
+    Ok(Comparison {
+        schema_version: COMPARISON_SCHEMA.into(),
+        base: side(base, b.len()),
+        cand: side(cand, c.len()),
+        resamples: opts.resamples,
+        seed: opts.seed,
+        paired_tasks: paired.len(),
+        metrics,
+        regressions,
+        improvements,
+        added,
+        removed,
+        infra_failures,
+    })
+}
+
+fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareOptions, index: u64) -> MetricDiff {
+    let (bs, cs): (Vec<f64>, Vec<f64>) = values.iter().copied().unzip();
+    if name == "wall_seconds_p50" {
+        return MetricDiff {
+            metric: name.into(),
+            better,
+            base: median(&bs),
+            cand: median(&cs),
+            diff: None,
+            regressed: false,
+            improved: false,
+        };
+    }
+    let n = values.len().max(1) as f64;
+    let diffs: Vec<f64> = values.iter().map(|(b, c)| c - b).collect();
+    let seed = opts.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let diff = paired_bootstrap(&diffs, opts.resamples, seed);
+    let (bad, good) = match better {
+        Better::Higher => (diff.hi < 0.0, diff.lo > 0.0),
+        Better::Lower => (diff.lo > 0.0, diff.hi < 0.0),
+    };
+    MetricDiff {
+        metric: name.into(),
+        better,
+        base: bs.iter().sum::<f64>() / n,
+        cand: cs.iter().sum::<f64>() / n,
+        diff: Some(diff),
+        regressed: bad,
+        improved: good,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agenteval_core::format::{LineScore, Metadata};
+
+    fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
+        let now = chrono::Utc::now();
+        RunResults {
+            meta: Metadata {
+                schema_version: "1.0".into(),
+                run_id: agenteval_core::RunId::new(),
+                name: name.into(),
+                status: RunStatus::Complete,
+                sealed: true,
+                backend: "local".into(),
+                benchmark: "jsonl".into(),
+                agent: "command".into(),
+                config_hash: String::new(),
+                agenteval_version: "test".into(),
+                git_sha: None,
+                tasks_total: outcomes.len() as u64,
+                created_at: now,
+                finished_at: Some(now),
+                resumed: 0,
+            },
+            bundle_uri: format!("/runs/{name}"),
+            tags: Default::default(),
+            lines: outcomes
+                .iter()
+                .map(|(id, passed, ended)| ResultLine {
+                    task_id: id.parse().unwrap(),
+                    attempt: 1,
+                    passed: *passed,
+                    terminated_by: *ended,
+                    scores: BTreeMap::from([(
+                        "exact".to_string(),
+                        LineScore { score: f64::from(u8::from(*passed)), passed: *passed, error: false },
+                    )]),
+                    cost_usd: 0.01,
+                    tokens: 100,
+                    wall_seconds: 1.0,
+                    steps: 3,
+                })
+                .collect(),
+        }
+    }
+
+    use TerminatedBy::*;
+
+    #[test]
+    fn regressions_improvements_and_infrastructure_are_told_apart() {
+        let mut base = vec![];
+        let mut cand = vec![];
+        for i in 0..40 {
+            let id: &'static str = Box::leak(format!("t{i:02}").into_boxed_str());
+            base.push((id, true, Completed));
+            // t00..t09 regress; t10 fails on infrastructure only; the rest hold.
+            cand.push(match i {
+                0..10 => (id, false, AgentError),
+                10 => (id, false, InfraFailure),
+                _ => (id, true, Completed),
+            });
+        }
+        base.push(("gone", true, Completed));
+        cand.push(("new", true, Completed));
+        let c = compare(&run("b", &base), &run("c", &cand), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
+        let names: Vec<&str> = c.regressions.iter().map(|r| r.task_id.as_str()).collect();
+        assert_eq!(names, (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>());
+        assert_eq!(c.regressions[0].ended, Some(AgentError));
+        assert_eq!(c.infra_failures.len(), 1);
+        assert_eq!(c.infra_failures[0].task_id, "t10");
+        assert_eq!(c.paired_tasks, 39);
+        assert_eq!((c.added.as_slice(), c.removed.as_slice()), (&["new".to_string()][..], &["gone".to_string()][..]));
+        let pr = c.metric("pass_rate").unwrap();
+        assert!(pr.regressed && pr.diff.unwrap().hi < 0.0, "{pr:?}");
+        assert!((pr.diff.unwrap().mean + 10.0 / 39.0).abs() < 1e-12);
+        assert!(c.metric("score:exact").unwrap().regressed);
+        assert!(!c.metric("cost_per_task").unwrap().regressed, "equal costs: no change");
+        // The other way round the same tasks are improvements, nothing regressed.
+        let r = compare(&run("c", &cand), &run("b", &base), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
+        assert!(r.regressions.is_empty() && r.improvements.len() == 10);
+        assert!(r.metric("pass_rate").unwrap().improved);
+    }
+
+    #[test]
+    fn infrastructure_failures_alone_are_not_a_regression() {
+        let base: Vec<_> = (0..20).map(|i| (&*Box::leak(format!("t{i}").into_boxed_str()), true, Completed)).collect();
+        let cand: Vec<_> = base
+            .iter()
+            .enumerate()
+            .map(|(i, (id, ..))| (*id, i >= 5, if i < 5 { InfraFailure } else { Completed }))
+            .collect();
+        let c = compare(&run("b", &base), &run("c", &cand), CompareOptions::default()).unwrap();
+        assert!(c.regressions.is_empty());
+        assert_eq!(c.infra_failures.len(), 5);
+        assert!(!c.metric("pass_rate").unwrap().regressed);
+    }
+
+    #[test]
+    fn repetitions_pair_by_base_id_and_mismatched_runs_are_refused() {
+        let base =
+            [("a@r1", true, Completed), ("a", true, Completed), ("b", false, AgentError), ("b@r1", true, Completed)];
+        let cand =
+            [("a", false, AgentError), ("a@r1", false, AgentError), ("b", true, Completed), ("b@r1", true, Completed)];
+        let c = compare(&run("b", &base), &run("c", &cand), CompareOptions { resamples: 200, seed: 3 }).unwrap();
+        assert_eq!(c.paired_tasks, 2);
+        assert_eq!(c.regressions.len(), 1);
+        assert_eq!(c.regressions[0].task_id, "a");
+        let mut other = run("c", &cand);
+        other.meta.benchmark = "toy".into();
+        assert!(
+            compare(&run("b", &base), &other, CompareOptions::default())
+                .unwrap_err()
+                .to_string()
+                .contains("different benchmarks")
+        );
+        let disjoint = run("d", &[("zzz", true, Completed)]);
+        assert!(
+            compare(&run("b", &base), &disjoint, CompareOptions::default())
+                .unwrap_err()
+                .to_string()
+                .contains("no finished task in common")
+        );
+    }
+}

@@ -1,0 +1,361 @@
+//! Gates: a YAML file of limits on a comparison that turns it into a verdict (and an exit code).
+//! Loading reports every problem at once with `file:line:column`; judging is a pure function of
+//! the comparison (or, with no baseline, of the candidate alone).
+//!
+//! ```yaml
+//! on_missing_baseline: fail        # or pass
+//! min_tasks: 20
+//! max_task_regressions: 2
+//! metrics:
+//!   pass_rate: {min: 0.6, max_drop: 0.05}
+//!   cost_per_task: {max_drop_pct: 20}
+//!   score:exact_match: {max_drop: 0.1}
+//! ```
+
+use std::collections::BTreeMap;
+
+use agenteval_core::config::{ConfigError, Origin, Problem, YamlDoc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::compare::{Better, Comparison, METRICS, better_of};
+
+/// What to do when there is no baseline to compare with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnMissingBaseline {
+    Fail,
+    Pass,
+}
+
+/// Limits on one metric. `min`/`max` bound the candidate's value; `max_drop` (absolute) and
+/// `max_drop_pct` (relative to the base) bound how much worse it got, judged by the interval:
+/// the gate fails only when even the interval's best case is worse than allowed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct MetricGate {
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+    pub max_drop: Option<f64>,
+    pub max_drop_pct: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Gates {
+    pub on_missing_baseline: OnMissingBaseline,
+    pub min_tasks: Option<u64>,
+    pub max_task_regressions: Option<u64>,
+    pub metrics: BTreeMap<String, MetricGate>,
+}
+
+const TOP: &[&str] = &["on_missing_baseline", "min_tasks", "max_task_regressions", "metrics"];
+const LIMITS: &[&str] = &["min", "max", "max_drop", "max_drop_pct"];
+
+/// The closest known name, for "did you mean".
+fn suggest<'a>(got: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    known.into_iter().map(|k| (distance(got, k), k)).filter(|(d, k)| *d <= 2.max(k.len() / 3)).min().map(|(_, k)| k)
+}
+
+fn unknown(what: &str, got: &str, known: &[&str]) -> String {
+    match suggest(got, known.iter().copied()) {
+        Some(k) => format!("unknown {what} `{got}` (did you mean `{k}`?)"),
+        None => format!("unknown {what} `{got}` (expected one of: {})", known.join(", ")),
+    }
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// Parses and checks a gates file's text; `file` names it in messages.
+pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
+    let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
+    let doc = YamlDoc::parse(text).map_err(fail)?;
+    let mut problems = Vec::new();
+    // Unknown names point at the key, bad values at the value.
+    let mut problem = |pointer: String, message: String| {
+        let origin = if message.starts_with("unknown ") { doc.key_origin(&pointer) } else { doc.origin(&pointer) };
+        problems.push(Problem { origin, pointer, message });
+    };
+    let mut gates = Gates {
+        on_missing_baseline: OnMissingBaseline::Fail,
+        min_tasks: None,
+        max_task_regressions: None,
+        metrics: BTreeMap::new(),
+    };
+    let Value::Object(top) = &doc.value else {
+        problem(
+            String::new(),
+            "a gates file is a mapping (on_missing_baseline, min_tasks, max_task_regressions, metrics)".into(),
+        );
+        return Err(fail(problems));
+    };
+    let count = |v: &Value| v.as_u64().ok_or_else(|| format!("must be a whole number of 0 or more, not {v}"));
+    for (key, v) in top {
+        let at = format!("/{}", escape(key));
+        match key.as_str() {
+            "on_missing_baseline" => match v.as_str() {
+                Some("fail") => gates.on_missing_baseline = OnMissingBaseline::Fail,
+                Some("pass") => gates.on_missing_baseline = OnMissingBaseline::Pass,
+                _ => problem(at, format!("must be `fail` or `pass`, not {v}")),
+            },
+            "min_tasks" => match count(v) {
+                Ok(n) => gates.min_tasks = Some(n),
+                Err(m) => problem(at, m),
+            },
+            "max_task_regressions" => match count(v) {
+                Ok(n) => gates.max_task_regressions = Some(n),
+                Err(m) => problem(at, m),
+            },
+            "metrics" => {
+                let Value::Object(metrics) = v else {
+                    problem(at, "must be a mapping of metric name to limits".into());
+                    continue;
+                };
+                let known: Vec<&str> = METRICS.iter().map(|(m, _)| *m).collect();
+                for (metric, limits) in metrics {
+                    let mat = format!("{at}/{}", escape(metric));
+                    if better_of(metric).is_none() {
+                        problem(
+                            mat.clone(),
+                            unknown("metric", metric, &known) + "; evaluator scores are `score:<evaluator id>`",
+                        );
+                        continue;
+                    }
+                    let Value::Object(limits) = limits else {
+                        problem(mat, "must be a mapping of limits (min, max, max_drop, max_drop_pct)".into());
+                        continue;
+                    };
+                    let mut g = MetricGate::default();
+                    for (limit, value) in limits {
+                        let lat = format!("{mat}/{}", escape(limit));
+                        let Some(x) = value.as_f64().filter(|x| x.is_finite()) else {
+                            if LIMITS.contains(&limit.as_str()) {
+                                problem(lat, format!("must be a number, not {value}"));
+                            } else {
+                                problem(lat, unknown("limit", limit, LIMITS));
+                            }
+                            continue;
+                        };
+                        match limit.as_str() {
+                            "min" => g.min = Some(x),
+                            "max" => g.max = Some(x),
+                            "max_drop" | "max_drop_pct" if x < 0.0 => {
+                                problem(lat, format!("must be 0 or more (a drop is how much worse), not {x}"))
+                            }
+                            "max_drop" => g.max_drop = Some(x),
+                            "max_drop_pct" => g.max_drop_pct = Some(x),
+                            other => problem(lat, unknown("limit", other, LIMITS)),
+                        }
+                    }
+                    if let (Some(lo), Some(hi)) = (g.min, g.max)
+                        && lo > hi
+                    {
+                        problem(format!("{mat}/min"), format!("min {lo} is greater than max {hi}"));
+                    }
+                    if g == MetricGate::default() && !limits.is_empty() {
+                        continue;
+                    }
+                    if limits.is_empty() {
+                        problem(mat, "names no limit (min, max, max_drop, max_drop_pct)".into());
+                        continue;
+                    }
+                    gates.metrics.insert(metric.clone(), g);
+                }
+            }
+            other => problem(at, unknown("key", other, TOP)),
+        }
+    }
+    if problems.is_empty() {
+        Ok(gates)
+    } else {
+        problems.sort_by_key(|p| match p.origin {
+            Origin::File { line, column } => (line, column),
+            _ => (0, 0),
+        });
+        Err(fail(problems))
+    }
+}
+
+/// Reads and checks a gates file.
+pub fn load_gates(path: &std::path::Path) -> Result<Gates, ConfigError> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: file.clone(),
+        problems: vec![Problem {
+            origin: Origin::Unknown,
+            pointer: String::new(),
+            message: format!("cannot read: {e}"),
+        }],
+    })?;
+    load_gates_str(&text, &file)
+}
+
+/// One gate's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateResult {
+    /// `pass_rate.max_drop`, `max_task_regressions`, …
+    pub gate: String,
+    pub limit: f64,
+    /// The value judged (for a drop: how much worse at best, within the interval).
+    pub value: Option<f64>,
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// The verdict of a set of gates.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub passed: bool,
+    pub baseline: bool,
+    pub gates: Vec<GateResult>,
+}
+
+/// A candidate's own value of a metric, for judging without a baseline.
+pub type Standalone<'a> = &'a dyn Fn(&str) -> Option<f64>;
+
+/// Judges a comparison (or, with `None`, the candidate alone through `standalone`, whose tasks
+/// count is `cand_tasks`) against the gates.
+pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standalone<'_>, cand_tasks: u64) -> Verdict {
+    let mut out = Vec::new();
+    let mut push = |gate: String, limit: f64, value: Option<f64>, passed: bool, detail: String| {
+        out.push(GateResult { gate, limit, value, passed, detail });
+    };
+    if comparison.is_none() {
+        let ok = gates.on_missing_baseline == OnMissingBaseline::Pass;
+        push(
+            "on_missing_baseline".into(),
+            0.0,
+            None,
+            ok,
+            if ok { "no baseline: comparison gates skipped".into() } else { "no baseline to compare with".into() },
+        );
+    }
+    let tasks = comparison.map(|c| c.paired_tasks as u64).unwrap_or(cand_tasks);
+    if let Some(min) = gates.min_tasks {
+        push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, format!("{tasks} tasks judged"));
+    }
+    if let (Some(max), Some(c)) = (gates.max_task_regressions, comparison) {
+        let n = c.regressions.len() as u64;
+        push("max_task_regressions".into(), max as f64, Some(n as f64), n <= max, format!("{n} tasks regressed"));
+    }
+    for (metric, g) in &gates.metrics {
+        let diff = comparison.and_then(|c| c.metric(metric));
+        let value = diff.map(|d| d.cand).or_else(|| standalone(metric));
+        for (name, limit, ok) in [
+            ("min", g.min, value.map(|v| g.min.is_none_or(|m| v >= m))),
+            ("max", g.max, value.map(|v| g.max.is_none_or(|m| v <= m))),
+        ] {
+            if let Some(limit) = limit {
+                let passed = ok.unwrap_or(false);
+                let detail = match value {
+                    Some(v) => format!("{metric} is {v:.4}"),
+                    None => format!("{metric} is not measured in this run"),
+                };
+                push(format!("{metric}.{name}"), limit, value, passed, detail);
+            }
+        }
+        let Some(c) = comparison else { continue };
+        for (name, limit) in [("max_drop", g.max_drop), ("max_drop_pct", g.max_drop_pct)] {
+            let Some(limit) = limit else { continue };
+            let gate = format!("{metric}.{name}");
+            let Some((best, worst)) = diff.and_then(|d| d.worse_range()) else {
+                push(gate, limit, None, false, format!("{metric} is not measured on both sides"));
+                continue;
+            };
+            let base = diff.map(|d| d.base).unwrap_or_default();
+            let scale = |x: f64| {
+                if name == "max_drop_pct" {
+                    if base.abs() > 0.0 {
+                        x / base.abs() * 100.0
+                    } else if x > 0.0 {
+                        f64::INFINITY
+                    } else {
+                        0.0
+                    }
+                } else {
+                    x
+                }
+            };
+            let (best, worst) = (scale(best), scale(worst));
+            let passed = best <= limit;
+            let unit = if name == "max_drop_pct" { "%" } else { "" };
+            let direction = match better_of(metric) {
+                Some(Better::Higher) => "lower",
+                _ => "higher",
+            };
+            push(
+                gate,
+                limit,
+                Some(best),
+                passed,
+                format!(
+                    "{metric} is {best:.4}{unit} to {worst:.4}{unit} {direction} than in {} (95% interval)",
+                    c.base.run_id
+                ),
+            );
+        }
+    }
+    let passed = out.iter().all(|g| g.passed);
+    Verdict { passed, baseline: comparison.is_some(), gates: out }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_of_a_gates_file_is_named_with_its_position() {
+        let text = "on_missing_baseline: maybe\nmin_taks: 3\nmetrics:\n  pass_rat: {min: 0.5}\n  cost_per_task: {max_drop: lots}\n  steps: {min: 9, max: 2}\n  tokens_per_task: {max_dorp: 1}\n  wall_seconds: {max_drop: -1}\n";
+        let e = load_gates_str(text, "gates.yaml").unwrap_err();
+        let shown = e.to_string();
+        for want in [
+            "gates.yaml:1:22: must be `fail` or `pass`",
+            "gates.yaml:2:1: unknown key `min_taks` (did you mean `min_tasks`?)",
+            "gates.yaml:4:3: unknown metric `pass_rat` (did you mean `pass_rate`?)",
+            "gates.yaml:5:29: must be a number, not \"lots\"",
+            "gates.yaml:6:16: min 9 is greater than max 2",
+            "gates.yaml:7:21: unknown limit `max_dorp` (did you mean `max_drop`?)",
+            "gates.yaml:8:28: must be 0 or more",
+        ] {
+            assert!(shown.contains(want), "missing {want:?} in:\n{shown}");
+        }
+        assert_eq!(e.problems.len(), 7, "{shown}");
+    }
+
+    #[test]
+    fn a_good_file_loads() {
+        let g = load_gates_str(
+            "on_missing_baseline: pass\nmin_tasks: 3\nmax_task_regressions: 0\nmetrics:\n  pass_rate: {min: 0.5, max_drop: 0.05}\n  score:exact: {max_drop_pct: 10}\n",
+            "g.yaml",
+        )
+        .unwrap();
+        assert_eq!(g.on_missing_baseline, OnMissingBaseline::Pass);
+        assert_eq!(g.metrics["pass_rate"].max_drop, Some(0.05));
+        assert_eq!(g.metrics["score:exact"].max_drop_pct, Some(10.0));
+    }
+
+    #[test]
+    fn without_a_baseline_only_the_candidate_is_judged() {
+        let g = load_gates_str("metrics:\n  pass_rate: {min: 0.5, max_drop: 0.1}\n", "g").unwrap();
+        let v = judge(&g, None, &|m| (m == "pass_rate").then_some(0.7), 10);
+        assert!(!v.passed, "on_missing_baseline defaults to fail");
+        assert!(v.gates.iter().any(|r| r.gate == "pass_rate.min" && r.passed));
+        let g = load_gates_str("on_missing_baseline: pass\nmetrics:\n  pass_rate: {min: 0.5}\n", "g").unwrap();
+        assert!(judge(&g, None, &|_| Some(0.7), 10).passed);
+        assert!(!judge(&g, None, &|_| Some(0.4), 10).passed);
+    }
+}

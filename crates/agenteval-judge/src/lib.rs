@@ -1,0 +1,10 @@
+//! Judging runs: did the agent get worse, and can we trust that answer? Statistics over paired
+//! tasks (`stats`), the comparison of two runs (`compare`), gates that turn it into a verdict
+//! (`gates`), and the reports people read (`report`). Reads bundles through the core's
+//! `BundleStore`; knows nothing of backends, the engine or the CLI.
+
+pub mod compare;
+pub mod gates;
+pub mod report;
+pub mod results;
+pub mod stats;

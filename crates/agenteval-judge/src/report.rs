@@ -1,0 +1,266 @@
+//! Rendering a comparison and its verdict for people and scripts: `text` (a terminal, 100
+//! columns, meaning never in colour alone), `md` (a PR comment: compact, escaped, far under
+//! GitHub's 65,536-character limit), `json` (the `Comparison` and `Verdict` documents).
+
+use std::fmt::Write as _;
+
+use serde_json::json;
+
+use crate::compare::{Better, Comparison, MetricDiff};
+use crate::gates::Verdict;
+
+/// Output formats of `compare` and `report`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Md,
+    Json,
+    Html,
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "text" => Ok(Format::Text),
+            "md" | "markdown" => Ok(Format::Md),
+            "json" => Ok(Format::Json),
+            "html" => Ok(Format::Html),
+            other => Err(format!("unknown format `{other}` (text, md, json, html)")),
+        }
+    }
+}
+
+/// Tasks listed by name in a Markdown report before the rest are only counted.
+const MD_TASKS: usize = 50;
+
+/// Escapes user-controlled text for a Markdown table cell: nothing in it can end the cell,
+/// open HTML or a code span.
+pub fn md_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '|' => out.push_str("\\|"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '`' | '*' | '_' | '[' | ']' | '\\' | '#' => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\n' | '\r' => out.push(' '),
+            c if c.is_control() => {}
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn fmt_value(metric: &str, v: f64) -> String {
+    if metric == "pass_rate" || metric.starts_with("score:") {
+        format!("{:.1}%", v * 100.0)
+    } else if metric == "cost_per_task" {
+        format!("${v:.4}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn fmt_diff(m: &MetricDiff) -> String {
+    let Some(d) = m.diff else { return format!("{:+.3} (not judged)", m.cand - m.base) };
+    let scale = if m.metric == "pass_rate" || m.metric.starts_with("score:") { 100.0 } else { 1.0 };
+    let unit = if scale == 100.0 { " pts" } else { "" };
+    format!("{:+.2}{unit} [{:+.2}, {:+.2}]", d.mean * scale, d.lo * scale, d.hi * scale)
+}
+
+fn word(m: &MetricDiff) -> &'static str {
+    if m.regressed {
+        "WORSE"
+    } else if m.improved {
+        "better"
+    } else {
+        "same"
+    }
+}
+
+/// The comparison (and verdict) as terminal text.
+pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "base       {} ({}, {})", c.base.run_id, c.base.name, c.base.status.as_str());
+    let _ = writeln!(o, "candidate  {} ({}, {})", c.cand.run_id, c.cand.name, c.cand.status.as_str());
+    let _ = writeln!(
+        o,
+        "paired     {} tasks; {} bootstrap resamples, seed {}; intervals are 95%\n",
+        c.paired_tasks, c.resamples, c.seed
+    );
+    let _ = writeln!(o, "{:<24} {:>10} {:>10}  difference [95% interval]", "metric", "base", "candidate");
+    for m in &c.metrics {
+        let _ = writeln!(
+            o,
+            "{:<24} {:>10} {:>10}  {:<30} {}",
+            truncate(&m.metric, 24),
+            fmt_value(&m.metric, m.base),
+            fmt_value(&m.metric, m.cand),
+            fmt_diff(m),
+            word(m)
+        );
+    }
+    let _ = writeln!(o);
+    list(&mut o, "regressed (passed -> failed)", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
+    list(&mut o, "improved (failed -> passed)", c.improvements.iter().map(|t| t.task_id.clone()));
+    list(
+        &mut o,
+        "infrastructure failures (left out of the statistics)",
+        c.infra_failures.iter().map(|t| {
+            format!(
+                "{} ({})",
+                t.task_id,
+                match (t.base, t.cand) {
+                    (true, true) => "both runs",
+                    (true, false) => "base",
+                    _ => "candidate",
+                }
+            )
+        }),
+    );
+    list(&mut o, "only in the candidate", c.added.iter().cloned());
+    list(&mut o, "only in the base", c.removed.iter().cloned());
+    if let Some(v) = verdict {
+        let _ = writeln!(o, "gates: {}", if v.passed { "PASS" } else { "FAIL" });
+        for g in &v.gates {
+            let _ = writeln!(
+                o,
+                "  {} {:<32} limit {:<10} {}",
+                if g.passed { "ok  " } else { "FAIL" },
+                g.gate,
+                g.limit,
+                g.detail
+            );
+        }
+    }
+    o
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
+}
+
+fn task_line(id: &str, ended: Option<agenteval_core::model::TerminatedBy>) -> String {
+    match ended {
+        Some(t) => format!("{id} ({})", t.as_str()),
+        None => id.to_string(),
+    }
+}
+
+fn list(o: &mut String, title: &str, items: impl Iterator<Item = String>) {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "{title}: {}", items.len());
+    for i in items.iter().take(20) {
+        let _ = writeln!(o, "  {i}");
+    }
+    if items.len() > 20 {
+        let _ = writeln!(o, "  … and {} more (--format json lists all)", items.len() - 20);
+    }
+    let _ = writeln!(o);
+}
+
+/// The comparison (and verdict) as a Markdown PR comment.
+pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
+    let mut o = String::new();
+    let head = match verdict {
+        Some(v) if v.passed => "✅ gates pass",
+        Some(_) => "❌ gates fail",
+        None => "comparison",
+    };
+    let _ = writeln!(o, "### agenteval: {head}\n");
+    let _ = writeln!(
+        o,
+        "`{}` ({}) → `{}` ({}): {} paired tasks, 95% intervals from {} paired-bootstrap resamples (seed {}).\n",
+        c.base.run_id,
+        md_escape(&c.base.name),
+        c.cand.run_id,
+        md_escape(&c.cand.name),
+        c.paired_tasks,
+        c.resamples,
+        c.seed
+    );
+    let _ = writeln!(o, "| metric | base | candidate | difference [95% CI] | |\n|---|---:|---:|---|---|");
+    for m in &c.metrics {
+        let mark = if m.regressed {
+            "🔻 worse"
+        } else if m.improved {
+            "🔺 better"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {mark} |",
+            md_escape(&m.metric),
+            fmt_value(&m.metric, m.base),
+            fmt_value(&m.metric, m.cand),
+            fmt_diff(m)
+        );
+    }
+    if let Some(v) = verdict {
+        let _ = writeln!(o, "\n| gate | limit | result |\n|---|---:|---|");
+        for g in &v.gates {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} {} |",
+                md_escape(&g.gate),
+                g.limit,
+                if g.passed { "✅" } else { "❌" },
+                md_escape(&g.detail)
+            );
+        }
+    }
+    md_tasks(&mut o, "Regressed tasks", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
+    md_tasks(&mut o, "Improved tasks", c.improvements.iter().map(|t| t.task_id.clone()));
+    md_tasks(&mut o, "Infrastructure failures (not counted)", c.infra_failures.iter().map(|t| t.task_id.clone()));
+    if !c.added.is_empty() || !c.removed.is_empty() {
+        let _ = writeln!(o, "\n{} tasks only in the candidate, {} only in the base.", c.added.len(), c.removed.len());
+    }
+    o
+}
+
+fn md_tasks(o: &mut String, title: &str, items: impl Iterator<Item = String>) {
+    let items: Vec<String> = items.collect();
+    if items.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = items.iter().take(MD_TASKS).map(|i| format!("`{}`", i.replace('`', "'"))).collect();
+    let more = if items.len() > MD_TASKS { format!(" … and {} more", items.len() - MD_TASKS) } else { String::new() };
+    let _ = writeln!(o, "\n**{title} ({}):** {}{more}", items.len(), shown.join(", "));
+}
+
+/// The comparison and verdict as one JSON document.
+pub fn json(c: &Comparison, verdict: Option<&Verdict>) -> serde_json::Value {
+    json!({"comparison": c, "verdict": verdict})
+}
+
+/// A readable name of the better direction, for docs and HTML.
+pub fn better_word(b: Better) -> &'static str {
+    match b {
+        Better::Higher => "higher is better",
+        Better::Lower => "lower is better",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markdown_escaping_keeps_user_text_inside_its_cell() {
+        let e = md_escape("a|b <img src=x onerror=alert(1)> `code` [link](x)\nnext");
+        assert!(!e.contains('<') && !e.contains('\n'), "{e}");
+        assert!(
+            e.contains("\\|") && e.contains("&lt;img") && e.contains("\\`code\\`") && e.contains("\\[link\\]"),
+            "{e}"
+        );
+    }
+}

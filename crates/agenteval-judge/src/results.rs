@@ -1,0 +1,66 @@
+//! A run's results as judging reads them: its metadata and one `ResultLine` per finished task,
+//! from `results.jsonl` (one read) or, for bundles sealed before it existed, the task folders.
+
+use agenteval_core::format::{Metadata, ResultLine};
+use agenteval_core::layout;
+use agenteval_core::model::{TaskResult, TaskSpec};
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use futures::StreamExt;
+
+/// One run, ready to judge.
+#[derive(Debug, Clone)]
+pub struct RunResults {
+    pub meta: Metadata,
+    pub bundle_uri: String,
+    pub lines: Vec<ResultLine>,
+    /// Tags of each task, by task id, from `tasks.jsonl` (for reports; empty if unreadable).
+    pub tags: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| Error::corrupt(format!("{what}: {e}")))
+}
+
+fn parse_lines<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<Vec<T>> {
+    bytes
+        .split(|&b| b == b'\n')
+        .enumerate()
+        .filter(|(_, l)| !l.iter().all(u8::is_ascii_whitespace))
+        .map(|(i, l)| parse(l, &format!("{what}:{}", i + 1)))
+        .collect()
+}
+
+/// Reads a run's results from its bundle.
+pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
+    let meta: Metadata = parse(&store.get(run, layout::METADATA).await?, layout::METADATA)?;
+    let lines = match store.get(run, layout::RESULTS).await {
+        Ok(bytes) => parse_lines(&bytes, layout::RESULTS)?,
+        Err(e) if e.kind() == ErrorKind::NotFound => from_task_folders(store, run).await?,
+        Err(e) => return Err(e),
+    };
+    let tags = match store.get(run, layout::TASKS).await {
+        Ok(bytes) => parse_lines::<TaskSpec>(&bytes, layout::TASKS)
+            .map(|specs| specs.into_iter().map(|t| (t.id.to_string(), t.tags)).collect())
+            .unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    Ok(RunResults { meta, bundle_uri: store.bundle_uri(run), lines, tags })
+}
+
+async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<ResultLine>> {
+    let suffix = format!("/{}", layout::TASK_RESULT);
+    let paths: Vec<String> = store.list(run, "tasks/").await?.into_iter().filter(|p| p.ends_with(&suffix)).collect();
+    let mut reads = futures::stream::iter(paths)
+        .map(|p| async move {
+            let bytes = store.get(run, &p).await?;
+            parse::<TaskResult>(&bytes, &p).map(|r| ResultLine::from(&r))
+        })
+        .buffered(32);
+    let mut out = Vec::new();
+    while let Some(r) = reads.next().await {
+        out.push(r?);
+    }
+    out.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+    Ok(out)
+}

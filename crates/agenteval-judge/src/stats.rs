@@ -1,0 +1,146 @@
+//! The statistics of judging: a seeded paired bootstrap for confidence intervals, the unbiased
+//! pass@k estimator, percentiles. Pure functions, reproducible from their seed.
+
+use serde::Serialize;
+
+/// SplitMix64: a tiny, fast generator whose output is fixed by its seed for ever (unlike a
+/// library's default generator, which may change between versions), so a recorded seed
+/// reproduces an interval exactly.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A uniform index below `n` (Lemire's multiply-shift; the bias is below 2^-32 for the
+    /// sizes used here).
+    pub fn below(&mut self, n: usize) -> usize {
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
+    }
+}
+
+/// A mean difference and its confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    pub mean: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// The `q`-quantile (0..=1) of sorted values, by linear interpolation.
+pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q.clamp(0.0, 1.0) * (sorted.len() - 1) as f64;
+    let (i, frac) = (pos.floor() as usize, pos.fract());
+    if i + 1 < sorted.len() { sorted[i] + (sorted[i + 1] - sorted[i]) * frac } else { sorted[i] }
+}
+
+/// The median of unsorted values.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    quantile_sorted(&v, 0.5)
+}
+
+/// Percentile bootstrap of the mean of paired differences `diffs` (candidate − base, one per
+/// task): `resamples` resamples of the tasks with replacement, the 2.5th and 97.5th
+/// percentiles of their means. Empty input gives NaNs.
+pub fn paired_bootstrap(diffs: &[f64], resamples: usize, seed: u64) -> Interval {
+    let n = diffs.len();
+    if n == 0 {
+        return Interval { mean: f64::NAN, lo: f64::NAN, hi: f64::NAN };
+    }
+    let mean = diffs.iter().sum::<f64>() / n as f64;
+    let mut rng = SplitMix64::new(seed);
+    let mut means: Vec<f64> = (0..resamples.max(1))
+        .map(|_| {
+            let mut sum = 0.0;
+            for _ in 0..n {
+                sum += diffs[rng.below(n)];
+            }
+            sum / n as f64
+        })
+        .collect();
+    means.sort_by(f64::total_cmp);
+    Interval { mean, lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }
+}
+
+/// The unbiased pass@k estimator of Chen et al. (2021) for one task with `n` samples of which
+/// `c` passed: 1 − C(n−c, k) / C(n, k), in its product form (no huge binomials).
+pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
+    if k == 0 || k > n {
+        return f64::NAN;
+    }
+    if n - c < k {
+        return 1.0;
+    }
+    1.0 - ((n - c + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binomial(n: u64, k: u64) -> f64 {
+        if k > n {
+            return 0.0;
+        }
+        (0..k).map(|i| (n - i) as f64 / (i + 1) as f64).product()
+    }
+
+    #[test]
+    fn pass_at_k_matches_the_closed_form() {
+        // n = 5 samples, c = 2 passed: 1 - C(3, k) / C(5, k).
+        let want = [0.4, 0.7, 0.9, 1.0, 1.0];
+        for (k, w) in (1..=5).zip(want) {
+            let closed = 1.0 - binomial(3, k) / binomial(5, k);
+            assert!((pass_at_k(5, 2, k) - w).abs() < 1e-12, "k={k}: {}", pass_at_k(5, 2, k));
+            assert!((closed - w).abs() < 1e-12, "k={k}: the closed form itself");
+        }
+        assert_eq!(pass_at_k(5, 0, 3), 0.0);
+        assert_eq!(pass_at_k(5, 5, 1), 1.0);
+        assert!(pass_at_k(5, 2, 6).is_nan(), "k above n is undefined");
+    }
+
+    #[test]
+    fn a_constant_difference_has_a_zero_width_interval() {
+        let i = paired_bootstrap(&[0.25; 40], 2_000, 7);
+        assert_eq!((i.mean, i.lo, i.hi), (0.25, 0.25, 0.25));
+    }
+
+    #[test]
+    fn the_bootstrap_matches_a_hand_computed_example_and_its_seed() {
+        // Two tasks, differences 0 and 1. A resample's mean is 0, 1/2 or 1 with probabilities
+        // 1/4, 1/2, 1/4: the 2.5th percentile is 0, the 97.5th is 1, and about half the
+        // resamples give 1/2.
+        let i = paired_bootstrap(&[0.0, 1.0], 10_000, 42);
+        assert_eq!((i.mean, i.lo, i.hi), (0.5, 0.0, 1.0));
+        let mut rng = SplitMix64::new(42);
+        let halves = (0..10_000).filter(|_| rng.below(2) != rng.below(2)).count();
+        assert!((4_800..5_200).contains(&halves), "{halves}");
+        // Same seed, same interval; another seed, (almost surely) different resamples.
+        let diffs: Vec<f64> = (0..200).map(|i| ((i * 37) % 11) as f64 / 10.0 - 0.4).collect();
+        assert_eq!(paired_bootstrap(&diffs, 1_000, 1), paired_bootstrap(&diffs, 1_000, 1));
+        assert_ne!(paired_bootstrap(&diffs, 1_000, 1), paired_bootstrap(&diffs, 1_000, 2));
+        let i = paired_bootstrap(&diffs, 1_000, 1);
+        assert!(i.lo < i.mean && i.mean < i.hi, "{i:?}");
+    }
+
+    #[test]
+    fn quantiles_interpolate() {
+        assert_eq!(quantile_sorted(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.5);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+    }
+}
