@@ -97,6 +97,7 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
         leased_at: get_opt_s(item, "leased_at")
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
+        verdict: get_opt_s(item, "verdict"),
     })
 }
 
@@ -295,6 +296,29 @@ impl RunIndex for DynamoDbRunIndex {
         Ok(())
     }
 
+    async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()> {
+        self.clients
+            .dynamodb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(format!("BASELINE#{name}")))
+            .item("sk", s("#BASELINE"))
+            .item("run_id", s(run.to_string()))
+            .item("set_at", s(ts(Utc::now())))
+            .send()
+            .await
+            .map_err(|e| classify(&format!("pinning baseline {name}"), e))?;
+        Ok(())
+    }
+
+    async fn get_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        let Some(item) = self.get_item(format!("BASELINE#{name}"), "#BASELINE".into()).await? else {
+            return Ok(None);
+        };
+        let id = get_opt_s(&item, "run_id").ok_or_else(|| corrupt("baseline run_id"))?;
+        RunId::from_str(&id).map(Some).map_err(|e| Error::corrupt(format!("baseline run id: {e}")))
+    }
+
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
         self.get_item(run_pk(run), "#RUN".into()).await?.map(|i| run_from_item(&i)).transpose()
     }
@@ -348,6 +372,10 @@ impl RunIndex for DynamoDbRunIndex {
         }
         if let Some(e) = u.if_epoch {
             values.insert(":if_epoch".into(), n(e));
+        }
+        if let Some(v) = &u.verdict {
+            sets.push("verdict = :verdict".into());
+            values.insert(":verdict".into(), s(v));
         }
         let res = self
             .clients

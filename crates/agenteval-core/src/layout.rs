@@ -12,6 +12,8 @@ pub const CONFIG: &str = "config.resolved.json";
 pub const TASKS: &str = "tasks.jsonl";
 /// One compact line per finished task, written at seal (`format::ResultLine`).
 pub const RESULTS: &str = "results.jsonl";
+/// The comparison with a baseline and the gates' verdict, when the run was judged.
+pub const COMPARISON: &str = "comparison.json";
 pub const TELEMETRY: &str = "telemetry.jsonl";
 /// The controller's OpenTelemetry spans (`eval.run`, `eval.job`, ...), one JSON object per line.
 pub const SPANS: &str = "spans.jsonl";

@@ -374,6 +374,9 @@ pub struct RunRecord {
     /// `None` in records written before leases.
     #[serde(default)]
     pub leased_at: Option<DateTime<Utc>>,
+    /// The verdict of the run's gates (`pass` or `fail`), once judged.
+    #[serde(default)]
+    pub verdict: Option<String>,
 }
 
 /// A change to a run record; `None` fields are left as they are.
@@ -386,6 +389,8 @@ pub struct RunUpdate {
     pub epoch: Option<u32>,
     /// A new controller for the run; its lease starts now (`leased_at`).
     pub controller: Option<String>,
+    /// The verdict of the run's gates.
+    pub verdict: Option<String>,
     /// Applies the update only while the run's epoch is this one; otherwise the update fails
     /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch
     /// on from the one it read, and every heartbeat and the seal are conditional on it, so two

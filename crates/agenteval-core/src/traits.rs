@@ -153,6 +153,10 @@ pub trait RunIndex: Send + Sync {
     /// Records (or updates) one dispatch of a job.
     async fn record_job(&self, job: &JobRecord) -> Result<()>;
     async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>>;
+    /// Pins `run` as the baseline that `baseline:<name>` names (replacing an earlier pin).
+    async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()>;
+    /// The run pinned as the baseline of `name`, if any.
+    async fn get_baseline(&self, name: &str) -> Result<Option<RunId>>;
     /// Fails (`Io`) when the index this handle opened is no longer the one at its location
     /// (a SQLite file deleted or replaced), so that a controller stops instead of writing into a
     /// file nobody else sees.

@@ -50,6 +50,14 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
             finished.push(TaskTransition::completed(&result));
         }
     }
+    // The gates' verdict, when the run was judged (`comparison.json`).
+    let verdict = match store.get(run, layout::COMPARISON).await {
+        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["verdict"]["passed"].as_bool())
+            .map(|p| if p { "pass" } else { "fail" }.to_string()),
+        Err(_) => None,
+    };
     // A bundle that was never sealed lost its controller: it is interrupted, and resumable.
     let status = if meta.sealed { meta.status } else { RunStatus::Interrupted };
     let at = meta.finished_at.unwrap_or(meta.created_at);
@@ -71,6 +79,7 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
         controller: String::new(),
         epoch: meta.resumed,
         leased_at: None,
+        verdict,
     };
     index.create_run(&record, tasks.ids()).await?;
     for chunk in finished.chunks(500) {

@@ -30,7 +30,13 @@ CREATE TABLE IF NOT EXISTS runs (
     cancel_requested INTEGER NOT NULL DEFAULT 0,
     controller TEXT NOT NULL DEFAULT '',
     epoch INTEGER NOT NULL DEFAULT 0,
-    leased_at TEXT
+    leased_at TEXT,
+    verdict TEXT
+);
+CREATE TABLE IF NOT EXISTS baselines (
+    name TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    set_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created_at DESC);
 CREATE TABLE IF NOT EXISTS tasks (
@@ -78,7 +84,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
@@ -94,7 +100,7 @@ fn migrate(conn: &Connection) -> Result<()> {
         // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
-    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT")] {
+    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT")] {
         let has: bool = conn
             .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
                 r.get::<_, i64>(0)
@@ -237,6 +243,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         controller: r.get("controller")?,
         epoch: r.get::<_, i64>("epoch")? as u32,
         leased_at: r.get::<_, Option<String>>("leased_at")?.map(|s| parse_ts(&s)).transpose()?,
+        verdict: r.get("verdict")?,
     })
 }
 
@@ -374,6 +381,32 @@ impl RunIndex for SqliteRunIndex {
         .await
     }
 
+    async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()> {
+        let (name, id) = (name.to_string(), run.to_string());
+        self.with(move |c| {
+            c.execute(
+                "INSERT INTO baselines (name, run_id, set_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(name) DO UPDATE SET run_id = excluded.run_id, set_at = excluded.set_at",
+                params![name, id, ts(Utc::now())],
+            )
+            .map_err(|e| db_err("pinning baseline", e))?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn get_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let id: Option<String> = c
+                .query_row("SELECT run_id FROM baselines WHERE name = ?1", [name], |r| r.get(0))
+                .optional()
+                .map_err(|e| db_err("reading baseline", e))?;
+            id.map(|s| RunId::from_str(&s).map_err(|e| Error::corrupt(format!("baseline run id: {e}")))).transpose()
+        })
+        .await
+    }
+
     async fn verify(&self) -> Result<()> {
         // An open connection keeps reading a deleted file: only the path tells what others see.
         match file_identity(&self.path) {
@@ -404,6 +437,7 @@ impl RunIndex for SqliteRunIndex {
                         epoch = COALESCE(?7, epoch),
                         controller = COALESCE(?8, controller),
                         leased_at = CASE WHEN ?8 IS NOT NULL THEN ?5 ELSE leased_at END,
+                        verdict = COALESCE(?10, verdict),
                         updated_at = ?5
                      WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
                     params![
@@ -416,6 +450,7 @@ impl RunIndex for SqliteRunIndex {
                         u.epoch.map(|e| e as i64),
                         u.controller,
                         u.if_epoch.map(|e| e as i64),
+                        u.verdict,
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;

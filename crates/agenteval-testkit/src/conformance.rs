@@ -94,6 +94,7 @@ fn run_record(run: RunId, name: &str) -> RunRecord {
         controller: "host:1".into(),
         epoch: 0,
         leased_at: Some(now),
+        verdict: None,
     }
 }
 
@@ -292,6 +293,18 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(got.leased_at, Some(claimed_at), "a heartbeat does not move the lease start");
     let missing = index.update_run(&RunId::new(), &beat).await.unwrap_err();
     assert_eq!(missing.kind(), ErrorKind::NotFound, "a conditional update of an unknown run: {missing}");
+
+    // Verdicts and baselines.
+    index.update_run(&run, &RunUpdate { verdict: Some("fail".into()), ..Default::default() }).await.unwrap();
+    assert_eq!(index.get_run(&run).await.unwrap().unwrap().verdict.as_deref(), Some("fail"));
+    let name = format!("nightly-{run}");
+    assert_eq!(index.get_baseline(&name).await.unwrap(), None, "no pin yet");
+    index.set_baseline(&name, &run).await.unwrap();
+    assert_eq!(index.get_baseline(&name).await.unwrap(), Some(run));
+    let later = RunId::new();
+    index.set_baseline(&name, &later).await.unwrap();
+    assert_eq!(index.get_baseline(&name).await.unwrap(), Some(later), "a new pin replaces the old");
+    assert!(index.list_runs(1000).await.unwrap().iter().all(|r| r.run_id != later), "a pin is not a run");
 
     // Jobs.
     let handle = JobHandle { job_id: job.clone(), attempt: 1, native_id: "pid:42".into() };
