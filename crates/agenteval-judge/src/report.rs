@@ -255,6 +255,67 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_markdown_of_a_10000_task_comparison_fits_a_pr_comment() {
+        use crate::compare::{CompareOptions, compare};
+        use crate::results::RunResults;
+        use agenteval_core::format::{LineScore, Metadata, ResultLine};
+        use agenteval_core::model::{RunStatus, TerminatedBy};
+        let run = |broken: bool| {
+            let now = chrono::Utc::now();
+            RunResults {
+                meta: Metadata {
+                    schema_version: "1.0".into(),
+                    run_id: agenteval_core::RunId::new(),
+                    name: "big | <b>run</b>".into(),
+                    status: RunStatus::Complete,
+                    sealed: true,
+                    backend: "local".into(),
+                    benchmark: "toy".into(),
+                    agent: "mock".into(),
+                    config_hash: String::new(),
+                    agenteval_version: "t".into(),
+                    git_sha: None,
+                    tasks_total: 10_000,
+                    created_at: now,
+                    finished_at: Some(now),
+                    resumed: 0,
+                },
+                bundle_uri: String::new(),
+                tags: Default::default(),
+                lines: (0..10_000)
+                    .map(|i| {
+                        // Half the tasks regress, a tenth fail on infrastructure.
+                        let passed = !broken || i % 2 == 0;
+                        let ended =
+                            if broken && i % 10 == 1 { TerminatedBy::InfraFailure } else { TerminatedBy::Completed };
+                        ResultLine {
+                            task_id: format!("a-rather-long-task-name-{i:06}").parse().unwrap(),
+                            attempt: 1,
+                            passed,
+                            terminated_by: ended,
+                            scores: [(
+                                "exact".to_string(),
+                                LineScore { score: f64::from(u8::from(passed)), passed, error: false },
+                            )]
+                            .into(),
+                            cost_usd: 0.01,
+                            tokens: 10,
+                            wall_seconds: 1.0,
+                            steps: 2,
+                        }
+                    })
+                    .collect(),
+            }
+        };
+        let c = compare(&run(false), &run(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
+        assert!(c.regressions.len() > 3_000);
+        let md = md(&c, None);
+        assert!(md.len() < 65_536, "{} characters", md.len());
+        assert!(md.contains("and ") && md.contains(" more"), "the rest is summarised");
+        assert!(!md.contains("<b>"), "user text is escaped");
+    }
+
+    #[test]
     fn markdown_escaping_keeps_user_text_inside_its_cell() {
         let e = md_escape("a|b <img src=x onerror=alert(1)> `code` [link](x)\nnext");
         assert!(!e.contains('<') && !e.contains('\n'), "{e}");

@@ -64,6 +64,39 @@ pub enum Command {
         /// Print one JSON object with run_id, status and bundle, nothing else on stdout.
         #[arg(long)]
         json: bool,
+        /// Compare the finished run with this one (a run id, `latest:NAME` or `baseline:NAME`).
+        #[arg(long, value_name = "REF")]
+        baseline: Option<String>,
+        /// Judge the comparison with this gates file (exit 1 when a gate fails).
+        #[arg(long, value_name = "FILE")]
+        gates: Option<PathBuf>,
+    },
+    /// Compare two runs task by task: paired bootstrap intervals, regressions, gates.
+    Compare {
+        /// The base run: a run id, `latest:NAME` (newest complete run of that name) or
+        /// `baseline:NAME` (the pinned one).
+        base: String,
+        /// The candidate run, same forms.
+        cand: String,
+        /// Gates file: exit 1 when a gate fails; the verdict goes into the candidate's bundle
+        /// (`comparison.json`) and the index.
+        #[arg(long, value_name = "FILE")]
+        gates: Option<PathBuf>,
+        #[command(flatten)]
+        out: ReportArgs,
+        /// Bootstrap resamples.
+        #[arg(long, default_value_t = 10_000)]
+        resamples: usize,
+        /// Bootstrap seed (recorded in the output).
+        #[arg(long, default_value_t = 20_211_207)]
+        seed: u64,
+        #[command(flatten)]
+        index: IndexArgs,
+    },
+    /// Pin or show the baseline that `baseline:NAME` refers to.
+    Baseline {
+        #[command(subcommand)]
+        command: BaselineCommand,
     },
     /// Show the state of a run.
     Status {
@@ -106,8 +139,11 @@ pub enum Command {
         run: String,
         #[command(flatten)]
         index: IndexArgs,
+        /// The summary as JSON (same as `--format json`).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        out: ReportArgs,
     },
     /// Check a bundle: required files, checksums, consistency. Exit 0 only when valid.
     ValidateBundle {
@@ -156,6 +192,9 @@ pub enum RunsCommand {
     List {
         #[command(flatten)]
         index: IndexArgs,
+        /// Only runs with this name (a history, with each run's gate verdict).
+        #[arg(long)]
+        name: Option<String>,
         #[arg(long, default_value_t = 20)]
         limit: usize,
         #[arg(long)]
@@ -169,6 +208,40 @@ pub enum RunsCommand {
         /// Include every task.
         #[arg(long)]
         tasks: bool,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where and how a report is written.
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// `text`, `md` (a PR comment), `json` or `html` (one self-contained file).
+    #[arg(long, default_value = "text")]
+    pub format: String,
+    /// Write to this file instead of standard output.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaselineCommand {
+    /// Pin a run as the baseline of its name (only a complete run, unless --force).
+    Set {
+        run: String,
+        /// Pin a run that did not complete.
+        #[arg(long)]
+        force: bool,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The run pinned for a name.
+    Show {
+        name: String,
+        #[command(flatten)]
+        index: IndexArgs,
         #[arg(long)]
         json: bool,
     },

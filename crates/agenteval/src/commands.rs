@@ -18,7 +18,8 @@ use anyhow::Context;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::cli::{Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
+use crate::cli::{BaselineCommand, Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
+use crate::judging;
 use crate::output::{self, Bar};
 use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
@@ -27,15 +28,32 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { run, json } => submit(&run, json, quiet, telemetry).await,
+        Command::Submit { run, json, baseline, gates } => {
+            submit(&run, json, baseline.as_deref(), gates.as_deref(), quiet, telemetry).await
+        }
         Command::Status { run, index, json } => status(&run, &index, json).await,
-        Command::Runs { command: RunsCommand::List { index, limit, json } } => runs_list(&index, limit, json).await,
+        Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
+            runs_list(&index, name.as_deref(), limit, json).await
+        }
+        Command::Compare { base, cand, gates, out, resamples, seed, index } => {
+            let (wiring, index) = open_index(&index).await?;
+            judging::compare_cmd(wiring.as_ref(), index.as_ref(), &base, &cand, gates.as_deref(), &out, resamples, seed)
+                .await
+        }
+        Command::Baseline { command: BaselineCommand::Set { run, force, index, json } } => {
+            let (_, index) = open_index(&index).await?;
+            judging::baseline_set(index.as_ref(), &run, force, json).await
+        }
+        Command::Baseline { command: BaselineCommand::Show { name, index, json } } => {
+            let (_, index) = open_index(&index).await?;
+            judging::baseline_show(index.as_ref(), &name, json).await
+        }
         Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => {
             runs_show(&run, &index, tasks, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
         Command::Resume { run, index, json, force } => resume(&run, &index, json, force, quiet, telemetry).await,
-        Command::Report { run, index, json } => report(&run, &index, json).await,
+        Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
         Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json } => doctor(&run, json).await,
@@ -165,13 +183,56 @@ fn controller_options(
     })
 }
 
-async fn submit(args: &RunConfigArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+async fn submit(
+    args: &RunConfigArgs,
+    json: bool,
+    baseline: Option<&str>,
+    gates: Option<&Path>,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    // A bad gates file is a usage error before anything runs, like a bad config.
+    let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let opts = controller_options(&loaded.config, wiring, json, quiet, telemetry)?;
+    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
     let outcome = controller::submit(&loaded, opts).await?;
-    print_outcome(&outcome, json);
-    Ok(outcome_code(outcome.status))
+    if baseline.is_none() && gates.is_none() {
+        print_outcome(&outcome, json);
+        return Ok(outcome_code(outcome.status));
+    }
+    let index = wiring.index(&loaded.config.storage.index_location()).await?;
+    let shown = crate::cli::ReportArgs { format: "text".into(), output: None };
+    if !json {
+        print_outcome(&outcome, false);
+        say!("");
+    }
+    let judged = judging::judge_run(
+        wiring.as_ref(),
+        index.as_ref(),
+        baseline,
+        &outcome.run_id,
+        gates.as_ref(),
+        (!json).then_some(&shown),
+        agenteval_judge::compare::CompareOptions::default(),
+    )
+    .await?;
+    let code = if outcome.status != RunStatus::Complete { exit::INCOMPLETE } else { judged.code };
+    if json {
+        say!(
+            "{}",
+            json!({
+                "run_id": outcome.run_id,
+                "status": outcome.status,
+                "bundle": outcome.bundle_uri,
+                "exit_code": code,
+                "summary": outcome.summary,
+                "comparison": judged.comparison,
+                "verdict": judged.verdict,
+            })
+        );
+    }
+    Ok(code)
 }
 
 /// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else
@@ -239,9 +300,19 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
     Ok(exit::OK)
 }
 
-async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Failure> {
+async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bool) -> Result<u8, Failure> {
     let (_, index) = open_index(index).await?;
-    let runs = index.list_runs(limit).await?;
+    let runs = match name {
+        // A name's history: look further back, then keep `limit` of that name.
+        Some(n) => index
+            .list_runs(limit.saturating_mul(50).max(1_000))
+            .await?
+            .into_iter()
+            .filter(|r| r.name == n)
+            .take(limit)
+            .collect(),
+        None => index.list_runs(limit).await?,
+    };
     if json {
         say!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
         return Ok(exit::OK);
@@ -251,7 +322,7 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
         return Ok(exit::OK);
     }
     let mut t = output::table();
-    t.set_header(vec!["run id", "name", "status", "benchmark", "backend", "tasks", "created"]);
+    t.set_header(vec!["run id", "name", "status", "verdict", "benchmark", "backend", "tasks", "created"]);
     for r in &runs {
         t.add_row(vec![
             r.run_id.to_string(),
@@ -261,6 +332,7 @@ async fn runs_list(index: &IndexArgs, limit: usize, json: bool) -> Result<u8, Fa
             } else {
                 r.status.as_str().to_string()
             },
+            r.verdict.clone().unwrap_or_else(|| "-".into()),
             r.benchmark.clone(),
             r.backend.clone(),
             r.tasks_total.to_string(),
@@ -347,9 +419,13 @@ async fn resume(
     Ok(outcome_code(outcome.status))
 }
 
-async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
-    let run_id = parse_run(run)?;
+async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
+    let json = json || out.format == "json";
+    if !matches!(out.format.as_str(), "text" | "md" | "json") {
+        return Err(Error::invalid(format!("unknown report format `{}` (text, md, json)", out.format)).into());
+    }
     let (wiring, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
@@ -365,9 +441,9 @@ async fn report(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         (s, text)
     };
     if json {
-        say!("{}", serde_json::to_string_pretty(&summary).expect("serializes"));
+        judging::emit(out, &format!("{}\n", serde_json::to_string_pretty(&summary).expect("serializes")))?;
     } else {
-        say_raw!("{text}");
+        judging::emit(out, &text)?;
     }
     Ok(exit::OK)
 }

@@ -26,6 +26,7 @@ macro_rules! say {
 
 mod cli;
 mod commands;
+mod judging;
 mod output;
 pub mod telemetry;
 mod wiring;

@@ -1,0 +1,279 @@
+//! The judging commands: `compare`, `baseline set|show`, and `submit --baseline --gates`.
+//! Run references (`latest:NAME`, `baseline:NAME`) are resolved through the index; the
+//! statistics, gates and rendering are `agenteval-judge`'s.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use agenteval_core::layout;
+use agenteval_core::model::{RunStatus, RunUpdate};
+use agenteval_core::traits::{Resolver, RunIndex};
+use agenteval_core::{Error, ErrorKind, RunId};
+use agenteval_engine::controller;
+use agenteval_judge::compare::{CompareOptions, Comparison, compare};
+use agenteval_judge::gates::{Gates, Verdict, judge, load_gates};
+use agenteval_judge::report::{self, Format};
+use agenteval_judge::results::{self, RunResults};
+use serde_json::json;
+
+use crate::cli::ReportArgs;
+use crate::{Failure, exit};
+
+/// How many runs `latest:NAME` looks back through.
+const LATEST_WINDOW: usize = 10_000;
+
+/// A run named on the command line: an id, `latest:NAME` or `baseline:NAME`.
+pub async fn resolve_ref(index: &dyn RunIndex, reference: &str) -> Result<RunId, Failure> {
+    resolve_ref_except(index, reference, None).await
+}
+
+/// Like [`resolve_ref`], but `latest:` skips `except` (a run judged against the latest one
+/// before it).
+async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Option<&RunId>) -> Result<RunId, Failure> {
+    if let Some(name) = reference.strip_prefix("latest:") {
+        let runs = index.list_runs(LATEST_WINDOW).await?;
+        // Only a run that completed can stand for "the latest": an interrupted or failed one
+        // would make every comparison against it meaningless.
+        return runs
+            .iter()
+            .find(|r| r.name == name && r.status == RunStatus::Complete && Some(&r.run_id) != except)
+            .map(|r| r.run_id)
+            .ok_or_else(|| Error::not_found(format!("no complete run named `{name}` in the index")).into());
+    }
+    if let Some(name) = reference.strip_prefix("baseline:") {
+        return index.get_baseline(name).await?.ok_or_else(|| {
+            Error::not_found(format!("no baseline pinned for `{name}` (pin one with `agenteval baseline set RUN`)"))
+                .into()
+        });
+    }
+    RunId::from_str(reference)
+        .map_err(|_| Error::invalid(format!("`{reference}` is not a run id, `latest:NAME` or `baseline:NAME`")).into())
+}
+
+async fn load(resolver: &dyn Resolver, index: &dyn RunIndex, run: &RunId) -> Result<RunResults, Failure> {
+    let located = controller::locate(resolver, index, run).await?;
+    Ok(results::load(located.store.as_ref(), run).await?)
+}
+
+fn parse_format(s: &str) -> Result<Format, Failure> {
+    Format::from_str(s).map_err(|e| Error::invalid(e).into())
+}
+
+/// Writes `text` to `-o FILE` or standard output.
+pub fn emit(out: &ReportArgs, text: &str) -> Result<(), Failure> {
+    match &out.output {
+        Some(path) => {
+            std::fs::write(path, text).map_err(|e| Error::io(format!("writing {}", path.display()), e).into())
+        }
+        None => {
+            say_raw!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn render(c: &Comparison, v: Option<&Verdict>, format: Format) -> Result<String, Failure> {
+    Ok(match format {
+        Format::Text => report::text(c, v),
+        Format::Md => report::md(c, v),
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(&report::json(c, v)).expect("serializes")),
+        Format::Html => return Err(Error::invalid("`--format html` is for `agenteval report RUN`").into()),
+    })
+}
+
+/// What a judgement decided: the exit code it means, and the documents (for `submit --json`).
+pub struct Judged {
+    pub code: u8,
+    pub comparison: Option<Comparison>,
+    pub verdict: Option<Verdict>,
+}
+
+/// Compares `cand` with `base_ref` (if it resolves) and judges it with `gates`: renders the
+/// result, records the verdict in the candidate's bundle and the index, and says which exit
+/// code it means (0 pass, 1 a gate failed, 3 the candidate did not complete).
+#[allow(clippy::too_many_arguments)]
+pub async fn judge_run(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    base_ref: Option<&str>,
+    cand: &RunId,
+    gates: Option<&Gates>,
+    out: Option<&ReportArgs>,
+    opts: CompareOptions,
+) -> Result<Judged, Failure> {
+    let format = out.map(|o| parse_format(&o.format)).transpose()?;
+    let cand_results = load(resolver, index, cand).await?;
+    let base = match base_ref {
+        None => None,
+        Some(r) => match resolve_ref_except(index, r, Some(cand)).await {
+            Ok(id) => Some(id),
+            // A missing baseline is the gates' call (`on_missing_baseline`); without gates it
+            // is an error like any unknown run.
+            Err(f) if gates.is_some() && r.contains(':') && is_not_found(&f) => None,
+            Err(f) => return Err(f),
+        },
+    };
+    let comparison = match base {
+        Some(b) => {
+            let base_results = load(resolver, index, &b).await?;
+            Some(compare(&base_results, &cand_results, opts)?)
+        }
+        None => None,
+    };
+    let verdict = gates.map(|g| {
+        let lines = &cand_results.lines;
+        let n = lines.len().max(1) as f64;
+        let standalone = |metric: &str| -> Option<f64> {
+            let sum = |f: &dyn Fn(&agenteval_core::format::ResultLine) -> Option<f64>| {
+                lines.iter().map(f).sum::<Option<f64>>().map(|s| s / n)
+            };
+            match metric {
+                "pass_rate" => sum(&|l| Some(f64::from(u8::from(l.passed)))),
+                "cost_per_task" => sum(&|l| Some(l.cost_usd)),
+                "tokens_per_task" => sum(&|l| Some(l.tokens as f64)),
+                "wall_seconds" => sum(&|l| Some(l.wall_seconds)),
+                "steps" => sum(&|l| Some(f64::from(l.steps))),
+                m => {
+                    let id = m.strip_prefix("score:")?;
+                    sum(&|l| l.scores.get(id).map(|s| s.score))
+                }
+            }
+        };
+        judge(g, comparison.as_ref(), &standalone, lines.len() as u64)
+    });
+    match (&comparison, out, format) {
+        (_, None, _) | (_, _, None) => {}
+        (Some(c), Some(out), Some(format)) => emit(out, &render(c, verdict.as_ref(), format)?)?,
+        (None, Some(out), Some(format)) => {
+            let v = verdict.as_ref().expect("without a baseline there are gates");
+            let text = match format {
+                Format::Json => format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&json!({"comparison": null, "verdict": v})).expect("serializes")
+                ),
+                _ => {
+                    let mut t = format!("no baseline `{}`: judged {} alone\n", base_ref.unwrap_or(""), cand);
+                    for g in &v.gates {
+                        t.push_str(&format!(
+                            "  {} {:<32} {}\n",
+                            if g.passed { "ok  " } else { "FAIL" },
+                            g.gate,
+                            g.detail
+                        ));
+                    }
+                    t
+                }
+            };
+            emit(out, &text)?;
+        }
+    }
+    if let Some(v) = &verdict {
+        record(resolver, index, cand, comparison.as_ref(), v).await?;
+    }
+    let code = if cand_results.meta.status != RunStatus::Complete && gates.is_some() {
+        exit::INCOMPLETE
+    } else if verdict.as_ref().is_some_and(|v| !v.passed) {
+        exit::CHECK_FAILED
+    } else {
+        exit::OK
+    };
+    Ok(Judged { code, comparison, verdict })
+}
+
+fn is_not_found(f: &Failure) -> bool {
+    f.error.downcast_ref::<Error>().is_some_and(|e| e.kind() == ErrorKind::NotFound)
+}
+
+/// The verdict goes into the candidate's bundle (`comparison.json`, then the manifest again, so
+/// the bundle stays valid) and into the index.
+async fn record(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    cand: &RunId,
+    comparison: Option<&Comparison>,
+    v: &Verdict,
+) -> Result<(), Failure> {
+    let located = controller::locate(resolver, index, cand).await?;
+    let store = located.store.as_ref();
+    let doc =
+        json!({"schema_version": agenteval_judge::compare::COMPARISON_SCHEMA, "comparison": comparison, "verdict": v});
+    store.put(cand, layout::COMPARISON, &serde_json::to_vec_pretty(&doc).expect("serializes")).await?;
+    if located.record.status != RunStatus::Running {
+        agenteval_engine::bundle::write_manifest(store, cand).await?;
+    }
+    let word = if v.passed { "pass" } else { "fail" };
+    index.update_run(cand, &RunUpdate { verdict: Some(word.into()), ..Default::default() }).await?;
+    Ok(())
+}
+
+/// `agenteval compare BASE CAND`.
+#[allow(clippy::too_many_arguments)]
+pub async fn compare_cmd(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    base: &str,
+    cand: &str,
+    gates: Option<&Path>,
+    out: &ReportArgs,
+    resamples: usize,
+    seed: u64,
+) -> Result<u8, Failure> {
+    // Every problem of the gates file before anything else.
+    let gates = match gates {
+        Some(p) => {
+            Some(load_gates(p).map_err(|e| Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) })?)
+        }
+        None => None,
+    };
+    parse_format(&out.format)?;
+    let cand = resolve_ref(index, cand).await?;
+    let judged = judge_run(
+        resolver,
+        index,
+        Some(base),
+        &cand,
+        gates.as_ref(),
+        Some(out),
+        CompareOptions { resamples: resamples.max(1), seed },
+    )
+    .await?;
+    Ok(judged.code)
+}
+
+/// `agenteval baseline set RUN`.
+pub async fn baseline_set(index: &dyn RunIndex, run: &str, force: bool, json: bool) -> Result<u8, Failure> {
+    let id = resolve_ref(index, run).await?;
+    let record = index.get_run(&id).await?.ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))?;
+    if record.status != RunStatus::Complete && !force {
+        return Err(Error::invalid(format!(
+            "run {id} is {}, not complete: a baseline must be a run that finished (--force pins it anyway)",
+            record.status.as_str()
+        ))
+        .into());
+    }
+    index.set_baseline(&record.name, &id).await?;
+    if json {
+        say!("{}", json!({"name": record.name, "run_id": id}));
+    } else {
+        say!("baseline:{} is now {id}", record.name);
+    }
+    Ok(exit::OK)
+}
+
+/// `agenteval baseline show NAME`.
+pub async fn baseline_show(index: &dyn RunIndex, name: &str, json: bool) -> Result<u8, Failure> {
+    let id =
+        index.get_baseline(name).await?.ok_or_else(|| Error::not_found(format!("no baseline pinned for `{name}`")))?;
+    let record = index.get_run(&id).await?;
+    if json {
+        say!("{}", json!({"name": name, "run_id": id, "run": record}));
+    } else {
+        match record {
+            Some(r) => {
+                say!("baseline:{name} = {id} ({}, {})", r.status.as_str(), r.created_at.format("%Y-%m-%d %H:%M"))
+            }
+            None => say!("baseline:{name} = {id} (no longer in the index)"),
+        }
+    }
+    Ok(exit::OK)
+}

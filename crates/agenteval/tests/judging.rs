@@ -1,0 +1,204 @@
+//! Judging with the real binary: two runs of a JSONL benchmark whose candidate is worse on known
+//! tasks, compared both ways, with gates; infrastructure failures that must not count against
+//! the agent; baselines and `latest:`; gates files with every problem at its position.
+
+mod util;
+
+use std::path::Path;
+
+use util::*;
+
+const AGENT: &str = r#"
+import json, os, sys
+req = json.loads(sys.stdin.readline())
+task = req["task_id"]
+if task in os.environ.get("KILL", "").split(","):
+    os.kill(os.getppid(), 9)
+broken = set(filter(None, os.environ.get("BROKEN", "").split(",")))
+answer = "wrong" if task in broken else req["input"].upper()
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}, "cost_usd": 0.001, "input_tokens": 10, "output_tokens": 5}), flush=True)
+"#;
+
+const BROKEN: &[&str] = &["c03", "c07", "c11", "c15", "c19", "c23"];
+
+fn setup() -> (Workspace, std::path::PathBuf) {
+    let ws = Workspace::new();
+    ws.write("agent.py", AGENT);
+    let cases: String = (0..30)
+        .map(|i| format!("{{\"id\": \"c{i:02}\", \"input\": \"word{i}\", \"expected\": \"WORD{i}\"}}\n"))
+        .collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "eval.yaml",
+        r#"name: nightly
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, agent.py]
+evaluators:
+  - kind: exact_match
+backend:
+  max_concurrent_jobs: 4
+  tasks_per_job: 1
+  max_attempts: 1
+storage:
+  bundle_root: runs
+"#,
+    );
+    ws.write("gates.yaml", "max_task_regressions: 0\nmetrics:\n  pass_rate: {max_drop: 0.02}\n");
+    (ws, cfg)
+}
+
+fn submit(ws: &Workspace, cfg: &Path, sets: &[&str]) -> (String, i32) {
+    let mut extra = vec![];
+    for s in sets {
+        extra.extend(["--set", s]);
+    }
+    let (v, code, _) = ws.submit(cfg, &extra);
+    (v["run_id"].as_str().unwrap().to_string(), code)
+}
+
+fn compare(ws: &Workspace, base: &str, cand: &str) -> (serde_json::Value, i32, String) {
+    let gates = ws.path().join("gates.yaml");
+    let out =
+        ws.run(&["compare", base, cand, "--gates", gates.to_str().unwrap(), "--format", "json", "--resamples", "4000"]);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
+    (v, out.status.code().unwrap(), text(&out.stderr))
+}
+
+#[test]
+fn a_worse_candidate_is_named_task_by_task_and_fails_its_gates() {
+    let (ws, cfg) = setup();
+    let (base, code) = submit(&ws, &cfg, &[]);
+    assert_eq!(code, 0);
+    let broken = format!("agent.env.BROKEN={}", BROKEN.join(","));
+    let (cand, code) = submit(&ws, &cfg, &[&broken]);
+    assert_eq!(code, 0);
+
+    let (v, code, err) = compare(&ws, &base, &cand);
+    assert_eq!(code, 1, "a failed gate exits 1: {err}");
+    let c = &v["comparison"];
+    let regressed: Vec<&str> =
+        c["regressions"].as_array().unwrap().iter().map(|t| t["task_id"].as_str().unwrap()).collect();
+    assert_eq!(regressed, BROKEN, "exactly the broken tasks regressed");
+    let pr = c["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "pass_rate").unwrap();
+    assert!(pr["diff"]["hi"].as_f64().unwrap() < 0.0, "the pass-rate interval is below zero: {pr}");
+    assert!((pr["diff"]["mean"].as_f64().unwrap() + 0.2).abs() < 1e-9, "{pr}");
+    assert_eq!(pr["regressed"], true);
+    assert_eq!(c["seed"], 20_211_207, "the seed is recorded");
+    assert_eq!(v["verdict"]["passed"], false);
+    // The verdict is in the candidate's bundle, which stays valid, and in the index.
+    let bundle = ws.runs().join(&cand);
+    let doc = read_json(&bundle.join("comparison.json"));
+    assert_eq!(doc["verdict"]["passed"], false);
+    assert!(
+        ws.validate(bundle.to_str().unwrap()).status.success(),
+        "{}",
+        text(&ws.validate(bundle.to_str().unwrap()).stdout)
+    );
+    let out = ws.run(&["runs", "list", "--name", "nightly", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert_eq!(runs[0]["verdict"], "fail", "{runs}");
+
+    // The other way round nothing regressed: exit 0.
+    let (v, code, err) = compare(&ws, &cand, &base);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["comparison"]["regressions"].as_array().unwrap().len(), 0);
+    assert_eq!(v["comparison"]["improvements"].as_array().unwrap().len(), BROKEN.len());
+
+    // Reproducible: the same seed gives the same intervals.
+    let (again, ..) = compare(&ws, &base, &cand);
+    assert_eq!(again["comparison"]["metrics"], compare(&ws, &base, &cand).0["comparison"]["metrics"]);
+
+    // Text and Markdown name the regressions too.
+    let out = ws.run(&["compare", &base, &cand, "--resamples", "500"]);
+    assert_eq!(out.status.code(), Some(0), "without gates a comparison is not a verdict");
+    let shown = text(&out.stdout);
+    assert!(shown.contains("regressed (passed -> failed): 6") && shown.contains("c23"), "{shown}");
+    let md = ws.path().join("pr.md");
+    let out = ws.run(&["compare", &base, &cand, "--format", "md", "-o", md.to_str().unwrap(), "--resamples", "500"]);
+    assert!(out.status.success());
+    let md = std::fs::read_to_string(md).unwrap();
+    assert!(md.contains("| pass\\_rate |") && md.contains("`c03"), "{md}");
+
+    // Baselines and `latest:`.
+    let out = ws.run(&["baseline", "set", &base]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (v, code, _) = compare(&ws, "baseline:nightly", "latest:nightly");
+    assert_eq!(code, 1);
+    assert_eq!(v["comparison"]["base"]["run_id"], base.as_str());
+    assert_eq!(v["comparison"]["cand"]["run_id"], cand.as_str());
+    let out = ws.run(&["compare", "baseline:nope", &cand]);
+    assert_eq!(out.status.code(), Some(2), "an unknown baseline is a usage error: {}", text(&out.stderr));
+    // `submit --baseline --gates` judges the new run against the pin.
+    let gates = ws.path().join("gates.yaml");
+    let out = ws.run(&[
+        "submit",
+        "-q",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        &broken,
+        "--baseline",
+        "baseline:nightly",
+        "--gates",
+        gates.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"]["passed"], false);
+    assert_eq!(v["comparison"]["regressions"].as_array().unwrap().len(), BROKEN.len());
+}
+
+#[test]
+fn infrastructure_failures_are_reported_apart_and_fail_no_pass_rate_gate() {
+    let (ws, cfg) = setup();
+    let (base, _) = submit(&ws, &cfg, &[]);
+    // The agent kills its worker on two tasks; with one attempt allowed they are given up as
+    // infrastructure failures. (The sandbox would stop the agent signalling its worker.)
+    let (cand, code) = submit(&ws, &cfg, &["agent.env.KILL=c05,c06", "agent.sandbox=none"]);
+    assert_eq!(code, 3, "given-up tasks leave the run incomplete");
+    let (v, code, err) = compare(&ws, &base, &cand);
+    let c = &v["comparison"];
+    let infra: Vec<&str> =
+        c["infra_failures"].as_array().unwrap().iter().map(|t| t["task_id"].as_str().unwrap()).collect();
+    assert_eq!(infra, ["c05", "c06"], "{c}");
+    assert_eq!(c["regressions"].as_array().unwrap().len(), 0, "an infrastructure failure is not a regression");
+    assert_eq!(c["paired_tasks"], 28);
+    let gate = v["verdict"]["gates"].as_array().unwrap().iter().find(|g| g["gate"] == "pass_rate.max_drop").unwrap();
+    assert_eq!(gate["passed"], true, "{gate}");
+    assert_eq!(code, 3, "the gates hold, but the candidate did not complete: {err}");
+}
+
+#[test]
+fn a_bad_gates_file_is_refused_before_anything_runs() {
+    let (ws, cfg) = setup();
+    let bad = ws.write(
+        "bad-gates.yaml",
+        "max_task_regresions: 1\nmetrics:\n  pass_rte: {min: 0.5}\n  cost_per_task: {min: 3, max: 1}\n  steps: {max_drop: many}\n",
+    );
+    let out = ws.run(&[
+        "submit",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--gates",
+        bad.to_str().unwrap(),
+        "--baseline",
+        "latest:nightly",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    for want in [
+        "bad-gates.yaml:1:1: unknown key `max_task_regresions` (did you mean `max_task_regressions`?)",
+        "bad-gates.yaml:3:3: unknown metric `pass_rte` (did you mean `pass_rate`?)",
+        "bad-gates.yaml:4:24: min 3 is greater than max 1",
+        "bad-gates.yaml:5:21: must be a number",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert!(!ws.runs().exists(), "nothing ran");
+}
