@@ -520,6 +520,9 @@ pub struct EvaluatorSummary {
     pub passed: u64,
     pub errors: u64,
     pub mean_score: f64,
+    /// Standard deviation of the scores (their spread across tasks).
+    #[serde(default)]
+    pub stddev_score: f64,
 }
 
 /// `summary.json`: the aggregated outcome of a run.
@@ -542,6 +545,13 @@ pub struct RunSummary {
     pub latency_p50_seconds: f64,
     pub latency_p95_seconds: f64,
     pub evaluators: BTreeMap<String, EvaluatorSummary>,
+    /// With `repetitions: n > 1`: the unbiased pass@k estimate for every k from 1 to n (keys
+    /// are k), over the tasks with at least k finished repetitions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pass_at_k: BTreeMap<u32, f64>,
+    /// With repetitions: tasks (base ids) that both passed and failed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky_tasks: Vec<String>,
 }
 
 /// Text of a JSON answer for comparison: strings as they are, anything else as JSON.

@@ -1,5 +1,6 @@
 //! Renders `report.md`, the human-readable page of a run.
 
+use agenteval_judge::report::md_escape;
 use std::fmt::Write;
 
 use agenteval_core::model::RunSummary;
@@ -56,13 +57,36 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     if !s.evaluators.is_empty() {
         let _ = writeln!(
             out,
-            "\n## Evaluators\n\n| evaluator | kind | scored | passed | errors | mean score |\n|---|---|---:|---:|---:|---:|"
+            "\n## Evaluators\n\n| evaluator | kind | scored | passed | errors | mean score | spread (sd) |\n|---|---|---:|---:|---:|---:|---:|"
         );
         for (id, e) in &s.evaluators {
             let _ = writeln!(
                 out,
-                "| {id} | {} | {} | {} | {} | {:.3} |",
-                e.kind, e.count, e.passed, e.errors, e.mean_score
+                "| {} | {} | {} | {} | {} | {:.3} | {:.3} |",
+                md_escape(id),
+                md_escape(&e.kind),
+                e.count,
+                e.passed,
+                e.errors,
+                e.mean_score,
+                e.stddev_score
+            );
+        }
+    }
+    if !s.pass_at_k.is_empty() {
+        let _ = writeln!(out, "\n## pass@k (unbiased estimator over repetitions)\n\n| k | pass@k |\n|---:|---:|");
+        for (k, v) in &s.pass_at_k {
+            let _ = writeln!(out, "| {k} | {:.1}% |", v * 100.0);
+        }
+        if !s.flaky_tasks.is_empty() {
+            let shown: Vec<String> = s.flaky_tasks.iter().take(50).map(|t| format!("`{t}`")).collect();
+            let more = s.flaky_tasks.len().saturating_sub(50);
+            let more = if more > 0 { format!(" … and {more} more") } else { String::new() };
+            let _ = writeln!(
+                out,
+                "\nFlaky ({} tasks both passed and failed): {}{more}",
+                s.flaky_tasks.len(),
+                shown.join(", ")
             );
         }
     }
@@ -71,7 +95,7 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         for f in failures {
             let reason = f.reason.replace('\n', " ");
             let reason: String = reason.chars().take(200).collect();
-            let _ = writeln!(out, "- `{}`: {}", f.task_id, reason);
+            let _ = writeln!(out, "- `{}`: {}", f.task_id, md_escape(&reason));
         }
     }
     if s.tasks_finished < s.tasks_total {

@@ -32,18 +32,20 @@ impl Scorer for PassRate {
 
 #[derive(Debug, Default)]
 pub struct EvaluatorMeans {
-    sums: BTreeMap<String, (EvaluatorSummary, f64)>,
+    /// Per evaluator: its summary so far, the sum of scores and the sum of their squares.
+    sums: BTreeMap<String, (EvaluatorSummary, f64, f64)>,
 }
 
 impl Scorer for EvaluatorMeans {
     fn observe(&mut self, r: &TaskResult) {
         for sc in &r.scores {
-            let (e, sum) = self.sums.entry(sc.evaluator_id.clone()).or_default();
+            let (e, sum, squares) = self.sums.entry(sc.evaluator_id.clone()).or_default();
             e.kind = sc.kind.clone();
             e.count += 1;
             e.passed += sc.passed as u64;
             e.errors += sc.error.is_some() as u64;
             *sum += sc.score;
+            *squares += sc.score * sc.score;
         }
     }
 
@@ -51,9 +53,11 @@ impl Scorer for EvaluatorMeans {
         s.evaluators = self
             .sums
             .iter()
-            .map(|(id, (e, sum))| {
+            .map(|(id, (e, sum, squares))| {
                 let mut e = e.clone();
-                e.mean_score = if e.count == 0 { 0.0 } else { sum / e.count as f64 };
+                let n = e.count.max(1) as f64;
+                e.mean_score = if e.count == 0 { 0.0 } else { sum / n };
+                e.stddev_score = (squares / n - e.mean_score * e.mean_score).max(0.0).sqrt();
                 (id.clone(), e)
             })
             .collect();
@@ -109,6 +113,45 @@ impl Scorer for Latency {
     }
 }
 
+/// pass@k over repetitions (`<id>@r<n>` are repetitions of `<id>`), and the flaky tasks.
+#[derive(Debug, Default)]
+pub struct PassAtK {
+    /// Per base id: repetitions finished, repetitions passed.
+    tasks: BTreeMap<String, (u64, u64)>,
+}
+
+impl Scorer for PassAtK {
+    fn observe(&mut self, r: &TaskResult) {
+        let id = r.task_id.as_str();
+        let base = match id.rsplit_once("@r") {
+            Some((b, rep)) if !rep.is_empty() && rep.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => id,
+        };
+        let (n, c) = self.tasks.entry(base.to_string()).or_default();
+        *n += 1;
+        *c += u64::from(r.passed);
+    }
+
+    fn finish(&self, s: &mut RunSummary) {
+        let most = self.tasks.values().map(|(n, _)| *n).max().unwrap_or(0);
+        if most < 2 {
+            return;
+        }
+        for k in 1..=most {
+            let estimates: Vec<f64> = self
+                .tasks
+                .values()
+                .filter(|(n, _)| *n >= k)
+                .map(|(n, c)| agenteval_judge::stats::pass_at_k(*n, *c, k))
+                .collect();
+            if !estimates.is_empty() {
+                s.pass_at_k.insert(k as u32, estimates.iter().sum::<f64>() / estimates.len() as f64);
+            }
+        }
+        s.flaky_tasks = self.tasks.iter().filter(|(_, (n, c))| *c > 0 && c < n).map(|(id, _)| id.clone()).collect();
+    }
+}
+
 /// Every built-in scorer, in the order they fill the summary.
 pub fn default_scorers() -> Vec<Box<dyn Scorer>> {
     vec![
@@ -116,6 +159,7 @@ pub fn default_scorers() -> Vec<Box<dyn Scorer>> {
         Box::new(EvaluatorMeans::default()),
         Box::new(CostTokens::default()),
         Box::new(Latency::default()),
+        Box::new(PassAtK::default()),
     ]
 }
 
@@ -137,12 +181,55 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         latency_p50_seconds: 0.0,
         latency_p95_seconds: 0.0,
         evaluators: BTreeMap::new(),
+        pass_at_k: BTreeMap::new(),
+        flaky_tasks: Vec::new(),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pass_at_k_over_repetitions_and_flaky_tasks() {
+        use agenteval_core::model::{AgentResult, TerminatedBy};
+        let result = |id: &str, passed: bool| TaskResult {
+            schema_version: "1.0".into(),
+            run_id: RunId::new(),
+            task_id: id.parse().unwrap(),
+            job_id: agenteval_core::JobId::numbered(0, 1),
+            attempt: 1,
+            passed,
+            agent: AgentResult {
+                success: true,
+                final_answer: None,
+                error: None,
+                total_cost_usd: 0.0,
+                total_tokens: 0,
+                wall_seconds: 0.0,
+                terminated_by: TerminatedBy::Completed,
+                steps: 0,
+            },
+            scores: vec![],
+            started_at: chrono::Utc::now(),
+            finished_at: chrono::Utc::now(),
+        };
+        let mut s = PassAtK::default();
+        // Task a: 5 repetitions, 2 pass. Task b: 5 repetitions, all pass.
+        for (i, id) in ["a", "a@r1", "a@r2", "a@r3", "a@r4"].iter().enumerate() {
+            s.observe(&result(id, i < 2));
+        }
+        for id in ["b", "b@r1", "b@r2", "b@r3", "b@r4"] {
+            s.observe(&result(id, true));
+        }
+        let mut summary = empty_summary(RunId::new(), RunStatus::Complete, 10);
+        s.finish(&mut summary);
+        // pass@k of a is 0.4, 0.7, 0.9, 1, 1; of b always 1.
+        for (k, a) in [(1, 0.4), (2, 0.7), (3, 0.9), (4, 1.0), (5, 1.0)] {
+            assert!((summary.pass_at_k[&k] - (a + 1.0) / 2.0).abs() < 1e-12, "k={k}: {:?}", summary.pass_at_k);
+        }
+        assert_eq!(summary.flaky_tasks, ["a"]);
+    }
 
     #[test]
     fn percentiles_use_nearest_rank() {
