@@ -1,0 +1,87 @@
+//! `cargo bench -p agenteval-judge --bench compare`: the time (and peak memory) of comparing two
+//! runs of 10,000 and 100,000 tasks with 10,000 bootstrap resamples, on synthetic results with a
+//! known regression (so the figures come with a correctness check).
+
+use std::time::Instant;
+
+use agenteval_core::format::{LineScore, Metadata, ResultLine};
+use agenteval_core::model::{RunStatus, TerminatedBy};
+use agenteval_judge::compare::{CompareOptions, compare};
+use agenteval_judge::results::RunResults;
+
+fn run(tasks: usize, worse: bool) -> RunResults {
+    let now = chrono::Utc::now();
+    RunResults {
+        meta: Metadata {
+            schema_version: "1.0".into(),
+            run_id: agenteval_core::RunId::new(),
+            name: "bench".into(),
+            status: RunStatus::Complete,
+            sealed: true,
+            backend: "local".into(),
+            benchmark: "toy".into(),
+            agent: "mock".into(),
+            config_hash: String::new(),
+            agenteval_version: "bench".into(),
+            git_sha: None,
+            tasks_total: tasks as u64,
+            created_at: now,
+            finished_at: Some(now),
+            resumed: 0,
+        },
+        bundle_uri: String::new(),
+        tags: Default::default(),
+        lines: (0..tasks)
+            .map(|i| {
+                // The candidate fails every 20th task the base passes: a 5-point drop.
+                let passed = i % 3 != 0 && !(worse && i % 20 == 1);
+                ResultLine {
+                    task_id: format!("task-{i:06}").parse().unwrap(),
+                    attempt: 1,
+                    passed,
+                    terminated_by: TerminatedBy::Completed,
+                    scores: [
+                        ("exact".to_string(), LineScore { score: f64::from(u8::from(passed)), passed, error: false }),
+                        ("judge".to_string(), LineScore { score: (i % 7) as f64 / 7.0, passed: true, error: false }),
+                    ]
+                    .into(),
+                    cost_usd: 0.001 * (1 + i % 5) as f64,
+                    tokens: 100 + (i % 50) as u64,
+                    wall_seconds: 0.5 + (i % 13) as f64 / 10.0,
+                    steps: 3 + (i % 4) as u32,
+                }
+            })
+            .collect(),
+    }
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(f64::NAN)
+}
+
+fn main() {
+    for tasks in [10_000, 100_000] {
+        let (base, cand) = (run(tasks, false), run(tasks, true));
+        let started = Instant::now();
+        let c = compare(&base, &cand, CompareOptions { resamples: 10_000, seed: 7 }).unwrap();
+        let secs = started.elapsed().as_secs_f64();
+        let pr = c.metric("pass_rate").unwrap();
+        let d = pr.diff.unwrap();
+        assert!(pr.regressed && d.lo < -0.05 + 0.02 && d.hi > -0.05 - 0.02, "the 5-point drop is found: {d:?}");
+        assert_eq!(c.regressions.len(), (0..tasks).filter(|i| i % 3 != 0 && i % 20 == 1).count());
+        println!(
+            "compare {tasks:>7} tasks x {} metrics, 10,000 resamples: {secs:.2} s, peak RSS {:.0} MiB (pass rate {:+.2} pts [{:+.2}, {:+.2}])",
+            c.metrics.len(),
+            peak_rss_mib(),
+            d.mean * 100.0,
+            d.lo * 100.0,
+            d.hi * 100.0
+        );
+    }
+}
