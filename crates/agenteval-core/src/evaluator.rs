@@ -96,6 +96,131 @@ pub enum EvaluatorConfig {
         #[schemars(range(max = crate::config::MAX_WALL_SECONDS))]
         max_seconds: f64,
     },
+    /// The final answer (or the value at `pointer` in it) is valid against a JSON Schema (draft
+    /// 2020-12); every violation is listed in the reason. A string answer holding JSON is parsed.
+    JsonSchema {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The schema, inline.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema: Option<serde_json::Value>,
+        /// Or a schema file (relative to the config file; read when the config loads).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        schema_file: Option<std::path::PathBuf>,
+        /// A JSON pointer into the answer (`/result/items`); default the whole answer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pointer: Option<String>,
+    },
+    /// Any program scores the task: `{"task", "result", "trace"}` as JSON on stdin, one JSON
+    /// object `{"score": 0..1, "passed": bool, "reason": "..."}` on stdout. A crash, a timeout or
+    /// garbage is an evaluator error (the score is marked), never a failure of the run.
+    Command {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Program and arguments; relative files are the config file's folder's.
+        command: Vec<String>,
+        /// Seconds before the program is killed (default 60).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = crate::config::MAX_WALL_SECONDS))]
+        timeout_seconds: Option<f64>,
+        /// The config file's folder, filled in when loading.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workdir: Option<std::path::PathBuf>,
+    },
+    /// How the agent worked: cost ceiling, tool allow and deny lists, step limit, patterns that
+    /// must not appear in tool arguments. A violation fails the task (or, with
+    /// `on_violation: warn`, scores 0.5 and passes); the reason cites the offending steps.
+    Policy {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = crate::config::MAX_TASK_COST_USD))]
+        max_cost_usd: Option<f64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = crate::config::MAX_TRACE_EVENTS))]
+        max_steps: Option<u32>,
+        /// Only these tools may be called (empty: any).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allow_tools: Vec<String>,
+        /// These tools must never be called.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        deny_tools: Vec<String>,
+        /// Regular expressions that must not match a tool call's arguments (its payload).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        forbidden_patterns: Vec<String>,
+        /// `fail` (default) or `warn`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        on_violation: Option<PolicyAction>,
+    },
+}
+
+/// What a policy violation does to the task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyAction {
+    #[default]
+    Fail,
+    Warn,
+}
+
+/// Every evaluator kind, as written in configs.
+pub const KINDS: &[&str] = &[
+    "exact_match",
+    "contains",
+    "regex",
+    "no_error",
+    "max_steps",
+    "tool_sequence",
+    "cost_budget",
+    "latency_budget",
+    "json_schema",
+    "command",
+    "policy",
+];
+
+/// The field a kind's shorthand value fills (`- max_steps: 8` is `{kind: max_steps,
+/// max_steps: 8}`); `None` for kinds whose shorthand takes a mapping only.
+fn shorthand_field(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "exact_match" => "expected",
+        "contains" => "value",
+        "regex" => "pattern",
+        "max_steps" => "max_steps",
+        "tool_sequence" => "tools",
+        "cost_budget" => "max_cost_usd",
+        "latency_budget" => "max_seconds",
+        "json_schema" => "schema_file",
+        "command" => "command",
+        _ => return None,
+    })
+}
+
+/// Rewrites the YAML shorthand of an evaluator list in place: an item that is a one-key mapping
+/// without `kind` (`- max_steps: 8`, `- regex: '^\\d+$'`, `- no_error: {}`, `- policy: {deny_tools:
+/// [rm]}`) becomes the long form. Anything else is left for the schema to judge.
+pub fn expand_shorthand(list: &mut serde_json::Value) {
+    let Some(items) = list.as_array_mut() else { return };
+    for item in items {
+        let Some(map) = item.as_object() else { continue };
+        if map.len() != 1 || map.contains_key("kind") {
+            continue;
+        }
+        let (kind, value) = map.iter().next().map(|(k, v)| (k.clone(), v.clone())).expect("one entry");
+        let mut long = serde_json::Map::new();
+        long.insert("kind".into(), serde_json::Value::String(kind.clone()));
+        match (value, shorthand_field(&kind)) {
+            (serde_json::Value::Object(fields), _) => long.extend(fields),
+            (serde_json::Value::Null, _) => {}
+            (v, Some(field)) => {
+                long.insert(field.into(), v);
+            }
+            (v, None) => {
+                // No shorthand value for this kind: keep the value where the schema will name it.
+                long.insert(kind.clone(), v);
+            }
+        }
+        *item = serde_json::Value::Object(long);
+    }
 }
 
 impl EvaluatorConfig {
@@ -110,6 +235,9 @@ impl EvaluatorConfig {
             EvaluatorConfig::ToolSequence { .. } => "tool_sequence",
             EvaluatorConfig::CostBudget { .. } => "cost_budget",
             EvaluatorConfig::LatencyBudget { .. } => "latency_budget",
+            EvaluatorConfig::JsonSchema { .. } => "json_schema",
+            EvaluatorConfig::Command { .. } => "command",
+            EvaluatorConfig::Policy { .. } => "policy",
         }
     }
 
@@ -123,7 +251,10 @@ impl EvaluatorConfig {
             | EvaluatorConfig::MaxSteps { id, .. }
             | EvaluatorConfig::ToolSequence { id, .. }
             | EvaluatorConfig::CostBudget { id, .. }
-            | EvaluatorConfig::LatencyBudget { id, .. } => id,
+            | EvaluatorConfig::LatencyBudget { id, .. }
+            | EvaluatorConfig::JsonSchema { id, .. }
+            | EvaluatorConfig::Command { id, .. }
+            | EvaluatorConfig::Policy { id, .. } => id,
         };
         id.as_deref().unwrap_or(self.kind())
     }
@@ -147,6 +278,43 @@ impl EvaluatorConfig {
             }
             EvaluatorConfig::LatencyBudget { max_seconds: v, .. } if *v < 0.0 => {
                 problems.push((format!("{at}/max_seconds"), "must be zero or more".into()))
+            }
+            EvaluatorConfig::JsonSchema { schema, schema_file, pointer, .. } => {
+                match (schema, schema_file) {
+                    (None, None) | (Some(_), Some(_)) => problems.push((
+                        format!("{at}/kind"),
+                        "evaluator kind `json_schema` takes `schema` (inline) or `schema_file`, one of them".into(),
+                    )),
+                    (Some(s), None) => {
+                        if let Err(e) = jsonschema::draft202012::new(s) {
+                            problems.push((format!("{at}/schema"), format!("not a valid JSON Schema: {e}")));
+                        }
+                    }
+                    (None, Some(_)) => {}
+                }
+                if let Some(p) = pointer
+                    && !(p.is_empty() || p.starts_with('/'))
+                {
+                    problems.push((format!("{at}/pointer"), format!("`{p}` is not a JSON pointer (`/a/0/b`)")));
+                }
+            }
+            EvaluatorConfig::Command { command, timeout_seconds, .. } => {
+                if command.first().is_none_or(|c| c.trim().is_empty()) {
+                    problems.push((format!("{at}/command"), "evaluator `command` needs a program to run".into()));
+                }
+                if timeout_seconds.is_some_and(|t| t <= 0.0) {
+                    problems.push((format!("{at}/timeout_seconds"), "must be greater than zero".into()));
+                }
+            }
+            EvaluatorConfig::Policy { max_cost_usd, forbidden_patterns, .. } => {
+                if max_cost_usd.is_some_and(|v| v < 0.0) {
+                    problems.push((format!("{at}/max_cost_usd"), "must be zero or more".into()));
+                }
+                for (i, p) in forbidden_patterns.iter().enumerate() {
+                    if let Err(e) = regex::Regex::new(p) {
+                        problems.push((format!("{at}/forbidden_patterns/{i}"), format!("invalid regex: {e}")));
+                    }
+                }
             }
             _ => {}
         }

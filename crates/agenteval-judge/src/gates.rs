@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use agenteval_core::config::{ConfigError, Origin, Problem, YamlDoc};
+use agenteval_core::config::{ConfigError, Origin, Problem, YamlDoc, did_you_mean};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -50,27 +50,8 @@ pub struct Gates {
 const TOP: &[&str] = &["on_missing_baseline", "min_tasks", "max_task_regressions", "metrics"];
 const LIMITS: &[&str] = &["min", "max", "max_drop", "max_drop_pct"];
 
-/// The closest known name, for "did you mean".
-fn suggest<'a>(got: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    fn distance(a: &str, b: &str) -> usize {
-        let b: Vec<char> = b.chars().collect();
-        let mut row: Vec<usize> = (0..=b.len()).collect();
-        for (i, ca) in a.chars().enumerate() {
-            let mut prev = row[0];
-            row[0] = i + 1;
-            for (j, cb) in b.iter().enumerate() {
-                let cur = row[j + 1];
-                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-                prev = cur;
-            }
-        }
-        row[b.len()]
-    }
-    known.into_iter().map(|k| (distance(got, k), k)).filter(|(d, k)| *d <= 2.max(k.len() / 3)).min().map(|(_, k)| k)
-}
-
 fn unknown(what: &str, got: &str, known: &[&str]) -> String {
-    match suggest(got, known.iter().copied()) {
+    match did_you_mean(got, known.iter().copied()) {
         Some(k) => format!("unknown {what} `{got}` (did you mean `{k}`?)"),
         None => format!("unknown {what} `{got}` (expected one of: {})", known.join(", ")),
     }

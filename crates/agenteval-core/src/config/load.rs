@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
 use serde_json::{Map, Value};
 
-use super::{AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, RunConfig};
+use super::{AgentConfig, BenchmarkConfig, BundleRoot, EvaluatorConfig, IndexLocation, RunConfig};
 
 /// Where a problem comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +98,47 @@ fn escape(seg: &str) -> String {
 struct Positions {
     values: HashMap<String, Origin>,
     keys: HashMap<String, Origin>,
+}
+
+/// Gives the long form of each shorthand evaluator the positions of what the user wrote: its
+/// `kind` is the shorthand key, its fields are the shorthand value (or the value's fields).
+fn shorthand_positions(before: &Value, after: &Value, pos: &mut Positions) {
+    let (Some(before), Some(after)) = (before.as_array(), after.as_array()) else { return };
+    for (i, (b, a)) in before.iter().zip(after).enumerate() {
+        if b == a {
+            continue;
+        }
+        let (Some(b), Some(a)) = (b.as_object(), a.as_object()) else { continue };
+        let Some((key, value)) = b.iter().next() else { continue };
+        let item = format!("/evaluators/{i}");
+        let old = format!("{item}/{}", escape(key));
+        if let Some(o) = pos.keys.get(&old).cloned() {
+            pos.values.insert(format!("{item}/kind"), o.clone());
+            pos.keys.insert(format!("{item}/kind"), o);
+        }
+        if value.is_object() {
+            let moved: Vec<(String, Origin, bool)> = pos
+                .values
+                .iter()
+                .map(|(p, o)| (p.clone(), o.clone(), false))
+                .chain(pos.keys.iter().map(|(p, o)| (p.clone(), o.clone(), true)))
+                .filter_map(|(p, o, is_key)| {
+                    p.strip_prefix(&format!("{old}/")).map(|rest| (format!("{item}/{rest}"), o, is_key))
+                })
+                .collect();
+            for (p, o, is_key) in moved {
+                if is_key {
+                    pos.keys.insert(p, o)
+                } else {
+                    pos.values.insert(p, o)
+                };
+            }
+        } else if let Some(o) = pos.values.get(&old).cloned() {
+            for field in a.keys().filter(|f| f.as_str() != "kind") {
+                pos.values.insert(format!("{item}/{}", escape(field)), o.clone());
+            }
+        }
+    }
 }
 
 impl Positions {
@@ -438,9 +479,10 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
             }
             let at = format!("{ptr}/kind");
             let message = match value.pointer(&at) {
-                Some(Value::String(k)) => {
-                    format!("unknown {} kind `{k}` (expected one of: {})", section(&ptr), kinds.join(", "))
-                }
+                Some(Value::String(k)) => match did_you_mean(k, kinds.iter().map(String::as_str)) {
+                    Some(near) => format!("unknown {} kind `{k}` (did you mean `{near}`?)", section(&ptr)),
+                    None => format!("unknown {} kind `{k}` (expected one of: {})", section(&ptr), kinds.join(", ")),
+                },
                 Some(other) => format!("`kind` must be one of: {} (found {other})", kinds.join(", ")),
                 None => format!("`kind` is required (one of: {})", kinds.join(", ")),
             };
@@ -532,6 +574,25 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
+/// The closest of `known` to `got`, when close enough to be the intended name (a typo).
+pub fn did_you_mean<'a>(got: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut prev = row[0];
+            row[0] = i + 1;
+            for (j, cb) in b.iter().enumerate() {
+                let cur = row[j + 1];
+                row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+                prev = cur;
+            }
+        }
+        row[b.len()]
+    }
+    known.into_iter().map(|k| (distance(got, k), k)).filter(|(d, k)| *d <= 2.max(k.len() / 3)).min().map(|(_, k)| k)
+}
+
 /// Loads and validates configuration text. `file` names it in messages; `base` is the folder
 /// relative paths resolve against.
 pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
@@ -550,6 +611,11 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
             message: "a run config must be a mapping of fields".into(),
         });
         return Err(fail(problems));
+    }
+    if let Some(list) = value.get_mut("evaluators") {
+        let before = list.clone();
+        crate::evaluator::expand_shorthand(list);
+        shorthand_positions(&before, list, &mut pos);
     }
     problems.extend(schema_problems(&value, &pos));
     if !problems.is_empty() {
@@ -595,6 +661,35 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     }
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+    }
+    for (i, e) in config.evaluators.iter_mut().enumerate() {
+        match e {
+            EvaluatorConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
+            // The schema travels inside the resolved config: a worker on another machine has no
+            // config folder to read it from.
+            EvaluatorConfig::JsonSchema { schema, schema_file: Some(f), .. } if schema.is_none() => {
+                let at = format!("/evaluators/{i}/schema_file");
+                let path = resolve(base, f);
+                let parsed = std::fs::read_to_string(&path)
+                    .map_err(|err| format!("cannot read schema file {}: {err}", path.display()))
+                    .and_then(|t| {
+                        serde_json::from_str::<Value>(&t)
+                            .map_err(|err| format!("schema file {} is not JSON: {err}", path.display()))
+                    })
+                    .and_then(|v| match jsonschema::draft202012::new(&v) {
+                        Ok(_) => Ok(v),
+                        Err(err) => Err(format!("schema file {} is not a valid JSON Schema: {err}", path.display())),
+                    });
+                match parsed {
+                    Ok(v) => {
+                        *schema = Some(v);
+                        *f = path;
+                    }
+                    Err(message) => problems.push(Problem { origin: pos.find(&at, false), pointer: at, message }),
+                }
+            }
+            _ => {}
+        }
     }
     if !problems.is_empty() {
         return Err(fail(in_file_order(problems)));
@@ -646,6 +741,46 @@ mod tests {
     }
 
     const GOOD: &str = "name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\n";
+
+    #[test]
+    fn evaluator_shorthand_and_did_you_mean() {
+        let text = format!(
+            "{GOOD}evaluators:\n  - max_steps: 8\n  - regex: '^[0-9]+$'\n  - no_error: {{}}\n  - policy: {{deny_tools: [rm], on_violation: warn}}\n  - json_schema: {{schema: {{type: object}}, id: shape}}\n"
+        );
+        let c = load(&text, &[]).unwrap().config;
+        let kinds: Vec<&str> = c.evaluators.iter().map(|e| e.kind()).collect();
+        assert_eq!(kinds, ["max_steps", "regex", "no_error", "policy", "json_schema"]);
+        assert!(matches!(c.evaluators[0], EvaluatorConfig::MaxSteps { max_steps: 8, .. }));
+        assert_eq!(c.evaluators[4].id(), "shape");
+        let e =
+            load(&format!("{GOOD}evaluators:\n  - kind: exact_mach\n  - max_stesp: 3\n"), &[]).unwrap_err().to_string();
+        assert!(e.contains("c.yaml:8:11: unknown evaluator kind `exact_mach` (did you mean `exact_match`?)"), "{e}");
+        assert!(e.contains("unknown evaluator kind `max_stesp` (did you mean `max_steps`?)"), "{e}");
+        let e = load(
+            &format!("{GOOD}evaluators:\n  - json_schema: {{schema: {{type: 12}}}}\n  - kind: json_schema\n"),
+            &[],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("not a valid JSON Schema"), "{e}");
+        assert!(e.contains("takes `schema` (inline) or `schema_file`"), "{e}");
+    }
+
+    #[test]
+    fn a_schema_file_is_read_into_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("s.json"), r#"{"type": "array"}"#).unwrap();
+        let text = format!(
+            "{GOOD}evaluators:\n  - json_schema: s.json\n  - json_schema: {{schema_file: missing.json, id: b}}\n"
+        );
+        let e = load_config_str(&text, "c.yaml", dir.path(), &[]).unwrap_err().to_string();
+        assert!(e.contains("c.yaml:9:32: cannot read schema file"), "{e}");
+        let text = format!("{GOOD}evaluators:\n  - json_schema: s.json\n");
+        let c = load_config_str(&text, "c.yaml", dir.path(), &[]).unwrap().config;
+        assert!(
+            matches!(&c.evaluators[0], EvaluatorConfig::JsonSchema { schema: Some(s), .. } if s["type"] == "array")
+        );
+    }
 
     #[test]
     fn a_minimal_config_loads_with_defaults_and_resolved_paths() {

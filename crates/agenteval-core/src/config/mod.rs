@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
-pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, load_config, load_config_str};
+pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_str};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -38,7 +38,14 @@ struct Case {
 }
 
 /// Checks one case; problems are pushed as messages.
-fn case_to_task(value: serde_json::Value, seen: &mut HashSet<String>, problems: &mut Vec<String>) -> Option<TaskSpec> {
+fn case_to_task(
+    mut value: serde_json::Value,
+    seen: &mut HashSet<String>,
+    problems: &mut Vec<String>,
+) -> Option<TaskSpec> {
+    if let Some(list) = value.get_mut("evaluators") {
+        agenteval_core::evaluator::expand_shorthand(list);
+    }
     let case: Case = match serde_json::from_value(value) {
         Ok(c) => c,
         Err(e) => {

@@ -1,9 +1,12 @@
 //! Built-in evaluators: exact_match, contains, regex, no_error, max_steps, tool_sequence,
-//! cost_budget, latency_budget. Each turns a task's result and trace into an `EvaluatorScore`.
+//! cost_budget, latency_budget, json_schema, policy, and `command` (any program, in
+//! [`command`]). Each turns a task's result and trace into an `EvaluatorScore`.
+
+mod command;
 
 use std::sync::Arc;
 
-use agenteval_core::evaluator::{EvaluatorConfig, SequenceMode};
+use agenteval_core::evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
 use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::{Error, Result};
@@ -16,18 +19,49 @@ use crate::benchmarks::answer_text;
 pub struct BuiltinEvaluator {
     cfg: EvaluatorConfig,
     regex: Option<regex::Regex>,
+    /// `json_schema`: the compiled schema.
+    schema: Option<jsonschema::Validator>,
+    /// `policy`: the compiled forbidden patterns.
+    patterns: Vec<regex::Regex>,
 }
 
 /// Builds an evaluator; fails only on configuration the loader would have refused.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig) -> Result<Arc<dyn Evaluator>> {
+    let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
     let regex = match cfg {
-        EvaluatorConfig::Regex { pattern, .. } => Some(
-            regex::Regex::new(pattern)
-                .map_err(|e| Error::invalid(format!("evaluator {}: invalid regex: {e}", cfg.id())))?,
-        ),
+        EvaluatorConfig::Regex { pattern, .. } => {
+            Some(regex::Regex::new(pattern).map_err(|e| bad(format!("invalid regex: {e}")))?)
+        }
         _ => None,
     };
-    Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex }))
+    let schema = match cfg {
+        EvaluatorConfig::JsonSchema { schema: Some(s), .. } => {
+            Some(jsonschema::draft202012::new(s).map_err(|e| bad(format!("invalid JSON Schema: {e}")))?)
+        }
+        EvaluatorConfig::JsonSchema { schema_file, .. } => {
+            return Err(bad(format!(
+                "the schema of {} was not loaded (only run configs read schema files)",
+                schema_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            )));
+        }
+        _ => None,
+    };
+    let patterns = match cfg {
+        EvaluatorConfig::Policy { forbidden_patterns, .. } => forbidden_patterns
+            .iter()
+            .map(|p| regex::Regex::new(p).map_err(|e| bad(format!("invalid regex: {e}"))))
+            .collect::<Result<_>>()?,
+        _ => vec![],
+    };
+    Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex, schema, patterns }))
+}
+
+/// The answer as JSON: a string that holds JSON is parsed, anything else is taken as is.
+fn answer_json(answer: &serde_json::Value) -> serde_json::Value {
+    match answer {
+        serde_json::Value::String(s) => serde_json::from_str(s.trim()).unwrap_or_else(|_| answer.clone()),
+        other => other.clone(),
+    }
 }
 
 fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> (f64, bool, String, Vec<u32>) {
@@ -164,6 +198,70 @@ impl BuiltinEvaluator {
                 let secs = input.result.wall_seconds;
                 verdict(secs <= max, format!("{secs:.3}s (budget {max:.3}s)"), vec![])
             }
+            EvaluatorConfig::JsonSchema { pointer, .. } => {
+                let schema = self.schema.as_ref().ok_or_else(|| Error::internal("json_schema without a schema"))?;
+                let Some(answer) = input.result.final_answer.as_ref() else {
+                    return Ok(verdict(false, "no final answer".into(), vec![]));
+                };
+                let doc = answer_json(answer);
+                let target = match pointer.as_deref().filter(|p| !p.is_empty()) {
+                    None => &doc,
+                    Some(p) => match doc.pointer(p) {
+                        Some(v) => v,
+                        None => return Ok(verdict(false, format!("the answer has nothing at {p}"), final_step(input))),
+                    },
+                };
+                let errors: Vec<String> = schema
+                    .iter_errors(target)
+                    .map(|e| {
+                        let at = e.instance_path().to_string();
+                        format!("{}: {e}", if at.is_empty() { "/".to_string() } else { at })
+                    })
+                    .collect();
+                if errors.is_empty() {
+                    verdict(true, "valid against the schema".into(), final_step(input))
+                } else {
+                    verdict(false, format!("{} violations: {}", errors.len(), errors.join("; ")), final_step(input))
+                }
+            }
+            EvaluatorConfig::Policy { max_cost_usd, max_steps, allow_tools, deny_tools, on_violation, .. } => {
+                let mut broken: Vec<(u32, String)> = Vec::new();
+                for (step, name) in tool_calls(input) {
+                    if deny_tools.contains(&name) {
+                        broken.push((step, format!("step {step}: denied tool `{name}`")));
+                    } else if !allow_tools.is_empty() && !allow_tools.contains(&name) {
+                        broken.push((step, format!("step {step}: tool `{name}` is not allowed")));
+                    }
+                }
+                for e in input.trace.iter().filter(|e| e.kind == EventKind::AgentToolCall) {
+                    let args = e.payload.to_string();
+                    if let Some(p) = self.patterns.iter().find(|p| p.is_match(&args)) {
+                        broken.push((e.step, format!("step {}: tool arguments match /{}/", e.step, p.as_str())));
+                    }
+                }
+                if let Some(max) = max_steps
+                    && input.result.steps > *max
+                {
+                    broken.push((*max, format!("{} steps (max {max})", input.result.steps)));
+                }
+                if let Some(max) = max_cost_usd
+                    && input.result.total_cost_usd > *max
+                {
+                    broken.push((
+                        input.trace.last().map(|e| e.step).unwrap_or(0),
+                        format!("cost ${:.6} (max ${max:.6})", input.result.total_cost_usd),
+                    ));
+                }
+                broken.sort_by_key(|(s, _)| *s);
+                let citations: Vec<u32> = broken.iter().map(|(s, _)| *s).collect();
+                let why = broken.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
+                match (broken.is_empty(), on_violation.unwrap_or_default()) {
+                    (true, _) => verdict(true, "pass: within policy".into(), vec![]),
+                    (false, PolicyAction::Warn) => (0.5, true, format!("warn: {why}"), citations),
+                    (false, PolicyAction::Fail) => (0.0, false, format!("fail: {why}"), citations),
+                }
+            }
+            EvaluatorConfig::Command { .. } => return Err(Error::internal("the command evaluator is asynchronous")),
         })
     }
 }
@@ -179,7 +277,14 @@ impl Evaluator for BuiltinEvaluator {
     }
 
     async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
-        let (score, passed, reason, citations) = self.judge(input)?;
+        let (score, passed, reason, citations) = match &self.cfg {
+            EvaluatorConfig::Command { command, timeout_seconds, workdir, .. } => {
+                let timeout = timeout_seconds.unwrap_or(command::DEFAULT_TIMEOUT);
+                let (score, passed, reason) = command::run(command, workdir.as_deref(), timeout, input).await?;
+                (score, passed, reason, vec![])
+            }
+            _ => self.judge(input)?,
+        };
         Ok(EvaluatorScore {
             evaluator_id: self.id().to_string(),
             kind: self.kind().to_string(),
@@ -300,6 +405,129 @@ mod tests {
         let mut bad = r.clone();
         bad.terminated_by = TerminatedBy::LimitTime;
         assert!(!run(no_error, &t, &bad, &[]).await.passed);
+    }
+
+    #[tokio::test]
+    async fn json_schema_lists_every_violation() {
+        let schema = json!({"type": "object", "required": ["city", "population"], "properties": {
+            "city": {"type": "string"}, "population": {"type": "integer", "minimum": 0}}});
+        let mk = |pointer: Option<&str>| EvaluatorConfig::JsonSchema {
+            id: None,
+            schema: Some(schema.clone()),
+            schema_file: None,
+            pointer: pointer.map(str::to_string),
+        };
+        let t = task(None);
+        let mut r = result(None);
+        r.final_answer = Some(json!({"city": "Paris", "population": 2100000}));
+        assert!(run(mk(None), &t, &r, &[]).await.passed);
+        // A string holding JSON is parsed; every violation is named with its place.
+        r.final_answer = Some(json!("{\"city\": 7, \"population\": -1}"));
+        let s = run(mk(None), &t, &r, &[]).await;
+        assert!(!s.passed);
+        assert!(
+            s.reason.starts_with("2 violations") && s.reason.contains("/city") && s.reason.contains("/population"),
+            "{}",
+            s.reason
+        );
+        r.final_answer = Some(json!({"data": {"city": "Rome", "population": 1}}));
+        assert!(run(mk(Some("/data")), &t, &r, &[]).await.passed);
+        assert!(!run(mk(Some("/nothing")), &t, &r, &[]).await.passed);
+    }
+
+    #[tokio::test]
+    async fn policy_cites_the_steps_that_broke_it() {
+        let run_id = RunId::new();
+        let ev = |step: u32, tool: &str, args: serde_json::Value| TraceEvent {
+            run_id,
+            task_id: "t".parse().unwrap(),
+            step,
+            timestamp: chrono::Utc::now(),
+            kind: EventKind::AgentToolCall,
+            payload: json!({"tool": tool, "args": args}),
+            cost_usd: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
+        };
+        let tr = vec![
+            ev(0, "search", json!({"q": "x"})),
+            ev(1, "shell", json!({"cmd": "rm -rf /"})),
+            ev(2, "calc", json!({})),
+        ];
+        let mk = |action| EvaluatorConfig::Policy {
+            id: None,
+            max_cost_usd: Some(1.0),
+            max_steps: None,
+            allow_tools: vec!["search".into(), "calc".into(), "shell".into()],
+            deny_tools: vec![],
+            forbidden_patterns: vec!["rm -rf".into()],
+            on_violation: action,
+        };
+        let t = task(None);
+        let r = result(Some("x"));
+        let s = run(mk(None), &t, &r, &tr).await;
+        assert!(!s.passed && s.reason.starts_with("fail:") && s.citations == vec![1], "{s:?}");
+        let s = run(mk(Some(PolicyAction::Warn)), &t, &r, &tr).await;
+        assert!(s.passed && s.score == 0.5 && s.reason.starts_with("warn:"), "{s:?}");
+        let deny = EvaluatorConfig::Policy {
+            id: None,
+            max_cost_usd: Some(0.01),
+            max_steps: Some(2),
+            allow_tools: vec![],
+            deny_tools: vec!["calc".into()],
+            forbidden_patterns: vec![],
+            on_violation: None,
+        };
+        let s = run(deny, &t, &r, &tr).await;
+        assert_eq!(s.citations, vec![2, 2, 2], "{s:?}");
+        assert!(
+            s.reason.contains("denied tool `calc`") && s.reason.contains("4 steps") && s.reason.contains("cost"),
+            "{s:?}"
+        );
+        let clean = EvaluatorConfig::Policy {
+            id: None,
+            max_cost_usd: None,
+            max_steps: None,
+            allow_tools: vec![],
+            deny_tools: vec![],
+            forbidden_patterns: vec![],
+            on_violation: None,
+        };
+        assert!(run(clean, &t, &r, &tr).await.passed);
+    }
+
+    #[tokio::test]
+    async fn a_command_scores_and_its_failures_are_evaluator_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = |name: &str, body: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            p.display().to_string()
+        };
+        let good = script(
+            "good.py",
+            "import json, sys\nd = json.load(sys.stdin)\nok = d['result']['final_answer'] == 'x'\nprint(json.dumps({'score': 1.0 if ok else 0.0, 'passed': ok, 'reason': 'graded ' + d['task']['id']}))\n",
+        );
+        let garbage = script("garbage.py", "print('not json')\n");
+        let crash = script("crash.py", "import sys\nsys.stderr.write('boom')\nsys.exit(3)\n");
+        let slow = script("slow.py", "import time\ntime.sleep(30)\n");
+        let mk = |path: &str, timeout: Option<f64>| EvaluatorConfig::Command {
+            id: None,
+            command: vec!["python3".into(), path.into()],
+            timeout_seconds: timeout,
+            workdir: None,
+        };
+        let (t, r) = (task(None), result(Some("x")));
+        let s = run(mk(&good, None), &t, &r, &[]).await;
+        assert!(s.passed && s.score == 1.0 && s.reason == "graded t" && s.error.is_none(), "{s:?}");
+        for (path, want) in [(&garbage, "printed no verdict"), (&crash, "boom")] {
+            let s = run(mk(path, None), &t, &r, &[]).await;
+            assert!(!s.passed && s.error.as_deref().unwrap_or("").contains(want), "{s:?}");
+        }
+        let started = std::time::Instant::now();
+        let s = run(mk(&slow, Some(0.5)), &t, &r, &[]).await;
+        assert!(s.error.as_deref().unwrap_or("").contains("did not answer within"), "{s:?}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
     }
 
     #[tokio::test]
