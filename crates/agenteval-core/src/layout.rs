@@ -6,6 +6,8 @@ pub const METADATA: &str = "metadata.json";
 pub const MANIFEST: &str = "manifest.json";
 pub const SUMMARY: &str = "summary.json";
 pub const REPORT: &str = "report.md";
+/// The same report as one self-contained HTML page with a trace viewer.
+pub const REPORT_HTML: &str = "report.html";
 pub const REPLAY: &str = "replay_command.txt";
 pub const CONFIG: &str = "config.resolved.json";
 /// Every task of the run, one JSON `TaskSpec` per line, written when the run is created.
@@ -29,6 +31,7 @@ pub const TASK_SPANS: &str = "spans.jsonl";
 pub const REQUIRED: &[&str] = &[METADATA, CONFIG, TASKS];
 /// Files a sealed bundle has in addition.
 pub const REQUIRED_SEALED: &[&str] = &[MANIFEST, SUMMARY, REPORT, REPLAY];
+// `report.html` and `results.jsonl` are not required: bundles sealed before them stay valid.
 /// Files every finished task folder has.
 pub const TASK_FILES: &[&str] = &[TASK_RESULT, TASK_TRACE, TASK_SCORES, TASK_LOG];
 

@@ -271,7 +271,8 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                     x
                 }
             };
-            let (best, worst) = (scale(best), scale(worst));
+            // `+ 0.0` turns a negative zero into a plain one for display.
+            let (best, worst) = (scale(best) + 0.0, scale(worst) + 0.0);
             let passed = best <= limit;
             let unit = if name == "max_drop_pct" { "%" } else { "" };
             let direction = match better_of(metric) {

@@ -5,6 +5,7 @@
 
 pub mod compare;
 pub mod gates;
+pub mod html;
 pub mod report;
 pub mod results;
 pub mod stats;

@@ -64,3 +64,44 @@ async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<R
     out.sort_by(|a, b| a.task_id.cmp(&b.task_id));
     Ok(out)
 }
+
+/// Trace events and spans of some tasks, for the HTML report's trace viewer.
+#[derive(Debug, Clone, Default)]
+pub struct Traces {
+    /// Task id → its trace events (JSON objects, in order).
+    pub events: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
+    /// Task id → its spans.
+    pub spans: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
+    /// Tasks whose trace was left out to keep the report small.
+    pub omitted: usize,
+}
+
+/// Reads the traces and spans of at most `limit` tasks, failing ones first (those are the ones
+/// people open). Missing or unreadable files are skipped: a report never fails for a trace.
+pub async fn load_traces(store: &dyn BundleStore, run: &RunId, lines: &[ResultLine], limit: usize) -> Traces {
+    let mut ids: Vec<&ResultLine> = lines.iter().collect();
+    ids.sort_by_key(|l| l.passed);
+    let omitted = ids.len().saturating_sub(limit);
+    let picked: Vec<String> = ids.into_iter().take(limit).map(|l| l.task_id.to_string()).collect();
+    let read = |task: String, file: &'static str| async move {
+        let path = format!("tasks/{task}/{file}");
+        let values: Vec<serde_json::Value> = match store.get(run, &path).await {
+            Ok(bytes) => bytes
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .filter_map(|l| serde_json::from_slice(l).ok())
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        (task, values)
+    };
+    let events = futures::stream::iter(picked.clone().into_iter().map(|t| read(t, layout::TASK_TRACE)))
+        .buffered(32)
+        .collect::<Vec<_>>()
+        .await;
+    let spans = futures::stream::iter(picked.into_iter().map(|t| read(t, layout::TASK_SPANS)))
+        .buffered(32)
+        .collect::<Vec<_>>()
+        .await;
+    Traces { events: events.into_iter().collect(), spans: spans.into_iter().collect(), omitted }
+}

@@ -421,11 +421,14 @@ async fn resume(
 
 async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
     let json = json || out.format == "json";
-    if !matches!(out.format.as_str(), "text" | "md" | "json") {
-        return Err(Error::invalid(format!("unknown report format `{}` (text, md, json)", out.format)).into());
+    if !matches!(out.format.as_str(), "text" | "md" | "json" | "html") {
+        return Err(Error::invalid(format!("unknown report format `{}` (text, md, json, html)", out.format)).into());
     }
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
+    if out.format == "html" {
+        return judging::report_html(wiring.as_ref(), index.as_ref(), &run_id, out).await;
+    }
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;

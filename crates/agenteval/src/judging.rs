@@ -72,13 +72,58 @@ pub fn emit(out: &ReportArgs, text: &str) -> Result<(), Failure> {
     }
 }
 
-fn render(c: &Comparison, v: Option<&Verdict>, format: Format) -> Result<String, Failure> {
+async fn render(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    cand: &RunResults,
+    c: &Comparison,
+    v: Option<&Verdict>,
+    format: Format,
+) -> Result<String, Failure> {
     Ok(match format {
         Format::Text => report::text(c, v),
         Format::Md => report::md(c, v),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&report::json(c, v)).expect("serializes")),
-        Format::Html => return Err(Error::invalid("`--format html` is for `agenteval report RUN`").into()),
+        Format::Html => {
+            let located = controller::locate(resolver, index, &cand.meta.run_id).await?;
+            let store = located.store.as_ref();
+            let summary = read_summary(store, &cand.meta).await;
+            agenteval_judge::html::render_run(store, cand, summary.as_ref(), Some(c), v, &generator()).await
+        }
     })
+}
+
+fn generator() -> String {
+    format!("agenteval {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The summary of a sealed run (`None` for a partial one).
+async fn read_summary(
+    store: &dyn agenteval_core::traits::BundleStore,
+    meta: &agenteval_core::format::Metadata,
+) -> Option<agenteval_core::model::RunSummary> {
+    if !meta.sealed {
+        return None;
+    }
+    let bytes = store.get(&meta.run_id, layout::SUMMARY).await.ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// `agenteval report RUN --format html`: the run's report page, rendered from its bundle now
+/// (a partial run included).
+pub async fn report_html(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    run: &RunId,
+    out: &ReportArgs,
+) -> Result<u8, Failure> {
+    let located = controller::locate(resolver, index, run).await?;
+    let store = located.store.as_ref();
+    let results = results::load(store, run).await?;
+    let summary = read_summary(store, &results.meta).await;
+    let page = agenteval_judge::html::render_run(store, &results, summary.as_ref(), None, None, &generator()).await;
+    emit(out, &page)?;
+    Ok(exit::OK)
 }
 
 /// What a judgement decided: the exit code it means, and the documents (for `submit --json`).
@@ -143,7 +188,9 @@ pub async fn judge_run(
     });
     match (&comparison, out, format) {
         (_, None, _) | (_, _, None) => {}
-        (Some(c), Some(out), Some(format)) => emit(out, &render(c, verdict.as_ref(), format)?)?,
+        (Some(c), Some(out), Some(format)) => {
+            emit(out, &render(resolver, index, &cand_results, c, verdict.as_ref(), format).await?)?
+        }
         (None, Some(out), Some(format)) => {
             let v = verdict.as_ref().expect("without a baseline there are gates");
             let text = match format {

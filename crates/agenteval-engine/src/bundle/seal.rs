@@ -72,8 +72,20 @@ pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[Task
         summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
     store.put(run, layout::RESULTS, &lines).await?;
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
-    let report = tracing::info_span!("report.render").in_scope(|| crate::report::render(meta, &summary, &failures));
+    // Both reports under one `report.render` span: Markdown from the summary, HTML with the
+    // task table and the traces of up to `TRACE_LIMIT` tasks.
+    let (report, html) = async {
+        let report = crate::report::render(meta, &summary, &failures);
+        let mut results = agenteval_judge::results::load(store, run).await?;
+        results.meta = meta.clone();
+        let generator = format!("agenteval {}", crate::VERSION);
+        let html = agenteval_judge::html::render_run(store, &results, Some(&summary), None, None, &generator).await;
+        Ok::<_, agenteval_core::Error>((report, html))
+    }
+    .instrument(tracing::info_span!("report.render"))
+    .await?;
     store.put(run, layout::REPORT, report.as_bytes()).await?;
+    store.put(run, layout::REPORT_HTML, html.as_bytes()).await?;
     let replay = format!("agenteval submit --config {}/{}\n", store.bundle_uri(run), layout::CONFIG);
     store.put(run, layout::REPLAY, replay.as_bytes()).await?;
     let mut meta = meta.clone();

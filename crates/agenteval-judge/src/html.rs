@@ -1,0 +1,351 @@
+//! The HTML report: one self-contained file (inline CSS and JS, no request of any kind, light
+//! and dark) with summary cards, the comparison's metrics with their intervals, the gates, a
+//! sortable and filterable task table and a trace viewer per task (events with a timing
+//! waterfall, tool calls and results, tokens and cost per step, errors, spans).
+//!
+//! Safety: every value reaches the page as JSON inside a `<script type="application/json">`
+//! block with `<`, `>` and `&` escaped, and the script builds the page with `textContent` only,
+//! so nothing a task, an agent or a run name contains can become markup. A Content Security
+//! Policy forbids every fetch, as a second wall.
+
+use agenteval_core::model::RunSummary;
+use serde_json::{Value, json};
+
+use crate::compare::Comparison;
+use crate::gates::Verdict;
+use crate::results::{RunResults, Traces};
+
+/// Everything one report shows.
+#[derive(Debug)]
+pub struct HtmlReport<'a> {
+    pub run: &'a RunResults,
+    pub summary: Option<&'a RunSummary>,
+    pub traces: &'a Traces,
+    pub comparison: Option<&'a Comparison>,
+    pub verdict: Option<&'a Verdict>,
+    /// `agenteval <version>`, shown in the footer.
+    pub generator: &'a str,
+}
+
+/// JSON that can sit inside a `<script>` element whatever its strings hold.
+fn script_safe_json(v: &Value) -> String {
+    let s = serde_json::to_string(v).expect("a JSON value serializes");
+    let mut out = String::with_capacity(s.len() + 64);
+    for c in s.chars() {
+        match c {
+            '<' => out.push_str("\\u003c"),
+            '>' => out.push_str("\\u003e"),
+            '&' => out.push_str("\\u0026"),
+            '\u{2028}' => out.push_str("\\u2028"),
+            '\u{2029}' => out.push_str("\\u2029"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Tasks whose traces a report embeds (failing ones first); the rest stay in the bundle.
+pub const TRACE_LIMIT: usize = 1_000;
+
+/// Reads what a run's report shows from its bundle and renders it (the summary if sealed).
+pub async fn render_run(
+    store: &dyn agenteval_core::traits::BundleStore,
+    run: &RunResults,
+    summary: Option<&RunSummary>,
+    comparison: Option<&Comparison>,
+    verdict: Option<&Verdict>,
+    generator: &str,
+) -> String {
+    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, TRACE_LIMIT).await;
+    render(&HtmlReport { run, summary, traces: &traces, comparison, verdict, generator })
+}
+
+/// Renders the report.
+pub fn render(r: &HtmlReport<'_>) -> String {
+    let regressed: std::collections::BTreeSet<&str> =
+        r.comparison.map(|c| c.regressions.iter().map(|t| t.task_id.as_str()).collect()).unwrap_or_default();
+    let improved: std::collections::BTreeSet<&str> =
+        r.comparison.map(|c| c.improvements.iter().map(|t| t.task_id.as_str()).collect()).unwrap_or_default();
+    let tasks: Vec<Value> = r
+        .run
+        .lines
+        .iter()
+        .map(|l| {
+            let id = l.task_id.as_str();
+            let base = id.rsplit_once("@r").map(|(b, _)| b).unwrap_or(id);
+            let change = if regressed.contains(base) {
+                "regressed"
+            } else if improved.contains(base) {
+                "improved"
+            } else {
+                ""
+            };
+            json!({
+                "id": id,
+                "passed": l.passed,
+                "ended": l.terminated_by.as_str(),
+                "change": change,
+                "scores": l.scores,
+                "cost": l.cost_usd,
+                "tokens": l.tokens,
+                "wall": l.wall_seconds,
+                "steps": l.steps,
+                "tags": r.run.tags.get(base).cloned().unwrap_or_default(),
+            })
+        })
+        .collect();
+    let data = json!({
+        "run": {
+            "id": r.run.meta.run_id,
+            "name": r.run.meta.name,
+            "status": r.run.meta.status,
+            "benchmark": r.run.meta.benchmark,
+            "agent": r.run.meta.agent,
+            "backend": r.run.meta.backend,
+            "created": r.run.meta.created_at,
+            "bundle": r.run.bundle_uri,
+        },
+        "summary": r.summary,
+        "tasks": tasks,
+        "traces": r.traces.events,
+        "spans": r.traces.spans,
+        "traces_omitted": r.traces.omitted,
+        "comparison": r.comparison,
+        "verdict": r.verdict,
+        "generator": r.generator,
+    });
+    let title = format!("agenteval report: {}", r.run.meta.run_id);
+    TEMPLATE.replace("{{TITLE}}", &title).replace("{{DATA}}", &script_safe_json(&data))
+}
+
+const TEMPLATE: &str = r##"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
+<meta name="referrer" content="no-referrer">
+<title>{{TITLE}}</title>
+<style>
+:root { --bg:#fff; --fg:#1d2330; --muted:#5d6677; --line:#dde2ea; --card:#f5f7fa; --pass:#17803d; --fail:#c0262d; --warn:#a35f00; --accent:#2457c5; --bar:#9db4e6; }
+@media (prefers-color-scheme: dark) { :root { --bg:#14171d; --fg:#e3e7ee; --muted:#9aa3b2; --line:#2c323d; --card:#1c2029; --pass:#4fc77b; --fail:#ff6b6b; --warn:#f0a640; --accent:#7ea6ff; --bar:#3d5a99; } }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; background:var(--bg); color:var(--fg); }
+header, main, footer { max-width:1200px; margin:0 auto; padding:12px 20px; }
+h1 { font-size:20px; margin:8px 0 4px; } h2 { font-size:16px; margin:24px 0 8px; }
+.muted { color:var(--muted); }
+.cards { display:grid; grid-template-columns:repeat(auto-fill, minmax(150px, 1fr)); gap:10px; }
+.card { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 12px; }
+.card .v { font-size:20px; font-weight:600; } .card .k { color:var(--muted); font-size:12px; }
+table { border-collapse:collapse; width:100%; }
+th, td { border-bottom:1px solid var(--line); padding:5px 8px; text-align:left; vertical-align:top; }
+th { cursor:pointer; user-select:none; white-space:nowrap; } th.nosort { cursor:default; }
+td.num, th.num { text-align:right; font-variant-numeric:tabular-nums; }
+.pass { color:var(--pass); font-weight:600; } .fail { color:var(--fail); font-weight:600; } .warn { color:var(--warn); font-weight:600; }
+.ci { position:relative; height:14px; width:220px; background:var(--card); border:1px solid var(--line); }
+.ci .zero { position:absolute; top:-2px; bottom:-2px; width:1px; background:var(--muted); }
+.ci .span { position:absolute; top:2px; bottom:2px; background:var(--bar); }
+.ci .mean { position:absolute; top:0; bottom:0; width:2px; background:var(--fg); }
+.filters { display:flex; gap:10px; flex-wrap:wrap; margin:8px 0; }
+select, input { background:var(--bg); color:var(--fg); border:1px solid var(--line); border-radius:4px; padding:4px 6px; }
+button.link { background:none; border:none; color:var(--accent); cursor:pointer; padding:0; font:inherit; text-decoration:underline; }
+#viewer { position:fixed; inset:0; background:rgba(0,0,0,.45); display:none; }
+#viewer.open { display:block; }
+#viewer .panel { position:absolute; top:3%; bottom:3%; left:5%; right:5%; background:var(--bg); border:1px solid var(--line); border-radius:8px; overflow:auto; padding:14px 18px; }
+.event { border-left:3px solid var(--line); margin:6px 0; padding:4px 10px; }
+.event.err { border-left-color:var(--fail); } .event.tool { border-left-color:var(--accent); } .event.result { border-left-color:var(--bar); margin-left:22px; }
+.wf { position:relative; height:8px; background:var(--card); margin:3px 0; }
+.wf span { position:absolute; top:0; bottom:0; background:var(--bar); min-width:2px; }
+pre { white-space:pre-wrap; word-break:break-word; background:var(--card); padding:6px 8px; border-radius:4px; margin:4px 0; max-height:260px; overflow:auto; }
+.badge { display:inline-block; padding:0 6px; border-radius:10px; border:1px solid var(--line); font-size:12px; margin-right:4px; }
+</style>
+</head>
+<body>
+<header><h1 id="title"></h1><div id="subtitle" class="muted"></div></header>
+<main>
+<section id="cards" class="cards"></section>
+<section id="comparison"></section>
+<section id="gates"></section>
+<section><h2>Tasks</h2>
+<div class="filters">
+<label>status <select id="f-status"><option value="">all</option><option value="failed">failed</option><option value="passed">passed</option><option value="regressed">regressed</option><option value="improved">improved</option><option value="infra_failure">infrastructure failure</option></select></label>
+<label>tag <select id="f-tag"><option value="">all</option></select></label>
+<label>failing evaluator <select id="f-eval"><option value="">any</option></select></label>
+<label>search <input id="f-text" type="search" placeholder="task id"></label>
+<span id="count" class="muted"></span>
+</div>
+<table id="tasks"><thead></thead><tbody></tbody></table>
+<p id="omitted" class="muted"></p>
+</section>
+</main>
+<footer class="muted" id="footer"></footer>
+<div id="viewer" role="dialog" aria-modal="true"><div class="panel" id="panel"></div></div>
+<script id="report-data" type="application/json">{{DATA}}</script>
+<script>
+"use strict";
+const D = JSON.parse(document.getElementById("report-data").textContent);
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v); else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k);
+  return e;
+}
+const pct = v => (v * 100).toFixed(1) + "%";
+const money = v => "$" + Number(v).toFixed(4);
+const num = (v, d) => Number(v).toFixed(d == null ? 3 : d);
+function fmtMetric(name, v) { return (name === "pass_rate" || name.startsWith("score:")) ? pct(v) : name === "cost_per_task" ? money(v) : num(v); }
+
+document.getElementById("title").textContent = "agenteval: " + D.run.name;
+document.getElementById("subtitle").textContent = D.run.id + " · " + D.run.status + " · benchmark " + D.run.benchmark + " · agent " + D.run.agent + " · " + D.run.backend + " · " + D.run.created;
+document.getElementById("footer").textContent = "Generated by " + D.generator + ". Bundle: " + D.run.bundle;
+
+// Cards.
+const cards = document.getElementById("cards");
+function card(k, v, cls) { cards.append(el("div", {class: "card"}, el("div", {class: "v " + (cls || ""), text: v}), el("div", {class: "k", text: k}))); }
+const S = D.summary;
+const finished = D.tasks.length, passed = D.tasks.filter(t => t.passed).length;
+card("tasks finished", S ? S.tasks_finished + " / " + S.tasks_total : String(finished));
+card("passed", String(passed), "pass");
+card("failed", String(finished - passed), finished - passed ? "fail" : "");
+card("pass rate", finished ? pct(passed / finished) : "–");
+if (S) {
+  card("total cost", money(S.total_cost_usd));
+  card("tokens", String(S.total_tokens));
+  card("latency p50 / p95", num(S.latency_p50_seconds, 2) + " / " + num(S.latency_p95_seconds, 2) + " s");
+  for (const [k, v] of Object.entries(S.pass_at_k || {})) card("pass@" + k, pct(v));
+}
+if (D.verdict) card("gates", D.verdict.passed ? "PASS" : "FAIL", D.verdict.passed ? "pass" : "fail");
+
+// Comparison with interval bars.
+if (D.comparison) {
+  const C = D.comparison, sec = document.getElementById("comparison");
+  sec.append(el("h2", {text: "Compared with " + C.base.name + " (" + C.base.run_id + ")"}));
+  sec.append(el("p", {class: "muted", text: C.paired_tasks + " paired tasks; 95% intervals from " + C.resamples + " paired-bootstrap resamples, seed " + C.seed + ". A metric is worse or better only when its whole interval is."}));
+  const t = el("table", {}, el("thead", {}, el("tr", {}, ...["metric", "base", "candidate", "difference [95% interval]", "", "verdict"].map(h => el("th", {class: "nosort", text: h})))));
+  const body = el("tbody");
+  for (const m of C.metrics) {
+    const bar = el("div", {class: "ci"});
+    let diffText = "not judged";
+    if (m.diff) {
+      const scale = Math.max(Math.abs(m.diff.lo), Math.abs(m.diff.hi), 1e-12) * 1.1;
+      const x = v => (50 + 50 * v / scale) + "%";
+      bar.append(el("div", {class: "zero", style: "left:50%"}), el("div", {class: "span", style: "left:" + x(m.diff.lo) + ";width:calc(" + x(m.diff.hi) + " - " + x(m.diff.lo) + ")"}), el("div", {class: "mean", style: "left:" + x(m.diff.mean)}));
+      diffText = num(m.diff.mean, 4) + " [" + num(m.diff.lo, 4) + ", " + num(m.diff.hi, 4) + "]";
+    }
+    const verdict = m.regressed ? el("span", {class: "fail", text: "worse"}) : m.improved ? el("span", {class: "pass", text: "better"}) : el("span", {class: "muted", text: "no change"});
+    body.append(el("tr", {}, el("td", {text: m.metric + " (" + (m.better === "higher" ? "higher" : "lower") + " is better)"}), el("td", {class: "num", text: fmtMetric(m.metric, m.base)}), el("td", {class: "num", text: fmtMetric(m.metric, m.cand)}), el("td", {class: "num", text: diffText}), el("td", {}, bar), el("td", {}, verdict)));
+  }
+  t.append(body);
+  sec.append(t);
+  if (C.infra_failures.length) sec.append(el("p", {class: "warn", text: C.infra_failures.length + " tasks failed on infrastructure and are left out of the statistics: " + C.infra_failures.map(t => t.task_id).join(", ")}));
+}
+if (D.verdict) {
+  const sec = document.getElementById("gates");
+  sec.append(el("h2", {text: "Gates: " + (D.verdict.passed ? "pass" : "fail")}));
+  const t = el("table", {}, el("thead", {}, el("tr", {}, ...["gate", "limit", "result", "detail"].map(h => el("th", {class: "nosort", text: h})))));
+  const body = el("tbody");
+  for (const g of D.verdict.gates) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: String(g.limit)}), el("td", {}, el("span", {class: g.passed ? "pass" : "fail", text: g.passed ? "pass" : "FAIL"})), el("td", {text: g.detail})));
+  t.append(body);
+  sec.append(t);
+}
+
+// Tasks: failing and regressed first, sortable, filterable.
+const evals = [...new Set(D.tasks.flatMap(t => Object.keys(t.scores)))].sort();
+const tags = [...new Set(D.tasks.flatMap(t => t.tags))].sort();
+for (const t of tags) document.getElementById("f-tag").append(el("option", {value: t, text: t}));
+for (const e of evals) document.getElementById("f-eval").append(el("option", {value: e, text: e}));
+const cols = [
+  ["task", t => t.id], ["status", t => t.change || (t.passed ? "passed" : "failed")], ["ended", t => t.ended],
+  ...evals.map(e => [e, t => t.scores[e] ? t.scores[e].score : -1]),
+  ["cost", t => t.cost, true], ["tokens", t => t.tokens, true], ["seconds", t => t.wall, true], ["steps", t => t.steps, true],
+];
+const rank = t => t.change === "regressed" ? 0 : !t.passed ? 1 : t.change === "improved" ? 2 : 3;
+let sortCol = null, sortDir = 1;
+const thead = document.querySelector("#tasks thead"), tbody = document.querySelector("#tasks tbody");
+thead.append(el("tr", {}, ...cols.map(([name, , numeric], i) => el("th", {class: numeric ? "num" : "", text: name, onclick: () => { sortDir = sortCol === i ? -sortDir : 1; sortCol = i; draw(); }}))));
+function statusCell(t) {
+  if (t.change === "regressed") return el("span", {class: "fail", text: "regressed"});
+  if (t.change === "improved") return el("span", {class: "pass", text: "improved"});
+  return el("span", {class: t.passed ? "pass" : "fail", text: t.passed ? "passed" : "failed"});
+}
+function draw() {
+  const fs = document.getElementById("f-status").value, ft = document.getElementById("f-tag").value, fe = document.getElementById("f-eval").value, fx = document.getElementById("f-text").value.toLowerCase();
+  let rows = D.tasks.filter(t => (!fs || (fs === "failed" ? !t.passed : fs === "passed" ? t.passed : fs === "infra_failure" ? t.ended === "infra_failure" : t.change === fs)) && (!ft || t.tags.includes(ft)) && (!fe || (t.scores[fe] && !t.scores[fe].passed)) && (!fx || t.id.toLowerCase().includes(fx)));
+  rows.sort((a, b) => rank(a) - rank(b) || (a.id < b.id ? -1 : 1));
+  if (sortCol !== null) { const f = cols[sortCol][1]; rows.sort((a, b) => { const x = f(a), y = f(b); return (x < y ? -1 : x > y ? 1 : 0) * sortDir; }); }
+  tbody.replaceChildren(...rows.slice(0, 5000).map(t => el("tr", {},
+    el("td", {}, el("button", {class: "link", text: t.id, onclick: () => openTask(t.id)})),
+    el("td", {}, statusCell(t)), el("td", {text: t.ended}),
+    ...evals.map(e => el("td", {class: "num " + (t.scores[e] ? (t.scores[e].passed ? "" : "fail") : "muted"), text: t.scores[e] ? num(t.scores[e].score, 2) : "–"})),
+    el("td", {class: "num", text: money(t.cost)}), el("td", {class: "num", text: String(t.tokens)}), el("td", {class: "num", text: num(t.wall, 2)}), el("td", {class: "num", text: String(t.steps)}))));
+  document.getElementById("count").textContent = rows.length + " of " + D.tasks.length + " tasks" + (rows.length > 5000 ? " (first 5000 shown)" : "");
+}
+for (const id of ["f-status", "f-tag", "f-eval", "f-text"]) document.getElementById(id).addEventListener("input", draw);
+if (D.traces_omitted) document.getElementById("omitted").textContent = "Traces of " + D.traces_omitted + " passing tasks are not embedded, to keep this file small; they are in the bundle.";
+draw();
+
+// Trace viewer.
+function openTask(id) {
+  const task = D.tasks.find(t => t.id === id);
+  const events = D.traces[id] || [], spans = D.spans[id] || [];
+  const panel = document.getElementById("panel");
+  panel.replaceChildren();
+  panel.append(el("button", {class: "link", text: "close (Esc)", onclick: closeTask}));
+  panel.append(el("h2", {text: "Task " + id}));
+  if (task) panel.append(el("p", {}, statusCell(task), " ended " + task.ended + " · " + money(task.cost) + " · " + task.tokens + " tokens · " + num(task.wall, 2) + " s · " + task.steps + " steps"));
+  if (!D.traces[id]) panel.append(el("p", {class: "muted", text: "This task's trace is not embedded in the report; it is in the bundle (tasks/" + id + "/trace.jsonl)."}));
+  const times = events.map(e => Date.parse(e.timestamp)).filter(x => !isNaN(x));
+  const t0 = times.length ? Math.min(...times) : 0, t1 = times.length ? Math.max(...times) : 1, total = Math.max(t1 - t0, 1);
+  panel.append(el("h2", {text: "Events (" + events.length + ")"}));
+  events.forEach((e, i) => {
+    const start = Date.parse(e.timestamp), next = i + 1 < events.length ? Date.parse(events[i + 1].timestamp) : start;
+    const kind = String(e.kind);
+    const isErr = kind === "agent.error" || (e.payload && (e.payload.error || e.payload.terminated_by && e.payload.terminated_by !== "completed"));
+    const cls = "event" + (isErr ? " err" : kind === "agent.tool_call" ? " tool" : kind === "agent.tool_result" ? " result" : "");
+    const wf = el("div", {class: "wf", title: "from " + (start - t0) + " ms to " + (next - t0) + " ms"}, el("span", {style: "left:" + (100 * (start - t0) / total) + "%;width:" + (100 * Math.max(next - start, 0) / total) + "%"}));
+    const usage = (e.input_tokens || e.output_tokens || e.cost_usd) ? " · " + e.input_tokens + " in / " + e.output_tokens + " out tokens · " + money(e.cost_usd) : "";
+    const tool = e.payload && typeof e.payload === "object" && e.payload.tool ? " · tool " + e.payload.tool : "";
+    panel.append(el("div", {class: cls}, el("div", {}, el("span", {class: "badge", text: "#" + e.step}), el("strong", {text: kind}), el("span", {class: "muted", text: " +" + (start - t0) + " ms" + tool + usage})), wf, el("pre", {text: JSON.stringify(e.payload, null, 2)})));
+  });
+  if (spans.length) {
+    panel.append(el("h2", {text: "Spans (" + spans.length + ")"}));
+    const starts = spans.map(s => Date.parse(s.start_time)), ends = spans.map(s => Date.parse(s.end_time));
+    const s0 = Math.min(...starts), s1 = Math.max(...ends), st = Math.max(s1 - s0, 1);
+    const t = el("table", {}, el("thead", {}, el("tr", {}, ...["span", "ms", "", "status"].map(h => el("th", {class: "nosort", text: h})))));
+    const body = el("tbody");
+    spans.slice().sort((a, b) => Date.parse(a.start_time) - Date.parse(b.start_time)).forEach(s => {
+      const a = Date.parse(s.start_time), b = Date.parse(s.end_time);
+      body.append(el("tr", {}, el("td", {text: s.name}), el("td", {class: "num", text: num(s.duration_ms, 1)}), el("td", {style: "width:40%"}, el("div", {class: "wf"}, el("span", {style: "left:" + (100 * (a - s0) / st) + "%;width:" + (100 * (b - a) / st) + "%"}))), el("td", {class: s.status === "error" ? "fail" : "", text: s.status + (s.status_message ? ": " + s.status_message : "")})));
+    });
+    t.append(body);
+    panel.append(t);
+  }
+  document.getElementById("viewer").classList.add("open");
+  setHash("#task=" + encodeURIComponent(id));
+}
+// The open task is in the address, so a link can open it; some viewers forbid changing it.
+function setHash(h) { try { if (location.hash !== h) history.replaceState(null, "", h || location.pathname); } catch (_) {} }
+function closeTask() { document.getElementById("viewer").classList.remove("open"); setHash(""); }
+document.addEventListener("keydown", e => { if (e.key === "Escape") closeTask(); });
+document.getElementById("viewer").addEventListener("click", e => { if (e.target.id === "viewer") closeTask(); });
+const m = /^#task=(.+)$/.exec(location.hash);
+if (m) openTask(decodeURIComponent(m[1]));
+</script>
+</body>
+</html>
+"##;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_cannot_close_the_data_script() {
+        let v = json!({"x": "</script><script>alert(1)</script>", "y": "\"><img src=x onerror=alert(1)>", "z": "a & b \u{2028}"});
+        let s = script_safe_json(&v);
+        assert!(!s.contains('<') && !s.contains('>') && !s.contains('&') && !s.contains('\u{2028}'), "{s}");
+        assert_eq!(serde_json::from_str::<Value>(&s).unwrap(), v, "still the same JSON");
+    }
+}
