@@ -319,6 +319,13 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_example_loads() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/gates.yaml");
+        let g = load_gates(&path).unwrap_or_else(|e| panic!("{e}"));
+        assert!(g.metrics.contains_key("pass_rate"));
+    }
+
+    #[test]
     fn a_good_file_loads() {
         let g = load_gates_str(
             "on_missing_baseline: pass\nmin_tasks: 3\nmax_task_regressions: 0\nmetrics:\n  pass_rate: {min: 0.5, max_drop: 0.05}\n  score:exact: {max_drop_pct: 10}\n",
