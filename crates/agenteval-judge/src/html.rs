@@ -44,8 +44,11 @@ fn script_safe_json(v: &Value) -> String {
     out
 }
 
-/// Tasks whose traces a report embeds (failing ones first); the rest stay in the bundle.
+/// Tasks whose traces a report made on demand embeds (failing ones first); the rest stay in
+/// the bundle.
 pub const TRACE_LIMIT: usize = 1_000;
+/// The same for the report written at seal, which every run pays for (two reads per task on S3).
+pub const SEAL_TRACE_LIMIT: usize = 300;
 
 /// Reads what a run's report shows from its bundle and renders it (the summary if sealed).
 pub async fn render_run(
@@ -55,8 +58,9 @@ pub async fn render_run(
     comparison: Option<&Comparison>,
     verdict: Option<&Verdict>,
     generator: &str,
+    trace_limit: usize,
 ) -> String {
-    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, TRACE_LIMIT).await;
+    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, trace_limit).await;
     render(&HtmlReport { run, summary, traces: &traces, comparison, verdict, generator })
 }
 

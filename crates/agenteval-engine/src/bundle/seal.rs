@@ -79,7 +79,16 @@ pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[Task
         let mut results = agenteval_judge::results::load(store, run).await?;
         results.meta = meta.clone();
         let generator = format!("agenteval {}", crate::VERSION);
-        let html = agenteval_judge::html::render_run(store, &results, Some(&summary), None, None, &generator).await;
+        let html = agenteval_judge::html::render_run(
+            store,
+            &results,
+            Some(&summary),
+            None,
+            None,
+            &generator,
+            agenteval_judge::html::SEAL_TRACE_LIMIT,
+        )
+        .await;
         Ok::<_, agenteval_core::Error>((report, html))
     }
     .instrument(tracing::info_span!("report.render"))
