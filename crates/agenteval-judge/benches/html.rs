@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use agenteval_core::format::{LineScore, Metadata, ResultLine};
 use agenteval_core::model::{RunStatus, TerminatedBy};
-use agenteval_judge::html::{HtmlReport, render};
+use agenteval_judge::html::{HtmlReport, ROW_LIMIT, TaskRows, render};
 use agenteval_judge::results::{RunResults, Traces};
 use serde_json::json;
 
@@ -62,8 +62,11 @@ fn main() {
     }
     let traces = Traces { events, spans: BTreeMap::new(), omitted: 0 };
     let started = Instant::now();
+    let rows = TaskRows::of(&run.lines, &run.tags, None, ROW_LIMIT);
     let page = render(&HtmlReport {
-        run: &run,
+        meta: &run.meta,
+        bundle_uri: &run.bundle_uri,
+        rows: &rows,
         summary: None,
         traces: &traces,
         comparison: None,

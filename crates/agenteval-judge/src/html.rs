@@ -13,12 +13,19 @@ use serde_json::{Value, json};
 
 use crate::compare::Comparison;
 use crate::gates::Verdict;
+use std::collections::BTreeMap;
+
+use agenteval_core::format::{Metadata, ResultLine};
+
 use crate::results::{RunResults, Traces};
 
 /// Everything one report shows.
 #[derive(Debug)]
 pub struct HtmlReport<'a> {
-    pub run: &'a RunResults,
+    pub meta: &'a Metadata,
+    pub bundle_uri: &'a str,
+    /// The task table's rows, built by [`TaskRows`].
+    pub rows: &'a TaskRows,
     pub summary: Option<&'a RunSummary>,
     pub traces: &'a Traces,
     pub comparison: Option<&'a Comparison>,
@@ -28,9 +35,7 @@ pub struct HtmlReport<'a> {
 }
 
 /// JSON that can sit inside a `<script>` element whatever its strings hold.
-fn script_safe_json(v: &Value) -> String {
-    let s = serde_json::to_string(v).expect("a JSON value serializes");
-    let mut out = String::with_capacity(s.len() + 64);
+fn script_safe(s: &str, out: &mut String) {
     for c in s.chars() {
         match c {
             '<' => out.push_str("\\u003c"),
@@ -41,7 +46,95 @@ fn script_safe_json(v: &Value) -> String {
             c => out.push(c),
         }
     }
+}
+
+fn script_safe_json(v: &Value) -> String {
+    let s = serde_json::to_string(v).expect("a JSON value serializes");
+    let mut out = String::with_capacity(s.len() + 64);
+    script_safe(&s, &mut out);
     out
+}
+
+/// The task table's rows as one script-safe JSON array, built a row at a time (failing tasks
+/// first is the caller's order) and capped, so that a report of 100,000 tasks holds neither
+/// 100,000 JSON values nor a page nobody can open.
+#[derive(Debug)]
+pub struct TaskRows {
+    json: String,
+    count: usize,
+    omitted: usize,
+    cap: usize,
+    regressed: std::collections::BTreeSet<String>,
+    improved: std::collections::BTreeSet<String>,
+}
+
+impl TaskRows {
+    pub fn new(comparison: Option<&Comparison>, cap: usize) -> Self {
+        let ids = |v: &[crate::compare::TaskChange]| v.iter().map(|t| t.task_id.clone()).collect();
+        TaskRows {
+            json: String::from("["),
+            count: 0,
+            omitted: 0,
+            cap,
+            regressed: comparison.map(|c| ids(&c.regressions)).unwrap_or_default(),
+            improved: comparison.map(|c| ids(&c.improvements)).unwrap_or_default(),
+        }
+    }
+
+    pub fn push(&mut self, l: &ResultLine, tags: &[String]) {
+        if self.count >= self.cap {
+            self.omitted += 1;
+            return;
+        }
+        let id = l.task_id.as_str();
+        let base = match id.rsplit_once("@r") {
+            Some((b, rep)) if !rep.is_empty() && rep.bytes().all(|c| c.is_ascii_digit()) => b,
+            _ => id,
+        };
+        let change = if self.regressed.contains(base) {
+            "regressed"
+        } else if self.improved.contains(base) {
+            "improved"
+        } else {
+            ""
+        };
+        let row = json!({
+            "id": id,
+            "passed": l.passed,
+            "ended": l.terminated_by.as_str(),
+            "change": change,
+            "scores": l.scores,
+            "cost": l.cost_usd,
+            "tokens": l.tokens,
+            "wall": l.wall_seconds,
+            "steps": l.steps,
+            "tags": tags,
+        });
+        if self.count > 0 {
+            self.json.push(',');
+        }
+        script_safe(&serde_json::to_string(&row).expect("a row serializes"), &mut self.json);
+        self.count += 1;
+    }
+
+    /// Rows of `lines`, failing ones first, tags from `tags` (by base id).
+    pub fn of(
+        lines: &[ResultLine],
+        tags: &BTreeMap<String, Vec<String>>,
+        comparison: Option<&Comparison>,
+        cap: usize,
+    ) -> Self {
+        let mut rows = TaskRows::new(comparison, cap);
+        let no_tags = Vec::new();
+        for pass in [false, true] {
+            for l in lines.iter().filter(|l| l.passed == pass) {
+                let id = l.task_id.as_str();
+                let base = id.rsplit_once("@r").map(|(b, _)| b).unwrap_or(id);
+                rows.push(l, tags.get(base).unwrap_or(&no_tags));
+            }
+        }
+        rows
+    }
 }
 
 /// Tasks whose traces a report made on demand embeds (failing ones first); the rest stay in
@@ -49,6 +142,10 @@ fn script_safe_json(v: &Value) -> String {
 pub const TRACE_LIMIT: usize = 1_000;
 /// The same for the report written at seal, which every run pays for (two reads per task on S3).
 pub const SEAL_TRACE_LIMIT: usize = 300;
+/// Rows of the task table a report made on demand embeds.
+pub const ROW_LIMIT: usize = 200_000;
+/// Rows of the task table in the report written at seal (failing first); `results.jsonl` has all.
+pub const SEAL_ROW_LIMIT: usize = 10_000;
 
 /// Reads what a run's report shows from its bundle and renders it (the summary if sealed).
 pub async fn render_run(
@@ -58,59 +155,36 @@ pub async fn render_run(
     comparison: Option<&Comparison>,
     verdict: Option<&Verdict>,
     generator: &str,
-    trace_limit: usize,
 ) -> String {
-    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, trace_limit).await;
-    render(&HtmlReport { run, summary, traces: &traces, comparison, verdict, generator })
+    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, TRACE_LIMIT).await;
+    let rows = TaskRows::of(&run.lines, &run.tags, comparison, ROW_LIMIT);
+    render(&HtmlReport {
+        meta: &run.meta,
+        bundle_uri: &run.bundle_uri,
+        rows: &rows,
+        summary,
+        traces: &traces,
+        comparison,
+        verdict,
+        generator,
+    })
 }
 
 /// Renders the report.
 pub fn render(r: &HtmlReport<'_>) -> String {
-    let regressed: std::collections::BTreeSet<&str> =
-        r.comparison.map(|c| c.regressions.iter().map(|t| t.task_id.as_str()).collect()).unwrap_or_default();
-    let improved: std::collections::BTreeSet<&str> =
-        r.comparison.map(|c| c.improvements.iter().map(|t| t.task_id.as_str()).collect()).unwrap_or_default();
-    let tasks: Vec<Value> = r
-        .run
-        .lines
-        .iter()
-        .map(|l| {
-            let id = l.task_id.as_str();
-            let base = id.rsplit_once("@r").map(|(b, _)| b).unwrap_or(id);
-            let change = if regressed.contains(base) {
-                "regressed"
-            } else if improved.contains(base) {
-                "improved"
-            } else {
-                ""
-            };
-            json!({
-                "id": id,
-                "passed": l.passed,
-                "ended": l.terminated_by.as_str(),
-                "change": change,
-                "scores": l.scores,
-                "cost": l.cost_usd,
-                "tokens": l.tokens,
-                "wall": l.wall_seconds,
-                "steps": l.steps,
-                "tags": r.run.tags.get(base).cloned().unwrap_or_default(),
-            })
-        })
-        .collect();
     let data = json!({
         "run": {
-            "id": r.run.meta.run_id,
-            "name": r.run.meta.name,
-            "status": r.run.meta.status,
-            "benchmark": r.run.meta.benchmark,
-            "agent": r.run.meta.agent,
-            "backend": r.run.meta.backend,
-            "created": r.run.meta.created_at,
-            "bundle": r.run.bundle_uri,
+            "id": r.meta.run_id,
+            "name": r.meta.name,
+            "status": r.meta.status,
+            "benchmark": r.meta.benchmark,
+            "agent": r.meta.agent,
+            "backend": r.meta.backend,
+            "created": r.meta.created_at,
+            "bundle": r.bundle_uri,
         },
         "summary": r.summary,
-        "tasks": tasks,
+        "rows_omitted": r.rows.omitted,
         "traces": r.traces.events,
         "spans": r.traces.spans,
         "traces_omitted": r.traces.omitted,
@@ -118,8 +192,15 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         "verdict": r.verdict,
         "generator": r.generator,
     });
-    let title = format!("agenteval report: {}", r.run.meta.run_id);
-    TEMPLATE.replace("{{TITLE}}", &title).replace("{{DATA}}", &script_safe_json(&data))
+    // The rows go in as text, as the object's last member: they were serialized (and made
+    // script-safe) one by one.
+    let mut data = script_safe_json(&data);
+    data.pop();
+    data.push_str(",\"tasks\":");
+    data.push_str(&r.rows.json);
+    data.push_str("]}");
+    let title = format!("agenteval report: {}", r.meta.run_id);
+    TEMPLATE.replacen("{{TITLE}}", &title, 1).replacen("{{DATA}}", &data, 1)
 }
 
 const TEMPLATE: &str = r##"<!doctype html>
@@ -287,7 +368,10 @@ function draw() {
   document.getElementById("count").textContent = rows.length + " of " + D.tasks.length + " tasks" + (rows.length > 5000 ? " (first 5000 shown)" : "");
 }
 for (const id of ["f-status", "f-tag", "f-eval", "f-text"]) document.getElementById(id).addEventListener("input", draw);
-if (D.traces_omitted) document.getElementById("omitted").textContent = "Traces of " + D.traces_omitted + " passing tasks are not embedded, to keep this file small; they are in the bundle.";
+const omitted = [];
+if (D.rows_omitted) omitted.push(D.rows_omitted + " more tasks are not listed here (all are in the bundle's results.jsonl; `agenteval report RUN --format html` lists up to 200,000)");
+if (D.traces_omitted) omitted.push("the traces of " + D.traces_omitted + " tasks are not embedded, to keep this file small; they are in the bundle");
+document.getElementById("omitted").textContent = omitted.join("; ");
 draw();
 
 // Trace viewer.

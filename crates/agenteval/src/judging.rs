@@ -88,16 +88,7 @@ async fn render(
             let located = controller::locate(resolver, index, &cand.meta.run_id).await?;
             let store = located.store.as_ref();
             let summary = read_summary(store, &cand.meta).await;
-            agenteval_judge::html::render_run(
-                store,
-                cand,
-                summary.as_ref(),
-                Some(c),
-                v,
-                &generator(),
-                agenteval_judge::html::TRACE_LIMIT,
-            )
-            .await
+            agenteval_judge::html::render_run(store, cand, summary.as_ref(), Some(c), v, &generator()).await
         }
     })
 }
@@ -130,16 +121,7 @@ pub async fn report_html(
     let store = located.store.as_ref();
     let results = results::load(store, run).await?;
     let summary = read_summary(store, &results.meta).await;
-    let page = agenteval_judge::html::render_run(
-        store,
-        &results,
-        summary.as_ref(),
-        None,
-        None,
-        &generator(),
-        agenteval_judge::html::TRACE_LIMIT,
-    )
-    .await;
+    let page = agenteval_judge::html::render_run(store, &results, summary.as_ref(), None, None, &generator()).await;
     emit(out, &page)?;
     Ok(exit::OK)
 }

@@ -55,6 +55,59 @@ pub async fn summarize(
     Ok((summary, failures, lines))
 }
 
+/// The sealed `report.html`, built from `results.jsonl`'s bytes without holding a value per
+/// task: at most `SEAL_ROW_LIMIT` rows and `SEAL_TRACE_LIMIT` traces, failing tasks first.
+async fn render_html(
+    store: &dyn BundleStore,
+    meta: &Metadata,
+    summary: &RunSummary,
+    lines: &[u8],
+    tasks: usize,
+) -> String {
+    use agenteval_judge::html::{HtmlReport, SEAL_ROW_LIMIT, SEAL_TRACE_LIMIT, TaskRows};
+    let parsed = |passed: bool| {
+        lines
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .filter_map(|l| serde_json::from_slice::<ResultLine>(l).ok())
+            .filter(move |l| l.passed == passed)
+    };
+    // Tags feed the table's filter; a large run's spec file is not worth reading again for them.
+    let mut tags = std::collections::BTreeMap::new();
+    if tasks <= SEAL_ROW_LIMIT
+        && let Ok(table) = super::TaskTable::read(store, &meta.run_id).await
+    {
+        for i in 0..table.len() {
+            if let Ok(spec) = table.spec(i)
+                && !spec.tags.is_empty()
+            {
+                tags.insert(spec.id.to_string(), spec.tags);
+            }
+        }
+    }
+    let no_tags = Vec::new();
+    let mut rows = TaskRows::new(None, SEAL_ROW_LIMIT);
+    for passed in [false, true] {
+        for l in parsed(passed) {
+            rows.push(&l, tags.get(l.task_id.as_str()).unwrap_or(&no_tags));
+        }
+    }
+    let picked: Vec<ResultLine> = parsed(false).chain(parsed(true)).take(SEAL_TRACE_LIMIT).collect();
+    let mut traces = agenteval_judge::results::load_traces(store, &meta.run_id, &picked, SEAL_TRACE_LIMIT).await;
+    traces.omitted = (summary.tasks_finished as usize).saturating_sub(picked.len());
+    let generator = format!("agenteval {}", crate::VERSION);
+    agenteval_judge::html::render(&HtmlReport {
+        meta,
+        bundle_uri: &store.bundle_uri(&meta.run_id),
+        rows: &rows,
+        summary: Some(summary),
+        traces: &traces,
+        comparison: None,
+        verdict: None,
+        generator: &generator,
+    })
+}
+
 /// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
 /// everything else. Sealing again (after a resume) replaces all of them.
 pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
@@ -72,23 +125,11 @@ pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[Task
         summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
     store.put(run, layout::RESULTS, &lines).await?;
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
-    // Both reports under one `report.render` span: Markdown from the summary, HTML with the
-    // task table and the traces of up to `TRACE_LIMIT` tasks.
+    // Both reports under one `report.render` span: Markdown from the summary, HTML from the
+    // result lines just written (a capped table, failing tasks first, and a few traces).
     let (report, html) = async {
         let report = crate::report::render(meta, &summary, &failures);
-        let mut results = agenteval_judge::results::load(store, run).await?;
-        results.meta = meta.clone();
-        let generator = format!("agenteval {}", crate::VERSION);
-        let html = agenteval_judge::html::render_run(
-            store,
-            &results,
-            Some(&summary),
-            None,
-            None,
-            &generator,
-            agenteval_judge::html::SEAL_TRACE_LIMIT,
-        )
-        .await;
+        let html = render_html(store, meta, &summary, &lines, ids.len()).await;
         Ok::<_, agenteval_core::Error>((report, html))
     }
     .instrument(tracing::info_span!("report.render"))
