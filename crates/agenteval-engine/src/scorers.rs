@@ -152,15 +152,19 @@ impl Scorer for PassAtK {
     }
 }
 
-/// Every built-in scorer, in the order they fill the summary.
-pub fn default_scorers() -> Vec<Box<dyn Scorer>> {
-    vec![
+/// Every built-in scorer, in the order they fill the summary; pass@k only for runs with
+/// repetitions.
+pub fn default_scorers(repetitions: bool) -> Vec<Box<dyn Scorer>> {
+    let mut all: Vec<Box<dyn Scorer>> = vec![
         Box::new(PassRate::default()),
         Box::new(EvaluatorMeans::default()),
         Box::new(CostTokens::default()),
         Box::new(Latency::default()),
-        Box::new(PassAtK::default()),
-    ]
+    ];
+    if repetitions {
+        all.push(Box::new(PassAtK::default()));
+    }
+    all
 }
 
 /// An empty summary for a run, to be filled by scorers.

@@ -439,8 +439,8 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
         (s, text)
     } else {
         let table = bundle::TaskTable::read(store, &run_id).await?;
-        let (s, failures, _) = bundle::summarize(store, &run_id, table.ids(), meta.status).await?;
-        let text = agenteval_engine::report::render(&meta, &s, &failures);
+        let (s, out) = bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Collect).await?;
+        let text = agenteval_engine::report::render(&meta, &s, &out.failures);
         (s, text)
     };
     if json {

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 pub use agenteval_core::format::{Manifest, ManifestEntry, Metadata};
 pub use outcome::write_task_outcome;
-pub use seal::{seal, seal_contents, summarize, write_manifest};
+pub use seal::{Lines, Summarized, seal, seal_contents, summarize, write_manifest};
 pub use table::{TaskTable, read_tasks};
 pub use validate::{Validation, validate};
 

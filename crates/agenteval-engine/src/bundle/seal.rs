@@ -13,17 +13,46 @@ use super::{READ_CONCURRENCY, read_json, sha256_hex, to_json_bytes};
 use crate::report::Failure;
 use crate::scorers::{default_scorers, empty_summary};
 
-/// Summarizes the results of the run's tasks, one file at a time; also returns
+/// Where `summarize` puts `results.jsonl`'s lines.
+pub enum Lines {
+    /// Kept in memory and returned (checks and reports of partial runs).
+    Collect,
+    /// Written to the bundle as they come, in chunks (sealing), so a 100,000-task seal does not
+    /// hold the file; a capped sample of lines is kept for the HTML report.
+    Write,
+}
+
+/// What `summarize` produced besides the summary.
+#[derive(Debug, Default)]
+pub struct Summarized {
+    pub failures: Vec<Failure>,
+    /// `results.jsonl` (with `Lines::Collect`).
+    pub lines: Vec<u8>,
+    /// Up to `SEAL_ROW_LIMIT` failing and as many passing lines, in task order.
+    pub failing: Vec<ResultLine>,
+    pub passing: Vec<ResultLine>,
+}
+
+/// Lines written per append when streaming `results.jsonl`.
+const RESULTS_CHUNK: usize = 256 * 1024;
+
+/// Summarizes the results of the run's tasks, one file at a time, and produces
 /// `results.jsonl`, one line per finished task in task order.
 pub async fn summarize(
     store: &dyn BundleStore,
     run: &RunId,
     ids: &[TaskId],
     status: RunStatus,
-) -> Result<(RunSummary, Vec<Failure>, Vec<u8>)> {
-    let mut scorers = default_scorers();
-    let mut failures = Vec::new();
-    let mut lines = Vec::new();
+    mode: Lines,
+) -> Result<(RunSummary, Summarized)> {
+    use agenteval_judge::html::SEAL_ROW_LIMIT;
+    // pass@k keeps a count per task: only worth it when the run has repetitions (`<id>@r<n>`).
+    let mut scorers = default_scorers(ids.iter().any(|id| id.as_str().contains('@')));
+    let mut out = Summarized::default();
+    let mut appender = match mode {
+        Lines::Write => Some(store.open_appender(run, layout::RESULTS).await?),
+        Lines::Collect => None,
+    };
     let mut results = futures::stream::iter(ids)
         .map(|id| async move { read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await })
         .buffered(READ_CONCURRENCY);
@@ -36,42 +65,51 @@ pub async fn summarize(
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
-        serde_json::to_writer(&mut lines, &ResultLine::from(&r)).expect("a result line serializes");
-        lines.push(b'\n');
-        if !r.passed && failures.len() < 50 {
+        let line = ResultLine::from(&r);
+        serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
+        out.lines.push(b'\n');
+        if let Some(a) = appender.as_mut()
+            && out.lines.len() >= RESULTS_CHUNK
+        {
+            a.append(&out.lines).await?;
+            out.lines.clear();
+        }
+        let kept = if line.passed { &mut out.passing } else { &mut out.failing };
+        if kept.len() < SEAL_ROW_LIMIT {
+            kept.push(line);
+        }
+        if !r.passed && out.failures.len() < 50 {
             let reason = r
                 .agent
                 .error
                 .clone()
                 .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
                 .unwrap_or_default();
-            failures.push(Failure { task_id: r.task_id.to_string(), reason });
+            out.failures.push(Failure { task_id: r.task_id.to_string(), reason });
         }
+    }
+    if let Some(mut a) = appender {
+        a.append(&out.lines).await?;
+        a.finish().await?;
+        out.lines = Vec::new();
     }
     let mut summary = empty_summary(*run, status, ids.len() as u64);
     for s in &scorers {
         s.finish(&mut summary);
     }
-    Ok((summary, failures, lines))
+    Ok((summary, out))
 }
 
-/// The sealed `report.html`, built from `results.jsonl`'s bytes without holding a value per
-/// task: at most `SEAL_ROW_LIMIT` rows and `SEAL_TRACE_LIMIT` traces, failing tasks first.
+/// The sealed `report.html`, from the sample of lines `summarize` kept: at most
+/// `SEAL_ROW_LIMIT` rows and `SEAL_TRACE_LIMIT` traces, failing tasks first.
 async fn render_html(
     store: &dyn BundleStore,
     meta: &Metadata,
     summary: &RunSummary,
-    lines: &[u8],
+    kept: &Summarized,
     tasks: usize,
 ) -> String {
     use agenteval_judge::html::{HtmlReport, SEAL_ROW_LIMIT, SEAL_TRACE_LIMIT, TaskRows};
-    let parsed = |passed: bool| {
-        lines
-            .split(|&b| b == b'\n')
-            .filter(|l| !l.is_empty())
-            .filter_map(|l| serde_json::from_slice::<ResultLine>(l).ok())
-            .filter(move |l| l.passed == passed)
-    };
     // Tags feed the table's filter; a large run's spec file is not worth reading again for them.
     let mut tags = std::collections::BTreeMap::new();
     if tasks <= SEAL_ROW_LIMIT
@@ -87,12 +125,10 @@ async fn render_html(
     }
     let no_tags = Vec::new();
     let mut rows = TaskRows::new(None, SEAL_ROW_LIMIT);
-    for passed in [false, true] {
-        for l in parsed(passed) {
-            rows.push(&l, tags.get(l.task_id.as_str()).unwrap_or(&no_tags));
-        }
+    for l in kept.failing.iter().chain(&kept.passing) {
+        rows.push(l, tags.get(l.task_id.as_str()).unwrap_or(&no_tags));
     }
-    let picked: Vec<ResultLine> = parsed(false).chain(parsed(true)).take(SEAL_TRACE_LIMIT).collect();
+    let picked: Vec<ResultLine> = kept.failing.iter().chain(&kept.passing).take(SEAL_TRACE_LIMIT).cloned().collect();
     let mut traces = agenteval_judge::results::load_traces(store, &meta.run_id, &picked, SEAL_TRACE_LIMIT).await;
     traces.omitted = (summary.tasks_finished as usize).saturating_sub(picked.len());
     let generator = format!("agenteval {}", crate::VERSION);
@@ -121,15 +157,15 @@ pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> R
 pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
     let run = &meta.run_id;
     let started = std::time::Instant::now();
-    let (summary, failures, lines) =
-        summarize(store, run, ids, meta.status).instrument(tracing::info_span!("scorer.summarize")).await?;
-    store.put(run, layout::RESULTS, &lines).await?;
+    let (summary, kept) = summarize(store, run, ids, meta.status, Lines::Write)
+        .instrument(tracing::info_span!("scorer.summarize"))
+        .await?;
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the
     // result lines just written (a capped table, failing tasks first, and a few traces).
     let (report, html) = async {
-        let report = crate::report::render(meta, &summary, &failures);
-        let html = render_html(store, meta, &summary, &lines, ids.len()).await;
+        let report = crate::report::render(meta, &summary, &kept.failures);
+        let html = render_html(store, meta, &summary, &kept, ids.len()).await;
         Ok::<_, agenteval_core::Error>((report, html))
     }
     .instrument(tracing::info_span!("report.render"))

@@ -227,8 +227,8 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
         match read_json::<RunSummary>(store, run, layout::SUMMARY).await {
             Err(e) => v.problems.push(e.to_string()),
             Ok(s) => {
-                let (re, _, lines) = summarize(store, run, specs.ids(), m.status).await?;
-                check_results(store, run, present.contains(layout::RESULTS), &lines, &mut v).await?;
+                let (re, out) = summarize(store, run, specs.ids(), m.status, super::Lines::Collect).await?;
+                check_results(store, run, present.contains(layout::RESULTS), &out.lines, &mut v).await?;
                 if s.status != m.status {
                     v.problems.push(format!(
                         "{}: status {} but metadata says {}",
