@@ -145,7 +145,7 @@ pub const SEAL_TRACE_LIMIT: usize = 300;
 /// Rows of the task table a report made on demand embeds.
 pub const ROW_LIMIT: usize = 200_000;
 /// Rows of the task table in the report written at seal (failing first); `results.jsonl` has all.
-pub const SEAL_ROW_LIMIT: usize = 10_000;
+pub const SEAL_ROW_LIMIT: usize = 2_000;
 
 /// Reads what a run's report shows from its bundle and renders it (the summary if sealed).
 pub async fn render_run(
