@@ -231,7 +231,15 @@ async fn a_secrets_manager_secret_reaches_the_agent_and_nothing_else() {
     let agent = repo().join("examples/echo_agent.py");
     aws.ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n");
     let body = format!(
-        "benchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\n  secrets:\n    API_KEY: prod/agent-key\n",
+        r#"benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, {}]
+  secrets:
+    API_KEY: prod/agent-key
+"#,
         agent.display()
     );
     let cfg = aws.config("aws-secret", &body, &aws.endpoint.clone());

@@ -197,7 +197,19 @@ fn a_malformed_config_names_every_problem_and_creates_no_run() {
     let ws = Workspace::new();
     let cfg = ws.write(
         "broken.yaml",
-        "name: broken\nbenchmark:\n  kind: toy\n  size: -3\nagent:\n  kind: robot\n  limits:\n    max_tokns: 10\nbackend:\n  max_concurrent_jobs: 0\nstorage:\n  bundle_root: runs\n",
+        r#"name: broken
+benchmark:
+  kind: toy
+  size: -3
+agent:
+  kind: robot
+  limits:
+    max_tokns: 10
+backend:
+  max_concurrent_jobs: 0
+storage:
+  bundle_root: runs
+"#,
     );
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));

@@ -63,7 +63,18 @@ fn the_html_report_opens_clean_and_shows_hostile_text_as_text() {
     ws.write("cases.jsonl", &cases);
     let cfg = ws.write(
         "eval.yaml",
-        "name: html\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nevaluators:\n  - kind: exact_match\nstorage:\n  bundle_root: runs\n",
+        r#"name: html
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, agent.py]
+evaluators:
+  - kind: exact_match
+storage:
+  bundle_root: runs
+"#,
     );
     let (base, code, _) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0);
