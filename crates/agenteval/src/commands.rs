@@ -126,7 +126,7 @@ fn interrupt_channel(
         let _ = tx.send(true);
         next().await;
         eprintln!("quitting without sealing; `agenteval resume` can finish the run");
-        std::process::exit(130);
+        std::process::exit(i32::from(exit::INCOMPLETE));
     });
     rx
 }

@@ -5,7 +5,7 @@ mod util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -560,6 +560,57 @@ fn sigterm_to_the_controller_seals_like_ctrl_c() {
     assert_eq!(v["status"], "interrupted");
     assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
     assert!(workers_under(ws.path()).is_empty(), "workers stopped");
+}
+
+/// A second Ctrl-C quits at once (exit 3) without sealing; the run is left for `resume`, which
+/// stops what the first controller left running and finishes it.
+#[test]
+fn ctrl_c_twice_quits_at_once_and_resume_finishes() {
+    let ws = Workspace::new();
+    // Enough finished tasks that stopping and sealing take a while: the second Ctrl-C must
+    // land while the first is being honoured.
+    let cfg = toy_config(&ws, 2000, 1, 50, 2);
+    // Stderr goes to a file the test can watch while the controller runs (`-v` shows the
+    // controller's messages without a terminal).
+    let log = ws.path().join("controller.log");
+    let mut child = ws
+        .cmd(&["submit", "-v", "--config", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until("some results", Duration::from_secs(60), || only_bundle(&ws).is_some_and(|b| results(&b).len() >= 200));
+    let pid = Pid::from_raw(child.id() as i32);
+    // Two signals sent back to back may arrive as one: the second goes once the first is seen,
+    // and again until the controller is gone.
+    kill(pid, Signal::SIGINT).unwrap();
+    let seen = || std::fs::read_to_string(&log).unwrap_or_default().contains("interrupted: stopping workers");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen() {
+        assert!(Instant::now() < deadline, "the first Ctrl-C was not handled");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        let _ = kill(pid, Signal::SIGINT);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let started = Instant::now();
+    let out = wait_output(child, Duration::from_secs(60));
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("quitting without sealing"), "{stderr}");
+    assert!(out.stdout.is_empty(), "no outcome is printed for a run that was not sealed");
+    assert!(started.elapsed() < Duration::from_secs(10), "the second Ctrl-C did not wait for the seal");
+    let bundle = only_bundle(&ws).unwrap();
+    let meta = read_json(&bundle.join("metadata.json"));
+    assert_eq!(meta["sealed"], false, "{meta}");
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success(), "an unsealed bundle is still valid");
+    let run = meta["run_id"].as_str().unwrap().to_string();
+    let out = ws.run(&["resume", &run, "--json", "--index", ws.index().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["tasks_finished"], 2000);
+    assert!(workers_under(ws.path()).is_empty());
 }
 
 /// Exit 2 is for what the user typed; a run the index knows whose bundle is gone is a failed
