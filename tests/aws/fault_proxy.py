@@ -103,7 +103,9 @@ def make_handler(target, throttle_every, capacity_every, lose_every, stats):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--port", type=int, required=True)
+    # 0 (the default) lets the system pick a free port, printed on the first stdout line: no
+    # window in which another process can take a port chosen in advance.
+    p.add_argument("--port", type=int, default=0)
     p.add_argument("--target", required=True)
     p.add_argument("--throttle-every", type=int, default=0)
     p.add_argument("--capacity-every", type=int, default=0)
@@ -111,6 +113,7 @@ def main():
     p.add_argument("--stats")
     a = p.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", a.port), make_handler(a.target, a.throttle_every, a.capacity_every, a.lose_every, a.stats))
+    print(server.server_address[1], flush=True)
     if a.stats:
         def dump():
             while True:

@@ -1,7 +1,7 @@
-//! Starts the AWS emulator for a test binary: `moto_server` on a free port of 127.0.0.1, or
+//! Starts the AWS emulator for a test binary: moto on a port of 127.0.0.1 it picks itself, or
 //! the endpoint in `AWS_ENDPOINT_URL` when one is already running (LocalStack, a shared moto).
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -9,17 +9,23 @@ use std::time::{Duration, Instant};
 static ENDPOINT: OnceLock<String> = OnceLock::new();
 static SERIALIZED: OnceLock<String> = OnceLock::new();
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Starts `server` (a shell command with `{port}` in it) under a small shell watchdog that stops
-/// it when this test process exits, and waits until it listens.
-fn launch(server: &str) -> String {
-    let port = free_port();
+/// Starts moto on a port it picks itself (`threaded`: one thread per request, like
+/// `moto_server`; else one request at a time) under a small shell watchdog that stops it when
+/// this test process exits, and returns its endpoint once it listens. The server prints its port:
+/// no port is chosen in advance, so no other process can take it first.
+fn launch(threaded: bool) -> String {
+    let port_file = std::env::temp_dir().join(format!("agenteval-moto-{}-{threaded}.port", std::process::id()));
+    let _ = std::fs::remove_file(&port_file);
+    let server = format!(
+        "python3 -c 'from moto.server import DomainDispatcherApplication, create_backend_app; \
+         from werkzeug.serving import make_server; \
+         s = make_server(\"127.0.0.1\", 0, DomainDispatcherApplication(create_backend_app), threaded={}); \
+         print(s.server_port, flush=True); s.serve_forever()'",
+        if threaded { "True" } else { "False" }
+    );
     let script = format!(
-        "{} >/dev/null 2>&1 & m=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $m",
-        server.replace("{port}", &port.to_string()),
+        "{server} >{port} 2>/dev/null & m=$!; while kill -0 {parent} 2>/dev/null; do sleep 1; done; kill $m",
+        port = port_file.display(),
         parent = std::process::id()
     );
     // The watchdog shell outlives this call on purpose and is reaped when the test process
@@ -33,18 +39,26 @@ fn launch(server: &str) -> String {
         .spawn()
         .expect("cannot start the emulator: install it with `pip install 'moto[server]'`");
     let start = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(30), "the emulator did not start on port {port}");
+    loop {
+        let port = std::fs::read_to_string(&port_file).ok().and_then(|s| s.trim().parse::<u16>().ok());
+        if let Some(port) = port
+            && TcpStream::connect(("127.0.0.1", port)).is_ok()
+        {
+            return format!("http://127.0.0.1:{port}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the emulator did not start: is moto installed (`pip install 'moto[server]'`)?"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
-    format!("http://127.0.0.1:{port}")
 }
 
 /// The emulator's endpoint, starting moto on first use.
 pub fn endpoint() -> &'static str {
     ENDPOINT.get_or_init(|| match std::env::var("AWS_ENDPOINT_URL") {
         Ok(e) => e,
-        Err(_) => launch("moto_server -H 127.0.0.1 -p {port}"),
+        Err(_) => launch(true),
     })
 }
 
@@ -56,10 +70,7 @@ pub fn endpoint() -> &'static str {
 pub fn serialized_endpoint() -> &'static str {
     SERIALIZED.get_or_init(|| match std::env::var("AWS_ENDPOINT_URL") {
         Ok(e) => e,
-        Err(_) => launch(
-            "python3 -c 'import sys; from moto.server import DomainDispatcherApplication, create_backend_app, run_simple; \
-             run_simple(\"127.0.0.1\", {port}, DomainDispatcherApplication(create_backend_app), threaded=False)'",
-        ),
+        Err(_) => launch(false),
     })
 }
 

@@ -18,24 +18,17 @@ use std::time::{Duration, Instant};
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
 use agenteval_core::traits::CloudBackend;
 use agenteval_testkit::emulator;
-use util::{BIN, Children, free_port, python, read_json};
+use util::{BIN, Children, fault_proxy, python, read_json};
 
 #[path = "../tests/util/mod.rs"]
 mod util;
 
 fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Children) -> String {
-    let port = free_port();
-    kill.0.push(
-        python("fault_proxy.py")
-            .args(["--port", &port.to_string(), "--target", endpoint, "--throttle-every", &throttle_every.to_string()])
-            .args(["--stats", stats.to_str().unwrap()])
-            .spawn()
-            .unwrap(),
-    );
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    format!("http://127.0.0.1:{port}")
+    let every = throttle_every.to_string();
+    let (child, url) =
+        fault_proxy(&["--target", endpoint, "--throttle-every", &every, "--stats", stats.to_str().unwrap()]);
+    kill.0.push(child);
+    url
 }
 
 /// US East list prices per request (2026): S3 PUT/LIST $0.005 per 1,000, GET/HEAD $0.0004 per

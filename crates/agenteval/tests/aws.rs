@@ -285,27 +285,21 @@ agent:
 async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
     let mut aws = Aws::new(&[], true).await;
     aws.fargate(0);
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let proxy_stats = aws.ws.path().join("proxy.json");
-    let proxy = python("fault_proxy.py")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--target",
-            &aws.endpoint,
-            "--throttle-every",
-            "3",
-            "--capacity-every",
-            "4",
-            "--lose-every",
-            "5",
-        ])
-        .args(["--stats", proxy_stats.to_str().unwrap()])
-        .spawn()
-        .unwrap();
+    let (proxy, proxy_url) = fault_proxy(&[
+        "--target",
+        &aws.endpoint,
+        "--throttle-every",
+        "3",
+        "--capacity-every",
+        "4",
+        "--lose-every",
+        "5",
+        "--stats",
+        proxy_stats.to_str().unwrap(),
+    ]);
     aws.harnesses.push(proxy);
-    wait_until("the proxy", Duration::from_secs(10), || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
-    let cfg = aws.config("aws-faults", TOY, &format!("http://127.0.0.1:{port}"));
+    let cfg = aws.config("aws-faults", TOY, &proxy_url);
     let (v, code) =
         aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.tasks_per_job=1"]);
     assert_eq!(code, 0, "{v}");

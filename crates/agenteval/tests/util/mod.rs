@@ -204,10 +204,14 @@ pub fn python(script: &str) -> Command {
     c
 }
 
-/// A port that was free a moment ago, for a helper process that must bind it itself (a Python
-/// proxy cannot be handed a socket). Callers wait until the helper listens before using it.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// Starts `tests/aws/fault_proxy.py` with `args` on a port it picks itself (and prints), so no
+/// other process can take it between choosing and binding; returns the process and its URL.
+pub fn fault_proxy(args: &[&str]) -> (Child, String) {
+    let mut child = python("fault_proxy.py").args(args).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let port: u16 = line.trim().parse().unwrap_or_else(|_| panic!("the proxy printed no port: {line:?}"));
+    (child, format!("http://127.0.0.1:{port}"))
 }
 
 /// Child processes (harness servers) killed and awaited when the guard is dropped, so a failed
