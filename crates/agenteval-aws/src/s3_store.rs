@@ -290,4 +290,88 @@ mod tests {
         assert!(parse_s3_uri("s3:///x").is_err());
         assert!(parse_s3_uri("/local").is_err());
     }
+
+    /// How the canned S3 answers `CompleteMultipartUpload`, and what HEAD says afterwards.
+    #[derive(Clone, Copy, PartialEq)]
+    enum Complete {
+        /// A well-formed result, as S3 sends it.
+        WellFormed,
+        /// 200 with a body the SDK cannot parse (as moto sends it); HEAD gives the right size.
+        Unparseable,
+        /// The same, but HEAD gives another size: the upload cannot be confirmed.
+        UnparseableWrongSize,
+    }
+
+    /// An S3 client whose every request gets a canned answer; returns the store and the log of
+    /// requests (`METHOD ?query`).
+    fn canned(mode: Complete, size: usize) -> (S3BundleStore, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = log.clone();
+        let http = aws_smithy_http_client::test_util::infallible_client_fn(move |req| {
+            let query = req.uri().query().unwrap_or("").to_string();
+            let method = req.method().to_string();
+            seen.lock().unwrap().push(format!("{method} ?{query}"));
+            let ok = |body: &str| http::Response::builder().status(200).body(body.to_string()).unwrap();
+            match method.as_str() {
+                "POST" if query.contains("uploads") => ok(
+                    "<InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>U1</UploadId></InitiateMultipartUploadResult>",
+                ),
+                "PUT" => http::Response::builder().status(200).header("ETag", "\"etag\"").body(String::new()).unwrap(),
+                "POST" => match mode {
+                    Complete::WellFormed => ok(
+                        "<CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>\"e-3\"</ETag></CompleteMultipartUploadResult>",
+                    ),
+                    _ => ok("<SomethingElse/>"),
+                },
+                "HEAD" => {
+                    let len = if mode == Complete::UnparseableWrongSize { size - 1 } else { size };
+                    http::Response::builder()
+                        .status(200)
+                        .header("Content-Length", len.to_string())
+                        .body(String::new())
+                        .unwrap()
+                }
+                "DELETE" => http::Response::builder().status(204).body(String::new()).unwrap(),
+                _ => http::Response::builder().status(400).body(String::new()).unwrap(),
+            }
+        });
+        let sdk = aws_config::SdkConfig::builder()
+            .http_client(http)
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url("http://s3.canned")
+            .credentials_provider(aws_sdk_s3::config::SharedCredentialsProvider::new(
+                aws_sdk_s3::config::Credentials::new("a", "b", None, None, "test"),
+            ))
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .build();
+        (S3BundleStore::new(AwsClients::from_sdk_config(&sdk), "b", "p"), log)
+    }
+
+    #[tokio::test]
+    async fn a_multipart_upload_is_confirmed_by_s3_or_by_the_object_size() {
+        let size = MULTIPART_THRESHOLD + 1;
+        let bytes = vec![7u8; size];
+        let run = RunId::new();
+        let count = |log: &[String], what: &str| log.iter().filter(|l| l.starts_with(what)).count();
+
+        // S3's own answer: no size check needed.
+        let (store, log) = canned(Complete::WellFormed, size);
+        store.put(&run, "big.bin", &bytes).await.expect("a well-formed completion");
+        let log = log.lock().unwrap().clone();
+        assert_eq!(count(&log, "PUT"), size.div_ceil(PART_SIZE), "{log:?}");
+        assert_eq!((count(&log, "HEAD"), count(&log, "DELETE")), (0, 0), "{log:?}");
+
+        // An answer the SDK cannot parse, but the object is there with its size.
+        let (store, log) = canned(Complete::Unparseable, size);
+        store.put(&run, "big.bin", &bytes).await.expect("confirmed by the size");
+        let log = log.lock().unwrap().clone();
+        assert_eq!((count(&log, "HEAD"), count(&log, "DELETE")), (1, 0), "{log:?}");
+
+        // The size does not match: an error, and the parts are aborted.
+        let (store, log) = canned(Complete::UnparseableWrongSize, size);
+        let err = store.put(&run, "big.bin", &bytes).await.unwrap_err();
+        assert!(err.to_string().contains("uploading s3://b/p/"), "{err}");
+        let log = log.lock().unwrap().clone();
+        assert_eq!((count(&log, "HEAD"), count(&log, "DELETE")), (1, 1), "{log:?}");
+    }
 }

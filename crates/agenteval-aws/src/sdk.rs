@@ -67,18 +67,23 @@ impl AwsClients {
                 .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
         }
         let sdk = loader.load().await;
+        Self::from_sdk_config(&sdk)
+    }
+
+    /// Every client from one loaded SDK configuration.
+    pub fn from_sdk_config(sdk: &aws_config::SdkConfig) -> Arc<AwsClients> {
         let endpoint = sdk
             .endpoint_url()
             .map(str::to_string)
             .or_else(|| std::env::var("AWS_ENDPOINT_URL_S3").ok())
             .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
         // Emulators (and custom endpoints generally) serve buckets by path, not by host name.
-        let s3_conf = aws_sdk_s3::config::Builder::from(&sdk).force_path_style(endpoint.is_some()).build();
+        let s3_conf = aws_sdk_s3::config::Builder::from(sdk).force_path_style(endpoint.is_some()).build();
         Arc::new(AwsClients {
             s3: aws_sdk_s3::Client::from_conf(s3_conf),
-            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
-            ecs: aws_sdk_ecs::Client::new(&sdk),
-            secrets: aws_sdk_secretsmanager::Client::new(&sdk),
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+            ecs: aws_sdk_ecs::Client::new(sdk),
+            secrets: aws_sdk_secretsmanager::Client::new(sdk),
             region: sdk.region().map(|r| r.to_string()),
             endpoint_url: endpoint,
         })
