@@ -68,9 +68,16 @@ pub fn descendants(root: i32) -> Vec<i32> {
 /// process descended from it; in a worker, every descendant of the worker as well. Orphans the
 /// worker inherited are reaped; the agent itself is left for its owner to wait for.
 pub fn kill_tree(agent: i32) {
-    let _ = killpg(Pid::from_raw(agent), Signal::SIGKILL);
     let me = std::process::id() as i32;
     let owns = OWNS_DESCENDANTS.load(Ordering::SeqCst);
+    // The tree is read before anything is killed: once the agent dies, a child that left its
+    // group is re-parented (to this process only if it is a subreaper) and can no longer be
+    // traced back to the agent.
+    let before = descendants(agent);
+    let _ = killpg(Pid::from_raw(agent), Signal::SIGKILL);
+    for &pid in &before {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
     // A process may fork while it is being killed: sweep until a pass finds nothing.
     for _ in 0..20 {
         let mut found = descendants(agent);
