@@ -215,6 +215,7 @@ async fn submit(
         gates.as_ref(),
         (!json).then_some(&shown),
         agenteval_judge::compare::CompareOptions::default(),
+        true,
     )
     .await?;
     let code = if outcome.status != RunStatus::Complete { exit::INCOMPLETE } else { judged.code };

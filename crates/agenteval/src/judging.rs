@@ -145,6 +145,7 @@ pub async fn judge_run(
     gates: Option<&Gates>,
     out: Option<&ReportArgs>,
     opts: CompareOptions,
+    missing_ok: bool,
 ) -> Result<Judged, Failure> {
     let format = out.map(|o| parse_format(&o.format)).transpose()?;
     let cand_results = load(resolver, index, cand).await?;
@@ -152,9 +153,13 @@ pub async fn judge_run(
         None => None,
         Some(r) => match resolve_ref_except(index, r, Some(cand)).await {
             Ok(id) => Some(id),
-            // A missing baseline is the gates' call (`on_missing_baseline`); without gates it
-            // is an error like any unknown run.
-            Err(f) if gates.is_some() && r.contains(':') && is_not_found(&f) => None,
+            // A missing baseline is the gates' call (`on_missing_baseline`). Without gates it is
+            // an error for `compare` (the user named a run that is not there), but not for a
+            // `submit` whose first night has nothing to compare with.
+            Err(f) if r.contains(':') && is_not_found(&f) && (gates.is_some() || missing_ok) => {
+                tracing::warn!("{}: nothing to compare with", f.error);
+                None
+            }
             Err(f) => return Err(f),
         },
     };
@@ -191,8 +196,11 @@ pub async fn judge_run(
         (Some(c), Some(out), Some(format)) => {
             emit(out, &render(resolver, index, &cand_results, c, verdict.as_ref(), format).await?)?
         }
+        (None, Some(_), Some(_)) if verdict.is_none() => {
+            say!("no baseline `{}` to compare {} with", base_ref.unwrap_or(""), cand);
+        }
         (None, Some(out), Some(format)) => {
-            let v = verdict.as_ref().expect("without a baseline there are gates");
+            let v = verdict.as_ref().expect("checked above");
             let text = match format {
                 Format::Json => format!(
                     "{}\n",
@@ -282,6 +290,7 @@ pub async fn compare_cmd(
         gates.as_ref(),
         Some(out),
         CompareOptions { resamples: resamples.max(1), seed },
+        false,
     )
     .await?;
     Ok(judged.code)

@@ -201,4 +201,24 @@ fn a_bad_gates_file_is_refused_before_anything_runs() {
         assert!(err.contains(want), "missing {want:?} in:\n{err}");
     }
     assert!(!ws.runs().exists(), "nothing ran");
+
+    // The first night has no baseline: without gates that is no error, only nothing to compare.
+    let out = ws.run(&["submit", "--json", "-q", "--config", cfg.to_str().unwrap(), "--baseline", "latest:nightly"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["comparison"].is_null() && v["verdict"].is_null(), "{v}");
+    // With gates, `on_missing_baseline` decides (default: fail).
+    let gates = ws.path().join("gates.yaml");
+    let out = ws.run(&[
+        "submit",
+        "-q",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--baseline",
+        "baseline:nightly",
+        "--gates",
+        gates.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("FAIL on_missing_baseline"), "{}", text(&out.stdout));
 }
