@@ -55,10 +55,10 @@ fn main() {
     let mut events = BTreeMap::new();
     for i in 0..TASKS {
         let id = format!("task-{i:04}");
-        let evs: Vec<_> = (0..6)
+        let evs: Vec<serde_json::Value> = (0..6)
             .map(|s| json!({"step": s, "timestamp": now + chrono::Duration::milliseconds(s * 150), "kind": if s % 2 == 1 { "agent.tool_call" } else { "agent.observation" }, "payload": {"tool": "search", "text": "some words ".repeat(20)}, "cost_usd": 0.0003, "input_tokens": 40, "output_tokens": 10}))
             .collect();
-        events.insert(id, evs);
+        events.insert(id, serde_json::to_string(&evs).unwrap());
     }
     let traces = Traces { events, spans: BTreeMap::new(), omitted: 0 };
     let started = Instant::now();

@@ -185,8 +185,6 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         },
         "summary": r.summary,
         "rows_omitted": r.rows.omitted,
-        "traces": r.traces.events,
-        "spans": r.traces.spans,
         "traces_omitted": r.traces.omitted,
         "comparison": r.comparison,
         "verdict": r.verdict,
@@ -198,7 +196,20 @@ pub fn render(r: &HtmlReport<'_>) -> String {
     data.pop();
     data.push_str(",\"tasks\":");
     data.push_str(&r.rows.json);
-    data.push_str("]}");
+    data.push(']');
+    for (name, map) in [("traces", &r.traces.events), ("spans", &r.traces.spans)] {
+        data.push_str(&format!(",\"{name}\":{{"));
+        for (i, (task, array)) in map.iter().enumerate() {
+            if i > 0 {
+                data.push(',');
+            }
+            script_safe(&serde_json::to_string(task).expect("a task id serializes"), &mut data);
+            data.push(':');
+            script_safe(array, &mut data);
+        }
+        data.push('}');
+    }
+    data.push('}');
     let title = format!("agenteval report: {}", r.meta.run_id);
     TEMPLATE.replacen("{{TITLE}}", &title, 1).replacen("{{DATA}}", &data, 1)
 }

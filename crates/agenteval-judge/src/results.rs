@@ -65,13 +65,15 @@ async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<R
     Ok(out)
 }
 
-/// Trace events and spans of some tasks, for the HTML report's trace viewer.
+/// Trace events and spans of some tasks, for the HTML report's trace viewer, kept as the JSON
+/// text they are in the bundle (a JSON array per task): a parsed value per event would cost
+/// several times the bytes.
 #[derive(Debug, Clone, Default)]
 pub struct Traces {
-    /// Task id → its trace events (JSON objects, in order).
-    pub events: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
-    /// Task id → its spans.
-    pub spans: std::collections::BTreeMap<String, Vec<serde_json::Value>>,
+    /// Task id → its trace events, as a JSON array.
+    pub events: std::collections::BTreeMap<String, String>,
+    /// Task id → its spans, as a JSON array.
+    pub spans: std::collections::BTreeMap<String, String>,
     /// Tasks whose trace was left out to keep the report small.
     pub omitted: usize,
 }
@@ -85,15 +87,23 @@ pub async fn load_traces(store: &dyn BundleStore, run: &RunId, lines: &[ResultLi
     let picked: Vec<String> = ids.into_iter().take(limit).map(|l| l.task_id.to_string()).collect();
     let read = |task: String, file: &'static str| async move {
         let path = format!("tasks/{task}/{file}");
-        let values: Vec<serde_json::Value> = match store.get(run, &path).await {
-            Ok(bytes) => bytes
-                .split(|&b| b == b'\n')
-                .filter(|l| !l.is_empty())
-                .filter_map(|l| serde_json::from_slice(l).ok())
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        (task, values)
+        let mut array = String::from("[");
+        if let Ok(bytes) = store.get(run, &path).await {
+            // Only whole JSON lines go in (a partial bundle may end in a torn one); checked
+            // without building values.
+            for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+                if serde_json::from_slice::<serde::de::IgnoredAny>(line).is_ok()
+                    && let Ok(text) = std::str::from_utf8(line)
+                {
+                    if array.len() > 1 {
+                        array.push(',');
+                    }
+                    array.push_str(text.trim());
+                }
+            }
+        }
+        array.push(']');
+        (task, array)
     };
     let events = futures::stream::iter(picked.clone().into_iter().map(|t| read(t, layout::TASK_TRACE)))
         .buffered(32)
