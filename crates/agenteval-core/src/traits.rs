@@ -93,6 +93,14 @@ pub trait BundleStore: Send + Sync {
     /// Fails with `ErrorKind::NotFound` when the file does not exist.
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>>;
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool>;
+    /// Hands a file's bytes to `f` in pieces and returns its size; stores that can read a
+    /// piece at a time override the default (one `get`), so checksumming a large file does not
+    /// hold it in memory.
+    async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
+        let bytes = self.get(run, path).await?;
+        f(&bytes);
+        Ok(bytes.len() as u64)
+    }
     /// Every file under `prefix` (`""` for the whole bundle), sorted, relative to the bundle.
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>>;
     /// Every run with a bundle under this root, sorted (what `index rebuild` walks). Entries

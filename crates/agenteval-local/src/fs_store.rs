@@ -97,6 +97,25 @@ impl BundleStore for FsBundleStore {
         crate::blocking(|| std::fs::read(&p)).map_err(|e| Error::io(format!("reading {}", p.display()), e))
     }
 
+    async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
+        use std::io::Read as _;
+        let p = self.file(run, path)?;
+        crate::blocking(|| {
+            let mut file = std::fs::File::open(&p)?;
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut total = 0u64;
+            loop {
+                let n = file.read(&mut buf)?;
+                if n == 0 {
+                    return Ok(total);
+                }
+                f(&buf[..n]);
+                total += n as u64;
+            }
+        })
+        .map_err(|e: std::io::Error| Error::io(format!("reading {}", p.display()), e))
+    }
+
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         let p = self.file(run, path)?;
         crate::blocking(|| p.try_exists()).map_err(|e| Error::io(format!("checking {}", p.display()), e))

@@ -27,6 +27,14 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     store.put(&run, "tasks/t1/result.json", b"r1").await.unwrap();
     store.put(&run, "tasks/t2/result.json", b"r2").await.unwrap();
     store.put(&other, "tasks/t9/result.json", b"other").await.unwrap();
+    let chunked = RunId::new();
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    store.put(&chunked, "big.bin", &big).await.unwrap();
+    let mut pieces = Vec::new();
+    let size = store.read_chunks(&chunked, "big.bin", &mut |p| pieces.extend_from_slice(p)).await.unwrap();
+    assert_eq!((size, pieces == big), (big.len() as u64, true), "read_chunks hands over the whole file");
+    let err = store.read_chunks(&chunked, "nope.bin", &mut |_| {}).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "read_chunks of a missing file: {err}");
     let runs = store.list_runs().await.unwrap();
     assert!(runs.contains(&run) && runs.contains(&other), "list_runs finds every run with files: {runs:?}");
     assert!(runs.windows(2).all(|w| w[0] < w[1]), "list_runs is sorted: {runs:?}");

@@ -9,7 +9,9 @@ use agenteval_core::{ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
 use futures::StreamExt;
 use tracing::Instrument;
 
-use super::{READ_CONCURRENCY, read_json, sha256_hex, to_json_bytes};
+use sha2::Digest as _;
+
+use super::{READ_CONCURRENCY, read_json, to_json_bytes};
 use crate::report::Failure;
 use crate::scorers::{default_scorers, empty_summary};
 
@@ -192,7 +194,12 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> 
     );
     let mut first = true;
     let mut files = futures::stream::iter(paths.iter().filter(|p| p.as_str() != layout::MANIFEST))
-        .map(|path| async move { store.get(run, path).await.map(|b| (path, sha256_hex(&b), b.len())) })
+        .map(|path| async move {
+            // A piece at a time: a large file (results.jsonl of a big run) is never held whole.
+            let mut hasher = sha2::Sha256::new();
+            let len = store.read_chunks(run, path, &mut |piece| hasher.update(piece)).await?;
+            Ok::<_, agenteval_core::Error>((path, hex::encode(hasher.finalize()), len))
+        })
         .buffered(READ_CONCURRENCY);
     while let Some(file) = files.next().await {
         let (path, sha, len) = file?;
