@@ -134,7 +134,8 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Print a run's report (Markdown), or its summary with --json.
+    /// Print a run's report: Markdown text, its summary as JSON, or one HTML page with a trace
+    /// viewer (`--format html -o report.html`). RUN may also be `latest:NAME` or `baseline:NAME`.
     Report {
         run: String,
         #[command(flatten)]
@@ -217,7 +218,7 @@ pub enum RunsCommand {
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
     /// `text`, `md` (a PR comment), `json` or `html` (one self-contained file).
-    #[arg(long, default_value = "text")]
+    #[arg(long, default_value = "text", value_parser = ["text", "md", "json", "html"])]
     pub format: String,
     /// Write to this file instead of standard output.
     #[arg(long, short)]
