@@ -1,7 +1,6 @@
 //! One function per command: turn parsed arguments into engine calls and print the outcome.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -258,10 +257,6 @@ async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>)
     Ok((wiring, index))
 }
 
-fn parse_run(s: &str) -> Result<RunId, Failure> {
-    Ok(RunId::from_str(s)?)
-}
-
 fn record_json(r: &RunRecord) -> serde_json::Value {
     let mut v = serde_json::to_value(r).expect("serializes");
     v["controller_alive"] = json!(controller::controller_alive(r));
@@ -269,8 +264,8 @@ fn record_json(r: &RunRecord) -> serde_json::Value {
 }
 
 async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
-    let run_id = parse_run(run)?;
     let (_, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let r =
         index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let counts = index.task_counts(&run_id).await?;
@@ -345,8 +340,8 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
 }
 
 async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -> Result<u8, Failure> {
-    let run_id = parse_run(run)?;
     let (wiring, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let counts = index.task_counts(&run_id).await?;
     let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
@@ -392,8 +387,8 @@ async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -
 }
 
 async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {
-    let run_id = parse_run(run)?;
     let (wiring, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let status = controller::cancel(wiring.as_ref(), index, &run_id, Duration::from_secs(wait)).await?;
     if json {
         say!("{}", json!({"run_id": run_id, "status": status}));
@@ -411,8 +406,8 @@ async fn resume(
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
-    let run_id = parse_run(run)?;
     let (wiring, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let config = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?.config;
     let opts = controller_options(&config, wiring, json, quiet, telemetry)?;
     let outcome = controller::resume(index, &run_id, force, opts).await?;

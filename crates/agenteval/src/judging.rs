@@ -22,9 +22,31 @@ use crate::{Failure, exit};
 /// How many runs `latest:NAME` looks back through.
 const LATEST_WINDOW: usize = 10_000;
 
-/// A run named on the command line: an id, `latest:NAME` or `baseline:NAME`.
+/// A run named on the command line: its id or a unique prefix of it (at least 4 characters),
+/// `latest` (the newest run), `latest:NAME` (the newest complete run of that name) or
+/// `baseline:NAME` (the pinned one).
 pub async fn resolve_ref(index: &dyn RunIndex, reference: &str) -> Result<RunId, Failure> {
     resolve_ref_except(index, reference, None).await
+}
+
+/// A unique prefix of a run id among the runs the index lists.
+async fn by_prefix(index: &dyn RunIndex, prefix: &str) -> Result<RunId, Failure> {
+    let runs = index.list_runs(LATEST_WINDOW).await?;
+    let hits: Vec<&RunId> = runs.iter().map(|r| &r.run_id).filter(|id| id.to_string().starts_with(prefix)).collect();
+    match hits.as_slice() {
+        [one] => Ok(**one),
+        [] => Err(Error::not_found(format!("no run id starts with `{prefix}`")).into()),
+        many => {
+            let shown: Vec<String> = many.iter().take(5).map(|id| id.to_string()).collect();
+            Err(Error::invalid(format!(
+                "`{prefix}` is the start of {} run ids ({}{}): give more of it",
+                many.len(),
+                shown.join(", "),
+                if many.len() > 5 { ", …" } else { "" }
+            ))
+            .into())
+        }
+    }
 }
 
 /// Like [`resolve_ref`], but `latest:` skips `except` (a run judged against the latest one
@@ -46,8 +68,24 @@ async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Optio
                 .into()
         });
     }
-    RunId::from_str(reference)
-        .map_err(|_| Error::invalid(format!("`{reference}` is not a run id, `latest:NAME` or `baseline:NAME`")).into())
+    if reference == "latest" {
+        return index
+            .list_runs(1)
+            .await?
+            .first()
+            .map(|r| r.run_id)
+            .ok_or_else(|| Error::not_found("the index has no runs yet").into());
+    }
+    if let Ok(id) = RunId::from_str(reference) {
+        return Ok(id);
+    }
+    if reference.len() >= 4 && reference.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
+        return by_prefix(index, &reference.to_ascii_lowercase()).await;
+    }
+    Err(Error::invalid(format!(
+        "`{reference}` is not a run id (or a prefix of one), `latest`, `latest:NAME` or `baseline:NAME`"
+    ))
+    .into())
 }
 
 async fn load(resolver: &dyn Resolver, index: &dyn RunIndex, run: &RunId) -> Result<RunResults, Failure> {

@@ -15,6 +15,35 @@ fn listed(out: &std::process::Output) -> Vec<String> {
 }
 
 #[test]
+fn a_run_is_named_by_a_prefix_of_its_id_or_latest() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 2, 0, 1, 1);
+    let first = ws.submit(&cfg, &[]).0["run_id"].as_str().unwrap().to_string();
+    let second = ws.submit(&cfg, &[]).0["run_id"].as_str().unwrap().to_string();
+    let index = ws.index();
+    let status = |run: &str| ws.run(&["status", run, "--json", "--index", index.to_str().unwrap()]);
+    let id_of = |out: std::process::Output| {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()["run"]["run_id"].as_str().unwrap().to_string()
+    };
+    // The shortest prefix that tells the two apart, and one more character for good measure.
+    let common = first.chars().zip(second.chars()).take_while(|(a, b)| a == b).count();
+    assert_eq!(id_of(status(&first[..common + 2])), first);
+    assert_eq!(id_of(status(&second[..common + 2])), second);
+    assert_eq!(id_of(status("latest")), second, "latest is the newest run");
+    // A prefix both share is ambiguous: exit 2, naming both.
+    if common >= 4 {
+        let out = status(&first[..common]);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert!(err.contains(&first) && err.contains(&second) && err.contains("give more of it"), "{err}");
+    }
+    let out = status("ffff");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("no run id starts with `ffff`"), "{}", text(&out.stderr));
+}
+
+#[test]
 fn commands_find_the_index_by_flag_config_environment_or_default() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 2, 0, 1, 1);
