@@ -148,8 +148,11 @@ pub enum Command {
     },
     /// Check a bundle: required files, checksums, consistency. Exit 0 only when valid.
     ValidateBundle {
-        /// The bundle folder (`runs/<run_id>`).
+        /// The bundle: a folder (`runs/<run_id>`), an `s3://` URI, or a run reference (id,
+        /// prefix, `latest`, `latest:NAME`, `baseline:NAME`) looked up in the index.
         path: String,
+        #[command(flatten)]
+        index: IndexArgs,
         #[arg(long)]
         json: bool,
     },

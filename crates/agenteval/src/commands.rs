@@ -53,7 +53,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
         Command::Resume { run, index, json, force } => resume(&run, &index, json, force, quiet, telemetry).await,
         Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
-        Command::ValidateBundle { path, json } => validate_bundle(&path, json).await,
+        Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json } => doctor(&run, json).await,
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
@@ -447,11 +447,20 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
     Ok(exit::OK)
 }
 
-async fn validate_bundle(path: &str, json: bool) -> Result<u8, Failure> {
+async fn validate_bundle(path: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let abs = if path.contains("://") {
         path.to_string()
-    } else {
+    } else if Path::new(path).exists() {
         std::path::absolute(path).map(|p| p.display().to_string()).unwrap_or(path.to_string())
+    } else {
+        // Not a folder here: a run reference, whose bundle the index knows.
+        let not_here = |why: String| Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!("no bundle folder `{path}`, and no run it names: {why}"),
+        };
+        let (_, idx) = open_index(index).await.map_err(|f| not_here(f.error.to_string()))?;
+        let run = judging::resolve_ref(idx.as_ref(), path).await.map_err(|f| not_here(f.error.to_string()))?;
+        idx.get_run(&run).await?.ok_or_else(|| Error::not_found(format!("run {run} is not in the index")))?.bundle_uri
     };
     let wiring = Wiring::new(exe()?, None);
     let (store, run_id) = store_from_bundle_uri(wiring.as_ref(), &abs).await?;

@@ -38,6 +38,9 @@ fn a_run_is_named_by_a_prefix_of_its_id_or_latest() {
         let err = text(&out.stderr);
         assert!(err.contains(&first) && err.contains(&second) && err.contains("give more of it"), "{err}");
     }
+    // validate-bundle takes a reference too.
+    let out = ws.run(&["validate-bundle", &second[..common + 2], "--index", index.to_str().unwrap()]);
+    assert!(out.status.success() && text(&out.stdout).contains(&second), "{}", text(&out.stderr));
     let out = status("ffff");
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("no run id starts with `ffff`"), "{}", text(&out.stderr));
