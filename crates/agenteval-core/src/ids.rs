@@ -106,6 +106,14 @@ impl TaskId {
     pub fn repetition(&self, rep: u32) -> TaskId {
         if rep == 0 { self.clone() } else { TaskId(format!("{}@r{}", self.0, rep)) }
     }
+
+    /// The task this one repeats: `t1` for `t1@r2`, the id itself otherwise.
+    pub fn base(&self) -> &str {
+        match self.0.rsplit_once("@r") {
+            Some((base, rep)) if !rep.is_empty() && rep.bytes().all(|b| b.is_ascii_digit()) => base,
+            _ => &self.0,
+        }
+    }
 }
 
 impl JobId {
@@ -134,6 +142,8 @@ mod tests {
         let t = TaskId::from_str("t1").unwrap();
         assert_eq!(t.repetition(0).as_str(), "t1");
         assert_eq!(t.repetition(2).as_str(), "t1@r2");
+        assert_eq!(t.repetition(2).base(), "t1");
+        assert_eq!(t.base(), "t1");
         assert!(TaskId::from_str(t.repetition(2).as_str()).is_ok());
     }
 

@@ -122,12 +122,7 @@ pub struct PassAtK {
 
 impl Scorer for PassAtK {
     fn observe(&mut self, r: &TaskResult) {
-        let id = r.task_id.as_str();
-        let base = match id.rsplit_once("@r") {
-            Some((b, rep)) if !rep.is_empty() && rep.bytes().all(|c| c.is_ascii_digit()) => b,
-            _ => id,
-        };
-        let (n, c) = self.tasks.entry(base.to_string()).or_default();
+        let (n, c) = self.tasks.entry(r.task_id.base().to_string()).or_default();
         *n += 1;
         *c += u64::from(r.passed);
     }

@@ -168,17 +168,20 @@ impl Folded {
     }
 }
 
-fn base_id(task: &str) -> &str {
-    match task.rsplit_once("@r") {
-        Some((base, rep)) if !rep.is_empty() && rep.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => task,
+/// A metric of one run alone (gates judged without a baseline), computed the way a comparison
+/// computes each side: repetitions folded per task, infrastructure failures left out.
+pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
+    let values: Vec<f64> = fold(lines).values().filter(|f| !f.infra).map(|f| f.value(metric)).collect::<Option<_>>()?;
+    if values.is_empty() {
+        return None;
     }
+    Some(if metric == "wall_seconds_p50" { median(&values) } else { values.iter().sum::<f64>() / values.len() as f64 })
 }
 
 fn fold(lines: &[ResultLine]) -> BTreeMap<String, Folded> {
     let mut out: BTreeMap<String, Folded> = BTreeMap::new();
     for l in lines {
-        let f = out.entry(base_id(l.task_id.as_str()).to_string()).or_default();
+        let f = out.entry(l.task_id.base().to_string()).or_default();
         f.n += 1.0;
         f.passed += f64::from(u8::from(l.passed));
         f.infra |= l.terminated_by == TerminatedBy::InfraFailure;
@@ -399,6 +402,19 @@ mod tests {
         let r = compare(&run("c", &cand), &run("b", &base), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
         assert!(r.regressions.is_empty() && r.improvements.len() == 10);
         assert!(r.metric("pass_rate").unwrap().improved);
+    }
+
+    #[test]
+    fn a_run_alone_is_measured_like_a_side_of_a_comparison() {
+        let r = run(
+            "r",
+            &[("a", true, Completed), ("a@r1", false, AgentError), ("b", true, Completed), ("c", false, InfraFailure)],
+        );
+        // a: 1/2, b: 1; c is left out.
+        assert_eq!(run_metric(&r.lines, "pass_rate"), Some(0.75));
+        assert_eq!(run_metric(&r.lines, "score:exact"), Some(0.75));
+        assert_eq!(run_metric(&r.lines, "score:nope"), None);
+        assert_eq!(run_metric(&r.lines, "steps"), Some(3.0));
     }
 
     #[test]

@@ -147,14 +147,12 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
                     {
                         problem(format!("{mat}/min"), format!("min {lo} is greater than max {hi}"));
                     }
-                    if g == MetricGate::default() && !limits.is_empty() {
-                        continue;
-                    }
                     if limits.is_empty() {
                         problem(mat, "names no limit (min, max, max_drop, max_drop_pct)".into());
-                        continue;
+                    } else {
+                        // Kept even when its limits had problems: the file is refused then anyway.
+                        gates.metrics.insert(metric.clone(), g);
                     }
-                    gates.metrics.insert(metric.clone(), g);
                 }
             }
             other => problem(at, unknown("key", other, TOP)),

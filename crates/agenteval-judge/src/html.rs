@@ -87,10 +87,7 @@ impl TaskRows {
             return;
         }
         let id = l.task_id.as_str();
-        let base = match id.rsplit_once("@r") {
-            Some((b, rep)) if !rep.is_empty() && rep.bytes().all(|c| c.is_ascii_digit()) => b,
-            _ => id,
-        };
+        let base = l.task_id.base();
         let change = if self.regressed.contains(base) {
             "regressed"
         } else if self.improved.contains(base) {
@@ -128,9 +125,7 @@ impl TaskRows {
         let no_tags = Vec::new();
         for pass in [false, true] {
             for l in lines.iter().filter(|l| l.passed == pass) {
-                let id = l.task_id.as_str();
-                let base = id.rsplit_once("@r").map(|(b, _)| b).unwrap_or(id);
-                rows.push(l, tags.get(base).unwrap_or(&no_tags));
+                rows.push(l, tags.get(l.task_id.base()).unwrap_or(&no_tags));
             }
         }
         rows

@@ -10,7 +10,7 @@ use agenteval_core::model::{RunStatus, RunUpdate};
 use agenteval_core::traits::{Resolver, RunIndex};
 use agenteval_core::{Error, ErrorKind, RunId};
 use agenteval_engine::controller;
-use agenteval_judge::compare::{CompareOptions, Comparison, compare};
+use agenteval_judge::compare::{CompareOptions, Comparison, compare, run_metric};
 use agenteval_judge::gates::{Gates, Verdict, judge, load_gates};
 use agenteval_judge::report::{self, Format};
 use agenteval_judge::results::{self, RunResults};
@@ -210,24 +210,7 @@ pub async fn judge_run(
     };
     let verdict = gates.map(|g| {
         let lines = &cand_results.lines;
-        let n = lines.len().max(1) as f64;
-        let standalone = |metric: &str| -> Option<f64> {
-            let sum = |f: &dyn Fn(&agenteval_core::format::ResultLine) -> Option<f64>| {
-                lines.iter().map(f).sum::<Option<f64>>().map(|s| s / n)
-            };
-            match metric {
-                "pass_rate" => sum(&|l| Some(f64::from(u8::from(l.passed)))),
-                "cost_per_task" => sum(&|l| Some(l.cost_usd)),
-                "tokens_per_task" => sum(&|l| Some(l.tokens as f64)),
-                "wall_seconds" => sum(&|l| Some(l.wall_seconds)),
-                "steps" => sum(&|l| Some(f64::from(l.steps))),
-                m => {
-                    let id = m.strip_prefix("score:")?;
-                    sum(&|l| l.scores.get(id).map(|s| s.score))
-                }
-            }
-        };
-        judge(g, comparison.as_ref(), &standalone, lines.len() as u64)
+        judge(g, comparison.as_ref(), &|metric| run_metric(lines, metric), lines.len() as u64)
     });
     match (&comparison, out, format) {
         (_, None, _) | (_, _, None) => {}
