@@ -130,7 +130,7 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         for g in &v.gates {
             let _ = writeln!(
                 o,
-                "  {} {:<32} limit {:<10} {}",
+                "  {} {:<28} limit {:<8} {}",
                 if g.passed { "ok  " } else { "FAIL" },
                 g.gate,
                 g.limit,
@@ -254,65 +254,84 @@ pub fn better_word(b: Better) -> &'static str {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_markdown_of_a_10000_task_comparison_fits_a_pr_comment() {
-        use crate::compare::{CompareOptions, compare};
+    /// A 10,000-task run; `broken`: half the tasks fail and a tenth fail on infrastructure.
+    fn synthetic(broken: bool) -> crate::results::RunResults {
         use crate::results::RunResults;
         use agenteval_core::format::{LineScore, Metadata, ResultLine};
         use agenteval_core::model::{RunStatus, TerminatedBy};
-        let run = |broken: bool| {
-            let now = chrono::Utc::now();
-            RunResults {
-                meta: Metadata {
-                    schema_version: "1.0".into(),
-                    run_id: agenteval_core::RunId::new(),
-                    name: "big | <b>run</b>".into(),
-                    status: RunStatus::Complete,
-                    sealed: true,
-                    backend: "local".into(),
-                    benchmark: "toy".into(),
-                    agent: "mock".into(),
-                    config_hash: String::new(),
-                    agenteval_version: "t".into(),
-                    git_sha: None,
-                    tasks_total: 10_000,
-                    created_at: now,
-                    finished_at: Some(now),
-                    resumed: 0,
-                },
-                bundle_uri: String::new(),
-                tags: Default::default(),
-                lines: (0..10_000)
-                    .map(|i| {
-                        // Half the tasks regress, a tenth fail on infrastructure.
-                        let passed = !broken || i % 2 == 0;
-                        let ended =
-                            if broken && i % 10 == 1 { TerminatedBy::InfraFailure } else { TerminatedBy::Completed };
-                        ResultLine {
-                            task_id: format!("a-rather-long-task-name-{i:06}").parse().unwrap(),
-                            attempt: 1,
-                            passed,
-                            terminated_by: ended,
-                            scores: [(
-                                "exact".to_string(),
-                                LineScore { score: f64::from(u8::from(passed)), passed, error: false },
-                            )]
-                            .into(),
-                            cost_usd: 0.01,
-                            tokens: 10,
-                            wall_seconds: 1.0,
-                            steps: 2,
-                        }
-                    })
-                    .collect(),
-            }
-        };
-        let c = compare(&run(false), &run(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
+        let now = chrono::Utc::now();
+        RunResults {
+            meta: Metadata {
+                schema_version: "1.0".into(),
+                run_id: agenteval_core::RunId::new(),
+                name: "big | <b>run</b>".into(),
+                status: RunStatus::Complete,
+                sealed: true,
+                backend: "local".into(),
+                benchmark: "toy".into(),
+                agent: "mock".into(),
+                config_hash: String::new(),
+                agenteval_version: "t".into(),
+                git_sha: None,
+                tasks_total: 10_000,
+                created_at: now,
+                finished_at: Some(now),
+                resumed: 0,
+            },
+            bundle_uri: String::new(),
+            tags: Default::default(),
+            lines: (0..10_000)
+                .map(|i| {
+                    // Half the tasks regress, a tenth fail on infrastructure.
+                    let passed = !broken || i % 2 == 0;
+                    let ended =
+                        if broken && i % 10 == 1 { TerminatedBy::InfraFailure } else { TerminatedBy::Completed };
+                    ResultLine {
+                        task_id: format!("a-rather-long-task-name-{i:06}").parse().unwrap(),
+                        attempt: 1,
+                        passed,
+                        terminated_by: ended,
+                        scores: [(
+                            "exact".to_string(),
+                            LineScore { score: f64::from(u8::from(passed)), passed, error: false },
+                        )]
+                        .into(),
+                        cost_usd: 0.01,
+                        tokens: 10,
+                        wall_seconds: 1.0,
+                        steps: 2,
+                    }
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_markdown_of_a_10000_task_comparison_fits_a_pr_comment() {
+        use crate::compare::{CompareOptions, compare};
+        let c = compare(&synthetic(false), &synthetic(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
         assert!(c.regressions.len() > 3_000);
         let md = md(&c, None);
         assert!(md.len() < 65_536, "{} characters", md.len());
         assert!(md.contains("and ") && md.contains(" more"), "the rest is summarised");
         assert!(!md.contains("<b>"), "user text is escaped");
+    }
+
+    #[test]
+    fn the_text_report_fits_100_columns() {
+        use crate::compare::{CompareOptions, compare};
+        use crate::gates::{judge, load_gates_str};
+        let c = compare(&synthetic(false), &synthetic(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
+        let g = load_gates_str(
+            "min_tasks: 10\nmax_task_regressions: 0\nmetrics:\n  pass_rate: {min: 0.9, max_drop: 0.01, max_drop_pct: 1}\n  score:exact: {max_drop: 0.01}\n  cost_per_task: {max: 0.001}\n",
+            "g",
+        )
+        .unwrap();
+        let v = judge(&g, Some(&c), &|_| None, 0);
+        let shown = text(&c, Some(&v));
+        for line in shown.lines().filter(|l| !l.starts_with("base ") && !l.starts_with("candidate ")) {
+            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+        }
     }
 
     #[test]

@@ -88,9 +88,14 @@ async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Optio
     .into())
 }
 
-async fn load(resolver: &dyn Resolver, index: &dyn RunIndex, run: &RunId) -> Result<RunResults, Failure> {
+/// A run's results, and where it lives (its bundle store and index record), found once.
+async fn load(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    run: &RunId,
+) -> Result<(RunResults, controller::Located), Failure> {
     let located = controller::locate(resolver, index, run).await?;
-    Ok(results::load(located.store.as_ref(), run).await?)
+    Ok((results::load(located.store.as_ref(), run).await?, located))
 }
 
 fn parse_format(s: &str) -> Result<Format, Failure> {
@@ -111,8 +116,7 @@ pub fn emit(out: &ReportArgs, text: &str) -> Result<(), Failure> {
 }
 
 async fn render(
-    resolver: &dyn Resolver,
-    index: &dyn RunIndex,
+    store: &dyn agenteval_core::traits::BundleStore,
     cand: &RunResults,
     c: &Comparison,
     v: Option<&Verdict>,
@@ -123,8 +127,6 @@ async fn render(
         Format::Md => report::md(c, v),
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&report::json(c, v)).expect("serializes")),
         Format::Html => {
-            let located = controller::locate(resolver, index, &cand.meta.run_id).await?;
-            let store = located.store.as_ref();
             let summary = read_summary(store, &cand.meta).await;
             agenteval_judge::html::render_run(store, cand, summary.as_ref(), Some(c), v, &generator()).await
         }
@@ -186,7 +188,7 @@ pub async fn judge_run(
     missing_ok: bool,
 ) -> Result<Judged, Failure> {
     let format = out.map(|o| parse_format(&o.format)).transpose()?;
-    let cand_results = load(resolver, index, cand).await?;
+    let (cand_results, cand_at) = load(resolver, index, cand).await?;
     let base = match base_ref {
         None => None,
         Some(r) => match resolve_ref_except(index, r, Some(cand)).await {
@@ -203,7 +205,7 @@ pub async fn judge_run(
     };
     let comparison = match base {
         Some(b) => {
-            let base_results = load(resolver, index, &b).await?;
+            let (base_results, _) = load(resolver, index, &b).await?;
             Some(compare(&base_results, &cand_results, opts)?)
         }
         None => None,
@@ -215,7 +217,7 @@ pub async fn judge_run(
     match (&comparison, out, format) {
         (_, None, _) | (_, _, None) => {}
         (Some(c), Some(out), Some(format)) => {
-            emit(out, &render(resolver, index, &cand_results, c, verdict.as_ref(), format).await?)?
+            emit(out, &render(cand_at.store.as_ref(), &cand_results, c, verdict.as_ref(), format).await?)?
         }
         (None, Some(_), Some(_)) if verdict.is_none() => {
             say!("no baseline `{}` to compare {} with", base_ref.unwrap_or(""), cand);
@@ -244,7 +246,7 @@ pub async fn judge_run(
         }
     }
     if let Some(v) = &verdict {
-        record(resolver, index, cand, comparison.as_ref(), v).await?;
+        record(&cand_at, index, cand, comparison.as_ref(), v).await?;
     }
     let code = if cand_results.meta.status != RunStatus::Complete && gates.is_some() {
         exit::INCOMPLETE
@@ -263,13 +265,12 @@ fn is_not_found(f: &Failure) -> bool {
 /// The verdict goes into the candidate's bundle (`comparison.json`, then the manifest again, so
 /// the bundle stays valid) and into the index.
 async fn record(
-    resolver: &dyn Resolver,
+    located: &controller::Located,
     index: &dyn RunIndex,
     cand: &RunId,
     comparison: Option<&Comparison>,
     v: &Verdict,
 ) -> Result<(), Failure> {
-    let located = controller::locate(resolver, index, cand).await?;
     let store = located.store.as_ref();
     let doc =
         json!({"schema_version": agenteval_judge::compare::COMPARISON_SCHEMA, "comparison": comparison, "verdict": v});
