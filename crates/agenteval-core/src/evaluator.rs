@@ -152,6 +152,37 @@ pub enum EvaluatorConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         on_violation: Option<PolicyAction>,
     },
+    /// An LLM grades the answer against a rubric: a score from 0 to 1 and a reason. Temperature
+    /// 0, verdicts cached on disk; a judge that fails is an evaluator error, not a task failure.
+    LlmRubric {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// What a good answer does.
+        rubric: String,
+        /// Lowest score that passes (default 0.5).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0, max = 1))]
+        pass_threshold: Option<f64>,
+        #[serde(flatten)]
+        judge: crate::config::JudgeConfig,
+    },
+    /// An LLM decides whether the answer meets the criteria: pass or fail, with a reason.
+    LlmPassFail {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// What the answer must do to pass.
+        criteria: String,
+        #[serde(flatten)]
+        judge: crate::config::JudgeConfig,
+    },
+}
+
+impl EvaluatorConfig {
+    /// Whether this evaluator asks a model: its failure is an evaluator error that does not
+    /// fail the task (a judge's outage says nothing about the agent).
+    pub fn is_judge_kind(kind: &str) -> bool {
+        matches!(kind, "llm_rubric" | "llm_pass_fail")
+    }
 }
 
 /// What a policy violation does to the task.
@@ -176,6 +207,8 @@ pub const KINDS: &[&str] = &[
     "json_schema",
     "command",
     "policy",
+    "llm_rubric",
+    "llm_pass_fail",
 ];
 
 /// The field a kind's shorthand value fills (`- max_steps: 8` is `{kind: max_steps,
@@ -191,6 +224,8 @@ fn shorthand_field(kind: &str) -> Option<&'static str> {
         "latency_budget" => "max_seconds",
         "json_schema" => "schema_file",
         "command" => "command",
+        "llm_rubric" => "rubric",
+        "llm_pass_fail" => "criteria",
         _ => return None,
     })
 }
@@ -238,6 +273,8 @@ impl EvaluatorConfig {
             EvaluatorConfig::JsonSchema { .. } => "json_schema",
             EvaluatorConfig::Command { .. } => "command",
             EvaluatorConfig::Policy { .. } => "policy",
+            EvaluatorConfig::LlmRubric { .. } => "llm_rubric",
+            EvaluatorConfig::LlmPassFail { .. } => "llm_pass_fail",
         }
     }
 
@@ -254,7 +291,9 @@ impl EvaluatorConfig {
             | EvaluatorConfig::LatencyBudget { id, .. }
             | EvaluatorConfig::JsonSchema { id, .. }
             | EvaluatorConfig::Command { id, .. }
-            | EvaluatorConfig::Policy { id, .. } => id,
+            | EvaluatorConfig::Policy { id, .. }
+            | EvaluatorConfig::LlmRubric { id, .. }
+            | EvaluatorConfig::LlmPassFail { id, .. } => id,
         };
         id.as_deref().unwrap_or(self.kind())
     }
@@ -315,6 +354,9 @@ impl EvaluatorConfig {
                         problems.push((format!("{at}/forbidden_patterns/{i}"), format!("invalid regex: {e}")));
                     }
                 }
+            }
+            EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } => {
+                judge.endpoint.validate(at, problems);
             }
             _ => {}
         }

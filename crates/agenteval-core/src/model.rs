@@ -163,6 +163,8 @@ pub enum TerminatedBy {
     LimitCost,
     /// The trace grew past `max_trace_events` or `max_trace_bytes`.
     LimitTrace,
+    /// The `llm` agent made `max_turns` model calls without a final answer.
+    LimitTurns,
     InfraFailure,
     AgentError,
 }
@@ -175,6 +177,7 @@ impl TerminatedBy {
             TerminatedBy::LimitTime => "limit_time",
             TerminatedBy::LimitCost => "limit_cost",
             TerminatedBy::LimitTrace => "limit_trace",
+            TerminatedBy::LimitTurns => "limit_turns",
             TerminatedBy::InfraFailure => "infra_failure",
             TerminatedBy::AgentError => "agent_error",
         }
@@ -193,6 +196,10 @@ pub struct AgentResult {
     pub terminated_by: TerminatedBy,
     /// Number of trace events the agent produced.
     pub steps: u32,
+    /// Some of the agent's model calls have no known price: `total_cost_usd` counts only the
+    /// priced ones and must not be read as the whole cost.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_unknown: bool,
 }
 
 /// A score given by one evaluator (or by the benchmark's own grader, kind `benchmark`).
@@ -552,6 +559,22 @@ pub struct RunSummary {
     /// With repetitions: tasks (base ids) that both passed and failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky_tasks: Vec<String>,
+    /// Tasks whose cost is partly unknown (a model missing from the price table):
+    /// `total_cost_usd` is then a lower bound.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cost_unknown_tasks: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Whether a task with these scores passed: every score passes, except that a judge's own
+/// failure (an LLM judge that errored) neither passes nor fails it.
+pub fn scores_pass(scores: &[EvaluatorScore]) -> bool {
+    scores
+        .iter()
+        .all(|s| s.passed || (s.error.is_some() && crate::evaluator::EvaluatorConfig::is_judge_kind(&s.kind)))
 }
 
 /// Text of a JSON answer for comparison: strings as they are, anything else as JSON.
@@ -616,7 +639,7 @@ mod tests {
             total_tokens: 0,
             wall_seconds: 0.0,
             terminated_by: term,
-            steps: 2,
+            steps: 2, cost_unknown: false,
         }
     }
 

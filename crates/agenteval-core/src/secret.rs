@@ -1,8 +1,11 @@
 //! Secret values that cannot leak through `Debug`, `Display` or serialization, and a redactor
-//! that scrubs known secret values out of text before it is written anywhere.
+//! that scrubs known secret values, and anything shaped like a provider's or a cloud's key, out
+//! of text before it is written anywhere.
 
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, LazyLock, RwLock};
+
+use regex::{Regex, RegexSet};
 
 /// A secret value. Its `Debug` and `Display` print `[REDACTED]`; the only way to the value is
 /// [`Secret::expose`], which call sites use at the last moment (e.g. setting a child's env).
@@ -49,6 +52,52 @@ impl fmt::Debug for Redactor {
 /// and protect nothing.
 const MIN_SECRET_LEN: usize = 4;
 
+/// Shapes of credentials that are scrubbed even when nobody told the redactor about them: an
+/// agent may echo a key it found, a model may recite one. OpenAI and Anthropic keys (`sk-…`,
+/// `sk-ant-…`), AWS access key ids (`AKIA…`, `ASIA…`), bearer tokens, GitHub tokens, Slack tokens,
+/// Google API keys and PEM private keys.
+const KEY_PATTERNS: &[&str] = &[
+    r"\bsk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"(?i)\bbearer\s+[A-Za-z0-9._~+/=\-]{8,}",
+    r"\bgh[pousr]_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bxox[abposr]-[A-Za-z0-9\-]{10,}",
+    r"\bAIza[0-9A-Za-z_\-]{35}",
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+];
+
+/// Field names whose values are credentials whatever they look like (compared without case,
+/// `-` and `_`).
+const SECRET_FIELDS: &[&str] =
+    &["authorization", "proxyauthorization", "apikey", "xapikey", "apitoken", "accesstoken", "secretaccesskey", "password"];
+
+static KEYS: LazyLock<(RegexSet, Vec<Regex>)> = LazyLock::new(|| {
+    let set = RegexSet::new(KEY_PATTERNS).expect("key patterns compile");
+    let each = KEY_PATTERNS.iter().map(|p| Regex::new(p).expect("key patterns compile")).collect();
+    (set, each)
+});
+
+/// Whether a JSON field of this name holds a credential.
+pub fn is_secret_field(name: &str) -> bool {
+    let norm: String = name.chars().filter(|c| *c != '-' && *c != '_').flat_map(char::to_lowercase).collect();
+    SECRET_FIELDS.contains(&norm.as_str())
+}
+
+/// Replaces everything shaped like a key in `text`.
+pub fn scrub_key_shapes(text: &str) -> std::borrow::Cow<'_, str> {
+    let (set, each) = &*KEYS;
+    let hits = set.matches(text);
+    if !hits.matched_any() {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = text.to_string();
+    for i in hits.iter() {
+        out = each[i].replace_all(&out, "[REDACTED]").into_owned();
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 impl Redactor {
     pub fn new() -> Self {
         Self::default()
@@ -70,6 +119,7 @@ impl Redactor {
         self.values.read().map(|v| v.is_empty()).unwrap_or(true)
     }
 
+    /// Scrubs the known secrets, then everything shaped like a key.
     pub fn redact(&self, text: &str) -> String {
         let values = self.values.read().unwrap_or_else(|e| e.into_inner());
         let mut out = text.to_string();
@@ -78,20 +128,30 @@ impl Redactor {
                 out = out.replace(v.as_str(), "[REDACTED]");
             }
         }
-        out
+        match scrub_key_shapes(&out) {
+            std::borrow::Cow::Borrowed(_) => out,
+            std::borrow::Cow::Owned(o) => o,
+        }
     }
 
-    /// Redacts every string inside a JSON value (keys included).
+    /// Redacts every string inside a JSON value (keys included); the value of a field named
+    /// like a credential (`authorization`, `api-key`, `x-api-key`, …) is replaced whole.
     pub fn redact_json(&self, value: &serde_json::Value) -> serde_json::Value {
-        if self.is_empty() {
-            return value.clone();
-        }
         match value {
             serde_json::Value::String(s) => serde_json::Value::String(self.redact(s)),
             serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(|v| self.redact_json(v)).collect()),
-            serde_json::Value::Object(o) => {
-                serde_json::Value::Object(o.iter().map(|(k, v)| (self.redact(k), self.redact_json(v))).collect())
-            }
+            serde_json::Value::Object(o) => serde_json::Value::Object(
+                o.iter()
+                    .map(|(k, v)| {
+                        let v = if is_secret_field(k) && !v.is_null() {
+                            serde_json::Value::String("[REDACTED]".into())
+                        } else {
+                            self.redact_json(v)
+                        };
+                        (self.redact(k), v)
+                    })
+                    .collect(),
+            ),
             other => other.clone(),
         }
     }
@@ -118,5 +178,30 @@ mod tests {
         let j = serde_json::json!({"a": ["x hunter2hunter2"], "hunter2hunter2": 1});
         let out = r.redact_json(&j).to_string();
         assert!(!out.contains("hunter2"), "{out}");
+    }
+
+    #[test]
+    fn key_shapes_are_scrubbed_without_being_told() {
+        let r = Redactor::new();
+        let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\n-----END RSA PRIVATE KEY-----";
+        for key in [
+            "sk-proj-abcdefghijklmnopqrstuvwx",
+            "sk-ant-api03-abcdefghijklmnopqrstuvwx",
+            "AKIAIOSFODNN7EXAMPLE",
+            "ASIAIOSFODNN7EXAMPLE",
+            "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+            "github_pat_11ABCDEFG0123456789_abcdefghij",
+            pem,
+        ] {
+            let out = r.redact(&format!("the key is {key}."));
+            assert_eq!(out, "the key is [REDACTED].", "{key}");
+        }
+        assert_eq!(r.redact("Authorization: Bearer abc.def-123456"), "Authorization: [REDACTED]");
+        assert_eq!(r.redact("task-identifier-for-something"), "task-identifier-for-something");
+        let j = serde_json::json!({"headers": {"X-Api-Key": "short", "api_key": null, "accept": "json"}});
+        let out = r.redact_json(&j);
+        assert_eq!(out["headers"]["X-Api-Key"], "[REDACTED]");
+        assert_eq!(out["headers"]["api_key"], serde_json::Value::Null);
+        assert_eq!(out["headers"]["accept"], "json");
     }
 }

@@ -208,6 +208,11 @@ pub trait BenchmarkAdapter: Send + Sync {
     async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
         grade_expected(task, result)
     }
+    /// Tools this benchmark offers the built-in `llm` agent on `task` (besides its built-in
+    /// ones). Default: none.
+    fn tools(&self, _task: &TaskSpec) -> Vec<std::sync::Arc<dyn AgentTool>> {
+        Vec::new()
+    }
     /// Releases what `prepare_environment` made. Calling it twice is harmless.
     async fn teardown(&self, _env: &TaskEnvironment) -> Result<()> {
         Ok(())
@@ -226,6 +231,11 @@ pub struct Stop {
 #[async_trait]
 pub trait EventSink: Send {
     async fn emit(&mut self, event: AgentEvent) -> std::result::Result<(), Stop>;
+    /// Adds a file to the task's bundle folder (redacted like the trace), e.g. the `llm`
+    /// agent's `cassette.jsonl`. `name` is a plain file name. The default drops it.
+    async fn attach(&mut self, name: &str, bytes: Vec<u8>) {
+        let _ = (name, bytes);
+    }
 }
 
 /// An event as an agent reports it; the sink adds run, task, step and timestamp.
@@ -269,7 +279,6 @@ impl AgentEvent {
 }
 
 /// Everything an agent gets for one task.
-#[derive(Debug)]
 pub struct AgentContext<'a> {
     pub run_id: RunId,
     pub task: &'a TaskSpec,
@@ -277,6 +286,36 @@ pub struct AgentContext<'a> {
     pub env: &'a TaskEnvironment,
     /// Secrets to hand to the agent, by environment variable name.
     pub secrets: &'a [(String, Secret)],
+    /// Tools the benchmark offers for this task.
+    pub tools: &'a [std::sync::Arc<dyn AgentTool>],
+}
+
+impl std::fmt::Debug for AgentContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentContext")
+            .field("run_id", &self.run_id)
+            .field("task", &self.task.id)
+            .field("secrets", &self.secrets.len())
+            .field("tools", &self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What a model is told about a tool: its name, what it does, its parameters (JSON Schema).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: serde_json::Value,
+}
+
+/// A tool the built-in `llm` agent can call: a benchmark's, or a built-in one (`python`).
+#[async_trait]
+pub trait AgentTool: Send + Sync {
+    fn spec(&self) -> ToolSpec;
+    /// Runs the tool for one call. `Err` is a message the model sees as a failed call; it does
+    /// not stop the agent.
+    async fn call(&self, arguments: &serde_json::Value, env: &TaskEnvironment) -> std::result::Result<String, String>;
 }
 
 /// What the agent produced, before the runner adds totals from the sink.

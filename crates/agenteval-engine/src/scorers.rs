@@ -207,7 +207,7 @@ mod tests {
                 total_tokens: 0,
                 wall_seconds: 0.0,
                 terminated_by: TerminatedBy::Completed,
-                steps: 0,
+                steps: 0, cost_unknown: false,
             },
             scores: vec![],
             started_at: chrono::Utc::now(),

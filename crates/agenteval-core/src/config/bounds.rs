@@ -45,3 +45,11 @@ pub const MAX_INTERVAL_SECONDS: f64 = 86_400.0;
 pub const MAX_EXPORT_TIMEOUT_SECONDS: f64 = 600.0;
 /// Largest config file read, in bytes: a config is a page of YAML, not a data set.
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// Model calls the `llm` agent may make on one task.
+pub const MAX_TURNS: u32 = 10_000;
+/// Model calls per task when the config does not say.
+pub const DEFAULT_TURNS: u32 = 10;
+/// Tasks one worker may run at once (`backend.tasks_in_parallel`).
+pub const MAX_TASKS_IN_PARALLEL: u32 = 1_000;
+/// Longest a HumanEval check may run, in seconds.
+pub const MAX_CHECK_SECONDS: f64 = 600.0;

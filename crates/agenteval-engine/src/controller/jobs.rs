@@ -177,7 +177,7 @@ pub(super) async fn give_up(
                 total_tokens: 0,
                 wall_seconds: 0.0,
                 terminated_by: TerminatedBy::InfraFailure,
-                steps: 0,
+                steps: 0, cost_unknown: false,
             },
             scores: vec![EvaluatorScore::errored("benchmark", "benchmark", msg.clone())],
             started_at: now,

@@ -88,7 +88,7 @@ impl Scripted {
                     total_tokens: 10,
                     wall_seconds: 0.0,
                     terminated_by: TerminatedBy::Completed,
-                    steps: 1,
+                    steps: 1, cost_unknown: false,
                 },
                 scores: vec![],
                 started_at: now,

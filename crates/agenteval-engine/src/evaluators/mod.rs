@@ -333,7 +333,7 @@ mod tests {
             total_tokens: 10,
             wall_seconds: 1.5,
             terminated_by: TerminatedBy::Completed,
-            steps: 4,
+            steps: 4, cost_unknown: false,
         }
     }
 

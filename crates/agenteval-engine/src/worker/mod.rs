@@ -291,7 +291,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
                 total_tokens: 0,
                 wall_seconds: 0.0,
                 terminated_by: TerminatedBy::InfraFailure,
-                steps: 0,
+                steps: 0, cost_unknown: false,
             };
             let score = EvaluatorScore::errored("benchmark", "benchmark", e.to_string());
             (agent, vec![score])

@@ -1,0 +1,121 @@
+//! Configuration of the built-in `llm` agent and the LLM judges: model, endpoint, key, prices.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{Limits, MAX_ATTEMPTS, MAX_TURNS, MAX_WALL_SECONDS};
+
+/// US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ModelPrice {
+    #[schemars(range(min = 0, max = 1000000))]
+    pub input_per_mtok: f64,
+    #[schemars(range(min = 0, max = 1000000))]
+    pub output_per_mtok: f64,
+    /// Input tokens served from the provider's prompt cache; default the input price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub cached_input_per_mtok: Option<f64>,
+}
+
+/// Where a model is and how to reach it; shared by the agent and the judges.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Endpoint {
+    /// Server root for `openai-compatible` models (vLLM, Ollama, LiteLLM), or to reach OpenAI
+    /// or Anthropic through a proxy: `https://…/v1`. Plain `http://` only to a loopback address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// Allows `http://` to a non-loopback `base_url` (the key then travels unencrypted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
+    /// The API key: `ENV_NAME: secret-name`, fetched through the backend (environment or secrets
+    /// file locally, Secrets Manager on AWS). Default: the provider's variable
+    /// (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`) from a secret of the same name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+    /// Price of this model, when the packaged table does not know it (or to override it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
+    /// Seconds one model call may take (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_WALL_SECONDS))]
+    pub request_timeout_seconds: Option<f64>,
+    /// Attempts per call on 408/429/5xx and connection errors (default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
+    pub max_attempts: Option<u32>,
+}
+
+/// The built-in `llm` agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LlmAgentConfig {
+    /// `provider:model`: `openai:gpt-4o-mini`, `anthropic:claude-3-5-haiku-latest`,
+    /// `openai-compatible:NAME` (with `base_url`).
+    pub model: String,
+    /// The system prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// Built-in tools the model may call besides the benchmark's: `python`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<String>,
+    /// Model calls per task before the agent is stopped (`limit_turns`; default 10).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TURNS))]
+    pub max_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2))]
+    pub temperature: Option<f64>,
+    /// Output tokens per model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_output_tokens: Option<u32>,
+    /// The Python interpreter of the `python` tool (default `python3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<String>,
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// A JSON file of prices (`{"models": {"id": {"input_per_mtok": …, "output_per_mtok": …}}}`)
+    /// extending or overriding the packaged table; read when the config loads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices_file: Option<PathBuf>,
+    /// The prices read from `prices_file` (filled in when loading).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, ModelPrice>,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// The model an LLM judge asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JudgeConfig {
+    /// `provider:model` of the judge.
+    pub model: String,
+    #[serde(flatten)]
+    pub endpoint: Endpoint,
+    /// Where verdicts are cached, keyed by sha256 of (model, prompt, answer, rubric): re-judging
+    /// the same answer costs nothing and gives the same verdict. Default
+    /// `$XDG_CACHE_HOME/agenteval/judge` (or `~/.cache/agenteval/judge`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Endpoint {
+    /// Problems of the endpoint at `at` (a JSON pointer prefix).
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        if let Some(url) = &self.base_url
+            && let Err(e) = super::check_base_url(url, self.allow_insecure_http)
+        {
+            p.push((format!("{at}/base_url"), e));
+        }
+        for (field, v) in [("request_timeout_seconds", self.request_timeout_seconds)] {
+            if v.is_some_and(|v| v <= 0.0) {
+                p.push((format!("{at}/{field}"), "must be greater than zero".into()));
+            }
+        }
+    }
+}

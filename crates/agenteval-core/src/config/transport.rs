@@ -1,0 +1,58 @@
+//! The transport rule for model endpoints (`base_url`), checked when a config loads.
+
+/// The transport rule: a `base_url` must be `https://`, or `http://` to a loopback address
+/// (`localhost`, `127.0.0.0/8`, `::1`), unless the config sets `allow_insecure_http: true`. Keys
+/// travel in headers; plain HTTP anywhere else would send them in the clear.
+pub fn check_base_url(url: &str, allow_insecure_http: bool) -> Result<(), String> {
+    if let Some(rest) = url.strip_prefix("https://") {
+        return if host_of(rest).is_empty() { Err(format!("`{url}` names no host")) } else { Ok(()) };
+    }
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Err(format!("`{url}` is not an http:// or https:// URL"));
+    };
+    let host = host_of(rest);
+    if host.is_empty() {
+        return Err(format!("`{url}` names no host"));
+    }
+    if is_loopback(host) || allow_insecure_http {
+        return Ok(());
+    }
+    Err(format!(
+        "`{url}` would send the API key unencrypted to `{host}`: use https://, a loopback address, or set \
+         `allow_insecure_http: true`"
+    ))
+}
+
+fn host_of(rest: &str) -> &str {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or("");
+    }
+    authority.split(':').next().unwrap_or("")
+}
+
+fn is_loopback(host: &str) -> bool {
+    if host.eq_ignore_ascii_case("localhost") {
+        return true;
+    }
+    host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_http_only_to_loopback_unless_allowed() {
+        for ok in ["https://api.openai.com/v1", "http://127.0.0.1:8000/v1", "http://localhost/v1", "http://[::1]:9/v1"] {
+            assert!(check_base_url(ok, false).is_ok(), "{ok}");
+        }
+        let e = check_base_url("http://10.0.0.5:8000/v1", false).unwrap_err();
+        assert!(e.contains("allow_insecure_http"), "{e}");
+        assert!(check_base_url("http://user@evil.example/v1", false).is_err());
+        assert!(check_base_url("http://127.0.0.1.evil.example/v1", false).is_err());
+        assert!(check_base_url("http://10.0.0.5:8000/v1", true).is_ok());
+        assert!(check_base_url("ftp://x", true).is_err());
+    }
+}

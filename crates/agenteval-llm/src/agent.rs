@@ -1,0 +1,206 @@
+//! The built-in `llm` agent: a tool-use loop. Each model call becomes a `cost.tick` event (its
+//! tokens and cost, or `cost_unknown`); tool calls and results, the plan and the final answer
+//! become the usual trace events. The runner's limits (tokens, cost, time, trace) stop it through
+//! the sink; `max_turns` stops it here with `limit_turns`.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use agenteval_core::config::{DEFAULT_TURNS, LlmAgentConfig};
+use agenteval_core::model::{EventKind, TerminatedBy};
+use agenteval_core::secret::Redactor;
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, AgentTool, EventSink, Stop};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use crate::cassette::{CASSETTE_FILE, CassetteMode, Cassettes, TaskCalls};
+use crate::client::{LlmClient, RetryPolicy};
+use crate::pricing::{Price, PriceTable, cost};
+use crate::spec::ModelSpec;
+use crate::types::{ChatRequest, Message};
+
+/// Longest tool output sent back to the model (and kept in the trace), in characters.
+const TOOL_OUTPUT_CHARS: usize = 16_000;
+
+pub struct LlmAgent {
+    config: LlmAgentConfig,
+    spec: ModelSpec,
+    price: Option<Price>,
+    builtin: Vec<Arc<dyn AgentTool>>,
+    cassettes: Option<Cassettes>,
+    redactor: Redactor,
+    client: OnceLock<Result<LlmClient, String>>,
+}
+
+impl LlmAgent {
+    /// An agent for `config`, with the built-in tools it asked for already built (the engine
+    /// owns them), calls recorded or replayed per `cassettes`, and text redacted by `redactor`.
+    pub fn new(
+        config: LlmAgentConfig,
+        builtin: Vec<Arc<dyn AgentTool>>,
+        cassettes: Option<Cassettes>,
+        redactor: Redactor,
+    ) -> Result<Self, String> {
+        let spec = ModelSpec::parse(&config.model)?;
+        let mut table = PriceTable::packaged();
+        table.extend(config.prices.clone());
+        let price = config.endpoint.price.or_else(|| table.lookup(&spec.name));
+        Ok(LlmAgent { config, spec, price, builtin, cassettes, redactor, client: OnceLock::new() })
+    }
+
+    /// The client, built on first use from the key among the task's secrets. A strict replay
+    /// never builds one: live calls are disabled.
+    fn client(&self, ctx: &AgentContext<'_>) -> Result<Option<&LlmClient>, String> {
+        if self.cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay) {
+            return Ok(None);
+        }
+        let built = self.client.get_or_init(|| {
+            let var = self.spec.provider.key_var();
+            let key = ctx.secrets.iter().find(|(v, _)| v == var).map(|(_, s)| s);
+            let e = &self.config.endpoint;
+            let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
+            let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
+            LlmClient::new(self.spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string())
+        });
+        built.as_ref().map(Some).map_err(Clone::clone)
+    }
+}
+
+/// The user turn a task starts with: its input if it is text, its `prompt` field if it has one,
+/// else its JSON.
+fn task_text(input: &Value) -> String {
+    match input {
+        Value::String(s) => s.clone(),
+        Value::Object(o) => match o.get("prompt") {
+            Some(Value::String(p)) => p.clone(),
+            _ => input.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+fn clip(s: String) -> String {
+    if s.chars().count() <= TOOL_OUTPUT_CHARS {
+        return s;
+    }
+    let mut out: String = s.chars().take(TOOL_OUTPUT_CHARS).collect();
+    out.push_str("\n[output cut]");
+    out
+}
+
+#[async_trait]
+impl AgentRunner for LlmAgent {
+    fn name(&self) -> &str {
+        "llm"
+    }
+
+    async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
+        let fail = |t: TerminatedBy, m: String| AgentOutcome { final_answer: None, error: Some((t, m)) };
+        let client = match self.client(ctx) {
+            Ok(c) => c,
+            Err(e) => return fail(TerminatedBy::AgentError, e),
+        };
+        let mut calls = match TaskCalls::open(ctx.task.id.as_str(), self.cassettes.as_ref(), self.redactor.clone()) {
+            Ok(c) => c,
+            Err(e) => return fail(TerminatedBy::AgentError, e.to_string()),
+        };
+        let outcome = self.converse(ctx, sink, client, &mut calls).await;
+        sink.attach(CASSETTE_FILE, calls.to_jsonl()).await;
+        outcome
+    }
+}
+
+impl LlmAgent {
+    async fn converse(
+        &self,
+        ctx: &AgentContext<'_>,
+        sink: &mut dyn EventSink,
+        client: Option<&LlmClient>,
+        calls: &mut TaskCalls,
+    ) -> AgentOutcome {
+        let stopped = |s: Stop| AgentOutcome { final_answer: None, error: Some((s.terminated_by, s.reason)) };
+        let tools: Vec<Arc<dyn AgentTool>> = self.builtin.iter().chain(ctx.tools.iter()).cloned().collect();
+        let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
+        let max_turns = self.config.max_turns.unwrap_or(DEFAULT_TURNS);
+        let mut messages = vec![Message::User { text: task_text(&ctx.task.input) }];
+        for turn in 0..max_turns {
+            let req = ChatRequest {
+                model: self.spec.name.clone(),
+                system: self.config.system.clone(),
+                messages: messages.clone(),
+                tools: specs.clone(),
+                temperature: self.config.temperature,
+                max_output_tokens: self.config.max_output_tokens,
+            };
+            let resp = match calls.call(client, req).await {
+                Ok(r) => r,
+                Err(e) => {
+                    let t = if e.is_provider_outage() { TerminatedBy::InfraFailure } else { TerminatedBy::AgentError };
+                    return AgentOutcome { final_answer: None, error: Some((t, e.to_string())) };
+                }
+            };
+            let u = resp.usage;
+            let dollars = self.price.map(|p| cost(&p, &u));
+            let mut tick = AgentEvent::new(
+                EventKind::CostTick,
+                json!({
+                    "model": self.spec.name,
+                    "call": turn + 1,
+                    "input_tokens": u.input_tokens,
+                    "output_tokens": u.output_tokens,
+                    "cached_input_tokens": u.cached_input_tokens,
+                    "cost_usd": dollars,
+                    "stop_reason": resp.stop_reason,
+                }),
+            );
+            if dollars.is_none() {
+                tick.payload["cost_unknown"] = json!(true);
+            }
+            tick.input_tokens = u.input_tokens;
+            tick.output_tokens = u.output_tokens;
+            tick.cost_usd = dollars.unwrap_or(0.0);
+            if let Err(s) = sink.emit(tick).await {
+                return stopped(s);
+            }
+            if resp.tool_calls.is_empty() {
+                let answer = Value::String(resp.text.unwrap_or_default());
+                for ev in [
+                    AgentEvent::new(EventKind::AgentFinalAnswer, json!({"answer": answer})),
+                    AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": answer})),
+                ] {
+                    if let Err(s) = sink.emit(ev).await {
+                        return stopped(s);
+                    }
+                }
+                return AgentOutcome { final_answer: Some(answer), error: None };
+            }
+            if let Some(text) = resp.text.as_deref().filter(|t| !t.trim().is_empty())
+                && let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentPlan, json!({"plan": text}))).await
+            {
+                return stopped(s);
+            }
+            messages.push(Message::Assistant { text: resp.text.clone(), tool_calls: resp.tool_calls.clone() });
+            for call in resp.tool_calls {
+                let ev = json!({"tool": call.name, "arguments": call.arguments, "call_id": call.id});
+                if let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentToolCall, ev)).await {
+                    return stopped(s);
+                }
+                let result = match tools.iter().find(|t| t.spec().name == call.name) {
+                    Some(t) => t.call(&call.arguments, ctx.env).await,
+                    None => Err(format!("there is no tool named `{}`", call.name)),
+                };
+                let is_error = result.is_err();
+                let content = clip(result.unwrap_or_else(|e| e));
+                let ev = json!({"tool": call.name, "output": content, "is_error": is_error, "call_id": call.id});
+                if let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentToolResult, ev)).await {
+                    return stopped(s);
+                }
+                messages.push(Message::Tool { call_id: call.id, name: call.name, content, is_error });
+            }
+        }
+        AgentOutcome {
+            final_answer: None,
+            error: Some((TerminatedBy::LimitTurns, format!("made {max_turns} model calls without a final answer (max_turns)"))),
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The HTTP client: one call of a chat API with retries (exponential backoff with full jitter,
+//! `Retry-After` honoured, a bounded number of attempts).
+
+use std::time::Duration;
+
+use agenteval_core::secret::Secret;
+use reqwest::header::{HeaderMap, HeaderValue};
+
+use crate::error::{LlmError, is_retryable_status};
+use crate::spec::{ModelSpec, Provider};
+use crate::types::{ChatRequest, ChatResponse};
+use crate::wire;
+
+/// How failed calls are retried.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; it doubles with each further one.
+    pub base_delay: Duration,
+    /// Longest wait between attempts, `Retry-After` included.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { max_attempts: 5, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(60) }
+    }
+}
+
+/// A chat client for one model.
+pub struct LlmClient {
+    http: reqwest::Client,
+    spec: ModelSpec,
+    url: String,
+    host: String,
+    retry: RetryPolicy,
+}
+
+impl std::fmt::Debug for LlmClient {
+    // The headers hold the key: only the model and the endpoint are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient").field("model", &self.spec.name).field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl LlmClient {
+    /// A client for `spec` at `base_url` (or the provider's own), sending `key` if given.
+    pub fn new(
+        spec: ModelSpec,
+        base_url: Option<&str>,
+        key: Option<&Secret>,
+        timeout: Duration,
+        retry: RetryPolicy,
+    ) -> Result<Self, LlmError> {
+        let base = base_url.or(spec.provider.default_base_url()).ok_or_else(|| {
+            LlmError::Config(format!("model `{}` is openai-compatible: it needs a `base_url`", spec.name))
+        })?;
+        let base = base.trim_end_matches('/');
+        let url = match spec.provider {
+            Provider::Anthropic => format!("{base}/messages"),
+            Provider::OpenAi | Provider::OpenAiCompatible => format!("{base}/chat/completions"),
+        };
+        let host = url.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
+        let mut headers = HeaderMap::new();
+        if let Some(key) = key {
+            let bad = |_| LlmError::Config(format!("the {} key is not a valid header value", spec.provider.as_str()));
+            match spec.provider {
+                Provider::Anthropic => {
+                    let mut v = HeaderValue::from_str(key.expose()).map_err(bad)?;
+                    v.set_sensitive(true);
+                    headers.insert("x-api-key", v);
+                }
+                Provider::OpenAi | Provider::OpenAiCompatible => {
+                    let mut v = HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(bad)?;
+                    v.set_sensitive(true);
+                    headers.insert(reqwest::header::AUTHORIZATION, v);
+                }
+            }
+        } else if spec.provider.needs_key() {
+            return Err(LlmError::Config(format!(
+                "no API key for {}: set the secret {} (see docs/agents.md)",
+                spec.provider.as_str(),
+                spec.provider.key_var()
+            )));
+        }
+        if spec.provider == Provider::Anthropic {
+            headers.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
+        }
+        let http = reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(timeout)
+            .connect_timeout(Duration::from_secs(10).min(timeout))
+            .pool_max_idle_per_host(256)
+            .build()
+            .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
+        Ok(LlmClient { http, spec, url, host, retry })
+    }
+
+    pub fn spec(&self) -> &ModelSpec {
+        &self.spec
+    }
+
+    /// Sends one call, retrying what is worth retrying.
+    pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let provider = self.spec.provider.as_str();
+        let body = match self.spec.provider {
+            Provider::Anthropic => wire::anthropic_request(req),
+            Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_request(req),
+        };
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = attempt >= self.retry.max_attempts;
+            let sent = self.http.post(&self.url).json(&body).send().await;
+            let resp = match sent {
+                Ok(r) => r,
+                Err(e) => {
+                    let reason = if e.is_timeout() {
+                        "timed out".to_string()
+                    } else if e.is_connect() {
+                        "connection failed".to_string()
+                    } else {
+                        "the request failed".to_string()
+                    };
+                    if last {
+                        return Err(LlmError::Unreachable {
+                            provider,
+                            host: self.host.clone(),
+                            reason,
+                            attempts: attempt,
+                        });
+                    }
+                    tokio::time::sleep(self.backoff(attempt, None)).await;
+                    continue;
+                }
+            };
+            let status = resp.status().as_u16();
+            if resp.status().is_success() {
+                let bytes = match resp.bytes().await {
+                    Ok(b) => b,
+                    Err(_) if !last => {
+                        tokio::time::sleep(self.backoff(attempt, None)).await;
+                        continue;
+                    }
+                    Err(e) => return Err(LlmError::Decode { provider, reason: format!("reading the body: {}", kind_of(&e)) }),
+                };
+                let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| LlmError::Decode {
+                    provider,
+                    reason: format!("not JSON ({} bytes; {})", bytes.len(), e.classify_name()),
+                })?;
+                let parsed = match self.spec.provider {
+                    Provider::Anthropic => wire::anthropic_response(&value),
+                    Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_response(&value),
+                };
+                return parsed.map_err(|reason| LlmError::Decode { provider, reason });
+            }
+            let retry_after = retry_after(resp.headers());
+            if is_retryable_status(status) && !last {
+                tokio::time::sleep(self.backoff(attempt, retry_after)).await;
+                continue;
+            }
+            let detail = error_code(resp).await;
+            return Err(LlmError::Status { provider, status, detail, attempts: attempt });
+        }
+    }
+
+    /// The wait before attempt `attempt + 1`: what the server asked for, else full jitter over
+    /// an exponentially growing window; never past `max_delay`.
+    fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(d) = retry_after {
+            return d.min(self.retry.max_delay);
+        }
+        let window = self.retry.base_delay.saturating_mul(1u32 << (attempt - 1).min(16)).min(self.retry.max_delay);
+        window.mul_f64(jitter())
+    }
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "i/o",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "unexpected data",
+            serde_json::error::Category::Eof => "cut short",
+        }
+    }
+}
+
+fn kind_of(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() { "timed out" } else { "connection lost" }
+}
+
+/// A number in [0.5, 1): half the window is always waited, so retries never stampede at once.
+fn jitter() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STATE: AtomicU64 = AtomicU64::new(0);
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed) ^ seed;
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    0.5 + (x >> 11) as f64 / (1u64 << 53) as f64 / 2.0
+}
+
+/// `Retry-After` in seconds (or OpenAI's `retry-after-ms`). An HTTP date is not honoured: the
+/// exponential backoff applies instead.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    if let Some(ms) = get("retry-after-ms").filter(|v| v.is_finite() && *v >= 0.0) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
+    }
+    get("retry-after").filter(|v| v.is_finite() && *v >= 0.0).map(|s| Duration::from_secs_f64(s.min(3600.0)))
+}
+
+/// The provider's error type or code, when it is a short identifier: the message itself may
+/// quote the request (or a masked key), so it is never shown.
+async fn error_code(resp: reqwest::Response) -> String {
+    let Ok(body) = resp.bytes().await else { return String::new() };
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else { return String::new() };
+    let code = ["/error/code", "/error/type", "/type"]
+        .iter()
+        .filter_map(|p| v.pointer(p).and_then(|c| c.as_str()))
+        .find(|c| c.len() <= 64 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'));
+    code.map(|c| format!(" ({c})")).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_read_in_seconds_or_milliseconds() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("250"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
+        let mut d = HeaderMap::new();
+        d.insert("retry-after", HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
+        assert_eq!(retry_after(&d), None);
+    }
+
+    #[test]
+    fn jitter_stays_in_the_upper_half() {
+        for _ in 0..1000 {
+            let j = jitter();
+            assert!((0.5..1.0).contains(&j), "{j}");
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let spec = ModelSpec::parse("openai:gpt-4o-mini").unwrap();
+        let key = Secret::new("sk-test-abcdefghijklmnopqrstuvwx");
+        let c = LlmClient::new(spec, None, Some(&key), Duration::from_secs(5), RetryPolicy::default()).unwrap();
+        assert!(!format!("{c:?}").contains("abcdefgh"));
+        let spec = ModelSpec::parse("anthropic:claude-3-5-haiku-latest").unwrap();
+        let e = LlmClient::new(spec, None, None, Duration::from_secs(5), RetryPolicy::default()).unwrap_err();
+        assert!(e.to_string().contains("ANTHROPIC_API_KEY"), "{e}");
+    }
+}

@@ -1,0 +1,65 @@
+//! LLM providers for agenteval: a retrying client for OpenAI-compatible chat completions and
+//! Anthropic messages, the packaged price table, record/replay cassettes, the built-in `llm`
+//! agent and the LLM judges.
+//!
+//! Everything here speaks one provider-neutral shape ([`ChatRequest`], [`ChatResponse`]); the
+//! wire formats live in [`wire`]. Cassettes and fingerprints are taken over the neutral shape, so
+//! a recording does not depend on which provider answered.
+
+mod agent;
+mod cassette;
+mod client;
+mod error;
+mod judge;
+mod pricing;
+mod spec;
+mod types;
+pub mod wire;
+
+pub use agent::LlmAgent;
+pub use cassette::{CassetteMode, Cassettes, TaskCalls, first_difference};
+pub use client::{LlmClient, RetryPolicy};
+pub use error::LlmError;
+pub use judge::{JudgeKind, LlmJudge};
+pub use pricing::{PRICES_DATE, Price, PriceTable, cost};
+pub use agenteval_core::config::check_base_url;
+pub use spec::{ModelSpec, Provider};
+pub use types::*;
+
+/// Problems with the LLM parts of a run config that only this crate can see (an unknown price
+/// under a cost limit, a model spec it cannot parse): `(json pointer, message)` pairs, like
+/// `RunConfig::validate`.
+pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    use agenteval_core::config::{AgentConfig, EvaluatorConfig};
+    let mut p = Vec::new();
+    let table = PriceTable::packaged();
+    if let AgentConfig::Llm(a) = &config.agent {
+        match ModelSpec::parse(&a.model) {
+            Err(e) => p.push(("/agent/model".into(), e)),
+            Ok(spec) => {
+                let priced = a.endpoint.price.is_some()
+                    || a.prices.contains_key(&spec.name)
+                    || table.lookup(&spec.name).is_some();
+                let limited = a.limits.max_cost_usd.is_some() || config.max_run_cost_usd.is_some();
+                if limited && !priced {
+                    p.push((
+                        "/agent/model".into(),
+                        format!(
+                            "no price is known for `{}`, so a cost limit cannot be enforced: give `agent.price` \
+                             (USD per million input and output tokens) or drop the limit",
+                            spec.name
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    for (i, e) in config.evaluators.iter().enumerate() {
+        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+            && let Err(msg) = ModelSpec::parse(&judge.model)
+        {
+            p.push((format!("/evaluators/{i}/model"), msg));
+        }
+    }
+    p
+}
