@@ -24,6 +24,8 @@ pub const TASK_RESULT: &str = "result.json";
 pub const TASK_TRACE: &str = "trace.jsonl";
 pub const TASK_SCORES: &str = "scores.json";
 pub const TASK_LOG: &str = "worker.log";
+/// The `llm` agent's model calls, redacted (what `agenteval replay` feeds back).
+pub const TASK_CASSETTE: &str = "cassette.jsonl";
 /// The task's OpenTelemetry spans (`eval.task` and everything under it).
 pub const TASK_SPANS: &str = "spans.jsonl";
 

@@ -69,6 +69,7 @@ pub struct CostTokens {
     n: u64,
     cost: f64,
     tokens: u64,
+    unknown: u64,
 }
 
 impl Scorer for CostTokens {
@@ -76,12 +77,14 @@ impl Scorer for CostTokens {
         self.n += 1;
         self.cost += r.total_cost_usd();
         self.tokens = self.tokens.saturating_add(r.agent.total_tokens);
+        self.unknown += u64::from(r.agent.cost_unknown);
     }
 
     fn finish(&self, s: &mut RunSummary) {
         s.total_cost_usd = self.cost;
         s.mean_cost_usd = if self.n == 0 { 0.0 } else { self.cost / self.n as f64 };
         s.total_tokens = self.tokens;
+        s.cost_unknown_tasks = self.unknown;
     }
 }
 
@@ -182,6 +185,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         evaluators: BTreeMap::new(),
         pass_at_k: BTreeMap::new(),
         flaky_tasks: Vec::new(),
+        cost_unknown_tasks: 0,
     }
 }
 

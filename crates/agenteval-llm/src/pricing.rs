@@ -61,7 +61,7 @@ fn strip_version(model: &str) -> &str {
     let b = model.as_bytes();
     let digits = |s: &[u8]| s.iter().all(u8::is_ascii_digit);
     // -YYYY-MM-DD
-    if b.len() > 11 && b[b.len() - 11] == b'-' && b[b.len() - 8] == b'-' && b[b.len() - 3] == b'-' {
+    if b.len() > 11 && b[b.len() - 11] == b'-' && b[b.len() - 6] == b'-' && b[b.len() - 3] == b'-' {
         let tail = &b[b.len() - 10..];
         if digits(&tail[..4]) && digits(&tail[5..7]) && digits(&tail[8..]) {
             return &model[..model.len() - 11];

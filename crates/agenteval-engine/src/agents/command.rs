@@ -75,7 +75,7 @@ const PASSED_ENV: &[&str] = &[
 ];
 
 /// Says once per process that agents run without a sandbox, and why.
-fn warn_unsandboxed(why: &str) {
+pub(crate) fn warn_unsandboxed(why: &str) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     WARNED.call_once(|| tracing::warn!("agents run without a filesystem sandbox: {why}"));
 }
@@ -98,7 +98,7 @@ struct WireEvent {
 /// Kills the agent's whole process tree when dropped, however the task ended: on a time limit
 /// the runner drops the agent's future, and nothing the agent started (in its group or out of
 /// it) may outlive its task.
-struct TreeGuard(Option<i32>);
+pub(crate) struct TreeGuard(pub(crate) Option<i32>);
 
 impl Drop for TreeGuard {
     fn drop(&mut self) {

@@ -1,21 +1,39 @@
-//! Built-in agents: `mock` (scripted, deterministic) and `command` (any external program).
+//! Built-in agents: `mock` (scripted, deterministic), `command` (any external program),
+//! `oracle` (the expected answers) and `llm` (a model with tools, from `agenteval-llm`).
 
 mod command;
 mod mock;
+mod oracle;
+mod python_tool;
 pub mod reap;
 pub mod sandbox;
 
 use std::sync::Arc;
 
 use agenteval_core::config::{AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, RunConfig, Sandbox};
-use agenteval_core::traits::AgentRunner;
+use agenteval_core::secret::Redactor;
+use agenteval_core::traits::{AgentRunner, AgentTool};
+use agenteval_core::{Error, Result};
+use agenteval_llm::{Cassettes, LlmAgent};
 
 pub use command::CommandAgent;
+pub(crate) use command::{TreeGuard, warn_unsandboxed};
 pub use mock::MockAgent;
+pub use oracle::OracleAgent;
+pub use python_tool::PythonTool;
 
-/// Builds the agent a run configuration names.
-pub fn agent_from_config(run: &RunConfig) -> Arc<dyn AgentRunner> {
-    match &run.agent {
+/// Builds the agent a run configuration names; `cassettes` and `redactor` serve the `llm` agent.
+pub fn agent_from_config(run: &RunConfig, cassettes: Option<Cassettes>, redactor: &Redactor) -> Result<Arc<dyn AgentRunner>> {
+    Ok(match &run.agent {
+        AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
+        AgentConfig::Llm(cfg) => {
+            let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();
+            if cfg.tools.iter().any(|t| t == "python") {
+                let python = cfg.python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into());
+                builtin.push(Arc::new(PythonTool { python, limits: crate::python::PythonLimits::default() }));
+            }
+            Arc::new(LlmAgent::new(cfg.clone(), builtin, cassettes, redactor.clone()).map_err(Error::invalid)?)
+        }
         AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
         AgentConfig::Command { model, command, env, workdir, sandbox, .. } => {
             let view = match sandbox {
@@ -24,7 +42,7 @@ pub fn agent_from_config(run: &RunConfig) -> Arc<dyn AgentRunner> {
             };
             Arc::new(CommandAgent::new(command.clone(), env.clone(), workdir.clone(), model.clone(), view))
         }
-    }
+    })
 }
 
 /// The agent's filesystem view before its task adds its program and scratch folder: the
@@ -53,8 +71,10 @@ fn view_of(
             exclude.push(p.into());
         }
     }
-    if let BenchmarkConfig::Jsonl { cases, .. } = &run.benchmark {
-        exclude.push(real(cases));
+    match &run.benchmark {
+        BenchmarkConfig::Jsonl { cases, .. } => exclude.push(real(cases)),
+        BenchmarkConfig::Humaneval { path, .. } => exclude.push(real(path)),
+        BenchmarkConfig::Toy { .. } => {}
     }
     let mut view = sandbox::View {
         read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),

@@ -1,5 +1,6 @@
-//! Built-in benchmarks (`toy`, `jsonl`) and the factory that picks one from the config.
+//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`) and the factory that picks one from the config.
 
+pub mod humaneval;
 mod jsonl;
 mod toy;
 
@@ -21,6 +22,9 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
         BenchmarkConfig::Jsonl { cases, .. } => Arc::new(JsonlBenchmark::new(cases.clone())),
+        BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => {
+            Arc::new(humaneval::HumanEvalBenchmark::new(path.clone(), python.clone(), *timeout_seconds))
+        }
     })
 }
 

@@ -1,6 +1,7 @@
 //! Built-in evaluators: exact_match, contains, regex, no_error, max_steps, tool_sequence,
-//! cost_budget, latency_budget, json_schema, policy, and `command` (any program, in
-//! [`command`]). Each turns a task's result and trace into an `EvaluatorScore`.
+//! cost_budget, latency_budget, json_schema, policy, `command` (any program, in [`command`]) and
+//! the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`). Each turns a task's result
+//! and trace into an `EvaluatorScore`.
 
 mod command;
 
@@ -9,7 +10,9 @@ use std::sync::Arc;
 use agenteval_core::evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
 use agenteval_core::traits::{EvalInput, Evaluator};
+use agenteval_core::secret::Secret;
 use agenteval_core::{Error, Result};
+use agenteval_llm::{JudgeKind, LlmJudge};
 use async_trait::async_trait;
 
 use crate::benchmarks::answer_text;
@@ -25,9 +28,33 @@ pub struct BuiltinEvaluator {
     patterns: Vec<regex::Regex>,
 }
 
-/// Builds an evaluator; fails only on configuration the loader would have refused.
-pub fn evaluator_from_config(cfg: &EvaluatorConfig) -> Result<Arc<dyn Evaluator>> {
+/// The secret a judge's provider key comes from: `(ENV_NAME, secret name)`, when it needs one.
+pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(String, String)> {
+    let spec = agenteval_llm::ModelSpec::parse(&judge.model).ok()?;
+    let var = spec.provider.key_var();
+    match judge.endpoint.secrets.get(var) {
+        Some(name) => Some((var.to_string(), name.clone())),
+        None if spec.provider.needs_key() && judge.endpoint.secrets.is_empty() => Some((var.to_string(), var.to_string())),
+        None => None,
+    }
+}
+
+/// Builds an evaluator; fails only on configuration the loader would have refused. `secrets`
+/// hold the judges' keys, by environment variable name.
+pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]) -> Result<Arc<dyn Evaluator>> {
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
+    let judge = match cfg {
+        EvaluatorConfig::LlmRubric { rubric, pass_threshold, judge, .. } => Some((
+            JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) },
+            judge,
+        )),
+        EvaluatorConfig::LlmPassFail { criteria, judge, .. } => Some((JudgeKind::PassFail { criteria: criteria.clone() }, judge)),
+        _ => None,
+    };
+    if let Some((kind, judge)) = judge {
+        let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
+        return Ok(Arc::new(LlmJudge::new(cfg.id().to_string(), kind, judge, key).map_err(bad)?));
+    }
     let regex = match cfg {
         EvaluatorConfig::Regex { pattern, .. } => {
             Some(regex::Regex::new(pattern).map_err(|e| bad(format!("invalid regex: {e}")))?)
@@ -262,6 +289,9 @@ impl BuiltinEvaluator {
                 }
             }
             EvaluatorConfig::Command { .. } => return Err(Error::internal("the command evaluator is asynchronous")),
+            EvaluatorConfig::LlmRubric { .. } | EvaluatorConfig::LlmPassFail { .. } => {
+                return Err(Error::internal("LLM judges are built by agenteval-llm"));
+            }
         })
     }
 }
@@ -357,7 +387,7 @@ mod tests {
     }
 
     async fn run(cfg: EvaluatorConfig, t: &TaskSpec, r: &AgentResult, tr: &[TraceEvent]) -> EvaluatorScore {
-        let e = evaluator_from_config(&cfg).unwrap();
+        let e = evaluator_from_config(&cfg, &[]).unwrap();
         evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr }).await
     }
 

@@ -38,6 +38,10 @@ pub(super) struct TraceSink {
     tokens: u64,
     pub(super) write_error: Option<Error>,
     spans: CallSpans,
+    /// Some event said its cost is unknown (`"cost_unknown": true` in its payload).
+    cost_unknown: bool,
+    /// Files the agent attached, written to the task's folder once it is done.
+    attachments: Vec<(String, Vec<u8>)>,
 }
 
 /// Payload bytes of trace events the worker keeps in memory for grading, so that its memory
@@ -196,6 +200,9 @@ impl EventSink for TraceSink {
             });
         }
         let kind = event.kind.unwrap_or(EventKind::AgentObservation);
+        if event.payload.get("cost_unknown") == Some(&serde_json::Value::Bool(true)) {
+            self.cost_unknown = true;
+        }
         self.write(kind, event.payload, event.cost_usd, event.input_tokens, event.output_tokens).await;
         if let Some(e) = &self.write_error {
             return Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason: format!("cannot write trace: {e}") });
@@ -224,6 +231,15 @@ impl EventSink for TraceSink {
             });
         }
         Ok(())
+    }
+
+    async fn attach(&mut self, name: &str, bytes: Vec<u8>) {
+        // A plain file name only: an agent does not choose where in the bundle it writes.
+        let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+        if plain && !name.starts_with('.') && !layout::TASK_FILES.contains(&name) {
+            self.attachments.retain(|(n, _)| n != name);
+            self.attachments.push((name.to_string(), bytes));
+        }
     }
 }
 
@@ -260,8 +276,11 @@ pub(super) async fn run_agent(
         tokens: 0,
         write_error: None,
         spans: CallSpans::new(execute.context(), model),
+        cost_unknown: false,
+        attachments: Vec::new(),
     };
-    let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets };
+    let tools = ctx.benchmark.tools(task);
+    let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets, tools: &tools };
     let start = Instant::now();
     // Always a deadline: with none, an agent (or a child holding its stdout) could keep the
     // task forever. The config bounds it, so the `Duration` cannot overflow.
@@ -279,6 +298,10 @@ pub(super) async fn run_agent(
     .await;
     let wall = start.elapsed().as_secs_f64();
     sink.spans.finish();
+    for (name, bytes) in std::mem::take(&mut sink.attachments) {
+        let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
+        ctx.store.put(&ctx.run_id, &layout::task_file(&task.id, &name), text.as_bytes()).await?;
+    }
     if let Some(e) = sink.write_error.take() {
         telemetry::set_error(&execute, &ctx.redactor.redact(&e.to_string()));
         return Err(e);
@@ -316,6 +339,7 @@ pub(super) async fn run_agent(
         wall_seconds: wall,
         terminated_by,
         steps: agent_steps.max(sink.events.len() as u32),
+        cost_unknown: sink.cost_unknown,
     };
     log.push(format!("agent {} ended: {}", ctx.agent.name(), terminated_by.as_str()));
     if let Some(e) = &agent.error {

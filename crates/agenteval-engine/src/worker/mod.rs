@@ -10,13 +10,18 @@ use std::sync::Arc;
 use agenteval_core::config::RunConfig;
 use agenteval_core::layout;
 use agenteval_core::model::*;
+use agenteval_core::model::scores_pass;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
 use chrono::Utc;
+use futures::{FutureExt as _, StreamExt as _};
 use serde_json::json;
 use tracing::Instrument;
 use tracing::field::Empty;
+
+use agenteval_core::config::EvaluatorConfig;
+use agenteval_llm::{CassetteMode, Cassettes};
 
 use crate::agents::agent_from_config;
 use crate::benchmarks::benchmark_from_config;
@@ -35,11 +40,33 @@ struct Ctx {
     benchmark: Arc<dyn BenchmarkAdapter>,
     agent: Arc<dyn AgentRunner>,
     evaluators: Vec<Arc<dyn Evaluator>>,
+    /// The agent's secrets, by environment variable name.
     secrets: Vec<(String, Secret)>,
     redactor: Redactor,
     /// Where this job's tasks hang in the run's trace (the controller's `eval.job` span).
     traceparent: Option<String>,
     journal: Journal,
+    /// The judges' keys, for evaluators a task brings.
+    judge_secrets: Vec<(String, Secret)>,
+}
+
+/// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
+pub const CASSETTES_ENV: &str = "AGENTEVAL_CASSETTES";
+pub const CASSETTE_MODE_ENV: &str = "AGENTEVAL_CASSETTE_MODE";
+
+/// The agent's secrets: `(ENV_NAME, secret name, required)`. An `llm` agent with no `secrets`
+/// takes its provider's key from the secret of the variable's name (optional for
+/// `openai-compatible` servers, which often take none).
+fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
+    let listed = config.agent.secrets();
+    if let agenteval_core::config::AgentConfig::Llm(a) = &config.agent
+        && listed.is_empty()
+        && let Ok(spec) = agenteval_llm::ModelSpec::parse(&a.model)
+    {
+        let var = spec.provider.key_var().to_string();
+        return vec![(var.clone(), var, spec.provider.needs_key())];
+    }
+    listed.iter().map(|(v, n)| (v.clone(), n.clone(), true)).collect()
 }
 
 /// Reads a job spec from a path or URI.
@@ -64,19 +91,49 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let backend = resolver.backend(&config).await?;
     let redactor = Redactor::new();
     let mut secrets = Vec::new();
-    for (var, name) in config.agent.secrets() {
-        let s = backend.fetch_secret(name).await?;
-        redactor.add(&s);
-        secrets.push((var.clone(), s));
+    for (var, name, required) in agent_secrets(&config) {
+        match backend.fetch_secret(&name).await {
+            Ok(s) => {
+                redactor.add(&s);
+                secrets.push((var, s));
+            }
+            Err(e) if !required && e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
-    let evaluators = config.evaluators.iter().map(evaluator_from_config).collect::<Result<Vec<_>>>()?;
+    // The judges' keys are kept apart: an agent under test never gets a judge's key.
+    let mut judge_secrets: Vec<(String, Secret)> = Vec::new();
+    for e in &config.evaluators {
+        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+            && let Some((var, name)) = crate::evaluators::judge_secret(judge)
+            && !judge_secrets.iter().any(|(v, _)| *v == var)
+        {
+            let s = backend.fetch_secret(&name).await?;
+            redactor.add(&s);
+            judge_secrets.push((var, s));
+        }
+    }
+    let evaluators =
+        config.evaluators.iter().map(|e| evaluator_from_config(e, &judge_secrets)).collect::<Result<Vec<_>>>()?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
+    let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
+    let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
+        (Some(dir), mode) => {
+            let mode = mode.as_deref().unwrap_or("replay");
+            let mode = CassetteMode::parse(mode)
+                .ok_or_else(|| Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live")))?;
+            Some(Cassettes { dir: dir.into(), mode })
+        }
+        (None, _) => None,
+    };
+    let agent = agent_from_config(&config, cassettes, &redactor)?;
     Ok(Ctx {
         traceparent,
         journal,
         run_id,
         benchmark: benchmark_from_config(&config.benchmark)?,
-        agent: agent_from_config(&config),
+        agent,
+        judge_secrets,
         evaluators,
         secrets,
         redactor,
@@ -121,64 +178,79 @@ pub async fn run_job(
         parent_span_id = %trace.as_ref().map(|t| t.span_id().to_string()).unwrap_or_default(),
         "job started"
     );
-    tokio::pin!(cancel);
-    for task in &ctx.job.tasks {
-        // One driver per run: a job dispatched under an older lease (its controller was taken
-        // over) starts nothing more, so no agent runs twice for the same task.
-        match ctx.index.get_run(&ctx.run_id).await {
-            Ok(Some(r)) if r.epoch == ctx.job.epoch => {}
-            Ok(Some(r)) => {
-                tracing::warn!(
-                    job = %ctx.job.job_id,
-                    "stopping: the run is now driven by {} (epoch {}, this job's {})",
-                    r.controller,
-                    r.epoch,
-                    ctx.job.epoch
-                );
-                return worker_exit::CANCELLED;
-            }
-            Ok(None) => {
-                tracing::error!("run {} is not in the index {}", ctx.run_id, ctx.job.index_uri);
-                return worker_exit::FAILED;
-            }
-            Err(e) => {
-                tracing::error!("{}", ctx.redactor.redact(&e.to_string()));
-                return worker_exit::FAILED;
-            }
-        }
-        let span = task_span(&ctx, task);
-        let root = telemetry::span_id(&span);
-        let outcome = tokio::select! {
-            r = run_task(&ctx, task).instrument(span.clone()) => r,
-            _ = &mut cancel => {
-                tracing::warn!(task = %task.id, "stopping: cancelled");
-                // The task's span ends here, marked, and is flushed before the process exits.
-                telemetry::set_error(&span, "worker cancelled");
-                return worker_exit::CANCELLED;
-            }
-        };
-        record_outcome(&ctx, &span, &outcome);
-        // The task's spans go into its folder, so its span must be over before the files are
-        // written; this handle is the last one.
-        drop(span);
-        let spans = match (root, &ctx.journal) {
-            (Some(root), Some(j)) => Some(j.take_tree(root)),
-            _ => None,
-        };
-        let outcome = match outcome {
-            Ok(Some(done)) => write_outcome(&ctx, task, done, spans).await,
-            Ok(None) => Ok(()),
-            Err(e) => Err(e),
-        };
-        if let Err(e) = outcome {
-            // A store or index failure: the job cannot vouch for its results. Exiting non-zero
-            // makes the controller retry the unfinished tasks.
-            tracing::error!(task = %task.id, "{}", ctx.redactor.redact(&e.to_string()));
-            return worker_exit::FAILED;
+    let cancel = cancel.shared();
+    let parallel = ctx.config.backend.tasks_in_parallel.max(1) as usize;
+    let mut tasks =
+        futures::stream::iter(ctx.job.tasks.iter()).map(|task| process_task(&ctx, task, cancel.clone())).buffer_unordered(parallel);
+    while let Some(done) = tasks.next().await {
+        if let Err(code) = done {
+            return code;
         }
     }
     tracing::info!(job = %ctx.job.job_id, "job finished");
     worker_exit::OK
+}
+
+/// Runs one task of the job and writes its outcome; `Err` is the exit code the job stops with.
+async fn process_task(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    cancel: impl std::future::Future<Output = ()>,
+) -> std::result::Result<(), i32> {
+    // One driver per run: a job dispatched under an older lease (its controller was taken
+    // over) starts nothing more, so no agent runs twice for the same task.
+    match ctx.index.get_run(&ctx.run_id).await {
+        Ok(Some(r)) if r.epoch == ctx.job.epoch => {}
+        Ok(Some(r)) => {
+            tracing::warn!(
+                job = %ctx.job.job_id,
+                "stopping: the run is now driven by {} (epoch {}, this job's {})",
+                r.controller,
+                r.epoch,
+                ctx.job.epoch
+            );
+            return Err(worker_exit::CANCELLED);
+        }
+        Ok(None) => {
+            tracing::error!("run {} is not in the index {}", ctx.run_id, ctx.job.index_uri);
+            return Err(worker_exit::FAILED);
+        }
+        Err(e) => {
+            tracing::error!("{}", ctx.redactor.redact(&e.to_string()));
+            return Err(worker_exit::FAILED);
+        }
+    }
+    let span = task_span(ctx, task);
+    let root = telemetry::span_id(&span);
+    let outcome = tokio::select! {
+        r = run_task(ctx, task).instrument(span.clone()) => r,
+        _ = cancel => {
+            tracing::warn!(task = %task.id, "stopping: cancelled");
+            // The task's span ends here, marked, and is flushed before the process exits.
+            telemetry::set_error(&span, "worker cancelled");
+            return Err(worker_exit::CANCELLED);
+        }
+    };
+    record_outcome(ctx, &span, &outcome);
+    // The task's spans go into its folder, so its span must be over before the files are
+    // written; this handle is the last one.
+    drop(span);
+    let spans = match (root, &ctx.journal) {
+        (Some(root), Some(j)) => Some(j.take_tree(root)),
+        _ => None,
+    };
+    let outcome = match outcome {
+        Ok(Some(done)) => write_outcome(ctx, task, done, spans).await,
+        Ok(None) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = outcome {
+        // A store or index failure: the job cannot vouch for its results. Exiting non-zero
+        // makes the controller retry the unfinished tasks.
+        tracing::error!(task = %task.id, "{}", ctx.redactor.redact(&e.to_string()));
+        return Err(worker_exit::FAILED);
+    }
+    Ok(())
 }
 
 /// A task's `eval.task` span, a child of the controller's `eval.job` span when the job carries
@@ -303,7 +375,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         task_id: task.id.clone(),
         job_id: ctx.job.job_id.clone(),
         attempt,
-        passed: scores.iter().all(|s| s.passed),
+        passed: scores_pass(&scores),
         agent,
         scores,
         started_at,

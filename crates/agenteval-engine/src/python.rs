@@ -1,0 +1,292 @@
+//! Running untrusted Python (HumanEval completions, the `llm` agent's `python` tool): one process
+//! per program, in its own empty scratch folder and process group, with resource limits
+//! (address space, CPU time, file size, processes), process creation disabled, the filesystem
+//! view of an agent (Landlock: write only the scratch folder), a wall-clock timeout, and the
+//! whole process tree killed afterwards.
+//!
+//! Whether a check passed is read from a line the trusted driver writes to a descriptor of its
+//! own, prefixed with a per-run token, after the program returned: what the program prints and
+//! how the process exits cannot make it pass.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+use crate::agents::{TreeGuard, sandbox, warn_unsandboxed};
+
+/// What one program may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PythonLimits {
+    pub timeout: Duration,
+    /// Address space, bytes.
+    pub memory_bytes: u64,
+    /// Largest file the program may write, bytes.
+    pub file_bytes: u64,
+    /// `RLIMIT_NPROC` (enforced for non-root users; process creation is disabled in any case).
+    pub processes: u64,
+}
+
+impl Default for PythonLimits {
+    fn default() -> Self {
+        PythonLimits {
+            timeout: Duration::from_secs(10),
+            memory_bytes: 2 << 30,
+            file_bytes: 16 << 20,
+            processes: 32,
+        }
+    }
+}
+
+/// How a program ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PythonRun {
+    /// The program ran to its end without an exception (the driver said so).
+    pub completed: bool,
+    pub timed_out: bool,
+    /// Why it did not complete, in one line.
+    pub reason: String,
+    /// What it printed (stdout and stderr, interleaved), cut to its last 16 KiB.
+    pub output: String,
+}
+
+const OUTPUT_TAIL: usize = 16 * 1024;
+
+/// The trusted driver. It reads `{token, program, limits}` from stdin, moves the program's own
+/// stdin/stdout/stderr away from the report descriptor, applies the limits, disables process
+/// creation, runs the program with `exec` in a fresh namespace (as the HumanEval harness does),
+/// and reports `<token> passed` or `<token> failed <why>` on the saved descriptor.
+const DRIVER: &str = r#"
+import json, os, resource, sys
+def _agenteval_driver():
+    spec = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    report = os.dup(1)
+    out = os.open("output.txt", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0); os.dup2(out, 1); os.dup2(out, 2); os.close(null); os.close(out)
+    sys.stdin = open(0, "r", closefd=False)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    lim = spec["limits"]
+    for res, value in ((resource.RLIMIT_AS, lim["memory"]), (resource.RLIMIT_FSIZE, lim["file"]),
+                       (resource.RLIMIT_CPU, lim["cpu"]), (resource.RLIMIT_NPROC, lim["procs"]),
+                       (resource.RLIMIT_CORE, 0)):
+        try:
+            resource.setrlimit(res, (value, value))
+        except (ValueError, OSError):
+            pass
+    def refused(*args, **kwargs):
+        raise PermissionError("creating processes is disabled here")
+    import subprocess, shutil
+    for name in ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp", "execv", "execve",
+                 "execl", "execle", "execlp", "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
+                 "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "kill", "killpg", "register_at_fork"):
+        if hasattr(os, name):
+            setattr(os, name, refused)
+    subprocess.Popen = refused
+    for name in ("ctypes", "_ctypes", "_posixsubprocess", "multiprocessing", "pty"):
+        sys.modules[name] = None
+    token = spec.pop("token")
+    code = compile(spec.pop("program"), "<program>", "exec")
+    del spec
+    try:
+        exec(code, {})
+    except BaseException as e:
+        try:
+            why = (type(e).__name__ + ": " + str(e))[:300]
+        except BaseException:
+            why = "an exception that cannot be shown"
+        os.write(report, (token + " failed " + why.replace("\n", " ") + "\n").encode("utf-8", "replace"))
+        os._exit(1)
+    os.write(report, (token + " passed\n").encode())
+    os._exit(0)
+_agenteval_driver()
+"#;
+
+/// Runs `program` with `python` under `limits`.
+pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> std::io::Result<PythonRun> {
+    let scratch = tempfile::Builder::new().prefix("agenteval-py-").tempdir()?;
+    let dir = scratch.path().canonicalize()?;
+    let token = format!("{:032x}", token_bits());
+    let cpu = limits.timeout.as_secs() + 1;
+    let spec = json!({
+        "token": token,
+        "program": program,
+        "limits": {"memory": limits.memory_bytes, "file": limits.file_bytes, "cpu": cpu, "procs": limits.processes},
+    });
+    let python = resolve_python(python);
+    let python = python.to_string_lossy();
+    let python = python.as_ref();
+    let args = ["-I", "-c", DRIVER];
+    let mut std_cmd = match (sandbox::launcher(), sandbox::available()) {
+        (Some(launcher), true) => {
+            let mut view = sandbox::View {
+                read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),
+                write: sandbox::SYSTEM_WRITE.iter().map(Into::into).collect(),
+                exclude: vec![],
+            };
+            view.read.extend(sandbox::which(python).and_then(|p| sandbox::program_home(&p)));
+            view.write.push(dir.clone());
+            let view = serde_json::to_string(&view).expect("a view serializes");
+            let mut c = std::process::Command::new(launcher);
+            c.args(["agent-sandbox", "--view", &view, "--", python]).args(args);
+            c
+        }
+        (launcher, _) => {
+            warn_unsandboxed(if launcher.is_none() {
+                "no sandbox launcher in this process"
+            } else {
+                "this kernel does not enforce Landlock (see docs/security.md)"
+            });
+            let mut c = std::process::Command::new(python);
+            c.args(args);
+            c
+        }
+    };
+    std_cmd.current_dir(&dir).env_clear();
+    for var in ["PATH", "LANG", "LC_ALL"] {
+        if let Some(v) = std::env::var_os(var) {
+            std_cmd.env(var, v);
+        }
+    }
+    std_cmd.env("HOME", &dir).env("TMPDIR", &dir).env("PYTHONDONTWRITEBYTECODE", "1");
+    let mut cmd = tokio::process::Command::from(std_cmd);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+    let mut child = cmd.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start `{python}`: {e}")))?;
+    let guard = TreeGuard(child.id().map(|p| p as i32));
+    let mut stdin = child.stdin.take().expect("stdin piped");
+    let mut stdout = child.stdout.take().expect("stdout piped");
+    let mut stderr = child.stderr.take().expect("stderr piped");
+    let input = spec.to_string();
+    let feed = async move {
+        let _ = stdin.write_all(input.as_bytes()).await;
+    };
+    let read = async move {
+        let (mut report, mut early) = (Vec::new(), Vec::new());
+        let (mut out, mut err) = ((&mut stdout).take(64 * 1024), (&mut stderr).take(64 * 1024));
+        let _ = tokio::join!(out.read_to_end(&mut report), err.read_to_end(&mut early));
+        (report, early)
+    };
+    let work = async {
+        let ((), (report, early)) = tokio::join!(feed, read);
+        let status = child.wait().await;
+        (report, early, status)
+    };
+    let ended = tokio::time::timeout(limits.timeout, work).await;
+    drop(guard);
+    let output = std::fs::read(dir.join("output.txt")).unwrap_or_default();
+    let output = tail(&output);
+    let Ok((report, early, status)) = ended else {
+        return Ok(PythonRun {
+            completed: false,
+            timed_out: true,
+            reason: format!("timed out after {:.1}s", limits.timeout.as_secs_f64()),
+            output,
+        });
+    };
+    let report = String::from_utf8_lossy(&report);
+    let mine = report.lines().find_map(|l| l.strip_prefix(token.as_str())).map(str::trim);
+    let status = status?;
+    let (completed, reason) = match mine {
+        Some("passed") if status.success() => (true, String::new()),
+        Some(r) if r.starts_with("failed") => (false, r.trim_start_matches("failed").trim().to_string()),
+        _ => {
+            let early = String::from_utf8_lossy(&early);
+            let last = early.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+            let how = match status.code() {
+                Some(c) => format!("exit status {c}"),
+                None => "a signal".to_string(),
+            };
+            let mut why = format!("the program ended before it finished ({how})");
+            if !last.is_empty() {
+                why.push_str(&format!(": {}", last.chars().take(200).collect::<String>()));
+            }
+            (false, why)
+        }
+    };
+    Ok(PythonRun { completed, timed_out: false, reason, output })
+}
+
+fn tail(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(OUTPUT_TAIL)..]);
+    text.into_owned()
+}
+
+/// 128 bits nobody else knows: the time, the process and the address of a fresh allocation,
+/// through sha256.
+fn token_bits() -> u128 {
+    use sha2::{Digest as _, Sha256};
+    let probe = Box::new(0u8);
+    let mut h = Sha256::new();
+    h.update(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos().to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    h.update((&*probe as *const u8 as usize).to_le_bytes());
+    h.update(uuid_like().to_le_bytes());
+    let d = h.finalize();
+    u128::from_le_bytes(d[..16].try_into().expect("16 bytes"))
+}
+
+fn uuid_like() -> u64 {
+    std::fs::read("/proc/sys/kernel/random/uuid")
+        .map(|b| b.iter().fold(0u64, |a, &x| a.rotate_left(5) ^ x as u64))
+        .unwrap_or_default()
+}
+
+/// The Python interpreter to use when a config names none.
+pub const DEFAULT_PYTHON: &str = "python3";
+
+/// The interpreter `python` names, resolved once through the worker's own environment: a
+/// version manager's shim (pyenv) needs variables the sandboxed program does not get.
+fn resolve_python(python: &str) -> PathBuf {
+    static CACHE: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, p)) = cache.iter().find(|(k, _)| k == python) {
+        return p.clone();
+    }
+    let real = std::process::Command::new(python)
+        .args(["-c", "import sys; print(sys.executable)"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(python));
+    cache.push((python.to_string(), real.clone()));
+    real
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quick() -> PythonLimits {
+        PythonLimits { timeout: Duration::from_secs(5), ..PythonLimits::default() }
+    }
+
+    #[tokio::test]
+    async fn a_program_passes_only_by_running_to_its_end() {
+        let ok = run_python(DEFAULT_PYTHON, "x = 1\nassert x == 1\nprint('hi')", &quick()).await.unwrap();
+        assert!(ok.completed, "{ok:?}");
+        assert_eq!(ok.output.trim(), "hi");
+        let failed = run_python(DEFAULT_PYTHON, "assert 1 == 2, 'nope'", &quick()).await.unwrap();
+        assert!(!failed.completed && failed.reason.contains("AssertionError: nope"), "{failed:?}");
+        for cheat in ["print('passed')\nimport os\nos._exit(0)", "import sys\nsys.exit(0)", "exit(0)"] {
+            let r = run_python(DEFAULT_PYTHON, cheat, &quick()).await.unwrap();
+            assert!(!r.completed, "{cheat}: {r:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn loops_forks_and_memory_bombs_are_contained() {
+        let limits = PythonLimits { timeout: Duration::from_secs(2), ..PythonLimits::default() };
+        let r = run_python(DEFAULT_PYTHON, "while True:\n    pass", &limits).await.unwrap();
+        assert!(r.timed_out && !r.completed, "{r:?}");
+        let r = run_python(DEFAULT_PYTHON, "import os\nwhile True:\n    os.fork()", &limits).await.unwrap();
+        assert!(!r.completed && r.reason.contains("PermissionError"), "{r:?}");
+        let r = run_python(DEFAULT_PYTHON, "x = []\nwhile True:\n    x.append(' ' * 10**8)", &limits).await.unwrap();
+        assert!(!r.completed, "{r:?}");
+    }
+}
