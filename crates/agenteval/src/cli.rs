@@ -70,6 +70,23 @@ pub enum Command {
         /// Judge the comparison with this gates file (exit 1 when a gate fails).
         #[arg(long, value_name = "FILE")]
         gates: Option<PathBuf>,
+        #[command(flatten)]
+        cassettes: CassetteArgs,
+    },
+    /// Re-run a run's config with the model calls recorded in its bundle instead of live ones,
+    /// and say per task MATCH, DIFFER (with the first difference) or CODE_CHANGED (agenteval's
+    /// version, or how it reads the config, changed). Exit 1 when any task is not MATCH.
+    /// Proves the platform did not change a result; runs on the local backend.
+    Replay {
+        /// The run to replay: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        /// Replay with this config instead of the bundle's (e.g. a changed system prompt).
+        #[arg(long = "with-config", value_name = "FILE")]
+        with_config: Option<PathBuf>,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
     },
     /// Compare two runs task by task: paired bootstrap intervals, regressions, gates.
     Compare {
@@ -188,6 +205,18 @@ pub enum Command {
         #[arg(long)]
         job: String,
     },
+}
+
+/// Model-call cassettes of the `llm` agent (`docs/agents.md`).
+#[derive(Debug, Args, Clone)]
+pub struct CassetteArgs {
+    /// A folder of cassettes, one `<task id>.jsonl` per task (local backend).
+    #[arg(long, value_name = "DIR")]
+    pub cassettes: Option<PathBuf>,
+    /// `record` (call the model, write every call), `replay` (answer from the cassettes only;
+    /// a request that differs fails its task) or `replay-or-live` (misses go to the model).
+    #[arg(long, value_name = "MODE", default_value = "replay", value_parser = ["record", "replay", "replay-or-live"], requires = "cassettes")]
+    pub cassette_mode: String,
 }
 
 #[derive(Debug, Subcommand)]

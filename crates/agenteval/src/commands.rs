@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agenteval_core::config::{ConfigError, Origin, load_config};
+use agenteval_core::config::{ConfigError, LoadedConfig, Origin};
 use agenteval_core::layout;
 use agenteval_core::location::{BundleRoot, IndexLocation};
 use agenteval_core::model::{RunRecord, RunStatus, RunSummary};
@@ -27,8 +27,12 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { run, json, baseline, gates } => {
-            submit(&run, json, baseline.as_deref(), gates.as_deref(), quiet, telemetry).await
+        Command::Submit { run, json, baseline, gates, cassettes } => {
+            submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
+        }
+        Command::Replay { run, with_config, index, json } => {
+            let (wiring, index) = open_index(&index).await?;
+            crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await
         }
         Command::Status { run, index, json } => status(&run, &index, json).await,
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
@@ -65,7 +69,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     }
 }
 
-fn exe() -> Result<PathBuf, Failure> {
+pub(crate) fn exe() -> Result<PathBuf, Failure> {
     std::env::current_exe().context("cannot find the agenteval executable").map_err(Failure::from)
 }
 
@@ -130,11 +134,11 @@ fn interrupt_channel(
     rx
 }
 
-fn outcome_code(status: RunStatus) -> u8 {
+pub(crate) fn outcome_code(status: RunStatus) -> u8 {
     if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
 }
 
-fn print_outcome(o: &RunOutcome, json: bool) {
+pub(crate) fn print_outcome(o: &RunOutcome, json: bool) {
     if json {
         let v = json!({
             "run_id": o.run_id,
@@ -156,12 +160,12 @@ fn print_outcome(o: &RunOutcome, json: bool) {
     }
 }
 
-fn config_failure(e: ConfigError) -> Failure {
+pub(crate) fn config_failure(e: ConfigError) -> Failure {
     Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
 }
 
 /// Controller options, with telemetry connected as the run's config says.
-fn controller_options(
+pub(crate) fn controller_options(
     config: &agenteval_core::config::RunConfig,
     resolver: Arc<dyn Resolver>,
     json: bool,
@@ -182,11 +186,44 @@ fn controller_options(
     })
 }
 
+/// Adds the cassette settings to what every worker gets.
+pub(crate) fn with_cassettes(
+    mut opts: ControllerOptions,
+    config: &agenteval_core::config::RunConfig,
+    dir: &Path,
+    mode: &str,
+) -> Result<ControllerOptions, Failure> {
+    if config.backend.id != agenteval_core::config::BackendId::Local {
+        return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
+    }
+    if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
+        return Err(Error::invalid(format!(
+            "--cassettes records model calls of the `llm` agent; this run's agent is `{}`",
+            config.agent.kind()
+        ))
+        .into());
+    }
+    if mode != "record" && !dir.is_dir() {
+        return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
+    }
+    let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
+    let (dir, mode) = (dir.display().to_string(), mode.to_string());
+    let inner = opts.worker_env.clone();
+    opts.worker_env = Arc::new(move || {
+        let mut env = inner();
+        env.insert(agenteval_engine::worker::CASSETTES_ENV.into(), dir.clone());
+        env.insert(agenteval_engine::worker::CASSETTE_MODE_ENV.into(), mode.clone());
+        env
+    });
+    Ok(opts)
+}
+
 async fn submit(
     args: &RunConfigArgs,
     json: bool,
     baseline: Option<&str>,
     gates: Option<&Path>,
+    cassettes: &crate::cli::CassetteArgs,
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
@@ -194,7 +231,10 @@ async fn submit(
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    if let Some(dir) = &cassettes.cassettes {
+        opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;
+    }
     let outcome = controller::submit(&loaded, opts).await?;
     if baseline.is_none() && gates.is_none() {
         print_outcome(&outcome, json);
@@ -621,4 +661,10 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
         }
     };
     agenteval_engine::worker::run_job(job, wiring.as_ref(), Some(telemetry.journal()), cancel).await as u8
+}
+
+/// Loads a run config with every check, the LLM crate's included (prices under a cost limit,
+/// model specs).
+pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
+    agenteval_core::config::load_config_checked(path, overrides, &agenteval_llm::validate_config)
 }

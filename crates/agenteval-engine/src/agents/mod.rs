@@ -73,7 +73,7 @@ fn view_of(
     }
     match &run.benchmark {
         BenchmarkConfig::Jsonl { cases, .. } => exclude.push(real(cases)),
-        BenchmarkConfig::Humaneval { path, .. } => exclude.push(real(path)),
+        BenchmarkConfig::Humaneval { path, .. } => exclude.extend(path.as_deref().map(real)),
         BenchmarkConfig::Toy { .. } => {}
     }
     let mut view = sandbox::View {

@@ -23,7 +23,11 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
         )),
         BenchmarkConfig::Jsonl { cases, .. } => Arc::new(JsonlBenchmark::new(cases.clone())),
         BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => {
-            Arc::new(humaneval::HumanEvalBenchmark::new(path.clone(), python.clone(), *timeout_seconds))
+            Arc::new(humaneval::HumanEvalBenchmark::new(
+                path.clone().unwrap_or_default(),
+                python.clone(),
+                *timeout_seconds,
+            ))
         }
     })
 }

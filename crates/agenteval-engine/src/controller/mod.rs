@@ -155,7 +155,8 @@ impl Run {
     }
 }
 
-fn config_hash(resolved: &serde_json::Value) -> String {
+/// The hash recorded as `config_hash`: sha256 of the resolved config's JSON.
+pub fn config_hash(resolved: &serde_json::Value) -> String {
     // A `Value` always serializes; the hash of nothing would only ever be a wrong hash.
     sha256_hex(&serde_json::to_vec(resolved).unwrap_or_default())
 }

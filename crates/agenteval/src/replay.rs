@@ -1,0 +1,239 @@
+//! `agenteval replay RUN`: re-runs a run's config (or another) with the model calls recorded in
+//! its bundle substituted for live ones, and compares every task with the recording: `MATCH`
+//! (same success, answer, tool calls in order and `terminated_by`, cost within ±5%), `DIFFER`
+//! (with the first difference) or `CODE_CHANGED` (agenteval's version, or how it reads the
+//! recorded config, changed since the recording).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use agenteval_core::config::{AgentConfig, BackendId, LoadedConfig, RunConfig};
+use agenteval_core::layout;
+use agenteval_core::model::{EventKind, RunStatus, TaskResult, TraceEvent};
+use agenteval_core::traits::{BundleStore, RunIndex};
+use agenteval_core::{Error, RunId};
+use agenteval_engine::bundle::{Metadata, read_json};
+use agenteval_engine::controller;
+use serde_json::{Value, json};
+
+use crate::commands::{config_failure, controller_options, load_config, print_outcome, with_cassettes};
+use crate::telemetry::Telemetry;
+use crate::wiring::Wiring;
+use crate::{Failure, exit, judging};
+
+/// Relative cost difference a match allows.
+const COST_TOLERANCE: f64 = 0.05;
+
+/// What a task did, as far as a replay compares it.
+#[derive(Debug, PartialEq)]
+struct Behaviour {
+    passed: bool,
+    answer: Option<Value>,
+    terminated_by: String,
+    error: Option<String>,
+    tools: Vec<(String, Value)>,
+    cost: f64,
+}
+
+async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
+    let result: TaskResult = read_json(store, run, &format!("tasks/{task}/{}", layout::TASK_RESULT)).await.ok()?;
+    let trace = store.get(run, &format!("tasks/{task}/{}", layout::TASK_TRACE)).await.unwrap_or_default();
+    let tools = trace
+        .split(|&b| b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<TraceEvent>(l).ok())
+        .filter(|e| e.kind == EventKind::AgentToolCall)
+        .map(|e| {
+            let name = e.payload.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
+            (name, e.payload.get("arguments").cloned().unwrap_or(Value::Null))
+        })
+        .collect();
+    Some(Behaviour {
+        passed: result.passed,
+        answer: result.agent.final_answer.clone(),
+        terminated_by: result.agent.terminated_by.as_str().to_string(),
+        error: result.agent.error.clone(),
+        cost: result.total_cost_usd(),
+        tools,
+    })
+}
+
+fn clip(v: &impl std::fmt::Display) -> String {
+    let s = v.to_string();
+    if s.chars().count() <= 80 { s } else { format!("{}…", s.chars().take(80).collect::<String>()) }
+}
+
+/// The first way `now` differs from `was`, if it does.
+fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
+    let because = now.error.as_deref().map(|e| format!(" ({})", clip(&e))).unwrap_or_default();
+    if was.terminated_by != now.terminated_by {
+        return Some(format!("terminated_by {} → {}{because}", was.terminated_by, now.terminated_by));
+    }
+    if was.passed != now.passed {
+        return Some(format!("passed {} → {}{because}", was.passed, now.passed));
+    }
+    for (i, pair) in was.tools.iter().zip(now.tools.iter()).enumerate() {
+        if pair.0 != pair.1 {
+            return Some(format!(
+                "tool call {}: {} {} → {} {}",
+                i + 1,
+                pair.0.0,
+                clip(&pair.0.1),
+                pair.1.0,
+                clip(&pair.1.1)
+            ));
+        }
+    }
+    if was.tools.len() != now.tools.len() {
+        return Some(format!("{} tool calls → {}", was.tools.len(), now.tools.len()));
+    }
+    if was.answer != now.answer {
+        let show = |a: &Option<Value>| a.as_ref().map_or("nothing".to_string(), clip);
+        return Some(format!("answer {} → {}", show(&was.answer), show(&now.answer)));
+    }
+    let scale = was.cost.abs().max(now.cost.abs());
+    if scale > 0.0 && (was.cost - now.cost).abs() > COST_TOLERANCE * scale {
+        return Some(format!("cost ${:.6} → ${:.6}", was.cost, now.cost));
+    }
+    None
+}
+
+pub async fn replay(
+    wiring: Arc<Wiring>,
+    index: Arc<dyn RunIndex>,
+    reference: &str,
+    with_config: Option<&Path>,
+    json: bool,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
+    let run = judging::resolve_ref(index.as_ref(), reference).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run).await?;
+    let store = located.store.clone();
+    let meta: Metadata = read_json(store.as_ref(), &run, layout::METADATA).await?;
+    let mut loaded = match with_config {
+        Some(path) => load_config(path, &[]).map_err(config_failure)?,
+        None => {
+            let recorded: Value = read_json(store.as_ref(), &run, layout::CONFIG).await?;
+            let config: RunConfig = serde_json::from_value(recorded).map_err(|e| {
+                Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
+            })?;
+            let resolved = serde_json::to_value(&config).expect("configs serialize");
+            LoadedConfig { config, path: std::path::PathBuf::from(store.bundle_uri(&run)).join(layout::CONFIG), resolved }
+        }
+    };
+    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) {
+        return Err(Error::invalid(format!(
+            "run {run} used the `{}` agent: only `llm` runs record model calls to replay",
+            loaded.config.agent.kind()
+        ))
+        .into());
+    }
+    if loaded.config.backend.id != BackendId::Local || !loaded.config.storage.bundle_root.is_local() {
+        return Err(Error::invalid("replay runs on the local backend with a local bundle folder").into());
+    }
+    let code_changed = if meta.agenteval_version != agenteval_engine::VERSION {
+        Some(format!("recorded with agenteval {}, replayed with {}", meta.agenteval_version, agenteval_engine::VERSION))
+    } else if with_config.is_none() && controller::config_hash(&loaded.resolved) != meta.config_hash {
+        Some("this agenteval reads the recorded config differently (its hash changed)".to_string())
+    } else {
+        None
+    };
+
+    // The bundle's cassettes, one file per task, where the workers read them.
+    let dir = tempfile::Builder::new().prefix("agenteval-replay-").tempdir().map_err(|e| Error::io("a cassette folder", e))?;
+    let suffix = format!("/{}", layout::TASK_CASSETTE);
+    let mut recorded_tasks = Vec::new();
+    for path in store.list(&run, "tasks/").await? {
+        if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
+            let bytes = store.get(&run, &path).await?;
+            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes).map_err(|e| Error::io("writing a cassette", e))?;
+            recorded_tasks.push(task.to_string());
+        }
+    }
+    if recorded_tasks.is_empty() {
+        return Err(Error::not_found(format!("run {run} has no recorded model calls (tasks/*/cassette.jsonl)")).into());
+    }
+    // Only the recorded tasks are replayed: tasks the recording never reached have nothing to
+    // compare with.
+    recorded_tasks.sort();
+    let filter = &mut match &mut loaded.config.benchmark {
+        agenteval_core::config::BenchmarkConfig::Toy { filter, .. }
+        | agenteval_core::config::BenchmarkConfig::Jsonl { filter, .. }
+        | agenteval_core::config::BenchmarkConfig::Humaneval { filter, .. } => filter,
+    };
+    filter.ids = recorded_tasks.iter().map(|t| t.split('@').next().unwrap_or(t).to_string()).collect();
+    filter.ids.dedup();
+    filter.limit = None;
+    loaded.config.name = format!("{} (replay)", meta.name);
+    loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
+
+    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    let opts = with_cassettes(opts, &loaded.config, dir.path(), "replay")?;
+    let outcome = controller::submit(&loaded, opts).await?;
+    let new_store = agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;
+
+    let mut rows = Vec::new();
+    for task in &recorded_tasks {
+        let Some(was) = behaviour(store.as_ref(), &run, task).await else { continue };
+        let verdict = match behaviour(new_store.as_ref(), &outcome.run_id, task).await {
+            None => Some("no result in the replay".to_string()),
+            Some(now) => first_difference(&was, &now),
+        };
+        let (word, detail) = match verdict {
+            None => ("MATCH", String::new()),
+            Some(d) if code_changed.is_some() => ("CODE_CHANGED", d),
+            Some(d) => ("DIFFER", d),
+        };
+        rows.push((task.clone(), word, detail));
+    }
+    let count = |w: &str| rows.iter().filter(|r| r.1 == w).count();
+    let all_match = count("MATCH") == rows.len();
+    let code = if !all_match {
+        exit::CHECK_FAILED
+    } else if outcome.status != RunStatus::Complete {
+        exit::INCOMPLETE
+    } else {
+        exit::OK
+    };
+    if json {
+        let tasks: Vec<Value> =
+            rows.iter().map(|(t, w, d)| json!({"task_id": t, "verdict": w, "difference": d})).collect();
+        say!(
+            "{}",
+            json!({
+                "run_id": run,
+                "replay_run_id": outcome.run_id,
+                "replay_status": outcome.status,
+                "code_changed": code_changed,
+                "match": count("MATCH"),
+                "differ": count("DIFFER"),
+                "code_changed_tasks": count("CODE_CHANGED"),
+                "tasks": tasks,
+                "exit_code": code,
+            })
+        );
+        return Ok(code);
+    }
+    if !quiet {
+        print_outcome(&outcome, false);
+        say!("");
+    }
+    if let Some(why) = &code_changed {
+        say!("note: {why}");
+    }
+    for (task, word, detail) in &rows {
+        if detail.is_empty() {
+            say!("{word:<12} {task}");
+        } else {
+            say!("{word:<12} {task}  {detail}");
+        }
+    }
+    say!(
+        "replay of {run}: {} tasks, {} MATCH, {} DIFFER, {} CODE_CHANGED",
+        rows.len(),
+        count("MATCH"),
+        count("DIFFER"),
+        count("CODE_CHANGED")
+    );
+    Ok(code)
+}
