@@ -569,6 +569,18 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+impl RunSummary {
+    /// The run's cost for people: dollars, or `unknown` / `≥ dollars (N tasks unknown)` when
+    /// some model had no price, so a partial sum never reads as the whole.
+    pub fn cost_text(&self) -> String {
+        match self.cost_unknown_tasks {
+            0 => format!("{:.4}", self.total_cost_usd),
+            n if n >= self.tasks_finished && self.total_cost_usd == 0.0 => "unknown".into(),
+            n => format!(">={:.4} ({n} unknown)", self.total_cost_usd),
+        }
+    }
+}
+
 /// Whether a task with these scores passed: every score passes, except that a judge's own
 /// failure (an LLM judge that errored) neither passes nor fails it.
 pub fn scores_pass(scores: &[EvaluatorScore]) -> bool {

@@ -37,13 +37,13 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
-        "| {} | {} | {} | {} | {:.1}% | {:.4} | {} | {:.3} | {:.3} |",
+        "| {} | {} | {} | {} | {:.1}% | {} | {} | {:.3} | {:.3} |",
         s.tasks_total,
         s.tasks_finished,
         s.passed,
         s.failed,
         s.pass_rate * 100.0,
-        s.total_cost_usd,
+        s.cost_text(),
         s.total_tokens,
         s.latency_p50_seconds,
         s.latency_p95_seconds

@@ -1,8 +1,10 @@
 //! Test support shared by agenteval's crates, never shipped: the conformance suites every
-//! `BundleStore` and `RunIndex` implementation must pass, and the AWS emulator launcher.
+//! `BundleStore` and `RunIndex` implementation must pass, the AWS emulator launcher and a mock
+//! LLM server.
 //!
 //! Only `[dev-dependencies]` name this crate, so the libraries and the binary do not export
 //! test helpers.
 
 pub mod conformance;
 pub mod emulator;
+pub mod llm_mock;

@@ -134,7 +134,7 @@ pub fn summary_table(s: &RunSummary) -> Table {
         s.passed.to_string(),
         s.failed.to_string(),
         format!("{:.1}%", s.pass_rate * 100.0),
-        format!("{:.4}", s.total_cost_usd),
+        s.cost_text(),
         s.total_tokens.to_string(),
         format!("{:.3}", s.latency_p50_seconds),
         format!("{:.3}", s.latency_p95_seconds),

@@ -1,0 +1,208 @@
+//! A scripted model server speaking OpenAI chat completions (`POST /v1/chat/completions`) and
+//! Anthropic messages (`POST /v1/messages`), so the `llm` agent and the judges are tested without
+//! a network or a key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`.
+//!
+//! What it answers is scripted by words in the conversation's first user message:
+//! - `USE_TOOL`: asks for the `python` tool with `print(6 * 7)`, then answers `the tool said …`;
+//! - `LOOP`: asks for a tool on every turn (for `max_turns`);
+//! - `RATE_LIMIT`: the first call gets 429 with `Retry-After: 1`;
+//! - `FAIL500`: the first two calls get 500;
+//! - `MALFORMED`: every answer is broken JSON;
+//! - `ECHO_KEY`: the answer quotes the `Authorization`/`x-api-key` header it got and a key-like
+//!   string;
+//! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
+//! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - otherwise it answers `echo: <the message>`.
+//!
+//! Every call reports 10 input and 5 output tokens unless `BIG`. A latency applies to every call.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Response, StatusCode};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// A call the server received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    /// The credential header as sent (`Authorization` or `x-api-key`).
+    pub credential: Option<String>,
+    pub body: Value,
+    pub at: Instant,
+    pub status: u16,
+}
+
+#[derive(Default)]
+struct State {
+    received: Vec<Received>,
+    calls_per_conversation: HashMap<String, u32>,
+}
+
+/// A running mock server; stops when dropped.
+pub struct MockLlm {
+    pub addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl MockLlm {
+    /// Starts a server answering every call after `latency`.
+    pub fn start(latency: Duration) -> MockLlm {
+        let state = Arc::new(Mutex::new(State::default()));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let (addr_tx, addr_rx) = std::sync::mpsc::channel();
+        let shared = state.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");
+                let s1 = shared.clone();
+                let s2 = shared.clone();
+                let app = axum::Router::new()
+                    .route(
+                        "/v1/chat/completions",
+                        post(move |h: HeaderMap, b: Bytes| answer(s1.clone(), latency, "openai", h, b)),
+                    )
+                    .route("/v1/messages", post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)));
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = stop_rx.await;
+                    })
+                    .await;
+            });
+        });
+        let addr = addr_rx.recv().expect("the mock server started");
+        MockLlm { addr, state, stop: Some(stop_tx), thread: Some(thread) }
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the `base_url` to configure.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// Every call so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().received.clone()
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The key-like string `ECHO_KEY` answers with.
+pub const ECHOED_KEY: &str = "sk-proj-MOCKLEAKEDKEY0123456789abcdef";
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b.get("text").or_else(|| b.get("content")).and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+async fn answer(state: Arc<Mutex<State>>, latency: Duration, shape: &'static str, headers: HeaderMap, body: Bytes) -> Response<Body> {
+    let at = Instant::now();
+    let credential = headers
+        .get("authorization")
+        .or_else(|| headers.get("x-api-key"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    let first = messages.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+    // A tool result: OpenAI's `tool` message, or Anthropic's `tool_result` block.
+    let tool_result = messages.iter().rev().find_map(|m| {
+        if m["role"] == "tool" {
+            return Some(text_of(&m["content"]));
+        }
+        m["content"].as_array()?.iter().find(|b| b["type"] == "tool_result").map(|b| text_of(&b["content"]))
+    });
+    let call_no = {
+        let mut s = state.lock().unwrap();
+        let n = s.calls_per_conversation.entry(first.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let record = |status: u16| {
+        state.lock().unwrap().received.push(Received {
+            path: shape.into(),
+            credential: credential.clone(),
+            body: body.clone(),
+            at,
+            status,
+        })
+    };
+    if first.contains("RATE_LIMIT") && call_no == 1 {
+        record(429);
+        return Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header("retry-after", "1")
+            .body(Body::from(r#"{"error": {"type": "rate_limit_exceeded", "message": "slow down"}}"#))
+            .unwrap();
+    }
+    if first.contains("FAIL500") && call_no <= 2 {
+        record(500);
+        return Response::builder().status(500).body(Body::from("upstream exploded")).unwrap();
+    }
+    record(200);
+    if first.contains("MALFORMED") {
+        return Response::builder().status(200).body(Body::from("{\"choices\": [")).unwrap();
+    }
+    let (input, output) = if first.contains("BIG") { (400_000, 100_000) } else { (10, 5) };
+    let tool_call = (first.contains("USE_TOOL") && tool_result.is_none()) || first.contains("LOOP");
+    let text = if first.contains("ECHO_KEY") {
+        format!("I was called with {} and found {ECHOED_KEY}", credential.clone().unwrap_or_default())
+    } else if first.contains("JUDGE") {
+        let score = if first.contains("GOOD ANSWER") { 0.9 } else { 0.2 };
+        format!("Let me think.\n```json\n{{\"score\": {score}, \"passed\": {}, \"reason\": \"scripted\"}}\n```", score > 0.5)
+    } else if let Some(r) = &tool_result {
+        format!("the tool said {}", r.trim())
+    } else {
+        format!("echo: {first}")
+    };
+    let call_id = format!("call_{call_no}");
+    let args = json!({"code": "print(6 * 7)"});
+    let reply = match (shape, tool_call) {
+        ("openai", false) => json!({
+            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output},
+        }),
+        ("openai", true) => json!({
+            "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": "python", "arguments": args.to_string()}}]},
+                "finish_reason": "tool_calls"}],
+            "usage": {"prompt_tokens": input, "completion_tokens": output},
+        }),
+        (_, false) => json!({
+            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": input, "output_tokens": output},
+        }),
+        (_, true) => json!({
+            "content": [{"type": "tool_use", "id": call_id, "name": "python", "input": args}], "stop_reason": "tool_use",
+            "usage": {"input_tokens": input, "output_tokens": output},
+        }),
+    };
+    Response::builder().status(200).header("content-type", "application/json").body(Body::from(reply.to_string())).unwrap()
+}
