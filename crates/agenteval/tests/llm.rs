@@ -1,0 +1,318 @@
+//! The `llm` agent and the LLM judges through the real binary, against the scripted mock server
+//! (`agenteval_testkit::llm_mock`): tool calls, retries, limits, prices, cassettes, `replay`,
+//! keys that never leak, and the transport rule.
+
+mod util;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agenteval_testkit::llm_mock::{ECHOED_KEY, MockLlm};
+use util::*;
+
+const KEY: &str = "sk-test-THEREALKEYNEVERSHOWN0123456789";
+
+/// A workspace with a secrets file holding the OpenAI and Anthropic keys.
+fn workspace() -> Workspace {
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\nANTHROPIC_API_KEY={KEY}\n"));
+    ws
+}
+
+fn cases(ws: &Workspace, inputs: &[(&str, &str)]) {
+    let lines: String =
+        inputs.iter().map(|(id, input)| format!("{}\n", serde_json::json!({"id": id, "input": input}))).collect();
+    ws.write("cases.jsonl", &lines);
+}
+
+/// A config for the `llm` agent on `cases.jsonl`; `agent_extra` and `extra` are YAML lines
+/// added to the agent and at the top level.
+fn config(ws: &Workspace, name: &str, model: &str, base_url: &str, agent_extra: &str, extra: &str) -> PathBuf {
+    ws.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: {model}\n  base_url: {base_url}\n  tools: [python]\n  max_attempts: 3\n{agent_extra}backend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n{extra}"
+        ),
+    )
+}
+
+fn task(bundle: &Path, id: &str) -> serde_json::Value {
+    read_json(&bundle.join("tasks").join(id).join("result.json"))
+}
+
+fn trace(bundle: &Path, id: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(bundle.join("tasks").join(id).join("trace.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn bundle_of(v: &serde_json::Value) -> PathBuf {
+    PathBuf::from(v["bundle"].as_str().unwrap())
+}
+
+#[test]
+fn tool_calls_round_trip_on_both_providers_and_cost_is_tokens_times_price() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
+    for (name, model, price) in [
+        ("oai", "openai:gpt-4o-mini", (0.15, 0.60)),
+        ("ant", "anthropic:claude-3-5-haiku-20241022", (0.80, 4.00)),
+    ] {
+        let cfg = config(&ws, name, model, &mock.base_url(), "", "");
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{name}: {v}\n{}", text(&out.stderr));
+        let bundle = bundle_of(&v);
+        let r = task(&bundle, "tool");
+        assert_eq!(r["agent"]["final_answer"], "the tool said 42", "{name}: {r}");
+        let kinds: Vec<String> = trace(&bundle, "tool").iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+        let want = ["cost.tick", "agent.tool_call", "agent.tool_result", "cost.tick", "agent.final_answer", "agent.terminal"];
+        assert_eq!(&kinds[..6], want, "{name}: {kinds:?}");
+        let result_ev = trace(&bundle, "tool").into_iter().find(|e| e["kind"] == "agent.tool_result").unwrap();
+        assert_eq!(result_ev["payload"]["output"].as_str().unwrap().trim(), "42");
+        // Two calls of 10 input and 5 output tokens, at the packaged price.
+        let want_cost = 2.0 * (10.0 * price.0 + 5.0 * price.1) / 1e6;
+        let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+        assert!((cost - want_cost).abs() < 1e-12, "{name}: cost {cost}, want {want_cost}");
+        assert_eq!(r["agent"]["total_tokens"], 30);
+        assert_eq!(task(&bundle, "plain")["agent"]["final_answer"], "echo: hello");
+        assert!(bundle.join("tasks/tool/cassette.jsonl").is_file(), "every llm task keeps its calls");
+        assert_eq!(v["summary"]["cost_unknown_tasks"], serde_json::Value::Null, "{v}");
+    }
+    let anthropic = mock.received().into_iter().find(|r| r.path == "anthropic").unwrap();
+    assert_eq!(anthropic.credential.as_deref(), Some(KEY), "Anthropic gets its key in x-api-key");
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_retried() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("limited", "RATE_LIMIT me"), ("flaky", "FAIL500 twice")]);
+    let cfg = config(&ws, "retry", "openai:gpt-4o-mini", &mock.base_url(), "", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = bundle_of(&v);
+    assert_eq!(task(&bundle, "limited")["agent"]["final_answer"], "echo: RATE_LIMIT me");
+    assert_eq!(task(&bundle, "flaky")["agent"]["final_answer"], "echo: FAIL500 twice");
+    let calls = mock.received();
+    let limited: Vec<_> = calls.iter().filter(|c| c.body.to_string().contains("RATE_LIMIT")).collect();
+    assert_eq!(limited.iter().map(|c| c.status).collect::<Vec<_>>(), [429, 200]);
+    let waited = limited[1].at - limited[0].at;
+    assert!(waited >= Duration::from_millis(990), "Retry-After: 1 was not honoured: {waited:?}");
+    let flaky: Vec<u16> = calls.iter().filter(|c| c.body.to_string().contains("FAIL500")).map(|c| c.status).collect();
+    assert_eq!(flaky, [500, 500, 200]);
+}
+
+#[test]
+fn every_limit_stops_the_agent_with_its_own_reason() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let slow = MockLlm::start(Duration::from_secs(3));
+    let ws = workspace();
+    let cases_for = |input: &str| cases(&ws, &[("t", input)]);
+    let check = |name: &str, input: &str, base: &str, agent_extra: &str, want: &str| {
+        cases_for(input);
+        let cfg = config(&ws, name, "openai:gpt-4o-mini", base, agent_extra, "");
+        let (v, _, out) = ws.submit(&cfg, &[]);
+        let r = task(&bundle_of(&v), "t");
+        assert_eq!(r["agent"]["terminated_by"], want, "{name}: {r}\n{}", text(&out.stderr));
+        r
+    };
+    let r = check("turns", "LOOP forever", &mock.base_url(), "  max_turns: 3\n", "limit_turns");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("max_turns"), "{r}");
+    check("tokens", "BIG spender", &mock.base_url(), "  limits: {max_tokens: 100000}\n", "limit_tokens");
+    check("cost", "BIG spender", &mock.base_url(), "  limits: {max_cost_usd: 0.01}\n", "limit_cost");
+    check("time", "hello", &slow.base_url(), "  limits: {max_wall_seconds: 1}\n", "limit_time");
+    let r = check("garbage", "MALFORMED please", &mock.base_url(), "", "agent_error");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("cannot read"), "{r}");
+}
+
+#[test]
+fn a_model_without_a_price_has_an_unknown_cost_and_refuses_a_cost_limit() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("t", "hello")]);
+    let cfg = config(&ws, "unpriced", "openai-compatible:my-finetune", &mock.base_url(), "", "");
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["cost_unknown_tasks"], 1, "{v}");
+    assert_eq!(task(&bundle_of(&v), "t")["agent"]["cost_unknown"], true);
+    let report = ws.run(&["report", v["run_id"].as_str().unwrap()]);
+    assert!(text(&report.stdout).contains("unknown"), "{}", text(&report.stdout));
+
+    let limited = config(&ws, "limited", "openai-compatible:my-finetune", &mock.base_url(), "  limits: {max_cost_usd: 1}\n", "");
+    let out = ws.run(&["submit", "--config", limited.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("limited.yaml:7:") && err.contains("no price is known for `my-finetune`"), "{err}");
+    let priced = config(
+        &ws,
+        "priced",
+        "openai-compatible:my-finetune",
+        &mock.base_url(),
+        "  limits: {max_cost_usd: 1}\n  price: {input_per_mtok: 1, output_per_mtok: 2}\n",
+        "",
+    );
+    let (v, code, _) = ws.submit(&priced, &[]);
+    assert_eq!(code, 0, "{v}");
+    let cost = task(&bundle_of(&v), "t")["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - (10.0 + 10.0) / 1e6).abs() < 1e-12, "{cost}");
+}
+
+#[test]
+fn plain_http_to_a_remote_host_is_refused_at_load() {
+    let ws = workspace();
+    cases(&ws, &[("t", "hello")]);
+    let cfg = config(&ws, "insecure", "openai-compatible:m", "http://10.1.2.3:8000/v1", "", "");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("insecure.yaml:8:") && err.contains("allow_insecure_http"), "{err}");
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_named() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello"), ("other", "bonjour")]);
+    let cfg = config(&ws, "rec", "openai:gpt-4o-mini", &mock.base_url(), "  system: be brief\n", "");
+    let tapes = ws.path().join("tapes");
+    let (rec, code, _) = ws.submit(&cfg, &["--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "record"]);
+    assert_eq!(code, 0, "{rec}");
+    assert!(tapes.join("tool.jsonl").is_file());
+    let calls = mock.received().len();
+    drop(mock);
+
+    // Strict replay with the server gone: same answers, scores and tokens.
+    let (rep, code, out) = ws.submit(&cfg, &["--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "replay"]);
+    assert_eq!(code, 0, "{rep}\n{}", text(&out.stderr));
+    for id in ["tool", "plain", "other"] {
+        let (a, b) = (task(&bundle_of(&rec), id), task(&bundle_of(&rep), id));
+        for field in ["final_answer", "total_tokens", "total_cost_usd", "terminated_by"] {
+            assert_eq!(a["agent"][field], b["agent"][field], "{id} {field}");
+        }
+        assert_eq!(a["scores"], b["scores"], "{id}");
+    }
+    assert_eq!(calls, 4, "the recording made 4 calls; the replay none (the server is gone)");
+
+    // A changed system prompt in strict replay fails each task, naming the divergence.
+    let changed = config(&ws, "rec", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "  system: be verbose\n", "");
+    let (v, _, _) = ws.submit(&changed, &["--cassettes", tapes.to_str().unwrap()]);
+    let r = task(&bundle_of(&v), "plain");
+    let err = r["agent"]["error"].as_str().unwrap();
+    assert!(err.contains("/system") && err.contains("be brief") && err.contains("be verbose"), "{err}");
+    assert_eq!(r["passed"], false);
+}
+
+#[test]
+fn replay_of_a_bundle_matches_and_names_the_task_a_changed_prompt_breaks() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
+    let cfg = config(&ws, "fresh", "openai:gpt-4o-mini", &mock.base_url(), "  system: be brief\n", "");
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    drop(mock);
+
+    let out = ws.run(&["replay", &run, "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["match"], 2, "{r}");
+    let out = ws.run(&["replay", &run]);
+    assert!(text(&out.stdout).contains("MATCH        plain"), "{}", text(&out.stdout));
+
+    let changed = config(&ws, "changed", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "  system: be verbose\n", "");
+    let out = ws.run(&["replay", &run, "--with-config", changed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("DIFFER       plain") && shown.contains("/system"), "{shown}");
+}
+
+#[test]
+fn keys_and_key_like_answers_appear_nowhere() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("echo", "ECHO_KEY now"), ("t", "USE_TOOL please")]);
+    let cfg = config(&ws, "leak", "openai:gpt-4o-mini", &mock.base_url(), "", "");
+    let tapes = ws.path().join("tapes");
+    let out = ws.run(&["-vv", "submit", "--config", cfg.to_str().unwrap(), "--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "record"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The server did get the key, and echoed it with a key-like string.
+    let echo = mock.received().into_iter().find(|r| r.body.to_string().contains("ECHO_KEY")).unwrap();
+    assert_eq!(echo.credential.as_deref(), Some(format!("Bearer {KEY}").as_str()));
+    let mut leaks = Vec::new();
+    for root in [ws.runs(), tapes] {
+        for file in walk(&root) {
+            let bytes = std::fs::read(&file).unwrap();
+            for needle in [KEY, ECHOED_KEY, "THEREALKEY", "MOCKLEAKEDKEY"] {
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    leaks.push(format!("{} holds {needle}", file.display()));
+                }
+            }
+        }
+    }
+    for stream in [&out.stdout, &out.stderr] {
+        let t = text(stream);
+        assert!(!t.contains("THEREALKEY") && !t.contains("MOCKLEAKEDKEY"), "{t}");
+    }
+    assert!(leaks.is_empty(), "{leaks:#?}");
+    let answer = task(&bundle_of(&serde_json::json!({"bundle": latest_bundle(&ws)})), "echo");
+    assert!(answer["agent"]["final_answer"].as_str().unwrap().contains("[REDACTED]"), "{answer}");
+}
+
+fn latest_bundle(ws: &Workspace) -> String {
+    let out = ws.run(&["runs", "list", "--json", "--limit", "1"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v[0]["bundle_uri"].as_str().unwrap_or_else(|| panic!("{v}")).to_string()
+}
+
+fn walk(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() { stack.push(p) } else { out.push(p) }
+        }
+    }
+    out
+}
+
+#[test]
+fn judges_score_cache_and_fail_without_failing_the_task() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("good", "JUDGE this GOOD ANSWER"), ("bad", "JUDGE this one")]);
+    let judges = format!(
+        "evaluators:\n  - kind: llm_rubric\n    model: openai:gpt-4o-mini\n    base_url: {0}\n    rubric: says something\n    cache_dir: judge-cache\n  - kind: llm_pass_fail\n    id: strict\n    model: anthropic:claude-3-5-haiku-latest\n    base_url: {0}\n    criteria: is polite\n    cache_dir: judge-cache\n  - kind: llm_rubric\n    id: down\n    model: openai:gpt-4o-mini\n    base_url: http://127.0.0.1:9/v1\n    max_attempts: 1\n    rubric: anything\n",
+        mock.base_url()
+    );
+    let cfg = config(&ws, "judged", "openai:gpt-4o-mini", &mock.base_url(), "", &judges);
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = bundle_of(&v);
+    let scores = |id: &str| task(&bundle, id)["scores"].as_array().unwrap().clone();
+    let by = |id: &str, ev: &str| scores(id).into_iter().find(|s| s["evaluator_id"] == ev).unwrap();
+    assert_eq!(by("good", "llm_rubric")["score"], 0.9, "{}", text(&out.stderr));
+    assert_eq!(by("good", "llm_rubric")["passed"], true);
+    assert_eq!(by("bad", "llm_rubric")["passed"], false);
+    assert_eq!(by("good", "strict")["passed"], true);
+    assert!(by("good", "llm_rubric")["cost_usd"].as_f64().unwrap() > 0.0, "the judge's cost is its own");
+    let down = by("good", "down");
+    assert!(down["error"].is_string(), "{down}");
+    assert_eq!(task(&bundle, "good")["passed"], true, "a judge that fails does not fail the task");
+    assert_eq!(task(&bundle, "bad")["passed"], false);
+
+    // Judging the same answers again is free and gives the same verdicts.
+    let before = mock.received().len();
+    let (v2, _, _) = ws.submit(&cfg, &[]);
+    let again = task(&bundle_of(&v2), "good")["scores"].as_array().unwrap().clone();
+    let rubric = again.iter().find(|s| s["evaluator_id"] == "llm_rubric").unwrap();
+    assert_eq!(rubric["score"], 0.9);
+    assert_eq!(rubric["cost_usd"], 0.0);
+    assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
+    assert_eq!(mock.received().len() - before, 2, "only the agent's two calls reach the model");
+}
