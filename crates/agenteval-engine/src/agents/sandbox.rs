@@ -27,19 +27,29 @@ pub const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev
 /// `dir`, readable except for the `exclude`d paths below it: a folder that holds an excluded
 /// path is replaced by its entries, recursively, leaving the excluded ones out. (Landlock only
 /// grants; it cannot take a subtree back, so the grant is split around it.)
-pub fn readable_except(dir: &Path, exclude: &[PathBuf], out: &mut Vec<PathBuf>) {
+///
+/// A split folder loses the right to be listed, which breaks programs that list their own
+/// folders (Python's imports do). When everything excluded below it is a file, the folder goes
+/// to `listable` too: its names may be listed, the excluded file still cannot be read. A folder
+/// holding an excluded folder (the bundle root) stays unlistable, so that folder's contents
+/// cannot be listed either.
+pub fn readable_except(dir: &Path, exclude: &[PathBuf], out: &mut Vec<PathBuf>, listable: &mut Vec<PathBuf>) {
     if exclude.iter().any(|x| x == dir) {
         return;
     }
-    if !exclude.iter().any(|x| x.starts_with(dir)) {
+    let below: Vec<&PathBuf> = exclude.iter().filter(|x| x.starts_with(dir)).collect();
+    if below.is_empty() {
         out.push(dir.to_path_buf());
         return;
+    }
+    if below.iter().all(|x| !x.is_dir()) {
+        listable.push(dir.to_path_buf());
     }
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
         let p = e.path();
         if e.file_type().is_ok_and(|t| t.is_dir()) {
-            readable_except(&p, exclude, out);
+            readable_except(&p, exclude, out, listable);
         } else if !exclude.contains(&p) {
             out.push(p);
         }
@@ -120,14 +130,16 @@ mod imp {
     pub fn prepare(view: &View) -> Result<Prepared, String> {
         // Hidden paths are cut out of the write grants too: a listed folder that holds the
         // bundle root must not open it.
-        let (mut read, mut write) = (Vec::new(), Vec::new());
+        let (mut read, mut write, mut listable) = (Vec::new(), Vec::new(), Vec::new());
         for p in &view.read {
-            super::readable_except(p, &view.exclude, &mut read);
+            super::readable_except(p, &view.exclude, &mut read, &mut listable);
         }
+        // Write grants are never widened to listing.
         for p in &view.write {
-            super::readable_except(p, &view.exclude, &mut write);
+            super::readable_except(p, &view.exclude, &mut write, &mut Vec::new());
         }
         let rules = ruleset()
+            .and_then(|r| r.add_rules(path_beneath_rules(&listable, AccessFs::ReadDir)))
             .and_then(|r| r.add_rules(path_beneath_rules(&read, AccessFs::from_read(ABI_FS))))
             .and_then(|r| r.add_rules(path_beneath_rules(&write, AccessFs::from_all(ABI_FS))))
             .map_err(|e| format!("cannot build the agent's sandbox: {e}"))?;
@@ -208,12 +220,13 @@ mod tests {
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
             std::fs::write(p, b"x").unwrap();
         }
-        let mut out = Vec::new();
-        readable_except(&root, &[root.join("runs"), root.join("data/cases.jsonl")], &mut out);
+        let (mut out, mut listable) = (Vec::new(), Vec::new());
+        readable_except(&root, &[root.join("runs"), root.join("data/cases.jsonl")], &mut out, &mut listable);
         out.sort();
         assert_eq!(out, vec![root.join("agent.py"), root.join("data/other.txt")]);
+        assert_eq!(listable, vec![root.join("data")], "the root holds the bundle folder: never listable");
         let mut all = Vec::new();
-        readable_except(&root, &[PathBuf::from("/elsewhere")], &mut all);
+        readable_except(&root, &[PathBuf::from("/elsewhere")], &mut all, &mut listable);
         assert_eq!(all, vec![root.clone()], "nothing excluded below: the folder itself");
     }
 
