@@ -584,9 +584,7 @@ impl RunSummary {
 /// Whether a task with these scores passed: every score passes, except that a judge's own
 /// failure (an LLM judge that errored) neither passes nor fails it.
 pub fn scores_pass(scores: &[EvaluatorScore]) -> bool {
-    scores
-        .iter()
-        .all(|s| s.passed || (s.error.is_some() && crate::evaluator::EvaluatorConfig::is_judge_kind(&s.kind)))
+    scores.iter().all(|s| s.passed || (s.error.is_some() && crate::evaluator::EvaluatorConfig::is_judge_kind(&s.kind)))
 }
 
 /// Text of a JSON answer for comparison: strings as they are, anything else as JSON.
@@ -651,7 +649,8 @@ mod tests {
             total_tokens: 0,
             wall_seconds: 0.0,
             terminated_by: term,
-            steps: 2, cost_unknown: false,
+            steps: 2,
+            cost_unknown: false,
         }
     }
 

@@ -69,8 +69,16 @@ const KEY_PATTERNS: &[&str] = &[
 
 /// Field names whose values are credentials whatever they look like (compared without case,
 /// `-` and `_`).
-const SECRET_FIELDS: &[&str] =
-    &["authorization", "proxyauthorization", "apikey", "xapikey", "apitoken", "accesstoken", "secretaccesskey", "password"];
+const SECRET_FIELDS: &[&str] = &[
+    "authorization",
+    "proxyauthorization",
+    "apikey",
+    "xapikey",
+    "apitoken",
+    "accesstoken",
+    "secretaccesskey",
+    "password",
+];
 
 static KEYS: LazyLock<(RegexSet, Vec<Regex>)> = LazyLock::new(|| {
     let set = RegexSet::new(KEY_PATTERNS).expect("key patterns compile");

@@ -31,12 +31,7 @@ pub struct PythonLimits {
 
 impl Default for PythonLimits {
     fn default() -> Self {
-        PythonLimits {
-            timeout: Duration::from_secs(10),
-            memory_bytes: 2 << 30,
-            file_bytes: 16 << 20,
-            processes: 32,
-        }
+        PythonLimits { timeout: Duration::from_secs(10), memory_bytes: 2 << 30, file_bytes: 16 << 20, processes: 32 }
     }
 }
 
@@ -220,7 +215,9 @@ fn token_bits() -> u128 {
     use sha2::{Digest as _, Sha256};
     let probe = Box::new(0u8);
     let mut h = Sha256::new();
-    h.update(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos().to_le_bytes());
+    h.update(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos().to_le_bytes(),
+    );
     h.update(std::process::id().to_le_bytes());
     h.update((&*probe as *const u8 as usize).to_le_bytes());
     h.update(uuid_like().to_le_bytes());

@@ -48,7 +48,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
                     cost_usd: 0.001 * (1 + i % 5) as f64,
                     tokens: 100 + (i % 50) as u64,
                     wall_seconds: 0.5 + (i % 13) as f64 / 10.0,
-                    steps: 3 + (i % 4) as u32, cost_unknown: false,
+                    steps: 3 + (i % 4) as u32,
                 }
             })
             .collect(),

@@ -48,7 +48,7 @@ fn main() {
                 cost_usd: 0.002,
                 tokens: 300,
                 wall_seconds: 1.2,
-                steps: 6, cost_unknown: false,
+                steps: 6,
             })
             .collect(),
     };

@@ -361,7 +361,7 @@ mod tests {
                     cost_usd: 0.01,
                     tokens: 100,
                     wall_seconds: 1.0,
-                    steps: 3, cost_unknown: false,
+                    steps: 3,
                 })
                 .collect(),
         }

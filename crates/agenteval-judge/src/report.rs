@@ -299,7 +299,7 @@ mod tests {
                         cost_usd: 0.01,
                         tokens: 10,
                         wall_seconds: 1.0,
-                        steps: 2, cost_unknown: false,
+                        steps: 2,
                     }
                 })
                 .collect(),

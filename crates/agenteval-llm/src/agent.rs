@@ -200,7 +200,10 @@ impl LlmAgent {
         }
         AgentOutcome {
             final_answer: None,
-            error: Some((TerminatedBy::LimitTurns, format!("made {max_turns} model calls without a final answer (max_turns)"))),
+            error: Some((
+                TerminatedBy::LimitTurns,
+                format!("made {max_turns} model calls without a final answer (max_turns)"),
+            )),
         }
     }
 }

@@ -144,8 +144,10 @@ impl TaskCalls {
             call: index as u32,
             fingerprint,
             request: redacted,
-            response: serde_json::from_value(self.redactor.redact_json(&serde_json::to_value(&response).expect("serializes")))
-                .unwrap_or_else(|_| response.clone()),
+            response: serde_json::from_value(
+                self.redactor.redact_json(&serde_json::to_value(&response).expect("serializes")),
+            )
+            .unwrap_or_else(|_| response.clone()),
         };
         if let Some(file) = &self.record_to {
             let mut line = serde_json::to_vec(&entry).expect("entries serialize");

@@ -143,7 +143,9 @@ impl LlmClient {
                         tokio::time::sleep(self.backoff(attempt, None)).await;
                         continue;
                     }
-                    Err(e) => return Err(LlmError::Decode { provider, reason: format!("reading the body: {}", kind_of(&e)) }),
+                    Err(e) => {
+                        return Err(LlmError::Decode { provider, reason: format!("reading the body: {}", kind_of(&e)) });
+                    }
                 };
                 let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| LlmError::Decode {
                     provider,

@@ -51,12 +51,18 @@ const SYSTEM: &str = "You grade an AI agent's answer to a task. Be strict and im
 impl LlmJudge {
     /// A judge for `config`; `key` is its provider's API key, when it needs one. A judge that
     /// cannot be built errors on every task (an evaluator error), it does not stop the run.
-    pub fn new(id: String, kind: JudgeKind, config: &JudgeConfig, key: Option<&Secret>) -> std::result::Result<Self, String> {
+    pub fn new(
+        id: String,
+        kind: JudgeKind,
+        config: &JudgeConfig,
+        key: Option<&Secret>,
+    ) -> std::result::Result<Self, String> {
         let spec = ModelSpec::parse(&config.model)?;
         let e = &config.endpoint;
         let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
         let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
-        let client = LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string());
+        let client =
+            LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string());
         let price = e.price.or_else(|| PriceTable::packaged().lookup(&spec.name));
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);
         Ok(LlmJudge { id, kind, spec, client, price, cache_dir })
@@ -202,7 +208,9 @@ impl Evaluator for LlmJudge {
             cost_usd,
             error: None,
         };
-        if let Some(v) = cache.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice(&b).ok()) {
+        if let Some(v) =
+            cache.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice(&b).ok())
+        {
             return Ok(score(v, 0.0, " (cached verdict)"));
         }
         let client = self.client.as_ref().map_err(|e| Error::invalid(e.clone()))?;

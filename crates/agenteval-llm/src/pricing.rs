@@ -79,7 +79,9 @@ pub fn cost(price: &Price, usage: &Usage) -> f64 {
     let cached = usage.cached_input_tokens.min(usage.input_tokens);
     let fresh = usage.input_tokens - cached;
     let cached_rate = price.cached_input_per_mtok.unwrap_or(price.input_per_mtok);
-    (fresh as f64 * price.input_per_mtok + cached as f64 * cached_rate + usage.output_tokens as f64 * price.output_per_mtok)
+    (fresh as f64 * price.input_per_mtok
+        + cached as f64 * cached_rate
+        + usage.output_tokens as f64 * price.output_per_mtok)
         / 1e6
 }
 

@@ -27,7 +27,9 @@ pub fn openai_request(req: &ChatRequest) -> Value {
                 }
                 v
             }
-            Message::Tool { call_id, content, .. } => json!({"role": "tool", "tool_call_id": call_id, "content": content}),
+            Message::Tool { call_id, content, .. } => {
+                json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            }
         });
     }
     let mut body = json!({"model": req.model, "messages": messages});
@@ -55,7 +57,8 @@ pub fn openai_response(body: &Value) -> Result<ChatResponse, String> {
     let mut tool_calls = Vec::new();
     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
         for (i, c) in calls.iter().enumerate() {
-            let name = c.pointer("/function/name").and_then(Value::as_str).ok_or(format!("tool_calls[{i}] has no name"))?;
+            let name =
+                c.pointer("/function/name").and_then(Value::as_str).ok_or(format!("tool_calls[{i}] has no name"))?;
             let raw = c.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}");
             // A model may send arguments that are not JSON; the tool sees them as a string.
             let arguments = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()));
@@ -153,7 +156,11 @@ pub fn anthropic_response(body: &Value) -> Result<ChatResponse, String> {
         text: (!text.is_empty()).then_some(text),
         tool_calls,
         // Anthropic counts cached reads apart from `input_tokens`; the neutral shape includes them.
-        usage: Usage { input_tokens: n("input_tokens") + cached, output_tokens: n("output_tokens"), cached_input_tokens: cached },
+        usage: Usage {
+            input_tokens: n("input_tokens") + cached,
+            output_tokens: n("output_tokens"),
+            cached_input_tokens: cached,
+        },
         stop_reason: body.get("stop_reason").and_then(Value::as_str).unwrap_or("").to_string(),
     })
 }

@@ -59,7 +59,8 @@ impl MockLlm {
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let shared = state.clone();
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+            let rt =
+                tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
                 addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");
@@ -70,7 +71,10 @@ impl MockLlm {
                         "/v1/chat/completions",
                         post(move |h: HeaderMap, b: Bytes| answer(s1.clone(), latency, "openai", h, b)),
                     )
-                    .route("/v1/messages", post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)));
+                    .route(
+                        "/v1/messages",
+                        post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)),
+                    );
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = stop_rx.await;
@@ -119,7 +123,13 @@ fn text_of(v: &Value) -> String {
     }
 }
 
-async fn answer(state: Arc<Mutex<State>>, latency: Duration, shape: &'static str, headers: HeaderMap, body: Bytes) -> Response<Body> {
+async fn answer(
+    state: Arc<Mutex<State>>,
+    latency: Duration,
+    shape: &'static str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
     let at = Instant::now();
     let credential = headers
         .get("authorization")
@@ -176,7 +186,10 @@ async fn answer(state: Arc<Mutex<State>>, latency: Duration, shape: &'static str
         format!("I was called with {} and found {ECHOED_KEY}", credential.clone().unwrap_or_default())
     } else if first.contains("JUDGE") {
         let score = if first.contains("GOOD ANSWER") { 0.9 } else { 0.2 };
-        format!("Let me think.\n```json\n{{\"score\": {score}, \"passed\": {}, \"reason\": \"scripted\"}}\n```", score > 0.5)
+        format!(
+            "Let me think.\n```json\n{{\"score\": {score}, \"passed\": {}, \"reason\": \"scripted\"}}\n```",
+            score > 0.5
+        )
     } else if let Some(r) = &tool_result {
         format!("the tool said {}", r.trim())
     } else {
@@ -204,5 +217,9 @@ async fn answer(state: Arc<Mutex<State>>, latency: Duration, shape: &'static str
             "usage": {"input_tokens": input, "output_tokens": output},
         }),
     };
-    Response::builder().status(200).header("content-type", "application/json").body(Body::from(reply.to_string())).unwrap()
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .body(Body::from(reply.to_string()))
+        .unwrap()
 }

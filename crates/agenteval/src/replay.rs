@@ -118,7 +118,11 @@ pub async fn replay(
                 Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
             })?;
             let resolved = serde_json::to_value(&config).expect("configs serialize");
-            LoadedConfig { config, path: std::path::PathBuf::from(store.bundle_uri(&run)).join(layout::CONFIG), resolved }
+            LoadedConfig {
+                config,
+                path: std::path::PathBuf::from(store.bundle_uri(&run)).join(layout::CONFIG),
+                resolved,
+            }
         }
     };
     if !matches!(loaded.config.agent, AgentConfig::Llm(_)) {
@@ -140,13 +144,17 @@ pub async fn replay(
     };
 
     // The bundle's cassettes, one file per task, where the workers read them.
-    let dir = tempfile::Builder::new().prefix("agenteval-replay-").tempdir().map_err(|e| Error::io("a cassette folder", e))?;
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-replay-")
+        .tempdir()
+        .map_err(|e| Error::io("a cassette folder", e))?;
     let suffix = format!("/{}", layout::TASK_CASSETTE);
     let mut recorded_tasks = Vec::new();
     for path in store.list(&run, "tasks/").await? {
         if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
             let bytes = store.get(&run, &path).await?;
-            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes).map_err(|e| Error::io("writing a cassette", e))?;
+            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
+                .map_err(|e| Error::io("writing a cassette", e))?;
             recorded_tasks.push(task.to_string());
         }
     }
@@ -170,7 +178,8 @@ pub async fn replay(
     let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
     let opts = with_cassettes(opts, &loaded.config, dir.path(), "replay")?;
     let outcome = controller::submit(&loaded, opts).await?;
-    let new_store = agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;
+    let new_store =
+        agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;
 
     let mut rows = Vec::new();
     for task in &recorded_tasks {

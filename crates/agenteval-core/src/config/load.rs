@@ -802,7 +802,11 @@ pub fn load_config(path: &Path, overrides: &[String]) -> Result<LoadedConfig, Co
 }
 
 /// [`load_config`] with extra checks.
-pub fn load_config_checked(path: &Path, overrides: &[String], extra: ExtraChecks<'_>) -> Result<LoadedConfig, ConfigError> {
+pub fn load_config_checked(
+    path: &Path,
+    overrides: &[String],
+    extra: ExtraChecks<'_>,
+) -> Result<LoadedConfig, ConfigError> {
     let display = path.display().to_string();
     let text = read_config_file(path).map_err(|message| ConfigError {
         file: display.clone(),

@@ -4,8 +4,8 @@
 //! filesystem except through paths it was handed already resolved.
 
 mod bounds;
-mod load;
 mod llm;
+mod load;
 mod transport;
 
 use std::collections::BTreeMap;
@@ -18,11 +18,11 @@ pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use llm::{Endpoint, JudgeConfig, LlmAgentConfig, ModelPrice};
-pub use transport::check_base_url;
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
     load_config_str, load_config_str_checked,
 };
+pub use transport::check_base_url;
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

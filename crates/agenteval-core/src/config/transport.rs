@@ -45,7 +45,8 @@ mod tests {
 
     #[test]
     fn plain_http_only_to_loopback_unless_allowed() {
-        for ok in ["https://api.openai.com/v1", "http://127.0.0.1:8000/v1", "http://localhost/v1", "http://[::1]:9/v1"] {
+        for ok in ["https://api.openai.com/v1", "http://127.0.0.1:8000/v1", "http://localhost/v1", "http://[::1]:9/v1"]
+        {
             assert!(check_base_url(ok, false).is_ok(), "{ok}");
         }
         let e = check_base_url("http://10.0.0.5:8000/v1", false).unwrap_err();

@@ -23,7 +23,11 @@ pub use oracle::OracleAgent;
 pub use python_tool::PythonTool;
 
 /// Builds the agent a run configuration names; `cassettes` and `redactor` serve the `llm` agent.
-pub fn agent_from_config(run: &RunConfig, cassettes: Option<Cassettes>, redactor: &Redactor) -> Result<Arc<dyn AgentRunner>> {
+pub fn agent_from_config(
+    run: &RunConfig,
+    cassettes: Option<Cassettes>,
+    redactor: &Redactor,
+) -> Result<Arc<dyn AgentRunner>> {
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
         AgentConfig::Llm(cfg) => {

@@ -35,10 +35,6 @@ impl AgentTool for PythonTool {
             other => other.get("code").and_then(|c| c.as_str()).ok_or("the python tool takes {\"code\": \"...\"}")?,
         };
         let run = run_python(&self.python, code, &self.limits).await.map_err(|e| e.to_string())?;
-        if run.completed {
-            Ok(run.output)
-        } else {
-            Err(format!("{}\n{}", run.output, run.reason).trim().to_string())
-        }
+        if run.completed { Ok(run.output) } else { Err(format!("{}\n{}", run.output, run.reason).trim().to_string()) }
     }
 }

@@ -52,7 +52,9 @@ impl HumanEvalBenchmark {
 
     fn problems(&self) -> Result<&HashMap<String, Problem>> {
         self.problems
-            .get_or_init(|| read_problems(&self.path).map(|ps| ps.into_iter().map(|p| (task_id(&p.task_id), p)).collect()))
+            .get_or_init(|| {
+                read_problems(&self.path).map(|ps| ps.into_iter().map(|p| (task_id(&p.task_id), p)).collect())
+            })
             .as_ref()
             .map_err(|e| Error::invalid(e.clone()))
     }
@@ -78,7 +80,8 @@ pub fn read_problems(path: &std::path::Path) -> std::result::Result<Vec<Problem>
     };
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let p: Problem = serde_json::from_str(line).map_err(|e| format!("{name}:{}: not a HumanEval problem: {e}", i + 1))?;
+        let p: Problem =
+            serde_json::from_str(line).map_err(|e| format!("{name}:{}: not a HumanEval problem: {e}", i + 1))?;
         out.push(p);
     }
     if out.is_empty() {

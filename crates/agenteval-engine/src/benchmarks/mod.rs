@@ -22,13 +22,9 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
         BenchmarkConfig::Jsonl { cases, .. } => Arc::new(JsonlBenchmark::new(cases.clone())),
-        BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => {
-            Arc::new(humaneval::HumanEvalBenchmark::new(
-                path.clone().unwrap_or_default(),
-                python.clone(),
-                *timeout_seconds,
-            ))
-        }
+        BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => Arc::new(
+            humaneval::HumanEvalBenchmark::new(path.clone().unwrap_or_default(), python.clone(), *timeout_seconds),
+        ),
     })
 }
 

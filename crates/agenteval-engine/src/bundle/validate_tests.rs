@@ -92,7 +92,8 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
                 total_tokens: 7,
                 wall_seconds: 0.1,
                 terminated_by: TerminatedBy::Completed,
-                steps: 1, cost_unknown: false,
+                steps: 1,
+                cost_unknown: false,
             },
             scores: vec![EvaluatorScore {
                 evaluator_id: "e".into(),

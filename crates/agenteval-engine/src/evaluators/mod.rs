@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use agenteval_core::evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
-use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::secret::Secret;
+use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{JudgeKind, LlmJudge};
 use async_trait::async_trait;
@@ -34,7 +34,9 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
     let var = spec.provider.key_var();
     match judge.endpoint.secrets.get(var) {
         Some(name) => Some((var.to_string(), name.clone())),
-        None if spec.provider.needs_key() && judge.endpoint.secrets.is_empty() => Some((var.to_string(), var.to_string())),
+        None if spec.provider.needs_key() && judge.endpoint.secrets.is_empty() => {
+            Some((var.to_string(), var.to_string()))
+        }
         None => None,
     }
 }
@@ -44,11 +46,12 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
 pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]) -> Result<Arc<dyn Evaluator>> {
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
     let judge = match cfg {
-        EvaluatorConfig::LlmRubric { rubric, pass_threshold, judge, .. } => Some((
-            JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) },
-            judge,
-        )),
-        EvaluatorConfig::LlmPassFail { criteria, judge, .. } => Some((JudgeKind::PassFail { criteria: criteria.clone() }, judge)),
+        EvaluatorConfig::LlmRubric { rubric, pass_threshold, judge, .. } => {
+            Some((JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) }, judge))
+        }
+        EvaluatorConfig::LlmPassFail { criteria, judge, .. } => {
+            Some((JudgeKind::PassFail { criteria: criteria.clone() }, judge))
+        }
         _ => None,
     };
     if let Some((kind, judge)) = judge {
@@ -363,7 +366,8 @@ mod tests {
             total_tokens: 10,
             wall_seconds: 1.5,
             terminated_by: TerminatedBy::Completed,
-            steps: 4, cost_unknown: false,
+            steps: 4,
+            cost_unknown: false,
         }
     }
 

@@ -23,7 +23,8 @@ pub(super) async fn grade(
     score_span(&grade, &graded, &ctx.redactor);
     drop(grade);
     let mut scores = vec![graded];
-    let task_evaluators = task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
+    let task_evaluators =
+        task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
     let input = EvalInput { task, result: agent, trace };
     for e in &ctx.evaluators {
         scores.push(evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await);

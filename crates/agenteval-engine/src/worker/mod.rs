@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use agenteval_core::config::RunConfig;
 use agenteval_core::layout;
-use agenteval_core::model::*;
 use agenteval_core::model::scores_pass;
+use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
@@ -120,8 +120,9 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
         (Some(dir), mode) => {
             let mode = mode.as_deref().unwrap_or("replay");
-            let mode = CassetteMode::parse(mode)
-                .ok_or_else(|| Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live")))?;
+            let mode = CassetteMode::parse(mode).ok_or_else(|| {
+                Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live"))
+            })?;
             Some(Cassettes { dir: dir.into(), mode })
         }
         (None, _) => None,
@@ -180,8 +181,9 @@ pub async fn run_job(
     );
     let cancel = cancel.shared();
     let parallel = ctx.config.backend.tasks_in_parallel.max(1) as usize;
-    let mut tasks =
-        futures::stream::iter(ctx.job.tasks.iter()).map(|task| process_task(&ctx, task, cancel.clone())).buffer_unordered(parallel);
+    let mut tasks = futures::stream::iter(ctx.job.tasks.iter())
+        .map(|task| process_task(&ctx, task, cancel.clone()))
+        .buffer_unordered(parallel);
     while let Some(done) = tasks.next().await {
         if let Err(code) = done {
             return code;
@@ -363,7 +365,8 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
                 total_tokens: 0,
                 wall_seconds: 0.0,
                 terminated_by: TerminatedBy::InfraFailure,
-                steps: 0, cost_unknown: false,
+                steps: 0,
+                cost_unknown: false,
             };
             let score = EvaluatorScore::errored("benchmark", "benchmark", e.to_string());
             (agent, vec![score])
