@@ -172,7 +172,8 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
             return score(false, "the agent gave no completion".into());
         };
         let completion = completion_of(&answer_text(answer), &problem.prompt);
-        let limits = PythonLimits { timeout: self.timeout, ..PythonLimits::default() };
+        // HumanEval's problems use the standard library only.
+        let limits = PythonLimits { timeout: self.timeout, site_packages: false, ..PythonLimits::default() };
         match run_python(&self.python, &check_program(problem, &completion), &limits).await {
             Ok(run) if run.completed => score(true, "passed every test".into()),
             Ok(run) => score(false, format!("failed: {}", run.reason)),

