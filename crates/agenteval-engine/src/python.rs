@@ -115,10 +115,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     let dir = scratch.path().canonicalize()?;
     let token = format!("{:032x}", token_bits());
     let cpu = limits.timeout.as_secs() + 1;
-    let input = format!(
-        "{token}\n{} {} {cpu} {}\n{program}",
-        limits.memory_bytes, limits.file_bytes, limits.processes
-    );
+    let input = format!("{token}\n{} {} {cpu} {}\n{program}", limits.memory_bytes, limits.file_bytes, limits.processes);
     let python = resolve_python(python);
     let python = python.to_string_lossy();
     let python = python.as_ref();

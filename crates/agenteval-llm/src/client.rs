@@ -144,7 +144,10 @@ impl LlmClient {
                         continue;
                     }
                     Err(e) => {
-                        return Err(LlmError::Decode { provider, reason: format!("reading the body: {}", kind_of(&e)) });
+                        return Err(LlmError::Decode {
+                            provider,
+                            reason: format!("reading the body: {}", kind_of(&e)),
+                        });
                     }
                 };
                 let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| LlmError::Decode {

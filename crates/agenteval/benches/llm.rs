@@ -29,7 +29,8 @@ fn tree_rss_kb(root: u32) -> u64 {
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
         if let Ok(stat) = std::fs::read_to_string(e.path().join("stat"))
-            && let Some(ppid) = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
+            && let Some(ppid) =
+                stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|p| p.parse().ok())
         {
             kids.entry(ppid).or_default().push(pid);
         }
@@ -39,8 +40,10 @@ fn tree_rss_kb(root: u32) -> u64 {
             continue;
         }
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status"))
-            && let Some(kb) =
-                s.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+            && let Some(kb) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
         {
             total += kb;
         }
