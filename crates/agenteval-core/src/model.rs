@@ -216,6 +216,9 @@ pub struct EvaluatorScore {
     pub citations: Vec<u32>,
     #[serde(default)]
     pub cost_usd: f64,
+    /// Tokens the evaluator itself used (an LLM judge's), apart from the agent's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tokens: u64,
     /// Set when the evaluator itself failed; such a score never passes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -225,6 +228,7 @@ impl EvaluatorScore {
     pub fn errored(id: &str, kind: &str, error: impl Into<String>) -> Self {
         let error = error.into();
         EvaluatorScore {
+            tokens: 0,
             evaluator_id: id.to_string(),
             kind: kind.to_string(),
             score: 0.0,
@@ -599,6 +603,7 @@ pub fn answer_text(v: &serde_json::Value) -> String {
 /// (trimmed). A task without `expected` passes when the agent completes.
 pub fn grade_expected(task: &TaskSpec, result: &AgentResult) -> EvaluatorScore {
     let mut score = EvaluatorScore {
+        tokens: 0,
         evaluator_id: "benchmark".into(),
         kind: "benchmark".into(),
         score: 0.0,

@@ -198,7 +198,8 @@ impl Evaluator for LlmJudge {
         let (prompt, rubric) = self.prompt(&task, &answer);
         let rubric = rubric.to_string();
         let cache = self.cache_file(&prompt, &answer, &rubric);
-        let score = |v: Verdict, cost_usd: f64, note: &str| EvaluatorScore {
+        let score = |v: Verdict, cost_usd: f64, tokens: u64, note: &str| EvaluatorScore {
+            tokens,
             evaluator_id: self.id.clone(),
             kind: self.kind().to_string(),
             score: v.score,
@@ -211,7 +212,7 @@ impl Evaluator for LlmJudge {
         if let Some(v) =
             cache.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice(&b).ok())
         {
-            return Ok(score(v, 0.0, " (cached verdict)"));
+            return Ok(score(v, 0.0, 0, " (cached verdict)"));
         }
         let client = self.client.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         let mut messages = vec![Message::User { text: prompt }];
@@ -238,7 +239,7 @@ impl Evaluator for LlmJudge {
                 }
                 let dollars = self.price.map(|p| cost(&p, &usage));
                 let note = if dollars.is_none() { " (judge cost unknown)" } else { "" };
-                return Ok(score(v, dollars.unwrap_or(0.0), note));
+                return Ok(score(v, dollars.unwrap_or(0.0), usage.input_tokens + usage.output_tokens, note));
             }
             if attempt == 0 {
                 messages.push(Message::Assistant { text: Some(reply), tool_calls: vec![] });

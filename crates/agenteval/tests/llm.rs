@@ -200,6 +200,18 @@ fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_name
     }
     assert_eq!(calls, 4, "the recording made 4 calls; the replay none (the server is gone)");
 
+    // replay-or-live: a task without a recording goes to the model; the others do not.
+    let mock = MockLlm::start(Duration::ZERO);
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello"), ("other", "bonjour"), ("new", "fresh question")]);
+    let live = config(&ws, "rec", "openai:gpt-4o-mini", &mock.base_url(), "  system: be brief\n", "");
+    let (v, code, _) = ws.submit(&live, &["--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "replay-or-live"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(task(&bundle_of(&v), "new")["agent"]["final_answer"], "echo: fresh question");
+    assert_eq!(task(&bundle_of(&v), "tool")["agent"]["final_answer"], "the tool said 42");
+    assert_eq!(mock.received().len(), 1, "only the unrecorded task reached the model");
+    drop(mock);
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello"), ("other", "bonjour")]);
+
     // A changed system prompt in strict replay fails each task, naming the divergence.
     let changed = config(&ws, "rec", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "  system: be verbose\n", "");
     let (v, _, _) = ws.submit(&changed, &["--cassettes", tapes.to_str().unwrap()]);
@@ -312,6 +324,8 @@ fn judges_score_cache_and_fail_without_failing_the_task() {
     assert_eq!(by("bad", "llm_rubric")["passed"], false);
     assert_eq!(by("good", "strict")["passed"], true);
     assert!(by("good", "llm_rubric")["cost_usd"].as_f64().unwrap() > 0.0, "the judge's cost is its own");
+    assert_eq!(by("good", "llm_rubric")["tokens"], 15, "the judge's tokens too");
+    assert_eq!(task(&bundle, "good")["agent"]["total_tokens"], 15, "the agent's do not include the judges'");
     let down = by("good", "down");
     assert!(down["error"].is_string(), "{down}");
     assert_eq!(task(&bundle, "good")["passed"], true, "a judge that fails does not fail the task");

@@ -152,6 +152,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
 
     async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
         let score = |passed: bool, reason: String| EvaluatorScore {
+            tokens: 0,
             evaluator_id: "benchmark".into(),
             kind: "benchmark".into(),
             score: if passed { 1.0 } else { 0.0 },

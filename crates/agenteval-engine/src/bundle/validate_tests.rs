@@ -96,6 +96,7 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
                 cost_unknown: false,
             },
             scores: vec![EvaluatorScore {
+                tokens: 0,
                 evaluator_id: "e".into(),
                 kind: "exact_match".into(),
                 score: if passed { 1.0 } else { 0.0 },

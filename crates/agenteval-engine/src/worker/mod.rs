@@ -416,7 +416,10 @@ async fn run_and_grade(
     let (agent, mut sink) = execute::run_agent(ctx, task, env, log).await?;
     let scores = grade::grade(ctx, task, &agent, &sink.events).await;
     for s in &scores {
-        let payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
+        let mut payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
+        if s.tokens > 0 {
+            payload["tokens"] = json!(s.tokens);
+        }
         sink.write(EventKind::EvaluatorScore, payload, s.cost_usd, 0, 0).await;
     }
     sink.appender.finish().await?;
