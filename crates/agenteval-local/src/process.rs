@@ -107,6 +107,29 @@ fn status_from_exit(st: std::process::ExitStatus) -> JobStatus {
     }
 }
 
+/// A job the worker refused names the worker's own reason: the last error its log has.
+fn with_cause(status: JobStatus, log: &Path) -> JobStatus {
+    match status {
+        JobStatus::Failed { exit_code: Some(worker_exit::BAD_JOB), infrastructure, .. } => {
+            let text = std::fs::read(log).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+            let cause = text
+                .lines()
+                .rev()
+                .find_map(|l| l.split_once(" ERROR ").map(|(_, m)| m.trim().to_string()))
+                .map(|m| m.chars().take(300).collect::<String>());
+            JobStatus::Failed {
+                exit_code: Some(worker_exit::BAD_JOB),
+                reason: match cause {
+                    Some(c) => format!("worker could not run the job: {c}"),
+                    None => "worker could not run the job as specified (see its log)".into(),
+                },
+                infrastructure,
+            }
+        }
+        other => other,
+    }
+}
+
 fn read_secrets_file(path: &Path, name: &str) -> Result<Option<Secret>> {
     let text =
         std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading secrets file {}", path.display()), e))?;
@@ -167,7 +190,7 @@ impl CloudBackend for LocalProcessBackend {
         let changed = self.changed.clone();
         tokio::spawn(async move {
             let status = match child.wait().await {
-                Ok(st) => status_from_exit(st),
+                Ok(st) => with_cause(status_from_exit(st), &log_path),
                 Err(e) => JobStatus::Failed {
                     exit_code: None,
                     reason: format!("lost track of worker: {e}"),
@@ -282,5 +305,18 @@ mod tests {
         assert!(matches!(killed, JobStatus::Failed { infrastructure: true, .. }), "{killed:?}");
         let bad = status_from_exit(std::process::ExitStatus::from_raw(2 << 8));
         assert!(matches!(bad, JobStatus::Failed { infrastructure: false, .. }), "{bad:?}");
+    }
+
+    #[test]
+    fn a_refused_job_names_the_workers_reason() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("worker.log");
+        std::fs::write(&log, "2026-01-01T00:00:00Z  INFO job started\n2026-01-01T00:00:01Z ERROR cannot start job: secret `K` is missing\n").unwrap();
+        let bad = with_cause(status_from_exit(std::process::ExitStatus::from_raw(2 << 8)), &log);
+        let JobStatus::Failed { reason, .. } = bad else { panic!("{bad:?}") };
+        assert_eq!(reason, "worker could not run the job: cannot start job: secret `K` is missing");
+        let other = with_cause(status_from_exit(std::process::ExitStatus::from_raw(1 << 8)), &log);
+        assert!(matches!(other, JobStatus::Failed { reason, .. } if reason == "worker exited with status 1"));
     }
 }

@@ -186,6 +186,38 @@ pub(crate) fn controller_options(
     })
 }
 
+/// On the local backend, every secret the workers will fetch must exist before anything starts:
+/// a missing key is the user's to fix (exit 2), not a run that fails task by task. (On AWS,
+/// `doctor` checks Secrets Manager; the controller does not read secrets there.) Values are
+/// read and dropped at once.
+pub(crate) async fn preflight_secrets(
+    resolver: &dyn Resolver,
+    config: &agenteval_core::config::RunConfig,
+) -> Result<(), Failure> {
+    if config.backend.id != agenteval_core::config::BackendId::Local {
+        return Ok(());
+    }
+    let needed = agenteval_engine::worker::required_secrets(config);
+    if needed.is_empty() {
+        return Ok(());
+    }
+    let backend = resolver.backend(config).await?;
+    let mut missing = Vec::new();
+    for (name, user) in needed {
+        if let Err(e) = backend.fetch_secret(&name).await {
+            missing.push(format!("{e} (needed by the {user})"));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "{}; set it in the environment or in backend.secrets_file, or name another secret in `secrets`",
+        missing.join("; ")
+    ))
+    .into())
+}
+
 /// Adds the cassette settings to what every worker gets.
 pub(crate) fn with_cassettes(
     mut opts: ControllerOptions,
@@ -231,6 +263,7 @@ async fn submit(
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
+    preflight_secrets(wiring.as_ref(), &loaded.config).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
     if let Some(dir) = &cassettes.cassettes {
         opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;

@@ -341,3 +341,34 @@ fn judges_score_cache_and_fail_without_failing_the_task() {
     assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
     assert_eq!(mock.received().len() - before, 2, "only the agent's two calls reach the model");
 }
+
+#[test]
+fn a_missing_key_is_a_usage_error_before_anything_starts() {
+    let ws = Workspace::new();
+    ws.write("secrets.env", "SOMETHING_ELSE=1\n");
+    cases(&ws, &[("t", "hello")]);
+    let judge =
+        "evaluators:\n  - kind: llm_pass_fail\n    model: anthropic:claude-3-5-haiku-latest\n    criteria: polite\n";
+    let cfg = config(&ws, "nokey", "openai:gpt-4o-mini", "https://api.openai.com/v1", "", judge);
+    let out = ws
+        .cmd(&["submit", "--config", cfg.to_str().unwrap()])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("`OPENAI_API_KEY`") && err.contains("`ANTHROPIC_API_KEY`") && err.contains("llm_pass_fail"),
+        "{err}"
+    );
+    assert!(!ws.runs().exists(), "nothing was created");
+    let out = ws
+        .cmd(&["doctor", "--config", cfg.to_str().unwrap()])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stdout).contains("FAIL secret OPENAI_API_KEY"), "{}", text(&out.stdout));
+}

@@ -57,7 +57,7 @@ pub const CASSETTE_MODE_ENV: &str = "AGENTEVAL_CASSETTE_MODE";
 /// The agent's secrets: `(ENV_NAME, secret name, required)`. An `llm` agent with no `secrets`
 /// takes its provider's key from the secret of the variable's name (optional for
 /// `openai-compatible` servers, which often take none).
-fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
+pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
     let listed = config.agent.secrets();
     if let agenteval_core::config::AgentConfig::Llm(a) = &config.agent
         && listed.is_empty()
@@ -67,6 +67,25 @@ fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
         return vec![(var.clone(), var, spec.provider.needs_key())];
     }
     listed.iter().map(|(v, n)| (v.clone(), n.clone(), true)).collect()
+}
+
+/// Every secret a worker of this run fetches and must find: the agent's and the judges',
+/// as `(secret name, what needs it)`. `submit` and `doctor` check them before anything starts.
+pub fn required_secrets(config: &RunConfig) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = agent_secrets(config)
+        .into_iter()
+        .filter(|(_, _, required)| *required)
+        .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
+        .collect();
+    for e in &config.evaluators {
+        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+            && let Some((_, name)) = crate::evaluators::judge_secret(judge)
+            && !out.iter().any(|(n, _)| *n == name)
+        {
+            out.push((name, format!("evaluator `{}`", e.id())));
+        }
+    }
+    out
 }
 
 /// Reads a job spec from a path or URI.

@@ -31,10 +31,20 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
     if cfg.backend.id == BackendId::Local && cfg.storage.bundle_root.is_local() && index.is_local() {
         let root = cfg.storage.bundle_root.local_path().unwrap_or(Path::new("."));
         let (ok, detail) = creatable_folder(root);
-        return vec![
+        let mut checks = vec![
             Check { name: "backend".into(), ok: true, detail: "local: no cloud resources needed".into() },
             Check { name: format!("bundle root {}", root.display()), ok, detail },
         ];
+        if let Ok(backend) = agenteval_core::traits::Resolver::backend(wiring, cfg).await {
+            for (name, user) in agenteval_engine::worker::required_secrets(cfg) {
+                let (ok, detail) = match backend.fetch_secret(&name).await {
+                    Ok(_) => (true, format!("found (for the {user})")),
+                    Err(e) => (false, format!("{e} (for the {user})")),
+                };
+                checks.push(Check { name: format!("secret {name}"), ok, detail });
+            }
+        }
+        return checks;
     }
     let clients = wiring.clients(&super::aws_settings(cfg.aws.as_ref())).await;
     let a = cfg.aws.clone().unwrap_or_default();
@@ -52,7 +62,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
         container_name: a.container_name.clone(),
         subnets: a.subnets.clone(),
         security_groups: a.security_groups.clone(),
-        secrets: cfg.agent.secrets().values().cloned().collect(),
+        secrets: agenteval_engine::worker::required_secrets(cfg).into_iter().map(|(name, _)| name).collect(),
     };
     run_checks(clients, &input).await
 }
