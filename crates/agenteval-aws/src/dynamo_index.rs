@@ -478,7 +478,7 @@ impl RunIndex for DynamoDbRunIndex {
     }
 
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
-        let items = self.query_all(run, "TASK#", Some("#st, passed, cost_usd, tokens")).await?;
+        let items = self.query_all(run, "TASK#", Some("#st, passed, cost_usd, tokens, terminated_by")).await?;
         let mut c = TaskCounts::default();
         for i in &items {
             c.total += 1;
@@ -486,11 +486,19 @@ impl RunIndex for DynamoDbRunIndex {
                 TaskState::Pending => c.pending += 1,
                 TaskState::Queued => c.queued += 1,
                 TaskState::Running => c.running += 1,
-                TaskState::Completed => c.completed += 1,
-                TaskState::Failed => c.failed += 1,
+                TaskState::Completed => {
+                    c.completed += 1;
+                    let passed = get_bool(i, "passed").unwrap_or(false);
+                    let ended =
+                        get_s(i, "terminated_by").ok().and_then(TerminatedBy::parse).unwrap_or(TerminatedBy::Completed);
+                    c.add_outcome(Outcome::of(passed, ended), 1);
+                }
+                TaskState::Failed => {
+                    c.given_up += 1;
+                    c.infra += 1;
+                }
                 TaskState::Cancelled => c.cancelled += 1,
             }
-            c.passed += get_bool(i, "passed").unwrap_or(false) as u64;
             c.cost_usd += get_n::<f64>(i, "cost_usd").unwrap_or(0.0);
             c.tokens = c.tokens.saturating_add(get_n::<u64>(i, "tokens").unwrap_or(0));
         }

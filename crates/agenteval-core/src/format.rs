@@ -29,6 +29,12 @@ pub struct Metadata {
     pub finished_at: Option<DateTime<Utc>>,
     /// Times the run was resumed.
     pub resumed: u32,
+    /// Why the run ended as it did, when that needs saying (an agent that cannot run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// `--set` overrides given to `resume` (budget, limits, concurrency), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resume_overrides: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

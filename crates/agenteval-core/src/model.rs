@@ -170,6 +170,21 @@ pub enum TerminatedBy {
 }
 
 impl TerminatedBy {
+    pub const ALL: [TerminatedBy; 8] = [
+        TerminatedBy::Completed,
+        TerminatedBy::LimitTokens,
+        TerminatedBy::LimitTime,
+        TerminatedBy::LimitCost,
+        TerminatedBy::LimitTrace,
+        TerminatedBy::LimitTurns,
+        TerminatedBy::InfraFailure,
+        TerminatedBy::AgentError,
+    ];
+
+    pub fn parse(s: &str) -> Option<TerminatedBy> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             TerminatedBy::Completed => "completed",
@@ -492,24 +507,79 @@ impl TaskTransition {
     }
 }
 
-/// Aggregates over a run's tasks, cheap enough to poll for progress.
+/// What became of a finished task: the one word every output uses for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Graded, and every score passed.
+    Passed,
+    /// Graded, and a score failed: the agent completed with a wrong answer.
+    Failed,
+    /// The agent errored or hit a limit (`agent_error`, `limit_*`).
+    Errored,
+    /// agenteval's infrastructure failed the task (`infra_failure`, or given up after retries):
+    /// it says nothing about the agent.
+    Infra,
+}
+
+impl Outcome {
+    pub fn of(passed: bool, terminated_by: TerminatedBy) -> Outcome {
+        match terminated_by {
+            TerminatedBy::InfraFailure => Outcome::Infra,
+            _ if passed => Outcome::Passed,
+            TerminatedBy::Completed => Outcome::Failed,
+            _ => Outcome::Errored,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Failed => "failed",
+            Outcome::Errored => "errored",
+            Outcome::Infra => "infra",
+        }
+    }
+}
+
+/// Aggregates over a run's tasks, cheap enough to poll for progress: where the tasks are
+/// (`pending` … `cancelled`) and what became of the finished ones (`passed`, `failed`,
+/// `errored`, `infra`, which add up to `finished()`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct TaskCounts {
     pub total: u64,
     pub pending: u64,
     pub queued: u64,
     pub running: u64,
+    /// Graded: a result exists.
     pub completed: u64,
-    pub failed: u64,
+    /// Given up after infrastructure failures (also counted in `infra`).
+    pub given_up: u64,
     pub cancelled: u64,
     pub passed: u64,
+    #[serde(default)]
+    pub failed: u64,
+    #[serde(default)]
+    pub errored: u64,
+    #[serde(default)]
+    pub infra: u64,
     pub cost_usd: f64,
     pub tokens: u64,
 }
 
 impl TaskCounts {
     pub fn finished(&self) -> u64 {
-        self.completed + self.failed
+        self.completed + self.given_up
+    }
+
+    /// Counts `n` finished tasks of one outcome.
+    pub fn add_outcome(&mut self, outcome: Outcome, n: u64) {
+        match outcome {
+            Outcome::Passed => self.passed += n,
+            Outcome::Failed => self.failed += n,
+            Outcome::Errored => self.errored += n,
+            Outcome::Infra => self.infra += n,
+        }
     }
 }
 
@@ -546,7 +616,14 @@ pub struct RunSummary {
     /// Tasks with a result file.
     pub tasks_finished: u64,
     pub passed: u64,
+    /// Graded and wrong (see [`Outcome`]).
     pub failed: u64,
+    /// The agent errored or hit a limit.
+    #[serde(default)]
+    pub errored: u64,
+    /// Infrastructure failures.
+    #[serde(default)]
+    pub infra: u64,
     /// pass rate over finished tasks, in [0, 1].
     pub pass_rate: f64,
     pub terminated_by: BTreeMap<String, u64>,

@@ -4,28 +4,31 @@
 use std::collections::BTreeMap;
 
 use agenteval_core::RunId;
-use agenteval_core::model::{EvaluatorSummary, RunStatus, RunSummary, TaskResult};
+use agenteval_core::model::{EvaluatorSummary, Outcome, RunStatus, RunSummary, TaskCounts, TaskResult};
 use agenteval_core::traits::Scorer;
 
 #[derive(Debug, Default)]
 pub struct PassRate {
     finished: u64,
-    passed: u64,
+    outcomes: TaskCounts,
     terminated_by: BTreeMap<String, u64>,
 }
 
 impl Scorer for PassRate {
     fn observe(&mut self, r: &TaskResult) {
         self.finished += 1;
-        self.passed += r.passed as u64;
+        self.outcomes.add_outcome(Outcome::of(r.passed, r.agent.terminated_by), 1);
         *self.terminated_by.entry(r.agent.terminated_by.as_str().to_string()).or_default() += 1;
     }
 
     fn finish(&self, s: &mut RunSummary) {
         s.tasks_finished = self.finished;
-        s.passed = self.passed;
-        s.failed = self.finished - self.passed;
-        s.pass_rate = if self.finished == 0 { 0.0 } else { self.passed as f64 / self.finished as f64 };
+        s.passed = self.outcomes.passed;
+        s.failed = self.outcomes.failed;
+        s.errored = self.outcomes.errored;
+        s.infra = self.outcomes.infra;
+        let (passed, finished) = (self.outcomes.passed, self.finished);
+        s.pass_rate = if finished == 0 { 0.0 } else { passed as f64 / finished as f64 };
         s.terminated_by = self.terminated_by.clone();
     }
 }
@@ -175,6 +178,8 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         tasks_finished: 0,
         passed: 0,
         failed: 0,
+        errored: 0,
+        infra: 0,
         pass_rate: 0.0,
         terminated_by: BTreeMap::new(),
         total_cost_usd: 0.0,

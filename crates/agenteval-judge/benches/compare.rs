@@ -28,6 +28,8 @@ fn run(tasks: usize, worse: bool) -> RunResults {
             created_at: now,
             finished_at: Some(now),
             resumed: 0,
+            reason: None,
+            resume_overrides: vec![],
         },
         bundle_uri: String::new(),
         tags: Default::default(),

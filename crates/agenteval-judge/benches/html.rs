@@ -31,6 +31,8 @@ fn main() {
             created_at: now,
             finished_at: Some(now),
             resumed: 0,
+            reason: None,
+            resume_overrides: vec![],
         },
         bundle_uri: "/runs/bench".into(),
         tags: (0..TASKS).map(|i| (format!("task-{i:04}"), vec![format!("tag{}", i % 5)])).collect(),

@@ -344,6 +344,8 @@ mod tests {
                 created_at: now,
                 finished_at: Some(now),
                 resumed: 0,
+                reason: None,
+                resume_overrides: vec![],
             },
             bundle_uri: format!("/runs/{name}"),
             tags: Default::default(),

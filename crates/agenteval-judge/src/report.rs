@@ -277,6 +277,8 @@ mod tests {
                 created_at: now,
                 finished_at: Some(now),
                 resumed: 0,
+                reason: None,
+                resume_overrides: vec![],
             },
             bundle_uri: String::new(),
             tags: Default::default(),

@@ -518,8 +518,9 @@ impl RunIndex for SqliteRunIndex {
         self.with(move |c| {
             let mut stmt = c
                 .prepare(
-                    "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), TOTAL(tokens)
-                     FROM tasks WHERE run_id = ?1 GROUP BY state",
+                    "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), TOTAL(tokens),
+                            COALESCE(passed, 0), terminated_by
+                     FROM tasks WHERE run_id = ?1 GROUP BY state, COALESCE(passed, 0), terminated_by",
                 )
                 .map_err(|e| db_err("preparing", e))?;
             let mut counts = TaskCounts::default();
@@ -528,17 +529,25 @@ impl RunIndex for SqliteRunIndex {
                 let state: String = r.get(0).map_err(|e| db_err("counting", e))?;
                 let n = r.get::<_, i64>(1).map_err(|e| db_err("counting", e))? as u64;
                 counts.total += n;
-                counts.passed += r.get::<_, i64>(2).map_err(|e| db_err("counting", e))? as u64;
                 counts.cost_usd += r.get::<_, f64>(3).map_err(|e| db_err("counting", e))?;
                 // TOTAL is a float sum: it cannot overflow as SUM can, and `as` saturates.
                 counts.tokens =
                     counts.tokens.saturating_add(r.get::<_, f64>(4).map_err(|e| db_err("counting", e))? as u64);
+                let passed = r.get::<_, i64>(5).map_err(|e| db_err("counting", e))? != 0;
+                let ended: Option<String> = r.get(6).map_err(|e| db_err("counting", e))?;
+                let ended = ended.as_deref().and_then(TerminatedBy::parse).unwrap_or(TerminatedBy::Completed);
                 match TaskState::parse(&state) {
                     Some(TaskState::Pending) => counts.pending += n,
                     Some(TaskState::Queued) => counts.queued += n,
                     Some(TaskState::Running) => counts.running += n,
-                    Some(TaskState::Completed) => counts.completed += n,
-                    Some(TaskState::Failed) => counts.failed += n,
+                    Some(TaskState::Completed) => {
+                        counts.completed += n;
+                        counts.add_outcome(Outcome::of(passed, ended), n);
+                    }
+                    Some(TaskState::Failed) => {
+                        counts.given_up += n;
+                        counts.infra += n;
+                    }
                     Some(TaskState::Cancelled) => counts.cancelled += n,
                     None => return Err(Error::corrupt(format!("run index: unknown task state {state}"))),
                 }

@@ -224,8 +224,10 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     // Racing completions of the same attempt: exactly one wins.
     let mut a = TaskTransition::new(tid("t2"), 1, TaskState::Completed);
     a.passed = Some(true);
+    a.terminated_by = Some(TerminatedBy::Completed);
     let mut b = a.clone();
     b.passed = Some(false);
+    b.terminated_by = Some(TerminatedBy::LimitTokens);
     let (ra, rb) = tokio::join!(index.record_task(&run, &a), index.record_task(&run, &b));
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
     assert!(ra ^ rb, "exactly one of two completions of one attempt applies");
@@ -238,11 +240,15 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let counts = index.task_counts(&run).await.unwrap();
     assert_eq!(counts.total, 3);
     assert_eq!(counts.completed, 2);
-    assert_eq!(counts.failed, 1);
+    assert_eq!(counts.given_up, 1);
     assert_eq!(counts.pending + counts.queued + counts.running, 0);
     assert_eq!(counts.finished(), 3);
-    // t1 passed; t2 passed if the first of its two completions (passed) applied.
+    // t1 passed; t2 passed if the first of its two completions (passed) applied, else it
+    // errored (a limit); t3 was given up: infra. The outcomes add up to the finished tasks.
     assert_eq!(counts.passed, 1 + u64::from(ra), "passed counts completed tasks that passed");
+    assert_eq!(counts.errored, u64::from(rb), "a limit is an error, not a failure");
+    assert_eq!((counts.failed, counts.infra), (0, 1));
+    assert_eq!(counts.passed + counts.failed + counts.errored + counts.infra, counts.finished());
     assert!((counts.cost_usd - 0.25).abs() < 1e-9, "cost sums completed tasks");
     assert_eq!(counts.tokens, 100);
 

@@ -146,6 +146,11 @@ pub enum Command {
         index: IndexArgs,
         #[arg(long)]
         json: bool,
+        /// Change a setting for the rest of the run: `max_run_cost_usd`, `agent.limits.*`,
+        /// `backend.max_concurrent_jobs`, `backend.max_attempts`, `backend.tasks_per_job`,
+        /// `backend.tasks_in_parallel` (repeatable; recorded in the bundle's metadata).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
         /// Take the run over even though another controller's lease on it is live: its workers
         /// are stopped first, and it stops at its next heartbeat.
         #[arg(long)]

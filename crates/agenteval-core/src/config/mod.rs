@@ -326,6 +326,11 @@ pub enum AgentConfig {
         /// Secrets to pass as environment variables: `ENV_NAME: secret-name`.
         #[serde(default)]
         secrets: BTreeMap<String, String>,
+        /// Variables of the worker's environment the program also gets, by name (`[HF_HOME]`);
+        /// `true` passes the whole environment — unsafe: cloud credentials and keys meant for
+        /// agenteval reach the agent under test. Default: none (`docs/agent-protocol.md`).
+        #[serde(default, skip_serializing_if = "InheritEnv::is_none")]
+        inherit_env: InheritEnv,
         #[serde(default)]
         limits: Limits,
         /// The config file's folder, filled in when loading: relative paths in `command` and
@@ -347,6 +352,28 @@ pub enum AgentConfig {
         #[serde(default)]
         limits: Limits,
     },
+}
+
+/// Which variables of the worker's environment a `command` agent inherits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum InheritEnv {
+    /// `true`: everything (unsafe); `false`: nothing.
+    All(bool),
+    /// These names.
+    Names(Vec<String>),
+}
+
+impl Default for InheritEnv {
+    fn default() -> Self {
+        InheritEnv::Names(Vec::new())
+    }
+}
+
+impl InheritEnv {
+    pub fn is_none(&self) -> bool {
+        matches!(self, InheritEnv::All(false)) || matches!(self, InheritEnv::Names(n) if n.is_empty())
+    }
 }
 
 /// An agent's sandbox: `none`, or the paths it may read and write besides the defaults.
@@ -554,6 +581,12 @@ pub struct BackendConfig {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = MAX_TASKS_IN_PARALLEL))]
     pub tasks_in_parallel: u32,
+    /// Stop the run when its first this-many finished tasks all ended with the same agent
+    /// error (a program that cannot start, a refused key): the run is sealed `failed` with that
+    /// reason. 0 turns it off.
+    #[serde(default = "default_identical_errors")]
+    #[schemars(range(max = MAX_ATTEMPTS))]
+    pub stop_after_identical_errors: u32,
     /// `local`: a file of `NAME=value` lines the local backend reads secrets from (besides the
     /// environment).
     #[serde(default)]
@@ -566,6 +599,9 @@ fn default_concurrency() -> u32 {
 fn default_attempts() -> u32 {
     3
 }
+fn default_identical_errors() -> u32 {
+    3
+}
 
 impl Default for BackendConfig {
     fn default() -> Self {
@@ -575,6 +611,7 @@ impl Default for BackendConfig {
             tasks_per_job: 1,
             max_attempts: default_attempts(),
             tasks_in_parallel: 1,
+            stop_after_identical_errors: default_identical_errors(),
             secrets_file: None,
         }
     }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
+use agenteval_core::config::InheritEnv;
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 
@@ -28,6 +29,8 @@ pub struct CommandAgent {
     model: Option<String>,
     /// The agent's filesystem view; `None` when the config turned the sandbox off.
     sandbox: Option<View>,
+    /// Variables of the worker's environment passed on besides the protocol's own.
+    inherit: InheritEnv,
 }
 
 impl CommandAgent {
@@ -38,7 +41,13 @@ impl CommandAgent {
         model: Option<String>,
         sandbox: Option<View>,
     ) -> Self {
-        CommandAgent { program, env, workdir, model, sandbox }
+        CommandAgent { program, env, workdir, model, sandbox, inherit: InheritEnv::default() }
+    }
+
+    /// Passes these variables of the worker's environment on to the agent.
+    pub fn inheriting(mut self, inherit: InheritEnv) -> Self {
+        self.inherit = inherit;
+        self
     }
 
     /// The program and arguments, a relative path that names a file in the config's folder
@@ -53,6 +62,21 @@ impl CommandAgent {
                 _ => a.clone(),
             })
             .collect()
+    }
+}
+
+/// Whether `prog` names a program that can be started: found on `PATH` (or at its path) and
+/// executable.
+pub fn runnable(prog: &str) -> Result<std::path::PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Some(path) = super::sandbox::which(prog) else {
+        return Err("not found on PATH".into());
+    };
+    match std::fs::metadata(&path) {
+        Err(_) => Err(format!("{} does not exist", path.display())),
+        Ok(m) if m.is_dir() => Err(format!("{} is a folder", path.display())),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!("{} is not executable", path.display())),
+        Ok(_) => Ok(path),
     }
 }
 
@@ -131,11 +155,29 @@ impl AgentRunner for CommandAgent {
         let Some((prog, args)) = argv.split_first() else {
             return agent_error("agent.command is empty");
         };
+        // Said plainly before anything starts: through the sandbox launcher a missing program
+        // would only be an exit status 127.
+        if let Err(why) = runnable(prog) {
+            return agent_error(format!("cannot start agent `{prog}`: {why}"));
+        }
         let mut cmd = tokio::process::Command::new(prog);
         cmd.args(args).env_clear();
         for var in PASSED_ENV {
             if let Some(v) = std::env::var_os(var) {
                 cmd.env(var, v);
+            }
+        }
+        match &self.inherit {
+            InheritEnv::All(true) => {
+                cmd.envs(std::env::vars_os());
+            }
+            InheritEnv::All(false) => {}
+            InheritEnv::Names(names) => {
+                for name in names {
+                    if let Some(v) = std::env::var_os(name) {
+                        cmd.env(name, v);
+                    }
+                }
             }
         }
         cmd.envs(&self.env)

@@ -16,7 +16,7 @@ use agenteval_core::traits::{AgentRunner, AgentTool};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{Cassettes, LlmAgent};
 
-pub use command::CommandAgent;
+pub use command::{CommandAgent, runnable};
 pub(crate) use command::{TreeGuard, warn_unsandboxed};
 pub use mock::MockAgent;
 pub use oracle::OracleAgent;
@@ -39,12 +39,15 @@ pub fn agent_from_config(
             Arc::new(LlmAgent::new(cfg.clone(), builtin, cassettes, redactor.clone()).map_err(Error::invalid)?)
         }
         AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
-        AgentConfig::Command { model, command, env, workdir, sandbox, .. } => {
+        AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, .. } => {
             let view = match sandbox {
                 Sandbox::Mode(_) => None,
                 Sandbox::Paths(paths) => Some(view_of(run, workdir.as_deref(), &paths.read, &paths.write)),
             };
-            Arc::new(CommandAgent::new(command.clone(), env.clone(), workdir.clone(), model.clone(), view))
+            Arc::new(
+                CommandAgent::new(command.clone(), env.clone(), workdir.clone(), model.clone(), view)
+                    .inheriting(inherit_env.clone()),
+            )
         }
     })
 }

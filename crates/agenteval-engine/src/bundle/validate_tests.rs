@@ -52,6 +52,8 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
         created_at: now,
         finished_at: Some(now),
         resumed: 0,
+        reason: None,
+        resume_overrides: vec![],
     };
     store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();
     for (i, t) in TASKS.iter().enumerate() {

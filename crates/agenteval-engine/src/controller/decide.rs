@@ -22,6 +22,35 @@ pub enum StopReason {
     Interrupted,
     /// The run spent `max_run_cost_usd`.
     Budget,
+    /// The first tasks all failed the same way before the agent did anything: it cannot run.
+    BrokenAgent,
+}
+
+/// Whether a run's first finished tasks show an agent that cannot run: at least `need` of them
+/// (`backend.stop_after_identical_errors`; 0 turns the check off), every one an `agent_error`
+/// with the same message. Returns that message.
+pub fn broken_agent<'a>(
+    finished: impl IntoIterator<Item = (agenteval_core::model::TerminatedBy, Option<&'a str>)>,
+    need: usize,
+) -> Option<String> {
+    if need == 0 {
+        return None;
+    }
+    let mut first: Option<&str> = None;
+    let mut n = 0;
+    for (ended, detail) in finished {
+        if ended != agenteval_core::model::TerminatedBy::AgentError {
+            return None;
+        }
+        let detail = detail.unwrap_or("");
+        match first {
+            None => first = Some(detail),
+            Some(f) if f != detail => return None,
+            Some(_) => {}
+        }
+        n += 1;
+    }
+    (n >= need).then(|| first.unwrap_or("").to_string())
 }
 
 /// The first jobs of a (resumed) run: `todo` in chunks of `per_job`, numbered in the epoch.
@@ -97,7 +126,8 @@ pub fn final_status(stop: Option<StopReason>, gave_up: bool, counts: &TaskCounts
     match stop {
         Some(StopReason::Interrupted) => RunStatus::Interrupted,
         Some(StopReason::Budget) => RunStatus::BudgetExceeded,
-        None if gave_up || counts.failed > 0 => RunStatus::Failed,
+        Some(StopReason::BrokenAgent) => RunStatus::Failed,
+        None if gave_up || counts.given_up > 0 => RunStatus::Failed,
         None if counts.completed == counts.total => RunStatus::Complete,
         None => RunStatus::Failed,
     }
@@ -175,5 +205,17 @@ mod tests {
         assert_eq!(final_status(Some(StopReason::Interrupted), false, &all), RunStatus::Interrupted);
         let short = TaskCounts { total: 3, completed: 2, ..Default::default() };
         assert_eq!(final_status(None, false, &short), RunStatus::Failed);
+    }
+
+    #[test]
+    fn a_broken_agent_is_the_same_agent_error_on_every_first_task() {
+        use agenteval_core::model::TerminatedBy::{AgentError, Completed, LimitTime};
+        let cannot = Some("cannot start agent `nopython`: No such file or directory");
+        assert_eq!(broken_agent([(AgentError, cannot); 3], 3).as_deref(), cannot);
+        assert_eq!(broken_agent([(AgentError, cannot); 2], 3), None, "too few yet");
+        assert_eq!(broken_agent([(AgentError, cannot), (AgentError, Some("other")), (AgentError, cannot)], 3), None);
+        assert_eq!(broken_agent([(AgentError, cannot), (Completed, None), (AgentError, cannot)], 3), None);
+        assert_eq!(broken_agent([(LimitTime, cannot); 3], 3), None, "a limit is not a broken agent");
+        assert_eq!(broken_agent([(AgentError, cannot); 3], 0), None, "0 turns it off");
     }
 }

@@ -39,6 +39,10 @@ struct Fleet<'a> {
     counts: TaskCounts,
     stop: Option<StopReason>,
     gave_up: bool,
+    /// Whether the first finished tasks were looked at for a broken agent.
+    broken_checked: bool,
+    /// Why the run stopped early, when it did for a reason worth recording.
+    reason: Option<String>,
 }
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
@@ -50,7 +54,7 @@ pub(super) async fn drive_jobs(
     mut opts: ControllerOptions,
     run_span: &tracing::Span,
     spans: &mut SpanFile,
-) -> Result<RunStatus> {
+) -> Result<(RunStatus, Option<String>)> {
     let Some(metrics) = run.metrics.as_ref() else {
         return Err(agenteval_core::Error::internal("fleet metrics are set before driving"));
     };
@@ -66,6 +70,8 @@ pub(super) async fn drive_jobs(
         counts: run.index.task_counts(&run.run_id).await?,
         stop: None,
         gave_up: false,
+        broken_checked: false,
+        reason: None,
     };
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
@@ -119,11 +125,13 @@ pub(super) async fn drive_jobs(
         stop_jobs(run, &mut fleet.in_flight).await?;
     }
     fleet.counts = run.index.task_counts(&run.run_id).await?;
+    // A run whose every task failed at once the same way is a broken agent too.
+    fleet.check_broken_agent(&opts).await?;
     progress.update(&view(&fleet.counts, 0, fleet.counters.retried));
     gauges(metrics, &fleet.counts, 0, fleet.queue.len());
     fleet.export().await;
     progress.message("sealing bundle");
-    Ok(decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts))
+    Ok((decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts), fleet.reason))
 }
 
 impl Fleet<'_> {
@@ -137,6 +145,32 @@ impl Fleet<'_> {
             opts.progress
                 .message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", self.counts.cost_usd));
             self.stop = Some(StopReason::Budget);
+        }
+        self.check_broken_agent(opts).await
+    }
+
+    /// Stops a run whose first tasks all failed the same way before the agent did anything (a
+    /// program that does not exist, a key that is refused): every further task would too, and
+    /// a night of such failures must not read as a finished run. Looked at once, when the first
+    /// `stop_after_identical_errors` tasks have finished.
+    async fn check_broken_agent(&mut self, opts: &ControllerOptions) -> Result<()> {
+        let need = (self.run.config.backend.stop_after_identical_errors as u64).min(self.counts.total);
+        if self.broken_checked || self.stop.is_some() || need == 0 || self.counts.finished() < need {
+            return Ok(());
+        }
+        self.broken_checked = true;
+        if self.counts.errored != self.counts.finished() {
+            return Ok(());
+        }
+        let tasks = self.run.index.list_tasks(&self.run.run_id).await?;
+        let finished = tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Completed)
+            .map(|t| (t.terminated_by.unwrap_or(TerminatedBy::Completed), t.detail.as_deref()));
+        if let Some(detail) = decide::broken_agent(finished, need as usize) {
+            opts.progress.message(&format!("the first {need} tasks all failed the same way; stopping: {detail}"));
+            self.reason = Some(format!("the agent cannot run: {detail}"));
+            self.stop = Some(StopReason::BrokenAgent);
         }
         Ok(())
     }
@@ -224,6 +258,7 @@ impl Fleet<'_> {
     async fn collect_ended(&mut self, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
         let handles: Vec<JobHandle> = self.in_flight.values().map(|f| f.handle.clone()).collect();
+        let mut ended = false;
         let statuses = match run.backend.job_status(&handles).await {
             Ok(s) => s,
             Err(e) if e.kind().is_retryable() => {
@@ -243,7 +278,13 @@ impl Fleet<'_> {
             }
             if let Some(f) = self.in_flight.remove(&handle.job_id) {
                 self.settle(handle, status, f, opts).await?;
+                ended = true;
             }
+        }
+        // Until the first tasks have been looked at for a broken agent, every job's end is: a
+        // fast-failing agent would otherwise burn through many tasks between two refreshes.
+        if ended && !self.broken_checked {
+            self.refresh_counts(opts).await?;
         }
         Ok(())
     }
@@ -339,8 +380,10 @@ fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
         waiting: c.pending + c.queued + c.cancelled,
         running: c.running,
         done: c.finished(),
-        failed: c.failed,
         passed: c.passed,
+        failed: c.failed,
+        errored: c.errored,
+        infra: c.infra,
         cost_usd: c.cost_usd,
         jobs_in_flight: jobs as u64,
         retries,

@@ -52,8 +52,11 @@ pub struct ProgressView {
     pub waiting: u64,
     pub running: u64,
     pub done: u64,
-    pub failed: u64,
+    /// Of the `done` tasks: what became of them (`model::Outcome`).
     pub passed: u64,
+    pub failed: u64,
+    pub errored: u64,
+    pub infra: u64,
     pub cost_usd: f64,
     pub jobs_in_flight: u64,
     pub retries: u64,
@@ -79,6 +82,8 @@ pub struct RunOutcome {
     pub status: RunStatus,
     pub bundle_uri: String,
     pub summary: RunSummary,
+    /// Why the run stopped early, when it did for a reason (also in `metadata.json`).
+    pub reason: Option<String>,
 }
 
 /// Options that come from the command line rather than the config.
@@ -216,6 +221,8 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         created_at: now,
         finished_at: None,
         resumed: 0,
+        reason: None,
+        resume_overrides: vec![],
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
     store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
@@ -337,13 +344,64 @@ async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id
 /// lease is live (its heartbeat is fresh) it refuses with `Conflict` naming the holder, unless
 /// `force`, which takes the run over; the old holder's workers are stopped and the old holder
 /// stops at its next heartbeat.
+/// Settings `resume --set` may change: what bounds or paces the rest of the run, never what it
+/// evaluates (the benchmark, the agent, the evaluators), so its tasks stay comparable.
+pub const RESUME_SETTABLE: &[&str] = &[
+    "max_run_cost_usd",
+    "agent.limits.",
+    "backend.max_concurrent_jobs",
+    "backend.max_attempts",
+    "backend.tasks_per_job",
+    "backend.tasks_in_parallel",
+];
+
+/// A run's config with `resume --set` overrides applied and checked like a config file's.
+pub fn resume_config(
+    config: &agenteval_core::config::RunConfig,
+    sets: &[String],
+) -> std::result::Result<agenteval_core::config::RunConfig, agenteval_core::config::ConfigError> {
+    use agenteval_core::config::{ConfigError, Origin, Problem};
+    if sets.is_empty() {
+        return Ok(config.clone());
+    }
+    let refused: Vec<Problem> = sets
+        .iter()
+        .filter(|set| {
+            let key = set.split('=').next().unwrap_or("").trim();
+            !RESUME_SETTABLE.iter().any(|k| if k.ends_with('.') { key.starts_with(k) } else { key == *k })
+        })
+        .map(|set| Problem {
+            origin: Origin::Unknown,
+            pointer: String::new(),
+            message: format!(
+                "`--set {set}` cannot change on resume: only {} can (the tasks must stay comparable)",
+                RESUME_SETTABLE
+                    .iter()
+                    .map(|k| if k.ends_with('.') { format!("{k}*") } else { k.to_string() })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
+        .collect();
+    if !refused.is_empty() {
+        return Err(ConfigError { file: "resume --set".into(), problems: refused });
+    }
+    let text = serde_json::to_string_pretty(config).expect("configs serialize");
+    agenteval_core::config::load_config_str(&text, layout::CONFIG, Path::new("/"), sets).map(|l| l.config)
+}
+
 pub async fn resume(
     index: Arc<dyn RunIndex>,
     run_id: &RunId,
     force: bool,
+    sets: &[String],
     opts: ControllerOptions,
 ) -> Result<RunOutcome> {
     let Located { record, store, config } = locate(opts.resolver.as_ref(), index.as_ref(), run_id).await?;
+    if record.status == RunStatus::Complete {
+        return Err(Error::invalid(format!("run {run_id} is complete: nothing to resume")));
+    }
+    let config = resume_config(&config, sets).map_err(|e| Error::invalid(e.to_string()))?;
     if controller_alive(&record) && !force {
         return Err(held_by(&record));
     }
@@ -377,6 +435,15 @@ pub async fn resume(
     meta.sealed = false;
     meta.finished_at = None;
     meta.resumed = epoch;
+    meta.reason = None;
+    if !sets.is_empty() {
+        // Workers read the config from the bundle: the new limits must be there before any
+        // job starts. The hash follows the config; the overrides are kept, in order.
+        let resolved = serde_json::to_value(&config).expect("configs serialize");
+        store.put(run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
+        meta.config_hash = config_hash(&resolved);
+        meta.resume_overrides.extend(sets.iter().cloned());
+    }
     store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let run = Run::new(config, tasks, store, index, backend, meta, attempt_base);
     drive(run, todo, epoch, opts).await.map_err(not_user_error)
@@ -458,13 +525,15 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
-    let status = match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            telemetry::set_error(&span, &e.to_string());
-            return Err(e);
-        }
-    };
+    let (status, reason) =
+        match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
+            Ok(s) => s,
+            Err(e) => {
+                telemetry::set_error(&span, &e.to_string());
+                return Err(e);
+            }
+        };
+    run.meta.reason = reason.clone();
     let sealed = seal_run(
         run.store.as_ref(),
         run.index.as_ref(),
@@ -481,6 +550,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         status: sealed.status,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         summary: sealed.summary,
+        reason,
     })
 }
 

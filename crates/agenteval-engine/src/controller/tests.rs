@@ -399,7 +399,7 @@ async fn resume_runs_only_the_unfinished_tasks() {
 
     hang.store(false, std::sync::atomic::Ordering::SeqCst);
     let (_tx, rx) = watch::channel(false);
-    let out = resume(h.resolver.index.clone(), &first.run_id, false, h.options(rx)).await.unwrap();
+    let out = resume(h.resolver.index.clone(), &first.run_id, false, &[], h.options(rx)).await.unwrap();
     assert_eq!(out.status, RunStatus::Complete);
     assert_eq!(out.summary.passed, 4);
     let resumed = &h.backend().submissions()[before..];

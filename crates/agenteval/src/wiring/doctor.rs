@@ -35,6 +35,17 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
             Check { name: "backend".into(), ok: true, detail: "local: no cloud resources needed".into() },
             Check { name: format!("bundle root {}", root.display()), ok, detail },
         ];
+        if let agenteval_core::config::AgentConfig::Command { command, workdir, .. } = &cfg.agent
+            && let Some(prog) = command.first()
+        {
+            let local = workdir.as_ref().map(|w| w.join(prog)).filter(|p| !prog.starts_with('/') && p.exists());
+            let prog = local.map(|p| p.display().to_string()).unwrap_or_else(|| prog.clone());
+            let (ok, detail) = match agenteval_engine::agents::runnable(&prog) {
+                Ok(path) => (true, format!("{} is executable", path.display())),
+                Err(why) => (false, format!("{why} (agent.command)")),
+            };
+            checks.push(Check { name: format!("agent program {prog}"), ok, detail });
+        }
         if let Ok(backend) = agenteval_core::traits::Resolver::backend(wiring, cfg).await {
             for (name, user) in agenteval_engine::worker::required_secrets(cfg) {
                 let (ok, detail) = match backend.fetch_secret(&name).await {
