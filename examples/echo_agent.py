@@ -4,7 +4,7 @@
 It reads one JSON request on stdin, "thinks" with a tool call to a lookup table, and writes
 JSON-lines events to stdout, ending with `agent.terminal`. For the test suite it can also
 misbehave, chosen by AGENT_MODE or by an input of the form {"question": ..., "mode": ...}:
-crash, hang, garbage, no_terminal, echo_secret.
+crash, hang, garbage, no_terminal, echo_secret, echo_env (answers with its whole environment).
 """
 import json
 import os
@@ -44,6 +44,8 @@ def main():
         time.sleep(0.2)
     emit("agent.tool_call", {"tool": "lookup", "arguments": {"q": question}})
     answer = next((v for k, v in ANSWERS.items() if k in question.lower()), "I don't know")
+    if mode == "echo_env":
+        answer = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
     if mode == "echo_secret":
         answer = f"the key is {os.environ.get('API_KEY', '')}"
         print(f"debug: using key {os.environ.get('API_KEY', '')}", file=sys.stderr)

@@ -53,7 +53,12 @@ pub fn status_word(status: RunStatus) -> String {
 
 /// One line of counts, in the words every output uses.
 pub fn counts_line(v: &ProgressView) -> String {
-    format!("passed {} failed {} errored {} infra {} | ${:.4}", v.passed, v.failed, v.errored, v.infra, v.cost_usd)
+    format!("passed {} failed {} errored {} infra {}, ${}", v.passed, v.failed, v.errored, v.infra, dollars(v.cost_usd))
+}
+
+/// Dollars with the decimals that matter at that size.
+fn dollars(d: f64) -> String {
+    if d < 1.0 { format!("{d:.4}") } else { format!("{d:.2}") }
 }
 
 /// Progress: a two-line bar on a terminal (each line within 80 columns, with rate and ETA); on
@@ -100,12 +105,14 @@ impl Bar {
         let mut p = self.plain.lock().expect("progress lock");
         let elapsed = p.started.map(|s| now - s).unwrap_or_default();
         let per_sec = if elapsed.as_secs_f64() > 0.0 { v.done as f64 / elapsed.as_secs_f64() } else { 0.0 };
-        let eta = if per_sec > 0.0 && v.total > v.done {
+        let eta = if v.total <= v.done {
+            " eta 0:00".to_string()
+        } else if per_sec > 0.0 {
             format!(" eta {}", clock(Duration::from_secs_f64((v.total - v.done) as f64 / per_sec)))
         } else {
-            String::new()
+            " eta -".to_string()
         };
-        eprintln!("[{}] {}/{} {per_sec:.1}/s{eta} | {}", clock(elapsed), v.done, v.total, counts_line(v));
+        eprintln!("{}/{} {per_sec:.1}/s{eta}: {}", v.done, v.total, counts_line(v));
         p.last = Some(now);
     }
 }
@@ -137,7 +144,7 @@ impl Progress for Bar {
         }
         let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
         let style = ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} {bar:24} {pos}/{len} {per_sec:.1} eta {eta}\n  {msg}",
+            "{spinner} {elapsed_precise} {bar:16} {pos}/{len} {per_sec:.1} eta {eta} {prefix}\n  {msg}",
         )
         .expect("valid template")
         .progress_chars("=> ");
@@ -159,11 +166,12 @@ impl Progress for Bar {
         }
         if let Some(pb) = self.bar.lock().expect("bar lock").as_ref() {
             pb.set_position(v.done);
-            let mut msg = format!("{} | running {}", counts_line(v), v.running);
+            let mut running = format!("run {}", v.running);
             if v.retries > 0 {
-                msg.push_str(&format!(" retries {}", v.retries));
+                running.push_str(&format!(" retry {}", v.retries));
             }
-            pb.set_message(msg);
+            pb.set_prefix(running);
+            pb.set_message(counts_line(v));
         }
     }
 
@@ -223,4 +231,54 @@ pub fn summary_table(s: &RunSummary) -> Table {
         format!("{:.2}/{:.2}", s.latency_p50_seconds, s.latency_p95_seconds),
     ]);
     compact(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_fit_80_columns_for_a_big_run() {
+        let v = ProgressView {
+            total: 100_000,
+            waiting: 90_000,
+            running: 64,
+            done: 99_999,
+            passed: 45_000,
+            failed: 30_000,
+            errored: 20_000,
+            infra: 4_999,
+            cost_usd: 1234.5678,
+            jobs_in_flight: 64,
+            retries: 12,
+        };
+        let bar_line = counts_line(&v);
+        assert!(bar_line.len() + 2 <= 80, "{} columns: {bar_line}", bar_line.len() + 2);
+        // The bar's first line: spinner, elapsed, a 16-wide bar, position, rate, ETA, running.
+        let first = format!(
+            "⠁ 01:02:03 {} {}/{} {:.1}/s eta {} run {} retry {}",
+            "=".repeat(16),
+            v.done,
+            v.total,
+            999.9,
+            "1h 2m",
+            v.running,
+            v.retries
+        );
+        assert!(first.chars().count() <= 80, "{} columns: {first}", first.chars().count());
+        let plain = format!("{}/{} {:.1}/s eta {}: {}", v.done, v.total, 999.9, "1:02:03", counts_line(&v));
+        assert!(plain.chars().count() <= 110, "plain progress stays one line: {plain}");
+        let small = ProgressView {
+            total: 2000,
+            done: 1234,
+            passed: 500,
+            failed: 400,
+            errored: 300,
+            infra: 34,
+            cost_usd: 12.345,
+            ..v.clone()
+        };
+        let plain = format!("{}/{} {:.1}/s eta {}: {}", small.done, small.total, 99.9, "12:34", counts_line(&small));
+        assert!(plain.chars().count() <= 80, "a run of thousands of tasks logs within 80 columns: {plain}");
+    }
 }

@@ -229,7 +229,10 @@ async fn a_secrets_manager_secret_reaches_the_agent_and_nothing_else() {
     let mut aws = Aws::new(&[("prod/agent-key", SECRET)], true).await;
     aws.fargate(0);
     let agent = repo().join("examples/echo_agent.py");
-    aws.ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n");
+    aws.ws.write(
+        "cases.jsonl",
+        "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n{\"id\": \"env\", \"input\": {\"question\": \"q\", \"mode\": \"echo_env\"}}\n",
+    );
     let body = format!(
         r#"benchmark:
   kind: jsonl
@@ -243,7 +246,16 @@ agent:
         agent.display()
     );
     let cfg = aws.config("aws-secret", &body, &aws.endpoint.clone());
-    let out = aws.run(&["submit", "--json", "-vv", "--config", cfg.to_str().unwrap()]);
+    // A variable of the controller's shell that no config declares must reach no agent.
+    const SHELL_ONLY: &str = "shell-only-aws-5d2";
+    let child = aws
+        .cmd_in(aws.ws.path(), &["submit", "--json", "-vv", "--config", cfg.to_str().unwrap()])
+        .env("SHELL_ONLY_TOKEN", SHELL_ONLY)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_output(child, Duration::from_secs(240));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(!text(&out.stdout).contains(SECRET) && !text(&out.stderr).contains(SECRET));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -279,6 +291,16 @@ agent:
         .output()
         .unwrap();
     assert_eq!(scan.status.code(), Some(1), "the redacted echo is in the bundle");
+    let scan_for = |needle: &str| {
+        python("scan_for.py")
+            .args(["--endpoint", &aws.endpoint, "--bucket", &aws.bucket, "--table", &aws.table, "--needle", needle])
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(scan_for("AGENTEVAL_SCRATCH_DIR="), Some(1), "the agent's environment dump is in the bundle");
+    assert_eq!(scan_for(SHELL_ONLY), Some(0), "an undeclared variable of the controller reached the agent");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,0 +1,239 @@
+//! What a new user trusts, through the real binary: a broken agent is not a green run, one word
+//! per outcome everywhere, resume that can finish, output without a terminal, every config
+//! problem at once, and an agent environment that holds only what was declared.
+
+mod util;
+
+use std::io::BufRead as _;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use util::*;
+
+fn cases(ws: &Workspace, n: usize) {
+    let lines: String =
+        (0..n).map(|i| format!("{{\"id\": \"c{i:02}\", \"input\": \"q{i}\", \"expected\": \"Q{i}\"}}\n")).collect();
+    ws.write("cases.jsonl", &lines);
+}
+
+#[test]
+fn an_agent_that_cannot_start_stops_the_run_early_and_says_which_field() {
+    let ws = Workspace::new();
+    cases(&ws, 40);
+    let cfg = ws.write(
+        "broken.yaml",
+        "name: broken\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [nopython, a.py]\nbackend: {max_concurrent_jobs: 2}\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let last = err.lines().last().unwrap();
+    assert!(last.starts_with("error: the agent cannot run: cannot start agent `nopython`"), "{err}");
+    assert!(last.contains("fix `agent.command`"), "{last}");
+    let status = ws.run(&["status", "latest", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(v["run"]["status"], "failed", "{v}");
+    assert!(v["reason"].as_str().unwrap().contains("nopython"), "{v}");
+    let finished = v["tasks"]["completed"].as_u64().unwrap();
+    assert!((3..=8).contains(&finished), "stopped within the first tasks, not after {finished}");
+    let shown = text(&ws.run(&["status", "latest"]).stdout);
+    assert!(shown.contains("why       the agent cannot run"), "{shown}");
+    let meta = read_json(&Path::new(v["run"]["bundle_uri"].as_str().unwrap()).join("metadata.json"));
+    assert!(meta["reason"].as_str().unwrap().contains("nopython"), "{meta}");
+
+    let doctor = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(doctor.status.code(), Some(2));
+    assert!(text(&doctor.stdout).contains("FAIL agent program nopython"), "{}", text(&doctor.stdout));
+}
+
+/// `passed X failed Y errored Z infra W` anywhere in `line`.
+fn words(line: &str) -> Option<[u64; 4]> {
+    let at = line.find("passed ")?;
+    let w: Vec<&str> = line[at..].split_whitespace().collect();
+    let n = |i: usize| w.get(i).and_then(|x| x.trim_end_matches(',').parse::<u64>().ok());
+    (w.get(2) == Some(&"failed") && w.get(4) == Some(&"errored") && w.get(6) == Some(&"infra"))
+        .then(|| Some([n(1)?, n(3)?, n(5)?, n(7)?]))
+        .flatten()
+}
+
+#[test]
+fn failed_means_the_same_tasks_in_progress_status_table_and_json() {
+    let ws = Workspace::new();
+    // The toy benchmark's tasks pass, fail, error and hit limits in a known mix.
+    let cfg = toy_config(&ws, 40, 20, 1, 4);
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let progress: Vec<[u64; 4]> = err.lines().filter_map(words).collect();
+    assert!(progress.len() >= 2, "progress lines without a terminal: {err}");
+    let last = *progress.last().unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&ws.run(&["status", "latest", "--json"]).stdout).unwrap();
+    let t = &status["tasks"];
+    let four = |v: &serde_json::Value| ["passed", "failed", "errored", "infra"].map(|k| v[k].as_u64().unwrap());
+    let from_status = four(t);
+    let shown: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "show", "latest", "--json"]).stdout).unwrap();
+    let s = &shown["summary"];
+    let from_summary = four(s);
+    assert_eq!(last, from_status, "progress vs status");
+    assert_eq!(from_status, from_summary, "status vs summary.json");
+    assert!(from_summary[1] > 0 && from_summary[2] > 0, "the toy mix has wrong answers and errors: {s}");
+    assert_eq!(from_summary.iter().sum::<u64>(), 40);
+    let table = text(&out.stdout);
+    let row = table.lines().find(|l| l.starts_with("40 ")).unwrap_or_else(|| panic!("{table}"));
+    let cells: Vec<u64> = row.split_whitespace().skip(1).take(4).map(|c| c.parse().unwrap()).collect();
+    assert_eq!(cells, from_summary, "table vs summary: {table}");
+    let text_status = text(&ws.run(&["status", "latest"]).stdout);
+    let [p, f, e, i] = from_summary;
+    assert!(text_status.contains(&format!("passed {p} failed {f} errored {e} infra {i}")), "{text_status}");
+}
+
+#[test]
+fn a_budget_stopped_run_resumed_with_more_budget_completes_and_a_complete_run_is_left_alone() {
+    let ws = Workspace::new();
+    let mut yaml = toy_yaml("budget", 30, 5, 1, 2, "runs");
+    yaml.push_str("max_run_cost_usd: 0.005\n");
+    let cfg = ws.write("budget.yaml", &yaml);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!((code, v["status"].as_str()), (3, Some("budget_exceeded")), "{v}");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert!(text(&out.stdout).contains("--set max_run_cost_usd="), "the hint says how: {}", text(&out.stdout));
+    let run = v["run_id"].as_str().unwrap();
+
+    let refused = ws.run(&["resume", run, "--set", "agent.kind=command"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(text(&refused.stderr).contains("cannot change on resume"), "{}", text(&refused.stderr));
+
+    let out = ws.run(&["resume", run, "--json", "--set", "max_run_cost_usd=100"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((out.status.code(), r["status"].as_str()), (Some(0), Some("complete")), "{r}");
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    let meta = read_json(&bundle.join("metadata.json"));
+    assert_eq!(meta["resume_overrides"], serde_json::json!(["max_run_cost_usd=100"]));
+    assert_eq!(read_json(&bundle.join("config.resolved.json"))["max_run_cost_usd"], 100.0);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+
+    let before = snapshot(&ws.runs());
+    let out = ws.run(&["resume", run]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("is complete: nothing to resume"), "{}", text(&out.stdout));
+    assert_eq!(snapshot(&ws.runs()), before, "resuming a complete run changed a file");
+}
+
+/// Every file under `root` (SQLite's shared-memory side files aside) with its bytes.
+fn snapshot(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !p.to_string_lossy().ends_with("-shm") && !p.to_string_lossy().ends_with("-wal") {
+                out.push((p.display().to_string(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn without_a_terminal_the_run_id_comes_at_once_and_progress_while_it_runs() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 40, 250, 1, 4);
+    let start = Instant::now();
+    let mut child = ws.spawn(&["submit", "--config", cfg.to_str().unwrap()]);
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut lines: Vec<(Duration, String)> = Vec::new();
+    for line in stderr.lines() {
+        lines.push((start.elapsed(), line.unwrap()));
+    }
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0));
+    let (at, first) = &lines[0];
+    assert!(first.starts_with("run "), "{lines:?}");
+    assert!(*at < Duration::from_secs(1), "the run id came after {at:?}");
+    let ended = lines.last().unwrap().0;
+    let during: Vec<&(Duration, String)> =
+        lines.iter().filter(|(t, l)| words(l).is_some() && *t < ended - Duration::from_millis(300)).collect();
+    assert!(during.len() >= 2, "progress lines while it ran: {lines:?}");
+    assert!(during.iter().all(|(_, l)| l.contains("/s") && l.contains("eta")), "rate and ETA: {during:?}");
+    for (_, l) in &lines {
+        assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+    }
+    for l in text(&out.stdout).lines() {
+        assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+    }
+
+    let quiet = ws.run(&[
+        "-q",
+        "submit",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "benchmark.latency_ms=0",
+        "--set",
+        "benchmark.slow_ms=0",
+    ]);
+    let shown = text(&quiet.stdout);
+    assert_eq!(shown.lines().count(), 1, "-q prints one line: {shown}");
+    assert!(shown.contains("complete: 40 tasks, passed "), "{shown}");
+    assert!(text(&quiet.stderr).is_empty(), "{}", text(&quiet.stderr));
+}
+
+#[test]
+fn a_five_problem_config_reports_all_five() {
+    let ws = Workspace::new();
+    let cfg = ws.write(
+        "five.yaml",
+        "name: five\nbenchmark:\n  kind: jsnl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: []\nevaluators:\n  - kind: regex\nbackend:\n  max_concurrent_jobs: 0\nmax_run_cost_usd: 0\n",
+    );
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("has 5 problems"), "{err}");
+    for want in [
+        "five.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval; did you mean `jsonl`?)",
+        "five.yaml:7:12: agent `command` needs a program to run",
+        "five.yaml:9:11: evaluator `regex` requires `pattern`",
+        "five.yaml:11:24: 0 is less than the minimum of 1",
+        "five.yaml:12:19: must be greater than zero",
+    ] {
+        assert!(err.contains(want), "want {want} in:\n{err}");
+    }
+}
+
+const ENV_DUMP: &str = r#"
+import json, os, sys
+req = json.loads(sys.stdin.readline())
+dump = " ".join(f"{k}={v}" for k, v in sorted(os.environ.items()))
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": dump}}), flush=True)
+"#;
+
+#[test]
+fn an_undeclared_variable_reaches_no_agent_and_no_file() {
+    let ws = Workspace::new();
+    ws.write("dump.py", ENV_DUMP);
+    cases(&ws, 1);
+    let cfg = ws.write(
+        "env.yaml",
+        "name: env\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, dump.py]\n  env: {DECLARED: yes-declared}\n  inherit_env: [ASKED_FOR]\n",
+    );
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("SHELL_ONLY_TOKEN", "shell-only-7c1e9")
+        .env("ASKED_FOR", "asked-for-value")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &results(Path::new(v["bundle"].as_str().unwrap()))[0];
+    let seen = r["agent"]["final_answer"].as_str().unwrap();
+    assert!(seen.contains("DECLARED=yes-declared") && seen.contains("ASKED_FOR=asked-for-value"), "{seen}");
+    assert!(seen.contains("AGENTEVAL_SCRATCH_DIR=") && seen.contains("PATH="), "{seen}");
+    assert!(!seen.contains("SHELL_ONLY_TOKEN"), "an undeclared variable reached the agent: {seen}");
+    for (file, bytes) in snapshot(&ws.runs()) {
+        assert!(!bytes.windows(16).any(|w| w == b"shell-only-7c1e9"), "{file} holds the undeclared value");
+    }
+}
