@@ -273,6 +273,31 @@ pub struct TaskResult {
 }
 
 impl TaskResult {
+    /// What became of the task.
+    pub fn outcome(&self) -> Outcome {
+        Outcome::of(self.passed, self.agent.terminated_by)
+    }
+
+    /// Why the task did not pass, in one line (empty when it passed): the agent's error or
+    /// limit, else the first score that failed, with its reason (`exact_match: expected "8",
+    /// got "9"`).
+    pub fn why(&self) -> String {
+        let one_line = |t: &str| t.split_whitespace().collect::<Vec<_>>().join(" ");
+        if self.passed {
+            return String::new();
+        }
+        if let Some(e) = &self.agent.error {
+            return format!("{}: {}", self.agent.terminated_by.as_str(), one_line(e));
+        }
+        match self.scores.iter().find(|s| !scores_pass(std::slice::from_ref(s))) {
+            Some(s) => {
+                let said = s.error.as_deref().unwrap_or(&s.reason);
+                format!("{}: {}", s.evaluator_id, one_line(said))
+            }
+            None => "no score passed".into(),
+        }
+    }
+
     /// Cost of the task including evaluator cost.
     pub fn total_cost_usd(&self) -> f64 {
         self.agent.total_cost_usd + self.scores.iter().map(|s| s.cost_usd).sum::<f64>()
@@ -640,6 +665,9 @@ pub struct RunSummary {
     /// With repetitions: tasks (base ids) that both passed and failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky_tasks: Vec<String>,
+    /// Pass rates by task tag (tasks without tags are in no group).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tags: BTreeMap<String, TagSummary>,
     /// Tasks whose cost is partly unknown (a model missing from the price table):
     /// `total_cost_usd` is then a lower bound.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -666,6 +694,14 @@ impl RunSummary {
 /// failure (an LLM judge that errored) neither passes nor fails it.
 pub fn scores_pass(scores: &[EvaluatorScore]) -> bool {
     scores.iter().all(|s| s.passed || (s.error.is_some() && crate::evaluator::EvaluatorConfig::is_judge_kind(&s.kind)))
+}
+
+/// The finished tasks carrying one tag.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TagSummary {
+    pub tasks: u64,
+    pub passed: u64,
+    pub pass_rate: f64,
 }
 
 /// Text of a JSON answer for comparison: strings as they are, anything else as JSON.

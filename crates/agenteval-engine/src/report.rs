@@ -32,22 +32,32 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         let _ = writeln!(out, "| git | `{g}` |");
     }
     let _ = writeln!(out, "\n## Results\n");
-    let _ =
-        writeln!(out, "| tasks | finished | passed | failed | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |");
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
-        "| {} | {} | {} | {} | {:.1}% | {} | {} | {:.3} | {:.3} |",
+        "| tasks | finished | passed | failed | errored | infra | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |"
+    );
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {} | {} | {} | {} | {:.1}% | {} | {} | {:.3} | {:.3} |",
         s.tasks_total,
         s.tasks_finished,
         s.passed,
         s.failed,
+        s.errored,
+        s.infra,
         s.pass_rate * 100.0,
         s.cost_text(),
         s.total_tokens,
         s.latency_p50_seconds,
         s.latency_p95_seconds
     );
+    if !s.tags.is_empty() {
+        let _ = writeln!(out, "\n## By tag\n\n| tag | tasks | passed | pass rate |\n|---|---:|---:|---:|");
+        for (tag, t) in &s.tags {
+            let _ = writeln!(out, "| {} | {} | {} | {:.1}% |", md_escape(tag), t.tasks, t.passed, t.pass_rate * 100.0);
+        }
+    }
     if !s.terminated_by.is_empty() {
         let _ = writeln!(out, "\n## How agents ended\n\n| terminated by | tasks |\n|---|---:|");
         for (k, n) in &s.terminated_by {

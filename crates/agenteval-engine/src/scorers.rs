@@ -153,6 +153,41 @@ impl Scorer for PassAtK {
     }
 }
 
+/// Pass rates by tag, for tasks whose tags it was given.
+#[derive(Debug, Default)]
+pub struct TagRates {
+    tags: std::collections::HashMap<String, Vec<String>>,
+    by_tag: BTreeMap<String, (u64, u64)>,
+}
+
+impl TagRates {
+    /// `tags`: task id → its tags.
+    pub fn new(tags: std::collections::HashMap<String, Vec<String>>) -> Self {
+        TagRates { tags, by_tag: BTreeMap::new() }
+    }
+}
+
+impl Scorer for TagRates {
+    fn observe(&mut self, r: &TaskResult) {
+        for t in self.tags.get(r.task_id.as_str()).into_iter().flatten() {
+            let (n, p) = self.by_tag.entry(t.clone()).or_default();
+            *n += 1;
+            *p += u64::from(r.passed);
+        }
+    }
+
+    fn finish(&self, s: &mut RunSummary) {
+        s.tags = self
+            .by_tag
+            .iter()
+            .map(|(t, &(n, p))| {
+                let rate = if n == 0 { 0.0 } else { p as f64 / n as f64 };
+                (t.clone(), agenteval_core::model::TagSummary { tasks: n, passed: p, pass_rate: rate })
+            })
+            .collect();
+    }
+}
+
 /// Every built-in scorer, in the order they fill the summary; pass@k only for runs with
 /// repetitions.
 pub fn default_scorers(repetitions: bool) -> Vec<Box<dyn Scorer>> {
@@ -190,6 +225,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         evaluators: BTreeMap::new(),
         pass_at_k: BTreeMap::new(),
         flaky_tasks: Vec::new(),
+        tags: BTreeMap::new(),
         cost_unknown_tasks: 0,
     }
 }

@@ -73,6 +73,18 @@ pub enum Command {
         #[command(flatten)]
         cassettes: CassetteArgs,
     },
+    /// One task of a run: its outcome and why, its trace as a tree (steps, tool calls, tokens,
+    /// cost, timings) and its scores with their reasons.
+    Show {
+        /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        /// The task id (as `runs show RUN --tasks` lists them).
+        task: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Re-run a run's config with the model calls recorded in its bundle instead of live ones,
     /// and say per task MATCH, DIFFER (with the first difference) or CODE_CHANGED (agenteval's
     /// version, or how it reads the config, changed). Exit 1 when any task is not MATCH.
@@ -243,9 +255,15 @@ pub enum RunsCommand {
         run: String,
         #[command(flatten)]
         index: IndexArgs,
-        /// Include every task.
+        /// Include every task, with why each one that did not pass did not.
         #[arg(long)]
         tasks: bool,
+        /// Only the tasks that did not pass (failed, errored, infra); implies --tasks.
+        #[arg(long)]
+        failed: bool,
+        /// Only the tasks with this tag (repeatable); implies --tasks.
+        #[arg(long, value_name = "TAG")]
+        tag: Vec<String>,
         #[arg(long)]
         json: bool,
     },

@@ -51,8 +51,14 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             let (_, index) = open_index(&index).await?;
             judging::baseline_show(index.as_ref(), &name, json).await
         }
-        Command::Runs { command: RunsCommand::Show { run, index, tasks, json } } => {
-            runs_show(&run, &index, tasks, json).await
+        Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, json } } => {
+            let (wiring, index) = open_index(&index).await?;
+            let filter = crate::inspect::TaskFilter { all: tasks || failed || !tag.is_empty(), failed, tags: tag };
+            crate::inspect::runs_show(wiring.as_ref(), index.as_ref(), &run, &filter, json).await
+        }
+        Command::Show { run, task, index, json } => {
+            let (wiring, index) = open_index(&index).await?;
+            crate::inspect::show_task(wiring.as_ref(), index.as_ref(), &run, &task, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
         Command::Resume { run, index, json, force, sets } => {
@@ -179,6 +185,9 @@ pub(crate) fn print_outcome(
         );
     } else {
         say!("{}", output::summary_table(&o.summary));
+        for l in output::tag_lines(&o.summary) {
+            say!("{l}");
+        }
         say!("run     {}", o.run_id);
         say!("status  {}", output::status_word(o.status));
         say!("bundle  {}", o.bundle_uri);
@@ -389,7 +398,7 @@ async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>)
     Ok((wiring, index))
 }
 
-fn record_json(r: &RunRecord) -> serde_json::Value {
+pub(crate) fn record_json(r: &RunRecord) -> serde_json::Value {
     let mut v = serde_json::to_value(r).expect("serializes");
     v["controller_alive"] = json!(controller::controller_alive(r));
     v
@@ -486,53 +495,6 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
         ]);
     }
     say!("{t}");
-    Ok(exit::OK)
-}
-
-async fn runs_show(run: &str, index: &IndexArgs, with_tasks: bool, json: bool) -> Result<u8, Failure> {
-    let (wiring, index) = open_index(index).await?;
-    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
-    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
-    let counts = index.task_counts(&run_id).await?;
-    let summary: Option<RunSummary> = read_json(located.store.as_ref(), &run_id, layout::SUMMARY).await.ok();
-    let tasks = if with_tasks { index.list_tasks(&run_id).await? } else { vec![] };
-    if json {
-        say!(
-            "{}",
-            json!({"run": record_json(&located.record), "tasks_counts": counts, "summary": summary, "tasks": tasks})
-        );
-        return Ok(exit::OK);
-    }
-    let r = &located.record;
-    say!("run        {} ({})", r.run_id, r.name);
-    say!("status     {}", output::status_word(r.status));
-    say!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
-    say!("created    {}", r.created_at.to_rfc3339());
-    if let Some(f) = r.finished_at {
-        say!("finished   {}", f.to_rfc3339());
-    }
-    say!("bundle     {}", r.bundle_uri);
-    if let Some(s) = &summary {
-        say!("{}", output::summary_table(s));
-    } else {
-        say!("tasks      {} of {} finished, {} passed", counts.finished(), counts.total, counts.passed);
-    }
-    if with_tasks {
-        let mut t = output::table();
-        t.set_header(vec!["task", "state", "attempt", "passed", "ended by", "cost", "detail"]);
-        for task in &tasks {
-            t.add_row(vec![
-                task.task_id.to_string(),
-                task.state.as_str().to_string(),
-                task.attempt.to_string(),
-                task.passed.map(|p| p.to_string()).unwrap_or_default(),
-                task.terminated_by.map(|x| x.as_str().to_string()).unwrap_or_default(),
-                format!("{:.4}", task.cost_usd),
-                task.detail.clone().unwrap_or_default().chars().take(60).collect(),
-            ]);
-        }
-        say!("{t}");
-    }
     Ok(exit::OK)
 }
 

@@ -210,6 +210,26 @@ pub fn compact(mut t: Table) -> Table {
     t
 }
 
+/// Pass rates by tag, as lines within 80 columns (nothing for a run without tags).
+pub fn tag_lines(s: &RunSummary) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::from("by tag:");
+    for (tag, t) in &s.tags {
+        let item = format!(" {tag} {}/{} ({:.0}%)", t.passed, t.tasks, t.pass_rate * 100.0);
+        if line.chars().count() + item.chars().count() + 1 > 80 && line != "by tag:" {
+            lines.push(std::mem::replace(&mut line, String::from("       ")));
+        }
+        if !line.ends_with(':') && !line.trim().is_empty() {
+            line.push(',');
+        }
+        line.push_str(&item);
+    }
+    if !s.tags.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
 /// The run's summary in a table that fits 80 columns: what became of the tasks (the words of
 /// `model::Outcome`), the pass rate, cost, tokens and latency.
 pub fn summary_table(s: &RunSummary) -> Table {

@@ -38,6 +38,24 @@ pub struct Summarized {
 /// Lines written per append when streaming `results.jsonl`.
 const RESULTS_CHUNK: usize = 256 * 1024;
 
+/// Task id → tags, for the tasks of `tasks.jsonl` that have any (nothing when it cannot be read:
+/// a summary never fails for want of tags).
+async fn task_tags(store: &dyn BundleStore, run: &RunId) -> std::collections::HashMap<String, Vec<String>> {
+    #[derive(serde::Deserialize)]
+    struct Tagged {
+        id: String,
+        #[serde(default)]
+        tags: Vec<String>,
+    }
+    let Ok(bytes) = store.get(run, layout::TASKS).await else { return Default::default() };
+    bytes
+        .split(|&b| b == b'\n')
+        .filter_map(|l| serde_json::from_slice::<Tagged>(l).ok())
+        .filter(|t| !t.tags.is_empty())
+        .map(|t| (t.id, t.tags))
+        .collect()
+}
+
 /// Summarizes the results of the run's tasks, one file at a time, and produces
 /// `results.jsonl`, one line per finished task in task order.
 pub async fn summarize(
@@ -50,6 +68,10 @@ pub async fn summarize(
     use agenteval_judge::html::SEAL_ROW_LIMIT;
     // pass@k keeps a count per task: only worth it when the run has repetitions (`<id>@r<n>`).
     let mut scorers = default_scorers(ids.iter().any(|id| id.as_str().contains('@')));
+    let tags = task_tags(store, run).await;
+    if !tags.is_empty() {
+        scorers.push(Box::new(crate::scorers::TagRates::new(tags)));
+    }
     let mut out = Summarized::default();
     let mut appender = match mode {
         Lines::Write => Some(store.open_appender(run, layout::RESULTS).await?),

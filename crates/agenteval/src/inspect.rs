@@ -1,0 +1,304 @@
+//! Looking into a run: `runs show RUN [--tasks] [--failed] [--tag T]` (the run, and why each
+//! task that did not pass did not) and `show RUN TASK` (one task's trace as a tree, its scores).
+
+use std::collections::HashMap;
+
+use agenteval_core::layout;
+use agenteval_core::model::{EventKind, Outcome, RunSummary, TaskResult, TaskSpec, TaskState, TraceEvent};
+use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
+use agenteval_core::{Error, RunId, TaskId};
+use agenteval_engine::bundle::read_json;
+use agenteval_engine::controller;
+use futures::StreamExt as _;
+use serde_json::{Value, json};
+
+use crate::commands::record_json;
+use crate::{Failure, exit, judging, output};
+
+/// Which tasks `runs show` lists.
+#[derive(Debug, Default)]
+pub struct TaskFilter {
+    pub all: bool,
+    /// Only those that did not pass.
+    pub failed: bool,
+    /// Only those with one of these tags.
+    pub tags: Vec<String>,
+}
+
+/// Columns a terminal has.
+const WIDTH: usize = 80;
+
+/// A task as `runs show` lists it.
+struct Row {
+    task: String,
+    outcome: String,
+    cost: f64,
+    why: String,
+}
+
+pub async fn runs_show(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    run: &str,
+    filter: &TaskFilter,
+    json: bool,
+) -> Result<u8, Failure> {
+    let run_id = judging::resolve_ref(index, run).await?;
+    let located = controller::locate(resolver, index, &run_id).await?;
+    let store = located.store.as_ref();
+    let counts = index.task_counts(&run_id).await?;
+    let summary: Option<RunSummary> = read_json(store, &run_id, layout::SUMMARY).await.ok();
+    let rows = if filter.all { rows(store, index, &run_id, filter).await? } else { vec![] };
+    if json {
+        let tasks: Vec<Value> = rows
+            .iter()
+            .map(|r| json!({"task_id": r.task, "outcome": r.outcome, "cost_usd": r.cost, "why": r.why}))
+            .collect();
+        say!(
+            "{}",
+            json!({"run": record_json(&located.record), "tasks_counts": counts, "summary": summary, "tasks": tasks})
+        );
+        return Ok(exit::OK);
+    }
+    let r = &located.record;
+    say!("run        {} ({})", r.run_id, r.name);
+    say!("status     {}", output::status_word(r.status));
+    say!("benchmark  {}   agent {}   backend {}", r.benchmark, r.agent, r.backend);
+    say!("created    {}", r.created_at.to_rfc3339());
+    if let Some(f) = r.finished_at {
+        say!("finished   {}", f.to_rfc3339());
+    }
+    say!("bundle     {}", r.bundle_uri);
+    match &summary {
+        Some(s) => {
+            say!("{}", output::summary_table(s));
+            for l in output::tag_lines(s) {
+                say!("{l}");
+            }
+        }
+        None => say!(
+            "tasks      {} of {} finished: passed {} failed {} errored {} infra {}",
+            counts.finished(),
+            counts.total,
+            counts.passed,
+            counts.failed,
+            counts.errored,
+            counts.infra
+        ),
+    }
+    if filter.all {
+        let task_w = rows.iter().map(|r| r.task.chars().count()).max().unwrap_or(4).clamp(4, 30);
+        // task, outcome (7), cost (8), why: the rest of 80 columns.
+        let why_w = WIDTH.saturating_sub(task_w + 1 + 8 + 9).max(20);
+        say!("{:<task_w$} {:<7} {:>8} why", "task", "outcome", "cost $");
+        for r in &rows {
+            say!("{:<task_w$} {:<7} {:>8.4} {}", clip(&r.task, task_w), r.outcome, r.cost, clip(&r.why, why_w));
+        }
+        if rows.is_empty() {
+            say!("(no task matches)");
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `s` cut to `w` characters, with `…` where it was cut.
+fn clip(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(w.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+async fn rows(
+    store: &dyn BundleStore,
+    index: &dyn RunIndex,
+    run: &RunId,
+    filter: &TaskFilter,
+) -> Result<Vec<Row>, Failure> {
+    let tags: HashMap<String, Vec<String>> = if filter.tags.is_empty() {
+        HashMap::new()
+    } else {
+        let bytes = store.get(run, layout::TASKS).await?;
+        bytes
+            .split(|&b| b == b'\n')
+            .filter_map(|l| serde_json::from_slice::<TaskSpec>(l).ok())
+            .map(|t| (t.id.to_string(), t.tags))
+            .collect()
+    };
+    let records = index.list_tasks(run).await?;
+    let wanted = records.into_iter().filter(|t| {
+        filter.tags.is_empty()
+            || tags.get(t.task_id.as_str()).is_some_and(|ts| ts.iter().any(|x| filter.tags.contains(x)))
+    });
+    // A finished task's why is in its result; reading them is what costs, so 16 at a time.
+    let mut out: Vec<Row> = futures::stream::iter(wanted)
+        .map(|t| async move {
+            match t.state {
+                TaskState::Completed => {
+                    let result: Option<TaskResult> =
+                        read_json(store, run, &layout::task_file(&t.task_id, layout::TASK_RESULT)).await.ok();
+                    match result {
+                        Some(r) => Row {
+                            task: t.task_id.to_string(),
+                            outcome: r.outcome().as_str().into(),
+                            cost: r.total_cost_usd(),
+                            why: r.why(),
+                        },
+                        None => Row {
+                            task: t.task_id.to_string(),
+                            outcome: Outcome::of(
+                                t.passed.unwrap_or(false),
+                                t.terminated_by.unwrap_or(agenteval_core::model::TerminatedBy::Completed),
+                            )
+                            .as_str()
+                            .into(),
+                            cost: t.cost_usd,
+                            why: t.detail.unwrap_or_default(),
+                        },
+                    }
+                }
+                TaskState::Failed => Row {
+                    task: t.task_id.to_string(),
+                    outcome: Outcome::Infra.as_str().into(),
+                    cost: t.cost_usd,
+                    why: t.detail.unwrap_or_default(),
+                },
+                other => Row {
+                    task: t.task_id.to_string(),
+                    outcome: other.as_str().into(),
+                    cost: t.cost_usd,
+                    why: String::new(),
+                },
+            }
+        })
+        .buffered(16)
+        .collect()
+        .await;
+    if filter.failed {
+        out.retain(|r| matches!(r.outcome.as_str(), "failed" | "errored" | "infra"));
+    }
+    Ok(out)
+}
+
+pub async fn show_task(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    run: &str,
+    task: &str,
+    json: bool,
+) -> Result<u8, Failure> {
+    let run_id = judging::resolve_ref(index, run).await?;
+    let task_id: TaskId = task.parse()?;
+    let located = controller::locate(resolver, index, &run_id).await?;
+    let store = located.store.as_ref();
+    let record = index.get_task(&run_id, &task_id).await?.ok_or_else(|| {
+        Error::not_found(format!(
+            "run {run_id} has no task `{task}` (`agenteval runs show {run_id} --tasks` lists them)"
+        ))
+    })?;
+    let result: Option<TaskResult> =
+        read_json(store, &run_id, &layout::task_file(&task_id, layout::TASK_RESULT)).await.ok();
+    let trace_bytes = store.get(&run_id, &layout::task_file(&task_id, layout::TASK_TRACE)).await.unwrap_or_default();
+    let trace: Vec<TraceEvent> =
+        trace_bytes.split(|&b| b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect();
+    if json {
+        say!("{}", json!({"run_id": run_id, "task": record, "result": result, "trace": trace}));
+        return Ok(exit::OK);
+    }
+    say!("task     {task_id} (run {run_id})");
+    match &result {
+        Some(r) => {
+            let why = r.why();
+            say!(
+                "outcome  {}{}",
+                r.outcome().as_str(),
+                if why.is_empty() { String::new() } else { format!(": {}", clip(&why, WIDTH - 18)) }
+            );
+            let a = &r.agent;
+            say!(
+                "agent    {} after {:.3} s, {} steps, {} tokens, ${:.4}{}",
+                a.terminated_by.as_str(),
+                a.wall_seconds,
+                a.steps,
+                a.total_tokens,
+                a.total_cost_usd,
+                if a.cost_unknown { " (cost partly unknown)" } else { "" }
+            );
+            if let Some(answer) = &a.final_answer {
+                say!("answer   {}", clip(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), WIDTH - 9));
+            }
+        }
+        None => say!("outcome  {} (no result yet)", record.state.as_str()),
+    }
+    if !trace.is_empty() {
+        say!("trace");
+        let start = trace[0].timestamp;
+        for e in &trace {
+            let at = (e.timestamp - start).num_milliseconds() as f64 / 1000.0;
+            let indent = if e.kind == EventKind::AgentToolResult { "    " } else { "  " };
+            let usage = if e.input_tokens + e.output_tokens > 0 || e.cost_usd > 0.0 {
+                format!(" [{}+{} tok ${:.4}]", e.input_tokens, e.output_tokens, e.cost_usd)
+            } else {
+                String::new()
+            };
+            let head = format!("{indent}{:>3} {:>7.3}s {}", e.step, at, e.kind.as_str());
+            let room = WIDTH.saturating_sub(head.chars().count() + usage.chars().count() + 1);
+            say!("{head} {}{usage}", clip(&describe(e), room));
+        }
+    }
+    if let Some(r) = &result {
+        say!("scores");
+        let id_w = r.scores.iter().map(|s| s.evaluator_id.chars().count()).max().unwrap_or(5).clamp(5, 24);
+        for s in &r.scores {
+            let verdict = if s.error.is_some() {
+                "error"
+            } else if s.passed {
+                "pass"
+            } else {
+                "fail"
+            };
+            let reason = s.error.as_deref().unwrap_or(&s.reason);
+            let room = WIDTH.saturating_sub(id_w + 2 + 6 + 6);
+            say!(
+                "  {:<id_w$} {verdict:<5} {:.2} {}",
+                clip(&s.evaluator_id, id_w),
+                s.score,
+                clip(&reason.replace('\n', " "), room)
+            );
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// One event's payload, shortly: a tool call's tool and arguments, a result's output, a final
+/// answer, a score's verdict.
+fn describe(e: &TraceEvent) -> String {
+    let p = &e.payload;
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let shown = match e.kind {
+        EventKind::AgentToolCall => {
+            format!("{} {}", text(&p["tool"]), p.get("arguments").map(text).unwrap_or_default())
+        }
+        EventKind::AgentToolResult => {
+            format!("{} -> {}", text(&p["tool"]), p.get("output").map(text).unwrap_or_default())
+        }
+        EventKind::AgentFinalAnswer => p.get("answer").map(text).unwrap_or_default(),
+        EventKind::AgentTerminal => {
+            p.get("error").filter(|e| !e.is_null()).or_else(|| p.get("final_answer")).map(text).unwrap_or_default()
+        }
+        EventKind::EvaluatorScore => format!(
+            "{} {} {}",
+            text(&p["evaluator_id"]),
+            if p["passed"] == json!(true) { "pass" } else { "fail" },
+            p.get("reason").map(text).unwrap_or_default()
+        ),
+        _ if p.is_null() => String::new(),
+        _ => text(p),
+    };
+    shown.replace('\n', "⏎")
+}
