@@ -35,6 +35,9 @@ pub struct Metadata {
     /// `--set` overrides given to `resume` (budget, limits, concurrency), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resume_overrides: Vec<String>,
+    /// The run whose failed tasks this run re-runs (`agenteval rerun RUN --failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerun_of: Option<RunId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -30,6 +30,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
             resumed: 0,
             reason: None,
             resume_overrides: vec![],
+            rerun_of: None,
         },
         bundle_uri: String::new(),
         tags: Default::default(),

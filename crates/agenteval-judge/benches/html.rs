@@ -33,6 +33,7 @@ fn main() {
             resumed: 0,
             reason: None,
             resume_overrides: vec![],
+            rerun_of: None,
         },
         bundle_uri: "/runs/bench".into(),
         tags: (0..TASKS).map(|i| (format!("task-{i:04}"), vec![format!("tag{}", i % 5)])).collect(),

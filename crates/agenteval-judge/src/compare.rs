@@ -346,6 +346,7 @@ mod tests {
                 resumed: 0,
                 reason: None,
                 resume_overrides: vec![],
+                rerun_of: None,
             },
             bundle_uri: format!("/runs/{name}"),
             tags: Default::default(),

@@ -279,6 +279,7 @@ mod tests {
                 resumed: 0,
                 reason: None,
                 resume_overrides: vec![],
+                rerun_of: None,
             },
             bundle_uri: String::new(),
             tags: Default::default(),

@@ -72,6 +72,22 @@ pub enum Command {
         gates: Option<PathBuf>,
         #[command(flatten)]
         cassettes: CassetteArgs,
+        /// Run only the first N tasks of the benchmark (after its filter).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+    },
+    /// Start a new run of the tasks of RUN that did not pass (failed, errored or infra), with
+    /// RUN's config; the new run is named `NAME (rerun)` and records RUN in its metadata.
+    Rerun {
+        /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        /// Re-run the tasks that did not pass (required: the one selection there is).
+        #[arg(long, required = true)]
+        failed: bool,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
     },
     /// One task of a run: its outcome and why, its trace as a tree (steps, tool calls, tokens,
     /// cost, timings) and its scores with their reasons.

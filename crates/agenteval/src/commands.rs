@@ -27,9 +27,13 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { run, json, baseline, gates, cassettes } => {
+        Command::Submit { mut run, json, baseline, gates, cassettes, limit } => {
+            if let Some(n) = limit {
+                run.sets.push(format!("benchmark.filter.limit={n}"));
+            }
             submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
         }
+        Command::Rerun { run, failed: _, index, json } => rerun(&run, &index, json, quiet, telemetry).await,
         Command::Replay { run, with_config, index, json } => {
             let (wiring, index) = open_index(&index).await?;
             crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await
@@ -247,6 +251,7 @@ pub(crate) fn controller_options(
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
     Ok(ControllerOptions {
+        rerun_of: None,
         resolver,
         progress: progress.clone(),
         interrupt: interrupt_channel(progress, started),
@@ -476,24 +481,28 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
         say!("no runs yet");
         return Ok(exit::OK);
     }
+    // 80 columns: the id's first 18 characters (its time and some of its randomness; any
+    // unique prefix names the run), the name cut to fit.
     let mut t = output::table();
-    t.set_header(vec!["run id", "name", "status", "verdict", "benchmark", "backend", "tasks", "created"]);
+    t.set_header(vec!["run", "name", "status", "verdict", "tasks", "created"]);
     for r in &runs {
+        let id = r.run_id.to_string();
+        let name: String =
+            if r.name.chars().count() > 17 { r.name.chars().take(16).chain(['…']).collect() } else { r.name.clone() };
         t.add_row(vec![
-            r.run_id.to_string(),
-            r.name.clone(),
+            id[..18.min(id.len())].to_string(),
+            name,
             if r.status == RunStatus::Running && !controller::controller_alive(r) {
-                "running (controller gone)".to_string()
+                "running (gone)".to_string()
             } else {
                 r.status.as_str().to_string()
             },
             r.verdict.clone().unwrap_or_else(|| "-".into()),
-            r.benchmark.clone(),
-            r.backend.clone(),
             r.tasks_total.to_string(),
-            r.created_at.format("%Y-%m-%d %H:%M:%S").to_string(),
+            r.created_at.format("%m-%d %H:%M").to_string(),
         ]);
     }
+    let t = output::compact(t);
     say!("{t}");
     Ok(exit::OK)
 }
@@ -508,6 +517,55 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
         say!("run {run_id}: {}", output::status_word(status));
     }
     Ok(exit::OK)
+}
+
+/// `rerun RUN --failed`: a new run of the tasks of RUN that did not pass.
+async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+    use agenteval_core::config::BenchmarkConfig;
+    use agenteval_core::model::{Outcome, TaskState, TerminatedBy};
+    let (wiring, index) = open_index(index).await?;
+    let run_id = judging::resolve_ref(index.as_ref(), run).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    let mut ids: Vec<String> = index
+        .list_tasks(&run_id)
+        .await?
+        .into_iter()
+        .filter(|t| match t.state {
+            TaskState::Completed => {
+                let ended = t.terminated_by.unwrap_or(TerminatedBy::Completed);
+                Outcome::of(t.passed.unwrap_or(false), ended) != Outcome::Passed
+            }
+            TaskState::Failed => true,
+            _ => false,
+        })
+        .map(|t| t.task_id.base().to_string())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    if ids.is_empty() {
+        if json {
+            say!("{}", json!({"run_id": run_id, "rerun": false, "tasks": 0}));
+        } else {
+            say!("run {run_id} has no task that did not pass: nothing to rerun");
+        }
+        return Ok(exit::OK);
+    }
+    let mut config = located.config.clone();
+    let filter = match &mut config.benchmark {
+        BenchmarkConfig::Toy { filter, .. }
+        | BenchmarkConfig::Jsonl { filter, .. }
+        | BenchmarkConfig::Humaneval { filter, .. } => filter,
+    };
+    *filter = agenteval_core::config::TaskFilter { ids, tags: vec![], limit: None };
+    config.name = format!("{} (rerun)", config.name);
+    let resolved = serde_json::to_value(&config).expect("configs serialize");
+    let loaded =
+        LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG), resolved };
+    preflight_secrets(wiring.as_ref(), &loaded.config).await?;
+    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    opts.rerun_of = Some(run_id);
+    let outcome = controller::submit(&loaded, opts).await?;
+    print_outcome(&outcome, &loaded.config, json, quiet)
 }
 
 async fn resume(

@@ -237,3 +237,54 @@ fn an_undeclared_variable_reaches_no_agent_and_no_file() {
         assert!(!bytes.windows(16).any(|w| w == b"shell-only-7c1e9"), "{file} holds the undeclared value");
     }
 }
+
+#[test]
+fn limit_rerun_failed_runs_show_and_show_task_give_the_why() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 30, 0, 5, 2);
+    let (v, code, _) = ws.submit(&cfg, &["--limit", "10"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["tasks_total"], 10, "--limit 10 runs the first 10 tasks");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let s = &v["summary"];
+    let not_passed = 10 - s["passed"].as_u64().unwrap();
+    assert!(not_passed > 0, "{s}");
+    // Per-tag pass rates: the toy benchmark tags each task with its behaviour.
+    assert_eq!(s["tags"]["pass"]["pass_rate"], 1.0, "{s}");
+    assert_eq!(s["tags"]["fail"]["passed"], 0, "{s}");
+
+    let shown: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "show", &run, "--failed", "--json"]).stdout).unwrap();
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len() as u64, not_passed, "{shown}");
+    for t in tasks {
+        assert!(!t["why"].as_str().unwrap().is_empty(), "every failing task says why: {t}");
+        assert_ne!(t["outcome"], "passed");
+    }
+    let wrong = tasks.iter().find(|t| t["outcome"] == "failed").expect("a wrong answer");
+    assert!(wrong["why"].as_str().unwrap().contains("expected"), "expected vs got: {wrong}");
+    let table = text(&ws.run(&["runs", "show", &run, "--tasks", "--tag", "fail"]).stdout);
+    assert!(table.contains("expected"), "{table}");
+    for l in table.lines() {
+        assert!(l.chars().count() <= 80, "{} columns: {l}", l.chars().count());
+    }
+
+    let task = wrong["task_id"].as_str().unwrap();
+    let one = ws.run(&["show", &run, task]);
+    assert_eq!(one.status.code(), Some(0), "{}", text(&one.stderr));
+    let shown = text(&one.stdout);
+    for want in ["outcome  failed", "trace", "agent.terminal", "scores", "exact_match"] {
+        assert!(shown.contains(want), "missing {want}:\n{shown}");
+    }
+    let j: serde_json::Value = serde_json::from_slice(&ws.run(&["show", &run, task, "--json"]).stdout).unwrap();
+    assert!(j["trace"].as_array().unwrap().len() >= 2, "{j}");
+    assert_eq!(ws.run(&["show", &run, "no-such-task"]).status.code(), Some(2));
+
+    let out = ws.run(&["rerun", &run, "--failed", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["summary"]["tasks_total"].as_u64(), Some(not_passed), "{again}");
+    let meta = read_json(&Path::new(again["bundle"].as_str().unwrap()).join("metadata.json"));
+    assert_eq!(meta["rerun_of"], run.as_str());
+    assert!(meta["name"].as_str().unwrap().ends_with("(rerun)"), "{meta}");
+}

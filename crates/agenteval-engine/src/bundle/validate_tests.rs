@@ -54,6 +54,7 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
         resumed: 0,
         reason: None,
         resume_overrides: vec![],
+        rerun_of: None,
     };
     store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();
     for (i, t) in TASKS.iter().enumerate() {

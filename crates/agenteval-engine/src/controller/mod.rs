@@ -98,6 +98,8 @@ pub struct ControllerOptions {
     /// Environment each worker gets (telemetry settings), asked at every dispatch so that it
     /// can change during the run; the job's `TRACEPARENT` is added.
     pub worker_env: WorkerEnv,
+    /// The run this one re-runs some tasks of (`agenteval rerun`), recorded in its metadata.
+    pub rerun_of: Option<RunId>,
 }
 
 /// See `ControllerOptions::worker_env`.
@@ -223,6 +225,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         resumed: 0,
         reason: None,
         resume_overrides: vec![],
+        rerun_of: opts.rerun_of,
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
     store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
