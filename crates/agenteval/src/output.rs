@@ -212,19 +212,21 @@ pub fn compact(mut t: Table) -> Table {
 
 /// Pass rates by tag, as lines within 80 columns (nothing for a run without tags).
 pub fn tag_lines(s: &RunSummary) -> Vec<String> {
-    let mut lines = Vec::new();
+    let items: Vec<String> =
+        s.tags.iter().map(|(tag, t)| format!("{tag} {}/{} ({:.0}%)", t.passed, t.tasks, t.pass_rate * 100.0)).collect();
+    let mut lines: Vec<String> = Vec::new();
     let mut line = String::from("by tag:");
-    for (tag, t) in &s.tags {
-        let item = format!(" {tag} {}/{} ({:.0}%)", t.passed, t.tasks, t.pass_rate * 100.0);
-        if line.chars().count() + item.chars().count() + 1 > 80 && line != "by tag:" {
-            lines.push(std::mem::replace(&mut line, String::from("       ")));
+    for (i, item) in items.iter().enumerate() {
+        let sep = if i + 1 < items.len() { "," } else { "" };
+        let fresh = line.len() <= "by tag:".len();
+        if !fresh && line.chars().count() + 1 + item.chars().count() + sep.len() > 80 {
+            lines.push(std::mem::replace(&mut line, " ".repeat("by tag:".len())));
         }
-        if !line.ends_with(':') && !line.trim().is_empty() {
-            line.push(',');
-        }
-        line.push_str(&item);
+        line.push(' ');
+        line.push_str(item);
+        line.push_str(sep);
     }
-    if !s.tags.is_empty() {
+    if !items.is_empty() {
         lines.push(line);
     }
     lines
