@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use agenteval_core::layout;
-use agenteval_core::model::{EventKind, Outcome, RunSummary, TaskResult, TaskSpec, TaskState, TraceEvent};
+use agenteval_core::model::{EventKind, Outcome, RunSummary, TaskRecord, TaskResult, TaskSpec, TaskState, TraceEvent};
 use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
 use agenteval_core::{Error, RunId, TaskId};
 use agenteval_engine::bundle::read_json;
@@ -28,8 +28,9 @@ pub struct TaskFilter {
 /// Columns a terminal has.
 const WIDTH: usize = 80;
 
-/// A task as `runs show` lists it.
+/// A task as `runs show` lists it: its index record, what became of it, and why.
 struct Row {
+    record: TaskRecord,
     task: String,
     outcome: String,
     cost: f64,
@@ -52,7 +53,13 @@ pub async fn runs_show(
     if json {
         let tasks: Vec<Value> = rows
             .iter()
-            .map(|r| json!({"task_id": r.task, "outcome": r.outcome, "cost_usd": r.cost, "why": r.why}))
+            .map(|r| {
+                let mut v = serde_json::to_value(&r.record).expect("records serialize");
+                v["outcome"] = json!(r.outcome);
+                v["why"] = json!(r.why);
+                v["cost_usd"] = json!(r.cost);
+                v
+            })
             .collect();
         say!(
             "{}",
@@ -135,43 +142,25 @@ async fn rows(
     // A finished task's why is in its result; reading them is what costs, so 16 at a time.
     let mut out: Vec<Row> = futures::stream::iter(wanted)
         .map(|t| async move {
-            match t.state {
+            let (outcome, cost, why) = match t.state {
                 TaskState::Completed => {
                     let result: Option<TaskResult> =
                         read_json(store, run, &layout::task_file(&t.task_id, layout::TASK_RESULT)).await.ok();
                     match result {
-                        Some(r) => Row {
-                            task: t.task_id.to_string(),
-                            outcome: r.outcome().as_str().into(),
-                            cost: r.total_cost_usd(),
-                            why: r.why(),
-                        },
-                        None => Row {
-                            task: t.task_id.to_string(),
-                            outcome: Outcome::of(
-                                t.passed.unwrap_or(false),
-                                t.terminated_by.unwrap_or(agenteval_core::model::TerminatedBy::Completed),
-                            )
-                            .as_str()
-                            .into(),
-                            cost: t.cost_usd,
-                            why: t.detail.unwrap_or_default(),
-                        },
+                        Some(r) => (r.outcome().as_str().to_string(), r.total_cost_usd(), r.why()),
+                        None => {
+                            let ended = t.terminated_by.unwrap_or(agenteval_core::model::TerminatedBy::Completed);
+                            let o = Outcome::of(t.passed.unwrap_or(false), ended);
+                            (o.as_str().to_string(), t.cost_usd, t.detail.clone().unwrap_or_default())
+                        }
                     }
                 }
-                TaskState::Failed => Row {
-                    task: t.task_id.to_string(),
-                    outcome: Outcome::Infra.as_str().into(),
-                    cost: t.cost_usd,
-                    why: t.detail.unwrap_or_default(),
-                },
-                other => Row {
-                    task: t.task_id.to_string(),
-                    outcome: other.as_str().into(),
-                    cost: t.cost_usd,
-                    why: String::new(),
-                },
-            }
+                TaskState::Failed => {
+                    (Outcome::Infra.as_str().to_string(), t.cost_usd, t.detail.clone().unwrap_or_default())
+                }
+                other => (other.as_str().to_string(), t.cost_usd, String::new()),
+            };
+            Row { task: t.task_id.to_string(), outcome, cost, why, record: t }
         })
         .buffered(16)
         .collect()

@@ -199,7 +199,7 @@ impl Telemetry {
             .with_writer(std::io::stderr)
             .with_ansi(ansi)
             .with_target(false)
-            .event_format(WithTraceIds(tracing_subscriber::fmt::format().with_target(false).with_ansi(ansi)))
+            .event_format(WithTraceIds(Short { ansi }))
             .with_filter(log_filter);
         let otel = tracing_opentelemetry::layer()
             .with_tracer(tracer)
@@ -575,8 +575,66 @@ fn span_json(s: &SpanData) -> serde_json::Value {
     })
 }
 
-/// The default log line with the current span's trace and span ids appended, so a log line
-/// leads to its trace.
+/// A log line that says what it is about in a few words: time, level, the run, job and task
+/// it concerns (from its spans — not every field of every span, which ran to ~350 characters a
+/// line), then the event's message and fields.
+struct Short {
+    ansi: bool,
+}
+
+/// Span fields worth repeating on a log line, and the short names they get there.
+const LINE_IDS: &[(&str, &str)] =
+    &[("agenteval.run.id", "run"), ("agenteval.job.id", "job"), ("agenteval.task.id", "task")];
+
+impl<S, N> FormatEvent<S, N> for Short
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> fmt::Result {
+        let level = *event.metadata().level();
+        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ");
+        if self.ansi {
+            let colour = match level {
+                tracing::Level::ERROR => "31",
+                tracing::Level::WARN => "33",
+                tracing::Level::INFO => "32",
+                _ => "2",
+            };
+            write!(writer, "{now} \x1b[{colour}m{level:>5}\x1b[0m ")?;
+        } else {
+            write!(writer, "{now} {level:>5} ")?;
+        }
+        let mut seen: Vec<(&str, String)> = Vec::new();
+        if let Some(scope) = ctx.event_scope() {
+            for span in scope.from_root() {
+                let ext = span.extensions();
+                let Some(fields) = ext.get::<tracing_subscriber::fmt::FormattedFields<N>>() else { continue };
+                for kv in fields.fields.split(' ') {
+                    let Some((k, v)) = kv.split_once('=') else { continue };
+                    if let Some((_, short)) = LINE_IDS.iter().find(|(long, _)| *long == k)
+                        && !seen.iter().any(|(s, _)| s == short)
+                    {
+                        seen.push((short, v.trim_matches('"').to_string()));
+                    }
+                }
+            }
+        }
+        for (k, v) in &seen {
+            write!(writer, "{k}={v} ")?;
+        }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+/// A log line with the current span's trace and span ids appended, so a log line leads to its
+/// trace.
 struct WithTraceIds<F>(F);
 
 impl<S, N, F> FormatEvent<S, N> for WithTraceIds<F>

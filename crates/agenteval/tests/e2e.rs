@@ -84,7 +84,8 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["tasks"]["completed"], 25);
     let report = ws.run(&["report", run, "--index", idx.to_str().unwrap()]);
-    assert!(text(&report.stdout).contains("| 25 | 25 | 10 | 15 | 40.0% |"), "{}", text(&report.stdout));
+    // tasks, finished, passed, failed (graded), errored (agent errors and limits), infra.
+    assert!(text(&report.stdout).contains("| 25 | 25 | 10 | 5 | 10 | 0 | 40.0% |"), "{}", text(&report.stdout));
 }
 
 #[test]
