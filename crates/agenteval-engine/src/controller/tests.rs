@@ -330,7 +330,7 @@ async fn past_max_attempts_the_tasks_are_given_up_once() {
         assert_eq!(r.agent.terminated_by, TerminatedBy::InfraFailure);
         assert!(r.agent.error.as_deref().unwrap().contains("gave up after attempt 3: vanished"), "{r:?}");
     }
-    assert_eq!(out.summary.failed, 2);
+    assert_eq!((out.summary.failed, out.summary.infra), (0, 2), "given up: infra, not failed");
     assert!(h.metadata(&out.run_id).await.sealed);
 }
 
