@@ -92,8 +92,22 @@ pub fn is_secret_field(name: &str) -> bool {
     SECRET_FIELDS.contains(&norm.as_str())
 }
 
+/// Literal pieces every key shape contains: text with none of them (almost all text) is not
+/// searched, and the patterns are compiled only in a process that meets one — a worker that
+/// starts per task would otherwise pay for the compilation every time.
+const KEY_MARKERS: &[&str] =
+    &["sk-", "AKIA", "ASIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "AIza", "PRIVATE KEY"];
+
+fn may_hold_a_key(text: &str) -> bool {
+    KEY_MARKERS.iter().any(|m| text.contains(m))
+        || text.as_bytes().windows(7).any(|w| w[..6].eq_ignore_ascii_case(b"bearer") && w[6].is_ascii_whitespace())
+}
+
 /// Replaces everything shaped like a key in `text`.
 pub fn scrub_key_shapes(text: &str) -> std::borrow::Cow<'_, str> {
+    if !may_hold_a_key(text) {
+        return std::borrow::Cow::Borrowed(text);
+    }
     let (set, each) = &*KEYS;
     let hits = set.matches(text);
     if !hits.matched_any() {
