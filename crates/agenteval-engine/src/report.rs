@@ -32,21 +32,24 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         let _ = writeln!(out, "| git | `{g}` |");
     }
     let _ = writeln!(out, "\n## Results\n");
+    let _ = writeln!(out, "| tasks | finished | passed | failed | errored | infra | pass rate |");
+    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");
     let _ = writeln!(
         out,
-        "| tasks | finished | passed | failed | errored | infra | pass rate | cost (USD) | tokens | p50 (s) | p95 (s) |"
-    );
-    let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let _ = writeln!(
-        out,
-        "| {} | {} | {} | {} | {} | {} | {:.1}% | {} | {} | {:.3} | {:.3} |",
+        "| {} | {} | {} | {} | {} | {} | {:.1}% |\n",
         s.tasks_total,
         s.tasks_finished,
         s.passed,
         s.failed,
         s.errored,
         s.infra,
-        s.pass_rate * 100.0,
+        s.pass_rate * 100.0
+    );
+    // Two tables, so that the report reads in an 80-column terminal too.
+    let _ = writeln!(out, "| cost (USD) | tokens | p50 (s) | p95 (s) |\n|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "| {} | {} | {:.3} | {:.3} |",
         s.cost_text(),
         s.total_tokens,
         s.latency_p50_seconds,

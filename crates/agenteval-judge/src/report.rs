@@ -1,4 +1,4 @@
-//! Rendering a comparison and its verdict for people and scripts: `text` (a terminal, 100
+//! Rendering a comparison and its verdict for people and scripts: `text` (a terminal, 80
 //! columns, meaning never in colour alone), `md` (a PR comment: compact, escaped, far under
 //! GitHub's 65,536-character limit), `json` (the `Comparison` and `Verdict` documents).
 
@@ -93,11 +93,11 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         "paired     {} tasks; {} bootstrap resamples, seed {}; intervals are 95%\n",
         c.paired_tasks, c.resamples, c.seed
     );
-    let _ = writeln!(o, "{:<24} {:>10} {:>10}  difference [95% interval]", "metric", "base", "candidate");
+    let _ = writeln!(o, "{:<18} {:>9} {:>9}  difference [95% interval]", "metric", "base", "candidate");
     for m in &c.metrics {
         let _ = writeln!(
             o,
-            "{:<24} {:>10} {:>10}  {:<30} {}",
+            "{:<18} {:>9} {:>9}  {:<28} {}",
             truncate(&m.metric, 24),
             fmt_value(&m.metric, m.base),
             fmt_value(&m.metric, m.cand),
@@ -128,14 +128,13 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     if let Some(v) = verdict {
         let _ = writeln!(o, "gates: {}", if v.passed { "PASS" } else { "FAIL" });
         for g in &v.gates {
-            let _ = writeln!(
-                o,
-                "  {} {:<28} limit {:<8} {}",
-                if g.passed { "ok  " } else { "FAIL" },
-                g.gate,
-                g.limit,
-                g.detail
-            );
+            let head = format!("  {} {:<24} limit {:<8}", if g.passed { "ok  " } else { "FAIL" }, g.gate, g.limit);
+            // Within 80 columns: a long detail goes on a line of its own.
+            if head.chars().count() + 1 + g.detail.chars().count() <= 80 {
+                let _ = writeln!(o, "{head} {}", g.detail);
+            } else {
+                let _ = writeln!(o, "{}\n       {}", head.trim_end(), g.detail);
+            }
         }
     }
     o
@@ -321,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn the_text_report_fits_100_columns() {
+    fn the_text_report_fits_80_columns() {
         use crate::compare::{CompareOptions, compare};
         use crate::gates::{judge, load_gates_str};
         let c = compare(&synthetic(false), &synthetic(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
@@ -333,7 +332,7 @@ mod tests {
         let v = judge(&g, Some(&c), &|_| None, 0);
         let shown = text(&c, Some(&v));
         for line in shown.lines().filter(|l| !l.starts_with("base ") && !l.starts_with("candidate ")) {
-            assert!(line.chars().count() <= 100, "{} columns: {line}", line.chars().count());
+            assert!(line.chars().count() <= 80, "{} columns: {line}", line.chars().count());
         }
     }
 
