@@ -84,6 +84,14 @@ fn one_trace_for_the_whole_fleet(protocol: Protocol) {
     for t in store.spans.iter().filter(|s| s.name == "eval.task") {
         let parent = by_id.get(t.parent_span_id.as_str()).expect("eval.task has a received parent");
         assert_eq!(parent.name, "eval.job", "eval.task hangs under its job");
+        assert!(
+            parent.start_unix_nano <= t.start_unix_nano && t.end_unix_nano <= parent.end_unix_nano,
+            "the job's span covers its task: job {}..{}, task {}..{}",
+            parent.start_unix_nano,
+            parent.end_unix_nano,
+            t.start_unix_nano,
+            t.end_unix_nano
+        );
         assert_eq!(t.attr("agenteval.job.id"), parent.attr("agenteval.job.id"));
         assert_eq!(t.resource["agenteval.role"], "worker");
         for key in [

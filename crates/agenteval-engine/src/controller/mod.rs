@@ -115,6 +115,15 @@ struct InFlight {
     span: tracing::Span,
 }
 
+impl Drop for InFlight {
+    /// The OpenTelemetry bridge ends a span at its last exit, not when it closes: a job's span
+    /// is entered only while it is submitted, so without this it would end then, before its
+    /// tasks start. Entering it once more as the job is let go makes it cover the job.
+    fn drop(&mut self) {
+        self.span.in_scope(|| {});
+    }
+}
+
 struct Run {
     run_id: RunId,
     config: RunConfig,

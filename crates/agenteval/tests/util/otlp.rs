@@ -28,6 +28,8 @@ pub struct RSpan {
     /// 0 unset, 1 ok, 2 error.
     pub status_code: i32,
     pub resource: BTreeMap<String, serde_json::Value>,
+    pub start_unix_nano: u64,
+    pub end_unix_nano: u64,
 }
 
 impl RSpan {
@@ -95,6 +97,8 @@ impl Store {
                         attrs: attrs(&s.attributes),
                         status_code: s.status.map(|st| st.code).unwrap_or(0),
                         resource: resource.clone(),
+                        start_unix_nano: s.start_time_unix_nano,
+                        end_unix_nano: s.end_time_unix_nano,
                     });
                 }
             }
