@@ -134,9 +134,20 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
     err: SdkError<E, HttpResponse>,
 ) -> Error {
     let (kind, detail) = match &err {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            (ErrorKind::Transient, format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err)))
-        }
+        SdkError::TimeoutError(_) => (ErrorKind::Transient, "timed out".to_string()),
+        SdkError::DispatchFailure(_) if root_cause(&err).to_ascii_lowercase().contains("credential") => (
+            ErrorKind::Unauthorized,
+            "no AWS credentials found (set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run with a role)"
+                .to_string(),
+        ),
+        SdkError::DispatchFailure(_) => (
+            ErrorKind::Transient,
+            format!(
+                "cannot reach AWS: {} (is AWS_ENDPOINT_URL or aws.endpoint_url right, and the network up?)",
+                root_cause(&err)
+            ),
+        ),
+        SdkError::ResponseError(_) => (ErrorKind::Transient, format!("unreadable response: {}", root_cause(&err))),
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
             let message = se.err().message().unwrap_or("");
@@ -153,12 +164,38 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
                 ErrorKind::Invalid
             };
             let code = if code.is_empty() { format!("HTTP {status}") } else { code.to_string() };
-            (kind, if message.is_empty() { code } else { format!("{code}: {message}") })
+            let hint = if kind == ErrorKind::Unauthorized {
+                " (check the AWS credentials: AWS_PROFILE, AWS_ACCESS_KEY_ID…, an expired session token)"
+            } else {
+                ""
+            };
+            (kind, if message.is_empty() { format!("{code}{hint}") } else { format!("{code}: {message}{hint}") })
         }
-        _ => (ErrorKind::Invalid, format!("{}", aws_sdk_s3::error::DisplayErrorContext(&err))),
+        SdkError::ConstructionFailure(_) => {
+            let cause = root_cause(&err);
+            let hint = if cause.to_ascii_lowercase().contains("credential") {
+                " (set AWS credentials: AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a role)"
+            } else {
+                ""
+            };
+            (ErrorKind::Unauthorized, format!("{cause}{hint}"))
+        }
+        _ => (ErrorKind::Invalid, root_cause(&err)),
     };
-    let detail = if detail.is_empty() { format!("{err:?}") } else { detail };
+    // One readable line; the whole chain stays the error's source, which `-v` prints.
     Error::with_source(kind, format!("{what}: {detail}"), err)
+}
+
+/// The innermost error of a chain, in its own words (`Connection refused (os error 111)`),
+/// not the chain's debug dump.
+fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut last: &(dyn std::error::Error + 'static) = err;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    let text = last.to_string();
+    let text = text.lines().next().unwrap_or("").trim().to_string();
+    if text.is_empty() { "no detail".into() } else { text.chars().take(200).collect() }
 }
 
 /// The HTTP status of a service error, if any.

@@ -118,6 +118,7 @@ pub fn main() -> ExitCode {
         let _guard = runtime.enter();
         telemetry::Telemetry::install(&output::default_log_filter(&cli), output::color_enabled(&std::io::stderr()))
     };
+    let verbose = cli.verbose > 0;
     let result = runtime.block_on(commands::run(cli, &telemetry));
     // Every process flushes its spans before it exits, a worker stopped by SIGTERM included
     // (the signal ends its job through the cancel path, which returns here).
@@ -125,7 +126,10 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("error: {}", render_chain(&f.error).trim_end());
+            // One readable line (library errors carry what their cause said); with `-v`, every
+            // cause below it too (an SDK's dispatch failure, say).
+            let shown = if verbose { render_chain(&f.error) } else { f.error.to_string() };
+            eprintln!("error: {}", shown.trim_end());
             ExitCode::from(f.code)
         }
     }

@@ -29,8 +29,23 @@ pub fn default_log_filter(cli: &Cli) -> String {
             _ => "trace",
         }
     };
-    format!("{level},opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off")
+    // Other crates' warnings (the AWS SDK's about its config files, say) are not ours to show
+    // unless asked: at the default level only their errors.
+    let others = if cli.verbose >= 2 || is_worker { level } else { "error" };
+    let ours = OWN_TARGETS.iter().map(|t| format!(",{t}={level}")).collect::<String>();
+    format!("{others}{ours},opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off")
 }
+
+/// This workspace's crates, as log targets.
+const OWN_TARGETS: &[&str] = &[
+    "agenteval",
+    "agenteval_core",
+    "agenteval_engine",
+    "agenteval_local",
+    "agenteval_aws",
+    "agenteval_judge",
+    "agenteval_llm",
+];
 
 /// Colour only on a terminal and only without NO_COLOR (https://no-color.org).
 pub fn color_enabled(stream: &impl IsTerminal) -> bool {

@@ -57,6 +57,8 @@ pub struct Settings {
     /// The endpoint workers get (`telemetry.worker_endpoint`, else `endpoint`).
     pub worker_endpoint: Option<String>,
     pub disabled: bool,
+    /// An `OTEL_EXPORTER_OTLP_PROTOCOL` this tool does not speak, said once as a warning.
+    pub protocol_note: Option<String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -82,10 +84,18 @@ impl Settings {
             .clone()
             .or_else(|| env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").map(|e| strip_signal_path(&e)))
             .or_else(|| env("OTEL_EXPORTER_OTLP_ENDPOINT"));
+        let from_env = env("OTEL_EXPORTER_OTLP_PROTOCOL");
         let protocol = c
             .protocol
-            .or_else(|| env("OTEL_EXPORTER_OTLP_PROTOCOL").and_then(|p| OtlpProtocol::parse(&p)))
+            .or_else(|| from_env.as_deref().and_then(OtlpProtocol::parse))
             .unwrap_or(OtlpProtocol::HttpProtobuf);
+        // The spec asks for unknown values to be reported, not silently replaced.
+        let protocol_note = match (&c.protocol, &from_env) {
+            (None, Some(p)) if OtlpProtocol::parse(p).is_none() => Some(format!(
+                "OTEL_EXPORTER_OTLP_PROTOCOL={p} is not one this tool speaks (grpc, http/protobuf); using http/protobuf"
+            )),
+            _ => None,
+        };
         let timeout = c
             .export_timeout_seconds
             .map(Duration::from_secs_f64)
@@ -97,6 +107,7 @@ impl Settings {
             .or_else(|| env_millis("OTEL_METRIC_EXPORT_INTERVAL"))
             .unwrap_or(DEFAULT_METRICS_INTERVAL);
         Settings {
+            protocol_note,
             worker_endpoint: c.worker_endpoint.clone().or_else(|| endpoint.clone()),
             endpoint: if disabled { None } else { endpoint },
             protocol,
@@ -246,6 +257,9 @@ impl Telemetry {
             Role::Worker => settings.timeout.min(WORKER_EXIT_FLUSH),
         };
         let Some(endpoint) = &settings.endpoint else { return };
+        if let Some(note) = &settings.protocol_note {
+            tracing::warn!("{note}");
+        }
         let mut attrs = vec![
             KeyValue::new("agenteval.role", role.as_str()),
             KeyValue::new("service.instance.id", uuid::Uuid::now_v7().to_string()),
@@ -680,6 +694,11 @@ mod tests {
         ]);
         let var = |k: &str| vars.get(k).map(|v| v.to_string());
         let from_env = Settings::resolve_from(None, &var);
+        assert_eq!(from_env.protocol_note, None);
+        let bogus =
+            Settings::resolve_from(None, &|k: &str| (k == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "bogus".into()));
+        assert_eq!(bogus.protocol, OtlpProtocol::HttpProtobuf);
+        assert!(bogus.protocol_note.as_deref().unwrap().contains("OTEL_EXPORTER_OTLP_PROTOCOL=bogus"));
         assert_eq!(from_env.endpoint.as_deref(), Some("http://from-env:4318"));
         assert_eq!(from_env.protocol, OtlpProtocol::Grpc);
         assert_eq!(from_env.timeout, Duration::from_millis(1500));

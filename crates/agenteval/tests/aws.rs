@@ -591,3 +591,58 @@ async fn the_trace_context_reaches_fargate_workers_through_container_overrides()
     assert!(files.contains_key("spans.jsonl"));
     assert_eq!(files.keys().filter(|k| k.ends_with("/spans.jsonl") && k.starts_with("tasks/")).count(), 12);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn aws_failures_read_as_one_line_and_the_chain_comes_with_v() {
+    let aws = Aws::new(&[], true).await;
+    let one_line = |out: &Output, want: &str| {
+        let err = text(&out.stderr);
+        assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(want), "want {want:?} in {err}");
+        assert!(!err.contains("DispatchFailure") && !err.contains("ConnectorError"), "no debug dump: {err}");
+    };
+    // A refused endpoint.
+    let out = aws
+        .cmd_in(aws.ws.path(), &["runs", "list", "--backend", "aws"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    one_line(&out, "cannot reach AWS: Connection refused");
+    let verbose = aws
+        .cmd_in(aws.ws.path(), &["-v", "runs", "list", "--backend", "aws"])
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .output()
+        .unwrap();
+    assert!(text(&verbose.stderr).contains("dispatch failure"), "-v shows the chain: {}", text(&verbose.stderr));
+    // No credentials anywhere.
+    let out = aws
+        .cmd_in(aws.ws.path(), &["runs", "list", "--backend", "aws"])
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .env("HOME", aws.ws.path())
+        .env("AWS_CONFIG_FILE", aws.ws.path().join("none"))
+        .env("AWS_SHARED_CREDENTIALS_FILE", aws.ws.path().join("none"))
+        .env_remove("AWS_PROFILE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    one_line(&out, "no AWS credentials found");
+    // A bucket that does not exist.
+    let out = aws
+        .cmd_in(
+            aws.ws.path(),
+            &[
+                "index",
+                "rebuild",
+                "--bundles",
+                "s3://no-such-bucket-7f3/runs",
+                "--index",
+                &format!("dynamodb://{}", aws.table),
+            ],
+        )
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    one_line(&out, "NoSuchBucket");
+}
