@@ -217,9 +217,23 @@ pub(crate) fn print_outcome(
     Ok(code)
 }
 
-/// The config field behind an agent that cannot run.
+/// The config field behind an agent that cannot run, or jobs that cannot launch.
 fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'static str {
     use agenteval_core::config::AgentConfig;
+    if reason.starts_with("cannot launch jobs") {
+        let r = reason.to_ascii_lowercase();
+        return if r.contains("task definition") || r.contains("taskdefinition") {
+            "aws.task_definition"
+        } else if r.contains("cluster") {
+            "aws.cluster"
+        } else if r.contains("subnet") || r.contains("security group") {
+            "aws.subnets / aws.security_groups"
+        } else if config.backend.id == agenteval_core::config::BackendId::Aws {
+            "aws"
+        } else {
+            "backend"
+        };
+    }
     match &config.agent {
         AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
         AgentConfig::Command { .. } => "agent.command",
@@ -292,6 +306,26 @@ pub(crate) async fn preflight_secrets(
     .into())
 }
 
+/// On AWS, the cheap checks of `doctor` that concern launching (cluster, task definition and
+/// its container) run before the run is created: a launch that cannot work is a usage error
+/// naming the resource (exit 2), not a run whose every task is charged with it.
+async fn preflight_launch(wiring: &Wiring, config: &agenteval_core::config::RunConfig) -> Result<(), Failure> {
+    if config.backend.id != agenteval_core::config::BackendId::Aws {
+        return Ok(());
+    }
+    let checks = wiring::doctor::run(wiring, config).await;
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.ok && (c.name.starts_with("cluster") || c.name.starts_with("task definition")))
+        .map(|c| format!("{}: {}", c.name, c.detail))
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!("cannot launch on ECS: {} (fix aws.cluster / aws.task_definition)", failed.join("; ")))
+        .into())
+}
+
 /// Adds the cassette settings to what every worker gets.
 pub(crate) fn with_cassettes(
     mut opts: ControllerOptions,
@@ -338,6 +372,7 @@ async fn submit(
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
     preflight_secrets(wiring.as_ref(), &loaded.config).await?;
+    preflight_launch(wiring.as_ref(), &loaded.config).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
     if let Some(dir) = &cassettes.cassettes {
         opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;

@@ -646,3 +646,18 @@ async fn aws_failures_read_as_one_line_and_the_chain_comes_with_v() {
     assert_ne!(out.status.code(), Some(0));
     one_line(&out, "NoSuchBucket");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_task_definition_is_named_before_any_task_is_tried() {
+    let aws = Aws::new(&[], true).await;
+    let cfg = aws.config("no-td", TOY, &aws.endpoint.clone());
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace(&aws.task_definition, "no-such-family:7");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let out = aws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("task definition no-such-family:7") && err.contains("aws.task_definition"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let (runs, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
+    assert_eq!(runs, serde_json::json!([]), "no run was created");
+}

@@ -24,6 +24,8 @@ pub enum StopReason {
     Budget,
     /// The first tasks all failed the same way before the agent did anything: it cannot run.
     BrokenAgent,
+    /// The backend refused to launch a job for a reason no retry can fix.
+    LaunchFailed,
 }
 
 /// Whether a run's first finished tasks show an agent that cannot run: at least `need` of them
@@ -126,7 +128,7 @@ pub fn final_status(stop: Option<StopReason>, gave_up: bool, counts: &TaskCounts
     match stop {
         Some(StopReason::Interrupted) => RunStatus::Interrupted,
         Some(StopReason::Budget) => RunStatus::BudgetExceeded,
-        Some(StopReason::BrokenAgent) => RunStatus::Failed,
+        Some(StopReason::BrokenAgent | StopReason::LaunchFailed) => RunStatus::Failed,
         None if gave_up || counts.given_up > 0 => RunStatus::Failed,
         None if counts.completed == counts.total => RunStatus::Complete,
         None => RunStatus::Failed,

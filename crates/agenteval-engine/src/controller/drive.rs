@@ -236,11 +236,17 @@ impl Fleet<'_> {
                         retry_later.push(p);
                     }
                     Err(e) => {
+                        // A launch no retry can fix (a missing task definition, cluster or
+                        // role; a worker binary that cannot start): every job would fail the
+                        // same way. Stop, and charge no task with it: they stay untried.
                         tracing::error!(job = %p.job_id, "submit failed: {e}");
                         telemetry::set_error(&span, &format!("submit failed: {e}"));
-                        let reason = format!("could not submit job: {e}");
-                        give_up(run, &span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
-                        self.gave_up = true;
+                        retry_later.push(p);
+                        if self.stop.is_none() {
+                            opts.progress.message(&format!("cannot launch jobs; stopping: {e}"));
+                            self.reason = Some(format!("cannot launch jobs: {e}"));
+                            self.stop = Some(StopReason::LaunchFailed);
+                        }
                     }
                 }
             }

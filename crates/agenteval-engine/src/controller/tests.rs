@@ -34,6 +34,8 @@ enum Behave {
     Lie,
     /// The job runs until it is cancelled.
     Hang,
+    /// The backend refuses to launch it, for good (a missing task definition).
+    Refuse,
 }
 
 const RUN: Behave = Behave::Run { after: Duration::ZERO, cost: 0.01 };
@@ -113,6 +115,11 @@ impl CloudBackend for Scripted {
     async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
         let key = format!("{}#{}", job.job_id, job.attempt);
         let behave = (self.script)(job);
+        if matches!(behave, Behave::Refuse) {
+            return Err(agenteval_core::Error::invalid(
+                "launching a job: ClientException: Unable to find task definition nightly:9",
+            ));
+        }
         self.submitted.lock().unwrap().push((
             job.job_id.to_string(),
             job.attempt,
@@ -332,6 +339,24 @@ async fn past_max_attempts_the_tasks_are_given_up_once() {
     }
     assert_eq!((out.summary.failed, out.summary.infra), (0, 2), "given up: infra, not failed");
     assert!(h.metadata(&out.run_id).await.sealed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_no_retry_can_fix_stops_the_run_and_tries_no_task() {
+    let h = Harness::new(
+        6,
+        &["backend.tasks_per_job=2"],
+        Box::new(|j| if j.job_id.as_str() == "j000001" { RUN } else { Behave::Refuse }),
+    );
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Failed);
+    let reason = out.reason.clone().unwrap();
+    assert!(reason.starts_with("cannot launch jobs:") && reason.contains("task definition nightly:9"), "{reason}");
+    let tasks = h.tasks(&out.run_id).await;
+    assert!(tasks.iter().all(|t| t.state != TaskState::Failed), "no task is charged with the launch: {tasks:?}");
+    assert!(tasks.iter().filter(|t| t.state == TaskState::Completed).count() <= 2);
+    let meta = h.metadata(&out.run_id).await;
+    assert!(meta.sealed && meta.reason.as_deref() == Some(reason.as_str()));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
