@@ -835,7 +835,72 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
             _ => std::future::pending::<()>().await,
         }
     };
-    agenteval_engine::worker::run_job(job, wiring.as_ref(), Some(telemetry.journal()), cancel).await as u8
+    // A bundle on another machine (S3) gets the job's log from the worker itself, as the local
+    // backend's redirect gives it locally: every few seconds while it runs, and at its end.
+    let remote = job.split_once("/jobs/").is_some_and(|(bundle, _)| {
+        agenteval_core::location::BundleRoot::split_bundle_uri(bundle).is_ok_and(|(root, _)| !root.is_local())
+    });
+    let upload = if remote {
+        crate::telemetry::capture_log();
+        LogUpload::start(wiring.as_ref(), job).await
+    } else {
+        None
+    };
+    let code = agenteval_engine::worker::run_job(job, wiring.as_ref(), Some(telemetry.journal()), cancel).await as u8;
+    if let Some(u) = upload {
+        u.finish().await;
+    }
+    code
+}
+
+/// Keeps `jobs/<job>/attempt-<n>/worker.log` in the bundle up to date with the captured log.
+struct LogUpload {
+    store: Arc<dyn agenteval_core::traits::BundleStore>,
+    run: RunId,
+    path: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Whether the bundle of `run` is sealed (its metadata says so).
+async fn sealed(store: &dyn agenteval_core::traits::BundleStore, run: &RunId) -> bool {
+    read_json::<Metadata>(store, run, layout::METADATA).await.is_ok_and(|m| m.sealed)
+}
+
+/// How often a worker's log reaches a remote bundle while the job runs.
+const LOG_UPLOAD_EVERY: Duration = Duration::from_secs(5);
+
+impl LogUpload {
+    async fn start(resolver: &dyn Resolver, job_uri: &str) -> Option<LogUpload> {
+        let bytes = agenteval_engine::resolve::read_bundle_file(resolver, job_uri).await.ok()?;
+        let spec: agenteval_core::model::JobSpec = serde_json::from_slice(&bytes).ok()?;
+        let (store, run) = store_from_bundle_uri(resolver, &spec.bundle_uri).await.ok()?;
+        let path = layout::job_log(&spec.job_id, spec.attempt);
+        let (s, p) = (store.clone(), path.clone());
+        let task = tokio::spawn(async move {
+            let mut sent = 0;
+            loop {
+                tokio::time::sleep(LOG_UPLOAD_EVERY).await;
+                let log = crate::telemetry::captured_log();
+                if log.len() != sent && !sealed(s.as_ref(), &run).await && s.put(&run, &p, &log).await.is_ok() {
+                    sent = log.len();
+                }
+            }
+        });
+        Some(LogUpload { store, run, path, task })
+    }
+
+    async fn finish(self) {
+        self.task.abort();
+        // A bundle sealed meanwhile (a stopped worker outliving its run) keeps what its
+        // manifest says.
+        if sealed(self.store.as_ref(), &self.run).await {
+            return;
+        }
+        let log = crate::telemetry::captured_log();
+        if let Err(e) = self.store.put(&self.run, &self.path, &log).await {
+            eprintln!("cannot write the job's log to its bundle: {e}");
+        }
+    }
 }
 
 /// Loads a run config with every check, the LLM crate's included (prices under a cost limit,

@@ -207,7 +207,7 @@ impl Telemetry {
         let log_filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
         let span_filter = OWN_CRATES.iter().fold(Targets::new(), |t, c| t.with_target(*c, LevelFilter::INFO));
         let fmt = tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
+            .with_writer(|| LogTee)
             .with_ansi(ansi)
             .with_target(false)
             .event_format(WithTraceIds(Short { ansi }))
@@ -587,6 +587,43 @@ fn span_json(s: &SpanData) -> serde_json::Value {
         "attributes": attrs_json(&s.attributes),
         "events": events,
     })
+}
+
+/// Where log lines go: stderr, and, once [`capture_log`] was called (a worker whose bundle is
+/// not on this machine), a copy kept in memory for the bundle's `worker.log`.
+struct LogTee;
+
+/// Most of a worker's log kept for the bundle; past it the oldest half is dropped.
+const LOG_CAPTURE_LIMIT: usize = 8 << 20;
+
+static CAPTURED: OnceLock<Mutex<Vec<u8>>> = OnceLock::new();
+
+/// Starts keeping a copy of every log line from now on.
+pub fn capture_log() {
+    let _ = CAPTURED.set(Mutex::new(Vec::new()));
+}
+
+/// The log kept so far (empty when nothing is captured).
+pub fn captured_log() -> Vec<u8> {
+    CAPTURED.get().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()).clone()).unwrap_or_default()
+}
+
+impl std::io::Write for LogTee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Some(m) = CAPTURED.get() {
+            let mut log = m.lock().unwrap_or_else(|e| e.into_inner());
+            if log.len() + buf.len() > LOG_CAPTURE_LIMIT {
+                let cut = log.len() / 2;
+                log.drain(..cut);
+            }
+            log.extend_from_slice(buf);
+        }
+        std::io::stderr().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
 }
 
 /// A log line that says what it is about in a few words: time, level, the run, job and task

@@ -221,6 +221,27 @@ async fn a_toy_run_on_the_aws_fleet_lands_in_s3_and_dynamodb() {
     let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
     let retried = shown["tasks"].as_array().unwrap().iter().filter(|t| t["attempt"] == 2).count();
     assert_eq!(retried, 2, "the dropped job's two tasks ran again as attempt 2, no other: {shown}");
+
+    // The S3 bundle has the local layout: every job attempt that ran has its worker.log.
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let root: agenteval_core::location::BundleRoot = format!("s3://{}/team/runs", aws.bucket).parse().unwrap();
+    let agenteval_core::location::BundleRoot::S3 { bucket, prefix } = root else { unreachable!() };
+    let store = agenteval_aws::S3BundleStore::new(clients, bucket, prefix);
+    let run_id: agenteval_core::RunId = run.parse().unwrap();
+    let files = agenteval_core::traits::BundleStore::list(&store, &run_id, "jobs/").await.unwrap();
+    let specs: Vec<&String> = files.iter().filter(|f| f.ends_with("/job.json")).collect();
+    assert!(specs.len() >= 6, "{files:?}");
+    let mut logs = 0;
+    for spec in specs {
+        let log = spec.replace("job.json", "worker.log");
+        if files.contains(&log) {
+            let text = agenteval_core::traits::BundleStore::get(&store, &run_id, &log).await.unwrap();
+            assert!(String::from_utf8_lossy(&text).contains("job started"), "{log}");
+            logs += 1;
+        }
+    }
+    // The dropped attempt never started a worker; every other one left its log.
+    assert_eq!(logs, files.iter().filter(|f| f.ends_with("/job.json")).count() - 1, "{files:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
