@@ -470,6 +470,53 @@ impl RunIndex for DynamoDbRunIndex {
         self.get_item(run_pk(run), format!("TASK#{task}")).await?.map(|i| task_from_item(run, &i)).transpose()
     }
 
+    async fn get_tasks(&self, run: &RunId, tasks: &[TaskId]) -> Result<Vec<Option<TaskRecord>>> {
+        use aws_sdk_dynamodb::types::KeysAndAttributes;
+        let mut found: HashMap<String, TaskRecord> = HashMap::new();
+        // BatchGetItem takes 100 keys a call; what it leaves unprocessed (throttling, the 16 MB
+        // limit) is asked again, with a short backoff.
+        for chunk in tasks.chunks(100) {
+            let keys: Vec<Item> = chunk
+                .iter()
+                .map(|t| {
+                    HashMap::from([("pk".to_string(), s(run_pk(run))), ("sk".to_string(), s(format!("TASK#{t}")))])
+                })
+                .collect();
+            let mut request = Some(
+                KeysAndAttributes::builder().set_keys(Some(keys)).consistent_read(true).build().map_err(build_err)?,
+            );
+            let mut round = 0u32;
+            while let Some(req) = request.take() {
+                let out = self
+                    .clients
+                    .dynamodb
+                    .batch_get_item()
+                    .request_items(&self.table, req)
+                    .send()
+                    .await
+                    .map_err(|e| classify(&format!("reading tasks of {}", self.table), e))?;
+                for item in out.responses().and_then(|r| r.get(&self.table)).into_iter().flatten() {
+                    let t = task_from_item(run, item)?;
+                    found.insert(t.task_id.to_string(), t);
+                }
+                if let Some(left) =
+                    out.unprocessed_keys().and_then(|u| u.get(&self.table)).filter(|k| !k.keys().is_empty())
+                {
+                    round += 1;
+                    if round > 10 {
+                        return Err(Error::new(
+                            agenteval_core::ErrorKind::Transient,
+                            format!("{}: reads left unprocessed", self.table),
+                        ));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(50 << round.min(5))).await;
+                    request = Some(left.clone());
+                }
+            }
+        }
+        Ok(tasks.iter().map(|t| found.remove(t.as_str())).collect())
+    }
+
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>> {
         let items = self.query_all(run, "TASK#", None).await?;
         let mut out = items.iter().map(|i| task_from_item(run, i)).collect::<Result<Vec<_>>>()?;

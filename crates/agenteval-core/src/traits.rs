@@ -155,6 +155,16 @@ pub trait RunIndex: Send + Sync {
         Ok(out)
     }
     async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>>;
+    /// Several tasks at once, in the order asked (`None` for an unknown one): what the
+    /// controller reads when a job ends. Stores that can read many keys in one call override it
+    /// (DynamoDB `BatchGetItem`, one SQL statement).
+    async fn get_tasks(&self, run: &RunId, tasks: &[TaskId]) -> Result<Vec<Option<TaskRecord>>> {
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            out.push(self.get_task(run, t).await?);
+        }
+        Ok(out)
+    }
     /// Every task of a run, ordered by task id.
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>>;
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;

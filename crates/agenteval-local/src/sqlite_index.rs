@@ -501,6 +501,27 @@ impl RunIndex for SqliteRunIndex {
         .await
     }
 
+    async fn get_tasks(&self, run: &RunId, tasks: &[TaskId]) -> Result<Vec<Option<TaskRecord>>> {
+        let id = run.to_string();
+        let wanted: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+        self.with(move |c| {
+            let mut stmt = c
+                .prepare_cached("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2")
+                .map_err(|e| db_err("preparing", e))?;
+            // One transaction, one prepared statement: a job of 1,000 tasks is one round trip to
+            // the database file.
+            wanted
+                .iter()
+                .map(|t| {
+                    stmt.query_row([id.as_str(), t.as_str()], task_from_row)
+                        .optional()
+                        .map_err(|e| db_err("reading tasks", e))
+                })
+                .collect()
+        })
+        .await
+    }
+
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>> {
         let id = run.to_string();
         self.with(move |c| {

@@ -354,4 +354,17 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     rec.tasks_total = many.len() as u64;
     index.create_run(&rec, &many).await.unwrap();
     assert_eq!(index.task_counts(&big).await.unwrap().pending, 2_500);
+    // Reading many tasks at once: in the order asked, past one call's worth of keys, with the
+    // unknown ones as `None`.
+    let mut asked: Vec<TaskId> = many.iter().rev().step_by(7).cloned().collect();
+    asked.insert(3, tid("not-a-task"));
+    let got = index.get_tasks(&big, &asked).await.unwrap();
+    assert_eq!(got.len(), asked.len());
+    for (want, got) in asked.iter().zip(&got) {
+        match got {
+            Some(t) => assert_eq!((&t.task_id, t.state), (want, TaskState::Pending)),
+            None => assert_eq!(want.as_str(), "not-a-task"),
+        }
+    }
+    assert!(asked.len() > 300, "more than three batches of keys");
 }

@@ -98,10 +98,11 @@ pub(super) async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus
 
 /// Tasks of a job the index does not record as completed or given up.
 pub(super) async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
+    let ids: Vec<agenteval_core::TaskId> = tasks.iter().map(|&i| run.tasks.id(i as usize).clone()).collect();
+    let records = run.index.get_tasks(&run.run_id, &ids).await?;
     let mut out = Vec::new();
-    for &i in tasks {
-        let id = run.tasks.id(i as usize);
-        match run.index.get_task(&run.run_id, id).await? {
+    for (&i, record) in tasks.iter().zip(records) {
+        match record {
             Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => task_metrics(run, &t),
             _ => out.push(i),
         }
