@@ -252,7 +252,7 @@ pub(crate) fn config_failure(e: ConfigError) -> Failure {
 }
 
 /// Controller options, with telemetry connected as the run's config says.
-pub(crate) fn controller_options(
+pub(crate) async fn controller_options(
     config: &agenteval_core::config::RunConfig,
     resolver: Arc<dyn Resolver>,
     json: bool,
@@ -260,7 +260,10 @@ pub(crate) fn controller_options(
     telemetry: &Telemetry,
 ) -> Result<ControllerOptions, Failure> {
     let settings = Settings::resolve(Some(&config.telemetry));
-    telemetry.connect(&settings, Role::Controller);
+    // A collector that does not answer costs the run one export timeout, here, and nothing
+    // more: it is marked down, so no worker is told to export to it and the exit does not wait
+    // for it; it is asked again in the background and gets the rest of the run if it comes back.
+    telemetry.connect_controller(&settings).await;
     let shown: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new()) };
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
@@ -373,7 +376,7 @@ async fn submit(
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
     preflight_secrets(wiring.as_ref(), &loaded.config).await?;
     preflight_launch(wiring.as_ref(), &loaded.config).await?;
-    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     if let Some(dir) = &cassettes.cassettes {
         opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;
     }
@@ -597,7 +600,7 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
     let loaded =
         LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG), resolved };
     preflight_secrets(wiring.as_ref(), &loaded.config).await?;
-    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     opts.rerun_of = Some(run_id);
     let outcome = controller::submit(&loaded, opts).await?;
     print_outcome(&outcome, &loaded.config, json, quiet)
@@ -625,7 +628,7 @@ async fn resume(
         return Ok(exit::OK);
     }
     let config = controller::resume_config(&located.config, sets).map_err(config_failure)?;
-    let opts = controller_options(&config, wiring, json, quiet, telemetry)?;
+    let opts = controller_options(&config, wiring, json, quiet, telemetry).await?;
     let outcome = controller::resume(index, &run_id, force, sets, opts).await?;
     print_outcome(&outcome, &config, json, quiet)
 }

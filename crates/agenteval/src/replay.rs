@@ -175,7 +175,7 @@ pub async fn replay(
     loaded.config.name = format!("{} (replay)", meta.name);
     loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
 
-    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry)?;
+    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     let opts = with_cassettes(opts, &loaded.config, dir.path(), "replay")?;
     let outcome = controller::submit(&loaded, opts).await?;
     let new_store =

@@ -173,14 +173,15 @@ impl Role {
 
 /// The telemetry of this process: installed once at start, connected to an exporter when the
 /// settings are known, shut down (bounded) before exit.
+#[derive(Clone)]
 pub struct Telemetry {
     tracer_provider: SdkTracerProvider,
     journal: Arc<Journal>,
     export: Arc<OnceLock<BatchSpanProcessor>>,
-    meter_provider: Mutex<Option<SdkMeterProvider>>,
+    meter_provider: Arc<Mutex<Option<SdkMeterProvider>>>,
     health: Arc<Health>,
     /// How long the exit flush may wait.
-    exit_flush: Mutex<Duration>,
+    exit_flush: Arc<Mutex<Duration>>,
 }
 
 /// What this process knows about its collector: whether it warned already, and whether the
@@ -225,9 +226,9 @@ impl Telemetry {
             tracer_provider,
             journal,
             export,
-            meter_provider: Mutex::new(None),
+            meter_provider: Arc::new(Mutex::new(None)),
             health: Arc::new(Health { warned: AtomicBool::new(false), reachable: AtomicBool::new(true) }),
-            exit_flush: Mutex::new(DEFAULT_EXPORT_TIMEOUT),
+            exit_flush: Arc::new(Mutex::new(DEFAULT_EXPORT_TIMEOUT)),
         }
     }
 
@@ -245,6 +246,75 @@ impl Telemetry {
         let off: BTreeMap<String, String> = [("OTEL_SDK_DISABLED".to_string(), "true".to_string())].into();
         let health = self.health.clone();
         Arc::new(move || if health.reachable.load(Ordering::Relaxed) { env.clone() } else { off.clone() })
+    }
+
+    /// Whether the collector `settings` name answers at all, within one export timeout: a TCP
+    /// connection and a first request (HTTP: an empty trace export; gRPC: the HTTP/2 preface)
+    /// that gets any reply. One that refuses, or accepts and stays silent, is reported once and
+    /// marked unreachable, so that workers are not told to export to it and exits do not wait
+    /// for it. `https://` endpoints and settings without an endpoint are not probed.
+    pub async fn collector_answers(&self, settings: &Settings) -> bool {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let Some(endpoint) = &settings.endpoint else { return true };
+        let Some(rest) = endpoint.strip_prefix("http://") else { return true };
+        let authority = rest.split('/').next().unwrap_or("").to_string();
+        let addr = if authority.contains(':') { authority.clone() } else { format!("{authority}:80") };
+        let hello: Vec<u8> = match settings.protocol {
+            // The client preface and an empty SETTINGS frame; a server answers with its own.
+            OtlpProtocol::Grpc => b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00".to_vec(),
+            OtlpProtocol::HttpProtobuf => format!(
+                "POST /v1/traces HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )
+            .into_bytes(),
+        };
+        let attempt = async {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.map_err(|e| e.to_string())?;
+            s.write_all(&hello).await.map_err(|e| e.to_string())?;
+            let mut first = [0u8; 1];
+            match s.read(&mut first).await {
+                Ok(0) => Err("it closed the connection without answering".to_string()),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        let answer = match tokio::time::timeout(settings.timeout, attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("no answer within {:.1}s", settings.timeout.as_secs_f64())),
+        };
+        match answer {
+            Ok(()) => true,
+            Err(why) => {
+                self.health.reachable.store(false, Ordering::Relaxed);
+                if !self.health.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "telemetry export to {endpoint} is off for this run: {why} (spans stay in the bundle)"
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Connects the controller's export when its collector answers: at once if it does, else
+    /// from a background task that asks again every few seconds, so a collector that comes back
+    /// gets the rest of the run (and workers export again) while a dead or silent one costs
+    /// nothing after the first probe.
+    pub async fn connect_controller(&self, settings: &Settings) {
+        if self.collector_answers(settings).await {
+            self.connect(settings, Role::Controller);
+            return;
+        }
+        let (me, settings) = (self.clone(), settings.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if me.collector_answers(&settings).await {
+                    me.health.reachable.store(true, Ordering::Relaxed);
+                    me.connect(&settings, Role::Controller);
+                    return;
+                }
+            }
+        });
     }
 
     /// Starts exporting spans (and, for the controller, metrics) as `settings` say. Call once,

@@ -225,6 +225,23 @@ fn assert_complete_spans(bundle: &Path, tasks: usize) {
 fn a_dead_or_silent_collector_costs_bounded_time_and_one_warning() {
     let ws = Workspace::new();
     let cfg = toy_config(&ws, 6, 5, 2, 2);
+    let run = |otlp: Option<(&str, &str)>| {
+        let started = Instant::now();
+        let mut cmd = ws.cmd(&[
+            "submit",
+            "--json",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--set",
+            "telemetry.export_timeout_seconds=2",
+        ]);
+        if let Some((endpoint, protocol)) = otlp {
+            with_otlp(&mut cmd, endpoint, protocol);
+        }
+        let out = cmd.output().unwrap();
+        (started.elapsed(), out)
+    };
+    let (baseline, _) = run(None);
     // Closed port: connections are refused at once.
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -234,22 +251,13 @@ fn a_dead_or_silent_collector_costs_bounded_time_and_one_warning() {
     for (endpoint, protocol) in
         [(closed.as_str(), "grpc"), (silent.as_str(), "http/protobuf"), (silent.as_str(), "grpc")]
     {
-        let started = Instant::now();
-        let mut cmd = ws.cmd(&[
-            "submit",
-            "--json",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--set",
-            "telemetry.export_timeout_seconds=1",
-        ]);
-        with_otlp(&mut cmd, endpoint, protocol);
-        let out = cmd.output().unwrap();
-        let took = started.elapsed();
+        let (took, out) = run(Some((endpoint, protocol)));
         let stderr = text(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{protocol} {endpoint}: {stderr}");
-        // A generous bound: the point is that export cannot hang a run (timeouts are 1 s).
-        assert!(took < Duration::from_secs(45), "{protocol} {endpoint}: took {took:?}");
+        // At most one export timeout (2 s) more than the same run without export; the slack
+        // is for a loaded machine. Every worker waiting on the collector would cost seconds more.
+        let bound = baseline + Duration::from_secs(2) + Duration::from_millis(1500);
+        assert!(took <= bound, "{protocol} {endpoint}: took {took:?}, without export {baseline:?}");
         let warnings = stderr.lines().filter(|l| l.contains("telemetry")).count();
         // Export was tried and failed: said once, not once per span or per worker.
         assert_eq!(warnings, 1, "exactly one warning: {stderr}");
@@ -301,8 +309,8 @@ fn a_worker_stopped_by_sigterm_flushes_its_spans() {
 #[test]
 fn once_the_collector_is_known_down_new_workers_do_not_export() {
     let ws = Workspace::new();
-    // One job at a time, each a few hundred milliseconds: the controller's own export fails
-    // early in the run, and the jobs dispatched after that are told not to export.
+    // One job at a time, each a few hundred milliseconds; the collector refuses connections:
+    // no job is told to export to it.
     let cfg = toy_config(&ws, 16, 300, 1, 1);
     let closed = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -315,9 +323,9 @@ fn once_the_collector_is_known_down_new_workers_do_not_export() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let env_of = |job: &str| read_json(&bundle.join(format!("jobs/{job}/attempt-1/job.json")))["env"].clone();
+    // The controller asks the collector before the first job: known down from the start.
     let first = env_of("j000001");
-    assert_eq!(first["OTEL_EXPORTER_OTLP_ENDPOINT"], serde_json::json!(closed), "{first}");
-    assert!(first.get("OTEL_SDK_DISABLED").is_none());
+    assert_eq!(first["OTEL_SDK_DISABLED"], "true", "{first}");
     let last = env_of("j000016");
     assert_eq!(last["OTEL_SDK_DISABLED"], "true", "{last}");
     assert!(last["TRACEPARENT"].is_string(), "the trace context still goes: {last}");
