@@ -124,6 +124,65 @@ impl S3BundleStore {
         result
     }
 
+    /// One object's bytes.
+    async fn get_key(&self, key: &str) -> Result<Vec<u8>> {
+        let what = format!("reading s3://{}/{key}", self.bucket);
+        let out = self.clients.s3.get_object().bucket(&self.bucket).key(key).send().await.map_err(|e| {
+            if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
+                Error::not_found(format!("{what}: no such object"))
+            } else {
+                classify(&what, e)
+            }
+        })?;
+        let body = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::with_source(ErrorKind::Transient, format!("{what}: {e}"), e))?;
+        Ok(body.into_bytes().to_vec())
+    }
+
+    /// The keys of `key`'s parts (`<key>.parts/000001`, …), in order.
+    async fn part_keys(&self, key: &str) -> Result<Vec<String>> {
+        let prefix = format!("{key}.parts/");
+        let mut out = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            let page = self
+                .clients
+                .s3
+                .list_objects_v2()
+                .bucket(&self.bucket)
+                .prefix(&prefix)
+                .set_continuation_token(token.take())
+                .send()
+                .await
+                .map_err(|e| classify(&format!("listing s3://{}/{prefix}", self.bucket), e))?;
+            out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+            match page.next_continuation_token() {
+                Some(t) if page.is_truncated().unwrap_or(false) => token = Some(t.to_string()),
+                _ => break,
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Deletes `key`'s parts.
+    async fn delete_parts(&self, key: &str) -> Result<()> {
+        for p in self.part_keys(key).await? {
+            self.clients
+                .s3
+                .delete_object()
+                .bucket(&self.bucket)
+                .key(&p)
+                .send()
+                .await
+                .map_err(|e| classify(&format!("deleting s3://{}/{p}", self.bucket), e))?;
+        }
+        Ok(())
+    }
+
     async fn put_key(&self, key: &str, bytes: &[u8]) -> Result<()> {
         if bytes.len() > MULTIPART_THRESHOLD {
             return self.put_multipart(key, bytes).await;
@@ -155,20 +214,21 @@ impl BundleStore for S3BundleStore {
 
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         let key = self.key(run, path)?;
-        let what = format!("reading s3://{}/{key}", self.bucket);
-        let out = self.clients.s3.get_object().bucket(&self.bucket).key(&key).send().await.map_err(|e| {
-            if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
-                Error::not_found(format!("{what}: no such object"))
-            } else {
-                classify(&what, e)
+        match self.get_key(&key).await {
+            // A run-long file whose controller did not finish it is its parts, joined.
+            Err(e) if e.kind() == ErrorKind::NotFound && PARTED.contains(&path) => {
+                let parts = self.part_keys(&key).await?;
+                if parts.is_empty() {
+                    return Err(e);
+                }
+                let mut out = Vec::new();
+                for p in parts {
+                    out.extend(self.get_key(&p).await?);
+                }
+                Ok(out)
             }
-        })?;
-        let body = out
-            .body
-            .collect()
-            .await
-            .map_err(|e| Error::with_source(ErrorKind::Transient, format!("{what}: {e}"), e))?;
-        Ok(body.into_bytes().to_vec())
+            other => other,
+        }
     }
 
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
@@ -243,9 +303,58 @@ impl BundleStore for S3BundleStore {
 
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let key = self.key(run, path)?;
+        if PARTED.contains(&path) {
+            // A file that grows for the whole run goes up as numbered parts of what is new, and
+            // is joined once at the end: rewriting it every second would cost its whole size
+            // each time. Parts a crashed controller left are gone first; `get` has joined them.
+            self.delete_parts(&key).await?;
+            return Ok(Box::new(S3PartAppender {
+                store: self.clone(),
+                key,
+                buf: Vec::new(),
+                sent: 0,
+                parts: 0,
+                last_flush: Instant::now(),
+            }));
+        }
         // No request yet: the first flush (or `finish`) replaces whatever an earlier attempt
         // left, which is what truncating a file does, one PUT cheaper per task.
         Ok(Box::new(S3Appender { store: self.clone(), key, buf: Vec::new(), last_flush: Instant::now(), dirty: true }))
+    }
+}
+
+/// Files that grow for the whole run, appended as parts (see `S3PartAppender`).
+const PARTED: &[&str] = &[agenteval_core::layout::SPANS];
+
+/// A run-long file: each flush uploads only what is new as the next part
+/// (`<key>.parts/000001`, …); `finish` writes the whole file once and deletes the parts.
+struct S3PartAppender {
+    store: S3BundleStore,
+    key: String,
+    buf: Vec<u8>,
+    /// Bytes of `buf` already in parts.
+    sent: usize,
+    parts: u32,
+    last_flush: Instant,
+}
+
+#[async_trait]
+impl Appender for S3PartAppender {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(bytes);
+        if self.last_flush.elapsed() >= APPEND_FLUSH && self.buf.len() > self.sent {
+            let part = format!("{}.parts/{:06}", self.key, self.parts + 1);
+            self.store.put_key(&part, &self.buf[self.sent..]).await?;
+            self.parts += 1;
+            self.sent = self.buf.len();
+            self.last_flush = Instant::now();
+        }
+        Ok(())
+    }
+
+    async fn finish(self: Box<Self>) -> Result<()> {
+        self.store.put_key(&self.key, &self.buf).await?;
+        self.store.delete_parts(&self.key).await
     }
 }
 

@@ -65,3 +65,32 @@ async fn missing_resources_are_not_found_errors() {
     let err = index.list_runs(5).await.unwrap_err();
     assert_eq!(err.kind(), agenteval_core::ErrorKind::NotFound, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_span_file_goes_up_in_parts_and_is_joined_once() {
+    use agenteval_core::traits::BundleStore as _;
+    let c = clients().await;
+    let bucket = emulator::unique("parts");
+    c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let store = S3BundleStore::new(c, &bucket, "runs");
+    let run = agenteval_core::RunId::new();
+    let mut a = store.open_appender(&run, "spans.jsonl").await.unwrap();
+    a.append(b"a\n").await.unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    a.append(b"b\n").await.unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    a.append(b"c\n").await.unwrap();
+    // A controller that dies here leaves parts, which read as the file.
+    let listed = store.list(&run, "").await.unwrap();
+    assert_eq!(listed, vec!["spans.jsonl.parts/000001", "spans.jsonl.parts/000002"], "only what is new each time");
+    assert_eq!(store.get(&run, "spans.jsonl").await.unwrap(), b"a\nb\nc\n");
+    a.append(b"d\n").await.unwrap();
+    a.finish().await.unwrap();
+    assert_eq!(store.list(&run, "").await.unwrap(), vec!["spans.jsonl"], "joined once, parts gone");
+    assert_eq!(store.get(&run, "spans.jsonl").await.unwrap(), b"a\nb\nc\nd\n");
+    // A resumed controller starts from the joined file and its own parts.
+    let mut again = store.open_appender(&run, "spans.jsonl").await.unwrap();
+    again.append(b"a\nb\nc\nd\ne\n").await.unwrap();
+    again.finish().await.unwrap();
+    assert_eq!(store.get(&run, "spans.jsonl").await.unwrap(), b"a\nb\nc\nd\ne\n");
+}
