@@ -524,6 +524,12 @@ impl RunIndex for DynamoDbRunIndex {
         Ok(out)
     }
 
+    fn counts_are_cheap(&self) -> bool {
+        // A query over every task item: tens of megabytes and thousands of read units a call
+        // at 100,000 tasks.
+        false
+    }
+
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
         let items = self.query_all(run, "TASK#", Some("#st, passed, cost_usd, tokens, terminated_by")).await?;
         let mut c = TaskCounts::default();

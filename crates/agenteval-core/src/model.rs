@@ -597,6 +597,27 @@ impl TaskCounts {
         self.completed + self.given_up
     }
 
+    /// Counts a task the index records as finished (graded or given up); other states are
+    /// not counted here.
+    pub fn add_finished(&mut self, t: &TaskRecord) {
+        match t.state {
+            TaskState::Completed => {
+                self.completed += 1;
+                self.add_outcome(
+                    Outcome::of(t.passed.unwrap_or(false), t.terminated_by.unwrap_or(TerminatedBy::Completed)),
+                    1,
+                );
+                self.cost_usd += t.cost_usd;
+                self.tokens = self.tokens.saturating_add(t.tokens);
+            }
+            TaskState::Failed => {
+                self.given_up += 1;
+                self.infra += 1;
+            }
+            _ => {}
+        }
+    }
+
     /// Counts `n` finished tasks of one outcome.
     pub fn add_outcome(&mut self, outcome: Outcome, n: u64) {
         match outcome {

@@ -168,6 +168,13 @@ pub trait RunIndex: Send + Sync {
     /// Every task of a run, ordered by task id.
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>>;
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;
+    /// Whether `task_counts` is cheap enough to call several times a second whatever the run's
+    /// size (an indexed SQL aggregate). When it is not (DynamoDB reads every task item), the
+    /// controller reads it once at the start and at the end and keeps the counts in between
+    /// from the job ends it reads anyway.
+    fn counts_are_cheap(&self) -> bool {
+        true
+    }
     /// Records (or updates) one dispatch of a job.
     async fn record_job(&self, job: &JobRecord) -> Result<()>;
     async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>>;

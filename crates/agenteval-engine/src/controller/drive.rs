@@ -13,7 +13,7 @@ use chrono::Utc;
 use tracing::Instrument;
 
 use super::decide::{self, Pending, StopReason, Verdict};
-use super::jobs::{dispatch, give_up, job_span, job_status_word, record_job, stop_jobs, unfinished};
+use super::jobs::{dispatch, finished_and_not, give_up, job_span, job_status_word, record_job, stop_jobs};
 use super::spans::SpanFile;
 use super::{
     COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, InFlight, POLL, ProgressView, Run,
@@ -137,7 +137,15 @@ pub(super) async fn drive_jobs(
 impl Fleet<'_> {
     /// Task counts for the progress display and the run budget.
     async fn refresh_counts(&mut self, opts: &ControllerOptions) -> Result<()> {
-        self.counts = self.run.index.task_counts(&self.run.run_id).await?;
+        if self.run.index.counts_are_cheap() {
+            self.counts = self.run.index.task_counts(&self.run.run_id).await?;
+        } else {
+            // No read: the finished tasks come from job ends, what runs from the jobs in flight.
+            let c = &mut self.counts;
+            c.running = self.in_flight.values().map(|f| f.tasks.len() as u64).sum();
+            c.queued = 0;
+            c.pending = c.total.saturating_sub(c.finished() + c.running + c.cancelled);
+        }
         opts.progress.update(&view(&self.counts, self.in_flight.len(), self.counters.retried));
         gauges(self.metrics, &self.counts, self.in_flight.len(), self.queue.len());
         if self.stop.is_none() && decide::budget_reached(self.run.config.max_run_cost_usd, self.counts.cost_usd) {
@@ -310,7 +318,12 @@ impl Fleet<'_> {
         run.index.verify().await?;
         record_job(run, &handle, &status, f.tasks.len()).await?;
         tracing::debug!(job = %handle.job_id, ?status, secs = f.submitted.elapsed().as_secs_f64(), "job ended");
-        let left = unfinished(run, &f.tasks).await?;
+        let (done, left) = finished_and_not(run, &f.tasks).await?;
+        if !run.index.counts_are_cheap() {
+            for t in &done {
+                self.counts.add_finished(t);
+            }
+        }
         f.span.record("agenteval.job.status", job_status_word(&status));
         f.span.record("agenteval.job.unfinished", left.len() as i64);
         let end = decide::on_job_end(
@@ -346,6 +359,10 @@ impl Fleet<'_> {
             Verdict::GiveUp { tasks, reason } => {
                 give_up(run, &f.span, &handle.job_id, handle.attempt, &tasks, &reason).await?;
                 self.gave_up = true;
+                if !run.index.counts_are_cheap() {
+                    self.counts.given_up += tasks.len() as u64;
+                    self.counts.infra += tasks.len() as u64;
+                }
             }
         }
         Ok(())

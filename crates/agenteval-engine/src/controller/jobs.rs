@@ -98,16 +98,24 @@ pub(super) async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus
 
 /// Tasks of a job the index does not record as completed or given up.
 pub(super) async fn unfinished(run: &Run, tasks: &[u32]) -> Result<Vec<u32>> {
+    Ok(finished_and_not(run, tasks).await?.1)
+}
+
+/// A job's tasks the index records as finished, and the others (by position).
+pub(super) async fn finished_and_not(run: &Run, tasks: &[u32]) -> Result<(Vec<TaskRecord>, Vec<u32>)> {
     let ids: Vec<agenteval_core::TaskId> = tasks.iter().map(|&i| run.tasks.id(i as usize).clone()).collect();
     let records = run.index.get_tasks(&run.run_id, &ids).await?;
-    let mut out = Vec::new();
+    let (mut done, mut left) = (Vec::new(), Vec::new());
     for (&i, record) in tasks.iter().zip(records) {
         match record {
-            Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => task_metrics(run, &t),
-            _ => out.push(i),
+            Some(t) if matches!(t.state, TaskState::Completed | TaskState::Failed) => {
+                task_metrics(run, &t);
+                done.push(t);
+            }
+            _ => left.push(i),
         }
     }
-    Ok(out)
+    Ok((done, left))
 }
 
 /// Per-task metrics, recorded once when the controller learns a task is finished (each task

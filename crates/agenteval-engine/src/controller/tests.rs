@@ -206,13 +206,79 @@ impl Resolver for Fixed {
     }
 }
 
+/// The SQLite index, counting `task_counts` calls, optionally claiming its counts are costly.
+struct Counting {
+    inner: SqliteRunIndex,
+    costly: bool,
+    counted: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl RunIndex for Counting {
+    async fn create_run(&self, run: &RunRecord, tasks: &[agenteval_core::TaskId]) -> Result<()> {
+        self.inner.create_run(run, tasks).await
+    }
+    async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
+        self.inner.get_run(run).await
+    }
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>> {
+        self.inner.list_runs(limit).await
+    }
+    async fn update_run(&self, run: &RunId, update: &RunUpdate) -> Result<()> {
+        self.inner.update_run(run, update).await
+    }
+    async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool> {
+        self.inner.record_task(run, t).await
+    }
+    async fn record_tasks(&self, run: &RunId, ts: &[TaskTransition]) -> Result<Vec<bool>> {
+        self.inner.record_tasks(run, ts).await
+    }
+    async fn get_task(&self, run: &RunId, task: &agenteval_core::TaskId) -> Result<Option<TaskRecord>> {
+        self.inner.get_task(run, task).await
+    }
+    async fn get_tasks(&self, run: &RunId, tasks: &[agenteval_core::TaskId]) -> Result<Vec<Option<TaskRecord>>> {
+        self.inner.get_tasks(run, tasks).await
+    }
+    async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>> {
+        self.inner.list_tasks(run).await
+    }
+    async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
+        self.counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.task_counts(run).await
+    }
+    fn counts_are_cheap(&self) -> bool {
+        !self.costly
+    }
+    async fn record_job(&self, job: &JobRecord) -> Result<()> {
+        self.inner.record_job(job).await
+    }
+    async fn list_jobs(&self, run: &RunId) -> Result<Vec<JobRecord>> {
+        self.inner.list_jobs(run).await
+    }
+    async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()> {
+        self.inner.set_baseline(name, run).await
+    }
+    async fn get_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        self.inner.get_baseline(name).await
+    }
+    async fn verify(&self) -> Result<()> {
+        self.inner.verify().await
+    }
+}
+
 struct Harness {
+    counting: Arc<Counting>,
     _dir: tempfile::TempDir,
     loaded: LoadedConfig,
     resolver: Arc<Fixed>,
 }
 
 impl Harness {
+    /// How many times the index's `task_counts` was read.
+    fn counted(&self) -> u64 {
+        self.counting.counted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// A toy run of `tasks` tasks, one per job and two jobs at a time unless `sets` says
     /// otherwise, whose jobs do what `script` says.
     fn new(tasks: u32, sets: &[&str], script: Script) -> Harness {
@@ -220,10 +286,15 @@ impl Harness {
         let text = format!(
             "name: scripted\nbenchmark:\n  kind: toy\n  size: {tasks}\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 2\n"
         );
+        let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
+        let sqlite = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
+        // `costly_counts=true` stands for DynamoDB, whose counts are a scan of every task.
+        let costly = sets.iter().any(|s| *s == "costly_counts=true");
+        let sets: Vec<&str> = sets.iter().copied().filter(|s| *s != "costly_counts=true").collect();
+        let counting = Arc::new(Counting { inner: sqlite, costly, counted: Default::default() });
+        let index: Arc<dyn RunIndex> = counting.clone();
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let loaded = load_config_str(&text, "scripted.yaml", dir.path(), &sets).unwrap();
-        let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
-        let index: Arc<dyn RunIndex> = Arc::new(SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap());
         let backend = Arc::new(Scripted {
             store: store.clone(),
             index: index.clone(),
@@ -234,7 +305,7 @@ impl Harness {
             secrets_fetched: Default::default(),
             completed: Default::default(),
         });
-        Harness { _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
+        Harness { counting, _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
     }
 
     fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
@@ -357,6 +428,32 @@ async fn a_launch_no_retry_can_fix_stops_the_run_and_tries_no_task() {
     assert!(tasks.iter().filter(|t| t.state == TaskState::Completed).count() <= 2);
     let meta = h.metadata(&out.run_id).await;
     assert!(meta.sealed && meta.reason.as_deref() == Some(reason.as_str()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costly_counts_are_read_at_the_start_and_end_and_kept_from_job_ends_between() {
+    let script: Script = Box::new(|j| {
+        if j.job_id.as_str() == "j000003" && j.attempt == 1 {
+            Behave::Vanish
+        } else {
+            Behave::Run { after: Duration::from_millis(150), cost: 0.01 }
+        }
+    });
+    let h = Harness::new(12, &["costly_counts=true", "backend.max_attempts=1"], script);
+    let out = h.submit().await;
+    // Tasks of j000003 were given up; the others passed.
+    assert_eq!((out.summary.passed, out.summary.infra), (11, 1), "{:?}", out.summary);
+    let counted = h.counted();
+    // Start and end of the drive, whatever the number of 200 ms polls in between (the cheap
+    // index below is read at every one of them).
+    assert!(counted <= 3, "task_counts read {counted} times");
+    let cheap = Harness::new(
+        12,
+        &["backend.max_attempts=1"],
+        Box::new(|_| Behave::Run { after: Duration::from_millis(150), cost: 0.01 }),
+    );
+    cheap.submit().await;
+    assert!(cheap.counted() > 4, "a cheap index is polled: {}", cheap.counted());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
