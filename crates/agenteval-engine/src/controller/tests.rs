@@ -289,7 +289,7 @@ impl Harness {
         let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
         let sqlite = SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
         // `costly_counts=true` stands for DynamoDB, whose counts are a scan of every task.
-        let costly = sets.iter().any(|s| *s == "costly_counts=true");
+        let costly = sets.contains(&"costly_counts=true");
         let sets: Vec<&str> = sets.iter().copied().filter(|s| *s != "costly_counts=true").collect();
         let counting = Arc::new(Counting { inner: sqlite, costly, counted: Default::default() });
         let index: Arc<dyn RunIndex> = counting.clone();
