@@ -579,6 +579,7 @@ pub struct TaskCounts {
     /// Graded: a result exists.
     pub completed: u64,
     /// Given up after infrastructure failures (also counted in `infra`).
+    #[serde(default)]
     pub given_up: u64,
     pub cancelled: u64,
     pub passed: u64,

@@ -284,11 +284,12 @@ pub(crate) async fn controller_options(
 pub(crate) async fn preflight_secrets(
     resolver: &dyn Resolver,
     config: &agenteval_core::config::RunConfig,
+    strict_replay: bool,
 ) -> Result<(), Failure> {
     if config.backend.id != agenteval_core::config::BackendId::Local {
         return Ok(());
     }
-    let needed = agenteval_engine::worker::required_secrets(config);
+    let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
     if needed.is_empty() {
         return Ok(());
     }
@@ -374,7 +375,8 @@ async fn submit(
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    preflight_secrets(wiring.as_ref(), &loaded.config).await?;
+    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == "replay";
+    preflight_secrets(wiring.as_ref(), &loaded.config, strict_replay).await?;
     preflight_launch(wiring.as_ref(), &loaded.config).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     if let Some(dir) = &cassettes.cassettes {
@@ -599,7 +601,7 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
     let resolved = serde_json::to_value(&config).expect("configs serialize");
     let loaded =
         LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG), resolved };
-    preflight_secrets(wiring.as_ref(), &loaded.config).await?;
+    preflight_secrets(wiring.as_ref(), &loaded.config, false).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     opts.rerun_of = Some(run_id);
     let outcome = controller::submit(&loaded, opts).await?;

@@ -187,6 +187,9 @@ fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_name
     assert!(tapes.join("tool.jsonl").is_file());
     let calls = mock.received().len();
     drop(mock);
+    // CI has no keys: a strict replay needs none.
+    let secrets = std::fs::read_to_string(ws.path().join("secrets.env")).unwrap();
+    std::fs::write(ws.path().join("secrets.env"), "").unwrap();
 
     // Strict replay with the server gone: same answers, scores and tokens.
     let (rep, code, out) = ws.submit(&cfg, &["--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "replay"]);
@@ -201,6 +204,7 @@ fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_name
     assert_eq!(calls, 4, "the recording made 4 calls; the replay none (the server is gone)");
 
     // replay-or-live: a task without a recording goes to the model; the others do not.
+    std::fs::write(ws.path().join("secrets.env"), &secrets).unwrap();
     let mock = MockLlm::start(Duration::ZERO);
     cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello"), ("other", "bonjour"), ("new", "fresh question")]);
     let live = config(&ws, "rec", "openai:gpt-4o-mini", &mock.base_url(), "  system: be brief\n", "");
@@ -231,6 +235,8 @@ fn replay_of_a_bundle_matches_and_names_the_task_a_changed_prompt_breaks() {
     assert_eq!(code, 0, "{v}");
     let run = v["run_id"].as_str().unwrap().to_string();
     drop(mock);
+    // Replaying needs neither the model nor its key.
+    std::fs::write(ws.path().join("secrets.env"), "").unwrap();
 
     let out = ws.run(&["replay", &run, "--json"]);
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));

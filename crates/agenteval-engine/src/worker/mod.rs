@@ -71,8 +71,13 @@ pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
 
 /// Every secret a worker of this run fetches and must find: the agent's and the judges',
 /// as `(secret name, what needs it)`. `submit` and `doctor` check them before anything starts.
-pub fn required_secrets(config: &RunConfig) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = agent_secrets(config)
+pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String, String)> {
+    let agent = if strict_replay && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
+        Vec::new()
+    } else {
+        agent_secrets(config)
+    };
+    let mut out: Vec<(String, String)> = agent
         .into_iter()
         .filter(|(_, _, required)| *required)
         .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
@@ -109,8 +114,22 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("run config in the bundle: {e}"), e))?;
     let backend = resolver.backend(&config).await?;
     let redactor = Redactor::new();
+    let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
+    let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
+        (Some(dir), mode) => {
+            let mode = mode.as_deref().unwrap_or("replay");
+            let mode = CassetteMode::parse(mode).ok_or_else(|| {
+                Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live"))
+            })?;
+            Some(Cassettes { dir: dir.into(), mode })
+        }
+        (None, _) => None,
+    };
+    // A strict replay never calls the model: its key is not needed (CI replays without keys).
+    let strict_replay = cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay)
+        && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     let mut secrets = Vec::new();
-    for (var, name, required) in agent_secrets(&config) {
+    for (var, name, required) in if strict_replay { Vec::new() } else { agent_secrets(&config) } {
         match backend.fetch_secret(&name).await {
             Ok(s) => {
                 redactor.add(&s);
@@ -135,17 +154,6 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let evaluators =
         config.evaluators.iter().map(|e| evaluator_from_config(e, &judge_secrets)).collect::<Result<Vec<_>>>()?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
-    let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
-    let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
-        (Some(dir), mode) => {
-            let mode = mode.as_deref().unwrap_or("replay");
-            let mode = CassetteMode::parse(mode).ok_or_else(|| {
-                Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live"))
-            })?;
-            Some(Cassettes { dir: dir.into(), mode })
-        }
-        (None, _) => None,
-    };
     let agent = agent_from_config(&config, cassettes, &redactor)?;
     Ok(Ctx {
         traceparent,

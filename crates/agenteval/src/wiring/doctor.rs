@@ -47,7 +47,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
             checks.push(Check { name: format!("agent program {prog}"), ok, detail });
         }
         if let Ok(backend) = agenteval_core::traits::Resolver::backend(wiring, cfg).await {
-            for (name, user) in agenteval_engine::worker::required_secrets(cfg) {
+            for (name, user) in agenteval_engine::worker::required_secrets(cfg, false) {
                 let (ok, detail) = match backend.fetch_secret(&name).await {
                     Ok(_) => (true, format!("found (for the {user})")),
                     Err(e) => (false, format!("{e} (for the {user})")),
@@ -73,7 +73,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig) -> Vec<Check> {
         container_name: a.container_name.clone(),
         subnets: a.subnets.clone(),
         security_groups: a.security_groups.clone(),
-        secrets: agenteval_engine::worker::required_secrets(cfg).into_iter().map(|(name, _)| name).collect(),
+        secrets: agenteval_engine::worker::required_secrets(cfg, false).into_iter().map(|(name, _)| name).collect(),
     };
     run_checks(clients, &input).await
 }
