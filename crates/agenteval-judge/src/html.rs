@@ -305,7 +305,8 @@ card("passed", String(passed), "pass");
 for (const o of ["failed", "errored", "infra"]) card(o, String(count(o)), count(o) ? "fail" : "");
 card("pass rate", finished ? pct(passed / finished) : "–");
 if (S) {
-  card("total cost", money(S.total_cost_usd));
+  // A model without a price has an unknown cost: never shown as if the sum were whole.
+  card("total cost", S.cost_unknown_tasks ? (S.total_cost_usd ? ">= " + money(S.total_cost_usd) + " (" + S.cost_unknown_tasks + " unknown)" : "unknown") : money(S.total_cost_usd));
   card("tokens", String(S.total_tokens));
   card("latency p50 / p95", num(S.latency_p50_seconds, 2) + " / " + num(S.latency_p95_seconds, 2) + " s");
   for (const [k, v] of Object.entries(S.pass_at_k || {})) card("pass@" + k, pct(v));
