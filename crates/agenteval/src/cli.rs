@@ -76,8 +76,10 @@ pub enum Command {
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
     },
-    /// Start a new run of the tasks of RUN that did not pass (failed, errored or infra), with
-    /// RUN's config; the new run is named `NAME (rerun)` and records RUN in its metadata.
+    /// Start a new run of the tasks of a run that did not pass.
+    ///
+    /// The tasks that failed, errored or were infra failures, with the run's config; the new run
+    /// is named `NAME (rerun)` and records the run in its metadata (`rerun_of`).
     Rerun {
         /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
         run: String,
@@ -89,8 +91,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// One task of a run: its outcome and why, its trace as a tree (steps, tool calls, tokens,
-    /// cost, timings) and its scores with their reasons.
+    /// One task of a run: its outcome and why, its trace, its scores.
+    ///
+    /// The trace as a tree (steps, tool calls, tokens, cost, timings) and every score with its
+    /// reason.
     Show {
         /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
         run: String,
@@ -101,10 +105,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Re-run a run's config with the model calls recorded in its bundle instead of live ones,
-    /// and say per task MATCH, DIFFER (with the first difference) or CODE_CHANGED (agenteval's
-    /// version, or how it reads the config, changed). Exit 1 when any task is not MATCH.
-    /// Proves the platform did not change a result; runs on the local backend.
+    /// Re-run an `llm` run from the model calls in its bundle and compare, task by task.
+    ///
+    /// Says per task MATCH, DIFFER (with the first difference) or CODE_CHANGED (agenteval's
+    /// version, or how it reads the config, changed); exit 1 when any task is not MATCH. Proves
+    /// the platform did not change a result. Runs on the local backend; needs no model key.
     Replay {
         /// The run to replay: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
         run: String,
@@ -167,7 +172,7 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Finish an interrupted run: re-dispatch only tasks without a result, into the same bundle.
+    /// Finish an interrupted run: only tasks without a result, into the same bundle.
     Resume {
         run: String,
         #[command(flatten)]
@@ -184,8 +189,10 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
-    /// Print a run's report: Markdown text, its summary as JSON, or one HTML page with a trace
-    /// viewer (`--format html -o report.html`). RUN may also be `latest:NAME` or `baseline:NAME`.
+    /// Print a run's report (Markdown, JSON, or one HTML page with a trace viewer).
+    ///
+    /// `--format html -o report.html` writes the page. RUN may also be `latest:NAME` or
+    /// `baseline:NAME`.
     Report {
         run: String,
         #[command(flatten)]
@@ -206,8 +213,10 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Check that everything a run needs exists (AWS: credentials, region, bucket, table,
-    /// cluster, task definition, network, secrets) before launching anything.
+    /// Check that everything a run needs exists, before launching anything.
+    ///
+    /// Locally: the bundle folder, the agent's program, the secrets. On AWS: credentials,
+    /// region, bucket, table, cluster, task definition, network, secrets.
     Doctor {
         #[command(flatten)]
         run: RunConfigArgs,
