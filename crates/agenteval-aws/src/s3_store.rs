@@ -142,9 +142,9 @@ impl S3BundleStore {
         Ok(body.into_bytes().to_vec())
     }
 
-    /// The keys of `key`'s parts (`<key>.parts/000001`, …), in order.
-    async fn part_keys(&self, key: &str) -> Result<Vec<String>> {
-        let prefix = format!("{key}.parts/");
+    /// Every object under `prefix`: full keys (with `delimiter`, the common prefixes instead),
+    /// sorted, across as many ListObjectsV2 pages as there are.
+    async fn list_keys(&self, prefix: &str, delimiter: Option<&str>) -> Result<Vec<String>> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -153,19 +153,29 @@ impl S3BundleStore {
                 .s3
                 .list_objects_v2()
                 .bucket(&self.bucket)
-                .prefix(&prefix)
+                .prefix(prefix)
+                .set_delimiter(delimiter.map(str::to_string))
                 .set_continuation_token(token.take())
                 .send()
                 .await
                 .map_err(|e| classify(&format!("listing s3://{}/{prefix}", self.bucket), e))?;
-            out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+            if delimiter.is_some() {
+                out.extend(page.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_string)));
+            } else {
+                out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+            }
             match page.next_continuation_token() {
-                Some(t) if page.is_truncated().unwrap_or(false) => token = Some(t.to_string()),
+                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
                 _ => break,
             }
         }
         out.sort();
         Ok(out)
+    }
+
+    /// The keys of `key`'s parts (`<key>.parts/000001`, …), in order.
+    async fn part_keys(&self, key: &str) -> Result<Vec<String>> {
+        self.list_keys(&format!("{key}.parts/"), None).await
     }
 
     /// Deletes `key`'s parts.
@@ -242,61 +252,18 @@ impl BundleStore for S3BundleStore {
 
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
         let base = self.run_prefix(run);
-        let full = format!("{base}{prefix}");
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .clients
-                .s3
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&full)
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| classify(&format!("listing s3://{}/{full}", self.bucket), e))?;
-            for obj in page.contents() {
-                if let Some(k) = obj.key().and_then(|k| k.strip_prefix(&base)) {
-                    out.push(k.to_string());
-                }
-            }
-            match page.next_continuation_token() {
-                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
-        out.sort();
-        Ok(out)
+        let keys = self.list_keys(&format!("{base}{prefix}"), None).await?;
+        Ok(keys.iter().filter_map(|k| k.strip_prefix(&base)).map(str::to_string).collect())
     }
 
     async fn list_runs(&self) -> Result<Vec<RunId>> {
         let base = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
-        let mut out = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let page = self
-                .clients
-                .s3
-                .list_objects_v2()
-                .bucket(&self.bucket)
-                .prefix(&base)
-                .delimiter("/")
-                .set_continuation_token(token.take())
-                .send()
-                .await
-                .map_err(|e| classify(&format!("listing s3://{}/{base}", self.bucket), e))?;
-            for p in page.common_prefixes() {
-                let name = p.prefix().and_then(|k| k.strip_prefix(&base)).map(|k| k.trim_end_matches('/'));
-                if let Some(run) = name.and_then(|n| n.parse().ok()) {
-                    out.push(run);
-                }
-            }
-            match page.next_continuation_token() {
-                Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
-                _ => break,
-            }
-        }
+        let mut out: Vec<RunId> = self
+            .list_keys(&base, Some("/"))
+            .await?
+            .iter()
+            .filter_map(|p| p.strip_prefix(&base).map(|k| k.trim_end_matches('/')).and_then(|n| n.parse().ok()))
+            .collect();
         out.sort();
         Ok(out)
     }
