@@ -219,30 +219,27 @@ fn clip(v: &Option<Value>) -> String {
 pub fn first_difference(a: &Value, b: &Value) -> Option<(String, Option<Value>, Option<Value>)> {
     fn walk(a: &Value, b: &Value, at: &mut String) -> Option<(String, Option<Value>, Option<Value>)> {
         match (a, b) {
-            (Value::Object(x), Value::Object(y)) => {
-                let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-                keys.sort();
-                keys.dedup();
-                for k in keys {
+            (Value::Object(_), Value::Object(_)) | (Value::Array(_), Value::Array(_)) => {
+                // The children of both sides, by pointer segment, in a stable order.
+                let children: Vec<(String, Option<&Value>, Option<&Value>)> = match (a, b) {
+                    (Value::Object(x), Value::Object(y)) => {
+                        let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+                        keys.sort();
+                        keys.dedup();
+                        keys.into_iter()
+                            .map(|k| (k.replace('~', "~0").replace('/', "~1"), x.get(k), y.get(k)))
+                            .collect()
+                    }
+                    (Value::Array(x), Value::Array(y)) => {
+                        (0..x.len().max(y.len())).map(|i| (i.to_string(), x.get(i), y.get(i))).collect()
+                    }
+                    _ => unreachable!("matched above"),
+                };
+                for (segment, p, q) in children {
                     let len = at.len();
                     at.push('/');
-                    at.push_str(&k.replace('~', "~0").replace('/', "~1"));
-                    let found = match (x.get(k), y.get(k)) {
-                        (Some(p), Some(q)) => walk(p, q, at),
-                        (p, q) => Some((at.clone(), p.cloned(), q.cloned())),
-                    };
-                    if found.is_some() {
-                        return found;
-                    }
-                    at.truncate(len);
-                }
-                None
-            }
-            (Value::Array(x), Value::Array(y)) => {
-                for i in 0..x.len().max(y.len()) {
-                    let len = at.len();
-                    at.push_str(&format!("/{i}"));
-                    let found = match (x.get(i), y.get(i)) {
+                    at.push_str(&segment);
+                    let found = match (p, q) {
                         (Some(p), Some(q)) => walk(p, q, at),
                         (p, q) => Some((at.clone(), p.cloned(), q.cloned())),
                     };
