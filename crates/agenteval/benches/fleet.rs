@@ -14,10 +14,9 @@
 mod util;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use util::{BIN, children_cpu, toy_yaml};
+use util::{children_cpu, submit_sampled, toy_yaml};
 
 struct Outcome {
     tasks: u64,
@@ -31,31 +30,18 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     std::fs::write(&cfg, toy_yaml(&format!("bench-{name}"), tasks, 0, per_job, concurrency, &format!("runs-{name}")))
         .unwrap();
     let cpu0 = children_cpu();
-    let start = Instant::now();
-    let mut child = Command::new(BIN)
-        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
     // VmHWM is the controller's own high-water mark; sampling it until exit catches the peak
     // (the last sample is at most 20 ms before the end).
-    let status_file = format!("/proc/{}/status", child.id());
-    let mut peak = 0u64;
-    while child.try_wait().unwrap().is_none() {
-        if let Ok(s) = std::fs::read_to_string(&status_file)
-            && let Some(kb) = s
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
-        {
-            peak = peak.max(kb);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let wall = start.elapsed();
-    let out = child.wait_with_output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json output");
+    let (wall, peak, v) = submit_sampled(&cfg, |pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            })
+            .unwrap_or(0)
+    });
     assert_eq!(v["status"], "complete", "{name}: {v}");
     assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
     Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }

@@ -14,10 +14,10 @@ mod util;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agenteval_testkit::llm_mock::MockLlm;
-use util::BIN;
+use util::submit_sampled;
 
 /// Resident memory (kB) of `root` and every process below it.
 fn tree_rss_kb(root: u32) -> u64 {
@@ -52,23 +52,9 @@ fn tree_rss_kb(root: u32) -> u64 {
     total
 }
 
-/// Runs `submit --json`, sampling the fleet's memory; returns (wall, peak kB, output).
+/// Runs `submit --json`, sampling the whole fleet's memory; returns (wall, peak kB, output).
 fn submit(cfg: &Path) -> (Duration, u64, serde_json::Value) {
-    let start = Instant::now();
-    let mut child = Command::new(BIN)
-        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut peak = 0;
-    while child.try_wait().unwrap().is_none() {
-        peak = peak.max(tree_rss_kb(child.id()));
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let wall = start.elapsed();
-    let out = child.wait_with_output().unwrap();
-    (wall, peak, serde_json::from_slice(&out.stdout).expect("submit --json output"))
+    submit_sampled(cfg, tree_rss_kb)
 }
 
 fn humaneval(dir: &Path) {

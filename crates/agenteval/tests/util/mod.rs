@@ -262,3 +262,23 @@ storage:
 "#
     )
 }
+
+/// Runs `agenteval submit --json --config CFG`, calling `sample(pid)` every 20 ms until it exits
+/// (a memory figure in kB); returns the wall time, the highest sample and the JSON printed.
+pub fn submit_sampled(cfg: &Path, mut sample: impl FnMut(u32) -> u64) -> (Duration, u64, serde_json::Value) {
+    let start = Instant::now();
+    let mut child = Command::new(BIN)
+        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut peak = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(sample(child.id()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wall = start.elapsed();
+    let out = child.wait_with_output().unwrap();
+    (wall, peak, serde_json::from_slice(&out.stdout).expect("submit --json output"))
+}
