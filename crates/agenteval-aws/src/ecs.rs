@@ -154,7 +154,8 @@ pub struct EcsBackend {
     /// When each task was first seen missing from DescribeTasks (AWS forgets stopped tasks
     /// after about an hour; an emulator may not know a task at all).
     missing_since: Mutex<HashMap<String, Instant>>,
-    telemetry: tokio::sync::Mutex<Vec<u8>>,
+    /// The run's `telemetry.jsonl`, written as parts of what is new (S3 cannot append).
+    telemetry: tokio::sync::Mutex<Option<(RunId, Box<dyn agenteval_core::traits::Appender>)>>,
 }
 
 impl std::fmt::Debug for EcsBackend {
@@ -191,7 +192,7 @@ impl EcsBackend {
             secrets: Mutex::new(HashMap::new()),
             calls: Mutex::new(CallCounts::default()),
             missing_since: Mutex::new(HashMap::new()),
-            telemetry: tokio::sync::Mutex::new(Vec::new()),
+            telemetry: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -436,10 +437,27 @@ impl CloudBackend for EcsBackend {
     }
 
     async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
-        let mut buf = self.telemetry.lock().await;
-        serde_json::to_writer(&mut *buf, snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
-        buf.push(b'\n');
-        self.store.put(run, layout::TELEMETRY, &buf).await
+        let mut line = serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
+        line.push(b'\n');
+        let mut file = self.telemetry.lock().await;
+        if file.as_ref().is_none_or(|(r, _)| r != run) {
+            if let Some((_, earlier)) = file.take() {
+                earlier.finish().await?;
+            }
+            *file = Some((*run, self.store.open_appender(run, layout::TELEMETRY).await?));
+        }
+        file.as_mut().expect("opened above").1.append(&line).await
+    }
+
+    async fn finish_telemetry(&self, run: &RunId) -> Result<()> {
+        let mut file = self.telemetry.lock().await;
+        match file.take() {
+            Some((r, appender)) if r == *run => appender.finish().await,
+            other => {
+                *file = other;
+                Ok(())
+            }
+        }
     }
 
     async fn wait_for_change(&self, timeout: Duration) {

@@ -145,6 +145,11 @@ impl S3BundleStore {
     /// Every object under `prefix`: full keys (with `delimiter`, the common prefixes instead),
     /// sorted, across as many ListObjectsV2 pages as there are.
     async fn list_keys(&self, prefix: &str, delimiter: Option<&str>) -> Result<Vec<String>> {
+        Ok(self.list_objects(prefix, delimiter).await?.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// `list_keys` with each object's size, as the listing gives it.
+    async fn list_objects(&self, prefix: &str, delimiter: Option<&str>) -> Result<Vec<(String, Option<u64>)>> {
         let mut out = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -160,9 +165,13 @@ impl S3BundleStore {
                 .await
                 .map_err(|e| classify(&format!("listing s3://{}/{prefix}", self.bucket), e))?;
             if delimiter.is_some() {
-                out.extend(page.common_prefixes().iter().filter_map(|p| p.prefix().map(str::to_string)));
+                out.extend(page.common_prefixes().iter().filter_map(|p| p.prefix().map(|p| (p.to_string(), None))));
             } else {
-                out.extend(page.contents().iter().filter_map(|o| o.key().map(str::to_string)));
+                out.extend(
+                    page.contents()
+                        .iter()
+                        .filter_map(|o| o.key().map(|k| (k.to_string(), o.size().map(|s| s.max(0) as u64)))),
+                );
             }
             match page.next_continuation_token() {
                 Some(t) if page.is_truncated() == Some(true) => token = Some(t.to_string()),
@@ -256,6 +265,29 @@ impl BundleStore for S3BundleStore {
         Ok(keys.iter().filter_map(|k| k.strip_prefix(&base)).map(str::to_string).collect())
     }
 
+    async fn list_sized(&self, run: &RunId, prefix: &str) -> Result<Vec<(String, Option<u64>)>> {
+        let base = self.run_prefix(run);
+        let keys = self.list_objects(&format!("{base}{prefix}"), None).await?;
+        Ok(keys.into_iter().filter_map(|(k, size)| k.strip_prefix(&base).map(|p| (p.to_string(), size))).collect())
+    }
+
+    async fn join_parts(&self, run: &RunId) -> Result<()> {
+        for path in PARTED {
+            let key = self.key(run, path)?;
+            let parts = self.part_keys(&key).await?;
+            if parts.is_empty() {
+                continue;
+            }
+            let mut whole = Vec::new();
+            for p in &parts {
+                whole.extend(self.get_key(p).await?);
+            }
+            self.put_key(&key, &whole).await?;
+            self.delete_parts(&key).await?;
+        }
+        Ok(())
+    }
+
     async fn list_runs(&self) -> Result<Vec<RunId>> {
         let base = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
         let mut out: Vec<RunId> = self
@@ -291,7 +323,7 @@ impl BundleStore for S3BundleStore {
 }
 
 /// Files that grow for the whole run, appended as parts (see `S3PartAppender`).
-const PARTED: &[&str] = &[agenteval_core::layout::SPANS];
+const PARTED: &[&str] = &[agenteval_core::layout::SPANS, agenteval_core::layout::TELEMETRY];
 
 /// A run-long file: each flush uploads only what is new as the next part
 /// (`<key>.parts/000001`, …); `finish` writes the whole file once and deletes the parts.

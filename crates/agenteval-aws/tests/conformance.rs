@@ -93,4 +93,15 @@ async fn the_runs_span_file_goes_up_in_parts_and_is_joined_once() {
     again.append(b"a\nb\nc\nd\ne\n").await.unwrap();
     again.finish().await.unwrap();
     assert_eq!(store.get(&run, "spans.jsonl").await.unwrap(), b"a\nb\nc\nd\ne\n");
+
+    // The fleet's telemetry file goes up the same way; parts a dead controller left are made
+    // whole by the seal (`join_parts`), so the manifest lists the file, not its parts.
+    let mut t = store.open_appender(&run, "telemetry.jsonl").await.unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    t.append(b"{\"n\":1}\n").await.unwrap();
+    drop(t);
+    assert_eq!(store.list(&run, "telemetry").await.unwrap(), vec!["telemetry.jsonl.parts/000001"]);
+    store.join_parts(&run).await.unwrap();
+    assert_eq!(store.list(&run, "telemetry").await.unwrap(), vec!["telemetry.jsonl"]);
+    assert_eq!(store.get(&run, "telemetry.jsonl").await.unwrap(), b"{\"n\":1}\n");
 }

@@ -49,6 +49,14 @@ pub fn job_spec(job: &JobId, attempt: u32) -> String {
     format!("{}/job.json", job_dir(job, attempt))
 }
 
+/// The sizes and checksums of the task files one job attempt wrote (a part of the manifest,
+/// merged at seal so that sealing need not read those files again).
+pub fn job_files(job: &JobId, attempt: u32) -> String {
+    format!("{}/{JOB_FILES}", job_dir(job, attempt))
+}
+
+pub const JOB_FILES: &str = "files.json";
+
 pub fn job_log(job: &JobId, attempt: u32) -> String {
     format!("{}/worker.log", job_dir(job, attempt))
 }

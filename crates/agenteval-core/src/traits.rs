@@ -61,6 +61,12 @@ pub trait CloudBackend: Send + Sync {
     async fn fetch_secret(&self, name: &str) -> Result<Secret>;
     /// Delivers a snapshot of fleet telemetry for a run to the backend's sink.
     async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()>;
+    /// Completes the run's telemetry file before the bundle is sealed (backends that buffer
+    /// it override this).
+    async fn finish_telemetry(&self, run: &RunId) -> Result<()> {
+        let _ = run;
+        Ok(())
+    }
     /// Waits until some job may have changed state, or `timeout`. Backends that learn of exits
     /// (local processes) return early; polling backends just sleep.
     async fn wait_for_change(&self, timeout: Duration) {
@@ -103,6 +109,18 @@ pub trait BundleStore: Send + Sync {
     }
     /// Every file under `prefix` (`""` for the whole bundle), sorted, relative to the bundle.
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>>;
+    /// `list` with each file's size where the listing gives it without reading the file (on
+    /// disk and on S3 it does); sealing trusts a size-matching checksum a writer recorded
+    /// instead of reading the file again. `None`: unknown, so the file is read.
+    async fn list_sized(&self, run: &RunId, prefix: &str) -> Result<Vec<(String, Option<u64>)>> {
+        Ok(self.list(run, prefix).await?.into_iter().map(|p| (p, None)).collect())
+    }
+    /// Makes whole any run-long file still held as parts because its writer died before
+    /// finishing it (stores that write such files in parts override it).
+    async fn join_parts(&self, run: &RunId) -> Result<()> {
+        let _ = run;
+        Ok(())
+    }
     /// Every run with a bundle under this root, sorted (what `index rebuild` walks). Entries
     /// that are not run ids are skipped.
     async fn list_runs(&self) -> Result<Vec<RunId>>;

@@ -137,6 +137,22 @@ impl BundleStore for FsBundleStore {
         })
     }
 
+    async fn list_sized(&self, run: &RunId, prefix: &str) -> Result<Vec<(String, Option<u64>)>> {
+        let base = self.run_dir(run);
+        let paths = self.list(run, prefix).await?;
+        crate::blocking(|| {
+            // A file gone between the listing and here is listed without a size (then read,
+            // and reported missing, by whoever needs it).
+            Ok(paths
+                .into_iter()
+                .map(|p| {
+                    let size = std::fs::metadata(base.join(&p)).ok().map(|m| m.len());
+                    (p, size)
+                })
+                .collect())
+        })
+    }
+
     async fn list_runs(&self) -> Result<Vec<RunId>> {
         crate::blocking(|| {
             let entries = match std::fs::read_dir(&self.root) {

@@ -49,6 +49,16 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     let tasks = store.list(&run, "tasks/").await.unwrap();
     assert_eq!(tasks, vec!["tasks/t1/result.json", "tasks/t2/result.json"], "list honours the prefix");
     assert_eq!(store.list(&run, "tasks/t1/").await.unwrap(), vec!["tasks/t1/result.json"]);
+    let sized = store.list_sized(&run, "").await.unwrap();
+    assert_eq!(
+        sized,
+        vec![
+            ("a.json".to_string(), Some(8)),
+            ("tasks/t1/result.json".to_string(), Some(2)),
+            ("tasks/t2/result.json".to_string(), Some(2))
+        ],
+        "list_sized is list with the sizes the listing gives"
+    );
 
     let empty: Vec<u8> = vec![];
     store.put(&run, "empty.txt", &empty).await.unwrap();

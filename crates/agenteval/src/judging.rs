@@ -276,7 +276,10 @@ async fn record(
         json!({"schema_version": agenteval_judge::compare::COMPARISON_SCHEMA, "comparison": comparison, "verdict": v});
     store.put(cand, layout::COMPARISON, &serde_json::to_vec_pretty(&doc).expect("serializes")).await?;
     if located.record.status != RunStatus::Running {
-        agenteval_engine::bundle::write_manifest(store, cand).await?;
+        // Only `comparison.json` changed since the seal: the manifest just written vouches for
+        // the rest, so a large bundle is not read again.
+        let hints = agenteval_engine::bundle::ManifestHints::from_manifest(store, cand, &[layout::COMPARISON]).await;
+        agenteval_engine::bundle::write_manifest(store, cand, &hints).await?;
     }
     let word = if v.passed { "pass" } else { "fail" };
     index.update_run(cand, &RunUpdate { verdict: Some(word.into()), ..Default::default() }).await?;

@@ -231,6 +231,13 @@ async fn a_toy_run_on_the_aws_fleet_lands_in_s3_and_dynamodb() {
     let files = agenteval_core::traits::BundleStore::list(&store, &run_id, "jobs/").await.unwrap();
     let specs: Vec<&String> = files.iter().filter(|f| f.ends_with("/job.json")).collect();
     assert!(specs.len() >= 6, "{files:?}");
+    // Every attempt that ran left the sums of its files for the seal (the dropped one ran
+    // nothing), and the run-long files written in parts were joined.
+    let parts = files.iter().filter(|f| f.ends_with("/files.json")).count();
+    assert_eq!(parts, specs.len() - 1, "{files:?}");
+    let all = agenteval_core::traits::BundleStore::list(&store, &run_id, "").await.unwrap();
+    assert!(all.iter().all(|f| !f.contains(".parts/")), "parts are joined at seal: {all:?}");
+    assert!(all.iter().any(|f| f == "telemetry.jsonl"), "{all:?}");
     let mut logs = 0;
     for spec in specs {
         let log = spec.replace("job.json", "worker.log");

@@ -2,6 +2,7 @@
 //! outcome files, sealing (summary, report, manifest with checksums) and validation that names
 //! every problem. The document types themselves are in `agenteval_core::format`.
 
+mod files;
 mod outcome;
 mod seal;
 mod table;
@@ -13,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub use agenteval_core::format::{Manifest, ManifestEntry, Metadata};
+pub use files::{FileSum, FilesPart, ManifestHints, RecordingStore, write_files_part};
 pub use outcome::write_task_outcome;
 pub use seal::{Lines, Summarized, seal, seal_contents, summarize, write_manifest};
 pub use table::{TaskTable, read_tasks};

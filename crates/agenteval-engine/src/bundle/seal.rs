@@ -11,6 +11,9 @@ use tracing::Instrument;
 
 use sha2::Digest as _;
 
+use std::sync::Arc;
+
+use super::files::{FileSum, ManifestHints, RecordingStore};
 use super::{READ_CONCURRENCY, read_json, to_json_bytes};
 use crate::report::Failure;
 use crate::scorers::{default_scorers, empty_summary};
@@ -33,6 +36,8 @@ pub struct Summarized {
     /// Up to `SEAL_ROW_LIMIT` failing and as many passing lines, in task order.
     pub failing: Vec<ResultLine>,
     pub passing: Vec<ResultLine>,
+    /// Task id → the job attempt that wrote its result (what sealing trusts a manifest part of).
+    pub producers: std::collections::HashMap<String, (agenteval_core::JobId, u32)>,
 }
 
 /// Lines written per append when streaming `results.jsonl`.
@@ -89,6 +94,7 @@ pub async fn summarize(
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
+        out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt));
         let line = ResultLine::from(&r);
         serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
         out.lines.push(b'\n');
@@ -170,15 +176,22 @@ async fn render_html(
 
 /// Seals a bundle: summary, report, replay command, final metadata, then the manifest over
 /// everything else. Sealing again (after a resume) replaces all of them.
-pub async fn seal(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
-    let summary = seal_contents(store, meta, ids).await?;
-    write_manifest(store, &meta.run_id).await?;
+pub async fn seal(store: Arc<dyn BundleStore>, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
+    let (summary, hints) = seal_contents(store.clone(), meta, ids).await?;
+    write_manifest(store.as_ref(), &meta.run_id, &hints).await?;
     Ok(summary)
 }
 
 /// Everything of sealing but the manifest: summary (`scorer.summarize` span), report
-/// (`report.render` span), replay command and the final metadata.
-pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[TaskId]) -> Result<RunSummary> {
+/// (`report.render` span), replay command and the final metadata. Returns with the summary what
+/// the manifest can take without reading: what was written here, and who wrote each result.
+pub async fn seal_contents(
+    store: Arc<dyn BundleStore>,
+    meta: &Metadata,
+    ids: &[TaskId],
+) -> Result<(RunSummary, ManifestHints)> {
+    let recording = RecordingStore::new(store);
+    let store: &dyn BundleStore = &recording;
     let run = &meta.run_id;
     let started = std::time::Instant::now();
     let (summary, kept) = summarize(store, run, ids, meta.status, Lines::Write)
@@ -202,21 +215,32 @@ pub async fn seal_contents(store: &dyn BundleStore, meta: &Metadata, ids: &[Task
     meta.sealed = true;
     store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
     tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
-    Ok(summary)
+    let hints = ManifestHints { producers: kept.producers, written: recording.written(), ..Default::default() };
+    Ok((summary, hints))
 }
 
-/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads), so a bundle of
-/// hundreds of thousands of files never exists as a map in memory.
-pub async fn write_manifest(store: &dyn BundleStore, run: &RunId) -> Result<()> {
-    let paths = store.list(run, "").await?;
+/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads). The bucket is listed
+/// once; a file is read and checksummed only when `hints` do not vouch for it (a known sum of
+/// the size the listing shows), so sealing a large S3 bundle costs a listing, not a GET per file.
+pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &ManifestHints) -> Result<()> {
+    let listed = store.list_sized(run, "").await?;
+    let known = hints.known(store, run, &listed).await?;
+    let paths: Vec<(&String, Option<&FileSum>)> = listed
+        .iter()
+        .filter(|(p, _)| p.as_str() != layout::MANIFEST)
+        .map(|(p, size)| (p, known.get(p).filter(|k| size.is_some_and(|s| s == k.size))))
+        .collect();
     let mut out = Vec::with_capacity(paths.len() * 130);
     out.extend_from_slice(
         format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
             .as_bytes(),
     );
     let mut first = true;
-    let mut files = futures::stream::iter(paths.iter().filter(|p| p.as_str() != layout::MANIFEST))
-        .map(|path| async move {
+    let mut files = futures::stream::iter(paths)
+        .map(|(path, known)| async move {
+            if let Some(k) = known {
+                return Ok((path, k.sha256.clone(), k.size));
+            }
             // A piece at a time: a large file (results.jsonl of a big run) is never held whole.
             let mut hasher = sha2::Sha256::new();
             let len = store.read_chunks(run, path, &mut |piece| hasher.update(piece)).await?;

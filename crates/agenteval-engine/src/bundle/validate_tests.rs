@@ -20,6 +20,17 @@ const TASKS: [&str; 3] = ["t1", "t2", "t3"];
 
 /// A sealed, complete, valid bundle of three tasks (t3 fails its one evaluator).
 async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
+    let (store, run, meta, table) = finished_bundle(root).await;
+    let shared: std::sync::Arc<dyn BundleStore> = std::sync::Arc::new(store.clone());
+    seal(shared, &meta, table.ids()).await.unwrap();
+    store.put(&run, layout::SPANS, b"").await.unwrap();
+    write_manifest(&store, &run, &Default::default()).await.unwrap();
+    (store, run)
+}
+
+/// The bundle of a run whose three tasks are done, each by its own job's first attempt, whose
+/// worker wrote through a `RecordingStore` and left its manifest part: ready to seal.
+async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTable) {
     let store = FsBundleStore::new(root);
     let run = RunId::new();
     let mut table = TaskTable::default();
@@ -73,7 +84,10 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
         };
         let mut line = serde_json::to_vec(&event).unwrap();
         line.push(b'\n');
-        store.put(&run, &layout::task_file(&id, layout::TASK_TRACE), &line).await.unwrap();
+        let worker = crate::bundle::RecordingStore::new(std::sync::Arc::new(store.clone()));
+        let mut trace = worker.open_appender(&run, &layout::task_file(&id, layout::TASK_TRACE)).await.unwrap();
+        trace.append(&line).await.unwrap();
+        trace.finish().await.unwrap();
         let spans = format!(
             "{{\"trace_id\":\"{0}\",\"span_id\":\"{1}\",\"name\":\"eval.task\"}}\n{{\"trace_id\":\"{0}\",\"span_id\":\"{2}\",\"name\":\"agent.execute\"}}\n",
             "a".repeat(32),
@@ -112,12 +126,11 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
             started_at: now,
             finished_at: now,
         };
-        write_task_outcome(&store, &result, "log\n", Some(spans.as_bytes()), &|s: &str| s.to_string()).await.unwrap();
+        write_task_outcome(&worker, &result, "log\n", Some(spans.as_bytes()), &|s: &str| s.to_string()).await.unwrap();
+        let job = result.job_id.clone();
+        crate::bundle::write_files_part(&worker, &run, &job, 1, worker.written()).await.unwrap();
     }
-    seal(&store, &meta, table.ids()).await.unwrap();
-    store.put(&run, layout::SPANS, b"").await.unwrap();
-    write_manifest(&store, &run).await.unwrap();
-    (store, run)
+    (store, run, meta, table)
 }
 
 fn json_of(bytes: &[u8]) -> Value {
@@ -297,7 +310,7 @@ async fn every_check_names_what_it_found() {
         let (store, run) = valid_bundle(dir.path()).await;
         break_it(&store, &run).await;
         if reseal {
-            write_manifest(&store, &run).await.unwrap();
+            write_manifest(&store, &run, &Default::default()).await.unwrap();
         }
         let v = validate(&store, &run).await.unwrap();
         assert!(
@@ -324,4 +337,111 @@ async fn an_unsealed_bundle_is_valid_with_a_warning() {
     assert_eq!(v.warnings.len(), 1, "{:?}", v.warnings);
     assert!(v.warnings[0].contains("not sealed"), "{:?}", v.warnings);
     assert_eq!(v.tasks_with_results, 2);
+}
+
+/// Counts the reads of each file, over a real store.
+struct Reads {
+    inner: FsBundleStore,
+    reads: std::sync::Mutex<std::collections::BTreeMap<String, u32>>,
+}
+
+impl Reads {
+    fn count(&self, path: &str) {
+        *self.reads.lock().unwrap().entry(path.to_string()).or_default() += 1;
+    }
+    fn of(&self, suffix: &str) -> u32 {
+        self.reads.lock().unwrap().iter().filter(|(p, _)| p.ends_with(suffix)).map(|(_, n)| n).sum()
+    }
+}
+
+#[async_trait::async_trait]
+impl BundleStore for Reads {
+    fn bundle_uri(&self, run: &RunId) -> String {
+        self.inner.bundle_uri(run)
+    }
+    async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> agenteval_core::Result<()> {
+        self.inner.put(run, path, bytes).await
+    }
+    async fn get(&self, run: &RunId, path: &str) -> agenteval_core::Result<Vec<u8>> {
+        self.count(path);
+        self.inner.get(run, path).await
+    }
+    async fn read_chunks(
+        &self,
+        run: &RunId,
+        path: &str,
+        f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send),
+    ) -> agenteval_core::Result<u64> {
+        self.count(path);
+        self.inner.read_chunks(run, path, f).await
+    }
+    async fn exists(&self, run: &RunId, path: &str) -> agenteval_core::Result<bool> {
+        self.inner.exists(run, path).await
+    }
+    async fn list(&self, run: &RunId, prefix: &str) -> agenteval_core::Result<Vec<String>> {
+        self.inner.list(run, prefix).await
+    }
+    async fn list_sized(&self, run: &RunId, prefix: &str) -> agenteval_core::Result<Vec<(String, Option<u64>)>> {
+        self.inner.list_sized(run, prefix).await
+    }
+    async fn list_runs(&self) -> agenteval_core::Result<Vec<RunId>> {
+        self.inner.list_runs().await
+    }
+    async fn open_appender(
+        &self,
+        run: &RunId,
+        path: &str,
+    ) -> agenteval_core::Result<Box<dyn agenteval_core::traits::Appender>> {
+        self.inner.open_appender(run, path).await
+    }
+}
+
+/// Sealing reads each result once and none of the files the workers' parts vouch for, and the
+/// manifest it writes is the one `validate` (which reads everything) agrees with.
+#[tokio::test]
+async fn sealing_trusts_the_sums_workers_recorded_instead_of_reading_their_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run, meta, table) = finished_bundle(dir.path()).await;
+    let reads = std::sync::Arc::new(Reads { inner: store.clone(), reads: Default::default() });
+    seal(reads.clone(), &meta, table.ids()).await.unwrap();
+    assert_eq!(reads.of("/result.json"), 3, "each result is read once, to summarize it");
+    for vouched in ["/scores.json", "/worker.log"] {
+        assert_eq!(reads.of(vouched), 0, "{vouched} is vouched for by the parts: {:?}", reads.reads);
+    }
+    // Traces are read for the report's sample of traces only, not again for the manifest.
+    for sampled in ["/trace.jsonl", "/spans.jsonl", layout::JOB_FILES] {
+        assert_eq!(reads.of(sampled), 3, "{sampled}: once per task: {:?}", reads.reads);
+    }
+    assert_eq!(reads.of(layout::RESULTS), 0, "what the seal wrote itself is not read back");
+    assert_eq!(reads.of(layout::SUMMARY), 0);
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
+}
+
+/// A part is trusted only for what its attempt produced and at the size the listing shows:
+/// a file changed after its part was written, or vouched for by an attempt whose result did not
+/// count, is read.
+#[tokio::test]
+async fn a_stale_or_superseded_part_is_not_trusted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run, meta, table) = finished_bundle(dir.path()).await;
+    // t1's log grew after its worker's part was written.
+    store.put(&run, "tasks/t1/worker.log", b"log\nmore\n").await.unwrap();
+    // A second attempt of t2's job left a part (with a wrong sum) but t2's result is attempt 1's.
+    let t2_job = agenteval_core::JobId::numbered(0, 2);
+    let mut lying = crate::bundle::FilesPart::default();
+    lying.files.insert(
+        "tasks/t2/scores.json".into(),
+        crate::bundle::FileSum {
+            sha256: "0".repeat(64),
+            size: store.get(&run, "tasks/t2/scores.json").await.unwrap().len() as u64,
+        },
+    );
+    store.put(&run, &layout::job_files(&t2_job, 2), &serde_json::to_vec(&lying).unwrap()).await.unwrap();
+    let reads = std::sync::Arc::new(Reads { inner: store.clone(), reads: Default::default() });
+    seal(reads.clone(), &meta, table.ids()).await.unwrap();
+    assert_eq!(reads.of("tasks/t1/worker.log"), 1, "the grown log is read: {:?}", reads.reads);
+    assert_eq!(reads.of("tasks/t2/scores.json"), 0, "attempt 1's part vouches for t2");
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
 }

@@ -506,8 +506,7 @@ pub async fn cancel(
     let meta: Metadata = read_json(located.store.as_ref(), run_id, layout::METADATA).await.map_err(not_user_error)?;
     let tasks = TaskTable::read(located.store.as_ref(), run_id).await.map_err(not_user_error)?;
     let sealed =
-        seal_run(located.store.as_ref(), index.as_ref(), &meta, tasks.ids(), RunStatus::Interrupted, None, None)
-            .await?;
+        seal_run(&located.store, index.as_ref(), &meta, tasks.ids(), RunStatus::Interrupted, None, None).await?;
     Ok(sealed.status)
 }
 
@@ -547,13 +546,13 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         };
     run.meta.reason = reason.clone();
     let sealed = seal_run(
-        run.store.as_ref(),
+        &run.store,
         run.index.as_ref(),
         &run.meta,
         run.tasks.ids(),
         status,
         Some(epoch),
-        Some((span, spans)),
+        Some((span, spans, run.backend.as_ref())),
     )
     .await?;
     progress.finish();
@@ -575,22 +574,30 @@ struct Sealed {
 /// The one way a run ends, whatever the ending (complete, failed, interrupted, budget exceeded,
 /// or a cancel that finds its controller gone): summary, report, replay command and final
 /// metadata; then the controller's `eval.run` span closes with the outcome and the run's span
-/// file is finished, because the manifest that follows covers them; last, the index is told.
+/// file and the backend's telemetry file are finished (and any a dead controller left in parts
+/// joined), because the manifest that follows covers them; last, the index is told.
 async fn seal_run(
-    store: &dyn BundleStore,
+    store: &Arc<dyn BundleStore>,
     index: &dyn RunIndex,
     meta: &Metadata,
     ids: &[agenteval_core::TaskId],
     status: RunStatus,
     lease: Option<u32>,
-    driven: Option<(tracing::Span, SpanFile)>,
+    driven: Option<(tracing::Span, SpanFile, &dyn CloudBackend)>,
 ) -> Result<Sealed> {
-    let (run_span, spans) = driven.unzip();
+    let (run_span, spans, backend) = match driven {
+        Some((span, file, backend)) => (Some(span), Some(file), Some(backend)),
+        None => (None, None, None),
+    };
     let mut meta = meta.clone();
     meta.status = status;
     meta.finished_at = Some(Utc::now());
     let span = run_span.unwrap_or_else(tracing::Span::none);
-    let summary = bundle::seal_contents(store, &meta, ids).instrument(span.clone()).await;
+    let sealed = bundle::seal_contents(store.clone(), &meta, ids).instrument(span.clone()).await;
+    let (summary, hints) = match sealed {
+        Ok((s, h)) => (Ok(s), h),
+        Err(e) => (Err(e), Default::default()),
+    };
     match &summary {
         Ok(s) => {
             span.record("agenteval.status", status.as_str());
@@ -609,7 +616,13 @@ async fn seal_run(
     if let Some(spans) = spans {
         spans.finish().await?;
     }
-    bundle::write_manifest(store, &meta.run_id).await?;
+    if let Some(backend) = backend
+        && let Err(e) = backend.finish_telemetry(&meta.run_id).await
+    {
+        tracing::warn!("telemetry file not finished: {e}");
+    }
+    store.join_parts(&meta.run_id).await?;
+    bundle::write_manifest(store.as_ref(), &meta.run_id, &hints).await?;
     index
         .update_run(
             &meta.run_id,

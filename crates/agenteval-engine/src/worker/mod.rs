@@ -35,7 +35,9 @@ struct Ctx {
     run_id: RunId,
     job: JobSpec,
     config: RunConfig,
+    /// The bundle, through a recorder of what this attempt writes (see `write_files_part`).
     store: Arc<dyn BundleStore>,
+    recording: Arc<crate::bundle::RecordingStore>,
     index: Arc<dyn RunIndex>,
     benchmark: Arc<dyn BenchmarkAdapter>,
     agent: Arc<dyn AgentRunner>,
@@ -155,7 +157,10 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         config.evaluators.iter().map(|e| evaluator_from_config(e, &judge_secrets)).collect::<Result<Vec<_>>>()?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
+    let recording = Arc::new(crate::bundle::RecordingStore::new(store));
+    let store: Arc<dyn BundleStore> = recording.clone();
     Ok(Ctx {
+        recording,
         traceparent,
         journal,
         run_id,
@@ -208,16 +213,30 @@ pub async fn run_job(
     );
     let cancel = cancel.shared();
     let parallel = ctx.config.backend.tasks_in_parallel.max(1) as usize;
-    let mut tasks = futures::stream::iter(ctx.job.tasks.iter())
-        .map(|task| process_task(&ctx, task, cancel.clone()))
-        .buffer_unordered(parallel);
-    while let Some(done) = tasks.next().await {
-        if let Err(code) = done {
-            return code;
+    let code = async {
+        let mut tasks = futures::stream::iter(ctx.job.tasks.iter())
+            .map(|task| process_task(&ctx, task, cancel.clone()))
+            .buffer_unordered(parallel);
+        while let Some(done) = tasks.next().await {
+            if let Err(code) = done {
+                return code;
+            }
         }
+        worker_exit::OK
     }
-    tracing::info!(job = %ctx.job.job_id, "job finished");
-    worker_exit::OK
+    .await;
+    // Whatever the ending, the sums of what this attempt finished spare the seal reading it.
+    let written = ctx.recording.written();
+    if let Err(e) =
+        crate::bundle::write_files_part(ctx.store.as_ref(), &ctx.run_id, &ctx.job.job_id, ctx.job.attempt, written)
+            .await
+    {
+        tracing::warn!("the job's file sums were not written (the seal will read the files): {e}");
+    }
+    if code == worker_exit::OK {
+        tracing::info!(job = %ctx.job.job_id, "job finished");
+    }
+    code
 }
 
 /// Runs one task of the job and writes its outcome; `Err` is the exit code the job stops with.

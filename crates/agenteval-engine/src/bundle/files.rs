@@ -1,0 +1,234 @@
+//! What a writer knows of the files it wrote (size and sha256, from the bytes it had), so that
+//! sealing a bundle of 100,000 tasks on S3 lists the bucket instead of reading every object.
+//!
+//! A worker writes through a [`RecordingStore`] and leaves, at the end of its job attempt, a
+//! part of the manifest (`jobs/<job>/attempt-<n>/files.json`) for the tasks it finished. At seal,
+//! an entry is trusted only when it comes from the attempt that wrote the task's result and its
+//! size is the size the listing shows; anything else is read and checksummed as before.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use agenteval_core::traits::{Appender, BundleStore};
+use agenteval_core::{JobId, Result, RunId, layout};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
+
+/// A file's size and checksum, as the manifest keeps them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub sha256: String,
+    pub size: u64,
+}
+
+impl FileSum {
+    pub fn of(bytes: &[u8]) -> Self {
+        FileSum { sha256: super::sha256_hex(bytes), size: bytes.len() as u64 }
+    }
+}
+
+type Written = Arc<Mutex<BTreeMap<String, FileSum>>>;
+
+/// A `BundleStore` that remembers the size and checksum of every file written through it (by
+/// `put`, or by an appender once finished). Reads pass through.
+pub struct RecordingStore {
+    inner: Arc<dyn BundleStore>,
+    written: Written,
+}
+
+impl RecordingStore {
+    pub fn new(inner: Arc<dyn BundleStore>) -> Self {
+        RecordingStore { inner, written: Default::default() }
+    }
+
+    /// What has been written so far, by bundle path (the last write of a path wins).
+    pub fn written(&self) -> BTreeMap<String, FileSum> {
+        self.written.lock().expect("recording lock").clone()
+    }
+}
+
+#[async_trait]
+impl BundleStore for RecordingStore {
+    fn bundle_uri(&self, run: &RunId) -> String {
+        self.inner.bundle_uri(run)
+    }
+    async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
+        // Forgotten first: a failed write must not leave the earlier sum standing for new bytes.
+        self.written.lock().expect("recording lock").remove(path);
+        self.inner.put(run, path, bytes).await?;
+        self.written.lock().expect("recording lock").insert(path.to_string(), FileSum::of(bytes));
+        Ok(())
+    }
+    async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
+        self.inner.get(run, path).await
+    }
+    async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
+        self.inner.exists(run, path).await
+    }
+    async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
+        self.inner.read_chunks(run, path, f).await
+    }
+    async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>> {
+        self.inner.list(run, prefix).await
+    }
+    async fn list_sized(&self, run: &RunId, prefix: &str) -> Result<Vec<(String, Option<u64>)>> {
+        self.inner.list_sized(run, prefix).await
+    }
+    async fn join_parts(&self, run: &RunId) -> Result<()> {
+        self.inner.join_parts(run).await
+    }
+    async fn list_runs(&self) -> Result<Vec<RunId>> {
+        self.inner.list_runs().await
+    }
+    async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
+        self.written.lock().expect("recording lock").remove(path);
+        let inner = self.inner.open_appender(run, path).await?;
+        Ok(Box::new(RecordingAppender {
+            inner,
+            path: path.to_string(),
+            hasher: sha2::Sha256::new(),
+            size: 0,
+            written: self.written.clone(),
+        }))
+    }
+}
+
+struct RecordingAppender {
+    inner: Box<dyn Appender>,
+    path: String,
+    hasher: sha2::Sha256,
+    size: u64,
+    written: Written,
+}
+
+#[async_trait]
+impl Appender for RecordingAppender {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.append(bytes).await?;
+        self.hasher.update(bytes);
+        self.size += bytes.len() as u64;
+        Ok(())
+    }
+    async fn finish(self: Box<Self>) -> Result<()> {
+        let RecordingAppender { inner, path, hasher, size, written } = *self;
+        inner.finish().await?;
+        let sum = FileSum { sha256: hex::encode(hasher.finalize()), size };
+        written.lock().expect("recording lock").insert(path, sum);
+        Ok(())
+    }
+}
+
+/// The part of the manifest one job attempt leaves.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct FilesPart {
+    pub files: BTreeMap<String, FileSum>,
+}
+
+/// Writes the part for the tasks this attempt finished (those whose `result.json` it wrote): a
+/// task it left half-done has files another attempt will replace.
+pub async fn write_files_part(
+    store: &dyn BundleStore,
+    run: &RunId,
+    job: &JobId,
+    attempt: u32,
+    written: BTreeMap<String, FileSum>,
+) -> Result<()> {
+    let finished: std::collections::HashSet<&str> = written
+        .keys()
+        .filter_map(|p| p.strip_prefix("tasks/")?.strip_suffix(&format!("/{}", layout::TASK_RESULT)))
+        .collect();
+    let files: BTreeMap<String, FileSum> = written
+        .iter()
+        .filter(|(p, _)| task_of(p).is_some_and(|t| finished.contains(t)))
+        .map(|(p, s)| (p.clone(), s.clone()))
+        .collect();
+    if files.is_empty() {
+        return Ok(());
+    }
+    let part = FilesPart { files };
+    store.put(run, &layout::job_files(job, attempt), &serde_json::to_vec(&part).expect("serializes")).await
+}
+
+/// `tasks/<id>/…` → `<id>`.
+fn task_of(path: &str) -> Option<&str> {
+    path.strip_prefix("tasks/")?.split_once('/').map(|(t, _)| t)
+}
+
+/// What sealing knows of the bundle's files without reading them.
+#[derive(Debug, Default)]
+pub struct ManifestHints {
+    /// Task id → the job attempt that wrote its result (from the results sealing read).
+    pub producers: HashMap<String, (JobId, u32)>,
+    /// Files the sealing controller wrote itself.
+    pub written: BTreeMap<String, FileSum>,
+    /// Entries of a manifest written moments ago over the same files (re-sealing after adding a
+    /// document): trusted when the size still matches.
+    pub previous: BTreeMap<String, FileSum>,
+}
+
+impl ManifestHints {
+    /// The hints of a bundle whose manifest was just written: its entries, but for the files
+    /// written since (`changed`).
+    pub async fn from_manifest(store: &dyn BundleStore, run: &RunId, changed: &[&str]) -> Self {
+        let previous = match super::read_json::<agenteval_core::format::Manifest>(store, run, layout::MANIFEST).await {
+            Ok(m) => m
+                .files
+                .into_iter()
+                .filter(|(p, _)| !changed.contains(&p.as_str()))
+                .map(|(p, e)| (p, FileSum { sha256: e.sha256, size: e.size }))
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        ManifestHints { previous, ..Default::default() }
+    }
+
+    /// The known sums: the seal's own writes, the previous manifest, then the parts of the
+    /// attempts that produced each task's result.
+    pub(super) async fn known(
+        &self,
+        store: &dyn BundleStore,
+        run: &RunId,
+        listed: &[(String, Option<u64>)],
+    ) -> Result<HashMap<String, FileSum>> {
+        use futures::StreamExt as _;
+        let mut known: HashMap<String, FileSum> =
+            self.previous.iter().chain(&self.written).map(|(p, s)| (p.clone(), s.clone())).collect();
+        if self.producers.is_empty() {
+            return Ok(known);
+        }
+        let wanted: std::collections::HashSet<(&JobId, u32)> = self.producers.values().map(|(j, a)| (j, *a)).collect();
+        let parts: Vec<(JobId, u32, &str)> = listed
+            .iter()
+            .filter_map(|(p, _)| {
+                let rest = p.strip_prefix("jobs/")?.strip_suffix(&format!("/{}", layout::JOB_FILES))?;
+                let (job, attempt) = rest.split_once("/attempt-")?;
+                Some((job.parse().ok()?, attempt.parse().ok()?, p.as_str()))
+            })
+            .filter(|(j, a, _)| wanted.contains(&(j, *a)))
+            .collect();
+        let mut reads = futures::stream::iter(parts)
+            .map(|(job, attempt, path)| async move { (job, attempt, path, store.get(run, path).await) })
+            .buffer_unordered(super::READ_CONCURRENCY);
+        while let Some((job, attempt, path, bytes)) = reads.next().await {
+            // An unreadable part only costs reading its files.
+            let Ok(bytes) = bytes else { continue };
+            known.insert(path.to_string(), FileSum::of(&bytes));
+            let Ok(part) = serde_json::from_slice::<FilesPart>(&bytes) else { continue };
+            for (path, sum) in part.files {
+                let by_this_attempt =
+                    task_of(&path).and_then(|t| self.producers.get(t)).is_some_and(|(j, a)| *j == job && *a == attempt);
+                if by_this_attempt {
+                    known.insert(path, sum);
+                }
+            }
+        }
+        Ok(known)
+    }
+}
+
+impl std::fmt::Debug for RecordingStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingStore").finish_non_exhaustive()
+    }
+}
