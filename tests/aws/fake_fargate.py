@@ -9,6 +9,12 @@ exit status in the reason; when the controller stops a task (StopTask) it termin
 
 --drop-first N stops the first N tasks without running them: a container that never wrote its
 results, as after a host failure.
+
+--image IMAGE runs each task as a container of that image instead (`docker run`, host network so
+that the emulator on 127.0.0.1 is reachable, the overrides' environment as `-e`), the way
+Fargate would; a stop is `docker stop` (SIGTERM to the image's init, SIGKILL after 10 s).
+--interrupt-first-after S then `docker stop`s the first task S seconds after it started and
+stops it in ECS as a Spot interruption, so the controller retries what the worker had not done.
 """
 import argparse
 import json
@@ -30,6 +36,8 @@ def main():
     p.add_argument("--drop-first", type=int, default=0)
     p.add_argument("--stats", help="write counts here (JSON) as it goes")
     p.add_argument("--logs", help="folder for each worker's stdout and stderr (as CloudWatch would keep them)")
+    p.add_argument("--image", help="run each task as a container of this image")
+    p.add_argument("--interrupt-first-after", type=float, help="docker stop the first task after this many seconds")
     a = p.parse_args()
 
     # Keep tasks RUNNING until someone calls StopTask (moto otherwise advances them itself).
@@ -50,7 +58,18 @@ def main():
     }
     seen = set()
     running = {}  # arn -> (process, stop_requested_at)
-    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "exits": {}}
+    started_at = {}  # arn -> time the worker started
+    interrupted = set()
+    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "exits": {}}
+
+    def container(arn):
+        return "agenteval-task-" + arn.rsplit("/", 1)[-1]
+
+    def terminate(arn, proc):
+        if a.image:
+            subprocess.run(["docker", "stop", "-t", "10", container(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        elif proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
     stop = False
 
     def on_term(*_):
@@ -82,24 +101,44 @@ def main():
                 if a.logs:
                     os.makedirs(a.logs, exist_ok=True)
                     out = open(os.path.join(a.logs, arn.rsplit("/", 1)[-1] + ".log"), "wb")
-                proc = subprocess.Popen([a.agenteval] + ov["command"], env=env, stdin=subprocess.DEVNULL,
+                if a.image:
+                    argv = ["docker", "run", "--rm", "--name", container(arn), "--network", "host"]
+                    for k, v in env.items():
+                        if k not in ("PATH", "HOME"):
+                            argv += ["-e", f"{k}={v}"]
+                    argv += [a.image] + ov["command"]
+                else:
+                    argv = [a.agenteval] + ov["command"]
+                proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                         stdout=out, stderr=subprocess.STDOUT if a.logs else subprocess.DEVNULL,
                                         start_new_session=True)
                 if a.logs:
                     out.close()
                 running[arn] = (proc, None)
+                started_at[arn] = time.time()
                 stats["started"] += 1
             elif arn in running and t.get("desiredStatus") == "STOPPED" and running[arn][1] is None:
                 # The controller stopped the task: ECS sends SIGTERM, then SIGKILL after 30 s.
                 proc, _ = running[arn]
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGTERM)
+                terminate(arn, proc)
                 running[arn] = (proc, time.time())
                 stats["stopped_by_controller"] += 1
+        if a.interrupt_first_after is not None and not interrupted:
+            first = min(started_at, key=started_at.get, default=None)
+            if first in running and time.time() - started_at[first] >= a.interrupt_first_after:
+                # A Spot interruption: SIGTERM to the container, then the task stops for good.
+                interrupted.add(first)
+                stats["interrupted"] += 1
+                proc, _ = running[first]
+                terminate(first, proc)
+                proc.wait()
+                del running[first]
+                stats["exits"][str(proc.returncode)] = stats["exits"].get(str(proc.returncode), 0) + 1
+                ecs.stop_task(cluster=a.cluster, task=first, reason="Your Spot Task was interrupted.")
         for arn, (proc, stop_at) in list(running.items()):
             rc = proc.poll()
             if rc is None:
-                if stop_at is not None and time.time() - stop_at > 5:
+                if stop_at is not None and time.time() - stop_at > 5 and not a.image:
                     os.killpg(proc.pid, signal.SIGKILL)
                 continue
             del running[arn]
@@ -111,8 +150,10 @@ def main():
                 json.dump(stats, f)
             os.replace(a.stats + ".tmp", a.stats)
         time.sleep(0.2)
-    for proc, _ in running.values():
-        if proc.poll() is None:
+    for arn, (proc, _) in running.items():
+        if a.image:
+            subprocess.run(["docker", "kill", container(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        elif proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
     return 0
 

@@ -406,6 +406,18 @@ impl RunIndex for DynamoDbRunIndex {
         }
     }
 
+    /// One conditional update per transition (each has its own condition, which a batch write
+    /// cannot carry; a transaction would double the write units), several in flight: a job's
+    /// tasks are queued in about one round trip.
+    async fn record_tasks(&self, run: &RunId, ts: &[TaskTransition]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(ts.len());
+        for chunk in ts.chunks(16) {
+            let calls: Vec<_> = chunk.iter().map(|t| self.record_task(run, t)).collect();
+            out.extend(futures::future::try_join_all(calls).await?);
+        }
+        Ok(out)
+    }
+
     async fn record_task(&self, run: &RunId, t: &TaskTransition) -> Result<bool> {
         let mut sets = vec![
             "#st = :st",

@@ -415,6 +415,7 @@ async fn submit(
                 "summary": outcome.summary,
                 "comparison": judged.comparison,
                 "verdict": judged.verdict,
+                "outcome": judged.outcome,
             })
         );
     }

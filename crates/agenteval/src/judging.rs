@@ -171,6 +171,28 @@ pub struct Judged {
     pub code: u8,
     pub comparison: Option<Comparison>,
     pub verdict: Option<Verdict>,
+    /// The word the index records for the run (with gates): `pass`, `fail` (a gate failed: a
+    /// regression), `infra` (the infrastructure failed the run; never a regression) or
+    /// `incomplete` (interrupted, over budget).
+    pub outcome: Option<&'static str>,
+}
+
+/// The outcome of a judged run. A run the infrastructure failed is `infra` whatever its gates
+/// say (its comparison already leaves the failed tasks out; what it says of the rest is in the
+/// report); a run stopped because its agent cannot run is the agent's failure, judged as such.
+fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> &'static str {
+    match meta.status {
+        RunStatus::Complete => {
+            if v.passed {
+                "pass"
+            } else {
+                "fail"
+            }
+        }
+        RunStatus::Failed if meta.reason.as_deref().is_some_and(|r| r.starts_with(controller::BROKEN_AGENT)) => "fail",
+        RunStatus::Failed => "infra",
+        _ => "incomplete",
+    }
 }
 
 /// Compares `cand` with `base_ref` (if it resolves) and judges it with `gates`: renders the
@@ -245,8 +267,13 @@ pub async fn judge_run(
             emit(out, &text)?;
         }
     }
-    if let Some(v) = &verdict {
-        record(&cand_at, index, cand, comparison.as_ref(), v).await?;
+    let outcome = verdict.as_ref().map(|v| outcome(&cand_results.meta, v));
+    if let (Some(v), Some(word)) = (&verdict, outcome) {
+        record(&cand_at, index, cand, comparison.as_ref(), v, word).await?;
+        if word == "infra" {
+            let reason = cand_results.meta.reason.as_deref().unwrap_or("tasks were given up");
+            tracing::warn!("outcome infra ({reason}): the infrastructure failed this run; it is not a regression");
+        }
     }
     let code = if cand_results.meta.status != RunStatus::Complete && gates.is_some() {
         exit::INCOMPLETE
@@ -255,7 +282,7 @@ pub async fn judge_run(
     } else {
         exit::OK
     };
-    Ok(Judged { code, comparison, verdict })
+    Ok(Judged { code, comparison, verdict, outcome })
 }
 
 fn is_not_found(f: &Failure) -> bool {
@@ -270,10 +297,15 @@ async fn record(
     cand: &RunId,
     comparison: Option<&Comparison>,
     v: &Verdict,
+    word: &str,
 ) -> Result<(), Failure> {
+    let doc = json!({
+        "schema_version": agenteval_judge::compare::COMPARISON_SCHEMA,
+        "comparison": comparison,
+        "verdict": v,
+        "outcome": word,
+    });
     let store = located.store.as_ref();
-    let doc =
-        json!({"schema_version": agenteval_judge::compare::COMPARISON_SCHEMA, "comparison": comparison, "verdict": v});
     store.put(cand, layout::COMPARISON, &serde_json::to_vec_pretty(&doc).expect("serializes")).await?;
     if located.record.status != RunStatus::Running {
         // Only `comparison.json` changed since the seal: the manifest just written vouches for
@@ -281,7 +313,6 @@ async fn record(
         let hints = agenteval_engine::bundle::ManifestHints::from_manifest(store, cand, &[layout::COMPARISON]).await;
         agenteval_engine::bundle::write_manifest(store, cand, &hints).await?;
     }
-    let word = if v.passed { "pass" } else { "fail" };
     index.update_run(cand, &RunUpdate { verdict: Some(word.into()), ..Default::default() }).await?;
     Ok(())
 }

@@ -90,6 +90,22 @@ impl Aws {
         stats
     }
 
+    /// The Fargate stand-in running every task as a container of `image` (`docker run`), with
+    /// the first one `docker stop`ped `interrupt_after` seconds after it started, as a Spot
+    /// interruption would.
+    fn fargate_in(&mut self, image: &str, interrupt_after: Option<f64>) -> PathBuf {
+        let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
+        let logs = self.ws.path().join("worker-logs");
+        let mut c = python("fake_fargate.py");
+        c.args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN, "--image", image])
+            .args(["--stats", stats.to_str().unwrap(), "--logs", logs.to_str().unwrap()]);
+        if let Some(s) = interrupt_after {
+            c.args(["--interrupt-first-after", &s.to_string()]);
+        }
+        self.harnesses.push(c.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap());
+        stats
+    }
+
     /// ECS tasks of the test's cluster with this desired status.
     async fn ecs_tasks(&self, desired: &str) -> usize {
         let clients = AwsClients::connect(&AwsSettings::emulator(&self.endpoint)).await;
@@ -688,4 +704,79 @@ async fn a_missing_task_definition_is_named_before_any_task_is_tried() {
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     let (runs, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
     assert_eq!(runs, serde_json::json!([]), "no run was created");
+}
+
+/// The image the container tests run: `docker/build-local.sh` builds it when it is missing
+/// (`.ci/run` builds it before the tests; after changing the code, run the script again).
+fn image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    const TAG: &str = "agenteval:dev";
+    BUILT.get_or_init(|| {
+        let present = Command::new("docker").args(["image", "inspect", TAG]).output().is_ok_and(|o| o.status.success());
+        if !present {
+            let out = Command::new(repo().join("docker/build-local.sh")).arg(TAG).output().unwrap();
+            assert!(out.status.success(), "building the image failed: {}{}", text(&out.stdout), text(&out.stderr));
+        }
+    });
+    TAG
+}
+
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker").args(args).output().unwrap()
+}
+
+#[test]
+fn the_image_runs_agenteval_under_tini_as_a_non_root_user_with_python() {
+    let tag = image();
+    let out = docker(&["image", "inspect", tag]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let config = &v[0]["Config"];
+    assert_eq!(config["Entrypoint"][0], "/usr/bin/tini", "tini is PID 1, so SIGTERM reaches agenteval: {config}");
+    assert_eq!(config["User"], "10001:10001", "not root");
+    for label in ["org.opencontainers.image.source", "org.opencontainers.image.version", "org.opencontainers.image.revision"] {
+        assert!(config["Labels"][label].as_str().is_some_and(|l| !l.is_empty()), "{label}: {config}");
+    }
+    println!("image {tag}: {} MB", v[0]["Size"].as_u64().unwrap() / 1_000_000);
+    let out = docker(&["run", "--rm", "--network", "none", tag, "--version"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("agenteval "), "{}", text(&out.stdout));
+    let out = docker(&["run", "--rm", "--network", "none", "--entrypoint", "python3", tag, "-c", "print(6*7)"]);
+    assert_eq!(text(&out.stdout).trim(), "42", "python3 for command agents and grading: {}", text(&out.stderr));
+    // The image holds the configs the nightly task definition names.
+    let out = docker(&["run", "--rm", "--network", "none", "--entrypoint", "ls", tag, "/etc/agenteval/configs"]);
+    assert!(text(&out.stdout).contains("nightly.yaml") && text(&out.stdout).contains("gates.yaml"), "{}", text(&out.stdout));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_worker_runs_in_a_container_and_a_docker_stop_mid_task_is_retried_and_counted_once() {
+    let tag = image();
+    let mut aws = Aws::new(&[], true).await;
+    // Each task takes 1.5 s, so the first worker is inside its second task when it is stopped.
+    let stats = aws.fargate_in(tag, Some(2.5));
+    let body = TOY.replace("latency_ms: 10", "latency_ms: 1500").replace("slow_ms: 50", "slow_ms: 1500");
+    let cfg = aws.config("in-containers", &body, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete", "{v}");
+    assert_eq!(v["summary"]["tasks_finished"], 12, "every task once: {v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let f = read_json(&stats);
+    assert_eq!(f["interrupted"], 1, "{f}");
+    assert!(f["started"].as_u64().unwrap() >= 7, "six jobs and the retry, each a container: {f}");
+    assert_index_matches_summary(&aws, &run);
+    let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
+    let tasks = shown["tasks"].as_array().unwrap();
+    let again = tasks.iter().filter(|t| t["attempt"] == 2).count();
+    assert!((1..=2).contains(&again), "what the stopped worker had not finished ran again, nothing else: {shown}");
+    let out = aws.run(&["validate-bundle", v["bundle"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    // The stopped worker got the SIGTERM (through tini) and said so in its log.
+    let logs: String = std::fs::read_dir(aws.ws.path().join("worker-logs"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
+        .collect();
+    assert!(logs.contains("cancelled"), "a worker saw the stop: {logs}");
+    let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
+    assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }

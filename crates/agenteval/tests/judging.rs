@@ -222,3 +222,54 @@ fn a_bad_gates_file_is_refused_before_anything_runs() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("FAIL on_missing_baseline"), "{}", text(&out.stdout));
 }
+
+/// The nightly flow (docs/operations.md): every night `submit --baseline baseline:nightly --gates
+/// gates.yaml`, a good night pinned as the baseline. A regression exits 1 and reads `fail` in
+/// the history; a night whose workers died reads `infra`, exits 3 and is never a regression.
+#[test]
+fn nightly_runs_record_pass_regression_and_infrastructure_failure_apart() {
+    let (ws, cfg) = setup();
+    let gates = ws.write(
+        "nightly-gates.yaml",
+        "on_missing_baseline: pass\nmax_task_regressions: 0\nmetrics:\n  pass_rate: {max_drop: 0.02}\n",
+    );
+    let night = |sets: &[&str]| {
+        let mut extra = vec!["--baseline", "baseline:nightly", "--gates", gates.to_str().unwrap()];
+        for s in sets {
+            extra.extend(["--set", s]);
+        }
+        let (v, code, _) = ws.submit(&cfg, &extra);
+        (v, code)
+    };
+    let (first, code) = night(&[]);
+    assert_eq!(code, 0, "the first night has no baseline and passes: {first}");
+    let first_id = first["run_id"].as_str().unwrap();
+    let out = ws.run(&["baseline", "set", first_id]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let broken = format!("agent.env.BROKEN={}", BROKEN.join(","));
+    let (regressed, code) = night(&[&broken]);
+    assert_eq!(code, 1, "a regression fails the night: {regressed}");
+    assert_eq!(regressed["verdict"]["passed"], false);
+    assert_eq!(regressed["outcome"], "fail");
+
+    // The agent kills its worker on one task (outside the sandbox, which would stop it): with
+    // one attempt it is given up as an infrastructure failure.
+    let (infra, code) = night(&["agent.env.KILL=c05", "agent.sandbox=none"]);
+    assert_eq!(code, 3, "a night the infrastructure failed is incomplete: {infra}");
+    assert_eq!(infra["status"], "failed");
+    assert_eq!(infra["outcome"], "infra", "{infra}");
+    assert_eq!(infra["comparison"]["regressions"].as_array().unwrap().len(), 0, "not a regression: {infra}");
+    let bundle = infra["bundle"].as_str().unwrap();
+    let doc = read_json(&Path::new(bundle).join("comparison.json"));
+    assert_eq!(doc["outcome"], "infra", "{doc}");
+    assert!(ws.validate(bundle).status.success(), "{}", text(&ws.validate(bundle).stdout));
+
+    let out = ws.run(&["runs", "list", "--name", "nightly", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let verdicts: Vec<&str> = runs.as_array().unwrap().iter().map(|r| r["verdict"].as_str().unwrap_or("-")).collect();
+    assert_eq!(verdicts, ["infra", "fail", "pass"], "newest first: {runs}");
+    let out = ws.run(&["runs", "list", "--name", "nightly"]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("infra") && shown.contains("fail") && shown.contains("pass"), "{shown}");
+}

@@ -177,7 +177,7 @@ impl Fleet<'_> {
             .map(|t| (t.terminated_by.unwrap_or(TerminatedBy::Completed), t.detail.as_deref()));
         if let Some(detail) = decide::broken_agent(finished, need as usize) {
             opts.progress.message(&format!("the first {need} tasks all failed the same way; stopping: {detail}"));
-            self.reason = Some(format!("the agent cannot run: {detail}"));
+            self.reason = Some(format!("{}: {detail}", super::BROKEN_AGENT));
             self.stop = Some(StopReason::BrokenAgent);
         }
         Ok(())
