@@ -31,7 +31,7 @@ import boto3
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--endpoint", required=True)
-    p.add_argument("--cluster", required=True)
+    p.add_argument("--cluster", help="the cluster to watch (default: every cluster)")
     p.add_argument("--agenteval", required=True, help="the binary the image would run")
     p.add_argument("--drop-first", type=int, default=0)
     p.add_argument("--stats", help="write counts here (JSON) as it goes")
@@ -59,6 +59,7 @@ def main():
     seen = set()
     running = {}  # arn -> (process, stop_requested_at)
     started_at = {}  # arn -> time the worker started
+    cluster_of = {}  # arn -> its cluster
     interrupted = set()
     stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "exits": {}}
 
@@ -79,20 +80,23 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     while not stop:
-        arns = []
-        for page in ecs.get_paginator("list_tasks").paginate(cluster=a.cluster):
-            arns.extend(page["taskArns"])
         tasks = []
-        for i in range(0, len(arns), 100):
-            if arns[i : i + 100]:
-                tasks.extend(ecs.describe_tasks(cluster=a.cluster, tasks=arns[i : i + 100])["tasks"])
-        for t in tasks:
+        clusters = [a.cluster] if a.cluster else ecs.list_clusters()["clusterArns"]
+        for cluster in clusters:
+            arns = []
+            for page in ecs.get_paginator("list_tasks").paginate(cluster=cluster):
+                arns.extend(page["taskArns"])
+            for i in range(0, len(arns), 100):
+                if arns[i : i + 100]:
+                    for t in ecs.describe_tasks(cluster=cluster, tasks=arns[i : i + 100])["tasks"]:
+                        tasks.append((cluster, t))
+        for cluster, t in tasks:
             arn = t["taskArn"]
             if arn not in seen and t["lastStatus"] == "RUNNING" and t.get("desiredStatus") == "RUNNING":
                 seen.add(arn)
                 if stats["dropped"] < a.drop_first:
                     stats["dropped"] += 1
-                    ecs.stop_task(cluster=a.cluster, task=arn, reason="Host EC2 instance terminated (simulated)")
+                    ecs.stop_task(cluster=cluster, task=arn, reason="Host EC2 instance terminated (simulated)")
                     continue
                 ov = t["overrides"]["containerOverrides"][0]
                 env = dict(platform_env)
@@ -115,6 +119,7 @@ def main():
                 if a.logs:
                     out.close()
                 running[arn] = (proc, None)
+                cluster_of[arn] = cluster
                 started_at[arn] = time.time()
                 stats["started"] += 1
             elif arn in running and t.get("desiredStatus") == "STOPPED" and running[arn][1] is None:
@@ -134,7 +139,7 @@ def main():
                 proc.wait()
                 del running[first]
                 stats["exits"][str(proc.returncode)] = stats["exits"].get(str(proc.returncode), 0) + 1
-                ecs.stop_task(cluster=a.cluster, task=first, reason="Your Spot Task was interrupted.")
+                ecs.stop_task(cluster=cluster_of[first], task=first, reason="Your Spot Task was interrupted.")
         for arn, (proc, stop_at) in list(running.items()):
             rc = proc.poll()
             if rc is None:
@@ -144,7 +149,7 @@ def main():
             del running[arn]
             stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
             if stop_at is None:
-                ecs.stop_task(cluster=a.cluster, task=arn, reason=f"Essential container in task exited (exit code {rc})")
+                ecs.stop_task(cluster=cluster_of[arn], task=arn, reason=f"Essential container in task exited (exit code {rc})")
         if a.stats:
             with open(a.stats + ".tmp", "w") as f:
                 json.dump(stats, f)

@@ -35,7 +35,15 @@ pub const GSI_BENCHMARK: &str = "by_benchmark";
 pub struct DynamoDbRunIndex {
     clients: Arc<AwsClients>,
     table: String,
+    /// Items of runs this handle creates expire (table TTL) this long after creation.
+    retention: Option<chrono::Duration>,
 }
+
+/// The table's design, which `create_table` and the deployment template (infra/) follow: the
+/// key, the two GSIs (name, hash key, range key, all projected) and the TTL attribute.
+pub const KEY: (&str, &str) = ("pk", "sk");
+pub const INDEXES: [(&str, &str, &str); 2] = [(GSI_CREATED, "gsi1pk", "gsi1sk"), (GSI_BENCHMARK, "gsi2pk", "gsi2sk")];
+pub const TTL_ATTRIBUTE: &str = "expires_at";
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -122,7 +130,18 @@ fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
 
 impl DynamoDbRunIndex {
     pub fn new(clients: Arc<AwsClients>, table: impl Into<String>) -> Self {
-        DynamoDbRunIndex { clients, table: table.into() }
+        DynamoDbRunIndex { clients, table: table.into(), retention: None }
+    }
+
+    /// Items of the runs created through this handle carry `expires_at` (epoch seconds), `days`
+    /// after the run's creation, for the table's TTL.
+    pub fn with_retention_days(mut self, days: Option<u32>) -> Self {
+        self.retention = days.map(|d| chrono::Duration::days(d.into()));
+        self
+    }
+
+    fn expiry(&self, from: chrono::DateTime<Utc>) -> Option<AttributeValue> {
+        self.retention.map(|r| n((from + r).timestamp()))
     }
 
     /// A `dynamodb://table` URI.
@@ -156,16 +175,29 @@ impl DynamoDbRunIndex {
         };
         let mut req =
             self.clients.dynamodb.create_table().table_name(&self.table).billing_mode(BillingMode::PayPerRequest);
-        for a in ["pk", "sk", "gsi1pk", "gsi1sk", "gsi2pk", "gsi2sk"] {
+        for a in [KEY.0, KEY.1].into_iter().chain(INDEXES.iter().flat_map(|(_, h, r)| [*h, *r])) {
             req = req.attribute_definitions(attr(a).map_err(build_err)?);
         }
-        req.key_schema(key("pk", KeyType::Hash).map_err(build_err)?)
-            .key_schema(key("sk", KeyType::Range).map_err(build_err)?)
-            .global_secondary_indexes(gsi(GSI_CREATED, "gsi1pk", "gsi1sk")?)
-            .global_secondary_indexes(gsi(GSI_BENCHMARK, "gsi2pk", "gsi2sk")?)
+        req = req.key_schema(key(KEY.0, KeyType::Hash).map_err(build_err)?).key_schema(
+            key(KEY.1, KeyType::Range).map_err(build_err)?,
+        );
+        for (name, h, r) in INDEXES {
+            req = req.global_secondary_indexes(gsi(name, h, r)?);
+        }
+        req.send().await.map_err(|e| classify(&format!("creating table {}", self.table), e))?;
+        let ttl = aws_sdk_dynamodb::types::TimeToLiveSpecification::builder()
+            .attribute_name(TTL_ATTRIBUTE)
+            .enabled(true)
+            .build()
+            .map_err(build_err)?;
+        self.clients
+            .dynamodb
+            .update_time_to_live()
+            .table_name(&self.table)
+            .time_to_live_specification(ttl)
             .send()
             .await
-            .map_err(|e| classify(&format!("creating table {}", self.table), e))?;
+            .map_err(|e| classify(&format!("enabling the TTL of table {}", self.table), e))?;
         Ok(())
     }
 
@@ -248,6 +280,10 @@ impl RunIndex for DynamoDbRunIndex {
         ] {
             item.insert(k.to_string(), v);
         }
+        let expires = self.expiry(run.created_at);
+        if let Some(e) = &expires {
+            item.insert(TTL_ATTRIBUTE.into(), e.clone());
+        }
         self.clients
             .dynamodb
             .put_item()
@@ -269,6 +305,9 @@ impl RunIndex for DynamoDbRunIndex {
             item.insert("rank".into(), n(0));
             item.insert("attempt".into(), n(0));
             item.insert("updated_at".into(), now.clone());
+            if let Some(e) = &expires {
+                item.insert(TTL_ATTRIBUTE.into(), e.clone());
+            }
             let put = PutRequest::builder().set_item(Some(item)).build().map_err(build_err)?;
             pending.push(WriteRequest::builder().put_request(put).build());
         }
@@ -580,6 +619,9 @@ impl RunIndex for DynamoDbRunIndex {
         item.insert("status".into(), s(&job.status));
         item.insert("task_count".into(), n(job.task_count));
         item.insert("updated_at".into(), s(ts(job.updated_at)));
+        if let Some(e) = self.expiry(job.updated_at) {
+            item.insert(TTL_ATTRIBUTE.into(), e);
+        }
         self.clients
             .dynamodb
             .put_item()

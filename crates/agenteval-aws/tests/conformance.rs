@@ -105,3 +105,35 @@ async fn the_runs_span_file_goes_up_in_parts_and_is_joined_once() {
     assert_eq!(store.list(&run, "telemetry").await.unwrap(), vec!["telemetry.jsonl"]);
     assert_eq!(store.get(&run, "telemetry.jsonl").await.unwrap(), b"{\"n\":1}\n");
 }
+
+/// With a retention, every item of a run (the run, its tasks, its jobs) carries `expires_at`,
+/// the retention after its creation, for the table's TTL (which `create_table` turns on).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retention_gives_every_item_of_a_run_its_expiry() {
+    use agenteval_core::traits::RunIndex as _;
+    let c = clients().await;
+    let table = emulator::unique("ttl");
+    let index = DynamoDbRunIndex::new(c.clone(), &table).with_retention_days(Some(30));
+    index.create_table().await.unwrap();
+    let ttl = c.dynamodb.describe_time_to_live().table_name(&table).send().await.unwrap();
+    let d = ttl.time_to_live_description().unwrap();
+    assert_eq!(d.attribute_name(), Some(agenteval_aws::dynamo_index::TTL_ATTRIBUTE));
+    let run = agenteval_testkit::conformance::run_record(agenteval_core::RunId::new(), "ttl");
+    let tasks: Vec<agenteval_core::TaskId> = ["a", "b"].iter().map(|t| t.parse().unwrap()).collect();
+    index.create_run(&run, &tasks).await.unwrap();
+    let items = c
+        .dynamodb
+        .query()
+        .table_name(&table)
+        .key_condition_expression("pk = :pk")
+        .expression_attribute_values(":pk", aws_sdk_dynamodb::types::AttributeValue::S(format!("RUN#{}", run.run_id)))
+        .send()
+        .await
+        .unwrap();
+    let want = (run.created_at + chrono::Duration::days(30)).timestamp().to_string();
+    assert_eq!(items.items().len(), 3, "the run and its two tasks");
+    for item in items.items() {
+        let at = item.get("expires_at").and_then(|v| v.as_n().ok()).map(String::as_str);
+        assert_eq!(at, Some(want.as_str()), "{item:?}");
+    }
+}

@@ -92,7 +92,8 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     assert!(store.bundle_uri(&run).contains(&run.to_string()), "the bundle uri names the run");
 }
 
-fn run_record(run: RunId, name: &str) -> RunRecord {
+/// A running run record, as a controller creates it.
+pub fn run_record(run: RunId, name: &str) -> RunRecord {
     let now = Utc::now();
     RunRecord {
         run_id: run,

@@ -780,3 +780,59 @@ async fn every_worker_runs_in_a_container_and_a_docker_stop_mid_task_is_retried_
     let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
     assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }
+
+/// infra/agenteval.yaml, deployed into the emulator: a fleet run then uses exactly the bucket,
+/// table, cluster and worker task definition the stack made, given to agenteval as the stack's
+/// `SetFlags` output (over a config whose placeholders name none of them); then the stack is
+/// deleted. What the emulator cannot hold (the schedule, the bucket policy, lifecycle, TTL) is
+/// checked by the template tests (tests/infra.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stack_deploys_into_the_emulator_and_a_fleet_runs_on_exactly_its_outputs() {
+    let mut aws = Aws::new(&[], false).await;
+    let stack = emulator::unique("agenteval");
+    let template = repo().join("infra/agenteval.yaml");
+    let out = python("deploy_stack.py")
+        .args(["--endpoint", &aws.endpoint, "--stack", &stack, "--template", template.to_str().unwrap()])
+        .args(["--param", "ImageUri=agenteval:dev", "--param", &format!("Subnets={}", aws.subnet)])
+        .args(["--param", &format!("SecurityGroups={}", aws.security_group), "--param", "UseSpot=false"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "create_stack: {}", text(&out.stderr));
+    let deployed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(deployed["status"], "CREATE_COMPLETE", "{deployed}");
+    let outputs = &deployed["outputs"];
+    for r in ["Bundles", "RunIndex", "Cluster", "WorkerTaskDefinition", "ControllerTaskDefinition", "WorkerRole"] {
+        assert!(deployed["resources"][r].is_string(), "{r} was created: {deployed}");
+    }
+    // The harnesses watch and read what the stack made.
+    aws.cluster = outputs["Cluster"].as_str().unwrap().to_string();
+    aws.table = outputs["Index"].as_str().unwrap().trim_start_matches("dynamodb://").to_string();
+    aws.fargate(0);
+    let cfg = aws.ws.write(
+        "from-stack.yaml",
+        &format!(
+            "name: from-stack\n{TOY}backend:\n  id: aws\n  tasks_per_job: 3\nstorage:\n  bundle_root: s3://placeholder/runs\n  \
+             index: dynamodb://placeholder\naws:\n  region: us-east-1\n  endpoint_url: {}\n  cluster: placeholder\n  \
+             task_definition: placeholder\n  subnets: [subnet-placeholder]\n  security_groups: [sg-placeholder]\n  \
+             poll_seconds: 0.3\n",
+            aws.endpoint
+        ),
+    );
+    let mut args = vec!["submit", "--json", "--config", cfg.to_str().unwrap()];
+    let flags = outputs["SetFlags"].as_str().unwrap();
+    args.extend(flags.split_whitespace());
+    let (v, code) = aws.json(&args);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete", "{v}");
+    assert_eq!(v["summary"]["tasks_finished"], 12);
+    let bundle = v["bundle"].as_str().unwrap();
+    assert!(bundle.starts_with(outputs["BundleRoot"].as_str().unwrap()), "{bundle} is under the stack's bucket");
+    let out = aws.run(&["validate-bundle", bundle]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_index_matches_summary(&aws, v["run_id"].as_str().unwrap());
+
+    let out = python("deploy_stack.py").args(["--endpoint", &aws.endpoint, "--stack", &stack, "--delete"]).output().unwrap();
+    assert!(out.status.success(), "delete_stack: {}", text(&out.stderr));
+    let gone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(["DELETED", "DELETE_COMPLETE"].contains(&gone["status"].as_str().unwrap()), "{gone}");
+}

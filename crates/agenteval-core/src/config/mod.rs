@@ -170,6 +170,12 @@ pub struct AwsConfig {
     #[serde(default = "default_poll")]
     #[schemars(range(min = MIN_POLL_SECONDS, max = MAX_INTERVAL_SECONDS))]
     pub poll_seconds: f64,
+    /// Days the run index keeps a run's items on DynamoDB: they carry an `expires_at` the table's
+    /// TTL deletes them by (the template in infra/ sets it to the bundles' retention). Unset:
+    /// kept for good.
+    #[serde(default)]
+    #[schemars(range(min = 1))]
+    pub index_retention_days: Option<u32>,
 }
 
 impl Default for AwsConfig {
@@ -188,6 +194,7 @@ impl Default for AwsConfig {
             launch_burst: default_burst(),
             launch_per_second: default_rate(),
             poll_seconds: default_poll(),
+            index_retention_days: None,
         }
     }
 }

@@ -28,6 +28,8 @@ pub struct Wiring {
     /// Settings for locations that carry none of their own (a bundle or index URI).
     aws: AwsSettings,
     clients: Mutex<HashMap<AwsSettings, Arc<AwsClients>>>,
+    /// `aws.index_retention_days`: how long a DynamoDB index keeps the runs it creates.
+    retention_days: Option<u32>,
 }
 
 /// The SDK settings a config's `aws` section asks for; unset fields fall back to the standard
@@ -46,7 +48,12 @@ impl Wiring {
     /// Wiring whose cloud settings come from `aws` (a config's section, or the environment
     /// alone when `None`).
     pub fn new(exe: PathBuf, aws: Option<&AwsConfig>) -> Arc<Wiring> {
-        Arc::new(Wiring { exe, aws: aws_settings(aws), clients: Mutex::new(HashMap::new()) })
+        Arc::new(Wiring {
+            exe,
+            aws: aws_settings(aws),
+            clients: Mutex::new(HashMap::new()),
+            retention_days: aws.and_then(|a| a.index_retention_days),
+        })
     }
 
     /// The AWS clients for `settings`, connected on first use.
@@ -86,7 +93,9 @@ impl Resolver for Wiring {
     async fn create_index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
         Ok(match at {
             IndexLocation::Sqlite(path) => Arc::new(SqliteRunIndex::open(path)?),
-            IndexLocation::DynamoDb { table } => Arc::new(DynamoDbRunIndex::new(self.default_clients().await, table)),
+            IndexLocation::DynamoDb { table } => Arc::new(
+                DynamoDbRunIndex::new(self.default_clients().await, table).with_retention_days(self.retention_days),
+            ),
         })
     }
 
