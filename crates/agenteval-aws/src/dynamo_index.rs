@@ -178,9 +178,9 @@ impl DynamoDbRunIndex {
         for a in [KEY.0, KEY.1].into_iter().chain(INDEXES.iter().flat_map(|(_, h, r)| [*h, *r])) {
             req = req.attribute_definitions(attr(a).map_err(build_err)?);
         }
-        req = req.key_schema(key(KEY.0, KeyType::Hash).map_err(build_err)?).key_schema(
-            key(KEY.1, KeyType::Range).map_err(build_err)?,
-        );
+        req = req
+            .key_schema(key(KEY.0, KeyType::Hash).map_err(build_err)?)
+            .key_schema(key(KEY.1, KeyType::Range).map_err(build_err)?);
         for (name, h, r) in INDEXES {
             req = req.global_secondary_indexes(gsi(name, h, r)?);
         }

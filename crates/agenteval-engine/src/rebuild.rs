@@ -52,13 +52,13 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
     }
     // The gates' verdict, when the run was judged (`comparison.json`).
     let verdict = match store.get(run, layout::COMPARISON).await {
-        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| match v["outcome"].as_str() {
+        Ok(bytes) => {
+            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| match v["outcome"].as_str() {
                 Some(word) => Some(word.to_string()),
                 // Bundles judged before `outcome` was recorded.
                 None => v["verdict"]["passed"].as_bool().map(|p| if p { "pass" } else { "fail" }.to_string()),
-            }),
+            })
+        }
         Err(_) => None,
     };
     // A bundle that was never sealed lost its controller: it is interrupted, and resumable.

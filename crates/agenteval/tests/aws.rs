@@ -734,7 +734,9 @@ fn the_image_runs_agenteval_under_tini_as_a_non_root_user_with_python() {
     let config = &v[0]["Config"];
     assert_eq!(config["Entrypoint"][0], "/usr/bin/tini", "tini is PID 1, so SIGTERM reaches agenteval: {config}");
     assert_eq!(config["User"], "10001:10001", "not root");
-    for label in ["org.opencontainers.image.source", "org.opencontainers.image.version", "org.opencontainers.image.revision"] {
+    for label in
+        ["org.opencontainers.image.source", "org.opencontainers.image.version", "org.opencontainers.image.revision"]
+    {
         assert!(config["Labels"][label].as_str().is_some_and(|l| !l.is_empty()), "{label}: {config}");
     }
     println!("image {tag}: {} MB", v[0]["Size"].as_u64().unwrap() / 1_000_000);
@@ -745,7 +747,11 @@ fn the_image_runs_agenteval_under_tini_as_a_non_root_user_with_python() {
     assert_eq!(text(&out.stdout).trim(), "42", "python3 for command agents and grading: {}", text(&out.stderr));
     // The image holds the configs the nightly task definition names.
     let out = docker(&["run", "--rm", "--network", "none", "--entrypoint", "ls", tag, "/etc/agenteval/configs"]);
-    assert!(text(&out.stdout).contains("nightly.yaml") && text(&out.stdout).contains("gates.yaml"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("nightly.yaml") && text(&out.stdout).contains("gates.yaml"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -831,7 +837,8 @@ async fn the_stack_deploys_into_the_emulator_and_a_fleet_runs_on_exactly_its_out
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     assert_index_matches_summary(&aws, v["run_id"].as_str().unwrap());
 
-    let out = python("deploy_stack.py").args(["--endpoint", &aws.endpoint, "--stack", &stack, "--delete"]).output().unwrap();
+    let out =
+        python("deploy_stack.py").args(["--endpoint", &aws.endpoint, "--stack", &stack, "--delete"]).output().unwrap();
     assert!(out.status.success(), "delete_stack: {}", text(&out.stderr));
     let gone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(["DELETED", "DELETE_COMPLETE"].contains(&gone["status"].as_str().unwrap()), "{gone}");

@@ -148,7 +148,10 @@ fn iam_is_least_privilege() {
     }
     // Who may do what.
     let worker = allowed(&t, "WorkerRole");
-    assert!(worker.iter().all(|a| !a.starts_with("ecs:") && !a.starts_with("iam:")), "workers launch nothing: {worker:?}");
+    assert!(
+        worker.iter().all(|a| !a.starts_with("ecs:") && !a.starts_with("iam:")),
+        "workers launch nothing: {worker:?}"
+    );
     assert!(worker.contains(&"secretsmanager:GetSecretValue".to_string()), "workers read the listed secrets");
     let controller = allowed(&t, "ControllerRole");
     assert!(!controller.iter().any(|a| a.starts_with("secretsmanager:")), "the controller never reads a secret");
@@ -175,12 +178,13 @@ fn the_nightly_schedule_runs_the_gated_controller_task() {
     assert_eq!(p["ScheduleExpression"]["Ref"], "ScheduleExpression");
     assert_eq!(p["Target"]["EcsParameters"]["TaskDefinitionArn"]["Ref"], "ControllerTaskDefinition");
     assert_eq!(p["Target"]["RoleArn"]["Fn::GetAtt"][0], "SchedulerRole");
-    let command: Vec<String> = resource(&t, "ControllerTaskDefinition")["Properties"]["ContainerDefinitions"][0]["Command"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|c| c.as_str().map(str::to_string))
-        .collect();
+    let command: Vec<String> =
+        resource(&t, "ControllerTaskDefinition")["Properties"]["ContainerDefinitions"][0]["Command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|c| c.as_str().map(str::to_string))
+            .collect();
     let joined = command.join(" ");
     assert!(joined.starts_with("submit --backend aws --config"), "{joined}");
     assert!(joined.contains("--baseline baseline:nightly --gates /etc/agenteval/configs/gates.yaml"), "{joined}");
