@@ -75,6 +75,7 @@ fn main() {
         comparison: None,
         verdict: None,
         generator: "bench",
+        frame: Default::default(),
     });
     let render_ms = started.elapsed().as_secs_f64() * 1e3;
     let path = std::env::temp_dir().join("agenteval-bench-report.html");

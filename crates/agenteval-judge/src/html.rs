@@ -32,6 +32,19 @@ pub struct HtmlReport<'a> {
     pub verdict: Option<&'a Verdict>,
     /// `agenteval <version>`, shown in the footer.
     pub generator: &'a str,
+    /// What a page around the report adds (`agenteval ui`); empty for the report file.
+    pub frame: Frame<'a>,
+}
+
+/// Markup a server puts around the report: its navigation at the top of the body, a section
+/// under the title, and a task whose trace viewer opens at load. The markup is the caller's,
+/// already escaped (a template library that escapes by default renders it).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Frame<'a> {
+    pub head: &'a str,
+    pub nav: &'a str,
+    pub section: &'a str,
+    pub open_task: Option<&'a str>,
 }
 
 /// JSON that can sit inside a `<script>` element whatever its strings hold.
@@ -150,6 +163,7 @@ pub async fn render_run(
     comparison: Option<&Comparison>,
     verdict: Option<&Verdict>,
     generator: &str,
+    frame: Frame<'_>,
 ) -> String {
     let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, TRACE_LIMIT).await;
     let rows = TaskRows::of(&run.lines, &run.tags, comparison, ROW_LIMIT);
@@ -162,6 +176,7 @@ pub async fn render_run(
         comparison,
         verdict,
         generator,
+        frame,
     })
 }
 
@@ -184,6 +199,7 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         "comparison": r.comparison,
         "verdict": r.verdict,
         "generator": r.generator,
+        "open": r.frame.open_task,
     });
     // The rows go in as text, as the object's last member: they were serialized (and made
     // script-safe) one by one.
@@ -206,7 +222,32 @@ pub fn render(r: &HtmlReport<'_>) -> String {
     }
     data.push('}');
     let title = format!("agenteval report: {}", r.meta.run_id);
-    TEMPLATE.replacen("{{TITLE}}", &title, 1).replacen("{{DATA}}", &data, 1)
+    fill(
+        TEMPLATE,
+        &[
+            ("{{HEAD}}", r.frame.head),
+            ("{{TITLE}}", &title),
+            ("{{NAV}}", r.frame.nav),
+            ("{{SECTION}}", r.frame.section),
+            ("{{DATA}}", &data),
+            ("{{SCRIPT}}", REPORT_SCRIPT),
+        ],
+    )
+}
+
+/// The template with each placeholder (in the order they appear) replaced once, in one pass:
+/// a value is never searched for the placeholders after it, so no text can move another.
+fn fill(template: &str, parts: &[(&str, &str)]) -> String {
+    let mut out = String::with_capacity(template.len() + parts.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut rest = template;
+    for (key, value) in parts {
+        let (before, after) = rest.split_once(key).expect("the template has every placeholder, in order");
+        out.push_str(before);
+        out.push_str(value);
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 const TEMPLATE: &str = r##"<!doctype html>
@@ -216,7 +257,7 @@ const TEMPLATE: &str = r##"<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
 <meta name="referrer" content="no-referrer">
-<title>{{TITLE}}</title>
+{{HEAD}}<title>{{TITLE}}</title>
 <style>
 :root { --bg:#fff; --fg:#1d2330; --muted:#5d6677; --line:#dde2ea; --card:#f5f7fa; --pass:#17803d; --fail:#c0262d; --warn:#a35f00; --accent:#2457c5; --bar:#9db4e6; }
 @media (prefers-color-scheme: dark) { :root { --bg:#14171d; --fg:#e3e7ee; --muted:#9aa3b2; --line:#2c323d; --card:#1c2029; --pass:#4fc77b; --fail:#ff6b6b; --warn:#f0a640; --accent:#7ea6ff; --bar:#3d5a99; } }
@@ -252,8 +293,9 @@ pre { white-space:pre-wrap; word-break:break-word; background:var(--card); paddi
 </style>
 </head>
 <body>
-<header><h1 id="title"></h1><div id="subtitle" class="muted"></div></header>
+{{NAV}}<header><h1 id="title"></h1><div id="subtitle" class="muted"></div></header>
 <main>
+{{SECTION}}
 <section id="cards" class="cards"></section>
 <section id="comparison"></section>
 <section id="gates"></section>
@@ -272,7 +314,13 @@ pre { white-space:pre-wrap; word-break:break-word; background:var(--card); paddi
 <footer class="muted" id="footer"></footer>
 <div id="viewer" role="dialog" aria-modal="true"><div class="panel" id="panel"></div></div>
 <script id="report-data" type="application/json">{{DATA}}</script>
-<script>
+<script>{{SCRIPT}}</script>
+</body>
+</html>
+"##;
+
+/// The report's one script (a server showing the report allows exactly it, by its hash).
+pub const REPORT_SCRIPT: &str = r##"
 "use strict";
 const D = JSON.parse(document.getElementById("report-data").textContent);
 function el(tag, attrs, ...kids) {
@@ -429,15 +477,18 @@ function closeTask() { document.getElementById("viewer").classList.remove("open"
 document.addEventListener("keydown", e => { if (e.key === "Escape") closeTask(); });
 document.getElementById("viewer").addEventListener("click", e => { if (e.target.id === "viewer") closeTask(); });
 const m = /^#task=(.+)$/.exec(location.hash);
-if (m) openTask(decodeURIComponent(m[1]));
-</script>
-</body>
-</html>
+if (m) openTask(decodeURIComponent(m[1])); else if (D.open) openTask(D.open);
 "##;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_holding_a_placeholder_moves_nothing() {
+        let out = fill("a{{X}}b{{Y}}c", &[("{{X}}", "{{Y}}"), ("{{Y}}", "y")]);
+        assert_eq!(out, "a{{Y}}byc");
+    }
 
     #[test]
     fn strings_cannot_close_the_data_script() {

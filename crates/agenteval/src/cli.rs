@@ -161,6 +161,28 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
+    /// Serve a read-only web UI over the run index until Ctrl-C: runs, a run's report and live
+    /// progress, a task's trace, comparisons, and a JSON API
+    Ui {
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Address to listen on; anything but a loopback address needs `--token`.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Port (0: any free one; the address is printed).
+        #[arg(long, default_value_t = 8765)]
+        port: u16,
+        /// The token every request must carry (as `?token=`) on a non-loopback bind; `auto`
+        /// makes one and prints it once.
+        #[arg(long)]
+        token: Option<String>,
+        /// A gates file the comparison page can judge with.
+        #[arg(long, value_name = "FILE")]
+        gates: Option<std::path::PathBuf>,
+        /// Open the UI in the default browser.
+        #[arg(long)]
+        open: bool,
+    },
     /// Stop a run; its bundle is sealed as `interrupted`.
     Cancel {
         run: String,

@@ -39,6 +39,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await
         }
         Command::Status { run, index, json } => status(&run, &index, json).await,
+        Command::Ui { index, host, port, token, gates, open } => {
+            crate::ui::serve(&index, &host, port, token, gates.as_deref(), open).await
+        }
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
@@ -425,7 +428,7 @@ async fn submit(
 /// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else
 /// `--backend aws`'s, else ./runs/index.sqlite), and the wiring that opened it: its AWS
 /// settings are the config's when the index came from `--config`, else the environment's.
-async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
+pub(crate) async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
     let uri = if let Some(i) = &args.index {
         i.display().to_string()
     } else if let Some(c) = &args.config {

@@ -128,7 +128,16 @@ async fn render(
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&report::json(c, v)).expect("serializes")),
         Format::Html => {
             let summary = read_summary(store, &cand.meta).await;
-            agenteval_judge::html::render_run(store, cand, summary.as_ref(), Some(c), v, &generator()).await
+            agenteval_judge::html::render_run(
+                store,
+                cand,
+                summary.as_ref(),
+                Some(c),
+                v,
+                &generator(),
+                Default::default(),
+            )
+            .await
         }
     })
 }
@@ -161,7 +170,16 @@ pub async fn report_html(
     let store = located.store.as_ref();
     let results = results::load(store, run).await?;
     let summary = read_summary(store, &results.meta).await;
-    let page = agenteval_judge::html::render_run(store, &results, summary.as_ref(), None, None, &generator()).await;
+    let page = agenteval_judge::html::render_run(
+        store,
+        &results,
+        summary.as_ref(),
+        None,
+        None,
+        &generator(),
+        Default::default(),
+    )
+    .await;
     emit(out, &page)?;
     Ok(exit::OK)
 }

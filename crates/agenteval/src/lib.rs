@@ -31,6 +31,7 @@ mod judging;
 mod output;
 mod replay;
 pub mod telemetry;
+mod ui;
 mod wiring;
 
 use std::process::ExitCode;

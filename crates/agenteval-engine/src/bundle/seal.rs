@@ -171,6 +171,7 @@ async fn render_html(
         comparison: None,
         verdict: None,
         generator: &generator,
+        frame: Default::default(),
     })
 }
 

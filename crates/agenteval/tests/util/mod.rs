@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod otlp;
+pub mod ui;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -1,0 +1,186 @@
+//! Reading what the pages and the API show: the run listing, one run's record, results,
+//! summary, comparison and live progress, one task's files; and the one error type both turn
+//! into an HTTP status.
+
+use std::sync::Arc;
+
+use agenteval_core::model::{RunRecord, RunStatus, RunSummary, TaskResult};
+use agenteval_core::traits::{BundleStore, TelemetrySnapshot};
+use agenteval_core::{ErrorKind, TaskId, layout};
+use agenteval_judge::results::RunResults;
+use axum::http::StatusCode;
+use serde::Serialize;
+
+use crate::App;
+
+/// Runs the listing reads (newest first); older ones are not browsable from the list.
+pub const LISTING_LIMIT: usize = 10_000;
+
+/// Why a request has no page: the status and one line for the user.
+#[derive(Debug)]
+pub struct Problem {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Problem { status: StatusCode::BAD_REQUEST, message: message.into() }
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Problem { status: StatusCode::NOT_FOUND, message: message.into() }
+    }
+}
+
+impl From<agenteval_core::Error> for Problem {
+    fn from(e: agenteval_core::Error) -> Self {
+        let status = match e.kind() {
+            ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        Problem { status, message: e.to_string() }
+    }
+}
+
+pub async fn listing(app: &App) -> Result<Arc<Vec<RunRecord>>, Problem> {
+    if let Some(l) = app.cache.listing() {
+        return Ok(l);
+    }
+    let runs = Arc::new(app.source.index().list_runs(LISTING_LIMIT).await?);
+    app.cache.set_listing(runs.clone());
+    Ok(runs)
+}
+
+/// The run a path or parameter names.
+pub async fn record(app: &App, reference: &str) -> Result<RunRecord, Problem> {
+    if reference.is_empty() || reference.len() > 300 {
+        return Err(Problem::bad_request("a run is an id, a prefix of one, latest:NAME or baseline:NAME"));
+    }
+    let id = app.source.resolve(reference).await?;
+    app.source.index().get_run(&id).await?.ok_or_else(|| Problem::not_found(format!("no run {id}")))
+}
+
+pub fn task_id(task: &str) -> Result<TaskId, Problem> {
+    task.parse().map_err(|_| Problem::bad_request(format!("`{task}` is not a task id")))
+}
+
+pub async fn store(app: &App, r: &RunRecord) -> Result<Arc<dyn BundleStore>, Problem> {
+    Ok(app.source.bundle(&r.bundle_uri).await?)
+}
+
+/// Whether the run's bundle can still change (its results are read afresh, not kept).
+pub fn live(r: &RunRecord) -> bool {
+    r.status == RunStatus::Running
+}
+
+pub async fn results(app: &App, r: &RunRecord) -> Result<Arc<RunResults>, Problem> {
+    if let Some(c) = app.cache.results(&r.run_id) {
+        return Ok(c);
+    }
+    let store = store(app, r).await?;
+    let results = Arc::new(agenteval_judge::results::load(store.as_ref(), &r.run_id).await?);
+    if !live(r) {
+        app.cache.set_results(r.run_id, results.clone());
+    }
+    Ok(results)
+}
+
+pub async fn summary(app: &App, r: &RunRecord) -> Option<Arc<RunSummary>> {
+    if let Some(s) = app.cache.summary(&r.run_id) {
+        return Some(s);
+    }
+    let store = store(app, r).await.ok()?;
+    let bytes = store.get(&r.run_id, layout::SUMMARY).await.ok()?;
+    let s: Arc<RunSummary> = Arc::new(serde_json::from_slice(&bytes).ok()?);
+    if !live(r) {
+        app.cache.set_summary(r.run_id, s.clone());
+    }
+    Some(s)
+}
+
+/// The run's `comparison.json` (its judged comparison, verdict and outcome), if any.
+pub async fn judged(app: &App, r: &RunRecord) -> Option<serde_json::Value> {
+    let store = store(app, r).await.ok()?;
+    let bytes = store.get(&r.run_id, layout::COMPARISON).await.ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// A run in progress, as far as it got.
+#[derive(Debug, Clone, Serialize)]
+pub struct Progress {
+    pub total: u64,
+    pub finished: u64,
+    pub passed: u64,
+    /// Finished without passing (failed, errored or given up).
+    pub not_passed: u64,
+    pub running: u64,
+    pub cost_usd: f64,
+    /// Where the figures come from: `index` (counted) or `telemetry` (the fleet's last snapshot).
+    pub source: &'static str,
+}
+
+/// From the index where counting is cheap (SQLite); else (DynamoDB, where a count reads every
+/// task) from the last fleet snapshot the controller wrote to the bundle.
+pub async fn progress(app: &App, r: &RunRecord) -> Result<Progress, Problem> {
+    let index = app.source.index();
+    if index.counts_are_cheap() {
+        let c = index.task_counts(&r.run_id).await?;
+        return Ok(Progress {
+            total: c.total,
+            finished: c.finished(),
+            passed: c.passed,
+            not_passed: c.finished().saturating_sub(c.passed),
+            running: c.running + c.queued,
+            cost_usd: c.cost_usd,
+            source: "index",
+        });
+    }
+    let store = store(app, r).await?;
+    let last = match store.get(&r.run_id, layout::TELEMETRY).await {
+        Ok(bytes) => {
+            bytes.split(|&b| b == b'\n').rev().find_map(|l| serde_json::from_slice::<TelemetrySnapshot>(l).ok())
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(match last {
+        Some(s) => Progress {
+            total: r.tasks_total,
+            finished: s.tasks_finished,
+            passed: s.tasks_passed,
+            not_passed: s.tasks_finished.saturating_sub(s.tasks_passed),
+            running: s.jobs_running,
+            cost_usd: s.cost_usd,
+            source: "telemetry",
+        },
+        None => Progress {
+            total: r.tasks_total,
+            finished: 0,
+            passed: 0,
+            not_passed: 0,
+            running: 0,
+            cost_usd: 0.0,
+            source: "telemetry",
+        },
+    })
+}
+
+/// One task's files: its result and its worker log (missing ones are `None`).
+pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(TaskResult, Option<String>), Problem> {
+    let store = store(app, r).await?;
+    let result = match store.get(&r.run_id, &layout::task_file(task, layout::TASK_RESULT)).await {
+        Ok(b) => serde_json::from_slice(&b)
+            .map_err(|e| Problem { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("result.json: {e}") })?,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(Problem::not_found(format!("run {} has no result for task {task}", r.run_id)));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let log = store
+        .get(&r.run_id, &layout::task_file(task, layout::TASK_LOG))
+        .await
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    Ok((result, log))
+}

@@ -1,0 +1,625 @@
+//! The HTML pages: the runs (filtered, paginated, a name's history charted), a run (the judge's
+//! report, or live progress while it runs), a task (the report on that task with its trace
+//! viewer open), and two runs compared (the report of the comparison, and regressed tasks side
+//! by side). askama renders everything but the report, escaping every value.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agenteval_core::model::{RunRecord, RunStatus, TaskResult};
+use agenteval_judge::html::{Frame, HtmlReport, TaskRows};
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::App;
+use crate::data::{self, Problem};
+
+const PER_PAGE: usize = 50;
+/// Runs of one name the history chart shows.
+const HISTORY: usize = 30;
+
+type Params = Query<HashMap<String, String>>;
+
+fn html(body: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+fn rendered(t: impl Template) -> Result<String, Problem> {
+    t.render().map_err(|e| Problem { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("rendering: {e}") })
+}
+
+#[derive(Template)]
+#[template(path = "problem.html")]
+struct ProblemPage<'a> {
+    source: &'a str,
+    generator: &'a str,
+    status: String,
+    message: &'a str,
+}
+
+/// A page, or the problem that prevented it as a page with its status.
+async fn page(app: &App, f: impl std::future::Future<Output = Result<String, Problem>>) -> Response {
+    match f.await {
+        Ok(body) => html(body),
+        Err(p) => problem(app, p),
+    }
+}
+
+fn problem(app: &App, p: Problem) -> Response {
+    let source = app.source.describe();
+    let body = ProblemPage {
+        source: &source,
+        generator: &app.opts.generator,
+        status: format!("{} {}", p.status.as_u16(), p.status.canonical_reason().unwrap_or("")),
+        message: &p.message,
+    }
+    .render()
+    .unwrap_or_else(|_| p.message.clone());
+    (p.status, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], body).into_response()
+}
+
+pub async fn not_found(State(app): State<Arc<App>>) -> Response {
+    problem(&app, Problem::not_found("no such page"))
+}
+
+#[derive(Template)]
+#[template(path = "nav.html")]
+struct Nav<'a> {
+    source: &'a str,
+}
+
+fn nav(app: &App) -> String {
+    let source = app.source.describe();
+    Nav { source: &source }.render().unwrap_or_default()
+}
+
+fn short(id: &agenteval_core::RunId) -> String {
+    id.to_string().chars().take(13).collect()
+}
+
+fn status_class(s: RunStatus) -> &'static str {
+    match s {
+        RunStatus::Complete => "pass",
+        RunStatus::Running => "",
+        RunStatus::Failed => "fail",
+        _ => "warn",
+    }
+}
+
+fn verdict_class(v: &str) -> &'static str {
+    match v {
+        "pass" => "pass",
+        "fail" => "fail",
+        "infra" | "incomplete" => "warn",
+        _ => "",
+    }
+}
+
+// --- runs -------------------------------------------------------------------------------------
+
+#[derive(Default)]
+struct Filters {
+    name: String,
+    benchmark: String,
+    status: String,
+    verdict: String,
+    backend: String,
+}
+
+impl Filters {
+    fn of(q: &HashMap<String, String>) -> Result<Self, Problem> {
+        let get = |k: &str| q.get(k).map(|v| v.trim().to_string()).unwrap_or_default();
+        let f = Filters {
+            name: get("name"),
+            benchmark: get("benchmark"),
+            status: get("status"),
+            verdict: get("verdict"),
+            backend: get("backend"),
+        };
+        if !f.status.is_empty() && RunStatus::parse(&f.status).is_none() {
+            return Err(Problem::bad_request(format!("`{}` is not a run status", f.status)));
+        }
+        Ok(f)
+    }
+
+    fn keeps(&self, r: &RunRecord) -> bool {
+        (self.name.is_empty() || r.name == self.name)
+            && (self.benchmark.is_empty() || r.benchmark == self.benchmark)
+            && (self.status.is_empty() || r.status.as_str() == self.status)
+            && (self.verdict.is_empty() || r.verdict.as_deref().unwrap_or("") == self.verdict)
+            && (self.backend.is_empty() || r.backend == self.backend)
+    }
+
+    fn query(&self, page: usize) -> String {
+        let mut parts: Vec<String> = [
+            ("name", &self.name),
+            ("benchmark", &self.benchmark),
+            ("status", &self.status),
+            ("verdict", &self.verdict),
+            ("backend", &self.backend),
+        ]
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+        parts.push(format!("page={page}"));
+        parts.join("&")
+    }
+}
+
+/// Percent-encodes a query value.
+pub(crate) fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~:".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+pub(crate) fn page_number(q: &HashMap<String, String>) -> Result<usize, Problem> {
+    match q.get("page") {
+        None => Ok(1),
+        Some(p) => p
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1_000_000).contains(n))
+            .ok_or_else(|| Problem::bad_request(format!("`page={p}`: a page is a number from 1"))),
+    }
+}
+
+struct Row {
+    id: String,
+    short: String,
+    name: String,
+    status: &'static str,
+    status_class: &'static str,
+    verdict: String,
+    verdict_class: &'static str,
+    benchmark: String,
+    agent: String,
+    backend: String,
+    tasks: u64,
+    pass_rate: String,
+    cost: String,
+    created: String,
+}
+
+struct History {
+    rate_points: String,
+    cost_points: String,
+    max_cost: String,
+    count: usize,
+}
+
+#[derive(Template)]
+#[template(path = "runs.html")]
+struct RunsPage<'a> {
+    source: &'a str,
+    generator: &'a str,
+    f: Filters,
+    statuses: Vec<&'static str>,
+    verdicts: Vec<&'static str>,
+    backends: Vec<&'static str>,
+    names: Vec<String>,
+    rows: Vec<Row>,
+    history: Option<History>,
+    shown: usize,
+    matching: usize,
+    page: usize,
+    pages: usize,
+    prev: Option<String>,
+    next: Option<String>,
+}
+
+/// A summary's pass rate and cost, for the history.
+async fn figures(app: &App, runs: &[&RunRecord]) -> Vec<Option<(f64, f64)>> {
+    let reads: Vec<_> = runs.iter().map(|r| data::summary(app, r)).collect();
+    futures::future::join_all(reads).await.into_iter().map(|s| s.map(|s| (s.pass_rate, s.total_cost_usd))).collect()
+}
+
+fn chart(points: &[(f64, f64)]) -> History {
+    let n = points.len().max(2) - 1;
+    let max_cost = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
+    let x = |i: usize| 10.0 + 700.0 * i as f64 / n as f64;
+    let y = |v: f64| 130.0 - 120.0 * v;
+    let line = |f: &dyn Fn(&(f64, f64)) -> f64| {
+        points.iter().enumerate().map(|(i, p)| format!("{:.1},{:.1}", x(i), y(f(p)))).collect::<Vec<_>>().join(" ")
+    };
+    History {
+        rate_points: line(&|p| p.0.clamp(0.0, 1.0)),
+        cost_points: line(&|p| if max_cost > 0.0 { p.1 / max_cost } else { 0.0 }),
+        max_cost: format!("${max_cost:.4}"),
+        count: points.len(),
+    }
+}
+
+pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let f = Filters::of(&q)?;
+        let page = page_number(&q)?;
+        let all = data::listing(&a).await?;
+        let matching: Vec<&RunRecord> = all.iter().filter(|r| f.keeps(r)).collect();
+        let pages = matching.len().div_ceil(PER_PAGE).max(1);
+        let shown: Vec<&RunRecord> = matching.iter().skip((page - 1) * PER_PAGE).take(PER_PAGE).copied().collect();
+        // A name's history: pass rate and cost of its newest runs, oldest first.
+        let (history, figs) = if f.name.is_empty() {
+            (None, HashMap::new())
+        } else {
+            let recent: Vec<&RunRecord> = matching.iter().take(HISTORY).copied().collect();
+            let figs = figures(&a, &recent).await;
+            let by_id: HashMap<_, _> = recent.iter().zip(&figs).map(|(r, f)| (r.run_id, *f)).collect();
+            let points: Vec<(f64, f64)> = figs.iter().rev().flatten().copied().collect();
+            ((!points.is_empty()).then(|| chart(&points)), by_id)
+        };
+        let rows = shown
+            .iter()
+            .map(|r| {
+                let fig = figs.get(&r.run_id).copied().flatten();
+                Row {
+                    id: r.run_id.to_string(),
+                    short: short(&r.run_id),
+                    name: r.name.clone(),
+                    status: r.status.as_str(),
+                    status_class: status_class(r.status),
+                    verdict: r.verdict.clone().unwrap_or_else(|| "-".into()),
+                    verdict_class: verdict_class(r.verdict.as_deref().unwrap_or("")),
+                    benchmark: r.benchmark.clone(),
+                    agent: r.agent.clone(),
+                    backend: r.backend.clone(),
+                    tasks: r.tasks_total,
+                    pass_rate: fig.map(|f| format!("{:.1}%", f.0 * 100.0)).unwrap_or_else(|| "-".into()),
+                    cost: fig.map(|f| format!("${:.4}", f.1)).unwrap_or_else(|| "-".into()),
+                    created: r.created_at.format("%Y-%m-%d %H:%M").to_string(),
+                }
+            })
+            .collect();
+        let mut names: Vec<String> = all.iter().map(|r| r.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        names.truncate(500);
+        let source = a.source.describe();
+        rendered(RunsPage {
+            source: &source,
+            generator: &a.opts.generator,
+            statuses: vec!["", "running", "complete", "interrupted", "budget_exceeded", "failed"],
+            verdicts: vec!["", "pass", "fail", "infra", "incomplete"],
+            backends: vec!["", "local", "aws"],
+            names,
+            rows,
+            history,
+            shown: shown.len(),
+            matching: matching.len(),
+            page,
+            pages,
+            prev: (page > 1).then(|| f.query(page - 1)),
+            next: (page < pages).then(|| f.query(page + 1)),
+            f,
+        })
+    })
+    .await
+}
+
+// --- a run -----------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "live.html")]
+struct LivePage<'a> {
+    source: &'a str,
+    generator: &'a str,
+    name: &'a str,
+    id: String,
+    benchmark: &'a str,
+    agent: &'a str,
+    backend: &'a str,
+    created: String,
+    p: data::Progress,
+    cost: String,
+}
+
+async fn live_page(app: &App, r: &RunRecord) -> Result<String, Problem> {
+    let p = data::progress(app, r).await?;
+    let source = app.source.describe();
+    rendered(LivePage {
+        source: &source,
+        generator: &app.opts.generator,
+        name: &r.name,
+        id: r.run_id.to_string(),
+        benchmark: &r.benchmark,
+        agent: &r.agent,
+        backend: &r.backend,
+        created: r.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        cost: format!("${:.4}", p.cost_usd),
+        p,
+    })
+}
+
+pub async fn run(State(app): State<Arc<App>>, Path(run): Path<String>) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let r = data::record(&a, &run).await?;
+        if data::live(&r) {
+            return live_page(&a, &r).await;
+        }
+        let results = data::results(&a, &r).await?;
+        let summary = data::summary(&a, &r).await;
+        let store = data::store(&a, &r).await?;
+        let nav = nav(&a);
+        let frame = Frame { nav: &nav, ..Default::default() };
+        Ok(agenteval_judge::html::render_run(
+            store.as_ref(),
+            &results,
+            summary.as_deref(),
+            None,
+            None,
+            &a.opts.generator,
+            frame,
+        )
+        .await)
+    })
+    .await
+}
+
+// --- a task ----------------------------------------------------------------------------------
+
+struct ScoreRow {
+    evaluator_id: String,
+    kind: String,
+    score: String,
+    class: &'static str,
+    word: &'static str,
+    reason: String,
+    citations: Vec<u32>,
+}
+
+#[derive(Template)]
+#[template(path = "task_section.html")]
+struct TaskSection<'a> {
+    run: String,
+    task: &'a str,
+    outcome: &'static str,
+    outcome_class: &'static str,
+    attempt: u32,
+    ended: &'static str,
+    cost: String,
+    tokens: u64,
+    wall: String,
+    error: Option<&'a str>,
+    answer: String,
+    scores: Vec<ScoreRow>,
+    log: &'a str,
+}
+
+fn task_section(r: &RunRecord, result: &TaskResult, log: Option<&str>) -> Result<String, Problem> {
+    let outcome = result.outcome();
+    let answer = match &result.agent.final_answer {
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
+        None => "(no answer)".into(),
+    };
+    let scores = result
+        .scores
+        .iter()
+        .map(|s| ScoreRow {
+            evaluator_id: s.evaluator_id.clone(),
+            kind: s.kind.clone(),
+            score: format!("{:.3}", s.score),
+            class: if s.error.is_some() {
+                "warn"
+            } else if s.passed {
+                "pass"
+            } else {
+                "fail"
+            },
+            word: if s.error.is_some() {
+                "error"
+            } else if s.passed {
+                "passed"
+            } else {
+                "failed"
+            },
+            reason: s.error.clone().unwrap_or_else(|| s.reason.clone()),
+            citations: s.citations.clone(),
+        })
+        .collect();
+    rendered(TaskSection {
+        run: r.run_id.to_string(),
+        task: result.task_id.as_str(),
+        outcome: outcome.as_str(),
+        outcome_class: if result.passed { "pass" } else { "fail" },
+        attempt: result.attempt,
+        ended: result.agent.terminated_by.as_str(),
+        cost: format!("${:.4}", result.agent.total_cost_usd),
+        tokens: result.agent.total_tokens,
+        wall: format!("{:.2} s", result.agent.wall_seconds),
+        error: result.agent.error.as_deref(),
+        answer,
+        scores,
+        log: log.unwrap_or("(no worker log)"),
+    })
+}
+
+pub async fn task(State(app): State<Arc<App>>, Path((run, task)): Path<(String, String)>) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let id = data::task_id(&task)?;
+        let r = data::record(&a, &run).await?;
+        let (result, log) = data::task_files(&a, &r, &id).await?;
+        let store = data::store(&a, &r).await?;
+        let meta: agenteval_core::format::Metadata = serde_json::from_slice(
+            &store.get(&r.run_id, agenteval_core::layout::METADATA).await.map_err(Problem::from)?,
+        )
+        .map_err(|e| Problem { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("metadata.json: {e}") })?;
+        let line = agenteval_core::format::ResultLine::from(&result);
+        let traces =
+            agenteval_judge::results::load_traces(store.as_ref(), &r.run_id, std::slice::from_ref(&line), 1).await;
+        let mut rows = TaskRows::new(None, 1);
+        rows.push(&line, &[]);
+        let nav = nav(&a);
+        let section = task_section(&r, &result, log.as_deref())?;
+        let generator = a.opts.generator.clone();
+        let bundle = store.bundle_uri(&r.run_id);
+        Ok(agenteval_judge::html::render(&HtmlReport {
+            meta: &meta,
+            bundle_uri: &bundle,
+            rows: &rows,
+            summary: None,
+            traces: &traces,
+            comparison: None,
+            verdict: None,
+            generator: &generator,
+            frame: Frame { nav: &nav, section: &section, open_task: Some(id.as_str()), ..Default::default() },
+        }))
+    })
+    .await
+}
+
+// --- compare ---------------------------------------------------------------------------------
+
+#[derive(Template)]
+#[template(path = "compare_form.html")]
+struct CompareForm<'a> {
+    source: &'a str,
+    generator: &'a str,
+    base: &'a str,
+    cand: &'a str,
+    gates: bool,
+    refs: Vec<String>,
+}
+
+#[derive(Template)]
+#[template(path = "compare_section.html")]
+struct CompareSection<'a> {
+    base: &'a str,
+    cand: &'a str,
+    base_id: String,
+    cand_id: String,
+    judged: bool,
+    gates_name: &'a str,
+    regressed: Vec<String>,
+}
+
+/// Both runs' results and their comparison (and the verdict, when asked and a gates file was
+/// given).
+pub(crate) struct Compared {
+    pub base: RunRecord,
+    pub cand: RunRecord,
+    pub cand_results: Arc<agenteval_judge::results::RunResults>,
+    pub comparison: agenteval_judge::compare::Comparison,
+    pub verdict: Option<agenteval_judge::gates::Verdict>,
+}
+
+pub(crate) async fn compared(app: &App, q: &HashMap<String, String>) -> Result<Compared, Problem> {
+    let (Some(base), Some(cand)) = (q.get("base"), q.get("cand")) else {
+        return Err(Problem::bad_request("compare needs `base` and `cand`"));
+    };
+    let judge = match q.get("gates").map(String::as_str) {
+        None | Some("") | Some("off") => false,
+        Some("on") if app.gates.is_some() => true,
+        Some("on") => return Err(Problem::bad_request("no gates file: start `agenteval ui --gates FILE`")),
+        Some(other) => return Err(Problem::bad_request(format!("`gates={other}`: on or off"))),
+    };
+    let (base, cand) = (data::record(app, base).await?, data::record(app, cand).await?);
+    let (b, c) = (data::results(app, &base).await?, data::results(app, &cand).await?);
+    let comparison = agenteval_judge::compare::compare(&b, &c, Default::default())?;
+    let verdict = match (&app.gates, judge) {
+        (Some(g), true) => {
+            let lines = &c.lines;
+            Some(agenteval_judge::gates::judge(
+                g,
+                Some(&comparison),
+                &|m| agenteval_judge::compare::run_metric(lines, m),
+                lines.len() as u64,
+            ))
+        }
+        _ => None,
+    };
+    Ok(Compared { base, cand, cand_results: c, comparison, verdict })
+}
+
+pub async fn compare(State(app): State<Arc<App>>, Query(q): Params) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let (base, cand) = (q.get("base").cloned().unwrap_or_default(), q.get("cand").cloned().unwrap_or_default());
+        if base.is_empty() || cand.is_empty() {
+            let all = data::listing(&a).await?;
+            let mut refs: Vec<String> = Vec::new();
+            for r in all.iter().take(200) {
+                for x in [format!("latest:{}", r.name), r.run_id.to_string()] {
+                    if !refs.contains(&x) {
+                        refs.push(x);
+                    }
+                }
+            }
+            let source = a.source.describe();
+            return rendered(CompareForm {
+                source: &source,
+                generator: &a.opts.generator,
+                base: &base,
+                cand: &cand,
+                gates: a.gates.is_some(),
+                refs,
+            });
+        }
+        let c = compared(&a, &q).await?;
+        let store = data::store(&a, &c.cand).await?;
+        let summary = data::summary(&a, &c.cand).await;
+        let section = rendered(CompareSection {
+            base: &base,
+            cand: &cand,
+            base_id: c.base.run_id.to_string(),
+            cand_id: c.cand.run_id.to_string(),
+            judged: c.verdict.is_some(),
+            gates_name: a.opts.gates.as_ref().map(|g| g.1.as_str()).unwrap_or(""),
+            regressed: c.comparison.regressions.iter().map(|t| t.task_id.clone()).collect(),
+        })?;
+        let nav = nav(&a);
+        Ok(agenteval_judge::html::render_run(
+            store.as_ref(),
+            &c.cand_results,
+            summary.as_deref(),
+            Some(&c.comparison),
+            c.verdict.as_ref(),
+            &a.opts.generator,
+            Frame { nav: &nav, section: &section, ..Default::default() },
+        )
+        .await)
+    })
+    .await
+}
+
+#[derive(Template)]
+#[template(path = "compare_task.html")]
+struct CompareTask<'a> {
+    source: &'a str,
+    generator: &'a str,
+    base: String,
+    cand: String,
+    task: &'a str,
+}
+
+pub async fn compare_task(State(app): State<Arc<App>>, Query(q): Params) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let (Some(base), Some(cand), Some(task)) = (q.get("base"), q.get("cand"), q.get("task")) else {
+            return Err(Problem::bad_request("needs `base`, `cand` and `task`"));
+        };
+        let task = data::task_id(task)?;
+        let (base, cand) = (data::record(&a, base).await?, data::record(&a, cand).await?);
+        let source = a.source.describe();
+        rendered(CompareTask {
+            source: &source,
+            generator: &a.opts.generator,
+            base: base.run_id.to_string(),
+            cand: cand.run_id.to_string(),
+            task: task.as_str(),
+        })
+    })
+    .await
+}

@@ -1,0 +1,266 @@
+//! `agenteval ui` end to end: a real server on a free port, its pages in headless Chromium (no
+//! console message, nothing loaded from anywhere, hostile agent output shown as text), its
+//! refusals (wrong `Host`, writes, a public bind without a token, a busy port), its JSON API,
+//! and a run in progress. The AWS variant (DynamoDB and S3) is in tests/aws.rs. The
+//! screenshots of docs/ui.md are taken here.
+
+mod util;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use util::ui::{UiServer, browse, request};
+use util::*;
+
+/// Writes hostile text everywhere an agent can: its plan, a tool's arguments and result, its
+/// answer (with a `javascript:` URL), on every task.
+const HOSTILE: &str = r#"
+import json, os, sys
+req = json.loads(sys.stdin.readline())
+def emit(kind, payload, **u):
+    print(json.dumps(dict(kind=kind, payload=payload, **u)), flush=True)
+emit("agent.plan", "</script><script>alert(1)</script>")
+emit("agent.tool_call", {"tool": "search", "args": {"q": "\"><img src=x onerror=alert(1)>"}}, input_tokens=20, output_tokens=3, cost_usd=0.0004)
+emit("agent.tool_result", {"tool": "search", "result": "<a href=\"javascript:alert(3)\">click</a>"})
+bad = req["task_id"] in os.environ.get("BROKEN", "").split(",")
+answer = "javascript:alert(2) <img src=x onerror=alert(2)>" if bad else req["input"].upper()
+emit("agent.terminal", {"final_answer": answer}, input_tokens=10, output_tokens=5, cost_usd=0.001)
+"#;
+
+const NAME: &str = "nightly\"><img src=x onerror=alert(9)></script>";
+
+fn workspace() -> (Workspace, PathBuf) {
+    let ws = Workspace::new();
+    ws.write("agent.py", HOSTILE);
+    let cases: String = (0..12)
+        .map(|i| {
+            format!(
+                "{{\"id\": \"c{i:02}\", \"input\": \"w{i}\", \"expected\": \"W{i}\", \"tags\": [\"t{}\"]}}\n",
+                i % 3
+            )
+        })
+        .collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "eval.yaml",
+        &format!(
+            "name: '{NAME}'\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\n\
+             evaluators:\n  - kind: exact_match\nbackend:\n  max_concurrent_jobs: 4\nstorage:\n  bundle_root: runs\n"
+        ),
+    );
+    (ws, cfg)
+}
+
+fn ui(ws: &Workspace, extra: &[&str]) -> UiServer {
+    let index = ws.index();
+    let mut args = vec!["ui", "--index", index.to_str().unwrap(), "--port", "0"];
+    args.extend_from_slice(extra);
+    UiServer::start(ws.cmd(&args))
+}
+
+/// Where the screenshots of docs/ui.md go.
+fn shot(name: &str) -> PathBuf {
+    let dir = repo().join("docs/ui");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The DOM shows no element the hostile text tried to make: every `<img` and `<script>` the
+/// agent wrote is text, and no link goes to `javascript:`.
+fn assert_inert(page: &str, dom: &str) {
+    assert!(!dom.contains("<img src=\"x\"") && !dom.contains("<img src=x"), "{page}: an <img> from agent text");
+    assert!(!dom.contains("onerror=\"alert"), "{page}: an event handler from agent text");
+    assert!(!dom.contains("href=\"javascript:"), "{page}: a javascript: link");
+    assert!(!dom.contains("<script>alert"), "{page}: a script from agent text");
+}
+
+#[test]
+fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
+    let (ws, cfg) = workspace();
+    let (base, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0);
+    let (cand, code, _) = ws.submit(&cfg, &["--set", "agent.env.BROKEN=c03,c07"]);
+    assert_eq!(code, 0);
+    let (base, cand) = (base["run_id"].as_str().unwrap().to_string(), cand["run_id"].as_str().unwrap().to_string());
+    let server = ui(&ws, &[]);
+    let pages = [
+        (
+            "runs",
+            format!("{}?name={}", server.url, "nightly%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(9)%3E%3C%2Fscript%3E"),
+        ),
+        ("run", format!("{}runs/{cand}", server.url)),
+        ("task", format!("{}runs/{cand}/tasks/c03", server.url)),
+        ("compare", format!("{}compare?base={base}&cand={cand}", server.url)),
+        ("compare-task", format!("{}compare/task?base={base}&cand={cand}&task=c03", server.url)),
+    ];
+    for (name, url) in &pages {
+        let (dom, console) = browse(url, Some(&shot(&format!("{name}.png"))));
+        assert!(console.is_empty(), "{name}: the browser logged {console:?}");
+        assert_inert(name, &dom);
+        match *name {
+            "runs" => {
+                assert!(
+                    dom.contains(&cand[..13]) && dom.contains(&base[..13]),
+                    "{name}: both runs listed: {}",
+                    &dom[dom.len().saturating_sub(2500)..]
+                );
+                assert!(
+                    dom.contains("nightly\"&gt;&lt;img src=x onerror=alert(9)&gt;&lt;/script&gt;"),
+                    "{name}: the name as text"
+                );
+                assert!(dom.contains("<polyline class=\"rate\""), "{name}: the name's history is charted");
+            }
+            "run" => {
+                assert!(dom.contains("id=\"tasks\"") && dom.contains("c03"), "{name}: the task table");
+                assert!(dom.contains(">Runs</a>"), "{name}: the UI's navigation around the report");
+            }
+            "task" => {
+                assert!(
+                    dom.contains("id=\"viewer\" role=\"dialog\" aria-modal=\"true\" class=\"open\""),
+                    "{name}: the trace viewer is open"
+                );
+                assert!(dom.contains("agent.tool_call") && dom.contains("Worker log"), "{name}: the trace and the log");
+                assert!(
+                    dom.contains("javascript:alert(2) &lt;img src=x onerror=alert(2)&gt;"),
+                    "{name}: the answer as text"
+                );
+                assert!(dom.contains("exact_match"), "{name}: the scores");
+            }
+            "compare" => {
+                assert!(
+                    dom.contains("Regressed tasks") && dom.contains("task=c03"),
+                    "{name}: the regressions link side by side"
+                );
+            }
+            _ => {
+                assert!(
+                    dom.contains(&format!("/runs/{base}/tasks/c03"))
+                        && dom.contains(&format!("/runs/{cand}/tasks/c03"))
+                );
+            }
+        }
+    }
+    // Nothing but the server's own pages: the policy allows no other origin and one script.
+    let r = server.get(&format!("/runs/{cand}"));
+    let csp = r.header("content-security-policy").unwrap();
+    assert!(csp.starts_with("default-src 'none'") && csp.contains("script-src 'sha256-"), "{csp}");
+}
+
+#[test]
+fn the_server_refuses_what_it_must_and_marks_every_answer() {
+    let (ws, cfg) = workspace();
+    let (v, _, _) = ws.submit(&cfg, &[]);
+    let run = v["run_id"].as_str().unwrap();
+    let server = ui(&ws, &[]);
+    // DNS rebinding: a page of another site whose name now points at 127.0.0.1.
+    let r = server.request("GET", "/", "evil.example:80", &[]);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(server.request("GET", "/", &format!("localhost:{}", server.port), &[]).status, 200);
+    let r = server.request("POST", "/api/runs", &format!("127.0.0.1:{}", server.port), &[]);
+    assert_eq!(r.status, 405, "read-only");
+    for path in ["/", &format!("/runs/{run}"), "/api/runs", "/nope", "/api/runs/00000000-0000-7000-8000-000000000000"] {
+        let r = server.get(path);
+        assert_eq!(r.header("x-content-type-options"), Some("nosniff"), "{path}");
+        assert_eq!(r.header("referrer-policy"), Some("no-referrer"), "{path}");
+        assert!(r.header("content-security-policy").is_some_and(|c| c.starts_with("default-src 'none'")), "{path}");
+    }
+    // The API: unknown ids are 404, malformed parameters 400.
+    assert_eq!(server.get("/api/runs/00000000-0000-7000-8000-000000000000").status, 404);
+    assert_eq!(server.get(&format!("/api/runs/{run}/tasks/zz99")).status, 404);
+    assert_eq!(server.get(&format!("/api/runs/{run}/tasks/bad%20id")).status, 400);
+    assert_eq!(server.get("/api/runs?page=abc").status, 400);
+    assert_eq!(server.get("/api/runs?status=bogus").status, 400);
+    assert_eq!(server.get("/api/compare?base=latest:nope").status, 400);
+    let all = server.get("/api/runs").json();
+    assert_eq!(all["runs"][0]["run_id"], run);
+    let one = server.get(&format!("/api/runs/{run}")).json();
+    assert_eq!(one["summary"]["tasks_finished"], 12);
+    let task = server.get(&format!("/api/runs/{run}/tasks/c01")).json();
+    assert_eq!(task["result"]["task_id"], "c01");
+    assert!(task["log"].as_str().unwrap().contains("c01"));
+
+    // A port in use is a usage error, named.
+    let index = ws.index();
+    let port = server.port.to_string();
+    let out = ws.run(&["ui", "--index", index.to_str().unwrap(), "--port", &port]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("Address already in use"), "{}", text(&out.stderr));
+    // So is an index that is not there.
+    let out = ws.run(&["ui", "--index", "nowhere/index.sqlite", "--port", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    // A bind other machines can reach needs a token.
+    let out = ws.run(&["ui", "--index", index.to_str().unwrap(), "--host", "0.0.0.0", "--port", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("--token"), "{}", text(&out.stderr));
+    drop(server);
+    let public = ui(&ws, &["--host", "0.0.0.0", "--token", "auto"]);
+    let token = public.url.split("token=").nth(1).expect("the address carries the token").to_string();
+    assert_eq!(token.len(), 32);
+    let any_host = format!("machine.example:{}", public.port);
+    assert_eq!(request(public.port, "GET", "/", &any_host, &[]).status, 401, "no token");
+    assert_eq!(request(public.port, "GET", "/?token=wrong-token-wrong-token", &any_host, &[]).status, 401);
+    let first = request(public.port, "GET", &format!("/?token={token}"), &any_host, &[]);
+    assert_eq!(first.status, 200);
+    let cookie = first.header("set-cookie").unwrap().split(';').next().unwrap().to_string();
+    let next = request(public.port, "GET", "/api/runs", &any_host, &[("Cookie", &cookie)]);
+    assert_eq!(next.status, 200, "the cookie carries the token to the next pages");
+    let bearer = format!("Bearer {token}");
+    assert_eq!(request(public.port, "GET", "/api/runs", &any_host, &[("Authorization", &bearer)]).status, 200);
+}
+
+#[test]
+fn a_run_in_progress_shows_its_progress_moving() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 60, 300, 1, 2);
+    let mut child = ws.spawn(&["submit", "--json", "-q", "--config", cfg.to_str().unwrap()]);
+    wait_until("the run in the index", Duration::from_secs(30), || ws.index().exists());
+    let server = ui(&ws, &[]);
+    let mut run = String::new();
+    wait_until("the run listed", Duration::from_secs(30), || {
+        let v = server.get("/api/runs").json();
+        run = v["runs"][0]["run_id"].as_str().unwrap_or("").to_string();
+        !run.is_empty()
+    });
+    let done = || server.get(&format!("/api/runs/{run}")).json()["progress"]["finished"].as_u64();
+    let mut first = None;
+    wait_until("some tasks done", Duration::from_secs(30), || {
+        first = done();
+        first.is_some_and(|n| n > 0)
+    });
+    let page = server.get(&format!("/runs/{run}"));
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("http-equiv=\"refresh\"") && page.body.contains("tasks done"), "{}", page.body);
+    let (dom, console) = browse(&format!("{}runs/{run}", server.url), Some(&shot("live.png")));
+    assert!(console.is_empty(), "{console:?}");
+    assert!(dom.contains("id=\"progress\""));
+    wait_until("the count moves", Duration::from_secs(30), || {
+        done().is_some_and(|n| n > first.unwrap()) || done().is_none()
+    });
+    let out = wait_output_of(&mut child);
+    assert!(out, "the run finished");
+    let sealed = server.get(&format!("/api/runs/{run}")).json();
+    assert_eq!(sealed["run"]["status"], "complete");
+    assert!(sealed["progress"].is_null() && sealed["summary"]["tasks_finished"] == 60, "{sealed}");
+}
+
+fn wait_output_of(child: &mut std::process::Child) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < Duration::from_secs(120) {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s.success();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    false
+}
+
+#[test]
+fn ui_help_names_its_safety() {
+    let out = Command::new(BIN).args(["ui", "--help"]).output().unwrap();
+    let help = text(&out.stdout);
+    for part in ["--host", "--port", "--token", "--open", "--index", "--backend", "--gates"] {
+        assert!(help.contains(part), "{part}: {help}");
+    }
+}
