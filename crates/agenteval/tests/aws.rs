@@ -843,3 +843,38 @@ async fn the_stack_deploys_into_the_emulator_and_a_fleet_runs_on_exactly_its_out
     let gone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(["DELETED", "DELETE_COMPLETE"].contains(&gone["status"].as_str().unwrap()), "{gone}");
 }
+
+/// `agenteval ui --backend aws`, started in an empty folder of "another machine": the pages and
+/// the API over DynamoDB and S3, for a run submitted from elsewhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ui_shows_an_aws_run_from_another_folder() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let cfg = aws.config("ui-aws", TOY, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let server = util::ui::UiServer::start(aws.cmd_in(elsewhere.path(), &["ui", "--backend", "aws", "--port", "0"]));
+    let list = server.get("/api/runs").json();
+    assert_eq!(list["runs"][0]["run_id"], run.as_str(), "{list}");
+    let one = server.get(&format!("/api/runs/{run}")).json();
+    assert_eq!(one["summary"]["tasks_finished"], 12, "{one}");
+    let task = "toy-0000001";
+    let t = server.get(&format!("/api/runs/{run}/tasks/{task}")).json();
+    assert_eq!(t["result"]["task_id"], task, "{t}");
+    for path in [
+        "/".to_string(),
+        format!("/runs/{run}"),
+        format!("/runs/{run}/tasks/{task}"),
+        format!("/compare?base={run}&cand={run}"),
+    ] {
+        let page = server.get(&path);
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        assert!(page.body.contains(&run) || page.body.contains(&run[..13]), "{path} shows the run");
+    }
+    let (dom, console) = util::ui::browse(&format!("{}runs/{run}/tasks/{task}", server.url), None);
+    assert!(console.is_empty(), "{console:?}");
+    assert!(dom.contains("class=\"open\""), "the trace viewer opens over S3 too");
+    assert!(server.get(&format!("/api/runs/{run}/tasks/nope-1")).status == 404);
+}
