@@ -453,7 +453,7 @@ function openTask(id) {
     const wf = el("div", {class: "wf", title: "from " + (start - t0) + " ms to " + (next - t0) + " ms"}, el("span", {style: "left:" + (100 * (start - t0) / total) + "%;width:" + (100 * Math.max(next - start, 0) / total) + "%"}));
     const usage = (e.input_tokens || e.output_tokens || e.cost_usd) ? " · " + e.input_tokens + " in / " + e.output_tokens + " out tokens · " + money(e.cost_usd) : "";
     const tool = e.payload && typeof e.payload === "object" && e.payload.tool ? " · tool " + e.payload.tool : "";
-    panel.append(el("div", {class: cls}, el("div", {}, el("span", {class: "badge", text: "#" + e.step}), el("strong", {text: kind}), el("span", {class: "muted", text: " +" + (start - t0) + " ms" + tool + usage})), wf, el("pre", {text: JSON.stringify(e.payload, null, 2)})));
+    panel.append(el("div", {class: cls, id: "step-" + e.step}, el("div", {}, el("span", {class: "badge", text: "#" + e.step}), el("strong", {text: kind}), el("span", {class: "muted", text: " +" + (start - t0) + " ms" + tool + usage})), wf, el("pre", {text: JSON.stringify(e.payload, null, 2)})));
   });
   if (spans.length) {
     panel.append(el("h2", {text: "Spans (" + spans.length + ")"}));
@@ -476,8 +476,17 @@ function setHash(h) { try { if (location.hash !== h) history.replaceState(null, 
 function closeTask() { document.getElementById("viewer").classList.remove("open"); setHash(""); }
 document.addEventListener("keydown", e => { if (e.key === "Escape") closeTask(); });
 document.getElementById("viewer").addEventListener("click", e => { if (e.target.id === "viewer") closeTask(); });
-const m = /^#task=(.+)$/.exec(location.hash);
-if (m) openTask(decodeURIComponent(m[1])); else if (D.open) openTask(D.open);
+// `#task=ID` opens a task's trace, `#task=ID&step=N` scrolls it to one step (a score's citation).
+function route() {
+  const m = /^#task=([^&]+)(?:&step=(\d+))?$/.exec(location.hash);
+  if (!m) return false;
+  openTask(decodeURIComponent(m[1]));
+  const step = m[2] && document.getElementById("step-" + m[2]);
+  if (step) step.scrollIntoView();
+  return true;
+}
+window.addEventListener("hashchange", route);
+if (!route() && D.open) openTask(D.open);
 "##;
 
 #[cfg(test)]

@@ -141,6 +141,10 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
             }
         }
     }
+    // A citation's link scrolls the trace to its step.
+    let (dom, console) = browse(&format!("{}runs/{cand}/tasks/c03#task=c03&step=2", server.url), None);
+    assert!(console.is_empty(), "{console:?}");
+    assert!(dom.contains("id=\"step-2\"") && dom.contains("class=\"open\""), "the viewer is open at its steps");
     // Nothing but the server's own pages: the policy allows no other origin and one script.
     let r = server.get(&format!("/runs/{cand}"));
     let csp = r.header("content-security-policy").unwrap();
