@@ -34,11 +34,11 @@ use crate::resolve::store_from_bundle_uri;
 use crate::telemetry::{self, FleetMetrics, Journal};
 use spans::SpanFile;
 
-/// A controller heartbeat older than this means the controller is gone.
 /// How the reason of a run stopped for a broken agent begins (the agent's fault, not the
 /// infrastructure's: judging still calls it a failure).
 pub const BROKEN_AGENT: &str = "the agent cannot run";
 
+/// A controller heartbeat older than this means the controller is gone.
 pub const STALE_HEARTBEAT: Duration = Duration::from_secs(15);
 pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 const COUNTS_EVERY: Duration = Duration::from_millis(200);
