@@ -91,7 +91,9 @@ def make_handler(target, throttle_every, capacity_every, lose_every, stats):
             for k, v in resp.getheaders():
                 if k.lower() not in ("transfer-encoding", "connection", "content-length"):
                     self.send_header(k, v)
-            self.send_header("Content-Length", str(len(data)))
+            # A HEAD answer has no body but the length of the object it describes.
+            length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(data)))
             self.end_headers()
             self.wfile.write(data)
             conn.close()
