@@ -161,8 +161,11 @@ pub enum Command {
         #[command(subcommand)]
         command: RunsCommand,
     },
-    /// Serve a read-only web UI over the run index until Ctrl-C: runs, a run's report and live
-    /// progress, a task's trace, comparisons, and a JSON API
+    /// Serve a read-only web UI over the run index, until Ctrl-C
+    ///
+    /// Runs and each name's history, a run's report or live progress, a task's trace,
+    /// comparisons, and the same as JSON under /api/ (docs/ui.md). It listens on 127.0.0.1 and
+    /// answers only requests to localhost; any other address needs --token.
     Ui {
         #[command(flatten)]
         index: IndexArgs,
