@@ -7,7 +7,6 @@ mod util;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use util::*;
 
@@ -23,29 +22,10 @@ bad = req["task_id"] in os.environ.get("BROKEN", "").split(",")
 emit("agent.terminal", {"final_answer": "no <img src=x onerror=alert(2)>" if bad else req["input"].upper()}, input_tokens=10, output_tokens=5, cost_usd=0.001)
 "#;
 
-fn chromium() -> &'static str {
-    for c in ["/usr/bin/chromium", "/usr/bin/chromium-browser"] {
-        if Path::new(c).exists() {
-            return c;
-        }
-    }
-    panic!("headless Chromium is needed for this test: `apt-get install chromium` (.ci/run does)");
-}
-
 /// Loads `page` (with `#fragment`) and returns the DOM the page's script built, and every
 /// console line Chromium logged (errors, CSP-blocked requests, anything the page printed).
 fn load(page: &Path, fragment: &str) -> (String, Vec<String>) {
-    let url = format!("file://{}{fragment}", page.display());
-    let child = Command::new(chromium())
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0", "--dump-dom", &url])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = wait_output(child, Duration::from_secs(90));
-    assert!(out.status.success(), "chromium failed: {}", text(&out.stderr));
-    let console = text(&out.stderr).lines().filter(|l| l.contains("CONSOLE")).map(str::to_string).collect();
-    (text(&out.stdout), console)
+    util::ui::browse(&format!("file://{}{fragment}", page.display()), None)
 }
 
 #[test]
@@ -128,7 +108,7 @@ storage:
 
     // A screenshot of the open viewer, kept next to the test's workspace for people to look at.
     let shot = ws.path().join("trace-viewer.png");
-    let out = Command::new(chromium())
+    let out = Command::new(util::ui::chromium())
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"])
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}#task=c04", page.display()))
