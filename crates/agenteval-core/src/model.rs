@@ -28,6 +28,74 @@ pub struct TaskSpec {
     pub metadata: serde_json::Value,
 }
 
+impl TaskSpec {
+    /// What decides this task's grade, as a sha256 (hex): its input, expected answer, own
+    /// evaluators and benchmark data, not its id or tags. Two runs' tasks with one id but
+    /// different fingerprints are different questions, and `compare` keeps them apart. Recorded
+    /// as `fingerprint` on each line of `tasks.jsonl`.
+    pub fn content_fingerprint(&self) -> String {
+        use sha2::{Digest as _, Sha256};
+        let content = serde_json::json!({
+            "input": self.input,
+            "expected": self.expected,
+            "evaluators": self.evaluators,
+            "metadata": self.metadata,
+        });
+        hex::encode(Sha256::digest(canonical_json(&content)))
+    }
+}
+
+/// The fingerprint of a resolved config's grading settings: the benchmark section without what
+/// only selects or paces tasks, and the run's evaluators.
+pub fn grading_fingerprint(resolved: &serde_json::Value) -> String {
+    use sha2::{Digest as _, Sha256};
+    let mut bench = resolved.get("benchmark").cloned().unwrap_or_default();
+    if let Some(m) = bench.as_object_mut() {
+        for k in ["filter", "size", "cases", "path", "latency_ms", "slow_ms"] {
+            m.remove(k);
+        }
+    }
+    let graded = serde_json::json!({"benchmark": bench, "evaluators": resolved.get("evaluators")});
+    hex::encode(Sha256::digest(canonical_json(&graded)))
+}
+
+/// JSON text with every object's keys sorted, whatever order the map kept: a stable input for
+/// a hash.
+pub fn canonical_json(v: &serde_json::Value) -> Vec<u8> {
+    fn write(v: &serde_json::Value, out: &mut Vec<u8>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                let mut keys: Vec<&String> = m.keys().collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    serde_json::to_writer(&mut *out, k).expect("a string serializes");
+                    out.push(b':');
+                    write(&m[k], out);
+                }
+                out.push(b'}');
+            }
+            serde_json::Value::Array(a) => {
+                out.push(b'[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write(x, out);
+                }
+                out.push(b']');
+            }
+            other => serde_json::to_writer(&mut *out, other).expect("a value serializes"),
+        }
+    }
+    let mut out = Vec::new();
+    write(v, &mut out);
+    out
+}
+
 /// A shard of one or more tasks of one run, as handed to a worker.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobSpec {

@@ -122,8 +122,8 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     // `-I`: no environment variables, no user site, no script folder on the path. `-S` (no
     // site-packages) when the program needs only the standard library: it halves start-up.
     let args: &[&str] = if limits.site_packages { &["-I", "-c", DRIVER] } else { &["-I", "-S", "-c", DRIVER] };
-    let mut std_cmd = match (sandbox::launcher(), sandbox::available()) {
-        (Some(launcher), true) => {
+    let view = match (sandbox::launcher(), sandbox::available()) {
+        (Some(_), true) => {
             let mut view = sandbox::View {
                 read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),
                 write: sandbox::SYSTEM_WRITE.iter().map(Into::into).collect(),
@@ -131,10 +131,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
             };
             view.read.extend(sandbox::which(python).and_then(|p| sandbox::program_home(&p)));
             view.write.push(dir.clone());
-            let view = serde_json::to_string(&view).expect("a view serializes");
-            let mut c = std::process::Command::new(launcher);
-            c.args(["agent-sandbox", "--view", &view, "--", python]).args(args);
-            c
+            Some(view)
         }
         (launcher, _) => {
             warn_unsandboxed(if launcher.is_none() {
@@ -142,11 +139,11 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
             } else {
                 "this kernel does not enforce Landlock (see docs/security.md)"
             });
-            let mut c = std::process::Command::new(python);
-            c.args(args);
-            c
+            None
         }
     };
+    let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    let mut std_cmd = sandbox::supervised(python.as_ref(), &args, view.as_ref());
     std_cmd.current_dir(&dir).env_clear();
     for var in ["PATH", "LANG", "LC_ALL"] {
         if let Some(v) = std::env::var_os(var) {

@@ -34,6 +34,8 @@ fn run(tasks: usize, worse: bool) -> RunResults {
         },
         bundle_uri: String::new(),
         tags: Default::default(),
+        fingerprints: Default::default(),
+        grading: None,
         lines: (0..tasks)
             .map(|i| {
                 // The candidate fails every 20th task the base passes: a 5-point drop.

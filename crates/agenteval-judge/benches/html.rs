@@ -37,6 +37,8 @@ fn main() {
         },
         bundle_uri: "/runs/bench".into(),
         tags: (0..TASKS).map(|i| (format!("task-{i:04}"), vec![format!("tag{}", i % 5)])).collect(),
+        fingerprints: Default::default(),
+        grading: None,
         lines: (0..TASKS)
             .map(|i| ResultLine {
                 task_id: format!("task-{i:04}").parse().unwrap(),

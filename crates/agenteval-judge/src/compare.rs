@@ -132,6 +132,14 @@ pub struct Comparison {
     /// Tasks only the base has.
     pub removed: Vec<String>,
     pub infra_failures: Vec<InfraTask>,
+    /// Tasks on both sides whose content differs (input, expected answer, own evaluators, data:
+    /// their fingerprints differ): different questions under one id, left out of the statistics.
+    #[serde(default)]
+    pub changed: Vec<String>,
+    /// The runs were graded with different settings (benchmark settings or evaluators): every
+    /// number may move for that reason alone.
+    #[serde(default)]
+    pub grading_changed: bool,
 }
 
 impl Comparison {
@@ -229,9 +237,14 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     }
     let mut infra_failures = Vec::new();
     let mut paired = Vec::new();
+    let mut changed = Vec::new();
     for id in &common {
         let (bf, cf) = (&b[*id], &c[*id]);
-        if bf.infra || cf.infra {
+        if let (Some(x), Some(y)) = (base.fingerprints.get(*id), cand.fingerprints.get(*id))
+            && x != y
+        {
+            changed.push((*id).clone());
+        } else if bf.infra || cf.infra {
             infra_failures.push(InfraTask { task_id: (*id).clone(), base: bf.infra, cand: cf.infra });
         } else {
             paired.push((*id, bf, cf));
@@ -285,6 +298,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         added,
         removed,
         infra_failures,
+        changed,
+        grading_changed: matches!((&base.grading, &cand.grading), (Some(x), Some(y)) if x != y),
     })
 }
 
@@ -321,11 +336,12 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use agenteval_core::format::{LineScore, Metadata};
 
-    fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
+    /// A sealed run of `outcomes` (task id, passed, how it ended), each costing $0.01.
+    pub(crate) fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
         let now = chrono::Utc::now();
         RunResults {
             meta: Metadata {
@@ -350,6 +366,11 @@ mod tests {
             },
             bundle_uri: format!("/runs/{name}"),
             tags: Default::default(),
+            fingerprints: outcomes
+                .iter()
+                .map(|(id, ..)| (id.to_string(), format!("fp-{}", id.split("@").next().unwrap_or(id))))
+                .collect(),
+            grading: Some("g".into()),
             lines: outcomes
                 .iter()
                 .map(|(id, passed, ended)| ResultLine {
@@ -405,6 +426,30 @@ mod tests {
         let r = compare(&run("c", &cand), &run("b", &base), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
         assert!(r.regressions.is_empty() && r.improvements.len() == 10);
         assert!(r.metric("pass_rate").unwrap().improved);
+    }
+
+    #[test]
+    fn tasks_whose_content_changed_are_set_apart_from_the_statistics() {
+        let ids: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+        let base: Vec<_> = ids.iter().map(|id| (id.as_str(), true, Completed)).collect();
+        let cand: Vec<_> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.as_str(), i >= 3, if i < 3 { AgentError } else { Completed }))
+            .collect();
+        let mut c = run("c", &cand);
+        // t0..t2 were edited under the same ids: their failures say nothing about the agent.
+        for id in ["t0", "t1", "t2"] {
+            c.fingerprints.insert(id.into(), "edited".into());
+        }
+        let r = compare(&run("b", &base), &c, CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        assert_eq!(r.changed, vec!["t0", "t1", "t2"]);
+        assert_eq!(r.paired_tasks, 7);
+        assert!(r.regressions.is_empty(), "{:?}", r.regressions);
+        assert_eq!(r.metric("pass_rate").unwrap().cand, 1.0);
+        assert!(!r.grading_changed);
+        c.grading = Some("other".into());
+        assert!(compare(&run("b", &base), &c, CompareOptions { resamples: 50, seed: 1 }).unwrap().grading_changed);
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //! on_missing_baseline: fail        # or pass
 //! min_tasks: 20
 //! max_task_regressions: 2
+//! regressions: {max: 0}            # metrics worse beyond noise (whole interval on the bad side)
+//! max_changed_share: 0.1           # above it, no verdict: the runs asked different questions
 //! metrics:
 //!   pass_rate: {min: 0.6, max_drop: 0.05}
 //!   cost_per_task: {max_drop_pct: 20}
@@ -29,8 +31,9 @@ pub enum OnMissingBaseline {
 }
 
 /// Limits on one metric. `min`/`max` bound the candidate's value; `max_drop` (absolute) and
-/// `max_drop_pct` (relative to the base) bound how much worse it got, judged by the interval:
-/// the gate fails only when even the interval's best case is worse than allowed.
+/// `max_drop_pct` (relative to the base) bound how much worse it got, judged on the point
+/// estimate (the mean paired difference): a drop is a budget, and whether it is beyond noise is
+/// what the `regressions` gate asks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct MetricGate {
     pub min: Option<f64>,
@@ -44,10 +47,19 @@ pub struct Gates {
     pub on_missing_baseline: OnMissingBaseline,
     pub min_tasks: Option<u64>,
     pub max_task_regressions: Option<u64>,
+    /// Most metrics allowed to be worse beyond noise (`regressions: {max: N}`).
+    pub max_regressions: Option<u64>,
+    /// Largest share (0..=1) of the tasks on both sides whose content changed for which a
+    /// verdict is still given; above it the gates refuse to judge.
+    pub max_changed_share: f64,
     pub metrics: BTreeMap<String, MetricGate>,
 }
 
-const TOP: &[&str] = &["on_missing_baseline", "min_tasks", "max_task_regressions", "metrics"];
+const TOP: &[&str] =
+    &["on_missing_baseline", "min_tasks", "max_task_regressions", "regressions", "max_changed_share", "metrics"];
+
+/// `max_changed_share` when a gates file does not say.
+pub const DEFAULT_MAX_CHANGED_SHARE: f64 = 0.1;
 const LIMITS: &[&str] = &["min", "max", "max_drop", "max_drop_pct"];
 
 fn unknown(what: &str, got: &str, known: &[&str]) -> String {
@@ -75,6 +87,8 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
         on_missing_baseline: OnMissingBaseline::Fail,
         min_tasks: None,
         max_task_regressions: None,
+        max_regressions: None,
+        max_changed_share: DEFAULT_MAX_CHANGED_SHARE,
         metrics: BTreeMap::new(),
     };
     let Value::Object(top) = &doc.value else {
@@ -100,6 +114,26 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
             "max_task_regressions" => match count(v) {
                 Ok(n) => gates.max_task_regressions = Some(n),
                 Err(m) => problem(at, m),
+            },
+            "max_changed_share" => match v.as_f64() {
+                Some(x) if (0.0..=1.0).contains(&x) => gates.max_changed_share = x,
+                _ => problem(at, format!("must be a share between 0 and 1, not {v}")),
+            },
+            "regressions" => match v {
+                Value::Object(m) => {
+                    for (limit, value) in m {
+                        let lat = format!("{at}/{}", escape(limit));
+                        match (limit.as_str(), count(value)) {
+                            ("max", Ok(n)) => gates.max_regressions = Some(n),
+                            ("max", Err(msg)) => problem(lat, msg),
+                            (other, _) => problem(lat, unknown("limit", other, &["max"])),
+                        }
+                    }
+                    if m.is_empty() {
+                        problem(at, "names no limit: write `regressions: {max: N}`".into());
+                    }
+                }
+                _ => problem(at, format!("must be a mapping, `regressions: {{max: N}}`, not {v}")),
             },
             "metrics" => {
                 let Value::Object(metrics) = v else {
@@ -183,13 +217,32 @@ pub fn load_gates(path: &std::path::Path) -> Result<Gates, ConfigError> {
     load_gates_str(&text, &file)
 }
 
+/// Why gates must not judge this comparison at all: more than `max_changed_share` of the tasks
+/// both runs have changed content under the same ids.
+pub fn refusal(gates: &Gates, c: &Comparison) -> Option<String> {
+    let common = c.paired_tasks + c.infra_failures.len() + c.changed.len();
+    if c.changed.is_empty() || common == 0 {
+        return None;
+    }
+    let share = c.changed.len() as f64 / common as f64;
+    (share > gates.max_changed_share).then(|| {
+        format!(
+            "not judged: {} of {} tasks changed content between the runs ({:.0}% > max_changed_share {:.0}%); compare runs of the same data, or raise max_changed_share in the gates file",
+            c.changed.len(),
+            common,
+            share * 100.0,
+            gates.max_changed_share * 100.0
+        )
+    })
+}
+
 /// One gate's outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct GateResult {
     /// `pass_rate.max_drop`, `max_task_regressions`, …
     pub gate: String,
     pub limit: f64,
-    /// The value judged (for a drop: how much worse at best, within the interval).
+    /// The value judged (for a drop: how much worse the mean paired difference is).
     pub value: Option<f64>,
     pub passed: bool,
     pub detail: String,
@@ -225,11 +278,26 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
     }
     let tasks = comparison.map(|c| c.paired_tasks as u64).unwrap_or(cand_tasks);
     if let Some(min) = gates.min_tasks {
-        push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, format!("{tasks} tasks judged"));
+        let detail = if tasks >= min {
+            format!("{tasks} tasks judged")
+        } else {
+            format!("only {tasks} tasks judged: too few to tell a change from noise")
+        };
+        push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, detail);
     }
     if let (Some(max), Some(c)) = (gates.max_task_regressions, comparison) {
         let n = c.regressions.len() as u64;
         push("max_task_regressions".into(), max as f64, Some(n as f64), n <= max, format!("{n} tasks regressed"));
+    }
+    if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {
+        let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();
+        let n = worse.len() as u64;
+        let detail = if worse.is_empty() {
+            "no metric worse beyond noise (95% CI)".to_string()
+        } else {
+            format!("worse beyond noise (95% CI): {}", worse.join(", "))
+        };
+        push("regressions.max".into(), max as f64, Some(n as f64), n <= max, detail);
     }
     for (metric, g) in &gates.metrics {
         let diff = comparison.and_then(|c| c.metric(metric));
@@ -253,11 +321,16 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
         for (name, limit) in [("max_drop", g.max_drop), ("max_drop_pct", g.max_drop_pct)] {
             let Some(limit) = limit else { continue };
             let gate = format!("{metric}.{name}");
-            let Some((best, worst)) = diff.and_then(|d| d.worse_range()) else {
+            let (Some(d), Some((best, worst))) = (diff, diff.and_then(|d| d.worse_range())) else {
                 push(gate, limit, None, false, format!("{metric} is not measured on both sides"));
                 continue;
             };
-            let base = diff.map(|d| d.base).unwrap_or_default();
+            // How much worse the mean paired difference is (positive is worse).
+            let point = match d.better {
+                Better::Higher => d.base - d.cand,
+                Better::Lower => d.cand - d.base,
+            };
+            let base = d.base;
             let scale = |x: f64| {
                 if name == "max_drop_pct" {
                     if base.abs() > 0.0 {
@@ -272,8 +345,9 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 }
             };
             // `+ 0.0` turns a negative zero into a plain one for display.
-            let (best, worst) = (scale(best) + 0.0, scale(worst) + 0.0);
-            let passed = best <= limit;
+            let (point, best, worst) = (scale(point) + 0.0, scale(best) + 0.0, scale(worst) + 0.0);
+            // A hair of tolerance, so 0.05 allowed is not failed by 0.05000000000000002 measured.
+            let passed = point <= limit + 1e-9 * limit.abs().max(1.0);
             let unit = if name == "max_drop_pct" { "%" } else { "" };
             let direction = match better_of(metric) {
                 Some(Better::Higher) => "lower",
@@ -282,11 +356,11 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             push(
                 gate,
                 limit,
-                Some(best),
+                Some(point),
                 passed,
                 // The gate names the metric and the report names the base: the detail stays short
                 // enough for a 100-column terminal line.
-                format!("{best:.4}{unit} to {worst:.4}{unit} {direction} than the base (95% CI)"),
+                format!("{point:.4}{unit} {direction} than the base (95% CI {best:.4}{unit} to {worst:.4}{unit})"),
             );
         }
     }
@@ -345,5 +419,75 @@ mod tests {
         let g = load_gates_str("on_missing_baseline: pass\nmetrics:\n  pass_rate: {min: 0.5}\n", "g").unwrap();
         assert!(judge(&g, None, &|_| Some(0.7), 10).passed);
         assert!(!judge(&g, None, &|_| Some(0.4), 10).passed);
+    }
+
+    use crate::compare::{CompareOptions, compare, tests::run};
+    use agenteval_core::model::TerminatedBy::{AgentError, Completed};
+
+    /// 20 tasks, 15 passed in the base, 11 in the candidate: a 20-point drop in pass rate.
+    fn twenty_point_drop() -> Comparison {
+        let ids: Vec<String> = (0..20).map(|i| format!("t{i:02}")).collect();
+        let side = |passing: usize| -> Vec<(&str, bool, agenteval_core::model::TerminatedBy)> {
+            ids.iter()
+                .enumerate()
+                .map(|(i, id)| (id.as_str(), i < passing, if i < passing { Completed } else { AgentError }))
+                .collect()
+        };
+        compare(&run("b", &side(15)), &run("c", &side(11)), CompareOptions::default()).unwrap()
+    }
+
+    fn gate<'a>(v: &'a Verdict, name: &str) -> &'a GateResult {
+        v.gates.iter().find(|g| g.gate == name).unwrap_or_else(|| panic!("no gate {name}: {v:?}"))
+    }
+
+    #[test]
+    fn a_drop_is_judged_on_the_point_estimate_not_the_best_end_of_the_interval() {
+        let c = twenty_point_drop();
+        let pr = c.metric("pass_rate").unwrap();
+        let (best, _) = pr.worse_range().unwrap();
+        assert!(best <= 0.05, "the interval's best end is within 0.05 ({best}): the old rule let this pass");
+        let g = load_gates_str("metrics:\n  pass_rate: {max_drop: 0.05, max_drop_pct: 20}\n", "g").unwrap();
+        let v = judge(&g, Some(&c), &|_| None, 20);
+        assert!(!v.passed);
+        let drop = gate(&v, "pass_rate.max_drop");
+        assert!(!drop.passed && (drop.value.unwrap() - 0.2).abs() < 1e-12, "{drop:?}");
+        assert!(drop.detail.starts_with("0.2000 lower than the base (95% CI"), "{}", drop.detail);
+        let pct = gate(&v, "pass_rate.max_drop_pct");
+        assert!(!pct.passed && (pct.value.unwrap() - 0.2 / 0.75 * 100.0).abs() < 1e-9, "{pct:?}");
+        // A budget the drop fits in passes.
+        let g = load_gates_str("metrics:\n  pass_rate: {max_drop: 0.2, max_drop_pct: 30}\n", "g").unwrap();
+        assert!(judge(&g, Some(&c), &|_| None, 20).passed);
+    }
+
+    #[test]
+    fn regressions_counts_the_metrics_worse_beyond_noise() {
+        let c = twenty_point_drop();
+        let g = load_gates_str("regressions: {max: 0}\n", "g").unwrap();
+        let v = judge(&g, Some(&c), &|_| None, 20);
+        let r = gate(&v, "regressions.max");
+        assert!(!r.passed && r.detail.contains("pass_rate") && r.detail.contains("score:exact"), "{r:?}");
+        assert_eq!(r.value, Some(2.0));
+        let g = load_gates_str("regressions: {max: 2}\n", "g").unwrap();
+        assert!(judge(&g, Some(&c), &|_| None, 20).passed);
+        for bad in ["regressions: 0\n", "regressions: {most: 1}\n", "regressions: {max: -1}\n", "regressions: {}\n"] {
+            assert!(load_gates_str(bad, "g").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn too_few_tasks_and_a_value_over_max_fail() {
+        let c = twenty_point_drop();
+        let g =
+            load_gates_str("min_tasks: 25\nmax_task_regressions: 3\nmetrics:\n  cost_per_task: {max: 0.005}\n", "g")
+                .unwrap();
+        let v = judge(&g, Some(&c), &|_| None, 20);
+        let min = gate(&v, "min_tasks");
+        assert!(!min.passed && min.detail.contains("too few"), "{min:?}");
+        assert!(!gate(&v, "cost_per_task.max").passed);
+        assert!(!gate(&v, "max_task_regressions").passed, "4 tasks regressed");
+        let g =
+            load_gates_str("min_tasks: 20\nmax_task_regressions: 4\nmetrics:\n  cost_per_task: {max: 0.011}\n", "g")
+                .unwrap();
+        assert!(judge(&g, Some(&c), &|_| None, 20).passed);
     }
 }

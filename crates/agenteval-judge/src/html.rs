@@ -382,6 +382,8 @@ if (D.comparison) {
   }
   t.append(body);
   sec.append(t);
+  if ((C.changed || []).length) sec.append(el("p", {class: "warn", text: C.changed.length + " tasks changed content under the same id and are left out of the statistics: " + C.changed.join(", ")}));
+  if (C.grading_changed) sec.append(el("p", {class: "warn", text: "The runs were graded with different settings: a difference may come from the grading, not the agent."}));
   if (C.infra_failures.length) sec.append(el("p", {class: "warn", text: C.infra_failures.length + " tasks failed on infrastructure and are left out of the statistics: " + C.infra_failures.map(t => t.task_id).join(", ")}));
 }
 if (D.verdict) {

@@ -83,6 +83,24 @@ fn word(m: &MetricDiff) -> &'static str {
     }
 }
 
+/// What a reader must know before trusting the numbers: the inputs of the two runs differ.
+pub fn warnings(c: &Comparison) -> Vec<String> {
+    let mut out = Vec::new();
+    if !c.changed.is_empty() {
+        let shown: Vec<&str> = c.changed.iter().take(5).map(String::as_str).collect();
+        let more = if c.changed.len() > 5 { format!(" and {} more", c.changed.len() - 5) } else { String::new() };
+        out.push(format!(
+            "{} tasks changed content (input, expected answer or evaluators) under the same id and are not compared: {}{more}",
+            c.changed.len(),
+            shown.join(", ")
+        ));
+    }
+    if c.grading_changed {
+        out.push("the runs were graded with different settings (benchmark settings or evaluators): a difference may come from the grading, not the agent".into());
+    }
+    out
+}
+
 /// The comparison (and verdict) as terminal text.
 pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let mut o = String::new();
@@ -93,6 +111,12 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         "paired     {} tasks; {} bootstrap resamples, seed {}; intervals are 95%\n",
         c.paired_tasks, c.resamples, c.seed
     );
+    for w in warnings(c) {
+        let _ = writeln!(o, "warning: {w}");
+    }
+    if !warnings(c).is_empty() {
+        let _ = writeln!(o);
+    }
     let _ = writeln!(o, "{:<18} {:>9} {:>9}  difference [95% interval]", "metric", "base", "candidate");
     for m in &c.metrics {
         let _ = writeln!(
@@ -122,6 +146,11 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
                 }
             )
         }),
+    );
+    list(
+        &mut o,
+        "changed (different content under the same id; left out of the statistics)",
+        c.changed.iter().cloned(),
     );
     list(&mut o, "only in the candidate", c.added.iter().cloned());
     list(&mut o, "only in the base", c.removed.iter().cloned());
@@ -186,6 +215,9 @@ pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
         c.resamples,
         c.seed
     );
+    for w in warnings(c) {
+        let _ = writeln!(o, "> ⚠️ {}\n", md_escape(&w));
+    }
     let _ = writeln!(o, "| metric | base | candidate | difference [95% CI] | |\n|---|---:|---:|---|---|");
     for m in &c.metrics {
         let mark = if m.regressed {
@@ -220,6 +252,7 @@ pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
     md_tasks(&mut o, "Regressed tasks", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
     md_tasks(&mut o, "Improved tasks", c.improvements.iter().map(|t| t.task_id.clone()));
     md_tasks(&mut o, "Infrastructure failures (not counted)", c.infra_failures.iter().map(|t| t.task_id.clone()));
+    md_tasks(&mut o, "Changed tasks (different content, not counted)", c.changed.iter().cloned());
     if !c.added.is_empty() || !c.removed.is_empty() {
         let _ = writeln!(o, "\n{} tasks only in the candidate, {} only in the base.", c.added.len(), c.removed.len());
     }
@@ -282,6 +315,8 @@ mod tests {
             },
             bundle_uri: String::new(),
             tags: Default::default(),
+            fingerprints: Default::default(),
+            grading: None,
             lines: (0..10_000)
                 .map(|i| {
                     // Half the tasks regress, a tenth fail on infrastructure.

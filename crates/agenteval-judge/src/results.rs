@@ -7,6 +7,7 @@ use agenteval_core::model::{TaskResult, TaskSpec};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 
 /// One run, ready to judge.
 #[derive(Debug, Clone)]
@@ -16,6 +17,21 @@ pub struct RunResults {
     pub lines: Vec<ResultLine>,
     /// Tags of each task, by task id, from `tasks.jsonl` (for reports; empty if unreadable).
     pub tags: std::collections::BTreeMap<String, Vec<String>>,
+    /// Each task's content fingerprint, by task id (`tasks.jsonl`; computed from the line for
+    /// bundles written before it was recorded).
+    pub fingerprints: std::collections::BTreeMap<String, String>,
+    /// The fingerprint of the run's grading settings (`config.resolved.json`: the benchmark's
+    /// settings that are not task selection, and the evaluators), when readable.
+    pub grading: Option<String>,
+}
+
+/// A line of `tasks.jsonl`: the task and, since it was recorded, its fingerprint.
+#[derive(serde::Deserialize)]
+struct TaskLine {
+    #[serde(flatten)]
+    spec: TaskSpec,
+    #[serde(default)]
+    fingerprint: Option<String>,
 }
 
 fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
@@ -39,13 +55,23 @@ pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
         Err(e) if e.kind() == ErrorKind::NotFound => from_task_folders(store, run).await?,
         Err(e) => return Err(e),
     };
-    let tags = match store.get(run, layout::TASKS).await {
-        Ok(bytes) => parse_lines::<TaskSpec>(&bytes, layout::TASKS)
-            .map(|specs| specs.into_iter().map(|t| (t.id.to_string(), t.tags)).collect())
-            .unwrap_or_default(),
-        Err(_) => Default::default(),
+    let (mut tags, mut fingerprints) = (BTreeMap::new(), BTreeMap::new());
+    if let Ok(bytes) = store.get(run, layout::TASKS).await
+        && let Ok(specs) = parse_lines::<TaskLine>(&bytes, layout::TASKS)
+    {
+        for t in specs {
+            let id = t.spec.id.to_string();
+            fingerprints.insert(id.clone(), t.fingerprint.unwrap_or_else(|| t.spec.content_fingerprint()));
+            tags.insert(id, t.spec.tags);
+        }
+    }
+    let grading = match store.get(run, layout::CONFIG).await {
+        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .map(|v| agenteval_core::model::grading_fingerprint(&v)),
+        Err(_) => None,
     };
-    Ok(RunResults { meta, bundle_uri: store.bundle_uri(run), lines, tags })
+    Ok(RunResults { meta, bundle_uri: store.bundle_uri(run), lines, tags, fingerprints, grading })
 }
 
 async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<ResultLine>> {

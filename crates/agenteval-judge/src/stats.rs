@@ -139,6 +139,20 @@ mod tests {
     }
 
     #[test]
+    fn the_interval_is_the_95_percent_one() {
+        // Resampled here exactly as the bootstrap does; its ends must be the 2.5th and 97.5th
+        // percentiles, which differ from the 5th and 95th (a 90% interval) on these data.
+        let diffs: Vec<f64> = (0..30).map(|i| ((i * 7) % 5) as f64 - 2.0).collect();
+        let i = paired_bootstrap(&diffs, 4_000, 9);
+        let mut rng = SplitMix64::new(9);
+        let mut means: Vec<f64> =
+            (0..4_000).map(|_| (0..30).map(|_| diffs[rng.below(30)]).sum::<f64>() / 30.0).collect();
+        means.sort_by(f64::total_cmp);
+        assert_eq!((i.lo, i.hi), (quantile_sorted(&means, 0.025), quantile_sorted(&means, 0.975)));
+        assert!(i.lo < quantile_sorted(&means, 0.05) && quantile_sorted(&means, 0.95) < i.hi, "{i:?}");
+    }
+
+    #[test]
     fn quantiles_interpolate() {
         assert_eq!(quantile_sorted(&[1.0, 2.0, 3.0, 4.0], 0.5), 2.5);
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);

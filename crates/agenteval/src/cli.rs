@@ -247,6 +247,10 @@ pub enum Command {
         run: RunConfigArgs,
         #[arg(long)]
         json: bool,
+        /// Also run the agent once, on the benchmark's first task, on the local backend in a
+        /// throw-away folder, and say what happened (a mistyped script, a debug print on stdout).
+        #[arg(long)]
+        probe: bool,
     },
     /// Work with run configs.
     Config {
@@ -258,11 +262,14 @@ pub enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
-    /// Restrict this process to an agent's view, then become the agent (started by workers).
+    /// Supervise one program of a task: its process tree, and its view of the machine (started by workers).
     #[command(hide = true)]
     AgentSandbox {
         #[arg(long)]
-        view: String,
+        view: Option<String>,
+        /// The supervised side: apply the view, then become the program.
+        #[arg(long)]
+        inner: bool,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },

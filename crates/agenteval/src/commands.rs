@@ -74,7 +74,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
-        Command::Doctor { run, json } => doctor(&run, json).await,
+        Command::Doctor { run, json, probe } => doctor(&run, json, probe, telemetry).await,
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }
@@ -214,10 +214,25 @@ pub(crate) fn print_outcome(
     if let Some(reason) = &o.reason {
         return Err(Failure {
             code: exit::FAILED,
-            error: anyhow::anyhow!("{reason} (fix `{}`); run {} sealed failed", field_to_fix(config, reason), o.run_id),
+            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, reason), o.run_id),
         });
     }
     Ok(code)
+}
+
+/// The config field behind an agent that cannot run, or jobs that cannot launch, with the
+/// fix when the reason says what it is.
+fn fix_for(config: &agenteval_core::config::RunConfig, reason: &str) -> String {
+    let field = field_to_fix(config, reason);
+    if reason.contains("write diagnostics to stderr") {
+        format!(
+            "fix `{field}`: write diagnostics to stderr, only protocol events to stdout; `agenteval doctor --probe` tries one task"
+        )
+    } else if reason.contains("before sending any protocol event") {
+        format!("fix `{field}`: check the program and its arguments; `agenteval doctor --probe` tries one task")
+    } else {
+        format!("fix `{field}`")
+    }
 }
 
 /// The config field behind an agent that cannot run, or jobs that cannot launch.
@@ -753,10 +768,13 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
     }
 }
 
-async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
+async fn doctor(args: &RunConfigArgs, json: bool, probe: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let checks = wiring::doctor::run(&wiring, &loaded.config).await;
+    let mut checks = wiring::doctor::run(&wiring, &loaded.config).await;
+    if probe {
+        checks.push(probe_agent(args, telemetry).await?);
+    }
     let ok = checks.iter().all(|c| c.ok);
     if json {
         say!("{}", json!({"ok": ok, "checks": checks}));
@@ -767,6 +785,52 @@ async fn doctor(args: &RunConfigArgs, json: bool) -> Result<u8, Failure> {
         say!("{}", if ok { "everything a run needs is in place" } else { "fix the failed checks before submitting" });
     }
     Ok(if ok { exit::OK } else { exit::USAGE })
+}
+
+/// `doctor --probe`: one real run of the benchmark's first task, on the local backend, into a
+/// folder removed afterwards; the check passes when the agent ran and was graded (right or
+/// wrong), and fails with what the task said otherwise.
+async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agenteval_aws::doctor::Check, Failure> {
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-probe-")
+        .tempdir()
+        .map_err(|e| Error::io("cannot create a folder for the probe", e))?;
+    let root = dir.path().display().to_string();
+    let mut sets = args.overrides();
+    sets.extend([
+        "backend.id=local".to_string(),
+        "benchmark.filter.limit=1".to_string(),
+        format!("storage.bundle_root={root}"),
+        format!("storage.index={root}/index.sqlite"),
+        "name=doctor-probe".to_string(),
+    ]);
+    let loaded = load_config(&args.config, &sets).map_err(config_failure)?;
+    let wiring = Wiring::new(exe()?, None);
+    let opts = controller_options(&loaded.config, wiring.clone(), true, true, telemetry).await?;
+    let name = "probe: the agent on the first task".to_string();
+    let outcome = match controller::submit(&loaded, opts).await {
+        Ok(o) => o,
+        Err(e) => return Ok(agenteval_aws::doctor::Check { name, ok: false, detail: e.to_string() }),
+    };
+    let index = wiring.index(&loaded.config.storage.index_location()).await?;
+    let tasks = index.list_tasks(&outcome.run_id).await?;
+    let Some(task) = tasks.first() else {
+        return Ok(agenteval_aws::doctor::Check { name, ok: false, detail: "the benchmark has no task".into() });
+    };
+    let s = &outcome.summary;
+    let (ok, detail) = if s.passed + s.failed == 1 {
+        let verdict = if s.passed == 1 { "passed" } else { "graded, not passed" };
+        (true, format!("task {}: the agent ran and answered ({verdict})", task.task_id))
+    } else {
+        let why = task.detail.clone().unwrap_or_else(|| "no detail".into());
+        let kind = agenteval_engine::controller::decide::AgentErrorKind::of(&why);
+        let hint = match kind {
+            agenteval_engine::controller::decide::AgentErrorKind::Other(_) => String::new(),
+            k => format!(" — {}", k.describe()),
+        };
+        (false, format!("task {}: {why}{hint}", task.task_id))
+    };
+    Ok(agenteval_aws::doctor::Check { name, ok, detail })
 }
 
 async fn index_rebuild(bundles: &str, args: &IndexArgs, json: bool) -> Result<u8, Failure> {

@@ -250,6 +250,16 @@ pub async fn judge_run(
         }
         None => None,
     };
+    // Gates judge an agent on the same questions: when too many tasks changed content, no
+    // verdict is given at all (a usage problem: the wrong runs were compared).
+    if let (Some(g), Some(c)) = (gates, &comparison)
+        && let Some(why) = agenteval_judge::gates::refusal(g, c)
+    {
+        if let (Some(out), Some(format)) = (out, format) {
+            emit(out, &render(cand_at.store.as_ref(), &cand_results, c, None, format).await?)?;
+        }
+        return Err(Failure { code: exit::USAGE, error: anyhow::anyhow!("{why}") });
+    }
     let verdict = gates.map(|g| {
         let lines = &cand_results.lines;
         judge(g, comparison.as_ref(), &|metric| run_metric(lines, metric), lines.len() as u64)

@@ -98,8 +98,8 @@ pub fn main() -> ExitCode {
     };
     // Before any thread exists: a Landlock ruleset binds the thread that applies it, and the
     // process becomes the agent right after.
-    if let cli::Command::AgentSandbox { view, command } = &cli.command {
-        return ExitCode::from(agenteval_engine::agents::sandbox::exec_sandboxed(view, command));
+    if let cli::Command::AgentSandbox { view, inner, command } = &cli.command {
+        return ExitCode::from(agenteval_engine::agents::sandbox::launch(view.as_deref(), *inner, command));
     }
     // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
     // which dominated the cost of small tasks with several workers on two cores.

@@ -248,7 +248,8 @@ def hwm(pid):
     for line in open(f"/proc/{pid}/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
-worker = os.getppid()
+# The agent's parent is its task's supervisor; the worker is the supervisor's parent.
+worker = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1])
 blob = "x" * (512 * 1024)
 while True:
     print(json.dumps({"kind": "agent.observation", "payload": {"worker_hwm_kb": hwm(worker), "blob": blob}}), flush=True)
@@ -369,5 +370,50 @@ storage:
     assert!(!bundle.join("planted.txt").exists() && !ws.path().join("planted.txt").exists());
     let pid = tried["child_pid"].as_i64().unwrap() as i32;
     wait_until("the agent's setsid child to be killed", Duration::from_secs(10), || !alive(pid));
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+}
+
+/// An agent that leaves a `setsid` child with a grandchild of its own behind, reports their
+/// pids as an observation, and answers right after a pause (so its siblings overlap it).
+const LEAVER: &str = r#"
+import json, os, subprocess, sys, time
+req = json.loads(sys.stdin.readline())
+child = subprocess.Popen(["setsid", "sh", "-c", "sleep 300 & echo $!; wait"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+grandchild = int(child.stdout.readline())
+print(json.dumps({"kind": "agent.observation", "payload": {"pids": [child.pid, grandchild]}}), flush=True)
+time.sleep(0.3)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": req["input"].upper()}}), flush=True)
+"#;
+
+#[test]
+fn tasks_in_parallel_each_own_their_processes_and_none_outlives_the_run() {
+    let ws = Workspace::new();
+    ws.write("leaver.py", LEAVER);
+    let cases: String =
+        (0..40).map(|i| format!("{{\"id\": \"c{i:02}\", \"input\": \"q{i}\", \"expected\": \"Q{i}\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "leaver.yaml",
+        "name: leaver\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: command, command: [python3, leaver.py]}\nbackend: {max_concurrent_jobs: 2, tasks_per_job: 20, tasks_in_parallel: 4}\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["summary"]["passed"], 40, "every task passes: {v}");
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    let mut pids = Vec::new();
+    for task in std::fs::read_dir(bundle.join("tasks")).unwrap().flatten() {
+        let trace = std::fs::read_to_string(task.path().join("trace.jsonl")).unwrap();
+        for line in trace.lines() {
+            let ev: serde_json::Value = serde_json::from_str(line).unwrap();
+            if let Some(p) = ev["payload"]["pids"].as_array() {
+                pids.extend(p.iter().map(|p| p.as_i64().unwrap() as i32));
+            }
+        }
+    }
+    assert_eq!(pids.len(), 80, "every task reported its child and grandchild");
+    // Killed when their own task ended, so gone by the time `submit` returned.
+    let left: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "processes outlived their task: {left:?}");
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
 }

@@ -67,11 +67,12 @@ fn verdicts(bundle: &Path) -> BTreeMap<String, (bool, String)> {
 }
 
 #[test]
-fn the_oracle_scores_164_of_164() {
+fn the_oracle_scores_164_of_164_with_eight_tasks_at_once_in_each_worker() {
+    // Eight checks at once in one worker: a check ending must not take its siblings with it.
     let ws = Workspace::new();
     let cfg = ws.write(
         "he.yaml",
-        "name: he\nbenchmark: {kind: humaneval}\nagent: {kind: oracle}\nbackend: {tasks_per_job: 41}\n",
+        "name: he\nbenchmark: {kind: humaneval}\nagent: {kind: oracle}\nbackend: {tasks_per_job: 82, tasks_in_parallel: 8}\n",
     );
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));

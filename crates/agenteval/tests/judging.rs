@@ -13,7 +13,8 @@ import json, os, sys
 req = json.loads(sys.stdin.readline())
 task = req["task_id"]
 if task in os.environ.get("KILL", "").split(","):
-    os.kill(os.getppid(), 9)
+    # The parent is the task's supervisor; the worker is its parent.
+    os.kill(int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1]), 9)
 broken = set(filter(None, os.environ.get("BROKEN", "").split(",")))
 answer = "wrong" if task in broken else req["input"].upper()
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}, "cost_usd": 0.001, "input_tokens": 10, "output_tokens": 5}), flush=True)

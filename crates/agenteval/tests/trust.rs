@@ -46,6 +46,56 @@ fn an_agent_that_cannot_start_stops_the_run_early_and_says_which_field() {
     assert!(text(&doctor.stdout).contains("FAIL agent program nopython"), "{}", text(&doctor.stdout));
 }
 
+#[test]
+fn a_mistyped_script_and_a_chatty_agent_stop_the_run_early_and_doctor_probe_finds_both() {
+    let ws = Workspace::new();
+    cases(&ws, 20);
+    // Answers right, but says hello on stdout first: every task's line is its own text.
+    ws.write(
+        "chatty.py",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nprint('debug: working on', req['task_id'])\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': req['input'].upper()}}))\n",
+    );
+    for (name, command, fix) in [
+        ("typo", "[python3, agnet.py]", "check the program and its arguments"),
+        ("chatty", "[python3, chatty.py]", "write diagnostics to stderr"),
+    ] {
+        let cfg = ws.write(
+            &format!("{name}.yaml"),
+            &format!("name: {name}\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: {command}\nbackend: {{max_concurrent_jobs: 2, tasks_per_job: 1}}\n"),
+        );
+        let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(4), "{name}: {err}");
+        let last = err.lines().last().unwrap();
+        assert!(last.starts_with("error: the agent cannot run:"), "{name}: {err}");
+        assert!(last.contains("fix `agent.command`") && last.contains(fix), "{name}: {last}");
+        let status = ws.run(&["status", "latest", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+        let finished = v["tasks"]["completed"].as_u64().unwrap();
+        assert!((3..=8).contains(&finished), "{name}: stopped within the first tasks, not after {finished}");
+
+        let doctor = ws.run(&["doctor", "--probe", "--config", cfg.to_str().unwrap()]);
+        let shown = text(&doctor.stdout);
+        assert_eq!(doctor.status.code(), Some(2), "{name}: {shown}");
+        let probe = shown.lines().find(|l| l.contains("probe:")).unwrap_or_else(|| panic!("{shown}"));
+        assert!(probe.starts_with("FAIL") && probe.contains("task c00"), "{name}: {probe}");
+        let why = if name == "typo" { "agnet.py" } else { "write diagnostics to stderr" };
+        assert!(probe.contains(why), "{name}: {probe}");
+    }
+    // The same probe on an agent that works passes, and leaves nothing in the runs folder.
+    ws.write(
+        "good.py",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': req['input'].upper()}}))\n",
+    );
+    let cfg = ws.write("good.yaml", "name: good\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: command, command: [python3, good.py]}\n");
+    let before = std::fs::read_dir(ws.runs()).unwrap().count();
+    let doctor = ws.run(&["doctor", "--probe", "--config", cfg.to_str().unwrap()]);
+    let shown = text(&doctor.stdout);
+    assert_eq!(doctor.status.code(), Some(0), "{shown}");
+    assert!(shown.contains("the agent ran and answered (passed)"), "{shown}");
+    assert_eq!(std::fs::read_dir(ws.runs()).unwrap().count(), before, "the probe wrote into the runs folder");
+}
+
 /// `passed X failed Y errored Z infra W` anywhere in `line`.
 fn words(line: &str) -> Option<[u64; 4]> {
     let at = line.find("passed ")?;

@@ -160,33 +160,6 @@ impl AgentRunner for CommandAgent {
         if let Err(why) = runnable(prog) {
             return agent_error(format!("cannot start agent `{prog}`: {why}"));
         }
-        let mut cmd = tokio::process::Command::new(prog);
-        cmd.args(args).env_clear();
-        for var in PASSED_ENV {
-            if let Some(v) = std::env::var_os(var) {
-                cmd.env(var, v);
-            }
-        }
-        match &self.inherit {
-            InheritEnv::All(true) => {
-                cmd.envs(std::env::vars_os());
-            }
-            InheritEnv::All(false) => {}
-            InheritEnv::Names(names) => {
-                for name in names {
-                    if let Some(v) = std::env::var_os(name) {
-                        cmd.env(name, v);
-                    }
-                }
-            }
-        }
-        cmd.envs(&self.env)
-            .envs(&ctx.env.vars)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .process_group(0);
         // A scratch folder for the agent: the benchmark's if it prepared one, else a fresh
         // temporary folder removed when this function returns.
         let own_scratch = match &ctx.env.workdir {
@@ -197,41 +170,59 @@ impl AgentRunner for CommandAgent {
             },
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
-        if let Some(scratch) = &scratch {
-            cmd.env("AGENTEVAL_SCRATCH_DIR", scratch).env("HOME", scratch).env("TMPDIR", scratch).current_dir(scratch);
-        } else if let Some(w) = &self.workdir {
-            cmd.current_dir(w);
-        }
-        if let Some(view) = &self.sandbox {
-            match sandbox::launcher() {
-                Some(launcher) if sandbox::available() => {
-                    let mut view = view.clone();
-                    view.read.extend(sandbox::which(prog).and_then(|p| sandbox::program_home(&p)));
-                    view.read.extend(args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()));
-                    view.write.extend(scratch.iter().cloned());
-                    let view = serde_json::to_string(&view).expect("a view serializes");
-                    // The same process, restricted and then replaced by the agent: the worker
-                    // stays unrestricted, and no unsafe `pre_exec` is needed.
-                    let std_cmd = cmd.as_std_mut();
-                    let mut launched = std::process::Command::new(launcher);
-                    launched.args(["agent-sandbox", "--view", &view, "--", prog]).args(args);
-                    launched.env_clear().envs(std_cmd.get_envs().filter_map(|(k, v)| v.map(|v| (k, v))));
-                    if let Some(dir) = std_cmd.get_current_dir() {
-                        launched.current_dir(dir);
-                    }
-                    let mut wrapped = tokio::process::Command::from(launched);
-                    wrapped
-                        .stdin(Stdio::piped())
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped())
-                        .kill_on_drop(true)
-                        .process_group(0);
-                    cmd = wrapped;
-                }
-                Some(_) => warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)"),
-                None => warn_unsandboxed("no sandbox launcher in this process"),
+        let view = match &self.sandbox {
+            Some(view) if sandbox::launcher().is_some() && sandbox::available() => {
+                let mut view = view.clone();
+                view.read.extend(sandbox::which(prog).and_then(|p| sandbox::program_home(&p)));
+                view.read.extend(args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()));
+                view.write.extend(scratch.iter().cloned());
+                Some(view)
+            }
+            Some(_) if sandbox::launcher().is_some() => {
+                warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
+                None
+            }
+            Some(_) => {
+                warn_unsandboxed("no sandbox launcher in this process");
+                None
+            }
+            None => None,
+        };
+        // Under the task's own supervisor, which the sandbox restricts and then replaces by the
+        // agent: the worker stays unrestricted, and no unsafe `pre_exec` is needed.
+        let os_args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let mut std_cmd = sandbox::supervised(prog.as_ref(), &os_args, view.as_ref());
+        std_cmd.env_clear();
+        for var in PASSED_ENV {
+            if let Some(v) = std::env::var_os(var) {
+                std_cmd.env(var, v);
             }
         }
+        match &self.inherit {
+            InheritEnv::All(true) => {
+                std_cmd.envs(std::env::vars_os());
+            }
+            InheritEnv::All(false) => {}
+            InheritEnv::Names(names) => {
+                for name in names {
+                    if let Some(v) = std::env::var_os(name) {
+                        std_cmd.env(name, v);
+                    }
+                }
+            }
+        }
+        std_cmd.envs(&self.env).envs(&ctx.env.vars);
+        if let Some(scratch) = &scratch {
+            std_cmd
+                .env("AGENTEVAL_SCRATCH_DIR", scratch)
+                .env("HOME", scratch)
+                .env("TMPDIR", scratch)
+                .current_dir(scratch);
+        } else if let Some(w) = &self.workdir {
+            std_cmd.current_dir(w);
+        }
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
         for (var, secret) in ctx.secrets {
             cmd.env(var, secret.expose());
         }
@@ -278,6 +269,7 @@ impl AgentRunner for CommandAgent {
         let mut problem: Option<(TerminatedBy, String)> = None;
         let mut buf = Vec::new();
         let mut n = 0usize;
+        let mut events = 0usize;
         let mut exited = None;
         let mut drain_until: Option<tokio::time::Instant> = None;
         loop {
@@ -338,6 +330,7 @@ impl AgentRunner for CommandAgent {
                     problem = Some((TerminatedBy::AgentError, "agent.terminal has no payload.final_answer".into()));
                 }
             }
+            events += 1;
             let event = AgentEvent {
                 kind: Some(ev.kind),
                 payload: ev.payload,
@@ -353,14 +346,19 @@ impl AgentRunner for CommandAgent {
                 break;
             }
         }
-        if problem.is_some() {
-            let _ = child.start_kill();
+        if problem.is_some()
+            && let Some(pid) = child.id()
+        {
+            // The whole tree: the supervisor alone would leave the agent holding the pipes.
+            super::reap::kill_tree(pid as i32);
         }
         let status = match exited {
             Some(st) => st,
             None => child.wait().await,
         };
-        let stderr_tail = stderr_task.await.unwrap_or_default();
+        // A descendant that escaped the kill could hold stderr open: wait for it only briefly.
+        let stderr_tail =
+            tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
         let with_stderr = |msg: String| {
             if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
         };
@@ -369,6 +367,10 @@ impl AgentRunner for CommandAgent {
         }
         match status {
             Ok(st) if st.success() => {}
+            // Said in a fixed form: the controller tells "cannot run at all" by it.
+            Ok(st) if events == 0 => {
+                return agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
+            }
             Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
             Err(e) => return agent_error(format!("waiting for agent: {e}")),
         }

@@ -173,8 +173,9 @@ pub use imp::{Prepared, available, prepare};
 
 static LAUNCHER: OnceLock<PathBuf> = OnceLock::new();
 
-/// Names the executable whose hidden `agent-sandbox` command applies a [`View`] and then execs
-/// the agent (the worker's own binary). Without one, agents run unsandboxed.
+/// Names the executable whose hidden `agent-sandbox` command supervises a task's program and
+/// applies a [`View`] to it (the worker's own binary). Without one, programs run unsupervised and
+/// unsandboxed.
 pub fn set_launcher(exe: PathBuf) {
     let _ = LAUNCHER.set(exe);
 }
@@ -183,24 +184,70 @@ pub fn launcher() -> Option<&'static Path> {
     LAUNCHER.get().map(PathBuf::as_path)
 }
 
-/// The `agent-sandbox` command: restricts this (still single-threaded) process to `view` (JSON)
-/// and replaces it with `command`. Returns only on failure, with the exit code to use.
-pub fn exec_sandboxed(view: &str, command: &[std::ffi::OsString]) -> u8 {
-    use std::os::unix::process::CommandExt as _;
-    let view: View = match serde_json::from_str(view) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("agent-sandbox: bad view: {e}");
-            return 126;
+/// `program` with `args`, started through the launcher when there is one: under a per-task
+/// supervisor (`reap::supervise`), restricted to `view` when one is given. Environment, folder
+/// and stdio are the caller's to set on the returned command; they pass through unchanged.
+pub fn supervised(
+    program: &std::ffi::OsStr,
+    args: &[std::ffi::OsString],
+    view: Option<&View>,
+) -> std::process::Command {
+    match launcher() {
+        Some(launcher) => {
+            let mut c = std::process::Command::new(launcher);
+            c.arg("agent-sandbox");
+            if let Some(view) = view {
+                c.args(["--view", &serde_json::to_string(view).expect("a view serializes")]);
+            }
+            c.arg("--").arg(program).args(args);
+            c
         }
-    };
+        None => {
+            let mut c = std::process::Command::new(program);
+            c.args(args);
+            c
+        }
+    }
+}
+
+/// The `agent-sandbox` command. Without `inner`: the task's supervisor, which starts itself again
+/// with `--inner` and supervises that (`reap::supervise`). With `inner`: restricts this (still
+/// single-threaded) process to `view` (JSON), if any, and replaces it with `command`; returns only
+/// on failure, with the exit code to use.
+pub fn launch(view: Option<&str>, inner: bool, command: &[std::ffi::OsString]) -> u8 {
+    use std::os::unix::process::CommandExt as _;
     let Some((prog, args)) = command.split_first() else {
         eprintln!("agent-sandbox: no command");
         return 126;
     };
-    if let Err(e) = prepare(&view).and_then(|p| p.apply().map_err(|e| e.to_string())) {
-        eprintln!("agent-sandbox: {e}");
-        return 126;
+    if !inner {
+        let me = match std::env::current_exe() {
+            Ok(me) => me,
+            Err(e) => {
+                eprintln!("agent-sandbox: cannot find own executable: {e}");
+                return 126;
+            }
+        };
+        let mut c = std::process::Command::new(me);
+        c.args(["agent-sandbox", "--inner"]);
+        if let Some(view) = view {
+            c.args(["--view", view]);
+        }
+        c.arg("--").args(command);
+        return super::reap::supervise(c);
+    }
+    if let Some(view) = view {
+        let view: View = match serde_json::from_str(view) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("agent-sandbox: bad view: {e}");
+                return 126;
+            }
+        };
+        if let Err(e) = prepare(&view).and_then(|p| p.apply().map_err(|e| e.to_string())) {
+            eprintln!("agent-sandbox: {e}");
+            return 126;
+        }
     }
     let e = std::process::Command::new(prog).args(args).exec();
     eprintln!("cannot start agent `{}`: {e}", prog.to_string_lossy());

@@ -21,9 +21,16 @@ struct IdOnly {
 }
 
 impl TaskTable {
+    /// Appends a task, with its content fingerprint as one more field of its line.
     pub fn push(&mut self, t: &TaskSpec) {
         let start = self.jsonl.len();
         serde_json::to_writer(&mut self.jsonl, t).expect("tasks serialize");
+        // A task serializes as an object: its closing brace makes room for one more field.
+        debug_assert_eq!(self.jsonl.last(), Some(&b'}'));
+        self.jsonl.pop();
+        self.jsonl.extend_from_slice(b",\"fingerprint\":\"");
+        self.jsonl.extend_from_slice(t.content_fingerprint().as_bytes());
+        self.jsonl.extend_from_slice(b"\"}");
         self.spans.push((start as u32, (self.jsonl.len() - start) as u32));
         self.jsonl.push(b'\n');
         self.ids.push(t.id.clone());

@@ -28,9 +28,62 @@ pub enum StopReason {
     LaunchFailed,
 }
 
+/// What kind of mistake an agent error is, from the worker's message: the usual ways an agent
+/// cannot run at all, told apart from a task-specific failure. Two tasks failing "the same
+/// way" fail with the same kind, whatever path or text their messages carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentErrorKind {
+    /// The program named by `agent.command` cannot be started.
+    CannotStart,
+    /// The program exited with this status before it sent one protocol event (a mistyped
+    /// script: status 2 for `python3`, 126/127 for a shell).
+    ExitedBeforeProtocol(String),
+    /// A stdout line was not a protocol event (a debug print on stdout).
+    NotProtocol,
+    /// The model provider refused the key (HTTP 401/403).
+    KeyRefused,
+    /// Anything else, by its whole message.
+    Other(String),
+}
+
+impl AgentErrorKind {
+    /// Classifies a task's error message (`command` agent and `llm` agent wording).
+    pub fn of(detail: &str) -> AgentErrorKind {
+        if detail.starts_with("cannot start agent") {
+            AgentErrorKind::CannotStart
+        } else if let Some(rest) = detail.strip_prefix("agent exited with ")
+            && let Some((status, _)) = rest.split_once(" before sending any protocol event")
+        {
+            AgentErrorKind::ExitedBeforeProtocol(status.to_string())
+        } else if detail.starts_with("output line ") && detail.contains(" is not a protocol event") {
+            AgentErrorKind::NotProtocol
+        } else if detail.contains("answered HTTP 401") || detail.contains("answered HTTP 403") {
+            AgentErrorKind::KeyRefused
+        } else {
+            AgentErrorKind::Other(detail.to_string())
+        }
+    }
+
+    /// What went wrong, for people, with the fix where there is one.
+    pub fn describe(&self) -> String {
+        match self {
+            AgentErrorKind::CannotStart => "its program cannot be started".into(),
+            AgentErrorKind::ExitedBeforeProtocol(status) => format!(
+                "it exited with {status} before sending any protocol event (a mistyped script or a missing file?)"
+            ),
+            AgentErrorKind::NotProtocol => {
+                "it printed a line that is not a protocol event on stdout (write diagnostics to stderr: stdout carries only protocol events)".into()
+            }
+            AgentErrorKind::KeyRefused => "the model provider refused its key".into(),
+            AgentErrorKind::Other(_) => "the same error on every task".into(),
+        }
+    }
+}
+
 /// Whether a run's first finished tasks show an agent that cannot run: at least `need` of them
 /// (`backend.stop_after_identical_errors`; 0 turns the check off), every one an `agent_error`
-/// with the same message. Returns that message.
+/// of the same kind ([`AgentErrorKind`]). Returns what the first said, prefixed with the kind's
+/// description when the kind is one of the usual mistakes.
 pub fn broken_agent<'a>(
     finished: impl IntoIterator<Item = (agenteval_core::model::TerminatedBy, Option<&'a str>)>,
     need: usize,
@@ -38,21 +91,28 @@ pub fn broken_agent<'a>(
     if need == 0 {
         return None;
     }
-    let mut first: Option<&str> = None;
+    let mut first: Option<(AgentErrorKind, &str)> = None;
     let mut n = 0;
     for (ended, detail) in finished {
         if ended != agenteval_core::model::TerminatedBy::AgentError {
             return None;
         }
         let detail = detail.unwrap_or("");
-        match first {
-            None => first = Some(detail),
-            Some(f) if f != detail => return None,
+        let kind = AgentErrorKind::of(detail);
+        match &first {
+            None => first = Some((kind, detail)),
+            Some((f, _)) if *f != kind => return None,
             Some(_) => {}
         }
         n += 1;
     }
-    (n >= need).then(|| first.unwrap_or("").to_string())
+    if n < need {
+        return None;
+    }
+    first.map(|(kind, detail)| match kind {
+        AgentErrorKind::Other(_) | AgentErrorKind::CannotStart => detail.to_string(),
+        kind => format!("{}; the first said: {detail}", kind.describe()),
+    })
 }
 
 /// The first jobs of a (resumed) run: `todo` in chunks of `per_job`, numbered in the epoch.
@@ -219,5 +279,48 @@ mod tests {
         assert_eq!(broken_agent([(AgentError, cannot), (Completed, None), (AgentError, cannot)], 3), None);
         assert_eq!(broken_agent([(LimitTime, cannot); 3], 3), None, "a limit is not a broken agent");
         assert_eq!(broken_agent([(AgentError, cannot); 3], 0), None, "0 turns it off");
+    }
+
+    #[test]
+    fn the_usual_mistakes_are_the_same_kind_whatever_path_or_text_they_carry() {
+        use agenteval_core::model::TerminatedBy::AgentError;
+        let typo = |dir: &str| {
+            format!(
+                "agent exited with exit status: 2 before sending any protocol event; stderr: python3: can't open file '/tmp/agenteval-{dir}/agnet.py'"
+            )
+        };
+        let (a, b, c) = (typo("c00-x1"), typo("c01-y2"), typo("c02-z3"));
+        let got = broken_agent(
+            [(AgentError, Some(a.as_str())), (AgentError, Some(b.as_str())), (AgentError, Some(c.as_str()))],
+            3,
+        )
+        .unwrap();
+        assert!(got.starts_with("it exited with exit status: 2 before sending any protocol event"), "{got}");
+        assert!(got.contains("agnet.py"), "the first message is kept: {got}");
+        let chatty = |t: &str| {
+            format!("output line 1 is not a protocol event (expected value at line 1 column 1): \"debug: task {t}\"")
+        };
+        let (a, b, c) = (chatty("c00"), chatty("c01"), chatty("c02"));
+        let got = broken_agent(
+            [(AgentError, Some(a.as_str())), (AgentError, Some(b.as_str())), (AgentError, Some(c.as_str()))],
+            3,
+        )
+        .unwrap();
+        assert!(got.contains("write diagnostics to stderr"), "{got}");
+        // Different statuses are different mistakes; task-specific failures never stop a run.
+        let s1 = "agent exited with exit status: 1 before sending any protocol event";
+        assert_eq!(
+            broken_agent([(AgentError, Some(a.as_str())), (AgentError, Some(s1)), (AgentError, Some(c.as_str()))], 3),
+            None
+        );
+        let (x, y) = (
+            "agent exited with exit status: 1; stderr: KeyError 'c00'",
+            "agent exited with exit status: 1; stderr: KeyError 'c01'",
+        );
+        assert_eq!(broken_agent([(AgentError, Some(x)), (AgentError, Some(y)), (AgentError, Some(x))], 3), None);
+        let key = "openai answered HTTP 401 (invalid_api_key) after 1 attempt(s)";
+        assert!(
+            broken_agent([(AgentError, Some(key)); 3], 3).unwrap().starts_with("the model provider refused its key")
+        );
     }
 }

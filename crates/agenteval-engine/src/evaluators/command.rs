@@ -38,13 +38,14 @@ pub async fn run(
         Some(w) if !a.starts_with('/') && w.join(a).exists() => w.join(a).display().to_string(),
         _ => a.clone(),
     };
-    let mut cmd = tokio::process::Command::new(resolve(prog));
-    cmd.args(args.iter().map(resolve))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+    // Under its own supervisor, so its leftovers die with it and nobody else's do.
+    let args: Vec<std::ffi::OsString> = args.iter().map(|a| resolve(a).into()).collect();
+    let mut cmd = tokio::process::Command::from(crate::agents::sandbox::supervised(
+        std::ffi::OsStr::new(&resolve(prog)),
+        &args,
+        None,
+    ));
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
     if let Some(w) = workdir {
         cmd.current_dir(w);
     }
