@@ -274,3 +274,88 @@ fn nightly_runs_record_pass_regression_and_infrastructure_failure_apart() {
     let shown = text(&out.stdout);
     assert!(shown.contains("infra") && shown.contains("fail") && shown.contains("pass"), "{shown}");
 }
+
+#[test]
+fn an_edited_dataset_is_named_and_only_the_unchanged_tasks_are_judged() {
+    let (ws, cfg) = setup();
+    let (base, code) = submit(&ws, &cfg, &[]);
+    assert_eq!(code, 0);
+    // Two expected answers edited under the same ids: the agent "fails" them only because the
+    // question changed.
+    let edit = |n: usize| {
+        let cases: String = (0..30)
+            .map(|i| {
+                let expected = if i < n { format!("EDITED{i}") } else { format!("WORD{i}") };
+                format!("{{\"id\": \"c{i:02}\", \"input\": \"word{i}\", \"expected\": \"{expected}\"}}\n")
+            })
+            .collect();
+        ws.write("cases.jsonl", &cases);
+    };
+    edit(2);
+    let (cand, code) = submit(&ws, &cfg, &[]);
+    assert_eq!(code, 0);
+    let (v, code, err) = compare(&ws, &base, &cand);
+    assert_eq!(code, 0, "the unchanged 28 tasks held: {err}");
+    let c = &v["comparison"];
+    assert_eq!(c["changed"], serde_json::json!(["c00", "c01"]), "{c}");
+    assert_eq!(c["paired_tasks"], 28);
+    assert_eq!(c["regressions"].as_array().unwrap().len(), 0, "{c}");
+    let shown = text(&ws.run(&["compare", &base, &cand]).stdout);
+    assert!(shown.contains("warning: 2 tasks changed content") && shown.contains("c00, c01"), "{shown}");
+
+    // Six of thirty changed (20%, over the default 10%): no verdict, exit 2, saying why.
+    edit(6);
+    let (cand, _) = submit(&ws, &cfg, &[]);
+    let gates = ws.path().join("gates.yaml");
+    let out = ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("6 of 30 tasks changed content") && err.contains("max_changed_share"), "{err}");
+    assert!(text(&out.stdout).contains("c05"), "the changed tasks are still listed: {}", text(&out.stdout));
+    // A gates file that allows it judges the 24 unchanged tasks.
+    let lenient = ws.write("lenient.yaml", "max_changed_share: 0.5\nmax_task_regressions: 0\n");
+    let out = ws.run(&["compare", &base, &cand, "--gates", lenient.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+}
+
+#[test]
+fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
+    let ws = Workspace::new();
+    ws.write("agent.py", AGENT);
+    let cases: String = (0..20)
+        .map(|i| format!("{{\"id\": \"c{i:02}\", \"input\": \"word{i}\", \"expected\": \"WORD{i}\"}}\n"))
+        .collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "eval.yaml",
+        "name: drop\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: command, command: [python3, agent.py]}\nevaluators:\n  - kind: exact_match\nbackend: {max_concurrent_jobs: 4, tasks_per_job: 5}\n",
+    );
+    // The base passes 15 of 20, the candidate 11: a 20-point drop (docs/judging.md).
+    let (base, code) = submit(&ws, &cfg, &["agent.env.BROKEN=c15,c16,c17,c18,c19"]);
+    assert_eq!(code, 0);
+    let (cand, code) = submit(&ws, &cfg, &["agent.env.BROKEN=c11,c12,c13,c14,c15,c16,c17,c18,c19"]);
+    assert_eq!(code, 0);
+    let gates = ws.write(
+        "g.yaml",
+        "min_tasks: 25\nmax_task_regressions: 3\nregressions: {max: 0}\nmetrics:\n  pass_rate: {max_drop: 0.05, max_drop_pct: 20}\n",
+    );
+    let out = ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap(), "--format", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gate = |name: &str| {
+        v["verdict"]["gates"].as_array().unwrap().iter().find(|g| g["gate"] == name).cloned().unwrap_or_else(|| panic!("{name}: {v}"))
+    };
+    for (name, value) in [
+        ("pass_rate.max_drop", 0.2),
+        ("pass_rate.max_drop_pct", 0.2 / 0.75 * 100.0),
+        ("regressions.max", 3.0),
+        ("max_task_regressions", 4.0),
+        ("min_tasks", 20.0),
+    ] {
+        let g = gate(name);
+        assert_eq!(g["passed"], false, "{g}");
+        assert!((g["value"].as_f64().unwrap() - value).abs() < 1e-9, "{name}: {g}");
+    }
+    let shown = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
+    assert!(shown.contains("0.2000 lower than the base (95% CI"), "{shown}");
+}
