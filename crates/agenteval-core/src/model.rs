@@ -235,10 +235,15 @@ pub enum TerminatedBy {
     LimitTurns,
     InfraFailure,
     AgentError,
+    /// A strict cassette replay found no matching recording: the recording is stale (the
+    /// prompt, the tools or the dataset changed since it was made). Like an infrastructure
+    /// failure it says nothing about the agent, so it is counted as `infra` and left out of
+    /// comparisons, but it keeps its own name in every report.
+    ReplayMiss,
 }
 
 impl TerminatedBy {
-    pub const ALL: [TerminatedBy; 8] = [
+    pub const ALL: [TerminatedBy; 9] = [
         TerminatedBy::Completed,
         TerminatedBy::LimitTokens,
         TerminatedBy::LimitTime,
@@ -247,7 +252,13 @@ impl TerminatedBy {
         TerminatedBy::LimitTurns,
         TerminatedBy::InfraFailure,
         TerminatedBy::AgentError,
+        TerminatedBy::ReplayMiss,
     ];
+
+    /// Whether the task ended for a reason that says nothing about the agent (`infra`).
+    pub fn says_nothing_about_the_agent(self) -> bool {
+        matches!(self, TerminatedBy::InfraFailure | TerminatedBy::ReplayMiss)
+    }
 
     pub fn parse(s: &str) -> Option<TerminatedBy> {
         Self::ALL.into_iter().find(|t| t.as_str() == s)
@@ -263,6 +274,7 @@ impl TerminatedBy {
             TerminatedBy::LimitTurns => "limit_turns",
             TerminatedBy::InfraFailure => "infra_failure",
             TerminatedBy::AgentError => "agent_error",
+            TerminatedBy::ReplayMiss => "replay_miss",
         }
     }
 }
@@ -584,7 +596,7 @@ impl TaskTransition {
         TaskTransition {
             task_id: result.task_id.clone(),
             attempt: result.attempt,
-            state: if result.agent.terminated_by == TerminatedBy::InfraFailure {
+            state: if result.agent.terminated_by.says_nothing_about_the_agent() {
                 TaskState::Failed
             } else {
                 TaskState::Completed
@@ -610,15 +622,15 @@ pub enum Outcome {
     Failed,
     /// The agent errored or hit a limit (`agent_error`, `limit_*`).
     Errored,
-    /// agenteval's infrastructure failed the task (`infra_failure`, or given up after retries):
-    /// it says nothing about the agent.
+    /// agenteval's infrastructure failed the task (`infra_failure`, or given up after retries),
+    /// or a strict replay had no recording of it (`replay_miss`): it says nothing about the agent.
     Infra,
 }
 
 impl Outcome {
     pub fn of(passed: bool, terminated_by: TerminatedBy) -> Outcome {
         match terminated_by {
-            TerminatedBy::InfraFailure => Outcome::Infra,
+            t if t.says_nothing_about_the_agent() => Outcome::Infra,
             _ if passed => Outcome::Passed,
             TerminatedBy::Completed => Outcome::Failed,
             _ => Outcome::Errored,

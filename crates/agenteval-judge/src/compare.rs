@@ -192,7 +192,7 @@ fn fold(lines: &[ResultLine]) -> BTreeMap<String, Folded> {
         let f = out.entry(l.task_id.base().to_string()).or_default();
         f.n += 1.0;
         f.passed += f64::from(u8::from(l.passed));
-        f.infra |= l.terminated_by == TerminatedBy::InfraFailure;
+        f.infra |= l.terminated_by.says_nothing_about_the_agent();
         if !l.passed && f.first_failure.is_none() {
             f.first_failure = Some(l.terminated_by);
         }

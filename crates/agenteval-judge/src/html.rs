@@ -346,7 +346,7 @@ function card(k, v, cls) { cards.append(el("div", {class: "card"}, el("div", {cl
 const S = D.summary;
 // The four words every output uses: passed, failed (graded, wrong), errored (agent error or
 // limit), infra (infrastructure).
-const outcome = t => t.ended === "infra_failure" ? "infra" : t.passed ? "passed" : t.ended === "completed" ? "failed" : "errored";
+const outcome = t => (t.ended === "infra_failure" || t.ended === "replay_miss") ? "infra" : t.passed ? "passed" : t.ended === "completed" ? "failed" : "errored";
 const finished = D.tasks.length, count = o => D.tasks.filter(t => outcome(t) === o).length, passed = count("passed");
 card("tasks finished", S ? S.tasks_finished + " / " + S.tasks_total : String(finished));
 card("passed", String(passed), "pass");

@@ -13,6 +13,7 @@ use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use crate::LlmError;
 use crate::cassette::{CASSETTE_FILE, CassetteMode, Cassettes, TaskCalls};
 use crate::client::{LlmClient, RetryPolicy};
 use crate::pricing::{Price, PriceTable, cost};
@@ -102,6 +103,7 @@ impl AgentRunner for LlmAgent {
         };
         let mut calls = match TaskCalls::open(ctx.task.id.as_str(), self.cassettes.as_ref(), self.redactor.clone()) {
             Ok(c) => c,
+            Err(e @ LlmError::ReplayMiss(_)) => return fail(TerminatedBy::ReplayMiss, e.to_string()),
             Err(e) => return fail(TerminatedBy::AgentError, e.to_string()),
         };
         let outcome = self.converse(ctx, sink, client, &mut calls).await;
@@ -135,7 +137,11 @@ impl LlmAgent {
             let resp = match calls.call(client, req).await {
                 Ok(r) => r,
                 Err(e) => {
-                    let t = if e.is_provider_outage() { TerminatedBy::InfraFailure } else { TerminatedBy::AgentError };
+                    let t = match &e {
+                        LlmError::ReplayMiss(_) => TerminatedBy::ReplayMiss,
+                        e if e.is_provider_outage() => TerminatedBy::InfraFailure,
+                        _ => TerminatedBy::AgentError,
+                    };
                     return AgentOutcome { final_answer: None, error: Some((t, e.to_string())) };
                 }
             };

@@ -102,7 +102,7 @@ impl TaskCalls {
                 Ok(bytes) => calls.recorded = parse_entries(&bytes, &file)?,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound && c.mode == CassetteMode::ReplayOrLive => {}
                 Err(e) => {
-                    return Err(LlmError::Cassette(format!("no recording of task {task}: {}: {e}", file.display())));
+                    return Err(LlmError::ReplayMiss(format!("no recording of task {task}: {}: {e}", file.display())));
                 }
             },
         }
@@ -119,10 +119,10 @@ impl TaskCalls {
             Some(mode @ (CassetteMode::Replay | CassetteMode::ReplayOrLive)) => match self.recorded.get(index) {
                 Some(e) if e.fingerprint == fingerprint => Some(e.response.clone()),
                 Some(e) if mode == CassetteMode::Replay => {
-                    return Err(LlmError::Cassette(divergence(&self.task, index, &e.request, &redacted)));
+                    return Err(LlmError::ReplayMiss(divergence(&self.task, index, &e.request, &redacted)));
                 }
                 None if mode == CassetteMode::Replay => {
-                    return Err(LlmError::Cassette(format!(
+                    return Err(LlmError::ReplayMiss(format!(
                         "task {}: call {} is not in the recording, which has {} call(s)",
                         self.task,
                         index + 1,

@@ -14,9 +14,12 @@ pub enum LlmError {
     /// An answer agenteval cannot read.
     #[error("{provider} sent a response agenteval cannot read: {reason}")]
     Decode { provider: &'static str, reason: String },
-    /// A cassette in `replay` mode has no matching recording, or cannot be read.
+    /// A cassette cannot be read or written.
     #[error("{0}")]
     Cassette(String),
+    /// A strict replay found no matching recording of a call (a stale recording).
+    #[error("{0}")]
+    ReplayMiss(String),
     /// The client cannot be built as configured.
     #[error("{0}")]
     Config(String),
@@ -31,7 +34,7 @@ impl LlmError {
             LlmError::Status { .. } => ErrorKind::Invalid,
             LlmError::Unreachable { .. } => ErrorKind::Transient,
             LlmError::Decode { .. } => ErrorKind::Io,
-            LlmError::Cassette(_) => ErrorKind::NotFound,
+            LlmError::Cassette(_) | LlmError::ReplayMiss(_) => ErrorKind::NotFound,
             LlmError::Config(_) => ErrorKind::Invalid,
         }
     }

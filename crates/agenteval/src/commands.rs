@@ -401,6 +401,9 @@ async fn submit(
         opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;
     }
     let outcome = controller::submit(&loaded, opts).await?;
+    if strict_replay && let Some(dir) = &cassettes.cassettes {
+        stale_recordings(wiring.as_ref(), &loaded.config, &outcome, dir, json, quiet).await?;
+    }
     if baseline.is_none() && gates.is_none() {
         return print_outcome(&outcome, &loaded.config, json, quiet);
     }
@@ -438,6 +441,42 @@ async fn submit(
         );
     }
     Ok(code)
+}
+
+/// A strict replay whose recordings did not match is not a result: the run is shown as usual,
+/// then `submit` fails with exit 3 naming the cassette folder (its tasks are `replay_miss`,
+/// counted as infra and left out of comparisons, never a regression).
+async fn stale_recordings(
+    wiring: &dyn Resolver,
+    config: &agenteval_core::config::RunConfig,
+    outcome: &RunOutcome,
+    dir: &Path,
+    json: bool,
+    quiet: bool,
+) -> Result<(), Failure> {
+    let index = wiring.index(&config.storage.index_location()).await?;
+    let tasks = index.list_tasks(&outcome.run_id).await?;
+    let stale: Vec<&str> = tasks
+        .iter()
+        .filter(|t| t.terminated_by == Some(agenteval_core::model::TerminatedBy::ReplayMiss))
+        .map(|t| t.task_id.as_str())
+        .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    print_outcome(outcome, config, json, quiet)?;
+    let first: Vec<&str> = stale.iter().take(3).copied().collect();
+    Err(Failure {
+        code: exit::INCOMPLETE,
+        error: anyhow::anyhow!(
+            "{} of {} tasks have no matching recording in {} ({}{}): the recording is stale; record it again with --cassette-mode record, or use --cassette-mode replay-or-live",
+            stale.len(),
+            tasks.len(),
+            dir.display(),
+            first.join(", "),
+            if stale.len() > first.len() { ", …" } else { "" }
+        ),
+    })
 }
 
 /// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else

@@ -343,7 +343,13 @@ fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let gate = |name: &str| {
-        v["verdict"]["gates"].as_array().unwrap().iter().find(|g| g["gate"] == name).cloned().unwrap_or_else(|| panic!("{name}: {v}"))
+        v["verdict"]["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["gate"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name}: {v}"))
     };
     for (name, value) in [
         ("pass_rate.max_drop", 0.2),

@@ -218,11 +218,28 @@ fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_name
 
     // A changed system prompt in strict replay fails each task, naming the divergence.
     let changed = config(&ws, "rec", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "  system: be verbose\n", "");
-    let (v, _, _) = ws.submit(&changed, &["--cassettes", tapes.to_str().unwrap()]);
+    let (v, code, out) = ws.submit(&changed, &["--cassettes", tapes.to_str().unwrap()]);
     let r = task(&bundle_of(&v), "plain");
     let err = r["agent"]["error"].as_str().unwrap();
     assert!(err.contains("/system") && err.contains("be brief") && err.contains("be verbose"), "{err}");
     assert_eq!(r["passed"], false);
+    // A stale recording is its own outcome, not the agent's error, and the run is not a result:
+    // exit 3 naming the cassette folder; compared with the good replay nothing regressed.
+    assert_eq!(r["agent"]["terminated_by"], "replay_miss", "{r}");
+    assert_eq!(code, 3, "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    let last = stderr.lines().last().unwrap();
+    assert!(
+        last.contains("3 of 3 tasks have no matching recording") && last.contains(tapes.to_str().unwrap()),
+        "{last}"
+    );
+    assert!(last.contains("stale"), "{last}");
+    assert_eq!(v["summary"]["infra"], 3, "{v}");
+    let cmp = ws.run(&["compare", rep["run_id"].as_str().unwrap(), v["run_id"].as_str().unwrap(), "--format", "json"]);
+    let c: serde_json::Value =
+        serde_json::from_slice(&cmp.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&cmp.stderr)));
+    assert_eq!(c["comparison"]["regressions"], serde_json::json!([]), "{c}");
+    assert_eq!(c["comparison"]["infra_failures"].as_array().unwrap().len(), 3, "{c}");
 }
 
 #[test]

@@ -334,7 +334,7 @@ fn record_outcome(ctx: &Ctx, span: &tracing::Span, outcome: &Result<Option<(Task
             span.record("agenteval.cost_usd", r.total_cost_usd());
             span.record("agenteval.tokens", r.agent.total_tokens as i64);
             span.record("agenteval.terminated_by", r.agent.terminated_by.as_str());
-            if r.agent.terminated_by == TerminatedBy::InfraFailure {
+            if r.agent.terminated_by.says_nothing_about_the_agent() {
                 telemetry::set_error(span, r.agent.error.as_deref().unwrap_or("infrastructure failure"));
             }
         }
