@@ -5,7 +5,23 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::sdk::{AwsClients, classify};
+use agenteval_core::ErrorKind;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+
+use crate::sdk::{AwsClients, kind_and_detail};
+
+/// A failed call, said once (the check's name already names the resource): "missing" only when
+/// the API answered that it does not exist.
+fn failure<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    e: SdkError<E, HttpResponse>,
+) -> String {
+    match kind_and_detail(&e) {
+        (ErrorKind::NotFound, detail) => format!("missing ({detail})"),
+        (ErrorKind::Unauthorized, detail) => format!("not accessible: {detail}"),
+        (_, detail) => detail,
+    }
+}
 
 /// What the checks look at.
 #[derive(Debug, Clone, Default)]
@@ -48,11 +64,7 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
     match &input.bucket {
         Some(b) => {
             let r = clients.s3.head_bucket().bucket(b).send().await;
-            out.push(check(
-                format!("bucket {b}"),
-                r.map(|_| "reachable".into())
-                    .map_err(|e| classify(&format!("bucket {b} is missing or not accessible"), e).to_string()),
-            ));
+            out.push(check(format!("bucket {b}"), r.map(|_| "reachable".into()).map_err(failure)));
         }
         None => out.push(check("bucket", Err("no s3:// bundle root configured".into()))),
     }
@@ -78,7 +90,7 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
                             Err(format!("exists but lacks the `{}` index", crate::dynamo_index::GSI_CREATED))
                         }
                     }
-                    Err(e) => Err(classify(&format!("table {t} is missing or not accessible"), e).to_string()),
+                    Err(e) => Err(failure(e)),
                 },
             ));
         }
@@ -95,7 +107,7 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
                         Some(cl) => Err(format!("status {}", cl.status().unwrap_or("unknown"))),
                         None => Err("not found".into()),
                     },
-                    Err(e) => Err(classify(&format!("cluster {c}"), e).to_string()),
+                    Err(e) => Err(failure(e)),
                 },
             ));
         }
@@ -124,7 +136,12 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
                             Some(_) => Ok(format!("container `{}` found", input.container_name)),
                         }
                     }
-                    Err(e) => Err(classify(&format!("task definition {td} is missing"), e).to_string()),
+                    // ECS answers a family it does not have with a ClientException, not a
+                    // not-found code: that answer, and only it, means missing.
+                    Err(e) => Err(match kind_and_detail(&e) {
+                        (_, detail) if detail.starts_with("ClientException") => format!("missing ({detail})"),
+                        _ => failure(e),
+                    }),
                 },
             ));
         }
@@ -144,10 +161,7 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
     ));
     for name in &input.secrets {
         let r = clients.secrets.describe_secret().secret_id(name).send().await;
-        out.push(check(
-            format!("secret {name}"),
-            r.map(|_| "exists".into()).map_err(|e| classify(&format!("secret {name} is missing"), e).to_string()),
-        ));
+        out.push(check(format!("secret {name}"), r.map(|_| "exists".into()).map_err(failure)));
     }
     out
 }

@@ -133,9 +133,18 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
     what: &str,
     err: SdkError<E, HttpResponse>,
 ) -> Error {
-    let (kind, detail) = match &err {
+    let (kind, detail) = kind_and_detail(&err);
+    // One readable line; the whole chain stays the error's source, which `-v` prints.
+    Error::with_source(kind, format!("{what}: {detail}"), err)
+}
+
+/// What an SDK error means for a caller, and what it said, in one line without the resource.
+pub fn kind_and_detail<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    err: &SdkError<E, HttpResponse>,
+) -> (ErrorKind, String) {
+    match err {
         SdkError::TimeoutError(_) => (ErrorKind::Transient, "timed out".to_string()),
-        SdkError::DispatchFailure(_) if root_cause(&err).to_ascii_lowercase().contains("credential") => (
+        SdkError::DispatchFailure(_) if root_cause(err).to_ascii_lowercase().contains("credential") => (
             ErrorKind::Unauthorized,
             "no AWS credentials found (set AWS_PROFILE, or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or run with a role)"
                 .to_string(),
@@ -144,10 +153,10 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
             ErrorKind::Transient,
             format!(
                 "cannot reach AWS: {} (is AWS_ENDPOINT_URL or aws.endpoint_url right, and the network up?)",
-                root_cause(&err)
+                root_cause(err)
             ),
         ),
-        SdkError::ResponseError(_) => (ErrorKind::Transient, format!("unreadable response: {}", root_cause(&err))),
+        SdkError::ResponseError(_) => (ErrorKind::Transient, format!("unreadable response: {}", root_cause(err))),
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
             let message = se.err().message().unwrap_or("");
@@ -172,7 +181,7 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
             (kind, if message.is_empty() { format!("{code}{hint}") } else { format!("{code}: {message}{hint}") })
         }
         SdkError::ConstructionFailure(_) => {
-            let cause = root_cause(&err);
+            let cause = root_cause(err);
             let hint = if cause.to_ascii_lowercase().contains("credential") {
                 " (set AWS credentials: AWS_PROFILE, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a role)"
             } else {
@@ -180,10 +189,8 @@ pub fn classify<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'sta
             };
             (ErrorKind::Unauthorized, format!("{cause}{hint}"))
         }
-        _ => (ErrorKind::Invalid, root_cause(&err)),
-    };
-    // One readable line; the whole chain stays the error's source, which `-v` prints.
-    Error::with_source(kind, format!("{what}: {detail}"), err)
+        _ => (ErrorKind::Invalid, root_cause(err)),
+    }
 }
 
 /// The innermost error of a chain, in its own words (`Connection refused (os error 111)`),

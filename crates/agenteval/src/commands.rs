@@ -336,16 +336,33 @@ async fn preflight_launch(wiring: &Wiring, config: &agenteval_core::config::RunC
         return Ok(());
     }
     let checks = wiring::doctor::run(wiring, config).await;
-    let failed: Vec<String> = checks
+    let failed: Vec<&agenteval_aws::doctor::Check> = checks
         .iter()
         .filter(|c| !c.ok && (c.name.starts_with("cluster") || c.name.starts_with("task definition")))
-        .map(|c| format!("{}: {}", c.name, c.detail))
         .collect();
     if failed.is_empty() {
         return Ok(());
     }
-    Err(Error::invalid(format!("cannot launch on ECS: {} (fix aws.cluster / aws.task_definition)", failed.join("; ")))
-        .into())
+    Err(Error::invalid(launch_problem(&failed)).into())
+}
+
+/// The failed launch checks in one line, each cause said once with the resources it hit.
+fn launch_problem(failed: &[&agenteval_aws::doctor::Check]) -> String {
+    let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for c in failed {
+        match causes.iter_mut().find(|(d, _)| *d == c.detail) {
+            Some((_, names)) => names.push(&c.name),
+            None => causes.push((&c.detail, vec![&c.name])),
+        }
+    }
+    let said: Vec<String> = causes.iter().map(|(d, names)| format!("{}: {d}", names.join(" and "))).collect();
+    // An unreachable endpoint is not a wrong cluster name: the detail names its own fix.
+    let fix = if failed.iter().all(|c| c.detail.starts_with("cannot reach AWS")) {
+        ""
+    } else {
+        " (fix aws.cluster / aws.task_definition)"
+    };
+    format!("cannot launch on ECS: {}{fix}", said.join("; "))
 }
 
 /// Adds the cassette settings to what every worker gets.

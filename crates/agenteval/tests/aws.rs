@@ -577,7 +577,26 @@ async fn doctor_names_a_missing_task_definition_secret_and_bad_network() {
     ] {
         assert!(shown.contains(want), "missing {want:?} in:\n{shown}");
     }
+    let td = shown.lines().find(|l| l.contains("task definition no-such-family")).unwrap();
+    assert!(td.contains("missing ("), "the API said it does not exist: {td}");
     assert_eq!(aws.ecs_tasks("RUNNING").await + aws.ecs_tasks("STOPPED").await, 0, "no ECS task was launched");
+}
+
+/// An endpoint nobody answers: one cause, said once, and nothing called "missing" that was
+/// never looked at.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_endpoint_is_one_cause_said_once() {
+    let aws = Aws::new(&[], true).await;
+    let cfg = aws.config("aws-unreachable", TOY, "http://127.0.0.1:9");
+    let out = aws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let line = err.lines().last().unwrap();
+    assert_eq!(line.matches("Connection refused").count(), 1, "{line}");
+    assert!(line.contains("cannot reach AWS") && !line.contains("missing"), "{line}");
+    assert!(line.contains(&format!("cluster {} and task definition {}", aws.cluster, aws.task_definition)), "{line}");
+    let doctor = text(&aws.run(&["doctor", "--config", cfg.to_str().unwrap()]).stdout);
+    assert!(!doctor.contains("missing"), "{doctor}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
