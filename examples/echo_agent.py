@@ -4,7 +4,8 @@
 It reads one JSON request on stdin, "thinks" with a tool call to a lookup table, and writes
 JSON-lines events to stdout, ending with `agent.terminal`. For the test suite it can also
 misbehave, chosen by AGENT_MODE or by an input of the form {"question": ..., "mode": ...}:
-crash, hang, garbage, no_terminal, echo_secret, echo_env (answers with its whole environment).
+crash, crash_secret (prints its key on stderr, then crashes), hang, garbage, no_terminal,
+echo_secret, echo_env (answers with its whole environment).
 """
 import json
 import os
@@ -37,6 +38,9 @@ def main():
     if mode == "crash":
         print("simulated crash", file=sys.stderr)
         sys.exit(3)
+    if mode == "crash_secret":
+        print(f"fatal: the provider refused key {os.environ.get('API_KEY', '')}", file=sys.stderr)
+        sys.exit(1)
     if mode == "hang":
         time.sleep(3600)
     if mode == "garbage":

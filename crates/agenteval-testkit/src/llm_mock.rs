@@ -172,6 +172,12 @@ async fn answer(
             .body(Body::from(r#"{"error": {"type": "rate_limit_exceeded", "message": "slow down"}}"#))
             .unwrap();
     }
+    // `ALWAYS<status>`: every call of the conversation fails with that status.
+    if let Some(status) = first.split("ALWAYS").nth(1).and_then(|r| r.get(..3)).and_then(|c| c.parse::<u16>().ok()) {
+        record(status);
+        let body = format!(r#"{{"error": {{"type": "scripted_{status}", "message": "scripted failure"}}}}"#);
+        return Response::builder().status(status).body(Body::from(body)).unwrap();
+    }
     if first.contains("FAIL500") && call_no <= 2 {
         record(500);
         return Response::builder().status(500).body(Body::from("upstream exploded")).unwrap();

@@ -42,6 +42,9 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
             })
             .unwrap_or(0)
     });
+    // A sample can miss only at the very end (the process just exited); never seeing one means
+    // the reader is broken, and a 0 printed as a figure would be a lie.
+    assert!(peak > 0, "{name}: no memory sample of the controller could be read");
     assert_eq!(v["status"], "complete", "{name}: {v}");
     assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
     Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }

@@ -54,7 +54,9 @@ fn tree_rss_kb(root: u32) -> u64 {
 
 /// Runs `submit --json`, sampling the whole fleet's memory; returns (wall, peak kB, output).
 fn submit(cfg: &Path) -> (Duration, u64, serde_json::Value) {
-    submit_sampled(cfg, tree_rss_kb)
+    let out = submit_sampled(cfg, tree_rss_kb);
+    assert!(out.1 > 0, "no memory sample of the fleet could be read: a 0 would be printed as a figure");
+    out
 }
 
 fn humaneval(dir: &Path) {

@@ -366,7 +366,7 @@ fn secrets_never_reach_bundles_logs_or_the_index() {
     let ws = Workspace::new();
     let agent = repo().join("examples/echo_agent.py");
     ws.write("secrets.env", &format!("# local secrets\nMY_API_KEY={SECRET}\n"));
-    ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n{\"id\": \"crashy\", \"input\": {\"question\": \"q\", \"mode\": \"crash\"}}\n");
+    ws.write("cases.jsonl", "{\"id\": \"leaky\", \"input\": {\"question\": \"q\", \"mode\": \"echo_secret\"}}\n{\"id\": \"crashy\", \"input\": {\"question\": \"q\", \"mode\": \"crash_secret\"}}\n");
     let cfg = ws.write(
         "s.yaml",
         &format!(
@@ -401,6 +401,15 @@ storage:
     assert!(receiver.wait_for(Duration::from_secs(20), |s| {
         s.spans.iter().filter(|s| s.name == "eval.task").count() == 2 && s.spans.iter().any(|s| s.name == "eval.run")
     }));
+    // The agent printed the key on stderr and crashed: the failure path carries it, redacted,
+    // into the index's detail, the result and the spans.
+    let crashed = read_json(&bundle.join("tasks/crashy/result.json"));
+    let err = crashed["agent"]["error"].as_str().unwrap();
+    assert!(err.contains("the provider refused key [REDACTED]"), "{err}");
+    let shown: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "show", v["run_id"].as_str().unwrap(), "--failed", "--json"]).stdout)
+            .unwrap();
+    assert!(shown.to_string().contains("refused key [REDACTED]"), "the index's detail: {shown}");
     let exported = format!("{:?}", *receiver.store.lock().unwrap());
     assert!(exported.contains("agent.execute"), "spans arrived");
     assert!(!exported.contains(SECRET), "secret leaked into exported telemetry");

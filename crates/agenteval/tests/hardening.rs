@@ -202,11 +202,29 @@ fn a_deleted_index_stops_the_run_and_rebuild_then_resume_completes_it() {
     let out = ws.run(&["status", &run, "--index", &index]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("interrupted"), "{}", text(&out.stdout));
+    // The rebuilt index knows every task that had finished: the resume must start none of them
+    // again (their results stay byte for byte what the first controller's workers wrote).
+    let finished: Vec<(String, Vec<u8>)> = results(&runs[0].path())
+        .iter()
+        .map(|r| {
+            let id = r["task_id"].as_str().unwrap().to_string();
+            let bytes = std::fs::read(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
+            (id, bytes)
+        })
+        .collect();
+    assert!(finished.len() >= 4, "{}", finished.len());
+    let status: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["status", &run, "--json", "--index", &index]).stdout).unwrap();
+    assert_eq!(status["tasks"]["completed"].as_u64(), Some(finished.len() as u64), "{status}");
     let out = ws.run(&["resume", &run, "--json", "-q", "--index", &index]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["tasks_finished"], 60, "{v}");
     assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
+    for (id, before) in &finished {
+        let after = std::fs::read(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
+        assert!(after == *before, "task {id} finished before the rebuild and was run again");
+    }
     // An empty index file is refused, not read as "no runs yet".
     std::fs::write(ws.index(), b"").unwrap();
     let out = ws.run(&["runs", "list", "--index", &index]);

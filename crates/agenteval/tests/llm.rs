@@ -106,6 +106,41 @@ fn rate_limits_and_server_errors_are_retried() {
     assert_eq!(flaky, [500, 500, 200]);
 }
 
+/// A provider that keeps failing after the retries is the infrastructure's failure (429, 5xx,
+/// unreachable: `infra`, never a regression); one that refuses the request is the agent's (401,
+/// 403, 400: `errored`).
+#[test]
+fn provider_failures_are_classified_infra_or_errored() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let want = [
+        ("c429", "ALWAYS429 slow down", "infra_failure"),
+        ("c503", "ALWAYS503 down", "infra_failure"),
+        ("c401", "ALWAYS401 who", "agent_error"),
+        ("c403", "ALWAYS403 no", "agent_error"),
+        ("c400", "ALWAYS400 bad", "agent_error"),
+    ];
+    cases(&ws, &want.iter().map(|(id, input, _)| (*id, *input)).collect::<Vec<_>>());
+    let cfg = config(&ws, "classify", "openai:gpt-4o-mini", &mock.base_url(), "", "  stop_after_identical_errors: 0\n");
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = bundle_of(&v);
+    for (id, _, ended) in want {
+        let r = task(&bundle, id);
+        assert_eq!(r["agent"]["terminated_by"], ended, "{id}: {r}\n{}", text(&out.stderr));
+    }
+    let calls = |tag: &str| mock.received().iter().filter(|c| c.body.to_string().contains(tag)).count();
+    assert_eq!(calls("ALWAYS503"), 3, "a 5xx is retried up to max_attempts");
+    assert_eq!(calls("ALWAYS401"), 1, "a refused key is not retried");
+    assert_eq!((v["summary"]["infra"].as_u64(), v["summary"]["errored"].as_u64()), (Some(2), Some(3)), "{v}");
+    // Nobody listening at all.
+    cases(&ws, &[("gone", "hello")]);
+    let cfg = config(&ws, "unreachable", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "", "");
+    let (v, _, _) = ws.submit(&cfg, &[]);
+    let r = task(&bundle_of(&v), "gone");
+    assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("cannot reach"), "{r}");
+}
+
 #[test]
 fn every_limit_stops_the_agent_with_its_own_reason() {
     let mock = MockLlm::start(Duration::ZERO);
