@@ -435,3 +435,63 @@ fn tasks_in_parallel_each_own_their_processes_and_none_outlives_the_run() {
     assert!(left.is_empty(), "processes outlived their task: {left:?}");
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
 }
+
+/// `resume --force` while the first controller is alive: the new one takes the lease, the old
+/// one stops at its next heartbeat (its workers start no task after the takeover), and the run
+/// completes once, valid, every task with one result.
+#[test]
+fn resume_force_takes_the_lease_and_the_old_controller_and_its_workers_stop() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 30, 300, 5, 2);
+    let a = ws.spawn(&["submit", "--json", "-q", "--config", cfg.to_str().unwrap()]);
+    let bundle = || std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir());
+    wait_until("a few tasks to finish", Duration::from_secs(30), || bundle().is_some_and(|b| results(&b).len() >= 3));
+    let run = bundle().unwrap().file_name().unwrap().to_string_lossy().into_owned();
+    let index = ws.index().display().to_string();
+    // Without --force the live holder is named and nothing changes.
+    let refused = ws.run(&["resume", &run, "--index", &index]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    let takeover = chrono::Utc::now();
+    let b = ws.spawn(&["resume", &run, "--force", "--json", "-q", "--index", &index]);
+    let a = wait_output(a, Duration::from_secs(60));
+    let a_err = text(&a.stderr);
+    assert_ne!(a.status.code(), Some(0), "the old controller must not finish the run: {a_err}");
+    assert!(a_err.contains("another controller") || a_err.contains("lease") || a_err.contains("epoch"), "{a_err}");
+    let b = wait_output(b, Duration::from_secs(120));
+    let why: Vec<String> = bundle()
+        .map(|p| results(&p))
+        .unwrap_or_default()
+        .iter()
+        .filter(|r| r["agent"]["terminated_by"] == "infra_failure")
+        .take(2)
+        .map(|r| r.to_string())
+        .collect();
+    assert_eq!(b.status.code(), Some(0), "{}\n{}\nA: {a_err}\n{why:?}", text(&b.stderr), text(&b.stdout));
+    let v: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(v["status"], "complete", "{v}");
+    assert_eq!(v["summary"]["tasks_finished"], 30, "{v}");
+    let path = Path::new(v["bundle"].as_str().unwrap());
+    assert!(
+        ws.validate(path.to_str().unwrap()).status.success(),
+        "{}",
+        text(&ws.validate(path.to_str().unwrap()).stdout)
+    );
+    // The old epoch's workers started nothing once the lease had moved (a task already under
+    // way may finish; a new one may not start). One second of slack for the check itself.
+    let slack = chrono::Duration::seconds(1);
+    for r in results(path) {
+        let job = r["job_id"].as_str().unwrap();
+        if !job.starts_with("r1-") {
+            let started: chrono::DateTime<chrono::Utc> = r["started_at"].as_str().unwrap().parse().unwrap();
+            assert!(
+                started < takeover + slack,
+                "task {} started under the old lease after the takeover: {r}",
+                r["task_id"]
+            );
+        }
+    }
+    wait_until("every worker to be gone", Duration::from_secs(10), || workers_under(&ws.runs()).is_empty());
+    let shown: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "show", &run, "--json", "--index", &index]).stdout).unwrap();
+    assert_eq!(shown["run"]["epoch"], 1, "{shown}");
+}

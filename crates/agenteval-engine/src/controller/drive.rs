@@ -334,6 +334,18 @@ impl Fleet<'_> {
             run.config.backend.max_attempts,
             left,
         );
+        if end.verdict != Verdict::Done {
+            // Retrying or giving up writes for the run: only while this controller still holds
+            // its lease. A job stopped because another controller took the run over (`resume
+            // --force`) must not be retried or given up by the one that lost it; the
+            // conditional heartbeat fails with `Conflict`, which stops this controller.
+            run.index
+                .update_run(
+                    &run.run_id,
+                    &RunUpdate { heartbeat: true, if_epoch: Some(run.epoch), ..Default::default() },
+                )
+                .await?;
+        }
         if end.succeeded {
             self.counters.succeeded += 1;
             self.metrics.jobs_succeeded.add(1, self.metrics.attrs());
