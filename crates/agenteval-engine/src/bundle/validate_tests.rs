@@ -304,6 +304,34 @@ async fn every_check_names_what_it_found() {
             "summary.json: status interrupted but metadata says complete",
             |s, r| Box::pin(edit(s, r, layout::SUMMARY, |m| m["status"] = json!("interrupted"))),
         ),
+        // Every file the checks read, unreadable: each is named, none is skipped in silence.
+        ("an unreadable metadata.json", true, "metadata.json", |s, r| {
+            Box::pin(async move { s.put(r, layout::METADATA, b"{not json").await.unwrap() })
+        }),
+        ("an unreadable manifest", false, "manifest.json", |s, r| {
+            Box::pin(async move { s.put(r, layout::MANIFEST, b"[1,").await.unwrap() })
+        }),
+        ("an unreadable tasks.jsonl", true, "tasks.jsonl:1", |s, r| {
+            Box::pin(async move { s.put(r, layout::TASKS, b"not a task\n").await.unwrap() })
+        }),
+        ("an unreadable summary", true, "summary.json", |s, r| {
+            Box::pin(async move { s.put(r, layout::SUMMARY, b"{\"passed\": \"many\"}").await.unwrap() })
+        }),
+        ("an unreadable results.jsonl", true, "results.jsonl:", |s, r| {
+            Box::pin(async move { s.put(r, layout::RESULTS, b"{\"task_id\": 7}\n").await.unwrap() })
+        }),
+        ("a result line without a result", true, "results.jsonl: task t3 has a line but no result", |s, r| {
+            Box::pin(async move {
+                // A complete run's t3 has no result.json yet keeps its line.
+                std::fs::remove_file(file(s, r, "tasks/t3/result.json")).unwrap()
+            })
+        }),
+        ("an unreadable result.json", true, "tasks/t2/result.json", |s, r| {
+            Box::pin(async move { s.put(r, "tasks/t2/result.json", b"{\"task_id\":").await.unwrap() })
+        }),
+        ("an unreadable scores.json", true, "tasks/t1/scores.json", |s, r| {
+            Box::pin(async move { s.put(r, "tasks/t1/scores.json", b"{\"score\": 1}").await.unwrap() })
+        }),
     ];
     for (name, reseal, want, break_it) in cases {
         let dir = tempfile::tempdir().unwrap();
@@ -320,6 +348,21 @@ async fn every_check_names_what_it_found() {
         );
         assert!(!v.is_valid(), "{name}");
     }
+}
+
+#[tokio::test]
+async fn a_bundle_sealed_before_results_jsonl_existed_is_valid_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run) = valid_bundle(dir.path()).await;
+    std::fs::remove_file(file(&store, &run, layout::RESULTS)).unwrap();
+    write_manifest(&store, &run, &Default::default()).await.unwrap();
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
+    assert!(
+        v.warnings.iter().any(|w| w.contains("results.jsonl: missing (sealed by an older agenteval)")),
+        "{:?}",
+        v.warnings
+    );
 }
 
 #[tokio::test]
