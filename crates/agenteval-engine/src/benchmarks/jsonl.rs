@@ -38,11 +38,31 @@ struct Case {
 }
 
 /// Checks one case; problems are pushed as messages.
+/// How deeply a case's values may nest. A case travels inside the job spec and the agent's
+/// request, a few levels deeper than in the case file, and every reader stops at 128 levels: a
+/// deeper case would be refused by the worker at run time (and given up as `infra`), so it is
+/// refused here, where the file and line can be named.
+pub const MAX_CASE_DEPTH: usize = 64;
+
+/// How deeply `v` nests (a scalar is 0).
+fn depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+        serde_json::Value::Object(m) => 1 + m.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 fn case_to_task(
     mut value: serde_json::Value,
     seen: &mut HashSet<String>,
     problems: &mut Vec<String>,
 ) -> Option<TaskSpec> {
+    let d = depth(&value);
+    if d > MAX_CASE_DEPTH {
+        problems.push(format!("the case nests {d} levels deep; at most {MAX_CASE_DEPTH} are allowed"));
+        return None;
+    }
     if let Some(list) = value.get_mut("evaluators") {
         agenteval_core::evaluator::expand_shorthand(list);
     }
@@ -178,6 +198,15 @@ mod tests {
         assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
         assert!(err.contains("cases.jsonl:4:"), "{err}");
         assert!(err.contains("cases.jsonl:5: unknown field `colour`"), "{err}");
+        let mut deep = serde_json::json!("x");
+        for _ in 0..MAX_CASE_DEPTH {
+            deep = serde_json::json!([deep]);
+        }
+        let line = serde_json::json!({"id": "deep", "input": deep, "expected": "x"}).to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), &format!("{{\"id\": \"a\", \"input\": 1}}\n{line}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cases.jsonl:2: the case nests 65 levels deep; at most 64"), "{err}");
     }
 
     #[test]
