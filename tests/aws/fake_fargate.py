@@ -38,6 +38,8 @@ def main():
     p.add_argument("--logs", help="folder for each worker's stdout and stderr (as CloudWatch would keep them)")
     p.add_argument("--image", help="run each task as a container of this image")
     p.add_argument("--interrupt-first-after", type=float, help="docker stop the first task after this many seconds")
+    p.add_argument("--duplicate", action="store_true",
+                   help="start every task's worker twice, as ECS can after a lost RunTask response")
     a = p.parse_args()
 
     # Keep tasks RUNNING until someone calls StopTask (moto otherwise advances them itself).
@@ -61,7 +63,8 @@ def main():
     started_at = {}  # arn -> time the worker started
     cluster_of = {}  # arn -> its cluster
     interrupted = set()
-    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "exits": {}}
+    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "duplicates": 0, "exits": {}}
+    ghosts = []  # the second copies of --duplicate: same job, same attempt, nobody waits for them
 
     def container(arn):
         return "agenteval-task-" + arn.rsplit("/", 1)[-1]
@@ -119,6 +122,10 @@ def main():
                 if a.logs:
                     out.close()
                 running[arn] = (proc, None)
+                if a.duplicate and not a.image:
+                    ghosts.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                   stderr=subprocess.DEVNULL, start_new_session=True))
+                    stats["duplicates"] += 1
                 cluster_of[arn] = cluster
                 started_at[arn] = time.time()
                 stats["started"] += 1
@@ -155,6 +162,9 @@ def main():
                 json.dump(stats, f)
             os.replace(a.stats + ".tmp", a.stats)
         time.sleep(0.2)
+    for g in ghosts:
+        if g.poll() is None:
+            os.killpg(g.pid, signal.SIGKILL)
     for arn, (proc, _) in running.items():
         if a.image:
             subprocess.run(["docker", "kill", container(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -226,6 +226,29 @@ impl BundleStore for S3BundleStore {
         format!("s3://{}/{}", self.bucket, self.run_prefix(run).trim_end_matches('/'))
     }
 
+    /// A server-side copy, then the source deleted: no bytes pass through this process.
+    async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
+        let (src, dst) = (self.key(run, from)?, self.key(run, to)?);
+        self.clients
+            .s3
+            .copy_object()
+            .bucket(&self.bucket)
+            .copy_source(format!("{}/{src}", self.bucket))
+            .key(&dst)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("copying s3://{}/{src} to {dst}", self.bucket), e))?;
+        self.clients
+            .s3
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(&src)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("deleting s3://{}/{src}", self.bucket), e))?;
+        Ok(())
+    }
+
     async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
         let key = self.key(run, path)?;
         self.put_key(&key, bytes).await

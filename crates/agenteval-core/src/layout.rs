@@ -45,6 +45,18 @@ pub fn job_dir(job: &JobId, attempt: u32) -> String {
     format!("jobs/{job}/attempt-{attempt}")
 }
 
+/// Where a job attempt stages a task's streamed files (the trace, attachments) until the attempt
+/// is the one that counts and publishes them into the task folder: a losing duplicate's files
+/// never reach `tasks/`.
+pub fn staged_task_file(job: &JobId, attempt: u32, task: &TaskId, file: &str) -> String {
+    format!("{}/tasks/{task}/{file}", job_dir(job, attempt))
+}
+
+/// The folder of a job attempt's staged files for one task.
+pub fn staged_task_dir(job: &JobId, attempt: u32, task: &TaskId) -> String {
+    format!("{}/tasks/{task}/", job_dir(job, attempt))
+}
+
 pub fn job_spec(job: &JobId, attempt: u32) -> String {
     format!("{}/job.json", job_dir(job, attempt))
 }

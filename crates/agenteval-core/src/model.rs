@@ -209,6 +209,10 @@ pub struct TraceEvent {
     pub task_id: TaskId,
     /// 0-based position of the event in the task's trace.
     pub step: u32,
+    /// The job attempt that wrote the event (0 in bundles written before it was recorded):
+    /// `validate-bundle` refuses a trace whose events are not the counted attempt's.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub attempt: u32,
     pub timestamp: DateTime<Utc>,
     pub kind: EventKind,
     #[serde(default)]
@@ -219,6 +223,10 @@ pub struct TraceEvent {
     pub input_tokens: u64,
     #[serde(default)]
     pub output_tokens: u64,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 /// Why an agent run ended.

@@ -124,6 +124,13 @@ pub trait BundleStore: Send + Sync {
     /// Every run with a bundle under this root, sorted (what `index rebuild` walks). Entries
     /// that are not run ids are skipped.
     async fn list_runs(&self) -> Result<Vec<RunId>>;
+    /// Moves a file within a run's bundle, replacing `to`: how a worker publishes what it staged
+    /// once its attempt is the one that counts. The default copies (`get` + `put`) and leaves
+    /// `from`; stores that can move a file override it.
+    async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
+        let bytes = self.get(run, from).await?;
+        self.put(run, to, &bytes).await
+    }
     /// Opens a file for appending lines as they happen. The default buffers and writes the
     /// whole file on every flush; stores with real appends override it.
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {

@@ -92,6 +92,17 @@ impl BundleStore for FsBundleStore {
         crate::blocking(|| write_atomic_blocking(&target, bytes))
     }
 
+    async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
+        let (a, b) = (self.file(run, from)?, self.file(run, to)?);
+        crate::blocking(|| {
+            if let Some(parent) = b.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::rename(&a, &b)
+        })
+        .map_err(|e| Error::io(format!("moving {} to {}", a.display(), b.display()), e))
+    }
+
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         let p = self.file(run, path)?;
         crate::blocking(|| std::fs::read(&p)).map_err(|e| Error::io(format!("reading {}", p.display()), e))

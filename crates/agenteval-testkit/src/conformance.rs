@@ -44,6 +44,18 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     store.put(&run, "a.json", b"replaced").await.unwrap();
     assert_eq!(store.get(&run, "a.json").await.unwrap(), b"replaced", "put overwrites");
 
+    // A staged file published into a task folder, replacing what was there.
+    let moved = RunId::new();
+    let (staged, published) = ("jobs/j1/attempt-2/tasks/t1/trace.jsonl", "tasks/t1/trace.jsonl");
+    store.put(&moved, staged, b"staged").await.unwrap();
+    store.put(&moved, published, b"older").await.unwrap();
+    store.rename(&moved, staged, published).await.unwrap();
+    assert_eq!(store.get(&moved, published).await.unwrap(), b"staged", "rename replaces the target");
+    assert!(!store.exists(&moved, staged).await.unwrap(), "rename moves the file");
+    assert_eq!(store.list(&moved, "").await.unwrap(), vec![published.to_string()], "nothing else is left");
+    let err = store.rename(&moved, staged, published).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "renaming a missing file: {err}");
+
     let all = store.list(&run, "").await.unwrap();
     assert_eq!(all, vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"], "list is sorted and run-scoped");
     let tasks = store.list(&run, "tasks/").await.unwrap();

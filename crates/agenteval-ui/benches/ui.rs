@@ -70,6 +70,7 @@ fn event(run: RunId, task: &TaskId, step: u32) -> String {
         run_id: run,
         task_id: task.clone(),
         step,
+        attempt: 0,
         timestamp: Utc::now(),
         kind: if step.is_multiple_of(2) { EventKind::AgentToolCall } else { EventKind::AgentToolResult },
         payload: json!({"tool": "search", "args": {"q": format!("query number {step} about something")}, "result": "a result of some length ".repeat(4)}),

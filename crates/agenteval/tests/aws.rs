@@ -90,6 +90,21 @@ impl Aws {
         stats
     }
 
+    /// The Fargate stand-in starting every task's worker twice (the same job attempt), as ECS
+    /// can after a RunTask response was lost and the call retried.
+    fn fargate_duplicating(&mut self) -> PathBuf {
+        let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
+        let child = python("fake_fargate.py")
+            .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN, "--duplicate"])
+            .args(["--stats", stats.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        self.harnesses.push(child);
+        stats
+    }
+
     /// The Fargate stand-in running every task as a container of `image` (`docker run`), with
     /// the first one `docker stop`ped `interrupt_after` seconds after it started, as a Spot
     /// interruption would.
@@ -204,6 +219,26 @@ fn assert_index_matches_summary(aws: &Aws, run: &str) {
     assert_eq!(passed, summary["passed"].as_u64().unwrap(), "DynamoDB and the bundle's summary agree");
     let cost: f64 = tasks.iter().map(|t| t["cost_usd"].as_f64().unwrap()).sum();
     assert!((cost - summary["total_cost_usd"].as_f64().unwrap()).abs() < 1e-6);
+}
+
+/// Two workers of one job attempt: each task is run by the one that claims it first, and its
+/// folder holds that attempt's files only (`validate-bundle` checks every trace event's and
+/// log's attempt against the result that counts).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_duplicated_job_attempt_leaves_one_attempts_files_in_each_task_folder() {
+    let mut aws = Aws::new(&[], true).await;
+    let stats = aws.fargate_duplicating();
+    let cfg = aws.config("aws-dup", TOY, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 12, "{v}");
+    let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&stats).unwrap()).unwrap();
+    assert!(s["duplicates"].as_u64().unwrap() >= 1, "{s}");
+    let bundle = v["bundle"].as_str().unwrap();
+    let out = aws.run(&["validate-bundle", bundle]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    assert_index_matches_summary(&aws, v["run_id"].as_str().unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -63,6 +63,19 @@ impl BundleStore for RecordingStore {
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         self.inner.get(run, path).await
     }
+    async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
+        // The bytes move, so their sum moves with them.
+        let sum = {
+            let mut w = self.written.lock().expect("recording lock");
+            w.remove(to);
+            w.remove(from)
+        };
+        self.inner.rename(run, from, to).await?;
+        if let Some(sum) = sum {
+            self.written.lock().expect("recording lock").insert(to.to_string(), sum);
+        }
+        Ok(())
+    }
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         self.inner.exists(run, path).await
     }

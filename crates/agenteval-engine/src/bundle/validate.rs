@@ -345,6 +345,20 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => v.problems.push(e.to_string()),
     }
+    // The worker log's first line names the attempt that wrote it.
+    let lpath = format!("tasks/{dir}/{}", layout::TASK_LOG);
+    if let Ok(bytes) = store.get(run, &lpath).await {
+        let first = String::from_utf8_lossy(bytes.split(|b| *b == b'\n').next().unwrap_or_default()).into_owned();
+        let mut words = first.split_whitespace();
+        if let Some(n) = words.by_ref().skip_while(|w| *w != "attempt").nth(1).and_then(|n| n.parse::<u32>().ok())
+            && n != result.attempt
+        {
+            v.problems.push(format!(
+                "{lpath}: written by attempt {n}, but the result that counts is attempt {}",
+                result.attempt
+            ));
+        }
+    }
     let tpath = format!("tasks/{dir}/{}", layout::TASK_TRACE);
     match store.get(run, &tpath).await {
         Ok(bytes) => {
@@ -355,6 +369,17 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
                 }
                 match serde_json::from_slice::<TraceEvent>(line) {
                     Ok(ev) => {
+                        // A trace written by another attempt than the one that counts: a
+                        // losing duplicate's file, which the task folder must never show.
+                        if ev.attempt != 0 && ev.attempt != result.attempt {
+                            v.problems.push(format!(
+                                "{tpath}:{}: written by attempt {}, but the result that counts is attempt {}",
+                                i + 1,
+                                ev.attempt,
+                                result.attempt
+                            ));
+                            break;
+                        }
                         if ev.task_id != result.task_id || ev.step != n {
                             v.problems.push(format!(
                                 "{tpath}:{}: event out of place (task {}, step {})",

@@ -75,6 +75,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             run_id: run,
             task_id: id.clone(),
             step: 0,
+            attempt: 1,
             timestamp: now,
             kind: EventKind::AgentTerminal,
             payload: json!({"final_answer": "x"}),
@@ -224,6 +225,24 @@ async fn every_check_names_what_it_found() {
                 let mut t = s.get(r, "tasks/t2/trace.jsonl").await.unwrap();
                 t.extend_from_slice(b"{\"oops\": 1}\n");
                 s.put(r, "tasks/t2/trace.jsonl", &t).await.unwrap()
+            })
+        }),
+        (
+            "a losing attempt's trace put back",
+            true,
+            "tasks/t2/trace.jsonl:1: written by attempt 2, but the result that counts is attempt 1",
+            |s, r| {
+                Box::pin(async move {
+                    let t = String::from_utf8(s.get(r, "tasks/t2/trace.jsonl").await.unwrap()).unwrap();
+                    s.put(r, "tasks/t2/trace.jsonl", t.replace("\"attempt\":1", "\"attempt\":2").as_bytes())
+                        .await
+                        .unwrap()
+                })
+            },
+        ),
+        ("a losing attempt's log put back", true, "tasks/t3/worker.log: written by attempt 4", |s, r| {
+            Box::pin(async move {
+                s.put(r, "tasks/t3/worker.log", b"2026-01-01T00:00:00Z task t3 attempt 4 job j1\n").await.unwrap()
             })
         }),
         ("an event out of place", true, "tasks/t2/trace.jsonl:1: event out of place", |s, r| {

@@ -197,6 +197,7 @@ pub(super) async fn give_up(
             run_id: run.run_id,
             task_id: task.id.clone(),
             step: 0,
+            attempt,
             timestamp: now,
             kind: EventKind::AgentTerminal,
             payload: json!({"terminated_by": "infra_failure", "error": msg, "written_by": "controller"}),

@@ -26,6 +26,8 @@ use crate::telemetry;
 pub(super) struct TraceSink {
     run_id: RunId,
     task_id: agenteval_core::TaskId,
+    /// The job attempt writing the trace: every event carries it.
+    attempt: u32,
     pub(super) appender: Box<dyn Appender>,
     redactor: Redactor,
     limits: Limits,
@@ -148,6 +150,7 @@ impl TraceSink {
             run_id: self.run_id,
             task_id: self.task_id.clone(),
             step: self.events.len() as u32,
+            attempt: self.attempt,
             timestamp: Utc::now(),
             kind,
             payload: self.redactor.redact_json(&payload),
@@ -252,7 +255,11 @@ pub(super) async fn run_agent(
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, TraceSink)> {
     let limits = ctx.config.agent.limits();
-    let appender = ctx.store.open_appender(&ctx.run_id, &layout::task_file(&task.id, layout::TASK_TRACE)).await?;
+    // Staged under the job attempt: only the attempt that counts publishes it into the task
+    // folder (`write_outcome`), so a duplicate or superseded attempt never touches it.
+    let (job, attempt) = (&ctx.job.job_id, ctx.job.attempt);
+    let staged = layout::staged_task_file(job, attempt, &task.id, layout::TASK_TRACE);
+    let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
     let model = ctx.config.agent.model().unwrap_or_else(|| ctx.agent.name()).to_string();
     let execute = tracing::info_span!(
         "agent.execute",
@@ -266,6 +273,7 @@ pub(super) async fn run_agent(
     let mut sink = TraceSink {
         run_id: ctx.run_id,
         task_id: task.id.clone(),
+        attempt: ctx.job.attempt,
         appender,
         redactor: ctx.redactor.clone(),
         limits: limits.clone(),
@@ -300,7 +308,8 @@ pub(super) async fn run_agent(
     sink.spans.finish();
     for (name, bytes) in std::mem::take(&mut sink.attachments) {
         let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
-        ctx.store.put(&ctx.run_id, &layout::task_file(&task.id, &name), text.as_bytes()).await?;
+        let staged = layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &name);
+        ctx.store.put(&ctx.run_id, &staged, text.as_bytes()).await?;
     }
     if let Some(e) = sink.write_error.take() {
         telemetry::set_error(&execute, &ctx.redactor.redact(&e.to_string()));

@@ -362,6 +362,13 @@ async fn write_outcome(
         tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
         return Ok(());
     }
+    // Publish what the attempt staged (its trace, attachments), then the files written here,
+    // `result.json` last.
+    let staged = layout::staged_task_dir(&ctx.job.job_id, attempt, &task.id);
+    for path in ctx.store.list(&ctx.run_id, &staged).await? {
+        let name = &path[staged.len()..];
+        ctx.store.rename(&ctx.run_id, &path, &layout::task_file(&task.id, name)).await?;
+    }
     let redact = |t: &str| ctx.redactor.redact(t);
     write_task_outcome(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact).await?;
     if !ctx.index.record_task(&ctx.run_id, &TaskTransition::completed(&result)).await? {
