@@ -174,8 +174,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     };
     let ended = tokio::time::timeout(limits.timeout, work).await;
     drop(guard);
-    let output = std::fs::read(dir.join("output.txt")).unwrap_or_default();
-    let output = tail(&output);
+    let output = read_output(&dir.join("output.txt"));
     let Ok((report, early, status)) = ended else {
         return Ok(PythonRun {
             completed: false,
@@ -205,6 +204,33 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
         }
     };
     Ok(PythonRun { completed, timed_out: false, reason, output })
+}
+
+/// The program's output file, read without trusting it: the program could have replaced it
+/// with a symlink (to a file it may not read, which this unsandboxed process could), a FIFO
+/// (which would block) or a device (endless). Only a regular file is read, without following a
+/// link and without blocking, and only its last [`OUTPUT_TAIL`] bytes.
+fn read_output(path: &std::path::Path) -> String {
+    use std::io::{Read as _, Seek as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
+        Err(_) => return "(output.txt was replaced by a link or cannot be opened; not read)".into(),
+    };
+    let len = match file.metadata() {
+        Ok(m) if m.is_file() => m.len(),
+        _ => return "(output.txt was replaced by something that is not a regular file; not read)".into(),
+    };
+    let mut bytes = Vec::new();
+    let start = len.saturating_sub(OUTPUT_TAIL as u64);
+    if file.seek(std::io::SeekFrom::Start(start)).is_err()
+        || file.take(OUTPUT_TAIL as u64).read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    tail(&bytes)
 }
 
 fn tail(bytes: &[u8]) -> String {
@@ -276,6 +302,25 @@ mod tests {
         for cheat in ["print('passed')\nimport os\nos._exit(0)", "import sys\nsys.exit(0)", "exit(0)"] {
             let r = run_python(DEFAULT_PYTHON, cheat, &quick()).await.unwrap();
             assert!(!r.completed, "{cheat}: {r:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_output_file_swapped_for_a_link_a_fifo_or_a_device_is_not_read() {
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), "EXPECTED-ANSWERS-1234").unwrap();
+        let link = format!(
+            "import os\nprint('x')\nos.remove('output.txt')\nos.symlink({:?}, 'output.txt')",
+            secret.path().display().to_string()
+        );
+        let fifo = "import os\nos.remove('output.txt')\nos.mkfifo('output.txt')".to_string();
+        let zero = "import os\nos.remove('output.txt')\nos.symlink('/dev/zero', 'output.txt')".to_string();
+        for program in [link, fifo, zero] {
+            let started = std::time::Instant::now();
+            let r = run_python(DEFAULT_PYTHON, &program, &quick()).await.unwrap();
+            assert!(!r.output.contains("EXPECTED-ANSWERS"), "{program}: {r:?}");
+            assert!(r.output.contains("not read"), "{program}: {r:?}");
+            assert!(r.output.len() < 1024 && started.elapsed() < Duration::from_secs(5), "{program}: {r:?}");
         }
     }
 

@@ -76,27 +76,22 @@ impl Aws {
 
     /// Starts the Fargate stand-in for this cluster; worker logs go to `<workspace>/worker-logs`.
     fn fargate(&mut self, drop_first: u32) -> PathBuf {
-        let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
-        let logs = self.ws.path().join("worker-logs");
-        let child = python("fake_fargate.py")
-            .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN])
-            .args(["--drop-first", &drop_first.to_string(), "--stats", stats.to_str().unwrap()])
-            .args(["--logs", logs.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        self.harnesses.push(child);
-        stats
+        self.fargate_with(&["--drop-first", &drop_first.to_string()])
     }
 
     /// The Fargate stand-in starting every task's worker twice (the same job attempt), as ECS
     /// can after a RunTask response was lost and the call retried.
     fn fargate_duplicating(&mut self) -> PathBuf {
+        self.fargate_with(&["--duplicate"])
+    }
+
+    fn fargate_with(&mut self, extra: &[&str]) -> PathBuf {
         let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
+        let logs = self.ws.path().join("worker-logs");
         let child = python("fake_fargate.py")
-            .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN, "--duplicate"])
-            .args(["--stats", stats.to_str().unwrap()])
+            .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN])
+            .args(extra)
+            .args(["--stats", stats.to_str().unwrap(), "--logs", logs.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()

@@ -323,6 +323,19 @@ impl AgentRunner for CommandAgent {
                     break;
                 }
             };
+            // Scores and verdicts are the graders' to write: one from the agent would read as a
+            // grade in `show`, the report and the UI.
+            if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict) {
+                let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(str::to_string));
+                problem = Some((
+                    TerminatedBy::AgentError,
+                    format!(
+                        "output line {n}: an agent cannot emit `{}` events (graders write them)",
+                        kind.unwrap_or_default()
+                    ),
+                ));
+                break;
+            }
             if ev.kind == EventKind::AgentTerminal {
                 terminal_seen = true;
                 final_answer = ev.payload.get("final_answer").cloned();
