@@ -153,7 +153,7 @@ pub enum EvaluatorConfig {
         on_violation: Option<PolicyAction>,
     },
     /// An LLM grades the answer against a rubric: a score from 0 to 1 and a reason. Temperature
-    /// 0, verdicts cached on disk; a judge that fails is an evaluator error, not a task failure.
+    /// 0, verdicts cached on disk; a judge that fails fails the task, unless `optional: true`.
     LlmRubric {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
@@ -178,10 +178,18 @@ pub enum EvaluatorConfig {
 }
 
 impl EvaluatorConfig {
-    /// Whether this evaluator asks a model: its failure is an evaluator error that does not
-    /// fail the task (a judge's outage says nothing about the agent).
+    /// Whether this evaluator asks a model.
     pub fn is_judge_kind(kind: &str) -> bool {
         matches!(kind, "llm_rubric" | "llm_pass_fail")
+    }
+
+    /// Whether the config marked this evaluator `optional: true` (judges only): its own failure
+    /// then does not fail the task.
+    pub fn optional(&self) -> bool {
+        match self {
+            EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } => judge.optional,
+            _ => false,
+        }
     }
 }
 

@@ -322,15 +322,22 @@ pub struct EvaluatorScore {
     /// Tokens the evaluator itself used (an LLM judge's), apart from the agent's.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tokens: u64,
-    /// Set when the evaluator itself failed; such a score never passes.
+    /// Set when the evaluator itself failed; such a score never passes, and fails the task
+    /// unless the evaluator is `optional`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The config marked the evaluator `optional: true`: its own failure (an `error`) does not
+    /// fail the task. Off by default: the agent can make a grader fail (an answer padded past a
+    /// judge's context), and a failed grader must never turn a wrong answer into a pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 impl EvaluatorScore {
     pub fn errored(id: &str, kind: &str, error: impl Into<String>) -> Self {
         let error = error.into();
         EvaluatorScore {
+            optional: false,
             tokens: 0,
             evaluator_id: id.to_string(),
             kind: kind.to_string(),
@@ -800,10 +807,10 @@ impl RunSummary {
     }
 }
 
-/// Whether a task with these scores passed: every score passes, except that a judge's own
-/// failure (an LLM judge that errored) neither passes nor fails it.
+/// Whether a task with these scores passed: every score passes, except that the failure of an
+/// evaluator the config marked `optional` (its score has an `error`) neither passes nor fails it.
 pub fn scores_pass(scores: &[EvaluatorScore]) -> bool {
-    scores.iter().all(|s| s.passed || (s.error.is_some() && crate::evaluator::EvaluatorConfig::is_judge_kind(&s.kind)))
+    scores.iter().all(|s| s.passed || (s.error.is_some() && s.optional))
 }
 
 /// The finished tasks carrying one tag.
@@ -826,6 +833,7 @@ pub fn answer_text(v: &serde_json::Value) -> String {
 /// (trimmed). A task without `expected` passes when the agent completes.
 pub fn grade_expected(task: &TaskSpec, result: &AgentResult) -> EvaluatorScore {
     let mut score = EvaluatorScore {
+        optional: false,
         tokens: 0,
         evaluator_id: "benchmark".into(),
         kind: "benchmark".into(),

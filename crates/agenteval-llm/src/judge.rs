@@ -199,6 +199,7 @@ impl Evaluator for LlmJudge {
         let rubric = rubric.to_string();
         let cache = self.cache_file(&prompt, &answer, &rubric);
         let score = |v: Verdict, cost_usd: f64, tokens: u64, note: &str| EvaluatorScore {
+            optional: false,
             tokens,
             evaluator_id: self.id.clone(),
             kind: self.kind().to_string(),

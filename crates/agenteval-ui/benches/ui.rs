@@ -104,6 +104,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
             cost_unknown: false,
         },
         scores: vec![EvaluatorScore {
+            optional: false,
             evaluator_id: "exact_match".into(),
             kind: "exact_match".into(),
             score: if passed { 1.0 } else { 0.0 },

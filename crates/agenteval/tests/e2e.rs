@@ -799,7 +799,8 @@ storage:
         let _ = kill(Pid::from_raw(-agent), Signal::SIGKILL);
     }
     let bundle = std::fs::read_dir(ws.runs()).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
-    let trace = std::fs::read_to_string(bundle.join("tasks/long/trace.jsonl")).unwrap();
+    // Staged under the job attempt that was killed (it never got to publish it).
+    let trace = std::fs::read_to_string(bundle.join("jobs/j000001/attempt-1/tasks/long/trace.jsonl")).unwrap();
     let events = trace.lines().filter(|l| !l.is_empty()).count();
     assert!(events >= before, "{before} events sent before the kill, {events} in the trace");
     for line in trace.lines().filter(|l| !l.is_empty()) {

@@ -495,3 +495,49 @@ fn resume_force_takes_the_lease_and_the_old_controller_and_its_workers_stop() {
         serde_json::from_slice(&ws.run(&["runs", "show", &run, "--json", "--index", &index]).stdout).unwrap();
     assert_eq!(shown["run"]["epoch"], 1, "{shown}");
 }
+
+/// A fork-and-exit chain (each process forks and exits, the last one loops): every link is
+/// orphaned on the way, which re-parents it to its task's supervisor, so the chain dies with the
+/// task instead of outliving the run.
+const CHAIN: &str = r#"
+import json, os, sys, time
+req = json.loads(sys.stdin.readline())
+out = os.environ["CHAIN_OUT"]
+if os.fork() == 0:
+    for _ in range(6):
+        if os.fork() != 0:
+            os._exit(0)
+    open(os.path.join(out, req["task_id"] + ".pid"), "w").write(str(os.getpid()))
+    while True:
+        open(os.path.join(out, req["task_id"] + ".beat"), "w").write(str(time.time()))
+        time.sleep(0.05)
+time.sleep(0.5)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": req["input"].upper()}}), flush=True)
+"#;
+
+#[test]
+fn a_fork_and_exit_chain_does_not_outlive_its_task() {
+    let ws = Workspace::new();
+    ws.write("chain.py", CHAIN);
+    let out = ws.path().join("chain-out");
+    std::fs::create_dir_all(&out).unwrap();
+    ws.write("cases.jsonl", "{\"id\": \"c1\", \"input\": \"a\", \"expected\": \"A\"}\n{\"id\": \"c2\", \"input\": \"b\", \"expected\": \"B\"}\n");
+    let cfg = ws.write(
+        "chain.yaml",
+        &format!(
+            "name: chain\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [python3, chain.py]\n  env: {{CHAIN_OUT: {out}}}\n  sandbox: {{write: [{out}]}}\nbackend: {{tasks_in_parallel: 2}}\n",
+            out = out.display()
+        ),
+    );
+    let (v, code, o) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&o.stderr));
+    assert_eq!(v["summary"]["passed"], 2, "{v}");
+    for task in ["c1", "c2"] {
+        let pid: i32 = std::fs::read_to_string(out.join(format!("{task}.pid"))).unwrap().trim().parse().unwrap();
+        assert!(!alive(pid), "the end of {task}'s chain (pid {pid}) outlived its task");
+        let beat = std::fs::metadata(out.join(format!("{task}.beat"))).unwrap().modified().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let again = std::fs::metadata(out.join(format!("{task}.beat"))).unwrap().modified().unwrap();
+        assert_eq!(beat, again, "something of {task}'s chain still writes after the run");
+    }
+}

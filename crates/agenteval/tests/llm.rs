@@ -364,12 +364,12 @@ fn walk(root: &Path) -> Vec<PathBuf> {
 }
 
 #[test]
-fn judges_score_cache_and_fail_without_failing_the_task() {
+fn judges_score_cache_and_an_optional_one_fails_without_failing_the_task() {
     let mock = MockLlm::start(Duration::ZERO);
     let ws = workspace();
     cases(&ws, &[("good", "JUDGE this GOOD ANSWER"), ("bad", "JUDGE this one")]);
     let judges = format!(
-        "evaluators:\n  - kind: llm_rubric\n    model: openai:gpt-4o-mini\n    base_url: {0}\n    rubric: says something\n    cache_dir: judge-cache\n  - kind: llm_pass_fail\n    id: strict\n    model: anthropic:claude-3-5-haiku-latest\n    base_url: {0}\n    criteria: is polite\n    cache_dir: judge-cache\n  - kind: llm_rubric\n    id: down\n    model: openai:gpt-4o-mini\n    base_url: http://127.0.0.1:9/v1\n    max_attempts: 1\n    rubric: anything\n",
+        "evaluators:\n  - kind: llm_rubric\n    model: openai:gpt-4o-mini\n    base_url: {0}\n    rubric: says something\n    cache_dir: judge-cache\n  - kind: llm_pass_fail\n    id: strict\n    model: anthropic:claude-3-5-haiku-latest\n    base_url: {0}\n    criteria: is polite\n    cache_dir: judge-cache\n  - kind: llm_rubric\n    id: down\n    model: openai:gpt-4o-mini\n    base_url: http://127.0.0.1:9/v1\n    max_attempts: 1\n    rubric: anything\n    optional: true\n",
         mock.base_url()
     );
     let cfg = config(&ws, "judged", "openai:gpt-4o-mini", &mock.base_url(), "", &judges);
@@ -386,7 +386,7 @@ fn judges_score_cache_and_fail_without_failing_the_task() {
     assert_eq!(task(&bundle, "good")["agent"]["total_tokens"], 15, "the agent's do not include the judges'");
     let down = by("good", "down");
     assert!(down["error"].is_string(), "{down}");
-    assert_eq!(task(&bundle, "good")["passed"], true, "a judge that fails does not fail the task");
+    assert_eq!(task(&bundle, "good")["passed"], true, "an optional judge that fails does not fail the task");
     assert_eq!(task(&bundle, "bad")["passed"], false);
 
     // Judging the same answers again is free and gives the same verdicts.
@@ -398,6 +398,34 @@ fn judges_score_cache_and_fail_without_failing_the_task() {
     assert_eq!(rubric["cost_usd"], 0.0);
     assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
     assert_eq!(mock.received().len() - before, 2, "only the agent's two calls reach the model");
+}
+
+/// The red team's attack: the same wrong answer, padded so that the judge refuses it (HTTP 400,
+/// as past its context). A judge's failure is the grading's, and a task whose grading failed
+/// does not pass, unless the config marked that judge `optional`.
+#[test]
+fn a_judge_the_agent_makes_fail_never_passes_a_wrong_answer() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    ws.write(
+        "padder.py",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nanswer = 'a wrong answer ALWAYS400 ' + 'pad ' * 2000\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}))\n",
+    );
+    ws.write("cases.jsonl", "{\"id\": \"q\", \"input\": \"what is 2+2?\"}\n");
+    for (optional, passes) in [(false, false), (true, true)] {
+        let cfg = ws.write(
+            "padded.yaml",
+            &format!(
+                "name: padded\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent: {{kind: command, command: [python3, padder.py]}}\nevaluators:\n  - kind: llm_pass_fail\n    model: openai:gpt-4o-mini\n    base_url: {}\n    max_attempts: 1\n    criteria: says 4\n    optional: {optional}\nbackend:\n  secrets_file: secrets.env\n",
+                mock.base_url()
+            ),
+        );
+        let (v, _, out) = ws.submit(&cfg, &[]);
+        let r = task(&bundle_of(&v), "q");
+        let judge = r["scores"].as_array().unwrap().iter().find(|s| s["kind"] == "llm_pass_fail").cloned().unwrap();
+        assert!(judge["error"].as_str().unwrap_or_default().contains("HTTP 400"), "{judge}\n{}", text(&out.stderr));
+        assert_eq!(r["passed"], passes, "optional: {optional}: {r}");
+    }
 }
 
 #[test]

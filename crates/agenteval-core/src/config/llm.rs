@@ -102,6 +102,12 @@ pub struct JudgeConfig {
     /// `$XDG_CACHE_HOME/agenteval/judge` (or `~/.cache/agenteval/judge`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<PathBuf>,
+    /// When the judge itself fails (an outage, a refusal, an answer past its context), the task
+    /// is graded by its other scores. Off by default: a judge error fails the task, since the
+    /// agent can make a judge fail and a failed grader must never turn a wrong answer into a
+    /// pass.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 impl Endpoint {

@@ -152,6 +152,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
 
     async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
         let score = |passed: bool, reason: String| EvaluatorScore {
+            optional: false,
             tokens: 0,
             evaluator_id: "benchmark".into(),
             kind: "benchmark".into(),

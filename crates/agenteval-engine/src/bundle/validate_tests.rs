@@ -114,6 +114,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
                 cost_unknown: false,
             },
             scores: vec![EvaluatorScore {
+                optional: false,
                 tokens: 0,
                 evaluator_id: "e".into(),
                 kind: "exact_match".into(),

@@ -580,6 +580,45 @@ struct Sealed {
 /// metadata; then the controller's `eval.run` span closes with the outcome and the run's span
 /// file and the backend's telemetry file are finished (and any a dead controller left in parts
 /// joined), because the manifest that follows covers them; last, the index is told.
+/// How long the seal waits for a winning attempt that is still moving its files into place.
+const PUBLISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Tasks the index records as finished whose folder has no `result.json` yet: their winning
+/// attempt completed and then died before it had moved its staged files, or is moving them now
+/// (a duplicate worker nobody waits for). The seal waits a little for it, then moves them
+/// itself, from the staging folder of the job and attempt the index names. Costs one listing
+/// when nothing is missing.
+async fn finish_publishing(
+    store: &dyn BundleStore,
+    index: &dyn RunIndex,
+    run: &RunId,
+    ids: &[agenteval_core::TaskId],
+) -> Result<()> {
+    let counts = index.task_counts(run).await?;
+    let suffix = format!("/{}", layout::TASK_RESULT);
+    let listed = store.list(run, "tasks/").await?;
+    let have: std::collections::HashSet<&str> =
+        listed.iter().filter_map(|p| p.strip_prefix("tasks/")?.strip_suffix(suffix.as_str())).collect();
+    if have.len() as u64 >= counts.completed + counts.given_up {
+        return Ok(());
+    }
+    let missing: Vec<agenteval_core::TaskId> = ids.iter().filter(|t| !have.contains(t.as_str())).cloned().collect();
+    let deadline = tokio::time::Instant::now() + PUBLISH_GRACE;
+    for rec in index.get_tasks(run, &missing).await?.into_iter().flatten() {
+        let (Some(job), TaskState::Completed | TaskState::Failed) = (&rec.job_id, rec.state) else { continue };
+        let result = layout::task_file(&rec.task_id, layout::TASK_RESULT);
+        while !store.exists(run, &result).await? && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        if !store.exists(run, &result).await?
+            && bundle::publish_staged(store, run, job, rec.attempt, &rec.task_id).await?
+        {
+            tracing::warn!(task = %rec.task_id, attempt = rec.attempt, "published the files its worker left staged");
+        }
+    }
+    Ok(())
+}
+
 async fn seal_run(
     store: &Arc<dyn BundleStore>,
     index: &dyn RunIndex,
@@ -593,6 +632,7 @@ async fn seal_run(
         Some((span, file, backend)) => (Some(span), Some(file), Some(backend)),
         None => (None, None, None),
     };
+    finish_publishing(store.as_ref(), index, &meta.run_id, ids).await?;
     let mut meta = meta.clone();
     meta.status = status;
     meta.finished_at = Some(Utc::now());

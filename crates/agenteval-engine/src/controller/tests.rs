@@ -36,6 +36,10 @@ enum Behave {
     Hang,
     /// The backend refuses to launch it, for good (a missing task definition).
     Refuse,
+    /// Like `Run`, as a real worker does it (files staged under the job attempt, the task
+    /// completed in the index), but the worker dies before it moves its files into the task
+    /// folders; the job ends as a lost worker.
+    DieBeforePublishing,
 }
 
 const RUN: Behave = Behave::Run { after: Duration::ZERO, cost: 0.01 };
@@ -66,6 +70,51 @@ struct Scripted {
 impl Scripted {
     fn submissions(&self) -> Vec<(String, u32, Vec<String>)> {
         self.submitted.lock().unwrap().clone()
+    }
+
+    async fn stage_and_die(&self, spec: &JobSpec) -> Result<()> {
+        for t in &spec.tasks {
+            let running = TaskTransition::new(t.id.clone(), spec.attempt, TaskState::Running).job(&spec.job_id);
+            if !self.index.record_task(&spec.run_id, &running).await? {
+                continue;
+            }
+            let now = Utc::now();
+            let result = TaskResult {
+                schema_version: SCHEMA_VERSION.into(),
+                run_id: spec.run_id,
+                task_id: t.id.clone(),
+                job_id: spec.job_id.clone(),
+                attempt: spec.attempt,
+                passed: true,
+                agent: AgentResult {
+                    success: true,
+                    final_answer: Some(serde_json::json!("ok")),
+                    error: None,
+                    total_cost_usd: 0.01,
+                    total_tokens: 10,
+                    wall_seconds: 0.0,
+                    terminated_by: TerminatedBy::Completed,
+                    steps: 0,
+                    cost_unknown: false,
+                },
+                scores: vec![],
+                started_at: now,
+                finished_at: now,
+            };
+            let staged = |name: &str| layout::staged_task_file(&spec.job_id, spec.attempt, &t.id, name);
+            self.store.put(&spec.run_id, &staged(layout::TASK_TRACE), b"").await?;
+            crate::bundle::write_task_outcome_in(
+                self.store.as_ref(),
+                &result,
+                "staged\n",
+                None,
+                &|s: &str| s.to_string(),
+                &staged,
+            )
+            .await?;
+            self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
+        }
+        Ok(())
     }
 
     async fn run_tasks(&self, spec: &JobSpec, cost: f64) -> Result<()> {
@@ -128,6 +177,10 @@ impl CloudBackend for Scripted {
         let status = match behave {
             Behave::Vanish => JobStatus::Failed { exit_code: None, reason: "vanished".into(), infrastructure: true },
             Behave::Lie => JobStatus::Succeeded,
+            Behave::DieBeforePublishing => {
+                self.stage_and_die(job).await?;
+                JobStatus::Failed { exit_code: Some(137), reason: "worker killed".into(), infrastructure: true }
+            }
             _ => JobStatus::Running,
         };
         self.jobs
@@ -379,6 +432,33 @@ async fn a_job_that_vanishes_is_retried() {
     let tasks = h.tasks(&out.run_id).await;
     assert!(tasks.iter().all(|t| t.state == TaskState::Completed), "{tasks:?}");
     assert_eq!(h.result(&out.run_id, &subs.iter().find(|s| s.0 == "j000002").unwrap().2[0]).await.attempt, 2);
+}
+
+/// A worker that won its tasks (the index says completed) and died before moving its staged
+/// files: nothing is run again, and the seal moves the files the index says count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seal_publishes_what_a_dead_winner_left_staged() {
+    let h = Harness::new(
+        4,
+        &["backend.tasks_per_job=2"],
+        Box::new(|j| if j.job_id.as_str() == "j000002" { Behave::DieBeforePublishing } else { RUN }),
+    );
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Complete);
+    assert_eq!(out.summary.passed, 4, "{:?}", out.summary);
+    let subs = h.backend().submissions();
+    assert_eq!(attempts_of(&subs, "j000002"), vec![1], "the completed tasks are not run again");
+    let store = h.resolver.store.as_ref();
+    for id in &subs.iter().find(|s| s.0 == "j000002").unwrap().2 {
+        let r = h.result(&out.run_id, id).await;
+        assert_eq!(r.attempt, 1);
+        let task: agenteval_core::TaskId = id.parse().unwrap();
+        let folder = store.list(&out.run_id, &format!("tasks/{id}/")).await.unwrap();
+        assert_eq!(folder.len(), 4, "trace, scores, log and result moved: {folder:?}");
+        let left =
+            store.list(&out.run_id, &layout::staged_task_dir(&"j000002".parse().unwrap(), 1, &task)).await.unwrap();
+        assert!(left.is_empty(), "{left:?}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

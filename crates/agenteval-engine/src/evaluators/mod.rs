@@ -319,6 +319,7 @@ impl Evaluator for BuiltinEvaluator {
             _ => self.judge(input)?,
         };
         Ok(EvaluatorScore {
+            optional: false,
             tokens: 0,
             evaluator_id: self.id().to_string(),
             kind: self.kind().to_string(),

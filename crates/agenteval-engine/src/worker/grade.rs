@@ -26,14 +26,19 @@ pub(super) async fn grade(
     let task_evaluators =
         task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
     let input = EvalInput { task, result: agent, trace };
-    for e in &ctx.evaluators {
-        scores.push(evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await);
+    // `ctx.evaluators` were built from `config.evaluators`, in order.
+    for (e, cfg) in ctx.evaluators.iter().zip(&ctx.config.evaluators) {
+        let mut s = evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await;
+        s.optional = cfg.optional();
+        scores.push(s);
     }
-    for (i, e) in task_evaluators.into_iter().enumerate() {
-        scores.push(match e {
+    for (i, (e, cfg)) in task_evaluators.into_iter().zip(&task.evaluators).enumerate() {
+        let mut s = match e {
             Ok(e) => evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await,
             Err(err) => EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string()),
-        });
+        };
+        s.optional = cfg.optional();
+        scores.push(s);
     }
     scores
 }

@@ -25,7 +25,7 @@ use agenteval_llm::{CassetteMode, Cassettes};
 
 use crate::agents::agent_from_config;
 use crate::benchmarks::benchmark_from_config;
-use crate::bundle::{read_json, write_task_outcome};
+use crate::bundle::{publish_staged, read_json, write_task_outcome_in};
 use crate::evaluators::evaluator_from_config;
 use crate::resolve::{read_bundle_file, store_from_bundle_uri};
 use crate::telemetry::{self, Journal, TRACEPARENT_ENV};
@@ -362,18 +362,19 @@ async fn write_outcome(
         tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
         return Ok(());
     }
-    // Publish what the attempt staged (its trace, attachments), then the files written here,
-    // `result.json` last.
-    let staged = layout::staged_task_dir(&ctx.job.job_id, attempt, &task.id);
-    for path in ctx.store.list(&ctx.run_id, &staged).await? {
-        let name = &path[staged.len()..];
-        ctx.store.rename(&ctx.run_id, &path, &layout::task_file(&task.id, name)).await?;
-    }
+    // Everything goes to the attempt's staging folder first; the conditional "completed" then
+    // decides which attempt counts, and only that one moves its files into the task folder. A
+    // duplicate or superseded attempt that lost publishes nothing; a winner that dies before
+    // it has published is finished by the seal (`controller::finish_publishing`).
+    let (job, run) = (&ctx.job.job_id, &ctx.run_id);
     let redact = |t: &str| ctx.redactor.redact(t);
-    write_task_outcome(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact).await?;
-    if !ctx.index.record_task(&ctx.run_id, &TaskTransition::completed(&result)).await? {
-        tracing::warn!(task = %task.id, attempt, "another attempt completed this task first");
+    let staged = |name: &str| layout::staged_task_file(job, attempt, &task.id, name);
+    write_task_outcome_in(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact, &staged).await?;
+    if !ctx.index.record_task(run, &TaskTransition::completed(&result)).await? {
+        tracing::warn!(task = %task.id, attempt, "another attempt completed this task first; publishing nothing");
+        return Ok(());
     }
+    publish_staged(ctx.store.as_ref(), run, job, attempt, &task.id).await?;
     Ok(())
 }
 

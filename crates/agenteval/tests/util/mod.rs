@@ -186,8 +186,9 @@ pub fn signal_a_worker_mid_task(ws: &Workspace, signal: nix::sys::signal::Signal
             let Ok(spec) = std::fs::read(&job) else { continue };
             let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
             let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
-            let bundle = PathBuf::from(spec["bundle_uri"].as_str().unwrap());
-            if bundle.join(format!("tasks/{task}/trace.jsonl")).exists() {
+            // The attempt stages its trace beside its job spec until it publishes it.
+            let staged = job.parent().unwrap().join(format!("tasks/{task}/trace.jsonl"));
+            if staged.exists() {
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
                 victim = Some(task);
                 return true;
