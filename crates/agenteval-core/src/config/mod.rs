@@ -243,6 +243,10 @@ pub enum BenchmarkConfig {
         cases: PathBuf,
         #[serde(default)]
         filter: TaskFilter,
+        /// Lets cases carry `command` evaluators, which run a program on the worker outside any
+        /// sandbox. Off by default: a case file is data, and data must not run code.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        trust_case_evaluators: bool,
     },
     /// OpenAI's HumanEval (164 Python problems), graded as its own harness does: prompt +
     /// completion + the problem's test + `check(entry_point)`, in a sandboxed Python process.

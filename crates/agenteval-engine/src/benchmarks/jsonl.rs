@@ -14,11 +14,19 @@ use serde::Deserialize;
 #[derive(Debug, Clone)]
 pub struct JsonlBenchmark {
     path: PathBuf,
+    /// `benchmark.trust_case_evaluators`: cases may carry `command` evaluators.
+    trust: bool,
 }
 
 impl JsonlBenchmark {
     pub fn new(path: PathBuf) -> Self {
-        JsonlBenchmark { path }
+        JsonlBenchmark { path, trust: false }
+    }
+
+    /// Lets cases carry `command` evaluators (`benchmark.trust_case_evaluators`).
+    pub fn trusting(mut self, trust: bool) -> Self {
+        self.trust = trust;
+        self
     }
 }
 
@@ -57,6 +65,7 @@ fn case_to_task(
     mut value: serde_json::Value,
     seen: &mut HashSet<String>,
     problems: &mut Vec<String>,
+    trust: bool,
 ) -> Option<TaskSpec> {
     let d = depth(&value);
     if d > MAX_CASE_DEPTH {
@@ -92,6 +101,19 @@ fn case_to_task(
         e.validate(&format!("/evaluators/{i}"), &mut evaluator_problems);
     }
     problems.extend(evaluator_problems.into_iter().map(|(at, m)| format!("{m} (at {at})")));
+    // A case file is data: it may not run programs on the worker, nor aim a judge (and its
+    // key) at an endpoint of its choosing.
+    for (i, e) in case.evaluators.iter().enumerate() {
+        match e.kind() {
+            "command" if !trust => problems.push(format!(
+                "evaluators/{i} is `command`, which runs a program on the worker: set `benchmark.trust_case_evaluators: true` in the config to allow it"
+            )),
+            kind if agenteval_core::evaluator::EvaluatorConfig::is_judge_kind(kind) => problems.push(format!(
+                "evaluators/{i} is `{kind}`: a case cannot define a judge (its model, endpoint and key); define it in the config's `evaluators`"
+            )),
+            _ => {}
+        }
+    }
     Some(TaskSpec {
         id,
         input: case.input,
@@ -103,7 +125,7 @@ fn case_to_task(
 }
 
 /// Parses a case file. Every problem is reported at once as `file:line: message`.
-pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
+pub fn parse_cases(path: &Path, text: &str, trust: bool) -> Result<Vec<TaskSpec>> {
     let name = path.display();
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
@@ -124,7 +146,7 @@ pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
                 serde_json::Value::Array(items) => {
                     for (i, item) in items.iter().enumerate() {
                         let mut ps = Vec::new();
-                        if let Some(t) = case_to_task(item.clone(), &mut seen, &mut ps) {
+                        if let Some(t) = case_to_task(item.clone(), &mut seen, &mut ps, trust) {
                             tasks.push(t);
                         }
                         let at = match doc.origin(&format!("/{i}")) {
@@ -145,7 +167,7 @@ pub fn parse_cases(path: &Path, text: &str) -> Result<Vec<TaskSpec>> {
             let mut ps = Vec::new();
             match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(v) => {
-                    if let Some(t) = case_to_task(v, &mut seen, &mut ps) {
+                    if let Some(t) = case_to_task(v, &mut seen, &mut ps, trust) {
                         tasks.push(t);
                     }
                 }
@@ -177,7 +199,7 @@ impl BenchmarkAdapter for JsonlBenchmark {
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
         let text = std::fs::read_to_string(&self.path)
             .map_err(|e| Error::io(format!("reading case file {}", self.path.display()), e))?;
-        let mut tasks = parse_cases(&self.path, &text)?;
+        let mut tasks = parse_cases(&self.path, &text, self.trust)?;
         tasks.retain(|t| filter.matches(t));
         if let Some(limit) = filter.limit {
             tasks.truncate(limit as usize);
@@ -193,7 +215,7 @@ mod tests {
     #[test]
     fn jsonl_problems_name_every_line() {
         let text = "{\"id\":\"a\",\"input\":\"x\"}\nnot json\n{\"id\":\"a\",\"input\":\"y\"}\n{\"id\":\"b/c\",\"input\":1}\n{\"id\":\"d\",\"input\":1,\"colour\":2}\n";
-        let err = parse_cases(Path::new("cases.jsonl"), text).unwrap_err().to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text, false).unwrap_err().to_string();
         assert!(err.contains("cases.jsonl:2: invalid JSON"), "{err}");
         assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
         assert!(err.contains("cases.jsonl:4:"), "{err}");
@@ -203,20 +225,34 @@ mod tests {
             deep = serde_json::json!([deep]);
         }
         let line = serde_json::json!({"id": "deep", "input": deep, "expected": "x"}).to_string();
-        let err = parse_cases(Path::new("cases.jsonl"), &format!("{{\"id\": \"a\", \"input\": 1}}\n{line}\n"))
+        let err = parse_cases(Path::new("cases.jsonl"), &format!("{{\"id\": \"a\", \"input\": 1}}\n{line}\n"), false)
             .unwrap_err()
             .to_string();
         assert!(err.contains("cases.jsonl:2: the case nests 65 levels deep; at most 64"), "{err}");
     }
 
     #[test]
+    fn a_case_file_cannot_run_programs_or_define_judges_unless_trusted() {
+        let text = "{\"id\": \"a\", \"input\": 1, \"evaluators\": [{\"kind\": \"command\", \"command\": [\"sh\", \"-c\", \"id\"]}]}\n{\"id\": \"b\", \"input\": 1, \"evaluators\": [{\"kind\": \"llm_pass_fail\", \"model\": \"openai:gpt-4o\", \"base_url\": \"https://listener.example/v1\", \"criteria\": \"x\"}]}\n";
+        let err = parse_cases(Path::new("cases.jsonl"), text, false).unwrap_err().to_string();
+        assert!(
+            err.contains("cases.jsonl:1: evaluators/0 is `command`") && err.contains("trust_case_evaluators: true"),
+            "{err}"
+        );
+        assert!(err.contains("cases.jsonl:2: evaluators/0 is `llm_pass_fail`: a case cannot define a judge"), "{err}");
+        // Trusted: the program may run; a judge still may not come from a case.
+        let err = parse_cases(Path::new("cases.jsonl"), text, true).unwrap_err().to_string();
+        assert!(!err.contains("cases.jsonl:1:") && err.contains("cases.jsonl:2:"), "{err}");
+    }
+
+    #[test]
     fn yaml_cases_load_and_report_lines() {
         let good = "- id: a\n  input: hello\n  expected: HELLO\n  tags: [x]\n- id: b\n  input: {q: 1}\n  evaluators:\n    - kind: contains\n      value: '1'\n";
-        let tasks = parse_cases(Path::new("c.yaml"), good).unwrap();
+        let tasks = parse_cases(Path::new("c.yaml"), good, false).unwrap();
         assert_eq!(tasks.len(), 2);
         assert_eq!(tasks[1].evaluators.len(), 1);
         let bad = "- id: a\n  input: hello\n- id: b\n  inptu: 2\n";
-        let err = parse_cases(Path::new("c.yaml"), bad).unwrap_err().to_string();
+        let err = parse_cases(Path::new("c.yaml"), bad, false).unwrap_err().to_string();
         assert!(err.contains("c.yaml:3:"), "{err}");
     }
 }

@@ -21,7 +21,9 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             latency_ms.unwrap_or(toy::DEFAULT_LATENCY_MS),
             slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
-        BenchmarkConfig::Jsonl { cases, .. } => Arc::new(JsonlBenchmark::new(cases.clone())),
+        BenchmarkConfig::Jsonl { cases, trust_case_evaluators, .. } => {
+            Arc::new(JsonlBenchmark::new(cases.clone()).trusting(*trust_case_evaluators))
+        }
         BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => Arc::new(
             humaneval::HumanEvalBenchmark::new(path.clone().unwrap_or_default(), python.clone(), *timeout_seconds),
         ),
