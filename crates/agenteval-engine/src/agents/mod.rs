@@ -34,7 +34,10 @@ pub fn agent_from_config(
             let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();
             if cfg.tools.iter().any(|t| t == "python") {
                 let python = cfg.python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into());
-                builtin.push(Arc::new(PythonTool { python, limits: crate::python::PythonLimits::default() }));
+                // The model's code sees what a command agent would not: none of the answers.
+                let hide = view_of(run, None, &[], &[]).exclude;
+                let limits = crate::python::PythonLimits { hide, ..crate::python::PythonLimits::default() };
+                builtin.push(Arc::new(PythonTool { python, limits }));
             }
             Arc::new(LlmAgent::new(cfg.clone(), builtin, cassettes, redactor.clone()).map_err(Error::invalid)?)
         }

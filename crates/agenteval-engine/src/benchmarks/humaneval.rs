@@ -175,7 +175,14 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
         };
         let completion = completion_of(&answer_text(answer), &problem.prompt);
         // HumanEval's problems use the standard library only.
-        let limits = PythonLimits { timeout: self.timeout, site_packages: false, ..PythonLimits::default() };
+        // The check must not read the answers it is checking against: the data file holds every
+        // canonical solution, and it lives beside the interpreter, which the check may read.
+        let limits = PythonLimits {
+            timeout: self.timeout,
+            site_packages: false,
+            hide: vec![self.path.clone()],
+            ..PythonLimits::default()
+        };
         match run_python(&self.python, &check_program(problem, &completion), &limits).await {
             Ok(run) if run.completed => score(true, "passed every test".into()),
             Ok(run) => score(false, format!("failed: {}", run.reason)),
