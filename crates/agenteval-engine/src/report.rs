@@ -14,9 +14,19 @@ pub struct Failure {
     pub reason: String,
 }
 
+/// `text` as one Markdown code span, whatever it holds: fenced by more backticks than its
+/// longest run of them (CommonMark), padded where it starts or ends with one, on one line.
+pub fn code_span(text: &str) -> String {
+    let text = text.replace(['\n', '\r'], " ");
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "# agenteval run `{}`\n", meta.name);
+    let _ = writeln!(out, "# agenteval run {}\n", code_span(&meta.name));
     let _ = writeln!(out, "| | |\n|---|---|");
     let _ = writeln!(out, "| run id | `{}` |", meta.run_id);
     let _ = writeln!(out, "| status | **{}** |", s.status.as_str());
@@ -121,4 +131,17 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::code_span;
+
+    #[test]
+    fn a_name_with_backticks_stays_one_code_span() {
+        assert_eq!(code_span("nightly"), "`nightly`");
+        assert_eq!(code_span("a`b"), "``a`b``");
+        assert_eq!(code_span("``x"), "``` ``x ```");
+        assert_eq!(code_span("two\nlines"), "`two lines`");
+    }
 }

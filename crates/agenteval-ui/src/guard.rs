@@ -41,9 +41,15 @@ fn csp() -> &'static str {
 }
 
 fn loopback_host(host: &str) -> bool {
-    // `host[:port]`, with IPv6 literals in brackets.
+    // `host[:port]`, with IPv6 literals in brackets: after the closing bracket only a port.
     let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
+        let Some((name, after)) = rest.split_once(']') else { return false };
+        if !(after.is_empty()
+            || after.strip_prefix(':').is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())))
+        {
+            return false;
+        }
+        name
     } else {
         host.rsplit_once(':').map_or(host, |(h, port)| if port.bytes().all(|b| b.is_ascii_digit()) { h } else { host })
     };
@@ -137,8 +143,18 @@ mod tests {
         for ok in ["localhost", "localhost:8765", "127.0.0.1:1", "[::1]:8765", "LOCALHOST"] {
             assert!(loopback_host(ok), "{ok}");
         }
-        for bad in ["evil.example", "evil.example:8765", "127.0.0.1.nip.io", "", "localhost.evil.example:80", "[::2]:1"]
-        {
+        for bad in [
+            "evil.example",
+            "evil.example:8765",
+            "127.0.0.1.nip.io",
+            "",
+            "localhost.evil.example:80",
+            "[::2]:1",
+            "[::1]evil.com",
+            "[::1]:",
+            "[::1]:80x",
+            "[::1",
+        ] {
             assert!(!loopback_host(bad), "{bad}");
         }
     }

@@ -107,7 +107,12 @@ pub async fn serve(
         UiError::Gates(_) => usage(e.to_string()),
         other => Failure::from(anyhow::anyhow!(other)),
     })?;
-    let shown_host = if ip.is_unspecified() { "127.0.0.1".to_string() } else { bound.addr.ip().to_string() };
+    // An IPv6 literal goes in brackets in a URL (`http://[::1]:8765/`).
+    let shown_host = match bound.addr.ip() {
+        _ if ip.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        v4 => v4.to_string(),
+    };
     let url = match &access {
         Access::Token(t) => format!("http://{shown_host}:{}/?token={t}", bound.addr.port()),
         Access::Loopback => format!("http://{shown_host}:{}/", bound.addr.port()),

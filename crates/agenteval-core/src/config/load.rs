@@ -607,6 +607,20 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
 /// model specs): `(json pointer, message)` pairs, reported with their positions.
 pub type ExtraChecks<'a> = &'a dyn Fn(&RunConfig) -> Vec<(String, String)>;
 
+/// Why `path` cannot be read as a file: missing, or something else than a regular file (a
+/// folder, a FIFO, a device), said as what it is.
+fn not_a_file(what: &str, path: &std::path::Path) -> String {
+    use std::os::unix::fs::FileTypeExt as _;
+    let shown = path.display();
+    match std::fs::metadata(path).map(|m| m.file_type()) {
+        Err(_) => format!("{what} {shown} does not exist"),
+        Ok(t) if t.is_dir() => format!("{what} {shown} is a folder, not a file"),
+        Ok(t) if t.is_fifo() => format!("{what} {shown} is a FIFO, not a regular file"),
+        Ok(t) if t.is_char_device() || t.is_block_device() => format!("{what} {shown} is a device, not a regular file"),
+        Ok(_) => format!("{what} {shown} is not a regular file"),
+    }
+}
+
 /// [`load_config_str`] with extra checks.
 pub fn load_config_str_checked(
     text: &str,
@@ -666,7 +680,7 @@ pub fn load_config_str_checked(
             problems.push(Problem {
                 origin: pos.find("/benchmark/cases", false),
                 pointer: "/benchmark/cases".into(),
-                message: format!("case file {} does not exist", cases.display()),
+                message: not_a_file("case file", cases),
             });
         }
     }
@@ -682,7 +696,7 @@ pub fn load_config_str_checked(
             problems.push(Problem {
                 origin: pos.find("/backend/secrets_file", false),
                 pointer: "/backend/secrets_file".into(),
-                message: format!("secrets file {} does not exist", abs.display()),
+                message: not_a_file("secrets file", &abs),
             });
         }
         config.backend.secrets_file = Some(abs);
@@ -694,7 +708,7 @@ pub fn load_config_str_checked(
         let found = match path {
             Some(p) => {
                 let p = resolve(base, p);
-                if p.is_file() { Ok(p) } else { Err(format!("HumanEval file {} does not exist", p.display())) }
+                if p.is_file() { Ok(p) } else { Err(not_a_file("HumanEval file", &p)) }
             }
             None => packaged_humaneval(python.as_deref().unwrap_or("python3")),
         };
@@ -899,6 +913,16 @@ pub fn load_config_checked(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_path_that_is_not_a_regular_file_is_named_for_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("cases.jsonl");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(super::not_a_file("case file", &fifo).ends_with("is a FIFO, not a regular file"));
+        assert!(super::not_a_file("case file", dir.path()).ends_with("is a folder, not a file"));
+        assert!(super::not_a_file("case file", &dir.path().join("nope")).ends_with("does not exist"));
+    }
+
     use super::*;
 
     fn load(text: &str, sets: &[&str]) -> Result<LoadedConfig, ConfigError> {
