@@ -96,6 +96,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
         }
     };
+    // No process of agenteval can be read by another of the same user: `/proc/PID/environ`
+    // (a worker's cloud credentials, a controller's keys), `mem` and ptrace are closed to an
+    // agent running as that user. An agent's own program is dumpable again: `exec` resets it.
+    agenteval_engine::agents::reap::close_to_same_user();
     // Before any thread exists: a Landlock ruleset binds the thread that applies it, and the
     // process becomes the agent right after.
     if let cli::Command::AgentSandbox { view, inner, command } = &cli.command {

@@ -541,3 +541,42 @@ fn a_fork_and_exit_chain_does_not_outlive_its_task() {
         assert_eq!(beat, again, "something of {task}'s chain still writes after the run");
     }
 }
+
+/// Every agenteval process is non-dumpable: another process of the same user (an agent) cannot
+/// read its `/proc/PID/environ`. Checked as an unprivileged user (`setpriv`), where the kernel
+/// makes a non-dumpable process's `/proc` files root's; the agent it starts is its own again.
+#[test]
+fn agenteval_processes_cannot_be_read_by_an_agent_of_the_same_user() {
+    use std::os::unix::fs::MetadataExt as _;
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|ids| ids.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        // Without root the test cannot switch users; the CI and this machine run it as root.
+        eprintln!("skipped: needs root to run the processes as another user");
+        return;
+    }
+    let mut child = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "agent-sandbox", "--", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    let supervisor = child.id() as i32;
+    let mut agent = None;
+    wait_until("the supervised program to start", Duration::from_secs(10), || {
+        agent = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid: i32 = stat.rsplit(')').next()?.split_whitespace().nth(1)?.parse().ok()?;
+            let exe = std::fs::read_link(e.path().join("exe")).ok()?;
+            (ppid == supervisor && exe.ends_with("sleep")).then_some(pid)
+        });
+        agent.is_some()
+    });
+    let owner = |pid: i32| std::fs::metadata(format!("/proc/{pid}/environ")).unwrap().uid();
+    assert_eq!(owner(supervisor), 0, "agenteval's own process is readable by its user");
+    assert_eq!(owner(agent.unwrap()), 65534, "the agent's program is its own (exec resets it)");
+    let _ = child.kill();
+    let _ = child.wait();
+}

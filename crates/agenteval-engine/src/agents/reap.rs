@@ -28,6 +28,13 @@ use nix::unistd::Pid;
 
 static OWNS_DESCENDANTS: AtomicBool = AtomicBool::new(false);
 
+/// Makes this process non-dumpable: another process of the same user (an agent) can no longer
+/// read its `/proc/PID/environ` or `mem`, nor ptrace it. A program it `exec`s is dumpable again.
+pub fn close_to_same_user() {
+    #[cfg(target_os = "linux")]
+    let _ = nix::sys::prctl::set_dumpable(false);
+}
+
 /// Makes this process the reaper of every process its agents leave behind. Call it only in a
 /// process whose children are all agents (the worker).
 pub fn own_descendants() {
