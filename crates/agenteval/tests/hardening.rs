@@ -558,8 +558,20 @@ fn agenteval_processes_cannot_be_read_by_an_agent_of_the_same_user() {
         eprintln!("skipped: needs root to run the processes as another user");
         return;
     }
+    // A copy another user can execute, wherever the checkout lives.
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = dir.path().join("agenteval");
+    // Copied by `cp`, so no descriptor open for writing can leak into a process another test
+    // thread forks meanwhile (which would make the exec fail with "Text file busy").
+    assert!(std::process::Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut child = std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN, "agent-sandbox", "--", "sleep", "30"])
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&bin)
+        .args(["agent-sandbox", "--", "sleep", "30"])
+        .current_dir(dir.path())
         .spawn()
         .unwrap();
     let supervisor = child.id() as i32;
