@@ -53,6 +53,33 @@ struct Job {
     status: JobStatus,
 }
 
+/// A passing result of `task`, as a scripted job attempt writes it.
+fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, steps: u32) -> TaskResult {
+    let now = Utc::now();
+    TaskResult {
+        schema_version: SCHEMA_VERSION.into(),
+        run_id: spec.run_id,
+        task_id: task.clone(),
+        job_id: spec.job_id.clone(),
+        attempt: spec.attempt,
+        passed: true,
+        agent: AgentResult {
+            success: true,
+            final_answer: Some(serde_json::json!("ok")),
+            error: None,
+            total_cost_usd: cost,
+            total_tokens: 10,
+            wall_seconds: 0.0,
+            terminated_by: TerminatedBy::Completed,
+            steps,
+            cost_unknown: false,
+        },
+        scores: vec![],
+        started_at: now,
+        finished_at: now,
+    }
+}
+
 /// A backend that does what its script says, writing results the way a worker would.
 struct Scripted {
     store: Arc<dyn BundleStore>,
@@ -78,29 +105,7 @@ impl Scripted {
             if !self.index.record_task(&spec.run_id, &running).await? {
                 continue;
             }
-            let now = Utc::now();
-            let result = TaskResult {
-                schema_version: SCHEMA_VERSION.into(),
-                run_id: spec.run_id,
-                task_id: t.id.clone(),
-                job_id: spec.job_id.clone(),
-                attempt: spec.attempt,
-                passed: true,
-                agent: AgentResult {
-                    success: true,
-                    final_answer: Some(serde_json::json!("ok")),
-                    error: None,
-                    total_cost_usd: 0.01,
-                    total_tokens: 10,
-                    wall_seconds: 0.0,
-                    terminated_by: TerminatedBy::Completed,
-                    steps: 0,
-                    cost_unknown: false,
-                },
-                scores: vec![],
-                started_at: now,
-                finished_at: now,
-            };
+            let result = scripted_result(spec, &t.id, 0.01, 0);
             let staged = |name: &str| layout::staged_task_file(&spec.job_id, spec.attempt, &t.id, name);
             self.store.put(&spec.run_id, &staged(layout::TASK_TRACE), b"").await?;
             crate::bundle::write_task_outcome_in(
@@ -123,29 +128,7 @@ impl Scripted {
             if !self.index.record_task(&spec.run_id, &running).await? {
                 continue;
             }
-            let now = Utc::now();
-            let result = TaskResult {
-                schema_version: SCHEMA_VERSION.into(),
-                run_id: spec.run_id,
-                task_id: t.id.clone(),
-                job_id: spec.job_id.clone(),
-                attempt: spec.attempt,
-                passed: true,
-                agent: AgentResult {
-                    success: true,
-                    final_answer: Some(serde_json::json!("ok")),
-                    error: None,
-                    total_cost_usd: cost,
-                    total_tokens: 10,
-                    wall_seconds: 0.0,
-                    terminated_by: TerminatedBy::Completed,
-                    steps: 1,
-                    cost_unknown: false,
-                },
-                scores: vec![],
-                started_at: now,
-                finished_at: now,
-            };
+            let result = scripted_result(spec, &t.id, cost, 1);
             self.store.put(&spec.run_id, &layout::task_file(&t.id, layout::TASK_TRACE), b"").await?;
             write_task_outcome(self.store.as_ref(), &result, "scripted\n", None, &|s: &str| s.to_string()).await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
