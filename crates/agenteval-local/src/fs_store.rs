@@ -34,6 +34,27 @@ impl FsBundleStore {
     }
 }
 
+/// Opens a bundle file as what the bundle format says it is: a regular file inside its run's
+/// folder. A hostile bundle's symlink (`worker.log -> /etc/shadow`, or a task folder that is a
+/// link out of the bundle), a FIFO (which would block) or a device is refused, so nothing that
+/// reads bundles (`show`, the UI, `validate-bundle`, the seal) reads what it points at.
+fn open_bundle_file(run_dir: &Path, p: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(flags.bits()).open(p)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "not a regular file"));
+    }
+    let inside = match (run_dir.canonicalize(), p.parent().map(Path::canonicalize)) {
+        (Ok(dir), Some(Ok(parent))) => parent.starts_with(&dir),
+        _ => false,
+    };
+    if !inside {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a link out of the bundle"));
+    }
+    Ok(file)
+}
+
 /// Writes `bytes` to `target` through a temporary sibling and a rename.
 pub fn write_atomic_blocking(target: &Path, bytes: &[u8]) -> Result<()> {
     let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("file");
@@ -104,15 +125,23 @@ impl BundleStore for FsBundleStore {
     }
 
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
+        use std::io::Read as _;
         let p = self.file(run, path)?;
-        crate::blocking(|| std::fs::read(&p)).map_err(|e| Error::io(format!("reading {}", p.display()), e))
+        let dir = self.run_dir(run);
+        crate::blocking(|| {
+            let mut bytes = Vec::new();
+            open_bundle_file(&dir, &p)?.read_to_end(&mut bytes)?;
+            Ok(bytes)
+        })
+        .map_err(|e: std::io::Error| Error::io(format!("reading {}", p.display()), e))
     }
 
     async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
         use std::io::Read as _;
         let p = self.file(run, path)?;
+        let dir = self.run_dir(run);
         crate::blocking(|| {
-            let mut file = std::fs::File::open(&p)?;
+            let mut file = open_bundle_file(&dir, &p)?;
             let mut buf = vec![0u8; 64 * 1024];
             let mut total = 0u64;
             loop {
@@ -219,6 +248,29 @@ impl Appender for FsAppender {
 
 #[cfg(test)]
 mod tests {
+
+    #[tokio::test]
+    async fn a_hostile_bundle_cannot_point_a_reader_outside_it() {
+        use agenteval_core::traits::BundleStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("shadow"), "root:secret").unwrap();
+        let store = FsBundleStore::new(dir.path().to_path_buf());
+        let run = agenteval_core::RunId::new();
+        store.put(&run, "tasks/t1/result.json", b"{}").await.unwrap();
+        let run_dir = store.run_dir(&run);
+        std::os::unix::fs::symlink(outside.path().join("shadow"), run_dir.join("tasks/t1/worker.log")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), run_dir.join("tasks/t2")).unwrap();
+        assert!(
+            std::process::Command::new("mkfifo").arg(run_dir.join("tasks/t1/trace.jsonl")).status().unwrap().success()
+        );
+        for path in ["tasks/t1/worker.log", "tasks/t2/shadow", "tasks/t1/trace.jsonl"] {
+            let err = store.get(&run, path).await.unwrap_err().to_string();
+            assert!(!err.contains("root:secret"), "{path}: {err}");
+            assert!(store.read_chunks(&run, path, &mut |_| {}).await.is_err(), "{path}");
+        }
+        assert_eq!(store.get(&run, "tasks/t1/result.json").await.unwrap(), b"{}");
+    }
     use super::*;
     use std::sync::Arc;
 
