@@ -35,6 +35,8 @@ pub struct LlmJudge {
     client: std::result::Result<LlmClient, String>,
     price: Option<crate::pricing::Price>,
     cache_dir: Option<PathBuf>,
+    /// Most characters of an answer sent to the judge.
+    max_answer_chars: usize,
 }
 
 /// A cached verdict.
@@ -65,7 +67,9 @@ impl LlmJudge {
             LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string());
         let price = e.price.or_else(|| PriceTable::packaged().lookup(&spec.name));
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);
-        Ok(LlmJudge { id, kind, spec, client, price, cache_dir })
+        let max_answer_chars =
+            config.max_answer_chars.unwrap_or(agenteval_core::config::DEFAULT_MAX_ANSWER_CHARS) as usize;
+        Ok(LlmJudge { id, kind, spec, client, price, cache_dir, max_answer_chars })
     }
 
     fn prompt(&self, task: &str, answer: &str) -> (String, &str) {
@@ -195,6 +199,16 @@ impl Evaluator for LlmJudge {
             other => other.to_string(),
         };
         let answer = input.result.final_answer.as_ref().map(answer_text).unwrap_or_default();
+        // Cut before the judge sees it, and said: padding past the judge's context must not
+        // decide the verdict (nor make the judge fail).
+        let total = answer.chars().count();
+        let (answer, cut) = if total > self.max_answer_chars {
+            let kept: String = answer.chars().take(self.max_answer_chars).collect();
+            let note = format!(" (answer cut to its first {} of {total} characters)", self.max_answer_chars);
+            (format!("{kept}\n[… the rest of the answer, {} characters, was cut]", total - self.max_answer_chars), note)
+        } else {
+            (answer, String::new())
+        };
         let (prompt, rubric) = self.prompt(&task, &answer);
         let rubric = rubric.to_string();
         let cache = self.cache_file(&prompt, &answer, &rubric);
@@ -205,7 +219,7 @@ impl Evaluator for LlmJudge {
             kind: self.kind().to_string(),
             score: v.score,
             passed: v.passed,
-            reason: format!("{}{note}", v.reason),
+            reason: format!("{}{note}{cut}", v.reason),
             citations: vec![],
             cost_usd,
             error: None,

@@ -409,9 +409,9 @@ fn a_judge_the_agent_makes_fail_never_passes_a_wrong_answer() {
     let ws = workspace();
     ws.write(
         "padder.py",
-        "import json, sys\nreq = json.loads(sys.stdin.readline())\nanswer = 'a wrong answer ALWAYS400 ' + 'pad ' * 2000\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}))\n",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nanswer = 'GOOD ANSWER ' + 'pad ' * 2000 + 'ALWAYS400'\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}))\n",
     );
-    ws.write("cases.jsonl", "{\"id\": \"q\", \"input\": \"what is 2+2?\"}\n");
+    ws.write("cases.jsonl", "{\"id\": \"q\", \"input\": \"JUDGE: what is 2+2?\"}\n");
     for (optional, passes) in [(false, false), (true, true)] {
         let cfg = ws.write(
             "padded.yaml",
@@ -426,6 +426,19 @@ fn a_judge_the_agent_makes_fail_never_passes_a_wrong_answer() {
         assert!(judge["error"].as_str().unwrap_or_default().contains("HTTP 400"), "{judge}\n{}", text(&out.stderr));
         assert_eq!(r["passed"], passes, "optional: {optional}: {r}");
     }
+    // Cut to its first 100 characters, the padding never reaches the judge; the cut is said.
+    let cfg = ws.write(
+        "cut.yaml",
+        &format!(
+            "name: cut\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent: {{kind: command, command: [python3, padder.py]}}\nevaluators:\n  - kind: llm_pass_fail\n    model: openai:gpt-4o-mini\n    base_url: {}\n    max_attempts: 1\n    criteria: says 4\n    max_answer_chars: 100\nbackend:\n  secrets_file: secrets.env\n",
+            mock.base_url()
+        ),
+    );
+    let (v, _, _) = ws.submit(&cfg, &[]);
+    let r = task(&bundle_of(&v), "q");
+    let judge = r["scores"].as_array().unwrap().iter().find(|s| s["kind"] == "llm_pass_fail").cloned().unwrap();
+    assert!(judge["error"].is_null(), "{judge}");
+    assert!(judge["reason"].as_str().unwrap().ends_with("(answer cut to its first 100 of 8021 characters)"), "{judge}");
 }
 
 #[test]

@@ -108,7 +108,16 @@ pub struct JudgeConfig {
     /// pass.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// Most characters of the agent's answer the judge is sent (default 20,000); a longer one
+    /// is cut first, and the cut is said in the prompt and in the score's reason. The agent
+    /// decides how long its answer is, not the judge's context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 100, max = 10_000_000))]
+    pub max_answer_chars: Option<u64>,
 }
+
+/// `max_answer_chars` when a judge does not say.
+pub const DEFAULT_MAX_ANSWER_CHARS: u64 = 20_000;
 
 impl Endpoint {
     /// Problems of the endpoint at `at` (a JSON pointer prefix).
