@@ -583,37 +583,53 @@ struct Sealed {
 /// How long the seal waits for a winning attempt that is still moving its files into place.
 const PUBLISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Tasks the index records as finished whose folder has no `result.json` yet: their winning
-/// attempt completed and then died before it had moved its staged files, or is moving them now
-/// (a duplicate worker nobody waits for). The seal waits a little for it, then moves them
-/// itself, from the staging folder of the job and attempt the index names. Costs one listing
-/// when nothing is missing.
-async fn finish_publishing(
-    store: &dyn BundleStore,
-    index: &dyn RunIndex,
-    run: &RunId,
-    ids: &[agenteval_core::TaskId],
-) -> Result<()> {
-    let counts = index.task_counts(run).await?;
+/// Tasks whose winning attempt completed in the index and then died before it had moved its
+/// staged files into the task folder, or is moving them now (a duplicate worker nobody waits
+/// for). Found from what is still staged: a winner moves its files out, so `jobs/` holds only
+/// losers' leftovers and unfinished moves, and one listing of it is all this costs when nothing
+/// is missing (no per-task index read, which on DynamoDB would cost a scan). The seal waits a
+/// little for a move under way, then makes it itself, for the job and attempt the index names.
+async fn finish_publishing(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId) -> Result<()> {
     let suffix = format!("/{}", layout::TASK_RESULT);
-    let listed = store.list(run, "tasks/").await?;
-    let have: std::collections::HashSet<&str> =
-        listed.iter().filter_map(|p| p.strip_prefix("tasks/")?.strip_suffix(suffix.as_str())).collect();
-    if have.len() as u64 >= counts.completed + counts.given_up {
+    let mut staged: Vec<(agenteval_core::JobId, u32, agenteval_core::TaskId)> = Vec::new();
+    for path in store.list(run, "jobs/").await? {
+        // jobs/<job>/attempt-<n>/tasks/<task>/result.json
+        let parts: Vec<&str> = path.split('/').collect();
+        if let ["jobs", job, attempt, "tasks", task, "result.json"] = parts.as_slice()
+            && path.ends_with(&suffix)
+            && let (Ok(job), Some(Ok(attempt)), Ok(task)) =
+                (job.parse(), attempt.strip_prefix("attempt-").map(str::parse::<u32>), task.parse())
+        {
+            staged.push((job, attempt, task));
+        }
+    }
+    let mut waiting = Vec::new();
+    for (job, attempt, task) in staged {
+        if !store.exists(run, &layout::task_file(&task, layout::TASK_RESULT)).await? {
+            waiting.push((job, attempt, task));
+        }
+    }
+    if waiting.is_empty() {
         return Ok(());
     }
-    let missing: Vec<agenteval_core::TaskId> = ids.iter().filter(|t| !have.contains(t.as_str())).cloned().collect();
+    let ids: Vec<agenteval_core::TaskId> = waiting.iter().map(|(_, _, t)| t.clone()).collect();
+    let records = index.get_tasks(run, &ids).await?;
     let deadline = tokio::time::Instant::now() + PUBLISH_GRACE;
-    for rec in index.get_tasks(run, &missing).await?.into_iter().flatten() {
-        let (Some(job), TaskState::Completed | TaskState::Failed) = (&rec.job_id, rec.state) else { continue };
-        let result = layout::task_file(&rec.task_id, layout::TASK_RESULT);
+    for ((job, attempt, task), rec) in waiting.into_iter().zip(records) {
+        // Only the attempt the index recorded as finishing the task is published.
+        let Some(rec) = rec else { continue };
+        let won = matches!(rec.state, TaskState::Completed | TaskState::Failed)
+            && rec.attempt == attempt
+            && rec.job_id.as_ref() == Some(&job);
+        if !won {
+            continue;
+        }
+        let result = layout::task_file(&task, layout::TASK_RESULT);
         while !store.exists(run, &result).await? && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        if !store.exists(run, &result).await?
-            && bundle::publish_staged(store, run, job, rec.attempt, &rec.task_id).await?
-        {
-            tracing::warn!(task = %rec.task_id, attempt = rec.attempt, "published the files its worker left staged");
+        if !store.exists(run, &result).await? && bundle::publish_staged(store, run, &job, attempt, &task).await? {
+            tracing::warn!(task = %task, attempt, "published the files its worker left staged");
         }
     }
     Ok(())
@@ -632,7 +648,7 @@ async fn seal_run(
         Some((span, file, backend)) => (Some(span), Some(file), Some(backend)),
         None => (None, None, None),
     };
-    finish_publishing(store.as_ref(), index, &meta.run_id, ids).await?;
+    finish_publishing(store.as_ref(), index, &meta.run_id).await?;
     let mut meta = meta.clone();
     meta.status = status;
     meta.finished_at = Some(Utc::now());
