@@ -50,15 +50,8 @@ fn parents() -> HashMap<i32, i32> {
     let Ok(dir) = std::fs::read_dir("/proc") else { return map };
     for entry in dir.flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
-        // `pid (comm) state ppid …`; comm may hold spaces and parentheses, so split after the last `)`.
-        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { continue };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        if state == Some("Z") || state == Some("X") {
-            continue;
-        }
-        if let Some(ppid) = fields.next().and_then(|p| p.parse().ok()) {
+        let Some((state, ppid)) = state_and_parent(pid) else { continue };
+        if state != 'Z' && state != 'X' {
             map.insert(pid, ppid);
         }
     }
@@ -129,9 +122,16 @@ fn reap_orphans(killed: &[i32], root: i32) {
 
 /// The parent of `pid`, zombie or not.
 fn parent_of(pid: i32) -> Option<i32> {
+    state_and_parent(pid).map(|(_, ppid)| ppid)
+}
+
+/// A process's state letter and parent, from `/proc/<pid>/stat`.
+fn state_and_parent(pid: i32) -> Option<(char, i32)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    // `pid (comm) state ppid …`; comm may hold spaces and parentheses, so split after the last `)`.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    Some((state, fields.next()?.parse().ok()?))
 }
 
 /// The supervisor's side (the `agent-sandbox` command, before any thread exists): becomes a
