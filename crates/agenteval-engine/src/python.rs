@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::agents::confine::{self, Net};
 use crate::agents::{TreeGuard, sandbox, warn_unsandboxed};
 
 /// What one program may use.
@@ -126,23 +127,27 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     // `-I`: no environment variables, no user site, no script folder on the path. `-S` (no
     // site-packages) when the program needs only the standard library: it halves start-up.
     let args: &[&str] = if limits.site_packages { &["-I", "-c", DRIVER] } else { &["-I", "-S", "-c", DRIVER] };
-    let view = match (sandbox::launcher(), sandbox::available()) {
-        (Some(_), true) => {
-            let mut view = sandbox::View {
-                read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),
-                write: sandbox::SYSTEM_WRITE.iter().map(Into::into).collect(),
-                exclude: limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect(),
-            };
-            view.read.extend(sandbox::which(python).and_then(|p| sandbox::program_home(&p)));
-            view.write.push(dir.clone());
+    // No network and no processes, whatever the kernel's Landlock level: those are seccomp's.
+    let view = match sandbox::launcher() {
+        Some(_) => {
+            if !sandbox::available() {
+                warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
+            }
+            let mut view = sandbox::View::system().with_scratch(&dir);
+            view.exclude = limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect();
+            let program = sandbox::which(python);
+            view.read.extend(program.as_deref().and_then(sandbox::program_home));
+            if let Some(program) = program.filter(|p| view.user.is_some() && !confine::readable_by_others(p)) {
+                confine::warn_root_agents(&program);
+                view.user = None;
+                view.own.clear();
+            }
+            view.net = Net::None;
+            view.no_processes = true;
             Some(view)
         }
-        (launcher, _) => {
-            warn_unsandboxed(if launcher.is_none() {
-                "no sandbox launcher in this process"
-            } else {
-                "this kernel does not enforce Landlock (see docs/security.md)"
-            });
+        None => {
+            warn_unsandboxed("no sandbox launcher in this process");
             None
         }
     };

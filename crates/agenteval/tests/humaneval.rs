@@ -49,7 +49,7 @@ fn run_with(ws: &Workspace, completions: &BTreeMap<String, String>, extra: &str)
     let cfg = ws.write(
         "he.yaml",
         &format!(
-            "name: he\nbenchmark:\n  kind: humaneval\n  timeout_seconds: 3\n{extra}agent:\n  kind: command\n  command: [python3, agent.py]\n  env: {{COMPLETIONS: {}}}\nbackend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 41\n",
+            "name: he\nbenchmark:\n  kind: humaneval\n  timeout_seconds: 3\n{extra}agent:\n  kind: command\n  command: [python3, agent.py]\n  env: {{COMPLETIONS: {0}}}\n  sandbox: {{read: [{0}]}}\nbackend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 41\n",
             file.display()
         ),
     );
@@ -171,22 +171,29 @@ fn hostile_completions_are_contained_and_the_other_tasks_unaffected() {
         // The red team's cheat: read the canonical solutions from the data file beside the
         // interpreter. Had the read worked, the reason would say READ-<size>.
         format!("    raise SystemExit('READ-%d' % len(open({:?}, 'rb').read()))\n", data_file()),
+        // The red team's ways past the interpreter's ban on processes. Each creates a process
+        // and, only if that worked, answers right: these fail only because the kernel refuses.
+        "    import posix\n    pid = posix.fork()\n    if pid == 0:\n        posix._exit(0)\n    posix.waitpid(pid, 0)\nCANONICAL".into(),
+        "    import posix\n    assert posix.system('exit 0') == 0\nCANONICAL".into(),
+        "    import sys\n    for m in ('ctypes', '_ctypes'):\n        sys.modules.pop(m, None)\n    import ctypes\n    pid = ctypes.CDLL(None).fork()\n    assert pid >= 0\n    if pid == 0:\n        ctypes.CDLL(None)._exit(0)\nCANONICAL".into(),
+        "    import sys\n    for m in ('subprocess', '_posixsubprocess'):\n        sys.modules.pop(m, None)\n    import subprocess\n    subprocess.run(['true'], check=True)\nCANONICAL".into(),
     ];
     let all = problems();
     let mut completions = BTreeMap::new();
     let mut ids = Vec::new();
-    for (i, p) in all.iter().take(12).enumerate() {
+    let total = hostile.len() + 3;
+    for (i, p) in all.iter().take(total).enumerate() {
         let id = p["task_id"].as_str().unwrap().to_string();
-        let c =
-            if i < hostile.len() { hostile[i].clone() } else { p["canonical_solution"].as_str().unwrap().to_string() };
+        let canonical = p["canonical_solution"].as_str().unwrap();
+        let c = if i < hostile.len() { hostile[i].replace("CANONICAL", canonical) } else { canonical.to_string() };
         completions.insert(id.clone(), c);
         ids.push(id.replace('/', "-"));
     }
     let filter = format!("  filter: {{ids: [{}]}}\n", ids.join(", "));
     let (v, _) = run_with(&ws, &completions, &filter);
     let got = verdicts(Path::new(v["bundle"].as_str().unwrap()));
-    assert_eq!(got.len(), 12, "{v}");
-    for (i, p) in all.iter().take(12).enumerate() {
+    assert_eq!(got.len(), total, "{v}");
+    for (i, p) in all.iter().take(total).enumerate() {
         let (passed, why) = &got[p["task_id"].as_str().unwrap()];
         assert_eq!(*passed, i >= hostile.len(), "task {i}: {why}");
         assert!(!why.contains("READ-"), "task {i} read the canonical solutions: {why}");

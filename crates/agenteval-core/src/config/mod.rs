@@ -417,6 +417,37 @@ pub struct SandboxPaths {
     /// Paths the agent may write besides its scratch folder (relative to the config file).
     #[serde(default)]
     pub write: Vec<PathBuf>,
+    /// Whom the agent may connect to: `https` (the default: TCP port 443, and the port of the
+    /// proxy the worker's environment names), a list of TCP ports (`[443, 11434]`), `none` (no
+    /// IP socket at all) or `all`.
+    #[serde(default)]
+    pub network: Network,
+}
+
+/// An agent's network, as its config says it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Network {
+    Mode(NetworkMode),
+    /// TCP ports the agent may connect to, on any address.
+    Ports(Vec<u16>),
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::Mode(NetworkMode::Https)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkMode {
+    /// TCP port 443 and the worker's proxy: model APIs, not the machine's own services.
+    Https,
+    /// No IP socket at all.
+    None,
+    /// Unrestricted.
+    All,
 }
 
 static NO_SECRETS: BTreeMap<String, String> = BTreeMap::new();

@@ -10,6 +10,7 @@ use agenteval_core::config::InheritEnv;
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 
+use super::confine::{self, Net};
 use super::sandbox::{self, View};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -104,6 +105,14 @@ pub(crate) fn warn_unsandboxed(why: &str) {
     WARNED.call_once(|| tracing::warn!("agents run without a filesystem sandbox: {why}"));
 }
 
+/// Says once per process that agents' TCP connections are not restricted, and why.
+fn warn_unrestricted_tcp() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!("agents may connect to any TCP port: this kernel lacks Landlock's network rules (Linux 6.7)")
+    });
+}
+
 /// One stdout line of the protocol.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,16 +180,29 @@ impl AgentRunner for CommandAgent {
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         let view = match &self.sandbox {
-            Some(view) if sandbox::launcher().is_some() && sandbox::available() => {
+            Some(view) if sandbox::launcher().is_some() => {
+                if !sandbox::available() {
+                    warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
+                } else if matches!(view.net, Net::Tcp(_)) && !sandbox::tcp_rules_available() {
+                    warn_unrestricted_tcp();
+                }
                 let mut view = view.clone();
-                view.read.extend(sandbox::which(prog).and_then(|p| sandbox::program_home(&p)));
-                view.read.extend(args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()));
-                view.write.extend(scratch.iter().cloned());
+                let named: Vec<PathBuf> =
+                    args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()).collect();
+                if view.user.is_some() {
+                    // An agent that could not read its own program stays root, without capabilities.
+                    let program = sandbox::which(prog);
+                    if let Some(hidden) = program.iter().chain(&named).find(|p| !confine::readable_by_others(p)) {
+                        confine::warn_root_agents(hidden);
+                        view.user = None;
+                    }
+                }
+                view.read.extend(sandbox::program_files(prog));
+                view.read.extend(named);
+                if let Some(scratch) = &scratch {
+                    view = view.with_scratch(scratch);
+                }
                 Some(view)
-            }
-            Some(_) if sandbox::launcher().is_some() => {
-                warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
-                None
             }
             Some(_) => {
                 warn_unsandboxed("no sandbox launcher in this process");

@@ -2,6 +2,7 @@
 //! `oracle` (the expected answers) and `llm` (a model with tools, from `agenteval-llm`).
 
 mod command;
+pub mod confine;
 mod mock;
 mod oracle;
 mod python_tool;
@@ -10,7 +11,9 @@ pub mod sandbox;
 
 use std::sync::Arc;
 
-use agenteval_core::config::{AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, RunConfig, Sandbox};
+use agenteval_core::config::{
+    AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, Network, NetworkMode, RunConfig, Sandbox,
+};
 use agenteval_core::secret::Redactor;
 use agenteval_core::traits::{AgentRunner, AgentTool};
 use agenteval_core::{Error, Result};
@@ -45,7 +48,16 @@ pub fn agent_from_config(
         AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, .. } => {
             let view = match sandbox {
                 Sandbox::Mode(_) => None,
-                Sandbox::Paths(paths) => Some(view_of(run, workdir.as_deref(), &paths.read, &paths.write)),
+                Sandbox::Paths(paths) => {
+                    let mut view = view_of(run, workdir.as_deref(), &paths.read, &paths.write);
+                    view.net = match &paths.network {
+                        Network::Mode(NetworkMode::Https) => confine::Net::Tcp(confine::default_ports()),
+                        Network::Mode(NetworkMode::None) => confine::Net::None,
+                        Network::Mode(NetworkMode::All) => confine::Net::All,
+                        Network::Ports(ports) => confine::Net::Tcp(ports.clone()),
+                    };
+                    Some(view)
+                }
             };
             Arc::new(
                 CommandAgent::new(command.clone(), env.clone(), workdir.clone(), model.clone(), view)
@@ -56,8 +68,9 @@ pub fn agent_from_config(
 }
 
 /// The agent's filesystem view before its task adds its program and scratch folder: the
-/// system, the config's folder and the listed paths, minus everything that holds answers or
-/// results (the bundle root, the index, the benchmark's cases).
+/// system and the listed paths (default deny: not the config's folder), minus everything that
+/// holds answers, results or keys (the bundle root, the index, the benchmark's cases, the
+/// secrets file), however it is reached.
 fn view_of(
     run: &RunConfig,
     workdir: Option<&std::path::Path>,
@@ -81,17 +94,13 @@ fn view_of(
             exclude.push(p.into());
         }
     }
+    exclude.extend(run.backend.secrets_file.as_deref().map(real));
     match &run.benchmark {
         BenchmarkConfig::Jsonl { cases, .. } => exclude.push(real(cases)),
         BenchmarkConfig::Humaneval { path, .. } => exclude.extend(path.as_deref().map(real)),
         BenchmarkConfig::Toy { .. } => {}
     }
-    let mut view = sandbox::View {
-        read: sandbox::SYSTEM_READ.iter().map(Into::into).collect(),
-        write: sandbox::SYSTEM_WRITE.iter().map(Into::into).collect(),
-        exclude,
-    };
-    view.read.extend(workdir.map(real));
+    let mut view = sandbox::View { exclude, ..sandbox::View::system() };
     view.read.extend(read.iter().map(|p| real(p)));
     view.write.extend(write.iter().map(|p| real(p)));
     view

@@ -9,13 +9,49 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
-/// What the agent may see, as paths; `exclude` are removed from every readable folder that
-/// holds them.
+use super::confine::{self, Net};
+
+/// What the agent may see, as paths (`exclude` are removed from every readable folder that
+/// holds them), and what else it may do (`docs/security.md`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct View {
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub exclude: Vec<PathBuf>,
+    /// Its network.
+    #[serde(default)]
+    pub net: Net,
+    /// Process creation refused by the kernel (checks and the `python` tool).
+    #[serde(default)]
+    pub no_processes: bool,
+    /// Run as this uid and gid (the worker is root), after giving it `own`.
+    #[serde(default)]
+    pub user: Option<u32>,
+    /// Folders (the scratch folder) given to `user` before the program starts.
+    #[serde(default)]
+    pub own: Vec<PathBuf>,
+}
+
+impl View {
+    /// The system's folders to read and its devices to write, nothing else yet; the program
+    /// runs as [`confine::agent_user`].
+    pub fn system() -> View {
+        View {
+            read: SYSTEM_READ.iter().map(Into::into).collect(),
+            write: SYSTEM_WRITE.iter().map(Into::into).collect(),
+            user: confine::agent_user(),
+            ..View::default()
+        }
+    }
+
+    /// Adds a folder the program owns (its scratch folder): writable, and given to its user.
+    pub fn with_scratch(mut self, dir: &Path) -> View {
+        self.write.push(dir.to_path_buf());
+        if self.user.is_some() {
+            self.own.push(dir.to_path_buf());
+        }
+        self
+    }
 }
 
 /// System folders every program needs to run (read and execute only).
@@ -28,30 +64,57 @@ pub const SYSTEM_WRITE: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev
 /// path is replaced by its entries, recursively, leaving the excluded ones out. (Landlock only
 /// grants; it cannot take a subtree back, so the grant is split around it.)
 ///
+/// Grants are made on what a path resolves to, since that is what Landlock binds: a symbolic
+/// link is followed here, and its target granted only if it is not excluded, not below an
+/// excluded path, and split in turn if it holds one (`latest-runs -> runs` beside the config
+/// opens nothing). `exclude` holds resolved paths.
+///
 /// A split folder loses the right to be listed, which breaks programs that list their own
 /// folders (Python's imports do). When everything excluded below it is a file, the folder goes
 /// to `listable` too: its names may be listed, the excluded file still cannot be read. A folder
 /// holding an excluded folder (the bundle root) stays unlistable, so that folder's contents
 /// cannot be listed either.
 pub fn readable_except(dir: &Path, exclude: &[PathBuf], out: &mut Vec<PathBuf>, listable: &mut Vec<PathBuf>) {
-    if exclude.iter().any(|x| x == dir) {
+    split_around(dir, exclude, out, listable, 0);
+}
+
+/// Links followed in one chain of folders before giving up on it (a loop of links).
+const MAX_LINK_DEPTH: usize = 16;
+
+fn split_around(path: &Path, exclude: &[PathBuf], out: &mut Vec<PathBuf>, listable: &mut Vec<PathBuf>, links: usize) {
+    let real = match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            if links >= MAX_LINK_DEPTH {
+                return;
+            }
+            match path.canonicalize() {
+                Ok(target) => return split_around(&target, exclude, out, listable, links + 1),
+                // A dangling link grants nothing.
+                Err(_) => return,
+            }
+        }
+        Ok(_) => path.canonicalize().unwrap_or_else(|_| path.to_path_buf()),
+        // Something that does not exist yet (a scratch folder made later): granted as named.
+        Err(_) => path.to_path_buf(),
+    };
+    if exclude.iter().any(|x| real.starts_with(x)) {
         return;
     }
-    let below: Vec<&PathBuf> = exclude.iter().filter(|x| x.starts_with(dir)).collect();
+    let below: Vec<&PathBuf> = exclude.iter().filter(|x| x.starts_with(&real)).collect();
     if below.is_empty() {
-        out.push(dir.to_path_buf());
+        out.push(real);
         return;
     }
     if below.iter().all(|x| !x.is_dir()) {
-        listable.push(dir.to_path_buf());
+        listable.push(real.clone());
     }
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(&real) else { return };
     for e in entries.flatten() {
         let p = e.path();
-        if e.file_type().is_ok_and(|t| t.is_dir()) {
-            readable_except(&p, exclude, out, listable);
-        } else if !exclude.contains(&p) {
-            out.push(p);
+        match e.file_type() {
+            Ok(t) if t.is_dir() || t.is_symlink() => split_around(&p, exclude, out, listable, links),
+            _ if !exclude.contains(&p) => out.push(p),
+            _ => {}
         }
     }
 }
@@ -69,6 +132,17 @@ pub fn program_home(program: &Path) -> Option<PathBuf> {
     }
 }
 
+/// What an agent may read of its own program: for a program found on `PATH` or laid out as
+/// `…/bin/prog`, its [`program_home`] (an interpreter and its libraries); for a program named by
+/// a path elsewhere (`./agent.sh` in the config's folder), that file only, so that naming a
+/// script does not open the folder it sits in.
+pub fn program_files(program: &str) -> Option<PathBuf> {
+    let path = which(program)?;
+    let real = path.canonicalize().ok()?;
+    let laid_out = real.parent().and_then(Path::file_name).is_some_and(|n| n == "bin" || n == "shims");
+    if program.contains('/') && !laid_out { Some(real) } else { program_home(&path) }
+}
+
 /// Finds `program` the way `execvp` would.
 pub fn which(program: &str) -> Option<PathBuf> {
     if program.contains('/') {
@@ -83,11 +157,11 @@ mod imp {
     use std::sync::OnceLock;
 
     use landlock::{
-        ABI, Access as _, AccessFs, Ruleset, RulesetAttr as _, RulesetCreated, RulesetCreatedAttr as _, RulesetStatus,
-        Scope, path_beneath_rules,
+        ABI, Access as _, AccessFs, AccessNet, CompatLevel, Compatible as _, NetPort, Ruleset, RulesetAttr as _,
+        RulesetCreated, RulesetCreatedAttr as _, RulesetStatus, Scope, path_beneath_rules,
     };
 
-    use super::View;
+    use super::{Net, View};
 
     /// The ABI asked for: filesystem rights up to V5 (ioctl on devices). Older kernels get
     /// what they support (best effort), which `available` reports.
@@ -110,8 +184,37 @@ mod imp {
     }
 
     fn ruleset() -> Result<RulesetCreated, landlock::RulesetError> {
-        // Signals: an agent must not be able to kill its worker (kernels with ABI 6+).
-        Ruleset::default().handle_access(AccessFs::from_all(ABI_FS))?.scope(Scope::Signal)?.create()
+        ruleset_for(&Net::All)
+    }
+
+    /// Signals: an agent must not be able to kill its worker (kernels with ABI 6+). Unless the
+    /// network is open, TCP connections (ABI 4+) and abstract unix sockets outside the sandbox
+    /// (ABI 6+) are refused too, but for the ports a rule adds.
+    fn ruleset_for(net: &Net) -> Result<RulesetCreated, landlock::RulesetError> {
+        let r = Ruleset::default().handle_access(AccessFs::from_all(ABI_FS))?.scope(Scope::Signal)?;
+        match net {
+            Net::All => r.create(),
+            Net::Tcp(_) | Net::None => {
+                r.handle_access(AccessNet::ConnectTcp)?.scope(Scope::AbstractUnixSocket)?.create()
+            }
+        }
+    }
+
+    /// Whether this kernel enforces Landlock's TCP rules (ABI 4, Linux 6.7).
+    pub fn tcp_rules_available() -> bool {
+        static AVAILABLE: OnceLock<bool> = OnceLock::new();
+        *AVAILABLE.get_or_init(|| {
+            std::thread::spawn(|| {
+                Ruleset::default()
+                    .set_compatibility(CompatLevel::HardRequirement)
+                    .handle_access(AccessNet::ConnectTcp)
+                    .and_then(|r| r.create())
+                    .and_then(|r| r.restrict_self())
+                    .is_ok()
+            })
+            .join()
+            .unwrap_or(false)
+        })
     }
 
     /// Whether this kernel enforces Landlock: tried once on a throwaway thread, since a
@@ -138,7 +241,16 @@ mod imp {
         for p in &view.write {
             super::readable_except(p, &view.exclude, &mut write, &mut Vec::new());
         }
-        let rules = ruleset()
+        let ports = match &view.net {
+            Net::Tcp(ports) => ports.clone(),
+            Net::All | Net::None => Vec::new(),
+        };
+        let rules = ruleset_for(&view.net)
+            .and_then(|r| {
+                r.add_rules(
+                    ports.iter().map(|p| Ok::<_, landlock::RulesetError>(NetPort::new(*p, AccessNet::ConnectTcp))),
+                )
+            })
             .and_then(|r| r.add_rules(path_beneath_rules(&listable, AccessFs::ReadDir)))
             .and_then(|r| r.add_rules(path_beneath_rules(&read, AccessFs::from_read(ABI_FS))))
             .and_then(|r| r.add_rules(path_beneath_rules(&write, AccessFs::from_all(ABI_FS))))
@@ -164,12 +276,16 @@ mod imp {
         false
     }
 
+    pub fn tcp_rules_available() -> bool {
+        false
+    }
+
     pub fn prepare(_view: &View) -> Result<Prepared, String> {
         Ok(Prepared)
     }
 }
 
-pub use imp::{Prepared, available, prepare};
+pub use imp::{Prepared, available, prepare, tcp_rules_available};
 
 static LAUNCHER: OnceLock<PathBuf> = OnceLock::new();
 
@@ -244,14 +360,38 @@ pub fn launch(view: Option<&str>, inner: bool, command: &[std::ffi::OsString]) -
                 return 126;
             }
         };
-        if let Err(e) = prepare(&view).and_then(|p| p.apply().map_err(|e| e.to_string())) {
+        if let Err(e) = confine_self(&view) {
             eprintln!("agent-sandbox: {e}");
             return 126;
+        }
+        if view.user.is_some() {
+            let e = std::process::Command::new(prog).args(args).exec();
+            eprintln!(
+                "cannot start agent `{}`: {e} (it runs as uid {}, since the worker runs as root: its files and the folders above them must be readable by others)",
+                prog.to_string_lossy(),
+                confine::AGENT_UID
+            );
+            return 127;
         }
     }
     let e = std::process::Command::new(prog).args(args).exec();
     eprintln!("cannot start agent `{}`: {e}", prog.to_string_lossy());
     127
+}
+
+/// Confines this process to `view`, in the order each step needs: the filesystem rules are
+/// built while the paths can still be opened (as root), the user is changed (or, staying, every
+/// capability dropped) while that is still allowed, then no new privileges, Landlock, and the
+/// seccomp filters, which bind everything the program starts.
+fn confine_self(view: &View) -> Result<(), String> {
+    let prepared = prepare(view)?;
+    match view.user {
+        Some(uid) => confine::become_user(uid, &view.own)?,
+        None => confine::drop_capabilities()?,
+    }
+    confine::no_new_privileges()?;
+    prepared.apply().map_err(|e| e.to_string())?;
+    confine::install_filters(view.no_processes, view.net == Net::None)
 }
 
 #[cfg(test)]
@@ -275,6 +415,48 @@ mod tests {
         let mut all = Vec::new();
         readable_except(&root, &[PathBuf::from("/elsewhere")], &mut all, &mut listable);
         assert_eq!(all, vec![root.clone()], "nothing excluded below: the folder itself");
+    }
+
+    #[test]
+    fn a_link_to_a_hidden_path_grants_nothing_and_a_link_above_one_is_split() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        for p in ["cfg/agent.py", "runs/r1/tasks.jsonl", "data/cases.jsonl", "data/notes.txt"] {
+            let p = root.join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"x").unwrap();
+        }
+        let cfg = root.join("cfg");
+        std::os::unix::fs::symlink(root.join("runs"), cfg.join("latest-runs")).unwrap();
+        std::os::unix::fs::symlink(root.join("runs/r1/tasks.jsonl"), cfg.join("t.jsonl")).unwrap();
+        std::os::unix::fs::symlink(root.join("data"), cfg.join("data")).unwrap();
+        std::os::unix::fs::symlink(cfg.join("loop"), cfg.join("loop")).unwrap();
+        let exclude = [root.join("runs"), root.join("data/cases.jsonl")];
+        let (mut out, mut listable) = (Vec::new(), Vec::new());
+        readable_except(&cfg, &exclude, &mut out, &mut listable);
+        assert_eq!(out, vec![cfg.clone()], "nothing hidden below the folder itself: {out:?}");
+        // Grant the folder holding the links, with the links' targets hidden from its side.
+        let (mut out, mut listable) = (Vec::new(), Vec::new());
+        readable_except(&cfg, &[cfg.join("x")], &mut out, &mut listable);
+        let mut out = Vec::new();
+        for p in [cfg.join("latest-runs"), cfg.join("t.jsonl"), cfg.join("data"), cfg.join("loop")] {
+            readable_except(&p, &exclude, &mut out, &mut listable);
+        }
+        assert_eq!(out, vec![root.join("data/notes.txt")], "only what the links reach that is not hidden");
+        assert!(out.iter().all(|p| !p.starts_with(root.join("runs"))));
+    }
+
+    #[test]
+    fn a_script_named_by_path_brings_only_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("agent.sh"), b"").unwrap();
+        let named = root.join("agent.sh").display().to_string();
+        assert_eq!(program_files(&named), Some(root.join("agent.sh")));
+        std::fs::create_dir_all(root.join("venv/bin")).unwrap();
+        std::fs::write(root.join("venv/bin/python"), b"").unwrap();
+        let named = root.join("venv/bin/python").display().to_string();
+        assert_eq!(program_files(&named), Some(root.join("venv")), "an interpreter's prefix");
     }
 
     #[test]

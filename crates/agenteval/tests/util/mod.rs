@@ -23,8 +23,13 @@ pub struct Workspace {
 }
 
 impl Workspace {
+    /// A folder others may read, as a project checkout is: run as root, agents run as an
+    /// unprivileged user that must read their program here.
     pub fn new() -> Self {
-        Workspace { dir: tempfile::tempdir().unwrap() }
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Workspace { dir }
     }
 
     pub fn path(&self) -> &Path {

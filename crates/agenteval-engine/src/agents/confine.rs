@@ -1,0 +1,224 @@
+//! What a sandboxed program may do besides files: which TCP ports it may connect to, whether it
+//! may open sockets or create processes at all (seccomp), and as whom it runs (an unprivileged
+//! uid when the worker is root). Applied by the `agent-sandbox` launcher between the filesystem
+//! ruleset's preparation and the exec; the worker itself is never confined.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The uid and gid agents run as when the worker runs as root: `nobody` on Debian, Ubuntu,
+/// Fedora and Alpine alike.
+pub const AGENT_UID: u32 = 65534;
+
+/// Who the sandboxed program may talk to over the network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Net {
+    /// Unrestricted.
+    #[default]
+    All,
+    /// TCP connections to these ports only (on any address, loopback included: the kernel's
+    /// rules know ports, not hosts); abstract unix sockets outside the sandbox unreachable.
+    Tcp(Vec<u16>),
+    /// No IP socket at all (TCP or UDP), no abstract unix socket outside the sandbox.
+    None,
+}
+
+/// The uid a task's programs get: [`AGENT_UID`] when this process is root (so an agent keeps
+/// none of root's capabilities and cannot read other users' processes), else none (they run as
+/// the worker's user, which the kernel already keeps from everyone else's processes).
+pub fn agent_user() -> Option<u32> {
+    nix::unistd::geteuid().is_root().then_some(AGENT_UID)
+}
+
+/// Whether a program running as `uid` can read `path`: every folder above it searchable and the
+/// file itself readable by "others" (the agent shares no group with the worker). Used to say
+/// plainly, before a task starts, that the agent could not open its own program.
+pub fn readable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    let Ok(real) = path.canonicalize() else { return false };
+    let Ok(m) = std::fs::metadata(&real) else { return false };
+    let want = if m.is_dir() { 0o005 } else { 0o004 };
+    m.permissions().mode() & want == want
+        && real.ancestors().skip(1).all(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// Gives `folders` (recursively, links not followed) to `uid`, then becomes `uid` with no
+/// supplementary groups. From root this also clears every capability.
+pub fn become_user(uid: u32, folders: &[PathBuf]) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid};
+    fn give(path: &Path, uid: u32) -> std::io::Result<()> {
+        std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
+        if std::fs::symlink_metadata(path)?.is_dir() {
+            for e in std::fs::read_dir(path)? {
+                give(&e?.path(), uid)?;
+            }
+        }
+        Ok(())
+    }
+    for f in folders {
+        give(f, uid).map_err(|e| format!("cannot give {} to uid {uid}: {e}", f.display()))?;
+    }
+    nix::unistd::setgroups(&[]).map_err(|e| format!("cannot drop supplementary groups: {e}"))?;
+    nix::unistd::setgid(Gid::from_raw(uid)).map_err(|e| format!("cannot become gid {uid}: {e}"))?;
+    nix::unistd::setuid(Uid::from_raw(uid)).map_err(|e| format!("cannot become uid {uid}: {e}"))?;
+    Ok(())
+}
+
+/// Drops every capability this process has or could regain: as root, the bounding set is
+/// emptied first, so that the program it becomes starts with none either (root then keeps only
+/// an owner's rights over root's files). Without capabilities, nothing to do but the ambient set.
+pub fn drop_capabilities() -> Result<(), String> {
+    use caps::CapSet;
+    let clear = |set: CapSet| caps::clear(None, set).map_err(|e| format!("cannot drop capabilities ({set:?}): {e}"));
+    clear(CapSet::Ambient)?;
+    if caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false) {
+        clear(CapSet::Bounding)?;
+    }
+    clear(CapSet::Inheritable)?;
+    clear(CapSet::Effective)?;
+    clear(CapSet::Permitted)
+}
+
+/// Says once per process that agents run as root (without capabilities), and what would let
+/// them run as an unprivileged user.
+pub fn warn_root_agents(unreadable: &Path) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            "agents run as root without capabilities, not as uid {AGENT_UID}: {} is not readable by others (chmod o+rX it and the folders above it; see docs/security.md)",
+            unreadable.display()
+        )
+    });
+}
+
+/// No privileges to gain through exec (set-uid programs, file capabilities), and no ambient
+/// capabilities inherited by what the program starts.
+pub fn no_new_privileges() -> Result<(), String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+    Ok(())
+}
+
+#[cfg(target_os = "linux")]
+mod filter {
+    use std::collections::BTreeMap;
+
+    use nix::libc;
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
+    };
+
+    fn arch() -> Result<seccompiler::TargetArch, String> {
+        std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e:?}"))
+    }
+
+    fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
+        let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch()?)
+            .map_err(|e| format!("seccomp: {e}"))?;
+        filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))
+    }
+
+    fn when(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, String> {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| format!("seccomp: {e}"))
+    }
+
+    /// Installs the filters: with `no_processes`, `fork`, `vfork` and a `clone` that is not a
+    /// thread fail with `EPERM` (`clone3`, whose flags a filter cannot read, fails with `ENOSYS`
+    /// so that the C library falls back to `clone` for threads); with `no_ip`, an `AF_INET` or
+    /// `AF_INET6` socket fails with `EPERM`. Filters survive exec and bind every descendant.
+    pub fn install(no_processes: bool, no_ip: bool) -> Result<(), String> {
+        let mut deny: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+        if no_processes {
+            #[cfg(target_arch = "x86_64")]
+            {
+                deny.insert(libc::SYS_fork, vec![]);
+                deny.insert(libc::SYS_vfork, vec![]);
+            }
+            let thread = libc::CLONE_THREAD as u64;
+            deny.insert(libc::SYS_clone, vec![when(0, SeccompCmpOp::MaskedEq(thread), 0)?]);
+        }
+        if no_ip {
+            deny.insert(
+                libc::SYS_socket,
+                vec![
+                    when(0, SeccompCmpOp::Eq, libc::AF_INET as u64)?,
+                    when(0, SeccompCmpOp::Eq, libc::AF_INET6 as u64)?,
+                ],
+            );
+        }
+        if deny.is_empty() {
+            return Ok(());
+        }
+        let apply = |p: &BpfProgram| seccompiler::apply_filter(p).map_err(|e| format!("seccomp: {e}"));
+        apply(&compile(deny, libc::EPERM)?)?;
+        if no_processes {
+            apply(&compile(BTreeMap::from([(libc::SYS_clone3, vec![])]), libc::ENOSYS)?)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod filter {
+    pub fn install(_no_processes: bool, _no_ip: bool) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+pub use filter::install as install_filters;
+
+/// The TCP ports a `command` agent reaches by default: HTTPS, and the port of the proxy the
+/// worker's environment names, if any (model APIs behind a corporate proxy).
+pub fn default_ports() -> Vec<u16> {
+    let mut ports = vec![443];
+    for var in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"] {
+        if let Some(port) = std::env::var(var).ok().as_deref().and_then(proxy_port) {
+            ports.push(port);
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// The port of a proxy URL (`http://proxy:3128`, `proxy.corp:8080`), its scheme's default if none.
+fn proxy_port(url: &str) -> Option<u16> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split('/').next()?;
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    match host.rsplit_once(':') {
+        Some((h, port)) if !h.ends_with(']') || host.starts_with('[') => port.parse().ok(),
+        _ => Some(if scheme.eq_ignore_ascii_case("https") { 443 } else { 80 }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proxy_port_is_read_from_its_url() {
+        assert_eq!(proxy_port("http://proxy.corp:3128"), Some(3128));
+        assert_eq!(proxy_port("http://user:pw@proxy:8080/"), Some(8080));
+        assert_eq!(proxy_port("https://proxy"), Some(443));
+        assert_eq!(proxy_port("proxy:9000"), Some(9000));
+        assert_eq!(proxy_port("http://[::1]:3129"), Some(3129));
+    }
+
+    #[test]
+    fn readable_by_others_needs_every_folder_above_searchable() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("agent.py");
+        std::fs::write(&f, b"").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let tmp_ok = readable_by_others(dir.path().parent().unwrap());
+        assert!(!readable_by_others(&f), "a 0700 folder above hides it");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(readable_by_others(&f), tmp_ok);
+    }
+}
