@@ -1,8 +1,9 @@
 //! Every request's gate and every answer's headers. The UI shows untrusted agent output from a
 //! local server, so: only GET and HEAD; on a loopback bind, only a loopback `Host` (a page of
-//! another site that rebinds its name to 127.0.0.1 cannot read the UI); on any other bind, the
-//! token on every request (as `?token=`, which also sets a same-site cookie, as the cookie, or
-//! as `Authorization: Bearer`); a strict Content-Security-Policy on everything.
+//! another site that rebinds its name to 127.0.0.1 cannot read the UI); unless turned off on a
+//! loopback bind, the token on every request (as `?token=`, which also sets a same-site cookie,
+//! as the cookie, or as `Authorization: Bearer`), so that another process of the machine (an
+//! agent under evaluation) cannot read it either; a strict Content-Security-Policy on everything.
 
 use std::sync::{Arc, OnceLock};
 
@@ -16,12 +17,22 @@ use sha2::Digest as _;
 use crate::App;
 
 /// Who may use the UI.
-#[derive(Debug, Clone)]
-pub enum Access {
+#[derive(Clone)]
+pub struct Access {
     /// Bound to a loopback address: requests must name a loopback host.
-    Loopback,
-    /// Bound elsewhere: requests must carry this token.
-    Token(String),
+    pub loopback: bool,
+    /// Requests must carry this token.
+    pub token: Option<String>,
+}
+
+/// The token is a credential: never shown in logs or `Debug`.
+impl std::fmt::Debug for Access {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access")
+            .field("loopback", &self.loopback)
+            .field("token", &self.token.as_ref().map(|_| "[REDACTED]"))
+            .finish()
+    }
 }
 
 const COOKIE: &str = "agenteval_ui_token";
@@ -98,24 +109,21 @@ pub(crate) async fn guard(State(app): State<Arc<App>>, req: Request, next: Next)
         r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
         Some(r)
     } else {
-        match &app.opts.access {
-            Access::Loopback => {
-                let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
-                (!loopback_host(host)).then(|| {
-                    refuse(StatusCode::FORBIDDEN, "refused: this UI answers only requests to localhost or 127.0.0.1")
-                })
-            }
-            Access::Token(want) => match token_of(&req, want) {
-                Token::Valid { from_query } => {
-                    if from_query {
-                        set_cookie = Some(format!("{COOKIE}={want}; Path=/; HttpOnly; SameSite=Strict"));
-                    }
+        let access = &app.opts.access;
+        let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("");
+        if access.loopback && !loopback_host(host) {
+            Some(refuse(StatusCode::FORBIDDEN, "refused: this UI answers only requests to localhost or 127.0.0.1"))
+        } else {
+            match access.token.as_deref().map(|want| (want, token_of(&req, want))) {
+                None | Some((_, Token::Valid { from_query: false })) => None,
+                Some((want, Token::Valid { from_query: true })) => {
+                    set_cookie = Some(format!("{COOKIE}={want}; Path=/; HttpOnly; SameSite=Strict"));
                     None
                 }
-                Token::Missing => {
+                Some((_, Token::Missing)) => {
                     Some(refuse(StatusCode::UNAUTHORIZED, "a token is needed: open the address `agenteval ui` printed"))
                 }
-            },
+            }
         }
     };
     let mut response = match refused {

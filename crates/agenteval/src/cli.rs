@@ -169,15 +169,22 @@ pub enum Command {
     Ui {
         #[command(flatten)]
         index: IndexArgs,
-        /// Address to listen on; anything but a loopback address needs `--token`.
+        /// Address to listen on (a loopback address unless you mean other machines to reach it).
         #[arg(long, default_value = "127.0.0.1")]
         host: String,
         /// Port (0: any free one; the address is printed).
         #[arg(long, default_value_t = 8765)]
         port: u16,
-        /// The token every request must carry (as `?token=`) on a non-loopback bind; `auto`
-        /// makes one and prints it once.
-        #[arg(long)]
+        /// Read the token every request must carry from this file (else from
+        /// AGENTEVAL_UI_TOKEN, else a new one is made); the printed address carries it.
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<std::path::PathBuf>,
+        /// No token: any process of this machine may read the UI (a single-user machine that
+        /// runs no agent). Loopback binds only.
+        #[arg(long, conflicts_with = "token_file")]
+        no_token: bool,
+        /// Refused: a token on the command line is readable by every process of the machine.
+        #[arg(long, hide = true)]
         token: Option<String>,
         /// A gates file the comparison page can judge with.
         #[arg(long, value_name = "FILE")]

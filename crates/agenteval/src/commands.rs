@@ -39,7 +39,8 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await
         }
         Command::Status { run, index, json } => status(&run, &index, json).await,
-        Command::Ui { index, host, port, token, gates, open } => {
+        Command::Ui { index, host, port, token_file, no_token, token, gates, open } => {
+            let token = crate::ui::TokenSource { file: token_file, none: no_token, argument: token };
             crate::ui::serve(&index, &host, port, token, gates.as_deref(), open).await
         }
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {

@@ -43,7 +43,61 @@ impl agenteval_ui::Source for Source {
     }
 }
 
-/// A token for `--token auto`: 128 random bits, hex.
+/// Where the UI's token comes from.
+#[derive(Debug, Default)]
+pub struct TokenSource {
+    /// `--token-file`.
+    pub file: Option<std::path::PathBuf>,
+    /// `--no-token`.
+    pub none: bool,
+    /// `--token VALUE`: refused but for `auto` (the default now), since the command line is
+    /// readable by every process of the machine.
+    pub argument: Option<String>,
+}
+
+/// The environment variable a token may come from.
+const TOKEN_VAR: &str = "AGENTEVAL_UI_TOKEN";
+
+fn valid_token(t: &str) -> bool {
+    t.len() >= 16 && t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+}
+
+/// The token to require, if any: from the file, the environment, or made fresh.
+fn token_of(source: TokenSource, loopback: bool, host: &str) -> Result<Option<String>, Failure> {
+    const SHAPE: &str = "at least 16 characters from A-Z a-z 0-9 - _ .";
+    match source.argument.as_deref() {
+        None | Some("auto") => {}
+        Some(_) => {
+            return Err(usage(format!(
+                "--token: a token on the command line is readable by every process of this machine (/proc/PID/cmdline); put it in {TOKEN_VAR} or a file for --token-file, or leave both out and use the one printed"
+            )));
+        }
+    }
+    if source.none {
+        if !loopback {
+            return Err(usage(format!(
+                "--no-token with --host {host} would let other machines read the UI: bind a loopback address, or keep the token"
+            )));
+        }
+        return Ok(None);
+    }
+    if let Some(file) = &source.file {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| usage(format!("--token-file {}: cannot read it: {e}", file.display())))?;
+        let t = text.trim();
+        if !valid_token(t) {
+            return Err(usage(format!("--token-file {}: the token must be {SHAPE}", file.display())));
+        }
+        return Ok(Some(t.to_string()));
+    }
+    match std::env::var(TOKEN_VAR) {
+        Ok(t) if valid_token(t.trim()) => Ok(Some(t.trim().to_string())),
+        Ok(_) => Err(usage(format!("{TOKEN_VAR}: the token must be {SHAPE}"))),
+        Err(_) => new_token().map(Some),
+    }
+}
+
+/// A fresh token: 128 random bits, hex.
 fn new_token() -> Result<String, Failure> {
     use std::io::Read as _;
     let mut bytes = [0u8; 16];
@@ -61,7 +115,7 @@ pub async fn serve(
     index: &IndexArgs,
     host: &str,
     port: u16,
-    token: Option<String>,
+    token: TokenSource,
     gates: Option<&Path>,
     open: bool,
 ) -> Result<u8, Failure> {
@@ -69,19 +123,7 @@ pub async fn serve(
         "localhost" => IpAddr::from([127, 0, 0, 1]),
         h => h.parse().map_err(|_| usage(format!("--host {h}: give an IP address, e.g. 127.0.0.1 or 0.0.0.0")))?,
     };
-    let access = match token {
-        Some(t) if t == "auto" => Access::Token(new_token()?),
-        Some(t) if t.len() < 16 || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) => {
-            return Err(usage("--token: at least 16 characters from A-Z a-z 0-9 - _ .".into()));
-        }
-        Some(t) => Access::Token(t),
-        None if ip.is_loopback() => Access::Loopback,
-        None => {
-            return Err(usage(format!(
-                "--host {host} lets other machines reach the UI: give --token TOKEN (or --token auto) so that only you can"
-            )));
-        }
-    };
+    let access = Access { loopback: ip.is_loopback(), token: token_of(token, ip.is_loopback(), host)? };
     let (wiring, index_handle) = crate::commands::open_index(index).await?;
     index_handle.verify().await?;
     let gates = match gates {
@@ -113,9 +155,9 @@ pub async fn serve(
         std::net::IpAddr::V6(v6) => format!("[{v6}]"),
         v4 => v4.to_string(),
     };
-    let url = match &access {
-        Access::Token(t) => format!("http://{shown_host}:{}/?token={t}", bound.addr.port()),
-        Access::Loopback => format!("http://{shown_host}:{}/", bound.addr.port()),
+    let url = match &access.token {
+        Some(t) => format!("http://{shown_host}:{}/?token={t}", bound.addr.port()),
+        None => format!("http://{shown_host}:{}/", bound.addr.port()),
     };
     say!("agenteval ui: {url}");
     say!("(read-only; Ctrl-C stops it)");

@@ -922,7 +922,7 @@ async fn the_ui_shows_an_aws_run_from_another_folder() {
         assert_eq!(page.status, 200, "{path}: {}", page.body);
         assert!(page.body.contains(&run) || page.body.contains(&run[..13]), "{path} shows the run");
     }
-    let (dom, console) = util::ui::browse(&format!("{}runs/{run}/tasks/{task}", server.url), None);
+    let (dom, console) = util::ui::browse(&server.page(&format!("runs/{run}/tasks/{task}")), None);
     assert!(console.is_empty(), "{console:?}");
     assert!(dom.contains("class=\"open\""), "the trace viewer opens over S3 too");
     assert!(server.get(&format!("/api/runs/{run}/tasks/nope-1")).status == 404);

@@ -87,12 +87,12 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
     let pages = [
         (
             "runs",
-            format!("{}?name={}", server.url, "nightly%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(9)%3E%3C%2Fscript%3E"),
+            server.page(&format!("?name={}", "nightly%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(9)%3E%3C%2Fscript%3E")),
         ),
-        ("run", format!("{}runs/{cand}", server.url)),
-        ("task", format!("{}runs/{cand}/tasks/c03", server.url)),
-        ("compare", format!("{}compare?base={base}&cand={cand}", server.url)),
-        ("compare-task", format!("{}compare/task?base={base}&cand={cand}&task=c03", server.url)),
+        ("run", server.page(&format!("runs/{cand}"))),
+        ("task", server.page(&format!("runs/{cand}/tasks/c03"))),
+        ("compare", server.page(&format!("compare?base={base}&cand={cand}"))),
+        ("compare-task", server.page(&format!("compare/task?base={base}&cand={cand}&task=c03"))),
     ];
     for (name, url) in &pages {
         let (dom, console) = browse(url, Some(&shot(&format!("{name}.png"))));
@@ -142,7 +142,7 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
         }
     }
     // A citation's link scrolls the trace to its step.
-    let (dom, console) = browse(&format!("{}runs/{cand}/tasks/c03#task=c03&step=2", server.url), None);
+    let (dom, console) = browse(&server.page(&format!("runs/{cand}/tasks/c03#task=c03&step=2")), None);
     assert!(console.is_empty(), "{console:?}");
     assert!(dom.contains("id=\"step-2\"") && dom.contains("class=\"open\""), "the viewer is open at its steps");
     // Nothing but the server's own pages: the policy allows no other origin and one script.
@@ -193,14 +193,34 @@ fn the_server_refuses_what_it_must_and_marks_every_answer() {
     // So is an index that is not there.
     let out = ws.run(&["ui", "--index", "nowhere/index.sqlite", "--port", "0"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    // A bind other machines can reach needs a token.
-    let out = ws.run(&["ui", "--index", index.to_str().unwrap(), "--host", "0.0.0.0", "--port", "0"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("--token"), "{}", text(&out.stderr));
-    drop(server);
-    let public = ui(&ws, &["--host", "0.0.0.0", "--token", "auto"]);
-    let token = public.url.split("token=").nth(1).expect("the address carries the token").to_string();
+    // Loopback needs the token too (another process of the machine, an agent, is not you).
+    let token = server.token.clone().expect("the printed address carries a token");
     assert_eq!(token.len(), 32);
+    let local = format!("127.0.0.1:{}", server.port);
+    assert_eq!(request(server.port, "GET", "/api/runs", &local, &[]).status, 401, "no token on loopback");
+    // A token is never taken from the command line; a bind other machines reach cannot drop it.
+    let out =
+        ws.run(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--token", "abcdefghijklmnopqrstuvwxyz"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("AGENTEVAL_UI_TOKEN"), "{}", text(&out.stderr));
+    let out = ws.run(&["ui", "--index", index.to_str().unwrap(), "--host", "0.0.0.0", "--port", "0", "--no-token"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    drop(server);
+    let open = ui(&ws, &["--no-token"]);
+    assert!(open.token.is_none());
+    assert_eq!(request(open.port, "GET", "/api/runs", &format!("127.0.0.1:{}", open.port), &[]).status, 200);
+    drop(open);
+    let file = ws.write("ui-token", "from-a-file-0123456789\n");
+    let mut cmd = ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--host", "0.0.0.0"]);
+    cmd.args(["--token-file", file.to_str().unwrap()]);
+    let from_file = UiServer::start(cmd);
+    assert_eq!(from_file.token.as_deref(), Some("from-a-file-0123456789"));
+    drop(from_file);
+    let mut cmd = ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--host", "0.0.0.0"]);
+    cmd.env("AGENTEVAL_UI_TOKEN", "from-the-environment-42");
+    let public = UiServer::start(cmd);
+    let token = public.token.clone().unwrap();
+    assert_eq!(token, "from-the-environment-42");
     let any_host = format!("machine.example:{}", public.port);
     assert_eq!(request(public.port, "GET", "/", &any_host, &[]).status, 401, "no token");
     assert_eq!(request(public.port, "GET", "/?token=wrong-token-wrong-token", &any_host, &[]).status, 401);
@@ -235,7 +255,7 @@ fn a_run_in_progress_shows_its_progress_moving() {
     let page = server.get(&format!("/runs/{run}"));
     assert_eq!(page.status, 200);
     assert!(page.body.contains("http-equiv=\"refresh\"") && page.body.contains("tasks done"), "{}", page.body);
-    let (dom, console) = browse(&format!("{}runs/{run}", server.url), Some(&shot("live.png")));
+    let (dom, console) = browse(&server.page(&format!("runs/{run}")), Some(&shot("live.png")));
     assert!(console.is_empty(), "{console:?}");
     assert!(dom.contains("id=\"progress\""));
     wait_until("the count moves", Duration::from_secs(30), || {
@@ -264,7 +284,7 @@ fn wait_output_of(child: &mut std::process::Child) -> bool {
 fn ui_help_names_its_safety() {
     let out = Command::new(BIN).args(["ui", "--help"]).output().unwrap();
     let help = text(&out.stdout);
-    for part in ["--host", "--port", "--token", "--open", "--index", "--backend", "--gates"] {
+    for part in ["--host", "--port", "--token-file", "--no-token", "--open", "--index", "--backend", "--gates"] {
         assert!(help.contains(part), "{part}: {help}");
     }
 }

@@ -11,9 +11,11 @@ pub struct UiServer {
     child: Child,
     /// Kept open: the server prints more lines, and a closed pipe would end it.
     _stdout: std::io::BufReader<std::process::ChildStdout>,
-    /// `http://127.0.0.1:PORT/` (with `?token=` when it has one).
+    /// `http://127.0.0.1:PORT/`.
     pub url: String,
     pub port: u16,
+    /// The token the printed address carried, if any.
+    pub token: Option<String>,
 }
 
 impl Drop for UiServer {
@@ -36,16 +38,32 @@ impl UiServer {
             panic!("ui printed no address: {line:?} {err}")
         });
         let port = url.split(':').nth(2).unwrap().split('/').next().unwrap().parse().unwrap();
-        UiServer { url: url.to_string(), port, child, _stdout: stdout }
+        let (base, token) = match url.split_once("?token=") {
+            Some((base, token)) => (base, Some(token.to_string())),
+            None => (url, None),
+        };
+        UiServer { url: base.to_string(), port, token, child, _stdout: stdout }
     }
 
-    /// `GET path` with `Host: 127.0.0.1:PORT`.
+    /// The address of `path` (relative, with its query and fragment), carrying the token.
+    pub fn page(&self, path: &str) -> String {
+        let Some(token) = &self.token else { return format!("{}{path}", self.url) };
+        let (path, fragment) = path.split_once('#').map_or((path, String::new()), |(p, f)| (p, format!("#{f}")));
+        let sep = if path.contains('?') { '&' } else { '?' };
+        format!("{}{path}{sep}token={token}{fragment}", self.url)
+    }
+
+    /// `GET path` with `Host: 127.0.0.1:PORT` (and the token).
     pub fn get(&self, path: &str) -> Response {
         self.request("GET", path, &format!("127.0.0.1:{}", self.port), &[])
     }
 
+    /// A request carrying the token as `Authorization: Bearer`.
     pub fn request(&self, method: &str, path: &str, host: &str, headers: &[(&str, &str)]) -> Response {
-        request(self.port, method, path, host, headers)
+        let bearer = self.token.as_ref().map(|t| format!("Bearer {t}"));
+        let mut all = headers.to_vec();
+        all.extend(bearer.as_deref().map(|b| ("Authorization", b)));
+        request(self.port, method, path, host, &all)
     }
 }
 
