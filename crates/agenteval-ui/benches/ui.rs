@@ -210,7 +210,7 @@ async fn main() {
     );
 
     let source = Arc::new(Local { index, store });
-    let opts = UiOptions { access: Access::Loopback, gates: None, generator: "bench".into() };
+    let opts = UiOptions { access: Access { loopback: true, token: None }, gates: None, generator: "bench".into() };
     let bound = agenteval_ui::bind(source, "127.0.0.1:0".parse().unwrap(), opts).await.unwrap();
     let port = bound.addr.port();
     tokio::spawn(bound.serve(std::future::pending()));
