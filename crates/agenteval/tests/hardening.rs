@@ -592,3 +592,172 @@ fn agenteval_processes_cannot_be_read_by_an_agent_of_the_same_user() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// The red team's `command` agent: it goes after a secrets file and links beside the config,
+/// the paths on every process's command line, every process's environment, a local
+/// `agenteval ui` and an abstract unix socket, and answers the expected answer if it found it.
+const RED_TEAM: &str = r#"
+import json, os, re, socket, sys
+req = json.loads(sys.stdin.readline())
+cfg = os.environ["SNOOP_CFG"]
+found, tried = [], {}
+def look(name, data):
+    if data is None:
+        return
+    if isinstance(data, bytes):
+        data = data.decode("utf-8", "replace")
+    # Spelled in two pieces, so that this program's own text is not a find.
+    for needle in ("SECRET-" + "ANSWER", "sk-" + "ctrl-", "sk-" + "file-"):
+        if needle in data:
+            found.append(name + ": " + needle)
+def attempt(name, f):
+    try:
+        look(name, f())
+        tried[name] = "ok"
+    except Exception as e:
+        tried[name] = type(e).__name__
+attempt("secrets_file", lambda: open(os.path.join(cfg, "secrets.env")).read())
+attempt("config_file", lambda: open(os.path.join(cfg, "snoop.yaml")).read())
+attempt("latest_runs", lambda: "".join(
+    open(os.path.join(cfg, "latest-runs", r, "tasks.jsonl")).read()
+    for r in os.listdir(os.path.join(cfg, "latest-runs")) if not r.startswith("index")))
+attempt("current_cases", lambda: open(os.path.join(cfg, "current.jsonl")).read())
+paths = set()
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        paths.update(re.findall(r"/[^\s\"',\x00\[\]{}]+", open("/proc/%s/cmdline" % pid, "rb").read().decode("utf-8", "replace")))
+    except Exception:
+        pass
+    try:
+        look("environ of %s" % pid, open("/proc/%s/environ" % pid, "rb").read())
+    except Exception:
+        pass
+budget = [400]
+def sweep(p):
+    if budget[0] <= 0 or p.startswith(("/usr", "/proc", "/sys", "/dev", "/etc", "/lib", "/bin", "/sbin")):
+        return
+    budget[0] -= 1
+    try:
+        if os.path.isdir(p):
+            for e in os.listdir(p):
+                sweep(os.path.join(p, e))
+        elif os.path.isfile(p):
+            with open(p, "rb") as f:
+                look("cmdline path " + p, f.read(1 << 20))
+    except Exception:
+        pass
+for p in sorted(paths):
+    sweep(p)
+def ui():
+    s = socket.create_connection(("127.0.0.1", int(os.environ["SNOOP_UI_PORT"])), timeout=3)
+    s.sendall(b"GET /api/runs HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    return s.recv(65536)
+attempt("ui", ui)
+attempt("abstract_socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(b"\0" + os.environ["SNOOP_ABSTRACT"].encode()))
+status = open("/proc/self/status").read()
+tried["uid"] = os.getuid()
+tried["cap_eff"] = re.search(r"CapEff:\s*(\w+)", status).group(1)
+tried["no_new_privs"] = re.search(r"NoNewPrivs:\s*(\d)", status).group(1)
+answer = "SECRET-" + "ANSWER" if any(("SECRET-" + "ANSWER") in f for f in found) else json.dumps({"tried": tried, "found": found})
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}}), flush=True)
+"#;
+
+/// The red team's run, as root with an agent program others can read (the agent runs as uid
+/// 65534), as root with one they cannot (it stays root, without capabilities), and as an
+/// unprivileged user: each time the agent finds nothing, passes nothing, and reaches neither
+/// the UI nor an abstract socket.
+#[test]
+fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !nix_root() {
+        eprintln!("skipped: needs root to run as root and as another user");
+        return;
+    }
+    let ws = Workspace::new();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    ws.write("snoop.py", RED_TEAM);
+    ws.write("cases.jsonl", "{\"id\": \"snoop\", \"input\": \"q\", \"expected\": \"SECRET-ANSWER\"}\n");
+    ws.write("secrets.env", "JUDGE_KEY=sk-file-0123456789abcdef0123\n");
+    std::os::unix::fs::symlink(root.join("cases.jsonl"), root.join("current.jsonl")).unwrap();
+    // An earlier run holding the answer, served by a local UI without a token (its defence is the
+    // agent's network, not the token here).
+    let oracle =
+        ws.write("oracle.yaml", "name: earlier\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: oracle}\n");
+    let (v, code, _) = ws.submit(&oracle, &[]);
+    assert_eq!(code, 0, "{v}");
+    let index = ws.index();
+    let mut ui = ws
+        .cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(ui.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let ui_port = line.trim().rsplit(':').next().unwrap().trim_end_matches('/').to_string();
+    let reachable = std::net::TcpStream::connect(("127.0.0.1", ui_port.parse::<u16>().unwrap()));
+    assert!(reachable.is_ok(), "the UI listens: {line}");
+    let abstract_name = format!("agenteval-red-team-{}", std::process::id());
+    let abstract_addr =
+        <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(&abstract_name)
+            .unwrap();
+    let _abstract = std::os::unix::net::UnixListener::bind_addr(&abstract_addr).unwrap();
+    // A copy of the binary another user can execute.
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("agenteval");
+    assert!(std::process::Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
+
+    for (mode, python) in [("nobody", "/usr/bin/python3"), ("capless-root", "python3"), ("user", "/usr/bin/python3")] {
+        let runs = format!("runs-{mode}");
+        let _ = std::fs::remove_file(root.join("latest-runs"));
+        std::os::unix::fs::symlink(root.join(&runs), root.join("latest-runs")).unwrap();
+        let cfg = ws.write(
+            "snoop.yaml",
+            &format!(
+                "name: snoop\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [{python}, snoop.py]\n  env: {{SNOOP_CFG: {root}, SNOOP_UI_PORT: '{ui_port}', SNOOP_ABSTRACT: {abstract_name}}}\nbackend: {{secrets_file: secrets.env}}\nstorage: {{bundle_root: {runs}}}\n",
+                root = root.display()
+            ),
+        );
+        let args = ["submit", "--json", "--config", cfg.to_str().unwrap()];
+        let mut cmd = if mode == "user" {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&bin).args(args);
+            c
+        } else {
+            let mut c = std::process::Command::new(BIN);
+            c.args(args);
+            c
+        };
+        cmd.current_dir(&root).env("NO_COLOR", "1").env("CONTROLLER_KEY", "sk-ctrl-0123456789abcdef0123");
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &results(Path::new(v["bundle"].as_str().unwrap()))[0];
+        assert_eq!(r["passed"], false, "{mode}: {r}");
+        let answer: serde_json::Value = serde_json::from_str(r["agent"]["final_answer"].as_str().unwrap())
+            .unwrap_or_else(|_| panic!("{mode}: {r}"));
+        assert_eq!(answer["found"], serde_json::json!([]), "{mode}: the agent found {}", answer["found"]);
+        let tried = &answer["tried"];
+        for denied in ["secrets_file", "config_file", "latest_runs", "current_cases", "ui", "abstract_socket"] {
+            assert_eq!(tried[denied], "PermissionError", "{mode}: {denied} was not denied: {tried}");
+        }
+        assert_eq!(tried["no_new_privs"], "1", "{mode}: {tried}");
+        assert_eq!(tried["cap_eff"], "0000000000000000", "{mode}: the agent kept capabilities: {tried}");
+        let uid = if mode == "capless-root" { 0 } else { 65534 };
+        assert_eq!(tried["uid"], uid, "{mode}: {tried}");
+    }
+    let _ = ui.kill();
+    let _ = ui.wait();
+}
+
+fn nix_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .is_some_and(|ids| ids.split_whitespace().nth(1) == Some("0"))
+}
