@@ -273,6 +273,34 @@ impl BundleStore for S3BundleStore {
         }
     }
 
+    /// Streams the object's body a piece at a time, so that a 60 MiB trace costs its pieces,
+    /// not its size, in memory (parted files fall back to `get`).
+    async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
+        if PARTED.contains(&path) {
+            let bytes = self.get(run, path).await?;
+            f(&bytes);
+            return Ok(bytes.len() as u64);
+        }
+        let key = self.key(run, path)?;
+        let what = format!("reading s3://{}/{key}", self.bucket);
+        let out = self.clients.s3.get_object().bucket(&self.bucket).key(&key).send().await.map_err(|e| {
+            if e.as_service_error().is_some_and(|s| s.is_no_such_key()) {
+                Error::not_found(format!("{what}: no such object"))
+            } else {
+                classify(&what, e)
+            }
+        })?;
+        let mut body = out.body;
+        let mut total = 0u64;
+        while let Some(piece) =
+            body.try_next().await.map_err(|e| Error::with_source(ErrorKind::Transient, format!("{what}: {e}"), e))?
+        {
+            total += piece.len() as u64;
+            f(&piece);
+        }
+        Ok(total)
+    }
+
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         let key = self.key(run, path)?;
         match self.clients.s3.head_object().bucket(&self.bucket).key(&key).send().await {

@@ -165,7 +165,14 @@ pub async fn render_run(
     generator: &str,
     frame: Frame<'_>,
 ) -> String {
-    let traces = crate::results::load_traces(store, &run.meta.run_id, &run.lines, TRACE_LIMIT).await;
+    let traces = crate::results::load_traces(
+        store,
+        &run.meta.run_id,
+        &run.lines,
+        TRACE_LIMIT,
+        crate::results::REPORT_TRACE_BUDGET,
+    )
+    .await;
     let rows = TaskRows::of(&run.lines, &run.tags, comparison, ROW_LIMIT);
     render(&HtmlReport {
         meta: &run.meta,
@@ -196,6 +203,7 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         "summary": r.summary,
         "rows_omitted": r.rows.omitted,
         "traces_omitted": r.traces.omitted,
+        "traces_cut": r.traces.cut,
         "comparison": r.comparison,
         "verdict": r.verdict,
         "generator": r.generator,
@@ -444,6 +452,8 @@ function openTask(id) {
   panel.append(el("h2", {text: "Task " + id}));
   if (task) panel.append(el("p", {}, statusCell(task), " ended " + task.ended + " · " + money(task.cost) + " · " + task.tokens + " tokens · " + num(task.wall, 2) + " s · " + task.steps + " steps"));
   if (!D.traces[id]) panel.append(el("p", {class: "muted", text: "This task's trace is not embedded in the report; it is in the bundle (tasks/" + id + "/trace.jsonl)."}));
+  const cut = (D.traces_cut || {})[id];
+  if (cut) panel.append(el("p", {class: "muted", text: "The last " + cut.events + " events (" + num(cut.bytes / 1048576, 1) + " MiB) are not embedded, to keep this page small; the whole trace is in the bundle (tasks/" + id + "/trace.jsonl)."}));
   const times = events.map(e => Date.parse(e.timestamp)).filter(x => !isNaN(x));
   const t0 = times.length ? Math.min(...times) : 0, t1 = times.length ? Math.max(...times) : 1, total = Math.max(t1 - t0, 1);
   panel.append(el("h2", {text: "Events (" + events.length + ")"}));

@@ -457,8 +457,14 @@ pub async fn task(State(app): State<Arc<App>>, Path((run, task)): Path<(String, 
         )
         .map_err(|e| Problem { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("metadata.json: {e}") })?;
         let line = agenteval_core::format::ResultLine::from(&result);
-        let traces =
-            agenteval_judge::results::load_traces(store.as_ref(), &r.run_id, std::slice::from_ref(&line), 1).await;
+        let traces = agenteval_judge::results::load_traces(
+            store.as_ref(),
+            &r.run_id,
+            std::slice::from_ref(&line),
+            1,
+            agenteval_judge::results::TASK_PAGE_TRACE_BUDGET,
+        )
+        .await;
         let mut rows = TaskRows::new(None, 1);
         rows.push(&line, &[]);
         let nav = nav(&a);

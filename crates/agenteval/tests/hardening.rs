@@ -761,3 +761,84 @@ fn nix_root() -> bool {
         .find_map(|l| l.strip_prefix("Uid:"))
         .is_some_and(|ids| ids.split_whitespace().nth(1) == Some("0"))
 }
+
+/// Writes 60 MiB of trace (1 MiB events), then a wrong answer.
+const BIG_TRACE: &str = r#"
+import json, sys
+req = json.loads(sys.stdin.readline())
+blob = "x" * (1024 * 1024 - 100)
+for i in range(60):
+    print(json.dumps({"kind": "agent.observation", "payload": {"i": i, "blob": blob}}), flush=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "wrong"}}), flush=True)
+"#;
+
+fn peak_kib(pid: u32) -> Option<u64> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Four tasks with 60 MiB traces: the sealed `report.html` stays under 10 MB, the controller
+/// (which seals) and the UI (which renders the run and each task) stay under 200 MB.
+#[test]
+fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
+    let ws = Workspace::new();
+    ws.write("big.py", BIG_TRACE);
+    let cases: String =
+        (1..=4).map(|i| format!("{{\"id\": \"big{i}\", \"input\": \"x\", \"expected\": \"y\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "big.yaml",
+        "name: big\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, big.py]\nbackend: {tasks_in_parallel: 2}\nstorage: {bundle_root: runs}\n",
+    );
+    // The controller's peak, as the kernel counts it for a waited-for child (the workers are
+    // its children and are counted apart).
+    let wrapper = "import resource, subprocess, sys\nr = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE)\nsys.stdout.buffer.write(r.stdout)\nprint(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)\nsys.exit(r.returncode)";
+    let out = std::process::Command::new("python3")
+        .args(["-c", wrapper, BIN, "submit", "--json", "--config", cfg.to_str().unwrap()])
+        .current_dir(ws.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let controller_kib: u64 = text(&out.stderr).lines().last().unwrap().trim().parse().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    for i in 1..=4 {
+        let size = std::fs::metadata(bundle.join(format!("tasks/big{i}/trace.jsonl"))).unwrap().len();
+        assert!(size > 60 << 20, "task {i}'s trace is {size} bytes");
+    }
+    let report = std::fs::metadata(bundle.join("report.html")).unwrap().len();
+    eprintln!("report.html: {report} bytes; controller peak: {} MiB", controller_kib / 1024);
+    assert!(report < 10_000_000, "report.html is {report} bytes");
+    assert!(controller_kib < 200 * 1024, "the controller peaked at {} MiB", controller_kib / 1024);
+
+    let index = ws.index();
+    let mut ui = ws
+        .cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(ui.stdout.as_mut().unwrap()), &mut line).unwrap();
+    let port: u16 = line.trim().rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap();
+    let run = v["run_id"].as_str().unwrap();
+    let mut pages = vec![format!("/runs/{run}")];
+    pages.extend((1..=4).map(|i| format!("/runs/{run}/tasks/big{i}")));
+    for page in &pages {
+        let r = util::ui::request(port, "GET", page, &format!("127.0.0.1:{port}"), &[]);
+        assert_eq!(r.status, 200, "{page}");
+        assert!(r.body.len() < 10_000_000, "{page} is {} bytes", r.body.len());
+    }
+    let ui_kib = peak_kib(ui.id()).unwrap();
+    eprintln!("ui peak: {} MiB", ui_kib / 1024);
+    let _ = ui.kill();
+    let _ = ui.wait();
+    assert!(ui_kib < 200 * 1024, "the UI peaked at {} MiB", ui_kib / 1024);
+}

@@ -159,7 +159,14 @@ async fn render_html(
         rows.push(l, tags.get(l.task_id.as_str()).unwrap_or(&no_tags));
     }
     let picked: Vec<ResultLine> = kept.failing.iter().chain(&kept.passing).take(SEAL_TRACE_LIMIT).cloned().collect();
-    let mut traces = agenteval_judge::results::load_traces(store, &meta.run_id, &picked, SEAL_TRACE_LIMIT).await;
+    let mut traces = agenteval_judge::results::load_traces(
+        store,
+        &meta.run_id,
+        &picked,
+        SEAL_TRACE_LIMIT,
+        agenteval_judge::results::REPORT_TRACE_BUDGET,
+    )
+    .await;
     traces.omitted = (summary.tasks_finished as usize).saturating_sub(picked.len());
     let generator = format!("agenteval {}", crate::VERSION);
     agenteval_judge::html::render(&HtmlReport {
