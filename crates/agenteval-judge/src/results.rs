@@ -237,11 +237,9 @@ pub async fn load_traces(
     let total_left = &total_left;
     let read = |task: String, file: &'static str| async move {
         let path = format!("tasks/{task}/{file}");
-        let embed = std::sync::Mutex::new(Embed::new(budget, total_left));
-        let _ = store
-            .read_chunks(run, &path, &mut |piece| embed.lock().unwrap_or_else(|e| e.into_inner()).push(piece))
-            .await;
-        let (array, cut) = embed.into_inner().unwrap_or_else(|e| e.into_inner()).finish();
+        let mut embed = Embed::new(budget, total_left);
+        let _ = store.read_chunks(run, &path, &mut |piece| embed.push(piece)).await;
+        let (array, cut) = embed.finish();
         (task, array, cut)
     };
     // Fewer at once than other reads: each holds up to a task's budget.

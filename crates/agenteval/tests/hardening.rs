@@ -548,12 +548,7 @@ fn a_fork_and_exit_chain_does_not_outlive_its_task() {
 #[test]
 fn agenteval_processes_cannot_be_read_by_an_agent_of_the_same_user() {
     use std::os::unix::fs::MetadataExt as _;
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .is_some_and(|ids| ids.split_whitespace().nth(1) == Some("0"));
-    if !root {
+    if !nix_root() {
         // Without root the test cannot switch users; the CI and this machine run it as root.
         eprintln!("skipped: needs root to run the processes as another user");
         return;
@@ -689,17 +684,10 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     let (v, code, _) = ws.submit(&oracle, &[]);
     assert_eq!(code, 0, "{v}");
     let index = ws.index();
-    let mut ui = ws
-        .cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(ui.stdout.as_mut().unwrap()), &mut line).unwrap();
-    let ui_port = line.trim().rsplit(':').next().unwrap().trim_end_matches('/').to_string();
-    let reachable = std::net::TcpStream::connect(("127.0.0.1", ui_port.parse::<u16>().unwrap()));
-    assert!(reachable.is_ok(), "the UI listens: {line}");
+    let ui =
+        util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
+    let ui_port = ui.port.to_string();
+    assert_eq!(ui.get("/api/runs").status, 200, "the UI answers anyone on loopback");
     let abstract_name = format!("agenteval-red-team-{}", std::process::id());
     let abstract_addr =
         <std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(&abstract_name)
@@ -750,8 +738,7 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
         let uid = if mode == "capless-root" { 0 } else { 65534 };
         assert_eq!(tried["uid"], uid, "{mode}: {tried}");
     }
-    let _ = ui.kill();
-    let _ = ui.wait();
+    drop(ui);
 }
 
 fn nix_root() -> bool {
@@ -819,26 +806,18 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
     assert!(controller_kib < 200 * 1024, "the controller peaked at {} MiB", controller_kib / 1024);
 
     let index = ws.index();
-    let mut ui = ws
-        .cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(ui.stdout.as_mut().unwrap()), &mut line).unwrap();
-    let port: u16 = line.trim().rsplit(':').next().unwrap().trim_end_matches('/').parse().unwrap();
+    let ui =
+        util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
     let run = v["run_id"].as_str().unwrap();
     let mut pages = vec![format!("/runs/{run}")];
     pages.extend((1..=4).map(|i| format!("/runs/{run}/tasks/big{i}")));
     for page in &pages {
-        let r = util::ui::request(port, "GET", page, &format!("127.0.0.1:{port}"), &[]);
+        let r = ui.get(page);
         assert_eq!(r.status, 200, "{page}");
         assert!(r.body.len() < 10_000_000, "{page} is {} bytes", r.body.len());
     }
-    let ui_kib = peak_kib(ui.id()).unwrap();
+    let ui_kib = peak_kib(ui.pid()).unwrap();
     eprintln!("ui peak: {} MiB", ui_kib / 1024);
-    let _ = ui.kill();
-    let _ = ui.wait();
+    drop(ui);
     assert!(ui_kib < 200 * 1024, "the UI peaked at {} MiB", ui_kib / 1024);
 }

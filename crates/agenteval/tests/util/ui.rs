@@ -45,6 +45,10 @@ impl UiServer {
         UiServer { url: base.to_string(), port, token, child, _stdout: stdout }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The address of `path` (relative, with its query and fragment), carrying the token.
     pub fn page(&self, path: &str) -> String {
         let Some(token) = &self.token else { return format!("{}{path}", self.url) };
