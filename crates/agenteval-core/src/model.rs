@@ -239,6 +239,8 @@ pub enum TerminatedBy {
     LimitCost,
     /// The trace grew past `max_trace_events` or `max_trace_bytes`.
     LimitTrace,
+    /// The agent's scratch folder grew past `max_disk_bytes`.
+    LimitDisk,
     /// The `llm` agent made `max_turns` model calls without a final answer.
     LimitTurns,
     InfraFailure,
@@ -251,12 +253,13 @@ pub enum TerminatedBy {
 }
 
 impl TerminatedBy {
-    pub const ALL: [TerminatedBy; 9] = [
+    pub const ALL: [TerminatedBy; 10] = [
         TerminatedBy::Completed,
         TerminatedBy::LimitTokens,
         TerminatedBy::LimitTime,
         TerminatedBy::LimitCost,
         TerminatedBy::LimitTrace,
+        TerminatedBy::LimitDisk,
         TerminatedBy::LimitTurns,
         TerminatedBy::InfraFailure,
         TerminatedBy::AgentError,
@@ -279,6 +282,7 @@ impl TerminatedBy {
             TerminatedBy::LimitTime => "limit_time",
             TerminatedBy::LimitCost => "limit_cost",
             TerminatedBy::LimitTrace => "limit_trace",
+            TerminatedBy::LimitDisk => "limit_disk",
             TerminatedBy::LimitTurns => "limit_turns",
             TerminatedBy::InfraFailure => "infra_failure",
             TerminatedBy::AgentError => "agent_error",

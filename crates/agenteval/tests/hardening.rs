@@ -821,3 +821,114 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
     drop(ui);
     assert!(ui_kib < 200 * 1024, "the UI peaked at {} MiB", ui_kib / 1024);
 }
+
+/// Three ways to fill a disk: write without end, write one file past the limit and delete it
+/// before answering, and write past the limit just before answering (faster than a measurement).
+const FILLER: &str = r#"
+import json, os, sys
+req = json.loads(sys.stdin.readline())
+scratch, task = req["scratch_dir"], req["task_id"]
+chunk = b"x" * (1 << 20)
+if task == "forever":
+    i = 0
+    while True:
+        with open(os.path.join(scratch, f"f{i}"), "wb") as f:
+            f.write(chunk)
+        i += 1
+elif task == "one-big-file":
+    path = os.path.join(scratch, "big")
+    with open(path, "wb") as f:
+        for _ in range(24):
+            f.write(chunk)
+    os.remove(path)
+elif task == "burst":
+    for i in range(24):
+        with open(os.path.join(scratch, f"f{i}"), "wb") as f:
+            f.write(chunk)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "y"}}), flush=True)
+"#;
+
+#[test]
+fn an_agent_that_fills_its_scratch_folder_stops_at_the_disk_limit_and_does_not_pass() {
+    let ws = Workspace::new();
+    ws.write("filler.py", FILLER);
+    let cases: String = ["forever", "one-big-file", "burst", "small"]
+        .iter()
+        .map(|id| format!("{{\"id\": \"{id}\", \"input\": \"x\", \"expected\": \"y\"}}\n"))
+        .collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "filler.yaml",
+        r#"name: filler
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, filler.py]
+  limits:
+    max_disk_bytes: 8388608
+    max_wall_seconds: 60
+storage:
+  bundle_root: runs
+"#,
+    );
+    let started = Instant::now();
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(50), "stopped by the disk limit, not the clock");
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    for r in results(bundle) {
+        let id = r["task_id"].as_str().unwrap().to_string();
+        if id == "small" {
+            assert_eq!(r["passed"], true, "{r}");
+            continue;
+        }
+        assert_eq!(r["passed"], false, "{id}: {r}");
+        let error = r["agent"]["error"].as_str().unwrap_or_default();
+        if id == "one-big-file" {
+            // The kernel refuses the write: a program that handles SIGXFSZ (Python does) sees
+            // EFBIG and fails on its own; one that does not is killed.
+            assert!(error.contains("File too large") || error.contains("max_disk_bytes"), "{r}");
+            continue;
+        }
+        assert_eq!(r["agent"]["terminated_by"], "limit_disk", "{id}: {r}");
+        assert!(error.contains("max_disk_bytes"), "{id}: {r}");
+    }
+    assert_eq!(results(bundle).len(), 4);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+}
+
+#[test]
+fn a_case_line_or_a_data_file_past_its_cap_is_a_config_error_naming_the_option() {
+    use std::io::Write as _;
+    let ws = Workspace::new();
+    let big = format!("{{\"id\": \"big\", \"input\": \"{}\", \"expected\": \"y\"}}\n", "x".repeat(2 << 20));
+    ws.write("cases.jsonl", &format!("{{\"id\": \"ok\", \"input\": \"x\", \"expected\": \"y\"}}\n{big}"));
+    let cfg = ws.write(
+        "big.yaml",
+        "name: big\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: oracle\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("cases.jsonl:2") && err.contains("benchmark.max_case_bytes"), "{err}");
+    // Raised, the same line is read.
+    let out = ws.run(&["submit", "-q", "--config", cfg.to_str().unwrap(), "--set", "benchmark.max_case_bytes=4194304"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // A gzip bomb: 64 MiB of zeros in 64 KiB, over a 16 MiB cap once unzipped.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..64 {
+        gz.write_all(&zeros).unwrap();
+    }
+    std::fs::write(ws.path().join("bomb.jsonl.gz"), gz.finish().unwrap()).unwrap();
+    let cfg = ws.write(
+        "bomb.yaml",
+        "name: bomb\nbenchmark:\n  kind: humaneval\n  path: bomb.jsonl.gz\n  max_file_bytes: 16777216\nagent:\n  kind: oracle\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("benchmark.max_file_bytes"), "{}", text(&out.stderr));
+}

@@ -27,6 +27,18 @@ pub const DEFAULT_TRACE_EVENTS: u64 = 10_000;
 pub const MAX_TRACE_BYTES: u64 = 1 << 30;
 /// Trace bytes a task may write when the config does not say (64 MiB).
 pub const DEFAULT_TRACE_BYTES: u64 = 64 << 20;
+/// Largest scratch-folder allowance of one task (16 TiB).
+pub const MAX_DISK_BYTES: u64 = 16 << 40;
+/// What an agent's scratch folder may hold when the config does not say (4 GiB).
+pub const DEFAULT_DISK_BYTES: u64 = 4 << 30;
+/// Longest case (one line of a JSONL case file, one entry of a YAML one) a config may allow (256 MiB).
+pub const MAX_CASE_BYTES: u64 = 256 << 20;
+/// Longest case when the config does not say (1 MiB).
+pub const DEFAULT_CASE_BYTES: u64 = 1 << 20;
+/// Largest benchmark data file a config may allow, after decompression (16 GiB).
+pub const MAX_DATA_FILE_BYTES: u64 = 16 << 30;
+/// Largest benchmark data file when the config does not say, after decompression (256 MiB).
+pub const DEFAULT_DATA_FILE_BYTES: u64 = 256 << 20;
 /// Jobs running at once.
 pub const MAX_CONCURRENT_JOBS: u32 = 10_000;
 /// Tasks in one job.

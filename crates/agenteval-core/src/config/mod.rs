@@ -247,6 +247,14 @@ pub enum BenchmarkConfig {
         /// sandbox. Off by default: a case file is data, and data must not run code.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         trust_case_evaluators: bool,
+        /// Longest case in bytes (a JSONL line; default 1 MiB): a longer one is refused, naming its line.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_CASE_BYTES))]
+        max_case_bytes: Option<u64>,
+        /// Largest case file in bytes (default 256 MiB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_DATA_FILE_BYTES))]
+        max_file_bytes: Option<u64>,
     },
     /// OpenAI's HumanEval (164 Python problems), graded as its own harness does: prompt +
     /// completion + the problem's test + `check(entry_point)`, in a sandboxed Python process.
@@ -262,6 +270,10 @@ pub enum BenchmarkConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 0.1, max = MAX_CHECK_SECONDS))]
         timeout_seconds: Option<f64>,
+        /// Largest problem file in bytes once decompressed (default 256 MiB; HumanEval's is 0.2 MB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_DATA_FILE_BYTES))]
+        max_file_bytes: Option<u64>,
         #[serde(default)]
         filter: TaskFilter,
     },
@@ -515,6 +527,10 @@ pub struct Limits {
     #[serde(default)]
     #[schemars(range(min = 1024, max = MAX_TRACE_BYTES))]
     pub max_trace_bytes: Option<u64>,
+    /// Bytes the agent's scratch folder may hold (default 4 GiB); past it: `limit_disk`.
+    #[serde(default)]
+    #[schemars(range(min = 1024, max = MAX_DISK_BYTES))]
+    pub max_disk_bytes: Option<u64>,
 }
 
 impl Limits {
@@ -531,6 +547,11 @@ impl Limits {
     /// `max_trace_bytes`, or its default.
     pub fn trace_bytes(&self) -> u64 {
         self.max_trace_bytes.unwrap_or(DEFAULT_TRACE_BYTES)
+    }
+
+    /// `max_disk_bytes`, or its default.
+    pub fn disk_bytes(&self) -> u64 {
+        self.max_disk_bytes.unwrap_or(DEFAULT_DISK_BYTES)
     }
 }
 

@@ -11,6 +11,7 @@ use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 
 use super::confine::{self, Net};
+use super::disk;
 use super::sandbox::{self, View};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -153,6 +154,134 @@ fn agent_error(msg: impl Into<String>) -> AgentOutcome {
     AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, msg.into())) }
 }
 
+/// The protocol as read from the agent's stdout, one line at a time.
+#[derive(Default)]
+struct Protocol {
+    /// Lines read so far, blank ones included (error messages count from 1).
+    lines: usize,
+    /// Events accepted.
+    events: usize,
+    terminal_seen: bool,
+    final_answer: Option<serde_json::Value>,
+}
+
+type Problem = (TerminatedBy, String);
+
+impl Protocol {
+    /// Takes one raw line; an error ends the task.
+    async fn line(&mut self, raw: &[u8], sink: &mut dyn EventSink) -> Result<(), Problem> {
+        let agent_error = |msg: String| Err((TerminatedBy::AgentError, msg));
+        self.lines += 1;
+        let n = self.lines;
+        if raw.len() > MAX_LINE {
+            return agent_error(format!("output line {n} is longer than {MAX_LINE} bytes"));
+        }
+        let text = String::from_utf8_lossy(raw);
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(());
+        }
+        if self.terminal_seen {
+            return agent_error(format!("output line {n} comes after agent.terminal"));
+        }
+        let ev: WireEvent = match serde_json::from_str(text) {
+            Ok(ev) => ev,
+            Err(e) => {
+                let shown: String = text.chars().take(80).collect();
+                return agent_error(format!("output line {n} is not a protocol event ({e}): {shown:?}"));
+            }
+        };
+        // Scores and verdicts are the graders' to write: one from the agent would read as a
+        // grade in `show`, the report and the UI.
+        if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict) {
+            let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(str::to_string));
+            return agent_error(format!(
+                "output line {n}: an agent cannot emit `{}` events (graders write them)",
+                kind.unwrap_or_default()
+            ));
+        }
+        let mut problem = None;
+        if ev.kind == EventKind::AgentTerminal {
+            self.terminal_seen = true;
+            self.final_answer = ev.payload.get("final_answer").cloned();
+            if self.final_answer.is_none() {
+                problem = Some((TerminatedBy::AgentError, "agent.terminal has no payload.final_answer".into()));
+            }
+        }
+        self.events += 1;
+        let event = AgentEvent {
+            kind: Some(ev.kind),
+            payload: ev.payload,
+            cost_usd: ev.cost_usd,
+            input_tokens: ev.input_tokens,
+            output_tokens: ev.output_tokens,
+        };
+        if let Err(stop) = sink.emit(event).await {
+            return Err((stop.terminated_by, stop.reason));
+        }
+        problem.map_or(Ok(()), Err)
+    }
+}
+
+/// What waiting for the next stdout line came to.
+enum Next {
+    Line(std::io::Result<usize>),
+    /// The agent exited and its output did not end in time.
+    Drained,
+    /// The scratch folder went over its limit.
+    DiskFull(String),
+}
+
+/// Reads the agent's events until its output ends, it breaks the protocol, its scratch folder
+/// fills, or it has exited and the pipe stays open past `DRAIN_AFTER_EXIT`. Returns the
+/// protocol's state, why the task must end (if it must), and the exit status if already seen.
+async fn read_events(
+    child: &mut tokio::process::Child,
+    mut disk: Option<disk::Watch>,
+    sink: &mut dyn EventSink,
+) -> (Protocol, Option<Problem>, Option<std::io::Result<std::process::ExitStatus>>) {
+    let stdout = child.stdout.take().expect("stdout piped");
+    let mut lines = BufReader::new(stdout);
+    let mut protocol = Protocol::default();
+    let mut buf = Vec::new();
+    let mut exited = None;
+    let mut drain_until: Option<tokio::time::Instant> = None;
+    loop {
+        buf.clear();
+        // A read cancelled by another branch keeps what it read in `buf`; the next one goes on.
+        let next = loop {
+            let mut limited = (&mut lines).take(MAX_LINE as u64 + 1);
+            let read_line = limited.read_until(b'\n', &mut buf);
+            let disk_due = disk.as_ref().map_or_else(far_future, disk::Watch::due);
+            tokio::select! {
+                r = read_line => break Next::Line(r),
+                st = child.wait(), if exited.is_none() => {
+                    exited = Some(st);
+                    drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                _ = tokio::time::sleep_until(drain_until.unwrap_or_else(far_future)), if drain_until.is_some() => {
+                    break Next::Drained;
+                }
+                _ = tokio::time::sleep_until(disk_due), if disk.is_some() => {
+                    if let Some(why) = disk.as_mut().expect("checked").check().await {
+                        break Next::DiskFull(why);
+                    }
+                }
+            }
+        };
+        let problem = match next {
+            Next::Drained | Next::Line(Ok(0)) => None,
+            Next::DiskFull(why) => Some((TerminatedBy::LimitDisk, why)),
+            Next::Line(Err(e)) => Some((TerminatedBy::AgentError, format!("reading agent output: {e}"))),
+            Next::Line(Ok(_)) => match protocol.line(&buf, sink).await {
+                Ok(()) => continue,
+                Err(problem) => Some(problem),
+            },
+        };
+        return (protocol, problem, exited);
+    }
+}
+
 #[async_trait]
 impl AgentRunner for CommandAgent {
     fn name(&self) -> &str {
@@ -179,75 +308,9 @@ impl AgentRunner for CommandAgent {
             },
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
-        let view = match &self.sandbox {
-            Some(view) if sandbox::launcher().is_some() => {
-                if !sandbox::available() {
-                    warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
-                } else if matches!(view.net, Net::Tcp(_)) && !sandbox::tcp_rules_available() {
-                    warn_unrestricted_tcp();
-                }
-                let mut view = view.clone();
-                let named: Vec<PathBuf> =
-                    args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()).collect();
-                if view.user.is_some() {
-                    // An agent that could not read its own program stays root, without capabilities.
-                    let program = sandbox::which(prog);
-                    if let Some(hidden) = program.iter().chain(&named).find(|p| !confine::readable_by_others(p)) {
-                        confine::warn_root_agents(hidden);
-                        view.user = None;
-                    }
-                }
-                view.read.extend(sandbox::program_files(prog));
-                view.read.extend(named);
-                if let Some(scratch) = &scratch {
-                    view = view.with_scratch(scratch);
-                }
-                Some(view)
-            }
-            Some(_) => {
-                warn_unsandboxed("no sandbox launcher in this process");
-                None
-            }
-            None => None,
-        };
-        // Under the task's own supervisor, which the sandbox restricts and then replaces by the
-        // agent: the worker stays unrestricted, and no unsafe `pre_exec` is needed.
-        let os_args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
-        let mut std_cmd = sandbox::supervised(prog.as_ref(), &os_args, view.as_ref());
-        std_cmd.env_clear();
-        for var in PASSED_ENV {
-            if let Some(v) = std::env::var_os(var) {
-                std_cmd.env(var, v);
-            }
-        }
-        match &self.inherit {
-            InheritEnv::All(true) => {
-                std_cmd.envs(std::env::vars_os());
-            }
-            InheritEnv::All(false) => {}
-            InheritEnv::Names(names) => {
-                for name in names {
-                    if let Some(v) = std::env::var_os(name) {
-                        std_cmd.env(name, v);
-                    }
-                }
-            }
-        }
-        std_cmd.envs(&self.env).envs(&ctx.env.vars);
-        if let Some(scratch) = &scratch {
-            std_cmd
-                .env("AGENTEVAL_SCRATCH_DIR", scratch)
-                .env("HOME", scratch)
-                .env("TMPDIR", scratch)
-                .current_dir(scratch);
-        } else if let Some(w) = &self.workdir {
-            std_cmd.current_dir(w);
-        }
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
-        for (var, secret) in ctx.secrets {
-            cmd.env(var, secret.expose());
-        }
+        let max_disk = ctx.limits.disk_bytes();
+        let view = self.view(prog, args, scratch.as_deref(), max_disk);
+        let mut cmd = self.command(prog, args, view.as_ref(), scratch.as_deref(), ctx);
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
@@ -264,6 +327,7 @@ impl AgentRunner for CommandAgent {
                 "max_tokens": ctx.limits.max_tokens,
                 "max_wall_seconds": ctx.limits.wall_seconds(),
                 "max_cost_usd": ctx.limits.max_cost_usd,
+                "max_disk_bytes": max_disk,
             },
             "scratch_dir": scratch,
         });
@@ -284,103 +348,8 @@ impl AgentRunner for CommandAgent {
             text[start..].to_string()
         });
 
-        let stdout = child.stdout.take().expect("stdout piped");
-        let mut lines = BufReader::new(stdout);
-        let mut final_answer = None;
-        let mut terminal_seen = false;
-        let mut problem: Option<(TerminatedBy, String)> = None;
-        let mut buf = Vec::new();
-        let mut n = 0usize;
-        let mut events = 0usize;
-        let mut exited = None;
-        let mut drain_until: Option<tokio::time::Instant> = None;
-        loop {
-            buf.clear();
-            // A read cancelled by the exit branch keeps what it read in `buf`; the next one goes on.
-            let read = loop {
-                let mut limited = (&mut lines).take(MAX_LINE as u64 + 1);
-                let read_line = limited.read_until(b'\n', &mut buf);
-                tokio::select! {
-                    r = read_line => break Some(r),
-                    st = child.wait(), if exited.is_none() => {
-                        exited = Some(st);
-                        drain_until = Some(tokio::time::Instant::now() + DRAIN_AFTER_EXIT);
-                    }
-                    _ = tokio::time::sleep_until(drain_until.unwrap_or_else(far_future)), if drain_until.is_some() => {
-                        break None;
-                    }
-                }
-            };
-            let Some(read) = read else { break };
-            match read {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e) => {
-                    problem = Some((TerminatedBy::AgentError, format!("reading agent output: {e}")));
-                    break;
-                }
-            }
-            n += 1;
-            if buf.len() > MAX_LINE {
-                problem = Some((TerminatedBy::AgentError, format!("output line {n} is longer than {MAX_LINE} bytes")));
-                break;
-            }
-            let text = String::from_utf8_lossy(&buf);
-            let text = text.trim();
-            if text.is_empty() {
-                continue;
-            }
-            if terminal_seen {
-                problem = Some((TerminatedBy::AgentError, format!("output line {n} comes after agent.terminal")));
-                break;
-            }
-            let ev: WireEvent = match serde_json::from_str(text) {
-                Ok(ev) => ev,
-                Err(e) => {
-                    let shown: String = text.chars().take(80).collect();
-                    problem = Some((
-                        TerminatedBy::AgentError,
-                        format!("output line {n} is not a protocol event ({e}): {shown:?}"),
-                    ));
-                    break;
-                }
-            };
-            // Scores and verdicts are the graders' to write: one from the agent would read as a
-            // grade in `show`, the report and the UI.
-            if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict) {
-                let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(str::to_string));
-                problem = Some((
-                    TerminatedBy::AgentError,
-                    format!(
-                        "output line {n}: an agent cannot emit `{}` events (graders write them)",
-                        kind.unwrap_or_default()
-                    ),
-                ));
-                break;
-            }
-            if ev.kind == EventKind::AgentTerminal {
-                terminal_seen = true;
-                final_answer = ev.payload.get("final_answer").cloned();
-                if final_answer.is_none() {
-                    problem = Some((TerminatedBy::AgentError, "agent.terminal has no payload.final_answer".into()));
-                }
-            }
-            events += 1;
-            let event = AgentEvent {
-                kind: Some(ev.kind),
-                payload: ev.payload,
-                cost_usd: ev.cost_usd,
-                input_tokens: ev.input_tokens,
-                output_tokens: ev.output_tokens,
-            };
-            if let Err(stop) = sink.emit(event).await {
-                problem = Some((stop.terminated_by, stop.reason));
-                break;
-            }
-            if problem.is_some() {
-                break;
-            }
-        }
+        let watch = scratch.clone().map(|dir| disk::Watch::new(dir, max_disk));
+        let (protocol, mut problem, exited) = read_events(&mut child, watch, sink).await;
         if problem.is_some()
             && let Some(pid) = child.id()
         {
@@ -391,6 +360,20 @@ impl AgentRunner for CommandAgent {
             Some(st) => st,
             None => child.wait().await,
         };
+        // What the agent left behind counts too: it may have written its last gigabytes after
+        // the last measurement, or been killed by the kernel for one file too large.
+        if problem.is_none() {
+            let killed_by_size = matches!(&status, Ok(st) if st.code() == Some(disk::KILLED_BY_FILE_SIZE));
+            let left = scratch.as_deref().and_then(|dir| disk::over(disk::usage(dir, max_disk), max_disk));
+            problem = match (left, killed_by_size) {
+                (Some(why), _) => Some((TerminatedBy::LimitDisk, why)),
+                (None, true) => Some((
+                    TerminatedBy::LimitDisk,
+                    format!("the agent wrote a file past {max_disk} bytes (limits.max_disk_bytes)"),
+                )),
+                (None, false) => None,
+            };
+        }
         // A descendant that escaped the kill could hold stderr open: wait for it only briefly.
         let stderr_tail =
             tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
@@ -403,15 +386,102 @@ impl AgentRunner for CommandAgent {
         match status {
             Ok(st) if st.success() => {}
             // Said in a fixed form: the controller tells "cannot run at all" by it.
-            Ok(st) if events == 0 => {
+            Ok(st) if protocol.events == 0 => {
                 return agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
             }
             Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
             Err(e) => return agent_error(format!("waiting for agent: {e}")),
         }
-        if !terminal_seen {
+        if !protocol.terminal_seen {
             return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
         }
-        AgentOutcome { final_answer, error: None }
+        AgentOutcome { final_answer: protocol.final_answer, error: None }
+    }
+}
+
+impl CommandAgent {
+    /// The filesystem view the agent runs in, or `None` (with a warning said once) when it runs
+    /// unsandboxed.
+    fn view(&self, prog: &str, args: &[String], scratch: Option<&std::path::Path>, max_disk: u64) -> Option<View> {
+        let view = self.sandbox.as_ref()?;
+        if sandbox::launcher().is_none() {
+            warn_unsandboxed("no sandbox launcher in this process");
+            return None;
+        }
+        if !sandbox::available() {
+            warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
+        } else if matches!(view.net, Net::Tcp(_)) && !sandbox::tcp_rules_available() {
+            warn_unrestricted_tcp();
+        }
+        let mut view = view.clone();
+        let named: Vec<PathBuf> = args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()).collect();
+        if view.user.is_some() {
+            // An agent that could not read its own program stays root, without capabilities.
+            let program = sandbox::which(prog);
+            if let Some(hidden) = program.iter().chain(&named).find(|p| !confine::readable_by_others(p)) {
+                confine::warn_root_agents(hidden);
+                view.user = None;
+            }
+        }
+        view.read.extend(sandbox::program_files(prog));
+        view.read.extend(named);
+        // No single file past the disk limit: the kernel stops it as it is written, between
+        // two measurements of the scratch folder.
+        view.max_file_bytes = Some(max_disk);
+        if let Some(scratch) = scratch {
+            view = view.with_scratch(scratch);
+        }
+        Some(view)
+    }
+
+    /// The agent's process, not yet started: supervised, in its own process group, with only the
+    /// environment it is owed.
+    fn command(
+        &self,
+        prog: &str,
+        args: &[String],
+        view: Option<&View>,
+        scratch: Option<&std::path::Path>,
+        ctx: &AgentContext<'_>,
+    ) -> tokio::process::Command {
+        // Under the task's own supervisor, which the sandbox restricts and then replaces by the
+        // agent: the worker stays unrestricted, and no unsafe `pre_exec` is needed.
+        let os_args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+        let mut std_cmd = sandbox::supervised(prog.as_ref(), &os_args, view);
+        std_cmd.env_clear();
+        for var in PASSED_ENV {
+            if let Some(v) = std::env::var_os(var) {
+                std_cmd.env(var, v);
+            }
+        }
+        match &self.inherit {
+            InheritEnv::All(true) => {
+                std_cmd.envs(std::env::vars_os());
+            }
+            InheritEnv::All(false) => {}
+            InheritEnv::Names(names) => {
+                for name in names {
+                    if let Some(v) = std::env::var_os(name) {
+                        std_cmd.env(name, v);
+                    }
+                }
+            }
+        }
+        std_cmd.envs(&self.env).envs(&ctx.env.vars);
+        if let Some(scratch) = scratch {
+            std_cmd
+                .env("AGENTEVAL_SCRATCH_DIR", scratch)
+                .env("HOME", scratch)
+                .env("TMPDIR", scratch)
+                .current_dir(scratch);
+        } else if let Some(w) = &self.workdir {
+            std_cmd.current_dir(w);
+        }
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+        for (var, secret) in ctx.secrets {
+            cmd.env(var, secret.expose());
+        }
+        cmd
     }
 }

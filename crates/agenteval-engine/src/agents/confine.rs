@@ -66,6 +66,16 @@ pub fn become_user(uid: u32, folders: &[PathBuf]) -> Result<(), String> {
     Ok(())
 }
 
+/// Caps every file this process and its children write at `max` bytes: a write past it fails,
+/// and the writer is killed by `SIGXFSZ` unless it handles it.
+pub fn limit_file_size(max: u64) -> Result<(), String> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // Never above what this process already has: raising a hard limit needs a capability.
+    let (_, hard) = getrlimit(Resource::RLIMIT_FSIZE).map_err(|e| format!("cannot read the file size cap: {e}"))?;
+    let max = max.min(hard);
+    setrlimit(Resource::RLIMIT_FSIZE, max, max).map_err(|e| format!("cannot cap file sizes: {e}"))
+}
+
 /// Drops every capability this process has or could regain: as root, the bounding set is
 /// emptied first, so that the program it becomes starts with none either (root then keeps only
 /// an owner's rights over root's files). Without capabilities, nothing to do but the ambient set.

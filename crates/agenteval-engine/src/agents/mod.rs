@@ -3,6 +3,7 @@
 
 mod command;
 pub mod confine;
+mod disk;
 mod mock;
 mod oracle;
 mod python_tool;

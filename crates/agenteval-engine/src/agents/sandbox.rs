@@ -30,6 +30,9 @@ pub struct View {
     /// Folders (the scratch folder) given to `user` before the program starts.
     #[serde(default)]
     pub own: Vec<PathBuf>,
+    /// The largest file the program may write (`RLIMIT_FSIZE`): the task's `max_disk_bytes`.
+    #[serde(default)]
+    pub max_file_bytes: Option<u64>,
 }
 
 impl View {
@@ -388,6 +391,9 @@ fn confine_self(view: &View) -> Result<(), String> {
     match view.user {
         Some(uid) => confine::become_user(uid, &view.own)?,
         None => confine::drop_capabilities()?,
+    }
+    if let Some(max) = view.max_file_bytes {
+        confine::limit_file_size(max)?;
     }
     confine::no_new_privileges()?;
     prepared.apply().map_err(|e| e.to_string())?;

@@ -5,7 +5,6 @@
 //! point and (for the `oracle` agent) the canonical solution, never the test.
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -37,6 +36,8 @@ pub struct HumanEvalBenchmark {
     path: PathBuf,
     python: String,
     timeout: Duration,
+    /// `benchmark.max_file_bytes`: the largest problem file, once decompressed.
+    max_file_bytes: u64,
     problems: OnceLock<std::result::Result<HashMap<String, Problem>, String>>,
 }
 
@@ -46,14 +47,22 @@ impl HumanEvalBenchmark {
             path,
             python: python.unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into()),
             timeout: Duration::from_secs_f64(timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+            max_file_bytes: agenteval_core::config::DEFAULT_DATA_FILE_BYTES,
             problems: OnceLock::new(),
         }
+    }
+
+    /// Refuses a problem file holding more than this once decompressed.
+    pub fn with_max_file_bytes(mut self, max: u64) -> Self {
+        self.max_file_bytes = max;
+        self
     }
 
     fn problems(&self) -> Result<&HashMap<String, Problem>> {
         self.problems
             .get_or_init(|| {
-                read_problems(&self.path).map(|ps| ps.into_iter().map(|p| (task_id(&p.task_id), p)).collect())
+                read_problems(&self.path, self.max_file_bytes)
+                    .map(|ps| ps.into_iter().map(|p| (task_id(&p.task_id), p)).collect())
             })
             .as_ref()
             .map_err(|e| Error::invalid(e.clone()))
@@ -66,18 +75,10 @@ fn task_id(upstream: &str) -> String {
 }
 
 /// Reads the problems of a `.jsonl.gz` or `.jsonl` file, in file order.
-pub fn read_problems(path: &std::path::Path) -> std::result::Result<Vec<Problem>, String> {
+pub fn read_problems(path: &std::path::Path, max_bytes: u64) -> std::result::Result<Vec<Problem>, String> {
     let name = path.display();
-    let raw = std::fs::read(path).map_err(|e| format!("cannot read HumanEval file {name}: {e}"))?;
-    let text = if raw.starts_with(&[0x1f, 0x8b]) {
-        let mut s = String::new();
-        flate2::read::GzDecoder::new(&raw[..])
-            .read_to_string(&mut s)
-            .map_err(|e| format!("HumanEval file {name} is not a readable gzip file: {e}"))?;
-        s
-    } else {
-        String::from_utf8(raw).map_err(|_| format!("HumanEval file {name} is not UTF-8 text"))?
-    };
+    let raw = super::read_data_file(path, max_bytes, "max_file_bytes").map_err(|e| format!("HumanEval file: {e}"))?;
+    let text = String::from_utf8(raw).map_err(|_| format!("HumanEval file {name} is not UTF-8 text"))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let p: Problem =
@@ -129,7 +130,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
     }
 
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
-        let problems = read_problems(&self.path).map_err(Error::invalid)?;
+        let problems = read_problems(&self.path, self.max_file_bytes).map_err(Error::invalid)?;
         let mut tasks = Vec::new();
         for p in problems {
             let task = TaskSpec {

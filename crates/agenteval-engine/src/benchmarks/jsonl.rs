@@ -14,18 +14,38 @@ use serde::Deserialize;
 #[derive(Debug, Clone)]
 pub struct JsonlBenchmark {
     path: PathBuf,
+    rules: CaseRules,
+}
+
+/// What a case file may hold: the config's settings, defaults when it has none.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaseRules {
     /// `benchmark.trust_case_evaluators`: cases may carry `command` evaluators.
-    trust: bool,
+    pub trust: bool,
+    /// `benchmark.max_case_bytes`: the longest JSONL line.
+    pub max_case_bytes: u64,
+    /// `benchmark.max_file_bytes`: the largest case file, once decompressed.
+    pub max_file_bytes: u64,
+}
+
+impl Default for CaseRules {
+    fn default() -> Self {
+        CaseRules {
+            trust: false,
+            max_case_bytes: agenteval_core::config::DEFAULT_CASE_BYTES,
+            max_file_bytes: agenteval_core::config::DEFAULT_DATA_FILE_BYTES,
+        }
+    }
 }
 
 impl JsonlBenchmark {
     pub fn new(path: PathBuf) -> Self {
-        JsonlBenchmark { path, trust: false }
+        JsonlBenchmark { path, rules: CaseRules::default() }
     }
 
-    /// Lets cases carry `command` evaluators (`benchmark.trust_case_evaluators`).
-    pub fn trusting(mut self, trust: bool) -> Self {
-        self.trust = trust;
+    /// Reads the case file under these rules.
+    pub fn with_rules(mut self, rules: CaseRules) -> Self {
+        self.rules = rules;
         self
     }
 }
@@ -125,7 +145,8 @@ fn case_to_task(
 }
 
 /// Parses a case file. Every problem is reported at once as `file:line: message`.
-pub fn parse_cases(path: &Path, text: &str, trust: bool) -> Result<Vec<TaskSpec>> {
+pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<TaskSpec>> {
+    let trust = rules.trust;
     let name = path.display();
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
@@ -165,6 +186,15 @@ pub fn parse_cases(path: &Path, text: &str, trust: bool) -> Result<Vec<TaskSpec>
                 continue;
             }
             let mut ps = Vec::new();
+            if line.len() as u64 > rules.max_case_bytes {
+                problems.push(format!(
+                    "{name}:{}: the case is {} bytes, over the {} of `benchmark.max_case_bytes`",
+                    i + 1,
+                    line.len(),
+                    rules.max_case_bytes
+                ));
+                continue;
+            }
             match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(v) => {
                     if let Some(t) = case_to_task(v, &mut seen, &mut ps, trust) {
@@ -197,9 +227,11 @@ impl BenchmarkAdapter for JsonlBenchmark {
     }
 
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
-        let text = std::fs::read_to_string(&self.path)
-            .map_err(|e| Error::io(format!("reading case file {}", self.path.display()), e))?;
-        let mut tasks = parse_cases(&self.path, &text, self.trust)?;
+        let bytes = super::read_data_file(&self.path, self.rules.max_file_bytes, "max_file_bytes")
+            .map_err(|e| Error::invalid(format!("case file: {e}")))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::invalid(format!("case file {} is not UTF-8 text", self.path.display())))?;
+        let mut tasks = parse_cases(&self.path, &text, self.rules)?;
         tasks.retain(|t| filter.matches(t));
         if let Some(limit) = filter.limit {
             tasks.truncate(limit as usize);
@@ -215,7 +247,7 @@ mod tests {
     #[test]
     fn jsonl_problems_name_every_line() {
         let text = "{\"id\":\"a\",\"input\":\"x\"}\nnot json\n{\"id\":\"a\",\"input\":\"y\"}\n{\"id\":\"b/c\",\"input\":1}\n{\"id\":\"d\",\"input\":1,\"colour\":2}\n";
-        let err = parse_cases(Path::new("cases.jsonl"), text, false).unwrap_err().to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text, CaseRules::default()).unwrap_err().to_string();
         assert!(err.contains("cases.jsonl:2: invalid JSON"), "{err}");
         assert!(err.contains("cases.jsonl:3: duplicate case id `a`"), "{err}");
         assert!(err.contains("cases.jsonl:4:"), "{err}");
@@ -225,34 +257,40 @@ mod tests {
             deep = serde_json::json!([deep]);
         }
         let line = serde_json::json!({"id": "deep", "input": deep, "expected": "x"}).to_string();
-        let err = parse_cases(Path::new("cases.jsonl"), &format!("{{\"id\": \"a\", \"input\": 1}}\n{line}\n"), false)
-            .unwrap_err()
-            .to_string();
+        let err = parse_cases(
+            Path::new("cases.jsonl"),
+            &format!("{{\"id\": \"a\", \"input\": 1}}\n{line}\n"),
+            CaseRules::default(),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("cases.jsonl:2: the case nests 65 levels deep; at most 64"), "{err}");
     }
 
     #[test]
     fn a_case_file_cannot_run_programs_or_define_judges_unless_trusted() {
         let text = "{\"id\": \"a\", \"input\": 1, \"evaluators\": [{\"kind\": \"command\", \"command\": [\"sh\", \"-c\", \"id\"]}]}\n{\"id\": \"b\", \"input\": 1, \"evaluators\": [{\"kind\": \"llm_pass_fail\", \"model\": \"openai:gpt-4o\", \"base_url\": \"https://listener.example/v1\", \"criteria\": \"x\"}]}\n";
-        let err = parse_cases(Path::new("cases.jsonl"), text, false).unwrap_err().to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text, CaseRules::default()).unwrap_err().to_string();
         assert!(
             err.contains("cases.jsonl:1: evaluators/0 is `command`") && err.contains("trust_case_evaluators: true"),
             "{err}"
         );
         assert!(err.contains("cases.jsonl:2: evaluators/0 is `llm_pass_fail`: a case cannot define a judge"), "{err}");
         // Trusted: the program may run; a judge still may not come from a case.
-        let err = parse_cases(Path::new("cases.jsonl"), text, true).unwrap_err().to_string();
+        let err = parse_cases(Path::new("cases.jsonl"), text, CaseRules { trust: true, ..CaseRules::default() })
+            .unwrap_err()
+            .to_string();
         assert!(!err.contains("cases.jsonl:1:") && err.contains("cases.jsonl:2:"), "{err}");
     }
 
     #[test]
     fn yaml_cases_load_and_report_lines() {
         let good = "- id: a\n  input: hello\n  expected: HELLO\n  tags: [x]\n- id: b\n  input: {q: 1}\n  evaluators:\n    - kind: contains\n      value: '1'\n";
-        let tasks = parse_cases(Path::new("c.yaml"), good, false).unwrap();
+        let tasks = parse_cases(Path::new("c.yaml"), good, CaseRules::default()).unwrap();
         assert_eq!(tasks.len(), 2);
         assert_eq!(tasks[1].evaluators.len(), 1);
         let bad = "- id: a\n  input: hello\n- id: b\n  inptu: 2\n";
-        let err = parse_cases(Path::new("c.yaml"), bad, false).unwrap_err().to_string();
+        let err = parse_cases(Path::new("c.yaml"), bad, CaseRules::default()).unwrap_err().to_string();
         assert!(err.contains("c.yaml:3:"), "{err}");
     }
 }

@@ -4,13 +4,14 @@ pub mod humaneval;
 mod jsonl;
 mod toy;
 
+use std::path::Path;
 use std::sync::Arc;
 
 use agenteval_core::Result;
-use agenteval_core::config::BenchmarkConfig;
+use agenteval_core::config::{BenchmarkConfig, DEFAULT_CASE_BYTES, DEFAULT_DATA_FILE_BYTES};
 use agenteval_core::traits::BenchmarkAdapter;
 
-pub use jsonl::{JsonlBenchmark, parse_cases};
+pub use jsonl::{CaseRules, JsonlBenchmark, parse_cases};
 pub use toy::ToyBenchmark;
 
 /// Builds the benchmark a configuration names.
@@ -21,13 +22,49 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             latency_ms.unwrap_or(toy::DEFAULT_LATENCY_MS),
             slow_ms.unwrap_or(toy::DEFAULT_SLOW_MS),
         )),
-        BenchmarkConfig::Jsonl { cases, trust_case_evaluators, .. } => {
-            Arc::new(JsonlBenchmark::new(cases.clone()).trusting(*trust_case_evaluators))
+        BenchmarkConfig::Jsonl { cases, trust_case_evaluators, max_case_bytes, max_file_bytes, .. } => {
+            Arc::new(JsonlBenchmark::new(cases.clone()).with_rules(CaseRules {
+                trust: *trust_case_evaluators,
+                max_case_bytes: max_case_bytes.unwrap_or(DEFAULT_CASE_BYTES),
+                max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
+            }))
         }
-        BenchmarkConfig::Humaneval { path, python, timeout_seconds, .. } => Arc::new(
-            humaneval::HumanEvalBenchmark::new(path.clone().unwrap_or_default(), python.clone(), *timeout_seconds),
+        BenchmarkConfig::Humaneval { path, python, timeout_seconds, max_file_bytes, .. } => Arc::new(
+            humaneval::HumanEvalBenchmark::new(path.clone().unwrap_or_default(), python.clone(), *timeout_seconds)
+                .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
     })
+}
+
+/// Reads a benchmark's data file whole, gzip or not, refusing one that is not a regular file
+/// (a FIFO would hang the controller) or that holds more than `max` bytes once decompressed (a
+/// 3 MB gzip bomb is 3 GB of text). `option` names the setting that raises the cap.
+pub(crate) fn read_data_file(path: &Path, max: u64, option: &str) -> std::result::Result<Vec<u8>, String> {
+    use std::io::{BufRead as _, BufReader, Read as _};
+    let name = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{name} is not a regular file"));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
+    let mut reader = BufReader::new(file);
+    let gzip = reader.fill_buf().map_err(|e| format!("cannot read {name}: {e}"))?.starts_with(&[0x1f, 0x8b]);
+    let mut out = Vec::new();
+    let read = if gzip {
+        flate2::read::GzDecoder::new(reader).take(max + 1).read_to_end(&mut out)
+    } else {
+        reader.take(max + 1).read_to_end(&mut out)
+    };
+    read.map_err(|e| {
+        if gzip { format!("{name} is not a readable gzip file: {e}") } else { format!("cannot read {name}: {e}") }
+    })?;
+    if out.len() as u64 > max {
+        return Err(format!(
+            "{name} holds more than {max} bytes{}; raise `benchmark.{option}` if it is meant to",
+            if gzip { " once decompressed" } else { "" }
+        ));
+    }
+    Ok(out)
 }
 
 pub use agenteval_core::model::{answer_text, grade_expected};

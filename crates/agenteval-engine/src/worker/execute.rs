@@ -362,9 +362,11 @@ pub(super) async fn run_agent(
 /// verdict once the agent is done.
 fn policy_check(limits: &Limits, terminated_by: TerminatedBy, tokens: u64, cost: f64, wall: f64) {
     let verdict = match terminated_by {
-        TerminatedBy::LimitTokens | TerminatedBy::LimitCost | TerminatedBy::LimitTime | TerminatedBy::LimitTrace => {
-            terminated_by.as_str()
-        }
+        TerminatedBy::LimitTokens
+        | TerminatedBy::LimitCost
+        | TerminatedBy::LimitTime
+        | TerminatedBy::LimitTrace
+        | TerminatedBy::LimitDisk => terminated_by.as_str(),
         _ => "within_limits",
     };
     let span = tracing::info_span!(
