@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_core::traits::{Appender, BundleStore, check_bundle_path};
+use agenteval_core::traits::{Appender, BundleStore, check_bundle_path, range_of};
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
@@ -271,6 +271,41 @@ impl BundleStore for S3BundleStore {
             }
             other => other,
         }
+    }
+
+    /// A ranged `GetObject` (parted files fall back to `get`).
+    async fn read_range(&self, run: &RunId, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if PARTED.contains(&path) {
+            return Ok(range_of(&self.get(run, path).await?, offset, len).to_vec());
+        }
+        let key = self.key(run, path)?;
+        if len == 0 {
+            return if self.exists(run, path).await? {
+                Ok(Vec::new())
+            } else {
+                Err(Error::not_found(format!("reading s3://{}/{key}: no such object", self.bucket)))
+            };
+        }
+        let what = format!("reading s3://{}/{key}", self.bucket);
+        let range = format!("bytes={offset}-{}", offset.saturating_add(len - 1));
+        let out = match self.clients.s3.get_object().bucket(&self.bucket).key(&key).range(range).send().await {
+            Ok(out) => out,
+            // At or past the end of the object.
+            Err(e) if status_of(&e) == Some(416) => return Ok(Vec::new()),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => {
+                return Err(Error::not_found(format!("{what}: no such object")));
+            }
+            Err(e) => return Err(classify(&what, e)),
+        };
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| Error::with_source(ErrorKind::Transient, format!("{what}: {e}"), e))?;
+        let mut bytes = bytes.into_bytes().to_vec();
+        // A server that ignores the range sends the whole object.
+        bytes.truncate(len.min(usize::MAX as u64) as usize);
+        Ok(bytes)
     }
 
     /// Streams the object's body a piece at a time, so that a 60 MiB trace costs its pieces,

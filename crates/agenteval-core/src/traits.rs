@@ -107,6 +107,13 @@ pub trait BundleStore: Send + Sync {
         f(&bytes);
         Ok(bytes.len() as u64)
     }
+    /// Up to `len` bytes of a file from `offset`: fewer at its end, none past it. How a large
+    /// file is served a piece at a time, and a file that should be small is read with a cap
+    /// (a hostile bundle's `result.json` may be gigabytes). Stores that can read a range
+    /// override the default, which reads the whole file.
+    async fn read_range(&self, run: &RunId, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        Ok(range_of(&self.get(run, path).await?, offset, len).to_vec())
+    }
     /// Every file under `prefix` (`""` for the whole bundle), sorted, relative to the bundle.
     async fn list(&self, run: &RunId, prefix: &str) -> Result<Vec<String>>;
     /// `list` with each file's size where the listing gives it without reading the file (on
@@ -137,6 +144,12 @@ pub trait BundleStore: Send + Sync {
         let _ = (run, path);
         Err(Error::internal("this store does not support appending"))
     }
+}
+
+/// The bytes of `bytes` that `read_range(offset, len)` gives.
+pub fn range_of(bytes: &[u8], offset: u64, len: u64) -> &[u8] {
+    let size = bytes.len() as u64;
+    &bytes[offset.min(size) as usize..offset.saturating_add(len).min(size) as usize]
 }
 
 /// An append-only file being written.

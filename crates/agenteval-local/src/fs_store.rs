@@ -149,6 +149,20 @@ impl BundleStore for FsBundleStore {
         .map_err(|e: std::io::Error| Error::io(format!("reading {}", p.display()), e))
     }
 
+    async fn read_range(&self, run: &RunId, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        use std::io::{Read as _, Seek as _};
+        let p = self.file(run, path)?;
+        let dir = self.run_dir(run);
+        crate::blocking(|| {
+            let mut file = open_bundle_file(&dir, &p)?;
+            file.seek(std::io::SeekFrom::Start(offset))?;
+            let mut bytes = Vec::new();
+            file.take(len).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        })
+        .map_err(|e: std::io::Error| Error::io(format!("reading {}", p.display()), e))
+    }
+
     async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
         use std::io::Read as _;
         let p = self.file(run, path)?;

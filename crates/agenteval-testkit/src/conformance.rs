@@ -33,6 +33,13 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     let mut pieces = Vec::new();
     let size = store.read_chunks(&chunked, "big.bin", &mut |p| pieces.extend_from_slice(p)).await.unwrap();
     assert_eq!((size, pieces == big), (big.len() as u64, true), "read_chunks hands over the whole file");
+    for (offset, len) in [(0u64, 10u64), (1000, 65_536), (299_990, 100), (300_000, 5), (400_000, 5), (5, 0)] {
+        let got = store.read_range(&chunked, "big.bin", offset, len).await.unwrap();
+        let (s, e) = ((offset as usize).min(big.len()), ((offset + len) as usize).min(big.len()));
+        assert!(got == big[s..e], "read_range({offset}, {len}) gives those bytes: {} of {}", got.len(), e - s);
+    }
+    let err = store.read_range(&chunked, "nope.bin", 0, 10).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "read_range of a missing file: {err}");
     let err = store.read_chunks(&chunked, "nope.bin", &mut |_| {}).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "read_chunks of a missing file: {err}");
     let runs = store.list_runs().await.unwrap();

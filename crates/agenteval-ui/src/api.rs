@@ -84,6 +84,52 @@ pub async fn task(State(app): State<Arc<App>>, Path((run, task)): Path<(String, 
     )
 }
 
+/// How much of a trace is read at once while streaming it.
+const TRACE_PIECE: u64 = 1 << 20;
+
+/// `/runs/{run}/tasks/{task}/trace.jsonl`: the task's whole trace as the bundle holds it, read
+/// a piece at a time as the client takes it, so a trace of any size costs the server one piece
+/// (pages and reports show a budgeted part of it). Served as plain text: never rendered.
+pub async fn trace(State(app): State<Arc<App>>, Path((run, task)): Path<(String, String)>) -> Response {
+    let opened = async {
+        let id = data::task_id(&task)?;
+        let r = data::record(&app, &run).await?;
+        let store = data::store(&app, &r).await?;
+        let path = agenteval_core::layout::task_file(&id, agenteval_core::layout::TASK_TRACE);
+        let first = store.read_range(&r.run_id, &path, 0, TRACE_PIECE).await?;
+        Ok::<_, Problem>((store, r.run_id, path, first))
+    }
+    .await;
+    let (store, run, path, first) = match opened {
+        Ok(o) => o,
+        Err(p) => return (p.status, Json(json!({"error": p.message}))).into_response(),
+    };
+    // State: the piece already read (the first), where the next one starts, whether to stop.
+    let pieces = futures::stream::unfold((Some(first), 0u64, false), move |(piece, offset, done)| {
+        let (store, run, path) = (store.clone(), run, path.clone());
+        async move {
+            if done {
+                return None;
+            }
+            let piece = match piece {
+                Some(p) => p,
+                None => match store.read_range(&run, &path, offset, TRACE_PIECE).await {
+                    Ok(p) => p,
+                    // Headers are sent: a failure can only cut the body short.
+                    Err(e) => return Some((Err(std::io::Error::other(e.to_string())), (None, offset, true))),
+                },
+            };
+            if piece.is_empty() {
+                return None;
+            }
+            let next = offset + piece.len() as u64;
+            Some((Ok(axum::body::Bytes::from(piece)), (None, next, false)))
+        }
+    });
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], axum::body::Body::from_stream(pieces))
+        .into_response()
+}
+
 /// `/api/compare?base=&cand=&gates=on`: the comparison (and the verdict).
 pub async fn compare(State(app): State<Arc<App>>, Query(q): Query<HashMap<String, String>>) -> Response {
     answer(

@@ -166,10 +166,29 @@ pub async fn progress(app: &App, r: &RunRecord) -> Result<Progress, Problem> {
     })
 }
 
-/// One task's files: its result and its worker log (missing ones are `None`).
+/// The largest `result.json` the UI reads: a real one is a few KiB (its answer is cut to 64 KiB
+/// by the worker); a bundle of gigabytes there is damaged or hostile.
+pub const MAX_RESULT_BYTES: u64 = 16 << 20;
+/// How much of a worker log a task page shows.
+pub const MAX_LOG_BYTES: u64 = 1 << 20;
+
+/// One task's files: its result and its worker log (missing ones are `None`), each read with a
+/// cap whatever the bundle holds.
 pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(TaskResult, Option<String>), Problem> {
     let store = store(app, r).await?;
-    let result = match store.get(&r.run_id, &layout::task_file(task, layout::TASK_RESULT)).await {
+    let result = match store
+        .read_range(&r.run_id, &layout::task_file(task, layout::TASK_RESULT), 0, MAX_RESULT_BYTES + 1)
+        .await
+    {
+        Ok(b) if b.len() as u64 > MAX_RESULT_BYTES => {
+            return Err(Problem {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                message: format!(
+                    "result.json of task {task} is over {} MiB: the bundle is damaged",
+                    MAX_RESULT_BYTES >> 20
+                ),
+            });
+        }
         Ok(b) => serde_json::from_slice(&b)
             .map_err(|e| Problem { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("result.json: {e}") })?,
         Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -177,10 +196,16 @@ pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(Task
         }
         Err(e) => return Err(e.into()),
     };
-    let log = store
-        .get(&r.run_id, &layout::task_file(task, layout::TASK_LOG))
-        .await
-        .ok()
-        .map(|b| String::from_utf8_lossy(&b).into_owned());
+    let log =
+        store.read_range(&r.run_id, &layout::task_file(task, layout::TASK_LOG), 0, MAX_LOG_BYTES + 1).await.ok().map(
+            |b| {
+                let cut = b.len() as u64 > MAX_LOG_BYTES;
+                let mut text = String::from_utf8_lossy(&b[..b.len().min(MAX_LOG_BYTES as usize)]).into_owned();
+                if cut {
+                    text.push_str(&format!("\n… (cut at {} MiB: the whole log is in the bundle)", MAX_LOG_BYTES >> 20));
+                }
+                text
+            },
+        );
     Ok((result, log))
 }

@@ -99,6 +99,7 @@ fn router(app: Arc<App>) -> axum::Router {
         .route("/", get(pages::runs))
         .route("/runs/{run}", get(pages::run))
         .route("/runs/{run}/tasks/{task}", get(pages::task))
+        .route("/runs/{run}/tasks/{task}/trace.jsonl", get(api::trace))
         .route("/compare", get(pages::compare))
         .route("/compare/task", get(pages::compare_task))
         .route("/api/runs", get(api::runs))

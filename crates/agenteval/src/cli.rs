@@ -189,7 +189,8 @@ pub enum Command {
         /// A gates file the comparison page can judge with.
         #[arg(long, value_name = "FILE")]
         gates: Option<std::path::PathBuf>,
-        /// Open the UI in the default browser.
+        /// Open the UI in the default browser (through a page only you can read: the token stays
+        /// off the browser's command line).
         #[arg(long)]
         open: bool,
     },

@@ -161,14 +161,8 @@ pub async fn serve(
     };
     say!("agenteval ui: {url}");
     say!("(read-only; Ctrl-C stops it)");
-    if open {
-        // Best effort: no browser is not an error.
-        let _ = std::process::Command::new("xdg-open")
-            .arg(&url)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-    }
+    // Held while the server runs: the page the browser was sent to.
+    let _opened = if open { open_browser(&url) } else { None };
     let stop = async {
         use tokio::signal::unix::{SignalKind, signal};
         match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
@@ -180,4 +174,30 @@ pub async fn serve(
     };
     bound.serve(stop).await.map_err(|e| Failure::from(anyhow::anyhow!(e)))?;
     Ok(exit::OK)
+}
+
+/// Opens `url` in the desktop's browser, best effort (no browser is not an error). The browser
+/// gets a file only this user can read that redirects to the address, as Jupyter does: the
+/// address carries the token, and a command line is readable by every process of the machine
+/// (`/proc/PID/cmdline`).
+fn open_browser(url: &str) -> Option<tempfile::TempDir> {
+    let dir = tempfile::Builder::new().prefix("agenteval-ui-").tempdir().ok()?;
+    let page = dir.path().join("open.html");
+    let url = url.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;").replace('>', "&gt;");
+    let html = format!(
+        "<!doctype html><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"0;url={url}\">\
+         <title>agenteval ui</title><p><a href=\"{url}\">agenteval ui</a></p>\n"
+    );
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&page).ok()?;
+        f.write_all(html.as_bytes()).ok()?;
+    }
+    let _ = std::process::Command::new("xdg-open")
+        .arg(&page)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    Some(dir)
 }

@@ -816,6 +816,14 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
         assert_eq!(r.status, 200, "{page}");
         assert!(r.body.len() < 10_000_000, "{page} is {} bytes", r.body.len());
     }
+    // The whole trace, streamed: every byte the bundle holds, the UI still small.
+    let trace = ui.get(&format!("/runs/{run}/tasks/big1/trace.jsonl"));
+    assert_eq!(trace.status, 200);
+    assert_eq!(trace.header("content-type"), Some("text/plain; charset=utf-8"));
+    let on_disk = std::fs::read_to_string(bundle.join("tasks/big1/trace.jsonl")).unwrap();
+    assert!(trace.body == on_disk, "the full trace: {} of {} bytes", trace.body.len(), on_disk.len());
+    assert!(ui.get(&format!("/runs/{run}/tasks/big1")).body.contains("/tasks/big1/trace.jsonl"), "linked");
+    assert_eq!(ui.get(&format!("/runs/{run}/tasks/nope/trace.jsonl")).status, 404);
     let ui_kib = peak_kib(ui.pid()).unwrap();
     eprintln!("ui peak: {} MiB", ui_kib / 1024);
     drop(ui);

@@ -6,7 +6,7 @@
 
 mod util;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -183,6 +183,18 @@ fn the_server_refuses_what_it_must_and_marks_every_answer() {
     let task = server.get(&format!("/api/runs/{run}/tasks/c01")).json();
     assert_eq!(task["result"]["task_id"], "c01");
     assert!(task["log"].as_str().unwrap().contains("c01"));
+    // The whole trace streams as text; a damaged bundle's huge files are read with a cap (sparse
+    // files here: 4 GiB each, read in full they would take the UI's memory).
+    let bundle = Path::new(v["bundle"].as_str().unwrap());
+    let trace = server.get(&format!("/runs/{run}/tasks/c01/trace.jsonl"));
+    assert_eq!(trace.body, std::fs::read_to_string(bundle.join("tasks/c01/trace.jsonl")).unwrap());
+    std::fs::File::create(bundle.join("tasks/c02/worker.log")).unwrap().set_len(4 << 30).unwrap();
+    let log = server.get(&format!("/api/runs/{run}/tasks/c02")).json()["log"].as_str().unwrap().to_string();
+    assert!(log.len() < 2 << 20 && log.ends_with("the whole log is in the bundle)"), "{} bytes", log.len());
+    std::fs::File::create(bundle.join("tasks/c03/result.json")).unwrap().set_len(4 << 30).unwrap();
+    let r = server.get(&format!("/api/runs/{run}/tasks/c03"));
+    assert_eq!(r.status, 500);
+    assert!(r.body.contains("over 16 MiB"), "{}", r.body);
 
     // A port in use is a usage error, named.
     let index = ws.index();
@@ -287,4 +299,33 @@ fn ui_help_names_its_safety() {
     for part in ["--host", "--port", "--token-file", "--no-token", "--open", "--index", "--backend", "--gates"] {
         assert!(help.contains(part), "{part}: {help}");
     }
+}
+
+#[test]
+fn open_hands_the_browser_a_private_file_not_the_token() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (ws, cfg) = workspace();
+    ws.submit(&cfg, &[]);
+    // A stand-in browser that keeps what it was given: its command line and the file's mode.
+    let bin = ws.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let said = ws.path().join("xdg-open.txt");
+    let fake = format!(
+        "#!/bin/sh\nprintf '%s\\n' \"$*\" > {0}.tmp\nstat -c %a \"$1\" >> {0}.tmp\ncat \"$1\" >> {0}.tmp\nmv {0}.tmp {0}\n",
+        said.display()
+    );
+    std::fs::write(bin.join("xdg-open"), fake).unwrap();
+    std::fs::set_permissions(bin.join("xdg-open"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let index = ws.index();
+    let mut cmd = ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--open"]);
+    cmd.env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()));
+    let server = UiServer::start(cmd);
+    let token = server.token.clone().unwrap();
+    wait_until("the browser to be opened", Duration::from_secs(20), || said.exists());
+    let got = std::fs::read_to_string(&said).unwrap();
+    let mut lines = got.lines();
+    let argv = lines.next().unwrap();
+    assert!(!argv.contains(&token) && argv.ends_with("open.html"), "the command line: {argv}");
+    assert_eq!(lines.next(), Some("600"), "only this user reads the page");
+    assert!(got.contains(&format!("?token={token}")), "the page leads to the UI: {got}");
 }

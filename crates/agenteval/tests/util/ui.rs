@@ -101,15 +101,30 @@ pub fn request(port: u16, method: &str, path: &str, host: &str, headers: &[(&str
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").map_or(raw.len(), |i| i + 4);
+    let (head, body) = raw.split_at(split);
+    let head = String::from_utf8_lossy(head);
     let mut lines = head.lines();
     let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-    let headers = lines
+    let headers: Vec<(String, String)> = lines
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
         .collect();
-    Response { status, headers, body: body.to_string() }
+    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(body) } else { body.to_vec() };
+    Response { status, headers, body: String::from_utf8_lossy(&body).into_owned() }
+}
+
+/// The body of a `Transfer-Encoding: chunked` response.
+fn dechunk(mut raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = raw.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&raw[..eol]).ok().and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let Some(size) = size.filter(|&n| n > 0 && raw.len() >= eol + 2 + n) else { break };
+        out.extend_from_slice(&raw[eol + 2..eol + 2 + size]);
+        raw = &raw[(eol + 4 + size).min(raw.len())..];
+    }
+    out
 }
 
 pub fn chromium() -> &'static str {
