@@ -228,15 +228,7 @@ impl EcsBackend {
                 match (t.stop_code.as_str(), exit) {
                     ("SpotInterruption", _) => infra(format!("Fargate Spot interruption: {reason}")),
                     ("TaskFailedToStart", _) => infra(format!("task failed to start: {reason}")),
-                    (_, Some(worker_exit::OK)) => JobStatus::Succeeded,
-                    (_, Some(worker_exit::CANCELLED)) => JobStatus::Cancelled,
-                    (_, Some(worker_exit::BAD_JOB)) => JobStatus::Failed {
-                        exit_code: exit,
-                        reason: "worker could not run the job as specified (see its log)".into(),
-                        infrastructure: false,
-                    },
-                    (_, Some(code)) => infra(format!("worker exited with status {code}: {reason}")),
-                    (_, None) => infra(format!("task stopped without an exit code: {reason}")),
+                    _ => worker_exit::job_status(exit, Some(reason), || "task stopped without an exit code".into()),
                 }
             }
             _ => JobStatus::Running,

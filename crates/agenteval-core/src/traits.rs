@@ -27,6 +27,60 @@ pub mod worker_exit {
     pub const BAD_JOB: i32 = 2;
     /// The worker stopped because it was asked to (SIGTERM/SIGINT).
     pub const CANCELLED: i32 = 3;
+
+    /// What a stopped worker's exit says about its job: the one reading every backend shares.
+    /// `detail` (the platform's stop reason) is added to an unexpected code's reason; `no_code`
+    /// says why there is none (a signal, a container stopped from outside). A job that ran
+    /// without an exit code or with an unexpected one failed for infrastructure reasons.
+    pub fn job_status(code: Option<i32>, detail: Option<&str>, no_code: impl FnOnce() -> String) -> JobStatus {
+        let with_detail = |msg: String| match detail {
+            Some(d) if !d.is_empty() => format!("{msg}: {d}"),
+            _ => msg,
+        };
+        match code {
+            Some(OK) => JobStatus::Succeeded,
+            Some(CANCELLED) => JobStatus::Cancelled,
+            Some(BAD_JOB) => JobStatus::Failed {
+                exit_code: Some(BAD_JOB),
+                reason: "worker could not run the job as specified (see its log)".into(),
+                infrastructure: false,
+            },
+            Some(code) => JobStatus::Failed {
+                exit_code: Some(code),
+                reason: with_detail(format!("worker exited with status {code}")),
+                infrastructure: true,
+            },
+            None => JobStatus::Failed { exit_code: None, reason: with_detail(no_code()), infrastructure: true },
+        }
+    }
+
+    use crate::model::JobStatus;
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn every_exit_reads_the_same_on_every_backend() {
+            assert_eq!(job_status(Some(OK), None, String::new), JobStatus::Succeeded);
+            assert_eq!(job_status(Some(CANCELLED), Some("x"), String::new), JobStatus::Cancelled);
+            assert!(matches!(
+                job_status(Some(BAD_JOB), Some("x"), String::new),
+                JobStatus::Failed { infrastructure: false, exit_code: Some(BAD_JOB), .. }
+            ));
+            let JobStatus::Failed { reason, infrastructure: true, .. } = job_status(Some(137), Some("OOM"), String::new)
+            else {
+                panic!()
+            };
+            assert_eq!(reason, "worker exited with status 137: OOM");
+            let JobStatus::Failed { reason, infrastructure: true, exit_code: None } =
+                job_status(None, None, || "worker killed by SIGKILL".into())
+            else {
+                panic!()
+            };
+            assert_eq!(reason, "worker killed by SIGKILL");
+        }
+    }
 }
 
 /// Opens the backends that a location or a run config names. The binary implements it (it is

@@ -80,31 +80,10 @@ fn is_live_worker(pid: i32) -> bool {
 
 fn status_from_exit(st: std::process::ExitStatus) -> JobStatus {
     use std::os::unix::process::ExitStatusExt;
-    match st.code() {
-        Some(worker_exit::OK) => JobStatus::Succeeded,
-        Some(worker_exit::CANCELLED) => JobStatus::Cancelled,
-        Some(worker_exit::BAD_JOB) => JobStatus::Failed {
-            exit_code: Some(worker_exit::BAD_JOB),
-            reason: "worker could not run the job as specified (see its log)".into(),
-            infrastructure: false,
-        },
-        Some(code) => JobStatus::Failed {
-            exit_code: Some(code),
-            reason: format!("worker exited with status {code}"),
-            infrastructure: true,
-        },
-        None => {
-            let sig = st.signal().and_then(|s| Signal::try_from(s).ok());
-            JobStatus::Failed {
-                exit_code: None,
-                reason: match sig {
-                    Some(s) => format!("worker killed by {s}"),
-                    None => "worker killed by a signal".into(),
-                },
-                infrastructure: true,
-            }
-        }
-    }
+    worker_exit::job_status(st.code(), None, || match st.signal().and_then(|s| Signal::try_from(s).ok()) {
+        Some(s) => format!("worker killed by {s}"),
+        None => "worker killed by a signal".into(),
+    })
 }
 
 /// A job the worker refused names the worker's own reason: the last error its log has.
