@@ -5,7 +5,6 @@
 
 pub mod config;
 pub mod error;
-pub mod evaluator;
 pub mod format;
 pub mod ids;
 pub mod layout;

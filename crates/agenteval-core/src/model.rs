@@ -22,7 +22,7 @@ pub struct TaskSpec {
     pub tags: Vec<String>,
     /// Extra evaluators that apply to this task only (from a case file).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub evaluators: Vec<crate::evaluator::EvaluatorConfig>,
+    pub evaluators: Vec<crate::config::EvaluatorConfig>,
     /// Benchmark-specific data (for `toy`: the scripted behaviour of the mock agent).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub metadata: serde_json::Value,

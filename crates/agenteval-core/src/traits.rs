@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::config::{Limits, RunConfig, TaskFilter};
+use crate::config::{Limits, MAX_EVENT_COST_USD, MAX_EVENT_TOKENS, RunConfig, TaskFilter};
 use crate::error::{Error, Result};
 use crate::ids::{RunId, TaskId};
 use crate::location::{BundleRoot, IndexLocation};
@@ -68,7 +68,8 @@ pub mod worker_exit {
                 job_status(Some(BAD_JOB), Some("x"), String::new),
                 JobStatus::Failed { infrastructure: false, exit_code: Some(BAD_JOB), .. }
             ));
-            let JobStatus::Failed { reason, infrastructure: true, .. } = job_status(Some(137), Some("OOM"), String::new)
+            let JobStatus::Failed { reason, infrastructure: true, .. } =
+                job_status(Some(137), Some("OOM"), String::new)
             else {
                 panic!()
             };
@@ -356,12 +357,6 @@ pub struct AgentEvent {
     pub input_tokens: u64,
     pub output_tokens: u64,
 }
-
-/// Most tokens one event may report. Beyond it the number is a broken or hostile agent, not
-/// usage: no model call comes near it, and sums of such values stay far from overflowing.
-pub const MAX_EVENT_TOKENS: u64 = 1 << 32;
-/// Most one event may cost, in US dollars, for the same reason.
-pub const MAX_EVENT_COST_USD: f64 = 1e6;
 
 impl AgentEvent {
     pub fn new(kind: EventKind, payload: serde_json::Value) -> Self {

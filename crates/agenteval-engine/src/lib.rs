@@ -10,6 +10,7 @@ pub mod benchmarks;
 pub mod bundle;
 pub mod controller;
 pub mod evaluators;
+pub mod isolation;
 pub mod python;
 pub mod rebuild;
 pub mod report;

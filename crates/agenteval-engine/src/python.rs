@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::agents::confine::{self, Net};
-use crate::agents::{TreeGuard, sandbox, warn_unsandboxed};
+use crate::isolation::confine::{self, Net};
+use crate::isolation::{TreeGuard, sandbox, warn_unsandboxed};
 
 /// What one program may use.
 #[derive(Debug, Clone, PartialEq)]

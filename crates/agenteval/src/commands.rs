@@ -4,22 +4,23 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use agenteval_core::config::{ConfigError, LoadedConfig, Origin};
+use agenteval_core::config::{LoadedConfig, Origin};
 use agenteval_core::layout;
 use agenteval_core::location::{BundleRoot, IndexLocation};
-use agenteval_core::model::{RunRecord, RunStatus, RunSummary};
-use agenteval_core::traits::{Resolver, RunIndex, worker_exit};
+use agenteval_core::model::{RunStatus, RunSummary};
+use agenteval_core::traits::{Resolver, worker_exit};
 use agenteval_core::{Error, RunId};
 use agenteval_engine::bundle::{self, Metadata, read_json};
-use agenteval_engine::controller::{self, ControllerOptions, NoProgress, Progress, RunOutcome};
+use agenteval_engine::controller::{self, RunOutcome};
 use agenteval_engine::resolve::store_from_bundle_uri;
-use anyhow::Context;
 use serde_json::json;
-use tokio::sync::watch;
 
 use crate::cli::{BaselineCommand, Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
 use crate::judging;
-use crate::output::{self, Bar};
+use crate::output::{self};
+use crate::session::{
+    config_failure, controller_options, exe, load_config, open_index, print_outcome, record_json, with_cassettes,
+};
 use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
 use crate::{Failure, exit};
@@ -83,217 +84,6 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         // Handled in `main` before the runtime starts.
         Command::AgentSandbox { .. } => Err(Error::internal("agent-sandbox runs before the runtime").into()),
     }
-}
-
-pub(crate) fn exe() -> Result<PathBuf, Failure> {
-    std::env::current_exe().context("cannot find the agenteval executable").map_err(Failure::from)
-}
-
-/// A progress sink that also tells the interrupt handler when driving has started.
-struct Started {
-    inner: Arc<dyn Progress>,
-    started: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Progress for Started {
-    fn start(&self, run_id: &RunId, bundle_uri: &str, total: u64) {
-        self.started.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.inner.start(run_id, bundle_uri, total);
-    }
-    fn update(&self, view: &agenteval_engine::controller::ProgressView) {
-        self.inner.update(view);
-    }
-    fn message(&self, text: &str) {
-        self.inner.message(text);
-    }
-    fn finish(&self) {
-        self.inner.finish();
-    }
-}
-
-/// Interrupt handling for controllers: the first Ctrl-C (or SIGTERM, SIGHUP) asks the run to
-/// stop cleanly (workers stop, the bundle is sealed `interrupted`); a second one exits at once.
-/// Before driving starts (enumerating tasks, writing the run) there is nothing to stop or seal,
-/// so the first one exits at once: a run already written is left for `resume`, its controller
-/// gone.
-fn interrupt_channel(
-    progress: Arc<dyn Progress>,
-    started: Arc<std::sync::atomic::AtomicBool>,
-) -> watch::Receiver<bool> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (tx, rx) = watch::channel(false);
-    tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
-            (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
-        else {
-            tracing::warn!("cannot install signal handlers; Ctrl-C will not seal the bundle");
-            return;
-        };
-        let mut next = async || {
-            tokio::select! {
-                _ = int.recv() => {}
-                _ = term.recv() => {}
-                _ = hup.recv() => {}
-            }
-        };
-        next().await;
-        if !started.load(std::sync::atomic::Ordering::SeqCst) {
-            eprintln!("interrupted before the run started");
-            std::process::exit(i32::from(exit::INCOMPLETE));
-        }
-        progress.message("interrupted: stopping workers and sealing the bundle (Ctrl-C again to quit now)");
-        let _ = tx.send(true);
-        next().await;
-        eprintln!("quitting without sealing; `agenteval resume` can finish the run");
-        std::process::exit(i32::from(exit::INCOMPLETE));
-    });
-    rx
-}
-
-pub(crate) fn outcome_code(status: RunStatus) -> u8 {
-    if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
-}
-
-/// Prints how a run ended: one JSON object (`--json`), one line (`-q`), or the summary table
-/// and where things are. A run stopped because its agent cannot run is a failed operation: one
-/// line naming the cause and the config field to fix, exit 4.
-pub(crate) fn print_outcome(
-    o: &RunOutcome,
-    config: &agenteval_core::config::RunConfig,
-    json: bool,
-    quiet: bool,
-) -> Result<u8, Failure> {
-    let code = outcome_code(o.status);
-    if json {
-        let v = json!({
-            "run_id": o.run_id,
-            "status": o.status,
-            "bundle": o.bundle_uri,
-            "exit_code": if o.reason.is_some() { exit::FAILED } else { code },
-            "reason": o.reason,
-            "summary": o.summary,
-        });
-        say!("{v}");
-    } else if let Some(reason) = &o.reason {
-        // Said once, by the error path below.
-        let _ = reason;
-    } else if quiet {
-        let s = &o.summary;
-        say!(
-            "{} {}: {} tasks, passed {} failed {} errored {} infra {}, ${}, {}",
-            o.run_id,
-            o.status.as_str(),
-            s.tasks_total,
-            s.passed,
-            s.failed,
-            s.errored,
-            s.infra,
-            s.cost_text(),
-            o.bundle_uri
-        );
-    } else {
-        say!("{}", output::summary_table(&o.summary));
-        for l in output::tag_lines(&o.summary) {
-            say!("{l}");
-        }
-        say!("run     {}", o.run_id);
-        say!("status  {}", output::status_word(o.status));
-        say!("bundle  {}", o.bundle_uri);
-        say!("report  {}/{}", o.bundle_uri, layout::REPORT);
-        match o.status {
-            RunStatus::BudgetExceeded => {
-                say!("the budget stopped it; to finish it: agenteval resume {} --set max_run_cost_usd=<more>", o.run_id)
-            }
-            RunStatus::Interrupted => say!("finish it with: agenteval resume {}", o.run_id),
-            RunStatus::Failed => say!(
-                "tasks were given up after retries; see `agenteval runs show {} --tasks --failed`, then resume it",
-                o.run_id
-            ),
-            RunStatus::Complete | RunStatus::Running => {}
-        }
-    }
-    if let Some(reason) = &o.reason {
-        return Err(Failure {
-            code: exit::FAILED,
-            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, reason), o.run_id),
-        });
-    }
-    Ok(code)
-}
-
-/// The config field behind an agent that cannot run, or jobs that cannot launch, with the
-/// fix when the reason says what it is.
-fn fix_for(config: &agenteval_core::config::RunConfig, reason: &str) -> String {
-    let field = field_to_fix(config, reason);
-    if reason.contains("write diagnostics to stderr") {
-        format!(
-            "fix `{field}`: write diagnostics to stderr, only protocol events to stdout; `agenteval doctor --probe` tries one task"
-        )
-    } else if reason.contains("before sending any protocol event") {
-        format!("fix `{field}`: check the program and its arguments; `agenteval doctor --probe` tries one task")
-    } else {
-        format!("fix `{field}`")
-    }
-}
-
-/// The config field behind an agent that cannot run, or jobs that cannot launch.
-fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'static str {
-    use agenteval_core::config::AgentConfig;
-    if reason.starts_with("cannot launch jobs") {
-        let r = reason.to_ascii_lowercase();
-        return if r.contains("task definition") || r.contains("taskdefinition") {
-            "aws.task_definition"
-        } else if r.contains("cluster") {
-            "aws.cluster"
-        } else if r.contains("subnet") || r.contains("security group") {
-            "aws.subnets / aws.security_groups"
-        } else if config.backend.id == agenteval_core::config::BackendId::Aws {
-            "aws"
-        } else {
-            "backend"
-        };
-    }
-    match &config.agent {
-        AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
-        AgentConfig::Command { .. } => "agent.command",
-        AgentConfig::Llm(_) if reason.contains("key") || reason.contains("HTTP 401") || reason.contains("HTTP 403") => {
-            "agent.secrets"
-        }
-        AgentConfig::Llm(_) if reason.contains("cannot reach") => "agent.base_url",
-        AgentConfig::Llm(_) if reason.contains("cassette") || reason.contains("recording") => "--cassettes",
-        AgentConfig::Llm(_) => "agent.model",
-        AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } => "agent",
-    }
-}
-
-pub(crate) fn config_failure(e: ConfigError) -> Failure {
-    Failure { code: exit::USAGE, error: anyhow::anyhow!(e.to_string()) }
-}
-
-/// Controller options, with telemetry connected as the run's config says.
-pub(crate) async fn controller_options(
-    config: &agenteval_core::config::RunConfig,
-    resolver: Arc<dyn Resolver>,
-    json: bool,
-    quiet: bool,
-    telemetry: &Telemetry,
-) -> Result<ControllerOptions, Failure> {
-    let settings = Settings::resolve(Some(&config.telemetry));
-    // A collector that does not answer costs the run one export timeout, here, and nothing
-    // more: it is marked down, so no worker is told to export to it and the exit does not wait
-    // for it; it is asked again in the background and gets the rest of the run if it comes back.
-    telemetry.connect_controller(&settings).await;
-    let shown: Arc<dyn Progress> = if json || quiet { Arc::new(NoProgress) } else { Arc::new(Bar::new()) };
-    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
-    Ok(ControllerOptions {
-        rerun_of: None,
-        resolver,
-        progress: progress.clone(),
-        interrupt: interrupt_channel(progress, started),
-        journal: Some(telemetry.journal()),
-        worker_env: telemetry.worker_env(&settings),
-    })
 }
 
 /// On the local backend, every secret the workers will fetch must exist before anything starts:
@@ -364,38 +154,6 @@ fn launch_problem(failed: &[&agenteval_aws::doctor::Check]) -> String {
         " (fix aws.cluster / aws.task_definition)"
     };
     format!("cannot launch on ECS: {}{fix}", said.join("; "))
-}
-
-/// Adds the cassette settings to what every worker gets.
-pub(crate) fn with_cassettes(
-    mut opts: ControllerOptions,
-    config: &agenteval_core::config::RunConfig,
-    dir: &Path,
-    mode: &str,
-) -> Result<ControllerOptions, Failure> {
-    if config.backend.id != agenteval_core::config::BackendId::Local {
-        return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
-    }
-    if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
-        return Err(Error::invalid(format!(
-            "--cassettes records model calls of the `llm` agent; this run's agent is `{}`",
-            config.agent.kind()
-        ))
-        .into());
-    }
-    if mode != "record" && !dir.is_dir() {
-        return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
-    }
-    let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
-    let (dir, mode) = (dir.display().to_string(), mode.to_string());
-    let inner = opts.worker_env.clone();
-    opts.worker_env = Arc::new(move || {
-        let mut env = inner();
-        env.insert(agenteval_engine::worker::CASSETTES_ENV.into(), dir.clone());
-        env.insert(agenteval_engine::worker::CASSETTE_MODE_ENV.into(), mode.clone());
-        env
-    });
-    Ok(opts)
 }
 
 async fn submit(
@@ -495,34 +253,6 @@ async fn stale_recordings(
             if stale.len() > first.len() { ", …" } else { "" }
         ),
     })
-}
-
-/// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else
-/// `--backend aws`'s, else ./runs/index.sqlite), and the wiring that opened it: its AWS
-/// settings are the config's when the index came from `--config`, else the environment's.
-pub(crate) async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
-    let uri = if let Some(i) = &args.index {
-        i.display().to_string()
-    } else if let Some(c) = &args.config {
-        let cfg = load_config(c, &[]).map_err(config_failure)?.config;
-        let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
-        let index = wiring.index(&cfg.storage.index_location()).await?;
-        return Ok((wiring, index));
-    } else if args.backend.as_deref() == Some("aws") {
-        std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
-    } else {
-        Path::new("runs").join("index.sqlite").display().to_string()
-    };
-    let at: IndexLocation = uri.parse()?;
-    let wiring = Wiring::new(exe()?, None);
-    let index = wiring.index(&at).await?;
-    Ok((wiring, index))
-}
-
-pub(crate) fn record_json(r: &RunRecord) -> serde_json::Value {
-    let mut v = serde_json::to_value(r).expect("serializes");
-    v["controller_alive"] = json!(controller::controller_alive(r));
-    v
 }
 
 async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
@@ -939,7 +669,7 @@ async fn index_rebuild(bundles: &str, args: &IndexArgs, json: bool) -> Result<u8
 async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
     // Everything an agent leaves behind (a `setsid` child included) becomes this process's to
     // kill when its task ends.
-    agenteval_engine::agents::reap::own_descendants();
+    agenteval_engine::isolation::reap::own_descendants();
     // Workers are configured by their environment alone (the controller forwards its settings).
     telemetry.connect(&Settings::resolve(None), Role::Worker);
     let exe = match std::env::current_exe() {
@@ -951,7 +681,7 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
     };
     // A worker knows only its job's location: AWS settings come from its environment, which
     // the controller's backend set (region, endpoint) and its task role completes.
-    agenteval_engine::agents::sandbox::set_launcher(exe.clone());
+    agenteval_engine::isolation::sandbox::set_launcher(exe.clone());
     let wiring = Wiring::new(exe, None);
     let cancel = async {
         use tokio::signal::unix::{SignalKind, signal};
@@ -1031,10 +761,4 @@ impl LogUpload {
             eprintln!("cannot write the job's log to its bundle: {e}");
         }
     }
-}
-
-/// Loads a run config with every check, the LLM crate's included (prices under a cost limit,
-/// model specs).
-pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
-    agenteval_core::config::load_config_checked(path, overrides, &agenteval_llm::validate_config)
 }

@@ -12,7 +12,7 @@ use agenteval_engine::controller;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
-use crate::commands::record_json;
+use crate::session::record_json;
 use crate::{Failure, exit, judging, output};
 
 /// Which tasks `runs show` lists.

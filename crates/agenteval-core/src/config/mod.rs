@@ -4,6 +4,7 @@
 //! filesystem except through paths it was handed already resolved.
 
 mod bounds;
+pub mod evaluator;
 mod llm;
 mod load;
 mod transport;
@@ -14,9 +15,9 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::evaluator::{EvaluatorConfig, SequenceMode};
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
+pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, LlmAgentConfig, ModelPrice};
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
@@ -314,9 +315,10 @@ pub struct TaskFilter {
 }
 
 impl TaskFilter {
-    pub fn matches(&self, task: &crate::model::TaskSpec) -> bool {
-        (self.ids.is_empty() || self.ids.iter().any(|i| i == task.id.as_str()))
-            && (self.tags.is_empty() || task.tags.iter().any(|t| self.tags.contains(t)))
+    /// Whether a task with this id and these tags is chosen.
+    pub fn matches(&self, id: &str, tags: &[String]) -> bool {
+        (self.ids.is_empty() || self.ids.iter().any(|i| i == id))
+            && (self.tags.is_empty() || tags.iter().any(|t| self.tags.contains(t)))
     }
 }
 

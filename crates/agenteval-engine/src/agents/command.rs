@@ -10,9 +10,9 @@ use agenteval_core::config::InheritEnv;
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 
-use super::confine::{self, Net};
-use super::disk;
-use super::sandbox::{self, View};
+use crate::isolation::confine::{self, Net};
+use crate::isolation::sandbox::{self, View};
+use crate::isolation::{TreeGuard, disk, warn_unsandboxed};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
@@ -71,7 +71,7 @@ impl CommandAgent {
 /// executable.
 pub fn runnable(prog: &str) -> Result<std::path::PathBuf, String> {
     use std::os::unix::fs::PermissionsExt as _;
-    let Some(path) = super::sandbox::which(prog) else {
+    let Some(path) = sandbox::which(prog) else {
         return Err("not found on PATH".into());
     };
     match std::fs::metadata(&path) {
@@ -100,12 +100,6 @@ const PASSED_ENV: &[&str] = &[
     "no_proxy",
 ];
 
-/// Says once per process that agents run without a sandbox, and why.
-pub(crate) fn warn_unsandboxed(why: &str) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| tracing::warn!("agents run without a filesystem sandbox: {why}"));
-}
-
 /// Says once per process that agents' TCP connections are not restricted, and why.
 fn warn_unrestricted_tcp() {
     static WARNED: std::sync::Once = std::sync::Once::new();
@@ -127,19 +121,6 @@ struct WireEvent {
     input_tokens: u64,
     #[serde(default)]
     output_tokens: u64,
-}
-
-/// Kills the agent's whole process tree when dropped, however the task ended: on a time limit
-/// the runner drops the agent's future, and nothing the agent started (in its group or out of
-/// it) may outlive its task.
-pub(crate) struct TreeGuard(pub(crate) Option<i32>);
-
-impl Drop for TreeGuard {
-    fn drop(&mut self) {
-        if let Some(pid) = self.0 {
-            super::reap::kill_tree(pid);
-        }
-    }
 }
 
 /// How long output is still read once the agent's own process has exited: enough for the pipe
@@ -354,7 +335,7 @@ impl AgentRunner for CommandAgent {
             && let Some(pid) = child.id()
         {
             // The whole tree: the supervisor alone would leave the agent holding the pipes.
-            super::reap::kill_tree(pid as i32);
+            crate::isolation::reap::kill_tree(pid as i32);
         }
         let status = match exited {
             Some(st) => st,

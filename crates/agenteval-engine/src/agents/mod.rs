@@ -2,13 +2,9 @@
 //! `oracle` (the expected answers) and `llm` (a model with tools, from `agenteval-llm`).
 
 mod command;
-pub mod confine;
-mod disk;
 mod mock;
 mod oracle;
 mod python_tool;
-pub mod reap;
-pub mod sandbox;
 
 use std::sync::Arc;
 
@@ -16,12 +12,13 @@ use agenteval_core::config::{
     AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, Network, NetworkMode, RunConfig, Sandbox,
 };
 use agenteval_core::secret::Redactor;
+
+use crate::isolation::{confine, sandbox};
 use agenteval_core::traits::{AgentRunner, AgentTool};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{Cassettes, LlmAgent};
 
 pub use command::{CommandAgent, runnable};
-pub(crate) use command::{TreeGuard, warn_unsandboxed};
 pub use mock::MockAgent;
 pub use oracle::OracleAgent;
 pub use python_tool::PythonTool;

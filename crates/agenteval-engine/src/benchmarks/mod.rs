@@ -30,10 +30,25 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             }))
         }
         BenchmarkConfig::Humaneval { path, python, timeout_seconds, max_file_bytes, .. } => Arc::new(
-            humaneval::HumanEvalBenchmark::new(path.clone().unwrap_or_default(), python.clone(), *timeout_seconds)
-                .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
+            humaneval::HumanEvalBenchmark::new(
+                // A config loaded without the load-time checks (`at_load`) has no path yet.
+                path.clone()
+                    .or_else(|| {
+                        humaneval::packaged_data(python.as_deref().unwrap_or(crate::python::DEFAULT_PYTHON)).ok()
+                    })
+                    .unwrap_or_default(),
+                python.clone(),
+                *timeout_seconds,
+            )
+            .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
     })
+}
+
+/// What the benchmarks complete and check when a config loads, once its paths are resolved
+/// (the loader's `ExtraChecks`): HumanEval's data file found through Python.
+pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    humaneval::find_data(config)
 }
 
 /// Reads a benchmark's data file whole, gzip or not, refusing one that is not a regular file

@@ -85,7 +85,7 @@ impl BenchmarkAdapter for ToyBenchmark {
                 break;
             }
             let t = self.task(i);
-            if filter.matches(&t) {
+            if filter.matches(t.id.as_str(), &t.tags) {
                 n += 1;
                 f(t)?;
             }

@@ -7,7 +7,7 @@ mod command;
 
 use std::sync::Arc;
 
-use agenteval_core::evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
+use agenteval_core::config::{EvaluatorConfig, PolicyAction, SequenceMode};
 use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::{EvalInput, Evaluator};

@@ -65,7 +65,7 @@ pub enum EvaluatorConfig {
     MaxSteps {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
-        #[schemars(range(max = crate::config::MAX_TRACE_EVENTS))]
+        #[schemars(range(max = super::MAX_TRACE_EVENTS))]
         max_steps: u32,
     },
     /// The agent called the expected tools (and none of the forbidden ones).
@@ -86,14 +86,14 @@ pub enum EvaluatorConfig {
     CostBudget {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
-        #[schemars(range(max = crate::config::MAX_TASK_COST_USD))]
+        #[schemars(range(max = super::MAX_TASK_COST_USD))]
         max_cost_usd: f64,
     },
     /// The task took at most this many seconds.
     LatencyBudget {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
-        #[schemars(range(max = crate::config::MAX_WALL_SECONDS))]
+        #[schemars(range(max = super::MAX_WALL_SECONDS))]
         max_seconds: f64,
     },
     /// The final answer (or the value at `pointer` in it) is valid against a JSON Schema (draft
@@ -121,7 +121,7 @@ pub enum EvaluatorConfig {
         command: Vec<String>,
         /// Seconds before the program is killed (default 60).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(range(max = crate::config::MAX_WALL_SECONDS))]
+        #[schemars(range(max = super::MAX_WALL_SECONDS))]
         timeout_seconds: Option<f64>,
         /// The config file's folder, filled in when loading.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -134,10 +134,10 @@ pub enum EvaluatorConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         id: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(range(max = crate::config::MAX_TASK_COST_USD))]
+        #[schemars(range(max = super::MAX_TASK_COST_USD))]
         max_cost_usd: Option<f64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        #[schemars(range(max = crate::config::MAX_TRACE_EVENTS))]
+        #[schemars(range(max = super::MAX_TRACE_EVENTS))]
         max_steps: Option<u32>,
         /// Only these tools may be called (empty: any).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -164,7 +164,7 @@ pub enum EvaluatorConfig {
         #[schemars(range(min = 0, max = 1))]
         pass_threshold: Option<f64>,
         #[serde(flatten)]
-        judge: crate::config::JudgeConfig,
+        judge: super::JudgeConfig,
     },
     /// An LLM decides whether the answer meets the criteria: pass or fail, with a reason.
     LlmPassFail {
@@ -173,7 +173,7 @@ pub enum EvaluatorConfig {
         /// What the answer must do to pass.
         criteria: String,
         #[serde(flatten)]
-        judge: crate::config::JudgeConfig,
+        judge: super::JudgeConfig,
     },
 }
 

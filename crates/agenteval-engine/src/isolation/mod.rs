@@ -1,0 +1,27 @@
+//! How untrusted programs run: the per-task supervisor and process-tree killing (`reap`), the
+//! Landlock view and launcher (`sandbox`), seccomp, users and capabilities (`confine`), and the
+//! scratch folder's disk limit (`disk`). Agents, checks and graders all start through it.
+
+pub mod confine;
+pub mod disk;
+pub mod reap;
+pub mod sandbox;
+
+/// Says once per process that agents run without a sandbox, and why.
+pub fn warn_unsandboxed(why: &str) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| tracing::warn!("agents run without a filesystem sandbox: {why}"));
+}
+
+/// Kills the agent's whole process tree when dropped, however the task ended: on a time limit
+/// the runner drops the agent's future, and nothing the agent started (in its group or out of
+/// it) may outlive its task.
+pub struct TreeGuard(pub Option<i32>);
+
+impl Drop for TreeGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            reap::kill_tree(pid);
+        }
+    }
+}

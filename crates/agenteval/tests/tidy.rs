@@ -1,0 +1,335 @@
+//! Tidy checks, as rust-analyzer keeps them: `docs/ARCHITECTURE.md` names only files that exist
+//! and names every source file, the invariants a reading of the source can check hold, and no
+//! crate has a cycle between its modules.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Every file below `dir`, relative to the repository, `target` and hidden folders left out.
+fn walk(dir: &Path, out: &mut Vec<String>) {
+    let root = root();
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name == "target" || name.starts_with('.') && name != ".ci" || name == "node_modules" {
+            continue;
+        }
+        if p.is_dir() {
+            out.push(format!("{}/", p.strip_prefix(&root).unwrap().display()));
+            walk(&p, out);
+        } else {
+            out.push(p.strip_prefix(&root).unwrap().display().to_string());
+        }
+    }
+}
+
+fn repo_files() -> Vec<String> {
+    let mut out = Vec::new();
+    walk(&root(), &mut out);
+    out
+}
+
+/// The Rust source files of the crates (`crates/NAME/src/…`).
+fn sources() -> Vec<String> {
+    repo_files().into_iter().filter(|f| f.contains("/src/") && f.ends_with(".rs") && f.starts_with("crates/")).collect()
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap()
+}
+
+/// A file's text without its unit tests (what follows `#[cfg(test)]`): tests may do what the
+/// product may not.
+fn product_code(rel: &str) -> String {
+    let text = read(rel);
+    match text.find("#[cfg(test)]") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    }
+}
+
+/// Test-only source files: a module's unit tests kept beside it.
+fn is_test_file(rel: &str) -> bool {
+    rel.ends_with("/tests.rs") || rel.ends_with("_tests.rs")
+}
+
+/// The backticked spans of `text`.
+fn code_spans(text: &str) -> Vec<&str> {
+    text.split('`').skip(1).step_by(2).collect()
+}
+
+fn architecture() -> String {
+    read("docs/ARCHITECTURE.md")
+}
+
+/// The code map's row of each crate: `crates/NAME` → the row's text.
+fn code_map_rows() -> BTreeMap<String, String> {
+    let doc = architecture();
+    let mut rows = BTreeMap::new();
+    for line in doc.lines() {
+        if let Some(rest) = line.strip_prefix("| `crates/")
+            && let Some((name, _)) = rest.split_once('`')
+        {
+            rows.insert(name.to_string(), line.to_string());
+        }
+    }
+    rows
+}
+
+const REPO_DIRS: &[&str] = &["crates/", "docs/", "docker/", "infra/", "tests/", "configs/", ".ci/"];
+
+#[test]
+fn every_path_the_architecture_names_exists() {
+    let files = repo_files();
+    let doc = architecture();
+    let mut missing = BTreeSet::new();
+    for span in code_spans(&doc) {
+        let span = span.trim();
+        let path_like = !span.is_empty()
+            && span.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c))
+            && (span.ends_with(".rs") || REPO_DIRS.iter().any(|d| span.starts_with(d)));
+        if !path_like {
+            continue;
+        }
+        let want = span.trim_end_matches('/');
+        let found = files.iter().any(|f| {
+            let f = f.trim_end_matches('/');
+            f == want || f.ends_with(&format!("/{want}"))
+        });
+        if !found {
+            missing.insert(span.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "docs/ARCHITECTURE.md names paths that do not exist: {missing:?}");
+}
+
+#[test]
+fn every_source_file_is_named_in_its_crates_row_of_the_code_map() {
+    let rows = code_map_rows();
+    let mut unnamed = Vec::new();
+    for f in sources() {
+        let name = f.rsplit('/').next().unwrap();
+        if matches!(name, "lib.rs" | "main.rs") || is_test_file(&f) {
+            continue;
+        }
+        let krate = f.strip_prefix("crates/").unwrap().split('/').next().unwrap();
+        let Some(row) = rows.get(krate) else {
+            unnamed.push(format!("{f} (the crate has no row)"));
+            continue;
+        };
+        let in_src = f.split_once("/src/").unwrap().1;
+        let module = in_src.trim_end_matches(".rs").trim_end_matches("/mod");
+        let stem = module.rsplit('/').next().unwrap();
+        // Named as `file.rs`, `dir/file.rs`, `dir/`, the module path or its last segment.
+        let words: BTreeSet<&str> = code_spans(row)
+            .into_iter()
+            .flat_map(|s| s.split(|c: char| c.is_whitespace() || ",:()".contains(c)))
+            .map(|w| w.trim_end_matches('/'))
+            .collect();
+        let named = [stem.to_string(), format!("{stem}.rs"), in_src.to_string(), module.to_string()]
+            .iter()
+            .any(|c| words.contains(c.as_str()));
+        if !named {
+            unnamed.push(f);
+        }
+    }
+    assert!(unnamed.is_empty(), "source files the code map of docs/ARCHITECTURE.md does not name: {unnamed:#?}");
+}
+
+#[test]
+fn every_module_says_what_it_is_for() {
+    let bare: Vec<String> = sources().into_iter().filter(|f| !read(f).trim_start().starts_with("//!")).collect();
+    assert!(bare.is_empty(), "modules without a `//!` line: {bare:?}");
+}
+
+#[test]
+fn only_the_aws_crate_names_the_aws_sdk_and_only_the_binary_anyhow() {
+    let mut wrong = Vec::new();
+    for f in repo_files().into_iter().filter(|f| f.starts_with("crates/") && !f.ends_with("tests/tidy.rs")) {
+        if !(f.ends_with(".rs") || f.ends_with("Cargo.toml")) {
+            continue;
+        }
+        let text = read(&f);
+        if (text.contains("aws_sdk") || text.contains("aws-sdk")) && !f.starts_with("crates/agenteval-aws/") {
+            wrong.push(format!("{f}: aws-sdk"));
+        }
+        if f.ends_with("Cargo.toml") && text.contains("anyhow") && f != "crates/agenteval/Cargo.toml" {
+            wrong.push(format!("{f}: anyhow"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+}
+
+#[test]
+fn the_core_starts_no_process_and_opens_no_socket() {
+    let mut wrong = Vec::new();
+    for f in sources().into_iter().filter(|f| f.starts_with("crates/agenteval-core/") && !is_test_file(f)) {
+        let code = product_code(&f);
+        // Address types (`std::net::IpAddr`) are data; sockets are not.
+        for banned in ["std::process", "TcpStream", "TcpListener", "UdpSocket", "tokio::process", "tokio::net"] {
+            if code.contains(banned) {
+                wrong.push(format!("{f}: {banned}"));
+            }
+        }
+        // Reading files is the config loader's job (the config, a prices or schema file it
+        // names); nothing else in the core touches the filesystem.
+        if code.contains("std::fs") && !f.ends_with("config/load.rs") {
+            wrong.push(format!("{f}: std::fs"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+}
+
+#[test]
+fn library_functions_return_typed_errors() {
+    let mut wrong = Vec::new();
+    for f in sources().into_iter().filter(|f| !f.starts_with("crates/agenteval/") && !is_test_file(f)) {
+        for (n, line) in product_code(&f).lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("pub fn") || l.starts_with("pub async fn") {
+                let sig = l.split('{').next().unwrap_or(l);
+                if sig.contains(", String>") && sig.contains("Result<") {
+                    wrong.push(format!("{f}:{}: {}", n + 1, sig.trim()));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "public functions of library crates returning `Result<_, String>`: {wrong:#?}");
+}
+
+/// The top-level modules a file's product code refers to through `crate::`.
+fn crate_refs(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        // `agenteval_core::` and the like are other crates.
+        let before = rest[..i].chars().next_back();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue;
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let end = group
+                .char_indices()
+                .find(|&(_, c)| {
+                    match c {
+                        '{' => depth += 1,
+                        '}' => depth -= 1,
+                        _ => {}
+                    }
+                    depth == 0
+                })
+                .map_or(group.len(), |(j, _)| j);
+            let mut depth = 0;
+            let mut start = 0;
+            let inner = &group[..end];
+            for (j, c) in inner.char_indices().chain(std::iter::once((inner.len(), ','))) {
+                match c {
+                    '{' => depth += 1,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        let item: String =
+                            inner[start..j].trim().chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+                        if !item.is_empty() {
+                            out.insert(item);
+                        }
+                        start = j + 1;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let item: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if !item.is_empty() {
+                out.insert(item);
+            }
+        }
+    }
+    out
+}
+
+/// A cycle in `graph`, if there is one.
+fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        path: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let start = path.iter().position(|p| p == n).unwrap();
+                let mut cycle = path[start..].to_vec();
+                cycle.push(n.to_string());
+                return Some(cycle);
+            }
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        path.push(n.to_string());
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, state, path) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    graph.keys().find_map(|n| visit(n, graph, &mut state, &mut Vec::new()))
+}
+
+/// Each crate's graph of top-level modules, from what its product code names through `crate::`.
+fn module_graphs() -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f)) {
+        let krate = f.strip_prefix("crates/").unwrap().split('/').next().unwrap().to_string();
+        let in_src = f.split_once("/src/").unwrap().1;
+        let top = in_src.split('/').next().unwrap().trim_end_matches(".rs").to_string();
+        if matches!(top.as_str(), "lib" | "main") {
+            continue;
+        }
+        let graph = graphs.entry(krate).or_default();
+        let refs = crate_refs(&product_code(&f));
+        let edges = graph.entry(top.clone()).or_default();
+        edges.extend(refs.into_iter().filter(|r| *r != top));
+    }
+    // Only edges to modules: `crate::Error` and the like are re-exports from the crate root.
+    for graph in graphs.values_mut() {
+        let modules: BTreeSet<String> = graph.keys().cloned().collect();
+        for edges in graph.values_mut() {
+            edges.retain(|e| modules.contains(e));
+        }
+    }
+    graphs
+}
+
+#[test]
+fn no_crate_has_a_module_cycle() {
+    let cycles: Vec<String> = module_graphs()
+        .iter()
+        .filter_map(|(krate, graph)| find_cycle(graph).map(|c| format!("{krate}: {}", c.join(" → "))))
+        .collect();
+    assert!(cycles.is_empty(), "module cycles: {cycles:#?}");
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles_and_the_reader_reads_groups() {
+    let refs = crate_refs("use crate::{model::{A, B}, evaluator};\nfn f() { crate::config::X; agenteval_core::y(); }");
+    assert_eq!(refs, ["config", "evaluator", "model"].iter().map(|s| s.to_string()).collect());
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.insert("a".into(), ["b".to_string()].into());
+    g.insert("b".into(), ["c".to_string()].into());
+    g.insert("c".into(), BTreeSet::new());
+    assert!(find_cycle(&g).is_none());
+    g.get_mut("c").unwrap().insert("a".into());
+    assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
+}
