@@ -41,7 +41,7 @@ impl LlmAgent {
         builtin: Vec<Arc<dyn AgentTool>>,
         cassettes: Option<Cassettes>,
         redactor: Redactor,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, LlmError> {
         let spec = ModelSpec::parse(&config.model)?;
         let mut table = PriceTable::packaged();
         table.extend(config.prices.clone());

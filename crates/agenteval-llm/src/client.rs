@@ -158,7 +158,7 @@ impl LlmClient {
                     Provider::Anthropic => wire::anthropic_response(&value),
                     Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_response(&value),
                 };
-                return parsed.map_err(|reason| LlmError::Decode { provider, reason });
+                return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
             }
             let retry_after = retry_after(resp.headers());
             if is_retryable_status(status) && !last {

@@ -58,7 +58,7 @@ impl LlmJudge {
         kind: JudgeKind,
         config: &JudgeConfig,
         key: Option<&Secret>,
-    ) -> std::result::Result<Self, String> {
+    ) -> std::result::Result<Self, crate::LlmError> {
         let spec = ModelSpec::parse(&config.model)?;
         let e = &config.endpoint;
         let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };

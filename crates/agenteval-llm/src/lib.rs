@@ -35,7 +35,7 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
     let table = PriceTable::packaged();
     if let AgentConfig::Llm(a) = &config.agent {
         match ModelSpec::parse(&a.model) {
-            Err(e) => p.push(("/agent/model".into(), e)),
+            Err(e) => p.push(("/agent/model".into(), e.to_string())),
             Ok(spec) => {
                 let priced = a.endpoint.price.is_some()
                     || a.prices.contains_key(&spec.name)
@@ -58,7 +58,7 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
         if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
             && let Err(msg) = ModelSpec::parse(&judge.model)
         {
-            p.push((format!("/evaluators/{i}/model"), msg));
+            p.push((format!("/evaluators/{i}/model"), msg.to_string()));
         }
     }
     p

@@ -31,8 +31,8 @@ impl PriceTable {
     }
 
     /// Parses a prices file (the packaged format; `aliases` optional).
-    pub fn parse(text: &str) -> Result<PriceTable, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
+    pub fn parse(text: &str) -> Result<PriceTable, crate::LlmError> {
+        serde_json::from_str(text).map_err(|e| crate::LlmError::Config(format!("not a prices table: {e}")))
     }
 
     /// Adds or replaces prices.

@@ -52,25 +52,25 @@ pub struct ModelSpec {
 }
 
 impl ModelSpec {
-    pub fn parse(s: &str) -> Result<ModelSpec, String> {
+    pub fn parse(s: &str) -> Result<ModelSpec, crate::LlmError> {
         let Some((provider, name)) = s.split_once(':') else {
-            return Err(format!(
+            return Err(crate::LlmError::Config(format!(
                 "`{s}` is not a model spec: write provider:model (openai:gpt-4o-mini, anthropic:claude-3-5-haiku-latest, \
                  openai-compatible:NAME)"
-            ));
+            )));
         };
         let provider = match provider {
             "openai" => Provider::OpenAi,
             "anthropic" => Provider::Anthropic,
             "openai-compatible" => Provider::OpenAiCompatible,
             other => {
-                return Err(format!(
+                return Err(crate::LlmError::Config(format!(
                     "unknown provider `{other}` in `{s}` (expected openai, anthropic or openai-compatible)"
-                ));
+                )));
             }
         };
         if name.trim().is_empty() {
-            return Err(format!("`{s}` names no model after the provider"));
+            return Err(crate::LlmError::Config(format!("`{s}` names no model after the provider")));
         }
         Ok(ModelSpec { provider, name: name.to_string() })
     }
@@ -85,7 +85,7 @@ mod tests {
         let s = ModelSpec::parse("openai:gpt-4o-mini").unwrap();
         assert_eq!((s.provider, s.name.as_str()), (Provider::OpenAi, "gpt-4o-mini"));
         assert_eq!(ModelSpec::parse("openai-compatible:org/llama:8b").unwrap().name, "org/llama:8b");
-        assert!(ModelSpec::parse("gpt-4o").unwrap_err().contains("provider:model"));
-        assert!(ModelSpec::parse("azure:x").unwrap_err().contains("unknown provider `azure`"));
+        assert!(ModelSpec::parse("gpt-4o").unwrap_err().to_string().contains("provider:model"));
+        assert!(ModelSpec::parse("azure:x").unwrap_err().to_string().contains("unknown provider `azure`"));
     }
 }

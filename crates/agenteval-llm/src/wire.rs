@@ -5,6 +5,23 @@ use serde_json::{Value, json};
 
 use crate::types::*;
 
+/// What in a provider's answer could not be read, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
+
+impl From<&str> for Unreadable {
+    fn from(s: &str) -> Self {
+        Unreadable(s.into())
+    }
+}
+
+impl From<String> for Unreadable {
+    fn from(s: String) -> Self {
+        Unreadable(s)
+    }
+}
+
 /// The body of `POST {base_url}/chat/completions`.
 pub fn openai_request(req: &ChatRequest) -> Value {
     let mut messages = Vec::new();
@@ -50,7 +67,7 @@ pub fn openai_request(req: &ChatRequest) -> Value {
 }
 
 /// Reads a chat completions answer.
-pub fn openai_response(body: &Value) -> Result<ChatResponse, String> {
+pub fn openai_response(body: &Value) -> Result<ChatResponse, Unreadable> {
     let choice = body.pointer("/choices/0").ok_or("no choices[0]")?;
     let message = choice.get("message").ok_or("no choices[0].message")?;
     let text = message.get("content").and_then(Value::as_str).map(str::to_string);
@@ -134,7 +151,7 @@ pub fn anthropic_request(req: &ChatRequest) -> Value {
 }
 
 /// Reads a messages answer.
-pub fn anthropic_response(body: &Value) -> Result<ChatResponse, String> {
+pub fn anthropic_response(body: &Value) -> Result<ChatResponse, Unreadable> {
     let content = body.get("content").and_then(Value::as_array).ok_or("no content array")?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();

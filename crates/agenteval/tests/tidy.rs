@@ -189,11 +189,16 @@ fn the_core_starts_no_process_and_opens_no_socket() {
 fn library_functions_return_typed_errors() {
     let mut wrong = Vec::new();
     for f in sources().into_iter().filter(|f| !f.starts_with("crates/agenteval/") && !is_test_file(f)) {
-        for (n, line) in product_code(&f).lines().enumerate() {
+        let code = product_code(&f);
+        let lines: Vec<&str> = code.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
             let l = line.trim_start();
             if l.starts_with("pub fn") || l.starts_with("pub async fn") {
-                let sig = l.split('{').next().unwrap_or(l);
-                if sig.contains(", String>") && sig.contains("Result<") {
+                // The whole signature, however many lines it takes.
+                let sig: String = lines[n..].iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+                let sig = sig.split(['{', ';']).next().unwrap_or_default();
+                let returns = sig.rsplit_once("->").map_or("", |(_, r)| r);
+                if returns.contains("Result<") && returns.contains(", String>") {
                     wrong.push(format!("{f}:{}: {}", n + 1, sig.trim()));
                 }
             }

@@ -125,7 +125,7 @@ impl Endpoint {
         if let Some(url) = &self.base_url
             && let Err(e) = super::check_base_url(url, self.allow_insecure_http)
         {
-            p.push((format!("{at}/base_url"), e));
+            p.push((format!("{at}/base_url"), e.to_string()));
         }
         for (field, v) in [("request_timeout_seconds", self.request_timeout_seconds)] {
             if v.is_some_and(|v| v <= 0.0) {

@@ -3,21 +3,25 @@
 /// The transport rule: a `base_url` must be `https://`, or `http://` to a loopback address
 /// (`localhost`, `127.0.0.0/8`, `::1`), unless the config sets `allow_insecure_http: true`. Keys
 /// travel in headers; plain HTTP anywhere else would send them in the clear.
-pub fn check_base_url(url: &str, allow_insecure_http: bool) -> Result<(), String> {
+pub fn check_base_url(url: &str, allow_insecure_http: bool) -> crate::Result<()> {
+    base_url_problem(url, allow_insecure_http).map_or(Ok(()), |why| Err(crate::Error::invalid(why)))
+}
+
+fn base_url_problem(url: &str, allow_insecure_http: bool) -> Option<String> {
     if let Some(rest) = url.strip_prefix("https://") {
-        return if host_of(rest).is_empty() { Err(format!("`{url}` names no host")) } else { Ok(()) };
+        return host_of(rest).is_empty().then(|| format!("`{url}` names no host"));
     }
     let Some(rest) = url.strip_prefix("http://") else {
-        return Err(format!("`{url}` is not an http:// or https:// URL"));
+        return Some(format!("`{url}` is not an http:// or https:// URL"));
     };
     let host = host_of(rest);
     if host.is_empty() {
-        return Err(format!("`{url}` names no host"));
+        return Some(format!("`{url}` names no host"));
     }
     if is_loopback(host) || allow_insecure_http {
-        return Ok(());
+        return None;
     }
-    Err(format!(
+    Some(format!(
         "`{url}` would send the API key unencrypted to `{host}`: use https://, a loopback address, or set \
          `allow_insecure_http: true`"
     ))
@@ -50,7 +54,7 @@ mod tests {
             assert!(check_base_url(ok, false).is_ok(), "{ok}");
         }
         let e = check_base_url("http://10.0.0.5:8000/v1", false).unwrap_err();
-        assert!(e.contains("allow_insecure_http"), "{e}");
+        assert!(e.to_string().contains("allow_insecure_http"), "{e}");
         assert!(check_base_url("http://user@evil.example/v1", false).is_err());
         assert!(check_base_url("http://127.0.0.1.evil.example/v1", false).is_err());
         assert!(check_base_url("http://10.0.0.5:8000/v1", true).is_ok());

@@ -69,15 +69,17 @@ impl CommandAgent {
 
 /// Whether `prog` names a program that can be started: found on `PATH` (or at its path) and
 /// executable.
-pub fn runnable(prog: &str) -> Result<std::path::PathBuf, String> {
+pub fn runnable(prog: &str) -> agenteval_core::Result<std::path::PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     let Some(path) = sandbox::which(prog) else {
-        return Err("not found on PATH".into());
+        return Err(agenteval_core::Error::invalid("not found on PATH"));
     };
     match std::fs::metadata(&path) {
-        Err(_) => Err(format!("{} does not exist", path.display())),
-        Ok(m) if m.is_dir() => Err(format!("{} is a folder", path.display())),
-        Ok(m) if m.permissions().mode() & 0o111 == 0 => Err(format!("{} is not executable", path.display())),
+        Err(_) => Err(agenteval_core::Error::invalid(format!("{} does not exist", path.display()))),
+        Ok(m) if m.is_dir() => Err(agenteval_core::Error::invalid(format!("{} is a folder", path.display()))),
+        Ok(m) if m.permissions().mode() & 0o111 == 0 => {
+            Err(agenteval_core::Error::invalid(format!("{} is not executable", path.display())))
+        }
         Ok(_) => Ok(path),
     }
 }

@@ -40,7 +40,10 @@ pub fn agent_from_config(
                 let limits = crate::python::PythonLimits { hide, ..crate::python::PythonLimits::default() };
                 builtin.push(Arc::new(PythonTool { python, limits }));
             }
-            Arc::new(LlmAgent::new(cfg.clone(), builtin, cassettes, redactor.clone()).map_err(Error::invalid)?)
+            Arc::new(
+                LlmAgent::new(cfg.clone(), builtin, cassettes, redactor.clone())
+                    .map_err(|e| Error::invalid(e.to_string()))?,
+            )
         }
         AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
         AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, .. } => {

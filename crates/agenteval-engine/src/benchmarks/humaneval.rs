@@ -109,7 +109,7 @@ pub(crate) fn packaged_data(python: &str) -> std::result::Result<PathBuf, String
 }
 
 /// Reads the problems of a `.jsonl.gz` or `.jsonl` file, in file order.
-pub fn read_problems(path: &std::path::Path, max_bytes: u64) -> std::result::Result<Vec<Problem>, String> {
+fn read_problems(path: &std::path::Path, max_bytes: u64) -> std::result::Result<Vec<Problem>, String> {
     let name = path.display();
     let raw = super::read_data_file(path, max_bytes, "max_file_bytes").map_err(|e| format!("HumanEval file: {e}"))?;
     let text = String::from_utf8(raw).map_err(|_| format!("HumanEval file {name} is not UTF-8 text"))?;

@@ -56,7 +56,7 @@ pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]
     };
     if let Some((kind, judge)) = judge {
         let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
-        return Ok(Arc::new(LlmJudge::new(cfg.id().to_string(), kind, judge, key).map_err(bad)?));
+        return Ok(Arc::new(LlmJudge::new(cfg.id().to_string(), kind, judge, key).map_err(|e| bad(e.to_string()))?));
     }
     let regex = match cfg {
         EvaluatorConfig::Regex { pattern, .. } => {

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::ConfineError;
 use serde::{Deserialize, Serialize};
 
 /// The uid and gid agents run as when the worker runs as root: `nobody` on Debian, Ubuntu,
@@ -46,7 +47,7 @@ pub fn readable_by_others(path: &Path) -> bool {
 
 /// Gives `folders` (recursively, links not followed) to `uid`, then becomes `uid` with no
 /// supplementary groups. From root this also clears every capability.
-pub fn become_user(uid: u32, folders: &[PathBuf]) -> Result<(), String> {
+pub fn become_user(uid: u32, folders: &[PathBuf]) -> Result<(), ConfineError> {
     use nix::unistd::{Gid, Uid};
     fn give(path: &Path, uid: u32) -> std::io::Result<()> {
         std::os::unix::fs::lchown(path, Some(uid), Some(uid))?;
@@ -68,18 +69,18 @@ pub fn become_user(uid: u32, folders: &[PathBuf]) -> Result<(), String> {
 
 /// Caps every file this process and its children write at `max` bytes: a write past it fails,
 /// and the writer is killed by `SIGXFSZ` unless it handles it.
-pub fn limit_file_size(max: u64) -> Result<(), String> {
+pub fn limit_file_size(max: u64) -> Result<(), ConfineError> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     // Never above what this process already has: raising a hard limit needs a capability.
     let (_, hard) = getrlimit(Resource::RLIMIT_FSIZE).map_err(|e| format!("cannot read the file size cap: {e}"))?;
     let max = max.min(hard);
-    setrlimit(Resource::RLIMIT_FSIZE, max, max).map_err(|e| format!("cannot cap file sizes: {e}"))
+    Ok(setrlimit(Resource::RLIMIT_FSIZE, max, max).map_err(|e| format!("cannot cap file sizes: {e}"))?)
 }
 
 /// Drops every capability this process has or could regain: as root, the bounding set is
 /// emptied first, so that the program it becomes starts with none either (root then keeps only
 /// an owner's rights over root's files). Without capabilities, nothing to do but the ambient set.
-pub fn drop_capabilities() -> Result<(), String> {
+pub fn drop_capabilities() -> Result<(), ConfineError> {
     use caps::CapSet;
     let clear = |set: CapSet| caps::clear(None, set).map_err(|e| format!("cannot drop capabilities ({set:?}): {e}"));
     clear(CapSet::Ambient)?;
@@ -88,7 +89,7 @@ pub fn drop_capabilities() -> Result<(), String> {
     }
     clear(CapSet::Inheritable)?;
     clear(CapSet::Effective)?;
-    clear(CapSet::Permitted)
+    Ok(clear(CapSet::Permitted)?)
 }
 
 /// Says once per process that agents run as root (without capabilities), and what would let
@@ -105,7 +106,7 @@ pub fn warn_root_agents(unreadable: &Path) {
 
 /// No privileges to gain through exec (set-uid programs, file capabilities), and no ambient
 /// capabilities inherited by what the program starts.
-pub fn no_new_privileges() -> Result<(), String> {
+pub fn no_new_privileges() -> Result<(), ConfineError> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
     Ok(())
 }
@@ -115,31 +116,33 @@ mod filter {
     use std::collections::BTreeMap;
 
     use nix::libc;
+
+    use super::ConfineError;
     use seccompiler::{
         BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     };
 
-    fn arch() -> Result<seccompiler::TargetArch, String> {
-        std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e:?}"))
+    fn arch() -> Result<seccompiler::TargetArch, ConfineError> {
+        std::env::consts::ARCH.try_into().map_err(|e| ConfineError(format!("seccomp: {e:?}")))
     }
 
-    fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, String> {
+    fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, ConfineError> {
         let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(errno as u32), arch()?)
             .map_err(|e| format!("seccomp: {e}"))?;
-        filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))
+        filter.try_into().map_err(|e: seccompiler::BackendError| ConfineError(format!("seccomp: {e}")))
     }
 
-    fn when(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, String> {
+    fn when(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompRule, ConfineError> {
         SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)
             .and_then(|c| SeccompRule::new(vec![c]))
-            .map_err(|e| format!("seccomp: {e}"))
+            .map_err(|e| ConfineError(format!("seccomp: {e}")))
     }
 
     /// Installs the filters: with `no_processes`, `fork`, `vfork` and a `clone` that is not a
     /// thread fail with `EPERM` (`clone3`, whose flags a filter cannot read, fails with `ENOSYS`
     /// so that the C library falls back to `clone` for threads); with `no_ip`, an `AF_INET` or
     /// `AF_INET6` socket fails with `EPERM`. Filters survive exec and bind every descendant.
-    pub fn install(no_processes: bool, no_ip: bool) -> Result<(), String> {
+    pub fn install(no_processes: bool, no_ip: bool) -> Result<(), ConfineError> {
         let mut deny: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
         if no_processes {
             #[cfg(target_arch = "x86_64")]
@@ -173,7 +176,9 @@ mod filter {
 
 #[cfg(not(target_os = "linux"))]
 mod filter {
-    pub fn install(_no_processes: bool, _no_ip: bool) -> Result<(), String> {
+    use super::ConfineError;
+
+    pub fn install(_no_processes: bool, _no_ip: bool) -> Result<(), ConfineError> {
         Ok(())
     }
 }

@@ -7,6 +7,17 @@ pub mod disk;
 pub mod reap;
 pub mod sandbox;
 
+/// Why a program could not be confined as asked: a step the kernel refused, said in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfineError(pub String);
+
+impl From<String> for ConfineError {
+    fn from(s: String) -> Self {
+        ConfineError(s)
+    }
+}
+
 /// Says once per process that agents run without a sandbox, and why.
 pub fn warn_unsandboxed(why: &str) {
     static WARNED: std::sync::Once = std::sync::Once::new();

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use super::ConfineError;
 use super::confine::{self, Net};
 
 /// What the agent may see, as paths (`exclude` are removed from every readable folder that
@@ -159,6 +160,8 @@ pub fn which(program: &str) -> Option<PathBuf> {
 mod imp {
     use std::sync::OnceLock;
 
+    use super::ConfineError;
+
     use landlock::{
         ABI, Access as _, AccessFs, AccessNet, CompatLevel, Compatible as _, NetPort, Ruleset, RulesetAttr as _,
         RulesetCreated, RulesetCreatedAttr as _, RulesetStatus, Scope, path_beneath_rules,
@@ -233,7 +236,7 @@ mod imp {
         })
     }
 
-    pub fn prepare(view: &View) -> Result<Prepared, String> {
+    pub fn prepare(view: &View) -> Result<Prepared, ConfineError> {
         // Hidden paths are cut out of the write grants too: a listed folder that holds the
         // bundle root must not open it.
         let (mut read, mut write, mut listable) = (Vec::new(), Vec::new(), Vec::new());
@@ -264,7 +267,7 @@ mod imp {
 
 #[cfg(not(target_os = "linux"))]
 mod imp {
-    use super::View;
+    use super::{ConfineError, View};
 
     #[derive(Debug)]
     pub struct Prepared;
@@ -283,7 +286,7 @@ mod imp {
         false
     }
 
-    pub fn prepare(_view: &View) -> Result<Prepared, String> {
+    pub fn prepare(_view: &View) -> Result<Prepared, ConfineError> {
         Ok(Prepared)
     }
 }
@@ -386,7 +389,7 @@ pub fn launch(view: Option<&str>, inner: bool, command: &[std::ffi::OsString]) -
 /// built while the paths can still be opened (as root), the user is changed (or, staying, every
 /// capability dropped) while that is still allowed, then no new privileges, Landlock, and the
 /// seccomp filters, which bind everything the program starts.
-fn confine_self(view: &View) -> Result<(), String> {
+fn confine_self(view: &View) -> Result<(), ConfineError> {
     let prepared = prepare(view)?;
     match view.user {
         Some(uid) => confine::become_user(uid, &view.own)?,
