@@ -1,9 +1,7 @@
-//! `agenteval doctor --backend aws`: checks every AWS resource a run needs before anything is
+//! `agenteval doctor` on the `aws` backend: checks every AWS resource a run needs before anything is
 //! launched, and names each one that is missing.
 
 use std::sync::Arc;
-
-use serde::Serialize;
 
 use agenteval_core::ErrorKind;
 use aws_sdk_s3::config::http::HttpResponse;
@@ -36,18 +34,10 @@ pub struct DoctorInput {
     pub secrets: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Check {
-    pub name: String,
-    pub ok: bool,
-    pub detail: String,
-}
+pub use agenteval_core::traits::Check;
 
 fn check(name: impl Into<String>, r: std::result::Result<String, String>) -> Check {
-    match r {
-        Ok(d) => Check { name: name.into(), ok: true, detail: d },
-        Err(d) => Check { name: name.into(), ok: false, detail: d },
-    }
+    Check::new(name, r)
 }
 
 /// Runs every check; never stops at the first failure.

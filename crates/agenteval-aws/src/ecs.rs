@@ -9,9 +9,8 @@ use tokio::time::Instant;
 
 use agenteval_core::layout;
 use agenteval_core::model::{JobHandle, JobSpec, JobStatus};
-use agenteval_core::secret::Secret;
-use agenteval_core::traits::{BundleStore, CloudBackend, TelemetrySnapshot};
-use agenteval_core::{Error, ErrorKind, Result, RunId};
+use agenteval_core::traits::{BundleStore, CloudBackend};
+use agenteval_core::{Error, ErrorKind, Result};
 use async_trait::async_trait;
 use aws_sdk_ecs::types::{
     AssignPublicIp, AwsVpcConfiguration, CapacityProviderStrategyItem, ContainerOverride, KeyValuePair, LaunchType,
@@ -82,7 +81,6 @@ pub struct CallCounts {
     pub run_task: u64,
     pub describe_tasks: u64,
     pub stop_task: u64,
-    pub get_secret: u64,
     pub launch_retries: u64,
 }
 
@@ -149,13 +147,10 @@ pub struct EcsBackend {
     settings: EcsSettings,
     store: S3BundleStore,
     bucket: TokenBucket,
-    secrets: Mutex<HashMap<String, Secret>>,
     calls: Mutex<CallCounts>,
     /// When each task was first seen missing from DescribeTasks (AWS forgets stopped tasks
     /// after about an hour; an emulator may not know a task at all).
     missing_since: Mutex<HashMap<String, Instant>>,
-    /// The run's `telemetry.jsonl`, written as parts of what is new (S3 cannot append).
-    telemetry: tokio::sync::Mutex<Option<(RunId, Box<dyn agenteval_core::traits::Appender>)>>,
 }
 
 impl std::fmt::Debug for EcsBackend {
@@ -189,10 +184,8 @@ impl EcsBackend {
             settings,
             store,
             bucket,
-            secrets: Mutex::new(HashMap::new()),
             calls: Mutex::new(CallCounts::default()),
             missing_since: Mutex::new(HashMap::new()),
-            telemetry: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -401,53 +394,6 @@ impl CloudBackend for EcsBackend {
                 let err = classify(&format!("stopping job {}", handle.job_id), e);
                 // Stopping a task that is already gone is not an error.
                 if matches!(err.kind(), ErrorKind::NotFound) { Ok(()) } else { Err(err) }
-            }
-        }
-    }
-
-    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
-        if let Some(s) = self.secrets.lock().expect("secrets lock").get(name) {
-            return Ok(s.clone());
-        }
-        self.count(|c| c.get_secret += 1);
-        let out = self
-            .clients
-            .secrets
-            .get_secret_value()
-            .secret_id(name)
-            .send()
-            .await
-            .map_err(|e| classify(&format!("reading secret `{name}`"), e))?;
-        let value = out
-            .secret_string()
-            .map(str::to_string)
-            .or_else(|| out.secret_binary().map(|b| String::from_utf8_lossy(b.as_ref()).into_owned()))
-            .ok_or_else(|| Error::not_found(format!("secret `{name}` has no value")))?;
-        let secret = Secret::new(value);
-        self.secrets.lock().expect("secrets lock").insert(name.to_string(), secret.clone());
-        Ok(secret)
-    }
-
-    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
-        let mut line = serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
-        line.push(b'\n');
-        let mut file = self.telemetry.lock().await;
-        if file.as_ref().is_none_or(|(r, _)| r != run) {
-            if let Some((_, earlier)) = file.take() {
-                earlier.finish().await?;
-            }
-            *file = Some((*run, self.store.open_appender(run, layout::TELEMETRY).await?));
-        }
-        file.as_mut().expect("opened above").1.append(&line).await
-    }
-
-    async fn finish_telemetry(&self, run: &RunId) -> Result<()> {
-        let mut file = self.telemetry.lock().await;
-        match file.take() {
-            Some((r, appender)) if r == *run => appender.finish().await,
-            other => {
-                *file = other;
-                Ok(())
             }
         }
     }

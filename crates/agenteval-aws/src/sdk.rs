@@ -33,6 +33,40 @@ impl AwsSettings {
     }
 }
 
+impl AwsSettings {
+    /// The settings a config's `aws` section asks for; unset fields fall back to the standard
+    /// chain and environment.
+    pub fn of(cfg: Option<&agenteval_core::config::AwsConfig>) -> AwsSettings {
+        cfg.map(|a| AwsSettings {
+            region: a.region.clone(),
+            profile: a.profile.clone(),
+            endpoint_url: a.endpoint_url.clone(),
+            emulator_credentials: false,
+        })
+        .unwrap_or_default()
+    }
+}
+
+/// Clients built once per settings and shared by everything one command opens (its stores,
+/// index, jobs and secrets). Held by the binary's wiring, never global.
+#[derive(Debug, Default)]
+pub struct ClientCache {
+    clients: std::sync::Mutex<std::collections::HashMap<AwsSettings, Arc<AwsClients>>>,
+}
+
+impl ClientCache {
+    /// The clients for `settings`, connected on first use.
+    pub async fn get(&self, settings: &AwsSettings) -> Arc<AwsClients> {
+        if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(settings) {
+            return c.clone();
+        }
+        // Connecting reads profiles and the environment; two callers racing here build two
+        // equal clients and one wins, which costs nothing but a little work.
+        let c = AwsClients::connect(settings).await;
+        self.clients.lock().unwrap_or_else(|e| e.into_inner()).entry(settings.clone()).or_insert(c).clone()
+    }
+}
+
 /// One client per service, sharing one SDK configuration.
 #[derive(Clone, Debug)]
 pub struct AwsClients {

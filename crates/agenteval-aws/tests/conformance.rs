@@ -137,3 +137,71 @@ async fn a_retention_gives_every_item_of_a_run_its_expiry() {
         assert_eq!(at, Some(want.as_str()), "{item:?}");
     }
 }
+
+/// The Fargate stand-in (`tests/aws/fake_fargate.py`), stopped when dropped.
+struct StandIn(std::process::Child);
+
+impl Drop for StandIn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn harness(script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("python3");
+    c.arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/aws").join(script));
+    c
+}
+
+/// The job-backend suite against ECS on the emulator, with the Fargate stand-in running each
+/// ECS task's command as a process of the suite's stand-in worker (the same suite runs against
+/// local processes in agenteval-local).
+#[tokio::test(flavor = "multi_thread")]
+async fn ecs_job_backend_conformance() {
+    use agenteval_aws::{EcsBackend, EcsSettings};
+    let endpoint = emulator::endpoint();
+    let cluster = emulator::unique("conformance");
+    let out = harness("setup_emulator.py").args(["--endpoint", endpoint, "--cluster", &cluster]).output().unwrap();
+    assert!(out.status.success(), "setup failed: {}", String::from_utf8_lossy(&out.stderr));
+    let made: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let worker = agenteval_testkit::conformance::stand_in_worker(dir.path());
+    let stats = dir.path().join("fargate.json");
+    let _fargate = StandIn(
+        harness("fake_fargate.py")
+            .args(["--endpoint", endpoint, "--cluster", &cluster, "--agenteval", worker.to_str().unwrap()])
+            .args(["--stats", stats.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Tasks launched before the stand-in holds them RUNNING would run through their states on
+    // their own: it is ready once it has written its first counts.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !stats.exists() {
+        assert!(std::time::Instant::now() < deadline, "the Fargate stand-in did not start");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let c = clients().await;
+    let settings = EcsSettings {
+        cluster: cluster.clone(),
+        task_definition: made["task_definition"].as_str().unwrap().into(),
+        container_name: "agenteval".into(),
+        subnets: vec![made["subnet"].as_str().unwrap().into()],
+        security_groups: vec![made["security_group"].as_str().unwrap().into()],
+        assign_public_ip: false,
+        spot: false,
+        launch_burst: 10,
+        launch_per_second: 10.0,
+        poll: std::time::Duration::from_millis(200),
+        worker_env: Default::default(),
+    };
+    let store = S3BundleStore::new(c.clone(), emulator::unique("bundles"), "runs");
+    let run = agenteval_core::RunId::new();
+    let uri = agenteval_core::traits::BundleStore::bundle_uri(&store, &run);
+    let backend = Arc::new(EcsBackend::new(c, settings, store));
+    let platform = agenteval_testkit::conformance::Platform { reports_exit_codes: false };
+    agenteval_testkit::conformance::job_backend_suite(backend, run, &uri, std::time::Duration::from_secs(60), platform)
+        .await;
+}

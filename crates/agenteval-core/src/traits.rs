@@ -99,9 +99,14 @@ pub trait Resolver: Send + Sync {
     async fn create_index(&self, at: &IndexLocation) -> Result<std::sync::Arc<dyn RunIndex>>;
     /// The backend that runs the jobs of `config` (`backend.id`).
     async fn backend(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn CloudBackend>>;
+    /// Where the workers of `config` read their secrets (the backend's choice: the environment
+    /// and a secrets file locally, Secrets Manager on AWS).
+    async fn secrets(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn SecretStore>>;
 }
 
-/// Runs jobs somewhere: local processes, ECS Fargate tasks.
+/// Runs jobs somewhere: local processes, ECS Fargate tasks. Only jobs: secrets are a
+/// [`SecretStore`], a run's fleet telemetry goes to its bundle (the controller writes it
+/// through the [`BundleStore`]), pre-flight checks belong to the [`BackendKind`].
 #[async_trait]
 pub trait CloudBackend: Send + Sync {
     /// Short name recorded in the index and the bundle (`local`, `aws`).
@@ -112,20 +117,74 @@ pub trait CloudBackend: Send + Sync {
     async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>>;
     /// Stops a job; stopping a job that already ended is not an error.
     async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()>;
-    /// A secret by name. Implementations never log the value.
-    async fn fetch_secret(&self, name: &str) -> Result<Secret>;
-    /// Delivers a snapshot of fleet telemetry for a run to the backend's sink.
-    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()>;
-    /// Completes the run's telemetry file before the bundle is sealed (backends that buffer
-    /// it override this).
-    async fn finish_telemetry(&self, run: &RunId) -> Result<()> {
-        let _ = run;
-        Ok(())
-    }
     /// Waits until some job may have changed state, or `timeout`. Backends that learn of exits
     /// (local processes) return early; polling backends just sleep.
     async fn wait_for_change(&self, timeout: Duration) {
         tokio::time::sleep(timeout).await
+    }
+}
+
+/// Secrets by name, for workers (and the local pre-flight). Implementations never log a value.
+#[async_trait]
+pub trait SecretStore: Send + Sync {
+    /// The secret `name`; `NotFound` when there is none.
+    async fn fetch(&self, name: &str) -> Result<Secret>;
+}
+
+/// One result of a pre-flight check (`agenteval doctor`, and what `submit` refuses to start
+/// without).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+impl Check {
+    pub fn new(name: impl Into<String>, r: std::result::Result<String, String>) -> Check {
+        match r {
+            Ok(detail) => Check { name: name.into(), ok: true, detail },
+            Err(detail) => Check { name: name.into(), ok: false, detail },
+        }
+    }
+}
+
+/// A kind of backend as the binary registers it (`crates/agenteval/src/wiring/`, one line
+/// each): its name in `backend.id`, the config checks only it can make, and how its job runner
+/// and secrets are opened. The core names no backend, so a new one is its own crate implementing
+/// this plus that line.
+#[async_trait]
+pub trait BackendKind: Send + Sync {
+    /// The name `backend.id` and `--backend` give it.
+    fn id(&self) -> &'static str;
+    /// What it runs jobs on, in a few words (listed in `--help` and errors).
+    fn about(&self) -> &'static str;
+    /// Whether its workers run on this machine and share its disk and environment: local
+    /// folders, a secrets file, cassettes and `replay` need that.
+    fn on_this_machine(&self) -> bool {
+        false
+    }
+    /// Where its runs are indexed when no config says (`--backend NAME` on a read command).
+    fn default_index(&self) -> crate::location::IndexLocation {
+        crate::location::IndexLocation::Sqlite(PathBuf::from("runs").join("index.sqlite"))
+    }
+    /// Problems of `config` only this backend knows, as `(json pointer, message)`: pure, run by
+    /// the loader so they come with positions.
+    fn validate(&self, config: &RunConfig) -> Vec<(String, String)>;
+    /// The job runner for `config`.
+    async fn jobs(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn CloudBackend>>;
+    /// Where the workers of `config` read secrets.
+    async fn secrets(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn SecretStore>>;
+    /// Everything a run of `config` needs from this backend, checked without launching
+    /// anything (`doctor`); `secrets` are the names its workers will fetch, each with who needs
+    /// it. Every check runs.
+    async fn check(&self, config: &RunConfig, secrets: &[(String, String)]) -> Vec<Check>;
+    /// What must hold before a run is created, so that a run that cannot start is a usage error
+    /// (exit 2) naming the fix rather than a run whose every task fails: `secrets` pairs each
+    /// name with who needs it. The default checks nothing.
+    async fn preflight(&self, config: &RunConfig, secrets: &[(String, String)]) -> Result<()> {
+        let _ = (config, secrets);
+        Ok(())
     }
 }
 

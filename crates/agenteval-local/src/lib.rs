@@ -2,11 +2,15 @@
 //! as local worker processes. Nothing here needs a network or a cloud account.
 
 pub mod fs_store;
+pub mod kind;
 pub mod process;
+pub mod secrets;
 pub mod sqlite_index;
 
 pub use fs_store::FsBundleStore;
+pub use kind::LocalBackendKind;
 pub use process::LocalProcessBackend;
+pub use secrets::LocalSecrets;
 pub use sqlite_index::SqliteRunIndex;
 
 /// Runs short blocking work (a SQLite statement, a small file write) from async code without a

@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use agenteval_core::layout;
 use agenteval_core::model::{JobHandle, JobSpec, JobStatus};
-use agenteval_core::secret::Secret;
-use agenteval_core::traits::{CloudBackend, TelemetrySnapshot};
-use agenteval_core::{Error, Result, RunId};
+use agenteval_core::traits::CloudBackend;
+use agenteval_core::{Error, Result};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -35,7 +34,6 @@ enum Proc {
 pub struct LocalProcessBackend {
     exe: PathBuf,
     store: FsBundleStore,
-    secrets_file: Option<PathBuf>,
     procs: Arc<Mutex<HashMap<(String, u32), Proc>>>,
     changed: Arc<Notify>,
 }
@@ -48,11 +46,10 @@ impl std::fmt::Debug for LocalProcessBackend {
 
 impl LocalProcessBackend {
     /// `exe` is the agenteval binary that runs `worker`; `store` holds the bundles.
-    pub fn new(exe: PathBuf, store: FsBundleStore, secrets_file: Option<PathBuf>) -> Self {
+    pub fn new(exe: PathBuf, store: FsBundleStore) -> Self {
         LocalProcessBackend {
             exe,
             store,
-            secrets_file,
             procs: Arc::new(Mutex::new(HashMap::new())),
             changed: Arc::new(Notify::new()),
         }
@@ -107,30 +104,6 @@ fn with_cause(status: JobStatus, log: &Path) -> JobStatus {
         }
         other => other,
     }
-}
-
-fn read_secrets_file(path: &Path, name: &str) -> Result<Option<Secret>> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| Error::io(format!("reading secrets file {}", path.display()), e))?;
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let line = line.strip_prefix("export ").unwrap_or(line);
-        if let Some((k, v)) = line.split_once('=')
-            && k.trim() == name
-        {
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|x| x.strip_suffix('"'))
-                .or_else(|| v.strip_prefix('\'').and_then(|x| x.strip_suffix('\'')))
-                .unwrap_or(v);
-            return Ok(Some(Secret::new(v)));
-        }
-    }
-    Ok(None)
 }
 
 #[async_trait]
@@ -230,33 +203,6 @@ impl CloudBackend for LocalProcessBackend {
         Ok(())
     }
 
-    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
-        if let Some(file) = &self.secrets_file
-            && let Some(s) = read_secrets_file(file, name)?
-        {
-            return Ok(s);
-        }
-        match std::env::var(name) {
-            Ok(v) => Ok(Secret::new(v)),
-            Err(_) => {
-                Err(Error::not_found(format!("secret `{name}` is neither in the secrets file nor in the environment")))
-            }
-        }
-    }
-
-    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
-        let path = self.store.run_dir(run).join(layout::TELEMETRY);
-        let mut line = serde_json::to_vec(snapshot).map_err(|e| Error::json("encoding telemetry", e))?;
-        line.push(b'\n');
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| Error::io(format!("opening {}", path.display()), e))?;
-        f.write_all(&line).map_err(|e| Error::io(format!("writing {}", path.display()), e))
-    }
-
     async fn wait_for_change(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
     }
@@ -266,14 +212,16 @@ impl CloudBackend for LocalProcessBackend {
 mod tests {
     use super::*;
 
-    #[test]
-    fn secrets_file_parsing() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn conformance() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("s.env");
-        std::fs::write(&p, "# comment\nexport A_KEY=\"quoted value\"\nB_KEY=plain=with=equals\n").unwrap();
-        assert_eq!(read_secrets_file(&p, "A_KEY").unwrap().unwrap().expose(), "quoted value");
-        assert_eq!(read_secrets_file(&p, "B_KEY").unwrap().unwrap().expose(), "plain=with=equals");
-        assert!(read_secrets_file(&p, "C_KEY").unwrap().is_none());
+        let exe = agenteval_testkit::conformance::stand_in_worker(dir.path());
+        let store = FsBundleStore::new(dir.path().join("runs"));
+        let run = agenteval_core::RunId::new();
+        let uri = agenteval_core::traits::BundleStore::bundle_uri(&store, &run);
+        let backend = Arc::new(LocalProcessBackend::new(exe, store));
+        let platform = agenteval_testkit::conformance::Platform { reports_exit_codes: true };
+        agenteval_testkit::conformance::job_backend_suite(backend, run, &uri, Duration::from_secs(30), platform).await;
     }
 
     #[test]

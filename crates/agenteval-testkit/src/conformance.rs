@@ -1,4 +1,4 @@
-//! Shared conformance suites: every `BundleStore` and every `RunIndex` implementation runs the
+//! Shared conformance suites: every `BundleStore`, `RunIndex` and job backend runs the
 //! same checks (filesystem and SQLite here, S3 and DynamoDB in the AWS crate).
 //!
 //! The suites panic with a message naming the broken property, like assertions in a test.
@@ -397,4 +397,157 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
         }
     }
     assert!(asked.len() > 300, "more than three batches of keys");
+}
+
+/// The environment variables the suite's stand-in worker reads from its job's environment.
+pub const STAND_IN_EXIT: &str = "AGENTEVAL_CONFORMANCE_EXIT";
+pub const STAND_IN_SLEEP: &str = "AGENTEVAL_CONFORMANCE_SLEEP";
+
+/// Writes the program a job backend runs in [`job_backend_suite`] in place of `agenteval
+/// worker` (it takes the same arguments and ignores them), and returns its path: it waits
+/// `AGENTEVAL_CONFORMANCE_SLEEP` seconds, then exits with `AGENTEVAL_CONFORMANCE_EXIT`, both
+/// taken from the job's environment, and exits with the worker's "cancelled" code on SIGTERM,
+/// as the worker does.
+pub fn stand_in_worker(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = dir.join("stand-in-worker");
+    let script = format!(
+        "#!/bin/sh\ntrap 'exit {cancelled}' TERM\nsleep \"${{{STAND_IN_SLEEP}:-0}}\" &\nwait $!\nexit \"${{{STAND_IN_EXIT}:-0}}\"\n",
+        cancelled = agenteval_core::traits::worker_exit::CANCELLED
+    );
+    std::fs::write(&path, script).expect("writing the stand-in worker");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("making it executable");
+    path
+}
+
+/// A job of run `run` whose stand-in worker sleeps `sleep` seconds and exits with `exit`.
+fn stand_in_job(run: RunId, bundle_uri: &str, n: u32, exit: i32, sleep: u32) -> JobSpec {
+    JobSpec {
+        schema_version: agenteval_core::SCHEMA_VERSION.into(),
+        run_id: run,
+        job_id: JobId::numbered(0, n as usize),
+        attempt: 1,
+        tasks: vec![],
+        epoch: 0,
+        bundle_uri: bundle_uri.to_string(),
+        index_uri: "unused".into(),
+        env: [(STAND_IN_EXIT.to_string(), exit.to_string()), (STAND_IN_SLEEP.to_string(), sleep.to_string())]
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Polls until every job has a terminal status, or `timeout`; returns the statuses.
+async fn until_terminal(
+    backend: &dyn agenteval_core::traits::CloudBackend,
+    handles: &[JobHandle],
+    timeout: std::time::Duration,
+) -> Vec<JobStatus> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let st = backend.job_status(handles).await.expect("job_status");
+        assert_eq!(st.len(), handles.len(), "job_status answers one status per handle asked");
+        if st.iter().all(JobStatus::is_terminal) || tokio::time::Instant::now() >= deadline {
+            return st;
+        }
+        backend.wait_for_change(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// What the platform under a job backend reports, where a test platform reports less than the
+/// real one: the AWS emulator records every ECS container's exit code as 0 (its ECS runs
+/// nothing; the Fargate stand-in can only put the code in the stop reason), so on it the
+/// suite cannot see what an exit code maps to. The ECS backend's reading of real DescribeTasks
+/// answers is unit-tested beside it.
+#[derive(Debug, Clone, Copy)]
+pub struct Platform {
+    pub reports_exit_codes: bool,
+}
+
+/// Runs every job-backend check against `backend`, whose workers must be the program
+/// [`stand_in_worker`] wrote (the local backend's `exe`, the Fargate stand-in's binary). Jobs
+/// belong to `run`, whose bundle is at `bundle_uri`; `timeout` bounds each wait (a cloud
+/// backend polls).
+pub async fn job_backend_suite(
+    backend: Arc<dyn agenteval_core::traits::CloudBackend>,
+    run: RunId,
+    bundle_uri: &str,
+    timeout: std::time::Duration,
+    platform: Platform,
+) {
+    use agenteval_core::traits::worker_exit;
+    let job = |n, exit, sleep| stand_in_job(run, bundle_uri, n, exit, sleep);
+    assert!(!backend.id().is_empty(), "a backend names itself");
+
+    // Every exit of a worker reads the same on every backend, and statuses come in the order
+    // asked, whatever order the jobs end in.
+    let exits = [worker_exit::OK, worker_exit::BAD_JOB, worker_exit::FAILED, 7, worker_exit::CANCELLED];
+    let mut handles = Vec::new();
+    for (n, code) in exits.iter().enumerate() {
+        let h = backend.submit_job(&job(n as u32, *code, (exits.len() - n) as u32 % 2)).await.expect("submit_job");
+        assert_eq!((&h.job_id, h.attempt), (&JobId::numbered(0, n), 1), "the handle names its job and attempt");
+        handles.push(h);
+    }
+    let st = until_terminal(backend.as_ref(), &handles, timeout).await;
+    assert!(st.iter().all(JobStatus::is_terminal), "every job ended within {timeout:?}: {st:?}");
+    assert_eq!(st[0], JobStatus::Succeeded, "exit 0 is a job that succeeded");
+    if platform.reports_exit_codes {
+        exits_read_as_the_worker_meant(&st);
+    }
+    let reversed: Vec<JobHandle> = handles.iter().rev().cloned().collect();
+    let again = backend.job_status(&reversed).await.expect("job_status");
+    assert_eq!(again, st.into_iter().rev().collect::<Vec<_>>(), "statuses come in the order asked, and stay");
+    stops_and_waits(backend.as_ref(), &job(10, worker_exit::OK, 120), &handles[0], timeout, platform).await;
+}
+
+/// The statuses of jobs whose workers exited 0, 2, 1, 7 and 3.
+fn exits_read_as_the_worker_meant(st: &[JobStatus]) {
+    assert!(
+        matches!(st[1], JobStatus::Failed { exit_code: Some(2), infrastructure: false, .. }),
+        "exit 2 is a job that cannot run as specified, not worth retrying: {:?}",
+        st[1]
+    );
+    for (i, code) in [(2, 1), (3, 7)] {
+        assert!(
+            matches!(&st[i], JobStatus::Failed { exit_code: Some(c), infrastructure: true, .. } if *c == code),
+            "exit {code} is an infrastructure failure naming its code: {:?}",
+            st[i]
+        );
+    }
+    assert_eq!(st[4], JobStatus::Cancelled, "exit 3 is a worker that stopped because it was asked to");
+}
+
+/// A running job can be stopped; stopping it again, or stopping a job that ended (`ended`), is
+/// no error; waiting for a change keeps to its timeout.
+async fn stops_and_waits(
+    backend: &dyn agenteval_core::traits::CloudBackend,
+    long: &JobSpec,
+    ended: &JobHandle,
+    timeout: std::time::Duration,
+    platform: Platform,
+) {
+    let long = backend.submit_job(long).await.expect("submit_job");
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let st = backend.job_status(std::slice::from_ref(&long)).await.expect("job_status").remove(0);
+        assert!(!st.is_terminal(), "a job that sleeps two minutes has not ended: {st:?}");
+        if st == JobStatus::Running || tokio::time::Instant::now() >= deadline {
+            assert_eq!(st, JobStatus::Running, "a started job is reported running");
+            break;
+        }
+        backend.wait_for_change(std::time::Duration::from_millis(200)).await;
+    }
+    backend.cancel_job(&long, "conformance").await.expect("cancel_job");
+    let st = until_terminal(backend, std::slice::from_ref(&long), timeout).await.remove(0);
+    assert!(st.is_terminal(), "a cancelled job ends: {st:?}");
+    if platform.reports_exit_codes {
+        assert_ne!(st, JobStatus::Succeeded, "a cancelled job does not end as a success");
+    }
+    backend.cancel_job(&long, "again").await.expect("stopping a stopped job is not an error");
+    backend.cancel_job(ended, "ended").await.expect("stopping a job that ended is not an error");
+
+    // Waiting for a change never outlasts its timeout by much.
+    let started = tokio::time::Instant::now();
+    backend.wait_for_change(std::time::Duration::from_millis(50)).await;
+    assert!(started.elapsed() < timeout, "wait_for_change returns by its timeout");
 }

@@ -47,10 +47,7 @@ const JOBS_IN_FLIGHT: u64 = 64;
 struct Fleet {
     index: Arc<dyn RunIndex>,
     store: Arc<dyn BundleStore>,
-    /// The controller's store (counted): the telemetry file is the controller's cost.
-    counted_store: Arc<dyn BundleStore>,
     jobs: Arc<Mutex<HashMap<String, JobStatus>>>,
-    telemetry: tokio::sync::Mutex<Option<Box<dyn Appender>>>,
 }
 
 async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: JobSpec) -> Result<()> {
@@ -112,25 +109,6 @@ impl CloudBackend for Fleet {
     }
     async fn cancel_job(&self, _handle: &JobHandle, _reason: &str) -> Result<()> {
         Ok(())
-    }
-    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
-        Err(Error::not_found(format!("no secret {name}")))
-    }
-    async fn export_telemetry(&self, run: &RunId, snapshot: &TelemetrySnapshot) -> Result<()> {
-        // As the ECS backend does: the snapshots go up as parts of the run's telemetry file.
-        let mut file = self.telemetry.lock().await;
-        if file.is_none() {
-            *file = Some(self.counted_store.open_appender(run, layout::TELEMETRY).await?);
-        }
-        let mut line = serde_json::to_vec(snapshot).expect("serializes");
-        line.push(b'\n');
-        file.as_mut().expect("opened").append(&line).await
-    }
-    async fn finish_telemetry(&self, _run: &RunId) -> Result<()> {
-        match self.telemetry.lock().await.take() {
-            Some(f) => f.finish().await,
-            None => Ok(()),
-        }
     }
     async fn wait_for_change(&self, timeout: Duration) {
         tokio::time::sleep(timeout.max(Duration::from_millis(200))).await
@@ -236,6 +214,18 @@ impl Resolver for Fixed {
     async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
         Ok(self.fleet.clone())
     }
+    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
+        Ok(Arc::new(NoSecrets))
+    }
+}
+
+/// The controller reads no secret; a worker of this fleet needs none.
+struct NoSecrets;
+#[async_trait]
+impl SecretStore for NoSecrets {
+    async fn fetch(&self, name: &str) -> Result<Secret> {
+        Err(Error::not_found(format!("no secret {name}")))
+    }
 }
 
 /// Counts the progress polls.
@@ -288,9 +278,7 @@ async fn one(endpoint: &str, tasks: u64, dir: &Path) {
     let fleet = Arc::new(Fleet {
         index: Arc::new(DynamoDbRunIndex::new(direct.clone(), &table)),
         store: Arc::new(S3BundleStore::new(direct, &bucket, "runs")),
-        counted_store: store.clone(),
         jobs: Default::default(),
-        telemetry: Default::default(),
     });
     let yaml = format!(
         "name: scale\nbenchmark:\n  kind: toy\n  size: {tasks}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n\

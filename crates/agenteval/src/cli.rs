@@ -25,8 +25,9 @@ pub struct IndexArgs {
     /// Take the index location from this run config.
     #[arg(long, global = true)]
     pub config: Option<PathBuf>,
-    /// `aws`: use the DynamoDB index (`AGENTEVAL_AWS_INDEX`, default dynamodb://agenteval-runs).
-    #[arg(long, global = true)]
+    /// Use this backend's index: `aws` is the DynamoDB index (`AGENTEVAL_AWS_INDEX`, default
+    /// dynamodb://agenteval-runs).
+    #[arg(long, global = true, value_parser = crate::wiring::backend_parser())]
     pub backend: Option<String>,
 }
 
@@ -39,8 +40,8 @@ pub struct RunConfigArgs {
     /// Override a config value: `--set benchmark.size=100` (repeatable).
     #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
     pub sets: Vec<String>,
-    /// Backend (`local` or `aws`); overrides `backend.id`.
-    #[arg(long)]
+    /// The backend that runs the jobs; overrides `backend.id`.
+    #[arg(long, value_parser = crate::wiring::backend_parser())]
     pub backend: Option<String>,
 }
 

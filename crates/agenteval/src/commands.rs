@@ -86,74 +86,17 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     }
 }
 
-/// On the local backend, every secret the workers will fetch must exist before anything starts:
-/// a missing key is the user's to fix (exit 2), not a run that fails task by task. (On AWS,
-/// `doctor` checks Secrets Manager; the controller does not read secrets there.) Values are
-/// read and dropped at once.
-pub(crate) async fn preflight_secrets(
-    resolver: &dyn Resolver,
+/// What must hold before a run is created, as the run's backend says (`BackendKind::preflight`:
+/// locally every secret the workers will fetch exists; on AWS the cluster and task definition
+/// do): a run that cannot start is a usage error naming the fix (exit 2).
+pub(crate) async fn preflight(
+    wiring: &Wiring,
     config: &agenteval_core::config::RunConfig,
     strict_replay: bool,
 ) -> Result<(), Failure> {
-    if config.backend.id != agenteval_core::config::BackendId::Local {
-        return Ok(());
-    }
     let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
-    if needed.is_empty() {
-        return Ok(());
-    }
-    let backend = resolver.backend(config).await?;
-    let mut missing = Vec::new();
-    for (name, user) in needed {
-        if let Err(e) = backend.fetch_secret(&name).await {
-            missing.push(format!("{e} (needed by the {user})"));
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(Error::invalid(format!(
-        "{}; set it in the environment or in backend.secrets_file, or name another secret in `secrets`",
-        missing.join("; ")
-    ))
-    .into())
-}
-
-/// On AWS, the cheap checks of `doctor` that concern launching (cluster, task definition and
-/// its container) run before the run is created: a launch that cannot work is a usage error
-/// naming the resource (exit 2), not a run whose every task is charged with it.
-async fn preflight_launch(wiring: &Wiring, config: &agenteval_core::config::RunConfig) -> Result<(), Failure> {
-    if config.backend.id != agenteval_core::config::BackendId::Aws {
-        return Ok(());
-    }
-    let checks = wiring::doctor::run(wiring, config).await;
-    let failed: Vec<&agenteval_aws::doctor::Check> = checks
-        .iter()
-        .filter(|c| !c.ok && (c.name.starts_with("cluster") || c.name.starts_with("task definition")))
-        .collect();
-    if failed.is_empty() {
-        return Ok(());
-    }
-    Err(Error::invalid(launch_problem(&failed)).into())
-}
-
-/// The failed launch checks in one line, each cause said once with the resources it hit.
-fn launch_problem(failed: &[&agenteval_aws::doctor::Check]) -> String {
-    let mut causes: Vec<(&str, Vec<&str>)> = Vec::new();
-    for c in failed {
-        match causes.iter_mut().find(|(d, _)| *d == c.detail) {
-            Some((_, names)) => names.push(&c.name),
-            None => causes.push((&c.detail, vec![&c.name])),
-        }
-    }
-    let said: Vec<String> = causes.iter().map(|(d, names)| format!("{}: {d}", names.join(" and "))).collect();
-    // An unreachable endpoint is not a wrong cluster name: the detail names its own fix.
-    let fix = if failed.iter().all(|c| c.detail.starts_with("cannot reach AWS")) {
-        ""
-    } else {
-        " (fix aws.cluster / aws.task_definition)"
-    };
-    format!("cannot launch on ECS: {}{fix}", said.join("; "))
+    wiring.kind(config)?.preflight(config, &needed).await?;
+    Ok(())
 }
 
 async fn submit(
@@ -170,11 +113,10 @@ async fn submit(
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
     let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == "replay";
-    preflight_secrets(wiring.as_ref(), &loaded.config, strict_replay).await?;
-    preflight_launch(wiring.as_ref(), &loaded.config).await?;
+    preflight(wiring.as_ref(), &loaded.config, strict_replay).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     if let Some(dir) = &cassettes.cassettes {
-        opts = with_cassettes(opts, &loaded.config, dir, &cassettes.cassette_mode)?;
+        opts = with_cassettes(opts, &wiring, &loaded.config, dir, &cassettes.cassette_mode)?;
     }
     let outcome = controller::submit(&loaded, opts).await?;
     if strict_replay && let Some(dir) = &cassettes.cassettes {
@@ -407,7 +349,7 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
     let resolved = serde_json::to_value(&config).expect("configs serialize");
     let loaded =
         LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG), resolved };
-    preflight_secrets(wiring.as_ref(), &loaded.config, false).await?;
+    preflight(wiring.as_ref(), &loaded.config, false).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     opts.rerun_of = Some(run_id);
     let outcome = controller::submit(&loaded, opts).await?;
@@ -577,7 +519,7 @@ async fn doctor(args: &RunConfigArgs, json: bool, probe: bool, telemetry: &Telem
 /// `doctor --probe`: one real run of the benchmark's first task, on the local backend, into a
 /// folder removed afterwards; the check passes when the agent ran and was graded (right or
 /// wrong), and fails with what the task said otherwise.
-async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agenteval_aws::doctor::Check, Failure> {
+async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agenteval_core::traits::Check, Failure> {
     let dir = tempfile::Builder::new()
         .prefix("agenteval-probe-")
         .tempdir()
@@ -597,12 +539,12 @@ async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agen
     let name = "probe: the agent on the first task".to_string();
     let outcome = match controller::submit(&loaded, opts).await {
         Ok(o) => o,
-        Err(e) => return Ok(agenteval_aws::doctor::Check { name, ok: false, detail: e.to_string() }),
+        Err(e) => return Ok(agenteval_core::traits::Check { name, ok: false, detail: e.to_string() }),
     };
     let index = wiring.index(&loaded.config.storage.index_location()).await?;
     let tasks = index.list_tasks(&outcome.run_id).await?;
     let Some(task) = tasks.first() else {
-        return Ok(agenteval_aws::doctor::Check { name, ok: false, detail: "the benchmark has no task".into() });
+        return Ok(agenteval_core::traits::Check { name, ok: false, detail: "the benchmark has no task".into() });
     };
     let s = &outcome.summary;
     let (ok, detail) = if s.passed + s.failed == 1 {
@@ -617,7 +559,7 @@ async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agen
         };
         (false, format!("task {}: {why}{hint}", task.task_id))
     };
-    Ok(agenteval_aws::doctor::Check { name, ok, detail })
+    Ok(agenteval_core::traits::Check { name, ok, detail })
 }
 
 async fn index_rebuild(bundles: &str, args: &IndexArgs, json: bool) -> Result<u8, Failure> {

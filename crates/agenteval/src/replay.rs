@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agenteval_core::config::{AgentConfig, BackendId, LoadedConfig, RunConfig};
+use agenteval_core::config::{AgentConfig, LoadedConfig, RunConfig};
 use agenteval_core::layout;
 use agenteval_core::model::{EventKind, RunStatus, TaskResult, TraceEvent};
 use agenteval_core::traits::{BundleStore, RunIndex};
@@ -132,7 +132,7 @@ pub async fn replay(
         ))
         .into());
     }
-    if loaded.config.backend.id != BackendId::Local || !loaded.config.storage.bundle_root.is_local() {
+    if !wiring.kind(&loaded.config)?.on_this_machine() || !loaded.config.storage.bundle_root.is_local() {
         return Err(Error::invalid("replay runs on the local backend with a local bundle folder").into());
     }
     let code_changed = if meta.agenteval_version != agenteval_engine::VERSION {
@@ -176,7 +176,7 @@ pub async fn replay(
     loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
 
     let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
-    let opts = with_cassettes(opts, &loaded.config, dir.path(), "replay")?;
+    let opts = with_cassettes(opts, &wiring, &loaded.config, dir.path(), "replay")?;
     let outcome = controller::submit(&loaded, opts).await?;
     let new_store =
         agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;

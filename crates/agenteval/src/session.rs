@@ -184,7 +184,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'s
             "aws.cluster"
         } else if r.contains("subnet") || r.contains("security group") {
             "aws.subnets / aws.security_groups"
-        } else if config.backend.id == agenteval_core::config::BackendId::Aws {
+        } else if config.aws.is_some() {
             "aws"
         } else {
             "backend"
@@ -236,11 +236,12 @@ pub(crate) async fn controller_options(
 /// Adds the cassette settings to what every worker gets.
 pub(crate) fn with_cassettes(
     mut opts: ControllerOptions,
+    wiring: &Wiring,
     config: &agenteval_core::config::RunConfig,
     dir: &Path,
     mode: &str,
 ) -> Result<ControllerOptions, Failure> {
-    if config.backend.id != agenteval_core::config::BackendId::Local {
+    if !wiring.kind(config)?.on_this_machine() {
         return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
     }
     if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
@@ -276,10 +277,8 @@ pub(crate) async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn
         let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
         let index = wiring.index(&cfg.storage.index_location()).await?;
         return Ok((wiring, index));
-    } else if args.backend.as_deref() == Some("aws") {
-        std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
     } else {
-        Path::new("runs").join("index.sqlite").display().to_string()
+        crate::wiring::default_index(args.backend.as_deref())?.to_string()
     };
     let at: IndexLocation = uri.parse()?;
     let wiring = Wiring::new(exe()?, None);
@@ -297,7 +296,8 @@ pub(crate) fn record_json(r: &RunRecord) -> serde_json::Value {
 /// model specs).
 pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
     agenteval_core::config::load_config_checked(path, overrides, &|config| {
-        let mut problems = agenteval_engine::benchmarks::at_load(config);
+        let mut problems = crate::wiring::backend_problems(config);
+        problems.extend(agenteval_engine::benchmarks::at_load(config));
         problems.extend(agenteval_llm::validate_config(config));
         problems
     })

@@ -136,10 +136,7 @@ pub async fn serve(
     let describe = match (&index.index, &index.config, index.backend.as_deref()) {
         (Some(i), _, _) => format!("index {}", i.display()),
         (None, Some(c), _) => format!("the index of {}", c.display()),
-        (None, None, Some("aws")) => {
-            std::env::var("AGENTEVAL_AWS_INDEX").unwrap_or_else(|_| "dynamodb://agenteval-runs".into())
-        }
-        _ => "index runs/index.sqlite".into(),
+        (None, None, backend) => format!("index {}", crate::wiring::default_index(backend)?),
     };
     let source = Arc::new(Source { wiring, index: index_handle, describe });
     let opts =

@@ -185,6 +185,59 @@ fn the_core_starts_no_process_and_opens_no_socket() {
     assert!(wrong.is_empty(), "{wrong:?}");
 }
 
+/// Where a line of product code decides something by which backend a run uses — a comparison or
+/// a `match` on `backend.id`, or a backend's name compared as a string — instead of asking the
+/// registered `BackendKind`.
+fn backend_choice(line: &str) -> bool {
+    let l = line.trim_start();
+    if l.starts_with("//") {
+        return false;
+    }
+    let on_id = l.contains("backend.id") && (l.contains("==") || l.contains("!=") || l.starts_with("match "));
+    let by_name = ["\"local\"", "\"aws\""].iter().any(|name| {
+        [format!("== {name}"), format!("!= {name}"), format!("Some({name})"), format!("{name} =>")]
+            .iter()
+            .any(|p| l.contains(p.as_str()))
+    });
+    let variant = l.split("BackendId::").skip(1).any(|rest| !(rest.starts_with("default") || rest.starts_with("new")));
+    on_id || by_name || variant
+}
+
+/// Adding a backend is its crate and one line in the binary's `wiring/`: nothing else may
+/// choose by backend, so nothing else needs to learn a new one.
+#[test]
+fn only_the_wiring_chooses_by_backend() {
+    let mut wrong = Vec::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f)) {
+        // The wiring holds the registry; a backend crate's own kind may name itself.
+        if f.starts_with("crates/agenteval/src/wiring/") || f.ends_with("/kind.rs") {
+            continue;
+        }
+        for (n, line) in product_code(&f).lines().enumerate() {
+            if backend_choice(line) {
+                wrong.push(format!("{f}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "choices by backend outside crates/agenteval/src/wiring/: {wrong:#?}");
+}
+
+#[test]
+fn the_backend_choice_finder_finds_choices() {
+    for choice in [
+        "if config.backend.id != BackendId::Local {",
+        "match cfg.backend.id.as_str() {",
+        "} else if args.backend.as_deref() == Some(\"aws\") {",
+        "        \"local\" => Ok(Local),",
+        "if cfg.backend.id.as_str() == \"aws\" {",
+    ] {
+        assert!(backend_choice(choice), "{choice}");
+    }
+    for fine in ["agenteval.backend = ctx.config.backend.id.as_str(),", "// backend.id == aws would be wrong"] {
+        assert!(!backend_choice(fine), "{fine}");
+    }
+}
+
 #[test]
 fn library_functions_return_typed_errors() {
     let mut wrong = Vec::new();

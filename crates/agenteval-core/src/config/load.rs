@@ -1020,20 +1020,12 @@ mod tests {
                 "c.yaml:9:14: invalid regex",
             ),
             (
-                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nbackend:\n  id: gcp\n",
-                "c.yaml:8:7: `gcp` is not one of: local, aws",
-            ),
-            (
                 "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: gs://b/runs\n",
                 "c.yaml:8:16: `gs://b/runs` is not a bundle location",
             ),
             (
                 "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  index: postgres://x\n",
                 "c.yaml:8:10: `postgres://x` is not a run index location",
-            ),
-            (
-                "benchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\nstorage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n",
-                "c.yaml:8:16: the local backend needs a local bundle folder",
             ),
         ];
         for (body, want) in cases {

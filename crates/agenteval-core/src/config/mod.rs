@@ -587,47 +587,43 @@ impl Default for MockConfig {
     }
 }
 
-/// Which backend runs the jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BackendId {
-    /// Processes on this machine.
-    #[default]
-    Local,
-    /// ECS Fargate tasks.
-    Aws,
-}
+/// Which backend runs the jobs: a name the binary's registry knows (`local`, `aws`, or one a
+/// backend crate registers). The core does not list them, so adding a backend never touches it;
+/// the binary checks the name and the backend's own settings at load.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct BackendId(#[schemars(regex(pattern = r"^[a-z][a-z0-9_-]{0,31}$"))] String);
 
 impl BackendId {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendId::Local => "local",
-            BackendId::Aws => "aws",
-        }
+    /// The embedded default: processes on this machine.
+    pub const LOCAL: &'static str = "local";
+
+    pub fn new(id: impl Into<String>) -> Self {
+        BackendId(id.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for BackendId {
+    fn default() -> Self {
+        BackendId(Self::LOCAL.into())
     }
 }
 
 impl std::fmt::Display for BackendId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for BackendId {
-    type Err = crate::Error;
-    fn from_str(s: &str) -> crate::Result<Self> {
-        match s {
-            "local" => Ok(BackendId::Local),
-            "aws" => Ok(BackendId::Aws),
-            other => Err(crate::Error::invalid(format!("unknown backend `{other}` (expected local or aws)"))),
-        }
+        f.write_str(&self.0)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct BackendConfig {
-    /// `local` (processes on this machine) or `aws` (ECS Fargate).
+    /// The backend that runs the jobs: `local` (processes on this machine, the default) or
+    /// `aws` (ECS Fargate); `agenteval --help` lists every backend this build has.
     #[serde(default)]
     pub id: BackendId,
     #[serde(default = "default_concurrency")]
@@ -656,6 +652,10 @@ pub struct BackendConfig {
     /// environment).
     #[serde(default)]
     pub secrets_file: Option<PathBuf>,
+    /// Settings of a backend that has no section of its own (a backend crate registered in the
+    /// binary reads and checks them itself; `local` and `aws` take none here).
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub options: serde_json::Map<String, serde_json::Value>,
 }
 
 fn default_concurrency() -> u32 {
@@ -671,13 +671,14 @@ fn default_identical_errors() -> u32 {
 impl Default for BackendConfig {
     fn default() -> Self {
         BackendConfig {
-            id: BackendId::Local,
+            id: BackendId::default(),
             max_concurrent_jobs: default_concurrency(),
             tasks_per_job: 1,
             max_attempts: default_attempts(),
             tasks_in_parallel: 1,
             stop_after_identical_errors: default_identical_errors(),
             secrets_file: None,
+            options: serde_json::Map::new(),
         }
     }
 }
@@ -767,54 +768,6 @@ impl RunConfig {
                 "/storage/bundle_root".into(),
                 "an s3:// bundle root needs `storage.index` (dynamodb://table)".into(),
             ));
-        }
-        match self.backend.id {
-            BackendId::Local => {
-                if !self.storage.bundle_root.is_local() {
-                    p.push((
-                        "/storage/bundle_root".into(),
-                        "the local backend needs a local bundle folder (its workers write to it)".into(),
-                    ));
-                }
-            }
-            BackendId::Aws => {
-                if self.backend.secrets_file.is_some() {
-                    p.push((
-                        "/backend/secrets_file".into(),
-                        "only the local backend reads a secrets file; on AWS secrets come from Secrets Manager".into(),
-                    ));
-                }
-                match &self.aws {
-                    None => p.push(("/backend/id".into(), "backend `aws` requires an `aws` section".into())),
-                    Some(a) => {
-                        for (field, ok) in [
-                            ("cluster", a.cluster.is_some()),
-                            ("task_definition", a.task_definition.is_some()),
-                            ("subnets", !a.subnets.is_empty()),
-                            ("security_groups", !a.security_groups.is_empty()),
-                        ] {
-                            if !ok {
-                                p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}`")));
-                            }
-                        }
-                        if a.launch_per_second <= 0.0 || a.launch_burst == 0 {
-                            p.push((
-                                "/aws/launch_per_second".into(),
-                                "launch pacing must allow at least one launch".into(),
-                            ));
-                        }
-                    }
-                }
-                if self.storage.bundle_root.is_local() {
-                    p.push((
-                        "/storage/bundle_root".into(),
-                        "backend `aws` needs `s3://bucket/prefix` bundles (Fargate workers have no shared disk)".into(),
-                    ));
-                }
-                if !matches!(self.storage.index, Some(IndexLocation::DynamoDb { .. })) {
-                    p.push(("/storage/index".into(), "backend `aws` needs a `dynamodb://table` index".into()));
-                }
-            }
         }
         if self.repetitions == 0 {
             p.push(("/repetitions".into(), "must be at least 1".into()));

@@ -380,7 +380,7 @@ impl Fleet<'_> {
         Ok(())
     }
 
-    /// A telemetry snapshot to the backend's sink; telemetry never harms a run.
+    /// A telemetry snapshot to the run's `telemetry.jsonl`; telemetry never harms a run.
     async fn export(&self) {
         let (c, k) = (&self.counts, &self.counters);
         let snap = TelemetrySnapshot {
@@ -395,7 +395,7 @@ impl Fleet<'_> {
             cost_usd: c.cost_usd,
             tokens: c.tokens,
         };
-        if let Err(e) = self.run.backend.export_telemetry(&self.run.run_id, &snap).await {
+        if let Err(e) = self.run.fleet_file.append(&snap).await {
             tracing::warn!("telemetry export failed: {e}");
         }
     }

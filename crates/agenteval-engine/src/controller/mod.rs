@@ -8,6 +8,7 @@
 
 pub mod decide;
 mod drive;
+mod fleet_file;
 mod jobs;
 mod spans;
 #[cfg(test)]
@@ -144,6 +145,8 @@ struct Run {
     /// Set when the run starts driving.
     metrics: Option<FleetMetrics>,
     journal: Journal,
+    /// The run's `telemetry.jsonl`.
+    fleet_file: fleet_file::TelemetryFile,
 }
 
 impl Run {
@@ -160,6 +163,7 @@ impl Run {
     ) -> Self {
         Run {
             run_id: meta.run_id,
+            fleet_file: fleet_file::TelemetryFile::new(store.clone(), meta.run_id),
             index_uri: config.storage.index_location().to_string(),
             config,
             tasks,
@@ -556,7 +560,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         run.tasks.ids(),
         status,
         Some(epoch),
-        Some((span, spans, run.backend.as_ref())),
+        Some((span, spans, &run.fleet_file)),
     )
     .await?;
     progress.finish();
@@ -578,7 +582,7 @@ struct Sealed {
 /// The one way a run ends, whatever the ending (complete, failed, interrupted, budget exceeded,
 /// or a cancel that finds its controller gone): summary, report, replay command and final
 /// metadata; then the controller's `eval.run` span closes with the outcome and the run's span
-/// file and the backend's telemetry file are finished (and any a dead controller left in parts
+/// file and its telemetry file are finished (and any a dead controller left in parts
 /// joined), because the manifest that follows covers them; last, the index is told.
 /// How long the seal waits for a winning attempt that is still moving its files into place.
 const PUBLISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -642,10 +646,10 @@ async fn seal_run(
     ids: &[agenteval_core::TaskId],
     status: RunStatus,
     lease: Option<u32>,
-    driven: Option<(tracing::Span, SpanFile, &dyn CloudBackend)>,
+    driven: Option<(tracing::Span, SpanFile, &fleet_file::TelemetryFile)>,
 ) -> Result<Sealed> {
-    let (run_span, spans, backend) = match driven {
-        Some((span, file, backend)) => (Some(span), Some(file), Some(backend)),
+    let (run_span, spans, fleet) = match driven {
+        Some((span, file, fleet)) => (Some(span), Some(file), Some(fleet)),
         None => (None, None, None),
     };
     finish_publishing(store.as_ref(), index, &meta.run_id).await?;
@@ -676,8 +680,8 @@ async fn seal_run(
     if let Some(spans) = spans {
         spans.finish().await?;
     }
-    if let Some(backend) = backend
-        && let Err(e) = backend.finish_telemetry(&meta.run_id).await
+    if let Some(fleet) = fleet
+        && let Err(e) = fleet.finish().await
     {
         tracing::warn!("telemetry file not finished: {e}");
     }

@@ -205,15 +205,6 @@ impl CloudBackend for Scripted {
         Ok(())
     }
 
-    async fn fetch_secret(&self, name: &str) -> Result<Secret> {
-        self.secrets_fetched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Err(Error::not_found(format!("no secret {name}")))
-    }
-
-    async fn export_telemetry(&self, _run: &RunId, _s: &TelemetrySnapshot) -> Result<()> {
-        Ok(())
-    }
-
     async fn wait_for_change(&self, _timeout: Duration) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -239,6 +230,18 @@ impl Resolver for Fixed {
     }
     async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
         Ok(self.backend.clone())
+    }
+    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
+        Ok(self.backend.clone())
+    }
+}
+
+/// The scripted fleet has no secrets, and counts who asked.
+#[async_trait]
+impl SecretStore for Scripted {
+    async fn fetch(&self, name: &str) -> Result<Secret> {
+        self.secrets_fetched.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(Error::not_found(format!("no secret {name}")))
     }
 }
 

@@ -114,7 +114,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let config: RunConfig = read_json(store.as_ref(), &run_id, layout::CONFIG)
         .await
         .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("run config in the bundle: {e}"), e))?;
-    let backend = resolver.backend(&config).await?;
+    let secret_store = resolver.secrets(&config).await?;
     let redactor = Redactor::new();
     let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
     let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
@@ -132,7 +132,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     let mut secrets = Vec::new();
     for (var, name, required) in if strict_replay { Vec::new() } else { agent_secrets(&config) } {
-        match backend.fetch_secret(&name).await {
+        match secret_store.fetch(&name).await {
             Ok(s) => {
                 redactor.add(&s);
                 secrets.push((var, s));
@@ -148,7 +148,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             && let Some((var, name)) = crate::evaluators::judge_secret(judge)
             && !judge_secrets.iter().any(|(v, _)| *v == var)
         {
-            let s = backend.fetch_secret(&name).await?;
+            let s = secret_store.fetch(&name).await?;
             redactor.add(&s);
             judge_secrets.push((var, s));
         }

@@ -8,67 +8,99 @@
 
 pub mod doctor;
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
-use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, EcsBackend, EcsSettings, S3BundleStore};
-use agenteval_core::config::{AwsConfig, BackendId, FargateCapacity, RunConfig};
+use agenteval_aws::{AwsSettings, ClientCache, DynamoDbRunIndex, EcsBackendKind, S3BundleStore};
+use agenteval_core::config::{AwsConfig, RunConfig};
 use agenteval_core::location::{BundleRoot, IndexLocation};
-use agenteval_core::traits::{BundleStore, CloudBackend, Resolver, RunIndex};
+use agenteval_core::traits::{BackendKind, BundleStore, CloudBackend, Resolver, RunIndex, SecretStore};
 use agenteval_core::{Error, Result};
-use agenteval_local::{FsBundleStore, LocalProcessBackend, SqliteRunIndex};
+use agenteval_local::{FsBundleStore, LocalBackendKind, SqliteRunIndex};
 use async_trait::async_trait;
+
+/// Every backend this build can run jobs on, one line each: adding a backend is its crate
+/// (implementing `BackendKind`) and a line here. The first is the default.
+fn registry(exe: PathBuf, aws: Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
+    vec![Arc::new(LocalBackendKind::new(exe)), Arc::new(EcsBackendKind::new(aws))]
+}
+
+/// The registered backends, for checks that build nothing (config validation, `--help`).
+fn kinds() -> Vec<Arc<dyn BackendKind>> {
+    registry(PathBuf::new(), Arc::default())
+}
+
+/// Parses `--backend`: one of the registered ids, each shown with what it runs on.
+pub fn backend_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        kinds().iter().map(|k| clap::builder::PossibleValue::new(k.id()).help(k.about())).collect::<Vec<_>>(),
+    )
+}
+
+/// The index a read command uses when neither `--index` nor `--config` names one: the
+/// default of `--backend`'s kind, else of the default backend.
+pub fn default_index(backend: Option<&str>) -> Result<IndexLocation> {
+    let kinds = kinds();
+    let kind = match backend {
+        None => kinds.first(),
+        Some(id) => kinds.iter().find(|k| k.id() == id),
+    };
+    kind.map(|k| k.default_index()).ok_or_else(|| Error::invalid(unknown_backend(backend.unwrap_or_default(), &kinds)))
+}
+
+/// Config problems about the backend: an unknown `backend.id` (with the known ones), else what
+/// the chosen backend's own `validate` finds. Run by the loader, so each comes with its position.
+pub fn backend_problems(cfg: &RunConfig) -> Vec<(String, String)> {
+    let kinds = kinds();
+    match kinds.iter().find(|k| k.id() == cfg.backend.id.as_str()) {
+        Some(k) => k.validate(cfg),
+        None => vec![("/backend/id".into(), unknown_backend(cfg.backend.id.as_str(), &kinds))],
+    }
+}
+
+fn unknown_backend(id: &str, kinds: &[Arc<dyn BackendKind>]) -> String {
+    let known: Vec<&str> = kinds.iter().map(|k| k.id()).collect();
+    let hint = agenteval_core::config::did_you_mean(id, known.iter().copied())
+        .map(|k| format!("did you mean `{k}`? "))
+        .unwrap_or_default();
+    format!("unknown backend `{id}` ({hint}this build has: {})", known.join(", "))
+}
 
 /// Opens backends for one command.
 pub struct Wiring {
-    /// The agenteval binary local workers run as.
-    exe: PathBuf,
     /// Settings for locations that carry none of their own (a bundle or index URI).
     aws: AwsSettings,
-    clients: Mutex<HashMap<AwsSettings, Arc<AwsClients>>>,
+    clients: Arc<ClientCache>,
     /// `aws.index_retention_days`: how long a DynamoDB index keeps the runs it creates.
     retention_days: Option<u32>,
-}
-
-/// The SDK settings a config's `aws` section asks for; unset fields fall back to the standard
-/// chain and environment.
-pub fn aws_settings(cfg: Option<&AwsConfig>) -> AwsSettings {
-    cfg.map(|a| AwsSettings {
-        region: a.region.clone(),
-        profile: a.profile.clone(),
-        endpoint_url: a.endpoint_url.clone(),
-        emulator_credentials: false,
-    })
-    .unwrap_or_default()
+    backends: Vec<Arc<dyn BackendKind>>,
 }
 
 impl Wiring {
     /// Wiring whose cloud settings come from `aws` (a config's section, or the environment
-    /// alone when `None`).
+    /// alone when `None`); `exe` is the agenteval binary local workers run as.
     pub fn new(exe: PathBuf, aws: Option<&AwsConfig>) -> Arc<Wiring> {
+        let clients = Arc::new(ClientCache::default());
         Arc::new(Wiring {
-            exe,
-            aws: aws_settings(aws),
-            clients: Mutex::new(HashMap::new()),
+            aws: AwsSettings::of(aws),
+            backends: registry(exe, clients.clone()),
+            clients,
             retention_days: aws.and_then(|a| a.index_retention_days),
         })
     }
 
-    /// The AWS clients for `settings`, connected on first use.
-    pub async fn clients(&self, settings: &AwsSettings) -> Arc<AwsClients> {
-        if let Some(c) = self.clients.lock().unwrap_or_else(|e| e.into_inner()).get(settings) {
-            return c.clone();
-        }
-        // Connecting reads profiles and the environment; two callers racing here build two
-        // equal clients and one wins, which costs nothing but a little work.
-        let c = AwsClients::connect(settings).await;
-        self.clients.lock().unwrap_or_else(|e| e.into_inner()).entry(settings.clone()).or_insert(c).clone()
+    /// The registered backend `cfg.backend.id` names.
+    pub fn kind(&self, cfg: &RunConfig) -> Result<Arc<dyn BackendKind>> {
+        let id = cfg.backend.id.as_str();
+        self.backends
+            .iter()
+            .find(|k| k.id() == id)
+            .cloned()
+            .ok_or_else(|| Error::invalid(unknown_backend(id, &self.backends)))
     }
 
-    async fn default_clients(&self) -> Arc<AwsClients> {
-        self.clients(&self.aws).await
+    async fn default_clients(&self) -> Arc<agenteval_aws::AwsClients> {
+        self.clients.get(&self.aws).await
     }
 }
 
@@ -100,53 +132,44 @@ impl Resolver for Wiring {
     }
 
     async fn backend(&self, cfg: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
-        match cfg.backend.id {
-            BackendId::Local => {
-                let BundleRoot::Local(root) = &cfg.storage.bundle_root else {
-                    return Err(Error::invalid("the local backend needs a local bundle folder"));
-                };
-                Ok(Arc::new(LocalProcessBackend::new(
-                    self.exe.clone(),
-                    FsBundleStore::new(root),
-                    cfg.backend.secrets_file.clone(),
-                )))
-            }
-            BackendId::Aws => {
-                let a = cfg.aws.as_ref().ok_or_else(|| Error::invalid("backend `aws` needs an `aws` section"))?;
-                let clients = self.clients(&aws_settings(Some(a))).await;
-                let BundleRoot::S3 { bucket, prefix } = &cfg.storage.bundle_root else {
-                    return Err(Error::invalid("backend `aws` needs s3:// bundles"));
-                };
-                let store = S3BundleStore::new(clients.clone(), bucket.clone(), prefix.clone());
-                // Workers reach the same region and endpoint as the controller; credentials come
-                // from their task role, never from here.
-                let mut worker_env = BTreeMap::new();
-                if let Some(r) = &clients.region {
-                    worker_env.insert("AWS_REGION".to_string(), r.clone());
-                }
-                if let Some(e) = &clients.endpoint_url {
-                    worker_env.insert("AWS_ENDPOINT_URL".to_string(), e.clone());
-                }
-                let settings = EcsSettings {
-                    cluster: a.cluster.clone().ok_or_else(|| Error::invalid("aws.cluster is not set"))?,
-                    task_definition: a
-                        .task_definition
-                        .clone()
-                        .ok_or_else(|| Error::invalid("aws.task_definition is not set"))?,
-                    container_name: a.container_name.clone(),
-                    subnets: a.subnets.clone(),
-                    security_groups: a.security_groups.clone(),
-                    assign_public_ip: a.assign_public_ip,
-                    spot: a.capacity == FargateCapacity::FargateSpot,
-                    launch_burst: a.launch_burst,
-                    launch_per_second: a.launch_per_second,
-                    // The controller's heartbeat rides on its polling loop: polls longer than 10 s
-                    // would make a live controller look dead to `status` and `resume`.
-                    poll: Duration::from_secs_f64(a.poll_seconds.clamp(0.05, 10.0)),
-                    worker_env,
-                };
-                Ok(Arc::new(EcsBackend::new(clients, settings, store)))
-            }
+        self.kind(cfg)?.jobs(cfg).await
+    }
+
+    async fn secrets(&self, cfg: &RunConfig) -> Result<Arc<dyn SecretStore>> {
+        self.kind(cfg)?.secrets(cfg).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The backend's problems come from the registry at load, with their positions, once each.
+    #[test]
+    fn backend_problems_are_the_registered_kinds_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "backend:\n  id: lcoal\n",
+                "c.yaml:6:7: unknown backend `lcoal` (did you mean `local`? this build has: local, aws)",
+            ),
+            (
+                "storage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n",
+                "c.yaml:6:16: the local backend needs a local bundle folder",
+            ),
+            (
+                "backend:\n  id: aws\n  secrets_file: s.env\naws:\n  cluster: c\n  task_definition: t\n  subnets: [subnet-1]\n  security_groups: [sg-1]\nstorage:\n  bundle_root: s3://b/runs\n  index: dynamodb://t\n",
+                "c.yaml:7:17: only the local backend reads a secrets file",
+            ),
+            ("backend:\n  options: {x: 1}\n", "c.yaml:6:12: the local backend takes no options"),
+        ];
+        std::fs::write(dir.path().join("s.env"), "").unwrap();
+        for (body, want) in cases {
+            let path = dir.path().join("c.yaml");
+            std::fs::write(&path, format!("name: t\nbenchmark: {{kind: toy, size: 2}}\nagent:\n  kind: mock\n{body}"))
+                .unwrap();
+            let err = crate::session::load_config(&path, &[]).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.contains(want), "want {want} in:\n{shown}");
+            assert_eq!(err.problems.len(), 1, "{shown}");
         }
     }
 }
