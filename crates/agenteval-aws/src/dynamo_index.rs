@@ -105,7 +105,7 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
         leased_at: get_opt_s(item, "leased_at")
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
-        verdict: get_opt_s(item, "verdict"),
+        verdict: get_opt_s(item, "verdict").as_deref().and_then(RunVerdict::parse),
     })
 }
 
@@ -414,7 +414,7 @@ impl RunIndex for DynamoDbRunIndex {
         }
         if let Some(v) = &u.verdict {
             sets.push("verdict = :verdict".into());
-            values.insert(":verdict".into(), s(v));
+            values.insert(":verdict".into(), s(v.as_str()));
         }
         let res = self
             .clients

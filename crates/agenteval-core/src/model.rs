@@ -524,9 +524,38 @@ pub struct RunRecord {
     /// `None` in records written before leases.
     #[serde(default)]
     pub leased_at: Option<DateTime<Utc>>,
-    /// The verdict of the run's gates (`pass` or `fail`), once judged.
+    /// What the run came to once judged against its gates.
     #[serde(default)]
-    pub verdict: Option<String>,
+    pub verdict: Option<RunVerdict>,
+}
+
+/// What a judged run came to, one word each (`runs list`, the UI, `comparison.json`): its gates
+/// passed or failed, the infrastructure failed it (never a regression), or it did not finish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunVerdict {
+    Pass,
+    Fail,
+    Infra,
+    Incomplete,
+}
+
+impl RunVerdict {
+    pub const ALL: [RunVerdict; 4] = [RunVerdict::Pass, RunVerdict::Fail, RunVerdict::Infra, RunVerdict::Incomplete];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunVerdict::Pass => "pass",
+            RunVerdict::Fail => "fail",
+            RunVerdict::Infra => "infra",
+            RunVerdict::Incomplete => "incomplete",
+        }
+    }
+
+    /// The verdict a stored word names; `None` for a word this version does not know.
+    pub fn parse(word: &str) -> Option<RunVerdict> {
+        RunVerdict::ALL.into_iter().find(|v| v.as_str() == word)
+    }
 }
 
 /// A change to a run record; `None` fields are left as they are.
@@ -540,7 +569,7 @@ pub struct RunUpdate {
     /// A new controller for the run; its lease starts now (`leased_at`).
     pub controller: Option<String>,
     /// The verdict of the run's gates.
-    pub verdict: Option<String>,
+    pub verdict: Option<RunVerdict>,
     /// Applies the update only while the run's epoch is this one; otherwise the update fails
     /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch
     /// on from the one it read, and every heartbeat and the seal are conditional on it, so two

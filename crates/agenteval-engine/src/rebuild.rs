@@ -3,7 +3,7 @@
 //! `tasks.jsonl`, and each finished task's state from its `result.json`.
 
 use agenteval_core::layout;
-use agenteval_core::model::{RunRecord, RunStatus, TaskResult, TaskTransition};
+use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult, TaskTransition};
 use agenteval_core::traits::{BundleStore, RunIndex};
 use agenteval_core::{Result, RunId};
 use chrono::Utc;
@@ -54,9 +54,9 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
     let verdict = match store.get(run, layout::COMPARISON).await {
         Ok(bytes) => {
             serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| match v["outcome"].as_str() {
-                Some(word) => Some(word.to_string()),
+                Some(word) => RunVerdict::parse(word),
                 // Bundles judged before `outcome` was recorded.
-                None => v["verdict"]["passed"].as_bool().map(|p| if p { "pass" } else { "fail" }.to_string()),
+                None => v["verdict"]["passed"].as_bool().map(|p| if p { RunVerdict::Pass } else { RunVerdict::Fail }),
             })
         }
         Err(_) => None,

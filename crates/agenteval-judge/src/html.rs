@@ -112,6 +112,8 @@ impl TaskRows {
             "id": id,
             "passed": l.passed,
             "ended": l.terminated_by.as_str(),
+            // Decided here, once (`Outcome::of`): the page only shows it.
+            "outcome": agenteval_core::model::Outcome::of(l.passed, l.terminated_by).as_str(),
             "change": change,
             "scores": l.scores,
             "cost": l.cost_usd,
@@ -354,7 +356,7 @@ function card(k, v, cls) { cards.append(el("div", {class: "card"}, el("div", {cl
 const S = D.summary;
 // The four words every output uses: passed, failed (graded, wrong), errored (agent error or
 // limit), infra (infrastructure).
-const outcome = t => (t.ended === "infra_failure" || t.ended === "replay_miss") ? "infra" : t.passed ? "passed" : t.ended === "completed" ? "failed" : "errored";
+const outcome = t => t.outcome;
 const finished = D.tasks.length, count = o => D.tasks.filter(t => outcome(t) === o).length, passed = count("passed");
 card("tasks finished", S ? S.tasks_finished + " / " + S.tasks_total : String(finished));
 card("passed", String(passed), "pass");

@@ -243,7 +243,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         controller: r.get("controller")?,
         epoch: r.get::<_, i64>("epoch")? as u32,
         leased_at: r.get::<_, Option<String>>("leased_at")?.map(|s| parse_ts(&s)).transpose()?,
-        verdict: r.get("verdict")?,
+        verdict: r.get::<_, Option<String>>("verdict")?.as_deref().and_then(RunVerdict::parse),
     })
 }
 
@@ -450,7 +450,7 @@ impl RunIndex for SqliteRunIndex {
                         u.epoch.map(|e| e as i64),
                         u.controller,
                         u.if_epoch.map(|e| e as i64),
-                        u.verdict,
+                        u.verdict.map(|v| v.as_str()),
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;

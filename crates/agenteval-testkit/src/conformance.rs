@@ -339,8 +339,11 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(missing.kind(), ErrorKind::NotFound, "a conditional update of an unknown run: {missing}");
 
     // Verdicts and baselines.
-    index.update_run(&run, &RunUpdate { verdict: Some("fail".into()), ..Default::default() }).await.unwrap();
-    assert_eq!(index.get_run(&run).await.unwrap().unwrap().verdict.as_deref(), Some("fail"));
+    for v in RunVerdict::ALL {
+        index.update_run(&run, &RunUpdate { verdict: Some(v), ..Default::default() }).await.unwrap();
+        assert_eq!(index.get_run(&run).await.unwrap().unwrap().verdict, Some(v), "every verdict reads back");
+    }
+    index.update_run(&run, &RunUpdate { verdict: Some(RunVerdict::Fail), ..Default::default() }).await.unwrap();
     let name = format!("nightly-{run}");
     assert_eq!(index.get_baseline(&name).await.unwrap(), None, "no pin yet");
     index.set_baseline(&name, &run).await.unwrap();

@@ -61,7 +61,7 @@ fn record(run: RunId, name: &str, tasks: u64, store: &dyn BundleStore) -> RunRec
         controller: "bench:1".into(),
         epoch: 0,
         leased_at: None,
-        verdict: Some("pass".into()),
+        verdict: Some(agenteval_core::model::RunVerdict::Pass),
     }
 }
 

@@ -46,7 +46,7 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Query<HashMap<String, S
                     keep("name", &r.name)
                         && keep("benchmark", &r.benchmark)
                         && keep("status", r.status.as_str())
-                        && keep("verdict", r.verdict.as_deref().unwrap_or(""))
+                        && keep("verdict", r.verdict.map_or("", |v| v.as_str()))
                         && keep("backend", &r.backend)
                 })
                 .collect();

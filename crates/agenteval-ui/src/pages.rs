@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agenteval_core::model::{RunRecord, RunStatus, TaskResult};
+use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult};
 use agenteval_judge::html::{Frame, HtmlReport, TaskRows};
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -88,12 +88,12 @@ fn status_class(s: RunStatus) -> &'static str {
     }
 }
 
-fn verdict_class(v: &str) -> &'static str {
+fn verdict_class(v: Option<RunVerdict>) -> &'static str {
     match v {
-        "pass" => "pass",
-        "fail" => "fail",
-        "infra" | "incomplete" => "warn",
-        _ => "",
+        Some(RunVerdict::Pass) => "pass",
+        Some(RunVerdict::Fail) => "fail",
+        Some(RunVerdict::Infra | RunVerdict::Incomplete) => "warn",
+        None => "",
     }
 }
 
@@ -128,7 +128,7 @@ impl Filters {
         (self.name.is_empty() || r.name == self.name)
             && (self.benchmark.is_empty() || r.benchmark == self.benchmark)
             && (self.status.is_empty() || r.status.as_str() == self.status)
-            && (self.verdict.is_empty() || r.verdict.as_deref().unwrap_or("") == self.verdict)
+            && (self.verdict.is_empty() || r.verdict.map_or("", RunVerdict::as_str) == self.verdict)
             && (self.backend.is_empty() || r.backend == self.backend)
     }
 
@@ -205,7 +205,7 @@ struct RunsPage<'a> {
     f: Filters,
     statuses: Vec<&'static str>,
     verdicts: Vec<&'static str>,
-    backends: Vec<&'static str>,
+    backends: Vec<&'a str>,
     names: Vec<String>,
     rows: Vec<Row>,
     history: Option<History>,
@@ -268,8 +268,8 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
                     name: r.name.clone(),
                     status: r.status.as_str(),
                     status_class: status_class(r.status),
-                    verdict: r.verdict.clone().unwrap_or_else(|| "-".into()),
-                    verdict_class: verdict_class(r.verdict.as_deref().unwrap_or("")),
+                    verdict: r.verdict.map_or("-", RunVerdict::as_str).to_string(),
+                    verdict_class: verdict_class(r.verdict),
                     benchmark: r.benchmark.clone(),
                     agent: r.agent.clone(),
                     backend: r.backend.clone(),
@@ -284,13 +284,18 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
         names.sort();
         names.dedup();
         names.truncate(500);
+        // The backends the index has runs of: the UI knows no list of backends.
+        let mut backends: Vec<&str> = all.iter().map(|r| r.backend.as_str()).collect();
+        backends.push("");
+        backends.sort();
+        backends.dedup();
         let source = a.source.describe();
         rendered(RunsPage {
             source: &source,
             generator: &a.opts.generator,
             statuses: vec!["", "running", "complete", "interrupted", "budget_exceeded", "failed"],
-            verdicts: vec!["", "pass", "fail", "infra", "incomplete"],
-            backends: vec!["", "local", "aws"],
+            verdicts: std::iter::once("").chain(RunVerdict::ALL.map(RunVerdict::as_str)).collect(),
+            backends,
             names,
             rows,
             history,

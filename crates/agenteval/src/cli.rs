@@ -298,8 +298,27 @@ pub struct CassetteArgs {
     pub cassettes: Option<PathBuf>,
     /// `record` (call the model, write every call), `replay` (answer from the cassettes only;
     /// a request that differs fails its task) or `replay-or-live` (misses go to the model).
-    #[arg(long, value_name = "MODE", default_value = "replay", value_parser = ["record", "replay", "replay-or-live"], requires = "cassettes")]
-    pub cassette_mode: String,
+    #[arg(long, value_name = "MODE", value_enum, default_value_t = CassetteMode::Replay, requires = "cassettes")]
+    pub cassette_mode: CassetteMode,
+}
+
+/// How the `llm` agent uses its cassettes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CassetteMode {
+    Record,
+    Replay,
+    ReplayOrLive,
+}
+
+impl CassetteMode {
+    /// The word the workers read (`AGENTEVAL_CASSETTE_MODE`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CassetteMode::Record => "record",
+            CassetteMode::Replay => "replay",
+            CassetteMode::ReplayOrLive => "replay-or-live",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -335,12 +354,37 @@ pub enum RunsCommand {
     },
 }
 
+/// The formats a report or comparison is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReportFormat {
+    /// For a terminal.
+    Text,
+    /// Markdown (a pull-request comment).
+    #[value(alias = "markdown")]
+    Md,
+    Json,
+    /// One self-contained page.
+    Html,
+}
+
+impl ReportFormat {
+    pub fn judged(self) -> agenteval_judge::report::Format {
+        use agenteval_judge::report::Format;
+        match self {
+            ReportFormat::Text => Format::Text,
+            ReportFormat::Md => Format::Md,
+            ReportFormat::Json => Format::Json,
+            ReportFormat::Html => Format::Html,
+        }
+    }
+}
+
 /// Where and how a report is written.
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
     /// `text`, `md` (a PR comment), `json` or `html` (one self-contained file).
-    #[arg(long, default_value = "text", value_parser = ["text", "md", "json", "html"])]
-    pub format: String,
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
     /// Write to this file instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,

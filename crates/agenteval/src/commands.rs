@@ -112,11 +112,11 @@ async fn submit(
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == "replay";
+    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == crate::cli::CassetteMode::Replay;
     preflight(wiring.as_ref(), &loaded.config, strict_replay).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     if let Some(dir) = &cassettes.cassettes {
-        opts = with_cassettes(opts, &wiring, &loaded.config, dir, &cassettes.cassette_mode)?;
+        opts = with_cassettes(opts, &wiring, &loaded.config, dir, cassettes.cassette_mode)?;
     }
     let outcome = controller::submit(&loaded, opts).await?;
     if strict_replay && let Some(dir) = &cassettes.cassettes {
@@ -126,7 +126,7 @@ async fn submit(
         return print_outcome(&outcome, &loaded.config, json, quiet);
     }
     let index = wiring.index(&loaded.config.storage.index_location()).await?;
-    let shown = crate::cli::ReportArgs { format: "text".into(), output: None };
+    let shown = crate::cli::ReportArgs { format: crate::cli::ReportFormat::Text, output: None };
     if !json {
         print_outcome(&outcome, &loaded.config, false, quiet)?;
         say!("");
@@ -285,7 +285,7 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
             } else {
                 r.status.as_str().to_string()
             },
-            r.verdict.clone().unwrap_or_else(|| "-".into()),
+            r.verdict.map_or("-", |v| v.as_str()).to_string(),
             r.tasks_total.to_string(),
             r.created_at.format("%m-%d %H:%M").to_string(),
         ]);
@@ -384,13 +384,10 @@ async fn resume(
 }
 
 async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
-    let json = json || out.format == "json";
-    if !matches!(out.format.as_str(), "text" | "md" | "json" | "html") {
-        return Err(Error::invalid(format!("unknown report format `{}` (text, md, json, html)", out.format)).into());
-    }
+    let json = json || out.format == crate::cli::ReportFormat::Json;
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
-    if out.format == "html" {
+    if out.format == crate::cli::ReportFormat::Html {
         return judging::report_html(wiring.as_ref(), index.as_ref(), &run_id, out).await;
     }
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;

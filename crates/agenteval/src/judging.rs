@@ -6,7 +6,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use agenteval_core::layout;
-use agenteval_core::model::{RunStatus, RunUpdate};
+use agenteval_core::model::{RunStatus, RunUpdate, RunVerdict};
 use agenteval_core::traits::{Resolver, RunIndex};
 use agenteval_core::{Error, ErrorKind, RunId};
 use agenteval_engine::controller;
@@ -96,10 +96,6 @@ async fn load(
 ) -> Result<(RunResults, controller::Located), Failure> {
     let located = controller::locate(resolver, index, run).await?;
     Ok((results::load(located.store.as_ref(), run).await?, located))
-}
-
-fn parse_format(s: &str) -> Result<Format, Failure> {
-    Format::from_str(s).map_err(|e| Error::invalid(e).into())
 }
 
 /// Writes `text` to `-o FILE` or standard output.
@@ -192,24 +188,21 @@ pub struct Judged {
     /// The word the index records for the run (with gates): `pass`, `fail` (a gate failed: a
     /// regression), `infra` (the infrastructure failed the run; never a regression) or
     /// `incomplete` (interrupted, over budget).
-    pub outcome: Option<&'static str>,
+    pub outcome: Option<RunVerdict>,
 }
 
 /// The outcome of a judged run. A run the infrastructure failed is `infra` whatever its gates
 /// say (its comparison already leaves the failed tasks out; what it says of the rest is in the
 /// report); a run stopped because its agent cannot run is the agent's failure, judged as such.
-fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> &'static str {
+fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> RunVerdict {
     match meta.status {
-        RunStatus::Complete => {
-            if v.passed {
-                "pass"
-            } else {
-                "fail"
-            }
+        RunStatus::Complete if v.passed => RunVerdict::Pass,
+        RunStatus::Complete => RunVerdict::Fail,
+        RunStatus::Failed if meta.reason.as_deref().is_some_and(|r| r.starts_with(controller::BROKEN_AGENT)) => {
+            RunVerdict::Fail
         }
-        RunStatus::Failed if meta.reason.as_deref().is_some_and(|r| r.starts_with(controller::BROKEN_AGENT)) => "fail",
-        RunStatus::Failed => "infra",
-        _ => "incomplete",
+        RunStatus::Failed => RunVerdict::Infra,
+        _ => RunVerdict::Incomplete,
     }
 }
 
@@ -227,7 +220,7 @@ pub async fn judge_run(
     opts: CompareOptions,
     missing_ok: bool,
 ) -> Result<Judged, Failure> {
-    let format = out.map(|o| parse_format(&o.format)).transpose()?;
+    let format = out.map(|o| o.format.judged());
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
     let base = match base_ref {
         None => None,
@@ -298,7 +291,7 @@ pub async fn judge_run(
     let outcome = verdict.as_ref().map(|v| outcome(&cand_results.meta, v));
     if let (Some(v), Some(word)) = (&verdict, outcome) {
         record(&cand_at, index, cand, comparison.as_ref(), v, word).await?;
-        if word == "infra" {
+        if word == RunVerdict::Infra {
             let reason = cand_results.meta.reason.as_deref().unwrap_or("tasks were given up");
             tracing::warn!("outcome infra ({reason}): the infrastructure failed this run; it is not a regression");
         }
@@ -325,13 +318,13 @@ async fn record(
     cand: &RunId,
     comparison: Option<&Comparison>,
     v: &Verdict,
-    word: &str,
+    word: RunVerdict,
 ) -> Result<(), Failure> {
     let doc = json!({
         "schema_version": agenteval_judge::compare::COMPARISON_SCHEMA,
         "comparison": comparison,
         "verdict": v,
-        "outcome": word,
+        "outcome": word.as_str(),
     });
     let store = located.store.as_ref();
     store.put(cand, layout::COMPARISON, &serde_json::to_vec_pretty(&doc).expect("serializes")).await?;
@@ -341,7 +334,7 @@ async fn record(
         let hints = agenteval_engine::bundle::ManifestHints::from_manifest(store, cand, &[layout::COMPARISON]).await;
         agenteval_engine::bundle::write_manifest(store, cand, &hints).await?;
     }
-    index.update_run(cand, &RunUpdate { verdict: Some(word.into()), ..Default::default() }).await?;
+    index.update_run(cand, &RunUpdate { verdict: Some(word), ..Default::default() }).await?;
     Ok(())
 }
 
@@ -364,7 +357,6 @@ pub async fn compare_cmd(
         }
         None => None,
     };
-    parse_format(&out.format)?;
     let cand = resolve_ref(index, cand).await?;
     let judged = judge_run(
         resolver,

@@ -239,7 +239,7 @@ pub(crate) fn with_cassettes(
     wiring: &Wiring,
     config: &agenteval_core::config::RunConfig,
     dir: &Path,
-    mode: &str,
+    mode: crate::cli::CassetteMode,
 ) -> Result<ControllerOptions, Failure> {
     if !wiring.kind(config)?.on_this_machine() {
         return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
@@ -251,11 +251,11 @@ pub(crate) fn with_cassettes(
         ))
         .into());
     }
-    if mode != "record" && !dir.is_dir() {
+    if mode != crate::cli::CassetteMode::Record && !dir.is_dir() {
         return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
     }
     let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
-    let (dir, mode) = (dir.display().to_string(), mode.to_string());
+    let (dir, mode) = (dir.display().to_string(), mode.as_str().to_string());
     let inner = opts.worker_env.clone();
     opts.worker_env = Arc::new(move || {
         let mut env = inner();
