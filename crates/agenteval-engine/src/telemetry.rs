@@ -19,8 +19,6 @@ pub const TRACEPARENT_ENV: &str = "TRACEPARENT";
 /// Attribute keys shared by spans and metrics.
 pub mod attr {
     pub const RUN_ID: &str = "agenteval.run.id";
-    pub const JOB_ID: &str = "agenteval.job.id";
-    pub const TASK_ID: &str = "agenteval.task.id";
     pub const BENCHMARK: &str = "agenteval.benchmark";
     pub const BACKEND: &str = "agenteval.backend";
 }

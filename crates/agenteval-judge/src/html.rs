@@ -237,6 +237,7 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         &[
             ("{{HEAD}}", r.frame.head),
             ("{{TITLE}}", &title),
+            ("{{STYLE}}", STYLESHEET),
             ("{{NAV}}", r.frame.nav),
             ("{{SECTION}}", r.frame.section),
             ("{{DATA}}", &data),
@@ -260,16 +261,9 @@ fn fill(template: &str, parts: &[(&str, &str)]) -> String {
     out
 }
 
-const TEMPLATE: &str = r##"<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
-<meta name="referrer" content="no-referrer">
-{{HEAD}}<title>{{TITLE}}</title>
-<style>
-:root { --bg:#fff; --fg:#1d2330; --muted:#5d6677; --line:#dde2ea; --card:#f5f7fa; --pass:#17803d; --fail:#c0262d; --warn:#a35f00; --accent:#2457c5; --bar:#9db4e6; }
+/// The report's stylesheet: the one the UI's pages use too (its base template includes it and
+/// adds only its own few rules), so a report file and a UI page look alike.
+pub const STYLESHEET: &str = r##":root { --bg:#fff; --fg:#1d2330; --muted:#5d6677; --line:#dde2ea; --card:#f5f7fa; --pass:#17803d; --fail:#c0262d; --warn:#a35f00; --accent:#2457c5; --bar:#9db4e6; }
 @media (prefers-color-scheme: dark) { :root { --bg:#14171d; --fg:#e3e7ee; --muted:#9aa3b2; --line:#2c323d; --card:#1c2029; --pass:#4fc77b; --fail:#ff6b6b; --warn:#f0a640; --accent:#7ea6ff; --bar:#3d5a99; } }
 * { box-sizing: border-box; }
 body { margin:0; font:14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; background:var(--bg); color:var(--fg); }
@@ -300,7 +294,18 @@ button.link { background:none; border:none; color:var(--accent); cursor:pointer;
 .wf span { position:absolute; top:0; bottom:0; background:var(--bar); min-width:2px; }
 pre { white-space:pre-wrap; word-break:break-word; background:var(--card); padding:6px 8px; border-radius:4px; margin:4px 0; max-height:260px; overflow:auto; }
 .badge { display:inline-block; padding:0 6px; border-radius:10px; border:1px solid var(--line); font-size:12px; margin-right:4px; }
-</style>
+"##;
+
+const TEMPLATE: &str = r##"<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
+<meta name="referrer" content="no-referrer">
+{{HEAD}}<title>{{TITLE}}</title>
+<style>
+{{STYLE}}</style>
 </head>
 <body>
 {{NAV}}<header><h1 id="title"></h1><div id="subtitle" class="muted"></div></header>

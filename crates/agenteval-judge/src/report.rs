@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::compare::{Better, Comparison, MetricDiff};
+use crate::compare::{Comparison, MetricDiff};
 use crate::gates::Verdict;
 
 /// Output formats of `compare` and `report`.
@@ -272,14 +272,6 @@ fn md_tasks(o: &mut String, title: &str, items: impl Iterator<Item = String>) {
 /// The comparison and verdict as one JSON document.
 pub fn json(c: &Comparison, verdict: Option<&Verdict>) -> serde_json::Value {
     json!({"comparison": c, "verdict": verdict})
-}
-
-/// A readable name of the better direction, for docs and HTML.
-pub fn better_word(b: Better) -> &'static str {
-    match b {
-        Better::Higher => "higher is better",
-        Better::Lower => "lower is better",
-    }
 }
 
 #[cfg(test)]

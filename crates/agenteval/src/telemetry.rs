@@ -42,7 +42,16 @@ const MAX_QUEUE: usize = 2048;
 
 /// The crates whose spans become OpenTelemetry spans (dependencies' spans stay out, so an
 /// exporter's own HTTP client can never feed spans back into the exporter).
-const OWN_CRATES: &[&str] = &["agenteval", "agenteval_engine", "agenteval_local", "agenteval_aws", "agenteval_core"];
+const OWN_CRATES: &[&str] = &[
+    "agenteval",
+    "agenteval_engine",
+    "agenteval_local",
+    "agenteval_aws",
+    "agenteval_core",
+    "agenteval_judge",
+    "agenteval_llm",
+    "agenteval_ui",
+];
 
 /// Where and how to export, resolved from the standard `OTEL_*` variables and the run config.
 #[derive(Debug, Clone, PartialEq)]

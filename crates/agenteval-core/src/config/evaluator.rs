@@ -202,23 +202,6 @@ pub enum PolicyAction {
     Warn,
 }
 
-/// Every evaluator kind, as written in configs.
-pub const KINDS: &[&str] = &[
-    "exact_match",
-    "contains",
-    "regex",
-    "no_error",
-    "max_steps",
-    "tool_sequence",
-    "cost_budget",
-    "latency_budget",
-    "json_schema",
-    "command",
-    "policy",
-    "llm_rubric",
-    "llm_pass_fail",
-];
-
 /// The field a kind's shorthand value fills (`- max_steps: 8` is `{kind: max_steps,
 /// max_steps: 8}`); `None` for kinds whose shorthand takes a mapping only.
 fn shorthand_field(kind: &str) -> Option<&'static str> {
