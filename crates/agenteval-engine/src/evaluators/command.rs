@@ -26,6 +26,32 @@ struct Verdict {
     reason: String,
 }
 
+/// The `command` evaluator as built from its config.
+#[derive(Debug)]
+pub(super) struct CommandEvaluator {
+    pub id: String,
+    pub command: Vec<String>,
+    /// The config file's folder: relative program and argument files are found there.
+    pub workdir: Option<std::path::PathBuf>,
+    pub timeout: f64,
+}
+
+#[async_trait::async_trait]
+impl agenteval_core::traits::Evaluator for CommandEvaluator {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn kind(&self) -> &str {
+        "command"
+    }
+
+    async fn evaluate(&self, input: &EvalInput<'_>) -> Result<agenteval_core::model::EvaluatorScore> {
+        let (score, passed, reason) = run(&self.command, self.workdir.as_deref(), self.timeout, input).await?;
+        Ok(super::score(&self.id, "command", (score, passed, reason, vec![])))
+    }
+}
+
 /// Runs `command` on the task; returns score, passed and reason.
 pub async fn run(
     command: &[String],

@@ -1,32 +1,31 @@
-//! Built-in evaluators: exact_match, contains, regex, no_error, max_steps, tool_sequence,
-//! cost_budget, latency_budget, json_schema, policy, `command` (any program, in [`command`]) and
-//! the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`). Each turns a task's result
-//! and trace into an `EvaluatorScore`.
+//! Built-in evaluators, one module per kind (`exact_match`, `contains`, `regex`, `no_error`,
+//! `max_steps`, `tool_sequence`, `cost_budget`, `latency_budget`, `json_schema`, `policy`,
+//! `command`) and the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`), built from
+//! their config in one table ([`evaluator_from_config`]). Each turns a task's result and trace
+//! into an `EvaluatorScore`; the kinds' configs and their checks are the variants of the core's
+//! `EvaluatorConfig`.
 
 mod command;
+mod contains;
+mod cost_budget;
+mod exact_match;
+mod json_schema;
+mod latency_budget;
+mod max_steps;
+mod no_error;
+mod policy;
+mod regex;
+mod tool_sequence;
 
 use std::sync::Arc;
 
-use agenteval_core::config::{EvaluatorConfig, PolicyAction, SequenceMode};
-use agenteval_core::model::{EvaluatorScore, EventKind, TerminatedBy};
+use agenteval_core::config::EvaluatorConfig;
+use agenteval_core::model::{EvaluatorScore, EventKind};
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{JudgeKind, LlmJudge};
 use async_trait::async_trait;
-
-use crate::benchmarks::answer_text;
-
-/// An evaluator built from its configuration.
-#[derive(Debug)]
-pub struct BuiltinEvaluator {
-    cfg: EvaluatorConfig,
-    regex: Option<regex::Regex>,
-    /// `json_schema`: the compiled schema.
-    schema: Option<jsonschema::Validator>,
-    /// `policy`: the compiled forbidden patterns.
-    patterns: Vec<regex::Regex>,
-}
 
 /// The secret a judge's provider key comes from: `(ENV_NAME, secret name)`, when it needs one.
 pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(String, String)> {
@@ -41,60 +40,128 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
     }
 }
 
-/// Builds an evaluator; fails only on configuration the loader would have refused. `secrets`
-/// hold the judges' keys, by environment variable name.
+/// Builds an evaluator from its config: the one table of kinds. Fails only on configuration the
+/// loader would have refused. `secrets` hold the judges' keys, by environment variable name.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]) -> Result<Arc<dyn Evaluator>> {
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
-    let judge = match cfg {
-        EvaluatorConfig::LlmRubric { rubric, pass_threshold, judge, .. } => {
-            Some((JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) }, judge))
+    use EvaluatorConfig as C;
+    let judge: Box<dyn Judge> = match cfg {
+        C::ExactMatch { expected, case_sensitive, .. } => Box::new(exact_match::ExactMatch {
+            expected: expected.clone(),
+            case_sensitive: case_sensitive.unwrap_or(true),
+        }),
+        C::Contains { value, case_sensitive, .. } => {
+            Box::new(contains::Contains { value: value.clone(), case_sensitive: case_sensitive.unwrap_or(true) })
         }
-        EvaluatorConfig::LlmPassFail { criteria, judge, .. } => {
-            Some((JudgeKind::PassFail { criteria: criteria.clone() }, judge))
+        C::Regex { pattern, .. } => Box::new(regex::Regex::build(pattern).map_err(bad)?),
+        C::NoError { .. } => Box::new(no_error::NoError),
+        C::MaxSteps { max_steps, .. } => Box::new(max_steps::MaxSteps { max: *max_steps }),
+        C::ToolSequence { tools, mode, forbidden, .. } => Box::new(tool_sequence::ToolSequence {
+            tools: tools.clone(),
+            mode: mode.unwrap_or_default(),
+            forbidden: forbidden.clone(),
+        }),
+        C::CostBudget { max_cost_usd, .. } => Box::new(cost_budget::CostBudget { max_cost_usd: *max_cost_usd }),
+        C::LatencyBudget { max_seconds, .. } => Box::new(latency_budget::LatencyBudget { max_seconds: *max_seconds }),
+        C::JsonSchema { schema: Some(s), pointer, .. } => {
+            Box::new(json_schema::JsonSchema::build(s, pointer.clone()).map_err(bad)?)
         }
-        _ => None,
-    };
-    if let Some((kind, judge)) = judge {
-        let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
-        return Ok(Arc::new(LlmJudge::new(cfg.id().to_string(), kind, judge, key).map_err(|e| bad(e.to_string()))?));
-    }
-    let regex = match cfg {
-        EvaluatorConfig::Regex { pattern, .. } => {
-            Some(regex::Regex::new(pattern).map_err(|e| bad(format!("invalid regex: {e}")))?)
-        }
-        _ => None,
-    };
-    let schema = match cfg {
-        EvaluatorConfig::JsonSchema { schema: Some(s), .. } => {
-            Some(jsonschema::draft202012::new(s).map_err(|e| bad(format!("invalid JSON Schema: {e}")))?)
-        }
-        EvaluatorConfig::JsonSchema { schema_file, .. } => {
+        C::JsonSchema { schema_file, .. } => {
             return Err(bad(format!(
                 "the schema of {} was not loaded (only run configs read schema files)",
                 schema_file.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
             )));
         }
-        _ => None,
+        C::Policy { max_cost_usd, max_steps, allow_tools, deny_tools, forbidden_patterns, on_violation, .. } => {
+            Box::new(policy::Policy {
+                max_cost_usd: *max_cost_usd,
+                max_steps: *max_steps,
+                allow_tools: allow_tools.clone(),
+                deny_tools: deny_tools.clone(),
+                patterns: policy::Policy::patterns(forbidden_patterns).map_err(bad)?,
+                on_violation: on_violation.unwrap_or_default(),
+            })
+        }
+        C::Command { command, timeout_seconds, workdir, .. } => {
+            return Ok(Arc::new(command::CommandEvaluator {
+                id: cfg.id().to_string(),
+                command: command.clone(),
+                workdir: workdir.clone(),
+                timeout: timeout_seconds.unwrap_or(command::DEFAULT_TIMEOUT),
+            }));
+        }
+        C::LlmRubric { rubric, pass_threshold, judge, .. } => {
+            let kind = JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
+            return llm_judge(cfg, kind, judge, secrets);
+        }
+        C::LlmPassFail { criteria, judge, .. } => {
+            return llm_judge(cfg, JudgeKind::PassFail { criteria: criteria.clone() }, judge, secrets);
+        }
     };
-    let patterns = match cfg {
-        EvaluatorConfig::Policy { forbidden_patterns, .. } => forbidden_patterns
-            .iter()
-            .map(|p| regex::Regex::new(p).map_err(|e| bad(format!("invalid regex: {e}"))))
-            .collect::<Result<_>>()?,
-        _ => vec![],
-    };
-    Ok(Arc::new(BuiltinEvaluator { cfg: cfg.clone(), regex, schema, patterns }))
+    Ok(Arc::new(Builtin { id: cfg.id().to_string(), kind: cfg.kind(), judge }))
 }
 
-/// The answer as JSON: a string that holds JSON is parsed, anything else is taken as is.
-fn answer_json(answer: &serde_json::Value) -> serde_json::Value {
-    match answer {
-        serde_json::Value::String(s) => serde_json::from_str(s.trim()).unwrap_or_else(|_| answer.clone()),
-        other => other.clone(),
+/// An LLM judge (`agenteval-llm`) with its provider key.
+fn llm_judge(
+    cfg: &EvaluatorConfig,
+    kind: JudgeKind,
+    judge: &agenteval_core::config::JudgeConfig,
+    secrets: &[(String, Secret)],
+) -> Result<Arc<dyn Evaluator>> {
+    let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
+    let judge = LlmJudge::new(cfg.id().to_string(), kind, judge, key)
+        .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))?;
+    Ok(Arc::new(judge))
+}
+
+/// What a built-in evaluator decided: score, passed, reason, and the trace steps it cites.
+type Judgement = (f64, bool, String, Vec<u32>);
+
+/// The judgement one built-in kind makes, each in its own module.
+trait Judge: Send + Sync + std::fmt::Debug {
+    fn judge(&self, input: &EvalInput<'_>) -> Result<Judgement>;
+}
+
+/// A built-in evaluator: its id and kind, and its kind's judgement.
+#[derive(Debug)]
+struct Builtin {
+    id: String,
+    kind: &'static str,
+    judge: Box<dyn Judge>,
+}
+
+/// A judgement as a score of evaluator `id` of `kind`.
+fn score(id: &str, kind: &str, (score, passed, reason, citations): Judgement) -> EvaluatorScore {
+    EvaluatorScore {
+        optional: false,
+        tokens: 0,
+        evaluator_id: id.to_string(),
+        kind: kind.to_string(),
+        score,
+        passed,
+        reason,
+        citations,
+        cost_usd: 0.0,
+        error: None,
     }
 }
 
-fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> (f64, bool, String, Vec<u32>) {
+#[async_trait]
+impl Evaluator for Builtin {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
+        Ok(score(&self.id, self.kind, self.judge.judge(input)?))
+    }
+}
+
+fn verdict(passed: bool, reason: String, citations: Vec<u32>) -> Judgement {
     (if passed { 1.0 } else { 0.0 }, passed, reason, citations)
 }
 
@@ -126,213 +193,6 @@ fn final_step(input: &EvalInput<'_>) -> Vec<u32> {
     input.trace.last().map(|e| vec![e.step]).unwrap_or_default()
 }
 
-impl BuiltinEvaluator {
-    fn judge(&self, input: &EvalInput<'_>) -> Result<(f64, bool, String, Vec<u32>)> {
-        let cfg = &self.cfg;
-        let answer = input.result.final_answer.as_ref().map(answer_text);
-        Ok(match cfg {
-            EvaluatorConfig::ExactMatch { expected, case_sensitive, .. } => {
-                let cs = case_sensitive.unwrap_or(true);
-                let expected = expected
-                    .as_ref()
-                    .or(input.task.expected.as_ref())
-                    .ok_or_else(|| Error::invalid("exact_match needs `expected` in the evaluator or the task"))?;
-                let exp = answer_text(expected);
-                match answer {
-                    None => verdict(false, "no final answer".into(), vec![]),
-                    Some(a) => {
-                        let ok = normalize(&a, cs) == normalize(&exp, cs);
-                        let reason = if ok { "matches".into() } else { format!("expected {exp:?}, got {a:?}") };
-                        verdict(ok, reason, final_step(input))
-                    }
-                }
-            }
-            EvaluatorConfig::Contains { value, case_sensitive, .. } => {
-                let cs = case_sensitive.unwrap_or(true);
-                let needle = value
-                    .clone()
-                    .or_else(|| input.task.expected.as_ref().map(answer_text))
-                    .ok_or_else(|| Error::invalid("contains needs `value` or a task `expected`"))?;
-                match answer {
-                    None => verdict(false, "no final answer".into(), vec![]),
-                    Some(a) => {
-                        let ok = normalize(&a, cs).contains(&normalize(&needle, cs));
-                        let reason = if ok {
-                            format!("contains {needle:?}")
-                        } else {
-                            format!("{a:?} does not contain {needle:?}")
-                        };
-                        verdict(ok, reason, final_step(input))
-                    }
-                }
-            }
-            EvaluatorConfig::Regex { .. } => {
-                let re = self.regex.as_ref().ok_or_else(|| Error::internal("regex evaluator without a regex"))?;
-                match answer {
-                    None => verdict(false, "no final answer".into(), vec![]),
-                    Some(a) => {
-                        let ok = re.is_match(&a);
-                        verdict(
-                            ok,
-                            format!("{} /{}/", if ok { "matches" } else { "does not match" }, re.as_str()),
-                            final_step(input),
-                        )
-                    }
-                }
-            }
-            EvaluatorConfig::NoError { .. } => {
-                let r = input.result;
-                let ok = r.terminated_by == TerminatedBy::Completed && r.error.is_none();
-                let reason = if ok {
-                    "completed without error".into()
-                } else {
-                    format!("{}: {}", r.terminated_by.as_str(), r.error.as_deref().unwrap_or("no detail"))
-                };
-                verdict(ok, reason, final_step(input))
-            }
-            EvaluatorConfig::MaxSteps { max_steps: max, .. } => {
-                let max = *max;
-                let steps = input.result.steps;
-                let ok = steps <= max;
-                let cite = if ok { vec![] } else { vec![max] };
-                verdict(ok, format!("{steps} steps (max {max})"), cite)
-            }
-            EvaluatorConfig::ToolSequence { tools, mode, forbidden, .. } => {
-                let calls = tool_calls(input);
-                if let Some((step, name)) = calls.iter().find(|(_, n)| forbidden.contains(n)) {
-                    return Ok(verdict(false, format!("forbidden tool `{name}` called"), vec![*step]));
-                }
-                let names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
-                let want: Vec<&str> = tools.iter().map(String::as_str).collect();
-                let mode = mode.unwrap_or_default();
-                let ok = match mode {
-                    SequenceMode::Strict => names == want,
-                    SequenceMode::Ordered => {
-                        let mut it = names.iter();
-                        want.iter().all(|w| it.any(|n| n == w))
-                    }
-                    SequenceMode::Subset => want.iter().all(|w| names.contains(w)),
-                };
-                let reason =
-                    format!("{mode:?} match of {want:?} against calls {names:?}: {}", if ok { "ok" } else { "no" })
-                        .to_lowercase();
-                verdict(ok, reason, calls.iter().map(|(s, _)| *s).collect())
-            }
-            EvaluatorConfig::CostBudget { max_cost_usd: max, .. } => {
-                let max = *max;
-                let cost = input.result.total_cost_usd;
-                verdict(cost <= max, format!("cost ${cost:.6} (budget ${max:.6})"), vec![])
-            }
-            EvaluatorConfig::LatencyBudget { max_seconds: max, .. } => {
-                let max = *max;
-                let secs = input.result.wall_seconds;
-                verdict(secs <= max, format!("{secs:.3}s (budget {max:.3}s)"), vec![])
-            }
-            EvaluatorConfig::JsonSchema { pointer, .. } => {
-                let schema = self.schema.as_ref().ok_or_else(|| Error::internal("json_schema without a schema"))?;
-                let Some(answer) = input.result.final_answer.as_ref() else {
-                    return Ok(verdict(false, "no final answer".into(), vec![]));
-                };
-                let doc = answer_json(answer);
-                let target = match pointer.as_deref().filter(|p| !p.is_empty()) {
-                    None => &doc,
-                    Some(p) => match doc.pointer(p) {
-                        Some(v) => v,
-                        None => return Ok(verdict(false, format!("the answer has nothing at {p}"), final_step(input))),
-                    },
-                };
-                let errors: Vec<String> = schema
-                    .iter_errors(target)
-                    .map(|e| {
-                        let at = e.instance_path().to_string();
-                        format!("{}: {e}", if at.is_empty() { "/".to_string() } else { at })
-                    })
-                    .collect();
-                if errors.is_empty() {
-                    verdict(true, "valid against the schema".into(), final_step(input))
-                } else {
-                    verdict(false, format!("{} violations: {}", errors.len(), errors.join("; ")), final_step(input))
-                }
-            }
-            EvaluatorConfig::Policy { max_cost_usd, max_steps, allow_tools, deny_tools, on_violation, .. } => {
-                let mut broken: Vec<(u32, String)> = Vec::new();
-                for (step, name) in tool_calls(input) {
-                    if deny_tools.contains(&name) {
-                        broken.push((step, format!("step {step}: denied tool `{name}`")));
-                    } else if !allow_tools.is_empty() && !allow_tools.contains(&name) {
-                        broken.push((step, format!("step {step}: tool `{name}` is not allowed")));
-                    }
-                }
-                for e in input.trace.iter().filter(|e| e.kind == EventKind::AgentToolCall) {
-                    let args = e.payload.to_string();
-                    if let Some(p) = self.patterns.iter().find(|p| p.is_match(&args)) {
-                        broken.push((e.step, format!("step {}: tool arguments match /{}/", e.step, p.as_str())));
-                    }
-                }
-                if let Some(max) = max_steps
-                    && input.result.steps > *max
-                {
-                    broken.push((*max, format!("{} steps (max {max})", input.result.steps)));
-                }
-                if let Some(max) = max_cost_usd
-                    && input.result.total_cost_usd > *max
-                {
-                    broken.push((
-                        input.trace.last().map(|e| e.step).unwrap_or(0),
-                        format!("cost ${:.6} (max ${max:.6})", input.result.total_cost_usd),
-                    ));
-                }
-                broken.sort_by_key(|(s, _)| *s);
-                let citations: Vec<u32> = broken.iter().map(|(s, _)| *s).collect();
-                let why = broken.iter().map(|(_, w)| w.as_str()).collect::<Vec<_>>().join("; ");
-                match (broken.is_empty(), on_violation.unwrap_or_default()) {
-                    (true, _) => verdict(true, "pass: within policy".into(), vec![]),
-                    (false, PolicyAction::Warn) => (0.5, true, format!("warn: {why}"), citations),
-                    (false, PolicyAction::Fail) => (0.0, false, format!("fail: {why}"), citations),
-                }
-            }
-            EvaluatorConfig::Command { .. } => return Err(Error::internal("the command evaluator is asynchronous")),
-            EvaluatorConfig::LlmRubric { .. } | EvaluatorConfig::LlmPassFail { .. } => {
-                return Err(Error::internal("LLM judges are built by agenteval-llm"));
-            }
-        })
-    }
-}
-
-#[async_trait]
-impl Evaluator for BuiltinEvaluator {
-    fn id(&self) -> &str {
-        self.cfg.id()
-    }
-
-    fn kind(&self) -> &str {
-        self.cfg.kind()
-    }
-
-    async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
-        let (score, passed, reason, citations) = match &self.cfg {
-            EvaluatorConfig::Command { command, timeout_seconds, workdir, .. } => {
-                let timeout = timeout_seconds.unwrap_or(command::DEFAULT_TIMEOUT);
-                let (score, passed, reason) = command::run(command, workdir.as_deref(), timeout, input).await?;
-                (score, passed, reason, vec![])
-            }
-            _ => self.judge(input)?,
-        };
-        Ok(EvaluatorScore {
-            optional: false,
-            tokens: 0,
-            evaluator_id: self.id().to_string(),
-            kind: self.kind().to_string(),
-            score,
-            passed,
-            reason,
-            citations,
-            cost_usd: 0.0,
-            error: None,
-        })
-    }
-}
-
 /// Runs an evaluator, turning an error or a panic-free failure into an error score.
 pub async fn evaluate_safely(e: &dyn Evaluator, input: &EvalInput<'_>) -> EvaluatorScore {
     match e.evaluate(input).await {
@@ -345,6 +205,8 @@ pub async fn evaluate_safely(e: &dyn Evaluator, input: &EvalInput<'_>) -> Evalua
 mod tests {
     use super::*;
     use agenteval_core::RunId;
+    use agenteval_core::config::{PolicyAction, SequenceMode};
+    use agenteval_core::model::TerminatedBy;
     use agenteval_core::model::{AgentResult, TaskSpec, TraceEvent};
     use serde_json::json;
 
