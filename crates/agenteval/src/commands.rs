@@ -309,7 +309,6 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
 
 /// `rerun RUN --failed`: a new run of the tasks of RUN that did not pass.
 async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
-    use agenteval_core::config::BenchmarkConfig;
     use agenteval_core::model::{Outcome, TaskState, TerminatedBy};
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
@@ -339,12 +338,7 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
         return Ok(exit::OK);
     }
     let mut config = located.config.clone();
-    let filter = match &mut config.benchmark {
-        BenchmarkConfig::Toy { filter, .. }
-        | BenchmarkConfig::Jsonl { filter, .. }
-        | BenchmarkConfig::Humaneval { filter, .. } => filter,
-    };
-    *filter = agenteval_core::config::TaskFilter { ids, tags: vec![], limit: None };
+    *config.benchmark.filter_mut() = agenteval_core::config::TaskFilter { ids, tags: vec![], limit: None };
     config.name = format!("{} (rerun)", config.name);
     let resolved = serde_json::to_value(&config).expect("configs serialize");
     let loaded =

@@ -164,11 +164,7 @@ pub async fn replay(
     // Only the recorded tasks are replayed: tasks the recording never reached have nothing to
     // compare with.
     recorded_tasks.sort();
-    let filter = &mut match &mut loaded.config.benchmark {
-        agenteval_core::config::BenchmarkConfig::Toy { filter, .. }
-        | agenteval_core::config::BenchmarkConfig::Jsonl { filter, .. }
-        | agenteval_core::config::BenchmarkConfig::Humaneval { filter, .. } => filter,
-    };
+    let filter = loaded.config.benchmark.filter_mut();
     filter.ids = recorded_tasks.iter().map(|t| t.split('@').next().unwrap_or(t).to_string()).collect();
     filter.ids.dedup();
     filter.limit = None;

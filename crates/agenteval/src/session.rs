@@ -199,7 +199,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'s
         AgentConfig::Llm(_) if reason.contains("cannot reach") => "agent.base_url",
         AgentConfig::Llm(_) if reason.contains("cassette") || reason.contains("recording") => "--cassettes",
         AgentConfig::Llm(_) => "agent.model",
-        AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } => "agent",
+        _ => "agent",
     }
 }
 

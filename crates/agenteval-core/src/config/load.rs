@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
 use serde_json::{Map, Value};
 
-use super::{AgentConfig, BenchmarkConfig, BundleRoot, EvaluatorConfig, IndexLocation, RunConfig};
+use super::{AgentConfig, BundleRoot, EvaluatorConfig, IndexLocation, RunConfig};
 
 /// Where a problem comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -675,14 +675,12 @@ pub fn load_config_str_checked(
     }
 
     // Paths are relative to the config file, not to wherever the user happens to stand.
-    if let BenchmarkConfig::Jsonl { cases, .. } = &mut config.benchmark {
-        *cases = resolve(base, cases);
-        if !cases.is_file() {
-            problems.push(Problem {
-                origin: pos.find("/benchmark/cases", false),
-                pointer: "/benchmark/cases".into(),
-                message: not_a_file("case file", cases),
-            });
+    // A HumanEval file not given is found by the benchmark (an `extra` check): it asks Python.
+    for (field, what, path) in config.benchmark.data_files_mut() {
+        *path = resolve(base, path);
+        if !path.is_file() {
+            let pointer = format!("/benchmark/{field}");
+            problems.push(Problem { origin: pos.find(&pointer, false), pointer, message: not_a_file(what, path) });
         }
     }
     if let BundleRoot::Local(root) = &mut config.storage.bundle_root {
@@ -704,17 +702,6 @@ pub fn load_config_str_checked(
     }
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
-    }
-    // A HumanEval file not given is found by the benchmark (an `extra` check): it asks Python.
-    if let BenchmarkConfig::Humaneval { path: Some(path), .. } = &mut config.benchmark {
-        *path = resolve(base, path);
-        if !path.is_file() {
-            problems.push(Problem {
-                origin: pos.find("/benchmark/path", false),
-                pointer: "/benchmark/path".into(),
-                message: not_a_file("HumanEval file", path),
-            });
-        }
     }
     // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.
     if let AgentConfig::Llm(a) = &mut config.agent
@@ -1076,7 +1063,7 @@ mod tests {
     #[test]
     fn overrides_set_typed_values_and_are_validated() {
         let c = load(GOOD, &["benchmark.size=10000", "backend.tasks_per_job=100"]).unwrap().config;
-        assert!(matches!(c.benchmark, BenchmarkConfig::Toy { size: 10000, .. }));
+        assert!(matches!(c.benchmark, crate::config::BenchmarkConfig::Toy { size: 10000, .. }));
         assert_eq!(c.backend.tasks_per_job, 100);
         let err = load(GOOD, &["backend.tasks_per_job=many", "bogus.x=1", "novalue"]).unwrap_err();
         let shown = err.to_string();

@@ -297,7 +297,38 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Humaneval { filter, .. } => filter,
         }
     }
+
+    pub fn filter_mut(&mut self) -> &mut TaskFilter {
+        match self {
+            BenchmarkConfig::Toy { filter, .. }
+            | BenchmarkConfig::Jsonl { filter, .. }
+            | BenchmarkConfig::Humaneval { filter, .. } => filter,
+        }
+    }
+
+    /// The data files the benchmark reads, each with its field and what it is (`case file`):
+    /// the loader resolves them against the config's folder and checks they are files, and
+    /// agents never see them.
+    pub fn data_files(&self) -> Vec<DataFile<'_>> {
+        match self {
+            BenchmarkConfig::Toy { .. } => vec![],
+            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
+            BenchmarkConfig::Humaneval { path, .. } => path.iter().map(|p| ("path", "HumanEval file", p)).collect(),
+        }
+    }
+
+    /// [`data_files`](Self::data_files), to resolve.
+    pub fn data_files_mut(&mut self) -> Vec<(&'static str, &'static str, &mut PathBuf)> {
+        match self {
+            BenchmarkConfig::Toy { .. } => vec![],
+            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
+            BenchmarkConfig::Humaneval { path, .. } => path.iter_mut().map(|p| ("path", "HumanEval file", p)).collect(),
+        }
+    }
 }
+
+/// A benchmark's data file: its field under `benchmark`, what it is, and its path.
+pub type DataFile<'a> = (&'static str, &'static str, &'a PathBuf);
 
 /// Which tasks of a benchmark to run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -8,9 +8,7 @@ mod python_tool;
 
 use std::sync::Arc;
 
-use agenteval_core::config::{
-    AgentConfig, BenchmarkConfig, BundleRoot, IndexLocation, Network, NetworkMode, RunConfig, Sandbox,
-};
+use agenteval_core::config::{AgentConfig, BundleRoot, IndexLocation, Network, NetworkMode, RunConfig, Sandbox};
 use agenteval_core::secret::Redactor;
 
 use crate::isolation::{confine, sandbox};
@@ -96,11 +94,7 @@ fn view_of(
         }
     }
     exclude.extend(run.backend.secrets_file.as_deref().map(real));
-    match &run.benchmark {
-        BenchmarkConfig::Jsonl { cases, .. } => exclude.push(real(cases)),
-        BenchmarkConfig::Humaneval { path, .. } => exclude.extend(path.as_deref().map(real)),
-        BenchmarkConfig::Toy { .. } => {}
-    }
+    exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
     let mut view = sandbox::View { exclude, ..sandbox::View::system() };
     view.read.extend(read.iter().map(|p| real(p)));
     view.write.extend(write.iter().map(|p| real(p)));
