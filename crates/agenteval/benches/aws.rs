@@ -20,7 +20,7 @@ use agenteval_core::traits::CloudBackend;
 use agenteval_testkit::emulator;
 use util::{BIN, Children, fault_proxy, python, read_json};
 
-#[path = "../tests/util/mod.rs"]
+#[path = "../tests/it/util/mod.rs"]
 mod util;
 
 fn proxy(endpoint: &str, stats: &Path, throttle_every: u32, kill: &mut Children) -> String {

@@ -35,7 +35,7 @@ use agenteval_testkit::emulator;
 use async_trait::async_trait;
 use util::{Children, fault_proxy, read_json};
 
-#[path = "../tests/util/mod.rs"]
+#[path = "../tests/it/util/mod.rs"]
 mod util;
 
 const JOB_SECONDS: f64 = 0.5;

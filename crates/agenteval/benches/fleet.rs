@@ -10,7 +10,7 @@
 //!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
 
-#[path = "../tests/util/mod.rs"]
+#[path = "../tests/it/util/mod.rs"]
 mod util;
 
 use std::path::Path;

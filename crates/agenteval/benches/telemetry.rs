@@ -8,7 +8,7 @@
 //! thousands of files makes the next run's writes several times slower, which drowns the
 //! difference being measured.
 
-#[path = "../tests/util/mod.rs"]
+#[path = "../tests/it/util/mod.rs"]
 mod util;
 
 use std::path::Path;

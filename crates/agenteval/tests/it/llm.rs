@@ -2,13 +2,12 @@
 //! (`agenteval_testkit::llm_mock`): tool calls, retries, limits, prices, cassettes, `replay`,
 //! keys that never leak, and the transport rule.
 
-mod util;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agenteval_testkit::llm_mock::{ECHOED_KEY, MockLlm};
-use util::*;
+use crate::util::*;
 
 const KEY: &str = "sk-test-THEREALKEYNEVERSHOWN0123456789";
 

@@ -1,7 +1,6 @@
 //! End-to-end tests of the local fleet: they drive the real `agenteval` binary, its worker
 //! processes, the filesystem bundle and the SQLite index.
 
-mod util;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -9,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use util::otlp;
-use util::*;
+use crate::util::otlp;
+use crate::util::*;
 
 fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
     let out = ws.run(&["runs", "show", run, "--tasks", "--json", "--index", ws.index().to_str().unwrap()]);

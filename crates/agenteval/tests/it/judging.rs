@@ -2,11 +2,10 @@
 //! tasks, compared both ways, with gates; infrastructure failures that must not count against
 //! the agent; baselines and `latest:`; gates files with every problem at its position.
 
-mod util;
 
 use std::path::Path;
 
-use util::*;
+use crate::util::*;
 
 const AGENT: &str = r#"
 import json, os, sys

@@ -2,13 +2,12 @@
 //! per outcome everywhere, resume that can finish, output without a terminal, every config
 //! problem at once, and an agent environment that holds only what was declared.
 
-mod util;
 
 use std::io::BufRead as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use util::*;
+use crate::util::*;
 
 fn cases(ws: &Workspace, n: usize) {
     let lines: String =

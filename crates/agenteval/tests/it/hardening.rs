@@ -3,12 +3,11 @@
 //! mid-run, unbounded config values, a trace flood, and an agent that goes after the answers,
 //! the bundle, the index and the machine.
 
-mod util;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use util::*;
+use crate::util::*;
 
 fn alive(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -685,7 +684,7 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     assert_eq!(code, 0, "{v}");
     let index = ws.index();
     let ui =
-        util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
+        crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
     let ui_port = ui.port.to_string();
     assert_eq!(ui.get("/api/runs").status, 200, "the UI answers anyone on loopback");
     let abstract_name = format!("agenteval-red-team-{}", std::process::id());
@@ -807,7 +806,7 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
 
     let index = ws.index();
     let ui =
-        util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
+        crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
     let run = v["run_id"].as_str().unwrap();
     let mut pages = vec![format!("/runs/{run}")];
     pages.extend((1..=4).map(|i| format!("/runs/{run}/tasks/big{i}")));

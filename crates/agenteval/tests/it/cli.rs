@@ -2,11 +2,10 @@
 //! commands find the run index, `doctor` on the local backend, task filters and repetitions,
 //! and the progress bar on a terminal.
 
-mod util;
 
 use std::process::Command;
 
-use util::*;
+use crate::util::*;
 
 fn listed(out: &std::process::Output) -> Vec<String> {
     assert!(out.status.success(), "{}", text(&out.stderr));

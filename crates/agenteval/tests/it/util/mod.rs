@@ -2,7 +2,7 @@
 //! `#[path]`): a scratch workspace, running the real binary, reading bundles and the index,
 //! the Python harness scripts, child processes that die with the test.
 
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code)] // the tests and each benchmark use a different subset
 
 pub mod otlp;
 pub mod ui;

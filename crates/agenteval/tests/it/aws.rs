@@ -3,7 +3,6 @@
 //! (`tests/aws/fake_fargate.py`) plays Fargate: it runs exactly the command and environment
 //! that each RunTask carried, as a local process of the real binary.
 
-mod util;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -11,8 +10,8 @@ use std::time::Duration;
 
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
 use agenteval_testkit::emulator;
-use util::otlp;
-use util::*;
+use crate::util::otlp;
+use crate::util::*;
 
 /// One isolated AWS "account": its own bucket, table, cluster and working directory.
 struct Aws {
@@ -904,7 +903,7 @@ async fn the_ui_shows_an_aws_run_from_another_folder() {
     assert_eq!(code, 0, "{v}");
     let run = v["run_id"].as_str().unwrap().to_string();
     let elsewhere = tempfile::tempdir().unwrap();
-    let server = util::ui::UiServer::start(aws.cmd_in(elsewhere.path(), &["ui", "--backend", "aws", "--port", "0"]));
+    let server = crate::util::ui::UiServer::start(aws.cmd_in(elsewhere.path(), &["ui", "--backend", "aws", "--port", "0"]));
     let list = server.get("/api/runs").json();
     assert_eq!(list["runs"][0]["run_id"], run.as_str(), "{list}");
     let one = server.get(&format!("/api/runs/{run}")).json();
@@ -922,7 +921,7 @@ async fn the_ui_shows_an_aws_run_from_another_folder() {
         assert_eq!(page.status, 200, "{path}: {}", page.body);
         assert!(page.body.contains(&run) || page.body.contains(&run[..13]), "{path} shows the run");
     }
-    let (dom, console) = util::ui::browse(&server.page(&format!("runs/{run}/tasks/{task}")), None);
+    let (dom, console) = crate::util::ui::browse(&server.page(&format!("runs/{run}/tasks/{task}")), None);
     assert!(console.is_empty(), "{console:?}");
     assert!(dom.contains("class=\"open\""), "the trace viewer opens over S3 too");
     assert!(server.get(&format!("/api/runs/{run}/tasks/nope-1")).status == 404);

@@ -2,15 +2,14 @@
 //! on the OTLP protobuf definitions, gRPC and HTTP/protobuf), and the bundle's `spans.jsonl`
 //! files are checked against what arrived.
 
-mod util;
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use util::otlp::{Protocol, RSpan, Receiver};
-use util::*;
+use crate::util::otlp::{Protocol, RSpan, Receiver};
+use crate::util::*;
 
 fn spans_file(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p)

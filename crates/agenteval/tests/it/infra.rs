@@ -1,12 +1,11 @@
 //! The deployment template (infra/agenteval.yaml), the container files and the shipped configs,
 //! checked as files: what the emulator cannot hold (the schedule, bucket lifecycle and policy,
 //! table TTL and point-in-time recovery) and the least-privilege IAM the template promises.
-//! The emulator deploys the same template in tests/aws.rs.
+//! The emulator deploys the same template in aws.rs.
 
-mod util;
 
 use serde_json::Value;
-use util::*;
+use crate::util::*;
 
 fn template() -> Value {
     let text = std::fs::read_to_string(repo().join("infra/agenteval.yaml")).unwrap();

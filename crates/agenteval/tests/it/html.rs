@@ -3,12 +3,11 @@
 //! request, opens a task's trace viewer, and renders hostile trace text as text, checked in the
 //! DOM it built.
 
-mod util;
 
 use std::path::Path;
 use std::process::Command;
 
-use util::*;
+use crate::util::*;
 
 const HOSTILE: &str = r#"
 import json, os, sys
@@ -25,7 +24,7 @@ emit("agent.terminal", {"final_answer": "no <img src=x onerror=alert(2)>" if bad
 /// Loads `page` (with `#fragment`) and returns the DOM the page's script built, and every
 /// console line Chromium logged (errors, CSP-blocked requests, anything the page printed).
 fn load(page: &Path, fragment: &str) -> (String, Vec<String>) {
-    util::ui::browse(&format!("file://{}{fragment}", page.display()), None)
+    crate::util::ui::browse(&format!("file://{}{fragment}", page.display()), None)
 }
 
 #[test]
@@ -108,7 +107,7 @@ storage:
 
     // A screenshot of the open viewer, kept next to the test's workspace for people to look at.
     let shot = ws.path().join("trace-viewer.png");
-    let out = Command::new(util::ui::chromium())
+    let out = Command::new(crate::util::ui::chromium())
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,1000"])
         .arg(format!("--screenshot={}", shot.display()))
         .arg(format!("file://{}#task=c04", page.display()))

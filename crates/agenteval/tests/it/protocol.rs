@@ -3,13 +3,12 @@
 //! expected answer), its scratch folder (deleted after), every documented agent failure, the
 //! 4 KiB stderr tail, the cost limit, and the process group killed at the wall-clock limit.
 
-mod util;
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use util::*;
+use crate::util::*;
 
 const PROBE: &str = r#"
 import json, os, subprocess, sys, time

@@ -1,17 +1,16 @@
 //! `agenteval ui` end to end: a real server on a free port, its pages in headless Chromium (no
 //! console message, nothing loaded from anywhere, hostile agent output shown as text), its
 //! refusals (wrong `Host`, writes, a public bind without a token, a busy port), its JSON API,
-//! and a run in progress. The AWS variant (DynamoDB and S3) is in tests/aws.rs. The
+//! and a run in progress. The AWS variant (DynamoDB and S3) is in aws.rs. The
 //! screenshots of docs/ui.md are taken here.
 
-mod util;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use util::ui::{UiServer, browse, request};
-use util::*;
+use crate::util::ui::{UiServer, browse, request};
+use crate::util::*;
 
 /// Writes hostile text everywhere an agent can: its plan, a tool's arguments and result, its
 /// answer (with a `javascript:` URL), on every task.

@@ -3,13 +3,12 @@
 //! every config file they pass is in the repository. Cheap (`--help` and `cargo metadata`), so
 //! the docs cannot drift from the code unnoticed.
 
-mod util;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use util::{repo, text};
+use crate::util::{repo, text};
 
 /// Code in a markdown file: every line of a fenced block, and every inline code span.
 fn code_snippets(md: &str) -> Vec<String> {

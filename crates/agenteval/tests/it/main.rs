@@ -1,0 +1,21 @@
+//! The end-to-end tests, in one test binary (ripgrep's layout): each module drives the real
+//! `agenteval` binary as a user, a hostile agent or CI would. One binary links once, and its
+//! tests share one AWS emulator (started on first use).
+
+mod util;
+
+mod aws;
+mod cli;
+mod docs;
+mod e2e;
+mod hardening;
+mod html;
+mod humaneval;
+mod infra;
+mod judging;
+mod llm;
+mod protocol;
+mod telemetry;
+mod tidy;
+mod trust;
+mod ui;
