@@ -2,6 +2,7 @@
 //! streaming trace events to the bundle as they happen. Running the agent is [`execute`]'s,
 //! grading is [`grade`]'s.
 
+mod decide;
 mod execute;
 mod grade;
 
@@ -9,11 +10,10 @@ use std::sync::Arc;
 
 use agenteval_core::config::RunConfig;
 use agenteval_core::layout;
-use agenteval_core::model::scores_pass;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
-use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use agenteval_core::{Error, ErrorKind, Result, RunId};
 use chrono::Utc;
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::json;
@@ -188,17 +188,14 @@ pub async fn run_job(
         Ok(j) => j,
         Err(e) => {
             tracing::error!("{e}");
-            return if e.kind() == ErrorKind::Invalid { worker_exit::BAD_JOB } else { worker_exit::FAILED };
+            return decide::exit_for_start_error(e.kind(), true);
         }
     };
     let ctx = match build(job, resolver, journal).await {
         Ok(c) => c,
         Err(e) => {
             tracing::error!("cannot start job: {e}");
-            return match e.kind() {
-                ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Unauthorized => worker_exit::BAD_JOB,
-                _ => worker_exit::FAILED,
-            };
+            return decide::exit_for_start_error(e.kind(), false);
         }
     };
     let trace = ctx.traceparent.as_deref().and_then(telemetry::parse_traceparent);
@@ -245,23 +242,15 @@ async fn process_task(
     task: &TaskSpec,
     cancel: impl std::future::Future<Output = ()>,
 ) -> std::result::Result<(), i32> {
-    // One driver per run: a job dispatched under an older lease (its controller was taken
-    // over) starts nothing more, so no agent runs twice for the same task.
-    match ctx.index.get_run(&ctx.run_id).await {
-        Ok(Some(r)) if r.epoch == ctx.job.epoch => {}
-        Ok(Some(r)) => {
-            tracing::warn!(
-                job = %ctx.job.job_id,
-                "stopping: the run is now driven by {} (epoch {}, this job's {})",
-                r.controller,
-                r.epoch,
-                ctx.job.epoch
-            );
-            return Err(worker_exit::CANCELLED);
-        }
-        Ok(None) => {
-            tracing::error!("run {} is not in the index {}", ctx.run_id, ctx.job.index_uri);
-            return Err(worker_exit::FAILED);
+    match ctx.index.get_run(&ctx.run_id).await.map(|r| decide::lease(r.as_ref(), &ctx.job)) {
+        Ok(decide::Lease::Go) => {}
+        Ok(decide::Lease::Stop { code, why }) => {
+            if code == worker_exit::CANCELLED {
+                tracing::warn!(job = %ctx.job.job_id, "{why}");
+            } else {
+                tracing::error!(job = %ctx.job.job_id, "{why}");
+            }
+            return Err(code);
         }
         Err(e) => {
             tracing::error!("{}", ctx.redactor.redact(&e.to_string()));
@@ -411,42 +400,11 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         Ok(x) => x,
         Err(e) => {
             log.push(format!("infrastructure failure: {e}"));
-            let agent = AgentResult {
-                success: false,
-                final_answer: None,
-                error: Some(ctx.redactor.redact(&e.to_string())),
-                total_cost_usd: 0.0,
-                total_tokens: 0,
-                wall_seconds: 0.0,
-                terminated_by: TerminatedBy::InfraFailure,
-                steps: 0,
-                cost_unknown: false,
-            };
-            let score = EvaluatorScore::errored("benchmark", "benchmark", e.to_string());
-            (agent, vec![score])
+            decide::infra_failure(ctx.redactor.redact(&e.to_string()))
         }
     };
-    let result = TaskResult {
-        schema_version: SCHEMA_VERSION.into(),
-        run_id: ctx.run_id,
-        task_id: task.id.clone(),
-        job_id: ctx.job.job_id.clone(),
-        attempt,
-        passed: scores_pass(&scores),
-        agent,
-        scores,
-        started_at,
-        finished_at: Utc::now(),
-    };
-    log.push(format!(
-        "{} finished: passed={} terminated_by={} cost=${:.6} tokens={} wall={:.3}s",
-        Utc::now().to_rfc3339(),
-        result.passed,
-        result.agent.terminated_by.as_str(),
-        result.total_cost_usd(),
-        result.agent.total_tokens,
-        result.agent.wall_seconds
-    ));
+    let result = decide::task_result(&ctx.job, task, agent, scores, started_at);
+    log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
 }
 

@@ -3,15 +3,14 @@
 //! (`tests/aws/fake_fargate.py`) plays Fargate: it runs exactly the command and environment
 //! that each RunTask carried, as a local process of the real binary.
 
-
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
-use agenteval_testkit::emulator;
 use crate::util::otlp;
 use crate::util::*;
+use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex};
+use agenteval_testkit::emulator;
 
 /// One isolated AWS "account": its own bucket, table, cluster and working directory.
 struct Aws {
@@ -903,7 +902,8 @@ async fn the_ui_shows_an_aws_run_from_another_folder() {
     assert_eq!(code, 0, "{v}");
     let run = v["run_id"].as_str().unwrap().to_string();
     let elsewhere = tempfile::tempdir().unwrap();
-    let server = crate::util::ui::UiServer::start(aws.cmd_in(elsewhere.path(), &["ui", "--backend", "aws", "--port", "0"]));
+    let server =
+        crate::util::ui::UiServer::start(aws.cmd_in(elsewhere.path(), &["ui", "--backend", "aws", "--port", "0"]));
     let list = server.get("/api/runs").json();
     assert_eq!(list["runs"][0]["run_id"], run.as_str(), "{list}");
     let one = server.get(&format!("/api/runs/{run}")).json();

@@ -2,7 +2,6 @@
 //! commands find the run index, `doctor` on the local backend, task filters and repetitions,
 //! and the progress bar on a terminal.
 
-
 use std::process::Command;
 
 use crate::util::*;

@@ -3,7 +3,6 @@
 //! every config file they pass is in the repository. Cheap (`--help` and `cargo metadata`), so
 //! the docs cannot drift from the code unnoticed.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,15 +1,14 @@
 //! End-to-end tests of the local fleet: they drive the real `agenteval` binary, its worker
 //! processes, the filesystem bundle and the SQLite index.
 
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use crate::util::otlp;
 use crate::util::*;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 fn index_tasks(ws: &Workspace, run: &str) -> serde_json::Value {
     let out = ws.run(&["runs", "show", run, "--tasks", "--json", "--index", ws.index().to_str().unwrap()]);

@@ -3,7 +3,6 @@
 //! mid-run, unbounded config values, a trace flood, and an agent that goes after the answers,
 //! the bundle, the index and the machine.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -683,8 +682,14 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     let (v, code, _) = ws.submit(&oracle, &[]);
     assert_eq!(code, 0, "{v}");
     let index = ws.index();
-    let ui =
-        crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&[
+        "ui",
+        "--index",
+        index.to_str().unwrap(),
+        "--port",
+        "0",
+        "--no-token",
+    ]));
     let ui_port = ui.port.to_string();
     assert_eq!(ui.get("/api/runs").status, 200, "the UI answers anyone on loopback");
     let abstract_name = format!("agenteval-red-team-{}", std::process::id());
@@ -805,8 +810,14 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
     assert!(controller_kib < 200 * 1024, "the controller peaked at {} MiB", controller_kib / 1024);
 
     let index = ws.index();
-    let ui =
-        crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0", "--no-token"]));
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&[
+        "ui",
+        "--index",
+        index.to_str().unwrap(),
+        "--port",
+        "0",
+        "--no-token",
+    ]));
     let run = v["run_id"].as_str().unwrap();
     let mut pages = vec![format!("/runs/{run}")];
     pages.extend((1..=4).map(|i| format!("/runs/{run}/tasks/big{i}")));

@@ -3,7 +3,6 @@
 //! request, opens a task's trace viewer, and renders hostile trace text as text, checked in the
 //! DOM it built.
 
-
 use std::path::Path;
 use std::process::Command;
 

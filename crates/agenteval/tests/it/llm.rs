@@ -2,12 +2,11 @@
 //! (`agenteval_testkit::llm_mock`): tool calls, retries, limits, prices, cassettes, `replay`,
 //! keys that never leak, and the transport rule.
 
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agenteval_testkit::llm_mock::{ECHOED_KEY, MockLlm};
 use crate::util::*;
+use agenteval_testkit::llm_mock::{ECHOED_KEY, MockLlm};
 
 const KEY: &str = "sk-test-THEREALKEYNEVERSHOWN0123456789";
 

@@ -3,7 +3,6 @@
 //! expected answer), its scratch folder (deleted after), every documented agent failure, the
 //! 4 KiB stderr tail, the cost limit, and the process group killed at the wall-clock limit.
 
-
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;

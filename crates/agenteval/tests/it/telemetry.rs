@@ -2,14 +2,13 @@
 //! on the OTLP protobuf definitions, gRPC and HTTP/protobuf), and the bundle's `spans.jsonl`
 //! files are checked against what arrived.
 
-
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
 use crate::util::otlp::{Protocol, RSpan, Receiver};
 use crate::util::*;
+use nix::sys::signal::Signal;
 
 fn spans_file(p: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(p)

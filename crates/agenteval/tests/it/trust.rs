@@ -2,7 +2,6 @@
 //! per outcome everywhere, resume that can finish, output without a terminal, every config
 //! problem at once, and an agent environment that holds only what was declared.
 
-
 use std::io::BufRead as _;
 use std::path::Path;
 use std::time::{Duration, Instant};

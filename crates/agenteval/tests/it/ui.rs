@@ -4,7 +4,6 @@
 //! and a run in progress. The AWS variant (DynamoDB and S3) is in aws.rs. The
 //! screenshots of docs/ui.md are taken here.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
