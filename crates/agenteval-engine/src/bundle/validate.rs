@@ -7,6 +7,7 @@ use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
 use super::{TaskTable, read_json, sha256_hex, summarize};
@@ -95,18 +96,45 @@ async fn check_results(
     Ok(())
 }
 
+/// What every check reads: the bundle's listing, its metadata and its task table, read once.
+struct Bundle<'s> {
+    store: &'s dyn BundleStore,
+    run: RunId,
+    files: Vec<String>,
+    present: BTreeSet<String>,
+    meta: Option<Metadata>,
+    specs: TaskTable,
+}
+
+impl Bundle<'_> {
+    fn has(&self, path: &str) -> bool {
+        self.present.contains(path)
+    }
+
+    fn sealed(&self) -> bool {
+        self.meta.as_ref().is_some_and(|m| m.sealed)
+    }
+}
+
+/// One check of a bundle: it adds what it finds to the validation; `Err` only when the store
+/// itself failed.
+type Check = for<'a> fn(&'a Bundle<'a>, &'a mut Validation) -> LocalBoxFuture<'a, Result<()>>;
+
+/// The checks, in the order their problems are listed.
+const CHECKS: &[(&str, Check)] = &[
+    ("required files", |b, v| Box::pin(required_files(b, v))),
+    ("metadata", |b, v| Box::pin(metadata(b, v))),
+    ("checksums", |b, v| Box::pin(checksums(b, v))),
+    ("tasks", |b, v| Box::pin(tasks(b, v))),
+    ("summary and results", |b, v| Box::pin(summary(b, v))),
+];
+
 /// Checks a bundle: required files, checksums, and that its files agree with each other.
 pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation> {
     let mut v = Validation::default();
     let files = store.list(run, "").await?;
     if files.is_empty() {
         return Err(Error::not_found(format!("no bundle at {}", store.bundle_uri(run))));
-    }
-    let present: BTreeSet<&str> = files.iter().map(String::as_str).collect();
-    for req in layout::REQUIRED {
-        if !present.contains(req) {
-            v.problems.push(format!("{req}: missing"));
-        }
     }
     let meta: Option<Metadata> = match read_json(store, run, layout::METADATA).await {
         Ok(m) => Some(m),
@@ -116,62 +144,6 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             None
         }
     };
-    if let Some(m) = &meta {
-        v.sealed = m.sealed;
-        v.status = Some(m.status);
-        check_version(layout::METADATA, &m.schema_version, &mut v);
-        if m.run_id != *run {
-            v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
-        }
-        if !m.sealed {
-            v.warnings.push(format!(
-                "bundle is not sealed (status {}): its run is still going or its controller died; `agenteval resume {run}` finishes it",
-                m.status.as_str()
-            ));
-        }
-    }
-    let sealed = meta.as_ref().is_some_and(|m| m.sealed);
-    if sealed {
-        for req in layout::REQUIRED_SEALED {
-            if !present.contains(req) {
-                v.problems.push(format!("{req}: missing"));
-            }
-        }
-    }
-
-    // Checksums.
-    if sealed && present.contains(layout::MANIFEST) {
-        match read_json::<Manifest>(store, run, layout::MANIFEST).await {
-            Err(e) => v.problems.push(e.to_string()),
-            Ok(man) => {
-                check_version(layout::MANIFEST, &man.schema_version, &mut v);
-                for (path, entry) in &man.files {
-                    if !present.contains(path.as_str()) {
-                        v.problems.push(format!("{path}: listed in the manifest but missing"));
-                        continue;
-                    }
-                    let bytes = store.get(run, path).await?;
-                    v.files_checked += 1;
-                    if bytes.len() as u64 != entry.size {
-                        v.problems.push(format!(
-                            "{path}: size {} differs from the manifest's {}",
-                            bytes.len(),
-                            entry.size
-                        ));
-                    } else if sha256_hex(&bytes) != entry.sha256 {
-                        v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
-                    }
-                }
-                for path in &files {
-                    if path != layout::MANIFEST && !man.files.contains_key(path) {
-                        v.problems.push(format!("{path}: not listed in the manifest"));
-                    }
-                }
-            }
-        }
-    }
-
-    // Tasks.
     let specs = match TaskTable::read(store, run).await {
         Ok(t) => t,
         Err(e) => {
@@ -181,31 +153,102 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             TaskTable::default()
         }
     };
-    let known: BTreeSet<&str> = specs.ids().iter().map(|t| t.as_str()).collect();
-    if let Some(m) = &meta
-        && !specs.is_empty()
-        && specs.len() as u64 != m.tasks_total
-    {
-        v.problems.push(format!("{}: {} tasks, metadata says {}", layout::TASKS, specs.len(), m.tasks_total));
+    let present = files.iter().cloned().collect();
+    let bundle = Bundle { store, run: *run, files, present, meta, specs };
+    for (what, check) in CHECKS {
+        check(&bundle, &mut v).await.map_err(|e| Error::new(e.kind(), format!("checking the {what}: {e}")))?;
     }
-    let mut task_dirs: BTreeSet<String> = BTreeSet::new();
-    for f in &files {
-        if let Some(rest) = f.strip_prefix("tasks/")
-            && let Some((dir, _)) = rest.split_once('/')
-        {
-            task_dirs.insert(dir.to_string());
+    Ok(v)
+}
+
+/// Every file a bundle must have, and those a sealed one must have too.
+async fn required_files(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
+    let sealed: &[&str] = if b.sealed() { layout::REQUIRED_SEALED } else { &[] };
+    for req in layout::REQUIRED.iter().chain(sealed) {
+        if !b.has(req) {
+            v.problems.push(format!("{req}: missing"));
         }
     }
-    if present.contains(layout::SPANS) {
-        check_spans(&store.get(run, layout::SPANS).await?, layout::SPANS, false, &mut v);
+    Ok(())
+}
+
+/// The metadata's version and run id; an unsealed bundle is a warning naming `resume`.
+async fn metadata(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
+    let Some(m) = &b.meta else { return Ok(()) };
+    let run = b.run;
+    v.sealed = m.sealed;
+    v.status = Some(m.status);
+    check_version(layout::METADATA, &m.schema_version, v);
+    if m.run_id != run {
+        v.problems.push(format!("{}: run_id {} does not match the bundle's run {run}", layout::METADATA, m.run_id));
     }
-    for dir in &task_dirs {
-        if !known.is_empty() && !known.contains(dir.as_str()) {
+    if !m.sealed {
+        v.warnings.push(format!(
+            "bundle is not sealed (status {}): its run is still going or its controller died; `agenteval resume {run}` finishes it",
+            m.status.as_str()
+        ));
+    }
+    if !b.specs.is_empty() && b.specs.len() as u64 != m.tasks_total {
+        v.problems.push(format!("{}: {} tasks, metadata says {}", layout::TASKS, b.specs.len(), m.tasks_total));
+    }
+    Ok(())
+}
+
+/// A sealed bundle's files against its manifest: each listed file there with its size and
+/// sha256, and every file listed.
+async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
+    if !b.sealed() || !b.has(layout::MANIFEST) {
+        return Ok(());
+    }
+    let man = match read_json::<Manifest>(b.store, &b.run, layout::MANIFEST).await {
+        Err(e) => {
+            v.problems.push(e.to_string());
+            return Ok(());
+        }
+        Ok(m) => m,
+    };
+    check_version(layout::MANIFEST, &man.schema_version, v);
+    for (path, entry) in &man.files {
+        if !b.has(path) {
+            v.problems.push(format!("{path}: listed in the manifest but missing"));
+            continue;
+        }
+        let bytes = b.store.get(&b.run, path).await?;
+        v.files_checked += 1;
+        if bytes.len() as u64 != entry.size {
+            v.problems.push(format!("{path}: size {} differs from the manifest's {}", bytes.len(), entry.size));
+        } else if sha256_hex(&bytes) != entry.sha256 {
+            v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
+        }
+    }
+    for path in &b.files {
+        if path != layout::MANIFEST && !man.files.contains_key(path) {
+            v.problems.push(format!("{path}: not listed in the manifest"));
+        }
+    }
+    Ok(())
+}
+
+/// The run's spans, and each task folder: a task of this run, with every file a finished task
+/// has (a complete run has a result for each), each file well-formed.
+async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
+    let known: BTreeSet<&str> = b.specs.ids().iter().map(|t| t.as_str()).collect();
+    let task_dirs: BTreeSet<&str> = b
+        .files
+        .iter()
+        .filter_map(|f| f.strip_prefix("tasks/").and_then(|rest| rest.split_once('/')).map(|(dir, _)| dir))
+        .collect();
+    if b.has(layout::SPANS) {
+        check_spans(&b.store.get(&b.run, layout::SPANS).await?, layout::SPANS, false, v);
+    }
+    let complete = b.sealed() && b.meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete);
+    for dir in task_dirs {
+        if !known.is_empty() && !known.contains(dir) {
             v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
         }
-        let has = |f: &str| present.contains(format!("tasks/{dir}/{f}").as_str());
+        let has = |f: &str| b.has(&format!("tasks/{dir}/{f}"));
         if !has(layout::TASK_RESULT) {
-            if sealed && meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete) {
+            if complete {
                 v.problems.push(format!("tasks/{dir}/{}: missing in a complete run", layout::TASK_RESULT));
             }
             continue;
@@ -216,59 +259,48 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
                 v.problems.push(format!("tasks/{dir}/{f}: missing"));
             }
         }
-        check_task(store, run, dir, &mut v).await?;
+        check_task(b.store, &b.run, dir, v).await?;
     }
+    Ok(())
+}
 
-    // Cross-file: summary against the results.
-    if let Some(m) = &meta
-        && sealed
-        && present.contains(layout::SUMMARY)
-    {
-        // A result that cannot be read is already named by its task's check: the summary
-        // cannot be recomputed then, which is no reason to stop validating.
-        let recomputed = match summarize(store, run, specs.ids(), m.status, super::Lines::Collect).await {
-            Ok(x) => Some(x),
-            Err(e) if e.kind() == ErrorKind::Corrupt => None,
-            Err(e) => return Err(e),
-        };
-        match (read_json::<RunSummary>(store, run, layout::SUMMARY).await, recomputed) {
-            (Err(e), _) => v.problems.push(e.to_string()),
-            (Ok(_), None) => {}
-            (Ok(s), Some((re, out))) => {
-                check_results(store, run, present.contains(layout::RESULTS), &out.lines, &mut v).await?;
-                if s.status != m.status {
-                    v.problems.push(format!(
-                        "{}: status {} but metadata says {}",
-                        layout::SUMMARY,
-                        s.status.as_str(),
-                        m.status.as_str()
-                    ));
-                }
-                if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
-                    v.problems.push(format!(
-                        "{}: {} finished / {} passed, but the task results give {} / {}",
-                        layout::SUMMARY,
-                        s.tasks_finished,
-                        s.passed,
-                        re.tasks_finished,
-                        re.passed
-                    ));
-                }
-                if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
-                    v.problems.push(format!("{}: cost or tokens disagree with the task results", layout::SUMMARY));
-                }
-                if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
-                    v.problems.push(format!(
-                        "{}: run is complete but {} of {} tasks have results",
-                        layout::SUMMARY,
-                        s.tasks_finished,
-                        m.tasks_total
-                    ));
-                }
-            }
+/// A sealed bundle's summary and `results.jsonl` against the task results they were made from.
+async fn summary(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
+    let Some(m) = b.meta.as_ref().filter(|m| m.sealed && b.has(layout::SUMMARY)) else { return Ok(()) };
+    // A result that cannot be read is already named by its task's check: the summary cannot be
+    // recomputed then, which is no reason to stop validating.
+    let recomputed = match summarize(b.store, &b.run, b.specs.ids(), m.status, super::Lines::Collect).await {
+        Ok(x) => x,
+        Err(e) if e.kind() == ErrorKind::Corrupt => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let s = match read_json::<RunSummary>(b.store, &b.run, layout::SUMMARY).await {
+        Ok(s) => s,
+        Err(e) => {
+            v.problems.push(e.to_string());
+            return Ok(());
         }
+    };
+    let (re, out) = recomputed;
+    check_results(b.store, &b.run, b.has(layout::RESULTS), &out.lines, v).await?;
+    let at = layout::SUMMARY;
+    if s.status != m.status {
+        v.problems.push(format!("{at}: status {} but metadata says {}", s.status.as_str(), m.status.as_str()));
     }
-    Ok(v)
+    if s.tasks_finished != re.tasks_finished || s.passed != re.passed {
+        v.problems.push(format!(
+            "{at}: {} finished / {} passed, but the task results give {} / {}",
+            s.tasks_finished, s.passed, re.tasks_finished, re.passed
+        ));
+    }
+    if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
+        v.problems.push(format!("{at}: cost or tokens disagree with the task results"));
+    }
+    if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {
+        v.problems
+            .push(format!("{at}: run is complete but {} of {} tasks have results", s.tasks_finished, m.tasks_total));
+    }
+    Ok(())
 }
 
 /// The fields of a `spans.jsonl` line that validation checks.
