@@ -622,7 +622,10 @@ fn not_a_file(what: &str, path: &std::path::Path) -> String {
     }
 }
 
-/// [`load_config_str`] with extra checks.
+/// [`load_config_str`] with extra checks. The passes, each reporting every problem it finds:
+/// parse (YAML with positions, `--set`, shorthands, the schema), typed (serde, with what the
+/// schema refused taken out), validate (the config's own rules), resolve (paths against the
+/// config's folder, the files it names read in), then the `extra` checks of other crates.
 pub fn load_config_str_checked(
     text: &str,
     file: &str,
@@ -631,8 +634,38 @@ pub fn load_config_str_checked(
     extra: ExtraChecks<'_>,
 ) -> Result<LoadedConfig, ConfigError> {
     let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
+    let (value, pos, mut problems) = parse_pass(text, overrides).map_err(fail)?;
+    // Every problem at once: when the schema found some, the rest of the checks still run, on
+    // the config with the offending values taken out (and a section that cannot be read at all
+    // stood in for), and report what they find outside what was already reported.
+    let reported = problems.len();
+    let (mut config, skip) = typed_pass(value, &problems, &pos).map_err(fail)?;
+    let at = |(pointer, message): (String, String)| Problem { origin: pos.find(&pointer, false), pointer, message };
+    problems.extend(config.validate().into_iter().map(at));
+    problems.extend(resolve_pass(&mut config, base, &pos));
+    problems.extend(extra(&mut config).into_iter().map(at));
+    problems.extend(read_evaluator_files(&mut config, base, &pos));
+    let mut problems: Vec<Problem> = problems
+        .into_iter()
+        .enumerate()
+        .filter(|(i, p)| {
+            *i < reported || !skip.iter().any(|x| p.pointer == *x || p.pointer.starts_with(&format!("{x}/")))
+        })
+        .map(|(_, p)| p)
+        .collect();
+    if !problems.is_empty() {
+        problems.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
+        return Err(fail(in_file_order(problems)));
+    }
+    let resolved = serde_json::to_value(&config).expect("config serializes");
+    Ok(LoadedConfig { config, path: base.join(file), resolved })
+}
+
+/// YAML to JSON with a pointer→position map, the `--set` overrides, evaluator shorthands, and
+/// the schema's problems. `Err`: the text cannot be read as a config at all.
+fn parse_pass(text: &str, overrides: &[String]) -> Result<(Value, Positions, Vec<Problem>), Vec<Problem>> {
     let mut pos = Positions::default();
-    let mut value = parse_yaml(text, &mut pos).map_err(fail)?;
+    let mut value = parse_yaml(text, &mut pos)?;
     if value.is_null() {
         value = Value::Object(Map::new());
     }
@@ -644,7 +677,7 @@ pub fn load_config_str_checked(
             pointer: String::new(),
             message: "a run config must be a mapping of fields".into(),
         });
-        return Err(fail(problems));
+        return Err(problems);
     }
     if let Some(list) = value.get_mut("evaluators") {
         let before = list.clone();
@@ -652,29 +685,28 @@ pub fn load_config_str_checked(
         shorthand_positions(&before, list, &mut pos);
     }
     problems.extend(schema_problems(&value, &pos));
-    // Every problem at once: when the schema found some, the rest of the checks still run, on
-    // the config with the offending values taken out (and a section that cannot be read at all
-    // stood in for), and report what they find outside what was already reported.
-    let reported = problems.len();
-    let (mut config, skip): (RunConfig, Vec<String>) = if problems.is_empty() {
+    Ok((value, pos, problems))
+}
+
+/// The typed config, and the pointers whose values were taken out because the schema refused
+/// them (`problems`, so later passes do not report them again).
+fn typed_pass(value: Value, problems: &[Problem], pos: &Positions) -> Result<(RunConfig, Vec<String>), Vec<Problem>> {
+    if problems.is_empty() {
         // The schema accepts every shape serde does; what is left here are values that parse
         // further (locations), reported at their position.
         let config = serde_path_to_error::deserialize(value).map_err(|e| {
             let ptr = path_to_pointer(e.path());
-            fail(vec![Problem { origin: pos.find(&ptr, false), pointer: ptr, message: e.inner().to_string() }])
+            vec![Problem { origin: pos.find(&ptr, false), pointer: ptr, message: e.inner().to_string() }]
         })?;
-        (config, Vec::new())
-    } else {
-        match repaired(value, &problems) {
-            Some(r) => r,
-            None => return Err(fail(in_file_order(problems))),
-        }
-    };
-    for (ptr, message) in config.validate() {
-        problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
+        return Ok((config, Vec::new()));
     }
+    repaired(value, problems).ok_or_else(|| in_file_order(problems.to_vec()))
+}
 
-    // Paths are relative to the config file, not to wherever the user happens to stand.
+/// Paths against the config's folder (not wherever the user happens to stand), and the files
+/// the config names checked or read in.
+fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Problem> {
+    let mut problems = Vec::new();
     // A HumanEval file not given is found by the benchmark (an `extra` check): it asks Python.
     for (field, what, path) in config.benchmark.data_files_mut() {
         *path = resolve(base, path);
@@ -730,9 +762,13 @@ pub fn load_config_str_checked(
             }),
         }
     }
-    for (ptr, message) in extra(&mut config) {
-        problems.push(Problem { origin: pos.find(&ptr, false), pointer: ptr, message });
-    }
+    problems
+}
+
+/// What evaluators name beside the config: a command's folder, a schema file (read in, so
+/// the schema travels inside the resolved config).
+fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Problem> {
+    let mut problems = Vec::new();
     for (i, e) in config.evaluators.iter_mut().enumerate() {
         match e {
             EvaluatorConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
@@ -762,20 +798,7 @@ pub fn load_config_str_checked(
             _ => {}
         }
     }
-    let mut problems: Vec<Problem> = problems
-        .into_iter()
-        .enumerate()
-        .filter(|(i, p)| {
-            *i < reported || !skip.iter().any(|x| p.pointer == *x || p.pointer.starts_with(&format!("{x}/")))
-        })
-        .map(|(_, p)| p)
-        .collect();
-    if !problems.is_empty() {
-        problems.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
-        return Err(fail(in_file_order(problems)));
-    }
-    let resolved = serde_json::to_value(&config).expect("config serializes");
-    Ok(LoadedConfig { config, path: base.join(file), resolved })
+    problems
 }
 
 /// The config with what the schema refused taken out, for the checks that run after the
