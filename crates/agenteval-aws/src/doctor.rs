@@ -41,6 +41,7 @@ fn check(name: impl Into<String>, r: std::result::Result<String, String>) -> Che
 }
 
 /// Runs every check; never stops at the first failure.
+// Long: a list of independent checks, one block per resource, in the order doctor prints them.
 pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Check> {
     let mut out = Vec::new();
     out.push(check(

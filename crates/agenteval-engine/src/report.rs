@@ -24,6 +24,8 @@ pub fn code_span(text: &str) -> String {
     format!("{fence}{pad}{text}{pad}{fence}")
 }
 
+/// The run's `report.md`.
+// Long: the report's sections in the order they are read, each a few lines of Markdown.
 pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# agenteval run {}\n", code_span(&meta.name));

@@ -74,6 +74,7 @@ fn escape(key: &str) -> String {
 }
 
 /// Parses and checks a gates file's text; `file` names it in messages.
+// Long: one arm per key of the file, each with its own check and message, read top to bottom.
 pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
     let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
     let doc = YamlDoc::parse(text).map_err(fail)?;
@@ -261,6 +262,7 @@ pub type Standalone<'a> = &'a dyn Fn(&str) -> Option<f64>;
 
 /// Judges a comparison (or, with `None`, the candidate alone through `standalone`, whose tasks
 /// count is `cand_tasks`) against the gates.
+// Long: one block per kind of gate, each adding its result; the verdict is their conjunction.
 pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standalone<'_>, cand_tasks: u64) -> Verdict {
     let mut out = Vec::new();
     let mut push = |gate: String, limit: f64, value: Option<f64>, passed: bool, detail: String| {

@@ -110,31 +110,7 @@ pub async fn replay(
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run).await?;
     let store = located.store.clone();
     let meta: Metadata = read_json(store.as_ref(), &run, layout::METADATA).await?;
-    let mut loaded = match with_config {
-        Some(path) => load_config(path, &[]).map_err(config_failure)?,
-        None => {
-            let recorded: Value = read_json(store.as_ref(), &run, layout::CONFIG).await?;
-            let config: RunConfig = serde_json::from_value(recorded).map_err(|e| {
-                Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
-            })?;
-            let resolved = serde_json::to_value(&config).expect("configs serialize");
-            LoadedConfig {
-                config,
-                path: std::path::PathBuf::from(store.bundle_uri(&run)).join(layout::CONFIG),
-                resolved,
-            }
-        }
-    };
-    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) {
-        return Err(Error::invalid(format!(
-            "run {run} used the `{}` agent: only `llm` runs record model calls to replay",
-            loaded.config.agent.kind()
-        ))
-        .into());
-    }
-    if !wiring.kind(&loaded.config)?.on_this_machine() || !loaded.config.storage.bundle_root.is_local() {
-        return Err(Error::invalid("replay runs on the local backend with a local bundle folder").into());
-    }
+    let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config).await?;
     let code_changed = if meta.agenteval_version != agenteval_engine::VERSION {
         Some(format!("recorded with agenteval {}, replayed with {}", meta.agenteval_version, agenteval_engine::VERSION))
     } else if with_config.is_none() && controller::config_hash(&loaded.resolved) != meta.config_hash {
@@ -142,28 +118,9 @@ pub async fn replay(
     } else {
         None
     };
-
-    // The bundle's cassettes, one file per task, where the workers read them.
-    let dir = tempfile::Builder::new()
-        .prefix("agenteval-replay-")
-        .tempdir()
-        .map_err(|e| Error::io("a cassette folder", e))?;
-    let suffix = format!("/{}", layout::TASK_CASSETTE);
-    let mut recorded_tasks = Vec::new();
-    for path in store.list(&run, "tasks/").await? {
-        if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
-            let bytes = store.get(&run, &path).await?;
-            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
-                .map_err(|e| Error::io("writing a cassette", e))?;
-            recorded_tasks.push(task.to_string());
-        }
-    }
-    if recorded_tasks.is_empty() {
-        return Err(Error::not_found(format!("run {run} has no recorded model calls (tasks/*/cassette.jsonl)")).into());
-    }
+    let (dir, recorded_tasks) = unpack_cassettes(store.as_ref(), &run).await?;
     // Only the recorded tasks are replayed: tasks the recording never reached have nothing to
     // compare with.
-    recorded_tasks.sort();
     let filter = loaded.config.benchmark.filter_mut();
     filter.ids = recorded_tasks.iter().map(|t| t.split('@').next().unwrap_or(t).to_string()).collect();
     filter.ids.dedup();
@@ -191,8 +148,7 @@ pub async fn replay(
         };
         rows.push((task.clone(), word, detail));
     }
-    let count = |w: &str| rows.iter().filter(|r| r.1 == w).count();
-    let all_match = count("MATCH") == rows.len();
+    let all_match = rows.iter().all(|r| r.1 == "MATCH");
     let code = if !all_match {
         exit::CHECK_FAILED
     } else if outcome.status != RunStatus::Complete {
@@ -200,46 +156,132 @@ pub async fn replay(
     } else {
         exit::OK
     };
+    let shown = Replayed { run, outcome: &outcome, code_changed: code_changed.as_deref(), rows: &rows, code };
     if json {
-        let tasks: Vec<Value> =
-            rows.iter().map(|(t, w, d)| json!({"task_id": t, "verdict": w, "difference": d})).collect();
-        say!(
-            "{}",
-            json!({
-                "run_id": run,
-                "replay_run_id": outcome.run_id,
-                "replay_status": outcome.status,
-                "code_changed": code_changed,
-                "match": count("MATCH"),
-                "differ": count("DIFFER"),
-                "code_changed_tasks": count("CODE_CHANGED"),
-                "tasks": tasks,
-                "exit_code": code,
-            })
-        );
-        return Ok(code);
+        say!("{}", shown.json());
+    } else {
+        shown.print(&loaded.config, quiet);
     }
-    if !quiet {
-        // A replay that could not run says so below, task by task.
-        let _ = print_outcome(&outcome, &loaded.config, false, quiet);
-        say!("");
+    Ok(code)
+}
+
+/// The config a replay runs: the recorded one (or `with_config`), which must be an `llm` run on
+/// a backend of this machine with a local bundle folder.
+async fn replay_config(
+    wiring: &Wiring,
+    store: &dyn agenteval_core::traits::BundleStore,
+    run: &agenteval_core::RunId,
+    with_config: Option<&Path>,
+) -> Result<LoadedConfig, Failure> {
+    let loaded = match with_config {
+        Some(path) => load_config(path, &[]).map_err(config_failure)?,
+        None => {
+            let recorded: Value = read_json(store, run, layout::CONFIG).await?;
+            let config: RunConfig = serde_json::from_value(recorded).map_err(|e| {
+                Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
+            })?;
+            let resolved = serde_json::to_value(&config).expect("configs serialize");
+            LoadedConfig {
+                config,
+                path: std::path::PathBuf::from(store.bundle_uri(run)).join(layout::CONFIG),
+                resolved,
+            }
+        }
+    };
+    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) {
+        return Err(Error::invalid(format!(
+            "run {run} used the `{}` agent: only `llm` runs record model calls to replay",
+            loaded.config.agent.kind()
+        ))
+        .into());
     }
-    if let Some(why) = &code_changed {
-        say!("note: {why}");
+    if !wiring.kind(&loaded.config)?.on_this_machine() || !loaded.config.storage.bundle_root.is_local() {
+        return Err(Error::invalid("replay runs on the local backend with a local bundle folder").into());
     }
-    for (task, word, detail) in &rows {
-        if detail.is_empty() {
-            say!("{word:<12} {task}");
-        } else {
-            say!("{word:<12} {task}  {detail}");
+    Ok(loaded)
+}
+
+/// The bundle's cassettes, one file per task, in a folder where the workers read them; and the
+/// tasks that have one, sorted.
+async fn unpack_cassettes(
+    store: &dyn agenteval_core::traits::BundleStore,
+    run: &agenteval_core::RunId,
+) -> Result<(tempfile::TempDir, Vec<String>), Failure> {
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-replay-")
+        .tempdir()
+        .map_err(|e| Error::io("a cassette folder", e))?;
+    let suffix = format!("/{}", layout::TASK_CASSETTE);
+    let mut recorded_tasks = Vec::new();
+    for path in store.list(run, "tasks/").await? {
+        if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
+            let bytes = store.get(run, &path).await?;
+            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
+                .map_err(|e| Error::io("writing a cassette", e))?;
+            recorded_tasks.push(task.to_string());
         }
     }
-    say!(
-        "replay of {run}: {} tasks, {} MATCH, {} DIFFER, {} CODE_CHANGED",
-        rows.len(),
-        count("MATCH"),
-        count("DIFFER"),
-        count("CODE_CHANGED")
-    );
-    Ok(code)
+    if recorded_tasks.is_empty() {
+        return Err(Error::not_found(format!("run {run} has no recorded model calls (tasks/*/cassette.jsonl)")).into());
+    }
+    recorded_tasks.sort();
+    Ok((dir, recorded_tasks))
+}
+
+/// What a replay found, task by task, for the terminal or `--json`.
+struct Replayed<'a> {
+    run: agenteval_core::RunId,
+    outcome: &'a controller::RunOutcome,
+    code_changed: Option<&'a str>,
+    /// `(task, MATCH | DIFFER | CODE_CHANGED, the first difference)`.
+    rows: &'a [(String, &'static str, String)],
+    code: u8,
+}
+
+impl Replayed<'_> {
+    fn count(&self, word: &str) -> usize {
+        self.rows.iter().filter(|r| r.1 == word).count()
+    }
+
+    fn json(&self) -> Value {
+        let tasks: Vec<Value> =
+            self.rows.iter().map(|(t, w, d)| json!({"task_id": t, "verdict": w, "difference": d})).collect();
+        json!({
+            "run_id": self.run,
+            "replay_run_id": self.outcome.run_id,
+            "replay_status": self.outcome.status,
+            "code_changed": self.code_changed,
+            "match": self.count("MATCH"),
+            "differ": self.count("DIFFER"),
+            "code_changed_tasks": self.count("CODE_CHANGED"),
+            "tasks": tasks,
+            "exit_code": self.code,
+        })
+    }
+
+    fn print(&self, config: &RunConfig, quiet: bool) {
+        if !quiet {
+            // A replay that could not run says so below, task by task.
+            let _ = print_outcome(self.outcome, config, false, quiet);
+            say!("");
+        }
+        if let Some(why) = self.code_changed {
+            say!("note: {why}");
+        }
+        for (task, word, detail) in self.rows {
+            if detail.is_empty() {
+                say!("{word:<12} {task}");
+            } else {
+                say!("{word:<12} {task}  {detail}");
+            }
+        }
+        say!(
+            "replay of {}: {} tasks, {} MATCH, {} DIFFER, {} CODE_CHANGED",
+            self.run,
+            self.rows.len(),
+            self.count("MATCH"),
+            self.count("DIFFER"),
+            self.count("CODE_CHANGED")
+        );
+    }
 }

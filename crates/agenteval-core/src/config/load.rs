@@ -413,6 +413,7 @@ fn rules_out_branch(e: &SchemaError<'_>, ptr: &str) -> bool {
 /// agent, evaluators) are `oneOf` their kinds' schemas; the validator's "not valid under any
 /// of the schemas" is replaced by the problems of the kind the user chose, or by an unknown
 /// kind with the known ones listed.
+// Long: one arm per kind of schema error, each saying its problem in the user's words.
 fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<Problem>) {
     use jsonschema::error::ValidationErrorKind as K;
     let ptr = err.instance_path().as_str().to_string();

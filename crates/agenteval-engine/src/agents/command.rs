@@ -36,6 +36,24 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
+    /// The protocol's request line: the task, the model, the limits and the scratch folder.
+    fn request(&self, ctx: &AgentContext<'_>, scratch: Option<&std::path::Path>, max_disk: u64) -> serde_json::Value {
+        json!({
+            "protocol": 1,
+            "run_id": ctx.run_id,
+            "task_id": ctx.task.id,
+            "input": ctx.task.input,
+            "model": self.model,
+            "limits": {
+                "max_tokens": ctx.limits.max_tokens,
+                "max_wall_seconds": ctx.limits.wall_seconds(),
+                "max_cost_usd": ctx.limits.max_cost_usd,
+                "max_disk_bytes": max_disk,
+            },
+            "scratch_dir": scratch,
+        })
+    }
+
     pub fn new(
         program: Vec<String>,
         env: BTreeMap<String, String>,
@@ -300,20 +318,7 @@ impl AgentRunner for CommandAgent {
         };
         let _guard = TreeGuard(child.id().map(|p| p as i32));
 
-        let request = json!({
-            "protocol": 1,
-            "run_id": ctx.run_id,
-            "task_id": ctx.task.id,
-            "input": ctx.task.input,
-            "model": self.model,
-            "limits": {
-                "max_tokens": ctx.limits.max_tokens,
-                "max_wall_seconds": ctx.limits.wall_seconds(),
-                "max_cost_usd": ctx.limits.max_cost_usd,
-                "max_disk_bytes": max_disk,
-            },
-            "scratch_dir": scratch,
-        });
+        let request = self.request(ctx, scratch.as_deref(), max_disk);
         if let Some(mut stdin) = child.stdin.take() {
             let mut line = request.to_string();
             line.push('\n');
@@ -321,15 +326,7 @@ impl AgentRunner for CommandAgent {
             let _ = stdin.write_all(line.as_bytes()).await;
             drop(stdin);
         }
-        let mut stderr = child.stderr.take().expect("stderr piped");
-        let stderr_task = tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let _ = (&mut stderr).take(1024 * 1024).read_to_end(&mut buf).await;
-            let text = String::from_utf8_lossy(&buf).into_owned();
-            let start = text.len().saturating_sub(STDERR_TAIL);
-            let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
-            text[start..].to_string()
-        });
+        let stderr_task = tokio::spawn(stderr_tail(child.stderr.take().expect("stderr piped")));
 
         let watch = scratch.clone().map(|dir| disk::Watch::new(dir, max_disk));
         let (protocol, mut problem, exited) = read_events(&mut child, watch, sink).await;
@@ -343,43 +340,73 @@ impl AgentRunner for CommandAgent {
             Some(st) => st,
             None => child.wait().await,
         };
-        // What the agent left behind counts too: it may have written its last gigabytes after
-        // the last measurement, or been killed by the kernel for one file too large.
         if problem.is_none() {
-            let killed_by_size = matches!(&status, Ok(st) if st.code() == Some(disk::KILLED_BY_FILE_SIZE));
-            let left = scratch.as_deref().and_then(|dir| disk::over(disk::usage(dir, max_disk), max_disk));
-            problem = match (left, killed_by_size) {
-                (Some(why), _) => Some((TerminatedBy::LimitDisk, why)),
-                (None, true) => Some((
-                    TerminatedBy::LimitDisk,
-                    format!("the agent wrote a file past {max_disk} bytes (limits.max_disk_bytes)"),
-                )),
-                (None, false) => None,
-            };
+            problem = disk_left(&status, scratch.as_deref(), max_disk);
         }
         // A descendant that escaped the kill could hold stderr open: wait for it only briefly.
         let stderr_tail =
             tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
-        let with_stderr = |msg: String| {
-            if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
-        };
-        if let Some((term, msg)) = problem {
-            return AgentOutcome { final_answer: None, error: Some((term, with_stderr(msg))) };
-        }
-        match status {
-            Ok(st) if st.success() => {}
-            // Said in a fixed form: the controller tells "cannot run at all" by it.
-            Ok(st) if protocol.events == 0 => {
-                return agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
-            }
-            Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
-            Err(e) => return agent_error(format!("waiting for agent: {e}")),
-        }
-        if !protocol.terminal_seen {
-            return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
-        }
-        AgentOutcome { final_answer: protocol.final_answer, error: None }
+        finish(&protocol, problem, status, &stderr_tail)
     }
+}
+
+/// The last `STDERR_TAIL` bytes of the agent's stderr (read up to 1 MiB).
+async fn stderr_tail(mut stderr: tokio::process::ChildStderr) -> String {
+    let mut buf = Vec::new();
+    let _ = (&mut stderr).take(1024 * 1024).read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let start = text.len().saturating_sub(STDERR_TAIL);
+    let start = (start..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    text[start..].to_string()
+}
+
+/// What the agent left behind counts too: it may have written its last gigabytes after the last
+/// measurement, or been killed by the kernel for one file too large.
+fn disk_left(
+    status: &std::io::Result<std::process::ExitStatus>,
+    scratch: Option<&std::path::Path>,
+    max_disk: u64,
+) -> Option<(TerminatedBy, String)> {
+    let killed_by_size = matches!(status, Ok(st) if st.code() == Some(disk::KILLED_BY_FILE_SIZE));
+    let left = scratch.and_then(|dir| disk::over(disk::usage(dir, max_disk), max_disk));
+    match (left, killed_by_size) {
+        (Some(why), _) => Some((TerminatedBy::LimitDisk, why)),
+        (None, true) => Some((
+            TerminatedBy::LimitDisk,
+            format!("the agent wrote a file past {max_disk} bytes (limits.max_disk_bytes)"),
+        )),
+        (None, false) => None,
+    }
+}
+
+/// The outcome of a run whose protocol was read to its end: a limit or protocol problem, a
+/// failed exit, a missing `agent.terminal`, else the final answer. Errors end with the tail of
+/// the agent's stderr.
+fn finish(
+    protocol: &Protocol,
+    problem: Option<(TerminatedBy, String)>,
+    status: std::io::Result<std::process::ExitStatus>,
+    stderr_tail: &str,
+) -> AgentOutcome {
+    let with_stderr = |msg: String| {
+        if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
+    };
+    if let Some((term, msg)) = problem {
+        return AgentOutcome { final_answer: None, error: Some((term, with_stderr(msg))) };
+    }
+    match status {
+        Ok(st) if st.success() => {}
+        // Said in a fixed form: the controller tells "cannot run at all" by it.
+        Ok(st) if protocol.events == 0 => {
+            return agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
+        }
+        Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
+        Err(e) => return agent_error(format!("waiting for agent: {e}")),
+    }
+    if !protocol.terminal_seen {
+        return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
+    }
+    AgentOutcome { final_answer: protocol.final_answer.clone(), error: None }
 }
 
 impl CommandAgent {

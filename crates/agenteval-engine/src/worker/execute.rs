@@ -248,6 +248,8 @@ impl EventSink for TraceSink {
 
 /// Runs the agent on one task under the run's limits, streaming its events to the task's
 /// `trace.jsonl`; returns its result and the open trace, which grading goes on writing to.
+// Long: the agent's future, its limits and its span are one `select!`; split, each part would
+// need all of them.
 pub(super) async fn run_agent(
     ctx: &Ctx,
     task: &TaskSpec,

@@ -238,6 +238,66 @@ fn the_backend_choice_finder_finds_choices() {
     }
 }
 
+/// Functions of product code over `max` lines whose comment block above says no `Long:` reason,
+/// as `file:line: name (n lines)`.
+fn long_functions(rel: &str, code: &str, max: usize) -> Vec<String> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let sig = [
+            "pub fn ",
+            "fn ",
+            "pub async fn ",
+            "async fn ",
+            "pub(crate) fn ",
+            "pub(super) fn ",
+            "pub(crate) async fn ",
+            "pub(super) async fn ",
+        ];
+        let Some(rest) = sig.iter().find_map(|s| body.strip_prefix(s)) else { continue };
+        let name = rest.split(['(', '<']).next().unwrap_or_default();
+        let close = format!("{indent}}}");
+        let Some(end) = lines[i + 1..].iter().position(|l| *l == close) else { continue };
+        let n = end + 2;
+        let reasoned = lines[..i]
+            .iter()
+            .rev()
+            .take_while(|l| {
+                let t = l.trim_start();
+                t.starts_with("//") || t.starts_with("#[")
+            })
+            .any(|l| l.trim_start().starts_with("// Long:"));
+        if n > max && !reasoned {
+            out.push(format!("{rel}:{}: {name} ({n} lines)", i + 1));
+        }
+    }
+    out
+}
+
+/// No function of the shipped crates is over 100 lines without a reason written above it
+/// (`// Long: …`): a long function mixes concerns more often than not.
+#[test]
+fn no_long_function_without_a_reason() {
+    let mut wrong = Vec::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f) && !f.starts_with("crates/agenteval-testkit/")) {
+        wrong.extend(long_functions(&f, &product_code(&f), 100));
+    }
+    assert!(wrong.is_empty(), "functions over 100 lines with no `// Long:` reason above them: {wrong:#?}");
+}
+
+#[test]
+fn the_long_function_finder_counts_bodies_and_reads_reasons() {
+    let body = |n: usize| (0..n).map(|_| "    x();\n").collect::<String>();
+    let long = format!("/// Does it.\nfn f() {{\n{}}}\n", body(100));
+    assert_eq!(long_functions("a.rs", &long, 100), vec!["a.rs:2: f (102 lines)"]);
+    let reasoned = format!("/// Does it.\n// Long: one arm per key.\n#[allow(x)]\nfn f() {{\n{}}}\n", body(100));
+    assert!(long_functions("a.rs", &reasoned, 100).is_empty());
+    let short = format!("    pub async fn g(&self) {{\n{}    }}\n", body(10));
+    assert!(long_functions("a.rs", &short, 100).is_empty());
+}
+
 #[test]
 fn library_functions_return_typed_errors() {
     let mut wrong = Vec::new();
