@@ -21,8 +21,12 @@ use async_trait::async_trait;
 
 /// Every backend this build can run jobs on, one line each: adding a backend is its crate
 /// (implementing `BackendKind`) and a line here. The first is the default.
+#[rustfmt::skip] // one line a backend, however short the list
 fn registry(exe: PathBuf, aws: Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
-    vec![Arc::new(LocalBackendKind::new(exe)), Arc::new(EcsBackendKind::new(aws))]
+    vec![
+        Arc::new(LocalBackendKind::new(exe)),
+        Arc::new(EcsBackendKind::new(aws)),
+    ]
 }
 
 /// The registered backends, for checks that build nothing (config validation, `--help`).
