@@ -8,7 +8,7 @@
 
 pub mod doctor;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agenteval_aws::{AwsSettings, ClientCache, DynamoDbRunIndex, EcsBackendKind, S3BundleStore};
@@ -22,16 +22,16 @@ use async_trait::async_trait;
 /// Every backend this build can run jobs on, one line each: adding a backend is its crate
 /// (implementing `BackendKind`) and a line here. The first is the default.
 #[rustfmt::skip] // one line a backend, however short the list
-fn registry(exe: PathBuf, aws: Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
+fn registry(exe: &Path, aws: &Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
     vec![
-        Arc::new(LocalBackendKind::new(exe)),
-        Arc::new(EcsBackendKind::new(aws)),
+        Arc::new(LocalBackendKind::new(exe.to_path_buf())),
+        Arc::new(EcsBackendKind::new(aws.clone())),
     ]
 }
 
 /// The registered backends, for checks that build nothing (config validation, `--help`).
 fn kinds() -> Vec<Arc<dyn BackendKind>> {
-    registry(PathBuf::new(), Arc::default())
+    registry(Path::new(""), &Arc::default())
 }
 
 /// Parses `--backend`: one of the registered ids, each shown with what it runs on.
@@ -87,7 +87,7 @@ impl Wiring {
         let clients = Arc::new(ClientCache::default());
         Arc::new(Wiring {
             aws: AwsSettings::of(aws),
-            backends: registry(exe, clients.clone()),
+            backends: registry(&exe, &clients),
             clients,
             retention_days: aws.and_then(|a| a.index_retention_days),
         })
