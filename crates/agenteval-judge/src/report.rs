@@ -18,16 +18,39 @@ pub enum Format {
     Html,
 }
 
+impl Format {
+    /// Every format, in the order `--help` lists them.
+    pub const ALL: [Format; 4] = [Format::Text, Format::Md, Format::Json, Format::Html];
+
+    /// The name `--format` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Md => "md",
+            Format::Json => "json",
+            Format::Html => "html",
+        }
+    }
+
+    /// What it is for, in a few words (`--help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            Format::Text => "for a terminal",
+            Format::Md => "Markdown, a pull-request comment",
+            Format::Json => "one JSON document",
+            Format::Html => "one self-contained page",
+        }
+    }
+}
+
 impl std::str::FromStr for Format {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "text" => Ok(Format::Text),
-            "md" | "markdown" => Ok(Format::Md),
-            "json" => Ok(Format::Json),
-            "html" => Ok(Format::Html),
-            other => Err(format!("unknown format `{other}` (text, md, json, html)")),
-        }
+        let s = if s == "markdown" { "md" } else { s };
+        Format::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = Format::ALL.iter().map(|f| f.as_str()).collect();
+            format!("unknown format `{s}` ({})", names.join(", "))
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use agenteval_judge::report::Format;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -354,37 +355,19 @@ pub enum RunsCommand {
     },
 }
 
-/// The formats a report or comparison is written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ReportFormat {
-    /// For a terminal.
-    Text,
-    /// Markdown (a pull-request comment).
-    #[value(alias = "markdown")]
-    Md,
-    Json,
-    /// One self-contained page.
-    Html,
-}
-
-impl ReportFormat {
-    pub fn judged(self) -> agenteval_judge::report::Format {
-        use agenteval_judge::report::Format;
-        match self {
-            ReportFormat::Text => Format::Text,
-            ReportFormat::Md => Format::Md,
-            ReportFormat::Json => Format::Json,
-            ReportFormat::Html => Format::Html,
-        }
-    }
+/// Parses `--format`: the judge's formats, each listed with what it is for.
+fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
+    PossibleValuesParser::new(Format::ALL.map(|f| PossibleValue::new(f.as_str()).help(f.about())))
+        .map(|s| s.parse::<Format>().expect("a possible value"))
 }
 
 /// Where and how a report is written.
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
     /// `text`, `md` (a PR comment), `json` or `html` (one self-contained file).
-    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
-    pub format: ReportFormat,
+    #[arg(long, default_value = "text", value_parser = format_parser())]
+    pub format: Format,
     /// Write to this file instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,

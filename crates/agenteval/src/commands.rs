@@ -126,7 +126,7 @@ async fn submit(
         return print_outcome(&outcome, &loaded.config, json, quiet);
     }
     let index = wiring.index(&loaded.config.storage.index_location()).await?;
-    let shown = crate::cli::ReportArgs { format: crate::cli::ReportFormat::Text, output: None };
+    let shown = crate::cli::ReportArgs { format: agenteval_judge::report::Format::Text, output: None };
     if !json {
         print_outcome(&outcome, &loaded.config, false, quiet)?;
         say!("");
@@ -378,10 +378,10 @@ async fn resume(
 }
 
 async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
-    let json = json || out.format == crate::cli::ReportFormat::Json;
+    let json = json || out.format == agenteval_judge::report::Format::Json;
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
-    if out.format == crate::cli::ReportFormat::Html {
+    if out.format == agenteval_judge::report::Format::Html {
         return judging::report_html(wiring.as_ref(), index.as_ref(), &run_id, out).await;
     }
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;

@@ -220,7 +220,7 @@ pub async fn judge_run(
     opts: CompareOptions,
     missing_ok: bool,
 ) -> Result<Judged, Failure> {
-    let format = out.map(|o| o.format.judged());
+    let format = out.map(|o| o.format);
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
     let base = match base_ref {
         None => None,
