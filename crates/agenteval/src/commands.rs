@@ -398,11 +398,15 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
         let text = agenteval_engine::report::render(&meta, &s, &out.failures);
         (s, text)
     };
-    if json {
-        judging::emit(out, &format!("{}\n", serde_json::to_string_pretty(&summary).expect("serializes")))?;
-    } else {
-        judging::emit(out, &text)?;
-    }
+    use agenteval_judge::report::Format;
+    let shown = match out.format {
+        _ if json => format!("{}\n", serde_json::to_string_pretty(&summary).expect("serializes")),
+        Format::Json => unreachable!("--format json sets json"),
+        Format::Html => unreachable!("an HTML report is written above"),
+        // The run's report is Markdown; a terminal shows it as it is.
+        Format::Text | Format::Md => text,
+    };
+    judging::emit(out, &shown)?;
     Ok(exit::OK)
 }
 
