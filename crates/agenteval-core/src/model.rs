@@ -309,6 +309,24 @@ pub struct AgentResult {
     pub cost_unknown: bool,
 }
 
+impl AgentResult {
+    /// The result of a task the infrastructure failed (its environment, its worker, its store):
+    /// no answer, nothing spent, `infra_failure` with the reason.
+    pub fn infra_failure(error: String) -> AgentResult {
+        AgentResult {
+            success: false,
+            final_answer: None,
+            error: Some(error),
+            total_cost_usd: 0.0,
+            total_tokens: 0,
+            wall_seconds: 0.0,
+            terminated_by: TerminatedBy::InfraFailure,
+            steps: 0,
+            cost_unknown: false,
+        }
+    }
+}
+
 /// A score given by one evaluator (or by the benchmark's own grader, kind `benchmark`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvaluatorScore {

@@ -3,7 +3,7 @@
 //! a task the infrastructure failed records, and what a finished task's result says.
 
 use agenteval_core::model::scores_pass;
-use agenteval_core::model::{AgentResult, EvaluatorScore, JobSpec, RunRecord, TaskResult, TaskSpec, TerminatedBy};
+use agenteval_core::model::{AgentResult, EvaluatorScore, JobSpec, RunRecord, TaskResult, TaskSpec};
 use agenteval_core::traits::worker_exit;
 use agenteval_core::{ErrorKind, SCHEMA_VERSION};
 use chrono::{DateTime, Utc};
@@ -52,18 +52,7 @@ pub(super) fn lease(run: Option<&RunRecord>, job: &JobSpec) -> Lease {
 /// What a task records when its environment or its run failed for the infrastructure: no
 /// answer, the (redacted) error, `infra_failure`, and one errored score naming the benchmark.
 pub(super) fn infra_failure(error: String) -> (AgentResult, Vec<EvaluatorScore>) {
-    let agent = AgentResult {
-        success: false,
-        final_answer: None,
-        error: Some(error.clone()),
-        total_cost_usd: 0.0,
-        total_tokens: 0,
-        wall_seconds: 0.0,
-        terminated_by: TerminatedBy::InfraFailure,
-        steps: 0,
-        cost_unknown: false,
-    };
-    (agent, vec![EvaluatorScore::errored("benchmark", "benchmark", error)])
+    (AgentResult::infra_failure(error.clone()), vec![EvaluatorScore::errored("benchmark", "benchmark", error)])
 }
 
 /// A finished task's result: it passed when its scores say so (`scores_pass`).
@@ -104,6 +93,7 @@ pub(super) fn finished_line(result: &TaskResult) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agenteval_core::model::TerminatedBy;
     use agenteval_core::{JobId, RunId};
 
     fn job(epoch: u32) -> JobSpec {
