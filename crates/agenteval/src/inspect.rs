@@ -27,6 +27,8 @@ pub struct TaskFilter {
 
 /// Columns a terminal has.
 const WIDTH: usize = 80;
+/// Most characters of an answer `show` prints (its middle is cut past it).
+const ANSWER_CHARS: usize = 2000;
 
 /// A task as `runs show` lists it: its index record, what became of it, and why.
 struct Row {
@@ -200,11 +202,12 @@ pub async fn show_task(
     match &result {
         Some(r) => {
             let why = r.why();
-            say!(
-                "outcome  {}{}",
-                r.outcome().as_str(),
-                if why.is_empty() { String::new() } else { format!(": {}", clip(&why, WIDTH - 18)) }
-            );
+            let outcome = if why.is_empty() {
+                r.outcome().as_str().to_string()
+            } else {
+                format!("{}: {why}", r.outcome().as_str())
+            };
+            say!("{}", output::wrapped("outcome  ", &outcome, WIDTH));
             let a = &r.agent;
             say!(
                 "agent    {} after {:.3} s, {} steps, {} tokens, ${:.4}{}",
@@ -216,7 +219,10 @@ pub async fn show_task(
                 if a.cost_unknown { " (cost partly unknown)" } else { "" }
             );
             if let Some(answer) = &a.final_answer {
-                say!("answer   {}", clip(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), WIDTH - 9));
+                // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
+                let answer =
+                    output::middle_cut(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), ANSWER_CHARS);
+                say!("{}", output::wrapped("answer   ", &answer, WIDTH));
             }
         }
         None => say!("outcome  {} (no result yet)", record.state.as_str()),
@@ -249,13 +255,8 @@ pub async fn show_task(
                 "fail"
             };
             let reason = s.error.as_deref().unwrap_or(&s.reason);
-            let room = WIDTH.saturating_sub(id_w + 2 + 6 + 6);
-            say!(
-                "  {:<id_w$} {verdict:<5} {:.2} {}",
-                clip(&s.evaluator_id, id_w),
-                s.score,
-                clip(&reason.replace('\n', " "), room)
-            );
+            let label = format!("  {:<id_w$} {verdict:<5} {:.2} ", clip(&s.evaluator_id, id_w), s.score);
+            say!("{}", output::wrapped(&label, reason, WIDTH));
         }
     }
     Ok(exit::OK)

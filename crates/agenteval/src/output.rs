@@ -319,3 +319,48 @@ mod tests {
         assert!(plain.chars().count() <= 80, "a run of thousands of tasks logs within 80 columns: {plain}");
     }
 }
+
+/// `text` after `label`, wrapped to `width` columns, its continuation lines indented under its
+/// start: a long error is shown whole, never cut (an error's useful part is often its end).
+pub fn wrapped(label: &str, text: &str, width: usize) -> String {
+    let indent = " ".repeat(label.chars().count());
+    let opts = textwrap::Options::new(width).initial_indent(label).subsequent_indent(&indent).break_words(true);
+    textwrap::fill(&text.replace('\n', " "), opts)
+}
+
+/// `s` within `max` characters, its middle cut when it is longer: the start and the end are
+/// where a difference or an error says what it is.
+pub fn middle_cut(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max.saturating_sub(9) / 2;
+    let head: String = s.chars().take(keep).collect();
+    let tail: String = s.chars().skip(n - keep).collect();
+    format!("{head} […{}…] {tail}", n - 2 * keep)
+}
+
+#[cfg(test)]
+mod wrap_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_error_is_wrapped_whole_within_the_width() {
+        let error: String = (0..120).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+        let shown = wrapped("outcome  errored: ", &error, 80);
+        assert!(shown.lines().all(|l| l.chars().count() <= 80), "{shown}");
+        assert!(shown.lines().skip(1).all(|l| l.starts_with(&" ".repeat(18))), "{shown}");
+        let joined: Vec<&str> = shown.split_whitespace().skip(2).collect();
+        assert_eq!(joined.join(" "), error, "nothing is cut");
+    }
+
+    #[test]
+    fn a_middle_cut_keeps_the_start_and_the_end() {
+        let s = format!("start {} end", "x".repeat(500));
+        let cut = middle_cut(&s, 100);
+        assert!(cut.starts_with("start ") && cut.ends_with(" end") && cut.contains("[…"), "{cut}");
+        assert!(cut.chars().count() <= 100, "{}", cut.chars().count());
+        assert_eq!(middle_cut("short", 100), "short");
+    }
+}

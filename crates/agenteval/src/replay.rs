@@ -57,9 +57,9 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
     })
 }
 
+/// A value in a difference: its start and end when it is long.
 fn clip(v: &impl std::fmt::Display) -> String {
-    let s = v.to_string();
-    if s.chars().count() <= 80 { s } else { format!("{}…", s.chars().take(80).collect::<String>()) }
+    crate::output::middle_cut(&v.to_string(), 120)
 }
 
 /// The first way `now` differs from `was`, if it does.
@@ -272,7 +272,7 @@ impl Replayed<'_> {
             if detail.is_empty() {
                 say!("{word:<12} {task}");
             } else {
-                say!("{word:<12} {task}  {detail}");
+                say!("{}", crate::output::wrapped(&format!("{word:<12} {task}  "), detail, 80));
             }
         }
         say!(

@@ -172,3 +172,27 @@ fn output_into_a_closed_pipe_is_not_a_crash() {
     assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// `show` prints a long error whole, wrapped within 80 columns: the useful part of an error is
+/// often its end (a path, an exit status), which a cut loses.
+#[test]
+fn show_prints_a_600_character_error_whole_within_80_columns() {
+    let ws = Workspace::new();
+    let error: String = (0..90).map(|i| format!("part{i:02}")).collect::<Vec<_>>().join(" ") + " THE-END";
+    assert!(error.len() >= 600, "{}", error.len());
+    ws.write("cases.jsonl", "{\"id\": \"t1\", \"input\": \"q\", \"expected\": \"a\"}\n");
+    ws.write("fails.py", &format!("import sys\nsys.stdin.readline()\nsys.stderr.write({error:?})\nsys.exit(1)\n"));
+    let cfg = ws.write(
+        "long.yaml",
+        "name: long\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: command, command: [python3, fails.py]}\nbackend: {stop_after_identical_errors: 0}\n",
+    );
+    let (v, _, _) = ws.submit(&cfg, &[]);
+    let run = v["run_id"].as_str().unwrap();
+    let out = ws.run(&["show", run, "t1", "--index", ws.index().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.lines().all(|l| l.chars().count() <= 80), "a line past 80 columns:\n{shown}");
+    let words: Vec<&str> = shown.split_whitespace().collect();
+    let joined = words.join(" ");
+    assert!(joined.contains(&error), "the error is not there whole:\n{shown}");
+}
