@@ -162,12 +162,7 @@ impl SqliteRunIndex {
     }
 
     fn open_with(path: &Path, create: bool) -> Result<Self> {
-        let lost = || {
-            Error::not_found(format!(
-                "no run index at {} (if it was lost, `agenteval index rebuild --bundles ROOT` recreates it)",
-                path.display()
-            ))
-        };
+        let lost = || Error::not_found(format!("no run index at {}", path.display()));
         match std::fs::metadata(path) {
             Ok(m) if m.len() == 0 => {
                 // SQLite would read an empty file as an empty index: "no runs yet" is a lie here.

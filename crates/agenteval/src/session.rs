@@ -266,24 +266,68 @@ pub(crate) fn with_cassettes(
     Ok(opts)
 }
 
-/// The run index the arguments name (`--index` or `AGENTEVAL_INDEX`, else `--config`'s, else
-/// `--backend aws`'s, else ./runs/index.sqlite), and the wiring that opened it: its AWS
-/// settings are the config's when the index came from `--config`, else the environment's.
+/// The run index the arguments name, and the wiring that opened it: `--index` (or
+/// `AGENTEVAL_INDEX`), else `--config`'s, else `--backend NAME`'s, else — the way `git` finds a
+/// repository — the nearest `runs/index.sqlite` in the current folder or one above it. The
+/// wiring's AWS settings are the config's when the index came from `--config`, else the
+/// environment's. An index that is not there is named, with how it was chosen and the flags
+/// that choose another.
 pub(crate) async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn RunIndex>), Failure> {
-    let uri = if let Some(i) = &args.index {
-        i.display().to_string()
+    let (at, how) = if let Some(i) = &args.index {
+        (i.display().to_string().parse::<IndexLocation>()?, "named by --index or AGENTEVAL_INDEX".to_string())
     } else if let Some(c) = &args.config {
         let cfg = load_config(c, &[]).map_err(config_failure)?.config;
         let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
-        let index = wiring.index(&cfg.storage.index_location()).await?;
+        let at = cfg.storage.index_location();
+        let index =
+            wiring.index(&at).await.map_err(|e| missing_index(e, &at, &format!("the index of {}", c.display())))?;
         return Ok((wiring, index));
+    } else if let Some(b) = args.backend.as_deref() {
+        (crate::wiring::default_index(Some(b))?, format!("the default index of backend `{b}`"))
     } else {
-        crate::wiring::default_index(args.backend.as_deref())?.to_string()
+        nearest_index()?
     };
-    let at: IndexLocation = uri.parse()?;
     let wiring = Wiring::new(exe()?, None);
-    let index = wiring.index(&at).await?;
+    let index = wiring.index(&at).await.map_err(|e| missing_index(e, &at, &how))?;
     Ok((wiring, index))
+}
+
+/// The nearest `runs/index.sqlite` in the current folder or a folder above it.
+fn nearest_index() -> Result<(IndexLocation, String), Failure> {
+    let here = std::env::current_dir().map_err(|e| Error::io("reading the current folder", e))?;
+    let relative = Path::new("runs").join("index.sqlite");
+    match here.ancestors().map(|d| d.join(&relative)).find(|p| p.is_file()) {
+        Some(found) => Ok((IndexLocation::Sqlite(found), "found above the current folder".into())),
+        None => Err(Error::invalid(format!(
+            "no run index: no {} in {} or any folder above it; name one with --index FILE (or AGENTEVAL_INDEX), \
+             or --config FILE for the index of a run config",
+            relative.display(),
+            here.display()
+        ))
+        .into()),
+    }
+}
+
+/// A missing index said with where it was looked for and how to choose another; when its
+/// folder still holds run bundles it was lost, and `index rebuild` recreates it.
+fn missing_index(e: Error, at: &IndexLocation, how: &str) -> Failure {
+    if e.kind() != agenteval_core::ErrorKind::NotFound {
+        return e.into();
+    }
+    let bundles = match at {
+        IndexLocation::Sqlite(p) => p.parent().and_then(|d| std::fs::read_dir(d).ok()).map_or(0, |entries| {
+            entries.flatten().filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<RunId>().is_ok())).count()
+        }),
+        IndexLocation::DynamoDb { .. } => 0,
+    };
+    let fix = match at {
+        IndexLocation::Sqlite(p) if bundles > 0 => format!(
+            "its folder holds {bundles} run bundle(s): `agenteval index rebuild --bundles {}` recreates it",
+            p.parent().unwrap_or(Path::new(".")).display()
+        ),
+        _ => "name another with --index FILE (or AGENTEVAL_INDEX), or --config FILE".into(),
+    };
+    Error::new(e.kind(), format!("{e} ({how}); {fix}")).into()
 }
 
 pub(crate) fn record_json(r: &RunRecord) -> serde_json::Value {

@@ -69,10 +69,29 @@ fn commands_find_the_index_by_flag_config_environment_or_default() {
     assert_eq!(listed(&from(&["runs", "list", "--json"], Some(index))), vec![run.clone()]);
     let st = from(&["status", &run, "--json"], Some(index));
     assert!(st.status.success(), "{}", text(&st.stderr));
-    // Nowhere to look: a clear usage error.
+    // Nowhere to look: a usage error naming where it looked and the flags that choose.
     let none = from(&["runs", "list"], None);
     assert_eq!(none.status.code(), Some(2));
-    assert!(text(&none.stderr).contains("no run index at runs/index.sqlite"), "{}", text(&none.stderr));
+    let err = text(&none.stderr);
+    let searched = elsewhere.path().canonicalize().unwrap();
+    assert!(err.contains(&format!("no runs/index.sqlite in {}", searched.display())), "{err}");
+    assert!(err.contains("--index") && err.contains("--config"), "{err}");
+    assert!(!err.contains("index rebuild"), "nothing was lost here: {err}");
+    // From a folder inside the project, as git finds its repository: the nearest index above.
+    let deep = ws.path().join("src/deep");
+    std::fs::create_dir_all(&deep).unwrap();
+    let mut c = ws.cmd(&["runs", "list", "--json"]);
+    c.current_dir(&deep).env_remove("AGENTEVAL_INDEX");
+    assert_eq!(listed(&c.output().unwrap()), vec![run.clone()]);
+    let mut c = ws.cmd(&["show", "latest:e2e-toy", "toy-0000000", "--json"]);
+    c.current_dir(&deep).env_remove("AGENTEVAL_INDEX");
+    let out = c.output().unwrap();
+    assert!(out.status.success(), "show from a subfolder: {}", text(&out.stderr));
+    // A named index that is not there says so, and how it was chosen.
+    let gone = from(&["runs", "list", "--index", "/nonexistent/index.sqlite"], None);
+    assert_eq!(gone.status.code(), Some(2));
+    let err = text(&gone.stderr);
+    assert!(err.contains("no run index at /nonexistent/index.sqlite (named by --index"), "{err}");
 }
 
 #[test]
