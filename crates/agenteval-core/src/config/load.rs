@@ -379,7 +379,7 @@ fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
     };
     let mut out = Vec::new();
     for err in validator.iter_errors(value) {
-        explain(&err, value, pos, &mut out);
+        explain(&err, &schema, value, pos, &mut out);
     }
     // A problem shared by every kind's schema is reported once.
     let mut seen = std::collections::HashSet::new();
@@ -409,22 +409,39 @@ fn rules_out_branch(e: &SchemaError<'_>, ptr: &str) -> bool {
     }
 }
 
+/// The fields the schema allows where an `additionalProperties` error found one it does not:
+/// the `properties` beside the keyword (its path is canonical, `$ref`s already resolved).
+fn known_fields(schema: &Value, err: &SchemaError<'_>) -> Vec<String> {
+    let path = err.schema_path().as_str();
+    let parent = path.strip_suffix("/additionalProperties").unwrap_or(path);
+    schema
+        .pointer(parent)
+        .and_then(|n| n.get("properties"))
+        .and_then(Value::as_object)
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
 /// Turns one schema error into problems users can act on. Configs with a `kind` (benchmark,
 /// agent, evaluators) are `oneOf` their kinds' schemas; the validator's "not valid under any
 /// of the schemas" is replaced by the problems of the kind the user chose, or by an unknown
 /// kind with the known ones listed.
 // Long: one arm per kind of schema error, each saying its problem in the user's words.
-fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<Problem>) {
+fn explain(err: &SchemaError<'_>, schema: &Value, value: &Value, pos: &Positions, out: &mut Vec<Problem>) {
     use jsonschema::error::ValidationErrorKind as K;
     let ptr = err.instance_path().as_str().to_string();
     match err.kind() {
         K::AdditionalProperties { unexpected } => {
             let kind = value.pointer(&ptr).and_then(|v| v.get("kind")).and_then(Value::as_str);
+            let known = known_fields(schema, err);
             for u in unexpected {
                 let child = format!("{ptr}/{}", escape(u));
+                let hint = did_you_mean(u, known.iter().map(String::as_str))
+                    .map(|k| format!(" (did you mean `{k}`?)"))
+                    .unwrap_or_default();
                 let message = match kind {
-                    Some(k) => format!("unknown field `{u}` for {} kind `{k}`", section(&ptr)),
-                    None => format!("unknown field `{u}`"),
+                    Some(k) => format!("unknown field `{u}` for {} kind `{k}`{hint}", section(&ptr)),
+                    None => format!("unknown field `{u}`{hint}"),
                 };
                 out.push(Problem { origin: pos.find(&child, true), pointer: child, message });
             }
@@ -460,7 +477,7 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
                 context.iter().filter(|branch| !branch.iter().any(|e| rules_out_branch(e, &ptr))).collect();
             if let [only] = fitting.as_slice() {
                 for e in only.iter() {
-                    explain(e, value, pos, out);
+                    explain(e, schema, value, pos, out);
                 }
                 return;
             }
@@ -500,7 +517,7 @@ fn explain(err: &SchemaError<'_>, value: &Value, pos: &Positions, out: &mut Vec<
                     if matches!(e.kind(), K::AdditionalProperties { .. }) && e.instance_path().as_str() == ptr {
                         continue;
                     }
-                    explain(e, value, pos, &mut found);
+                    explain(e, schema, value, pos, &mut found);
                 }
                 if i == 0 {
                     common = found;
@@ -833,7 +850,11 @@ fn repaired(mut value: Value, refused: &[Problem]) -> Option<(RunConfig, Vec<Str
                     "/benchmark" => Some(serde_json::json!({"kind": "toy", "size": 1})),
                     "/agent" => Some(serde_json::json!({"kind": "mock"})),
                     "/name" => Some(Value::String("config".into())),
-                    s if s.starts_with("/evaluators/") => Some(serde_json::json!({"kind": "no_error"})),
+                    // Its own id: a stand-in must not collide with a real `no_error` (a false
+                    // "duplicate evaluator id" caused by the first problem).
+                    s if s.starts_with("/evaluators/") => {
+                        Some(serde_json::json!({"kind": "no_error", "id": format!("(stand-in {s})")}))
+                    }
                     _ => None,
                 };
                 let obj = value.as_object_mut()?;
@@ -1046,6 +1067,34 @@ mod tests {
             // Besides the one asked about, only a missing case file may be reported (every
             // problem is, at once).
             assert_eq!(err.problems.iter().filter(|p| !p.message.contains("does not exist")).count(), 1, "{shown}");
+        }
+    }
+
+    /// A misspelled field at any level gets a "did you mean", and a problem is said once: the
+    /// stand-in for an evaluator of an unknown kind does not collide with a real one.
+    #[test]
+    fn misspelled_fields_are_named_with_their_fix_and_one_mistake_is_one_error() {
+        let cases = [
+            (
+                "backend:\n  max_concurent_jobs: 2\n",
+                "c.yaml:7:3: unknown field `max_concurent_jobs` (did you mean `max_concurrent_jobs`?)",
+            ),
+            ("evaluator: x\n", "c.yaml:6:1: unknown field `evaluator` (did you mean `evaluators`?)"),
+            (
+                "evaluators:\n  - kind: exact_match\n    case_sensitiv: true\n",
+                "c.yaml:8:5: unknown field `case_sensitiv` for evaluator kind `exact_match` (did you mean `case_sensitive`?)",
+            ),
+            (
+                "evaluators:\n  - kind: exact_mach\n  - kind: no_error\n",
+                "c.yaml:7:11: unknown evaluator kind `exact_mach`",
+            ),
+        ];
+        for (body, want) in cases {
+            let err = load(&format!("name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent: {{kind: mock}}\n{body}"), &[])
+                .unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.contains(want), "want {want} in:\n{shown}");
+            assert_eq!(err.problems.len(), 1, "one mistake, one error:\n{shown}");
         }
     }
 
