@@ -11,18 +11,25 @@ use super::Ctx;
 use crate::evaluators::{evaluate_safely, evaluator_from_config};
 use crate::telemetry;
 
-/// Every score of a task: the benchmark's grade first, then the evaluators'.
+/// Every score of a task: the benchmark's grade first (unless the task names its own
+/// evaluators), then the run's evaluators', then the task's.
 pub(super) async fn grade(
     ctx: &Ctx,
     task: &TaskSpec,
     agent: &AgentResult,
     trace: &[TraceEvent],
 ) -> Vec<EvaluatorScore> {
-    let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
-    let graded = ctx.benchmark.grade(task, agent, trace).instrument(grade.clone()).await;
-    score_span(&grade, &graded, &ctx.redactor);
-    drop(grade);
-    let mut scores = vec![graded];
+    let mut scores = Vec::new();
+    // A case that names its own evaluators is graded by them: the benchmark's own check (the
+    // answer equals `expected`, as it is) would overrule what the case asked for (an
+    // `exact_match` that ignores case).
+    if task.evaluators.is_empty() {
+        let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
+        let graded = ctx.benchmark.grade(task, agent, trace).instrument(grade.clone()).await;
+        score_span(&grade, &graded, &ctx.redactor);
+        drop(grade);
+        scores.push(graded);
+    }
     let task_evaluators =
         task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
     let input = EvalInput { task, result: agent, trace };

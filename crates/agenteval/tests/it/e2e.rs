@@ -807,3 +807,19 @@ storage:
     let out = ws.validate(bundle.to_str().unwrap());
     assert!(out.status.success(), "the partial bundle is valid: {}", text(&out.stdout));
 }
+
+/// The shipped JSONL example passes every case: a case's own evaluators decide for it (the
+/// `upper` case's case-insensitive `exact_match`), not the benchmark's exact `expected` check.
+#[test]
+fn the_jsonl_example_passes_every_case_its_own_evaluators_decide() {
+    let ws = Workspace::new();
+    let cfg = repo().join("configs/jsonl-example.yaml");
+    let root = format!("storage.bundle_root={}", ws.runs().display());
+    let (v, code, out) = ws.submit(&cfg, &["--set", &root]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    assert_eq!((v["summary"]["passed"].as_u64(), v["summary"]["tasks_finished"].as_u64()), (Some(6), Some(6)), "{v}");
+    let bundle = std::path::Path::new(v["bundle"].as_str().unwrap());
+    let upper = read_json(&bundle.join("tasks/upper/result.json"));
+    let kinds: Vec<&str> = upper["scores"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert!(!kinds.contains(&"benchmark") && kinds.contains(&"exact_match"), "{kinds:?}");
+}
