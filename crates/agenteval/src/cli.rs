@@ -130,10 +130,14 @@ pub enum Command {
         base: String,
         /// The candidate run, same forms.
         cand: String,
-        /// Gates file: exit 1 when a gate fails; the verdict goes into the candidate's bundle
-        /// (`comparison.json`) and the index.
+        /// Gates file: exit 1 when a gate fails.
         #[arg(long, value_name = "FILE")]
         gates: Option<PathBuf>,
+        /// Keep the verdict: into the candidate's bundle (`comparison.json`) and the index
+        /// (`runs list` shows it). Without it `compare` changes nothing (`submit --baseline`
+        /// always keeps it).
+        #[arg(long, requires = "gates")]
+        record: bool,
         #[command(flatten)]
         out: ReportArgs,
         /// Bootstrap resamples.

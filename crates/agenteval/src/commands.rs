@@ -47,10 +47,10 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
-        Command::Compare { base, cand, gates, out, resamples, seed, index } => {
+        Command::Compare { base, cand, gates, record, out, resamples, seed, index } => {
             let (wiring, index) = open_index(&index).await?;
-            judging::compare_cmd(wiring.as_ref(), index.as_ref(), &base, &cand, gates.as_deref(), &out, resamples, seed)
-                .await
+            let (resolver, index) = (wiring.as_ref(), index.as_ref());
+            judging::compare_cmd(resolver, index, &base, &cand, gates.as_deref(), &out, resamples, seed, record).await
         }
         Command::Baseline { command: BaselineCommand::Set { run, force, index, json } } => {
             let (_, index) = open_index(&index).await?;
@@ -139,6 +139,7 @@ async fn submit(
         gates.as_ref(),
         (!json).then_some(&shown),
         agenteval_judge::compare::CompareOptions::default(),
+        true,
         true,
     )
     .await?;

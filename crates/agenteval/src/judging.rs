@@ -219,6 +219,7 @@ pub async fn judge_run(
     out: Option<&ReportArgs>,
     opts: CompareOptions,
     missing_ok: bool,
+    record_verdict: bool,
 ) -> Result<Judged, Failure> {
     let format = out.map(|o| o.format);
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
@@ -290,7 +291,10 @@ pub async fn judge_run(
     }
     let outcome = verdict.as_ref().map(|v| outcome(&cand_results.meta, v));
     if let (Some(v), Some(word)) = (&verdict, outcome) {
-        record(&cand_at, index, cand, comparison.as_ref(), v, word).await?;
+        // A question asked of two runs changes neither, unless the verdict is to be kept.
+        if record_verdict {
+            record(&cand_at, index, cand, comparison.as_ref(), v, word).await?;
+        }
         if word == RunVerdict::Infra {
             let reason = cand_results.meta.reason.as_deref().unwrap_or("tasks were given up");
             tracing::warn!("outcome infra ({reason}): the infrastructure failed this run; it is not a regression");
@@ -349,6 +353,7 @@ pub async fn compare_cmd(
     out: &ReportArgs,
     resamples: usize,
     seed: u64,
+    record_verdict: bool,
 ) -> Result<u8, Failure> {
     // Every problem of the gates file before anything else.
     let gates = match gates {
@@ -367,6 +372,7 @@ pub async fn compare_cmd(
         Some(out),
         CompareOptions { resamples: resamples.max(1), seed },
         false,
+        record_verdict,
     )
     .await?;
     Ok(judged.code)

@@ -2,7 +2,7 @@
 //! tasks, compared both ways, with gates; infrastructure failures that must not count against
 //! the agent; baselines and `latest:`; gates files with every problem at its position.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::util::*;
 
@@ -60,9 +60,15 @@ fn submit(ws: &Workspace, cfg: &Path, sets: &[&str]) -> (String, i32) {
 }
 
 fn compare(ws: &Workspace, base: &str, cand: &str) -> (serde_json::Value, i32, String) {
+    compare_with(ws, base, cand, &["--record"])
+}
+
+fn compare_with(ws: &Workspace, base: &str, cand: &str, extra: &[&str]) -> (serde_json::Value, i32, String) {
     let gates = ws.path().join("gates.yaml");
-    let out =
-        ws.run(&["compare", base, cand, "--gates", gates.to_str().unwrap(), "--format", "json", "--resamples", "4000"]);
+    let mut args =
+        vec!["compare", base, cand, "--gates", gates.to_str().unwrap(), "--format", "json", "--resamples", "4000"];
+    args.extend_from_slice(extra);
+    let out = ws.run(&args);
     let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)));
     (v, out.status.code().unwrap(), text(&out.stderr))
 }
@@ -76,6 +82,33 @@ fn a_worse_candidate_is_named_task_by_task_and_fails_its_gates() {
     let (cand, code) = submit(&ws, &cfg, &[&broken]);
     assert_eq!(code, 0);
 
+    // A question asked of two runs leaves both as they were: the candidate's bundle is byte
+    // for byte the same, and the index records no verdict.
+    let bundle = ws.runs().join(&cand);
+    let files = |dir: &Path| -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.path().is_dir() {
+                    todo.push(e.path())
+                } else {
+                    out.push((e.path(), std::fs::read(e.path()).unwrap()))
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let before = files(&bundle);
+    let (asked, code, err) = compare_with(&ws, &base, &cand, &[]);
+    assert_eq!(code, 1, "a failed gate exits 1: {err}");
+    assert_eq!(asked["verdict"]["passed"], false);
+    assert!(files(&bundle) == before, "compare --gates without --record changed the candidate's bundle");
+    let out = ws.run(&["runs", "list", "--name", "nightly", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(runs[0]["verdict"].is_null(), "{runs}");
+
     let (v, code, err) = compare(&ws, &base, &cand);
     assert_eq!(code, 1, "a failed gate exits 1: {err}");
     let c = &v["comparison"];
@@ -88,8 +121,7 @@ fn a_worse_candidate_is_named_task_by_task_and_fails_its_gates() {
     assert_eq!(pr["regressed"], true);
     assert_eq!(c["seed"], 20_211_207, "the seed is recorded");
     assert_eq!(v["verdict"]["passed"], false);
-    // The verdict is in the candidate's bundle, which stays valid, and in the index.
-    let bundle = ws.runs().join(&cand);
+    // With --record the verdict is in the candidate's bundle, which stays valid, and in the index.
     let doc = read_json(&bundle.join("comparison.json"));
     assert_eq!(doc["verdict"]["passed"], false);
     assert!(
