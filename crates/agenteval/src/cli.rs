@@ -369,12 +369,40 @@ fn format_parser() -> impl clap::builder::TypedValueParser<Value = Format> {
 /// Where and how a report is written.
 #[derive(Debug, Args, Clone)]
 pub struct ReportArgs {
-    /// `text`, `md` (a PR comment), `json` or `html` (one self-contained file).
-    #[arg(long, default_value = "text", value_parser = format_parser())]
-    pub format: Format,
+    /// `text` (the default), `md` (a PR comment), `json` or `html` (one self-contained file);
+    /// with `-o FILE` and no `--format`, the file's extension says which.
+    #[arg(long, value_parser = format_parser())]
+    pub format: Option<Format>,
     /// Write to this file instead of standard output.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+}
+
+impl ReportArgs {
+    /// The format asked for: `--format`, else the output file's extension (`.md`, `.json`,
+    /// `.html`, `.txt`), else text. An extension that says another format than `--format` is a
+    /// usage error: `-o r.html --format md` would write Markdown into a page.
+    pub fn format(&self) -> agenteval_core::Result<Format> {
+        let by_extension = self.output.as_ref().and_then(|p| p.extension()).and_then(|e| e.to_str()).and_then(|e| {
+            match e.to_ascii_lowercase().as_str() {
+                "txt" | "text" => Some(Format::Text),
+                "htm" => Some(Format::Html),
+                "markdown" => Some(Format::Md),
+                other => other.parse().ok(),
+            }
+        });
+        match (self.format, by_extension) {
+            (Some(f), Some(e)) if f != e => Err(agenteval_core::Error::invalid(format!(
+                "--format {} but {} is named like {}: drop one or make them agree",
+                f.as_str(),
+                self.output.as_deref().unwrap_or(std::path::Path::new("")).display(),
+                e.as_str()
+            ))),
+            (Some(f), _) => Ok(f),
+            (None, Some(e)) => Ok(e),
+            (None, None) => Ok(Format::Text),
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

@@ -126,7 +126,7 @@ async fn submit(
         return print_outcome(&outcome, &loaded.config, json, quiet);
     }
     let index = wiring.index(&loaded.config.storage.index_location()).await?;
-    let shown = crate::cli::ReportArgs { format: agenteval_judge::report::Format::Text, output: None };
+    let shown = crate::cli::ReportArgs { format: Some(agenteval_judge::report::Format::Text), output: None };
     if !json {
         print_outcome(&outcome, &loaded.config, false, quiet)?;
         say!("");
@@ -379,33 +379,38 @@ async fn resume(
 }
 
 async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
-    let json = json || out.format == agenteval_judge::report::Format::Json;
+    use agenteval_judge::report::Format;
+    let format = if json { Format::Json } else { out.format()? };
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
-    if out.format == agenteval_judge::report::Format::Html {
+    if format == Format::Html {
         return judging::report_html(wiring.as_ref(), index.as_ref(), &run_id, out).await;
     }
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
-    // A sealed bundle has its report; a partial one gets one rendered from what is there.
-    let (summary, text) = if meta.sealed {
-        let s: RunSummary = read_json(store, &run_id, layout::SUMMARY).await?;
-        let text = String::from_utf8_lossy(&store.get(&run_id, layout::REPORT).await?).into_owned();
-        (s, text)
-    } else {
+    // A sealed bundle has its summary and report.md; a partial one gets them from what is
+    // there, and a terminal report always reads why each task did not pass.
+    let summarized = || async {
         let table = bundle::TaskTable::read(store, &run_id).await?;
-        let (s, out) = bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Collect).await?;
-        let text = agenteval_engine::report::render(&meta, &s, &out.failures);
-        (s, text)
+        bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Collect).await
     };
-    use agenteval_judge::report::Format;
-    let shown = match out.format {
-        _ if json => format!("{}\n", serde_json::to_string_pretty(&summary).expect("serializes")),
-        Format::Json => unreachable!("--format json sets json"),
+    let shown = match format {
+        Format::Json if meta.sealed => {
+            let s: RunSummary = read_json(store, &run_id, layout::SUMMARY).await?;
+            format!("{}\n", serde_json::to_string_pretty(&s).expect("serializes"))
+        }
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(&summarized().await?.0).expect("serializes")),
+        Format::Md if meta.sealed => String::from_utf8_lossy(&store.get(&run_id, layout::REPORT).await?).into_owned(),
+        Format::Md => {
+            let (s, out) = summarized().await?;
+            agenteval_engine::report::render(&meta, &s, &out.failures)
+        }
+        Format::Text => {
+            let (s, out) = summarized().await?;
+            output::report_text(&meta, &s, &out.failures)
+        }
         Format::Html => unreachable!("an HTML report is written above"),
-        // The run's report is Markdown; a terminal shows it as it is.
-        Format::Text | Format::Md => text,
     };
     judging::emit(out, &shown)?;
     Ok(exit::OK)

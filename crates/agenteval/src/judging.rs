@@ -221,7 +221,7 @@ pub async fn judge_run(
     missing_ok: bool,
     record_verdict: bool,
 ) -> Result<Judged, Failure> {
-    let format = out.map(|o| o.format);
+    let format = out.map(ReportArgs::format).transpose()?;
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
     let base = match base_ref {
         None => None,

@@ -364,3 +364,61 @@ mod wrap_tests {
         assert_eq!(middle_cut("short", 100), "short");
     }
 }
+
+/// A run's report for a terminal, within 80 columns: what ran, the summary table, pass rates by
+/// tag, pass@k with repetitions, and why each task that did not pass did not.
+pub fn report_text(
+    meta: &agenteval_core::format::Metadata,
+    s: &RunSummary,
+    failures: &[agenteval_engine::report::Failure],
+) -> String {
+    let mut out = vec![
+        format!("run        {} ({})", meta.run_id, meta.name),
+        format!("status     {}", meta.status.as_str()),
+        wrapped(
+            "ran        ",
+            &format!("benchmark {}, agent {}, backend {}", meta.benchmark, meta.agent, meta.backend),
+            80,
+        ),
+    ];
+    if let Some(why) = &meta.reason {
+        out.push(wrapped("why        ", why, 80));
+    }
+    out.push(summary_table(s).to_string());
+    if s.cost_unknown_tasks > 0 {
+        out.push(wrapped(
+            "cost       ",
+            &format!(
+                "unknown for {} task(s): a model without a known price; the total counts only the rest",
+                s.cost_unknown_tasks
+            ),
+            80,
+        ));
+    }
+    out.extend(tag_lines(s));
+    if !s.pass_at_k.is_empty() {
+        let ks: Vec<String> = s.pass_at_k.iter().map(|(k, v)| format!("pass@{k} {:.1}%", v * 100.0)).collect();
+        out.push(wrapped("repeated   ", &ks.join(", "), 80));
+    }
+    if !failures.is_empty() {
+        out.push(format!("not passed ({})", failures.len()));
+        let w = failures.iter().map(|f| f.task_id.chars().count()).max().unwrap_or(0).clamp(4, 30);
+        for f in failures {
+            let label = format!("  {:<w$} ", middle_cut(&f.task_id, w));
+            out.push(wrapped(&label, &f.reason, 80));
+        }
+    }
+    if s.tasks_finished < s.tasks_total {
+        out.push(wrapped(
+            "",
+            &format!(
+                "{} of {} tasks have no result: `agenteval resume {}` finishes the run.",
+                s.tasks_total - s.tasks_finished,
+                s.tasks_total,
+                meta.run_id
+            ),
+            80,
+        ));
+    }
+    out.join("\n") + "\n"
+}
