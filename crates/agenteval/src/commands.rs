@@ -250,7 +250,7 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
 }
 
 async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bool) -> Result<u8, Failure> {
-    let (_, index) = open_index(index).await?;
+    let (wiring, index) = open_index(index).await?;
     let runs = match name {
         // A name's history: look further back, then keep `limit` of that name.
         Some(n) => index
@@ -262,8 +262,21 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
             .collect(),
         None => index.list_runs(limit).await?,
     };
+    let mut passed = Vec::with_capacity(runs.len());
+    for r in &runs {
+        passed.push(passed_of(wiring.as_ref(), index.as_ref(), r).await);
+    }
     if json {
-        say!("{}", serde_json::Value::Array(runs.iter().map(record_json).collect()));
+        let rows = runs.iter().zip(&passed).map(|(r, p)| {
+            let mut v = record_json(r);
+            if let Some((passed, finished)) = p {
+                v["tasks_passed"] = json!(passed);
+                v["tasks_finished"] = json!(finished);
+                v["pass_rate"] = json!(if *finished == 0 { 0.0 } else { *passed as f64 / *finished as f64 });
+            }
+            v
+        });
+        say!("{}", serde_json::Value::Array(rows.collect()));
         return Ok(exit::OK);
     }
     if runs.is_empty() {
@@ -273,8 +286,8 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
     // 80 columns: the id's first 18 characters (its time and some of its randomness; any
     // unique prefix names the run), the name cut to fit.
     let mut t = output::table();
-    t.set_header(vec!["run", "name", "status", "verdict", "tasks", "created"]);
-    for r in &runs {
+    t.set_header(vec!["run", "name", "status", "verdict", "passed", "created"]);
+    for (r, p) in runs.iter().zip(&passed) {
         let id = r.run_id.to_string();
         let name: String =
             if r.name.chars().count() > 17 { r.name.chars().take(16).chain(['…']).collect() } else { r.name.clone() };
@@ -287,13 +300,34 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
                 r.status.as_str().to_string()
             },
             r.verdict.map_or("-", |v| v.as_str()).to_string(),
-            r.tasks_total.to_string(),
+            match p {
+                Some((passed, _)) => format!("{passed}/{}", r.tasks_total),
+                None => format!("?/{}", r.tasks_total),
+            },
             r.created_at.format("%m-%d %H:%M").to_string(),
         ]);
     }
     let t = output::compact(t);
     say!("{t}");
     Ok(exit::OK)
+}
+
+/// How many of a run's tasks passed and finished: from the index where its counts are cheap
+/// (SQLite), else from a sealed bundle's summary; `None` when neither can say.
+async fn passed_of(
+    resolver: &dyn Resolver,
+    index: &dyn agenteval_core::traits::RunIndex,
+    r: &agenteval_core::model::RunRecord,
+) -> Option<(u64, u64)> {
+    if index.counts_are_cheap() {
+        return index.task_counts(&r.run_id).await.ok().map(|c| (c.passed, c.finished()));
+    }
+    if r.status == RunStatus::Running {
+        return None;
+    }
+    let (store, run) = store_from_bundle_uri(resolver, &r.bundle_uri).await.ok()?;
+    let s: RunSummary = read_json(store.as_ref(), &run, layout::SUMMARY).await.ok()?;
+    Some((s.passed, s.tasks_finished))
 }
 
 async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {

@@ -78,6 +78,10 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     let list = ws.run(&["runs", "list", "--json", "--index", idx.to_str().unwrap()]);
     let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(list[0]["run_id"], run);
+    // A 10-of-25 run does not look like a 25-of-25 one: the list says how many passed.
+    assert_eq!((list[0]["tasks_passed"].as_u64(), list[0]["pass_rate"].as_f64()), (Some(10), Some(0.4)), "{list}");
+    let shown = text(&ws.run(&["runs", "list", "--index", idx.to_str().unwrap()]).stdout);
+    assert!(shown.contains("10/25"), "{shown}");
     let status = ws.run(&["status", run, "--json", "--index", idx.to_str().unwrap()]);
     let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
     assert_eq!(status["tasks"]["completed"], 25);
