@@ -384,7 +384,6 @@ fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
     for (name, value) in [
         ("pass_rate.max_drop", 0.2),
         ("pass_rate.max_drop_pct", 0.2 / 0.75 * 100.0),
-        ("regressions.max", 3.0),
         ("max_task_regressions", 4.0),
         ("min_tasks", 20.0),
     ] {
@@ -392,6 +391,16 @@ fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
         assert_eq!(g["passed"], false, "{g}");
         assert!((g["value"].as_f64().unwrap() - value).abs() < 1e-9, "{name}: {g}");
     }
+    // The three metrics the drop moves regress; `wall_seconds` may too when the machine is busy
+    // with other tests (a real slowdown beyond noise is still one), so it is not counted on.
+    let g = gate("regressions.max");
+    assert_eq!(g["passed"], false, "{g}");
+    let detail = g["detail"].as_str().unwrap();
+    for metric in ["pass_rate", "score:benchmark", "score:exact_match"] {
+        assert!(detail.contains(metric), "{metric} regressed: {g}");
+    }
+    let extra = if detail.contains("wall_seconds") { 1.0 } else { 0.0 };
+    assert_eq!(g["value"].as_f64(), Some(3.0 + extra), "{g}");
     let shown = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
     assert!(shown.contains("0.2000 lower than the base (95% CI"), "{shown}");
 }
