@@ -84,6 +84,9 @@ pub async fn runs_show(
             for l in output::tag_lines(s) {
                 say!("{l}");
             }
+            if let Some(l) = output::pass_at_k_line(s) {
+                say!("{l}");
+            }
         }
         None => say!(
             "tasks      {} of {} finished: passed {} failed {} errored {} infra {}",

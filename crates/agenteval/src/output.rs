@@ -365,6 +365,15 @@ mod wrap_tests {
     }
 }
 
+/// pass@k for every k, on one wrapped line, when the run has repetitions (`None` otherwise).
+pub fn pass_at_k_line(s: &RunSummary) -> Option<String> {
+    if s.pass_at_k.is_empty() {
+        return None;
+    }
+    let ks: Vec<String> = s.pass_at_k.iter().map(|(k, v)| format!("pass@{k} {:.1}%", v * 100.0)).collect();
+    Some(wrapped("repeated: ", &ks.join(", "), 80))
+}
+
 /// A run's report for a terminal, within 80 columns: what ran, the summary table, pass rates by
 /// tag, pass@k with repetitions, and why each task that did not pass did not.
 pub fn report_text(
@@ -396,10 +405,7 @@ pub fn report_text(
         ));
     }
     out.extend(tag_lines(s));
-    if !s.pass_at_k.is_empty() {
-        let ks: Vec<String> = s.pass_at_k.iter().map(|(k, v)| format!("pass@{k} {:.1}%", v * 100.0)).collect();
-        out.push(wrapped("repeated   ", &ks.join(", "), 80));
-    }
+    out.extend(pass_at_k_line(s));
     if !failures.is_empty() {
         out.push(format!("not passed ({})", failures.len()));
         let w = failures.iter().map(|f| f.task_id.chars().count()).max().unwrap_or(0).clamp(4, 30);

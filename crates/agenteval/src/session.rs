@@ -133,6 +133,9 @@ pub(crate) fn print_outcome(
         for l in output::tag_lines(&o.summary) {
             say!("{l}");
         }
+        if let Some(l) = output::pass_at_k_line(&o.summary) {
+            say!("{l}");
+        }
         say!("run     {}", o.run_id);
         say!("status  {}", output::status_word(o.status));
         say!("bundle  {}", o.bundle_uri);

@@ -119,6 +119,13 @@ fn filters_and_repetitions_choose_the_tasks() {
     let mut ids: Vec<String> = results(&bundle).iter().map(|r| r["task_id"].as_str().unwrap().to_string()).collect();
     ids.sort();
     assert_eq!(ids, ["toy-0000001", "toy-0000001@r1", "toy-0000003", "toy-0000003@r1"]);
+    // pass@k where a person reads the run: `runs show` (toy-0000001 fails, toy-0000003 errs
+    // under the mock: both 0 of 2, so pass@1 and pass@2 are 0).
+    let run = v["run_id"].as_str().unwrap();
+    let shown = text(&ws.run(&["runs", "show", run, "--index", ws.index().to_str().unwrap()]).stdout);
+    assert!(shown.contains("repeated: pass@1 0.0%, pass@2 0.0%"), "{shown}");
+    let terminal = text(&ws.run(&["report", run, "--index", ws.index().to_str().unwrap()]).stdout);
+    assert!(terminal.contains("pass@2"), "{terminal}");
     let (v, code, _) = ws.submit(&cfg, &["--set", "benchmark.filter.tags=[slow]", "--set", "benchmark.filter.limit=1"]);
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["summary"]["tasks_total"], 1, "{v}");
