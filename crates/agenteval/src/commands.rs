@@ -205,15 +205,18 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         index.get_run(&run_id).await?.ok_or_else(|| Error::not_found(format!("run {run_id} is not in the index")))?;
     let counts = index.task_counts(&run_id).await?;
     let alive = controller::controller_alive(&r);
-    // Why a run ended early is in its metadata (the index says only that it did).
-    let reason = match r.status {
-        RunStatus::Running | RunStatus::Complete => None,
-        _ => match controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await {
-            Ok(l) => {
-                read_json::<Metadata>(l.store.as_ref(), &run_id, layout::METADATA).await.ok().and_then(|m| m.reason)
-            }
-            Err(_) => None,
-        },
+    // Why a run ended early is in its metadata (the index says only that it did); a judged
+    // run's gates are in its `comparison.json`.
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await.ok();
+    let reason = match (r.status, &located) {
+        (RunStatus::Running | RunStatus::Complete, _) | (_, None) => None,
+        (_, Some(l)) => {
+            read_json::<Metadata>(l.store.as_ref(), &run_id, layout::METADATA).await.ok().and_then(|m| m.reason)
+        }
+    };
+    let judged = match (&located, r.verdict) {
+        (Some(l), Some(_)) => read_json::<serde_json::Value>(l.store.as_ref(), &run_id, layout::COMPARISON).await.ok(),
+        _ => None,
     };
     if json {
         say!("{}", json!({"run": record_json(&r), "tasks": counts, "reason": reason}));
@@ -245,6 +248,9 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         counts.infra
     );
     say!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
+    for l in judged.iter().flat_map(output::verdict_lines) {
+        say!("{l}");
+    }
     say!("bundle    {}", r.bundle_uri);
     Ok(exit::OK)
 }
@@ -442,7 +448,13 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
         }
         Format::Text => {
             let (s, out) = summarized().await?;
-            output::report_text(&meta, &s, &out.failures)
+            let judged: Option<serde_json::Value> = read_json(store, &run_id, layout::COMPARISON).await.ok();
+            let mut text = output::report_text(&meta, &s, &out.failures);
+            for l in judged.iter().flat_map(output::verdict_lines) {
+                text.push_str(&l);
+                text.push('\n');
+            }
+            text
         }
         Format::Html => unreachable!("an HTML report is written above"),
     };

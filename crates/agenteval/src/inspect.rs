@@ -87,6 +87,13 @@ pub async fn runs_show(
             if let Some(l) = output::pass_at_k_line(s) {
                 say!("{l}");
             }
+            if located.record.verdict.is_some()
+                && let Ok(doc) = read_json::<Value>(store, &run_id, layout::COMPARISON).await
+            {
+                for l in output::verdict_lines(&doc) {
+                    say!("{l}");
+                }
+            }
         }
         None => say!(
             "tasks      {} of {} finished: passed {} failed {} errored {} infra {}",

@@ -428,3 +428,28 @@ pub fn report_text(
     }
     out.join("\n") + "\n"
 }
+
+/// A judged run's verdict, its baseline and each gate, from the bundle's `comparison.json`, as
+/// lines within 80 columns (none for a document that has no verdict).
+pub fn verdict_lines(doc: &serde_json::Value) -> Vec<String> {
+    let Some(outcome) =
+        doc["outcome"].as_str().or_else(|| doc["verdict"]["passed"].as_bool().map(|p| if p { "pass" } else { "fail" }))
+    else {
+        return Vec::new();
+    };
+    let base = &doc["comparison"]["base"];
+    let against = match (base["run_id"].as_str(), base["name"].as_str()) {
+        (Some(id), Some(name)) => format!(" against {id} ({name})"),
+        (Some(id), None) => format!(" against {id}"),
+        _ => " (no baseline: judged alone)".to_string(),
+    };
+    let mut out = vec![wrapped("verdict    ", &format!("{outcome}{against}"), 80)];
+    for g in doc["verdict"]["gates"].as_array().into_iter().flatten() {
+        let word = if g["passed"] == serde_json::json!(true) { "ok  " } else { "FAIL" };
+        let value = g["value"].as_f64().map_or("-".to_string(), |v| format!("{v:.4}"));
+        let limit = g["limit"].as_f64().map_or("-".to_string(), |v| format!("{v:.4}"));
+        let gate = g["gate"].as_str().unwrap_or("?");
+        out.push(wrapped(&format!("  {word} "), &format!("{gate} {value} (limit {limit})"), 80));
+    }
+    out
+}

@@ -283,6 +283,13 @@ fn nightly_runs_record_pass_regression_and_infrastructure_failure_apart() {
     assert_eq!(code, 1, "a regression fails the night: {regressed}");
     assert_eq!(regressed["verdict"]["passed"], false);
     assert_eq!(regressed["outcome"], "fail");
+    // The verdict, its baseline and the failed gate, wherever the on-call person looks.
+    let id = regressed["run_id"].as_str().unwrap();
+    for args in [vec!["status", id], vec!["runs", "show", id], vec!["report", id]] {
+        let shown = text(&ws.run(&args).stdout);
+        assert!(shown.contains(&format!("verdict    fail against {first_id}")), "{args:?}:\n{shown}");
+        assert!(shown.contains("  FAIL "), "{args:?}:\n{shown}");
+    }
 
     // The agent kills its worker on one task (outside the sandbox, which would stop it): with
     // one attempt it is given up as an infrastructure failure.
