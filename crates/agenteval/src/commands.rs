@@ -207,7 +207,10 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
     let alive = controller::controller_alive(&r);
     // Why a run ended early is in its metadata (the index says only that it did); a judged
     // run's gates are in its `comparison.json`.
-    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await.ok();
+    // Only when there is something to read there: `status` is polled, and on S3 locating a run
+    // costs requests.
+    let wanted = r.verdict.is_some() || !matches!(r.status, RunStatus::Running | RunStatus::Complete);
+    let located = if wanted { controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await.ok() } else { None };
     let reason = match (r.status, &located) {
         (RunStatus::Running | RunStatus::Complete, _) | (_, None) => None,
         (_, Some(l)) => {

@@ -1,10 +1,26 @@
 //! The run's `telemetry.jsonl`: fleet snapshots appended through the run's bundle store, the
-//! same way on every backend (a file on disk, parts on S3); a resumed run keeps earlier lines.
+//! same way on every backend (a file on disk, parts on S3); a resumed run keeps earlier lines
+//! (`reopen`, which the span file shares).
 
 use agenteval_core::layout;
 use agenteval_core::traits::{Appender, BundleStore, TelemetrySnapshot};
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use std::sync::Arc;
+
+/// A run-long file opened for appending, with what an earlier controller of the run wrote
+/// carried over (appenders start a file anew); also returns those earlier bytes.
+pub(super) async fn reopen(store: &dyn BundleStore, run: &RunId, path: &str) -> Result<(Box<dyn Appender>, Vec<u8>)> {
+    let earlier = match store.get(run, path).await {
+        Ok(b) => b,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let mut appender = store.open_appender(run, path).await?;
+    if !earlier.is_empty() {
+        appender.append(&earlier).await?;
+    }
+    Ok((appender, earlier))
+}
 
 /// Opened on the first snapshot, finished by the seal.
 pub(super) struct TelemetryFile {
@@ -24,18 +40,7 @@ impl TelemetryFile {
         line.push(b'\n');
         let mut file = self.appender.lock().await;
         if file.is_none() {
-            // Appenders start the file anew: what an earlier controller of this run wrote is
-            // carried over first.
-            let earlier = match self.store.get(&self.run, layout::TELEMETRY).await {
-                Ok(b) => b,
-                Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-                Err(e) => return Err(e),
-            };
-            let mut a = self.store.open_appender(&self.run, layout::TELEMETRY).await?;
-            if !earlier.is_empty() {
-                a.append(&earlier).await?;
-            }
-            *file = Some(a);
+            *file = Some(reopen(self.store.as_ref(), &self.run, layout::TELEMETRY).await?.0);
         }
         file.as_mut().expect("opened above").append(&line).await
     }

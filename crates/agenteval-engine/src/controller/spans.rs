@@ -1,9 +1,9 @@
 //! The run's `spans.jsonl`: the controller's spans, appended as they finish so that a crash
 //! loses at most the spans still open; a resumed run keeps the spans of earlier controllers.
 
+use agenteval_core::Result;
 use agenteval_core::layout;
 use agenteval_core::traits::Appender;
-use agenteval_core::{ErrorKind, Result};
 
 use super::Run;
 use crate::telemetry::Journal;
@@ -22,17 +22,8 @@ impl SpanFile {
         if journal.is_none() {
             return Ok((SpanFile { journal, appender: None }, None));
         }
-        let earlier = match run.store.get(&run.run_id, layout::SPANS).await {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e),
-        };
-        let root = earlier_root(&earlier);
-        let mut appender = run.store.open_appender(&run.run_id, layout::SPANS).await?;
-        if !earlier.is_empty() {
-            appender.append(&earlier).await?;
-        }
-        Ok((SpanFile { journal, appender: Some(appender) }, root))
+        let (appender, earlier) = super::fleet_file::reopen(run.store.as_ref(), &run.run_id, layout::SPANS).await?;
+        Ok((SpanFile { journal, appender: Some(appender) }, earlier_root(&earlier)))
     }
 
     pub(super) async fn flush(&mut self) -> Result<()> {
