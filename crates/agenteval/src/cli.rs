@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use agenteval_judge::report::Format;
+use agenteval_llm::CassetteMode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
@@ -303,27 +304,16 @@ pub struct CassetteArgs {
     pub cassettes: Option<PathBuf>,
     /// `record` (call the model, write every call), `replay` (answer from the cassettes only;
     /// a request that differs fails its task) or `replay-or-live` (misses go to the model).
-    #[arg(long, value_name = "MODE", value_enum, default_value_t = CassetteMode::Replay, requires = "cassettes")]
+    #[arg(long, value_name = "MODE", default_value = "replay", value_parser = cassette_mode_parser(), requires = "cassettes")]
     pub cassette_mode: CassetteMode,
 }
 
-/// How the `llm` agent uses its cassettes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum CassetteMode {
-    Record,
-    Replay,
-    ReplayOrLive,
-}
-
-impl CassetteMode {
-    /// The word the workers read (`AGENTEVAL_CASSETTE_MODE`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CassetteMode::Record => "record",
-            CassetteMode::Replay => "replay",
-            CassetteMode::ReplayOrLive => "replay-or-live",
-        }
-    }
+/// Parses `--cassette-mode` into the `llm` crate's own modes (its words, one list).
+fn cassette_mode_parser() -> impl clap::builder::TypedValueParser<Value = CassetteMode> {
+    use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+    let modes = [CassetteMode::Record, CassetteMode::Replay, CassetteMode::ReplayOrLive];
+    PossibleValuesParser::new(modes.map(CassetteMode::as_str))
+        .map(|s| CassetteMode::parse(&s).expect("a possible value"))
 }
 
 #[derive(Debug, Subcommand)]
@@ -385,9 +375,8 @@ impl ReportArgs {
     pub fn format(&self) -> agenteval_core::Result<Format> {
         let by_extension = self.output.as_ref().and_then(|p| p.extension()).and_then(|e| e.to_str()).and_then(|e| {
             match e.to_ascii_lowercase().as_str() {
-                "txt" | "text" => Some(Format::Text),
+                "txt" => Some(Format::Text),
                 "htm" => Some(Format::Html),
-                "markdown" => Some(Format::Md),
                 other => other.parse().ok(),
             }
         });

@@ -112,7 +112,7 @@ async fn submit(
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == crate::cli::CassetteMode::Replay;
+    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
     preflight(wiring.as_ref(), &loaded.config, strict_replay).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
     if let Some(dir) = &cassettes.cassettes {

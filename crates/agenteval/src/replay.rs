@@ -129,7 +129,7 @@ pub async fn replay(
     loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
 
     let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
-    let opts = with_cassettes(opts, &wiring, &loaded.config, dir.path(), crate::cli::CassetteMode::Replay)?;
+    let opts = with_cassettes(opts, &wiring, &loaded.config, dir.path(), agenteval_llm::CassetteMode::Replay)?;
     let outcome = controller::submit(&loaded, opts).await?;
     let new_store =
         agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;

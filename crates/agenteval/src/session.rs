@@ -242,7 +242,7 @@ pub(crate) fn with_cassettes(
     wiring: &Wiring,
     config: &agenteval_core::config::RunConfig,
     dir: &Path,
-    mode: crate::cli::CassetteMode,
+    mode: agenteval_llm::CassetteMode,
 ) -> Result<ControllerOptions, Failure> {
     if !wiring.kind(config)?.on_this_machine() {
         return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
@@ -254,7 +254,7 @@ pub(crate) fn with_cassettes(
         ))
         .into());
     }
-    if mode != crate::cli::CassetteMode::Record && !dir.is_dir() {
+    if mode != agenteval_llm::CassetteMode::Record && !dir.is_dir() {
         return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
     }
     let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
