@@ -183,6 +183,23 @@ impl EvaluatorConfig {
         matches!(kind, "llm_rubric" | "llm_pass_fail")
     }
 
+    /// Whether it judges the answer itself (against an expectation, a pattern, a schema, a
+    /// program or a judge), as opposed to how the agent worked (steps, tools, cost, time,
+    /// errors). Only such an evaluator, named by a case, stands in for the benchmark's own
+    /// check of the answer: a case that asks only for `no_error` is still checked for it.
+    pub fn judges_the_answer(&self) -> bool {
+        matches!(
+            self,
+            EvaluatorConfig::ExactMatch { .. }
+                | EvaluatorConfig::Contains { .. }
+                | EvaluatorConfig::Regex { .. }
+                | EvaluatorConfig::JsonSchema { .. }
+                | EvaluatorConfig::Command { .. }
+                | EvaluatorConfig::LlmRubric { .. }
+                | EvaluatorConfig::LlmPassFail { .. }
+        )
+    }
+
     /// Whether the config marked this evaluator `optional: true` (judges only): its own failure
     /// then does not fail the task.
     pub fn optional(&self) -> bool {

@@ -11,8 +11,8 @@ use super::Ctx;
 use crate::evaluators::{evaluate_safely, evaluator_from_config};
 use crate::telemetry;
 
-/// Every score of a task: the benchmark's grade first (unless the task names its own
-/// evaluators), then the run's evaluators', then the task's.
+/// Every score of a task: the benchmark's grade first (unless the task names its own check of
+/// the answer), then the run's evaluators', then the task's.
 pub(super) async fn grade(
     ctx: &Ctx,
     task: &TaskSpec,
@@ -20,10 +20,11 @@ pub(super) async fn grade(
     trace: &[TraceEvent],
 ) -> Vec<EvaluatorScore> {
     let mut scores = Vec::new();
-    // A case that names its own evaluators is graded by them: the benchmark's own check (the
+    // A case that names its own check of the answer is graded by it: the benchmark's own (the
     // answer equals `expected`, as it is) would overrule what the case asked for (an
-    // `exact_match` that ignores case).
-    if task.evaluators.is_empty() {
+    // `exact_match` that ignores case). A case naming only how the agent must work (`no_error`,
+    // budgets, tools) keeps the benchmark's check: a wrong answer must not pass by it.
+    if !task.evaluators.iter().any(|e| e.judges_the_answer()) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
         let graded = ctx.benchmark.grade(task, agent, trace).instrument(grade.clone()).await;
         score_span(&grade, &graded, &ctx.redactor);

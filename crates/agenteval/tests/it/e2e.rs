@@ -841,3 +841,21 @@ fn the_jsonl_example_passes_every_case_its_own_evaluators_decide() {
     let kinds: Vec<&str> = upper["scores"].as_array().unwrap().iter().map(|s| s["kind"].as_str().unwrap()).collect();
     assert!(!kinds.contains(&"benchmark") && kinds.contains(&"exact_match"), "{kinds:?}");
 }
+
+/// A case that asks only how the agent must work (`no_error`) keeps the benchmark's check of its
+/// answer: a wrong answer that completes without error still fails.
+#[test]
+fn a_case_naming_only_no_error_still_has_its_answer_checked() {
+    let ws = Workspace::new();
+    ws.write(
+        "cases.jsonl",
+        "{\"id\": \"wrong\", \"input\": \"q\", \"expected\": \"right\", \"evaluators\": [{\"kind\": \"no_error\"}], \"metadata\": {\"mock\": {\"answer\": \"wrong\"}}}\n\
+         {\"id\": \"right\", \"input\": \"q\", \"expected\": \"right\", \"evaluators\": [{\"kind\": \"no_error\"}], \"metadata\": {\"mock\": {\"answer\": \"right\"}}}\n",
+    );
+    let cfg = ws.write("c.yaml", "name: c\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent: {kind: mock}\n");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let bundle = std::path::Path::new(v["bundle"].as_str().unwrap());
+    assert_eq!(read_json(&bundle.join("tasks/wrong/result.json"))["passed"], false, "a wrong answer passed");
+    assert_eq!(read_json(&bundle.join("tasks/right/result.json"))["passed"], true);
+}
