@@ -106,6 +106,7 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
             .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
             .map(|t| t.with_timezone(&Utc)),
         verdict: get_opt_s(item, "verdict").as_deref().and_then(RunVerdict::parse),
+        baseline: get_opt_s(item, "baseline").and_then(|b| RunId::from_str(&b).ok()),
     })
 }
 
@@ -277,6 +278,8 @@ impl RunIndex for DynamoDbRunIndex {
             ("controller", s(&run.controller)),
             ("epoch", n(run.epoch)),
             ("leased_at", opt_s(run.leased_at.map(ts))),
+            ("verdict", opt_s(run.verdict.map(|v| v.as_str().to_string()))),
+            ("baseline", opt_s(run.baseline.map(|b| b.to_string()))),
         ] {
             item.insert(k.to_string(), v);
         }
@@ -413,8 +416,11 @@ impl RunIndex for DynamoDbRunIndex {
             values.insert(":if_epoch".into(), n(e));
         }
         if let Some(v) = &u.verdict {
+            // A verdict replaces the last one whole: with its baseline, or with none.
             sets.push("verdict = :verdict".into());
             values.insert(":verdict".into(), s(v.as_str()));
+            sets.push("baseline = :baseline".into());
+            values.insert(":baseline".into(), opt_s(u.baseline.map(|b| b.to_string())));
         }
         let res = self
             .clients

@@ -545,6 +545,9 @@ pub struct RunRecord {
     /// What the run came to once judged against its gates.
     #[serde(default)]
     pub verdict: Option<RunVerdict>,
+    /// The run the verdict was judged against (`None`: never judged, or judged alone).
+    #[serde(default)]
+    pub baseline: Option<RunId>,
 }
 
 /// What a judged run came to, one word each (`runs list`, the UI, `comparison.json`): its gates
@@ -588,6 +591,8 @@ pub struct RunUpdate {
     pub controller: Option<String>,
     /// The verdict of the run's gates.
     pub verdict: Option<RunVerdict>,
+    /// The run that verdict was judged against.
+    pub baseline: Option<RunId>,
     /// Applies the update only while the run's epoch is this one; otherwise the update fails
     /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch
     /// on from the one it read, and every heartbeat and the seal are conditional on it, so two

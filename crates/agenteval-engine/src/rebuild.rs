@@ -3,7 +3,9 @@
 //! `tasks.jsonl`, and each finished task's state from its `result.json`.
 
 use agenteval_core::layout;
-use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult, TaskTransition};
+use std::str::FromStr;
+
+use agenteval_core::model::{RunRecord, RunStatus, TaskResult, TaskTransition};
 use agenteval_core::traits::{BundleStore, RunIndex};
 use agenteval_core::{Result, RunId};
 use chrono::Utc;
@@ -50,17 +52,10 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
             finished.push(TaskTransition::completed(&result));
         }
     }
-    // The gates' verdict, when the run was judged (`comparison.json`).
-    let verdict = match store.get(run, layout::COMPARISON).await {
-        Ok(bytes) => {
-            serde_json::from_slice::<serde_json::Value>(&bytes).ok().and_then(|v| match v["outcome"].as_str() {
-                Some(word) => RunVerdict::parse(word),
-                // Bundles judged before `outcome` was recorded.
-                None => v["verdict"]["passed"].as_bool().map(|p| if p { RunVerdict::Pass } else { RunVerdict::Fail }),
-            })
-        }
-        Err(_) => None,
-    };
+    // The gates' verdict and its baseline, when the run was judged (`comparison.json`).
+    let judged = agenteval_judge::judgement::Judgement::read(store, run).await.ok().flatten();
+    let verdict = judged.as_ref().map(|j| j.outcome());
+    let baseline = judged.as_ref().and_then(|j| j.baseline()).and_then(|b| RunId::from_str(&b.run_id).ok());
     // A bundle that was never sealed lost its controller: it is interrupted, and resumable.
     let status = if meta.sealed { meta.status } else { RunStatus::Interrupted };
     let at = meta.finished_at.unwrap_or(meta.created_at);
@@ -83,6 +78,7 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
         epoch: meta.resumed,
         leased_at: None,
         verdict,
+        baseline,
     };
     index.create_run(&record, tasks.ids()).await?;
     for chunk in finished.chunks(500) {

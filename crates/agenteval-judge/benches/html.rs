@@ -65,7 +65,7 @@ fn main() {
             .collect();
         events.insert(id, serde_json::to_string(&evs).unwrap());
     }
-    let traces = Traces { events, spans: BTreeMap::new(), omitted: 0, cut: BTreeMap::new() };
+    let traces = Traces { events, spans: BTreeMap::new(), omitted: 0, cut: BTreeMap::new(), samples: BTreeMap::new() };
     let started = Instant::now();
     let rows = TaskRows::of(&run.lines, &run.tags, None, ROW_LIMIT);
     let page = render(&HtmlReport {

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agenteval_core::format::ResultLine;
 use agenteval_core::model::{RunStatus, TerminatedBy};
 use agenteval_core::{Error, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::results::RunResults;
 use crate::stats::{Interval, median, paired_bootstrap};
@@ -31,7 +31,7 @@ impl Default for CompareOptions {
 }
 
 /// Which way is better for a metric.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Better {
     Higher,
@@ -57,7 +57,7 @@ pub fn better_of(metric: &str) -> Option<Better> {
 }
 
 /// One side of a comparison.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Side {
     pub run_id: String,
     pub name: String,
@@ -69,7 +69,7 @@ pub struct Side {
 }
 
 /// One metric on both sides.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct MetricDiff {
     pub metric: String,
     pub better: Better,
@@ -96,7 +96,7 @@ impl MetricDiff {
 }
 
 /// A task whose outcome changed, with why it fails now (or failed before).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TaskChange {
     pub task_id: String,
     /// Fraction of the task's repetitions that passed.
@@ -107,7 +107,7 @@ pub struct TaskChange {
 }
 
 /// A task left out of the statistics because infrastructure failed on a side.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct InfraTask {
     pub task_id: String,
     pub base: bool,
@@ -115,7 +115,7 @@ pub struct InfraTask {
 }
 
 /// The comparison of two runs (`comparison.json`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Comparison {
     pub schema_version: String,
     pub base: Side,

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 
 use agenteval_core::config::{ConfigError, Origin, Problem, YamlDoc, did_you_mean};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::compare::{Better, Comparison, METRICS, better_of};
@@ -238,7 +238,7 @@ pub fn refusal(gates: &Gates, c: &Comparison) -> Option<String> {
 }
 
 /// One gate's outcome.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GateResult {
     /// `pass_rate.max_drop`, `max_task_regressions`, …
     pub gate: String,
@@ -250,7 +250,7 @@ pub struct GateResult {
 }
 
 /// The verdict of a set of gates.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verdict {
     pub passed: bool,
     pub baseline: bool,

@@ -167,7 +167,7 @@ pub async fn render_run(
     generator: &str,
     frame: Frame<'_>,
 ) -> String {
-    let traces = crate::results::load_traces(
+    let mut traces = crate::results::load_traces(
         store,
         &run.meta.run_id,
         &run.lines,
@@ -175,6 +175,8 @@ pub async fn render_run(
         crate::results::REPORT_TRACE_BUDGET,
     )
     .await;
+    let tasks: Vec<String> = traces.events.keys().cloned().collect();
+    traces.samples = crate::samples::load(store, &run.meta.run_id, &tasks).await;
     let rows = TaskRows::of(&run.lines, &run.tags, comparison, ROW_LIMIT);
     render(&HtmlReport {
         meta: &run.meta,
@@ -206,6 +208,7 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         "rows_omitted": r.rows.omitted,
         "traces_omitted": r.traces.omitted,
         "traces_cut": r.traces.cut,
+        "samples": r.traces.samples,
         "comparison": r.comparison,
         "verdict": r.verdict,
         "generator": r.generator,
@@ -293,6 +296,11 @@ button.link { background:none; border:none; color:var(--accent); cursor:pointer;
 .wf { position:relative; height:8px; background:var(--card); margin:3px 0; }
 .wf span { position:absolute; top:0; bottom:0; background:var(--bar); min-width:2px; }
 pre { white-space:pre-wrap; word-break:break-word; background:var(--card); padding:6px 8px; border-radius:4px; margin:4px 0; max-height:260px; overflow:auto; }
+.sample { display:grid; grid-template-columns:repeat(auto-fit, minmax(240px, 1fr)); gap:10px; margin:6px 0 10px; }
+.sample .value { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:8px 10px; min-width:0; }
+.sample h3 { font-size:13px; margin:0 0 4px; color:var(--muted); font-weight:600; }
+.sample pre { background:var(--bg); }
+details > summary { cursor:pointer; color:var(--accent); font-size:12px; }
 .badge { display:inline-block; padding:0 6px; border-radius:10px; border:1px solid var(--line); font-size:12px; margin-right:4px; }
 "##;
 
@@ -403,7 +411,7 @@ if (D.comparison) {
 }
 if (D.verdict) {
   const sec = document.getElementById("gates");
-  sec.append(el("h2", {text: "Gates: " + (D.verdict.passed ? "pass" : "fail")}));
+  sec.append(el("h2", {text: "Gates: " + (D.verdict.passed ? "pass" : "fail") + (D.comparison ? " (against " + D.comparison.base.name + ", " + D.comparison.base.run_id + ")" : " (no baseline: judged alone)")}));
   const t = el("table", {}, el("thead", {}, el("tr", {}, ...["gate", "limit", "result", "detail"].map(h => el("th", {class: "nosort", text: h})))));
   const body = el("tbody");
   for (const g of D.verdict.gates) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: String(g.limit)}), el("td", {}, el("span", {class: g.passed ? "pass" : "fail", text: g.passed ? "pass" : "FAIL"})), el("td", {text: g.detail})));
@@ -458,6 +466,8 @@ function openTask(id) {
   panel.append(el("button", {class: "link", text: "close (Esc)", onclick: closeTask}));
   panel.append(el("h2", {text: "Task " + id}));
   if (task) panel.append(el("p", {}, statusCell(task), " ended " + task.ended + " · " + money(task.cost) + " · " + task.tokens + " tokens · " + num(task.wall, 2) + " s · " + task.steps + " steps"));
+  const sample = (D.samples || {})[id];
+  if (sample) panel.append(sampleView(sample));
   if (!D.traces[id]) panel.append(el("p", {class: "muted", text: "This task's trace is not embedded in the report; it is in the bundle (tasks/" + id + "/trace.jsonl)."}));
   const cut = (D.traces_cut || {})[id];
   if (cut) panel.append(el("p", {class: "muted", text: "The last " + cut.events + " events (" + num(cut.bytes / 1048576, 1) + " MiB) are not embedded, to keep this page small; the whole trace is in the bundle (tasks/" + id + "/trace.jsonl)."}));
@@ -489,6 +499,30 @@ function openTask(id) {
   }
   document.getElementById("viewer").classList.add("open");
   setHash("#task=" + encodeURIComponent(id));
+}
+// A task's sample: input, expected and answer side by side, then each score's reason. A long
+// value shows its start and folds the rest.
+const FOLD = 1500;
+function valueBox(title, text, cls) {
+  const box = el("div", {class: "value " + cls}, el("h3", {text: title}));
+  if (text == null) box.append(el("p", {class: "muted", text: "(none)"}));
+  else if (text.length <= FOLD) box.append(el("pre", {text: text}));
+  else box.append(el("pre", {text: text.slice(0, FOLD) + "…"}), el("details", {}, el("summary", {text: "all " + text.length + " characters"}), el("pre", {text: text})));
+  return box;
+}
+function sampleView(s) {
+  const wrap = el("div", {class: "sample-view"});
+  const boxes = [valueBox("Input", s.input, "s-input"), valueBox("Expected", s.expected, "s-expected"), valueBox("Answer", s.answer, "s-answer")];
+  if (s.error) boxes.push(valueBox("Error", s.error, "s-error"));
+  wrap.append(el("div", {class: "sample"}, ...boxes));
+  if (s.scores.length) {
+    const t = el("table", {class: "s-scores"}, el("thead", {}, el("tr", {}, ...["evaluator", "kind", "score", "result", "reason"].map(h => el("th", {class: "nosort", text: h})))));
+    const body = el("tbody");
+    for (const x of s.scores) body.append(el("tr", {}, el("td", {text: x.evaluator}), el("td", {text: x.kind}), el("td", {class: "num", text: num(x.score, 3)}), el("td", {}, el("span", {class: x.error ? "warn" : x.passed ? "pass" : "fail", text: x.error ? "error" : x.passed ? "passed" : "failed"})), el("td", {}, el("pre", {text: x.reason}))));
+    t.append(body);
+    wrap.append(t);
+  }
+  return wrap;
 }
 // The open task is in the address, so a link can open it; some viewers forbid changing it.
 function setHash(h) { try { if (location.hash !== h) history.replaceState(null, "", h || location.pathname); } catch (_) {} }

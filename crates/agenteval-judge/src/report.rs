@@ -220,13 +220,17 @@ fn list(o: &mut String, title: &str, items: impl Iterator<Item = String>) {
 
 /// The comparison (and verdict) as a Markdown PR comment.
 pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
-    let mut o = String::new();
     let head = match verdict {
         Some(v) if v.passed => "✅ gates pass",
         Some(_) => "❌ gates fail",
         None => "comparison",
     };
-    let _ = writeln!(o, "### agenteval: {head}\n");
+    format!("### agenteval: {head}\n\n{}", md_body(c, verdict))
+}
+
+/// [`md`] without its heading, for a document that has its own (a run's report).
+pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
+    let mut o = String::new();
     let _ = writeln!(
         o,
         "`{}` ({}) → `{}` ({}): {} paired tasks, 95% intervals from {} paired-bootstrap resamples (seed {}).\n",
@@ -260,17 +264,8 @@ pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
         );
     }
     if let Some(v) = verdict {
-        let _ = writeln!(o, "\n| gate | limit | result |\n|---|---:|---|");
-        for g in &v.gates {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {} {} |",
-                md_escape(&g.gate),
-                g.limit,
-                if g.passed { "✅" } else { "❌" },
-                md_escape(&g.detail)
-            );
-        }
+        o.push('\n');
+        o.push_str(&md_gates(v));
     }
     md_tasks(&mut o, "Regressed tasks", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
     md_tasks(&mut o, "Improved tasks", c.improvements.iter().map(|t| t.task_id.clone()));
@@ -278,6 +273,22 @@ pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
     md_tasks(&mut o, "Changed tasks (different content, not counted)", c.changed.iter().cloned());
     if !c.added.is_empty() || !c.removed.is_empty() {
         let _ = writeln!(o, "\n{} tasks only in the candidate, {} only in the base.", c.added.len(), c.removed.len());
+    }
+    o
+}
+
+/// Each gate's result as a Markdown table.
+pub fn md_gates(v: &Verdict) -> String {
+    let mut o = String::from("| gate | limit | result |\n|---|---:|---|\n");
+    for g in &v.gates {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} {} |",
+            md_escape(&g.gate),
+            g.limit,
+            if g.passed { "✅" } else { "❌" },
+            md_escape(&g.detail)
+        );
     }
     o
 }

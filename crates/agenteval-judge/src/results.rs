@@ -104,6 +104,9 @@ pub struct Traces {
     pub omitted: usize,
     /// Task id → what of its trace was not embedded (the events past its budget).
     pub cut: BTreeMap<String, TraceCut>,
+    /// Task id → its input, expected answer, answer and scores, for the same tasks (filled by
+    /// the caller: `samples::load`, or a seal from the results it read anyway).
+    pub samples: BTreeMap<String, crate::samples::Sample>,
 }
 
 /// The tail of a trace a page left out.
@@ -257,6 +260,7 @@ pub async fn load_traces(
         spans: spans.into_iter().map(|(t, a, _)| (t, a)).collect(),
         omitted,
         cut,
+        samples: BTreeMap::new(),
     }
 }
 

@@ -1,7 +1,7 @@
 //! The statistics of judging: a seeded paired bootstrap for confidence intervals, the unbiased
 //! pass@k estimator, percentiles. Pure functions, reproducible from their seed.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// SplitMix64: a tiny, fast generator whose output is fixed by its seed for ever (unlike a
 /// library's default generator, which may change between versions), so a recorded seed
@@ -30,7 +30,7 @@ impl SplitMix64 {
 }
 
 /// A mean difference and its confidence interval.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     pub mean: f64,
     pub lo: f64,

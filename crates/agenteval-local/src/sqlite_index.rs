@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS runs (
     controller TEXT NOT NULL DEFAULT '',
     epoch INTEGER NOT NULL DEFAULT 0,
     leased_at TEXT,
-    verdict TEXT
+    verdict TEXT,
+    baseline TEXT
 );
 CREATE TABLE IF NOT EXISTS baselines (
     name TEXT PRIMARY KEY,
@@ -84,7 +85,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
@@ -100,7 +101,7 @@ fn migrate(conn: &Connection) -> Result<()> {
         // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
-    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT")] {
+    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT"), ("baseline", "TEXT")] {
         let has: bool = conn
             .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
                 r.get::<_, i64>(0)
@@ -239,6 +240,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         epoch: r.get::<_, i64>("epoch")? as u32,
         leased_at: r.get::<_, Option<String>>("leased_at")?.map(|s| parse_ts(&s)).transpose()?,
         verdict: r.get::<_, Option<String>>("verdict")?.as_deref().and_then(RunVerdict::parse),
+        baseline: r.get::<_, Option<String>>("baseline")?.and_then(|s| RunId::from_str(&s).ok()),
     })
 }
 
@@ -317,8 +319,8 @@ impl RunIndex for SqliteRunIndex {
             tx.execute(
                 "INSERT INTO runs (run_id, name, benchmark, agent, backend, status, bundle_uri, config_hash,
                    tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch, controller,
-                   leased_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                   leased_at, verdict, baseline)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
                 params![
                     run.run_id.to_string(),
                     run.name,
@@ -337,6 +339,8 @@ impl RunIndex for SqliteRunIndex {
                     run.epoch as i64,
                     run.controller,
                     run.leased_at.map(ts),
+                    run.verdict.map(|v| v.as_str()),
+                    run.baseline.map(|b| b.to_string()),
                 ],
             )
             .map_err(|e| db_err("inserting run", e))?;
@@ -433,6 +437,7 @@ impl RunIndex for SqliteRunIndex {
                         controller = COALESCE(?8, controller),
                         leased_at = CASE WHEN ?8 IS NOT NULL THEN ?5 ELSE leased_at END,
                         verdict = COALESCE(?10, verdict),
+                        baseline = CASE WHEN ?10 IS NOT NULL THEN ?11 ELSE baseline END,
                         updated_at = ?5
                      WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
                     params![
@@ -446,6 +451,7 @@ impl RunIndex for SqliteRunIndex {
                         u.controller,
                         u.if_epoch.map(|e| e as i64),
                         u.verdict.map(|v| v.as_str()),
+                        u.baseline.map(|b| b.to_string()),
                     ],
                 )
                 .map_err(|e| db_err("updating run", e))?;

@@ -133,6 +133,7 @@ pub fn run_record(run: RunId, name: &str) -> RunRecord {
         epoch: 0,
         leased_at: Some(now),
         verdict: None,
+        baseline: None,
     }
 }
 
@@ -343,6 +344,21 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
         index.update_run(&run, &RunUpdate { verdict: Some(v), ..Default::default() }).await.unwrap();
         assert_eq!(index.get_run(&run).await.unwrap().unwrap().verdict, Some(v), "every verdict reads back");
     }
+    let against = RunId::new();
+    let judged = RunUpdate { verdict: Some(RunVerdict::Fail), baseline: Some(against), ..Default::default() };
+    index.update_run(&run, &judged).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().unwrap();
+    assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Fail), Some(against)), "a verdict keeps its baseline");
+    index.update_run(&run, &RunUpdate { heartbeat: true, ..Default::default() }).await.unwrap();
+    assert_eq!(index.get_run(&run).await.unwrap().unwrap().baseline, Some(against), "other updates keep it");
+    index.update_run(&run, &RunUpdate { verdict: Some(RunVerdict::Pass), ..Default::default() }).await.unwrap();
+    let got = index.get_run(&run).await.unwrap().unwrap();
+    assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Pass), None), "a verdict judged alone has none");
+    // A run created judged (an index rebuilt from bundles) keeps both.
+    let rebuilt = RunRecord { verdict: Some(RunVerdict::Fail), baseline: Some(against), ..run_record(RunId::new(), "rebuilt") };
+    index.create_run(&rebuilt, &[]).await.unwrap();
+    let got = index.get_run(&rebuilt.run_id).await.unwrap().unwrap();
+    assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Fail), Some(against)), "created judged");
     index.update_run(&run, &RunUpdate { verdict: Some(RunVerdict::Fail), ..Default::default() }).await.unwrap();
     let name = format!("nightly-{run}");
     assert_eq!(index.get_baseline(&name).await.unwrap(), None, "no pin yet");

@@ -62,6 +62,7 @@ fn record(run: RunId, name: &str, tasks: u64, store: &dyn BundleStore) -> RunRec
         epoch: 0,
         leased_at: None,
         verdict: Some(agenteval_core::model::RunVerdict::Pass),
+        baseline: None,
     }
 }
 

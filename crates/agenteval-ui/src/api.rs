@@ -64,7 +64,7 @@ pub async fn run(State(app): State<Arc<App>>, Path(run): Path<String>) -> Respon
             let r = data::record(&app, &run).await?;
             let progress = if data::live(&r) { Some(data::progress(&app, &r).await?) } else { None };
             let summary = data::summary(&app, &r).await;
-            let judged = data::judged(&app, &r).await;
+            let judged = data::judged(&app, &r).await?;
             Ok(json!({"run": r, "summary": summary.as_deref(), "progress": progress, "judged": judged}))
         }
         .await,

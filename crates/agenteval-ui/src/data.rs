@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agenteval_core::model::{RunRecord, RunStatus, RunSummary, TaskResult};
 use agenteval_core::traits::{BundleStore, TelemetrySnapshot};
 use agenteval_core::{ErrorKind, TaskId, layout};
+use agenteval_judge::judgement::Judgement;
 use agenteval_judge::results::RunResults;
 use axum::http::StatusCode;
 use serde::Serialize;
@@ -99,11 +100,41 @@ pub async fn summary(app: &App, r: &RunRecord) -> Option<Arc<RunSummary>> {
     Some(s)
 }
 
-/// The run's `comparison.json` (its judged comparison, verdict and outcome), if any.
-pub async fn judged(app: &App, r: &RunRecord) -> Option<serde_json::Value> {
-    let store = store(app, r).await.ok()?;
-    let bytes = store.get(&r.run_id, layout::COMPARISON).await.ok()?;
-    serde_json::from_slice(&bytes).ok()
+/// The run's judgement (`comparison.json`: its comparison, verdict and outcome), if it was
+/// judged.
+pub async fn judged(app: &App, r: &RunRecord) -> Result<Option<Judgement>, Problem> {
+    if r.verdict.is_none() {
+        return Ok(None);
+    }
+    let store = store(app, r).await?;
+    Ok(Judgement::read(store.as_ref(), &r.run_id).await?)
+}
+
+/// How many of a run's tasks passed: from its summary once sealed, else counted in the index
+/// where that is cheap; `None` when neither can say (a partial run on DynamoDB).
+pub async fn tally(app: &App, r: &RunRecord) -> Option<Tally> {
+    if let Some(s) = summary(app, r).await {
+        return Some(Tally { passed: s.passed, finished: s.tasks_finished, cost_usd: s.total_cost_usd });
+    }
+    let index = app.source.index();
+    if !index.counts_are_cheap() {
+        return None;
+    }
+    let c = index.task_counts(&r.run_id).await.ok()?;
+    Some(Tally { passed: c.passed, finished: c.finished(), cost_usd: c.cost_usd })
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Tally {
+    pub passed: u64,
+    pub finished: u64,
+    pub cost_usd: f64,
+}
+
+impl Tally {
+    pub fn pass_rate(&self) -> f64 {
+        if self.finished == 0 { 0.0 } else { self.passed as f64 / self.finished as f64 }
+    }
 }
 
 /// A run in progress, as far as it got.

@@ -6,8 +6,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult};
+use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult, TaskSpec};
 use agenteval_judge::html::{Frame, HtmlReport, TaskRows};
+use agenteval_judge::samples::Sample;
 use askama::Template;
 use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
@@ -181,10 +182,13 @@ struct Row {
     status_class: &'static str,
     verdict: String,
     verdict_class: &'static str,
+    /// The run a judged run was compared with: its id and short form.
+    baseline: Option<(String, String)>,
     benchmark: String,
     agent: String,
     backend: String,
-    tasks: u64,
+    /// `passed/total`, and the share of the finished tasks that passed.
+    passed: String,
     pass_rate: String,
     cost: String,
     created: String,
@@ -249,35 +253,36 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
         let pages = matching.len().div_ceil(PER_PAGE).max(1);
         let shown: Vec<&RunRecord> = matching.iter().skip((page - 1) * PER_PAGE).take(PER_PAGE).copied().collect();
         // A name's history: pass rate and cost of its newest runs, oldest first.
-        let (history, figs) = if f.name.is_empty() {
-            (None, HashMap::new())
+        let history = if f.name.is_empty() {
+            None
         } else {
             let recent: Vec<&RunRecord> = matching.iter().take(HISTORY).copied().collect();
-            let figs = figures(&a, &recent).await;
-            let by_id: HashMap<_, _> = recent.iter().zip(&figs).map(|(r, f)| (r.run_id, *f)).collect();
-            let points: Vec<(f64, f64)> = figs.iter().rev().flatten().copied().collect();
-            ((!points.is_empty()).then(|| chart(&points)), by_id)
+            let points: Vec<(f64, f64)> = figures(&a, &recent).await.into_iter().rev().flatten().collect();
+            (!points.is_empty()).then(|| chart(&points))
         };
+        let tallies = futures::future::join_all(shown.iter().map(|r| data::tally(&a, r))).await;
         let rows = shown
             .iter()
-            .map(|r| {
-                let fig = figs.get(&r.run_id).copied().flatten();
-                Row {
-                    id: r.run_id.to_string(),
-                    short: short(&r.run_id),
-                    name: r.name.clone(),
-                    status: r.status.as_str(),
-                    status_class: status_class(r.status),
-                    verdict: r.verdict.map_or("-", RunVerdict::as_str).to_string(),
-                    verdict_class: verdict_class(r.verdict),
-                    benchmark: r.benchmark.clone(),
-                    agent: r.agent.clone(),
-                    backend: r.backend.clone(),
-                    tasks: r.tasks_total,
-                    pass_rate: fig.map(|f| format!("{:.1}%", f.0 * 100.0)).unwrap_or_else(|| "-".into()),
-                    cost: fig.map(|f| format!("${:.4}", f.1)).unwrap_or_else(|| "-".into()),
-                    created: r.created_at.format("%Y-%m-%d %H:%M").to_string(),
-                }
+            .zip(tallies)
+            .map(|(r, t)| Row {
+                id: r.run_id.to_string(),
+                short: short(&r.run_id),
+                name: r.name.clone(),
+                status: r.status.as_str(),
+                status_class: status_class(r.status),
+                verdict: r.verdict.map_or("-", RunVerdict::as_str).to_string(),
+                verdict_class: verdict_class(r.verdict),
+                baseline: r.baseline.map(|b| (b.to_string(), short(&b))),
+                benchmark: r.benchmark.clone(),
+                agent: r.agent.clone(),
+                backend: r.backend.clone(),
+                passed: match t {
+                    Some(t) => format!("{}/{}", t.passed, r.tasks_total),
+                    None => format!("?/{}", r.tasks_total),
+                },
+                pass_rate: t.map(|t| format!("{:.1}%", t.pass_rate() * 100.0)).unwrap_or_else(|| "-".into()),
+                cost: t.map(|t| format!("${:.4}", t.cost_usd)).unwrap_or_else(|| "-".into()),
+                created: r.created_at.format("%Y-%m-%d %H:%M").to_string(),
             })
             .collect();
         let mut names: Vec<String> = all.iter().map(|r| r.name.clone()).collect();
@@ -355,14 +360,17 @@ pub async fn run(State(app): State<Arc<App>>, Path(run): Path<String>) -> Respon
         let results = data::results(&a, &r).await?;
         let summary = data::summary(&a, &r).await;
         let store = data::store(&a, &r).await?;
+        // A judged run's page shows its verdict, gates and baseline; a damaged judgement costs
+        // only that part of the page.
+        let judged = data::judged(&a, &r).await.ok().flatten();
         let nav = nav(&a);
         let frame = Frame { nav: &nav, ..Default::default() };
         Ok(agenteval_judge::html::render_run(
             store.as_ref(),
             &results,
             summary.as_deref(),
-            None,
-            None,
+            judged.as_ref().and_then(|j| j.comparison.as_ref()),
+            judged.as_ref().map(|j| &j.verdict),
             &a.opts.generator,
             frame,
         )
@@ -383,6 +391,26 @@ struct ScoreRow {
     citations: Vec<u32>,
 }
 
+/// A value of the sample: shown whole when short, else its start with the rest folded.
+struct ValueBox {
+    title: &'static str,
+    id: &'static str,
+    text: Option<String>,
+    head: Option<String>,
+    chars: usize,
+}
+
+/// Characters of a value shown before the rest folds.
+const FOLD: usize = 1_500;
+
+impl ValueBox {
+    fn new(title: &'static str, id: &'static str, text: Option<String>) -> Self {
+        let chars = text.as_deref().map_or(0, |t| t.chars().count());
+        let head = text.as_deref().filter(|_| chars > FOLD).map(|t| t.chars().take(FOLD).chain(['…']).collect());
+        ValueBox { title, id, text, head, chars }
+    }
+}
+
 #[derive(Template)]
 #[template(path = "task_section.html")]
 struct TaskSection<'a> {
@@ -395,42 +423,46 @@ struct TaskSection<'a> {
     cost: String,
     tokens: u64,
     wall: String,
-    error: Option<&'a str>,
-    answer: String,
+    values: Vec<ValueBox>,
     scores: Vec<ScoreRow>,
     log: &'a str,
 }
 
-fn task_section(r: &RunRecord, result: &TaskResult, log: Option<&str>) -> Result<String, Problem> {
+fn task_section(r: &RunRecord, result: &TaskResult, spec: Option<&TaskSpec>, log: Option<&str>) -> Result<String, Problem> {
     let outcome = result.outcome();
-    let answer = match &result.agent.final_answer {
-        Some(serde_json::Value::String(s)) => s.clone(),
-        Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
-        None => "(no answer)".into(),
-    };
-    let scores = result
+    let sample = Sample::of(spec, result, agenteval_judge::samples::PAGE_VALUE_CHARS);
+    let mut values = vec![
+        ValueBox::new("Input", "input", sample.input.or_else(|| Some("(not in tasks.jsonl)".into()))),
+        ValueBox::new("Expected", "expected", sample.expected),
+        ValueBox::new("Answer", "answer", sample.answer.or_else(|| Some("(no answer)".into()))),
+    ];
+    if sample.error.is_some() {
+        values.push(ValueBox::new("Error", "error", sample.error));
+    }
+    let scores = sample
         .scores
-        .iter()
-        .map(|s| ScoreRow {
-            evaluator_id: s.evaluator_id.clone(),
-            kind: s.kind.clone(),
+        .into_iter()
+        .zip(&result.scores)
+        .map(|(s, raw)| ScoreRow {
+            evaluator_id: s.evaluator,
+            kind: s.kind,
             score: format!("{:.3}", s.score),
-            class: if s.error.is_some() {
+            class: if s.error {
                 "warn"
             } else if s.passed {
                 "pass"
             } else {
                 "fail"
             },
-            word: if s.error.is_some() {
+            word: if s.error {
                 "error"
             } else if s.passed {
                 "passed"
             } else {
                 "failed"
             },
-            reason: s.error.clone().unwrap_or_else(|| s.reason.clone()),
-            citations: s.citations.clone(),
+            reason: s.reason,
+            citations: raw.citations.clone(),
         })
         .collect();
     rendered(TaskSection {
@@ -443,8 +475,7 @@ fn task_section(r: &RunRecord, result: &TaskResult, log: Option<&str>) -> Result
         cost: format!("${:.4}", result.agent.total_cost_usd),
         tokens: result.agent.total_tokens,
         wall: format!("{:.2} s", result.agent.wall_seconds),
-        error: result.agent.error.as_deref(),
-        answer,
+        values,
         scores,
         log: log.unwrap_or("(no worker log)"),
     })
@@ -470,10 +501,16 @@ pub async fn task(State(app): State<Arc<App>>, Path((run, task)): Path<(String, 
             agenteval_judge::results::TASK_PAGE_TRACE_BUDGET,
         )
         .await;
+        let wanted = std::collections::BTreeSet::from([id.to_string()]);
+        let spec = agenteval_judge::samples::specs(store.as_ref(), &r.run_id, &wanted).await.remove(id.as_str());
+        // The viewer opens over the page: it shows the sample first, as a report's does.
+        let mut traces = traces;
+        let sample = Sample::of(spec.as_ref(), &result, agenteval_judge::samples::REPORT_VALUE_CHARS);
+        traces.samples.insert(id.to_string(), sample);
         let mut rows = TaskRows::new(None, 1);
         rows.push(&line, &[]);
         let nav = nav(&a);
-        let section = task_section(&r, &result, log.as_deref())?;
+        let section = task_section(&r, &result, spec.as_ref(), log.as_deref())?;
         let generator = a.opts.generator.clone();
         let bundle = store.bundle_uri(&r.run_id);
         Ok(agenteval_judge::html::render(&HtmlReport {

@@ -13,6 +13,7 @@ use agenteval_core::{Error, RunId};
 use agenteval_engine::bundle::{self, Metadata, read_json};
 use agenteval_engine::controller::{self, RunOutcome};
 use agenteval_engine::resolve::store_from_bundle_uri;
+use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{BaselineCommand, Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
@@ -218,7 +219,7 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         }
     };
     let judged = match (&located, r.verdict) {
-        (Some(l), Some(_)) => read_json::<serde_json::Value>(l.store.as_ref(), &run_id, layout::COMPARISON).await.ok(),
+        (Some(l), Some(_)) => Judgement::read(l.store.as_ref(), &run_id).await.ok().flatten(),
         _ => None,
     };
     if json {
@@ -292,8 +293,8 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
         say!("no runs yet");
         return Ok(exit::OK);
     }
-    // 80 columns: the id's first 18 characters (its time and some of its randomness; any
-    // unique prefix names the run), the name cut to fit.
+    // 80 columns: the id's first 13 characters (its creation to the millisecond; any unique
+    // prefix names the run), the name cut to fit, a judged run's baseline under its verdict.
     let mut t = output::table();
     t.set_header(vec!["run", "name", "status", "verdict", "passed", "created"]);
     for (r, p) in runs.iter().zip(&passed) {
@@ -301,14 +302,18 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
         let name: String =
             if r.name.chars().count() > 17 { r.name.chars().take(16).chain(['…']).collect() } else { r.name.clone() };
         t.add_row(vec![
-            id[..18.min(id.len())].to_string(),
+            short_id(&id),
             name,
             if r.status == RunStatus::Running && !controller::controller_alive(r) {
                 "running (gone)".to_string()
             } else {
                 r.status.as_str().to_string()
             },
-            r.verdict.map_or("-", |v| v.as_str()).to_string(),
+            match (r.verdict, r.baseline) {
+                (Some(v), Some(b)) => format!("{}\nvs {}", v.as_str(), short_id(&b.to_string())),
+                (Some(v), None) => format!("{}\nalone", v.as_str()),
+                (None, _) => "-".to_string(),
+            },
             match p {
                 Some((passed, _)) => format!("{passed}/{}", r.tasks_total),
                 None => format!("?/{}", r.tasks_total),
@@ -319,6 +324,11 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
     let t = output::compact(t);
     say!("{t}");
     Ok(exit::OK)
+}
+
+/// A run id's first 13 characters: its creation time to the millisecond, a prefix that names it.
+fn short_id(id: &str) -> String {
+    id.chars().take(13).collect()
 }
 
 /// How many of a run's tasks passed and finished: from the index where its counts are cheap
@@ -432,6 +442,8 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
     let store = located.store.as_ref();
     let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
+    // Recorded after the seal, so not in the sealed summary or report.md: added to each format.
+    let judged = Judgement::read(store, &run_id).await?;
     // A sealed bundle has its summary and report.md; a partial one gets them from what is
     // there, and a terminal report always reads why each task did not pass.
     let summarized = || async {
@@ -439,19 +451,30 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
         bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Collect).await
     };
     let shown = match format {
-        Format::Json if meta.sealed => {
-            let s: RunSummary = read_json(store, &run_id, layout::SUMMARY).await?;
-            format!("{}\n", serde_json::to_string_pretty(&s).expect("serializes"))
+        Format::Json => {
+            let s = if meta.sealed {
+                read_json::<RunSummary>(store, &run_id, layout::SUMMARY).await?
+            } else {
+                summarized().await?.0
+            };
+            let mut doc = serde_json::to_value(&s).expect("serializes");
+            doc["judgement"] = serde_json::to_value(&judged).expect("serializes");
+            format!("{}\n", serde_json::to_string_pretty(&doc).expect("serializes"))
         }
-        Format::Json => format!("{}\n", serde_json::to_string_pretty(&summarized().await?.0).expect("serializes")),
-        Format::Md if meta.sealed => String::from_utf8_lossy(&store.get(&run_id, layout::REPORT).await?).into_owned(),
         Format::Md => {
-            let (s, out) = summarized().await?;
-            agenteval_engine::report::render(&meta, &s, &out.failures)
+            let mut md = if meta.sealed {
+                String::from_utf8_lossy(&store.get(&run_id, layout::REPORT).await?).into_owned()
+            } else {
+                let (s, out) = summarized().await?;
+                agenteval_engine::report::render(&meta, &s, &out.failures)
+            };
+            if let Some(j) = &judged {
+                md.push_str(&j.md());
+            }
+            md
         }
         Format::Text => {
             let (s, out) = summarized().await?;
-            let judged: Option<serde_json::Value> = read_json(store, &run_id, layout::COMPARISON).await.ok();
             let mut text = output::report_text(&meta, &s, &out.failures);
             for l in judged.iter().flat_map(output::verdict_lines) {
                 text.push_str(&l);

@@ -9,6 +9,7 @@ use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
 use agenteval_core::{Error, RunId, TaskId};
 use agenteval_engine::bundle::read_json;
 use agenteval_engine::controller;
+use agenteval_judge::judgement::Judgement;
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
@@ -88,7 +89,7 @@ pub async fn runs_show(
                 say!("{l}");
             }
             if located.record.verdict.is_some()
-                && let Ok(doc) = read_json::<Value>(store, &run_id, layout::COMPARISON).await
+                && let Ok(Some(doc)) = Judgement::read(store, &run_id).await
             {
                 for l in output::verdict_lines(&doc) {
                     say!("{l}");

@@ -12,6 +12,7 @@ use agenteval_core::{Error, ErrorKind, RunId};
 use agenteval_engine::controller;
 use agenteval_judge::compare::{CompareOptions, Comparison, compare, run_metric};
 use agenteval_judge::gates::{Gates, Verdict, judge, load_gates};
+use agenteval_judge::judgement::Judgement;
 use agenteval_judge::report::{self, Format};
 use agenteval_judge::results::{self, RunResults};
 use serde_json::json;
@@ -155,7 +156,7 @@ async fn read_summary(
 }
 
 /// `agenteval report RUN --format html`: the run's report page, rendered from its bundle now
-/// (a partial run included).
+/// (a partial run included), with its judgement when it was judged.
 pub async fn report_html(
     resolver: &dyn Resolver,
     index: &dyn RunIndex,
@@ -166,12 +167,14 @@ pub async fn report_html(
     let store = located.store.as_ref();
     let results = results::load(store, run).await?;
     let summary = read_summary(store, &results.meta).await;
+    // A judged run's page shows its verdict, its gates and what it was compared with.
+    let judged = Judgement::read(store, run).await?;
     let page = agenteval_judge::html::render_run(
         store,
         &results,
         summary.as_ref(),
-        None,
-        None,
+        judged.as_ref().and_then(|j| j.comparison.as_ref()),
+        judged.as_ref().map(|j| &j.verdict),
         &generator(),
         Default::default(),
     )
@@ -324,12 +327,7 @@ async fn record(
     v: &Verdict,
     word: RunVerdict,
 ) -> Result<(), Failure> {
-    let doc = json!({
-        "schema_version": agenteval_judge::compare::COMPARISON_SCHEMA,
-        "comparison": comparison,
-        "verdict": v,
-        "outcome": word.as_str(),
-    });
+    let doc = Judgement::new(comparison.cloned(), v.clone(), word);
     let store = located.store.as_ref();
     store.put(cand, layout::COMPARISON, &serde_json::to_vec_pretty(&doc).expect("serializes")).await?;
     if located.record.status != RunStatus::Running {
@@ -338,7 +336,8 @@ async fn record(
         let hints = agenteval_engine::bundle::ManifestHints::from_manifest(store, cand, &[layout::COMPARISON]).await;
         agenteval_engine::bundle::write_manifest(store, cand, &hints).await?;
     }
-    index.update_run(cand, &RunUpdate { verdict: Some(word), ..Default::default() }).await?;
+    let baseline = comparison.and_then(|c| RunId::from_str(&c.base.run_id).ok());
+    index.update_run(cand, &RunUpdate { verdict: Some(word), baseline, ..Default::default() }).await?;
     Ok(())
 }
 

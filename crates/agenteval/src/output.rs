@@ -8,6 +8,7 @@ use std::time::Duration;
 use agenteval_core::RunId;
 use agenteval_core::model::{RunStatus, RunSummary};
 use agenteval_engine::controller::{Progress, ProgressView};
+use agenteval_judge::judgement::Judgement;
 use comfy_table::{ContentArrangement, Table, presets::UTF8_HORIZONTAL_ONLY};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -429,27 +430,23 @@ pub fn report_text(
     out.join("\n") + "\n"
 }
 
+/// A gate's number: a count as a whole number, anything else to four places.
+fn figure(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.4}") }
+}
+
 /// A judged run's verdict, its baseline and each gate, from the bundle's `comparison.json`, as
-/// lines within 80 columns (none for a document that has no verdict).
-pub fn verdict_lines(doc: &serde_json::Value) -> Vec<String> {
-    let Some(outcome) =
-        doc["outcome"].as_str().or_else(|| doc["verdict"]["passed"].as_bool().map(|p| if p { "pass" } else { "fail" }))
-    else {
-        return Vec::new();
+/// lines within 80 columns.
+pub fn verdict_lines(j: &Judgement) -> Vec<String> {
+    let against = match j.baseline() {
+        Some(b) => format!(" against {} ({})", b.run_id, b.name),
+        None => " (no baseline: judged alone)".to_string(),
     };
-    let base = &doc["comparison"]["base"];
-    let against = match (base["run_id"].as_str(), base["name"].as_str()) {
-        (Some(id), Some(name)) => format!(" against {id} ({name})"),
-        (Some(id), None) => format!(" against {id}"),
-        _ => " (no baseline: judged alone)".to_string(),
-    };
-    let mut out = vec![wrapped("verdict    ", &format!("{outcome}{against}"), 80)];
-    for g in doc["verdict"]["gates"].as_array().into_iter().flatten() {
-        let word = if g["passed"] == serde_json::json!(true) { "ok  " } else { "FAIL" };
-        let value = g["value"].as_f64().map_or("-".to_string(), |v| format!("{v:.4}"));
-        let limit = g["limit"].as_f64().map_or("-".to_string(), |v| format!("{v:.4}"));
-        let gate = g["gate"].as_str().unwrap_or("?");
-        out.push(wrapped(&format!("  {word} "), &format!("{gate} {value} (limit {limit})"), 80));
+    let mut out = vec![wrapped("verdict    ", &format!("{}{against}", j.outcome().as_str()), 80)];
+    for g in &j.verdict.gates {
+        let word = if g.passed { "ok  " } else { "FAIL" };
+        let value = g.value.map_or("-".to_string(), figure);
+        out.push(wrapped(&format!("  {word} "), &format!("{} {value} (limit {})", g.gate, figure(g.limit)), 80));
     }
     out
 }

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 use super::files::{FileSum, ManifestHints, RecordingStore};
 use super::{READ_CONCURRENCY, read_json, to_json_bytes};
+use agenteval_judge::samples::{REPORT_VALUE_CHARS, Sample};
+
 use crate::report::Failure;
 use crate::scorers::{default_scorers, empty_summary};
 
@@ -38,6 +40,9 @@ pub struct Summarized {
     pub passing: Vec<ResultLine>,
     /// Task id → the job attempt that wrote its result (what sealing trusts a manifest part of).
     pub producers: std::collections::HashMap<String, (agenteval_core::JobId, u32)>,
+    /// The samples of the first `SEAL_TRACE_LIMIT` failing and passing tasks, made from the
+    /// results read here so the report does not read them again (without their specs).
+    pub samples: std::collections::BTreeMap<String, Sample>,
 }
 
 /// Lines written per append when streaming `results.jsonl`.
@@ -70,7 +75,7 @@ pub async fn summarize(
     status: RunStatus,
     mode: Lines,
 ) -> Result<(RunSummary, Summarized)> {
-    use agenteval_judge::html::SEAL_ROW_LIMIT;
+    use agenteval_judge::html::{SEAL_ROW_LIMIT, SEAL_TRACE_LIMIT};
     // pass@k keeps a count per task: only worth it when the run has repetitions (`<id>@r<n>`).
     let mut scorers = default_scorers(ids.iter().any(|id| id.as_str().contains('@')));
     let tags = task_tags(store, run).await;
@@ -105,6 +110,9 @@ pub async fn summarize(
             out.lines.clear();
         }
         let kept = if line.passed { &mut out.passing } else { &mut out.failing };
+        if kept.len() < SEAL_TRACE_LIMIT {
+            out.samples.insert(r.task_id.to_string(), Sample::of(None, &r, REPORT_VALUE_CHARS));
+        }
         if kept.len() < SEAL_ROW_LIMIT {
             kept.push(line);
         }
@@ -140,25 +148,31 @@ async fn render_html(
     tasks: usize,
 ) -> String {
     use agenteval_judge::html::{HtmlReport, SEAL_ROW_LIMIT, SEAL_TRACE_LIMIT, TaskRows};
-    // Tags feed the table's filter; a large run's spec file is not worth reading again for them.
+    let picked: Vec<ResultLine> = kept.failing.iter().chain(&kept.passing).take(SEAL_TRACE_LIMIT).cloned().collect();
+    let wanted: std::collections::BTreeSet<String> = picked.iter().map(|l| l.task_id.to_string()).collect();
+    // Tags feed the table's filter; a large run's spec file is not worth reading whole for them
+    // (only the specs of the sampled tasks are taken from it, in one pass).
     let mut tags = std::collections::BTreeMap::new();
-    if tasks <= SEAL_ROW_LIMIT
-        && let Ok(table) = super::TaskTable::read(store, &meta.run_id).await
-    {
-        for i in 0..table.len() {
-            if let Ok(spec) = table.spec(i)
-                && !spec.tags.is_empty()
-            {
-                tags.insert(spec.id.to_string(), spec.tags);
+    let mut specs = std::collections::BTreeMap::new();
+    let table = if tasks <= SEAL_ROW_LIMIT { super::TaskTable::read(store, &meta.run_id).await.ok() } else { None };
+    match table {
+        Some(table) => {
+            for spec in (0..table.len()).filter_map(|i| table.spec(i).ok()) {
+                if wanted.contains(spec.id.as_str()) {
+                    specs.insert(spec.id.to_string(), spec.clone());
+                }
+                if !spec.tags.is_empty() {
+                    tags.insert(spec.id.to_string(), spec.tags);
+                }
             }
         }
+        None => specs = agenteval_judge::samples::specs(store, &meta.run_id, &wanted).await,
     }
     let no_tags = Vec::new();
     let mut rows = TaskRows::new(None, SEAL_ROW_LIMIT);
     for l in kept.failing.iter().chain(&kept.passing) {
         rows.push(l, tags.get(l.task_id.as_str()).unwrap_or(&no_tags));
     }
-    let picked: Vec<ResultLine> = kept.failing.iter().chain(&kept.passing).take(SEAL_TRACE_LIMIT).cloned().collect();
     let mut traces = agenteval_judge::results::load_traces(
         store,
         &meta.run_id,
@@ -168,6 +182,16 @@ async fn render_html(
     )
     .await;
     traces.omitted = (summary.tasks_finished as usize).saturating_sub(picked.len());
+    traces.samples = wanted
+        .iter()
+        .filter_map(|t| {
+            let s = kept.samples.get(t)?.clone();
+            Some((t.clone(), match specs.get(t) {
+                Some(spec) => s.with_spec(spec, REPORT_VALUE_CHARS),
+                None => s,
+            }))
+        })
+        .collect();
     let generator = format!("agenteval {}", crate::VERSION);
     agenteval_judge::html::render(&HtmlReport {
         meta,

@@ -266,6 +266,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         epoch: 0,
         leased_at: Some(now),
         verdict: None,
+        baseline: None,
     };
     index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();

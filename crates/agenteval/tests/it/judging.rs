@@ -133,6 +133,35 @@ fn a_worse_candidate_is_named_task_by_task_and_fails_its_gates() {
     let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(runs.as_array().unwrap().len(), 2);
     assert_eq!(runs[0]["verdict"], "fail", "{runs}");
+    assert_eq!(runs[0]["baseline"], base.as_str(), "the verdict's baseline: {runs}");
+    let listed = text(&ws.run(&["runs", "list"]).stdout);
+    assert!(listed.contains(&format!("vs {}", &base[..13])), "the baseline under the verdict:\n{listed}");
+    assert!(listed.lines().all(|l| l.chars().count() <= 80), "within 80 columns:\n{listed}");
+    // Every format of the judged run's report says its verdict, its baseline and each gate.
+    for format in ["text", "md", "json", "html"] {
+        let out = ws.run(&["report", &cand, "--format", format]);
+        assert!(out.status.success(), "{format}: {}", text(&out.stderr));
+        let shown = text(&out.stdout);
+        for wanted in ["fail", base.as_str(), "max_task_regressions", "pass_rate.max_drop"] {
+            let wanted = if format == "md" { wanted.replace('_', "\\_") } else { wanted.to_string() };
+            assert!(shown.contains(&wanted), "report --format {format} lacks {wanted}:\n{shown}");
+        }
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&ws.run(&["report", &cand, "--json"]).stdout).unwrap();
+    assert_eq!(doc["judgement"]["outcome"], "fail");
+    assert_eq!(doc["judgement"]["comparison"]["base"]["run_id"], base.as_str());
+    let md = text(&ws.run(&["report", &cand, "--format", "md"]).stdout);
+    assert!(md.contains("## Verdict: ❌ fail") && md.contains(&format!("baseline `{base}`")), "{md}");
+    // The index rebuilt from the bundles keeps the verdict and its baseline.
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", ws.index().display()));
+    }
+    let out = ws.run(&["index", "rebuild", "--bundles", ws.runs().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let runs: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "list", "--name", "nightly", "--json"]).stdout).unwrap();
+    let rebuilt = runs.as_array().unwrap().iter().find(|r| r["run_id"] == cand.as_str()).unwrap();
+    assert_eq!((&rebuilt["verdict"], &rebuilt["baseline"]), (&"fail".into(), &base.as_str().into()), "{runs}");
 
     // The other way round nothing regressed: exit 0.
     let (v, code, err) = compare(&ws, &cand, &base);

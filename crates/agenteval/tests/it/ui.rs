@@ -27,6 +27,8 @@ emit("agent.terminal", {"final_answer": answer}, input_tokens=10, output_tokens=
 "#;
 
 const NAME: &str = "nightly\"><img src=x onerror=alert(9)></script>";
+/// `NAME` as the DOM holds it in text.
+const NAME_TEXT: &str = "nightly\"&gt;&lt;img src=x onerror=alert(9)&gt;&lt;/script&gt;";
 
 fn workspace() -> (Workspace, PathBuf) {
     let ws = Workspace::new();
@@ -78,11 +80,18 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
     let (ws, cfg) = workspace();
     let (base, code, _) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0);
-    let (cand, code, _) = ws.submit(&cfg, &["--set", "agent.env.BROKEN=c03,c07"]);
-    assert_eq!(code, 0);
-    let (base, cand) = (base["run_id"].as_str().unwrap().to_string(), cand["run_id"].as_str().unwrap().to_string());
+    let base = base["run_id"].as_str().unwrap().to_string();
+    // The candidate is judged against the base: two regressions fail its gate.
+    let gates = ws.write("gates.yaml", "max_task_regressions: 0\n");
+    let (cand, code, _) = ws.submit(
+        &cfg,
+        &["--set", "agent.env.BROKEN=c03,c07", "--baseline", &base, "--gates", gates.to_str().unwrap()],
+    );
+    assert_eq!(code, 1, "a failed gate");
+    let cand = cand["run_id"].as_str().unwrap().to_string();
     let server = ui(&ws, &[]);
     let pages = [
+        ("runs-all", server.page("")),
         (
             "runs",
             server.page(&format!("?name={}", "nightly%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(9)%3E%3C%2Fscript%3E")),
@@ -97,6 +106,18 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
         assert!(console.is_empty(), "{name}: the browser logged {console:?}");
         assert_inert(name, &dom);
         match *name {
+            "runs-all" => {
+                // Every run's pass rate, and the verdict with its baseline for the judged one.
+                let row = |id: &str| {
+                    let at = dom.find(&format!("<tr><td><a href=\"/runs/{id}\">")).unwrap_or_else(|| panic!("{id} listed"));
+                    dom[at..at + dom[at..].find("</tr>").unwrap()].to_string()
+                };
+                let (b, c) = (row(&base), row(&cand));
+                assert!(b.contains(">12/12<") && b.contains(">100.0%<"), "{name}: the base's pass rate: {b}");
+                assert!(c.contains(">10/12<") && c.contains(">83.3%<"), "{name}: the candidate's pass rate: {c}");
+                assert!(c.contains("class=\"fail\">fail<"), "{name}: the candidate's verdict: {c}");
+                assert!(c.contains(&format!("href=\"/runs/{base}\">{}<", &base[..13])), "{name}: its baseline: {c}");
+            }
             "runs" => {
                 assert!(
                     dom.contains(&cand[..13]) && dom.contains(&base[..13]),
@@ -111,6 +132,11 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
             }
             "run" => {
                 assert!(dom.contains("id=\"tasks\"") && dom.contains("c03"), "{name}: the task table");
+                assert!(
+                    dom.contains(&format!("Gates: fail (against {NAME_TEXT}, {base})")),
+                    "{name}: the verdict and its baseline"
+                );
+                assert!(dom.contains("max_task_regressions"), "{name}: each gate");
                 assert!(dom.contains(">Runs</a>"), "{name}: the UI's navigation around the report");
             }
             "task" => {
@@ -124,6 +150,13 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
                     "{name}: the answer as text"
                 );
                 assert!(dom.contains("exact_match"), "{name}: the scores");
+                // Input, expected answer and answer side by side, and the score's reason.
+                for (id, value) in [("input", "w3"), ("expected", "W3"), ("answer", "javascript:alert(2)")] {
+                    let at = dom.find(&format!("id=\"{id}\"")).unwrap_or_else(|| panic!("{name}: no {id}"));
+                    assert!(dom[at..at + 400].contains(value), "{name}: {id} shows {value}: {}", &dom[at..at + 400]);
+                }
+                assert!(dom.contains("class=\"sample\""), "{name}: the sample's values side by side");
+                assert!(dom.contains("value s-input"), "{name}: the open viewer shows the sample first");
             }
             "compare" => {
                 assert!(
@@ -143,6 +176,20 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
     let (dom, console) = browse(&server.page(&format!("runs/{cand}/tasks/c03#task=c03&step=2")), None);
     assert!(console.is_empty(), "{console:?}");
     assert!(dom.contains("id=\"step-2\"") && dom.contains("class=\"open\""), "the viewer is open at its steps");
+    // The report file of the judged run: its gates and baseline, and a task's view with the
+    // sample side by side.
+    let report = ws.path().join("report.html");
+    let out = ws.run(&["report", &cand, "--index", ws.index().to_str().unwrap(), "-o", report.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (dom, console) = browse(&format!("file://{}#task=c03", report.display()), Some(&shot("report-task.png")));
+    assert!(console.is_empty(), "{console:?}");
+    assert_inert("report", &dom);
+    assert!(dom.contains(&format!("Gates: fail (against {NAME_TEXT}, {base})")), "the report's verdict and baseline");
+    for (class, value) in [("s-input", "w3"), ("s-expected", "W3"), ("s-answer", "javascript:alert(2)")] {
+        let at = dom.find(&format!("value {class}")).unwrap_or_else(|| panic!("the report's task view has no {class}"));
+        assert!(dom[at..at + 400].contains(value), "{class} shows {value}: {}", &dom[at..at + 400]);
+    }
+    assert!(dom.contains("class=\"s-scores\"") && dom.contains("expected"), "each score's reason");
     // Nothing but the server's own pages: the policy allows no other origin and one script.
     let r = server.get(&format!("/runs/{cand}"));
     let csp = r.header("content-security-policy").unwrap();
