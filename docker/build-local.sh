@@ -36,8 +36,12 @@ fi
 # The host's extra CA certificates (a proxy in front of the crate registry), for the build only.
 cp /usr/local/share/ca-certificates/*.crt docker/ca-certificates/ 2>/dev/null || true
 
+# The Docker client of Debian's docker.io speaks BuildKit (the Dockerfile's cache mounts) when
+# asked; a newer client elsewhere on PATH may lack its buildx plugin.
+DOCKER=docker
+[ -x /usr/bin/docker ] && DOCKER=/usr/bin/docker
 start=$(date +%s)
-docker build -q -f docker/Dockerfile \
+DOCKER_BUILDKIT=1 "$DOCKER" build -q -f docker/Dockerfile \
   --build-arg BUILDER_IMAGE="$BASE" --build-arg RUNTIME_IMAGE="$BASE" \
   --build-arg VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" \
   --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \

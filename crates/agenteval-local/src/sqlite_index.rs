@@ -101,7 +101,9 @@ fn migrate(conn: &Connection) -> Result<()> {
         // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
-    for (column, decl) in [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT"), ("baseline", "TEXT")] {
+    for (column, decl) in
+        [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT"), ("baseline", "TEXT")]
+    {
         let has: bool = conn
             .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
                 r.get::<_, i64>(0)

@@ -355,7 +355,8 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let got = index.get_run(&run).await.unwrap().unwrap();
     assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Pass), None), "a verdict judged alone has none");
     // A run created judged (an index rebuilt from bundles) keeps both.
-    let rebuilt = RunRecord { verdict: Some(RunVerdict::Fail), baseline: Some(against), ..run_record(RunId::new(), "rebuilt") };
+    let rebuilt =
+        RunRecord { verdict: Some(RunVerdict::Fail), baseline: Some(against), ..run_record(RunId::new(), "rebuilt") };
     index.create_run(&rebuilt, &[]).await.unwrap();
     let got = index.get_run(&rebuilt.run_id).await.unwrap().unwrap();
     assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Fail), Some(against)), "created judged");

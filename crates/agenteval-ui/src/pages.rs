@@ -428,7 +428,12 @@ struct TaskSection<'a> {
     log: &'a str,
 }
 
-fn task_section(r: &RunRecord, result: &TaskResult, spec: Option<&TaskSpec>, log: Option<&str>) -> Result<String, Problem> {
+fn task_section(
+    r: &RunRecord,
+    result: &TaskResult,
+    spec: Option<&TaskSpec>,
+    log: Option<&str>,
+) -> Result<String, Problem> {
     let outcome = result.outcome();
     let sample = Sample::of(spec, result, agenteval_judge::samples::PAGE_VALUE_CHARS);
     let mut values = vec![

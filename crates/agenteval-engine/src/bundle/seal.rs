@@ -186,10 +186,13 @@ async fn render_html(
         .iter()
         .filter_map(|t| {
             let s = kept.samples.get(t)?.clone();
-            Some((t.clone(), match specs.get(t) {
-                Some(spec) => s.with_spec(spec, REPORT_VALUE_CHARS),
-                None => s,
-            }))
+            Some((
+                t.clone(),
+                match specs.get(t) {
+                    Some(spec) => s.with_spec(spec, REPORT_VALUE_CHARS),
+                    None => s,
+                },
+            ))
         })
         .collect();
     let generator = format!("agenteval {}", crate::VERSION);

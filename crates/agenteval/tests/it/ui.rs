@@ -83,10 +83,8 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
     let base = base["run_id"].as_str().unwrap().to_string();
     // The candidate is judged against the base: two regressions fail its gate.
     let gates = ws.write("gates.yaml", "max_task_regressions: 0\n");
-    let (cand, code, _) = ws.submit(
-        &cfg,
-        &["--set", "agent.env.BROKEN=c03,c07", "--baseline", &base, "--gates", gates.to_str().unwrap()],
-    );
+    let (cand, code, _) = ws
+        .submit(&cfg, &["--set", "agent.env.BROKEN=c03,c07", "--baseline", &base, "--gates", gates.to_str().unwrap()]);
     assert_eq!(code, 1, "a failed gate");
     let cand = cand["run_id"].as_str().unwrap().to_string();
     let server = ui(&ws, &[]);
@@ -109,7 +107,8 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
             "runs-all" => {
                 // Every run's pass rate, and the verdict with its baseline for the judged one.
                 let row = |id: &str| {
-                    let at = dom.find(&format!("<tr><td><a href=\"/runs/{id}\">")).unwrap_or_else(|| panic!("{id} listed"));
+                    let at =
+                        dom.find(&format!("<tr><td><a href=\"/runs/{id}\">")).unwrap_or_else(|| panic!("{id} listed"));
                     dom[at..at + dom[at..].find("</tr>").unwrap()].to_string()
                 };
                 let (b, c) = (row(&base), row(&cand));

@@ -133,7 +133,7 @@ pub fn chromium() -> &'static str {
             return c;
         }
     }
-    panic!("headless Chromium is needed for this test: `apt-get install chromium` (.ci/run does)");
+    panic!("headless Chromium is needed for this test: `apt-get install chromium` (tests/run.sh does)");
 }
 
 /// Loads `url` in headless Chromium: the DOM its scripts built and every console line it logged

