@@ -4,6 +4,7 @@
 //! line; every backend (local, AWS) and every front end builds on the types defined here.
 
 pub mod config;
+pub mod environment;
 pub mod error;
 pub mod format;
 pub mod ids;

@@ -26,6 +26,9 @@ pub struct TaskSpec {
     /// Benchmark-specific data (for `toy`: the scripted behaviour of the mock agent).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub metadata: serde_json::Value,
+    /// What the task's environment is (tasks that act in one: Harbor's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::environment::EnvSpec>,
 }
 
 impl TaskSpec {
@@ -35,12 +38,16 @@ impl TaskSpec {
     /// as `fingerprint` on each line of `tasks.jsonl`.
     pub fn content_fingerprint(&self) -> String {
         use sha2::{Digest as _, Sha256};
-        let content = serde_json::json!({
+        let mut content = serde_json::json!({
             "input": self.input,
             "expected": self.expected,
             "evaluators": self.evaluators,
             "metadata": self.metadata,
         });
+        // Only when there is one: a task without an environment keeps the fingerprint it had.
+        if let Some(env) = &self.environment {
+            content["environment"] = serde_json::json!(env);
+        }
         hex::encode(Sha256::digest(canonical_json(&content)))
     }
 }
@@ -241,6 +248,8 @@ pub enum TerminatedBy {
     LimitTrace,
     /// The agent's scratch folder grew past `max_disk_bytes`.
     LimitDisk,
+    /// A process of the task's environment was killed for going past its memory limit.
+    LimitMemory,
     /// The `llm` agent made `max_turns` model calls without a final answer.
     LimitTurns,
     InfraFailure,
@@ -253,13 +262,14 @@ pub enum TerminatedBy {
 }
 
 impl TerminatedBy {
-    pub const ALL: [TerminatedBy; 10] = [
+    pub const ALL: [TerminatedBy; 11] = [
         TerminatedBy::Completed,
         TerminatedBy::LimitTokens,
         TerminatedBy::LimitTime,
         TerminatedBy::LimitCost,
         TerminatedBy::LimitTrace,
         TerminatedBy::LimitDisk,
+        TerminatedBy::LimitMemory,
         TerminatedBy::LimitTurns,
         TerminatedBy::InfraFailure,
         TerminatedBy::AgentError,
@@ -283,6 +293,7 @@ impl TerminatedBy {
             TerminatedBy::LimitCost => "limit_cost",
             TerminatedBy::LimitTrace => "limit_trace",
             TerminatedBy::LimitDisk => "limit_disk",
+            TerminatedBy::LimitMemory => "limit_memory",
             TerminatedBy::LimitTurns => "limit_turns",
             TerminatedBy::InfraFailure => "infra_failure",
             TerminatedBy::AgentError => "agent_error",
@@ -956,6 +967,7 @@ mod tests {
             tags: vec![],
             evaluators: vec![],
             metadata: serde_json::Value::Null,
+            environment: None,
         };
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);

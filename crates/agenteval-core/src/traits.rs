@@ -102,6 +102,76 @@ pub trait Resolver: Send + Sync {
     /// Where the workers of `config` read their secrets (the backend's choice: the environment
     /// and a secrets file locally, Secrets Manager on AWS).
     async fn secrets(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn SecretStore>>;
+    /// The task environments of `kind` (`docker`; the engine has `workspace` itself), with the
+    /// run's settings. The default has none: a resolver that runs no environment tasks need not
+    /// know them.
+    async fn environment(
+        &self,
+        kind: crate::config::EnvironmentKind,
+        _settings: &crate::config::EnvironmentConfig,
+    ) -> Result<std::sync::Arc<dyn Environment>> {
+        Err(crate::Error::invalid(format!("no `{}` environments here", kind.as_str())))
+    }
+}
+
+/// Where a task's agent acts: a container, a folder. Prepared per task attempt, torn down on
+/// every exit path; a handle is plain data, so another process (a resume, the next worker)
+/// can tear down what a killed one left, and `sweep` finds those by run.
+#[async_trait]
+pub trait Environment: Send + Sync {
+    /// `workspace`, `docker`.
+    fn kind(&self) -> &str;
+    /// Makes the task's environment. An `Err` is an infrastructure failure of the task (never
+    /// the agent's): its message says what failed (a Dockerfile's last build lines).
+    async fn prepare(
+        &self,
+        run: &RunId,
+        task: &TaskSpec,
+        attempt: u32,
+        spec: &crate::environment::EnvSpec,
+    ) -> Result<crate::environment::EnvHandle>;
+    /// Runs a command in it, with a timeout and bounded output. A command that fails or times
+    /// out is an `Ok` output saying so; `Err` is the environment failing.
+    async fn exec(
+        &self,
+        env: &crate::environment::EnvHandle,
+        req: &crate::environment::ExecRequest,
+    ) -> Result<crate::environment::ExecOutput>;
+    /// Copies a host file or folder to `to` in the environment (a folder's contents go into
+    /// `to`, created if missing).
+    async fn copy_in(&self, env: &crate::environment::EnvHandle, from: &std::path::Path, to: &str) -> Result<()>;
+    /// Copies a file or folder of the environment to the host folder `to` (created if missing),
+    /// at most `max_bytes` of it (`Invalid` past that).
+    async fn copy_out(
+        &self,
+        env: &crate::environment::EnvHandle,
+        from: &str,
+        to: &std::path::Path,
+        max_bytes: u64,
+    ) -> Result<()>;
+    /// Removes it and all it holds. Idempotent: tearing down a handle twice, or one whose
+    /// environment is already gone, is `Ok`.
+    async fn teardown(&self, env: &crate::environment::EnvHandle) -> Result<()>;
+    /// Removes every environment of `run` still there (a killed worker's); how many it found.
+    async fn sweep(&self, run: &RunId) -> Result<usize>;
+    /// Whether a process of the environment was killed for memory since it was prepared (a
+    /// task limit the agent hit, not an infrastructure failure).
+    async fn out_of_memory(&self, _env: &crate::environment::EnvHandle) -> bool {
+        false
+    }
+}
+
+/// A prepared environment and what drives it, as the agent and the evaluators get it.
+#[derive(Clone)]
+pub struct EnvSession {
+    pub env: std::sync::Arc<dyn Environment>,
+    pub handle: crate::environment::EnvHandle,
+}
+
+impl std::fmt::Debug for EnvSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvSession").field("kind", &self.env.kind()).field("handle", &self.handle).finish()
+    }
 }
 
 /// Runs jobs somewhere: local processes, ECS Fargate tasks. Only jobs: secrets are a
@@ -348,6 +418,8 @@ pub struct TaskEnvironment {
     /// A scratch folder the agent may use; removed at teardown.
     pub workdir: Option<PathBuf>,
     pub vars: BTreeMap<String, String>,
+    /// The environment the agent acts in, for tasks that have one.
+    pub session: Option<EnvSession>,
 }
 
 /// A source of tasks with its own grader.
@@ -372,9 +444,16 @@ pub trait BenchmarkAdapter: Send + Sync {
     async fn prepare_environment(&self, _run: &RunId, _task: &TaskSpec) -> Result<TaskEnvironment> {
         Ok(TaskEnvironment::default())
     }
-    /// The benchmark's own verdict on an agent's result. The default: the agent completed and
+    /// The benchmark's own verdict on an agent's result, with the task's environment as the
+    /// agent left it (a Harbor task runs its tests there). The default: the agent completed and
     /// its final answer equals the task's `expected` (see `model::grade_expected`).
-    async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        _trace: &[TraceEvent],
+        _env: &TaskEnvironment,
+    ) -> EvaluatorScore {
         grade_expected(task, result)
     }
     /// Tools this benchmark offers the built-in `llm` agent on `task` (besides its built-in

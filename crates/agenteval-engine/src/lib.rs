@@ -1,5 +1,6 @@
 //! The run engine: the controller that turns a benchmark into jobs, the worker that runs them,
-//! and everything in between (benchmarks, agents, evaluators, scorers, bundles).
+//! and everything in between (benchmarks, agents, task environments, evaluators, scorers,
+//! bundles).
 //!
 //! It depends on `agenteval-core` for types and traits and is handed a
 //! [`Resolver`](agenteval_core::traits::Resolver) that opens stores, indexes and backends; it
@@ -9,6 +10,7 @@ pub mod agents;
 pub mod benchmarks;
 pub mod bundle;
 pub mod controller;
+pub mod environments;
 pub mod evaluators;
 pub mod isolation;
 pub mod python;

@@ -37,6 +37,8 @@ pub const MAX_DISK_BYTES: u64 = 16 << 40;
 pub const DEFAULT_DISK_BYTES: u64 = 4 << 30;
 /// Longest case (one line of a JSONL case file, one entry of a YAML one) a config may allow (256 MiB).
 pub const MAX_CASE_BYTES: u64 = 256 << 20;
+/// Most artifact bytes a task may keep.
+pub const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 /// Longest case when the config does not say (1 MiB).
 pub const DEFAULT_CASE_BYTES: u64 = 1 << 20;
 /// Largest benchmark data file a config may allow, after decompression (16 GiB).

@@ -633,6 +633,7 @@ fn not_a_file(what: &str, path: &std::path::Path) -> String {
     let shown = path.display();
     match std::fs::metadata(path).map(|m| m.file_type()) {
         Err(_) => format!("{what} {shown} does not exist"),
+        Ok(t) if what == super::TASK_FOLDER && !t.is_dir() => format!("{what} {shown} is a file, not a folder"),
         Ok(t) if t.is_dir() => format!("{what} {shown} is a folder, not a file"),
         Ok(t) if t.is_fifo() => format!("{what} {shown} is a FIFO, not a regular file"),
         Ok(t) if t.is_char_device() || t.is_block_device() => format!("{what} {shown} is a device, not a regular file"),
@@ -728,7 +729,8 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     // A HumanEval file not given is found by the benchmark (an `extra` check): it asks Python.
     for (field, what, path) in config.benchmark.data_files_mut() {
         *path = resolve(base, path);
-        if !path.is_file() {
+        let there = if what == super::TASK_FOLDER { path.is_dir() } else { path.is_file() };
+        if !there {
             let pointer = format!("/benchmark/{field}");
             problems.push(Problem { origin: pos.find(&pointer, false), pointer, message: not_a_file(what, path) });
         }

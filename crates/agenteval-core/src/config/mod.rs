@@ -53,6 +53,64 @@ pub struct RunConfig {
     /// OpenTelemetry export. Every field overrides the matching standard `OTEL_*` variable.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Where each task's agent acts (`docs/environments.md`): a Docker container, a folder, or
+    /// nothing (question-and-answer benchmarks).
+    #[serde(default)]
+    pub environment: EnvironmentConfig,
+}
+
+/// The kind of a task's environment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvironmentKind {
+    /// The benchmark's choice: `docker` for Harbor tasks, none for the others.
+    #[default]
+    Auto,
+    /// No environment: the agent answers.
+    None,
+    /// A folder prepared for the task (a copy of its files, or a git checkout), the agent's
+    /// working folder, under the agent sandbox. No Docker needed.
+    Workspace,
+    /// One container per task, from the task's image, through the Docker Engine API.
+    Docker,
+}
+
+impl EnvironmentKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvironmentKind::Auto => "auto",
+            EnvironmentKind::None => "none",
+            EnvironmentKind::Workspace => "workspace",
+            EnvironmentKind::Docker => "docker",
+        }
+    }
+}
+
+/// The run's settings for task environments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct EnvironmentConfig {
+    #[serde(default)]
+    pub kind: EnvironmentKind,
+    /// An image that replaces the `FROM` of every task's Dockerfile (a mirror, or a local base
+    /// image on a machine without a registry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_image: Option<String>,
+    /// Paths (in the environment, relative to its working folder) kept in the bundle as the
+    /// task's artifacts, besides its patch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<String>,
+    /// Bytes of artifacts kept per task (default 8 MiB); past it an artifact is left out and the
+    /// task's log says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1024, max = MAX_ARTIFACT_BYTES))]
+    pub max_artifact_bytes: Option<u64>,
+}
+
+impl EnvironmentConfig {
+    pub fn artifact_bytes(&self) -> u64 {
+        self.max_artifact_bytes.unwrap_or(8 << 20)
+    }
 }
 
 /// OTLP transport.
@@ -278,6 +336,16 @@ pub enum BenchmarkConfig {
         #[serde(default)]
         filter: TaskFilter,
     },
+    /// Harbor / Terminal-Bench tasks (`docs/benchmarks.md`): a folder of task folders, or one
+    /// task folder, each with `instruction.md`, `task.toml`, `environment/Dockerfile`,
+    /// `tests/test.sh` and `solution/solve.sh`. Graded by its tests, run in the task's
+    /// environment after the agent stops.
+    Harbor {
+        /// The folder, relative to the config file.
+        path: PathBuf,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
 }
 
 impl BenchmarkConfig {
@@ -287,6 +355,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Toy { .. } => "toy",
             BenchmarkConfig::Jsonl { .. } => "jsonl",
             BenchmarkConfig::Humaneval { .. } => "humaneval",
+            BenchmarkConfig::Harbor { .. } => "harbor",
         }
     }
 
@@ -294,7 +363,8 @@ impl BenchmarkConfig {
         match self {
             BenchmarkConfig::Toy { filter, .. }
             | BenchmarkConfig::Jsonl { filter, .. }
-            | BenchmarkConfig::Humaneval { filter, .. } => filter,
+            | BenchmarkConfig::Humaneval { filter, .. }
+            | BenchmarkConfig::Harbor { filter, .. } => filter,
         }
     }
 
@@ -302,7 +372,16 @@ impl BenchmarkConfig {
         match self {
             BenchmarkConfig::Toy { filter, .. }
             | BenchmarkConfig::Jsonl { filter, .. }
-            | BenchmarkConfig::Humaneval { filter, .. } => filter,
+            | BenchmarkConfig::Humaneval { filter, .. }
+            | BenchmarkConfig::Harbor { filter, .. } => filter,
+        }
+    }
+
+    /// The environment its tasks get when the config says `auto`.
+    pub fn default_environment(&self) -> EnvironmentKind {
+        match self {
+            BenchmarkConfig::Harbor { .. } => EnvironmentKind::Docker,
+            _ => EnvironmentKind::None,
         }
     }
 
@@ -314,6 +393,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Toy { .. } => vec![],
             BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
             BenchmarkConfig::Humaneval { path, .. } => path.iter().map(|p| ("path", "HumanEval file", p)).collect(),
+            BenchmarkConfig::Harbor { path, .. } => vec![("path", TASK_FOLDER, path)],
         }
     }
 
@@ -323,9 +403,13 @@ impl BenchmarkConfig {
             BenchmarkConfig::Toy { .. } => vec![],
             BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
             BenchmarkConfig::Humaneval { path, .. } => path.iter_mut().map(|p| ("path", "HumanEval file", p)).collect(),
+            BenchmarkConfig::Harbor { path, .. } => vec![("path", TASK_FOLDER, path)],
         }
     }
 }
+
+/// What a Harbor benchmark's `path` is: a folder (the one data path that is not a file).
+pub const TASK_FOLDER: &str = "task folder";
 
 /// A benchmark's data file: its field under `benchmark`, what it is, and its path.
 pub type DataFile<'a> = (&'static str, &'static str, &'a PathBuf);
@@ -402,9 +486,16 @@ pub enum AgentConfig {
     /// The built-in LLM agent: a tool-use loop against an OpenAI-compatible or Anthropic model
     /// (`docs/agents.md`).
     Llm(LlmAgentConfig),
-    /// Answers each task's expected answer (the canonical solution on HumanEval): for testing
+    /// Answers each task's expected answer (the canonical solution on HumanEval), or runs its
+    /// reference solution in its environment (a Harbor task's `solution/solve.sh`): for testing
     /// the pipeline and the grader, never a model.
     Oracle {
+        #[serde(default)]
+        limits: Limits,
+    },
+    /// Does nothing and answers nothing: what a task's tests give an agent that did no work
+    /// (they should fail).
+    Nop {
         #[serde(default)]
         limits: Limits,
     },
@@ -505,6 +596,7 @@ impl AgentConfig {
             AgentConfig::Command { .. } => "command",
             AgentConfig::Llm(_) => "llm",
             AgentConfig::Oracle { .. } => "oracle",
+            AgentConfig::Nop { .. } => "nop",
         }
     }
 
@@ -513,6 +605,7 @@ impl AgentConfig {
             AgentConfig::Mock { model, .. } | AgentConfig::Command { model, .. } => model.as_deref(),
             AgentConfig::Llm(c) => Some(&c.model),
             AgentConfig::Oracle { .. } => Some("oracle"),
+            AgentConfig::Nop { .. } => Some("nop"),
         }
     }
 
@@ -521,6 +614,7 @@ impl AgentConfig {
             AgentConfig::Mock { limits, .. }
             | AgentConfig::Command { limits, .. }
             | AgentConfig::Oracle { limits }
+            | AgentConfig::Nop { limits }
             | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
         }
     }
@@ -530,7 +624,7 @@ impl AgentConfig {
         match self {
             AgentConfig::Command { secrets, .. } => secrets,
             AgentConfig::Llm(c) => &c.endpoint.secrets,
-            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } => &NO_SECRETS,
+            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => &NO_SECRETS,
         }
     }
 }

@@ -1,8 +1,10 @@
 //! Built-in agents: `mock` (scripted, deterministic), `command` (any external program),
-//! `oracle` (the expected answers) and `llm` (a model with tools, from `agenteval-llm`).
+//! `oracle` (the expected answers, or a task's reference solution), `nop` (nothing) and `llm`
+//! (a model with tools, from `agenteval-llm`).
 
 mod command;
 mod mock;
+mod nop;
 mod oracle;
 mod python_tool;
 
@@ -18,6 +20,7 @@ use agenteval_llm::{Cassettes, LlmAgent};
 
 pub use command::{CommandAgent, runnable};
 pub use mock::MockAgent;
+pub use nop::NopAgent;
 pub use oracle::OracleAgent;
 pub use python_tool::PythonTool;
 
@@ -29,6 +32,7 @@ pub fn agent_from_config(
 ) -> Result<Arc<dyn AgentRunner>> {
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
+        AgentConfig::Nop { .. } => Arc::new(NopAgent),
         AgentConfig::Llm(cfg) => {
             let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();
             if cfg.tools.iter().any(|t| t == "python") {
@@ -66,6 +70,27 @@ pub fn agent_from_config(
     })
 }
 
+/// What no agent may see, resolved: the bundle root, the index, the benchmark's data (its cases,
+/// a Harbor task folder with its tests and solutions), the secrets file.
+pub fn hidden_paths(run: &RunConfig) -> Vec<std::path::PathBuf> {
+    let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
+    let mut exclude = Vec::new();
+    if let BundleRoot::Local(root) = &run.storage.bundle_root {
+        exclude.push(real(root));
+    }
+    if let IndexLocation::Sqlite(index) = run.storage.index_location() {
+        let index = real(&index);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = index.clone().into_os_string();
+            p.push(suffix);
+            exclude.push(p.into());
+        }
+    }
+    exclude.extend(run.backend.secrets_file.as_deref().map(real));
+    exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
+    exclude
+}
+
 /// The agent's filesystem view before its task adds its program and scratch folder: the
 /// system and the listed paths (default deny: not the config's folder), minus everything that
 /// holds answers, results or keys (the bundle root, the index, the benchmark's cases, the
@@ -81,20 +106,7 @@ fn view_of(
         let p = base.join(p);
         p.canonicalize().unwrap_or(p)
     };
-    let mut exclude = Vec::new();
-    if let BundleRoot::Local(root) = &run.storage.bundle_root {
-        exclude.push(real(root));
-    }
-    if let IndexLocation::Sqlite(index) = run.storage.index_location() {
-        let index = real(&index);
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut p = index.clone().into_os_string();
-            p.push(suffix);
-            exclude.push(p.into());
-        }
-    }
-    exclude.extend(run.backend.secrets_file.as_deref().map(real));
-    exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
+    let exclude = hidden_paths(run);
     let mut view = sandbox::View { exclude, ..sandbox::View::system() };
     view.read.extend(read.iter().map(|p| real(p)));
     view.write.extend(write.iter().map(|p| real(p)));

@@ -1,13 +1,66 @@
-//! The `oracle` agent: answers each task's expected answer (HumanEval's canonical solution), at
-//! no cost. It tests the pipeline and the grader, not a model.
+//! The `oracle` agent: answers each task's expected answer (HumanEval's canonical solution), or,
+//! for a task that acts in an environment, runs its reference solution there (a Harbor task's
+//! `solution/solve.sh`, copied to `/solution` for it alone), at no cost. It tests the pipeline,
+//! the environment and the grader, not a model.
 
+use std::time::Duration;
+
+use agenteval_core::environment::ExecRequest;
 use agenteval_core::model::{EventKind, TerminatedBy};
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EnvSession, EventSink};
 use async_trait::async_trait;
 use serde_json::json;
 
+use crate::benchmarks::harbor::{HarborTask, SOLUTION_DIR};
+
 #[derive(Debug, Clone, Default)]
 pub struct OracleAgent;
+
+fn failed(why: String) -> AgentOutcome {
+    AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, why)) }
+}
+
+async fn emit_all(sink: &mut dyn EventSink, events: Vec<AgentEvent>) -> Option<AgentOutcome> {
+    for ev in events {
+        if let Err(stop) = sink.emit(ev).await {
+            return Some(AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) });
+        }
+    }
+    None
+}
+
+/// Runs `solution/solve.sh` in the task's environment, its output in the trace as a tool call.
+async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, h: &HarborTask, sink: &mut dyn EventSink) -> AgentOutcome {
+    let dir = h.solution();
+    if !dir.join("solve.sh").is_file() {
+        return failed(format!("task {} has no solution/solve.sh", ctx.task.id));
+    }
+    if let Err(e) = session.env.copy_in(&session.handle, &dir, SOLUTION_DIR).await {
+        return failed(format!("could not copy the solution in: {e}"));
+    }
+    let command = format!("bash {SOLUTION_DIR}/solve.sh");
+    let call = AgentEvent::new(EventKind::AgentToolCall, json!({"tool": "bash", "args": {"command": command}}));
+    if let Some(stop) = emit_all(sink, vec![call]).await {
+        return stop;
+    }
+    let secs = ctx.limits.wall_seconds();
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(&command, Duration::from_secs_f64(secs)) };
+    let out = match session.env.exec(&session.handle, &req).await {
+        Ok(o) => o,
+        Err(e) => return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e.to_string())) },
+    };
+    let result = AgentEvent::new(
+        EventKind::AgentToolResult,
+        json!({"tool": "bash", "exit_code": out.exit_code, "stdout": out.stdout, "stderr": out.stderr, "timed_out": out.timed_out}),
+    );
+    let summary = format!("solution/solve.sh exited {}", out.exit_code.map_or("-".into(), |c| c.to_string()));
+    let done = AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": summary}));
+    if let Some(stop) = emit_all(sink, vec![result, done]).await {
+        return stop;
+    }
+    // Whether the solution worked is the tests' to say, not the agent's.
+    AgentOutcome { final_answer: Some(json!(summary)), error: None }
+}
 
 #[async_trait]
 impl AgentRunner for OracleAgent {
@@ -16,19 +69,18 @@ impl AgentRunner for OracleAgent {
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
+        if let (Some(session), Some(h)) = (&ctx.env.session, HarborTask::of(ctx.task)) {
+            return solve(ctx, session, &h, sink).await;
+        }
         let Some(answer) = ctx.task.expected.clone() else {
-            return AgentOutcome {
-                final_answer: None,
-                error: Some((TerminatedBy::AgentError, format!("task {} has no expected answer", ctx.task.id))),
-            };
+            return failed(format!("task {} has no expected answer", ctx.task.id));
         };
-        for ev in [
+        let events = vec![
             AgentEvent::new(EventKind::AgentFinalAnswer, json!({"answer": answer})),
             AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": answer})),
-        ] {
-            if let Err(stop) = sink.emit(ev).await {
-                return AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
-            }
+        ];
+        if let Some(stop) = emit_all(sink, events).await {
+            return stop;
         }
         AgentOutcome { final_answer: Some(answer), error: None }
     }

@@ -174,6 +174,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 tags: vec!["humaneval".into()],
                 evaluators: vec![],
                 metadata: json!({"task_id": p.task_id, "entry_point": p.entry_point}),
+                environment: None,
             };
             if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);
@@ -185,7 +186,13 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
         Ok(tasks)
     }
 
-    async fn grade(&self, task: &TaskSpec, result: &AgentResult, _trace: &[TraceEvent]) -> EvaluatorScore {
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        _trace: &[TraceEvent],
+        _env: &agenteval_core::traits::TaskEnvironment,
+    ) -> EvaluatorScore {
         let score = |passed: bool, reason: String| EvaluatorScore {
             optional: false,
             tokens: 0,

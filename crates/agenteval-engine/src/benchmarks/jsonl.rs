@@ -141,6 +141,7 @@ fn case_to_task(
         tags: case.tags,
         evaluators: case.evaluators,
         metadata: case.metadata,
+        environment: None,
     })
 }
 

@@ -1,5 +1,6 @@
-//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`) and the factory that picks one from the config.
+//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`) and the factory that picks one from the config.
 
+pub mod harbor;
 pub mod humaneval;
 mod jsonl;
 mod toy;
@@ -42,13 +43,27 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             )
             .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
+        BenchmarkConfig::Harbor { path, .. } => Arc::new(harbor::HarborBenchmark::new(path.clone())),
     })
 }
 
 /// What the benchmarks complete and check when a config loads, once its paths are resolved
-/// (the loader's `ExtraChecks`): HumanEval's data file found through Python.
+/// (the loader's `ExtraChecks`): HumanEval's data file found through Python; Harbor tasks run
+/// in containers.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    humaneval::find_data(config)
+    let mut problems = humaneval::find_data(config);
+    if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
+        && matches!(config.environment.kind, agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None)
+    {
+        problems.push((
+            "/environment/kind".into(),
+            format!(
+                "Harbor tasks run in a container (their tests use /tests and /logs): `environment.kind` must be `docker` or `auto`, not `{}`",
+                config.environment.kind.as_str()
+            ),
+        ));
+    }
+    problems
 }
 
 /// Reads a benchmark's data file whole, gzip or not, refusing one that is not a regular file

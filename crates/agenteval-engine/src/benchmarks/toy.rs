@@ -53,6 +53,7 @@ impl ToyBenchmark {
             tags: vec![behaviour.to_string()],
             evaluators: vec![],
             metadata: json!({ "mock": mock }),
+            environment: None,
         }
     }
 }

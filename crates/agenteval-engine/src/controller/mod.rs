@@ -345,6 +345,16 @@ fn held_by(r: &RunRecord) -> Error {
 }
 
 /// Stops workers a dead controller left behind, so that a resume does not race them.
+/// Removes the task environments of a run that workers left behind (killed before their
+/// teardown), found by the run's label; a failure is only logged.
+async fn sweep_environments(config: &RunConfig, resolver: &dyn Resolver, run_id: &RunId) {
+    match crate::environments::open(config, resolver).await {
+        Ok(Some(env)) => crate::environments::sweep(env.as_ref(), run_id).await,
+        Ok(None) => {}
+        Err(e) => tracing::warn!("the run's environments cannot be checked for leftovers: {e}"),
+    }
+}
+
 async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id: &RunId) -> Result<()> {
     for job in index.list_jobs(run_id).await? {
         if job.status == "running" {
@@ -452,6 +462,7 @@ pub async fn resume(
     let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(tasks.id(i as usize))).collect();
     let backend = opts.resolver.backend(&config).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
+    sweep_environments(&config, opts.resolver.as_ref(), run_id).await;
     meta.status = RunStatus::Running;
     meta.sealed = false;
     meta.finished_at = None;
@@ -507,6 +518,7 @@ pub async fn cancel(
     // The controller is gone: stop what it left running and seal.
     let backend = resolver.backend(&located.config).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
+    sweep_environments(&located.config, resolver, run_id).await;
     for t in index.list_tasks(run_id).await? {
         if matches!(t.state, TaskState::Queued | TaskState::Running) {
             index.record_task(run_id, &TaskTransition::new(t.task_id.clone(), t.attempt, TaskState::Cancelled)).await?;
@@ -545,6 +557,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
+    let resolver = opts.resolver.clone();
     let (status, reason) =
         match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
             Ok(s) => s,
@@ -554,6 +567,8 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
             }
         };
     run.meta.reason = reason.clone();
+    // Whatever the workers left (a killed one's environments) goes before the seal.
+    sweep_environments(&run.config, resolver.as_ref(), &run.run_id).await;
     let sealed = seal_run(
         &run.store,
         run.index.as_ref(),

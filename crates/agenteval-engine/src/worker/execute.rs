@@ -256,7 +256,8 @@ pub(super) async fn run_agent(
     env: &TaskEnvironment,
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, TraceSink)> {
-    let limits = ctx.config.agent.limits();
+    let task_limits = crate::benchmarks::harbor::task_limits(ctx.config.agent.limits(), task);
+    let limits = &task_limits;
     // Staged under the job attempt: only the attempt that counts publishes it into the task
     // folder (`write_outcome`), so a duplicate or superseded attempt never touches it.
     let (job, attempt) = (&ctx.job.job_id, ctx.job.attempt);
@@ -368,7 +369,8 @@ fn policy_check(limits: &Limits, terminated_by: TerminatedBy, tokens: u64, cost:
         | TerminatedBy::LimitCost
         | TerminatedBy::LimitTime
         | TerminatedBy::LimitTrace
-        | TerminatedBy::LimitDisk => terminated_by.as_str(),
+        | TerminatedBy::LimitDisk
+        | TerminatedBy::LimitMemory => terminated_by.as_str(),
         _ => "within_limits",
     };
     let span = tracing::info_span!(

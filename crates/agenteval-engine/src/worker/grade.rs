@@ -18,6 +18,7 @@ pub(super) async fn grade(
     task: &TaskSpec,
     agent: &AgentResult,
     trace: &[TraceEvent],
+    env: &TaskEnvironment,
 ) -> Vec<EvaluatorScore> {
     let mut scores = Vec::new();
     // A case that names its own check of the answer is graded by it: the benchmark's own (the
@@ -26,7 +27,7 @@ pub(super) async fn grade(
     // budgets, tools) keeps the benchmark's check: a wrong answer must not pass by it.
     if !task.evaluators.iter().any(|e| e.judges_the_answer()) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
-        let graded = ctx.benchmark.grade(task, agent, trace).instrument(grade.clone()).await;
+        let graded = ctx.benchmark.grade(task, agent, trace, env).instrument(grade.clone()).await;
         score_span(&grade, &graded, &ctx.redactor);
         drop(grade);
         scores.push(graded);

@@ -50,6 +50,11 @@ struct Ctx {
     journal: Journal,
     /// The judges' keys, for evaluators a task brings.
     judge_secrets: Vec<(String, Secret)>,
+    /// Where the tasks' agents act, for a run whose tasks have environments.
+    environment: Option<Arc<dyn Environment>>,
+    /// The environments this worker has prepared and not yet torn down (a cancelled job tears
+    /// them down on its way out).
+    live: std::sync::Mutex<Vec<EnvSession>>,
 }
 
 /// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
@@ -157,6 +162,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         config.evaluators.iter().map(|e| evaluator_from_config(e, &judge_secrets)).collect::<Result<Vec<_>>>()?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
+    let environment = crate::environments::open(&config, resolver).await?;
     let recording = Arc::new(crate::bundle::RecordingStore::new(store));
     let store: Arc<dyn BundleStore> = recording.clone();
     Ok(Ctx {
@@ -167,6 +173,8 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         benchmark: benchmark_from_config(&config.benchmark)?,
         agent,
         judge_secrets,
+        environment,
+        live: std::sync::Mutex::new(Vec::new()),
         evaluators,
         secrets,
         redactor,
@@ -263,6 +271,7 @@ async fn process_task(
         r = run_task(ctx, task).instrument(span.clone()) => r,
         _ = cancel => {
             tracing::warn!(task = %task.id, "stopping: cancelled");
+            tear_down_live(ctx).await;
             // The task's span ends here, marked, and is flushed before the process exits.
             telemetry::set_error(&span, "worker cancelled");
             return Err(worker_exit::CANCELLED);
@@ -380,7 +389,15 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         vec![format!("{} task {} attempt {} job {}{ids}", Utc::now().to_rfc3339(), task.id, attempt, ctx.job.job_id)];
     let started_at = Utc::now();
     let prepare = tracing::info_span!("benchmark.prepare");
-    let env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;
+    let mut env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;
+    if let Ok(te) = &mut env
+        && let Some(spec) = &task.environment
+    {
+        match prepare_session(ctx, task, spec, &mut log).instrument(prepare.clone()).await {
+            Ok(s) => te.session = Some(s),
+            Err(e) => env = Err(e),
+        }
+    }
     if let Err(e) = &env {
         telemetry::set_error(&prepare, &ctx.redactor.redact(&e.to_string()));
     }
@@ -391,6 +408,9 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     };
     if let Ok(env) = &env {
         let teardown = tracing::info_span!("benchmark.teardown");
+        if let Some(s) = &env.session {
+            tear_down(ctx, s, &mut log).instrument(teardown.clone()).await;
+        }
         if let Err(e) = ctx.benchmark.teardown(env).instrument(teardown.clone()).await {
             telemetry::set_error(&teardown, &ctx.redactor.redact(&e.to_string()));
             log.push(format!("teardown failed: {e}"));
@@ -406,6 +426,78 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     let result = decide::task_result(&ctx.job, task, agent, scores, started_at);
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
+}
+
+/// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and
+/// records its starting state for the patch.
+async fn prepare_session(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    spec: &agenteval_core::environment::EnvSpec,
+    log: &mut Vec<String>,
+) -> Result<EnvSession> {
+    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
+    let started = std::time::Instant::now();
+    let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
+    let session = EnvSession { env: env.clone(), handle };
+    ctx.live.lock().expect("not poisoned").push(session.clone());
+    log.push(format!("environment {} {} prepared in {:.2} s", env.kind(), session.handle.id, started.elapsed().as_secs_f64()));
+    if !crate::environments::snapshot(&session).await {
+        log.push("no snapshot of the starting state (no git in the environment): no patch".into());
+    }
+    Ok(session)
+}
+
+/// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).
+async fn tear_down(ctx: &Ctx, s: &EnvSession, log: &mut Vec<String>) {
+    match s.env.teardown(&s.handle).await {
+        Ok(()) => log.push(format!("environment {} removed", s.handle.id)),
+        Err(e) => log.push(format!("environment {} not removed ({e}); the run's sweep removes it", s.handle.id)),
+    }
+    ctx.live.lock().expect("not poisoned").retain(|l| l.handle != s.handle);
+}
+
+/// Tears down every environment this worker still holds (a cancelled job's).
+async fn tear_down_live(ctx: &Ctx) {
+    let live: Vec<EnvSession> = std::mem::take(&mut *ctx.live.lock().expect("not poisoned"));
+    for s in live {
+        if let Err(e) = s.env.teardown(&s.handle).await {
+            tracing::warn!("environment {} not removed: {e}", s.handle.id);
+        }
+    }
+}
+
+/// What the agent left: its patch against the starting state and the listed artifacts, into
+/// the attempt's staged `artifacts/` (published with the task's other files).
+async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Vec<String>) -> Result<()> {
+    let max = ctx.config.environment.artifact_bytes();
+    let staged = |name: &str| layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &format!("artifacts/{name}"));
+    if let Some(patch) = crate::environments::patch(s, max as usize).await {
+        ctx.store.put(&ctx.run_id, &staged("patch.diff"), ctx.redactor.redact(&patch).as_bytes()).await?;
+    }
+    if ctx.config.environment.artifacts.is_empty() {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the artifacts", e))?;
+    log.extend(crate::environments::artifacts(s, &ctx.config.environment.artifacts, dir.path(), max).await);
+    let mut files = Vec::new();
+    let mut todo = vec![dir.path().to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| Error::io("reading the artifacts", e))?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    for f in files {
+        let rel = f.strip_prefix(dir.path()).expect("below the folder").to_string_lossy().into_owned();
+        let bytes = std::fs::read(&f).map_err(|e| Error::io(format!("reading artifact {rel}"), e))?;
+        ctx.store.put(&ctx.run_id, &staged(&rel), &bytes).await?;
+    }
+    Ok(())
 }
 
 trait CloneMessage {
@@ -425,8 +517,18 @@ async fn run_and_grade(
     env: &TaskEnvironment,
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
-    let (agent, mut sink) = execute::run_agent(ctx, task, env, log).await?;
-    let scores = grade::grade(ctx, task, &agent, &sink.events).await;
+    let (mut agent, mut sink) = execute::run_agent(ctx, task, env, log).await?;
+    if let Some(s) = &env.session {
+        // A memory bomb killed by the environment's limit is the agent's doing: a limit.
+        if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {
+            agent.terminated_by = TerminatedBy::LimitMemory;
+            agent.success = false;
+            agent.error = Some("a process went past the environment's memory limit and was killed".into());
+            log.push("the environment's memory limit killed a process".into());
+        }
+        keep_artifacts(ctx, task, s, log).await?;
+    }
+    let scores = grade::grade(ctx, task, &agent, &sink.events, env).await;
     for s in &scores {
         let mut payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
         if s.tokens > 0 {

@@ -1,5 +1,6 @@
 //! Wiring: the one place that maps configuration and locations to implementations
-//! (`Arc<dyn BundleStore>`, `Arc<dyn RunIndex>`, `Arc<dyn CloudBackend>`), by implementing the
+//! (`Arc<dyn BundleStore>`, `Arc<dyn RunIndex>`, `Arc<dyn CloudBackend>`, `Arc<dyn
+//! Environment>`), by implementing the
 //! engine's [`Resolver`]. Only the binary links every backend crate, so the engine and any
 //! crate that reads bundles stay free of the AWS SDK.
 //!
@@ -12,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use agenteval_aws::{AwsSettings, ClientCache, DynamoDbRunIndex, EcsBackendKind, S3BundleStore};
-use agenteval_core::config::{AwsConfig, RunConfig};
+use agenteval_core::config::{AwsConfig, EnvironmentConfig, EnvironmentKind, RunConfig};
 use agenteval_core::location::{BundleRoot, IndexLocation};
-use agenteval_core::traits::{BackendKind, BundleStore, CloudBackend, Resolver, RunIndex, SecretStore};
+use agenteval_core::traits::{BackendKind, BundleStore, CloudBackend, Environment, Resolver, RunIndex, SecretStore};
 use agenteval_core::{Error, Result};
 use agenteval_local::{FsBundleStore, LocalBackendKind, SqliteRunIndex};
 use async_trait::async_trait;
@@ -27,6 +28,15 @@ fn registry(exe: &Path, aws: &Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
         Arc::new(LocalBackendKind::new(exe.to_path_buf())),
         Arc::new(EcsBackendKind::new(aws.clone())),
     ]
+}
+
+/// The task environments this build has besides the engine's own `workspace`, one line each.
+#[rustfmt::skip]
+fn environment_of(kind: EnvironmentKind, settings: &EnvironmentConfig) -> Option<Arc<dyn Environment>> {
+    match kind {
+        EnvironmentKind::Docker => Some(Arc::new(agenteval_docker::DockerEnvironment::new(settings.base_image.clone()))),
+        _ => None,
+    }
 }
 
 /// The registered backends, for checks that build nothing (config validation, `--help`).
@@ -141,6 +151,11 @@ impl Resolver for Wiring {
 
     async fn secrets(&self, cfg: &RunConfig) -> Result<Arc<dyn SecretStore>> {
         self.kind(cfg)?.secrets(cfg).await
+    }
+
+    async fn environment(&self, kind: EnvironmentKind, settings: &EnvironmentConfig) -> Result<Arc<dyn Environment>> {
+        environment_of(kind, settings)
+            .ok_or_else(|| Error::invalid(format!("this build has no `{}` environments", kind.as_str())))
     }
 }
 

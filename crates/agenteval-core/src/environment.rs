@@ -1,0 +1,150 @@
+//! Task environments, as data: what a task asks of its environment (`EnvSpec`), the handle of
+//! one that was prepared (`EnvHandle`, plain data so that a later process can tear down what a
+//! killed worker left), and a command run in it with its bounded output. The port itself is
+//! [`crate::traits::Environment`].
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// What a task asks of its environment. The benchmark fills it (a Harbor task from its
+/// `task.toml` and `environment/` folder); the run's `environment:` settings add to it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSpec {
+    /// A folder to build the task's image from (it holds a `Dockerfile`), or, for a workspace,
+    /// to copy as the task's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<PathBuf>,
+    /// An image to run as it is (no build).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A git repository (a path or URL) checked out at `commit` as the task's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Where the agent works inside the environment; default: the image's `WORKDIR`, or the
+    /// workspace folder itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mb: Option<u64>,
+    /// The environment may reach the network (off by default).
+    #[serde(default)]
+    pub network: bool,
+    /// How long building the image may take (seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_timeout_secs: Option<f64>,
+}
+
+/// A prepared environment, as data: which implementation made it, its id there (a container
+/// id, a folder) and the agent's working folder in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvHandle {
+    pub kind: String,
+    pub id: String,
+    pub workdir: String,
+}
+
+/// A command to run in an environment.
+#[derive(Debug, Clone)]
+pub struct ExecRequest {
+    /// Run by `bash -c` in the environment.
+    pub command: String,
+    pub timeout: Duration,
+    /// A user of the environment (default: its own default user).
+    pub user: Option<String>,
+    pub env: BTreeMap<String, String>,
+    /// Default: the handle's `workdir`.
+    pub workdir: Option<String>,
+    /// Bytes of stdout and of stderr kept; the rest is counted, not kept.
+    pub max_output_bytes: usize,
+}
+
+impl ExecRequest {
+    pub fn new(command: impl Into<String>, timeout: Duration) -> Self {
+        ExecRequest {
+            command: command.into(),
+            timeout,
+            user: None,
+            env: BTreeMap::new(),
+            workdir: None,
+            max_output_bytes: DEFAULT_MAX_OUTPUT,
+        }
+    }
+}
+
+/// Bytes of each output stream a command keeps unless it asks otherwise.
+pub const DEFAULT_MAX_OUTPUT: usize = 64 * 1024;
+
+/// What a command did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExecOutput {
+    /// `None` when it did not exit by itself (timed out, killed with its environment).
+    pub exit_code: Option<i64>,
+    pub stdout: String,
+    pub stderr: String,
+    pub timed_out: bool,
+    /// Bytes of output past `max_output_bytes` that were dropped (both streams).
+    pub dropped_bytes: u64,
+}
+
+impl ExecOutput {
+    pub fn ok(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// Keeps the first `max` bytes of a stream and counts the rest.
+#[derive(Debug, Default)]
+pub struct Bounded {
+    pub kept: Vec<u8>,
+    pub dropped: u64,
+    max: usize,
+}
+
+impl Bounded {
+    pub fn new(max: usize) -> Self {
+        Bounded { kept: Vec::new(), dropped: 0, max }
+    }
+
+    pub fn push(&mut self, bytes: &[u8]) {
+        let room = self.max.saturating_sub(self.kept.len());
+        let take = room.min(bytes.len());
+        self.kept.extend_from_slice(&bytes[..take]);
+        self.dropped += (bytes.len() - take) as u64;
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = String::from_utf8_lossy(&self.kept).into_owned();
+        if self.dropped > 0 {
+            s.push_str(&format!("\n… ({} more bytes not kept)", self.dropped));
+        }
+        s
+    }
+}
+
+/// Labels every environment carries, so that what a killed worker left is found by run.
+pub const LABEL_RUN: &str = "agenteval.run";
+pub const LABEL_TASK: &str = "agenteval.task";
+pub const LABEL_ATTEMPT: &str = "agenteval.attempt";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_past_its_bound_is_counted_not_kept() {
+        let mut b = Bounded::new(4);
+        b.push(b"ab");
+        b.push(b"cdef");
+        assert_eq!(b.kept, b"abcd");
+        assert_eq!(b.dropped, 2);
+        assert_eq!(b.text(), "abcd\n… (2 more bytes not kept)");
+    }
+}

@@ -1,0 +1,265 @@
+//! Task environments in Docker containers (`environment.kind: docker`), through the Docker
+//! Engine API (bollard, never the CLI): one container per task attempt from the task's image,
+//! with its CPU and memory limits, no network unless the task asks, labels naming run, task and
+//! attempt, and no host folder mounted (files are copied in and out as tar streams). Images built
+//! from a task's `environment/` folder are tagged by a hash of its content, so each distinct
+//! folder is built once and reused by every task, repetition and run that shares it.
+
+mod build;
+mod copy;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use agenteval_core::environment::{
+    Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest, LABEL_ATTEMPT, LABEL_RUN, LABEL_TASK,
+};
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::Environment;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, ExecConfig, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StartContainerOptions,
+};
+use futures::StreamExt;
+use tokio::sync::OnceCell;
+
+pub use build::{ImageBuild, context_hash, rebase};
+
+/// The label every container and image agenteval makes carries.
+pub const LABEL_MANAGED: &str = "agenteval.environment";
+
+/// Docker environments on the engine `DOCKER_HOST` names (default: the local socket).
+pub struct DockerEnvironment {
+    docker: OnceCell<Docker>,
+    /// Replaces the `FROM` of every Dockerfile (`environment.base_image`).
+    base_image: Option<String>,
+}
+
+impl std::fmt::Debug for DockerEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerEnvironment").field("base_image", &self.base_image).finish()
+    }
+}
+
+fn infra(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Transient, format!("{what}: {e}"))
+}
+
+fn is_not_found(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })
+}
+
+impl DockerEnvironment {
+    pub fn new(base_image: Option<String>) -> Self {
+        DockerEnvironment { docker: OnceCell::new(), base_image }
+    }
+
+    /// The engine, connected on first use with the API version both sides speak.
+    async fn docker(&self) -> Result<&Docker> {
+        self.docker
+            .get_or_try_init(|| async {
+                let d = Docker::connect_with_local_defaults()
+                    .map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))?;
+                d.negotiate_version().await.map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))
+            })
+            .await
+    }
+
+    /// The image a task runs: its own (`image`), or the one built from its folder.
+    async fn image(&self, run: &RunId, spec: &EnvSpec) -> Result<String> {
+        let docker = self.docker().await?;
+        if let Some(image) = &spec.image {
+            if docker.inspect_image(image).await.is_err() {
+                return Err(infra(&format!("image {image}"), "not present on this Docker engine (pull or build it first)"));
+            }
+            return Ok(image.clone());
+        }
+        let Some(context) = &spec.context else {
+            return Err(Error::invalid("the task names neither an image nor a folder to build one from"));
+        };
+        let build = ImageBuild::new(context, self.base_image.as_deref())?;
+        let timeout = Duration::from_secs_f64(spec.build_timeout_secs.unwrap_or(600.0).clamp(1.0, 86_400.0));
+        build.ensure(docker, run, timeout).await
+    }
+}
+
+#[async_trait]
+impl Environment for DockerEnvironment {
+    fn kind(&self) -> &str {
+        "docker"
+    }
+
+    async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
+        let image = self.image(run, spec).await?;
+        let docker = self.docker().await?;
+        let labels = HashMap::from([
+            (LABEL_MANAGED.to_string(), "1".to_string()),
+            (LABEL_RUN.to_string(), run.to_string()),
+            (LABEL_TASK.to_string(), task.id.to_string()),
+            (LABEL_ATTEMPT.to_string(), attempt.to_string()),
+        ]);
+        let memory = spec.memory_mb.map(|m| (m.min(1 << 30) * 1024 * 1024) as i64);
+        let host = HostConfig {
+            memory,
+            // No swap past the limit: a memory bomb is killed, not slowed down.
+            memory_swap: memory,
+            nano_cpus: spec.cpus.map(|c| (c.clamp(0.01, 1024.0) * 1e9) as i64),
+            network_mode: Some(if spec.network { "bridge" } else { "none" }.into()),
+            // tini as PID 1 reaps what the agent's commands leave behind.
+            init: Some(true),
+            pids_limit: Some(4096),
+            security_opt: Some(vec!["no-new-privileges".into()]),
+            ..Default::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            labels: Some(labels),
+            // The container only waits; every command is an exec into it.
+            entrypoint: Some(vec!["sleep".into()]),
+            cmd: Some(vec!["infinity".into()]),
+            working_dir: spec.workdir.clone(),
+            host_config: Some(host),
+            network_disabled: Some(!spec.network),
+            ..Default::default()
+        };
+        let created = docker
+            .create_container(Some(CreateContainerOptionsBuilder::default().build()), body)
+            .await
+            .map_err(|e| infra(&format!("creating a container of {image}"), e))?;
+        let handle = EnvHandle { kind: "docker".into(), id: created.id.clone(), workdir: String::new() };
+        let started = async {
+            docker
+                .start_container(&created.id, None::<StartContainerOptions>)
+                .await
+                .map_err(|e| infra(&format!("starting a container of {image}"), e))?;
+            let info = docker
+                .inspect_container(&created.id, None::<InspectContainerOptions>)
+                .await
+                .map_err(|e| infra("inspecting the container", e))?;
+            let workdir = info.config.and_then(|c| c.working_dir).filter(|w| !w.is_empty()).unwrap_or_else(|| "/".into());
+            Ok::<_, Error>(workdir)
+        }
+        .await;
+        match started {
+            Ok(workdir) => Ok(EnvHandle { workdir, ..handle }),
+            Err(e) => {
+                let _ = self.teardown(&handle).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
+        exec_in(self.docker().await?, env, req).await
+    }
+
+    async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
+        copy::copy_in(self.docker().await?, env, from, to).await
+    }
+
+    async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
+        copy::copy_out(self.docker().await?, env, from, to, max_bytes).await
+    }
+
+    async fn teardown(&self, env: &EnvHandle) -> Result<()> {
+        let docker = self.docker().await?;
+        match docker.remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build())).await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Already being removed (a second teardown racing the first).
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => Ok(()),
+            Err(e) => Err(infra(&format!("removing container {}", env.id), e)),
+        }
+    }
+
+    async fn sweep(&self, run: &RunId) -> Result<usize> {
+        let docker = self.docker().await?;
+        let label = format!("{LABEL_RUN}={run}");
+        let filters = HashMap::from([("label".to_string(), vec![label])]);
+        let left = docker
+            .list_containers(Some(ListContainersOptionsBuilder::default().all(true).filters(&filters).build()))
+            .await
+            .map_err(|e| infra("listing containers", e))?;
+        let mut removed = 0;
+        for c in left {
+            if let Some(id) = c.id {
+                self.teardown(&EnvHandle { kind: "docker".into(), id, workdir: String::new() }).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn out_of_memory(&self, env: &EnvHandle) -> bool {
+        let Ok(docker) = self.docker().await else { return false };
+        docker
+            .inspect_container(&env.id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.state)
+            .and_then(|s| s.oom_killed)
+            .unwrap_or(false)
+    }
+}
+
+/// Runs a command in the container, within its timeout, keeping a bounded part of its output.
+pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
+    let secs = req.timeout.as_secs_f64().max(0.001);
+    // `timeout` kills the command (and, after 2 s more, what ignores SIGTERM) inside the
+    // container: an exec cannot be stopped from outside.
+    let cmd = vec![
+        "timeout".to_string(),
+        "-k".into(),
+        "2".into(),
+        format!("{secs:.3}"),
+        "bash".into(),
+        "-c".into(),
+        req.command.clone(),
+    ];
+    let config = ExecConfig {
+        cmd: Some(cmd),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        env: Some(req.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        working_dir: Some(req.workdir.clone().unwrap_or_else(|| env.workdir.clone())),
+        user: req.user.clone(),
+        ..Default::default()
+    };
+    let created = docker.create_exec(&env.id, config).await.map_err(|e| infra("starting a command", e))?;
+    let started = docker.start_exec(&created.id, None).await.map_err(|e| infra("starting a command", e))?;
+    let start = std::time::Instant::now();
+    let (mut out, mut err) = (Bounded::new(req.max_output_bytes), Bounded::new(req.max_output_bytes));
+    let mut timed_out = false;
+    if let bollard::exec::StartExecResults::Attached { mut output, .. } = started {
+        let read = async {
+            while let Some(piece) = output.next().await {
+                match piece {
+                    Ok(bollard::container::LogOutput::StdErr { message }) => err.push(&message),
+                    Ok(l) => out.push(&l.into_bytes()),
+                    Err(_) => break,
+                }
+            }
+        };
+        // A backstop past the command's own timeout (a stream the engine never closes).
+        if tokio::time::timeout(req.timeout + Duration::from_secs(10), read).await.is_err() {
+            timed_out = true;
+        }
+    }
+    let exit_code = docker.inspect_exec(&created.id).await.ok().and_then(|i| i.exit_code);
+    // `timeout` exits 124 when it stopped the command, 137 when it had to kill it; a 137
+    // before the time was up is another kill (the memory limit's), not a timeout.
+    timed_out |= exit_code == Some(124) || (exit_code == Some(137) && start.elapsed().as_secs_f64() >= secs);
+    Ok(ExecOutput {
+        exit_code: if timed_out { None } else { exit_code },
+        stdout: out.text(),
+        stderr: err.text(),
+        timed_out,
+        dropped_bytes: out.dropped + err.dropped,
+    })
+}

@@ -1,0 +1,290 @@
+//! The `workspace` environment: a folder made for each task attempt (a copy of the task's folder,
+//! or a git repository checked out at a commit) under `<tmp>/agenteval-env/<run>/`, where
+//! commands run as `bash -c` under the agent sandbox (they write only that folder and never see
+//! the bundles, the index or the benchmark's data). No Docker needed; no CPU or memory limit.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use agenteval_core::config::RunConfig;
+use agenteval_core::environment::{Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::Environment;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use async_trait::async_trait;
+use tokio::io::AsyncReadExt as _;
+
+use crate::isolation::{TreeGuard, sandbox};
+
+#[derive(Debug, Clone)]
+pub struct WorkspaceEnvironment {
+    root: PathBuf,
+    /// What commands may not see (the run's bundles, index, data, secrets file).
+    hide: Vec<PathBuf>,
+}
+
+impl WorkspaceEnvironment {
+    pub fn new(root: PathBuf, hide: Vec<PathBuf>) -> Self {
+        WorkspaceEnvironment { root, hide }
+    }
+
+    /// Under the system's temporary folder, hiding what the run's agents may not see.
+    pub fn for_run(config: &RunConfig) -> Self {
+        let hide = crate::agents::hidden_paths(config);
+        WorkspaceEnvironment::new(std::env::temp_dir().join("agenteval-env"), hide)
+    }
+
+    fn run_dir(&self, run: &RunId) -> PathBuf {
+        self.root.join(run.to_string())
+    }
+
+    /// A handle's folder, if it is one of this environment's (a handle is data: never trust it
+    /// to name any other folder).
+    fn folder(&self, env: &EnvHandle) -> Result<PathBuf> {
+        let p = PathBuf::from(&env.id);
+        if env.kind != "workspace" || !p.starts_with(&self.root) || p.components().any(|c| c.as_os_str() == "..") {
+            return Err(Error::invalid(format!("{} is not a workspace of this machine", env.id)));
+        }
+        Ok(p)
+    }
+
+    /// `dir` (inside the workspace) as the host path it is.
+    fn inside(&self, env: &EnvHandle, path: &str) -> Result<PathBuf> {
+        let root = self.folder(env)?;
+        let rel = path.strip_prefix(&env.workdir).unwrap_or(path).trim_start_matches('/');
+        let p = root.join(rel);
+        if p.components().any(|c| c.as_os_str() == "..") {
+            return Err(Error::invalid(format!("{path} leaves the workspace")));
+        }
+        Ok(p)
+    }
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = e.file_type()?;
+        let dest = to.join(e.file_name());
+        if t.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else if t.is_file() {
+            std::fs::copy(e.path(), &dest)?;
+        } else if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_git(args: &[&str], cwd: &Path) -> Result<()> {
+    let out = tokio::process::Command::new("git")
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .await
+        .map_err(|e| Error::io("running git (is it installed?)", e))?;
+    if !out.status.success() {
+        return Err(Error::new(
+            ErrorKind::Io,
+            format!("git {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()),
+        ));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Environment for WorkspaceEnvironment {
+    fn kind(&self) -> &str {
+        "workspace"
+    }
+
+    async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
+        let nonce = uuid_like();
+        let dir = self.run_dir(run).join(format!("{}-a{attempt}-{nonce}", task.id));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let made = async {
+            match (&spec.repo, &spec.context) {
+                (Some(repo), _) => {
+                    run_git(&["clone", "--quiet", repo, "."], &dir).await?;
+                    if let Some(commit) = &spec.commit {
+                        run_git(&["checkout", "--quiet", "--detach", commit], &dir).await?;
+                    }
+                }
+                (None, Some(context)) => {
+                    let (from, to) = (context.clone(), dir.clone());
+                    tokio::task::spawn_blocking(move || copy_tree(&from, &to))
+                        .await
+                        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
+                        .map_err(|e| Error::io(format!("copying {} into the workspace", context.display()), e))?;
+                }
+                (None, None) => {}
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(e) = made {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+        let id = dir.display().to_string();
+        Ok(EnvHandle { kind: "workspace".into(), workdir: id.clone(), id })
+    }
+
+    async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
+        let dir = self.folder(env)?;
+        let cwd = match &req.workdir {
+            Some(w) => self.inside(env, w)?,
+            None => dir.clone(),
+        };
+        let mut view = sandbox::View { exclude: self.hide.clone(), ..sandbox::View::system() }.with_scratch(&dir);
+        // Commands of the worker itself (snapshots, tests) run as it; the agent's as the agent.
+        if req.user.as_deref() == Some("0") {
+            view.user = None;
+            view.own.clear();
+        }
+        let args = ["-c".into(), req.command.clone().into()];
+        let mut std_cmd = sandbox::supervised("bash".as_ref(), &args, Some(&view));
+        std_cmd.current_dir(&cwd).env_clear();
+        for var in ["PATH", "LANG", "LC_ALL"] {
+            if let Some(v) = std::env::var_os(var) {
+                std_cmd.env(var, v);
+            }
+        }
+        std_cmd.env("HOME", &dir).env("TMPDIR", &dir);
+        std_cmd.envs(&req.env);
+        let mut cmd = tokio::process::Command::from(std_cmd);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+        let mut child = cmd.spawn().map_err(|e| Error::io("starting bash in the workspace", e))?;
+        let guard = TreeGuard(child.id().map(|p| p as i32));
+        let (mut so, mut se) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let (mut out, mut err) = (Bounded::new(req.max_output_bytes), Bounded::new(req.max_output_bytes));
+        let read = async {
+            let (mut a, mut b) = ([0u8; 8192], [0u8; 8192]);
+            let (mut a_open, mut b_open) = (true, true);
+            while a_open || b_open {
+                tokio::select! {
+                    n = so.read(&mut a), if a_open => match n { Ok(0) | Err(_) => a_open = false, Ok(n) => out.push(&a[..n]) },
+                    n = se.read(&mut b), if b_open => match n { Ok(0) | Err(_) => b_open = false, Ok(n) => err.push(&b[..n]) },
+                }
+            }
+            child.wait().await
+        };
+        let waited = tokio::time::timeout(req.timeout, read).await;
+        drop(guard);
+        let (exit_code, timed_out) = match waited {
+            Ok(Ok(status)) => (status.code().map(i64::from), false),
+            Ok(Err(e)) => return Err(Error::io("waiting for bash in the workspace", e)),
+            Err(_) => (None, true),
+        };
+        Ok(ExecOutput { exit_code, stdout: out.text(), stderr: err.text(), timed_out, dropped_bytes: out.dropped + err.dropped })
+    }
+
+    async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
+        let dest = self.inside(env, to)?;
+        let from = from.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            if from.is_dir() {
+                copy_tree(&from, &dest)
+            } else {
+                if let Some(p) = dest.parent() {
+                    std::fs::create_dir_all(p)?;
+                }
+                std::fs::copy(&from, &dest).map(|_| ())
+            }
+        })
+        .await
+        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
+        .map_err(|e| Error::io(format!("copying into the workspace at {to}"), e))
+    }
+
+    async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
+        let src = self.inside(env, from)?;
+        let meta = std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not in the workspace")))?;
+        let used = crate::isolation::disk::usage(&src, max_bytes + 1).bytes.max(meta.len());
+        if used > max_bytes {
+            return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
+        }
+        std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
+        // Regular files and folders only: a link the agent made must not bring a host file out.
+        fn walk(src: &Path, to: &Path) -> std::io::Result<()> {
+            let t = std::fs::symlink_metadata(src)?.file_type();
+            if t.is_dir() {
+                std::fs::create_dir_all(to)?;
+                for e in std::fs::read_dir(src)? {
+                    let e = e?;
+                    walk(&e.path(), &to.join(e.file_name()))?;
+                }
+            } else if t.is_file() {
+                std::fs::copy(src, to)?;
+            }
+            Ok(())
+        }
+        let name = src.file_name().map(PathBuf::from).unwrap_or_default();
+        let dest = if meta.is_dir() { to.to_path_buf() } else { to.join(name) };
+        walk(&src, &dest).map_err(|e| Error::io(format!("copying {from} out of the workspace"), e))
+    }
+
+    async fn teardown(&self, env: &EnvHandle) -> Result<()> {
+        let dir = self.folder(env)?;
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),
+        }
+    }
+
+    async fn sweep(&self, run: &RunId) -> Result<usize> {
+        let dir = self.run_dir(run);
+        let n = std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),
+        }
+    }
+}
+
+/// A short random suffix: two attempts (a duplicated job) never share a folder.
+fn uuid_like() -> String {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let t = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    format!("{:x}{:x}", t & 0xffff_ffff, std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn task() -> TaskSpec {
+        serde_json::from_value(serde_json::json!({"id": "t1", "input": "x"})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_workspace_is_made_used_and_removed_and_removing_it_twice_is_fine() {
+        let root = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("a.txt"), "hello").unwrap();
+        let env = WorkspaceEnvironment::new(root.path().to_path_buf(), vec![]);
+        let run = RunId::new();
+        let spec = EnvSpec { context: Some(src.path().to_path_buf()), ..Default::default() };
+        let h = env.prepare(&run, &task(), 1, &spec).await.unwrap();
+        let out = env.exec(&h, &ExecRequest::new("cat a.txt; echo oops >&2; exit 3", Duration::from_secs(10))).await.unwrap();
+        assert_eq!((out.exit_code, out.stdout.as_str(), out.stderr.as_str()), (Some(3), "hello", "oops\n"));
+        let slow = env.exec(&h, &ExecRequest::new("sleep 5", Duration::from_millis(200))).await.unwrap();
+        assert!(slow.timed_out && slow.exit_code.is_none(), "{slow:?}");
+        let out_dir = tempfile::tempdir().unwrap();
+        env.copy_out(&h, "a.txt", out_dir.path(), 100).await.unwrap();
+        assert_eq!(std::fs::read_to_string(out_dir.path().join("a.txt")).unwrap(), "hello");
+        assert!(env.copy_out(&h, "a.txt", out_dir.path(), 2).await.is_err(), "past the cap");
+        let forged = EnvHandle { kind: "workspace".into(), id: "/etc".into(), workdir: "/etc".into() };
+        assert!(env.teardown(&forged).await.is_err(), "a handle naming another folder is refused");
+        env.teardown(&h).await.unwrap();
+        env.teardown(&h).await.unwrap();
+        assert!(!Path::new(&h.id).exists());
+        let left = env.prepare(&run, &task(), 2, &spec).await.unwrap();
+        assert_eq!(env.sweep(&run).await.unwrap(), 1, "what a killed worker left is found by run");
+        assert!(!Path::new(&left.id).exists());
+    }
+}
