@@ -3,8 +3,12 @@
 # and the crate registry): starts a Docker engine if none runs, makes a Debian bookworm base
 # image with debootstrap from the mirror apt already uses, and builds docker/Dockerfile with it
 # as both builder and runtime base. Prints the image's size. Usage: docker/build-local.sh [TAG]
+# `docker/build-local.sh --base-only` stops once the engine runs and the base image exists (what
+# task environments need: `environment.base_image: agenteval-local/debian:bookworm`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+BASE_ONLY=
+if [ "${1:-}" = --base-only ]; then BASE_ONLY=1; shift; fi
 TAG=${1:-agenteval:dev}
 BASE=agenteval-local/debian:bookworm
 
@@ -32,6 +36,8 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
   tar -C "$rootfs" -c . | docker import - "$BASE" >/dev/null
   rm -rf "$rootfs"
 fi
+
+[ -n "$BASE_ONLY" ] && { echo "base image $BASE ready"; exit 0; }
 
 # The host's extra CA certificates (a proxy in front of the crate registry), for the build only.
 cp /usr/local/share/ca-certificates/*.crt docker/ca-certificates/ 2>/dev/null || true

@@ -49,6 +49,9 @@ pub struct EnvHandle {
     pub kind: String,
     pub id: String,
     pub workdir: String,
+    /// What preparing it did, for the task's log (`image agenteval-env:… built in 12.3 s`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
 }
 
 /// A command to run in an environment.

@@ -152,17 +152,17 @@ impl ImageBuild {
         b.into_inner().map_err(|e| Error::io("packing the build context", e))
     }
 
-    /// The image, built unless it already is. One build per tag at a time on this machine:
-    /// workers that need the same image wait for the first to build it.
-    pub async fn ensure(&self, docker: &Docker, run: &RunId, timeout: Duration) -> Result<String> {
+    /// The image, built unless it already is, and what was done (`built in …` or `reused`).
+    /// One build per tag at a time on this machine: workers that need the same image wait for
+    /// the first to build it.
+    pub async fn ensure(&self, docker: &Docker, run: &RunId, timeout: Duration) -> Result<(String, String)> {
+        let reused = || (self.tag.clone(), format!("image {} reused", self.tag));
         if docker.inspect_image(&self.tag).await.is_ok() {
-            tracing::info!(image = %self.tag, "image reused");
-            return Ok(self.tag.clone());
+            return Ok(reused());
         }
         let lock = lock_file(&self.tag).await?;
         let out = if docker.inspect_image(&self.tag).await.is_ok() {
-            tracing::info!(image = %self.tag, "image reused");
-            Ok(self.tag.clone())
+            Ok(reused())
         } else {
             let started = std::time::Instant::now();
             let built = tokio::time::timeout(timeout, self.build(docker, run)).await.unwrap_or_else(|_| {
@@ -171,10 +171,8 @@ impl ImageBuild {
                     format!("building image {} took more than {} s", self.tag, timeout.as_secs()),
                 ))
             });
-            if built.is_ok() {
-                tracing::info!(image = %self.tag, seconds = started.elapsed().as_secs_f64(), "image built");
-            }
-            built.map(|_| self.tag.clone())
+            let secs = started.elapsed().as_secs_f64();
+            built.map(|_| (self.tag.clone(), format!("image {} built in {secs:.1} s", self.tag)))
         };
         drop(lock);
         out

@@ -70,8 +70,8 @@ fn safe(path: &Path) -> Option<PathBuf> {
 }
 
 pub async fn copy_out(docker: &Docker, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
-    let mut stream =
-        docker.download_from_container(&env.id, Some(DownloadFromContainerOptionsBuilder::default().path(from).build()));
+    let mut stream = docker
+        .download_from_container(&env.id, Some(DownloadFromContainerOptionsBuilder::default().path(from).build()));
     let mut tar = Vec::new();
     // The tar holds headers besides the files: a little room over the cap.
     let limit = max_bytes.saturating_add(1 << 20);

@@ -65,19 +65,25 @@ impl DockerEnvironment {
             .get_or_try_init(|| async {
                 let d = Docker::connect_with_local_defaults()
                     .map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))?;
-                d.negotiate_version().await.map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))
+                d.negotiate_version()
+                    .await
+                    .map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))
             })
             .await
     }
 
-    /// The image a task runs: its own (`image`), or the one built from its folder.
-    async fn image(&self, run: &RunId, spec: &EnvSpec) -> Result<String> {
+    /// The image a task runs (its own `image`, or the one built from its folder), and what
+    /// getting it took.
+    async fn image(&self, run: &RunId, spec: &EnvSpec) -> Result<(String, String)> {
         let docker = self.docker().await?;
         if let Some(image) = &spec.image {
             if docker.inspect_image(image).await.is_err() {
-                return Err(infra(&format!("image {image}"), "not present on this Docker engine (pull or build it first)"));
+                return Err(infra(
+                    &format!("image {image}"),
+                    "not present on this Docker engine (pull or build it first)",
+                ));
             }
-            return Ok(image.clone());
+            return Ok((image.clone(), format!("image {image}")));
         }
         let Some(context) = &spec.context else {
             return Err(Error::invalid("the task names neither an image nor a folder to build one from"));
@@ -95,7 +101,7 @@ impl Environment for DockerEnvironment {
     }
 
     async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
-        let image = self.image(run, spec).await?;
+        let (image, note) = self.image(run, spec).await?;
         let docker = self.docker().await?;
         let labels = HashMap::from([
             (LABEL_MANAGED.to_string(), "1".to_string()),
@@ -131,7 +137,8 @@ impl Environment for DockerEnvironment {
             .create_container(Some(CreateContainerOptionsBuilder::default().build()), body)
             .await
             .map_err(|e| infra(&format!("creating a container of {image}"), e))?;
-        let handle = EnvHandle { kind: "docker".into(), id: created.id.clone(), workdir: String::new() };
+        let handle =
+            EnvHandle { kind: "docker".into(), id: created.id.clone(), workdir: String::new(), notes: vec![note] };
         let started = async {
             docker
                 .start_container(&created.id, None::<StartContainerOptions>)
@@ -141,7 +148,8 @@ impl Environment for DockerEnvironment {
                 .inspect_container(&created.id, None::<InspectContainerOptions>)
                 .await
                 .map_err(|e| infra("inspecting the container", e))?;
-            let workdir = info.config.and_then(|c| c.working_dir).filter(|w| !w.is_empty()).unwrap_or_else(|| "/".into());
+            let workdir =
+                info.config.and_then(|c| c.working_dir).filter(|w| !w.is_empty()).unwrap_or_else(|| "/".into());
             Ok::<_, Error>(workdir)
         }
         .await;
@@ -168,7 +176,9 @@ impl Environment for DockerEnvironment {
 
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         let docker = self.docker().await?;
-        match docker.remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build())).await
+        match docker
+            .remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()))
+            .await
         {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -189,7 +199,7 @@ impl Environment for DockerEnvironment {
         let mut removed = 0;
         for c in left {
             if let Some(id) = c.id {
-                self.teardown(&EnvHandle { kind: "docker".into(), id, workdir: String::new() }).await?;
+                self.teardown(&EnvHandle { kind: "docker".into(), id, workdir: String::new(), notes: vec![] }).await?;
                 removed += 1;
             }
         }
@@ -198,13 +208,27 @@ impl Environment for DockerEnvironment {
 
     async fn out_of_memory(&self, env: &EnvHandle) -> bool {
         let Ok(docker) = self.docker().await else { return false };
-        docker
+        let dead = docker
             .inspect_container(&env.id, None::<InspectContainerOptions>)
             .await
             .ok()
             .and_then(|i| i.state)
             .and_then(|s| s.oom_killed)
-            .unwrap_or(false)
+            .unwrap_or(false);
+        if dead {
+            return true;
+        }
+        // A process killed inside a living container leaves only the cgroup's count (v2's
+        // `memory.events`, v1's `memory.oom_control`): the engine's flag is for PID 1.
+        let read = "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control";
+        let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(read, Duration::from_secs(10)) };
+        match exec_in(docker, env, &req).await {
+            Ok(o) => o
+                .stdout
+                .lines()
+                .any(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)),
+            Err(_) => false,
+        }
     }
 }
 

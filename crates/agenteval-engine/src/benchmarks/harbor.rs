@@ -136,9 +136,15 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
         Err(e) => return Err(Error::io(format!("reading {}", toml_path.display()), e)),
     };
     let section = |k: &str| table.get(k).and_then(toml::Value::as_table).cloned().unwrap_or_default();
-    let (meta, verifier, agent, env) = (section("metadata"), section("verifier"), section("agent"), section("environment"));
-    let mut tags: Vec<String> =
-        meta.get("tags").and_then(toml::Value::as_array).into_iter().flatten().filter_map(|t| t.as_str().map(String::from)).collect();
+    let (meta, verifier, agent, env) =
+        (section("metadata"), section("verifier"), section("agent"), section("environment"));
+    let mut tags: Vec<String> = meta
+        .get("tags")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.as_str().map(String::from))
+        .collect();
     for k in ["difficulty", "category"] {
         if let Some(v) = meta.get(k).and_then(toml::Value::as_str) {
             tags.push(format!("{k}:{v}"));
@@ -205,14 +211,22 @@ fn score(passed: bool, score: f64, reason: String) -> EvaluatorScore {
 
 fn tail(s: &str, n: usize) -> String {
     let chars: Vec<char> = s.trim_end().chars().collect();
-    if chars.len() <= n { chars.into_iter().collect() } else { format!("…{}", chars[chars.len() - n..].iter().collect::<String>()) }
+    if chars.len() <= n {
+        chars.into_iter().collect()
+    } else {
+        format!("…{}", chars[chars.len() - n..].iter().collect::<String>())
+    }
 }
 
 /// The reward the tests wrote: `reward.txt` (a number) or `reward.json` (`{"reward": x, …}`, or
 /// named metrics, whose mean is the reward).
 pub fn read_reward(dir: &Path) -> std::result::Result<(f64, Option<Value>), String> {
     if let Ok(text) = std::fs::read_to_string(dir.join("reward.txt")) {
-        return text.trim().parse::<f64>().map(|r| (r, None)).map_err(|_| format!("reward.txt holds `{}`, not a number", tail(&text, 80)));
+        return text
+            .trim()
+            .parse::<f64>()
+            .map(|r| (r, None))
+            .map_err(|_| format!("reward.txt holds `{}`, not a number", tail(&text, 80)));
     }
     if let Ok(text) = std::fs::read_to_string(dir.join("reward.json")) {
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("reward.json is not JSON: {e}"))?;
@@ -253,12 +267,21 @@ impl BenchmarkAdapter for HarborBenchmark {
 
     /// Runs the task's tests in its environment, as Harbor does, and grades by their reward: 1
     /// passes. Tests that crash, time out or write no reward are an evaluator error, never a pass.
-    async fn grade(&self, task: &TaskSpec, _result: &AgentResult, _trace: &[TraceEvent], env: &TaskEnvironment) -> EvaluatorScore {
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        _trace: &[TraceEvent],
+        env: &TaskEnvironment,
+    ) -> EvaluatorScore {
         let errored = |why: String| EvaluatorScore { error: Some(why), ..score(false, 0.0, String::new()) };
         let Some(h) = HarborTask::of(task) else { return errored("not a Harbor task".into()) };
         let Some(session) = &env.session else { return errored(crate::environments::missing(&task.id).to_string()) };
         let (e, handle) = (&session.env, &session.handle);
-        let root = |cmd: &str, secs: f64| ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs_f64(secs)) };
+        let root = |cmd: &str, secs: f64| ExecRequest {
+            user: Some("0".into()),
+            ..ExecRequest::new(cmd, Duration::from_secs_f64(secs))
+        };
         let prep = format!("rm -rf {VERIFIER_LOGS} {TESTS_DIR} && mkdir -p {VERIFIER_LOGS} /logs/agent {TESTS_DIR}");
         match e.exec(handle, &root(&prep, 60.0)).await {
             Ok(o) if o.ok() => {}
@@ -289,9 +312,15 @@ impl BenchmarkAdapter for HarborBenchmark {
         };
         match reward {
             Ok((r, metrics)) if r.is_finite() => {
-                let passed = r >= 1.0 - 1e-9;
+                // An agent stopped by a limit or its own error does not pass, whatever state it
+                // left: the tests say what they found, the task says it did not finish.
+                let stopped = result.terminated_by != agenteval_core::model::TerminatedBy::Completed;
+                let passed = r >= 1.0 - 1e-9 && !stopped;
                 let exit = out.exit_code.map_or("-".to_string(), |c| c.to_string());
                 let mut reason = format!("reward {r} (tests/test.sh exit {exit})");
+                if stopped {
+                    reason.push_str(&format!("; not a pass: the agent ended {}", result.terminated_by.as_str()));
+                }
                 if let Some(m) = metrics {
                     reason.push_str(&format!("; {m}"));
                 }
@@ -341,7 +370,7 @@ mod tests {
         assert_eq!(t.id.as_str(), "fix-it");
         assert_eq!(t.input, json!("Fix it.\n"));
         assert_eq!(t.tags, ["git", "difficulty:easy"]);
-        let env = t.environment.unwrap();
+        let env = t.environment.clone().unwrap();
         assert_eq!((env.cpus, env.memory_mb, env.network), (Some(2.0), Some(1024), true));
         let h = HarborTask::of(&t).unwrap();
         assert_eq!((h.agent_timeout_secs, h.verifier_timeout_secs), (Some(120.0), Some(30.0)));

@@ -53,7 +53,10 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = humaneval::find_data(config);
     if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
-        && matches!(config.environment.kind, agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None)
+        && matches!(
+            config.environment.kind,
+            agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None
+        )
     {
         problems.push((
             "/environment/kind".into(),

@@ -42,6 +42,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             tags: vec![],
             evaluators: vec![],
             metadata: Value::Null,
+            environment: None,
         });
     }
     store.put(&run, layout::TASKS, table.jsonl()).await.unwrap();

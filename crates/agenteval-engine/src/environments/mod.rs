@@ -63,7 +63,8 @@ pub async fn snapshot(session: &EnvSession) -> bool {
 /// What the agent changed in its working folder since the snapshot, as a git patch (`None`
 /// without a snapshot).
 pub async fn patch(session: &EnvSession, max_bytes: usize) -> Option<String> {
-    let cmd = format!("{} add -A >/dev/null 2>&1 && {} diff --cached --binary HEAD", git(session, ""), git(session, ""));
+    let cmd =
+        format!("{} add -A >/dev/null 2>&1 && {} diff --cached --binary HEAD", git(session, ""), git(session, ""));
     let req = ExecRequest {
         user: Some("0".into()),
         max_output_bytes: max_bytes,
@@ -81,7 +82,11 @@ pub async fn artifacts(session: &EnvSession, paths: &[String], into: &Path, max_
     let mut notes = Vec::new();
     let mut left = max_bytes;
     for p in paths {
-        let from = if p.starts_with('/') { p.clone() } else { format!("{}/{p}", session.handle.workdir.trim_end_matches('/')) };
+        let from = if p.starts_with('/') {
+            p.clone()
+        } else {
+            format!("{}/{p}", session.handle.workdir.trim_end_matches('/'))
+        };
         let name = p.trim_matches('/').replace('/', "_");
         let dest = into.join(&name);
         match session.env.copy_out(&session.handle, &from, &dest, left).await {
@@ -104,7 +109,5 @@ pub async fn sweep(env: &dyn Environment, run: &agenteval_core::RunId) {
 
 /// The error of a task that needs an environment and got none.
 pub fn missing(task: &agenteval_core::TaskId) -> Error {
-    Error::invalid(format!(
-        "task {task} acts in an environment, and the run has none (`environment.kind` is `none`)"
-    ))
+    Error::invalid(format!("task {task} acts in an environment, and the run has none (`environment.kind` is `none`)"))
 }

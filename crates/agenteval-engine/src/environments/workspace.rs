@@ -128,7 +128,7 @@ impl Environment for WorkspaceEnvironment {
             return Err(e);
         }
         let id = dir.display().to_string();
-        Ok(EnvHandle { kind: "workspace".into(), workdir: id.clone(), id })
+        Ok(EnvHandle { kind: "workspace".into(), workdir: id.clone(), id, notes: vec![] })
     }
 
     async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
@@ -177,7 +177,13 @@ impl Environment for WorkspaceEnvironment {
             Ok(Err(e)) => return Err(Error::io("waiting for bash in the workspace", e)),
             Err(_) => (None, true),
         };
-        Ok(ExecOutput { exit_code, stdout: out.text(), stderr: err.text(), timed_out, dropped_bytes: out.dropped + err.dropped })
+        Ok(ExecOutput {
+            exit_code,
+            stdout: out.text(),
+            stderr: err.text(),
+            timed_out,
+            dropped_bytes: out.dropped + err.dropped,
+        })
     }
 
     async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
@@ -200,7 +206,8 @@ impl Environment for WorkspaceEnvironment {
 
     async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
         let src = self.inside(env, from)?;
-        let meta = std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not in the workspace")))?;
+        let meta =
+            std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not in the workspace")))?;
         let used = crate::isolation::disk::usage(&src, max_bytes + 1).bytes.max(meta.len());
         if used > max_bytes {
             return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
@@ -270,7 +277,8 @@ mod tests {
         let run = RunId::new();
         let spec = EnvSpec { context: Some(src.path().to_path_buf()), ..Default::default() };
         let h = env.prepare(&run, &task(), 1, &spec).await.unwrap();
-        let out = env.exec(&h, &ExecRequest::new("cat a.txt; echo oops >&2; exit 3", Duration::from_secs(10))).await.unwrap();
+        let out =
+            env.exec(&h, &ExecRequest::new("cat a.txt; echo oops >&2; exit 3", Duration::from_secs(10))).await.unwrap();
         assert_eq!((out.exit_code, out.stdout.as_str(), out.stderr.as_str()), (Some(3), "hello", "oops\n"));
         let slow = env.exec(&h, &ExecRequest::new("sleep 5", Duration::from_millis(200))).await.unwrap();
         assert!(slow.timed_out && slow.exit_code.is_none(), "{slow:?}");
@@ -278,7 +286,7 @@ mod tests {
         env.copy_out(&h, "a.txt", out_dir.path(), 100).await.unwrap();
         assert_eq!(std::fs::read_to_string(out_dir.path().join("a.txt")).unwrap(), "hello");
         assert!(env.copy_out(&h, "a.txt", out_dir.path(), 2).await.is_err(), "past the cap");
-        let forged = EnvHandle { kind: "workspace".into(), id: "/etc".into(), workdir: "/etc".into() };
+        let forged = EnvHandle { kind: "workspace".into(), id: "/etc".into(), workdir: "/etc".into(), notes: vec![] };
         assert!(env.teardown(&forged).await.is_err(), "a handle naming another folder is refused");
         env.teardown(&h).await.unwrap();
         env.teardown(&h).await.unwrap();

@@ -218,6 +218,7 @@ mod tests {
             tags: vec![],
             evaluators: vec![],
             metadata: serde_json::Value::Null,
+            environment: None,
         }
     }
 

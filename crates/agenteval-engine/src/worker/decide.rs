@@ -150,6 +150,7 @@ mod tests {
             tags: vec![],
             evaluators: vec![],
             metadata: serde_json::Value::Null,
+            environment: None,
         };
         let r = task_result(&job(0), &task, agent, scores, Utc::now());
         assert!(!r.passed, "an errored score fails the task");

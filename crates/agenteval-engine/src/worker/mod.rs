@@ -441,7 +441,13 @@ async fn prepare_session(
     let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
     let session = EnvSession { env: env.clone(), handle };
     ctx.live.lock().expect("not poisoned").push(session.clone());
-    log.push(format!("environment {} {} prepared in {:.2} s", env.kind(), session.handle.id, started.elapsed().as_secs_f64()));
+    log.extend(session.handle.notes.iter().cloned());
+    log.push(format!(
+        "environment {} {} prepared in {:.2} s",
+        env.kind(),
+        session.handle.id,
+        started.elapsed().as_secs_f64()
+    ));
     if !crate::environments::snapshot(&session).await {
         log.push("no snapshot of the starting state (no git in the environment): no patch".into());
     }
@@ -471,7 +477,8 @@ async fn tear_down_live(ctx: &Ctx) {
 /// the attempt's staged `artifacts/` (published with the task's other files).
 async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Vec<String>) -> Result<()> {
     let max = ctx.config.environment.artifact_bytes();
-    let staged = |name: &str| layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &format!("artifacts/{name}"));
+    let staged =
+        |name: &str| layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &format!("artifacts/{name}"));
     if let Some(patch) = crate::environments::patch(s, max as usize).await {
         ctx.store.put(&ctx.run_id, &staged("patch.diff"), ctx.redactor.redact(&patch).as_bytes()).await?;
     }

@@ -8,6 +8,7 @@ mod aws;
 mod cli;
 mod docs;
 mod e2e;
+mod environments;
 mod hardening;
 mod html;
 mod humaneval;

@@ -1,0 +1,2 @@
+#!/bin/bash
+cd /app && git add notes.txt && git commit -q -m "update notes"

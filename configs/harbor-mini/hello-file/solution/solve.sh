@@ -1,0 +1,2 @@
+#!/bin/bash
+echo 'Hello, agenteval!' > /app/hello.txt

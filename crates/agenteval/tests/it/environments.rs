@@ -1,0 +1,291 @@
+//! Agents that act in an environment, end to end with a real Docker engine (and the local base
+//! image `docker/build-local.sh --base-only` makes, so nothing needs a registry): the shipped
+//! Harbor tasks under the oracle, `nop` and a wrong solution; an image built once for ten tasks
+//! that share a folder and a Dockerfile that does not build; what an agent cannot reach from its
+//! container; a memory bomb; and no container left after a run, a Ctrl-C, or a SIGKILLed worker
+//! followed by `resume`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::util::*;
+
+const BASE: &str = "agenteval-local/debian:bookworm";
+
+/// The engine running and the local base image there, made once.
+fn docker_ready() {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        let out = Command::new(repo().join("docker/build-local.sh")).arg("--base-only").output().unwrap();
+        assert!(out.status.success(), "no Docker engine: {}{}", text(&out.stdout), text(&out.stderr));
+    });
+}
+
+/// The containers of `run` still there.
+fn containers_of(run: &str) -> Vec<String> {
+    let out =
+        Command::new("docker").args(["ps", "-aq", "--filter", &format!("label=agenteval.run={run}")]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout).lines().map(String::from).filter(|l| !l.is_empty()).collect()
+}
+
+/// Copies a folder (a benchmark to alter in a test).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let dest = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), &dest).unwrap();
+        }
+    }
+}
+
+fn harbor_config(ws: &Workspace, tasks: &Path, agent: &str, extra: &str) -> PathBuf {
+    ws.write(
+        "harbor.yaml",
+        &format!(
+            "name: harbor-test\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: {agent}\n  limits:\n    max_wall_seconds: 300\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 1\n  max_attempts: 1\n\
+             storage:\n  bundle_root: runs\n{extra}",
+            tasks.display()
+        ),
+    )
+}
+
+fn scores(ws: &Workspace, run: &str) -> Vec<(String, String, f64)> {
+    let out = ws.run(&["runs", "show", run, "--tasks", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let bundle = ws.runs().join(run);
+    let mut rows: Vec<(String, String, f64)> = v["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            let id = t["task_id"].as_str().unwrap().to_string();
+            let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+            let outcome = t["outcome"].as_str().unwrap_or("?").to_string();
+            (id, outcome, r["scores"][0]["score"].as_f64().unwrap_or(-1.0))
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows
+}
+
+#[test]
+fn the_shipped_tasks_pass_with_their_solutions_and_fail_with_none_or_a_wrong_one() {
+    docker_ready();
+    let ws = Workspace::new();
+    let shipped = repo().join("configs/harbor-mini");
+    let cfg = harbor_config(&ws, &shipped, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let got = scores(&ws, &run);
+    assert_eq!(got.len(), 5, "{got:?}");
+    assert!(got.iter().all(|(_, o, s)| o == "passed" && *s == 1.0), "the oracle passes every task: {got:?}");
+    let bundle = ws.runs().join(&run);
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success(), "the bundle validates");
+    let patch = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
+    assert!(patch.contains("--- a/calc/stats.py") && patch.contains("+        raise ValueError"), "{patch}");
+    let manifest = std::fs::read_to_string(bundle.join("manifest.json")).unwrap();
+    assert!(manifest.contains("tasks/fix-python-bug/artifacts/patch.diff"), "the patch is checksummed");
+    let log = std::fs::read_to_string(bundle.join("tasks/hello-file/worker.log")).unwrap();
+    assert!(log.contains("environment docker") && log.contains("removed"), "{log}");
+    assert!(containers_of(&run).is_empty(), "no container is left after a run");
+
+    // An agent that does nothing passes nothing: no shipped task's tests are trivially true.
+    let (v, code, _) = ws.submit(&cfg, &["--set", "agent.kind=nop"]);
+    assert_eq!(code, 0, "{v}");
+    let got = scores(&ws, v["run_id"].as_str().unwrap());
+    assert!(got.iter().all(|(_, o, s)| o == "failed" && *s == 0.0), "nop fails every task: {got:?}");
+
+    // A wrong solution scores 0 on its task, the others still pass.
+    let altered = ws.path().join("altered");
+    copy_dir(&shipped, &altered);
+    std::fs::write(altered.join("count-failed/solution/solve.sh"), "#!/bin/bash\necho 5 > /app/count.txt\n").unwrap();
+    let cfg = harbor_config(&ws, &altered, "oracle", "");
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let got = scores(&ws, v["run_id"].as_str().unwrap());
+    for (id, outcome, score) in &got {
+        let want = if id == "count-failed" { ("failed", 0.0) } else { ("passed", 1.0) };
+        assert_eq!((outcome.as_str(), *score), want, "{id}: {got:?}");
+    }
+}
+
+/// A task folder with one Dockerfile line of its own; `shared` decides the rest.
+fn write_task(root: &Path, id: &str, dockerfile: &str, solve: &str, test: &str, toml: &str) {
+    let t = root.join(id);
+    for d in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(t.join(d)).unwrap();
+    }
+    std::fs::write(t.join("instruction.md"), format!("Task {id}.\n")).unwrap();
+    std::fs::write(t.join("task.toml"), format!("version = \"1.0\"\n{toml}")).unwrap();
+    std::fs::write(t.join("environment/Dockerfile"), dockerfile).unwrap();
+    std::fs::write(t.join("solution/solve.sh"), solve).unwrap();
+    std::fs::write(
+        t.join("tests/test.sh"),
+        format!("#!/bin/bash\nmkdir -p /logs/verifier\nif {test}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn ten_tasks_sharing_a_folder_build_one_image_and_one_that_does_not_build_is_infra() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    // A fresh image for this test run: the nonce is in the Dockerfile.
+    let nonce = uuid::Uuid::now_v7().to_string();
+    let shared = format!("FROM debian:bookworm-slim\nRUN echo {nonce} > /nonce\nWORKDIR /app\n");
+    for i in 0..10 {
+        write_task(&tasks, &format!("t{i:02}"), &shared, "#!/bin/bash\ntouch /app/done\n", "[ -e /app/done ]", "");
+    }
+    let broken = format!("FROM debian:bookworm-slim\nRUN echo {nonce} && echo the-build-breaks-here >&2 && false\n");
+    write_task(&tasks, "broken", &broken, "#!/bin/bash\ntrue\n", "true", "");
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    // A given-up task fails the run (exit 3), the others ran.
+    assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let got = scores(&ws, &run);
+    for (id, outcome, _) in &got {
+        let want = if id == "broken" { "infra" } else { "passed" };
+        assert_eq!(outcome, want, "{id}: {got:?}");
+    }
+    let bundle = ws.runs().join(&run);
+    let broken = read_json(&bundle.join("tasks/broken/result.json"));
+    let err = broken["agent"]["error"].as_str().unwrap();
+    assert!(err.contains("did not build") && err.contains("the-build-breaks-here"), "the build's last lines: {err}");
+    let logs: Vec<String> =
+        (0..10).map(|i| std::fs::read_to_string(bundle.join(format!("tasks/t{i:02}/worker.log"))).unwrap()).collect();
+    let built = logs.iter().filter(|l| l.contains(" built in ")).count();
+    let reused = logs.iter().filter(|l| l.contains(" reused")).count();
+    assert_eq!((built, reused), (1, 9), "one build for ten tasks sharing a folder:\n{}", logs.join("\n"));
+    assert!(containers_of(&run).is_empty());
+}
+
+#[test]
+fn an_agent_in_its_container_finds_no_tests_no_solution_no_network_and_no_docker() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let image = "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n";
+    // A port on this machine, reachable from a container with a network (its gateway).
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The "solution" is the hostile agent: it records whatever it can reach. (The oracle's
+    // own /solution is the one thing it may see; any other task's files it may not.)
+    let probe = r#"#!/bin/bash
+found=/app/found
+: > $found
+[ -e /tests ] && echo tests >> $found
+ls / | grep -qx logs && [ -n "$(ls -A /logs 2>/dev/null)" ] && echo logs >> $found
+[ -S /var/run/docker.sock ] && echo docker-socket >> $found
+find / -xdev -name test.sh 2>/dev/null | grep -q . && echo a-test-script >> $found
+python3 - <<'PY' 2>/dev/null && echo network >> $found
+import socket, struct
+gw = next(socket.inet_ntoa(struct.pack("<L", int(f[2], 16))) for f in (l.split() for l in open("/proc/net/route")) if f[1] == "00000000")
+socket.create_connection((gw, PORT), 3)
+PY
+cat $found
+"#
+    .replace("PORT", &port.to_string());
+    write_task(&tasks, "probe", image, &probe, "[ -e /app/found ] && [ ! -s /app/found ]", "");
+    // The same probe with the network on finds it: the probe is not blind.
+    write_task(
+        &tasks,
+        "probe-online",
+        image,
+        &probe,
+        "grep -qx network /app/found",
+        "[environment]\nallow_internet = true\n",
+    );
+    write_task(&tasks, "other", image, "#!/bin/bash\ntrue\n", "true", "");
+    // A memory bomb under a 64 MiB limit: killed, and the task ends `errored` (a limit).
+    write_task(
+        &tasks,
+        "bomb",
+        image,
+        "#!/bin/bash\npython3 -c 'x = bytearray(512 * 1024 * 1024); print(len(x))'\n",
+        "true",
+        "[environment]\nmemory_mb = 64\n",
+    );
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = ws.runs().join(&run);
+    let probe = read_json(&bundle.join("tasks/probe/result.json"));
+    let trace = std::fs::read_to_string(bundle.join("tasks/probe/trace.jsonl")).unwrap();
+    assert_eq!(probe["passed"], true, "the agent reached something it must not: {trace}");
+    let online = read_json(&bundle.join("tasks/probe-online/result.json"));
+    assert_eq!(online["passed"], true, "with the network on the probe reaches this machine: {online}");
+    drop(listener);
+    let bomb = read_json(&bundle.join("tasks/bomb/result.json"));
+    assert_eq!(bomb["agent"]["terminated_by"], "limit_memory", "{bomb}");
+    let got = scores(&ws, &run);
+    let bomb_outcome = got.iter().find(|(id, ..)| id == "bomb").map(|(_, o, _)| o.as_str());
+    assert_eq!(bomb_outcome, Some("errored"), "a memory limit is the agent's, not infra: {got:?}");
+    assert!(containers_of(&run).is_empty());
+}
+
+#[test]
+fn no_container_outlives_a_ctrl_c_or_a_killed_worker_once_resumed() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let image = "FROM debian:bookworm-slim\nWORKDIR /app\n";
+    for i in 0..2 {
+        write_task(
+            &tasks,
+            &format!("slow{i}"),
+            image,
+            "#!/bin/bash\nsleep 20\ntouch /app/done\n",
+            "[ -e /app/done ]",
+            "",
+        );
+    }
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let index = ws.index();
+    let run_of = |ws: &Workspace| -> String {
+        let out = ws.run(&["runs", "list", "--json", "--index", index.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v[0]["run_id"].as_str().unwrap_or_default().to_string()
+    };
+
+    // Ctrl-C: the run is interrupted and its containers go with it.
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("a run", Duration::from_secs(60), || !run_of(&ws).is_empty());
+    let run = run_of(&ws);
+    wait_until("its containers", Duration::from_secs(120), || containers_of(&run).len() == 2);
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let out = wait_output(child, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(3), "an interrupted run: {}", text(&out.stderr));
+    assert!(containers_of(&run).is_empty(), "a Ctrl-C leaves no container: {:?}", containers_of(&run));
+
+    // A SIGKILLed worker leaves its container; resuming the run removes it and finishes.
+    let mut child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("a second run", Duration::from_secs(60), || run_of(&ws) != run);
+    let run = run_of(&ws);
+    wait_until("its containers", Duration::from_secs(120), || containers_of(&run).len() == 2);
+    child.kill().unwrap();
+    let _ = child.wait();
+    for (pid, _) in workers_under(ws.path()) {
+        let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!containers_of(&run).is_empty(), "a killed worker cannot clean up after itself");
+    let out = ws.run(&["resume", &run, "--force", "--json", "--index", index.to_str().unwrap()]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete", "{v}");
+    assert!(containers_of(&run).is_empty(), "resume removed what the killed worker left");
+}
