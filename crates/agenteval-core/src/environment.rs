@@ -1,7 +1,7 @@
 //! Task environments, as data: what a task asks of its environment (`EnvSpec`), the handle of
 //! one that was prepared (`EnvHandle`, plain data so that a later process can tear down what a
-//! killed worker left), and a command run in it with its bounded output. The port itself is
-//! [`crate::traits::Environment`].
+//! killed worker left), and a command run in it with its bounded output. The port itself,
+//! `Environment`, is with the other ports in `traits`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

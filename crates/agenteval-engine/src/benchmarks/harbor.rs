@@ -220,7 +220,7 @@ fn tail(s: &str, n: usize) -> String {
 
 /// The reward the tests wrote: `reward.txt` (a number) or `reward.json` (`{"reward": x, …}`, or
 /// named metrics, whose mean is the reward).
-pub fn read_reward(dir: &Path) -> std::result::Result<(f64, Option<Value>), String> {
+fn read_reward(dir: &Path) -> std::result::Result<(f64, Option<Value>), String> {
     if let Ok(text) = std::fs::read_to_string(dir.join("reward.txt")) {
         return text
             .trim()
@@ -276,7 +276,9 @@ impl BenchmarkAdapter for HarborBenchmark {
     ) -> EvaluatorScore {
         let errored = |why: String| EvaluatorScore { error: Some(why), ..score(false, 0.0, String::new()) };
         let Some(h) = HarborTask::of(task) else { return errored("not a Harbor task".into()) };
-        let Some(session) = &env.session else { return errored(crate::environments::missing(&task.id).to_string()) };
+        let Some(session) = &env.session else {
+            return errored(format!("task {} acts in an environment, and the run has none", task.id));
+        };
         let (e, handle) = (&session.env, &session.handle);
         let root = |cmd: &str, secs: f64| ExecRequest {
             user: Some("0".into()),
