@@ -132,6 +132,22 @@ impl Bounded {
     }
 }
 
+/// A command a `command` agent asks its task's environment to run: one JSON line on the socket
+/// named by `AGENTEVAL_ENV_SOCKET` (`agenteval env exec` speaks it); the answer is one line of
+/// [`ExecOutput`] (`docs/agent-protocol.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WireExec {
+    pub command: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+}
+
+/// The variable naming the socket a `command` agent acts in its environment through.
+pub const ENV_SOCKET_VAR: &str = "AGENTEVAL_ENV_SOCKET";
+
 /// Labels every environment carries, so that what a killed worker left is found by run.
 pub const LABEL_RUN: &str = "agenteval.run";
 pub const LABEL_TASK: &str = "agenteval.task";

@@ -272,6 +272,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Act in a task's environment, from inside a `command` agent (`docs/agent-protocol.md`).
+    Env {
+        #[command(subcommand)]
+        command: EnvCommand,
+    },
     /// The run index: recreate it from the bundles when it was lost.
     Index {
         #[command(subcommand)]
@@ -414,6 +419,23 @@ pub enum BaselineCommand {
         index: IndexArgs,
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EnvCommand {
+    /// Run COMMAND (its words joined by spaces, run by `bash -c`) in the task's environment,
+    /// through the socket `AGENTEVAL_ENV_SOCKET` names. Prints its stdout and stderr and exits
+    /// with its exit code: 124 when it ran past its timeout, 125 when the environment failed.
+    Exec {
+        /// Seconds the command may run (default and ceiling: the agent's `max_wall_seconds`).
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// Where it runs in the environment (default: the agent's working folder there).
+        #[arg(long)]
+        workdir: Option<String>,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        command: Vec<String>,
     },
 }
 

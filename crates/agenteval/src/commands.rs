@@ -16,7 +16,9 @@ use agenteval_engine::resolve::store_from_bundle_uri;
 use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
-use crate::cli::{BaselineCommand, Cli, Command, ConfigCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand};
+use crate::cli::{
+    BaselineCommand, Cli, Command, ConfigCommand, EnvCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
+};
 use crate::judging;
 use crate::output::{self};
 use crate::session::{
@@ -84,6 +86,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Worker { job } => Ok(worker(&job, telemetry).await),
         // Handled in `main` before the runtime starts.
         Command::AgentSandbox { .. } => Err(Error::internal("agent-sandbox runs before the runtime").into()),
+        Command::Env { command: EnvCommand::Exec { timeout, workdir, command } } => env_exec(timeout, workdir, &command),
     }
 }
 
@@ -347,6 +350,33 @@ async fn passed_of(
     let (store, run) = store_from_bundle_uri(resolver, &r.bundle_uri).await.ok()?;
     let s: RunSummary = read_json(store.as_ref(), &run, layout::SUMMARY).await.ok()?;
     Some((s.passed, s.tasks_finished))
+}
+
+/// `agenteval env exec`: one command in the task's environment, through the worker's socket.
+fn env_exec(timeout: Option<f64>, workdir: Option<String>, command: &[String]) -> Result<u8, Failure> {
+    use agenteval_core::environment::{ENV_SOCKET_VAR, ExecOutput, WireExec};
+    use std::io::{BufRead as _, Write as _};
+    let socket = std::env::var_os(ENV_SOCKET_VAR).ok_or_else(|| Failure {
+        code: exit::USAGE,
+        error: anyhow::anyhow!("no task environment here: {ENV_SOCKET_VAR} is not set (run from a `command` agent)"),
+    })?;
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket)
+        .map_err(|e| Error::io(format!("reaching the task's environment at {}", socket.to_string_lossy()), e))?;
+    let request = WireExec { command: command.join(" "), timeout_seconds: timeout, workdir };
+    let mut line = serde_json::to_vec(&request).expect("a request serializes");
+    line.push(b'\n');
+    stream.write_all(&line).map_err(|e| Error::io("sending the command", e))?;
+    let mut answer = String::new();
+    std::io::BufReader::new(stream).read_line(&mut answer).map_err(|e| Error::io("reading the answer", e))?;
+    let out: ExecOutput = serde_json::from_str(&answer)
+        .map_err(|e| Error::new(agenteval_core::ErrorKind::Corrupt, format!("the environment's answer: {e}")))?;
+    let _ = std::io::stdout().write_all(out.stdout.as_bytes());
+    let _ = std::io::stderr().write_all(out.stderr.as_bytes());
+    Ok(match (out.timed_out, out.exit_code) {
+        (true, _) => 124,
+        (false, Some(c)) => u8::try_from(c).unwrap_or(1),
+        (false, None) => 125,
+    })
 }
 
 async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u8, Failure> {

@@ -36,8 +36,24 @@ pub struct CommandAgent {
 }
 
 impl CommandAgent {
-    /// The protocol's request line: the task, the model, the limits and the scratch folder.
-    fn request(&self, ctx: &AgentContext<'_>, scratch: Option<&std::path::Path>, max_disk: u64) -> serde_json::Value {
+    /// The protocol's request line: the task, the model, the limits, the scratch folder, and the
+    /// task's environment when it has one.
+    fn request(
+        &self,
+        ctx: &AgentContext<'_>,
+        scratch: Option<&std::path::Path>,
+        max_disk: u64,
+        socket: Option<&std::path::Path>,
+    ) -> serde_json::Value {
+        let environment = match (&ctx.env.session, socket) {
+            (Some(s), Some(socket)) => json!({
+                "kind": s.env.kind(),
+                "workdir": s.handle.workdir,
+                "socket": socket,
+                "exec": [sandbox::launcher(), "env", "exec", "--"],
+            }),
+            _ => serde_json::Value::Null,
+        };
         json!({
             "protocol": 1,
             "run_id": ctx.run_id,
@@ -51,6 +67,7 @@ impl CommandAgent {
                 "max_disk_bytes": max_disk,
             },
             "scratch_dir": scratch,
+            "environment": environment,
         })
     }
 
@@ -310,15 +327,36 @@ impl AgentRunner for CommandAgent {
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         let max_disk = ctx.limits.disk_bytes();
-        let view = self.view(prog, args, scratch.as_deref(), max_disk);
+        let mut view = self.view(prog, args, scratch.as_deref(), max_disk);
+        // A task with an environment: the agent acts in it through a socket in its scratch
+        // folder, and may run this binary's `env exec` helper that speaks it.
+        let socket = match (&ctx.env.session, &scratch) {
+            (Some(_), Some(dir)) => Some(dir.join("agenteval-env.sock")),
+            _ => None,
+        };
+        let _served = match (&ctx.env.session, &socket) {
+            (Some(s), Some(path)) => match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds()) {
+                Ok(served) => Some(served),
+                Err(e) => {
+                    return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e.to_string())) };
+                }
+            },
+            _ => None,
+        };
+        if let (Some(v), Some(_), Some(exe)) = (view.as_mut(), &socket, sandbox::launcher()) {
+            v.read.push(exe.to_path_buf());
+        }
         let mut cmd = self.command(prog, args, view.as_ref(), scratch.as_deref(), ctx);
+        if let Some(path) = &socket {
+            cmd.env(agenteval_core::environment::ENV_SOCKET_VAR, path);
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
         };
         let _guard = TreeGuard(child.id().map(|p| p as i32));
 
-        let request = self.request(ctx, scratch.as_deref(), max_disk);
+        let request = self.request(ctx, scratch.as_deref(), max_disk, socket.as_deref());
         if let Some(mut stdin) = child.stdin.take() {
             let mut line = request.to_string();
             line.push('\n');

@@ -289,3 +289,45 @@ fn no_container_outlives_a_ctrl_c_or_a_killed_worker_once_resumed() {
     assert_eq!(v["status"], "complete", "{v}");
     assert!(containers_of(&run).is_empty(), "resume removed what the killed worker left");
 }
+
+/// A `command` agent in Python acts in its task's container through the documented interface:
+/// the `exec` helper the request names, and the socket itself (one JSON line each way).
+const ACTING_AGENT: &str = r#"
+import json, os, socket, subprocess, sys
+req = json.loads(sys.stdin.readline())
+env = req["environment"]
+def emit(kind, payload):
+    print(json.dumps({"kind": kind, "payload": payload}), flush=True)
+# The helper: its stdout is the command's, its exit code the command's.
+cmd = "echo 'Hello, agenteval!' > hello.txt && pwd"
+emit("agent.tool_call", {"tool": "bash", "args": {"command": cmd}})
+done = subprocess.run(env["exec"] + [cmd], capture_output=True, text=True)
+emit("agent.tool_result", {"tool": "bash", "exit_code": done.returncode, "stdout": done.stdout})
+fails = subprocess.run(env["exec"] + ["exit 7"], capture_output=True, text=True)
+# The socket, spoken directly.
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["AGENTEVAL_ENV_SOCKET"])
+s.sendall(json.dumps({"command": "cat /app/hello.txt; ls /tests 2>&1 || true"}).encode() + b"\n")
+answer = json.loads(s.makefile().readline())
+emit("agent.terminal", {"final_answer": {"pwd": done.stdout.strip(), "exit7": fails.returncode, "read": answer["stdout"], "workdir": env["workdir"], "kind": env["kind"]}})
+"#;
+
+#[test]
+fn a_command_agent_in_python_acts_in_its_container_through_the_documented_interface() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write("act.py", ACTING_AGENT);
+    let shipped = repo().join("configs/harbor-mini");
+    let cfg = harbor_config(&ws, &shipped, "command\n  command: [python3, act.py]", "");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[hello-file]"]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let r = read_json(&ws.runs().join(run).join("tasks/hello-file/result.json"));
+    assert_eq!(r["passed"], true, "the agent's file passed the task's tests: {r}");
+    let a = &r["agent"]["final_answer"];
+    assert_eq!((a["pwd"].as_str(), a["workdir"].as_str(), a["kind"].as_str()), (Some("/app"), Some("/app"), Some("docker")), "{a}");
+    assert_eq!(a["exit7"], 7, "the helper exits with the command's code: {a}");
+    let read = a["read"].as_str().unwrap();
+    assert!(read.starts_with("Hello, agenteval!\n") && read.contains("No such file"), "no /tests while it acts: {read}");
+    assert!(containers_of(run).is_empty());
+}
