@@ -12,6 +12,8 @@
 //!   string;
 //! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
 //! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - `FIX_STATS`: fixes harbor-mini's `fix-python-bug` with the environment tools: `bash` (read
+//!   the file), `write_file` (the fixed module), `bash` (try it), then answers `fixed: …`;
 //! - otherwise it answers `echo: <the message>`.
 //!
 //! Every call reports 10 input and 5 output tokens unless `BIG`. A latency applies to every call.
@@ -123,6 +125,9 @@ fn text_of(v: &Value) -> String {
     }
 }
 
+/// The module `FIX_STATS` writes: harbor-mini's `calc/stats.py`, fixed.
+const FIXED_STATS: &str = "def mean(values):\n    values = list(values)\n    if not values:\n        raise ValueError(\"mean of nothing\")\n    return sum(values) / len(values)\n\n\ndef median(values):\n    s = sorted(values)\n    n = len(s)\n    if n == 0:\n        raise ValueError(\"median of nothing\")\n    mid = n // 2\n    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2\n";
+
 async fn answer(
     state: Arc<Mutex<State>>,
     latency: Duration,
@@ -187,7 +192,20 @@ async fn answer(
         return Response::builder().status(200).body(Body::from("{\"choices\": [")).unwrap();
     }
     let (input, output) = if first.contains("BIG") { (400_000, 100_000) } else { (10, 5) };
-    let tool_call = (first.contains("USE_TOOL") && tool_result.is_none()) || first.contains("LOOP");
+    let python = || Some(("python", json!({"code": "print(6 * 7)"})));
+    let planned: Option<(&str, Value)> = if first.contains("FIX_STATS") {
+        match call_no {
+            1 => Some(("bash", json!({"command": "cat calc/stats.py"}))),
+            2 => Some(("write_file", json!({"path": "calc/stats.py", "content": FIXED_STATS}))),
+            3 => Some(("bash", json!({"command": "python3 -c 'import calc; print(calc.mean([1, 2, 3]))'"}))),
+            _ => None,
+        }
+    } else if (first.contains("USE_TOOL") && tool_result.is_none()) || first.contains("LOOP") {
+        python()
+    } else {
+        None
+    };
+    let tool_call = planned.is_some();
     let text = if first.contains("ECHO_KEY") {
         format!("I was called with {} and found {ECHOED_KEY}", credential.clone().unwrap_or_default())
     } else if first.contains("JUDGE") {
@@ -196,13 +214,15 @@ async fn answer(
             "Let me think.\n```json\n{{\"score\": {score}, \"passed\": {}, \"reason\": \"scripted\"}}\n```",
             score > 0.5
         )
+    } else if first.contains("FIX_STATS") {
+        format!("fixed: {}", tool_result.as_deref().unwrap_or("").trim())
     } else if let Some(r) = &tool_result {
         format!("the tool said {}", r.trim())
     } else {
         format!("echo: {first}")
     };
     let call_id = format!("call_{call_no}");
-    let args = json!({"code": "print(6 * 7)"});
+    let (tool, args) = planned.unwrap_or(("python", Value::Null));
     let reply = match (shape, tool_call) {
         ("openai", false) => json!({
             "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
@@ -210,7 +230,7 @@ async fn answer(
         }),
         ("openai", true) => json!({
             "choices": [{"message": {"role": "assistant", "content": null, "tool_calls": [
-                {"id": call_id, "type": "function", "function": {"name": "python", "arguments": args.to_string()}}]},
+                {"id": call_id, "type": "function", "function": {"name": tool, "arguments": args.to_string()}}]},
                 "finish_reason": "tool_calls"}],
             "usage": {"prompt_tokens": input, "completion_tokens": output},
         }),
@@ -219,7 +239,7 @@ async fn answer(
             "usage": {"input_tokens": input, "output_tokens": output},
         }),
         (_, true) => json!({
-            "content": [{"type": "tool_use", "id": call_id, "name": "python", "input": args}], "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": call_id, "name": tool, "input": args}], "stop_reason": "tool_use",
             "usage": {"input_tokens": input, "output_tokens": output},
         }),
     };

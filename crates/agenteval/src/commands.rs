@@ -86,7 +86,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Worker { job } => Ok(worker(&job, telemetry).await),
         // Handled in `main` before the runtime starts.
         Command::AgentSandbox { .. } => Err(Error::internal("agent-sandbox runs before the runtime").into()),
-        Command::Env { command: EnvCommand::Exec { timeout, workdir, command } } => env_exec(timeout, workdir, &command),
+        Command::Env { command: EnvCommand::Exec { timeout, workdir, command } } => {
+            env_exec(timeout, workdir, &command)
+        }
     }
 }
 

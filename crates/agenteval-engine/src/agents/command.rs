@@ -335,12 +335,17 @@ impl AgentRunner for CommandAgent {
             _ => None,
         };
         let _served = match (&ctx.env.session, &socket) {
-            (Some(s), Some(path)) => match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds()) {
-                Ok(served) => Some(served),
-                Err(e) => {
-                    return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e.to_string())) };
+            (Some(s), Some(path)) => {
+                match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds()) {
+                    Ok(served) => Some(served),
+                    Err(e) => {
+                        return AgentOutcome {
+                            final_answer: None,
+                            error: Some((TerminatedBy::InfraFailure, e.to_string())),
+                        };
+                    }
                 }
-            },
+            }
             _ => None,
         };
         if let (Some(v), Some(_), Some(exe)) = (view.as_mut(), &socket, sandbox::launcher()) {

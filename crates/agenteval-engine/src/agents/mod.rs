@@ -3,6 +3,7 @@
 //! (a model with tools, from `agenteval-llm`).
 
 mod command;
+mod env_tools;
 mod mock;
 mod nop;
 mod oracle;
@@ -19,6 +20,7 @@ use agenteval_core::{Error, Result};
 use agenteval_llm::{Cassettes, LlmAgent};
 
 pub use command::{CommandAgent, runnable};
+pub use env_tools::env_tools;
 pub use mock::MockAgent;
 pub use nop::NopAgent;
 pub use oracle::OracleAgent;

@@ -44,7 +44,11 @@ pub fn serve(session: EnvSession, path: &Path, max_secs: f64) -> Result<Served> 
                 }
                 let answer = match serde_json::from_slice::<WireExec>(&line) {
                     Ok(w) => run(&session, w, max_secs).await,
-                    Err(e) => ExecOutput { stderr: format!("not a command request: {e}"), exit_code: Some(2), ..Default::default() },
+                    Err(e) => ExecOutput {
+                        stderr: format!("not a command request: {e}"),
+                        exit_code: Some(2),
+                        ..Default::default()
+                    },
                 };
                 let mut out = serde_json::to_vec(&answer).expect("an output serializes");
                 out.push(b'\n');
@@ -60,6 +64,8 @@ async fn run(session: &EnvSession, w: WireExec, max_secs: f64) -> ExecOutput {
     let req = ExecRequest { workdir: w.workdir, ..ExecRequest::new(w.command, Duration::from_secs_f64(secs)) };
     match session.env.exec(&session.handle, &req).await {
         Ok(o) => o,
-        Err(e) => ExecOutput { stderr: format!("the environment failed: {e}"), exit_code: Some(125), ..Default::default() },
+        Err(e) => {
+            ExecOutput { stderr: format!("the environment failed: {e}"), exit_code: Some(125), ..Default::default() }
+        }
     }
 }

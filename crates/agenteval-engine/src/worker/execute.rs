@@ -290,7 +290,10 @@ pub(super) async fn run_agent(
         cost_unknown: false,
         attachments: Vec::new(),
     };
-    let tools = ctx.benchmark.tools(task);
+    let mut tools = ctx.benchmark.tools(task);
+    if env.session.is_some() {
+        tools.extend(crate::agents::env_tools());
+    }
     let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets, tools: &tools };
     let start = Instant::now();
     // Always a deadline: with none, an agent (or a child holding its stdout) could keep the

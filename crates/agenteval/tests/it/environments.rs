@@ -325,9 +325,54 @@ fn a_command_agent_in_python_acts_in_its_container_through_the_documented_interf
     let r = read_json(&ws.runs().join(run).join("tasks/hello-file/result.json"));
     assert_eq!(r["passed"], true, "the agent's file passed the task's tests: {r}");
     let a = &r["agent"]["final_answer"];
-    assert_eq!((a["pwd"].as_str(), a["workdir"].as_str(), a["kind"].as_str()), (Some("/app"), Some("/app"), Some("docker")), "{a}");
+    assert_eq!(
+        (a["pwd"].as_str(), a["workdir"].as_str(), a["kind"].as_str()),
+        (Some("/app"), Some("/app"), Some("docker")),
+        "{a}"
+    );
     assert_eq!(a["exit7"], 7, "the helper exits with the command's code: {a}");
     let read = a["read"].as_str().unwrap();
-    assert!(read.starts_with("Hello, agenteval!\n") && read.contains("No such file"), "no /tests while it acts: {read}");
+    assert!(
+        read.starts_with("Hello, agenteval!\n") && read.contains("No such file"),
+        "no /tests while it acts: {read}"
+    );
     assert!(containers_of(run).is_empty());
+}
+
+/// The `llm` agent, against the scripted model, fixes the Python task with `bash` and
+/// `write_file` in its container; its tests pass there, and the trace shows each call with its
+/// output.
+#[test]
+fn the_llm_agent_fixes_a_repository_with_bash_and_write_file_and_its_tests_pass() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-test-not-a-real-key-000000000000\n");
+    let tasks = ws.path().join("tasks");
+    copy_dir(&repo().join("configs/harbor-mini/fix-python-bug"), &tasks.join("fix-python-bug"));
+    let instruction = tasks.join("fix-python-bug/instruction.md");
+    let text_was = std::fs::read_to_string(&instruction).unwrap();
+    std::fs::write(&instruction, format!("{text_was}\nFIX_STATS\n")).unwrap();
+    let agent = format!("llm\n  model: openai:gpt-4o-mini\n  base_url: {}\n  tools: []", mock.base_url());
+    let cfg = harbor_config(&ws, &tasks, &agent, "");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "backend.secrets_file=secrets.env"]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let r = read_json(&bundle.join("tasks/fix-python-bug/result.json"));
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["agent"]["final_answer"].as_str().map(|a| a.contains("2.0")), Some(true), "{r}");
+    let trace: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/trace.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<&str> =
+        trace.iter().filter(|e| e["kind"] == "agent.tool_call").filter_map(|e| e["payload"]["tool"].as_str()).collect();
+    assert_eq!(calls, ["bash", "write_file", "bash"], "{trace:?}");
+    let outputs: Vec<String> =
+        trace.iter().filter(|e| e["kind"] == "agent.tool_result").map(|e| e["payload"].to_string()).collect();
+    assert!(outputs[0].contains("len(values) + 1"), "the first call read the buggy file: {}", outputs[0]);
+    assert!(outputs[2].contains("2.0"), "the last call ran the fixed module: {}", outputs[2]);
+    let patch = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
+    assert!(patch.contains("+        raise ValueError"), "{patch}");
 }
