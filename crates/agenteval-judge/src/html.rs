@@ -300,6 +300,7 @@ pre { white-space:pre-wrap; word-break:break-word; background:var(--card); paddi
 .sample .value { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:8px 10px; min-width:0; }
 .sample h3 { font-size:13px; margin:0 0 4px; color:var(--muted); font-weight:600; }
 .sample pre { background:var(--bg); }
+.sample .wide { grid-column:1 / -1; }
 details > summary { cursor:pointer; color:var(--accent); font-size:12px; }
 .badge { display:inline-block; padding:0 6px; border-radius:10px; border:1px solid var(--line); font-size:12px; margin-right:4px; }
 "##;
@@ -514,6 +515,7 @@ function sampleView(s) {
   const wrap = el("div", {class: "sample-view"});
   const boxes = [valueBox("Input", s.input, "s-input"), valueBox("Expected", s.expected, "s-expected"), valueBox("Answer", s.answer, "s-answer")];
   if (s.error) boxes.push(valueBox("Error", s.error, "s-error"));
+  if (s.patch) boxes.push(valueBox("Patch (what the agent changed)", s.patch, "s-patch wide"));
   wrap.append(el("div", {class: "sample"}, ...boxes));
   if (s.scores.length) {
     const t = el("table", {class: "s-scores"}, el("thead", {}, el("tr", {}, ...["evaluator", "kind", "score", "result", "reason"].map(h => el("th", {class: "nosort", text: h})))));

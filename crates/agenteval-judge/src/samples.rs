@@ -27,6 +27,9 @@ pub struct Sample {
     pub answer: Option<String>,
     pub error: Option<String>,
     pub scores: Vec<SampleScore>,
+    /// What the agent changed in its environment (`artifacts/patch.diff`), when it had one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patch: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -86,8 +89,18 @@ impl Sample {
                     error: s.error.is_some(),
                 })
                 .collect(),
+            patch: None,
         }
     }
+}
+
+/// A task's patch (`tasks/<id>/artifacts/patch.diff`), its first `cap` characters; `None` when
+/// the task had no environment or changed nothing.
+pub async fn patch(store: &dyn BundleStore, run: &RunId, task: &str, cap: usize) -> Option<String> {
+    let path = format!("tasks/{task}/artifacts/patch.diff");
+    let bytes = store.read_range(run, &path, 0, (cap as u64).saturating_mul(4)).await.ok()?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    (!text.trim().is_empty()).then(|| cut(text, cap))
 }
 
 #[derive(serde::Deserialize)]
@@ -145,19 +158,20 @@ pub async fn result(store: &dyn BundleStore, run: &RunId, task: &str) -> Result<
 pub async fn load(store: &dyn BundleStore, run: &RunId, tasks: &[String]) -> BTreeMap<String, Sample> {
     let wanted: BTreeSet<String> = tasks.iter().cloned().collect();
     let specs = specs(store, run, &wanted).await;
-    let results: Vec<(String, Option<TaskResult>)> = futures::stream::iter(tasks.iter().cloned())
+    let results: Vec<(String, Option<TaskResult>, Option<String>)> = futures::stream::iter(tasks.iter().cloned())
         .map(|t| async move {
             let r = result(store, run, &t).await.ok().flatten();
-            (t, r)
+            let p = patch(store, run, &t, REPORT_VALUE_CHARS).await;
+            (t, r, p)
         })
         .buffered(16)
         .collect()
         .await;
     results
         .into_iter()
-        .filter_map(|(t, r)| {
+        .filter_map(|(t, r, p)| {
             let r = r?;
-            let sample = Sample::of(specs.get(&t), &r, REPORT_VALUE_CHARS);
+            let sample = Sample { patch: p, ..Sample::of(specs.get(&t), &r, REPORT_VALUE_CHARS) };
             Some((t, sample))
         })
         .collect()

@@ -432,6 +432,7 @@ fn task_section(
     r: &RunRecord,
     result: &TaskResult,
     spec: Option<&TaskSpec>,
+    patch: Option<String>,
     log: Option<&str>,
 ) -> Result<String, Problem> {
     let outcome = result.outcome();
@@ -443,6 +444,9 @@ fn task_section(
     ];
     if sample.error.is_some() {
         values.push(ValueBox::new("Error", "error", sample.error));
+    }
+    if patch.is_some() {
+        values.push(ValueBox::new("Patch", "patch", patch));
     }
     let scores = sample
         .scores
@@ -510,12 +514,22 @@ pub async fn task(State(app): State<Arc<App>>, Path((run, task)): Path<(String, 
         let spec = agenteval_judge::samples::specs(store.as_ref(), &r.run_id, &wanted).await.remove(id.as_str());
         // The viewer opens over the page: it shows the sample first, as a report's does.
         let mut traces = traces;
-        let sample = Sample::of(spec.as_ref(), &result, agenteval_judge::samples::REPORT_VALUE_CHARS);
+        let patch = agenteval_judge::samples::patch(
+            store.as_ref(),
+            &r.run_id,
+            id.as_str(),
+            agenteval_judge::samples::PAGE_VALUE_CHARS,
+        )
+        .await;
+        let sample = Sample {
+            patch: patch.clone(),
+            ..Sample::of(spec.as_ref(), &result, agenteval_judge::samples::REPORT_VALUE_CHARS)
+        };
         traces.samples.insert(id.to_string(), sample);
         let mut rows = TaskRows::new(None, 1);
         rows.push(&line, &[]);
         let nav = nav(&a);
-        let section = task_section(&r, &result, spec.as_ref(), log.as_deref())?;
+        let section = task_section(&r, &result, spec.as_ref(), patch, log.as_deref())?;
         let generator = a.opts.generator.clone();
         let bundle = store.bundle_uri(&r.run_id);
         Ok(agenteval_judge::html::render(&HtmlReport {

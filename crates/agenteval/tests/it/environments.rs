@@ -96,6 +96,17 @@ fn the_shipped_tasks_pass_with_their_solutions_and_fail_with_none_or_a_wrong_one
     let log = std::fs::read_to_string(bundle.join("tasks/hello-file/worker.log")).unwrap();
     assert!(log.contains("environment docker") && log.contains("removed"), "{log}");
     assert!(containers_of(&run).is_empty(), "no container is left after a run");
+    // The report and the UI show a task's patch.
+    let report = ws.path().join("r.html");
+    let out = ws.run(&["report", &run, "-o", report.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert!(html.contains("\"patch\":") && html.contains("raise ValueError"), "the report embeds the patch");
+    let index = ws.index();
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    let page = ui.get(&format!("/runs/{run}/tasks/fix-python-bug")).body;
+    assert!(page.contains("id=\"patch\"") && page.contains("raise ValueError"), "the task page shows the patch");
+    drop(ui);
 
     // An agent that does nothing passes nothing: no shipped task's tests are trivially true.
     let (v, code, _) = ws.submit(&cfg, &["--set", "agent.kind=nop"]);
