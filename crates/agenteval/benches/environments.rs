@@ -1,0 +1,126 @@
+//! Environment benchmark: what an environment costs a task, and a fleet of them. Run with
+//! `cargo bench -p agenteval --bench environments` (needs a Docker engine; the local base image
+//! is made by `docker/build-local.sh --base-only`).
+//!
+//! Prints:
+//! - prepare + teardown of a `docker` environment with its image cached, and of a `workspace`
+//!   environment, median and p95 over 100 tasks (targets: docker ≤ 0.5 s, workspace ≤ 20 ms);
+//! - 100 tasks of the shipped `harbor-mini` benchmark (its 5 tasks × 20 repetitions) with the
+//!   `oracle` agent and 8 environments at once: wall time, and the peak memory of agenteval's
+//!   processes (the controller and its workers; the containers' own memory is the engine's).
+//!
+//! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
+
+#[path = "../tests/it/util/mod.rs"]
+mod util;
+
+use std::time::{Duration, Instant};
+
+use agenteval_core::RunId;
+use agenteval_core::environment::EnvSpec;
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::Environment;
+
+const BASE: &str = "agenteval-local/debian:bookworm";
+
+fn scale(n: usize) -> usize {
+    let s: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    ((n as f64 * s).round() as usize).max(2)
+}
+
+fn quantiles(mut xs: Vec<Duration>) -> (Duration, Duration) {
+    xs.sort();
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95))
+}
+
+async fn overhead(env: &dyn Environment, spec: &EnvSpec, n: usize) -> (Duration, Duration) {
+    let run = RunId::new();
+    let task: TaskSpec = serde_json::from_value(serde_json::json!({"id": "bench", "input": ""})).unwrap();
+    // One first, off the clock: the image build (docker) or the cold cache.
+    let h = env.prepare(&run, &task, 0, spec).await.expect("prepare");
+    env.teardown(&h).await.unwrap();
+    let mut times = Vec::with_capacity(n);
+    for i in 0..n {
+        let start = Instant::now();
+        let h = env.prepare(&run, &task, i as u32 + 1, spec).await.expect("prepare");
+        env.teardown(&h).await.unwrap();
+        times.push(start.elapsed());
+    }
+    quantiles(times)
+}
+
+/// The resident memory of `pid` and all its descendants, in KiB.
+fn tree_rss_kb(pid: u32) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{p}/status")) {
+            total += s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        if let Ok(c) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            todo.extend(c.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+        }
+    }
+    total
+}
+
+fn main() {
+    let out =
+        std::process::Command::new(util::repo().join("docker/build-local.sh")).arg("--base-only").output().unwrap();
+    assert!(out.status.success(), "no Docker engine: {}", String::from_utf8_lossy(&out.stderr));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let n = scale(100);
+    let dir = tempfile::tempdir().unwrap();
+    let context = dir.path().join("env");
+    std::fs::create_dir_all(&context).unwrap();
+    std::fs::write(
+        context.join("Dockerfile"),
+        "FROM debian:bookworm-slim\nWORKDIR /app\nCOPY data.txt /app/data.txt\n",
+    )
+    .unwrap();
+    std::fs::write(context.join("data.txt"), "some task files\n".repeat(100)).unwrap();
+    let spec = EnvSpec { context: Some(context.clone()), ..Default::default() };
+
+    let docker = agenteval_docker::DockerEnvironment::new(Some(BASE.into()));
+    let (p50, p95) = rt.block_on(overhead(&docker, &spec, n));
+    println!(
+        "docker environment, image cached: prepare + teardown p50 {:.0} ms, p95 {:.0} ms over {n} tasks (target ≤ 500 ms)",
+        p50.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+
+    let workspace = agenteval_engine::environments::workspace::WorkspaceEnvironment::new(dir.path().join("ws"), vec![]);
+    let (p50, p95) = rt.block_on(overhead(&workspace, &spec, n));
+    println!(
+        "workspace environment: prepare + teardown p50 {:.1} ms, p95 {:.1} ms over {n} tasks (target ≤ 20 ms)",
+        p50.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+
+    let reps = scale(20);
+    let cfg = dir.path().join("fleet.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: bench-harbor\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nrepetitions: {reps}\nenvironment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 8\n  tasks_per_job: 1\nstorage:\n  bundle_root: {}\n",
+            util::repo().join("configs/harbor-mini").display(),
+            dir.path().join("runs").display()
+        ),
+    )
+    .unwrap();
+    // Once to build the images, then measured.
+    let _ = util::submit_sampled(&cfg, |_| 0);
+    let (wall, peak_kb, v) = util::submit_sampled(&cfg, tree_rss_kb);
+    println!(
+        "harbor-mini, {} tasks, oracle, 8 environments at once: {:.1} s wall ({} passed), agenteval's processes peak {} MiB",
+        v["summary"]["tasks_finished"],
+        wall.as_secs_f64(),
+        v["summary"]["passed"],
+        peak_kb / 1024
+    );
+}
