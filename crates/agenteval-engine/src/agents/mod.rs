@@ -11,7 +11,7 @@ mod python_tool;
 
 use std::sync::Arc;
 
-use agenteval_core::config::{AgentConfig, BundleRoot, IndexLocation, Network, NetworkMode, RunConfig, Sandbox};
+use agenteval_core::config::{AgentConfig, Network, NetworkMode, RunConfig, Sandbox};
 use agenteval_core::secret::Redactor;
 
 use crate::isolation::{confine, sandbox};
@@ -72,27 +72,6 @@ pub fn agent_from_config(
     })
 }
 
-/// What no agent may see, resolved: the bundle root, the index, the benchmark's data (its cases,
-/// a Harbor task folder with its tests and solutions), the secrets file.
-pub fn hidden_paths(run: &RunConfig) -> Vec<std::path::PathBuf> {
-    let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
-    let mut exclude = Vec::new();
-    if let BundleRoot::Local(root) = &run.storage.bundle_root {
-        exclude.push(real(root));
-    }
-    if let IndexLocation::Sqlite(index) = run.storage.index_location() {
-        let index = real(&index);
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut p = index.clone().into_os_string();
-            p.push(suffix);
-            exclude.push(p.into());
-        }
-    }
-    exclude.extend(run.backend.secrets_file.as_deref().map(real));
-    exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
-    exclude
-}
-
 /// The agent's filesystem view before its task adds its program and scratch folder: the
 /// system and the listed paths (default deny: not the config's folder), minus everything that
 /// holds answers, results or keys (the bundle root, the index, the benchmark's cases, the
@@ -108,7 +87,7 @@ fn view_of(
         let p = base.join(p);
         p.canonicalize().unwrap_or(p)
     };
-    let exclude = hidden_paths(run);
+    let exclude = sandbox::hidden_paths(run);
     let mut view = sandbox::View { exclude, ..sandbox::View::system() };
     view.read.extend(read.iter().map(|p| real(p)));
     view.write.extend(write.iter().map(|p| real(p)));

@@ -30,7 +30,7 @@ impl WorkspaceEnvironment {
 
     /// Under the system's temporary folder, hiding what the run's agents may not see.
     pub fn for_run(config: &RunConfig) -> Self {
-        let hide = crate::agents::hidden_paths(config);
+        let hide = sandbox::hidden_paths(config);
         WorkspaceEnvironment::new(std::env::temp_dir().join("agenteval-env"), hide)
     }
 

@@ -58,6 +58,27 @@ impl View {
     }
 }
 
+/// What no agent may see, resolved: the bundle root, the index, the benchmark's data (its cases,
+/// a Harbor task folder with its tests and solutions), the secrets file.
+pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::PathBuf> {
+    let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
+    let mut exclude = Vec::new();
+    if let agenteval_core::config::BundleRoot::Local(root) = &run.storage.bundle_root {
+        exclude.push(real(root));
+    }
+    if let agenteval_core::config::IndexLocation::Sqlite(index) = run.storage.index_location() {
+        let index = real(&index);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = index.clone().into_os_string();
+            p.push(suffix);
+            exclude.push(p.into());
+        }
+    }
+    exclude.extend(run.backend.secrets_file.as_deref().map(real));
+    exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
+    exclude
+}
+
 /// System folders every program needs to run (read and execute only).
 pub const SYSTEM_READ: &[&str] =
     &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt", "/proc", "/sys", "/run", "/dev"];
