@@ -29,6 +29,11 @@ pub struct TaskSpec {
     /// What the task's environment is (tasks that act in one: Harbor's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub environment: Option<crate::environment::EnvSpec>,
+    /// For a task that is a folder (Harbor's): a hash of what its files say (instruction,
+    /// `task.toml`, environment, tests). The fingerprint uses it instead of the folder's paths,
+    /// so one task checked out in two places is one question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
 }
 
 impl TaskSpec {
@@ -44,8 +49,11 @@ impl TaskSpec {
             "evaluators": self.evaluators,
             "metadata": self.metadata,
         });
-        // Only when there is one: a task without an environment keeps the fingerprint it had.
-        if let Some(env) = &self.environment {
+        if let Some(files) = &self.content {
+            // Its files say everything else; its metadata and environment hold paths.
+            content = serde_json::json!({"input": self.input, "expected": self.expected, "evaluators": self.evaluators, "files": files});
+        } else if let Some(env) = &self.environment {
+            // Only when there is one: a task without an environment keeps the fingerprint it had.
             content["environment"] = serde_json::json!(env);
         }
         hex::encode(Sha256::digest(canonical_json(&content)))
@@ -968,6 +976,7 @@ mod tests {
             evaluators: vec![],
             metadata: serde_json::Value::Null,
             environment: None,
+            content: None,
         };
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);

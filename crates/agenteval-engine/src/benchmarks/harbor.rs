@@ -119,6 +119,36 @@ fn memory_mb(v: Option<&toml::Value>) -> Option<u64> {
     }
 }
 
+/// A hash of what a task folder says: `instruction.md`, `task.toml`, `environment/` and
+/// `tests/` (not the solution: it is not part of the question), each file with its path below
+/// the folder, so the same task checked out anywhere has one fingerprint.
+fn folder_content(dir: &Path) -> Result<String> {
+    use sha2::{Digest as _, Sha256};
+    let mut files = Vec::new();
+    let mut todo: Vec<PathBuf> =
+        ["instruction.md", "task.toml", "environment", "tests"].iter().map(|p| dir.join(p)).collect();
+    while let Some(p) = todo.pop() {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {
+                let entries = std::fs::read_dir(&p).map_err(|e| Error::io(format!("reading {}", p.display()), e))?;
+                todo.extend(entries.flatten().map(|e| e.path()));
+            }
+            Ok(m) if m.is_file() => files.push(p),
+            _ => {}
+        }
+    }
+    files.sort();
+    let mut h = Sha256::new();
+    for f in files {
+        let bytes = std::fs::read(&f).map_err(|e| Error::io(format!("reading {}", f.display()), e))?;
+        h.update(f.strip_prefix(dir).unwrap_or(&f).to_string_lossy().as_bytes());
+        h.update([0]);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(&bytes);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 /// One task folder as a task.
 pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -191,6 +221,7 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
         evaluators: vec![],
         metadata: json!({"harbor": harbor, "task_toml": toml_json}),
         environment: Some(spec),
+        content: Some(folder_content(dir)?),
     })
 }
 
@@ -378,6 +409,19 @@ mod tests {
         assert_eq!((h.agent_timeout_secs, h.verifier_timeout_secs), (Some(120.0), Some(30.0)));
         assert_eq!(h.verifier_env.get("A").map(String::as_str), Some("1"));
         assert_eq!(t.metadata["task_toml"]["future_key"], 3, "an unknown key is kept, not an error");
+        // The same task in another place is the same question; a changed test is another.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let copy = elsewhere.path().join("fix-it");
+        for p in ["environment", "tests"] {
+            std::fs::create_dir_all(copy.join(p)).unwrap();
+        }
+        for f in ["instruction.md", "task.toml", "environment/Dockerfile", "tests/test.sh"] {
+            std::fs::copy(d.path().join("fix-it").join(f), copy.join(f)).unwrap();
+        }
+        let moved = read_task(&copy).unwrap();
+        assert_eq!(moved.content_fingerprint(), t.content_fingerprint());
+        std::fs::write(copy.join("tests/test.sh"), "exit 1\n").unwrap();
+        assert_ne!(read_task(&copy).unwrap().content_fingerprint(), t.content_fingerprint());
     }
 
     #[tokio::test]

@@ -175,6 +175,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 evaluators: vec![],
                 metadata: json!({"task_id": p.task_id, "entry_point": p.entry_point}),
                 environment: None,
+                content: None,
             };
             if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);

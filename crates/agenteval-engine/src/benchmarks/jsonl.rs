@@ -142,6 +142,7 @@ fn case_to_task(
         evaluators: case.evaluators,
         metadata: case.metadata,
         environment: None,
+        content: None,
     })
 }
 

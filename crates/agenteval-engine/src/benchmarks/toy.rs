@@ -54,6 +54,7 @@ impl ToyBenchmark {
             evaluators: vec![],
             metadata: json!({ "mock": mock }),
             environment: None,
+            content: None,
         }
     }
 }

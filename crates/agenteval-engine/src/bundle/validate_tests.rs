@@ -43,6 +43,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             evaluators: vec![],
             metadata: Value::Null,
             environment: None,
+            content: None,
         });
     }
     store.put(&run, layout::TASKS, table.jsonl()).await.unwrap();

@@ -219,6 +219,7 @@ mod tests {
             evaluators: vec![],
             metadata: serde_json::Value::Null,
             environment: None,
+            content: None,
         }
     }
 

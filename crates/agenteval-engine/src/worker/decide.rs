@@ -151,6 +151,7 @@ mod tests {
             evaluators: vec![],
             metadata: serde_json::Value::Null,
             environment: None,
+            content: None,
         };
         let r = task_result(&job(0), &task, agent, scores, Utc::now());
         assert!(!r.passed, "an errored score fails the task");
