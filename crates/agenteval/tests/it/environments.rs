@@ -246,7 +246,7 @@ cat $found
 }
 
 #[test]
-fn no_container_outlives_a_ctrl_c_or_a_killed_worker_once_resumed() {
+fn no_container_outlives_a_ctrl_c_a_cancel_or_a_killed_worker_once_resumed() {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     docker_ready();
@@ -281,9 +281,20 @@ fn no_container_outlives_a_ctrl_c_or_a_killed_worker_once_resumed() {
     assert_eq!(out.status.code(), Some(3), "an interrupted run: {}", text(&out.stderr));
     assert!(containers_of(&run).is_empty(), "a Ctrl-C leaves no container: {:?}", containers_of(&run));
 
+    // `agenteval cancel` from another process: the same.
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("another run", Duration::from_secs(60), || run_of(&ws) != run);
+    let run = run_of(&ws);
+    wait_until("its containers", Duration::from_secs(120), || containers_of(&run).len() == 2);
+    let out = ws.run(&["cancel", &run, "--index", index.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = wait_output(child, Duration::from_secs(120));
+    assert_eq!(out.status.code(), Some(3), "a cancelled run: {}", text(&out.stderr));
+    assert!(containers_of(&run).is_empty(), "a cancelled run leaves no container: {:?}", containers_of(&run));
+
     // A SIGKILLed worker leaves its container; resuming the run removes it and finishes.
     let mut child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
-    wait_until("a second run", Duration::from_secs(60), || run_of(&ws) != run);
+    wait_until("a third run", Duration::from_secs(60), || run_of(&ws) != run);
     let run = run_of(&ws);
     wait_until("its containers", Duration::from_secs(120), || containers_of(&run).len() == 2);
     child.kill().unwrap();
