@@ -755,6 +755,16 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
     }
+    if let AgentConfig::Installed { setup: Some(setup), .. } = &mut config.agent {
+        *setup = resolve(base, setup);
+        if !setup.is_file() {
+            problems.push(Problem {
+                origin: pos.find("/agent/setup", false),
+                pointer: "/agent/setup".into(),
+                message: not_a_file("setup script", setup),
+            });
+        }
+    }
     // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.
     if let AgentConfig::Llm(a) = &mut config.agent
         && let Some(f) = &a.prices_file

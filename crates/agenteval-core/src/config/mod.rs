@@ -499,6 +499,28 @@ pub enum AgentConfig {
         #[serde(default)]
         limits: Limits,
     },
+    /// A CLI agent installed into each task's environment and run there (`docs/agents.md`): a
+    /// setup script installs it, then `command` runs in the environment with the task's
+    /// instruction in the file `$AGENTEVAL_INSTRUCTION`. Needs tasks with an environment.
+    Installed {
+        /// Model name, recorded in results and passed as `$AGENTEVAL_MODEL`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// A script (relative to the config file) run as root in the environment first.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setup: Option<PathBuf>,
+        /// Run by `bash -c` in the environment's working folder.
+        command: String,
+        /// Environment variables the command gets.
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+        /// Secrets passed as environment variables: `ENV_NAME: secret-name` (they enter the
+        /// task's container: the agent's own keys only).
+        #[serde(default)]
+        secrets: BTreeMap<String, String>,
+        #[serde(default)]
+        limits: Limits,
+    },
 }
 
 /// Which variables of the worker's environment a `command` agent inherits.
@@ -597,12 +619,15 @@ impl AgentConfig {
             AgentConfig::Llm(_) => "llm",
             AgentConfig::Oracle { .. } => "oracle",
             AgentConfig::Nop { .. } => "nop",
+            AgentConfig::Installed { .. } => "installed",
         }
     }
 
     pub fn model(&self) -> Option<&str> {
         match self {
-            AgentConfig::Mock { model, .. } | AgentConfig::Command { model, .. } => model.as_deref(),
+            AgentConfig::Mock { model, .. }
+            | AgentConfig::Command { model, .. }
+            | AgentConfig::Installed { model, .. } => model.as_deref(),
             AgentConfig::Llm(c) => Some(&c.model),
             AgentConfig::Oracle { .. } => Some("oracle"),
             AgentConfig::Nop { .. } => Some("nop"),
@@ -615,6 +640,7 @@ impl AgentConfig {
             | AgentConfig::Command { limits, .. }
             | AgentConfig::Oracle { limits }
             | AgentConfig::Nop { limits }
+            | AgentConfig::Installed { limits, .. }
             | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
         }
     }
@@ -622,7 +648,7 @@ impl AgentConfig {
     /// Secrets the worker fetches for this agent: `ENV_NAME → secret name`.
     pub fn secrets(&self) -> &BTreeMap<String, String> {
         match self {
-            AgentConfig::Command { secrets, .. } => secrets,
+            AgentConfig::Command { secrets, .. } | AgentConfig::Installed { secrets, .. } => secrets,
             AgentConfig::Llm(c) => &c.endpoint.secrets,
             AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => &NO_SECRETS,
         }

@@ -4,6 +4,7 @@
 
 mod command;
 mod env_tools;
+mod installed;
 mod mock;
 mod nop;
 mod oracle;
@@ -21,6 +22,7 @@ use agenteval_llm::{Cassettes, LlmAgent};
 
 pub use command::{CommandAgent, runnable};
 pub use env_tools::env_tools;
+pub use installed::InstalledAgent;
 pub use mock::MockAgent;
 pub use nop::NopAgent;
 pub use oracle::OracleAgent;
@@ -35,6 +37,12 @@ pub fn agent_from_config(
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
         AgentConfig::Nop { .. } => Arc::new(NopAgent),
+        AgentConfig::Installed { setup, command, env, model, .. } => Arc::new(InstalledAgent {
+            setup: setup.clone(),
+            command: command.clone(),
+            env: env.clone(),
+            model: model.clone(),
+        }),
         AgentConfig::Llm(cfg) => {
             let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();
             if cfg.tools.iter().any(|t| t == "python") {

@@ -398,3 +398,32 @@ fn the_llm_agent_fixes_a_repository_with_bash_and_write_file_and_its_tests_pass(
     let patch = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
     assert!(patch.contains("+        raise ValueError"), "{patch}");
 }
+
+/// An installed agent: a setup script installs a CLI into the task's container, and it runs
+/// there with the instruction in `$AGENTEVAL_INSTRUCTION`.
+#[test]
+fn an_installed_agent_is_set_up_in_the_container_and_runs_there() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write(
+        "install.sh",
+        "#!/bin/bash\nset -e\ncat > /usr/local/bin/hello-agent <<'SH'\n#!/bin/bash\n# A tiny 'agent': reads its instruction, does what it says for this one task.\ngrep -q 'Hello, agenteval!' \"$AGENTEVAL_INSTRUCTION\" && echo 'Hello, agenteval!' > hello.txt\necho \"done by $AGENTEVAL_MODEL in $(pwd)\"\nSH\nchmod +x /usr/local/bin/hello-agent\n",
+    );
+    let shipped = repo().join("configs/harbor-mini");
+    let cfg =
+        harbor_config(&ws, &shipped, "installed\n  model: tiny-1\n  setup: install.sh\n  command: hello-agent", "");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[hello-file, count-failed]"]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    assert_eq!(code, 0, "{v}");
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let hello = read_json(&bundle.join("tasks/hello-file/result.json"));
+    assert_eq!(hello["passed"], true, "{hello}");
+    assert_eq!(hello["agent"]["final_answer"], "done by tiny-1 in /app", "{hello}");
+    // It did nothing for the other task, whose tests say so.
+    let other = read_json(&bundle.join("tasks/count-failed/result.json"));
+    assert_eq!(
+        (other["passed"].as_bool(), other["agent"]["terminated_by"].as_str()),
+        (Some(false), Some("completed")),
+        "{other}"
+    );
+}
