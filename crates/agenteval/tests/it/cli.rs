@@ -142,6 +142,7 @@ fn a_terminal_shows_a_progress_bar_and_the_summary() {
         .current_dir(ws.path())
         .env("NO_COLOR", "1")
         .env("COLUMNS", "80")
+        .env("TERM", "xterm")
         .output()
         .unwrap();
     let shown = text(&out.stdout);

@@ -762,8 +762,7 @@ storage:
 #[test]
 fn a_killed_worker_has_streamed_every_event_before_the_kill() {
     let ws = Workspace::new();
-    let seen = ws.path().join("seen");
-    std::fs::create_dir_all(&seen).unwrap();
+    let seen = ws.shared_dir("seen");
     ws.write(
         "chatty.py",
         r#"import json, os, sys, time

@@ -517,8 +517,7 @@ print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": req["inp
 fn a_fork_and_exit_chain_does_not_outlive_its_task() {
     let ws = Workspace::new();
     ws.write("chain.py", CHAIN);
-    let out = ws.path().join("chain-out");
-    std::fs::create_dir_all(&out).unwrap();
+    let out = ws.shared_dir("chain-out");
     ws.write("cases.jsonl", "{\"id\": \"c1\", \"input\": \"a\", \"expected\": \"A\"}\n{\"id\": \"c2\", \"input\": \"b\", \"expected\": \"B\"}\n");
     let cfg = ws.write(
         "chain.yaml",
@@ -703,7 +702,21 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     let bin = bin_dir.path().join("agenteval");
     assert!(std::process::Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
 
-    for (mode, python) in [("nobody", "/usr/bin/python3"), ("capless-root", "python3"), ("user", "/usr/bin/python3")] {
+    // An interpreter others cannot read (pyenv's under /root), so the agent stays root with
+    // every capability dropped: `python3` when it is one, else a copy in a root-only folder.
+    let private = tempfile::tempdir().unwrap();
+    let on_path = agenteval_engine::isolation::sandbox::which("python3");
+    let root_only = match on_path {
+        Some(p) if !agenteval_engine::isolation::confine::readable_by_others(&p) => p.display().to_string(),
+        _ => {
+            let copy = private.path().join("python3");
+            assert!(std::process::Command::new("cp").arg("/usr/bin/python3").arg(&copy).status().unwrap().success());
+            copy.display().to_string()
+        }
+    };
+    for (mode, python) in
+        [("nobody", "/usr/bin/python3"), ("capless-root", root_only.as_str()), ("user", "/usr/bin/python3")]
+    {
         let runs = format!("runs-{mode}");
         let _ = std::fs::remove_file(root.join("latest-runs"));
         std::os::unix::fs::symlink(root.join(&runs), root.join("latest-runs")).unwrap();

@@ -72,8 +72,7 @@ fn alive(pid: i32) -> bool {
 fn the_agent_protocol_holds_claim_by_claim() {
     let ws = Workspace::new();
     ws.write("probe.py", PROBE);
-    let seen = ws.path().join("seen");
-    std::fs::create_dir_all(&seen).unwrap();
+    let seen = ws.shared_dir("seen");
     let cases: String = CASES
         .iter()
         .map(|c| {

@@ -36,6 +36,16 @@ impl Workspace {
         self.dir.path()
     }
 
+    /// A folder an agent writes into: writable by every user, since under a root worker an
+    /// agent whose interpreter others can read runs as nobody.
+    pub fn shared_dir(&self, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let p = self.path().join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+        p
+    }
+
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let p = self.path().join(name);
         std::fs::write(&p, text).unwrap();
