@@ -571,3 +571,73 @@ async fn stops_and_waits(
     backend.wait_for_change(std::time::Duration::from_millis(50)).await;
     assert!(started.elapsed() < timeout, "wait_for_change returns by its timeout");
 }
+
+/// The `Environment` suite, for every implementation (`workspace`, `docker`): `spec` names a
+/// starting folder holding `seed.txt` (`hello`). Commands, exit codes, both streams, a timeout,
+/// the output bound, files in and out (and a cap), an idempotent teardown, and the sweep by run.
+pub async fn environment_suite(
+    env: &dyn agenteval_core::traits::Environment,
+    spec: &agenteval_core::environment::EnvSpec,
+) {
+    use agenteval_core::environment::ExecRequest;
+    use std::time::Duration;
+    let run = RunId::new();
+    let task: TaskSpec = serde_json::from_value(serde_json::json!({"id": "conformance", "input": ""})).unwrap();
+    let h = env.prepare(&run, &task, 1, spec).await.expect("prepare");
+    assert_eq!(h.kind, env.kind());
+    let cmd = |c: &str| ExecRequest::new(c, Duration::from_secs(30));
+    let out = env.exec(&h, &cmd("cat seed.txt; echo to-stderr >&2; exit 3")).await.unwrap();
+    assert_eq!((out.exit_code, out.stdout.trim(), out.stderr.trim()), (Some(3), "hello", "to-stderr"), "{out:?}");
+    assert!(!out.timed_out);
+    let slow = env.exec(&h, &ExecRequest::new("sleep 30", Duration::from_millis(500))).await.unwrap();
+    assert!(slow.timed_out && slow.exit_code.is_none(), "a command past its timeout: {slow:?}");
+    let big = env
+        .exec(&h, &ExecRequest { max_output_bytes: 100, ..cmd("head -c 5000 /dev/zero | tr '\\0' x") })
+        .await
+        .unwrap();
+    assert_eq!((big.stdout.matches('x').count(), big.dropped_bytes), (100, 4900), "output is bounded and counted");
+    // Files in: a file to a path, a folder's contents into a folder.
+    let host = tempfile_dir();
+    std::fs::write(host.join("one.txt"), "one").unwrap();
+    std::fs::create_dir_all(host.join("tree/sub")).unwrap();
+    std::fs::write(host.join("tree/sub/two.txt"), "two").unwrap();
+    let at = |p: &str| format!("{}/{p}", h.workdir.trim_end_matches('/'));
+    env.copy_in(&h, &host.join("one.txt"), &at("in/one.txt")).await.unwrap();
+    env.copy_in(&h, &host.join("tree"), &at("in/tree")).await.unwrap();
+    let read = env.exec(&h, &cmd("cat in/one.txt in/tree/sub/two.txt")).await.unwrap();
+    assert_eq!(read.stdout, "onetwo", "{read:?}");
+    // Files out, within a cap.
+    env.exec(&h, &cmd("mkdir -p out && printf data > out/a.txt")).await.unwrap();
+    let back = tempfile_dir();
+    env.copy_out(&h, &at("out"), &back, 1 << 20).await.unwrap();
+    let found: Vec<String> = walk(&back).into_iter().filter_map(|p| std::fs::read_to_string(p).ok()).collect();
+    assert_eq!(found, ["data"], "the folder came out");
+    let capped = tempfile_dir();
+    assert!(env.copy_out(&h, &at("out"), &capped, 2).await.is_err(), "past its cap a copy is refused");
+    assert!(env.copy_out(&h, &at("missing"), &capped, 1 << 20).await.is_err(), "a missing path is an error");
+    // Teardown twice; a second environment left behind is found by its run.
+    env.teardown(&h).await.unwrap();
+    env.teardown(&h).await.expect("a second teardown is harmless");
+    let left = env.prepare(&run, &task, 2, spec).await.unwrap();
+    assert_eq!(env.sweep(&run).await.unwrap(), 1, "the sweep finds what a killed worker left");
+    assert_eq!(env.sweep(&run).await.unwrap(), 0, "and nothing after");
+    env.teardown(&left).await.expect("tearing down a swept environment is harmless");
+}
+
+fn tempfile_dir() -> std::path::PathBuf {
+    let p = std::env::temp_dir().join(format!("agenteval-conformance-{}", RunId::new()));
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.path().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path());
+        }
+    }
+    out
+}

@@ -269,6 +269,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_workspace_environment_passes_the_environment_suite() {
+        let root = tempfile::tempdir().unwrap();
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("seed.txt"), "hello\n").unwrap();
+        let env = WorkspaceEnvironment::new(root.path().to_path_buf(), vec![]);
+        let spec = EnvSpec { context: Some(src.path().to_path_buf()), ..Default::default() };
+        agenteval_testkit::conformance::environment_suite(&env, &spec).await;
+    }
+
+    #[tokio::test]
     async fn a_workspace_is_made_used_and_removed_and_removing_it_twice_is_fine() {
         let root = tempfile::tempdir().unwrap();
         let src = tempfile::tempdir().unwrap();
