@@ -705,6 +705,7 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     // An interpreter others cannot read (pyenv's under /root), so the agent stays root with
     // every capability dropped: `python3` when it is one, else a copy in a root-only folder.
     let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let on_path = agenteval_engine::isolation::sandbox::which("python3");
     let root_only = match on_path {
         Some(p) if !agenteval_engine::isolation::confine::readable_by_others(&p) => p.display().to_string(),
