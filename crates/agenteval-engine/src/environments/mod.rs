@@ -15,8 +15,9 @@ use agenteval_core::environment::ExecRequest;
 use agenteval_core::traits::{EnvSession, Environment, Resolver};
 use agenteval_core::{Error, Result};
 
-/// Where a snapshot of the starting state is kept in the environment: a git folder outside the
-/// agent's working folder, so `git status` there shows nothing of it.
+/// Where a snapshot of the starting state is kept in a container: a git folder outside the
+/// agent's working folder, so `git status` there shows nothing of it. (A workspace's commands may
+/// write only the workspace, so a workspace has no snapshot and no patch yet.)
 const SNAPSHOT: &str = "/tmp/.agenteval-start";
 
 /// The environment kind the run's tasks get (`auto`: the benchmark's choice).
@@ -41,9 +42,10 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-fn git(session: &EnvSession, args: &str) -> String {
+/// `git` run on the snapshot, with the working folder as its tree.
+fn git(session: &EnvSession) -> String {
     format!(
-        "GIT_DIR={SNAPSHOT} GIT_WORK_TREE={} git -c user.name=agenteval -c user.email=agenteval@localhost -c core.autocrlf=false {args}",
+        "GIT_DIR={SNAPSHOT} GIT_WORK_TREE={} git -c user.name=agenteval -c user.email=agenteval@localhost -c core.autocrlf=false",
         quote(&session.handle.workdir)
     )
 }
@@ -51,11 +53,9 @@ fn git(session: &EnvSession, args: &str) -> String {
 /// Records the starting state of the working folder (when the environment has `git`), for the
 /// patch. A failure costs only the patch.
 pub async fn snapshot(session: &EnvSession) -> bool {
+    let git = git(session);
     let cmd = format!(
-        "command -v git >/dev/null 2>&1 || exit 3; {} init -q && {} add -A && {} commit -q --allow-empty -m start",
-        git(session, ""),
-        git(session, ""),
-        git(session, "")
+        "command -v git >/dev/null 2>&1 || exit 3; {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start"
     );
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(120)) };
     matches!(session.env.exec(&session.handle, &req).await, Ok(o) if o.ok())
@@ -64,8 +64,8 @@ pub async fn snapshot(session: &EnvSession) -> bool {
 /// What the agent changed in its working folder since the snapshot, as a git patch (`None`
 /// without a snapshot).
 pub async fn patch(session: &EnvSession, max_bytes: usize) -> Option<String> {
-    let cmd =
-        format!("{} add -A >/dev/null 2>&1 && {} diff --cached --binary HEAD", git(session, ""), git(session, ""));
+    let git = git(session);
+    let cmd = format!("{git} add -A >/dev/null 2>&1 && {git} diff --cached --binary HEAD");
     let req = ExecRequest {
         user: Some("0".into()),
         max_output_bytes: max_bytes,
