@@ -54,8 +54,9 @@ pub struct EnvHandle {
     pub notes: Vec<String>,
 }
 
-/// A command to run in an environment.
-#[derive(Debug, Clone)]
+/// A command to run in an environment. Its `Debug` names the variables, never their values (an
+/// installed agent's keys travel in `env`).
+#[derive(Clone)]
 pub struct ExecRequest {
     /// Run by `bash -c` in the environment.
     pub command: String,
@@ -67,6 +68,19 @@ pub struct ExecRequest {
     pub workdir: Option<String>,
     /// Bytes of stdout and of stderr kept; the rest is counted, not kept.
     pub max_output_bytes: usize,
+}
+
+impl std::fmt::Debug for ExecRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecRequest")
+            .field("command", &self.command)
+            .field("timeout", &self.timeout)
+            .field("user", &self.user)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("workdir", &self.workdir)
+            .field("max_output_bytes", &self.max_output_bytes)
+            .finish()
+    }
 }
 
 impl ExecRequest {
@@ -156,6 +170,14 @@ pub const LABEL_ATTEMPT: &str = "agenteval.attempt";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_shows_its_variables_names_not_their_values() {
+        let mut r = ExecRequest::new("my-agent", Duration::from_secs(1));
+        r.env.insert("OPENAI_API_KEY".into(), "sk-secret-value".into());
+        let shown = format!("{r:?}");
+        assert!(shown.contains("OPENAI_API_KEY") && !shown.contains("sk-secret-value"), "{shown}");
+    }
 
     #[test]
     fn output_past_its_bound_is_counted_not_kept() {
