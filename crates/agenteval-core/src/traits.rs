@@ -154,6 +154,12 @@ pub trait Environment: Send + Sync {
     async fn teardown(&self, env: &crate::environment::EnvHandle) -> Result<()>;
     /// Removes every environment of `run` still there (a killed worker's); how many it found.
     async fn sweep(&self, run: &RunId) -> Result<usize>;
+    /// Stops every process the agent left running (a background loop could rewrite the
+    /// tests' reward after they ran), keeping the files as it left them: called before grading.
+    /// The default does nothing (a workspace's processes die with the agent's process tree).
+    async fn quiesce(&self, _env: &crate::environment::EnvHandle) -> Result<()> {
+        Ok(())
+    }
     /// Whether a process of the environment was killed for memory since it was prepared (a
     /// task limit the agent hit, not an infrastructure failure).
     async fn out_of_memory(&self, _env: &crate::environment::EnvHandle) -> bool {

@@ -188,6 +188,17 @@ impl Environment for DockerEnvironment {
         }
     }
 
+    async fn quiesce(&self, env: &EnvHandle) -> Result<()> {
+        // A restart kills every process of the container (an exec's children included, which
+        // nothing else reaches) and keeps its filesystem.
+        let docker = self.docker().await?;
+        let options = bollard::query_parameters::RestartContainerOptionsBuilder::default().t(0).build();
+        docker
+            .restart_container(&env.id, Some(options))
+            .await
+            .map_err(|e| infra("stopping what the agent left running", e))
+    }
+
     async fn sweep(&self, run: &RunId) -> Result<usize> {
         let docker = self.docker().await?;
         let label = format!("{LABEL_RUN}={run}");

@@ -534,6 +534,8 @@ async fn run_and_grade(
             log.push("the environment's memory limit killed a process".into());
         }
         keep_artifacts(ctx, task, s, log).await?;
+        // Nothing of the agent runs while it is graded.
+        s.env.quiesce(&s.handle).await?;
     }
     let scores = grade::grade(ctx, task, &agent, &sink.events, env).await;
     for s in &scores {
