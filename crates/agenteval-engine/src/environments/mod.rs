@@ -53,6 +53,11 @@ fn git(session: &EnvSession) -> String {
 /// Records the starting state of the working folder (when the environment has `git`), for the
 /// patch. A failure costs only the patch.
 pub async fn snapshot(session: &EnvSession) -> bool {
+    // `SNAPSHOT` is a path of the environment's own: in a workspace it would be the host's, one
+    // for every task at once.
+    if session.handle.kind != "docker" {
+        return false;
+    }
     let git = git(session);
     let cmd = format!(
         "command -v git >/dev/null 2>&1 || exit 3; {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start"
