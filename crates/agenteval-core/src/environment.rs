@@ -42,6 +42,47 @@ pub struct EnvSpec {
     pub build_timeout_secs: Option<f64>,
 }
 
+/// A task's verifier: tests copied into its environment once the agent has stopped (never
+/// before: the agent cannot read or change them), run there as root, and graded by the reward
+/// they write or by their exit code. A Harbor task's `tests/`; a case's `tests`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TestsSpec {
+    /// The folder copied to `<root>/tests` (`/tests` in a container). `None`: the command alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<PathBuf>,
+    /// Run by `bash -c` in the agent's working folder; default `bash $AGENTEVAL_TESTS_DIR/test.sh`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Seconds the tests may run (default 600, as Harbor's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_secs: Option<f64>,
+    /// Variables the tests get (besides `AGENTEVAL_TESTS_DIR` and `AGENTEVAL_VERIFIER_DIR`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub reward: RewardFrom,
+}
+
+/// What a verifier's grade is read from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RewardFrom {
+    /// `reward.txt` (a number) or `reward.json` in the verifier's folder (Harbor's
+    /// `/logs/verifier`); none written is an evaluator error.
+    #[default]
+    File,
+    /// Exit 0 is reward 1, any other exit 0 (a test runner's own verdict, as SWE-bench reads it).
+    ExitCode,
+}
+
+/// Where a verifier's files go in an environment whose worker root is `root` (`/` in a
+/// container, the attempt's folder for a workspace): `(tests, verifier logs, solution)`.
+pub fn verifier_paths(root: &str) -> (String, String, String) {
+    let r = root.trim_end_matches('/');
+    (format!("{r}/tests"), format!("{r}/logs/verifier"), format!("{r}/solution"))
+}
+
 /// A prepared environment, as data: which implementation made it, its id there (a container
 /// id, a folder) and the agent's working folder in it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -34,6 +34,12 @@ pub struct TaskSpec {
     /// so one task checked out in two places is one question.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// Its verifier, run in its environment once the agent stops (never shown to the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<crate::environment::TestsSpec>,
+    /// A folder with its reference solution (`solve.sh`), which only the `oracle` agent runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solution: Option<std::path::PathBuf>,
 }
 
 impl TaskSpec {
@@ -55,6 +61,9 @@ impl TaskSpec {
         } else if let Some(env) = &self.environment {
             // Only when there is one: a task without an environment keeps the fingerprint it had.
             content["environment"] = serde_json::json!(env);
+            if let Some(tests) = &self.tests {
+                content["tests"] = serde_json::json!(tests);
+            }
         }
         hex::encode(Sha256::digest(canonical_json(&content)))
     }
@@ -977,6 +986,8 @@ mod tests {
             metadata: serde_json::Value::Null,
             environment: None,
             content: None,
+            tests: None,
+            solution: None,
         };
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);

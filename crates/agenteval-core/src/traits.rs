@@ -160,6 +160,12 @@ pub trait Environment: Send + Sync {
     async fn quiesce(&self, _env: &crate::environment::EnvHandle) -> Result<()> {
         Ok(())
     }
+    /// The folder the worker's own files go under, outside the agent's working folder (the
+    /// start snapshot, the tests once the agent stopped, the verifier's logs): `/` in a
+    /// container (Harbor's `/tests` and `/logs/verifier`); a workspace's attempt folder.
+    fn worker_root(&self, _env: &crate::environment::EnvHandle) -> String {
+        "/".into()
+    }
     /// Whether a process of the environment was killed for memory since it was prepared (a
     /// task limit the agent hit, not an infrastructure failure).
     async fn out_of_memory(&self, _env: &crate::environment::EnvHandle) -> bool {
@@ -589,6 +595,8 @@ pub struct EvalInput<'a> {
     pub task: &'a TaskSpec,
     pub result: &'a AgentResult,
     pub trace: &'a [TraceEvent],
+    /// The task's environment as the agent left it (its processes stopped), for a task with one.
+    pub env: Option<&'a EnvSession>,
 }
 
 /// Scores one aspect of a task's result.

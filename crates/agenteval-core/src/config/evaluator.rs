@@ -127,6 +127,30 @@ pub enum EvaluatorConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         workdir: Option<std::path::PathBuf>,
     },
+    /// The task's tests, run in its environment once the agent has stopped (copied in only
+    /// then, so the agent never sees them), as root, with their own timeout; the grade is the
+    /// reward they write (`reward.txt` / `reward.json` in `$AGENTEVAL_VERIFIER_DIR`) or their
+    /// exit code. A verifier that crashes, times out or writes no reward is an evaluator error,
+    /// never a pass. Tasks that bring tests (Harbor's, a case's `tests`) are graded by them
+    /// without it; this kind sets how, or gives tests to tasks that have none.
+    Tests {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// A folder of tests (with its `test.sh`) for tasks that bring none; relative to the
+        /// config file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tests: Option<std::path::PathBuf>,
+        /// What runs them, in the agent's working folder (default `bash $AGENTEVAL_TESTS_DIR/test.sh`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// Seconds they may run (default: the task's, else 600).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(max = super::MAX_WALL_SECONDS))]
+        timeout_seconds: Option<f64>,
+        /// `file` (default: the reward the tests write) or `exit_code` (0 passes).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reward: Option<crate::environment::RewardFrom>,
+    },
     /// How the agent worked: cost ceiling, tool allow and deny lists, step limit, patterns that
     /// must not appear in tool arguments. A violation fails the task (or, with
     /// `on_violation: warn`, scores 0.5 and passes); the reason cites the offending steps.
@@ -195,6 +219,7 @@ impl EvaluatorConfig {
                 | EvaluatorConfig::Regex { .. }
                 | EvaluatorConfig::JsonSchema { .. }
                 | EvaluatorConfig::Command { .. }
+                | EvaluatorConfig::Tests { .. }
                 | EvaluatorConfig::LlmRubric { .. }
                 | EvaluatorConfig::LlmPassFail { .. }
         )
@@ -280,6 +305,7 @@ impl EvaluatorConfig {
             EvaluatorConfig::LatencyBudget { .. } => "latency_budget",
             EvaluatorConfig::JsonSchema { .. } => "json_schema",
             EvaluatorConfig::Command { .. } => "command",
+            EvaluatorConfig::Tests { .. } => "tests",
             EvaluatorConfig::Policy { .. } => "policy",
             EvaluatorConfig::LlmRubric { .. } => "llm_rubric",
             EvaluatorConfig::LlmPassFail { .. } => "llm_pass_fail",
@@ -299,6 +325,7 @@ impl EvaluatorConfig {
             | EvaluatorConfig::LatencyBudget { id, .. }
             | EvaluatorConfig::JsonSchema { id, .. }
             | EvaluatorConfig::Command { id, .. }
+            | EvaluatorConfig::Tests { id, .. }
             | EvaluatorConfig::Policy { id, .. }
             | EvaluatorConfig::LlmRubric { id, .. }
             | EvaluatorConfig::LlmPassFail { id, .. } => id,
@@ -348,6 +375,14 @@ impl EvaluatorConfig {
             EvaluatorConfig::Command { command, timeout_seconds, .. } => {
                 if command.first().is_none_or(|c| c.trim().is_empty()) {
                     problems.push((format!("{at}/command"), "evaluator `command` needs a program to run".into()));
+                }
+                if timeout_seconds.is_some_and(|t| t <= 0.0) {
+                    problems.push((format!("{at}/timeout_seconds"), "must be greater than zero".into()));
+                }
+            }
+            EvaluatorConfig::Tests { command, timeout_seconds, .. } => {
+                if command.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                    problems.push((format!("{at}/command"), "an empty command runs no tests".into()));
                 }
                 if timeout_seconds.is_some_and(|t| t <= 0.0) {
                     problems.push((format!("{at}/timeout_seconds"), "must be greater than zero".into()));

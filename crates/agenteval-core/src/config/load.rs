@@ -802,6 +802,16 @@ fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) ->
     for (i, e) in config.evaluators.iter_mut().enumerate() {
         match e {
             EvaluatorConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
+            EvaluatorConfig::Tests { tests: Some(dir), .. } => {
+                let path = resolve(base, dir);
+                if path.is_dir() {
+                    *dir = path.canonicalize().unwrap_or(path);
+                } else {
+                    let at = format!("/evaluators/{i}/tests");
+                    let message = format!("{} is not a folder of tests", path.display());
+                    problems.push(Problem { origin: pos.find(&at, false), pointer: at, message });
+                }
+            }
             // The schema travels inside the resolved config: a worker on another machine has no
             // config folder to read it from.
             EvaluatorConfig::JsonSchema { schema, schema_file: Some(f), .. } if schema.is_none() => {

@@ -381,6 +381,8 @@ impl BenchmarkConfig {
     pub fn default_environment(&self) -> EnvironmentKind {
         match self {
             BenchmarkConfig::Harbor { .. } => EnvironmentKind::Docker,
+            // Only its cases that name an `environment` get one; the others run as ever.
+            BenchmarkConfig::Jsonl { .. } => EnvironmentKind::Workspace,
             _ => EnvironmentKind::None,
         }
     }

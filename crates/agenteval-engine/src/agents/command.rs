@@ -328,6 +328,12 @@ impl AgentRunner for CommandAgent {
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         let max_disk = ctx.limits.disk_bytes();
         let mut view = self.view(prog, args, scratch.as_deref(), max_disk);
+        // The task's tests and solution are hidden however the config's `read` reaches them.
+        if let Some(v) = view.as_mut() {
+            let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
+            v.exclude.extend(ctx.task.tests.iter().filter_map(|t| t.dir.as_deref()).map(real));
+            v.exclude.extend(ctx.task.solution.as_deref().map(real));
+        }
         // A task with an environment: the agent acts in it through a socket in its scratch
         // folder, and may run this binary's `env exec` helper that speaks it.
         let socket = match (&ctx.env.session, &scratch) {

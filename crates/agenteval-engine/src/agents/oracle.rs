@@ -1,6 +1,7 @@
 //! The `oracle` agent: answers each task's expected answer (HumanEval's canonical solution), or,
 //! for a task that acts in an environment, runs its reference solution there (a Harbor task's
-//! `solution/solve.sh`, copied to `/solution` for it alone), at no cost. It tests the pipeline,
+//! `solution/solve.sh`, a case's `solution` folder: copied to `/solution`, or a workspace's
+//! `solution` beside its working folder, for it alone), at no cost. It tests the pipeline,
 //! the environment and the grader, not a model.
 
 use std::time::Duration;
@@ -11,7 +12,6 @@ use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner
 use async_trait::async_trait;
 use serde_json::json;
 
-use crate::benchmarks::harbor::{HarborTask, SOLUTION_DIR};
 
 #[derive(Debug, Clone, Default)]
 pub struct OracleAgent;
@@ -30,15 +30,15 @@ async fn emit_all(sink: &mut dyn EventSink, events: Vec<AgentEvent>) -> Option<A
 }
 
 /// Runs `solution/solve.sh` in the task's environment, its output in the trace as a tool call.
-async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, h: &HarborTask, sink: &mut dyn EventSink) -> AgentOutcome {
-    let dir = h.solution();
-    if !dir.join("solve.sh").is_file() {
+async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, sink: &mut dyn EventSink) -> AgentOutcome {
+    let Some(dir) = ctx.task.solution.as_ref().filter(|d| d.join("solve.sh").is_file()) else {
         return failed(format!("task {} has no solution/solve.sh", ctx.task.id));
-    }
-    if let Err(e) = session.env.copy_in(&session.handle, &dir, SOLUTION_DIR).await {
+    };
+    let (_, _, to) = agenteval_core::environment::verifier_paths(&session.env.worker_root(&session.handle));
+    if let Err(e) = session.env.copy_in(&session.handle, dir, &to).await {
         return failed(format!("could not copy the solution in: {e}"));
     }
-    let command = format!("bash {SOLUTION_DIR}/solve.sh");
+    let command = format!("bash '{to}/solve.sh'");
     let call = AgentEvent::new(EventKind::AgentToolCall, json!({"tool": "bash", "args": {"command": command}}));
     if let Some(stop) = emit_all(sink, vec![call]).await {
         return stop;
@@ -69,8 +69,8 @@ impl AgentRunner for OracleAgent {
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
-        if let (Some(session), Some(h)) = (&ctx.env.session, HarborTask::of(ctx.task)) {
-            return solve(ctx, session, &h, sink).await;
+        if let Some(session) = &ctx.env.session {
+            return solve(ctx, session, sink).await;
         }
         let Some(answer) = ctx.task.expected.clone() else {
             return failed(format!("task {} has no expected answer", ctx.task.id));

@@ -8,24 +8,14 @@
 //! it is done (the solution only for the `oracle` agent).
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use agenteval_core::config::TaskFilter;
-use agenteval_core::environment::{EnvSpec, ExecRequest};
-use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent};
-use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment};
+use agenteval_core::environment::{EnvSpec, RewardFrom, TestsSpec};
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::BenchmarkAdapter;
 use agenteval_core::{Error, Result, TaskId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
-
-/// Where the tests, the solution and the verifier's logs go in the environment (Harbor's).
-pub const TESTS_DIR: &str = "/tests";
-pub const SOLUTION_DIR: &str = "/solution";
-pub const VERIFIER_LOGS: &str = "/logs/verifier";
-/// Seconds the tests may run when `task.toml` says nothing (Harbor's default).
-const DEFAULT_VERIFIER_SECS: f64 = 600.0;
-/// Output of the tests a failing grade quotes.
-const QUOTED_OUTPUT: usize = 1_500;
 
 #[derive(Debug, Clone)]
 pub struct HarborBenchmark {
@@ -38,19 +28,11 @@ pub struct HarborTask {
     pub path: PathBuf,
     #[serde(default)]
     pub agent_timeout_secs: Option<f64>,
-    #[serde(default)]
-    pub verifier_timeout_secs: Option<f64>,
-    #[serde(default)]
-    pub verifier_env: std::collections::BTreeMap<String, String>,
 }
 
 impl HarborTask {
     pub fn of(task: &TaskSpec) -> Option<HarborTask> {
         serde_json::from_value(task.metadata.get("harbor")?.clone()).ok()
-    }
-
-    pub fn solution(&self) -> PathBuf {
-        self.path.join("solution")
     }
 }
 
@@ -199,18 +181,23 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     if !dir.join("tests/test.sh").is_file() {
         return Err(Error::invalid(format!("task {id}: no tests/test.sh (its verifier)")));
     }
-    let harbor = HarborTask {
-        path: dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()),
-        agent_timeout_secs: num(agent.get("timeout_sec")),
-        verifier_timeout_secs: num(verifier.get("timeout_sec")),
-        verifier_env: verifier
+    let path = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let harbor = HarborTask { path: path.clone(), agent_timeout_secs: num(agent.get("timeout_sec")) };
+    // Harbor's verifier: `bash /tests/test.sh` as root, the reward in `/logs/verifier`.
+    let tests = TestsSpec {
+        dir: Some(path.join("tests")),
+        command: Some("bash /tests/test.sh".into()),
+        timeout_secs: num(verifier.get("timeout_sec")),
+        env: verifier
             .get("env")
             .and_then(toml::Value::as_table)
             .into_iter()
             .flatten()
             .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
             .collect(),
+        reward: RewardFrom::File,
     };
+    let solution = path.join("solution");
     // Everything task.toml says is kept, known or not (a later Harbor's keys are not errors).
     let toml_json = serde_json::to_value(&table).unwrap_or(Value::Null);
     Ok(TaskSpec {
@@ -222,58 +209,9 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
         metadata: json!({"harbor": harbor, "task_toml": toml_json}),
         environment: Some(spec),
         content: Some(folder_content(dir)?),
+        tests: Some(tests),
+        solution: solution.is_dir().then_some(solution),
     })
-}
-
-fn score(passed: bool, score: f64, reason: String) -> EvaluatorScore {
-    EvaluatorScore {
-        evaluator_id: "benchmark".into(),
-        kind: "tests".into(),
-        score,
-        passed,
-        reason,
-        citations: vec![],
-        cost_usd: 0.0,
-        tokens: 0,
-        error: None,
-        optional: false,
-    }
-}
-
-fn tail(s: &str, n: usize) -> String {
-    let chars: Vec<char> = s.trim_end().chars().collect();
-    if chars.len() <= n {
-        chars.into_iter().collect()
-    } else {
-        format!("…{}", chars[chars.len() - n..].iter().collect::<String>())
-    }
-}
-
-/// The reward the tests wrote: `reward.txt` (a number) or `reward.json` (`{"reward": x, …}`, or
-/// named metrics, whose mean is the reward).
-fn read_reward(dir: &Path) -> std::result::Result<(f64, Option<Value>), String> {
-    if let Ok(text) = std::fs::read_to_string(dir.join("reward.txt")) {
-        return text
-            .trim()
-            .parse::<f64>()
-            .map(|r| (r, None))
-            .map_err(|_| format!("reward.txt holds `{}`, not a number", tail(&text, 80)));
-    }
-    if let Ok(text) = std::fs::read_to_string(dir.join("reward.json")) {
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("reward.json is not JSON: {e}"))?;
-        if let Some(r) = v.as_f64() {
-            return Ok((r, None));
-        }
-        if let Some(r) = v.get("reward").and_then(Value::as_f64) {
-            return Ok((r, Some(v)));
-        }
-        let nums: Vec<f64> = v.as_object().into_iter().flatten().filter_map(|(_, x)| x.as_f64()).collect();
-        if nums.is_empty() {
-            return Err("reward.json holds no number".into());
-        }
-        return Ok((nums.iter().sum::<f64>() / nums.len() as f64, Some(v)));
-    }
-    Err("the tests wrote no reward (/logs/verifier/reward.txt or reward.json)".into())
 }
 
 #[async_trait]
@@ -294,87 +232,6 @@ impl BenchmarkAdapter for HarborBenchmark {
             out.truncate(limit as usize);
         }
         Ok(out)
-    }
-
-    /// Runs the task's tests in its environment, as Harbor does, and grades by their reward: 1
-    /// passes. Tests that crash, time out or write no reward are an evaluator error, never a pass.
-    async fn grade(
-        &self,
-        task: &TaskSpec,
-        result: &AgentResult,
-        _trace: &[TraceEvent],
-        env: &TaskEnvironment,
-    ) -> EvaluatorScore {
-        let errored = |why: String| EvaluatorScore { error: Some(why), ..score(false, 0.0, String::new()) };
-        let Some(h) = HarborTask::of(task) else { return errored("not a Harbor task".into()) };
-        let Some(session) = &env.session else {
-            return errored(format!("task {} acts in an environment, and the run has none", task.id));
-        };
-        let (e, handle) = (&session.env, &session.handle);
-        let root = |cmd: &str, secs: f64| ExecRequest {
-            user: Some("0".into()),
-            ..ExecRequest::new(cmd, Duration::from_secs_f64(secs))
-        };
-        let prep = format!("rm -rf {VERIFIER_LOGS} {TESTS_DIR} && mkdir -p {VERIFIER_LOGS} /logs/agent {TESTS_DIR}");
-        match e.exec(handle, &root(&prep, 60.0)).await {
-            Ok(o) if o.ok() => {}
-            Ok(o) => return errored(format!("could not prepare the tests' folders: {}", tail(&o.stderr, 300))),
-            Err(err) => return errored(format!("could not prepare the tests' folders: {err}")),
-        }
-        if let Err(err) = e.copy_in(handle, &h.path.join("tests"), TESTS_DIR).await {
-            return errored(format!("could not copy the tests in: {err}"));
-        }
-        let secs = h.verifier_timeout_secs.unwrap_or(DEFAULT_VERIFIER_SECS).clamp(1.0, 86_400.0);
-        let run = ExecRequest { env: h.verifier_env.clone(), ..root(&format!("bash {TESTS_DIR}/test.sh"), secs) };
-        let out = match e.exec(handle, &run).await {
-            Ok(o) => o,
-            Err(err) => return errored(format!("the tests could not run: {err}")),
-        };
-        let said = || tail(&format!("{}{}", out.stdout, out.stderr), QUOTED_OUTPUT);
-        if out.timed_out {
-            return errored(format!("the tests ran past {secs} s (verifier.timeout_sec): {}", said()));
-        }
-        let logs = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(err) => return errored(format!("no folder for the verifier's logs: {err}")),
-        };
-        let copied = e.copy_out(handle, VERIFIER_LOGS, logs.path(), 1 << 20).await;
-        let reward = match copied {
-            Ok(()) => read_reward(&verifier_dir(logs.path())),
-            Err(err) => Err(format!("could not read the verifier's logs: {err}")),
-        };
-        match reward {
-            Ok((r, metrics)) if r.is_finite() => {
-                // An agent stopped by a limit or its own error does not pass, whatever state it
-                // left: the tests say what they found, the task says it did not finish.
-                let stopped = result.terminated_by != agenteval_core::model::TerminatedBy::Completed;
-                let passed = r >= 1.0 - 1e-9 && !stopped;
-                let exit = out.exit_code.map_or("-".to_string(), |c| c.to_string());
-                let mut reason = format!("reward {r} (tests/test.sh exit {exit})");
-                if stopped {
-                    reason.push_str(&format!("; not a pass: the agent ended {}", result.terminated_by.as_str()));
-                }
-                if let Some(m) = metrics {
-                    reason.push_str(&format!("; {m}"));
-                }
-                if !passed {
-                    reason.push_str(&format!(": {}", said()));
-                }
-                score(passed, r.clamp(0.0, 1.0), reason)
-            }
-            Ok((r, _)) => errored(format!("the reward is {r}, not a number")),
-            Err(why) => errored(format!("{why}; tests/test.sh exit {:?}: {}", out.exit_code, said())),
-        }
-    }
-}
-
-/// Where `copy_out` put the verifier's files: in the folder itself, or in a `verifier/` below it
-/// (a workspace keeps the folder's name).
-fn verifier_dir(dir: &Path) -> PathBuf {
-    if dir.join("verifier").is_dir() && !dir.join("reward.txt").exists() && !dir.join("reward.json").exists() {
-        dir.join("verifier")
-    } else {
-        dir.to_path_buf()
     }
 }
 
@@ -405,9 +262,10 @@ mod tests {
         assert_eq!(t.tags, ["git", "difficulty:easy"]);
         let env = t.environment.clone().unwrap();
         assert_eq!((env.cpus, env.memory_mb, env.network), (Some(2.0), Some(1024), true));
-        let h = HarborTask::of(&t).unwrap();
-        assert_eq!((h.agent_timeout_secs, h.verifier_timeout_secs), (Some(120.0), Some(30.0)));
-        assert_eq!(h.verifier_env.get("A").map(String::as_str), Some("1"));
+        let (h, tests) = (HarborTask::of(&t).unwrap(), t.tests.clone().unwrap());
+        assert_eq!((h.agent_timeout_secs, tests.timeout_secs), (Some(120.0), Some(30.0)));
+        assert_eq!(tests.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(tests.command.as_deref(), Some("bash /tests/test.sh"));
         assert_eq!(t.metadata["task_toml"]["future_key"], 3, "an unknown key is kept, not an error");
         // The same task in another place is the same question; a changed test is another.
         let elsewhere = tempfile::tempdir().unwrap();
@@ -436,15 +294,8 @@ mod tests {
     }
 
     #[test]
-    fn rewards_are_a_number_or_json_metrics_and_anything_else_is_an_error() {
-        let d = tempfile::tempdir().unwrap();
-        assert!(read_reward(d.path()).unwrap_err().contains("no reward"));
-        std::fs::write(d.path().join("reward.json"), r#"{"a": 1, "b": 0}"#).unwrap();
-        assert_eq!(read_reward(d.path()).unwrap().0, 0.5);
-        std::fs::write(d.path().join("reward.txt"), "1\n").unwrap();
-        assert_eq!(read_reward(d.path()).unwrap().0, 1.0);
-        std::fs::write(d.path().join("reward.txt"), "yes").unwrap();
-        assert!(read_reward(d.path()).is_err());
+    fn memory_reads_as_harbor_writes_it() {
         assert_eq!(memory_mb(Some(&toml::Value::String("512M".into()))), Some(512));
+        assert_eq!(memory_mb(Some(&toml::Value::String("2G".into()))), Some(2048));
     }
 }

@@ -176,6 +176,8 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 metadata: json!({"task_id": p.task_id, "entry_point": p.entry_point}),
                 environment: None,
                 content: None,
+                tests: None,
+                solution: None,
             };
             if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);

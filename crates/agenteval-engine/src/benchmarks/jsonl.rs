@@ -1,5 +1,6 @@
 //! The `jsonl` benchmark: cases from a JSONL or YAML file (`id`, `input`, `expected`,
-//! `evaluators`, `tags`), with problems reported by line.
+//! `evaluators`, `tags`; for a case that acts, its `environment`, `tests` and `solution`), with
+//! problems reported by line.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -63,6 +64,64 @@ struct Case {
     tags: Vec<String>,
     #[serde(default)]
     metadata: serde_json::Value,
+    /// The environment the agent acts in (paths relative to the case file).
+    #[serde(default)]
+    environment: Option<agenteval_core::environment::EnvSpec>,
+    /// Its verifier: a folder of tests (`test.sh`), or the full settings.
+    #[serde(default)]
+    tests: Option<CaseTests>,
+    /// A folder with its reference solution (`solve.sh`), for the `oracle` agent.
+    #[serde(default)]
+    solution: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum CaseTests {
+    Folder(PathBuf),
+    Spec(agenteval_core::environment::TestsSpec),
+}
+
+/// A case's path, relative to the case file's folder; a problem when it is missing.
+fn case_path(base: &Path, p: &Path, what: &str, problems: &mut Vec<String>) -> PathBuf {
+    let full = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
+    match full.canonicalize() {
+        Ok(real) => real,
+        Err(_) => {
+            problems.push(format!("{what} {} is not there", full.display()));
+            full
+        }
+    }
+}
+
+/// The case's environment, tests and solution with their paths made absolute and checked.
+fn resolve_environment(case: &mut Case, base: &Path, problems: &mut Vec<String>) -> Option<agenteval_core::environment::TestsSpec> {
+    if let Some(env) = &mut case.environment {
+        if let Some(c) = &env.context {
+            env.context = Some(case_path(base, c, "environment.context", problems));
+        }
+        // A repository that is a path on this machine (not a URL) is the case file's neighbour.
+        if let Some(r) = env.repo.clone().filter(|r| !r.contains("://") && !r.contains('@')) {
+            env.repo = Some(case_path(base, Path::new(&r), "environment.repo", problems).display().to_string());
+        }
+        if env.repo.is_none() && env.commit.is_some() {
+            problems.push("environment.commit needs environment.repo".into());
+        }
+    }
+    if let Some(s) = &case.solution {
+        case.solution = Some(case_path(base, s, "solution", problems));
+    }
+    let mut tests = match case.tests.take()? {
+        CaseTests::Folder(dir) => agenteval_core::environment::TestsSpec { dir: Some(dir), ..Default::default() },
+        CaseTests::Spec(spec) => spec,
+    };
+    if let Some(d) = &tests.dir {
+        tests.dir = Some(case_path(base, d, "tests", problems));
+    }
+    if case.environment.is_none() {
+        problems.push("a case with `tests` needs an `environment` to run them in".into());
+    }
+    Some(tests)
 }
 
 /// Checks one case; problems are pushed as messages.
@@ -86,6 +145,7 @@ fn case_to_task(
     seen: &mut HashSet<String>,
     problems: &mut Vec<String>,
     trust: bool,
+    base: &Path,
 ) -> Option<TaskSpec> {
     let d = depth(&value);
     if d > MAX_CASE_DEPTH {
@@ -95,7 +155,7 @@ fn case_to_task(
     if let Some(list) = value.get_mut("evaluators") {
         agenteval_core::config::evaluator::expand_shorthand(list);
     }
-    let case: Case = match serde_json::from_value(value) {
+    let mut case: Case = match serde_json::from_value(value) {
         Ok(c) => c,
         Err(e) => {
             problems.push(e.to_string());
@@ -128,12 +188,16 @@ fn case_to_task(
             "command" if !trust => problems.push(format!(
                 "evaluators/{i} is `command`, which runs a program on the worker: set `benchmark.trust_case_evaluators: true` in the config to allow it"
             )),
+            "tests" => problems.push(format!(
+                "evaluators/{i} is `tests`: a case names its tests with its own `tests` field; the kind's settings go in the config's `evaluators`"
+            )),
             kind if agenteval_core::config::EvaluatorConfig::is_judge_kind(kind) => problems.push(format!(
                 "evaluators/{i} is `{kind}`: a case cannot define a judge (its model, endpoint and key); define it in the config's `evaluators`"
             )),
             _ => {}
         }
     }
+    let tests = resolve_environment(&mut case, base, problems);
     Some(TaskSpec {
         id,
         input: case.input,
@@ -141,14 +205,17 @@ fn case_to_task(
         tags: case.tags,
         evaluators: case.evaluators,
         metadata: case.metadata,
-        environment: None,
+        environment: case.environment,
         content: None,
+        tests,
+        solution: case.solution,
     })
 }
 
 /// Parses a case file. Every problem is reported at once as `file:line: message`.
 pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<TaskSpec>> {
     let trust = rules.trust;
+    let base = path.parent().unwrap_or(Path::new("."));
     let name = path.display();
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
@@ -169,7 +236,7 @@ pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<Task
                 serde_json::Value::Array(items) => {
                     for (i, item) in items.iter().enumerate() {
                         let mut ps = Vec::new();
-                        if let Some(t) = case_to_task(item.clone(), &mut seen, &mut ps, trust) {
+                        if let Some(t) = case_to_task(item.clone(), &mut seen, &mut ps, trust, base) {
                             tasks.push(t);
                         }
                         let at = match doc.origin(&format!("/{i}")) {
@@ -199,7 +266,7 @@ pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<Task
             }
             match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(v) => {
-                    if let Some(t) = case_to_task(v, &mut seen, &mut ps, trust) {
+                    if let Some(t) = case_to_task(v, &mut seen, &mut ps, trust, base) {
                         tasks.push(t);
                     }
                 }

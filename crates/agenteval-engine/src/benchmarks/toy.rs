@@ -55,6 +55,8 @@ impl ToyBenchmark {
             metadata: json!({ "mock": mock }),
             environment: None,
             content: None,
+            tests: None,
+            solution: None,
         }
     }
 }

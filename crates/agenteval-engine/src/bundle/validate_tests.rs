@@ -44,6 +44,8 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             metadata: Value::Null,
             environment: None,
             content: None,
+            tests: None,
+            solution: None,
         });
     }
     store.put(&run, layout::TASKS, table.jsonl()).await.unwrap();

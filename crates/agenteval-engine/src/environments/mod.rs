@@ -15,10 +15,12 @@ use agenteval_core::environment::ExecRequest;
 use agenteval_core::traits::{EnvSession, Environment, Resolver};
 use agenteval_core::{Error, Result};
 
-/// Where a snapshot of the starting state is kept in a container: a git folder outside the
-/// agent's working folder, so `git status` there shows nothing of it. (A workspace's commands may
-/// write only the workspace, so a workspace has no snapshot and no patch yet.)
-const SNAPSHOT: &str = "/tmp/.agenteval-start";
+/// Where a snapshot of the starting state is kept, below the environment's worker root: a git
+/// folder outside the agent's working folder (`/tmp/.agenteval-start` in a container), so `git
+/// status` there shows nothing of it.
+fn snapshot_dir(session: &EnvSession) -> String {
+    format!("{}/tmp/.agenteval-start", session.env.worker_root(&session.handle).trim_end_matches('/'))
+}
 
 /// The environment kind the run's tasks get (`auto`: the benchmark's choice).
 pub fn kind_of(config: &RunConfig) -> EnvironmentKind {
@@ -45,7 +47,8 @@ fn quote(s: &str) -> String {
 /// `git` run on the snapshot, with the working folder as its tree.
 fn git(session: &EnvSession) -> String {
     format!(
-        "GIT_DIR={SNAPSHOT} GIT_WORK_TREE={} git -c user.name=agenteval -c user.email=agenteval@localhost -c core.autocrlf=false",
+        "GIT_DIR={} GIT_WORK_TREE={} git -c user.name=agenteval -c user.email=agenteval@localhost -c core.autocrlf=false",
+        quote(&snapshot_dir(session)),
         quote(&session.handle.workdir)
     )
 }
@@ -53,14 +56,10 @@ fn git(session: &EnvSession) -> String {
 /// Records the starting state of the working folder (when the environment has `git`), for the
 /// patch. A failure costs only the patch.
 pub async fn snapshot(session: &EnvSession) -> bool {
-    // `SNAPSHOT` is a path of the environment's own: in a workspace it would be the host's, one
-    // for every task at once.
-    if session.handle.kind != "docker" {
-        return false;
-    }
     let git = git(session);
+    let parent = quote(&format!("{}/tmp", session.env.worker_root(&session.handle).trim_end_matches('/')));
     let cmd = format!(
-        "command -v git >/dev/null 2>&1 || exit 3; {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start"
+        "command -v git >/dev/null 2>&1 || exit 3; mkdir -p {parent} && {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start"
     );
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(120)) };
     matches!(session.env.exec(&session.handle, &req).await, Ok(o) if o.ok())

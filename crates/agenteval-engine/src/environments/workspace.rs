@@ -1,7 +1,10 @@
-//! The `workspace` environment: a folder made for each task attempt (a copy of the task's folder,
-//! or a git repository checked out at a commit) under `<tmp>/agenteval-env/<run>/`, where
-//! commands run as `bash -c` under the agent sandbox (they write only that folder and never see
-//! the bundles, the index or the benchmark's data). No Docker needed; no CPU or memory limit.
+//! The `workspace` environment: a folder made for each task attempt under
+//! `<tmp>/agenteval-env/<run>/`, laid out like a small root: `work/` (the agent's working folder:
+//! a copy of the task's folder, or a git repository checked out at a commit), `home/` (its HOME
+//! and TMPDIR), and the worker's own `tmp/` (the start snapshot), `tests/`, `logs/verifier/` and
+//! `solution/`, which the agent's commands cannot write. Commands run as `bash -c` under the
+//! agent sandbox (they write only `work/` and `home/` and never see the bundles, the index or
+//! the benchmark's data). No Docker needed; no CPU or memory limit.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,6 +18,9 @@ use async_trait::async_trait;
 use tokio::io::AsyncReadExt as _;
 
 use crate::isolation::{TreeGuard, sandbox};
+
+/// The `PATH` of a workspace's commands.
+pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 #[derive(Debug, Clone)]
 pub struct WorkspaceEnvironment {
@@ -48,11 +54,17 @@ impl WorkspaceEnvironment {
         Ok(p)
     }
 
-    /// `dir` (inside the workspace) as the host path it is.
+    /// A path of the workspace as the host path it is: relative, in the working folder;
+    /// absolute, the attempt's folder's own path (`/tests` is its `tests/`).
     fn inside(&self, env: &EnvHandle, path: &str) -> Result<PathBuf> {
         let root = self.folder(env)?;
-        let rel = path.strip_prefix(&env.workdir).unwrap_or(path).trim_start_matches('/');
-        let p = root.join(rel);
+        let p = if Path::new(path).starts_with(&root) {
+            PathBuf::from(path)
+        } else if path.starts_with('/') {
+            root.join(path.trim_start_matches('/'))
+        } else {
+            Path::new(&env.workdir).join(path)
+        };
         if p.components().any(|c| c.as_os_str() == "..") {
             return Err(Error::invalid(format!("{path} leaves the workspace")));
         }
@@ -102,17 +114,20 @@ impl Environment for WorkspaceEnvironment {
     async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
         let nonce = uuid_like();
         let dir = self.run_dir(run).join(format!("{}-a{attempt}-{nonce}", task.id));
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+        let (work, home) = (dir.join("work"), dir.join("home"));
+        for d in [&work, &home] {
+            std::fs::create_dir_all(d).map_err(|e| Error::io(format!("creating {}", d.display()), e))?;
+        }
         let made = async {
             match (&spec.repo, &spec.context) {
                 (Some(repo), _) => {
-                    run_git(&["clone", "--quiet", repo, "."], &dir).await?;
+                    run_git(&["clone", "--quiet", repo, "."], &work).await?;
                     if let Some(commit) = &spec.commit {
-                        run_git(&["checkout", "--quiet", "--detach", commit], &dir).await?;
+                        run_git(&["checkout", "--quiet", "--detach", commit], &work).await?;
                     }
                 }
                 (None, Some(context)) => {
-                    let (from, to) = (context.clone(), dir.clone());
+                    let (from, to) = (context.clone(), work.clone());
                     tokio::task::spawn_blocking(move || copy_tree(&from, &to))
                         .await
                         .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
@@ -127,31 +142,42 @@ impl Environment for WorkspaceEnvironment {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
         }
-        let id = dir.display().to_string();
-        Ok(EnvHandle { kind: "workspace".into(), workdir: id.clone(), id, notes: vec![] })
+        Ok(EnvHandle {
+            kind: "workspace".into(),
+            id: dir.display().to_string(),
+            workdir: work.display().to_string(),
+            notes: vec![],
+        })
     }
 
     async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
         let dir = self.folder(env)?;
+        let work = PathBuf::from(&env.workdir);
+        let home = dir.join("home");
         let cwd = match &req.workdir {
             Some(w) => self.inside(env, w)?,
-            None => dir.clone(),
+            None => work.clone(),
         };
-        let mut view = sandbox::View { exclude: self.hide.clone(), ..sandbox::View::system() }.with_scratch(&dir);
-        // Commands of the worker itself (snapshots, tests) run as it; the agent's as the agent.
-        if req.user.as_deref() == Some("0") {
-            view.user = None;
-            view.own.clear();
-        }
+        let base = sandbox::View { exclude: self.hide.clone(), ..sandbox::View::system() };
+        // Commands of the worker itself (snapshots, tests) run as it, and may write the whole
+        // attempt's folder; the agent's as the agent, writing only its folder and its home.
+        let view = if req.user.as_deref() == Some("0") {
+            sandbox::View { user: None, ..base }.with_scratch(&dir)
+        } else {
+            base.with_scratch(&work).with_scratch(&home)
+        };
         let args = ["-c".into(), req.command.clone().into()];
         let mut std_cmd = sandbox::supervised("bash".as_ref(), &args, Some(&view));
         std_cmd.current_dir(&cwd).env_clear();
-        for var in ["PATH", "LANG", "LC_ALL"] {
+        // The system's programs, as in a container: a PATH of the worker's own (a version
+        // manager's shims under its home) would name programs the sandbox cannot read.
+        std_cmd.env("PATH", SYSTEM_PATH);
+        for var in ["LANG", "LC_ALL"] {
             if let Some(v) = std::env::var_os(var) {
                 std_cmd.env(var, v);
             }
         }
-        std_cmd.env("HOME", &dir).env("TMPDIR", &dir);
+        std_cmd.env("HOME", &home).env("TMPDIR", &home);
         std_cmd.envs(&req.env);
         let mut cmd = tokio::process::Command::from(std_cmd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
@@ -232,6 +258,10 @@ impl Environment for WorkspaceEnvironment {
         walk(&src, &dest).map_err(|e| Error::io(format!("copying {from} out of the workspace"), e))
     }
 
+    fn worker_root(&self, env: &EnvHandle) -> String {
+        env.id.clone()
+    }
+
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         let dir = self.folder(env)?;
         match std::fs::remove_dir_all(&dir) {
@@ -301,6 +331,7 @@ mod tests {
         env.teardown(&h).await.unwrap();
         env.teardown(&h).await.unwrap();
         assert!(!Path::new(&h.id).exists());
+        assert!(h.workdir.starts_with(&h.id) && h.workdir != h.id, "the agent works in a folder of the attempt's");
         let left = env.prepare(&run, &task(), 2, &spec).await.unwrap();
         assert_eq!(env.sweep(&run).await.unwrap(), 1, "what a killed worker left is found by run");
         assert!(!Path::new(&left.id).exists());

@@ -1,6 +1,6 @@
 //! Built-in evaluators, one module per kind (`exact_match`, `contains`, `regex`, `no_error`,
 //! `max_steps`, `tool_sequence`, `cost_budget`, `latency_budget`, `json_schema`, `policy`,
-//! `command`) and the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`), built from
+//! `command`, `tests` in `verifier`) and the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`), built from
 //! their config in one table ([`evaluator_from_config`]). Each turns a task's result and trace
 //! into an `EvaluatorScore`; the kinds' configs and their checks are the variants of the core's
 //! `EvaluatorConfig`.
@@ -16,6 +16,7 @@ mod no_error;
 mod policy;
 mod regex;
 mod tool_sequence;
+pub mod verifier;
 
 use std::sync::Arc;
 
@@ -88,6 +89,15 @@ pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]
                 command: command.clone(),
                 workdir: workdir.clone(),
                 timeout: timeout_seconds.unwrap_or(command::DEFAULT_TIMEOUT),
+            }));
+        }
+        C::Tests { tests, command, timeout_seconds, reward, .. } => {
+            return Ok(Arc::new(verifier::TestsEvaluator {
+                id: cfg.id().to_string(),
+                tests: tests.clone(),
+                command: command.clone(),
+                timeout_secs: *timeout_seconds,
+                reward: *reward,
             }));
         }
         C::LlmRubric { rubric, pass_threshold, judge, .. } => {
@@ -220,6 +230,8 @@ mod tests {
             metadata: serde_json::Value::Null,
             environment: None,
             content: None,
+            tests: None,
+            solution: None,
         }
     }
 
@@ -259,7 +271,7 @@ mod tests {
 
     async fn run(cfg: EvaluatorConfig, t: &TaskSpec, r: &AgentResult, tr: &[TraceEvent]) -> EvaluatorScore {
         let e = evaluator_from_config(&cfg, &[]).unwrap();
-        evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr }).await
+        evaluate_safely(e.as_ref(), &EvalInput { task: t, result: r, trace: tr, env: None }).await
     }
 
     fn exact(case_sensitive: Option<bool>) -> EvaluatorConfig {

@@ -59,7 +59,8 @@ impl View {
 }
 
 /// What no agent may see, resolved: the bundle root, the index, the benchmark's data (its cases,
-/// a Harbor task folder with its tests and solutions), the secrets file.
+/// a Harbor task folder with its tests and solutions), a `tests` evaluator's folder, the
+/// secrets file. (A case's own `tests` and `solution` are hidden from its agent by task.)
 pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::PathBuf> {
     let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
     let mut exclude = Vec::new();
@@ -76,6 +77,11 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     }
     exclude.extend(run.backend.secrets_file.as_deref().map(real));
     exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
+    for e in &run.evaluators {
+        if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {
+            exclude.push(real(dir));
+        }
+    }
     exclude
 }
 

@@ -152,6 +152,8 @@ mod tests {
             metadata: serde_json::Value::Null,
             environment: None,
             content: None,
+            tests: None,
+            solution: None,
         };
         let r = task_result(&job(0), &task, agent, scores, Utc::now());
         assert!(!r.passed, "an errored score fails the task");

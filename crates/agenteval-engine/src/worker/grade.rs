@@ -8,7 +8,9 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Ctx;
-use crate::evaluators::{evaluate_safely, evaluator_from_config};
+use agenteval_core::config::EvaluatorConfig;
+
+use crate::evaluators::{evaluate_safely, evaluator_from_config, verifier};
 use crate::telemetry;
 
 /// Every score of a task: the benchmark's grade first (unless the task names its own check of
@@ -21,11 +23,24 @@ pub(super) async fn grade(
     env: &TaskEnvironment,
 ) -> Vec<EvaluatorScore> {
     let mut scores = Vec::new();
+    let session = env.session.as_ref();
+    // A task that brings tests (Harbor's, a case's `tests`) is graded by them: by the run's
+    // `tests` evaluator when it has one (its settings), else here, in the benchmark's place. A
+    // task in an environment under a `tests` evaluator has no other check of the answer.
+    let tests_evaluator = ctx.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }));
+    let by_tests = task.tests.is_some() || (tests_evaluator && task.environment.is_some());
+    if let Some(spec) = task.tests.as_ref().filter(|_| !tests_evaluator) {
+        let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
+        let graded = verifier::verify("benchmark", session, spec, agent).instrument(grade.clone()).await;
+        score_span(&grade, &graded, &ctx.redactor);
+        drop(grade);
+        scores.push(graded);
+    }
     // A case that names its own check of the answer is graded by it: the benchmark's own (the
     // answer equals `expected`, as it is) would overrule what the case asked for (an
     // `exact_match` that ignores case). A case naming only how the agent must work (`no_error`,
     // budgets, tools) keeps the benchmark's check: a wrong answer must not pass by it.
-    if !task.evaluators.iter().any(|e| e.judges_the_answer()) {
+    if !by_tests && !task.evaluators.iter().any(|e| e.judges_the_answer()) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
         let graded = ctx.benchmark.grade(task, agent, trace, env).instrument(grade.clone()).await;
         score_span(&grade, &graded, &ctx.redactor);
@@ -34,7 +49,7 @@ pub(super) async fn grade(
     }
     let task_evaluators =
         task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
-    let input = EvalInput { task, result: agent, trace };
+    let input = EvalInput { task, result: agent, trace, env: session };
     // `ctx.evaluators` were built from `config.evaluators`, in order.
     for (e, cfg) in ctx.evaluators.iter().zip(&ctx.config.evaluators) {
         let mut s = evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await;

@@ -449,7 +449,7 @@ async fn prepare_session(
         started.elapsed().as_secs_f64()
     ));
     if !crate::environments::snapshot(&session).await {
-        log.push("no snapshot of the starting state (no git there, or a workspace): no patch".into());
+        log.push("no snapshot of the starting state (no git there): no patch".into());
     }
     Ok(session)
 }

@@ -20,3 +20,4 @@ mod telemetry;
 mod tidy;
 mod trust;
 mod ui;
+mod workspaces;

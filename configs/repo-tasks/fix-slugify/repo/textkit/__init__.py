@@ -1,0 +1,5 @@
+"""Small text helpers."""
+
+from .slug import slugify
+
+__all__ = ["slugify"]

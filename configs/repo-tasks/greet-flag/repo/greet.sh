@@ -1,0 +1,3 @@
+#!/bin/bash
+# Greets someone: greet.sh NAME
+echo "Hello, $1!"
