@@ -48,16 +48,30 @@ async fn read(s: &EnvSession, path: &str) -> Result<String, String> {
     Ok(out.stdout)
 }
 
+/// Writes `content` to `path` by a command run as the agent, like everything the agent does:
+/// it can write only where its commands can (in a workspace, its own folder; never the
+/// worker's snapshot or the verifier's folders), and its files are its own. The content travels
+/// as base64 in pieces well under the kernel's limit on one argument.
 async fn write(s: &EnvSession, path: &str, content: &str) -> Result<(), String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let file = dir.path().join("content");
-    std::fs::write(&file, content).map_err(|e| e.to_string())?;
-    let to = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("{}/{path}", s.handle.workdir.trim_end_matches('/'))
-    };
-    s.env.copy_in(&s.handle, &file, &to).await.map_err(|e| e.to_string())
+    use base64::Engine as _;
+    const PIECE: usize = 48 * 1024;
+    let target = quote(path);
+    let bytes = content.as_bytes();
+    let pieces: Vec<&[u8]> = if bytes.is_empty() { vec![&[][..]] } else { bytes.chunks(PIECE).collect() };
+    for (i, piece) in pieces.into_iter().enumerate() {
+        let b64 = base64::engine::general_purpose::STANDARD.encode(piece);
+        let cmd = if i == 0 {
+            format!("mkdir -p -- \"$(dirname -- {target})\" && printf %s '{b64}' | base64 -d > {target}")
+        } else {
+            format!("printf %s '{b64}' | base64 -d >> {target}")
+        };
+        let out =
+            s.env.exec(&s.handle, &ExecRequest::new(cmd, Duration::from_secs(30))).await.map_err(|e| e.to_string())?;
+        if !out.ok() {
+            return Err(format!("cannot write {path}: {}", out.stderr.trim()));
+        }
+    }
+    Ok(())
 }
 
 struct Bash;
@@ -161,5 +175,34 @@ impl AgentTool for StrReplace {
         }
         write(s, path, &text.replacen(old, new, 1)).await?;
         Ok(format!("replaced 1 occurrence in {path}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::environments::workspace::WorkspaceEnvironment;
+    use agenteval_core::environment::EnvSpec;
+    use agenteval_core::traits::Environment as _;
+
+    #[tokio::test]
+    async fn files_are_written_as_the_agent_in_pieces_and_only_where_its_commands_may_write() {
+        let root = tempfile::tempdir().unwrap();
+        let env = Arc::new(WorkspaceEnvironment::new(root.path().to_path_buf(), vec![]));
+        let task = serde_json::from_value(json!({"id": "t", "input": "x"})).unwrap();
+        let handle = env.prepare(&agenteval_core::RunId::new(), &task, 1, &EnvSpec::default()).await.unwrap();
+        let s = EnvSession { env: env.clone(), handle: handle.clone() };
+        let big: String = (0..150_000).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+        write(&s, "src/big.txt", &big).await.unwrap();
+        assert_eq!(read(&s, "src/big.txt").await.unwrap(), big, "three pieces, one file");
+        write(&s, "empty.txt", "").await.unwrap();
+        assert_eq!(read(&s, "empty.txt").await.unwrap(), "");
+        // Confined only under the sandbox launcher (the binary), which a unit test has not.
+        if crate::isolation::sandbox::launcher().is_some() && crate::isolation::sandbox::available() {
+            let verifier = format!("{}/logs/verifier/reward.txt", handle.id);
+            assert!(write(&s, &verifier, "1").await.is_err(), "the verifier's folder is not the agent's");
+            assert!(!std::path::Path::new(&verifier).exists());
+        }
+        env.teardown(&handle).await.unwrap();
     }
 }

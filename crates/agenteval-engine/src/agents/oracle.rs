@@ -12,7 +12,6 @@ use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner
 use async_trait::async_trait;
 use serde_json::json;
 
-
 #[derive(Debug, Clone, Default)]
 pub struct OracleAgent;
 

@@ -95,7 +95,11 @@ fn case_path(base: &Path, p: &Path, what: &str, problems: &mut Vec<String>) -> P
 }
 
 /// The case's environment, tests and solution with their paths made absolute and checked.
-fn resolve_environment(case: &mut Case, base: &Path, problems: &mut Vec<String>) -> Option<agenteval_core::environment::TestsSpec> {
+fn resolve_environment(
+    case: &mut Case,
+    base: &Path,
+    problems: &mut Vec<String>,
+) -> Option<agenteval_core::environment::TestsSpec> {
     if let Some(env) = &mut case.environment {
         if let Some(c) = &env.context {
             env.context = Some(case_path(base, c, "environment.context", problems));

@@ -210,7 +210,8 @@ fn read_reward(dir: &Path) -> Result<(f64, Option<Value>), String> {
         }
         return Ok((nums.iter().sum::<f64>() / nums.len() as f64, Some(v)));
     }
-    Err("the tests wrote no reward (reward.txt or reward.json in $AGENTEVAL_VERIFIER_DIR, Harbor's /logs/verifier)".into())
+    Err("the tests wrote no reward (reward.txt or reward.json in $AGENTEVAL_VERIFIER_DIR, Harbor's /logs/verifier)"
+        .into())
 }
 
 /// Where `copy_out` put the verifier's files: in the folder itself, or in a `verifier/` below it
@@ -254,7 +255,10 @@ mod tests {
         };
         let own = TestsSpec { dir: Some("/own".into()), timeout_secs: Some(60.0), ..Default::default() };
         let s = e.spec_for(Some(&own));
-        assert_eq!((s.dir.as_deref(), s.timeout_secs, s.reward), (Some(Path::new("/own")), Some(5.0), RewardFrom::ExitCode));
+        assert_eq!(
+            (s.dir.as_deref(), s.timeout_secs, s.reward),
+            (Some(Path::new("/own")), Some(5.0), RewardFrom::ExitCode)
+        );
         assert_eq!(e.spec_for(None).dir.as_deref(), Some(Path::new("/shared")));
     }
 }

@@ -147,7 +147,10 @@ fn a_tests_evaluator_grades_cases_that_bring_none_and_a_broken_verifier_is_an_er
     let slow = case_folder(&ws, "slow", &[("slow", "")]);
     let garbage = case_folder(&ws, "garbage", &[("garbage", "")]);
     let line = |id: &str, dir: &Path| {
-        format!("{{\"id\": \"{id}\", \"input\": \"leave it\", \"environment\": {{\"context\": \"{}\"}}}}\n", dir.display())
+        format!(
+            "{{\"id\": \"{id}\", \"input\": \"leave it\", \"environment\": {{\"context\": \"{}\"}}}}\n",
+            dir.display()
+        )
     };
     let cases = [("right", &right), ("wrong", &wrong), ("slow", &slow), ("garbage", &garbage)]
         .iter()
@@ -188,7 +191,8 @@ fn a_tests_evaluator_grades_cases_that_bring_none_and_a_broken_verifier_is_an_er
         "bad.jsonl",
         "{\"id\": \"a\", \"input\": \"x\", \"tests\": \"nowhere\"}\n{\"id\": \"b\", \"input\": \"x\", \"environment\": {\"context\": \"missing\"}}\n",
     );
-    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--set", &format!("benchmark.cases={}", bad.display())]);
+    let out =
+        ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--set", &format!("benchmark.cases={}", bad.display())]);
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("bad.jsonl:1") && err.contains("needs an `environment`"), "{err}");
