@@ -105,6 +105,20 @@ pub struct EnvironmentConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1024, max = MAX_ARTIFACT_BYTES))]
     pub max_artifact_bytes: Option<u64>,
+    /// Where a task's tests run: `same` (Harbor's: the environment as the agent left it) or
+    /// `fresh` (a new one from the task's image, with only the agent's working folder carried
+    /// over, so nothing else the agent changed — a replaced `python3` — is trusted).
+    #[serde(default)]
+    pub verify_in: VerifyIn,
+}
+
+/// Where a task's tests run (`environment.verify_in`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyIn {
+    #[default]
+    Same,
+    Fresh,
 }
 
 impl EnvironmentConfig {

@@ -195,6 +195,12 @@ async fn render_html(
             ))
         })
         .collect();
+    // A task that acted shows its patch, as `agenteval report` does.
+    for (t, sample) in traces.samples.iter_mut() {
+        if specs.get(t).is_some_and(|s| s.environment.is_some()) {
+            sample.patch = agenteval_judge::samples::patch(store, &meta.run_id, t, REPORT_VALUE_CHARS).await;
+        }
+    }
     let generator = format!("agenteval {}", crate::VERSION);
     agenteval_judge::html::render(&HtmlReport {
         meta,

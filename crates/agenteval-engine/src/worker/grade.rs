@@ -27,8 +27,8 @@ pub(super) async fn grade(
     // A task that brings tests (Harbor's, a case's `tests`) is graded by them: by the run's
     // `tests` evaluator when it has one (its settings), else here, in the benchmark's place. A
     // task in an environment under a `tests` evaluator has no other check of the answer.
-    let tests_evaluator = ctx.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }));
-    let by_tests = task.tests.is_some() || (tests_evaluator && task.environment.is_some());
+    let tests_evaluator = has_tests_evaluator(ctx);
+    let by_tests = by_tests(ctx, task);
     if let Some(spec) = task.tests.as_ref().filter(|_| !tests_evaluator) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
         let graded = verifier::verify("benchmark", session, spec, agent).instrument(grade.clone()).await;
@@ -65,6 +65,15 @@ pub(super) async fn grade(
         scores.push(s);
     }
     scores
+}
+
+fn has_tests_evaluator(ctx: &Ctx) -> bool {
+    ctx.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }))
+}
+
+/// Whether the task is graded by tests run in its environment.
+pub(super) fn by_tests(ctx: &Ctx, task: &TaskSpec) -> bool {
+    task.tests.is_some() || (has_tests_evaluator(ctx) && task.environment.is_some())
 }
 
 fn score_span(span: &tracing::Span, s: &EvaluatorScore, redactor: &Redactor) {

@@ -8,7 +8,7 @@ mod grade;
 
 use std::sync::Arc;
 
-use agenteval_core::config::RunConfig;
+use agenteval_core::config::{RunConfig, VerifyIn};
 use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
@@ -454,6 +454,25 @@ async fn prepare_session(
     Ok(session)
 }
 
+/// The most of an agent's working folder carried into a fresh environment for its tests.
+const MAX_CARRIED_BYTES: u64 = 1 << 30;
+
+/// A new environment from the task's image with the agent's working folder copied over, for its
+/// tests (`environment.verify_in: fresh`): they then trust nothing else the agent changed.
+async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mut Vec<String>) -> Result<EnvSession> {
+    let Some(spec) = &task.environment else { return Err(crate::environments::missing(&task.id)) };
+    let carried = tempfile::tempdir().map_err(|e| Error::io("a folder for the agent's working folder", e))?;
+    let from = format!("{}/.", left.handle.workdir.trim_end_matches('/'));
+    left.env.copy_out(&left.handle, &from, carried.path(), MAX_CARRIED_BYTES).await?;
+    let fresh = prepare_session(ctx, task, spec, log).await?;
+    if let Err(e) = fresh.env.copy_in(&fresh.handle, carried.path(), &fresh.handle.workdir).await {
+        tear_down(ctx, &fresh, log).await;
+        return Err(e);
+    }
+    log.push(format!("the tests run in a fresh environment ({}) with the agent's working folder", fresh.handle.id));
+    Ok(fresh)
+}
+
 /// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).
 async fn tear_down(ctx: &Ctx, s: &EnvSession, log: &mut Vec<String>) {
     match s.env.teardown(&s.handle).await {
@@ -537,7 +556,21 @@ async fn run_and_grade(
         // Nothing of the agent runs while it is graded.
         s.env.quiesce(&s.handle).await?;
     }
-    let scores = grade::grade(ctx, task, &agent, &sink.events, env).await;
+    let fresh = match &env.session {
+        Some(s) if ctx.config.environment.verify_in == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
+            Some(fresh_for_tests(ctx, task, s, log).await?)
+        }
+        _ => None,
+    };
+    let scores = match &fresh {
+        Some(f) => {
+            let graded = TaskEnvironment { session: Some(f.clone()), ..env.clone() };
+            let scores = grade::grade(ctx, task, &agent, &sink.events, &graded).await;
+            tear_down(ctx, f, log).await;
+            scores
+        }
+        None => grade::grade(ctx, task, &agent, &sink.events, env).await,
+    };
     for s in &scores {
         let mut payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
         if s.tokens > 0 {

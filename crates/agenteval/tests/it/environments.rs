@@ -432,3 +432,43 @@ fn an_installed_agent_is_set_up_in_the_container_and_runs_there() {
         "{other}"
     );
 }
+
+/// Replaces the container's `python3` with one that always succeeds, leaving the bug in place:
+/// tests that trust the container the agent had root in would pass.
+const REPLACE_PYTHON: &str = r#"
+import json, subprocess, sys
+req = json.loads(sys.stdin.readline())
+fake = "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3 -c 'raise SystemExit(3)'; echo $?"
+done = subprocess.run(req["environment"]["exec"] + [fake], capture_output=True, text=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": done.stdout.strip()}}), flush=True)
+"#;
+
+#[test]
+fn with_fresh_verification_a_replaced_tool_does_not_pass_and_the_solutions_still_do() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write("fake.py", REPLACE_PYTHON);
+    let shipped = repo().join("configs/harbor-mini");
+    let fresh = "  verify_in: fresh\n";
+    let with_fresh = |agent: &str| {
+        let cfg = harbor_config(&ws, &shipped, agent, "");
+        let text = std::fs::read_to_string(&cfg).unwrap().replace("  base_image:", &format!("{fresh}  base_image:"));
+        ws.write("fresh.yaml", &text)
+    };
+    let cfg = with_fresh("command\n  command: [python3, fake.py]");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[fix-python-bug]"]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let r = read_json(&ws.runs().join(run).join("tasks/fix-python-bug/result.json"));
+    assert_eq!(r["agent"]["final_answer"], "0", "the agent's python3 stood in for the real one: {r}");
+    assert_eq!(r["passed"], false, "the tests ran with the image's python3, on the unfixed module: {r}");
+    let log = std::fs::read_to_string(ws.runs().join(run).join("tasks/fix-python-bug/worker.log")).unwrap();
+    assert!(log.contains("fresh environment"), "{log}");
+    assert!(containers_of(run).is_empty(), "the fresh container is removed too");
+
+    // The working folder carries over: every reference solution still passes.
+    let (v, code, _) = ws.submit(&with_fresh("oracle"), &[]);
+    assert_eq!(code, 0, "{v}");
+    let got = scores(&ws, v["run_id"].as_str().unwrap());
+    assert!(got.iter().all(|(_, o, s)| o == "passed" && *s == 1.0), "{got:?}");
+}

@@ -64,6 +64,8 @@ fn the_shipped_workspace_tasks_pass_with_their_solutions_and_fail_with_none() {
     let manifest = std::fs::read_to_string(bundle.join("manifest.json")).unwrap();
     assert!(manifest.contains("tasks/fix-slugify/artifacts/patch.diff"), "the patch is checksummed");
     assert!(!workspaces_left(run), "no workspace folder is left after a run");
+    let html = std::fs::read_to_string(bundle.join("report.html")).unwrap();
+    assert!(html.contains("\"patch\":") && html.contains("+1.2.4"), "the sealed report shows each patch");
 
     let (v, code, _) = ws.submit(&cfg, &["--set", "agent.kind=nop"]);
     assert_eq!(code, 0, "{v}");
