@@ -125,7 +125,8 @@ fn main() {
 
     // What a workspace task costs the worker in all: prepare, the start snapshot, the patch and
     // teardown, on the shipped Python repository.
-    let repo = EnvSpec { context: Some(util::repo().join("configs/repo-tasks/fix-slugify/repo")), ..Default::default() };
+    let repo =
+        EnvSpec { context: Some(util::repo().join("configs/repo-tasks/fix-slugify/repo")), ..Default::default() };
     let (p50, p95) = rt.block_on(worker_overhead(Arc::new(workspace), &repo, n));
     println!(
         "workspace environment with its snapshot and patch (git): p50 {:.1} ms, p95 {:.1} ms over {n} tasks",
