@@ -166,6 +166,13 @@ pub trait Environment: Send + Sync {
     fn worker_root(&self, _env: &crate::environment::EnvHandle) -> String {
         "/".into()
     }
+    /// Files the agent added, changed or removed outside its working folder and the usual
+    /// scratch places (`/tmp`, `/var/tmp`, `/root`, `/home`, `/run`, `/logs`), as far as the
+    /// environment can tell (a container's changes against its image): the tools its tests will
+    /// trust, for the grade to mention. The default tells nothing.
+    async fn changed_outside(&self, _env: &crate::environment::EnvHandle) -> Vec<String> {
+        Vec::new()
+    }
     /// Whether a process of the environment was killed for memory since it was prepared (a
     /// task limit the agent hit, not an infrastructure failure).
     async fn out_of_memory(&self, _env: &crate::environment::EnvHandle) -> bool {

@@ -188,6 +188,14 @@ impl Environment for DockerEnvironment {
         }
     }
 
+    async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
+        let Ok(docker) = self.docker().await else { return Vec::new() };
+        match docker.container_changes(&env.id).await {
+            Ok(Some(changes)) => outside(changes.into_iter().map(|c| c.path).collect(), &env.workdir),
+            _ => Vec::new(),
+        }
+    }
+
     async fn quiesce(&self, env: &EnvHandle) -> Result<()> {
         // A restart kills every process of the container (an exec's children included, which
         // nothing else reaches) and keeps its filesystem.
@@ -297,4 +305,42 @@ pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest)
         timed_out,
         dropped_bytes: out.dropped + err.dropped,
     })
+}
+
+/// Where an agent may write as it works: changes there say nothing about the tests' tools.
+const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/root", "/home", "/run", "/logs", "/dev", "/proc", "/sys"];
+
+/// Of a container's changed paths, those outside `workdir` and the scratch places, without the
+/// folders Docker lists only because something below them changed.
+fn outside(mut paths: Vec<String>, workdir: &str) -> Vec<String> {
+    let under = |p: &str, dir: &str| {
+        let dir = dir.trim_end_matches('/');
+        !dir.is_empty() && (p == dir || p.starts_with(&format!("{dir}/")))
+    };
+    paths.retain(|p| !under(p, workdir) && !SCRATCH.iter().any(|s| under(p, s)));
+    paths.sort();
+    let parents: Vec<bool> = (0..paths.len())
+        .map(|i| paths.get(i + 1).is_some_and(|next| next.starts_with(&format!("{}/", paths[i]))))
+        .collect();
+    paths.into_iter().zip(parents).filter(|(_, parent)| !parent).map(|(p, _)| p).collect()
+}
+
+#[cfg(test)]
+mod changes_tests {
+    #[test]
+    fn only_files_outside_the_working_folder_and_scratch_count_and_not_their_parent_folders() {
+        let paths = [
+            "/usr",
+            "/usr/local",
+            "/usr/local/bin",
+            "/usr/local/bin/python3",
+            "/app",
+            "/app/x.py",
+            "/tmp/a",
+            "/root/.bash_history",
+            "/etc/ld.so.preload",
+        ];
+        let got = super::outside(paths.iter().map(|p| p.to_string()).collect(), "/app");
+        assert_eq!(got, ["/etc/ld.so.preload", "/usr/local/bin/python3"]);
+    }
 }

@@ -562,7 +562,21 @@ async fn run_and_grade(
         }
         _ => None,
     };
-    let scores = match &fresh {
+    // Under Harbor's way the tests trust the environment the agent left: what it changed outside
+    // its folder (a replaced `python3`) is said beside a pass.
+    let changed = match (&env.session, &fresh) {
+        (Some(s), None) if grade::by_tests(ctx, task) => s.env.changed_outside(&s.handle).await,
+        _ => Vec::new(),
+    };
+    let changed_note = (!changed.is_empty()).then(|| {
+        let shown: Vec<&str> = changed.iter().take(5).map(String::as_str).collect();
+        let more = if changed.len() > 5 { format!(" and {} more", changed.len() - 5) } else { String::new() };
+        format!("the agent changed {} file(s) outside its working folder: {}{more}", changed.len(), shown.join(", "))
+    });
+    if let Some(n) = &changed_note {
+        log.push(n.clone());
+    }
+    let mut scores = match &fresh {
         Some(f) => {
             let graded = TaskEnvironment { session: Some(f.clone()), ..env.clone() };
             let scores = grade::grade(ctx, task, &agent, &sink.events, &graded).await;
@@ -571,6 +585,12 @@ async fn run_and_grade(
         }
         None => grade::grade(ctx, task, &agent, &sink.events, env).await,
     };
+    if let Some(n) = &changed_note {
+        for s in scores.iter_mut().filter(|s| s.kind == "tests" && s.passed) {
+            s.reason
+                .push_str(&format!("; note: {n}, which the tests trusted (environment.verify_in: fresh would not)"));
+        }
+    }
     for s in &scores {
         let mut payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
         if s.tokens > 0 {

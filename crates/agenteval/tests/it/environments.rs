@@ -455,6 +455,14 @@ fn with_fresh_verification_a_replaced_tool_does_not_pass_and_the_solutions_still
         let text = std::fs::read_to_string(&cfg).unwrap().replace("  base_image:", &format!("{fresh}  base_image:"));
         ws.write("fresh.yaml", &text)
     };
+    // Harbor's way: the replaced python3 passes, and the grade says what the agent changed.
+    let same = harbor_config(&ws, &shipped, "command\n  command: [python3, fake.py]", "");
+    let (v, code, _) = ws.submit(&same, &["--set", "benchmark.filter.ids=[fix-python-bug]"]);
+    assert_eq!(code, 0, "{v}");
+    let r = read_json(&ws.runs().join(v["run_id"].as_str().unwrap()).join("tasks/fix-python-bug/result.json"));
+    let reason = r["scores"][0]["reason"].as_str().unwrap();
+    assert!(reason.contains("/usr/local/bin/python3") && reason.contains("verify_in: fresh"), "{r}");
+
     let cfg = with_fresh("command\n  command: [python3, fake.py]");
     let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[fix-python-bug]"]);
     assert_eq!(code, 0, "{v} {}", text(&out.stderr));
