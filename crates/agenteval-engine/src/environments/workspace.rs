@@ -48,7 +48,11 @@ impl WorkspaceEnvironment {
     /// to name any other folder).
     fn folder(&self, env: &EnvHandle) -> Result<PathBuf> {
         let p = PathBuf::from(&env.id);
-        if env.kind != "workspace" || !p.starts_with(&self.root) || p.components().any(|c| c.as_os_str() == "..") {
+        let inside = |q: &Path| q.starts_with(&self.root) && !q.components().any(|c| c.as_os_str() == "..");
+        if env.kind != "workspace"
+            || !inside(&p)
+            || !(inside(Path::new(&env.workdir)) && Path::new(&env.workdir).starts_with(&p))
+        {
             return Err(Error::invalid(format!("{} is not a workspace of this machine", env.id)));
         }
         Ok(p)
@@ -328,6 +332,11 @@ mod tests {
         assert!(env.copy_out(&h, "a.txt", out_dir.path(), 2).await.is_err(), "past the cap");
         let forged = EnvHandle { kind: "workspace".into(), id: "/etc".into(), workdir: "/etc".into(), notes: vec![] };
         assert!(env.teardown(&forged).await.is_err(), "a handle naming another folder is refused");
+        let elsewhere = EnvHandle { workdir: "/etc".into(), ..h.clone() };
+        assert!(
+            env.exec(&elsewhere, &ExecRequest::new("true", Duration::from_secs(5))).await.is_err(),
+            "or a working folder outside it"
+        );
         env.teardown(&h).await.unwrap();
         env.teardown(&h).await.unwrap();
         assert!(!Path::new(&h.id).exists());
