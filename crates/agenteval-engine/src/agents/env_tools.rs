@@ -9,6 +9,8 @@ use std::time::Duration;
 use agenteval_core::environment::ExecRequest;
 use agenteval_core::traits::{AgentTool, EnvSession, TaskEnvironment, ToolSpec};
 use async_trait::async_trait;
+
+use crate::environments::quote;
 use serde_json::{Value, json};
 
 /// Seconds a `bash` call may run unless it asks for less.
@@ -27,10 +29,6 @@ fn session(env: &TaskEnvironment) -> Result<&EnvSession, String> {
 
 fn arg<'a>(args: &'a Value, name: &str) -> Result<&'a str, String> {
     args.get(name).and_then(Value::as_str).ok_or_else(|| format!("`{name}` (a string) is required"))
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 async fn read(s: &EnvSession, path: &str) -> Result<String, String> {

@@ -40,7 +40,8 @@ pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<
     })
 }
 
-fn quote(s: &str) -> String {
+/// `s` as one shell word.
+pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 

@@ -13,6 +13,8 @@ use agenteval_core::environment::{ExecRequest, RewardFrom, TestsSpec, verifier_p
 use agenteval_core::model::{AgentResult, EvaluatorScore, TerminatedBy};
 use agenteval_core::traits::{EnvSession, EvalInput, Evaluator};
 use async_trait::async_trait;
+
+use crate::environments::quote;
 use serde_json::Value;
 
 /// Seconds the tests may run when neither the task nor the evaluator says (Harbor's default).
@@ -180,10 +182,6 @@ pub async fn verify(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, re
         Ok((r, _)) => errored(format!("the reward is {r}, not a number")),
         Err(why) => errored(format!("{why}; tests exit {exit}: {}", said())),
     }
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 /// The reward the tests wrote: `reward.txt` (a number) or `reward.json` (`{"reward": x, …}`, or
