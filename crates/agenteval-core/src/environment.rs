@@ -54,8 +54,9 @@ pub struct TestsSpec {
     /// Run by `bash -c` in the agent's working folder; default `bash $AGENTEVAL_TESTS_DIR/test.sh`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
-    /// Seconds the tests may run (default 600, as Harbor's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Seconds the tests may run (default 600, as Harbor's); `timeout_seconds` too, as the
+    /// config's evaluators spell it.
+    #[serde(default, alias = "timeout_seconds", skip_serializing_if = "Option::is_none")]
     pub timeout_secs: Option<f64>,
     /// Variables the tests get (besides `AGENTEVAL_TESTS_DIR` and `AGENTEVAL_VERIFIER_DIR`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]

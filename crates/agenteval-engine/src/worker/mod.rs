@@ -393,7 +393,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     if let Ok(te) = &mut env
         && let Some(spec) = &task.environment
     {
-        match prepare_session(ctx, task, spec, &mut log).instrument(prepare.clone()).await {
+        match prepare_session(ctx, task, spec, true, &mut log).instrument(prepare.clone()).await {
             Ok(s) => te.session = Some(s),
             Err(e) => env = Err(e),
         }
@@ -428,12 +428,13 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     Ok(Some((result, log.join("\n") + "\n")))
 }
 
-/// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and
-/// records its starting state for the patch.
+/// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and,
+/// with `snapshot`, records its starting state for the patch.
 async fn prepare_session(
     ctx: &Ctx,
     task: &TaskSpec,
     spec: &agenteval_core::environment::EnvSpec,
+    snapshot: bool,
     log: &mut Vec<String>,
 ) -> Result<EnvSession> {
     let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
@@ -448,7 +449,7 @@ async fn prepare_session(
         session.handle.id,
         started.elapsed().as_secs_f64()
     ));
-    if !crate::environments::snapshot(&session).await {
+    if snapshot && !crate::environments::snapshot(&session).await {
         log.push("no snapshot of the starting state (no git there): no patch".into());
     }
     Ok(session)
@@ -464,7 +465,8 @@ async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mu
     let carried = tempfile::tempdir().map_err(|e| Error::io("a folder for the agent's working folder", e))?;
     let from = format!("{}/.", left.handle.workdir.trim_end_matches('/'));
     left.env.copy_out(&left.handle, &from, carried.path(), MAX_CARRIED_BYTES).await?;
-    let fresh = prepare_session(ctx, task, spec, log).await?;
+    // The patch came from the agent's environment: no snapshot of this one.
+    let fresh = prepare_session(ctx, task, spec, false, log).await?;
     if let Err(e) = fresh.env.copy_in(&fresh.handle, carried.path(), &fresh.handle.workdir).await {
         tear_down(ctx, &fresh, log).await;
         return Err(e);
