@@ -82,6 +82,15 @@ def main():
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+
+    def write_stats():
+        if a.stats:
+            with open(a.stats + ".tmp", "w") as f:
+                json.dump(stats, f)
+            os.replace(a.stats + ".tmp", a.stats)
+
+    # The first counts say it is ready: tasks launched from now on stay RUNNING until stopped.
+    write_stats()
     while not stop:
         tasks = []
         clusters = [a.cluster] if a.cluster else ecs.list_clusters()["clusterArns"]
@@ -157,10 +166,7 @@ def main():
             stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
             if stop_at is None:
                 ecs.stop_task(cluster=cluster_of[arn], task=arn, reason=f"Essential container in task exited (exit code {rc})")
-        if a.stats:
-            with open(a.stats + ".tmp", "w") as f:
-                json.dump(stats, f)
-            os.replace(a.stats + ".tmp", a.stats)
+        write_stats()
         time.sleep(0.2)
     for g in ghosts:
         if g.poll() is None:

@@ -83,13 +83,19 @@ async fn api_calls(endpoint: &str, tasks: u64, per_job: u64, dir: &Path) {
     let mut kill = Children(vec![]);
     let stats = dir.join(format!("proxy-{per_job}.json"));
     let counted = proxy(endpoint, &stats, 0, &mut kill);
+    let ready = dir.join(format!("fargate-{per_job}.json"));
     kill.0.push(
         python("fake_fargate.py")
             .args(["--endpoint", endpoint, "--cluster", &cluster, "--agenteval", BIN])
+            .args(["--stats", ready.to_str().unwrap()])
             .stdout(Stdio::null())
             .spawn()
             .unwrap(),
     );
+    // Tasks launched before the stand-in holds them RUNNING would run through their states alone.
+    while !ready.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let cfg = dir.join(format!("bench-{per_job}.yaml"));
     std::fs::write(
         &cfg,

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::util::otlp;
 use crate::util::*;
@@ -95,7 +95,21 @@ impl Aws {
             .spawn()
             .unwrap();
         self.harnesses.push(child);
+        self.stand_in_ready(&stats);
         stats
+    }
+
+    /// Waits for the stand-in to hold tasks RUNNING (it writes its first counts then): a task
+    /// launched before that runs through moto's states on its own and may stay in one the
+    /// stand-in never takes up, and the run would wait for it forever.
+    fn stand_in_ready(&mut self, stats: &Path) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !stats.exists() {
+            let child = self.harnesses.last_mut().unwrap();
+            assert!(child.try_wait().unwrap().is_none(), "the Fargate stand-in exited before it was ready");
+            assert!(Instant::now() < deadline, "the Fargate stand-in was not ready in 60 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The Fargate stand-in running every task as a container of `image` (`docker run`), with
@@ -111,6 +125,7 @@ impl Aws {
             c.args(["--interrupt-first-after", &s.to_string()]);
         }
         self.harnesses.push(c.stdout(Stdio::null()).stderr(Stdio::inherit()).spawn().unwrap());
+        self.stand_in_ready(&stats);
         stats
     }
 
@@ -216,10 +231,12 @@ fn assert_index_matches_summary(aws: &Aws, run: &str) {
 
 /// Two workers of one job attempt: each task is run by the one that claims it first, and its
 /// folder holds that attempt's files only (`validate-bundle` checks every trace event's and
-/// log's attempt against the result that counts).
+/// log's attempt against the result that counts). The claim is a conditional write, which
+/// threaded moto may apply twice when two racing workers make it: the serialized emulator
+/// keeps DynamoDB's guarantee.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_duplicated_job_attempt_leaves_one_attempts_files_in_each_task_folder() {
-    let mut aws = Aws::new(&[], true).await;
+    let mut aws = Aws::on(emulator::serialized_endpoint(), &[], true).await;
     let stats = aws.fargate_duplicating();
     let cfg = aws.config("aws-dup", TOY, &aws.endpoint.clone());
     let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
