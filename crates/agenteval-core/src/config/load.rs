@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use saphyr::{LoadableYamlNode, MarkedYamlOwned, ScalarOwned, YamlDataOwned};
 use serde_json::{Map, Value};
 
-use super::{AgentConfig, BundleRoot, EvaluatorConfig, IndexLocation, RunConfig};
+use super::{AgentConfig, BenchmarkConfig, BundleRoot, EvaluatorConfig, IndexLocation, RunConfig};
 
 /// Where a problem comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -754,6 +754,9 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     }
     if let AgentConfig::Command { workdir, .. } = &mut config.agent {
         *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+    }
+    if let BenchmarkConfig::Command { workdir, .. } = &mut config.benchmark {
+        *workdir = Some(base.to_path_buf());
     }
     if let AgentConfig::Installed { setup: Some(setup), .. } = &mut config.agent {
         *setup = resolve(base, setup);

@@ -360,6 +360,41 @@ pub enum BenchmarkConfig {
         #[serde(default)]
         filter: TaskFilter,
     },
+    /// A benchmark in any language (`docs/benchmarks.md`): a program that lists its tasks
+    /// (`COMMAND list`: one case per line on stdout, as in a `jsonl` case file) and grades an
+    /// answer (`COMMAND grade`: `{"task", "result", "trace"}` on stdin, `{"score", "passed",
+    /// "reason"}` on stdout). A grader that crashes, hangs or prints garbage is an evaluator
+    /// error, never a pass.
+    Command {
+        /// Program and arguments; relative files are the config file's folder's. It runs there.
+        command: Vec<String>,
+        /// Other files the program reads that agents must not see (a dataset, a scorer module),
+        /// relative to the config file. The program and its arguments that name files are
+        /// hidden without being listed here.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        files: Vec<PathBuf>,
+        /// Seconds each `grade` may run (default 60).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.1, max = MAX_CHECK_SECONDS))]
+        timeout_seconds: Option<f64>,
+        /// Seconds `list` may run (default 300).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.1, max = MAX_WALL_SECONDS))]
+        list_timeout_seconds: Option<f64>,
+        /// Longest listed case in bytes (default 1 MiB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_CASE_BYTES))]
+        max_case_bytes: Option<u64>,
+        /// Most bytes `list` may print (default 256 MiB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_DATA_FILE_BYTES))]
+        max_file_bytes: Option<u64>,
+        /// The config file's folder, filled in when loading.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workdir: Option<PathBuf>,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
 }
 
 impl BenchmarkConfig {
@@ -370,6 +405,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Jsonl { .. } => "jsonl",
             BenchmarkConfig::Humaneval { .. } => "humaneval",
             BenchmarkConfig::Harbor { .. } => "harbor",
+            BenchmarkConfig::Command { .. } => "command",
         }
     }
 
@@ -378,7 +414,8 @@ impl BenchmarkConfig {
             BenchmarkConfig::Toy { filter, .. }
             | BenchmarkConfig::Jsonl { filter, .. }
             | BenchmarkConfig::Humaneval { filter, .. }
-            | BenchmarkConfig::Harbor { filter, .. } => filter,
+            | BenchmarkConfig::Harbor { filter, .. }
+            | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
 
@@ -387,7 +424,8 @@ impl BenchmarkConfig {
             BenchmarkConfig::Toy { filter, .. }
             | BenchmarkConfig::Jsonl { filter, .. }
             | BenchmarkConfig::Humaneval { filter, .. }
-            | BenchmarkConfig::Harbor { filter, .. } => filter,
+            | BenchmarkConfig::Harbor { filter, .. }
+            | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
 
@@ -407,20 +445,37 @@ impl BenchmarkConfig {
     pub fn data_files(&self) -> Vec<DataFile<'_>> {
         match self {
             BenchmarkConfig::Toy { .. } => vec![],
-            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
-            BenchmarkConfig::Humaneval { path, .. } => path.iter().map(|p| ("path", "HumanEval file", p)).collect(),
-            BenchmarkConfig::Harbor { path, .. } => vec![("path", TASK_FOLDER, path)],
+            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases".into(), "case file", cases)],
+            BenchmarkConfig::Humaneval { path, .. } => {
+                path.iter().map(|p| ("path".into(), "HumanEval file", p)).collect()
+            }
+            BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Command { files, .. } => {
+                files.iter().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
+            }
         }
     }
 
     /// [`data_files`](Self::data_files), to resolve.
-    pub fn data_files_mut(&mut self) -> Vec<(&'static str, &'static str, &mut PathBuf)> {
+    pub fn data_files_mut(&mut self) -> Vec<(String, &'static str, &mut PathBuf)> {
         match self {
             BenchmarkConfig::Toy { .. } => vec![],
-            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases", "case file", cases)],
-            BenchmarkConfig::Humaneval { path, .. } => path.iter_mut().map(|p| ("path", "HumanEval file", p)).collect(),
-            BenchmarkConfig::Harbor { path, .. } => vec![("path", TASK_FOLDER, path)],
+            BenchmarkConfig::Jsonl { cases, .. } => vec![("cases".into(), "case file", cases)],
+            BenchmarkConfig::Humaneval { path, .. } => {
+                path.iter_mut().map(|p| ("path".into(), "HumanEval file", p)).collect()
+            }
+            BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Command { files, .. } => {
+                files.iter_mut().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
+            }
         }
+    }
+
+    /// The files of the config's folder that a `command` benchmark's program line names (the
+    /// program, a dataset argument): agents must not read them. Empty for other kinds.
+    pub fn command_files(&self) -> Vec<PathBuf> {
+        let BenchmarkConfig::Command { command, workdir: Some(dir), .. } = self else { return vec![] };
+        command.iter().map(|a| dir.join(a)).filter(|p| p.exists()).collect()
     }
 }
 
@@ -428,7 +483,8 @@ impl BenchmarkConfig {
 pub const TASK_FOLDER: &str = "task folder";
 
 /// A benchmark's data file: its field under `benchmark`, what it is, and its path.
-pub type DataFile<'a> = (&'static str, &'static str, &'a PathBuf);
+/// The field is a JSON pointer below `/benchmark` (`cases`, `files/1`).
+pub type DataFile<'a> = (String, &'static str, &'a PathBuf);
 
 /// Which tasks of a benchmark to run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -897,6 +953,11 @@ impl RunConfig {
             && command.first().is_none_or(|c| c.trim().is_empty())
         {
             p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
+        }
+        if let BenchmarkConfig::Command { command, .. } = &self.benchmark
+            && command.first().is_none_or(|c| c.trim().is_empty())
+        {
+            p.push(("/benchmark/command".into(), "benchmark `command` needs a program to run".into()));
         }
         if let AgentConfig::Llm(a) = &self.agent {
             a.endpoint.validate("/agent", &mut p);

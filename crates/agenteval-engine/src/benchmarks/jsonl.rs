@@ -216,6 +216,39 @@ fn case_to_task(
     })
 }
 
+/// Parses JSON lines of cases, one per line, with paths relative to `base`: the tasks, and
+/// every problem as `name:line: message`.
+pub(super) fn parse_case_lines(name: &str, base: &Path, text: &str, rules: CaseRules) -> (Vec<TaskSpec>, Vec<String>) {
+    let mut tasks = Vec::new();
+    let mut problems = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut ps = Vec::new();
+        if line.len() as u64 > rules.max_case_bytes {
+            problems.push(format!(
+                "{name}:{}: the case is {} bytes, over the {} of `benchmark.max_case_bytes`",
+                i + 1,
+                line.len(),
+                rules.max_case_bytes
+            ));
+            continue;
+        }
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(v) => {
+                if let Some(t) = case_to_task(v, &mut seen, &mut ps, rules.trust, base) {
+                    tasks.push(t);
+                }
+            }
+            Err(e) => ps.push(format!("invalid JSON: {e}")),
+        }
+        problems.extend(ps.into_iter().map(|m| format!("{name}:{}: {m}", i + 1)));
+    }
+    (tasks, problems)
+}
+
 /// Parses a case file. Every problem is reported at once as `file:line: message`.
 pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<TaskSpec>> {
     let trust = rules.trust;
@@ -223,9 +256,9 @@ pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<Task
     let name = path.display();
     let mut tasks = Vec::new();
     let mut problems = Vec::new();
-    let mut seen = HashSet::new();
     let is_yaml = matches!(path.extension().and_then(|e| e.to_str()), Some("yaml" | "yml"));
     if is_yaml {
+        let mut seen = HashSet::new();
         match YamlDoc::parse(text) {
             Err(ps) => {
                 for p in ps {
@@ -254,30 +287,7 @@ pub fn parse_cases(path: &Path, text: &str, rules: CaseRules) -> Result<Vec<Task
             },
         }
     } else {
-        for (i, line) in text.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let mut ps = Vec::new();
-            if line.len() as u64 > rules.max_case_bytes {
-                problems.push(format!(
-                    "{name}:{}: the case is {} bytes, over the {} of `benchmark.max_case_bytes`",
-                    i + 1,
-                    line.len(),
-                    rules.max_case_bytes
-                ));
-                continue;
-            }
-            match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(v) => {
-                    if let Some(t) = case_to_task(v, &mut seen, &mut ps, trust, base) {
-                        tasks.push(t);
-                    }
-                }
-                Err(e) => ps.push(format!("invalid JSON: {e}")),
-            }
-            problems.extend(ps.into_iter().map(|m| format!("{name}:{}: {m}", i + 1)));
-        }
+        (tasks, problems) = parse_case_lines(&name.to_string(), base, text, rules);
     }
     if !problems.is_empty() {
         let n = problems.len();

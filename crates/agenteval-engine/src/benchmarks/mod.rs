@@ -1,5 +1,6 @@
-//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`) and the factory that picks one from the config.
+//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `command`) and the factory that picks one from the config.
 
+mod command;
 pub mod harbor;
 pub mod humaneval;
 mod jsonl;
@@ -44,6 +45,25 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
         BenchmarkConfig::Harbor { path, .. } => Arc::new(harbor::HarborBenchmark::new(path.clone())),
+        BenchmarkConfig::Command {
+            command,
+            workdir,
+            timeout_seconds,
+            list_timeout_seconds,
+            max_case_bytes,
+            max_file_bytes,
+            ..
+        } => Arc::new(command::CommandBenchmark {
+            command: command.clone(),
+            workdir: workdir.clone(),
+            grade_timeout: timeout_seconds.unwrap_or(crate::evaluators::command::DEFAULT_TIMEOUT),
+            list_timeout: list_timeout_seconds.unwrap_or(command::DEFAULT_LIST_TIMEOUT),
+            rules: CaseRules {
+                trust: false,
+                max_case_bytes: max_case_bytes.unwrap_or(DEFAULT_CASE_BYTES),
+                max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
+            },
+        }),
     })
 }
 

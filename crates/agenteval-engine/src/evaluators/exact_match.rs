@@ -4,7 +4,7 @@ use agenteval_core::traits::EvalInput;
 use agenteval_core::{Error, Result};
 
 use super::{Judge, Judgement, final_step, normalize, verdict};
-use crate::benchmarks::answer_text;
+use agenteval_core::model::answer_text;
 
 #[derive(Debug)]
 pub(super) struct ExactMatch {

@@ -5,7 +5,7 @@
 //! into an `EvaluatorScore`; the kinds' configs and their checks are the variants of the core's
 //! `EvaluatorConfig`.
 
-mod command;
+pub(crate) mod command;
 mod contains;
 mod cost_budget;
 mod exact_match;

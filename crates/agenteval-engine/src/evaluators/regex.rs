@@ -4,7 +4,7 @@ use agenteval_core::Result;
 use agenteval_core::traits::EvalInput;
 
 use super::{Judge, Judgement, final_step, verdict};
-use crate::benchmarks::answer_text;
+use agenteval_core::model::answer_text;
 
 #[derive(Debug)]
 pub(super) struct Regex {

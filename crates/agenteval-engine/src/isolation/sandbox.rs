@@ -77,6 +77,7 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     }
     exclude.extend(run.backend.secrets_file.as_deref().map(real));
     exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
+    exclude.extend(run.benchmark.command_files().iter().map(|p| real(p)));
     for e in &run.evaluators {
         if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {
             exclude.push(real(dir));

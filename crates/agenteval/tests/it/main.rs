@@ -5,6 +5,7 @@
 mod util;
 
 mod aws;
+mod benchmarks;
 mod cli;
 mod docs;
 mod e2e;
