@@ -128,6 +128,49 @@ impl LlmJudge {
     }
 }
 
+impl LlmJudge {
+    /// One model call in its GenAI `chat` span (semantic conventions: provider, model, usage,
+    /// finish reason; the judge's cost under `agenteval.cost_usd`).
+    async fn traced_chat(&self, client: &LlmClient, req: &ChatRequest) -> Result<crate::types::ChatResponse> {
+        use tracing::Instrument as _;
+        let provider = match self.spec.provider {
+            crate::spec::Provider::Anthropic => "anthropic",
+            crate::spec::Provider::OpenAi | crate::spec::Provider::OpenAiCompatible => "openai",
+        };
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = format!("chat {}", self.spec.name),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = provider,
+            gen_ai.request.model = self.spec.name.as_str(),
+            gen_ai.request.temperature = 0.0,
+            gen_ai.request.max_tokens = req.max_output_tokens.unwrap_or(0) as i64,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            agenteval.cost_usd = tracing::field::Empty,
+            agenteval.evaluator.id = self.id.as_str(),
+            error.type = tracing::field::Empty,
+        );
+        let resp = client.chat(req).instrument(span.clone()).await.map_err(Error::from);
+        match &resp {
+            Ok(r) => {
+                span.record("gen_ai.response.finish_reasons", r.stop_reason.as_str());
+                span.record("gen_ai.usage.input_tokens", r.usage.input_tokens as i64);
+                span.record("gen_ai.usage.output_tokens", r.usage.output_tokens as i64);
+                if let Some(p) = &self.price {
+                    span.record("agenteval.cost_usd", cost(p, &r.usage));
+                }
+            }
+            Err(e) => {
+                span.record("error.type", tracing::field::debug(e.kind()));
+            }
+        }
+        resp
+    }
+}
+
 fn number(v: &Value) -> Option<f64> {
     v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())).filter(|n: &f64| n.is_finite())
 }
@@ -242,7 +285,7 @@ impl Evaluator for LlmJudge {
                 temperature: Some(0.0),
                 max_output_tokens: Some(512),
             };
-            let resp = client.chat(&req).await.map_err(Error::from)?;
+            let resp = self.traced_chat(client, &req).await?;
             usage.input_tokens += resp.usage.input_tokens;
             usage.output_tokens += resp.usage.output_tokens;
             usage.cached_input_tokens += resp.usage.cached_input_tokens;

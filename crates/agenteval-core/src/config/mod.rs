@@ -188,6 +188,12 @@ pub struct TelemetryConfig {
     #[serde(default)]
     #[schemars(range(max = MAX_INTERVAL_SECONDS))]
     pub metrics_interval_seconds: Option<f64>,
+    /// Puts what the model was sent and answered on its spans (`gen_ai.input.messages`,
+    /// `gen_ai.output.messages`, tool arguments and results), redacted as the trace is. Off by
+    /// default (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true` turns it on too):
+    /// prompts and answers can be large and private.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub capture_content: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]

@@ -2,7 +2,7 @@
 //! and cost limits, the wall-clock limit, the GenAI spans of its calls, and the `policy.check`
 //! verdict. Grading is [`super::grade`]'s.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use agenteval_core::config::Limits;
 use agenteval_core::layout;
@@ -12,14 +12,13 @@ use agenteval_core::traits::*;
 use agenteval_core::{Error, Result, RunId};
 use async_trait::async_trait;
 use chrono::Utc;
-use opentelemetry::KeyValue;
-use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
 use serde_json::json;
 use tracing::Instrument;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::Ctx;
+use super::genai_spans::{CallModel, CallSpans};
 use crate::telemetry;
 
 /// Streams events to `trace.jsonl` and enforces token and cost limits.
@@ -51,90 +50,26 @@ pub(super) struct TraceSink {
 /// built-in evaluators read) and its payload is marked `{"elided": true}`.
 const KEPT_PAYLOAD_BYTES: usize = 8 << 20;
 
-/// Turns the agent's event stream into GenAI spans under `agent.execute`: an LLM call for every
-/// event that reports token usage (from the previous event to this one), and a tool execution
-/// from each `agent.tool_call` to its `agent.tool_result`.
-struct CallSpans {
-    parent: opentelemetry::Context,
-    model: String,
-    last_event: SystemTime,
-    open_tool: Option<opentelemetry::global::BoxedSpan>,
-}
-
-impl CallSpans {
-    fn new(parent: opentelemetry::Context, model: String) -> Self {
-        CallSpans { parent, model, last_event: SystemTime::now(), open_tool: None }
+/// What the GenAI spans may show of the conversation: the task's input and the system prompt
+/// (both redacted), when the run captures content (`telemetry.capture_content`, or the
+/// conventions' `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`).
+fn capture_content(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    llm: Option<&agenteval_core::config::LlmAgentConfig>,
+) -> Option<(String, Option<String>)> {
+    let on = ctx.config.telemetry.capture_content
+        || std::env::var("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    if !on {
+        return None;
     }
-
-    fn observe(&mut self, ev: &TraceEvent) {
-        if !self.parent.span().span_context().is_valid() {
-            return;
-        }
-        let now = SystemTime::now();
-        let tracer = opentelemetry::global::tracer("agenteval");
-        let tool_name = || ev.payload.get("tool").and_then(|t| t.as_str()).unwrap_or("unknown").to_string();
-        if ev.kind == EventKind::AgentToolResult {
-            let mut span =
-                self.open_tool.take().unwrap_or_else(|| self.tool_span(&tracer, &tool_name(), self.last_event));
-            if ev.input_tokens > 0 || ev.output_tokens > 0 {
-                span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", ev.input_tokens as i64));
-                span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", ev.output_tokens as i64));
-            }
-            span.end_with_timestamp(now);
-        } else {
-            if let Some(mut open) = self.open_tool.take() {
-                // A tool call without a result: it ended when the agent moved on.
-                open.set_status(opentelemetry::trace::Status::error("no tool result"));
-                open.end_with_timestamp(now);
-            }
-            if ev.input_tokens > 0 || ev.output_tokens > 0 {
-                let mut span = tracer
-                    .span_builder(format!("chat {}", self.model))
-                    .with_kind(SpanKind::Client)
-                    .with_start_time(self.last_event)
-                    .with_attributes([
-                        KeyValue::new("gen_ai.operation.name", "chat"),
-                        KeyValue::new("gen_ai.request.model", self.model.clone()),
-                        KeyValue::new("gen_ai.usage.input_tokens", ev.input_tokens as i64),
-                        KeyValue::new("gen_ai.usage.output_tokens", ev.output_tokens as i64),
-                        KeyValue::new("agenteval.cost_usd", ev.cost_usd),
-                        KeyValue::new("agenteval.step", ev.step as i64),
-                    ])
-                    .start_with_context(&tracer, &self.parent);
-                span.end_with_timestamp(now);
-            }
-            if ev.kind == EventKind::AgentToolCall {
-                self.open_tool = Some(self.tool_span(&tracer, &tool_name(), now));
-            }
-        }
-        self.last_event = now;
-    }
-
-    fn tool_span(
-        &self,
-        tracer: &opentelemetry::global::BoxedTracer,
-        tool: &str,
-        start: SystemTime,
-    ) -> opentelemetry::global::BoxedSpan {
-        tracer
-            .span_builder(format!("execute_tool {tool}"))
-            .with_kind(SpanKind::Internal)
-            .with_start_time(start)
-            .with_attributes([
-                KeyValue::new("gen_ai.operation.name", "execute_tool"),
-                KeyValue::new("gen_ai.tool.name", tool.to_string()),
-            ])
-            .start_with_context(tracer, &self.parent)
-    }
-
-    /// Closes a dangling tool span; later events (the runner's) make no spans.
-    fn finish(&mut self) {
-        if let Some(mut open) = self.open_tool.take() {
-            open.set_status(opentelemetry::trace::Status::error("no tool result"));
-            open.end();
-        }
-        self.parent = opentelemetry::Context::new();
-    }
+    let input = match &task.input {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let system = llm.and_then(|c| c.system.as_deref()).map(|s| ctx.redactor.redact(s));
+    Some((ctx.redactor.redact(&input), system))
 }
 
 impl TraceSink {
@@ -264,15 +199,26 @@ pub(super) async fn run_agent(
     let staged = layout::staged_task_file(job, attempt, &task.id, layout::TASK_TRACE);
     let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
     let model = ctx.config.agent.model().unwrap_or_else(|| ctx.agent.name()).to_string();
+    let llm = match &ctx.config.agent {
+        agenteval_core::config::AgentConfig::Llm(c) => Some(c),
+        _ => None,
+    };
+    let call_model = CallModel::of(&model, llm.is_some());
     let execute = tracing::info_span!(
         "agent.execute",
         agenteval.agent = ctx.agent.name(),
-        gen_ai.request.model = model.as_str(),
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = ctx.agent.name(),
+        gen_ai.provider.name = Empty,
+        gen_ai.request.model = call_model.model.as_str(),
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         agenteval.cost_usd = Empty,
         agenteval.terminated_by = Empty,
     );
+    if let Some(p) = call_model.provider {
+        execute.record("gen_ai.provider.name", p);
+    }
     let mut sink = TraceSink {
         run_id: ctx.run_id,
         task_id: task.id.clone(),
@@ -286,7 +232,7 @@ pub(super) async fn run_agent(
         cost: 0.0,
         tokens: 0,
         write_error: None,
-        spans: CallSpans::new(execute.context(), model),
+        spans: CallSpans::new(execute.context(), call_model.clone(), capture_content(ctx, task, llm)),
         cost_unknown: false,
         attachments: Vec::new(),
     };

@@ -4,6 +4,7 @@
 
 mod decide;
 mod execute;
+mod genai_spans;
 mod grade;
 
 use std::sync::Arc;

@@ -469,3 +469,87 @@ fn a_missing_key_is_a_usage_error_before_anything_starts() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stdout).contains("FAIL secret OPENAI_API_KEY"), "{}", text(&out.stdout));
 }
+
+fn task_spans(bundle: &Path, id: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(bundle.join("tasks").join(id).join("spans.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Every model call, the agent's and the judge's, is a GenAI `chat` span with its provider,
+/// model, usage and finish reason; each tool call an `execute_tool` span with its call id. What
+/// was said is on them only when the run asks (`telemetry.capture_content`), and redacted.
+#[test]
+fn model_calls_follow_the_genai_conventions_and_carry_content_only_when_asked() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("tool", "USE_TOOL please"), ("key", "ECHO_KEY now")]);
+    let judge = format!(
+        "evaluators:\n  - kind: llm_pass_fail\n    model: anthropic:claude-3-5-haiku-latest\n    base_url: {}\n    criteria: is polite\n    cache_dir: judge-cache\n",
+        mock.base_url()
+    );
+    let agent = "  system: You are terse.\n";
+    for capture in [false, true] {
+        let extra = format!("{judge}telemetry:\n  capture_content: {capture}\n");
+        let cfg = config(&ws, &format!("semconv-{capture}"), "openai:gpt-4o-mini", &mock.base_url(), agent, &extra);
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+        let bundle = bundle_of(&v);
+        let spans = task_spans(&bundle, "tool");
+        let named = |n: &str| spans.iter().filter(|s| s["name"] == n).collect::<Vec<_>>();
+        let chats = named("chat gpt-4o-mini");
+        assert_eq!(chats.len(), 2, "two agent calls: {spans:?}");
+        for c in &chats {
+            let a = &c["attributes"];
+            assert_eq!(c["kind"], "client");
+            assert_eq!(a["gen_ai.operation.name"], "chat");
+            assert_eq!(a["gen_ai.provider.name"], "openai");
+            assert_eq!(a["gen_ai.request.model"], "gpt-4o-mini");
+            assert_eq!(a["gen_ai.usage.input_tokens"], 10);
+            assert_eq!(a["gen_ai.usage.output_tokens"], 5);
+            assert!(a["gen_ai.response.finish_reasons"].as_array().is_some_and(|r| r.len() == 1), "{a}");
+            assert!(a["agenteval.cost_usd"].as_f64().unwrap() > 0.0);
+            assert_eq!(a.get("gen_ai.input.messages").is_some(), capture, "{a}");
+            assert_eq!(a.get("gen_ai.output.messages").is_some(), capture, "{a}");
+        }
+        let tool = named("execute_tool python");
+        assert_eq!(tool.len(), 1, "{spans:?}");
+        let ta = &tool[0]["attributes"];
+        assert_eq!(ta["gen_ai.operation.name"], "execute_tool");
+        assert_eq!(ta["gen_ai.tool.name"], "python");
+        assert!(ta["gen_ai.tool.call.id"].as_str().is_some_and(|id| !id.is_empty()), "{ta}");
+        assert_eq!(ta.get("gen_ai.tool.call.arguments").is_some(), capture, "{ta}");
+        let agent_span = named("agent.execute");
+        assert_eq!(agent_span[0]["attributes"]["gen_ai.operation.name"], "invoke_agent");
+        assert_eq!(agent_span[0]["attributes"]["gen_ai.provider.name"], "openai");
+        let judge_chat = named("chat claude-3-5-haiku-latest");
+        {
+            // The mock gives no verdict for this task: the judge asks twice, two spans.
+            assert_eq!(judge_chat.len(), 2, "each of the judge's calls is a span: {spans:?}");
+            let ja = &judge_chat[0]["attributes"];
+            assert_eq!(ja["gen_ai.provider.name"], "anthropic");
+            assert_eq!(ja["gen_ai.usage.input_tokens"], 10);
+            assert!(ja["gen_ai.response.finish_reasons"].is_string(), "{ja}");
+        }
+        if capture {
+            let first = &chats.iter().min_by_key(|c| c["start_time"].as_str().unwrap().to_string()).unwrap()["attributes"];
+            let input: serde_json::Value = serde_json::from_str(first["gen_ai.input.messages"].as_str().unwrap()).unwrap();
+            assert_eq!(input[0]["role"], "user");
+            assert_eq!(input[0]["parts"][0]["content"], "USE_TOOL please");
+            let system: serde_json::Value =
+                serde_json::from_str(first["gen_ai.system_instructions"].as_str().unwrap()).unwrap();
+            assert_eq!(system[0]["content"], "You are terse.");
+            let output: serde_json::Value =
+                serde_json::from_str(first["gen_ai.output.messages"].as_str().unwrap()).unwrap();
+            assert_eq!(output[0]["parts"][0]["type"], "tool_call", "{output}");
+            assert_eq!(output[0]["finish_reason"], "tool_call");
+            assert_eq!(ta["gen_ai.tool.call.result"].as_str().unwrap().trim(), "42");
+            // The key the model echoed is redacted on spans as everywhere.
+            let all = std::fs::read_to_string(bundle.join("tasks/key/spans.jsonl")).unwrap();
+            assert!(all.contains("gen_ai.output.messages"), "{all}");
+            assert!(!all.contains(KEY) && !all.contains(ECHOED_KEY), "a key reached the spans: {all}");
+        }
+    }
+}
