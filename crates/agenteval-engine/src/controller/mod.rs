@@ -539,7 +539,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         agenteval.run.name = run.config.name.as_str(),
         agenteval.benchmark = run.meta.benchmark.as_str(),
         agenteval.agent = run.meta.agent.as_str(),
-        gen_ai.request.model = run.config.agent.model().unwrap_or(""),
+        agenteval.model = run.config.agent.model().unwrap_or(""),
         agenteval.backend = run.meta.backend.as_str(),
         agenteval.tasks_total = run.tasks.len() as i64,
         agenteval.epoch = epoch as i64,

@@ -311,7 +311,7 @@ fn task_span(ctx: &Ctx, task: &TaskSpec) -> tracing::Span {
         agenteval.attempt = ctx.job.attempt as i64,
         agenteval.benchmark = ctx.benchmark.name(),
         agenteval.agent = ctx.agent.name(),
-        gen_ai.request.model = ctx.config.agent.model().unwrap_or(""),
+        agenteval.model = ctx.config.agent.model().unwrap_or(""),
         agenteval.backend = ctx.config.backend.id.as_str(),
         agenteval.passed = Empty,
         agenteval.cost_usd = Empty,

@@ -534,8 +534,10 @@ fn model_calls_follow_the_genai_conventions_and_carry_content_only_when_asked() 
             assert!(ja["gen_ai.response.finish_reasons"].is_string(), "{ja}");
         }
         if capture {
-            let first = &chats.iter().min_by_key(|c| c["start_time"].as_str().unwrap().to_string()).unwrap()["attributes"];
-            let input: serde_json::Value = serde_json::from_str(first["gen_ai.input.messages"].as_str().unwrap()).unwrap();
+            let first =
+                &chats.iter().min_by_key(|c| c["start_time"].as_str().unwrap().to_string()).unwrap()["attributes"];
+            let input: serde_json::Value =
+                serde_json::from_str(first["gen_ai.input.messages"].as_str().unwrap()).unwrap();
             assert_eq!(input[0]["role"], "user");
             assert_eq!(input[0]["parts"][0]["content"], "USE_TOOL please");
             let system: serde_json::Value =

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::util::otlp::{Protocol, RSpan, Receiver};
@@ -376,4 +377,65 @@ fn when_the_collector_comes_back_new_workers_export_again() {
         receiver.wait_for(Duration::from_secs(20), |s| s.spans.iter().any(|s| s.name == "eval.task")),
         "workers' spans arrive once the collector is back"
     );
+}
+
+/// Arize Phoenix, a real LLM-observability receiver, reads a run's spans as its own: through
+/// its REST API the model calls are LLM spans with their model and token counts, the tool calls
+/// TOOL spans with the tool's name, and the agent an AGENT span.
+#[test]
+fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
+    use agenteval_testkit::llm_mock::MockLlm;
+    let (http, grpc) = (free_port(), free_port());
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(python_tool("phoenix", "phoenix"));
+    cmd.arg("serve")
+        .env("PHOENIX_WORKING_DIR", home.path())
+        .env("PHOENIX_HOST", "127.0.0.1")
+        .env("PHOENIX_PORT", http.to_string())
+        .env("PHOENIX_GRPC_PORT", grpc.to_string())
+        .env("PHOENIX_TELEMETRY_ENABLED", "false");
+    let _phoenix = start_server(cmd, http, "/healthz", "Phoenix");
+
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-test-phoenix-0123456789abcdef\n");
+    ws.write("cases.jsonl", "{\"id\": \"tool\", \"input\": \"USE_TOOL please\"}\n");
+    let cfg = ws.write(
+        "phoenix.yaml",
+        &format!(
+            "name: phoenix-check\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: openai:gpt-4o-mini\n  base_url: {}\n  tools: [python]\n\
+             backend:\n  secrets_file: secrets.env\ntelemetry:\n  resource_attributes:\n    openinference.project.name: agenteval-check\n",
+            mock.base_url()
+        ),
+    );
+    let mut submit = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    with_otlp(&mut submit, &format!("http://127.0.0.1:{http}"), "http/protobuf");
+    let out = submit.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Phoenix ingests in the background: ask until the spans are there.
+    let mut spans = Vec::new();
+    wait_until("Phoenix to hold the run's LLM and TOOL spans", Duration::from_secs(60), || {
+        let r = ui::request(http, "GET", "/v1/projects/agenteval-check/spans?limit=1000", "127.0.0.1", &[]);
+        if r.status != 200 {
+            return false;
+        }
+        spans = r.json()["data"].as_array().cloned().unwrap_or_default();
+        let kinds: BTreeSet<&str> = spans.iter().filter_map(|s| s["span_kind"].as_str()).collect();
+        kinds.contains("LLM") && kinds.contains("TOOL")
+    });
+    let attr = |s: &serde_json::Value, k: &str| s["attributes"][k].clone();
+    let llm: Vec<_> = spans.iter().filter(|s| s["span_kind"] == "LLM").collect();
+    assert_eq!(llm.len(), 2, "two model calls: {spans:?}");
+    for s in &llm {
+        assert_eq!(attr(s, "llm.model_name"), "gpt-4o-mini", "{s}");
+        assert_eq!(attr(s, "llm.token_count.prompt"), 10, "{s}");
+        assert_eq!(attr(s, "llm.token_count.completion"), 5, "{s}");
+        assert_eq!(attr(s, "llm.token_count.total"), 15, "{s}");
+        assert_eq!(attr(s, "llm.provider"), "openai", "{s}");
+    }
+    let tools: Vec<_> = spans.iter().filter(|s| s["span_kind"] == "TOOL").collect();
+    assert_eq!(tools.len(), 1, "{spans:?}");
+    assert_eq!(attr(tools[0], "tool.name"), "python", "{}", tools[0]);
+    assert!(spans.iter().any(|s| s["span_kind"] == "AGENT" && s["name"] == "agent.execute"), "{spans:?}");
 }

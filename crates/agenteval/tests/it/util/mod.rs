@@ -299,3 +299,65 @@ pub fn submit_sampled(cfg: &Path, mut sample: impl FnMut(u32) -> u64) -> (Durati
     let out = child.wait_with_output().unwrap();
     (wall, peak, serde_json::from_slice(&out.stdout).expect("submit --json output"))
 }
+
+/// A program of a Python tool the tests run as a server (Phoenix, MLflow), from the virtual
+/// environment `tests/run.sh` installs it in (`$AGENTEVAL_TOOLS`, default `/opt/agenteval-tools`,
+/// one folder per tool: their dependencies conflict), else from `PATH`. Missing is a failure
+/// that says how to install it, never a skip.
+pub fn python_tool(venv: &str, program: &str) -> PathBuf {
+    let root = std::env::var_os("AGENTEVAL_TOOLS").map_or_else(|| PathBuf::from("/opt/agenteval-tools"), PathBuf::from);
+    let p = root.join(venv).join("bin").join(program);
+    if p.is_file() {
+        return p;
+    }
+    let on_path = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).map(|d| d.join(program)).find(|c| c.is_file()));
+    on_path.unwrap_or_else(|| panic!("`{program}` is not installed: tests/run.sh installs it into {}", p.display()))
+}
+
+/// A free TCP port on 127.0.0.1 (free when asked; a server binds it right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server process, killed with its children when dropped.
+pub struct Server(pub Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ =
+            nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.0.id() as i32), nix::sys::signal::Signal::SIGKILL);
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `cmd` in its own process group and waits until `port` answers `GET path` with 200.
+pub fn start_server(mut cmd: Command, port: u16, path: &str, what: &str) -> Server {
+    use std::os::unix::process::CommandExt as _;
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(log.reopen().unwrap())
+        .stderr(log.reopen().unwrap())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
+    let mut server = Server(child);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            && ui::request(port, "GET", path, "127.0.0.1", &[]).status == 200
+        {
+            return server;
+        }
+        if let Some(st) = server.0.try_wait().unwrap() {
+            panic!("{what} exited with {st}: {}", std::fs::read_to_string(log.path()).unwrap_or_default());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start in 180 s: {}",
+            std::fs::read_to_string(log.path()).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

@@ -91,13 +91,22 @@ impl Response {
 
 /// One HTTP/1.1 request on its own connection.
 pub fn request(port: u16, method: &str, path: &str, host: &str, headers: &[(&str, &str)]) -> Response {
+    send(port, method, path, host, headers, "")
+}
+
+/// A JSON request to a local server (a tracking server's REST API), its response.
+pub fn json_request(port: u16, method: &str, path: &str, body: &serde_json::Value) -> Response {
+    send(port, method, path, "127.0.0.1", &[("Content-Type", "application/json")], &body.to_string())
+}
+
+fn send(port: u16, method: &str, path: &str, host: &str, headers: &[(&str, &str)], body: &str) -> Response {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
-    req.push_str("Content-Length: 0\r\n\r\n");
+    req.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
     s.write_all(req.as_bytes()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
