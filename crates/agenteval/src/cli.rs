@@ -243,6 +243,30 @@ pub enum Command {
         #[command(flatten)]
         out: ReportArgs,
     },
+    /// Export a run to an experiment tracker: `--to mlflow` makes one MLflow run per agenteval
+    /// run (parameters, metrics, tags, the reports as artifacts); exporting again updates it.
+    ///
+    /// The tracking server comes from `--tracking-uri` or `MLFLOW_TRACKING_URI` (an http(s)://
+    /// server; `MLFLOW_TRACKING_TOKEN` or `MLFLOW_TRACKING_USERNAME`/`PASSWORD` authenticate).
+    /// The experiment is the run's name unless `--experiment` says otherwise.
+    Export {
+        /// The run: an id, a prefix, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Where to: `mlflow`.
+        #[arg(long, value_enum)]
+        to: ExportTarget,
+        /// The MLflow tracking server (default: `MLFLOW_TRACKING_URI`).
+        #[arg(long, env = "MLFLOW_TRACKING_URI", value_name = "URI")]
+        tracking_uri: Option<String>,
+        /// The MLflow experiment (created if missing; default: the run's name).
+        #[arg(long, value_name = "NAME")]
+        experiment: Option<String>,
+        /// Print one JSON object (the MLflow run id, its URL, what was logged).
+        #[arg(long)]
+        json: bool,
+    },
     /// Check a bundle: required files, checksums, consistency. Exit 0 only when valid.
     ValidateBundle {
         /// The bundle: a folder (`runs/<run_id>`), an `s3://` URI, or a run reference (id,
@@ -467,4 +491,11 @@ pub enum ConfigCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Where `export` sends a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportTarget {
+    /// An MLflow tracking server, over its REST API.
+    Mlflow,
 }

@@ -77,6 +77,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             resume(&run, &index, json, force, &sets, quiet, telemetry).await
         }
         Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
+        Command::Export { run, index, to, tracking_uri, experiment, json } => {
+            crate::export::export(&run, &index, to, tracking_uri.as_deref(), experiment.as_deref(), json).await
+        }
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json, probe } => doctor(&run, json, probe, telemetry).await,

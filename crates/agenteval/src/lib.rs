@@ -26,6 +26,7 @@ macro_rules! say {
 
 mod cli;
 mod commands;
+mod export;
 mod inspect;
 mod judging;
 mod output;

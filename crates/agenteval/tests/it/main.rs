@@ -10,6 +10,7 @@ mod cli;
 mod docs;
 mod e2e;
 mod environments;
+mod export;
 mod hardening;
 mod html;
 mod humaneval;
