@@ -116,7 +116,7 @@ impl BenchmarkAdapter for CommandBenchmark {
         let text = self.listing().await?;
         let shown = self.shown("list");
         let base = self.workdir.clone().unwrap_or_else(|| PathBuf::from("."));
-        let (mut tasks, problems) = parse_case_lines("line", &base, &text, self.rules);
+        let (tasks, problems) = parse_case_lines("line", &base, &text, self.rules);
         if !problems.is_empty() {
             let n = problems.len();
             return Err(Error::invalid(format!(
@@ -128,11 +128,7 @@ impl BenchmarkAdapter for CommandBenchmark {
         if tasks.is_empty() {
             return Err(Error::invalid(format!("{shown} listed no tasks")));
         }
-        tasks.retain(|t| filter.matches(t.id.as_str(), &t.tags));
-        if let Some(limit) = filter.limit {
-            tasks.truncate(limit as usize);
-        }
-        Ok(tasks)
+        Ok(super::chosen(tasks, filter))
     }
 
     async fn grade(

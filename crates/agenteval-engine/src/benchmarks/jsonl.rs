@@ -314,12 +314,7 @@ impl BenchmarkAdapter for JsonlBenchmark {
             .map_err(|e| Error::invalid(format!("case file: {e}")))?;
         let text = String::from_utf8(bytes)
             .map_err(|_| Error::invalid(format!("case file {} is not UTF-8 text", self.path.display())))?;
-        let mut tasks = parse_cases(&self.path, &text, self.rules)?;
-        tasks.retain(|t| filter.matches(t.id.as_str(), &t.tags));
-        if let Some(limit) = filter.limit {
-            tasks.truncate(limit as usize);
-        }
-        Ok(tasks)
+        Ok(super::chosen(parse_cases(&self.path, &text, self.rules)?, filter))
     }
 }
 

@@ -121,3 +121,15 @@ pub(crate) fn read_data_file(path: &Path, max: u64, option: &str) -> std::result
 }
 
 pub use agenteval_core::model::{answer_text, grade_expected};
+
+/// The tasks a benchmark's filter chooses, in their order, at most `limit` of them.
+pub(crate) fn chosen(
+    mut tasks: Vec<agenteval_core::model::TaskSpec>,
+    filter: &agenteval_core::config::TaskFilter,
+) -> Vec<agenteval_core::model::TaskSpec> {
+    tasks.retain(|t| filter.matches(t.id.as_str(), &t.tags));
+    if let Some(limit) = filter.limit {
+        tasks.truncate(limit as usize);
+    }
+    tasks
+}
