@@ -107,6 +107,7 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
             .map(|t| t.with_timezone(&Utc)),
         verdict: get_opt_s(item, "verdict").as_deref().and_then(RunVerdict::parse),
         baseline: get_opt_s(item, "baseline").and_then(|b| RunId::from_str(&b).ok()),
+        set_id: get_opt_s(item, "set_id"),
     })
 }
 
@@ -280,6 +281,7 @@ impl RunIndex for DynamoDbRunIndex {
             ("leased_at", opt_s(run.leased_at.map(ts))),
             ("verdict", opt_s(run.verdict.map(|v| v.as_str().to_string()))),
             ("baseline", opt_s(run.baseline.map(|b| b.to_string()))),
+            ("set_id", opt_s(run.set_id.clone())),
         ] {
             item.insert(k.to_string(), v);
         }

@@ -38,6 +38,37 @@ pub struct Metadata {
     /// The run whose failed tasks this run re-runs (`agenteval rerun RUN --failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<RunId>,
+    /// The set of runs this one was started with (`submit --matrix`), and what it changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<SetMember>,
+}
+
+/// A run's place in a set: the runs one `submit --matrix` started from one config, each with
+/// one combination of the matrix's values, sharing one fleet and one budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetMember {
+    /// The set's id (`compare --set ID`).
+    pub id: String,
+    /// This run's combination, numbered from 0 in the order the matrix lists them.
+    pub position: u32,
+    /// How many runs the set has.
+    pub size: u32,
+    /// The values this run set, in the order of the `--matrix` flags.
+    pub values: Vec<SetValue>,
+}
+
+/// One `KEY.PATH=VALUE` of a set member's combination.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetValue {
+    pub key: String,
+    pub value: String,
+}
+
+impl SetMember {
+    /// `agent.model=a, agent.system=@p1.txt`: the combination as people name it.
+    pub fn label(&self) -> String {
+        self.values.iter().map(|v| format!("{}={}", v.key, v.value)).collect::<Vec<_>>().join(", ")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -576,6 +576,9 @@ pub struct RunRecord {
     /// The run the verdict was judged against (`None`: never judged, or judged alone).
     #[serde(default)]
     pub baseline: Option<RunId>,
+    /// The set the run belongs to (`submit --matrix`; `compare --set`).
+    #[serde(default)]
+    pub set_id: Option<String>,
 }
 
 /// What a judged run came to, one word each (`runs list`, the UI, `comparison.json`): its gates

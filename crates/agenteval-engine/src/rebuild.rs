@@ -78,6 +78,7 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
         epoch: meta.resumed,
         leased_at: None,
         verdict,
+        set_id: meta.set.as_ref().map(|s| s.id.clone()),
         baseline,
     };
     index.create_run(&record, tasks.ids()).await?;

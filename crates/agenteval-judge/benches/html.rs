@@ -34,6 +34,7 @@ fn main() {
             reason: None,
             resume_overrides: vec![],
             rerun_of: None,
+            set: None,
         },
         bundle_uri: "/runs/bench".into(),
         tags: (0..TASKS).map(|i| (format!("task-{i:04}"), vec![format!("tag{}", i % 5)])).collect(),

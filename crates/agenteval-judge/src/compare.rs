@@ -363,6 +363,7 @@ pub(crate) mod tests {
                 reason: None,
                 resume_overrides: vec![],
                 rerun_of: None,
+                set: None,
             },
             bundle_uri: format!("/runs/{name}"),
             tags: Default::default(),

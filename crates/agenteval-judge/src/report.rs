@@ -338,6 +338,7 @@ mod tests {
                 reason: None,
                 resume_overrides: vec![],
                 rerun_of: None,
+                set: None,
             },
             bundle_uri: String::new(),
             tags: Default::default(),

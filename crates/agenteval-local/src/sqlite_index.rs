@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS runs (
     epoch INTEGER NOT NULL DEFAULT 0,
     leased_at TEXT,
     verdict TEXT,
-    baseline TEXT
+    baseline TEXT,
+    set_id TEXT
 );
 CREATE TABLE IF NOT EXISTS baselines (
     name TEXT PRIMARY KEY,
@@ -85,7 +86,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
@@ -101,9 +102,13 @@ fn migrate(conn: &Connection) -> Result<()> {
         // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
-    for (column, decl) in
-        [("controller", "TEXT NOT NULL DEFAULT ''"), ("leased_at", "TEXT"), ("verdict", "TEXT"), ("baseline", "TEXT")]
-    {
+    for (column, decl) in [
+        ("controller", "TEXT NOT NULL DEFAULT ''"),
+        ("leased_at", "TEXT"),
+        ("verdict", "TEXT"),
+        ("baseline", "TEXT"),
+        ("set_id", "TEXT"),
+    ] {
         let has: bool = conn
             .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
                 r.get::<_, i64>(0)
@@ -243,6 +248,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         leased_at: r.get::<_, Option<String>>("leased_at")?.map(|s| parse_ts(&s)).transpose()?,
         verdict: r.get::<_, Option<String>>("verdict")?.as_deref().and_then(RunVerdict::parse),
         baseline: r.get::<_, Option<String>>("baseline")?.and_then(|s| RunId::from_str(&s).ok()),
+        set_id: r.get("set_id")?,
     })
 }
 
@@ -321,8 +327,8 @@ impl RunIndex for SqliteRunIndex {
             tx.execute(
                 "INSERT INTO runs (run_id, name, benchmark, agent, backend, status, bundle_uri, config_hash,
                    tasks_total, created_at, updated_at, finished_at, heartbeat_at, cancel_requested, epoch, controller,
-                   leased_at, verdict, baseline)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+                   leased_at, verdict, baseline, set_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
                 params![
                     run.run_id.to_string(),
                     run.name,
@@ -343,6 +349,7 @@ impl RunIndex for SqliteRunIndex {
                     run.leased_at.map(ts),
                     run.verdict.map(|v| v.as_str()),
                     run.baseline.map(|b| b.to_string()),
+                    run.set_id,
                 ],
             )
             .map_err(|e| db_err("inserting run", e))?;

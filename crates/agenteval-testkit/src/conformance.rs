@@ -134,6 +134,7 @@ pub fn run_record(run: RunId, name: &str) -> RunRecord {
         leased_at: Some(now),
         verdict: None,
         baseline: None,
+        set_id: None,
     }
 }
 

@@ -63,6 +63,7 @@ fn record(run: RunId, name: &str, tasks: u64, store: &dyn BundleStore) -> RunRec
         leased_at: None,
         verdict: Some(agenteval_core::model::RunVerdict::Pass),
         baseline: None,
+        set_id: None,
     }
 }
 
@@ -177,6 +178,7 @@ async fn main() {
         reason: None,
         resume_overrides: vec![],
         rerun_of: None,
+        set: None,
     };
     store.put(&run, layout::METADATA, &serde_json::to_vec(&meta).unwrap()).await.unwrap();
     let mut lines = String::new();

@@ -296,6 +296,7 @@ async fn one(endpoint: &str, tasks: u64, dir: &Path) {
         journal: None,
         worker_env: Arc::new(BTreeMap::new),
         rerun_of: None,
+        set: None,
     };
     let start = Instant::now();
     let outcome = submit(&loaded, opts).await.unwrap_or_else(|e| panic!("the run failed: {e}"));

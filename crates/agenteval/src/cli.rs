@@ -78,6 +78,12 @@ pub enum Command {
         /// Run only the first N tasks of the benchmark (after its filter).
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
+        /// Run one run per combination: `--matrix agent.model=a,b,c --matrix
+        /// agent.system=@p1.txt,@p2.txt` makes 6 runs (`@FILE` is the file's text), driven
+        /// together as one set sharing `backend.max_concurrent_jobs` and `max_run_cost_usd`;
+        /// `agenteval compare --set SET` puts them side by side (repeatable; at most 64 runs).
+        #[arg(long, value_name = "KEY.PATH=V1,V2,…", conflicts_with_all = ["baseline", "gates"])]
+        matrix: Vec<String>,
     },
     /// Start a new run of the tasks of a run that did not pass.
     ///

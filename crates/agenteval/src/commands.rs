@@ -31,9 +31,12 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { mut run, json, baseline, gates, cassettes, limit } => {
+        Command::Submit { mut run, json, baseline, gates, cassettes, limit, matrix } => {
             if let Some(n) = limit {
                 run.sets.push(format!("benchmark.filter.limit={n}"));
+            }
+            if !matrix.is_empty() {
+                return crate::matrix::submit_matrix(&run, &matrix, json, &cassettes, quiet, telemetry).await;
             }
             submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
         }

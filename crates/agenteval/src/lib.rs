@@ -29,6 +29,7 @@ mod commands;
 mod export;
 mod inspect;
 mod judging;
+mod matrix;
 mod output;
 mod replay;
 mod session;

@@ -117,6 +117,27 @@ impl Bar {
         }
     }
 
+    /// Starts the display: `header` first (a log that stops here still names the run), then
+    /// the bar, or a line every few seconds when stderr is not a terminal.
+    pub fn begin(&self, header: &str, total: u64) {
+        if !self.terminal {
+            eprintln!("{header}");
+            let mut p = self.plain.lock().expect("progress lock");
+            p.started = Some(std::time::Instant::now());
+            return;
+        }
+        let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
+        let style = ProgressStyle::with_template(
+            "{spinner} {elapsed_precise} {bar:16} {pos}/{len} {per_sec:.1} eta {eta} {prefix}\n  {msg}",
+        )
+        .expect("valid template")
+        .progress_chars("=> ");
+        pb.set_style(style);
+        pb.enable_steady_tick(Duration::from_millis(200));
+        pb.println(header);
+        *self.bar.lock().expect("bar lock") = Some(pb);
+    }
+
     fn plain_line(&self, v: &ProgressView, now: std::time::Instant) {
         let mut p = self.plain.lock().expect("progress lock");
         let elapsed = p.started.map(|s| now - s).unwrap_or_default();
@@ -151,23 +172,7 @@ fn clock(d: Duration) -> String {
 
 impl Progress for Bar {
     fn start(&self, run_id: &RunId, bundle_uri: &str, total: u64) {
-        if !self.terminal {
-            // Printed before anything else happens: a log that stops here still names the run.
-            eprintln!("run {run_id}\nbundle {bundle_uri}\n{total} tasks");
-            let mut p = self.plain.lock().expect("progress lock");
-            p.started = Some(std::time::Instant::now());
-            return;
-        }
-        let pb = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr_with_hz(10));
-        let style = ProgressStyle::with_template(
-            "{spinner} {elapsed_precise} {bar:16} {pos}/{len} {per_sec:.1} eta {eta} {prefix}\n  {msg}",
-        )
-        .expect("valid template")
-        .progress_chars("=> ");
-        pb.set_style(style);
-        pb.enable_steady_tick(Duration::from_millis(200));
-        pb.println(format!("run {run_id}\nbundle {bundle_uri}"));
-        *self.bar.lock().expect("bar lock") = Some(pb);
+        self.begin(&format!("run {run_id}\nbundle {bundle_uri}\n{total} tasks"), total);
     }
 
     fn update(&self, v: &ProgressView) {
@@ -181,6 +186,8 @@ impl Progress for Bar {
             return;
         }
         if let Some(pb) = self.bar.lock().expect("bar lock").as_ref() {
+            // A set's total grows as its runs start.
+            pb.set_length(v.total);
             pb.set_position(v.done);
             let mut running = format!("run {}", v.running);
             if v.retries > 0 {

@@ -87,6 +87,12 @@ fn interrupt_channel(
     rx
 }
 
+/// The interrupt channel of a set's runs, and the flag that says driving has started.
+pub(crate) fn interrupts(progress: Arc<dyn Progress>) -> (Arc<std::sync::atomic::AtomicBool>, watch::Receiver<bool>) {
+    let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    (started.clone(), interrupt_channel(progress, started))
+}
+
 pub(crate) fn outcome_code(status: RunStatus) -> u8 {
     if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
 }
@@ -228,6 +234,7 @@ pub(crate) async fn controller_options(
     let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
     Ok(ControllerOptions {
         rerun_of: None,
+        set: None,
         resolver,
         progress: progress.clone(),
         interrupt: interrupt_channel(progress, started),

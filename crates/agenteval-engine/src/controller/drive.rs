@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::decide::{self, Pending, StopReason, Verdict};
 use super::jobs::{dispatch, finished_and_not, give_up, job_span, job_status_word, record_job, stop_jobs};
+use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
 use super::{
     COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, InFlight, POLL, ProgressView, Run,
@@ -77,6 +78,7 @@ pub(super) async fn drive_jobs(
     let mut last_counts = Instant::now() - COUNTS_EVERY;
     let mut last_beat = Instant::now();
     let mut last_telemetry = Instant::now();
+    let shared = opts.set.as_ref().map(|s| s.fleet.clone());
 
     let driven: Result<()> = async {
         loop {
@@ -103,9 +105,12 @@ pub(super) async fn drive_jobs(
             if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
                 break;
             }
+            let waits_for_slot = !fleet.queue.is_empty() && shared.is_some();
             tokio::select! {
                 _ = run.backend.wait_for_change(POLL) => {}
                 _ = opts.interrupt.changed() => {}
+                // Another run of the set let a job go: its slot may be this run's.
+                _ = slot_freed(shared.as_deref()), if waits_for_slot => {}
             }
             fleet.collect_ended(&opts).await?;
         }
@@ -148,10 +153,14 @@ impl Fleet<'_> {
         }
         opts.progress.update(&view(&self.counts, self.in_flight.len(), self.counters.retried));
         gauges(self.metrics, &self.counts, self.in_flight.len(), self.queue.len());
-        if self.stop.is_none() && decide::budget_reached(self.run.config.max_run_cost_usd, self.counts.cost_usd) {
-            let max = self.run.config.max_run_cost_usd.unwrap_or_default();
-            opts.progress
-                .message(&format!("run budget ${max:.4} reached (spent ${:.4}); stopping", self.counts.cost_usd));
+        // A run of a set shares the set's budget: what all its runs spent together counts.
+        let (max, spent, whose) = match &opts.set {
+            Some(set) => (set.fleet.max_cost_usd(), set.fleet.spend(self.run.run_id, self.counts.cost_usd), "set"),
+            None => (self.run.config.max_run_cost_usd, self.counts.cost_usd, "run"),
+        };
+        if self.stop.is_none() && decide::budget_reached(max, spent) {
+            let max = max.unwrap_or_default();
+            opts.progress.message(&format!("{whose} budget ${max:.4} reached (spent ${spent:.4}); stopping"));
             self.stop = Some(StopReason::Budget);
         }
         self.check_broken_agent(opts).await
@@ -213,7 +222,16 @@ impl Fleet<'_> {
     async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
         while self.in_flight.len() < max_conc && !self.queue.is_empty() {
-            let n = (max_conc - self.in_flight.len()).min(self.queue.len()).min(DISPATCH_BATCH);
+            let mut n = (max_conc - self.in_flight.len()).min(self.queue.len()).min(DISPATCH_BATCH);
+            // A run of a set launches only into the set's free slots.
+            let mut slots: Vec<Option<Slot>> = match &opts.set {
+                Some(set) => std::iter::from_fn(|| set.fleet.try_slot()).take(n).map(Some).collect(),
+                None => (0..n).map(|_| None).collect(),
+            };
+            n = slots.len();
+            if n == 0 {
+                break;
+            }
             let batch: Vec<(Pending, tracing::Span)> = self
                 .queue
                 .drain(..n)
@@ -233,9 +251,10 @@ impl Fleet<'_> {
                     Ok(handle) => {
                         self.metrics.jobs_submitted.add(1, self.metrics.attrs());
                         span.record("agenteval.job.handle", handle.native_id.as_str());
+                        let _slot = slots.pop().flatten();
                         self.in_flight.insert(
                             p.job_id.clone(),
-                            InFlight { handle, tasks: p.tasks, submitted: Instant::now(), started: false, span },
+                            InFlight { handle, tasks: p.tasks, submitted: Instant::now(), started: false, span, _slot },
                         );
                     }
                     Err(e) if e.kind().is_retryable() => {
@@ -398,6 +417,14 @@ impl Fleet<'_> {
         if let Err(e) = self.run.fleet_file.append(&snap).await {
             tracing::warn!("telemetry export failed: {e}");
         }
+    }
+}
+
+/// Resolves when a run of this run's set gives a job slot back (never without a set).
+async fn slot_freed(shared: Option<&SharedFleet>) {
+    match shared {
+        Some(fleet) => fleet.slot_freed().await,
+        None => std::future::pending().await,
     }
 }
 

@@ -10,6 +10,7 @@ pub mod decide;
 mod drive;
 mod fleet_file;
 mod jobs;
+pub mod set;
 mod spans;
 #[cfg(test)]
 mod tests;
@@ -105,6 +106,9 @@ pub struct ControllerOptions {
     pub worker_env: WorkerEnv,
     /// The run this one re-runs some tasks of (`agenteval rerun`), recorded in its metadata.
     pub rerun_of: Option<RunId>,
+    /// The set this run is one of (`submit --matrix`): its combination, and the job slots and
+    /// budget it shares with the set's other runs.
+    pub set: Option<set::SetRun>,
 }
 
 /// See `ControllerOptions::worker_env`.
@@ -118,6 +122,8 @@ struct InFlight {
     started: bool,
     /// The job's `eval.job` span, from submit to end.
     span: tracing::Span,
+    /// The set's job slot this job holds (a run of a set), given back when the job is let go.
+    _slot: Option<set::Slot>,
 }
 
 impl Drop for InFlight {
@@ -243,6 +249,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         reason: None,
         resume_overrides: vec![],
         rerun_of: opts.rerun_of,
+        set: opts.set.as_ref().map(|s| s.member.clone()),
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
     store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
@@ -267,6 +274,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         leased_at: Some(now),
         verdict: None,
         baseline: None,
+        set_id: meta.set.as_ref().map(|s| s.id.clone()),
     };
     index.create_run(&record, tasks.ids()).await?;
     let todo: Vec<u32> = (0..tasks.len() as u32).collect();

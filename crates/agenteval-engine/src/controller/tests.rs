@@ -350,6 +350,7 @@ impl Harness {
     fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
         ControllerOptions {
             rerun_of: None,
+            set: None,
             resolver: self.resolver.clone(),
             progress: Arc::new(NoProgress),
             interrupt,
