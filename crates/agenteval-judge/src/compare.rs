@@ -186,6 +186,12 @@ pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
     Some(if metric == "wall_seconds_p50" { median(&values) } else { values.iter().sum::<f64>() / values.len() as f64 })
 }
 
+/// A metric's value for each task of one run (repetitions folded, infrastructure failures left
+/// out), in task-id order: what a one-run interval is taken over.
+pub fn per_task_values(lines: &[ResultLine], metric: &str) -> Vec<f64> {
+    fold(lines).values().filter(|f| !f.infra).filter_map(|f| f.value(metric)).collect()
+}
+
 fn fold(lines: &[ResultLine]) -> BTreeMap<String, Folded> {
     let mut out: BTreeMap<String, Folded> = BTreeMap::new();
     for l in lines {
@@ -390,6 +396,14 @@ pub(crate) mod tests {
                 })
                 .collect(),
         }
+    }
+
+    /// A run whose tasks `t0`, `t1`, … passed or failed as `passed` says.
+    pub(crate) fn results_with(name: &str, passed: &[bool]) -> RunResults {
+        let ids: Vec<String> = (0..passed.len()).map(|i| format!("t{i}")).collect();
+        let outcomes: Vec<(&str, bool, TerminatedBy)> =
+            ids.iter().zip(passed).map(|(id, p)| (id.as_str(), *p, TerminatedBy::Completed)).collect();
+        run(name, &outcomes)
     }
 
     use TerminatedBy::*;

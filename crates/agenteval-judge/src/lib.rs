@@ -1,8 +1,9 @@
 //! Judging runs: did the agent get worse, and can we trust that answer? Statistics over paired
 //! tasks (`stats`), the comparison of two runs (`compare`), gates that turn it into a verdict
 //! (`gates`), the judgement a run's bundle keeps (`judgement`), the reports people read
-//! (`report`) and the samples they show (`samples`). Reads bundles through the core's
-//! `BundleStore`; knows nothing of backends, the engine or the CLI.
+//! (`report`), the samples they show (`samples`) and the runs of a matrix side by side
+//! (`set`). Reads bundles through the core's `BundleStore`; knows nothing of backends, the
+//! engine or the CLI.
 
 pub mod compare;
 pub mod gates;
@@ -11,4 +12,5 @@ pub mod judgement;
 pub mod report;
 pub mod results;
 pub mod samples;
+pub mod set;
 pub mod stats;

@@ -12,6 +12,8 @@
 //!   string;
 //! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
 //! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - `SAY_MODEL`: answers `model=<the request's model> system=<its system prompt>` (a matrix of
+//!   models and prompts gets a different answer from each combination);
 //! - `FIX_STATS`: fixes harbor-mini's `fix-python-bug` with the environment tools: `bash` (read
 //!   the file), `write_file` (the fixed module), `bash` (try it), then answers `fixed: …`;
 //! - otherwise it answers `echo: <the message>`.
@@ -206,7 +208,15 @@ async fn answer(
         None
     };
     let tool_call = planned.is_some();
-    let text = if first.contains("ECHO_KEY") {
+    let text = if first.contains("SAY_MODEL") {
+        // OpenAI sends the system prompt as a `system` message, Anthropic as a field.
+        let system = body
+            .get("system")
+            .map(text_of)
+            .or_else(|| messages.iter().find(|m| m["role"] == "system").map(|m| text_of(&m["content"])))
+            .unwrap_or_default();
+        format!("model={} system={}", body["model"].as_str().unwrap_or(""), system.trim())
+    } else if first.contains("ECHO_KEY") {
         format!("I was called with {} and found {ECHOED_KEY}", credential.clone().unwrap_or_default())
     } else if first.contains("JUDGE") {
         let score = if first.contains("GOOD ANSWER") { 0.9 } else { 0.2 };

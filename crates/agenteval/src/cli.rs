@@ -131,12 +131,25 @@ pub enum Command {
         json: bool,
     },
     /// Compare two runs task by task: paired bootstrap intervals, regressions, gates.
+    ///
+    /// Or, with `--set SET`, every run of a set (`submit --matrix`) against its first
+    /// combination (or `--against N`): each one's pass rate with its interval, its difference
+    /// from the base, its cost, and the best combination.
     Compare {
         /// The base run: a run id, `latest:NAME` (newest complete run of that name) or
         /// `baseline:NAME` (the pinned one).
-        base: String,
+        #[arg(required_unless_present = "set")]
+        base: Option<String>,
         /// The candidate run, same forms.
-        cand: String,
+        #[arg(required_unless_present = "set")]
+        cand: Option<String>,
+        /// Compare the runs of this set (its id, or a unique prefix of it) side by side.
+        #[arg(long, value_name = "SET", conflicts_with_all = ["base", "cand", "gates", "record"])]
+        set: Option<String>,
+        /// With `--set`: the combination the others are compared with, by its number in the
+        /// set's table (1 is the first) or its run id.
+        #[arg(long, value_name = "N|RUN", requires = "set")]
+        against: Option<String>,
         /// Gates file: exit 1 when a gate fails.
         #[arg(long, value_name = "FILE")]
         gates: Option<PathBuf>,

@@ -53,9 +53,15 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
-        Command::Compare { base, cand, gates, record, out, resamples, seed, index } => {
+        Command::Compare { base, cand, set, against, gates, record, out, resamples, seed, index } => {
             let (wiring, index) = open_index(&index).await?;
             let (resolver, index) = (wiring.as_ref(), index.as_ref());
+            let opts = agenteval_judge::compare::CompareOptions { resamples: resamples.max(1), seed };
+            if let Some(set) = set {
+                return judging::compare_set_cmd(resolver, index, &set, against.as_deref(), &out, opts).await;
+            }
+            // clap requires both without `--set`.
+            let (base, cand) = (base.unwrap_or_default(), cand.unwrap_or_default());
             judging::compare_cmd(resolver, index, &base, &cand, gates.as_deref(), &out, resamples, seed, record).await
         }
         Command::Baseline { command: BaselineCommand::Set { run, force, index, json } } => {

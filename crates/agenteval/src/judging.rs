@@ -377,6 +377,118 @@ pub async fn compare_cmd(
     Ok(judged.code)
 }
 
+/// `agenteval compare --set SET`: every run of a set against its base combination.
+pub async fn compare_set_cmd(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    set: &str,
+    against: Option<&str>,
+    out: &ReportArgs,
+    opts: CompareOptions,
+) -> Result<u8, Failure> {
+    let format = out.format().map_err(Failure::from)?;
+    if format == Format::Html {
+        return Err(Error::invalid(
+            "a set has no HTML report: use --format text, md or json, or open the set in `agenteval ui`",
+        )
+        .into());
+    }
+    let (set_id, records) = set_members(index, set).await?;
+    let mut runs = Vec::with_capacity(records.len());
+    for r in &records {
+        runs.push(load(resolver, index, &r.run_id).await?.0);
+    }
+    runs.sort_by_key(|r| r.meta.set.as_ref().map(|s| s.position).unwrap_or(u32::MAX));
+    let base = match against {
+        None => 0,
+        Some(a) => match a.parse::<usize>() {
+            Ok(n) if (1..=runs.len()).contains(&n) => n - 1,
+            Ok(n) => {
+                return Err(
+                    Error::invalid(format!("--against {n}: the set has combinations 1 to {}", runs.len())).into()
+                );
+            }
+            Err(_) => {
+                let id = resolve_ref(index, a).await?;
+                runs.iter().position(|r| r.meta.run_id == id).ok_or_else(|| {
+                    Failure::from(Error::invalid(format!("--against {a}: run {id} is not one of set {set_id}")))
+                })?
+            }
+        },
+    };
+    let s = agenteval_judge::set::compare_set(&set_id, &runs, base, opts);
+    let text = match format {
+        Format::Json => format!("{}\n", serde_json::to_string_pretty(&s).expect("serializes")),
+        Format::Md => agenteval_judge::set::md(&s),
+        _ => set_text(&s),
+    };
+    emit(out, &text)?;
+    Ok(exit::OK)
+}
+
+/// The runs of a set (its id or a unique prefix of one), as the index lists them.
+async fn set_members(
+    index: &dyn RunIndex,
+    set: &str,
+) -> Result<(String, Vec<agenteval_core::model::RunRecord>), Failure> {
+    let runs = index.list_runs(LATEST_WINDOW).await?;
+    let mut ids: Vec<&str> = runs.iter().filter_map(|r| r.set_id.as_deref()).filter(|id| id.starts_with(set)).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let id = match ids.as_slice() {
+        [one] => one.to_string(),
+        [] => return Err(Error::not_found(format!("no set `{set}` in the index (`submit --matrix` makes one)")).into()),
+        many => {
+            return Err(
+                Error::invalid(format!("`{set}` is the start of {} set ids: give more of it", many.len())).into()
+            );
+        }
+    };
+    let members = runs.into_iter().filter(|r| r.set_id.as_deref() == Some(id.as_str())).collect();
+    Ok((id, members))
+}
+
+/// The set's table for a terminal, within 80 columns.
+fn set_text(s: &agenteval_judge::set::SetComparison) -> String {
+    let mut t = crate::output::table();
+    t.set_header(["#", "combination", "pass % [95% CI]", "vs base, points", "$/task", ""]);
+    for row in agenteval_judge::set::rows(s) {
+        let [n, label, rate, diff, cost, word] = row;
+        t.add_row([n, wrap_label(&label, 16), rate, diff, cost, word]);
+    }
+    let t = crate::output::compact(t);
+    let mut out = format!("set {}\n{t}\n", s.set_id);
+    if let Some(line) = agenteval_judge::set::best_line(s) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for e in &s.entries {
+        out.push_str(&format!("#{} run {}\n", e.position + 1, e.run_id));
+    }
+    out
+}
+
+/// A combination's label on lines of about `width` characters, broken between its values (and
+/// after the `=` of a value too long for one line).
+pub(crate) fn wrap_label(label: &str, width: usize) -> String {
+    let mut lines: Vec<String> = vec![];
+    let parts = label.split(", ").flat_map(|p| match p.split_once('=') {
+        Some((k, v)) if p.chars().count() > width => vec![format!("{k}="), format!("  {v}")],
+        _ => vec![p.to_string()],
+    });
+    for part in parts {
+        let part = part.as_str();
+        match lines.last_mut() {
+            Some(l) if l.chars().count() + 2 + part.chars().count() <= width => {
+                l.push_str(", ");
+                l.push_str(part);
+            }
+            _ => lines.push(part.to_string()),
+        }
+    }
+    lines.join("\n")
+}
+
 /// `agenteval baseline set RUN`.
 pub async fn baseline_set(index: &dyn RunIndex, run: &str, force: bool, json: bool) -> Result<u8, Failure> {
     let id = resolve_ref(index, run).await?;

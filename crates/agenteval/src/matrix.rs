@@ -253,28 +253,29 @@ fn report(
         say!("{}", json!({ "set_id": set_id, "exit_code": code, "runs": runs, "errors": errors }));
     } else {
         let mut t = output::table();
-        t.set_header(["combination", "run", "status", "passed", "pass rate", "cost"]);
+        t.set_header(["#", "combination", "run", "status", "passed", "cost"]);
         for (m, o) in &rows {
             match o {
                 Some(o) => {
                     let s = &o.summary;
-                    let rate = if s.tasks_total > 0 { s.passed as f64 / s.tasks_total as f64 } else { 0.0 };
                     t.add_row([
-                        m.member.label(),
-                        o.run_id.to_string(),
+                        format!("{}", m.member.position + 1),
+                        crate::judging::wrap_label(&m.member.label(), 24),
+                        o.run_id.to_string().chars().take(13).collect(),
                         output::status_word(o.status).to_string(),
                         format!("{}/{}", s.passed, s.tasks_total),
-                        format!("{rate:.3}"),
                         format!("${}", s.cost_text()),
                     ]);
                 }
                 None => {
-                    t.add_row([m.member.label(), "-".into(), "error".into(), "-".into(), "-".into(), "-".into()]);
+                    let label = crate::judging::wrap_label(&m.member.label(), 24);
+                    let n = format!("{}", m.member.position + 1);
+                    t.add_row([n, label, "-".into(), "error".into(), "-".into(), "-".into()]);
                 }
             }
         }
         if !quiet {
-            say!("{t}");
+            say!("{}", output::compact(t));
         }
         say!("set     {set_id}");
         if !quiet {

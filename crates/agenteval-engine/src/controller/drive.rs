@@ -158,7 +158,11 @@ impl Fleet<'_> {
             Some(set) => (set.fleet.max_cost_usd(), set.fleet.spend(self.run.run_id, self.counts.cost_usd), "set"),
             None => (self.run.config.max_run_cost_usd, self.counts.cost_usd, "run"),
         };
-        if self.stop.is_none() && decide::budget_reached(max, spent) {
+        let reached = decide::budget_reached(max, spent);
+        if let (Some(set), true) = (&opts.set, reached) {
+            set.fleet.exhaust();
+        }
+        if self.stop.is_none() && (reached || self.set_exhausted(opts)) {
             let max = max.unwrap_or_default();
             opts.progress.message(&format!("{whose} budget ${max:.4} reached (spent ${spent:.4}); stopping"));
             self.stop = Some(StopReason::Budget);
@@ -219,8 +223,17 @@ impl Fleet<'_> {
     /// than a task per submission, and costs no allocator arenas on other threads (see
     /// docs/ARCHITECTURE.md, concurrency). A launch that failed transiently goes back to the
     /// front of the queue.
+    /// Whether another run of this run's set reached the set's budget.
+    fn set_exhausted(&self, opts: &ControllerOptions) -> bool {
+        opts.set.as_ref().is_some_and(|s| s.fleet.exhausted())
+    }
+
     async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
+        if self.set_exhausted(opts) {
+            // Seen at the next count; nothing more is launched meanwhile.
+            return Ok(());
+        }
         while self.in_flight.len() < max_conc && !self.queue.is_empty() {
             let mut n = (max_conc - self.in_flight.len()).min(self.queue.len()).min(DISPATCH_BATCH);
             // A run of a set launches only into the set's free slots.

@@ -4,6 +4,7 @@
 //! jobs finish early leaves its slots to the others and the fleet stays full.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agenteval_core::RunId;
@@ -18,6 +19,9 @@ pub struct SharedFleet {
     /// The set's budget: every run stops once the set together spent this much.
     max_cost_usd: Option<f64>,
     spent: Mutex<HashMap<RunId, f64>>,
+    /// Set once the set's budget is reached: every run stops launching at once, without
+    /// waiting to read its own counts.
+    exhausted: AtomicBool,
     /// Woken when a slot comes free, so that a run waiting for one does not wait for its own
     /// next poll.
     freed: Arc<Notify>,
@@ -52,6 +56,7 @@ impl SharedFleet {
             size,
             max_cost_usd,
             spent: Mutex::new(HashMap::new()),
+            exhausted: AtomicBool::new(false),
             freed: Arc::new(Notify::new()),
         })
     }
@@ -77,6 +82,18 @@ impl SharedFleet {
         let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
         spent.insert(run, cost_usd);
         spent.values().sum()
+    }
+
+    /// Marks the set's budget as reached, and wakes the runs waiting for a slot so that they
+    /// stop too.
+    pub fn exhaust(&self) {
+        self.exhausted.store(true, Ordering::SeqCst);
+        self.freed.notify_waiters();
+    }
+
+    /// Whether a run of the set reached the set's budget.
+    pub fn exhausted(&self) -> bool {
+        self.exhausted.load(Ordering::SeqCst)
     }
 
     /// The set's budget.

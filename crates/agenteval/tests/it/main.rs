@@ -17,6 +17,7 @@ mod humaneval;
 mod infra;
 mod judging;
 mod llm;
+mod matrix;
 mod protocol;
 mod telemetry;
 mod tidy;
