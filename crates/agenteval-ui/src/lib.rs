@@ -100,6 +100,7 @@ fn router(app: Arc<App>) -> axum::Router {
         .route("/runs/{run}", get(pages::run))
         .route("/runs/{run}/tasks/{task}", get(pages::task))
         .route("/runs/{run}/tasks/{task}/trace.jsonl", get(api::trace))
+        .route("/sets/{set}", get(pages::set))
         .route("/compare", get(pages::compare))
         .route("/compare/task", get(pages::compare_task))
         .route("/api/runs", get(api::runs))

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use agenteval_core::model::{RunRecord, RunStatus, RunVerdict, TaskResult, TaskSpec};
 use agenteval_judge::html::{Frame, HtmlReport, TaskRows};
+use agenteval_judge::results::RunResults;
 use agenteval_judge::samples::Sample;
 use askama::Template;
 use axum::extract::{Path, Query, State};
@@ -184,6 +185,8 @@ struct Row {
     verdict_class: &'static str,
     /// The run a judged run was compared with: its id and short form.
     baseline: Option<(String, String)>,
+    /// The set a run of a matrix belongs to: its id and short form.
+    set: Option<(String, String)>,
     benchmark: String,
     agent: String,
     backend: String,
@@ -273,6 +276,7 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
                 verdict: r.verdict.map_or("-", RunVerdict::as_str).to_string(),
                 verdict_class: verdict_class(r.verdict),
                 baseline: r.baseline.map(|b| (b.to_string(), short(&b))),
+                set: r.set_id.as_ref().map(|s| (s.clone(), s.chars().take(13).collect())),
                 benchmark: r.benchmark.clone(),
                 agent: r.agent.clone(),
                 backend: r.backend.clone(),
@@ -686,6 +690,136 @@ pub async fn compare_task(State(app): State<Arc<App>>, Query(q): Params) -> Resp
             base: base.run_id.to_string(),
             cand: cand.run_id.to_string(),
             task: task.as_str(),
+        })
+    })
+    .await
+}
+
+#[derive(Template)]
+#[template(path = "set.html")]
+struct SetPage<'a> {
+    source: &'a str,
+    generator: &'a str,
+    set_id: &'a str,
+    /// One column per combination: number, label, run id and short form, status.
+    columns: Vec<SetColumn>,
+    /// Rows of figures, one per metric: its name and one cell per combination.
+    metrics: Vec<(String, Vec<String>)>,
+    best: String,
+    /// Rows of tasks: its id and one cell per combination (`pass`, `fail`, `infra` or `-`).
+    tasks: Vec<(String, Vec<SetCell>)>,
+    /// Tasks not shown (the matrix shows at most `MAX_SET_TASKS`).
+    more_tasks: usize,
+}
+
+struct SetColumn {
+    number: u32,
+    label: String,
+    run_id: String,
+    short: String,
+    status: String,
+    base: bool,
+}
+
+struct SetCell {
+    word: &'static str,
+    class: &'static str,
+    /// The task's page in that run, when it has a result there.
+    link: Option<String>,
+}
+
+/// Most task rows a set's matrix shows (the figures above it cover every task).
+const MAX_SET_TASKS: usize = 500;
+
+/// `/sets/{set}`: a set's runs (`submit --matrix`) as a matrix, combinations across, the
+/// figures and then the tasks down; `?against=N` compares with combination N.
+pub async fn set(State(app): State<Arc<App>>, Path(set): Path<String>, Query(q): Params) -> Response {
+    let a = app.clone();
+    page(&app, async move {
+        let all = data::listing(&a).await?;
+        let mut records: Vec<&RunRecord> = all.iter().filter(|r| r.set_id.as_deref() == Some(set.as_str())).collect();
+        if records.is_empty() {
+            return Err(Problem::not_found(format!("no set `{set}` in the index")));
+        }
+        let mut runs = Vec::with_capacity(records.len());
+        for r in &records {
+            runs.push(data::results(&a, r).await?);
+        }
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.sort_by_key(|i| runs[*i].meta.set.as_ref().map(|s| s.position).unwrap_or(u32::MAX));
+        let runs: Vec<RunResults> = order.iter().map(|i| (*runs[*i]).clone()).collect();
+        records = order.iter().map(|i| records[*i]).collect();
+        let against =
+            match q.get("against") {
+                None => 0,
+                Some(n) => n.parse::<usize>().ok().filter(|n| (1..=runs.len()).contains(n)).map(|n| n - 1).ok_or_else(
+                    || Problem::bad_request(format!("`against={n}`: the set has combinations 1 to {}", runs.len())),
+                )?,
+            };
+        let s = agenteval_judge::set::compare_set(&set, &runs, against, Default::default());
+        let columns = s
+            .entries
+            .iter()
+            .zip(&records)
+            .map(|(e, r)| SetColumn {
+                number: e.position + 1,
+                label: e.label.clone(),
+                run_id: e.run_id.clone(),
+                short: short(&r.run_id),
+                status: r.status.as_str().to_string(),
+                base: e.position == s.base,
+            })
+            .collect();
+        let rows = agenteval_judge::set::rows(&s);
+        let metrics = vec![
+            ("pass % [95% CI]".to_string(), rows.iter().map(|r| r[2].clone()).collect()),
+            ("vs base, points".to_string(), rows.iter().map(|r| r[3].clone()).collect()),
+            ("cost per task".to_string(), rows.iter().map(|r| r[4].clone()).collect()),
+            ("tasks".to_string(), s.entries.iter().map(|e| e.tasks.to_string()).collect()),
+            ("".to_string(), rows.iter().map(|r| r[5].clone()).collect()),
+        ];
+        // Tasks down, combinations across: each cell what became of the task in that run.
+        let mut ids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+        for r in &runs {
+            ids.extend(r.lines.iter().map(|l| l.task_id.to_string()));
+        }
+        let more_tasks = ids.len().saturating_sub(MAX_SET_TASKS);
+        let by_id: Vec<HashMap<String, &agenteval_core::format::ResultLine>> =
+            runs.iter().map(|r| r.lines.iter().map(|l| (l.task_id.to_string(), l)).collect()).collect();
+        let tasks = ids
+            .into_iter()
+            .take(MAX_SET_TASKS)
+            .map(|id| {
+                let cells = runs
+                    .iter()
+                    .zip(&by_id)
+                    .map(|(r, lines)| match lines.get(&id) {
+                        None => SetCell { word: "-", class: "muted", link: None },
+                        Some(l) => {
+                            let (word, class) = if l.passed {
+                                ("pass", "pass")
+                            } else if l.terminated_by.says_nothing_about_the_agent() {
+                                ("infra", "muted")
+                            } else {
+                                ("fail", "fail")
+                            };
+                            SetCell { word, class, link: Some(format!("/runs/{}/tasks/{id}", r.meta.run_id)) }
+                        }
+                    })
+                    .collect();
+                (id, cells)
+            })
+            .collect();
+        let source = a.source.describe();
+        rendered(SetPage {
+            source: &source,
+            generator: &a.opts.generator,
+            set_id: &set,
+            columns,
+            metrics,
+            best: agenteval_judge::set::best_line(&s).unwrap_or_default(),
+            tasks,
+            more_tasks,
         })
     })
     .await

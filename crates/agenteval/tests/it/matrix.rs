@@ -100,6 +100,22 @@ fn a_three_model_two_prompt_matrix_is_one_set_on_one_fleet_and_compare_names_the
     let md = text(&out.stdout);
     assert!(md.contains("| 4 | agent.model=openai:beta, agent.system=@kind.txt |") && md.contains("| base |"), "{md}");
     assert!(md.contains("| worse |"), "{md}");
+    // The UI shows the set as a matrix: combinations across, figures and tasks down; the runs
+    // page links each run to its set.
+    let index = ws.index();
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    let page = ui.get(&format!("/sets/{set_id}")).body;
+    assert!(page.contains("best: #4 agent.model=openai:beta, agent.system=@kind.txt"), "{page}");
+    assert!(page.contains("<th>pass % [95% CI]</th>") && page.contains("80.0 ["), "{page}");
+    let q0 = page.split("<td>q0</td>").nth(1).unwrap().split("</tr>").next().unwrap();
+    let words: Vec<&str> = ["pass", "fail"].into_iter().filter(|w| q0.contains(&format!(">{w}</a>"))).collect();
+    assert_eq!(words, ["pass", "fail"], "q0's row: {q0}");
+    assert_eq!(q0.matches(">pass</a>").count(), 1, "only beta with the kind prompt passes q0: {q0}");
+    let against = ui.get(&format!("/sets/{set_id}?against=9"));
+    assert_eq!(against.status, 400, "{}", against.body);
+    let runs = ui.get("/").body;
+    assert!(runs.contains(&format!("href=\"/sets/{set_id}\"")), "the runs page links the set");
+    drop(ui);
     // Mistakes are one line each, exit 2.
     for (args, says) in [
         (vec!["compare", "--set", "ffffffff"], "no set `ffffffff`"),
