@@ -1,13 +1,14 @@
-//! LLM judges: `llm_rubric` (a score from 0 to 1 with a reason) and `llm_pass_fail`. Temperature
-//! 0; the verdict is read tolerantly (JSON in prose or in a code fence) with one bounded retry;
-//! verdicts are cached on disk by sha256 of (model, prompt, answer, rubric), so re-judging is
-//! free and gives the same verdict. The judge's cost is its score's, apart from the agent's.
+//! LLM judges: `llm_rubric` (a score from 0 to 1 with a reason), `llm_pass_fail` and
+//! `llm_pairwise` (which of two answers is better, asked in both orders). Temperature 0; the
+//! verdict is read tolerantly (JSON in prose or in a code fence) with one bounded retry; verdicts
+//! are cached on disk by sha256 of (model, prompt, answer, rubric), so re-judging is free and
+//! gives the same verdict. The judge's cost is its score's, apart from the agent's.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agenteval_core::config::JudgeConfig;
-use agenteval_core::model::{EvaluatorScore, answer_text};
+use agenteval_core::config::{JudgeConfig, JudgeInclude};
+use agenteval_core::model::{EvaluatorScore, EventKind, TraceEvent, answer_text};
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::{EvalInput, Evaluator};
 use agenteval_core::{Error, ErrorKind, Result};
@@ -24,8 +25,18 @@ use crate::types::{ChatRequest, Message, Usage};
 /// What the judge decides.
 #[derive(Debug, Clone, PartialEq)]
 pub enum JudgeKind {
-    Rubric { rubric: String, pass_threshold: f64 },
-    PassFail { criteria: String },
+    Rubric {
+        rubric: String,
+        pass_threshold: f64,
+    },
+    PassFail {
+        criteria: String,
+    },
+    /// Which of two answers is better; scored by [`LlmJudge::compare_answers`].
+    Pairwise {
+        criteria: String,
+        pass_threshold: f64,
+    },
 }
 
 pub struct LlmJudge {
@@ -37,7 +48,14 @@ pub struct LlmJudge {
     cache_dir: Option<PathBuf>,
     /// Most characters of an answer sent to the judge.
     max_answer_chars: usize,
+    /// What the judge is shown besides the task and the answer.
+    include: Vec<JudgeInclude>,
 }
+
+/// Most characters of the steps' summary a judge is shown.
+const MAX_STEPS_CHARS: usize = 4_000;
+/// Most characters of one tool call's arguments or result in that summary.
+const MAX_STEP_CHARS: usize = 300;
 
 /// A cached verdict.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -69,14 +87,16 @@ impl LlmJudge {
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);
         let max_answer_chars =
             config.max_answer_chars.unwrap_or(agenteval_core::config::DEFAULT_MAX_ANSWER_CHARS) as usize;
-        Ok(LlmJudge { id, kind, spec, client, price, cache_dir, max_answer_chars })
+        Ok(LlmJudge { id, kind, spec, client, price, cache_dir, max_answer_chars, include: config.include.clone() })
     }
 
-    fn prompt(&self, task: &str, answer: &str) -> (String, &str) {
+    /// The prompt, and the text that stands for the rubric in the cache key. `context` is what
+    /// `include` adds (the expected answer, the steps), already in sections.
+    fn prompt(&self, task: &str, answer: &str, context: &str) -> (String, &str) {
         match &self.kind {
             JudgeKind::Rubric { rubric, .. } => (
                 format!(
-                    "## Task\n{task}\n\n## Answer\n{answer}\n\n## Rubric\n{rubric}\n\nScore the answer against the rubric \
+                    "## Task\n{task}\n\n{context}## Answer\n{answer}\n\n## Rubric\n{rubric}\n\nScore the answer against the rubric \
                      from 0 (fails it entirely) to 1 (meets it fully). Reply with one JSON object and nothing \
                      else: {{\"score\": <number 0..1>, \"reason\": \"<one sentence>\"}}"
                 ),
@@ -84,13 +104,47 @@ impl LlmJudge {
             ),
             JudgeKind::PassFail { criteria } => (
                 format!(
-                    "## Task\n{task}\n\n## Answer\n{answer}\n\n## Criteria\n{criteria}\n\nDoes the answer meet every \
+                    "## Task\n{task}\n\n{context}## Answer\n{answer}\n\n## Criteria\n{criteria}\n\nDoes the answer meet every \
                      criterion? Reply with one JSON object and nothing else: {{\"passed\": true|false, \"reason\": \
                      \"<one sentence>\"}}"
                 ),
                 criteria,
             ),
+            // Two answers: `answer` holds both, in sections, in the order asked.
+            JudgeKind::Pairwise { criteria, .. } => (
+                format!(
+                    "## Task\n{task}\n\n{context}{answer}## Criteria\n{criteria}\n\nWhich answer meets the criteria better? \
+                     Reply with one JSON object and nothing else: {{\"winner\": \"A\"|\"B\"|\"tie\", \"reason\": \
+                     \"<one sentence>\"}}"
+                ),
+                criteria,
+            ),
         }
+    }
+
+    /// The sections `include` asks for: the expected answer and a summary of the steps.
+    fn context(&self, expected: Option<&Value>, trace: &[TraceEvent]) -> String {
+        let mut out = String::new();
+        if self.include.contains(&JudgeInclude::Expected)
+            && let Some(e) = expected
+        {
+            out.push_str(&format!("## Expected answer\n{}\n\n", answer_text(e)));
+        }
+        if self.include.contains(&JudgeInclude::Steps) {
+            out.push_str(&format!("## Steps the agent took\n{}\n\n", steps_summary(trace)));
+        }
+        out
+    }
+
+    /// An answer cut to `max_answer_chars`, and the note that says so (empty when whole).
+    fn cut(&self, answer: String) -> (String, String) {
+        let total = answer.chars().count();
+        if total <= self.max_answer_chars {
+            return (answer, String::new());
+        }
+        let kept: String = answer.chars().take(self.max_answer_chars).collect();
+        let note = format!(" (answer cut to its first {} of {total} characters)", self.max_answer_chars);
+        (format!("{kept}\n[… the rest of the answer, {} characters, was cut]", total - self.max_answer_chars), note)
     }
 
     fn cache_file(&self, prompt: &str, answer: &str, rubric: &str) -> Option<PathBuf> {
@@ -124,8 +178,57 @@ impl LlmJudge {
                 };
                 Some(Verdict { score: if passed { 1.0 } else { 0.0 }, passed, reason })
             }
+            // From answer A's side: 1 when A wins, 0 when B does, 0.5 for a tie.
+            JudgeKind::Pairwise { .. } => {
+                let w = v.get("winner").or_else(|| v.get("better")).or_else(|| v.get("choice"))?.as_str()?;
+                let score = match w.trim().trim_start_matches("Answer ").trim().to_ascii_lowercase().as_str() {
+                    "a" => 1.0,
+                    "b" => 0.0,
+                    "tie" | "even" | "equal" | "both" | "neither" => 0.5,
+                    _ => return None,
+                };
+                Some(Verdict { score, passed: score > 0.5, reason })
+            }
         }
     }
+}
+
+/// The agent's tool calls and their results, one line each, cut to fit a judge's prompt.
+pub fn steps_summary(trace: &[TraceEvent]) -> String {
+    let cut = |v: &Value| {
+        let t = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if t.chars().count() > MAX_STEP_CHARS {
+            format!("{}…", t.chars().take(MAX_STEP_CHARS).collect::<String>())
+        } else {
+            t
+        }
+    };
+    let mut out = String::new();
+    let mut n = 0;
+    for e in trace {
+        let line = match e.kind {
+            EventKind::AgentToolCall => {
+                n += 1;
+                let tool = e.payload.get("tool").or_else(|| e.payload.get("name")).map(cut).unwrap_or_default();
+                let args = e.payload.get("arguments").or_else(|| e.payload.get("args")).map(cut).unwrap_or_default();
+                format!("{n}. called {tool} {args}\n")
+            }
+            EventKind::AgentToolResult => {
+                let r = e.payload.get("output").or_else(|| e.payload.get("result")).unwrap_or(&e.payload);
+                format!("   -> {}\n", cut(r).replace('\n', " "))
+            }
+            _ => continue,
+        };
+        if out.chars().count() + line.chars().count() > MAX_STEPS_CHARS {
+            out.push_str("[… later steps cut]\n");
+            break;
+        }
+        out.push_str(&line);
+    }
+    if out.is_empty() { "(no tool calls)".into() } else { out.trim_end().to_string() }
 }
 
 impl LlmJudge {
@@ -233,49 +336,71 @@ impl Evaluator for LlmJudge {
         match self.kind {
             JudgeKind::Rubric { .. } => "llm_rubric",
             JudgeKind::PassFail { .. } => "llm_pass_fail",
+            JudgeKind::Pairwise { .. } => "llm_pairwise",
         }
     }
 
     async fn evaluate(&self, input: &EvalInput<'_>) -> Result<EvaluatorScore> {
-        let task = match &input.task.input {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
+        if matches!(self.kind, JudgeKind::Pairwise { .. }) {
+            return Err(Error::internal("a pairwise judge needs the baseline's answer (compare_answers)"));
+        }
+        let task = task_text(&input.task.input);
         let answer = input.result.final_answer.as_ref().map(answer_text).unwrap_or_default();
         // Cut before the judge sees it, and said: padding past the judge's context must not
         // decide the verdict (nor make the judge fail).
-        let total = answer.chars().count();
-        let (answer, cut) = if total > self.max_answer_chars {
-            let kept: String = answer.chars().take(self.max_answer_chars).collect();
-            let note = format!(" (answer cut to its first {} of {total} characters)", self.max_answer_chars);
-            (format!("{kept}\n[… the rest of the answer, {} characters, was cut]", total - self.max_answer_chars), note)
-        } else {
-            (answer, String::new())
-        };
-        let (prompt, rubric) = self.prompt(&task, &answer);
+        let (answer, cut) = self.cut(answer);
+        let context = self.context(input.task.expected.as_ref(), input.trace);
+        let (prompt, rubric) = self.prompt(&task, &answer, &context);
         let rubric = rubric.to_string();
-        let cache = self.cache_file(&prompt, &answer, &rubric);
-        let score = |v: Verdict, cost_usd: f64, tokens: u64, note: &str| EvaluatorScore {
+        let asked = self.ask(prompt, &answer, &rubric).await?;
+        Ok(self.score(asked.verdict, asked.cost_usd, asked.tokens, &format!("{}{cut}", asked.note)))
+    }
+}
+
+/// A verdict and what it cost.
+struct Asked {
+    verdict: Verdict,
+    cost_usd: f64,
+    tokens: u64,
+    /// ` (cached verdict)`, ` (judge cost unknown)` or nothing.
+    note: &'static str,
+}
+
+fn task_text(input: &Value) -> String {
+    match input {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl LlmJudge {
+    fn score(&self, v: Verdict, cost_usd: f64, tokens: u64, note: &str) -> EvaluatorScore {
+        EvaluatorScore {
             optional: false,
             tokens,
             evaluator_id: self.id.clone(),
             kind: self.kind().to_string(),
             score: v.score,
             passed: v.passed,
-            reason: format!("{}{note}{cut}", v.reason),
+            reason: format!("{}{note}", v.reason),
             citations: vec![],
             cost_usd,
             error: None,
-        };
+        }
+    }
+
+    /// One verdict: from the cache, or from the model (with one bounded retry when its reply
+    /// holds none), then cached.
+    async fn ask(&self, prompt: String, answer: &str, rubric: &str) -> Result<Asked> {
+        let cache = self.cache_file(&prompt, answer, rubric);
         if let Some(v) =
             cache.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice(&b).ok())
         {
-            return Ok(score(v, 0.0, 0, " (cached verdict)"));
+            return Ok(Asked { verdict: v, cost_usd: 0.0, tokens: 0, note: " (cached verdict)" });
         }
         let client = self.client.as_ref().map_err(|e| Error::invalid(e.clone()))?;
         let mut messages = vec![Message::User { text: prompt }];
         let mut usage = Usage::default();
-        // One bounded retry when the reply holds no readable verdict.
         for attempt in 0..2 {
             let req = ChatRequest {
                 model: self.spec.name.clone(),
@@ -297,7 +422,8 @@ impl Evaluator for LlmJudge {
                 }
                 let dollars = self.price.map(|p| cost(&p, &usage));
                 let note = if dollars.is_none() { " (judge cost unknown)" } else { "" };
-                return Ok(score(v, dollars.unwrap_or(0.0), usage.input_tokens + usage.output_tokens, note));
+                let tokens = usage.input_tokens + usage.output_tokens;
+                return Ok(Asked { verdict: v, cost_usd: dollars.unwrap_or(0.0), tokens, note });
             }
             if attempt == 0 {
                 messages.push(Message::Assistant { text: Some(reply), tool_calls: vec![] });
@@ -307,6 +433,55 @@ impl Evaluator for LlmJudge {
             }
         }
         Err(Error::new(ErrorKind::Invalid, format!("judge {} gave no readable verdict in 2 replies", self.spec.name)))
+    }
+
+    /// `llm_pairwise`: the candidate's answer against the baseline's for the same task, asked
+    /// twice with their positions swapped. The candidate scores 1 when both orders prefer it, 0
+    /// when both prefer the baseline's, 0.5 otherwise (a tie, or the two orders disagree: the
+    /// judge followed the position, not the answers).
+    pub async fn compare_answers(
+        &self,
+        task: &Value,
+        expected: Option<&Value>,
+        candidate: &str,
+        baseline: &str,
+    ) -> Result<EvaluatorScore> {
+        let JudgeKind::Pairwise { pass_threshold, .. } = self.kind else {
+            return Err(Error::internal("compare_answers is the pairwise judge's"));
+        };
+        let task = task_text(task);
+        let (candidate, cut_c) = self.cut(candidate.to_string());
+        let (baseline, _) = self.cut(baseline.to_string());
+        let context = self.context(expected, &[]);
+        let both = |a: &str, b: &str| format!("## Answer A\n{a}\n\n## Answer B\n{b}\n\n");
+        // First the candidate as A, then as B; each order is its own cached verdict.
+        let first = both(&candidate, &baseline);
+        let (p1, criteria) = self.prompt(&task, &first, &context);
+        let criteria = criteria.to_string();
+        let one = self.ask(p1, &first, &criteria).await?;
+        let second = both(&baseline, &candidate);
+        let (p2, _) = self.prompt(&task, &second, &context);
+        let two = self.ask(p2, &second, &criteria).await?;
+        // The candidate's side of each: A in the first order, B in the second.
+        let (c1, c2) = (one.verdict.score, 1.0 - two.verdict.score);
+        let name = |x: f64| match x {
+            x if x > 0.5 => "this run's",
+            x if x < 0.5 => "the baseline's",
+            _ => "neither (a tie)",
+        };
+        let (score, outcome) = if c1 == c2 {
+            (c1, format!("both orders prefer {} answer", name(c1)))
+        } else {
+            (0.5, format!("a tie: the two orders disagree ({} first, {} swapped)", name(c1), name(c2)))
+        };
+        let reason = format!(
+            "{outcome}; this run's answer as A: {}; as B: {}{cut_c}",
+            one.verdict.reason.trim(),
+            two.verdict.reason.trim()
+        );
+        let note = if one.note == two.note { one.note } else { "" };
+        let v = Verdict { score, passed: score >= pass_threshold, reason };
+        Ok(self.score(v, one.cost_usd + two.cost_usd, one.tokens + two.tokens, note))
     }
 }
 

@@ -30,7 +30,7 @@ pub use types::*;
 /// under a cost limit, a model spec it cannot parse): `(json pointer, message)` pairs, like
 /// `RunConfig::validate`.
 pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    use agenteval_core::config::{AgentConfig, EvaluatorConfig};
+    use agenteval_core::config::AgentConfig;
     let mut p = Vec::new();
     let table = PriceTable::packaged();
     if let AgentConfig::Llm(a) = &config.agent {
@@ -55,7 +55,7 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
         }
     }
     for (i, e) in config.evaluators.iter().enumerate() {
-        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+        if let Some(judge) = e.judge()
             && let Err(msg) = ModelSpec::parse(&judge.model)
         {
             p.push((format!("/evaluators/{i}/model"), msg.to_string()));

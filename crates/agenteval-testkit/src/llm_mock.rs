@@ -12,13 +12,16 @@
 //!   string;
 //! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
 //! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - a pairwise judge's prompt (`## Answer A` and `## Answer B`): the answer that says `GOOD`
+//!   wins (a tie when both or neither do), or always `A` when the task says `POSITION_BIAS`;
 //! - `SAY_MODEL`: answers `model=<the request's model> system=<its system prompt>` (a matrix of
 //!   models and prompts gets a different answer from each combination);
 //! - `FIX_STATS`: fixes harbor-mini's `fix-python-bug` with the environment tools: `bash` (read
 //!   the file), `write_file` (the fixed module), `bash` (try it), then answers `fixed: …`;
 //! - otherwise it answers `echo: <the message>`.
 //!
-//! Every call reports 10 input and 5 output tokens unless `BIG`. A latency applies to every call.
+//! A request that offers no tools never gets a tool call. Every call reports 10 input and 5
+//! output tokens unless `BIG`. A latency applies to every call.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -195,7 +198,10 @@ async fn answer(
     }
     let (input, output) = if first.contains("BIG") { (400_000, 100_000) } else { (10, 5) };
     let python = || Some(("python", json!({"code": "print(6 * 7)"})));
-    let planned: Option<(&str, Value)> = if first.contains("FIX_STATS") {
+    let offers_tools = body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
+    let planned: Option<(&str, Value)> = if !offers_tools {
+        None
+    } else if first.contains("FIX_STATS") {
         match call_no {
             1 => Some(("bash", json!({"command": "cat calc/stats.py"}))),
             2 => Some(("write_file", json!({"path": "calc/stats.py", "content": FIXED_STATS}))),
@@ -208,7 +214,20 @@ async fn answer(
         None
     };
     let tool_call = planned.is_some();
-    let text = if first.contains("SAY_MODEL") {
+    let pairwise = first.split_once("## Answer A\n").and_then(|(_, rest)| rest.split_once("## Answer B\n"));
+    let text = if let Some((a, rest)) = pairwise {
+        let b = rest.split("## Criteria").next().unwrap_or(rest);
+        let winner = if first.contains("POSITION_BIAS") {
+            "A"
+        } else {
+            match (a.contains("GOOD"), b.contains("GOOD")) {
+                (true, false) => "A",
+                (false, true) => "B",
+                _ => "tie",
+            }
+        };
+        format!("```json\n{{\"winner\": \"{winner}\", \"reason\": \"scripted: {winner}\"}}\n```")
+    } else if first.contains("SAY_MODEL") {
         // OpenAI sends the system prompt as a `system` message, Anthropic as a field.
         let system = body
             .get("system")

@@ -126,10 +126,11 @@ async fn submit(
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
-    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    let mut loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
+    judging::resolve_pairwise(wiring.as_ref(), &mut loaded).await?;
     let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
     preflight(wiring.as_ref(), &loaded.config, strict_replay).await?;
     let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::str::FromStr;
 
+use agenteval_core::config::LoadedConfig;
 use agenteval_core::layout;
 use agenteval_core::model::{RunStatus, RunUpdate, RunVerdict};
 use agenteval_core::traits::{Resolver, RunIndex};
@@ -375,6 +376,47 @@ pub async fn compare_cmd(
     )
     .await?;
     Ok(judged.code)
+}
+
+/// Resolves each `llm_pairwise` evaluator's `baseline` to one run and records where its bundle
+/// is, in the config the workers read, before anything is created: a run the index does not
+/// know is a usage error (exit 2) naming the evaluator. Runs that share the config's index only.
+pub async fn resolve_pairwise(resolver: &dyn Resolver, loaded: &mut LoadedConfig) -> Result<(), Failure> {
+    use agenteval_core::config::EvaluatorConfig;
+    if !loaded.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::LlmPairwise { .. })) {
+        return Ok(());
+    }
+    let at = loaded.config.storage.index_location();
+    let index = resolver.index(&at).await.map_err(|e| {
+        Failure::from(Error::invalid(format!(
+            "llm_pairwise: its baseline is looked up in the run index, which cannot be opened: {e}"
+        )))
+    })?;
+    let mut problems = Vec::new();
+    for (i, e) in loaded.config.evaluators.iter_mut().enumerate() {
+        let EvaluatorConfig::LlmPairwise { baseline, baseline_bundle, .. } = e else { continue };
+        let found = async {
+            let id = resolve_ref(index.as_ref(), baseline).await?;
+            let record = index
+                .get_run(&id)
+                .await?
+                .ok_or_else(|| Failure::from(Error::not_found(format!("run {id} is not in the index"))))?;
+            Ok::<_, Failure>((id, record.bundle_uri))
+        }
+        .await;
+        match found {
+            Ok((id, uri)) => {
+                *baseline = id.to_string();
+                *baseline_bundle = Some(uri);
+            }
+            Err(f) => problems.push(format!("evaluators[{i}] (llm_pairwise) baseline `{baseline}`: {}", f.error)),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(Failure { code: exit::USAGE, error: anyhow::anyhow!(problems.join("\n")) });
+    }
+    loaded.resolved["evaluators"] = serde_json::to_value(&loaded.config.evaluators).expect("evaluators serialize");
+    Ok(())
 }
 
 /// `agenteval compare --set SET`: every run of a set against its base combination.

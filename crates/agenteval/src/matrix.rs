@@ -163,8 +163,11 @@ pub async fn submit_matrix(
     // The base config carries the set's fleet size and budget, and must load on its own too.
     let base = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let set_id = RunId::new().to_string();
-    let members = load_members(args, &axes, &set_id)?;
+    let mut members = load_members(args, &axes, &set_id)?;
     let wiring = Wiring::new(exe()?, base.config.aws.as_ref());
+    for m in &mut members {
+        crate::judging::resolve_pairwise(wiring.as_ref(), &mut m.loaded).await?;
+    }
     let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
     for m in &members {
         crate::commands::preflight(wiring.as_ref(), &m.loaded.config, strict_replay).await.map_err(|f| Failure {

@@ -199,12 +199,35 @@ pub enum EvaluatorConfig {
         #[serde(flatten)]
         judge: super::JudgeConfig,
     },
+    /// An LLM decides which of two answers to the same task is better: this run's, or the
+    /// `baseline` run's. Asked twice with the answers' positions swapped (to cancel a judge's
+    /// preference for a position): the candidate scores 1 when both orders prefer it, 0 when
+    /// both prefer the baseline's, and 0.5 (a tie) when they disagree or call it even.
+    LlmPairwise {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The run whose answers this run's are judged against: a run id, `latest:NAME` or
+        /// `baseline:NAME`, resolved to one run when the run is submitted.
+        baseline: String,
+        /// Where that run's bundle is (filled in when the run is submitted).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        baseline_bundle: Option<String>,
+        /// What makes one answer better than the other.
+        criteria: String,
+        /// Lowest score that passes (default 0.5: a tie passes, the candidate must not be
+        /// worse; 1 asks it to win).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0, max = 1))]
+        pass_threshold: Option<f64>,
+        #[serde(flatten)]
+        judge: super::JudgeConfig,
+    },
 }
 
 impl EvaluatorConfig {
     /// Whether this evaluator asks a model.
     pub fn is_judge_kind(kind: &str) -> bool {
-        matches!(kind, "llm_rubric" | "llm_pass_fail")
+        matches!(kind, "llm_rubric" | "llm_pass_fail" | "llm_pairwise")
     }
 
     /// Whether it judges the answer itself (against an expectation, a pattern, a schema, a
@@ -222,15 +245,25 @@ impl EvaluatorConfig {
                 | EvaluatorConfig::Tests { .. }
                 | EvaluatorConfig::LlmRubric { .. }
                 | EvaluatorConfig::LlmPassFail { .. }
+                | EvaluatorConfig::LlmPairwise { .. }
         )
+    }
+
+    /// The model judge's settings, for the kinds that ask one.
+    pub fn judge(&self) -> Option<&super::JudgeConfig> {
+        match self {
+            EvaluatorConfig::LlmRubric { judge, .. }
+            | EvaluatorConfig::LlmPassFail { judge, .. }
+            | EvaluatorConfig::LlmPairwise { judge, .. } => Some(judge),
+            _ => None,
+        }
     }
 
     /// Whether the config marked this evaluator `optional: true` (judges only): its own failure
     /// then does not fail the task.
     pub fn optional(&self) -> bool {
         match self {
-            EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } => judge.optional,
-            _ => false,
+            _ => self.judge().is_some_and(|j| j.optional),
         }
     }
 }
@@ -309,6 +342,7 @@ impl EvaluatorConfig {
             EvaluatorConfig::Policy { .. } => "policy",
             EvaluatorConfig::LlmRubric { .. } => "llm_rubric",
             EvaluatorConfig::LlmPassFail { .. } => "llm_pass_fail",
+            EvaluatorConfig::LlmPairwise { .. } => "llm_pairwise",
         }
     }
 
@@ -328,7 +362,8 @@ impl EvaluatorConfig {
             | EvaluatorConfig::Tests { id, .. }
             | EvaluatorConfig::Policy { id, .. }
             | EvaluatorConfig::LlmRubric { id, .. }
-            | EvaluatorConfig::LlmPassFail { id, .. } => id,
+            | EvaluatorConfig::LlmPassFail { id, .. }
+            | EvaluatorConfig::LlmPairwise { id, .. } => id,
         };
         id.as_deref().unwrap_or(self.kind())
     }
@@ -400,6 +435,21 @@ impl EvaluatorConfig {
             }
             EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } => {
                 judge.endpoint.validate(at, problems);
+            }
+            EvaluatorConfig::LlmPairwise { judge, baseline, .. } => {
+                judge.endpoint.validate(at, problems);
+                if baseline.trim().is_empty() {
+                    problems.push((
+                        format!("{at}/baseline"),
+                        "name the run to judge against (a run id, latest:NAME or baseline:NAME)".into(),
+                    ));
+                }
+                if judge.include.contains(&super::JudgeInclude::Steps) {
+                    problems.push((
+                        format!("{at}/include"),
+                        "`steps` is for llm_rubric and llm_pass_fail: a pairwise judge sees two answers, and only this run's steps".into(),
+                    ));
+                }
             }
             _ => {}
         }

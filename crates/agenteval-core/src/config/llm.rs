@@ -114,6 +114,19 @@ pub struct JudgeConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 100, max = 10_000_000))]
     pub max_answer_chars: Option<u64>,
+    /// What the judge is shown besides the task and the answer: `expected` (the task's
+    /// expected answer, when it has one) and `steps` (a summary of the agent's tool calls and
+    /// their results, cut to 4,000 characters). Part of the cached verdict's key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<JudgeInclude>,
+}
+
+/// Something a judge may be shown besides the task and the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeInclude {
+    Expected,
+    Steps,
 }
 
 /// `max_answer_chars` when a judge does not say.

@@ -1,7 +1,8 @@
 //! Built-in evaluators, one module per kind (`exact_match`, `contains`, `regex`, `no_error`,
 //! `max_steps`, `tool_sequence`, `cost_budget`, `latency_budget`, `json_schema`, `policy`,
-//! `command`, `tests` in `verifier`) and the LLM judges `llm_rubric`/`llm_pass_fail` (from `agenteval-llm`), built from
-//! their config in one table ([`evaluator_from_config`]). Each turns a task's result and trace
+//! `command`, `tests` in `verifier`) and the LLM judges `llm_rubric`/`llm_pass_fail` (from
+//! `agenteval-llm`) and `llm_pairwise` (`pairwise`: against a baseline run's answers), built
+//! from their config in one table ([`evaluator_from_config`]). Each turns a task's result and trace
 //! into an `EvaluatorScore`; the kinds' configs and their checks are the variants of the core's
 //! `EvaluatorConfig`.
 
@@ -13,6 +14,7 @@ mod json_schema;
 mod latency_budget;
 mod max_steps;
 mod no_error;
+pub mod pairwise;
 mod policy;
 mod regex;
 mod tool_sequence;
@@ -44,6 +46,16 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
 /// Builds an evaluator from its config: the one table of kinds. Fails only on configuration the
 /// loader would have refused. `secrets` hold the judges' keys, by environment variable name.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]) -> Result<Arc<dyn Evaluator>> {
+    evaluator_with_baseline(cfg, secrets, None)
+}
+
+/// [`evaluator_from_config`], with the baseline bundle an `llm_pairwise` reads (opened by the
+/// worker, which has the resolver).
+pub fn evaluator_with_baseline(
+    cfg: &EvaluatorConfig,
+    secrets: &[(String, Secret)],
+    baseline: Option<pairwise::Baseline>,
+) -> Result<Arc<dyn Evaluator>> {
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
     use EvaluatorConfig as C;
     let judge: Box<dyn Judge> = match cfg {
@@ -107,6 +119,13 @@ pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]
         C::LlmPassFail { criteria, judge, .. } => {
             return llm_judge(cfg, JudgeKind::PassFail { criteria: criteria.clone() }, judge, secrets);
         }
+        C::LlmPairwise { criteria, pass_threshold, judge, .. } => {
+            let baseline = baseline.ok_or_else(|| bad("its baseline run's bundle was not opened".into()))?;
+            let kind =
+                JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
+            let judge = llm_judge_of(cfg, kind, judge, secrets)?;
+            return Ok(Arc::new(pairwise::Pairwise { judge, baseline }));
+        }
     };
     Ok(Arc::new(Builtin { id: cfg.id().to_string(), kind: cfg.kind(), judge }))
 }
@@ -118,10 +137,18 @@ fn llm_judge(
     judge: &agenteval_core::config::JudgeConfig,
     secrets: &[(String, Secret)],
 ) -> Result<Arc<dyn Evaluator>> {
+    Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets)?))
+}
+
+fn llm_judge_of(
+    cfg: &EvaluatorConfig,
+    kind: JudgeKind,
+    judge: &agenteval_core::config::JudgeConfig,
+    secrets: &[(String, Secret)],
+) -> Result<LlmJudge> {
     let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
-    let judge = LlmJudge::new(cfg.id().to_string(), kind, judge, key)
-        .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))?;
-    Ok(Arc::new(judge))
+    LlmJudge::new(cfg.id().to_string(), kind, judge, key)
+        .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))
 }
 
 /// What a built-in evaluator decided: score, passed, reason, and the trace steps it cites.

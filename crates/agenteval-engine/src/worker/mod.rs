@@ -27,7 +27,6 @@ use agenteval_llm::{CassetteMode, Cassettes};
 use crate::agents::agent_from_config;
 use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{publish_staged, read_json, write_task_outcome_in};
-use crate::evaluators::evaluator_from_config;
 use crate::resolve::{read_bundle_file, store_from_bundle_uri};
 use crate::telemetry::{self, Journal, TRACEPARENT_ENV};
 
@@ -91,7 +90,7 @@ pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String,
         .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
         .collect();
     for e in &config.evaluators {
-        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+        if let Some(judge) = e.judge()
             && let Some((_, name)) = crate::evaluators::judge_secret(judge)
             && !out.iter().any(|(n, _)| *n == name)
         {
@@ -150,7 +149,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     // The judges' keys are kept apart: an agent under test never gets a judge's key.
     let mut judge_secrets: Vec<(String, Secret)> = Vec::new();
     for e in &config.evaluators {
-        if let EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } = e
+        if let Some(judge) = e.judge()
             && let Some((var, name)) = crate::evaluators::judge_secret(judge)
             && !judge_secrets.iter().any(|(v, _)| *v == var)
         {
@@ -159,8 +158,18 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
-    let evaluators =
-        config.evaluators.iter().map(|e| evaluator_from_config(e, &judge_secrets)).collect::<Result<Vec<_>>>()?;
+    let mut evaluators = Vec::with_capacity(config.evaluators.len());
+    for e in &config.evaluators {
+        // A pairwise judge reads the baseline run's answers from its bundle.
+        let baseline = match e {
+            EvaluatorConfig::LlmPairwise { baseline_bundle: Some(uri), .. } => {
+                let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
+                Some(crate::evaluators::pairwise::Baseline { store, run })
+            }
+            _ => None,
+        };
+        evaluators.push(crate::evaluators::evaluator_with_baseline(e, &judge_secrets, baseline)?);
+    }
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
     let environment = crate::environments::open(&config, resolver).await?;

@@ -555,3 +555,130 @@ fn model_calls_follow_the_genai_conventions_and_carry_content_only_when_asked() 
         }
     }
 }
+
+/// The judge's part of a call: the user message of a chat request (OpenAI puts the system
+/// prompt first).
+fn user_text(body: &serde_json::Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "user")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+fn score<'a>(result: &'a serde_json::Value, kind: &str) -> &'a serde_json::Value {
+    result["scores"].as_array().unwrap().iter().find(|s| s["kind"] == kind).unwrap_or_else(|| panic!("{result}"))
+}
+
+#[test]
+fn a_pairwise_judge_asks_in_both_orders_and_calls_a_disagreement_a_tie() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let url = mock.base_url();
+    let ws = workspace();
+    cases(&ws, &[("better", "SAY_MODEL q1"), ("biased", "SAY_MODEL POSITION_BIAS q2")]);
+    let base = config(&ws, "pair", "openai:gpt-4o-mini", &url, "  system: plain\n", "");
+    let (v, code, out) = ws.submit(&base, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let base_id = v["run_id"].as_str().unwrap().to_string();
+    let judge = |baseline: &str| {
+        format!(
+            "evaluators:\n  - kind: llm_pairwise\n    baseline: {baseline}\n    criteria: the more helpful answer\n    model: openai:judge-1\n    base_url: {url}\n    cache_dir: judge-cache\n"
+        )
+    };
+    let cand = config(&ws, "pair", "openai:gpt-4o-mini", &url, "  system: GOOD\n", &judge("latest:pair"));
+    let (v, code, out) = ws.submit(&cand, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = bundle_of(&v);
+    // The reference was resolved once, at submit: the workers read that run's bundle.
+    let resolved = read_json(&bundle.join("config.resolved.json"));
+    assert_eq!(resolved["evaluators"][0]["baseline"], base_id.as_str(), "{resolved}");
+
+    let better = task(&bundle, "better");
+    let s = score(&better, "llm_pairwise");
+    assert_eq!(s["score"], 1.0, "{s}");
+    assert_eq!(s["passed"], true);
+    assert!(s["reason"].as_str().unwrap().starts_with("both orders prefer this run's answer"), "{s}");
+    let biased = task(&bundle, "biased");
+    let s = score(&biased, "llm_pairwise");
+    assert_eq!(s["score"], 0.5, "a judge that always picks A is a tie: {s}");
+    assert!(s["reason"].as_str().unwrap().contains("the two orders disagree"), "{s}");
+
+    // The swap, in the calls the judge made: this run's answer first as A, then as B.
+    let asked: Vec<String> = mock
+        .received()
+        .iter()
+        .filter(|c| c.body["model"] == "judge-1")
+        .map(|c| user_text(&c.body))
+        .filter(|t| t.contains("SAY_MODEL q1"))
+        .collect();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    let ours = "model=gpt-4o-mini system=GOOD";
+    let theirs = "model=gpt-4o-mini system=plain";
+    assert!(asked[0].contains(&format!("## Answer A\n{ours}\n\n## Answer B\n{theirs}")), "{}", asked[0]);
+    assert!(asked[1].contains(&format!("## Answer A\n{theirs}\n\n## Answer B\n{ours}")), "{}", asked[1]);
+
+    // A baseline the index does not know: exit 2 before any run, naming the evaluator.
+    let runs_before = std::fs::read_dir(ws.path().join("runs")).unwrap().count();
+    let missing = config(&ws, "pair2", "openai:gpt-4o-mini", &url, "", &judge("latest:nobody"));
+    let out = ws.run(&["submit", "--config", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("evaluators[0] (llm_pairwise) baseline `latest:nobody`"), "{err}");
+    assert_eq!(std::fs::read_dir(ws.path().join("runs")).unwrap().count(), runs_before);
+    assert!(!err.contains(KEY));
+}
+
+#[test]
+fn a_judge_sees_the_expected_answer_and_the_steps_only_when_asked() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let url = mock.base_url();
+    let ws = workspace();
+    ws.write(
+        "cases.jsonl",
+        &format!(
+            "{}\n",
+            serde_json::json!({"id": "t", "input": "USE_TOOL then JUDGE GOOD ANSWER", "expected": "forty-two"})
+        ),
+    );
+    let rubric = |include: &str| {
+        format!(
+            "evaluators:\n  - kind: llm_rubric\n    rubric: right and shown\n    model: openai:judge-1\n    base_url: {url}\n    cache_dir: judge-cache\n{include}"
+        )
+    };
+    let with = config(&ws, "inc", "openai:gpt-4o-mini", &url, "", &rubric("    include: [expected, steps]\n"));
+    let (v, code, out) = ws.submit(&with, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let without = config(&ws, "plain", "openai:gpt-4o-mini", &url, "", &rubric(""));
+    ws.submit(&without, &[]);
+    let prompts: Vec<String> =
+        mock.received().iter().filter(|c| c.body["model"] == "judge-1").map(|c| user_text(&c.body)).collect();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    let shown = &prompts[0];
+    assert!(shown.contains("## Expected answer\nforty-two\n"), "{shown}");
+    assert!(
+        shown.contains("## Steps the agent took\n1. called python {\"code\":\"print(6 * 7)\"}\n   -> 42"),
+        "{shown}"
+    );
+    assert!(!prompts[1].contains("## Expected answer") && !prompts[1].contains("## Steps"), "{}", prompts[1]);
+    // `steps` is for judges of one answer: a config error with its position.
+    let bad = config(
+        &ws,
+        "bad",
+        "openai:gpt-4o-mini",
+        &url,
+        "",
+        &format!(
+            "evaluators:\n  - kind: llm_pairwise\n    baseline: latest:inc\n    criteria: x\n    model: openai:judge-1\n    base_url: {url}\n    include: [steps]\n"
+        ),
+    );
+    let out = ws.run(&["submit", "--config", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("bad.yaml:") && text(&out.stderr).contains("`steps` is for llm_rubric"),
+        "{}",
+        text(&out.stderr)
+    );
+}
