@@ -262,9 +262,7 @@ impl EvaluatorConfig {
     /// Whether the config marked this evaluator `optional: true` (judges only): its own failure
     /// then does not fail the task.
     pub fn optional(&self) -> bool {
-        match self {
-            _ => self.judge().is_some_and(|j| j.optional),
-        }
+        self.judge().is_some_and(|j| j.optional)
     }
 }
 
