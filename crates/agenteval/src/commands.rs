@@ -22,7 +22,8 @@ use crate::cli::{
 use crate::judging;
 use crate::output::{self};
 use crate::session::{
-    config_failure, controller_options, exe, load_config, open_index, print_outcome, record_json, with_cassettes,
+    config_failure, controller_options, exe, load_config, open_index, preflight, print_outcome, record_json,
+    with_cassettes,
 };
 use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
@@ -102,19 +103,6 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             env_exec(timeout, workdir, &command)
         }
     }
-}
-
-/// What must hold before a run is created, as the run's backend says (`BackendKind::preflight`:
-/// locally every secret the workers will fetch exists; on AWS the cluster and task definition
-/// do): a run that cannot start is a usage error naming the fix (exit 2).
-pub(crate) async fn preflight(
-    wiring: &Wiring,
-    config: &agenteval_core::config::RunConfig,
-    strict_replay: bool,
-) -> Result<(), Failure> {
-    let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
-    wiring.kind(config)?.preflight(config, &needed).await?;
-    Ok(())
 }
 
 async fn submit(

@@ -170,7 +170,7 @@ pub async fn submit_matrix(
     }
     let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
     for m in &members {
-        crate::commands::preflight(wiring.as_ref(), &m.loaded.config, strict_replay).await.map_err(|f| Failure {
+        crate::session::preflight(wiring.as_ref(), &m.loaded.config, strict_replay).await.map_err(|f| Failure {
             code: f.code,
             error: anyhow::anyhow!("combination {} ({}): {}", m.member.position + 1, m.member.label(), f.error),
         })?;

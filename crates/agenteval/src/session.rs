@@ -356,3 +356,16 @@ pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Resul
         problems
     })
 }
+
+/// What must hold before a run is created, as the run's backend says (`BackendKind::preflight`:
+/// locally every secret the workers will fetch exists; on AWS the cluster and task definition
+/// do): a run that cannot start is a usage error naming the fix (exit 2).
+pub(crate) async fn preflight(
+    wiring: &Wiring,
+    config: &agenteval_core::config::RunConfig,
+    strict_replay: bool,
+) -> Result<(), Failure> {
+    let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
+    wiring.kind(config)?.preflight(config, &needed).await?;
+    Ok(())
+}
