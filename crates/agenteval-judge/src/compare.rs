@@ -140,6 +140,22 @@ pub struct Comparison {
     /// number may move for that reason alone.
     #[serde(default)]
     pub grading_changed: bool,
+    /// What a pairwise judge said of the paired tasks' answers (`compare --pairwise`); its score
+    /// is the `pairwise` metric.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pairwise: Option<PairwiseTally>,
+}
+
+/// A pairwise judge's verdicts over the paired tasks, from the candidate's side.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PairwiseTally {
+    /// `provider:model` of the judge.
+    pub judge: String,
+    pub wins: usize,
+    pub ties: usize,
+    pub losses: usize,
+    /// Tasks the judge could not decide (its error): left out of the metric.
+    pub errors: usize,
 }
 
 impl Comparison {
@@ -306,6 +322,7 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         infra_failures,
         changed,
         grading_changed: matches!((&base.grading, &cand.grading), (Some(x), Some(y)) if x != y),
+        pairwise: None,
     })
 }
 

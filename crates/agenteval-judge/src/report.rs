@@ -80,7 +80,7 @@ pub fn md_escape(s: &str) -> String {
 }
 
 fn fmt_value(metric: &str, v: f64) -> String {
-    if metric == "pass_rate" || metric.starts_with("score:") {
+    if metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:") {
         format!("{:.1}%", v * 100.0)
     } else if metric == "cost_per_task" {
         format!("${v:.4}")
@@ -91,7 +91,8 @@ fn fmt_value(metric: &str, v: f64) -> String {
 
 fn fmt_diff(m: &MetricDiff) -> String {
     let Some(d) = m.diff else { return format!("{:+.3} (not judged)", m.cand - m.base) };
-    let scale = if m.metric == "pass_rate" || m.metric.starts_with("score:") { 100.0 } else { 1.0 };
+    let scale =
+        if m.metric == "pass_rate" || m.metric == "pairwise" || m.metric.starts_with("score:") { 100.0 } else { 1.0 };
     let unit = if scale == 100.0 { " pts" } else { "" };
     format!("{:+.2}{unit} [{:+.2}, {:+.2}]", d.mean * scale, d.lo * scale, d.hi * scale)
 }
@@ -151,6 +152,9 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
             fmt_diff(m),
             word(m)
         );
+    }
+    if let Some(p) = &c.pairwise {
+        let _ = writeln!(o, "{}", pairwise_line(p));
     }
     let _ = writeln!(o);
     list(&mut o, "regressed (passed -> failed)", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
@@ -219,6 +223,16 @@ fn list(o: &mut String, title: &str, items: impl Iterator<Item = String>) {
 }
 
 /// The comparison (and verdict) as a Markdown PR comment.
+/// `pairwise judge openai:gpt-4o: 12 wins, 3 ties, 1 loss` (and the tasks it could not decide).
+pub fn pairwise_line(p: &crate::compare::PairwiseTally) -> String {
+    let mut line =
+        format!("pairwise judge {}: {} wins, {} ties, {} losses for the candidate", p.judge, p.wins, p.ties, p.losses);
+    if p.errors > 0 {
+        line.push_str(&format!(" ({} tasks undecided: the judge failed)", p.errors));
+    }
+    line
+}
+
 pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let head = match verdict {
         Some(v) if v.passed => "✅ gates pass",
@@ -262,6 +276,9 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
             fmt_value(&m.metric, m.cand),
             fmt_diff(m)
         );
+    }
+    if let Some(p) = &c.pairwise {
+        let _ = writeln!(o, "\n{}", md_escape(&pairwise_line(p)));
     }
     if let Some(v) = verdict {
         o.push('\n');

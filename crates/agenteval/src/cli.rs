@@ -158,6 +158,12 @@ pub enum Command {
         /// always keeps it).
         #[arg(long, requires = "gates")]
         record: bool,
+        /// Also ask a pairwise judge which run answered each paired task better (both orders;
+        /// a tie when they disagree): FILE holds its settings as an `llm_pairwise` evaluator's
+        /// (model, criteria, endpoint fields), its key comes from the environment. Adds the
+        /// `pairwise` metric (50% is a tie) and the wins, ties and losses.
+        #[arg(long, value_name = "FILE", conflicts_with = "set")]
+        pairwise: Option<PathBuf>,
         #[command(flatten)]
         out: ReportArgs,
         /// Bootstrap resamples.

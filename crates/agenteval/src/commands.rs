@@ -54,7 +54,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
-        Command::Compare { base, cand, set, against, gates, record, out, resamples, seed, index } => {
+        Command::Compare { base, cand, set, against, gates, record, pairwise, out, resamples, seed, index } => {
+            // The judge's file is checked before anything is opened, like a gates file.
+            let pairwise = pairwise.as_deref().map(judging::load_pairwise).transpose()?;
             let (wiring, index) = open_index(&index).await?;
             let (resolver, index) = (wiring.as_ref(), index.as_ref());
             let opts = agenteval_judge::compare::CompareOptions { resamples: resamples.max(1), seed };
@@ -63,7 +65,20 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             }
             // clap requires both without `--set`.
             let (base, cand) = (base.unwrap_or_default(), cand.unwrap_or_default());
-            judging::compare_cmd(resolver, index, &base, &cand, gates.as_deref(), &out, resamples, seed, record).await
+            let pairwise = pairwise.as_ref();
+            judging::compare_cmd(
+                resolver,
+                index,
+                &base,
+                &cand,
+                gates.as_deref(),
+                &out,
+                resamples,
+                seed,
+                record,
+                pairwise,
+            )
+            .await
         }
         Command::Baseline { command: BaselineCommand::Set { run, force, index, json } } => {
             let (_, index) = open_index(&index).await?;
@@ -148,6 +163,7 @@ async fn submit(
         agenteval_judge::compare::CompareOptions::default(),
         true,
         true,
+        None,
     )
     .await?;
     let code = if outcome.status != RunStatus::Complete { exit::INCOMPLETE } else { judged.code };

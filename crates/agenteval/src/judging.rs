@@ -224,6 +224,7 @@ pub async fn judge_run(
     opts: CompareOptions,
     missing_ok: bool,
     record_verdict: bool,
+    pairwise: Option<&agenteval_core::config::EvaluatorConfig>,
 ) -> Result<Judged, Failure> {
     let format = out.map(ReportArgs::format).transpose()?;
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
@@ -243,8 +244,13 @@ pub async fn judge_run(
     };
     let comparison = match base {
         Some(b) => {
-            let (base_results, _) = load(resolver, index, &b).await?;
-            Some(compare(&base_results, &cand_results, opts)?)
+            let (base_results, base_at) = load(resolver, index, &b).await?;
+            let mut c = compare(&base_results, &cand_results, opts)?;
+            if let Some(judge) = pairwise {
+                let sides = [(&base_results, base_at.store.as_ref()), (&cand_results, cand_at.store.as_ref())];
+                add_pairwise(judge, sides, &mut c, opts).await?;
+            }
+            Some(c)
         }
         None => None,
     };
@@ -354,6 +360,7 @@ pub async fn compare_cmd(
     resamples: usize,
     seed: u64,
     record_verdict: bool,
+    pairwise: Option<&agenteval_core::config::EvaluatorConfig>,
 ) -> Result<u8, Failure> {
     // Every problem of the gates file before anything else.
     let gates = match gates {
@@ -373,6 +380,7 @@ pub async fn compare_cmd(
         CompareOptions { resamples: resamples.max(1), seed },
         false,
         record_verdict,
+        pairwise,
     )
     .await?;
     Ok(judged.code)
@@ -529,6 +537,121 @@ pub(crate) fn wrap_label(label: &str, width: usize) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// `compare --pairwise FILE`: the judge's settings, those of an `llm_pairwise` evaluator
+/// without `baseline` (model, criteria, endpoint fields), read before anything else; every
+/// problem is named with its line and column.
+pub fn load_pairwise(path: &Path) -> Result<agenteval_core::config::EvaluatorConfig, Failure> {
+    let file = path.display().to_string();
+    let usage = |msg: String| Failure { code: exit::USAGE, error: anyhow::anyhow!(msg) };
+    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{file}: cannot read: {e}")))?;
+    let fill = [("kind", json!("llm_pairwise")), ("baseline", json!("(compare)"))];
+    let cfg = agenteval_core::config::load_evaluator_str(&text, &file, &fill).map_err(|e| usage(e.to_string()))?;
+    if let Some(judge) = cfg.judge()
+        && let Err(e) = agenteval_llm::ModelSpec::parse(&judge.model)
+    {
+        return Err(usage(format!("{file}: model: {e}")));
+    }
+    if !matches!(cfg, agenteval_core::config::EvaluatorConfig::LlmPairwise { .. }) {
+        return Err(usage(format!("{file}: a pairwise judge's kind is llm_pairwise (or leave it out)")));
+    }
+    Ok(cfg)
+}
+
+/// Most pairwise verdicts asked for at once.
+const PAIRWISE_IN_FLIGHT: usize = 8;
+
+/// Asks the pairwise judge about every paired task (both runs' answers, both orders) and adds
+/// its score as the `pairwise` metric: 0.5 is a tie, the interval is the paired bootstrap's over
+/// the tasks. The judge's key comes from the environment (the variable its provider uses, or
+/// the names in its `secrets`).
+async fn add_pairwise(
+    cfg: &agenteval_core::config::EvaluatorConfig,
+    [(base, base_store), (cand, cand_store)]: [(&RunResults, &dyn agenteval_core::traits::BundleStore); 2],
+    c: &mut Comparison,
+    opts: CompareOptions,
+) -> Result<(), Failure> {
+    use agenteval_core::config::EvaluatorConfig;
+    use futures::StreamExt;
+    let EvaluatorConfig::LlmPairwise { criteria, pass_threshold, judge, .. } = cfg else {
+        return Err(Error::internal("compare --pairwise takes an llm_pairwise judge").into());
+    };
+    let key = match agenteval_engine::evaluators::judge_secret(judge) {
+        Some((_, name)) => Some(agenteval_core::secret::Secret::new(std::env::var(&name).map_err(|_| {
+            Failure::from(Error::invalid(format!(
+                "the pairwise judge needs its key in the environment variable {name}"
+            )))
+        })?)),
+        None => None,
+    };
+    let kind = agenteval_llm::JudgeKind::Pairwise {
+        criteria: criteria.clone(),
+        pass_threshold: pass_threshold.unwrap_or(0.5),
+    };
+    let llm = agenteval_llm::LlmJudge::new("pairwise".into(), kind, judge, key.as_ref())
+        .map_err(|e| Failure::from(Error::invalid(format!("the pairwise judge: {e}"))))?;
+    // The tasks the comparison pairs: on both sides, the same content, no infrastructure failure.
+    let infra = |l: &agenteval_core::format::ResultLine| l.terminated_by.says_nothing_about_the_agent();
+    let theirs: std::collections::BTreeMap<String, &agenteval_core::format::ResultLine> =
+        base.lines.iter().map(|l| (l.task_id.to_string(), l)).collect();
+    let ids: Vec<String> = cand
+        .lines
+        .iter()
+        .filter(|l| !infra(l))
+        .map(|l| l.task_id.to_string())
+        .filter(|id| theirs.get(id).is_some_and(|b| !infra(b)))
+        .filter(|id| base.fingerprints.get(id) == cand.fingerprints.get(id))
+        .collect();
+    let wanted: std::collections::BTreeSet<String> = ids.iter().cloned().collect();
+    let specs = agenteval_judge::samples::specs(cand_store, &cand.meta.run_id, &wanted).await;
+    let answer = |r: Option<agenteval_core::model::TaskResult>| {
+        r.and_then(|r| r.agent.final_answer).map(|a| agenteval_core::model::answer_text(&a)).unwrap_or_default()
+    };
+    let (llm, specs) = (&llm, &specs);
+    let verdicts: Vec<Result<f64, Error>> = futures::stream::iter(ids.iter())
+        .map(|id| async move {
+            let spec = specs.get(id).ok_or_else(|| Error::not_found(format!("task {id} is not in tasks.jsonl")))?;
+            let b = answer(agenteval_judge::samples::result(base_store, &base.meta.run_id, id).await?);
+            let a = answer(agenteval_judge::samples::result(cand_store, &cand.meta.run_id, id).await?);
+            Ok(llm.compare_answers(&spec.input, spec.expected.as_ref(), &a, &b).await?.score)
+        })
+        .buffered(PAIRWISE_IN_FLIGHT)
+        .collect()
+        .await;
+    let mut scores = Vec::new();
+    let mut errors = Vec::new();
+    for v in verdicts {
+        match v {
+            Ok(s) => scores.push(s),
+            Err(e) => errors.push(e),
+        }
+    }
+    if scores.is_empty()
+        && let Some(e) = errors.first()
+    {
+        return Err(Failure { code: exit::FAILED, error: anyhow::anyhow!("the pairwise judge decided no task: {e}") });
+    }
+    let tally = agenteval_judge::compare::PairwiseTally {
+        judge: judge.model.clone(),
+        wins: scores.iter().filter(|s| **s > 0.5).count(),
+        ties: scores.iter().filter(|s| **s == 0.5).count(),
+        losses: scores.iter().filter(|s| **s < 0.5).count(),
+        errors: errors.len(),
+    };
+    let diffs: Vec<f64> = scores.iter().map(|s| s - 0.5).collect();
+    let d = agenteval_judge::stats::paired_bootstrap(&diffs, opts.resamples, opts.seed ^ 0x5041_4952);
+    c.metrics.push(agenteval_judge::compare::MetricDiff {
+        metric: "pairwise".into(),
+        better: agenteval_judge::compare::Better::Higher,
+        base: 0.5,
+        cand: 0.5 + d.mean,
+        diff: Some(d),
+        regressed: d.hi < 0.0,
+        improved: d.lo > 0.0,
+    });
+    c.pairwise = Some(tally);
+    Ok(())
 }
 
 /// `agenteval baseline set RUN`.

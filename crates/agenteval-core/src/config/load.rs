@@ -360,7 +360,51 @@ fn slot<'v>(root: &'v mut Value, segments: &[&str], path: &str) -> Result<(&'v m
 }
 
 fn schema_problems(value: &Value, pos: &Positions) -> Vec<Problem> {
-    let schema = RunConfig::json_schema();
+    schema_problems_of(&RunConfig::json_schema(), value, pos)
+}
+
+/// Reads a file that holds one evaluator (`compare --pairwise FILE`): the YAML, `fill`'s fields
+/// where the file has none (its `kind`, say), the evaluator's schema and its checks, every
+/// problem with its line and column, at once.
+pub fn load_evaluator_str(
+    text: &str,
+    file: &str,
+    fill: &[(&str, Value)],
+) -> Result<super::EvaluatorConfig, ConfigError> {
+    let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
+    let mut pos = Positions::default();
+    let mut value = parse_yaml(text, &mut pos).map_err(fail)?;
+    let Some(map) = value.as_object_mut() else {
+        return Err(fail(vec![Problem {
+            origin: pos.find("", false),
+            pointer: String::new(),
+            message: "an evaluator is a mapping of its fields".into(),
+        }]));
+    };
+    for (k, v) in fill {
+        map.entry(k.to_string()).or_insert_with(|| v.clone());
+    }
+    let schema = serde_json::to_value(schemars::schema_for!(super::EvaluatorConfig)).expect("schema serializes");
+    let problems = schema_problems_of(&schema, &value, &pos);
+    if !problems.is_empty() {
+        return Err(fail(in_file_order(problems)));
+    }
+    let cfg: super::EvaluatorConfig = serde_json::from_value(value)
+        .map_err(|e| fail(vec![Problem { origin: Origin::Unknown, pointer: String::new(), message: e.to_string() }]))?;
+    let mut checks = Vec::new();
+    cfg.validate("", &mut checks);
+    if !checks.is_empty() {
+        let problems = checks
+            .into_iter()
+            .map(|(pointer, message)| Problem { origin: pos.find(&pointer, false), pointer, message })
+            .collect();
+        return Err(fail(in_file_order(problems)));
+    }
+    Ok(cfg)
+}
+
+fn schema_problems_of(schema: &Value, value: &Value, pos: &Positions) -> Vec<Problem> {
+    let schema = schema.clone();
     let validator = match jsonschema::options()
         .should_validate_formats(true)
         .with_format("rust-regex", |s: &str| regex::Regex::new(s).is_ok())

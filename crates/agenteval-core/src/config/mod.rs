@@ -21,7 +21,7 @@ pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig, ModelPrice};
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
-    load_config_str, load_config_str_checked,
+    load_config_str, load_config_str_checked, load_evaluator_str,
 };
 pub use transport::check_base_url;
 

@@ -620,6 +620,45 @@ fn a_pairwise_judge_asks_in_both_orders_and_calls_a_disagreement_a_tie() {
     assert!(asked[0].contains(&format!("## Answer A\n{ours}\n\n## Answer B\n{theirs}")), "{}", asked[0]);
     assert!(asked[1].contains(&format!("## Answer A\n{theirs}\n\n## Answer B\n{ours}")), "{}", asked[1]);
 
+    // The same judge in `compare`: the `pairwise` metric and the tally, with its key from the
+    // environment.
+    ws.write(
+        "judge.yaml",
+        &format!(
+            "model: openai:judge-1\nbase_url: {url}\ncriteria: the more helpful answer\ncache_dir: compare-cache\n"
+        ),
+    );
+    let cand_id = v["run_id"].as_str().unwrap().to_string();
+    let compare = |extra: &[&str]| {
+        let mut args = vec!["compare", &base_id, &cand_id, "--pairwise", "judge.yaml"];
+        args.extend_from_slice(extra);
+        ws.cmd(&args).env("OPENAI_API_KEY", KEY).output().unwrap()
+    };
+    let out = compare(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("pairwise judge openai:judge-1: 1 wins, 1 ties, 0 losses for the candidate"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = compare(&["--format", "json"]);
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let m = c["comparison"]["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "pairwise").unwrap().clone();
+    assert_eq!(m["cand"], 0.75, "{m}");
+    assert_eq!(c["comparison"]["pairwise"]["wins"], 1, "{c}");
+    // Without its key, or with a bad file: one line naming what to fix, exit 2.
+    let out = ws
+        .cmd(&["compare", &base_id, &cand_id, "--pairwise", "judge.yaml"])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("OPENAI_API_KEY"), "{}", text(&out.stderr));
+    ws.write("bad-judge.yaml", "model: openai:judge-1\ncriteria: 3\nbase_url: ftp://x\n");
+    let out = ws.run(&["compare", &base_id, &cand_id, "--pairwise", "bad-judge.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("bad-judge.yaml:2:"), "{}", text(&out.stderr));
+
     // A baseline the index does not know: exit 2 before any run, naming the evaluator.
     let runs_before = std::fs::read_dir(ws.path().join("runs")).unwrap().count();
     let missing = config(&ws, "pair2", "openai:gpt-4o-mini", &url, "", &judge("latest:nobody"));
