@@ -175,7 +175,11 @@ pub async fn submit_matrix(
             error: anyhow::anyhow!("combination {} ({}): {}", m.member.position + 1, m.member.label(), f.error),
         })?;
     }
-    let fleet = SharedFleet::new(base.config.backend.max_concurrent_jobs as usize, base.config.max_run_cost_usd);
+    let fleet = SharedFleet::new(
+        base.config.backend.max_concurrent_jobs as usize,
+        members.len() as u32,
+        base.config.max_run_cost_usd,
+    );
     let settings = Settings::resolve(Some(&base.config.telemetry));
     telemetry.connect_controller(&settings).await;
     let shown = (!json && !quiet).then(|| Arc::new(Bar::new()));
@@ -197,7 +201,13 @@ pub async fn submit_matrix(
         if let Some(dir) = &cassettes.cassettes {
             opts = with_cassettes(opts, &wiring, &m.loaded.config, dir, cassettes.cassette_mode)?;
         }
-        runs.push(controller::submit(&m.loaded, opts));
+        let (fleet, position) = (fleet.clone(), m.member.position);
+        runs.push(async move {
+            let outcome = controller::submit(&m.loaded, opts).await;
+            // A run that failed before driving never said it was done: its share is the others'.
+            fleet.waiting(position, false);
+            outcome
+        });
     }
     let outcomes = futures::future::join_all(runs).await;
     set_progress.finish_all();

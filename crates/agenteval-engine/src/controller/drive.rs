@@ -117,6 +117,10 @@ pub(super) async fn drive_jobs(
         Ok(())
     }
     .await;
+    if let Some(set) = &opts.set {
+        // Whatever it has left, this run launches nothing more: its share is the others'.
+        set.fleet.waiting(set.member.position, false);
+    }
     if let Err(e) = driven {
         // The run cannot go on (lost index, lost lease, failed store): its workers must not
         // run on unwatched. Best effort; the error that stopped the run is the one to report.
@@ -234,11 +238,18 @@ impl Fleet<'_> {
             // Seen at the next count; nothing more is launched meanwhile.
             return Ok(());
         }
+        if let Some(set) = &opts.set {
+            // A run with every job out waits for no slot: its share is the others'.
+            set.fleet.waiting(set.member.position, !self.queue.is_empty());
+        }
         while self.in_flight.len() < max_conc && !self.queue.is_empty() {
             let mut n = (max_conc - self.in_flight.len()).min(self.queue.len()).min(DISPATCH_BATCH);
-            // A run of a set launches only into the set's free slots.
+            // A run of a set launches only into the set's free slots, up to its share of them.
             let mut slots: Vec<Option<Slot>> = match &opts.set {
-                Some(set) => std::iter::from_fn(|| set.fleet.try_slot()).take(n).map(Some).collect(),
+                Some(set) => {
+                    let position = set.member.position;
+                    std::iter::from_fn(|| set.fleet.try_slot(position)).take(n).map(Some).collect()
+                }
                 None => (0..n).map(|_| None).collect(),
             };
             n = slots.len();

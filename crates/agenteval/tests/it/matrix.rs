@@ -145,6 +145,11 @@ fn a_set_shares_one_budget_and_bad_combinations_are_all_named_before_anything_ru
     // and at most two more tasks between two reads).
     assert!((0.15..=0.15 + 4.0 * 0.015 + 1e-9).contains(&spent), "the set spent ${spent}: {v}");
     assert!(runs.iter().any(|r| r["status"] == "budget_exceeded"), "{v}");
+    // The combinations took turns: each got about as far as the others (not the first one
+    // done and the last one never started).
+    let finished: Vec<u64> = runs.iter().map(|r| r["summary"]["tasks_finished"].as_u64().unwrap()).collect();
+    let (least, most) = (finished.iter().min().unwrap(), finished.iter().max().unwrap());
+    assert!(*least >= 1 && most - least <= 2, "tasks finished per combination: {finished:?}");
 
     // A value that breaks the config in two combinations: both named, nothing created.
     let before = std::fs::read_dir(ws.path().join("runs")).map(|d| d.count()).unwrap_or(0);
