@@ -243,15 +243,7 @@ pub async fn judge_run(
         },
     };
     let comparison = match base {
-        Some(b) => {
-            let (base_results, base_at) = load(resolver, index, &b).await?;
-            let mut c = compare(&base_results, &cand_results, opts)?;
-            if let Some(judge) = pairwise {
-                let sides = [(&base_results, base_at.store.as_ref()), (&cand_results, cand_at.store.as_ref())];
-                add_pairwise(judge, sides, &mut c, opts).await?;
-            }
-            Some(c)
-        }
+        Some(b) => Some(compared(resolver, index, &b, (&cand_results, &cand_at), pairwise, opts).await?),
         None => None,
     };
     // Gates judge an agent on the same questions: when too many tasks changed content, no
@@ -537,6 +529,25 @@ pub(crate) fn wrap_label(label: &str, width: usize) -> String {
         }
     }
     lines.join("\n")
+}
+
+/// The comparison of the candidate with the base run `base`, with the pairwise judge's metric
+/// when one is given.
+async fn compared(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    base: &RunId,
+    (cand, cand_at): (&RunResults, &controller::Located),
+    pairwise: Option<&agenteval_core::config::EvaluatorConfig>,
+    opts: CompareOptions,
+) -> Result<Comparison, Failure> {
+    let (base_results, base_at) = load(resolver, index, base).await?;
+    let mut c = compare(&base_results, cand, opts)?;
+    if let Some(judge) = pairwise {
+        let sides = [(&base_results, base_at.store.as_ref()), (cand, cand_at.store.as_ref())];
+        add_pairwise(judge, sides, &mut c, opts).await?;
+    }
+    Ok(c)
 }
 
 /// `compare --pairwise FILE`: the judge's settings, those of an `llm_pairwise` evaluator
