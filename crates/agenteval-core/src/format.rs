@@ -38,6 +38,9 @@ pub struct Metadata {
     /// The run whose failed tasks this run re-runs (`agenteval rerun RUN --failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<RunId>,
+    /// The run whose answers this run graded again (`agenteval regrade RUN`): no agent ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regrade_of: Option<RunId>,
     /// The set of runs this one was started with (`submit --matrix`), and what it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetMember>,

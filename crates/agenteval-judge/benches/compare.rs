@@ -31,6 +31,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
             reason: None,
             resume_overrides: vec![],
             rerun_of: None,
+            regrade_of: None,
             set: None,
         },
         bundle_uri: String::new(),

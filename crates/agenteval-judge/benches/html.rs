@@ -34,6 +34,7 @@ fn main() {
             reason: None,
             resume_overrides: vec![],
             rerun_of: None,
+            regrade_of: None,
             set: None,
         },
         bundle_uri: "/runs/bench".into(),

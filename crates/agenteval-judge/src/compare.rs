@@ -386,6 +386,7 @@ pub(crate) mod tests {
                 reason: None,
                 resume_overrides: vec![],
                 rerun_of: None,
+                regrade_of: None,
                 set: None,
             },
             bundle_uri: format!("/runs/{name}"),

@@ -355,6 +355,7 @@ mod tests {
                 reason: None,
                 resume_overrides: vec![],
                 rerun_of: None,
+                regrade_of: None,
                 set: None,
             },
             bundle_uri: String::new(),

@@ -178,6 +178,7 @@ async fn main() {
         reason: None,
         resume_overrides: vec![],
         rerun_of: None,
+        regrade_of: None,
         set: None,
     };
     store.put(&run, layout::METADATA, &serde_json::to_vec(&meta).unwrap()).await.unwrap();

@@ -56,13 +56,14 @@ fn main() {
     .unwrap();
     let (one, v) = submit(&cfg, &[]);
     assert_eq!(v["summary"]["passed"].as_u64(), Some(tasks), "{v}");
+    let prompts = format!("agent.system=@{},@{}", dir.join("p1.txt").display(), dir.join("p2.txt").display());
     let (set, v) = submit(
         &cfg,
         &[
             "--matrix",
             "agent.model=openai-compatible:m1,openai-compatible:m2,openai-compatible:m3",
             "--matrix",
-            "agent.system=@p1.txt,@p2.txt",
+            &prompts,
         ],
     );
     let runs = v["runs"].as_array().unwrap();

@@ -57,6 +57,18 @@ pub struct RunConfig {
     /// nothing (question-and-answer benchmarks).
     #[serde(default)]
     pub environment: EnvironmentConfig,
+    /// Set by `agenteval regrade` (never written in a config file): the run whose recorded
+    /// answers, traces and artifacts this run grades again, instead of running the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(skip)]
+    pub regrade: Option<RegradeSource>,
+}
+
+/// The run a regrade reads its answers from, and where its bundle is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegradeSource {
+    pub run: crate::RunId,
+    pub bundle: String,
 }
 
 /// The kind of a task's environment.

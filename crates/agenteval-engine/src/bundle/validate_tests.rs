@@ -70,6 +70,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
         reason: None,
         resume_overrides: vec![],
         rerun_of: None,
+        regrade_of: None,
         set: None,
     };
     store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();

@@ -249,6 +249,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         reason: None,
         resume_overrides: vec![],
         rerun_of: opts.rerun_of,
+        regrade_of: loaded.config.regrade.as_ref().map(|r| r.run),
         set: opts.set.as_ref().map(|s| s.member.clone()),
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
