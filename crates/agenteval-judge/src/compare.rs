@@ -140,6 +140,12 @@ pub struct Comparison {
     /// number may move for that reason alone.
     #[serde(default)]
     pub grading_changed: bool,
+    /// Evaluators that scored the candidate's paired tasks and none of the base's (added since,
+    /// or by `agenteval regrade`), and the other way round: no difference can be measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores_added: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scores_removed: Vec<String>,
     /// What a pairwise judge said of the paired tasks' answers (`compare --pairwise`); its score
     /// is the `pairwise` metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -286,6 +292,10 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     }
     let scores: BTreeSet<&String> =
         paired.iter().flat_map(|(_, bf, cf)| bf.scores.keys().filter(|k| cf.scores.contains_key(*k))).collect();
+    let base_ids: BTreeSet<&String> = paired.iter().flat_map(|(_, bf, _)| bf.scores.keys()).collect();
+    let cand_ids: BTreeSet<&String> = paired.iter().flat_map(|(_, _, cf)| cf.scores.keys()).collect();
+    let scores_added: Vec<String> = cand_ids.difference(&base_ids).map(|s| s.to_string()).collect();
+    let scores_removed: Vec<String> = base_ids.difference(&cand_ids).map(|s| s.to_string()).collect();
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
     // Each metric's bootstrap is independent and seeded by its position: the same inputs give
@@ -322,6 +332,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         infra_failures,
         changed,
         grading_changed: matches!((&base.grading, &cand.grading), (Some(x), Some(y)) if x != y),
+        scores_added,
+        scores_removed,
         pairwise: None,
     })
 }

@@ -110,6 +110,12 @@ fn word(m: &MetricDiff) -> &'static str {
 /// What a reader must know before trusting the numbers: the inputs of the two runs differ.
 pub fn warnings(c: &Comparison) -> Vec<String> {
     let mut out = Vec::new();
+    if !c.scores_added.is_empty() {
+        out.push(format!("evaluators only the candidate has (not compared): {}", c.scores_added.join(", ")));
+    }
+    if !c.scores_removed.is_empty() {
+        out.push(format!("evaluators only the base has (not compared): {}", c.scores_removed.join(", ")));
+    }
     if !c.changed.is_empty() {
         let shown: Vec<&str> = c.changed.iter().take(5).map(String::as_str).collect();
         let more = if c.changed.len() > 5 { format!(" and {} more", c.changed.len() - 5) } else { String::new() };

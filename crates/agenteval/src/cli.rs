@@ -85,6 +85,25 @@ pub enum Command {
         #[arg(long, value_name = "KEY.PATH=V1,V2,…", conflicts_with_all = ["baseline", "gates"])]
         matrix: Vec<String>,
     },
+    /// Grade a finished run's answers again, without running any agent.
+    ///
+    /// The benchmark's check, the evaluators and the judges run again on RUN's recorded
+    /// answers, traces and patches (a task in an environment gets a new one with RUN's patch
+    /// applied, so its tests see what the agent left), into a new run `NAME (regrade)` that
+    /// records RUN as `regrade_of`. `--config FILE` grades with that config's benchmark
+    /// settings and evaluators (the agent stays RUN's); `--set` changes either. Then `compare
+    /// RUN NEW` shows what the new grading changed.
+    Regrade {
+        /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        /// Override a value of the grading config: `--set evaluators.0.value=Paris` (repeatable).
+        #[arg(long = "set", value_name = "KEY.PATH=VALUE")]
+        sets: Vec<String>,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Start a new run of the tasks of a run that did not pass.
     ///
     /// The tasks that failed, errored or were infra failures, with the run's config; the new run

@@ -42,6 +42,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
         }
         Command::Rerun { run, failed: _, index, json } => rerun(&run, &index, json, quiet, telemetry).await,
+        Command::Regrade { run, sets, index, json } => {
+            crate::regrade::regrade(&run, &sets, &index, json, quiet, telemetry).await
+        }
         Command::Replay { run, with_config, index, json } => {
             let (wiring, index) = open_index(&index).await?;
             crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await

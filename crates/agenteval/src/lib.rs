@@ -31,6 +31,7 @@ mod inspect;
 mod judging;
 mod matrix;
 mod output;
+mod regrade;
 mod replay;
 mod session;
 pub mod telemetry;

@@ -119,6 +119,33 @@ impl TraceSink {
     }
 }
 
+impl TraceSink {
+    /// A sink for events written as they were recorded (`agenteval regrade`): the same trace
+    /// file, limits and redaction, and no model-call spans (no model is called).
+    pub(super) async fn for_recorded(ctx: &Ctx, task: &TaskSpec) -> Result<TraceSink> {
+        let staged = layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, layout::TASK_TRACE);
+        let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
+        let model = CallModel::of("", false);
+        Ok(TraceSink {
+            run_id: ctx.run_id,
+            task_id: task.id.clone(),
+            attempt: ctx.job.attempt,
+            appender,
+            redactor: ctx.redactor.clone(),
+            limits: ctx.config.agent.limits().clone(),
+            events: Vec::new(),
+            kept_payload_bytes: 0,
+            written_bytes: 0,
+            cost: 0.0,
+            tokens: 0,
+            write_error: None,
+            spans: CallSpans::new(opentelemetry::Context::new(), model, None),
+            cost_unknown: false,
+            attachments: Vec::new(),
+        })
+    }
+}
+
 #[async_trait]
 impl EventSink for TraceSink {
     async fn emit(&mut self, event: AgentEvent) -> std::result::Result<(), Stop> {

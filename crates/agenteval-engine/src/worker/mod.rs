@@ -6,6 +6,7 @@ mod decide;
 mod execute;
 mod genai_spans;
 mod grade;
+mod regrade;
 
 use std::sync::Arc;
 
@@ -55,6 +56,9 @@ struct Ctx {
     /// The environments this worker has prepared and not yet torn down (a cancelled job tears
     /// them down on its way out).
     live: std::sync::Mutex<Vec<EnvSession>>,
+    /// The run whose recorded answers are graded again instead of running the agent
+    /// (`agenteval regrade`).
+    regrade: Option<regrade::Source>,
 }
 
 /// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
@@ -79,11 +83,9 @@ pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
 /// Every secret a worker of this run fetches and must find: the agent's and the judges',
 /// as `(secret name, what needs it)`. `submit` and `doctor` check them before anything starts.
 pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String, String)> {
-    let agent = if strict_replay && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
-        Vec::new()
-    } else {
-        agent_secrets(config)
-    };
+    let replayed = strict_replay && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
+    // A regrade runs no agent.
+    let agent = if replayed || config.regrade.is_some() { Vec::new() } else { agent_secrets(config) };
     let mut out: Vec<(String, String)> = agent
         .into_iter()
         .filter(|(_, _, required)| *required)
@@ -135,8 +137,10 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     // A strict replay never calls the model: its key is not needed (CI replays without keys).
     let strict_replay = cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay)
         && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
+    // A regrade runs no agent: it needs none of the agent's keys.
+    let no_agent = strict_replay || config.regrade.is_some();
     let mut secrets = Vec::new();
-    for (var, name, required) in if strict_replay { Vec::new() } else { agent_secrets(&config) } {
+    for (var, name, required) in if no_agent { Vec::new() } else { agent_secrets(&config) } {
         match secret_store.fetch(&name).await {
             Ok(s) => {
                 redactor.add(&s);
@@ -173,6 +177,13 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
     let environment = crate::environments::open(&config, resolver).await?;
+    let regrade = match &config.regrade {
+        Some(src) => {
+            let (store, run) = crate::resolve::store_from_bundle_uri(resolver, &src.bundle).await?;
+            Some(regrade::Source { store, run })
+        }
+        None => None,
+    };
     let recording = Arc::new(crate::bundle::RecordingStore::new(store));
     let store: Arc<dyn BundleStore> = recording.clone();
     Ok(Ctx {
@@ -185,6 +196,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         judge_secrets,
         environment,
         live: std::sync::Mutex::new(Vec::new()),
+        regrade,
         evaluators,
         secrets,
         redactor,
@@ -555,7 +567,10 @@ async fn run_and_grade(
     env: &TaskEnvironment,
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
-    let (mut agent, mut sink) = execute::run_agent(ctx, task, env, log).await?;
+    let (mut agent, mut sink) = match &ctx.regrade {
+        Some(source) => regrade::recorded(ctx, source, task, env, log).await?,
+        None => execute::run_agent(ctx, task, env, log).await?,
+    };
     if let Some(s) = &env.session {
         // A memory bomb killed by the environment's limit is the agent's doing: a limit.
         if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {

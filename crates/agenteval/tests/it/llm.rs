@@ -721,3 +721,71 @@ fn a_judge_sees_the_expected_answer_and_the_steps_only_when_asked() {
         text(&out.stderr)
     );
 }
+
+/// `regrade`: the recorded answers graded again with an added and a changed evaluator; no agent
+/// runs (the model gets no call, and the agent's key is not even needed).
+#[test]
+fn regrade_grades_the_recorded_answers_again_without_running_the_agent() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let url = mock.base_url();
+    let ws = workspace();
+    cases(&ws, &[("a", "hello 1"), ("b", "hello 2"), ("c", "hello 3")]);
+    let evaluators = "evaluators:\n  - kind: contains\n    value: echo\n";
+    let cfg = config(&ws, "graded", "openai:gpt-4o-mini", &url, "", evaluators);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let first = v["run_id"].as_str().unwrap().to_string();
+    let calls = mock.received().len();
+    assert_eq!(calls, 3);
+    // No key anywhere now: a regrade needs none (the judges would need theirs).
+    ws.write("secrets.env", "");
+    let more = format!("{evaluators}  - kind: regex\n    pattern: '^echo: hello [12]$'\n");
+    let regrading = config(&ws, "graded-2", "openai:gpt-4o-mini", &url, "", &more);
+    let out = ws
+        .cmd(&["regrade", &first[..13], "--config", regrading.to_str().unwrap(), "--json"])
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(mock.received().len(), calls, "a regrade started an agent");
+    let second = v["run_id"].as_str().unwrap().to_string();
+    let (old, new) = (ws.path().join("runs").join(&first), bundle_of(&v));
+    assert_eq!(read_json(&new.join("metadata.json"))["regrade_of"], first.as_str());
+    assert_eq!(read_json(&new.join("metadata.json"))["name"], "graded (regrade)");
+    for id in ["a", "b", "c"] {
+        let (was, now) = (task(&old, id), task(&new, id));
+        assert_eq!(was["agent"]["final_answer"], now["agent"]["final_answer"], "the same answer");
+        assert_eq!(was["agent"]["total_tokens"], now["agent"]["total_tokens"]);
+        let regex = score(&now, "regex");
+        assert_eq!(regex["passed"], id != "c", "{now}");
+        // The trace is the recorded one, then the new scores.
+        let kinds: Vec<String> = trace(&new, id).iter().map(|e| e["kind"].as_str().unwrap().to_string()).collect();
+        assert!(kinds.starts_with(&["cost.tick".to_string(), "agent.final_answer".into()]), "{kinds:?}");
+        assert_eq!(kinds.iter().filter(|k| *k == "evaluator.score").count(), 3, "{kinds:?}");
+    }
+    let out = ws.run(&["validate-bundle", new.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    // compare: the agent did the same; only the grading moved (and the new evaluator is named).
+    let out = ws.run(&["compare", &first, &second, "--format", "json"]);
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let c = &c["comparison"];
+    assert_eq!(c["scores_added"], serde_json::json!(["regex"]), "{c}");
+    for m in c["metrics"].as_array().unwrap() {
+        let moved = m["diff"]["mean"].as_f64().is_some_and(|d| d != 0.0);
+        assert_eq!(moved, m["metric"] == "pass_rate", "only the pass rate moves (task c fails the regex): {m}");
+    }
+    let shown = text(&ws.run(&["compare", &first, &second]).stdout);
+    assert!(shown.contains("evaluators only the candidate has (not compared): regex"), "{shown}");
+
+    // `--set` on the recorded config; a regrade of a regrade is refused.
+    let out = ws.run(&["regrade", &first, "--set", "evaluators.0.value=nowhere", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["passed"], 0, "{v}");
+    let out = ws.run(&["regrade", &second]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("is itself a regrade"), "{}", text(&out.stderr));
+    let out = ws.run(&["regrade", &first, "--set", "evaluators.0.bogus=1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}

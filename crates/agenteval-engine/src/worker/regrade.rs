@@ -1,0 +1,95 @@
+//! `agenteval regrade`: a task's recorded outcome (its answer, trace and patch, from the run
+//! being regraded) stands in for running the agent, so that only the grading runs again.
+
+use agenteval_core::layout;
+use agenteval_core::model::{AgentResult, EventKind, TaskResult, TaskSpec, TraceEvent};
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+
+use super::Ctx;
+use super::execute::TraceSink;
+use agenteval_core::traits::TaskEnvironment;
+
+/// The bundle a regrade reads, opened once per worker.
+pub(super) struct Source {
+    pub store: std::sync::Arc<dyn BundleStore>,
+    pub run: RunId,
+}
+
+/// The task's outcome as the regraded run recorded it: its agent result, and its trace
+/// written again into this run (without the old scores: they are what is being redone). In an
+/// environment, the recorded patch is applied first, so that a verifier sees the state the
+/// agent left.
+pub(super) async fn recorded(
+    ctx: &Ctx,
+    source: &Source,
+    task: &TaskSpec,
+    env: &TaskEnvironment,
+    log: &mut Vec<String>,
+) -> Result<(AgentResult, TraceSink)> {
+    let get = |file: &str| {
+        let path = layout::task_file(&task.id, file);
+        async move { source.store.get(&source.run, &path).await }
+    };
+    let result: TaskResult = match get(layout::TASK_RESULT).await {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| Error::corrupt(format!("run {}'s result of task {}: {e}", source.run, task.id)))?,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Err(Error::not_found(format!("run {} has no result for task {}", source.run, task.id)));
+        }
+        Err(e) => return Err(e),
+    };
+    let mut sink = TraceSink::for_recorded(ctx, task).await?;
+    let trace = match get(layout::TASK_TRACE).await {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    for line in trace.split(|b| *b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)) {
+        let ev: TraceEvent = serde_json::from_slice(line)
+            .map_err(|e| Error::corrupt(format!("run {}'s trace of task {}: {e}", source.run, task.id)))?;
+        if ev.kind != EventKind::EvaluatorScore {
+            sink.write(ev.kind, ev.payload, ev.cost_usd, ev.input_tokens, ev.output_tokens).await;
+        }
+    }
+    if let Some(s) = &env.session {
+        match get("artifacts/patch.diff").await {
+            Ok(patch) if !patch.is_empty() => {
+                apply_patch(s, &patch).await?;
+                log.push(format!("applied run {}'s patch ({} bytes) to the environment", source.run, patch.len()));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                log.push(format!(
+                    "run {} kept no patch of task {}: its environment starts as new",
+                    source.run, task.id
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    log.push(format!("regrade: the answer and trace of run {} (no agent ran)", source.run));
+    Ok((result.agent, sink))
+}
+
+/// Applies a recorded patch to the environment's working folder (as root, with git).
+async fn apply_patch(s: &agenteval_core::traits::EnvSession, patch: &[u8]) -> Result<()> {
+    use agenteval_core::environment::ExecRequest;
+    let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the patch", e))?;
+    let file = dir.path().join("regrade.patch");
+    std::fs::write(&file, patch).map_err(|e| Error::io("writing the patch", e))?;
+    let root = s.env.worker_root(&s.handle);
+    let into = format!("{}/tmp/regrade.patch", root.trim_end_matches('/'));
+    s.env.copy_in(&s.handle, &file, &into).await?;
+    let workdir = crate::environments::quote(&s.handle.workdir);
+    let cmd = format!("cd {workdir} && git apply --binary --whitespace=nowarn {}", crate::environments::quote(&into));
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, std::time::Duration::from_secs(120)) };
+    let out = s.env.exec(&s.handle, &req).await?;
+    if !out.ok() {
+        return Err(Error::new(
+            ErrorKind::Invalid,
+            format!("the recorded patch does not apply to the task's environment: {}", out.stderr.trim()),
+        ));
+    }
+    Ok(())
+}
