@@ -59,10 +59,13 @@ pub(super) async fn recorded(
                 log.push(format!("applied run {}'s patch ({} bytes) to the environment", source.run, patch.len()));
             }
             Ok(_) => {}
+            // Without the patch the environment would start as new, and its tests would grade
+            // nothing the agent did: the task cannot be regraded (an infrastructure failure,
+            // which says nothing of the agent).
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                log.push(format!(
-                    "run {} kept no patch of task {}: its environment starts as new",
-                    source.run, task.id
+                return Err(Error::io(
+                    format!("run {} kept no patch of task {}", source.run, task.id),
+                    std::io::Error::other("no git in its environment: its final state cannot be re-created"),
                 ));
             }
             Err(e) => return Err(e),

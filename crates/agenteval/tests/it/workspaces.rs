@@ -200,3 +200,40 @@ fn a_tests_evaluator_grades_cases_that_bring_none_and_a_broken_verifier_is_an_er
     assert!(err.contains("bad.jsonl:1") && err.contains("needs an `environment`"), "{err}");
     assert!(err.contains("bad.jsonl:2") && err.contains("environment.context"), "{err}");
 }
+
+/// `regrade` of tasks that acted: each task's environment is made again with the run's patch
+/// applied, and its tests run there; a task whose patch is gone cannot be regraded (infra, not
+/// a pass and not the agent's failure).
+#[test]
+fn a_regrade_re_creates_each_environment_from_the_recorded_patch() {
+    let ws = Workspace::new();
+    let mut runs = Vec::new();
+    for agent in ["oracle", "nop"] {
+        let cfg = repo_tasks(&ws, agent, "");
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+        runs.push(v["run_id"].as_str().unwrap().to_string());
+    }
+    let regrade_code = |run: &str, want: i32| {
+        let out = ws.run(&["regrade", run, "--json"]);
+        assert_eq!(out.status.code(), Some(want), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["run_id"].as_str().unwrap().to_string()
+    };
+    let regrade = |run: &str| regrade_code(run, 0);
+    let solved = regrade(&runs[0]);
+    let got = outcomes(&ws, &solved);
+    assert!(got.iter().all(|(_, o, s, _)| o == "passed" && *s == 1.0), "the oracle's patches still pass: {got:?}");
+    let log = std::fs::read_to_string(ws.runs().join(&solved).join("tasks/bump-version/worker.log")).unwrap();
+    assert!(log.contains("applied run") && log.contains("no agent ran"), "{log}");
+    let nothing = regrade(&runs[1]);
+    assert!(outcomes(&ws, &nothing).iter().all(|(_, o, ..)| o == "failed"), "no patch, no pass");
+    // A patch that went missing from the bundle: the task cannot be regraded.
+    std::fs::remove_file(ws.runs().join(&runs[0]).join("tasks/bump-version/artifacts/patch.diff")).unwrap();
+    // (The run is incomplete: that task was given up, exit 3.)
+    let broken = regrade_code(&runs[0], 3);
+    let r = results(&ws.runs().join(&broken)).into_iter().find(|r| r["task_id"] == "bump-version").unwrap();
+    assert_eq!(r["passed"], false);
+    assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+    assert!(!workspaces_left(&solved) && !workspaces_left(&broken), "every environment was torn down");
+}
