@@ -38,6 +38,9 @@ pub struct Metadata {
     /// The run whose failed tasks this run re-runs (`agenteval rerun RUN --failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerun_of: Option<RunId>,
+    /// The sha256 of the agent's packed folder (`agent.pack: true`): what ran on the workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_sha256: Option<String>,
     /// The run whose answers this run graded again (`agenteval regrade RUN`): no agent ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub regrade_of: Option<RunId>,

@@ -32,6 +32,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
             resume_overrides: vec![],
             rerun_of: None,
             regrade_of: None,
+            agent_sha256: None,
             set: None,
         },
         bundle_uri: String::new(),

@@ -35,6 +35,7 @@ fn main() {
             resume_overrides: vec![],
             rerun_of: None,
             regrade_of: None,
+            agent_sha256: None,
             set: None,
         },
         bundle_uri: "/runs/bench".into(),

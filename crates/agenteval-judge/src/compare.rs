@@ -399,6 +399,7 @@ pub(crate) mod tests {
                 resume_overrides: vec![],
                 rerun_of: None,
                 regrade_of: None,
+                agent_sha256: None,
                 set: None,
             },
             bundle_uri: format!("/runs/{name}"),

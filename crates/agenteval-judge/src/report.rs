@@ -362,6 +362,7 @@ mod tests {
                 resume_overrides: vec![],
                 rerun_of: None,
                 regrade_of: None,
+                agent_sha256: None,
                 set: None,
             },
             bundle_uri: String::new(),

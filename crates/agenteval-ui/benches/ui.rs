@@ -179,6 +179,7 @@ async fn main() {
         resume_overrides: vec![],
         rerun_of: None,
         regrade_of: None,
+        agent_sha256: None,
         set: None,
     };
     store.put(&run, layout::METADATA, &serde_json::to_vec(&meta).unwrap()).await.unwrap();

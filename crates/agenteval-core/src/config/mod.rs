@@ -64,6 +64,15 @@ pub struct RunConfig {
     pub regrade: Option<RegradeSource>,
 }
 
+/// A packed agent folder: the archive's sha256, and the bundle of the run that holds it
+/// (`agent/<sha256>.tar.gz`), which a rerun or a regrade of that run reads too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PackedAgent {
+    pub sha256: String,
+    pub bundle: String,
+    pub bytes: u64,
+}
+
 /// The run a regrade reads its answers from, and where its bundle is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegradeSource {
@@ -572,6 +581,16 @@ pub enum AgentConfig {
         /// writes only in its scratch folder. `none` turns the sandbox off.
         #[serde(default)]
         sandbox: Sandbox,
+        /// Pack the agent's folder (`workdir`: the config's folder unless set) into the run, so
+        /// that every worker runs exactly these files wherever it is (a Fargate task, another
+        /// machine): a content-hashed archive in the run's bundle, checked by each worker, its
+        /// sha256 in the run's metadata (`docs/agents.md`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        pack: bool,
+        /// Filled in when the run is submitted with `pack: true` (never written in a file).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(skip)]
+        packed: Option<PackedAgent>,
     },
     /// The built-in LLM agent: a tool-use loop against an OpenAI-compatible or Anthropic model
     /// (`docs/agents.md`).

@@ -8,6 +8,7 @@ mod installed;
 mod mock;
 mod nop;
 mod oracle;
+pub mod pack;
 mod python_tool;
 
 use std::sync::Arc;
@@ -58,11 +59,17 @@ pub fn agent_from_config(
             )
         }
         AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
-        AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, .. } => {
+        AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, packed, .. } => {
             let view = match sandbox {
                 Sandbox::Mode(_) => None,
                 Sandbox::Paths(paths) => {
                     let mut view = view_of(run, workdir.as_deref(), &paths.read, &paths.write);
+                    // A packed agent's folder is its own files, unpacked for it: it reads them.
+                    if packed.is_some()
+                        && let Some(w) = workdir
+                    {
+                        view.read.push(w.clone());
+                    }
                     view.net = match &paths.network {
                         Network::Mode(NetworkMode::Https) => confine::Net::Tcp(confine::default_ports()),
                         Network::Mode(NetworkMode::None) => confine::Net::None,

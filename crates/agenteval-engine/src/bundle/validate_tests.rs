@@ -71,6 +71,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
         resume_overrides: vec![],
         rerun_of: None,
         regrade_of: None,
+        agent_sha256: None,
         set: None,
     };
     store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();

@@ -229,7 +229,10 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     }
     let run_id = RunId::new();
     let now = Utc::now();
-    let hash = config_hash(&loaded.resolved);
+    // A packed agent travels in the run: its archive first, then the config that names it.
+    let (mut config, mut resolved) = (config, loaded.resolved.clone());
+    let agent_sha256 = crate::agents::pack::pack_for_run(&mut config, &mut resolved, store.as_ref(), &run_id).await?;
+    let hash = config_hash(&resolved);
     let meta = Metadata {
         schema_version: SCHEMA_VERSION.into(),
         run_id,
@@ -250,9 +253,10 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         resume_overrides: vec![],
         rerun_of: opts.rerun_of,
         regrade_of: loaded.config.regrade.as_ref().map(|r| r.run),
+        agent_sha256,
         set: opts.set.as_ref().map(|s| s.member.clone()),
     };
-    store.put(&run_id, layout::CONFIG, &to_json_bytes(&loaded.resolved)).await?;
+    store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
     store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
     store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let record = RunRecord {

@@ -118,9 +118,13 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         )));
     }
     let index = resolver.index(&job.index_uri.parse()?).await?;
-    let config: RunConfig = read_json(store.as_ref(), &run_id, layout::CONFIG)
+    let mut config: RunConfig = read_json(store.as_ref(), &run_id, layout::CONFIG)
         .await
         .map_err(|e| Error::with_source(ErrorKind::Invalid, format!("run config in the bundle: {e}"), e))?;
+    // A packed agent runs from its archive, unpacked here, whatever machine this is.
+    if config.regrade.is_none() {
+        crate::agents::pack::unpack_for_worker(&mut config, resolver).await?;
+    }
     let secret_store = resolver.secrets(&config).await?;
     let redactor = Redactor::new();
     let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());

@@ -943,3 +943,31 @@ async fn the_ui_shows_an_aws_run_from_another_folder() {
     assert!(dom.contains("class=\"open\""), "the trace viewer opens over S3 too");
     assert!(server.get(&format!("/api/runs/{run}/tasks/nope-1")).status == 404);
 }
+
+/// `regrade` on the fleet: the workers read the first run's answers from S3 and grade them
+/// with an added evaluator; the new run lands in S3 and DynamoDB like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_regrade_on_the_fleet_grades_the_recorded_answers_from_s3() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let cfg = aws.config("regrade-aws", TOY, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let graded = format!("{TOY}  - kind: exact_match\n");
+    let regrading = aws.config("regrade-aws-2", &graded, &aws.endpoint.clone());
+    let (r, code) = aws.json(&["regrade", &run, "--json", "--config", regrading.to_str().unwrap()]);
+    assert_eq!(code, 0, "{r}");
+    let new = r["run_id"].as_str().unwrap().to_string();
+    assert_eq!(r["summary"]["tasks_finished"], 12, "{r}");
+    assert!(r["summary"]["evaluators"]["exact_match"].is_object(), "the added evaluator graded: {r}");
+    let out = aws.run(&["validate-bundle", r["bundle"].as_str().unwrap()]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let (shown, _) = aws.json(&["show", &new, "toy-0000001", "--json", "--backend", "aws"]);
+    let (was, _) = aws.json(&["show", &run, "toy-0000001", "--json", "--backend", "aws"]);
+    assert_eq!(shown["result"]["agent"]["final_answer"], was["result"]["agent"]["final_answer"], "{shown}");
+    // The recorded run, not a new one: the agent's time is the first run's to the nanosecond.
+    assert_eq!(shown["result"]["agent"]["wall_seconds"], was["result"]["agent"]["wall_seconds"], "{shown}");
+    let (listed, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
+    assert_eq!(listed[0]["name"], "regrade-aws (regrade)", "{listed}");
+}

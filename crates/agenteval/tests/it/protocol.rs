@@ -177,3 +177,58 @@ storage:
     assert_eq!(r["agent"]["terminated_by"], "agent_error", "{r}");
     assert!(r["agent"]["error"].as_str().unwrap().contains("no-such-program-here"), "{r}");
 }
+
+/// The agent a user wrote, packed into the run (`agent.pack: true`): the workers run the
+/// archive's files, not the config's folder; a change to the agent is a new hash in the run's
+/// metadata, and `compare` judges it.
+#[test]
+fn a_packed_agent_is_what_ran_and_its_change_is_a_new_hash_that_compare_judges() {
+    let ws = Workspace::new();
+    let agent = "import json, os, sys\nfrom answers import VERSION\nreq = json.loads(sys.stdin.readline())\nhere = os.path.dirname(os.path.abspath(__file__))\nanswer = VERSION if req['input'] == 'version' else here\nprint(json.dumps({'kind': 'agent.final_answer', 'payload': {'answer': answer}}), flush=True)\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}), flush=True)\n";
+    std::fs::create_dir_all(ws.path().join("my-agent")).unwrap();
+    ws.write("my-agent/agent.py", agent);
+    ws.write("my-agent/answers.py", "VERSION = 'one'\n");
+    let cases: String =
+        (0..4).map(|i| format!("{{\"id\": \"v{i}\", \"input\": \"version\", \"expected\": \"one\"}}\n")).collect();
+    ws.write("cases.jsonl", &format!("{cases}{{\"id\": \"where\", \"input\": \"where\"}}\n"));
+    let cfg = ws.write(
+        "packed.yaml",
+        "name: packed\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, agent.py]\n  workdir: my-agent\n  pack: true\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["summary"]["passed"], 5, "{v}");
+    let first = std::path::PathBuf::from(v["bundle"].as_str().unwrap());
+    let meta = read_json(&first.join("metadata.json"));
+    let one = meta["agent_sha256"].as_str().unwrap().to_string();
+    assert_eq!(one.len(), 64);
+    assert!(first.join(format!("agent/{one}.tar.gz")).is_file(), "the archive is in the bundle");
+    let resolved = read_json(&first.join("config.resolved.json"));
+    assert_eq!(resolved["agent"]["packed"]["sha256"], one.as_str());
+    // It ran from the unpacked archive, not from the config's folder.
+    let ran_in =
+        read_json(&first.join("tasks/where/result.json"))["agent"]["final_answer"].as_str().unwrap().to_string();
+    assert!(ran_in.ends_with(&format!("agenteval-agents/{one}")), "the agent ran in {ran_in}");
+    assert!(ws.validate(first.to_str().unwrap()).status.success());
+
+    // The agent changes: a new hash, and compare calls it a regression.
+    ws.write("my-agent/answers.py", "VERSION = 'two'\n");
+    let (v2, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v2}");
+    let second = std::path::PathBuf::from(v2["bundle"].as_str().unwrap());
+    let two = read_json(&second.join("metadata.json"))["agent_sha256"].as_str().unwrap().to_string();
+    assert_ne!(one, two, "a changed agent is a new hash");
+    assert_eq!(v2["summary"]["passed"], 1, "{v2}");
+    let out = ws.run(&["compare", v["run_id"].as_str().unwrap(), v2["run_id"].as_str().unwrap(), "--format", "json"]);
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rate =
+        c["comparison"]["metrics"].as_array().unwrap().iter().find(|m| m["metric"] == "pass_rate").unwrap().clone();
+    assert_eq!(rate["regressed"], true, "{rate}");
+    assert_eq!(c["comparison"]["regressions"].as_array().unwrap().len(), 4);
+
+    // A folder that links out of itself is not packed: exit 2, before any run.
+    std::os::unix::fs::symlink("/etc/hostname", ws.path().join("my-agent/host")).unwrap();
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("links outside"), "{}", text(&out.stderr));
+}

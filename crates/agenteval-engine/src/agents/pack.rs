@@ -1,0 +1,223 @@
+//! `agent.pack: true`: the `command` agent's folder travels inside the run. At submit it is
+//! packed into one reproducible archive (sorted entries, no owners or times, modes reduced to
+//! 0644/0755) stored as `agent/<sha256>.tar.gz` in the run's bundle; each worker fetches it,
+//! checks its sha256 and unpacks it once into a folder of its own, which becomes the agent's
+//! `workdir`. So the agent under test is the same files on a laptop and on Fargate, and its
+//! hash in `metadata.json` says which files ran.
+
+use std::path::{Path, PathBuf};
+
+use agenteval_core::config::{AgentConfig, PackedAgent, RunConfig};
+use agenteval_core::traits::{BundleStore, Resolver};
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use sha2::{Digest, Sha256};
+
+/// Most bytes of a packed agent folder (compressed): past it, a usage error before the run
+/// starts (a virtual environment or a model's weights do not belong in every job).
+pub const MAX_PACK_BYTES: u64 = 256 << 20;
+
+/// Folders never packed: version control and caches that are not the agent.
+const SKIPPED: &[&str] = &[".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"];
+
+/// Where an archive lives in its run's bundle.
+pub fn archive_path(sha256: &str) -> String {
+    format!("agent/{sha256}.tar.gz")
+}
+
+/// At submit: packs the agent's folder into the run (when it asks and is not packed yet: a
+/// rerun keeps its run's archive) and records it in `config` and `resolved`. Returns the
+/// archive's sha256.
+pub async fn pack_for_run(
+    config: &mut RunConfig,
+    resolved: &mut serde_json::Value,
+    store: &dyn BundleStore,
+    run: &RunId,
+) -> Result<Option<String>> {
+    let AgentConfig::Command { pack, packed, workdir, .. } = &mut config.agent else { return Ok(None) };
+    if let Some(p) = packed {
+        return Ok(Some(p.sha256.clone()));
+    }
+    if !*pack {
+        return Ok(None);
+    }
+    let dir = workdir.clone().ok_or_else(|| Error::internal("a loaded command agent has its folder"))?;
+    let bytes = tokio::task::spawn_blocking(move || archive(&dir))
+        .await
+        .map_err(|e| Error::internal(format!("packing the agent: {e}")))??;
+    let sha256 = hex::encode(Sha256::digest(&bytes));
+    store.put(run, &archive_path(&sha256), &bytes).await?;
+    let p = PackedAgent { sha256: sha256.clone(), bundle: store.bundle_uri(run), bytes: bytes.len() as u64 };
+    resolved["agent"]["packed"] = serde_json::to_value(&p).expect("serializes");
+    *packed = Some(p);
+    Ok(Some(sha256))
+}
+
+/// The folder as a reproducible gzipped tar: the same files give the same bytes.
+pub fn archive(dir: &Path) -> Result<Vec<u8>> {
+    let mut files = Vec::new();
+    collect(dir, dir, &mut files)?;
+    files.sort();
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let mut total: u64 = 0;
+    for rel in files {
+        let full = dir.join(&rel);
+        let meta = std::fs::metadata(&full).map_err(|e| Error::io(format!("reading {}", full.display()), e))?;
+        total += meta.len();
+        if total > MAX_PACK_BYTES {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} holds more than {} MiB: pack a folder with only the agent (agent.workdir)",
+                dir.display(),
+                MAX_PACK_BYTES >> 20
+            )));
+        }
+        let data = std::fs::read(&full).map_err(|e| Error::io(format!("reading {}", full.display()), e))?;
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(if is_executable(&meta) { 0o755 } else { 0o644 });
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, &rel, data.as_slice()).map_err(|e| Error::io("packing the agent", e))?;
+    }
+    let gz = tar.into_inner().map_err(|e| Error::io("packing the agent", e))?;
+    gz.finish().map_err(|e| Error::io("packing the agent", e))
+}
+
+#[cfg(unix)]
+fn is_executable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    meta.permissions().mode() & 0o111 != 0
+}
+
+/// Regular files below `dir` (links followed only when they stay inside it), relative paths.
+fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    for e in entries {
+        let e = e.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+        let name = e.file_name();
+        if SKIPPED.iter().any(|s| name == *s) {
+            continue;
+        }
+        let path = e.path();
+        // A link that leads out of the folder would pack files the user did not mean to send.
+        let real = std::fs::canonicalize(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let root_real = std::fs::canonicalize(root).map_err(|e| Error::io(format!("reading {}", root.display()), e))?;
+        if !real.starts_with(&root_real) {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} links outside the agent's folder {}",
+                path.display(),
+                root.display()
+            )));
+        }
+        if real.is_dir() {
+            collect(root, &path, out)?;
+        } else if real.is_file() {
+            out.push(path.strip_prefix(root).expect("below the root").to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+/// On a worker: the packed agent's folder, fetched, checked and unpacked once per machine
+/// (under the system's temporary folder); the config's agent then runs from it.
+pub async fn unpack_for_worker(config: &mut RunConfig, resolver: &dyn Resolver) -> Result<()> {
+    let AgentConfig::Command { packed: Some(p), workdir, .. } = &mut config.agent else { return Ok(()) };
+    let dest = std::env::temp_dir().join("agenteval-agents").join(&p.sha256);
+    if !dest.is_dir() {
+        let (store, run) = crate::resolve::store_from_bundle_uri(resolver, &p.bundle).await?;
+        let bytes = store.get(&run, &archive_path(&p.sha256)).await?;
+        let got = hex::encode(Sha256::digest(&bytes));
+        if got != p.sha256 {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!("the packed agent {} has sha256 {got}: it is not what was submitted", archive_path(&p.sha256)),
+            ));
+        }
+        let dest2 = dest.clone();
+        tokio::task::spawn_blocking(move || unpack(&bytes, &dest2))
+            .await
+            .map_err(|e| Error::internal(format!("unpacking the agent: {e}")))??;
+    }
+    *workdir = Some(dest);
+    Ok(())
+}
+
+/// Unpacks into a fresh folder beside `dest`, then renames it into place: a worker never sees a
+/// half-unpacked agent, and two workers unpacking at once both end with the same files.
+fn unpack(bytes: &[u8], dest: &Path) -> Result<()> {
+    let parent = dest.parent().expect("a folder under the temporary folder");
+    std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+    let staging = tempfile::Builder::new()
+        .prefix(".unpacking-")
+        .tempdir_in(parent)
+        .map_err(|e| Error::io(format!("creating a folder in {}", parent.display()), e))?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
+    tar.set_preserve_permissions(true);
+    // `unpack` refuses entries that would land outside the folder (`..`, absolute paths).
+    tar.unpack(staging.path()).map_err(|e| Error::new(ErrorKind::Corrupt, format!("unpacking the agent: {e}")))?;
+    // The agent runs as an unprivileged user: its folder must be readable to it.
+    set_readable(staging.path())?;
+    let staged = staging.keep();
+    match std::fs::rename(&staged, dest) {
+        Ok(()) => Ok(()),
+        // Another worker put the same files there first.
+        Err(_) if dest.is_dir() => {
+            let _ = std::fs::remove_dir_all(&staged);
+            Ok(())
+        }
+        Err(e) => Err(Error::io(format!("moving the agent into {}", dest.display()), e)),
+    }
+}
+
+#[cfg(unix)]
+fn set_readable(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let set = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| Error::io(format!("setting the mode of {}", p.display()), e))
+    };
+    set(dir, 0o755)?;
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            set_readable(&p)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_same_files_pack_to_the_same_bytes_and_unpack_whole() {
+        let a = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(a.path().join("lib/__pycache__")).unwrap();
+        std::fs::write(a.path().join("agent.py"), "print('hi')\n").unwrap();
+        std::fs::write(a.path().join("lib/util.py"), "X = 1\n").unwrap();
+        std::fs::write(a.path().join("lib/__pycache__/util.pyc"), "junk").unwrap();
+        let one = archive(a.path()).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::fs::write(a.path().join("agent.py"), "print('hi')\n").unwrap();
+        assert_eq!(one, archive(a.path()).unwrap(), "times do not change the archive");
+        let out = tempfile::tempdir().unwrap();
+        let dest = out.path().join("unpacked");
+        unpack(&one, &dest).unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("lib/util.py")).unwrap(), "X = 1\n");
+        assert!(!dest.join("lib/__pycache__").exists(), "caches are not packed");
+        std::fs::write(a.path().join("lib/util.py"), "X = 2\n").unwrap();
+        assert_ne!(one, archive(a.path()).unwrap(), "a changed file changes the archive");
+    }
+
+    #[test]
+    fn a_link_out_of_the_folder_is_refused() {
+        let a = tempfile::tempdir().unwrap();
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::os::unix::fs::symlink(secret.path(), a.path().join("key")).unwrap();
+        let err = archive(a.path()).unwrap_err().to_string();
+        assert!(err.contains("links outside"), "{err}");
+    }
+}
