@@ -971,3 +971,52 @@ async fn a_regrade_on_the_fleet_grades_the_recorded_answers_from_s3() {
     let (listed, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
     assert_eq!(listed[0]["name"], "regrade-aws (regrade)", "{listed}");
 }
+
+/// A user's own `command` agent on the fleet (`agent.pack: true`): its folder travels in the
+/// run's S3 prefix, every Fargate worker runs the archive's files, and a change to the agent is
+/// a new hash that `compare` judges.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_packed_agent_reaches_the_fleet_through_s3_and_its_change_is_judged() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let dir = aws.ws.path().join("my-agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    let agent = "import json, os, sys\nfrom answers import VERSION\nreq = json.loads(sys.stdin.readline())\nhere = os.path.dirname(os.path.abspath(__file__))\nanswer = VERSION if req['input'] == 'version' else here\nprint(json.dumps({'kind': 'agent.final_answer', 'payload': {'answer': answer}}), flush=True)\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}), flush=True)\n";
+    std::fs::write(dir.join("agent.py"), agent).unwrap();
+    // A nonce: this test's archive is its own, never one another test unpacked.
+    let nonce = format!("{}-{:?}", emulator::unique("n"), std::time::SystemTime::now());
+    std::fs::write(dir.join("answers.py"), format!("VERSION = 'one'\nNONCE = '{nonce}'\n")).unwrap();
+    let cases: String =
+        (0..4).map(|i| format!("{{\"id\": \"v{i}\", \"input\": \"version\", \"expected\": \"one\"}}\n")).collect();
+    aws.ws.write("cases.jsonl", &format!("{cases}{{\"id\": \"where\", \"input\": \"where\"}}\n"));
+    let body = "benchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, agent.py]\n  workdir: my-agent\n  pack: true\n";
+    let cfg = aws.config("packed-aws", body, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["passed"], 5, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let (where_, _) = aws.json(&["show", &run, "where", "--json", "--backend", "aws"]);
+    let ran_in = where_["result"]["agent"]["final_answer"].as_str().unwrap().to_string();
+    // The archive is in the run's S3 prefix, and its hash names the folder the worker ran.
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let store = agenteval_aws::S3BundleStore::new(clients, aws.bucket.clone(), "team/runs");
+    let run_id: agenteval_core::RunId = run.parse().unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(
+        &agenteval_core::traits::BundleStore::get(&store, &run_id, "metadata.json").await.unwrap(),
+    )
+    .unwrap();
+    let one = meta["agent_sha256"].as_str().unwrap().to_string();
+    let files = agenteval_core::traits::BundleStore::list(&store, &run_id, "agent/").await.unwrap();
+    assert_eq!(files, [format!("agent/{one}.tar.gz")], "{files:?}");
+    assert!(ran_in.ends_with(&format!("agenteval-agents/{one}")), "the worker ran {ran_in}");
+
+    std::fs::write(dir.join("answers.py"), format!("VERSION = 'two'\nNONCE = '{nonce}'\n")).unwrap();
+    let (v2, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v2}");
+    assert_eq!(v2["summary"]["passed"], 1, "the changed agent ran: {v2}");
+    let run2 = v2["run_id"].as_str().unwrap().to_string();
+    let (c, code) = aws.json(&["compare", &run, &run2, "--format", "json", "--backend", "aws"]);
+    assert_eq!(code, 0, "{c}");
+    assert_ne!(c["comparison"]["base"]["run_id"], c["comparison"]["cand"]["run_id"]);
+    assert_eq!(c["comparison"]["regressions"].as_array().unwrap().len(), 4, "{c}");
+}
