@@ -166,18 +166,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
-    let mut evaluators = Vec::with_capacity(config.evaluators.len());
-    for e in &config.evaluators {
-        // A pairwise judge reads the baseline run's answers from its bundle.
-        let baseline = match e {
-            EvaluatorConfig::LlmPairwise { baseline_bundle: Some(uri), .. } => {
-                let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
-                Some(crate::evaluators::pairwise::Baseline { store, run })
-            }
-            _ => None,
-        };
-        evaluators.push(crate::evaluators::evaluator_with_baseline(e, &judge_secrets, baseline)?);
-    }
+    let evaluators = run_evaluators(&config, &judge_secrets, resolver).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
     let environment = crate::environments::open(&config, resolver).await?;
@@ -209,6 +198,26 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         job,
         config,
     })
+}
+
+/// The run's evaluators; a pairwise judge reads the baseline run's answers from its bundle.
+async fn run_evaluators(
+    config: &RunConfig,
+    judge_secrets: &[(String, Secret)],
+    resolver: &dyn Resolver,
+) -> Result<Vec<Arc<dyn Evaluator>>> {
+    let mut evaluators = Vec::with_capacity(config.evaluators.len());
+    for e in &config.evaluators {
+        let baseline = match e {
+            EvaluatorConfig::LlmPairwise { baseline_bundle: Some(uri), .. } => {
+                let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
+                Some(crate::evaluators::pairwise::Baseline { store, run })
+            }
+            _ => None,
+        };
+        evaluators.push(crate::evaluators::evaluator_with_baseline(e, judge_secrets, baseline)?);
+    }
+    Ok(evaluators)
 }
 
 /// Runs the job at `job_uri`; returns the process exit code (see `worker_exit`).
