@@ -372,8 +372,9 @@ pub enum Command {
 /// Model-call cassettes of the `llm` agent (`docs/agents.md`).
 #[derive(Debug, Args, Clone)]
 pub struct CassetteArgs {
-    /// A folder of cassettes, one `<task id>.jsonl` per task (local backend).
-    #[arg(long, value_name = "DIR")]
+    /// A folder of cassettes, one `<task id>.jsonl` per task (local backend), or a run's
+    /// bundle on S3 (`s3://BUCKET/PREFIX/RUN_ID`: the calls it kept) to replay on any backend.
+    #[arg(long, value_name = "DIR|S3_BUNDLE")]
     pub cassettes: Option<PathBuf>,
     /// `record` (call the model, write every call), `replay` (answer from the cassettes only;
     /// a request that differs fails its task) or `replay-or-live` (misses go to the model).

@@ -251,9 +251,6 @@ pub(crate) fn with_cassettes(
     dir: &Path,
     mode: agenteval_llm::CassetteMode,
 ) -> Result<ControllerOptions, Failure> {
-    if !wiring.kind(config)?.on_this_machine() {
-        return Err(Error::invalid("--cassettes is a local folder: it works with the local backend only").into());
-    }
     if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
         return Err(Error::invalid(format!(
             "--cassettes records model calls of the `llm` agent; this run's agent is `{}`",
@@ -261,11 +258,38 @@ pub(crate) fn with_cassettes(
         ))
         .into());
     }
-    if mode != agenteval_llm::CassetteMode::Record && !dir.is_dir() {
-        return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
-    }
-    let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
-    let (dir, mode) = (dir.display().to_string(), mode.as_str().to_string());
+    let setting = dir.display().to_string();
+    let dir = match agenteval_engine::worker::cassettes_bundle(&setting) {
+        // A run's bundle on S3: every worker, wherever it runs, replays from it.
+        Some(uri) => {
+            if mode == agenteval_llm::CassetteMode::Record {
+                return Err(Error::invalid(
+                    "--cassettes s3://…/RUN replays a run's recorded calls; on the fleet a run records its calls in its own bundle (tasks/ID/cassette.jsonl): run without --cassettes, then replay from that run's bundle",
+                )
+                .into());
+            }
+            agenteval_core::location::BundleRoot::split_bundle_uri(&uri).map_err(|e| {
+                Failure::from(Error::invalid(format!(
+                    "--cassettes {uri}: not a run's bundle (s3://BUCKET/PREFIX/RUN_ID): {e}"
+                )))
+            })?;
+            uri
+        }
+        None => {
+            if !wiring.kind(config)?.on_this_machine() {
+                return Err(Error::invalid(
+                    "--cassettes DIR is a folder of this machine, which the fleet's workers do not see: replay from a run's bundle instead (--cassettes s3://BUCKET/PREFIX/RUN_ID)",
+                )
+                .into());
+            }
+            if mode != agenteval_llm::CassetteMode::Record && !dir.is_dir() {
+                return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
+            }
+            let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
+            dir.display().to_string()
+        }
+    };
+    let mode = mode.as_str().to_string();
     let inner = opts.worker_env.clone();
     opts.worker_env = Arc::new(move || {
         let mut env = inner();

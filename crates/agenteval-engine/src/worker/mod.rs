@@ -134,7 +134,12 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             let mode = CassetteMode::parse(mode).ok_or_else(|| {
                 Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live"))
             })?;
-            Some(Cassettes { dir: dir.into(), mode })
+            Some(match cassettes_bundle(&dir) {
+                // A run's bundle (`s3://…/RUN`): its tasks' `cassette.jsonl`, fetched for this
+                // job's tasks into a folder of the worker's own.
+                Some(uri) => Cassettes { dir: fetch_cassettes(resolver, &uri, &job, mode).await?, mode },
+                None => Cassettes { dir: dir.into(), mode },
+            })
         }
         (None, _) => None,
     };
@@ -198,6 +203,39 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         job,
         config,
     })
+}
+
+/// The bundle a cassette setting names, when it names one (an S3 bundle URI: a run's calls
+/// kept in its task folders) rather than a folder of this machine.
+pub fn cassettes_bundle(setting: &str) -> Option<String> {
+    setting.starts_with("s3://").then(|| setting.trim_end_matches('/').to_string())
+}
+
+/// This job's tasks' recorded calls from a run's bundle, as a cassette folder: one
+/// `<task id>.jsonl` per task that has some (a task without is a replay miss, as for a folder).
+async fn fetch_cassettes(
+    resolver: &dyn Resolver,
+    uri: &str,
+    job: &JobSpec,
+    mode: CassetteMode,
+) -> Result<std::path::PathBuf> {
+    if mode == CassetteMode::Record {
+        return Err(Error::invalid(
+            "a run's bundle is replayed, not recorded into: a run records its own calls in its bundle",
+        ));
+    }
+    let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
+    let dir = std::env::temp_dir().join("agenteval-cassettes").join(format!("{}-{}", job.run_id, job.job_id));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    for t in &job.tasks {
+        match store.get(&run, &layout::task_file(&t.id, layout::TASK_CASSETTE)).await {
+            Ok(bytes) => std::fs::write(dir.join(format!("{}.jsonl", t.id)), bytes)
+                .map_err(|e| Error::io(format!("writing {}", dir.display()), e))?,
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(dir)
 }
 
 /// The run's evaluators; a pairwise judge reads the baseline run's answers from its bundle.

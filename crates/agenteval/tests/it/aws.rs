@@ -1020,3 +1020,56 @@ async fn a_packed_agent_reaches_the_fleet_through_s3_and_its_change_is_judged() 
     assert_ne!(c["comparison"]["base"]["run_id"], c["comparison"]["cand"]["run_id"]);
     assert_eq!(c["comparison"]["regressions"].as_array().unwrap().len(), 4, "{c}");
 }
+
+/// A strict replay on the fleet, from the recording run's bundle on S3: the model server is
+/// gone and no key exists anywhere, yet every answer comes back as recorded.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_strict_replay_on_the_fleet_needs_no_key_and_no_model() {
+    const KEY: &str = "sk-aws-RECORDING-ONLY-7f1e";
+    let mut aws = Aws::new(&[("prod/model-key", KEY)], true).await;
+    aws.fargate(0);
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let url = mock.base_url();
+    aws.ws.write(
+        "cases.jsonl",
+        "{\"id\": \"tool\", \"input\": \"USE_TOOL please\"}\n{\"id\": \"plain\", \"input\": \"hello\"}\n",
+    );
+    let agent = |secrets: &str| {
+        format!(
+            "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: llm\n  model: openai:gpt-4o-mini\n  base_url: {url}\n  allow_insecure_http: true\n  tools: [python]\n{secrets}"
+        )
+    };
+    let cfg = aws.config("replay-aws", &agent("  secrets: {OPENAI_API_KEY: prod/model-key}\n"), &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    let recorded = v["bundle"].as_str().unwrap().to_string();
+    let calls = mock.received().len();
+    assert!(calls >= 3, "the recording run called the model");
+    drop(mock);
+    // The replay's agent names a secret that does not exist: a strict replay never fetches it.
+    let cfg =
+        aws.config("replay-aws-2", &agent("  secrets: {OPENAI_API_KEY: prod/no-such-key}\n"), &aws.endpoint.clone());
+    let (r, code) = aws.json(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--cassettes",
+        &recorded,
+        "--cassette-mode",
+        "replay",
+    ]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["summary"]["tasks_finished"], 2, "{r}");
+    let run = r["run_id"].as_str().unwrap();
+    let (tool, _) = aws.json(&["show", run, "tool", "--json", "--backend", "aws"]);
+    assert_eq!(tool["result"]["agent"]["final_answer"], "the tool said 42", "{tool}");
+    let (plain, _) = aws.json(&["show", run, "plain", "--json", "--backend", "aws"]);
+    assert_eq!(plain["result"]["agent"]["final_answer"], "echo: hello", "{plain}");
+    assert!(!r.to_string().contains(KEY));
+    // Recording into a bundle is refused: a fleet run records its calls in its own bundle.
+    let out =
+        aws.run(&["submit", "--config", cfg.to_str().unwrap(), "--cassettes", &recorded, "--cassette-mode", "record"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("records its calls in its own bundle"), "{}", text(&out.stderr));
+}
