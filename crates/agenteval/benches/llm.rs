@@ -7,7 +7,12 @@
 //!   100 calls in flight (4 workers x 25 tasks at once): wall time (ideal 10 s, target < 12 s)
 //!   and the peak memory of the whole fleet (controller and workers, sampled every 20 ms).
 //!
-//! `AGENTEVAL_BENCH_SCALE=0.1` shrinks the LLM scenario for a quick look.
+//! - 10,000 tasks with 1,000 calls in flight (8 workers x 125 tasks at once) against the same
+//!   mock (ideal 10 s, target <= 11 s, fleet <= 300 MB), after the mock alone: the same 10,000
+//!   calls, 1,000 at a time, from one client (what the mock itself costs).
+//!
+//! `AGENTEVAL_BENCH_SCALE=0.1` shrinks the LLM scenarios for a quick look;
+//! `AGENTEVAL_BENCH_ONLY=many` runs only the 1,000-in-flight one.
 
 #[path = "../tests/it/util/mod.rs"]
 mod util;
@@ -111,10 +116,68 @@ fn llm(dir: &Path, tasks: u64) {
     );
 }
 
+/// The mock alone: `calls` chat calls, `in_flight` at a time, from one client; the wall time.
+fn mock_alone(mock: &MockLlm, calls: u64, in_flight: usize) -> Duration {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let url = format!("{}/chat/completions", mock.base_url());
+    rt.block_on(async move {
+        let client = reqwest::Client::builder().pool_max_idle_per_host(in_flight).build().unwrap();
+        let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(in_flight));
+        let start = std::time::Instant::now();
+        let mut calls_made = tokio::task::JoinSet::new();
+        for i in 0..calls {
+            let (client, url, gate) = (client.clone(), url.clone(), gate.clone());
+            calls_made.spawn(async move {
+                let _permit = gate.acquire_owned().await.unwrap();
+                let body = serde_json::json!({"model": "mock", "messages": [{"role": "user", "content": format!("question {i}")}]});
+                let r = client.post(&url).json(&body).send().await.unwrap();
+                assert!(r.status().is_success());
+                let _ = r.bytes().await.unwrap();
+            });
+        }
+        while calls_made.join_next().await.is_some() {}
+        start.elapsed()
+    })
+}
+
+/// `tasks` llm tasks with 1,000 calls in flight: 8 workers, 125 tasks at once each.
+fn many_in_flight(dir: &Path, tasks: u64) {
+    let mock = MockLlm::start(Duration::from_secs(1));
+    let alone = mock_alone(&mock, tasks, 1000);
+    let cases: String = (0..tasks).map(|i| format!("{{\"id\": \"t{i:05}\", \"input\": \"question {i}\"}}\n")).collect();
+    std::fs::write(dir.join("cases-many.jsonl"), cases).unwrap();
+    let per_job = tasks.div_ceil(8);
+    let cfg = dir.join("llm-many.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: bench-llm-many\nbenchmark: {{kind: jsonl, cases: cases-many.jsonl}}\nagent:\n  kind: llm\n  model: openai-compatible:mock\n  base_url: {}\nbackend:\n  max_concurrent_jobs: 8\n  tasks_per_job: {per_job}\n  tasks_in_parallel: 125\nstorage: {{bundle_root: runs-llm-many}}\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let (wall, peak_kb, v) = submit(&cfg);
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(tasks), "{v}");
+    let ideal = tasks as f64 / 1000.0;
+    println!("mock alone, {tasks} calls, 1,000 in flight: {:.2} s (ideal {ideal:.0} s)", alone.as_secs_f64());
+    println!(
+        "llm agent, {tasks} tasks, 1 s per call, 1,000 in flight: {:.2} s (ideal {ideal:.0} s, target <= {:.1} s), fleet peak memory {:.1} MB (target <= 300 MB)",
+        wall.as_secs_f64(),
+        ideal * 1.1,
+        peak_kb as f64 / 1024.0
+    );
+}
+
 fn main() {
     let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
+    let only = std::env::var("AGENTEVAL_BENCH_ONLY").unwrap_or_default();
     let dir = tempfile::Builder::new().prefix("agenteval-bench-llm-").tempdir().unwrap();
     println!("agenteval llm benchmark ({} cores)", std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1));
-    humaneval(dir.path());
-    llm(dir.path(), ((1000.0 * scale) as u64).max(100));
+    if only.is_empty() {
+        humaneval(dir.path());
+        llm(dir.path(), ((1000.0 * scale) as u64).max(100));
+    }
+    if only.is_empty() || only == "many" {
+        many_in_flight(dir.path(), ((10_000.0 * scale) as u64).max(1000));
+    }
 }
