@@ -125,6 +125,14 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 pub async fn unpack_for_worker(config: &mut RunConfig, resolver: &dyn Resolver) -> Result<()> {
     let AgentConfig::Command { packed: Some(p), workdir, .. } = &mut config.agent else { return Ok(()) };
     let dest = std::env::temp_dir().join("agenteval-agents").join(&p.sha256);
+    // An unpacked folder is trusted by its name only when this user made it: on a shared
+    // machine another user could have put other files under that name first.
+    if dest.is_dir() && !made_by_us(&dest) {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!("{} belongs to another user: remove it, it is not this run's agent", dest.display()),
+        ));
+    }
     if !dest.is_dir() {
         let (store, run) = crate::resolve::store_from_bundle_uri(resolver, &p.bundle).await?;
         let bytes = store.get(&run, &archive_path(&p.sha256)).await?;
@@ -169,6 +177,12 @@ fn unpack(bytes: &[u8], dest: &Path) -> Result<()> {
         }
         Err(e) => Err(Error::io(format!("moving the agent into {}", dest.display()), e)),
     }
+}
+
+#[cfg(unix)]
+fn made_by_us(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
 }
 
 #[cfg(unix)]

@@ -123,23 +123,30 @@ impl TraceSink {
     /// A sink for events written as they were recorded (`agenteval regrade`): the same trace
     /// file, limits and redaction, and no model-call spans (no model is called).
     pub(super) async fn for_recorded(ctx: &Ctx, task: &TaskSpec) -> Result<TraceSink> {
+        let spans = CallSpans::new(opentelemetry::Context::new(), CallModel::of("", false), None);
+        TraceSink::open(ctx, task, ctx.config.agent.limits().clone(), spans).await
+    }
+
+    /// A sink writing the task's trace into this job attempt's staging folder.
+    async fn open(ctx: &Ctx, task: &TaskSpec, limits: Limits, spans: CallSpans) -> Result<TraceSink> {
+        // Staged under the job attempt: only the attempt that counts publishes it into the task
+        // folder (`write_outcome`), so a duplicate or superseded attempt never touches it.
         let staged = layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, layout::TASK_TRACE);
         let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
-        let model = CallModel::of("", false);
         Ok(TraceSink {
             run_id: ctx.run_id,
             task_id: task.id.clone(),
             attempt: ctx.job.attempt,
             appender,
             redactor: ctx.redactor.clone(),
-            limits: ctx.config.agent.limits().clone(),
+            limits,
             events: Vec::new(),
             kept_payload_bytes: 0,
             written_bytes: 0,
             cost: 0.0,
             tokens: 0,
             write_error: None,
-            spans: CallSpans::new(opentelemetry::Context::new(), model, None),
+            spans,
             cost_unknown: false,
             attachments: Vec::new(),
         })
@@ -220,11 +227,6 @@ pub(super) async fn run_agent(
 ) -> Result<(AgentResult, TraceSink)> {
     let task_limits = crate::benchmarks::harbor::task_limits(ctx.config.agent.limits(), task);
     let limits = &task_limits;
-    // Staged under the job attempt: only the attempt that counts publishes it into the task
-    // folder (`write_outcome`), so a duplicate or superseded attempt never touches it.
-    let (job, attempt) = (&ctx.job.job_id, ctx.job.attempt);
-    let staged = layout::staged_task_file(job, attempt, &task.id, layout::TASK_TRACE);
-    let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
     let model = ctx.config.agent.model().unwrap_or_else(|| ctx.agent.name()).to_string();
     let llm = match &ctx.config.agent {
         agenteval_core::config::AgentConfig::Llm(c) => Some(c),
@@ -246,23 +248,8 @@ pub(super) async fn run_agent(
     if let Some(p) = call_model.provider {
         execute.record("gen_ai.provider.name", p);
     }
-    let mut sink = TraceSink {
-        run_id: ctx.run_id,
-        task_id: task.id.clone(),
-        attempt: ctx.job.attempt,
-        appender,
-        redactor: ctx.redactor.clone(),
-        limits: limits.clone(),
-        events: Vec::new(),
-        kept_payload_bytes: 0,
-        written_bytes: 0,
-        cost: 0.0,
-        tokens: 0,
-        write_error: None,
-        spans: CallSpans::new(execute.context(), call_model.clone(), capture_content(ctx, task, llm)),
-        cost_unknown: false,
-        attachments: Vec::new(),
-    };
+    let spans = CallSpans::new(execute.context(), call_model.clone(), capture_content(ctx, task, llm));
+    let mut sink = TraceSink::open(ctx, task, limits.clone(), spans).await?;
     let mut tools = ctx.benchmark.tools(task);
     if env.session.is_some() {
         tools.extend(crate::agents::env_tools());
