@@ -714,7 +714,8 @@ struct SetPage<'a> {
 
 struct SetColumn {
     number: u32,
-    label: String,
+    /// The combination's values, one a line.
+    parts: Vec<String>,
     run_id: String,
     short: String,
     status: String,
@@ -763,7 +764,7 @@ pub async fn set(State(app): State<Arc<App>>, Path(set): Path<String>, Query(q):
             .zip(&records)
             .map(|(e, r)| SetColumn {
                 number: e.position + 1,
-                label: e.label.clone(),
+                parts: e.label.split(", ").map(str::to_string).collect(),
                 run_id: e.run_id.clone(),
                 short: short(&r.run_id),
                 status: r.status.as_str().to_string(),

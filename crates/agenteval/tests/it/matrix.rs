@@ -111,6 +111,11 @@ fn a_three_model_two_prompt_matrix_is_one_set_on_one_fleet_and_compare_names_the
     let words: Vec<&str> = ["pass", "fail"].into_iter().filter(|w| q0.contains(&format!(">{w}</a>"))).collect();
     assert_eq!(words, ["pass", "fail"], "q0's row: {q0}");
     assert_eq!(q0.matches(">pass</a>").count(), 1, "only beta with the kind prompt passes q0: {q0}");
+    // In a browser: no console error, and the page docs/ui.md shows.
+    let shot = repo().join("docs/ui/set.png");
+    let (dom, console) = crate::util::ui::browse(&ui.page(&format!("sets/{set_id}")), Some(&shot));
+    assert!(console.is_empty(), "{console:?}");
+    assert!(dom.contains("set-tasks"), "the task matrix is on the page");
     let against = ui.get(&format!("/sets/{set_id}?against=9"));
     assert_eq!(against.status, 400, "{}", against.body);
     let runs = ui.get("/").body;
