@@ -33,7 +33,7 @@ pub async fn pack_for_run(
     store: &dyn BundleStore,
     run: &RunId,
 ) -> Result<Option<String>> {
-    let AgentConfig::Command { pack, packed, workdir, .. } = &mut config.agent else { return Ok(None) };
+    let AgentConfig::Command { pack, packed, workdir, .. } = &config.agent else { return Ok(None) };
     if let Some(p) = packed {
         return Ok(Some(p.sha256.clone()));
     }
@@ -41,21 +41,27 @@ pub async fn pack_for_run(
         return Ok(None);
     }
     let dir = workdir.clone().ok_or_else(|| Error::internal("a loaded command agent has its folder"))?;
-    let bytes = tokio::task::spawn_blocking(move || archive(&dir))
+    // What the sandbox hides from an agent (the cases and their answers, the bundles, the
+    // index, the secrets file, the tests) must not reach it inside its own folder either.
+    let hidden = crate::isolation::sandbox::hidden_paths(config);
+    let bytes = tokio::task::spawn_blocking(move || archive(&dir, &hidden))
         .await
         .map_err(|e| Error::internal(format!("packing the agent: {e}")))??;
     let sha256 = hex::encode(Sha256::digest(&bytes));
     store.put(run, &archive_path(&sha256), &bytes).await?;
     let p = PackedAgent { sha256: sha256.clone(), bundle: store.bundle_uri(run), bytes: bytes.len() as u64 };
     resolved["agent"]["packed"] = serde_json::to_value(&p).expect("serializes");
-    *packed = Some(p);
+    if let AgentConfig::Command { packed, .. } = &mut config.agent {
+        *packed = Some(p);
+    }
     Ok(Some(sha256))
 }
 
-/// The folder as a reproducible gzipped tar: the same files give the same bytes.
-pub fn archive(dir: &Path) -> Result<Vec<u8>> {
+/// The folder as a reproducible gzipped tar: the same files give the same bytes. A file or
+/// folder under one of `hidden` (canonical paths) is refused.
+pub fn archive(dir: &Path, hidden: &[PathBuf]) -> Result<Vec<u8>> {
     let mut files = Vec::new();
-    collect(dir, dir, &mut files)?;
+    collect(dir, dir, hidden, &mut files)?;
     files.sort();
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
@@ -92,7 +98,7 @@ fn is_executable(meta: &std::fs::Metadata) -> bool {
 }
 
 /// Regular files below `dir` (links followed only when they stay inside it), relative paths.
-fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn collect(root: &Path, dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     for e in entries {
         let e = e.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
@@ -111,8 +117,14 @@ fn collect(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
                 root.display()
             )));
         }
+        if hidden.iter().any(|h| real.starts_with(h)) {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} is hidden from agents (the benchmark's cases, tests or data, the bundles, the index or the secrets): pack a folder with only the agent (agent.workdir)",
+                path.display()
+            )));
+        }
         if real.is_dir() {
-            collect(root, &path, out)?;
+            collect(root, &path, hidden, out)?;
         } else if real.is_file() {
             out.push(path.strip_prefix(root).expect("below the root").to_path_buf());
         }
@@ -213,17 +225,22 @@ mod tests {
         std::fs::write(a.path().join("agent.py"), "print('hi')\n").unwrap();
         std::fs::write(a.path().join("lib/util.py"), "X = 1\n").unwrap();
         std::fs::write(a.path().join("lib/__pycache__/util.pyc"), "junk").unwrap();
-        let one = archive(a.path()).unwrap();
+        let one = archive(a.path(), &[]).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(10));
         std::fs::write(a.path().join("agent.py"), "print('hi')\n").unwrap();
-        assert_eq!(one, archive(a.path()).unwrap(), "times do not change the archive");
+        assert_eq!(one, archive(a.path(), &[]).unwrap(), "times do not change the archive");
         let out = tempfile::tempdir().unwrap();
         let dest = out.path().join("unpacked");
         unpack(&one, &dest).unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("lib/util.py")).unwrap(), "X = 1\n");
         assert!(!dest.join("lib/__pycache__").exists(), "caches are not packed");
         std::fs::write(a.path().join("lib/util.py"), "X = 2\n").unwrap();
-        assert_ne!(one, archive(a.path()).unwrap(), "a changed file changes the archive");
+        assert_ne!(one, archive(a.path(), &[]).unwrap(), "a changed file changes the archive");
+        // The benchmark's cases in the agent's folder would be its answers: refused.
+        std::fs::write(a.path().join("cases.jsonl"), "{}").unwrap();
+        let hidden = [a.path().join("cases.jsonl").canonicalize().unwrap()];
+        let err = archive(a.path(), &hidden).unwrap_err().to_string();
+        assert!(err.contains("hidden from agents"), "{err}");
     }
 
     #[test]
@@ -231,7 +248,7 @@ mod tests {
         let a = tempfile::tempdir().unwrap();
         let secret = tempfile::NamedTempFile::new().unwrap();
         std::os::unix::fs::symlink(secret.path(), a.path().join("key")).unwrap();
-        let err = archive(a.path()).unwrap_err().to_string();
+        let err = archive(a.path(), &[]).unwrap_err().to_string();
         assert!(err.contains("links outside"), "{err}");
     }
 }
