@@ -59,6 +59,8 @@ struct Ctx {
     /// The run whose recorded answers are graded again instead of running the agent
     /// (`agenteval regrade`).
     regrade: Option<regrade::Source>,
+    /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
+    _fetched_cassettes: Option<tempfile::TempDir>,
 }
 
 /// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
@@ -128,6 +130,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let secret_store = resolver.secrets(&config).await?;
     let redactor = Redactor::new();
     let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
+    let mut fetched_cassettes = None;
     let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
         (Some(dir), mode) => {
             let mode = mode.as_deref().unwrap_or("replay");
@@ -136,8 +139,13 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             })?;
             Some(match cassettes_bundle(&dir) {
                 // A run's bundle (`s3://…/RUN`): its tasks' `cassette.jsonl`, fetched for this
-                // job's tasks into a folder of the worker's own.
-                Some(uri) => Cassettes { dir: fetch_cassettes(resolver, &uri, &job, mode).await?, mode },
+                // job's tasks into a folder of the worker's own, removed with the job.
+                Some(uri) => {
+                    let fetched = fetch_cassettes(resolver, &uri, &job, mode).await?;
+                    let dir = fetched.path().to_path_buf();
+                    fetched_cassettes = Some(fetched);
+                    Cassettes { dir, mode }
+                }
                 None => Cassettes { dir: dir.into(), mode },
             })
         }
@@ -195,6 +203,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         environment,
         live: std::sync::Mutex::new(Vec::new()),
         regrade,
+        _fetched_cassettes: fetched_cassettes,
         evaluators,
         secrets,
         redactor,
@@ -218,19 +227,21 @@ async fn fetch_cassettes(
     uri: &str,
     job: &JobSpec,
     mode: CassetteMode,
-) -> Result<std::path::PathBuf> {
+) -> Result<tempfile::TempDir> {
     if mode == CassetteMode::Record {
         return Err(Error::invalid(
             "a run's bundle is replayed, not recorded into: a run records its own calls in its bundle",
         ));
     }
     let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
-    let dir = std::env::temp_dir().join("agenteval-cassettes").join(format!("{}-{}", job.run_id, job.job_id));
-    std::fs::create_dir_all(&dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-cassettes-")
+        .tempdir()
+        .map_err(|e| Error::io("creating a folder for the cassettes", e))?;
     for t in &job.tasks {
         match store.get(&run, &layout::task_file(&t.id, layout::TASK_CASSETTE)).await {
-            Ok(bytes) => std::fs::write(dir.join(format!("{}.jsonl", t.id)), bytes)
-                .map_err(|e| Error::io(format!("writing {}", dir.display()), e))?,
+            Ok(bytes) => std::fs::write(dir.path().join(format!("{}.jsonl", t.id)), bytes)
+                .map_err(|e| Error::io("writing a fetched cassette", e))?,
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
