@@ -361,6 +361,14 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     index.create_run(&rebuilt, &[]).await.unwrap();
     let got = index.get_run(&rebuilt.run_id).await.unwrap().unwrap();
     assert_eq!((got.verdict, got.baseline), (Some(RunVerdict::Fail), Some(against)), "created judged");
+    // A run of a set (`submit --matrix`) keeps its set's id, and listing shows it.
+    let member = RunRecord { set_id: Some(format!("set-{run}")), ..run_record(RunId::new(), "member") };
+    index.create_run(&member, &[]).await.unwrap();
+    assert_eq!(index.get_run(&member.run_id).await.unwrap().unwrap().set_id, member.set_id, "a set's id is kept");
+    let listed = index.list_runs(1000).await.unwrap();
+    let found = listed.iter().find(|r| r.run_id == member.run_id).expect("listed");
+    assert_eq!(found.set_id, member.set_id, "listing shows the set");
+    assert_eq!(index.get_run(&run).await.unwrap().unwrap().set_id, None, "a run alone has no set");
     index.update_run(&run, &RunUpdate { verdict: Some(RunVerdict::Fail), ..Default::default() }).await.unwrap();
     let name = format!("nightly-{run}");
     assert_eq!(index.get_baseline(&name).await.unwrap(), None, "no pin yet");
