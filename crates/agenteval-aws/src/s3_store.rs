@@ -56,6 +56,13 @@ impl S3BundleStore {
         if self.prefix.is_empty() { format!("{run}/") } else { format!("{}/{run}/", self.prefix) }
     }
 
+    /// `<prefix>/.shared/<key>`: beside the runs, never one of them.
+    fn shared_key(&self, key: &str) -> Result<String> {
+        check_bundle_path(key)?;
+        let base = if self.prefix.is_empty() { String::new() } else { format!("{}/", self.prefix) };
+        Ok(format!("{base}{}/{key}", agenteval_core::traits::SHARED_FOLDER))
+    }
+
     fn key(&self, run: &RunId, path: &str) -> Result<String> {
         check_bundle_path(path)?;
         Ok(format!("{}{path}", self.run_prefix(run)))
@@ -252,6 +259,14 @@ impl BundleStore for S3BundleStore {
     async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
         let key = self.key(run, path)?;
         self.put_key(&key, bytes).await
+    }
+
+    async fn get_shared(&self, key: &str) -> Result<Vec<u8>> {
+        self.get_key(&self.shared_key(key)?).await
+    }
+
+    async fn put_shared(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        self.put_key(&self.shared_key(key)?, bytes).await
     }
 
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {

@@ -347,7 +347,22 @@ pub trait BundleStore: Send + Sync {
         let _ = (run, path);
         Err(Error::internal("this store does not support appending"))
     }
+    /// An object kept beside the runs and shared by all of them (`<root>/.shared/<key>`, never
+    /// a run): what outlives one run, such as the LLM judges' cached verdicts, which workers on
+    /// any machine then share. `key` is a relative path like a bundle path. Fails with
+    /// `NotFound` when missing; the default keeps nothing.
+    async fn get_shared(&self, key: &str) -> Result<Vec<u8>> {
+        Err(Error::not_found(format!("shared object {key}: this store keeps none")))
+    }
+    /// Writes a shared object (whole, replacing it). The default keeps nothing.
+    async fn put_shared(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        let _ = (key, bytes);
+        Ok(())
+    }
 }
+
+/// The folder of a bundle root that holds shared objects; not a run id, so never listed as one.
+pub const SHARED_FOLDER: &str = ".shared";
 
 /// The bytes of `bytes` that `read_range(offset, len)` gives.
 pub fn range_of(bytes: &[u8], offset: u64, len: u64) -> &[u8] {

@@ -50,6 +50,18 @@ pub struct LlmJudge {
     max_answer_chars: usize,
     /// What the judge is shown besides the task and the answer.
     include: Vec<JudgeInclude>,
+    /// Verdicts shared beyond this machine (the run's bundle store), besides `cache_dir`.
+    shared: Option<std::sync::Arc<dyn VerdictCache>>,
+}
+
+/// A place verdicts are shared through, keyed by the same sha256 as the cache folder's files:
+/// workers on other machines (Fargate tasks) and later runs find them there.
+#[async_trait]
+pub trait VerdictCache: Send + Sync {
+    /// The cached verdict under `key`, if any (a failure to read is a miss).
+    async fn get(&self, key: &str) -> Option<Vec<u8>>;
+    /// Keeps a verdict (a failure to write is not the task's).
+    async fn put(&self, key: &str, bytes: Vec<u8>);
 }
 
 /// Most characters of the steps' summary a judge is shown.
@@ -87,7 +99,24 @@ impl LlmJudge {
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);
         let max_answer_chars =
             config.max_answer_chars.unwrap_or(agenteval_core::config::DEFAULT_MAX_ANSWER_CHARS) as usize;
-        Ok(LlmJudge { id, kind, spec, client, price, cache_dir, max_answer_chars, include: config.include.clone() })
+        Ok(LlmJudge {
+            id,
+            kind,
+            spec,
+            client,
+            price,
+            cache_dir,
+            max_answer_chars,
+            include: config.include.clone(),
+            shared: None,
+        })
+    }
+
+    /// Also keeps and finds verdicts in `cache` (the run's bundle store, shared by every worker
+    /// and every run under its root).
+    pub fn with_shared_cache(mut self, cache: std::sync::Arc<dyn VerdictCache>) -> Self {
+        self.shared = Some(cache);
+        self
     }
 
     /// The prompt, and the text that stands for the rubric in the cache key. `context` is what
@@ -147,13 +176,14 @@ impl LlmJudge {
         (format!("{kept}\n[… the rest of the answer, {} characters, was cut]", total - self.max_answer_chars), note)
     }
 
-    fn cache_file(&self, prompt: &str, answer: &str, rubric: &str) -> Option<PathBuf> {
+    /// The verdict's key: sha256 of (model, prompt, answer, rubric).
+    fn cache_key(&self, prompt: &str, answer: &str, rubric: &str) -> String {
         let mut h = Sha256::new();
         for part in [self.spec.name.as_str(), prompt, answer, rubric] {
             h.update((part.len() as u64).to_le_bytes());
             h.update(part.as_bytes());
         }
-        Some(self.cache_dir.as_ref()?.join(format!("{}.json", hex::encode(h.finalize()))))
+        hex::encode(h.finalize())
     }
 
     fn read_verdict(&self, v: &Value) -> Option<Verdict> {
@@ -392,10 +422,17 @@ impl LlmJudge {
     /// One verdict: from the cache, or from the model (with one bounded retry when its reply
     /// holds none), then cached.
     async fn ask(&self, prompt: String, answer: &str, rubric: &str) -> Result<Asked> {
-        let cache = self.cache_file(&prompt, answer, rubric);
-        if let Some(v) =
-            cache.as_ref().and_then(|f| std::fs::read(f).ok()).and_then(|b| serde_json::from_slice(&b).ok())
-        {
+        let key = self.cache_key(&prompt, answer, rubric);
+        let cache = self.cache_dir.as_ref().map(|d| d.join(format!("{key}.json")));
+        let local = cache.as_ref().and_then(|f| std::fs::read(f).ok());
+        let found = match local {
+            Some(b) => Some(b),
+            None => match &self.shared {
+                Some(shared) => shared.get(&key).await,
+                None => None,
+            },
+        };
+        if let Some(v) = found.and_then(|b| serde_json::from_slice::<Verdict>(&b).ok()) {
             return Ok(Asked { verdict: v, cost_usd: 0.0, tokens: 0, note: " (cached verdict)" });
         }
         let client = self.client.as_ref().map_err(|e| Error::invalid(e.clone()))?;
@@ -416,9 +453,13 @@ impl LlmJudge {
             usage.cached_input_tokens += resp.usage.cached_input_tokens;
             let reply = resp.text.unwrap_or_default();
             if let Some(v) = extract_json(&reply).and_then(|j| self.read_verdict(&j)) {
+                let bytes = serde_json::to_vec(&v).expect("verdicts serialize");
                 if let Some(f) = &cache {
                     let _ = std::fs::create_dir_all(f.parent().expect("cache files have a folder"));
-                    let _ = std::fs::write(f, serde_json::to_vec(&v).expect("verdicts serialize"));
+                    let _ = std::fs::write(f, &bytes);
+                }
+                if let Some(shared) = &self.shared {
+                    shared.put(&key, bytes).await;
                 }
                 let dollars = self.price.map(|p| cost(&p, &usage));
                 let note = if dollars.is_none() { " (judge cost unknown)" } else { "" };

@@ -113,6 +113,24 @@ impl BundleStore for FsBundleStore {
         crate::blocking(|| write_atomic_blocking(&target, bytes))
     }
 
+    async fn get_shared(&self, key: &str) -> Result<Vec<u8>> {
+        check_bundle_path(key)?;
+        let p = self.root.join(agenteval_core::traits::SHARED_FOLDER).join(key);
+        crate::blocking(|| match std::fs::read(&p) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Err(Error::not_found(format!("shared object {}", p.display())))
+            }
+            Err(e) => Err(Error::io(format!("reading {}", p.display()), e)),
+        })
+    }
+
+    async fn put_shared(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        check_bundle_path(key)?;
+        let target = self.root.join(agenteval_core::traits::SHARED_FOLDER).join(key);
+        crate::blocking(|| write_atomic_blocking(&target, bytes))
+    }
+
     async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
         let (a, b) = (self.file(run, from)?, self.file(run, to)?);
         crate::blocking(|| {

@@ -23,6 +23,15 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     assert_eq!(err.kind(), ErrorKind::NotFound, "get of a missing file is NotFound: {err}");
     assert!(store.list(&run, "").await.unwrap().is_empty(), "list of an empty run");
 
+    // Shared objects: beside the runs, kept across them, never listed as a run.
+    let key = format!("judge/{run}.json");
+    let err = store.get_shared(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "a missing shared object is NotFound: {err}");
+    store.put_shared(&key, b"verdict").await.unwrap();
+    store.put_shared(&key, b"verdict 2").await.unwrap();
+    assert_eq!(store.get_shared(&key).await.unwrap(), b"verdict 2", "a shared object is replaced whole");
+    assert!(store.put_shared("../escape", b"x").await.is_err(), "a shared key stays under the root");
+
     store.put(&run, "a.json", b"{\"x\":1}").await.unwrap();
     store.put(&run, "tasks/t1/result.json", b"r1").await.unwrap();
     store.put(&run, "tasks/t2/result.json", b"r2").await.unwrap();
@@ -44,6 +53,7 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     assert_eq!(err.kind(), ErrorKind::NotFound, "read_chunks of a missing file: {err}");
     let runs = store.list_runs().await.unwrap();
     assert!(runs.contains(&run) && runs.contains(&other), "list_runs finds every run with files: {runs:?}");
+    // (The shared objects put above are beside the runs, in a folder that is not a run id.)
     assert!(runs.windows(2).all(|w| w[0] < w[1]), "list_runs is sorted: {runs:?}");
     assert!(store.exists(&run, "a.json").await.unwrap());
     assert_eq!(store.get(&run, "a.json").await.unwrap(), b"{\"x\":1}");

@@ -94,6 +94,13 @@ impl BundleStore for RecordingStore {
     async fn list_runs(&self) -> Result<Vec<RunId>> {
         self.inner.list_runs().await
     }
+    // Shared objects are no run's files: nothing to record.
+    async fn get_shared(&self, key: &str) -> Result<Vec<u8>> {
+        self.inner.get_shared(key).await
+    }
+    async fn put_shared(&self, key: &str, bytes: &[u8]) -> Result<()> {
+        self.inner.put_shared(key, bytes).await
+    }
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         self.written.lock().expect("recording lock").remove(path);
         let inner = self.inner.open_appender(run, path).await?;

@@ -46,16 +46,27 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
 /// Builds an evaluator from its config: the one table of kinds. Fails only on configuration the
 /// loader would have refused. `secrets` hold the judges' keys, by environment variable name.
 pub fn evaluator_from_config(cfg: &EvaluatorConfig, secrets: &[(String, Secret)]) -> Result<Arc<dyn Evaluator>> {
-    evaluator_with_baseline(cfg, secrets, None)
+    evaluator_with(cfg, secrets, Shared::default())
 }
 
-/// [`evaluator_from_config`], with the baseline bundle an `llm_pairwise` reads (opened by the
-/// worker, which has the resolver).
-pub fn evaluator_with_baseline(
+/// What the worker hands the evaluators it builds for a whole run.
+#[derive(Default)]
+pub struct Shared {
+    /// The baseline bundle an `llm_pairwise` reads (opened by the worker, which has the
+    /// resolver).
+    pub baseline: Option<pairwise::Baseline>,
+    /// Where the judges also keep and find their verdicts: the run's bundle store, shared by
+    /// every worker and run under its root.
+    pub verdicts: Option<Arc<dyn agenteval_llm::VerdictCache>>,
+}
+
+/// [`evaluator_from_config`], with what a run's evaluators share.
+pub fn evaluator_with(
     cfg: &EvaluatorConfig,
     secrets: &[(String, Secret)],
-    baseline: Option<pairwise::Baseline>,
+    shared: Shared,
 ) -> Result<Arc<dyn Evaluator>> {
+    let Shared { baseline, verdicts } = shared;
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
     use EvaluatorConfig as C;
     let judge: Box<dyn Judge> = match cfg {
@@ -114,41 +125,54 @@ pub fn evaluator_with_baseline(
         }
         C::LlmRubric { rubric, pass_threshold, judge, .. } => {
             let kind = JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            return llm_judge(cfg, kind, judge, secrets);
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts)?));
         }
         C::LlmPassFail { criteria, judge, .. } => {
-            return llm_judge(cfg, JudgeKind::PassFail { criteria: criteria.clone() }, judge, secrets);
+            let kind = JudgeKind::PassFail { criteria: criteria.clone() };
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts)?));
         }
         C::LlmPairwise { criteria, pass_threshold, judge, .. } => {
             let baseline = baseline.ok_or_else(|| bad("its baseline run's bundle was not opened".into()))?;
             let kind =
                 JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            let judge = llm_judge_of(cfg, kind, judge, secrets)?;
+            let judge = llm_judge_of(cfg, kind, judge, secrets, verdicts)?;
             return Ok(Arc::new(pairwise::Pairwise { judge, baseline }));
         }
     };
     Ok(Arc::new(Builtin { id: cfg.id().to_string(), kind: cfg.kind(), judge }))
 }
 
-/// An LLM judge (`agenteval-llm`) with its provider key.
-fn llm_judge(
-    cfg: &EvaluatorConfig,
-    kind: JudgeKind,
-    judge: &agenteval_core::config::JudgeConfig,
-    secrets: &[(String, Secret)],
-) -> Result<Arc<dyn Evaluator>> {
-    Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets)?))
-}
-
+/// An LLM judge (`agenteval-llm`) with its provider key, and where it shares its verdicts.
 fn llm_judge_of(
     cfg: &EvaluatorConfig,
     kind: JudgeKind,
     judge: &agenteval_core::config::JudgeConfig,
     secrets: &[(String, Secret)],
+    verdicts: Option<Arc<dyn agenteval_llm::VerdictCache>>,
 ) -> Result<LlmJudge> {
     let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
-    LlmJudge::new(cfg.id().to_string(), kind, judge, key)
-        .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))
+    let built = LlmJudge::new(cfg.id().to_string(), kind, judge, key)
+        .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))?;
+    Ok(match verdicts {
+        Some(v) => built.with_shared_cache(v),
+        None => built,
+    })
+}
+
+/// The judges' verdicts kept in a bundle store's shared objects (`judge/<sha256>.json`).
+pub struct StoreVerdicts(pub Arc<dyn agenteval_core::traits::BundleStore>);
+
+#[async_trait]
+impl agenteval_llm::VerdictCache for StoreVerdicts {
+    async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.0.get_shared(&format!("judge/{key}.json")).await.ok()
+    }
+
+    async fn put(&self, key: &str, bytes: Vec<u8>) {
+        if let Err(e) = self.0.put_shared(&format!("judge/{key}.json"), &bytes).await {
+            tracing::warn!("keeping a judge's verdict in the bundle store: {e}");
+        }
+    }
 }
 
 /// What a built-in evaluator decided: score, passed, reason, and the trace steps it cites.

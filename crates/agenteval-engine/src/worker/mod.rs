@@ -129,28 +129,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     }
     let secret_store = resolver.secrets(&config).await?;
     let redactor = Redactor::new();
-    let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
-    let mut fetched_cassettes = None;
-    let cassettes = match (setting(CASSETTES_ENV), setting(CASSETTE_MODE_ENV)) {
-        (Some(dir), mode) => {
-            let mode = mode.as_deref().unwrap_or("replay");
-            let mode = CassetteMode::parse(mode).ok_or_else(|| {
-                Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live"))
-            })?;
-            Some(match cassettes_bundle(&dir) {
-                // A run's bundle (`s3://…/RUN`): its tasks' `cassette.jsonl`, fetched for this
-                // job's tasks into a folder of the worker's own, removed with the job.
-                Some(uri) => {
-                    let fetched = fetch_cassettes(resolver, &uri, &job, mode).await?;
-                    let dir = fetched.path().to_path_buf();
-                    fetched_cassettes = Some(fetched);
-                    Cassettes { dir, mode }
-                }
-                None => Cassettes { dir: dir.into(), mode },
-            })
-        }
-        (None, _) => None,
-    };
+    let (cassettes, fetched_cassettes) = cassettes_of(resolver, &job).await?;
     // A strict replay never calls the model: its key is not needed (CI replays without keys).
     let strict_replay = cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay)
         && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
@@ -179,7 +158,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
-    let evaluators = run_evaluators(&config, &judge_secrets, resolver).await?;
+    let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
     let environment = crate::environments::open(&config, resolver).await?;
@@ -211,6 +190,28 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         index,
         job,
         config,
+    })
+}
+
+/// The job's cassettes (`submit --cassettes`): a folder of this machine, or a run's bundle
+/// (`s3://…/RUN`) whose tasks' `cassette.jsonl` are fetched for this job's tasks into a folder
+/// of the worker's own, removed with the job (the second value).
+async fn cassettes_of(
+    resolver: &dyn Resolver,
+    job: &JobSpec,
+) -> Result<(Option<Cassettes>, Option<tempfile::TempDir>)> {
+    let setting = |var: &str| std::env::var(var).ok().or_else(|| job.env.get(var).cloned());
+    let Some(dir) = setting(CASSETTES_ENV) else { return Ok((None, None)) };
+    let mode = setting(CASSETTE_MODE_ENV);
+    let mode = mode.as_deref().unwrap_or("replay");
+    let mode = CassetteMode::parse(mode)
+        .ok_or_else(|| Error::invalid(format!("{CASSETTE_MODE_ENV}={mode} is not record, replay or replay-or-live")))?;
+    Ok(match cassettes_bundle(&dir) {
+        Some(uri) => {
+            let fetched = fetch_cassettes(resolver, &uri, job, mode).await?;
+            (Some(Cassettes { dir: fetched.path().to_path_buf(), mode }), Some(fetched))
+        }
+        None => (Some(Cassettes { dir: dir.into(), mode }), None),
     })
 }
 
@@ -254,8 +255,12 @@ async fn run_evaluators(
     config: &RunConfig,
     judge_secrets: &[(String, Secret)],
     resolver: &dyn Resolver,
+    store: &Arc<dyn BundleStore>,
 ) -> Result<Vec<Arc<dyn Evaluator>>> {
     let mut evaluators = Vec::with_capacity(config.evaluators.len());
+    // The judges' verdicts are shared through the run's bundle store: every worker (a Fargate
+    // task too) and every later run under the same root finds them.
+    let verdicts: Arc<dyn agenteval_llm::VerdictCache> = Arc::new(crate::evaluators::StoreVerdicts(store.clone()));
     for e in &config.evaluators {
         let baseline = match e {
             EvaluatorConfig::LlmPairwise { baseline_bundle: Some(uri), .. } => {
@@ -264,7 +269,8 @@ async fn run_evaluators(
             }
             _ => None,
         };
-        evaluators.push(crate::evaluators::evaluator_with_baseline(e, judge_secrets, baseline)?);
+        let shared = crate::evaluators::Shared { baseline, verdicts: e.judge().map(|_| verdicts.clone()) };
+        evaluators.push(crate::evaluators::evaluator_with(e, judge_secrets, shared)?);
     }
     Ok(evaluators)
 }

@@ -396,6 +396,23 @@ fn judges_score_cache_and_an_optional_one_fails_without_failing_the_task() {
     assert_eq!(rubric["cost_usd"], 0.0);
     assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
     assert_eq!(mock.received().len() - before, 2, "only the agent's two calls reach the model");
+
+    // Another machine (a Fargate task) has no cache folder of its own: the verdicts kept in
+    // the bundle store's shared objects serve it all the same.
+    std::fs::remove_dir_all(ws.path().join("judge-cache")).unwrap();
+    let shared: Vec<_> = std::fs::read_dir(ws.path().join("runs/.shared/judge")).unwrap().flatten().collect();
+    assert!(shared.len() >= 4, "every verdict is kept beside the runs: {}", shared.len());
+    let before = mock.received().len();
+    let (v3, _, _) = ws.submit(&cfg, &[]);
+    let third = task(&bundle_of(&v3), "good")["scores"].as_array().unwrap().clone();
+    let rubric = third.iter().find(|s| s["evaluator_id"] == "llm_rubric").unwrap();
+    assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
+    assert_eq!(mock.received().len() - before, 2, "the shared verdicts spared the judges' calls");
+    // The shared folder is beside the runs, not one of them.
+    let listed: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "list", "--json"]).stdout).unwrap();
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    let out = ws.run(&["index", "rebuild", "--bundles", "runs", "--index", "rebuilt.sqlite"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
 
 /// The red team's attack: the same wrong answer, padded so that the judge refuses it (HTTP 400,
