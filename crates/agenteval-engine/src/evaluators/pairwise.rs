@@ -4,10 +4,9 @@
 
 use std::sync::Arc;
 
-use agenteval_core::layout;
-use agenteval_core::model::{EvaluatorScore, TaskResult, answer_text};
+use agenteval_core::model::{EvaluatorScore, answer_text};
 use agenteval_core::traits::{BundleStore, EvalInput, Evaluator};
-use agenteval_core::{Error, ErrorKind, Result, RunId, TaskId};
+use agenteval_core::{Error, Result, RunId, TaskId};
 use agenteval_llm::LlmJudge;
 use async_trait::async_trait;
 
@@ -26,20 +25,14 @@ impl Pairwise {
     /// The baseline's answer to `task` (a repetition falls back to its base task's answer); an
     /// empty answer for a task the baseline's agent did not answer.
     async fn baseline_answer(&self, task: &TaskId) -> Result<String> {
-        let base: TaskId = task.base().parse()?;
-        for id in [task, &base] {
-            match self.baseline.store.get(&self.baseline.run, &layout::task_file(id, layout::TASK_RESULT)).await {
-                Ok(bytes) => {
-                    let r: TaskResult = serde_json::from_slice(&bytes).map_err(|e| {
-                        Error::corrupt(format!("the baseline run {}'s result of task {id}: {e}", self.baseline.run))
-                    })?;
-                    return Ok(r.agent.final_answer.as_ref().map(answer_text).unwrap_or_default());
-                }
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
+        let (store, run) = (self.baseline.store.as_ref(), &self.baseline.run);
+        for id in [task.as_str(), task.base()] {
+            // Read with the reports' cap: a bundle's `result.json` may be anything.
+            if let Some(r) = agenteval_judge::samples::result(store, run, id).await? {
+                return Ok(r.agent.final_answer.as_ref().map(answer_text).unwrap_or_default());
             }
         }
-        Err(Error::not_found(format!("the baseline run {} has no result for task {task}", self.baseline.run)))
+        Err(Error::not_found(format!("the baseline run {run} has no readable result for task {task}")))
     }
 }
 

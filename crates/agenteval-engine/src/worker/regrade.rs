@@ -2,7 +2,7 @@
 //! being regraded) stands in for running the agent, so that only the grading runs again.
 
 use agenteval_core::layout;
-use agenteval_core::model::{AgentResult, EventKind, TaskResult, TaskSpec, TraceEvent};
+use agenteval_core::model::{AgentResult, EventKind, TaskSpec, TraceEvent};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 
@@ -31,16 +31,17 @@ pub(super) async fn recorded(
         let path = layout::task_file(&task.id, file);
         async move { source.store.get(&source.run, &path).await }
     };
-    let result: TaskResult = match get(layout::TASK_RESULT).await {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| Error::corrupt(format!("run {}'s result of task {}: {e}", source.run, task.id)))?,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return Err(Error::not_found(format!("run {} has no result for task {}", source.run, task.id)));
-        }
-        Err(e) => return Err(e),
-    };
+    // Both read with caps: the reports' for the result, the run's trace limit for the trace.
+    let result = agenteval_judge::samples::result(source.store.as_ref(), &source.run, task.id.as_str())
+        .await?
+        .ok_or_else(|| Error::not_found(format!("run {} has no readable result for task {}", source.run, task.id)))?;
     let mut sink = TraceSink::for_recorded(ctx, task).await?;
-    let trace = match get(layout::TASK_TRACE).await {
+    let cap = ctx.config.agent.limits().trace_bytes();
+    let path = layout::task_file(&task.id, layout::TASK_TRACE);
+    let trace = match source.store.read_range(&source.run, &path, 0, cap + 1).await {
+        Ok(bytes) if bytes.len() as u64 > cap => {
+            return Err(Error::corrupt(format!("run {}'s trace of task {} is over {cap} bytes", source.run, task.id)));
+        }
         Ok(bytes) => bytes,
         Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
         Err(e) => return Err(e),
