@@ -12,7 +12,7 @@ use agenteval_core::traits::{BundleStore, Resolver};
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use sha2::{Digest, Sha256};
 
-/// Most bytes of a packed agent folder (compressed): past it, a usage error before the run
+/// Most bytes of the files of a packed agent folder: past it, a usage error before the run
 /// starts (a virtual environment or a model's weights do not belong in every job).
 pub const MAX_PACK_BYTES: u64 = 256 << 20;
 
@@ -24,22 +24,11 @@ pub fn archive_path(sha256: &str) -> String {
     format!("agent/{sha256}.tar.gz")
 }
 
-/// At submit: packs the agent's folder into the run (when it asks and is not packed yet: a
-/// rerun keeps its run's archive) and records it in `config` and `resolved`. Returns the
-/// archive's sha256.
-pub async fn pack_for_run(
-    config: &mut RunConfig,
-    resolved: &mut serde_json::Value,
-    store: &dyn BundleStore,
-    run: &RunId,
-) -> Result<Option<String>> {
-    let AgentConfig::Command { pack, packed, workdir, .. } = &config.agent else { return Ok(None) };
-    if let Some(p) = packed {
-        return Ok(Some(p.sha256.clone()));
-    }
-    if !*pack {
-        return Ok(None);
-    }
+/// At submit, before anything is created: the archive of the agent's folder when the config
+/// asks for one and its run has none yet (a rerun keeps its run's). Every reason to refuse the
+/// folder (the cases inside it, a link out of it, its size) is found here.
+pub async fn archive_for(config: &RunConfig) -> Result<Option<Vec<u8>>> {
+    let AgentConfig::Command { pack: true, packed: None, workdir, .. } = &config.agent else { return Ok(None) };
     let dir = workdir.clone().ok_or_else(|| Error::internal("a loaded command agent has its folder"))?;
     // What the sandbox hides from an agent (the cases and their answers, the bundles, the
     // index, the secrets file, the tests) must not reach it inside its own folder either.
@@ -47,13 +36,25 @@ pub async fn pack_for_run(
     let bytes = tokio::task::spawn_blocking(move || archive(&dir, &hidden))
         .await
         .map_err(|e| Error::internal(format!("packing the agent: {e}")))??;
+    Ok(Some(bytes))
+}
+
+/// Stores the archive in the run and records it in `config` and `resolved`; returns the sha256
+/// of the agent the run's workers run (its run's archive for a rerun).
+pub async fn store_for_run(
+    archive: Option<Vec<u8>>,
+    config: &mut RunConfig,
+    resolved: &mut serde_json::Value,
+    store: &dyn BundleStore,
+    run: &RunId,
+) -> Result<Option<String>> {
+    let AgentConfig::Command { packed, .. } = &mut config.agent else { return Ok(None) };
+    let Some(bytes) = archive else { return Ok(packed.as_ref().map(|p| p.sha256.clone())) };
     let sha256 = hex::encode(Sha256::digest(&bytes));
     store.put(run, &archive_path(&sha256), &bytes).await?;
     let p = PackedAgent { sha256: sha256.clone(), bundle: store.bundle_uri(run), bytes: bytes.len() as u64 };
     resolved["agent"]["packed"] = serde_json::to_value(&p).expect("serializes");
-    if let AgentConfig::Command { packed, .. } = &mut config.agent {
-        *packed = Some(p);
-    }
+    *packed = Some(p);
     Ok(Some(sha256))
 }
 

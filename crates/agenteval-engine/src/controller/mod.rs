@@ -204,6 +204,8 @@ fn git_sha(dir: &Path) -> Option<String> {
 /// Starts a new run from a loaded config and drives it to the end.
 pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<RunOutcome> {
     let config = loaded.config.clone();
+    // A packed agent's folder is read first: a folder that cannot be packed creates nothing.
+    let archive = crate::agents::pack::archive_for(&config).await?;
     let store = opts.resolver.store(&config.storage.bundle_root).await?;
     let index = opts.resolver.create_index(&config.storage.index_location()).await?;
     let backend = opts.resolver.backend(&config).await?;
@@ -231,7 +233,8 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     let now = Utc::now();
     // A packed agent travels in the run: its archive first, then the config that names it.
     let (mut config, mut resolved) = (config, loaded.resolved.clone());
-    let agent_sha256 = crate::agents::pack::pack_for_run(&mut config, &mut resolved, store.as_ref(), &run_id).await?;
+    let agent_sha256 =
+        crate::agents::pack::store_for_run(archive, &mut config, &mut resolved, store.as_ref(), &run_id).await?;
     let hash = config_hash(&resolved);
     let meta = Metadata {
         schema_version: SCHEMA_VERSION.into(),

@@ -231,9 +231,11 @@ fn a_packed_agent_is_what_ran_and_its_change_is_a_new_hash_that_compare_judges()
         "whole.yaml",
         "name: whole\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, my-agent/agent.py]\n  pack: true\n",
     );
+    let runs_before = std::fs::read_dir(ws.path().join("runs")).unwrap().count();
     let out = ws.run(&["submit", "--config", whole.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("hidden from agents"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::read_dir(ws.path().join("runs")).unwrap().count(), runs_before, "nothing was created");
     // A folder that links out of itself is not packed: exit 2, before any run.
     std::os::unix::fs::symlink("/etc/hostname", ws.path().join("my-agent/host")).unwrap();
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
