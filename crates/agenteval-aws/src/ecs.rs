@@ -37,6 +37,8 @@ pub struct EcsSettings {
     pub poll: Duration,
     /// Extra environment for every worker (region, endpoint).
     pub worker_env: BTreeMap<String, String>,
+    /// Where the tasks' environment images are (`aws.image_repository`).
+    pub image_repository: Option<String>,
 }
 
 /// A token bucket: `burst` launches at once, then `per_second` sustained. Fargate's RunTask
@@ -82,6 +84,11 @@ pub struct CallCounts {
     pub describe_tasks: u64,
     pub stop_task: u64,
     pub launch_retries: u64,
+    /// Task definitions registered for task images, and reads of task definitions.
+    pub register_task_definition: u64,
+    pub describe_task_definition: u64,
+    /// Image lookups in the registry (ECR DescribeImages or a registry's manifest).
+    pub describe_images: u64,
 }
 
 /// What the backend needs of an ECS task, read from the SDK's typed output or, when the SDK
@@ -127,7 +134,7 @@ impl TaskView {
 }
 
 /// The body of a 200 response the SDK could not parse, as JSON.
-fn unparsed_success<E>(
+pub(crate) fn unparsed_success<E>(
     err: &aws_sdk_ecs::error::SdkError<E, aws_sdk_ecs::config::http::HttpResponse>,
 ) -> Option<serde_json::Value> {
     match err {
@@ -151,6 +158,8 @@ pub struct EcsBackend {
     /// When each task was first seen missing from DescribeTasks (AWS forgets stopped tasks
     /// after about an hour; an emulator may not know a task at all).
     missing_since: Mutex<HashMap<String, Instant>>,
+    /// The task definitions of task images.
+    task_defs: crate::task_images::TaskDefinitions,
 }
 
 impl std::fmt::Debug for EcsBackend {
@@ -186,11 +195,16 @@ impl EcsBackend {
             bucket,
             calls: Mutex::new(CallCounts::default()),
             missing_since: Mutex::new(HashMap::new()),
+            task_defs: Default::default(),
         }
     }
 
     pub fn calls(&self) -> CallCounts {
-        self.calls.lock().expect("calls lock").clone()
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut c = self.calls.lock().expect("calls lock").clone();
+        c.register_task_definition = self.task_defs.registered.load(Relaxed);
+        c.describe_task_definition = self.task_defs.described.load(Relaxed);
+        c
     }
 
     fn count(&self, f: impl FnOnce(&mut CallCounts)) {
@@ -237,6 +251,24 @@ impl CloudBackend for EcsBackend {
 
     async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
         let s = &self.settings;
+        // A job of tasks in their own image runs that image's task definition, sized for the
+        // largest of its tasks.
+        let (task_definition, size) = match &job.image {
+            Some(image) => {
+                let def = self.task_defs.for_image(&self.clients, &s.task_definition, &s.container_name, image).await?;
+                let envs = job.tasks.iter().filter_map(|t| t.environment.as_ref());
+                let cpus =
+                    envs.clone().filter_map(|e| e.cpus).fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))));
+                let mem = envs.filter_map(|e| e.memory_mb).max();
+                (def, Some(crate::task_images::fargate_size(cpus, mem)))
+            }
+            None => (s.task_definition.clone(), None),
+        };
+        let mut overrides = TaskOverride::builder().container_overrides(self.container_override(job));
+        if let Some((cpu, memory)) = size {
+            overrides = overrides.cpu(cpu.to_string()).memory(memory.to_string());
+        }
+        let overrides = overrides.build();
         let vpc = AwsVpcConfiguration::builder()
             .set_subnets(Some(s.subnets.clone()))
             .set_security_groups(Some(s.security_groups.clone()))
@@ -251,10 +283,10 @@ impl CloudBackend for EcsBackend {
                 .ecs
                 .run_task()
                 .cluster(&s.cluster)
-                .task_definition(&s.task_definition)
+                .task_definition(&task_definition)
                 .count(1)
                 .network_configuration(NetworkConfiguration::builder().awsvpc_configuration(vpc.clone()).build())
-                .overrides(TaskOverride::builder().container_overrides(self.container_override(job)).build())
+                .overrides(overrides.clone())
                 .started_by(job.run_id.to_string())
                 // Retries of one job attempt are the same request: ECS starts it at most once.
                 .client_token(client_token(job))
@@ -396,6 +428,47 @@ impl CloudBackend for EcsBackend {
                 if matches!(err.kind(), ErrorKind::NotFound) { Ok(()) } else { Err(err) }
             }
         }
+    }
+
+    async fn task_images(&self, images: &[String]) -> Result<Option<BTreeMap<String, String>>> {
+        let mut out = BTreeMap::new();
+        if images.is_empty() {
+            return Ok(Some(out));
+        }
+        let repo = self.settings.image_repository.as_deref().ok_or_else(|| {
+            Error::invalid(
+                "the tasks act in their own images: set aws.image_repository to the repository they are pushed to (agenteval images build --config FILE --push REPOSITORY)",
+            )
+        })?;
+        let repo = crate::registry::ImageRepository::parse(repo)?;
+        let mut missing = Vec::new();
+        for local in images {
+            let Some(reference) = repo.reference(local) else {
+                // An image the task names itself (a public one) runs as it is.
+                out.insert(local.clone(), local.clone());
+                continue;
+            };
+            self.count(|c| c.describe_images += 1);
+            match repo.digest(&self.clients, &reference).await? {
+                Some(d) if !d.is_empty() => {
+                    out.insert(local.clone(), format!("{}@{d}", repo.uri));
+                }
+                Some(_) => {
+                    out.insert(local.clone(), reference);
+                }
+                None => missing.push(reference),
+            }
+        }
+        if !missing.is_empty() {
+            return Err(Error::invalid(format!(
+                "{} image(s) the run needs are not in {}: {} (build and push them: agenteval images build --config FILE --push {})",
+                missing.len(),
+                repo.uri,
+                missing.join(", "),
+                repo.uri
+            )));
+        }
+        Ok(Some(out))
     }
 
     async fn wait_for_change(&self, timeout: Duration) {

@@ -120,6 +120,7 @@ impl BackendKind for EcsBackendKind {
             // make a live controller look dead to `status` and `resume`.
             poll: Duration::from_secs_f64(a.poll_seconds.clamp(0.05, 10.0)),
             worker_env,
+            image_repository: a.image_repository.clone(),
         };
         Ok(Arc::new(EcsBackend::new(clients, settings, store)))
     }

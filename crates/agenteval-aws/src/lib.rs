@@ -9,13 +9,16 @@ pub mod doctor;
 pub mod dynamo_index;
 pub mod ecs;
 pub mod kind;
+pub mod registry;
 pub mod s3_store;
 pub mod sdk;
 pub mod secrets;
+pub mod task_images;
 
 pub use dynamo_index::DynamoDbRunIndex;
 pub use ecs::{EcsBackend, EcsSettings, TokenBucket};
 pub use kind::EcsBackendKind;
+pub use registry::ImageRepository;
 pub use s3_store::S3BundleStore;
 pub use sdk::{AwsClients, AwsSettings, ClientCache};
 pub use secrets::SecretsManager;

@@ -196,6 +196,7 @@ async fn ecs_job_backend_conformance() {
         launch_per_second: 10.0,
         poll: std::time::Duration::from_millis(200),
         worker_env: Default::default(),
+        image_repository: None,
     };
     let store = S3BundleStore::new(c.clone(), emulator::unique("bundles"), "runs");
     let run = agenteval_core::RunId::new();

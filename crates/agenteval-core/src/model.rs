@@ -140,6 +140,11 @@ pub struct JobSpec {
     /// Extra environment for the worker, set by the controller (e.g. trace context).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// The image every task of this job runs in, pinned by digest, on a backend that runs each
+    /// job in its tasks' own image (ECS): the worker runs inside a container of it, and that
+    /// container is the tasks' environment. `None`: the worker's own image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// What a backend returns for a submitted job; opaque to the controller, stored in the index so

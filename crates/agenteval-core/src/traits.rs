@@ -27,6 +27,10 @@ pub mod worker_exit {
     pub const BAD_JOB: i32 = 2;
     /// The worker stopped because it was asked to (SIGTERM/SIGINT).
     pub const CANCELLED: i32 = 3;
+    /// The worker finished some of its job's tasks and hands the others back unstarted: the
+    /// container they would share was changed by a task beyond what it can reset. They are
+    /// dispatched again without costing them an attempt.
+    pub const HANDED_BACK: i32 = 5;
 
     /// What a stopped worker's exit says about its job: the one reading every backend shares.
     /// `detail` (the platform's stop reason) is added to an unexpected code's reason; `no_code`
@@ -40,6 +44,11 @@ pub mod worker_exit {
         match code {
             Some(OK) => JobStatus::Succeeded,
             Some(CANCELLED) => JobStatus::Cancelled,
+            Some(HANDED_BACK) => JobStatus::Failed {
+                exit_code: Some(HANDED_BACK),
+                reason: "worker handed back tasks it could not run in a clean container (see its log)".into(),
+                infrastructure: true,
+            },
             Some(BAD_JOB) => JobStatus::Failed {
                 exit_code: Some(BAD_JOB),
                 reason: "worker could not run the job as specified (see its log)".into(),
@@ -111,6 +120,16 @@ pub trait Resolver: Send + Sync {
         _settings: &crate::config::EnvironmentConfig,
     ) -> Result<std::sync::Arc<dyn Environment>> {
         Err(crate::Error::invalid(format!("no `{}` environments here", kind.as_str())))
+    }
+    /// The image a task's environment is built as (`agenteval-env:<hash of its folder>`, the
+    /// tag `docker` environments and `agenteval images build` give it), or the image it names.
+    /// The default knows none.
+    fn task_image(
+        &self,
+        spec: &crate::environment::EnvSpec,
+        _settings: &crate::config::EnvironmentConfig,
+    ) -> Result<String> {
+        spec.image.clone().ok_or_else(|| crate::Error::invalid("this build cannot name a task's image"))
     }
 }
 
@@ -210,6 +229,14 @@ pub trait CloudBackend: Send + Sync {
     /// (local processes) return early; polling backends just sleep.
     async fn wait_for_change(&self, timeout: Duration) {
         tokio::time::sleep(timeout).await
+    }
+    /// For a backend that runs each job in its tasks' own image (ECS: a task definition per
+    /// image), the image each of `images` (the tags a local build gives a task's environment,
+    /// `agenteval-env:<hash>`) is run as on the fleet, pinned by digest; an `Invalid` error names
+    /// every image its registry lacks. `None`: jobs run in the worker's image, and environments
+    /// are made by the worker (`docker`, `workspace`).
+    async fn task_images(&self, _images: &[String]) -> Result<Option<BTreeMap<String, String>>> {
+        Ok(None)
     }
 }
 

@@ -473,6 +473,7 @@ fn stand_in_job(run: RunId, bundle_uri: &str, n: u32, exit: i32, sleep: u32) -> 
         env: [(STAND_IN_EXIT.to_string(), exit.to_string()), (STAND_IN_SLEEP.to_string(), sleep.to_string())]
             .into_iter()
             .collect(),
+        image: None,
     }
 }
 

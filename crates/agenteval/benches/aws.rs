@@ -177,6 +177,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
         launch_per_second: 20.0,
         poll: Duration::from_secs(1),
         worker_env: BTreeMap::new(),
+        image_repository: None,
     };
     let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
     let run = agenteval_core::RunId::new();
@@ -197,6 +198,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
                     bundle_uri: "s3://unused/runs".into(),
                     index_uri: "dynamodb://unused".into(),
                     env: BTreeMap::new(),
+                    image: None,
                 };
                 backend.submit_job(&job).await.is_ok()
             }

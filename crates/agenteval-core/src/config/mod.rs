@@ -276,6 +276,13 @@ pub struct AwsConfig {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub index_retention_days: Option<u32>,
+    /// The repository the tasks' environment images are pushed to and run from
+    /// (`<account>.dkr.ecr.<region>.amazonaws.com/agenteval-envs`, or any registry
+    /// `HOST[:PORT]/NAME` that answers anonymous reads). Needed by tasks that act in an
+    /// environment (Harbor's): each job runs as an ECS task of its tasks' image
+    /// (`agenteval images build --push` puts them there; docs/aws.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_repository: Option<String>,
 }
 
 impl Default for AwsConfig {
@@ -295,6 +302,7 @@ impl Default for AwsConfig {
             launch_per_second: default_rate(),
             poll_seconds: default_poll(),
             index_retention_days: None,
+            image_repository: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 
 use agenteval_core::JobId;
 use agenteval_core::model::{JobStatus, RunStatus, TaskCounts};
+use agenteval_core::traits::worker_exit;
 
 /// A job waiting to be dispatched: tasks by their position in the run's task table.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,6 +124,36 @@ pub fn shard(todo: &[u32], per_job: u32, epoch: u32, attempt: u32) -> VecDeque<P
         .collect()
 }
 
+/// Like [`shard`], with tasks of one `key` (their image) in jobs of their own: each key's
+/// tasks keep their order, and keys come in the order their first task does.
+pub fn shard_by(
+    todo: &[u32],
+    per_job: u32,
+    epoch: u32,
+    attempt: u32,
+    key: impl Fn(u32) -> Option<String>,
+) -> VecDeque<Pending> {
+    let mut groups: Vec<(Option<String>, Vec<u32>)> = Vec::new();
+    let mut at: std::collections::HashMap<Option<String>, usize> = std::collections::HashMap::new();
+    for &t in todo {
+        let k = key(t);
+        let i = *at.entry(k.clone()).or_insert_with(|| {
+            groups.push((k, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(t);
+    }
+    let mut n = 0;
+    let mut out = VecDeque::new();
+    for (_, tasks) in groups {
+        for chunk in tasks.chunks(per_job.max(1) as usize) {
+            n += 1;
+            out.push_back(Pending { job_id: JobId::numbered(epoch, n), attempt, tasks: chunk.to_vec() });
+        }
+    }
+    out
+}
+
 /// What becomes of a job's tasks once the job has ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Verdict {
@@ -168,8 +199,12 @@ pub fn on_job_end(
         // Not an end; a caller asking is a bug, and the safe answer is to look again later.
         JobStatus::Queued | JobStatus::Running => (true, "job has not ended".to_string()),
     };
+    // Handed back unstarted by a worker that finished others: no attempt was spent on them.
+    let handed_back = matches!(status, JobStatus::Failed { exit_code: Some(worker_exit::HANDED_BACK), .. });
     let verdict = if unfinished.is_empty() {
         Verdict::Done
+    } else if handed_back {
+        Verdict::Retry(Pending { job_id: job_id.clone(), attempt: attempt + 1, tasks: unfinished })
     } else if infrastructure && attempt.saturating_sub(attempt_base) < max_attempts {
         Verdict::Retry(Pending { job_id: job_id.clone(), attempt: attempt + 1, tasks: unfinished })
     } else {
@@ -218,6 +253,16 @@ mod tests {
     }
 
     #[test]
+    fn shards_by_key_keep_one_key_a_job() {
+        let key = |t: u32| Some(if t % 2 == 0 { "even" } else { "odd" }.to_string());
+        let q = shard_by(&[0, 1, 2, 3, 4, 5, 6], 2, 0, 1, key);
+        let jobs: Vec<Vec<u32>> = q.iter().map(|p| p.tasks.clone()).collect();
+        assert_eq!(jobs, vec![vec![0, 2], vec![4, 6], vec![1, 3], vec![5]]);
+        assert_eq!(q[3].job_id.as_str(), "j000004");
+        assert_eq!(shard_by(&[0, 1, 2], 2, 0, 1, |_| None), shard(&[0, 1, 2], 2, 0, 1));
+    }
+
+    #[test]
     fn a_job_that_did_everything_is_done() {
         let end = on_job_end(&job(), &JobStatus::Succeeded, 1, 0, 3, vec![]);
         assert_eq!(end, JobEnd { succeeded: true, reason: None, verdict: Verdict::Done });
@@ -239,6 +284,13 @@ mod tests {
         // A resumed run counts its attempts from where it started.
         assert!(matches!(on_job_end(&job(), &crashed(), 4, 3, 3, vec![1]).verdict, Verdict::Retry(_)));
         assert!(matches!(on_job_end(&job(), &JobStatus::Cancelled, 1, 0, 1, vec![1]).verdict, Verdict::GiveUp { .. }));
+    }
+
+    #[test]
+    fn tasks_handed_back_are_dispatched_again_whatever_the_attempts() {
+        let back = worker_exit::job_status(Some(worker_exit::HANDED_BACK), None, String::new);
+        let end = on_job_end(&job(), &back, 9, 0, 3, vec![2, 3]);
+        assert_eq!(end.verdict, Verdict::Retry(Pending { job_id: job(), attempt: 10, tasks: vec![2, 3] }));
     }
 
     #[test]

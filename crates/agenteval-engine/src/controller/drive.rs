@@ -65,7 +65,16 @@ pub(super) async fn drive_jobs(
         run,
         metrics,
         run_span,
-        queue: decide::shard(&todo, run.config.backend.tasks_per_job, epoch, run.attempt_base + 1),
+        queue: {
+            // Tasks of one image share a job (and so a container of it).
+            let image = |i: u32| {
+                if !run.task_images {
+                    return None;
+                }
+                run.tasks.spec(i as usize).ok().and_then(|t| t.environment).and_then(|e| e.image)
+            };
+            decide::shard_by(&todo, run.config.backend.tasks_per_job, epoch, run.attempt_base + 1, image)
+        },
         in_flight: HashMap::new(),
         counters: Counters::default(),
         counts: run.index.task_counts(&run.run_id).await?,

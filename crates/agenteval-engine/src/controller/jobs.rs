@@ -52,16 +52,24 @@ pub(super) async fn dispatch(
     if let Some(tp) = telemetry::traceparent(span) {
         env.insert(TRACEPARENT_ENV.into(), tp);
     }
+    let tasks: Vec<_> = p.tasks.iter().map(|&i| run.tasks.spec(i as usize)).collect::<Result<_>>()?;
+    // A job is made of tasks of one image (`decide::shard_by`).
+    let image = if run.task_images {
+        tasks.first().and_then(|t| t.environment.as_ref()).and_then(|e| e.image.clone())
+    } else {
+        None
+    };
     let spec = JobSpec {
         schema_version: SCHEMA_VERSION.into(),
         run_id: run.run_id,
         job_id: p.job_id.clone(),
         attempt: p.attempt,
         epoch: run.epoch,
-        tasks: p.tasks.iter().map(|&i| run.tasks.spec(i as usize)).collect::<Result<_>>()?,
+        tasks,
         bundle_uri: run.store.bundle_uri(&run.run_id),
         index_uri: run.index_uri.clone(),
         env,
+        image,
     };
     run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
     let queued: Vec<_> = spec

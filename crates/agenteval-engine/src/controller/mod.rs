@@ -9,6 +9,7 @@
 pub mod decide;
 mod drive;
 mod fleet_file;
+mod images;
 mod jobs;
 pub mod set;
 mod spans;
@@ -153,6 +154,9 @@ struct Run {
     journal: Journal,
     /// The run's `telemetry.jsonl`.
     fleet_file: fleet_file::TelemetryFile,
+    /// Each job runs in its tasks' own image (`JobSpec::image`): jobs are made of tasks of one
+    /// image. Set when the run starts driving.
+    task_images: bool,
 }
 
 impl Run {
@@ -170,6 +174,7 @@ impl Run {
         Run {
             run_id: meta.run_id,
             fleet_file: fleet_file::TelemetryFile::new(store.clone(), meta.run_id),
+            task_images: false,
             index_uri: config.storage.index_location().to_string(),
             config,
             tasks,
@@ -212,24 +217,40 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     let benchmark = benchmark_from_config(&config.benchmark)?;
     let mut tasks = TaskTable::default();
     let reps = config.repetitions.max(1);
+    // On a fleet that runs each task in its own image the tasks are named again before the
+    // table is made (their images as the fleet runs them, their folders in the bundle).
+    let task_images = images::uses_task_images(&config, backend.as_ref()).await?;
+    let mut held: Vec<TaskSpec> = Vec::new();
     benchmark
         .for_each_task(config.benchmark.filter(), &mut |t| {
             for r in 0..reps {
-                if r == 0 {
-                    tasks.push(&t);
-                } else {
+                let rep = (r > 0).then(|| {
                     let mut rep = t.clone();
                     rep.id = t.id.repetition(r);
-                    tasks.push(&rep);
-                }
+                    rep
+                });
+                let t = rep.as_ref().unwrap_or(&t);
+                if task_images { held.push(t.clone()) } else { tasks.push(t) }
             }
             Ok(())
         })
         .await?;
+    let packed = if task_images {
+        let packed = images::prepare(&config, opts.resolver.as_ref(), backend.as_ref(), &mut held).await?;
+        for t in &held {
+            tasks.push(t);
+        }
+        Some(packed)
+    } else {
+        None
+    };
     if tasks.is_empty() {
         return Err(Error::invalid("the benchmark filter matches no tasks"));
     }
     let run_id = RunId::new();
+    if let Some(p) = packed {
+        p.store(store.as_ref(), &run_id).await?;
+    }
     let now = Utc::now();
     // A packed agent travels in the run: its archive first, then the config that names it.
     let (mut config, mut resolved) = (config, loaded.resolved.clone());
@@ -570,6 +591,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         telemetry::set_remote_parent(&span, &tp);
     }
     run.epoch = epoch;
+    run.task_images = images::uses_task_images(&run.config, run.backend.as_ref()).await?;
     run.metrics = Some(FleetMetrics::new(&run.run_id.to_string(), &run.meta.benchmark, &run.meta.backend));
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();

@@ -3,6 +3,8 @@
 //! worker does with any of them: a snapshot of the starting state at prepare, the agent's patch
 //! against it at the end, the listed artifacts, and the sweep of what killed workers left.
 
+pub mod files;
+pub mod here;
 pub mod socket;
 pub mod workspace;
 

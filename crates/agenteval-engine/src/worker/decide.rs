@@ -107,6 +107,7 @@ mod tests {
             bundle_uri: "/b".into(),
             index_uri: "/b/index.sqlite".into(),
             env: Default::default(),
+            image: None,
         }
     }
 

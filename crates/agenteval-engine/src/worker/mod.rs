@@ -53,6 +53,10 @@ struct Ctx {
     judge_secrets: Vec<(String, Secret)>,
     /// Where the tasks' agents act, for a run whose tasks have environments.
     environment: Option<Arc<dyn Environment>>,
+    /// The container this worker runs in, when it is the tasks' environment (a job with an
+    /// `image`): its tasks run one after another, and a task that changed it beyond what a
+    /// reset puts back ends the job early.
+    here: Option<Arc<crate::environments::here::HereEnvironment>>,
     /// The environments this worker has prepared and not yet torn down (a cancelled job tears
     /// them down on its way out).
     live: std::sync::Mutex<Vec<EnvSession>>,
@@ -161,7 +165,16 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes, &redactor)?;
-    let environment = crate::environments::open(&config, resolver).await?;
+    let here = job.image.as_ref().map(|_| Arc::new(crate::environments::here::HereEnvironment::new()));
+    let environment = match &here {
+        Some(h) => {
+            // The agent's commands share this container, as root: they must not read this
+            // process's memory or environment (its AWS credentials' location).
+            let _ = nix::sys::prctl::set_dumpable(false);
+            Some(h.clone() as Arc<dyn Environment>)
+        }
+        None => crate::environments::open(&config, resolver).await?,
+    };
     let regrade = match &config.regrade {
         Some(src) => {
             let (store, run) = crate::resolve::store_from_bundle_uri(resolver, &src.bundle).await?;
@@ -180,6 +193,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         agent,
         judge_secrets,
         environment,
+        here,
         live: std::sync::Mutex::new(Vec::new()),
         regrade,
         _fetched_cassettes: fetched_cassettes,
@@ -307,14 +321,31 @@ pub async fn run_job(
         "job started"
     );
     let cancel = cancel.shared();
-    let parallel = ctx.config.backend.tasks_in_parallel.max(1) as usize;
+    // Tasks that share this container as their environment take turns in it.
+    let parallel = if ctx.here.is_some() { 1 } else { ctx.config.backend.tasks_in_parallel.max(1) as usize };
     let code = async {
         let mut tasks = futures::stream::iter(ctx.job.tasks.iter())
             .map(|task| process_task(&ctx, task, cancel.clone()))
             .buffer_unordered(parallel);
+        let mut done_n = 0;
         while let Some(done) = tasks.next().await {
             if let Err(code) = done {
                 return code;
+            }
+            done_n += 1;
+            if let Some(here) = &ctx.here
+                && done_n < ctx.job.tasks.len()
+                && !here.tainted().is_empty()
+            {
+                let changed = here.tainted();
+                tracing::warn!(
+                    job = %ctx.job.job_id,
+                    "a task changed this container outside what is reset ({}{}): the job's {} other task(s) go back to the controller for a fresh container",
+                    changed.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
+                    if changed.len() > 3 { format!(" and {} more", changed.len() - 3) } else { String::new() },
+                    ctx.job.tasks.len() - done_n
+                );
+                return worker_exit::HANDED_BACK;
             }
         }
         worker_exit::OK
@@ -637,6 +668,12 @@ async fn run_and_grade(
 ) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
     let (mut agent, mut sink) = match &ctx.regrade {
         Some(source) => regrade::recorded(ctx, source, task, env, log).await?,
+        // Only the reference agent is given the task's solution, fetched for it alone.
+        None if ctx.config.agent.kind() == "oracle" => {
+            let (task, _solution) =
+                crate::environments::files::with_local_solution(ctx.store.as_ref(), &ctx.run_id, task).await?;
+            execute::run_agent(ctx, &task, env, log).await?
+        }
         None => execute::run_agent(ctx, task, env, log).await?,
     };
     if let Some(s) = &env.session {
@@ -651,6 +688,9 @@ async fn run_and_grade(
         // Nothing of the agent runs while it is graded.
         s.env.quiesce(&s.handle).await?;
     }
+    // The tests reach this machine only now that nothing of the agent runs.
+    let (task, _tests) = crate::environments::files::with_local_tests(ctx.store.as_ref(), &ctx.run_id, task).await?;
+    let task = &task;
     let fresh = match &env.session {
         Some(s) if ctx.config.environment.verify_in == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
             Some(fresh_for_tests(ctx, task, s, log).await?)

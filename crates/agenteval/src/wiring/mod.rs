@@ -157,6 +157,16 @@ impl Resolver for Wiring {
         environment_of(kind, settings)
             .ok_or_else(|| Error::invalid(format!("this build has no `{}` environments", kind.as_str())))
     }
+
+    fn task_image(&self, spec: &agenteval_core::environment::EnvSpec, settings: &EnvironmentConfig) -> Result<String> {
+        match (&spec.image, &spec.context) {
+            (Some(image), _) => Ok(image.clone()),
+            (None, Some(context)) => {
+                Ok(agenteval_docker::ImageBuild::new(context, settings.base_image.as_deref())?.tag)
+            }
+            (None, None) => Err(Error::invalid("the task names neither an image nor a folder to build one from")),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,227 @@
+//! Jobs in their tasks' own images on Fargate. Each image (pinned by digest) gets one task
+//! definition, registered the first time a run needs it and found again by its family name
+//! afterwards (`<worker family>-env-<digest>`): an init container of the agenteval image copies
+//! the worker binary into a task-scoped volume, then the task's image runs it from there as its
+//! entry point, as root, in the image's working folder. Roles, logging and network mode are the
+//! worker task definition's (`aws.task_definition`); CPU and memory are set per job, rounded up
+//! to a valid Fargate size.
+
+use std::collections::HashMap;
+
+use agenteval_core::{Error, Result};
+use aws_sdk_ecs::types::{
+    Compatibility, ContainerCondition, ContainerDefinition, ContainerDependency, KeyValuePair, LogConfiguration,
+    MountPoint, NetworkMode, Tag, Volume,
+};
+
+use crate::sdk::{AwsClients, classify};
+
+/// Where the worker binary is, in the agenteval image and in the shared volume.
+pub const WORKER_IN_IMAGE: &str = "/usr/local/bin/agenteval";
+pub const VOLUME_PATH: &str = "/agenteval";
+const VOLUME: &str = "agenteval-worker";
+pub const INIT_CONTAINER: &str = "agenteval-init";
+/// The variable that tells the worker which image it runs in (recorded in each task's log).
+pub const IMAGE_ENV: &str = "AGENTEVAL_TASK_IMAGE";
+
+/// The Fargate sizes: CPU units with the memory (MiB) each allows, from, to, by.
+const SIZES: &[(u32, u32, u32, u32)] = &[
+    (256, 512, 2048, 512),
+    (512, 1024, 4096, 1024),
+    (1024, 2048, 8192, 1024),
+    (2048, 4096, 16384, 1024),
+    (4096, 8192, 30720, 1024),
+    (8192, 16384, 61440, 4096),
+    (16384, 32768, 122880, 8192),
+];
+
+/// The smallest valid Fargate size (CPU units, memory MiB) with at least `cpus` vCPUs and
+/// `memory_mb` of memory (the largest when none holds them). The default: 1 vCPU, 2 GiB.
+pub fn fargate_size(cpus: Option<f64>, memory_mb: Option<u64>) -> (u32, u32) {
+    let cpu = (cpus.unwrap_or(1.0).max(0.0) * 1024.0).ceil() as u64;
+    let mem = memory_mb.unwrap_or(0);
+    for &(c, from, to, by) in SIZES {
+        if (c as u64) < cpu || (to as u64) < mem {
+            continue;
+        }
+        let m = (from as u64).max(mem.div_ceil(by as u64) * by as u64);
+        return (c, m as u32);
+    }
+    let &(c, _, to, _) = SIZES.last().expect("sizes");
+    (c, to)
+}
+
+/// What a per-image task definition takes from the worker's.
+#[derive(Debug, Clone, Default)]
+struct Base {
+    family: String,
+    task_role: Option<String>,
+    execution_role: Option<String>,
+    worker_image: String,
+    logs: Option<LogConfiguration>,
+}
+
+/// Registers and remembers the task definitions of a backend's images.
+#[derive(Debug, Default)]
+pub struct TaskDefinitions {
+    base: tokio::sync::OnceCell<Base>,
+    /// Image (pinned) → task definition ARN. The lock is held across a registration, so one
+    /// image is registered once however many jobs start at once.
+    known: tokio::sync::Mutex<HashMap<String, String>>,
+    pub registered: std::sync::atomic::AtomicU64,
+    pub described: std::sync::atomic::AtomicU64,
+}
+
+/// The family of an image's task definition (ECS allows 255 letters, digits, `-`, `_`).
+pub fn family_for(base_family: &str, image: &str) -> String {
+    let digest = image.rsplit_once("@sha256:").map(|(_, d)| d.to_string()).unwrap_or_else(|| {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        image.hash(&mut h);
+        format!("{:016x}", h.finish())
+    });
+    let base: String = base_family.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
+    format!("{}-env-{}", base.chars().take(200).collect::<String>(), &digest[..digest.len().min(16)])
+}
+
+impl TaskDefinitions {
+    async fn base(&self, clients: &AwsClients, worker_def: &str) -> Result<&Base> {
+        self.base
+            .get_or_try_init(|| async {
+                self.described.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let out = clients
+                    .ecs
+                    .describe_task_definition()
+                    .task_definition(worker_def)
+                    .send()
+                    .await
+                    .map_err(|e| classify(&format!("reading task definition {worker_def}"), e))?;
+                let td =
+                    out.task_definition().ok_or_else(|| Error::invalid(format!("no task definition {worker_def}")))?;
+                let c = td
+                    .container_definitions()
+                    .first()
+                    .ok_or_else(|| Error::invalid(format!("task definition {worker_def} has no container")))?;
+                Ok(Base {
+                    family: td.family().unwrap_or("agenteval-worker").to_string(),
+                    task_role: td.task_role_arn().map(str::to_string),
+                    execution_role: td.execution_role_arn().map(str::to_string),
+                    worker_image: c.image().unwrap_or_default().to_string(),
+                    logs: c.log_configuration().cloned(),
+                })
+            })
+            .await
+    }
+
+    /// The task definition that runs `image` (pinned), registered unless it already is.
+    pub async fn for_image(
+        &self,
+        clients: &AwsClients,
+        worker_def: &str,
+        container_name: &str,
+        image: &str,
+    ) -> Result<String> {
+        let mut known = self.known.lock().await;
+        if let Some(arn) = known.get(image) {
+            return Ok(arn.clone());
+        }
+        let base = self.base(clients, worker_def).await?.clone();
+        let family = family_for(&base.family, image);
+        // Registered by an earlier run: reuse it when it runs this very image.
+        self.described.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(o) = clients.ecs.describe_task_definition().task_definition(&family).send().await
+            && let Some(td) = o.task_definition()
+            && td.container_definitions().iter().any(|c| c.name() == Some(container_name) && c.image() == Some(image))
+            && let Some(arn) = td.task_definition_arn()
+        {
+            known.insert(image.to_string(), arn.to_string());
+            return Ok(arn.to_string());
+        }
+        let mount = |read_only| {
+            MountPoint::builder().source_volume(VOLUME).container_path(VOLUME_PATH).read_only(read_only).build()
+        };
+        let init = ContainerDefinition::builder()
+            .name(INIT_CONTAINER)
+            .image(&base.worker_image)
+            .essential(false)
+            .memory(128)
+            .entry_point("/bin/sh")
+            .command("-c")
+            .command(format!("cp {WORKER_IN_IMAGE} {VOLUME_PATH}/agenteval && chmod 0755 {VOLUME_PATH}/agenteval"))
+            .mount_points(mount(false))
+            .set_log_configuration(base.logs.clone())
+            .build();
+        let (cpu, memory) = fargate_size(None, None);
+        let main = ContainerDefinition::builder()
+            .name(container_name)
+            .image(image)
+            .essential(true)
+            // A soft limit: the job's own size (a task override) bounds the task.
+            .memory_reservation(256)
+            .user("0")
+            .entry_point(format!("{VOLUME_PATH}/agenteval"))
+            .depends_on(
+                ContainerDependency::builder()
+                    .container_name(INIT_CONTAINER)
+                    .condition(ContainerCondition::Success)
+                    .build()
+                    .map_err(|e| Error::internal(format!("container dependency: {e}")))?,
+            )
+            .mount_points(mount(true))
+            .environment(KeyValuePair::builder().name(IMAGE_ENV).value(image).build())
+            .set_log_configuration(base.logs.clone())
+            .build();
+        self.registered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let out = clients
+            .ecs
+            .register_task_definition()
+            .family(&family)
+            .network_mode(NetworkMode::Awsvpc)
+            .requires_compatibilities(Compatibility::Fargate)
+            .cpu(cpu.to_string())
+            .memory(memory.to_string())
+            .set_task_role_arn(base.task_role.clone())
+            .set_execution_role_arn(base.execution_role.clone())
+            .volumes(Volume::builder().name(VOLUME).build())
+            .container_definitions(init)
+            .container_definitions(main)
+            .tags(Tag::builder().key("agenteval:image").value(image.chars().take(256).collect::<String>()).build())
+            .send()
+            .await;
+        let arn = match out {
+            Ok(o) => o.task_definition().and_then(|t| t.task_definition_arn()).map(str::to_string),
+            // An emulator's answer the SDK cannot read (numbers for strings) still names it.
+            Err(e) => match crate::ecs::unparsed_success(&e) {
+                Some(v) => v["taskDefinition"]["taskDefinitionArn"].as_str().map(str::to_string),
+                None => return Err(classify(&format!("registering a task definition for {image}"), e)),
+            },
+        }
+        .ok_or_else(|| Error::internal(format!("ECS named no task definition for {image}")))?;
+        tracing::info!(image, task_definition = %arn, "registered a task definition for a task image");
+        known.insert(image.to_string(), arn.clone());
+        Ok(arn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_round_up_to_a_valid_fargate_size() {
+        assert_eq!(fargate_size(None, None), (1024, 2048));
+        assert_eq!(fargate_size(Some(0.25), Some(512)), (256, 512));
+        assert_eq!(fargate_size(Some(0.25), Some(3000)), (512, 3072), "past 2 GiB a quarter vCPU cannot hold it");
+        assert_eq!(fargate_size(Some(1.0), Some(4000)), (1024, 4096));
+        assert_eq!(fargate_size(Some(3.0), Some(1024)), (4096, 8192));
+        assert_eq!(fargate_size(Some(8.0), Some(20000)), (8192, 20480));
+        assert_eq!(fargate_size(Some(64.0), Some(1 << 20)), (16384, 122880), "the largest when none holds it");
+    }
+
+    #[test]
+    fn one_family_per_digest() {
+        let a = family_for("agenteval-worker", "r.example/envs@sha256:0123456789abcdef0123");
+        assert_eq!(a, "agenteval-worker-env-0123456789abcdef");
+        assert_ne!(a, family_for("agenteval-worker", "r.example/envs@sha256:ffff456789abcdef0123"));
+    }
+}

@@ -1,0 +1,184 @@
+//! A task's own folders (its tests, its reference solution) on a fleet whose workers cannot
+//! read the controller's disk: at submit each distinct folder is packed once, reproducibly,
+//! into the run's bundle as `files/<sha256>.tar.gz` and the task names it there
+//! (`bundle:files/<sha256>.tar.gz`); a worker fetches it, checks its hash and unpacks it into a
+//! folder of its own only when it is needed — the tests once the agent has stopped, the solution
+//! for the `oracle` agent alone — and removes it with the task.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::BundleStore;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use sha2::{Digest, Sha256};
+
+/// How a task names a folder kept in its run's bundle.
+const MARK: &str = "bundle:";
+
+/// Where a packed folder lives in its run's bundle.
+pub fn archive_path(sha256: &str) -> String {
+    format!("files/{sha256}.tar.gz")
+}
+
+/// The folders of a run's tasks, packed at submit (before anything is created), to store once
+/// the run exists.
+#[derive(Debug, Default)]
+pub struct Packed {
+    by_folder: HashMap<PathBuf, String>,
+    archives: BTreeMap<String, Vec<u8>>,
+}
+
+impl Packed {
+    /// Packs `task`'s tests and solution folders (each distinct folder once) and makes the task
+    /// name them in the bundle.
+    pub fn pack(&mut self, task: &mut TaskSpec) -> Result<()> {
+        if let Some(tests) = &mut task.tests
+            && let Some(dir) = &tests.dir
+        {
+            tests.dir = Some(self.folder(dir)?);
+        }
+        if let Some(dir) = &task.solution {
+            task.solution = Some(self.folder(dir)?);
+        }
+        Ok(())
+    }
+
+    fn folder(&mut self, dir: &Path) -> Result<PathBuf> {
+        if is_packed(dir) {
+            return Ok(dir.to_path_buf());
+        }
+        if let Some(sha) = self.by_folder.get(dir) {
+            return Ok(named(sha));
+        }
+        let bytes = crate::agents::pack::archive(dir, &[])?;
+        let sha = hex::encode(Sha256::digest(&bytes));
+        self.by_folder.insert(dir.to_path_buf(), sha.clone());
+        self.archives.entry(sha.clone()).or_insert(bytes);
+        Ok(named(&sha))
+    }
+
+    /// Distinct folders packed.
+    pub fn len(&self) -> usize {
+        self.archives.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.archives.is_empty()
+    }
+
+    /// Puts every archive in the run's bundle.
+    pub async fn store(self, store: &dyn BundleStore, run: &RunId) -> Result<()> {
+        for (sha, bytes) in self.archives {
+            store.put(run, &archive_path(&sha), &bytes).await?;
+        }
+        Ok(())
+    }
+}
+
+fn named(sha: &str) -> PathBuf {
+    PathBuf::from(format!("{MARK}{}", archive_path(sha)))
+}
+
+/// Whether a task's folder is one kept in its run's bundle.
+pub fn is_packed(dir: &Path) -> bool {
+    dir.to_str().is_some_and(|s| s.starts_with(MARK))
+}
+
+/// A folder kept in the run's bundle, fetched, checked and unpacked into a fresh folder of
+/// this worker's (removed when the returned guard drops).
+pub async fn fetch(store: &dyn BundleStore, run: &RunId, dir: &Path) -> Result<tempfile::TempDir> {
+    let key = dir
+        .to_str()
+        .and_then(|s| s.strip_prefix(MARK))
+        .ok_or_else(|| Error::invalid(format!("{} is not a folder of the run's bundle", dir.display())))?;
+    let sha = key
+        .strip_prefix("files/")
+        .and_then(|k| k.strip_suffix(".tar.gz"))
+        .filter(|s| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| Error::invalid(format!("{key} is not a packed folder's name")))?;
+    let bytes = store.get(run, key).await?;
+    let got = hex::encode(Sha256::digest(&bytes));
+    if got != sha {
+        return Err(Error::new(ErrorKind::Corrupt, format!("{key} has sha256 {got}: not what the controller packed")));
+    }
+    let out = tempfile::Builder::new()
+        .prefix("agenteval-files-")
+        .tempdir()
+        .map_err(|e| Error::io("creating a folder for a task's files", e))?;
+    let to = out.path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(bytes.as_slice()));
+        tar.set_preserve_permissions(true);
+        tar.unpack(&to)
+    })
+    .await
+    .map_err(|e| Error::internal(format!("unpacking {key}: {e}")))?
+    .map_err(|e| Error::new(ErrorKind::Corrupt, format!("unpacking {key}: {e}")))?;
+    Ok(out)
+}
+
+/// `task` with its tests folder on this machine (fetched when the bundle keeps it), and the
+/// guard that removes a fetched one.
+pub async fn with_local_tests(
+    store: &dyn BundleStore,
+    run: &RunId,
+    task: &TaskSpec,
+) -> Result<(TaskSpec, Option<tempfile::TempDir>)> {
+    let Some(dir) = task.tests.as_ref().and_then(|t| t.dir.as_ref()).filter(|d| is_packed(d)) else {
+        return Ok((task.clone(), None));
+    };
+    let fetched = fetch(store, run, dir).await?;
+    let mut t = task.clone();
+    if let Some(tests) = &mut t.tests {
+        tests.dir = Some(fetched.path().to_path_buf());
+    }
+    Ok((t, Some(fetched)))
+}
+
+/// `task` with its solution folder on this machine (for the `oracle` agent only).
+pub async fn with_local_solution(
+    store: &dyn BundleStore,
+    run: &RunId,
+    task: &TaskSpec,
+) -> Result<(TaskSpec, Option<tempfile::TempDir>)> {
+    let Some(dir) = task.solution.as_ref().filter(|d| is_packed(d)) else { return Ok((task.clone(), None)) };
+    let fetched = fetch(store, run, dir).await?;
+    let mut t = task.clone();
+    t.solution = Some(fetched.path().to_path_buf());
+    Ok((t, Some(fetched)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agenteval_core::environment::TestsSpec;
+
+    #[tokio::test]
+    async fn a_task_s_folders_travel_through_the_bundle_once_each() {
+        let src = tempfile::tempdir().unwrap();
+        std::fs::write(src.path().join("test.sh"), "exit 0\n").unwrap();
+        let mut a: TaskSpec = serde_json::from_value(serde_json::json!({"id": "a", "input": "x"})).unwrap();
+        a.tests = Some(TestsSpec { dir: Some(src.path().to_path_buf()), ..Default::default() });
+        let mut b = a.clone();
+        let mut packed = Packed::default();
+        packed.pack(&mut a).unwrap();
+        packed.pack(&mut b).unwrap();
+        assert_eq!(packed.len(), 1, "one folder, one archive");
+        let dir = a.tests.as_ref().unwrap().dir.clone().unwrap();
+        assert!(is_packed(&dir) && dir.to_str().unwrap().starts_with("bundle:files/"), "{dir:?}");
+        let root = tempfile::tempdir().unwrap();
+        let store = agenteval_local::FsBundleStore::new(root.path().to_path_buf());
+        let run = RunId::new();
+        packed.store(&store, &run).await.unwrap();
+        let (local, guard) = with_local_tests(&store, &run, &a).await.unwrap();
+        let got = local.tests.unwrap().dir.unwrap();
+        assert_eq!(std::fs::read_to_string(got.join("test.sh")).unwrap(), "exit 0\n");
+        drop(guard);
+        assert!(!got.exists(), "removed with the task");
+        // A changed archive is refused.
+        let key = dir.to_str().unwrap().strip_prefix(MARK).unwrap();
+        store.put(&run, key, b"other").await.unwrap();
+        assert_eq!(with_local_tests(&store, &run, &a).await.unwrap_err().kind(), ErrorKind::Corrupt);
+    }
+}

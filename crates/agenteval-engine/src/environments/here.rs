@@ -1,0 +1,466 @@
+//! The `here` environment: the container the worker itself runs in, on a backend that runs
+//! each job in its tasks' own image (ECS Fargate: one task definition per image, the worker
+//! entering it from an init container; `docs/aws.md`). There is no container to create or
+//! remove: a task's environment is this container's root, and its teardown puts the container
+//! back as it was for the job's next task of the same image — every process the task left is
+//! killed, the working folder is restored from the copy taken before the first task, and the
+//! scratch folders are emptied. What a task changed anywhere else (the tools the next task's
+//! tests would trust) cannot be put back: the worker then runs no further task here and hands
+//! the rest of its job back to the controller, for a fresh container (`Here::tainted`).
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+
+use agenteval_core::environment::{Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+use agenteval_core::model::TaskSpec;
+use agenteval_core::traits::Environment;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use async_trait::async_trait;
+use tokio::io::AsyncReadExt as _;
+
+use super::workspace::SYSTEM_PATH;
+
+/// Where the worker keeps its own state in the container (the starting copy of the working
+/// folder), outside every place a task may change.
+const STATE: &str = "/var/lib/agenteval-here";
+/// Emptied between tasks; never compared.
+const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
+/// Never compared: the kernel's, the worker's own volume, logs the verifier writes.
+const NOT_COMPARED: &[&str] = &["/proc", "/sys", "/dev", "/run", "/agenteval", "/tests", "/logs", "/solution", STATE];
+/// Files compared at most: past it the container is taken as changed (never as clean).
+const MAX_FILES: usize = 500_000;
+
+/// One file's identity as the task found it.
+type Stamp = (u64, i64, i64, u32, u32);
+
+#[derive(Debug, Default)]
+struct State {
+    /// The working folder, its starting copy and the root's files as the first task found them.
+    start: Option<(PathBuf, PathBuf, BTreeMap<PathBuf, Stamp>)>,
+    /// What a task changed outside what is reset, once found.
+    tainted: Vec<String>,
+}
+
+#[derive(Debug)]
+pub struct HereEnvironment {
+    /// The working folder when a task names none: the image's `WORKDIR` (the worker's folder
+    /// when it started).
+    default_workdir: PathBuf,
+    root: PathBuf,
+    state: Mutex<State>,
+}
+
+impl HereEnvironment {
+    pub fn new() -> Self {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+        HereEnvironment::rooted(PathBuf::from("/"), cwd)
+    }
+
+    /// Rooted elsewhere than `/` (tests).
+    pub fn rooted(root: PathBuf, default_workdir: PathBuf) -> Self {
+        HereEnvironment { default_workdir, root, state: Mutex::new(State::default()) }
+    }
+
+    fn at(&self, abs: &str) -> PathBuf {
+        self.root.join(abs.trim_start_matches('/'))
+    }
+
+    /// What a finished task changed that no reset puts back (empty: the next task may run here).
+    pub fn tainted(&self) -> Vec<String> {
+        self.state.lock().expect("state lock").tainted.clone()
+    }
+
+    fn path(&self, env: &EnvHandle, p: &str) -> Result<PathBuf> {
+        if env.kind != "here" {
+            return Err(Error::invalid(format!("{} is not this container's environment", env.id)));
+        }
+        let p = if p.starts_with('/') { self.at(p) } else { Path::new(&env.workdir).join(p) };
+        if p.components().any(|c| c.as_os_str() == "..") {
+            return Err(Error::invalid(format!("{} leaves the environment", p.display())));
+        }
+        Ok(p)
+    }
+
+    /// Every file below the root but the skipped places, with what identifies its content.
+    fn stamps(&self, workdir: &Path) -> BTreeMap<PathBuf, Stamp> {
+        let mut skip: Vec<PathBuf> = NOT_COMPARED.iter().chain(SCRATCH).map(|p| self.at(p)).collect();
+        skip.push(workdir.to_path_buf());
+        let mut out = BTreeMap::new();
+        let mut stack = vec![self.root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+            for e in entries.flatten() {
+                let p = e.path();
+                if skip.iter().any(|s| p == *s) {
+                    continue;
+                }
+                let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+                // A folder's times move whenever an entry comes or goes (the verifier's `/tests`
+                // in `/`); its entries are compared themselves.
+                let stamp = if m.is_dir() {
+                    (0, 0, 0, m.mode(), m.uid())
+                } else {
+                    (m.len(), m.mtime(), m.ctime(), m.mode(), m.uid())
+                };
+                out.insert(p.clone(), stamp);
+                if m.is_dir() && out.len() < MAX_FILES {
+                    stack.push(p);
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Default for HereEnvironment {
+    fn default() -> Self {
+        HereEnvironment::new()
+    }
+}
+
+/// Kills every process of the container but this worker and its ancestors (what a task's
+/// commands started, in whatever group or session they moved to).
+fn kill_others() {
+    let me = std::process::id() as i32;
+    let mut keep = vec![me];
+    let mut p = me;
+    while let Some(parent) = parent_of(p).filter(|&pp| pp > 0) {
+        keep.push(parent);
+        p = parent;
+    }
+    for _ in 0..3 {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return };
+        let mut killed = 0;
+        for e in entries.flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else { continue };
+            // Threads of this worker are not listed in /proc; its children (none run between
+            // tasks) would be killed like any other.
+            if keep.contains(&pid) || parent_of(pid).is_none() {
+                continue;
+            }
+            if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).is_ok() {
+                killed += 1;
+            }
+        }
+        if killed == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let t = e.file_type()?;
+        let dest = to.join(e.file_name());
+        if t.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else if t.is_file() {
+            std::fs::copy(e.path(), &dest)?;
+        } else if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
+        }
+    }
+    Ok(())
+}
+
+fn empty_dir(dir: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for e in entries.flatten() {
+        let p = e.path();
+        if keep.iter().any(|k| k.starts_with(&p)) {
+            continue;
+        }
+        if e.file_type()?.is_dir() { std::fs::remove_dir_all(&p)? } else { std::fs::remove_file(&p)? }
+    }
+    Ok(())
+}
+
+fn blocking_err(e: tokio::task::JoinError) -> Error {
+    Error::new(ErrorKind::Internal, e.to_string())
+}
+
+#[async_trait]
+impl Environment for HereEnvironment {
+    fn kind(&self) -> &str {
+        "here"
+    }
+
+    async fn prepare(&self, _run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
+        let workdir = match &spec.workdir {
+            Some(w) => self.at(w),
+            None => self.default_workdir.clone(),
+        };
+        let mut notes = vec![];
+        if let Some(image) = &spec.image {
+            notes.push(format!("image {image}, the worker's own container"));
+        }
+        let first = self.state.lock().expect("state lock").start.is_none();
+        if first {
+            let (root_state, wd) = (self.at(STATE), workdir.clone());
+            let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
+            let start = tokio::task::spawn_blocking(move || -> std::io::Result<_> {
+                std::fs::create_dir_all(&wd)?;
+                let copy = root_state.join("start");
+                let _ = std::fs::remove_dir_all(&copy);
+                std::fs::create_dir_all(&root_state)?;
+                std::fs::set_permissions(&root_state, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+                copy_tree(&wd, &copy)?;
+                Ok((wd.clone(), copy, this.stamps(&wd)))
+            })
+            .await
+            .map_err(blocking_err)?
+            .map_err(|e| Error::io(format!("keeping the starting state of {}", workdir.display()), e))?;
+            self.state.lock().expect("state lock").start = Some(start);
+        } else if !self.tainted().is_empty() {
+            return Err(Error::new(ErrorKind::Transient, "this container was changed by an earlier task"));
+        }
+        Ok(EnvHandle {
+            kind: "here".into(),
+            id: format!("here-{}-a{attempt}", task.id),
+            workdir: workdir.display().to_string(),
+            notes,
+        })
+    }
+
+    async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
+        let cwd = match &req.workdir {
+            Some(w) => self.path(env, w)?,
+            None => PathBuf::from(&env.workdir),
+        };
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg("-c").arg(&req.command).current_dir(&cwd).env_clear();
+        // Only what the command is given: never the worker's own variables (its credentials'
+        // location among them).
+        cmd.env("PATH", SYSTEM_PATH).env("HOME", "/root").envs(&req.env);
+        if let Some(user) = req.user.as_deref().filter(|u| *u != "0" && *u != "root") {
+            let u = match user.parse::<u32>() {
+                Ok(uid) => nix::unistd::User::from_uid(uid.into()).ok().flatten(),
+                Err(_) => nix::unistd::User::from_name(user).ok().flatten(),
+            }
+            .ok_or_else(|| Error::invalid(format!("no user {user} in this container")))?;
+            cmd.uid(u.uid.as_raw()).gid(u.gid.as_raw()).env("HOME", &u.dir);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
+        let mut child = cmd.spawn().map_err(|e| Error::io("starting bash in this container", e))?;
+        let guard = crate::isolation::TreeGuard(child.id().map(|p| p as i32));
+        let (mut so, mut se) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+        let (mut out, mut err) = (Bounded::new(req.max_output_bytes), Bounded::new(req.max_output_bytes));
+        let read = async {
+            let (mut a, mut b) = ([0u8; 8192], [0u8; 8192]);
+            let (mut a_open, mut b_open) = (true, true);
+            while a_open || b_open {
+                tokio::select! {
+                    n = so.read(&mut a), if a_open => match n { Ok(0) | Err(_) => a_open = false, Ok(n) => out.push(&a[..n]) },
+                    n = se.read(&mut b), if b_open => match n { Ok(0) | Err(_) => b_open = false, Ok(n) => err.push(&b[..n]) },
+                }
+            }
+            child.wait().await
+        };
+        let waited = tokio::time::timeout(req.timeout, read).await;
+        drop(guard);
+        let (exit_code, timed_out) = match waited {
+            Ok(Ok(status)) => (status.code().map(i64::from), false),
+            Ok(Err(e)) => return Err(Error::io("waiting for bash in this container", e)),
+            Err(_) => (None, true),
+        };
+        Ok(ExecOutput {
+            exit_code,
+            stdout: out.text(),
+            stderr: err.text(),
+            timed_out,
+            dropped_bytes: out.dropped + err.dropped,
+        })
+    }
+
+    async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
+        let dest = self.path(env, to)?;
+        let from = from.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            if from.is_dir() {
+                copy_tree(&from, &dest)
+            } else {
+                if let Some(p) = dest.parent() {
+                    std::fs::create_dir_all(p)?;
+                }
+                std::fs::copy(&from, &dest).map(|_| ())
+            }
+        })
+        .await
+        .map_err(blocking_err)?
+        .map_err(|e| Error::io(format!("copying into {to}"), e))
+    }
+
+    async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
+        let src = self.path(env, from)?;
+        let meta = std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not there")))?;
+        let used = crate::isolation::disk::usage(&src, max_bytes + 1).bytes.max(meta.len());
+        if used > max_bytes {
+            return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
+        }
+        std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
+        // Regular files and folders only: a link the agent made must not bring another file out.
+        fn walk(src: &Path, to: &Path) -> std::io::Result<()> {
+            let t = std::fs::symlink_metadata(src)?.file_type();
+            if t.is_dir() {
+                std::fs::create_dir_all(to)?;
+                for e in std::fs::read_dir(src)? {
+                    let e = e?;
+                    walk(&e.path(), &to.join(e.file_name()))?;
+                }
+            } else if t.is_file() {
+                std::fs::copy(src, to)?;
+            }
+            Ok(())
+        }
+        let name = src.file_name().map(PathBuf::from).unwrap_or_default();
+        let dest = if meta.is_dir() { to.to_path_buf() } else { to.join(name) };
+        walk(&src, &dest).map_err(|e| Error::io(format!("copying {from} out"), e))
+    }
+
+    async fn quiesce(&self, _env: &EnvHandle) -> Result<()> {
+        if self.root == Path::new("/") {
+            tokio::task::spawn_blocking(kill_others).await.map_err(blocking_err)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the container back for the next task: processes killed, the working folder as it
+    /// started, scratch emptied, the verifier's folders removed; then says whether anything
+    /// else changed since the first task started (`tainted`).
+    async fn teardown(&self, _env: &EnvHandle) -> Result<()> {
+        let start = {
+            let st = self.state.lock().expect("state lock");
+            st.start.as_ref().map(|(w, c, s)| (w.clone(), c.clone(), s.clone()))
+        };
+        let Some((workdir, copy, stamps)) = start else { return Ok(()) };
+        if self.root == Path::new("/") {
+            tokio::task::spawn_blocking(kill_others).await.map_err(blocking_err)?;
+        }
+        let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
+        let scratch: Vec<PathBuf> = SCRATCH.iter().map(|p| self.at(p)).collect();
+        let verifier: Vec<PathBuf> = ["/tests", "/logs", "/solution"].iter().map(|p| self.at(p)).collect();
+        let keep = vec![self.at(STATE)];
+        let changed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
+            // Emptied and filled, not removed: its parent stays as the image made it.
+            empty_dir(&workdir, &[])?;
+            copy_tree(&copy, &workdir)?;
+            for d in &scratch {
+                empty_dir(d, &keep)?;
+            }
+            for d in &verifier {
+                let _ = std::fs::remove_dir_all(d);
+            }
+            let now = this.stamps(&workdir);
+            let mut changed: Vec<String> = Vec::new();
+            for (p, s) in &now {
+                if stamps.get(p) != Some(s) {
+                    changed.push(p.display().to_string());
+                }
+            }
+            changed
+                .extend(stamps.keys().filter(|p| !now.contains_key(*p)).map(|p| format!("{} (removed)", p.display())));
+            Ok(changed)
+        })
+        .await
+        .map_err(blocking_err)?
+        .map_err(|e| Error::io("putting the container back for the next task", e))?;
+        if !changed.is_empty() {
+            let mut st = self.state.lock().expect("state lock");
+            st.tainted = changed;
+        }
+        Ok(())
+    }
+
+    /// Nothing outlives the container: the ECS task's end removes it.
+    async fn sweep(&self, _run: &RunId) -> Result<usize> {
+        Ok(0)
+    }
+
+    async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
+        let start = self.state.lock().expect("state lock").start.as_ref().map(|(_, _, s)| s.clone());
+        let Some(stamps) = start else { return vec![] };
+        let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
+        let workdir = PathBuf::from(&env.workdir);
+        tokio::task::spawn_blocking(move || {
+            let now = this.stamps(&workdir);
+            let home = this.at("/root");
+            let mut out: Vec<String> = now
+                .iter()
+                .filter(|(p, s)| stamps.get(*p) != Some(*s) && !p.starts_with(&home))
+                .map(|(p, _)| p.display().to_string())
+                .collect();
+            out.truncate(50);
+            out
+        })
+        .await
+        .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn task() -> TaskSpec {
+        serde_json::from_value(serde_json::json!({"id": "t1", "input": "x"})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_task_s_changes_to_its_folder_are_undone_and_others_taint_the_container() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("app");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("main.py"), "print(1)\n").unwrap();
+        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+        std::fs::write(root.path().join("usr/bin/pytest"), "real\n").unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), work.clone());
+        let run = RunId::new();
+        let h = env.prepare(&run, &task(), 1, &EnvSpec::default()).await.unwrap();
+        let out = env
+            .exec(&h, &ExecRequest::new("echo changed > main.py && touch new.txt && pwd", Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert!(out.ok() && out.stdout.trim() == work.display().to_string(), "{out:?}");
+        env.teardown(&h).await.unwrap();
+        assert_eq!(std::fs::read_to_string(work.join("main.py")).unwrap(), "print(1)\n");
+        assert!(!work.join("new.txt").exists());
+        assert!(env.tainted().is_empty(), "{:?}", env.tainted());
+        // The next task finds the folder as the first did; changing a tool taints the container.
+        let h = env.prepare(&run, &task(), 1, &EnvSpec::default()).await.unwrap();
+        std::fs::write(root.path().join("usr/bin/pytest"), "always pass\n").unwrap();
+        env.teardown(&h).await.unwrap();
+        assert!(env.tainted().iter().any(|p| p.ends_with("usr/bin/pytest")), "{:?}", env.tainted());
+        let err = env.prepare(&run, &task(), 1, &EnvSpec::default()).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Transient);
+    }
+
+    #[tokio::test]
+    async fn a_command_gets_only_its_own_variables() {
+        let root = tempfile::tempdir().unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), root.path().join("w"));
+        let h = env.prepare(&RunId::new(), &task(), 1, &EnvSpec::default()).await.unwrap();
+        let mut req = ExecRequest::new("env", Duration::from_secs(5));
+        req.env.insert("GIVEN".into(), "yes".into());
+        let out = env.exec(&h, &req).await.unwrap();
+        assert!(out.stdout.contains("GIVEN=yes"), "{}", out.stdout);
+        // None of the worker's own variables (cargo gives the test process several).
+        for (k, _) in std::env::vars().filter(|(k, _)| !["PATH", "HOME", "PWD", "SHLVL", "_"].contains(&k.as_str())) {
+            assert!(!out.stdout.lines().any(|l| l.starts_with(&format!("{k}="))), "{k} leaked: {}", out.stdout);
+        }
+        assert!(env.copy_out(&h, "../x", root.path(), 10).await.is_err());
+    }
+}
