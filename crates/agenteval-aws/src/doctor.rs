@@ -32,6 +32,8 @@ pub struct DoctorInput {
     pub subnets: Vec<String>,
     pub security_groups: Vec<String>,
     pub secrets: Vec<String>,
+    /// `aws.image_repository`, when the run's tasks have images.
+    pub image_repository: Option<String>,
 }
 
 pub use agenteval_core::traits::Check;
@@ -150,6 +152,13 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
             Err("subnets look like `subnet-…` and security groups like `sg-…`".into())
         },
     ));
+    if let Some(repo) = &input.image_repository {
+        let r = match crate::registry::ImageRepository::parse(repo) {
+            Ok(r) => r.check(&clients).await,
+            Err(e) => Err(e.to_string()),
+        };
+        out.push(check(format!("image repository {repo}"), r));
+    }
     for name in &input.secrets {
         let r = clients.secrets.describe_secret().secret_id(name).send().await;
         out.push(check(format!("secret {name}"), r.map(|_| "exists".into()).map_err(failure)));

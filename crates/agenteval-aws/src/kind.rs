@@ -147,6 +147,7 @@ impl BackendKind for EcsBackendKind {
             subnets: a.subnets.clone(),
             security_groups: a.security_groups.clone(),
             secrets: secrets.iter().map(|(name, _)| name.clone()).collect(),
+            image_repository: a.image_repository.clone(),
         };
         run_checks(clients, &input).await
     }

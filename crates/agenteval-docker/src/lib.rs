@@ -94,6 +94,44 @@ impl DockerEnvironment {
     }
 }
 
+impl DockerEnvironment {
+    /// Builds a task's image from its folder unless this engine has it (`agenteval images
+    /// build`): its tag and what was done.
+    pub async fn build_image(&self, context: &Path, timeout: Duration) -> Result<(String, String)> {
+        let docker = self.docker().await?;
+        let build = ImageBuild::new(context, self.base_image.as_deref())?;
+        build.ensure(docker, &RunId::new(), timeout).await
+    }
+
+    /// Tags `local` as `reference` (`HOST/NAME:TAG`) and pushes it, with a registry user and
+    /// password when one is needed.
+    pub async fn push(&self, local: &str, reference: &str, credentials: Option<(String, String)>) -> Result<()> {
+        let docker = self.docker().await?;
+        let (repo, tag) = reference
+            .rsplit_once(':')
+            .filter(|(r, t)| !t.contains('/') && !r.is_empty())
+            .ok_or_else(|| Error::invalid(format!("{reference} is not REPOSITORY:TAG")))?;
+        let opts = bollard::query_parameters::TagImageOptionsBuilder::default().repo(repo).tag(tag).build();
+        docker.tag_image(local, Some(opts)).await.map_err(|e| infra(&format!("tagging {local} as {reference}"), e))?;
+        let host = repo.split('/').next().unwrap_or_default().to_string();
+        let creds = credentials.map(|(username, password)| bollard::auth::DockerCredentials {
+            username: Some(username),
+            password: Some(password),
+            serveraddress: Some(host),
+            ..Default::default()
+        });
+        let opts = bollard::query_parameters::PushImageOptionsBuilder::default().tag(tag).build();
+        let mut stream = docker.push_image(repo, Some(opts), creds);
+        while let Some(item) = stream.next().await {
+            let info = item.map_err(|e| infra(&format!("pushing {reference}"), e))?;
+            if let Some(e) = info.error_detail.and_then(|d| d.message) {
+                return Err(Error::new(ErrorKind::Io, format!("pushing {reference}: {e}")));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Environment for DockerEnvironment {
     fn kind(&self) -> &str {

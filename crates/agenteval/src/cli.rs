@@ -345,6 +345,11 @@ pub enum Command {
         #[command(subcommand)]
         command: EnvCommand,
     },
+    /// The tasks' environment images: build them, and push them where the fleet runs them.
+    Images {
+        #[command(subcommand)]
+        command: ImagesCommand,
+    },
     /// The run index: recreate it from the bundles when it was lost.
     Index {
         #[command(subcommand)]
@@ -505,6 +510,27 @@ pub enum EnvCommand {
         workdir: Option<String>,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImagesCommand {
+    /// Build every distinct environment image of the config's tasks on the local Docker engine,
+    /// tagged `agenteval-env:<hash of its folder>` as runs tag them (a built one is reused).
+    ///
+    /// With `--push REPOSITORY` (an ECR repository `<account>.dkr.ecr.<region>.amazonaws.com/NAME`,
+    /// or any registry `HOST[:PORT]/NAME`) each is pushed as `REPOSITORY:<hash>`, which is what
+    /// `submit --backend aws` runs each task in when `aws.image_repository` names that
+    /// repository (it refuses to start, exit 2, while one is missing). Exit 4 when an image
+    /// fails to build or push.
+    Build {
+        #[command(flatten)]
+        run: RunConfigArgs,
+        /// Push the images to this repository (ECR credentials come from the AWS chain).
+        #[arg(long, value_name = "REPOSITORY")]
+        push: Option<String>,
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -17,6 +17,7 @@ use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
+    ImagesCommand,
     BaselineCommand, Cli, Command, ConfigCommand, EnvCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
 };
 use crate::judging;
@@ -111,6 +112,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json, probe } => doctor(&run, json, probe, telemetry).await,
+        Command::Images { command: ImagesCommand::Build { run, push, json } } => {
+            crate::images::build(&run, push.as_deref(), json).await
+        }
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }

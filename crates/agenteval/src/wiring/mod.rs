@@ -8,6 +8,7 @@
 //! a worker or a bare `--index`); clients are built once per settings, and nothing is global.
 
 pub mod doctor;
+pub mod images;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

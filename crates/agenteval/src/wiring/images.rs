@@ -1,0 +1,55 @@
+//! The image side of the wiring: building a task's image on the local Docker engine, pushing it
+//! to the fleet's repository (ECR or a v2 registry) and reading its digest there, for
+//! `agenteval images build`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use agenteval_aws::{AwsSettings, ImageRepository};
+use agenteval_core::Result;
+use agenteval_core::config::RunConfig;
+
+use super::Wiring;
+
+/// Builds and pushes the images of one config's tasks.
+pub struct Images {
+    docker: agenteval_docker::DockerEnvironment,
+    repository: Option<ImageRepository>,
+    clients: Option<std::sync::Arc<agenteval_aws::AwsClients>>,
+}
+
+impl Wiring {
+    /// What `images build` works with: the config's base image, and `push` as a repository.
+    pub async fn images(&self, config: &RunConfig, push: Option<&str>) -> Result<Images> {
+        let repository = push.map(ImageRepository::parse).transpose()?;
+        let clients = match &repository {
+            Some(_) => Some(self.clients.get(&AwsSettings::of(config.aws.as_ref())).await),
+            None => None,
+        };
+        Ok(Images {
+            docker: agenteval_docker::DockerEnvironment::new(config.environment.base_image.clone()),
+            repository,
+            clients,
+        })
+    }
+}
+
+impl Images {
+    /// The task image's tag, built unless the engine has it, and what was done.
+    pub async fn build(&self, context: &Path, timeout: Duration) -> Result<(String, String)> {
+        self.docker.build_image(context, timeout).await
+    }
+
+    /// Pushes a built image as the repository's (`None` without `--push`, or for an image the
+    /// task names itself); the reference pushed, pinned by its digest when the registry says it.
+    pub async fn push(&self, local: &str) -> Result<Option<String>> {
+        let (Some(repo), Some(clients)) = (&self.repository, &self.clients) else { return Ok(None) };
+        let Some(reference) = repo.reference(local) else { return Ok(None) };
+        let creds = repo.push_credentials(clients).await?;
+        self.docker.push(local, &reference, creds).await?;
+        Ok(Some(match repo.digest(clients, &reference).await? {
+            Some(d) if !d.is_empty() => format!("{}@{d}", repo.uri),
+            _ => reference,
+        }))
+    }
+}
