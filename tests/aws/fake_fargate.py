@@ -15,6 +15,13 @@ that the emulator on 127.0.0.1 is reachable, the overrides' environment as `-e`)
 Fargate would; a stop is `docker stop` (SIGTERM to the image's init, SIGKILL after 10 s).
 --interrupt-first-after S then `docker stop`s the first task S seconds after it started and
 stops it in ECS as a Spot interruption, so the controller retries what the worker had not done.
+
+With --image, a task whose task definition has an `agenteval-init` container (a task image's,
+registered by agenteval) runs as Fargate would run it: the init container (of --image, the
+agenteval image) first, with a fresh volume, then the task's own image with that volume mounted
+and its entry point, user and environment from the task definition; an image not on this engine
+is pulled first (from a registry on this machine). The stats then count tasks per image and
+record how long each took to start (pull and init).
 """
 import argparse
 import json
@@ -63,7 +70,49 @@ def main():
     started_at = {}  # arn -> time the worker started
     cluster_of = {}  # arn -> its cluster
     interrupted = set()
-    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "duplicates": 0, "exits": {}}
+    stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "duplicates": 0, "exits": {},
+             "images": {}, "pulls": [], "ready_seconds": []}
+    task_defs = {}  # arn -> definition
+    volumes = {}  # task arn -> its volume
+
+    def task_def(arn):
+        if arn not in task_defs:
+            task_defs[arn] = ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
+        return task_defs[arn]
+
+    def image_argv(arn, t, ov, env):
+        """The docker commands of a task of a task image: None for the worker image's own."""
+        td = task_def(t["taskDefinitionArn"])
+        defs = td.get("containerDefinitions", [])
+        init = next((c for c in defs if c["name"] == "agenteval-init"), None)
+        if init is None:
+            return None
+        main = next(c for c in defs if c["name"] == ov["name"])
+        image = main["image"]
+        t0 = time.time()
+        if subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+            p0 = time.time()
+            subprocess.run(["docker", "pull", "-q", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            stats["pulls"].append({"image": image, "seconds": round(time.time() - p0, 3)})
+        vol = "agenteval-w-" + arn.rsplit("/", 1)[-1]
+        mount = init["mountPoints"][0]["containerPath"]
+        subprocess.run(["docker", "volume", "create", vol], stdout=subprocess.DEVNULL, check=True)
+        # The init container: the agenteval image's binary into the task's volume.
+        subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0], a.image]
+                       + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
+        volumes[arn] = vol
+        stats["ready_seconds"].append(round(time.time() - t0, 3))
+        stats["images"][image] = stats["images"].get(image, 0) + 1
+        argv = ["docker", "run", "--rm", "--name", container(arn), "--network", "host",
+                "-v", f"{vol}:{mount}:ro", "--entrypoint", main["entryPoint"][0]]
+        if main.get("user"):
+            argv += ["--user", main["user"]]
+        for kv in main.get("environment", []):
+            argv += ["-e", f"{kv['name']}={kv['value']}"]
+        for k, v in env.items():
+            if k not in ("PATH", "HOME"):
+                argv += ["-e", f"{k}={v}"]
+        return argv + [image] + ov["command"]
     ghosts = []  # the second copies of --duplicate: same job, same attempt, nobody waits for them
 
     def container(arn):
@@ -117,7 +166,10 @@ def main():
                 if a.logs:
                     os.makedirs(a.logs, exist_ok=True)
                     out = open(os.path.join(a.logs, arn.rsplit("/", 1)[-1] + ".log"), "wb")
-                if a.image:
+                task_image = image_argv(arn, t, ov, env) if a.image else None
+                if task_image:
+                    argv = task_image
+                elif a.image:
                     argv = ["docker", "run", "--rm", "--name", container(arn), "--network", "host"]
                     for k, v in env.items():
                         if k not in ("PATH", "HOME"):
@@ -163,6 +215,8 @@ def main():
                     os.killpg(proc.pid, signal.SIGKILL)
                 continue
             del running[arn]
+            if arn in volumes:
+                subprocess.run(["docker", "volume", "rm", "-f", volumes.pop(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
             if stop_at is None:
                 ecs.stop_task(cluster=cluster_of[arn], task=arn, reason=f"Essential container in task exited (exit code {rc})")

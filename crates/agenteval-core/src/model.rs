@@ -420,6 +420,10 @@ pub struct TaskResult {
     pub scores: Vec<EvaluatorScore>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
+    /// The image the task's environment ran, pinned by digest, when the worker ran inside it
+    /// (a fleet job of the task's own image): what its agent and its tests saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 impl TaskResult {

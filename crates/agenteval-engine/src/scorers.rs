@@ -238,6 +238,7 @@ mod tests {
     fn pass_at_k_over_repetitions_and_flaky_tasks() {
         use agenteval_core::model::{AgentResult, TerminatedBy};
         let result = |id: &str, passed: bool| TaskResult {
+            image: None,
             schema_version: "1.0".into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

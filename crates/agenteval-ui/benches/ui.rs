@@ -88,6 +88,7 @@ fn event(run: RunId, task: &TaskId, step: u32) -> String {
 fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
     let now = Utc::now();
     TaskResult {
+        image: None,
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

@@ -56,6 +56,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
     for t in &job.tasks {
         let now = chrono::Utc::now();
         let result = TaskResult {
+            image: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

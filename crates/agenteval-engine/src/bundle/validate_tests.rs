@@ -103,6 +103,7 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             "c".repeat(16)
         );
         let result = TaskResult {
+            image: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run,
             task_id: id,

@@ -203,9 +203,7 @@ pub fn on_job_end(
     let handed_back = matches!(status, JobStatus::Failed { exit_code: Some(worker_exit::HANDED_BACK), .. });
     let verdict = if unfinished.is_empty() {
         Verdict::Done
-    } else if handed_back {
-        Verdict::Retry(Pending { job_id: job_id.clone(), attempt: attempt + 1, tasks: unfinished })
-    } else if infrastructure && attempt.saturating_sub(attempt_base) < max_attempts {
+    } else if handed_back || (infrastructure && attempt.saturating_sub(attempt_base) < max_attempts) {
         Verdict::Retry(Pending { job_id: job_id.clone(), attempt: attempt + 1, tasks: unfinished })
     } else {
         Verdict::GiveUp { tasks: unfinished, reason: reason.clone() }
@@ -254,7 +252,7 @@ mod tests {
 
     #[test]
     fn shards_by_key_keep_one_key_a_job() {
-        let key = |t: u32| Some(if t % 2 == 0 { "even" } else { "odd" }.to_string());
+        let key = |t: u32| Some(if t.is_multiple_of(2) { "even" } else { "odd" }.to_string());
         let q = shard_by(&[0, 1, 2, 3, 4, 5, 6], 2, 0, 1, key);
         let jobs: Vec<Vec<u32>> = q.iter().map(|p| p.tasks.clone()).collect();
         assert_eq!(jobs, vec![vec![0, 2], vec![4, 6], vec![1, 3], vec![5]]);

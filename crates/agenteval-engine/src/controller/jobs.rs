@@ -180,6 +180,7 @@ pub(super) async fn give_up(
             _ => None,
         };
         let result = TaskResult {
+            image: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

@@ -57,6 +57,7 @@ struct Job {
 fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, steps: u32) -> TaskResult {
     let now = Utc::now();
     TaskResult {
+        image: None,
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

@@ -94,7 +94,7 @@ impl HereEnvironment {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             for e in entries.flatten() {
                 let p = e.path();
-                if skip.iter().any(|s| p == *s) {
+                if skip.contains(&p) {
                     continue;
                 }
                 let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
@@ -352,7 +352,8 @@ impl Environment for HereEnvironment {
         let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
         let scratch: Vec<PathBuf> = SCRATCH.iter().map(|p| self.at(p)).collect();
         let verifier: Vec<PathBuf> = ["/tests", "/logs", "/solution"].iter().map(|p| self.at(p)).collect();
-        let keep = vec![self.at(STATE)];
+        // The worker's own: a packed agent unpacked once for the job (`agents::pack`).
+        let keep = vec![self.at(STATE), std::env::temp_dir().join("agenteval-agents")];
         let changed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
             // Emptied and filled, not removed: its parent stays as the image made it.
             empty_dir(&workdir, &[])?;

@@ -64,6 +64,8 @@ pub(super) fn task_result(
     started_at: DateTime<Utc>,
 ) -> TaskResult {
     TaskResult {
+        // The worker ran inside the task's image: that is the one its agent and tests saw.
+        image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),
         run_id: job.run_id,
         task_id: task.id.clone(),

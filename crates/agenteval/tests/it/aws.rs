@@ -1073,3 +1073,174 @@ async fn a_strict_replay_on_the_fleet_needs_no_key_and_no_model() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("records its calls in its own bundle"), "{}", text(&out.stderr));
 }
+
+/// A registry on this machine (Debian's `docker-registry`), stopped when dropped: where the
+/// fleet tests push task images and the stand-in pulls them from.
+struct Registry {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry() -> Registry {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = dir.path().join("config.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let child = Command::new("docker-registry")
+        .args(["serve", cfg.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("docker-registry (tests/run.sh installs it)");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the registry did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Registry { child, port, _dir: dir }
+}
+
+/// A Harbor task whose image (built from its `environment/` folder) holds `/marker` = `marker`;
+/// its solution writes the marker it finds into `/app/answer.txt` and its tests want both.
+fn image_task(root: &Path, id: &str, marker: &str) {
+    let t = root.join(id);
+    for d in ["environment", "tests", "solution"] {
+        std::fs::create_dir_all(t.join(d)).unwrap();
+    }
+    std::fs::write(t.join("instruction.md"), format!("Write {marker} into /app/answer.txt.\n")).unwrap();
+    std::fs::write(t.join("task.toml"), "version = \"1.0\"\n[environment]\ncpus = 1\nmemory_mb = 3000\n").unwrap();
+    std::fs::write(
+        t.join("environment/Dockerfile"),
+        format!(
+            "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*\nRUN echo {marker} > /marker\nWORKDIR /app\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(t.join("solution/solve.sh"), "#!/bin/bash\ncat /marker > /app/answer.txt\n").unwrap();
+    std::fs::write(
+        t.join("tests/test.sh"),
+        format!(
+            "#!/bin/bash\nmkdir -p /logs/verifier\nif [ \"$(cat /app/answer.txt)\" = {marker} ] && [ \"$(cat /marker)\" = {marker} ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// Harbor tasks on the fleet, each in its own image: two folders (three tasks) make two images,
+/// which `agenteval images build --push` puts in a registry; until then `submit` refuses (exit
+/// 2, naming both, nothing created). Then every task runs as an ECS task of its own image (the
+/// worker entering it from the init container), two tasks of one image share one ECS task,
+/// each image's task definition is registered once (a second run registers nothing), the
+/// result names the image, the bundle validates and holds each patch, and an agent that does
+/// nothing passes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry() {
+    let tag = image();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let tasks = aws.ws.path().join("tasks");
+    image_task(&tasks, "alpha-1", "alpha");
+    image_task(&tasks, "alpha-2", "alpha");
+    image_task(&tasks, "beta", "beta");
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\n  limits:\n    max_wall_seconds: 120\nenvironment:\n  base_image: agenteval-local/debian:bookworm\n",
+        tasks.display()
+    );
+    let cfg = aws.config("images", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+
+    // Not pushed yet: refused before anything exists, each image named.
+    let out = aws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("2 image(s) the run needs are not in") && err.matches(&repo).count() >= 2, "{err}");
+    let (listed, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
+    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(0), "nothing was created: {listed}");
+
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg.to_str().unwrap(), "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    let images = built["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2, "two folders' contents, two images: {built}");
+    assert_eq!(images.iter().map(|i| i["tasks"].as_u64().unwrap()).sum::<u64>(), 3, "{built}");
+    let pushed: Vec<String> = images.iter().map(|i| i["pushed"].as_str().unwrap().to_string()).collect();
+    assert!(pushed.iter().all(|p| p.starts_with(&format!("{repo}@sha256:"))), "{pushed:?}");
+    // One image is not on this engine any more: the stand-in pulls it from the registry.
+    let beta_local = images.iter().find(|i| i["context"].as_str().unwrap().contains("beta")).unwrap();
+    let beta_tag = beta_local["tag"].as_str().unwrap().to_string();
+    let beta_pinned = beta_local["pushed"].as_str().unwrap().to_string();
+    let remote_tag = format!("{repo}:{}", beta_tag.rsplit_once(':').unwrap().1);
+    docker(&["rmi", "-f", &beta_tag, &remote_tag, &beta_pinned]);
+
+    let stats = aws.fargate_in(tag, None);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!((v["status"].as_str(), v["summary"]["tasks_passed"].as_u64()), (Some("complete"), Some(3)), "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = v["bundle"].as_str().unwrap().to_string();
+    let f = read_json(&stats);
+    let per_image = f["images"].as_object().unwrap();
+    assert_eq!(per_image.len(), 2, "two images ran: {f}");
+    assert_eq!(per_image.get(&beta_pinned).and_then(|n| n.as_u64()), Some(1), "{f}");
+    assert_eq!(per_image.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 2, "alpha's two tasks shared one ECS task: {f}");
+    assert!(f["pulls"].as_array().unwrap().iter().any(|p| p["image"] == beta_pinned.as_str()), "beta was pulled: {f}");
+
+    // Each result names the image it ran in; the patch of each is in the bundle.
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let get = |key: String| {
+        let c = clients.clone();
+        let bucket = aws.bucket.clone();
+        async move {
+            let o = c.s3.get_object().bucket(bucket).key(key).send().await.unwrap();
+            String::from_utf8(o.body.collect().await.unwrap().into_bytes().to_vec()).unwrap()
+        }
+    };
+    for (task, want) in [("alpha-1", None), ("alpha-2", None), ("beta", Some(&beta_pinned))] {
+        let r: serde_json::Value =
+            serde_json::from_str(&get(format!("team/runs/{run}/tasks/{task}/result.json")).await).unwrap();
+        let image = r["image"].as_str().unwrap_or_default();
+        assert!(image.starts_with(&format!("{repo}@sha256:")), "{task}: {r}");
+        if let Some(w) = want {
+            assert_eq!(image, w.as_str(), "{task}");
+        } else {
+            assert_ne!(image, beta_pinned, "{task} ran in alpha's image");
+        }
+        let patch = get(format!("team/runs/{run}/tasks/{task}/artifacts/patch.diff")).await;
+        assert!(patch.contains("answer.txt"), "{task}'s patch: {patch}");
+    }
+    let out = aws.run(&["validate-bundle", &bundle]);
+    assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    let families = clients.ecs.list_task_definitions().family_prefix("agenteval-worker-env").send().await.unwrap();
+    assert_eq!(families.task_definition_arns().len(), 2, "one task definition per image");
+
+    // From a folder with no config, the run is listed.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = aws.cmd_in(elsewhere.path(), &["runs", "list", "--backend", "aws", "--json"]).output().unwrap();
+    assert!(text(&out.stdout).contains(&run), "{}", text(&out.stdout));
+
+    // An agent that does nothing passes nothing; the images' task definitions are reused.
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "agent.kind=nop"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["tasks_passed"].as_u64(), Some(0), "{v}");
+    let families = clients.ecs.list_task_definitions().family_prefix("agenteval-worker-env").send().await.unwrap();
+    assert_eq!(families.task_definition_arns().len(), 2, "no registration for images already registered");
+    let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
+    assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
+}
