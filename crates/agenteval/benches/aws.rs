@@ -5,7 +5,10 @@
 //!    prices, compute excluded;
 //! 2. launch pacing: 2,000 jobs through the ECS backend with the quota set to burst 100 /
 //!    20 per second, with every 25th RunTask throttled by the proxy — expected ≈ (2000-100)/20
-//!    = 95 s and zero errors surfacing.
+//!    = 95 s and zero errors surfacing;
+//! 3. task images: 1,000 Harbor-like tasks over 10 images (an ECR repository in the emulator)
+//!    dispatched through the ECS backend in jobs of 10 tasks of one image: the ECS and ECR
+//!    calls per task, and the task definitions registered (target: 10, one per image).
 //!
 //! Run with `cargo bench -p agenteval --bench aws`. `AGENTEVAL_BENCH_SCALE=0.1` shrinks both.
 
@@ -238,4 +241,105 @@ async fn main() {
     if only.is_empty() || only == "pacing" {
         pacing(&endpoint, n(2000.0) as u32, dir.path()).await;
     }
+    if only.is_empty() || only == "images" {
+        task_images(&endpoint, n(1000.0), 10).await;
+    }
+}
+
+/// Dispatches `tasks` tasks over `images` images of an ECR repository through the ECS backend
+/// (no worker runs: the figure is the controller's calls) and prints them per task.
+async fn task_images(endpoint: &str, tasks: u64, images: u64) {
+    let cluster = emulator::unique("bench-images");
+    let s = setup(endpoint, &cluster, None);
+    let clients = AwsClients::connect(&AwsSettings::emulator(endpoint)).await;
+    let repo_name = emulator::unique("bench-envs");
+    clients.ecr.create_repository().repository_name(&repo_name).send().await.unwrap();
+    let mut local = Vec::new();
+    for i in 0..images {
+        let tag = format!("{i:016x}");
+        let manifest = serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 100 + i, "digest": format!("sha256:{:064x}", i + 1)},
+            // The emulator digests an image by its layers: one of its own each.
+            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 1000 + i, "digest": format!("sha256:{:064x}", 1000 + i)}]
+        });
+        clients.ecr.put_image().repository_name(&repo_name).image_tag(&tag).image_manifest(manifest.to_string()).send().await.unwrap();
+        local.push(format!("agenteval-env:{tag}"));
+    }
+    let settings = EcsSettings {
+        cluster,
+        task_definition: s.td,
+        container_name: "agenteval".into(),
+        subnets: vec![s.subnet],
+        security_groups: vec![s.sg],
+        assign_public_ip: false,
+        spot: false,
+        launch_burst: 1000,
+        launch_per_second: 1000.0,
+        poll: Duration::from_secs(1),
+        worker_env: BTreeMap::new(),
+        image_repository: Some(format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{repo_name}")),
+    };
+    let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
+    let start = Instant::now();
+    let pinned = backend.task_images(&local).await.unwrap().unwrap();
+    let run = agenteval_core::RunId::new();
+    // Tasks of one image in jobs of `per_job`, as the controller groups them.
+    let specs: Vec<agenteval_core::model::TaskSpec> = (0..tasks)
+        .map(|i| {
+            serde_json::from_value(serde_json::json!({
+                "id": format!("t{i:05}"), "input": "x",
+                "environment": {"image": pinned[&local[(i % images) as usize]], "cpus": 1.0, "memory_mb": 3000}
+            }))
+            .unwrap()
+        })
+        .collect();
+    let todo: Vec<u32> = (0..tasks as u32).collect();
+    let image_of = |i: u32| specs[i as usize].environment.as_ref().and_then(|e| e.image.clone());
+    let jobs = agenteval_engine::controller::decide::shard_by(&todo, 10, 0, 1, image_of);
+    use futures::StreamExt;
+    let launched: Vec<bool> = futures::stream::iter(jobs)
+        .map(|p| {
+            let backend = backend.clone();
+            let tasks: Vec<_> = p.tasks.iter().map(|&i| specs[i as usize].clone()).collect();
+            async move {
+                let job = agenteval_core::model::JobSpec {
+                    schema_version: agenteval_core::SCHEMA_VERSION.into(),
+                    run_id: run,
+                    job_id: p.job_id.clone(),
+                    attempt: 1,
+                    epoch: 0,
+                    image: tasks[0].environment.as_ref().and_then(|e| e.image.clone()),
+                    tasks,
+                    bundle_uri: "s3://unused/runs".into(),
+                    index_uri: "dynamodb://unused".into(),
+                    env: BTreeMap::new(),
+                };
+                backend.submit_job(&job).await.map_err(|e| eprintln!("{e}")).is_ok()
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let c = backend.calls();
+    let per = |n: u64| n as f64 / tasks as f64;
+    println!(
+        "\n{tasks} tasks over {images} images, jobs of 10 tasks of one image: {} of {} jobs launched in {:.1} s",
+        launched.iter().filter(|ok| **ok).count(),
+        launched.len(),
+        start.elapsed().as_secs_f64()
+    );
+    println!("{:<28} {:>8} {:>10}", "call", "calls", "per task");
+    for (name, n) in [
+        ("ecr:DescribeImages", c.describe_images),
+        ("ecs:DescribeTaskDefinition", c.describe_task_definition),
+        ("ecs:RegisterTaskDefinition", c.register_task_definition),
+        ("ecs:RunTask", c.run_task),
+    ] {
+        println!("{name:<28} {n:>8} {:>10.3}", per(n));
+    }
+    let total = c.describe_images + c.describe_task_definition + c.register_task_definition + c.run_task;
+    println!("{:<28} {total:>8} {:>10.3}", "total (launch side)", per(total));
+    assert_eq!(c.register_task_definition, images, "one registration per image");
 }
