@@ -98,8 +98,9 @@ def main():
         mount = init["mountPoints"][0]["containerPath"]
         subprocess.run(["docker", "volume", "create", vol], stdout=subprocess.DEVNULL, check=True)
         # The init container: the agenteval image's binary into the task's volume.
-        subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0], a.image]
-                       + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
+        user = ["--user", init["user"]] if init.get("user") else []
+        subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0]] + user
+                       + [a.image] + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
         volumes[arn] = vol
         stats["ready_seconds"].append(round(time.time() - t0, 3))
         stats["images"][image] = stats["images"].get(image, 0) + 1

@@ -145,6 +145,8 @@ impl TaskDefinitions {
             .image(&base.worker_image)
             .essential(false)
             .memory(128)
+            // The agenteval image runs as an unprivileged user; the fresh volume is root's.
+            .user("0")
             .entry_point("/bin/sh")
             .command("-c")
             .command(format!("cp {WORKER_IN_IMAGE} {VOLUME_PATH}/agenteval && chmod 0755 {VOLUME_PATH}/agenteval"))

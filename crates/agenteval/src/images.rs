@@ -59,6 +59,13 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
         let timeout = Duration::from_secs(3600);
         let mut row = Row { context: context.clone(), tasks, tag: String::new(), note: String::new(), pushed: None, error: None };
         match images.build(&context, timeout).await {
+            // Another folder with the same content: the same image.
+            Ok((tag, _)) if rows.iter().any(|r: &Row| r.tag == tag) => {
+                if let Some(r) = rows.iter_mut().find(|r| r.tag == tag) {
+                    r.tasks += tasks;
+                }
+                continue;
+            }
             Ok((tag, note)) => {
                 row.tag = tag;
                 row.note = note;

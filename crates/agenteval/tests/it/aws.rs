@@ -1173,7 +1173,7 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("2 image(s) the run needs are not in") && err.matches(&repo).count() >= 2, "{err}");
     let (listed, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
-    assert_eq!(listed["runs"].as_array().map(Vec::len), Some(0), "nothing was created: {listed}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "nothing was created: {listed}");
 
     let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg.to_str().unwrap(), "--push", &repo]);
     assert_eq!(code, 0, "{built}");
@@ -1192,7 +1192,7 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     let stats = aws.fargate_in(tag, None);
     let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!((v["status"].as_str(), v["summary"]["tasks_passed"].as_u64()), (Some("complete"), Some(3)), "{v}");
+    assert_eq!((v["status"].as_str(), v["summary"]["passed"].as_u64()), (Some("complete"), Some(3)), "{v}");
     let run = v["run_id"].as_str().unwrap().to_string();
     let bundle = v["bundle"].as_str().unwrap().to_string();
     let f = read_json(&stats);
@@ -1201,6 +1201,9 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     assert_eq!(per_image.get(&beta_pinned).and_then(|n| n.as_u64()), Some(1), "{f}");
     assert_eq!(per_image.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 2, "alpha's two tasks shared one ECS task: {f}");
     assert!(f["pulls"].as_array().unwrap().iter().any(|p| p["image"] == beta_pinned.as_str()), "beta was pulled: {f}");
+    // The figure the issue asks for (the benchmark's note quotes it): how long a container of a
+    // task image took to be ready for its worker, with the image on the engine and pulled.
+    println!("task image start on the stand-in (pull + init container), seconds: {} ; pulls: {}", f["ready_seconds"], f["pulls"]);
 
     // Each result names the image it ran in; the patch of each is in the bundle.
     let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
@@ -1227,8 +1230,11 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     }
     let out = aws.run(&["validate-bundle", &bundle]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
-    let families = clients.ecs.list_task_definitions().family_prefix("agenteval-worker-env").send().await.unwrap();
-    assert_eq!(families.task_definition_arns().len(), 2, "one task definition per image");
+    let image_defs = || async {
+        let all = clients.ecs.list_task_definitions().send().await.unwrap();
+        all.task_definition_arns().iter().filter(|a| a.contains("/agenteval-worker-env-")).count()
+    };
+    assert_eq!(image_defs().await, 2, "one task definition per image");
 
     // From a folder with no config, the run is listed.
     let elsewhere = tempfile::tempdir().unwrap();
@@ -1238,9 +1244,8 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     // An agent that does nothing passes nothing; the images' task definitions are reused.
     let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "agent.kind=nop"]);
     assert_eq!(code, 0, "{v}");
-    assert_eq!(v["summary"]["tasks_passed"].as_u64(), Some(0), "{v}");
-    let families = clients.ecs.list_task_definitions().family_prefix("agenteval-worker-env").send().await.unwrap();
-    assert_eq!(families.task_definition_arns().len(), 2, "no registration for images already registered");
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(0), "{v}");
+    assert_eq!(image_defs().await, 2, "no registration for images already registered");
     let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
     assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }
