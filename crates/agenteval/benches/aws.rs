@@ -264,7 +264,15 @@ async fn task_images(endpoint: &str, tasks: u64, images: u64) {
             // The emulator digests an image by its layers: one of its own each.
             "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 1000 + i, "digest": format!("sha256:{:064x}", 1000 + i)}]
         });
-        clients.ecr.put_image().repository_name(&repo_name).image_tag(&tag).image_manifest(manifest.to_string()).send().await.unwrap();
+        clients
+            .ecr
+            .put_image()
+            .repository_name(&repo_name)
+            .image_tag(&tag)
+            .image_manifest(manifest.to_string())
+            .send()
+            .await
+            .unwrap();
         local.push(format!("agenteval-env:{tag}"));
     }
     let settings = EcsSettings {

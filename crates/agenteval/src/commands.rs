@@ -17,8 +17,8 @@ use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
-    ImagesCommand,
-    BaselineCommand, Cli, Command, ConfigCommand, EnvCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
+    BaselineCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs,
+    RunsCommand,
 };
 use crate::judging;
 use crate::output::{self};

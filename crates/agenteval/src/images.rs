@@ -57,7 +57,8 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
     for (context, tasks) in contexts {
         let started = Instant::now();
         let timeout = Duration::from_secs(3600);
-        let mut row = Row { context: context.clone(), tasks, tag: String::new(), note: String::new(), pushed: None, error: None };
+        let mut row =
+            Row { context: context.clone(), tasks, tag: String::new(), note: String::new(), pushed: None, error: None };
         match images.build(&context, timeout).await {
             // Another folder with the same content: the same image.
             Ok((tag, _)) if rows.iter().any(|r: &Row| r.tag == tag) => {
@@ -82,7 +83,12 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
                 (None, Some(p)) => format!("{}; pushed as {p}", row.note),
                 (None, None) => row.note.clone(),
             };
-            say!("{:<34} {:>5} task(s)  {what} ({:.1} s)", if row.tag.is_empty() { context.display().to_string() } else { row.tag.clone() }, row.tasks, started.elapsed().as_secs_f64());
+            say!(
+                "{:<34} {:>5} task(s)  {what} ({:.1} s)",
+                if row.tag.is_empty() { context.display().to_string() } else { row.tag.clone() },
+                row.tasks,
+                started.elapsed().as_secs_f64()
+            );
         }
         rows.push(row);
     }

@@ -1199,11 +1199,18 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     let per_image = f["images"].as_object().unwrap();
     assert_eq!(per_image.len(), 2, "two images ran: {f}");
     assert_eq!(per_image.get(&beta_pinned).and_then(|n| n.as_u64()), Some(1), "{f}");
-    assert_eq!(per_image.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 2, "alpha's two tasks shared one ECS task: {f}");
+    assert_eq!(
+        per_image.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        2,
+        "alpha's two tasks shared one ECS task: {f}"
+    );
     assert!(f["pulls"].as_array().unwrap().iter().any(|p| p["image"] == beta_pinned.as_str()), "beta was pulled: {f}");
     // The figure the issue asks for (the benchmark's note quotes it): how long a container of a
     // task image took to be ready for its worker, with the image on the engine and pulled.
-    println!("task image start on the stand-in (pull + init container), seconds: {} ; pulls: {}", f["ready_seconds"], f["pulls"]);
+    println!(
+        "task image start on the stand-in (pull + init container), seconds: {} ; pulls: {}",
+        f["ready_seconds"], f["pulls"]
+    );
 
     // Each result names the image it ran in; the patch of each is in the bundle.
     let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
