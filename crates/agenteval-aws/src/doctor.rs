@@ -154,7 +154,7 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
     ));
     if let Some(repo) = &input.image_repository {
         let r = match crate::registry::ImageRepository::parse(repo) {
-            Ok(r) => r.check(&clients).await,
+            Ok(r) => r.check(&clients).await.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
         out.push(check(format!("image repository {repo}"), r));

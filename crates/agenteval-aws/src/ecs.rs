@@ -18,7 +18,7 @@ use aws_sdk_ecs::types::{
 };
 
 use crate::s3_store::S3BundleStore;
-use crate::sdk::{AwsClients, classify};
+use crate::sdk::{AwsClients, classify, unparsed_success};
 
 use agenteval_core::traits::worker_exit;
 
@@ -133,18 +133,6 @@ impl TaskView {
     }
 }
 
-/// The body of a 200 response the SDK could not parse, as JSON.
-pub(crate) fn unparsed_success<E>(
-    err: &aws_sdk_ecs::error::SdkError<E, aws_sdk_ecs::config::http::HttpResponse>,
-) -> Option<serde_json::Value> {
-    match err {
-        aws_sdk_ecs::error::SdkError::ResponseError(r) if r.raw().status().as_u16() == 200 => {
-            r.raw().body().bytes().and_then(|b| serde_json::from_slice(b).ok())
-        }
-        _ => None,
-    }
-}
-
 fn failures_text(failures: impl Iterator<Item = (String, String)>) -> String {
     failures.map(|(r, d)| format!("{r} {d}").trim().to_string()).collect::<Vec<_>>().join("; ")
 }
@@ -249,6 +237,8 @@ impl CloudBackend for EcsBackend {
         "aws"
     }
 
+    // Long: one RunTask with its retries: the task definition and size, the request, and each
+    // way an answer can come back (typed, unparsed, failures), in the order they are tried.
     async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
         let s = &self.settings;
         // A job of tasks in their own image runs that image's task definition, sized for the

@@ -152,7 +152,7 @@ impl ImageRepository {
 
     /// Whether the repository exists and how it is set (doctor): ECR's scan-on-push and
     /// lifecycle policy, or that a v2 registry answers.
-    pub async fn check(&self, clients: &AwsClients) -> std::result::Result<String, String> {
+    pub async fn check(&self, clients: &AwsClients) -> Result<String> {
         match &self.ecr_registry {
             Some(registry) => {
                 let out = clients
@@ -162,8 +162,11 @@ impl ImageRepository {
                     .repository_names(&self.name)
                     .send()
                     .await
-                    .map_err(|e| classify(&format!("ECR repository {}", self.name), e).to_string())?;
-                let repo = out.repositories().first().ok_or_else(|| format!("no ECR repository {}", self.name))?;
+                    .map_err(|e| classify(&format!("ECR repository {}", self.name), e))?;
+                let repo = out
+                    .repositories()
+                    .first()
+                    .ok_or_else(|| Error::not_found(format!("no ECR repository {}", self.name)))?;
                 let scan = repo.image_scanning_configuration().map(|c| c.scan_on_push()).unwrap_or(false);
                 let lifecycle = clients
                     .ecr
@@ -180,10 +183,7 @@ impl ImageRepository {
                     if lifecycle { "set" } else { "none: old images are never removed" }
                 ))
             }
-            None => match self.v2_digest("agenteval-doctor-probe").await {
-                Ok(_) => Ok(format!("registry {} answers", self.host)),
-                Err(e) => Err(e.to_string()),
-            },
+            None => self.v2_digest("agenteval-doctor-probe").await.map(|_| format!("registry {} answers", self.host)),
         }
     }
 }

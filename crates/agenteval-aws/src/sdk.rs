@@ -248,3 +248,15 @@ pub fn status_of<E>(err: &SdkError<E, HttpResponse>) -> Option<u16> {
         _ => None,
     }
 }
+
+/// The body of a 200 response the SDK could not parse, as JSON.
+pub(crate) fn unparsed_success<E>(
+    err: &aws_sdk_ecs::error::SdkError<E, aws_sdk_ecs::config::http::HttpResponse>,
+) -> Option<serde_json::Value> {
+    match err {
+        aws_sdk_ecs::error::SdkError::ResponseError(r) if r.raw().status().as_u16() == 200 => {
+            r.raw().body().bytes().and_then(|b| serde_json::from_slice(b).ok())
+        }
+        _ => None,
+    }
+}

@@ -193,7 +193,7 @@ impl TaskDefinitions {
         let arn = match out {
             Ok(o) => o.task_definition().and_then(|t| t.task_definition_arn()).map(str::to_string),
             // An emulator's answer the SDK cannot read (numbers for strings) still names it.
-            Err(e) => match crate::ecs::unparsed_success(&e) {
+            Err(e) => match crate::sdk::unparsed_success(&e) {
                 Some(v) => v["taskDefinition"]["taskDefinitionArn"].as_str().map(str::to_string),
                 None => return Err(classify(&format!("registering a task definition for {image}"), e)),
             },

@@ -48,6 +48,7 @@ struct Fleet<'a> {
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
 /// run's final status.
+// Long: the fleet's state is set up in one literal (its queue grouped by image), then the loop.
 pub(super) async fn drive_jobs(
     run: &Run,
     todo: Vec<u32>,

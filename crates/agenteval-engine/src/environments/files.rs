@@ -51,7 +51,7 @@ impl Packed {
         if let Some(sha) = self.by_folder.get(dir) {
             return Ok(named(sha));
         }
-        let bytes = crate::agents::pack::archive(dir, &[])?;
+        let bytes = archive(dir, &[])?;
         let sha = hex::encode(Sha256::digest(&bytes));
         self.by_folder.insert(dir.to_path_buf(), sha.clone());
         self.archives.entry(sha.clone()).or_insert(bytes);
@@ -147,6 +147,88 @@ pub async fn with_local_solution(
     let mut t = task.clone();
     t.solution = Some(fetched.path().to_path_buf());
     Ok((t, Some(fetched)))
+}
+
+/// Most bytes of the files of a packed agent folder: past it, a usage error before the run
+/// starts (a virtual environment or a model's weights do not belong in every job).
+pub const MAX_PACK_BYTES: u64 = 256 << 20;
+
+/// Folders never packed: version control and caches that are not the agent.
+const SKIPPED: &[&str] = &[".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"];
+
+/// The folder as a reproducible gzipped tar: the same files give the same bytes. A file or
+/// folder under one of `hidden` (canonical paths) is refused.
+pub fn archive(dir: &Path, hidden: &[PathBuf]) -> Result<Vec<u8>> {
+    let mut files = Vec::new();
+    collect(dir, dir, hidden, &mut files)?;
+    files.sort();
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let mut tar = tar::Builder::new(gz);
+    let mut total: u64 = 0;
+    for rel in files {
+        let full = dir.join(&rel);
+        let meta = std::fs::metadata(&full).map_err(|e| Error::io(format!("reading {}", full.display()), e))?;
+        total += meta.len();
+        if total > MAX_PACK_BYTES {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} holds more than {} MiB: pack a folder with only the agent (agent.workdir)",
+                dir.display(),
+                MAX_PACK_BYTES >> 20
+            )));
+        }
+        let data = std::fs::read(&full).map_err(|e| Error::io(format!("reading {}", full.display()), e))?;
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(if is_executable(&meta) { 0o755 } else { 0o644 });
+        h.set_mtime(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut h, &rel, data.as_slice()).map_err(|e| Error::io("packing the agent", e))?;
+    }
+    let gz = tar.into_inner().map_err(|e| Error::io("packing the agent", e))?;
+    gz.finish().map_err(|e| Error::io("packing the agent", e))
+}
+
+#[cfg(unix)]
+fn is_executable(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    meta.permissions().mode() & 0o111 != 0
+}
+
+/// Regular files below `dir` (links followed only when they stay inside it), relative paths.
+fn collect(root: &Path, dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+    for e in entries {
+        let e = e.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
+        let name = e.file_name();
+        if SKIPPED.iter().any(|s| name == *s) {
+            continue;
+        }
+        let path = e.path();
+        // A link that leads out of the folder would pack files the user did not mean to send.
+        let real = std::fs::canonicalize(&path).map_err(|e| Error::io(format!("reading {}", path.display()), e))?;
+        let root_real = std::fs::canonicalize(root).map_err(|e| Error::io(format!("reading {}", root.display()), e))?;
+        if !real.starts_with(&root_real) {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} links outside the agent's folder {}",
+                path.display(),
+                root.display()
+            )));
+        }
+        if hidden.iter().any(|h| real.starts_with(h)) {
+            return Err(Error::invalid(format!(
+                "agent.pack: {} is hidden from agents (the benchmark's cases, tests or data, the bundles, the index or the secrets): pack a folder with only the agent (agent.workdir)",
+                path.display()
+            )));
+        }
+        if real.is_dir() {
+            collect(root, &path, hidden, out)?;
+        } else if real.is_file() {
+            out.push(path.strip_prefix(root).expect("below the root").to_path_buf());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
