@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use agenteval_core::{Error, Result};
 use aws_sdk_ecs::types::{
     Compatibility, ContainerCondition, ContainerDefinition, ContainerDependency, KeyValuePair, LogConfiguration,
-    MountPoint, NetworkMode, Tag, Volume,
+    MountPoint, NetworkMode, Volume,
 };
 
 use crate::sdk::{AwsClients, classify};
@@ -187,7 +187,6 @@ impl TaskDefinitions {
             .volumes(Volume::builder().name(VOLUME).build())
             .container_definitions(init)
             .container_definitions(main)
-            .tags(Tag::builder().key("agenteval:image").value(image.chars().take(256).collect::<String>()).build())
             .send()
             .await;
         let arn = match out {

@@ -12,6 +12,12 @@
 //!   `oracle` agent and 8 environments at once: wall time, and the peak memory of agenteval's
 //!   processes (the controller and its workers; the containers' own memory is the engine's).
 //!
+//! - a task image's start on the Fargate stand-in's terms (a task definition of its own): the
+//!   init container copying the worker from `agenteval:dev` into a fresh volume, then the worker
+//!   starting inside the task image (`agenteval --version`), with the image on the engine and
+//!   pulled from a registry on this machine (Debian's `docker-registry`); needs
+//!   `docker/build-local.sh agenteval:dev`. Alone: `AGENTEVAL_BENCH_ONLY=task-image`.
+//!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
 
 #[path = "../tests/it/util/mod.rs"]
@@ -108,6 +114,10 @@ fn main() {
     let spec = EnvSpec { context: Some(context.clone()), ..Default::default() };
 
     let docker = agenteval_docker::DockerEnvironment::new(Some(BASE.into()));
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("task-image") {
+        task_image_start(&rt, &docker, &context, scale(10));
+        return;
+    }
     let (p50, p95) = rt.block_on(overhead(&docker, &spec, n));
     println!(
         "docker environment, image cached: prepare + teardown p50 {:.0} ms, p95 {:.0} ms over {n} tasks (target ≤ 500 ms)",
@@ -174,4 +184,100 @@ fn main() {
         v["summary"]["passed"],
         peak_kb / 1024
     );
+}
+
+fn docker(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("docker").args(args).output().unwrap()
+}
+
+/// The time from nothing to the worker running inside a task image, as the stand-in starts a
+/// task image's ECS task: a volume, the init container, the task image's container.
+fn start_once(image: &str) -> Duration {
+    let vol = format!("agenteval-bench-{}", uuid::Uuid::now_v7());
+    let t = Instant::now();
+    assert!(docker(&["volume", "create", &vol]).status.success());
+    let init = docker(&[
+        "run",
+        "--rm",
+        "--user",
+        "0",
+        "-v",
+        &format!("{vol}:/agenteval"),
+        "--entrypoint",
+        "/bin/sh",
+        "agenteval:dev",
+        "-c",
+        "cp /usr/local/bin/agenteval /agenteval/agenteval",
+    ]);
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let run = docker(&[
+        "run",
+        "--rm",
+        "--user",
+        "0",
+        "-v",
+        &format!("{vol}:/agenteval:ro"),
+        "--entrypoint",
+        "/agenteval/agenteval",
+        image,
+        "--version",
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let took = t.elapsed();
+    docker(&["volume", "rm", "-f", &vol]);
+    took
+}
+
+fn task_image_start(
+    rt: &tokio::runtime::Runtime,
+    env: &agenteval_docker::DockerEnvironment,
+    context: &std::path::Path,
+    n: usize,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = dir.path().join("registry.yml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.path().join("data").display()
+        ),
+    )
+    .unwrap();
+    let mut registry = std::process::Command::new("docker-registry")
+        .args(["serve", cfg.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("docker-registry");
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (tag, _) = rt.block_on(env.build_image(context, Duration::from_secs(600))).unwrap();
+    let pushed = format!("127.0.0.1:{port}/bench-envs:{}", tag.rsplit_once(':').unwrap().1);
+    rt.block_on(env.push(&tag, &pushed, None)).unwrap();
+    let size: u64 = String::from_utf8_lossy(&docker(&["image", "inspect", "--format", "{{.Size}}", &tag]).stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0);
+    let mut cached = Vec::new();
+    let mut pulled = Vec::new();
+    for _ in 0..n {
+        cached.push(start_once(&pushed));
+        docker(&["rmi", "-f", &pushed, &tag]);
+        pulled.push(start_once(&pushed));
+    }
+    let (c50, c95) = quantiles(cached);
+    let (p50, p95) = quantiles(pulled);
+    println!(
+        "task image start (volume + init container + worker in the task image), {} MB image, {n} times each: cached p50 {:.0} ms p95 {:.0} ms; pulled from a local registry p50 {:.0} ms p95 {:.0} ms (its base layers stay on the engine)",
+        size / 1_000_000,
+        c50.as_secs_f64() * 1e3,
+        c95.as_secs_f64() * 1e3,
+        p50.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
+    let _ = registry.kill();
+    let _ = registry.wait();
 }

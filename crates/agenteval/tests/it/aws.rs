@@ -1243,6 +1243,15 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     };
     assert_eq!(image_defs().await, 2, "one task definition per image");
 
+    // A regrade on the fleet runs no agent: each task's image again with its recorded patch
+    // applied, then its tests.
+    let (r, code) = aws.json(&["regrade", &run, "--json", "--backend", "aws"]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["summary"]["passed"].as_u64(), Some(3), "{r}");
+    let regraded = r["run_id"].as_str().unwrap();
+    let log = get(format!("team/runs/{regraded}/tasks/beta/worker.log")).await;
+    assert!(log.contains("applied run") && log.contains("patch"), "{log}");
+
     // From a folder with no config, the run is listed.
     let elsewhere = tempfile::tempdir().unwrap();
     let out = aws.cmd_in(elsewhere.path(), &["runs", "list", "--backend", "aws", "--json"]).output().unwrap();
