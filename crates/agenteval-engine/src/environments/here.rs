@@ -28,8 +28,10 @@ use super::workspace::SYSTEM_PATH;
 const STATE: &str = "/var/lib/agenteval-here";
 /// Emptied between tasks; never compared.
 const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
-/// Never compared: the kernel's, the worker's own volume, logs the verifier writes.
-const NOT_COMPARED: &[&str] = &["/proc", "/sys", "/dev", "/run", "/agenteval", "/tests", "/logs", "/solution", STATE];
+/// Never compared: the kernel's, the worker's own (read-only) volume, and the verifier's
+/// folders, removed between tasks. The starting copy (`STATE`) is compared like the rest: a task
+/// that changed it would change what the next one starts from.
+const NOT_COMPARED: &[&str] = &["/proc", "/sys", "/dev", "/agenteval", "/tests", "/logs", "/solution"];
 /// Files compared at most: past it the container is taken as changed (never as clean).
 const MAX_FILES: usize = 500_000;
 
@@ -447,6 +449,21 @@ mod tests {
         assert!(env.tainted().iter().any(|p| p.ends_with("usr/bin/pytest")), "{:?}", env.tainted());
         let err = env.prepare(&run, &task(), 1, &EnvSpec::default()).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Transient);
+    }
+
+    #[tokio::test]
+    async fn a_task_that_changes_the_starting_copy_taints_the_container() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("app");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("main.py"), "print(1)\n").unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), work.clone());
+        let h = env.prepare(&RunId::new(), &task(), 1, &EnvSpec::default()).await.unwrap();
+        // The next task would start from a planted answer.
+        let copy = root.path().join(STATE.trim_start_matches('/')).join("start/answer.txt");
+        std::fs::write(&copy, "planted\n").unwrap();
+        env.teardown(&h).await.unwrap();
+        assert!(!env.tainted().is_empty(), "the planted file is found");
     }
 
     #[tokio::test]
