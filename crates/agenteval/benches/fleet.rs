@@ -9,6 +9,13 @@
 //! - 100,000 tasks: the controller's peak RSS (target < 150 MB).
 //!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
+//!
+//! `AGENTEVAL_BENCH_ONLY=scale` prints the scale table instead: runs of 1,000, 10,000 and
+//! 100,000 zero-latency mock tasks (`AGENTEVAL_BENCH_SIZES=1000,10000,100000,1000000` to choose;
+//! a million needs the disk for its bundle), 1,000 per job, 2 in flight, each with its wall time,
+//! ms per task, the controller's and the whole fleet's peak memory, the bundle's bytes per task
+//! on disk and the seal (from the last task's result to the run's end). A figure that cannot be
+//! measured fails the benchmark: none is printed as 0.
 
 #[path = "../tests/it/util/mod.rs"]
 mod util;
@@ -50,7 +57,107 @@ fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) 
     Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }
 }
 
+/// Resident memory of a process and all its descendants (kB).
+fn tree_rss_kb(pid: u32) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        total += std::fs::read_to_string(format!("/proc/{p}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        if let Ok(children) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            todo.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    total
+}
+
+/// Bytes a folder takes on disk (allocated blocks), and the newest `result.json` under it.
+fn disk_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
+    use std::os::unix::fs::MetadataExt as _;
+    let (mut bytes, mut newest) = (0u64, None::<std::time::SystemTime>);
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let m = e.metadata().unwrap();
+            bytes += m.blocks() * 512;
+            if m.is_dir() {
+                todo.push(e.path());
+            } else if e.file_name() == "result.json" {
+                let t = m.modified().unwrap();
+                newest = Some(newest.map_or(t, |n| n.max(t)));
+            }
+        }
+    }
+    (bytes, newest)
+}
+
+/// One row of the scale table.
+fn scale_row(dir: &Path, tasks: u64) {
+    let name = format!("scale-{tasks}");
+    let cfg = dir.join(format!("{name}.yaml"));
+    let runs = dir.join(format!("runs-{name}"));
+    std::fs::write(&cfg, toy_yaml(&format!("bench-{name}"), tasks, 0, 1_000, 2, runs.to_str().unwrap())).unwrap();
+    let mut controller_kb = 0u64;
+    let (wall, fleet_kb, v) = submit_sampled(&cfg, |pid| {
+        let hwm = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            })
+            .unwrap_or(0);
+        controller_kb = controller_kb.max(hwm);
+        tree_rss_kb(pid)
+    });
+    let ended = std::time::SystemTime::now();
+    assert_eq!(v["status"], "complete", "{name}: {v}");
+    assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
+    let bundle = Path::new(v["bundle"].as_str().expect("the run's bundle"));
+    let (bytes, last_result) = disk_usage(bundle);
+    let seal = ended.duration_since(last_result.expect("task results on disk")).unwrap_or_default();
+    // Every figure measured, or no row at all.
+    assert!(controller_kb > 0 && fleet_kb > 0 && bytes > 0, "{name}: a figure could not be measured");
+    println!(
+        "{tasks:>9} {:>9.2} {:>11.3} {:>12.1} {:>10.1} {:>12.1} {:>9.2}",
+        wall.as_secs_f64(),
+        wall.as_secs_f64() * 1000.0 / tasks as f64,
+        controller_kb as f64 / 1024.0,
+        fleet_kb as f64 / 1024.0,
+        bytes as f64 / tasks as f64 / 1024.0,
+        seal.as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&runs);
+}
+
 fn main() {
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("scale") {
+        let sizes: Vec<u64> = std::env::var("AGENTEVAL_BENCH_SIZES")
+            .unwrap_or_else(|_| "1000,10000,100000".into())
+            .split(',')
+            .map(|s| s.trim().parse().expect("AGENTEVAL_BENCH_SIZES: numbers separated by commas"))
+            .collect();
+        let dir = tempfile::Builder::new().prefix("agenteval-bench-scale-").tempdir().unwrap();
+        println!(
+            "agenteval scale table ({} cores; bundles in {}; 1,000 tasks per job, 2 in flight)",
+            std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1),
+            dir.path().display()
+        );
+        println!(
+            "{:>9} {:>9} {:>11} {:>12} {:>10} {:>12} {:>9}",
+            "tasks", "wall s", "ms/task", "ctrl peak MB", "fleet MB", "KB/task disk", "seal s"
+        );
+        for t in sizes {
+            scale_row(dir.path(), t);
+        }
+        return;
+    }
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing we use.
     let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let n = |x: u64| ((x as f64 * scale) as u64).max(10);
