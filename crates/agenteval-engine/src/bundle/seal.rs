@@ -13,7 +13,7 @@ use sha2::Digest as _;
 
 use std::sync::Arc;
 
-use super::files::{FileSum, ManifestHints, RecordingStore};
+use super::files::{ManifestHints, RecordingStore};
 use super::{READ_CONCURRENCY, read_json, to_json_bytes};
 use agenteval_judge::samples::{REPORT_VALUE_CHARS, Sample};
 
@@ -266,12 +266,11 @@ pub async fn seal_contents(
 pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &ManifestHints) -> Result<()> {
     let listed = store.list_sized(run, "").await?;
     let known = hints.known(store, run, &listed).await?;
-    let paths: Vec<(&String, Option<&FileSum>)> = listed
+    let paths = listed
         .iter()
         .filter(|(p, _)| p.as_str() != layout::MANIFEST)
-        .map(|(p, size)| (p, known.get(p).filter(|k| size.is_some_and(|s| s == k.size))))
-        .collect();
-    let mut out = Vec::with_capacity(paths.len() * 130);
+        .map(|(p, size)| (p, known.get(p).filter(|k| size.is_some_and(|s| s == k.size)).copied()));
+    let mut out = Vec::with_capacity(listed.len() * 130);
     out.extend_from_slice(
         format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
             .as_bytes(),
@@ -280,7 +279,7 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &Manife
     let mut files = futures::stream::iter(paths)
         .map(|(path, known)| async move {
             if let Some(k) = known {
-                return Ok((path, k.sha256.clone(), k.size));
+                return Ok((path, hex::encode(k.sha256), k.size));
             }
             // A piece at a time: a large file (results.jsonl of a big run) is never held whole.
             let mut hasher = sha2::Sha256::new();
