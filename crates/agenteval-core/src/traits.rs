@@ -374,6 +374,14 @@ pub trait BundleStore: Send + Sync {
         let _ = (run, path);
         Err(Error::internal("this store does not support appending"))
     }
+    /// Opens a file written in pieces that appears whole at `finish`, or not at all: until
+    /// then readers see the file as it was, and a crash leaves it so. What a large run's seal
+    /// writes without holding it whole (`manifest.json`). `None` from a store that cannot:
+    /// the caller then writes the file with one `put`.
+    async fn open_writer(&self, run: &RunId, path: &str) -> Result<Option<Box<dyn Appender>>> {
+        let _ = (run, path);
+        Ok(None)
+    }
     /// An object kept beside the runs and shared by all of them (`<root>/.shared/<key>`, never
     /// a run): what outlives one run, such as the LLM judges' cached verdicts, which workers on
     /// any machine then share. `key` is a relative path like a bundle path. Fails with

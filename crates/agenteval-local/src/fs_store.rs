@@ -255,6 +255,19 @@ impl BundleStore for FsBundleStore {
         })
     }
 
+    async fn open_writer(&self, run: &RunId, path: &str) -> Result<Option<Box<dyn Appender>>> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let target = self.file(run, path)?;
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+        }
+        let name = target.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = target.with_file_name(format!(".{name}.{}.{n}.tmp", std::process::id()));
+        let file = std::fs::File::create(&tmp).map_err(|e| Error::io(format!("creating {}", tmp.display()), e))?;
+        Ok(Some(Box::new(FsWriter { file: Some(file), tmp, target })))
+    }
+
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let p = self.file(run, path)?;
         if let Some(parent) = p.parent() {
@@ -267,6 +280,37 @@ impl BundleStore for FsBundleStore {
             .open(&p)
             .map_err(|e| Error::io(format!("opening {}", p.display()), e))?;
         Ok(Box::new(FsAppender { file, path: p }))
+    }
+}
+
+/// A file written in pieces beside its target (`.<name>.<pid>.<n>.tmp`, as `put` names its
+/// temporary files) and renamed over it at `finish`; dropped unfinished, the pieces go.
+struct FsWriter {
+    file: Option<std::fs::File>,
+    tmp: PathBuf,
+    target: PathBuf,
+}
+
+impl Drop for FsWriter {
+    fn drop(&mut self) {
+        if self.file.is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[async_trait]
+impl Appender for FsWriter {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        use std::io::Write;
+        let file = self.file.as_mut().ok_or_else(|| Error::internal("writer already finished"))?;
+        file.write_all(bytes).map_err(|e| Error::io(format!("writing {}", self.tmp.display()), e))
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<()> {
+        drop(self.file.take());
+        std::fs::rename(&self.tmp, &self.target)
+            .map_err(|e| Error::io(format!("renaming to {}", self.target.display()), e))
     }
 }
 

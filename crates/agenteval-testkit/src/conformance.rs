@@ -118,6 +118,28 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
         b"{\"step\":0}\n",
         "opening an appender starts the file over (a retried attempt replaces its trace)"
     );
+    // A writer's file appears whole at `finish`, or not at all.
+    store.put(&run, "manifest.json", b"old").await.unwrap();
+    if let Some(mut w) = store.open_writer(&run, "manifest.json").await.unwrap() {
+        w.append(b"{\"files\": ").await.unwrap();
+        assert_eq!(store.get(&run, "manifest.json").await.unwrap(), b"old", "unfinished, the file is as it was");
+        w.append(b"{}}").await.unwrap();
+        w.finish().await.unwrap();
+        assert_eq!(store.get(&run, "manifest.json").await.unwrap(), b"{\"files\": {}}");
+        let mut dropped = store.open_writer(&run, "manifest.json").await.unwrap().unwrap();
+        dropped.append(b"half").await.unwrap();
+        drop(dropped);
+        assert_eq!(
+            store.get(&run, "manifest.json").await.unwrap(),
+            b"{\"files\": {}}",
+            "a writer dropped unfinished changes nothing"
+        );
+        let listed = store.list(&run, "").await.unwrap();
+        assert!(
+            !listed.iter().any(|p| p.contains("manifest.json.") && p.ends_with(".tmp")),
+            "no pieces left: {listed:?}"
+        );
+    }
     assert!(store.bundle_uri(&run).contains(&run.to_string()), "the bundle uri names the run");
 }
 

@@ -118,6 +118,18 @@ impl BundleStore for RecordingStore {
     async fn put_shared(&self, key: &str, bytes: &[u8]) -> Result<()> {
         self.inner.put_shared(key, bytes).await
     }
+    async fn open_writer(&self, run: &RunId, path: &str) -> Result<Option<Box<dyn Appender>>> {
+        self.written.lock().expect("recording lock").remove(path);
+        let Some(inner) = self.inner.open_writer(run, path).await? else { return Ok(None) };
+        Ok(Some(Box::new(RecordingAppender {
+            inner,
+            path: path.to_string(),
+            hasher: sha2::Sha256::new(),
+            size: 0,
+            written: self.written.clone(),
+        })))
+    }
+
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         self.written.lock().expect("recording lock").remove(path);
         let inner = self.inner.open_appender(run, path).await?;

@@ -270,7 +270,9 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &Manife
         .iter()
         .filter(|(p, _)| p.as_str() != layout::MANIFEST)
         .map(|(p, size)| (p, known.get(p).filter(|k| size.is_some_and(|s| s == k.size)).copied()));
-    let mut out = Vec::with_capacity(listed.len() * 130);
+    // Written in pieces where the store can make them appear at once; else held and put whole.
+    let mut writer = store.open_writer(run, layout::MANIFEST).await?;
+    let mut out = Vec::with_capacity(if writer.is_some() { MANIFEST_CHUNK + 4096 } else { listed.len() * 130 });
     out.extend_from_slice(
         format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
             .as_bytes(),
@@ -293,7 +295,22 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &Manife
         first = false;
         serde_json::to_writer(&mut out, path).expect("paths serialize");
         out.extend_from_slice(format!(": {{\"sha256\": \"{sha}\", \"size\": {len}}}").as_bytes());
+        if let Some(w) = writer.as_mut()
+            && out.len() >= MANIFEST_CHUNK
+        {
+            w.append(&out).await?;
+            out.clear();
+        }
     }
     out.extend_from_slice(b"\n  }\n}\n");
-    store.put(run, layout::MANIFEST, &out).await
+    match writer {
+        Some(mut w) => {
+            w.append(&out).await?;
+            w.finish().await
+        }
+        None => store.put(run, layout::MANIFEST, &out).await,
+    }
 }
+
+/// Bytes of `manifest.json` written at a time when the store takes it in pieces.
+const MANIFEST_CHUNK: usize = 256 * 1024;
