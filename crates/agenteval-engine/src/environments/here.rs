@@ -209,6 +209,15 @@ impl Environment for HereEnvironment {
         if let Some(image) = &spec.image {
             notes.push(format!("image {image}, the worker's own container"));
         }
+        // The working folder is copied and restored whole: it cannot be the root, or hold the
+        // worker's own state.
+        if workdir == self.root || self.at(STATE).starts_with(&workdir) {
+            return Err(Error::invalid(format!(
+                "task {}: its image's working folder is {}: give the image a WORKDIR (e.g. /app) or the task a workdir",
+                task.id,
+                workdir.display()
+            )));
+        }
         let first = self.state.lock().expect("state lock").start.is_none();
         if first {
             let (root_state, wd) = (self.at(STATE), workdir.clone());
@@ -480,5 +489,14 @@ mod tests {
             assert!(!out.stdout.lines().any(|l| l.starts_with(&format!("{k}="))), "{k} leaked: {}", out.stdout);
         }
         assert!(env.copy_out(&h, "../x", root.path(), 10).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn an_image_without_a_working_folder_is_refused_not_copied_whole() {
+        let root = tempfile::tempdir().unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), root.path().to_path_buf());
+        let err = env.prepare(&RunId::new(), &task(), 1, &EnvSpec::default()).await.unwrap_err();
+        assert!(err.to_string().contains("WORKDIR"), "{err}");
+        assert!(!root.path().join(STATE.trim_start_matches('/')).exists(), "nothing was copied");
     }
 }
