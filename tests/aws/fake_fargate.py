@@ -117,7 +117,8 @@ def main():
     ghosts = []  # the second copies of --duplicate: same job, same attempt, nobody waits for them
 
     def container(arn):
-        return "agenteval-task-" + arn.rsplit("/", 1)[-1]
+        # Named after the cluster too: tests running at once each find only their own.
+        return "agenteval-task-" + (f"{a.cluster}-" if a.cluster else "") + arn.rsplit("/", 1)[-1]
 
     def terminate(arn, proc):
         if a.image:

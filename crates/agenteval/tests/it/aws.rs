@@ -847,7 +847,7 @@ async fn every_worker_runs_in_a_container_and_a_docker_stop_mid_task_is_retried_
         .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap_or_default())
         .collect();
     assert!(logs.contains("cancelled"), "a worker saw the stop: {logs}");
-    let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
+    let left = docker(&["ps", "-q", "--filter", &format!("name=agenteval-task-{}-", aws.cluster)]);
     assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }
 
@@ -1273,6 +1273,6 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     assert_eq!(code, 0, "{v}");
     assert_eq!(v["summary"]["passed"].as_u64(), Some(0), "{v}");
     assert_eq!(image_defs().await, 2, "no registration for images already registered");
-    let left = docker(&["ps", "-q", "--filter", "name=agenteval-task-"]);
+    let left = docker(&["ps", "-q", "--filter", &format!("name=agenteval-task-{}-", aws.cluster)]);
     assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }
