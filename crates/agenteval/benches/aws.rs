@@ -60,6 +60,24 @@ struct Setup {
     td: String,
 }
 
+/// The ECS backend's settings for a cluster `setup` made, launching at `(burst, per second)`.
+fn ecs_settings(cluster: String, s: Setup, pacing: (u32, f64), image_repository: Option<String>) -> EcsSettings {
+    EcsSettings {
+        cluster,
+        task_definition: s.td,
+        container_name: "agenteval".into(),
+        subnets: vec![s.subnet],
+        security_groups: vec![s.sg],
+        assign_public_ip: false,
+        spot: false,
+        launch_burst: pacing.0,
+        launch_per_second: pacing.1,
+        poll: Duration::from_secs(1),
+        worker_env: BTreeMap::new(),
+        image_repository,
+    }
+}
+
 fn setup(endpoint: &str, cluster: &str, bucket: Option<&str>) -> Setup {
     let mut c = python("setup_emulator.py");
     c.args(["--endpoint", endpoint, "--cluster", cluster]);
@@ -168,20 +186,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
     let stats = dir.join("pacing-proxy.json");
     let throttled = proxy(endpoint, &stats, 25, &mut kill);
     let clients = AwsClients::connect(&AwsSettings::emulator(&throttled)).await;
-    let settings = EcsSettings {
-        cluster,
-        task_definition: s.td,
-        container_name: "agenteval".into(),
-        subnets: vec![s.subnet],
-        security_groups: vec![s.sg],
-        assign_public_ip: false,
-        spot: false,
-        launch_burst: 100,
-        launch_per_second: 20.0,
-        poll: Duration::from_secs(1),
-        worker_env: BTreeMap::new(),
-        image_repository: None,
-    };
+    let settings = ecs_settings(cluster, s, (100, 20.0), None);
     let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
     let run = agenteval_core::RunId::new();
     // The controller dispatches up to 32 jobs at once; the backend's token bucket sets the pace.
@@ -275,20 +280,8 @@ async fn task_images(endpoint: &str, tasks: u64, images: u64) {
             .unwrap();
         local.push(format!("agenteval-env:{tag}"));
     }
-    let settings = EcsSettings {
-        cluster,
-        task_definition: s.td,
-        container_name: "agenteval".into(),
-        subnets: vec![s.subnet],
-        security_groups: vec![s.sg],
-        assign_public_ip: false,
-        spot: false,
-        launch_burst: 1000,
-        launch_per_second: 1000.0,
-        poll: Duration::from_secs(1),
-        worker_env: BTreeMap::new(),
-        image_repository: Some(format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{repo_name}")),
-    };
+    let repo = format!("123456789012.dkr.ecr.us-east-1.amazonaws.com/{repo_name}");
+    let settings = ecs_settings(cluster, s, (1000, 1000.0), Some(repo));
     let backend = Arc::new(EcsBackend::new(clients.clone(), settings, S3BundleStore::new(clients, "unused", "runs")));
     let start = Instant::now();
     let pinned = backend.task_images(&local).await.unwrap().unwrap();

@@ -54,7 +54,12 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
     let wiring = Wiring::new(exe()?, config.aws.as_ref());
     let images = wiring.images(config, push).await?;
     let mut rows = Vec::new();
-    for (context, tasks) in contexts {
+    let total = contexts.len();
+    for (i, (context, tasks)) in contexts.into_iter().enumerate() {
+        // A build can take minutes: say which one is under way (stderr; stdout stays the result).
+        if !json {
+            eprintln!("[{}/{total}] building {}", i + 1, context.display());
+        }
         let started = Instant::now();
         let timeout = Duration::from_secs(3600);
         let mut row =

@@ -51,7 +51,7 @@ impl Packed {
         if let Some(sha) = self.by_folder.get(dir) {
             return Ok(named(sha));
         }
-        let bytes = archive(dir, &[])?;
+        let bytes = archive_folder(dir, &[], "task folder")?;
         let sha = hex::encode(Sha256::digest(&bytes));
         self.by_folder.insert(dir.to_path_buf(), sha.clone());
         self.archives.entry(sha.clone()).or_insert(bytes);
@@ -156,11 +156,17 @@ pub const MAX_PACK_BYTES: u64 = 256 << 20;
 /// Folders never packed: version control and caches that are not the agent.
 const SKIPPED: &[&str] = &[".git", "__pycache__", ".venv", "node_modules", ".mypy_cache", ".pytest_cache"];
 
-/// The folder as a reproducible gzipped tar: the same files give the same bytes. A file or
-/// folder under one of `hidden` (canonical paths) is refused.
+/// An agent's folder as a reproducible archive (`agent.pack`; see [`archive_folder`]).
 pub fn archive(dir: &Path, hidden: &[PathBuf]) -> Result<Vec<u8>> {
+    archive_folder(dir, hidden, "agent.pack")
+}
+
+/// The folder as a reproducible gzipped tar: the same files give the same bytes. A file or
+/// folder under one of `hidden` (canonical paths) is refused; `label` starts every refusal
+/// (`agent.pack`, `task folder`).
+pub fn archive_folder(dir: &Path, hidden: &[PathBuf], label: &str) -> Result<Vec<u8>> {
     let mut files = Vec::new();
-    collect(dir, dir, hidden, &mut files)?;
+    collect(dir, dir, hidden, label, &mut files)?;
     files.sort();
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let mut tar = tar::Builder::new(gz);
@@ -170,8 +176,9 @@ pub fn archive(dir: &Path, hidden: &[PathBuf]) -> Result<Vec<u8>> {
         let meta = std::fs::metadata(&full).map_err(|e| Error::io(format!("reading {}", full.display()), e))?;
         total += meta.len();
         if total > MAX_PACK_BYTES {
+            let hint = if label == "agent.pack" { ": pack a folder with only the agent (agent.workdir)" } else { "" };
             return Err(Error::invalid(format!(
-                "agent.pack: {} holds more than {} MiB: pack a folder with only the agent (agent.workdir)",
+                "{label}: {} holds more than {} MiB{hint}",
                 dir.display(),
                 MAX_PACK_BYTES >> 20
             )));
@@ -184,10 +191,11 @@ pub fn archive(dir: &Path, hidden: &[PathBuf]) -> Result<Vec<u8>> {
         h.set_uid(0);
         h.set_gid(0);
         h.set_entry_type(tar::EntryType::Regular);
-        tar.append_data(&mut h, &rel, data.as_slice()).map_err(|e| Error::io("packing the agent", e))?;
+        tar.append_data(&mut h, &rel, data.as_slice())
+            .map_err(|e| Error::io(format!("packing {}", dir.display()), e))?;
     }
-    let gz = tar.into_inner().map_err(|e| Error::io("packing the agent", e))?;
-    gz.finish().map_err(|e| Error::io("packing the agent", e))
+    let gz = tar.into_inner().map_err(|e| Error::io(format!("packing {}", dir.display()), e))?;
+    gz.finish().map_err(|e| Error::io(format!("packing {}", dir.display()), e))
 }
 
 #[cfg(unix)]
@@ -197,7 +205,7 @@ fn is_executable(meta: &std::fs::Metadata) -> bool {
 }
 
 /// Regular files below `dir` (links followed only when they stay inside it), relative paths.
-fn collect(root: &Path, dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) -> Result<()> {
+fn collect(root: &Path, dir: &Path, hidden: &[PathBuf], label: &str, out: &mut Vec<PathBuf>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
     for e in entries {
         let e = e.map_err(|e| Error::io(format!("reading {}", dir.display()), e))?;
@@ -211,19 +219,19 @@ fn collect(root: &Path, dir: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) 
         let root_real = std::fs::canonicalize(root).map_err(|e| Error::io(format!("reading {}", root.display()), e))?;
         if !real.starts_with(&root_real) {
             return Err(Error::invalid(format!(
-                "agent.pack: {} links outside the agent's folder {}",
+                "{label}: {} links outside the folder {}",
                 path.display(),
                 root.display()
             )));
         }
         if hidden.iter().any(|h| real.starts_with(h)) {
             return Err(Error::invalid(format!(
-                "agent.pack: {} is hidden from agents (the benchmark's cases, tests or data, the bundles, the index or the secrets): pack a folder with only the agent (agent.workdir)",
+                "{label}: {} is hidden from agents (the benchmark's cases, tests or data, the bundles, the index or the secrets): pack a folder with only the agent (agent.workdir)",
                 path.display()
             )));
         }
         if real.is_dir() {
-            collect(root, &path, hidden, out)?;
+            collect(root, &path, hidden, label, out)?;
         } else if real.is_file() {
             out.push(path.strip_prefix(root).expect("below the root").to_path_buf());
         }

@@ -11,15 +11,13 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Mutex;
 
-use agenteval_core::environment::{Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+use agenteval_core::environment::{EnvHandle, EnvSpec, ExecOutput, ExecRequest};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::Environment;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use async_trait::async_trait;
-use tokio::io::AsyncReadExt as _;
 
 use super::workspace::SYSTEM_PATH;
 
@@ -160,24 +158,6 @@ fn parent_of(pid: i32) -> Option<i32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    std::fs::set_permissions(to, std::fs::metadata(from)?.permissions())?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let t = e.file_type()?;
-        let dest = to.join(e.file_name());
-        if t.is_dir() {
-            copy_tree(&e.path(), &dest)?;
-        } else if t.is_file() {
-            std::fs::copy(e.path(), &dest)?;
-        } else if t.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
-        }
-    }
-    Ok(())
-}
-
 fn empty_dir(dir: &Path, keep: &[PathBuf]) -> std::io::Result<()> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
     for e in entries.flatten() {
@@ -228,7 +208,7 @@ impl Environment for HereEnvironment {
                 let _ = std::fs::remove_dir_all(&copy);
                 std::fs::create_dir_all(&root_state)?;
                 std::fs::set_permissions(&root_state, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-                copy_tree(&wd, &copy)?;
+                super::host::copy_tree(&wd, &copy)?;
                 Ok((wd.clone(), copy, this.stamps(&wd)))
             })
             .await
@@ -264,81 +244,15 @@ impl Environment for HereEnvironment {
             .ok_or_else(|| Error::invalid(format!("no user {user} in this container")))?;
             cmd.uid(u.uid.as_raw()).gid(u.gid.as_raw()).env("HOME", &u.dir);
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
-        let mut child = cmd.spawn().map_err(|e| Error::io("starting bash in this container", e))?;
-        let guard = crate::isolation::TreeGuard(child.id().map(|p| p as i32));
-        let (mut so, mut se) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-        let (mut out, mut err) = (Bounded::new(req.max_output_bytes), Bounded::new(req.max_output_bytes));
-        let read = async {
-            let (mut a, mut b) = ([0u8; 8192], [0u8; 8192]);
-            let (mut a_open, mut b_open) = (true, true);
-            while a_open || b_open {
-                tokio::select! {
-                    n = so.read(&mut a), if a_open => match n { Ok(0) | Err(_) => a_open = false, Ok(n) => out.push(&a[..n]) },
-                    n = se.read(&mut b), if b_open => match n { Ok(0) | Err(_) => b_open = false, Ok(n) => err.push(&b[..n]) },
-                }
-            }
-            child.wait().await
-        };
-        let waited = tokio::time::timeout(req.timeout, read).await;
-        drop(guard);
-        let (exit_code, timed_out) = match waited {
-            Ok(Ok(status)) => (status.code().map(i64::from), false),
-            Ok(Err(e)) => return Err(Error::io("waiting for bash in this container", e)),
-            Err(_) => (None, true),
-        };
-        Ok(ExecOutput {
-            exit_code,
-            stdout: out.text(),
-            stderr: err.text(),
-            timed_out,
-            dropped_bytes: out.dropped + err.dropped,
-        })
+        super::host::run_bounded(cmd, req, "this container").await
     }
 
     async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
-        let dest = self.path(env, to)?;
-        let from = from.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            if from.is_dir() {
-                copy_tree(&from, &dest)
-            } else {
-                if let Some(p) = dest.parent() {
-                    std::fs::create_dir_all(p)?;
-                }
-                std::fs::copy(&from, &dest).map(|_| ())
-            }
-        })
-        .await
-        .map_err(blocking_err)?
-        .map_err(|e| Error::io(format!("copying into {to}"), e))
+        super::host::copy_in(from, self.path(env, to)?, to).await
     }
 
     async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
-        let src = self.path(env, from)?;
-        let meta = std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not there")))?;
-        let used = crate::isolation::disk::usage(&src, max_bytes + 1).bytes.max(meta.len());
-        if used > max_bytes {
-            return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
-        }
-        std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-        // Regular files and folders only: a link the agent made must not bring another file out.
-        fn walk(src: &Path, to: &Path) -> std::io::Result<()> {
-            let t = std::fs::symlink_metadata(src)?.file_type();
-            if t.is_dir() {
-                std::fs::create_dir_all(to)?;
-                for e in std::fs::read_dir(src)? {
-                    let e = e?;
-                    walk(&e.path(), &to.join(e.file_name()))?;
-                }
-            } else if t.is_file() {
-                std::fs::copy(src, to)?;
-            }
-            Ok(())
-        }
-        let name = src.file_name().map(PathBuf::from).unwrap_or_default();
-        let dest = if meta.is_dir() { to.to_path_buf() } else { to.join(name) };
-        walk(&src, &dest).map_err(|e| Error::io(format!("copying {from} out"), e))
+        super::host::copy_out(&self.path(env, from)?, from, to, max_bytes)
     }
 
     async fn quiesce(&self, _env: &EnvHandle) -> Result<()> {
@@ -368,7 +282,7 @@ impl Environment for HereEnvironment {
         let changed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
             // Emptied and filled, not removed: its parent stays as the image made it.
             empty_dir(&workdir, &[])?;
-            copy_tree(&copy, &workdir)?;
+            super::host::copy_tree(&copy, &workdir)?;
             for d in &scratch {
                 empty_dir(d, &keep)?;
             }

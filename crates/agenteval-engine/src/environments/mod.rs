@@ -5,6 +5,7 @@
 
 pub mod files;
 pub mod here;
+mod host;
 pub mod socket;
 pub mod workspace;
 

@@ -7,17 +7,15 @@
 //! the benchmark's data). No Docker needed; no CPU or memory limit.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 
 use agenteval_core::config::RunConfig;
-use agenteval_core::environment::{Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+use agenteval_core::environment::{EnvHandle, EnvSpec, ExecOutput, ExecRequest};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::Environment;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use async_trait::async_trait;
-use tokio::io::AsyncReadExt as _;
 
-use crate::isolation::{TreeGuard, sandbox};
+use crate::isolation::sandbox;
 
 /// The `PATH` of a workspace's commands.
 pub const SYSTEM_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -76,23 +74,6 @@ impl WorkspaceEnvironment {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let t = e.file_type()?;
-        let dest = to.join(e.file_name());
-        if t.is_dir() {
-            copy_tree(&e.path(), &dest)?;
-        } else if t.is_file() {
-            std::fs::copy(e.path(), &dest)?;
-        } else if t.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path())?, &dest)?;
-        }
-    }
-    Ok(())
-}
-
 async fn run_git(args: &[&str], cwd: &Path) -> Result<()> {
     let out = tokio::process::Command::new("git")
         .args(args)
@@ -132,7 +113,7 @@ impl Environment for WorkspaceEnvironment {
                 }
                 (None, Some(context)) => {
                     let (from, to) = (context.clone(), work.clone());
-                    tokio::task::spawn_blocking(move || copy_tree(&from, &to))
+                    tokio::task::spawn_blocking(move || super::host::copy_tree(&from, &to))
                         .await
                         .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
                         .map_err(|e| Error::io(format!("copying {} into the workspace", context.display()), e))?;
@@ -183,83 +164,15 @@ impl Environment for WorkspaceEnvironment {
         }
         std_cmd.env("HOME", &home).env("TMPDIR", &home);
         std_cmd.envs(&req.env);
-        let mut cmd = tokio::process::Command::from(std_cmd);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
-        let mut child = cmd.spawn().map_err(|e| Error::io("starting bash in the workspace", e))?;
-        let guard = TreeGuard(child.id().map(|p| p as i32));
-        let (mut so, mut se) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-        let (mut out, mut err) = (Bounded::new(req.max_output_bytes), Bounded::new(req.max_output_bytes));
-        let read = async {
-            let (mut a, mut b) = ([0u8; 8192], [0u8; 8192]);
-            let (mut a_open, mut b_open) = (true, true);
-            while a_open || b_open {
-                tokio::select! {
-                    n = so.read(&mut a), if a_open => match n { Ok(0) | Err(_) => a_open = false, Ok(n) => out.push(&a[..n]) },
-                    n = se.read(&mut b), if b_open => match n { Ok(0) | Err(_) => b_open = false, Ok(n) => err.push(&b[..n]) },
-                }
-            }
-            child.wait().await
-        };
-        let waited = tokio::time::timeout(req.timeout, read).await;
-        drop(guard);
-        let (exit_code, timed_out) = match waited {
-            Ok(Ok(status)) => (status.code().map(i64::from), false),
-            Ok(Err(e)) => return Err(Error::io("waiting for bash in the workspace", e)),
-            Err(_) => (None, true),
-        };
-        Ok(ExecOutput {
-            exit_code,
-            stdout: out.text(),
-            stderr: err.text(),
-            timed_out,
-            dropped_bytes: out.dropped + err.dropped,
-        })
+        super::host::run_bounded(tokio::process::Command::from(std_cmd), req, "the workspace").await
     }
 
     async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
-        let dest = self.inside(env, to)?;
-        let from = from.to_path_buf();
-        tokio::task::spawn_blocking(move || {
-            if from.is_dir() {
-                copy_tree(&from, &dest)
-            } else {
-                if let Some(p) = dest.parent() {
-                    std::fs::create_dir_all(p)?;
-                }
-                std::fs::copy(&from, &dest).map(|_| ())
-            }
-        })
-        .await
-        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
-        .map_err(|e| Error::io(format!("copying into the workspace at {to}"), e))
+        super::host::copy_in(from, self.inside(env, to)?, to).await
     }
 
     async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
-        let src = self.inside(env, from)?;
-        let meta =
-            std::fs::symlink_metadata(&src).map_err(|_| Error::not_found(format!("{from} is not in the workspace")))?;
-        let used = crate::isolation::disk::usage(&src, max_bytes + 1).bytes.max(meta.len());
-        if used > max_bytes {
-            return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
-        }
-        std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-        // Regular files and folders only: a link the agent made must not bring a host file out.
-        fn walk(src: &Path, to: &Path) -> std::io::Result<()> {
-            let t = std::fs::symlink_metadata(src)?.file_type();
-            if t.is_dir() {
-                std::fs::create_dir_all(to)?;
-                for e in std::fs::read_dir(src)? {
-                    let e = e?;
-                    walk(&e.path(), &to.join(e.file_name()))?;
-                }
-            } else if t.is_file() {
-                std::fs::copy(src, to)?;
-            }
-            Ok(())
-        }
-        let name = src.file_name().map(PathBuf::from).unwrap_or_default();
-        let dest = if meta.is_dir() { to.to_path_buf() } else { to.join(name) };
-        walk(&src, &dest).map_err(|e| Error::io(format!("copying {from} out of the workspace"), e))
+        super::host::copy_out(&self.inside(env, from)?, from, to, max_bytes)
     }
 
     fn worker_root(&self, env: &EnvHandle) -> String {
