@@ -118,22 +118,22 @@ pub async fn fetch(store: &dyn BundleStore, run: &RunId, dir: &Path) -> Result<t
     Ok(out)
 }
 
-/// `task` with its tests folder on this machine (fetched when the bundle keeps it), and the
-/// guard that removes a fetched one.
+/// When `task`'s tests folder is kept in the bundle: the task with that folder fetched to this
+/// machine, and the guard that removes it. `None` (no copy made) for a folder already here.
 pub async fn with_local_tests(
     store: &dyn BundleStore,
     run: &RunId,
     task: &TaskSpec,
-) -> Result<(TaskSpec, Option<tempfile::TempDir>)> {
+) -> Result<Option<(TaskSpec, tempfile::TempDir)>> {
     let Some(dir) = task.tests.as_ref().and_then(|t| t.dir.as_ref()).filter(|d| is_packed(d)) else {
-        return Ok((task.clone(), None));
+        return Ok(None);
     };
     let fetched = fetch(store, run, dir).await?;
     let mut t = task.clone();
     if let Some(tests) = &mut t.tests {
         tests.dir = Some(fetched.path().to_path_buf());
     }
-    Ok((t, Some(fetched)))
+    Ok(Some((t, fetched)))
 }
 
 /// `task` with its solution folder on this machine (for the `oracle` agent only).
@@ -251,6 +251,7 @@ mod tests {
         let mut a: TaskSpec = serde_json::from_value(serde_json::json!({"id": "a", "input": "x"})).unwrap();
         a.tests = Some(TestsSpec { dir: Some(src.path().to_path_buf()), ..Default::default() });
         let mut b = a.clone();
+        let b0 = a.clone();
         let mut packed = Packed::default();
         packed.pack(&mut a).unwrap();
         packed.pack(&mut b).unwrap();
@@ -261,7 +262,7 @@ mod tests {
         let store = agenteval_local::FsBundleStore::new(root.path().to_path_buf());
         let run = RunId::new();
         packed.store(&store, &run).await.unwrap();
-        let (local, guard) = with_local_tests(&store, &run, &a).await.unwrap();
+        let (local, guard) = with_local_tests(&store, &run, &a).await.unwrap().expect("kept in the bundle");
         let got = local.tests.unwrap().dir.unwrap();
         assert_eq!(std::fs::read_to_string(got.join("test.sh")).unwrap(), "exit 0\n");
         drop(guard);
@@ -270,5 +271,6 @@ mod tests {
         let key = dir.to_str().unwrap().strip_prefix(MARK).unwrap();
         store.put(&run, key, b"other").await.unwrap();
         assert_eq!(with_local_tests(&store, &run, &a).await.unwrap_err().kind(), ErrorKind::Corrupt);
+        assert!(with_local_tests(&store, &run, &b0).await.unwrap().is_none(), "a folder here is not copied");
     }
 }

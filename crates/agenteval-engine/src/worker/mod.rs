@@ -689,8 +689,8 @@ async fn run_and_grade(
         s.env.quiesce(&s.handle).await?;
     }
     // The tests reach this machine only now that nothing of the agent runs.
-    let (task, _tests) = crate::environments::files::with_local_tests(ctx.store.as_ref(), &ctx.run_id, task).await?;
-    let task = &task;
+    let fetched = crate::environments::files::with_local_tests(ctx.store.as_ref(), &ctx.run_id, task).await?;
+    let task = fetched.as_ref().map_or(task, |(t, _)| t);
     let fresh = match &env.session {
         Some(s) if ctx.config.environment.verify_in == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
             Some(fresh_for_tests(ctx, task, s, log).await?)
