@@ -256,6 +256,20 @@ impl BundleStore for S3BundleStore {
         Ok(())
     }
 
+    async fn delete(&self, run: &RunId, path: &str) -> Result<()> {
+        let key = self.key(run, path)?;
+        // S3 answers a delete of a missing key with success, as the trait wants.
+        self.clients
+            .s3
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(&key)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("deleting s3://{}/{key}", self.bucket), e))?;
+        Ok(())
+    }
+
     async fn put(&self, run: &RunId, path: &str, bytes: &[u8]) -> Result<()> {
         let key = self.key(run, path)?;
         self.put_key(&key, bytes).await

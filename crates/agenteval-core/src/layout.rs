@@ -37,8 +37,24 @@ pub const REQUIRED_SEALED: &[&str] = &[MANIFEST, SUMMARY, REPORT, REPLAY];
 /// Files every finished task folder has.
 pub const TASK_FILES: &[&str] = &[TASK_RESULT, TASK_TRACE, TASK_SCORES, TASK_LOG];
 
+/// A file of a task folder: how bundles before schema 1.1 keep a finished task (and how a
+/// task pack names its entries). Read through `taskpack::read_task_file`, which knows both.
 pub fn task_file(task: &TaskId, file: &str) -> String {
     format!("tasks/{task}/{file}")
+}
+
+/// How a task pack's name ends.
+pub const PACK_SUFFIX: &str = ".tar.gz";
+
+/// A finished task's files in one pack (`taskpack`), since schema 1.1: its presence says the
+/// task is finished, as `result.json` in a task folder did.
+pub fn task_pack(task: &TaskId) -> String {
+    format!("tasks/{task}{PACK_SUFFIX}")
+}
+
+/// Where a job attempt leaves a finished task's pack until the index says the attempt counts.
+pub fn staged_task_pack(job: &JobId, attempt: u32, task: &TaskId) -> String {
+    format!("{}/tasks/{task}{PACK_SUFFIX}", job_dir(job, attempt))
 }
 
 pub fn job_dir(job: &JobId, attempt: u32) -> String {

@@ -12,6 +12,7 @@ pub mod layout;
 pub mod location;
 pub mod model;
 pub mod secret;
+pub mod taskpack;
 pub mod traits;
 
 pub use error::{Error, ErrorKind, Result};
@@ -19,4 +20,4 @@ pub use ids::{JobId, RunId, TaskId};
 
 /// Version of every JSON document agenteval writes (bundle files, job specs, task results).
 /// Readers accept documents with the same major version.
-pub const SCHEMA_VERSION: &str = "1.0";
+pub const SCHEMA_VERSION: &str = "1.1";

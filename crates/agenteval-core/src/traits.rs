@@ -368,6 +368,13 @@ pub trait BundleStore: Send + Sync {
         let bytes = self.get(run, from).await?;
         self.put(run, to, &bytes).await
     }
+    /// Removes a file; a missing one is not an error. On disk, folders it leaves empty go too.
+    /// How a worker clears what it staged for a task once the task's pack is published. The
+    /// default keeps the file (a store that cannot delete costs disk, not correctness).
+    async fn delete(&self, run: &RunId, path: &str) -> Result<()> {
+        let _ = (run, path);
+        Ok(())
+    }
     /// Opens a file for appending lines as they happen. The default buffers and writes the
     /// whole file on every flush; stores with real appends override it.
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {

@@ -7,7 +7,7 @@ use std::str::FromStr;
 
 use agenteval_core::model::{RunRecord, RunStatus, TaskResult, TaskTransition};
 use agenteval_core::traits::{BundleStore, RunIndex};
-use agenteval_core::{Result, RunId};
+use agenteval_core::{Error, Result, RunId, taskpack};
 use chrono::Utc;
 use serde::Serialize;
 
@@ -47,10 +47,15 @@ async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId)
     // Read every result first: a run is only added once all of it can be.
     let mut finished = Vec::new();
     for path in store.list(run, "tasks/").await? {
-        if path.ends_with(&format!("/{}", layout::TASK_RESULT)) {
-            let result: TaskResult = read_json(store, run, &path).await?;
-            finished.push(TaskTransition::completed(&result));
-        }
+        let result: TaskResult = if let Some(task) = taskpack::task_of_pack(&path) {
+            let bytes = taskpack::read_task_file(store, run, &task.parse()?, layout::TASK_RESULT).await?;
+            serde_json::from_slice(&bytes).map_err(|e| Error::json(format!("{path}: result.json is not valid"), e))?
+        } else if path.ends_with(&format!("/{}", layout::TASK_RESULT)) {
+            read_json(store, run, &path).await?
+        } else {
+            continue;
+        };
+        finished.push(TaskTransition::completed(&result));
     }
     // The gates' verdict and its baseline, when the run was judged (`comparison.json`).
     let judged = agenteval_judge::judgement::Judgement::read(store, run).await.ok().flatten();

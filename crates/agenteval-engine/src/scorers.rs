@@ -239,7 +239,7 @@ mod tests {
         use agenteval_core::model::{AgentResult, TerminatedBy};
         let result = |id: &str, passed: bool| TaskResult {
             image: None,
-            schema_version: "1.0".into(),
+            schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),
             job_id: agenteval_core::JobId::numbered(0, 1),

@@ -380,7 +380,7 @@ pub(crate) mod tests {
         let now = chrono::Utc::now();
         RunResults {
             meta: Metadata {
-                schema_version: "1.0".into(),
+                schema_version: agenteval_core::SCHEMA_VERSION.into(),
                 run_id: agenteval_core::RunId::new(),
                 name: name.into(),
                 status: RunStatus::Complete,

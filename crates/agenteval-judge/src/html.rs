@@ -469,9 +469,9 @@ function openTask(id) {
   if (task) panel.append(el("p", {}, statusCell(task), " ended " + task.ended + " · " + money(task.cost) + " · " + task.tokens + " tokens · " + num(task.wall, 2) + " s · " + task.steps + " steps"));
   const sample = (D.samples || {})[id];
   if (sample) panel.append(sampleView(sample));
-  if (!D.traces[id]) panel.append(el("p", {class: "muted", text: "This task's trace is not embedded in the report; it is in the bundle (tasks/" + id + "/trace.jsonl)."}));
+  if (!D.traces[id]) panel.append(el("p", {class: "muted", text: "This task's trace is not embedded in the report; it is in the bundle (tasks/" + id + ".tar.gz, or `agenteval show`)."}));
   const cut = (D.traces_cut || {})[id];
-  if (cut) panel.append(el("p", {class: "muted", text: "The last " + cut.events + " events (" + num(cut.bytes / 1048576, 1) + " MiB) are not embedded, to keep this page small; the whole trace is in the bundle (tasks/" + id + "/trace.jsonl)."}));
+  if (cut) panel.append(el("p", {class: "muted", text: "The last " + cut.events + " events (" + num(cut.bytes / 1048576, 1) + " MiB) are not embedded, to keep this page small; the whole trace is in the bundle (tasks/" + id + ".tar.gz, or `agenteval show`)."}));
   const times = events.map(e => Date.parse(e.timestamp)).filter(x => !isNaN(x));
   const t0 = times.length ? Math.min(...times) : 0, t1 = times.length ? Math.max(...times) : 1, total = Math.max(t1 - t0, 1);
   panel.append(el("h2", {text: "Events (" + events.length + ")"}));

@@ -343,7 +343,7 @@ mod tests {
         let now = chrono::Utc::now();
         RunResults {
             meta: Metadata {
-                schema_version: "1.0".into(),
+                schema_version: agenteval_core::SCHEMA_VERSION.into(),
                 run_id: agenteval_core::RunId::new(),
                 name: "big | <b>run</b>".into(),
                 status: RunStatus::Complete,

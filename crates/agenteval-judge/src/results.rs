@@ -5,7 +5,7 @@ use agenteval_core::format::{Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{TaskResult, TaskSpec};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId};
+use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 
@@ -76,10 +76,21 @@ pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
 
 async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<ResultLine>> {
     let suffix = format!("/{}", layout::TASK_RESULT);
-    let paths: Vec<String> = store.list(run, "tasks/").await?.into_iter().filter(|p| p.ends_with(&suffix)).collect();
+    let paths: Vec<String> = store
+        .list(run, "tasks/")
+        .await?
+        .into_iter()
+        .filter(|p| p.ends_with(&suffix) || taskpack::task_of_pack(p).is_some())
+        .collect();
     let mut reads = futures::stream::iter(paths)
         .map(|p| async move {
-            let bytes = store.get(run, &p).await?;
+            let bytes = match taskpack::task_of_pack(&p) {
+                Some(task) => {
+                    let task: agenteval_core::TaskId = task.parse()?;
+                    taskpack::read_task_file(store, run, &task, layout::TASK_RESULT).await?
+                }
+                None => store.get(run, &p).await?,
+            };
             parse::<TaskResult>(&bytes, &p).map(|r| ResultLine::from(&r))
         })
         .buffered(32);
@@ -239,9 +250,10 @@ pub async fn load_traces(
     let total_left = std::sync::atomic::AtomicUsize::new(budget.total);
     let total_left = &total_left;
     let read = |task: String, file: &'static str| async move {
-        let path = format!("tasks/{task}/{file}");
         let mut embed = Embed::new(budget, total_left);
-        let _ = store.read_chunks(run, &path, &mut |piece| embed.push(piece)).await;
+        if let Ok(id) = task.parse::<agenteval_core::TaskId>() {
+            let _ = taskpack::read_task_file_chunks(store, run, &id, file, &mut |piece| embed.push(piece)).await;
+        }
         let (array, cut) = embed.finish();
         (task, array, cut)
     };

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agenteval_core::layout;
 use agenteval_core::model::{TaskResult, TaskSpec};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Result, RunId, TaskId};
+use agenteval_core::{Result, RunId, TaskId, taskpack};
 use futures::StreamExt;
 use serde::Serialize;
 
@@ -94,11 +94,14 @@ impl Sample {
     }
 }
 
-/// A task's patch (`tasks/<id>/artifacts/patch.diff`), its first `cap` characters; `None` when
+/// A task's patch (`artifacts/patch.diff` of its pack or folder), its first `cap` characters; `None` when
 /// the task had no environment or changed nothing.
 pub async fn patch(store: &dyn BundleStore, run: &RunId, task: &str, cap: usize) -> Option<String> {
-    let path = format!("tasks/{task}/artifacts/patch.diff");
-    let bytes = store.read_range(run, &path, 0, (cap as u64).saturating_mul(4)).await.ok()?;
+    let id = task.parse().ok()?;
+    let bytes =
+        taskpack::read_task_file_capped(store, run, &id, "artifacts/patch.diff", (cap as u64).saturating_mul(4))
+            .await
+            .ok()?;
     let text = String::from_utf8_lossy(&bytes).into_owned();
     (!text.trim().is_empty()).then(|| cut(text, cap))
 }
@@ -144,8 +147,8 @@ pub async fn specs(store: &dyn BundleStore, run: &RunId, wanted: &BTreeSet<Strin
 
 /// One task's result, read with a cap (a hostile bundle's `result.json` may be gigabytes).
 pub async fn result(store: &dyn BundleStore, run: &RunId, task: &str) -> Result<Option<TaskResult>> {
-    let path = format!("tasks/{task}/{}", layout::TASK_RESULT);
-    match store.read_range(run, &path, 0, MAX_RESULT_BYTES + 1).await {
+    let Ok(id) = task.parse() else { return Ok(None) };
+    match taskpack::read_task_file_capped(store, run, &id, layout::TASK_RESULT, MAX_RESULT_BYTES + 1).await {
         Ok(b) if b.len() as u64 > MAX_RESULT_BYTES => Ok(None),
         Ok(b) => Ok(serde_json::from_slice(&b).ok()),
         Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => Ok(None),

@@ -155,6 +155,27 @@ impl BundleStore for FsBundleStore {
         .map_err(|e: std::io::Error| Error::io(format!("moving {} to {}", a.display(), b.display()), e))
     }
 
+    async fn delete(&self, run: &RunId, path: &str) -> Result<()> {
+        let p = self.file(run, path)?;
+        let dir = self.run_dir(run);
+        crate::blocking(|| {
+            match std::fs::remove_file(&p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                r => r?,
+            }
+            // Folders the removal emptied, up to the bundle's own (kept).
+            let mut at = p.parent();
+            while let Some(folder) = at.filter(|f| *f != dir && f.starts_with(&dir)) {
+                if std::fs::remove_dir(folder).is_err() {
+                    break;
+                }
+                at = folder.parent();
+            }
+            Ok(())
+        })
+        .map_err(|e: std::io::Error| Error::io(format!("removing {}", p.display()), e))
+    }
+
     async fn get(&self, run: &RunId, path: &str) -> Result<Vec<u8>> {
         use std::io::Read as _;
         let p = self.file(run, path)?;

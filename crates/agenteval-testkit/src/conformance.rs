@@ -73,6 +73,21 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
     let err = store.rename(&moved, staged, published).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotFound, "renaming a missing file: {err}");
 
+    // What a worker staged, cleared once its task's pack is published.
+    let cleared = RunId::new();
+    for f in ["jobs/j1/attempt-1/tasks/t1/trace.jsonl", "jobs/j1/attempt-1/tasks/t1/artifacts/patch.diff"] {
+        store.put(&cleared, f, b"x").await.unwrap();
+    }
+    store.put(&cleared, "jobs/j1/attempt-1/job.json", b"{}").await.unwrap();
+    store.delete(&cleared, "jobs/j1/attempt-1/tasks/t1/trace.jsonl").await.unwrap();
+    store.delete(&cleared, "jobs/j1/attempt-1/tasks/t1/artifacts/patch.diff").await.unwrap();
+    store.delete(&cleared, "jobs/j1/attempt-1/tasks/t1/never-written").await.expect("deleting a missing file is fine");
+    assert_eq!(
+        store.list(&cleared, "").await.unwrap(),
+        vec!["jobs/j1/attempt-1/job.json"],
+        "delete removes only its file"
+    );
+
     let all = store.list(&run, "").await.unwrap();
     assert_eq!(all, vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"], "list is sorted and run-scoped");
     let tasks = store.list(&run, "tasks/").await.unwrap();

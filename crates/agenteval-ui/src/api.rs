@@ -95,13 +95,23 @@ pub async fn trace(State(app): State<Arc<App>>, Path((run, task)): Path<(String,
         let id = data::task_id(&task)?;
         let r = data::record(&app, &run).await?;
         let store = data::store(&app, &r).await?;
+        // A pack is inflated whole (a trace is bounded by its run's `max_trace_bytes`); a
+        // task folder's file is read a piece at a time.
+        if store.exists(&r.run_id, &agenteval_core::layout::task_pack(&id)).await? {
+            let layout_trace = agenteval_core::layout::TASK_TRACE;
+            let bytes = agenteval_core::taskpack::read_task_file(store.as_ref(), &r.run_id, &id, layout_trace).await?;
+            return Ok(Err(bytes));
+        }
         let path = agenteval_core::layout::task_file(&id, agenteval_core::layout::TASK_TRACE);
         let first = store.read_range(&r.run_id, &path, 0, TRACE_PIECE).await?;
-        Ok::<_, Problem>((store, r.run_id, path, first))
+        Ok::<_, Problem>(Ok((store, r.run_id, path, first)))
     }
     .await;
     let (store, run, path, first) = match opened {
-        Ok(o) => o,
+        Ok(Ok(o)) => o,
+        Ok(Err(whole)) => {
+            return ([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], whole).into_response();
+        }
         Err(p) => return (p.status, Json(json!({"error": p.message}))).into_response(),
     };
     // State: the piece already read (the first), where the next one starts, whether to stop.

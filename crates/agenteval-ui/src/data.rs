@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use agenteval_core::model::{RunRecord, RunStatus, RunSummary, TaskResult};
 use agenteval_core::traits::{BundleStore, TelemetrySnapshot};
-use agenteval_core::{ErrorKind, TaskId, layout};
+use agenteval_core::{ErrorKind, TaskId, layout, taskpack};
 use agenteval_judge::judgement::Judgement;
 use agenteval_judge::results::RunResults;
 use axum::http::StatusCode;
@@ -207,9 +207,14 @@ pub const MAX_LOG_BYTES: u64 = 1 << 20;
 /// cap whatever the bundle holds.
 pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(TaskResult, Option<String>), Problem> {
     let store = store(app, r).await?;
-    let result = match store
-        .read_range(&r.run_id, &layout::task_file(task, layout::TASK_RESULT), 0, MAX_RESULT_BYTES + 1)
-        .await
+    let result = match taskpack::read_task_file_capped(
+        store.as_ref(),
+        &r.run_id,
+        task,
+        layout::TASK_RESULT,
+        MAX_RESULT_BYTES + 1,
+    )
+    .await
     {
         Ok(b) if b.len() as u64 > MAX_RESULT_BYTES => {
             return Err(Problem {
@@ -227,16 +232,16 @@ pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(Task
         }
         Err(e) => return Err(e.into()),
     };
-    let log =
-        store.read_range(&r.run_id, &layout::task_file(task, layout::TASK_LOG), 0, MAX_LOG_BYTES + 1).await.ok().map(
-            |b| {
-                let cut = b.len() as u64 > MAX_LOG_BYTES;
-                let mut text = String::from_utf8_lossy(&b[..b.len().min(MAX_LOG_BYTES as usize)]).into_owned();
-                if cut {
-                    text.push_str(&format!("\n… (cut at {} MiB: the whole log is in the bundle)", MAX_LOG_BYTES >> 20));
-                }
-                text
-            },
-        );
+    let log = taskpack::read_task_file_capped(store.as_ref(), &r.run_id, task, layout::TASK_LOG, MAX_LOG_BYTES + 1)
+        .await
+        .ok()
+        .map(|b| {
+            let cut = b.len() as u64 > MAX_LOG_BYTES;
+            let mut text = String::from_utf8_lossy(&b[..b.len().min(MAX_LOG_BYTES as usize)]).into_owned();
+            if cut {
+                text.push_str(&format!("\n… (cut at {} MiB: the whole log is in the bundle)", MAX_LOG_BYTES >> 20));
+            }
+            text
+        });
     Ok((result, log))
 }

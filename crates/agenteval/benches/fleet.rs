@@ -77,7 +77,8 @@ fn tree_rss_kb(pid: u32) -> u64 {
     total
 }
 
-/// Bytes a folder takes on disk (allocated blocks), and the newest `result.json` under it.
+/// Bytes a folder takes on disk (allocated blocks), and the newest task result under it (a
+/// task's pack, or a task folder's `result.json`).
 fn disk_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
     use std::os::unix::fs::MetadataExt as _;
     let (mut bytes, mut newest) = (0u64, None::<std::time::SystemTime>);
@@ -88,7 +89,7 @@ fn disk_usage(dir: &Path) -> (u64, Option<std::time::SystemTime>) {
             bytes += m.blocks() * 512;
             if m.is_dir() {
                 todo.push(e.path());
-            } else if e.file_name() == "result.json" {
+            } else if e.file_name() == "result.json" || e.file_name().to_string_lossy().ends_with(".tar.gz") {
                 let t = m.modified().unwrap();
                 newest = Some(newest.map_or(t, |n| n.max(t)));
             }
@@ -122,16 +123,22 @@ fn scale_row(dir: &Path, tasks: u64) {
     let bundle = Path::new(v["bundle"].as_str().expect("the run's bundle"));
     let (bytes, last_result) = disk_usage(bundle);
     let seal = ended.duration_since(last_result.expect("task results on disk")).unwrap_or_default();
+    let started = std::time::Instant::now();
+    let out =
+        std::process::Command::new(util::BIN).args(["validate-bundle", bundle.to_str().unwrap()]).output().unwrap();
+    let validate = started.elapsed();
+    assert!(out.status.success(), "{name}: validate-bundle: {}", String::from_utf8_lossy(&out.stdout));
     // Every figure measured, or no row at all.
     assert!(controller_kb > 0 && fleet_kb > 0 && bytes > 0, "{name}: a figure could not be measured");
     println!(
-        "{tasks:>9} {:>9.2} {:>11.3} {:>12.1} {:>10.1} {:>12.1} {:>9.2}",
+        "{tasks:>9} {:>9.2} {:>11.3} {:>12.1} {:>10.1} {:>12.1} {:>9.2} {:>10.2}",
         wall.as_secs_f64(),
         wall.as_secs_f64() * 1000.0 / tasks as f64,
         controller_kb as f64 / 1024.0,
         fleet_kb as f64 / 1024.0,
         bytes as f64 / tasks as f64 / 1024.0,
-        seal.as_secs_f64()
+        seal.as_secs_f64(),
+        validate.as_secs_f64()
     );
     let _ = std::fs::remove_dir_all(&runs);
 }
@@ -150,8 +157,8 @@ fn main() {
             dir.path().display()
         );
         println!(
-            "{:>9} {:>9} {:>11} {:>12} {:>10} {:>12} {:>9}",
-            "tasks", "wall s", "ms/task", "ctrl peak MB", "fleet MB", "KB/task disk", "seal s"
+            "{:>9} {:>9} {:>11} {:>12} {:>10} {:>12} {:>9} {:>10}",
+            "tasks", "wall s", "ms/task", "ctrl peak MB", "fleet MB", "KB/task disk", "seal s", "validate s"
         );
         for t in sizes {
             scale_row(dir.path(), t);

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use agenteval_core::layout;
 use agenteval_core::model::{EventKind, Outcome, RunSummary, TaskRecord, TaskResult, TaskSpec, TaskState, TraceEvent};
 use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
-use agenteval_core::{Error, RunId, TaskId};
+use agenteval_core::{Error, RunId, TaskId, taskpack};
 use agenteval_engine::bundle::read_json;
 use agenteval_engine::controller;
 use agenteval_judge::judgement::Judgement;
@@ -157,8 +157,7 @@ async fn rows(
         .map(|t| async move {
             let (outcome, cost, why) = match t.state {
                 TaskState::Completed => {
-                    let result: Option<TaskResult> =
-                        read_json(store, run, &layout::task_file(&t.task_id, layout::TASK_RESULT)).await.ok();
+                    let result: Option<TaskResult> = task_json(store, run, &t.task_id, layout::TASK_RESULT).await;
                     match result {
                         Some(r) => (r.outcome().as_str().to_string(), r.total_cost_usd(), r.why()),
                         None => {
@@ -184,6 +183,16 @@ async fn rows(
     Ok(out)
 }
 
+/// A finished task's result (from its pack, or its folder in an older bundle), if readable.
+async fn task_json(
+    store: &dyn agenteval_core::traits::BundleStore,
+    run: &agenteval_core::RunId,
+    task: &TaskId,
+    name: &str,
+) -> Option<TaskResult> {
+    serde_json::from_slice(&taskpack::read_task_file(store, run, task, name).await.ok()?).ok()
+}
+
 pub async fn show_task(
     resolver: &dyn Resolver,
     index: &dyn RunIndex,
@@ -200,9 +209,8 @@ pub async fn show_task(
             "run {run_id} has no task `{task}` (`agenteval runs show {run_id} --tasks` lists them)"
         ))
     })?;
-    let result: Option<TaskResult> =
-        read_json(store, &run_id, &layout::task_file(&task_id, layout::TASK_RESULT)).await.ok();
-    let trace_bytes = store.get(&run_id, &layout::task_file(&task_id, layout::TASK_TRACE)).await.unwrap_or_default();
+    let result: Option<TaskResult> = task_json(store, &run_id, &task_id, layout::TASK_RESULT).await;
+    let trace_bytes = taskpack::read_task_file(store, &run_id, &task_id, layout::TASK_TRACE).await.unwrap_or_default();
     let trace: Vec<TraceEvent> =
         trace_bytes.split(|&b| b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect();
     if json {

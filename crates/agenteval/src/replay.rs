@@ -11,7 +11,7 @@ use agenteval_core::config::{AgentConfig, LoadedConfig, RunConfig};
 use agenteval_core::layout;
 use agenteval_core::model::{EventKind, RunStatus, TaskResult, TraceEvent};
 use agenteval_core::traits::{BundleStore, RunIndex};
-use agenteval_core::{Error, RunId};
+use agenteval_core::{Error, RunId, taskpack};
 use agenteval_engine::bundle::{Metadata, read_json};
 use agenteval_engine::controller;
 use serde_json::{Value, json};
@@ -36,8 +36,10 @@ struct Behaviour {
 }
 
 async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
-    let result: TaskResult = read_json(store, run, &format!("tasks/{task}/{}", layout::TASK_RESULT)).await.ok()?;
-    let trace = store.get(run, &format!("tasks/{task}/{}", layout::TASK_TRACE)).await.unwrap_or_default();
+    let id: agenteval_core::TaskId = task.parse().ok()?;
+    let result: TaskResult =
+        serde_json::from_slice(&taskpack::read_task_file(store, run, &id, layout::TASK_RESULT).await.ok()?).ok()?;
+    let trace = taskpack::read_task_file(store, run, &id, layout::TASK_TRACE).await.unwrap_or_default();
     let tools = trace
         .split(|&b| b == b'\n')
         .filter_map(|l| serde_json::from_slice::<TraceEvent>(l).ok())
@@ -214,15 +216,27 @@ async fn unpack_cassettes(
     let suffix = format!("/{}", layout::TASK_CASSETTE);
     let mut recorded_tasks = Vec::new();
     for path in store.list(run, "tasks/").await? {
-        if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
-            let bytes = store.get(run, &path).await?;
-            std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
-                .map_err(|e| Error::io("writing a cassette", e))?;
-            recorded_tasks.push(task.to_string());
-        }
+        // A pack holds its task's cassette, if it has one; a task folder (older bundles) shows it.
+        let (task, bytes) = if let Some(task) = taskpack::task_of_pack(&path) {
+            let id: agenteval_core::TaskId = task.parse()?;
+            match taskpack::read_task_file(store, run, &id, layout::TASK_CASSETTE).await {
+                Ok(b) => (task, b),
+                Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
+        } else if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
+            (task, store.get(run, &path).await?)
+        } else {
+            continue;
+        };
+        std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
+            .map_err(|e| Error::io("writing a cassette", e))?;
+        recorded_tasks.push(task.to_string());
     }
     if recorded_tasks.is_empty() {
-        return Err(Error::not_found(format!("run {run} has no recorded model calls (tasks/*/cassette.jsonl)")).into());
+        return Err(
+            Error::not_found(format!("run {run} has no recorded model calls (no task has a cassette.jsonl)")).into()
+        );
     }
     recorded_tasks.sort();
     Ok((dir, recorded_tasks))

@@ -264,7 +264,7 @@ pub(crate) fn with_cassettes(
         Some(uri) => {
             if mode == agenteval_llm::CassetteMode::Record {
                 return Err(Error::invalid(
-                    "--cassettes s3://…/RUN replays a run's recorded calls; on the fleet a run records its calls in its own bundle (tasks/ID/cassette.jsonl): run without --cassettes, then replay from that run's bundle",
+                    "--cassettes s3://…/RUN replays a run's recorded calls; on the fleet a run records its calls in its own bundle (each task pack's cassette.jsonl): run without --cassettes, then replay from that run's bundle",
                 )
                 .into());
             }

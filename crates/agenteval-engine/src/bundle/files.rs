@@ -37,6 +37,10 @@ pub struct KnownSum {
 }
 
 impl KnownSum {
+    pub fn of_bytes(bytes: &[u8]) -> Self {
+        KnownSum { sha256: sha2::Sha256::digest(bytes).into(), size: bytes.len() as u64 }
+    }
+
     /// `None` for a sum that is not 64 hex digits (then the file is read instead).
     fn of(s: &FileSum) -> Option<Self> {
         let mut sha256 = [0u8; 32];
@@ -95,6 +99,10 @@ impl BundleStore for RecordingStore {
     }
     async fn exists(&self, run: &RunId, path: &str) -> Result<bool> {
         self.inner.exists(run, path).await
+    }
+    async fn delete(&self, run: &RunId, path: &str) -> Result<()> {
+        self.written.lock().expect("recording lock").remove(path);
+        self.inner.delete(run, path).await
     }
     async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
         self.inner.read_chunks(run, path, f).await
@@ -185,10 +193,16 @@ pub async fn write_files_part(
 ) -> Result<()> {
     let finished: std::collections::HashSet<&str> = written
         .keys()
-        .filter_map(|p| p.strip_prefix("tasks/")?.strip_suffix(&format!("/{}", layout::TASK_RESULT)))
+        .filter_map(|p| {
+            agenteval_core::taskpack::task_of_pack(p)
+                .or_else(|| p.strip_prefix("tasks/")?.strip_suffix(&format!("/{}", layout::TASK_RESULT)))
+        })
         .collect();
+    // A pack's sum is taken by the seal from the bytes it reads for the result anyway: only the
+    // files of task folders (a worker of before schema 1.1 never gets here) would need a part.
     let files: BTreeMap<String, FileSum> = written
         .iter()
+        .filter(|(p, _)| agenteval_core::taskpack::task_of_pack(p).is_none())
         .filter(|(p, _)| task_of(p).is_some_and(|t| finished.contains(t)))
         .map(|(p, s)| (p.clone(), s.clone()))
         .collect();
@@ -199,16 +213,20 @@ pub async fn write_files_part(
     store.put(run, &layout::job_files(job, attempt), &serde_json::to_vec(&part).expect("serializes")).await
 }
 
-/// `tasks/<id>/…` → `<id>`.
+/// `tasks/<id>.tar.gz` or `tasks/<id>/…` → `<id>`.
 fn task_of(path: &str) -> Option<&str> {
-    path.strip_prefix("tasks/")?.split_once('/').map(|(t, _)| t)
+    agenteval_core::taskpack::task_of_pack(path)
+        .or_else(|| path.strip_prefix("tasks/")?.split_once('/').map(|(t, _)| t))
 }
 
 /// What sealing knows of the bundle's files without reading them.
 #[derive(Debug, Default)]
 pub struct ManifestHints {
-    /// Task id → the job attempt that wrote its result (from the results sealing read).
+    /// Task id → the job attempt that wrote its result (from the results sealing read), for
+    /// tasks kept as folders (bundles before schema 1.1).
     pub producers: HashMap<String, (JobId, u32)>,
+    /// Task id → the sum of its pack, taken from the bytes sealing read for its result.
+    pub packs: HashMap<String, KnownSum>,
     /// Files the sealing controller wrote itself.
     pub written: BTreeMap<String, FileSum>,
     /// Entries of a manifest written moments ago over the same files (re-sealing after adding a

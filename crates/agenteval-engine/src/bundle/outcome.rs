@@ -1,48 +1,81 @@
-//! A finished task's files, written in the order the bundle format promises.
+//! A finished task's pack (`tasks/<id>.tar.gz`): made from its outcome and what its attempt
+//! staged, and published in one move.
 
 use agenteval_core::layout;
 use agenteval_core::model::TaskResult;
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{ErrorKind, JobId, Result, RunId, TaskId};
+use agenteval_core::{ErrorKind, JobId, Result, RunId, TaskId, taskpack};
 
 use super::to_json_bytes;
 
-/// Writes a finished task's scores, log and result, in the order the bundle format promises:
-/// `result.json` last, so its presence says the folder is complete. `redact` is applied to
-/// every byte written (the worker scrubs secrets; the controller has none).
+/// The pack of a finished task: `result.json` first (what the seal reads), then the trace,
+/// spans, log and `others` (attachments, `artifacts/…`) in the order given. `redact` is applied
+/// to the result, spans and log (the worker scrubs secrets; the controller has none); the
+/// trace and attachments were redacted as they were written.
+fn pack_outcome(
+    result: &TaskResult,
+    log: &str,
+    spans: Option<&[u8]>,
+    trace: &[u8],
+    others: &[(String, Vec<u8>)],
+    redact: &(dyn Fn(&str) -> String + Sync),
+) -> Result<Vec<u8>> {
+    let text = |b: &[u8]| redact(&String::from_utf8_lossy(b)).into_bytes();
+    let result = text(&to_json_bytes(result));
+    let spans = spans.map(text);
+    let log = redact(log).into_bytes();
+    let mut files: Vec<(&str, &[u8])> = vec![(layout::TASK_RESULT, &result), (layout::TASK_TRACE, trace)];
+    if let Some(spans) = &spans {
+        files.push((layout::TASK_SPANS, spans));
+    }
+    files.push((layout::TASK_LOG, &log));
+    files.extend(others.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
+    taskpack::pack(&files)
+}
+
+/// Writes a finished task's pack straight into place: how the controller ends a task it gives
+/// up on (its one trace line written for it).
 pub async fn write_task_outcome(
     store: &dyn BundleStore,
     result: &TaskResult,
     log: &str,
     spans: Option<&[u8]>,
+    trace: &[u8],
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<()> {
-    let task = result.task_id.clone();
-    write_task_outcome_in(store, result, log, spans, redact, &|name| layout::task_file(&task, name)).await
+    let pack = pack_outcome(result, log, spans, trace, &[], redact)?;
+    store.put(&result.run_id, &layout::task_pack(&result.task_id), &pack).await
 }
 
-/// [`write_task_outcome`] into the folder `path` names (a job attempt's staging folder).
-pub async fn write_task_outcome_in(
+/// Packs a finished task into its job attempt's staging folder: the outcome, with the trace and
+/// attachments the attempt streamed there. Nothing reaches `tasks/` until [`publish_staged`].
+pub async fn stage_task_pack(
     store: &dyn BundleStore,
     result: &TaskResult,
     log: &str,
     spans: Option<&[u8]>,
     redact: &(dyn Fn(&str) -> String + Sync),
-    path: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<()> {
-    let run = &result.run_id;
-    let text = |b: Vec<u8>| redact(&String::from_utf8_lossy(&b)).into_bytes();
-    if let Some(spans) = spans {
-        store.put(run, &path(layout::TASK_SPANS), &text(spans.to_vec())).await?;
+    let (run, job, attempt, task) = (&result.run_id, &result.job_id, result.attempt, &result.task_id);
+    let dir = layout::staged_task_dir(job, attempt, task);
+    let mut trace = Vec::new();
+    let mut others = Vec::new();
+    for path in store.list(run, &dir).await? {
+        let name = &path[dir.len()..];
+        let bytes = store.get(run, &path).await?;
+        if name == layout::TASK_TRACE {
+            trace = bytes;
+        } else if !layout::TASK_FILES.contains(&name) && name != layout::TASK_SPANS {
+            others.push((name.to_string(), bytes));
+        }
     }
-    store.put(run, &path(layout::TASK_SCORES), &text(to_json_bytes(&result.scores))).await?;
-    store.put(run, &path(layout::TASK_LOG), redact(log).as_bytes()).await?;
-    store.put(run, &path(layout::TASK_RESULT), &text(to_json_bytes(result))).await
+    let pack = pack_outcome(result, log, spans, &trace, &others, redact)?;
+    store.put(run, &layout::staged_task_pack(job, attempt, task), &pack).await
 }
 
-/// Moves what a job attempt staged for `task` into the task folder, `result.json` last, so its
-/// presence still says the folder is complete. A file already moved (by the seal finishing a
-/// publication, or the other way round) is skipped. Returns whether anything was staged.
+/// Moves what a job attempt staged for `task` into place and clears its staging folder.
+/// Returns whether anything was staged. A pack already moved (by the seal finishing a
+/// publication, or the other way round) is not an error.
 pub async fn publish_staged(
     store: &dyn BundleStore,
     run: &RunId,
@@ -50,16 +83,37 @@ pub async fn publish_staged(
     attempt: u32,
     task: &TaskId,
 ) -> Result<bool> {
-    let staged = layout::staged_task_dir(job, attempt, task);
-    let mut files = store.list(run, &staged).await?;
-    if files.is_empty() {
+    let dir = layout::staged_task_dir(job, attempt, task);
+    let moved = match store.rename(run, &layout::staged_task_pack(job, attempt, task), &layout::task_pack(task)).await {
+        Ok(()) => true,
+        Err(e) if e.kind() == ErrorKind::NotFound => false,
+        Err(e) => return Err(e),
+    };
+    let staged = store.list(run, &dir).await?;
+    if !moved {
+        // A worker of before schema 1.1 (an older image on a fleet) staged a task folder.
+        return publish_staged_folder(store, run, &dir, task, staged).await;
+    }
+    for path in staged {
+        store.delete(run, &path).await?;
+    }
+    Ok(true)
+}
+
+/// The folder layout's publication: every staged file into `tasks/<id>/`, `result.json` last.
+async fn publish_staged_folder(
+    store: &dyn BundleStore,
+    run: &RunId,
+    dir: &str,
+    task: &TaskId,
+    mut files: Vec<String>,
+) -> Result<bool> {
+    if !files.iter().any(|p| p.ends_with(&format!("/{}", layout::TASK_RESULT))) {
         return Ok(false);
     }
-    // `result.json` sorts after the other task files' names only by chance: put it last.
     files.sort_by_key(|p| p.ends_with(&format!("/{}", layout::TASK_RESULT)));
     for path in &files {
-        let name = &path[staged.len()..];
-        match store.rename(run, path, &layout::task_file(task, name)).await {
+        match store.rename(run, path, &layout::task_file(task, &path[dir.len()..])).await {
             Err(e) if e.kind() == ErrorKind::NotFound => {}
             r => r?,
         }

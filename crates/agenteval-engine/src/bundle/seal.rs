@@ -5,7 +5,7 @@ use agenteval_core::format::{Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{RunStatus, RunSummary, TaskResult};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId};
+use agenteval_core::{ErrorKind, Result, RunId, SCHEMA_VERSION, TaskId, taskpack};
 use futures::StreamExt;
 use tracing::Instrument;
 
@@ -13,7 +13,7 @@ use sha2::Digest as _;
 
 use std::sync::Arc;
 
-use super::files::{ManifestHints, RecordingStore};
+use super::files::{KnownSum, ManifestHints, RecordingStore};
 use super::{READ_CONCURRENCY, read_json, to_json_bytes};
 use agenteval_judge::samples::{REPORT_VALUE_CHARS, Sample};
 
@@ -38,8 +38,11 @@ pub struct Summarized {
     /// Up to `SEAL_ROW_LIMIT` failing and as many passing lines, in task order.
     pub failing: Vec<ResultLine>,
     pub passing: Vec<ResultLine>,
-    /// Task id → the job attempt that wrote its result (what sealing trusts a manifest part of).
+    /// Task id → the job attempt that wrote its result (what sealing trusts a manifest part of),
+    /// for tasks kept as folders.
     pub producers: std::collections::HashMap<String, (agenteval_core::JobId, u32)>,
+    /// Task id → the sum of its pack (read here for its result, so the manifest need not).
+    pub packs: std::collections::HashMap<String, KnownSum>,
     /// The samples of the first `SEAL_TRACE_LIMIT` failing and passing tasks, made from the
     /// results read here so the report does not read them again (without their specs).
     pub samples: std::collections::BTreeMap<String, Sample>,
@@ -88,10 +91,10 @@ pub async fn summarize(
         Lines::Collect => None,
     };
     let mut results = futures::stream::iter(ids)
-        .map(|id| async move { read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await })
+        .map(|id| async move { read_result(store, run, id).await })
         .buffered(READ_CONCURRENCY);
     while let Some(r) = results.next().await {
-        let r = match r {
+        let (r, pack) = match r {
             Ok(r) => r,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
@@ -99,7 +102,10 @@ pub async fn summarize(
         for s in scorers.iter_mut() {
             s.observe(&r);
         }
-        out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt));
+        match pack {
+            Some(sum) => out.packs.insert(r.task_id.to_string(), sum).map(|_| ()),
+            None => out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt)).map(|_| ()),
+        };
         let line = ResultLine::from(&r);
         serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
         out.lines.push(b'\n');
@@ -136,6 +142,25 @@ pub async fn summarize(
         s.finish(&mut summary);
     }
     Ok((summary, out))
+}
+
+/// A finished task's result, with the sum of its pack when it has one (the pack is read whole
+/// for the result anyway; a task folder of an older bundle is read for `result.json` alone).
+async fn read_result(store: &dyn BundleStore, run: &RunId, id: &TaskId) -> Result<(TaskResult, Option<KnownSum>)> {
+    let path = layout::task_pack(id);
+    match store.get(run, &path).await {
+        Ok(pack) => {
+            let bytes = agenteval_core::taskpack::unpack_one(&pack, layout::TASK_RESULT, &path)?
+                .ok_or_else(|| agenteval_core::Error::corrupt(format!("{path} holds no {}", layout::TASK_RESULT)))?;
+            let r = serde_json::from_slice(&bytes)
+                .map_err(|e| agenteval_core::Error::json(format!("{path}: {} is not valid", layout::TASK_RESULT), e))?;
+            Ok((r, Some(KnownSum::of_bytes(&pack))))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            Ok((read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await?, None))
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// The sealed `report.html`, from the sample of lines `summarize` kept: at most
@@ -256,7 +281,12 @@ pub async fn seal_contents(
     meta.sealed = true;
     store.put(run, layout::METADATA, &to_json_bytes(&meta)).await?;
     tracing::info!(run = %run, secs = started.elapsed().as_secs_f64(), "bundle sealed");
-    let hints = ManifestHints { producers: kept.producers, written: recording.written(), ..Default::default() };
+    let hints = ManifestHints {
+        producers: kept.producers,
+        packs: kept.packs,
+        written: recording.written(),
+        ..Default::default()
+    };
     Ok((summary, hints))
 }
 
@@ -266,10 +296,10 @@ pub async fn seal_contents(
 pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &ManifestHints) -> Result<()> {
     let listed = store.list_sized(run, "").await?;
     let known = hints.known(store, run, &listed).await?;
-    let paths = listed
-        .iter()
-        .filter(|(p, _)| p.as_str() != layout::MANIFEST)
-        .map(|(p, size)| (p, known.get(p).filter(|k| size.is_some_and(|s| s == k.size)).copied()));
+    let paths = listed.iter().filter(|(p, _)| p.as_str() != layout::MANIFEST).map(|(p, size)| {
+        let k = known.get(p).or_else(|| taskpack::task_of_pack(p).and_then(|t| hints.packs.get(t)));
+        (p, k.filter(|k| size.is_some_and(|s| s == k.size)).copied())
+    });
     // Written in pieces where the store can make them appear at once; else held and put whole.
     let mut writer = store.open_writer(run, layout::MANIFEST).await?;
     let mut out = Vec::with_capacity(if writer.is_some() { MANIFEST_CHUNK + 4096 } else { listed.len() * 130 });

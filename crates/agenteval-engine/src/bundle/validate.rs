@@ -6,7 +6,7 @@ use agenteval_core::format::{Manifest, Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, taskpack};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 
@@ -229,8 +229,9 @@ async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     Ok(())
 }
 
-/// The run's spans, and each task folder: a task of this run, with every file a finished task
-/// has (a complete run has a result for each), each file well-formed.
+/// The run's spans, and each finished task (a pack, or a folder in older bundles): a task of
+/// this run, with every file a finished task has (a complete run has a result for each), each
+/// file well-formed.
 async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     let known: BTreeSet<&str> = b.specs.ids().iter().map(|t| t.as_str()).collect();
     let task_dirs: BTreeSet<&str> = b
@@ -238,11 +239,40 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         .iter()
         .filter_map(|f| f.strip_prefix("tasks/").and_then(|rest| rest.split_once('/')).map(|(dir, _)| dir))
         .collect();
+    let packs: BTreeSet<&str> = b.files.iter().filter_map(|f| taskpack::task_of_pack(f)).collect();
     if b.has(layout::SPANS) {
         check_spans(&b.store.get(&b.run, layout::SPANS).await?, layout::SPANS, false, v);
     }
     let complete = b.sealed() && b.meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete);
-    for dir in task_dirs {
+    if complete {
+        for id in known.iter().filter(|t| !packs.contains(*t) && !task_dirs.contains(*t)) {
+            v.problems.push(format!("tasks/{id}{}: missing in a complete run", layout::PACK_SUFFIX));
+        }
+    }
+    for id in &packs {
+        if !known.is_empty() && !known.contains(id) {
+            v.problems.push(format!("tasks/{id}{}: not a task of this run ({})", layout::PACK_SUFFIX, layout::TASKS));
+        }
+        if task_dirs.contains(id) {
+            v.problems.push(format!("tasks/{id}/: a task with a pack has no folder"));
+        }
+        let path = format!("tasks/{id}{}", layout::PACK_SUFFIX);
+        let files = match taskpack::unpack(&b.store.get(&b.run, &path).await?, &path) {
+            Ok(f) => f,
+            Err(e) => {
+                v.problems.push(e.to_string());
+                continue;
+            }
+        };
+        v.tasks_with_results += 1;
+        for f in [layout::TASK_RESULT, layout::TASK_TRACE, layout::TASK_LOG] {
+            if files.get(f).is_none() {
+                v.problems.push(format!("{path}/{f}: missing"));
+            }
+        }
+        check_task(&files, &b.run, id, &|f| format!("{path}/{f}"), v);
+    }
+    for dir in task_dirs.iter().filter(|d| !packs.contains(*d)) {
         if !known.is_empty() && !known.contains(dir) {
             v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
         }
@@ -259,7 +289,15 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
                 v.problems.push(format!("tasks/{dir}/{f}: missing"));
             }
         }
-        check_task(b.store, &b.run, dir, v).await?;
+        let mut files = Vec::new();
+        for f in [layout::TASK_SPANS, layout::TASK_RESULT, layout::TASK_SCORES, layout::TASK_LOG, layout::TASK_TRACE] {
+            match b.store.get(&b.run, &format!("tasks/{dir}/{f}")).await {
+                Ok(bytes) => files.push((f.to_string(), bytes)),
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        check_task(&taskpack::TaskFiles::from_files(files), &b.run, dir, &|f| format!("tasks/{dir}/{f}"), v);
     }
     Ok(())
 }
@@ -345,19 +383,19 @@ fn check_spans(bytes: &[u8], path: &str, task_file: bool, v: &mut Validation) {
     }
 }
 
-async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Validation) -> Result<()> {
-    let path = format!("tasks/{dir}/{}", layout::TASK_SPANS);
-    match store.get(run, &path).await {
-        Ok(bytes) => check_spans(&bytes, &path, true, v),
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+/// One finished task's files (`label` names a file of it in problems).
+fn check_task(files: &taskpack::TaskFiles, run: &RunId, dir: &str, label: &dyn Fn(&str) -> String, v: &mut Validation) {
+    let path = label(layout::TASK_SPANS);
+    if let Some(bytes) = files.get(layout::TASK_SPANS) {
+        check_spans(bytes, &path, true, v);
     }
-    let rpath = format!("tasks/{dir}/{}", layout::TASK_RESULT);
-    let result: TaskResult = match read_json(store, run, &rpath).await {
+    let rpath = label(layout::TASK_RESULT);
+    let Some(bytes) = files.get(layout::TASK_RESULT) else { return };
+    let result: TaskResult = match serde_json::from_slice(bytes) {
         Ok(r) => r,
         Err(e) => {
-            v.problems.push(e.to_string());
-            return Ok(());
+            v.problems.push(Error::json(format!("{rpath} is not valid"), e).to_string());
+            return;
         }
     };
     check_version(&rpath, &result.schema_version, v);
@@ -370,16 +408,17 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
     if result.passed != result.scores.iter().all(|s| s.passed) {
         v.problems.push(format!("{rpath}: `passed` disagrees with its scores"));
     }
-    let spath = format!("tasks/{dir}/{}", layout::TASK_SCORES);
-    match read_json::<Vec<EvaluatorScore>>(store, run, &spath).await {
-        Ok(s) if s != result.scores => v.problems.push(format!("{spath}: differs from the scores in result.json")),
-        Ok(_) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => v.problems.push(e.to_string()),
+    let spath = label(layout::TASK_SCORES);
+    if let Some(bytes) = files.get(layout::TASK_SCORES) {
+        match serde_json::from_slice::<Vec<EvaluatorScore>>(bytes) {
+            Ok(s) if s != result.scores => v.problems.push(format!("{spath}: differs from the scores in result.json")),
+            Ok(_) => {}
+            Err(e) => v.problems.push(Error::json(format!("{spath} is not valid"), e).to_string()),
+        }
     }
     // The worker log's first line names the attempt that wrote it.
-    let lpath = format!("tasks/{dir}/{}", layout::TASK_LOG);
-    if let Ok(bytes) = store.get(run, &lpath).await {
+    let lpath = label(layout::TASK_LOG);
+    if let Some(bytes) = files.get(layout::TASK_LOG) {
         let first = String::from_utf8_lossy(bytes.split(|b| *b == b'\n').next().unwrap_or_default()).into_owned();
         let mut words = first.split_whitespace();
         if let Some(n) = words.by_ref().skip_while(|w| *w != "attempt").nth(1).and_then(|n| n.parse::<u32>().ok())
@@ -391,52 +430,47 @@ async fn check_task(store: &dyn BundleStore, run: &RunId, dir: &str, v: &mut Val
             ));
         }
     }
-    let tpath = format!("tasks/{dir}/{}", layout::TASK_TRACE);
-    match store.get(run, &tpath).await {
-        Ok(bytes) => {
-            let mut n = 0u32;
-            for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-                if line.is_empty() {
-                    continue;
-                }
-                match serde_json::from_slice::<TraceEvent>(line) {
-                    Ok(ev) => {
-                        // A trace written by another attempt than the one that counts: a
-                        // losing duplicate's file, which the task folder must never show.
-                        if ev.attempt != 0 && ev.attempt != result.attempt {
-                            v.problems.push(format!(
-                                "{tpath}:{}: written by attempt {}, but the result that counts is attempt {}",
-                                i + 1,
-                                ev.attempt,
-                                result.attempt
-                            ));
-                            break;
-                        }
-                        if ev.task_id != result.task_id || ev.step != n {
-                            v.problems.push(format!(
-                                "{tpath}:{}: event out of place (task {}, step {})",
-                                i + 1,
-                                ev.task_id,
-                                ev.step
-                            ));
-                            break;
-                        }
-                        n += 1;
-                    }
-                    Err(e) => {
-                        v.problems.push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
+    let tpath = label(layout::TASK_TRACE);
+    if let Some(bytes) = files.get(layout::TASK_TRACE) {
+        let mut n = 0u32;
+        for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            match serde_json::from_slice::<TraceEvent>(line) {
+                Ok(ev) => {
+                    // A trace written by another attempt than the one that counts: a
+                    // losing duplicate's file, which the task folder must never show.
+                    if ev.attempt != 0 && ev.attempt != result.attempt {
+                        v.problems.push(format!(
+                            "{tpath}:{}: written by attempt {}, but the result that counts is attempt {}",
+                            i + 1,
+                            ev.attempt,
+                            result.attempt
+                        ));
                         break;
                     }
+                    if ev.task_id != result.task_id || ev.step != n {
+                        v.problems.push(format!(
+                            "{tpath}:{}: event out of place (task {}, step {})",
+                            i + 1,
+                            ev.task_id,
+                            ev.step
+                        ));
+                        break;
+                    }
+                    n += 1;
+                }
+                Err(e) => {
+                    v.problems.push(format!("{tpath}:{}: not a trace event: {e}", i + 1));
+                    break;
                 }
             }
-            if n < result.agent.steps {
-                v.problems.push(format!("{tpath}: {n} events, result says {}", result.agent.steps));
-            }
         }
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
+        if n < result.agent.steps {
+            v.problems.push(format!("{tpath}: {n} events, result says {}", result.agent.steps));
+        }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -18,9 +18,19 @@ use crate::bundle::{TaskTable, seal, to_json_bytes, write_manifest, write_task_o
 
 const TASKS: [&str; 3] = ["t1", "t2", "t3"];
 
-/// A sealed, complete, valid bundle of three tasks (t3 fails its one evaluator).
+/// A sealed, complete, valid bundle of three tasks (t3 fails its one evaluator), each task a
+/// folder as bundles before schema 1.1 have them: most cases check that older layout.
 async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
-    let (store, run, meta, table) = finished_bundle(root).await;
+    valid_bundle_of(root, false).await
+}
+
+/// [`valid_bundle`] with each task in its pack, as agenteval writes them now.
+async fn valid_packed_bundle(root: &Path) -> (FsBundleStore, RunId) {
+    valid_bundle_of(root, true).await
+}
+
+async fn valid_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId) {
+    let (store, run, meta, table) = finished_bundle_of(root, packed).await;
     let shared: std::sync::Arc<dyn BundleStore> = std::sync::Arc::new(store.clone());
     seal(shared, &meta, table.ids()).await.unwrap();
     store.put(&run, layout::SPANS, b"").await.unwrap();
@@ -31,6 +41,20 @@ async fn valid_bundle(root: &Path) -> (FsBundleStore, RunId) {
 /// The bundle of a run whose three tasks are done, each by its own job's first attempt, whose
 /// worker wrote through a `RecordingStore` and left its manifest part: ready to seal.
 async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTable) {
+    finished_bundle_of(root, false).await
+}
+
+/// A task folder as a worker before schema 1.1 wrote it: `result.json` last.
+async fn write_folder_task(store: &dyn BundleStore, result: &TaskResult, log: &str, spans: &[u8], trace: &[u8]) {
+    let (run, id) = (&result.run_id, &result.task_id);
+    store.put(run, &layout::task_file(id, layout::TASK_TRACE), trace).await.unwrap();
+    store.put(run, &layout::task_file(id, layout::TASK_SPANS), spans).await.unwrap();
+    store.put(run, &layout::task_file(id, layout::TASK_SCORES), &to_json_bytes(&result.scores)).await.unwrap();
+    store.put(run, &layout::task_file(id, layout::TASK_LOG), log.as_bytes()).await.unwrap();
+    store.put(run, &layout::task_file(id, layout::TASK_RESULT), &to_json_bytes(result)).await.unwrap();
+}
+
+async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId, Metadata, TaskTable) {
     let store = FsBundleStore::new(root);
     let run = RunId::new();
     let mut table = TaskTable::default();
@@ -93,9 +117,6 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
         let mut line = serde_json::to_vec(&event).unwrap();
         line.push(b'\n');
         let worker = crate::bundle::RecordingStore::new(std::sync::Arc::new(store.clone()));
-        let mut trace = worker.open_appender(&run, &layout::task_file(&id, layout::TASK_TRACE)).await.unwrap();
-        trace.append(&line).await.unwrap();
-        trace.finish().await.unwrap();
         let spans = format!(
             "{{\"trace_id\":\"{0}\",\"span_id\":\"{1}\",\"name\":\"eval.task\"}}\n{{\"trace_id\":\"{0}\",\"span_id\":\"{2}\",\"name\":\"agent.execute\"}}\n",
             "a".repeat(32),
@@ -136,7 +157,13 @@ async fn finished_bundle(root: &Path) -> (FsBundleStore, RunId, Metadata, TaskTa
             started_at: now,
             finished_at: now,
         };
-        write_task_outcome(&worker, &result, "log\n", Some(spans.as_bytes()), &|s: &str| s.to_string()).await.unwrap();
+        if packed {
+            write_task_outcome(&worker, &result, "log\n", Some(spans.as_bytes()), &line, &|s: &str| s.to_string())
+                .await
+                .unwrap();
+        } else {
+            write_folder_task(&worker, &result, "log\n", spans.as_bytes(), &line).await;
+        }
         let job = result.job_id.clone();
         crate::bundle::write_files_part(&worker, &run, &job, 1, worker.written()).await.unwrap();
     }
@@ -364,6 +391,108 @@ async fn every_check_names_what_it_found() {
     for (name, reseal, want, break_it) in cases {
         let dir = tempfile::tempdir().unwrap();
         let (store, run) = valid_bundle(dir.path()).await;
+        break_it(&store, &run).await;
+        if reseal {
+            write_manifest(&store, &run, &Default::default()).await.unwrap();
+        }
+        let v = validate(&store, &run).await.unwrap();
+        assert!(
+            v.problems.iter().any(|p| p.contains(want)),
+            "{name}: expected a problem containing {want:?}, got {:?}",
+            v.problems
+        );
+        assert!(!v.is_valid(), "{name}");
+    }
+}
+
+/// Rewrites one file inside a task's pack (`None` from `f` drops it).
+async fn edit_pack(
+    store: &FsBundleStore,
+    run: &RunId,
+    task: &str,
+    name: &str,
+    f: impl FnOnce(Vec<u8>) -> Option<Vec<u8>>,
+) {
+    let path = format!("tasks/{task}.tar.gz");
+    let files = agenteval_core::taskpack::unpack(&store.get(run, &path).await.unwrap(), &path).unwrap();
+    let mut f = Some(f);
+    let mut kept: Vec<(String, Vec<u8>)> = Vec::new();
+    for (n, b) in files.iter() {
+        let b = if n == name { (f.take().unwrap())(b.to_vec()) } else { Some(b.to_vec()) };
+        if let Some(b) = b {
+            kept.push((n.to_string(), b));
+        }
+    }
+    let refs: Vec<(&str, &[u8])> = kept.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
+    store.put(run, &path, &agenteval_core::taskpack::pack(&refs).unwrap()).await.unwrap();
+}
+
+fn edit_json(f: impl FnOnce(&mut Value)) -> impl FnOnce(Vec<u8>) -> Option<Vec<u8>> {
+    move |b| {
+        let mut v = json_of(&b);
+        f(&mut v);
+        Some(to_json_bytes(&v))
+    }
+}
+
+#[tokio::test]
+async fn every_check_of_a_task_pack_names_the_file_inside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run) = valid_packed_bundle(dir.path()).await;
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid() && v.warnings.is_empty(), "the starting bundle is valid: {v:?}");
+    assert_eq!((v.tasks_with_results, v.sealed), (3, true));
+    let listed = store.list(&run, "tasks/").await.unwrap();
+    assert_eq!(listed, ["tasks/t1.tar.gz", "tasks/t2.tar.gz", "tasks/t3.tar.gz"], "one file per task");
+    let t1 = agenteval_core::taskpack::unpack(&store.get(&run, "tasks/t1.tar.gz").await.unwrap(), "t1").unwrap();
+    assert_eq!(t1.names().collect::<Vec<_>>(), ["result.json", "trace.jsonl", "spans.jsonl", "worker.log"]);
+
+    type Break = for<'a> fn(
+        &'a FsBundleStore,
+        &'a RunId,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
+    let cases: Vec<(&str, bool, &str, Break)> = vec![
+        ("a changed pack", false, "tasks/t1.tar.gz: size ", |s, r| {
+            Box::pin(edit_pack(s, r, "t1", "worker.log", |_| Some(b"LOG\n".to_vec())))
+        }),
+        ("not a pack", true, "tasks/t2.tar.gz: not a task pack", |s, r| {
+            Box::pin(async move { s.put(r, "tasks/t2.tar.gz", b"plain text").await.unwrap() })
+        }),
+        ("a result in the wrong pack", true, "tasks/t1.tar.gz/result.json: task_id t2 does not match", |s, r| {
+            Box::pin(edit_pack(s, r, "t1", "result.json", edit_json(|m| m["task_id"] = json!("t2"))))
+        }),
+        ("passed against its scores", true, "tasks/t3.tar.gz/result.json: `passed` disagrees", |s, r| {
+            Box::pin(edit_pack(s, r, "t3", "result.json", edit_json(|m| m["passed"] = json!(true))))
+        }),
+        ("a pack without its trace", true, "tasks/t3.tar.gz/trace.jsonl: missing", |s, r| {
+            Box::pin(edit_pack(s, r, "t3", "trace.jsonl", |_| None))
+        }),
+        ("another attempt's trace", true, "tasks/t2.tar.gz/trace.jsonl:1: written by attempt 2", |s, r| {
+            Box::pin(edit_pack(s, r, "t2", "trace.jsonl", |b| {
+                Some(String::from_utf8(b).unwrap().replace("\"attempt\":1", "\"attempt\":2").into_bytes())
+            }))
+        }),
+        ("two task roots", true, "tasks/t2.tar.gz/spans.jsonl: 2 eval.task spans", |s, r| {
+            Box::pin(edit_pack(s, r, "t2", "spans.jsonl", |b| {
+                Some(String::from_utf8(b).unwrap().replace("agent.execute", "eval.task").into_bytes())
+            }))
+        }),
+        ("a pack and a folder", true, "tasks/t1/: a task with a pack has no folder", |s, r| {
+            Box::pin(async move { s.put(r, "tasks/t1/worker.log", b"?").await.unwrap() })
+        }),
+        ("a pack of an unknown task", true, "tasks/t9.tar.gz: not a task of this run", |s, r| {
+            Box::pin(async move {
+                let pack = s.get(r, "tasks/t1.tar.gz").await.unwrap();
+                s.put(r, "tasks/t9.tar.gz", &pack).await.unwrap()
+            })
+        }),
+        ("a complete run missing a pack", true, "tasks/t2.tar.gz: missing in a complete run", |s, r| {
+            Box::pin(async move { std::fs::remove_file(file(s, r, "tasks/t2.tar.gz")).unwrap() })
+        }),
+    ];
+    for (name, reseal, want, break_it) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, run) = valid_packed_bundle(dir.path()).await;
         break_it(&store, &run).await;
         if reseal {
             write_manifest(&store, &run, &Default::default()).await.unwrap();

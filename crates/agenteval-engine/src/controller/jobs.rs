@@ -207,9 +207,8 @@ pub(super) async fn give_up(
         let mut line = serde_json::to_vec(&trace).expect("serializes");
         line.push(b'\n');
         let log = format!("{} controller: {msg}\nsee {}\n", now.to_rfc3339(), layout::job_log(job, attempt));
-        run.store.put(&run.run_id, &layout::task_file(&task.id, layout::TASK_TRACE), &line).await?;
-        bundle::write_task_outcome(run.store.as_ref(), &result, &log, spans.as_deref(), &|t: &str| t.to_string())
-            .await?;
+        let keep = |t: &str| t.to_string();
+        bundle::write_task_outcome(run.store.as_ref(), &result, &log, spans.as_deref(), &line, &keep).await?;
         if run.index.record_task(&run.run_id, &TaskTransition::completed(&result)).await?
             && let Some(m) = &run.metrics
         {

@@ -25,7 +25,7 @@ use agenteval_core::config::{LoadedConfig, RunConfig};
 use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::traits::{BundleStore, CloudBackend, Resolver, RunIndex};
-use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, taskpack};
 use chrono::Utc;
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -648,22 +648,27 @@ const PUBLISH_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 /// is missing (no per-task index read, which on DynamoDB would cost a scan). The seal waits a
 /// little for a move under way, then makes it itself, for the job and attempt the index names.
 async fn finish_publishing(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId) -> Result<()> {
-    let suffix = format!("/{}", layout::TASK_RESULT);
     let mut staged: Vec<(agenteval_core::JobId, u32, agenteval_core::TaskId)> = Vec::new();
     for path in store.list(run, "jobs/").await? {
-        // jobs/<job>/attempt-<n>/tasks/<task>/result.json
+        // jobs/<job>/attempt-<n>/tasks/<task>.tar.gz (or, staged by a worker of before schema
+        // 1.1, jobs/<job>/attempt-<n>/tasks/<task>/result.json)
         let parts: Vec<&str> = path.split('/').collect();
-        if let ["jobs", job, attempt, "tasks", task, "result.json"] = parts.as_slice()
-            && path.ends_with(&suffix)
-            && let (Ok(job), Some(Ok(attempt)), Ok(task)) =
-                (job.parse(), attempt.strip_prefix("attempt-").map(str::parse::<u32>), task.parse())
+        let (job, attempt, task) = match parts.as_slice() {
+            ["jobs", job, attempt, "tasks", pack] if pack.ends_with(layout::PACK_SUFFIX) => {
+                (*job, *attempt, &pack[..pack.len() - layout::PACK_SUFFIX.len()])
+            }
+            ["jobs", job, attempt, "tasks", task, "result.json"] => (*job, *attempt, *task),
+            _ => continue,
+        };
+        if let (Ok(job), Some(Ok(attempt)), Ok(task)) =
+            (job.parse(), attempt.strip_prefix("attempt-").map(str::parse::<u32>), task.parse())
         {
             staged.push((job, attempt, task));
         }
     }
     let mut waiting = Vec::new();
     for (job, attempt, task) in staged {
-        if !store.exists(run, &layout::task_file(&task, layout::TASK_RESULT)).await? {
+        if !taskpack::has_result(store, run, &task).await? {
             waiting.push((job, attempt, task));
         }
     }
@@ -682,11 +687,12 @@ async fn finish_publishing(store: &dyn BundleStore, index: &dyn RunIndex, run: &
         if !won {
             continue;
         }
-        let result = layout::task_file(&task, layout::TASK_RESULT);
-        while !store.exists(run, &result).await? && tokio::time::Instant::now() < deadline {
+        while !taskpack::has_result(store, run, &task).await? && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
-        if !store.exists(run, &result).await? && bundle::publish_staged(store, run, &job, attempt, &task).await? {
+        if !taskpack::has_result(store, run, &task).await?
+            && bundle::publish_staged(store, run, &job, attempt, &task).await?
+        {
             tracing::warn!(task = %task, attempt, "published the files its worker left staged");
         }
     }

@@ -109,15 +109,8 @@ impl Scripted {
             let result = scripted_result(spec, &t.id, 0.01, 0);
             let staged = |name: &str| layout::staged_task_file(&spec.job_id, spec.attempt, &t.id, name);
             self.store.put(&spec.run_id, &staged(layout::TASK_TRACE), b"").await?;
-            crate::bundle::write_task_outcome_in(
-                self.store.as_ref(),
-                &result,
-                "staged\n",
-                None,
-                &|s: &str| s.to_string(),
-                &staged,
-            )
-            .await?;
+            crate::bundle::stage_task_pack(self.store.as_ref(), &result, "staged\n", None, &|s: &str| s.to_string())
+                .await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
         }
         Ok(())
@@ -130,8 +123,7 @@ impl Scripted {
                 continue;
             }
             let result = scripted_result(spec, &t.id, cost, 1);
-            self.store.put(&spec.run_id, &layout::task_file(&t.id, layout::TASK_TRACE), b"").await?;
-            write_task_outcome(self.store.as_ref(), &result, "scripted\n", None, &|s: &str| s.to_string()).await?;
+            write_task_outcome(self.store.as_ref(), &result, "scripted\n", None, b"", &|s: &str| s.to_string()).await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
             self.completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
@@ -392,7 +384,11 @@ impl Harness {
 
     async fn result(&self, run: &RunId, task: &str) -> TaskResult {
         let id = task.parse().unwrap();
-        read_json(self.resolver.store.as_ref(), run, &layout::task_file(&id, layout::TASK_RESULT)).await.unwrap()
+        let bytes =
+            agenteval_core::taskpack::read_task_file(self.resolver.store.as_ref(), run, &id, layout::TASK_RESULT)
+                .await
+                .unwrap();
+        serde_json::from_slice(&bytes).unwrap()
     }
 
     async fn metadata(&self, run: &RunId) -> Metadata {
@@ -441,8 +437,9 @@ async fn the_seal_publishes_what_a_dead_winner_left_staged() {
         let r = h.result(&out.run_id, id).await;
         assert_eq!(r.attempt, 1);
         let task: agenteval_core::TaskId = id.parse().unwrap();
-        let folder = store.list(&out.run_id, &format!("tasks/{id}/")).await.unwrap();
-        assert_eq!(folder.len(), 4, "trace, scores, log and result moved: {folder:?}");
+        let pack = store.get(&out.run_id, &layout::task_pack(&task)).await.unwrap();
+        let files = agenteval_core::taskpack::unpack(&pack, id).unwrap();
+        assert_eq!(files.names().collect::<Vec<_>>(), ["result.json", "trace.jsonl", "worker.log"], "the pack moved");
         let left =
             store.list(&out.run_id, &layout::staged_task_dir(&"j000002".parse().unwrap(), 1, &task)).await.unwrap();
         assert!(left.is_empty(), "{left:?}");

@@ -15,7 +15,7 @@ use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
-use agenteval_core::{Error, ErrorKind, Result, RunId};
+use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
 use chrono::Utc;
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::json;
@@ -27,7 +27,7 @@ use agenteval_llm::{CassetteMode, Cassettes};
 
 use crate::agents::agent_from_config;
 use crate::benchmarks::benchmark_from_config;
-use crate::bundle::{publish_staged, read_json, write_task_outcome_in};
+use crate::bundle::{publish_staged, read_json, stage_task_pack};
 use crate::resolve::{read_bundle_file, store_from_bundle_uri};
 use crate::telemetry::{self, Journal, TRACEPARENT_ENV};
 
@@ -254,7 +254,7 @@ async fn fetch_cassettes(
         .tempdir()
         .map_err(|e| Error::io("creating a folder for the cassettes", e))?;
     for t in &job.tasks {
-        match store.get(&run, &layout::task_file(&t.id, layout::TASK_CASSETTE)).await {
+        match taskpack::read_task_file(store.as_ref(), &run, &t.id, layout::TASK_CASSETTE).await {
             Ok(bytes) => std::fs::write(dir.path().join(format!("{}.jsonl", t.id)), bytes)
                 .map_err(|e| Error::io("writing a fetched cassette", e))?,
             Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -481,14 +481,13 @@ async fn write_outcome(
         tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
         return Ok(());
     }
-    // Everything goes to the attempt's staging folder first; the conditional "completed" then
-    // decides which attempt counts, and only that one moves its files into the task folder. A
+    // Everything goes to the attempt's staging folder first, packed; the conditional "completed"
+    // then decides which attempt counts, and only that one moves its pack into `tasks/`. A
     // duplicate or superseded attempt that lost publishes nothing; a winner that dies before
     // it has published is finished by the seal (`controller::finish_publishing`).
     let (job, run) = (&ctx.job.job_id, &ctx.run_id);
     let redact = |t: &str| ctx.redactor.redact(t);
-    let staged = |name: &str| layout::staged_task_file(job, attempt, &task.id, name);
-    write_task_outcome_in(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact, &staged).await?;
+    stage_task_pack(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact).await?;
     if !ctx.index.record_task(run, &TaskTransition::completed(&result)).await? {
         tracing::warn!(task = %task.id, attempt, "another attempt completed this task first; publishing nothing");
         return Ok(());

@@ -4,7 +4,7 @@
 use agenteval_core::layout;
 use agenteval_core::model::{AgentResult, EventKind, TaskSpec, TraceEvent};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId};
+use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
 
 use super::Ctx;
 use super::execute::TraceSink;
@@ -27,9 +27,8 @@ pub(super) async fn recorded(
     env: &TaskEnvironment,
     log: &mut Vec<String>,
 ) -> Result<(AgentResult, TraceSink)> {
-    let get = |file: &str| {
-        let path = layout::task_file(&task.id, file);
-        async move { source.store.get(&source.run, &path).await }
+    let get = |file: &'static str| async move {
+        taskpack::read_task_file(source.store.as_ref(), &source.run, &task.id, file).await
     };
     // Both read with caps: the reports' for the result, the run's trace limit for the trace.
     let result = agenteval_judge::samples::result(source.store.as_ref(), &source.run, task.id.as_str())
@@ -37,8 +36,15 @@ pub(super) async fn recorded(
         .ok_or_else(|| Error::not_found(format!("run {} has no readable result for task {}", source.run, task.id)))?;
     let mut sink = TraceSink::for_recorded(ctx, task).await?;
     let cap = ctx.config.agent.limits().trace_bytes();
-    let path = layout::task_file(&task.id, layout::TASK_TRACE);
-    let trace = match source.store.read_range(&source.run, &path, 0, cap + 1).await {
+    let trace = match taskpack::read_task_file_capped(
+        source.store.as_ref(),
+        &source.run,
+        &task.id,
+        layout::TASK_TRACE,
+        cap + 1,
+    )
+    .await
+    {
         Ok(bytes) if bytes.len() as u64 > cap => {
             return Err(Error::corrupt(format!("run {}'s trace of task {} is over {cap} bytes", source.run, task.id)));
         }

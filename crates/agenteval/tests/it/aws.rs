@@ -697,7 +697,12 @@ async fn the_trace_context_reaches_fargate_workers_through_container_overrides()
     let manifest: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let files = manifest["files"].as_object().unwrap();
     assert!(files.contains_key("spans.jsonl"));
-    assert_eq!(files.keys().filter(|k| k.ends_with("/spans.jsonl") && k.starts_with("tasks/")).count(), 12);
+    assert_eq!(
+        files.keys().filter(|k| k.ends_with(".tar.gz") && k.starts_with("tasks/")).count(),
+        12,
+        "a pack per task"
+    );
+    assert!(!files.keys().any(|k| k.starts_with("jobs/") && k.contains("/tasks/")), "nothing left staged: {files:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1219,12 +1224,17 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
 
     // Each result names the image it ran in; the patch of each is in the bundle.
     let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    // `team/runs/RUN/tasks/ID/NAME`: NAME from the task's pack, `team/runs/RUN/tasks/ID.tar.gz`.
     let get = |key: String| {
         let c = clients.clone();
         let bucket = aws.bucket.clone();
         async move {
-            let o = c.s3.get_object().bucket(bucket).key(key).send().await.unwrap();
-            String::from_utf8(o.body.collect().await.unwrap().into_bytes().to_vec()).unwrap()
+            let (folder, name) = key.split_once("/tasks/").unwrap();
+            let (id, name) = name.split_once('/').unwrap();
+            let pack = format!("{folder}/tasks/{id}.tar.gz");
+            let o = c.s3.get_object().bucket(bucket).key(&pack).send().await.unwrap();
+            let files = agenteval_core::taskpack::unpack(&o.body.collect().await.unwrap().into_bytes(), &pack).unwrap();
+            String::from_utf8(files.get(name).unwrap_or_else(|| panic!("{pack} holds no {name}")).to_vec()).unwrap()
         }
     };
     for (task, want) in [("alpha-1", None), ("alpha-2", None), ("beta", Some(&beta_pinned))] {

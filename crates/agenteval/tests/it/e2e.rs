@@ -60,7 +60,7 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     let meta = read_json(&bundle.join("metadata.json"));
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["sealed"], true);
-    assert_eq!(meta["schema_version"], "1.0");
+    assert_eq!(meta["schema_version"], "1.1");
     assert_eq!(meta["config_hash"].as_str().unwrap().len(), 64);
     let rs = results(&bundle);
     assert_eq!(rs.len(), 25);
@@ -139,7 +139,7 @@ storage:
     // `upper` expects "OK" and the agent says "ok": the case's own case-insensitive
     // `exact_match` decides, not the benchmark's exact check.
     assert_eq!(v["summary"]["passed"], 6);
-    let trace = std::fs::read_to_string(bundle.join("tasks/capital-fr/trace.jsonl")).unwrap();
+    let trace = crate::util::read_text(bundle.join("tasks/capital-fr/trace.jsonl")).unwrap();
     let kinds: Vec<String> = trace
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].as_str().unwrap().to_string())
@@ -268,14 +268,15 @@ fn one_changed_byte_fails_validation_naming_the_file() {
     assert_eq!(code, 0);
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     assert!(ws.validate(bundle.to_str().unwrap()).status.success());
-    let victim = bundle.join("tasks/toy-0000001/trace.jsonl");
+    // A task's files are one pack: one byte of it changed is caught by the manifest.
+    let victim = bundle.join("tasks/toy-0000001.tar.gz");
     let mut bytes = std::fs::read(&victim).unwrap();
-    let i = bytes.iter().position(|b| *b == b'a').unwrap();
-    bytes[i] = b'b';
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x20;
     std::fs::write(&victim, bytes).unwrap();
     let out = ws.validate(bundle.to_str().unwrap());
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out.stdout).contains("tasks/toy-0000001/trace.jsonl: sha256 differs"), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("tasks/toy-0000001.tar.gz: sha256 differs"), "{}", text(&out.stdout));
     let out = ws.run(&["validate-bundle", bundle.to_str().unwrap(), "--json"]);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["valid"], false);
@@ -370,7 +371,7 @@ fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
     assert_eq!(second["trace_id"], first["trace_id"]);
     for r in results(&bundle) {
         let task = r["task_id"].as_str().unwrap();
-        let log = std::fs::read_to_string(bundle.join(format!("tasks/{task}/worker.log"))).unwrap();
+        let log = crate::util::read_text(bundle.join(format!("tasks/{task}/worker.log"))).unwrap();
         let trace = first["trace_id"].as_str().unwrap();
         assert!(log.lines().next().unwrap().contains(&format!("trace_id={trace}")), "{task}: {log}");
     }
@@ -494,7 +495,7 @@ fn a_task_whose_worker_dies_more_than_max_attempts_is_given_up() {
     let out = ws.validate(bundle.to_str().unwrap());
     assert!(out.status.success(), "{}", text(&out.stdout));
     // Its spans say what happened too: an eval.task in the run's trace, under the job that died.
-    let spans: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join(format!("tasks/{victim}/spans.jsonl")))
+    let spans: Vec<serde_json::Value> = crate::util::read_text(bundle.join(format!("tasks/{victim}/spans.jsonl")))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -815,7 +816,7 @@ storage:
     }
     let bundle = std::fs::read_dir(ws.runs()).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
     // Staged under the job attempt that was killed (it never got to publish it).
-    let trace = std::fs::read_to_string(bundle.join("jobs/j000001/attempt-1/tasks/long/trace.jsonl")).unwrap();
+    let trace = crate::util::read_text(bundle.join("jobs/j000001/attempt-1/tasks/long/trace.jsonl")).unwrap();
     let events = trace.lines().filter(|l| !l.is_empty()).count();
     assert!(events >= before, "{before} events sent before the kill, {events} in the trace");
     for line in trace.lines().filter(|l| !l.is_empty()) {

@@ -89,11 +89,11 @@ fn the_shipped_tasks_pass_with_their_solutions_and_fail_with_none_or_a_wrong_one
     assert!(got.iter().all(|(_, o, s)| o == "passed" && *s == 1.0), "the oracle passes every task: {got:?}");
     let bundle = ws.runs().join(&run);
     assert!(ws.validate(bundle.to_str().unwrap()).status.success(), "the bundle validates");
-    let patch = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
+    let patch = crate::util::read_text(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
     assert!(patch.contains("--- a/calc/stats.py") && patch.contains("+        raise ValueError"), "{patch}");
     let manifest = std::fs::read_to_string(bundle.join("manifest.json")).unwrap();
-    assert!(manifest.contains("tasks/fix-python-bug/artifacts/patch.diff"), "the patch is checksummed");
-    let log = std::fs::read_to_string(bundle.join("tasks/hello-file/worker.log")).unwrap();
+    assert!(manifest.contains("tasks/fix-python-bug.tar.gz"), "the task's pack, and its patch, are checksummed");
+    let log = crate::util::read_text(bundle.join("tasks/hello-file/worker.log")).unwrap();
     assert!(log.contains("environment docker") && log.contains("removed"), "{log}");
     assert!(containers_of(&run).is_empty(), "no container is left after a run");
     // The report and the UI show a task's patch.
@@ -173,7 +173,7 @@ fn ten_tasks_sharing_a_folder_build_one_image_and_one_that_does_not_build_is_inf
     let err = broken["agent"]["error"].as_str().unwrap();
     assert!(err.contains("did not build") && err.contains("the-build-breaks-here"), "the build's last lines: {err}");
     let logs: Vec<String> =
-        (0..10).map(|i| std::fs::read_to_string(bundle.join(format!("tasks/t{i:02}/worker.log"))).unwrap()).collect();
+        (0..10).map(|i| crate::util::read_text(bundle.join(format!("tasks/t{i:02}/worker.log"))).unwrap()).collect();
     let built = logs.iter().filter(|l| l.contains(" built in ")).count();
     let reused = logs.iter().filter(|l| l.contains(" reused")).count();
     assert_eq!((built, reused), (1, 9), "one build for ten tasks sharing a folder:\n{}", logs.join("\n"));
@@ -235,7 +235,7 @@ cat $found
     let run = v["run_id"].as_str().unwrap().to_string();
     let bundle = ws.runs().join(&run);
     let probe = read_json(&bundle.join("tasks/probe/result.json"));
-    let trace = std::fs::read_to_string(bundle.join("tasks/probe/trace.jsonl")).unwrap();
+    let trace = crate::util::read_text(bundle.join("tasks/probe/trace.jsonl")).unwrap();
     assert_eq!(probe["passed"], true, "the agent reached something it must not: {trace}");
     let cheat = read_json(&bundle.join("tasks/cheat/result.json"));
     assert_eq!(cheat["passed"], false, "a loop the agent left rewrote the reward: {cheat}");
@@ -388,7 +388,7 @@ fn the_llm_agent_fixes_a_repository_with_bash_and_write_file_and_its_tests_pass(
     let r = read_json(&bundle.join("tasks/fix-python-bug/result.json"));
     assert_eq!(r["passed"], true, "{r}");
     assert_eq!(r["agent"]["final_answer"].as_str().map(|a| a.contains("2.0")), Some(true), "{r}");
-    let trace: Vec<serde_json::Value> = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/trace.jsonl"))
+    let trace: Vec<serde_json::Value> = crate::util::read_text(bundle.join("tasks/fix-python-bug/trace.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -400,7 +400,7 @@ fn the_llm_agent_fixes_a_repository_with_bash_and_write_file_and_its_tests_pass(
         trace.iter().filter(|e| e["kind"] == "agent.tool_result").map(|e| e["payload"].to_string()).collect();
     assert!(outputs[0].contains("len(values) + 1"), "the first call read the buggy file: {}", outputs[0]);
     assert!(outputs[2].contains("2.0"), "the last call ran the fixed module: {}", outputs[2]);
-    let patch = std::fs::read_to_string(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
+    let patch = crate::util::read_text(bundle.join("tasks/fix-python-bug/artifacts/patch.diff")).unwrap();
     assert!(patch.contains("+        raise ValueError"), "{patch}");
 }
 
@@ -470,7 +470,7 @@ fn with_fresh_verification_a_replaced_tool_does_not_pass_and_the_solutions_still
     let r = read_json(&ws.runs().join(run).join("tasks/fix-python-bug/result.json"));
     assert_eq!(r["agent"]["final_answer"], "0", "the agent's python3 stood in for the real one: {r}");
     assert_eq!(r["passed"], false, "the tests ran with the image's python3, on the unfixed module: {r}");
-    let log = std::fs::read_to_string(ws.runs().join(run).join("tasks/fix-python-bug/worker.log")).unwrap();
+    let log = crate::util::read_text(ws.runs().join(run).join("tasks/fix-python-bug/worker.log")).unwrap();
     assert!(log.contains("fresh environment"), "{log}");
     assert!(containers_of(run).is_empty(), "the fresh container is removed too");
 

@@ -206,7 +206,7 @@ fn a_deleted_index_stops_the_run_and_rebuild_then_resume_completes_it() {
         .iter()
         .map(|r| {
             let id = r["task_id"].as_str().unwrap().to_string();
-            let bytes = std::fs::read(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
+            let bytes = crate::util::read_bundle_file(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
             (id, bytes)
         })
         .collect();
@@ -220,7 +220,7 @@ fn a_deleted_index_stops_the_run_and_rebuild_then_resume_completes_it() {
     assert_eq!(v["summary"]["tasks_finished"], 60, "{v}");
     assert!(ws.validate(v["bundle"].as_str().unwrap()).status.success());
     for (id, before) in &finished {
-        let after = std::fs::read(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
+        let after = crate::util::read_bundle_file(runs[0].path().join(format!("tasks/{id}/result.json"))).unwrap();
         assert!(after == *before, "task {id} finished before the rebuild and was run again");
     }
     // An empty index file is refused, not read as "no runs yet".
@@ -301,9 +301,9 @@ storage:
     let r = &results(bundle)[0];
     assert_eq!(r["agent"]["terminated_by"], "limit_trace", "{r}");
     let trace = bundle.join("tasks/flood/trace.jsonl");
-    let size = std::fs::metadata(&trace).unwrap().len();
+    let size = crate::util::read_bundle_file(&trace).unwrap().len();
     assert!(size <= (64 << 20) + (1 << 20) + 4096, "the trace stopped near its limit: {size} bytes");
-    let peak_kb = std::fs::read_to_string(&trace)
+    let peak_kb = crate::util::read_text(&trace)
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
@@ -419,7 +419,9 @@ fn tasks_in_parallel_each_own_their_processes_and_none_outlives_the_run() {
     let bundle = Path::new(v["bundle"].as_str().unwrap());
     let mut pids = Vec::new();
     for task in std::fs::read_dir(bundle.join("tasks")).unwrap().flatten() {
-        let trace = std::fs::read_to_string(task.path().join("trace.jsonl")).unwrap();
+        let name = task.file_name().to_string_lossy().into_owned();
+        let id = name.strip_suffix(".tar.gz").unwrap_or(&name);
+        let trace = crate::util::read_text(bundle.join("tasks").join(id).join("trace.jsonl")).unwrap();
         for line in trace.lines() {
             let ev: serde_json::Value = serde_json::from_str(line).unwrap();
             if let Some(p) = ev["payload"]["pids"].as_array() {
@@ -815,7 +817,7 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let bundle = Path::new(v["bundle"].as_str().unwrap());
     for i in 1..=4 {
-        let size = std::fs::metadata(bundle.join(format!("tasks/big{i}/trace.jsonl"))).unwrap().len();
+        let size = crate::util::read_bundle_file(bundle.join(format!("tasks/big{i}/trace.jsonl"))).unwrap().len();
         assert!(size > 60 << 20, "task {i}'s trace is {size} bytes");
     }
     let report = std::fs::metadata(bundle.join("report.html")).unwrap().len();
@@ -844,7 +846,7 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
     let trace = ui.get(&format!("/runs/{run}/tasks/big1/trace.jsonl"));
     assert_eq!(trace.status, 200);
     assert_eq!(trace.header("content-type"), Some("text/plain; charset=utf-8"));
-    let on_disk = std::fs::read_to_string(bundle.join("tasks/big1/trace.jsonl")).unwrap();
+    let on_disk = crate::util::read_text(bundle.join("tasks/big1/trace.jsonl")).unwrap();
     assert!(trace.body == on_disk, "the full trace: {} of {} bytes", trace.body.len(), on_disk.len());
     assert!(ui.get(&format!("/runs/{run}/tasks/big1")).body.contains("/tasks/big1/trace.jsonl"), "linked");
     assert_eq!(ui.get(&format!("/runs/{run}/tasks/nope/trace.jsonl")).status, 404);

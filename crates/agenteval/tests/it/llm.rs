@@ -39,7 +39,7 @@ fn task(bundle: &Path, id: &str) -> serde_json::Value {
 }
 
 fn trace(bundle: &Path, id: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(bundle.join("tasks").join(id).join("trace.jsonl"))
+    crate::util::read_text(bundle.join("tasks").join(id).join("trace.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -77,7 +77,7 @@ fn tool_calls_round_trip_on_both_providers_and_cost_is_tokens_times_price() {
         assert!((cost - want_cost).abs() < 1e-12, "{name}: cost {cost}, want {want_cost}");
         assert_eq!(r["agent"]["total_tokens"], 30);
         assert_eq!(task(&bundle, "plain")["agent"]["final_answer"], "echo: hello");
-        assert!(bundle.join("tasks/tool/cassette.jsonl").is_file(), "every llm task keeps its calls");
+        assert!(bundle_file_exists(&bundle.join("tasks/tool/cassette.jsonl")), "every llm task keeps its calls");
         assert_eq!(v["summary"]["cost_unknown_tasks"], serde_json::Value::Null, "{v}");
     }
     let anthropic = mock.received().into_iter().find(|r| r.path == "anthropic").unwrap();
@@ -488,7 +488,7 @@ fn a_missing_key_is_a_usage_error_before_anything_starts() {
 }
 
 fn task_spans(bundle: &Path, id: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(bundle.join("tasks").join(id).join("spans.jsonl"))
+    crate::util::read_text(bundle.join("tasks").join(id).join("spans.jsonl"))
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -566,7 +566,7 @@ fn model_calls_follow_the_genai_conventions_and_carry_content_only_when_asked() 
             assert_eq!(output[0]["finish_reason"], "tool_call");
             assert_eq!(ta["gen_ai.tool.call.result"].as_str().unwrap().trim(), "42");
             // The key the model echoed is redacted on spans as everywhere.
-            let all = std::fs::read_to_string(bundle.join("tasks/key/spans.jsonl")).unwrap();
+            let all = crate::util::read_text(bundle.join("tasks/key/spans.jsonl")).unwrap();
             assert!(all.contains("gen_ai.output.messages"), "{all}");
             assert!(!all.contains(KEY) && !all.contains(ECHOED_KEY), "a key reached the spans: {all}");
         }

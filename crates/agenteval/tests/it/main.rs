@@ -7,6 +7,7 @@ mod util;
 mod aws;
 mod benchmarks;
 mod cli;
+mod compat;
 mod docs;
 mod e2e;
 mod environments;

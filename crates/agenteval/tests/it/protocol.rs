@@ -134,7 +134,7 @@ storage:
     for (id, kind) in [("forged-score", "evaluator.score"), ("forged-verdict", "policy.verdict")] {
         assert_eq!(ended(id), "agent_error", "{id}: {}", by_id[id]);
         assert!(error(id).contains(&format!("cannot emit `{kind}`")), "{id}: {}", error(id));
-        let trace = std::fs::read_to_string(bundle.join(format!("tasks/{id}/trace.jsonl"))).unwrap();
+        let trace = crate::util::read_text(bundle.join(format!("tasks/{id}/trace.jsonl"))).unwrap();
         assert!(!trace.contains("trust me") && !trace.contains("\"allowed\""), "{id}: {trace}");
     }
     // The last 4 KiB of stderr, not the first.

@@ -12,7 +12,7 @@ use crate::util::*;
 use nix::sys::signal::Signal;
 
 fn spans_file(p: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(p)
+    crate::util::read_text(p)
         .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -24,9 +24,11 @@ fn bundle_spans(bundle: &Path) -> (Vec<serde_json::Value>, HashMap<String, Vec<s
     let run = spans_file(&bundle.join("spans.jsonl"));
     let mut tasks = HashMap::new();
     for d in std::fs::read_dir(bundle.join("tasks")).unwrap().flatten() {
-        let p = d.path().join("spans.jsonl");
-        if p.exists() {
-            tasks.insert(d.file_name().to_string_lossy().into_owned(), spans_file(&p));
+        let name = d.file_name().to_string_lossy().into_owned();
+        let id = name.strip_suffix(".tar.gz").unwrap_or(&name).to_string();
+        let p = bundle.join("tasks").join(&id).join("spans.jsonl");
+        if bundle_file_exists(&p) {
+            tasks.insert(id, spans_file(&p));
         }
     }
     (run, tasks)
@@ -152,7 +154,8 @@ fn one_trace_for_the_whole_fleet(protocol: Protocol) {
     assert_eq!(in_bundle, store.spans.len(), "the bundle holds every exported span");
     let manifest = read_json(&bundle.join("manifest.json"));
     assert!(manifest["files"]["spans.jsonl"].is_object(), "the manifest lists spans.jsonl");
-    assert!(manifest["files"]["tasks/toy-0000000/spans.jsonl"].is_object());
+    assert!(manifest["files"]["tasks/toy-0000000.tar.gz"].is_object());
+    assert!(bundle_file_exists(&bundle.join("tasks/toy-0000000/spans.jsonl")), "the task's spans are in its pack");
 
     // Fleet metrics: counts match the bundle.
     let summary = read_json(&bundle.join("summary.json"));

@@ -227,15 +227,16 @@ fn the_server_refuses_what_it_must_and_marks_every_answer() {
     let task = server.get(&format!("/api/runs/{run}/tasks/c01")).json();
     assert_eq!(task["result"]["task_id"], "c01");
     assert!(task["log"].as_str().unwrap().contains("c01"));
-    // The whole trace streams as text; a damaged bundle's huge files are read with a cap (sparse
-    // files here: 4 GiB each, read in full they would take the UI's memory).
+    // The whole trace streams as text; a damaged bundle's huge files are read with a cap (a
+    // pack whose log inflates to 256 MiB, and whose result to 64 MiB: read in full they would
+    // take the UI's memory).
     let bundle = Path::new(v["bundle"].as_str().unwrap());
     let trace = server.get(&format!("/runs/{run}/tasks/c01/trace.jsonl"));
-    assert_eq!(trace.body, std::fs::read_to_string(bundle.join("tasks/c01/trace.jsonl")).unwrap());
-    std::fs::File::create(bundle.join("tasks/c02/worker.log")).unwrap().set_len(4 << 30).unwrap();
+    assert_eq!(trace.body, crate::util::read_text(bundle.join("tasks/c01/trace.jsonl")).unwrap());
+    replace_in_pack(bundle, "c02", "worker.log", vec![b'x'; 256 << 20]);
     let log = server.get(&format!("/api/runs/{run}/tasks/c02")).json()["log"].as_str().unwrap().to_string();
     assert!(log.len() < 2 << 20 && log.ends_with("the whole log is in the bundle)"), "{} bytes", log.len());
-    std::fs::File::create(bundle.join("tasks/c03/result.json")).unwrap().set_len(4 << 30).unwrap();
+    replace_in_pack(bundle, "c03", "result.json", vec![b' '; 64 << 20]);
     let r = server.get(&format!("/api/runs/{run}/tasks/c03"));
     assert_eq!(r.status, 500);
     assert!(r.body.contains("over 16 MiB"), "{}", r.body);

@@ -57,12 +57,12 @@ fn the_shipped_workspace_tasks_pass_with_their_solutions_and_fail_with_none() {
     assert!(ws.validate(bundle.to_str().unwrap()).status.success(), "the bundle validates");
     // The repository task started at its pinned commit (1.2.3, not the later 2.0.0), and its
     // patch is against that commit.
-    let patch = std::fs::read_to_string(bundle.join("tasks/bump-version/artifacts/patch.diff")).unwrap();
+    let patch = crate::util::read_text(bundle.join("tasks/bump-version/artifacts/patch.diff")).unwrap();
     assert!(patch.contains("-1.2.3") && patch.contains("+1.2.4") && !patch.contains("2.0.0"), "{patch}");
-    let patch = std::fs::read_to_string(bundle.join("tasks/fix-slugify/artifacts/patch.diff")).unwrap();
+    let patch = crate::util::read_text(bundle.join("tasks/fix-slugify/artifacts/patch.diff")).unwrap();
     assert!(patch.contains("--- a/textkit/slug.py") && !patch.contains("__pycache__"), "{patch}");
     let manifest = std::fs::read_to_string(bundle.join("manifest.json")).unwrap();
-    assert!(manifest.contains("tasks/fix-slugify/artifacts/patch.diff"), "the patch is checksummed");
+    assert!(manifest.contains("tasks/fix-slugify.tar.gz"), "the task's pack, and its patch, are checksummed");
     assert!(!workspaces_left(run), "no workspace folder is left after a run");
     let html = std::fs::read_to_string(bundle.join("report.html")).unwrap();
     assert!(html.contains("\"patch\":") && html.contains("+1.2.4"), "the sealed report shows each patch");
@@ -224,12 +224,12 @@ fn a_regrade_re_creates_each_environment_from_the_recorded_patch() {
     let solved = regrade(&runs[0]);
     let got = outcomes(&ws, &solved);
     assert!(got.iter().all(|(_, o, s, _)| o == "passed" && *s == 1.0), "the oracle's patches still pass: {got:?}");
-    let log = std::fs::read_to_string(ws.runs().join(&solved).join("tasks/bump-version/worker.log")).unwrap();
+    let log = crate::util::read_text(ws.runs().join(&solved).join("tasks/bump-version/worker.log")).unwrap();
     assert!(log.contains("applied run") && log.contains("no agent ran"), "{log}");
     let nothing = regrade(&runs[1]);
     assert!(outcomes(&ws, &nothing).iter().all(|(_, o, ..)| o == "failed"), "no patch, no pass");
     // A patch that went missing from the bundle: the task cannot be regraded.
-    std::fs::remove_file(ws.runs().join(&runs[0]).join("tasks/bump-version/artifacts/patch.diff")).unwrap();
+    replace_in_pack(&ws.runs().join(&runs[0]), "bump-version", "artifacts/patch.diff", None);
     // (The run is incomplete: that task was given up, exit 3.)
     let broken = regrade_code(&runs[0], 3);
     let r = results(&ws.runs().join(&broken)).into_iter().find(|r| r["task_id"] == "bump-version").unwrap();

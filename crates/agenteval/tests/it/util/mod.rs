@@ -106,18 +106,73 @@ pub fn text(b: &[u8]) -> String {
 }
 
 pub fn read_json(p: &Path) -> serde_json::Value {
-    serde_json::from_slice(&std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
+    serde_json::from_slice(&read_bundle_file(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))).unwrap()
 }
 
-/// Task folders that have a result.
+/// A file of a bundle by its path. A finished task's file named as in a task folder
+/// (`<bundle>/tasks/<id>/<name>`) is read from the task's pack (`tasks/<id>.tar.gz`) when the
+/// bundle keeps one, as agenteval's readers do.
+pub fn read_bundle_file(p: impl AsRef<Path>) -> std::io::Result<Vec<u8>> {
+    let p = p.as_ref();
+    let missing = match std::fs::read(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => e,
+        r => return r,
+    };
+    let Some((pack, name)) = pack_of(p) else { return Err(missing) };
+    let Ok(bytes) = std::fs::read(&pack) else { return Err(missing) };
+    let files = agenteval_core::taskpack::unpack(&bytes, &pack.display().to_string()).map_err(std::io::Error::other)?;
+    files.get(&name).map(<[u8]>::to_vec).ok_or(missing)
+}
+
+/// `<bundle>/tasks/<id>/<name…>` → (`<bundle>/tasks/<id>.tar.gz`, `<name…>`).
+fn pack_of(p: &Path) -> Option<(PathBuf, String)> {
+    let parts: Vec<&std::ffi::OsStr> = p.iter().collect();
+    let at = parts.iter().rposition(|c| *c == "tasks").filter(|at| at + 2 < parts.len())?;
+    let base: PathBuf = parts[..=at].iter().collect();
+    let id = parts.get(at + 1)?.to_str()?;
+    let name: Vec<&str> = parts[at + 2..].iter().map(|c| c.to_str()).collect::<Option<_>>()?;
+    Some((base.join(format!("{id}.tar.gz")), name.join("/")))
+}
+
+/// Replaces one file in a task's pack (`<bundle>/tasks/<id>.tar.gz`), as a damaged or hostile
+/// bundle would have it; `None` removes it.
+pub fn replace_in_pack(bundle: &Path, id: &str, name: &str, bytes: impl Into<Option<Vec<u8>>>) {
+    let path = bundle.join(format!("tasks/{id}.tar.gz"));
+    let files = agenteval_core::taskpack::unpack(&std::fs::read(&path).unwrap(), id).unwrap();
+    assert!(files.get(name).is_some(), "{path:?} holds no {name}");
+    let mut bytes = bytes.into();
+    let kept: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .filter_map(
+            |(n, b)| if n == name { Some((n.to_string(), bytes.take()?)) } else { Some((n.to_string(), b.to_vec())) },
+        )
+        .collect();
+    let refs: Vec<(&str, &[u8])> = kept.iter().map(|(n, b)| (n.as_str(), b.as_slice())).collect();
+    std::fs::write(&path, agenteval_core::taskpack::pack(&refs).unwrap()).unwrap();
+}
+
+/// [`read_bundle_file`] as text.
+pub fn read_text(p: impl AsRef<Path>) -> std::io::Result<String> {
+    read_bundle_file(p).map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Whether a bundle file exists, in a task pack or on its own (see [`read_bundle_file`]).
+pub fn bundle_file_exists(p: &Path) -> bool {
+    read_bundle_file(p).is_ok()
+}
+
+/// The results of every finished task of a bundle (packs, or task folders of older bundles).
 pub fn results(bundle: &Path) -> Vec<serde_json::Value> {
     let mut out = vec![];
     let Ok(dirs) = std::fs::read_dir(bundle.join("tasks")) else {
         return out;
     };
     for d in dirs {
-        let p = d.unwrap().path().join("result.json");
-        if p.exists() {
+        let path = d.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let id = name.strip_suffix(".tar.gz").unwrap_or(&name);
+        let p = bundle.join("tasks").join(id).join("result.json");
+        if bundle_file_exists(&p) {
             out.push(read_json(&p));
         }
     }

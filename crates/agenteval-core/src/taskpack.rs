@@ -1,0 +1,283 @@
+//! A finished task's files as one packed file, `tasks/<id>.tar.gz`, and reading a task's files
+//! whichever layout its bundle has (packs since schema 1.1, a folder per task before).
+//!
+//! Why one gzip'd tar per task: a task folder of five small files costs some 30 KB of disk
+//! (a block per file and one for the folder) for 11 KB of text, and five objects on S3. One
+//! compressed file is one block (~4 KB), one object, one manifest entry, and one atomic rename
+//! publishes it; a tar is what anyone can open without agenteval (`tar xzf`). `result.json` is
+//! its first entry, so the seal reads a result without inflating the rest.
+
+use std::io::Read as _;
+
+use crate::traits::BundleStore;
+use crate::{Error, ErrorKind, Result, RunId, TaskId, layout};
+
+/// What a pack may inflate to: a hostile bundle's pack must not expand into memory unbounded.
+pub const UNPACKED_LIMIT: u64 = 1 << 30;
+
+/// Packs a task's files, in the order given (callers put `result.json` first). Names are
+/// relative paths like bundle paths (`artifacts/patch.diff`).
+pub fn pack(files: &[(&str, &[u8])]) -> Result<Vec<u8>> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut tar = tar::Builder::new(gz);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    for (name, bytes) in files {
+        crate::traits::check_bundle_path(name)?;
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(now);
+        header.set_entry_type(tar::EntryType::Regular);
+        tar.append_data(&mut header, name, *bytes).map_err(|e| Error::io(format!("packing {name}"), e))?;
+    }
+    let gz = tar.into_inner().map_err(|e| Error::io("packing a task", e))?;
+    gz.finish().map_err(|e| Error::io("packing a task", e))
+}
+
+/// A task's files, read from its pack or its folder.
+#[derive(Debug, Default, Clone)]
+pub struct TaskFiles {
+    files: Vec<(String, Vec<u8>)>,
+    /// Read from a pack (`tasks/<id>.tar.gz`) rather than a folder.
+    pub packed: bool,
+}
+
+impl TaskFiles {
+    /// Files read from a task folder, by name.
+    pub fn from_files(files: Vec<(String, Vec<u8>)>) -> Self {
+        TaskFiles { files, packed: false }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.files.iter().find(|(n, _)| n == name).map(|(_, b)| b.as_slice())
+    }
+
+    /// Every file, in the pack's order (a folder's: sorted).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        self.files.iter().map(|(n, b)| (n.as_str(), b.as_slice()))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.files.iter().map(|(n, _)| n.as_str())
+    }
+}
+
+/// Walks a pack's entries, handing each to `f` (at most `cap` bytes of it) until it returns
+/// `false`.
+fn walk(bytes: &[u8], what: &str, cap: u64, f: &mut dyn FnMut(String, Vec<u8>) -> bool) -> Result<()> {
+    let corrupt = |e: std::io::Error| Error::new(ErrorKind::Corrupt, format!("{what}: not a task pack ({e})"));
+    let gz = flate2::read::GzDecoder::new(bytes).take(UNPACKED_LIMIT);
+    let mut archive = tar::Archive::new(gz);
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            return Err(Error::corrupt(format!("{what}: holds something other than files")));
+        }
+        let name = entry.path().map_err(corrupt)?.to_string_lossy().into_owned();
+        crate::traits::check_bundle_path(&name).map_err(|e| Error::corrupt(format!("{what}: {e}")))?;
+        let mut data = Vec::with_capacity(entry.size().min(cap).min(1 << 20) as usize);
+        (&mut entry).take(cap).read_to_end(&mut data).map_err(corrupt)?;
+        if !f(name, data) {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Every file of a pack. `what` names it in errors.
+pub fn unpack(bytes: &[u8], what: &str) -> Result<TaskFiles> {
+    let mut files = Vec::new();
+    walk(bytes, what, UNPACKED_LIMIT, &mut |n, b| {
+        files.push((n, b));
+        true
+    })?;
+    Ok(TaskFiles { files, packed: true })
+}
+
+/// One file of a pack, reading no further than it (`result.json` is first).
+pub fn unpack_one(bytes: &[u8], name: &str, what: &str) -> Result<Option<Vec<u8>>> {
+    unpack_one_capped(bytes, name, what, UNPACKED_LIMIT)
+}
+
+/// [`unpack_one`], keeping at most `cap` bytes of the file (a caller that wants no more than
+/// a limit asks for one byte over it, to tell).
+pub fn unpack_one_capped(bytes: &[u8], name: &str, what: &str, cap: u64) -> Result<Option<Vec<u8>>> {
+    let mut found = None;
+    walk(bytes, what, cap, &mut |n, b| {
+        if n == name {
+            found = Some(b);
+            false
+        } else {
+            true
+        }
+    })?;
+    Ok(found)
+}
+
+/// One file of a pack handed to `f` in pieces as it inflates; its size, or `None` when the
+/// pack has no such file.
+pub fn unpack_chunks(
+    bytes: &[u8],
+    name: &str,
+    what: &str,
+    f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send),
+) -> Result<Option<u64>> {
+    let corrupt = |e: std::io::Error| Error::new(ErrorKind::Corrupt, format!("{what}: not a task pack ({e})"));
+    let gz = flate2::read::GzDecoder::new(bytes).take(UNPACKED_LIMIT);
+    let mut archive = tar::Archive::new(gz);
+    for entry in archive.entries().map_err(corrupt)? {
+        let mut entry = entry.map_err(corrupt)?;
+        if entry.path().map_err(corrupt)?.to_string_lossy() != name {
+            continue;
+        }
+        let mut piece = vec![0u8; 64 << 10];
+        let mut total = 0u64;
+        loop {
+            let n = entry.read(&mut piece).map_err(corrupt)?;
+            if n == 0 {
+                return Ok(Some(total));
+            }
+            f(&piece[..n]);
+            total += n as u64;
+        }
+    }
+    Ok(None)
+}
+
+/// `tasks/<id>.tar.gz` → `<id>`, for a bundle path of a task pack.
+pub fn task_of_pack(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix("tasks/")?.strip_suffix(layout::PACK_SUFFIX)?;
+    (!rest.is_empty() && !rest.contains('/')).then_some(rest)
+}
+
+/// A task's pack, or `None` when it has none (an older bundle, or an unfinished task).
+async fn get_pack(store: &dyn BundleStore, run: &RunId, task: &TaskId) -> Result<Option<Vec<u8>>> {
+    match store.get(run, &layout::task_pack(task)).await {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// One file of a finished task (`result.json`, `trace.jsonl`, `artifacts/patch.diff`, ...), from
+/// its pack or, in an older bundle, its folder. `NotFound` when the task has no such file.
+pub async fn read_task_file(store: &dyn BundleStore, run: &RunId, task: &TaskId, name: &str) -> Result<Vec<u8>> {
+    if let Some(pack) = get_pack(store, run, task).await? {
+        let what = layout::task_pack(task);
+        return unpack_one(&pack, name, &what)?.ok_or_else(|| Error::not_found(format!("{what} holds no {name}")));
+    }
+    store.get(run, &layout::task_file(task, name)).await
+}
+
+/// [`read_task_file`], keeping at most `cap` bytes (what a reader that holds a hostile
+/// bundle's file in memory asks for: one byte over its limit, to tell).
+pub async fn read_task_file_capped(
+    store: &dyn BundleStore,
+    run: &RunId,
+    task: &TaskId,
+    name: &str,
+    cap: u64,
+) -> Result<Vec<u8>> {
+    if let Some(pack) = get_pack(store, run, task).await? {
+        let what = layout::task_pack(task);
+        return unpack_one_capped(&pack, name, &what, cap)?
+            .ok_or_else(|| Error::not_found(format!("{what} holds no {name}")));
+    }
+    store.read_range(run, &layout::task_file(task, name), 0, cap).await
+}
+
+/// [`read_task_file`] handed to `f` in pieces (a pack's file is inflated a piece at a time),
+/// so a large trace is never held whole; returns its size.
+pub async fn read_task_file_chunks(
+    store: &dyn BundleStore,
+    run: &RunId,
+    task: &TaskId,
+    name: &str,
+    f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send),
+) -> Result<u64> {
+    if let Some(pack) = get_pack(store, run, task).await? {
+        let what = layout::task_pack(task);
+        return unpack_chunks(&pack, name, &what, f)?
+            .ok_or_else(|| Error::not_found(format!("{what} holds no {name}")));
+    }
+    store.read_chunks(run, &layout::task_file(task, name), f).await
+}
+
+/// Every file of a finished task, or `None` when it has neither a pack nor a folder.
+pub async fn read_task(store: &dyn BundleStore, run: &RunId, task: &TaskId) -> Result<Option<TaskFiles>> {
+    if let Some(pack) = get_pack(store, run, task).await? {
+        return unpack(&pack, &layout::task_pack(task)).map(Some);
+    }
+    let prefix = format!("tasks/{task}/");
+    let paths = store.list(run, &prefix).await?;
+    if paths.is_empty() {
+        return Ok(None);
+    }
+    let mut files = Vec::with_capacity(paths.len());
+    for p in paths {
+        let bytes = store.get(run, &p).await?;
+        files.push((p[prefix.len()..].to_string(), bytes));
+    }
+    Ok(Some(TaskFiles { files, packed: false }))
+}
+
+/// Whether a task has its result: a pack, or (older bundles) a folder's `result.json`.
+pub async fn has_result(store: &dyn BundleStore, run: &RunId, task: &TaskId) -> Result<bool> {
+    Ok(store.exists(run, &layout::task_pack(task)).await?
+        || store.exists(run, &layout::task_file(task, layout::TASK_RESULT)).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pack_gives_back_its_files_in_order_and_one_without_the_rest() {
+        let files: Vec<(&str, &[u8])> = vec![
+            ("result.json", b"{\"r\":1}"),
+            ("trace.jsonl", b"{\"step\":0}\n"),
+            (
+                "artifacts/a/very/long/path/that/is/longer/than/a/hundred/characters/of/an/old/tar/header/to/hold/patch.diff",
+                b"diff",
+            ),
+        ];
+        let bytes = pack(&files).unwrap();
+        let back = unpack(&bytes, "t").unwrap();
+        assert!(back.packed);
+        assert_eq!(back.names().collect::<Vec<_>>(), files.iter().map(|(n, _)| *n).collect::<Vec<_>>());
+        assert_eq!(back.get("trace.jsonl"), Some(&b"{\"step\":0}\n"[..]));
+        assert_eq!(unpack_one(&bytes, "result.json", "t").unwrap().unwrap(), b"{\"r\":1}");
+        assert_eq!(unpack_one(&bytes, "nope", "t").unwrap(), None);
+        let mut pieces = Vec::new();
+        assert_eq!(unpack_chunks(&bytes, "trace.jsonl", "t", &mut |p| pieces.extend_from_slice(p)).unwrap(), Some(11));
+        assert_eq!(pieces, b"{\"step\":0}\n");
+    }
+
+    #[test]
+    fn what_is_not_a_pack_or_escapes_it_is_corrupt() {
+        let e = unpack(b"not gzip", "tasks/t1.tar.gz").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corrupt);
+        assert!(e.to_string().contains("tasks/t1.tar.gz"), "{e}");
+        assert!(pack(&[("../x", b"")]).is_err());
+        // A tar whose entry climbs out, made by hand (the builder refuses `..`).
+        let mut header = tar::Header::new_gnu();
+        header.as_gnu_mut().unwrap().name[..4].copy_from_slice(b"../x");
+        header.set_size(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let mut raw = header.as_bytes().to_vec();
+        raw.extend_from_slice(&[0u8; 1024]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &raw).unwrap();
+        let e = unpack(&gz.finish().unwrap(), "p").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    }
+
+    #[test]
+    fn pack_paths_name_their_task() {
+        assert_eq!(task_of_pack("tasks/t1.tar.gz"), Some("t1"));
+        assert_eq!(task_of_pack("tasks/t1/result.json"), None);
+        assert_eq!(task_of_pack("tasks/.tar.gz"), None);
+        assert_eq!(task_of_pack("jobs/j1/attempt-1/tasks/t1.tar.gz"), None);
+    }
+}
