@@ -61,14 +61,13 @@ pub fn job_dir(job: &JobId, attempt: u32) -> String {
     format!("jobs/{job}/attempt-{attempt}")
 }
 
-/// Where a job attempt stages a task's streamed files (the trace, attachments) until the attempt
-/// is the one that counts and publishes them into the task folder: a losing duplicate's files
-/// never reach `tasks/`.
-pub fn staged_task_file(job: &JobId, attempt: u32, task: &TaskId, file: &str) -> String {
-    format!("{}/tasks/{task}/{file}", job_dir(job, attempt))
+/// Where a job attempt streams a task's trace while the task runs: one file beside the others
+/// of the attempt (no folder per task), which becomes the task's pack when it ends.
+pub fn staged_task_trace(job: &JobId, attempt: u32, task: &TaskId) -> String {
+    format!("{}/tasks/{task}.{TASK_TRACE}", job_dir(job, attempt))
 }
 
-/// The folder of a job attempt's staged files for one task.
+/// The folder of a job attempt's staged files for one task (workers of before schema 1.1).
 pub fn staged_task_dir(job: &JobId, attempt: u32, task: &TaskId) -> String {
     format!("{}/tasks/{task}/", job_dir(job, attempt))
 }

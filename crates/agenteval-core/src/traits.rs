@@ -352,6 +352,20 @@ pub trait BundleStore: Send + Sync {
     async fn list_sized(&self, run: &RunId, prefix: &str) -> Result<Vec<(String, Option<u64>)>> {
         Ok(self.list(run, prefix).await?.into_iter().map(|p| (p, None)).collect())
     }
+    /// `list_sized`, a file at a time, in no particular order: how sealing goes over a bundle
+    /// of a million files without holding its listing. The default lists, then hands each;
+    /// stores that can walk as they go override it.
+    async fn list_sized_each(
+        &self,
+        run: &RunId,
+        prefix: &str,
+        f: &mut (dyn FnMut(String, Option<u64>) + Send),
+    ) -> Result<()> {
+        for (p, size) in self.list_sized(run, prefix).await? {
+            f(p, size);
+        }
+        Ok(())
+    }
     /// Makes whole any run-long file still held as parts because its writer died before
     /// finishing it (stores that write such files in parts override it).
     async fn join_parts(&self, run: &RunId) -> Result<()> {
@@ -367,6 +381,14 @@ pub trait BundleStore: Send + Sync {
     async fn rename(&self, run: &RunId, from: &str, to: &str) -> Result<()> {
         let bytes = self.get(run, from).await?;
         self.put(run, to, &bytes).await
+    }
+    /// Writes `bytes` as `to` and removes `from` (a missing `from` is not an error): how a
+    /// worker turns a task's streamed trace into its pack. The default puts and deletes;
+    /// stores where creating and removing files is dear override it (on disk, the same file is
+    /// rewritten and renamed: none is created or removed).
+    async fn replace(&self, run: &RunId, from: &str, to: &str, bytes: &[u8]) -> Result<()> {
+        self.put(run, to, bytes).await?;
+        self.delete(run, from).await
     }
     /// Removes a file; a missing one is not an error. On disk, folders it leaves empty go too.
     /// How a worker clears what it staged for a task once the task's pack is published. The

@@ -88,6 +88,18 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
         "delete removes only its file"
     );
 
+    // A streamed trace turned into its task's pack.
+    let (trace, pack) = ("jobs/j1/attempt-1/tasks/t1.trace.jsonl", "jobs/j1/attempt-1/tasks/t1.tar.gz");
+    let mut a = store.open_appender(&cleared, trace).await.unwrap();
+    a.append(b"{\"step\":0}\n").await.unwrap();
+    a.finish().await.unwrap();
+    store.replace(&cleared, trace, pack, b"packed").await.unwrap();
+    assert_eq!(store.get(&cleared, pack).await.unwrap(), b"packed");
+    assert!(!store.exists(&cleared, trace).await.unwrap(), "replace removes the file it replaces");
+    let (none, pack2) = ("jobs/j1/attempt-1/tasks/t2.trace.jsonl", "jobs/j1/attempt-1/tasks/t2.tar.gz");
+    store.replace(&cleared, none, pack2, b"p2").await.unwrap();
+    assert_eq!(store.get(&cleared, pack2).await.unwrap(), b"p2", "replace without a file to replace puts");
+
     let all = store.list(&run, "").await.unwrap();
     assert_eq!(all, vec!["a.json", "tasks/t1/result.json", "tasks/t2/result.json"], "list is sorted and run-scoped");
     let tasks = store.list(&run, "tasks/").await.unwrap();
@@ -103,6 +115,13 @@ pub async fn bundle_store_suite(store: Arc<dyn BundleStore>) {
         ],
         "list_sized is list with the sizes the listing gives"
     );
+    let mut each = Vec::new();
+    store.list_sized_each(&run, "", &mut |p, size| each.push((p, size))).await.unwrap();
+    each.sort();
+    assert_eq!(each, sized, "list_sized_each hands what list_sized lists");
+    let mut under = Vec::new();
+    store.list_sized_each(&run, "tasks/t1", &mut |p, _| under.push(p)).await.unwrap();
+    assert_eq!(under, vec!["tasks/t1/result.json"], "list_sized_each honours the prefix");
 
     let empty: Vec<u8> = vec![];
     store.put(&run, "empty.txt", &empty).await.unwrap();

@@ -49,6 +49,58 @@ impl KnownSum {
     }
 }
 
+/// The sums of a run's task packs, as sealing read them: keyed by a 64-bit hash of the task id
+/// rather than the id (at 1,000,000 tasks 48 MB instead of some 100), sorted for lookup. Two ids
+/// of one hash (odds of about 1 in 10^7 at a million tasks) are both forgotten: their packs are
+/// read again, so a collision costs a read, never a wrong sum.
+#[derive(Debug, Default)]
+pub struct PackSums {
+    entries: Vec<(u64, KnownSum)>,
+}
+
+impl PackSums {
+    fn key(task: &str) -> u64 {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        task.hash(&mut h);
+        h.finish()
+    }
+
+    pub fn push(&mut self, task: &str, sum: KnownSum) {
+        self.entries.push((Self::key(task), sum));
+    }
+
+    /// Sorts for lookup; a hash held by two tasks is dropped for both.
+    pub fn finish(&mut self) {
+        self.entries.sort_unstable_by_key(|(k, _)| *k);
+        let mut kept: Vec<(u64, KnownSum)> = Vec::with_capacity(self.entries.len());
+        let mut dup = None;
+        for e in self.entries.drain(..) {
+            if kept.last().is_some_and(|(k, _)| *k == e.0) || dup == Some(e.0) {
+                kept.pop_if(|(k, _)| *k == e.0);
+                dup = Some(e.0);
+                continue;
+            }
+            kept.push(e);
+        }
+        kept.shrink_to_fit();
+        self.entries = kept;
+    }
+
+    pub fn get(&self, task: &str) -> Option<KnownSum> {
+        let key = Self::key(task);
+        self.entries.binary_search_by_key(&key, |(k, _)| *k).ok().map(|i| self.entries[i].1)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 type Written = Arc<Mutex<BTreeMap<String, FileSum>>>;
 
 /// A `BundleStore` that remembers the size and checksum of every file written through it (by
@@ -103,6 +155,16 @@ impl BundleStore for RecordingStore {
     async fn delete(&self, run: &RunId, path: &str) -> Result<()> {
         self.written.lock().expect("recording lock").remove(path);
         self.inner.delete(run, path).await
+    }
+    async fn replace(&self, run: &RunId, from: &str, to: &str, bytes: &[u8]) -> Result<()> {
+        {
+            let mut w = self.written.lock().expect("recording lock");
+            w.remove(from);
+            w.remove(to);
+        }
+        self.inner.replace(run, from, to, bytes).await?;
+        self.written.lock().expect("recording lock").insert(to.to_string(), FileSum::of(bytes));
+        Ok(())
     }
     async fn read_chunks(&self, run: &RunId, path: &str, f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send)) -> Result<u64> {
         self.inner.read_chunks(run, path, f).await
@@ -225,8 +287,8 @@ pub struct ManifestHints {
     /// Task id → the job attempt that wrote its result (from the results sealing read), for
     /// tasks kept as folders (bundles before schema 1.1).
     pub producers: HashMap<String, (JobId, u32)>,
-    /// Task id → the sum of its pack, taken from the bytes sealing read for its result.
-    pub packs: HashMap<String, KnownSum>,
+    /// The sum of each task's pack, taken from the bytes sealing read for its result.
+    pub packs: PackSums,
     /// Files the sealing controller wrote itself.
     pub written: BTreeMap<String, FileSum>,
     /// Entries of a manifest written moments ago over the same files (re-sealing after adding a
@@ -252,12 +314,7 @@ impl ManifestHints {
 
     /// The known sums: the seal's own writes, the previous manifest, then the parts of the
     /// attempts that produced each task's result.
-    pub(super) async fn known(
-        &self,
-        store: &dyn BundleStore,
-        run: &RunId,
-        listed: &[(String, Option<u64>)],
-    ) -> Result<HashMap<String, KnownSum>> {
+    pub(super) async fn known(&self, store: &dyn BundleStore, run: &RunId) -> Result<HashMap<String, KnownSum>> {
         use futures::StreamExt as _;
         let mut known: HashMap<String, KnownSum> = self
             .previous
@@ -269,9 +326,10 @@ impl ManifestHints {
             return Ok(known);
         }
         let wanted: std::collections::HashSet<(&JobId, u32)> = self.producers.values().map(|(j, a)| (j, *a)).collect();
+        let listed = store.list(run, "jobs/").await?;
         let parts: Vec<(JobId, u32, &str)> = listed
             .iter()
-            .filter_map(|(p, _)| {
+            .filter_map(|p| {
                 let rest = p.strip_prefix("jobs/")?.strip_suffix(&format!("/{}", layout::JOB_FILES))?;
                 let (job, attempt) = rest.split_once("/attempt-")?;
                 Some((job.parse().ok()?, attempt.parse().ok()?, p.as_str()))

@@ -29,7 +29,9 @@ fn pack_outcome(
         files.push((layout::TASK_SPANS, spans));
     }
     files.push((layout::TASK_LOG, &log));
-    files.extend(others.iter().map(|(n, b)| (n.as_str(), b.as_slice())));
+    // An attachment never stands in for one of the task's own files.
+    let own = [layout::TASK_RESULT, layout::TASK_TRACE, layout::TASK_SPANS, layout::TASK_LOG, layout::TASK_SCORES];
+    files.extend(others.iter().filter(|(n, _)| !own.contains(&n.as_str())).map(|(n, b)| (n.as_str(), b.as_slice())));
     taskpack::pack(&files)
 }
 
@@ -47,35 +49,31 @@ pub async fn write_task_outcome(
     store.put(&result.run_id, &layout::task_pack(&result.task_id), &pack).await
 }
 
-/// Packs a finished task into its job attempt's staging folder: the outcome, with the trace and
-/// attachments the attempt streamed there. Nothing reaches `tasks/` until [`publish_staged`].
+/// Packs a finished task into its job attempt's staging folder: the outcome, the trace the
+/// attempt streamed there and `kept` (attachments, `artifacts/…`). The streamed trace's file
+/// becomes the pack (`BundleStore::replace`). Nothing reaches `tasks/` until [`publish_staged`].
 pub async fn stage_task_pack(
     store: &dyn BundleStore,
     result: &TaskResult,
     log: &str,
     spans: Option<&[u8]>,
+    kept: &[(String, Vec<u8>)],
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<()> {
     let (run, job, attempt, task) = (&result.run_id, &result.job_id, result.attempt, &result.task_id);
-    let dir = layout::staged_task_dir(job, attempt, task);
-    let mut trace = Vec::new();
-    let mut others = Vec::new();
-    for path in store.list(run, &dir).await? {
-        let name = &path[dir.len()..];
-        let bytes = store.get(run, &path).await?;
-        if name == layout::TASK_TRACE {
-            trace = bytes;
-        } else if !layout::TASK_FILES.contains(&name) && name != layout::TASK_SPANS {
-            others.push((name.to_string(), bytes));
-        }
-    }
-    let pack = pack_outcome(result, log, spans, &trace, &others, redact)?;
-    store.put(run, &layout::staged_task_pack(job, attempt, task), &pack).await
+    let staged = layout::staged_task_trace(job, attempt, task);
+    let trace = match store.get(run, &staged).await {
+        Ok(t) => t,
+        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let pack = pack_outcome(result, log, spans, &trace, kept, redact)?;
+    store.replace(run, &staged, &layout::staged_task_pack(job, attempt, task), &pack).await
 }
 
-/// Moves what a job attempt staged for `task` into place and clears its staging folder.
-/// Returns whether anything was staged. A pack already moved (by the seal finishing a
-/// publication, or the other way round) is not an error.
+/// Moves what a job attempt staged for `task` into place. Returns whether anything was staged.
+/// A pack already moved (by the seal finishing a publication, or the other way round) is not
+/// an error.
 pub async fn publish_staged(
     store: &dyn BundleStore,
     run: &RunId,
@@ -83,21 +81,16 @@ pub async fn publish_staged(
     attempt: u32,
     task: &TaskId,
 ) -> Result<bool> {
-    let dir = layout::staged_task_dir(job, attempt, task);
-    let moved = match store.rename(run, &layout::staged_task_pack(job, attempt, task), &layout::task_pack(task)).await {
-        Ok(()) => true,
-        Err(e) if e.kind() == ErrorKind::NotFound => false,
-        Err(e) => return Err(e),
-    };
-    let staged = store.list(run, &dir).await?;
-    if !moved {
-        // A worker of before schema 1.1 (an older image on a fleet) staged a task folder.
-        return publish_staged_folder(store, run, &dir, task, staged).await;
+    match store.rename(run, &layout::staged_task_pack(job, attempt, task), &layout::task_pack(task)).await {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            // A worker of before schema 1.1 (an older image on a fleet) staged a task folder.
+            let dir = layout::staged_task_dir(job, attempt, task);
+            let staged = store.list(run, &dir).await?;
+            publish_staged_folder(store, run, &dir, task, staged).await
+        }
+        Err(e) => Err(e),
     }
-    for path in staged {
-        store.delete(run, &path).await?;
-    }
-    Ok(true)
 }
 
 /// The folder layout's publication: every staged file into `tasks/<id>/`, `result.json` last.

@@ -13,7 +13,7 @@ use sha2::Digest as _;
 
 use std::sync::Arc;
 
-use super::files::{KnownSum, ManifestHints, RecordingStore};
+use super::files::{KnownSum, ManifestHints, PackSums, RecordingStore};
 use super::{READ_CONCURRENCY, read_json, to_json_bytes};
 use agenteval_judge::samples::{REPORT_VALUE_CHARS, Sample};
 
@@ -41,8 +41,8 @@ pub struct Summarized {
     /// Task id → the job attempt that wrote its result (what sealing trusts a manifest part of),
     /// for tasks kept as folders.
     pub producers: std::collections::HashMap<String, (agenteval_core::JobId, u32)>,
-    /// Task id → the sum of its pack (read here for its result, so the manifest need not).
-    pub packs: std::collections::HashMap<String, KnownSum>,
+    /// The sum of each task's pack (read here for its result, so the manifest need not).
+    pub packs: PackSums,
     /// The samples of the first `SEAL_TRACE_LIMIT` failing and passing tasks, made from the
     /// results read here so the report does not read them again (without their specs).
     pub samples: std::collections::BTreeMap<String, Sample>,
@@ -103,9 +103,11 @@ pub async fn summarize(
             s.observe(&r);
         }
         match pack {
-            Some(sum) => out.packs.insert(r.task_id.to_string(), sum).map(|_| ()),
-            None => out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt)).map(|_| ()),
-        };
+            Some(sum) => out.packs.push(r.task_id.as_str(), sum),
+            None => {
+                out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt));
+            }
+        }
         let line = ResultLine::from(&r);
         serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
         out.lines.push(b'\n');
@@ -132,6 +134,7 @@ pub async fn summarize(
             out.failures.push(Failure { task_id: r.task_id.to_string(), reason });
         }
     }
+    out.packs.finish();
     if let Some(mut a) = appender {
         a.append(&out.lines).await?;
         a.finish().await?;
@@ -290,32 +293,70 @@ pub async fn seal_contents(
     Ok((summary, hints))
 }
 
-/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads). The bucket is listed
-/// once; a file is read and checksummed only when `hints` do not vouch for it (a known sum of
-/// the size the listing shows), so sealing a large S3 bundle costs a listing, not a GET per file.
+/// Writes `manifest.json` entry by entry (the same JSON `Manifest` reads). The bundle is walked
+/// once, without holding its listing: a file whose sum `hints` know (of the size the walk shows)
+/// has its entry written to a temporary file at once; the few others (job specs and logs,
+/// config, spans) are read and checksummed after. Sealing a large S3 bundle so costs a listing,
+/// not a GET per file, and a million-task bundle's seal no map of its files.
 pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &ManifestHints) -> Result<()> {
-    let listed = store.list_sized(run, "").await?;
-    let known = hints.known(store, run, &listed).await?;
-    let paths = listed.iter().filter(|(p, _)| p.as_str() != layout::MANIFEST).map(|(p, size)| {
-        let k = known.get(p).or_else(|| taskpack::task_of_pack(p).and_then(|t| hints.packs.get(t)));
-        (p, k.filter(|k| size.is_some_and(|s| s == k.size)).copied())
-    });
+    use std::io::{Read as _, Seek as _, Write as _};
+    let known = hints.known(store, run).await?;
+    let spill_io = |e| agenteval_core::Error::io("a temporary file of manifest entries", e);
+    let mut spill = std::io::BufWriter::new(tempfile::tempfile().map_err(spill_io)?);
+    let (mut to_read, mut spilled, mut failed) = (Vec::new(), 0u64, None);
+    store
+        .list_sized_each(run, "", &mut |path, size| {
+            if path == layout::MANIFEST || failed.is_some() {
+                return;
+            }
+            let k =
+                known.get(&path).copied().or_else(|| taskpack::task_of_pack(&path).and_then(|t| hints.packs.get(t)));
+            match k.filter(|k| size == Some(k.size)) {
+                Some(k) => {
+                    let mut entry = Vec::with_capacity(path.len() + 100);
+                    entry.extend_from_slice(if spilled == 0 { b"\n    " } else { b",\n    " });
+                    entry_json(&mut entry, &path, &hex::encode(k.sha256), k.size);
+                    if let Err(e) = spill.write_all(&entry) {
+                        failed = Some(e);
+                    }
+                    spilled += 1;
+                }
+                None => to_read.push(path),
+            }
+        })
+        .await?;
+    if let Some(e) = failed {
+        return Err(spill_io(e));
+    }
+    let mut spill = spill.into_inner().map_err(|e| spill_io(e.into_error()))?;
+    spill.rewind().map_err(spill_io)?;
     // Written in pieces where the store can make them appear at once; else held and put whole.
     let mut writer = store.open_writer(run, layout::MANIFEST).await?;
-    let mut out = Vec::with_capacity(if writer.is_some() { MANIFEST_CHUNK + 4096 } else { listed.len() * 130 });
+    let mut out = Vec::with_capacity(MANIFEST_CHUNK + 4096);
     out.extend_from_slice(
         format!("{{\n  \"schema_version\": \"{SCHEMA_VERSION}\",\n  \"run_id\": \"{run}\",\n  \"files\": {{")
             .as_bytes(),
     );
-    let mut first = true;
-    let mut files = futures::stream::iter(paths)
-        .map(|(path, known)| async move {
-            if let Some(k) = known {
-                return Ok((path, hex::encode(k.sha256), k.size));
-            }
+    let mut piece = vec![0u8; MANIFEST_CHUNK];
+    loop {
+        let n = spill.read(&mut piece).map_err(spill_io)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&piece[..n]);
+        if let Some(w) = writer.as_mut()
+            && out.len() >= MANIFEST_CHUNK
+        {
+            w.append(&out).await?;
+            out.clear();
+        }
+    }
+    let mut first = spilled == 0;
+    let mut files = futures::stream::iter(to_read)
+        .map(|path| async move {
             // A piece at a time: a large file (results.jsonl of a big run) is never held whole.
             let mut hasher = sha2::Sha256::new();
-            let len = store.read_chunks(run, path, &mut |piece| hasher.update(piece)).await?;
+            let len = store.read_chunks(run, &path, &mut |piece| hasher.update(piece)).await?;
             Ok::<_, agenteval_core::Error>((path, hex::encode(hasher.finalize()), len))
         })
         .buffered(READ_CONCURRENCY);
@@ -323,8 +364,7 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &Manife
         let (path, sha, len) = file?;
         out.extend_from_slice(if first { b"\n    " } else { b",\n    " });
         first = false;
-        serde_json::to_writer(&mut out, path).expect("paths serialize");
-        out.extend_from_slice(format!(": {{\"sha256\": \"{sha}\", \"size\": {len}}}").as_bytes());
+        entry_json(&mut out, &path, &sha, len);
         if let Some(w) = writer.as_mut()
             && out.len() >= MANIFEST_CHUNK
         {
@@ -340,6 +380,12 @@ pub async fn write_manifest(store: &dyn BundleStore, run: &RunId, hints: &Manife
         }
         None => store.put(run, layout::MANIFEST, &out).await,
     }
+}
+
+/// One manifest entry, `"PATH": {"sha256": "…", "size": N}`.
+fn entry_json(out: &mut Vec<u8>, path: &str, sha: &str, size: u64) {
+    serde_json::to_writer(&mut *out, path).expect("paths serialize");
+    out.extend_from_slice(format!(": {{\"sha256\": \"{sha}\", \"size\": {size}}}").as_bytes());
 }
 
 /// Bytes of `manifest.json` written at a time when the store takes it in pieces.

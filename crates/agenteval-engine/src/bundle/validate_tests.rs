@@ -59,20 +59,22 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
     let run = RunId::new();
     let mut table = TaskTable::default();
     for t in TASKS {
-        table.push(&TaskSpec {
-            id: t.parse().unwrap(),
-            input: json!("q"),
-            expected: None,
-            tags: vec![],
-            evaluators: vec![],
-            metadata: Value::Null,
-            environment: None,
-            content: None,
-            tests: None,
-            solution: None,
-        });
+        table
+            .push(&TaskSpec {
+                id: t.parse().unwrap(),
+                input: json!("q"),
+                expected: None,
+                tags: vec![],
+                evaluators: vec![],
+                metadata: Value::Null,
+                environment: None,
+                content: None,
+                tests: None,
+                solution: None,
+            })
+            .unwrap();
     }
-    store.put(&run, layout::TASKS, table.jsonl()).await.unwrap();
+    store.put(&run, layout::TASKS, &table.jsonl()).await.unwrap();
     store.put(&run, layout::CONFIG, b"{}\n").await.unwrap();
     let now = Utc::now();
     let meta = Metadata {

@@ -230,7 +230,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
                     rep
                 });
                 let t = rep.as_ref().unwrap_or(&t);
-                if task_images { held.push(t.clone()) } else { tasks.push(t) }
+                if task_images { held.push(t.clone()) } else { tasks.push(t)? }
             }
             Ok(())
         })
@@ -238,7 +238,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     let packed = if task_images {
         let packed = images::prepare(&config, opts.resolver.as_ref(), backend.as_ref(), &mut held).await?;
         for t in &held {
-            tasks.push(t);
+            tasks.push(t)?;
         }
         Some(packed)
     } else {
@@ -281,7 +281,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         set: opts.set.as_ref().map(|s| s.member.clone()),
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
-    store.put(&run_id, layout::TASKS, tasks.jsonl()).await?;
+    tasks.write_to(store.as_ref(), &run_id, layout::TASKS).await?;
     store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let record = RunRecord {
         run_id,

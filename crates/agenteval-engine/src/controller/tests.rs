@@ -107,10 +107,10 @@ impl Scripted {
                 continue;
             }
             let result = scripted_result(spec, &t.id, 0.01, 0);
-            let staged = |name: &str| layout::staged_task_file(&spec.job_id, spec.attempt, &t.id, name);
-            self.store.put(&spec.run_id, &staged(layout::TASK_TRACE), b"").await?;
-            crate::bundle::stage_task_pack(self.store.as_ref(), &result, "staged\n", None, &|s: &str| s.to_string())
-                .await?;
+            let staged = layout::staged_task_trace(&spec.job_id, spec.attempt, &t.id);
+            self.store.put(&spec.run_id, &staged, b"").await?;
+            let keep = |s: &str| s.to_string();
+            crate::bundle::stage_task_pack(self.store.as_ref(), &result, "staged\n", None, &[], &keep).await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
         }
         Ok(())
@@ -440,9 +440,10 @@ async fn the_seal_publishes_what_a_dead_winner_left_staged() {
         let pack = store.get(&out.run_id, &layout::task_pack(&task)).await.unwrap();
         let files = agenteval_core::taskpack::unpack(&pack, id).unwrap();
         assert_eq!(files.names().collect::<Vec<_>>(), ["result.json", "trace.jsonl", "worker.log"], "the pack moved");
-        let left =
-            store.list(&out.run_id, &layout::staged_task_dir(&"j000002".parse().unwrap(), 1, &task)).await.unwrap();
-        assert!(left.is_empty(), "{left:?}");
+        let job = "j000002".parse().unwrap();
+        for left in [layout::staged_task_trace(&job, 1, &task), layout::staged_task_pack(&job, 1, &task)] {
+            assert!(!store.exists(&out.run_id, &left).await.unwrap(), "{left} left staged");
+        }
     }
 }
 

@@ -131,7 +131,7 @@ impl TraceSink {
     async fn open(ctx: &Ctx, task: &TaskSpec, limits: Limits, spans: CallSpans) -> Result<TraceSink> {
         // Staged under the job attempt: only the attempt that counts publishes it into the task
         // folder (`write_outcome`), so a duplicate or superseded attempt never touches it.
-        let staged = layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, layout::TASK_TRACE);
+        let staged = layout::staged_task_trace(&ctx.job.job_id, ctx.job.attempt, &task.id);
         let appender = ctx.store.open_appender(&ctx.run_id, &staged).await?;
         Ok(TraceSink {
             run_id: ctx.run_id,
@@ -208,7 +208,7 @@ impl EventSink for TraceSink {
     async fn attach(&mut self, name: &str, bytes: Vec<u8>) {
         // A plain file name only: an agent does not choose where in the bundle it writes.
         let plain = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
-        if plain && !name.starts_with('.') && !layout::TASK_FILES.contains(&name) {
+        if plain && !name.starts_with('.') && !layout::TASK_FILES.contains(&name) && name != layout::TASK_SPANS {
             self.attachments.retain(|(n, _)| n != name);
             self.attachments.push((name.to_string(), bytes));
         }
@@ -274,8 +274,7 @@ pub(super) async fn run_agent(
     sink.spans.finish();
     for (name, bytes) in std::mem::take(&mut sink.attachments) {
         let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
-        let staged = layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &name);
-        ctx.store.put(&ctx.run_id, &staged, text.as_bytes()).await?;
+        ctx.keep(&task.id, name, text.into_bytes());
     }
     if let Some(e) = sink.write_error.take() {
         telemetry::set_error(&execute, &ctx.redactor.redact(&e.to_string()));

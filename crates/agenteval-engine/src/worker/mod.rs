@@ -15,7 +15,7 @@ use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
-use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
+use agenteval_core::{Error, ErrorKind, Result, RunId, TaskId, taskpack};
 use chrono::Utc;
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::json;
@@ -65,6 +65,28 @@ struct Ctx {
     regrade: Option<regrade::Source>,
     /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
     _fetched_cassettes: Option<tempfile::TempDir>,
+    /// Files of a running task that go into its pack besides its trace (attachments such as
+    /// `cassette.jsonl`, `artifacts/…`), by task: held until the pack is made rather than
+    /// staged, so no file is created and removed for them.
+    kept: std::sync::Mutex<std::collections::HashMap<TaskId, Kept>>,
+}
+
+/// Files kept for a task's pack: `(name in the pack, bytes)`.
+type Kept = Vec<(String, Vec<u8>)>;
+
+impl Ctx {
+    /// Keeps a file for `task`'s pack (a later one of the same name replaces it).
+    fn keep(&self, task: &TaskId, name: String, bytes: Vec<u8>) {
+        let mut kept = self.kept.lock().expect("not poisoned");
+        let files = kept.entry(task.clone()).or_default();
+        files.retain(|(n, _)| *n != name);
+        files.push((name, bytes));
+    }
+
+    /// What was kept for `task`'s pack, in the order kept.
+    fn take_kept(&self, task: &TaskId) -> Kept {
+        self.kept.lock().expect("not poisoned").remove(task).unwrap_or_default()
+    }
 }
 
 /// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
@@ -197,6 +219,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         live: std::sync::Mutex::new(Vec::new()),
         regrade,
         _fetched_cassettes: fetched_cassettes,
+        kept: Default::default(),
         evaluators,
         secrets,
         redactor,
@@ -487,7 +510,8 @@ async fn write_outcome(
     // it has published is finished by the seal (`controller::finish_publishing`).
     let (job, run) = (&ctx.job.job_id, &ctx.run_id);
     let redact = |t: &str| ctx.redactor.redact(t);
-    stage_task_pack(ctx.store.as_ref(), &result, &log, spans.as_deref(), &redact).await?;
+    let kept = ctx.take_kept(&task.id);
+    stage_task_pack(ctx.store.as_ref(), &result, &log, spans.as_deref(), &kept, &redact).await?;
     if !ctx.index.record_task(run, &TaskTransition::completed(&result)).await? {
         tracing::warn!(task = %task.id, attempt, "another attempt completed this task first; publishing nothing");
         return Ok(());
@@ -614,14 +638,12 @@ async fn tear_down_live(ctx: &Ctx) {
     }
 }
 
-/// What the agent left: its patch against the starting state and the listed artifacts, into
-/// the attempt's staged `artifacts/` (published with the task's other files).
+/// What the agent left: its patch against the starting state and the listed artifacts, kept
+/// for the task's pack as `artifacts/…`.
 async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Vec<String>) -> Result<()> {
     let max = ctx.config.environment.artifact_bytes();
-    let staged =
-        |name: &str| layout::staged_task_file(&ctx.job.job_id, ctx.job.attempt, &task.id, &format!("artifacts/{name}"));
     if let Some(patch) = crate::environments::patch(s, max as usize).await {
-        ctx.store.put(&ctx.run_id, &staged("patch.diff"), ctx.redactor.redact(&patch).as_bytes()).await?;
+        ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes());
     }
     if ctx.config.environment.artifacts.is_empty() {
         return Ok(());
@@ -643,7 +665,7 @@ async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Ve
     for f in files {
         let rel = f.strip_prefix(dir.path()).expect("below the folder").to_string_lossy().into_owned();
         let bytes = std::fs::read(&f).map_err(|e| Error::io(format!("reading artifact {rel}"), e))?;
-        ctx.store.put(&ctx.run_id, &staged(&rel), &bytes).await?;
+        ctx.keep(&task.id, format!("artifacts/{rel}"), bytes);
     }
     Ok(())
 }

@@ -816,7 +816,7 @@ storage:
     }
     let bundle = std::fs::read_dir(ws.runs()).unwrap().flatten().map(|e| e.path()).find(|p| p.is_dir()).unwrap();
     // Staged under the job attempt that was killed (it never got to publish it).
-    let trace = crate::util::read_text(bundle.join("jobs/j000001/attempt-1/tasks/long/trace.jsonl")).unwrap();
+    let trace = std::fs::read_to_string(bundle.join("jobs/j000001/attempt-1/tasks/long.trace.jsonl")).unwrap();
     let events = trace.lines().filter(|l| !l.is_empty()).count();
     assert!(events >= before, "{before} events sent before the kill, {events} in the trace");
     for line in trace.lines().filter(|l| !l.is_empty()) {

@@ -257,7 +257,7 @@ pub fn signal_a_worker_mid_task(ws: &Workspace, signal: nix::sys::signal::Signal
             let spec: serde_json::Value = serde_json::from_slice(&spec).unwrap();
             let task = spec["tasks"][0]["id"].as_str().unwrap().to_string();
             // The attempt stages its trace beside its job spec until it publishes it.
-            let staged = job.parent().unwrap().join(format!("tasks/{task}/trace.jsonl"));
+            let staged = job.parent().unwrap().join(format!("tasks/{task}.trace.jsonl"));
             if staged.exists() {
                 nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
                 victim = Some(task);
