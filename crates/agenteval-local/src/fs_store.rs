@@ -50,7 +50,7 @@ fn open_bundle_file(run_dir: &Path, p: &Path) -> std::io::Result<std::fs::File> 
     // its folder's path component by component: a measurable share of every read at a task
     // pack per task), against where the run's folder really is.
     let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).or_else(|_| p.canonicalize());
-    let inside = match (run_dir.canonicalize(), opened) {
+    let inside = match (canonical(run_dir), opened) {
         (Ok(dir), Ok(real)) => real.starts_with(&dir),
         _ => false,
     };
@@ -58,6 +58,19 @@ fn open_bundle_file(run_dir: &Path, p: &Path) -> std::io::Result<std::fs::File> 
         return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "a link out of the bundle"));
     }
     Ok(file)
+}
+
+/// Where a run's folder really is, resolved once per folder and process (a path resolved
+/// component by component is some ten system calls, at every file read). A folder moved or
+/// linked elsewhere since only makes reads stricter: what it holds is then outside.
+fn canonical(dir: &Path) -> std::io::Result<PathBuf> {
+    static SEEN: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, PathBuf>>> = std::sync::Mutex::new(None);
+    if let Some(c) = SEEN.lock().expect("not poisoned").as_ref().and_then(|m| m.get(dir)) {
+        return Ok(c.clone());
+    }
+    let c = dir.canonicalize()?;
+    SEEN.lock().expect("not poisoned").get_or_insert_with(Default::default).insert(dir.to_path_buf(), c.clone());
+    Ok(c)
 }
 
 /// Writes `bytes` to `target` through a temporary sibling and a rename.

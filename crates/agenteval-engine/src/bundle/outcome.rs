@@ -49,25 +49,36 @@ pub async fn write_task_outcome(
     store.put(&result.run_id, &layout::task_pack(&result.task_id), &pack).await
 }
 
+/// A finished task's outcome, as its pack holds it.
+pub struct Outcome<'a> {
+    pub result: &'a TaskResult,
+    pub log: &'a str,
+    pub spans: Option<&'a [u8]>,
+    /// The trace as written, when the worker kept a copy; else it is read from staging.
+    pub trace: Option<Vec<u8>>,
+}
+
 /// Packs a finished task into its job attempt's staging folder: the outcome, the trace the
 /// attempt streamed there and `kept` (attachments, `artifacts/…`). The streamed trace's file
 /// becomes the pack (`BundleStore::replace`). Nothing reaches `tasks/` until [`publish_staged`].
 pub async fn stage_task_pack(
     store: &dyn BundleStore,
-    result: &TaskResult,
-    log: &str,
-    spans: Option<&[u8]>,
+    outcome: Outcome<'_>,
     kept: &[(String, Vec<u8>)],
     redact: &(dyn Fn(&str) -> String + Sync),
 ) -> Result<()> {
+    let result = outcome.result;
     let (run, job, attempt, task) = (&result.run_id, &result.job_id, result.attempt, &result.task_id);
     let staged = layout::staged_task_trace(job, attempt, task);
-    let trace = match store.get(run, &staged).await {
-        Ok(t) => t,
-        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-        Err(e) => return Err(e),
+    let trace = match outcome.trace {
+        Some(t) => t,
+        None => match store.get(run, &staged).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        },
     };
-    let pack = pack_outcome(result, log, spans, &trace, kept, redact)?;
+    let pack = pack_outcome(result, outcome.log, outcome.spans, &trace, kept, redact)?;
     store.replace(run, &staged, &layout::staged_task_pack(job, attempt, task), &pack).await
 }
 

@@ -110,7 +110,8 @@ impl Scripted {
             let staged = layout::staged_task_trace(&spec.job_id, spec.attempt, &t.id);
             self.store.put(&spec.run_id, &staged, b"").await?;
             let keep = |s: &str| s.to_string();
-            crate::bundle::stage_task_pack(self.store.as_ref(), &result, "staged\n", None, &[], &keep).await?;
+            let outcome = crate::bundle::Outcome { result: &result, log: "staged\n", spans: None, trace: None };
+            crate::bundle::stage_task_pack(self.store.as_ref(), outcome, &[], &keep).await?;
             self.index.record_task(&spec.run_id, &TaskTransition::completed(&result)).await?;
         }
         Ok(())

@@ -43,7 +43,13 @@ pub(super) struct TraceSink {
     cost_unknown: bool,
     /// Files the agent attached, written to the task's folder once it is done.
     attachments: Vec<(String, Vec<u8>)>,
+    /// What was written, while it is small: the task's pack takes it from here instead of
+    /// reading the staged file back.
+    pub(super) copy: Option<Vec<u8>>,
 }
+
+/// Trace bytes a sink keeps a copy of for the task's pack; a longer trace is read back.
+const COPY_BYTES: usize = 1 << 20;
 
 /// Payload bytes of trace events the worker keeps in memory for grading, so that its memory
 /// does not grow with the trace. Past it an event keeps its kind, usage and `tool` name (what the
@@ -98,6 +104,10 @@ impl TraceSink {
         if let Err(e) = self.appender.append(&line).await {
             self.write_error.get_or_insert(e);
         }
+        match &mut self.copy {
+            Some(c) if c.len() + line.len() <= COPY_BYTES => c.extend_from_slice(&line),
+            _ => self.copy = None,
+        }
         self.written_bytes = self.written_bytes.saturating_add(line.len() as u64);
         // Usage was checked on the way in (`emit`); saturating keeps a long trace of large but
         // believable numbers from wrapping.
@@ -149,6 +159,7 @@ impl TraceSink {
             spans,
             cost_unknown: false,
             attachments: Vec::new(),
+            copy: Some(Vec::new()),
         })
     }
 }

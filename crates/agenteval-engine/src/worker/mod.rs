@@ -71,16 +71,27 @@ struct Ctx {
     kept: std::sync::Mutex<std::collections::HashMap<TaskId, Kept>>,
 }
 
-/// Files kept for a task's pack: `(name in the pack, bytes)`.
-type Kept = Vec<(String, Vec<u8>)>;
+/// What is kept for a task's pack.
+#[derive(Default)]
+struct Kept {
+    /// Files besides the trace: `(name in the pack, bytes)`.
+    files: Vec<(String, Vec<u8>)>,
+    /// The whole trace as written, when it was small enough to keep.
+    trace: Option<Vec<u8>>,
+}
 
 impl Ctx {
     /// Keeps a file for `task`'s pack (a later one of the same name replaces it).
     fn keep(&self, task: &TaskId, name: String, bytes: Vec<u8>) {
         let mut kept = self.kept.lock().expect("not poisoned");
-        let files = kept.entry(task.clone()).or_default();
+        let files = &mut kept.entry(task.clone()).or_default().files;
         files.retain(|(n, _)| *n != name);
         files.push((name, bytes));
+    }
+
+    /// Keeps the copy of `task`'s whole trace its sink made.
+    fn keep_trace(&self, task: &TaskId, trace: Vec<u8>) {
+        self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = Some(trace);
     }
 
     /// What was kept for `task`'s pack, in the order kept.
@@ -511,7 +522,8 @@ async fn write_outcome(
     let (job, run) = (&ctx.job.job_id, &ctx.run_id);
     let redact = |t: &str| ctx.redactor.redact(t);
     let kept = ctx.take_kept(&task.id);
-    stage_task_pack(ctx.store.as_ref(), &result, &log, spans.as_deref(), &kept, &redact).await?;
+    let outcome = crate::bundle::Outcome { result: &result, log: &log, spans: spans.as_deref(), trace: kept.trace };
+    stage_task_pack(ctx.store.as_ref(), outcome, &kept.files, &redact).await?;
     if !ctx.index.record_task(run, &TaskTransition::completed(&result)).await? {
         tracing::warn!(task = %task.id, attempt, "another attempt completed this task first; publishing nothing");
         return Ok(());
@@ -757,6 +769,9 @@ async fn run_and_grade(
     sink.appender.finish().await?;
     if let Some(e) = sink.write_error.take() {
         return Err(e);
+    }
+    if let Some(copy) = sink.copy.take() {
+        ctx.keep_trace(&task.id, copy);
     }
     Ok((agent, scores))
 }
