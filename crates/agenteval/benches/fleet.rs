@@ -14,8 +14,8 @@
 //! 100,000 zero-latency mock tasks (`AGENTEVAL_BENCH_SIZES=1000,10000,100000,1000000` to choose;
 //! a million needs the disk for its bundle), 1,000 per job, 2 in flight, each with its wall time,
 //! ms per task, the controller's and the whole fleet's peak memory, the bundle's bytes per task
-//! on disk and the seal (from the last task's result to the run's end). A figure that cannot be
-//! measured fails the benchmark: none is printed as 0.
+//! on disk, the seal (from the last task's result to the run's end) and `validate-bundle`'s
+//! time. A figure that cannot be measured fails the benchmark: none is printed as 0.
 
 #[path = "../tests/it/util/mod.rs"]
 mod util;
