@@ -66,25 +66,25 @@ impl PackSums {
         h.finish()
     }
 
+    /// Room for `n` sums at once (sealing knows how many tasks it reads): no growth by doubling.
+    pub fn with_capacity(n: usize) -> Self {
+        PackSums { entries: Vec::with_capacity(n) }
+    }
+
     pub fn push(&mut self, task: &str, sum: KnownSum) {
         self.entries.push((Self::key(task), sum));
     }
 
-    /// Sorts for lookup; a hash held by two tasks is dropped for both.
+    /// Sorts for lookup, in place; a hash held by two tasks answers for neither (its sums are
+    /// marked with a size no file has, so both packs are read).
     pub fn finish(&mut self) {
         self.entries.sort_unstable_by_key(|(k, _)| *k);
-        let mut kept: Vec<(u64, KnownSum)> = Vec::with_capacity(self.entries.len());
-        let mut dup = None;
-        for e in self.entries.drain(..) {
-            if kept.last().is_some_and(|(k, _)| *k == e.0) || dup == Some(e.0) {
-                kept.pop_if(|(k, _)| *k == e.0);
-                dup = Some(e.0);
-                continue;
+        for i in 1..self.entries.len() {
+            if self.entries[i].0 == self.entries[i - 1].0 {
+                self.entries[i].1.size = u64::MAX;
+                self.entries[i - 1].1.size = u64::MAX;
             }
-            kept.push(e);
         }
-        kept.shrink_to_fit();
-        self.entries = kept;
     }
 
     pub fn get(&self, task: &str) -> Option<KnownSum> {
@@ -98,6 +98,28 @@ impl PackSums {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod pack_sums_tests {
+    use super::*;
+
+    #[test]
+    fn sums_are_found_by_task_and_a_shared_hash_answers_for_neither() {
+        let sum = |b: u8| KnownSum { sha256: [b; 32], size: b as u64 };
+        let mut p = PackSums::with_capacity(3);
+        p.push("t1", sum(1));
+        p.push("t2", sum(2));
+        p.finish();
+        assert_eq!(p.get("t2"), Some(sum(2)));
+        assert_eq!(p.get("t3"), None);
+        // Two entries of one key, as two ids of one hash would make.
+        let mut d = PackSums::with_capacity(2);
+        d.entries = vec![(7, sum(1)), (7, sum(2)), (9, sum(3))];
+        d.finish();
+        assert_eq!(d.entries.iter().filter(|(_, s)| s.size == u64::MAX).count(), 2);
+        assert_eq!(d.entries[2].1, sum(3));
     }
 }
 
