@@ -199,28 +199,25 @@ impl Scorer for PassAtK {
     }
 }
 
-/// Pass rates by tag, for tasks whose tags it was given.
+/// Pass rates by tag: fed each task's tags beside its result (`observe_tags`).
 #[derive(Debug, Default)]
 pub struct TagRates {
-    tags: std::collections::HashMap<String, Vec<String>>,
     by_tag: BTreeMap<String, (u64, u64)>,
 }
 
 impl TagRates {
-    /// `tags`: task id → its tags.
-    pub fn new(tags: std::collections::HashMap<String, Vec<String>>) -> Self {
-        TagRates { tags, by_tag: BTreeMap::new() }
+    pub fn observe_tags(&mut self, tags: &[String], passed: bool) {
+        for t in tags {
+            let (n, p) = self.by_tag.entry(t.clone()).or_default();
+            *n += 1;
+            *p += u64::from(passed);
+        }
     }
 }
 
 impl Scorer for TagRates {
-    fn observe(&mut self, r: &TaskResult) {
-        for t in self.tags.get(r.task_id.as_str()).into_iter().flatten() {
-            let (n, p) = self.by_tag.entry(t.clone()).or_default();
-            *n += 1;
-            *p += u64::from(r.passed);
-        }
-    }
+    // The tags come with `observe_tags`: a result does not carry them.
+    fn observe(&mut self, _r: &TaskResult) {}
 
     fn finish(&self, s: &mut RunSummary) {
         s.tags = self

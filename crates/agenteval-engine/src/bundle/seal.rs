@@ -51,47 +51,112 @@ pub struct Summarized {
 /// Lines written per append when streaming `results.jsonl`.
 const RESULTS_CHUNK: usize = 256 * 1024;
 
-/// Task id → tags, for the tasks of `tasks.jsonl` that have any (nothing when it cannot be read:
-/// a summary never fails for want of tags).
-async fn task_tags(store: &dyn BundleStore, run: &RunId) -> std::collections::HashMap<String, Vec<String>> {
+/// The tags of a run's tasks, for the pass rates by tag. `tasks.jsonl` lists the tasks in the
+/// order of `ids`, so a task's tags are found by its position: one small number per task (tag
+/// sets interned), not a map from every id, which at 1,000,000 tagged tasks was the seal's
+/// largest holding. A file in another order is held by id, as before.
+#[derive(Default)]
+struct TaskTags {
+    sets: Vec<Vec<String>>,
+    /// Position in `ids` → index in `sets` (`u32::MAX`: no tags).
+    by_position: Vec<u32>,
+    /// When `tasks.jsonl`'s order is not `ids`': id → tags.
+    by_id: Option<std::collections::HashMap<String, Vec<String>>>,
+}
+
+impl TaskTags {
+    fn get(&self, position: usize, id: &str) -> &[String] {
+        if let Some(m) = &self.by_id {
+            return m.get(id).map(Vec::as_slice).unwrap_or(&[]);
+        }
+        match self.by_position.get(position) {
+            Some(&i) if i != u32::MAX => &self.sets[i as usize],
+            _ => &[],
+        }
+    }
+
+    fn any(&self) -> bool {
+        !self.sets.is_empty() || self.by_id.as_ref().is_some_and(|m| !m.is_empty())
+    }
+}
+
+/// Reads the tags of `tasks.jsonl` a piece at a time (nothing when it cannot be read: a
+/// summary never fails for want of tags).
+async fn task_tags(store: &dyn BundleStore, run: &RunId, ids: &[TaskId]) -> TaskTags {
+    let mut out = TaskTags { by_position: Vec::with_capacity(ids.len()), ..Default::default() };
+    let mut interned: std::collections::HashMap<Vec<String>, u32> = std::collections::HashMap::new();
+    let mut in_order = true;
+    let read = each_tagged(store, run, &mut |id, tags| {
+        let at = out.by_position.len();
+        in_order &= ids.get(at).is_some_and(|x| x.as_str() == id);
+        let set = if tags.is_empty() {
+            u32::MAX
+        } else {
+            let next = out.sets.len() as u32;
+            *interned.entry(tags.clone()).or_insert_with(|| {
+                out.sets.push(tags);
+                next
+            })
+        };
+        out.by_position.push(set);
+    })
+    .await;
+    if read.is_err() {
+        return TaskTags::default();
+    }
+    if in_order && out.by_position.len() == ids.len() {
+        return out;
+    }
+    // Another order: a second pass, by id.
+    let mut by_id = std::collections::HashMap::new();
+    let read = each_tagged(store, run, &mut |id, tags| {
+        if !tags.is_empty() {
+            by_id.insert(id, tags);
+        }
+    })
+    .await;
+    if read.is_err() {
+        return TaskTags::default();
+    }
+    TaskTags { by_id: Some(by_id), ..Default::default() }
+}
+
+/// Every task of `tasks.jsonl` as (id, tags), read a piece at a time; unreadable lines skipped.
+async fn each_tagged(
+    store: &dyn BundleStore,
+    run: &RunId,
+    f: &mut (dyn FnMut(String, Vec<String>) + Send),
+) -> Result<()> {
     #[derive(serde::Deserialize)]
     struct Tagged {
         id: String,
         #[serde(default)]
         tags: Vec<String>,
     }
-    // A piece at a time: at 1,000,000 tasks the file is some 300 MB, and only the tagged
-    // tasks' ids are kept.
-    let mut tags = std::collections::HashMap::new();
     let mut partial: Vec<u8> = Vec::new();
-    let take = |line: &[u8], tags: &mut std::collections::HashMap<String, Vec<String>>| {
-        if let Ok(t) = serde_json::from_slice::<Tagged>(line)
-            && !t.tags.is_empty()
-        {
-            tags.insert(t.id, t.tags);
+    let take = |line: &[u8], f: &mut (dyn FnMut(String, Vec<String>) + Send)| {
+        if let Ok(t) = serde_json::from_slice::<Tagged>(line) {
+            f(t.id, t.tags);
         }
     };
-    let read = store
+    store
         .read_chunks(run, layout::TASKS, &mut |piece| {
             let mut rest = piece;
             while let Some(i) = rest.iter().position(|&b| b == b'\n') {
                 if partial.is_empty() {
-                    take(&rest[..i], &mut tags);
+                    take(&rest[..i], f);
                 } else {
                     partial.extend_from_slice(&rest[..i]);
-                    take(&partial, &mut tags);
+                    take(&partial, f);
                     partial.clear();
                 }
                 rest = &rest[i + 1..];
             }
             partial.extend_from_slice(rest);
         })
-        .await;
-    if read.is_err() {
-        return Default::default();
-    }
-    take(&partial, &mut tags);
-    tags
+        .await?;
+    take(&partial, f);
+    Ok(())
 }
 
 /// Summarizes the results of the run's tasks, one file at a time, and produces
@@ -106,19 +171,17 @@ pub async fn summarize(
     use agenteval_judge::html::{SEAL_ROW_LIMIT, SEAL_TRACE_LIMIT};
     // pass@k keeps a count per task: only worth it when the run has repetitions (`<id>@r<n>`).
     let mut scorers = default_scorers(ids.iter().any(|id| id.as_str().contains('@')));
-    let tags = task_tags(store, run).await;
-    if !tags.is_empty() {
-        scorers.push(Box::new(crate::scorers::TagRates::new(tags)));
-    }
+    let tags = task_tags(store, run, ids).await;
+    let mut tag_rates = tags.any().then(crate::scorers::TagRates::default);
     let mut out = Summarized { packs: PackSums::with_capacity(ids.len()), ..Default::default() };
     let mut appender = match mode {
         Lines::Write => Some(store.open_appender(run, layout::RESULTS).await?),
         Lines::Collect => None,
     };
-    let mut results = futures::stream::iter(ids)
-        .map(|id| async move { read_result(store, run, id).await })
+    let mut results = futures::stream::iter(ids.iter().enumerate())
+        .map(|(i, id)| async move { (i, read_result(store, run, id).await) })
         .buffered(READ_CONCURRENCY);
-    while let Some(r) = results.next().await {
+    while let Some((i, r)) = results.next().await {
         let (r, pack) = match r {
             Ok(r) => r,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
@@ -126,6 +189,9 @@ pub async fn summarize(
         };
         for s in scorers.iter_mut() {
             s.observe(&r);
+        }
+        if let Some(t) = tag_rates.as_mut() {
+            t.observe_tags(tags.get(i, r.task_id.as_str()), r.passed);
         }
         match pack {
             Some(sum) => out.packs.push(r.task_id.as_str(), sum),
@@ -168,6 +234,9 @@ pub async fn summarize(
     let mut summary = empty_summary(*run, status, ids.len() as u64);
     for s in &scorers {
         s.finish(&mut summary);
+    }
+    if let Some(t) = &tag_rates {
+        agenteval_core::traits::Scorer::finish(t, &mut summary);
     }
     Ok((summary, out))
 }

@@ -620,6 +620,22 @@ async fn sealing_trusts_the_sums_workers_recorded_instead_of_reading_their_files
     assert!(v.is_valid(), "{:?}", v.problems);
 }
 
+/// The manifest of a bundle of packs reads none of them again: the seal took each pack's sum
+/// when it read the pack for its result.
+#[tokio::test]
+async fn sealing_reads_no_pack_again_for_the_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run, meta, table) = finished_bundle_of(dir.path(), true).await;
+    let reads = std::sync::Arc::new(Reads { inner: store.clone(), reads: Default::default() });
+    let (_, hints) = crate::bundle::seal_contents(reads.clone(), &meta, table.ids()).await.unwrap();
+    assert_eq!(hints.packs.len(), 3);
+    let before = reads.of(".tar.gz");
+    write_manifest(reads.as_ref(), &run, &hints).await.unwrap();
+    assert_eq!(reads.of(".tar.gz"), before, "{:?}", reads.reads);
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
+}
+
 /// A part is trusted only for what its attempt produced and at the size the listing shows:
 /// a file changed after its part was written, or vouched for by an attempt whose result did not
 /// count, is read.
