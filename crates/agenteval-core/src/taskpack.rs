@@ -237,24 +237,6 @@ pub async fn read_task_file_chunks(
     store.read_chunks(run, &layout::task_file(task, name), f).await
 }
 
-/// Every file of a finished task, or `None` when it has neither a pack nor a folder.
-pub async fn read_task(store: &dyn BundleStore, run: &RunId, task: &TaskId) -> Result<Option<TaskFiles>> {
-    if let Some(pack) = get_pack(store, run, task).await? {
-        return unpack(&pack, &layout::task_pack(task)).map(Some);
-    }
-    let prefix = format!("tasks/{task}/");
-    let paths = store.list(run, &prefix).await?;
-    if paths.is_empty() {
-        return Ok(None);
-    }
-    let mut files = Vec::with_capacity(paths.len());
-    for p in paths {
-        let bytes = store.get(run, &p).await?;
-        files.push((p[prefix.len()..].to_string(), bytes));
-    }
-    Ok(Some(TaskFiles { files, packed: false }))
-}
-
 /// Whether a task has its result: a pack, or (older bundles) a folder's `result.json`.
 pub async fn has_result(store: &dyn BundleStore, run: &RunId, task: &TaskId) -> Result<bool> {
     Ok(store.exists(run, &layout::task_pack(task)).await?

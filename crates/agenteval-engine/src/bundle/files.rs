@@ -1,7 +1,7 @@
 //! What a writer knows of the files it wrote (size and sha256, from the bytes it had), so that
 //! sealing a bundle of 100,000 tasks on S3 lists the bucket instead of reading every object.
 //!
-//! A worker writes through a [`RecordingStore`] and leaves, at the end of its job attempt, a
+//! Workers of before schema 1.1 wrote through a [`RecordingStore`] and left, at the end of a job attempt, a
 //! part of the manifest (`jobs/<job>/attempt-<n>/files.json`) for the tasks it finished. At seal,
 //! an entry is trusted only when it comes from the attempt that wrote the task's result and its
 //! size is the size the listing shows; anything else is read and checksummed as before.

@@ -36,9 +36,8 @@ struct Ctx {
     run_id: RunId,
     job: JobSpec,
     config: RunConfig,
-    /// The bundle, through a recorder of what this attempt writes (see `write_files_part`).
+    /// The bundle. (No sums are recorded: the seal takes each task pack's from reading it.)
     store: Arc<dyn BundleStore>,
-    recording: Arc<crate::bundle::RecordingStore>,
     index: Arc<dyn RunIndex>,
     benchmark: Arc<dyn BenchmarkAdapter>,
     agent: Arc<dyn AgentRunner>,
@@ -215,10 +214,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         }
         None => None,
     };
-    let recording = Arc::new(crate::bundle::RecordingStore::new(store));
-    let store: Arc<dyn BundleStore> = recording.clone();
     Ok(Ctx {
-        recording,
         traceparent,
         journal,
         run_id,
@@ -385,14 +381,6 @@ pub async fn run_job(
         worker_exit::OK
     }
     .await;
-    // Whatever the ending, the sums of what this attempt finished spare the seal reading it.
-    let written = ctx.recording.written();
-    if let Err(e) =
-        crate::bundle::write_files_part(ctx.store.as_ref(), &ctx.run_id, &ctx.job.job_id, ctx.job.attempt, written)
-            .await
-    {
-        tracing::warn!("the job's file sums were not written (the seal will read the files): {e}");
-    }
     if code == worker_exit::OK {
         tracing::info!(job = %ctx.job.job_id, "job finished");
     }
