@@ -205,6 +205,23 @@ impl DynamoDbRunIndex {
 
     async fn query_all(&self, run: &RunId, sk_prefix: &str, projection: Option<&str>) -> Result<Vec<Item>> {
         let mut out = Vec::new();
+        self.query_each(run, sk_prefix, projection, |i| {
+            out.push(i.clone());
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// Every item of a partition whose sort key starts with `sk_prefix`, handed to `each` a page
+    /// at a time: a run's million task items are never all held.
+    async fn query_each(
+        &self,
+        run: &RunId,
+        sk_prefix: &str,
+        projection: Option<&str>,
+        mut each: impl FnMut(&Item) -> Result<()>,
+    ) -> Result<()> {
         let mut start: Option<Item> = None;
         loop {
             let mut q = self
@@ -220,13 +237,13 @@ impl DynamoDbRunIndex {
                 q = q.projection_expression(p).expression_attribute_names("#st", "state");
             }
             let page = q.send().await.map_err(|e| classify(&format!("querying {}", self.table), e))?;
-            out.extend(page.items().iter().cloned());
+            page.items().iter().try_for_each(&mut each)?;
             match page.last_evaluated_key() {
                 Some(k) if !k.is_empty() => start = Some(k.clone()),
                 _ => break,
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     async fn get_item(&self, pk: String, sk: String) -> Result<Option<Item>> {
@@ -580,6 +597,22 @@ impl RunIndex for DynamoDbRunIndex {
         let items = self.query_all(run, "TASK#", None).await?;
         let mut out = items.iter().map(|i| task_from_item(run, i)).collect::<Result<Vec<_>>>()?;
         out.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        Ok(out)
+    }
+
+    async fn completed_tasks(&self, run: &RunId) -> Result<CompletedTasks> {
+        let mut out = CompletedTasks::default();
+        self.query_each(run, "TASK#", Some("task_id, #st, attempt"), |i| {
+            out.max_attempt = out.max_attempt.max(get_n(i, "attempt").unwrap_or(0));
+            if get_s(i, "state")? == TaskState::Completed.as_str() {
+                out.ids.push(TaskId::from_str(get_s(i, "task_id")?)?);
+            }
+            Ok(())
+        })
+        .await?;
+        // Sort keys order the items by id already; sorting again keeps the promise whatever
+        // the key's encoding.
+        out.ids.sort();
         Ok(out)
     }
 

@@ -101,6 +101,106 @@ pub struct LineScore {
     pub error: bool,
 }
 
+/// Every score of a [`ResultLine`], by evaluator id, in id order (a JSON object on disk).
+///
+/// A sorted list rather than a map: judging a million-task run holds one per task, and a map's
+/// first node alone is ~450 bytes where two scores take 64. Evaluator ids are shared between
+/// the lines a thread reads (a run has a handful), not allocated per line.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LineScores(Box<[(std::sync::Arc<str>, LineScore)]>);
+
+impl LineScores {
+    pub fn get(&self, evaluator: &str) -> Option<&LineScore> {
+        self.0.binary_search_by(|(k, _)| k.as_ref().cmp(evaluator)).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn contains_key(&self, evaluator: &str) -> bool {
+        self.get(evaluator).is_some()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &LineScore)> {
+        self.0.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_ref())
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Sorted by id; of two scores with one id the last is kept, as a map's insert would.
+    fn from_pairs(mut pairs: Vec<(std::sync::Arc<str>, LineScore)>) -> Self {
+        pairs.reverse();
+        pairs.sort_by(|a, b| a.0.cmp(&b.0));
+        pairs.dedup_by(|later, kept| later.0 == kept.0);
+        LineScores(pairs.into_boxed_slice())
+    }
+}
+
+/// The evaluator id `name` as an `Arc` this thread already holds, when it has seen it: a run's
+/// lines repeat a few ids. At most `INTERNED` ids are kept, so a hostile file of ever-new ids
+/// costs what it would without interning.
+fn intern(name: &str) -> std::sync::Arc<str> {
+    const INTERNED: usize = 256;
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashSet<std::sync::Arc<str>>> = Default::default();
+    }
+    NAMES.with_borrow_mut(|names| {
+        if let Some(n) = names.get(name) {
+            return n.clone();
+        }
+        let n: std::sync::Arc<str> = name.into();
+        if names.len() < INTERNED {
+            names.insert(n.clone());
+        }
+        n
+    })
+}
+
+impl<S: AsRef<str>> FromIterator<(S, LineScore)> for LineScores {
+    fn from_iter<I: IntoIterator<Item = (S, LineScore)>>(iter: I) -> Self {
+        LineScores::from_pairs(iter.into_iter().map(|(k, v)| (intern(k.as_ref()), v)).collect())
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> From<[(S, LineScore); N]> for LineScores {
+    fn from(pairs: [(S, LineScore); N]) -> Self {
+        pairs.into_iter().collect()
+    }
+}
+
+impl Serialize for LineScores {
+    fn serialize<Ser: serde::Serializer>(&self, s: Ser) -> Result<Ser::Ok, Ser::Error> {
+        s.collect_map(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for LineScores {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = LineScores;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an object of scores by evaluator id")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<LineScores, A::Error> {
+                let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0).min(64));
+                while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    pairs.push((intern(&k), map.next_value::<LineScore>()?));
+                }
+                Ok(LineScores::from_pairs(pairs))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
 /// One line of `results.jsonl`: a finished task in the few numbers that comparisons and
 /// reports read, so that judging a run costs one read, not one per task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -110,7 +210,7 @@ pub struct ResultLine {
     pub passed: bool,
     pub terminated_by: crate::model::TerminatedBy,
     /// Every score by evaluator id (the benchmark's own grade is `benchmark`).
-    pub scores: BTreeMap<String, LineScore>,
+    pub scores: LineScores,
     /// Agent and evaluator cost, US dollars.
     pub cost_usd: f64,
     pub tokens: u64,
@@ -129,7 +229,7 @@ impl From<&crate::model::TaskResult> for ResultLine {
                 .scores
                 .iter()
                 .map(|s| {
-                    (s.evaluator_id.clone(), LineScore { score: s.score, passed: s.passed, error: s.error.is_some() })
+                    (s.evaluator_id.as_str(), LineScore { score: s.score, passed: s.passed, error: s.error.is_some() })
                 })
                 .collect(),
             cost_usd: r.total_cost_usd(),
@@ -137,5 +237,41 @@ impl From<&crate::model::TaskResult> for ResultLine {
             wall_seconds: r.agent.wall_seconds,
             steps: r.agent.steps,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn score(x: f64) -> LineScore {
+        LineScore { score: x, passed: x > 0.5, error: false }
+    }
+
+    #[test]
+    fn line_scores_read_and_write_as_an_object_in_id_order() {
+        let text = r#"{"no_error":{"score":1.0,"passed":true},"exact":{"score":0.0,"passed":false,"error":true}}"#;
+        let s: LineScores = serde_json::from_str(text).unwrap();
+        assert_eq!(s.keys().collect::<Vec<_>>(), ["exact", "no_error"]);
+        assert!(s.get("exact").unwrap().error);
+        assert!(s.get("nope").is_none() && s.contains_key("no_error"));
+        assert_eq!(
+            serde_json::to_string(&s).unwrap(),
+            r#"{"exact":{"score":0.0,"passed":false,"error":true},"no_error":{"score":1.0,"passed":true}}"#
+        );
+        // A repeated id keeps the last, as a map does.
+        let dup: LineScores =
+            serde_json::from_str(r#"{"a":{"score":0.0,"passed":false},"a":{"score":1.0,"passed":true}}"#).unwrap();
+        assert_eq!((dup.len(), dup.get("a").unwrap().score), (1, 1.0));
+        let built: LineScores = [("b", score(1.0)), ("a", score(0.0)), ("b", score(0.2))].into();
+        assert_eq!(built.iter().map(|(k, v)| (k, v.score)).collect::<Vec<_>>(), [("a", 0.0), ("b", 0.2)]);
+        assert!(serde_json::from_str::<LineScores>("[1]").is_err());
+    }
+
+    #[test]
+    fn lines_read_on_one_thread_share_their_evaluator_ids() {
+        let a: LineScores = serde_json::from_str(r#"{"shared_id":{"score":1.0,"passed":true}}"#).unwrap();
+        let b: LineScores = serde_json::from_str(r#"{"shared_id":{"score":0.0,"passed":false}}"#).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&a.0[0].0, &b.0[0].0));
     }
 }

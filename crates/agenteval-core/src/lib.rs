@@ -9,6 +9,7 @@ pub mod error;
 pub mod format;
 pub mod ids;
 pub mod layout;
+pub mod lines;
 pub mod location;
 pub mod model;
 pub mod secret;

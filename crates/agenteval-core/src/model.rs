@@ -42,6 +42,17 @@ pub struct TaskSpec {
     pub solution: Option<std::path::PathBuf>,
 }
 
+/// A content fingerprint in 16 bytes (the first half of its SHA-256), for readers that compare
+/// fingerprints of many tasks: equal texts give equal digests, and two different ones collide
+/// with odds of 2^-64 even among billions of tasks.
+pub fn fingerprint_digest(fingerprint: &str) -> [u8; 16] {
+    use sha2::{Digest as _, Sha256};
+    let full = Sha256::digest(fingerprint.as_bytes());
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
+}
+
 impl TaskSpec {
     /// What decides this task's grade, as a sha256 (hex): its input, expected answer, own
     /// evaluators and benchmark data, not its id or tags. Two runs' tasks with one id but
@@ -647,6 +658,15 @@ pub fn lease_lost(run: &str, epoch: u32, controller: &str) -> crate::Error {
         crate::ErrorKind::Conflict,
         format!("run {run} is now driven by another controller ({controller}, epoch {epoch})"),
     )
+}
+
+/// The completed tasks of a run and the highest attempt any task reached: what `resume` reads
+/// from the index (`RunIndex::completed_tasks`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CompletedTasks {
+    /// Ordered by id.
+    pub ids: Vec<TaskId>,
+    pub max_attempt: u32,
 }
 
 /// A task as the index records it.

@@ -487,6 +487,16 @@ pub trait RunIndex: Send + Sync {
     }
     /// Every task of a run, ordered by task id.
     async fn list_tasks(&self, run: &RunId) -> Result<Vec<TaskRecord>>;
+    /// What a resume needs of a run's tasks, without the records: the completed ones' ids (in id
+    /// order) and the highest attempt any task reached. Stores override it with a narrow query:
+    /// at a million tasks the whole records are hundreds of megabytes.
+    async fn completed_tasks(&self, run: &RunId) -> Result<CompletedTasks> {
+        let tasks = self.list_tasks(run).await?;
+        Ok(CompletedTasks {
+            max_attempt: tasks.iter().map(|t| t.attempt).max().unwrap_or(0),
+            ids: tasks.into_iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id).collect(),
+        })
+    }
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;
     /// Whether `task_counts` is cheap enough to call several times a second whatever the run's
     /// size (an indexed SQL aggregate). When it is not (DynamoDB reads every task item), the

@@ -11,56 +11,51 @@ use agenteval_judge::results::RunResults;
 
 fn run(tasks: usize, worse: bool) -> RunResults {
     let now = chrono::Utc::now();
-    RunResults {
-        meta: Metadata {
-            schema_version: "1.0".into(),
-            run_id: agenteval_core::RunId::new(),
-            name: "bench".into(),
-            status: RunStatus::Complete,
-            sealed: true,
-            backend: "local".into(),
-            benchmark: "toy".into(),
-            agent: "mock".into(),
-            config_hash: String::new(),
-            agenteval_version: "bench".into(),
-            git_sha: None,
-            tasks_total: tasks as u64,
-            created_at: now,
-            finished_at: Some(now),
-            resumed: 0,
-            reason: None,
-            resume_overrides: vec![],
-            rerun_of: None,
-            regrade_of: None,
-            agent_sha256: None,
-            set: None,
-        },
-        bundle_uri: String::new(),
-        tags: Default::default(),
-        fingerprints: Default::default(),
-        grading: None,
-        lines: (0..tasks)
-            .map(|i| {
-                // The candidate fails every 20th task the base passes: a 5-point drop.
-                let passed = i % 3 != 0 && !(worse && i % 20 == 1);
-                ResultLine {
-                    task_id: format!("task-{i:06}").parse().unwrap(),
-                    attempt: 1,
-                    passed,
-                    terminated_by: TerminatedBy::Completed,
-                    scores: [
-                        ("exact".to_string(), LineScore { score: f64::from(u8::from(passed)), passed, error: false }),
-                        ("judge".to_string(), LineScore { score: (i % 7) as f64 / 7.0, passed: true, error: false }),
-                    ]
-                    .into(),
-                    cost_usd: 0.001 * (1 + i % 5) as f64,
-                    tokens: 100 + (i % 50) as u64,
-                    wall_seconds: 0.5 + (i % 13) as f64 / 10.0,
-                    steps: 3 + (i % 4) as u32,
-                }
-            })
-            .collect(),
-    }
+    let meta = Metadata {
+        schema_version: "1.0".into(),
+        run_id: agenteval_core::RunId::new(),
+        name: "bench".into(),
+        status: RunStatus::Complete,
+        sealed: true,
+        backend: "local".into(),
+        benchmark: "toy".into(),
+        agent: "mock".into(),
+        config_hash: String::new(),
+        agenteval_version: "bench".into(),
+        git_sha: None,
+        tasks_total: tasks as u64,
+        created_at: now,
+        finished_at: Some(now),
+        resumed: 0,
+        reason: None,
+        resume_overrides: vec![],
+        rerun_of: None,
+        regrade_of: None,
+        agent_sha256: None,
+        set: None,
+    };
+    let lines = (0..tasks)
+        .map(|i| {
+            // The candidate fails every 20th task the base passes: a 5-point drop.
+            let passed = i % 3 != 0 && !(worse && i % 20 == 1);
+            ResultLine {
+                task_id: format!("task-{i:06}").parse().unwrap(),
+                attempt: 1,
+                passed,
+                terminated_by: TerminatedBy::Completed,
+                scores: [
+                    ("exact".to_string(), LineScore { score: f64::from(u8::from(passed)), passed, error: false }),
+                    ("judge".to_string(), LineScore { score: (i % 7) as f64 / 7.0, passed: true, error: false }),
+                ]
+                .into(),
+                cost_usd: 0.001 * (1 + i % 5) as f64,
+                tokens: 100 + (i % 50) as u64,
+                wall_seconds: 0.5 + (i % 13) as f64 / 10.0,
+                steps: 3 + (i % 4) as u32,
+            }
+        })
+        .collect();
+    RunResults::new(meta, String::new(), lines, None)
 }
 
 fn peak_rss_mib() -> f64 {

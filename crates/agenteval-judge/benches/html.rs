@@ -14,52 +14,49 @@ use serde_json::json;
 fn main() {
     const TASKS: usize = 1_000;
     let now = chrono::Utc::now();
-    let run = RunResults {
-        meta: Metadata {
-            schema_version: "1.0".into(),
-            run_id: agenteval_core::RunId::new(),
-            name: "bench".into(),
-            status: RunStatus::Complete,
-            sealed: true,
-            backend: "local".into(),
-            benchmark: "jsonl".into(),
-            agent: "command".into(),
-            config_hash: String::new(),
-            agenteval_version: "bench".into(),
-            git_sha: None,
-            tasks_total: TASKS as u64,
-            created_at: now,
-            finished_at: Some(now),
-            resumed: 0,
-            reason: None,
-            resume_overrides: vec![],
-            rerun_of: None,
-            regrade_of: None,
-            agent_sha256: None,
-            set: None,
-        },
-        bundle_uri: "/runs/bench".into(),
-        tags: (0..TASKS).map(|i| (format!("task-{i:04}"), vec![format!("tag{}", i % 5)])).collect(),
-        fingerprints: Default::default(),
-        grading: None,
-        lines: (0..TASKS)
-            .map(|i| ResultLine {
-                task_id: format!("task-{i:04}").parse().unwrap(),
-                attempt: 1,
-                passed: i % 4 != 0,
-                terminated_by: TerminatedBy::Completed,
-                scores: [(
-                    "exact".to_string(),
-                    LineScore { score: f64::from(u8::from(i % 4 != 0)), passed: i % 4 != 0, error: false },
-                )]
-                .into(),
-                cost_usd: 0.002,
-                tokens: 300,
-                wall_seconds: 1.2,
-                steps: 6,
-            })
-            .collect(),
+    let meta = Metadata {
+        schema_version: "1.0".into(),
+        run_id: agenteval_core::RunId::new(),
+        name: "bench".into(),
+        status: RunStatus::Complete,
+        sealed: true,
+        backend: "local".into(),
+        benchmark: "jsonl".into(),
+        agent: "command".into(),
+        config_hash: String::new(),
+        agenteval_version: "bench".into(),
+        git_sha: None,
+        tasks_total: TASKS as u64,
+        created_at: now,
+        finished_at: Some(now),
+        resumed: 0,
+        reason: None,
+        resume_overrides: vec![],
+        rerun_of: None,
+        regrade_of: None,
+        agent_sha256: None,
+        set: None,
     };
+    let lines = (0..TASKS)
+        .map(|i| ResultLine {
+            task_id: format!("task-{i:04}").parse().unwrap(),
+            attempt: 1,
+            passed: i % 4 != 0,
+            terminated_by: TerminatedBy::Completed,
+            scores: [(
+                "exact".to_string(),
+                LineScore { score: f64::from(u8::from(i % 4 != 0)), passed: i % 4 != 0, error: false },
+            )]
+            .into(),
+            cost_usd: 0.002,
+            tokens: 300,
+            wall_seconds: 1.2,
+            steps: 6,
+        })
+        .collect();
+    let ids: Vec<String> = (0..TASKS).map(|i| format!("task-{i:04}")).collect();
+    let run = RunResults::new(meta, "/runs/bench".into(), lines, None)
+        .with_tasks(ids.iter().enumerate().map(|(i, id)| (id.as_str(), vec![format!("tag{}", i % 5)], "fp")));
     let mut events = BTreeMap::new();
     for i in 0..TASKS {
         let id = format!("task-{i:04}");
@@ -70,7 +67,7 @@ fn main() {
     }
     let traces = Traces { events, spans: BTreeMap::new(), omitted: 0, cut: BTreeMap::new(), samples: BTreeMap::new() };
     let started = Instant::now();
-    let rows = TaskRows::of(&run.lines, &run.tags, None, ROW_LIMIT);
+    let rows = TaskRows::of(&run, None, ROW_LIMIT);
     let page = render(&HtmlReport {
         meta: &run.meta,
         bundle_uri: &run.bundle_uri,

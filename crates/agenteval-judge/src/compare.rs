@@ -3,7 +3,7 @@
 //! regressed only when its whole interval is on the bad side. Infrastructure failures are set
 //! apart: they are never counted as the agent getting worse.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use agenteval_core::format::ResultLine;
 use agenteval_core::model::{RunStatus, TerminatedBy};
@@ -170,38 +170,102 @@ impl Comparison {
     }
 }
 
-/// A task's repetitions folded into per-task values.
-#[derive(Debug, Default, Clone)]
-struct Folded {
-    n: f64,
-    passed: f64,
-    infra: bool,
-    first_failure: Option<TerminatedBy>,
-    cost: f64,
-    tokens: f64,
-    wall: f64,
-    steps: f64,
-    scores: BTreeMap<String, f64>,
+/// A run's lines grouped by task (repetitions by their base id), in base-id order. Held as
+/// positions, not copies: a million-task comparison keeps 12 bytes a task here, and each
+/// metric is computed from the lines when it is asked for.
+struct Folds<'a> {
+    lines: &'a [ResultLine],
+    /// Line positions, grouped by base id.
+    order: Vec<u32>,
+    /// Each task's group: its start in `order` and its number of repetitions.
+    groups: Vec<(u32, u32)>,
 }
 
-impl Folded {
-    fn value(&self, metric: &str) -> Option<f64> {
-        let mean = |x: f64| x / self.n;
-        Some(match metric {
-            "pass_rate" => mean(self.passed),
-            "cost_per_task" => mean(self.cost),
-            "tokens_per_task" => mean(self.tokens),
-            "wall_seconds" | "wall_seconds_p50" => mean(self.wall),
-            "steps" => mean(self.steps),
-            m => mean(*self.scores.get(m.strip_prefix("score:")?)?),
-        })
+impl<'a> Folds<'a> {
+    fn new(lines: &'a [ResultLine]) -> Self {
+        let mut order: Vec<u32> = (0..lines.len() as u32).collect();
+        // Stable: a task's repetitions stay in line order (its first failure is the first).
+        order.sort_by(|&a, &b| lines[a as usize].task_id.base().cmp(lines[b as usize].task_id.base()));
+        let mut groups: Vec<(u32, u32)> = Vec::new();
+        for (at, &i) in order.iter().enumerate() {
+            match groups.last_mut() {
+                Some((start, n))
+                    if lines[order[*start as usize] as usize].task_id.base() == lines[i as usize].task_id.base() =>
+                {
+                    *n += 1
+                }
+                _ => groups.push((at as u32, 1)),
+            }
+        }
+        Folds { lines, order, groups }
+    }
+
+    fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    /// The lines of task `g`'s repetitions, and their positions in the run's lines.
+    fn reps(&self, g: usize) -> impl Iterator<Item = (usize, &'a ResultLine)> + '_ {
+        let (start, n) = self.groups[g];
+        self.order[start as usize..(start + n) as usize].iter().map(|&i| (i as usize, &self.lines[i as usize]))
+    }
+
+    fn id(&self, g: usize) -> &'a str {
+        self.lines[self.order[self.groups[g].0 as usize] as usize].task_id.base()
+    }
+
+    fn n(&self, g: usize) -> f64 {
+        f64::from(self.groups[g].1)
+    }
+
+    /// Infrastructure failed on one of the task's repetitions.
+    fn infra(&self, g: usize) -> bool {
+        self.reps(g).any(|(_, l)| l.terminated_by.says_nothing_about_the_agent())
+    }
+
+    /// How the task's first failing repetition ended.
+    fn first_failure(&self, g: usize) -> Option<TerminatedBy> {
+        self.reps(g).find(|(_, l)| !l.passed).map(|(_, l)| l.terminated_by)
+    }
+
+    /// The first repetition's position (for what `tasks.jsonl` says of the task).
+    fn first(&self, g: usize) -> usize {
+        self.order[self.groups[g].0 as usize] as usize
+    }
+
+    /// The mean of `metric` over the task's repetitions; a score missing from some counts as 0
+    /// there, and one missing from all is `None`.
+    fn value(&self, g: usize, metric: &str) -> Option<f64> {
+        let sum = |f: &dyn Fn(&ResultLine) -> f64| self.reps(g).map(|(_, l)| f(l)).sum::<f64>();
+        let total = match metric {
+            "pass_rate" => sum(&|l| f64::from(u8::from(l.passed))),
+            "cost_per_task" => sum(&|l| l.cost_usd),
+            "tokens_per_task" => sum(&|l| l.tokens as f64),
+            "wall_seconds" | "wall_seconds_p50" => sum(&|l| l.wall_seconds),
+            "steps" => sum(&|l| f64::from(l.steps)),
+            m => {
+                let id = m.strip_prefix("score:")?;
+                let scores: Vec<f64> = self.reps(g).filter_map(|(_, l)| l.scores.get(id).map(|s| s.score)).collect();
+                if scores.is_empty() {
+                    return None;
+                }
+                scores.iter().sum()
+            }
+        };
+        Some(total / self.n(g))
+    }
+
+    /// The evaluator ids that scored any of the task's repetitions.
+    fn score_ids(&self, g: usize) -> impl Iterator<Item = &'a str> + '_ {
+        self.reps(g).flat_map(|(_, l)| l.scores.keys())
     }
 }
 
 /// A metric of one run alone (gates judged without a baseline), computed the way a comparison
 /// computes each side: repetitions folded per task, infrastructure failures left out.
 pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
-    let values: Vec<f64> = fold(lines).values().filter(|f| !f.infra).map(|f| f.value(metric)).collect::<Option<_>>()?;
+    let f = Folds::new(lines);
+    let values: Vec<f64> = (0..f.len()).filter(|&g| !f.infra(g)).map(|g| f.value(g, metric)).collect::<Option<_>>()?;
     if values.is_empty() {
         return None;
     }
@@ -211,28 +275,8 @@ pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
 /// A metric's value for each task of one run (repetitions folded, infrastructure failures left
 /// out), in task-id order: what a one-run interval is taken over.
 pub fn per_task_values(lines: &[ResultLine], metric: &str) -> Vec<f64> {
-    fold(lines).values().filter(|f| !f.infra).filter_map(|f| f.value(metric)).collect()
-}
-
-fn fold(lines: &[ResultLine]) -> BTreeMap<String, Folded> {
-    let mut out: BTreeMap<String, Folded> = BTreeMap::new();
-    for l in lines {
-        let f = out.entry(l.task_id.base().to_string()).or_default();
-        f.n += 1.0;
-        f.passed += f64::from(u8::from(l.passed));
-        f.infra |= l.terminated_by.says_nothing_about_the_agent();
-        if !l.passed && f.first_failure.is_none() {
-            f.first_failure = Some(l.terminated_by);
-        }
-        f.cost += l.cost_usd;
-        f.tokens += l.tokens as f64;
-        f.wall += l.wall_seconds;
-        f.steps += f64::from(l.steps);
-        for (id, s) in &l.scores {
-            *f.scores.entry(id.clone()).or_default() += s.score;
-        }
-    }
-    out
+    let f = Folds::new(lines);
+    (0..f.len()).filter(|&g| !f.infra(g)).filter_map(|g| f.value(g, metric)).collect()
 }
 
 fn side(r: &RunResults, tasks: usize) -> Side {
@@ -255,8 +299,36 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
             base.meta.run_id, base.meta.benchmark, cand.meta.run_id, cand.meta.benchmark
         )));
     }
-    let (b, c) = (fold(&base.lines), fold(&cand.lines));
-    let common: Vec<&String> = b.keys().filter(|k| c.contains_key(*k)).collect();
+    let (b, c) = (Folds::new(&base.lines), Folds::new(&cand.lines));
+    // Both sides in base-id order: one merge pairs them.
+    let (mut common, mut added, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < b.len() || j < c.len() {
+        match (i < b.len(), j < c.len()) {
+            (true, true) => match b.id(i).cmp(c.id(j)) {
+                std::cmp::Ordering::Equal => {
+                    common.push((i, j));
+                    (i, j) = (i + 1, j + 1);
+                }
+                std::cmp::Ordering::Less => {
+                    removed.push(b.id(i).to_string());
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    added.push(c.id(j).to_string());
+                    j += 1;
+                }
+            },
+            (true, false) => {
+                removed.push(b.id(i).to_string());
+                i += 1;
+            }
+            _ => {
+                added.push(c.id(j).to_string());
+                j += 1;
+            }
+        }
+    }
     if common.is_empty() {
         return Err(Error::invalid(format!(
             "runs {} and {} have no finished task in common",
@@ -264,59 +336,69 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         )));
     }
     let mut infra_failures = Vec::new();
-    let mut paired = Vec::new();
+    let mut paired: Vec<(usize, usize)> = Vec::new();
     let mut changed = Vec::new();
-    for id in &common {
-        let (bf, cf) = (&b[*id], &c[*id]);
-        if let (Some(x), Some(y)) = (base.fingerprints.get(*id), cand.fingerprints.get(*id))
-            && x != y
+    for &(x, y) in &common {
+        let (bi, ci) = (b.infra(x), c.infra(y));
+        if let (Some(p), Some(q)) = (base.fingerprint(b.first(x)), cand.fingerprint(c.first(y)))
+            && p != q
         {
-            changed.push((*id).clone());
-        } else if bf.infra || cf.infra {
-            infra_failures.push(InfraTask { task_id: (*id).clone(), base: bf.infra, cand: cf.infra });
+            changed.push(b.id(x).to_string());
+        } else if bi || ci {
+            infra_failures.push(InfraTask { task_id: b.id(x).to_string(), base: bi, cand: ci });
         } else {
-            paired.push((*id, bf, cf));
+            paired.push((x, y));
         }
     }
+    drop(common);
     let mut regressions = Vec::new();
     let mut improvements = Vec::new();
-    for (id, bf, cf) in &paired {
-        let (bp, cp) = (bf.passed / bf.n, cf.passed / cf.n);
+    for &(x, y) in &paired {
+        let (bp, cp) = (b.value(x, "pass_rate").unwrap_or(0.0), c.value(y, "pass_rate").unwrap_or(0.0));
         // A task "passes" when at least half of its repetitions do.
-        let change = |ended| TaskChange { task_id: (*id).clone(), base_pass: bp, cand_pass: cp, ended };
+        let change = |ended| TaskChange { task_id: b.id(x).to_string(), base_pass: bp, cand_pass: cp, ended };
         match (bp >= 0.5, cp >= 0.5) {
-            (true, false) => regressions.push(change(cf.first_failure)),
-            (false, true) => improvements.push(change(bf.first_failure)),
+            (true, false) => regressions.push(change(c.first_failure(y))),
+            (false, true) => improvements.push(change(b.first_failure(x))),
             _ => {}
         }
     }
-    let scores: BTreeSet<&String> =
-        paired.iter().flat_map(|(_, bf, cf)| bf.scores.keys().filter(|k| cf.scores.contains_key(*k))).collect();
-    let base_ids: BTreeSet<&String> = paired.iter().flat_map(|(_, bf, _)| bf.scores.keys()).collect();
-    let cand_ids: BTreeSet<&String> = paired.iter().flat_map(|(_, _, cf)| cf.scores.keys()).collect();
+    let scores: BTreeSet<&str> = paired
+        .iter()
+        .flat_map(|&(x, y)| {
+            let theirs: BTreeSet<&str> = c.score_ids(y).collect();
+            b.score_ids(x).filter(move |k| theirs.contains(k))
+        })
+        .collect();
+    let base_ids: BTreeSet<&str> = paired.iter().flat_map(|&(x, _)| b.score_ids(x)).collect();
+    let cand_ids: BTreeSet<&str> = paired.iter().flat_map(|&(_, y)| c.score_ids(y)).collect();
     let scores_added: Vec<String> = cand_ids.difference(&base_ids).map(|s| s.to_string()).collect();
     let scores_removed: Vec<String> = base_ids.difference(&cand_ids).map(|s| s.to_string()).collect();
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
     // Each metric's bootstrap is independent and seeded by its position: the same inputs give
-    // the same intervals however the work is spread over threads.
-    let metrics: Vec<MetricDiff> = std::thread::scope(|s| {
-        let paired = &paired;
-        let handles: Vec<_> = names
-            .iter()
-            .enumerate()
-            .map(|(i, (name, better))| {
-                s.spawn(move || {
-                    let values: Vec<(f64, f64)> =
-                        paired.iter().filter_map(|(_, bf, cf)| Some((bf.value(name)?, cf.value(name)?))).collect();
-                    metric_diff(name, *better, &values, opts, i as u64)
+    // the same intervals however the work is spread over threads. As many at once as there are
+    // cores: each holds its metric's values (16 bytes a task).
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(1);
+    let mut metrics: Vec<MetricDiff> = Vec::with_capacity(names.len());
+    for (chunk_at, chunk) in names.chunks(threads).enumerate() {
+        let done: Vec<MetricDiff> = std::thread::scope(|s| {
+            let (paired, b, c) = (&paired, &b, &c);
+            let handles: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, (name, better))| {
+                    s.spawn(move || {
+                        let values: Vec<(f64, f64)> =
+                            paired.iter().filter_map(|&(x, y)| Some((b.value(x, name)?, c.value(y, name)?))).collect();
+                        metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64)
+                    })
                 })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
-    });
-    let added = c.keys().filter(|k| !b.contains_key(*k)).cloned().collect();
-    let removed = b.keys().filter(|k| !c.contains_key(*k)).cloned().collect();
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
+        });
+        metrics.extend(done);
+    }
     Ok(Comparison {
         schema_version: COMPARISON_SCHEMA.into(),
         base: side(base, b.len()),
@@ -339,8 +421,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
 }
 
 fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareOptions, index: u64) -> MetricDiff {
-    let (bs, cs): (Vec<f64>, Vec<f64>) = values.iter().copied().unzip();
     if name == "wall_seconds_p50" {
+        let (bs, cs): (Vec<f64>, Vec<f64>) = values.iter().copied().unzip();
         return MetricDiff {
             metric: name.into(),
             better,
@@ -352,6 +434,7 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
         };
     }
     let n = values.len().max(1) as f64;
+    let (bsum, csum) = values.iter().fold((0.0, 0.0), |(x, y), (b, c)| (x + b, y + c));
     let diffs: Vec<f64> = values.iter().map(|(b, c)| c - b).collect();
     let seed = opts.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let diff = paired_bootstrap(&diffs, opts.resamples, seed);
@@ -362,8 +445,8 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
     MetricDiff {
         metric: name.into(),
         better,
-        base: bs.iter().sum::<f64>() / n,
-        cand: cs.iter().sum::<f64>() / n,
+        base: bsum / n,
+        cand: csum / n,
         diff: Some(diff),
         regressed: bad,
         improved: good,
@@ -378,55 +461,48 @@ pub(crate) mod tests {
     /// A sealed run of `outcomes` (task id, passed, how it ended), each costing $0.01.
     pub(crate) fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
         let now = chrono::Utc::now();
-        RunResults {
-            meta: Metadata {
-                schema_version: agenteval_core::SCHEMA_VERSION.into(),
-                run_id: agenteval_core::RunId::new(),
-                name: name.into(),
-                status: RunStatus::Complete,
-                sealed: true,
-                backend: "local".into(),
-                benchmark: "jsonl".into(),
-                agent: "command".into(),
-                config_hash: String::new(),
-                agenteval_version: "test".into(),
-                git_sha: None,
-                tasks_total: outcomes.len() as u64,
-                created_at: now,
-                finished_at: Some(now),
-                resumed: 0,
-                reason: None,
-                resume_overrides: vec![],
-                rerun_of: None,
-                regrade_of: None,
-                agent_sha256: None,
-                set: None,
-            },
-            bundle_uri: format!("/runs/{name}"),
-            tags: Default::default(),
-            fingerprints: outcomes
-                .iter()
-                .map(|(id, ..)| (id.to_string(), format!("fp-{}", id.split("@").next().unwrap_or(id))))
-                .collect(),
-            grading: Some("g".into()),
-            lines: outcomes
-                .iter()
-                .map(|(id, passed, ended)| ResultLine {
-                    task_id: id.parse().unwrap(),
-                    attempt: 1,
-                    passed: *passed,
-                    terminated_by: *ended,
-                    scores: BTreeMap::from([(
-                        "exact".to_string(),
-                        LineScore { score: f64::from(u8::from(*passed)), passed: *passed, error: false },
-                    )]),
-                    cost_usd: 0.01,
-                    tokens: 100,
-                    wall_seconds: 1.0,
-                    steps: 3,
-                })
-                .collect(),
-        }
+        let meta = Metadata {
+            schema_version: agenteval_core::SCHEMA_VERSION.into(),
+            run_id: agenteval_core::RunId::new(),
+            name: name.into(),
+            status: RunStatus::Complete,
+            sealed: true,
+            backend: "local".into(),
+            benchmark: "jsonl".into(),
+            agent: "command".into(),
+            config_hash: String::new(),
+            agenteval_version: "test".into(),
+            git_sha: None,
+            tasks_total: outcomes.len() as u64,
+            created_at: now,
+            finished_at: Some(now),
+            resumed: 0,
+            reason: None,
+            resume_overrides: vec![],
+            rerun_of: None,
+            regrade_of: None,
+            agent_sha256: None,
+            set: None,
+        };
+        let lines = outcomes
+            .iter()
+            .map(|(id, passed, ended)| ResultLine {
+                task_id: id.parse().unwrap(),
+                attempt: 1,
+                passed: *passed,
+                terminated_by: *ended,
+                scores: [("exact", LineScore { score: f64::from(u8::from(*passed)), passed: *passed, error: false })]
+                    .into(),
+                cost_usd: 0.01,
+                tokens: 100,
+                wall_seconds: 1.0,
+                steps: 3,
+            })
+            .collect();
+        let fingerprints: Vec<String> =
+            outcomes.iter().map(|(id, ..)| format!("fp-{}", id.split('@').next().unwrap_or(id))).collect();
+        RunResults::new(meta, format!("/runs/{name}"), lines, Some("g".into()))
+            .with_tasks(outcomes.iter().zip(&fingerprints).map(|((id, ..), fp)| (*id, Vec::new(), fp.as_str())))
     }
 
     /// A run whose tasks `t0`, `t1`, … passed or failed as `passed` says.
@@ -483,11 +559,8 @@ pub(crate) mod tests {
             .enumerate()
             .map(|(i, id)| (id.as_str(), i >= 3, if i < 3 { AgentError } else { Completed }))
             .collect();
-        let mut c = run("c", &cand);
         // t0..t2 were edited under the same ids: their failures say nothing about the agent.
-        for id in ["t0", "t1", "t2"] {
-            c.fingerprints.insert(id.into(), "edited".into());
-        }
+        let mut c = run("c", &cand).with_tasks(["t0", "t1", "t2"].map(|id| (id, Vec::new(), "edited")));
         let r = compare(&run("b", &base), &c, CompareOptions { resamples: 500, seed: 1 }).unwrap();
         assert_eq!(r.changed, vec!["t0", "t1", "t2"]);
         assert_eq!(r.paired_tasks, 7);

@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 use crate::compare::Comparison;
 use crate::gates::Verdict;
-use std::collections::BTreeMap;
 
 use agenteval_core::format::{Metadata, ResultLine};
 
@@ -129,18 +128,12 @@ impl TaskRows {
         self.count += 1;
     }
 
-    /// Rows of `lines`, failing ones first, tags from `tags` (by base id).
-    pub fn of(
-        lines: &[ResultLine],
-        tags: &BTreeMap<String, Vec<String>>,
-        comparison: Option<&Comparison>,
-        cap: usize,
-    ) -> Self {
+    /// Rows of `run`'s lines, failing ones first, with their tags.
+    pub fn of(run: &RunResults, comparison: Option<&Comparison>, cap: usize) -> Self {
         let mut rows = TaskRows::new(comparison, cap);
-        let no_tags = Vec::new();
         for pass in [false, true] {
-            for l in lines.iter().filter(|l| l.passed == pass) {
-                rows.push(l, tags.get(l.task_id.base()).unwrap_or(&no_tags));
+            for (i, l) in run.lines.iter().enumerate().filter(|(_, l)| l.passed == pass) {
+                rows.push(l, run.tags(i));
             }
         }
         rows
@@ -177,7 +170,7 @@ pub async fn render_run(
     .await;
     let tasks: Vec<String> = traces.events.keys().cloned().collect();
     traces.samples = crate::samples::load(store, &run.meta.run_id, &tasks).await;
-    let rows = TaskRows::of(&run.lines, &run.tags, comparison, ROW_LIMIT);
+    let rows = TaskRows::of(run, comparison, ROW_LIMIT);
     render(&HtmlReport {
         meta: &run.meta,
         bundle_uri: &run.bundle_uri,

@@ -341,58 +341,52 @@ mod tests {
         use agenteval_core::format::{LineScore, Metadata, ResultLine};
         use agenteval_core::model::{RunStatus, TerminatedBy};
         let now = chrono::Utc::now();
-        RunResults {
-            meta: Metadata {
-                schema_version: agenteval_core::SCHEMA_VERSION.into(),
-                run_id: agenteval_core::RunId::new(),
-                name: "big | <b>run</b>".into(),
-                status: RunStatus::Complete,
-                sealed: true,
-                backend: "local".into(),
-                benchmark: "toy".into(),
-                agent: "mock".into(),
-                config_hash: String::new(),
-                agenteval_version: "t".into(),
-                git_sha: None,
-                tasks_total: 10_000,
-                created_at: now,
-                finished_at: Some(now),
-                resumed: 0,
-                reason: None,
-                resume_overrides: vec![],
-                rerun_of: None,
-                regrade_of: None,
-                agent_sha256: None,
-                set: None,
-            },
-            bundle_uri: String::new(),
-            tags: Default::default(),
-            fingerprints: Default::default(),
-            grading: None,
-            lines: (0..10_000)
-                .map(|i| {
-                    // Half the tasks regress, a tenth fail on infrastructure.
-                    let passed = !broken || i % 2 == 0;
-                    let ended =
-                        if broken && i % 10 == 1 { TerminatedBy::InfraFailure } else { TerminatedBy::Completed };
-                    ResultLine {
-                        task_id: format!("a-rather-long-task-name-{i:06}").parse().unwrap(),
-                        attempt: 1,
-                        passed,
-                        terminated_by: ended,
-                        scores: [(
-                            "exact".to_string(),
-                            LineScore { score: f64::from(u8::from(passed)), passed, error: false },
-                        )]
-                        .into(),
-                        cost_usd: 0.01,
-                        tokens: 10,
-                        wall_seconds: 1.0,
-                        steps: 2,
-                    }
-                })
-                .collect(),
-        }
+        let meta = Metadata {
+            schema_version: agenteval_core::SCHEMA_VERSION.into(),
+            run_id: agenteval_core::RunId::new(),
+            name: "big | <b>run</b>".into(),
+            status: RunStatus::Complete,
+            sealed: true,
+            backend: "local".into(),
+            benchmark: "toy".into(),
+            agent: "mock".into(),
+            config_hash: String::new(),
+            agenteval_version: "t".into(),
+            git_sha: None,
+            tasks_total: 10_000,
+            created_at: now,
+            finished_at: Some(now),
+            resumed: 0,
+            reason: None,
+            resume_overrides: vec![],
+            rerun_of: None,
+            regrade_of: None,
+            agent_sha256: None,
+            set: None,
+        };
+        let lines = (0..10_000)
+            .map(|i| {
+                // Half the tasks regress, a tenth fail on infrastructure.
+                let passed = !broken || i % 2 == 0;
+                let ended = if broken && i % 10 == 1 { TerminatedBy::InfraFailure } else { TerminatedBy::Completed };
+                ResultLine {
+                    task_id: format!("a-rather-long-task-name-{i:06}").parse().unwrap(),
+                    attempt: 1,
+                    passed,
+                    terminated_by: ended,
+                    scores: [(
+                        "exact".to_string(),
+                        LineScore { score: f64::from(u8::from(passed)), passed, error: false },
+                    )]
+                    .into(),
+                    cost_usd: 0.01,
+                    tokens: 10,
+                    wall_seconds: 1.0,
+                    steps: 2,
+                }
+            })
+            .collect();
+        RunResults::new(meta, String::new(), lines, None)
     }
 
     #[test]

@@ -5,31 +5,123 @@ use agenteval_core::format::{Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{TaskResult, TaskSpec};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
+use agenteval_core::{Error, ErrorKind, Result, RunId, lines, taskpack};
 use futures::StreamExt;
 use std::collections::BTreeMap;
 
 /// One run, ready to judge.
+///
+/// Held compactly, since judging a million-task run holds one per task (and `compare` two):
+/// a line of numbers per finished task, and of each task's `tasks.jsonl` line only its tag set
+/// (shared between tasks) and a 16-byte digest of its fingerprint.
 #[derive(Debug, Clone)]
 pub struct RunResults {
     pub meta: Metadata,
     pub bundle_uri: String,
+    /// One per finished task, in task-id order (what `task`, `tags` and `fingerprint` rely on).
     pub lines: Vec<ResultLine>,
-    /// Tags of each task, by task id, from `tasks.jsonl` (for reports; empty if unreadable).
-    pub tags: std::collections::BTreeMap<String, Vec<String>>,
-    /// Each task's content fingerprint, by task id (`tasks.jsonl`; computed from the line for
-    /// bundles written before it was recorded).
-    pub fingerprints: std::collections::BTreeMap<String, String>,
     /// The fingerprint of the run's grading settings (`config.resolved.json`: the benchmark's
     /// settings that are not task selection, and the evaluators), when readable.
     pub grading: Option<String>,
+    /// What `tasks.jsonl` says of each line's task, by line position (`None`: not known).
+    facts: Vec<Option<Facts>>,
+    /// The distinct tag sets; `Facts::tags` indexes it.
+    tag_sets: Vec<Vec<String>>,
 }
 
-/// A line of `tasks.jsonl`: the task and, since it was recorded, its fingerprint.
+#[derive(Debug, Clone, Copy)]
+struct Facts {
+    tags: u32,
+    fingerprint: [u8; 16],
+}
+
+impl RunResults {
+    /// A run with `lines` (put in task-id order) and nothing known of its tasks yet.
+    pub fn new(meta: Metadata, bundle_uri: String, mut lines: Vec<ResultLine>, grading: Option<String>) -> Self {
+        if !lines.is_sorted_by(|a, b| a.task_id <= b.task_id) {
+            lines.sort_by(|a, b| a.task_id.cmp(&b.task_id));
+        }
+        RunResults { meta, bundle_uri, lines, grading, facts: Vec::new(), tag_sets: vec![Vec::new()] }
+    }
+
+    /// The positions of task `id`'s lines (one, unless the file repeats it).
+    fn positions(&self, id: &str) -> std::ops::Range<usize> {
+        let start = self.lines.partition_point(|l| l.task_id.as_str() < id);
+        let end = start + self.lines[start..].iter().take_while(|l| l.task_id.as_str() == id).count();
+        start..end
+    }
+
+    /// The line of task `id`, if it finished.
+    pub fn task(&self, id: &str) -> Option<&ResultLine> {
+        self.lines.get(self.positions(id).start).filter(|l| l.task_id.as_str() == id)
+    }
+
+    /// Records what `tasks.jsonl` says of task `id` (nothing when it has no line: judging
+    /// reads only finished tasks). `tag_ids` finds a tag set already held.
+    fn set_facts(
+        &mut self,
+        id: &str,
+        tags: Vec<String>,
+        fingerprint: &str,
+        tag_ids: &mut std::collections::HashMap<Vec<String>, u32>,
+    ) {
+        let at = self.positions(id);
+        if at.is_empty() {
+            return;
+        }
+        let tags = if tags.is_empty() {
+            0
+        } else if let Some(&i) = tag_ids.get(&tags) {
+            i
+        } else {
+            let i = self.tag_sets.len() as u32;
+            self.tag_sets.push(tags.clone());
+            tag_ids.insert(tags, i);
+            i
+        };
+        if self.facts.len() < self.lines.len() {
+            self.facts.resize(self.lines.len(), None);
+        }
+        let facts = Facts { tags, fingerprint: agenteval_core::model::fingerprint_digest(fingerprint) };
+        self.facts[at].fill(Some(facts));
+    }
+
+    /// Records the tags and fingerprint of some tasks (tests, and callers that build results).
+    pub fn with_tasks<'a>(mut self, tasks: impl IntoIterator<Item = (&'a str, Vec<String>, &'a str)>) -> Self {
+        let mut tag_ids = self.tag_ids();
+        for (id, tags, fingerprint) in tasks {
+            self.set_facts(id, tags, fingerprint, &mut tag_ids);
+        }
+        self
+    }
+
+    fn tag_ids(&self) -> std::collections::HashMap<Vec<String>, u32> {
+        self.tag_sets.iter().enumerate().skip(1).map(|(i, t)| (t.clone(), i as u32)).collect()
+    }
+
+    /// The tags of line `i`'s task (none when `tasks.jsonl` did not say).
+    pub fn tags(&self, i: usize) -> &[String] {
+        self.facts.get(i).copied().flatten().map_or(&[], |f| &self.tag_sets[f.tags as usize])
+    }
+
+    /// A digest of line `i`'s task's content fingerprint (see `fingerprint_digest`), when known.
+    pub fn fingerprint(&self, i: usize) -> Option<[u8; 16]> {
+        self.facts.get(i).copied().flatten().map(|f| f.fingerprint)
+    }
+
+    /// The fingerprint digest of task `id`, when it finished and is known.
+    pub fn fingerprint_of(&self, id: &str) -> Option<[u8; 16]> {
+        self.fingerprint(self.positions(id).start)
+    }
+}
+
+/// What judging reads of a line of `tasks.jsonl`: its id, tags and, since it was recorded,
+/// fingerprint (the rest of the task only for older bundles that lack it).
 #[derive(serde::Deserialize)]
 struct TaskLine {
-    #[serde(flatten)]
-    spec: TaskSpec,
+    id: String,
+    #[serde(default)]
+    tags: Vec<String>,
     #[serde(default)]
     fingerprint: Option<String>,
 }
@@ -38,40 +130,52 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> 
     serde_json::from_slice(bytes).map_err(|e| Error::corrupt(format!("{what}: {e}")))
 }
 
-fn parse_lines<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<Vec<T>> {
-    bytes
-        .split(|&b| b == b'\n')
-        .enumerate()
-        .filter(|(_, l)| !l.iter().all(u8::is_ascii_whitespace))
-        .map(|(i, l)| parse(l, &format!("{what}:{}", i + 1)))
-        .collect()
-}
-
-/// Reads a run's results from its bundle.
+/// Reads a run's results from its bundle. `results.jsonl` and `tasks.jsonl` are read a piece at
+/// a time, and of each task only what judging uses is kept.
 pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
     let meta: Metadata = parse(&store.get(run, layout::METADATA).await?, layout::METADATA)?;
-    let lines = match store.get(run, layout::RESULTS).await {
-        Ok(bytes) => parse_lines(&bytes, layout::RESULTS)?,
+    let mut lines = Vec::new();
+    let read = lines::each_line(store, run, layout::RESULTS, &mut |n, line| {
+        if !lines::is_blank(line) {
+            lines.push(parse::<ResultLine>(line, &format!("{}:{n}", layout::RESULTS))?);
+        }
+        Ok(())
+    })
+    .await;
+    let lines = match read {
+        Ok(()) => {
+            // The vector grew by doubling: up to half of it would be empty room.
+            lines.shrink_to_fit();
+            lines
+        }
         Err(e) if e.kind() == ErrorKind::NotFound => from_task_folders(store, run).await?,
         Err(e) => return Err(e),
     };
-    let (mut tags, mut fingerprints) = (BTreeMap::new(), BTreeMap::new());
-    if let Ok(bytes) = store.get(run, layout::TASKS).await
-        && let Ok(specs) = parse_lines::<TaskLine>(&bytes, layout::TASKS)
-    {
-        for t in specs {
-            let id = t.spec.id.to_string();
-            fingerprints.insert(id.clone(), t.fingerprint.unwrap_or_else(|| t.spec.content_fingerprint()));
-            tags.insert(id, t.spec.tags);
-        }
-    }
     let grading = match store.get(run, layout::CONFIG).await {
         Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()
             .map(|v| agenteval_core::model::grading_fingerprint(&v)),
         Err(_) => None,
     };
-    Ok(RunResults { meta, bundle_uri: store.bundle_uri(run), lines, tags, fingerprints, grading })
+    let mut results = RunResults::new(meta, store.bundle_uri(run), lines, grading);
+    let mut tag_ids = std::collections::HashMap::new();
+    let mut facts_of = |line: &[u8]| -> Result<()> {
+        if lines::is_blank(line) {
+            return Ok(());
+        }
+        let t: TaskLine = parse(line, layout::TASKS)?;
+        let fingerprint = match t.fingerprint {
+            Some(f) => f,
+            // Written before fingerprints were recorded: computed from the whole task.
+            None => parse::<TaskSpec>(line, layout::TASKS)?.content_fingerprint(),
+        };
+        results.set_facts(&t.id, t.tags, &fingerprint, &mut tag_ids);
+        Ok(())
+    };
+    // A `tasks.jsonl` that cannot be read leaves the tasks' tags and fingerprints unknown, as
+    // before (a report still works); one unreadable line stops the reading there.
+    let _ = lines::each_line(store, run, layout::TASKS, &mut |_, line| facts_of(line)).await;
+    Ok(results)
 }
 
 async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<ResultLine>> {
@@ -98,7 +202,6 @@ async fn from_task_folders(store: &dyn BundleStore, run: &RunId) -> Result<Vec<R
     while let Some(r) = reads.next().await {
         out.push(r?);
     }
-    out.sort_by(|a, b| a.task_id.cmp(&b.task_id));
     Ok(out)
 }
 

@@ -118,30 +118,16 @@ pub async fn specs(store: &dyn BundleStore, run: &RunId, wanted: &BTreeSet<Strin
     if wanted.is_empty() {
         return found;
     }
-    let mut line: Vec<u8> = Vec::new();
-    let take = |l: &[u8], found: &mut BTreeMap<String, TaskSpec>| {
+    let _ = agenteval_core::lines::each_line(store, run, layout::TASKS, &mut |_, l| {
         if let Ok(IdOnly { id }) = serde_json::from_slice::<IdOnly>(l)
             && wanted.contains(id.as_str())
             && let Ok(spec) = serde_json::from_slice::<TaskSpec>(l)
         {
             found.insert(id.to_string(), spec);
         }
-    };
-    let _ = store
-        .read_chunks(run, layout::TASKS, &mut |piece| {
-            let mut rest = piece;
-            while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-                line.extend_from_slice(&rest[..i]);
-                take(&line, &mut found);
-                line.clear();
-                rest = &rest[i + 1..];
-            }
-            line.extend_from_slice(rest);
-        })
-        .await;
-    if !line.is_empty() {
-        take(&line, &mut found);
-    }
+        Ok(())
+    })
+    .await;
     found
 }
 

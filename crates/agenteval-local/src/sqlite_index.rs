@@ -544,6 +544,26 @@ impl RunIndex for SqliteRunIndex {
         .await
     }
 
+    async fn completed_tasks(&self, run: &RunId) -> Result<CompletedTasks> {
+        let id = run.to_string();
+        self.with(move |c| {
+            let max_attempt: i64 = c
+                .query_row("SELECT COALESCE(MAX(attempt), 0) FROM tasks WHERE run_id = ?1", [&id], |r| r.get(0))
+                .map_err(|e| db_err("reading attempts", e))?;
+            let mut stmt = c
+                .prepare("SELECT task_id FROM tasks WHERE run_id = ?1 AND state = 'completed' ORDER BY task_id")
+                .map_err(|e| db_err("preparing", e))?;
+            let mut rows = stmt.query([&id]).map_err(|e| db_err("listing completed tasks", e))?;
+            let mut ids = Vec::new();
+            while let Some(r) = rows.next().map_err(|e| db_err("listing completed tasks", e))? {
+                let text: String = r.get(0).map_err(|e| db_err("listing completed tasks", e))?;
+                ids.push(TaskId::from_str(&text)?);
+            }
+            Ok(CompletedTasks { ids, max_attempt: max_attempt.max(0) as u32 })
+        })
+        .await
+    }
+
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
         let id = run.to_string();
         self.with(move |c| {

@@ -335,6 +335,14 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     f.detail = Some("worker killed".into());
     assert!(index.record_task(&run, &f).await.unwrap());
 
+    // What a resume reads: the completed ids in order (not the given-up t3) and the highest
+    // attempt any task reached, the same as the full records say.
+    let done = index.completed_tasks(&run).await.unwrap();
+    assert_eq!(done.ids, vec![tid("t1"), tid("t2")]);
+    assert_eq!(done.max_attempt, 2);
+    let records = index.list_tasks(&run).await.unwrap();
+    assert_eq!(done.max_attempt, records.iter().map(|t| t.attempt).max().unwrap());
+
     let counts = index.task_counts(&run).await.unwrap();
     assert_eq!(counts.total, 3);
     assert_eq!(counts.completed, 2);

@@ -16,6 +16,11 @@
 //! ms per task, the controller's and the whole fleet's peak memory, the bundle's bytes per task
 //! on disk, the seal (from the last task's result to the run's end) and `validate-bundle`'s
 //! time. A figure that cannot be measured fails the benchmark: none is printed as 0.
+//!
+//! `AGENTEVAL_BENCH_ONLY=million` runs what a million tasks must show (`AGENTEVAL_BENCH_TASKS`
+//! to choose another size): a run, `validate-bundle`, a second run interrupted half-way and
+//! resumed (checked to re-run no finished task), `report` and `compare` of the two, each with
+//! its time and peak memory.
 
 #[path = "../tests/it/util/mod.rs"]
 mod util;
@@ -143,7 +148,126 @@ fn scale_row(dir: &Path, tasks: u64) {
     let _ = std::fs::remove_dir_all(&runs);
 }
 
+/// The controller's (or any one process's) high-water mark of resident memory, in kB.
+fn hwm_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches(" kB").parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Runs the binary with `args`, sampling its peak memory every 20 ms; with `interrupt_after`,
+/// sends it SIGINT (Ctrl-C) then. Returns the wall time, the peak (MB), its exit code and what
+/// it printed.
+fn measured(args: &[&str], interrupt_after: Option<Duration>) -> (Duration, f64, i32, String) {
+    use std::io::Read as _;
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(util::BIN)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    // Read as it comes: a full pipe would stall the child.
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        stdout.read_to_string(&mut out).unwrap();
+        out
+    });
+    let (mut peak, mut interrupted) = (0u64, false);
+    while child.try_wait().unwrap().is_none() {
+        peak = peak.max(hwm_kb(child.id()));
+        if let Some(after) = interrupt_after
+            && !interrupted
+            && started.elapsed() >= after
+        {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+            interrupted = true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let code = child.wait().unwrap().code().unwrap_or(-1);
+    assert!(peak > 0, "{args:?}: no memory sample could be read");
+    (started.elapsed(), peak as f64 / 1024.0, code, reader.join().unwrap())
+}
+
+/// `AGENTEVAL_BENCH_ONLY=million`: what issue 29 asks to be shown at a million tasks (or
+/// `AGENTEVAL_BENCH_TASKS`): run A completes and `validate-bundle` passes; run B is interrupted
+/// (SIGINT) half-way through A's time and resumed, and the resume re-runs none of the tasks
+/// that had finished (each keeps attempt 1 in `results.jsonl`); `report` of A and `compare A B`
+/// finish. Each with its time and peak memory. Needs ~11 GB of disk for the two bundles.
+fn million() {
+    let tasks: u64 = std::env::var("AGENTEVAL_BENCH_TASKS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let dir = tempfile::Builder::new().prefix("agenteval-bench-million-").tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    println!(
+        "agenteval at {tasks} tasks ({} cores; bundles in {}; 1,000 tasks per job, 2 in flight)",
+        std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1),
+        runs.display()
+    );
+    println!("{:<44} {:>9} {:>9}  what", "step", "wall s", "peak MB");
+    let row = |step: &str, wall: Duration, peak: f64, what: &str| {
+        println!("{step:<44} {:>9.2} {peak:>9.1}  {what}", wall.as_secs_f64());
+    };
+    let config = |name: &str| {
+        let cfg = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(&cfg, toy_yaml(name, tasks, 0, 1_000, 2, runs.to_str().unwrap())).unwrap();
+        cfg.to_str().unwrap().to_string()
+    };
+    let json = |out: &str| -> serde_json::Value { serde_json::from_str(out).expect("--json output") };
+    let (cfg_a, cfg_b) = (config("million-a"), config("million-b"));
+    let index = runs.join("index.sqlite");
+    let index = index.to_str().unwrap();
+
+    let (wall_a, peak, code, out) = measured(&["submit", "--json", "--config", &cfg_a], None);
+    let a = json(&out);
+    assert_eq!((code, a["summary"]["tasks_finished"].as_u64()), (0, Some(tasks)), "run A: {a}");
+    let run_a = a["run_id"].as_str().unwrap().to_string();
+    row("submit A", wall_a, peak, "complete");
+    let (wall, peak, code, out) = measured(&["validate-bundle", a["bundle"].as_str().unwrap()], None);
+    assert_eq!(code, 0, "validate-bundle A: {out}");
+    row("validate-bundle A", wall, peak, "valid");
+
+    let (wall, peak, code, out) = measured(&["submit", "--json", "--config", &cfg_b], Some(wall_a / 2));
+    let b = json(&out);
+    let finished = b["summary"]["tasks_finished"].as_u64().expect("the interrupted run's summary");
+    assert_eq!((code, b["status"].as_str()), (3, Some("interrupted")), "run B: {b}");
+    assert!(finished > 0 && finished < tasks, "run B was interrupted part-way: {finished} of {tasks} finished");
+    let run_b = b["run_id"].as_str().unwrap().to_string();
+    row("submit B, Ctrl-C half-way", wall, peak, &format!("{finished} tasks finished"));
+    let (wall, peak, code, out) = measured(&["resume", &run_b, "--json", "--index", index], None);
+    let r = json(&out);
+    assert_eq!((code, r["summary"]["tasks_finished"].as_u64()), (0, Some(tasks)), "resume B: {r}");
+    // Tasks that finished before the interruption keep their first attempt; every task run by
+    // the resume has a later one.
+    let results =
+        std::fs::File::open(std::path::Path::new(r["bundle"].as_str().unwrap()).join("results.jsonl")).unwrap();
+    let first_attempt = std::io::BufRead::lines(std::io::BufReader::new(results))
+        .filter(|l| serde_json::from_str::<serde_json::Value>(l.as_ref().unwrap()).unwrap()["attempt"] == 1)
+        .count() as u64;
+    assert_eq!(first_attempt, finished, "the resume re-ran {} finished tasks", finished - first_attempt.min(finished));
+    row("resume B", wall, peak, &format!("{} tasks run, none of the {finished} again", tasks - finished));
+
+    let html = dir.path().join("a.html").to_string_lossy().into_owned();
+    let (wall, peak, code, out) =
+        measured(&["report", &run_a, "--index", index, "--format", "html", "--output", &html], None);
+    assert_eq!(code, 0, "report A: {out}");
+    row("report A --format html", wall, peak, "written");
+    let (wall, peak, code, out) = measured(&["compare", &run_a, &run_b, "--format", "json", "--index", index], None);
+    let c = json(&out);
+    assert!(code == 0 || code == 1, "compare A B: {out}");
+    row("compare A B", wall, peak, &format!("{} paired tasks", c["comparison"]["paired_tasks"]));
+}
+
 fn main() {
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("million") {
+        million();
+        return;
+    }
     if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("scale") {
         let sizes: Vec<u64> = std::env::var("AGENTEVAL_BENCH_SIZES")
             .unwrap_or_else(|_| "1000,10000,100000".into())

@@ -604,15 +604,16 @@ async fn add_pairwise(
         .map_err(|e| Failure::from(Error::invalid(format!("the pairwise judge: {e}"))))?;
     // The tasks the comparison pairs: on both sides, the same content, no infrastructure failure.
     let infra = |l: &agenteval_core::format::ResultLine| l.terminated_by.says_nothing_about_the_agent();
-    let theirs: std::collections::BTreeMap<String, &agenteval_core::format::ResultLine> =
-        base.lines.iter().map(|l| (l.task_id.to_string(), l)).collect();
     let ids: Vec<String> = cand
         .lines
         .iter()
-        .filter(|l| !infra(l))
-        .map(|l| l.task_id.to_string())
-        .filter(|id| theirs.get(id).is_some_and(|b| !infra(b)))
-        .filter(|id| base.fingerprints.get(id) == cand.fingerprints.get(id))
+        .enumerate()
+        .filter(|(_, l)| !infra(l))
+        .filter(|(i, l)| {
+            base.task(l.task_id.as_str()).is_some_and(|b| !infra(b))
+                && base.fingerprint_of(l.task_id.as_str()) == cand.fingerprint(*i)
+        })
+        .map(|(_, l)| l.task_id.to_string())
         .collect();
     let wanted: std::collections::BTreeSet<String> = ids.iter().cloned().collect();
     let specs = agenteval_judge::samples::specs(cand_store, &cand.meta.run_id, &wanted).await;

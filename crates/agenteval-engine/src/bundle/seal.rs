@@ -133,30 +133,13 @@ async fn each_tagged(
         #[serde(default)]
         tags: Vec<String>,
     }
-    let mut partial: Vec<u8> = Vec::new();
-    let take = |line: &[u8], f: &mut (dyn FnMut(String, Vec<String>) + Send)| {
+    agenteval_core::lines::each_line(store, run, layout::TASKS, &mut |_, line| {
         if let Ok(t) = serde_json::from_slice::<Tagged>(line) {
             f(t.id, t.tags);
         }
-    };
-    store
-        .read_chunks(run, layout::TASKS, &mut |piece| {
-            let mut rest = piece;
-            while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-                if partial.is_empty() {
-                    take(&rest[..i], f);
-                } else {
-                    partial.extend_from_slice(&rest[..i]);
-                    take(&partial, f);
-                    partial.clear();
-                }
-                rest = &rest[i + 1..];
-            }
-            partial.extend_from_slice(rest);
-        })
-        .await?;
-    take(&partial, f);
-    Ok(())
+        Ok(())
+    })
+    .await
 }
 
 /// Summarizes the results of the run's tasks, one file at a time, and produces

@@ -5,6 +5,7 @@
 use std::os::unix::fs::FileExt as _;
 
 use agenteval_core::layout;
+use agenteval_core::lines::{self, LineSplitter};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, Result, RunId, TaskId};
@@ -97,26 +98,7 @@ impl TaskTable {
         self.push_line(&line, t.id.clone())
     }
 
-    /// Adds the lines of a piece of `tasks.jsonl` (`partial` carries a line cut at the end of
-    /// one piece to the next); `n` counts lines, for errors.
-    fn feed(&mut self, piece: &[u8], partial: &mut Vec<u8>, n: &mut usize) -> Result<()> {
-        let mut rest = piece;
-        while let Some(i) = rest.iter().position(|&b| b == b'\n') {
-            if partial.is_empty() {
-                self.take_line(&rest[..i], n)?;
-            } else {
-                partial.extend_from_slice(&rest[..i]);
-                let line = std::mem::take(partial);
-                self.take_line(&line, n)?;
-            }
-            rest = &rest[i + 1..];
-        }
-        partial.extend_from_slice(rest);
-        Ok(())
-    }
-
-    fn take_line(&mut self, line: &[u8], n: &mut usize) -> Result<()> {
-        *n += 1;
+    fn take_line(&mut self, line: &[u8], n: usize) -> Result<()> {
         if line.is_empty() {
             return Ok(());
         }
@@ -128,30 +110,17 @@ impl TaskTable {
     /// Reads a `tasks.jsonl` file, parsing only the ids up front.
     pub fn from_jsonl(jsonl: Vec<u8>) -> Result<Self> {
         let mut table = TaskTable::default();
-        let (mut partial, mut n) = (Vec::new(), 0);
-        table.feed(&jsonl, &mut partial, &mut n)?;
-        table.take_line(&partial, &mut n)?;
+        let mut lines = LineSplitter::default();
+        let mut each = |n: usize, line: &[u8]| table.take_line(line, n);
+        lines.feed(&jsonl, &mut each);
+        lines.finish(&mut each)?;
         Ok(table)
     }
 
     /// Reads a run's `tasks.jsonl` a piece at a time (never whole in memory).
     pub async fn read(store: &dyn BundleStore, run: &RunId) -> Result<Self> {
         let mut table = TaskTable::default();
-        let (mut partial, mut n) = (Vec::new(), 0);
-        let mut failed = None;
-        store
-            .read_chunks(run, layout::TASKS, &mut |piece| {
-                if failed.is_none()
-                    && let Err(e) = table.feed(piece, &mut partial, &mut n)
-                {
-                    failed = Some(e);
-                }
-            })
-            .await?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        table.take_line(&partial, &mut n)?;
+        lines::each_line(store, run, layout::TASKS, &mut |n, line| table.take_line(line, n)).await?;
         Ok(table)
     }
 
@@ -169,6 +138,13 @@ impl TaskTable {
 
     pub fn id(&self, i: usize) -> &TaskId {
         &self.ids[i]
+    }
+
+    /// The positions of the tasks whose ids are not in `sorted` (ids in order): what a resume
+    /// still has to run. A binary search per task, so nothing the size of the run is built.
+    pub fn positions_not_in(&self, sorted: &[TaskId]) -> Vec<u32> {
+        debug_assert!(sorted.is_sorted());
+        (0..self.ids.len() as u32).filter(|&i| sorted.binary_search(&self.ids[i as usize]).is_err()).collect()
     }
 
     /// The bytes of task `i`'s line.
@@ -277,13 +253,25 @@ mod tests {
         assert_eq!(again.ids(), t.ids());
         assert_eq!(again.jsonl(), text);
         let mut fed = TaskTable::default();
-        let (mut partial, mut lines) = (Vec::new(), 0);
+        let mut lines = LineSplitter::default();
+        let mut each = |n: usize, line: &[u8]| fed.take_line(line, n);
         for piece in text.chunks(777) {
-            fed.feed(piece, &mut partial, &mut lines).unwrap();
+            lines.feed(piece, &mut each);
         }
-        fed.take_line(&partial, &mut lines).unwrap();
+        lines.finish(&mut each).unwrap();
         assert_eq!(fed.ids(), t.ids());
         assert_eq!(fed.spec(n - 1).unwrap().id, task(n - 1).id);
+    }
+
+    #[test]
+    fn the_positions_left_are_those_whose_ids_are_not_done() {
+        let mut t = TaskTable::default();
+        for i in [5, 1, 9, 3] {
+            t.push(&task(i)).unwrap();
+        }
+        let done: Vec<TaskId> = [1, 9].iter().map(|&i| task(i).id).collect();
+        assert_eq!(t.positions_not_in(&done), vec![0, 3]);
+        assert_eq!(t.positions_not_in(&[]), vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -492,11 +492,13 @@ pub async fn resume(
     }
     let mut meta: Metadata = read_json(store.as_ref(), run_id, layout::METADATA).await.map_err(not_user_error)?;
     let tasks = TaskTable::read(store.as_ref(), run_id).await.map_err(not_user_error)?;
-    let states = index.list_tasks(run_id).await?;
-    let attempt_base = states.iter().map(|t| t.attempt).max().unwrap_or(0);
-    let done: std::collections::HashSet<_> =
-        states.iter().filter(|t| t.state == TaskState::Completed).map(|t| t.task_id.clone()).collect();
-    let todo: Vec<u32> = (0..tasks.len() as u32).filter(|&i| !done.contains(tasks.id(i as usize))).collect();
+    let mut done = index.completed_tasks(run_id).await?;
+    if !done.ids.is_sorted() {
+        done.ids.sort();
+    }
+    let attempt_base = done.max_attempt;
+    let todo = tasks.positions_not_in(&done.ids);
+    drop(done);
     let backend = opts.resolver.backend(&config).await?;
     stop_leftovers(index.as_ref(), backend.as_ref(), run_id).await?;
     sweep_environments(&config, opts.resolver.as_ref(), run_id).await;
