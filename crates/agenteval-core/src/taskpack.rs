@@ -96,10 +96,11 @@ impl TaskFiles {
     }
 }
 
-/// Walks a pack's entries, handing each to `f` (at most `cap` bytes of it) until it returns
-/// `false`.
-fn walk(bytes: &[u8], what: &str, cap: u64, f: &mut dyn FnMut(String, Vec<u8>) -> bool) -> Result<()> {
-    let corrupt = |e: std::io::Error| Error::new(ErrorKind::Corrupt, format!("{what}: not a task pack ({e})"));
+/// Visits a pack's entries in order, each checked to be a plain file at a safe relative path,
+/// handing `f` its name and a reader of its bytes, until `f` returns `false`. Every reader of
+/// packs is built on it, so they all refuse the same packs.
+fn visit(bytes: &[u8], what: &str, f: &mut dyn FnMut(&str, &mut dyn std::io::Read) -> Result<bool>) -> Result<()> {
+    let corrupt = corrupt_in(what);
     let gz = flate2::read::GzDecoder::new(bytes).take(UNPACKED_LIMIT);
     let mut archive = tar::Archive::new(gz);
     for entry in archive.entries().map_err(corrupt)? {
@@ -109,13 +110,25 @@ fn walk(bytes: &[u8], what: &str, cap: u64, f: &mut dyn FnMut(String, Vec<u8>) -
         }
         let name = entry.path().map_err(corrupt)?.to_string_lossy().into_owned();
         crate::traits::check_bundle_path(&name).map_err(|e| Error::corrupt(format!("{what}: {e}")))?;
-        let mut data = Vec::with_capacity(entry.size().min(cap).min(1 << 20) as usize);
-        (&mut entry).take(cap).read_to_end(&mut data).map_err(corrupt)?;
-        if !f(name, data) {
+        if !f(&name, &mut entry)? {
             break;
         }
     }
     Ok(())
+}
+
+fn corrupt_in(what: &str) -> impl Fn(std::io::Error) -> Error + Copy + '_ {
+    move |e| Error::new(ErrorKind::Corrupt, format!("{what}: not a task pack ({e})"))
+}
+
+/// Walks a pack's entries, handing each to `f` (at most `cap` bytes of it) until it returns
+/// `false`.
+fn walk(bytes: &[u8], what: &str, cap: u64, f: &mut dyn FnMut(String, Vec<u8>) -> bool) -> Result<()> {
+    visit(bytes, what, &mut |name, entry| {
+        let mut data = Vec::new();
+        entry.take(cap).read_to_end(&mut data).map_err(corrupt_in(what))?;
+        Ok(f(name.to_string(), data))
+    })
 }
 
 /// Every file of a pack. `what` names it in errors.
@@ -156,26 +169,32 @@ pub fn unpack_chunks(
     what: &str,
     f: &mut (dyn for<'b> FnMut(&'b [u8]) + Send),
 ) -> Result<Option<u64>> {
-    let corrupt = |e: std::io::Error| Error::new(ErrorKind::Corrupt, format!("{what}: not a task pack ({e})"));
-    let gz = flate2::read::GzDecoder::new(bytes).take(UNPACKED_LIMIT);
-    let mut archive = tar::Archive::new(gz);
-    for entry in archive.entries().map_err(corrupt)? {
-        let mut entry = entry.map_err(corrupt)?;
-        if entry.path().map_err(corrupt)?.to_string_lossy() != name {
-            continue;
+    unpack_pieces(bytes, name, what, &mut |piece| {
+        f(piece);
+        true
+    })
+}
+
+/// [`unpack_chunks`], stopping when `f` returns `false` (a reader that went away): the bytes
+/// handed over so far, or `None` when the pack has no such file.
+pub fn unpack_pieces(bytes: &[u8], name: &str, what: &str, f: &mut dyn FnMut(&[u8]) -> bool) -> Result<Option<u64>> {
+    let mut found = None;
+    visit(bytes, what, &mut |entry_name, entry| {
+        if entry_name != name {
+            return Ok(true);
         }
         let mut piece = vec![0u8; 64 << 10];
         let mut total = 0u64;
         loop {
-            let n = entry.read(&mut piece).map_err(corrupt)?;
-            if n == 0 {
-                return Ok(Some(total));
+            let n = entry.read(&mut piece).map_err(corrupt_in(what))?;
+            if n == 0 || !f(&piece[..n]) {
+                found = Some(total + n as u64);
+                return Ok(false);
             }
-            f(&piece[..n]);
             total += n as u64;
         }
-    }
-    Ok(None)
+    })?;
+    Ok(found)
 }
 
 /// `tasks/<id>.tar.gz` → `<id>`, for a bundle path of a task pack.
@@ -267,6 +286,17 @@ mod tests {
         let mut pieces = Vec::new();
         assert_eq!(unpack_chunks(&bytes, "trace.jsonl", "t", &mut |p| pieces.extend_from_slice(p)).unwrap(), Some(11));
         assert_eq!(pieces, b"{\"step\":0}\n");
+        // A reader that stops after the first piece gets no more.
+        let big = vec![b'x'; 300_000];
+        let bytes = pack(&[("result.json", b"{}"), ("trace.jsonl", &big)]).unwrap();
+        let mut calls = 0;
+        let got = unpack_pieces(&bytes, "trace.jsonl", "t", &mut |_| {
+            calls += 1;
+            false
+        })
+        .unwrap();
+        assert_eq!((calls, got.is_some_and(|n| n > 0 && n < 300_000)), (1, true));
+        assert_eq!(unpack_pieces(&bytes, "nope", "t", &mut |_| true).unwrap(), None);
     }
 
     #[test]

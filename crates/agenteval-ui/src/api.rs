@@ -95,12 +95,12 @@ pub async fn trace(State(app): State<Arc<App>>, Path((run, task)): Path<(String,
         let id = data::task_id(&task)?;
         let r = data::record(&app, &run).await?;
         let store = data::store(&app, &r).await?;
-        // A pack is inflated whole (a trace is bounded by its run's `max_trace_bytes`); a
-        // task folder's file is read a piece at a time.
-        if store.exists(&r.run_id, &agenteval_core::layout::task_pack(&id)).await? {
-            let layout_trace = agenteval_core::layout::TASK_TRACE;
-            let bytes = agenteval_core::taskpack::read_task_file(store.as_ref(), &r.run_id, &id, layout_trace).await?;
-            return Ok(Err(bytes));
+        // A pack's trace inflates a piece at a time as the client takes it; a task folder's
+        // file is read a piece at a time.
+        match store.get(&r.run_id, &agenteval_core::layout::task_pack(&id)).await {
+            Ok(pack) => return Ok(Err(pack_trace(pack, agenteval_core::layout::task_pack(&id)).await?)),
+            Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
         }
         let path = agenteval_core::layout::task_file(&id, agenteval_core::layout::TASK_TRACE);
         let first = store.read_range(&r.run_id, &path, 0, TRACE_PIECE).await?;
@@ -109,8 +109,8 @@ pub async fn trace(State(app): State<Arc<App>>, Path((run, task)): Path<(String,
     .await;
     let (store, run, path, first) = match opened {
         Ok(Ok(o)) => o,
-        Ok(Err(whole)) => {
-            return ([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], whole).into_response();
+        Ok(Err(body)) => {
+            return ([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response();
         }
         Err(p) => return (p.status, Json(json!({"error": p.message}))).into_response(),
     };
@@ -138,6 +138,36 @@ pub async fn trace(State(app): State<Arc<App>>, Path((run, task)): Path<(String,
     });
     ([(axum::http::header::CONTENT_TYPE, "text/plain; charset=utf-8")], axum::body::Body::from_stream(pieces))
         .into_response()
+}
+
+/// A pack's `trace.jsonl` as a body that inflates on a blocking thread, a piece ahead of the
+/// client (a hostile pack may inflate to 1 GiB: it is never held, and inflating stops when the
+/// client goes away). A pack without a trace, or not a pack, is an error before any byte.
+async fn pack_trace(pack: Vec<u8>, what: String) -> Result<axum::body::Body, Problem> {
+    type Piece = std::result::Result<axum::body::Bytes, std::io::Error>;
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Piece>(2);
+    tokio::task::spawn_blocking(move || {
+        let file = agenteval_core::layout::TASK_TRACE;
+        let read = agenteval_core::taskpack::unpack_pieces(&pack, file, &what, &mut |piece| {
+            tx.blocking_send(Ok(axum::body::Bytes::copy_from_slice(piece))).is_ok()
+        });
+        let failed = match read {
+            Ok(Some(_)) => return,
+            Ok(None) => std::io::Error::new(std::io::ErrorKind::NotFound, format!("{what} holds no {file}")),
+            Err(e) => std::io::Error::other(e.to_string()),
+        };
+        let _ = tx.blocking_send(Err(failed));
+    });
+    // The first piece decides between a trace and an error; an empty trace sends none.
+    let first = match rx.recv().await {
+        Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(agenteval_core::Error::not_found(e.to_string()).into());
+        }
+        Some(Err(e)) => return Err(agenteval_core::Error::corrupt(e.to_string()).into()),
+        first => first,
+    };
+    let rest = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|p| (p, rx)) });
+    Ok(axum::body::Body::from_stream(futures::StreamExt::chain(futures::stream::iter(first), rest)))
 }
 
 /// `/api/compare?base=&cand=&gates=on`: the comparison (and the verdict).

@@ -21,6 +21,10 @@
 //! to choose another size): a run, `validate-bundle`, a second run interrupted half-way and
 //! resumed (checked to re-run no finished task), `report` and `compare` of the two, each with
 //! its time and peak memory.
+//!
+//! `AGENTEVAL_BENCH_ONLY=inspect` runs agenteval and Inspect AI 0.3 (`benches/inspect_mock.py`,
+//! installed under `target/` on first use, or `AGENTEVAL_INSPECT_PYTHON`) on the same 10,000
+//! zero-latency mock tasks, one after the other, and prints both times.
 
 #[path = "../tests/it/util/mod.rs"]
 mod util;
@@ -263,7 +267,77 @@ fn million() {
     row("compare A B", wall, peak, &format!("{} paired tasks", c["comparison"]["paired_tasks"]));
 }
 
+/// A Python with Inspect AI 0.3: `AGENTEVAL_INSPECT_PYTHON`, else a virtual environment under
+/// `target/` made (and installed from PyPI) the first time.
+fn inspect_python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("AGENTEVAL_INSPECT_PYTHON") {
+        return p.into();
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/inspect-venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        let ok = std::process::Command::new("python3").arg("-m").arg("venv").arg(&venv).status().unwrap().success()
+            && std::process::Command::new(venv.join("bin/pip"))
+                .args(["install", "--quiet", "inspect_ai==0.3.*"])
+                .status()
+                .unwrap()
+                .success();
+        assert!(ok, "could not install Inspect AI into {} (set AGENTEVAL_INSPECT_PYTHON)", venv.display());
+    }
+    python
+}
+
+/// `AGENTEVAL_BENCH_ONLY=inspect`: agenteval and Inspect AI on the same 10,000 zero-latency
+/// mock tasks (`AGENTEVAL_BENCH_TASKS`), one after the other in this run: each one's wall time
+/// and the ratio.
+fn against_inspect() {
+    let tasks: u64 = std::env::var("AGENTEVAL_BENCH_TASKS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let dir = tempfile::Builder::new().prefix("agenteval-bench-inspect-").tempdir().unwrap();
+    let python = inspect_python();
+    println!(
+        "agenteval and Inspect AI on {tasks} zero-latency mock tasks ({} cores)",
+        std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1)
+    );
+    let ours = scenario(dir.path(), "inspect-sharded", tasks, 100, 2);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/inspect_mock.py");
+    let started = std::time::Instant::now();
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(tasks.to_string())
+        .arg(dir.path().join("inspect-logs"))
+        .output()
+        .unwrap();
+    let theirs = started.elapsed();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let fields: Vec<&str> = said.split_whitespace().collect();
+    assert!(
+        out.status.success() && fields.get(1) == Some(&"success") && fields.get(2) == Some(&tasks.to_string().as_str()),
+        "Inspect AI did not finish its {tasks} samples: {said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let eval_s: f64 = fields[0].parse().unwrap();
+    let ms = |s: f64| s * 1000.0 / tasks as f64;
+    println!("{:<34} {:>9} {:>9}", "", "wall s", "ms/task");
+    println!(
+        "{:<34} {:>9.2} {:>9.3}",
+        "agenteval (100 per job, 2 in flight)",
+        ours.wall.as_secs_f64(),
+        ms(ours.wall.as_secs_f64())
+    );
+    println!("{:<34} {:>9.2} {:>9.3}", "Inspect AI 0.3, the process", theirs.as_secs_f64(), ms(theirs.as_secs_f64()));
+    println!("{:<34} {:>9.2} {:>9.3}", "Inspect AI 0.3, eval() alone", eval_s, ms(eval_s));
+    println!(
+        "agenteval is {:.1}x faster than the Inspect process ({:.1}x its eval() alone)",
+        theirs.as_secs_f64() / ours.wall.as_secs_f64(),
+        eval_s / ours.wall.as_secs_f64()
+    );
+}
+
 fn main() {
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("inspect") {
+        against_inspect();
+        return;
+    }
     if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("million") {
         million();
         return;

@@ -233,6 +233,11 @@ fn the_server_refuses_what_it_must_and_marks_every_answer() {
     let bundle = Path::new(v["bundle"].as_str().unwrap());
     let trace = server.get(&format!("/runs/{run}/tasks/c01/trace.jsonl"));
     assert_eq!(trace.body, crate::util::read_text(bundle.join("tasks/c01/trace.jsonl")).unwrap());
+    // A pack's trace streams as it inflates, whatever its size.
+    let line = "{\"kind\":\"agent.note\"}\n";
+    replace_in_pack(bundle, "c04", "trace.jsonl", line.repeat((32 << 20) / line.len()).into_bytes());
+    let big = server.get(&format!("/runs/{run}/tasks/c04/trace.jsonl"));
+    assert_eq!((big.status, big.body.len()), (200, line.len() * ((32 << 20) / line.len())));
     replace_in_pack(bundle, "c02", "worker.log", vec![b'x'; 256 << 20]);
     let log = server.get(&format!("/api/runs/{run}/tasks/c02")).json()["log"].as_str().unwrap().to_string();
     assert!(log.len() < 2 << 20 && log.ends_with("the whole log is in the bundle)"), "{} bytes", log.len());
