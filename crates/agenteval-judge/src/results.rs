@@ -422,3 +422,71 @@ mod embed_tests {
         assert_eq!((a.as_str(), cut.events), ("[]", 10));
     }
 }
+
+#[cfg(test)]
+mod load_tests {
+    use super::*;
+    use agenteval_core::model::TerminatedBy;
+
+    /// A bundle holding `results.jsonl` and `tasks.jsonl` as given, with the metadata of a
+    /// sealed run.
+    async fn bundle(results: &str, tasks: &str) -> (tempfile::TempDir, agenteval_local::FsBundleStore, RunId) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = agenteval_local::FsBundleStore::new(dir.path().to_path_buf());
+        let r = crate::compare::tests::run("r", &[("x", true, TerminatedBy::Completed)]);
+        let run = r.meta.run_id;
+        store.put(&run, layout::METADATA, &serde_json::to_vec(&r.meta).unwrap()).await.unwrap();
+        store.put(&run, layout::RESULTS, results.as_bytes()).await.unwrap();
+        store.put(&run, layout::TASKS, tasks.as_bytes()).await.unwrap();
+        (dir, store, run)
+    }
+
+    fn line(id: &str, passed: bool) -> String {
+        format!(
+            r#"{{"task_id":"{id}","attempt":1,"passed":{passed},"terminated_by":"completed","scores":{{"exact":{{"score":{},"passed":{passed}}}}},"cost_usd":0.0,"tokens":0,"wall_seconds":0.1,"steps":1}}"#,
+            u8::from(passed)
+        )
+    }
+
+    #[tokio::test]
+    async fn what_tasks_jsonl_says_is_kept_per_finished_line() {
+        // Out of order, a blank line, a repetition; t9 never finished.
+        let results = [line("t2", false), String::new(), line("t1", true), line("t1@r1", true)].join("\n");
+        let tasks = [
+            r#"{"id":"t1","input":"a","tags":["easy","math"],"fingerprint":"f1"}"#,
+            r#"{"id":"t1@r1","input":"a","tags":["easy","math"],"fingerprint":"f1"}"#,
+            // Written before fingerprints were recorded: computed from the task.
+            r#"{"id":"t2","input":"b","tags":["hard"]}"#,
+            r#"{"id":"t9","input":"c","tags":["never"],"fingerprint":"f9"}"#,
+        ]
+        .join("\n");
+        let (_dir, store, run) = bundle(&results, &tasks).await;
+        let r = load(&store, &run).await.unwrap();
+        let ids: Vec<&str> = r.lines.iter().map(|l| l.task_id.as_str()).collect();
+        assert_eq!(ids, ["t1", "t1@r1", "t2"], "in task-id order");
+        assert_eq!(r.tags(0), ["easy", "math"]);
+        assert_eq!(r.tags(1), ["easy", "math"]);
+        assert_eq!(r.tags(2), ["hard"]);
+        assert_eq!(r.tag_sets.len(), 3, "one copy of each distinct tag set (and the empty one)");
+        assert_eq!(r.fingerprint(0), Some(agenteval_core::model::fingerprint_digest("f1")));
+        assert_eq!(r.fingerprint(0), r.fingerprint(1));
+        let spec: TaskSpec = serde_json::from_str(r#"{"id":"t2","input":"b","tags":["hard"]}"#).unwrap();
+        assert_eq!(
+            r.fingerprint_of("t2"),
+            Some(agenteval_core::model::fingerprint_digest(&spec.content_fingerprint()))
+        );
+        assert_eq!(r.fingerprint_of("t9"), None, "an unfinished task is not held");
+        assert!(r.task("t9").is_none() && r.task("t1@r1").is_some());
+        assert!(r.lines[0].scores.get("exact").unwrap().passed);
+    }
+
+    #[tokio::test]
+    async fn a_bad_result_line_is_named_and_unreadable_tasks_leave_facts_unknown() {
+        let (_dir, store, run) = bundle(&format!("{}\nnot json\n", line("t1", true)), "garbage").await;
+        let e = load(&store, &run).await.unwrap_err();
+        assert!(e.to_string().contains("results.jsonl:2"), "{e}");
+        let (_dir, store, run) = bundle(&line("t1", true), "garbage").await;
+        let r = load(&store, &run).await.unwrap();
+        assert_eq!((r.lines.len(), r.tags(0).len(), r.fingerprint(0)), (1, 0, None));
+    }
+}
