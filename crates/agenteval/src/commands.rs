@@ -504,7 +504,7 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
     // there, and a terminal report always reads why each task did not pass.
     let summarized = || async {
         let table = bundle::TaskTable::read(store, &run_id).await?;
-        bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Collect).await
+        bundle::summarize(store, &run_id, table.ids(), meta.status, bundle::Lines::Skip).await
     };
     let shown = match format {
         Format::Json => {

@@ -22,8 +22,11 @@ use crate::scorers::{default_scorers, empty_summary};
 
 /// Where `summarize` puts `results.jsonl`'s lines.
 pub enum Lines {
-    /// Kept in memory and returned (checks and reports of partial runs).
-    Collect,
+    /// Not kept (a report that needs the summary and the failures).
+    Skip,
+    /// Written to a temporary file as they come, returned in `Summarized::spilled`
+    /// (`validate-bundle`, which reads them back beside the bundle's file).
+    Spill,
     /// Written to the bundle as they come, in chunks (sealing), so a 100,000-task seal does not
     /// hold the file; a capped sample of lines is kept for the HTML report.
     Write,
@@ -33,8 +36,10 @@ pub enum Lines {
 #[derive(Debug, Default)]
 pub struct Summarized {
     pub failures: Vec<Failure>,
-    /// `results.jsonl` (with `Lines::Collect`).
-    pub lines: Vec<u8>,
+    /// Lines not yet written (with `Lines::Write` or `Lines::Spill`).
+    lines: Vec<u8>,
+    /// `results.jsonl` as this run's results make it, in a temporary file (with `Lines::Spill`).
+    pub spilled: Option<std::fs::File>,
     /// Up to `SEAL_ROW_LIMIT` failing and as many passing lines, in task order.
     pub failing: Vec<ResultLine>,
     pub passing: Vec<ResultLine>,
@@ -159,8 +164,12 @@ pub async fn summarize(
     let mut out = Summarized { packs: PackSums::with_capacity(ids.len()), ..Default::default() };
     let mut appender = match mode {
         Lines::Write => Some(store.open_appender(run, layout::RESULTS).await?),
-        Lines::Collect => None,
+        Lines::Skip | Lines::Spill => None,
     };
+    if matches!(mode, Lines::Spill) {
+        out.spilled = Some(tempfile::tempfile().map_err(|e| agenteval_core::Error::io("a temporary file", e))?);
+    }
+    let spill_io = |e| agenteval_core::Error::io("writing results to a temporary file", e);
     let mut results = futures::stream::iter(ids.iter().enumerate())
         .map(|(i, id)| async move { (i, read_result(store, run, id).await) })
         .buffered(READ_CONCURRENCY);
@@ -183,12 +192,17 @@ pub async fn summarize(
             }
         }
         let line = ResultLine::from(&r);
-        serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
-        out.lines.push(b'\n');
-        if let Some(a) = appender.as_mut()
-            && out.lines.len() >= RESULTS_CHUNK
-        {
-            a.append(&out.lines).await?;
+        if !matches!(mode, Lines::Skip) {
+            serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
+            out.lines.push(b'\n');
+        }
+        if out.lines.len() >= RESULTS_CHUNK {
+            if let Some(a) = appender.as_mut() {
+                a.append(&out.lines).await?;
+            }
+            if let Some(f) = out.spilled.as_mut() {
+                std::io::Write::write_all(f, &out.lines).map_err(spill_io)?;
+            }
             out.lines.clear();
         }
         let kept = if line.passed { &mut out.passing } else { &mut out.failing };
@@ -212,8 +226,12 @@ pub async fn summarize(
     if let Some(mut a) = appender {
         a.append(&out.lines).await?;
         a.finish().await?;
-        out.lines = Vec::new();
     }
+    if let Some(f) = out.spilled.as_mut() {
+        use std::io::{Seek as _, Write as _};
+        f.write_all(&out.lines).and_then(|_| f.rewind()).map_err(spill_io)?;
+    }
+    out.lines = Vec::new();
     let mut summary = empty_summary(*run, status, ids.len() as u64);
     for s in &scorers {
         s.finish(&mut summary);

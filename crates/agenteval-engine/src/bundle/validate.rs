@@ -1,16 +1,15 @@
 //! `validate-bundle`: required files, checksums, and agreement between the files.
 
-use std::collections::BTreeSet;
-
-use agenteval_core::format::{Manifest, Metadata, ResultLine};
+use agenteval_core::format::{Metadata, ResultLine};
 use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, taskpack};
+use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, lines, taskpack};
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
+use sha2::Digest as _;
 
-use super::{TaskTable, read_json, sha256_hex, summarize};
+use super::{TaskTable, read_json, summarize};
 
 /// What `validate-bundle` found.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -46,20 +45,57 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-6 * (1.0 + a.abs().max(b.abs()))
 }
 
-/// `results.jsonl` against the task folders: one line per finished task, each saying what its
-/// `result.json` says. Bundles sealed before the file existed have none (a warning).
+/// `results.jsonl` against the task results: one line per finished task, each saying what its
+/// `result.json` says (`expected`: the lines the results make, in a temporary file). Bundles
+/// sealed before the file existed have none (a warning).
 async fn check_results(
     store: &dyn BundleStore,
     run: &RunId,
     present: bool,
-    expected: &[u8],
+    expected: std::fs::File,
     v: &mut Validation,
 ) -> Result<()> {
+    use std::io::BufRead as _;
     if !present {
         v.warnings
             .push(format!("{}: missing (sealed by an older agenteval); readers use the task folders", layout::RESULTS));
         return Ok(());
     }
+    // A sealed bundle's file lists the tasks in the order the results are read in (that of
+    // `tasks.jsonl`): compared a line at a time, nothing held. A file in another order, with a
+    // task twice or a line that does not parse, is compared by task id below.
+    let temp_io = |e| Error::io("reading results from a temporary file", e);
+    let mut want = std::io::BufReader::new(expected.try_clone().map_err(temp_io)?).split(b'\n');
+    let (mut in_step, mut disagree) = (true, Vec::new());
+    lines::each_line(store, run, layout::RESULTS, &mut |_, line| {
+        if !in_step || line.is_empty() {
+            return Ok(());
+        }
+        let got = serde_json::from_slice::<ResultLine>(line).ok();
+        let wanted = want.next().and_then(|w| w.ok()).and_then(|w| serde_json::from_slice::<ResultLine>(&w).ok());
+        match (got, wanted) {
+            (Some(g), Some(w)) if g.task_id == w.task_id => {
+                if g != w {
+                    disagree.push(g.task_id.to_string());
+                }
+            }
+            _ => in_step = false,
+        }
+        Ok(())
+    })
+    .await?;
+    if in_step && want.next().is_none() {
+        for id in disagree {
+            v.problems.push(format!("{}: the line of task {id} disagrees with its result.json", layout::RESULTS));
+        }
+        return Ok(());
+    }
+    drop(want);
+    let mut expected = expected;
+    let mut bytes = Vec::new();
+    std::io::Seek::rewind(&mut expected)
+        .and_then(|_| std::io::Read::read_to_end(&mut expected, &mut bytes))
+        .map_err(temp_io)?;
     // A task listed twice in `tasks.jsonl` is reported elsewhere; only the file's own lines are
     // held to one each.
     let parse =
@@ -73,7 +109,7 @@ async fn check_results(
             }
             Ok(out)
         };
-    let want = parse(expected, false).map_err(|e| Error::internal(format!("recomputed results: {e}")))?;
+    let want = parse(&bytes, false).map_err(|e| Error::internal(format!("recomputed results: {e}")))?;
     let got = match parse(&store.get(run, layout::RESULTS).await?, true) {
         Ok(g) => g,
         Err(e) => {
@@ -100,15 +136,15 @@ async fn check_results(
 struct Bundle<'s> {
     store: &'s dyn BundleStore,
     run: RunId,
+    /// Sorted (a million-task bundle's listing is held once, searched, never copied).
     files: Vec<String>,
-    present: BTreeSet<String>,
     meta: Option<Metadata>,
     specs: TaskTable,
 }
 
 impl Bundle<'_> {
     fn has(&self, path: &str) -> bool {
-        self.present.contains(path)
+        self.files.binary_search_by(|f| f.as_str().cmp(path)).is_ok()
     }
 
     fn sealed(&self) -> bool {
@@ -153,8 +189,9 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
             TaskTable::default()
         }
     };
-    let present = files.iter().cloned().collect();
-    let bundle = Bundle { store, run: *run, files, present, meta, specs };
+    let mut files = files;
+    files.sort_unstable();
+    let bundle = Bundle { store, run: *run, files, meta, specs };
     for (what, check) in CHECKS {
         check(&bundle, &mut v).await.map_err(|e| Error::new(e.kind(), format!("checking the {what}: {e}")))?;
     }
@@ -194,13 +231,46 @@ async fn metadata(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     Ok(())
 }
 
+/// `manifest.json` as validation reads it: its entries as a sorted list of (path, sha256, size),
+/// the sums as bytes (a million entries as a map of strings were ~200 MB).
+#[derive(Deserialize)]
+struct CompactManifest {
+    schema_version: String,
+    #[serde(deserialize_with = "compact_entries")]
+    files: Vec<(Box<str>, Option<[u8; 32]>, u64)>,
+}
+
+fn compact_entries<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<(Box<str>, Option<[u8; 32]>, u64)>, D::Error> {
+    struct Visit;
+    impl<'de> serde::de::Visitor<'de> for Visit {
+        type Value = Vec<(Box<str>, Option<[u8; 32]>, u64)>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of files")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> std::result::Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(map.size_hint().unwrap_or(0));
+            while let Some(path) = map.next_key::<String>()? {
+                let e: agenteval_core::format::ManifestEntry = map.next_value()?;
+                // A sum that is not 64 hex digits matches no file.
+                let sum = hex::decode(&e.sha256).ok().and_then(|b| <[u8; 32]>::try_from(b).ok());
+                out.push((path.into_boxed_str(), sum, e.size));
+            }
+            out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Visit)
+}
+
 /// A sealed bundle's files against its manifest: each listed file there with its size and
 /// sha256, and every file listed.
 async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     if !b.sealed() || !b.has(layout::MANIFEST) {
         return Ok(());
     }
-    let man = match read_json::<Manifest>(b.store, &b.run, layout::MANIFEST).await {
+    let man = match read_json::<CompactManifest>(b.store, &b.run, layout::MANIFEST).await {
         Err(e) => {
             v.problems.push(e.to_string());
             return Ok(());
@@ -208,21 +278,22 @@ async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         Ok(m) => m,
     };
     check_version(layout::MANIFEST, &man.schema_version, v);
-    for (path, entry) in &man.files {
+    for (path, sum, size) in &man.files {
         if !b.has(path) {
             v.problems.push(format!("{path}: listed in the manifest but missing"));
             continue;
         }
         let bytes = b.store.get(&b.run, path).await?;
         v.files_checked += 1;
-        if bytes.len() as u64 != entry.size {
-            v.problems.push(format!("{path}: size {} differs from the manifest's {}", bytes.len(), entry.size));
-        } else if sha256_hex(&bytes) != entry.sha256 {
+        if bytes.len() as u64 != *size {
+            v.problems.push(format!("{path}: size {} differs from the manifest's {size}", bytes.len()));
+        } else if sum.is_none_or(|s| s[..] != sha2::Sha256::digest(&bytes)[..]) {
             v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
         }
     }
+    let listed = |path: &str| man.files.binary_search_by(|(p, ..)| p.as_ref().cmp(path)).is_ok();
     for path in &b.files {
-        if path != layout::MANIFEST && !man.files.contains_key(path) {
+        if path != layout::MANIFEST && !listed(path) {
             v.problems.push(format!("{path}: not listed in the manifest"));
         }
     }
@@ -233,13 +304,15 @@ async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
 /// this run, with every file a finished task has (a complete run has a result for each), each
 /// file well-formed.
 async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
-    let known: BTreeSet<&str> = b.specs.ids().iter().map(|t| t.as_str()).collect();
-    let task_dirs: BTreeSet<&str> = b
-        .files
-        .iter()
-        .filter_map(|f| f.strip_prefix("tasks/").and_then(|rest| rest.split_once('/')).map(|(dir, _)| dir))
-        .collect();
-    let packs: BTreeSet<&str> = b.files.iter().filter_map(|f| taskpack::task_of_pack(f)).collect();
+    // Sorted lists searched, not sets: at a million tasks each set cost tens of megabytes.
+    let known = SortedIds::of(b.specs.ids().iter().map(|t| t.as_str()).collect());
+    let task_dirs = SortedIds::of(
+        b.files
+            .iter()
+            .filter_map(|f| f.strip_prefix("tasks/").and_then(|rest| rest.split_once('/')).map(|(dir, _)| dir))
+            .collect(),
+    );
+    let packs = SortedIds::of(b.files.iter().filter_map(|f| taskpack::task_of_pack(f)).collect());
     if b.has(layout::SPANS) {
         check_spans(&b.store.get(&b.run, layout::SPANS).await?, layout::SPANS, false, v);
     }
@@ -302,12 +375,43 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     Ok(())
 }
 
+/// Task ids in order, searched.
+struct SortedIds<'a>(Vec<&'a str>);
+
+impl<'a> SortedIds<'a> {
+    fn of(mut ids: Vec<&'a str>) -> Self {
+        ids.sort_unstable();
+        ids.dedup();
+        SortedIds(ids)
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.0.binary_search(&id).is_ok()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &&'a str> {
+        self.0.iter()
+    }
+}
+
+impl<'s, 'a> IntoIterator for &'s SortedIds<'a> {
+    type Item = &'s &'a str;
+    type IntoIter = std::slice::Iter<'s, &'a str>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
 /// A sealed bundle's summary and `results.jsonl` against the task results they were made from.
 async fn summary(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     let Some(m) = b.meta.as_ref().filter(|m| m.sealed && b.has(layout::SUMMARY)) else { return Ok(()) };
     // A result that cannot be read is already named by its task's check: the summary cannot be
     // recomputed then, which is no reason to stop validating.
-    let recomputed = match summarize(b.store, &b.run, b.specs.ids(), m.status, super::Lines::Collect).await {
+    let recomputed = match summarize(b.store, &b.run, b.specs.ids(), m.status, super::Lines::Spill).await {
         Ok(x) => x,
         Err(e) if e.kind() == ErrorKind::Corrupt => return Ok(()),
         Err(e) => return Err(e),
@@ -320,7 +424,8 @@ async fn summary(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         }
     };
     let (re, out) = recomputed;
-    check_results(b.store, &b.run, b.has(layout::RESULTS), &out.lines, v).await?;
+    let expected = out.spilled.ok_or_else(|| Error::internal("summarize kept no lines"))?;
+    check_results(b.store, &b.run, b.has(layout::RESULTS), expected, v).await?;
     let at = layout::SUMMARY;
     if s.status != m.status {
         v.problems.push(format!("{at}: status {} but metadata says {}", s.status.as_str(), m.status.as_str()));

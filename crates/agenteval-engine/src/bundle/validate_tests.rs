@@ -348,6 +348,13 @@ async fn every_check_names_what_it_found() {
                 })
             },
         ),
+        ("a result line twice", true, "results.jsonl: line 4: a task listed twice", |s, r| {
+            Box::pin(async move {
+                let text = String::from_utf8(s.get(r, layout::RESULTS).await.unwrap()).unwrap();
+                let first = text.lines().next().unwrap().to_string();
+                s.put(r, layout::RESULTS, format!("{text}{first}\n").as_bytes()).await.unwrap()
+            })
+        }),
         ("a result line missing", true, "results.jsonl: task t3 has a result but no line", |s, r| {
             Box::pin(async move {
                 let text = String::from_utf8(s.get(r, layout::RESULTS).await.unwrap()).unwrap();
@@ -507,6 +514,19 @@ async fn every_check_of_a_task_pack_names_the_file_inside_it() {
         );
         assert!(!v.is_valid(), "{name}");
     }
+}
+
+#[tokio::test]
+async fn result_lines_in_another_order_are_compared_by_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, run) = valid_bundle(dir.path()).await;
+    let text = String::from_utf8(store.get(&run, layout::RESULTS).await.unwrap()).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.reverse();
+    store.put(&run, layout::RESULTS, format!("{}\n", lines.join("\n")).as_bytes()).await.unwrap();
+    write_manifest(&store, &run, &Default::default()).await.unwrap();
+    let v = validate(&store, &run).await.unwrap();
+    assert!(v.is_valid(), "{:?}", v.problems);
 }
 
 #[tokio::test]
