@@ -237,15 +237,16 @@ async fn metadata(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
 struct CompactManifest {
     schema_version: String,
     #[serde(deserialize_with = "compact_entries")]
-    files: Vec<(Box<str>, Option<[u8; 32]>, u64)>,
+    files: Vec<ManifestItem>,
 }
 
-fn compact_entries<'de, D: serde::Deserializer<'de>>(
-    d: D,
-) -> std::result::Result<Vec<(Box<str>, Option<[u8; 32]>, u64)>, D::Error> {
+/// A manifest entry: its path, its sha256 (`None` when not 64 hex digits) and its size.
+type ManifestItem = (Box<str>, Option<[u8; 32]>, u64);
+
+fn compact_entries<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Vec<ManifestItem>, D::Error> {
     struct Visit;
     impl<'de> serde::de::Visitor<'de> for Visit {
-        type Value = Vec<(Box<str>, Option<[u8; 32]>, u64)>;
+        type Value = Vec<ManifestItem>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
             f.write_str("an object of files")
         }
@@ -318,7 +319,7 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
     }
     let complete = b.sealed() && b.meta.as_ref().is_some_and(|m| m.status == RunStatus::Complete);
     if complete {
-        for id in known.iter().filter(|t| !packs.contains(*t) && !task_dirs.contains(*t)) {
+        for id in known.iter().filter(|t| !packs.contains(t) && !task_dirs.contains(t)) {
             v.problems.push(format!("tasks/{id}{}: missing in a complete run", layout::PACK_SUFFIX));
         }
     }
@@ -345,7 +346,7 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         }
         check_task(&files, &b.run, id, &|f| format!("{path}/{f}"), v);
     }
-    for dir in task_dirs.iter().filter(|d| !packs.contains(*d)) {
+    for dir in task_dirs.iter().filter(|d| !packs.contains(d)) {
         if !known.is_empty() && !known.contains(dir) {
             v.problems.push(format!("tasks/{dir}/: not a task of this run ({})", layout::TASKS));
         }
