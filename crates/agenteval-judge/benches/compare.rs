@@ -69,7 +69,7 @@ fn peak_rss_mib() -> f64 {
 }
 
 fn main() {
-    for tasks in [10_000, 100_000] {
+    for tasks in [10_000, 100_000, 1_000_000] {
         let (base, cand) = (run(tasks, false), run(tasks, true));
         let started = Instant::now();
         let c = compare(&base, &cand, CompareOptions { resamples: 10_000, seed: 7 }).unwrap();

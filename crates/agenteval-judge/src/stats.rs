@@ -64,17 +64,55 @@ pub fn paired_bootstrap(diffs: &[f64], resamples: usize, seed: u64) -> Interval 
     }
     let mean = diffs.iter().sum::<f64>() / n as f64;
     let mut rng = SplitMix64::new(seed);
-    let mut means: Vec<f64> = (0..resamples.max(1))
-        .map(|_| {
-            let mut sum = 0.0;
-            for _ in 0..n {
-                sum += diffs[rng.below(n)];
-            }
-            sum / n as f64
-        })
-        .collect();
+    // Few distinct differences (passed or not, equal costs) in a large run: the same draws and
+    // the same sums, each value found through its code, one byte a task, so the codes stay in
+    // the cache where the differences do not (measured at 1,000,000 tasks: 74 s against 113 s
+    // for a comparison; below ~2 MB of differences the extra lookup costs more than it saves).
+    let coded = if n >= CODED_FROM { categories(diffs) } else { None };
+    let mut means: Vec<f64> = match coded {
+        Some((codes, values)) => (0..resamples.max(1))
+            .map(|_| {
+                let mut sum = 0.0;
+                for _ in 0..n {
+                    sum += values[usize::from(codes[rng.below(n)])];
+                }
+                sum / n as f64
+            })
+            .collect(),
+        _ => (0..resamples.max(1))
+            .map(|_| {
+                let mut sum = 0.0;
+                for _ in 0..n {
+                    sum += diffs[rng.below(n)];
+                }
+                sum / n as f64
+            })
+            .collect(),
+    };
     means.sort_by(f64::total_cmp);
     Interval { mean, lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }
+}
+
+/// Differences from which the bootstrap draws codes rather than values (2 MB of `f64`s).
+const CODED_FROM: usize = 256 << 10;
+
+/// Each value's code in a table of the distinct values, when there are at most 256 of them.
+fn categories(values: &[f64]) -> Option<(Vec<u8>, Vec<f64>)> {
+    let mut table: Vec<f64> = Vec::new();
+    let mut codes = Vec::with_capacity(values.len());
+    for v in values {
+        // Compared by bits: the same number is the same value, NaN included.
+        let code = match table.iter().position(|t| t.to_bits() == v.to_bits()) {
+            Some(c) => c,
+            None if table.len() < 256 => {
+                table.push(*v);
+                table.len() - 1
+            }
+            None => return None,
+        };
+        codes.push(code as u8);
+    }
+    Some((codes, table))
 }
 
 /// The unbiased pass@k estimator of Chen et al. (2021) for one task with `n` samples of which
@@ -150,6 +188,20 @@ mod tests {
         means.sort_by(f64::total_cmp);
         assert_eq!((i.lo, i.hi), (quantile_sorted(&means, 0.025), quantile_sorted(&means, 0.975)));
         assert!(i.lo < quantile_sorted(&means, 0.05) && quantile_sorted(&means, 0.95) < i.hi, "{i:?}");
+    }
+
+    #[test]
+    fn few_distinct_differences_resample_as_many_do() {
+        // The same draws either way: counted by value, or summed one by one.
+        let n = CODED_FROM;
+        let diffs: Vec<f64> = (0..n).map(|i| [0.0, 1.0, -1.0, 0.5][(i * 7) % 4]).collect();
+        let coded = paired_bootstrap(&diffs, 20, 3);
+        let mut rng = SplitMix64::new(3);
+        let mut means: Vec<f64> =
+            (0..20).map(|_| (0..n).map(|_| diffs[rng.below(n)]).sum::<f64>() / n as f64).collect();
+        means.sort_by(f64::total_cmp);
+        assert_eq!((coded.lo, coded.hi), (quantile_sorted(&means, 0.025), quantile_sorted(&means, 0.975)));
+        assert!(categories(&(0..300).map(f64::from).collect::<Vec<_>>()).is_none(), "over 256 values");
     }
 
     #[test]
