@@ -300,35 +300,7 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         )));
     }
     let (b, c) = (Folds::new(&base.lines), Folds::new(&cand.lines));
-    // Both sides in base-id order: one merge pairs them.
-    let (mut common, mut added, mut removed) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut i, mut j) = (0, 0);
-    while i < b.len() || j < c.len() {
-        match (i < b.len(), j < c.len()) {
-            (true, true) => match b.id(i).cmp(c.id(j)) {
-                std::cmp::Ordering::Equal => {
-                    common.push((i, j));
-                    (i, j) = (i + 1, j + 1);
-                }
-                std::cmp::Ordering::Less => {
-                    removed.push(b.id(i).to_string());
-                    i += 1;
-                }
-                std::cmp::Ordering::Greater => {
-                    added.push(c.id(j).to_string());
-                    j += 1;
-                }
-            },
-            (true, false) => {
-                removed.push(b.id(i).to_string());
-                i += 1;
-            }
-            _ => {
-                added.push(c.id(j).to_string());
-                j += 1;
-            }
-        }
-    }
+    let (common, added, removed) = merge(&b, &c);
     if common.is_empty() {
         return Err(Error::invalid(format!(
             "runs {} and {} have no finished task in common",
@@ -376,29 +348,7 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     let scores_removed: Vec<String> = base_ids.difference(&cand_ids).map(|s| s.to_string()).collect();
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
-    // Each metric's bootstrap is independent and seeded by its position: the same inputs give
-    // the same intervals however the work is spread over threads. As many at once as there are
-    // cores: each holds its metric's values (16 bytes a task).
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(1);
-    let mut metrics: Vec<MetricDiff> = Vec::with_capacity(names.len());
-    for (chunk_at, chunk) in names.chunks(threads).enumerate() {
-        let done: Vec<MetricDiff> = std::thread::scope(|s| {
-            let (paired, b, c) = (&paired, &b, &c);
-            let handles: Vec<_> = chunk
-                .iter()
-                .enumerate()
-                .map(|(k, (name, better))| {
-                    s.spawn(move || {
-                        let values: Vec<(f64, f64)> =
-                            paired.iter().filter_map(|&(x, y)| Some((b.value(x, name)?, c.value(y, name)?))).collect();
-                        metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64)
-                    })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
-        });
-        metrics.extend(done);
-    }
+    let metrics = metric_diffs(&names, &paired, &b, &c, opts);
     Ok(Comparison {
         schema_version: COMPARISON_SCHEMA.into(),
         base: side(base, b.len()),
@@ -418,6 +368,73 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         scores_removed,
         pairwise: None,
     })
+}
+
+/// The tasks of both sides (positions in each), and those only the candidate or only the base
+/// has: both sides are in base-id order, so one merge pairs them.
+fn merge(b: &Folds<'_>, c: &Folds<'_>) -> (Vec<(usize, usize)>, Vec<String>, Vec<String>) {
+    let (mut common, mut added, mut removed) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    while i < b.len() || j < c.len() {
+        match (i < b.len(), j < c.len()) {
+            (true, true) => match b.id(i).cmp(c.id(j)) {
+                std::cmp::Ordering::Equal => {
+                    common.push((i, j));
+                    (i, j) = (i + 1, j + 1);
+                }
+                std::cmp::Ordering::Less => {
+                    removed.push(b.id(i).to_string());
+                    i += 1;
+                }
+                std::cmp::Ordering::Greater => {
+                    added.push(c.id(j).to_string());
+                    j += 1;
+                }
+            },
+            (true, false) => {
+                removed.push(b.id(i).to_string());
+                i += 1;
+            }
+            _ => {
+                added.push(c.id(j).to_string());
+                j += 1;
+            }
+        }
+    }
+    (common, added, removed)
+}
+
+/// Each metric's difference over the paired tasks, with its bootstrap interval.
+fn metric_diffs(
+    names: &[(String, Better)],
+    paired: &[(usize, usize)],
+    b: &Folds<'_>,
+    c: &Folds<'_>,
+    opts: CompareOptions,
+) -> Vec<MetricDiff> {
+    // Each metric's bootstrap is independent and seeded by its position: the same inputs give
+    // the same intervals however the work is spread over threads. As many at once as there are
+    // cores: each holds its metric's values (16 bytes a task).
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).max(1);
+    let mut metrics: Vec<MetricDiff> = Vec::with_capacity(names.len());
+    for (chunk_at, chunk) in names.chunks(threads).enumerate() {
+        let done: Vec<MetricDiff> = std::thread::scope(|s| {
+            let handles: Vec<_> = chunk
+                .iter()
+                .enumerate()
+                .map(|(k, (name, better))| {
+                    s.spawn(move || {
+                        let values: Vec<(f64, f64)> =
+                            paired.iter().filter_map(|&(x, y)| Some((b.value(x, name)?, c.value(y, name)?))).collect();
+                        metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
+        });
+        metrics.extend(done);
+    }
+    metrics
 }
 
 fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareOptions, index: u64) -> MetricDiff {
