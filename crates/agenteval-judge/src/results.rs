@@ -111,7 +111,8 @@ impl RunResults {
 
     /// The fingerprint digest of task `id`, when it finished and is known.
     pub fn fingerprint_of(&self, id: &str) -> Option<[u8; 16]> {
-        self.fingerprint(self.positions(id).start)
+        let at = self.positions(id);
+        if at.is_empty() { None } else { self.fingerprint(at.start) }
     }
 }
 
@@ -476,6 +477,7 @@ mod load_tests {
             Some(agenteval_core::model::fingerprint_digest(&spec.content_fingerprint()))
         );
         assert_eq!(r.fingerprint_of("t9"), None, "an unfinished task is not held");
+        assert_eq!(r.fingerprint_of("t1@r0"), None, "nor one with no line, whatever line follows it");
         assert!(r.task("t9").is_none() && r.task("t1@r1").is_some());
         assert!(r.lines[0].scores.get("exact").unwrap().passed);
     }
