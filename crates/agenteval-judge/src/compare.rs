@@ -245,11 +245,14 @@ impl<'a> Folds<'a> {
             "steps" => sum(&|l| f64::from(l.steps)),
             m => {
                 let id = m.strip_prefix("score:")?;
-                let scores: Vec<f64> = self.reps(g).filter_map(|(_, l)| l.scores.get(id).map(|s| s.score)).collect();
-                if scores.is_empty() {
+                let (found, total) = self
+                    .reps(g)
+                    .filter_map(|(_, l)| l.scores.get(id).map(|s| s.score))
+                    .fold((false, 0.0), |(_, t), x| (true, t + x));
+                if !found {
                     return None;
                 }
-                scores.iter().sum()
+                total
             }
         };
         Some(total / self.n(g))
