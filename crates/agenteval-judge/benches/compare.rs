@@ -4,36 +4,13 @@
 
 use std::time::Instant;
 
-use agenteval_core::format::{LineScore, Metadata, ResultLine};
-use agenteval_core::model::{RunStatus, TerminatedBy};
+use agenteval_core::format::{LineScore, ResultLine};
+use agenteval_core::model::TerminatedBy;
 use agenteval_judge::compare::{CompareOptions, compare};
 use agenteval_judge::results::RunResults;
 
 fn run(tasks: usize, worse: bool) -> RunResults {
-    let now = chrono::Utc::now();
-    let meta = Metadata {
-        schema_version: "1.0".into(),
-        run_id: agenteval_core::RunId::new(),
-        name: "bench".into(),
-        status: RunStatus::Complete,
-        sealed: true,
-        backend: "local".into(),
-        benchmark: "toy".into(),
-        agent: "mock".into(),
-        config_hash: String::new(),
-        agenteval_version: "bench".into(),
-        git_sha: None,
-        tasks_total: tasks as u64,
-        created_at: now,
-        finished_at: Some(now),
-        resumed: 0,
-        reason: None,
-        resume_overrides: vec![],
-        rerun_of: None,
-        regrade_of: None,
-        agent_sha256: None,
-        set: None,
-    };
+    let meta = agenteval_testkit::fixtures::metadata(agenteval_core::RunId::new(), "bench", "toy", tasks as u64);
     let lines = (0..tasks)
         .map(|i| {
             // The candidate fails every 20th task the base passes: a 5-point drop.

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use agenteval_core::format::{LineScore, Metadata, ResultLine};
-use agenteval_core::model::{RunStatus, TerminatedBy};
+use agenteval_core::format::{LineScore, ResultLine};
+use agenteval_core::model::TerminatedBy;
 use agenteval_judge::html::{HtmlReport, ROW_LIMIT, TaskRows, render};
 use agenteval_judge::results::{RunResults, Traces};
 use serde_json::json;
@@ -14,29 +14,8 @@ use serde_json::json;
 fn main() {
     const TASKS: usize = 1_000;
     let now = chrono::Utc::now();
-    let meta = Metadata {
-        schema_version: "1.0".into(),
-        run_id: agenteval_core::RunId::new(),
-        name: "bench".into(),
-        status: RunStatus::Complete,
-        sealed: true,
-        backend: "local".into(),
-        benchmark: "jsonl".into(),
-        agent: "command".into(),
-        config_hash: String::new(),
-        agenteval_version: "bench".into(),
-        git_sha: None,
-        tasks_total: TASKS as u64,
-        created_at: now,
-        finished_at: Some(now),
-        resumed: 0,
-        reason: None,
-        resume_overrides: vec![],
-        rerun_of: None,
-        regrade_of: None,
-        agent_sha256: None,
-        set: None,
-    };
+    let mut meta = agenteval_testkit::fixtures::metadata(agenteval_core::RunId::new(), "bench", "jsonl", TASKS as u64);
+    meta.agent = "command".into();
     let lines = (0..TASKS)
         .map(|i| ResultLine {
             task_id: format!("task-{i:04}").parse().unwrap(),

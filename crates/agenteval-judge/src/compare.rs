@@ -476,34 +476,13 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use agenteval_core::format::{LineScore, Metadata};
+    use agenteval_core::format::LineScore;
 
     /// A sealed run of `outcomes` (task id, passed, how it ended), each costing $0.01.
     pub(crate) fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
-        let now = chrono::Utc::now();
-        let meta = Metadata {
-            schema_version: agenteval_core::SCHEMA_VERSION.into(),
-            run_id: agenteval_core::RunId::new(),
-            name: name.into(),
-            status: RunStatus::Complete,
-            sealed: true,
-            backend: "local".into(),
-            benchmark: "jsonl".into(),
-            agent: "command".into(),
-            config_hash: String::new(),
-            agenteval_version: "test".into(),
-            git_sha: None,
-            tasks_total: outcomes.len() as u64,
-            created_at: now,
-            finished_at: Some(now),
-            resumed: 0,
-            reason: None,
-            resume_overrides: vec![],
-            rerun_of: None,
-            regrade_of: None,
-            agent_sha256: None,
-            set: None,
-        };
+        let mut meta =
+            agenteval_testkit::fixtures::metadata(agenteval_core::RunId::new(), name, "jsonl", outcomes.len() as u64);
+        meta.agent = "command".into();
         let lines = outcomes
             .iter()
             .map(|(id, passed, ended)| ResultLine {

@@ -338,32 +338,10 @@ mod tests {
     /// A 10,000-task run; `broken`: half the tasks fail and a tenth fail on infrastructure.
     fn synthetic(broken: bool) -> crate::results::RunResults {
         use crate::results::RunResults;
-        use agenteval_core::format::{LineScore, Metadata, ResultLine};
-        use agenteval_core::model::{RunStatus, TerminatedBy};
-        let now = chrono::Utc::now();
-        let meta = Metadata {
-            schema_version: agenteval_core::SCHEMA_VERSION.into(),
-            run_id: agenteval_core::RunId::new(),
-            name: "big | <b>run</b>".into(),
-            status: RunStatus::Complete,
-            sealed: true,
-            backend: "local".into(),
-            benchmark: "toy".into(),
-            agent: "mock".into(),
-            config_hash: String::new(),
-            agenteval_version: "t".into(),
-            git_sha: None,
-            tasks_total: 10_000,
-            created_at: now,
-            finished_at: Some(now),
-            resumed: 0,
-            reason: None,
-            resume_overrides: vec![],
-            rerun_of: None,
-            regrade_of: None,
-            agent_sha256: None,
-            set: None,
-        };
+        use agenteval_core::format::{LineScore, ResultLine};
+        use agenteval_core::model::TerminatedBy;
+        let meta =
+            agenteval_testkit::fixtures::metadata(agenteval_core::RunId::new(), "big | <b>run</b>", "toy", 10_000);
         let lines = (0..10_000)
             .map(|i| {
                 // Half the tasks regress, a tenth fail on infrastructure.

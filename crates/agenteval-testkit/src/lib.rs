@@ -1,10 +1,11 @@
 //! Test support shared by agenteval's crates, never shipped: the conformance suites every
 //! `BundleStore` and `RunIndex` implementation must pass, the AWS emulator launcher and a mock
-//! LLM server.
+//! LLM server, and bundle documents for hand-built bundles (`fixtures`).
 //!
 //! Only `[dev-dependencies]` name this crate, so the libraries and the binary do not export
 //! test helpers.
 
 pub mod conformance;
 pub mod emulator;
+pub mod fixtures;
 pub mod llm_mock;

@@ -10,7 +10,7 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_core::format::{Metadata, ResultLine};
+use agenteval_core::format::ResultLine;
 use agenteval_core::model::*;
 use agenteval_core::traits::{BundleStore, RunIndex};
 use agenteval_core::{JobId, RunId, SCHEMA_VERSION, TaskId, layout};
@@ -159,30 +159,7 @@ async fn main() {
     let run = RunId::new();
     let tasks: Vec<TaskId> = (0..10_000).map(|i| format!("t{i:05}").parse().unwrap()).collect();
     index.create_run(&record(run, "big", tasks.len() as u64, store.as_ref()), &tasks).await.unwrap();
-    let now = Utc::now();
-    let meta = Metadata {
-        schema_version: SCHEMA_VERSION.into(),
-        run_id: run,
-        name: "big".into(),
-        status: RunStatus::Complete,
-        sealed: true,
-        backend: "local".into(),
-        benchmark: "bench".into(),
-        agent: "mock".into(),
-        config_hash: "0".repeat(64),
-        agenteval_version: "bench".into(),
-        git_sha: None,
-        tasks_total: tasks.len() as u64,
-        created_at: now,
-        finished_at: Some(now),
-        resumed: 0,
-        reason: None,
-        resume_overrides: vec![],
-        rerun_of: None,
-        regrade_of: None,
-        agent_sha256: None,
-        set: None,
-    };
+    let meta = agenteval_testkit::fixtures::metadata(run, "big", "bench", tasks.len() as u64);
     store.put(&run, layout::METADATA, &serde_json::to_vec(&meta).unwrap()).await.unwrap();
     let mut lines = String::new();
     let mut specs = String::new();

@@ -77,29 +77,8 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
     store.put(&run, layout::TASKS, &table.jsonl()).await.unwrap();
     store.put(&run, layout::CONFIG, b"{}\n").await.unwrap();
     let now = Utc::now();
-    let meta = Metadata {
-        schema_version: SCHEMA_VERSION.into(),
-        run_id: run,
-        name: "v".into(),
-        status: RunStatus::Complete,
-        sealed: false,
-        backend: "local".into(),
-        benchmark: "toy".into(),
-        agent: "mock".into(),
-        config_hash: "0".repeat(64),
-        agenteval_version: "test".into(),
-        git_sha: None,
-        tasks_total: TASKS.len() as u64,
-        created_at: now,
-        finished_at: Some(now),
-        resumed: 0,
-        reason: None,
-        resume_overrides: vec![],
-        rerun_of: None,
-        regrade_of: None,
-        agent_sha256: None,
-        set: None,
-    };
+    let mut meta = agenteval_testkit::fixtures::metadata(run, "v", "toy", TASKS.len() as u64);
+    meta.sealed = false;
     store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await.unwrap();
     for (i, t) in TASKS.iter().enumerate() {
         let id: TaskId = t.parse().unwrap();
