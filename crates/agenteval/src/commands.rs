@@ -754,9 +754,15 @@ async fn worker(job: &str, telemetry: &Telemetry) -> u8 {
     // the controller's backend set (region, endpoint) and its task role completes.
     agenteval_engine::isolation::sandbox::set_launcher(exe.clone());
     let wiring = Wiring::new(exe, None);
-    let cancel = async {
+    // The handlers are installed now, not when the job first polls `cancel`: a SIGTERM that
+    // arrived between a task's start and that first poll would kill the worker outright, its
+    // task's span unflushed.
+    let signals = {
         use tokio::signal::unix::{SignalKind, signal};
-        match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    };
+    let cancel = async move {
+        match signals {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => {}

@@ -59,10 +59,11 @@ fn interrupt_channel(
 ) -> watch::Receiver<bool> {
     use tokio::signal::unix::{SignalKind, signal};
     let (tx, rx) = watch::channel(false);
+    // Installed before the task that waits on them first runs, so no signal finds the default
+    // action (exit, nothing sealed) in between.
+    let handlers = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()));
     tokio::spawn(async move {
-        let (Ok(mut int), Ok(mut term), Ok(mut hup)) =
-            (signal(SignalKind::interrupt()), signal(SignalKind::terminate()), signal(SignalKind::hangup()))
-        else {
+        let (Ok(mut int), Ok(mut term), Ok(mut hup)) = handlers else {
             tracing::warn!("cannot install signal handlers; Ctrl-C will not seal the bundle");
             return;
         };
