@@ -88,18 +88,21 @@ impl std::fmt::Debug for SqliteRunIndex {
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 5;
 
+/// The schema version an index file says it has (0 for a new file).
+fn schema_version(conn: &Connection) -> Result<i64> {
+    conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| db_err("reading schema version", e))
+}
+
 /// Brings an index written by an older build up to date. Columns are only ever added, with
 /// defaults, so older rows stay readable.
 fn migrate(conn: &Connection) -> Result<()> {
-    let version: i64 =
-        conn.query_row("PRAGMA user_version", [], |r| r.get(0)).map_err(|e| db_err("reading schema version", e))?;
+    let version = schema_version(conn)?;
     if version > SCHEMA_VERSION {
         return Err(Error::invalid(format!(
             "the run index was written by a newer agenteval (schema {version}, this build knows {SCHEMA_VERSION})"
         )));
     }
     if version == SCHEMA_VERSION {
-        // Every worker opens the index: an up-to-date one costs no query and no write.
         return Ok(());
     }
     for (column, decl) in [
@@ -191,17 +194,25 @@ impl SqliteRunIndex {
         if create {
             flags |= rusqlite::OpenFlags::SQLITE_OPEN_CREATE;
         }
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| match &e {
+        let mut conn = Connection::open_with_flags(path, flags).map_err(|e| match &e {
             rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::CannotOpen && !create => lost(),
             _ => db_err("opening", e),
         })?;
-        conn.busy_timeout(Duration::from_secs(30)).map_err(|e| db_err("configuring", e))?;
-        // WAL lets readers (the controller's progress polls) run beside writing workers;
+        conn.busy_handler(Some(wait_for_lock)).map_err(|e| db_err("configuring", e))?;
+        // Every statement on a task's path is prepared once per process: parsing one took as
+        // long as running it.
+        conn.set_prepared_statement_cache_capacity(32);
         // synchronous=NORMAL is durable across process crashes, which is what we guard against.
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(|e| db_err("configuring", e))?;
-        conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
-        migrate(&conn)?;
+        // An index at this build's schema version has its tables and WAL mode (both stay with
+        // the file): every worker opens it, and parsing the schema's statements again was a
+        // tenth of a one-task worker's time.
+        if schema_version(&conn)? != SCHEMA_VERSION {
+            // WAL lets readers (the controller's progress polls) run beside writing workers.
+            conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
+            conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
+            migrate(&conn)?;
+        }
         let identity = file_identity(path).ok_or_else(lost)?;
         Ok(SqliteRunIndex { conn: Arc::new(Mutex::new(conn)), path: path.to_path_buf(), identity })
     }
@@ -269,6 +280,39 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
         detail: r.get("detail")?,
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
     })
+}
+
+/// How long a writer waits for another's lock before giving up.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// SQLite's busy handler: whether to try the lock again (after a pause) on its `tries`-th
+/// refusal. A write here holds the lock for tens of microseconds, so the first pauses are that
+/// short; SQLite's own timeout pauses at least a millisecond, and every process sleeping
+/// through those left a core idle. Longer pauses after a few dozen tries keep a writer stuck
+/// behind a long transaction (a run's creation) from spinning, up to `LOCK_WAIT` in all.
+fn wait_for_lock(tries: i32) -> bool {
+    match pause_before(tries.max(0) as u32) {
+        Some(pause) => {
+            std::thread::sleep(pause);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The pause before retry number `tries + 1`, or `None` once `LOCK_WAIT` is spent.
+fn pause_before(tries: u32) -> Option<Duration> {
+    const STEPS: [(Duration, u32); 2] = [(Duration::from_micros(50), 40), (Duration::from_millis(1), 40)];
+    const LONG: Duration = Duration::from_millis(10);
+    let (mut spent, mut left) = (Duration::ZERO, tries);
+    for (pause, n) in STEPS {
+        if left < n {
+            return Some(pause);
+        }
+        spent += pause * n;
+        left -= n;
+    }
+    (spent + LONG * left < LOCK_WAIT).then_some(LONG)
 }
 
 /// The whole task state machine is the WHERE clause: not completed, and a later attempt or a
@@ -371,7 +415,8 @@ impl RunIndex for SqliteRunIndex {
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
         let id = run.to_string();
         self.with(move |c| {
-            c.query_row("SELECT * FROM runs WHERE run_id = ?1", [id], run_from_row)
+            c.prepare_cached("SELECT * FROM runs WHERE run_id = ?1")
+                .and_then(|mut st| st.query_row([id], run_from_row))
                 .optional()
                 .map_err(|e| db_err("reading run", e))
         })
@@ -436,7 +481,7 @@ impl RunIndex for SqliteRunIndex {
         self.with(move |c| {
             let now = ts(Utc::now());
             let n = c
-                .execute(
+                .prepare_cached(
                     "UPDATE runs SET
                         status = COALESCE(?2, status),
                         finished_at = COALESCE(?3, finished_at),
@@ -449,7 +494,9 @@ impl RunIndex for SqliteRunIndex {
                         baseline = CASE WHEN ?10 IS NOT NULL THEN ?11 ELSE baseline END,
                         updated_at = ?5
                      WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
-                    params![
+                )
+                .and_then(|mut st| {
+                    st.execute(params![
                         id,
                         u.status.map(|s| s.as_str()),
                         u.finished_at.map(ts),
@@ -461,8 +508,8 @@ impl RunIndex for SqliteRunIndex {
                         u.if_epoch.map(|e| e as i64),
                         u.verdict.map(|v| v.as_str()),
                         u.baseline.map(|b| b.to_string()),
-                    ],
-                )
+                    ])
+                })
                 .map_err(|e| db_err("updating run", e))?;
             if n > 0 {
                 return Ok(());
@@ -504,7 +551,8 @@ impl RunIndex for SqliteRunIndex {
     async fn get_task(&self, run: &RunId, task: &TaskId) -> Result<Option<TaskRecord>> {
         let (id, task) = (run.to_string(), task.to_string());
         self.with(move |c| {
-            c.query_row("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2", [id, task], task_from_row)
+            c.prepare_cached("SELECT * FROM tasks WHERE run_id = ?1 AND task_id = ?2")
+                .and_then(|mut st| st.query_row([id, task], task_from_row))
                 .optional()
                 .map_err(|e| db_err("reading task", e))
         })
@@ -611,12 +659,14 @@ impl RunIndex for SqliteRunIndex {
     async fn record_job(&self, job: &JobRecord) -> Result<()> {
         let job = job.clone();
         self.with(move |c| {
-            c.execute(
+            c.prepare_cached(
                 "INSERT INTO jobs (run_id, job_id, attempt, native_id, status, task_count, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
                  ON CONFLICT (run_id, job_id, attempt) DO UPDATE SET
                    native_id = excluded.native_id, status = excluded.status, updated_at = excluded.updated_at",
-                params![
+            )
+            .and_then(|mut st| {
+                st.execute(params![
                     job.run_id.to_string(),
                     job.handle.job_id.as_str(),
                     job.handle.attempt as i64,
@@ -624,8 +674,8 @@ impl RunIndex for SqliteRunIndex {
                     job.status,
                     job.task_count as i64,
                     ts(job.updated_at),
-                ],
-            )
+                ])
+            })
             .map_err(|e| db_err("recording job", e))?;
             Ok(())
         })
@@ -661,6 +711,16 @@ impl RunIndex for SqliteRunIndex {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_writer_waits_short_pauses_first_and_gives_up_after_the_lock_wait() {
+        assert_eq!(super::pause_before(0), Some(std::time::Duration::from_micros(50)));
+        let total: std::time::Duration = (0..).map_while(super::pause_before).sum();
+        assert!(
+            total >= super::LOCK_WAIT && total < super::LOCK_WAIT + std::time::Duration::from_millis(20),
+            "{total:?}"
+        );
+    }
+
     use super::*;
 
     #[tokio::test]

@@ -494,19 +494,13 @@ async fn write_outcome(
     (result, log): (TaskResult, String),
     spans: Option<Vec<u8>>,
 ) -> Result<()> {
-    // A retried job may overlap the attempt it replaced (a worker that was only slow). Whoever
-    // the index has moved past must not overwrite the files of the attempt that counts.
+    // A retried job may overlap the attempt it replaced (a worker that was only slow), so
+    // everything goes to the attempt's staging folder first, packed; the conditional
+    // "completed" then decides which attempt counts, and only that one moves its pack into
+    // `tasks/`. A duplicate or superseded attempt publishes nothing (no index read first: the
+    // conditional write is the one check that cannot race); a winner that dies before it has
+    // published is finished by the seal (`controller::finish_publishing`).
     let attempt = ctx.job.attempt;
-    if let Some(now) = ctx.index.get_task(&ctx.run_id, &task.id).await?
-        && (now.state == TaskState::Completed || now.attempt > attempt)
-    {
-        tracing::warn!(task = %task.id, attempt, "superseded by attempt {}; not writing results", now.attempt);
-        return Ok(());
-    }
-    // Everything goes to the attempt's staging folder first, packed; the conditional "completed"
-    // then decides which attempt counts, and only that one moves its pack into `tasks/`. A
-    // duplicate or superseded attempt that lost publishes nothing; a winner that dies before
-    // it has published is finished by the seal (`controller::finish_publishing`).
     let (job, run) = (&ctx.job.job_id, &ctx.run_id);
     let redact = |t: &str| ctx.redactor.redact(t);
     let kept = ctx.take_kept(&task.id);
