@@ -393,6 +393,13 @@ impl Telemetry {
         }
         let tracer = self.tracer_provider.clone();
         let meters = self.meter_provider.lock().expect("meter lock").take();
+        if self.export.get().is_none() && meters.is_none() {
+            // Nothing leaves the process (no collector): ending the journal's processor is
+            // immediate, and starting blocking threads for it was a measurable share of a
+            // one-task worker's life.
+            let _ = tracer.shutdown_with_timeout(timeout);
+            return;
+        }
         let spans = tokio::task::spawn_blocking(move || tracer.shutdown_with_timeout(timeout));
         let metrics = tokio::task::spawn_blocking(move || meters.map(|m| m.shutdown_with_timeout(timeout)));
         let bound = timeout + Duration::from_secs(1);

@@ -170,11 +170,38 @@ pub async fn summarize(
         out.spilled = Some(tempfile::tempfile().map_err(|e| agenteval_core::Error::io("a temporary file", e))?);
     }
     let spill_io = |e| agenteval_core::Error::io("writing results to a temporary file", e);
-    let mut results = futures::stream::iter(ids.iter().enumerate())
-        .map(|(i, id)| async move { (i, read_result(store, run, id).await) })
-        .buffered(READ_CONCURRENCY);
-    while let Some((i, r)) = results.next().await {
-        let (r, pack) = match r {
+    // Batches of results are read here and decoded (inflated, parsed, checksummed) on a
+    // blocking thread while the next batch is read: on two cores the seal takes the time of
+    // the larger half, not of both.
+    let mut batches = futures::stream::iter(ids.chunks(DECODE_BATCH).enumerate())
+        .map(|(b, chunk)| async move {
+            let fetched: Vec<Result<Fetched>> = futures::stream::iter(chunk)
+                .map(|id| fetch_result(store, run, id))
+                .buffered(READ_CONCURRENCY)
+                .collect()
+                .await;
+            let decoded =
+                tokio::task::spawn_blocking(move || fetched.into_iter().map(decode_result).collect::<Vec<_>>())
+                    .await
+                    .map_err(|e| agenteval_core::Error::internal(format!("decoding task results: {e}")))?;
+            Ok::<_, agenteval_core::Error>((b * DECODE_BATCH, decoded))
+        })
+        .buffered(2);
+    // The batch being consumed, and the position in `ids` of its next result.
+    let (mut batch, mut at) = (Vec::<Result<Decoded>>::new().into_iter(), 0);
+    loop {
+        let Some(r) = batch.next() else {
+            match batches.next().await {
+                Some(next) => {
+                    (at, batch) = next.map(|(first, decoded)| (first, decoded.into_iter()))?;
+                    continue;
+                }
+                None => break,
+            }
+        };
+        let i = at;
+        at += 1;
+        let Decoded { result: r, pack, line, json } = match r {
             Ok(r) => r,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
@@ -191,10 +218,8 @@ pub async fn summarize(
                 out.producers.insert(r.task_id.to_string(), (r.job_id.clone(), r.attempt));
             }
         }
-        let line = ResultLine::from(&r);
         if !matches!(mode, Lines::Skip) {
-            serde_json::to_writer(&mut out.lines, &line).expect("a result line serializes");
-            out.lines.push(b'\n');
+            out.lines.extend_from_slice(&json);
         }
         if out.lines.len() >= RESULTS_CHUNK {
             if let Some(a) = appender.as_mut() {
@@ -242,23 +267,52 @@ pub async fn summarize(
     Ok((summary, out))
 }
 
-/// A finished task's result, with the sum of its pack when it has one (the pack is read whole
-/// for the result anyway; a task folder of an older bundle is read for `result.json` alone).
-async fn read_result(store: &dyn BundleStore, run: &RunId, id: &TaskId) -> Result<(TaskResult, Option<KnownSum>)> {
+/// Task results decoded on a blocking thread at a time.
+const DECODE_BATCH: usize = 256;
+
+/// A finished task's result as read from the bundle, not yet decoded.
+enum Fetched {
+    /// Its pack, and the pack's path (for messages).
+    Pack(Vec<u8>, String),
+    /// A task folder of an older bundle: `result.json` read alone.
+    Folder(Box<TaskResult>),
+}
+
+/// A finished task's result, its `results.jsonl` line (and that line as JSON, newline ended),
+/// and the sum of its pack when it has one (the pack is read whole for the result anyway).
+struct Decoded {
+    result: TaskResult,
+    pack: Option<KnownSum>,
+    line: ResultLine,
+    json: Vec<u8>,
+}
+
+async fn fetch_result(store: &dyn BundleStore, run: &RunId, id: &TaskId) -> Result<Fetched> {
     let path = layout::task_pack(id);
     match store.get(run, &path).await {
-        Ok(pack) => {
+        Ok(pack) => Ok(Fetched::Pack(pack, path)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(Fetched::Folder(Box::new(
+            read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await?,
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+fn decode_result(fetched: Result<Fetched>) -> Result<Decoded> {
+    let (result, pack) = match fetched? {
+        Fetched::Pack(pack, path) => {
             let bytes = agenteval_core::taskpack::unpack_one(&pack, layout::TASK_RESULT, &path)?
                 .ok_or_else(|| agenteval_core::Error::corrupt(format!("{path} holds no {}", layout::TASK_RESULT)))?;
             let r = serde_json::from_slice(&bytes)
                 .map_err(|e| agenteval_core::Error::json(format!("{path}: {} is not valid", layout::TASK_RESULT), e))?;
-            Ok((r, Some(KnownSum::of_bytes(&pack))))
+            (r, Some(KnownSum::of_bytes(&pack)))
         }
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            Ok((read_json::<TaskResult>(store, run, &layout::task_file(id, layout::TASK_RESULT)).await?, None))
-        }
-        Err(e) => Err(e),
-    }
+        Fetched::Folder(r) => (*r, None),
+    };
+    let line = ResultLine::from(&result);
+    let mut json = serde_json::to_vec(&line).expect("a result line serializes");
+    json.push(b'\n');
+    Ok(Decoded { result, pack, line, json })
 }
 
 /// The sealed `report.html`, from the sample of lines `summarize` kept: at most
