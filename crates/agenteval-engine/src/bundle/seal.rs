@@ -170,23 +170,7 @@ pub async fn summarize(
         out.spilled = Some(tempfile::tempfile().map_err(|e| agenteval_core::Error::io("a temporary file", e))?);
     }
     let spill_io = |e| agenteval_core::Error::io("writing results to a temporary file", e);
-    // Batches of results are read here and decoded (inflated, parsed, checksummed) on a
-    // blocking thread while the next batch is read: on two cores the seal takes the time of
-    // the larger half, not of both.
-    let mut batches = futures::stream::iter(ids.chunks(DECODE_BATCH).enumerate())
-        .map(|(b, chunk)| async move {
-            let fetched: Vec<Result<Fetched>> = futures::stream::iter(chunk)
-                .map(|id| fetch_result(store, run, id))
-                .buffered(READ_CONCURRENCY)
-                .collect()
-                .await;
-            let decoded =
-                tokio::task::spawn_blocking(move || fetched.into_iter().map(decode_result).collect::<Vec<_>>())
-                    .await
-                    .map_err(|e| agenteval_core::Error::internal(format!("decoding task results: {e}")))?;
-            Ok::<_, agenteval_core::Error>((b * DECODE_BATCH, decoded))
-        })
-        .buffered(2);
+    let mut batches = std::pin::pin!(decoded_batches(store, run, ids));
     // The batch being consumed, and the position in `ids` of its next result.
     let (mut batch, mut at) = (Vec::<Result<Decoded>>::new().into_iter(), 0);
     loop {
@@ -238,13 +222,7 @@ pub async fn summarize(
             kept.push(line);
         }
         if !r.passed && out.failures.len() < 50 {
-            let reason = r
-                .agent
-                .error
-                .clone()
-                .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
-                .unwrap_or_default();
-            out.failures.push(Failure { task_id: r.task_id.to_string(), reason });
+            out.failures.push(failure_of(&r));
         }
     }
     out.packs.finish();
@@ -265,6 +243,41 @@ pub async fn summarize(
         agenteval_core::traits::Scorer::finish(t, &mut summary);
     }
     Ok((summary, out))
+}
+
+/// Why a task failed, in a line: its agent's error, else the first evaluator that failed it.
+fn failure_of(r: &TaskResult) -> Failure {
+    let reason = r
+        .agent
+        .error
+        .clone()
+        .or_else(|| r.scores.iter().find(|s| !s.passed).map(|s| format!("{}: {}", s.evaluator_id, s.reason)))
+        .unwrap_or_default();
+    Failure { task_id: r.task_id.to_string(), reason }
+}
+
+/// The results of `ids` in batches, each with the position of its first task. A batch is read
+/// here and decoded (inflated, parsed, checksummed) on a blocking thread while the next one is
+/// read: on two cores the seal takes the time of the larger half, not of both.
+fn decoded_batches<'a>(
+    store: &'a dyn BundleStore,
+    run: &'a RunId,
+    ids: &'a [TaskId],
+) -> impl futures::Stream<Item = Result<(usize, Vec<Result<Decoded>>)>> + 'a {
+    futures::stream::iter(ids.chunks(DECODE_BATCH).enumerate())
+        .map(move |(b, chunk)| async move {
+            let fetched: Vec<Result<Fetched>> = futures::stream::iter(chunk)
+                .map(|id| fetch_result(store, run, id))
+                .buffered(READ_CONCURRENCY)
+                .collect()
+                .await;
+            let decoded =
+                tokio::task::spawn_blocking(move || fetched.into_iter().map(decode_result).collect::<Vec<_>>())
+                    .await
+                    .map_err(|e| agenteval_core::Error::internal(format!("decoding task results: {e}")))?;
+            Ok((b * DECODE_BATCH, decoded))
+        })
+        .buffered(2)
 }
 
 /// Task results decoded on a blocking thread at a time.
