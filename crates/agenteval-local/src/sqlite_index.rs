@@ -207,9 +207,14 @@ impl SqliteRunIndex {
         // An index at this build's schema version has its tables and WAL mode (both stay with
         // the file): every worker opens it, and parsing the schema's statements again was a
         // tenth of a one-task worker's time.
-        if schema_version(&conn)? != SCHEMA_VERSION {
+        let current = schema_version(&conn)? == SCHEMA_VERSION;
+        if create || !current {
             // WAL lets readers (the controller's progress polls) run beside writing workers.
+            // Set by whoever may create the index (a run's controller), so a file that lost it
+            // gets it back once per run, not once per worker.
             conn.pragma_update(None, "journal_mode", "WAL").map_err(|e| db_err("enabling WAL", e))?;
+        }
+        if !current {
             conn.execute_batch(SCHEMA).map_err(|e| db_err("creating schema", e))?;
             migrate(&conn)?;
         }
