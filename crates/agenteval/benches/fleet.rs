@@ -292,12 +292,8 @@ fn inspect_python() -> std::path::PathBuf {
 /// and the ratio.
 fn against_inspect() {
     let tasks: u64 = std::env::var("AGENTEVAL_BENCH_TASKS").ok().and_then(|s| s.parse().ok()).unwrap_or(10_000);
-    // Both write to tmpfs when there is one, as the other scenarios do (on this VM's disk, file
-    // creation after large deletes is slowed for a minute by the file system itself).
-    let shm = Path::new("/dev/shm");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("agenteval-bench-inspect-");
-    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap();
+    // Both write to tmpfs when there is one, as the other scenarios do.
+    let dir = util::bench_dir("agenteval-bench-inspect-");
     let python = inspect_python();
     println!(
         "agenteval and Inspect AI on {tasks} zero-latency mock tasks ({} cores, files in {})",
@@ -372,12 +368,7 @@ fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing we use.
     let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let n = |x: u64| ((x as f64 * scale) as u64).max(10);
-    // Bundles on tmpfs when there is one: on this VM's disk, file-heavy runs slow down by
-    // multiples after large deletes (online discard), which drowns what is measured here.
-    let shm = Path::new("/dev/shm");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("agenteval-bench-");
-    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap();
+    let dir = util::bench_dir("agenteval-bench-");
     println!(
         "agenteval fleet benchmark ({} cores, scale {scale}, bundles in {})",
         std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1),

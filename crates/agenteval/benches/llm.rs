@@ -171,12 +171,7 @@ fn many_in_flight(dir: &Path, tasks: u64) {
 fn main() {
     let scale: f64 = std::env::var("AGENTEVAL_BENCH_SCALE").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0);
     let only = std::env::var("AGENTEVAL_BENCH_ONLY").unwrap_or_default();
-    // Bundles on tmpfs when there is one, as in the fleet benchmark: on this VM's disk, file
-    // creation slows down by multiples after large deletes, which is not what is measured here.
-    let shm = std::path::Path::new("/dev/shm");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("agenteval-bench-llm-");
-    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap();
+    let dir = util::bench_dir("agenteval-bench-llm-");
     println!(
         "agenteval llm benchmark ({} cores, bundles in {})",
         std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1),

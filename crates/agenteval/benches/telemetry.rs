@@ -81,10 +81,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let reps: usize = std::env::var("AGENTEVAL_BENCH_REPS").ok().and_then(|s| s.parse().ok()).unwrap_or(5);
-    let shm = Path::new("/dev/shm");
-    let mut builder = tempfile::Builder::new();
-    builder.prefix("agenteval-bench-otel-");
-    let dir = if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap();
+    let dir = util::bench_dir("agenteval-bench-otel-");
     // The receivers run in this process, on the same two cores: they count what arrives and
     // keep nothing, so that they cost as little as a collector elsewhere would.
     let grpc = otlp::Receiver::counting(otlp::Protocol::Grpc);

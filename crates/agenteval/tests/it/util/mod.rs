@@ -269,6 +269,16 @@ pub fn signal_a_worker_mid_task(ws: &Workspace, signal: nix::sys::signal::Signal
     victim.unwrap()
 }
 
+/// A temporary folder for a benchmark's bundles, on tmpfs (`/dev/shm`) when there is one: on
+/// this VM's disk, file creation after large deletes slows down by multiples (the file system
+/// itself), which would drown what the benchmarks measure.
+pub fn bench_dir(prefix: &str) -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(prefix);
+    if shm.is_dir() { builder.tempdir_in(shm) } else { builder.tempdir() }.unwrap()
+}
+
 /// A command running one of the Python harness scripts of `tests/aws/`.
 pub fn python(script: &str) -> Command {
     let mut c = Command::new("python3");
