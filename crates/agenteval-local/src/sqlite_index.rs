@@ -70,7 +70,7 @@ CREATE TABLE IF NOT EXISTS jobs (
 "#;
 
 /// The run index in one SQLite file. Each process opens its own connection; SQLite's locking
-/// (WAL, busy timeout) serializes writers across processes.
+/// (WAL, and `wait_for_lock` as its busy handler) serializes writers across processes.
 #[derive(Clone)]
 pub struct SqliteRunIndex {
     conn: Arc<Mutex<Connection>>,

@@ -170,7 +170,7 @@ pub async fn summarize(
         out.spilled = Some(tempfile::tempfile().map_err(|e| agenteval_core::Error::io("a temporary file", e))?);
     }
     let spill_io = |e| agenteval_core::Error::io("writing results to a temporary file", e);
-    let mut batches = std::pin::pin!(decoded_batches(store, run, ids));
+    let mut batches = std::pin::pin!(decoded_batches(store, run, ids, !matches!(mode, Lines::Skip)));
     // The batch being consumed, and the position in `ids` of its next result.
     let (mut batch, mut at) = (Vec::<Result<Decoded>>::new().into_iter(), 0);
     loop {
@@ -258,11 +258,13 @@ fn failure_of(r: &TaskResult) -> Failure {
 
 /// The results of `ids` in batches, each with the position of its first task. A batch is read
 /// here and decoded (inflated, parsed, checksummed) on a blocking thread while the next one is
-/// read: on two cores the seal takes the time of the larger half, not of both.
+/// read: on two cores the seal takes the time of the larger half, not of both. `lines`: whether
+/// each result's `results.jsonl` line is wanted as JSON too.
 fn decoded_batches<'a>(
     store: &'a dyn BundleStore,
     run: &'a RunId,
     ids: &'a [TaskId],
+    lines: bool,
 ) -> impl futures::Stream<Item = Result<(usize, Vec<Result<Decoded>>)>> + 'a {
     futures::stream::iter(ids.chunks(DECODE_BATCH).enumerate())
         .map(move |(b, chunk)| async move {
@@ -271,10 +273,11 @@ fn decoded_batches<'a>(
                 .buffered(READ_CONCURRENCY)
                 .collect()
                 .await;
-            let decoded =
-                tokio::task::spawn_blocking(move || fetched.into_iter().map(decode_result).collect::<Vec<_>>())
-                    .await
-                    .map_err(|e| agenteval_core::Error::internal(format!("decoding task results: {e}")))?;
+            let decoded = tokio::task::spawn_blocking(move || {
+                fetched.into_iter().map(|f| decode_result(f, lines)).collect::<Vec<_>>()
+            })
+            .await
+            .map_err(|e| agenteval_core::Error::internal(format!("decoding task results: {e}")))?;
             Ok((b * DECODE_BATCH, decoded))
         })
         .buffered(2)
@@ -291,7 +294,8 @@ enum Fetched {
     Folder(Box<TaskResult>),
 }
 
-/// A finished task's result, its `results.jsonl` line (and that line as JSON, newline ended),
+/// A finished task's result, its `results.jsonl` line (and that line as JSON, newline ended,
+/// when lines are wanted),
 /// and the sum of its pack when it has one (the pack is read whole for the result anyway).
 struct Decoded {
     result: TaskResult,
@@ -311,7 +315,7 @@ async fn fetch_result(store: &dyn BundleStore, run: &RunId, id: &TaskId) -> Resu
     }
 }
 
-fn decode_result(fetched: Result<Fetched>) -> Result<Decoded> {
+fn decode_result(fetched: Result<Fetched>, lines: bool) -> Result<Decoded> {
     let (result, pack) = match fetched? {
         Fetched::Pack(pack, path) => {
             let bytes = agenteval_core::taskpack::unpack_one(&pack, layout::TASK_RESULT, &path)?
@@ -323,8 +327,11 @@ fn decode_result(fetched: Result<Fetched>) -> Result<Decoded> {
         Fetched::Folder(r) => (*r, None),
     };
     let line = ResultLine::from(&result);
-    let mut json = serde_json::to_vec(&line).expect("a result line serializes");
-    json.push(b'\n');
+    let mut json = Vec::new();
+    if lines {
+        serde_json::to_writer(&mut json, &line).expect("a result line serializes");
+        json.push(b'\n');
+    }
     Ok(Decoded { result, pack, line, json })
 }
 
