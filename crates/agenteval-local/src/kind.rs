@@ -12,6 +12,10 @@ use async_trait::async_trait;
 
 use crate::{FsBundleStore, LocalProcessBackend, LocalSecrets};
 
+/// `exec` starts every local worker by executing the binary instead of forking it from the
+/// run's fork server (`fork`, the default).
+pub const WORKER_START: &str = "AGENTEVAL_WORKER_START";
+
 /// `backend.id: local`, the embedded default.
 #[derive(Debug, Clone)]
 pub struct LocalBackendKind {
@@ -57,7 +61,15 @@ impl BackendKind for LocalBackendKind {
         let BundleRoot::Local(root) = &cfg.storage.bundle_root else {
             return Err(Error::invalid("the local backend needs a local bundle folder"));
         };
-        Ok(Arc::new(LocalProcessBackend::new(self.exe.clone(), FsBundleStore::new(root))))
+        let backend = LocalProcessBackend::new(self.exe.clone(), FsBundleStore::new(root));
+        // Workers start by fork from one server (an `exec` of the binary costs as much as a small
+        // job's work); `AGENTEVAL_WORKER_START=exec` starts each by `exec`, as before.
+        let by_exec = match std::env::var(WORKER_START).as_deref() {
+            Err(_) | Ok("fork") => false,
+            Ok("exec") => true,
+            Ok(other) => return Err(Error::invalid(format!("{WORKER_START} is `fork` or `exec`, not `{other}`"))),
+        };
+        Ok(Arc::new(if by_exec { backend } else { backend.forking(vec!["worker".into(), "--fork-server".into()]) }))
     }
 
     async fn secrets(&self, cfg: &RunConfig) -> Result<Arc<dyn SecretStore>> {

@@ -10,6 +10,7 @@ use agenteval_core::layout;
 use agenteval_core::model::{JobHandle, JobSpec, JobStatus};
 use agenteval_core::traits::CloudBackend;
 use agenteval_core::{Error, Result};
+use agenteval_forkserver::{ForkServer, Worker};
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -26,6 +27,8 @@ const CANCEL_GRACE: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone)]
 enum Proc {
     Running,
+    /// Started by a fork server that went away first: only its liveness can be known.
+    Orphaned,
     Exited(JobStatus),
 }
 
@@ -36,6 +39,10 @@ pub struct LocalProcessBackend {
     store: FsBundleStore,
     procs: Arc<Mutex<HashMap<(String, u32), Proc>>>,
     changed: Arc<Notify>,
+    /// How to start the fork server, if workers start by fork (see `agenteval-forkserver`).
+    fork_server: Option<Vec<String>>,
+    /// The fork server once started; `None` inside if it could not be (workers `exec`).
+    forks: std::sync::OnceLock<Option<ForkServer>>,
 }
 
 impl std::fmt::Debug for LocalProcessBackend {
@@ -52,7 +59,64 @@ impl LocalProcessBackend {
             store,
             procs: Arc::new(Mutex::new(HashMap::new())),
             changed: Arc::new(Notify::new()),
+            fork_server: None,
+            forks: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Workers start by fork from one server started as `exe ARGS` (which must end in
+    /// `agenteval_forkserver::serve` running `worker --job FILE`), not by `exec` each. If the
+    /// server cannot start or goes away, workers start by `exec` again.
+    pub fn forking(mut self, server_args: Vec<String>) -> Self {
+        self.fork_server = Some(server_args);
+        self
+    }
+
+    fn fork_server(&self) -> Option<&ForkServer> {
+        let args = self.fork_server.as_ref()?;
+        self.forks
+            .get_or_init(|| {
+                let mut cmd = tokio::process::Command::new(&self.exe);
+                cmd.args(args);
+                match ForkServer::launch(cmd) {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::warn!("cannot start the fork server ({e}); workers start by exec");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+            .filter(|s| s.is_alive())
+    }
+
+    /// Starts the worker of `job` by fork, `None` if it has to be by `exec`.
+    async fn fork_worker(&self, job: &JobSpec, spec: &Path, log: &Path) -> Option<Worker> {
+        let server = self.fork_server()?;
+        let args = ["worker".to_string(), "--job".into(), spec.to_string_lossy().into_owned()];
+        let env: Vec<(String, String)> = job.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        match server.start(&args, &env, log).await {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::debug!(job = %job.job_id, "starting the worker by exec: {e}");
+                None
+            }
+        }
+    }
+
+    /// Records `key` running, and its status once `ended` says how it ended.
+    fn watch(&self, key: (String, u32), log_path: PathBuf, ended: impl Future<Output = Proc> + Send + 'static) {
+        self.procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), Proc::Running);
+        let procs = self.procs.clone();
+        let changed = self.changed.clone();
+        tokio::spawn(async move {
+            let status = match ended.await {
+                Proc::Exited(st) => Proc::Exited(with_cause(st, &log_path)),
+                other => other,
+            };
+            procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key, status);
+            changed.notify_one();
+        });
     }
 
     fn key(h: &JobHandle) -> (String, u32) {
@@ -119,6 +183,18 @@ impl CloudBackend for LocalProcessBackend {
         if let Some(dir) = log_path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
         }
+        if let Some(worker) = self.fork_worker(job, &spec, &log_path).await {
+            let pid = worker.pid;
+            let handle =
+                JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: format!("pid:{pid}") };
+            self.watch(Self::key(&handle), log_path, async move {
+                match worker.wait().await {
+                    Some(st) => Proc::Exited(status_from_exit(st)),
+                    None => Proc::Orphaned,
+                }
+            });
+            return Ok(handle);
+        }
         let log =
             std::fs::File::create(&log_path).map_err(|e| Error::io(format!("creating {}", log_path.display()), e))?;
         let log2 = log.try_clone().map_err(|e| Error::io("duplicating log handle", e))?;
@@ -136,21 +212,15 @@ impl CloudBackend for LocalProcessBackend {
         let mut child = cmd.spawn().map_err(|e| Error::io(format!("starting worker {}", self.exe.display()), e))?;
         let pid = child.id().ok_or_else(|| Error::internal("worker exited before it had a pid"))? as i32;
         let handle = JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: format!("pid:{pid}") };
-        let key = Self::key(&handle);
-        self.procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key.clone(), Proc::Running);
-        let procs = self.procs.clone();
-        let changed = self.changed.clone();
-        tokio::spawn(async move {
-            let status = match child.wait().await {
-                Ok(st) => with_cause(status_from_exit(st), &log_path),
+        self.watch(Self::key(&handle), log_path, async move {
+            Proc::Exited(match child.wait().await {
+                Ok(st) => status_from_exit(st),
                 Err(e) => JobStatus::Failed {
                     exit_code: None,
                     reason: format!("lost track of worker: {e}"),
                     infrastructure: true,
                 },
-            };
-            procs.lock().unwrap_or_else(|e| e.into_inner()).insert(key, Proc::Exited(status));
-            changed.notify_one();
+            })
         });
         Ok(handle)
     }
@@ -162,8 +232,9 @@ impl CloudBackend for LocalProcessBackend {
             .map(|h| match procs.get(&Self::key(h)) {
                 Some(Proc::Running) => JobStatus::Running,
                 Some(Proc::Exited(st)) => st.clone(),
-                // Started by another controller process: all we can tell is whether it lives.
-                None => match Self::pid_of(h) {
+                // Started by another controller process, or by a fork server that is gone: all
+                // we can tell is whether it lives.
+                Some(Proc::Orphaned) | None => match Self::pid_of(h) {
                     Some(pid) if is_live_worker(pid) => JobStatus::Running,
                     _ => JobStatus::Failed {
                         exit_code: None,
@@ -194,7 +265,7 @@ impl CloudBackend for LocalProcessBackend {
             let still = match procs.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
                 Some(Proc::Running) => true,
                 Some(Proc::Exited(_)) => false,
-                None => is_live_worker(pid),
+                Some(Proc::Orphaned) | None => is_live_worker(pid),
             };
             if still {
                 let _ = killpg(group, Signal::SIGKILL);

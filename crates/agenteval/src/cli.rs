@@ -369,8 +369,11 @@ pub enum Command {
     /// Run one job (started by a backend, not by people).
     #[command(hide = true)]
     Worker {
-        #[arg(long)]
-        job: String,
+        #[arg(long, required_unless_present = "fork_server")]
+        job: Option<String>,
+        /// Start each job's worker by fork when the controller asks, over stdin (a socket).
+        #[arg(long, conflicts_with = "job")]
+        fork_server: bool,
     },
 }
 

@@ -118,7 +118,11 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }
-        Command::Worker { job } => Ok(worker(&job, telemetry).await),
+        Command::Worker { job: Some(job), .. } => Ok(worker(&job, telemetry).await),
+        // `main` serves `--fork-server` before any runtime exists.
+        Command::Worker { job: None, .. } => {
+            Err(Failure { code: exit::USAGE, error: anyhow::anyhow!("`worker` needs --job FILE") })
+        }
         // Handled in `main` before the runtime starts.
         Command::AgentSandbox { .. } => Err(Error::internal("agent-sandbox runs before the runtime").into()),
         Command::Env { command: EnvCommand::Exec { timeout, workdir, command } } => {

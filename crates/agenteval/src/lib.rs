@@ -110,6 +110,27 @@ pub fn main() -> ExitCode {
     if let cli::Command::AgentSandbox { view, inner, command } = &cli.command {
         return ExitCode::from(agenteval_engine::isolation::sandbox::launch(view.as_deref(), *inner, command));
     }
+    // Before any thread exists too: the fork server forks, and each child it returns from
+    // `serve` in is a worker that ran `forked_worker` (or the server, done, returning 0).
+    if let cli::Command::Worker { fork_server: true, .. } = &cli.command {
+        return ExitCode::from(agenteval_forkserver::serve(forked_worker));
+    }
+    ExitCode::from(run(cli))
+}
+
+/// A worker forked by the fork server: what `agenteval worker --job FILE` would have done.
+fn forked_worker(args: &[String]) -> u8 {
+    match Cli::try_parse_from(std::iter::once("agenteval").chain(args.iter().map(String::as_str))) {
+        Ok(cli) => run(cli),
+        Err(e) => {
+            let _ = e.print();
+            exit::USAGE
+        }
+    }
+}
+
+/// Runs a parsed command line to its exit code.
+fn run(cli: Cli) -> u8 {
     // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
     // which dominated the cost of small tasks with several workers on two cores.
     let builder = if matches!(cli.command, cli::Command::Worker { .. }) {
@@ -121,7 +142,7 @@ pub fn main() -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(exit::FAILED);
+            return exit::FAILED;
         }
     };
     let telemetry = {
@@ -134,13 +155,13 @@ pub fn main() -> ExitCode {
     // (the signal ends its job through the cancel path, which returns here).
     runtime.block_on(telemetry.shutdown());
     match result {
-        Ok(code) => ExitCode::from(code),
+        Ok(code) => code,
         Err(f) => {
             // One readable line (library errors carry what their cause said); with `-v`, every
             // cause below it too (an SDK's dispatch failure, say).
             let shown = if verbose { render_chain(&f.error) } else { f.error.to_string() };
             eprintln!("error: {}", shown.trim_end());
-            ExitCode::from(f.code)
+            f.code
         }
     }
 }
