@@ -63,10 +63,13 @@ impl Worker {
 
 impl ForkServer {
     /// Starts `server` (a command that ends in [`crate::serve`]) with the control socket as its
-    /// stdin, in its own process group (Ctrl-C reaches the controller, which decides).
+    /// stdin, in its own process group (Ctrl-C reaches the controller, which decides). Its last
+    /// argument is added here: `--title-room=...`, room for its workers' command lines, which
+    /// the server must accept and ignore.
     pub fn launch(mut server: tokio::process::Command) -> std::io::Result<ForkServer> {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let mut process = server
+            .arg(crate::title::room())
             .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
             .stdout(Stdio::null())
             .process_group(0)

@@ -17,11 +17,14 @@
 //!   cancel right after the start reaches it), as an exec'd worker is;
 //! - the server lives as long as its control socket: when the controller ends (or dies), the
 //!   server exits and its running workers carry on, as exec'd workers do;
-//! - a server that is gone is not fatal: the backend starts the remaining workers by `exec`.
+//! - a server that is gone is not fatal: the backend starts the remaining workers by `exec`;
+//! - a child's command line reads as the arguments it was started with (`title`), so `ps` and
+//!   `/proc/PID/cmdline` name its job as they would for an exec'd worker.
 
 mod client;
 mod protocol;
 mod server;
+mod title;
 
 pub use client::{Error, ForkServer, Worker};
 pub use server::serve;

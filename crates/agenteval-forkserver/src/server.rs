@@ -47,6 +47,9 @@ struct Child {
 
 impl Server {
     fn open() -> std::io::Result<Server> {
+        // `ps` shows the server without the room its workers' command lines take.
+        let own: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--title-room=")).collect();
+        crate::title::set(&own.iter().map(String::as_str).collect::<Vec<_>>());
         // The control socket arrives as stdin: keep a close-on-exec copy, and give stdin
         // `/dev/null`, which every child inherits.
         let control: OwnedFd = std::io::stdin().as_fd().try_clone_to_owned()?;
@@ -160,6 +163,7 @@ impl Child {
             return 4;
         }
         drop(self.log);
+        crate::title::set(&self.start.args.iter().map(String::as_str).collect::<Vec<_>>());
         for (k, v) in &self.start.env {
             // SAFETY: a forked child of a single-threaded process has one thread.
             #[allow(unsafe_code)]

@@ -29,6 +29,12 @@ fn stand_in(args: &[String]) -> u8 {
             println!("leader={}", pid == group);
             0
         }
+        Some("cmdline") => {
+            let cmd = std::fs::read("/proc/self/cmdline").unwrap();
+            let args: Vec<String> = cmd.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            println!("{}", args.join(" ").trim_end());
+            0
+        }
         Some("sleep") => {
             std::thread::sleep(Duration::from_secs(args[1].parse().unwrap()));
             println!("slept");
@@ -56,6 +62,7 @@ fn main() {
         a_worker_leads_its_own_group_and_a_signal_right_after_its_start_reaches_it,
         many_workers_at_once_each_report_their_end,
         a_log_that_cannot_be_created_is_refused,
+        ps_shows_a_worker_by_its_arguments_and_the_server_without_its_room,
         a_dead_server_is_gone_and_its_running_workers_carry_on,
         dropping_the_server_ends_it_and_not_its_workers,
     );
@@ -135,6 +142,19 @@ async fn many_workers_at_once_each_report_their_end() {
         assert_eq!(h.await.unwrap().unwrap().code(), Some(3));
         assert!(read(&dir.path().join(format!("{i}.log"))).starts_with(&format!("args={i}\n")));
     }
+}
+
+async fn ps_shows_a_worker_by_its_arguments_and_the_server_without_its_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("w.log");
+    let s = server();
+    let long = "x".repeat(300);
+    assert!(s.start(&args(&["cmdline", "--job", &long]), &[], &log).await.unwrap().wait().await.unwrap().success());
+    let exe = std::env::current_exe().unwrap();
+    assert_eq!(read(&log), format!("{} cmdline --job {long}\n", exe.display()));
+    let server = std::fs::read(format!("/proc/{}/cmdline", s.pid().unwrap())).unwrap();
+    let server = String::from_utf8_lossy(&server).replace('\0', " ");
+    assert_eq!(server.trim_end(), format!("{} --fork-server", exe.display()));
 }
 
 async fn a_log_that_cannot_be_created_is_refused() {

@@ -3,7 +3,8 @@
 //!
 //! Prints, for zero-latency mock tasks on this machine:
 //! - 10,000 tasks at 100 tasks per job: wall time and per-task overhead (target <= 0.25 ms);
-//! - 10,000 tasks at 1 task per job (one process each): per-task overhead (target <= 2 ms);
+//! - 10,000 tasks at 1 task per job (one process each): per-task overhead (target <= 2 ms),
+//!   with workers forked by the fork server (the default) and, for comparison, each exec'd;
 //! - 3,000 tasks at 1 task per job, 32 in flight: the same with full dispatch batches (each
 //!   submission starts a process and writes the index);
 //! - 100,000 tasks: the controller's peak RSS (target <= 100 MB).
@@ -32,7 +33,7 @@ mod util;
 use std::path::Path;
 use std::time::Duration;
 
-use util::{children_cpu, submit_sampled, toy_yaml};
+use util::{children_cpu, submit_sampled, submit_sampled_with, toy_yaml};
 
 struct Outcome {
     tasks: u64,
@@ -42,13 +43,18 @@ struct Outcome {
 }
 
 fn scenario(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64) -> Outcome {
+    scenario_with(dir, name, tasks, per_job, concurrency, &[])
+}
+
+/// A scenario whose controller has `env` added (`AGENTEVAL_WORKER_START=exec`, say).
+fn scenario_with(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: u64, env: &[(&str, &str)]) -> Outcome {
     let cfg = dir.join(format!("{name}.yaml"));
     std::fs::write(&cfg, toy_yaml(&format!("bench-{name}"), tasks, 0, per_job, concurrency, &format!("runs-{name}")))
         .unwrap();
     let cpu0 = children_cpu();
     // VmHWM is the controller's own high-water mark; sampling it until exit catches the peak
     // (the last sample is at most 20 ms before the end).
-    let (wall, peak, v) = submit_sampled(&cfg, |pid| {
+    let (wall, peak, v) = submit_sampled_with(&cfg, env, |pid| {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .ok()
             .and_then(|s| {
@@ -377,6 +383,7 @@ fn main() {
 
     let a = scenario(dir.path(), "sharded", n(10_000), 100, 2);
     let b = scenario(dir.path(), "per-task", n(10_000), 1, 4);
+    let e = scenario_with(dir.path(), "per-task-exec", n(10_000), 1, 4, &[("AGENTEVAL_WORKER_START", "exec")]);
     let w = scenario(dir.path(), "wide", n(3_000), 1, 32);
     let c = scenario(dir.path(), "large", n(100_000), 1_000, 2);
 
@@ -388,6 +395,7 @@ fn main() {
     for (label, o) in [
         (format!("{} tasks, 100 per job, 2 in flight", a.tasks), &a),
         (format!("{} tasks, 1 per job (process each), 4 in flight", b.tasks), &b),
+        (format!("{} tasks, the same, each worker exec'd", e.tasks), &e),
         (format!("{} tasks, 1 per job, 32 in flight", w.tasks), &w),
         (format!("{} tasks, 1000 per job, 2 in flight", c.tasks), &c),
     ] {
@@ -404,6 +412,7 @@ fn main() {
         serde_json::json!({
             "sharded_ms_per_task": ms(a.wall, a.tasks),
             "per_process_ms_per_task": ms(b.wall, b.tasks),
+            "per_process_by_exec_ms_per_task": ms(e.wall, e.tasks),
             "wide_ms_per_task": ms(w.wall, w.tasks),
             "controller_peak_rss_mb_large": c.peak_rss_kb as f64 / 1024.0,
             "targets": {"sharded_ms_per_task": 0.25, "per_process_ms_per_task": 2.0, "controller_peak_rss_mb": 100.0},

@@ -374,6 +374,9 @@ pub enum Command {
         /// Start each job's worker by fork when the controller asks, over stdin (a socket).
         #[arg(long, conflicts_with = "job")]
         fork_server: bool,
+        /// Room in the fork server's command line for its workers' (`agenteval-forkserver`).
+        #[arg(long, hide = true, requires = "fork_server")]
+        title_room: Option<String>,
     },
 }
 

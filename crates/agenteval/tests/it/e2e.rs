@@ -859,3 +859,72 @@ fn a_case_naming_only_no_error_still_has_its_answer_checked() {
     assert_eq!(read_json(&bundle.join("tasks/wrong/result.json"))["passed"], false, "a wrong answer passed");
     assert_eq!(read_json(&bundle.join("tasks/right/result.json"))["passed"], true);
 }
+
+/// The fork server of the controller `controller` (its child with `--fork-server`).
+fn fork_server_of(controller: u32) -> Option<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{controller}/task/{controller}/children")).ok()?;
+    children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()).find(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.split(|b| *b == 0).any(|a| a == b"--fork-server"))
+    })
+}
+
+#[test]
+fn a_killed_fork_server_leaves_the_run_to_finish_with_exec_workers() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 12, 600, 1, 3);
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    wait_until("forked workers", Duration::from_secs(30), || !workers_under(ws.path()).is_empty());
+    let server = fork_server_of(child.id()).expect("the controller started a fork server");
+    let running = workers_under(ws.path());
+    kill(Pid::from_raw(server), Signal::SIGKILL).unwrap();
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("workers start by exec"), "the switch is said: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["status"], "complete");
+    assert_eq!(v["summary"]["tasks_finished"], 12, "every task counted once");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    assert_eq!(results(&bundle).len(), 12);
+    // The workers running when their server died lost the parent that would have told their
+    // exit status; their tasks still finished once.
+    assert!(!running.is_empty());
+    let out = ws.validate(bundle.to_str().unwrap());
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
+}
+
+#[test]
+fn workers_start_by_fork_or_exec_as_agenteval_worker_start_says_and_nothing_else() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 8, 200, 1, 2);
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AGENTEVAL_WORKER_START", "vfork")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("AGENTEVAL_WORKER_START is `fork` or `exec`, not `vfork`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let child = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AGENTEVAL_WORKER_START", "exec")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    let mut servers = 0;
+    // A fork server lives as long as its controller: a run of ~1 s polled every 5 ms would see it.
+    while child.try_wait().unwrap().is_none() {
+        servers += usize::from(fork_server_of(child.id()).is_some());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let out = wait_output(child, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(servers, 0, "no fork server when workers start by exec");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["summary"]["tasks_finished"], 8);
+}

@@ -347,10 +347,20 @@ storage:
 
 /// Runs `agenteval submit --json --config CFG`, calling `sample(pid)` every 20 ms until it exits
 /// (a memory figure in kB); returns the wall time, the highest sample and the JSON printed.
-pub fn submit_sampled(cfg: &Path, mut sample: impl FnMut(u32) -> u64) -> (Duration, u64, serde_json::Value) {
+pub fn submit_sampled(cfg: &Path, sample: impl FnMut(u32) -> u64) -> (Duration, u64, serde_json::Value) {
+    submit_sampled_with(cfg, &[], sample)
+}
+
+/// [`submit_sampled`] with `env` added to the controller's environment.
+pub fn submit_sampled_with(
+    cfg: &Path,
+    env: &[(&str, &str)],
+    mut sample: impl FnMut(u32) -> u64,
+) -> (Duration, u64, serde_json::Value) {
     let start = Instant::now();
     let mut child = Command::new(BIN)
         .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
