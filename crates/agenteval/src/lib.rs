@@ -113,13 +113,40 @@ pub fn main() -> ExitCode {
     // Before any thread exists too: the fork server forks, and each child it returns from
     // `serve` in is a worker that ran `forked_worker` (or the server, done, returning 0).
     if let cli::Command::Worker { fork_server: true, .. } = &cli.command {
+        warm_up_workers();
         return ExitCode::from(agenteval_forkserver::serve(forked_worker));
     }
     ExitCode::from(run(cli))
 }
 
+/// Done once in the fork server rather than in each worker it forks: the CPU feature probes of
+/// std (memchr, adler32) and of SHA-256 (a pack's checksum). A CPUID instruction traps to the
+/// hypervisor in a VM. Nothing here starts a thread.
+fn warm_up_workers() {
+    #[cfg(target_arch = "x86_64")]
+    let _ = std::arch::is_x86_feature_detected!("avx2");
+    let _ = <sha2::Sha256 as sha2::Digest>::digest(b"");
+}
+
+/// `agenteval worker --job JOB`, as clap would have parsed it.
+fn worker_cli(job: &str) -> Cli {
+    Cli {
+        command: cli::Command::Worker { job: Some(job.into()), fork_server: false, title_room: None },
+        verbose: 0,
+        quiet: false,
+    }
+}
+
 /// A worker forked by the fork server: what `agenteval worker --job FILE` would have done.
 fn forked_worker(args: &[String]) -> u8 {
+    // The one command line the local backend sends, built without clap (which would rebuild
+    // its whole command tree in every worker); anything else is parsed.
+    if let [worker, flag, job] = args
+        && worker == "worker"
+        && flag == "--job"
+    {
+        return run(worker_cli(job));
+    }
     match Cli::try_parse_from(std::iter::once("agenteval").chain(args.iter().map(String::as_str))) {
         Ok(cli) => run(cli),
         Err(e) => {
@@ -163,5 +190,17 @@ fn run(cli: Cli) -> u8 {
             eprintln!("error: {}", shown.trim_end());
             f.code
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    #[test]
+    fn a_forked_workers_command_line_is_the_one_clap_parses() {
+        let parsed =
+            super::Cli::try_parse_from(["agenteval", "worker", "--job", "/r/jobs/j/attempt-1/job.json"]).unwrap();
+        assert_eq!(format!("{:?}", super::worker_cli("/r/jobs/j/attempt-1/job.json")), format!("{parsed:?}"));
     }
 }
