@@ -33,7 +33,7 @@ mod util;
 use std::path::Path;
 use std::time::Duration;
 
-use util::{children_cpu, submit_sampled, submit_sampled_with, toy_yaml};
+use util::{machine_busy, submit_sampled, submit_sampled_with, toy_yaml};
 
 struct Outcome {
     tasks: u64,
@@ -51,7 +51,7 @@ fn scenario_with(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: 
     let cfg = dir.join(format!("{name}.yaml"));
     std::fs::write(&cfg, toy_yaml(&format!("bench-{name}"), tasks, 0, per_job, concurrency, &format!("runs-{name}")))
         .unwrap();
-    let cpu0 = children_cpu();
+    let cpu0 = machine_busy();
     // VmHWM is the controller's own high-water mark; sampling it until exit catches the peak
     // (the last sample is at most 20 ms before the end).
     let (wall, peak, v) = submit_sampled_with(&cfg, env, |pid| {
@@ -69,7 +69,7 @@ fn scenario_with(dir: &Path, name: &str, tasks: u64, per_job: u64, concurrency: 
     assert!(peak > 0, "{name}: no memory sample of the controller could be read");
     assert_eq!(v["status"], "complete", "{name}: {v}");
     assert_eq!(v["summary"]["tasks_finished"].as_u64(), Some(tasks), "{name}");
-    Outcome { tasks, wall, cpu: children_cpu() - cpu0, peak_rss_kb: peak }
+    Outcome { tasks, wall, cpu: machine_busy() - cpu0, peak_rss_kb: peak }
 }
 
 /// Resident memory of a process and all its descendants (kB).
@@ -390,7 +390,7 @@ fn main() {
     let ms = |d: Duration, t: u64| d.as_secs_f64() * 1000.0 / t as f64;
     println!(
         "{:<44} {:>10} {:>14} {:>14} {:>12}",
-        "scenario", "wall (s)", "wall/task (ms)", "cpu/task (ms)", "peak RSS"
+        "scenario", "wall (s)", "wall/task (ms)", "busy/task (ms)", "peak RSS"
     );
     for (label, o) in [
         (format!("{} tasks, 100 per job, 2 in flight", a.tasks), &a),

@@ -30,6 +30,10 @@ fn run(dir: &Path, shape: &str, sc: &Scenario, otlp: Option<(&str, &str)>) -> (D
     .unwrap();
     let mut cmd = Command::new(BIN);
     cmd.args(["submit", "--json", "--config", cfg.to_str().unwrap()]).stdout(Stdio::piped()).stderr(Stdio::inherit());
+    // Workers exec'd, so each is the controller's child and its CPU is counted when it is
+    // waited for (a forked worker's fork server outlives the controller by a moment, unwaited);
+    // the OTLP receiver runs in this process, so the machine's busy time would count it too.
+    cmd.env("AGENTEVAL_WORKER_START", "exec");
     for (k, _) in std::env::vars() {
         if k.starts_with("OTEL_") {
             cmd.env_remove(k);

@@ -310,12 +310,24 @@ impl Drop for Children {
     }
 }
 
-/// CPU time (user + system) of every child process this process has waited for.
+/// CPU time (user + system) of every child process this process has waited for (and of their
+/// waited-for children: a forked worker counts only if the fork server is waited for too).
 pub fn children_cpu() -> Duration {
     use nix::sys::resource::{UsageWho, getrusage};
     let u = getrusage(UsageWho::RUSAGE_CHILDREN).expect("getrusage");
     let tv = |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000);
     tv(u.user_time()) + tv(u.system_time())
+}
+
+/// CPU time every core of this machine spent busy (`/proc/stat`, all but idle and iowait).
+/// Not the controller's children's: a forked worker is its fork server's child, and the server
+/// ends just after the controller, unwaited; on an otherwise idle machine this is the run's.
+pub fn machine_busy() -> Duration {
+    let stat = std::fs::read_to_string("/proc/stat").expect("/proc/stat");
+    let cpu: Vec<u64> = stat.lines().next().unwrap().split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect();
+    let busy: u64 = cpu.iter().enumerate().filter(|(i, _)| *i != 3 && *i != 4).map(|(_, v)| v).sum();
+    // Clock ticks; USER_HZ is 100 on Linux.
+    Duration::from_millis(busy * 10)
 }
 
 /// A toy-benchmark config for benchmarks and tests: `size` zero-latency (or `latency_ms`) mock
