@@ -5,11 +5,12 @@ use agenteval_core::layout;
 use agenteval_core::model::{EvaluatorScore, RunStatus, RunSummary, TaskResult, TraceEvent};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, SCHEMA_VERSION, lines, taskpack};
+use futures::StreamExt as _;
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use super::{TaskTable, read_json, summarize};
+use super::{READ_CONCURRENCY, TaskTable, read_json, summarize};
 
 /// What `validate-bundle` found.
 #[derive(Debug, Default, Clone, Serialize)]
@@ -140,6 +141,8 @@ struct Bundle<'s> {
     files: Vec<String>,
     meta: Option<Metadata>,
     specs: TaskTable,
+    /// The manifest's entries of task packs, by path, left by `checksums` for `tasks`.
+    pack_sums: std::sync::Mutex<Vec<ManifestItem>>,
 }
 
 impl Bundle<'_> {
@@ -191,9 +194,11 @@ pub async fn validate(store: &dyn BundleStore, run: &RunId) -> Result<Validation
     };
     let mut files = files;
     files.sort_unstable();
-    let bundle = Bundle { store, run: *run, files, meta, specs };
+    let bundle = Bundle { store, run: *run, files, meta, specs, pack_sums: Default::default() };
     for (what, check) in CHECKS {
+        let started = std::time::Instant::now();
         check(&bundle, &mut v).await.map_err(|e| Error::new(e.kind(), format!("checking the {what}: {e}")))?;
+        tracing::debug!("checked the {what} in {:.2} s", started.elapsed().as_secs_f64());
     }
     Ok(v)
 }
@@ -279,26 +284,44 @@ async fn checksums(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         Ok(m) => m,
     };
     check_version(layout::MANIFEST, &man.schema_version, v);
-    for (path, sum, size) in &man.files {
-        if !b.has(path) {
+    let listed = |path: &str| man.files.binary_search_by(|(p, ..)| p.as_ref().cmp(path)).is_ok();
+    let unlisted: Vec<String> = b
+        .files
+        .iter()
+        .filter(|p| p.as_str() != layout::MANIFEST && !listed(p))
+        .map(|p| format!("{p}: not listed in the manifest"))
+        .collect();
+    let mut packs = Vec::new();
+    for (path, sum, size) in man.files {
+        if !b.has(&path) {
             v.problems.push(format!("{path}: listed in the manifest but missing"));
             continue;
         }
-        let bytes = b.store.get(&b.run, path).await?;
+        if taskpack::task_of_pack(&path).is_some() {
+            // Checked where `tasks` reads the pack for its task: each pack is read once.
+            packs.push((path, sum, size));
+            continue;
+        }
+        let bytes = b.store.get(&b.run, &path).await?;
         v.files_checked += 1;
-        if bytes.len() as u64 != *size {
-            v.problems.push(format!("{path}: size {} differs from the manifest's {size}", bytes.len()));
-        } else if sum.is_none_or(|s| s[..] != sha2::Sha256::digest(&bytes)[..]) {
-            v.problems.push(format!("{path}: sha256 differs from the manifest (the file was changed)"));
+        if let Some(problem) = sum_problem(&path, &bytes, sum, size) {
+            v.problems.push(problem);
         }
     }
-    let listed = |path: &str| man.files.binary_search_by(|(p, ..)| p.as_ref().cmp(path)).is_ok();
-    for path in &b.files {
-        if path != layout::MANIFEST && !listed(path) {
-            v.problems.push(format!("{path}: not listed in the manifest"));
-        }
-    }
+    *b.pack_sums.lock().unwrap_or_else(|e| e.into_inner()) = packs;
+    v.problems.extend(unlisted);
     Ok(())
+}
+
+/// What is wrong with a file whose manifest entry says `sum` and `size`, if anything.
+fn sum_problem(path: &str, bytes: &[u8], sum: Option<[u8; 32]>, size: u64) -> Option<String> {
+    if bytes.len() as u64 != size {
+        Some(format!("{path}: size {} differs from the manifest's {size}", bytes.len()))
+    } else if sum.is_none_or(|s| s[..] != sha2::Sha256::digest(bytes)[..]) {
+        Some(format!("{path}: sha256 differs from the manifest (the file was changed)"))
+    } else {
+        None
+    }
 }
 
 /// The run's spans, and each finished task (a pack, or a folder in older bundles): a task of
@@ -323,28 +346,46 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
             v.problems.push(format!("tasks/{id}{}: missing in a complete run", layout::PACK_SUFFIX));
         }
     }
-    for id in &packs {
-        if !known.is_empty() && !known.contains(id) {
-            v.problems.push(format!("tasks/{id}{}: not a task of this run ({})", layout::PACK_SUFFIX, layout::TASKS));
-        }
-        if task_dirs.contains(id) {
-            v.problems.push(format!("tasks/{id}/: a task with a pack has no folder"));
-        }
-        let path = format!("tasks/{id}{}", layout::PACK_SUFFIX);
-        let files = match taskpack::unpack(&b.store.get(&b.run, &path).await?, &path) {
-            Ok(f) => f,
-            Err(e) => {
-                v.problems.push(e.to_string());
-                continue;
+    // A batch of packs is read here and checked (inflated, parsed) on a blocking thread while
+    // the next one is read: on two cores, the time of the larger half.
+    let run = b.run;
+    let sums = std::mem::take(&mut *b.pack_sums.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut checked = futures::stream::iter(packs.0.chunks(CHECK_BATCH))
+        .map(|ids| {
+            let (known, task_dirs, sums) = (&known, &task_dirs, &sums);
+            async move {
+                let fetched: Vec<Result<PackToCheck>> = futures::stream::iter(ids)
+                    .map(|id| async move {
+                        let path = format!("tasks/{id}{}", layout::PACK_SUFFIX);
+                        let bytes = b.store.get(&b.run, &path).await?;
+                        let foreign = !known.is_empty() && !known.contains(id);
+                        let expected = sums
+                            .binary_search_by(|(p, ..)| p.as_ref().cmp(path.as_str()))
+                            .ok()
+                            .map(|i| (sums[i].1, sums[i].2));
+                        let with_folder = task_dirs.contains(id);
+                        Ok(PackToCheck { id: id.to_string(), path, bytes, foreign, with_folder, expected })
+                    })
+                    .buffered(READ_CONCURRENCY)
+                    .collect()
+                    .await;
+                tokio::task::spawn_blocking(move || {
+                    let mut part = Validation::default();
+                    for pack in fetched {
+                        check_pack(&run, pack?, &mut part);
+                    }
+                    Ok::<_, Error>(part)
+                })
+                .await
+                .map_err(|e| Error::internal(format!("checking task packs: {e}")))?
             }
-        };
-        v.tasks_with_results += 1;
-        for f in [layout::TASK_RESULT, layout::TASK_TRACE, layout::TASK_LOG] {
-            if files.get(f).is_none() {
-                v.problems.push(format!("{path}/{f}: missing"));
-            }
-        }
-        check_task(&files, &b.run, id, &|f| format!("{path}/{f}"), v);
+        })
+        .buffered(2);
+    while let Some(part) = checked.next().await {
+        let part: Validation = part?;
+        v.problems.extend(part.problems);
+        v.tasks_with_results += part.tasks_with_results;
+        v.files_checked += part.files_checked;
     }
     for dir in task_dirs.iter().filter(|d| !packs.contains(d)) {
         if !known.is_empty() && !known.contains(dir) {
@@ -374,6 +415,54 @@ async fn tasks(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
         check_task(&taskpack::TaskFiles::from_files(files), &b.run, dir, &|f| format!("tasks/{dir}/{f}"), v);
     }
     Ok(())
+}
+
+/// Packs checked on a blocking thread at a time.
+const CHECK_BATCH: usize = 256;
+
+/// A task's pack as read, with what the listing says of it.
+struct PackToCheck {
+    id: String,
+    path: String,
+    bytes: Vec<u8>,
+    /// Not a task of this run's table.
+    foreign: bool,
+    /// The task also has a folder (of the older layout).
+    with_folder: bool,
+    /// Its sum and size in the manifest (a sealed bundle's).
+    expected: Option<(Option<[u8; 32]>, u64)>,
+}
+
+/// One pack: a task of this run, unpacked, with every file a finished task has, each
+/// well-formed.
+fn check_pack(run: &RunId, pack: PackToCheck, v: &mut Validation) {
+    let PackToCheck { id, path, bytes, foreign, with_folder, expected } = pack;
+    if let Some((sum, size)) = expected {
+        v.files_checked += 1;
+        if let Some(problem) = sum_problem(&path, &bytes, sum, size) {
+            v.problems.push(problem);
+        }
+    }
+    if foreign {
+        v.problems.push(format!("tasks/{id}{}: not a task of this run ({})", layout::PACK_SUFFIX, layout::TASKS));
+    }
+    if with_folder {
+        v.problems.push(format!("tasks/{id}/: a task with a pack has no folder"));
+    }
+    let files = match taskpack::unpack(&bytes, &path) {
+        Ok(f) => f,
+        Err(e) => {
+            v.problems.push(e.to_string());
+            return;
+        }
+    };
+    v.tasks_with_results += 1;
+    for f in [layout::TASK_RESULT, layout::TASK_TRACE, layout::TASK_LOG] {
+        if files.get(f).is_none() {
+            v.problems.push(format!("{path}/{f}: missing"));
+        }
+    }
+    check_task(&files, run, &id, &|f| format!("{path}/{f}"), v);
 }
 
 /// Task ids in order, searched.
