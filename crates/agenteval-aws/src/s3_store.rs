@@ -69,64 +69,16 @@ impl S3BundleStore {
     }
 
     async fn put_multipart(&self, key: &str, bytes: &[u8]) -> Result<()> {
-        let s3 = &self.clients.s3;
-        let what = format!("uploading s3://{}/{key}", self.bucket);
-        let created = s3
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(key)
-            .checksum_algorithm(ChecksumAlgorithm::Crc32)
-            .send()
-            .await
-            .map_err(|e| classify(&what, e))?;
-        let upload_id = created.upload_id().ok_or_else(|| Error::internal("S3 returned no upload id"))?.to_string();
-        let mut parts = Vec::new();
+        let mut upload = Multipart::start(self, key).await?;
         let result: Result<()> = async {
-            for (i, chunk) in bytes.chunks(PART_SIZE).enumerate() {
-                let n = i as i32 + 1;
-                let part = s3
-                    .upload_part()
-                    .bucket(&self.bucket)
-                    .key(key)
-                    .upload_id(&upload_id)
-                    .part_number(n)
-                    .checksum_algorithm(ChecksumAlgorithm::Crc32)
-                    .body(ByteStream::from(chunk.to_vec()))
-                    .send()
-                    .await
-                    .map_err(|e| classify(&what, e))?;
-                parts.push(
-                    CompletedPart::builder()
-                        .part_number(n)
-                        .set_e_tag(part.e_tag().map(str::to_string))
-                        .set_checksum_crc32(part.checksum_crc32().map(str::to_string))
-                        .build(),
-                );
+            for chunk in bytes.chunks(PART_SIZE) {
+                upload.send_part(chunk).await?;
             }
-            let done = s3
-                .complete_multipart_upload()
-                .bucket(&self.bucket)
-                .key(key)
-                .upload_id(&upload_id)
-                .multipart_upload(CompletedMultipartUpload::builder().set_parts(Some(parts)).build())
-                .send()
-                .await;
-            match done {
-                Ok(_) => Ok(()),
-                // Some emulators answer 200 with a differently named XML root the SDK cannot
-                // parse; the upload did complete, which the object's size confirms.
-                Err(e) if status_of(&e) == Some(200) => {
-                    let head =
-                        s3.head_object().bucket(&self.bucket).key(key).send().await.map_err(|e| classify(&what, e))?;
-                    if head.content_length() == Some(bytes.len() as i64) { Ok(()) } else { Err(classify(&what, e)) }
-                }
-                Err(e) => Err(classify(&what, e)),
-            }
+            upload.complete(bytes.len() as u64).await
         }
         .await;
         if result.is_err() {
-            // Leave no billable orphan parts behind.
-            let _ = s3.abort_multipart_upload().bucket(&self.bucket).key(key).upload_id(&upload_id).send().await;
+            upload.abort().await;
         }
         result
     }
@@ -415,6 +367,11 @@ impl BundleStore for S3BundleStore {
         Ok(out)
     }
 
+    async fn open_writer(&self, run: &RunId, path: &str) -> Result<Option<Box<dyn Appender>>> {
+        let key = self.key(run, path)?;
+        Ok(Some(Box::new(S3Writer { store: self.clone(), key, buf: Vec::new(), upload: None, size: 0 })))
+    }
+
     async fn open_appender(&self, run: &RunId, path: &str) -> Result<Box<dyn Appender>> {
         let key = self.key(run, path)?;
         if PARTED.contains(&path) {
@@ -434,6 +391,160 @@ impl BundleStore for S3BundleStore {
         // No request yet: the first flush (or `finish`) replaces whatever an earlier attempt
         // left, which is what truncating a file does, one PUT cheaper per task.
         Ok(Box::new(S3Appender { store: self.clone(), key, buf: Vec::new(), last_flush: Instant::now(), dirty: true }))
+    }
+}
+
+/// A multipart upload under way: its parts appear as the object at `complete`, never before.
+struct Multipart {
+    store: S3BundleStore,
+    key: String,
+    upload_id: String,
+    parts: Vec<CompletedPart>,
+}
+
+impl Multipart {
+    async fn start(store: &S3BundleStore, key: &str) -> Result<Multipart> {
+        let created = store
+            .clients
+            .s3
+            .create_multipart_upload()
+            .bucket(&store.bucket)
+            .key(key)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("uploading s3://{}/{key}", store.bucket), e))?;
+        let upload_id = created.upload_id().ok_or_else(|| Error::internal("S3 returned no upload id"))?.to_string();
+        Ok(Multipart { store: store.clone(), key: key.to_string(), upload_id, parts: Vec::new() })
+    }
+
+    fn what(&self) -> String {
+        format!("uploading s3://{}/{}", self.store.bucket, self.key)
+    }
+
+    /// Uploads the next part (every part but the last must be at least 5 MiB).
+    async fn send_part(&mut self, bytes: &[u8]) -> Result<()> {
+        let n = self.parts.len() as i32 + 1;
+        let part = self
+            .store
+            .clients
+            .s3
+            .upload_part()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .part_number(n)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32)
+            .body(ByteStream::from(bytes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| classify(&self.what(), e))?;
+        self.parts.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .set_e_tag(part.e_tag().map(str::to_string))
+                .set_checksum_crc32(part.checksum_crc32().map(str::to_string))
+                .build(),
+        );
+        Ok(())
+    }
+
+    /// Makes the parts the object, `size` bytes in all.
+    async fn complete(&mut self, size: u64) -> Result<()> {
+        let s3 = &self.store.clients.s3;
+        let done = s3
+            .complete_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder().set_parts(Some(std::mem::take(&mut self.parts))).build(),
+            )
+            .send()
+            .await;
+        match done {
+            Ok(_) => Ok(()),
+            // Some emulators answer 200 with a differently named XML root the SDK cannot
+            // parse; the upload did complete, which the object's size confirms.
+            Err(e) if status_of(&e) == Some(200) => {
+                let head = s3
+                    .head_object()
+                    .bucket(&self.store.bucket)
+                    .key(&self.key)
+                    .send()
+                    .await
+                    .map_err(|e| classify(&self.what(), e))?;
+                if head.content_length() == Some(size as i64) { Ok(()) } else { Err(classify(&self.what(), e)) }
+            }
+            Err(e) => Err(classify(&self.what(), e)),
+        }
+    }
+
+    /// Drops the parts sent: no billable orphans are left behind.
+    async fn abort(self) {
+        let s3 = &self.store.clients.s3;
+        let _ = s3
+            .abort_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.key)
+            .upload_id(&self.upload_id)
+            .send()
+            .await;
+    }
+}
+
+/// A file written in pieces (`open_writer`): up to one part is held; past it the file goes up
+/// as a multipart upload, part by part, and appears whole at `finish`. A small file is one PUT.
+/// Dropped unfinished, the upload is aborted.
+struct S3Writer {
+    store: S3BundleStore,
+    key: String,
+    buf: Vec<u8>,
+    upload: Option<Multipart>,
+    size: u64,
+}
+
+#[async_trait]
+impl Appender for S3Writer {
+    async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(bytes);
+        self.size += bytes.len() as u64;
+        if self.buf.len() >= PART_SIZE {
+            if self.upload.is_none() {
+                self.upload = Some(Multipart::start(&self.store, &self.key).await?);
+            }
+            let part = std::mem::take(&mut self.buf);
+            let upload = self.upload.as_mut().expect("started above");
+            upload.send_part(&part).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<()> {
+        let Some(mut upload) = self.upload.take() else {
+            return self.store.put_key(&self.key, &self.buf).await;
+        };
+        let result = async {
+            if !self.buf.is_empty() {
+                upload.send_part(&self.buf).await?;
+            }
+            upload.complete(self.size).await
+        }
+        .await;
+        if result.is_err() {
+            upload.abort().await;
+        }
+        result
+    }
+}
+
+impl Drop for S3Writer {
+    fn drop(&mut self) {
+        if let Some(upload) = self.upload.take()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(upload.abort());
+        }
     }
 }
 

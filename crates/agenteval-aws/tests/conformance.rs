@@ -35,6 +35,48 @@ async fn s3_multipart_uploads_round_trip() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_large_file_written_in_pieces_goes_up_part_by_part_and_appears_whole_at_its_end() {
+    use agenteval_core::traits::BundleStore;
+    let c = clients().await;
+    let bucket = emulator::unique("pieces");
+    c.s3.create_bucket().bucket(&bucket).send().await.unwrap();
+    let store = S3BundleStore::new(c.clone(), &bucket, "p");
+    let run = agenteval_core::RunId::new();
+    let line: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).chain([b'\n']).collect();
+    let uploads = || async {
+        c.s3.list_multipart_uploads().bucket(&bucket).send().await.unwrap().uploads.unwrap_or_default().len()
+    };
+    store.put(&run, "results.jsonl", b"old\n").await.unwrap();
+    let mut w = store.open_writer(&run, "results.jsonl").await.unwrap().expect("S3 writes in pieces");
+    for _ in 0..20_000 {
+        w.append(&line).await.unwrap();
+    }
+    // ~20 MB in: two parts are up, the rest held, and readers still see the old file.
+    assert_eq!(uploads().await, 1, "one multipart upload under way");
+    assert_eq!(store.get(&run, "results.jsonl").await.unwrap(), b"old\n");
+    w.finish().await.unwrap();
+    let got = store.get(&run, "results.jsonl").await.unwrap();
+    assert_eq!(got.len(), 20_000 * line.len());
+    assert!(got.chunks(line.len()).all(|l| l == line), "every piece in order");
+    assert_eq!(uploads().await, 0, "the upload completed");
+    // Dropped unfinished past a part: the upload is aborted and the file is as it was.
+    let mut w = store.open_writer(&run, "results.jsonl").await.unwrap().unwrap();
+    for _ in 0..10_000 {
+        w.append(&line).await.unwrap();
+    }
+    assert_eq!(uploads().await, 1);
+    drop(w);
+    for _ in 0..100 {
+        if uploads().await == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(uploads().await, 0, "no parts left behind");
+    assert_eq!(store.get(&run, "results.jsonl").await.unwrap().len(), 20_000 * line.len());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn dynamodb_run_index_conformance() {
     // The suite races two conditional updates of one item; DynamoDB applies them in turn, the
     // threaded emulator may apply both (docs/aws.md), the serialized one applies them in turn.

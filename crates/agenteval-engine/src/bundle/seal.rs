@@ -162,8 +162,13 @@ pub async fn summarize(
     let tags = task_tags(store, run, ids).await;
     let mut tag_rates = tags.any().then(crate::scorers::TagRates::default);
     let mut out = Summarized { packs: PackSums::with_capacity(ids.len()), ..Default::default() };
+    // Written in pieces that appear at once where the store can (S3: a multipart upload, not
+    // the whole file held and rewritten while it grows); else appended.
     let mut appender = match mode {
-        Lines::Write => Some(store.open_appender(run, layout::RESULTS).await?),
+        Lines::Write => Some(match store.open_writer(run, layout::RESULTS).await? {
+            Some(w) => w,
+            None => store.open_appender(run, layout::RESULTS).await?,
+        }),
         Lines::Skip | Lines::Spill => None,
     };
     if matches!(mode, Lines::Spill) {
