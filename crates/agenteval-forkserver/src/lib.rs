@@ -12,7 +12,8 @@
 //! - the server has one thread when it forks (it never starts a runtime, a logger or a random
 //!   generator), so every child is a complete, consistent copy and draws its own randomness;
 //! - a child keeps only stdin (`/dev/null`), stdout and stderr (its log): the control socket is
-//!   closed in it, so neither the worker nor an agent it starts can ask for more processes;
+//!   closed in it, so neither the worker nor an agent it starts can ask for more processes, and
+//!   so is anything else above 2 the controller inherited;
 //! - each child is the leader of its own process group (set by both sides of the fork, so a
 //!   cancel right after the start reaches it), as an exec'd worker is;
 //! - the server lives as long as its control socket: when the controller ends (or dies), the

@@ -163,6 +163,14 @@ impl Child {
             return 4;
         }
         drop(self.log);
+        // Descriptors the controller itself inherited without close-on-exec (a CI runner's
+        // pipes, say) are not the worker's to pass on to the agents it starts.
+        // SAFETY: nothing in this process owns a descriptor above 2 any more: the server's went
+        // with it and the log was dropped above.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close_range(3, libc::c_uint::MAX, 0)
+        };
         crate::title::set(&self.start.args.iter().map(String::as_str).collect::<Vec<_>>());
         for (k, v) in &self.start.env {
             // SAFETY: a forked child of a single-threaded process has one thread.
