@@ -20,7 +20,14 @@ pub enum Error {
     Gone,
     #[error("the fork server could not start the worker: {0}")]
     Refused(String),
+    #[error("the fork server did not answer within {0:?} and was killed")]
+    Unresponsive(std::time::Duration),
 }
+
+/// How long a start may wait for the server's answer (a fork takes milliseconds). A server
+/// that stops answering (stopped by a signal, say) must not stall dispatch: it is killed and
+/// the remaining workers start by `exec`.
+const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A running fork server. Dropping it closes its control socket: the server exits, and the
 /// workers it started carry on.
@@ -29,6 +36,7 @@ pub struct ForkServer {
     writer: tokio::sync::Mutex<OwnedWriteHalf>,
     shared: Arc<Shared>,
     next: AtomicU64,
+    start_timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for ForkServer {
@@ -97,7 +105,13 @@ impl ForkServer {
                 Err(e) => tracing::warn!("lost track of the fork server: {e}"),
             }
         });
-        Ok(ForkServer { pid, writer: tokio::sync::Mutex::new(writer), shared, next: AtomicU64::new(1) })
+        Ok(ForkServer {
+            pid,
+            writer: tokio::sync::Mutex::new(writer),
+            shared,
+            next: AtomicU64::new(1),
+            start_timeout: START_TIMEOUT,
+        })
     }
 
     /// Starts a worker running `entry(args)` with `env` added and its output in `log`.
@@ -115,7 +129,26 @@ impl ForkServer {
             self.shared.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
             return Err(Error::Gone);
         }
-        rx.await.unwrap_or(Err(Error::Gone))
+        match tokio::time::timeout(self.start_timeout, rx).await {
+            Ok(answer) => answer.unwrap_or(Err(Error::Gone)),
+            Err(_) => {
+                self.shared.alive.store(false, Ordering::SeqCst);
+                self.shared.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id);
+                if let Some(pid) = self.pid {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                Err(Error::Unresponsive(self.start_timeout))
+            }
+        }
+    }
+
+    /// How long a start waits for the server's answer before the server is given up (10 s).
+    pub fn with_start_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.start_timeout = timeout;
+        self
     }
 
     /// The server's process id (`None` if it had ended before it was asked).

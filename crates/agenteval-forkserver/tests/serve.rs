@@ -64,6 +64,7 @@ fn main() {
         a_log_that_cannot_be_created_is_refused,
         ps_shows_a_worker_by_its_arguments_and_the_server_without_its_room,
         a_dead_server_is_gone_and_its_running_workers_carry_on,
+        a_server_that_stops_answering_is_given_up_not_waited_for,
         dropping_the_server_ends_it_and_not_its_workers,
     );
 }
@@ -177,6 +178,28 @@ async fn a_dead_server_is_gone_and_its_running_workers_carry_on() {
     assert!(!s.is_alive());
     assert!(matches!(s.start(&args(&["echo"]), &[], &log).await, Err(Error::Gone)));
     wait_for(|| read(&log) == "slept\n").await;
+}
+
+async fn a_server_that_stops_answering_is_given_up_not_waited_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("w.log");
+    let s = server().with_start_timeout(Duration::from_millis(500));
+    let pid = s.pid().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let err = s.start(&args(&["echo"]), &[], &log).await.unwrap_err();
+    assert!(matches!(err, Error::Unresponsive(_)), "{err}");
+    assert!(!s.is_alive());
+    assert!(
+        matches!(s.start(&args(&["echo"]), &[], &log).await, Err(Error::Gone)),
+        "the next start goes elsewhere at once"
+    );
+    wait_for(|| !Path::new(&format!("/proc/{pid}")).exists() || proc_state(pid) == 'Z').await;
+}
+
+/// The state letter of a process (`R`, `S`, `T`, `Z`, ...).
+fn proc_state(pid: u32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()).unwrap_or('?')
 }
 
 async fn dropping_the_server_ends_it_and_not_its_workers() {
