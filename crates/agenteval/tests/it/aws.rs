@@ -774,17 +774,18 @@ async fn a_missing_task_definition_is_named_before_any_task_is_tried() {
     assert_eq!(runs, serde_json::json!([]), "no run was created");
 }
 
-/// The image the container tests run: `docker/build-local.sh` builds it when it is missing
-/// (`tests/run.sh` builds it before the tests; after changing the code, run the script again).
+/// The image the container tests run, made from this build's own `agenteval` by
+/// `docker/build-local.sh --binary` (Docker's cache makes it instant when the binary is
+/// unchanged), so the containers always run the code under test.
 fn image() -> &'static str {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     const TAG: &str = "agenteval:dev";
     BUILT.get_or_init(|| {
-        let present = Command::new("docker").args(["image", "inspect", TAG]).output().is_ok_and(|o| o.status.success());
-        if !present {
-            let out = Command::new(repo().join("docker/build-local.sh")).arg(TAG).output().unwrap();
-            assert!(out.status.success(), "building the image failed: {}{}", text(&out.stdout), text(&out.stderr));
-        }
+        let out = Command::new(repo().join("docker/build-local.sh"))
+            .args(["--binary", env!("CARGO_BIN_EXE_agenteval"), TAG])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "building the image failed: {}{}", text(&out.stdout), text(&out.stderr));
     });
     TAG
 }
