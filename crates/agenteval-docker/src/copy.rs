@@ -69,28 +69,74 @@ fn safe(path: &Path) -> Option<PathBuf> {
     Some(out)
 }
 
+/// Unpacks the container's `from` into `to`, at most `max_bytes` of files. The tar is read as
+/// it arrives (never held whole: an agent's 50 GB file costs the worker nothing but the refusal),
+/// and a file's permission bits come out with it (set-id bits dropped).
 pub async fn copy_out(docker: &Docker, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
     let mut stream = docker
         .download_from_container(&env.id, Some(DownloadFromContainerOptionsBuilder::default().path(from).build()));
-    let mut tar = Vec::new();
-    // The tar holds headers besides the files: a little room over the cap.
-    let limit = max_bytes.saturating_add(1 << 20);
-    while let Some(piece) = stream.next().await {
-        match piece {
-            Ok(bytes) => {
-                tar.extend_from_slice(&bytes);
-                if tar.len() as u64 > limit {
-                    return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
-                }
-            }
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {
-                return Err(Error::not_found(format!("{from} is not in the environment")));
-            }
-            Err(e) => return Err(infra(&format!("copying {from} out of the container"), e)),
+    // The first piece says whether the path exists before anything is unpacked.
+    let first = match stream.next().await {
+        None => None,
+        Some(Ok(bytes)) => Some(bytes),
+        Some(Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. })) => {
+            return Err(Error::not_found(format!("{from} is not in the environment")));
         }
-    }
+        Some(Err(e)) => return Err(infra(&format!("copying {from} out of the container"), e)),
+    };
     std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-    let mut archive = tar::Archive::new(tar.as_slice());
+    let (tx, rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let (dest, name) = (to.to_path_buf(), from.to_string());
+    let unpacker =
+        tokio::task::spawn_blocking(move || unpack(Pieces { rx, piece: Vec::new(), at: 0 }, &dest, &name, max_bytes));
+    let fed = async {
+        if let Some(bytes) = first
+            && tx.send(bytes.to_vec()).await.is_err()
+        {
+            return Ok(());
+        }
+        while let Some(piece) = stream.next().await {
+            let bytes = piece.map_err(|e| infra(&format!("copying {from} out of the container"), e))?;
+            // The unpacker stopped (a refusal): its error is the answer.
+            if tx.send(bytes.to_vec()).await.is_err() {
+                break;
+            }
+        }
+        Ok::<(), Error>(())
+    }
+    .await;
+    drop(tx);
+    let unpacked = unpacker.await.map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?;
+    // What the unpacker refused explains a broken feed too.
+    unpacked?;
+    fed
+}
+
+/// The tar's bytes as they come from the engine, for a blocking reader.
+struct Pieces {
+    rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    piece: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for Pieces {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.piece.len() {
+            match self.rx.blocking_recv() {
+                Some(p) => (self.piece, self.at) = (p, 0),
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.piece.len() - self.at);
+        buf[..n].copy_from_slice(&self.piece[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+fn unpack(tar: impl std::io::Read, to: &Path, from: &str, max_bytes: u64) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut archive = tar::Archive::new(tar);
     let mut total = 0u64;
     let entries = archive.entries().map_err(|e| Error::new(ErrorKind::Corrupt, format!("reading {from}: {e}")))?;
     for entry in entries {
@@ -104,7 +150,8 @@ pub async fn copy_out(docker: &Docker, env: &EnvHandle, from: &str, to: &Path, m
         if kind.is_dir() {
             std::fs::create_dir_all(&dest).map_err(|e| Error::io(format!("creating {}", dest.display()), e))?;
         } else if kind.is_file() {
-            total += entry.size();
+            // Counted from the header, before any byte of the file is read.
+            total = total.saturating_add(entry.size());
             if total > max_bytes {
                 return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
             }
@@ -114,6 +161,10 @@ pub async fn copy_out(docker: &Docker, env: &EnvHandle, from: &str, to: &Path, m
             let mut f =
                 std::fs::File::create(&dest).map_err(|e| Error::io(format!("writing {}", dest.display()), e))?;
             std::io::copy(&mut entry, &mut f).map_err(|e| Error::io(format!("writing {}", dest.display()), e))?;
+            // The worker keeps reading and writing what it copied (snapshots, the fresh copy).
+            let mode = (entry.header().mode().unwrap_or(0o644) & 0o777) | 0o600;
+            f.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(|e| Error::io(format!("setting the mode of {}", dest.display()), e))?;
         }
         // Links, devices and the like are the agent's inventions: never recreated here.
     }

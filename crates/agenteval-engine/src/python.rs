@@ -128,6 +128,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     // site-packages) when the program needs only the standard library: it halves start-up.
     let args: &[&str] = if limits.site_packages { &["-I", "-c", DRIVER] } else { &["-I", "-S", "-c", DRIVER] };
     // No network and no processes, whatever the kernel's Landlock level: those are seccomp's.
+    let mut lease = None;
     let view = match sandbox::launcher() {
         Some(_) => {
             if !sandbox::available() {
@@ -137,11 +138,16 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
             view.exclude = limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect();
             let program = sandbox::which(python);
             view.read.extend(program.as_deref().and_then(sandbox::program_home));
-            if let Some(program) = program.filter(|p| view.user.is_some() && !confine::readable_by_others(p)) {
-                confine::warn_root_agents(&program);
-                view.user = None;
-                view.own.clear();
+            // The checked code never runs as root: a Python its uid cannot read is refused.
+            if let Some(program) = program.filter(|_| view.user.is_some())
+                && let Some(blocking) = confine::unreadable_part(&program)
+            {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    confine::unreadable_message(&program, &blocking),
+                ));
             }
+            lease = view.lease_user().map_err(std::io::Error::other)?;
             view.net = Net::None;
             view.no_processes = true;
             Some(view)
@@ -164,6 +170,8 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
     let mut child = cmd.spawn().map_err(|e| std::io::Error::new(e.kind(), format!("cannot start `{python}`: {e}")))?;
     let guard = TreeGuard(child.id().map(|p| p as i32));
+    // The uid is this check's until its processes are gone (the guard kills them first).
+    let _lease = lease;
     let mut stdin = child.stdin.take().expect("stdin piped");
     let mut stdout = child.stdout.take().expect("stdout piped");
     let mut stderr = child.stderr.take().expect("stderr piped");
@@ -271,6 +279,13 @@ fn uuid_like() -> u64 {
 
 /// The Python interpreter to use when a config names none.
 pub const DEFAULT_PYTHON: &str = "python3";
+
+/// The interpreter file `python` runs as (a version manager's shim resolved to the real one),
+/// if it can be found.
+pub fn resolved_program(python: &str) -> Option<PathBuf> {
+    let real = resolve_python(python);
+    sandbox::which(&real.to_string_lossy())
+}
 
 /// The interpreter `python` names, resolved once through the worker's own environment: a
 /// version manager's shim (pyenv) needs variables the sandboxed program does not get.

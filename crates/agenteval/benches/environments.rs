@@ -69,8 +69,10 @@ async fn worker_overhead(env: Arc<dyn Environment>, spec: &EnvSpec, n: usize) ->
         let start = Instant::now();
         let handle = env.prepare(&run, &task, i as u32 + 1, spec).await.expect("prepare");
         let session = agenteval_core::traits::EnvSession { env: env.clone(), handle };
-        assert!(agenteval_engine::environments::snapshot(&session).await, "a snapshot (is git installed?)");
-        let _ = agenteval_engine::environments::patch(&session, 1 << 20).await;
+        let snap = agenteval_engine::environments::snapshot::Snapshot::take(&session, &run)
+            .await
+            .expect("a snapshot (is git installed?)");
+        let _ = snap.patch(&session, 1 << 20).await;
         env.teardown(&session.handle).await.unwrap();
         times.push(start.elapsed());
     }

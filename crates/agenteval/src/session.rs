@@ -391,6 +391,12 @@ pub(crate) async fn preflight(
     strict_replay: bool,
 ) -> Result<(), Failure> {
     let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
-    wiring.kind(config)?.preflight(config, &needed).await?;
+    let kind = wiring.kind(config)?;
+    kind.preflight(config, &needed).await?;
+    // Workers of this machine run as this process's user: a root worker's agents get uids of
+    // their own, which must be able to read what runs them.
+    if kind.on_this_machine() {
+        agenteval_engine::agents::preflight(config)?;
+    }
     Ok(())
 }

@@ -327,7 +327,17 @@ impl AgentRunner for CommandAgent {
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         let max_disk = ctx.limits.disk_bytes();
-        let mut view = self.view(prog, args, scratch.as_deref(), max_disk);
+        let mut view = match self.view(prog, args, scratch.as_deref(), max_disk) {
+            Ok(v) => v,
+            Err(why) => return agent_error(format!("cannot start agent `{prog}`: {why}")),
+        };
+        // Under a root worker the agent runs as a uid of its own, this task's alone.
+        let _uid = match view.as_mut().map(View::lease_user).transpose() {
+            Ok(lease) => lease.flatten(),
+            Err(e) => {
+                return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e)) };
+            }
+        };
         // The task's tests and solution are hidden however the config's `read` reaches them.
         if let Some(v) = view.as_mut() {
             let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
@@ -340,9 +350,10 @@ impl AgentRunner for CommandAgent {
             (Some(_), Some(dir)) => Some(dir.join("agenteval-env.sock")),
             _ => None,
         };
+        let owner = crate::environments::socket::Owner::default();
         let _served = match (&ctx.env.session, &socket) {
             (Some(s), Some(path)) => {
-                match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds()) {
+                match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds(), owner.clone()) {
                     Ok(served) => Some(served),
                     Err(e) => {
                         return AgentOutcome {
@@ -366,6 +377,9 @@ impl AgentRunner for CommandAgent {
             Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
         };
         let _guard = TreeGuard(child.id().map(|p| p as i32));
+        if let Some(pid) = child.id() {
+            let _ = owner.set(pid as i32);
+        }
 
         let request = self.request(ctx, scratch.as_deref(), max_disk, socket.as_deref());
         if let Some(mut stdin) = child.stdin.take() {
@@ -461,11 +475,18 @@ fn finish(
 impl CommandAgent {
     /// The filesystem view the agent runs in, or `None` (with a warning said once) when it runs
     /// unsandboxed.
-    fn view(&self, prog: &str, args: &[String], scratch: Option<&std::path::Path>, max_disk: u64) -> Option<View> {
-        let view = self.sandbox.as_ref()?;
+    /// `Err` when a root worker's agent could not read its own program (it never runs as root).
+    fn view(
+        &self,
+        prog: &str,
+        args: &[String],
+        scratch: Option<&std::path::Path>,
+        max_disk: u64,
+    ) -> Result<Option<View>, String> {
+        let Some(view) = self.sandbox.as_ref() else { return Ok(None) };
         if sandbox::launcher().is_none() {
             warn_unsandboxed("no sandbox launcher in this process");
-            return None;
+            return Ok(None);
         }
         if !sandbox::available() {
             warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
@@ -475,11 +496,11 @@ impl CommandAgent {
         let mut view = view.clone();
         let named: Vec<PathBuf> = args.iter().map(PathBuf::from).filter(|p| p.is_absolute() && p.exists()).collect();
         if view.user.is_some() {
-            // An agent that could not read its own program stays root, without capabilities.
-            let program = sandbox::which(prog);
-            if let Some(hidden) = program.iter().chain(&named).find(|p| !confine::readable_by_others(p)) {
-                confine::warn_root_agents(hidden);
-                view.user = None;
+            // An agent that could not read its own program is refused: it never runs as root.
+            for p in sandbox::which(prog).iter().chain(&named) {
+                if let Some(blocking) = confine::unreadable_part(p) {
+                    return Err(confine::unreadable_message(p, &blocking));
+                }
             }
         }
         view.read.extend(sandbox::program_files(prog));
@@ -490,7 +511,7 @@ impl CommandAgent {
         if let Some(scratch) = scratch {
             view = view.with_scratch(scratch);
         }
-        Some(view)
+        Ok(Some(view))
     }
 
     /// The agent's process, not yet started: supervised, in its own process group, with only the

@@ -61,7 +61,8 @@ pub fn agent_from_config(
         AgentConfig::Mock { model, mock, .. } => Arc::new(MockAgent::new(mock.clone(), model.clone())),
         AgentConfig::Command { model, command, env, workdir, sandbox, inherit_env, packed, .. } => {
             let view = match sandbox {
-                Sandbox::Mode(_) => None,
+                // Off on purpose; a root worker's agent still gets a user of its own.
+                Sandbox::Mode(_) => confine::agent_user().map(|_| sandbox::View::unrestricted()),
                 Sandbox::Paths(paths) => {
                     let mut view = view_of(run, workdir.as_deref(), &paths.read, &paths.write);
                     // A packed agent's folder is its own files, unpacked for it: it reads them.
@@ -107,4 +108,52 @@ fn view_of(
     view.read.extend(read.iter().map(|p| real(p)));
     view.write.extend(write.iter().map(|p| real(p)));
     view
+}
+
+/// What must hold before a run whose workers share this machine starts its agents: under a root
+/// worker, every program that runs an agent's code (a `command` agent's program and the files
+/// its command names, the Python that checks HumanEval answers or runs the `python` tool) must
+/// be readable by the agents' uids, since nothing of an agent ever runs as root. A usage error
+/// (exit 2) naming the file, what blocks it and the fix.
+pub fn preflight(run: &RunConfig) -> Result<()> {
+    if confine::agent_user().is_none() {
+        return Ok(());
+    }
+    let mut problems = Vec::new();
+    let mut check = |field: &str, path: std::path::PathBuf| {
+        if let Some(blocking) = confine::unreadable_part(&path) {
+            problems.push(format!("{field}: {}", confine::unreadable_message(&path, &blocking)));
+        }
+    };
+    if let AgentConfig::Command { command, workdir, .. } = &run.agent
+        && let Some((prog, args)) = command.split_first()
+    {
+        let local = |a: &str| workdir.as_ref().map(|w| w.join(a)).filter(|p| !a.starts_with('-') && p.exists());
+        let program =
+            if prog.contains('/') { local(prog).or_else(|| sandbox::which(prog)) } else { sandbox::which(prog) };
+        if let Some(p) = program {
+            check("agent.command", p);
+        }
+        for a in args {
+            let named = if a.starts_with('/') { Some(std::path::PathBuf::from(a)) } else { local(a) };
+            if let Some(p) = named.filter(|p| p.exists()) {
+                check("agent.command", p);
+            }
+        }
+    }
+    let python = match (&run.benchmark, &run.agent) {
+        (agenteval_core::config::BenchmarkConfig::Humaneval { python, .. }, _) => {
+            Some(("benchmark.python", python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into())))
+        }
+        (_, AgentConfig::Llm(cfg)) if cfg.tools.iter().any(|t| t == "python") => {
+            Some(("agent.python", cfg.python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into())))
+        }
+        _ => None,
+    };
+    if let Some((field, python)) = python
+        && let Some(p) = crate::python::resolved_program(&python)
+    {
+        check(field, p);
+    }
+    if problems.is_empty() { Ok(()) } else { Err(Error::invalid(problems.join("; "))) }
 }

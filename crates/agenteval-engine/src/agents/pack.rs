@@ -26,12 +26,35 @@ pub async fn archive_for(config: &RunConfig) -> Result<Option<Vec<u8>>> {
     let AgentConfig::Command { pack: true, packed: None, workdir, .. } = &config.agent else { return Ok(None) };
     let dir = workdir.clone().ok_or_else(|| Error::internal("a loaded command agent has its folder"))?;
     // What the sandbox hides from an agent (the cases and their answers, the bundles, the
-    // index, the secrets file, the tests) must not reach it inside its own folder either.
-    let hidden = crate::isolation::sandbox::hidden_paths(config);
+    // index, the secrets file, the tests) must not reach it inside its own folder either: nor
+    // any case's tests, solution, starting folder or repository, wherever they sit.
+    let mut hidden = crate::isolation::sandbox::hidden_paths(config);
+    hidden.extend(benchmark_paths(config).await?);
     let bytes = tokio::task::spawn_blocking(move || archive(&dir, &hidden))
         .await
         .map_err(|e| Error::internal(format!("packing the agent: {e}")))??;
     Ok(Some(bytes))
+}
+
+/// Every folder or file a benchmark's tasks name: each task's tests, solution, starting folder
+/// and local repository (canonical paths).
+async fn benchmark_paths(config: &RunConfig) -> Result<Vec<std::path::PathBuf>> {
+    let benchmark = crate::benchmarks::benchmark_from_config(&config.benchmark)?;
+    let mut paths = Vec::new();
+    benchmark
+        .for_each_task(config.benchmark.filter(), &mut |t| {
+            let env = t.environment.as_ref();
+            let named = t.tests.iter().filter_map(|s| s.dir.clone()).chain(t.solution.clone());
+            let named = named
+                .chain(env.and_then(|e| e.context.clone()))
+                .chain(env.and_then(|e| e.repo.clone()).map(std::path::PathBuf::from).filter(|p| p.is_absolute()));
+            paths.extend(named.map(|p| p.canonicalize().unwrap_or(p)));
+            Ok(())
+        })
+        .await?;
+    paths.sort();
+    paths.dedup();
+    Ok(paths)
 }
 
 /// Stores the archive in the run and records it in `config` and `resolved`; returns the sha256

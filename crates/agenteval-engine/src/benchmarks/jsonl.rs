@@ -82,25 +82,59 @@ enum CaseTests {
     Spec(agenteval_core::environment::TestsSpec),
 }
 
-/// A case's path, relative to the case file's folder; a problem when it is missing.
+/// A case's path, relative to the case file's folder and inside it (a case file is data: it
+/// cannot name the config's folder, a secrets file or `/`, not by an absolute path, `..` or a
+/// link out); a problem when it is missing or outside.
 fn case_path(base: &Path, p: &Path, what: &str, problems: &mut Vec<String>) -> PathBuf {
-    let full = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
-    match full.canonicalize() {
-        Ok(real) => real,
-        Err(_) => {
-            problems.push(format!("{what} {} is not there", full.display()));
-            full
-        }
+    if p.is_absolute() {
+        problems.push(format!(
+            "{what} {} is an absolute path: a case's paths are relative to its file's folder and stay inside it",
+            p.display()
+        ));
+        return p.to_path_buf();
     }
+    let full = base.join(p);
+    let Ok(real) = full.canonicalize() else {
+        problems.push(format!("{what} {} is not there", full.display()));
+        return full;
+    };
+    let folder = base.canonicalize().unwrap_or_else(|_| base.to_path_buf());
+    if !real.starts_with(&folder) || real == folder {
+        problems.push(format!(
+            "{what} {} leads out of the case file's folder ({}): a case's paths stay inside it",
+            p.display(),
+            folder.display()
+        ));
+    }
+    real
+}
+
+/// A repository a case may name: a path inside its folder, or a remote over https, http, ssh or
+/// git (`user@host:path` too); never `file://`, `ext::` or anything git would read as an option.
+fn remote_repo_problem(repo: &str) -> Option<String> {
+    let ok_scheme = ["https://", "http://", "ssh://", "git://"].iter().any(|s| repo.starts_with(s));
+    if repo.starts_with('-') || repo.contains("::") || (repo.contains("://") && !ok_scheme) {
+        return Some(format!(
+            "environment.repo `{repo}` is not a repository a case may name (a path inside its folder, or an https, http, ssh or git URL)"
+        ));
+    }
+    None
 }
 
 /// The case's environment, tests and solution with their paths made absolute and checked.
 fn resolve_environment(
     case: &mut Case,
     base: &Path,
+    trust: bool,
     problems: &mut Vec<String>,
 ) -> Option<agenteval_core::environment::TestsSpec> {
     if let Some(env) = &mut case.environment {
+        if let Some(problem) = env.repo.as_deref().and_then(remote_repo_problem) {
+            problems.push(problem);
+        }
+        if let Some(c) = env.commit.as_deref().filter(|c| c.starts_with('-') || c.chars().any(char::is_whitespace)) {
+            problems.push(format!("environment.commit `{c}` is not a commit or a ref"));
+        }
         if let Some(c) = &env.context {
             env.context = Some(case_path(base, c, "environment.context", problems));
         }
@@ -121,6 +155,12 @@ fn resolve_environment(
     };
     if let Some(d) = &tests.dir {
         tests.dir = Some(case_path(base, d, "tests", problems));
+    }
+    if tests.command.is_some() && !trust {
+        problems.push(
+            "tests.command runs a program of the case's choosing: set `benchmark.trust_case_evaluators: true` in the config to allow it (it runs where the tests run, never as root on the worker)"
+                .into(),
+        );
     }
     if case.environment.is_none() {
         problems.push("a case with `tests` needs an `environment` to run them in".into());
@@ -201,7 +241,7 @@ fn case_to_task(
             _ => {}
         }
     }
-    let tests = resolve_environment(&mut case, base, problems);
+    let tests = resolve_environment(&mut case, base, trust, problems);
     Some(TaskSpec {
         id,
         input: case.input,

@@ -97,20 +97,33 @@ pub(crate) fn copy_out(src: &Path, from: &str, to: &Path, max_bytes: u64) -> Res
         return Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes")));
     }
     std::fs::create_dir_all(to).map_err(|e| Error::io(format!("creating {}", to.display()), e))?;
-    fn walk(src: &Path, to: &Path) -> std::io::Result<()> {
-        let t = std::fs::symlink_metadata(src)?.file_type();
-        if t.is_dir() {
+    /// Lengths are counted as the files are copied (a sparse file costs its length, which is
+    /// what a copy writes), so a copy stops at the cap whatever the blocks said.
+    fn walk(src: &Path, to: &Path, left: &mut u64) -> std::io::Result<bool> {
+        let m = std::fs::symlink_metadata(src)?;
+        if m.is_dir() {
             std::fs::create_dir_all(to)?;
             for e in std::fs::read_dir(src)? {
                 let e = e?;
-                walk(&e.path(), &to.join(e.file_name()))?;
+                if !walk(&e.path(), &to.join(e.file_name()), left)? {
+                    return Ok(false);
+                }
             }
-        } else if t.is_file() {
+        } else if m.is_file() {
+            if m.len() > *left {
+                return Ok(false);
+            }
+            *left -= m.len();
             std::fs::copy(src, to)?;
         }
-        Ok(())
+        Ok(true)
     }
     let name = src.file_name().map(PathBuf::from).unwrap_or_default();
     let dest = if meta.is_dir() { to.to_path_buf() } else { to.join(name) };
-    walk(src, &dest).map_err(|e| Error::io(format!("copying {from} out"), e))
+    let mut left = max_bytes;
+    match walk(src, &dest, &mut left) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::invalid(format!("{from} holds more than {max_bytes} bytes"))),
+        Err(e) => Err(Error::io(format!("copying {from} out"), e)),
+    }
 }

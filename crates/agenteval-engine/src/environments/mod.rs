@@ -1,29 +1,22 @@
 //! Task environments in the engine: which one a run's tasks get (`environment.kind`, or the
 //! benchmark's choice), the `workspace` implementation (a folder, no Docker), and what the
-//! worker does with any of them: a snapshot of the starting state at prepare, the agent's patch
-//! against it at the end, the listed artifacts, and the sweep of what killed workers left.
+//! worker does with any of them: a snapshot of the starting state at prepare and the agent's
+//! patch against it at the end (`snapshot`), the listed artifacts, and the sweep of what killed
+//! workers left.
 
 pub mod files;
 pub mod here;
 mod host;
+pub mod snapshot;
 pub mod socket;
 pub mod workspace;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use agenteval_core::config::{EnvironmentKind, RunConfig};
-use agenteval_core::environment::ExecRequest;
 use agenteval_core::traits::{EnvSession, Environment, Resolver};
 use agenteval_core::{Error, Result};
-
-/// Where a snapshot of the starting state is kept, below the environment's worker root: a git
-/// folder outside the agent's working folder (`/tmp/.agenteval-start` in a container), so `git
-/// status` there shows nothing of it.
-fn snapshot_dir(session: &EnvSession) -> String {
-    format!("{}/tmp/.agenteval-start", session.env.worker_root(&session.handle).trim_end_matches('/'))
-}
 
 /// The environment kind the run's tasks get (`auto`: the benchmark's choice).
 pub fn kind_of(config: &RunConfig) -> EnvironmentKind {
@@ -46,43 +39,6 @@ pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<
 /// `s` as one shell word.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// `git` run on the snapshot, with the working folder as its tree.
-fn git(session: &EnvSession) -> String {
-    format!(
-        "GIT_DIR={} GIT_WORK_TREE={} git -c user.name=agenteval -c user.email=agenteval@localhost -c core.autocrlf=false",
-        quote(&snapshot_dir(session)),
-        quote(&session.handle.workdir)
-    )
-}
-
-/// Records the starting state of the working folder (when the environment has `git`), for the
-/// patch. A failure costs only the patch.
-pub async fn snapshot(session: &EnvSession) -> bool {
-    let git = git(session);
-    let parent = quote(&format!("{}/tmp", session.env.worker_root(&session.handle).trim_end_matches('/')));
-    let cmd = format!(
-        "command -v git >/dev/null 2>&1 || exit 3; mkdir -p {parent} && {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start"
-    );
-    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(120)) };
-    matches!(session.env.exec(&session.handle, &req).await, Ok(o) if o.ok())
-}
-
-/// What the agent changed in its working folder since the snapshot, as a git patch (`None`
-/// without a snapshot).
-pub async fn patch(session: &EnvSession, max_bytes: usize) -> Option<String> {
-    let git = git(session);
-    let cmd = format!("{git} add -A >/dev/null 2>&1 && {git} diff --cached --binary HEAD");
-    let req = ExecRequest {
-        user: Some("0".into()),
-        max_output_bytes: max_bytes,
-        ..ExecRequest::new(cmd, Duration::from_secs(120))
-    };
-    match session.env.exec(&session.handle, &req).await {
-        Ok(o) if o.ok() => Some(o.stdout),
-        _ => None,
-    }
 }
 
 /// Copies `paths` (relative to the working folder) out of the environment into `into`, within
@@ -109,6 +65,7 @@ pub async fn artifacts(session: &EnvSession, paths: &[String], into: &Path, max_
 /// Tears down every environment of `run` left behind; a failure is only logged (the next sweep
 /// tries again).
 pub async fn sweep(env: &dyn Environment, run: &agenteval_core::RunId) {
+    let _ = std::fs::remove_dir_all(snapshot::run_folder(run));
     match env.sweep(run).await {
         Ok(0) => {}
         Ok(n) => tracing::info!(run = %run, "removed {n} {} environment(s) left behind", env.kind()),

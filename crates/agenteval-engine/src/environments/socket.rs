@@ -23,9 +23,15 @@ impl Drop for Served {
     }
 }
 
+/// The process whose descendants alone may use a task's socket: the agent's supervisor, known
+/// once it has started (until then nobody may).
+pub type Owner = std::sync::Arc<std::sync::OnceLock<i32>>;
+
 /// Serves `session` on a socket at `path` until the returned guard is dropped; each command runs
-/// with at most `max_secs`.
-pub fn serve(session: EnvSession, path: &Path, max_secs: f64) -> Result<Served> {
+/// with at most `max_secs`. A connection from a process outside `owner`'s tree (another task's
+/// agent, which the folder's permissions keep out when each task has its own uid, but not when
+/// the worker's user runs them all) is refused and logged.
+pub fn serve(session: EnvSession, path: &Path, max_secs: f64, owner: Owner) -> Result<Served> {
     use std::os::unix::fs::PermissionsExt as _;
     let listener =
         tokio::net::UnixListener::bind(path).map_err(|e| Error::io(format!("binding {}", path.display()), e))?;
@@ -34,6 +40,16 @@ pub fn serve(session: EnvSession, path: &Path, max_secs: f64) -> Result<Served> 
         .map_err(|e| Error::io(format!("opening {} to the agent", path.display()), e))?;
     let task = tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            let peer = stream.peer_cred().ok().and_then(|c| c.pid());
+            let root = owner.get().copied();
+            if !matches!((peer, root), (Some(p), Some(r)) if descends_from(p, r)) {
+                tracing::warn!(
+                    task_env = %session.handle.id,
+                    "refused a connection to the environment socket from process {} (not of this task's agent)",
+                    peer.map_or("?".to_string(), |p| p.to_string())
+                );
+                continue;
+            }
             let session = session.clone();
             tokio::spawn(async move {
                 let (read, mut write) = stream.into_split();
@@ -59,6 +75,26 @@ pub fn serve(session: EnvSession, path: &Path, max_secs: f64) -> Result<Served> 
     Ok(Served(task))
 }
 
+/// Whether `pid` is `root` or one of its descendants, by the parents `/proc` names.
+pub fn descends_from(mut pid: i32, root: i32) -> bool {
+    // Deeper trees than this are not an agent's `env exec`.
+    for _ in 0..256 {
+        if pid == root {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        // The command name may hold spaces and parentheses: the fields follow the last `)`.
+        match stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse().ok()) {
+            Some(parent) => pid = parent,
+            None => return false,
+        }
+    }
+    false
+}
+
 async fn run(session: &EnvSession, w: WireExec, max_secs: f64) -> ExecOutput {
     let secs = w.timeout_seconds.unwrap_or(max_secs).clamp(0.001, max_secs.max(0.001));
     let req = ExecRequest { workdir: w.workdir, ..ExecRequest::new(w.command, Duration::from_secs_f64(secs)) };
@@ -67,5 +103,24 @@ async fn run(session: &EnvSession, w: WireExec, max_secs: f64) -> ExecOutput {
         Err(e) => {
             ExecOutput { stderr: format!("the environment failed: {e}"), exit_code: Some(125), ..Default::default() }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_descends_from_its_ancestors_only() {
+        let me = std::process::id() as i32;
+        let parent = nix::unistd::getppid().as_raw();
+        assert!(descends_from(me, me));
+        assert!(descends_from(me, parent));
+        assert!(!descends_from(parent, me));
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert!(descends_from(child.id() as i32, me));
+        assert!(!descends_from(1, me));
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }

@@ -25,11 +25,25 @@ pub struct WorkspaceEnvironment {
     root: PathBuf,
     /// What commands may not see (the run's bundles, index, data, secrets file).
     hide: Vec<PathBuf>,
+    /// Under a root worker, the uid each live attempt's commands run as, by its folder.
+    uids: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<PathBuf, crate::isolation::uids::Lease>>>,
 }
 
 impl WorkspaceEnvironment {
     pub fn new(root: PathBuf, hide: Vec<PathBuf>) -> Self {
-        WorkspaceEnvironment { root, hide }
+        WorkspaceEnvironment { root, hide, uids: Default::default() }
+    }
+
+    /// The uid of the attempt in `dir`, if this worker is root (`Err` if it has none: a folder
+    /// this worker did not prepare).
+    fn uid_of(&self, dir: &Path) -> Result<Option<u32>> {
+        if !nix::unistd::geteuid().is_root() {
+            return Ok(None);
+        }
+        match self.uids.lock().expect("not poisoned").get(dir) {
+            Some(lease) => Ok(Some(lease.uid)),
+            None => Err(Error::invalid(format!("{} is not a workspace this worker prepared", dir.display()))),
+        }
     }
 
     /// Under the system's temporary folder, hiding what the run's agents may not see.
@@ -74,8 +88,11 @@ impl WorkspaceEnvironment {
     }
 }
 
+/// Runs the worker's git (nothing of the case's or anyone's configuration: `snapshot::worker_git`)
+/// in `cwd`.
 async fn run_git(args: &[&str], cwd: &Path) -> Result<()> {
-    let out = tokio::process::Command::new("git")
+    let home = tempfile::tempdir().map_err(|e| Error::io("a home for git", e))?;
+    let out = super::snapshot::worker_git(home.path())
         .args(args)
         .current_dir(cwd)
         .output()
@@ -106,9 +123,9 @@ impl Environment for WorkspaceEnvironment {
         let made = async {
             match (&spec.repo, &spec.context) {
                 (Some(repo), _) => {
-                    run_git(&["clone", "--quiet", repo, "."], &work).await?;
+                    run_git(&["clone", "--quiet", "--", repo, "."], &work).await?;
                     if let Some(commit) = &spec.commit {
-                        run_git(&["checkout", "--quiet", "--detach", commit], &work).await?;
+                        run_git(&["checkout", "--quiet", "--detach", commit, "--"], &work).await?;
                     }
                 }
                 (None, Some(context)) => {
@@ -127,6 +144,17 @@ impl Environment for WorkspaceEnvironment {
             let _ = std::fs::remove_dir_all(&dir);
             return Err(e);
         }
+        // Every command of this attempt, the agent's and the tests', runs as its own uid.
+        match crate::isolation::uids::lease() {
+            Ok(Some(lease)) => {
+                self.uids.lock().expect("not poisoned").insert(dir.clone(), lease);
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(Error::new(ErrorKind::Io, e));
+            }
+        }
         Ok(EnvHandle {
             kind: "workspace".into(),
             id: dir.display().to_string(),
@@ -143,11 +171,12 @@ impl Environment for WorkspaceEnvironment {
             Some(w) => self.inside(env, w)?,
             None => work.clone(),
         };
-        let base = sandbox::View { exclude: self.hide.clone(), ..sandbox::View::system() };
-        // Commands of the worker itself (snapshots, tests) run as it, and may write the whole
-        // attempt's folder; the agent's as the agent, writing only its folder and its home.
+        let base = sandbox::View { exclude: self.hide.clone(), user: self.uid_of(&dir)?, ..sandbox::View::system() };
+        // The environment's "root" (the tests, a recorded patch applied) may write the whole
+        // attempt's folder; the agent's commands only its folder and its home. Both run as the
+        // attempt's uid: nothing a workspace runs is ever root on the worker.
         let view = if req.user.as_deref() == Some("0") {
-            sandbox::View { user: None, ..base }.with_scratch(&dir)
+            base.with_scratch(&dir)
         } else {
             base.with_scratch(&work).with_scratch(&home)
         };
@@ -181,7 +210,10 @@ impl Environment for WorkspaceEnvironment {
 
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         let dir = self.folder(env)?;
-        match std::fs::remove_dir_all(&dir) {
+        let removed = std::fs::remove_dir_all(&dir);
+        // Its processes died with each command's tree: the uid is free for another attempt.
+        self.uids.lock().expect("not poisoned").remove(&dir);
+        match removed {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io(format!("removing {}", dir.display()), e)),

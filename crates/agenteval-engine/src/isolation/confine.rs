@@ -8,8 +8,9 @@ use std::path::{Path, PathBuf};
 use super::ConfineError;
 use serde::{Deserialize, Serialize};
 
-/// The uid and gid agents run as when the worker runs as root: `nobody` on Debian, Ubuntu,
-/// Fedora and Alpine alike.
+/// The mark a view carries when its program must run as another user (the worker is root): the
+/// launcher's caller replaces it by the uid the task leases (`uids::lease`); were it left,
+/// `nobody` on Debian, Ubuntu, Fedora and Alpine alike.
 pub const AGENT_UID: u32 = 65534;
 
 /// Who the sandboxed program may talk to over the network.
@@ -26,11 +27,38 @@ pub enum Net {
     None,
 }
 
-/// The uid a task's programs get: [`AGENT_UID`] when this process is root (so an agent keeps
-/// none of root's capabilities and cannot read other users' processes), else none (they run as
-/// the worker's user, which the kernel already keeps from everyone else's processes).
+/// Whether a task's programs need a user of their own: [`AGENT_UID`] (to be replaced by a leased
+/// uid) when this process is root, so an agent keeps none of root's rights; else none (they run
+/// as the worker's user, which the kernel already keeps from everyone else's processes).
 pub fn agent_user() -> Option<u32> {
     nix::unistd::geteuid().is_root().then_some(AGENT_UID)
+}
+
+/// What keeps an agent's uid from reading `path` (its program, or a file its command names):
+/// the first folder above it that others cannot search, or the file itself; `None` if nothing.
+pub fn unreadable_part(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let real = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    let mut above: Vec<&Path> = real.ancestors().skip(1).collect();
+    above.reverse();
+    if let Some(blocking) =
+        above.into_iter().find(|a| std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0))
+    {
+        return Some(blocking.to_path_buf());
+    }
+    (!readable_by_others(&real)).then_some(real)
+}
+
+/// The refusal of an agent's program its uid cannot read, naming what blocks it and the fixes.
+pub fn unreadable_message(what: &Path, blocking: &Path) -> String {
+    let first = super::uids::FIRST;
+    let last = first + super::uids::COUNT - 1;
+    format!(
+        "{} cannot be read by the agents' users: {} is not open to others (as root, agenteval runs each agent as a uid of its own, {first}-{last}, never as root); make it readable (chmod o+rX {}) or name a program others can read (/usr/bin/python3, say)",
+        what.display(),
+        blocking.display(),
+        blocking.display()
+    )
 }
 
 /// Whether a program running as `uid` can read `path`: every folder above it searchable and the
@@ -90,18 +118,6 @@ pub fn drop_capabilities() -> Result<(), ConfineError> {
     clear(CapSet::Inheritable)?;
     clear(CapSet::Effective)?;
     Ok(clear(CapSet::Permitted)?)
-}
-
-/// Says once per process that agents run as root (without capabilities), and what would let
-/// them run as an unprivileged user.
-pub fn warn_root_agents(unreadable: &Path) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        tracing::warn!(
-            "agents run as root without capabilities, not as uid {AGENT_UID}: {} is not readable by others (chmod o+rX it and the folders above it; see docs/security.md)",
-            unreadable.display()
-        )
-    });
 }
 
 /// No privileges to gain through exec (set-uid programs, file capabilities), and no ambient

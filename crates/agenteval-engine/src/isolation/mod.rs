@@ -1,11 +1,13 @@
 //! How untrusted programs run: the per-task supervisor and process-tree killing (`reap`), the
-//! Landlock view and launcher (`sandbox`), seccomp, users and capabilities (`confine`), and the
-//! scratch folder's disk limit (`disk`). Agents, checks and graders all start through it.
+//! Landlock view and launcher (`sandbox`), seccomp, users and capabilities (`confine`), the uid
+//! each task attempt leases under a root worker (`uids`), and the scratch folder's disk limit
+//! (`disk`). Agents, checks and graders all start through it.
 
 pub mod confine;
 pub mod disk;
 pub mod reap;
 pub mod sandbox;
+pub mod uids;
 
 /// Why a program could not be confined as asked: a step the kernel refused, said in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

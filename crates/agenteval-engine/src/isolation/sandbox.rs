@@ -48,6 +48,25 @@ impl View {
         }
     }
 
+    /// No filesystem rule at all (`agent.sandbox: none`), yet under a root worker still a user
+    /// of its own: the program never runs as root.
+    pub fn unrestricted() -> View {
+        View { read: vec!["/".into()], write: vec!["/".into()], user: confine::agent_user(), ..View::default() }
+    }
+
+    /// Under a root worker, gives the view a uid of agenteval's range of its own (its user was
+    /// only the mark that it needs one), held until the returned lease is dropped.
+    pub fn lease_user(&mut self) -> Result<Option<super::uids::Lease>, String> {
+        if self.user.is_none() {
+            return Ok(None);
+        }
+        let lease = super::uids::lease()?;
+        if let Some(l) = &lease {
+            self.user = Some(l.uid);
+        }
+        Ok(lease)
+    }
+
     /// Adds a folder the program owns (its scratch folder): writable, and given to its user.
     pub fn with_scratch(mut self, dir: &Path) -> View {
         self.write.push(dir.to_path_buf());
@@ -398,12 +417,11 @@ pub fn launch(view: Option<&str>, inner: bool, command: &[std::ffi::OsString]) -
             eprintln!("agent-sandbox: {e}");
             return 126;
         }
-        if view.user.is_some() {
+        if let Some(uid) = view.user {
             let e = std::process::Command::new(prog).args(args).exec();
             eprintln!(
-                "cannot start agent `{}`: {e} (it runs as uid {}, since the worker runs as root: its files and the folders above them must be readable by others)",
+                "cannot start agent `{}`: {e} (it runs as uid {uid}, since the worker runs as root: its files and the folders above them must be readable by others)",
                 prog.to_string_lossy(),
-                confine::AGENT_UID
             );
             return 127;
         }
@@ -421,6 +439,11 @@ fn confine_self(view: &View) -> Result<(), ConfineError> {
     let prepared = prepare(view)?;
     match view.user {
         Some(uid) => confine::become_user(uid, &view.own)?,
+        // Never a confined program as root, even without capabilities: root owns the Docker
+        // engine's socket and every root-only file the view does not hide.
+        None if nix::unistd::geteuid().is_root() => {
+            return Err(ConfineError("refusing to run a confined program as root: its view names no user".into()));
+        }
         None => confine::drop_capabilities()?,
     }
     if let Some(max) = view.max_file_bytes {

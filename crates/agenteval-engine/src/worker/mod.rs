@@ -59,6 +59,9 @@ struct Ctx {
     /// The environments this worker has prepared and not yet torn down (a cancelled job tears
     /// them down on its way out).
     live: std::sync::Mutex<Vec<EnvSession>>,
+    /// The starting state of each live environment's working folder, by its handle's id (the
+    /// agent's patch is taken against it).
+    snapshots: std::sync::Mutex<std::collections::HashMap<String, Arc<crate::environments::snapshot::Snapshot>>>,
     /// The run whose recorded answers are graded again instead of running the agent
     /// (`agenteval regrade`).
     regrade: Option<regrade::Source>,
@@ -224,6 +227,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         environment,
         here,
         live: std::sync::Mutex::new(Vec::new()),
+        snapshots: Default::default(),
         regrade,
         _fetched_cassettes: fetched_cassettes,
         kept: Default::default(),
@@ -587,8 +591,13 @@ async fn prepare_session(
         session.handle.id,
         started.elapsed().as_secs_f64()
     ));
-    if snapshot && !crate::environments::snapshot(&session).await {
-        log.push("no snapshot of the starting state (no git there): no patch".into());
+    if snapshot {
+        match crate::environments::snapshot::Snapshot::take(&session, &ctx.run_id).await {
+            Ok(snap) => {
+                ctx.snapshots.lock().expect("not poisoned").insert(session.handle.id.clone(), Arc::new(snap));
+            }
+            Err(e) => log.push(format!("no snapshot of the starting state ({e}): no patch")),
+        }
     }
     Ok(session)
 }
@@ -596,13 +605,30 @@ async fn prepare_session(
 /// The most of an agent's working folder carried into a fresh environment for its tests.
 const MAX_CARRIED_BYTES: u64 = 1 << 30;
 
+/// What the fresh environment for a task's tests came to: made, or refused because of what the
+/// agent left (its working folder past [`MAX_CARRIED_BYTES`]: the agent's limit, not agenteval's
+/// failure).
+enum Fresh {
+    Made(EnvSession),
+    AgentsFault(String),
+}
+
 /// A new environment from the task's image with the agent's working folder copied over, for its
 /// tests (`environment.verify_in: fresh`): they then trust nothing else the agent changed.
-async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mut Vec<String>) -> Result<EnvSession> {
+async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mut Vec<String>) -> Result<Fresh> {
     let Some(spec) = &task.environment else { return Err(crate::environments::missing(&task.id)) };
     let carried = tempfile::tempdir().map_err(|e| Error::io("a folder for the agent's working folder", e))?;
     let from = format!("{}/.", left.handle.workdir.trim_end_matches('/'));
-    left.env.copy_out(&left.handle, &from, carried.path(), MAX_CARRIED_BYTES).await?;
+    match left.env.copy_out(&left.handle, &from, carried.path(), MAX_CARRIED_BYTES).await {
+        Ok(()) => {}
+        // The copy's only refusal of its input: more than the cap.
+        Err(e) if e.kind() == ErrorKind::Invalid => {
+            return Ok(Fresh::AgentsFault(format!(
+                "the agent's working folder cannot be carried to the tests' fresh environment: {e}"
+            )));
+        }
+        Err(e) => return Err(e),
+    }
     // The patch came from the agent's environment: no snapshot of this one.
     let fresh = prepare_session(ctx, task, spec, false, log).await?;
     if let Err(e) = fresh.env.copy_in(&fresh.handle, carried.path(), &fresh.handle.workdir).await {
@@ -610,7 +636,7 @@ async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mu
         return Err(e);
     }
     log.push(format!("the tests run in a fresh environment ({}) with the agent's working folder", fresh.handle.id));
-    Ok(fresh)
+    Ok(Fresh::Made(fresh))
 }
 
 /// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).
@@ -620,11 +646,13 @@ async fn tear_down(ctx: &Ctx, s: &EnvSession, log: &mut Vec<String>) {
         Err(e) => log.push(format!("environment {} not removed ({e}); the run's sweep removes it", s.handle.id)),
     }
     ctx.live.lock().expect("not poisoned").retain(|l| l.handle != s.handle);
+    ctx.snapshots.lock().expect("not poisoned").remove(&s.handle.id);
 }
 
 /// Tears down every environment this worker still holds (a cancelled job's).
 async fn tear_down_live(ctx: &Ctx) {
     let live: Vec<EnvSession> = std::mem::take(&mut *ctx.live.lock().expect("not poisoned"));
+    ctx.snapshots.lock().expect("not poisoned").clear();
     for s in live {
         if let Err(e) = s.env.teardown(&s.handle).await {
             tracing::warn!("environment {} not removed: {e}", s.handle.id);
@@ -636,8 +664,12 @@ async fn tear_down_live(ctx: &Ctx) {
 /// for the task's pack as `artifacts/…`.
 async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Vec<String>) -> Result<()> {
     let max = ctx.config.environment.artifact_bytes();
-    if let Some(patch) = crate::environments::patch(s, max as usize).await {
-        ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes());
+    let snapshot = ctx.snapshots.lock().expect("not poisoned").get(&s.handle.id).cloned();
+    if let Some(snapshot) = snapshot {
+        match snapshot.patch(s, max).await {
+            Ok(patch) => ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes()),
+            Err(e) => log.push(format!("artifact patch.diff not kept: {e}")),
+        }
     }
     if ctx.config.environment.artifacts.is_empty() {
         return Ok(());
@@ -699,23 +731,34 @@ async fn run_and_grade(
             agent.error = Some("a process went past the environment's memory limit and was killed".into());
             log.push("the environment's memory limit killed a process".into());
         }
-        keep_artifacts(ctx, task, s, log).await?;
-        // Nothing of the agent runs while it is graded.
+        // Nothing of the agent runs while its patch is taken and it is graded.
         s.env.quiesce(&s.handle).await?;
+        keep_artifacts(ctx, task, s, log).await?;
     }
     // The tests reach this machine only now that nothing of the agent runs.
     let fetched = crate::environments::files::with_local_tests(ctx.store.as_ref(), &ctx.run_id, task).await?;
     let task = fetched.as_ref().map_or(task, |(t, _)| t);
+    let mut refused = None;
     let fresh = match &env.session {
         Some(s) if ctx.config.environment.verify_in == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
-            Some(fresh_for_tests(ctx, task, s, log).await?)
+            match fresh_for_tests(ctx, task, s, log).await? {
+                Fresh::Made(f) => Some(f),
+                Fresh::AgentsFault(why) => {
+                    log.push(why.clone());
+                    agent.terminated_by = TerminatedBy::LimitDisk;
+                    agent.success = false;
+                    agent.error = Some(why.clone());
+                    refused = Some(why);
+                    None
+                }
+            }
         }
         _ => None,
     };
     // Under Harbor's way the tests trust the environment the agent left: what it changed outside
     // its folder (a replaced `python3`) is said beside a pass.
     let changed = match (&env.session, &fresh) {
-        (Some(s), None) if grade::by_tests(ctx, task) => s.env.changed_outside(&s.handle).await,
+        (Some(s), None) if refused.is_none() && grade::by_tests(ctx, task) => s.env.changed_outside(&s.handle).await,
         _ => Vec::new(),
     };
     let changed_note = (!changed.is_empty()).then(|| {
@@ -727,6 +770,10 @@ async fn run_and_grade(
         log.push(n.clone());
     }
     let mut scores = match &fresh {
+        // Not graded: the tests would run where the agent's working folder is not.
+        None if refused.is_some() => {
+            vec![EvaluatorScore::errored("tests", "tests", refused.clone().unwrap_or_default())]
+        }
         Some(f) => {
             let graded = TaskEnvironment { session: Some(f.clone()), ..env.clone() };
             let scores = grade::grade(ctx, task, &agent, &sink.events, &graded).await;

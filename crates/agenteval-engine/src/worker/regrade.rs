@@ -92,7 +92,10 @@ async fn apply_patch(s: &agenteval_core::traits::EnvSession, patch: &[u8]) -> Re
     let into = format!("{}/tmp/regrade.patch", root.trim_end_matches('/'));
     s.env.copy_in(&s.handle, &file, &into).await?;
     let workdir = crate::environments::quote(&s.handle.workdir);
-    let cmd = format!("cd {workdir} && git apply --binary --whitespace=nowarn {}", crate::environments::quote(&into));
+    // Strictly (no fuzz, no rejects): a patch that does not apply cleanly to the starting state
+    // is not the run's; and with no configuration but the task's own repository's.
+    let git = crate::environments::snapshot::hardened_shell_git();
+    let cmd = format!("cd {workdir} && {git} apply --binary --whitespace=nowarn {}", crate::environments::quote(&into));
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, std::time::Duration::from_secs(120)) };
     let out = s.env.exec(&s.handle, &req).await?;
     if !out.ok() {

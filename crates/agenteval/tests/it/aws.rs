@@ -173,6 +173,7 @@ aws:
         c.args(args)
             .current_dir(dir)
             .env("NO_COLOR", "1")
+            .env("PATH", agent_path())
             .env("AWS_ACCESS_KEY_ID", "test")
             .env("AWS_SECRET_ACCESS_KEY", "test")
             .env("AWS_REGION", "us-east-1")
@@ -1204,8 +1205,13 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
 
     let stats = aws.fargate_in(tag, None);
     let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
-    assert_eq!(code, 0, "{v}");
-    assert_eq!((v["status"].as_str(), v["summary"]["passed"].as_u64()), (Some("complete"), Some(3)), "{v}");
+    let logs = || -> String {
+        std::fs::read_dir(aws.ws.path().join("worker-logs"))
+            .map(|d| d.flatten().map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(code, 0, "{v}\n{}", logs());
+    assert_eq!((v["status"].as_str(), v["summary"]["passed"].as_u64()), (Some("complete"), Some(3)), "{v}\n{}", logs());
     let run = v["run_id"].as_str().unwrap().to_string();
     let bundle = v["bundle"].as_str().unwrap().to_string();
     let f = read_json(&stats);

@@ -338,6 +338,7 @@ fn ctrl_c_seals_an_interrupted_bundle_and_resume_finishes_it() {
     // Resume from another directory: the index locates everything.
     let elsewhere = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
+        .env("PATH", agent_path())
         .args(["resume", &run, "--json", "--index", ws.index().to_str().unwrap()])
         .current_dir(elsewhere.path())
         .output()

@@ -658,10 +658,10 @@ answer = "SECRET-" + "ANSWER" if any(("SECRET-" + "ANSWER") in f for f in found)
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}}), flush=True)
 "#;
 
-/// The red team's run, as root with an agent program others can read (the agent runs as uid
-/// 65534), as root with one they cannot (it stays root, without capabilities), and as an
-/// unprivileged user: each time the agent finds nothing, passes nothing, and reaches neither
-/// the UI nor an abstract socket.
+/// The red team's run, as root with an agent program others can read (the agent runs as a
+/// leased uid of its own), as root with one they cannot (refused before the run: it never runs
+/// as root), and as an unprivileged user: each time the agent finds nothing, passes nothing,
+/// and reaches neither the UI nor an abstract socket.
 #[test]
 fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -704,8 +704,8 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     let bin = bin_dir.path().join("agenteval");
     assert!(std::process::Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
 
-    // An interpreter others cannot read (pyenv's under /root), so the agent stays root with
-    // every capability dropped: `python3` when it is one, else a copy in a root-only folder.
+    // An interpreter others cannot read (pyenv's under /root): refused, never run as root.
+    // `python3` when it is one, else a copy in a root-only folder.
     let private = tempfile::tempdir().unwrap();
     std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     let on_path = agenteval_engine::isolation::sandbox::which("python3");
@@ -737,11 +737,17 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
             c
         } else {
             let mut c = std::process::Command::new(BIN);
-            c.args(args);
+            c.args(args).env("PATH", agent_path());
             c
         };
         cmd.current_dir(&root).env("NO_COLOR", "1").env("CONTROLLER_KEY", "sk-ctrl-0123456789abcdef0123");
         let out = cmd.output().unwrap();
+        if mode == "capless-root" {
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{mode}: refused before the run: {err}");
+            assert!(err.contains(&root_only) && err.contains("chmod o+rX"), "{mode}: {err}");
+            continue;
+        }
         assert_eq!(out.status.code(), Some(0), "{mode}: {}", text(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         let r = &results(Path::new(v["bundle"].as_str().unwrap()))[0];
@@ -755,8 +761,12 @@ fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
         }
         assert_eq!(tried["no_new_privs"], "1", "{mode}: {tried}");
         assert_eq!(tried["cap_eff"], "0000000000000000", "{mode}: the agent kept capabilities: {tried}");
-        let uid = if mode == "capless-root" { 0 } else { 65534 };
-        assert_eq!(tried["uid"], uid, "{mode}: {tried}");
+        let uid = tried["uid"].as_u64().unwrap() as u32;
+        if mode == "user" {
+            assert_eq!(uid, 65534, "{mode}: the worker's own user: {tried}");
+        } else {
+            assert!(agenteval_engine::isolation::uids::is_leased_uid(uid), "{mode}: a leased uid: {tried}");
+        }
     }
     drop(ui);
 }

@@ -240,7 +240,11 @@ fn outputs_are_agenteval_settings_without_getatt() {
 fn the_dockerfile_is_multi_stage_non_root_with_tini_and_swappable_bases() {
     let d = std::fs::read_to_string(repo().join("docker/Dockerfile")).unwrap();
     assert!(d.contains("ARG BUILDER_IMAGE=") && d.contains("ARG RUNTIME_IMAGE="), "both bases are build arguments");
-    assert_eq!(d.matches("\nFROM ").count(), 2, "a builder stage and a runtime stage");
+    // A builder stage, the `prebuilt` stage a local test image takes its binary from, the
+    // stage that picks one of them, and the runtime stage.
+    assert_eq!(d.matches("\nFROM ").count(), 4, "{d}");
+    assert!(d.contains("FROM ${BUILDER_IMAGE} AS builder") && d.contains("ARG BINARY_STAGE=builder"), "users build it");
+    assert!(d.contains("COPY --from=binary /usr/local/bin/agenteval"), "the runtime takes the chosen binary");
     assert!(d.contains("ENTRYPOINT [\"/usr/bin/tini\", \"--\""), "tini is PID 1");
     assert!(d.contains("\nUSER 10001"), "not root");
     for label in ["source", "version", "revision"] {

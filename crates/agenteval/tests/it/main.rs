@@ -8,6 +8,7 @@ mod aws;
 mod benchmarks;
 mod cli;
 mod compat;
+mod containment;
 mod docs;
 mod e2e;
 mod environments;

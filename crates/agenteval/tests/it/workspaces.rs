@@ -151,7 +151,7 @@ fn a_tests_evaluator_grades_cases_that_bring_none_and_a_broken_verifier_is_an_er
     let line = |id: &str, dir: &Path| {
         format!(
             "{{\"id\": \"{id}\", \"input\": \"leave it\", \"environment\": {{\"context\": \"{}\"}}}}\n",
-            dir.display()
+            dir.strip_prefix(ws.path()).unwrap().display()
         )
     };
     let cases = [("right", &right), ("wrong", &wrong), ("slow", &slow), ("garbage", &garbage)]

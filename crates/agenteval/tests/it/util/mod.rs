@@ -62,7 +62,7 @@ impl Workspace {
 
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
-        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG");
+        c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG").env("PATH", agent_path());
         // Tests choose their own telemetry; the machine's must not leak in.
         for (k, _) in std::env::vars() {
             if k.starts_with("OTEL_") || k == "TRACEPARENT" {
@@ -99,6 +99,39 @@ impl Workspace {
     pub fn validate(&self, bundle: &str) -> Output {
         self.run(&["validate-bundle", bundle])
     }
+}
+
+/// The `PATH` agenteval runs with in the tests: the machine's, with a `python3` that agents can
+/// read first when the machine's own is one they cannot (a root-only pyenv under `/root`, as on
+/// the CI machine): a root worker refuses such a program (exit 2), as the tests of that refusal
+/// check. Agents then run the system's Python, as they would on a machine set up for them.
+pub fn agent_path() -> std::ffi::OsString {
+    static PATH: std::sync::OnceLock<std::ffi::OsString> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let unreadable = agenteval_engine::isolation::sandbox::which("python3")
+            .is_some_and(|p| agenteval_engine::isolation::confine::unreadable_part(&p).is_some());
+        let system = Path::new("/usr/bin/python3");
+        if !unreadable || !system.exists() {
+            return path;
+        }
+        let dir = std::env::temp_dir().join(format!("agenteval-test-python-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for name in ["python3", "python"] {
+            let link = dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(system, &link).unwrap();
+        }
+        let mut joined = dir.into_os_string();
+        joined.push(":");
+        joined.push(path);
+        joined
+    })
+    .clone()
 }
 
 pub fn text(b: &[u8]) -> String {

@@ -1,0 +1,189 @@
+//! The agent's patch, made by the worker's own `git` over copies of the working folder taken out
+//! of the environment at the start and at the end: no git, configuration, hook, attribute or
+//! ignore file of the agent's takes part, wherever the agent acts (it may be root in its
+//! container, and write `~/.gitconfig` in a workspace).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use agenteval_core::traits::EnvSession;
+use agenteval_core::{Error, ErrorKind, Result, RunId};
+use tokio::io::AsyncReadExt as _;
+
+/// The most of a working folder copied out for a snapshot (at the start or the end).
+pub const MAX_TREE_BYTES: u64 = 1 << 30;
+
+/// What overrides any `.gitattributes` the tree holds (`info/attributes` is read first): files
+/// are added as they are, no filter, no line-ending or encoding conversion, no diff driver.
+const ATTRIBUTES: &str = "* -text -filter -ident -working-tree-encoding !eol !diff !merge\n";
+
+/// Where a run's snapshots are kept on this machine; removed with the run's environments.
+pub fn run_folder(run: &RunId) -> PathBuf {
+    std::env::temp_dir().join("agenteval-snapshots").join(run.to_string())
+}
+
+/// The worker's `git` with nothing of anyone's configuration: no system or global file, `HOME`
+/// a folder of the worker's (`home`), hooks, fsmonitor and external diff off. For every git the
+/// worker runs over files an agent or a case file gave it (snapshots, patches, clones).
+pub fn worker_git(home: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("git");
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .args(HARDENED)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// [`worker_git`] over the snapshot's git folder (`dir/git`) with `tree` as its work tree.
+fn git(dir: &Path, tree: &Path) -> tokio::process::Command {
+    let mut cmd = worker_git(dir);
+    cmd.env("GIT_DIR", dir.join("git")).env("GIT_WORK_TREE", tree).current_dir(tree);
+    cmd
+}
+
+/// Settings every git the worker runs over an agent's files gets on its command line (which no
+/// configuration file overrides).
+pub const HARDENED: &[&str] = &[
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.excludesFile=/dev/null",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "user.name=agenteval",
+    "-c",
+    "user.email=agenteval@localhost",
+];
+
+/// The same settings as a shell prefix, for a git the worker runs inside an environment (to
+/// apply a recorded patch): no configuration but the repository's own, no hooks, no fsmonitor.
+pub fn hardened_shell_git() -> String {
+    let settings: Vec<String> = HARDENED.chunks(2).map(|kv| format!("-c '{}'", kv[1])).collect();
+    format!(
+        "HOME=/nonexistent XDG_CONFIG_HOME=/nonexistent GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 git {}",
+        settings.join(" ")
+    )
+}
+
+async fn run_git(cmd: &mut tokio::process::Command, what: &str) -> Result<()> {
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().await.map_err(|e| {
+        Error::io(format!("{what}: running the worker's git (is git installed where the worker runs?)"), e)
+    })?;
+    if !out.status.success() {
+        return Err(Error::new(ErrorKind::Io, format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    Ok(())
+}
+
+/// The starting state of a task's working folder, kept on the worker's side.
+#[derive(Debug)]
+pub struct Snapshot {
+    dir: tempfile::TempDir,
+}
+
+impl Snapshot {
+    /// Copies the working folder out and commits it to a git folder of the worker's.
+    pub async fn take(session: &EnvSession, run: &RunId) -> Result<Snapshot> {
+        let parent = run_folder(run);
+        std::fs::create_dir_all(&parent).map_err(|e| Error::io(format!("creating {}", parent.display()), e))?;
+        let dir = tempfile::Builder::new()
+            .prefix("snap-")
+            .tempdir_in(&parent)
+            .map_err(|e| Error::io("a folder for the starting state", e))?;
+        let tree = dir.path().join("tree");
+        copy_tree_out(session, &tree).await?;
+        let d = dir.path();
+        run_git(git(d, &tree).args(["init", "-q"]).env_remove("GIT_WORK_TREE"), "git init").await?;
+        let attributes = d.join("git/info/attributes");
+        std::fs::create_dir_all(d.join("git/info"))
+            .and_then(|()| std::fs::write(&attributes, ATTRIBUTES))
+            .map_err(|e| Error::io("writing the snapshot's attributes", e))?;
+        run_git(git(d, &tree).args(["add", "-A", "-f"]), "git add").await?;
+        run_git(git(d, &tree).args(["commit", "-q", "--allow-empty", "--no-verify", "-m", "start"]), "git commit")
+            .await?;
+        remove(tree).await;
+        Ok(Snapshot { dir })
+    }
+
+    /// What the agent changed in its working folder since the start, as a git patch of at most
+    /// `max_bytes`: `Err` names why there is none (a patch over the budget is never cut).
+    pub async fn patch(&self, session: &EnvSession, max_bytes: u64) -> Result<String> {
+        let d = self.dir.path();
+        let tree = d.join("end");
+        let made = async {
+            copy_tree_out(session, &tree).await?;
+            run_git(git(d, &tree).args(["add", "-A", "-f"]), "git add").await?;
+            let mut child = git(d, &tree)
+                .args(["diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-color", "HEAD"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| Error::io("running the worker's git", e))?;
+            let mut out = Vec::new();
+            let stdout = child.stdout.take().expect("piped");
+            stdout.take(max_bytes + 1).read_to_end(&mut out).await.map_err(|e| Error::io("reading the patch", e))?;
+            if out.len() as u64 > max_bytes {
+                let _ = child.kill().await;
+                return Err(Error::invalid(format!(
+                    "the patch is over {max_bytes} bytes (environment.max_artifact_bytes)"
+                )));
+            }
+            let status = child.wait().await.map_err(|e| Error::io("waiting for git diff", e))?;
+            if !status.success() {
+                return Err(Error::new(ErrorKind::Io, format!("git diff exited with {status}")));
+            }
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        }
+        .await;
+        remove(tree).await;
+        made
+    }
+}
+
+/// The working folder's regular files and folders (no links, devices or fifos: the agent's
+/// inventions never become files of the worker's), at most [`MAX_TREE_BYTES`].
+async fn copy_tree_out(session: &EnvSession, to: &Path) -> Result<()> {
+    let from = format!("{}/.", session.handle.workdir.trim_end_matches('/'));
+    session.env.copy_out(&session.handle, &from, to, MAX_TREE_BYTES).await
+}
+
+async fn remove(path: PathBuf) {
+    let _ = tokio::task::spawn_blocking(move || std::fs::remove_dir_all(path)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shell_form_carries_every_setting() {
+        let s = hardened_shell_git();
+        for kv in HARDENED.chunks(2) {
+            assert!(s.contains(&format!("-c '{}'", kv[1])), "{s}");
+        }
+        assert!(s.contains("GIT_CONFIG_GLOBAL=/dev/null") && s.contains("GIT_CONFIG_NOSYSTEM=1"), "{s}");
+    }
+}
