@@ -152,18 +152,37 @@ impl ImageBuild {
         b.into_inner().map_err(|e| Error::io("packing the build context", e))
     }
 
-    /// The image, built unless it already is, and what was done (`built in …` or `reused`).
-    /// One build per tag at a time on this machine: workers that need the same image wait for
-    /// the first to build it.
+    /// The image, built unless it already is, and what was done (`built in …`, `reused`, or
+    /// why it was built again). One build per tag at a time on this machine: workers that need
+    /// the same image wait for the first to build it. An image is reused only when its id is
+    /// the one agenteval recorded when it built the tag (`records`): a tag that now names
+    /// anything else (a container committed over it, an image tagged over it) is built again.
     pub async fn ensure(&self, docker: &Docker, run: &RunId, timeout: Duration) -> Result<(String, String)> {
         let reused = || (self.tag.clone(), format!("image {} reused", self.tag));
-        if docker.inspect_image(&self.tag).await.is_ok() {
+        let current = || async { docker.inspect_image(&self.tag).await.ok().and_then(|i| i.id) };
+        let recorded = Records::open().and_then(|r| r.get(&self.tag));
+        if let (Some(id), Some(want)) = (current().await, &recorded)
+            && &id == want
+        {
             return Ok(reused());
         }
         let lock = lock_file(&self.tag).await?;
-        let out = if docker.inspect_image(&self.tag).await.is_ok() {
+        let recorded = Records::open().and_then(|r| r.get(&self.tag));
+        let found = current().await;
+        let out = if found.is_some() && found == recorded {
             Ok(reused())
         } else {
+            // Not what agenteval built: untagged (the image itself stays, for whoever made it)
+            // and built again.
+            let why = match (&found, &recorded) {
+                (Some(id), Some(want)) => Some(format!("its id {id} is not the {want} agenteval built")),
+                (Some(id), None) => Some(format!("agenteval has no record of building it (id {id})")),
+                _ => None,
+            };
+            if why.is_some() {
+                let options = bollard::query_parameters::RemoveImageOptionsBuilder::default().noprune(true).build();
+                let _ = docker.remove_image(&self.tag, Some(options), None).await;
+            }
             let started = std::time::Instant::now();
             let built = tokio::time::timeout(timeout, self.build(docker, run)).await.unwrap_or_else(|_| {
                 Err(Error::new(
@@ -172,7 +191,16 @@ impl ImageBuild {
                 ))
             });
             let secs = started.elapsed().as_secs_f64();
-            built.map(|_| (self.tag.clone(), format!("image {} built in {secs:.1} s", self.tag)))
+            match built {
+                Ok(()) => {
+                    if let (Some(id), Some(records)) = (current().await, Records::open()) {
+                        records.put(&self.tag, &id);
+                    }
+                    let again = why.map(|w| format!(" again: {w}")).unwrap_or_default();
+                    Ok((self.tag.clone(), format!("image {} built in {secs:.1} s{again}", self.tag)))
+                }
+                Err(e) => Err(e),
+            }
         };
         drop(lock);
         out
@@ -216,6 +244,42 @@ impl ImageBuild {
             return Err(build_failed(&self.tag, &lines));
         }
         Ok(())
+    }
+}
+
+/// The ids of the images agenteval built, by tag: one file a tag in a folder of this user's alone
+/// (`<tmp>/agenteval-images-<uid>`, mode 0700), so no agent and no other user can vouch for an
+/// image.
+struct Records {
+    dir: PathBuf,
+}
+
+impl Records {
+    /// The folder, made if needed; `None` when it cannot be trusted (another user's, or open to
+    /// others) or made.
+    fn open() -> Option<Records> {
+        use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+        let uid = nix::unistd::geteuid().as_raw();
+        let dir = std::env::temp_dir().join(format!("agenteval-images-{uid}"));
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+        let m = std::fs::symlink_metadata(&dir).ok()?;
+        (m.is_dir() && m.uid() == uid && m.permissions().mode() & 0o077 == 0).then_some(Records { dir })
+    }
+
+    fn path(&self, tag: &str) -> PathBuf {
+        self.dir.join(tag.replace([':', '/'], "-"))
+    }
+
+    fn get(&self, tag: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(tag)).ok().map(|s| s.trim().to_string())
+    }
+
+    fn put(&self, tag: &str, id: &str) {
+        let path = self.path(tag);
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, id).and_then(|()| std::fs::rename(&tmp, &path)).is_err() {
+            tracing::warn!("could not record the id of image {tag}; it will be built again next time");
+        }
     }
 }
 

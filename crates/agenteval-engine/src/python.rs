@@ -114,6 +114,39 @@ def _agenteval_driver():
 _agenteval_driver()
 "#;
 
+/// The view a check runs in (no network, no processes, its folder alone writable) and, under a
+/// root worker, the uid of its own it runs as; `None` without a launcher. An interpreter the
+/// check's uid cannot read is refused: the checked code never runs as root.
+fn check_view(
+    python: &str,
+    dir: &std::path::Path,
+    limits: &PythonLimits,
+) -> std::io::Result<(Option<sandbox::View>, Option<crate::isolation::uids::Lease>)> {
+    if sandbox::launcher().is_none() {
+        warn_unsandboxed("no sandbox launcher in this process");
+        return Ok((None, None));
+    }
+    if !sandbox::available() {
+        warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
+    }
+    let mut view = sandbox::View::system().with_scratch(dir);
+    view.exclude = limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect();
+    let program = sandbox::which(python);
+    view.read.extend(program.as_deref().and_then(sandbox::program_home));
+    if let Some(program) = program.filter(|_| view.user.is_some())
+        && let Some(blocking) = confine::unreadable_part(&program)
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            confine::unreadable_message(&program, &blocking),
+        ));
+    }
+    let lease = view.lease_user().map_err(std::io::Error::other)?;
+    view.net = Net::None;
+    view.no_processes = true;
+    Ok((Some(view), lease))
+}
+
 /// Runs `program` with `python` under `limits`.
 pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> std::io::Result<PythonRun> {
     let scratch = tempfile::Builder::new().prefix("agenteval-py-").tempdir()?;
@@ -128,35 +161,7 @@ pub async fn run_python(python: &str, program: &str, limits: &PythonLimits) -> s
     // site-packages) when the program needs only the standard library: it halves start-up.
     let args: &[&str] = if limits.site_packages { &["-I", "-c", DRIVER] } else { &["-I", "-S", "-c", DRIVER] };
     // No network and no processes, whatever the kernel's Landlock level: those are seccomp's.
-    let mut lease = None;
-    let view = match sandbox::launcher() {
-        Some(_) => {
-            if !sandbox::available() {
-                warn_unsandboxed("this kernel does not enforce Landlock (see docs/security.md)");
-            }
-            let mut view = sandbox::View::system().with_scratch(&dir);
-            view.exclude = limits.hide.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect();
-            let program = sandbox::which(python);
-            view.read.extend(program.as_deref().and_then(sandbox::program_home));
-            // The checked code never runs as root: a Python its uid cannot read is refused.
-            if let Some(program) = program.filter(|_| view.user.is_some())
-                && let Some(blocking) = confine::unreadable_part(&program)
-            {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    confine::unreadable_message(&program, &blocking),
-                ));
-            }
-            lease = view.lease_user().map_err(std::io::Error::other)?;
-            view.net = Net::None;
-            view.no_processes = true;
-            Some(view)
-        }
-        None => {
-            warn_unsandboxed("no sandbox launcher in this process");
-            None
-        }
-    };
+    let (view, lease) = check_view(python, &dir, limits)?;
     let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     let mut std_cmd = sandbox::supervised(python.as_ref(), &args, view.as_ref());
     std_cmd.current_dir(&dir).env_clear();

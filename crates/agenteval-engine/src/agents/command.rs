@@ -327,23 +327,10 @@ impl AgentRunner for CommandAgent {
         };
         let scratch = ctx.env.workdir.clone().or_else(|| own_scratch.as_ref().map(|d| d.path().to_path_buf()));
         let max_disk = ctx.limits.disk_bytes();
-        let mut view = match self.view(prog, args, scratch.as_deref(), max_disk) {
+        let (mut view, _uid) = match self.task_view(prog, args, scratch.as_deref(), max_disk, ctx) {
             Ok(v) => v,
-            Err(why) => return agent_error(format!("cannot start agent `{prog}`: {why}")),
+            Err(outcome) => return outcome,
         };
-        // Under a root worker the agent runs as a uid of its own, this task's alone.
-        let _uid = match view.as_mut().map(View::lease_user).transpose() {
-            Ok(lease) => lease.flatten(),
-            Err(e) => {
-                return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e)) };
-            }
-        };
-        // The task's tests and solution are hidden however the config's `read` reaches them.
-        if let Some(v) = view.as_mut() {
-            let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
-            v.exclude.extend(ctx.task.tests.iter().filter_map(|t| t.dir.as_deref()).map(real));
-            v.exclude.extend(ctx.task.solution.as_deref().map(real));
-        }
         // A task with an environment: the agent acts in it through a socket in its scratch
         // folder, and may run this binary's `env exec` helper that speaks it.
         let socket = match (&ctx.env.session, &scratch) {
@@ -512,6 +499,31 @@ impl CommandAgent {
             view = view.with_scratch(scratch);
         }
         Ok(Some(view))
+    }
+
+    /// The task's view (its tests and solution hidden however the config's `read` reaches
+    /// them) and, under a root worker, the uid of its own the agent runs as, held until dropped.
+    fn task_view(
+        &self,
+        prog: &str,
+        args: &[String],
+        scratch: Option<&std::path::Path>,
+        max_disk: u64,
+        ctx: &AgentContext<'_>,
+    ) -> Result<(Option<View>, Option<crate::isolation::uids::Lease>), AgentOutcome> {
+        let mut view = self
+            .view(prog, args, scratch, max_disk)
+            .map_err(|why| agent_error(format!("cannot start agent `{prog}`: {why}")))?;
+        let lease = view.as_mut().map(View::lease_user).transpose().map_err(|e| AgentOutcome {
+            final_answer: None,
+            error: Some((TerminatedBy::InfraFailure, e.to_string())),
+        })?;
+        if let Some(v) = view.as_mut() {
+            let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
+            v.exclude.extend(ctx.task.tests.iter().filter_map(|t| t.dir.as_deref()).map(real));
+            v.exclude.extend(ctx.task.solution.as_deref().map(real));
+        }
+        Ok((view, lease.flatten()))
     }
 
     /// The agent's process, not yet started: supervised, in its own process group, with only the

@@ -164,10 +164,30 @@ impl Snapshot {
 }
 
 /// The working folder's regular files and folders (no links, devices or fifos: the agent's
-/// inventions never become files of the worker's), at most [`MAX_TREE_BYTES`].
+/// inventions never become files of the worker's), at most [`MAX_TREE_BYTES`], without any
+/// `.git`: a repository's own records are not its files, and a nested one would make git add
+/// its folder as a bare commit id (or, with no commit, fail the whole patch).
 async fn copy_tree_out(session: &EnvSession, to: &Path) -> Result<()> {
     let from = format!("{}/.", session.handle.workdir.trim_end_matches('/'));
-    session.env.copy_out(&session.handle, &from, to, MAX_TREE_BYTES).await
+    session.env.copy_out(&session.handle, &from, to, MAX_TREE_BYTES).await?;
+    let root = to.to_path_buf();
+    tokio::task::spawn_blocking(move || drop_git_records(&root))
+        .await
+        .map_err(|e| Error::new(ErrorKind::Internal, e.to_string()))?
+        .map_err(|e| Error::io("clearing the copy's .git folders", e))
+}
+
+fn drop_git_records(dir: &Path) -> std::io::Result<()> {
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let t = e.file_type()?;
+        if e.file_name() == ".git" {
+            if t.is_dir() { std::fs::remove_dir_all(e.path())? } else { std::fs::remove_file(e.path())? }
+        } else if t.is_dir() {
+            drop_git_records(&e.path())?;
+        }
+    }
+    Ok(())
 }
 
 async fn remove(path: PathBuf) {
@@ -177,6 +197,22 @@ async fn remove(path: PathBuf) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_git_record_goes_from_a_copy_and_nothing_else() {
+        let d = tempfile::tempdir().unwrap();
+        for p in [".git/config", "a/.git/HEAD", "a/b.txt", "c/d/.git", "c/d/e.txt"] {
+            let p = d.path().join(p);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "x").unwrap();
+        }
+        drop_git_records(d.path()).unwrap();
+        for (p, there) in
+            [(".git", false), ("a/.git", false), ("a/b.txt", true), ("c/d/.git", false), ("c/d/e.txt", true)]
+        {
+            assert_eq!(d.path().join(p).exists(), there, "{p}");
+        }
+    }
 
     #[test]
     fn the_shell_form_carries_every_setting() {

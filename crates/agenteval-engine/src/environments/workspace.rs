@@ -152,7 +152,7 @@ impl Environment for WorkspaceEnvironment {
             Ok(None) => {}
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(Error::new(ErrorKind::Io, e));
+                return Err(Error::new(ErrorKind::Io, e.to_string()));
             }
         }
         Ok(EnvHandle {

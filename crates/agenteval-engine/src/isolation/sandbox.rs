@@ -56,7 +56,7 @@ impl View {
 
     /// Under a root worker, gives the view a uid of agenteval's range of its own (its user was
     /// only the mark that it needs one), held until the returned lease is dropped.
-    pub fn lease_user(&mut self) -> Result<Option<super::uids::Lease>, String> {
+    pub fn lease_user(&mut self) -> Result<Option<super::uids::Lease>, ConfineError> {
         if self.user.is_none() {
             return Ok(None);
         }

@@ -33,11 +33,11 @@ pub fn is_leased_uid(uid: u32) -> bool {
 /// A free uid of the range: `Ok(None)` when this process is not root (its agents run as its own
 /// user: nothing to give). A uid some process still runs as (a leftover of a task whose worker
 /// was killed) is passed over.
-pub fn lease() -> Result<Option<Lease>, String> {
+pub fn lease() -> Result<Option<Lease>, super::ConfineError> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(None);
     }
-    lease_in(Path::new(LEASE_DIR)).map(Some)
+    lease_in(Path::new(LEASE_DIR)).map(Some).map_err(super::ConfineError)
 }
 
 fn lease_in(dir: &Path) -> Result<Lease, String> {

@@ -87,6 +87,7 @@ impl Aws {
         let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
         let logs = self.ws.path().join("worker-logs");
         let child = python("fake_fargate.py")
+            .env("PATH", agent_path())
             .args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN])
             .args(extra)
             .args(["--stats", stats.to_str().unwrap(), "--logs", logs.to_str().unwrap()])
@@ -119,6 +120,7 @@ impl Aws {
         let stats = self.ws.path().join(format!("fargate-{}.json", self.harnesses.len()));
         let logs = self.ws.path().join("worker-logs");
         let mut c = python("fake_fargate.py");
+        c.env("PATH", agent_path());
         c.args(["--endpoint", &self.endpoint, "--cluster", &self.cluster, "--agenteval", BIN, "--image", image])
             .args(["--stats", stats.to_str().unwrap(), "--logs", logs.to_str().unwrap()]);
         if let Some(s) = interrupt_after {

@@ -50,6 +50,7 @@ hook = "#!/bin/sh\nid -u > uid-of-git.txt\nprintf '%s\\n' '#!/bin/bash' 'if [ \"
 sh("cat > \"$HOME/hook.sh\" <<'EOF'\n" + hook + "EOF\nchmod +x \"$HOME/hook.sh\"")
 sh("printf '[core]\\n\\tfsmonitor = %s\\n[diff]\\n\\texternal = %s\\n' \"$HOME/hook.sh\" \"$HOME/hook.sh\" > \"$HOME/.gitconfig\"")
 sh("printf '* filter=lie\\n' > .gitattributes && echo planted > notes.txt")
+sh("mkdir -p sub && cd sub && git init -q && echo nested > f.txt")
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "done"}}), flush=True)
 "##;
 
@@ -67,6 +68,10 @@ fn the_workers_git_runs_nothing_the_agent_configured_and_its_patch_is_the_file_t
     assert!(!patch.contains("uid-of-git.txt") && !patch.contains("greet.sh"), "no hook ran: {patch}");
     assert!(patch.contains("+++ b/notes.txt") && patch.contains("+planted"), "what the agent wrote, as it is: {patch}");
     assert!(patch.contains("+++ b/.gitattributes"), "its attributes file is a file like any other: {patch}");
+    assert!(
+        patch.contains("+++ b/sub/f.txt") && patch.contains("+nested"),
+        "a nested repository is its files: {patch}"
+    );
 }
 
 /// A root worker refuses an agent program its agents' uids cannot read (a Python under a 0700
@@ -279,4 +284,70 @@ fn pack_refuses_a_folder_holding_any_cases_tests_or_solution() {
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("agent.pack") && err.contains("t1"), "{err}");
+}
+
+/// Tries the Docker engine's socket every way a program can.
+const ENGINE: &str = r#"
+import json, os, socket, sys
+req = json.loads(sys.stdin.readline())
+got = {"uid": os.getuid()}
+for path in ["/var/run/docker.sock", "/run/docker.sock"]:
+    if not os.path.exists(path):
+        continue
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        s.sendall(b"GET /containers/json HTTP/1.0\r\n\r\n")
+        got[path] = "open: " + s.recv(200).decode(errors="replace")
+    except OSError as e:
+        got[path] = type(e).__name__
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": json.dumps(got)}}), flush=True)
+"#;
+
+/// No agent reaches the Docker engine: its socket's open fails for an agent of a root worker (a
+/// leased uid) and of a worker running as an unprivileged user.
+#[test]
+fn no_agent_opens_the_docker_engines_socket() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !root_or_skip("no_agent_opens_the_docker_engines_socket") {
+        return;
+    }
+    let socket = ["/var/run/docker.sock", "/run/docker.sock"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let Some(socket) = socket else {
+        assert!(std::env::var_os("CI").is_none(), "CI runs a Docker engine (tests/run.sh starts one)");
+        return;
+    };
+    let ws = Workspace::new();
+    std::fs::set_permissions(ws.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    ws.write("engine.py", ENGINE);
+    ws.write("cases.jsonl", "{\"id\": \"e\", \"input\": \"q\", \"expected\": \"x\"}\n");
+    let bin_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(bin_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = bin_dir.path().join("agenteval");
+    assert!(std::process::Command::new("cp").arg(BIN).arg(&bin).status().unwrap().success());
+    for (mode, runs) in [("root", "runs-root"), ("user", "runs-user")] {
+        let cfg = ws.write(
+            &format!("engine-{mode}.yaml"),
+            &format!(
+                "name: engine\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [/usr/bin/python3, engine.py]\nstorage: {{bundle_root: {runs}}}\n"
+            ),
+        );
+        let args = ["submit", "--json", "--config", cfg.to_str().unwrap()];
+        let mut cmd = if mode == "user" {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]).arg(&bin).args(args);
+            c
+        } else {
+            let mut c = std::process::Command::new(BIN);
+            c.args(args);
+            c
+        };
+        let out = cmd.current_dir(ws.path()).env("NO_COLOR", "1").env("PATH", agent_path()).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{mode}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let r = &results(std::path::Path::new(v["bundle"].as_str().unwrap()))[0];
+        let got: serde_json::Value = serde_json::from_str(r["agent"]["final_answer"].as_str().unwrap()).unwrap();
+        assert_eq!(got[socket], "PermissionError", "{mode}: the open fails: {got}");
+        assert_ne!(got["uid"], 0, "{mode}: {got}");
+    }
 }

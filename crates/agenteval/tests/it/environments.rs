@@ -480,3 +480,73 @@ fn with_fresh_verification_a_replaced_tool_does_not_pass_and_the_solutions_still
     let got = scores(&ws, v["run_id"].as_str().unwrap());
     assert!(got.iter().all(|(_, o, s)| o == "passed" && *s == 1.0), "{got:?}");
 }
+
+/// An image is reused only when it is the one agenteval built for its tag: an image tagged over
+/// it (as an agent with the engine would commit its container over it) is built again, and the
+/// worker's log says why.
+#[test]
+fn an_image_tagged_over_agentevals_is_built_again_not_reused() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let nonce = uuid::Uuid::now_v7().to_string();
+    let dockerfile = format!("FROM debian:bookworm-slim\nRUN echo {nonce} > /nonce\nWORKDIR /app\n");
+    write_task(&tasks, "one", &dockerfile, "#!/bin/bash\ntouch /app/done\n", "[ -e /app/done ]", "");
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let log_of = |v: &serde_json::Value| {
+        crate::util::read_text(ws.runs().join(v["run_id"].as_str().unwrap()).join("tasks/one/worker.log")).unwrap()
+    };
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let log = log_of(&v);
+    let tag = log.split_whitespace().skip_while(|w| *w != "image").nth(1).unwrap().to_string();
+    assert!(tag.starts_with("agenteval-env:") && log.contains(" built in "), "{log}");
+    let (v, _, _) = ws.submit(&cfg, &[]);
+    assert!(log_of(&v).contains(&format!("image {tag} reused")), "{}", log_of(&v));
+    // Something else under the tag: built again, and the task still runs in what its folder says.
+    let out = Command::new("docker").args(["tag", BASE, &tag]).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!((code, v["summary"]["passed"].as_u64()), (0, Some(1)), "{v}");
+    let log = log_of(&v);
+    assert!(log.contains(&format!("image {tag} built in")) && log.contains("is not the"), "{log}");
+    let nonce_now = Command::new("docker").args(["run", "--rm", &tag, "cat", "/nonce"]).output().unwrap();
+    assert_eq!(text(&nonce_now.stdout).trim(), nonce, "the tag names the task's image again");
+}
+
+/// Under `verify_in: fresh` the working folder reaches the tests with its files' modes (an
+/// executable stays one), and an agent's folder past the copy's cap (a 2 GB sparse file) is the
+/// agent's limit (`errored`, `limit_disk`), not agenteval's `infra`, and nothing is buffered.
+#[test]
+fn the_fresh_copy_keeps_modes_and_an_oversized_working_folder_is_the_agents_limit() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\n";
+    write_task(
+        &tasks,
+        "exec-bit",
+        dockerfile,
+        "#!/bin/bash\nprintf '#!/bin/sh\\necho ok\\n' > /app/run.sh && chmod 755 /app/run.sh\n",
+        "[ \"$(/app/run.sh)\" = ok ]",
+        "",
+    );
+    write_task(&tasks, "sparse", dockerfile, "#!/bin/bash\ntruncate -s 2G /app/big\n", "true", "");
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let text_cfg = std::fs::read_to_string(&cfg).unwrap().replace("  base_image:", "  verify_in: fresh\n  base_image:");
+    let cfg = ws.write("fresh.yaml", &text_cfg);
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let run = v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))).to_string();
+    let bundle = ws.runs().join(&run);
+    let exec = read_json(&bundle.join("tasks/exec-bit/result.json"));
+    assert_eq!(exec["passed"], true, "the copied script is still executable: {exec}");
+    let sparse = read_json(&bundle.join("tasks/sparse/result.json"));
+    assert_eq!(sparse["agent"]["terminated_by"], "limit_disk", "{sparse}");
+    assert_eq!(sparse["passed"], false, "{sparse}");
+    let shown = ws.run(&["runs", "show", &run, "--tasks", "--json"]);
+    let shown: serde_json::Value = serde_json::from_slice(&shown.stdout).unwrap();
+    let outcome =
+        shown["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == "sparse").unwrap()["outcome"].clone();
+    assert_eq!(outcome, "errored", "the agent's doing, not agenteval's: {shown}");
+    assert!(containers_of(&run).is_empty());
+}

@@ -820,6 +820,7 @@ fn four_60_mib_traces_make_a_small_report_and_bounded_memory() {
         .args(["-c", wrapper, BIN, "submit", "--json", "--config", cfg.to_str().unwrap()])
         .current_dir(ws.path())
         .env("NO_COLOR", "1")
+        .env("PATH", agent_path())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));

@@ -11,14 +11,59 @@ import json, os, sys
 req = json.loads(sys.stdin.readline())
 task = req["task_id"]
 if task in os.environ.get("KILL", "").split(","):
-    # The parent is the task's supervisor; the worker is its parent.
-    os.kill(int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1]), 9)
+    # The parent is the task's supervisor; the worker is its parent. The agent cannot signal
+    # it (a uid of its own under a root worker): it asks the test to (`Killer`), and waits.
+    import time
+    worker = int(open(f"/proc/{os.getppid()}/stat").read().rsplit(")", 1)[1].split()[1])
+    open(os.path.join(os.environ["KILL_DIR"], str(worker)), "w").close()
+    time.sleep(60)
 broken = set(filter(None, os.environ.get("BROKEN", "").split(",")))
 answer = "wrong" if task in broken else req["input"].upper()
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}, "cost_usd": 0.001, "input_tokens": 10, "output_tokens": 5}), flush=True)
 "#;
 
 const BROKEN: &[&str] = &["c03", "c07", "c11", "c15", "c19", "c23"];
+
+/// Kills, while it lives, every worker an agent names by a file in its folder (`KILL_DIR`):
+/// how a test makes a worker die in the middle of a task.
+struct Killer {
+    dir: PathBuf,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Killer {
+    fn start(ws: &Workspace) -> Killer {
+        let dir = ws.shared_dir("kill");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (d, s) = (dir.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                    if let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) {
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        });
+        Killer { dir, stop, thread: Some(thread) }
+    }
+
+    fn set(&self) -> String {
+        format!("agent.env.KILL_DIR={}", self.dir.display())
+    }
+}
+
+impl Drop for Killer {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 fn setup() -> (Workspace, std::path::PathBuf) {
     let ws = Workspace::new();
@@ -218,9 +263,11 @@ fn a_worse_candidate_is_named_task_by_task_and_fails_its_gates() {
 fn infrastructure_failures_are_reported_apart_and_fail_no_pass_rate_gate() {
     let (ws, cfg) = setup();
     let (base, _) = submit(&ws, &cfg, &[]);
-    // The agent kills its worker on two tasks; with one attempt allowed they are given up as
-    // infrastructure failures. (The sandbox would stop the agent signalling its worker.)
-    let (cand, code) = submit(&ws, &cfg, &["agent.env.KILL=c05,c06", "agent.sandbox=none"]);
+    // The worker dies on two tasks (the test kills it when the agent asks); with one attempt
+    // allowed they are given up as infrastructure failures.
+    let killer = Killer::start(&ws);
+    let (cand, code) = submit(&ws, &cfg, &["agent.env.KILL=c05,c06", "agent.sandbox=none", &killer.set()]);
+    drop(killer);
     assert_eq!(code, 3, "given-up tasks leave the run incomplete");
     let (v, code, err) = compare(&ws, &base, &cand);
     let c = &v["comparison"];
@@ -320,9 +367,11 @@ fn nightly_runs_record_pass_regression_and_infrastructure_failure_apart() {
         assert!(shown.contains("  FAIL "), "{args:?}:\n{shown}");
     }
 
-    // The agent kills its worker on one task (outside the sandbox, which would stop it): with
-    // one attempt it is given up as an infrastructure failure.
-    let (infra, code) = night(&["agent.env.KILL=c05", "agent.sandbox=none"]);
+    // The worker dies on one task (killed by the test when the agent asks): with one attempt it
+    // is given up as an infrastructure failure.
+    let killer = Killer::start(&ws);
+    let (infra, code) = night(&["agent.env.KILL=c05", "agent.sandbox=none", &killer.set()]);
+    drop(killer);
     assert_eq!(code, 3, "a night the infrastructure failed is incomplete: {infra}");
     assert_eq!(infra["status"], "failed");
     assert_eq!(infra["outcome"], "infra", "{infra}");

@@ -314,7 +314,15 @@ pub fn bench_dir(prefix: &str) -> tempfile::TempDir {
 
 /// A command running one of the Python harness scripts of `tests/aws/`.
 pub fn python(script: &str) -> Command {
-    let mut c = Command::new("python3");
+    // The machine's own python3 (with boto3 and moto) as the file it is, not a version
+    // manager's shim (which would put its own folder first on the PATH the harness hands its
+    // workers): the command may be given `agent_path()` for the workers it starts.
+    static PYTHON: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    let python = PYTHON.get_or_init(|| {
+        let out = Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().unwrap();
+        PathBuf::from(text(&out.stdout).trim())
+    });
+    let mut c = Command::new(python);
     c.arg(repo().join("tests/aws").join(script));
     c
 }
