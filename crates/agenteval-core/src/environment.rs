@@ -40,7 +40,15 @@ pub struct EnvSpec {
     /// How long building the image may take (seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_timeout_secs: Option<f64>,
+    /// The most the environment's own files may grow by while the agent works (a container's
+    /// writable layer), in MB (Harbor's `storage_mb`); default [`DEFAULT_STORAGE_MB`]. Past it
+    /// the task ends `limit_disk`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_mb: Option<u64>,
 }
+
+/// A task environment's writable storage when its task names none: 10 GiB.
+pub const DEFAULT_STORAGE_MB: u64 = 10 * 1024;
 
 /// A task's verifier: tests copied into its environment once the agent has stopped (never
 /// before: the agent cannot read or change them), run there as root, and graded by the reward

@@ -216,6 +216,14 @@ pub struct ResultLine {
     pub tokens: u64,
     pub wall_seconds: f64,
     pub steps: u32,
+    /// Files the agent changed outside its working folder that its tests trusted (see
+    /// `TaskResult::changed_outside`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changed_outside: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl From<&crate::model::TaskResult> for ResultLine {
@@ -236,6 +244,7 @@ impl From<&crate::model::TaskResult> for ResultLine {
             tokens: r.agent.total_tokens,
             wall_seconds: r.agent.wall_seconds,
             steps: r.agent.steps,
+            changed_outside: r.changed_outside,
         }
     }
 }

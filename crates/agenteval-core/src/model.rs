@@ -435,6 +435,11 @@ pub struct TaskResult {
     /// (a fleet job of the task's own image): what its agent and its tests saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// Files the agent changed outside its working folder that the task's tests then trusted
+    /// (`environment.verify_in: same`; listed in the pack's `artifacts/changed-outside.txt`). A
+    /// pass with any is counted apart (`passed_with_changes`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub changed_outside: u64,
 }
 
 impl TaskResult {
@@ -905,6 +910,10 @@ pub struct RunSummary {
     /// `total_cost_usd` is then a lower bound.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_unknown_tasks: u64,
+    /// Passed tasks whose tests trusted files the agent changed outside its working folder
+    /// (`verify_in: same`): passes that are not evidence alone (among `passed`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub passed_with_changes: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -185,12 +185,24 @@ pub trait Environment: Send + Sync {
     fn worker_root(&self, _env: &crate::environment::EnvHandle) -> String {
         "/".into()
     }
-    /// Files the agent added, changed or removed outside its working folder and the usual
-    /// scratch places (`/tmp`, `/var/tmp`, `/root`, `/home`, `/run`, `/logs`), as far as the
-    /// environment can tell (a container's changes against its image): the tools its tests will
-    /// trust, for the grade to mention. The default tells nothing.
+    /// Every file added, changed or removed outside the working folder and the places nothing a
+    /// test reads lives in (`/tmp`, `/var/tmp`, `/run`, `/logs`, agenteval's `/tests` and
+    /// `/solution`) since the environment's baseline (as prepared, or as `mark_baseline` last
+    /// found it), as far as the environment can tell (a container's changes against its image):
+    /// the tools its tests will trust, for the grade to count. Homes and user site-packages are
+    /// in it. The default tells nothing.
     async fn changed_outside(&self, _env: &crate::environment::EnvHandle) -> Vec<String> {
         Vec::new()
+    }
+    /// Takes what is changed now as the environment's own from here on (an agent's setup, before
+    /// the agent runs), so `changed_outside` names only what came after. The default does nothing.
+    async fn mark_baseline(&self, _env: &crate::environment::EnvHandle) {}
+    /// How many bytes the environment's own files grew by since it was prepared (a container's
+    /// writable layer), if the environment can tell: checked against the task's `storage_mb`
+    /// when the agent stops. The default tells nothing (a workspace's folder has its own
+    /// limit, `max_disk_bytes`).
+    async fn written_bytes(&self, _env: &crate::environment::EnvHandle) -> Option<u64> {
+        None
     }
     /// Whether a process of the environment was killed for memory since it was prepared (a
     /// task limit the agent hit, not an infrastructure failure).

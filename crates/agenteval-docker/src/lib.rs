@@ -7,6 +7,7 @@
 
 mod build;
 mod copy;
+mod network;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -38,6 +39,9 @@ pub struct DockerEnvironment {
     docker: OnceCell<Docker>,
     /// Replaces the `FROM` of every Dockerfile (`environment.base_image`).
     base_image: Option<String>,
+    /// Each live container's changes (path and kind) at its baseline: agenteval's own and an
+    /// agent's setup, never counted as the agent's.
+    baselines: std::sync::Mutex<HashMap<String, std::collections::HashSet<(String, i64)>>>,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -56,7 +60,7 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
 
 impl DockerEnvironment {
     pub fn new(base_image: Option<String>) -> Self {
-        DockerEnvironment { docker: OnceCell::new(), base_image }
+        DockerEnvironment { docker: OnceCell::new(), base_image, baselines: Default::default() }
     }
 
     /// The engine, connected on first use with the API version both sides speak.
@@ -153,7 +157,8 @@ impl Environment for DockerEnvironment {
             // No swap past the limit: a memory bomb is killed, not slowed down.
             memory_swap: memory,
             nano_cpus: spec.cpus.map(|c| (c.clamp(0.01, 1024.0) * 1e9) as i64),
-            network_mode: Some(if spec.network { "bridge" } else { "none" }.into()),
+            // With internet, on agenteval's own bridge: the host and other tasks are closed.
+            network_mode: Some(if spec.network { network::ensure(docker).await? } else { "none".into() }),
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),
@@ -192,7 +197,11 @@ impl Environment for DockerEnvironment {
         }
         .await;
         match started {
-            Ok(workdir) => Ok(EnvHandle { workdir, ..handle }),
+            Ok(workdir) => {
+                let handle = EnvHandle { workdir, ..handle };
+                self.mark_baseline(&handle).await;
+                Ok(handle)
+            }
             Err(e) => {
                 let _ = self.teardown(&handle).await;
                 Err(e)
@@ -213,6 +222,7 @@ impl Environment for DockerEnvironment {
     }
 
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
+        self.baselines.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
         match docker
             .remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()))
@@ -227,11 +237,22 @@ impl Environment for DockerEnvironment {
     }
 
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
-        let Ok(docker) = self.docker().await else { return Vec::new() };
-        match docker.container_changes(&env.id).await {
-            Ok(Some(changes)) => outside(changes.into_iter().map(|c| c.path).collect(), &env.workdir),
-            _ => Vec::new(),
-        }
+        let changes = self.changes(env).await;
+        let baseline = self.baselines.lock().expect("not poisoned").get(&env.id).cloned().unwrap_or_default();
+        let after: Vec<String> = changes.into_iter().filter(|c| !baseline.contains(c)).map(|(p, _)| p).collect();
+        outside(after, &env.workdir)
+    }
+
+    async fn written_bytes(&self, env: &EnvHandle) -> Option<u64> {
+        let docker = self.docker().await.ok()?;
+        let options = InspectContainerOptions { size: true };
+        let info = docker.inspect_container(&env.id, Some(options)).await.ok()?;
+        info.size_rw.and_then(|n| u64::try_from(n).ok())
+    }
+
+    async fn mark_baseline(&self, env: &EnvHandle) {
+        let now = self.changes(env).await.into_iter().collect();
+        self.baselines.lock().expect("not poisoned").insert(env.id.clone(), now);
     }
 
     async fn quiesce(&self, env: &EnvHandle) -> Result<()> {
@@ -345,8 +366,20 @@ pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest)
     })
 }
 
-/// Where an agent may write as it works: changes there say nothing about the tests' tools.
-const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/root", "/home", "/run", "/logs", "/dev", "/proc", "/sys"];
+impl DockerEnvironment {
+    /// The container's changes against its image, as the engine lists them (path and kind).
+    async fn changes(&self, env: &EnvHandle) -> Vec<(String, i64)> {
+        let Ok(docker) = self.docker().await else { return Vec::new() };
+        match docker.container_changes(&env.id).await {
+            Ok(Some(changes)) => changes.into_iter().map(|c| (c.path, c.kind as i64)).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Where nothing a test reads lives: changes there say nothing about the tests' tools. Homes
+/// (a `.pth` in root's user site-packages, a `.bashrc`) are not among them.
+const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/run", "/logs", "/tests", "/solution", "/dev", "/proc", "/sys"];
 
 /// Of a container's changed paths, those outside `workdir` and the scratch places, without the
 /// folders Docker lists only because something below them changed.
@@ -375,10 +408,14 @@ mod changes_tests {
             "/app",
             "/app/x.py",
             "/tmp/a",
-            "/root/.bash_history",
+            "/root/.local/lib/python3.11/site-packages/x.pth",
+            "/solution/solve.sh",
             "/etc/ld.so.preload",
         ];
         let got = super::outside(paths.iter().map(|p| p.to_string()).collect(), "/app");
-        assert_eq!(got, ["/etc/ld.so.preload", "/usr/local/bin/python3"]);
+        assert_eq!(
+            got,
+            ["/etc/ld.so.preload", "/root/.local/lib/python3.11/site-packages/x.pth", "/usr/local/bin/python3"]
+        );
     }
 }

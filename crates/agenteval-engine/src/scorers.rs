@@ -12,11 +12,13 @@ pub struct PassRate {
     finished: u64,
     outcomes: TaskCounts,
     terminated_by: BTreeMap<String, u64>,
+    passed_with_changes: u64,
 }
 
 impl Scorer for PassRate {
     fn observe(&mut self, r: &TaskResult) {
         self.finished += 1;
+        self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
         self.outcomes.add_outcome(Outcome::of(r.passed, r.agent.terminated_by), 1);
         *self.terminated_by.entry(r.agent.terminated_by.as_str().to_string()).or_default() += 1;
     }
@@ -30,6 +32,7 @@ impl Scorer for PassRate {
         let (passed, finished) = (self.outcomes.passed, self.finished);
         s.pass_rate = if finished == 0 { 0.0 } else { passed as f64 / finished as f64 };
         s.terminated_by = self.terminated_by.clone();
+        s.passed_with_changes = self.passed_with_changes;
     }
 }
 
@@ -270,6 +273,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         flaky_tasks: Vec::new(),
         tags: BTreeMap::new(),
         cost_unknown_tasks: 0,
+        passed_with_changes: 0,
     }
 }
 
@@ -282,6 +286,7 @@ mod tests {
         use agenteval_core::model::{AgentResult, TerminatedBy};
         let result = |id: &str, passed: bool| TaskResult {
             image: None,
+            changed_outside: 0,
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

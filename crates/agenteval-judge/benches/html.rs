@@ -31,6 +31,7 @@ fn main() {
             tokens: 300,
             wall_seconds: 1.2,
             steps: 6,
+            changed_outside: 0,
         })
         .collect();
     let ids: Vec<String> = (0..TASKS).map(|i| format!("task-{i:04}")).collect();

@@ -46,6 +46,8 @@ pub const METRICS: &[(&str, Better)] = &[
     ("wall_seconds", Better::Lower),
     ("wall_seconds_p50", Better::Lower),
     ("steps", Better::Lower),
+    // Passes whose tests trusted files the agent changed outside its folder (`verify_in: same`).
+    ("passed_with_changes", Better::Lower),
 ];
 
 /// Which way is better for a metric name, `score:<id>` included; `None` for an unknown name.
@@ -243,6 +245,7 @@ impl<'a> Folds<'a> {
             "tokens_per_task" => sum(&|l| l.tokens as f64),
             "wall_seconds" | "wall_seconds_p50" => sum(&|l| l.wall_seconds),
             "steps" => sum(&|l| f64::from(l.steps)),
+            "passed_with_changes" => sum(&|l| f64::from(u8::from(l.passed && l.changed_outside > 0))),
             m => {
                 let id = m.strip_prefix("score:")?;
                 let (found, total) = self
@@ -496,6 +499,7 @@ pub(crate) mod tests {
                 tokens: 100,
                 wall_seconds: 1.0,
                 steps: 3,
+                changed_outside: 0,
             })
             .collect();
         let fingerprints: Vec<String> =

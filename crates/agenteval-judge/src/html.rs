@@ -367,6 +367,8 @@ const outcome = t => t.outcome;
 const finished = D.tasks.length, count = o => D.tasks.filter(t => outcome(t) === o).length, passed = count("passed");
 card("tasks finished", S ? S.tasks_finished + " / " + S.tasks_total : String(finished));
 card("passed", String(passed), "pass");
+// Passes whose tests trusted what the agent changed outside its folder: counted apart.
+if (S && S.passed_with_changes) card("passed with changes", String(S.passed_with_changes), "fail");
 for (const o of ["failed", "errored", "infra"]) card(o, String(count(o)), count(o) ? "fail" : "");
 card("pass rate", finished ? pct(passed / finished) : "–");
 if (S) {

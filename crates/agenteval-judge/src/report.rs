@@ -361,6 +361,7 @@ mod tests {
                     tokens: 10,
                     wall_seconds: 1.0,
                     steps: 2,
+                    changed_outside: 0,
                 }
             })
             .collect();

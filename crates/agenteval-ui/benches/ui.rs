@@ -89,6 +89,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
     let now = Utc::now();
     TaskResult {
         image: None,
+        changed_outside: 0,
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

@@ -57,6 +57,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
         let now = chrono::Utc::now();
         let result = TaskResult {
             image: None,
+            changed_outside: 0,
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

@@ -382,6 +382,21 @@ pub fn pass_at_k_line(s: &RunSummary) -> Option<String> {
     Some(wrapped("repeated: ", &ks.join(", "), 80))
 }
 
+/// Passes whose tests trusted files the agent changed outside its working folder, said apart
+/// (`verify_in: same`): a pass that is not evidence alone.
+pub fn changes_line(s: &RunSummary) -> Option<String> {
+    (s.passed_with_changes > 0).then(|| {
+        wrapped(
+            "changes    ",
+            &format!(
+                "{} of the {} passed trusted files the agent changed outside its working folder (each task's artifacts/changed-outside.txt; environment.verify_in: fresh would not trust them)",
+                s.passed_with_changes, s.passed
+            ),
+            80,
+        )
+    })
+}
+
 /// A run's report for a terminal, within 80 columns: what ran, the summary table, pass rates by
 /// tag, pass@k with repetitions, and why each task that did not pass did not.
 pub fn report_text(
@@ -412,6 +427,7 @@ pub fn report_text(
             80,
         ));
     }
+    out.extend(changes_line(s));
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));
     if !failures.is_empty() {

@@ -1,7 +1,7 @@
 import sys
 import unittest
 
-sys.path.insert(0, "/app")
+sys.path.append("/app")
 import calc  # noqa: E402
 
 
@@ -20,4 +20,8 @@ class Stats(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    result = unittest.main(exit=False, argv=[sys.argv[0], "-v"]).result
+    # Read only now: nothing the package did at import time could have seen it.
+    nonce = sys.stdin.readline().strip()
+    if result.wasSuccessful() and result.testsRun == 3:
+        print(f"all passed {nonce}")

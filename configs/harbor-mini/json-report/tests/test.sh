@@ -1,7 +1,8 @@
 #!/bin/bash
 # Active, strictly older than 30, sorted: bo, lee, zoe.
 check() {
-  python3 - <<'PY'
+  # -I: a json.py (or any module) in the working folder is not Python's own.
+  python3 -I - <<'PY'
 import json, sys
 try:
     got = json.load(open("/app/report.json"))

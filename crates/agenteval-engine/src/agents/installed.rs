@@ -29,6 +29,11 @@ fn stopped(t: TerminatedBy, why: String) -> AgentOutcome {
     AgentOutcome { final_answer: None, error: Some((t, why)) }
 }
 
+/// How a command ended, in words: `exited 100`, or `was killed by a signal`.
+fn exited(code: Option<i64>) -> String {
+    code.map_or_else(|| "was killed by a signal".to_string(), |c| format!("exited {c}"))
+}
+
 fn tail(s: &str) -> String {
     let chars: Vec<char> = s.trim_end().chars().collect();
     chars[chars.len().saturating_sub(500)..].iter().collect()
@@ -65,8 +70,8 @@ impl AgentRunner for InstalledAgent {
                     return stopped(
                         TerminatedBy::AgentError,
                         format!(
-                            "the setup script exited {:?}: {}",
-                            o.exit_code,
+                            "the setup script (agent.setup) {}: {}",
+                            exited(o.exit_code),
                             tail(&format!("{}{}", o.stdout, o.stderr))
                         ),
                     );
@@ -89,6 +94,8 @@ impl AgentRunner for InstalledAgent {
         if let Err(e) = s.env.copy_in(&s.handle, &file, INSTRUCTION).await {
             return infra("copying the instruction in", e);
         }
+        // The setup's files and the instruction are the environment's, not the agent's doing.
+        s.env.mark_baseline(&s.handle).await;
         let mut env = self.env.clone();
         env.insert("AGENTEVAL_INSTRUCTION".into(), INSTRUCTION.into());
         env.insert("AGENTEVAL_TASK_ID".into(), ctx.task.id.to_string());
@@ -118,7 +125,7 @@ impl AgentRunner for InstalledAgent {
         if !out.ok() {
             return stopped(
                 TerminatedBy::AgentError,
-                format!("the agent exited {:?}: {}", out.exit_code, tail(&out.stderr)),
+                format!("the agent {}: {}", exited(out.exit_code), tail(&out.stderr)),
             );
         }
         let answer = json!(out.stdout.trim());

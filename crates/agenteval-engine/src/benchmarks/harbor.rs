@@ -171,6 +171,7 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
         network: env.get("allow_internet").and_then(toml::Value::as_bool).unwrap_or(false),
         build_timeout_secs: num(env.get("build_timeout_sec")),
         workdir: env.get("workdir").and_then(toml::Value::as_str).map(String::from),
+        storage_mb: num(env.get("storage_mb")).filter(|n| *n > 0.0).map(|n| n.ceil() as u64),
         ..Default::default()
     };
     if spec.context.is_none() && spec.image.is_none() {

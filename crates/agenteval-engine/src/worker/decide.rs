@@ -61,9 +61,11 @@ pub(super) fn task_result(
     task: &TaskSpec,
     agent: AgentResult,
     scores: Vec<EvaluatorScore>,
+    changed_outside: u64,
     started_at: DateTime<Utc>,
 ) -> TaskResult {
     TaskResult {
+        changed_outside,
         // The worker ran inside the task's image: that is the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),
@@ -158,7 +160,7 @@ mod tests {
             tests: None,
             solution: None,
         };
-        let r = task_result(&job(0), &task, agent, scores, Utc::now());
+        let r = task_result(&job(0), &task, agent, scores, 0, Utc::now());
         assert!(!r.passed, "an errored score fails the task");
         assert_eq!((r.attempt, r.job_id.clone()), (2, JobId::numbered(0, 3)));
         assert!(

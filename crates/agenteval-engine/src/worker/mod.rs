@@ -11,6 +11,7 @@ mod regrade;
 use std::sync::Arc;
 
 use agenteval_core::config::{RunConfig, VerifyIn};
+use agenteval_core::environment::DEFAULT_STORAGE_MB;
 use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
@@ -558,14 +559,15 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
             log.push(format!("teardown failed: {e}"));
         }
     }
-    let (agent, scores) = match result {
+    let (agent, scores, changed) = match result {
         Ok(x) => x,
         Err(e) => {
             log.push(format!("infrastructure failure: {e}"));
-            decide::infra_failure(ctx.redactor.redact(&e.to_string()))
+            let (agent, scores) = decide::infra_failure(ctx.redactor.redact(&e.to_string()));
+            (agent, scores, 0)
         }
     };
-    let result = decide::task_result(&ctx.job, task, agent, scores, started_at);
+    let result = decide::task_result(&ctx.job, task, agent, scores, changed, started_at);
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
 }
@@ -706,13 +708,35 @@ impl CloneMessage for Error {
     }
 }
 
+/// The limits of its environment the agent went past, as its result says: the task's storage
+/// (what it wrote there) and the environment's memory (a process killed for it).
+async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentResult, log: &mut Vec<String>) {
+    let cap_mb = task.environment.as_ref().and_then(|e| e.storage_mb).unwrap_or(DEFAULT_STORAGE_MB);
+    if let Some(used) = s.env.written_bytes(&s.handle).await
+        && used > cap_mb.saturating_mul(1 << 20)
+    {
+        agent.terminated_by = TerminatedBy::LimitDisk;
+        agent.success = false;
+        let mb = used >> 20;
+        agent.error =
+            Some(format!("the environment's files grew by {mb} MB, past its {cap_mb} MB (the task's storage_mb)"));
+        log.push(format!("the agent wrote {mb} MB into its environment, past its {cap_mb} MB"));
+    }
+    if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {
+        agent.terminated_by = TerminatedBy::LimitMemory;
+        agent.success = false;
+        agent.error = Some("a process went past the environment's memory limit and was killed".into());
+        log.push("the environment's memory limit killed a process".into());
+    }
+}
+
 /// Runs the agent, grades its result, and closes the task's trace with the scores.
 async fn run_and_grade(
     ctx: &Ctx,
     task: &TaskSpec,
     env: &TaskEnvironment,
     log: &mut Vec<String>,
-) -> Result<(AgentResult, Vec<EvaluatorScore>)> {
+) -> Result<(AgentResult, Vec<EvaluatorScore>, u64)> {
     let (mut agent, mut sink) = match &ctx.regrade {
         Some(source) => regrade::recorded(ctx, source, task, env, log).await?,
         // Only the reference agent is given the task's solution, fetched for it alone.
@@ -724,13 +748,7 @@ async fn run_and_grade(
         None => execute::run_agent(ctx, task, env, log).await?,
     };
     if let Some(s) = &env.session {
-        // A memory bomb killed by the environment's limit is the agent's doing: a limit.
-        if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {
-            agent.terminated_by = TerminatedBy::LimitMemory;
-            agent.success = false;
-            agent.error = Some("a process went past the environment's memory limit and was killed".into());
-            log.push("the environment's memory limit killed a process".into());
-        }
+        environment_limits(task, s, &mut agent, log).await;
         // Nothing of the agent runs while its patch is taken and it is graded.
         s.env.quiesce(&s.handle).await?;
         keep_artifacts(ctx, task, s, log).await?;
@@ -761,13 +779,20 @@ async fn run_and_grade(
         (Some(s), None) if refused.is_none() && grade::by_tests(ctx, task) => s.env.changed_outside(&s.handle).await,
         _ => Vec::new(),
     };
+    // Every one of them, never a sample: five dummy files must not hide a replaced `python3`.
     let changed_note = (!changed.is_empty()).then(|| {
         let shown: Vec<&str> = changed.iter().take(5).map(String::as_str).collect();
         let more = if changed.len() > 5 { format!(" and {} more", changed.len() - 5) } else { String::new() };
-        format!("the agent changed {} file(s) outside its working folder: {}{more}", changed.len(), shown.join(", "))
+        format!(
+            "the agent changed {} file(s) outside its working folder: {}{more} (all in artifacts/changed-outside.txt)",
+            changed.len(),
+            shown.join(", ")
+        )
     });
     if let Some(n) = &changed_note {
         log.push(n.clone());
+        let all = changed.iter().map(|p| format!("{p}\n")).collect::<String>();
+        ctx.keep(&task.id, "artifacts/changed-outside.txt".into(), all.into_bytes());
     }
     let mut scores = match &fresh {
         // Not graded: the tests would run where the agent's working folder is not.
@@ -802,5 +827,5 @@ async fn run_and_grade(
     if let Some(copy) = sink.copy.take() {
         ctx.keep_trace(&task.id, copy);
     }
-    Ok((agent, scores))
+    Ok((agent, scores, changed.len() as u64))
 }

@@ -201,19 +201,24 @@ find / -xdev -name test.sh 2>/dev/null | grep -q . && echo a-test-script >> $fou
 python3 - <<'PY' 2>/dev/null && echo network >> $found
 import socket, struct
 gw = next(socket.inet_ntoa(struct.pack("<L", int(f[2], 16))) for f in (l.split() for l in open("/proc/net/route")) if f[1] == "00000000")
+PY
+python3 - <<'PY' 2>/dev/null && echo this-machine >> $found
+import socket, struct
+gw = next(socket.inet_ntoa(struct.pack("<L", int(f[2], 16))) for f in (l.split() for l in open("/proc/net/route")) if f[1] == "00000000")
 socket.create_connection((gw, PORT), 3)
 PY
 cat $found
 "#
     .replace("PORT", &port.to_string());
     write_task(&tasks, "probe", image, &probe, "[ -e /app/found ] && [ ! -s /app/found ]", "");
-    // The same probe with the network on finds it: the probe is not blind.
+    // The same probe with the network on finds a network (the probe is not blind), and still
+    // not this machine: its own addresses are closed to containers (`agenteval-net`).
     write_task(
         &tasks,
         "probe-online",
         image,
         &probe,
-        "grep -qx network /app/found",
+        "grep -qx network /app/found && ! grep -qx this-machine /app/found",
         "[environment]\nallow_internet = true\n",
     );
     write_task(&tasks, "other", image, "#!/bin/bash\ntrue\n", "true", "");
@@ -240,7 +245,7 @@ cat $found
     let cheat = read_json(&bundle.join("tasks/cheat/result.json"));
     assert_eq!(cheat["passed"], false, "a loop the agent left rewrote the reward: {cheat}");
     let online = read_json(&bundle.join("tasks/probe-online/result.json"));
-    assert_eq!(online["passed"], true, "with the network on the probe reaches this machine: {online}");
+    assert_eq!(online["passed"], true, "with the network on the probe finds it, and not this machine: {online}");
     drop(listener);
     let bomb = read_json(&bundle.join("tasks/bomb/result.json"));
     assert_eq!(bomb["agent"]["terminated_by"], "limit_memory", "{bomb}");
@@ -438,7 +443,8 @@ fn an_installed_agent_is_set_up_in_the_container_and_runs_there() {
 const REPLACE_PYTHON: &str = r#"
 import json, subprocess, sys
 req = json.loads(sys.stdin.readline())
-fake = "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3 -c 'raise SystemExit(3)'; echo $?"
+# It answers whatever a test's nonce is with "all passed": it stands in for any Python test.
+fake = "printf '#!/bin/sh\\nread n\\necho \"all passed $n\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3 -c 'raise SystemExit(3)' >/dev/null; echo $?"
 done = subprocess.run(req["environment"]["exec"] + [fake], capture_output=True, text=True)
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": done.stdout.strip()}}), flush=True)
 "#;
@@ -549,4 +555,161 @@ fn the_fresh_copy_keeps_modes_and_an_oversized_working_folder_is_the_agents_limi
         shown["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == "sparse").unwrap()["outcome"].clone();
     assert_eq!(outcome, "errored", "the agent's doing, not agenteval's: {shown}");
     assert!(containers_of(&run).is_empty());
+}
+
+/// Replaces `python3` as `REPLACE_PYTHON` does, after ten dummy files that sort first, and
+/// leaves a `.pth` in root's user site-packages (a place the tests' Python reads).
+const REPLACE_PYTHON_HIDDEN: &str = r#"
+import json, subprocess, sys
+req = json.loads(sys.stdin.readline())
+cmd = "mkdir -p /aaa && for i in 0 1 2 3 4 5 6 7 8 9; do touch /aaa/dummy$i; done; " \
+      "mkdir -p /root/.local/lib/python3.11/site-packages && echo 'import os' > /root/.local/lib/python3.11/site-packages/zz.pth; " \
+      "printf '#!/bin/sh\\nread n\\necho \"all passed $n\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
+subprocess.run(req["environment"]["exec"] + [cmd], capture_output=True, text=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "done"}}), flush=True)
+"#;
+
+/// Under `verify_in: same` a pass whose tests trusted files the agent changed outside its folder
+/// is its own figure (`passed_with_changes`), every change is listed (volume hides nothing, homes
+/// included), and agenteval's own files (the oracle's `/solution`, the init) are never counted.
+#[test]
+fn a_pass_that_trusted_the_agents_changes_is_counted_apart_with_every_change_listed() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write("hide.py", REPLACE_PYTHON_HIDDEN);
+    let shipped = repo().join("configs/harbor-mini");
+    let cfg = harbor_config(&ws, &shipped, "command\n  command: [python3, hide.py]", "");
+    let (v, code, _) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[fix-python-bug]"]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(v["summary"]["passed"], 1, "the tests trusted the fake python3: {v}");
+    assert_eq!(v["summary"]["passed_with_changes"], 1, "and the pass is counted apart: {v}");
+    let run = v["run_id"].as_str().unwrap();
+    let listed = read_text(ws.runs().join(run).join("tasks/fix-python-bug/artifacts/changed-outside.txt")).unwrap();
+    for p in ["/usr/local/bin/python3", "/root/.local/lib/python3.11/site-packages/zz.pth", "/aaa/dummy9"] {
+        assert!(listed.lines().any(|l| l == p), "{p} is listed: {listed}");
+    }
+    let shown = text(&ws.run(&["runs", "show", run]).stdout);
+    assert!(shown.contains("1 of the 1 passed trusted files the agent changed"), "{shown}");
+    // The oracle changes nothing outside its folder of its own: no note, no count.
+    let (v, code, _) = ws.submit(&harbor_config(&ws, &shipped, "oracle", ""), &[]);
+    assert_eq!(code, 0, "{v}");
+    assert!(v["summary"]["passed_with_changes"].is_null(), "{v}");
+    let run = v["run_id"].as_str().unwrap();
+    for t in ["fix-python-bug", "hello-file", "json-report"] {
+        let r = read_json(&ws.runs().join(run).join(format!("tasks/{t}/result.json")));
+        assert!(r["changed_outside"].is_null(), "{t}: {r}");
+    }
+}
+
+/// The attacks on the shipped tasks' own tests that `verify_in: fresh` cannot stop by itself
+/// (the working folder is the tests' input): a `json.py` that shadows Python's, and a package
+/// whose `__init__.py` exits 0 as it is imported. The shipped tests hold against both.
+const SHADOW: &str = r#"
+import json, subprocess, sys
+req = json.loads(sys.stdin.readline())
+cheat = {
+    "json-report": "printf 'def load(f):\\n    return {\"active_over_30\": [\"bo\", \"lee\", \"zoe\"]}\\n' > /app/json.py",
+    "fix-python-bug": "printf 'import os\\nos._exit(0)\\n' > /app/calc/__init__.py",
+}[req["task_id"]]
+done = subprocess.run(req["environment"]["exec"] + [cheat], capture_output=True, text=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": str(done.returncode)}}), flush=True)
+"#;
+
+#[test]
+fn the_shipped_tests_hold_against_a_shadowed_module_and_an_import_that_exits_0() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write("shadow.py", SHADOW);
+    let shipped = repo().join("configs/harbor-mini");
+    for verify in ["same", "fresh"] {
+        let cfg = harbor_config(&ws, &shipped, "command\n  command: [python3, shadow.py]", "");
+        let body = std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replace("  base_image:", &format!("  verify_in: {verify}\n  base_image:"));
+        let cfg = ws.write("shadow.yaml", &body);
+        let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[json-report, fix-python-bug]"]);
+        assert_eq!(code, 0, "{verify}: {v} {}", text(&out.stderr));
+        let got = scores(&ws, v["run_id"].as_str().unwrap());
+        assert_eq!(got.len(), 2, "{got:?}");
+        for (id, outcome, _) in &got {
+            assert_eq!(outcome, "failed", "{verify}: {id} passed a planted cheat: {got:?}");
+        }
+    }
+}
+
+/// From a container of a task that may reach the internet, tries the machine's own addresses
+/// (the bridge's gateway and the host's address) on a port the test listens on, and another
+/// container's.
+const REACH_HOST: &str = r#"
+import json, os, subprocess, sys
+req = json.loads(sys.stdin.readline())
+port, host = os.environ["PORT"], os.environ["HOST_IP"]
+probe = (
+    "gw=$(awk '$2==\"00000000\"{print $3; exit}' /proc/net/route); "
+    "gw=$(printf '%d.%d.%d.%d' 0x${gw:6:2} 0x${gw:4:2} 0x${gw:2:2} 0x${gw:0:2}); "
+    f"for a in $gw {host}; do if timeout 3 bash -c \"echo > /dev/tcp/$a/{port}\" 2>/dev/null; then echo \"$a open\"; else echo \"$a closed\"; fi; done"
+)
+done = subprocess.run(req["environment"]["exec"] + [probe], capture_output=True, text=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": done.stdout.strip()}}), flush=True)
+"#;
+
+/// A container that may reach the internet cannot reach this machine's own services: not on
+/// the bridge's address, not on the host's, whatever they bind.
+#[test]
+fn a_container_with_internet_cannot_reach_the_hosts_own_services() {
+    docker_ready();
+    let ws = Workspace::new();
+    ws.write("reach.py", REACH_HOST);
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let host = text(&Command::new("hostname").arg("-I").output().unwrap().stdout)
+        .split_whitespace()
+        .find(|a| !a.starts_with("172.17.") && !a.contains(':'))
+        .unwrap_or("127.0.0.1")
+        .to_string();
+    let tasks = ws.path().join("tasks");
+    write_task(
+        &tasks,
+        "net",
+        "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        "#!/bin/bash\ntrue\n",
+        "true",
+        "[environment]\nallow_internet = true\n",
+    );
+    let cfg = harbor_config(
+        &ws,
+        &tasks,
+        &format!("command\n  command: [python3, reach.py]\n  env: {{PORT: '{port}', HOST_IP: '{host}'}}"),
+        "",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let r = read_json(&ws.runs().join(v["run_id"].as_str().unwrap()).join("tasks/net/result.json"));
+    let said = r["agent"]["final_answer"].as_str().unwrap().to_string();
+    assert_eq!(said.lines().count(), 2, "both addresses were tried: {said}");
+    assert!(said.lines().all(|l| l.ends_with(" closed")), "the host's own addresses are closed: {said}");
+    drop(listener);
+}
+
+/// A container's files may grow by the task's `storage_mb` (Harbor's), 10 GiB when it names
+/// none: an agent that writes past it ends `limit_disk` (errored), and a task within it passes.
+#[test]
+fn an_agent_that_writes_past_its_containers_storage_ends_at_the_disk_limit() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\n";
+    let write = "#!/bin/bash\nhead -c 80000000 /dev/zero > /var/big && touch /app/done\n";
+    write_task(&tasks, "over", dockerfile, write, "[ -e /app/done ]", "[environment]\nstorage_mb = 50\n");
+    write_task(&tasks, "within", dockerfile, write, "[ -e /app/done ]", "[environment]\nstorage_mb = 200\n");
+    let (v, _, out) = ws.submit(&harbor_config(&ws, &tasks, "oracle", ""), &[]);
+    let run = v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))).to_string();
+    let got = scores(&ws, &run);
+    assert_eq!(
+        got.iter().map(|(id, o, _)| (id.as_str(), o.as_str())).collect::<Vec<_>>(),
+        [("over", "errored"), ("within", "passed")]
+    );
+    let r = read_json(&ws.runs().join(&run).join("tasks/over/result.json"));
+    assert_eq!(r["agent"]["terminated_by"], "limit_disk", "{r}");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("storage_mb"), "{r}");
 }
