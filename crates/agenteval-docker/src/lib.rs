@@ -41,7 +41,7 @@ pub struct DockerEnvironment {
     base_image: Option<String>,
     /// Each live container's changes (path and kind) at its baseline: agenteval's own and an
     /// agent's setup, never counted as the agent's.
-    baselines: std::sync::Mutex<HashMap<String, std::collections::HashSet<(String, i64)>>>,
+    baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -237,9 +237,9 @@ impl Environment for DockerEnvironment {
     }
 
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
-        let changes = self.changes(env).await;
         let baseline = self.baselines.lock().expect("not poisoned").get(&env.id).cloned().unwrap_or_default();
-        let after: Vec<String> = changes.into_iter().filter(|c| !baseline.contains(c)).map(|(p, _)| p).collect();
+        let changes = self.changes(env, Some(baseline.clone())).await;
+        let after = changes.into_iter().filter(|(p, seen)| baseline.get(p) != Some(seen)).map(|(p, _)| p).collect();
         outside(after, &env.workdir)
     }
 
@@ -251,8 +251,8 @@ impl Environment for DockerEnvironment {
     }
 
     async fn mark_baseline(&self, env: &EnvHandle) {
-        let now = self.changes(env).await.into_iter().collect();
-        self.baselines.lock().expect("not poisoned").insert(env.id.clone(), now);
+        let now = self.changes(env, None).await.into_iter().collect();
+        self.baselines.lock().expect("not poisoned").insert(env.id.clone(), std::sync::Arc::new(now));
     }
 
     async fn quiesce(&self, env: &EnvHandle) -> Result<()> {
@@ -367,14 +367,78 @@ pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest)
 }
 
 impl DockerEnvironment {
-    /// The container's changes against its image, as the engine lists them (path and kind).
-    async fn changes(&self, env: &EnvHandle) -> Vec<(String, i64)> {
+    /// The container's changes against its image: each path with what it is now (so a file the
+    /// baseline held that changed again is seen). Read from the container's own layer when the
+    /// engine keeps it on this machine (overlay2: a walk of 100,000 files takes a tenth of the
+    /// time the engine's `diff` does), else as the engine lists them. Against a `baseline`, only
+    /// the files it holds are looked at closely (the rest are new whatever they hold).
+    async fn changes(
+        &self,
+        env: &EnvHandle,
+        baseline: Option<std::sync::Arc<HashMap<String, Seen>>>,
+    ) -> Vec<(String, Seen)> {
         let Ok(docker) = self.docker().await else { return Vec::new() };
+        let upper = docker
+            .inspect_container(&env.id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.graph_driver)
+            .filter(|g| g.name == "overlay2")
+            .and_then(|g| g.data.get("UpperDir").map(std::path::PathBuf::from))
+            .filter(|p| p.is_dir());
+        if let Some(upper) = upper
+            && let Ok(Ok(found)) = tokio::task::spawn_blocking(move || layer_changes(&upper, baseline.as_deref())).await
+        {
+            return found;
+        }
         match docker.container_changes(&env.id).await {
-            Ok(Some(changes)) => changes.into_iter().map(|c| (c.path, c.kind as i64)).collect(),
+            Ok(Some(changes)) => changes.into_iter().map(|c| (c.path, Seen::Kind(c.kind as i32))).collect(),
             _ => Vec::new(),
         }
     }
+}
+
+/// What a changed path was seen as: a file by its length, inode, time and mode; a folder (which
+/// changes with what is in it, listed itself); a deletion; or the engine's kind of change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Seen {
+    File(u64, u64, i64, i64, u32),
+    /// A file not in the baseline: new, whatever it holds (not looked at).
+    New,
+    Folder,
+    Deleted,
+    Kind(i32),
+}
+
+/// Every path of a container's overlay layer (`upper`), with what it is now; links are not
+/// followed. A file is looked at (a `stat`) only when it is in `baseline` (or there is none:
+/// the baseline is being taken); the entry's type comes with the listing.
+fn layer_changes(upper: &Path, baseline: Option<&HashMap<String, Seen>>) -> std::io::Result<Vec<(String, Seen)>> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let mut out = Vec::new();
+    let mut todo = vec![upper.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            let t = e.file_type()?;
+            let path = e.path();
+            let inside = path.strip_prefix(upper).map(|p| p.to_string_lossy()).unwrap_or_default();
+            let inside = ["/", inside.as_ref()].concat();
+            let what = if t.is_dir() {
+                todo.push(path);
+                Seen::Folder
+            } else if t.is_char_device() && e.metadata()?.rdev() == 0 {
+                Seen::Deleted
+            } else if baseline.is_none_or(|b| b.contains_key(&inside)) {
+                let m = e.metadata()?;
+                Seen::File(m.len(), m.ino(), m.mtime(), m.mtime_nsec(), m.mode())
+            } else {
+                Seen::New
+            };
+            out.push((inside, what));
+        }
+    }
+    Ok(out)
 }
 
 /// Where nothing a test reads lives: changes there say nothing about the tests' tools. Homes
@@ -384,14 +448,15 @@ const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/run", "/logs", "/tests", "/solu
 /// Of a container's changed paths, those outside `workdir` and the scratch places, without the
 /// folders Docker lists only because something below them changed.
 fn outside(mut paths: Vec<String>, workdir: &str) -> Vec<String> {
-    let under = |p: &str, dir: &str| {
+    // `p` is `dir` or below it (no allocation: this runs for every changed path).
+    fn under(p: &str, dir: &str) -> bool {
         let dir = dir.trim_end_matches('/');
-        !dir.is_empty() && (p == dir || p.starts_with(&format!("{dir}/")))
-    };
+        !dir.is_empty() && p.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
     paths.retain(|p| !under(p, workdir) && !SCRATCH.iter().any(|s| under(p, s)));
-    paths.sort();
+    paths.sort_unstable();
     let parents: Vec<bool> = (0..paths.len())
-        .map(|i| paths.get(i + 1).is_some_and(|next| next.starts_with(&format!("{}/", paths[i]))))
+        .map(|i| paths.get(i + 1).is_some_and(|next| under(next, &paths[i]) && next.len() > paths[i].len()))
         .collect();
     paths.into_iter().zip(parents).filter(|(_, parent)| !parent).map(|(p, _)| p).collect()
 }

@@ -18,6 +18,12 @@
 //!   pulled from a registry on this machine (Debian's `docker-registry`); needs
 //!   `docker/build-local.sh agenteval:dev`. Alone: `AGENTEVAL_BENCH_ONLY=task-image`.
 //!
+//! - containment (issue 43), alone with `AGENTEVAL_BENCH_ONLY=containment`: a task attempt's uid
+//!   lease; the agent's snapshot and patch made by the worker's git over copies of the working
+//!   folder, next to the old way (git run inside the environment); the environment socket's
+//!   peer check; and the change report of a container holding 100,000 files the agent wrote.
+//!   Median and p95 over 100 tasks each (targets: +10 ms or less a task; the report ≤ 100 ms).
+//!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
 
 #[path = "../tests/it/util/mod.rs"]
@@ -120,6 +126,10 @@ fn main() {
         task_image_start(&rt, &docker, &context, scale(10));
         return;
     }
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("containment") {
+        containment(&rt, Arc::new(docker), &dir, n);
+        return;
+    }
     let (p50, p95) = rt.block_on(overhead(&docker, &spec, n));
     println!(
         "docker environment, image cached: prepare + teardown p50 {:.0} ms, p95 {:.0} ms over {n} tasks (target ≤ 500 ms)",
@@ -186,6 +196,144 @@ fn main() {
         v["summary"]["passed"],
         peak_kb / 1024
     );
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// The snapshot and patch as they were made before issue 43: git inside the environment, over
+/// its working folder, with a git folder beside it.
+async fn in_env_snapshot_and_patch(session: &agenteval_core::traits::EnvSession) {
+    use agenteval_core::environment::ExecRequest;
+    let root = session.env.worker_root(&session.handle);
+    let git = format!(
+        "GIT_DIR={}/tmp/.agenteval-start GIT_WORK_TREE={} git -c user.name=a -c user.email=a@b -c core.autocrlf=false",
+        root.trim_end_matches('/'),
+        session.handle.workdir
+    );
+    let snap = format!(
+        "mkdir -p {}/tmp && {git} init -q && {git} add -A && {git} commit -q --allow-empty -m start",
+        root.trim_end_matches('/')
+    );
+    let patch = format!("{git} add -A >/dev/null 2>&1 && {git} diff --cached --binary HEAD");
+    for cmd in [snap, patch] {
+        let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(120)) };
+        let out = session.env.exec(&session.handle, &req).await.expect("exec");
+        assert!(out.ok(), "{}", out.stderr);
+    }
+}
+
+/// Issue 43's costs per task: the uid lease, the snapshot and patch the new way and the old way
+/// (workspace and docker), the socket's peer check, and the change report of 100,000 files.
+fn containment(
+    rt: &tokio::runtime::Runtime,
+    docker: Arc<agenteval_docker::DockerEnvironment>,
+    dir: &tempfile::TempDir,
+    n: usize,
+) {
+    use agenteval_engine::environments::snapshot::Snapshot;
+    let task: TaskSpec = serde_json::from_value(serde_json::json!({"id": "bench", "input": ""})).unwrap();
+    let mut lease = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let l = agenteval_engine::isolation::uids::lease().expect("a lease");
+        lease.push(t.elapsed());
+        drop(l);
+    }
+    let (p50, p95) = quantiles(lease);
+    println!(
+        "uid lease (root: {}): p50 {:.3} ms, p95 {:.3} ms over {n}",
+        nix::unistd::geteuid().is_root(),
+        ms(p50),
+        ms(p95)
+    );
+
+    let me = std::process::id() as i32;
+    let child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let t = Instant::now();
+    for _ in 0..1000 {
+        assert!(agenteval_engine::environments::socket::descends_from(child.id() as i32, me));
+    }
+    println!("socket peer check (a child's ancestry): {:.1} µs a connection", t.elapsed().as_secs_f64() * 1e6 / 1000.0);
+    let mut child = child;
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let workspace: Arc<dyn Environment> =
+        Arc::new(agenteval_engine::environments::workspace::WorkspaceEnvironment::new(dir.path().join("ws-c"), vec![]));
+    let repo =
+        EnvSpec { context: Some(util::repo().join("configs/repo-tasks/fix-slugify/repo")), ..Default::default() };
+    let image = dir.path().join("env-c");
+    std::fs::create_dir_all(&image).unwrap();
+    std::fs::write(
+        image.join("Dockerfile"),
+        "FROM debian:bookworm-slim
+RUN apt-get update && apt-get install -y --no-install-recommends git && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY data.txt /app/data.txt
+",
+    )
+    .unwrap();
+    std::fs::write(
+        image.join("data.txt"),
+        "some task files
+"
+        .repeat(100),
+    )
+    .unwrap();
+    let in_docker = EnvSpec { context: Some(image), ..Default::default() };
+    for (name, env, spec) in
+        [("workspace", workspace, &repo), ("docker", docker.clone() as Arc<dyn Environment>, &in_docker)]
+    {
+        let run = RunId::new();
+        let (mut new, mut old) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for i in 0..n {
+            let handle = rt.block_on(env.prepare(&run, &task, i as u32 + 1, spec)).expect("prepare");
+            let session = agenteval_core::traits::EnvSession { env: env.clone(), handle };
+            let t = Instant::now();
+            rt.block_on(async {
+                let snap = Snapshot::take(&session, &run).await.expect("snapshot");
+                snap.patch(&session, 1 << 20).await.expect("patch");
+            });
+            new.push(t.elapsed());
+            let t = Instant::now();
+            rt.block_on(in_env_snapshot_and_patch(&session));
+            old.push(t.elapsed());
+            rt.block_on(env.teardown(&session.handle)).unwrap();
+        }
+        let ((n50, n95), (o50, o95)) = (quantiles(new), quantiles(old));
+        println!(
+            "{name}: snapshot + patch by the worker's git p50 {:.1} ms, p95 {:.1} ms; in the environment (before) p50 {:.1} ms, p95 {:.1} ms; over {n} tasks: {:+.1} ms a task at the median",
+            ms(n50),
+            ms(n95),
+            ms(o50),
+            ms(o95),
+            ms(n50) - ms(o50)
+        );
+    }
+
+    // The change report of a container in which the agent wrote 100,000 files.
+    let handle = rt.block_on(docker.prepare(&RunId::new(), &task, 1, &in_docker)).expect("prepare");
+    let req = agenteval_core::environment::ExecRequest::new(
+        "mkdir -p /opt/many && cd /opt/many && seq 1 100000 | xargs touch",
+        Duration::from_secs(300),
+    );
+    assert!(rt.block_on(docker.exec(&handle, &req)).unwrap().ok());
+    let mut times = Vec::new();
+    let mut found = 0;
+    for _ in 0..scale(10) {
+        let t = Instant::now();
+        found = rt.block_on(docker.changed_outside(&handle)).len();
+        times.push(t.elapsed());
+    }
+    let (p50, p95) = quantiles(times);
+    println!(
+        "change report of 100,000 files the agent wrote: p50 {:.0} ms, p95 {:.0} ms ({found} listed; target ≤ 100 ms)",
+        ms(p50),
+        ms(p95)
+    );
+    rt.block_on(docker.teardown(&handle)).unwrap();
 }
 
 fn docker(args: &[&str]) -> std::process::Output {

@@ -216,7 +216,8 @@ pub enum Command {
     ///
     /// Runs and each name's history, a run's report or live progress, a task's trace,
     /// comparisons, and the same as JSON under /api/ (docs/ui.md). It listens on 127.0.0.1 and
-    /// answers only requests to localhost; any other address needs --token.
+    /// every request carries a token (--token-file, AGENTEVAL_UI_TOKEN, else a new one, in the
+    /// printed address); --no-token on a loopback address only.
     Ui {
         #[command(flatten)]
         index: IndexArgs,

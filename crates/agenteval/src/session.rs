@@ -206,6 +206,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'s
     match &config.agent {
         AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
         AgentConfig::Command { .. } => "agent.command",
+        AgentConfig::Installed { .. } if reason.contains("(agent.setup)") => "agent.setup",
         AgentConfig::Llm(_) if reason.contains("key") || reason.contains("HTTP 401") || reason.contains("HTTP 403") => {
             "agent.secrets"
         }

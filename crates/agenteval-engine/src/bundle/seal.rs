@@ -452,7 +452,14 @@ pub async fn seal_contents(
     .await?;
     store.put(run, layout::REPORT, report.as_bytes()).await?;
     store.put(run, layout::REPORT_HTML, html.as_bytes()).await?;
-    let replay = format!("agenteval submit --config {}/{}\n", store.bundle_uri(run), layout::CONFIG);
+    // A command that runs as it is: `submit` reads a config from a local path only, so a bundle
+    // in a bucket is run again by its id, from the run index the AWS backend names.
+    let uri = store.bundle_uri(run);
+    let replay = if uri.contains("://") {
+        format!("agenteval rerun {run} --backend aws\n")
+    } else {
+        format!("agenteval submit --config {uri}/{}\n", layout::CONFIG)
+    };
     store.put(run, layout::REPLAY, replay.as_bytes()).await?;
     let mut meta = meta.clone();
     meta.sealed = true;

@@ -929,3 +929,24 @@ fn workers_start_by_fork_or_exec_as_agenteval_worker_start_says_and_nothing_else
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["summary"]["tasks_finished"], 8);
 }
+
+/// `replay_command.txt` is a command that runs as it is: run from another folder, it runs the
+/// same benchmark again (a new run of the same tasks, all passing as before).
+#[test]
+fn the_replay_command_of_a_bundle_runs_as_it_is() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 6, 0, 3, 2);
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let line = std::fs::read_to_string(bundle.join("replay_command.txt")).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.first(), Some(&"agenteval"), "{line}");
+    let elsewhere = tempfile::tempdir().unwrap();
+    let out = ws.cmd(&words[1..]).arg("--json").current_dir(elsewhere.path()).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{line}: {}", text(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(again["run_id"], v["run_id"], "a new run");
+    assert_eq!(again["summary"]["tasks_total"], v["summary"]["tasks_total"], "{again}");
+    assert_eq!(again["summary"]["passed"], v["summary"]["passed"], "{again}");
+}

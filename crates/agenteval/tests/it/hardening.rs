@@ -549,6 +549,8 @@ fn agenteval_processes_cannot_be_read_by_an_agent_of_the_same_user() {
     use std::os::unix::fs::MetadataExt as _;
     if !nix_root() {
         // Without root the test cannot switch users; the CI and this machine run it as root.
+        // CI runs the tests as root: there, a skip would hide that nothing was checked.
+        assert!(std::env::var_os("CI").is_none(), "this test needs root, and CI runs as root");
         eprintln!("skipped: needs root to run the processes as another user");
         return;
     }
@@ -666,6 +668,8 @@ print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": answer}}
 fn a_hostile_command_agent_finds_nothing_as_root_and_as_a_user() {
     use std::os::unix::fs::PermissionsExt as _;
     if !nix_root() {
+        // CI runs the tests as root: there, a skip would hide that nothing was checked.
+        assert!(std::env::var_os("CI").is_none(), "this test needs root, and CI runs as root");
         eprintln!("skipped: needs root to run as root and as another user");
         return;
     }
