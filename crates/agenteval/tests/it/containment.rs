@@ -36,6 +36,19 @@ fn repo_task(ws: &Workspace, task: &str, agent: &str) -> PathBuf {
     )
 }
 
+/// The shipped `repo-tasks`, all three at once, each run by the `command` agent `script`.
+fn all_repo_tasks(ws: &Workspace, name: &str, script: &str) -> PathBuf {
+    let cases = repo().join("configs/repo-tasks/cases.jsonl");
+    ws.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "name: {name}\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: command\n  command: [python3, {script}]\n\
+             environment:\n  kind: workspace\nbackend:\n  max_concurrent_jobs: 3\n  tasks_per_job: 1\nstorage:\n  bundle_root: runs\n",
+            cases.display()
+        ),
+    )
+}
+
 /// An agent that solves nothing itself: it only configures git for whoever runs it next in its
 /// workspace (`~/.gitconfig`: an fsmonitor hook that writes the solution and records its uid, an
 /// external diff that hides every change) and leaves an attributes file that would rewrite what
@@ -131,15 +144,7 @@ fn each_task_attempt_runs_as_a_uid_of_its_own() {
     }
     let ws = Workspace::new();
     ws.write("who.py", WHO);
-    let cases = repo().join("configs/repo-tasks/cases.jsonl");
-    let cfg = ws.write(
-        "who.yaml",
-        &format!(
-            "name: who\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: command\n  command: [python3, who.py]\n\
-             environment:\n  kind: workspace\nbackend:\n  max_concurrent_jobs: 3\n  tasks_per_job: 1\nstorage:\n  bundle_root: runs\n",
-            cases.display()
-        ),
-    );
+    let cfg = all_repo_tasks(&ws, "who", "who.py");
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "{v} {}", text(&out.stderr));
     let range = agenteval_engine::isolation::uids::FIRST
@@ -187,15 +192,7 @@ print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": json.dum
 fn no_agent_runs_a_command_in_another_tasks_environment() {
     let ws = Workspace::new();
     ws.write("intruder.py", INTRUDER);
-    let cases = repo().join("configs/repo-tasks/cases.jsonl");
-    let cfg = ws.write(
-        "intruder.yaml",
-        &format!(
-            "name: intruder\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: command\n  command: [python3, intruder.py]\n\
-             environment:\n  kind: workspace\nbackend:\n  max_concurrent_jobs: 3\n  tasks_per_job: 1\nstorage:\n  bundle_root: runs\n",
-            cases.display()
-        ),
-    );
+    let cfg = all_repo_tasks(&ws, "intruder", "intruder.py");
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "{v} {}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
