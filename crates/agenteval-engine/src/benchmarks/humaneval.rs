@@ -152,6 +152,14 @@ fn fenced(answer: &str) -> Option<&str> {
     Some(&body[..end])
 }
 
+/// A hash of everything that grades a problem: its prompt, entry point, tests and canonical
+/// solution.
+fn problem_content(p: &Problem) -> String {
+    use sha2::{Digest as _, Sha256};
+    let v = json!({"prompt": p.prompt, "entry_point": p.entry_point, "test": p.test, "canonical_solution": p.canonical_solution});
+    hex::encode(Sha256::digest(agenteval_core::model::canonical_json(&v)))
+}
+
 /// The program the harness runs for a completion.
 pub fn check_program(p: &Problem, completion: &str) -> String {
     format!("{}{}\n{}\ncheck({})", p.prompt, completion, p.test, p.entry_point)
@@ -175,7 +183,8 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 evaluators: vec![],
                 metadata: json!({"task_id": p.task_id, "entry_point": p.entry_point}),
                 environment: None,
-                content: None,
+                // What grades it is the problem's tests too: an edited test is another question.
+                content: Some(problem_content(&p)),
                 tests: None,
                 solution: None,
             };

@@ -109,6 +109,46 @@ fn case_path(base: &Path, p: &Path, what: &str, problems: &mut Vec<String>) -> P
     real
 }
 
+/// What an acting case says, wherever its folder is checked out: its environment and tests
+/// settings with every path made relative to the case file's folder, its metadata, and the
+/// files of its starting folder, local repository and tests (not its solution: not part of the
+/// question). An edited test changes it; a moved checkout does not.
+fn acting_content(
+    env: &agenteval_core::environment::EnvSpec,
+    tests: Option<&agenteval_core::environment::TestsSpec>,
+    metadata: &serde_json::Value,
+    base: &Path,
+) -> String {
+    use sha2::{Digest as _, Sha256};
+    let folder = base.canonicalize().unwrap_or_else(|_| base.to_path_buf());
+    let relative = |p: &Path| p.strip_prefix(&folder).map_or_else(|_| p.to_path_buf(), Path::to_path_buf);
+    let mut env = env.clone();
+    let mut trees: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(c) = env.context.take() {
+        trees.push(("context", c.clone()));
+        env.context = Some(relative(&c));
+    }
+    if let Some(r) = env.repo.clone().filter(|r| Path::new(r).is_absolute()) {
+        trees.push(("repo", PathBuf::from(&r)));
+        env.repo = Some(relative(Path::new(&r)).display().to_string());
+    }
+    let tests = tests.map(|t| {
+        let mut t = t.clone();
+        if let Some(d) = t.dir.take() {
+            trees.push(("tests", d.clone()));
+            t.dir = Some(relative(&d));
+        }
+        t
+    });
+    let settings = serde_json::json!({"environment": env, "tests": tests, "metadata": metadata});
+    let mut h = Sha256::new();
+    h.update(agenteval_core::model::canonical_json(&settings));
+    for (label, root) in trees {
+        super::hash_tree(&mut h, label, &root);
+    }
+    hex::encode(h.finalize())
+}
+
 /// A repository a case may name: a path inside its folder, or a remote over https, http, ssh or
 /// git (`user@host:path` too); never `file://`, `ext::` or anything git would read as an option.
 fn remote_repo_problem(repo: &str) -> Option<String> {
@@ -242,6 +282,7 @@ fn case_to_task(
         }
     }
     let tests = resolve_environment(&mut case, base, trust, problems);
+    let content = case.environment.as_ref().map(|env| acting_content(env, tests.as_ref(), &case.metadata, base));
     Some(TaskSpec {
         id,
         input: case.input,
@@ -250,7 +291,7 @@ fn case_to_task(
         evaluators: case.evaluators,
         metadata: case.metadata,
         environment: case.environment,
-        content: None,
+        content,
         tests,
         solution: case.solution,
     })

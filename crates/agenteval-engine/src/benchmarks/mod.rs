@@ -133,3 +133,37 @@ pub(crate) fn chosen(
     }
     tasks
 }
+
+/// Adds the files below `root` (or `root` itself, a file) to `h` under `label`: each one's path
+/// below `root`, whether it is executable, its length and its bytes, in path order; links are
+/// not followed. What cannot be read is hashed as unreadable, never skipped in silence.
+pub(crate) fn hash_tree(h: &mut sha2::Sha256, label: &str, root: &Path) {
+    use sha2::Digest as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut files = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(p) = todo.pop() {
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => match std::fs::read_dir(&p) {
+                Ok(entries) => todo.extend(entries.flatten().map(|e| e.path())),
+                Err(_) => files.push((p, None)),
+            },
+            Ok(m) if m.is_file() => files.push((p, Some(m.permissions().mode() & 0o111 != 0))),
+            _ => {}
+        }
+    }
+    files.sort();
+    h.update(label.as_bytes());
+    h.update([0]);
+    for (f, exec) in files {
+        h.update(f.strip_prefix(root).unwrap_or(&f).to_string_lossy().as_bytes());
+        h.update([0, u8::from(exec == Some(true))]);
+        match std::fs::read(&f) {
+            Ok(bytes) => {
+                h.update((bytes.len() as u64).to_le_bytes());
+                h.update(&bytes);
+            }
+            Err(_) => h.update(b"unreadable"),
+        }
+    }
+}

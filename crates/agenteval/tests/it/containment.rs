@@ -348,3 +348,56 @@ fn no_agent_opens_the_docker_engines_socket() {
         assert_ne!(got["uid"], 0, "{mode}: {got}");
     }
 }
+
+/// Copies a folder, as a second checkout of the repository would hold it.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    let out = std::process::Command::new("cp").arg("-a").arg(from).arg(to).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// The same benchmark in two checkouts (a CI runner's and the nightly machine's) is the same
+/// questions: `compare` pairs every task of the shipped `repo-tasks`; editing one case's test
+/// file makes exactly that case a different question (issue 47).
+#[test]
+fn two_checkouts_of_the_same_benchmark_pair_every_task_and_an_edited_test_is_a_new_question() {
+    let ws = Workspace::new();
+    let (a, b) = (ws.path().join("checkout-a"), ws.path().join("checkout-b"));
+    for dir in [&a, &b] {
+        copy_tree(&repo().join("configs/repo-tasks"), dir);
+    }
+    let runs = ws.path().join("runs");
+    let run_in = |dir: &std::path::Path| {
+        let cfg = dir.join("run.yaml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "name: checkouts\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent: {{kind: nop}}\nenvironment: {{kind: workspace}}\nstorage: {{bundle_root: {}}}\n",
+                runs.display()
+            ),
+        )
+        .unwrap();
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+        v["run_id"].as_str().unwrap().to_string()
+    };
+    let compare = |x: &str, y: &str| {
+        let out = ws.run(&["compare", x, y, "--format", "json", "--resamples", "200"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+        v
+    };
+    let (run_a, run_b) = (run_in(&a), run_in(&b));
+    let c = compare(&run_a, &run_b);
+    let c = if c["comparison"].is_object() { c["comparison"].clone() } else { c };
+    assert_eq!(c["paired_tasks"], 3, "{c}");
+    assert_eq!(c["changed"], serde_json::json!([]), "{c}");
+    // One case's test edited in one checkout: that case alone is another question.
+    let test = b.join("greet-flag/tests/test.sh");
+    let edited = std::fs::read_to_string(&test).unwrap() + "\n# stricter now\n";
+    std::fs::write(&test, edited).unwrap();
+    let run_b2 = run_in(&b);
+    let c = compare(&run_a, &run_b2);
+    let c = if c["comparison"].is_object() { c["comparison"].clone() } else { c };
+    assert_eq!(c["changed"], serde_json::json!(["greet-flag"]), "{c}");
+    assert_eq!(c["paired_tasks"], 2, "{c}");
+}
