@@ -143,12 +143,19 @@ impl Snapshot {
                 .spawn()
                 .map_err(|e| Error::io("running the worker's git", e))?;
             let mut out = Vec::new();
-            let stdout = child.stdout.take().expect("piped");
-            stdout.take(max_bytes + 1).read_to_end(&mut out).await.map_err(|e| Error::io("reading the patch", e))?;
+            let mut stdout = child.stdout.take().expect("piped");
+            (&mut stdout)
+                .take(max_bytes + 1)
+                .read_to_end(&mut out)
+                .await
+                .map_err(|e| Error::io("reading the patch", e))?;
             if out.len() as u64 > max_bytes {
-                let _ = child.kill().await;
+                // Counted to its end, not kept: the log says how large it was.
+                let rest = tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await.unwrap_or(0);
+                let _ = child.wait().await;
                 return Err(Error::invalid(format!(
-                    "the patch is over {max_bytes} bytes (environment.max_artifact_bytes)"
+                    "left out: it is {} bytes, over the task's {max_bytes} (environment.max_artifact_bytes, for the patch and the artifacts together)",
+                    out.len() as u64 + rest
                 )));
             }
             let status = child.wait().await.map_err(|e| Error::io("waiting for git diff", e))?;

@@ -665,11 +665,15 @@ async fn tear_down_live(ctx: &Ctx) {
 /// What the agent left: its patch against the starting state and the listed artifacts, kept
 /// for the task's pack as `artifacts/…`.
 async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Vec<String>) -> Result<()> {
-    let max = ctx.config.environment.artifact_bytes();
+    // One budget for the patch and the artifacts together; what does not fit is left out whole.
+    let mut left = ctx.config.environment.artifact_bytes();
     let snapshot = ctx.snapshots.lock().expect("not poisoned").get(&s.handle.id).cloned();
     if let Some(snapshot) = snapshot {
-        match snapshot.patch(s, max).await {
-            Ok(patch) => ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes()),
+        match snapshot.patch(s, left).await {
+            Ok(patch) => {
+                left = left.saturating_sub(patch.len() as u64);
+                ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes());
+            }
             Err(e) => log.push(format!("artifact patch.diff not kept: {e}")),
         }
     }
@@ -677,7 +681,7 @@ async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Ve
         return Ok(());
     }
     let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the artifacts", e))?;
-    log.extend(crate::environments::artifacts(s, &ctx.config.environment.artifacts, dir.path(), max).await);
+    log.extend(crate::environments::artifacts(s, &ctx.config.environment.artifacts, dir.path(), left).await);
     let mut files = Vec::new();
     let mut todo = vec![dir.path().to_path_buf()];
     while let Some(d) = todo.pop() {

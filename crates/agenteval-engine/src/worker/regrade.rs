@@ -72,7 +72,9 @@ pub(super) async fn recorded(
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 return Err(Error::io(
                     format!("run {} kept no patch of task {}", source.run, task.id),
-                    std::io::Error::other("no git in its environment: its final state cannot be re-created"),
+                    std::io::Error::other(
+                        "it was left out (over environment.max_artifact_bytes) or could not be made (its worker.log says which): its final state cannot be re-created",
+                    ),
                 ));
             }
             Err(e) => return Err(e),

@@ -401,3 +401,41 @@ fn two_checkouts_of_the_same_benchmark_pair_every_task_and_an_edited_test_is_a_n
     assert_eq!(c["changed"], serde_json::json!(["greet-flag"]), "{c}");
     assert_eq!(c["paired_tasks"], 2, "{c}");
 }
+
+/// Writes 200 KB into its working folder, and the shipped task's fix.
+const BIG_PATCH: &str = r#"
+import json, subprocess, sys
+req = json.loads(sys.stdin.readline())
+env = req["environment"]
+subprocess.run(env["exec"] + ["head -c 200000 /dev/urandom | base64 > big.txt"], check=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "done"}}), flush=True)
+"#;
+
+/// A patch over the task's artifact budget is left out whole (never cut), the task's log says
+/// how large it was, and `regrade` of that task is `infra` naming the missing patch (issue 47).
+#[test]
+fn a_patch_over_the_budget_is_left_out_whole_and_regrade_says_why() {
+    let ws = Workspace::new();
+    ws.write("big.py", BIG_PATCH);
+    let cfg = repo_task(&ws, "greet-flag", "  kind: command\n  command: [python3, big.py]");
+    let body = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("  kind: workspace\n", "  kind: workspace\n  max_artifact_bytes: 10000\n");
+    let cfg = ws.write("big.yaml", &body);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = ws.runs().join(&run);
+    assert!(read_bundle_file(bundle.join("tasks/greet-flag/artifacts/patch.diff")).is_err(), "no cut patch is kept");
+    let log = read_text(bundle.join("tasks/greet-flag/worker.log")).unwrap();
+    assert!(
+        log.contains("artifact patch.diff not kept: left out: it is") && log.contains("over the task's 10000"),
+        "{log}"
+    );
+    let out = ws.run(&["regrade", &run, "--json"]);
+    assert_eq!(out.status.code(), Some(3), "the task cannot be regraded: {}", text(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &results(&ws.runs().join(again["run_id"].as_str().unwrap()))[0];
+    assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("max_artifact_bytes"), "{r}");
+}
