@@ -107,6 +107,28 @@ impl DockerEnvironment {
         build.ensure(docker, &RunId::new(), timeout).await
     }
 
+    /// The engine's version, if it answers (`agenteval doctor`).
+    pub async fn engine_version(&self) -> Result<String> {
+        let docker = self.docker().await?;
+        let v = docker.version().await.map_err(|e| infra("cannot reach the Docker engine (is dockerd running?)", e))?;
+        Ok(v.version.unwrap_or_else(|| "unknown".into()))
+    }
+
+    /// The image a task runs, and whether the engine has it now (`agenteval doctor`): its own
+    /// `image`, or the tag its folder's content builds.
+    pub async fn image_present(&self, spec: &EnvSpec) -> Result<(String, bool)> {
+        let docker = self.docker().await?;
+        let tag = match (&spec.image, &spec.context) {
+            (Some(image), _) => image.clone(),
+            (None, Some(context)) => ImageBuild::new(context, self.base_image.as_deref())?.tag,
+            (None, None) => {
+                return Err(Error::invalid("the task names neither an image nor a folder to build one from"));
+            }
+        };
+        let present = docker.inspect_image(&tag).await.is_ok();
+        Ok((tag, present))
+    }
+
     /// Tags `local` as `reference` (`HOST/NAME:TAG`) and pushes it, with a registry user and
     /// password when one is needed.
     pub async fn push(&self, local: &str, reference: &str, credentials: Option<(String, String)>) -> Result<()> {

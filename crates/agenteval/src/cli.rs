@@ -324,8 +324,9 @@ pub enum Command {
     },
     /// Check that everything a run needs exists, before launching anything.
     ///
-    /// Locally: the bundle folder, the agent's program, the secrets. On AWS: credentials,
-    /// region, bucket, table, cluster, task definition, network, secrets.
+    /// Locally: the bundle folder, the agent's program (readable by the agents' uids under a
+    /// root worker), the secrets; for tasks in containers the Docker engine and each task image.
+    /// On AWS: credentials, region, bucket, table, cluster, task definition, network, secrets.
     Doctor {
         #[command(flatten)]
         run: RunConfigArgs,
@@ -335,6 +336,9 @@ pub enum Command {
         /// throw-away folder, and say what happened (a mistyped script, a debug print on stdout).
         #[arg(long)]
         probe: bool,
+        /// Also build the task images not built yet (tasks in containers), and say which fail.
+        #[arg(long)]
+        build: bool,
     },
     /// Work with run configs.
     Config {

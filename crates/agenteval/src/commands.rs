@@ -111,7 +111,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         }
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
-        Command::Doctor { run, json, probe } => doctor(&run, json, probe, telemetry).await,
+        Command::Doctor { run, json, probe, build } => doctor(&run, json, probe, build, telemetry).await,
         Command::Images { command: ImagesCommand::Build { run, push, json } } => {
             crate::images::build(&run, push.as_deref(), json).await
         }
@@ -630,10 +630,16 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
     }
 }
 
-async fn doctor(args: &RunConfigArgs, json: bool, probe: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+async fn doctor(
+    args: &RunConfigArgs,
+    json: bool,
+    probe: bool,
+    build: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    let mut checks = wiring::doctor::run(&wiring, &loaded.config).await;
+    let mut checks = wiring::doctor::run(&wiring, &loaded.config, build).await;
     if probe {
         checks.push(probe_agent(args, telemetry).await?);
     }
