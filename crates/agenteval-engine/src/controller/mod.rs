@@ -283,16 +283,26 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
     tasks.write_to(store.as_ref(), &run_id, layout::TASKS).await?;
     store.put(&run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
-    let record = RunRecord {
-        run_id,
-        name: config.name.clone(),
+    let record = new_run_record(&meta, store.bundle_uri(&run_id), now);
+    index.create_run(&record, tasks.ids()).await?;
+    let todo: Vec<u32> = (0..tasks.len() as u32).collect();
+    let run = Run::new(config, tasks, store, index, backend, meta, 0);
+    // From here on the run exists; what fails is an operation, not the user's input.
+    drive(run, todo, 0, opts).await.map_err(not_user_error)
+}
+
+/// The index's record of a run that starts now, from its metadata.
+fn new_run_record(meta: &Metadata, bundle_uri: String, now: chrono::DateTime<Utc>) -> RunRecord {
+    RunRecord {
+        run_id: meta.run_id,
+        name: meta.name.clone(),
         benchmark: meta.benchmark.clone(),
         agent: meta.agent.clone(),
         backend: meta.backend.clone(),
         status: RunStatus::Running,
-        bundle_uri: store.bundle_uri(&run_id),
-        config_hash: hash,
-        tasks_total: tasks.len() as u64,
+        bundle_uri,
+        config_hash: meta.config_hash.clone(),
+        tasks_total: meta.tasks_total,
         created_at: now,
         updated_at: now,
         finished_at: None,
@@ -304,12 +314,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         verdict: None,
         baseline: None,
         set_id: meta.set.as_ref().map(|s| s.id.clone()),
-    };
-    index.create_run(&record, tasks.ids()).await?;
-    let todo: Vec<u32> = (0..tasks.len() as u32).collect();
-    let run = Run::new(config, tasks, store, index, backend, meta, 0);
-    // From here on the run exists; what fails is an operation, not the user's input.
-    drive(run, todo, 0, opts).await.map_err(not_user_error)
+    }
 }
 
 /// Where an existing run lives, from its index record.

@@ -723,15 +723,32 @@ fn doctor_checks_the_engine_and_every_task_image() {
     let ws = Workspace::new();
     let tasks = ws.path().join("tasks");
     let nonce = uuid::Uuid::now_v7().to_string();
-    write_task(&tasks, "good", &format!("FROM debian:bookworm-slim\nRUN echo {nonce}\n"), "#!/bin/bash\ntrue\n", "true", "");
-    write_task(&tasks, "bad", &format!("FROM debian:bookworm-slim\nRUN echo {nonce} && echo doctor-saw-this >&2 && false\n"), "#!/bin/bash\ntrue\n", "true", "");
+    write_task(
+        &tasks,
+        "good",
+        &format!("FROM debian:bookworm-slim\nRUN echo {nonce}\n"),
+        "#!/bin/bash\ntrue\n",
+        "true",
+        "",
+    );
+    write_task(
+        &tasks,
+        "bad",
+        &format!("FROM debian:bookworm-slim\nRUN echo {nonce} && echo doctor-saw-this >&2 && false\n"),
+        "#!/bin/bash\ntrue\n",
+        "true",
+        "",
+    );
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let lines = |out: &std::process::Output| text(&out.stdout).lines().map(String::from).collect::<Vec<_>>();
 
     let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
     let said = lines(&out);
     assert_eq!(out.status.code(), Some(0), "{said:?}");
-    assert!(said.iter().any(|l| l.starts_with("ok") && l.contains("docker engine") && l.contains("reachable, version")), "{said:?}");
+    assert!(
+        said.iter().any(|l| l.starts_with("ok") && l.contains("docker engine") && l.contains("reachable, version")),
+        "{said:?}"
+    );
     assert_eq!(said.iter().filter(|l| l.contains("not built yet")).count(), 2, "{said:?}");
 
     let out = ws.run(&["doctor", "--build", "--config", cfg.to_str().unwrap()]);
@@ -741,7 +758,11 @@ fn doctor_checks_the_engine_and_every_task_image() {
     assert_eq!(failed.len(), 1, "{said:?}");
     assert!(failed[0].contains("bad") && failed[0].contains("doctor-saw-this"), "{said:?}");
 
-    let out = ws.cmd(&["doctor", "--config", cfg.to_str().unwrap()]).env("DOCKER_HOST", "unix:///nonexistent/docker.sock").output().unwrap();
+    let out = ws
+        .cmd(&["doctor", "--config", cfg.to_str().unwrap()])
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .output()
+        .unwrap();
     let said = lines(&out);
     assert_eq!(out.status.code(), Some(2), "{said:?}");
     let failed: Vec<&String> = said.iter().filter(|l| l.starts_with("FAIL")).collect();

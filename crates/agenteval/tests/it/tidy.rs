@@ -43,14 +43,95 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap()
 }
 
-/// A file's text without its unit tests (what follows `#[cfg(test)]`): tests may do what the
-/// product may not.
+/// A file's text without its unit tests (every item under `#[cfg(test)]`, blanked line for
+/// line so line numbers stay): tests may do what the product may not, and what follows a test
+/// module is product code like the rest.
 fn product_code(rel: &str) -> String {
-    let text = read(rel);
-    match text.find("#[cfg(test)]") {
-        Some(i) => text[..i].to_string(),
-        None => text,
+    strip_test_items(&read(rel))
+}
+
+/// `text` with each `#[cfg(test)]` item (a `mod … { … }` or `mod …;`, a function, an `impl`, a
+/// `use`) replaced by empty lines. Braces are counted outside strings, characters and comments.
+fn strip_test_items(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while let Some(at) = text[i..].find("#[cfg(test)]").map(|k| k + i) {
+        out.push_str(&text[i..at]);
+        let end = item_end(b, at + "#[cfg(test)]".len());
+        out.extend(text[at..end].chars().filter(|c| *c == '\n'));
+        i = end;
     }
+    out.push_str(&text[i..]);
+    out
+}
+
+/// Where the item that starts at or after `from` ends: after its `;` at depth 0, or after the
+/// `}` that closes its first `{`.
+fn item_end(b: &[u8], from: usize) -> usize {
+    let (mut i, mut depth) = (from, 0usize);
+    while i < b.len() {
+        match b[i] {
+            b'/' if b.get(i + 1) == Some(&b'/') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i + 1 < b.len() && !(b[i] == b'*' && b[i + 1] == b'/') {
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'r' if matches!(b.get(i + 1), Some(b'#') | Some(b'"'))
+                && (i == 0 || !b[i - 1].is_ascii_alphanumeric()) =>
+            {
+                let hashes = b[i + 1..].iter().take_while(|c| **c == b'#').count();
+                let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+                i += 2 + hashes;
+                while i < b.len() && !b[i..].starts_with(&close) {
+                    i += 1;
+                }
+                i += close.len() - 1;
+            }
+            b'"' => {
+                i += 1;
+                while i < b.len() && b[i] != b'"' {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'\'' if b.get(i + 2) == Some(&b'\'') || (b.get(i + 1) == Some(&b'\\') && b.get(i + 3) == Some(&b'\'')) => {
+                i += if b[i + 1] == b'\\' { 3 } else { 2 };
+            }
+            b';' if depth == 0 => return i + 1,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return i + 1;
+                }
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+#[test]
+fn test_items_are_stripped_and_what_follows_them_is_product_code() {
+    let body = |n: usize| (0..n).map(|_| "    x();\n").collect::<String>();
+    let text = format!(
+        "fn a() {{\n}}\n#[cfg(test)]\nmod tests {{\n    fn t() {{ let s = \"}}\"; let c = '{{'; }}\n}}\n/// After.\nfn after() {{\n{}}}\n",
+        body(100)
+    );
+    let code = strip_test_items(&text);
+    assert_eq!(code.lines().count(), text.lines().count(), "lines kept: {code}");
+    assert!(!code.contains("fn t()") && code.contains("fn after()"), "{code}");
+    assert_eq!(long_functions("a.rs", &code, 100), vec!["a.rs:8: after (102 lines)"]);
+    let one_line = "#[cfg(test)]\nmod tests;\nfn b() {}\n";
+    assert!(strip_test_items(one_line).contains("fn b()"));
 }
 
 /// Test-only source files: a module's unit tests kept beside it.
@@ -106,6 +187,31 @@ fn every_path_the_architecture_names_exists() {
         }
     }
     assert!(missing.is_empty(), "docs/ARCHITECTURE.md names paths that do not exist: {missing:?}");
+}
+
+/// The `.rs` files a crate's row of the code map names that are not in that crate.
+fn missing_in_row(krate: &str, row: &str, files: &[String]) -> Vec<String> {
+    let prefix = format!("crates/{krate}/");
+    code_spans(row)
+        .into_iter()
+        .flat_map(|s| s.split(|c: char| c.is_whitespace() || ",:()".contains(c)))
+        .filter(|w| w.ends_with(".rs") && w.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c)))
+        .filter(|w| !files.iter().any(|f| f.starts_with(&prefix) && (f.ends_with(&format!("/{w}")) || f == w)))
+        .map(|w| format!("{krate}: {w}"))
+        .collect()
+}
+
+/// Every file a crate's row of the code map names is a file of that crate.
+#[test]
+fn every_file_a_crates_row_names_is_in_that_crate() {
+    let files = repo_files();
+    let mut missing = Vec::new();
+    for (krate, row) in code_map_rows() {
+        missing.extend(missing_in_row(&krate, &row, &files));
+    }
+    assert!(missing.is_empty(), "code map rows name files their crate does not have: {missing:#?}");
+    let fake = "| `crates/agenteval-local` | `kind.rs` (the entry), `gone.rs` (no such file) |";
+    assert_eq!(missing_in_row("agenteval-local", fake, &files), vec!["agenteval-local: gone.rs"]);
 }
 
 #[test]
