@@ -226,6 +226,24 @@ impl EventSink for TraceSink {
     }
 }
 
+/// How often a task environment's storage is measured while its agent runs.
+const STORAGE_POLL: Duration = Duration::from_secs(2);
+
+/// Resolves, with why, once the task's environment has grown past its storage cap; never for
+/// an environment that cannot tell (a workspace: its scratch folder has its own limit).
+async fn storage_watch(env: &TaskEnvironment, task: &TaskSpec) -> String {
+    let Some(s) = &env.session else { return std::future::pending().await };
+    let cap = super::storage_cap_bytes(task);
+    loop {
+        tokio::time::sleep(STORAGE_POLL).await;
+        match s.env.written_bytes(&s.handle).await {
+            None => return std::future::pending().await,
+            Some(used) if used > cap => return super::storage_exceeded(used, cap),
+            Some(_) => {}
+        }
+    }
+}
+
 /// Runs the agent on one task under the run's limits, streaming its events to the task's
 /// `trace.jsonl`; returns its result and the open trace, which grading goes on writing to.
 // Long: the agent's future, its limits and its span are one `select!`; split, each part would
@@ -271,12 +289,17 @@ pub(super) async fn run_agent(
     // task forever. The config bounds it, so the `Duration` cannot overflow.
     let secs = limits.wall_seconds();
     let outcome = async {
-        match tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)).await {
-            Ok(o) => o,
-            Err(_) => AgentOutcome {
-                final_answer: None,
-                error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
+        tokio::select! {
+            run = tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)) => match run {
+                Ok(o) => o,
+                Err(_) => AgentOutcome {
+                    final_answer: None,
+                    error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
+                },
             },
+            // The environment's storage, watched while the agent writes: stopped at the cap
+            // (within a poll), so the machine keeps its disk.
+            why = storage_watch(env, task) => AgentOutcome { final_answer: None, error: Some((TerminatedBy::LimitDisk, why)) },
         }
     }
     .instrument(execute.clone())

@@ -712,19 +712,32 @@ impl CloneMessage for Error {
     }
 }
 
+/// The most a task's environment may grow by: its `storage_mb`, else the default.
+fn storage_cap_bytes(task: &TaskSpec) -> u64 {
+    task.environment.as_ref().and_then(|e| e.storage_mb).unwrap_or(DEFAULT_STORAGE_MB).saturating_mul(1 << 20)
+}
+
+/// Why a task went past its environment's storage.
+fn storage_exceeded(used: u64, cap: u64) -> String {
+    format!("the environment's files grew by {} MB, past its {} MB (the task's storage_mb)", used >> 20, cap >> 20)
+}
+
 /// The limits of its environment the agent went past, as its result says: the task's storage
 /// (what it wrote there) and the environment's memory (a process killed for it).
 async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentResult, log: &mut Vec<String>) {
-    let cap_mb = task.environment.as_ref().and_then(|e| e.storage_mb).unwrap_or(DEFAULT_STORAGE_MB);
+    let cap = storage_cap_bytes(task);
     if let Some(used) = s.env.written_bytes(&s.handle).await
-        && used > cap_mb.saturating_mul(1 << 20)
+        && used > cap
+        && agent.terminated_by != TerminatedBy::LimitDisk
     {
         agent.terminated_by = TerminatedBy::LimitDisk;
         agent.success = false;
-        let mb = used >> 20;
-        agent.error =
-            Some(format!("the environment's files grew by {mb} MB, past its {cap_mb} MB (the task's storage_mb)"));
-        log.push(format!("the agent wrote {mb} MB into its environment, past its {cap_mb} MB"));
+        agent.error = Some(storage_exceeded(used, cap));
+    }
+    if agent.terminated_by == TerminatedBy::LimitDisk
+        && let Some(e) = &agent.error
+    {
+        log.push(e.clone());
     }
     if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {
         agent.terminated_by = TerminatedBy::LimitMemory;

@@ -700,7 +700,9 @@ fn an_agent_that_writes_past_its_containers_storage_ends_at_the_disk_limit() {
     let tasks = ws.path().join("tasks");
     let dockerfile = "FROM debian:bookworm-slim\nWORKDIR /app\n";
     let write = "#!/bin/bash\nhead -c 80000000 /dev/zero > /var/big && touch /app/done\n";
-    write_task(&tasks, "over", dockerfile, write, "[ -e /app/done ]", "[environment]\nstorage_mb = 50\n");
+    // Past the cap and still running: stopped while it runs, not when it would have finished.
+    let keeps_on = "#!/bin/bash\nhead -c 80000000 /dev/zero > /var/big && touch /app/done && sleep 100\n";
+    write_task(&tasks, "over", dockerfile, keeps_on, "[ -e /app/done ]", "[environment]\nstorage_mb = 50\n");
     write_task(&tasks, "within", dockerfile, write, "[ -e /app/done ]", "[environment]\nstorage_mb = 200\n");
     let (v, _, out) = ws.submit(&harbor_config(&ws, &tasks, "oracle", ""), &[]);
     let run = v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))).to_string();
@@ -712,6 +714,7 @@ fn an_agent_that_writes_past_its_containers_storage_ends_at_the_disk_limit() {
     let r = read_json(&ws.runs().join(&run).join("tasks/over/result.json"));
     assert_eq!(r["agent"]["terminated_by"], "limit_disk", "{r}");
     assert!(r["agent"]["error"].as_str().unwrap().contains("storage_mb"), "{r}");
+    assert!(r["agent"]["wall_seconds"].as_f64().unwrap() < 30.0, "stopped as it went past, not at its end: {r}");
 }
 
 /// `doctor` checks what tasks in containers need: the engine (stopped: one failing line, exit
