@@ -266,6 +266,13 @@ impl Environment for DockerEnvironment {
     }
 
     async fn written_bytes(&self, env: &EnvHandle) -> Option<u64> {
+        // The blocks of the container's own layer, counted here when the engine keeps it on
+        // this machine (the engine's size also walks the whole image, slowly under load).
+        if let Some(upper) = self.upper_dir(env).await
+            && let Ok(Ok(used)) = tokio::task::spawn_blocking(move || layer_blocks(&upper)).await
+        {
+            return Some(used);
+        }
         let docker = self.docker().await.ok()?;
         let options = InspectContainerOptions { size: true };
         let info = docker.inspect_container(&env.id, Some(options)).await.ok()?;
@@ -400,15 +407,7 @@ impl DockerEnvironment {
         baseline: Option<std::sync::Arc<HashMap<String, Seen>>>,
     ) -> Vec<(String, Seen)> {
         let Ok(docker) = self.docker().await else { return Vec::new() };
-        let upper = docker
-            .inspect_container(&env.id, None::<InspectContainerOptions>)
-            .await
-            .ok()
-            .and_then(|i| i.graph_driver)
-            .filter(|g| g.name == "overlay2")
-            .and_then(|g| g.data.get("UpperDir").map(std::path::PathBuf::from))
-            .filter(|p| p.is_dir());
-        if let Some(upper) = upper
+        if let Some(upper) = self.upper_dir(env).await
             && let Ok(Ok(found)) = tokio::task::spawn_blocking(move || layer_changes(&upper, baseline.as_deref())).await
         {
             return found;
@@ -418,6 +417,39 @@ impl DockerEnvironment {
             _ => Vec::new(),
         }
     }
+}
+
+impl DockerEnvironment {
+    /// The container's own layer, where the engine keeps it on this machine (overlay2).
+    async fn upper_dir(&self, env: &EnvHandle) -> Option<std::path::PathBuf> {
+        let docker = self.docker().await.ok()?;
+        docker
+            .inspect_container(&env.id, None::<InspectContainerOptions>)
+            .await
+            .ok()
+            .and_then(|i| i.graph_driver)
+            .filter(|g| g.name == "overlay2")
+            .and_then(|g| g.data.get("UpperDir").map(std::path::PathBuf::from))
+            .filter(|p| p.is_dir())
+    }
+}
+
+/// The disk a container's layer takes: its files' blocks (a sparse file costs what it uses).
+fn layer_blocks(upper: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut total = 0u64;
+    let mut todo = vec![upper.to_path_buf()];
+    while let Some(dir) = todo.pop() {
+        for e in std::fs::read_dir(&dir)? {
+            let e = e?;
+            let m = e.metadata()?;
+            if m.is_dir() {
+                todo.push(e.path());
+            }
+            total = total.saturating_add(m.blocks() * 512);
+        }
+    }
+    Ok(total)
 }
 
 /// What a changed path was seen as: a file by its length, inode, time and mode; a folder (which

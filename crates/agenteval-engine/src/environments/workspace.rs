@@ -166,7 +166,15 @@ impl Environment for WorkspaceEnvironment {
     async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
         let dir = self.folder(env)?;
         let work = PathBuf::from(&env.workdir);
-        let home = dir.join("home");
+        let as_root = req.user.as_deref() == Some("0");
+        // The environment's own commands (the tests, an applied patch) get a home of their own,
+        // made new each time: the agent's `home/` (a `.pth` in its user site-packages, a
+        // `.gitconfig`) is the agent's, and the tests must not read it.
+        let home = if as_root { dir.join("tmp/root-home") } else { dir.join("home") };
+        if as_root {
+            let _ = std::fs::remove_dir_all(&home);
+            std::fs::create_dir_all(&home).map_err(|e| Error::io(format!("creating {}", home.display()), e))?;
+        }
         let cwd = match &req.workdir {
             Some(w) => self.inside(env, w)?,
             None => work.clone(),
@@ -175,11 +183,7 @@ impl Environment for WorkspaceEnvironment {
         // The environment's "root" (the tests, a recorded patch applied) may write the whole
         // attempt's folder; the agent's commands only its folder and its home. Both run as the
         // attempt's uid: nothing a workspace runs is ever root on the worker.
-        let view = if req.user.as_deref() == Some("0") {
-            base.with_scratch(&dir)
-        } else {
-            base.with_scratch(&work).with_scratch(&home)
-        };
+        let view = if as_root { base.with_scratch(&dir) } else { base.with_scratch(&work).with_scratch(&home) };
         let args = ["-c".into(), req.command.clone().into()];
         let mut std_cmd = sandbox::supervised("bash".as_ref(), &args, Some(&view));
         std_cmd.current_dir(&cwd).env_clear();

@@ -230,16 +230,17 @@ impl EventSink for TraceSink {
 const STORAGE_POLL: Duration = Duration::from_secs(2);
 
 /// Resolves, with why, once the task's environment has grown past its storage cap; never for
-/// an environment that cannot tell (a workspace: its scratch folder has its own limit).
+/// an environment that cannot tell (a workspace: its scratch folder has its own limit). A
+/// measurement that fails is tried again at the next poll.
 async fn storage_watch(env: &TaskEnvironment, task: &TaskSpec) -> String {
     let Some(s) = &env.session else { return std::future::pending().await };
     let cap = super::storage_cap_bytes(task);
     loop {
         tokio::time::sleep(STORAGE_POLL).await;
-        match s.env.written_bytes(&s.handle).await {
-            None => return std::future::pending().await,
-            Some(used) if used > cap => return super::storage_exceeded(used, cap),
-            Some(_) => {}
+        if let Some(used) = s.env.written_bytes(&s.handle).await
+            && used > cap
+        {
+            return super::storage_exceeded(used, cap);
         }
     }
 }

@@ -439,3 +439,40 @@ fn a_patch_over_the_budget_is_left_out_whole_and_regrade_says_why() {
     assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
     assert!(r["agent"]["error"].as_str().unwrap().contains("max_artifact_bytes"), "{r}");
 }
+
+/// Leaves a `.pth` in its home's user site-packages that makes any Python exit 0 as it starts.
+const PTH: &str = r#"
+import json, subprocess, sys
+req = json.loads(sys.stdin.readline())
+env = req["environment"]
+plant = "d=$(python3 -c 'import site; print(site.getusersitepackages())') && mkdir -p \"$d\" && echo 'import os; os._exit(0)' > \"$d/zz.pth\""
+done = subprocess.run(env["exec"] + [plant], capture_output=True, text=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": str(done.returncode)}}), flush=True)
+"#;
+
+/// In a workspace the tests run with a home of their own, not the agent's: a `.pth` the agent
+/// left in its user site-packages does not run in the tests' Python.
+#[test]
+fn a_workspaces_tests_do_not_read_the_agents_home() {
+    let ws = Workspace::new();
+    ws.write("pth.py", PTH);
+    let bench = ws.path().join("bench");
+    std::fs::create_dir_all(bench.join("start")).unwrap();
+    std::fs::create_dir_all(bench.join("tests")).unwrap();
+    std::fs::write(bench.join("start/README"), "nothing to do\n").unwrap();
+    std::fs::write(bench.join("tests/test.sh"), "python3 -c 'raise SystemExit(1)'\n").unwrap();
+    std::fs::write(
+        bench.join("cases.jsonl"),
+        "{\"id\": \"pth\", \"input\": \"x\", \"environment\": {\"context\": \"start\"}, \"tests\": {\"dir\": \"tests\", \"reward\": \"exit_code\"}}\n",
+    )
+    .unwrap();
+    let cfg = ws.write(
+        "pth.yaml",
+        "name: pth\nbenchmark: {kind: jsonl, cases: bench/cases.jsonl}\nagent:\n  kind: command\n  command: [python3, pth.py]\nenvironment: {kind: workspace}\nstorage: {bundle_root: runs}\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let r = &results(&ws.runs().join(v["run_id"].as_str().unwrap()))[0];
+    assert_eq!(r["agent"]["final_answer"], "0", "the agent planted it: {r}");
+    assert_eq!(r["passed"], false, "the tests' Python never read the agent's home: {r}");
+}
