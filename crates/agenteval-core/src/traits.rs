@@ -199,7 +199,7 @@ pub trait Environment: Send + Sync {
     async fn mark_baseline(&self, _env: &crate::environment::EnvHandle) {}
     /// How many bytes the environment's own files grew by since it was prepared (a container's
     /// writable layer), if the environment can tell: checked against the task's `storage_mb`
-    /// when the agent stops. The default tells nothing (a workspace's folder has its own
+    /// while the agent runs and when it stops. The default tells nothing (a workspace's folder has its own
     /// limit, `max_disk_bytes`).
     async fn written_bytes(&self, _env: &crate::environment::EnvHandle) -> Option<u64> {
         None

@@ -42,6 +42,8 @@ pub struct DockerEnvironment {
     /// Each live container's changes (path and kind) at its baseline: agenteval's own and an
     /// agent's setup, never counted as the agent's.
     baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
+    /// The network of containers with internet, made (and the host closed to it) once.
+    network: OnceCell<String>,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -60,7 +62,12 @@ fn is_not_found(e: &bollard::errors::Error) -> bool {
 
 impl DockerEnvironment {
     pub fn new(base_image: Option<String>) -> Self {
-        DockerEnvironment { docker: OnceCell::new(), base_image, baselines: Default::default() }
+        DockerEnvironment {
+            docker: OnceCell::new(),
+            base_image,
+            baselines: Default::default(),
+            network: OnceCell::new(),
+        }
     }
 
     /// The engine, connected on first use with the API version both sides speak.
@@ -180,7 +187,11 @@ impl Environment for DockerEnvironment {
             memory_swap: memory,
             nano_cpus: spec.cpus.map(|c| (c.clamp(0.01, 1024.0) * 1e9) as i64),
             // With internet, on agenteval's own bridge: the host and other tasks are closed.
-            network_mode: Some(if spec.network { network::ensure(docker).await? } else { "none".into() }),
+            network_mode: Some(if spec.network {
+                self.network.get_or_try_init(|| network::ensure(docker)).await?.clone()
+            } else {
+                "none".into()
+            }),
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),

@@ -185,13 +185,17 @@ async fn copy_tree_out(session: &EnvSession, to: &Path) -> Result<()> {
 }
 
 fn drop_git_records(dir: &Path) -> std::io::Result<()> {
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let t = e.file_type()?;
-        if e.file_name() == ".git" {
-            if t.is_dir() { std::fs::remove_dir_all(e.path())? } else { std::fs::remove_file(e.path())? }
-        } else if t.is_dir() {
-            drop_git_records(&e.path())?;
+    // A loop, not recursion: the tree is the agent's, as deep as it likes.
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d)? {
+            let e = e?;
+            let t = e.file_type()?;
+            if e.file_name() == ".git" {
+                if t.is_dir() { std::fs::remove_dir_all(e.path())? } else { std::fs::remove_file(e.path())? }
+            } else if t.is_dir() {
+                todo.push(e.path());
+            }
         }
     }
     Ok(())

@@ -226,7 +226,8 @@ impl EventSink for TraceSink {
     }
 }
 
-/// How often a task environment's storage is measured while its agent runs.
+/// How often a task environment's storage is measured while its agent runs, at most: every
+/// 2 s, or ten times as long as the last measurement took (a large layer costs a walk).
 const STORAGE_POLL: Duration = Duration::from_secs(2);
 
 /// Resolves, with why, once the task's environment has grown past its storage cap; never for
@@ -235,9 +236,13 @@ const STORAGE_POLL: Duration = Duration::from_secs(2);
 async fn storage_watch(env: &TaskEnvironment, task: &TaskSpec) -> String {
     let Some(s) = &env.session else { return std::future::pending().await };
     let cap = super::storage_cap_bytes(task);
+    let mut pause = STORAGE_POLL;
     loop {
-        tokio::time::sleep(STORAGE_POLL).await;
-        if let Some(used) = s.env.written_bytes(&s.handle).await
+        tokio::time::sleep(pause).await;
+        let took = Instant::now();
+        let used = s.env.written_bytes(&s.handle).await;
+        pause = STORAGE_POLL.max(took.elapsed() * 10);
+        if let Some(used) = used
             && used > cap
         {
             return super::storage_exceeded(used, cap);
