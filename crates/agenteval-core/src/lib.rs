@@ -7,6 +7,7 @@ pub mod config;
 pub mod environment;
 pub mod error;
 pub mod format;
+pub mod gateway;
 pub mod ids;
 pub mod layout;
 pub mod lines;

@@ -40,6 +40,11 @@ impl PriceTable {
         self.models.extend(models);
     }
 
+    /// The models the table prices by name.
+    pub fn models(&self) -> impl Iterator<Item = &str> {
+        self.models.keys().map(String::as_str)
+    }
+
     /// The price of `model`: itself, its alias, or its family once a date suffix or `-latest`
     /// is removed.
     pub fn lookup(&self, model: &str) -> Option<Price> {

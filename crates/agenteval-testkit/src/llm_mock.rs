@@ -1,6 +1,9 @@
-//! A scripted model server speaking OpenAI chat completions (`POST /v1/chat/completions`) and
-//! Anthropic messages (`POST /v1/messages`), so the `llm` agent and the judges are tested without
-//! a network or a key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`.
+//! A scripted model server speaking OpenAI chat completions (`POST /v1/chat/completions`),
+//! OpenAI Responses (`POST /v1/responses`) and Anthropic messages (`POST /v1/messages`), each
+//! streamed as server-sent events when the request says `"stream": true` (a streamed chat call
+//! reports usage only with `stream_options.include_usage`, as OpenAI's does), and
+//! `GET /v1/models`; so agents, the gateway and the judges are tested without a network or a
+//! key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`.
 //!
 //! What it answers is scripted by words in the conversation's first user message:
 //! - `USE_TOOL`: asks for the `python` tool with `print(6 * 7)`, then answers `the tool said …`;
@@ -30,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Response, StatusCode};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 /// A call the server received.
@@ -73,7 +76,23 @@ impl MockLlm {
                 addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");
                 let s1 = shared.clone();
                 let s2 = shared.clone();
+                let s3 = shared.clone();
                 let app = axum::Router::new()
+                    .route(
+                        "/v1/responses",
+                        post(move |h: HeaderMap, b: Bytes| answer(s3.clone(), latency, "responses", h, b)),
+                    )
+                    .route(
+                        "/v1/models",
+                        get(|| async {
+                            Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Body::from(
+                                    r#"{"object": "list", "data": [{"id": "mock-model", "object": "model"}]}"#,
+                                ))
+                                .unwrap()
+                        }),
+                    )
                     .route(
                         "/v1/chat/completions",
                         post(move |h: HeaderMap, b: Bytes| answer(s1.clone(), latency, "openai", h, b)),
@@ -147,7 +166,18 @@ async fn answer(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let messages = body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default();
+    let messages = match body.get("input") {
+        // Responses: its input items as messages (a function call's output as a tool message).
+        Some(Value::String(s)) => vec![json!({"role": "user", "content": s})],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| match i.get("type").and_then(Value::as_str) {
+                Some("function_call_output") => json!({"role": "tool", "content": i["output"]}),
+                _ => i.clone(),
+            })
+            .collect(),
+        _ => body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default(),
+    };
     let first = messages.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
     // A tool result: OpenAI's `tool` message, or Anthropic's `tool_result` block.
     let tool_result = messages.iter().rev().find_map(|m| {
@@ -252,6 +282,22 @@ async fn answer(
     };
     let call_id = format!("call_{call_no}");
     let (tool, args) = planned.unwrap_or(("python", Value::Null));
+    let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
+    if stream {
+        let include_usage = body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
+        let sse = streamed(
+            shape,
+            &text,
+            tool_call.then_some((call_id.as_str(), tool, &args)),
+            (input, output),
+            include_usage,
+        );
+        return Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .body(Body::from(sse))
+            .unwrap();
+    }
     let reply = match (shape, tool_call) {
         ("openai", false) => json!({
             "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
@@ -262,6 +308,16 @@ async fn answer(
                 {"id": call_id, "type": "function", "function": {"name": tool, "arguments": args.to_string()}}]},
                 "finish_reason": "tool_calls"}],
             "usage": {"prompt_tokens": input, "completion_tokens": output},
+        }),
+        ("responses", false) => json!({
+            "id": format!("resp_{call_no}"), "object": "response", "status": "completed",
+            "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output},
+        }),
+        ("responses", true) => json!({
+            "id": format!("resp_{call_no}"), "object": "response", "status": "completed",
+            "output": [{"type": "function_call", "call_id": call_id, "name": tool, "arguments": args.to_string()}],
+            "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output},
         }),
         (_, false) => json!({
             "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
@@ -277,4 +333,113 @@ async fn answer(
         .header("content-type", "application/json")
         .body(Body::from(reply.to_string()))
         .unwrap()
+}
+
+/// A streamed answer as each provider sends one: the text in two pieces, a tool call, and the
+/// usage where that provider puts it.
+fn streamed(
+    shape: &str,
+    text: &str,
+    tool: Option<(&str, &str, &Value)>,
+    (input, output): (u64, u64),
+    include_usage: bool,
+) -> String {
+    let split = text.char_indices().nth(text.chars().count() / 2).map_or(text.len(), |(i, _)| i);
+    let pieces = [&text[..split], &text[split..]];
+    let mut out = String::new();
+    let mut event = |name: Option<&str>, data: Value| {
+        if let Some(n) = name {
+            out.push_str(&format!("event: {n}\n"));
+        }
+        out.push_str(&format!("data: {data}\n\n"));
+    };
+    match shape {
+        "openai" => {
+            match tool {
+                Some((id, name, args)) => event(
+                    None,
+                    json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+                    {"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}]}}]}),
+                ),
+                None => {
+                    for p in pieces {
+                        event(None, json!({"choices": [{"index": 0, "delta": {"content": p}}]}));
+                    }
+                }
+            }
+            let finish = if tool.is_some() { "tool_calls" } else { "stop" };
+            event(None, json!({"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}));
+            if include_usage {
+                event(None, json!({"choices": [], "usage": {"prompt_tokens": input, "completion_tokens": output}}));
+            }
+            out.push_str("data: [DONE]\n\n");
+        }
+        "responses" => {
+            event(Some("response.created"), json!({"type": "response.created", "response": {"status": "in_progress"}}));
+            let output_items = match tool {
+                Some((id, name, args)) => {
+                    json!([{"type": "function_call", "call_id": id, "name": name, "arguments": args.to_string()}])
+                }
+                None => {
+                    for p in pieces {
+                        event(
+                            Some("response.output_text.delta"),
+                            json!({"type": "response.output_text.delta", "delta": p}),
+                        );
+                    }
+                    json!([{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}])
+                }
+            };
+            event(
+                Some("response.completed"),
+                json!({"type": "response.completed", "response": {
+                "status": "completed", "output": output_items,
+                "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output}}}),
+            );
+        }
+        _ => {
+            event(
+                Some("message_start"),
+                json!({"type": "message_start", "message": {"role": "assistant", "content": [],
+                "usage": {"input_tokens": input, "output_tokens": 1}}}),
+            );
+            match tool {
+                Some((id, name, args)) => {
+                    event(
+                        Some("content_block_start"),
+                        json!({"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                    );
+                    event(
+                        Some("content_block_delta"),
+                        json!({"type": "content_block_delta", "index": 0,
+                        "delta": {"type": "input_json_delta", "partial_json": args.to_string()}}),
+                    );
+                }
+                None => {
+                    event(
+                        Some("content_block_start"),
+                        json!({"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "text", "text": ""}}),
+                    );
+                    for p in pieces {
+                        event(
+                            Some("content_block_delta"),
+                            json!({"type": "content_block_delta", "index": 0,
+                            "delta": {"type": "text_delta", "text": p}}),
+                        );
+                    }
+                }
+            }
+            event(Some("content_block_stop"), json!({"type": "content_block_stop", "index": 0}));
+            let stop = if tool.is_some() { "tool_use" } else { "end_turn" };
+            event(
+                Some("message_delta"),
+                json!({"type": "message_delta", "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": output}}),
+            );
+            event(Some("message_stop"), json!({"type": "message_stop"}));
+        }
+    }
+    out
 }

@@ -147,3 +147,59 @@ impl Endpoint {
         }
     }
 }
+
+/// Where the model gateway sends a `command` or `installed` agent's calls (`docs/agents.md`):
+/// the agent is given a token of its task and the gateway's base URLs, never these keys.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct Upstream {
+    /// Where calls in OpenAI's wires (chat completions, Responses, `GET /v1/models`) go:
+    /// `base_url` (default `https://api.openai.com/v1`), the key (default the secret
+    /// `OPENAI_API_KEY`), and a price for every model it serves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openai: Option<Endpoint>,
+    /// Where Anthropic Messages calls go: `base_url` (default `https://api.anthropic.com/v1`),
+    /// the key (default the secret `ANTHROPIC_API_KEY`), a price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub anthropic: Option<Endpoint>,
+    /// Prices by model id, extending or overriding the packaged table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub prices: BTreeMap<String, ModelPrice>,
+    /// How a replayed call finds its recording: `fingerprint` (the default: the first unused
+    /// recorded call with the same request) or `order` (also the task's n-th recorded call when
+    /// it has the same wire and model: for agents whose requests carry ids or times).
+    #[serde(default, skip_serializing_if = "ReplayMatch::is_default")]
+    pub replay_match: ReplayMatch,
+}
+
+/// How a replayed call is matched to its recording.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayMatch {
+    #[default]
+    Fingerprint,
+    Order,
+}
+
+impl ReplayMatch {
+    pub fn is_default(&self) -> bool {
+        *self == ReplayMatch::Fingerprint
+    }
+}
+
+impl Upstream {
+    /// The secret each endpoint's key is fetched from: `(endpoint, secret name)`, `openai` or
+    /// `anthropic`; by default the provider's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+    pub fn secrets(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (endpoint, which, var) in
+            [(&self.openai, "openai", "OPENAI_API_KEY"), (&self.anthropic, "anthropic", "ANTHROPIC_API_KEY")]
+        {
+            if let Some(e) = endpoint {
+                let name = e.secrets.values().next().cloned().unwrap_or_else(|| var.to_string());
+                out.push((which, name));
+            }
+        }
+        out
+    }
+}

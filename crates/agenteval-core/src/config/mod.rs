@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
-pub use llm::{DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig, ModelPrice};
+pub use llm::{
+    DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig, ModelPrice, ReplayMatch, Upstream,
+};
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
     load_config_str, load_config_str_checked, load_evaluator_str,
@@ -578,6 +580,12 @@ pub enum AgentConfig {
         /// agenteval reach the agent under test. Default: none (`docs/agent-protocol.md`).
         #[serde(default, skip_serializing_if = "InheritEnv::is_none")]
         inherit_env: InheritEnv,
+        /// The model the agent's calls go to through agenteval's model gateway, which meters,
+        /// budgets, records and replays every call and holds the key (`docs/agents.md`): the
+        /// agent gets `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL` and a token of its task as
+        /// `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream: Option<Upstream>,
         #[serde(default)]
         limits: Limits,
         /// The config file's folder, filled in when loading: relative paths in `command` and
@@ -635,6 +643,12 @@ pub enum AgentConfig {
         /// task's container: the agent's own keys only).
         #[serde(default)]
         secrets: BTreeMap<String, String>,
+        /// The model the agent's calls go to through agenteval's model gateway, which meters,
+        /// budgets, records and replays every call and holds the key (`docs/agents.md`): the
+        /// agent gets `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL` and a token of its task as
+        /// `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upstream: Option<Upstream>,
         #[serde(default)]
         limits: Limits,
     },
@@ -759,6 +773,14 @@ impl AgentConfig {
             | AgentConfig::Nop { limits }
             | AgentConfig::Installed { limits, .. }
             | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
+        }
+    }
+
+    /// Where the gateway sends the agent's model calls, when it goes through one.
+    pub fn upstream(&self) -> Option<&Upstream> {
+        match self {
+            AgentConfig::Command { upstream, .. } | AgentConfig::Installed { upstream, .. } => upstream.as_ref(),
+            _ => None,
         }
     }
 

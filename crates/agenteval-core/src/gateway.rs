@@ -1,0 +1,159 @@
+//! The model gateway's port: the one door through which an agent reaches its model. The worker
+//! opens a [`Door`] per task attempt (its own bearer token, its budget, its recording or the
+//! recording to replay) and hears of every call as it ends ([`ModelCall`]); the gateway itself
+//! (an HTTP server holding the provider keys) lives in its own crate.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::secret::{Redactor, Secret};
+use crate::{Result, RunId, TaskId};
+
+/// What a door is opened with.
+#[derive(Debug, Clone)]
+pub struct DoorSpec {
+    pub run_id: RunId,
+    pub task_id: TaskId,
+    pub attempt: u32,
+    /// Tokens (input + output) the task may use; a call once they are spent is refused.
+    pub max_tokens: Option<u64>,
+    /// Dollars the task may spend; a call once they are spent, or to a model without a known
+    /// price, is refused.
+    pub max_cost_usd: Option<f64>,
+    /// Recorded calls to answer from (a task's `cassette.jsonl`), and how.
+    pub replay: Option<Replay>,
+    /// Scrubs the task's secrets from what is recorded and reported.
+    pub redactor: Redactor,
+}
+
+/// Calls answered from a recording instead of the provider.
+#[derive(Debug, Clone)]
+pub struct Replay {
+    /// The task's `cassette.jsonl` as recorded.
+    pub cassette: Vec<u8>,
+    /// `false`: a call the recording does not have goes to the provider (`replay-or-live`);
+    /// `true`: it is refused and the task ends `replay_miss`.
+    pub strict: bool,
+}
+
+/// Where an agent reaches the gateway from, which decides the address in its base URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// A process on this machine (a `command` agent, a workspace, the worker's own container).
+    Host,
+    /// A container on the task network, which reaches the host at this address.
+    Container(std::net::Ipv4Addr),
+}
+
+/// One model call through the gateway, as the worker records it: usage from the provider's own
+/// fields, never the agent's.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelCall {
+    /// 1-based, in the order the calls arrived.
+    pub call: u32,
+    /// `openai.chat`, `openai.responses`, `anthropic.messages`.
+    pub wire: String,
+    /// The model the request named.
+    pub model: String,
+    pub stream: bool,
+    /// The HTTP status the agent got.
+    pub status: u16,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    /// `None`: no price is known for the model (or the provider reported no usage).
+    pub cost_usd: Option<f64>,
+    /// Milliseconds from the request to the answer's last byte.
+    pub latency_ms: u64,
+    /// Milliseconds to the answer's first byte.
+    pub ttfb_ms: u64,
+    /// Why the model stopped, in the provider's words.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub finish_reason: String,
+    /// The request's last message (redacted, cut to a few KiB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub prompt: String,
+    /// The answer's text (redacted, cut to a few KiB).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub answer: String,
+    /// Answered from the recording, not the provider.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replayed: bool,
+    /// Why the gateway refused the call (a spent budget, a replay miss, an unknown price).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Refusal>,
+}
+
+/// Why a call was refused, and what that means for the task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Refusal {
+    /// The task's tokens are spent (`limit_tokens`).
+    Tokens { reason: String },
+    /// The task's dollars are spent, or the model's price is unknown under a cost limit
+    /// (`limit_cost`).
+    Cost { reason: String },
+    /// Strict replay found no recording of the call (`replay_miss`).
+    ReplayMiss { reason: String },
+    /// The provider could not be reached, or the call is not one the gateway serves.
+    Upstream { reason: String },
+}
+
+impl Refusal {
+    pub fn reason(&self) -> &str {
+        match self {
+            Refusal::Tokens { reason }
+            | Refusal::Cost { reason }
+            | Refusal::ReplayMiss { reason }
+            | Refusal::Upstream { reason } => reason,
+        }
+    }
+}
+
+/// The worker's model gateway: opens a door per task attempt.
+#[async_trait]
+pub trait ModelGateway: Send + Sync {
+    /// A door for one task attempt; calls through it are answered until it is closed.
+    async fn open(&self, spec: DoorSpec) -> Result<Box<dyn Door>>;
+    /// Makes the gateway reachable from containers at `ip` (the task network's host address):
+    /// the port it listens on there. Idempotent.
+    async fn listen_on(&self, ip: std::net::Ipv4Addr) -> Result<u16>;
+}
+
+/// One task attempt's door: its token, its base URLs, its calls as they end.
+#[async_trait]
+pub trait Door: Send {
+    /// The bearer token the agent sends as its API key; refused once the door is closed and by
+    /// every other door.
+    fn token(&self) -> &Secret;
+    /// The OpenAI base URL (`…/v1`) and the Anthropic one (its root) an agent reaching the
+    /// gateway from `reach` is given.
+    fn base_urls(&self, reach: Reach) -> Result<(String, String)>;
+    /// The next call that ended; `None` once the door is closed.
+    async fn next_call(&mut self) -> Option<ModelCall>;
+    /// A call that already ended, without waiting.
+    fn try_next_call(&mut self) -> Option<ModelCall>;
+    /// Calls that arrived and have not ended yet (an answer still streaming).
+    fn in_flight(&self) -> u32;
+    /// Closes the door (the token stops working at once) and returns the task's calls as
+    /// cassette lines (redacted).
+    fn close(&mut self) -> Vec<u8>;
+}
+
+/// The variables an agent gets to reach its model through a door: the token as every
+/// provider's key, and the base URLs under the names the providers' SDKs and the popular agents
+/// read.
+pub fn door_env(token: &Secret, openai_base: &str, anthropic_base: &str) -> Vec<(String, String)> {
+    let t = token.expose().to_string();
+    vec![
+        ("OPENAI_API_KEY".into(), t.clone()),
+        ("OPENAI_BASE_URL".into(), openai_base.into()),
+        ("OPENAI_API_BASE".into(), openai_base.into()),
+        ("ANTHROPIC_API_KEY".into(), t.clone()),
+        ("ANTHROPIC_AUTH_TOKEN".into(), t.clone()),
+        ("ANTHROPIC_BASE_URL".into(), anthropic_base.into()),
+        ("AGENTEVAL_GATEWAY_TOKEN".into(), t),
+        ("AGENTEVAL_GATEWAY_URL".into(), openai_base.into()),
+    ]
+}

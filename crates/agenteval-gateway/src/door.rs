@@ -1,0 +1,168 @@
+//! One task attempt's door: its token, its budget and spend, its calls as they end, its
+//! recording, and the recording it replays.
+
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+use agenteval_core::gateway::{Door, DoorSpec, ModelCall, Reach};
+use agenteval_core::secret::{Redactor, Secret};
+use agenteval_core::{Error, Result};
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use crate::Inner;
+use crate::cassette::{self, Entry, Replayer};
+
+/// What the server knows of an open door.
+pub(crate) struct Session {
+    pub task: String,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub redactor: Redactor,
+    pub state: Mutex<State>,
+    pub calls: mpsc::UnboundedSender<ModelCall>,
+}
+
+pub(crate) struct State {
+    /// Tokens and dollars spent so far (calls that ended).
+    pub tokens: u64,
+    pub cost: f64,
+    /// Calls that arrived so far (the next call's 0-based number).
+    pub arrived: u32,
+    /// Calls that arrived and have not ended.
+    pub in_flight: u32,
+    pub recorded: Vec<Entry>,
+    pub replay: Option<(Replayer, bool)>,
+    pub closed: bool,
+}
+
+impl Session {
+    /// A call ended: its spend counts, its line is kept (a refused call has none), the worker
+    /// hears of it.
+    pub fn ended(&self, entry: Option<Entry>, call: ModelCall) {
+        let mut s = self.state.lock().expect("not poisoned");
+        s.tokens = s.tokens.saturating_add(call.input_tokens.saturating_add(call.output_tokens));
+        s.cost += call.cost_usd.unwrap_or(0.0);
+        s.in_flight = s.in_flight.saturating_sub(1);
+        s.recorded.extend(entry);
+        drop(s);
+        let _ = self.calls.send(call);
+    }
+}
+
+/// The worker's side of a door.
+pub struct GatewayDoor {
+    inner: Arc<Inner>,
+    session: Arc<Session>,
+    token: Secret,
+    calls: mpsc::UnboundedReceiver<ModelCall>,
+    ports: Vec<(Ipv4Addr, u16)>,
+    loopback: Option<u16>,
+}
+
+impl std::fmt::Debug for GatewayDoor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayDoor").field("task", &self.session.task).finish_non_exhaustive()
+    }
+}
+
+/// A token no one guesses: 244 random bits, shaped like a key so that the redactor's key
+/// shapes catch it too.
+fn new_token() -> String {
+    format!("sk-agenteval-{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
+}
+
+pub(crate) fn open(
+    inner: Arc<Inner>,
+    spec: DoorSpec,
+    loopback: Option<u16>,
+    ports: Vec<(Ipv4Addr, u16)>,
+) -> GatewayDoor {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let replay = spec.replay.as_ref().map(|r| {
+        // An unreadable recording replays as an empty one: every call is a miss, said per call.
+        let entries = cassette::parse(&r.cassette).unwrap_or_default();
+        (Replayer::new(entries, inner.config.replay_match), r.strict)
+    });
+    let token = new_token();
+    let session = Arc::new(Session {
+        task: spec.task_id.to_string(),
+        max_tokens: spec.max_tokens,
+        max_cost_usd: spec.max_cost_usd,
+        redactor: spec.redactor.clone(),
+        state: Mutex::new(State {
+            tokens: 0,
+            cost: 0.0,
+            arrived: 0,
+            in_flight: 0,
+            recorded: Vec::new(),
+            replay,
+            closed: false,
+        }),
+        calls: tx,
+    });
+    inner.doors.lock().expect("not poisoned").insert(token.clone(), session.clone());
+    GatewayDoor { inner, session, token: Secret::new(token), calls: rx, ports, loopback }
+}
+
+impl GatewayDoor {
+    /// The cassette lines of the calls that ended so far (redacted), in call order.
+    pub fn cassette(&self) -> Vec<u8> {
+        let mut entries = self.session.state.lock().expect("not poisoned").recorded.clone();
+        entries.sort_by_key(|e| e.call);
+        let mut out = Vec::new();
+        for e in entries {
+            out.extend(serde_json::to_vec(&e).expect("entries serialize"));
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// Tokens and dollars spent so far.
+    pub fn spent(&self) -> (u64, f64) {
+        let s = self.session.state.lock().expect("not poisoned");
+        (s.tokens, s.cost)
+    }
+}
+
+#[async_trait]
+impl Door for GatewayDoor {
+    fn token(&self) -> &Secret {
+        &self.token
+    }
+
+    fn base_urls(&self, reach: Reach) -> Result<(String, String)> {
+        let (ip, port) = match reach {
+            Reach::Host => (Ipv4Addr::LOCALHOST, self.loopback),
+            Reach::Container(ip) => (ip, self.ports.iter().find(|(i, _)| *i == ip).map(|(_, p)| *p)),
+        };
+        let port = port.ok_or_else(|| Error::invalid(format!("the model gateway does not listen at {ip}")))?;
+        Ok((format!("http://{ip}:{port}/v1"), format!("http://{ip}:{port}")))
+    }
+
+    async fn next_call(&mut self) -> Option<ModelCall> {
+        self.calls.recv().await
+    }
+
+    fn try_next_call(&mut self) -> Option<ModelCall> {
+        self.calls.try_recv().ok()
+    }
+
+    fn in_flight(&self) -> u32 {
+        self.session.state.lock().expect("not poisoned").in_flight
+    }
+
+    fn close(&mut self) -> Vec<u8> {
+        self.session.state.lock().expect("not poisoned").closed = true;
+        self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
+        self.calls.close();
+        self.cassette()
+    }
+}
+
+impl Drop for GatewayDoor {
+    fn drop(&mut self) {
+        self.session.state.lock().expect("not poisoned").closed = true;
+        self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
+    }
+}

@@ -1,0 +1,416 @@
+//! The gateway's HTTP side: the routes, a call from its token to its answer (refused, replayed
+//! or forwarded and streamed back as it arrives), and what each call leaves: its record for the
+//! worker and its cassette line.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use agenteval_core::gateway::{ModelCall, Refusal};
+use agenteval_llm::{Usage, cost};
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, HeaderValue, Response, StatusCode, header};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use crate::Inner;
+use crate::cassette::{self, Entry, MAX_RECORDED_BYTES};
+use crate::door::Session;
+use crate::wire::{self, Heard, Listener, Wire};
+
+/// Largest request body accepted: long agent contexts, not unbounded ones.
+const MAX_REQUEST_BYTES: usize = 64 << 20;
+
+pub(crate) fn router(inner: Arc<Inner>) -> axum::Router {
+    axum::Router::new()
+        .route("/v1/chat/completions", post(|s, h, b| call(s, h, b, Wire::Chat)))
+        .route("/v1/responses", post(|s, h, b| call(s, h, b, Wire::Responses)))
+        .route("/v1/messages", post(|s, h, b| call(s, h, b, Wire::Messages)))
+        .route("/v1/models", get(models))
+        .fallback(|| async {
+            answer(
+                StatusCode::NOT_FOUND,
+                &wire::error_body(
+                    Wire::Chat,
+                    "not_found",
+                    "the agenteval gateway serves /v1/chat/completions, /v1/responses, /v1/messages and /v1/models",
+                ),
+            )
+        })
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .with_state(inner)
+}
+
+fn answer(status: StatusCode, body: &Value) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .expect("a valid response")
+}
+
+/// The token a call carries: `Authorization: Bearer …` (OpenAI's SDKs, Claude Code's
+/// `ANTHROPIC_AUTH_TOKEN`) or `x-api-key` (Anthropic's).
+fn token_of(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok())).map(str::trim)
+}
+
+fn session_of(inner: &Inner, headers: &HeaderMap) -> Option<Arc<Session>> {
+    let token = token_of(headers)?;
+    inner.doors.lock().expect("not poisoned").get(token).cloned()
+}
+
+fn unauthorized(wire: Wire) -> Response<Body> {
+    let kind = if wire.is_anthropic() { "authentication_error" } else { "invalid_api_key" };
+    answer(
+        StatusCode::UNAUTHORIZED,
+        &wire::error_body(wire, kind, "agenteval gateway: this key is not a token of a running task"),
+    )
+}
+
+/// What the gateway does with a call once it has arrived.
+enum Plan {
+    Refuse(Refusal),
+    Replay(Entry),
+    Forward,
+}
+
+async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, wire: Wire) -> Response<Body> {
+    let started = Instant::now();
+    let Some(session) = session_of(&inner, &headers) else { return unauthorized(wire) };
+    let request: Value = match serde_json::from_slice(&body) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => {
+            return answer(
+                StatusCode::BAD_REQUEST,
+                &wire::error_body(wire, "invalid_request_error", "the request body is not a JSON object"),
+            );
+        }
+    };
+    let asked = wire::asked(wire, &request);
+    let fingerprint = cassette::fingerprint(wire.name(), &request);
+    let price = inner.config.price(wire, &asked.model);
+    let (n, plan) = {
+        let mut s = session.state.lock().expect("not poisoned");
+        if s.closed {
+            drop(s);
+            return unauthorized(wire);
+        }
+        let n = s.arrived;
+        s.arrived += 1;
+        s.in_flight += 1;
+        let plan = if let Some(max) = session.max_tokens.filter(|m| s.tokens >= *m) {
+            Plan::Refuse(Refusal::Tokens {
+                reason: format!("the task's tokens are spent: {} used, max_tokens {max}", s.tokens),
+            })
+        } else if let Some(max) = session.max_cost_usd.filter(|m| s.cost >= *m) {
+            Plan::Refuse(Refusal::Cost {
+                reason: format!("the task's budget is spent: ${:.6} used, max_cost_usd ${max:.6}", s.cost),
+            })
+        } else if session.max_cost_usd.is_some() && price.is_none() {
+            Plan::Refuse(Refusal::Cost {
+                reason: format!(
+                    "no price is known for model `{}`, so the task's max_cost_usd cannot be kept: give its price in \
+                     agent.upstream.prices",
+                    asked.model
+                ),
+            })
+        } else {
+            match s.replay.as_mut() {
+                None => Plan::Forward,
+                Some((r, strict)) => match r.find(n as usize, &fingerprint, wire.name(), &asked.model) {
+                    Some(e) => Plan::Replay(e),
+                    None if *strict => {
+                        let why =
+                            r.miss(n as usize, wire.name(), &asked.model, &session.redactor.redact_json(&request));
+                        Plan::Refuse(Refusal::ReplayMiss { reason: format!("task {}: {why}", session.task) })
+                    }
+                    None => Plan::Forward,
+                },
+            }
+        };
+        (n, plan)
+    };
+    let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started };
+    match plan {
+        Plan::Refuse(why) => record.refuse(why, &request),
+        Plan::Replay(entry) => record.replay(entry, &request),
+        Plan::Forward => forward(&inner, &headers, request, record).await,
+    }
+}
+
+/// A call in progress: what its record needs once it ends.
+struct Record {
+    session: Arc<Session>,
+    wire: Wire,
+    n: u32,
+    fingerprint: String,
+    asked: wire::Asked,
+    price: Option<agenteval_llm::Price>,
+    started: Instant,
+}
+
+impl Record {
+    fn call(&self, status: u16, heard: &Heard, ttfb_ms: u64) -> ModelCall {
+        let usage = heard.usage.unwrap_or_default();
+        let ok = (200..300).contains(&status);
+        ModelCall {
+            call: self.n + 1,
+            wire: self.wire.name().into(),
+            model: self.asked.model.clone(),
+            stream: self.asked.stream,
+            status,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            // A failed call costs nothing; a successful one without usage or price is unknown.
+            cost_usd: if ok { heard.usage.and(self.price).map(|p| cost(&p, &usage)) } else { Some(0.0) },
+            latency_ms: self.started.elapsed().as_millis() as u64,
+            ttfb_ms,
+            finish_reason: heard.finish.clone(),
+            prompt: self.session.redactor.redact(&self.asked.prompt),
+            answer: self.session.redactor.redact(&heard.text),
+            replayed: false,
+            refused: None,
+        }
+    }
+
+    fn entry(&self, request: &Value, status: u16, heard: &Heard, ttfb_ms: u64) -> Entry {
+        let usage = heard.usage.unwrap_or_default();
+        Entry {
+            call: self.n,
+            fingerprint: self.fingerprint.clone(),
+            wire: self.wire.name().into(),
+            model: self.asked.model.clone(),
+            request: self.session.redactor.redact_json(request),
+            status,
+            response: None,
+            stream: None,
+            truncated: false,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
+            usage_known: heard.usage.is_some(),
+            ttfb_ms,
+            latency_ms: self.started.elapsed().as_millis() as u64,
+        }
+    }
+
+    fn refuse(self, why: Refusal, _request: &Value) -> Response<Body> {
+        let (status, kind) = match (&why, self.wire.is_anthropic()) {
+            (Refusal::Tokens { .. } | Refusal::Cost { .. }, false) => {
+                (StatusCode::TOO_MANY_REQUESTS, "insufficient_quota")
+            }
+            (Refusal::Tokens { .. } | Refusal::Cost { .. }, true) => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
+            }
+            (_, false) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+            (_, true) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
+        };
+        let message = format!("agenteval gateway: {}", why.reason());
+        let mut call = self.call(status.as_u16(), &Heard::default(), 0);
+        call.refused = Some(why);
+        let body = wire::error_body(self.wire, kind, &message);
+        // Not a model call: nothing is recorded to replay, the worker hears of it.
+        self.session.ended(None, call);
+        answer(status, &body)
+    }
+
+    fn replay(self, recorded: Entry, request: &Value) -> Response<Body> {
+        let heard = Heard {
+            usage: recorded.usage_known.then_some(Usage {
+                input_tokens: recorded.input_tokens,
+                output_tokens: recorded.output_tokens,
+                cached_input_tokens: recorded.cached_input_tokens,
+            }),
+            finish: String::new(),
+            text: String::new(),
+        };
+        let status = StatusCode::from_u16(recorded.status).unwrap_or(StatusCode::OK);
+        let (bytes, content_type) = match (&recorded.stream, &recorded.response) {
+            (Some(s), _) => (Bytes::from(s.clone()), "text/event-stream"),
+            (None, Some(v)) => (Bytes::from(v.to_string()), "application/json"),
+            (None, None) => (Bytes::new(), "application/json"),
+        };
+        // What the answer says is read again, as it was read live.
+        let mut listener = Listener::new(self.wire, recorded.stream.is_some());
+        listener.feed(&bytes);
+        let read = listener.finish();
+        let heard = Heard { usage: heard.usage, finish: read.finish, text: read.text };
+        let mut call = self.call(recorded.status, &heard, 0);
+        call.replayed = true;
+        let mut entry = self.entry(request, recorded.status, &heard, 0);
+        entry.response = recorded.response;
+        entry.stream = recorded.stream;
+        self.session.ended(Some(entry), call);
+        Response::builder()
+            .status(status)
+            .header(header::CONTENT_TYPE, content_type)
+            .body(Body::from(bytes))
+            .expect("a valid response")
+    }
+}
+
+/// Forwards the call to its provider with the real key and streams the answer back as it
+/// arrives, reading its usage on the way; the call's record is made when the answer ends
+/// (read to its end even when the agent hangs up: the provider bills it).
+async fn forward(inner: &Arc<Inner>, headers: &HeaderMap, request: Value, record: Record) -> Response<Body> {
+    let wire = record.wire;
+    let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
+    let Some(provider) = provider else {
+        let which = if wire.is_anthropic() { "anthropic" } else { "openai" };
+        return record.refuse(
+            Refusal::Upstream {
+                reason: format!("no agent.upstream.{which} is configured: {} calls go nowhere", wire.name()),
+            },
+            &request,
+        );
+    };
+    let mut body = request.clone();
+    wire::ensure_stream_usage(wire, &mut body);
+    let mut req = inner
+        .http
+        .post(format!("{}/{}", provider.base, wire.path()))
+        .timeout(provider.timeout)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(&body).expect("JSON serializes"));
+    if wire.is_anthropic() {
+        let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
+        req = req.header("anthropic-version", version);
+        if let Some(beta) = headers.get("anthropic-beta") {
+            req = req.header("anthropic-beta", beta.clone());
+        }
+        if let Some(key) = &provider.key {
+            req = req.header("x-api-key", key.expose());
+        }
+    } else if let Some(key) = &provider.key {
+        req = req.bearer_auth(key.expose());
+    }
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => {
+            let reason = if e.is_timeout() {
+                "timed out"
+            } else if e.is_connect() {
+                "connection failed"
+            } else {
+                "the request failed"
+            };
+            let host = provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
+            let why = format!("cannot reach the provider at {host}: {reason}");
+            let mut call = record.call(502, &Heard::default(), 0);
+            call.refused = Some(Refusal::Upstream { reason: why.clone() });
+            record.session.ended(None, call);
+            return answer(
+                StatusCode::BAD_GATEWAY,
+                &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")),
+            );
+        }
+    };
+    let status = resp.status();
+    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
+    let streamed =
+        content_type.as_ref().and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(32);
+    tokio::spawn(pump(resp, tx, record, request, status.as_u16(), streamed));
+    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let mut out = Response::builder().status(status.as_u16());
+    if let Some(ct) = content_type {
+        out = out.header(header::CONTENT_TYPE, ct);
+    }
+    if streamed {
+        out = out.header(header::CACHE_CONTROL, "no-cache");
+    }
+    out.body(Body::from_stream(stream)).expect("a valid response")
+}
+
+/// Moves the answer's bytes from the provider to the agent, listening as they pass.
+async fn pump(
+    mut resp: reqwest::Response,
+    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    record: Record,
+    request: Value,
+    status: u16,
+    streamed: bool,
+) {
+    let mut listener = Listener::new(record.wire, streamed);
+    let mut kept: Vec<u8> = Vec::new();
+    let mut truncated = false;
+    let mut ttfb = None;
+    let mut agent_gone = false;
+    loop {
+        match resp.chunk().await {
+            Ok(Some(chunk)) => {
+                ttfb.get_or_insert_with(|| record.started.elapsed().as_millis() as u64);
+                listener.feed(&chunk);
+                if kept.len() + chunk.len() <= MAX_RECORDED_BYTES {
+                    kept.extend_from_slice(&chunk);
+                } else {
+                    truncated = true;
+                }
+                if !agent_gone && tx.send(Ok(chunk)).await.is_err() {
+                    agent_gone = true;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(format!("the provider's answer broke off: {e}")))).await;
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let heard = listener.finish();
+    let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
+    let call = record.call(status, &heard, ttfb);
+    let mut entry = record.entry(&request, status, &heard, ttfb);
+    if truncated {
+        entry.truncated = true;
+    } else if streamed {
+        entry.stream = Some(record.session.redactor.redact(&String::from_utf8_lossy(&kept)));
+    } else {
+        let v = serde_json::from_slice::<Value>(&kept)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&kept).into()));
+        entry.response = Some(record.session.redactor.redact_json(&v));
+    }
+    record.session.ended(Some(entry), call);
+}
+
+/// `GET /v1/models`: the provider's list when it can be asked, else the models the run prices.
+async fn models(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response<Body> {
+    let anthropic = headers.contains_key("x-api-key") && !headers.contains_key(header::AUTHORIZATION);
+    let wire = if anthropic { Wire::Messages } else { Wire::Chat };
+    if session_of(&inner, &headers).is_none() {
+        return unauthorized(wire);
+    }
+    let provider = if anthropic { &inner.config.anthropic } else { &inner.config.openai };
+    if let Some(p) = provider {
+        let mut req = inner.http.get(format!("{}/models", p.base)).timeout(std::time::Duration::from_secs(30));
+        req = match (&p.key, anthropic) {
+            (Some(k), true) => req.header("x-api-key", k.expose()).header("anthropic-version", "2023-06-01"),
+            (Some(k), false) => req.bearer_auth(k.expose()),
+            (None, _) => req,
+        };
+        if let Ok(r) = req.send().await
+            && r.status().is_success()
+            && let Ok(bytes) = r.bytes().await
+        {
+            return Response::builder()
+                .status(200)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(bytes))
+                .expect("a valid response");
+        }
+    }
+    let data: Vec<Value> = inner
+        .config
+        .prices
+        .models()
+        .map(|m| json!({"id": m, "object": "model", "type": "model", "owned_by": "agenteval"}))
+        .collect();
+    answer(StatusCode::OK, &json!({"object": "list", "data": data}))
+}
