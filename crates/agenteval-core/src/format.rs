@@ -220,6 +220,10 @@ pub struct ResultLine {
     /// `TaskResult::changed_outside`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub changed_outside: u64,
+    /// The agent's cost is not known (a model without a price, an agent whose calls did not go
+    /// through the gateway): left out of cost comparisons, never counted as $0.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cost_unknown: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -245,6 +249,7 @@ impl From<&crate::model::TaskResult> for ResultLine {
             wall_seconds: r.agent.wall_seconds,
             steps: r.agent.steps,
             changed_outside: r.changed_outside,
+            cost_unknown: r.agent.cost_unknown,
         }
     }
 }

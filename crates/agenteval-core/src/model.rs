@@ -212,10 +212,14 @@ pub enum EventKind {
     PolicyVerdict,
     #[serde(rename = "cost.tick")]
     CostTick,
+    /// A model call through the gateway, as the gateway saw it (written by the worker, never
+    /// taken from an agent).
+    #[serde(rename = "model.call")]
+    ModelCall,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 10] = [
         EventKind::AgentPlan,
         EventKind::AgentToolCall,
         EventKind::AgentToolResult,
@@ -225,6 +229,7 @@ impl EventKind {
         EventKind::EvaluatorScore,
         EventKind::PolicyVerdict,
         EventKind::CostTick,
+        EventKind::ModelCall,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -238,6 +243,7 @@ impl EventKind {
             EventKind::EvaluatorScore => "evaluator.score",
             EventKind::PolicyVerdict => "policy.verdict",
             EventKind::CostTick => "cost.tick",
+            EventKind::ModelCall => "model.call",
         }
     }
 }

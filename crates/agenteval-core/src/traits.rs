@@ -121,6 +121,16 @@ pub trait Resolver: Send + Sync {
     ) -> Result<std::sync::Arc<dyn Environment>> {
         Err(crate::Error::invalid(format!("no `{}` environments here", kind.as_str())))
     }
+    /// The model gateway the workers of `config` run for agents whose calls go through one
+    /// (`agent.upstream`), holding the keys fetched for it: `(endpoint, key)`. The default has
+    /// none.
+    async fn gateway(
+        &self,
+        _config: &RunConfig,
+        _keys: Vec<(&'static str, Secret)>,
+    ) -> Result<std::sync::Arc<dyn crate::gateway::ModelGateway>> {
+        Err(crate::Error::invalid("this build has no model gateway"))
+    }
     /// The image a task's environment is built as (`agenteval-env:<hash of its folder>`, the
     /// tag `docker` environments and `agenteval images build` give it), or the image it names.
     /// The default knows none.
@@ -173,6 +183,12 @@ pub trait Environment: Send + Sync {
     async fn teardown(&self, env: &crate::environment::EnvHandle) -> Result<()>;
     /// Removes every environment of `run` still there (a killed worker's); how many it found.
     async fn sweep(&self, run: &RunId) -> Result<usize>;
+    /// The host's address as the environment's processes reach it, when they run in a
+    /// container of their own (the model gateway listens there for them). The default: they
+    /// run on this machine and reach it at loopback.
+    async fn gateway_host(&self, _env: &crate::environment::EnvHandle) -> Option<std::net::Ipv4Addr> {
+        None
+    }
     /// Stops every process the agent left running (a background loop could rewrite the
     /// tests' reward after they ran), keeping the files as it left them: called before grading.
     /// The default does nothing (a workspace's processes die with the agent's process tree).
@@ -650,6 +666,36 @@ pub struct AgentContext<'a> {
     pub secrets: &'a [(String, Secret)],
     /// Tools the benchmark offers for this task.
     pub tools: &'a [std::sync::Arc<dyn AgentTool>],
+    /// The task's door to the model gateway, when the agent's calls go through one.
+    pub gateway: Option<&'a GatewayAccess>,
+}
+
+/// How an agent reaches the model gateway: its task's token and the gateway's addresses.
+pub struct GatewayAccess {
+    pub token: Secret,
+    /// The base URLs (OpenAI's, Anthropic's) from this machine.
+    pub host: (String, String),
+    /// The port it listens on at loopback (a sandboxed agent's network rule lets it through).
+    pub port: u16,
+    /// The base URLs from a container on the task network, when the gateway listens there.
+    pub container: Option<(String, String)>,
+}
+
+impl GatewayAccess {
+    /// The variables an agent is given: from the host, or from a container.
+    pub fn env(&self, in_container: bool) -> Vec<(String, String)> {
+        let (openai, anthropic) = match (&self.container, in_container) {
+            (Some(c), true) => c,
+            _ => &self.host,
+        };
+        crate::gateway::door_env(&self.token, openai, anthropic)
+    }
+}
+
+impl std::fmt::Debug for GatewayAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GatewayAccess").field("host", &self.host).field("container", &self.container).finish()
+    }
 }
 
 impl std::fmt::Debug for AgentContext<'_> {

@@ -30,6 +30,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
                 wall_seconds: 0.5 + (i % 13) as f64 / 10.0,
                 steps: 3 + (i % 4) as u32,
                 changed_outside: 0,
+                cost_unknown: false,
             }
         })
         .collect();

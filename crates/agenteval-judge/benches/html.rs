@@ -32,6 +32,7 @@ fn main() {
             wall_seconds: 1.2,
             steps: 6,
             changed_outside: 0,
+            cost_unknown: false,
         })
         .collect();
     let ids: Vec<String> = (0..TASKS).map(|i| format!("task-{i:04}")).collect();

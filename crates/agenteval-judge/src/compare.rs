@@ -241,6 +241,8 @@ impl<'a> Folds<'a> {
         let sum = |f: &dyn Fn(&ResultLine) -> f64| self.reps(g).map(|(_, l)| f(l)).sum::<f64>();
         let total = match metric {
             "pass_rate" => sum(&|l| f64::from(u8::from(l.passed))),
+            // An unknown cost is no cost to compare: the task is left out of the metric.
+            "cost_per_task" if self.reps(g).any(|(_, l)| l.cost_unknown) => return None,
             "cost_per_task" => sum(&|l| l.cost_usd),
             "tokens_per_task" => sum(&|l| l.tokens as f64),
             "wall_seconds" | "wall_seconds_p50" => sum(&|l| l.wall_seconds),
@@ -432,11 +434,15 @@ fn metric_diffs(
                     s.spawn(move || {
                         let values: Vec<(f64, f64)> =
                             paired.iter().filter_map(|&(x, y)| Some((b.value(x, name)?, c.value(y, name)?))).collect();
-                        metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64)
+                        // No task whose cost both sides know: cost is not compared at all.
+                        if values.is_empty() && !paired.is_empty() && name == "cost_per_task" {
+                            return None;
+                        }
+                        Some(metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64))
                     })
                 })
                 .collect();
-            handles.into_iter().map(|h| h.join().expect("a bootstrap thread panicked")).collect()
+            handles.into_iter().filter_map(|h| h.join().expect("a bootstrap thread panicked")).collect()
         });
         metrics.extend(done);
     }
@@ -500,6 +506,7 @@ pub(crate) mod tests {
                 wall_seconds: 1.0,
                 steps: 3,
                 changed_outside: 0,
+                cost_unknown: false,
             })
             .collect();
         let fingerprints: Vec<String> =

@@ -362,6 +362,7 @@ mod tests {
                     wall_seconds: 1.0,
                     steps: 2,
                     changed_outside: 0,
+                    cost_unknown: false,
                 }
             })
             .collect();

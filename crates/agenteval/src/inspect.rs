@@ -231,14 +231,18 @@ pub async fn show_task(
             };
             say!("{}", output::wrapped("outcome  ", &outcome, WIDTH));
             let a = &r.agent;
+            // An unknown cost is said as such, never as $0.
+            let cost = match (a.cost_unknown, a.total_cost_usd > 0.0) {
+                (false, _) => format!("${:.4}", a.total_cost_usd),
+                (true, false) => "cost unknown".to_string(),
+                (true, true) => format!("${:.4} (cost partly unknown)", a.total_cost_usd),
+            };
             say!(
-                "agent    {} after {:.3} s, {} steps, {} tokens, ${:.4}{}",
+                "agent    {} after {:.3} s, {} steps, {} tokens, {cost}",
                 a.terminated_by.as_str(),
                 a.wall_seconds,
                 a.steps,
                 a.total_tokens,
-                a.total_cost_usd,
-                if a.cost_unknown { " (cost partly unknown)" } else { "" }
             );
             if let Some(answer) = &a.final_answer {
                 // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
@@ -300,6 +304,22 @@ fn describe(e: &TraceEvent) -> String {
             format!("{} -> {}", text(&p["tool"]), p.get("output").map(text).unwrap_or_default())
         }
         EventKind::AgentFinalAnswer => p.get("answer").map(text).unwrap_or_default(),
+        // A call through the gateway: model, wire, status, and what came of it.
+        EventKind::ModelCall => {
+            let mut s = format!("{} {}", text(&p["model"]), text(&p["wire"]));
+            if p["stream"] == json!(true) {
+                s.push_str(" stream");
+            }
+            if p["replayed"] == json!(true) {
+                s.push_str(" replayed");
+            }
+            match p.pointer("/refused/reason") {
+                Some(why) => s.push_str(&format!(" refused: {}", text(why))),
+                None if p["status"] != json!(200) => s.push_str(&format!(" HTTP {}", text(&p["status"]))),
+                None => s.push_str(&format!(" -> {}", p.get("answer").map(text).unwrap_or_default())),
+            }
+            s
+        }
         EventKind::AgentTerminal => {
             p.get("error").filter(|e| !e.is_null()).or_else(|| p.get("final_answer")).map(text).unwrap_or_default()
         }

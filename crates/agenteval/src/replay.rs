@@ -1,6 +1,7 @@
 //! `agenteval replay RUN`: re-runs a run's config (or another) with the model calls recorded in
 //! its bundle substituted for live ones, and compares every task with the recording: `MATCH`
-//! (same success, answer, tool calls in order and `terminated_by`, cost within ±5%), `DIFFER`
+//! (same success, `terminated_by`, tool calls in order, final state of its environment (the
+//! agent's patch), scores, answer, cost within ±5%), `DIFFER`
 //! (with the first difference) or `CODE_CHANGED` (agenteval's version, or how it reads the
 //! recorded config, changed since the recording).
 
@@ -33,6 +34,10 @@ struct Behaviour {
     error: Option<String>,
     tools: Vec<(String, Value)>,
     cost: f64,
+    /// The grade: every score, by evaluator.
+    scores: Vec<(String, String)>,
+    /// sha256 of the agent's patch to its environment (its final state), when it has one.
+    patch: Option<String>,
 }
 
 async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
@@ -49,7 +54,19 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
             (name, e.payload.get("arguments").cloned().unwrap_or(Value::Null))
         })
         .collect();
+    let mut scores: Vec<(String, String)> = result
+        .scores
+        .iter()
+        .map(|s| (s.evaluator_id.clone(), format!("{} ({})", s.score, if s.passed { "passed" } else { "failed" })))
+        .collect();
+    scores.sort();
+    let patch = taskpack::read_task_file(store, run, &id, "artifacts/patch.diff")
+        .await
+        .ok()
+        .map(|p| <sha2::Sha256 as sha2::Digest>::digest(&p).iter().map(|b| format!("{b:02x}")).collect::<String>());
     Some(Behaviour {
+        scores,
+        patch,
         passed: result.passed,
         answer: result.agent.final_answer.clone(),
         terminated_by: result.agent.terminated_by.as_str().to_string(),
@@ -87,6 +104,17 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
     }
     if was.tools.len() != now.tools.len() {
         return Some(format!("{} tool calls → {}", was.tools.len(), now.tools.len()));
+    }
+    if was.patch != now.patch {
+        let show = |p: &Option<String>| p.as_ref().map_or("none".to_string(), |h| format!("sha256 {}", &h[..12]));
+        return Some(format!("the environment's final state (patch {} → {})", show(&was.patch), show(&now.patch)));
+    }
+    if was.scores != now.scores {
+        let diff = was.scores.iter().zip(&now.scores).find(|(a, b)| a != b);
+        return Some(match diff {
+            Some((a, b)) => format!("score {}: {} → {}", a.0, a.1, b.1),
+            None => format!("{} scores → {}", was.scores.len(), now.scores.len()),
+        });
     }
     if was.answer != now.answer {
         let show = |a: &Option<Value>| a.as_ref().map_or("nothing".to_string(), clip);
@@ -167,7 +195,8 @@ pub async fn replay(
     Ok(code)
 }
 
-/// The config a replay runs: the recorded one (or `with_config`), which must be an `llm` run on
+/// The config a replay runs: the recorded one (or `with_config`), which must be an `llm` run or
+/// one whose agent's calls went through the gateway, on
 /// a backend of this machine with a local bundle folder.
 async fn replay_config(
     wiring: &Wiring,
@@ -190,9 +219,10 @@ async fn replay_config(
             }
         }
     };
-    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) {
+    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) && loaded.config.agent.upstream().is_none() {
         return Err(Error::invalid(format!(
-            "run {run} used the `{}` agent: only `llm` runs record model calls to replay",
+            "run {run} used the `{}` agent without `agent.upstream`: only runs of the `llm` agent or of an agent \
+             whose calls went through the gateway recorded model calls to replay",
             loaded.config.agent.kind()
         ))
         .into());

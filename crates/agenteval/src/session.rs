@@ -256,9 +256,10 @@ pub(crate) fn with_cassettes(
     dir: &Path,
     mode: agenteval_llm::CassetteMode,
 ) -> Result<ControllerOptions, Failure> {
-    if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) {
+    if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) && config.agent.upstream().is_none() {
         return Err(Error::invalid(format!(
-            "--cassettes records model calls of the `llm` agent; this run's agent is `{}`",
+            "--cassettes records the model calls of the `llm` agent or of an agent whose calls go through the \
+             gateway (`agent.upstream`); this run's `{}` agent has no upstream",
             config.agent.kind()
         ))
         .into());

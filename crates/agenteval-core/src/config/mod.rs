@@ -1026,6 +1026,25 @@ impl RunConfig {
         {
             p.push(("/benchmark/command".into(), "benchmark `command` needs a program to run".into()));
         }
+        if let Some(up) = self.agent.upstream() {
+            for (name, e) in [("openai", &up.openai), ("anthropic", &up.anthropic)] {
+                if let Some(e) = e {
+                    e.validate(&format!("/agent/upstream/{name}"), &mut p);
+                    if e.secrets.len() > 1 {
+                        p.push((
+                            format!("/agent/upstream/{name}/secrets"),
+                            "one key per provider: name one secret".into(),
+                        ));
+                    }
+                }
+            }
+            if up.openai.is_none() && up.anthropic.is_none() {
+                p.push((
+                    "/agent/upstream".into(),
+                    "name the provider the calls go to: `openai`, `anthropic` or both".into(),
+                ));
+            }
+        }
         if let AgentConfig::Llm(a) = &self.agent {
             a.endpoint.validate("/agent", &mut p);
             for (i, t) in a.tools.iter().enumerate() {

@@ -355,6 +355,17 @@ impl AgentRunner for CommandAgent {
         if let (Some(v), Some(_), Some(exe)) = (view.as_mut(), &socket, sandbox::launcher()) {
             v.read.push(exe.to_path_buf());
         }
+        // The model gateway is reachable whatever the config's network rule says.
+        if let (Some(v), Some(g)) = (view.as_mut(), ctx.gateway) {
+            v.net = match std::mem::replace(&mut v.net, Net::None) {
+                Net::All => Net::All,
+                Net::None => Net::Tcp(vec![g.port]),
+                Net::Tcp(mut ports) => {
+                    ports.push(g.port);
+                    Net::Tcp(ports)
+                }
+            };
+        }
         let mut cmd = self.command(prog, args, view.as_ref(), scratch.as_deref(), ctx);
         if let Some(path) = &socket {
             cmd.env(agenteval_core::environment::ENV_SOCKET_VAR, path);
@@ -560,6 +571,18 @@ impl CommandAgent {
             }
         }
         std_cmd.envs(&self.env).envs(&ctx.env.vars);
+        if let Some(g) = ctx.gateway {
+            std_cmd.envs(g.env(false));
+            // A proxy of the worker's must not carry the calls to the gateway on this machine.
+            for var in ["NO_PROXY", "no_proxy"] {
+                let mut v = std::env::var(var).unwrap_or_default();
+                if !v.is_empty() {
+                    v.push(',');
+                }
+                v.push_str("127.0.0.1,localhost");
+                std_cmd.env(var, v);
+            }
+        }
         if let Some(scratch) = scratch {
             std_cmd
                 .env("AGENTEVAL_SCRATCH_DIR", scratch)

@@ -105,6 +105,16 @@ impl AgentRunner for InstalledAgent {
         for (var, secret) in ctx.secrets {
             env.insert(var.clone(), secret.expose().to_string());
         }
+        if let Some(g) = ctx.gateway {
+            let in_container = s.env.kind() == "docker";
+            if in_container && g.container.is_none() {
+                return stopped(
+                    TerminatedBy::InfraFailure,
+                    "the task's container has no way to the model gateway".to_string(),
+                );
+            }
+            env.extend(g.env(in_container));
+        }
         let call =
             AgentEvent::new(EventKind::AgentToolCall, json!({"tool": "installed", "args": {"command": self.command}}));
         if let Err(stop) = sink.emit(call).await {

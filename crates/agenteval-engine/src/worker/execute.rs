@@ -284,19 +284,41 @@ pub(super) async fn run_agent(
         execute.record("gen_ai.provider.name", p);
     }
     let spans = CallSpans::new(execute.context(), call_model.clone(), capture_content(ctx, task, llm));
-    let mut sink = TraceSink::open(ctx, task, limits.clone(), spans).await?;
+    let sink = TraceSink::open(ctx, task, limits.clone(), spans).await?;
     let mut tools = ctx.benchmark.tools(task);
     if env.session.is_some() {
         tools.extend(crate::agents::env_tools());
     }
-    let actx = AgentContext { run_id: ctx.run_id, task, limits, env, secrets: &ctx.secrets, tools: &tools };
+    // The task's door to the model gateway, when the agent's calls go through one.
+    let (mut door, access) = match super::metered::open(ctx, task, limits, env).await? {
+        Some(o) => (Some(o.door), Some(o.access)),
+        None => (None, None),
+    };
+    let shared =
+        super::metered::Shared { sink: std::sync::Arc::new(tokio::sync::Mutex::new(sink)), metered: door.is_some() };
+    let actx = AgentContext {
+        run_id: ctx.run_id,
+        task,
+        limits,
+        env,
+        secrets: &ctx.secrets,
+        tools: &tools,
+        gateway: access.as_ref(),
+    };
     let start = Instant::now();
     // Always a deadline: with none, an agent (or a child holding its stdout) could keep the
     // task forever. The config bounds it, so the `Duration` cannot overflow.
     let secs = limits.wall_seconds();
-    let outcome = async {
+    let mut agent_sink = shared.clone();
+    let calls = async {
+        match door.as_mut() {
+            Some(d) => super::metered::feed(d.as_mut(), &shared).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut outcome = async {
         tokio::select! {
-            run = tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut sink)) => match run {
+            run = tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut agent_sink)) => match run {
                 Ok(o) => o,
                 Err(_) => AgentOutcome {
                     final_answer: None,
@@ -306,10 +328,24 @@ pub(super) async fn run_agent(
             // The environment's storage, watched while the agent writes: stopped at the cap
             // (within a poll), so the machine keeps its disk.
             why = storage_watch(env, task) => AgentOutcome { final_answer: None, error: Some((TerminatedBy::LimitDisk, why)) },
+            // A model call past a limit, or a miss in a strict replay, stops the agent.
+            stop = calls => AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) },
         }
     }
     .instrument(execute.clone())
     .await;
+    drop(agent_sink);
+    if let Some(d) = door.as_mut() {
+        let late = super::metered::settle(ctx, task, d.as_mut(), &shared).await?;
+        if let (None, Some(stop)) = (&outcome.error, late) {
+            outcome = AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
+        }
+    }
+    drop(door);
+    let metered = shared.metered;
+    let mut sink = std::sync::Arc::try_unwrap(shared.sink)
+        .map_err(|_| Error::invalid("the trace is still shared after the agent stopped"))?
+        .into_inner();
     let wall = start.elapsed().as_secs_f64();
     sink.spans.finish();
     for (name, bytes) in std::mem::take(&mut sink.attachments) {
@@ -353,13 +389,21 @@ pub(super) async fn run_agent(
         wall_seconds: wall,
         terminated_by,
         steps: agent_steps.max(sink.events.len() as u32),
-        cost_unknown: sink.cost_unknown,
+        cost_unknown: sink.cost_unknown || unmetered_unknown(ctx, metered, &sink),
     };
     log.push(format!("agent {} ended: {}", ctx.agent.name(), terminated_by.as_str()));
     if let Some(e) = &agent.error {
         log.push(format!("agent error: {e}"));
     }
     Ok((agent, sink))
+}
+
+/// A third-party agent whose calls did not go through the gateway and that reported no usage
+/// has an unknown cost, not a cost of $0 (built-in agents that call no model cost nothing).
+fn unmetered_unknown(ctx: &Ctx, metered: bool, sink: &TraceSink) -> bool {
+    use agenteval_core::config::AgentConfig;
+    let third_party = matches!(ctx.config.agent, AgentConfig::Command { .. } | AgentConfig::Installed { .. });
+    third_party && !metered && sink.tokens == 0 && sink.cost == 0.0
 }
 
 /// The `policy.check` span: whether the agent stayed within the run's limits. The limits are

@@ -83,6 +83,10 @@ impl CallSpans {
         let now = SystemTime::now();
         let tracer = opentelemetry::global::tracer("agenteval");
         let str_of = |k: &str| ev.payload.get(k).and_then(Value::as_str).map(str::to_string);
+        if ev.kind == EventKind::ModelCall {
+            self.gateway_call(&tracer, ev, now);
+            return;
+        }
         let reports_usage = ev.input_tokens > 0 || ev.output_tokens > 0 || ev.kind == EventKind::CostTick;
         if ev.kind == EventKind::AgentToolResult {
             self.close_chat();
@@ -179,6 +183,53 @@ impl CallSpans {
             .with_attributes(attrs)
             .start_with_context(tracer, &self.parent);
         OpenChat { span, ended: now, parts: Vec::new(), finish }
+    }
+
+    /// A call through the gateway: a whole `chat` span of its own, timed by the gateway (it
+    /// ended as the event was written), with the provider its wire names.
+    fn gateway_call(&self, tracer: &opentelemetry::global::BoxedTracer, ev: &TraceEvent, now: SystemTime) {
+        let p = &ev.payload;
+        let str_of = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let model = str_of("model");
+        let wire = str_of("wire");
+        let provider = if wire.starts_with("anthropic") { "anthropic" } else { "openai" };
+        let latency = std::time::Duration::from_millis(p.get("latency_ms").and_then(Value::as_u64).unwrap_or(0));
+        let mut attrs = vec![
+            KeyValue::new("gen_ai.operation.name", "chat"),
+            KeyValue::new("gen_ai.provider.name", provider),
+            KeyValue::new("gen_ai.request.model", model.clone()),
+            KeyValue::new("gen_ai.usage.input_tokens", ev.input_tokens as i64),
+            KeyValue::new("gen_ai.usage.output_tokens", ev.output_tokens as i64),
+            KeyValue::new("agenteval.cost_usd", ev.cost_usd),
+            KeyValue::new("agenteval.step", ev.step as i64),
+            KeyValue::new("agenteval.gateway.wire", wire),
+            KeyValue::new("http.response.status_code", p.get("status").and_then(Value::as_i64).unwrap_or(0)),
+        ];
+        if let Some(n) = p.get("cached_input_tokens").and_then(Value::as_u64).filter(|n| *n > 0) {
+            attrs.push(KeyValue::new("gen_ai.usage.cache_read.input_tokens", n as i64));
+        }
+        let finish = str_of("finish_reason");
+        if !finish.is_empty() {
+            let reasons = Array::String(vec![StringValue::from(finish.clone())]);
+            attrs.push(KeyValue::new("gen_ai.response.finish_reasons", OtelValue::Array(reasons)));
+        }
+        if self.history.is_some() {
+            let input = json!([{"role": "user", "parts": [{"type": "text", "content": str_of("prompt")}]}]);
+            attrs.push(KeyValue::new("gen_ai.input.messages", clip(&input.to_string())));
+            let output = json!([{"role": "assistant", "parts": [{"type": "text", "content": str_of("answer")}],
+                "finish_reason": semconv_finish_reason(Some(&finish), &[])}]);
+            attrs.push(KeyValue::new("gen_ai.output.messages", clip(&output.to_string())));
+        }
+        let mut span = tracer
+            .span_builder(format!("chat {model}"))
+            .with_kind(SpanKind::Client)
+            .with_start_time(now.checked_sub(latency).unwrap_or(now))
+            .with_attributes(attrs)
+            .start_with_context(tracer, &self.parent);
+        if let Some(why) = p.pointer("/refused/reason").and_then(Value::as_str) {
+            span.set_status(opentelemetry::trace::Status::error(why.to_string()));
+        }
+        span.end_with_timestamp(now);
     }
 
     fn tool_span(

@@ -6,6 +6,7 @@ mod decide;
 mod execute;
 mod genai_spans;
 mod grade;
+mod metered;
 mod regrade;
 
 use std::sync::Arc;
@@ -68,6 +69,10 @@ struct Ctx {
     regrade: Option<regrade::Source>,
     /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
     _fetched_cassettes: Option<tempfile::TempDir>,
+    /// The model gateway the agent's calls go through (`agent.upstream`), and the cassettes
+    /// its doors record to or replay from.
+    gateway: Option<Arc<dyn agenteval_core::gateway::ModelGateway>>,
+    cassettes: Option<Cassettes>,
     /// Files of a running task that go into its pack besides its trace (attachments such as
     /// `cassette.jsonl`, `artifacts/…`), by task: held until the pack is made rather than
     /// staged, so no file is created and removed for them.
@@ -122,6 +127,21 @@ pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
     listed.iter().map(|(v, n)| (v.clone(), n.clone(), true)).collect()
 }
 
+/// The model gateway's keys: `(endpoint, secret name, required)`. A key named in the config is
+/// required; a provider's default one only for the provider itself (a server at a `base_url`
+/// of the user's may take none).
+pub fn upstream_secrets(upstream: &agenteval_core::config::Upstream) -> Vec<(&'static str, String, bool)> {
+    upstream
+        .secrets()
+        .into_iter()
+        .map(|(which, name)| {
+            let endpoint = if which == "openai" { &upstream.openai } else { &upstream.anthropic };
+            let named = endpoint.as_ref().is_some_and(|e| !e.secrets.is_empty() || e.base_url.is_none());
+            (which, name, named)
+        })
+        .collect()
+}
+
 /// Every secret a worker of this run fetches and must find: the agent's and the judges',
 /// as `(secret name, what needs it)`. `submit` and `doctor` check them before anything starts.
 pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String, String)> {
@@ -133,6 +153,17 @@ pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String,
         .filter(|(_, _, required)| *required)
         .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
         .collect();
+    // The gateway's keys, unless every call is answered from a recording.
+    if let Some(up) = config.agent.upstream()
+        && !strict_replay
+        && config.regrade.is_none()
+    {
+        for (which, name, required) in upstream_secrets(up) {
+            if required && !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, format!("agent.upstream.{which}")));
+            }
+        }
+    }
     for e in &config.evaluators {
         if let Some(judge) = e.judge()
             && let Some((_, name)) = crate::evaluators::judge_secret(judge)
@@ -171,8 +202,8 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let redactor = Redactor::new();
     let (cassettes, fetched_cassettes) = cassettes_of(resolver, &job).await?;
     // A strict replay never calls the model: its key is not needed (CI replays without keys).
-    let strict_replay = cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay)
-        && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
+    let strict = cassettes.as_ref().is_some_and(|c| c.mode == CassetteMode::Replay);
+    let strict_replay = strict && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     // A regrade runs no agent: it needs none of the agent's keys.
     let no_agent = strict_replay || config.regrade.is_some();
     let mut secrets = Vec::new();
@@ -198,9 +229,27 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
+    let gateway = match config.agent.upstream() {
+        Some(upstream) if config.regrade.is_none() => {
+            // The gateway's keys stay in this process: the agent gets a token of its task.
+            let mut keys = Vec::new();
+            for (which, name, required) in if strict { Vec::new() } else { upstream_secrets(upstream) } {
+                match secret_store.fetch(&name).await {
+                    Ok(s) => {
+                        redactor.add(&s);
+                        keys.push((which, s));
+                    }
+                    Err(e) if !required && e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Some(resolver.gateway(&config, keys).await?)
+        }
+        _ => None,
+    };
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
-    let agent = agent_from_config(&config, cassettes, &redactor)?;
+    let agent = agent_from_config(&config, cassettes.clone(), &redactor)?;
     let here = job.image.as_ref().map(|_| Arc::new(crate::environments::here::HereEnvironment::new()));
     let environment = match &here {
         Some(h) => {
@@ -231,6 +280,8 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         snapshots: Default::default(),
         regrade,
         _fetched_cassettes: fetched_cassettes,
+        gateway,
+        cassettes,
         kept: Default::default(),
         evaluators,
         secrets,

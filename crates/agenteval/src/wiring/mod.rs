@@ -159,6 +159,16 @@ impl Resolver for Wiring {
             .ok_or_else(|| Error::invalid(format!("this build has no `{}` environments", kind.as_str())))
     }
 
+    async fn gateway(
+        &self,
+        config: &agenteval_core::config::RunConfig,
+        keys: Vec<(&'static str, agenteval_core::secret::Secret)>,
+    ) -> Result<Arc<dyn agenteval_core::gateway::ModelGateway>> {
+        let upstream = config.agent.upstream().ok_or_else(|| Error::invalid("the agent has no `upstream`"))?;
+        let gateway_config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
+        Ok(Arc::new(agenteval_gateway::Gateway::start(gateway_config, 0).await?))
+    }
+
     fn task_image(&self, spec: &agenteval_core::environment::EnvSpec, settings: &EnvironmentConfig) -> Result<String> {
         match (&spec.image, &spec.context) {
             (Some(image), _) => Ok(image.clone()),

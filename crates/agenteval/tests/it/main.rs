@@ -13,6 +13,7 @@ mod docs;
 mod e2e;
 mod environments;
 mod export;
+mod gateway;
 mod hardening;
 mod html;
 mod humaneval;

@@ -1,0 +1,180 @@
+//! An agent whose model calls go through the gateway: its task's door (token, budget, the
+//! recording it replays), each call written to the trace as a `model.call` event as it ends
+//! (its usage the gateway's, the agent's own report ignored), the task stopped when a call
+//! crosses a limit or misses in a strict replay, and the door's cassette kept with the task.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agenteval_core::config::Limits;
+use agenteval_core::gateway::{Door, DoorSpec, ModelCall, Reach, Refusal, Replay};
+use agenteval_core::model::{EventKind, TaskSpec, TerminatedBy};
+use agenteval_core::traits::{AgentEvent, EventSink, GatewayAccess, Stop, TaskEnvironment};
+use agenteval_core::{Error, Result, layout};
+use agenteval_llm::CassetteMode;
+use async_trait::async_trait;
+use tokio::sync::Mutex;
+
+use super::Ctx;
+use super::execute::TraceSink;
+
+/// How long calls still streaming when the agent stops are waited for: their usage counts.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// The trace sink shared by the agent and the gateway's calls.
+#[derive(Clone)]
+pub(super) struct Shared {
+    pub sink: Arc<Mutex<TraceSink>>,
+    /// Calls go through the gateway: the agent's own usage numbers are not taken.
+    pub metered: bool,
+}
+
+#[async_trait]
+impl EventSink for Shared {
+    async fn emit(&mut self, mut event: AgentEvent) -> std::result::Result<(), Stop> {
+        if self.metered {
+            // Usage comes from the provider, through the gateway, never from the agent's word.
+            event.cost_usd = 0.0;
+            event.input_tokens = 0;
+            event.output_tokens = 0;
+            if let Some(p) = event.payload.as_object_mut() {
+                p.remove("cost_unknown");
+            }
+        }
+        self.sink.lock().await.emit(event).await
+    }
+
+    async fn attach(&mut self, name: &str, bytes: Vec<u8>) {
+        self.sink.lock().await.attach(name, bytes).await
+    }
+}
+
+impl Shared {
+    /// Writes one call; `Err` when the task must stop (a limit crossed, a replay miss).
+    pub async fn model_call(&self, call: ModelCall) -> std::result::Result<(), Stop> {
+        let refused = call.refused.clone();
+        let ok = (200..300).contains(&call.status);
+        let mut payload = serde_json::to_value(&call).expect("calls serialize");
+        if ok && call.cost_usd.is_none() {
+            payload["cost_unknown"] = serde_json::Value::Bool(true);
+        }
+        let event = AgentEvent {
+            kind: Some(EventKind::ModelCall),
+            payload,
+            cost_usd: call.cost_usd.unwrap_or(0.0),
+            input_tokens: call.input_tokens,
+            output_tokens: call.output_tokens,
+        };
+        self.sink.lock().await.emit(event).await?;
+        match refused {
+            Some(Refusal::Tokens { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitTokens, reason }),
+            Some(Refusal::Cost { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitCost, reason }),
+            Some(Refusal::ReplayMiss { reason }) => Err(Stop { terminated_by: TerminatedBy::ReplayMiss, reason }),
+            Some(Refusal::Upstream { .. }) | None => Ok(()),
+        }
+    }
+}
+
+/// The task's door and what its agent is told of it.
+pub(super) struct Opened {
+    pub door: Box<dyn Door>,
+    pub access: GatewayAccess,
+}
+
+/// Opens the task's door: its limits, the recording it replays under `--cassettes`, the base
+/// URLs from this machine and, for a container, from the task network.
+pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &TaskEnvironment) -> Result<Option<Opened>> {
+    let Some(gateway) = &ctx.gateway else { return Ok(None) };
+    let replay = match &ctx.cassettes {
+        Some(c) if c.mode != CassetteMode::Record => {
+            let strict = c.mode == CassetteMode::Replay;
+            match std::fs::read(c.dir.join(format!("{}.jsonl", task.id))) {
+                Ok(cassette) => Some(Replay { cassette, strict }),
+                // Nothing recorded: every call is a miss (strict) or goes to the provider.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Replay { cassette: Vec::new(), strict }),
+                Err(e) => return Err(Error::io("reading the task's cassette", e)),
+            }
+        }
+        _ => None,
+    };
+    let container_ip = match &env.session {
+        Some(s) => s.env.gateway_host(&s.handle).await,
+        None => None,
+    };
+    if let Some(ip) = container_ip {
+        gateway.listen_on(ip).await?;
+    }
+    let spec = DoorSpec {
+        run_id: ctx.run_id,
+        task_id: task.id.clone(),
+        attempt: ctx.job.attempt,
+        max_tokens: limits.max_tokens,
+        max_cost_usd: limits.max_cost_usd,
+        replay,
+        redactor: ctx.redactor.clone(),
+    };
+    let door = gateway.open(spec).await?;
+    let host = door.base_urls(Reach::Host)?;
+    let port = host
+        .0
+        .rsplit(':')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| Error::invalid(format!("the gateway's address {} has no port", host.0)))?;
+    let container = match container_ip {
+        Some(ip) => Some(door.base_urls(Reach::Container(ip))?),
+        None => None,
+    };
+    let access = GatewayAccess { token: door.token().clone(), host, port, container };
+    Ok(Some(Opened { door, access }))
+}
+
+/// Writes each call as it ends; resolves only when one must stop the task.
+pub(super) async fn feed(door: &mut dyn Door, shared: &Shared) -> Stop {
+    loop {
+        let Some(call) = door.next_call().await else { return std::future::pending().await };
+        if let Err(stop) = shared.model_call(call).await {
+            return stop;
+        }
+    }
+}
+
+/// Once the agent has stopped: waits (a little) for calls still streaming, writes them, closes
+/// the door (its token stops working) and keeps its cassette with the task (and in the
+/// cassette folder when recording). The first stop a late call brings, if any.
+pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shared: &Shared) -> Result<Option<Stop>> {
+    let deadline = Instant::now() + SETTLE;
+    let mut first_stop = None;
+    let mut take = |r: std::result::Result<(), Stop>| {
+        if let Err(s) = r {
+            first_stop.get_or_insert(s);
+        }
+    };
+    loop {
+        while let Some(call) = door.try_next_call() {
+            take(shared.model_call(call).await);
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if door.in_flight() == 0 || left.is_zero() {
+            break;
+        }
+        if let Ok(Some(call)) = tokio::time::timeout(left, door.next_call()).await {
+            take(shared.model_call(call).await);
+        }
+    }
+    let cassette = door.close();
+    while let Some(call) = door.try_next_call() {
+        take(shared.model_call(call).await);
+    }
+    if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
+        let file = c.dir.join(format!("{}.jsonl", task.id));
+        std::fs::create_dir_all(&c.dir)
+            .and_then(|_| std::fs::write(&file, &cassette))
+            .map_err(|e| Error::io(format!("writing the cassette {}", file.display()), e))?;
+    }
+    if !cassette.is_empty() {
+        ctx.keep(&task.id, layout::TASK_CASSETTE.to_string(), cassette);
+    }
+    Ok(first_stop)
+}

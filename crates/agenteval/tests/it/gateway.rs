@@ -1,0 +1,290 @@
+//! The model gateway through the real binary: a `command` agent in Python that speaks OpenAI
+//! chat completions (whole and streamed), OpenAI Responses and Anthropic Messages (streamed)
+//! with whatever token and base URLs it is given, against the scripted mock. Usage and cost
+//! come from the provider, never the agent's word; `max_cost_usd` stops a looping agent; the key
+//! never reaches the agent; a recorded run replays with the model gone and no key; a token
+//! works for its own task only.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::util::*;
+use agenteval_testkit::llm_mock::MockLlm;
+
+const KEY: &str = "sk-upstream-THEREALKEYNEVERSHOWN0123456789";
+
+/// The agent: each task's input names what it does.
+const AGENT: &str = r#"
+import hashlib, json, os, socket, sys, urllib.request, urllib.error
+req = json.loads(sys.stdin.readline())
+mode = req["input"]
+suffix = os.environ.get("PROMPT_SUFFIX", "")
+oai, ant = os.environ["OPENAI_BASE_URL"], os.environ["ANTHROPIC_BASE_URL"]
+def emit(kind, payload=None, **usage):
+    print(json.dumps(dict(kind=kind, payload=payload, **usage)), flush=True)
+def post(url, body, headers):
+    r = urllib.request.Request(url, data=json.dumps(body).encode(), headers=dict(headers, **{"content-type": "application/json"}))
+    with urllib.request.urlopen(r, timeout=30) as resp:
+        return resp.read().decode()
+def openai(path, body):
+    return post(oai + "/" + path, body, {"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+def anthropic(body):
+    return post(ant + "/v1/messages", body, {"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01"})
+def events(sse):
+    return [json.loads(l[5:]) for l in sse.splitlines() if l.startswith("data:") and l[5:].strip() != "[DONE]"]
+def chat(text, stream=False):
+    body = {"model": "mock-model", "messages": [{"role": "user", "content": text + suffix}]}
+    if stream:
+        body["stream"] = True
+        return "".join(e["choices"][0]["delta"].get("content", "") for e in events(openai("chat/completions", body)) if e.get("choices"))
+    return json.loads(openai("chat/completions", body))["choices"][0]["message"]["content"]
+answer = None
+if mode == "chat":
+    answer = chat("hello")
+elif mode == "chat-stream":
+    answer = chat("streamed", stream=True)
+elif mode == "anthropic-stream":
+    sse = anthropic({"model": "mock-model", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "claude" + suffix}]})
+    answer = "".join(e["delta"].get("text", "") for e in events(sse) if e.get("type") == "content_block_delta")
+elif mode == "responses":
+    out = json.loads(openai("responses", {"model": "mock-model", "input": "respond" + suffix}))
+    answer = "".join(p["text"] for i in out["output"] for p in i.get("content", []) if p["type"] == "output_text")
+elif mode == "lie":
+    # The agent's own word about its usage counts for nothing.
+    emit("cost.tick", {"model": "mock-model"}, input_tokens=999999, output_tokens=999999, cost_usd=9.0)
+    answer = chat("truthful")
+elif mode == "loop":
+    for i in range(1000):
+        try:
+            chat("again %d" % i)
+        except urllib.error.HTTPError as e:
+            answer = "refused %d: %s" % (e.code, e.read().decode()[:200])
+            break
+elif mode == "env":
+    want = os.environ["KEY_SHA256"]
+    found = [k for k, v in os.environ.items() if hashlib.sha256(v.encode()).hexdigest() == want]
+    environ = open("/proc/self/environ", "rb").read()
+    raw = any(hashlib.sha256(v).hexdigest() == want for v in environ.split(b"\0") for v in [v.split(b"=", 1)[-1]])
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect(("127.0.0.1", int(os.environ["MOCK_PORT"])))
+        direct = "reached"
+    except OSError:
+        direct = "blocked"
+    answer = json.dumps({"key_in_env": found, "key_in_proc": raw, "direct": direct, "token_given": os.environ["OPENAI_API_KEY"].startswith("sk-agenteval-")})
+elif mode == "steal":
+    # Another task's token, left where this agent can read it by a hostile neighbour.
+    token = open(os.environ["STOLEN"]).read().strip() if os.path.exists(os.environ["STOLEN"]) else ""
+    try:
+        post(oai + "/chat/completions", {"model": "mock-model", "messages": [{"role": "user", "content": "x"}]}, {"authorization": "Bearer " + token})
+        answer = "stolen token worked"
+    except urllib.error.HTTPError as e:
+        answer = "stolen token refused %d" % e.code
+elif mode == "leave":
+    open(os.environ["STOLEN"], "w").write(os.environ["OPENAI_API_KEY"])
+    answer = chat("left a token")
+emit("agent.terminal", {"final_answer": answer})
+"#;
+
+/// A mock-model price: $1,000 per million tokens in and out, so that each call of 10 + 5
+/// tokens costs $0.015.
+const PRICE: f64 = 1000.0;
+
+fn workspace() -> Workspace {
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\nANTHROPIC_API_KEY={KEY}\n"));
+    ws.write("agent.py", AGENT);
+    ws
+}
+
+fn cases(ws: &Workspace, ids: &[&str]) {
+    let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": id}))).collect();
+    ws.write("cases.jsonl", &lines);
+}
+
+/// A config for the agent behind the gateway to `base_url`; `agent_extra` is added to the agent.
+fn config(ws: &Workspace, name: &str, base_url: &str, agent_extra: &str) -> PathBuf {
+    ws.write(
+        &format!("{name}.yaml"),
+        &format!(
+            r#"name: {name}
+benchmark:
+  kind: jsonl
+  cases: cases.jsonl
+agent:
+  kind: command
+  command: [python3, agent.py]
+  model: mock-model
+  upstream:
+    openai:
+      base_url: {base_url}
+      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}
+    anthropic:
+      base_url: {base_url}
+      secrets: {{ANTHROPIC_API_KEY: ANTHROPIC_API_KEY}}
+    prices:
+      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}
+{agent_extra}backend:
+  secrets_file: secrets.env
+  max_concurrent_jobs: 2
+storage:
+  bundle_root: runs
+"#
+        ),
+    )
+}
+
+fn result(bundle: &Path, id: &str) -> serde_json::Value {
+    read_json(&bundle.join("tasks").join(id).join("result.json"))
+}
+
+fn trace(bundle: &Path, id: &str) -> Vec<serde_json::Value> {
+    read_text(bundle.join("tasks").join(id).join("trace.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+const WIRES: &[&str] = &["chat", "chat-stream", "anthropic-stream", "responses", "lie"];
+
+#[test]
+fn every_wire_is_metered_priced_recorded_and_replayed_without_the_model_or_its_key() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, WIRES);
+    let cfg = config(&ws, "wires", &mock.base_url(), "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let want = [
+        ("chat", "echo: hello"),
+        ("chat-stream", "echo: streamed"),
+        ("anthropic-stream", "echo: claude"),
+        ("responses", "echo: respond"),
+        ("lie", "echo: truthful"),
+    ];
+    for (id, answer) in want {
+        let r = result(&bundle, id);
+        assert_eq!(r["agent"]["final_answer"], answer, "{id}: {r}");
+        // One call of the mock's 10 + 5 tokens, whatever the agent said of itself.
+        assert_eq!(r["agent"]["total_tokens"], 15, "{id}: {r}");
+        let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+        assert!((cost - 15.0 * PRICE / 1e6).abs() < 1e-12, "{id}: cost {cost}");
+        assert!(r["agent"]["cost_unknown"] != true, "{id}: {r}");
+        let calls: Vec<_> = trace(&bundle, id).into_iter().filter(|e| e["kind"] == "model.call").collect();
+        assert_eq!(calls.len(), 1, "{id}");
+        assert_eq!(calls[0]["payload"]["answer"], answer, "{id}: {}", calls[0]);
+        assert!(bundle_file_exists(&bundle.join(format!("tasks/{id}/cassette.jsonl"))), "{id} keeps its calls");
+    }
+    let streamed = &trace(&bundle, "anthropic-stream").into_iter().find(|e| e["kind"] == "model.call").unwrap();
+    assert_eq!(
+        (streamed["payload"]["wire"].as_str(), streamed["payload"]["stream"].as_bool()),
+        (Some("anthropic.messages"), Some(true))
+    );
+    // The provider got the real key on every call; the agent only ever had its task's token.
+    let received = mock.received();
+    assert_eq!(received.len(), WIRES.len());
+    assert!(received.iter().all(|r| r.credential.as_deref().is_some_and(|c| c.contains(KEY))), "{received:?}");
+    assert!(v["summary"]["total_cost_usd"].as_f64().unwrap() > 0.0, "{v}");
+
+    // `show` lists the agent's model calls with their tokens.
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let out = ws.run(&["show", &run, "chat-stream"]);
+    let shown = text(&out.stdout);
+    assert!(shown.contains("model.call mock-model openai.chat stream -> e"), "{shown}");
+    assert!(shown.contains("[10+5 tok $0.0150]"), "{shown}");
+
+    // The model gone and no key: the replay answers every call from the recording.
+    drop(mock);
+    std::fs::write(ws.path().join("secrets.env"), "").unwrap();
+    let out = ws.run(&["replay", &run, "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["match"], WIRES.len(), "{r}");
+
+    // A changed prompt is a miss in a strict replay: the task ends `replay_miss`, DIFFER.
+    let changed = config(&ws, "changed", "http://127.0.0.1:9/v1", "  env: {PROMPT_SUFFIX: ' (changed)'}\n");
+    let out = ws.run(&["replay", &run, "--with-config", changed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("DIFFER       chat ") && shown.contains("replay_miss"), "{shown}");
+}
+
+#[test]
+fn a_looping_agent_is_stopped_at_its_cost_limit_by_the_gateway() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &["loop"]);
+    let cfg = config(&ws, "loop", &mock.base_url(), "  limits: {max_cost_usd: 0.05}\n");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = result(&bundle, "loop");
+    assert_eq!(r["agent"]["terminated_by"], "limit_cost", "{r}");
+    // $0.015 a call: the fourth crosses $0.05, and nothing after it reaches the model.
+    let calls = mock.received().len();
+    assert!((4..=5).contains(&calls), "{calls} calls reached the model");
+    let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((0.05..0.08).contains(&cost), "{cost}");
+}
+
+#[test]
+fn the_key_never_reaches_the_agent_and_a_token_is_its_tasks_alone() {
+    use sha2::Digest as _;
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &["env"]);
+    let seen = ws.shared_dir("seen");
+    let key_hash = hex::encode(sha2::Sha256::digest(KEY.as_bytes()));
+    let extra = format!(
+        "  env: {{KEY_SHA256: {key_hash}, MOCK_PORT: '{}', STOLEN: {}}}\n  sandbox:\n    write: [{}]\n",
+        mock.addr.port(),
+        seen.join("token").display(),
+        seen.display()
+    );
+    let cfg = config(&ws, "env", &mock.base_url(), &extra);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let answer = result(&bundle, "env")["agent"]["final_answer"].as_str().unwrap().to_string();
+    let seen_by_agent: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(seen_by_agent["key_in_env"], serde_json::json!([]), "{answer}");
+    assert_eq!(seen_by_agent["key_in_proc"], false, "{answer}");
+    assert_eq!(seen_by_agent["token_given"], true, "{answer}");
+    // The sandbox lets the agent reach the gateway's port, not the provider's.
+    if agenteval_engine::isolation::sandbox::tcp_rules_available() {
+        assert_eq!(seen_by_agent["direct"], "blocked", "{answer}");
+    }
+    let everything = read_text(bundle.join("tasks/env/trace.jsonl")).unwrap() + &text(&out.stderr);
+    assert!(!everything.contains(KEY), "the key was written down");
+
+    // Task `leave` writes its token where task `steal` (run after it) reads it: refused.
+    cases(&ws, &["leave", "steal"]);
+    let cfg = config(&ws, "steal", &mock.base_url(), &extra);
+    // One task at a time, in order: `leave` has ended (and its token with it) when `steal` runs.
+    std::fs::write(&cfg, read_text(&cfg).unwrap().replace("max_concurrent_jobs: 2", "max_concurrent_jobs: 1")).unwrap();
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    assert_eq!(result(&bundle, "leave")["agent"]["final_answer"], "echo: left a token");
+    assert_eq!(result(&bundle, "steal")["agent"]["final_answer"], "stolen token refused 401");
+}
+
+#[test]
+fn an_agent_without_the_gateway_has_an_unknown_cost_never_zero() {
+    let ws = Workspace::new();
+    ws.write("agent.py", "import json,sys\nsys.stdin.readline()\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': 'x'}}))\n");
+    ws.write("cases.jsonl", "{\"id\": \"t\", \"input\": \"x\", \"expected\": \"x\"}\n");
+    let cfg = ws.write(
+        "plain.yaml",
+        "name: plain\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["summary"]["cost_unknown_tasks"], 1, "{v}");
+    let out = ws.run(&["show", v["run_id"].as_str().unwrap(), "t"]);
+    assert!(text(&out.stdout).contains("cost unknown"), "{}", text(&out.stdout));
+    assert!(!text(&out.stdout).contains("$0.0000"), "{}", text(&out.stdout));
+}
