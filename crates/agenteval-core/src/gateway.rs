@@ -9,6 +9,10 @@ use serde::{Deserialize, Serialize};
 use crate::secret::{Redactor, Secret};
 use crate::{Result, RunId, TaskId};
 
+/// The ports the gateway listens on at a task network's host address: the only ports of this
+/// machine a task's container reaches (the Docker environment's firewall rules name them).
+pub const GATEWAY_PORTS: std::ops::RangeInclusive<u16> = 47600..=47699;
+
 /// What a door is opened with.
 #[derive(Debug, Clone)]
 pub struct DoorSpec {

@@ -44,6 +44,10 @@ pub struct DockerEnvironment {
     baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
     /// The network of containers with internet, made (and the host closed to it) once.
     network: OnceCell<String>,
+    /// The network of containers without internet whose agent reaches the model gateway.
+    gateway_network: OnceCell<String>,
+    /// The run's agent reaches the model gateway from inside its container.
+    gateway: bool,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -67,7 +71,16 @@ impl DockerEnvironment {
             base_image,
             baselines: Default::default(),
             network: OnceCell::new(),
+            gateway_network: OnceCell::new(),
+            gateway: false,
         }
+    }
+
+    /// Containers without internet are put on the gateway's network (`agenteval-tasks`), so
+    /// that the agent inside reaches the model gateway, and nothing else.
+    pub fn with_gateway(mut self, gateway: bool) -> Self {
+        self.gateway = gateway;
+        self
     }
 
     /// The engine, connected on first use with the API version both sides speak.
@@ -187,8 +200,14 @@ impl Environment for DockerEnvironment {
             memory_swap: memory,
             nano_cpus: spec.cpus.map(|c| (c.clamp(0.01, 1024.0) * 1e9) as i64),
             // With internet, on agenteval's own bridge: the host and other tasks are closed.
+            // Without, on the gateway's internal network when the agent needs it, else none.
             network_mode: Some(if spec.network {
-                self.network.get_or_try_init(|| network::ensure(docker)).await?.clone()
+                self.network.get_or_try_init(|| network::ensure(docker, network::TaskNet::Internet)).await?.clone()
+            } else if self.gateway {
+                self.gateway_network
+                    .get_or_try_init(|| network::ensure(docker, network::TaskNet::GatewayOnly))
+                    .await?
+                    .clone()
             } else {
                 "none".into()
             }),
@@ -206,7 +225,7 @@ impl Environment for DockerEnvironment {
             cmd: Some(vec!["infinity".into()]),
             working_dir: spec.workdir.clone(),
             host_config: Some(host),
-            network_disabled: Some(!spec.network),
+            network_disabled: Some(!spec.network && !self.gateway),
             ..Default::default()
         };
         let created = docker
@@ -304,6 +323,18 @@ impl Environment for DockerEnvironment {
             .restart_container(&env.id, Some(options))
             .await
             .map_err(|e| infra("stopping what the agent left running", e))
+    }
+
+    async fn gateway_host(&self, env: &EnvHandle) -> Option<std::net::Ipv4Addr> {
+        let docker = self.docker().await.ok()?;
+        let info = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await.ok()?;
+        let networks = info.network_settings?.networks?;
+        for net in [network::TaskNet::GatewayOnly, network::TaskNet::Internet] {
+            if networks.contains_key(net.name()) {
+                return network::host_address(docker, net.name()).await;
+            }
+        }
+        None
     }
 
     async fn sweep(&self, run: &RunId) -> Result<usize> {

@@ -1,8 +1,10 @@
-//! The network of containers that may reach the internet: a bridge of agenteval's own
-//! (`agenteval-net`, interface `agenteval0`) on which containers cannot talk to each other, and
-//! from which nothing reaches this machine's own addresses (the bridge's gateway, the host's
-//! ports on any of its addresses): a firewall rule rejects every packet the bridge delivers to
-//! the host itself, while what is routed onward (the internet) passes.
+//! The networks of task containers, bridges of agenteval's own on which containers cannot talk
+//! to each other: `agenteval-net` (interface `agenteval0`) for containers that may reach the
+//! internet, and `agenteval-tasks` (`agenteval1`, internal: nothing is routed out) for those
+//! that may not but whose agent reaches the model gateway. From either, nothing reaches this
+//! machine's own addresses but the gateway's ports (`GATEWAY_PORTS`): firewall rules accept
+//! those and reject every other packet the bridge delivers to the host itself, while what is
+//! routed onward (the internet, from `agenteval-net` only) passes.
 
 use std::collections::HashMap;
 
@@ -12,23 +14,47 @@ use bollard::models::NetworkCreateRequest;
 
 use crate::LABEL_MANAGED;
 
-/// The network's name.
-pub const NETWORK: &str = "agenteval-net";
-/// Its bridge's interface on the host, which the firewall rule names.
-pub const BRIDGE: &str = "agenteval0";
+/// A task network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskNet {
+    /// The internet, not the host.
+    Internet,
+    /// The model gateway on the host, nothing else.
+    GatewayOnly,
+}
 
-/// The network, made if missing, with the host closed to it. `Err` when the host cannot be
-/// closed (no `iptables`, or not root): such a task would reach this machine's services.
-pub async fn ensure(docker: &Docker) -> Result<String> {
-    if docker.inspect_network(NETWORK, None::<bollard::query_parameters::InspectNetworkOptions>).await.is_err() {
+impl TaskNet {
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskNet::Internet => "agenteval-net",
+            TaskNet::GatewayOnly => "agenteval-tasks",
+        }
+    }
+
+    /// Its bridge's interface on the host, which the firewall rules name.
+    pub fn bridge(self) -> &'static str {
+        match self {
+            TaskNet::Internet => "agenteval0",
+            TaskNet::GatewayOnly => "agenteval1",
+        }
+    }
+}
+
+/// The network, made if missing, with the host closed to it but for the gateway's ports. `Err`
+/// when the host cannot be closed (no `iptables`, or not root): such a task would reach this
+/// machine's services.
+pub async fn ensure(docker: &Docker, net: TaskNet) -> Result<String> {
+    let name = net.name();
+    if docker.inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>).await.is_err() {
         let options = HashMap::from([
-            ("com.docker.network.bridge.name".to_string(), BRIDGE.to_string()),
+            ("com.docker.network.bridge.name".to_string(), net.bridge().to_string()),
             // Containers of different tasks do not reach each other.
             ("com.docker.network.bridge.enable_icc".to_string(), "false".to_string()),
         ]);
         let request = NetworkCreateRequest {
-            name: NETWORK.into(),
+            name: name.into(),
             driver: Some("bridge".into()),
+            internal: Some(net == TaskNet::GatewayOnly),
             options: Some(options),
             labels: Some(HashMap::from([(LABEL_MANAGED.to_string(), "1".to_string())])),
             ..Default::default()
@@ -37,40 +63,55 @@ pub async fn ensure(docker: &Docker) -> Result<String> {
             Ok(_) => {}
             // Another worker made it first.
             Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => {}
-            Err(e) => return Err(crate::infra("creating the network of containers with internet", e)),
+            Err(e) => return Err(crate::infra(&format!("creating the task network {name}"), e)),
         }
     }
-    close_host().await?;
-    Ok(NETWORK.into())
+    close_host(net.bridge()).await?;
+    Ok(name.into())
+}
+
+/// The host's address on `name`, where its containers reach the model gateway.
+pub async fn host_address(docker: &Docker, name: &str) -> Option<std::net::Ipv4Addr> {
+    let n = docker.inspect_network(name, None::<bollard::query_parameters::InspectNetworkOptions>).await.ok()?;
+    n.ipam?.config?.into_iter().find_map(|c| c.gateway?.parse().ok())
 }
 
 /// Rejects every packet from the bridge addressed to this machine itself (the `INPUT` chain;
-/// what the host routes onward goes through `FORWARD`), once: the rule is looked for first.
-async fn close_host() -> Result<()> {
-    let rule = ["INPUT", "-i", BRIDGE, "-j", "REJECT"];
-    let run = |args: Vec<&'static str>| async move {
-        tokio::process::Command::new("iptables").args(&args).output().await.map_err(|e| {
-            Error::new(
-                ErrorKind::Io,
-                format!("cannot close this machine to containers with internet: running iptables: {e}"),
-            )
-        })
+/// what the host routes onward goes through `FORWARD`) but those to the gateway's ports, once:
+/// each rule is looked for first, and the accepting one always ends above the rejecting one.
+async fn close_host(bridge: &str) -> Result<()> {
+    let (first, last) = (agenteval_core::gateway::GATEWAY_PORTS.start(), agenteval_core::gateway::GATEWAY_PORTS.end());
+    let ports = format!("{first}:{last}");
+    close_with(&["INPUT", "-i", bridge, "-j", "REJECT"]).await?;
+    close_with(&["INPUT", "-i", bridge, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await
+}
+
+/// Puts `rule` (its chain first) at the top of its chain unless it is there already.
+async fn close_with(rule: &[&str]) -> Result<()> {
+    let run = |args: Vec<&str>| {
+        let args: Vec<String> = args.into_iter().map(str::to_string).collect();
+        async move {
+            tokio::process::Command::new("iptables").args(&args).output().await.map_err(|e| {
+                Error::new(
+                    ErrorKind::Io,
+                    format!("cannot close this machine to task containers: running iptables: {e}"),
+                )
+            })
+        }
     };
     let mut check = vec!["-w", "-C"];
-    check.extend(rule);
+    check.extend_from_slice(rule);
     if run(check).await?.status.success() {
         return Ok(());
     }
-    let mut insert = vec!["-w", "-I"];
-    insert.push(rule[0]);
-    insert.push("1");
-    insert.extend(&rule[1..]);
+    let mut insert = vec!["-w", "-I", rule[0], "1"];
+    insert.extend_from_slice(&rule[1..]);
     let out = run(insert).await?;
     if !out.status.success() {
         return Err(Error::new(
             ErrorKind::Io,
             format!(
-                "cannot close this machine to containers with internet (iptables: {}); run the worker as root, or give such tasks no internet",
+                "cannot close this machine to task containers (iptables: {}); run the worker as root, or give such tasks no internet and no gateway",
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
         ));

@@ -213,7 +213,15 @@ impl ModelGateway for Gateway {
         if let Some(p) = self.port_at(ip) {
             return Ok(p);
         }
-        Ok(self.bind(SocketAddr::from((ip, 0))).await?)
+        // A port of agenteval's range: the task network's firewall lets only those through.
+        let mut last = None;
+        for port in agenteval_core::gateway::GATEWAY_PORTS {
+            match self.bind(SocketAddr::from((ip, port))).await {
+                Ok(p) => return Ok(p),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("the range is not empty").into())
     }
 }
 

@@ -133,6 +133,11 @@ pub struct EnvironmentConfig {
     /// over, so nothing else the agent changed — a replaced `python3` — is trusted).
     #[serde(default)]
     pub verify_in: VerifyIn,
+    /// Set by the worker, never written: the agent inside a task's container reaches the model
+    /// gateway (an `installed` agent with `upstream`).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub gateway: bool,
 }
 
 /// Where a task's tests run (`environment.verify_in`).

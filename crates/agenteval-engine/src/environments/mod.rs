@@ -32,7 +32,13 @@ pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<
     Ok(match kind_of(config) {
         EnvironmentKind::None | EnvironmentKind::Auto => None,
         EnvironmentKind::Workspace => Some(Arc::new(workspace::WorkspaceEnvironment::for_run(config))),
-        k => Some(resolver.environment(k, &config.environment).await?),
+        k => {
+            let mut settings = config.environment.clone();
+            // An installed agent calls its model from inside the container.
+            settings.gateway = matches!(config.agent, agenteval_core::config::AgentConfig::Installed { .. })
+                && config.agent.upstream().is_some();
+            Some(resolver.environment(k, &settings).await?)
+        }
     })
 }
 

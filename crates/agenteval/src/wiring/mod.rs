@@ -35,7 +35,9 @@ fn registry(exe: &Path, aws: &Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
 #[rustfmt::skip]
 fn environment_of(kind: EnvironmentKind, settings: &EnvironmentConfig) -> Option<Arc<dyn Environment>> {
     match kind {
-        EnvironmentKind::Docker => Some(Arc::new(agenteval_docker::DockerEnvironment::new(settings.base_image.clone()))),
+        EnvironmentKind::Docker => Some(Arc::new(
+            agenteval_docker::DockerEnvironment::new(settings.base_image.clone()).with_gateway(settings.gateway),
+        )),
         _ => None,
     }
 }

@@ -772,3 +772,64 @@ fn doctor_checks_the_engine_and_every_task_image() {
     assert_eq!(failed.len(), 1, "{said:?}");
     assert!(failed[0].contains("docker engine") && failed[0].contains("cannot reach"), "{said:?}");
 }
+
+/// An installed agent calls its model from inside a task's container without internet: through
+/// the model gateway on the task network, with its task's token. The key is nowhere in the
+/// container; the host's other ports are closed to it; tokens and cost are the provider's.
+#[test]
+fn an_installed_agent_reaches_the_gateway_and_nothing_else_from_a_container_without_internet() {
+    use sha2::Digest as _;
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    // A service of this machine on every address: the container must not reach it.
+    let service = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let key = "sk-upstream-CONTAINERNEVERSEESTHIS0123456789";
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={key}\n"));
+    // A tiny agent in bash: the OpenAI wire over /dev/tcp (the base image has no HTTP client).
+    ws.write(
+        "install.sh",
+        r#"#!/bin/bash
+set -e
+cat > /usr/local/bin/wire-agent <<'SH'
+#!/bin/bash
+url="${OPENAI_BASE_URL#http://}"; hostport="${url%%/*}"; host="${hostport%:*}"; port="${hostport#*:}"
+body='{"model":"mock-model","messages":[{"role":"user","content":"hello from a container"}]}'
+exec 3<>"/dev/tcp/$host/$port"
+printf 'POST /v1/chat/completions HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' "$hostport" "$OPENAI_API_KEY" "${#body}" "$body" >&3
+answer=$(cat <&3 | grep -o 'echo: [^"]*' | head -1)
+exec 3<&-
+found=no
+for f in /proc/self/environ /proc/1/environ; do
+  while IFS= read -r -d '' kv; do
+    [ "$(printf %s "${kv#*=}" | sha256sum | cut -d' ' -f1)" = "$KEY_SHA256" ] && found=yes
+  done < "$f"
+done
+other=closed
+timeout 3 bash -c "echo > /dev/tcp/$host/$SERVICE_PORT" 2>/dev/null && other=open
+echo "$answer|key:$found|service:$other"
+SH
+chmod +x /usr/local/bin/wire-agent
+"#,
+    );
+    let agent = format!(
+        "installed\n  model: mock-model\n  setup: install.sh\n  command: wire-agent\n  env: {{KEY_SHA256: {}, SERVICE_PORT: '{}'}}\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n    prices:\n      mock-model: {{input_per_mtok: 1000, output_per_mtok: 1000}}",
+        hex::encode(sha2::Sha256::digest(key.as_bytes())),
+        service.local_addr().unwrap().port(),
+        mock.base_url()
+    );
+    let cfg = harbor_config(&ws, &repo().join("configs/harbor-mini"), &agent, "");
+    let text_cfg =
+        std::fs::read_to_string(&cfg).unwrap().replace("backend:\n", "backend:\n  secrets_file: secrets.env\n");
+    std::fs::write(&cfg, text_cfg).unwrap();
+    let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[hello-file]"]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    assert_eq!(code, 0, "{v}");
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let r = read_json(&bundle.join("tasks/hello-file/result.json"));
+    assert_eq!(r["agent"]["final_answer"], "echo: hello from a container|key:no|service:closed", "{r}");
+    assert_eq!(r["agent"]["total_tokens"], 15, "{r}");
+    assert!((r["agent"]["total_cost_usd"].as_f64().unwrap() - 0.015).abs() < 1e-12, "{r}");
+    assert_eq!(mock.received().len(), 1);
+    assert!(mock.received()[0].credential.as_deref().is_some_and(|c| c.contains(key)));
+}
