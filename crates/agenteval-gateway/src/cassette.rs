@@ -97,7 +97,7 @@ pub fn fingerprint(wire: &str, body: &Value) -> String {
 
 /// Parses cassette lines; lines of another shape (the `llm` agent's) are an error naming the
 /// line.
-pub fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
     String::from_utf8_lossy(bytes)
         .lines()
         .enumerate()

@@ -75,7 +75,7 @@ fn unauthorized(wire: Wire) -> Response<Body> {
 /// What the gateway does with a call once it has arrived.
 enum Plan {
     Refuse(Refusal),
-    Replay(Entry),
+    Replay(Box<Entry>),
     Forward,
 }
 
@@ -123,7 +123,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
             match s.replay.as_mut() {
                 None => Plan::Forward,
                 Some((r, strict)) => match r.find(n as usize, &fingerprint, wire.name(), &asked.model) {
-                    Some(e) => Plan::Replay(e),
+                    Some(e) => Plan::Replay(Box::new(e)),
                     None if *strict => {
                         let why =
                             r.miss(n as usize, wire.name(), &asked.model, &session.redactor.redact_json(&request));
@@ -138,7 +138,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
     let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started };
     match plan {
         Plan::Refuse(why) => record.refuse(why, &request),
-        Plan::Replay(entry) => record.replay(entry, &request),
+        Plan::Replay(entry) => record.replay(*entry, &request),
         Plan::Forward => forward(&inner, &headers, request, record).await,
     }
 }

@@ -355,6 +355,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ImagesCommand,
     },
+    /// The model gateway on its own, for an agent you are developing (`docs/agents.md`).
+    Gateway {
+        #[command(subcommand)]
+        command: GatewayCommand,
+    },
     /// The run index: recreate it from the bundles when it was lost.
     Index {
         #[command(subcommand)]
@@ -540,6 +545,33 @@ pub enum ImagesCommand {
         /// Push the images to this repository (ECR credentials come from the AWS chain).
         #[arg(long, value_name = "REPOSITORY")]
         push: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatewayCommand {
+    /// Serve the config's `agent.upstream` behind one token until Ctrl-C: point your agent at
+    /// the printed base URLs and token, and see each of its model calls metered (the provider's
+    /// tokens, the price table's cost), budgeted (the agent's `limits.max_tokens` and
+    /// `max_cost_usd`) and printed as it ends. The keys come from the config's backend (the
+    /// environment or `backend.secrets_file` locally) and never leave this process.
+    Serve {
+        #[command(flatten)]
+        run: RunConfigArgs,
+        /// Where to listen (keep it on loopback: anyone who reaches it spends with your token).
+        #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR:PORT")]
+        listen: String,
+        /// Write every call (request, answer or stream, usage, timing) to this cassette file
+        /// when the gateway stops.
+        #[arg(long, value_name = "FILE", conflicts_with = "replay")]
+        record: Option<PathBuf>,
+        /// Answer every call from this cassette file (by fingerprint), with no provider and no
+        /// key; a call it does not have is refused.
+        #[arg(long, value_name = "FILE")]
+        replay: Option<PathBuf>,
+        /// One JSON line per call (and one with the address and token first).
         #[arg(long)]
         json: bool,
     },

@@ -13,12 +13,12 @@ use agenteval_core::{Error, RunId};
 use agenteval_engine::bundle::{self, Metadata, read_json};
 use agenteval_engine::controller::{self, RunOutcome};
 use agenteval_engine::resolve::store_from_bundle_uri;
+use agenteval_judge::compare::CompareOptions;
 use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
-    BaselineCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs,
-    RunsCommand,
+    Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
 };
 use crate::judging;
 use crate::output::{self};
@@ -63,7 +63,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             let pairwise = pairwise.as_deref().map(judging::load_pairwise).transpose()?;
             let (wiring, index) = open_index(&index).await?;
             let (resolver, index) = (wiring.as_ref(), index.as_ref());
-            let opts = agenteval_judge::compare::CompareOptions { resamples: resamples.max(1), seed };
+            let opts = CompareOptions { resamples: resamples.max(1), seed };
             if let Some(set) = set {
                 return judging::compare_set_cmd(resolver, index, &set, against.as_deref(), &out, opts).await;
             }
@@ -84,14 +84,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             )
             .await
         }
-        Command::Baseline { command: BaselineCommand::Set { run, force, index, json } } => {
-            let (_, index) = open_index(&index).await?;
-            judging::baseline_set(index.as_ref(), &run, force, json).await
-        }
-        Command::Baseline { command: BaselineCommand::Show { name, index, json } } => {
-            let (_, index) = open_index(&index).await?;
-            judging::baseline_show(index.as_ref(), &name, json).await
-        }
+        Command::Baseline { command } => judging::baseline(command).await,
         Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, json } } => {
             let (wiring, index) = open_index(&index).await?;
             let filter = crate::inspect::TaskFilter { all: tasks || failed || !tag.is_empty(), failed, tags: tag };
@@ -115,6 +108,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Images { command: ImagesCommand::Build { run, push, json } } => {
             crate::images::build(&run, push.as_deref(), json).await
         }
+        Command::Gateway { command } => crate::gateway::run(command).await,
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }

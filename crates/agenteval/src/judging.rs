@@ -667,6 +667,20 @@ async fn add_pairwise(
 }
 
 /// `agenteval baseline set RUN`.
+/// `agenteval baseline set|show`.
+pub async fn baseline(command: crate::cli::BaselineCommand) -> Result<u8, Failure> {
+    match command {
+        crate::cli::BaselineCommand::Set { run, force, index, json } => {
+            let (_, index) = crate::session::open_index(&index).await?;
+            baseline_set(index.as_ref(), &run, force, json).await
+        }
+        crate::cli::BaselineCommand::Show { name, index, json } => {
+            let (_, index) = crate::session::open_index(&index).await?;
+            baseline_show(index.as_ref(), &name, json).await
+        }
+    }
+}
+
 pub async fn baseline_set(index: &dyn RunIndex, run: &str, force: bool, json: bool) -> Result<u8, Failure> {
     let id = resolve_ref(index, run).await?;
     let record = index.get_run(&id).await?.ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))?;

@@ -27,6 +27,7 @@ macro_rules! say {
 mod cli;
 mod commands;
 mod export;
+mod gateway;
 mod images;
 mod inspect;
 mod judging;

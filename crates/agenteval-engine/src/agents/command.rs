@@ -355,16 +355,8 @@ impl AgentRunner for CommandAgent {
         if let (Some(v), Some(_), Some(exe)) = (view.as_mut(), &socket, sandbox::launcher()) {
             v.read.push(exe.to_path_buf());
         }
-        // The model gateway is reachable whatever the config's network rule says.
         if let (Some(v), Some(g)) = (view.as_mut(), ctx.gateway) {
-            v.net = match std::mem::replace(&mut v.net, Net::None) {
-                Net::All => Net::All,
-                Net::None => Net::Tcp(vec![g.port]),
-                Net::Tcp(mut ports) => {
-                    ports.push(g.port);
-                    Net::Tcp(ports)
-                }
-            };
+            open_to_gateway(v, g.port);
         }
         let mut cmd = self.command(prog, args, view.as_ref(), scratch.as_deref(), ctx);
         if let Some(path) = &socket {
@@ -409,6 +401,18 @@ impl AgentRunner for CommandAgent {
             tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
         finish(&protocol, problem, status, &stderr_tail)
     }
+}
+
+/// The model gateway is reachable whatever the config's network rule says: its port is added.
+fn open_to_gateway(view: &mut View, port: u16) {
+    view.net = match std::mem::replace(&mut view.net, Net::None) {
+        Net::All => Net::All,
+        Net::None => Net::Tcp(vec![port]),
+        Net::Tcp(mut ports) => {
+            ports.push(port);
+            Net::Tcp(ports)
+        }
+    };
 }
 
 /// The last `STDERR_TAIL` bytes of the agent's stderr (read up to 1 MiB).

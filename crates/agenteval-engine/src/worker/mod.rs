@@ -229,24 +229,7 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
-    let gateway = match config.agent.upstream() {
-        Some(upstream) if config.regrade.is_none() => {
-            // The gateway's keys stay in this process: the agent gets a token of its task.
-            let mut keys = Vec::new();
-            for (which, name, required) in if strict { Vec::new() } else { upstream_secrets(upstream) } {
-                match secret_store.fetch(&name).await {
-                    Ok(s) => {
-                        redactor.add(&s);
-                        keys.push((which, s));
-                    }
-                    Err(e) if !required && e.kind() == ErrorKind::NotFound => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            Some(resolver.gateway(&config, keys).await?)
-        }
-        _ => None,
-    };
+    let gateway = gateway_of(&config, strict, secret_store.as_ref(), &redactor, resolver).await?;
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes.clone(), &redactor)?;
@@ -291,6 +274,30 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
         job,
         config,
     })
+}
+
+/// The model gateway of a run whose agent's calls go through one, with its keys (none in a
+/// strict replay): they stay in this process, the agent gets a token of its task.
+async fn gateway_of(
+    config: &RunConfig,
+    strict: bool,
+    secret_store: &dyn SecretStore,
+    redactor: &Redactor,
+    resolver: &dyn Resolver,
+) -> Result<Option<Arc<dyn agenteval_core::gateway::ModelGateway>>> {
+    let Some(upstream) = config.agent.upstream().filter(|_| config.regrade.is_none()) else { return Ok(None) };
+    let mut keys = Vec::new();
+    for (which, name, required) in if strict { Vec::new() } else { upstream_secrets(upstream) } {
+        match secret_store.fetch(&name).await {
+            Ok(s) => {
+                redactor.add(&s);
+                keys.push((which, s));
+            }
+            Err(e) if !required && e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some(resolver.gateway(config, keys).await?))
 }
 
 /// The job's cassettes (`submit --cassettes`): a folder of this machine, or a run's bundle

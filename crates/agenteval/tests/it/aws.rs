@@ -1082,6 +1082,69 @@ async fn a_strict_replay_on_the_fleet_needs_no_key_and_no_model() {
     assert!(text(&out.stderr).contains("records its calls in its own bundle"), "{}", text(&out.stderr));
 }
 
+/// A `command` agent's calls through the gateway on the fleet: the worker of each ECS task runs
+/// the gateway with the key from Secrets Manager; the usage lands in the task's result (S3) and
+/// the index (DynamoDB), the calls in the task's pack, from which a strict replay on the fleet
+/// answers them with the model gone and the secret no longer named.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_agents_usage_and_calls_land_in_s3_and_dynamodb_and_replay_on_the_fleet() {
+    const KEY: &str = "sk-aws-GATEWAY-ONLY-0d3a9";
+    let mut aws = Aws::new(&[("prod/openai", KEY)], true).await;
+    aws.fargate(0);
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let program = aws.ws.write("agent.py", crate::gateway::AGENT);
+    let program = program.display();
+    let url = mock.base_url();
+    aws.ws.write(
+        "cases.jsonl",
+        "{\"id\": \"chat\", \"input\": \"chat\"}\n{\"id\": \"responses\", \"input\": \"responses\"}\n",
+    );
+    let agent = |secret: &str| {
+        format!(
+            "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [python3, {program}]\n  upstream:\n    openai:\n      base_url: {url}\n      secrets: {{OPENAI_API_KEY: {secret}}}\n    prices:\n      mock-model: {{input_per_mtok: 1000, output_per_mtok: 1000}}\n"
+        )
+    };
+    let cfg = aws.config("gateway-aws", &agent("prod/openai"), &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(mock.received().len(), 2, "{v}");
+    assert!(mock.received().iter().all(|r| r.credential.as_deref().is_some_and(|c| c.contains(KEY))));
+    let recorded = v["bundle"].as_str().unwrap().to_string();
+    let run = v["run_id"].as_str().unwrap().to_string();
+    // The index (DynamoDB) has the run's usage; the result (S3) has the task's and its calls.
+    let (shown, _) = aws.json(&["runs", "show", &run, "--json", "--backend", "aws"]);
+    assert_eq!(shown["summary"]["total_tokens"], 30, "{shown}");
+    let (chat, _) = aws.json(&["show", &run, "chat", "--json", "--backend", "aws"]);
+    assert_eq!(chat["result"]["agent"]["total_tokens"], 15, "{chat}");
+    assert!((chat["result"]["agent"]["total_cost_usd"].as_f64().unwrap() - 0.015).abs() < 1e-12, "{chat}");
+    assert!(chat.to_string().contains("model.call"), "{chat}");
+    drop(mock);
+    // Replayed on the fleet from the recording run's bundle: no model, and a secret that does
+    // not exist is never fetched.
+    let cfg = aws.config("gateway-aws-2", &agent("prod/no-such-key"), &aws.endpoint.clone());
+    let (r, code) = aws.json(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--cassettes",
+        &recorded,
+        "--cassette-mode",
+        "replay",
+    ]);
+    assert_eq!(code, 0, "{r}");
+    let replayed = r["run_id"].as_str().unwrap();
+    let (chat, _) = aws.json(&["show", replayed, "chat", "--json", "--backend", "aws"]);
+    assert_eq!(chat["result"]["agent"]["final_answer"], "echo: hello", "{chat}");
+    assert_eq!(chat["result"]["agent"]["total_tokens"], 15, "{chat}");
+    assert!(!r.to_string().contains(KEY));
+    let scan = python("scan_for.py")
+        .args(["--endpoint", &aws.endpoint, "--bucket", &aws.bucket, "--table", &aws.table, "--needle", KEY])
+        .output()
+        .unwrap();
+    assert!(scan.status.success(), "the key was stored: {}", text(&scan.stdout));
+}
+
 /// A registry on this machine (Debian's `docker-registry`), stopped when dropped: where the
 /// fleet tests push task images and the stand-in pulls them from.
 struct Registry {

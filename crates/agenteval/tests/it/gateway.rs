@@ -14,7 +14,7 @@ use agenteval_testkit::llm_mock::MockLlm;
 const KEY: &str = "sk-upstream-THEREALKEYNEVERSHOWN0123456789";
 
 /// The agent: each task's input names what it does.
-const AGENT: &str = r#"
+pub(crate) const AGENT: &str = r#"
 import hashlib, json, os, socket, sys, urllib.request, urllib.error
 req = json.loads(sys.stdin.readline())
 mode = req["input"]
