@@ -26,6 +26,9 @@ pub struct DoorSpec {
     pub max_cost_usd: Option<f64>,
     /// Recorded calls to answer from (a task's `cassette.jsonl`), and how.
     pub replay: Option<Replay>,
+    /// Keep every call's request and answer for the task's cassette (`Door::close` returns
+    /// them); without, only the calls' records are made.
+    pub record: bool,
     /// Scrubs the task's secrets from what is recorded and reported.
     pub redactor: Redactor,
 }

@@ -19,6 +19,8 @@ pub(crate) struct Session {
     pub max_tokens: Option<u64>,
     pub max_cost_usd: Option<f64>,
     pub redactor: Redactor,
+    /// Requests and answers are kept for the cassette.
+    pub record: bool,
     pub state: Mutex<State>,
     pub calls: mpsc::UnboundedSender<ModelCall>,
 }
@@ -90,6 +92,7 @@ pub(crate) fn open(
         max_tokens: spec.max_tokens,
         max_cost_usd: spec.max_cost_usd,
         redactor: spec.redactor.clone(),
+        record: spec.record,
         state: Mutex::new(State {
             tokens: 0,
             cost: 0.0,
@@ -109,6 +112,19 @@ impl GatewayDoor {
     /// The cassette lines of the calls that ended so far (redacted), in call order.
     pub fn cassette(&self) -> Vec<u8> {
         let mut entries = self.session.state.lock().expect("not poisoned").recorded.clone();
+        entries.sort_by_key(|e| e.call);
+        let mut out = Vec::new();
+        for e in entries {
+            out.extend(serde_json::to_vec(&e).expect("entries serialize"));
+            out.push(b'\n');
+        }
+        out
+    }
+
+    /// Takes the cassette lines of the calls that ended since the last take (a long-lived
+    /// door writes them as it goes rather than holding them).
+    pub fn take_cassette(&self) -> Vec<u8> {
+        let mut entries = std::mem::take(&mut self.session.state.lock().expect("not poisoned").recorded);
         entries.sort_by_key(|e| e.call);
         let mut out = Vec::new();
         for e in entries {

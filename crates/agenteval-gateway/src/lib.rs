@@ -171,6 +171,11 @@ impl Gateway {
             tokio::net::TcpListener::bind(addr).await.map_err(|source| GatewayError::Listen { addr, source })?;
         let port = listener.local_addr().map_err(|source| GatewayError::Listen { addr, source })?.port();
         let app = serve::router(self.inner.clone());
+        // Answers stream as several small writes: without NODELAY each waits for the client's
+        // delayed ACK (40 ms).
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
@@ -255,6 +260,7 @@ mod tests {
             max_tokens: None,
             max_cost_usd: None,
             replay: None,
+            record: true,
             redactor: Redactor::new(),
         }
     }

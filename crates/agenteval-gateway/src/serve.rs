@@ -92,7 +92,8 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         }
     };
     let asked = wire::asked(wire, &request);
-    let fingerprint = cassette::fingerprint(wire.name(), &request);
+    let needs_fingerprint = session.record || session.state.lock().expect("not poisoned").replay.is_some();
+    let fingerprint = if needs_fingerprint { cassette::fingerprint(wire.name(), &request) } else { String::new() };
     let price = inner.config.price(wire, &asked.model);
     let (n, plan) = {
         let mut s = session.state.lock().expect("not poisoned");
@@ -139,7 +140,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
     match plan {
         Plan::Refuse(why) => record.refuse(why, &request),
         Plan::Replay(entry) => record.replay(*entry, &request),
-        Plan::Forward => forward(&inner, &headers, request, record).await,
+        Plan::Forward => forward(&inner, &headers, body, request, record).await,
     }
 }
 
@@ -243,10 +244,13 @@ impl Record {
         let heard = Heard { usage: heard.usage, finish: read.finish, text: read.text };
         let mut call = self.call(recorded.status, &heard, 0);
         call.replayed = true;
-        let mut entry = self.entry(request, recorded.status, &heard, 0);
-        entry.response = recorded.response;
-        entry.stream = recorded.stream;
-        self.session.ended(Some(entry), call);
+        let entry = self.session.record.then(|| {
+            let mut entry = self.entry(request, recorded.status, &heard, 0);
+            entry.response = recorded.response;
+            entry.stream = recorded.stream;
+            entry
+        });
+        self.session.ended(entry, call);
         Response::builder()
             .status(status)
             .header(header::CONTENT_TYPE, content_type)
@@ -258,7 +262,13 @@ impl Record {
 /// Forwards the call to its provider with the real key and streams the answer back as it
 /// arrives, reading its usage on the way; the call's record is made when the answer ends
 /// (read to its end even when the agent hangs up: the provider bills it).
-async fn forward(inner: &Arc<Inner>, headers: &HeaderMap, request: Value, record: Record) -> Response<Body> {
+async fn forward(
+    inner: &Arc<Inner>,
+    headers: &HeaderMap,
+    raw: Bytes,
+    request: Value,
+    record: Record,
+) -> Response<Body> {
     let wire = record.wire;
     let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
     let Some(provider) = provider else {
@@ -270,14 +280,19 @@ async fn forward(inner: &Arc<Inner>, headers: &HeaderMap, request: Value, record
             &request,
         );
     };
+    // The agent's bytes as sent, unless the gateway must ask a stream for its usage.
     let mut body = request.clone();
-    wire::ensure_stream_usage(wire, &mut body);
+    let sent = if wire::ensure_stream_usage(wire, &mut body) {
+        Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))
+    } else {
+        raw
+    };
     let mut req = inner
         .http
         .post(format!("{}/{}", provider.base, wire.path()))
         .timeout(provider.timeout)
         .header(header::CONTENT_TYPE, "application/json")
-        .body(serde_json::to_vec(&body).expect("JSON serializes"));
+        .body(sent);
     if wire.is_anthropic() {
         let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
         req = req.header("anthropic-version", version);
@@ -315,9 +330,17 @@ async fn forward(inner: &Arc<Inner>, headers: &HeaderMap, request: Value, record
     let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
     let streamed =
         content_type.as_ref().and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(32);
-    tokio::spawn(pump(resp, tx, record, request, status.as_u16(), streamed));
-    let stream = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    let listening = Listening {
+        listener: Listener::new(wire, streamed),
+        kept: Vec::new(),
+        truncated: false,
+        ttfb: None,
+        record,
+        request,
+        status: status.as_u16(),
+        streamed,
+    };
+    let tee = Tee { inner: Box::pin(resp.bytes_stream()), listening: Some(listening) };
     let mut out = Response::builder().status(status.as_u16());
     if let Some(ct) = content_type {
         out = out.header(header::CONTENT_TYPE, ct);
@@ -325,59 +348,119 @@ async fn forward(inner: &Arc<Inner>, headers: &HeaderMap, request: Value, record
     if streamed {
         out = out.header(header::CACHE_CONTROL, "no-cache");
     }
-    out.body(Body::from_stream(stream)).expect("a valid response")
+    out.body(Body::from_stream(tee)).expect("a valid response")
 }
 
-/// Moves the answer's bytes from the provider to the agent, listening as they pass.
-async fn pump(
-    mut resp: reqwest::Response,
-    tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+type Upstream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// The provider's answer on its way to the agent, listened to as it passes: each chunk goes on
+/// as it arrives (no task or buffer between them); the call's record is made at its end.
+struct Tee {
+    inner: Upstream,
+    /// `None` once the call's record is made.
+    listening: Option<Listening>,
+}
+
+/// What a passing answer has said so far.
+struct Listening {
+    listener: Listener,
+    kept: Vec<u8>,
+    truncated: bool,
+    ttfb: Option<u64>,
     record: Record,
     request: Value,
     status: u16,
     streamed: bool,
-) {
-    let mut listener = Listener::new(record.wire, streamed);
-    let mut kept: Vec<u8> = Vec::new();
-    let mut truncated = false;
-    let mut ttfb = None;
-    let mut agent_gone = false;
-    loop {
-        match resp.chunk().await {
-            Ok(Some(chunk)) => {
-                ttfb.get_or_insert_with(|| record.started.elapsed().as_millis() as u64);
-                listener.feed(&chunk);
-                if kept.len() + chunk.len() <= MAX_RECORDED_BYTES {
-                    kept.extend_from_slice(&chunk);
-                } else {
-                    truncated = true;
-                }
-                if !agent_gone && tx.send(Ok(chunk)).await.is_err() {
-                    agent_gone = true;
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                let _ = tx.send(Err(std::io::Error::other(format!("the provider's answer broke off: {e}")))).await;
-                break;
-            }
+}
+
+impl Listening {
+    fn chunk(&mut self, chunk: &[u8]) {
+        let started = self.record.started;
+        self.ttfb.get_or_insert_with(|| started.elapsed().as_millis() as u64);
+        self.listener.feed(chunk);
+        if !self.record.session.record {
+        } else if self.kept.len() + chunk.len() <= MAX_RECORDED_BYTES {
+            self.kept.extend_from_slice(chunk);
+        } else {
+            self.truncated = true;
         }
     }
-    drop(tx);
-    let heard = listener.finish();
-    let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
-    let call = record.call(status, &heard, ttfb);
-    let mut entry = record.entry(&request, status, &heard, ttfb);
-    if truncated {
-        entry.truncated = true;
-    } else if streamed {
-        entry.stream = Some(record.session.redactor.redact(&String::from_utf8_lossy(&kept)));
-    } else {
-        let v = serde_json::from_slice::<Value>(&kept)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&kept).into()));
-        entry.response = Some(record.session.redactor.redact_json(&v));
+
+    /// The answer ended (or broke off): the call's record, and its cassette line.
+    fn finish(self) {
+        let Listening { listener, kept, truncated, ttfb, record, request, status, streamed } = self;
+        let heard = listener.finish();
+        let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
+        let call = record.call(status, &heard, ttfb);
+        if !record.session.record {
+            record.session.ended(None, call);
+            return;
+        }
+        let mut entry = record.entry(&request, status, &heard, ttfb);
+        if truncated {
+            entry.truncated = true;
+        } else if streamed {
+            entry.stream = Some(record.session.redactor.redact(&String::from_utf8_lossy(&kept)));
+        } else {
+            let v = serde_json::from_slice::<Value>(&kept)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&kept).into()));
+            entry.response = Some(record.session.redactor.redact_json(&v));
+        }
+        record.session.ended(Some(entry), call);
     }
-    record.session.ended(Some(entry), call);
+}
+
+impl futures::Stream for Tee {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        match self.inner.as_mut().poll_next(cx) {
+            Poll::Ready(Some(Ok(chunk))) => {
+                if let Some(l) = self.listening.as_mut() {
+                    l.chunk(&chunk);
+                }
+                Poll::Ready(Some(Ok(chunk)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(l) = self.listening.take() {
+                    l.finish();
+                }
+                Poll::Ready(Some(Err(std::io::Error::other(format!("the provider's answer broke off: {e}")))))
+            }
+            Poll::Ready(None) => {
+                if let Some(l) = self.listening.take() {
+                    l.finish();
+                }
+                Poll::Ready(None)
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for Tee {
+    fn drop(&mut self) {
+        // The agent hung up before the end: the rest is read all the same (the provider bills
+        // it), then the call's record is made.
+        let Some(mut listening) = self.listening.take() else { return };
+        let mut rest: Upstream = std::mem::replace(&mut self.inner, Box::pin(futures::stream::empty()));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    use futures::StreamExt as _;
+                    while let Some(Ok(chunk)) = rest.next().await {
+                        listening.chunk(&chunk);
+                    }
+                    listening.finish();
+                });
+            }
+            Err(_) => listening.finish(),
+        }
+    }
 }
 
 /// `GET /v1/models`: the provider's list when it can be asked, else the models the run prices.

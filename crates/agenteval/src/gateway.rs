@@ -83,8 +83,16 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         max_tokens: limits.max_tokens,
         max_cost_usd: limits.max_cost_usd,
         replay,
+        record: args.record.is_some(),
         redactor,
     });
+    // Calls are written to the record as they end, not held.
+    let mut recording = match args.record {
+        Some(file) => {
+            Some(std::fs::File::create(file).map_err(|e| Error::io(format!("creating {}", file.display()), e))?)
+        }
+        None => None,
+    };
     let (openai, anthropic) = door.base_urls(Reach::Host)?;
     let token = door.token().expose().to_string();
     if args.json {
@@ -108,13 +116,18 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
                 cost += call.cost_usd.unwrap_or(0.0);
                 unknown |= call.cost_usd.is_none();
                 say!("{}", if args.json { serde_json::to_string(&call).expect("calls serialize") } else { line(&call) });
+                if let Some(f) = recording.as_mut() {
+                    std::io::Write::write_all(f, &door.take_cassette())
+                        .map_err(|e| Error::io("writing the record", e))?;
+                }
             }
             _ = tokio::signal::ctrl_c() => break,
         }
     }
-    let cassette = door.close();
-    if let Some(file) = args.record {
-        std::fs::write(file, &cassette).map_err(|e| Error::io(format!("writing {}", file.display()), e))?;
+    door.close();
+    if let Some(f) = recording.as_mut() {
+        // Calls that ended as the gateway stopped.
+        std::io::Write::write_all(f, &door.take_cassette()).map_err(|e| Error::io("writing the record", e))?;
     }
     if !args.json {
         let cost = if unknown { format!("${cost:.4} (partly unknown)") } else { format!("${cost:.4}") };

@@ -111,6 +111,7 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         max_tokens: limits.max_tokens,
         max_cost_usd: limits.max_cost_usd,
         replay,
+        record: true,
         redactor: ctx.redactor.clone(),
     };
     let door = gateway.open(spec).await?;
