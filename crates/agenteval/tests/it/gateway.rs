@@ -288,3 +288,62 @@ fn an_agent_without_the_gateway_has_an_unknown_cost_never_zero() {
     assert!(text(&out.stdout).contains("cost unknown"), "{}", text(&out.stdout));
     assert!(!text(&out.stdout).contains("$0.0000"), "{}", text(&out.stdout));
 }
+
+/// `compare` judges the cost of two gateway runs (the second agent makes two calls a task), and
+/// leaves cost out when neither side's is known.
+#[test]
+fn compare_judges_metered_cost_and_leaves_unknown_cost_out() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let ids: Vec<String> = (0..6).map(|i| format!("t{i}")).collect();
+    let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "chat"}))).collect();
+    ws.write("cases.jsonl", &lines);
+    let one = config(&ws, "one", &mock.base_url(), "");
+    let (a, code, _) = ws.submit(&one, &[]);
+    assert_eq!(code, 0, "{a}");
+    // The same agent, told to make every call twice.
+    let twice = ws
+        .write("twice.py", &AGENT.replace("answer = chat(\"hello\")", "chat(\"first\")\n    answer = chat(\"hello\")"));
+    let two = config(&ws, "two", &mock.base_url(), "");
+    std::fs::write(&two, read_text(&two).unwrap().replace("agent.py", twice.file_name().unwrap().to_str().unwrap()))
+        .unwrap();
+    let (b, code, _) = ws.submit(&two, &[]);
+    assert_eq!(code, 0, "{b}");
+    let cmp = |x: &serde_json::Value, y: &serde_json::Value| {
+        let out = ws.run(&[
+            "compare",
+            x["run_id"].as_str().unwrap(),
+            y["run_id"].as_str().unwrap(),
+            "--format",
+            "json",
+            "--resamples",
+            "500",
+        ]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stderr)))
+    };
+    let c = cmp(&a, &b);
+    let metrics =
+        c["comparison"]["metrics"].as_array().cloned().unwrap_or_else(|| c["metrics"].as_array().cloned().unwrap());
+    let cost = metrics.iter().find(|m| m["metric"] == "cost_per_task").unwrap_or_else(|| panic!("{c}"));
+    assert!((cost["base"].as_f64().unwrap() - 0.015).abs() < 1e-9, "{cost}");
+    assert!((cost["cand"].as_f64().unwrap() - 0.030).abs() < 1e-9, "{cost}");
+    assert_eq!(cost["regressed"], true, "twice the cost is a regression: {cost}");
+
+    // Without the gateway and without usage of its own, an agent's cost is unknown: not compared.
+    let plain = |name: &str| {
+        let cfg = ws.write(
+            &format!("{name}.yaml"),
+            &format!("name: {name}\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, -c, 'import json,sys; sys.stdin.readline(); print(json.dumps(dict(kind=\"agent.terminal\", payload=dict(final_answer=\"x\"))))']\nstorage:\n  bundle_root: runs\n"),
+        );
+        let (v, code, _) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v}");
+        v
+    };
+    let (x, y) = (plain("plain-a"), plain("plain-b"));
+    let c = cmp(&x, &y);
+    let metrics =
+        c["comparison"]["metrics"].as_array().cloned().unwrap_or_else(|| c["metrics"].as_array().cloned().unwrap());
+    assert!(metrics.iter().all(|m| m["metric"] != "cost_per_task"), "unknown cost compared: {c}");
+    assert!(metrics.iter().any(|m| m["metric"] == "pass_rate"), "{c}");
+}

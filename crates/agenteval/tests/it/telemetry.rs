@@ -442,3 +442,66 @@ fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
     assert_eq!(attr(tools[0], "tool.name"), "python", "{}", tools[0]);
     assert!(spans.iter().any(|s| s["span_kind"] == "AGENT" && s["name"] == "agent.execute"), "{spans:?}");
 }
+
+/// A third-party agent's calls through the model gateway reach Phoenix as LLM spans too: a
+/// `command` agent on OpenAI's streamed wire and on Anthropic's, its tokens the provider's.
+#[test]
+fn phoenix_shows_a_gateway_agents_model_calls_as_llm_spans() {
+    use agenteval_testkit::llm_mock::MockLlm;
+    let (http, grpc) = (free_port(), free_port());
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(python_tool("phoenix", "phoenix"));
+    cmd.arg("serve")
+        .env("PHOENIX_WORKING_DIR", home.path())
+        .env("PHOENIX_HOST", "127.0.0.1")
+        .env("PHOENIX_PORT", http.to_string())
+        .env("PHOENIX_GRPC_PORT", grpc.to_string())
+        .env("PHOENIX_TELEMETRY_ENABLED", "false");
+    let _phoenix = start_server(cmd, http, "/healthz", "Phoenix");
+
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write(
+        "secrets.env",
+        "OPENAI_API_KEY=sk-test-phoenix-0123456789abcdef\nANTHROPIC_API_KEY=sk-test-phoenix-0123456789abcdef\n",
+    );
+    ws.write("agent.py", crate::gateway::AGENT);
+    ws.write(
+        "cases.jsonl",
+        "{\"id\": \"a\", \"input\": \"chat-stream\"}\n{\"id\": \"b\", \"input\": \"anthropic-stream\"}\n",
+    );
+    let cfg = ws.write(
+        "phoenix.yaml",
+        &format!(
+            "name: phoenix-gateway\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\n  model: mock-model\n  upstream:\n    openai: {{base_url: '{url}'}}\n    anthropic: {{base_url: '{url}'}}\n\
+             backend:\n  secrets_file: secrets.env\ntelemetry:\n  resource_attributes:\n    openinference.project.name: agenteval-gateway\n",
+            url = mock.base_url()
+        ),
+    );
+    let mut submit = ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    with_otlp(&mut submit, &format!("http://127.0.0.1:{http}"), "http/protobuf");
+    let out = submit.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    let mut spans = Vec::new();
+    wait_until("Phoenix to hold the gateway calls' LLM spans", Duration::from_secs(60), || {
+        let r = ui::request(http, "GET", "/v1/projects/agenteval-gateway/spans?limit=1000", "127.0.0.1", &[]);
+        if r.status != 200 {
+            return false;
+        }
+        spans = r.json()["data"].as_array().cloned().unwrap_or_default();
+        spans.iter().filter(|s| s["span_kind"] == "LLM").count() >= 2
+    });
+    let attr = |s: &serde_json::Value, k: &str| s["attributes"][k].clone();
+    let llm: Vec<_> = spans.iter().filter(|s| s["span_kind"] == "LLM").collect();
+    assert_eq!(llm.len(), 2, "one call per task: {spans:?}");
+    let mut providers: Vec<String> =
+        llm.iter().map(|s| attr(s, "llm.provider").as_str().unwrap_or("").to_string()).collect();
+    providers.sort();
+    assert_eq!(providers, ["anthropic", "openai"], "{llm:?}");
+    for s in &llm {
+        assert_eq!(attr(s, "llm.model_name"), "mock-model", "{s}");
+        assert_eq!(attr(s, "llm.token_count.prompt"), 10, "{s}");
+        assert_eq!(attr(s, "llm.token_count.completion"), 5, "{s}");
+    }
+}
