@@ -228,6 +228,19 @@ fn a_looping_agent_is_stopped_at_its_cost_limit_by_the_gateway() {
     assert!((4..=5).contains(&calls), "{calls} calls reached the model");
     let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
     assert!((0.05..0.08).contains(&cost), "{cost}");
+
+    // The run's budget counts the gateway's costs: $0.015 a task, $0.03 for the run, one task
+    // at a time: dispatch stops after the second.
+    let ids: Vec<String> = (0..6).map(|i| format!("c{i}")).collect();
+    let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "chat"}))).collect();
+    ws.write("cases.jsonl", &lines);
+    let cfg = config(&ws, "budget", &mock.base_url(), "");
+    let text_cfg = read_text(&cfg).unwrap().replace("max_concurrent_jobs: 2", "max_concurrent_jobs: 1");
+    std::fs::write(&cfg, format!("{text_cfg}max_run_cost_usd: 0.03\n")).unwrap();
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "budget_exceeded", "{v}\n{}", text(&out.stderr));
+    let finished = v["summary"]["tasks_finished"].as_u64().unwrap();
+    assert!((2..6).contains(&finished), "{v}");
 }
 
 #[test]
