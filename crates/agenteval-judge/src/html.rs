@@ -477,7 +477,7 @@ function openTask(id) {
     const cls = "event" + (isErr ? " err" : kind === "agent.tool_call" ? " tool" : kind === "agent.tool_result" ? " result" : "");
     const wf = el("div", {class: "wf", title: "from " + (start - t0) + " ms to " + (next - t0) + " ms"}, el("span", {style: "left:" + (100 * (start - t0) / total) + "%;width:" + (100 * Math.max(next - start, 0) / total) + "%"}));
     const usage = (e.input_tokens || e.output_tokens || e.cost_usd) ? " · " + e.input_tokens + " in / " + e.output_tokens + " out tokens · " + money(e.cost_usd) : "";
-    const tool = e.payload && typeof e.payload === "object" && e.payload.tool ? " · tool " + e.payload.tool : "";
+    const tool = e.payload && typeof e.payload === "object" && e.payload.tool ? " · tool " + e.payload.tool : kind === "model.call" && e.payload ? " · " + e.payload.model + " over " + e.payload.wire + " in " + e.payload.latency_ms + " ms" : "";
     panel.append(el("div", {class: cls, id: "step-" + e.step}, el("div", {}, el("span", {class: "badge", text: "#" + e.step}), el("strong", {text: kind}), el("span", {class: "muted", text: " +" + (start - t0) + " ms" + tool + usage})), wf, el("pre", {text: JSON.stringify(e.payload, null, 2)})));
   });
   if (spans.length) {

@@ -832,4 +832,11 @@ chmod +x /usr/local/bin/wire-agent
     assert!((r["agent"]["total_cost_usd"].as_f64().unwrap() - 0.015).abs() < 1e-12, "{r}");
     assert_eq!(mock.received().len(), 1);
     assert!(mock.received()[0].credential.as_deref().is_some_and(|c| c.contains(key)));
+    // Replayed with the model gone and no key: the container's call is answered from the
+    // recording, and the task ends as it did.
+    drop(mock);
+    std::fs::write(ws.path().join("secrets.env"), "").unwrap();
+    let out = ws.run(&["replay", v["run_id"].as_str().unwrap(), "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(r["match"], 1, "{r}");
 }
