@@ -137,15 +137,41 @@ pub trait Door: Send {
     /// The OpenAI base URL (`…/v1`) and the Anthropic one (its root) an agent reaching the
     /// gateway from `reach` is given.
     fn base_urls(&self, reach: Reach) -> Result<(String, String)>;
-    /// The next call that ended; `None` once the door is closed.
-    async fn next_call(&mut self) -> Option<ModelCall>;
-    /// A call that already ended, without waiting.
-    fn try_next_call(&mut self) -> Option<ModelCall>;
+    /// The calls that ended, in the order they ended, as they end.
+    fn calls(&self) -> std::sync::Arc<CallQueue>;
     /// Calls that arrived and have not ended yet (an answer still streaming).
     fn in_flight(&self) -> u32;
     /// Closes the door (the token stops working at once) and returns the task's calls as
     /// cassette lines (redacted).
     fn close(&mut self) -> Vec<u8>;
+}
+
+/// The calls of a door that ended and were not taken yet: the gateway puts them, the worker
+/// takes them (the first one with a given property, or any), and can wait for the next.
+#[derive(Debug, Default)]
+pub struct CallQueue {
+    calls: std::sync::Mutex<std::collections::VecDeque<ModelCall>>,
+    arrived: tokio::sync::Notify,
+}
+
+impl CallQueue {
+    /// A call ended.
+    pub fn push(&self, call: ModelCall) {
+        self.calls.lock().expect("not poisoned").push_back(call);
+        self.arrived.notify_one();
+    }
+
+    /// Takes the first call `which` accepts.
+    pub fn take(&self, which: impl Fn(&ModelCall) -> bool) -> Option<ModelCall> {
+        let mut q = self.calls.lock().expect("not poisoned");
+        let at = q.iter().position(which)?;
+        q.remove(at)
+    }
+
+    /// Resolves once a call was pushed since the last wait (at once if one was meanwhile).
+    pub async fn pushed(&self) {
+        self.arrived.notified().await
+    }
 }
 
 /// The variables an agent gets to reach its model through a door: the token as every

@@ -121,15 +121,15 @@ pub trait Resolver: Send + Sync {
     ) -> Result<std::sync::Arc<dyn Environment>> {
         Err(crate::Error::invalid(format!("no `{}` environments here", kind.as_str())))
     }
-    /// The model gateway the workers of `config` run for agents whose calls go through one
-    /// (`agent.upstream`), holding the keys fetched for it: `(endpoint, key)`. The default has
-    /// none.
+    /// The model gateway a worker runs for agents whose calls go through one (`agent.upstream`,
+    /// and the `llm` agent's model), forwarding to `upstream` with the keys fetched for it:
+    /// `(endpoint, key)`. The default has none (`None`).
     async fn gateway(
         &self,
-        _config: &RunConfig,
+        _upstream: &crate::config::Upstream,
         _keys: Vec<(&'static str, Secret)>,
-    ) -> Result<std::sync::Arc<dyn crate::gateway::ModelGateway>> {
-        Err(crate::Error::invalid("this build has no model gateway"))
+    ) -> Result<Option<std::sync::Arc<dyn crate::gateway::ModelGateway>>> {
+        Ok(None)
     }
     /// The image a task's environment is built as (`agenteval-env:<hash of its folder>`, the
     /// tag `docker` environments and `agenteval images build` give it), or the image it names.

@@ -109,6 +109,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Entry>, String> {
 /// The recorded calls of a task being replayed, each answered at most once.
 #[derive(Debug)]
 pub struct Replayer {
+    /// Why the recording could not be read, when it could not (every call is then a miss).
+    pub unreadable: Option<String>,
     entries: Vec<Entry>,
     used: Vec<bool>,
     rule: ReplayMatch,
@@ -117,7 +119,7 @@ pub struct Replayer {
 impl Replayer {
     pub fn new(entries: Vec<Entry>, rule: ReplayMatch) -> Self {
         let used = vec![false; entries.len()];
-        Replayer { entries, used, rule }
+        Replayer { unreadable: None, entries, used, rule }
     }
 
     /// The recording of the task's call `n` (0-based): the first unused one with the same
@@ -140,6 +142,9 @@ impl Replayer {
 
     /// Why call `n` (whose request is `now`) has no recording, in one line.
     pub fn miss(&self, n: usize, wire: &str, model: &str, now: &Value) -> String {
+        if let Some(why) = &self.unreadable {
+            return format!("the recording cannot be read ({why}): record it again with this agenteval");
+        }
         match self.entries.get(n) {
             None => format!(
                 "call {} ({wire} {model}) is not in the recording, which has {} call(s)",

@@ -4,11 +4,10 @@
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
-use agenteval_core::gateway::{Door, DoorSpec, ModelCall, Reach};
+use agenteval_core::gateway::{CallQueue, Door, DoorSpec, ModelCall, Reach};
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::{Error, Result};
 use async_trait::async_trait;
-use tokio::sync::mpsc;
 
 use crate::Inner;
 use crate::cassette::{self, Entry, Replayer};
@@ -22,7 +21,7 @@ pub(crate) struct Session {
     /// Requests and answers are kept for the cassette.
     pub record: bool,
     pub state: Mutex<State>,
-    pub calls: mpsc::UnboundedSender<ModelCall>,
+    pub calls: Arc<CallQueue>,
 }
 
 pub(crate) struct State {
@@ -48,7 +47,7 @@ impl Session {
         s.in_flight = s.in_flight.saturating_sub(1);
         s.recorded.extend(entry);
         drop(s);
-        let _ = self.calls.send(call);
+        self.calls.push(call);
     }
 }
 
@@ -57,7 +56,7 @@ pub struct GatewayDoor {
     inner: Arc<Inner>,
     session: Arc<Session>,
     token: Secret,
-    calls: mpsc::UnboundedReceiver<ModelCall>,
+    calls: Arc<CallQueue>,
     ports: Vec<(Ipv4Addr, u16)>,
     loopback: Option<u16>,
 }
@@ -80,11 +79,17 @@ pub(crate) fn open(
     loopback: Option<u16>,
     ports: Vec<(Ipv4Addr, u16)>,
 ) -> GatewayDoor {
-    let (tx, rx) = mpsc::unbounded_channel();
+    let calls = Arc::new(CallQueue::default());
     let replay = spec.replay.as_ref().map(|r| {
-        // An unreadable recording replays as an empty one: every call is a miss, said per call.
-        let entries = cassette::parse(&r.cassette).unwrap_or_default();
-        (Replayer::new(entries, inner.config.replay_match), r.strict)
+        // An unreadable recording (another agenteval's) replays as an empty one: every call is
+        // a miss that says why.
+        let (entries, unreadable) = match cassette::parse(&r.cassette) {
+            Ok(e) => (e, None),
+            Err(why) => (Vec::new(), Some(why)),
+        };
+        let mut replayer = Replayer::new(entries, inner.config.replay_match);
+        replayer.unreadable = unreadable;
+        (replayer, r.strict)
     });
     let token = new_token();
     let session = Arc::new(Session {
@@ -102,13 +107,23 @@ pub(crate) fn open(
             replay,
             closed: false,
         }),
-        calls: tx,
+        calls: calls.clone(),
     });
     inner.doors.lock().expect("not poisoned").insert(token.clone(), session.clone());
-    GatewayDoor { inner, session, token: Secret::new(token), calls: rx, ports, loopback }
+    GatewayDoor { inner, session, token: Secret::new(token), calls, ports, loopback }
 }
 
 impl GatewayDoor {
+    /// The next call that ends (any), waiting for it.
+    pub async fn next_call(&self) -> ModelCall {
+        loop {
+            if let Some(c) = self.calls.take(|_| true) {
+                return c;
+            }
+            self.calls.pushed().await;
+        }
+    }
+
     /// The cassette lines of the calls that ended so far (redacted), in call order.
     pub fn cassette(&self) -> Vec<u8> {
         let mut entries = self.session.state.lock().expect("not poisoned").recorded.clone();
@@ -156,12 +171,8 @@ impl Door for GatewayDoor {
         Ok((format!("http://{ip}:{port}/v1"), format!("http://{ip}:{port}")))
     }
 
-    async fn next_call(&mut self) -> Option<ModelCall> {
-        self.calls.recv().await
-    }
-
-    fn try_next_call(&mut self) -> Option<ModelCall> {
-        self.calls.try_recv().ok()
+    fn calls(&self) -> Arc<CallQueue> {
+        self.calls.clone()
     }
 
     fn in_flight(&self) -> u32 {
@@ -171,7 +182,6 @@ impl Door for GatewayDoor {
     fn close(&mut self) -> Vec<u8> {
         self.session.state.lock().expect("not poisoned").closed = true;
         self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
-        self.calls.close();
         self.cassette()
     }
 }

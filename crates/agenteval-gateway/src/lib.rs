@@ -292,7 +292,7 @@ mod tests {
         assert!(sse.contains("response.completed"), "{sse}");
         let mut calls = Vec::new();
         for _ in 0..4 {
-            calls.push(door.next_call().await.unwrap());
+            calls.push(door.next_call().await);
         }
         calls.sort_by_key(|c| c.call);
         for c in &calls {
@@ -316,17 +316,17 @@ mod tests {
         let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
         let mut door = gw.open_door(DoorSpec { max_tokens: Some(15), ..spec("t1") });
         assert_eq!(post(&door, "chat/completions", chat("one", false)).await.0, 200);
-        let _ = door.next_call().await.unwrap();
+        let _ = door.next_call().await;
         let (status, body) = post(&door, "chat/completions", chat("two", false)).await;
         assert_eq!(status, 429, "{body}");
         assert!(body.contains("max_tokens 15"), "{body}");
-        let refused = door.next_call().await.unwrap();
+        let refused = door.next_call().await;
         assert!(matches!(refused.refused, Some(Refusal::Tokens { .. })), "{refused:?}");
         // A cost limit without a price refuses at once: the limit could not be kept.
-        let mut priced = gw.open_door(DoorSpec { max_cost_usd: Some(1.0), ..spec("t2") });
+        let priced = gw.open_door(DoorSpec { max_cost_usd: Some(1.0), ..spec("t2") });
         let (status, body) = post(&priced, "chat/completions", chat("x", false)).await;
         assert_eq!(status, 429, "{body}");
-        assert!(matches!(priced.next_call().await.unwrap().refused, Some(Refusal::Cost { .. })));
+        assert!(matches!(priced.next_call().await.refused, Some(Refusal::Cost { .. })));
         // A token works for its own door only, and only while it is open.
         let token = door.token().expose().to_string();
         door.close();
@@ -357,23 +357,23 @@ mod tests {
         let (_, live_whole) = post(&door, "chat/completions", chat("hello", false)).await;
         let (_, live_stream) = post(&door, "messages", chat("stream me", true)).await;
         for _ in 0..2 {
-            door.next_call().await.unwrap();
+            door.next_call().await;
         }
         let cassette = door.close();
         drop(mock);
         let replay = Replay { cassette, strict: true };
-        let mut again = gw.open_door(DoorSpec { replay: Some(replay.clone()), ..spec("t1") });
+        let again = gw.open_door(DoorSpec { replay: Some(replay.clone()), ..spec("t1") });
         // In another order: matched by fingerprint.
         let (_, s) = post(&again, "messages", chat("stream me", true)).await;
         assert_eq!(s, live_stream);
         let (_, w) = post(&again, "chat/completions", chat("hello", false)).await;
         assert_eq!(serde_json::from_str::<Value>(&w).unwrap(), serde_json::from_str::<Value>(&live_whole).unwrap());
-        let a = again.next_call().await.unwrap();
+        let a = again.next_call().await;
         assert!(a.replayed && a.input_tokens == 10 && a.output_tokens == 5, "{a:?}");
-        let mut changed = gw.open_door(DoorSpec { replay: Some(replay), ..spec("t1") });
+        let changed = gw.open_door(DoorSpec { replay: Some(replay), ..spec("t1") });
         let (status, body) = post(&changed, "chat/completions", chat("hello, changed", false)).await;
         assert_eq!(status, 400, "{body}");
-        let miss = changed.next_call().await.unwrap();
+        let miss = changed.next_call().await;
         match miss.refused {
             Some(Refusal::ReplayMiss { reason }) => assert!(reason.contains("/messages/0/content"), "{reason}"),
             other => panic!("{other:?}"),

@@ -18,6 +18,18 @@ use crate::cassette::{self, Entry, MAX_RECORDED_BYTES};
 use crate::door::Session;
 use crate::wire::{self, Heard, Listener, Wire};
 
+/// Headers of a provider's answer that are the connection's, not the answer's.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
+
 /// Largest request body accepted: long agent contexts, not unbounded ones.
 const MAX_REQUEST_BYTES: usize = 64 << 20;
 
@@ -320,16 +332,28 @@ async fn forward(
             let mut call = record.call(502, &Heard::default(), 0);
             call.refused = Some(Refusal::Upstream { reason: why.clone() });
             record.session.ended(None, call);
-            return answer(
+            let mut out = answer(
                 StatusCode::BAD_GATEWAY,
                 &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")),
             );
+            if let Ok(v) = HeaderValue::from_str(&format!("{host}; {reason}")) {
+                out.headers_mut().insert(agenteval_llm::GATEWAY_UNREACHABLE, v);
+            }
+            return out;
         }
     };
     let status = resp.status();
     let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
     let streamed =
         content_type.as_ref().and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
+    // The provider's own headers go to the agent (`retry-after`, rate limits, request ids), but
+    // those of the connection, which are the gateway's to set.
+    let passed: Vec<(header::HeaderName, HeaderValue)> = resp
+        .headers()
+        .iter()
+        .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect();
     let listening = Listening {
         listener: Listener::new(wire, streamed),
         kept: Vec::new(),
@@ -342,8 +366,8 @@ async fn forward(
     };
     let tee = Tee { inner: Box::pin(resp.bytes_stream()), listening: Some(listening) };
     let mut out = Response::builder().status(status.as_u16());
-    if let Some(ct) = content_type {
-        out = out.header(header::CONTENT_TYPE, ct);
+    for (name, value) in passed {
+        out = out.header(name, value);
     }
     if streamed {
         out = out.header(header::CACHE_CONTROL, "no-cache");
@@ -392,7 +416,9 @@ impl Listening {
         let heard = listener.finish();
         let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
         let call = record.call(status, &heard, ttfb);
-        if !record.session.record {
+        // A rate limit or an outage says nothing of the model: not recorded, so a replay
+        // answers the call that then went through.
+        if !record.session.record || agenteval_llm::is_retryable_status(status) {
             record.session.ended(None, call);
             return;
         }

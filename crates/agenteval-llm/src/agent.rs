@@ -67,6 +67,21 @@ impl LlmAgent {
     }
 }
 
+impl LlmAgent {
+    /// A client of the gateway's door: its base URL for this provider's wire, the task's token
+    /// as the key, this agent's timeout and retries.
+    fn gateway_client(&self, g: &agenteval_core::traits::GatewayAccess) -> Result<LlmClient, LlmError> {
+        let base = match self.spec.provider {
+            crate::Provider::Anthropic => format!("{}/v1", g.host.1),
+            crate::Provider::OpenAi | crate::Provider::OpenAiCompatible => g.host.0.clone(),
+        };
+        let e = &self.config.endpoint;
+        let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
+        let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
+        LlmClient::new(self.spec.clone(), Some(&base), Some(&g.token), timeout, retry)
+    }
+}
+
 /// The user turn a task starts with: its input if it is text, its `prompt` field if it has one,
 /// else its JSON.
 fn task_text(input: &Value) -> String {
@@ -97,6 +112,16 @@ impl AgentRunner for LlmAgent {
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
         let fail = |t: TerminatedBy, m: String| AgentOutcome { final_answer: None, error: Some((t, m)) };
+        if let Some(g) = ctx.gateway {
+            // Through the worker's model gateway, which holds the key, meters, budgets, records
+            // and replays every call: this agent's client speaks to it with its task's token.
+            let client = match self.gateway_client(g) {
+                Ok(c) => c,
+                Err(e) => return fail(TerminatedBy::AgentError, e.to_string()),
+            };
+            let mut calls = TaskCalls::live(ctx.task.id.as_str(), self.redactor.clone());
+            return self.converse(ctx, sink, Some(&client), &mut calls).await;
+        }
         let client = match self.client(ctx) {
             Ok(c) => c,
             Err(e) => return fail(TerminatedBy::AgentError, e),

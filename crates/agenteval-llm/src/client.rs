@@ -160,6 +160,20 @@ impl LlmClient {
                 };
                 return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
             }
+            // The model gateway could not reach the provider: said as if this client had not.
+            if let Some((host, reason)) = resp
+                .headers()
+                .get(crate::GATEWAY_UNREACHABLE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_once("; "))
+                .map(|(h, r)| (h.to_string(), r.to_string()))
+            {
+                if !last {
+                    tokio::time::sleep(self.backoff(attempt, None)).await;
+                    continue;
+                }
+                return Err(LlmError::Unreachable { provider, host, reason, attempts: attempt });
+            }
             let retry_after = retry_after(resp.headers());
             if is_retryable_status(status) && !last {
                 tokio::time::sleep(self.backoff(attempt, retry_after)).await;

@@ -20,11 +20,15 @@ pub use agent::LlmAgent;
 pub use agenteval_core::config::check_base_url;
 pub use cassette::{CassetteMode, Cassettes, TaskCalls, first_difference};
 pub use client::{LlmClient, RetryPolicy};
-pub use error::LlmError;
+pub use error::{LlmError, is_retryable_status};
 pub use judge::{JudgeKind, LlmJudge, VerdictCache};
 pub use pricing::{PRICES_DATE, Price, PriceTable, cost};
 pub use spec::{ModelSpec, Provider};
 pub use types::*;
+
+/// The header the model gateway puts on its answer when it could not reach the provider
+/// (`HOST; REASON`): a client reads it as the provider being unreachable, not as an HTTP 502.
+pub const GATEWAY_UNREACHABLE: &str = "x-agenteval-unreachable";
 
 /// Problems with the LLM parts of a run config that only this crate can see (an unknown price
 /// under a cost limit, a model spec it cannot parse): `(json pointer, message)` pairs, like

@@ -133,7 +133,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Re-run an `llm` run from the model calls in its bundle and compare, task by task.
+    /// Re-run an `llm` run, or a run whose agent called its model through the gateway
+    /// (`agent.upstream`), from the model calls in its bundle and compare, task by task.
     ///
     /// Says per task MATCH, DIFFER (with the first difference) or CODE_CHANGED (agenteval's
     /// version, or how it reads the config, changed); exit 1 when any task is not MATCH. Proves
@@ -390,7 +391,8 @@ pub enum Command {
     },
 }
 
-/// Model-call cassettes of the `llm` agent (`docs/agents.md`).
+/// Model-call cassettes of the `llm` agent and of agents whose calls go through the gateway
+/// (`docs/agents.md`).
 #[derive(Debug, Args, Clone)]
 pub struct CassetteArgs {
     /// A folder of cassettes, one `<task id>.jsonl` per task (local backend), or a run's

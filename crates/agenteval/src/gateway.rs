@@ -110,7 +110,6 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
     loop {
         tokio::select! {
             call = door.next_call() => {
-                let Some(call) = call else { break };
                 calls += 1;
                 tokens += call.input_tokens + call.output_tokens;
                 cost += call.cost_usd.unwrap_or(0.0);

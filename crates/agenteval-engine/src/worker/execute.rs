@@ -294,8 +294,11 @@ pub(super) async fn run_agent(
         Some(o) => (Some(o.door), Some(o.access)),
         None => (None, None),
     };
-    let shared =
-        super::metered::Shared { sink: std::sync::Arc::new(tokio::sync::Mutex::new(sink)), metered: door.is_some() };
+    let shared = super::metered::Shared {
+        sink: std::sync::Arc::new(tokio::sync::Mutex::new(sink)),
+        calls: door.as_ref().map(|d| d.calls()),
+        merge_ticks: llm.is_some(),
+    };
     let actx = AgentContext {
         run_id: ctx.run_id,
         task,
@@ -311,13 +314,17 @@ pub(super) async fn run_agent(
     let secs = limits.wall_seconds();
     let mut agent_sink = shared.clone();
     let calls = async {
-        match door.as_mut() {
-            Some(d) => super::metered::feed(d.as_mut(), &shared).await,
+        match &shared.calls {
+            Some(c) => super::metered::feed(c.clone(), &shared).await,
             None => std::future::pending().await,
         }
     };
     let mut outcome = async {
         tokio::select! {
+            // A refused call is seen before the agent's reaction to it: the task ends for the
+            // refusal's reason (a limit, a replay miss), not for the error the agent then met.
+            biased;
+            stop = calls => AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) },
             run = tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut agent_sink)) => match run {
                 Ok(o) => o,
                 Err(_) => AgentOutcome {
@@ -328,8 +335,6 @@ pub(super) async fn run_agent(
             // The environment's storage, watched while the agent writes: stopped at the cap
             // (within a poll), so the machine keeps its disk.
             why = storage_watch(env, task) => AgentOutcome { final_answer: None, error: Some((TerminatedBy::LimitDisk, why)) },
-            // A model call past a limit, or a miss in a strict replay, stops the agent.
-            stop = calls => AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) },
         }
     }
     .instrument(execute.clone())
@@ -342,7 +347,7 @@ pub(super) async fn run_agent(
         }
     }
     drop(door);
-    let metered = shared.metered;
+    let metered = shared.calls.is_some();
     let mut sink = std::sync::Arc::try_unwrap(shared.sink)
         .map_err(|_| Error::invalid("the trace is still shared after the agent stopped"))?
         .into_inner();

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenteval_core::config::Limits;
-use agenteval_core::gateway::{Door, DoorSpec, ModelCall, Reach, Refusal, Replay};
+use agenteval_core::gateway::{CallQueue, Door, DoorSpec, ModelCall, Reach, Refusal, Replay};
 use agenteval_core::model::{EventKind, TaskSpec, TerminatedBy};
 use agenteval_core::traits::{AgentEvent, EventSink, GatewayAccess, Stop, TaskEnvironment};
 use agenteval_core::{Error, Result, layout};
@@ -25,20 +25,49 @@ const SETTLE: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub(super) struct Shared {
     pub sink: Arc<Mutex<TraceSink>>,
-    /// Calls go through the gateway: the agent's own usage numbers are not taken.
-    pub metered: bool,
+    /// The door's calls, when the agent's calls go through the gateway: the agent's own usage
+    /// numbers are then not taken.
+    pub calls: Option<Arc<CallQueue>>,
+    /// The agent is the built-in `llm` agent, whose `cost.tick` after each answer is that
+    /// call's event: it takes the call's usage from the gateway's record of it (one event per
+    /// call, the conversation's spans as they were).
+    pub merge_ticks: bool,
+}
+
+/// A call that went through with an answer (the `llm` agent reports each such with a tick).
+fn answered(c: &ModelCall) -> bool {
+    c.refused.is_none() && (200..300).contains(&c.status)
 }
 
 #[async_trait]
 impl EventSink for Shared {
     async fn emit(&mut self, mut event: AgentEvent) -> std::result::Result<(), Stop> {
-        if self.metered {
-            // Usage comes from the provider, through the gateway, never from the agent's word.
-            event.cost_usd = 0.0;
-            event.input_tokens = 0;
-            event.output_tokens = 0;
+        let Some(calls) = self.calls.clone() else { return self.sink.lock().await.emit(event).await };
+        // Calls that ended before this event come before it in the trace.
+        self.write_pending(&calls, self.merge_ticks).await?;
+        let tick = self.merge_ticks && event.kind == Some(EventKind::CostTick);
+        // Usage comes from the provider, through the gateway, never from the agent's word.
+        event.cost_usd = 0.0;
+        event.input_tokens = 0;
+        event.output_tokens = 0;
+        if let Some(p) = event.payload.as_object_mut() {
+            p.remove("cost_unknown");
+        }
+        if tick && let Some(call) = calls.take(answered) {
+            event.cost_usd = call.cost_usd.unwrap_or(0.0);
+            event.input_tokens = call.input_tokens;
+            event.output_tokens = call.output_tokens;
             if let Some(p) = event.payload.as_object_mut() {
-                p.remove("cost_unknown");
+                p.insert("cost_usd".into(), serde_json::json!(call.cost_usd));
+                p.insert("wire".into(), serde_json::json!(call.wire));
+                p.insert("latency_ms".into(), serde_json::json!(call.latency_ms));
+                p.insert("ttfb_ms".into(), serde_json::json!(call.ttfb_ms));
+                if call.replayed {
+                    p.insert("replayed".into(), serde_json::Value::Bool(true));
+                }
+                if call.cost_usd.is_none() {
+                    p.insert("cost_unknown".into(), serde_json::Value::Bool(true));
+                }
             }
         }
         self.sink.lock().await.emit(event).await
@@ -50,6 +79,15 @@ impl EventSink for Shared {
 }
 
 impl Shared {
+    /// Writes the calls that ended and are not written yet (with `keep_answered`, not those
+    /// the agent's ticks will take); `Err` when one must stop the task.
+    async fn write_pending(&self, calls: &CallQueue, keep_answered: bool) -> std::result::Result<(), Stop> {
+        while let Some(call) = calls.take(|c| !keep_answered || !answered(c)) {
+            self.model_call(call).await?;
+        }
+        Ok(())
+    }
+
     /// Writes one call; `Err` when the task must stop (a limit crossed, a replay miss).
     pub async fn model_call(&self, call: ModelCall) -> std::result::Result<(), Stop> {
         let refused = call.refused.clone();
@@ -131,13 +169,14 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
     Ok(Some(Opened { door, access }))
 }
 
-/// Writes each call as it ends; resolves only when one must stop the task.
-pub(super) async fn feed(door: &mut dyn Door, shared: &Shared) -> Stop {
+/// Writes each call as it ends (but those the `llm` agent's ticks take); resolves only when
+/// one must stop the task.
+pub(super) async fn feed(calls: Arc<CallQueue>, shared: &Shared) -> Stop {
     loop {
-        let Some(call) = door.next_call().await else { return std::future::pending().await };
-        if let Err(stop) = shared.model_call(call).await {
+        if let Err(stop) = shared.write_pending(&calls, shared.merge_ticks).await {
             return stop;
         }
+        calls.pushed().await;
     }
 }
 
@@ -146,27 +185,21 @@ pub(super) async fn feed(door: &mut dyn Door, shared: &Shared) -> Stop {
 /// cassette folder when recording). The first stop a late call brings, if any.
 pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shared: &Shared) -> Result<Option<Stop>> {
     let deadline = Instant::now() + SETTLE;
+    let calls = door.calls();
     let mut first_stop = None;
-    let mut take = |r: std::result::Result<(), Stop>| {
-        if let Err(s) = r {
-            first_stop.get_or_insert(s);
-        }
-    };
     loop {
-        while let Some(call) = door.try_next_call() {
-            take(shared.model_call(call).await);
+        if let Err(s) = shared.write_pending(&calls, false).await {
+            first_stop.get_or_insert(s);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if door.in_flight() == 0 || left.is_zero() {
             break;
         }
-        if let Ok(Some(call)) = tokio::time::timeout(left, door.next_call()).await {
-            take(shared.model_call(call).await);
-        }
+        let _ = tokio::time::timeout(left, calls.pushed()).await;
     }
     let cassette = door.close();
-    while let Some(call) = door.try_next_call() {
-        take(shared.model_call(call).await);
+    if let Err(s) = shared.write_pending(&calls, false).await {
+        first_stop.get_or_insert(s);
     }
     if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
         let file = c.dir.join(format!("{}.jsonl", task.id));

@@ -206,8 +206,11 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     let strict_replay = strict && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     // A regrade runs no agent: it needs none of the agent's keys.
     let no_agent = strict_replay || config.regrade.is_some();
+    let gateway = gateway_of(&config, strict, secret_store.as_ref(), &redactor, resolver).await?;
+    // Behind the gateway the `llm` agent holds no key: the gateway does.
+    let llm_behind_gateway = gateway.is_some() && matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     let mut secrets = Vec::new();
-    for (var, name, required) in if no_agent { Vec::new() } else { agent_secrets(&config) } {
+    for (var, name, required) in if no_agent || llm_behind_gateway { Vec::new() } else { agent_secrets(&config) } {
         match secret_store.fetch(&name).await {
             Ok(s) => {
                 redactor.add(&s);
@@ -229,7 +232,6 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
             judge_secrets.push((var, s));
         }
     }
-    let gateway = gateway_of(&config, strict, secret_store.as_ref(), &redactor, resolver).await?;
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     let agent = agent_from_config(&config, cassettes.clone(), &redactor)?;
@@ -276,6 +278,30 @@ async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journal) -> Resul
     })
 }
 
+/// Where the gateway sends a run's agent's calls: its `upstream`, or for the `llm` agent its
+/// model's endpoint (so that its calls are metered, budgeted and recorded on the same path).
+pub fn upstream_of(config: &RunConfig) -> Option<agenteval_core::config::Upstream> {
+    use agenteval_core::config::{AgentConfig, Upstream};
+    match &config.agent {
+        AgentConfig::Llm(cfg) => {
+            let spec = agenteval_llm::ModelSpec::parse(&cfg.model).ok()?;
+            let mut endpoint = cfg.endpoint.clone();
+            if endpoint.secrets.is_empty() {
+                let var = spec.provider.key_var().to_string();
+                endpoint.secrets.insert(var.clone(), var);
+            }
+            endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
+            let mut up = Upstream { prices: cfg.prices.clone(), ..Upstream::default() };
+            match spec.provider {
+                agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
+                _ => up.openai = Some(endpoint),
+            }
+            Some(up)
+        }
+        other => other.upstream().cloned(),
+    }
+}
+
 /// The model gateway of a run whose agent's calls go through one, with its keys (none in a
 /// strict replay): they stay in this process, the agent gets a token of its task.
 async fn gateway_of(
@@ -285,9 +311,20 @@ async fn gateway_of(
     redactor: &Redactor,
     resolver: &dyn Resolver,
 ) -> Result<Option<Arc<dyn agenteval_core::gateway::ModelGateway>>> {
-    let Some(upstream) = config.agent.upstream().filter(|_| config.regrade.is_none()) else { return Ok(None) };
+    let Some(upstream) = upstream_of(config).filter(|_| config.regrade.is_none()) else { return Ok(None) };
+    let llm = matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_));
     let mut keys = Vec::new();
-    for (which, name, required) in if strict { Vec::new() } else { upstream_secrets(upstream) } {
+    let wanted: Vec<(&'static str, String, bool)> = if strict {
+        Vec::new()
+    } else if llm {
+        // The `llm` agent's key: required as the provider needs one (an openai-compatible
+        // server may take none).
+        let which = if upstream.anthropic.is_some() { "anthropic" } else { "openai" };
+        agent_secrets(config).into_iter().map(|(_, name, required)| (which, name, required)).collect()
+    } else {
+        upstream_secrets(&upstream)
+    };
+    for (which, name, required) in wanted {
         match secret_store.fetch(&name).await {
             Ok(s) => {
                 redactor.add(&s);
@@ -297,7 +334,12 @@ async fn gateway_of(
             Err(e) => return Err(e),
         }
     }
-    Ok(Some(resolver.gateway(config, keys).await?))
+    match resolver.gateway(&upstream, keys).await? {
+        Some(g) => Ok(Some(g)),
+        // The `llm` agent then calls its model itself, as it can.
+        None if llm => Ok(None),
+        None => Err(Error::invalid("this build has no model gateway, which `agent.upstream` needs")),
+    }
 }
 
 /// The job's cassettes (`submit --cassettes`): a folder of this machine, or a run's bundle

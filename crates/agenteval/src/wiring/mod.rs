@@ -163,12 +163,11 @@ impl Resolver for Wiring {
 
     async fn gateway(
         &self,
-        config: &agenteval_core::config::RunConfig,
+        upstream: &agenteval_core::config::Upstream,
         keys: Vec<(&'static str, agenteval_core::secret::Secret)>,
-    ) -> Result<Arc<dyn agenteval_core::gateway::ModelGateway>> {
-        let upstream = config.agent.upstream().ok_or_else(|| Error::invalid("the agent has no `upstream`"))?;
+    ) -> Result<Option<Arc<dyn agenteval_core::gateway::ModelGateway>>> {
         let gateway_config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
-        Ok(Arc::new(agenteval_gateway::Gateway::start(gateway_config, 0).await?))
+        Ok(Some(Arc::new(agenteval_gateway::Gateway::start(gateway_config, 0).await?)))
     }
 
     fn task_image(&self, spec: &agenteval_core::environment::EnvSpec, settings: &EnvironmentConfig) -> Result<String> {

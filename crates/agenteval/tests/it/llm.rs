@@ -78,6 +78,11 @@ fn tool_calls_round_trip_on_both_providers_and_cost_is_tokens_times_price() {
         assert_eq!(r["agent"]["total_tokens"], 30);
         assert_eq!(task(&bundle, "plain")["agent"]["final_answer"], "echo: hello");
         assert!(bundle_file_exists(&bundle.join("tasks/tool/cassette.jsonl")), "every llm task keeps its calls");
+        // Its calls went through the model gateway: each tick carries the gateway's record of it.
+        let tick = trace(&bundle, "tool").into_iter().find(|e| e["kind"] == "cost.tick").unwrap();
+        let wire = if name == "ant" { "anthropic.messages" } else { "openai.chat" };
+        assert_eq!(tick["payload"]["wire"], wire, "{name}: {tick}");
+        assert!(tick["payload"]["latency_ms"].is_u64(), "{name}: {tick}");
         assert_eq!(v["summary"]["cost_unknown_tasks"], serde_json::Value::Null, "{v}");
     }
     let anthropic = mock.received().into_iter().find(|r| r.path == "anthropic").unwrap();
@@ -254,7 +259,8 @@ fn a_recorded_run_replays_exactly_without_the_model_and_a_changed_prompt_is_name
     let (v, code, out) = ws.submit(&changed, &["--cassettes", tapes.to_str().unwrap()]);
     let r = task(&bundle_of(&v), "plain");
     let err = r["agent"]["error"].as_str().unwrap();
-    assert!(err.contains("/system") && err.contains("be brief") && err.contains("be verbose"), "{err}");
+    // The system prompt is the OpenAI wire's first message.
+    assert!(err.contains("/messages/0/content") && err.contains("be brief") && err.contains("be verbose"), "{err}");
     assert_eq!(r["passed"], false);
     // A stale recording is its own outcome, not the agent's error, and the run is not a result:
     // exit 3 naming the cassette folder; compared with the good replay nothing regressed.
@@ -299,7 +305,7 @@ fn replay_of_a_bundle_matches_and_names_the_task_a_changed_prompt_breaks() {
     let out = ws.run(&["replay", &run, "--with-config", changed.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let shown = text(&out.stdout);
-    assert!(shown.contains("DIFFER       plain") && shown.contains("/system"), "{shown}");
+    assert!(shown.contains("DIFFER       plain") && shown.contains("/messages/0/content"), "{shown}");
 }
 
 #[test]
