@@ -311,6 +311,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn debug_output_shows_neither_the_key_nor_a_token() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
+        let door = gw.open_door(spec("t1"));
+        let token = door.token().expose().to_string();
+        let access = agenteval_core::traits::GatewayAccess {
+            token: door.token().clone(),
+            host: door.base_urls(Reach::Host).unwrap(),
+            port: 1,
+            container: None,
+        };
+        for shown in
+            [format!("{gw:?}"), format!("{door:?}"), format!("{access:?}"), format!("{:?}", config(&mock, true))]
+        {
+            assert!(!shown.contains(KEY) && !shown.contains(&token), "{shown}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_spent_budget_refuses_the_next_call_and_a_closed_door_its_token() {
         let mock = MockLlm::start(Duration::ZERO);
         let gw = Gateway::start(config(&mock, false), 0).await.unwrap();

@@ -150,7 +150,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
     };
     let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started };
     match plan {
-        Plan::Refuse(why) => record.refuse(why, &request),
+        Plan::Refuse(why) => record.refuse(why),
         Plan::Replay(entry) => record.replay(*entry, &request),
         Plan::Forward => forward(&inner, &headers, body, request, record).await,
     }
@@ -213,7 +213,7 @@ impl Record {
         }
     }
 
-    fn refuse(self, why: Refusal, _request: &Value) -> Response<Body> {
+    fn refuse(self, why: Refusal) -> Response<Body> {
         let (status, kind) = match (&why, self.wire.is_anthropic()) {
             (Refusal::Tokens { .. } | Refusal::Cost { .. }, false) => {
                 (StatusCode::TOO_MANY_REQUESTS, "insufficient_quota")
@@ -285,12 +285,9 @@ async fn forward(
     let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
     let Some(provider) = provider else {
         let which = if wire.is_anthropic() { "anthropic" } else { "openai" };
-        return record.refuse(
-            Refusal::Upstream {
-                reason: format!("no agent.upstream.{which} is configured: {} calls go nowhere", wire.name()),
-            },
-            &request,
-        );
+        return record.refuse(Refusal::Upstream {
+            reason: format!("no agent.upstream.{which} is configured: {} calls go nowhere", wire.name()),
+        });
     };
     // The agent's bytes as sent, unless the gateway must ask a stream for its usage.
     let mut body = request.clone();

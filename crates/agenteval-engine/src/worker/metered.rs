@@ -187,10 +187,14 @@ pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shar
     let deadline = Instant::now() + SETTLE;
     let calls = door.calls();
     let mut first_stop = None;
-    loop {
-        if let Err(s) = shared.write_pending(&calls, false).await {
+    // Every call is written, past any that would stop the task (the first such is returned).
+    let write_all = async |first_stop: &mut Option<Stop>| {
+        while let Err(s) = shared.write_pending(&calls, false).await {
             first_stop.get_or_insert(s);
         }
+    };
+    loop {
+        write_all(&mut first_stop).await;
         let left = deadline.saturating_duration_since(Instant::now());
         if door.in_flight() == 0 || left.is_zero() {
             break;
@@ -198,9 +202,7 @@ pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shar
         let _ = tokio::time::timeout(left, calls.pushed()).await;
     }
     let cassette = door.close();
-    if let Err(s) = shared.write_pending(&calls, false).await {
-        first_stop.get_or_insert(s);
-    }
+    write_all(&mut first_stop).await;
     if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
         let file = c.dir.join(format!("{}.jsonl", task.id));
         std::fs::create_dir_all(&c.dir)
