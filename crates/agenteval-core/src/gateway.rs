@@ -118,11 +118,32 @@ impl Refusal {
     }
 }
 
+/// A call to the gateway from inside the worker's own process (the built-in `llm` agent): the
+/// same door, the same metering, budget and recording, without a TCP connection.
+#[async_trait]
+pub trait LocalCall: Send + Sync {
+    /// Posts `body` to `path` (`/v1/chat/completions`, `/v1/messages`) with `headers` (the
+    /// token among them); the answer's status, headers and body.
+    async fn post(&self, path: &str, headers: Vec<(String, String)>, body: Vec<u8>) -> Result<Posted>;
+}
+
+/// What a local call got back.
+#[derive(Debug, Clone)]
+pub struct Posted {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
 /// The worker's model gateway: opens a door per task attempt.
 #[async_trait]
 pub trait ModelGateway: Send + Sync {
     /// A door for one task attempt; calls through it are answered until it is closed.
     async fn open(&self, spec: DoorSpec) -> Result<Box<dyn Door>>;
+    /// The gateway called from this process, when it can be.
+    fn local(&self) -> Option<std::sync::Arc<dyn LocalCall>> {
+        None
+    }
     /// Makes the gateway reachable from containers at `ip` (the task network's host address):
     /// the port it listens on there. Idempotent.
     async fn listen_on(&self, ip: std::net::Ipv4Addr) -> Result<u16>;

@@ -679,6 +679,8 @@ pub struct GatewayAccess {
     pub port: u16,
     /// The base URLs from a container on the task network, when the gateway listens there.
     pub container: Option<(String, String)>,
+    /// The gateway called without a connection, for an agent of the worker's own process.
+    pub local: Option<std::sync::Arc<dyn crate::gateway::LocalCall>>,
 }
 
 impl GatewayAccess {

@@ -214,6 +214,10 @@ impl ModelGateway for Gateway {
         Ok(Box::new(self.open_door(spec)))
     }
 
+    fn local(&self) -> Option<Arc<dyn agenteval_core::gateway::LocalCall>> {
+        Some(Arc::new(serve::Local(serve::router(self.inner.clone()))))
+    }
+
     async fn listen_on(&self, ip: Ipv4Addr) -> agenteval_core::Result<u16> {
         if let Some(p) = self.port_at(ip) {
             return Ok(p);
@@ -321,6 +325,7 @@ mod tests {
             host: door.base_urls(Reach::Host).unwrap(),
             port: 1,
             container: None,
+            local: None,
         };
         for shown in
             [format!("{gw:?}"), format!("{door:?}"), format!("{access:?}"), format!("{:?}", config(&mock, true))]

@@ -53,6 +53,42 @@ pub(crate) fn router(inner: Arc<Inner>) -> axum::Router {
         .with_state(inner)
 }
 
+/// The routes called in this process: a request through the same router, no connection.
+pub(crate) struct Local(pub axum::Router);
+
+#[async_trait::async_trait]
+impl agenteval_core::gateway::LocalCall for Local {
+    async fn post(
+        &self,
+        path: &str,
+        headers: Vec<(String, String)>,
+        body: Vec<u8>,
+    ) -> agenteval_core::Result<agenteval_core::gateway::Posted> {
+        use tower::ServiceExt as _;
+        let mut req = axum::http::Request::builder().method("POST").uri(path);
+        for (k, v) in &headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        let req = req
+            .body(Body::from(body))
+            .map_err(|e| agenteval_core::Error::invalid(format!("a local call to the gateway: {e}")))?;
+        let resp = self.0.clone().oneshot(req).await.expect("the router's error is Infallible");
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .filter_map(|(k, v)| v.to_str().ok().map(|v| (k.to_string(), v.to_string())))
+            .collect();
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX).await.map_err(|e| {
+            agenteval_core::Error::new(
+                agenteval_core::ErrorKind::Transient,
+                format!("the gateway's answer broke off: {e}"),
+            )
+        })?;
+        Ok(agenteval_core::gateway::Posted { status, headers, body: body.to_vec() })
+    }
+}
+
 fn answer(status: StatusCode, body: &Value) -> Response<Body> {
     Response::builder()
         .status(status)

@@ -31,6 +31,8 @@ pub struct LlmAgent {
     cassettes: Option<Cassettes>,
     redactor: Redactor,
     client: OnceLock<Result<LlmClient, String>>,
+    /// The client of the worker's gateway, built once (a task's differs only by its token).
+    gateway: OnceLock<Result<LlmClient, String>>,
 }
 
 impl LlmAgent {
@@ -46,7 +48,16 @@ impl LlmAgent {
         let mut table = PriceTable::packaged();
         table.extend(config.prices.clone());
         let price = config.endpoint.price.or_else(|| table.lookup(&spec.name));
-        Ok(LlmAgent { config, spec, price, builtin, cassettes, redactor, client: OnceLock::new() })
+        Ok(LlmAgent {
+            config,
+            spec,
+            price,
+            builtin,
+            cassettes,
+            redactor,
+            client: OnceLock::new(),
+            gateway: OnceLock::new(),
+        })
     }
 
     /// The client, built on first use from the key among the task's secrets. A strict replay
@@ -69,16 +80,29 @@ impl LlmAgent {
 
 impl LlmAgent {
     /// A client of the gateway's door: its base URL for this provider's wire, the task's token
-    /// as the key, this agent's timeout and retries.
+    /// as the key, this agent's timeout and retries; its connections shared by every task.
     fn gateway_client(&self, g: &agenteval_core::traits::GatewayAccess) -> Result<LlmClient, LlmError> {
         let base = match self.spec.provider {
             crate::Provider::Anthropic => format!("{}/v1", g.host.1),
             crate::Provider::OpenAi | crate::Provider::OpenAiCompatible => g.host.0.clone(),
         };
-        let e = &self.config.endpoint;
-        let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
-        let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
-        LlmClient::new(self.spec.clone(), Some(&base), Some(&g.token), timeout, retry)
+        let shared = self.gateway.get_or_init(|| {
+            let e = &self.config.endpoint;
+            let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
+            let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
+            LlmClient::new(self.spec.clone(), Some(&base), Some(&g.token), timeout, retry).map_err(|e| e.to_string())
+        });
+        let shared = shared.as_ref().map_err(|e| LlmError::Config(e.clone()))?;
+        // One gateway per worker, at one address: a client for another would be a bug.
+        if !shared.url().starts_with(&base) {
+            return Err(LlmError::Config(format!("the gateway moved: {} is not under {base}", shared.url())));
+        }
+        let client = shared.with_key(&g.token)?;
+        // In this process, the gateway is called without a connection: the same door.
+        Ok(match &g.local {
+            Some(local) => client.through(local.clone()),
+            None => client,
+        })
     }
 }
 

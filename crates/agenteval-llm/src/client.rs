@@ -29,8 +29,14 @@ impl Default for RetryPolicy {
 }
 
 /// A chat client for one model.
+#[derive(Clone)]
 pub struct LlmClient {
     http: reqwest::Client,
+    /// The key's header, sent with every call (kept apart from the HTTP client, so that a client
+    /// for another key shares its connections).
+    auth: Option<(reqwest::header::HeaderName, HeaderValue)>,
+    /// Calls go to the model gateway of this very process, without a connection.
+    local: Option<std::sync::Arc<dyn agenteval_core::gateway::LocalCall>>,
     spec: ModelSpec,
     url: String,
     host: String,
@@ -63,21 +69,11 @@ impl LlmClient {
         };
         let host = url.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
         let mut headers = HeaderMap::new();
-        if let Some(key) = key {
-            let bad = |_| LlmError::Config(format!("the {} key is not a valid header value", spec.provider.as_str()));
-            match spec.provider {
-                Provider::Anthropic => {
-                    let mut v = HeaderValue::from_str(key.expose()).map_err(bad)?;
-                    v.set_sensitive(true);
-                    headers.insert("x-api-key", v);
-                }
-                Provider::OpenAi | Provider::OpenAiCompatible => {
-                    let mut v = HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(bad)?;
-                    v.set_sensitive(true);
-                    headers.insert(reqwest::header::AUTHORIZATION, v);
-                }
-            }
-        } else if spec.provider.needs_key() {
+        let auth = match key {
+            Some(key) => Some(auth_header(&spec, key)?),
+            None => None,
+        };
+        if key.is_none() && spec.provider.needs_key() {
             return Err(LlmError::Config(format!(
                 "no API key for {}: set the secret {} (see docs/agents.md)",
                 spec.provider.as_str(),
@@ -94,11 +90,26 @@ impl LlmClient {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
-        Ok(LlmClient { http, spec, url, host, retry })
+        Ok(LlmClient { http, auth, local: None, spec, url, host, retry })
+    }
+
+    /// The same client (its connections shared) sending `key` instead.
+    pub fn with_key(&self, key: &Secret) -> Result<LlmClient, LlmError> {
+        Ok(LlmClient { auth: Some(auth_header(&self.spec, key)?), ..self.clone() })
     }
 
     pub fn spec(&self) -> &ModelSpec {
         &self.spec
+    }
+
+    /// The same client, calling the gateway of this process at `local` instead of its URL.
+    pub fn through(&self, local: std::sync::Arc<dyn agenteval_core::gateway::LocalCall>) -> LlmClient {
+        LlmClient { local: Some(local), ..self.clone() }
+    }
+
+    /// The URL it posts to.
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     /// Sends one call, retrying what is worth retrying.
@@ -108,11 +119,18 @@ impl LlmClient {
             Provider::Anthropic => wire::anthropic_request(req),
             Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_request(req),
         };
+        if let Some(local) = &self.local {
+            return self.chat_local(local.as_ref(), &body).await;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
-            let sent = self.http.post(&self.url).json(&body).send().await;
+            let mut post = self.http.post(&self.url).json(&body);
+            if let Some((name, value)) = &self.auth {
+                post = post.header(name.clone(), value.clone());
+            }
+            let sent = post.send().await;
             let resp = match sent {
                 Ok(r) => r,
                 Err(e) => {
@@ -184,6 +202,83 @@ impl LlmClient {
         }
     }
 
+    /// Sends one call to the gateway of this process (the same door, no connection), retrying
+    /// as over HTTP.
+    async fn chat_local(
+        &self,
+        local: &dyn agenteval_core::gateway::LocalCall,
+        body: &serde_json::Value,
+    ) -> Result<ChatResponse, LlmError> {
+        let provider = self.spec.provider.as_str();
+        let path = match self.spec.provider {
+            Provider::Anthropic => "/v1/messages",
+            Provider::OpenAi | Provider::OpenAiCompatible => "/v1/chat/completions",
+        };
+        let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+        if let Some((name, value)) = &self.auth {
+            headers.push((name.to_string(), value.to_str().unwrap_or_default().to_string()));
+        }
+        let bytes = serde_json::to_vec(body).expect("JSON serializes");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let last = attempt >= self.retry.max_attempts;
+            let posted = match local.post(path, headers.clone(), bytes.clone()).await {
+                Ok(p) => p,
+                Err(e) if !last => {
+                    let _ = e;
+                    tokio::time::sleep(self.backoff(attempt, None)).await;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(LlmError::Unreachable {
+                        provider,
+                        host: self.host.clone(),
+                        reason: e.to_string(),
+                        attempts: attempt,
+                    });
+                }
+            };
+            let mut map = HeaderMap::new();
+            for (k, v) in &posted.headers {
+                if let (Ok(k), Ok(v)) =
+                    (reqwest::header::HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v))
+                {
+                    map.insert(k, v);
+                }
+            }
+            if (200..300).contains(&posted.status) {
+                let value: serde_json::Value = serde_json::from_slice(&posted.body).map_err(|e| LlmError::Decode {
+                    provider,
+                    reason: format!("not JSON ({} bytes; {})", posted.body.len(), e.classify_name()),
+                })?;
+                let parsed = match self.spec.provider {
+                    Provider::Anthropic => wire::anthropic_response(&value),
+                    Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_response(&value),
+                };
+                return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
+            }
+            if let Some((host, reason)) = map
+                .get(crate::GATEWAY_UNREACHABLE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.split_once("; "))
+                .map(|(h, r)| (h.to_string(), r.to_string()))
+            {
+                if !last {
+                    tokio::time::sleep(self.backoff(attempt, None)).await;
+                    continue;
+                }
+                return Err(LlmError::Unreachable { provider, host, reason, attempts: attempt });
+            }
+            if is_retryable_status(posted.status) && !last {
+                tokio::time::sleep(self.backoff(attempt, retry_after(&map))).await;
+                continue;
+            }
+            let detail = error_code_of(&posted.body);
+            return Err(LlmError::Status { provider, status: posted.status, detail, attempts: attempt });
+        }
+    }
+
     /// The wait before attempt `attempt + 1`: what the server asked for, else full jitter over
     /// an exponentially growing window; never past `max_delay`.
     fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
@@ -193,6 +288,21 @@ impl LlmClient {
         let window = self.retry.base_delay.saturating_mul(1u32 << (attempt - 1).min(16)).min(self.retry.max_delay);
         window.mul_f64(jitter())
     }
+}
+
+/// The header that carries `key` for `spec`'s provider, marked sensitive.
+fn auth_header(spec: &ModelSpec, key: &Secret) -> Result<(reqwest::header::HeaderName, HeaderValue), LlmError> {
+    let bad = |_| LlmError::Config(format!("the {} key is not a valid header value", spec.provider.as_str()));
+    let (name, mut value) = match spec.provider {
+        Provider::Anthropic => {
+            (reqwest::header::HeaderName::from_static("x-api-key"), HeaderValue::from_str(key.expose()).map_err(bad)?)
+        }
+        Provider::OpenAi | Provider::OpenAiCompatible => {
+            (reqwest::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(bad)?)
+        }
+    };
+    value.set_sensitive(true);
+    Ok((name, value))
 }
 
 trait ClassifyName {
@@ -240,7 +350,12 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// quote the request (or a masked key), so it is never shown.
 async fn error_code(resp: reqwest::Response) -> String {
     let Ok(body) = resp.bytes().await else { return String::new() };
-    let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else { return String::new() };
+    error_code_of(&body)
+}
+
+/// [`error_code`] of a body already read.
+fn error_code_of(body: &[u8]) -> String {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return String::new() };
     let code = ["/error/code", "/error/type", "/type"]
         .iter()
         .filter_map(|p| v.pointer(p).and_then(|c| c.as_str()))

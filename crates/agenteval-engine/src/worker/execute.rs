@@ -342,7 +342,10 @@ pub(super) async fn run_agent(
     drop(agent_sink);
     if let Some(d) = door.as_mut() {
         let late = super::metered::settle(ctx, task, d.as_mut(), &shared).await?;
-        if let (None, Some(stop)) = (&outcome.error, late) {
+        // A refused call the agent met as an error (a call in this process is refused and
+        // answered in one step) ends the task for the refusal's reason, not the agent's error.
+        let overridable = outcome.error.as_ref().is_none_or(|(t, _)| *t == TerminatedBy::AgentError);
+        if let (true, Some(stop)) = (overridable, late) {
             outcome = AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
         }
     }

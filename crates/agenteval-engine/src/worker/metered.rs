@@ -165,7 +165,7 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         Some(ip) => Some(door.base_urls(Reach::Container(ip))?),
         None => None,
     };
-    let access = GatewayAccess { token: door.token().clone(), host, port, container };
+    let access = GatewayAccess { token: door.token().clone(), host, port, container, local: gateway.local() };
     Ok(Some(Opened { door, access }))
 }
 
