@@ -446,7 +446,7 @@ impl Listening {
     /// The answer ended (or broke off): the call's record, and its cassette line.
     fn finish(self) {
         let Listening { listener, kept, truncated, ttfb, record, request, status, streamed } = self;
-        let heard = listener.finish();
+        let (heard, body) = listener.finish_with_body();
         let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
         let call = record.call(status, &heard, ttfb);
         // A rate limit or an outage says nothing of the model: not recorded, so a replay
@@ -461,8 +461,7 @@ impl Listening {
         } else if streamed {
             entry.stream = Some(record.session.redactor.redact(&String::from_utf8_lossy(&kept)));
         } else {
-            let v = serde_json::from_slice::<Value>(&kept)
-                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&kept).into()));
+            let v = body.unwrap_or_else(|| Value::String(String::from_utf8_lossy(&kept).into()));
             entry.response = Some(record.session.redactor.redact_json(&v));
         }
         record.session.ended(Some(entry), call);

@@ -169,7 +169,13 @@ impl Listener {
         }
     }
 
-    pub fn finish(mut self) -> Heard {
+    pub fn finish(self) -> Heard {
+        self.finish_with_body().0
+    }
+
+    /// What the answer said, and a whole answer's JSON (read once, for its record too).
+    pub fn finish_with_body(mut self) -> (Heard, Option<Value>) {
+        let mut body = None;
         if self.stream {
             let rest = std::mem::take(&mut self.buf);
             self.line(&rest);
@@ -177,8 +183,9 @@ impl Listener {
             && let Ok(v) = serde_json::from_slice::<Value>(&self.buf)
         {
             self.heard = whole(self.wire, &v);
+            body = Some(v);
         }
-        self.heard
+        (self.heard, body)
     }
 
     fn line(&mut self, raw: &[u8]) {
