@@ -340,6 +340,8 @@ pub(super) async fn run_agent(
     .instrument(execute.clone())
     .await;
     drop(agent_sink);
+    // The agent's time: not the wait below for calls still streaming when it stopped.
+    let wall = start.elapsed().as_secs_f64();
     if let Some(d) = door.as_mut() {
         let late = super::metered::settle(ctx, task, d.as_mut(), &shared).await?;
         // A refused call the agent met as an error (a call in this process is refused and
@@ -354,7 +356,6 @@ pub(super) async fn run_agent(
     let mut sink = std::sync::Arc::try_unwrap(shared.sink)
         .map_err(|_| Error::invalid("the trace is still shared after the agent stopped"))?
         .into_inner();
-    let wall = start.elapsed().as_secs_f64();
     sink.spans.finish();
     for (name, bytes) in std::mem::take(&mut sink.attachments) {
         let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
