@@ -206,3 +206,79 @@ fn the_checker_catches_a_wrong_name() {
     assert!(check_agenteval(&words("agenteval runs show RUN --tasks")).is_none());
     assert!(Path::new(&repo()).join("README.md").is_file());
 }
+
+/// The flags a help text defines (its `Options:` lines).
+fn defined_flags(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .skip_while(|l| !l.starts_with("Options:"))
+        .filter(|l| l.trim_start().starts_with('-'))
+        .flat_map(|l| {
+            // The definition ends where its description starts: the first word that is neither
+            // a flag nor a value name.
+            l.split_whitespace()
+                .map(|w| w.trim_end_matches(','))
+                .take_while(|w| w.starts_with('-') || w.starts_with('<') || w.starts_with('['))
+                .filter(|w| w.starts_with("--") && w.len() > 2)
+                .map(|w| w.split('=').next().unwrap_or(w).trim_end_matches('.').to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The `--flags` a help text's prose mentions.
+fn mentioned_flags(help: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (i, _) in help.match_indices("--") {
+        let rest = &help[i + 2..];
+        let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-').collect();
+        let before = help[..i].chars().last();
+        // A flag starts a word (not `a--b`, not a `---` rule).
+        if !name.is_empty()
+            && name.chars().next().is_some_and(|c| c.is_ascii_lowercase())
+            && !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            out.insert(format!("--{}", name.trim_end_matches('-')));
+        }
+    }
+    out
+}
+
+/// Every `--flag` a `--help` text mentions is one that some command of this binary defines:
+/// help that names a flag nobody has (`--token` once, in `ui --help`) sends users nowhere.
+#[test]
+fn every_flag_a_help_text_mentions_exists() {
+    let mut helps: Vec<(String, String)> = Vec::new();
+    let mut stack: Vec<Vec<String>> = vec![vec![]];
+    while let Some(path) = stack.pop() {
+        let words: Vec<&str> = path.iter().map(String::as_str).collect();
+        let h = help(&words);
+        for sub in subcommands(&h) {
+            if sub != "help" {
+                let mut p = path.clone();
+                p.push(sub);
+                stack.push(p);
+            }
+        }
+        helps.push((path.join(" "), h));
+    }
+    assert!(helps.len() > 20, "the command tree was not walked: {}", helps.len());
+    let defined: BTreeSet<String> = helps.iter().flat_map(|(_, h)| defined_flags(h)).collect();
+    assert!(defined.contains("--config") && defined.contains("--cassette-mode"), "{defined:?}");
+    let mut wrong = Vec::new();
+    for (path, h) in &helps {
+        for flag in mentioned_flags(h) {
+            if !defined.contains(&flag) {
+                wrong.push(format!("agenteval {path} --help mentions {flag}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "flags no command has: {wrong:#?}");
+}
+
+#[test]
+fn the_flag_finders_read_definitions_and_prose() {
+    let h = "Usage: x\n\nOptions:\n  -c, --config <FILE>  The config; see --set and a---rule\n      --no-token\n  -v, --verbose...  More\n";
+    let defined = BTreeSet::from(["--config".to_string(), "--no-token".to_string(), "--verbose".to_string()]);
+    assert_eq!(defined_flags(h), defined);
+    assert_eq!(mentioned_flags(h), BTreeSet::from(["--config", "--no-token", "--set", "--verbose"].map(String::from)));
+}
