@@ -67,6 +67,17 @@ impl std::fmt::Debug for GatewayDoor {
     }
 }
 
+/// Entries as cassette lines, in call order.
+fn lines(mut entries: Vec<Entry>) -> Vec<u8> {
+    entries.sort_by_key(|e| e.call);
+    let mut out = Vec::new();
+    for e in entries {
+        out.extend(serde_json::to_vec(&e).expect("entries serialize"));
+        out.push(b'\n');
+    }
+    out
+}
+
 /// A token no one guesses: 244 random bits, shaped like a key so that the redactor's key
 /// shapes catch it too.
 fn new_token() -> String {
@@ -126,27 +137,13 @@ impl GatewayDoor {
 
     /// The cassette lines of the calls that ended so far (redacted), in call order.
     pub fn cassette(&self) -> Vec<u8> {
-        let mut entries = self.session.state.lock().expect("not poisoned").recorded.clone();
-        entries.sort_by_key(|e| e.call);
-        let mut out = Vec::new();
-        for e in entries {
-            out.extend(serde_json::to_vec(&e).expect("entries serialize"));
-            out.push(b'\n');
-        }
-        out
+        lines(self.session.state.lock().expect("not poisoned").recorded.clone())
     }
 
     /// Takes the cassette lines of the calls that ended since the last take (a long-lived
     /// door writes them as it goes rather than holding them).
     pub fn take_cassette(&self) -> Vec<u8> {
-        let mut entries = std::mem::take(&mut self.session.state.lock().expect("not poisoned").recorded);
-        entries.sort_by_key(|e| e.call);
-        let mut out = Vec::new();
-        for e in entries {
-            out.extend(serde_json::to_vec(&e).expect("entries serialize"));
-            out.push(b'\n');
-        }
-        out
+        lines(std::mem::take(&mut self.session.state.lock().expect("not poisoned").recorded))
     }
 
     /// Tokens and dollars spent so far.

@@ -119,53 +119,30 @@ impl LlmClient {
             Provider::Anthropic => wire::anthropic_request(req),
             Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_request(req),
         };
-        if let Some(local) = &self.local {
-            return self.chat_local(local.as_ref(), &body).await;
-        }
+        let body = serde_json::to_vec(&body).expect("JSON serializes");
         let mut attempt = 0;
         loop {
             attempt += 1;
             let last = attempt >= self.retry.max_attempts;
-            let mut post = self.http.post(&self.url).json(&body);
-            if let Some((name, value)) = &self.auth {
-                post = post.header(name.clone(), value.clone());
-            }
-            let sent = post.send().await;
-            let resp = match sent {
+            let reply = match self.send(&body).await {
                 Ok(r) => r,
-                Err(e) => {
-                    let reason = if e.is_timeout() {
-                        "timed out".to_string()
-                    } else if e.is_connect() {
-                        "connection failed".to_string()
-                    } else {
-                        "the request failed".to_string()
-                    };
-                    if last {
-                        return Err(LlmError::Unreachable {
-                            provider,
-                            host: self.host.clone(),
-                            reason,
-                            attempts: attempt,
-                        });
-                    }
+                Err(reason) if last => {
+                    return Err(LlmError::Unreachable { provider, host: self.host.clone(), reason, attempts: attempt });
+                }
+                Err(_) => {
                     tokio::time::sleep(self.backoff(attempt, None)).await;
                     continue;
                 }
             };
-            let status = resp.status().as_u16();
-            if resp.status().is_success() {
-                let bytes = match resp.bytes().await {
+            if (200..300).contains(&reply.status) {
+                let bytes = match reply.body {
                     Ok(b) => b,
                     Err(_) if !last => {
                         tokio::time::sleep(self.backoff(attempt, None)).await;
                         continue;
                     }
-                    Err(e) => {
-                        return Err(LlmError::Decode {
-                            provider,
-                            reason: format!("reading the body: {}", kind_of(&e)),
-                        });
+                    Err(reason) => {
+                        return Err(LlmError::Decode { provider, reason: format!("reading the body: {reason}") });
                     }
                 };
                 let value: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| LlmError::Decode {
@@ -179,8 +156,8 @@ impl LlmClient {
                 return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
             }
             // The model gateway could not reach the provider: said as if this client had not.
-            if let Some((host, reason)) = resp
-                .headers()
+            if let Some((host, reason)) = reply
+                .headers
                 .get(crate::GATEWAY_UNREACHABLE)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.split_once("; "))
@@ -192,53 +169,28 @@ impl LlmClient {
                 }
                 return Err(LlmError::Unreachable { provider, host, reason, attempts: attempt });
             }
-            let retry_after = retry_after(resp.headers());
-            if is_retryable_status(status) && !last {
-                tokio::time::sleep(self.backoff(attempt, retry_after)).await;
+            if is_retryable_status(reply.status) && !last {
+                tokio::time::sleep(self.backoff(attempt, retry_after(&reply.headers))).await;
                 continue;
             }
-            let detail = error_code(resp).await;
-            return Err(LlmError::Status { provider, status, detail, attempts: attempt });
+            let detail = error_code(reply.body.as_deref().unwrap_or_default());
+            return Err(LlmError::Status { provider, status: reply.status, detail, attempts: attempt });
         }
     }
 
-    /// Sends one call to the gateway of this process (the same door, no connection), retrying
-    /// as over HTTP.
-    async fn chat_local(
-        &self,
-        local: &dyn agenteval_core::gateway::LocalCall,
-        body: &serde_json::Value,
-    ) -> Result<ChatResponse, LlmError> {
-        let provider = self.spec.provider.as_str();
-        let path = match self.spec.provider {
-            Provider::Anthropic => "/v1/messages",
-            Provider::OpenAi | Provider::OpenAiCompatible => "/v1/chat/completions",
-        };
-        let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-        if let Some((name, value)) = &self.auth {
-            headers.push((name.to_string(), value.to_str().unwrap_or_default().to_string()));
-        }
-        let bytes = serde_json::to_vec(body).expect("JSON serializes");
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let last = attempt >= self.retry.max_attempts;
-            let posted = match local.post(path, headers.clone(), bytes.clone()).await {
-                Ok(p) => p,
-                Err(e) if !last => {
-                    let _ = e;
-                    tokio::time::sleep(self.backoff(attempt, None)).await;
-                    continue;
-                }
-                Err(e) => {
-                    return Err(LlmError::Unreachable {
-                        provider,
-                        host: self.host.clone(),
-                        reason: e.to_string(),
-                        attempts: attempt,
-                    });
-                }
+    /// One attempt: over HTTP, or to the gateway of this process (the same door, no
+    /// connection). `Err`: no answer at all, and why.
+    async fn send(&self, body: &[u8]) -> Result<Reply, String> {
+        if let Some(local) = &self.local {
+            let path = match self.spec.provider {
+                Provider::Anthropic => "/v1/messages",
+                Provider::OpenAi | Provider::OpenAiCompatible => "/v1/chat/completions",
             };
+            let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+            if let Some((name, value)) = &self.auth {
+                headers.push((name.to_string(), value.to_str().unwrap_or_default().to_string()));
+            }
+            let posted = local.post(path, headers, body.to_vec()).await.map_err(|e| e.to_string())?;
             let mut map = HeaderMap::new();
             for (k, v) in &posted.headers {
                 if let (Ok(k), Ok(v)) =
@@ -247,36 +199,26 @@ impl LlmClient {
                     map.insert(k, v);
                 }
             }
-            if (200..300).contains(&posted.status) {
-                let value: serde_json::Value = serde_json::from_slice(&posted.body).map_err(|e| LlmError::Decode {
-                    provider,
-                    reason: format!("not JSON ({} bytes; {})", posted.body.len(), e.classify_name()),
-                })?;
-                let parsed = match self.spec.provider {
-                    Provider::Anthropic => wire::anthropic_response(&value),
-                    Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_response(&value),
-                };
-                return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
-            }
-            if let Some((host, reason)) = map
-                .get(crate::GATEWAY_UNREACHABLE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.split_once("; "))
-                .map(|(h, r)| (h.to_string(), r.to_string()))
-            {
-                if !last {
-                    tokio::time::sleep(self.backoff(attempt, None)).await;
-                    continue;
-                }
-                return Err(LlmError::Unreachable { provider, host, reason, attempts: attempt });
-            }
-            if is_retryable_status(posted.status) && !last {
-                tokio::time::sleep(self.backoff(attempt, retry_after(&map))).await;
-                continue;
-            }
-            let detail = error_code_of(&posted.body);
-            return Err(LlmError::Status { provider, status: posted.status, detail, attempts: attempt });
+            return Ok(Reply { status: posted.status, headers: map, body: Ok(posted.body) });
         }
+        let mut post =
+            self.http.post(&self.url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.to_vec());
+        if let Some((name, value)) = &self.auth {
+            post = post.header(name.clone(), value.clone());
+        }
+        let resp = post.send().await.map_err(|e| {
+            if e.is_timeout() {
+                "timed out".to_string()
+            } else if e.is_connect() {
+                "connection failed".to_string()
+            } else {
+                "the request failed".to_string()
+            }
+        })?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        let body = resp.bytes().await.map(|b| b.to_vec()).map_err(|e| kind_of(&e).to_string());
+        Ok(Reply { status, headers, body })
     }
 
     /// The wait before attempt `attempt + 1`: what the server asked for, else full jitter over
@@ -303,6 +245,14 @@ fn auth_header(spec: &ModelSpec, key: &Secret) -> Result<(reqwest::header::Heade
     };
     value.set_sensitive(true);
     Ok((name, value))
+}
+
+/// One attempt's answer, however it was sent.
+struct Reply {
+    status: u16,
+    headers: HeaderMap,
+    /// The body, or why it could not be read to its end.
+    body: Result<Vec<u8>, String>,
 }
 
 trait ClassifyName {
@@ -348,13 +298,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 
 /// The provider's error type or code, when it is a short identifier: the message itself may
 /// quote the request (or a masked key), so it is never shown.
-async fn error_code(resp: reqwest::Response) -> String {
-    let Ok(body) = resp.bytes().await else { return String::new() };
-    error_code_of(&body)
-}
-
-/// [`error_code`] of a body already read.
-fn error_code_of(body: &[u8]) -> String {
+fn error_code(body: &[u8]) -> String {
     let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return String::new() };
     let code = ["/error/code", "/error/type", "/type"]
         .iter()

@@ -210,11 +210,11 @@ impl Protocol {
             }
         };
         // Scores and verdicts are the graders' to write: one from the agent would read as a
-        // grade in `show`, the report and the UI.
-        if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict) {
+        // grade in `show`, the report and the UI; model calls are the gateway's to report.
+        if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict | EventKind::ModelCall) {
             let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(str::to_string));
             return agent_error(format!(
-                "output line {n}: an agent cannot emit `{}` events (graders write them)",
+                "output line {n}: an agent cannot emit `{}` events (graders and the gateway write them)",
                 kind.unwrap_or_default()
             ));
         }

@@ -40,6 +40,9 @@ elif mode == "costly":
 elif mode == "forged_score":
     emit("evaluator.score", {"evaluator_id": "benchmark", "score": 1.0, "passed": True, "reason": "trust me"})
     emit("agent.terminal", {"final_answer": "ok"})
+elif mode == "forged_call":
+    emit("model.call", {"model": "free-model", "call": 1}, input_tokens=1, cost_usd=0.0)
+    emit("agent.terminal", {"final_answer": "ok"})
 elif mode == "forged_verdict":
     emit("policy.verdict", {"allowed": True})
     emit("agent.terminal", {"final_answer": "ok"})
@@ -59,6 +62,7 @@ const CASES: &[&str] = &[
     "hang_with_child",
     "forged_score",
     "forged_verdict",
+    "forged_call",
 ];
 
 fn alive(pid: i32) -> bool {
@@ -131,7 +135,9 @@ storage:
     }
     // Scores and verdicts are the graders': an agent's own is refused, and nothing it wrote
     // reads as a grade.
-    for (id, kind) in [("forged-score", "evaluator.score"), ("forged-verdict", "policy.verdict")] {
+    for (id, kind) in
+        [("forged-score", "evaluator.score"), ("forged-verdict", "policy.verdict"), ("forged-call", "model.call")]
+    {
         assert_eq!(ended(id), "agent_error", "{id}: {}", by_id[id]);
         assert!(error(id).contains(&format!("cannot emit `{kind}`")), "{id}: {}", error(id));
         let trace = crate::util::read_text(bundle.join(format!("tasks/{id}/trace.jsonl"))).unwrap();

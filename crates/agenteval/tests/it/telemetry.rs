@@ -382,12 +382,8 @@ fn when_the_collector_comes_back_new_workers_export_again() {
     );
 }
 
-/// Arize Phoenix, a real LLM-observability receiver, reads a run's spans as its own: through
-/// its REST API the model calls are LLM spans with their model and token counts, the tool calls
-/// TOOL spans with the tool's name, and the agent an AGENT span.
-#[test]
-fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
-    use agenteval_testkit::llm_mock::MockLlm;
+/// A Phoenix server of its own (stopped when the guard is dropped): its HTTP port, the guard.
+fn phoenix() -> (u16, (Server, tempfile::TempDir)) {
     let (http, grpc) = (free_port(), free_port());
     let home = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(python_tool("phoenix", "phoenix"));
@@ -397,7 +393,17 @@ fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
         .env("PHOENIX_PORT", http.to_string())
         .env("PHOENIX_GRPC_PORT", grpc.to_string())
         .env("PHOENIX_TELEMETRY_ENABLED", "false");
-    let _phoenix = start_server(cmd, http, "/healthz", "Phoenix");
+    let server = start_server(cmd, http, "/healthz", "Phoenix");
+    (http, (server, home))
+}
+
+/// Arize Phoenix, a real LLM-observability receiver, reads a run's spans as its own: through
+/// its REST API the model calls are LLM spans with their model and token counts, the tool calls
+/// TOOL spans with the tool's name, and the agent an AGENT span.
+#[test]
+fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
+    use agenteval_testkit::llm_mock::MockLlm;
+    let (http, _phoenix) = phoenix();
 
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
@@ -448,16 +454,7 @@ fn phoenix_recognises_the_model_calls_tokens_and_tool_calls_of_a_run() {
 #[test]
 fn phoenix_shows_a_gateway_agents_model_calls_as_llm_spans() {
     use agenteval_testkit::llm_mock::MockLlm;
-    let (http, grpc) = (free_port(), free_port());
-    let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(python_tool("phoenix", "phoenix"));
-    cmd.arg("serve")
-        .env("PHOENIX_WORKING_DIR", home.path())
-        .env("PHOENIX_HOST", "127.0.0.1")
-        .env("PHOENIX_PORT", http.to_string())
-        .env("PHOENIX_GRPC_PORT", grpc.to_string())
-        .env("PHOENIX_TELEMETRY_ENABLED", "false");
-    let _phoenix = start_server(cmd, http, "/healthz", "Phoenix");
+    let (http, _phoenix) = phoenix();
 
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
