@@ -446,6 +446,10 @@ pub struct TaskResult {
     /// pass with any is counted apart (`passed_with_changes`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub changed_outside: u64,
+    /// Seconds spent getting the task's agent ready before it started (an installed agent's
+    /// layer found or built): never part of the agent's `wall_seconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_seconds: Option<f64>,
 }
 
 impl TaskResult {

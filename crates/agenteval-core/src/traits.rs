@@ -225,6 +225,22 @@ pub trait Environment: Send + Sync {
     async fn out_of_memory(&self, _env: &crate::environment::EnvHandle) -> bool {
         false
     }
+    /// The image `spec` runs, got ready (built unless the engine has it), as its tag and its
+    /// content id: what an agent layer is built on. `None`: this environment has no images
+    /// (an installed agent's layer needs a container environment).
+    async fn base_image(&self, _run: &RunId, _spec: &crate::environment::EnvSpec) -> Result<Option<(String, String)>> {
+        Ok(None)
+    }
+    /// Whether `tag` names an image this environment made and still holds as made (an agent
+    /// layer built before, not one tagged over it).
+    async fn has_image(&self, _tag: &str) -> bool {
+        false
+    }
+    /// Saves the environment as it is now as the image `tag` (an agent layer), recorded as this
+    /// environment's own.
+    async fn commit(&self, _env: &crate::environment::EnvHandle, tag: &str) -> Result<()> {
+        Err(crate::Error::invalid(format!("a {} environment cannot save image {tag}", self.kind())))
+    }
 }
 
 /// A prepared environment and what drives it, as the agent and the evaluators get it.

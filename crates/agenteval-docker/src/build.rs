@@ -247,6 +247,19 @@ impl ImageBuild {
     }
 }
 
+/// Whether `tag` is an image agenteval made here and its id is still the one it recorded.
+pub(crate) async fn is_recorded(docker: &Docker, tag: &str) -> bool {
+    let current = docker.inspect_image(tag).await.ok().and_then(|i| i.id);
+    current.is_some() && current == Records::open().and_then(|r| r.get(tag))
+}
+
+/// Records `tag`'s current id as agenteval's own (an image it just made).
+pub(crate) async fn record(docker: &Docker, tag: &str) {
+    if let (Some(id), Some(records)) = (docker.inspect_image(tag).await.ok().and_then(|i| i.id), Records::open()) {
+        records.put(tag, &id);
+    }
+}
+
 /// The ids of the images agenteval built, by tag: one file a tag in a folder of this user's alone
 /// (`<tmp>/agenteval-images-<uid>`, mode 0700), so no agent and no other user can vouch for an
 /// image.

@@ -355,6 +355,36 @@ impl Environment for DockerEnvironment {
         Ok(removed)
     }
 
+    async fn base_image(&self, run: &RunId, spec: &EnvSpec) -> Result<Option<(String, String)>> {
+        let (tag, _) = self.image(run, spec).await?;
+        let docker = self.docker().await?;
+        let id = docker.inspect_image(&tag).await.ok().and_then(|i| i.id).unwrap_or_else(|| tag.clone());
+        Ok(Some((tag, id)))
+    }
+
+    async fn has_image(&self, tag: &str) -> bool {
+        match self.docker().await {
+            Ok(docker) => build::is_recorded(docker, tag).await,
+            Err(_) => false,
+        }
+    }
+
+    async fn commit(&self, env: &EnvHandle, tag: &str) -> Result<()> {
+        let docker = self.docker().await?;
+        let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+        let options = bollard::query_parameters::CommitContainerOptionsBuilder::default()
+            .container(&env.id)
+            .repo(repo)
+            .tag(version)
+            .pause(true)
+            .build();
+        let labels = HashMap::from([(LABEL_MANAGED.to_string(), "1".to_string())]);
+        let config = bollard::models::ContainerConfig { labels: Some(labels), ..Default::default() };
+        docker.commit_container(options, config).await.map_err(|e| infra(&format!("saving image {tag}"), e))?;
+        build::record(docker, tag).await;
+        Ok(())
+    }
+
     async fn out_of_memory(&self, env: &EnvHandle) -> bool {
         let Ok(docker) = self.docker().await else { return false };
         let dead = docker

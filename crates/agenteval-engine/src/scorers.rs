@@ -287,6 +287,7 @@ mod tests {
         let result = |id: &str, passed: bool| TaskResult {
             image: None,
             changed_outside: 0,
+            setup_seconds: None,
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

@@ -21,6 +21,14 @@
 //!   models and prompts gets a different answer from each combination);
 //! - `FIX_STATS`: fixes harbor-mini's `fix-python-bug` with the environment tools: `bash` (read
 //!   the file), `write_file` (the fixed module), `bash` (try it), then answers `fixed: …`;
+//! - `HELLO_SOLVE` / `HELLO_FAIL` (anywhere in a user message): acts as a coding agent's model on
+//!   harbor-mini's `hello-file` through whatever shell tool the agent offers (Codex's
+//!   `exec_command`, Claude Code's `Bash`, opencode's `bash`, or a `shell`), shaping the
+//!   arguments by the tool's schema: it writes `/app/hello.txt` (right for `HELLO_SOLVE`, wrong
+//!   for `HELLO_FAIL`) and then answers `done`, or runs `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`
+//!   when the prompt names that (mini-swe-agent's end); an agent that offers no tool gets the
+//!   file in aider's whole-file format (`hello.txt` then its content, fenced) when its prompt
+//!   speaks of a "file listing", else each command in a fenced `bash` block;
 //! - otherwise it answers `echo: <the message>`.
 //!
 //! A request that offers no tools never gets a tool call. Every call reports 10 input and 5
@@ -179,6 +187,21 @@ async fn answer(
         _ => body.get("messages").and_then(Value::as_array).cloned().unwrap_or_default(),
     };
     let first = messages.iter().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+    let all_user: String = messages.iter().filter(|m| m["role"] == "user").map(|m| text_of(&m["content"])).collect();
+    let hello = if all_user.contains("HELLO_SOLVE") {
+        Some("Hello, agenteval!")
+    } else if all_user.contains("HELLO_FAIL") {
+        Some("Goodbye")
+    } else {
+        None
+    };
+    let tool_results = messages
+        .iter()
+        .filter(|m| {
+            m["role"] == "tool"
+                || m["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+        })
+        .count();
     // A tool result: OpenAI's `tool` message, or Anthropic's `tool_result` block.
     let tool_result = messages.iter().rev().find_map(|m| {
         if m["role"] == "tool" {
@@ -229,7 +252,18 @@ async fn answer(
     let (input, output) = if first.contains("BIG") { (400_000, 100_000) } else { (10, 5) };
     let python = || Some(("python", json!({"code": "print(6 * 7)"})));
     let offers_tools = body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
-    let planned: Option<(&str, Value)> = if !offers_tools {
+    let hello_cmd = hello.map(|line| format!("echo '{line}' > /app/hello.txt && cat /app/hello.txt"));
+    let shell = shell_tool(&body);
+    // mini-swe-agent ends a task by a command: its prompt names it.
+    let submit = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
+    let asks_submit = body.to_string().contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT");
+    let planned: Option<(&str, Value)> = if let (Some(cmd), Some((name, shape))) = (&hello_cmd, &shell) {
+        match tool_results {
+            0 => Some((name.as_str(), shape.args(cmd))),
+            1 if asks_submit => Some((name.as_str(), shape.args(submit))),
+            _ => None,
+        }
+    } else if !offers_tools {
         None
     } else if first.contains("FIX_STATS") {
         match call_no {
@@ -257,6 +291,25 @@ async fn answer(
             }
         };
         format!("```json\n{{\"winner\": \"{winner}\", \"reason\": \"scripted: {winner}\"}}\n```")
+    } else if let (Some(line), None, true) = (hello, &shell, body.to_string().contains("file listing")) {
+        // aider's whole-file edit format: the file's path, then its new content fenced.
+        // Its prompt holds worked examples: the task is the last user message.
+        let last_user = messages.iter().rev().find(|m| m["role"] == "user").map(|m| text_of(&m["content"]));
+        if last_user.is_some_and(|t| t.contains("HELLO_")) {
+            format!("hello.txt\n```\n{line}\n```\n")
+        } else {
+            "done".to_string()
+        }
+    } else if let (Some(cmd), None) = (&hello_cmd, &shell) {
+        // No tool offered: the command in a fenced block, then the agreed end.
+        let prior_turns = messages.iter().filter(|m| m["role"] == "assistant").count();
+        if prior_turns == 0 {
+            format!("I will write the file.\n\n```bash\n{cmd}\n```")
+        } else {
+            format!("Done.\n\n```bash\n{submit}\n```")
+        }
+    } else if hello.is_some() {
+        "done".to_string()
     } else if first.contains("SAY_MODEL") {
         // OpenAI sends the system prompt as a `system` message, Anthropic as a field.
         let system = body
@@ -281,7 +334,7 @@ async fn answer(
         format!("echo: {first}")
     };
     let call_id = format!("call_{call_no}");
-    let (tool, args) = planned.unwrap_or(("python", Value::Null));
+    let (tool, args) = planned.clone().unwrap_or(("python", Value::Null));
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
     if stream {
         let include_usage = body.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
@@ -335,6 +388,57 @@ async fn answer(
         .unwrap()
 }
 
+/// How a shell tool takes its command.
+#[derive(Debug, Clone, Copy)]
+enum ArgShape {
+    /// `{"cmd": "…"}` (Codex's `exec_command`).
+    Cmd,
+    /// `{"command": "…"}`, with a `description` when the schema requires one.
+    Command { description: bool },
+    /// `{"command": ["bash", "-lc", "…"]}`.
+    Argv,
+}
+
+impl ArgShape {
+    fn args(self, cmd: &str) -> Value {
+        match self {
+            ArgShape::Cmd => json!({"cmd": cmd}),
+            ArgShape::Command { description: false } => json!({"command": cmd}),
+            ArgShape::Command { description: true } => json!({"command": cmd, "description": "Write the file"}),
+            ArgShape::Argv => json!({"command": ["bash", "-lc", cmd]}),
+        }
+    }
+}
+
+/// The shell tool a request offers, by name, on any of the three wires, and how it takes its
+/// command (read from its schema).
+fn shell_tool(body: &Value) -> Option<(String, ArgShape)> {
+    let tools = body.get("tools")?.as_array()?;
+    let described = tools.iter().filter_map(|t| {
+        let f = t.get("function").unwrap_or(t);
+        let name = f.get("name")?.as_str()?;
+        let schema = f.get("parameters").or_else(|| t.get("input_schema")).cloned().unwrap_or(Value::Null);
+        Some((name.to_string(), schema))
+    });
+    let mut found: Vec<(usize, String, ArgShape)> = described
+        .filter_map(|(name, schema)| {
+            let rank = ["exec_command", "shell", "Bash", "bash", "shell_command"].iter().position(|n| *n == name)?;
+            let props = &schema["properties"];
+            let required = |k: &str| schema["required"].as_array().is_some_and(|r| r.iter().any(|v| v == k));
+            let shape = if props.get("cmd").is_some() {
+                ArgShape::Cmd
+            } else if props["command"]["type"] == "array" {
+                ArgShape::Argv
+            } else {
+                ArgShape::Command { description: required("description") }
+            };
+            Some((rank, name, shape))
+        })
+        .collect();
+    found.sort_by_key(|f| f.0);
+    found.into_iter().next().map(|(_, n, s)| (n, s))
+}
+
 /// A streamed answer as each provider sends one: the text in two pieces, a tool call, and the
 /// usage where that provider puts it.
 fn streamed(
@@ -381,6 +485,11 @@ fn streamed(
                     json!([{"type": "function_call", "call_id": id, "name": name, "arguments": args.to_string()}])
                 }
                 None => {
+                    event(
+                        Some("response.output_item.added"),
+                        json!({"type": "response.output_item.added", "output_index": 0,
+                        "item": {"type": "message", "role": "assistant", "content": []}}),
+                    );
                     for p in pieces {
                         event(
                             Some("response.output_text.delta"),
@@ -390,17 +499,25 @@ fn streamed(
                     json!([{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}])
                 }
             };
+            // Each item also on its own, done, as OpenAI sends it (Codex builds its turn from these).
+            for (i, item) in output_items.as_array().into_iter().flatten().enumerate() {
+                event(
+                    Some("response.output_item.done"),
+                    json!({"type": "response.output_item.done", "output_index": i, "item": item}),
+                );
+            }
             event(
                 Some("response.completed"),
                 json!({"type": "response.completed", "response": {
-                "status": "completed", "output": output_items,
+                "id": "resp_mock", "object": "response", "status": "completed", "output": output_items,
                 "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output}}}),
             );
         }
         _ => {
             event(
                 Some("message_start"),
-                json!({"type": "message_start", "message": {"role": "assistant", "content": [],
+                json!({"type": "message_start", "message": {"id": "msg_mock", "type": "message", "role": "assistant",
+                "model": "mock-model", "content": [], "stop_reason": null, "stop_sequence": null,
                 "usage": {"input_tokens": input, "output_tokens": 1}}}),
             );
             match tool {

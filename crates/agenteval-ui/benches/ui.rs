@@ -90,6 +90,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
     TaskResult {
         image: None,
         changed_outside: 0,
+        setup_seconds: None,
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

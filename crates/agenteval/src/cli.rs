@@ -45,6 +45,14 @@ pub struct RunConfigArgs {
     /// The backend that runs the jobs; overrides `backend.id`.
     #[arg(long, value_parser = crate::wiring::backend_parser())]
     pub backend: Option<String>,
+    /// Run a shipped agent (`agenteval agents list`): `--agent codex` is `--set
+    /// agent.kind=installed --set agent.preset=codex` (the config's `agent.upstream` and limits
+    /// stay; its `command` and `setup` must not be set).
+    #[arg(long, value_name = "PRESET")]
+    pub agent: Option<String>,
+    /// The agent's model; overrides `agent.model`.
+    #[arg(long, value_name = "MODEL")]
+    pub model: Option<String>,
 }
 
 impl RunConfigArgs {
@@ -53,6 +61,13 @@ impl RunConfigArgs {
         let mut sets = self.sets.clone();
         if let Some(b) = &self.backend {
             sets.push(format!("backend.id={b}"));
+        }
+        if let Some(a) = &self.agent {
+            sets.push("agent.kind=installed".into());
+            sets.push(format!("agent.preset={a}"));
+        }
+        if let Some(m) = &self.model {
+            sets.push(format!("agent.model={m}"));
         }
         sets
     }
@@ -356,6 +371,11 @@ pub enum Command {
         #[command(subcommand)]
         command: ImagesCommand,
     },
+    /// The shipped agents (`agent: {kind: installed, preset: NAME}`).
+    Agents {
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
     /// The model gateway on its own, for an agent you are developing (`docs/agents.md`).
     Gateway {
         #[command(subcommand)]
@@ -547,6 +567,16 @@ pub enum ImagesCommand {
         /// Push the images to this repository (ECR credentials come from the AWS chain).
         #[arg(long, value_name = "REPOSITORY")]
         push: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// Every preset with its pinned version, the wire its calls speak, its package and the
+    /// record of its run that becomes the trace.
+    List {
         #[arg(long)]
         json: bool,
     },

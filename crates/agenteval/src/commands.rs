@@ -18,7 +18,7 @@ use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
-    Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
+    AgentsCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
 };
 use crate::judging;
 use crate::output::{self};
@@ -109,6 +109,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             crate::images::build(&run, push.as_deref(), json).await
         }
         Command::Gateway { command } => crate::gateway::run(command).await,
+        Command::Agents { command: AgentsCommand::List { json } } => Ok(crate::agents::list(json)),
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }

@@ -24,6 +24,7 @@ macro_rules! say {
     };
 }
 
+mod agents;
 mod cli;
 mod commands;
 mod export;

@@ -802,14 +802,26 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     if let BenchmarkConfig::Command { workdir, .. } = &mut config.benchmark {
         *workdir = Some(base.to_path_buf());
     }
-    if let AgentConfig::Installed { setup: Some(setup), .. } = &mut config.agent {
-        *setup = resolve(base, setup);
-        if !setup.is_file() {
-            problems.push(Problem {
-                origin: pos.find("/agent/setup", false),
-                pointer: "/agent/setup".into(),
-                message: not_a_file("setup script", setup),
-            });
+    if let AgentConfig::Installed { setup, setup_files, .. } = &mut config.agent {
+        if let Some(setup) = setup {
+            *setup = resolve(base, setup);
+            if !setup.is_file() {
+                problems.push(Problem {
+                    origin: pos.find("/agent/setup", false),
+                    pointer: "/agent/setup".into(),
+                    message: not_a_file("setup script", setup),
+                });
+            }
+        }
+        if let Some(files) = setup_files {
+            *files = resolve(base, files);
+            if !files.is_dir() {
+                problems.push(Problem {
+                    origin: pos.find("/agent/setup_files", false),
+                    pointer: "/agent/setup_files".into(),
+                    message: format!("setup_files {} is not a folder", files.display()),
+                });
+            }
         }
     }
     // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.

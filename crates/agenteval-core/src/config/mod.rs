@@ -629,23 +629,51 @@ pub enum AgentConfig {
         #[serde(default)]
         limits: Limits,
     },
-    /// A CLI agent installed into each task's environment and run there (`docs/agents.md`): a
-    /// setup script installs it, then `command` runs in the environment with the task's
-    /// instruction in the file `$AGENTEVAL_INSTRUCTION`. Needs tasks with an environment.
+    /// A CLI agent installed into each task's image and run in its container (`docs/agents.md`):
+    /// a shipped `preset` (`codex`, `claude-code`, `mini-swe-agent`, `aider`, `opencode`), or a
+    /// `setup` script and a `command`. The install is an agent layer on the task's image, built
+    /// once and reused; then the command runs with the task's instruction in the file
+    /// `$AGENTEVAL_INSTRUCTION`. Needs tasks with an environment.
     Installed {
-        /// Model name, recorded in results and passed as `$AGENTEVAL_MODEL`.
+        /// A shipped agent, by name (`agenteval agents list`): its install, command line,
+        /// provider configuration and trajectory reader.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        preset: Option<String>,
+        /// The preset's version (default: the version the preset pins).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+        /// Model name, recorded in results, given to a preset's agent, and passed as
+        /// `$AGENTEVAL_MODEL`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
-        /// A script (relative to the config file) run as root in the environment first.
+        /// A script (relative to the config file) run as root in a container of the task's image
+        /// to install the agent, once per image: the result is the agent layer every task on
+        /// that image runs in.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         setup: Option<PathBuf>,
-        /// Run by `bash -c` in the environment's working folder.
-        command: String,
-        /// Environment variables the command gets.
+        /// A folder (relative to the config file) copied to `/installed-agent/files` before
+        /// `setup` runs (wheels, a config folder).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        setup_files: Option<PathBuf>,
+        /// How long installing the agent layer may take, in seconds (default 1200); never part
+        /// of the agent's `max_wall_seconds`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1.0, max = 86400.0))]
+        install_timeout_seconds: Option<f64>,
+        /// Most steps (model turns) a preset's agent may take on one task (default 50).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = 100000))]
+        max_steps: Option<u32>,
+        /// Run by `bash -c` in the environment's working folder (a preset's own command line
+        /// when unset).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        command: Option<String>,
+        /// Environment variables the command (and `setup`) gets.
         #[serde(default)]
         env: BTreeMap<String, String>,
-        /// Secrets passed as environment variables: `ENV_NAME: secret-name` (they enter the
-        /// task's container: the agent's own keys only).
+        /// Secrets passed as environment variables to the command and to `setup`:
+        /// `ENV_NAME: secret-name` (they enter the task's container: the agent's own keys only;
+        /// the model's key stays with the gateway).
         #[serde(default)]
         secrets: BTreeMap<String, String>,
         /// The model the agent's calls go to through agenteval's model gateway, which meters,
@@ -1025,6 +1053,17 @@ impl RunConfig {
             && command.first().is_none_or(|c| c.trim().is_empty())
         {
             p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
+        }
+        if let AgentConfig::Installed { preset: None, command, version, .. } = &self.agent {
+            if command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+                p.push((
+                    "/agent".into(),
+                    "an `installed` agent needs a `preset` (`agenteval agents list`) or a `command`".into(),
+                ));
+            }
+            if version.is_some() {
+                p.push(("/agent/version".into(), "`version` is a preset's: set `preset` too".into()));
+            }
         }
         if let BenchmarkConfig::Command { command, .. } = &self.benchmark
             && command.first().is_none_or(|c| c.trim().is_empty())

@@ -4,7 +4,7 @@
 
 mod command;
 mod env_tools;
-mod installed;
+pub mod installed;
 mod mock;
 mod nop;
 mod oracle;
@@ -38,12 +38,7 @@ pub fn agent_from_config(
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
         AgentConfig::Nop { .. } => Arc::new(NopAgent),
-        AgentConfig::Installed { setup, command, env, model, .. } => Arc::new(InstalledAgent {
-            setup: setup.clone(),
-            command: command.clone(),
-            env: env.clone(),
-            model: model.clone(),
-        }),
+        AgentConfig::Installed { .. } => Arc::new(InstalledAgent::from_config(&run.agent).expect("an installed agent")),
         AgentConfig::Llm(cfg) => {
             let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();
             if cfg.tools.iter().any(|t| t == "python") {

@@ -107,6 +107,7 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
         let result = TaskResult {
             image: None,
             changed_outside: 0,
+            setup_seconds: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run,
             task_id: id,

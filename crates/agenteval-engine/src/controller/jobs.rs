@@ -182,6 +182,7 @@ pub(super) async fn give_up(
         let result = TaskResult {
             image: None,
             changed_outside: 0,
+            setup_seconds: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

@@ -59,6 +59,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
     TaskResult {
         image: None,
         changed_outside: 0,
+        setup_seconds: None,
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

@@ -66,6 +66,7 @@ pub(super) fn task_result(
 ) -> TaskResult {
     TaskResult {
         changed_outside,
+        setup_seconds: None,
         // The worker ran inside the task's image: that is the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),

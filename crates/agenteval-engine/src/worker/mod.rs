@@ -633,10 +633,28 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     let started_at = Utc::now();
     let prepare = tracing::info_span!("benchmark.prepare");
     let mut env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;
+    let mut setup_seconds = None;
     if let Ok(te) = &mut env
         && let Some(spec) = &task.environment
     {
-        match prepare_session(ctx, task, spec, true, &mut log).instrument(prepare.clone()).await {
+        // An installed agent's layer first: its time is the task's setup, not the agent's.
+        let layered = match crate::agents::installed::layer::Layer::of(&ctx.config.agent) {
+            Some(layer) if ctx.regrade.is_none() && ctx.here.is_none() => {
+                let started = std::time::Instant::now();
+                let made = agent_layer(ctx, task, spec, &layer, &mut log).await;
+                setup_seconds = Some(started.elapsed().as_secs_f64());
+                made.map(Some)
+            }
+            _ => Ok(None),
+        };
+        let prepared = match layered {
+            Ok(layered) => {
+                let spec = layered.as_ref().unwrap_or(spec);
+                prepare_session(ctx, task, spec, true, &mut log).instrument(prepare.clone()).await
+            }
+            Err(e) => Err(e),
+        };
+        match prepared {
             Ok(s) => te.session = Some(s),
             Err(e) => env = Err(e),
         }
@@ -667,9 +685,42 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
             (agent, scores, 0)
         }
     };
-    let result = decide::task_result(&ctx.job, task, agent, scores, changed, started_at);
+    let mut result = decide::task_result(&ctx.job, task, agent, scores, changed, started_at);
+    result.setup_seconds = setup_seconds;
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
+}
+
+/// The task's environment with its installed agent: the agent layer on its image, found or made
+/// (an `agent.setup` span; its output in the task's log). An `Err` is the task's infrastructure
+/// failure, naming the install.
+async fn agent_layer(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    spec: &agenteval_core::environment::EnvSpec,
+    layer: &crate::agents::installed::layer::Layer,
+    log: &mut Vec<String>,
+) -> Result<agenteval_core::environment::EnvSpec> {
+    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
+    let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
+    let made = layer
+        .ensure(env, &ctx.run_id, task, ctx.job.attempt, spec, &ctx.secrets)
+        .instrument(span.clone())
+        .await;
+    match made {
+        Ok(ready) => {
+            log.push(ready.note);
+            if !ready.output.trim().is_empty() {
+                log.push(format!("the install said:\n{}", ctx.redactor.redact(ready.output.trim_end())));
+            }
+            Ok(agenteval_core::environment::EnvSpec { image: Some(ready.image), context: None, ..spec.clone() })
+        }
+        Err(e) => {
+            let e = Error::new(e.kind(), ctx.redactor.redact(&e.to_string()));
+            telemetry::set_error(&span, &e.to_string());
+            Err(e)
+        }
+    }
 }
 
 /// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and,
@@ -777,11 +828,16 @@ async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Ve
             Err(e) => log.push(format!("artifact patch.diff not kept: {e}")),
         }
     }
-    if ctx.config.environment.artifacts.is_empty() {
+    // A preset's own record of its run is kept beside what the config lists.
+    let mut paths = ctx.config.environment.artifacts.clone();
+    if let Some(p) = crate::agents::installed::InstalledAgent::from_config(&ctx.config.agent).and_then(|a| a.preset) {
+        paths.push(p.record.to_string());
+    }
+    if paths.is_empty() {
         return Ok(());
     }
     let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the artifacts", e))?;
-    log.extend(crate::environments::artifacts(s, &ctx.config.environment.artifacts, dir.path(), left).await);
+    log.extend(crate::environments::artifacts(s, &paths, dir.path(), left).await);
     let mut files = Vec::new();
     let mut todo = vec![dir.path().to_path_buf()];
     while let Some(d) = todo.pop() {

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use crate::util::*;
 
-const BASE: &str = "agenteval-local/debian:bookworm";
+pub(crate) const BASE: &str = "agenteval-local/debian:bookworm";
 
 /// The engine running and the local base image there, made once.
-fn docker_ready() {
+pub(crate) fn docker_ready() {
     static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     READY.get_or_init(|| {
         let out = Command::new(repo().join("docker/build-local.sh")).arg("--base-only").output().unwrap();
@@ -31,7 +31,7 @@ fn containers_of(run: &str) -> Vec<String> {
 }
 
 /// Copies a folder (a benchmark to alter in a test).
-fn copy_dir(from: &Path, to: &Path) {
+pub(crate) fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for e in std::fs::read_dir(from).unwrap().flatten() {
         let dest = to.join(e.file_name());
@@ -43,7 +43,7 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-fn harbor_config(ws: &Workspace, tasks: &Path, agent: &str, extra: &str) -> PathBuf {
+pub(crate) fn harbor_config(ws: &Workspace, tasks: &Path, agent: &str, extra: &str) -> PathBuf {
     ws.write(
         "harbor.yaml",
         &format!(

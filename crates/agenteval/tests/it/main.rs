@@ -21,6 +21,7 @@ mod infra;
 mod judging;
 mod llm;
 mod matrix;
+mod presets;
 mod protocol;
 mod telemetry;
 mod tidy;

@@ -1,0 +1,38 @@
+//! `agenteval agents list`: the shipped agents (presets), their pinned versions, the wire their
+//! calls speak, their package and the record of their run that becomes the trace.
+
+use agenteval_engine::agents::installed::presets::{ALL, Package};
+use serde_json::json;
+
+use crate::exit;
+
+pub fn list(json: bool) -> u8 {
+    let rows: Vec<(&str, &str, &str, String, &str)> = ALL
+        .iter()
+        .map(|p| {
+            let package = match p.package {
+                Package::NpmBinary { package, .. } => format!("npm {package}"),
+                Package::Pip { package, .. } => format!("PyPI {package}"),
+            };
+            (p.name, p.version, p.wire, package, p.record)
+        })
+        .collect();
+    if json {
+        let list: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|(name, version, wire, package, record)| {
+                json!({"preset": name, "version": version, "wire": wire, "package": package, "record": record})
+            })
+            .collect();
+        println!("{}", json!({"presets": list}));
+        return exit::OK;
+    }
+    let mut t = crate::output::table();
+    t.set_header(["preset", "version", "wire", "package", "record"]);
+    for (name, version, wire, package, record) in rows {
+        t.add_row([name.to_string(), version.to_string(), wire.to_string(), package, record.to_string()]);
+    }
+    println!("{}", crate::output::compact(t));
+    println!("Use one with `agent: {{kind: installed, preset: NAME, model: M}}` and `agent.upstream`, or `submit --agent NAME --model M`.");
+    exit::OK
+}

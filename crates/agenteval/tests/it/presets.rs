@@ -1,0 +1,197 @@
+//! The shipped agents (presets), end to end: each real package from its registry, installed once
+//! as an agent layer on harbor-mini's `hello-file` image, run in a container without internet
+//! against the scripted model through the gateway; a layer shared by ten tasks and built once;
+//! and an install that fails.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::environments::{BASE, copy_dir, docker_ready};
+use crate::util::*;
+
+/// Dollars per million tokens, both ways, for the mock model.
+const PRICE: u64 = 1000;
+
+/// Two copies of `hello-file`: one whose instruction scripts the model to solve it, one to fail.
+fn hello_tasks(ws: &Workspace) -> std::path::PathBuf {
+    let tasks = ws.path().join("tasks");
+    for (id, word) in [("hello-solve", "HELLO_SOLVE"), ("hello-fail", "HELLO_FAIL")] {
+        let dir = tasks.join(id);
+        copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
+        let instruction = dir.join("instruction.md");
+        let was = std::fs::read_to_string(&instruction).unwrap();
+        std::fs::write(&instruction, format!("{was}\n{word}\n")).unwrap();
+    }
+    tasks
+}
+
+/// A Harbor config whose agent is `agent` (YAML lines under `agent:`) behind the gateway to
+/// `mock`.
+fn config(ws: &Workspace, tasks: &Path, agent: &str, mock: &str) -> std::path::PathBuf {
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-upstream-test-0000000000000000\nANTHROPIC_API_KEY=sk-ant-test-000000000000000\n");
+    ws.write(
+        "presets.yaml",
+        &format!(
+            "name: presets\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n{agent}\n  model: mock-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    openai:\n      base_url: {mock}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n    anthropic:\n      base_url: {mock}\n      secrets: {{ANTHROPIC_API_KEY: ANTHROPIC_API_KEY}}\n    prices:\n      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\n\
+             storage:\n  bundle_root: runs\n",
+            tasks.display()
+        ),
+    )
+}
+
+fn trace(bundle: &Path, task: &str) -> Vec<serde_json::Value> {
+    crate::util::read_text(bundle.join(format!("tasks/{task}/trace.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// `preset`, on the mock model, solves one task and fails the other as scripted: its steps in
+/// the trace, the gateway's tokens and cost in the result, its own record kept, its install
+/// out of the agent's time.
+fn solves_then_fails(preset: &str, tool: &str, record: &str) {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    let cfg = config(&ws, &tasks, &format!("  preset: {preset}"), &mock.base_url());
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
+    let failed = read_json(&bundle.join("tasks/hello-fail/result.json"));
+    let log = read_text(bundle.join("tasks/hello-solve/worker.log")).unwrap_or_default();
+    assert_eq!(solved["passed"], true, "{solved}\n{log}");
+    assert_eq!(code, 1, "one task failed its tests: {v}");
+    assert_eq!((failed["passed"].as_bool(), failed["agent"]["terminated_by"].as_str()), (Some(false), Some("completed")));
+    // Every model call went through the gateway: its tokens and the price table's cost.
+    let calls = mock.received().iter().filter(|r| r.body.to_string().contains("HELLO_SOLVE")).count() as u64;
+    assert!(calls >= 2, "{calls}");
+    assert_eq!(solved["agent"]["total_tokens"].as_u64(), Some(15 * calls), "{solved}");
+    let cost = solved["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 15.0 * calls as f64 * PRICE as f64 / 1e6).abs() < 1e-9, "{solved}");
+    // Its own steps, as the llm agent's are traced.
+    let t = trace(&bundle, "hello-solve");
+    let called: Vec<&serde_json::Value> = t.iter().filter(|e| e["kind"] == "agent.tool_call").collect();
+    assert!(called.iter().any(|e| e["payload"]["tool"] == tool), "{t:?}");
+    let results: Vec<String> =
+        t.iter().filter(|e| e["kind"] == "agent.tool_result").map(|e| e["payload"].to_string()).collect();
+    assert!(results.iter().any(|r| r.contains("Hello, agenteval!")), "{results:?}");
+    assert!(t.iter().any(|e| e["kind"] == "model.call"), "{t:?}");
+    assert!(!t.iter().any(|e| e.to_string().contains("\\u001b")), "no colour codes in the trace");
+    // The raw record is kept; the install is setup, not the agent's time.
+    let kept = bundle.join(format!("tasks/hello-solve/artifacts/{}", record.trim_matches('/').replace('/', "_")));
+    assert!(kept.is_file(), "{} missing", kept.display());
+    assert!(solved["setup_seconds"].as_f64().is_some(), "{solved}");
+    assert!(log.contains(&format!("agent layer {preset} ")), "{log}");
+    // The install is the image's: nothing of it counts as the agent's change.
+    assert!(solved["changed_outside"].is_null(), "{solved}");
+}
+
+#[test]
+fn the_codex_preset_solves_and_fails_as_scripted() {
+    solves_then_fails("codex", "shell", "/logs/agent/codex.jsonl");
+}
+
+#[test]
+fn the_claude_code_preset_solves_and_fails_as_scripted() {
+    solves_then_fails("claude-code", "Bash", "/logs/agent/claude.jsonl");
+}
+
+#[test]
+fn the_opencode_preset_solves_and_fails_as_scripted() {
+    solves_then_fails("opencode", "bash", "/logs/agent/opencode.jsonl");
+}
+
+#[test]
+fn the_mini_swe_agent_preset_solves_and_fails_as_scripted() {
+    solves_then_fails("mini-swe-agent", "bash", "/logs/agent/mini.traj.json");
+}
+
+#[test]
+fn the_aider_preset_solves_and_fails_as_scripted() {
+    solves_then_fails("aider", "aider", "/logs/agent/aider.chat.history.md");
+}
+
+/// Ten tasks on one image build its agent layer once; a second run builds nothing; the install's
+/// time is the task's setup, never the agent's wall time.
+#[test]
+fn ten_tasks_on_one_image_build_the_agent_layer_once() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    for i in 0..10 {
+        copy_dir(&repo().join("configs/harbor-mini/hello-file"), &tasks.join(format!("t{i}")));
+    }
+    // A layer no other test makes: this test's own nonce in the script.
+    let nonce = format!("{:?}-{}", std::time::SystemTime::now(), std::process::id());
+    ws.write(
+        "setup.sh",
+        &format!("#!/bin/bash\nset -e\n# {nonce}\nsleep 3\nprintf '#!/bin/sh\\necho \"Hello, agenteval!\" > /app/hello.txt\\n' > /usr/local/bin/hello\nchmod +x /usr/local/bin/hello\n"),
+    );
+    let cfg = crate::environments::harbor_config(&ws, &tasks, "installed\n  setup: setup.sh\n  command: hello", "");
+    let built = |run: &str| -> (usize, usize) {
+        let bundle = ws.runs().join(run);
+        let logs: Vec<String> =
+            (0..10).map(|i| read_text(bundle.join(format!("tasks/t{i}/worker.log"))).unwrap()).collect();
+        let built = logs.iter().filter(|l| l.contains("agent layer agent.setup") && l.contains(" built in ")).count();
+        let reused = logs.iter().filter(|l| l.contains("agent layer agent.setup") && l.contains(" reused")).count();
+        (built, reused)
+    };
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((code, v["status"].as_str()), (0, Some("complete")), "{v} {}", text(&out.stderr));
+    let first = v["run_id"].as_str().unwrap().to_string();
+    assert_eq!(built(&first), (1, 9), "one build, nine reuses");
+    for i in 0..10 {
+        let r = read_json(&ws.runs().join(&first).join(format!("tasks/t{i}/result.json")));
+        let wall = r["agent"]["wall_seconds"].as_f64().unwrap();
+        assert!(wall < 3.0, "the 3 s install is not the agent's time: {r}");
+        assert!(r["setup_seconds"].as_f64().is_some(), "{r}");
+        if r["setup_seconds"].as_f64().unwrap() >= 3.0 {
+            assert!(r["passed"] == true, "{r}");
+        }
+    }
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(built(v["run_id"].as_str().unwrap()), (0, 10), "a second run builds nothing");
+}
+
+/// A preset version that does not exist: each task is `infra` with the installer's last lines and
+/// a message naming `agent.version`; the run goes on to its end.
+#[test]
+fn a_preset_install_that_fails_is_infra_naming_the_version() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    let cfg = config(&ws, &tasks, "  preset: codex\n  version: 0.0.0-does-not-exist", "http://127.0.0.1:9/v1");
+    let (v, _code, out) = ws.submit(&cfg, &[]);
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+    for id in ["hello-solve", "hello-fail"] {
+        let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+        assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+        let why = r["agent"]["error"].as_str().unwrap();
+        assert!(why.contains("agent.version 0.0.0-does-not-exist") && why.contains("npm"), "{why}");
+    }
+}
+
+/// `--agent` and `--model` pick a preset over a config's installed agent; a preset name that is
+/// not one is a config error naming the presets; `agents list` shows them.
+#[test]
+fn presets_are_listed_and_named_on_the_command_line() {
+    let ws = Workspace::new();
+    let out = ws.run(&["agents", "list", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = v["presets"].as_array().unwrap().iter().map(|p| p["preset"].as_str().unwrap()).collect();
+    assert_eq!(names, ["codex", "claude-code", "mini-swe-agent", "aider", "opencode"]);
+    let tasks = hello_tasks(&ws);
+    let cfg = config(&ws, &tasks, "  preset: codex", "http://127.0.0.1:9/v1");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--agent", "codx", "--model", "m2"]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = text(&out.stderr);
+    assert!(said.contains("no preset named `codx`") && said.contains("did you mean `codex`"), "{said}");
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--set", "agent.preset=aider"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
