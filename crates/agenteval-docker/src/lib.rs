@@ -579,12 +579,18 @@ fn outside(mut paths: Vec<String>, workdir: &str) -> Vec<String> {
         let dir = dir.trim_end_matches('/');
         !dir.is_empty() && p.strip_prefix(dir).is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
     }
-    paths.retain(|p| !under(p, workdir) && !SCRATCH.iter().any(|s| under(p, s)));
+    // Parents are found before the scratch places are left out: `/var` listed only because
+    // `/var/tmp` changed is no change of its own.
     paths.sort_unstable();
     let parents: Vec<bool> = (0..paths.len())
         .map(|i| paths.get(i + 1).is_some_and(|next| under(next, &paths[i]) && next.len() > paths[i].len()))
         .collect();
-    paths.into_iter().zip(parents).filter(|(_, parent)| !parent).map(|(p, _)| p).collect()
+    paths
+        .into_iter()
+        .zip(parents)
+        .filter(|(p, parent)| !parent && !under(p, workdir) && !SCRATCH.iter().any(|s| under(p, s)))
+        .map(|(p, _)| p)
+        .collect()
 }
 
 #[cfg(test)]
@@ -596,6 +602,9 @@ mod changes_tests {
             "/usr/local",
             "/usr/local/bin",
             "/usr/local/bin/python3",
+            "/var",
+            "/var/tmp",
+            "/var/tmp/codex.sock",
             "/app",
             "/app/x.py",
             "/tmp/a",

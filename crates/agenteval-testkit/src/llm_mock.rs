@@ -198,8 +198,7 @@ async fn answer(
     let tool_results = messages
         .iter()
         .filter(|m| {
-            m["role"] == "tool"
-                || m["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
+            m["role"] == "tool" || m["content"].as_array().is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"))
         })
         .count();
     // A tool result: OpenAI's `tool` message, or Anthropic's `tool_result` block.

@@ -33,6 +33,8 @@ pub fn list(json: bool) -> u8 {
         t.add_row([name.to_string(), version.to_string(), wire.to_string(), package, record.to_string()]);
     }
     println!("{}", crate::output::compact(t));
-    println!("Use one with `agent: {{kind: installed, preset: NAME, model: M}}` and `agent.upstream`, or `submit --agent NAME --model M`.");
+    println!(
+        "Use one with `agent: {{kind: installed, preset: NAME, model: M}}` and `agent.upstream`, or `submit --agent NAME --model M`."
+    );
     exit::OK
 }

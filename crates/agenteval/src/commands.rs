@@ -18,7 +18,8 @@ use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
-    AgentsCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs, RunsCommand,
+    AgentsCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs,
+    RunsCommand,
 };
 use crate::judging;
 use crate::output::{self};

@@ -58,8 +58,20 @@ pub async fn artifacts(session: &EnvSession, paths: &[String], into: &Path, max_
         } else {
             format!("{}/{p}", session.handle.workdir.trim_end_matches('/'))
         };
-        let name = p.trim_matches('/').replace('/', "_");
-        let dest = into.join(&name);
+        // At its own path under `artifacts/` (`out/report.json`, `logs/agent/codex.jsonl`): the
+        // copy lands in the folder of its parent.
+        let rel = p.trim_matches('/');
+        // (Only its plain parts: `..` never leads out of the artifacts folder.)
+        let parent = rel.rsplit_once('/').map_or("", |(parent, _)| parent);
+        let dest = into.join(
+            Path::new(parent)
+                .components()
+                .filter_map(|c| match c {
+                    std::path::Component::Normal(n) => Some(n),
+                    _ => None,
+                })
+                .collect::<std::path::PathBuf>(),
+        );
         match session.env.copy_out(&session.handle, &from, &dest, left).await {
             Ok(()) => left = left.saturating_sub(crate::isolation::disk::usage(&dest, left).bytes),
             Err(e) => notes.push(format!("artifact {p} not kept: {e}")),

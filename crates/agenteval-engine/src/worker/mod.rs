@@ -703,10 +703,7 @@ async fn agent_layer(
 ) -> Result<agenteval_core::environment::EnvSpec> {
     let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
     let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
-    let made = layer
-        .ensure(env, &ctx.run_id, task, ctx.job.attempt, spec, &ctx.secrets)
-        .instrument(span.clone())
-        .await;
+    let made = layer.ensure(env, &ctx.run_id, task, ctx.job.attempt, spec, &ctx.secrets).instrument(span.clone()).await;
     match made {
         Ok(ready) => {
             log.push(ready.note);

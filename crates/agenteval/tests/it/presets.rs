@@ -21,6 +21,10 @@ fn hello_tasks(ws: &Workspace) -> std::path::PathBuf {
         let instruction = dir.join("instruction.md");
         let was = std::fs::read_to_string(&instruction).unwrap();
         std::fs::write(&instruction, format!("{was}\n{word}\n")).unwrap();
+        // The agents are heavier than the task's 512 MB (opencode's runtime alone is near it).
+        let toml = dir.join("task.toml");
+        let t = std::fs::read_to_string(&toml).unwrap().replace("memory_mb = 512", "memory_mb = 2048");
+        std::fs::write(&toml, t).unwrap();
     }
     tasks
 }
@@ -28,7 +32,10 @@ fn hello_tasks(ws: &Workspace) -> std::path::PathBuf {
 /// A Harbor config whose agent is `agent` (YAML lines under `agent:`) behind the gateway to
 /// `mock`.
 fn config(ws: &Workspace, tasks: &Path, agent: &str, mock: &str) -> std::path::PathBuf {
-    ws.write("secrets.env", "OPENAI_API_KEY=sk-upstream-test-0000000000000000\nANTHROPIC_API_KEY=sk-ant-test-000000000000000\n");
+    ws.write(
+        "secrets.env",
+        "OPENAI_API_KEY=sk-upstream-test-0000000000000000\nANTHROPIC_API_KEY=sk-ant-test-000000000000000\n",
+    );
     ws.write(
         "presets.yaml",
         &format!(
@@ -51,24 +58,27 @@ fn trace(bundle: &Path, task: &str) -> Vec<serde_json::Value> {
 /// `preset`, on the mock model, solves one task and fails the other as scripted: its steps in
 /// the trace, the gateway's tokens and cost in the result, its own record kept, its install
 /// out of the agent's time.
-fn solves_then_fails(preset: &str, tool: &str, record: &str) {
+fn solves_then_fails(preset: &str, tool: &str, record: &str, result_says: &str) {
     docker_ready();
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
     let tasks = hello_tasks(&ws);
     let cfg = config(&ws, &tasks, &format!("  preset: {preset}"), &mock.base_url());
     let (v, code, out) = ws.submit(&cfg, &[]);
-    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
-    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
     let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
     let failed = read_json(&bundle.join("tasks/hello-fail/result.json"));
     let log = read_text(bundle.join("tasks/hello-solve/worker.log")).unwrap_or_default();
     assert_eq!(solved["passed"], true, "{solved}\n{log}");
-    assert_eq!(code, 1, "one task failed its tests: {v}");
-    assert_eq!((failed["passed"].as_bool(), failed["agent"]["terminated_by"].as_str()), (Some(false), Some("completed")));
+    assert_eq!(v["status"], "complete", "{v}");
+    assert_eq!(code, 0, "{v}");
+    assert_eq!(
+        (failed["passed"].as_bool(), failed["agent"]["terminated_by"].as_str()),
+        (Some(false), Some("completed"))
+    );
     // Every model call went through the gateway: its tokens and the price table's cost.
     let calls = mock.received().iter().filter(|r| r.body.to_string().contains("HELLO_SOLVE")).count() as u64;
-    assert!(calls >= 2, "{calls}");
+    assert!(calls >= 1, "{calls}");
     assert_eq!(solved["agent"]["total_tokens"].as_u64(), Some(15 * calls), "{solved}");
     let cost = solved["agent"]["total_cost_usd"].as_f64().unwrap();
     assert!((cost - 15.0 * calls as f64 * PRICE as f64 / 1e6).abs() < 1e-9, "{solved}");
@@ -78,41 +88,42 @@ fn solves_then_fails(preset: &str, tool: &str, record: &str) {
     assert!(called.iter().any(|e| e["payload"]["tool"] == tool), "{t:?}");
     let results: Vec<String> =
         t.iter().filter(|e| e["kind"] == "agent.tool_result").map(|e| e["payload"].to_string()).collect();
-    assert!(results.iter().any(|r| r.contains("Hello, agenteval!")), "{results:?}");
+    assert!(results.iter().any(|r| r.contains(result_says)), "{results:?}");
     assert!(t.iter().any(|e| e["kind"] == "model.call"), "{t:?}");
     assert!(!t.iter().any(|e| e.to_string().contains("\\u001b")), "no colour codes in the trace");
     // The raw record is kept; the install is setup, not the agent's time.
-    let kept = bundle.join(format!("tasks/hello-solve/artifacts/{}", record.trim_matches('/').replace('/', "_")));
-    assert!(kept.is_file(), "{} missing", kept.display());
+    let kept = bundle.join(format!("tasks/hello-solve/artifacts/{}", record.trim_start_matches('/')));
+    assert!(read_text(&kept).is_ok_and(|r| !r.is_empty()), "{} missing", kept.display());
     assert!(solved["setup_seconds"].as_f64().is_some(), "{solved}");
     assert!(log.contains(&format!("agent layer {preset} ")), "{log}");
     // The install is the image's: nothing of it counts as the agent's change.
-    assert!(solved["changed_outside"].is_null(), "{solved}");
+    let changed = read_text(bundle.join("tasks/hello-solve/artifacts/changed-outside.txt")).unwrap_or_default();
+    assert!(solved["changed_outside"].is_null(), "{changed}");
 }
 
 #[test]
 fn the_codex_preset_solves_and_fails_as_scripted() {
-    solves_then_fails("codex", "shell", "/logs/agent/codex.jsonl");
+    solves_then_fails("codex", "shell", "/logs/agent/codex.jsonl", "Hello, agenteval!");
 }
 
 #[test]
 fn the_claude_code_preset_solves_and_fails_as_scripted() {
-    solves_then_fails("claude-code", "Bash", "/logs/agent/claude.jsonl");
+    solves_then_fails("claude-code", "Bash", "/logs/agent/claude.jsonl", "Hello, agenteval!");
 }
 
 #[test]
 fn the_opencode_preset_solves_and_fails_as_scripted() {
-    solves_then_fails("opencode", "bash", "/logs/agent/opencode.jsonl");
+    solves_then_fails("opencode", "bash", "/logs/agent/opencode.jsonl", "Hello, agenteval!");
 }
 
 #[test]
 fn the_mini_swe_agent_preset_solves_and_fails_as_scripted() {
-    solves_then_fails("mini-swe-agent", "bash", "/logs/agent/mini.traj.json");
+    solves_then_fails("mini-swe-agent", "bash", "/logs/agent/mini.traj.json", "Hello, agenteval!");
 }
 
 #[test]
 fn the_aider_preset_solves_and_fails_as_scripted() {
-    solves_then_fails("aider", "aider", "/logs/agent/aider.chat.history.md");
+    solves_then_fails("aider", "aider", "/logs/agent/aider.chat.history.md", "Applied edit to hello.txt");
 }
 
 /// Ten tasks on one image build its agent layer once; a second run builds nothing; the install's

@@ -8,6 +8,9 @@ use std::time::Duration;
 
 use super::presets::{AGENT_DIR, Package, Preset};
 
+/// The cache's layout: a change to how a preset's files are laid out (its wrapper) is a new
+/// folder, never a stale one reused.
+pub const LAYOUT: u32 = 1;
 /// Lines of an installer's output an error quotes: the last ones, where the failure is.
 const TAIL_LINES: usize = 12;
 
@@ -37,8 +40,8 @@ pub fn tail(text: &str) -> String {
 /// One fetch per folder at a time on this machine.
 pub async fn fetch(preset: &Preset, version: &str, python: Option<&str>, timeout: Duration) -> Result<PathBuf, String> {
     let name = match python {
-        Some(py) => format!("{}-{version}-py{py}", preset.name),
-        None => format!("{}-{version}", preset.name),
+        Some(py) => format!("{}-{version}-py{py}-l{LAYOUT}", preset.name),
+        None => format!("{}-{version}-l{LAYOUT}", preset.name),
     };
     let root = cache_dir().join("agents");
     std::fs::create_dir_all(&root).map_err(|e| format!("making the agent cache {}: {e}", root.display()))?;
@@ -101,7 +104,7 @@ async fn fetch_into(preset: &Preset, version: &str, python: Option<&str>, into: 
             args.push(&pinned);
             run("python3", &args, into).await?;
             let wrapper = format!(
-                "#!/bin/sh\n# {package} {version}, installed by agenteval for the image's python3.\nexec python3 -s -c 'import sys; sys.path.insert(0, \"{AGENT_DIR}/site\"); sys.argv[0] = \"{bin}\"; from {module} import {call}; sys.exit({call}())' \"$@\"\n"
+                "#!/bin/sh\n# {package} {version}, installed by agenteval for the image's python3.\nexec python3 -s -B -c 'import sys; sys.path.insert(0, \"{AGENT_DIR}/site\"); sys.argv[0] = \"{bin}\"; from {module} import {call}; sys.exit({call}())' \"$@\"\n"
             );
             write_exec(&into.join("bin").join(bin), wrapper.as_bytes())
         }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use agenteval_core::config::AgentConfig;
 use agenteval_core::environment::{EnvSpec, ExecRequest};
+use agenteval_core::model::TaskSpec;
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::Environment;
-use agenteval_core::model::TaskSpec;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
 use sha2::{Digest as _, Sha256};
 
@@ -77,7 +77,7 @@ impl Layer {
     /// change the install). Secrets' names count, never their values.
     fn key(&self, secret_names: &[&str]) -> Result<String> {
         let mut h = Sha256::new();
-        h.update(b"agenteval-agent-layer-1\0");
+        h.update(format!("agenteval-agent-layer-1\0{}\0", fetch::LAYOUT).as_bytes());
         match &self.source {
             Source::Preset { preset, version } => {
                 h.update(format!("preset\0{}\0{version}\0{}\0", preset.name, preset.check).as_bytes());
@@ -140,10 +140,7 @@ impl Layer {
         let made = tokio::time::timeout(self.timeout, self.make(env, run, task, attempt, &base_spec, secrets, &tag))
             .await
             .unwrap_or_else(|_| {
-                Err(self.failed(format!(
-                    "took more than {} s (agent.install_timeout_seconds)",
-                    self.timeout.as_secs()
-                )))
+                Err(self.failed(format!("took more than {} s (agent.install_timeout_seconds)", self.timeout.as_secs())))
             })?;
         Ok(Ready {
             image: tag.clone(),
@@ -237,12 +234,11 @@ impl Layer {
                     }
                     Package::NpmBinary { .. } => None,
                 };
-                let files = fetch::fetch(preset, version, python.as_deref(), self.timeout)
-                    .await
-                    .map_err(|e| self.failed(e))?;
+                let files =
+                    fetch::fetch(preset, version, python.as_deref(), self.timeout).await.map_err(|e| self.failed(e))?;
                 env.copy_in(handle, &files, AGENT_DIR).await?;
                 let check = format!(
-                    "rm -f {AGENT_DIR}/.complete && chmod -R a+rX {AGENT_DIR} && PATH={AGENT_DIR}/bin:$PATH {}",
+                    "rm -f {AGENT_DIR}/.complete && chmod -R a+rX {AGENT_DIR} && export PATH={AGENT_DIR}/bin:$PATH && {}",
                     preset.check
                 );
                 run_root(check, Vec::new()).await
@@ -305,7 +301,8 @@ mod tests {
 
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("setup.sh"), "echo one").unwrap();
-        let setup = format!(r#"{{"kind": "installed", "command": "x", "setup": "{}"}}"#, d.path().join("setup.sh").display());
+        let setup =
+            format!(r#"{{"kind": "installed", "command": "x", "setup": "{}"}}"#, d.path().join("setup.sh").display());
         let a = Layer::of(&installed(&setup)).unwrap().key(&[]).unwrap();
         std::fs::write(d.path().join("setup.sh"), "echo two").unwrap();
         let b = Layer::of(&installed(&setup)).unwrap().key(&[]).unwrap();

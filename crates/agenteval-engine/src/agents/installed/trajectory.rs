@@ -16,8 +16,17 @@ const MAX_OUTPUT_CHARS: usize = 20_000;
 pub enum Step {
     /// Text the model wrote between actions.
     Plan(String),
-    Call { id: String, tool: String, arguments: Value },
-    Result { id: String, tool: String, output: String, is_error: bool },
+    Call {
+        id: String,
+        tool: String,
+        arguments: Value,
+    },
+    Result {
+        id: String,
+        tool: String,
+        output: String,
+        is_error: bool,
+    },
     /// What the agent ended with.
     Answer(String),
     /// The agent's own usage figures (tokens, its own cost estimate), kept beside the gateway's.
@@ -110,7 +119,10 @@ mod tests {
         ];
         let (events, answer, usage) = events(&steps);
         let kinds: Vec<Option<EventKind>> = events.iter().map(|e| e.kind).collect();
-        assert_eq!(kinds, [Some(EventKind::AgentPlan), Some(EventKind::AgentToolCall), Some(EventKind::AgentToolResult)]);
+        assert_eq!(
+            kinds,
+            [Some(EventKind::AgentPlan), Some(EventKind::AgentToolCall), Some(EventKind::AgentToolResult)]
+        );
         assert_eq!(events[2].payload["output"], "a");
         assert_eq!((answer.as_deref(), usage), (Some("done"), Some(json!({"input_tokens": 3}))));
     }

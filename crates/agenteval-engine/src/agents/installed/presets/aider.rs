@@ -12,15 +12,17 @@ pub const PRESET: Preset = Preset {
     wire: "chat",
     package: Package::Pip { package: "aider-chat", module: "aider.main", call: "main", bin: "aider" },
     // One message, every question answered yes, no git of its own (the worker takes the patch),
-    // no repository map, update check, analytics or colour; its histories under the task's logs.
+    // no repository map, update check, analytics or colour; its home and histories under the
+    // task's logs.
     // aider has no step limit of its own beyond its three reflections on a failed edit.
     command: r#"set -e
-export PATH="/opt/agenteval-agent/bin:$PATH"
-aider --model "openai/${AGENTEVAL_MODEL}" --openai-api-base "${OPENAI_BASE_URL}" --yes-always --no-git --no-auto-commits --map-tokens 0 --no-check-update --no-show-model-warnings --no-analytics --no-pretty --no-stream --no-fancy-input --chat-history-file /logs/agent/aider.chat.history.md --input-history-file /logs/agent/aider.input.history --llm-history-file /logs/agent/aider.llm.history --message-file "$AGENTEVAL_INSTRUCTION" < /dev/null"#,
+export PATH="/opt/agenteval-agent/bin:$PATH" HOME=/logs/agent/aider-home
+mkdir -p "$HOME"
+aider --model "openai/${AGENTEVAL_MODEL}" --openai-api-base "${OPENAI_BASE_URL}" --yes-always --no-git --no-auto-commits --map-tokens 0 --no-check-update --no-show-release-notes --no-show-model-warnings --no-analytics --no-pretty --no-stream --no-fancy-input --chat-history-file /logs/agent/aider.chat.history.md --input-history-file /logs/agent/aider.input.history --llm-history-file /logs/agent/aider.llm.history --message-file "$AGENTEVAL_INSTRUCTION" < /dev/null"#,
     env: &[("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("AIDER_ANALYTICS", "false"), ("NO_COLOR", "1")],
     record: "/logs/agent/aider.chat.history.md",
     read,
-    check: "aider --version",
+    check: "python3 -m compileall -q -j 0 /opt/agenteval-agent/site >/dev/null; aider --version",
 };
 
 /// The chat history: `#### ` lines are the user's, `> ` lines aider's own output (its edits,
@@ -93,7 +95,9 @@ mod tests {
         let plans: Vec<&Step> = steps.iter().filter(|s| matches!(s, Step::Plan(_))).collect();
         assert_eq!(plans, [&Step::Plan("hello.txt\n```\nHello\n```".into())]);
         assert!(
-            steps.iter().any(|s| matches!(s, Step::Result { output, .. } if output.contains("Applied edit to hello.txt")))
+            steps
+                .iter()
+                .any(|s| matches!(s, Step::Result { output, .. } if output.contains("Applied edit to hello.txt")))
         );
         assert_eq!(steps.last(), Some(&Step::Usage(json!({"input_tokens": 1010, "output_tokens": 5}))));
     }

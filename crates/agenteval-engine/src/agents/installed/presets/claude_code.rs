@@ -100,7 +100,10 @@ mod tests {
     #[test]
     fn tool_uses_their_results_and_the_answer_are_read() {
         let steps = read(RECORD, "");
-        assert_eq!(steps[0], Step::Call { id: "call_1".into(), tool: "Bash".into(), arguments: json!({"command": "ls"}) });
+        assert_eq!(
+            steps[0],
+            Step::Call { id: "call_1".into(), tool: "Bash".into(), arguments: json!({"command": "ls"}) }
+        );
         assert_eq!(
             steps[1],
             Step::Result { id: "call_1".into(), tool: "Bash".into(), output: "a".into(), is_error: false }

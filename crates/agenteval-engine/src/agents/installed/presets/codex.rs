@@ -131,7 +131,11 @@ mod tests {
         let steps = read(RECORD, "");
         assert_eq!(
             steps[0],
-            Step::Call { id: "item_1".into(), tool: "shell".into(), arguments: json!({"command": "/bin/bash -lc \"ls\""}) }
+            Step::Call {
+                id: "item_1".into(),
+                tool: "shell".into(),
+                arguments: json!({"command": "/bin/bash -lc \"ls\""})
+            }
         );
         assert!(matches!(&steps[1], Step::Result { output, is_error: false, .. } if output == "a\n"));
         assert_eq!(steps[3], Step::Answer("done".into()));

@@ -12,12 +12,7 @@ pub const PRESET: Preset = Preset {
     name: "mini-swe-agent",
     version: "2.4.6",
     wire: "chat",
-    package: Package::Pip {
-        package: "mini-swe-agent",
-        module: "minisweagent.run.mini",
-        call: "app",
-        bin: "mini",
-    },
+    package: Package::Pip { package: "mini-swe-agent", module: "minisweagent.run.mini", call: "app", bin: "mini" },
     // Its bundled `mini.yaml`, the gateway as litellm's `api_base`, at most max_steps steps,
     // its own cost tracking tolerant of a model litellm does not price (the gateway prices).
     command: r#"set -e
@@ -34,7 +29,7 @@ mini -y --exit-immediately -m "openai/${AGENTEVAL_MODEL}" -c mini.yaml -c "model
     ],
     record: "/logs/agent/mini.traj.json",
     read,
-    check: "mini --help",
+    check: "python3 -m compileall -q -j 0 /opt/agenteval-agent/site >/dev/null; mini --help",
 };
 
 /// The trajectory's messages: the assistant's text and tool calls, the tool messages with each
@@ -70,7 +65,9 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
         }
     }
     let info = &traj["info"];
-    steps.push(Step::Answer(format!("{}: {}", text_of(&info["exit_status"]), text_of(&info["submission"])).trim().into()));
+    steps.push(Step::Answer(
+        format!("{}: {}", text_of(&info["exit_status"]), text_of(&info["submission"])).trim().into(),
+    ));
     let stats = &info["model_stats"];
     steps.push(Step::Usage(json!({"api_calls": stats["api_calls"], "cost_usd": stats["instance_cost"]})));
     steps
@@ -91,7 +88,10 @@ mod tests {
     #[test]
     fn tool_calls_their_outputs_and_the_exit_are_read() {
         let steps = read(RECORD, "");
-        assert_eq!(steps[1], Step::Call { id: "call_1".into(), tool: "bash".into(), arguments: json!({"command": "ls"}) });
+        assert_eq!(
+            steps[1],
+            Step::Call { id: "call_1".into(), tool: "bash".into(), arguments: json!({"command": "ls"}) }
+        );
         assert_eq!(
             steps[2],
             Step::Result { id: "call_1".into(), tool: "bash".into(), output: "a\n".into(), is_error: false }

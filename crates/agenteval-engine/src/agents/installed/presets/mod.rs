@@ -49,7 +49,8 @@ pub struct Preset {
 }
 
 /// Every preset, in the order `agents list` shows them.
-pub const ALL: [&Preset; 5] = [&codex::PRESET, &claude_code::PRESET, &mini_swe_agent::PRESET, &aider::PRESET, &opencode::PRESET];
+pub const ALL: [&Preset; 5] =
+    [&codex::PRESET, &claude_code::PRESET, &mini_swe_agent::PRESET, &aider::PRESET, &opencode::PRESET];
 
 /// The preset called `name`.
 pub fn find(name: &str) -> Option<&'static Preset> {

@@ -65,7 +65,9 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
             }
             Some("step_finish") => {
                 let t = &part["tokens"];
-                for (k, v) in [("input_tokens", &t["input"]), ("output_tokens", &t["output"]), ("cost_usd", &part["cost"])] {
+                for (k, v) in
+                    [("input_tokens", &t["input"]), ("output_tokens", &t["output"]), ("cost_usd", &part["cost"])]
+                {
                     *usage.entry(k).or_default() += v.as_f64().unwrap_or(0.0);
                 }
             }
@@ -97,7 +99,10 @@ mod tests {
     #[test]
     fn tool_parts_and_the_last_text_are_read_with_the_summed_usage() {
         let steps = read(RECORD, "");
-        assert_eq!(steps[0], Step::Call { id: "call_1".into(), tool: "bash".into(), arguments: json!({"command": "ls"}) });
+        assert_eq!(
+            steps[0],
+            Step::Call { id: "call_1".into(), tool: "bash".into(), arguments: json!({"command": "ls"}) }
+        );
         assert!(matches!(&steps[1], Step::Result { output, is_error: false, .. } if output == "a\n"));
         assert_eq!(steps[3], Step::Answer("done".into()));
         assert!(matches!(&steps[4], Step::Usage(u) if u["input_tokens"] == 20 && u["output_tokens"] == 10));
