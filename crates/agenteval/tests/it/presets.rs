@@ -29,8 +29,8 @@ fn hello_tasks(ws: &Workspace) -> std::path::PathBuf {
     tasks
 }
 
-/// A Harbor config whose agent is `agent` (YAML lines under `agent:`) behind the gateway to
-/// `mock`.
+/// A Harbor config whose installed agent is `agent` (YAML lines under `agent:`) behind the
+/// gateway to `mock`, on the model `other-model`.
 fn config(ws: &Workspace, tasks: &Path, agent: &str, mock: &str) -> std::path::PathBuf {
     ws.write(
         "secrets.env",
@@ -39,7 +39,7 @@ fn config(ws: &Workspace, tasks: &Path, agent: &str, mock: &str) -> std::path::P
     ws.write(
         "presets.yaml",
         &format!(
-            "name: presets\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n{agent}\n  model: mock-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    openai:\n      base_url: {mock}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n    anthropic:\n      base_url: {mock}\n      secrets: {{ANTHROPIC_API_KEY: ANTHROPIC_API_KEY}}\n    prices:\n      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}\n\
+            "name: presets\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n{agent}\n  model: other-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    openai:\n      base_url: {mock}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n    anthropic:\n      base_url: {mock}\n      secrets: {{ANTHROPIC_API_KEY: ANTHROPIC_API_KEY}}\n    prices:\n      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}\n\
              environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\n\
              storage:\n  bundle_root: runs\n",
             tasks.display()
@@ -63,8 +63,9 @@ fn solves_then_fails(preset: &str, tool: &str, record: &str, result_says: &str) 
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
     let tasks = hello_tasks(&ws);
-    let cfg = config(&ws, &tasks, &format!("  preset: {preset}"), &mock.base_url());
-    let (v, code, out) = ws.submit(&cfg, &[]);
+    // The preset and model named on the command line, over a config's installed agent.
+    let cfg = config(&ws, &tasks, "  preset: opencode", &mock.base_url());
+    let (v, code, out) = ws.submit(&cfg, &["--agent", preset, "--model", "mock-model"]);
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
     let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
     let failed = read_json(&bundle.join("tasks/hello-fail/result.json"));
