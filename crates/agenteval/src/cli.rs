@@ -554,7 +554,9 @@ pub enum EnvCommand {
 #[derive(Debug, Subcommand)]
 pub enum ImagesCommand {
     /// Build every distinct environment image of the config's tasks on the local Docker engine,
-    /// tagged `agenteval-env:<hash of its folder>` as runs tag them (a built one is reused).
+    /// tagged `agenteval-env:<hash of its folder>` as runs tag them (a built one is reused), and
+    /// with an `installed` agent each image's agent layer (`agenteval-agent:<hash>`; a `setup`
+    /// that needs secrets is left to the run).
     ///
     /// With `--push REPOSITORY` (an ECR repository `<account>.dkr.ecr.<region>.amazonaws.com/NAME`,
     /// or any registry `HOST[:PORT]/NAME`) each is pushed as `REPOSITORY:<hash>`, which is what

@@ -1,7 +1,8 @@
 //! `agenteval images build --config FILE [--push REPOSITORY]`: every distinct environment image
 //! of a config's tasks, built on the local Docker engine under the tag a run gives it
 //! (`agenteval-env:<hash of its folder>`) and, with `--push`, pushed to the repository the fleet
-//! runs them from (`aws.image_repository`).
+//! runs them from (`aws.image_repository`); with an `installed` agent, each image's agent layer
+//! too (built locally, as a run's first task on that image would).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -32,9 +33,14 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
     let benchmark = benchmark_from_config(&config.benchmark)?;
     let mut contexts: BTreeMap<PathBuf, usize> = BTreeMap::new();
     let mut named: BTreeMap<String, usize> = BTreeMap::new();
+    // A task of each image, for its agent layer.
+    let mut first: BTreeMap<PathBuf, agenteval_core::model::TaskSpec> = BTreeMap::new();
     benchmark
         .for_each_task(config.benchmark.filter(), &mut |t| {
             if let Some(env) = &t.environment {
+                if let Some(c) = &env.context {
+                    first.entry(c.clone()).or_insert_with(|| t.clone());
+                }
                 match (&env.context, &env.image) {
                     (Some(c), _) => *contexts.entry(c.clone()).or_default() += 1,
                     (None, Some(i)) => *named.entry(i.clone()).or_default() += 1,
@@ -51,6 +57,9 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
         ))
         .into());
     }
+    // A custom setup that needs secrets is left to the run's first task, which has them.
+    let layer = agenteval_engine::agents::installed::layer::Layer::of(&config.agent)
+        .filter(|_| is_preset(config) || config.agent.secrets().is_empty());
     let wiring = Wiring::new(exe()?, config.aws.as_ref());
     let images = wiring.images(config, push).await?;
     let mut rows = Vec::new();
@@ -78,6 +87,13 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
                 match images.push(&row.tag).await {
                     Ok(p) => row.pushed = p,
                     Err(e) => row.error = Some(e.to_string()),
+                }
+                // The installed agent's layer on it, as the run's first task would build it.
+                if let (Some(layer), Some(task), None) = (&layer, first.get(&context), &row.error) {
+                    match images.layer(layer, task).await {
+                        Ok((_, note)) => row.note = format!("{}; {note}", row.note),
+                        Err(e) => row.error = Some(e.to_string()),
+                    }
                 }
             }
             Err(e) => row.error = Some(e.to_string()),
@@ -114,4 +130,8 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
         }
     }
     Ok(if failed > 0 { exit::FAILED } else { exit::OK })
+}
+
+fn is_preset(config: &agenteval_core::config::RunConfig) -> bool {
+    matches!(&config.agent, agenteval_core::config::AgentConfig::Installed { preset: Some(_), .. })
 }

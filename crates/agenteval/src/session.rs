@@ -207,6 +207,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'s
         AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
         AgentConfig::Command { .. } => "agent.command",
         AgentConfig::Installed { .. } if reason.contains("(agent.setup)") => "agent.setup",
+        AgentConfig::Installed { .. } if reason.contains(" at agent.version ") => "agent.version",
         AgentConfig::Llm(_) if reason.contains("key") || reason.contains("HTTP 401") || reason.contains("HTTP 403") => {
             "agent.secrets"
         }

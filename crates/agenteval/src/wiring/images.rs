@@ -13,7 +13,7 @@ use super::Wiring;
 
 /// Builds and pushes the images of one config's tasks.
 pub struct Images {
-    docker: agenteval_docker::DockerEnvironment,
+    docker: std::sync::Arc<agenteval_docker::DockerEnvironment>,
     repository: Option<ImageRepository>,
     clients: Option<std::sync::Arc<agenteval_aws::AwsClients>>,
 }
@@ -27,7 +27,9 @@ impl Wiring {
             None => None,
         };
         Ok(Images {
-            docker: agenteval_docker::DockerEnvironment::new(config.environment.base_image.clone()),
+            docker: std::sync::Arc::new(agenteval_docker::DockerEnvironment::new(
+                config.environment.base_image.clone(),
+            )),
             repository,
             clients,
         })
@@ -38,6 +40,19 @@ impl Images {
     /// The task image's tag, built unless the engine has it, and what was done.
     pub async fn build(&self, context: &Path, timeout: Duration) -> Result<(String, String)> {
         self.docker.build_image(context, timeout).await
+    }
+
+    /// The agent layer of `task` (its image plus the config's installed agent), built unless
+    /// the engine has it: its tag and what was done.
+    pub async fn layer(
+        &self,
+        layer: &agenteval_engine::agents::installed::layer::Layer,
+        task: &agenteval_core::model::TaskSpec,
+    ) -> Result<(String, String)> {
+        let env: std::sync::Arc<dyn agenteval_core::traits::Environment> = self.docker.clone();
+        let spec = task.environment.clone().unwrap_or_default();
+        let ready = layer.ensure(&env, &agenteval_core::RunId::new(), task, 0, &spec, &[]).await?;
+        Ok((ready.image, ready.note))
     }
 
     /// Pushes a built image as the repository's (`None` without `--push`, or for an image the

@@ -73,8 +73,8 @@ impl Layer {
     }
 
     /// What the layer's content is, for its tag: the preset, its version and the install it runs;
-    /// or the setup script, its files and its environment (names and values: a changed value may
-    /// change the install). Secrets' names count, never their values.
+    /// or the setup script, its files, its environment (names and values: a changed value may
+    /// change the install) and its secrets' names (never their values).
     fn key(&self, secret_names: &[&str]) -> Result<String> {
         let mut h = Sha256::new();
         h.update(format!("agenteval-agent-layer-1\0{}\0", fetch::LAYOUT).as_bytes());
@@ -95,8 +95,11 @@ impl Layer {
         for (k, v) in &self.env {
             h.update(format!("env\0{k}\0{v}\0").as_bytes());
         }
-        for k in secret_names {
-            h.update(format!("secret\0{k}\0").as_bytes());
+        // Only a setup gets the secrets.
+        if let Source::Setup { .. } = self.source {
+            for k in secret_names {
+                h.update(format!("secret\0{k}\0").as_bytes());
+            }
         }
         Ok(hex::encode(h.finalize()))
     }
@@ -297,7 +300,7 @@ mod tests {
         assert_eq!(codex.name(), "codex 0.171.0");
         assert_ne!(codex.key(&[]).unwrap(), other.key(&[]).unwrap(), "another version is another layer");
         assert_eq!(codex.key(&[]).unwrap(), codex.key(&[]).unwrap());
-        assert_ne!(codex.key(&[]).unwrap(), codex.key(&["TOKEN"]).unwrap(), "a secret's name counts");
+        assert_eq!(codex.key(&[]).unwrap(), codex.key(&["TOKEN"]).unwrap(), "a preset never gets the secrets");
 
         let d = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("setup.sh"), "echo one").unwrap();
@@ -307,6 +310,8 @@ mod tests {
         std::fs::write(d.path().join("setup.sh"), "echo two").unwrap();
         let b = Layer::of(&installed(&setup)).unwrap().key(&[]).unwrap();
         assert_ne!(a, b, "an edited setup script is another layer");
+        let with_secret = Layer::of(&installed(&setup)).unwrap().key(&["TOKEN"]).unwrap();
+        assert_ne!(b, with_secret, "a setup's secret's name counts");
         assert!(Layer::of(&installed(r#"{"kind": "installed", "command": "x"}"#)).is_none());
     }
 }
