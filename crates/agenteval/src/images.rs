@@ -27,6 +27,7 @@ struct Row {
     error: Option<String>,
 }
 
+// Long: the images are built, pushed, layered and printed one after another, in one pass.
 pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Result<u8, Failure> {
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let config = &loaded.config;

@@ -1041,6 +1041,23 @@ impl StorageConfig {
     }
 }
 
+/// An `installed` agent's own rules: a preset or a command; a version only with a preset.
+fn installed_problems(agent: &AgentConfig) -> Vec<(String, String)> {
+    let mut p = Vec::new();
+    if let AgentConfig::Installed { preset: None, command, version, .. } = agent {
+        if command.as_deref().is_none_or(|c| c.trim().is_empty()) {
+            p.push((
+                "/agent".into(),
+                "an `installed` agent needs a `preset` (`agenteval agents list`) or a `command`".into(),
+            ));
+        }
+        if version.is_some() {
+            p.push(("/agent/version".into(), "`version` is a preset's: set `preset` too".into()));
+        }
+    }
+    p
+}
+
 impl RunConfig {
     /// Pure semantic checks that the schema cannot express. Returns `(json pointer, message)`
     /// pairs, every problem at once.
@@ -1054,17 +1071,7 @@ impl RunConfig {
         {
             p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
         }
-        if let AgentConfig::Installed { preset: None, command, version, .. } = &self.agent {
-            if command.as_deref().is_none_or(|c| c.trim().is_empty()) {
-                p.push((
-                    "/agent".into(),
-                    "an `installed` agent needs a `preset` (`agenteval agents list`) or a `command`".into(),
-                ));
-            }
-            if version.is_some() {
-                p.push(("/agent/version".into(), "`version` is a preset's: set `preset` too".into()));
-            }
-        }
+        p.extend(installed_problems(&self.agent));
         if let BenchmarkConfig::Command { command, .. } = &self.benchmark
             && command.first().is_none_or(|c| c.trim().is_empty())
         {

@@ -647,13 +647,32 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
             }
             _ => Ok(None),
         };
-        let prepared = match layered {
+        let mut prepared = match layered {
             Ok(layered) => {
                 let spec = layered.as_ref().unwrap_or(spec);
                 prepare_session(ctx, task, spec, true, &mut log).instrument(prepare.clone()).await
             }
             Err(e) => Err(e),
         };
+        // A fleet job in the task's own image has no image to layer: the install runs in the
+        // task's container itself, still as its setup.
+        if let (Some(layer), Some(_), None, Ok(s)) =
+            (crate::agents::installed::layer::Layer::of(&ctx.config.agent), &ctx.here, &ctx.regrade, &prepared)
+        {
+            let started = std::time::Instant::now();
+            let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
+            let done = layer.install_in(&s.env, &s.handle, &ctx.secrets).instrument(span).await;
+            setup_seconds = Some(started.elapsed().as_secs_f64());
+            match done {
+                Ok(out) => log.push(format!(
+                    "agent {} installed in this container in {:.1} s:\n{}",
+                    layer.name(),
+                    started.elapsed().as_secs_f64(),
+                    ctx.redactor.redact(out.trim_end())
+                )),
+                Err(e) => prepared = Err(Error::new(e.kind(), ctx.redactor.redact(&e.to_string()))),
+            }
+        }
         match prepared {
             Ok(s) => te.session = Some(s),
             Err(e) => env = Err(e),

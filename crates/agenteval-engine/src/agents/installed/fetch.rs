@@ -38,7 +38,12 @@ pub fn tail(text: &str) -> String {
 /// The folder holding `preset`'s files at `version` (for the image's Python `python`, `3.11`),
 /// laid out as they go under the agent's folder in the image; fetched unless the cache has it.
 /// One fetch per folder at a time on this machine.
-pub async fn fetch(preset: &Preset, version: &str, python: Option<&str>, timeout: Duration) -> Result<PathBuf, String> {
+pub(crate) async fn fetch(
+    preset: &Preset,
+    version: &str,
+    python: Option<&str>,
+    timeout: Duration,
+) -> Result<PathBuf, String> {
     let name = match python {
         Some(py) => format!("{}-{version}-py{py}-l{LAYOUT}", preset.name),
         None => format!("{}-{version}-l{LAYOUT}", preset.name),
@@ -166,7 +171,7 @@ fn write_exec(path: &Path, bytes: &[u8]) -> Result<(), String> {
 
 /// An exclusive lock on `path`, held until dropped; taken in a blocking thread (another worker
 /// may hold it for a whole fetch or build).
-pub async fn lock_file(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
+pub(crate) async fn lock_file(path: PathBuf) -> Result<nix::fcntl::Flock<std::fs::File>, String> {
     tokio::task::spawn_blocking(move || {
         let f = std::fs::OpenOptions::new()
             .create(true)

@@ -198,6 +198,19 @@ impl Layer {
         saved
     }
 
+    /// The install run in an environment already prepared (a fleet job's own container, which
+    /// has no image to layer): the install's output.
+    pub async fn install_in(
+        &self,
+        env: &Arc<dyn Environment>,
+        handle: &agenteval_core::environment::EnvHandle,
+        secrets: &[(String, Secret)],
+    ) -> Result<String> {
+        tokio::time::timeout(self.timeout, self.install(env, handle, secrets)).await.unwrap_or_else(|_| {
+            Err(self.failed(format!("took more than {} s (agent.install_timeout_seconds)", self.timeout.as_secs())))
+        })
+    }
+
     async fn install(
         &self,
         env: &Arc<dyn Environment>,

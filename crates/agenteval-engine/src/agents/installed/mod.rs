@@ -52,6 +52,35 @@ impl InstalledAgent {
             max_steps: max_steps.unwrap_or(DEFAULT_MAX_STEPS),
         })
     }
+
+    /// The variables the agent's command gets: its preset's, the config's, the task's, its
+    /// secrets, and the gateway's door from where it runs.
+    fn environment(
+        &self,
+        ctx: &AgentContext<'_>,
+        s: &agenteval_core::traits::EnvSession,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let mut env: BTreeMap<String, String> = BTreeMap::new();
+        if let Some(p) = self.preset {
+            env.extend(p.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        }
+        env.extend(self.env.clone());
+        env.insert("AGENTEVAL_MAX_STEPS".into(), self.max_steps.to_string());
+        env.insert("AGENTEVAL_INSTRUCTION".into(), INSTRUCTION.into());
+        env.insert("AGENTEVAL_TASK_ID".into(), ctx.task.id.to_string());
+        env.insert("AGENTEVAL_MODEL".into(), self.model.clone().unwrap_or_default());
+        for (var, secret) in ctx.secrets {
+            env.insert(var.clone(), secret.expose().to_string());
+        }
+        if let Some(g) = ctx.gateway {
+            let in_container = s.env.kind() == "docker";
+            if in_container && g.container.is_none() {
+                return Err("the task's container has no way to the model gateway".to_string());
+            }
+            env.extend(g.env(in_container));
+        }
+        Ok(env)
+    }
 }
 
 fn stopped(t: TerminatedBy, why: String) -> AgentOutcome {
@@ -112,28 +141,10 @@ impl AgentRunner for InstalledAgent {
         }
         // The instruction is the environment's, not the agent's doing.
         s.env.mark_baseline(&s.handle).await;
-        let mut env: BTreeMap<String, String> = BTreeMap::new();
-        if let Some(p) = self.preset {
-            env.extend(p.env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        }
-        env.extend(self.env.clone());
-        env.insert("AGENTEVAL_MAX_STEPS".into(), self.max_steps.to_string());
-        env.insert("AGENTEVAL_INSTRUCTION".into(), INSTRUCTION.into());
-        env.insert("AGENTEVAL_TASK_ID".into(), ctx.task.id.to_string());
-        env.insert("AGENTEVAL_MODEL".into(), self.model.clone().unwrap_or_default());
-        for (var, secret) in ctx.secrets {
-            env.insert(var.clone(), secret.expose().to_string());
-        }
-        if let Some(g) = ctx.gateway {
-            let in_container = s.env.kind() == "docker";
-            if in_container && g.container.is_none() {
-                return stopped(
-                    TerminatedBy::InfraFailure,
-                    "the task's container has no way to the model gateway".to_string(),
-                );
-            }
-            env.extend(g.env(in_container));
-        }
+        let env = match self.environment(ctx, s) {
+            Ok(env) => env,
+            Err(why) => return stopped(TerminatedBy::InfraFailure, why),
+        };
         let shown = self.preset.map_or_else(|| self.command.clone(), |p| format!("{} (preset)", p.name));
         if self.preset.is_none() {
             let call =
