@@ -244,6 +244,11 @@ pub async fn show_task(
                 a.steps,
                 a.total_tokens,
             );
+            if let Some(setup) = r.setup_seconds {
+                say!(
+                    "setup    {setup:.3} s getting the agent ready (its install or agent layer), not the agent's time"
+                );
+            }
             if let Some(answer) = &a.final_answer {
                 // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
                 let answer =

@@ -207,3 +207,21 @@ fn presets_are_listed_and_named_on_the_command_line() {
     let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--set", "agent.preset=aider"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// `--matrix agent.preset=…`: two agents on one benchmark, one set, each run its own preset.
+#[test]
+fn a_matrix_of_presets_compares_two_agents_on_one_benchmark() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    let cfg = config(&ws, &tasks, "  preset: codex", &mock.base_url());
+    let (v, code, out) = ws.submit(&cfg, &["--model", "mock-model", "--matrix", "agent.preset=codex,claude-code"]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let runs = v["runs"].as_array().unwrap();
+    let passed: Vec<(&str, u64)> =
+        runs.iter().map(|r| (r["label"].as_str().unwrap(), r["summary"]["passed"].as_u64().unwrap())).collect();
+    assert_eq!(passed, [("agent.preset=codex", 1), ("agent.preset=claude-code", 1)], "{v}");
+    let wires: std::collections::BTreeSet<String> = mock.received().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(wires, ["anthropic".to_string(), "responses".to_string()].into(), "each agent on its own wire");
+}
