@@ -45,6 +45,11 @@ pub struct EnvSpec {
     /// the task ends `limit_disk`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage_mb: Option<u64>,
+    /// Set when `image` is the task's image with its installed agent's layer on it (a fleet that
+    /// runs each task in its own image): the layer's key, which the image holds, so the worker
+    /// installs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_layer: Option<String>,
 }
 
 /// A task environment's writable storage when its task names none: 10 GiB.

@@ -211,6 +211,11 @@ impl Environment for DockerEnvironment {
             } else {
                 "none".into()
             }),
+            // Without internet, a name lookup fails at once instead of waiting out the resolver
+            // (an agent's update check or model-list fetch would cost each task seconds): the
+            // gateway is reached by address.
+            // (Only on a network: Docker refuses a resolver for `none`.)
+            dns: (!spec.network && self.gateway).then(|| vec!["127.0.0.1".to_string()]),
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),
@@ -372,11 +377,23 @@ impl Environment for DockerEnvironment {
     async fn commit(&self, env: &EnvHandle, tag: &str) -> Result<()> {
         let docker = self.docker().await?;
         let (repo, version) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+        // The image keeps its base's entrypoint and command (the container only waited).
+        let base = docker
+            .inspect_container(&env.id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| infra("inspecting the container", e))?
+            .image
+            .unwrap_or_default();
+        let base = docker.inspect_image(&base).await.ok().and_then(|i| i.config).unwrap_or_default();
+        let json =
+            |v: Option<Vec<String>>| serde_json::to_string(&v.unwrap_or_default()).unwrap_or_else(|_| "[]".into());
+        let changes = format!("ENTRYPOINT {}\nCMD {}", json(base.entrypoint), json(base.cmd));
         let options = bollard::query_parameters::CommitContainerOptionsBuilder::default()
             .container(&env.id)
             .repo(repo)
             .tag(version)
             .pause(true)
+            .changes(&changes)
             .build();
         let labels = HashMap::from([(LABEL_MANAGED.to_string(), "1".to_string())]);
         let config = bollard::models::ContainerConfig { labels: Some(labels), ..Default::default() };

@@ -24,6 +24,8 @@ struct Row {
     tag: String,
     note: String,
     pushed: Option<String>,
+    /// The image's agent layer as pushed, for an installed agent.
+    layer_pushed: Option<String>,
     error: Option<String>,
 }
 
@@ -60,7 +62,7 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
     }
     // A custom setup that needs secrets is left to the run's first task, which has them.
     let layer = agenteval_engine::agents::installed::layer::Layer::of(&config.agent)
-        .filter(|_| is_preset(config) || config.agent.secrets().is_empty());
+        .filter(|l| l.buildable_ahead(config.agent.secrets().len()));
     let wiring = Wiring::new(exe()?, config.aws.as_ref());
     let images = wiring.images(config, push).await?;
     let mut rows = Vec::new();
@@ -72,8 +74,15 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
         }
         let started = Instant::now();
         let timeout = Duration::from_secs(3600);
-        let mut row =
-            Row { context: context.clone(), tasks, tag: String::new(), note: String::new(), pushed: None, error: None };
+        let mut row = Row {
+            context: context.clone(),
+            tasks,
+            tag: String::new(),
+            note: String::new(),
+            pushed: None,
+            layer_pushed: None,
+            error: None,
+        };
         match images.build(&context, timeout).await {
             // Another folder with the same content: the same image.
             Ok((tag, _)) if rows.iter().any(|r: &Row| r.tag == tag) => {
@@ -90,9 +99,21 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
                     Err(e) => row.error = Some(e.to_string()),
                 }
                 // The installed agent's layer on it, as the run's first task would build it.
+                // With --push it goes beside its image, under the name a fleet run gives it.
                 if let (Some(layer), Some(task), None) = (&layer, first.get(&context), &row.error) {
-                    match images.layer(layer, task).await {
-                        Ok((_, note)) => row.note = format!("{}; {note}", row.note),
+                    let built = match images.layer(layer, task).await {
+                        Ok((local, note)) => {
+                            row.note = format!("{}; {note}", row.note);
+                            let names: Vec<&str> = config.agent.secrets().keys().map(String::as_str).collect();
+                            match layer.fleet_tag(&row.tag, &names) {
+                                Ok(name) => images.push_as(&local, &name).await,
+                                Err(e) => Err(e),
+                            }
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match built {
+                        Ok(pushed) => row.layer_pushed = pushed,
                         Err(e) => row.error = Some(e.to_string()),
                     }
                 }
@@ -118,7 +139,7 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
     if json {
         let list: Vec<_> = rows
             .iter()
-            .map(|r| json!({"context": r.context, "tasks": r.tasks, "tag": r.tag, "note": r.note, "pushed": r.pushed, "error": r.error}))
+            .map(|r| json!({"context": r.context, "tasks": r.tasks, "tag": r.tag, "note": r.note, "pushed": r.pushed, "layer_pushed": r.layer_pushed, "error": r.error}))
             .collect();
         let named: Vec<_> = named.iter().map(|(i, n)| json!({"image": i, "tasks": n})).collect();
         say!("{}", json!({"images": list, "named": named, "failed": failed}));
@@ -131,8 +152,4 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
         }
     }
     Ok(if failed > 0 { exit::FAILED } else { exit::OK })
-}
-
-fn is_preset(config: &agenteval_core::config::RunConfig) -> bool {
-    matches!(&config.agent, agenteval_core::config::AgentConfig::Installed { preset: Some(_), .. })
 }

@@ -31,6 +31,15 @@ pub(super) async fn prepare(
             "environment.verify_in: fresh needs a second container for the tests, and on this backend a task's environment is the worker's own container: use verify_in: same (the default)",
         ));
     }
+    // An installed agent's tasks run in their image's agent layer, pushed beside it.
+    // (A setup that needs secrets installs in the task's container instead.)
+    let layer = crate::agents::installed::layer::Layer::of(&config.agent)
+        .filter(|l| l.buildable_ahead(config.agent.secrets().len()));
+    let secret_names: Vec<&str> = config.agent.secrets().keys().map(String::as_str).collect();
+    let layer_key = match &layer {
+        Some(l) => Some(l.key(&secret_names)?),
+        None => None,
+    };
     let mut by_context: HashMap<PathBuf, String> = HashMap::new();
     let mut local: Vec<Option<String>> = Vec::with_capacity(tasks.len());
     for t in tasks.iter() {
@@ -43,7 +52,10 @@ pub(super) async fn prepare(
             (None, Some(ctx)) => match by_context.get(ctx) {
                 Some(tag) => tag.clone(),
                 None => {
-                    let tag = resolver.task_image(spec, &config.environment)?;
+                    let mut tag = resolver.task_image(spec, &config.environment)?;
+                    if let Some(layer) = &layer {
+                        tag = layer.fleet_tag(&tag, &secret_names)?;
+                    }
                     by_context.insert(ctx.clone(), tag.clone());
                     tag
                 }
@@ -61,6 +73,9 @@ pub(super) async fn prepare(
         let (Some(spec), Some(tag)) = (&mut t.environment, tag) else { continue };
         let pinned = fleet.get(&tag).ok_or_else(|| Error::internal(format!("the backend did not name image {tag}")))?;
         spec.image = Some(pinned.clone());
+        if spec.context.is_some() {
+            spec.agent_layer = layer_key.clone();
+        }
         // Built already: the fleet runs the image, not the folder.
         spec.context = None;
         packed.pack(t)?;

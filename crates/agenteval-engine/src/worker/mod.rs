@@ -637,42 +637,8 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     if let Ok(te) = &mut env
         && let Some(spec) = &task.environment
     {
-        // An installed agent's layer first: its time is the task's setup, not the agent's.
-        let layered = match crate::agents::installed::layer::Layer::of(&ctx.config.agent) {
-            Some(layer) if ctx.regrade.is_none() && ctx.here.is_none() => {
-                let started = std::time::Instant::now();
-                let made = agent_layer(ctx, task, spec, &layer, &mut log).await;
-                setup_seconds = Some(started.elapsed().as_secs_f64());
-                made.map(Some)
-            }
-            _ => Ok(None),
-        };
-        let mut prepared = match layered {
-            Ok(layered) => {
-                let spec = layered.as_ref().unwrap_or(spec);
-                prepare_session(ctx, task, spec, true, &mut log).instrument(prepare.clone()).await
-            }
-            Err(e) => Err(e),
-        };
-        // A fleet job in the task's own image has no image to layer: the install runs in the
-        // task's container itself, still as its setup.
-        if let (Some(layer), Some(_), None, Ok(s)) =
-            (crate::agents::installed::layer::Layer::of(&ctx.config.agent), &ctx.here, &ctx.regrade, &prepared)
-        {
-            let started = std::time::Instant::now();
-            let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
-            let done = layer.install_in(&s.env, &s.handle, &ctx.secrets).instrument(span).await;
-            setup_seconds = Some(started.elapsed().as_secs_f64());
-            match done {
-                Ok(out) => log.push(format!(
-                    "agent {} installed in this container in {:.1} s:\n{}",
-                    layer.name(),
-                    started.elapsed().as_secs_f64(),
-                    ctx.redactor.redact(out.trim_end())
-                )),
-                Err(e) => prepared = Err(Error::new(e.kind(), ctx.redactor.redact(&e.to_string()))),
-            }
-        }
+        let (prepared, setup) = prepare_with_agent(ctx, task, spec, &prepare, &mut log).await;
+        setup_seconds = setup;
         match prepared {
             Ok(s) => te.session = Some(s),
             Err(e) => env = Err(e),
@@ -708,6 +674,60 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     result.setup_seconds = setup_seconds;
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
+}
+
+/// The task's environment prepared with its installed agent ready in it (its agent layer found
+/// or built first; in a fleet job's own container, its install run there), and the seconds
+/// getting the agent ready took: the task's setup, never the agent's time.
+async fn prepare_with_agent(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    spec: &agenteval_core::environment::EnvSpec,
+    prepare: &tracing::Span,
+    log: &mut Vec<String>,
+) -> (Result<EnvSession>, Option<f64>) {
+    let mut setup_seconds = None;
+    // An installed agent's layer first: its time is the task's setup, not the agent's.
+    let layered = match crate::agents::installed::layer::Layer::of(&ctx.config.agent) {
+        Some(layer) if ctx.regrade.is_none() && ctx.here.is_none() => {
+            let started = std::time::Instant::now();
+            let made = agent_layer(ctx, task, spec, &layer, log).await;
+            setup_seconds = Some(started.elapsed().as_secs_f64());
+            made.map(Some)
+        }
+        _ => Ok(None),
+    };
+    let mut prepared = match layered {
+        Ok(layered) => {
+            let spec = layered.as_ref().unwrap_or(spec);
+            prepare_session(ctx, task, spec, true, log).instrument(prepare.clone()).await
+        }
+        Err(e) => Err(e),
+    };
+    // A fleet job in the task's own image has no image to layer: the install runs in the
+    // task's container itself, still as its setup.
+    if let (Some(layer), Some(_), None, Ok(s)) =
+        (crate::agents::installed::layer::Layer::of(&ctx.config.agent), &ctx.here, &ctx.regrade, &prepared)
+    {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
+        let done = match &spec.agent_layer {
+            Some(key) => layer.verify_in(&s.env, &s.handle, key).instrument(span).await.map(|()| None),
+            None => layer.install_in(&s.env, &s.handle, &ctx.secrets).instrument(span).await,
+        };
+        setup_seconds = Some(started.elapsed().as_secs_f64());
+        match done {
+            Ok(None) => log.push(format!("agent layer {}: this container's image is the layer", layer.name())),
+            Ok(Some(out)) => log.push(format!(
+                "agent {} installed in this container in {:.1} s:\n{}",
+                layer.name(),
+                started.elapsed().as_secs_f64(),
+                ctx.redactor.redact(out.trim_end())
+            )),
+            Err(e) => prepared = Err(Error::new(e.kind(), ctx.redactor.redact(&e.to_string()))),
+        }
+    }
+    (prepared, setup_seconds)
 }
 
 /// The task's environment with its installed agent: the agent layer on its image, found or made

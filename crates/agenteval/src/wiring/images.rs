@@ -58,8 +58,14 @@ impl Images {
     /// Pushes a built image as the repository's (`None` without `--push`, or for an image the
     /// task names itself); the reference pushed, pinned by its digest when the registry says it.
     pub async fn push(&self, local: &str) -> Result<Option<String>> {
+        self.push_as(local, local).await
+    }
+
+    /// Pushes the image `local` under the repository's name for `name` (an agent layer under
+    /// its fleet name, `agenteval-env:<hash>-agent-<key>`).
+    pub async fn push_as(&self, local: &str, name: &str) -> Result<Option<String>> {
         let (Some(repo), Some(clients)) = (&self.repository, &self.clients) else { return Ok(None) };
-        let Some(reference) = repo.reference(local) else { return Ok(None) };
+        let Some(reference) = repo.reference(name) else { return Ok(None) };
         let creds = repo.push_credentials(clients).await?;
         self.docker.push(local, &reference, creds).await?;
         Ok(Some(match repo.digest(clients, &reference).await? {

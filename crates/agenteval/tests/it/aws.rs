@@ -1357,3 +1357,52 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     let left = docker(&["ps", "-q", "--filter", &format!("name=agenteval-task-{}-", aws.cluster)]);
     assert!(text(&left.stdout).trim().is_empty(), "no container is left running");
 }
+
+/// An installed agent on the fleet runs in its task image's agent layer: `images build --push`
+/// builds the layer and pushes it beside the image; until then `submit` refuses naming it; then
+/// each task runs in the layer (its worker finds the agent there and installs nothing), and the
+/// setup's program solves the task.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_installed_agent_runs_in_its_agent_layer_pushed_beside_the_task_image() {
+    let tag = image();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let tasks = aws.ws.path().join("tasks");
+    image_task(&tasks, "layered", "gamma", "");
+    // The agent: a program the setup installs, doing what the task asks.
+    aws.ws.write(
+        "setup.sh",
+        "#!/bin/bash\nset -e\nprintf '#!/bin/sh\\ncat /marker > /app/answer.txt\\necho solved\\n' > /usr/local/bin/solver\nchmod +x /usr/local/bin/solver\n",
+    );
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n  setup: setup.sh\n  command: solver\n  limits:\n    max_wall_seconds: 120\nenvironment:\n  base_image: agenteval-local/debian:bookworm\n",
+        tasks.display()
+    );
+    let cfg = aws.config("layered", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let out = aws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("-agent-"), "the layer is what the run needs: {err}");
+
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg.to_str().unwrap(), "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    let layer = built["images"][0]["layer_pushed"].as_str().unwrap_or_default().to_string();
+    assert!(layer.starts_with(&format!("{repo}@sha256:")), "{built}");
+
+    let _stats = aws.fargate_in(tag, None);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!((code, v["summary"]["passed"].as_u64()), (0, Some(1)), "{v}");
+    let run = v["run_id"].as_str().unwrap();
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let pack = format!("team/runs/{run}/tasks/layered.tar.gz");
+    let o = clients.s3.get_object().bucket(&aws.bucket).key(&pack).send().await.unwrap();
+    let files = agenteval_core::taskpack::unpack(&o.body.collect().await.unwrap().into_bytes(), &pack).unwrap();
+    let log = String::from_utf8(files.get("worker.log").unwrap().to_vec()).unwrap();
+    assert!(log.contains("this container's image is the layer"), "{log}");
+    let r: serde_json::Value = serde_json::from_slice(files.get("result.json").unwrap()).unwrap();
+    assert_eq!(r["image"].as_str(), Some(layer.as_str()), "{r}");
+}

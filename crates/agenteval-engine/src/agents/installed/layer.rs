@@ -22,6 +22,9 @@ use super::presets::{AGENT_DIR, Package, Preset};
 pub const DEFAULT_INSTALL_SECONDS: f64 = 1200.0;
 /// Where a custom setup's script and files go in the install's container.
 const SETUP_DIR: &str = "/installed-agent";
+/// The file a layer's install leaves in the image: its key, so a container of the layer (a
+/// fleet job in its task's layered image) knows the agent is there.
+const MARKER: &str = "/etc/agenteval-agent-layer";
 
 /// What installs the agent.
 #[derive(Debug, Clone)]
@@ -75,7 +78,7 @@ impl Layer {
     /// What the layer's content is, for its tag: the preset, its version and the install it runs;
     /// or the setup script, its files, its environment (names and values: a changed value may
     /// change the install) and its secrets' names (never their values).
-    fn key(&self, secret_names: &[&str]) -> Result<String> {
+    pub fn key(&self, secret_names: &[&str]) -> Result<String> {
         let mut h = Sha256::new();
         h.update(format!("agenteval-agent-layer-1\0{}\0", fetch::LAYOUT).as_bytes());
         match &self.source {
@@ -102,6 +105,21 @@ impl Layer {
             }
         }
         Ok(hex::encode(h.finalize()))
+    }
+
+    /// Whether the layer can be built ahead of a run (`images build`): a preset's always; a
+    /// setup's only when it needs no secrets (those come with the run).
+    pub fn buildable_ahead(&self, secrets: usize) -> bool {
+        matches!(self.source, Source::Preset { .. }) || secrets == 0
+    }
+
+    /// The layer's name on a fleet that runs each task in its own image: the base image's local
+    /// tag with the layer's key (`agenteval-env:<hash>-agent-<key>`), known without an engine,
+    /// so the controller names it at submit and `images build --push` pushes it as that.
+    pub fn fleet_tag(&self, base: &str, secret_names: &[&str]) -> Result<String> {
+        let key = self.key(secret_names)?;
+        let (repo, tag) = base.rsplit_once(':').unwrap_or((base, "latest"));
+        Ok(format!("{repo}:{tag}-agent-{}", &key[..16]))
     }
 
     /// The task's image with this agent installed: found, or made now (one maker per layer on
@@ -198,15 +216,39 @@ impl Layer {
         saved
     }
 
+    /// Checks that a prepared environment's image is the layer `key` names (a fleet job in its
+    /// task's layered image): the agent is there, nothing to install.
+    pub async fn verify_in(
+        &self,
+        env: &Arc<dyn Environment>,
+        handle: &agenteval_core::environment::EnvHandle,
+        key: &str,
+    ) -> Result<()> {
+        let look = ExecRequest::new(format!("cat {MARKER} 2>/dev/null"), Duration::from_secs(30));
+        let found = env.exec(handle, &look).await?;
+        if found.ok() && found.stdout.trim() == key {
+            return Ok(());
+        }
+        Err(self.failed(format!("the task's image was named as its agent layer {key}, and {MARKER} does not say so")))
+    }
+
     /// The install run in an environment already prepared (a fleet job's own container, which
-    /// has no image to layer): the install's output.
+    /// has no image to layer): the install's output; `None` when the environment is this layer
+    /// already.
     pub async fn install_in(
         &self,
         env: &Arc<dyn Environment>,
         handle: &agenteval_core::environment::EnvHandle,
         secrets: &[(String, Secret)],
-    ) -> Result<String> {
-        tokio::time::timeout(self.timeout, self.install(env, handle, secrets)).await.unwrap_or_else(|_| {
+    ) -> Result<Option<String>> {
+        let names: Vec<&str> = secrets.iter().map(|(k, _)| k.as_str()).collect();
+        let key = self.key(&names)?;
+        let look = ExecRequest::new(format!("cat {MARKER} 2>/dev/null"), Duration::from_secs(30));
+        if env.exec(handle, &look).await.is_ok_and(|o| o.ok() && o.stdout.trim() == key) {
+            return Ok(None);
+        }
+        let install = async { self.install(env, handle, secrets).await.map(Some) };
+        tokio::time::timeout(self.timeout, install).await.unwrap_or_else(|_| {
             Err(self.failed(format!("took more than {} s (agent.install_timeout_seconds)", self.timeout.as_secs())))
         })
     }
@@ -238,7 +280,9 @@ impl Layer {
                 }
             }
         };
-        match &self.source {
+        let names: Vec<&str> = secrets.iter().map(|(k, _)| k.as_str()).collect();
+        let mark = format!("printf %s {} > {MARKER}", self.key(&names)?);
+        let output = match &self.source {
             Source::Preset { preset, version } => {
                 let python = match preset.package {
                     Package::Pip { .. } => {
@@ -268,7 +312,9 @@ impl Layer {
                 vars.extend(secrets.iter().map(|(k, s)| (k.clone(), s.expose().to_string())));
                 run_root(format!("cd {SETUP_DIR} && bash {SETUP_DIR}/setup.sh"), vars).await
             }
-        }
+        }?;
+        run_root(mark, Vec::new()).await?;
+        Ok(output)
     }
 }
 
@@ -326,5 +372,7 @@ mod tests {
         let with_secret = Layer::of(&installed(&setup)).unwrap().key(&["TOKEN"]).unwrap();
         assert_ne!(b, with_secret, "a setup's secret's name counts");
         assert!(Layer::of(&installed(r#"{"kind": "installed", "command": "x"}"#)).is_none());
+        let fleet = codex.fleet_tag("agenteval-env:0123456789abcdef", &[]).unwrap();
+        assert_eq!(fleet, format!("agenteval-env:0123456789abcdef-agent-{}", &codex.key(&[]).unwrap()[..16]));
     }
 }

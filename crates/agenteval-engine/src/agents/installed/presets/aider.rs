@@ -17,7 +17,10 @@ pub const PRESET: Preset = Preset {
     // aider has no step limit of its own beyond its three reflections on a failed edit.
     command: r#"set -e
 export PATH="/opt/agenteval-agent/bin:$PATH" HOME=/logs/agent/aider-home
-mkdir -p "$HOME"
+# Its model tables from the packages, not fetched (each fetch waits out a timeout offline).
+mkdir -p "$HOME/.aider/caches"
+cp /opt/agenteval-agent/site/litellm/model_prices_and_context_window_backup.json "$HOME/.aider/caches/model_prices_and_context_window.json"
+echo '{"data": []}' > "$HOME/.aider/caches/openrouter_models.json"
 aider --model "openai/${AGENTEVAL_MODEL}" --openai-api-base "${OPENAI_BASE_URL}" --yes-always --no-git --no-auto-commits --map-tokens 0 --no-check-update --no-show-release-notes --no-show-model-warnings --no-analytics --no-pretty --no-stream --no-fancy-input --chat-history-file /logs/agent/aider.chat.history.md --input-history-file /logs/agent/aider.input.history --llm-history-file /logs/agent/aider.llm.history --message-file "$AGENTEVAL_INSTRUCTION" < /dev/null"#,
     env: &[("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("AIDER_ANALYTICS", "false"), ("NO_COLOR", "1")],
     record: "/logs/agent/aider.chat.history.md",

@@ -33,7 +33,16 @@ cat > "$OPENCODE_CONFIG" <<EOF
  "agent": {"build": {"steps": ${AGENTEVAL_MAX_STEPS}}}}
 EOF
 opencode run --format json "$(cat "$AGENTEVAL_INSTRUCTION")" < /dev/null > /logs/agent/opencode.jsonl"#,
-    env: &[("OPENCODE_DISABLE_AUTOUPDATE", "1"), ("OPENCODE_DISABLE_SHARE", "1")],
+    // No update, share, model-list fetch, LSP download, default plugins or other agents' files.
+    env: &[
+        ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
+        ("OPENCODE_DISABLE_SHARE", "1"),
+        ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
+        ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
+        ("OPENCODE_DISABLE_DEFAULT_PLUGINS", "1"),
+        ("OPENCODE_DISABLE_CLAUDE_CODE", "1"),
+        ("OPENCODE_DISABLE_EXTERNAL_SKILLS", "1"),
+    ],
     record: "/logs/agent/opencode.jsonl",
     read,
     check: "opencode --version",
