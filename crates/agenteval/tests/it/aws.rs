@@ -1329,9 +1329,15 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     assert!(log.contains("/usr/local/bin/pytest"), "the change is named in alpha-1's log: {log}");
     let out = aws.run(&["validate-bundle", &bundle]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
+    // This test's images' task definitions (other tests share the emulator's account).
+    let families: Vec<String> =
+        pushed.iter().map(|p| format!("-env-{}", &p.rsplit_once("@sha256:").unwrap().1[..16])).collect();
     let image_defs = || async {
         let all = clients.ecs.list_task_definitions().send().await.unwrap();
-        all.task_definition_arns().iter().filter(|a| a.contains("/agenteval-worker-env-")).count()
+        all.task_definition_arns()
+            .iter()
+            .filter(|a| a.contains("/agenteval-worker-env-") && families.iter().any(|f| a.contains(f.as_str())))
+            .count()
     };
     assert_eq!(image_defs().await, 2, "one task definition per image");
 
