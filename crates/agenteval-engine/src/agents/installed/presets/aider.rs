@@ -57,10 +57,8 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
             }
             let note = note.trim_end();
             if let Some(t) = note.strip_prefix("Tokens: ") {
-                let num = |s: &str| s.trim().replace(',', "").split(' ').next().and_then(|x| x.parse::<u64>().ok());
-                let mut parts = t.split(',');
-                sent += parts.next().and_then(num).unwrap_or(0);
-                received += parts.next().and_then(num).unwrap_or(0);
+                sent += count_before(t, " sent");
+                received += count_before(t, " received");
             }
             notes.push_str(note);
             notes.push('\n');
@@ -85,6 +83,18 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
     steps
 }
 
+/// The count aider prints before `word`: `1,010`, `2.3k` or `1.2M`.
+fn count_before(text: &str, word: &str) -> u64 {
+    let Some(at) = text.find(word) else { return 0 };
+    let number = text[..at].rsplit([' ', '\t']).next().unwrap_or_default().replace(',', "");
+    let (digits, scale) = match number.chars().last() {
+        Some('k') => (&number[..number.len() - 1], 1e3),
+        Some('M') => (&number[..number.len() - 1], 1e6),
+        _ => (number.as_str(), 1.0),
+    };
+    digits.parse::<f64>().map_or(0, |n| (n * scale).round() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +113,13 @@ mod tests {
                 .any(|s| matches!(s, Step::Result { output, .. } if output.contains("Applied edit to hello.txt")))
         );
         assert_eq!(steps.last(), Some(&Step::Usage(json!({"input_tokens": 1010, "output_tokens": 5}))));
+    }
+
+    #[test]
+    fn token_counts_are_read_in_every_form_aider_prints() {
+        assert_eq!(count_before("2.3k sent, 101 received. Cost: $0.01 message", " sent"), 2300);
+        assert_eq!(count_before("2.3k sent, 101 received.", " received"), 101);
+        assert_eq!(count_before("1.2M sent, 7 received.", " sent"), 1_200_000);
+        assert_eq!(count_before("nothing here", " sent"), 0);
     }
 }
