@@ -687,11 +687,12 @@ async fn prepare_with_agent(
     log: &mut Vec<String>,
 ) -> (Result<EnvSession>, Option<f64>) {
     let mut setup_seconds = None;
+    let layer = crate::agents::installed::layer::Layer::of(&ctx.config.agent).filter(|_| ctx.regrade.is_none());
     // An installed agent's layer first: its time is the task's setup, not the agent's.
-    let layered = match crate::agents::installed::layer::Layer::of(&ctx.config.agent) {
-        Some(layer) if ctx.regrade.is_none() && ctx.here.is_none() => {
+    let layered = match &layer {
+        Some(layer) if ctx.here.is_none() => {
             let started = std::time::Instant::now();
-            let made = agent_layer(ctx, task, spec, &layer, log).await;
+            let made = agent_layer(ctx, task, spec, layer, log).await;
             setup_seconds = Some(started.elapsed().as_secs_f64());
             made.map(Some)
         }
@@ -706,9 +707,7 @@ async fn prepare_with_agent(
     };
     // A fleet job in the task's own image has no image to layer: the install runs in the
     // task's container itself, still as its setup.
-    if let (Some(layer), Some(_), None, Ok(s)) =
-        (crate::agents::installed::layer::Layer::of(&ctx.config.agent), &ctx.here, &ctx.regrade, &prepared)
-    {
+    if let (Some(layer), Some(_), Ok(s)) = (&layer, &ctx.here, &prepared) {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
         let done = match &spec.agent_layer {

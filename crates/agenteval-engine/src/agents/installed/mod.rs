@@ -145,10 +145,11 @@ impl AgentRunner for InstalledAgent {
             Ok(env) => env,
             Err(why) => return stopped(TerminatedBy::InfraFailure, why),
         };
-        let shown = self.preset.map_or_else(|| self.command.clone(), |p| format!("{} (preset)", p.name));
         if self.preset.is_none() {
-            let call =
-                AgentEvent::new(EventKind::AgentToolCall, json!({"tool": "installed", "args": {"command": shown}}));
+            let call = AgentEvent::new(
+                EventKind::AgentToolCall,
+                json!({"tool": "installed", "args": {"command": self.command}}),
+            );
             if let Err(stop) = sink.emit(call).await {
                 return stopped(stop.terminated_by, stop.reason);
             }
