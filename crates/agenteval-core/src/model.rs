@@ -450,6 +450,10 @@ pub struct TaskResult {
     /// layer found or built): never part of the agent's `wall_seconds`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_seconds: Option<f64>,
+    /// Why its grade is in doubt, when its grader found a reason (a SWE-bench log that claims
+    /// passes the test command did not make): shown and counted apart; the verdict stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspect: Vec<String>,
 }
 
 impl TaskResult {
@@ -924,6 +928,10 @@ pub struct RunSummary {
     /// (`verify_in: same`): passes that are not evidence alone (among `passed`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub passed_with_changes: u64,
+    /// Tasks whose grader doubted its own verdict (`TaskResult::suspect`: a test log that claims
+    /// passes the tests did not make); their verdicts stand, counted in `passed`/`failed`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspect: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

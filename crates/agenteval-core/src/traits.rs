@@ -572,6 +572,36 @@ pub struct TaskEnvironment {
     pub vars: BTreeMap<String, String>,
     /// The environment the agent acts in, for tasks that have one.
     pub session: Option<EnvSession>,
+    /// Makes another environment of the task's own image, which its agent never touched, for a
+    /// grader that trusts nothing the agent's holds (SWE-bench's fresh container). Set by the
+    /// worker for every task with an environment.
+    pub fresh: Option<std::sync::Arc<dyn FreshEnvironment>>,
+    /// What the benchmark's grader found beside its score, which the worker keeps.
+    pub findings: std::sync::Arc<std::sync::Mutex<Findings>>,
+}
+
+/// What a grader found beside its score: files for the task's pack (`artifacts/<name>`) and
+/// reasons to doubt its verdict (`suspect`, counted in the summary; the verdict stands).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Findings {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub suspect: Vec<String>,
+}
+
+/// A maker of fresh environments for one task (see [`TaskEnvironment::fresh`]).
+#[async_trait]
+pub trait FreshEnvironment: Send + Sync {
+    /// A new environment of the task's image, untouched by its agent; the caller tears it down
+    /// with [`FreshEnvironment::discard`].
+    async fn make(&self) -> Result<EnvSession>;
+    /// Tears it down; a failure is left to the run's sweep.
+    async fn discard(&self, session: &EnvSession);
+}
+
+impl std::fmt::Debug for dyn FreshEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FreshEnvironment")
+    }
 }
 
 /// A source of tasks with its own grader.

@@ -13,12 +13,14 @@ pub struct PassRate {
     outcomes: TaskCounts,
     terminated_by: BTreeMap<String, u64>,
     passed_with_changes: u64,
+    suspect: u64,
 }
 
 impl Scorer for PassRate {
     fn observe(&mut self, r: &TaskResult) {
         self.finished += 1;
         self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
+        self.suspect += u64::from(!r.suspect.is_empty());
         self.outcomes.add_outcome(Outcome::of(r.passed, r.agent.terminated_by), 1);
         *self.terminated_by.entry(r.agent.terminated_by.as_str().to_string()).or_default() += 1;
     }
@@ -33,6 +35,7 @@ impl Scorer for PassRate {
         s.pass_rate = if finished == 0 { 0.0 } else { passed as f64 / finished as f64 };
         s.terminated_by = self.terminated_by.clone();
         s.passed_with_changes = self.passed_with_changes;
+        s.suspect = self.suspect;
     }
 }
 
@@ -274,6 +277,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         tags: BTreeMap::new(),
         cost_unknown_tasks: 0,
         passed_with_changes: 0,
+        suspect: 0,
     }
 }
 
@@ -288,6 +292,7 @@ mod tests {
             image: None,
             changed_outside: 0,
             setup_seconds: None,
+            suspect: vec![],
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

@@ -369,6 +369,8 @@ card("tasks finished", S ? S.tasks_finished + " / " + S.tasks_total : String(fin
 card("passed", String(passed), "pass");
 // Passes whose tests trusted what the agent changed outside its folder: counted apart.
 if (S && S.passed_with_changes) card("passed with changes", String(S.passed_with_changes), "fail");
+// Verdicts from a test log that claims passes the tests did not make: shown, never hidden.
+if (S && S.suspect) card("suspect", String(S.suspect), "fail");
 for (const o of ["failed", "errored", "infra"]) card(o, String(count(o)), count(o) ? "fail" : "");
 card("pass rate", finished ? pct(passed / finished) : "–");
 if (S) {

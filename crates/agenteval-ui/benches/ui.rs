@@ -91,6 +91,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         image: None,
         changed_outside: 0,
         setup_seconds: None,
+        suspect: vec![],
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

@@ -429,6 +429,8 @@ struct TaskSection<'a> {
     wall: String,
     values: Vec<ValueBox>,
     scores: Vec<ScoreRow>,
+    /// Why the grader doubted its verdict.
+    suspect: &'a [String],
     log: &'a str,
 }
 
@@ -490,6 +492,7 @@ fn task_section(
         wall: format!("{:.2} s", result.agent.wall_seconds),
         values,
         scores,
+        suspect: &result.suspect,
         log: log.unwrap_or("(no worker log)"),
     })
 }

@@ -59,6 +59,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             image: None,
             changed_outside: 0,
             setup_seconds: None,
+            suspect: vec![],
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

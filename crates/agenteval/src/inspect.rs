@@ -85,6 +85,9 @@ pub async fn runs_show(
             if let Some(l) = output::changes_line(s) {
                 say!("{l}");
             }
+            if let Some(l) = output::suspect_line(s) {
+                say!("{l}");
+            }
             for l in output::tag_lines(s) {
                 say!("{l}");
             }
@@ -248,6 +251,9 @@ pub async fn show_task(
                 say!(
                     "setup    {setup:.3} s getting the agent ready (its install or agent layer), not the agent's time"
                 );
+            }
+            for doubt in &r.suspect {
+                say!("suspect  {doubt} (the verdict stands)");
             }
             if let Some(answer) = &a.final_answer {
                 // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).

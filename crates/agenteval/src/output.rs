@@ -397,6 +397,20 @@ pub fn changes_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// Tasks whose grader doubted its verdict (a test log that claims passes the tests did not make).
+pub fn suspect_line(s: &RunSummary) -> Option<String> {
+    (s.suspect > 0).then(|| {
+        wrapped(
+            "suspect    ",
+            &format!(
+                "{} task(s) graded from a test log that claims passes the tests did not make (their verdicts stand; `show RUN TASK` says why)",
+                s.suspect
+            ),
+            80,
+        )
+    })
+}
+
 /// A run's report for a terminal, within 80 columns: what ran, the summary table, pass rates by
 /// tag, pass@k with repetitions, and why each task that did not pass did not.
 pub fn report_text(
@@ -428,6 +442,7 @@ pub fn report_text(
         ));
     }
     out.extend(changes_line(s));
+    out.extend(suspect_line(s));
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));
     if !failures.is_empty() {

@@ -802,6 +802,16 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     if let BenchmarkConfig::Command { workdir, .. } = &mut config.benchmark {
         *workdir = Some(base.to_path_buf());
     }
+    if let AgentConfig::Predictions { path, .. } = &mut config.agent {
+        *path = resolve(base, path);
+        if !path.is_file() {
+            problems.push(Problem {
+                origin: pos.find("/agent/path", false),
+                pointer: "/agent/path".into(),
+                message: not_a_file("predictions file", path),
+            });
+        }
+    }
     if let AgentConfig::Installed { setup, setup_files, .. } = &mut config.agent {
         if let Some(setup) = setup {
             *setup = resolve(base, setup);

@@ -402,6 +402,27 @@ pub enum BenchmarkConfig {
         #[serde(default)]
         filter: TaskFilter,
     },
+    /// SWE-bench (`docs/benchmarks.md`): each row of a 5.x dataset file (JSONL, JSON or
+    /// Parquet) a task whose agent acts in `/testbed` of the row's image, graded as the official
+    /// harness grades it: the agent's patch applied in a fresh container of the image, the
+    /// row's eval script run there, its log read by the row's parser, `resolved` the verdict.
+    Swebench {
+        /// The dataset file, relative to the config file.
+        dataset: PathBuf,
+        /// Add the row's `hints_text` to the instruction (off, as SWE-bench is usually run).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        hints: bool,
+        /// Seconds the eval script may run (default 1800, the harness's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1.0, max = MAX_WALL_SECONDS))]
+        timeout_seconds: Option<f64>,
+        /// Largest dataset file in bytes (default 256 MiB).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1024, max = MAX_DATA_FILE_BYTES))]
+        max_file_bytes: Option<u64>,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
     /// A benchmark in any language (`docs/benchmarks.md`): a program that lists its tasks
     /// (`COMMAND list`: one case per line on stdout, as in a `jsonl` case file) and grades an
     /// answer (`COMMAND grade`: `{"task", "result", "trace"}` on stdin, `{"score", "passed",
@@ -447,6 +468,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Jsonl { .. } => "jsonl",
             BenchmarkConfig::Humaneval { .. } => "humaneval",
             BenchmarkConfig::Harbor { .. } => "harbor",
+            BenchmarkConfig::Swebench { .. } => "swebench",
             BenchmarkConfig::Command { .. } => "command",
         }
     }
@@ -457,6 +479,7 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Jsonl { filter, .. }
             | BenchmarkConfig::Humaneval { filter, .. }
             | BenchmarkConfig::Harbor { filter, .. }
+            | BenchmarkConfig::Swebench { filter, .. }
             | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
@@ -467,6 +490,7 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Jsonl { filter, .. }
             | BenchmarkConfig::Humaneval { filter, .. }
             | BenchmarkConfig::Harbor { filter, .. }
+            | BenchmarkConfig::Swebench { filter, .. }
             | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
@@ -474,7 +498,7 @@ impl BenchmarkConfig {
     /// The environment its tasks get when the config says `auto`.
     pub fn default_environment(&self) -> EnvironmentKind {
         match self {
-            BenchmarkConfig::Harbor { .. } => EnvironmentKind::Docker,
+            BenchmarkConfig::Harbor { .. } | BenchmarkConfig::Swebench { .. } => EnvironmentKind::Docker,
             // Only its cases that name an `environment` get one; the others run as ever.
             BenchmarkConfig::Jsonl { .. } => EnvironmentKind::Workspace,
             _ => EnvironmentKind::None,
@@ -492,6 +516,7 @@ impl BenchmarkConfig {
                 path.iter().map(|p| ("path".into(), "HumanEval file", p)).collect()
             }
             BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Swebench { dataset, .. } => vec![("dataset".into(), "SWE-bench dataset file", dataset)],
             BenchmarkConfig::Command { files, .. } => {
                 files.iter().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
             }
@@ -507,6 +532,7 @@ impl BenchmarkConfig {
                 path.iter_mut().map(|p| ("path".into(), "HumanEval file", p)).collect()
             }
             BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Swebench { dataset, .. } => vec![("dataset".into(), "SWE-bench dataset file", dataset)],
             BenchmarkConfig::Command { files, .. } => {
                 files.iter_mut().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
             }
@@ -626,6 +652,20 @@ pub enum AgentConfig {
     /// Does nothing and answers nothing: what a task's tests give an agent that did no work
     /// (they should fail).
     Nop {
+        #[serde(default)]
+        limits: Limits,
+    },
+    /// Patches made elsewhere, graded without running an agent (`docs/benchmarks.md`): a
+    /// SWE-bench predictions file (`.jsonl` or `.json`: `instance_id`, `model_name_or_path`,
+    /// `model_patch`). Each task's answer is its instance's patch; no environment is prepared
+    /// for it. The file is read when the config loads and travels inside the run.
+    Predictions {
+        /// The predictions file, relative to the config file.
+        path: PathBuf,
+        /// The predictions, by instance id, filled in when the config loads.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        #[schemars(skip)]
+        predictions: BTreeMap<String, PredictedPatch>,
         #[serde(default)]
         limits: Limits,
     },
@@ -783,8 +823,15 @@ impl AgentConfig {
             AgentConfig::Llm(_) => "llm",
             AgentConfig::Oracle { .. } => "oracle",
             AgentConfig::Nop { .. } => "nop",
+            AgentConfig::Predictions { .. } => "predictions",
             AgentConfig::Installed { .. } => "installed",
         }
+    }
+
+    /// Whether the agent runs at all: a `predictions` agent only hands over patches made
+    /// elsewhere, so its tasks get no environment to act in.
+    pub fn acts(&self) -> bool {
+        !matches!(self, AgentConfig::Predictions { .. })
     }
 
     pub fn model(&self) -> Option<&str> {
@@ -795,6 +842,12 @@ impl AgentConfig {
             AgentConfig::Llm(c) => Some(&c.model),
             AgentConfig::Oracle { .. } => Some("oracle"),
             AgentConfig::Nop { .. } => Some("nop"),
+            // One model's patches, or several: each prediction names its own.
+            AgentConfig::Predictions { predictions, .. } => {
+                let mut names = predictions.values().map(|p| p.model_name_or_path.as_str());
+                let first = names.next();
+                first.filter(|f| names.all(|n| n == *f))
+            }
         }
     }
 
@@ -804,6 +857,7 @@ impl AgentConfig {
             | AgentConfig::Command { limits, .. }
             | AgentConfig::Oracle { limits }
             | AgentConfig::Nop { limits }
+            | AgentConfig::Predictions { limits, .. }
             | AgentConfig::Installed { limits, .. }
             | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
         }
@@ -822,9 +876,21 @@ impl AgentConfig {
         match self {
             AgentConfig::Command { secrets, .. } | AgentConfig::Installed { secrets, .. } => secrets,
             AgentConfig::Llm(c) => &c.endpoint.secrets,
-            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => &NO_SECRETS,
+            AgentConfig::Mock { .. }
+            | AgentConfig::Oracle { .. }
+            | AgentConfig::Nop { .. }
+            | AgentConfig::Predictions { .. } => &NO_SECRETS,
         }
     }
+}
+
+/// One prediction of a `predictions` agent: the model that made it and its patch (`None`: it
+/// gave none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredictedPatch {
+    pub model_name_or_path: String,
+    #[serde(default)]
+    pub model_patch: Option<String>,
 }
 
 /// Per-task limits of the agent. Each one stops the agent when crossed, with its own

@@ -1,6 +1,7 @@
 //! Built-in agents: `mock` (scripted, deterministic), `command` (any external program),
 //! `oracle` (the expected answers, or a task's reference solution), `nop` (nothing) and `llm`
-//! (a model with tools, from `agenteval-llm`).
+//! (a model with tools, from `agenteval-llm`), `installed` (a CLI agent in the task's image) and
+//! `predictions` (patches made elsewhere).
 
 mod command;
 mod env_tools;
@@ -9,6 +10,7 @@ mod mock;
 mod nop;
 mod oracle;
 pub mod pack;
+pub mod predictions;
 mod python_tool;
 
 use std::sync::Arc;
@@ -38,6 +40,9 @@ pub fn agent_from_config(
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
         AgentConfig::Nop { .. } => Arc::new(NopAgent),
+        AgentConfig::Predictions { predictions, .. } => {
+            Arc::new(predictions::PredictionsAgent { predictions: predictions.clone() })
+        }
         AgentConfig::Installed { .. } => Arc::new(InstalledAgent::from_config(&run.agent).expect("an installed agent")),
         AgentConfig::Llm(cfg) => {
             let mut builtin: Vec<Arc<dyn AgentTool>> = Vec::new();

@@ -1,9 +1,10 @@
-//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `command`) and the factory that picks one from the config.
+//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`) and the factory that picks one from the config.
 
 mod command;
 pub mod harbor;
 pub mod humaneval;
 mod jsonl;
+pub mod swebench;
 mod toy;
 
 use std::path::Path;
@@ -45,6 +46,14 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
         BenchmarkConfig::Harbor { path, .. } => Arc::new(harbor::HarborBenchmark::new(path.clone())),
+        BenchmarkConfig::Swebench { dataset, hints, timeout_seconds, max_file_bytes, .. } => {
+            Arc::new(swebench::SwebenchBenchmark {
+                dataset: dataset.clone(),
+                hints: *hints,
+                timeout_secs: timeout_seconds.unwrap_or(agenteval_swebench::grading::DEFAULT_TIMEOUT_SECS),
+                max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
+            })
+        }
         BenchmarkConfig::Command {
             command,
             workdir,
@@ -72,6 +81,8 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 /// in containers.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = humaneval::find_data(config);
+    problems.extend(swebench::at_load(config));
+    problems.extend(crate::agents::predictions::at_load(config));
     if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
         && matches!(
             config.environment.kind,

@@ -183,6 +183,7 @@ pub(super) async fn give_up(
             image: None,
             changed_outside: 0,
             setup_seconds: None,
+            suspect: vec![],
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

@@ -60,6 +60,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         image: None,
         changed_outside: 0,
         setup_seconds: None,
+        suspect: vec![],
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

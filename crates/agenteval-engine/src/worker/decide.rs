@@ -67,6 +67,7 @@ pub(super) fn task_result(
     TaskResult {
         changed_outside,
         setup_seconds: None,
+        suspect: vec![],
         // The worker ran inside the task's image: that is the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),

@@ -4,6 +4,7 @@
 
 mod decide;
 mod execute;
+mod fresh;
 mod genai_spans;
 mod grade;
 mod metered;
@@ -636,6 +637,20 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     let mut setup_seconds = None;
     if let Ok(te) = &mut env
         && let Some(spec) = &task.environment
+        && let Some(e) = &ctx.environment
+    {
+        te.fresh = Some(Arc::new(fresh::TaskFresh {
+            env: e.clone(),
+            run: ctx.run_id,
+            task: task.clone(),
+            attempt: ctx.job.attempt,
+            spec: spec.clone(),
+            only_a_used_one: ctx.here.is_some() && ctx.config.agent.acts(),
+        }));
+    }
+    // An agent that does not act (patches made elsewhere) gets no environment of its own.
+    if let Ok(te) = &mut env
+        && let Some(spec) = task.environment.as_ref().filter(|_| ctx.config.agent.acts())
     {
         let (prepared, setup) = prepare_with_agent(ctx, task, spec, &prepare, &mut log).await;
         setup_seconds = setup;
@@ -672,6 +687,17 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     };
     let mut result = decide::task_result(&ctx.job, task, agent, scores, changed, started_at);
     result.setup_seconds = setup_seconds;
+    if let Ok(env) = &env {
+        let found = std::mem::take(&mut *env.findings.lock().expect("not poisoned"));
+        for (name, bytes) in found.files {
+            let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
+            ctx.keep(&task.id, format!("artifacts/{name}"), text.into_bytes());
+        }
+        for s in &found.suspect {
+            log.push(format!("suspect: {s}"));
+        }
+        result.suspect = found.suspect;
+    }
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
 }

@@ -1,0 +1,367 @@
+//! `swebench`: SWE-bench 5.x instances, graded as the official harness grades them. The agent
+//! acts in `/testbed` of the row's image with the problem statement as its instruction; once it
+//! stops, its patch (`git diff` against the row's `base_commit`, or a `predictions` agent's
+//! patch) is applied in a **fresh** container of the image with the harness's fallbacks, the
+//! row's eval script runs there under the harness's timeout, and its log, read by the row's
+//! parser, gives `resolved`. The pack keeps the harness's report, the test log and the patch
+//! (`artifacts/swebench/`); a log that claims passes the tests did not make is `suspect`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agenteval_core::config::TaskFilter;
+use agenteval_core::environment::{EnvSpec, ExecRequest};
+use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent};
+use agenteval_core::traits::{BenchmarkAdapter, EnvSession, TaskEnvironment};
+use agenteval_core::{Error, Result, TaskId};
+use agenteval_swebench::grading::{self, EvalType, InstanceReport};
+use agenteval_swebench::{Instance, parsers};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Where the agent works in every SWE-bench image.
+pub const TESTBED: &str = "/testbed";
+/// The most of a patch taken from the agent's container, and of a test log kept.
+const MAX_PATCH_BYTES: usize = 16 << 20;
+const MAX_LOG_BYTES: usize = 64 << 20;
+
+#[derive(Debug, Clone)]
+pub struct SwebenchBenchmark {
+    pub dataset: PathBuf,
+    pub hints: bool,
+    pub timeout_secs: f64,
+    pub max_file_bytes: u64,
+}
+
+/// What grading an instance needs, kept in its task (`metadata.swebench`); never the agent's to
+/// see (agents get the instruction), and never the reference patch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwebenchTask {
+    pub instance_id: String,
+    pub repo: String,
+    pub version: String,
+    pub base_commit: String,
+    pub image: String,
+    pub eval_script: String,
+    pub log_parser: String,
+    pub eval_type: String,
+    #[serde(rename = "FAIL_TO_PASS")]
+    pub fail_to_pass: Vec<String>,
+    #[serde(rename = "PASS_TO_PASS")]
+    pub pass_to_pass: Vec<String>,
+    pub timeout_secs: f64,
+}
+
+impl SwebenchTask {
+    pub fn of(task: &TaskSpec) -> Option<SwebenchTask> {
+        serde_json::from_value(task.metadata.get("swebench")?.clone()).ok()
+    }
+}
+
+impl SwebenchBenchmark {
+    fn instances(&self) -> Result<Vec<Instance>> {
+        let bytes = super::read_data_file(&self.dataset, self.max_file_bytes, "max_file_bytes").map_err(Error::invalid)?;
+        agenteval_swebench::read_dataset(&self.dataset, &bytes)
+    }
+
+    fn task(&self, i: Instance) -> Result<TaskSpec> {
+        let id: TaskId = i.instance_id.parse().map_err(|_| {
+            Error::invalid(format!(
+                "{}: instance `{}`: a task id is letters, digits, `-`, `_` and `.`",
+                self.dataset.display(),
+                i.instance_id
+            ))
+        })?;
+        let mut instruction = i.problem_statement.clone();
+        if self.hints && !i.hints_text.trim().is_empty() {
+            instruction.push_str(&format!("\n\nHints:\n{}", i.hints_text));
+        }
+        let meta = SwebenchTask {
+            instance_id: i.instance_id.clone(),
+            repo: i.repo.clone(),
+            version: i.version.clone(),
+            base_commit: i.base_commit.clone(),
+            image: i.image.clone(),
+            eval_script: i.eval_script.clone(),
+            log_parser: i.log_parser.clone(),
+            eval_type: i.eval_type.clone(),
+            fail_to_pass: i.fail_to_pass.clone(),
+            pass_to_pass: i.pass_to_pass.clone(),
+            timeout_secs: self.timeout_secs,
+        };
+        // What grades it, wherever the file sits: the question and everything its grade reads.
+        let content = {
+            use sha2::{Digest as _, Sha256};
+            let graded = json!({"instruction": instruction, "task": meta});
+            hex::encode(Sha256::digest(serde_json::to_vec(&graded).unwrap_or_default()))
+        };
+        let tags = if i.repo.is_empty() { vec![] } else { vec![format!("repo:{}", i.repo)] };
+        Ok(TaskSpec {
+            id,
+            input: Value::String(instruction),
+            expected: None,
+            tags,
+            evaluators: vec![],
+            metadata: json!({"swebench": meta}),
+            environment: Some(EnvSpec {
+                image: Some(i.image),
+                workdir: Some(TESTBED.into()),
+                ..Default::default()
+            }),
+            content: Some(content),
+            tests: None,
+            solution: None,
+        })
+    }
+}
+
+#[async_trait]
+impl BenchmarkAdapter for SwebenchBenchmark {
+    fn name(&self) -> &str {
+        "swebench"
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
+        let tasks = self.instances()?.into_iter().map(|i| self.task(i)).collect::<Result<Vec<_>>>()?;
+        Ok(super::chosen(tasks, filter))
+    }
+
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        _trace: &[TraceEvent],
+        env: &TaskEnvironment,
+    ) -> EvaluatorScore {
+        let Some(t) = SwebenchTask::of(task) else {
+            return EvaluatorScore::errored("benchmark", "swebench", "the task carries no SWE-bench instance");
+        };
+        let graded = grade(&t, result, env).await;
+        let mut findings = env.findings.lock().expect("not poisoned");
+        findings.suspect.extend(graded.suspect);
+        findings.files.extend(graded.files);
+        graded.score
+    }
+}
+
+/// A grade with what goes in the pack beside it.
+struct Graded {
+    score: EvaluatorScore,
+    files: Vec<(String, Vec<u8>)>,
+    suspect: Vec<String>,
+}
+
+fn score(passed: bool, reason: String) -> EvaluatorScore {
+    EvaluatorScore {
+        evaluator_id: "benchmark".into(),
+        kind: "swebench".into(),
+        score: if passed { 1.0 } else { 0.0 },
+        passed,
+        reason,
+        citations: vec![],
+        cost_usd: 0.0,
+        tokens: 0,
+        error: None,
+        optional: false,
+    }
+}
+
+fn as_root(cmd: String, secs: f64, max: usize) -> ExecRequest {
+    ExecRequest {
+        user: Some("0".into()),
+        workdir: Some(TESTBED.into()),
+        max_output_bytes: max,
+        ..ExecRequest::new(cmd, Duration::from_secs_f64(secs))
+    }
+}
+
+/// The agent's patch: the `predictions` agent's answer when no agent acted, else what `git diff`
+/// against the base commit says of `/testbed` in the agent's container. `Err` says why there is
+/// none (the agent's doing: a broken repository).
+async fn patch_of(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) -> std::result::Result<Option<String>, String> {
+    let Some(s) = &env.session else {
+        let answer = result.final_answer.as_ref();
+        return Ok(answer.and_then(|a| a.get("model_patch")).and_then(Value::as_str).map(String::from));
+    };
+    // Every file the agent added counts; what the repository ignores does not.
+    let git = crate::environments::snapshot::hardened_shell_git();
+    let cmd = format!(
+        "cd {TESTBED} && {git} -c core.fileMode=false add -A >/dev/null && {git} -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv {}",
+        crate::environments::quote(&t.base_commit)
+    );
+    let out = s.env.exec(&s.handle, &as_root(cmd, 300.0, MAX_PATCH_BYTES)).await.map_err(|e| e.to_string())?;
+    if out.dropped_bytes > 0 {
+        return Err(format!("the agent's patch is over {} MiB", MAX_PATCH_BYTES >> 20));
+    }
+    if !out.ok() {
+        return Err(format!("`git diff {}` in {TESTBED} failed: {}", t.base_commit, out.stderr.trim()));
+    }
+    Ok(Some(out.stdout))
+}
+
+// Long: the harness's steps in its order (patch, fresh container, apply, eval, parse), each
+// failure the grade it gives there; split, the order would be spread over five functions.
+async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) -> Graded {
+    let mut files = Vec::new();
+    let errored = |why: String, files: Vec<(String, Vec<u8>)>| Graded {
+        score: EvaluatorScore::errored("benchmark", "swebench", why),
+        files,
+        suspect: vec![],
+    };
+    let (Some(parser), Some(eval_type)) = (parsers::parser(&t.log_parser), EvalType::parse(&t.eval_type)) else {
+        return errored(
+            format!(
+                "instance {} names log parser `{}` (eval type `{}`), which agenteval does not implement; it has {}",
+                t.instance_id,
+                t.log_parser,
+                t.eval_type,
+                parsers::KNOWN.join(", ")
+            ),
+            files,
+        );
+    };
+    let mut report = InstanceReport::default();
+    let keep_report = |r: &InstanceReport, files: &mut Vec<(String, Vec<u8>)>, error: Option<&str>| {
+        let mut v = json!({ t.instance_id.clone(): r });
+        if let Some(e) = error {
+            v[&t.instance_id]["error"] = json!(e);
+        }
+        files.push(("swebench/report.json".into(), serde_json::to_vec_pretty(&v).unwrap_or_default()));
+    };
+    let patch = match patch_of(t, result, env).await {
+        Ok(p) => p,
+        Err(why) => {
+            keep_report(&report, &mut files, Some(&why));
+            return Graded { score: score(false, format!("not resolved: no patch: {why}")), files, suspect: vec![] };
+        }
+    };
+    let model = result.final_answer.as_ref().and_then(|a| a.get("model_name_or_path")).and_then(Value::as_str);
+    let prediction = json!({"instance_id": t.instance_id, "model_name_or_path": model, "model_patch": patch});
+    files.push(("swebench/prediction.json".into(), serde_json::to_vec(&prediction).unwrap_or_default()));
+    let patch = match patch {
+        Some(p) if !p.is_empty() => p,
+        other => {
+            // The harness leaves empty patches out: never graded, never resolved.
+            report.patch_is_none = other.is_none();
+            keep_report(&report, &mut files, None);
+            let none = if result.final_answer.as_ref().is_some_and(|a| a.get("no_prediction").is_some()) {
+                "no prediction for this instance"
+            } else {
+                "an empty patch"
+            };
+            return Graded { score: score(false, format!("not resolved: {none} (not graded)")), files, suspect: vec![] };
+        }
+    };
+    report.patch_exists = true;
+    let Some(fresh) = &env.fresh else {
+        return errored("no fresh environment to grade in (the task has none)".into(), files);
+    };
+    let session = match fresh.make().await {
+        Ok(s) => s,
+        Err(e) => return errored(format!("could not make a fresh container of {}: {e}", t.image), files),
+    };
+    let ran = apply_and_eval(t, &session, &patch).await;
+    fresh.discard(&session).await;
+    let ran = match ran {
+        Ok(x) => x,
+        Err(e) => return errored(e, files),
+    };
+    files.push(("swebench/test_output.txt".into(), ran.log.clone().into_bytes()));
+    if let Err(why) = ran.applied {
+        keep_report(&report, &mut files, Some(&why));
+        return Graded { score: score(false, format!("not resolved: {why}")), files, suspect: vec![] };
+    }
+    let log = ran.log;
+    if ran.timed_out {
+        let why = format!("the eval script ran past {} s (the harness's timeout)", t.timeout_secs);
+        keep_report(&report, &mut files, Some(&why));
+        return Graded { score: score(false, format!("not resolved: {why}")), files, suspect: vec![] };
+    }
+    report = grading::report(parser, &log, &t.fail_to_pass, &t.pass_to_pass, eval_type);
+    keep_report(&report, &mut files, None);
+    let suspect = grading::suspects(parser, &log);
+    Graded { score: score(report.resolved, reason(&report)), files, suspect }
+}
+
+/// What the fresh container said: whether the patch applied (or why not), the test log (the
+/// applier's output when it did not apply) and whether the eval script ran past its timeout.
+struct Ran {
+    applied: std::result::Result<(), String>,
+    log: String,
+    timed_out: bool,
+}
+
+/// The verdict in a line: the two lists' counts and the first tests that failed.
+fn reason(r: &InstanceReport) -> String {
+    let Some(s) = &r.tests_status else {
+        return "not resolved: the test log shows no usable result (no markers, nothing parsed, or a failing test command that logged no failure)".into();
+    };
+    let count = |o: &grading::Outcome| format!("{}/{}", o.success.len(), o.success.len() + o.failure.len());
+    let failing: Vec<&String> = s.fail_to_pass.failure.iter().chain(&s.pass_to_pass.failure).take(3).collect();
+    let head = if r.resolved { "resolved" } else { "not resolved" };
+    let mut line = format!("{head}: FAIL_TO_PASS {}, PASS_TO_PASS {}", count(&s.fail_to_pass), count(&s.pass_to_pass));
+    if !failing.is_empty() {
+        line.push_str(&format!("; failing: {}", failing.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")));
+    }
+    line
+}
+
+/// Applies the patch in the fresh container as the harness does, then runs the eval script;
+/// `Err` is the environment failing.
+async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::result::Result<Ran, String> {
+    let dir = tempfile::tempdir().map_err(|e| format!("a folder for the patch: {e}"))?;
+    std::fs::write(dir.path().join("patch.diff"), patch)
+        .and_then(|()| std::fs::write(dir.path().join("eval.sh"), grading::eval_script(&t.eval_script)))
+        .map_err(|e| format!("writing the patch: {e}"))?;
+    s.env.copy_in(&s.handle, dir.path(), "/tmp/agenteval-swebench").await.map_err(|e| format!("copying the patch in: {e}"))?;
+    // The harness's attempts in one command: each after the last one's leftovers are gone.
+    let attempts: Vec<String> = grading::GIT_APPLY_CMDS
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let reset = if i > 0 { format!("{{ {}; }} >/dev/null 2>&1; ", grading::RESET_BETWEEN_ATTEMPTS) } else { String::new() };
+            format!("{reset}if {c} {f} 2>&1; then echo '{pass}'; exit 0; fi; ", f = grading::CONTAINER_PATCH_FILE, pass = grading::APPLY_PATCH_PASS)
+        })
+        .collect();
+    let apply = format!(
+        "mv /tmp/agenteval-swebench/patch.diff {f} && mv /tmp/agenteval-swebench/eval.sh /eval.sh && cd {TESTBED} && {}if {check} {f} >/dev/null 2>&1; then echo '{pass}: verified already applied'; exit 0; fi; echo '{fail}'; exit 1",
+        attempts.concat(),
+        f = grading::CONTAINER_PATCH_FILE,
+        check = grading::ALREADY_APPLIED_CHECK,
+        pass = grading::APPLY_PATCH_PASS,
+        fail = grading::APPLY_PATCH_FAIL,
+    );
+    let out = s.env.exec(&s.handle, &as_root(apply, 600.0, 1 << 20)).await.map_err(|e| format!("applying the patch: {e}"))?;
+    if !out.ok() {
+        let said: String = out.stdout.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+        let applied = Err(format!("the patch does not apply ({}): {said}", grading::APPLY_PATCH_FAIL));
+        return Ok(Ran { applied, log: out.stdout, timed_out: false });
+    }
+    let eval = ExecRequest { workdir: None, ..as_root("/bin/bash /eval.sh 2>&1".into(), t.timeout_secs, MAX_LOG_BYTES) };
+    let out = s.env.exec(&s.handle, &eval).await.map_err(|e| format!("running the eval script: {e}"))?;
+    let mut log = out.stdout;
+    if out.timed_out {
+        // The harness's own words.
+        log.push_str(&format!("\n\nTimeout error: {} seconds exceeded.", t.timeout_secs));
+    }
+    Ok(Ran { applied: Ok(()), log, timed_out: out.timed_out })
+}
+
+/// What the benchmark checks when a config loads: its tasks run in containers, and a
+/// `predictions` agent's instances are all in the dataset.
+pub(crate) fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    use agenteval_core::config::{BenchmarkConfig, EnvironmentKind};
+    let mut problems = Vec::new();
+    let BenchmarkConfig::Swebench { .. } = &config.benchmark else { return problems };
+    if matches!(config.environment.kind, EnvironmentKind::Workspace | EnvironmentKind::None) {
+        problems.push((
+            "/environment/kind".into(),
+            format!(
+                "SWE-bench instances run in their images' containers: `environment.kind` must be `docker` or `auto`, not `{}`",
+                config.environment.kind.as_str()
+            ),
+        ));
+    }
+    problems
+}
