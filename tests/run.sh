@@ -96,7 +96,8 @@ fi
 
 # Servers the tests check agenteval against, each in its own virtual environment (their
 # dependencies conflict): Arize Phoenix (an OTLP receiver that reads the GenAI conventions) and
-# MLflow (the tracking server `export --to mlflow` writes to). Installed once, then reused.
+# MLflow (the tracking server `export --to mlflow` writes to), and the official SWE-bench harness.
+# Installed once, then reused.
 tools="${AGENTEVAL_TOOLS:-/opt/agenteval-tools}"
 tool_venv() { # NAME PROGRAM PACKAGE
   [ -x "$tools/$1/bin/$2" ] && return 0
@@ -117,6 +118,8 @@ export AGENTEVAL_CACHE_DIR="${AGENTEVAL_CACHE_DIR:-/var/cache/agenteval-ci/cache
 mkdir -p "$AGENTEVAL_CACHE_DIR" 2>/dev/null || export AGENTEVAL_CACHE_DIR="${TMPDIR:-/tmp}/agenteval-cache"
 tool_venv phoenix phoenix arize-phoenix
 tool_venv mlflow mlflow mlflow
+# The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
+tool_venv swebench swebench "swebench==5.0.2"
 export AGENTEVAL_TOOLS="$tools"
 phase "installs (packages, tool venvs)"
 

@@ -88,7 +88,10 @@ impl Instance {
             log_parser: need("log_parser"),
             eval_type: need("eval_type"),
             repo: text("repo").unwrap_or_default(),
-            version: obj.get("version").map(|v| v.as_str().map_or_else(|| v.to_string(), String::from)).unwrap_or_default(),
+            version: obj
+                .get("version")
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), String::from))
+                .unwrap_or_default(),
             hints_text: text("hints_text").unwrap_or_default(),
             patch: text("patch"),
             fail_to_pass: f2p,
@@ -119,9 +122,9 @@ fn format_of(path: &Path) -> &'static str {
 fn rows(path: &Path, bytes: &[u8]) -> Result<Vec<(String, Value)>> {
     let name = path.display();
     match format_of(path) {
-        "parquet" => crate::parquet::rows(bytes).map_err(|e| Error::invalid(format!("{name}: {e}"))).map(|rows| {
-            rows.into_iter().enumerate().map(|(i, r)| (format!("row {}", i + 1), r)).collect()
-        }),
+        "parquet" => crate::parquet::rows(bytes)
+            .map_err(|e| Error::invalid(format!("{name}: {e}")))
+            .map(|rows| rows.into_iter().enumerate().map(|(i, r)| (format!("row {}", i + 1), r)).collect()),
         "json" => {
             let v: Value = serde_json::from_slice(bytes).map_err(|e| Error::invalid(format!("{name}: {e}")))?;
             let items = match v {
@@ -224,7 +227,10 @@ mod tests {
     #[test]
     fn a_row_reads_its_lists_as_text_or_lists() {
         let i = Instance::from_row(&row()).unwrap();
-        assert_eq!((i.fail_to_pass, i.pass_to_pass, i.version), (vec!["t::a".to_string()], vec!["t::b".to_string()], "1.0".into()));
+        assert_eq!(
+            (i.fail_to_pass, i.pass_to_pass, i.version),
+            (vec!["t::a".to_string()], vec!["t::b".to_string()], "1.0".into())
+        );
     }
 
     #[test]

@@ -217,7 +217,13 @@ pub struct InstanceReport {
 }
 
 /// The report of a patch that was applied and tested, from its test log.
-pub fn report(parser: parsers::Parser, log: &str, f2p: &[String], p2p: &[String], eval_type: EvalType) -> InstanceReport {
+pub fn report(
+    parser: parsers::Parser,
+    log: &str,
+    f2p: &[String],
+    p2p: &[String],
+    eval_type: EvalType,
+) -> InstanceReport {
     let mut r = InstanceReport { patch_exists: true, ..Default::default() };
     let Some(map) = logs_eval(parser, log) else { return r };
     r.patch_successfully_applied = true;
@@ -264,8 +270,9 @@ pub fn suspects(parser: parsers::Parser, log: &str) -> Vec<String> {
 /// How many tests the runner's own summary says ran and passed (pytest's `== 2 passed, 1 failed
 /// in 0.1s ==`, unittest's `Ran 3 tests`), when it printed one.
 fn runner_count(log: &str) -> Option<usize> {
-    static PYTEST: LazyLock<Regex> =
-        LazyLock::new(|| Regex::new(r"(?m)^=+ (.*\b(?:passed|failed|error|errors|skipped|xfailed|xpassed|deselected|warnings?)\b.*) in [\d.]+ ?s.*=+\s*$").expect("valid"));
+    static PYTEST: LazyLock<Regex> = LazyLock::new(|| {
+        Regex::new(r"(?m)^=+ (.*\b(?:passed|failed|error|errors|skipped|xfailed|xpassed|deselected|warnings?)\b.*) in [\d.]+ ?s.*=+\s*$").expect("valid")
+    });
     static PYTEST_PART: LazyLock<Regex> =
         LazyLock::new(|| Regex::new(r"(\d+) (passed|xfailed|xpassed)").expect("valid"));
     static UNITTEST: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?m)^Ran (\d+) tests? in ").expect("valid"));
@@ -318,7 +325,9 @@ mod tests {
     }
 
     fn log(body: &str, exit: i64) -> String {
-        format!("+ git apply\n+ : '{START_TEST_OUTPUT}'\n{body}\n+ SWEBENCH_TEST_EXIT_CODE={exit}\n+ : '{END_TEST_OUTPUT}'\n{TEST_EXIT_CODE}: {exit}\n")
+        format!(
+            "+ git apply\n+ : '{START_TEST_OUTPUT}'\n{body}\n+ SWEBENCH_TEST_EXIT_CODE={exit}\n+ : '{END_TEST_OUTPUT}'\n{TEST_EXIT_CODE}: {exit}\n"
+        )
     }
 
     #[test]
@@ -369,10 +378,11 @@ mod tests {
 
     #[test]
     fn a_truncated_parametrized_id_matches_when_its_candidates_agree() {
-        let map: StatusMap = [("t.py::x[a(b)]", PASSED), ("t.py::x[a(c)]", PASSED), ("t.py::y[1]", PASSED), ("t.py::y[2]", FAILED)]
-            .iter()
-            .map(|(a, b)| (a.to_string(), b.to_string()))
-            .collect();
+        let map: StatusMap =
+            [("t.py::x[a(b)]", PASSED), ("t.py::x[a(c)]", PASSED), ("t.py::y[1]", PASSED), ("t.py::y[2]", FAILED)]
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect();
         assert!(test_passed("t.py::x[a(", &map));
         assert!(!test_passed("t.py::y[", &map) && test_failed("t.py::y[", &map), "candidates disagree");
         assert!(!test_passed("t.py::x", &map), "no open bracket: exact only");

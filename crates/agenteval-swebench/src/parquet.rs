@@ -17,7 +17,10 @@ mod tests {
         let bytes = include_bytes!("../testdata/rows.parquet");
         let got = crate::read_dataset(std::path::Path::new("rows.parquet"), bytes).unwrap();
         assert_eq!(got.len(), 2);
-        assert_eq!((got[1].instance_id.as_str(), got[1].fail_to_pass.as_slice()), ("o__r-2", &["t::a".to_string()][..]));
+        assert_eq!(
+            (got[1].instance_id.as_str(), got[1].fail_to_pass.as_slice()),
+            ("o__r-2", &["t::a".to_string()][..])
+        );
         assert!(crate::read_dataset(std::path::Path::new("x.parquet"), b"not parquet").is_err());
     }
 }

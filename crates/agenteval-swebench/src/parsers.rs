@@ -24,11 +24,15 @@ pub type Parser = fn(&str) -> StatusMap;
 /// The parser a row's `log_parser` names, if agenteval has it.
 pub fn parser(name: &str) -> Option<Parser> {
     Some(match name {
-        "parse_log_pytest" | "parse_log_astroid" | "parse_log_flask" | "parse_log_marshmallow"
-        | "parse_log_pvlib" | "parse_log_pyvista" | "parse_log_sqlfluff" | "parse_log_xarray" => pytest,
-        "parse_log_pytest_options" | "parse_log_pydicom" | "parse_log_requests" | "parse_log_pylint" => {
-            pytest_options
-        }
+        "parse_log_pytest"
+        | "parse_log_astroid"
+        | "parse_log_flask"
+        | "parse_log_marshmallow"
+        | "parse_log_pvlib"
+        | "parse_log_pyvista"
+        | "parse_log_sqlfluff"
+        | "parse_log_xarray" => pytest,
+        "parse_log_pytest_options" | "parse_log_pydicom" | "parse_log_requests" | "parse_log_pylint" => pytest_options,
         "parse_log_pytest_v2" | "parse_log_astropy" | "parse_log_scikit" | "parse_log_sphinx" => pytest_v2,
         "parse_log_django" => django,
         "parse_log_seaborn" => seaborn,

@@ -21,6 +21,8 @@
 //!   models and prompts gets a different answer from each combination);
 //! - `FIX_STATS`: fixes harbor-mini's `fix-python-bug` with the environment tools: `bash` (read
 //!   the file), `write_file` (the fixed module), `bash` (try it), then answers `fixed: …`;
+//! - `FIX_CALC`: fixes the SWE-bench tests' `calc.py` (`add` subtracts) with the environment's
+//!   `bash` tool (`sed` in its working folder, leaving `/tmp/agent-was-here`), then answers `fixed`;
 //! - `HELLO_SOLVE` / `HELLO_FAIL` (anywhere in a user message): acts as a coding agent's model on
 //!   harbor-mini's `hello-file` through whatever shell tool the agent offers (Codex's
 //!   `exec_command`, Claude Code's `Bash`, opencode's `bash`, or a `shell`), shaping the
@@ -271,6 +273,8 @@ async fn answer(
             3 => Some(("bash", json!({"command": "python3 -c 'import calc; print(calc.mean([1, 2, 3]))'"}))),
             _ => None,
         }
+    } else if first.contains("FIX_CALC") {
+        (call_no == 1).then(|| ("bash", json!({"command": "touch /tmp/agent-was-here && sed -i 's/return a - b/return a + b/' calc.py && cat calc.py"})))
     } else if (first.contains("USE_TOOL") && tool_result.is_none()) || first.contains("LOOP") {
         python()
     } else {
@@ -327,6 +331,8 @@ async fn answer(
         )
     } else if first.contains("FIX_STATS") {
         format!("fixed: {}", tool_result.as_deref().unwrap_or("").trim())
+    } else if first.contains("FIX_CALC") {
+        "fixed".to_string()
     } else if let Some(r) = &tool_result {
         format!("the tool said {}", r.trim())
     } else {

@@ -306,6 +306,9 @@ pub enum Command {
     },
     /// Export a run to an experiment tracker: `--to mlflow` makes one MLflow run per agenteval
     /// run (parameters, metrics, tags, the reports as artifacts); exporting again updates it.
+    /// `--to swebench` writes a SWE-bench run's predictions (`predictions.jsonl`), the official
+    /// harness's run report (`<model>.<run>.json`) and each instance's `report.json` and
+    /// `test_output.txt` (`logs/run_evaluation/<run>/<model>/<instance>/`) into `--out`.
     ///
     /// The tracking server comes from `--tracking-uri` or `MLFLOW_TRACKING_URI` (an http(s)://
     /// server; `MLFLOW_TRACKING_TOKEN` or `MLFLOW_TRACKING_USERNAME`/`PASSWORD` authenticate).
@@ -315,9 +318,12 @@ pub enum Command {
         run: String,
         #[command(flatten)]
         index: IndexArgs,
-        /// Where to: `mlflow`.
+        /// Where to: `mlflow` or `swebench`.
         #[arg(long, value_enum)]
         to: ExportTarget,
+        /// The folder `--to swebench` writes into (default: `swebench-<run id>`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<std::path::PathBuf>,
         /// The MLflow tracking server (default: `MLFLOW_TRACKING_URI`).
         #[arg(long, env = "MLFLOW_TRACKING_URI", value_name = "URI")]
         tracking_uri: Option<String>,
@@ -646,4 +652,6 @@ pub enum ConfigCommand {
 pub enum ExportTarget {
     /// An MLflow tracking server, over its REST API.
     Mlflow,
+    /// Files in the official SWE-bench harness's shapes (a `swebench` run).
+    Swebench,
 }

@@ -100,9 +100,12 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             resume(&run, &index, json, force, &sets, quiet, telemetry).await
         }
         Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
-        Command::Export { run, index, to, tracking_uri, experiment, json } => {
-            crate::export::export(&run, &index, to, tracking_uri.as_deref(), experiment.as_deref(), json).await
+        Command::Export { run, index, to: crate::cli::ExportTarget::Swebench, out, json, .. } => {
+            crate::export::swebench(&run, &index, out, json).await
         }
+        Command::Export {
+            run, index, to: crate::cli::ExportTarget::Mlflow, tracking_uri, experiment, json, ..
+        } => crate::export::export(&run, &index, tracking_uri.as_deref(), experiment.as_deref(), json).await,
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json, probe, build } => doctor(&run, json, probe, build, telemetry).await,

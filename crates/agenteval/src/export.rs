@@ -1,5 +1,6 @@
 //! `agenteval export RUN --to mlflow`: a run's parameters, metrics, tags and report files as
-//! one MLflow run (`agenteval-mlflow`), built here from the bundle and the index.
+//! one MLflow run (`agenteval-mlflow`), built here from the bundle and the index; `--to
+//! swebench`: a SWE-bench run's predictions and reports in the official harness's shapes.
 
 use agenteval_core::layout;
 use agenteval_core::model::RunStatus;
@@ -9,7 +10,7 @@ use agenteval_engine::controller;
 use agenteval_mlflow::{Auth, Mlflow, RunExport};
 use serde_json::Value;
 
-use crate::cli::{ExportTarget, IndexArgs};
+use crate::cli::IndexArgs;
 use crate::session::open_index;
 use crate::{Failure, exit};
 
@@ -17,12 +18,10 @@ use crate::{Failure, exit};
 pub async fn export(
     run: &str,
     index: &IndexArgs,
-    to: ExportTarget,
     tracking_uri: Option<&str>,
     experiment: Option<&str>,
     json: bool,
 ) -> Result<u8, Failure> {
-    let ExportTarget::Mlflow = to;
     let Some(uri) = tracking_uri.filter(|u| !u.trim().is_empty()) else {
         return Err(Failure {
             code: exit::USAGE,
@@ -183,4 +182,112 @@ fn document(meta: &Metadata, summary: &Value, config: &Value) -> RunExport {
         end_ms: meta.finished_at.map(|t| t.timestamp_millis()),
         status,
     }
+}
+
+/// `export RUN --to swebench`: the run's predictions and the harness's reports, from each task's
+/// `artifacts/swebench/` (a task never graded is incomplete, one whose patch did not apply or
+/// whose tests timed out an error, as the harness sorts them).
+// Long: one pass over the run's tasks, each sorted and written; the report after.
+pub async fn swebench(
+    run: &str,
+    index: &IndexArgs,
+    out: Option<std::path::PathBuf>,
+    json: bool,
+) -> Result<u8, Failure> {
+    use agenteval_swebench::report::{Sorted, run_report};
+    use std::collections::BTreeMap;
+    let (wiring, index) = open_index(index).await?;
+    let run_id = crate::judging::resolve_ref(index.as_ref(), run).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    let store = located.store.as_ref();
+    let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
+    if meta.benchmark != "swebench" {
+        return Err(Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!(
+                "run {run_id} is a `{}` run: `--to swebench` exports `swebench` runs",
+                meta.benchmark
+            ),
+        });
+    }
+    let config: Value = read_json(store, &run_id, layout::CONFIG).await.unwrap_or(Value::Null);
+    let fallback_model = config["agent"]["model"].as_str().unwrap_or(&meta.agent).to_string();
+    let mut tasks: Vec<agenteval_core::TaskId> = Vec::new();
+    agenteval_core::lines::each_line(store, &run_id, layout::TASKS, &mut |_, l| {
+        if let Ok(t) = serde_json::from_slice::<agenteval_core::model::TaskSpec>(l)
+            && t.id.as_str() == t.id.base()
+        {
+            tasks.push(t.id);
+        }
+        Ok(())
+    })
+    .await?;
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from(format!("swebench-{run_id}")));
+    let io = |what: &str, e: std::io::Error| agenteval_core::Error::io(format!("{what} in {}", out.display()), e);
+    std::fs::create_dir_all(&out).map_err(|e| io("creating the folder", e))?;
+    let (mut outcomes, mut submitted, mut predictions) = (BTreeMap::new(), Vec::new(), String::new());
+    let mut model = fallback_model.clone();
+    for id in &tasks {
+        let file = |name: &'static str| agenteval_core::taskpack::read_task_file(store, &run_id, id, name);
+        let Ok(pred) = file("artifacts/swebench/prediction.json").await else { continue };
+        let mut pred: Value = serde_json::from_slice(&pred).unwrap_or(Value::Null);
+        if pred["model_name_or_path"].is_null() {
+            pred["model_name_or_path"] = Value::String(fallback_model.clone());
+        }
+        if pred.get("no_prediction").is_some() || pred["model_name_or_path"].is_null() {
+            continue;
+        }
+        model = pred["model_name_or_path"].as_str().unwrap_or(&fallback_model).to_string();
+        predictions.push_str(&format!("{pred}\n"));
+        submitted.push(id.to_string());
+        let report: Option<Value> =
+            file("artifacts/swebench/report.json").await.ok().and_then(|b| serde_json::from_slice(&b).ok());
+        let r = report.as_ref().map(|r| &r[id.as_str()]);
+        let sorted = match r {
+            _ if pred["model_patch"].as_str().is_none_or(str::is_empty) => Sorted::EmptyPatch,
+            Some(r) if r.get("error").is_none() && r["resolved"] == true => Sorted::Resolved,
+            Some(r) if r.get("error").is_none() && r["patch_successfully_applied"].is_boolean() => Sorted::Unresolved,
+            _ => Sorted::Error,
+        };
+        outcomes.insert(id.to_string(), sorted);
+        if matches!(sorted, Sorted::Resolved | Sorted::Unresolved) {
+            let dir = out
+                .join("logs/run_evaluation")
+                .join(run_id.to_string())
+                .join(model.replace('/', "__"))
+                .join(id.as_str());
+            std::fs::create_dir_all(&dir).map_err(|e| io("creating the logs", e))?;
+            if let Some(r) = &report {
+                std::fs::write(dir.join("report.json"), serde_json::to_vec_pretty(r).unwrap_or_default())
+                    .map_err(|e| io("writing a report", e))?;
+            }
+            if let Ok(log) = file("artifacts/swebench/test_output.txt").await {
+                std::fs::write(dir.join("test_output.txt"), log).map_err(|e| io("writing a test log", e))?;
+            }
+        }
+    }
+    let total: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+    let report = run_report(&total, &submitted, &outcomes);
+    let report_file = out.join(format!("{}.{run_id}.json", model.replace('/', "__")));
+    std::fs::write(out.join("predictions.jsonl"), predictions).map_err(|e| io("writing predictions.jsonl", e))?;
+    std::fs::write(&report_file, serde_json::to_vec_pretty(&report).unwrap_or_default())
+        .map_err(|e| io("writing the report", e))?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"run_id": run_id.to_string(), "out": out, "report": report_file, "summary": report})
+        );
+    } else {
+        println!(
+            "exported run {run_id} as SWE-bench files in {}: {} of {} instances resolved ({} submitted, {} errors, {} empty patches); report {}",
+            out.display(),
+            report["resolved_instances"],
+            report["total_instances"],
+            report["submitted_instances"],
+            report["error_instances"],
+            report["empty_patch_instances"],
+            report_file.display()
+        );
+    }
+    Ok(exit::OK)
 }

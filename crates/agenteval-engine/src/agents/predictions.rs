@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use agenteval_core::config::PredictedPatch;
 use agenteval_core::Error;
+use agenteval_core::config::PredictedPatch;
 use agenteval_core::model::EventKind;
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 use async_trait::async_trait;
@@ -52,16 +52,19 @@ pub(crate) fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(St
     if !predictions.is_empty() || !path.is_file() {
         return vec![];
     }
-    let read = crate::benchmarks::read_data_file(path, agenteval_core::config::DEFAULT_DATA_FILE_BYTES, "max_file_bytes")
-        .map_err(Error::invalid)
-        .and_then(|bytes| agenteval_swebench::read_predictions(path, &bytes));
+    let read =
+        crate::benchmarks::read_data_file(path, agenteval_core::config::DEFAULT_DATA_FILE_BYTES, "max_file_bytes")
+            .map_err(Error::invalid)
+            .and_then(|bytes| agenteval_swebench::read_predictions(path, &bytes));
     let read = match read {
         Ok(r) => r,
         Err(e) => return vec![("/agent/path".into(), e.to_string())],
     };
     *predictions = read
         .into_values()
-        .map(|p| (p.instance_id, PredictedPatch { model_name_or_path: p.model_name_or_path, model_patch: p.model_patch }))
+        .map(|p| {
+            (p.instance_id, PredictedPatch { model_name_or_path: p.model_name_or_path, model_patch: p.model_patch })
+        })
         .collect();
     let BenchmarkConfig::Swebench { dataset, max_file_bytes, .. } = &config.benchmark else { return vec![] };
     let Ok(bytes) = crate::benchmarks::read_data_file(

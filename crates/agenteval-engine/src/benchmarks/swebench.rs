@@ -61,7 +61,8 @@ impl SwebenchTask {
 
 impl SwebenchBenchmark {
     fn instances(&self) -> Result<Vec<Instance>> {
-        let bytes = super::read_data_file(&self.dataset, self.max_file_bytes, "max_file_bytes").map_err(Error::invalid)?;
+        let bytes =
+            super::read_data_file(&self.dataset, self.max_file_bytes, "max_file_bytes").map_err(Error::invalid)?;
         agenteval_swebench::read_dataset(&self.dataset, &bytes)
     }
 
@@ -104,11 +105,7 @@ impl SwebenchBenchmark {
             tags,
             evaluators: vec![],
             metadata: json!({"swebench": meta}),
-            environment: Some(EnvSpec {
-                image: Some(i.image),
-                workdir: Some(TESTBED.into()),
-                ..Default::default()
-            }),
+            environment: Some(EnvSpec { image: Some(i.image), workdir: Some(TESTBED.into()), ..Default::default() }),
             content: Some(content),
             tests: None,
             solution: None,
@@ -179,7 +176,11 @@ fn as_root(cmd: String, secs: f64, max: usize) -> ExecRequest {
 /// The agent's patch: the `predictions` agent's answer when no agent acted, else what `git diff`
 /// against the base commit says of `/testbed` in the agent's container. `Err` says why there is
 /// none (the agent's doing: a broken repository).
-async fn patch_of(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) -> std::result::Result<Option<String>, String> {
+async fn patch_of(
+    t: &SwebenchTask,
+    result: &AgentResult,
+    env: &TaskEnvironment,
+) -> std::result::Result<Option<String>, String> {
     let Some(s) = &env.session else {
         let answer = result.final_answer.as_ref();
         return Ok(answer.and_then(|a| a.get("model_patch")).and_then(Value::as_str).map(String::from));
@@ -250,7 +251,11 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
             } else {
                 "an empty patch"
             };
-            return Graded { score: score(false, format!("not resolved: {none} (not graded)")), files, suspect: vec![] };
+            return Graded {
+                score: score(false, format!("not resolved: {none} (not graded)")),
+                files,
+                suspect: vec![],
+            };
         }
     };
     report.patch_exists = true;
@@ -314,14 +319,25 @@ async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::r
     std::fs::write(dir.path().join("patch.diff"), patch)
         .and_then(|()| std::fs::write(dir.path().join("eval.sh"), grading::eval_script(&t.eval_script)))
         .map_err(|e| format!("writing the patch: {e}"))?;
-    s.env.copy_in(&s.handle, dir.path(), "/tmp/agenteval-swebench").await.map_err(|e| format!("copying the patch in: {e}"))?;
+    s.env
+        .copy_in(&s.handle, dir.path(), "/tmp/agenteval-swebench")
+        .await
+        .map_err(|e| format!("copying the patch in: {e}"))?;
     // The harness's attempts in one command: each after the last one's leftovers are gone.
     let attempts: Vec<String> = grading::GIT_APPLY_CMDS
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let reset = if i > 0 { format!("{{ {}; }} >/dev/null 2>&1; ", grading::RESET_BETWEEN_ATTEMPTS) } else { String::new() };
-            format!("{reset}if {c} {f} 2>&1; then echo '{pass}'; exit 0; fi; ", f = grading::CONTAINER_PATCH_FILE, pass = grading::APPLY_PATCH_PASS)
+            let reset = if i > 0 {
+                format!("{{ {}; }} >/dev/null 2>&1; ", grading::RESET_BETWEEN_ATTEMPTS)
+            } else {
+                String::new()
+            };
+            format!(
+                "{reset}if {c} {f} 2>&1; then echo '{pass}'; exit 0; fi; ",
+                f = grading::CONTAINER_PATCH_FILE,
+                pass = grading::APPLY_PATCH_PASS
+            )
         })
         .collect();
     let apply = format!(
@@ -332,13 +348,16 @@ async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::r
         pass = grading::APPLY_PATCH_PASS,
         fail = grading::APPLY_PATCH_FAIL,
     );
-    let out = s.env.exec(&s.handle, &as_root(apply, 600.0, 1 << 20)).await.map_err(|e| format!("applying the patch: {e}"))?;
+    let out =
+        s.env.exec(&s.handle, &as_root(apply, 600.0, 1 << 20)).await.map_err(|e| format!("applying the patch: {e}"))?;
     if !out.ok() {
-        let said: String = out.stdout.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
+        let said: String =
+            out.stdout.lines().rev().take(6).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join(" | ");
         let applied = Err(format!("the patch does not apply ({}): {said}", grading::APPLY_PATCH_FAIL));
         return Ok(Ran { applied, log: out.stdout, timed_out: false });
     }
-    let eval = ExecRequest { workdir: None, ..as_root("/bin/bash /eval.sh 2>&1".into(), t.timeout_secs, MAX_LOG_BYTES) };
+    let eval =
+        ExecRequest { workdir: None, ..as_root("/bin/bash /eval.sh 2>&1".into(), t.timeout_secs, MAX_LOG_BYTES) };
     let out = s.env.exec(&s.handle, &eval).await.map_err(|e| format!("running the eval script: {e}"))?;
     let mut log = out.stdout;
     if out.timed_out {

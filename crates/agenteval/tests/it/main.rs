@@ -23,6 +23,7 @@ mod llm;
 mod matrix;
 mod presets;
 mod protocol;
+mod swebench;
 mod telemetry;
 mod tidy;
 mod trust;

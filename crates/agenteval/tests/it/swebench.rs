@@ -1,0 +1,303 @@
+//! SWE-bench end to end: a SWE-bench 5.x dataset built here (a small Python repository, its
+//! instance image built from the local base, seven instances) graded from predictions by
+//! agenteval and by the official harness (PyPI `swebench` 5.0.2, installed by `tests/run.sh`)
+//! with the same verdict for every instance, and exported in the harness's shapes; the same
+//! dataset fixed by the `llm` agent and graded in a fresh container.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::environments::{BASE, docker_ready};
+use crate::util::*;
+
+const BUGGY: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+const FIXED: &str = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n";
+const TESTS: &str = "import unittest\n\nfrom calc import add, mul\n\n\nclass T(unittest.TestCase):\n    def test_mul(self):\n        self.assertEqual(mul(2, 3), 6)\n";
+const F2P: &str = "test_add (tests.test_calc.T.test_add)";
+const P2P: &str = "test_mul (tests.test_calc.T.test_mul)";
+
+/// `git diff` of one file from `before` to `after`, made by git in a scratch repository.
+fn diff(path: &str, before: Option<&str>, after: &str) -> String {
+    let d = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    git(&["init", "-q"]);
+    let file = d.path().join(path);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    if let Some(b) = before {
+        std::fs::write(&file, b).unwrap();
+        git(&["add", "-A"]);
+        git(&["commit", "-qm", "before"]);
+    }
+    std::fs::write(&file, after).unwrap();
+    git(&["add", "-A"]);
+    git(&["diff", "--cached"])
+}
+
+/// The instance image (Python, git, the repository committed in `/testbed`), built once per
+/// machine, and its base commit.
+fn instance_image() -> (String, String) {
+    static IMAGE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            docker_ready();
+            let ctx = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(ctx.path().join("repo/tests")).unwrap();
+            std::fs::write(ctx.path().join("repo/calc.py"), BUGGY).unwrap();
+            std::fs::write(ctx.path().join("repo/tests/__init__.py"), "").unwrap();
+            std::fs::write(ctx.path().join("repo/tests/test_calc.py"), TESTS).unwrap();
+            let dockerfile = format!(
+                "FROM {BASE}\nRUN apt-get update && apt-get install -y --no-install-recommends python3 git && rm -rf /var/lib/apt/lists/*\n\
+                 COPY repo/ /testbed/\nWORKDIR /testbed\n\
+                 RUN git init -q && git add -A && GIT_AUTHOR_DATE=2020-01-01T00:00:00Z GIT_COMMITTER_DATE=2020-01-01T00:00:00Z git -c user.name=swe -c user.email=swe@bench commit -qm base\n"
+            );
+            std::fs::write(ctx.path().join("Dockerfile"), &dockerfile).unwrap();
+            use sha2::Digest as _;
+            let tag = format!(
+                "agenteval-test/swebench-calc:{}",
+                &hex::encode(sha2::Sha256::digest(format!("{dockerfile}{BUGGY}{TESTS}")))[..12]
+            );
+            let have = Command::new("docker").args(["image", "inspect", &tag]).output().unwrap();
+            if !have.status.success() {
+                let out = Command::new("docker").args(["build", "-q", "-t", &tag]).arg(ctx.path()).output().unwrap();
+                assert!(out.status.success(), "{}", text(&out.stderr));
+            }
+            let out = Command::new("docker").args(["run", "--rm", &tag, "git", "rev-parse", "HEAD"]).output().unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            (tag, text(&out.stdout).trim().to_string())
+        })
+        .clone()
+}
+
+/// A 5.x row of the calc repository: the test patch adds `test_add`, which the bug fails.
+fn row(id: &str, statement: &str, image: &str, base: &str) -> Value {
+    let with_add = TESTS.replace(
+        "class T(unittest.TestCase):\n",
+        "class T(unittest.TestCase):\n    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n",
+    );
+    let test_patch = diff("tests/test_calc.py", Some(TESTS), &with_add);
+    let eval_script = format!(
+        "#!/bin/bash\nset -uxo pipefail\ncd /testbed\ntest -e /tmp/agent-was-here && echo AGENT-CONTAINER || echo FRESH-CONTAINER\n\
+         git checkout {base} tests/test_calc.py\ngit apply -v - <<'EOF_114329324912'\n{test_patch}\nEOF_114329324912\n\
+         : '>>>>> Start Test Output'\npython3 -m unittest -v tests.test_calc\n: '>>>>> End Test Output'\ngit checkout {base} tests/test_calc.py\n"
+    );
+    json!({
+        "instance_id": id, "repo": "agenteval/calc", "version": "0.1", "base_commit": base,
+        "problem_statement": statement, "hints_text": "", "created_at": "2026-01-01T00:00:00Z",
+        "patch": diff("calc.py", Some(BUGGY), FIXED), "test_patch": test_patch,
+        "FAIL_TO_PASS": json!([F2P]).to_string(), "PASS_TO_PASS": json!([P2P]).to_string(),
+        "environment_setup_commit": base, "image": image, "eval_script": eval_script,
+        "log_parser": "parse_log_django", "eval_type": "pass_and_fail",
+    })
+}
+
+/// The seven predictions, by instance: what each is and its patch.
+fn predictions() -> Vec<(&'static str, String)> {
+    let calc = |after: &str| diff("calc.py", Some(BUGGY), after);
+    let fake = format!(
+        "import os\nimport sys\n\nprint('{F2P} ... ok', file=sys.stderr)\nprint('{P2P} ... ok', file=sys.stderr)\nos._exit(0)\n{BUGGY}"
+    );
+    vec![
+        ("calc-gold", calc(FIXED)),
+        ("calc-empty", String::new()),
+        ("calc-wrong", calc(&BUGGY.replace("a - b", "a + b + 1"))),
+        ("calc-breaks-p2p", calc(&FIXED.replace("a * b", "a * b + 1"))),
+        ("calc-no-apply", calc(FIXED).replace("return a - b", "return a - c")),
+        (
+            "calc-edits-tests",
+            diff(
+                "tests/test_calc.py",
+                Some(TESTS),
+                &TESTS.replace("mul(2, 3), 6", "mul(2, 3), 6)\n        self.assertTrue(True"),
+            ),
+        ),
+        ("calc-fake-output", calc(&fake)),
+    ]
+}
+
+fn write_jsonl(ws: &Workspace, name: &str, rows: &[Value]) -> std::path::PathBuf {
+    ws.write(name, &rows.iter().map(|r| format!("{r}\n")).collect::<String>())
+}
+
+/// The official harness on the same dataset and predictions: its run report.
+fn harness(ws: &Workspace, dataset: &Path, preds: &Path) -> Value {
+    let python = python_tool("swebench", "python");
+    let out = Command::new(python)
+        .args(["-m", "swebench.harness.run_evaluation", "--dataset_name"])
+        .arg(dataset)
+        .arg("--predictions_path")
+        .arg(preds)
+        .args(["--run_id", "official", "--max_workers", "4", "--timeout", "300", "--report_dir", "official"])
+        .current_dir(ws.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the harness failed: {}{}", text(&out.stdout), text(&out.stderr));
+    read_json(&ws.path().join("official/test-model.official.json"))
+}
+
+#[test]
+fn predictions_are_graded_as_the_official_harness_grades_them_and_export_in_its_shapes() {
+    let (image, base) = instance_image();
+    let ws = Workspace::new();
+    let preds = predictions();
+    let rows: Vec<Value> = preds.iter().map(|(id, _)| row(id, "Fix `add`: it subtracts.", &image, &base)).collect();
+    let dataset = write_jsonl(&ws, "dataset.jsonl", &rows);
+    let pred_rows: Vec<Value> = preds
+        .iter()
+        .map(|(id, p)| json!({"instance_id": id, "model_name_or_path": "test-model", "model_patch": p}))
+        .collect();
+    let pred_file = write_jsonl(&ws, "preds.jsonl", &pred_rows);
+    let cfg = ws.write(
+        "swebench.yaml",
+        "name: swebench-preds\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n  timeout_seconds: 300\n\
+         agent:\n  kind: predictions\n  path: preds.jsonl\nenvironment:\n  kind: docker\n\
+         backend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    assert_eq!(code, 0, "a run that completes exits 0 whatever its pass rate: {v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = ws.runs().join(&run);
+    let ours: std::collections::BTreeMap<String, bool> = preds
+        .iter()
+        .map(|(id, _)| (id.to_string(), read_json(&bundle.join(format!("tasks/{id}/result.json")))["passed"] == true))
+        .collect();
+    let expected: std::collections::BTreeMap<String, bool> =
+        preds.iter().map(|(id, _)| (id.to_string(), matches!(*id, "calc-gold" | "calc-fake-output"))).collect();
+    assert_eq!(ours, expected, "agenteval's verdicts");
+    // The report fields and the test log are in each graded task's pack.
+    let gold_report: Value = serde_json::from_slice(
+        &read_bundle_file(bundle.join("tasks/calc-gold/artifacts/swebench/report.json")).unwrap(),
+    )
+    .unwrap();
+    let g = &gold_report["calc-gold"];
+    assert_eq!(
+        (g["patch_exists"].clone(), g["patch_successfully_applied"].clone(), g["resolved"].clone()),
+        (json!(true), json!(true), json!(true)),
+        "{gold_report}"
+    );
+    assert_eq!(g["tests_status"]["FAIL_TO_PASS"]["success"], json!([F2P]), "{gold_report}");
+    let log = read_text(bundle.join("tasks/calc-gold/artifacts/swebench/test_output.txt")).unwrap();
+    assert!(log.contains("FRESH-CONTAINER") && log.contains(&format!("{F2P} ... ok")), "{log}");
+    let p2p = read_json(&bundle.join("tasks/calc-breaks-p2p/result.json"));
+    assert!(p2p["scores"][0]["reason"].as_str().unwrap().contains("PASS_TO_PASS 0/1"), "{p2p}");
+    let no_apply = read_json(&bundle.join("tasks/calc-no-apply/result.json"));
+    assert!(no_apply["scores"][0]["reason"].as_str().unwrap().contains("does not apply"), "{no_apply}");
+    // The harness is fooled by output the patch printed; agenteval agrees and says so.
+    let fake = read_json(&bundle.join("tasks/calc-fake-output/result.json"));
+    assert!(fake["suspect"][0].as_str().is_some_and(|s| s.contains("exited early")), "{fake}");
+    assert!(read_json(&bundle.join("tasks/calc-gold/result.json"))["suspect"].is_null());
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(summary["suspect"], 1, "{summary}");
+    let runs_show = ws.run(&["runs", "show", &run]);
+    assert!(text(&runs_show.stdout).contains("suspect    1 task(s)"), "{}", text(&runs_show.stdout));
+    let show = ws.run(&["show", &run, "calc-fake-output"]);
+    assert!(text(&show.stdout).contains("suspect  the output claims passes"), "{}", text(&show.stdout));
+
+    // The official harness, on the same files: the same resolved verdict for every instance.
+    let official = harness(&ws, &dataset, &pred_file);
+    let resolved_there: Vec<&str> =
+        official["resolved_ids"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    let resolved_here: Vec<&str> = ours.iter().filter(|(_, r)| **r).map(|(k, _)| k.as_str()).collect();
+    assert_eq!(resolved_here, resolved_there, "the harness's report: {official}");
+
+    // The export is the harness's report, list for list.
+    let exported = ws.run(&["export", &run, "--to", "swebench", "--out", "exported", "--json"]);
+    assert!(exported.status.success(), "{}", text(&exported.stderr));
+    let e: Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let mine = read_json(&ws.path().join(e["report"].as_str().unwrap()));
+    for k in [
+        "resolved_ids",
+        "unresolved_ids",
+        "error_ids",
+        "empty_patch_ids",
+        "completed_ids",
+        "submitted_ids",
+        "total_instances",
+    ] {
+        assert_eq!(mine[k], official[k], "{k}: ours {mine}\nthe harness's {official}");
+    }
+    let lines = read_text(ws.path().join("exported/predictions.jsonl")).unwrap();
+    assert_eq!(lines.lines().count(), preds.len(), "{lines}");
+    let gold_dir = ws.path().join(format!("exported/logs/run_evaluation/{run}/test-model/calc-gold"));
+    assert_eq!(read_json(&gold_dir.join("report.json"))["calc-gold"]["resolved"], true);
+}
+
+#[test]
+fn the_llm_agent_fixes_an_instance_and_it_is_graded_in_a_fresh_container() {
+    let (image, base) = instance_image();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-test-not-a-real-key-000000000000\n");
+    let rows = [
+        row("calc-agent", "`add` subtracts; make it add. FIX_CALC", &image, &base),
+        row("calc-idle", "`add` subtracts; make it add.", &image, &base),
+    ];
+    write_jsonl(&ws, "dataset.jsonl", &rows);
+    let cfg = ws.write(
+        "swebench.yaml",
+        &format!(
+            "name: swebench-agent\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n\
+             agent:\n  kind: llm\n  model: openai:gpt-4o-mini\n  base_url: {}\n  tools: []\n  limits:\n    max_wall_seconds: 300\n\
+             environment:\n  kind: docker\nbackend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\n\
+             storage:\n  bundle_root: runs\n",
+            mock.base_url()
+        ),
+    );
+    // The agent leaves `/tmp/agent-was-here`; the eval script says whether its container has it.
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    assert_eq!(code, 0, "{v}");
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let fixed = read_json(&bundle.join("tasks/calc-agent/result.json"));
+    assert_eq!(fixed["passed"], true, "{fixed}");
+    let pred: Value = serde_json::from_slice(
+        &read_bundle_file(bundle.join("tasks/calc-agent/artifacts/swebench/prediction.json")).unwrap(),
+    )
+    .unwrap();
+    assert!(pred["model_patch"].as_str().unwrap().contains("+    return a + b"), "{pred}");
+    let log = read_text(bundle.join("tasks/calc-agent/artifacts/swebench/test_output.txt")).unwrap();
+    assert!(log.contains("FRESH-CONTAINER") && !log.contains("AGENT-CONTAINER"), "{log}");
+    let idle = read_json(&bundle.join("tasks/calc-idle/result.json"));
+    assert_eq!(idle["passed"], false, "{idle}");
+    assert!(idle["scores"][0]["reason"].as_str().unwrap().contains("empty patch"), "{idle}");
+}
+
+#[test]
+fn a_4x_dataset_and_predictions_for_unknown_instances_are_refused_naming_what_is_wrong() {
+    let ws = Workspace::new();
+    let mut old = row("calc-old", "x", "img", "abc");
+    for k in ["image", "eval_script", "log_parser", "eval_type"] {
+        old.as_object_mut().unwrap().remove(k);
+    }
+    write_jsonl(&ws, "old.jsonl", &[old]);
+    let cfg = ws.write(
+        "old.yaml",
+        "name: old\nbenchmark:\n  kind: swebench\n  dataset: old.jsonl\nagent:\n  kind: nop\nenvironment:\n  kind: docker\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("line 1 (`calc-old`)") && err.contains("`image`") && err.contains("4.x"), "{err}");
+    write_jsonl(&ws, "new.jsonl", &[row("calc-1", "x", "img", "abc")]);
+    write_jsonl(&ws, "preds.jsonl", &[json!({"instance_id": "calc-9", "model_name_or_path": "m", "model_patch": "x"})]);
+    let cfg = ws.write(
+        "preds.yaml",
+        "name: p\nbenchmark:\n  kind: swebench\n  dataset: new.jsonl\nagent:\n  kind: predictions\n  path: preds.jsonl\nenvironment:\n  kind: docker\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("calc-9") && said.contains("does not have"), "{said}");
+}
