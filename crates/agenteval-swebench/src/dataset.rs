@@ -44,7 +44,7 @@ const REQUIRED: [&str; 5] = ["instance_id", "base_commit", "problem_statement", 
 impl Instance {
     /// A row as the harness's `make_test_spec` reads it: the test lists as lists or as JSON
     /// text. `Err` says every field that is missing or wrong.
-    pub fn from_row(row: &Value) -> std::result::Result<Instance, String> {
+    pub(crate) fn from_row(row: &Value) -> std::result::Result<Instance, String> {
         let Some(obj) = row.as_object() else { return Err("a row is a JSON object".into()) };
         let missing: Vec<&str> = REQUIRED.iter().chain(&FIVE_X).copied().filter(|k| !obj.contains_key(*k)).collect();
         if !missing.is_empty() {

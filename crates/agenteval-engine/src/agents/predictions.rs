@@ -46,7 +46,7 @@ impl AgentRunner for PredictionsAgent {
 /// Reads a `predictions` agent's file into its config (so the patches travel inside the run)
 /// and, under the `swebench` benchmark, refuses predictions for instances its dataset lacks, as
 /// the harness does: every problem at once, as `(pointer, message)`.
-pub(crate) fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     use agenteval_core::config::{AgentConfig, BenchmarkConfig};
     let AgentConfig::Predictions { path, predictions, .. } = &mut config.agent else { return vec![] };
     if !predictions.is_empty() || !path.is_file() {

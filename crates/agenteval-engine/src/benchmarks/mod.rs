@@ -82,7 +82,6 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = humaneval::find_data(config);
     problems.extend(swebench::at_load(config));
-    problems.extend(crate::agents::predictions::at_load(config));
     if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
         && matches!(
             config.environment.kind,

@@ -5,6 +5,7 @@
 #![allow(dead_code)] // the tests and each benchmark use a different subset
 
 pub mod otlp;
+pub mod swebench;
 pub mod ui;
 
 use std::path::{Path, PathBuf};
