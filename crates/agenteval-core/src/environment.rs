@@ -50,6 +50,43 @@ pub struct EnvSpec {
     /// installs nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent_layer: Option<String>,
+    /// The user the agent's commands run as (the container's default user; Harbor's `[agent]
+    /// user`); default: the image's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Variables every process of the environment gets (Harbor's `[environment] env`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// A command that must succeed before the agent starts (Harbor's `[environment.healthcheck]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthcheck: Option<Healthcheck>,
+}
+
+/// A readiness check, as Harbor's: `command` (exit 0: healthy) every `interval_secs`, each try
+/// within `timeout_secs`, failures during `start_period_secs` not counted, at most `retries`
+/// counted failures; then the task is `infra`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Healthcheck {
+    pub command: String,
+    #[serde(default = "five")]
+    pub interval_secs: f64,
+    #[serde(default = "thirty")]
+    pub timeout_secs: f64,
+    #[serde(default)]
+    pub start_period_secs: f64,
+    #[serde(default = "three")]
+    pub retries: u32,
+}
+
+fn five() -> f64 {
+    5.0
+}
+fn thirty() -> f64 {
+    30.0
+}
+fn three() -> u32 {
+    3
 }
 
 /// A task environment's writable storage when its task names none: 10 GiB.
@@ -76,6 +113,41 @@ pub struct TestsSpec {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub reward: RewardFrom,
+    /// Whose rules grade the reward: agenteval's strict ones (the default), or Harbor's (a
+    /// Harbor task's default, `benchmark.grading: harbor`).
+    #[serde(default, skip_serializing_if = "VerifierRules::is_strict")]
+    pub rules: VerifierRules,
+    /// The user the tests run as (Harbor's `[verifier] user`); default root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Where they run, when the task says (Harbor's `[verifier] environment_mode`: `shared` is
+    /// `same`, `separate` is `fresh`); else the run's `environment.verify_in`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_in: Option<crate::config::VerifyIn>,
+}
+
+/// How a verifier's outcome becomes a grade.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifierRules {
+    /// agenteval's: everything the agent left running is stopped before the tests, an agent
+    /// stopped by any limit never passes, no reward is an evaluator error, several named rewards
+    /// are averaged into one.
+    #[default]
+    Strict,
+    /// Harbor's: the agent's services keep running while the tests run (a reward written by
+    /// anything but the tests fails the task), an agent stopped by its timeout (or its own exit,
+    /// or a token limit) is still graded and counted, no reward is `unscored` (left out of the
+    /// mean, never a pass), `reward.json` is read before `reward.txt`, and named rewards are
+    /// separate scores (the task passes when its `reward` is 1, or with no `reward` key, when
+    /// every named reward is 1).
+    Harbor,
+}
+
+impl VerifierRules {
+    pub fn is_strict(&self) -> bool {
+        *self == VerifierRules::Strict
+    }
 }
 
 /// What a verifier's grade is read from.

@@ -454,6 +454,13 @@ pub struct TaskResult {
     /// passes the test command did not make): shown and counted apart; the verdict stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspect: Vec<String>,
+    /// Its verifier's rewards by name (`{"reward": 1.0}`; a Harbor task's named rewards each).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards: Option<BTreeMap<String, f64>>,
+    /// Graded by Harbor's rules, it got no reward: never a pass, and left out of the mean reward
+    /// as Harbor leaves it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unscored: bool,
 }
 
 impl TaskResult {
@@ -932,6 +939,14 @@ pub struct RunSummary {
     /// passes the tests did not make); their verdicts stand, counted in `passed`/`failed`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspect: u64,
+    /// The mean reward as Harbor computes it, over the tasks that have rewards (`unscored` ones
+    /// left out): one `mean` for a single reward, else one per reward name (a task missing a
+    /// name counting 0 for it).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mean_reward: BTreeMap<String, f64>,
+    /// Tasks graded by Harbor's rules that got no reward.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unscored: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -586,6 +586,10 @@ pub struct TaskEnvironment {
 pub struct Findings {
     pub files: Vec<(String, Vec<u8>)>,
     pub suspect: Vec<String>,
+    /// A verifier's rewards by name, as Harbor records them (`{"reward": 1.0}` for a number).
+    pub rewards: Option<BTreeMap<String, f64>>,
+    /// Graded by Harbor's rules and no reward came: left out of the mean reward.
+    pub unscored: bool,
 }
 
 /// A maker of fresh environments for one task (see [`TaskEnvironment::fresh`]).

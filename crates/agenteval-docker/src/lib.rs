@@ -229,6 +229,8 @@ impl Environment for DockerEnvironment {
             entrypoint: Some(vec!["sleep".into()]),
             cmd: Some(vec!["infinity".into()]),
             working_dir: spec.workdir.clone(),
+            user: spec.user.clone(),
+            env: (!spec.env.is_empty()).then(|| spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
             host_config: Some(host),
             network_disabled: Some(!spec.network && !self.gateway),
             ..Default::default()

@@ -14,6 +14,10 @@ pub struct PassRate {
     terminated_by: BTreeMap<String, u64>,
     passed_with_changes: u64,
     suspect: u64,
+    unscored: u64,
+    /// Tasks with rewards, and each reward name's sum over them (Harbor's mean, kept as sums).
+    rewarded: u64,
+    reward_sums: BTreeMap<String, f64>,
 }
 
 impl Scorer for PassRate {
@@ -21,6 +25,13 @@ impl Scorer for PassRate {
         self.finished += 1;
         self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
         self.suspect += u64::from(!r.suspect.is_empty());
+        self.unscored += u64::from(r.unscored);
+        if let Some(rewards) = r.rewards.as_ref().filter(|m| !m.is_empty()) {
+            self.rewarded += 1;
+            for (k, v) in rewards {
+                *self.reward_sums.entry(k.clone()).or_default() += v;
+            }
+        }
         self.outcomes.add_outcome(Outcome::of(r.passed, r.agent.terminated_by), 1);
         *self.terminated_by.entry(r.agent.terminated_by.as_str().to_string()).or_default() += 1;
     }
@@ -36,6 +47,22 @@ impl Scorer for PassRate {
         s.terminated_by = self.terminated_by.clone();
         s.passed_with_changes = self.passed_with_changes;
         s.suspect = self.suspect;
+        s.unscored = self.unscored;
+        s.mean_reward = harbor_mean(self.rewarded, &self.reward_sums);
+    }
+}
+
+/// Harbor's mean reward over `n` rewarded tasks from each name's sum: one `mean` when there is a
+/// single name, else one per name (a task without a name counts 0 for it, as Harbor counts it).
+fn harbor_mean(n: u64, sums: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    if n == 0 {
+        return BTreeMap::new();
+    }
+    let mean = |sum: f64| sum / n as f64;
+    match sums.len() {
+        0 => BTreeMap::new(),
+        1 => sums.values().map(|v| ("mean".to_string(), mean(*v))).collect(),
+        _ => sums.iter().map(|(k, v)| (k.clone(), mean(*v))).collect(),
     }
 }
 
@@ -278,6 +305,8 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         cost_unknown_tasks: 0,
         passed_with_changes: 0,
         suspect: 0,
+        mean_reward: BTreeMap::new(),
+        unscored: 0,
     }
 }
 
@@ -293,6 +322,8 @@ mod tests {
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            rewards: None,
+            unscored: false,
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

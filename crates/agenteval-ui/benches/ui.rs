@@ -92,6 +92,8 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         changed_outside: 0,
         setup_seconds: None,
         suspect: vec![],
+        rewards: None,
+        unscored: false,
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

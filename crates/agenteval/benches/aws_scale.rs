@@ -60,6 +60,8 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            rewards: None,
+            unscored: false,
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

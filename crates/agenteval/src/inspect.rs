@@ -88,6 +88,9 @@ pub async fn runs_show(
             if let Some(l) = output::suspect_line(s) {
                 say!("{l}");
             }
+            if let Some(l) = output::reward_line(s) {
+                say!("{l}");
+            }
             for l in output::tag_lines(s) {
                 say!("{l}");
             }

@@ -397,6 +397,28 @@ pub fn changes_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// The mean reward as Harbor computes it (tasks without a reward left out), beside the pass rate,
+/// for runs graded by rewards.
+pub fn reward_line(s: &RunSummary) -> Option<String> {
+    (!s.mean_reward.is_empty() || s.unscored > 0).then(|| {
+        let means: Vec<String> = s
+            .mean_reward
+            .iter()
+            .map(|(k, v)| if k == "mean" { format!("{v:.3}") } else { format!("{k} {v:.3}") })
+            .collect();
+        let means = if means.is_empty() { "none".to_string() } else { means.join(", ") };
+        wrapped(
+            "reward     ",
+            &format!(
+                "mean {means} as Harbor computes it ({} unscored task(s) left out); pass rate {:.1}%",
+                s.unscored,
+                s.pass_rate * 100.0
+            ),
+            80,
+        )
+    })
+}
+
 /// Tasks whose grader doubted its verdict (a test log that claims passes the tests did not make).
 pub fn suspect_line(s: &RunSummary) -> Option<String> {
     (s.suspect > 0).then(|| {
@@ -443,6 +465,7 @@ pub fn report_text(
     }
     out.extend(changes_line(s));
     out.extend(suspect_line(s));
+    out.extend(reward_line(s));
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));
     if !failures.is_empty() {

@@ -143,6 +143,9 @@ pub(crate) fn print_outcome(
         if let Some(l) = output::suspect_line(&o.summary) {
             say!("{l}");
         }
+        if let Some(l) = output::reward_line(&o.summary) {
+            say!("{l}");
+        }
         for l in output::tag_lines(&o.summary) {
             say!("{l}");
         }

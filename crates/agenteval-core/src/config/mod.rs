@@ -399,6 +399,12 @@ pub enum BenchmarkConfig {
     Harbor {
         /// The folder, relative to the config file.
         path: PathBuf,
+        /// Whose rules grade the tasks' rewards: `harbor` (the default: as Harbor grades them,
+        /// `docs/benchmarks.md`) or `strict` (agenteval's: the agent's processes stopped before
+        /// the tests, a timed-out agent never passes, no reward is an error, named rewards
+        /// averaged).
+        #[serde(default = "harbor_grading", skip_serializing_if = "is_harbor_grading")]
+        grading: crate::environment::VerifierRules,
         #[serde(default)]
         filter: TaskFilter,
     },
@@ -545,6 +551,14 @@ impl BenchmarkConfig {
         let BenchmarkConfig::Command { command, workdir: Some(dir), .. } = self else { return vec![] };
         command.iter().map(|a| dir.join(a)).filter(|p| p.exists()).collect()
     }
+}
+
+fn harbor_grading() -> crate::environment::VerifierRules {
+    crate::environment::VerifierRules::Harbor
+}
+
+fn is_harbor_grading(r: &crate::environment::VerifierRules) -> bool {
+    *r == crate::environment::VerifierRules::Harbor
 }
 
 /// What a Harbor benchmark's `path` is: a folder (the one data path that is not a file).

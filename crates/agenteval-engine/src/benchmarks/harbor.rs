@@ -10,9 +10,10 @@
 use std::path::{Path, PathBuf};
 
 use agenteval_core::config::TaskFilter;
-use agenteval_core::environment::{EnvSpec, RewardFrom, TestsSpec};
+use agenteval_core::config::VerifyIn;
+use agenteval_core::environment::{EnvSpec, Healthcheck, RewardFrom, TestsSpec, VerifierRules};
 use agenteval_core::model::TaskSpec;
-use agenteval_core::traits::BenchmarkAdapter;
+use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment};
 use agenteval_core::{Error, Result, TaskId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -20,6 +21,7 @@ use serde_json::{Value, json};
 #[derive(Debug, Clone)]
 pub struct HarborBenchmark {
     root: PathBuf,
+    rules: VerifierRules,
 }
 
 /// What a task folder says beyond its spec: its paths and timeouts (`TaskSpec::metadata.harbor`).
@@ -28,6 +30,10 @@ pub struct HarborTask {
     pub path: PathBuf,
     #[serde(default)]
     pub agent_timeout_secs: Option<f64>,
+    /// Why agenteval cannot run this task (a compose file, a GPU, an allowlist): it is `infra`
+    /// with this reason, and the rest of the dataset runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsupported: Option<String>,
 }
 
 impl HarborTask {
@@ -38,7 +44,13 @@ impl HarborTask {
 
 impl HarborBenchmark {
     pub fn new(root: PathBuf) -> Self {
-        HarborBenchmark { root }
+        HarborBenchmark { root, rules: VerifierRules::Harbor }
+    }
+
+    /// Graded by these rules (`benchmark.grading`).
+    pub fn with_rules(mut self, rules: VerifierRules) -> Self {
+        self.rules = rules;
+        self
     }
 
     /// The task folders: the root itself when it is one, else its subfolders that are.
@@ -131,8 +143,48 @@ fn folder_content(dir: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// One task folder as a task.
+/// A phase's network as `task.toml` says it: `network_mode` (`public`, `no-network`,
+/// `allowlist`), or the older `allow_internet`. `None`: not said.
+fn network_of(t: &toml::Table) -> Option<std::result::Result<bool, String>> {
+    match t.get("network_mode").and_then(toml::Value::as_str) {
+        Some("public") => Some(Ok(true)),
+        Some("no-network") => Some(Ok(false)),
+        Some("allowlist") => Some(Err(format!(
+            "network_mode = \"allowlist\" (allowed_hosts {}) is not supported: agenteval's containers have the internet or none",
+            t.get("allowed_hosts").map(|h| h.to_string()).unwrap_or_else(|| "[]".into())
+        ))),
+        Some(other) => Some(Err(format!("network_mode = \"{other}\" is not one of public, no-network, allowlist"))),
+        None => t.get("allow_internet").and_then(toml::Value::as_bool).map(Ok),
+    }
+}
+
+/// A user as Harbor writes it: a name or a uid.
+fn user_of(t: &toml::Table) -> Option<String> {
+    match t.get("user")? {
+        toml::Value::String(s) => Some(s.clone()),
+        toml::Value::Integer(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn string_map(t: &toml::Table, key: &str) -> std::collections::BTreeMap<String, String> {
+    t.get(key)
+        .and_then(toml::Value::as_table)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+        .collect()
+}
+
+/// One task folder as a task. What agenteval cannot run (a compose file, a GPU, an allowlist)
+/// makes a task that is `infra` with the reason, never an error for the whole dataset.
 pub fn read_task(dir: &Path) -> Result<TaskSpec> {
+    read_task_with(dir, VerifierRules::Harbor)
+}
+
+// Long: task.toml's sections in Harbor's order (metadata, environment, agent, verifier), each
+// key read where Harbor reads it; split, the table's keys would be spread far from each other.
+fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let id: TaskId = name.parse().map_err(|_| {
         Error::invalid(format!("Harbor task folder `{name}`: a task id is letters, digits, `-`, `_` and `.`"))
@@ -162,45 +214,92 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
             tags.push(format!("{k}:{v}"));
         }
     }
+    let mut unsupported: Vec<String> = Vec::new();
+    let mut unsupported_if = |r: Option<std::result::Result<bool, String>>| match r {
+        Some(Ok(b)) => Some(b),
+        Some(Err(why)) => {
+            unsupported.push(why);
+            None
+        }
+        None => None,
+    };
+    // agenteval's default is stricter than Harbor's (`public`): no network unless the task says.
+    let env_network = unsupported_if(network_of(&env)).unwrap_or(false);
+    let agent_network = unsupported_if(network_of(&agent)).unwrap_or(env_network);
+    let verifier_network = unsupported_if(network_of(&verifier)).unwrap_or(env_network);
+    let verify_in = match verifier.get("environment_mode").and_then(toml::Value::as_str) {
+        Some("shared") => Some(VerifyIn::Same),
+        Some("separate") => Some(VerifyIn::Fresh),
+        Some(other) => {
+            unsupported.push(format!("[verifier] environment_mode = \"{other}\" is not shared or separate"));
+            None
+        }
+        None if verifier.get("environment").is_some() => Some(VerifyIn::Fresh),
+        None => None,
+    };
+    if verifier_network != agent_network && verify_in != Some(VerifyIn::Fresh) {
+        unsupported.push(
+            "the verifier's network differs from the agent's in a shared environment: agenteval cannot change a container's network between phases (give the verifier environment_mode = \"separate\")".into(),
+        );
+    }
+    if let Some(g) = num(env.get("gpus")).filter(|g| *g > 0.0) {
+        unsupported
+            .push(format!("the task needs {g} GPU(s), and agenteval's Docker environment gives containers none"));
+    }
     let context = dir.join("environment");
+    let compose =
+        ["docker-compose.yaml", "docker-compose.yml", "compose.yaml"].iter().any(|f| context.join(f).is_file());
+    let healthcheck = env.get("healthcheck").and_then(toml::Value::as_table).and_then(|h| {
+        Some(Healthcheck {
+            command: h.get("command")?.as_str()?.to_string(),
+            interval_secs: num(h.get("interval_sec")).unwrap_or(5.0),
+            timeout_secs: num(h.get("timeout_sec")).unwrap_or(30.0),
+            start_period_secs: num(h.get("start_period_sec")).unwrap_or(0.0),
+            retries: num(h.get("retries")).map_or(3, |r| r.max(0.0) as u32),
+        })
+    });
     let spec = EnvSpec {
-        context: context.join("Dockerfile").is_file().then_some(context),
+        context: context.join("Dockerfile").is_file().then_some(context.clone()),
         image: env.get("docker_image").and_then(toml::Value::as_str).map(String::from),
         cpus: num(env.get("cpus")),
         memory_mb: memory_mb(env.get("memory_mb").or_else(|| env.get("memory"))),
-        network: env.get("allow_internet").and_then(toml::Value::as_bool).unwrap_or(false),
+        network: agent_network,
         build_timeout_secs: num(env.get("build_timeout_sec")),
         workdir: env.get("workdir").and_then(toml::Value::as_str).map(String::from),
         storage_mb: num(env.get("storage_mb")).filter(|n| *n > 0.0).map(|n| n.ceil() as u64),
+        user: user_of(&agent),
+        env: string_map(&env, "env"),
+        healthcheck,
         ..Default::default()
     };
     if spec.context.is_none() && spec.image.is_none() {
-        return Err(Error::invalid(format!(
-            "task {id}: no environment/Dockerfile and no `environment.docker_image` in task.toml"
-        )));
+        unsupported.push(if compose {
+            "a multi-container task (environment/docker-compose.yaml, no Dockerfile): not supported yet".to_string()
+        } else {
+            "no environment/Dockerfile and no `environment.docker_image` in task.toml".to_string()
+        });
     }
     if !dir.join("tests/test.sh").is_file() {
         return Err(Error::invalid(format!("task {id}: no tests/test.sh (its verifier)")));
     }
     let path = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let harbor = HarborTask { path: path.clone(), agent_timeout_secs: num(agent.get("timeout_sec")) };
+    let unsupported = (!unsupported.is_empty()).then(|| unsupported.join("; "));
+    let harbor = HarborTask { path: path.clone(), agent_timeout_secs: num(agent.get("timeout_sec")), unsupported };
     // Harbor's verifier: `bash /tests/test.sh` as root, the reward in `/logs/verifier`.
     let tests = TestsSpec {
         dir: Some(path.join("tests")),
         command: Some("bash /tests/test.sh".into()),
         timeout_secs: num(verifier.get("timeout_sec")),
-        env: verifier
-            .get("env")
-            .and_then(toml::Value::as_table)
-            .into_iter()
-            .flatten()
-            .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-            .collect(),
+        env: string_map(&verifier, "env"),
         reward: RewardFrom::File,
+        rules,
+        user: user_of(&verifier),
+        verify_in,
     };
     let solution = path.join("solution");
     // Everything task.toml says is kept, known or not (a later Harbor's keys are not errors).
     let toml_json = serde_json::to_value(&table).unwrap_or(Value::Null);
+    let runnable = harbor.unsupported.is_none();
     Ok(TaskSpec {
         id,
         input: Value::String(instruction),
@@ -208,10 +307,10 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
         tags,
         evaluators: vec![],
         metadata: json!({"harbor": harbor, "task_toml": toml_json}),
-        environment: Some(spec),
+        environment: runnable.then_some(spec),
         content: Some(folder_content(dir)?),
-        tests: Some(tests),
-        solution: solution.is_dir().then_some(solution),
+        tests: runnable.then_some(tests),
+        solution: (runnable && solution.is_dir()).then_some(solution),
     })
 }
 
@@ -224,7 +323,7 @@ impl BenchmarkAdapter for HarborBenchmark {
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
         let mut out = Vec::new();
         for dir in self.folders()? {
-            let t = read_task(&dir)?;
+            let t = read_task_with(&dir, self.rules)?;
             if filter.matches(t.id.as_str(), &t.tags) {
                 out.push(t);
             }
@@ -233,6 +332,14 @@ impl BenchmarkAdapter for HarborBenchmark {
             out.truncate(limit as usize);
         }
         Ok(out)
+    }
+
+    /// A task agenteval cannot run is `infra` here, with its reason; the others run.
+    async fn prepare_environment(&self, _run: &agenteval_core::RunId, task: &TaskSpec) -> Result<TaskEnvironment> {
+        match HarborTask::of(task).and_then(|h| h.unsupported) {
+            Some(why) => Err(Error::invalid(format!("task {}: {why}", task.id))),
+            None => Ok(TaskEnvironment::default()),
+        }
     }
 }
 

@@ -45,7 +45,9 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             )
             .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
-        BenchmarkConfig::Harbor { path, .. } => Arc::new(harbor::HarborBenchmark::new(path.clone())),
+        BenchmarkConfig::Harbor { path, grading, .. } => {
+            Arc::new(harbor::HarborBenchmark::new(path.clone()).with_rules(*grading))
+        }
         BenchmarkConfig::Swebench { dataset, hints, timeout_seconds, max_file_bytes, .. } => {
             Arc::new(swebench::SwebenchBenchmark {
                 dataset: dataset.clone(),

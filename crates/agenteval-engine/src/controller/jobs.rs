@@ -184,6 +184,8 @@ pub(super) async fn give_up(
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            rewards: None,
+            unscored: false,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

@@ -61,6 +61,8 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         changed_outside: 0,
         setup_seconds: None,
         suspect: vec![],
+        rewards: None,
+        unscored: false,
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

@@ -42,6 +42,38 @@ pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<
     })
 }
 
+/// Waits until the environment passes its task's healthcheck, as Harbor's: the command every
+/// interval, each try within its timeout, failures in the start period not counted, then at
+/// most `retries` failures; `Err` (the task's `infra`) quotes the last try.
+pub async fn healthy(s: &EnvSession, hc: &agenteval_core::environment::Healthcheck) -> Result<()> {
+    use agenteval_core::environment::ExecRequest;
+    use std::time::{Duration, Instant};
+    let started = Instant::now();
+    let mut failures = 0;
+    let interval = Duration::from_secs_f64(hc.interval_secs.clamp(0.05, 3600.0));
+    loop {
+        let req = ExecRequest::new(hc.command.clone(), Duration::from_secs_f64(hc.timeout_secs.clamp(0.1, 3600.0)));
+        let out = s.env.exec(&s.handle, &req).await?;
+        if out.ok() {
+            return Ok(());
+        }
+        if started.elapsed().as_secs_f64() >= hc.start_period_secs {
+            failures += 1;
+        }
+        if failures > hc.retries {
+            let said = format!("{}{}", out.stdout, out.stderr);
+            let said = said.trim();
+            let tail: String = said.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+            return Err(Error::invalid(format!(
+                "the environment's healthcheck `{}` failed {failures} time(s){}: {tail}",
+                hc.command,
+                if out.timed_out { " (timed out)" } else { "" }
+            )));
+        }
+        tokio::time::sleep(interval).await;
+    }
+}
+
 /// `s` as one shell word.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))

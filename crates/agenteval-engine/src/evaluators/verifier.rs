@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agenteval_core::environment::{ExecRequest, RewardFrom, TestsSpec, verifier_paths};
+use std::collections::BTreeMap;
+
+use agenteval_core::environment::{ExecRequest, RewardFrom, TestsSpec, VerifierRules, verifier_paths};
 use agenteval_core::model::{AgentResult, EvaluatorScore, TerminatedBy};
 use agenteval_core::traits::{EnvSession, EvalInput, Evaluator};
 use async_trait::async_trait;
@@ -96,10 +98,48 @@ fn tail(s: &str, n: usize) -> String {
 }
 
 /// Runs `spec`'s tests in the task's environment as the agent left it and grades by them.
-// Long: one verifier run, step by step (prepare its folders, copy in, run, read the reward),
-// each step's failure an evaluator error that says which step it was.
 pub async fn verify(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, result: &AgentResult) -> EvaluatorScore {
-    let errored = |why: String| EvaluatorScore { error: Some(why), ..score(id, false, 0.0, String::new()) };
+    verify_all(id, session, spec, result).await.score
+}
+
+/// A verifier's whole outcome: the grade, the named rewards as their own scores (Harbor's rules,
+/// no `reward` key), the rewards as Harbor records them, and whether it went unscored.
+#[derive(Debug)]
+pub struct Verified {
+    pub score: EvaluatorScore,
+    pub named: Vec<EvaluatorScore>,
+    pub rewards: Option<BTreeMap<String, f64>>,
+    pub unscored: bool,
+}
+
+/// What marks, in the tests' output, when they started and ended (the container's clock), so a
+/// reward written outside that window is found: a nonce the agent cannot print in advance.
+fn window_markers() -> (String, String) {
+    let nonce = uuid::Uuid::now_v7().simple().to_string();
+    (format!("agenteval-tests-started-{nonce}"), format!("agenteval-tests-ended-{nonce}"))
+}
+
+/// Terminations after which Harbor still grades and counts the reward (its `AgentTimeoutError`,
+/// `NonZeroAgentExitCodeError`, context and output limits), and the one it grades but leaves out
+/// (a budget).
+fn harbor_graded(t: TerminatedBy) -> Option<bool> {
+    match t {
+        TerminatedBy::Completed
+        | TerminatedBy::LimitTime
+        | TerminatedBy::AgentError
+        | TerminatedBy::LimitTokens
+        | TerminatedBy::LimitTurns => Some(true),
+        TerminatedBy::LimitCost => Some(false),
+        _ => None,
+    }
+}
+
+// Long: one verifier run, step by step (prepare its folders, copy in, run, read the reward,
+// check who wrote it), each step's failure an evaluator error that says which step it was.
+pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, result: &AgentResult) -> Verified {
+    let harbor = spec.rules == VerifierRules::Harbor;
+    let done = |score: EvaluatorScore| Verified { score, named: vec![], rewards: None, unscored: false };
+    let errored = |why: String| done(EvaluatorScore { error: Some(why), ..score(id, false, 0.0, String::new()) });
     let Some(session) = session else {
         return errored("the task has no environment to run its tests in".into());
     };
@@ -136,80 +176,232 @@ pub async fn verify(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, re
     let mut env = spec.env.clone();
     env.insert("AGENTEVAL_TESTS_DIR".into(), tests_dir.clone());
     env.insert("AGENTEVAL_VERIFIER_DIR".into(), logs_dir.clone());
-    let out = match e.exec(handle, &ExecRequest { env, ..as_root(&command, secs) }).await {
+    // The verifier folder is the tests' own (a user of Harbor's `[verifier] user` writes there).
+    if let Some(user) = &spec.user {
+        let own = format!("chown -R {} {}", quote(user), quote(&logs_dir));
+        let _ = e.exec(handle, &as_root(&own, 60.0)).await;
+    }
+    // Under Harbor's rules the agent's processes still run: the window the tests ran in is
+    // recorded (the container's clock) to find a reward written outside it.
+    let (started, ended) = window_markers();
+    let wrapped = if harbor {
+        format!(
+            "echo \"{started} $(date +%s.%N)\"; bash -c {}; rc=$?; echo \"{ended} $(date +%s.%N)\"; exit $rc",
+            quote(&command)
+        )
+    } else {
+        command.clone()
+    };
+    let user = Some(spec.user.clone().unwrap_or_else(|| "0".into()));
+    let out = match e.exec(handle, &ExecRequest { env, user, ..as_root(&wrapped, secs) }).await {
         Ok(o) => o,
         Err(err) => return errored(format!("the tests could not run: {err}")),
     };
-    let said = || tail(&format!("{}{}", out.stdout, out.stderr), QUOTED_OUTPUT);
+    let window = harbor.then(|| (stamp(&out.stdout, &started), stamp(&out.stdout, &ended)));
+    let stdout = out
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with(&started) && !l.starts_with(&ended))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let said = || tail(&format!("{stdout}{}", out.stderr), QUOTED_OUTPUT);
     if out.timed_out {
         return errored(format!("the tests ran past {secs} s (their timeout): {}", said()));
     }
     let exit = out.exit_code.map_or("-".to_string(), |c| c.to_string());
-    let reward = match spec.reward {
+    let rewards = match spec.reward {
         RewardFrom::ExitCode => match out.exit_code {
-            Some(0) => Ok((1.0, None)),
-            Some(_) => Ok((0.0, None)),
+            Some(0) => Ok(BTreeMap::from([("reward".to_string(), 1.0)])),
+            Some(_) => Ok(BTreeMap::from([("reward".to_string(), 0.0)])),
             None => Err("the tests were killed before they exited".to_string()),
         },
         RewardFrom::File => {
+            if harbor {
+                // A writer that loops shows itself within this second.
+                tokio::time::sleep(REWRITE_SETTLE).await;
+            }
             let logs = match tempfile::tempdir() {
                 Ok(d) => d,
                 Err(err) => return errored(format!("no folder for the verifier's logs: {err}")),
             };
             match e.copy_out(handle, &logs_dir, logs.path(), MAX_VERIFIER_BYTES).await {
-                Ok(()) => read_reward(&verifier_dir(logs.path())),
+                Ok(()) => read_rewards(&verifier_dir(logs.path()), harbor),
                 Err(err) => Err(format!("could not read the verifier's logs: {err}")),
             }
         }
     };
-    match reward {
-        Ok((r, metrics)) if r.is_finite() => {
-            // The tests say what they found; the task says the agent did not finish.
-            let stopped = result.terminated_by != TerminatedBy::Completed;
-            let passed = r >= 1.0 - 1e-9 && !stopped;
-            let mut reason = format!("reward {r} (tests exit {exit})");
-            if stopped {
-                reason.push_str(&format!("; not a pass: the agent ended {}", result.terminated_by.as_str()));
-            }
-            if let Some(m) = metrics {
-                reason.push_str(&format!("; {m}"));
-            }
-            if !passed {
-                reason.push_str(&format!(": {}", said()));
-            }
-            score(id, passed, r.clamp(0.0, 1.0), reason)
-        }
-        Ok((r, _)) => errored(format!("the reward is {r}, not a number")),
-        Err(why) => errored(format!("{why}; tests exit {exit}: {}", said())),
+    if let (Some((Some(from), Some(to))), RewardFrom::File) = (window, spec.reward)
+        && let Some(why) = written_outside(session, &logs_dir, &from, &to).await
+    {
+        let reason = format!(
+            "not graded: {why}; the agent left a process running that wrote the reward (Harbor's tests would have trusted it)"
+        );
+        return done(score(id, false, 0.0, reason));
     }
+    let rewards = match rewards {
+        Ok(r) => r,
+        Err(why) if harbor => {
+            let score = EvaluatorScore {
+                error: Some(format!("unscored: {why}; tests exit {exit}: {}", said())),
+                ..score(id, false, 0.0, String::new())
+            };
+            return Verified { score, named: vec![], rewards: None, unscored: true };
+        }
+        Err(why) => return errored(format!("{why}; tests exit {exit}: {}", said())),
+    };
+    if let Some((k, r)) = rewards.iter().find(|(_, r)| !r.is_finite()) {
+        return errored(format!("the reward `{k}` is {r}, not a number"));
+    }
+    grade_rewards(id, rewards, harbor, result, &exit, said())
 }
 
-/// The reward the tests wrote: `reward.txt` (a number) or `reward.json` (`{"reward": x, …}`, or
-/// named metrics, whose mean is the reward).
-fn read_reward(dir: &Path) -> Result<(f64, Option<Value>), String> {
-    if let Ok(text) = std::fs::read_to_string(dir.join("reward.txt")) {
-        return text
-            .trim()
-            .parse::<f64>()
-            .map(|r| (r, None))
-            .map_err(|_| format!("reward.txt holds `{}`, not a number", tail(&text, 80)));
+/// How long after the tests end the verifier folder is read, under Harbor's rules.
+const REWRITE_SETTLE: Duration = Duration::from_secs(1);
+
+/// The container-clock time a marker line carries.
+fn stamp(stdout: &str, marker: &str) -> Option<String> {
+    let line = stdout.lines().rev().find(|l| l.starts_with(marker))?;
+    let t = line[marker.len()..].trim();
+    (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| t.to_string())
+}
+
+/// A file of the verifier folder changed before the tests started or after they ended (by its
+/// change time, which no process can set back): who wrote it was not the tests.
+async fn written_outside(s: &EnvSession, logs: &str, from: &str, to: &str) -> Option<String> {
+    let cmd = format!(
+        "cd {logs} 2>/dev/null || exit 0; find . -type f -newerct @{to} -printf 'after %P\\n'; find . -type f ! -newerct @{from} -printf 'before %P\\n'",
+        logs = quote(logs)
+    );
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(30)) };
+    let out = s.env.exec(&s.handle, &req).await.ok()?;
+    let mut after: Vec<&str> = Vec::new();
+    let mut before: Vec<&str> = Vec::new();
+    for l in out.stdout.lines() {
+        match l.split_once(' ') {
+            Some(("after", f)) => after.push(f),
+            Some(("before", f)) => before.push(f),
+            _ => {}
+        }
     }
-    if let Ok(text) = std::fs::read_to_string(dir.join("reward.json")) {
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("reward.json is not JSON: {e}"))?;
-        if let Some(r) = v.as_f64() {
-            return Ok((r, None));
-        }
-        if let Some(r) = v.get("reward").and_then(Value::as_f64) {
-            return Ok((r, Some(v)));
-        }
-        let nums: Vec<f64> = v.as_object().into_iter().flatten().filter_map(|(_, x)| x.as_f64()).collect();
-        if nums.is_empty() {
-            return Err("reward.json holds no number".into());
-        }
-        return Ok((nums.iter().sum::<f64>() / nums.len() as f64, Some(v)));
+    if !after.is_empty() {
+        return Some(format!("{} changed after the tests ended", after.join(", ")));
     }
-    Err("the tests wrote no reward (reward.txt or reward.json in $AGENTEVAL_VERIFIER_DIR, Harbor's /logs/verifier)"
-        .into())
+    if !before.is_empty() {
+        return Some(format!("{} was written before the tests started", before.join(", ")));
+    }
+    None
+}
+
+/// The grade from the rewards, by the spec's rules.
+fn grade_rewards(
+    id: &str,
+    rewards: BTreeMap<String, f64>,
+    harbor: bool,
+    result: &AgentResult,
+    exit: &str,
+    said: String,
+) -> Verified {
+    let shown: Vec<String> = rewards.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let main = rewards.get("reward").copied();
+    let named_only = main.is_none() && rewards.len() > 1;
+    let (r, passed_by_rewards) = match (harbor, main) {
+        (_, Some(r)) => (r, r >= 1.0 - 1e-9),
+        (true, None) => {
+            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
+            (mean, !rewards.is_empty() && rewards.values().all(|v| *v >= 1.0 - 1e-9))
+        }
+        (false, None) => {
+            // agenteval's strict reading: the mean of the named rewards.
+            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
+            (mean, mean >= 1.0 - 1e-9)
+        }
+    };
+    let counted = if harbor { harbor_graded(result.terminated_by) } else { None };
+    let stopped = result.terminated_by != TerminatedBy::Completed && counted != Some(true);
+    let passed = passed_by_rewards && !stopped;
+    let mut reason = if rewards.len() == 1 && main.is_some() {
+        format!("reward {r} (tests exit {exit})")
+    } else {
+        format!("rewards {} (tests exit {exit})", shown.join(", "))
+    };
+    if stopped {
+        reason.push_str(&format!("; not a pass: the agent ended {}", result.terminated_by.as_str()));
+    } else if result.terminated_by != TerminatedBy::Completed {
+        reason.push_str(&format!("; the agent ended {}, graded as Harbor grades it", result.terminated_by.as_str()));
+    }
+    if !passed {
+        reason.push_str(&format!(": {said}"));
+    }
+    let named = if harbor && named_only {
+        rewards
+            .iter()
+            .map(|(k, v)| {
+                score(&format!("reward:{k}"), *v >= 1.0 - 1e-9 && !stopped, v.clamp(0.0, 1.0), format!("{k} {v}"))
+            })
+            .collect()
+    } else {
+        vec![]
+    };
+    // A budget stops Harbor's trial with a reward it leaves out of the mean.
+    let unscored = harbor && counted == Some(false);
+    let mut score = score(id, passed, r.clamp(0.0, 1.0), reason);
+    if unscored {
+        score.error =
+            Some(format!("unscored: the agent ended {} (Harbor leaves its reward out)", result.terminated_by.as_str()));
+    }
+    Verified { score, named, rewards: (!unscored).then_some(rewards), unscored }
+}
+
+/// The rewards the tests wrote: `reward.txt` (a number) or `reward.json` (a number, or named
+/// rewards, `reward` among them or not). Harbor's rules read `reward.json` first and refuse an
+/// empty file or a non-number among the named ones.
+fn read_rewards(dir: &Path, harbor: bool) -> Result<BTreeMap<String, f64>, String> {
+    let txt = || -> Option<Result<BTreeMap<String, f64>, String>> {
+        let text = std::fs::read_to_string(dir.join("reward.txt")).ok()?;
+        Some(
+            text.trim()
+                .parse::<f64>()
+                .map(|r| BTreeMap::from([("reward".to_string(), r)]))
+                .map_err(|_| format!("reward.txt holds `{}`, not a number", tail(&text, 80))),
+        )
+    };
+    let json = || -> Option<Result<BTreeMap<String, f64>, String>> {
+        let text = std::fs::read_to_string(dir.join("reward.json")).ok()?;
+        Some(json_rewards(&text, harbor))
+    };
+    let found = if harbor { json().or_else(txt) } else { txt().or_else(json) };
+    found.unwrap_or_else(|| {
+        Err("the tests wrote no reward (reward.txt or reward.json in $AGENTEVAL_VERIFIER_DIR, Harbor's /logs/verifier)".into())
+    })
+}
+
+fn json_rewards(text: &str, harbor: bool) -> Result<BTreeMap<String, f64>, String> {
+    if text.trim().is_empty() {
+        return Err("reward.json is empty".into());
+    }
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("reward.json is not JSON: {e}"))?;
+    if let Some(r) = v.as_f64() {
+        return Ok(BTreeMap::from([("reward".to_string(), r)]));
+    }
+    let Some(obj) = v.as_object() else { return Err("reward.json holds neither a number nor named rewards".into()) };
+    let mut out = BTreeMap::new();
+    for (k, x) in obj {
+        match x.as_f64() {
+            Some(n) => {
+                out.insert(k.clone(), n);
+            }
+            None if harbor => return Err(format!("reward.json's `{k}` is not a number")),
+            None => {}
+        }
+    }
+    if out.is_empty() {
+        return Err("reward.json holds no number".into());
+    }
+    // agenteval's strict reading keeps `reward` alone when it is there.
+    if !harbor && let Some(r) = out.get("reward").copied() {
+        return Ok(BTreeMap::from([("reward".to_string(), r)]));
+    }
+    Ok(out)
 }
 
 /// Where `copy_out` put the verifier's files: in the folder itself, or in a `verifier/` below it
@@ -229,17 +421,39 @@ mod tests {
     #[test]
     fn rewards_are_a_number_or_json_metrics_and_anything_else_is_an_error() {
         let d = tempfile::tempdir().unwrap();
-        assert!(read_reward(d.path()).is_err(), "no reward written is an error");
+        let m = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect::<BTreeMap<_, _>>();
+        assert!(read_rewards(d.path(), false).is_err(), "no reward written is an error");
         std::fs::write(d.path().join("reward.json"), r#"{"a": 1.0, "b": 0.0}"#).unwrap();
-        assert_eq!(read_reward(d.path()).unwrap().0, 0.5);
+        assert_eq!(read_rewards(d.path(), true).unwrap(), m(&[("a", 1.0), ("b", 0.0)]), "named, each kept");
         std::fs::write(d.path().join("reward.json"), r#"{"reward": 0.25, "x": 1}"#).unwrap();
-        assert_eq!(read_reward(d.path()).unwrap().0, 0.25);
+        assert_eq!(read_rewards(d.path(), false).unwrap(), m(&[("reward", 0.25)]));
+        assert_eq!(read_rewards(d.path(), true).unwrap(), m(&[("reward", 0.25), ("x", 1.0)]));
         std::fs::write(d.path().join("reward.json"), r#"{"x": "y"}"#).unwrap();
-        assert!(read_reward(d.path()).is_err());
+        assert!(read_rewards(d.path(), false).is_err());
+        std::fs::write(d.path().join("reward.json"), "").unwrap();
+        assert!(read_rewards(d.path(), true).is_err(), "Harbor refuses an empty reward file");
+        std::fs::write(d.path().join("reward.json"), "0").unwrap();
         std::fs::write(d.path().join("reward.txt"), "1\n").unwrap();
-        assert_eq!(read_reward(d.path()).unwrap().0, 1.0, "reward.txt comes first");
+        assert_eq!(read_rewards(d.path(), false).unwrap(), m(&[("reward", 1.0)]), "reward.txt comes first here");
+        assert_eq!(read_rewards(d.path(), true).unwrap(), m(&[("reward", 0.0)]), "reward.json first for Harbor");
         std::fs::write(d.path().join("reward.txt"), "PASS").unwrap();
-        assert!(read_reward(d.path()).is_err());
+        assert!(read_rewards(d.path(), false).is_err());
+    }
+
+    #[test]
+    fn harbor_grades_a_timed_out_agent_and_named_rewards_each_while_strict_rules_do_not() {
+        let agent = |t: TerminatedBy| AgentResult { terminated_by: t, ..AgentResult::infra_failure(String::new()) };
+        let one = BTreeMap::from([("reward".to_string(), 1.0)]);
+        let v = grade_rewards("t", one.clone(), true, &agent(TerminatedBy::LimitTime), "0", String::new());
+        assert!(v.score.passed && !v.unscored, "{v:?}");
+        let v = grade_rewards("t", one.clone(), false, &agent(TerminatedBy::LimitTime), "0", String::new());
+        assert!(!v.score.passed);
+        let v = grade_rewards("t", one, true, &agent(TerminatedBy::LimitCost), "0", String::new());
+        assert!(!v.score.passed && v.unscored && v.rewards.is_none(), "a budget: left out");
+        let named = BTreeMap::from([("a".to_string(), 1.0), ("b".to_string(), 0.0)]);
+        let v = grade_rewards("t", named.clone(), true, &agent(TerminatedBy::Completed), "0", String::new());
+        assert!(!v.score.passed && v.named.len() == 2 && v.named[0].passed && !v.named[1].passed, "{v:?}");
+        assert_eq!(v.rewards, Some(named));
     }
 
     #[test]

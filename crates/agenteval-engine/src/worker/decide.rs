@@ -68,6 +68,8 @@ pub(super) fn task_result(
         changed_outside,
         setup_seconds: None,
         suspect: vec![],
+        rewards: None,
+        unscored: false,
         // The worker ran inside the task's image: that is the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),

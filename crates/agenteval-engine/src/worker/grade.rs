@@ -31,10 +31,14 @@ pub(super) async fn grade(
     let by_tests = by_tests(ctx, task);
     if let Some(spec) = task.tests.as_ref().filter(|_| !tests_evaluator) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
-        let graded = verifier::verify("benchmark", session, spec, agent).instrument(grade.clone()).await;
-        score_span(&grade, &graded, &ctx.redactor);
+        let verified = verifier::verify_all("benchmark", session, spec, agent).instrument(grade.clone()).await;
+        score_span(&grade, &verified.score, &ctx.redactor);
         drop(grade);
-        scores.push(graded);
+        scores.push(verified.score);
+        scores.extend(verified.named);
+        let mut findings = env.findings.lock().expect("not poisoned");
+        findings.rewards = verified.rewards;
+        findings.unscored = verified.unscored;
     }
     // A case that names its own check of the answer is graded by it: the benchmark's own (the
     // answer equals `expected`, as it is) would overrule what the case asked for (an

@@ -697,6 +697,8 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
             log.push(format!("suspect: {s}"));
         }
         result.suspect = found.suspect;
+        result.rewards = found.rewards;
+        result.unscored = found.unscored;
     }
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
@@ -799,6 +801,14 @@ async fn prepare_session(
     let session = EnvSession { env: env.clone(), handle };
     ctx.live.lock().expect("not poisoned").push(session.clone());
     log.extend(session.handle.notes.iter().cloned());
+    if let Some(hc) = &spec.healthcheck {
+        let checked = crate::environments::healthy(&session, hc).await;
+        if let Err(e) = checked {
+            tear_down(ctx, &session, log).await;
+            return Err(e);
+        }
+        log.push(format!("healthcheck `{}` passed", hc.command));
+    }
     log.push(format!(
         "environment {} {} prepared in {:.2} s",
         env.kind(),
@@ -964,6 +974,16 @@ async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentRe
     }
 }
 
+/// Whether the task's tests grade by Harbor's rules (its agent's services kept running).
+fn harbor_rules(task: &TaskSpec) -> bool {
+    task.tests.as_ref().is_some_and(|t| t.rules == agenteval_core::environment::VerifierRules::Harbor)
+}
+
+/// Where the task's tests run: where the task says (Harbor's `environment_mode`), else the run's.
+fn verify_in(ctx: &Ctx, task: &TaskSpec) -> VerifyIn {
+    task.tests.as_ref().and_then(|t| t.verify_in).unwrap_or(ctx.config.environment.verify_in)
+}
+
 /// Runs the agent, grades its result, and closes the task's trace with the scores.
 async fn run_and_grade(
     ctx: &Ctx,
@@ -983,8 +1003,12 @@ async fn run_and_grade(
     };
     if let Some(s) = &env.session {
         environment_limits(task, s, &mut agent, log).await;
-        // Nothing of the agent runs while its patch is taken and it is graded.
-        s.env.quiesce(&s.handle).await?;
+        // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's
+        // rules its services keep running for the tests, and the verifier checks who wrote the
+        // reward instead.
+        if !harbor_rules(task) {
+            s.env.quiesce(&s.handle).await?;
+        }
         keep_artifacts(ctx, task, s, log).await?;
     }
     // The tests reach this machine only now that nothing of the agent runs.
@@ -992,7 +1016,7 @@ async fn run_and_grade(
     let task = fetched.as_ref().map_or(task, |(t, _)| t);
     let mut refused = None;
     let fresh = match &env.session {
-        Some(s) if ctx.config.environment.verify_in == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
+        Some(s) if verify_in(ctx, task) == VerifyIn::Fresh && grade::by_tests(ctx, task) => {
             match fresh_for_tests(ctx, task, s, log).await? {
                 Fresh::Made(f) => Some(f),
                 Fresh::AgentsFault(why) => {

@@ -14,6 +14,7 @@ mod e2e;
 mod environments;
 mod export;
 mod gateway;
+mod harbor_rules;
 mod hardening;
 mod html;
 mod humaneval;

@@ -4,8 +4,6 @@
 //! with the same verdict for every instance, and exported in the harness's shapes; the same
 //! dataset fixed by the `llm` agent and graded in a fresh container.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};

@@ -1,0 +1,187 @@
+//! Harbor tasks graded as Harbor grades them (`benchmark.grading: harbor`, the default), end to
+//! end with a real Docker engine: eight probe tasks where agenteval's strict rules and Harbor's
+//! differ (a server the agent leaves running for the tests, an agent stopped by its timeout
+//! with the work done, no reward, two named rewards, `network_mode = "public"`, an allowlist,
+//! `environment_mode = "separate"`, a background process that rewrites the reward), and tasks
+//! agenteval cannot run failing alone (a compose task, a GPU).
+
+use std::path::Path;
+
+use crate::environments::{BASE, docker_ready, harbor_config};
+use crate::util::*;
+
+const PYTHON_IMAGE: &str = "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n";
+
+/// A task folder: its `task.toml`, the solution the oracle runs, and the tests.
+fn task(root: &Path, name: &str, toml: &str, solve: &str, test: &str) {
+    let d = root.join(name);
+    for sub in ["environment", "solution", "tests"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::write(d.join("instruction.md"), format!("Probe {name}.\n")).unwrap();
+    std::fs::write(d.join("task.toml"), toml).unwrap();
+    std::fs::write(d.join("environment/Dockerfile"), PYTHON_IMAGE).unwrap();
+    std::fs::write(d.join("solution/solve.sh"), format!("#!/bin/bash\n{solve}\n")).unwrap();
+    std::fs::write(d.join("tests/test.sh"), format!("#!/bin/bash\nmkdir -p /logs/verifier\n{test}\n")).unwrap();
+}
+
+const PASS: &str = "echo 1 > /logs/verifier/reward.txt";
+const FAIL: &str = "echo 0 > /logs/verifier/reward.txt";
+const VERDICT: &str = "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
+
+fn probes(root: &Path) {
+    task(
+        root,
+        "server",
+        "[agent]\ntimeout_sec = 60\n",
+        "cat > /app/serve.py <<'PY'\nimport http.server\nhttp.server.HTTPServer(('127.0.0.1', 8765), http.server.SimpleHTTPRequestHandler).serve_forever()\nPY\nnohup setsid python3 /app/serve.py >/dev/null 2>&1 < /dev/null &\nsleep 1",
+        &format!(
+            "python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/', timeout=5)\" {VERDICT}"
+        ),
+    );
+    task(
+        root,
+        "timeout-after-work",
+        "[agent]\ntimeout_sec = 3\n",
+        "echo done > /app/result.txt\nsleep 60",
+        &format!("grep -qx done /app/result.txt {VERDICT}"),
+    );
+    task(root, "no-reward", "", "true", "echo the tests forgot the reward");
+    task(root, "named-rewards", "", "true", "echo '{\"accuracy\": 1, \"style\": 0}' > /logs/verifier/reward.json");
+    task(
+        root,
+        "public-network",
+        "[environment]\nnetwork_mode = \"public\"\n",
+        "true",
+        &format!("ls /sys/class/net | grep -vqx lo {VERDICT}"),
+    );
+    task(
+        root,
+        "allowlist",
+        "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
+        "true",
+        PASS,
+    );
+    task(
+        root,
+        "separate-verifier",
+        "[verifier]\nenvironment_mode = \"separate\"\n",
+        "echo mine > /app/answer.txt\necho planted > /tmp/planted",
+        &format!("grep -qx mine /app/answer.txt && [ ! -e /tmp/planted ] {VERDICT}"),
+    );
+    task(
+        root,
+        "reward-rewriter",
+        "",
+        "nohup setsid bash -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.2; done' >/dev/null 2>&1 < /dev/null &\nsleep 0.5",
+        FAIL,
+    );
+}
+
+fn result(bundle: &Path, id: &str) -> serde_json::Value {
+    read_json(&bundle.join(format!("tasks/{id}/result.json")))
+}
+
+#[test]
+fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_is_caught() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    probes(&tasks);
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    // The allowlist task is `infra` (given up: the run is incomplete, exit 3); the others ran.
+    assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let r = |id: &str| result(&bundle, id);
+    assert_eq!(r("server")["passed"], true, "the agent's server still runs for the tests: {}", r("server"));
+    let timed = r("timeout-after-work");
+    assert_eq!(
+        (timed["passed"].clone(), timed["agent"]["terminated_by"].clone()),
+        (true.into(), "limit_time".into()),
+        "{timed}"
+    );
+    let none = r("no-reward");
+    assert_eq!((none["passed"].clone(), none["unscored"].clone()), (false.into(), true.into()), "{none}");
+    let named = r("named-rewards");
+    assert_eq!(named["passed"], false, "{named}");
+    assert_eq!(named["rewards"], serde_json::json!({"accuracy": 1.0, "style": 0.0}), "{named}");
+    let ids: Vec<&str> =
+        named["scores"].as_array().unwrap().iter().map(|s| s["evaluator_id"].as_str().unwrap()).collect();
+    assert!(
+        ids.contains(&"reward:accuracy") && ids.contains(&"reward:style"),
+        "each named reward is its own score: {ids:?}"
+    );
+    assert_eq!(r("public-network")["passed"], true, "{}", r("public-network"));
+    let allow = r("allowlist");
+    assert_eq!(allow["agent"]["terminated_by"], "infra_failure", "{allow}");
+    assert!(allow["agent"]["error"].as_str().unwrap().contains("allowlist"), "{allow}");
+    assert_eq!(r("separate-verifier")["passed"], true, "{}", r("separate-verifier"));
+    let rewritten = r("reward-rewriter");
+    assert_eq!(rewritten["passed"], false, "{rewritten}");
+    assert!(
+        rewritten["scores"][0]["reason"].as_str().unwrap().contains("changed after the tests ended"),
+        "{rewritten}"
+    );
+    // Harbor's mean: the unscored task left out; two names, so one mean per name.
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(summary["unscored"], 1, "{summary}");
+    let means = summary["mean_reward"].as_object().unwrap();
+    assert!(means.contains_key("accuracy") && means.contains_key("reward"), "{summary}");
+    let shown = ws.run(&["runs", "show", v["run_id"].as_str().unwrap()]);
+    let shown = text(&shown.stdout);
+    assert!(shown.contains("as Harbor computes it") && shown.contains("(1 unscored task(s) left out)"), "{shown}");
+}
+
+#[test]
+fn strict_grading_stays_available_and_grades_the_same_probes_as_before() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    probes(&tasks);
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, _, out) = ws.submit(
+        &cfg,
+        &[
+            "--set",
+            "benchmark.grading=strict",
+            "--set",
+            "benchmark.filter.ids=[server, timeout-after-work, no-reward, reward-rewriter]",
+        ],
+    );
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let r = |id: &str| result(&bundle, id);
+    assert_eq!(r("server")["passed"], false, "the agent's processes are stopped before the tests");
+    assert_eq!(r("timeout-after-work")["passed"], false, "a timed-out agent never passes");
+    assert!(r("no-reward")["scores"][0]["error"].as_str().unwrap().contains("no reward"));
+    assert!(r("no-reward")["unscored"].is_null());
+    assert_eq!(r("reward-rewriter")["passed"], false, "the rewriter was stopped: the tests' 0 stands");
+}
+
+#[test]
+fn a_compose_task_and_a_gpu_task_fail_alone_and_the_rest_of_the_dataset_runs() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    task(&tasks, "plain", "", "echo ok > /app/ok", &format!("[ -e /app/ok ] {VERDICT}"));
+    task(&tasks, "gpu", "[environment]\ngpus = 1\n", "true", PASS);
+    task(&tasks, "compose", "", "true", PASS);
+    std::fs::remove_file(tasks.join("compose/environment/Dockerfile")).unwrap();
+    std::fs::write(
+        tasks.join("compose/environment/docker-compose.yaml"),
+        format!("services:\n  main:\n    image: {BASE}\n    command: sleep infinity\n"),
+    )
+    .unwrap();
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    // Given up, they leave the run incomplete (exit 3), as any infrastructure failure does.
+    assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    assert_eq!(result(&bundle, "plain")["passed"], true);
+    for (id, why) in [("gpu", "GPU"), ("compose", "docker-compose.yaml")] {
+        let r = result(&bundle, id);
+        assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+        assert!(r["agent"]["error"].as_str().unwrap().contains(why), "{r}");
+    }
+}
