@@ -123,7 +123,16 @@ pub struct TestsSpec {
     /// Where they run, when the task says (Harbor's `[verifier] environment_mode`: `shared` is
     /// `same`, `separate` is `fresh`); else the run's `environment.verify_in`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verify_in: Option<crate::config::VerifyIn>,
+    pub verify_in: Option<VerifyIn>,
+}
+
+/// Where a task's tests run (`environment.verify_in`, or the task's own say).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum VerifyIn {
+    #[default]
+    Same,
+    Fresh,
 }
 
 /// How a verifier's outcome becomes a grade.

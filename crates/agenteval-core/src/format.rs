@@ -47,6 +47,10 @@ pub struct Metadata {
     /// The set of runs this one was started with (`submit --matrix`), and what it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetMember>,
+    /// The Harbor dataset the tasks came from (`benchmark.dataset`): its name, version,
+    /// registry and commits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dataset: Option<crate::config::ResolvedDataset>,
 }
 
 /// A run's place in a set: the runs one `submit --matrix` started from one config, each with

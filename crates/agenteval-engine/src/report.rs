@@ -33,6 +33,10 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     let _ = writeln!(out, "| run id | `{}` |", meta.run_id);
     let _ = writeln!(out, "| status | **{}** |", s.status.as_str());
     let _ = writeln!(out, "| benchmark | {} |", meta.benchmark);
+    if let Some(d) = &meta.dataset {
+        let commits: Vec<String> = d.commits.iter().map(|c| format!("`{c}`")).collect();
+        let _ = writeln!(out, "| dataset | {}@{} ({}; {}) |", d.name, d.version, d.registry, commits.join(", "));
+    }
     let _ = writeln!(out, "| agent | {} |", meta.agent);
     let _ = writeln!(out, "| backend | {} |", meta.backend);
     let _ = writeln!(out, "| started | {} |", meta.created_at.to_rfc3339());

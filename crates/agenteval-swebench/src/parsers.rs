@@ -279,7 +279,7 @@ mod tests {
     }
 
     #[test]
-    fn pytest_reads_rA_lines_and_drops_the_skip_summary_and_failure_messages() {
+    fn pytest_reads_ra_lines_and_drops_the_skip_summary_and_failure_messages() {
         let log = "PASSED tests/test_a.py::test_one\nFAILED tests/test_a.py::test_two - AssertionError: x\nSKIPPED [1] tests/test_a.py:9: no\nSKIPPED tests/test_a.py::test_three\nXFAIL tests/test_a.py::test_four\nPASSED\nnoise PASSED x";
         assert_eq!(
             pytest(log),

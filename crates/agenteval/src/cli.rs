@@ -382,6 +382,11 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// Harbor datasets a registry names (`benchmark: {kind: harbor, dataset: NAME@VERSION}`).
+    Datasets {
+        #[command(subcommand)]
+        command: DatasetsCommand,
+    },
     /// The model gateway on its own, for an agent you are developing (`docs/agents.md`).
     Gateway {
         #[command(subcommand)]
@@ -585,6 +590,18 @@ pub enum AgentsCommand {
     /// Every preset with its pinned version, the wire its calls speak, its package and the
     /// record of its run that becomes the trace.
     List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DatasetsCommand {
+    /// Every dataset of the registry: name, version, task count, description.
+    List {
+        /// A registry in Harbor's format: a URL or a file (default: Harbor's own).
+        #[arg(long, value_name = "URL|FILE")]
+        registry: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -18,8 +18,8 @@ use agenteval_judge::judgement::Judgement;
 use serde_json::json;
 
 use crate::cli::{
-    AgentsCommand, Cli, Command, ConfigCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand, RunConfigArgs,
-    RunsCommand,
+    AgentsCommand, Cli, Command, ConfigCommand, DatasetsCommand, EnvCommand, ImagesCommand, IndexArgs, IndexCommand,
+    RunConfigArgs, RunsCommand,
 };
 use crate::judging;
 use crate::output::{self};
@@ -31,6 +31,7 @@ use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
 use crate::{Failure, exit};
 
+// Long: one arm per command, each a call; split, the table of commands would be in two places.
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
@@ -114,6 +115,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         }
         Command::Gateway { command } => crate::gateway::run(command).await,
         Command::Agents { command: AgentsCommand::List { json } } => Ok(crate::agents::list(json)),
+        Command::Datasets { command: DatasetsCommand::List { registry, json } } => {
+            crate::agents::datasets(registry.as_deref(), json)
+        }
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }

@@ -802,6 +802,7 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
     if let BenchmarkConfig::Command { workdir, .. } = &mut config.benchmark {
         *workdir = Some(base.to_path_buf());
     }
+    resolve_registry(config, base);
     if let AgentConfig::Predictions { path, .. } = &mut config.agent {
         *path = resolve(base, path);
         if !path.is_file() {
@@ -862,6 +863,15 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
         }
     }
     problems
+}
+
+/// A Harbor registry given as a file is the config folder's (a URL stays as it is).
+fn resolve_registry(config: &mut RunConfig, base: &Path) {
+    if let BenchmarkConfig::Harbor { registry: Some(r), .. } = &mut config.benchmark
+        && !r.contains("://")
+    {
+        *r = resolve(base, Path::new(r.as_str())).to_string_lossy().into_owned();
+    }
 }
 
 /// What evaluators name beside the config: a command's folder, a schema file (read in, so
@@ -1195,7 +1205,7 @@ mod tests {
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
         for want in [
-            "c.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, command; did you mean `jsonl`?)",
+            "c.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, swebench, command; did you mean `jsonl`?)",
             "c.yaml:7:12: agent `command` needs a program to run",
             "c.yaml:9:11: evaluator `regex` requires `pattern`",
             "c.yaml:11:18: must be zero or more",

@@ -140,14 +140,7 @@ pub struct EnvironmentConfig {
     pub gateway: bool,
 }
 
-/// Where a task's tests run (`environment.verify_in`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum VerifyIn {
-    #[default]
-    Same,
-    Fresh,
-}
+pub use crate::environment::VerifyIn;
 
 impl EnvironmentConfig {
     pub fn artifact_bytes(&self) -> u64 {
@@ -397,8 +390,21 @@ pub enum BenchmarkConfig {
     /// `tests/test.sh` and `solution/solve.sh`. Graded by its tests, run in the task's
     /// environment after the agent stops.
     Harbor {
-        /// The folder, relative to the config file.
-        path: PathBuf,
+        /// The folder, relative to the config file (or `dataset`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        path: Option<PathBuf>,
+        /// A dataset by name, `NAME@VERSION` (or `NAME`: its newest), from `registry`: fetched
+        /// once into the cache, its folder then `path`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        dataset: Option<String>,
+        /// Where `dataset` is looked up: a registry in Harbor's format, a URL or a file
+        /// (relative to the config file); default Harbor's own.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        registry: Option<String>,
+        /// What `dataset` resolved to, filled in when the config loads.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(skip)]
+        resolved: Option<ResolvedDataset>,
         /// Whose rules grade the tasks' rewards: `harbor` (the default: as Harbor grades them,
         /// `docs/benchmarks.md`) or `strict` (agenteval's: the agent's processes stopped before
         /// the tests, a timed-out agent never passes, no reward is an error, named rewards
@@ -521,7 +527,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Humaneval { path, .. } => {
                 path.iter().map(|p| ("path".into(), "HumanEval file", p)).collect()
             }
-            BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Harbor { path, .. } => path.iter().map(|p| ("path".into(), TASK_FOLDER, p)).collect(),
             BenchmarkConfig::Swebench { dataset, .. } => vec![("dataset".into(), "SWE-bench dataset file", dataset)],
             BenchmarkConfig::Command { files, .. } => {
                 files.iter().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
@@ -537,7 +543,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Humaneval { path, .. } => {
                 path.iter_mut().map(|p| ("path".into(), "HumanEval file", p)).collect()
             }
-            BenchmarkConfig::Harbor { path, .. } => vec![("path".into(), TASK_FOLDER, path)],
+            BenchmarkConfig::Harbor { path, .. } => path.iter_mut().map(|p| ("path".into(), TASK_FOLDER, p)).collect(),
             BenchmarkConfig::Swebench { dataset, .. } => vec![("dataset".into(), "SWE-bench dataset file", dataset)],
             BenchmarkConfig::Command { files, .. } => {
                 files.iter_mut().enumerate().map(|(i, p)| (format!("files/{i}"), "benchmark file", p)).collect()
@@ -551,6 +557,17 @@ impl BenchmarkConfig {
         let BenchmarkConfig::Command { command, workdir: Some(dir), .. } = self else { return vec![] };
         command.iter().map(|a| dir.join(a)).filter(|p| p.exists()).collect()
     }
+}
+
+/// A Harbor dataset as a registry named it and where its tasks came from: recorded in the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResolvedDataset {
+    pub name: String,
+    pub version: String,
+    /// The registry it was found in (a URL or a file).
+    pub registry: String,
+    /// The commit of each repository its tasks were checked out from.
+    pub commits: Vec<String>,
 }
 
 fn harbor_grading() -> crate::environment::VerifierRules {

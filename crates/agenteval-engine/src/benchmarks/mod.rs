@@ -46,7 +46,8 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             .with_max_file_bytes(max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES)),
         ),
         BenchmarkConfig::Harbor { path, grading, .. } => {
-            Arc::new(harbor::HarborBenchmark::new(path.clone()).with_rules(*grading))
+            // A config loaded without the load-time checks (`at_load`) has no dataset folder yet.
+            Arc::new(harbor::HarborBenchmark::new(path.clone().unwrap_or_default()).with_rules(*grading))
         }
         BenchmarkConfig::Swebench { dataset, hints, timeout_seconds, max_file_bytes, .. } => {
             Arc::new(swebench::SwebenchBenchmark {
@@ -83,6 +84,7 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 /// in containers.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = humaneval::find_data(config);
+    problems.extend(harbor::dataset_at_load(config));
     problems.extend(swebench::at_load(config));
     if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
         && matches!(

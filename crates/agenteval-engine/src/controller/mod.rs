@@ -279,6 +279,10 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         regrade_of: loaded.config.regrade.as_ref().map(|r| r.run),
         agent_sha256,
         set: opts.set.as_ref().map(|s| s.member.clone()),
+        dataset: match &config.benchmark {
+            agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
+            _ => None,
+        },
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
     tasks.write_to(store.as_ref(), &run_id, layout::TASKS).await?;

@@ -974,6 +974,20 @@ async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentRe
     }
 }
 
+/// What the agent changed outside its working folder, said in a line: every one of them counted,
+/// never a sample (five dummy files must not hide a replaced `python3`).
+fn changed_note(changed: &[String]) -> Option<String> {
+    (!changed.is_empty()).then(|| {
+        let shown: Vec<&str> = changed.iter().take(5).map(String::as_str).collect();
+        let more = if changed.len() > 5 { format!(" and {} more", changed.len() - 5) } else { String::new() };
+        format!(
+            "the agent changed {} file(s) outside its working folder: {}{more} (all in artifacts/changed-outside.txt)",
+            changed.len(),
+            shown.join(", ")
+        )
+    })
+}
+
 /// Whether the task's tests grade by Harbor's rules (its agent's services kept running).
 fn harbor_rules(task: &TaskSpec) -> bool {
     task.tests.as_ref().is_some_and(|t| t.rules == agenteval_core::environment::VerifierRules::Harbor)
@@ -1037,16 +1051,7 @@ async fn run_and_grade(
         (Some(s), None) if refused.is_none() && grade::by_tests(ctx, task) => s.env.changed_outside(&s.handle).await,
         _ => Vec::new(),
     };
-    // Every one of them, never a sample: five dummy files must not hide a replaced `python3`.
-    let changed_note = (!changed.is_empty()).then(|| {
-        let shown: Vec<&str> = changed.iter().take(5).map(String::as_str).collect();
-        let more = if changed.len() > 5 { format!(" and {} more", changed.len() - 5) } else { String::new() };
-        format!(
-            "the agent changed {} file(s) outside its working folder: {}{more} (all in artifacts/changed-outside.txt)",
-            changed.len(),
-            shown.join(", ")
-        )
-    });
+    let changed_note = changed_note(&changed);
     if let Some(n) = &changed_note {
         log.push(n.clone());
         let all = changed.iter().map(|p| format!("{p}\n")).collect::<String>();

@@ -185,3 +185,73 @@ fn a_compose_task_and_a_gpu_task_fail_alone_and_the_rest_of_the_dataset_runs() {
         assert!(r["agent"]["error"].as_str().unwrap().contains(why), "{r}");
     }
 }
+
+/// A local registry file naming a dataset in a local git repository: the dataset runs by name,
+/// its commit is in the run's metadata, and a second run fetches nothing (the repository gone).
+#[test]
+fn a_dataset_by_name_from_a_local_registry_runs_and_is_fetched_once() {
+    docker_ready();
+    let ws = Workspace::new();
+    let repo_dir = ws.path().join("tasks-repo");
+    for t in ["hello-file", "count-failed"] {
+        crate::environments::copy_dir(&repo().join("configs/harbor-mini").join(t), &repo_dir.join("tasks").join(t));
+    }
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&repo_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "tasks"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+    let task = |name: &str| serde_json::json!({"name": name, "git_url": repo_dir, "git_commit_id": commit, "path": format!("tasks/{name}")});
+    let registry = serde_json::json!([
+        {"name": "mini", "version": "1.0", "description": "two tasks", "tasks": [task("hello-file"), task("count-failed")]},
+        {"name": "mini", "version": "0.9", "description": "older", "tasks": [task("hello-file")]},
+    ]);
+    ws.write("registry.json", &registry.to_string());
+    let cfg = ws.write(
+        "dataset.yaml",
+        &format!(
+            "name: by-name\nbenchmark:\n  kind: harbor\n  dataset: mini@1.0\n  registry: registry.json\nagent:\n  kind: oracle\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\nstorage:\n  bundle_root: runs\n"
+        ),
+    );
+    let cache = ws.path().join("cache");
+    let submit = || {
+        let out = ws
+            .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+            .env("AGENTEVAL_CACHE_DIR", &cache)
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+        (v, out)
+    };
+    let (v, out) = submit();
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    assert_eq!(v["summary"]["passed"], 2, "{v}");
+    let meta = read_json(&ws.runs().join(v["run_id"].as_str().unwrap()).join("metadata.json"));
+    assert_eq!(meta["dataset"]["name"], "mini", "{meta}");
+    assert_eq!(meta["dataset"]["version"], "1.0", "{meta}");
+    assert_eq!(meta["dataset"]["commits"], serde_json::json!([commit]), "{meta}");
+    // Fetched once: the repository can go, the next run reads the cache.
+    std::fs::remove_dir_all(&repo_dir).unwrap();
+    let (again, out) = submit();
+    assert_eq!(again["summary"]["passed"], 2, "{again} {}", text(&out.stderr));
+    let listed = ws.run(&["datasets", "list", "--registry", "registry.json", "--json"]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let l: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(l["datasets"][0]["name"], "mini");
+    assert_eq!(l["datasets"][0]["tasks"], 2);
+    // A version the registry lacks is refused at load, naming what it has.
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--set", "benchmark.dataset=mini@3.0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(format!("{}{}", text(&out.stdout), text(&out.stderr)).contains("1.0, 0.9"));
+}

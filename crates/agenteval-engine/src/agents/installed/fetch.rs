@@ -14,20 +14,7 @@ pub const LAYOUT: u32 = 1;
 /// Lines of an installer's output an error quotes: the last ones, where the failure is.
 const TAIL_LINES: usize = 12;
 
-/// Where fetched agents are kept: `$AGENTEVAL_CACHE_DIR`, else `$XDG_CACHE_HOME/agenteval`,
-/// else `~/.cache/agenteval`.
-pub fn cache_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("AGENTEVAL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("agenteval");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(h) => PathBuf::from(h).join(".cache/agenteval"),
-        None => std::env::temp_dir().join("agenteval-cache"),
-    }
-}
+pub use crate::cache_dir;
 
 /// The last lines of an installer's output.
 pub fn tail(text: &str) -> String {

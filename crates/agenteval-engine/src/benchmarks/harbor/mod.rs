@@ -7,6 +7,8 @@
 //! never sees the tests or the solution: they are not in the image, and are copied in only after
 //! it is done (the solution only for the `oracle` agent).
 
+pub mod registry;
+
 use std::path::{Path, PathBuf};
 
 use agenteval_core::config::TaskFilter;
@@ -72,6 +74,55 @@ impl HarborBenchmark {
             )));
         }
         Ok(out)
+    }
+}
+
+/// A Harbor dataset named by `benchmark.dataset`: looked up in its registry and fetched into the
+/// cache (once), its folder made the benchmark's `path` and what it resolved to recorded. Every
+/// problem as `(pointer, message)`.
+pub(crate) fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    use agenteval_core::config::{BenchmarkConfig, ResolvedDataset};
+    let BenchmarkConfig::Harbor { path, dataset, registry, resolved, .. } = &mut config.benchmark else {
+        return vec![];
+    };
+    let Some(wanted) = dataset.clone() else {
+        return match path {
+            Some(_) => vec![],
+            None => vec![(
+                "/benchmark/path".into(),
+                "a Harbor benchmark needs `path` (a folder of tasks) or `dataset` (NAME@VERSION from a registry)"
+                    .into(),
+            )],
+        };
+    };
+    if path.is_some() && resolved.is_none() {
+        return vec![("/benchmark/dataset".into(), "give `path` or `dataset`, not both".into())];
+    }
+    if resolved.is_some() {
+        return vec![];
+    }
+    let source = registry.clone().unwrap_or_else(|| registry::DEFAULT_REGISTRY.to_string());
+    let base = if source.contains("://") {
+        std::path::PathBuf::from(".")
+    } else {
+        Path::new(&source).parent().map(Path::to_path_buf).unwrap_or_default()
+    };
+    let found = registry::read(&source, &base).and_then(|all| {
+        let d = registry::find(&all, &wanted)?.clone();
+        let fetched = registry::fetch(&d, &crate::cache_dir(), &base)?;
+        Ok((d, fetched))
+    });
+    match found {
+        Ok((d, fetched)) => {
+            if fetched.fetched {
+                tracing::info!(dataset = %wanted, folder = %fetched.folder.display(), "fetched the dataset's tasks");
+            }
+            *path = Some(fetched.folder);
+            *resolved =
+                Some(ResolvedDataset { name: d.name, version: d.version, registry: source, commits: fetched.commits });
+            vec![]
+        }
+        Err(e) => vec![("/benchmark/dataset".into(), e.to_string())],
     }
 }
 
