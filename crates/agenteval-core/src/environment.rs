@@ -60,6 +60,28 @@ pub struct EnvSpec {
     /// A command that must succeed before the agent starts (Harbor's `[environment.healthcheck]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthcheck: Option<Healthcheck>,
+    /// Containers that run beside the agent's on the task's own network, reached by their names
+    /// (Harbor's `docker-compose.yaml` services), started in this order. `docker` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sidecars: Vec<Sidecar>,
+}
+
+/// A container beside the task's: its image (built from `context`, or `image`), variables,
+/// command, and the check it must pass before the next one (and the agent) starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sidecar {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthcheck: Option<Healthcheck>,
 }
 
 /// A readiness check, as Harbor's: `command` (exit 0: healthy) every `interval_secs`, each try

@@ -8,6 +8,7 @@
 mod build;
 mod copy;
 mod network;
+mod sidecars;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -178,12 +179,30 @@ impl DockerEnvironment {
     }
 }
 
+impl DockerEnvironment {
+    /// Removes a task's container (idempotent: one already gone, or being removed, is fine).
+    async fn remove_main(&self, docker: &Docker, env: &EnvHandle) -> Result<()> {
+        match docker
+            .remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()))
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Already being removed (a second teardown racing the first).
+            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => Ok(()),
+            Err(e) => Err(infra(&format!("removing container {}", env.id), e)),
+        }
+    }
+}
+
 #[async_trait]
 impl Environment for DockerEnvironment {
     fn kind(&self) -> &str {
         "docker"
     }
 
+    // Long: one task container made in order (image, limits, network, create, sidecars, start,
+    // working folder), each failure removing what was made so far.
     async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
         let (image, note) = self.image(run, spec).await?;
         let docker = self.docker().await?;
@@ -235,13 +254,39 @@ impl Environment for DockerEnvironment {
             network_disabled: Some(!spec.network && !self.gateway),
             ..Default::default()
         };
-        let created = docker
-            .create_container(Some(CreateContainerOptionsBuilder::default().build()), body)
-            .await
-            .map_err(|e| infra(&format!("creating a container of {image}"), e))?;
-        let handle =
+        // With sidecars, the task's own network first: its containers reach each other there.
+        let (body, task_net) = match spec.sidecars.is_empty() {
+            true => (body, None),
+            false => {
+                let (body, net, extra) = sidecars::join_task_network(docker, run, body).await?;
+                (body, Some((net, extra)))
+            }
+        };
+        let created = match docker.create_container(Some(CreateContainerOptionsBuilder::default().build()), body).await
+        {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some((net, _)) = &task_net {
+                    let _ = docker.remove_network(net).await;
+                }
+                return Err(infra(&format!("creating a container of {image}"), e));
+            }
+        };
+        let mut handle =
             EnvHandle { kind: "docker".into(), id: created.id.clone(), workdir: String::new(), notes: vec![note] };
         let started = async {
+            if let Some((net, extra)) = &task_net {
+                if let Some(other) = extra {
+                    let request =
+                        bollard::models::NetworkConnectRequest { container: created.id.clone(), ..Default::default() };
+                    docker
+                        .connect_network(other, request)
+                        .await
+                        .map_err(|e| infra(&format!("connecting to {other}"), e))?;
+                }
+                let notes = sidecars::start(self, docker, (run, task, attempt), spec, net, &created.id).await?;
+                handle.notes.extend(notes);
+            }
             docker
                 .start_container(&created.id, None::<StartContainerOptions>)
                 .await
@@ -283,16 +328,16 @@ impl Environment for DockerEnvironment {
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         self.baselines.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
-        match docker
-            .remove_container(&env.id, Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(e) if is_not_found(&e) => Ok(()),
-            // Already being removed (a second teardown racing the first).
-            Err(bollard::errors::Error::DockerResponseServerError { status_code: 409, .. }) => Ok(()),
-            Err(e) => Err(infra(&format!("removing container {}", env.id), e)),
+        // Its sidecars and network go with it.
+        if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
+            let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+            if let Some(net) = labels.get(sidecars::LABEL_TASK_NETWORK) {
+                let removed = self.remove_main(docker, env).await;
+                sidecars::remove(docker, &env.id, Some(net.clone())).await;
+                return removed;
+            }
         }
+        self.remove_main(docker, env).await
     }
 
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
@@ -357,6 +402,18 @@ impl Environment for DockerEnvironment {
             if let Some(id) = c.id {
                 self.teardown(&EnvHandle { kind: "docker".into(), id, workdir: String::new(), notes: vec![] }).await?;
                 removed += 1;
+            }
+        }
+        // Task networks of sidecar tasks whose containers were already gone.
+        let nets = docker
+            .list_networks(Some(
+                bollard::query_parameters::ListNetworksOptionsBuilder::default().filters(&filters).build(),
+            ))
+            .await
+            .unwrap_or_default();
+        for n in nets {
+            if let Some(name) = n.name {
+                let _ = docker.remove_network(&name).await;
             }
         }
         Ok(removed)

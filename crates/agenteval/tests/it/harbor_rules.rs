@@ -2,8 +2,9 @@
 //! end with a real Docker engine: eight probe tasks where agenteval's strict rules and Harbor's
 //! differ (a server the agent leaves running for the tests, an agent stopped by its timeout
 //! with the work done, no reward, two named rewards, `network_mode = "public"`, an allowlist,
-//! `environment_mode = "separate"`, a background process that rewrites the reward), and tasks
-//! agenteval cannot run failing alone (a compose task, a GPU).
+//! `environment_mode = "separate"`, a background process that rewrites the reward), tasks
+//! agenteval cannot run failing alone (a compose file using volumes, a GPU), a task with a
+//! sidecar, and a dataset by name from a local registry.
 
 use std::path::Path;
 
@@ -170,7 +171,9 @@ fn a_compose_task_and_a_gpu_task_fail_alone_and_the_rest_of_the_dataset_runs() {
     std::fs::remove_file(tasks.join("compose/environment/Dockerfile")).unwrap();
     std::fs::write(
         tasks.join("compose/environment/docker-compose.yaml"),
-        format!("services:\n  main:\n    image: {BASE}\n    command: sleep infinity\n"),
+        format!(
+            "services:\n  main:\n    image: {BASE}\n    volumes: [\"/var/run/docker.sock:/var/run/docker.sock\"]\n"
+        ),
     )
     .unwrap();
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
@@ -179,7 +182,7 @@ fn a_compose_task_and_a_gpu_task_fail_alone_and_the_rest_of_the_dataset_runs() {
     assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
     assert_eq!(result(&bundle, "plain")["passed"], true);
-    for (id, why) in [("gpu", "GPU"), ("compose", "docker-compose.yaml")] {
+    for (id, why) in [("gpu", "GPU"), ("compose", "uses volumes")] {
         let r = result(&bundle, id);
         assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
         assert!(r["agent"]["error"].as_str().unwrap().contains(why), "{r}");
@@ -254,4 +257,46 @@ fn a_dataset_by_name_from_a_local_registry_runs_and_is_fetched_once() {
     let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--set", "benchmark.dataset=mini@3.0"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(format!("{}{}", text(&out.stdout), text(&out.stderr)).contains("1.0, 0.9"));
+}
+
+/// A multi-container task: the agent's container and a sidecar (a web service built from its
+/// own folder, healthy before the agent starts) on the task's own network; the tests reach the
+/// sidecar by its service name, and nothing of it outlives the task.
+#[test]
+fn a_compose_task_with_a_sidecar_passes_under_docker() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let query = "python3 -c \"import urllib.request; urllib.request.urlopen('http://api:8080/', timeout=5)\"";
+    task(
+        &tasks,
+        "with-sidecar",
+        "",
+        &format!("{query} && echo reached > /app/reached"),
+        &format!("[ -e /app/reached ] && {query} {VERDICT}"),
+    );
+    let env = tasks.join("with-sidecar/environment");
+    std::fs::create_dir_all(env.join("api")).unwrap();
+    std::fs::write(env.join("api/Dockerfile"), PYTHON_IMAGE).unwrap();
+    std::fs::write(
+        env.join("docker-compose.yaml"),
+        "services:\n  main:\n    build: .\n    depends_on:\n      api: {condition: service_healthy}\n  api:\n    build: ./api\n    command: [python3, -m, http.server, \"8080\"]\n    healthcheck:\n      test: [CMD-SHELL, \"python3 -c 'import urllib.request; urllib.request.urlopen(\\\"http://127.0.0.1:8080\\\")'\"]\n      interval: 1s\n      retries: 20\n",
+    )
+    .unwrap();
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let r = result(&ws.runs().join(run), "with-sidecar");
+    assert_eq!(r["passed"], true, "{r}");
+    let left = std::process::Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label=agenteval.run={run}")])
+        .output()
+        .unwrap();
+    assert!(text(&left.stdout).trim().is_empty(), "containers left: {}", text(&left.stdout));
+    let nets = std::process::Command::new("docker")
+        .args(["network", "ls", "-q", "--filter", &format!("label=agenteval.run={run}")])
+        .output()
+        .unwrap();
+    assert!(text(&nets.stdout).trim().is_empty(), "networks left: {}", text(&nets.stdout));
 }

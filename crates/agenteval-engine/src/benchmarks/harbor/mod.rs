@@ -7,6 +7,7 @@
 //! never sees the tests or the solution: they are not in the image, and are copied in only after
 //! it is done (the solution only for the `oracle` agent).
 
+mod compose;
 pub mod registry;
 
 use std::path::{Path, PathBuf};
@@ -298,8 +299,20 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
             .push(format!("the task needs {g} GPU(s), and agenteval's Docker environment gives containers none"));
     }
     let context = dir.join("environment");
-    let compose =
-        ["docker-compose.yaml", "docker-compose.yml", "compose.yaml"].iter().any(|f| context.join(f).is_file());
+    let compose_file = ["docker-compose.yaml", "docker-compose.yml", "compose.yaml"]
+        .iter()
+        .map(|f| context.join(f))
+        .find(|f| f.is_file());
+    let compose = match &compose_file {
+        Some(f) => match compose::read(f) {
+            Ok(c) => Some(c),
+            Err(why) => {
+                unsupported.push(format!("its compose file: {why}"));
+                None
+            }
+        },
+        None => None,
+    };
     let healthcheck = env.get("healthcheck").and_then(toml::Value::as_table).and_then(|h| {
         Some(Healthcheck {
             command: h.get("command")?.as_str()?.to_string(),
@@ -309,7 +322,7 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
             retries: num(h.get("retries")).map_or(3, |r| r.max(0.0) as u32),
         })
     });
-    let spec = EnvSpec {
+    let mut spec = EnvSpec {
         context: context.join("Dockerfile").is_file().then_some(context.clone()),
         image: env.get("docker_image").and_then(toml::Value::as_str).map(String::from),
         cpus: num(env.get("cpus")),
@@ -323,12 +336,15 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         healthcheck,
         ..Default::default()
     };
-    if spec.context.is_none() && spec.image.is_none() {
-        unsupported.push(if compose {
-            "a multi-container task (environment/docker-compose.yaml, no Dockerfile): not supported yet".to_string()
-        } else {
-            "no environment/Dockerfile and no `environment.docker_image` in task.toml".to_string()
-        });
+    // A compose file's `main` service is the agent's container; the others are its sidecars.
+    if let Some(c) = compose {
+        spec.context = c.main.context.or(spec.context);
+        spec.image = if spec.context.is_some() { None } else { c.main.image.or(spec.image) };
+        spec.env.extend(c.main.env);
+        spec.sidecars = c.sidecars;
+    }
+    if spec.context.is_none() && spec.image.is_none() && compose_file.is_none() {
+        unsupported.push("no environment/Dockerfile and no `environment.docker_image` in task.toml".to_string());
     }
     if !dir.join("tests/test.sh").is_file() {
         return Err(Error::invalid(format!("task {id}: no tests/test.sh (its verifier)")));

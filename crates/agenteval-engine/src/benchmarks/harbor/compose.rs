@@ -1,0 +1,203 @@
+//! A Harbor task's `environment/docker-compose.yaml`, in the subset agenteval runs: the `main`
+//! service (the agent's container) and its sidecars, each `build` (a folder, or `context` and
+//! `dockerfile`) or `image`, `environment`, `command`, `depends_on` and `healthcheck`. Anything
+//! else a service says (ports, volumes, networks, …) is refused by name: the task is `infra`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use agenteval_core::environment::{Healthcheck, Sidecar};
+use serde_json::Value;
+
+/// The main service's name, as Harbor names it.
+pub const MAIN: &str = "main";
+
+/// What a compose file gives the task: the main service and the sidecars in the order they
+/// start (each after what it depends on).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Compose {
+    pub main: Sidecar,
+    pub sidecars: Vec<Sidecar>,
+}
+
+const KNOWN: [&str; 7] = ["build", "image", "environment", "command", "depends_on", "healthcheck", "container_name"];
+
+/// A duration as compose writes it (`10s`, `1m30s`, `500ms`, a bare number of seconds).
+fn seconds(v: Option<&Value>) -> Option<f64> {
+    match v? {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => {
+            let mut total = 0.0;
+            let mut num = String::new();
+            let mut chars = s.trim().chars().peekable();
+            while let Some(c) = chars.next() {
+                if c.is_ascii_digit() || c == '.' {
+                    num.push(c);
+                    continue;
+                }
+                let n: f64 = num.parse().ok()?;
+                num.clear();
+                let unit = if c == 'm' && chars.peek() == Some(&'s') {
+                    chars.next();
+                    0.001
+                } else {
+                    match c {
+                        'h' => 3600.0,
+                        'm' => 60.0,
+                        's' => 1.0,
+                        _ => return None,
+                    }
+                };
+                total += n * unit;
+            }
+            if !num.is_empty() {
+                total += num.parse::<f64>().ok()?;
+            }
+            Some(total)
+        }
+        _ => None,
+    }
+}
+
+fn healthcheck(v: &Value) -> Option<Healthcheck> {
+    let test = match v.get("test")? {
+        Value::String(s) => s.clone(),
+        Value::Array(a) => {
+            let parts: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+            match parts.split_first() {
+                Some((&"CMD-SHELL", rest)) => rest.join(" "),
+                Some((&"CMD", rest)) => {
+                    rest.iter().map(|p| crate::environments::quote(p)).collect::<Vec<_>>().join(" ")
+                }
+                Some((&"NONE", _)) => return None,
+                _ => parts.join(" "),
+            }
+        }
+        _ => return None,
+    };
+    Some(Healthcheck {
+        command: test,
+        interval_secs: seconds(v.get("interval")).unwrap_or(5.0),
+        timeout_secs: seconds(v.get("timeout")).unwrap_or(30.0),
+        start_period_secs: seconds(v.get("start_period")).unwrap_or(0.0),
+        retries: v.get("retries").and_then(Value::as_u64).map_or(3, |r| r as u32),
+    })
+}
+
+fn service(name: &str, v: &Value, dir: &Path) -> Result<(Sidecar, Vec<String>), String> {
+    let Some(obj) = v.as_object() else { return Err(format!("service `{name}` is not a mapping")) };
+    let unknown: Vec<&str> = obj.keys().map(String::as_str).filter(|k| !KNOWN.contains(k)).collect();
+    if !unknown.is_empty() {
+        return Err(format!("service `{name}` uses {}, which agenteval does not run", unknown.join(", ")));
+    }
+    let context = match obj.get("build") {
+        Some(Value::String(s)) => Some(dir.join(s)),
+        Some(Value::Object(b)) => {
+            if b.get("dockerfile").and_then(Value::as_str).is_some_and(|f| f != "Dockerfile") {
+                return Err(format!("service `{name}`: only a build context's own `Dockerfile` is supported"));
+            }
+            Some(dir.join(b.get("context").and_then(Value::as_str).unwrap_or(".")))
+        }
+        Some(_) => return Err(format!("service `{name}`: `build` is a folder or {{context}}")),
+        None => None,
+    };
+    let image = obj.get("image").and_then(Value::as_str).map(String::from);
+    if context.is_none() && image.is_none() {
+        return Err(format!("service `{name}` has neither `build` nor `image`"));
+    }
+    let env: BTreeMap<String, String> = match obj.get("environment") {
+        Some(Value::Object(m)) => {
+            m.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), String::from))).collect()
+        }
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(Value::as_str)
+            .map(|kv| kv.split_once('=').map_or((kv.to_string(), String::new()), |(k, v)| (k.into(), v.into())))
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let command = match obj.get("command") {
+        Some(Value::String(s)) => Some(vec!["/bin/sh".into(), "-c".into(), s.clone()]),
+        Some(Value::Array(a)) => Some(a.iter().filter_map(Value::as_str).map(String::from).collect()),
+        _ => None,
+    };
+    let depends: Vec<String> = match obj.get("depends_on") {
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).map(String::from).collect(),
+        Some(Value::Object(m)) => m.keys().cloned().collect(),
+        _ => vec![],
+    };
+    let sidecar = Sidecar {
+        name: name.to_string(),
+        context,
+        image: if obj.contains_key("build") { None } else { image },
+        env,
+        command,
+        healthcheck: obj.get("healthcheck").and_then(healthcheck),
+    };
+    Ok((sidecar, depends))
+}
+
+/// The compose file of a task's `environment/` folder, read in agenteval's subset.
+pub(crate) fn read(file: &Path) -> Result<Compose, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
+    let doc = agenteval_core::config::YamlDoc::parse(&text).map_err(|p| {
+        format!("{} is not YAML: {}", file.display(), p.first().map(|p| p.message.clone()).unwrap_or_default())
+    })?;
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let Some(services) = doc.value.get("services").and_then(Value::as_object) else {
+        return Err(format!("{} has no `services`", file.display()));
+    };
+    let mut read: BTreeMap<String, (Sidecar, Vec<String>)> = BTreeMap::new();
+    for (name, v) in services {
+        read.insert(name.clone(), service(name, v, dir)?);
+    }
+    let Some((main, _)) = read.get(MAIN).cloned() else {
+        return Err(format!("{} has no `{MAIN}` service (the agent's container)", file.display()));
+    };
+    // Each sidecar after what it depends on; a cycle is refused.
+    let mut order: Vec<String> = Vec::new();
+    let mut todo: Vec<String> = read.keys().filter(|k| *k != MAIN).cloned().collect();
+    while !todo.is_empty() {
+        let ready: Vec<String> = todo
+            .iter()
+            .filter(|n| read[*n].1.iter().all(|d| d == MAIN || order.contains(d) || !read.contains_key(d)))
+            .cloned()
+            .collect();
+        if ready.is_empty() {
+            return Err(format!("the services {} depend on each other in a circle", todo.join(", ")));
+        }
+        todo.retain(|n| !ready.contains(n));
+        order.extend(ready);
+    }
+    let sidecars = order.into_iter().map(|n| read[&n].0.clone()).collect();
+    Ok(Compose { main, sidecars })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_subset_reads_and_what_it_lacks_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("docker-compose.yaml");
+        std::fs::write(
+            &f,
+            "services:\n  main:\n    build: .\n    depends_on: [api]\n  api:\n    image: app:1\n    command: python3 -m http.server 80\n    environment:\n      MODE: test\n    depends_on:\n      db: {condition: service_healthy}\n    healthcheck:\n      test: [CMD-SHELL, curl -f localhost]\n      interval: 1s\n      retries: 5\n  db:\n    image: db:1\n",
+        )
+        .unwrap();
+        let c = read(&f).unwrap();
+        assert_eq!(c.main.context.as_deref(), Some(d.path().join(".").as_path()));
+        let names: Vec<&str> = c.sidecars.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["db", "api"], "each after what it depends on");
+        let api = &c.sidecars[1];
+        assert_eq!(api.env["MODE"], "test");
+        assert_eq!(api.command.as_deref().unwrap()[2], "python3 -m http.server 80");
+        let hc = api.healthcheck.clone().unwrap();
+        assert_eq!((hc.command.as_str(), hc.interval_secs, hc.retries), ("curl -f localhost", 1.0, 5));
+        std::fs::write(&f, "services:\n  main:\n    image: x\n    ports: [\"80:80\"]\n").unwrap();
+        assert!(read(&f).unwrap_err().contains("ports"));
+        assert_eq!(seconds(Some(&Value::String("1m30s".into()))), Some(90.0));
+        assert_eq!(seconds(Some(&Value::String("500ms".into()))), Some(0.5));
+    }
+}
