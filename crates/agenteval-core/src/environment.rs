@@ -37,6 +37,11 @@ pub struct EnvSpec {
     /// The environment may reach the network (off by default).
     #[serde(default)]
     pub network: bool,
+    /// Without `network`: the hosts it may still reach, through agenteval's egress proxy
+    /// (`HTTP_PROXY`/`HTTPS_PROXY`; Harbor's `network_mode = "allowlist"`): names, `*.` suffixes,
+    /// addresses and CIDR ranges. `docker` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
     /// How long building the image may take (seconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub build_timeout_secs: Option<f64>,

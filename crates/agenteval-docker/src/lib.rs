@@ -7,10 +7,12 @@
 
 mod build;
 mod copy;
+mod egress;
 mod network;
 mod sidecars;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -49,6 +51,10 @@ pub struct DockerEnvironment {
     gateway_network: OnceCell<String>,
     /// The run's agent reaches the model gateway from inside its container.
     gateway: bool,
+    /// The egress proxy of allowlisted containers (its address, once started) and what each
+    /// may reach.
+    egress: OnceCell<SocketAddr>,
+    allowed: egress::Allowed,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -74,6 +80,8 @@ impl DockerEnvironment {
             network: OnceCell::new(),
             gateway_network: OnceCell::new(),
             gateway: false,
+            egress: OnceCell::new(),
+            allowed: egress::Allowed::default(),
         }
     }
 
@@ -179,7 +187,61 @@ impl DockerEnvironment {
     }
 }
 
+/// A container's variables: the spec's, and for an allowlisted one the egress proxy's address.
+fn container_env(spec: &EnvSpec, proxy: Option<SocketAddr>) -> Option<Vec<String>> {
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if let Some(p) = proxy {
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            env.push(format!("{k}=http://{p}"));
+        }
+        env.push("NO_PROXY=localhost,127.0.0.1".into());
+        env.push("no_proxy=localhost,127.0.0.1".into());
+    }
+    (!env.is_empty()).then_some(env)
+}
+
+/// Every address a container has on its networks.
+fn addresses(info: &bollard::models::ContainerInspectResponse) -> Vec<std::net::IpAddr> {
+    let nets = info.network_settings.as_ref().and_then(|n| n.networks.clone()).unwrap_or_default();
+    nets.values().filter_map(|e| e.ip_address.as_deref()?.parse().ok()).collect()
+}
+
 impl DockerEnvironment {
+    /// The egress proxy for an allowlisted spec, started on the gateway network's host address
+    /// and a free port of the gateway's range (the only ports its containers reach here).
+    async fn egress_proxy(&self, docker: &Docker, spec: &EnvSpec) -> Result<Option<SocketAddr>> {
+        if spec.allowed_hosts.is_empty() {
+            return Ok(None);
+        }
+        let addr = self
+            .egress
+            .get_or_try_init(|| async {
+                let net = self
+                    .gateway_network
+                    .get_or_try_init(|| network::ensure(docker, network::TaskNet::GatewayOnly))
+                    .await?;
+                let host = network::host_address(docker, net)
+                    .await
+                    .ok_or_else(|| Error::new(ErrorKind::Transient, "the gateway network has no host address"))?;
+                for port in agenteval_core::gateway::GATEWAY_PORTS.rev() {
+                    if let Ok(l) = tokio::net::TcpListener::bind((host, port)).await {
+                        let at = l.local_addr().map_err(|e| Error::io("the egress proxy's address", e))?;
+                        egress::serve(l, self.allowed.clone());
+                        return Ok(at);
+                    }
+                }
+                Err(Error::new(ErrorKind::Transient, "no free port in the gateway's range for the egress proxy"))
+            })
+            .await?;
+        Ok(Some(*addr))
+    }
+
+    /// The container's address (on its first network), once it runs.
+    async fn address(&self, docker: &Docker, id: &str) -> Option<std::net::IpAddr> {
+        let info = docker.inspect_container(id, None::<InspectContainerOptions>).await.ok()?;
+        addresses(&info).into_iter().next()
+    }
+
     /// Removes a task's container (idempotent: one already gone, or being removed, is fine).
     async fn remove_main(&self, docker: &Docker, env: &EnvHandle) -> Result<()> {
         match docker
@@ -222,7 +284,7 @@ impl Environment for DockerEnvironment {
             // Without, on the gateway's internal network when the agent needs it, else none.
             network_mode: Some(if spec.network {
                 self.network.get_or_try_init(|| network::ensure(docker, network::TaskNet::Internet)).await?.clone()
-            } else if self.gateway {
+            } else if self.gateway || !spec.allowed_hosts.is_empty() {
                 self.gateway_network
                     .get_or_try_init(|| network::ensure(docker, network::TaskNet::GatewayOnly))
                     .await?
@@ -234,7 +296,8 @@ impl Environment for DockerEnvironment {
             // (an agent's update check or model-list fetch would cost each task seconds): the
             // gateway is reached by address.
             // (Only on a network: Docker refuses a resolver for `none`.)
-            dns: (!spec.network && self.gateway).then(|| vec!["127.0.0.1".to_string()]),
+            dns: (!spec.network && (self.gateway || !spec.allowed_hosts.is_empty()))
+                .then(|| vec!["127.0.0.1".to_string()]),
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),
@@ -249,9 +312,9 @@ impl Environment for DockerEnvironment {
             cmd: Some(vec!["infinity".into()]),
             working_dir: spec.workdir.clone(),
             user: spec.user.clone(),
-            env: (!spec.env.is_empty()).then(|| spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: container_env(spec, self.egress_proxy(docker, spec).await?),
             host_config: Some(host),
-            network_disabled: Some(!spec.network && !self.gateway),
+            network_disabled: Some(!spec.network && !self.gateway && spec.allowed_hosts.is_empty()),
             ..Default::default()
         };
         // With sidecars, the task's own network first: its containers reach each other there.
@@ -303,6 +366,18 @@ impl Environment for DockerEnvironment {
         match started {
             Ok(workdir) => {
                 let handle = EnvHandle { workdir, ..handle };
+                if !spec.allowed_hosts.is_empty() {
+                    match self.address(docker, &handle.id).await {
+                        Some(ip) => self.allowed.set(ip, spec.allowed_hosts.clone()),
+                        None => {
+                            let _ = self.teardown(&handle).await;
+                            return Err(Error::new(
+                                ErrorKind::Transient,
+                                "an allowlisted container has no address on the gateway network",
+                            ));
+                        }
+                    }
+                }
                 self.mark_baseline(&handle).await;
                 Ok(handle)
             }
@@ -328,8 +403,11 @@ impl Environment for DockerEnvironment {
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         self.baselines.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
-        // Its sidecars and network go with it.
+        // Its sidecars and network go with it, and what it was allowed to reach.
         if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
+            for ip in addresses(&info) {
+                self.allowed.forget(ip);
+            }
             let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
             if let Some(net) = labels.get(sidecars::LABEL_TASK_NETWORK) {
                 let removed = self.remove_main(docker, env).await;

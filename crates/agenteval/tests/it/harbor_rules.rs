@@ -1,7 +1,8 @@
 //! Harbor tasks graded as Harbor grades them (`benchmark.grading: harbor`, the default), end to
 //! end with a real Docker engine: eight probe tasks where agenteval's strict rules and Harbor's
 //! differ (a server the agent leaves running for the tests, an agent stopped by its timeout
-//! with the work done, no reward, two named rewards, `network_mode = "public"`, an allowlist,
+//! with the work done, no reward, two named rewards, `network_mode = "public"`, an allowlist
+//! (a server of the test's reached through the egress proxy, another host refused),
 //! `environment_mode = "separate"`, a background process that rewrites the reward), tasks
 //! agenteval cannot run failing alone (a compose file using volumes, a GPU), a task with a
 //! sidecar, and a dataset by name from a local registry.
@@ -56,12 +57,15 @@ fn probes(root: &Path) {
         "true",
         &format!("ls /sys/class/net | grep -vqx lo {VERDICT}"),
     );
+    // The allowed host is a server of this test's, by this machine's own address; any other
+    // host is refused by the egress proxy.
+    let (ip, port) = allowed_server();
     task(
         root,
         "allowlist",
-        "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"pypi.org\"]\n",
+        &format!("[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"{ip}\"]\n"),
         "true",
-        PASS,
+        &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py http://{ip}:{port}/", ALLOWLIST_PROBE),
     );
     task(
         root,
@@ -79,6 +83,41 @@ fn probes(root: &Path) {
     );
 }
 
+/// What the allowlist probe's tests run: the allowed URL answers through the proxy, any other
+/// host is refused by it (`x-agenteval-egress: refused`).
+const ALLOWLIST_PROBE: &str = r#"import sys, urllib.request, urllib.error
+def reach(url):
+    try:
+        r = urllib.request.urlopen(url, timeout=20)
+        return r.status, r.headers.get('x-agenteval-egress')
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get('x-agenteval-egress')
+    except Exception as e:
+        return None, str(e)
+allowed, other = reach(sys.argv[1]), reach('http://example.com/')
+print(allowed, other)
+ok = allowed[0] == 200 and other[1] == 'refused'
+open('/logs/verifier/reward.txt', 'w').write('1' if ok else '0')"#;
+
+/// A tiny HTTP server on this machine's own address (not loopback, which the proxy never
+/// reaches), answering 200 until the test ends: its address and port.
+fn allowed_server() -> (std::net::IpAddr, u16) {
+    use std::io::{Read as _, Write as _};
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("10.255.255.255:9").unwrap();
+    let ip = probe.local_addr().unwrap().ip();
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+        }
+    });
+    (ip, port)
+}
+
 fn result(bundle: &Path, id: &str) -> serde_json::Value {
     read_json(&bundle.join(format!("tasks/{id}/result.json")))
 }
@@ -91,8 +130,7 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_is_caught
     probes(&tasks);
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &[]);
-    // The allowlist task is `infra` (given up: the run is incomplete, exit 3); the others ran.
-    assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
     let r = |id: &str| result(&bundle, id);
     assert_eq!(r("server")["passed"], true, "the agent's server still runs for the tests: {}", r("server"));
@@ -115,8 +153,7 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_is_caught
     );
     assert_eq!(r("public-network")["passed"], true, "{}", r("public-network"));
     let allow = r("allowlist");
-    assert_eq!(allow["agent"]["terminated_by"], "infra_failure", "{allow}");
-    assert!(allow["agent"]["error"].as_str().unwrap().contains("allowlist"), "{allow}");
+    assert_eq!(allow["passed"], true, "the allowed host answers, another is refused: {allow}");
     assert_eq!(r("separate-verifier")["passed"], true, "{}", r("separate-verifier"));
     let rewritten = r("reward-rewriter");
     assert_eq!(rewritten["passed"], false, "{rewritten}");

@@ -195,18 +195,46 @@ fn folder_content(dir: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// A phase's network as `task.toml` says it.
+#[derive(Debug, Clone, PartialEq)]
+enum Net {
+    Public,
+    None,
+    /// Only these hosts (through the egress proxy).
+    Allow(Vec<String>),
+}
+
 /// A phase's network as `task.toml` says it: `network_mode` (`public`, `no-network`,
-/// `allowlist`), or the older `allow_internet`. `None`: not said.
-fn network_of(t: &toml::Table) -> Option<std::result::Result<bool, String>> {
+/// `allowlist` with `allowed_hosts`), or the older `allow_internet`. `None`: not said.
+fn network_of(t: &toml::Table) -> Option<std::result::Result<Net, String>> {
     match t.get("network_mode").and_then(toml::Value::as_str) {
-        Some("public") => Some(Ok(true)),
-        Some("no-network") => Some(Ok(false)),
-        Some("allowlist") => Some(Err(format!(
-            "network_mode = \"allowlist\" (allowed_hosts {}) is not supported: agenteval's containers have the internet or none",
-            t.get("allowed_hosts").map(|h| h.to_string()).unwrap_or_else(|| "[]".into())
-        ))),
+        Some("public") => Some(Ok(Net::Public)),
+        Some("no-network") => Some(Ok(Net::None)),
+        Some("allowlist") => {
+            let hosts: Vec<String> = t
+                .get("allowed_hosts")
+                .and_then(toml::Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|h| h.as_str().map(|h| h.trim().to_ascii_lowercase()))
+                .filter(|h| !h.is_empty())
+                .collect();
+            if hosts.is_empty() {
+                Some(Err("network_mode = \"allowlist\" names no allowed_hosts".into()))
+            } else if let Some(bad) = hosts.iter().find(|h| {
+                h.contains("://")
+                    || h.contains('@')
+                    || (h.contains(':') && !h.contains('/') && h.parse::<std::net::IpAddr>().is_err())
+            }) {
+                Some(Err(format!("allowed_hosts entry `{bad}` is not a hostname, address or CIDR range")))
+            } else {
+                Some(Ok(Net::Allow(hosts)))
+            }
+        }
         Some(other) => Some(Err(format!("network_mode = \"{other}\" is not one of public, no-network, allowlist"))),
-        None => t.get("allow_internet").and_then(toml::Value::as_bool).map(Ok),
+        None => {
+            t.get("allow_internet").and_then(toml::Value::as_bool).map(|b| Ok(if b { Net::Public } else { Net::None }))
+        }
     }
 }
 
@@ -267,7 +295,7 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         }
     }
     let mut unsupported: Vec<String> = Vec::new();
-    let mut unsupported_if = |r: Option<std::result::Result<bool, String>>| match r {
+    let mut unsupported_if = |r: Option<std::result::Result<Net, String>>| match r {
         Some(Ok(b)) => Some(b),
         Some(Err(why)) => {
             unsupported.push(why);
@@ -276,9 +304,9 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         None => None,
     };
     // agenteval's default is stricter than Harbor's (`public`): no network unless the task says.
-    let env_network = unsupported_if(network_of(&env)).unwrap_or(false);
-    let agent_network = unsupported_if(network_of(&agent)).unwrap_or(env_network);
-    let verifier_network = unsupported_if(network_of(&verifier)).unwrap_or(env_network);
+    let env_network = unsupported_if(network_of(&env)).unwrap_or(Net::None);
+    let agent_network = unsupported_if(network_of(&agent)).unwrap_or_else(|| env_network.clone());
+    let verifier_network = unsupported_if(network_of(&verifier)).unwrap_or_else(|| env_network.clone());
     let verify_in = match verifier.get("environment_mode").and_then(toml::Value::as_str) {
         Some("shared") => Some(VerifyIn::Same),
         Some("separate") => Some(VerifyIn::Fresh),
@@ -327,7 +355,11 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         image: env.get("docker_image").and_then(toml::Value::as_str).map(String::from),
         cpus: num(env.get("cpus")),
         memory_mb: memory_mb(env.get("memory_mb").or_else(|| env.get("memory"))),
-        network: agent_network,
+        network: agent_network == Net::Public,
+        allowed_hosts: match &agent_network {
+            Net::Allow(hosts) => hosts.clone(),
+            _ => vec![],
+        },
         build_timeout_secs: num(env.get("build_timeout_sec")),
         workdir: env.get("workdir").and_then(toml::Value::as_str).map(String::from),
         storage_mb: num(env.get("storage_mb")).filter(|n| *n > 0.0).map(|n| n.ceil() as u64),
