@@ -151,6 +151,10 @@ pub struct TestsSpec {
     /// `same`, `separate` is `fresh`); else the run's `environment.verify_in`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_in: Option<VerifyIn>,
+    /// The network of a fresh environment the tests run in, when the task gives its verifier one
+    /// of its own (Harbor's `[verifier] network_mode`): internet or not, and the allowed hosts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<(bool, Vec<String>)>,
 }
 
 /// Where a task's tests run (`environment.verify_in`, or the task's own say).

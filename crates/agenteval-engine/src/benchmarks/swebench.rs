@@ -188,7 +188,7 @@ async fn patch_of(
     // Every file the agent added counts; what the repository ignores does not.
     let git = crate::environments::snapshot::hardened_shell_git();
     let cmd = format!(
-        "cd {TESTBED} && {git} -c core.fileMode=false add -A >/dev/null && {git} -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv {}",
+        "cd {TESTBED} && {git} -c safe.directory='*' -c core.fileMode=false add -A >/dev/null && {git} -c safe.directory='*' -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv {}",
         crate::environments::quote(&t.base_commit)
     );
     let out = s.env.exec(&s.handle, &as_root(cmd, 300.0, MAX_PATCH_BYTES)).await.map_err(|e| e.to_string())?;

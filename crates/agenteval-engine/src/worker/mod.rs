@@ -853,7 +853,16 @@ async fn fresh_for_tests(ctx: &Ctx, task: &TaskSpec, left: &EnvSession, log: &mu
         }
         Err(e) => return Err(e),
     }
-    // The patch came from the agent's environment: no snapshot of this one.
+    // The patch came from the agent's environment: no snapshot of this one. Its network is the
+    // verifier's when the task gives it one.
+    let verifiers;
+    let spec = match task.tests.as_ref().and_then(|t| t.network.clone()) {
+        Some((network, allowed_hosts)) => {
+            verifiers = agenteval_core::environment::EnvSpec { network, allowed_hosts, ..spec.clone() };
+            &verifiers
+        }
+        None => spec,
+    };
     let fresh = prepare_session(ctx, task, spec, false, log).await?;
     if let Err(e) = fresh.env.copy_in(&fresh.handle, carried.path(), &fresh.handle.workdir).await {
         tear_down(ctx, &fresh, log).await;

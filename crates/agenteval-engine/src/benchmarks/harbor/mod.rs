@@ -393,6 +393,13 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         reward: RewardFrom::File,
         rules,
         user: user_of(&verifier),
+        network: (verify_in == Some(VerifyIn::Fresh) && verifier_network != agent_network).then(|| {
+            match &verifier_network {
+                Net::Public => (true, vec![]),
+                Net::None => (false, vec![]),
+                Net::Allow(hosts) => (false, hosts.clone()),
+            }
+        }),
         verify_in,
     };
     let solution = path.join("solution");
@@ -498,6 +505,26 @@ mod tests {
         assert!(b.list_tasks(&only_b).await.unwrap().is_empty());
         let one = HarborBenchmark::new(d.path().join("fix-it"));
         assert_eq!(one.list_tasks(&TaskFilter::default()).await.unwrap()[0].id.as_str(), "fix-it");
+    }
+
+    #[test]
+    fn each_phase_gets_its_network_and_what_cannot_run_here_is_said_not_refused() {
+        let d = task_dir(
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"PyPI.org\", \"*.example.com\"]\n[verifier]\nenvironment_mode = \"separate\"\nnetwork_mode = \"public\"\n[agent]\nuser = 1000\n",
+        );
+        let t = read_task(&d.path().join("fix-it")).unwrap();
+        let env = t.environment.clone().unwrap();
+        assert_eq!(
+            (env.network, env.allowed_hosts.as_slice(), env.user.as_deref()),
+            (false, &["pypi.org".to_string(), "*.example.com".to_string()][..], Some("1000"))
+        );
+        let tests = t.tests.clone().unwrap();
+        assert_eq!((tests.verify_in, tests.network), (Some(VerifyIn::Fresh), Some((true, vec![]))));
+        let shared = task_dir("[verifier]\nnetwork_mode = \"public\"\n[environment]\ngpus = 2\n");
+        let t = read_task(&shared.path().join("fix-it")).unwrap();
+        let why = HarborTask::of(&t).unwrap().unsupported.unwrap();
+        assert!(why.contains("2 GPU") && why.contains("shared environment"), "{why}");
+        assert!(t.environment.is_none() && t.tests.is_none(), "it runs nothing: it is infra");
     }
 
     #[test]
