@@ -1412,3 +1412,61 @@ async fn an_installed_agent_runs_in_its_agent_layer_pushed_beside_the_task_image
     let r: serde_json::Value = serde_json::from_slice(files.get("result.json").unwrap()).unwrap();
     assert_eq!(r["image"].as_str(), Some(layer.as_str()), "{r}");
 }
+
+/// SWE-bench predictions graded on the fleet: each instance an ECS task of the instance's own
+/// image, pulled from a registry on this machine (the image the row names, run as it is), the
+/// worker's container being the fresh one the patch is applied in; the verdicts are the local
+/// fleet's (and the official harness's, `swebench.rs`).
+#[tokio::test(flavor = "multi_thread")]
+async fn swebench_predictions_are_graded_on_the_fleet_in_each_instances_image() {
+    use crate::util::swebench::{instance_image, predictions, row, write_jsonl};
+    let tag = image();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let (local, base) = instance_image();
+    let remote = format!("127.0.0.1:{}/swebench-calc:1", reg.port);
+    let pushed = docker(&["tag", &local, &remote]);
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let pushed = docker(&["push", &remote]);
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let preds = predictions();
+    let rows: Vec<serde_json::Value> =
+        preds.iter().map(|(id, _)| row(id, "Fix `add`: it subtracts.", &remote, &base)).collect();
+    write_jsonl(&aws.ws, "dataset.jsonl", &rows);
+    let pred_rows: Vec<serde_json::Value> = preds
+        .iter()
+        .map(|(id, p)| serde_json::json!({"instance_id": id, "model_name_or_path": "test-model", "model_patch": p}))
+        .collect();
+    write_jsonl(&aws.ws, "preds.jsonl", &pred_rows);
+    let body = "benchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n  timeout_seconds: 300\nagent:\n  kind: predictions\n  path: preds.jsonl\nenvironment:\n  kind: docker\n";
+    let cfg = aws.config("swebench", body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: 127.0.0.1:{}/agenteval-envs\n", reg.port));
+    std::fs::write(&cfg, yaml).unwrap();
+    aws.fargate_in(tag, None);
+    let (v, code) =
+        aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.tasks_per_job=1"]);
+    let logs = || -> String {
+        std::fs::read_dir(aws.ws.path().join("worker-logs"))
+            .map(|d| d.flatten().map(|e| std::fs::read_to_string(e.path()).unwrap_or_default()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}\n{}", logs());
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
+    let mut passed: Vec<&str> = shown["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["outcome"] == "passed")
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect();
+    passed.sort();
+    assert_eq!(passed, ["calc-fake-output", "calc-gold"], "the harness's resolved set: {shown}\n{}", logs());
+    assert_eq!(v["summary"]["suspect"], 1, "{v}");
+    // Graded inside the instance's own image, its report in the pack.
+    let (gold, _) = aws.json(&["show", &run, "calc-gold", "--json", "--backend", "aws"]);
+    let image =
+        gold.pointer("/result/image").or_else(|| gold.get("image")).and_then(|i| i.as_str()).unwrap_or_default();
+    assert!(image.contains("swebench-calc"), "{gold}");
+}
