@@ -230,6 +230,15 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
             }
         }
     };
+    // A process the agent left running could have rewritten the tests themselves before they
+    // ran: each file copied in must still be what the task holds.
+    if harbor
+        && let Some(dir) = &spec.dir
+        && let Some(why) = tests_changed(session, dir, &tests_dir).await
+    {
+        let reason = format!("not graded: {why}; the agent left a process running that changed the tests");
+        return done(score(id, false, 0.0, reason));
+    }
     if let (Some((Some(from), Some(to))), RewardFrom::File) = (window, spec.reward)
         && let Some(why) = written_outside(session, &logs_dir, &from, &to).await
     {
@@ -290,6 +299,51 @@ async fn written_outside(s: &EnvSession, logs: &str, from: &str, to: &str) -> Op
         return Some(format!("{} was written before the tests started", before.join(", ")));
     }
     None
+}
+
+/// The tests' files (relative path, sha256) as the task holds them.
+fn tests_digests(dir: &Path) -> Vec<(String, String)> {
+    use sha2::{Digest as _, Sha256};
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => todo.push(p),
+                Ok(t) if t.is_file() => {
+                    if let (Ok(bytes), Ok(rel)) = (std::fs::read(&p), p.strip_prefix(dir)) {
+                        out.push((rel.to_string_lossy().into_owned(), hex::encode(Sha256::digest(&bytes))));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A test file that is not, after the tests ran, what the task holds (changed or gone).
+async fn tests_changed(s: &EnvSession, dir: &Path, in_env: &str) -> Option<String> {
+    let want = tests_digests(dir);
+    if want.is_empty() {
+        return None;
+    }
+    let names: Vec<String> = want.iter().map(|(p, _)| quote(p)).collect();
+    let cmd = format!("cd {} && sha256sum -- {} 2>/dev/null; true", quote(in_env), names.join(" "));
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) };
+    let out = s.env.exec(&s.handle, &req).await.ok()?;
+    if out.stdout.trim().is_empty() && out.stderr.contains("not found") {
+        return None;
+    }
+    let got: BTreeMap<String, String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once("  ").map(|(h, p)| (p.trim_start_matches("./").to_string(), h.to_string())))
+        .collect();
+    let changed: Vec<&str> = want.iter().filter(|(p, h)| got.get(p) != Some(h)).map(|(p, _)| p.as_str()).collect();
+    (!changed.is_empty()).then(|| format!("{} changed while the tests ran", changed.join(", ")))
 }
 
 /// The grade from the rewards, by the spec's rules.
