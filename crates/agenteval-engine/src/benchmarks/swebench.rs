@@ -98,6 +98,10 @@ impl SwebenchBenchmark {
             hex::encode(Sha256::digest(serde_json::to_vec(&graded).unwrap_or_default()))
         };
         let tags = if i.repo.is_empty() { vec![] } else { vec![format!("repo:{}", i.repo)] };
+        let solution = match i.patch.as_deref().filter(|p| !p.trim().is_empty()) {
+            Some(gold) => Some(gold_solution(gold)?),
+            None => None,
+        };
         Ok(TaskSpec {
             id,
             input: Value::String(instruction),
@@ -108,8 +112,36 @@ impl SwebenchBenchmark {
             environment: Some(EnvSpec { image: Some(i.image), workdir: Some(TESTBED.into()), ..Default::default() }),
             content: Some(content),
             tests: None,
-            solution: None,
+            solution,
         })
+    }
+}
+
+/// The reference fix as a solution the `oracle` agent runs (`solve.sh` applying `gold.patch` in
+/// `/testbed`), kept once per patch in the cache; like every solution, only the oracle sees it.
+fn gold_solution(gold: &str) -> Result<PathBuf> {
+    use sha2::{Digest as _, Sha256};
+    let dir = crate::cache_dir().join("swebench/solutions").join(&hex::encode(Sha256::digest(gold.as_bytes()))[..16]);
+    if dir.join("solve.sh").is_file() {
+        return Ok(dir);
+    }
+    let io = |e| Error::io(format!("writing the reference solution in {}", dir.display()), e);
+    let tmp = dir.with_extension(format!("partial-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).map_err(io)?;
+    std::fs::write(tmp.join("gold.patch"), gold).map_err(io)?;
+    std::fs::write(
+        tmp.join("solve.sh"),
+        format!("#!/bin/bash\nset -e\ncd {TESTBED}\ngit -c safe.directory='*' apply --verbose \"$(dirname \"$0\")/gold.patch\"\n"),
+    )
+    .map_err(io)?;
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        // Another worker or controller made it first.
+        Err(_) if dir.join("solve.sh").is_file() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(dir)
+        }
+        Err(e) => Err(io(e)),
     }
 }
 

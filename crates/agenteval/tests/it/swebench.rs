@@ -166,3 +166,20 @@ fn a_4x_dataset_and_predictions_for_unknown_instances_are_refused_naming_what_is
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(said.contains("calc-9") && said.contains("does not have"), "{said}");
 }
+
+/// The reference fixes first, as for any benchmark: the `oracle` applies each row's `patch` in
+/// its container, and every instance is resolved.
+#[test]
+fn the_oracle_applies_each_reference_fix_and_every_instance_is_resolved() {
+    let (image, base) = instance_image();
+    let ws = Workspace::new();
+    let rows = [row("calc-a", "x", &image, &base), row("calc-b", "y", &image, &base)];
+    write_jsonl(&ws, "dataset.jsonl", &rows);
+    let cfg = ws.write(
+        "oracle.yaml",
+        "name: swebench-oracle\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
+    assert_eq!(v["summary"]["passed"], 2, "{v}");
+}
