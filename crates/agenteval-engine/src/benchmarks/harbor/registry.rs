@@ -156,6 +156,19 @@ pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
     std::fs::create_dir_all(folder.join("tasks")).map_err(|e| io("creating the dataset's folder", e))?;
     let mut commits: Vec<String> = Vec::new();
     for t in &d.tasks {
+        // A registry is data: its names and paths stay inside the cache and the checkouts.
+        let name_ok = t.name.parse::<agenteval_core::TaskId>().is_ok() && t.name != "." && t.name != "..";
+        let path_ok =
+            t.path.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+        if !name_ok || !path_ok {
+            return Err(Error::invalid(format!(
+                "dataset {}@{}: task `{}` at `{}`: a task name is letters, digits, `-`, `_` and `.`, and its path a relative one inside its repository",
+                d.name,
+                d.version,
+                t.name,
+                t.path.display()
+            )));
+        }
         let source = match &t.git_url {
             Some(url) => {
                 let url = if url.contains("://") || Path::new(url).is_absolute() {
@@ -219,5 +232,16 @@ mod tests {
         assert!(e.contains("1.0, 2.0, 10.0"), "{e}");
         assert!(find(&all, "tbb").unwrap_err().to_string().contains("did you mean `tb`"));
         assert_eq!(best_version(vec!["1.0", "head"]), Some("head"));
+    }
+
+    #[test]
+    fn a_registry_cannot_name_a_folder_outside_its_repository_or_link_outside_the_cache() {
+        let cache = tempfile::tempdir().unwrap();
+        for (name, path) in [("ok", "../../etc"), ("ok", "/etc"), ("..", "tasks/x"), ("a/b", "tasks/x")] {
+            let mut d = ds("evil", "1");
+            d.tasks.push(RegistryTask { name: name.into(), git_url: None, git_commit_id: None, path: path.into() });
+            let e = fetch(&d, cache.path(), cache.path()).unwrap_err().to_string();
+            assert!(e.contains("relative one inside its repository"), "{name} {path}: {e}");
+        }
     }
 }
