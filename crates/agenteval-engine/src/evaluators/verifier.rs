@@ -206,7 +206,9 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         .join("\n");
     let said = || tail(&format!("{stdout}{}", out.stderr), QUOTED_OUTPUT);
     if out.timed_out {
-        return errored(format!("the tests ran past {secs} s (their timeout): {}", said()));
+        // Harbor grades such a trial but leaves its reward out (`VerifierTimeoutError`).
+        let timed_out = errored(format!("the tests ran past {secs} s (their timeout): {}", said()));
+        return Verified { unscored: harbor, ..timed_out };
     }
     let exit = out.exit_code.map_or("-".to_string(), |c| c.to_string());
     let rewards = match spec.reward {
