@@ -97,6 +97,18 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     exclude.extend(run.backend.secrets_file.as_deref().map(real));
     exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
     exclude.extend(run.benchmark.command_files().iter().map(|p| real(p)));
+    // What agenteval fetched for the benchmark is its data too: a Harbor dataset's checkouts
+    // (the task folder is a link into them, with tests and solutions) and SWE-bench's reference
+    // fixes.
+    match &run.benchmark {
+        agenteval_core::config::BenchmarkConfig::Harbor { dataset: Some(_), .. } => {
+            exclude.push(real(&crate::cache_dir().join("harbor")))
+        }
+        agenteval_core::config::BenchmarkConfig::Swebench { .. } => {
+            exclude.push(real(&crate::cache_dir().join("swebench")))
+        }
+        _ => {}
+    }
     for e in &run.evaluators {
         if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {
             exclude.push(real(dir));
@@ -528,5 +540,20 @@ mod tests {
         assert_eq!(program_home(&root.join("py/bin/python")), Some(root.join("py")));
         std::fs::write(root.join("tool"), b"").unwrap();
         assert_eq!(program_home(&root.join("tool")), Some(root.clone()));
+    }
+}
+
+#[cfg(test)]
+mod fetched_tests {
+    #[test]
+    fn what_was_fetched_for_a_benchmark_is_hidden_like_its_data() {
+        let yaml = "name: s\nbenchmark:\n  kind: swebench\n  dataset: d.jsonl\nagent:\n  kind: nop\n";
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("d.jsonl"), "").unwrap();
+        let run = agenteval_core::config::load_config_str(yaml, "s.yaml", dir.path(), &[]).unwrap().config;
+        let hidden = super::hidden_paths(&run);
+        let fixes = crate::cache_dir().join("swebench");
+        let fixes = fixes.canonicalize().unwrap_or(fixes);
+        assert!(hidden.contains(&fixes), "{hidden:?}");
     }
 }
