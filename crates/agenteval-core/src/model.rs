@@ -406,6 +406,22 @@ pub struct EvaluatorScore {
 }
 
 impl EvaluatorScore {
+    /// A grade with its reason and nothing else (no citations, no cost of its own).
+    pub fn graded(id: &str, kind: &str, score: f64, passed: bool, reason: String) -> Self {
+        EvaluatorScore {
+            evaluator_id: id.to_string(),
+            kind: kind.to_string(),
+            score,
+            passed,
+            reason,
+            citations: vec![],
+            cost_usd: 0.0,
+            tokens: 0,
+            error: None,
+            optional: false,
+        }
+    }
+
     pub fn errored(id: &str, kind: &str, error: impl Into<String>) -> Self {
         let error = error.into();
         EvaluatorScore {

@@ -38,18 +38,9 @@ pub struct SwebenchBenchmark {
 /// see (agents get the instruction), and never the reference patch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SwebenchTask {
-    pub instance_id: String,
-    pub repo: String,
-    pub version: String,
-    pub base_commit: String,
-    pub image: String,
-    pub eval_script: String,
-    pub log_parser: String,
-    pub eval_type: String,
-    #[serde(rename = "FAIL_TO_PASS")]
-    pub fail_to_pass: Vec<String>,
-    #[serde(rename = "PASS_TO_PASS")]
-    pub pass_to_pass: Vec<String>,
+    /// The dataset's row, its reference `patch` left out.
+    #[serde(flatten)]
+    pub row: Instance,
     pub timeout_secs: f64,
 }
 
@@ -78,19 +69,7 @@ impl SwebenchBenchmark {
         if self.hints && !i.hints_text.trim().is_empty() {
             instruction.push_str(&format!("\n\nHints:\n{}", i.hints_text));
         }
-        let meta = SwebenchTask {
-            instance_id: i.instance_id.clone(),
-            repo: i.repo.clone(),
-            version: i.version.clone(),
-            base_commit: i.base_commit.clone(),
-            image: i.image.clone(),
-            eval_script: i.eval_script.clone(),
-            log_parser: i.log_parser.clone(),
-            eval_type: i.eval_type.clone(),
-            fail_to_pass: i.fail_to_pass.clone(),
-            pass_to_pass: i.pass_to_pass.clone(),
-            timeout_secs: self.timeout_secs,
-        };
+        let meta = SwebenchTask { row: Instance { patch: None, ..i.clone() }, timeout_secs: self.timeout_secs };
         // What grades it, wherever the file sits: the question and everything its grade reads.
         let content = {
             use sha2::{Digest as _, Sha256};
@@ -182,18 +161,7 @@ struct Graded {
 }
 
 fn score(passed: bool, reason: String) -> EvaluatorScore {
-    EvaluatorScore {
-        evaluator_id: "benchmark".into(),
-        kind: "swebench".into(),
-        score: if passed { 1.0 } else { 0.0 },
-        passed,
-        reason,
-        citations: vec![],
-        cost_usd: 0.0,
-        tokens: 0,
-        error: None,
-        optional: false,
-    }
+    EvaluatorScore::graded("benchmark", "swebench", if passed { 1.0 } else { 0.0 }, passed, reason)
 }
 
 fn as_root(cmd: String, secs: f64, max: usize) -> ExecRequest {
@@ -221,14 +189,14 @@ async fn patch_of(
     let git = crate::environments::snapshot::hardened_shell_git();
     let cmd = format!(
         "cd {TESTBED} && {git} -c safe.directory='*' -c core.fileMode=false add -A >/dev/null && {git} -c safe.directory='*' -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv {}",
-        crate::environments::quote(&t.base_commit)
+        crate::environments::quote(&t.row.base_commit)
     );
     let out = s.env.exec(&s.handle, &as_root(cmd, 300.0, MAX_PATCH_BYTES)).await.map_err(|e| e.to_string())?;
     if out.dropped_bytes > 0 {
         return Err(format!("the agent's patch is over {} MiB", MAX_PATCH_BYTES >> 20));
     }
     if !out.ok() {
-        return Err(format!("`git diff {}` in {TESTBED} failed: {}", t.base_commit, out.stderr.trim()));
+        return Err(format!("`git diff {}` in {TESTBED} failed: {}", t.row.base_commit, out.stderr.trim()));
     }
     Ok(Some(out.stdout))
 }
@@ -242,13 +210,14 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
         files,
         suspect: vec![],
     };
-    let (Some(parser), Some(eval_type)) = (parsers::parser(&t.log_parser), EvalType::parse(&t.eval_type)) else {
+    let (Some(parser), Some(eval_type)) = (parsers::parser(&t.row.log_parser), EvalType::parse(&t.row.eval_type))
+    else {
         return errored(
             format!(
                 "instance {} names log parser `{}` (eval type `{}`), which agenteval does not implement; it has {}",
-                t.instance_id,
-                t.log_parser,
-                t.eval_type,
+                t.row.instance_id,
+                t.row.log_parser,
+                t.row.eval_type,
                 parsers::KNOWN.join(", ")
             ),
             files,
@@ -256,9 +225,9 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
     };
     let mut report = InstanceReport::default();
     let keep_report = |r: &InstanceReport, files: &mut Vec<(String, Vec<u8>)>, error: Option<&str>| {
-        let mut v = json!({ t.instance_id.clone(): r });
+        let mut v = json!({ t.row.instance_id.clone(): r });
         if let Some(e) = error {
-            v[&t.instance_id]["error"] = json!(e);
+            v[&t.row.instance_id]["error"] = json!(e);
         }
         files.push(("swebench/report.json".into(), serde_json::to_vec_pretty(&v).unwrap_or_default()));
     };
@@ -270,7 +239,7 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
         }
     };
     let model = result.final_answer.as_ref().and_then(|a| a.get("model_name_or_path")).and_then(Value::as_str);
-    let prediction = json!({"instance_id": t.instance_id, "model_name_or_path": model, "model_patch": patch});
+    let prediction = json!({"instance_id": t.row.instance_id, "model_name_or_path": model, "model_patch": patch});
     files.push(("swebench/prediction.json".into(), serde_json::to_vec(&prediction).unwrap_or_default()));
     let patch = match patch {
         Some(p) if !p.is_empty() => p,
@@ -296,7 +265,7 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
     };
     let session = match fresh.make().await {
         Ok(s) => s,
-        Err(e) => return errored(format!("could not make a fresh container of {}: {e}", t.image), files),
+        Err(e) => return errored(format!("could not make a fresh container of {}: {e}", t.row.image), files),
     };
     let ran = apply_and_eval(t, &session, &patch).await;
     fresh.discard(&session).await;
@@ -315,7 +284,7 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
         keep_report(&report, &mut files, Some(&why));
         return Graded { score: score(false, format!("not resolved: {why}")), files, suspect: vec![] };
     }
-    report = grading::report(parser, &log, &t.fail_to_pass, &t.pass_to_pass, eval_type);
+    report = grading::report(parser, &log, &t.row.fail_to_pass, &t.row.pass_to_pass, eval_type);
     keep_report(&report, &mut files, None);
     let suspect = grading::suspects(parser, &log);
     Graded { score: score(report.resolved, reason(&report)), files, suspect }
@@ -349,7 +318,7 @@ fn reason(r: &InstanceReport) -> String {
 async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::result::Result<Ran, String> {
     let dir = tempfile::tempdir().map_err(|e| format!("a folder for the patch: {e}"))?;
     std::fs::write(dir.path().join("patch.diff"), patch)
-        .and_then(|()| std::fs::write(dir.path().join("eval.sh"), grading::eval_script(&t.eval_script)))
+        .and_then(|()| std::fs::write(dir.path().join("eval.sh"), grading::eval_script(&t.row.eval_script)))
         .map_err(|e| format!("writing the patch: {e}"))?;
     s.env
         .copy_in(&s.handle, dir.path(), "/tmp/agenteval-swebench")

@@ -74,18 +74,7 @@ impl Evaluator for TestsEvaluator {
 }
 
 fn score(id: &str, passed: bool, score: f64, reason: String) -> EvaluatorScore {
-    EvaluatorScore {
-        evaluator_id: id.into(),
-        kind: "tests".into(),
-        score,
-        passed,
-        reason,
-        citations: vec![],
-        cost_usd: 0.0,
-        tokens: 0,
-        error: None,
-        optional: false,
-    }
+    EvaluatorScore::graded(id, "tests", score, passed, reason)
 }
 
 fn tail(s: &str, n: usize) -> String {
