@@ -126,6 +126,7 @@ fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
             .map(|t| serde_json::from_value(serde_json::Value::String(t)).map_err(|_| corrupt("terminated_by")))
             .transpose()?,
         detail: get_opt_s(item, "detail"),
+        fault: get_opt_s(item, "fault").as_deref().and_then(AgentFault::parse),
         updated_at: get_ts(item, "updated_at")?,
     })
 }
@@ -493,6 +494,7 @@ impl RunIndex for DynamoDbRunIndex {
             "wall_seconds = :wall",
             "terminated_by = :term",
             "detail = :detail",
+            "fault = :fault",
             "updated_at = :now",
         ];
         let mut values: Item = HashMap::from([
@@ -505,6 +507,7 @@ impl RunIndex for DynamoDbRunIndex {
             (":wall".to_string(), n(t.wall_seconds)),
             (":term".to_string(), opt_s(t.terminated_by.map(|x| x.as_str()))),
             (":detail".to_string(), opt_s(t.detail.clone())),
+            (":fault".to_string(), opt_s(t.fault.as_ref().map(AgentFault::code))),
             (":now".to_string(), s(ts(Utc::now()))),
             (":completed".to_string(), s("completed")),
         ]);

@@ -275,6 +275,113 @@ fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
+/// Why an agent could not run at all, set where the failure arose (never read back from a
+/// message): what the "broken agent" stop compares between tasks, and what names the config
+/// field that fixes it. Kept in `result.json` and the run index as its code (`cannot_start`,
+/// `exited_before_protocol:2`, …).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum AgentFault {
+    /// The program `agent.command` names cannot be started.
+    CannotStart,
+    /// The program exited with this status before it sent one protocol event (a mistyped
+    /// script: status 2 for `python3`, 126/127 for a shell).
+    ExitedBeforeProtocol(i32),
+    /// A stdout line was not a protocol event (a debug print on stdout).
+    NotProtocol,
+    /// The model provider refused the key (HTTP 401/403).
+    KeyRefused,
+    /// The agent failed after its sandbox refused it a connection (`agent.sandbox.network`).
+    NetworkRefused,
+    /// `agent.setup` failed in the task's image.
+    SetupFailed,
+    /// The preset's package at `agent.version` could not be installed.
+    InstallFailed,
+}
+
+impl AgentFault {
+    /// The config field (or flag) whose change fixes it.
+    pub fn field(&self) -> &'static str {
+        match self {
+            AgentFault::CannotStart | AgentFault::ExitedBeforeProtocol(_) | AgentFault::NotProtocol => "agent.command",
+            AgentFault::KeyRefused => "agent.secrets",
+            AgentFault::NetworkRefused => "agent.sandbox.network",
+            AgentFault::SetupFailed => "agent.setup",
+            AgentFault::InstallFailed => "agent.version",
+        }
+    }
+
+    /// What went wrong, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            AgentFault::CannotStart => "its program cannot be started".into(),
+            AgentFault::ExitedBeforeProtocol(status) => format!(
+                "it exited with status {status} before sending any protocol event (a mistyped script or a missing file?)"
+            ),
+            AgentFault::NotProtocol => {
+                "it printed a line that is not a protocol event on stdout (write diagnostics to stderr: stdout carries only protocol events)".into()
+            }
+            AgentFault::KeyRefused => "the model provider refused its key".into(),
+            AgentFault::NetworkRefused => "its sandbox refused it a connection".into(),
+            AgentFault::SetupFailed => "its setup script failed".into(),
+            AgentFault::InstallFailed => "its package could not be installed".into(),
+        }
+    }
+
+    /// The fix, in a few words after the field's name.
+    pub fn fix(&self) -> &'static str {
+        match self {
+            AgentFault::CannotStart | AgentFault::ExitedBeforeProtocol(_) => "check the program and its arguments",
+            AgentFault::NotProtocol => "write diagnostics to stderr, only protocol events to stdout",
+            AgentFault::KeyRefused => "check the key the secret holds",
+            AgentFault::NetworkRefused => {
+                "allow the port it needs (`[443, 11434]`) or `all`; `none` allows no IP socket"
+            }
+            AgentFault::SetupFailed => "the script's last lines are in each task's log",
+            AgentFault::InstallFailed => "check the version exists; npm's or pip's last lines are in each task's log",
+        }
+    }
+
+    /// Its code in `result.json` and the run index.
+    pub fn code(&self) -> String {
+        match self {
+            AgentFault::CannotStart => "cannot_start".into(),
+            AgentFault::ExitedBeforeProtocol(status) => format!("exited_before_protocol:{status}"),
+            AgentFault::NotProtocol => "not_protocol".into(),
+            AgentFault::KeyRefused => "key_refused".into(),
+            AgentFault::NetworkRefused => "network_refused".into(),
+            AgentFault::SetupFailed => "setup_failed".into(),
+            AgentFault::InstallFailed => "install_failed".into(),
+        }
+    }
+
+    /// Reads a code [`AgentFault::code`] wrote.
+    pub fn parse(code: &str) -> Option<AgentFault> {
+        Some(match code {
+            "cannot_start" => AgentFault::CannotStart,
+            "not_protocol" => AgentFault::NotProtocol,
+            "key_refused" => AgentFault::KeyRefused,
+            "network_refused" => AgentFault::NetworkRefused,
+            "setup_failed" => AgentFault::SetupFailed,
+            "install_failed" => AgentFault::InstallFailed,
+            other => AgentFault::ExitedBeforeProtocol(other.strip_prefix("exited_before_protocol:")?.parse().ok()?),
+        })
+    }
+}
+
+impl From<AgentFault> for String {
+    fn from(f: AgentFault) -> String {
+        f.code()
+    }
+}
+
+impl TryFrom<String> for AgentFault {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        AgentFault::parse(&s).ok_or_else(|| format!("unknown agent fault `{s}`"))
+    }
+}
+
 /// Why an agent run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -357,6 +464,9 @@ pub struct AgentResult {
     /// priced ones and must not be read as the whole cost.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cost_unknown: bool,
+    /// Why the agent could not run at all, when that is what ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<AgentFault>,
 }
 
 impl AgentResult {
@@ -373,6 +483,7 @@ impl AgentResult {
             terminated_by: TerminatedBy::InfraFailure,
             steps: 0,
             cost_unknown: false,
+            fault: None,
         }
     }
 }
@@ -725,6 +836,9 @@ pub struct TaskRecord {
     pub wall_seconds: f64,
     pub terminated_by: Option<TerminatedBy>,
     pub detail: Option<String>,
+    /// Why the agent could not run at all, when that ended the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<AgentFault>,
     pub updated_at: DateTime<Utc>,
 }
 
@@ -741,6 +855,7 @@ pub struct TaskTransition {
     pub wall_seconds: f64,
     pub terminated_by: Option<TerminatedBy>,
     pub detail: Option<String>,
+    pub fault: Option<AgentFault>,
 }
 
 impl TaskTransition {
@@ -756,6 +871,7 @@ impl TaskTransition {
             wall_seconds: 0.0,
             terminated_by: None,
             detail: None,
+            fault: None,
         }
     }
 
@@ -781,6 +897,7 @@ impl TaskTransition {
             wall_seconds: result.agent.wall_seconds,
             terminated_by: Some(result.agent.terminated_by),
             detail: result.agent.error.clone(),
+            fault: result.agent.fault.clone(),
         }
     }
 }
@@ -1061,6 +1178,7 @@ mod tests {
             terminated_by: term,
             steps: 2,
             cost_unknown: false,
+            fault: None,
         }
     }
 

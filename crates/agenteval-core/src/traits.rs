@@ -779,11 +779,31 @@ pub trait AgentTool: Send + Sync {
 }
 
 /// What the agent produced, before the runner adds totals from the sink.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct AgentOutcome {
     pub final_answer: Option<serde_json::Value>,
     /// `None` on success.
     pub error: Option<(TerminatedBy, String)>,
+    /// Why the agent could not run at all, set by the agent where it found out (an
+    /// `agent_error` only).
+    pub fault: Option<crate::model::AgentFault>,
+}
+
+impl AgentOutcome {
+    /// The agent's answer.
+    pub fn answer(final_answer: serde_json::Value) -> AgentOutcome {
+        AgentOutcome { final_answer: Some(final_answer), ..Default::default() }
+    }
+
+    /// Stopped for this reason, with no answer.
+    pub fn stopped(by: TerminatedBy, why: impl Into<String>) -> AgentOutcome {
+        AgentOutcome { error: Some((by, why.into())), ..Default::default() }
+    }
+
+    /// An agent that could not run, for this fault.
+    pub fn faulted(fault: crate::model::AgentFault, why: impl Into<String>) -> AgentOutcome {
+        AgentOutcome { fault: Some(fault), ..AgentOutcome::stopped(TerminatedBy::AgentError, why) }
+    }
 }
 
 /// An agent under evaluation.

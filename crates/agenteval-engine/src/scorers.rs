@@ -340,6 +340,7 @@ mod tests {
                 terminated_by: TerminatedBy::Completed,
                 steps: 0,
                 cost_unknown: false,
+                fault: None,
             },
             scores: vec![],
             started_at: chrono::Utc::now(),

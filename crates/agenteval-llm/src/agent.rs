@@ -135,7 +135,7 @@ impl AgentRunner for LlmAgent {
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
-        let fail = |t: TerminatedBy, m: String| AgentOutcome { final_answer: None, error: Some((t, m)) };
+        let fail = |t: TerminatedBy, m: String| AgentOutcome::stopped(t, m);
         if let Some(g) = ctx.gateway {
             // Through the worker's model gateway, which holds the key, meters, budgets, records
             // and replays every call: this agent's client speaks to it with its task's token.
@@ -169,7 +169,7 @@ impl LlmAgent {
         client: Option<&LlmClient>,
         calls: &mut TaskCalls,
     ) -> AgentOutcome {
-        let stopped = |s: Stop| AgentOutcome { final_answer: None, error: Some((s.terminated_by, s.reason)) };
+        let stopped = |s: Stop| AgentOutcome::stopped(s.terminated_by, s.reason);
         let tools: Vec<Arc<dyn AgentTool>> = self.builtin.iter().chain(ctx.tools.iter()).cloned().collect();
         let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_TURNS);
@@ -191,7 +191,9 @@ impl LlmAgent {
                         e if e.is_provider_outage() => TerminatedBy::InfraFailure,
                         _ => TerminatedBy::AgentError,
                     };
-                    return AgentOutcome { final_answer: None, error: Some((t, e.to_string())) };
+                    let mut stopped = AgentOutcome::stopped(t, e.to_string());
+                    stopped.fault = e.fault().filter(|_| t == TerminatedBy::AgentError);
+                    return stopped;
                 }
             };
             let u = resp.usage;
@@ -227,7 +229,7 @@ impl LlmAgent {
                         return stopped(s);
                     }
                 }
-                return AgentOutcome { final_answer: Some(answer), error: None };
+                return AgentOutcome::answer(answer);
             }
             if let Some(text) = resp.text.as_deref().filter(|t| !t.trim().is_empty())
                 && let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentPlan, json!({"plan": text}))).await
@@ -253,12 +255,9 @@ impl LlmAgent {
                 messages.push(Message::Tool { call_id: call.id, name: call.name, content, is_error });
             }
         }
-        AgentOutcome {
-            final_answer: None,
-            error: Some((
-                TerminatedBy::LimitTurns,
-                format!("made {max_turns} model calls without a final answer (max_turns)"),
-            )),
-        }
+        AgentOutcome::stopped(
+            TerminatedBy::LimitTurns,
+            format!("made {max_turns} model calls without a final answer (max_turns)"),
+        )
     }
 }

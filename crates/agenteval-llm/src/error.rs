@@ -39,6 +39,11 @@ impl LlmError {
         }
     }
 
+    /// Why an agent meeting this error cannot run at all, when that is what it says.
+    pub fn fault(&self) -> Option<agenteval_core::model::AgentFault> {
+        (self.kind() == ErrorKind::Unauthorized).then_some(agenteval_core::model::AgentFault::KeyRefused)
+    }
+
     /// Whether the model provider itself (capacity, network) failed rather than the request:
     /// such a task is an infrastructure failure, not the agent's.
     pub fn is_provider_outage(&self) -> bool {

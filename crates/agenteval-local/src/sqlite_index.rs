@@ -55,6 +55,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     terminated_by TEXT,
     detail TEXT,
     updated_at TEXT NOT NULL,
+    fault TEXT,
     PRIMARY KEY (run_id, task_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (
@@ -86,7 +87,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// The schema version an index file says it has (0 for a new file).
 fn schema_version(conn: &Connection) -> Result<i64> {
@@ -105,21 +106,22 @@ fn migrate(conn: &Connection) -> Result<()> {
     if version == SCHEMA_VERSION {
         return Ok(());
     }
-    for (column, decl) in [
-        ("controller", "TEXT NOT NULL DEFAULT ''"),
-        ("leased_at", "TEXT"),
-        ("verdict", "TEXT"),
-        ("baseline", "TEXT"),
-        ("set_id", "TEXT"),
+    for (table, column, decl) in [
+        ("runs", "controller", "TEXT NOT NULL DEFAULT ''"),
+        ("runs", "leased_at", "TEXT"),
+        ("runs", "verdict", "TEXT"),
+        ("runs", "baseline", "TEXT"),
+        ("runs", "set_id", "TEXT"),
+        ("tasks", "fault", "TEXT"),
     ] {
         let has: bool = conn
-            .query_row("SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = ?1", [column], |r| {
+            .query_row(&format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| {
                 r.get::<_, i64>(0)
             })
             .map(|n| n > 0)
             .map_err(|e| db_err("reading schema", e))?;
         if !has {
-            conn.execute_batch(&format!("ALTER TABLE runs ADD COLUMN {column} {decl}"))
+            conn.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN {column} {decl}"))
                 .map_err(|e| db_err("migrating schema", e))?;
         }
     }
@@ -283,6 +285,7 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
         wall_seconds: r.get("wall_seconds")?,
         terminated_by: term.map(|t| conv(serde_json::from_value(serde_json::Value::String(t)))).transpose()?,
         detail: r.get("detail")?,
+        fault: r.get::<_, Option<String>>("fault")?.as_deref().and_then(AgentFault::parse),
         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
     })
 }
@@ -327,7 +330,7 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
         .prepare_cached(
             "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
                 passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
-                detail = ?12, updated_at = ?13
+                detail = ?12, updated_at = ?13, fault = ?14
              WHERE run_id = ?1 AND task_id = ?2 AND state != 'completed'
                AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))",
         )
@@ -346,6 +349,7 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
                 t.terminated_by.map(|x| x.as_str()),
                 t.detail,
                 ts(Utc::now()),
+                t.fault.as_ref().map(AgentFault::code),
             ])
         })
         .map_err(|e| db_err("recording task", e))?;

@@ -110,6 +110,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
             terminated_by: TerminatedBy::Completed,
             steps: 5,
             cost_unknown: false,
+            fault: None,
         },
         scores: vec![EvaluatorScore {
             optional: false,

@@ -78,6 +78,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
                 terminated_by: TerminatedBy::Completed,
                 steps: 3,
                 cost_unknown: false,
+                fault: None,
             },
             scores: vec![],
             started_at: now,

@@ -694,10 +694,9 @@ async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agen
         (true, format!("task {}: the agent ran and answered ({verdict})", task.task_id))
     } else {
         let why = task.detail.clone().unwrap_or_else(|| "no detail".into());
-        let kind = agenteval_engine::controller::decide::AgentErrorKind::of(&why);
-        let hint = match kind {
-            agenteval_engine::controller::decide::AgentErrorKind::Other(_) => String::new(),
-            k => format!(" — {}", k.describe()),
+        let hint = match &task.fault {
+            Some(f) => format!(" — {} (fix `{}`: {})", f.describe(), f.field(), f.fix()),
+            None => String::new(),
         };
         (false, format!("task {}: {why}{hint}", task.task_id))
     };

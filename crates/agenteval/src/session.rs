@@ -171,28 +171,28 @@ pub(crate) fn print_outcome(
     if let Some(reason) = &o.reason {
         return Err(Failure {
             code: exit::FAILED,
-            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, reason), o.run_id),
+            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, o, reason), o.run_id),
         });
     }
     Ok(code)
 }
 
-/// The config field behind an agent that cannot run, or jobs that cannot launch, with the
-/// fix when the reason says what it is.
-fn fix_for(config: &agenteval_core::config::RunConfig, reason: &str) -> String {
-    let field = field_to_fix(config, reason);
-    if reason.contains("write diagnostics to stderr") {
-        format!(
-            "fix `{field}`: write diagnostics to stderr, only protocol events to stdout; `agenteval doctor --probe` tries one task"
-        )
-    } else if reason.contains("before sending any protocol event") {
-        format!("fix `{field}`: check the program and its arguments; `agenteval doctor --probe` tries one task")
-    } else {
-        format!("fix `{field}`")
+/// The config field behind an agent that cannot run (its tasks' fault, recorded where it arose),
+/// or jobs that cannot launch, with the fix where one is known.
+fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome, reason: &str) -> String {
+    use agenteval_core::model::AgentFault;
+    if let Some(fault) = &o.fault {
+        let probe = match fault {
+            AgentFault::SetupFailed | AgentFault::InstallFailed | AgentFault::KeyRefused => "",
+            _ => "; `agenteval doctor --probe` tries one task",
+        };
+        return format!("fix `{}`: {}{probe}", fault.field(), fault.fix());
     }
+    format!("fix `{}`", field_to_fix(config, reason))
 }
 
-/// The config field behind an agent that cannot run, or jobs that cannot launch.
+/// The config field behind jobs that cannot launch (the backend's refusal names what it
+/// refused), or an agent whose tasks failed alike with no fault recorded: its kind's main field.
 fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'static str {
     use agenteval_core::config::AgentConfig;
     if reason.starts_with("cannot launch jobs") {
@@ -210,15 +210,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'s
         };
     }
     match &config.agent {
-        AgentConfig::Command { .. } if reason.contains("secret") => "agent.secrets",
-        AgentConfig::Command { .. } => "agent.command",
-        AgentConfig::Installed { .. } if reason.contains("(agent.setup)") => "agent.setup",
-        AgentConfig::Installed { .. } if reason.contains(" at agent.version ") => "agent.version",
-        AgentConfig::Llm(_) if reason.contains("key") || reason.contains("HTTP 401") || reason.contains("HTTP 403") => {
-            "agent.secrets"
-        }
-        AgentConfig::Llm(_) if reason.contains("cannot reach") => "agent.base_url",
-        AgentConfig::Llm(_) if reason.contains("cassette") || reason.contains("recording") => "--cassettes",
+        AgentConfig::Command { .. } | AgentConfig::Installed { .. } => "agent.command",
         AgentConfig::Llm(_) => "agent.model",
         _ => "agent",
     }

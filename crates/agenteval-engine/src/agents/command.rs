@@ -7,7 +7,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use agenteval_core::config::InheritEnv;
-use agenteval_core::model::{EventKind, TerminatedBy};
+use agenteval_core::model::{AgentFault, EventKind, TerminatedBy};
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
 
 use crate::isolation::confine::{self, Net};
@@ -169,7 +169,22 @@ fn far_future() -> tokio::time::Instant {
 }
 
 fn agent_error(msg: impl Into<String>) -> AgentOutcome {
-    AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, msg.into())) }
+    AgentOutcome::stopped(TerminatedBy::AgentError, msg.into())
+}
+
+fn cannot_start(prog: &str, why: impl std::fmt::Display) -> AgentOutcome {
+    AgentOutcome::faulted(AgentFault::CannotStart, format!("cannot start agent `{prog}`: {why}"))
+}
+
+/// Whether an agent's last stderr lines say a connection was refused it the way the sandbox
+/// refuses one (Landlock's `EACCES` on `connect`, seccomp's `EPERM` on an IP `socket`), as
+/// Python, Node, curl and the C library print it. Read only under a sandbox that restricts the
+/// network, where that is the likely cause.
+fn refused_connection(stderr: &str) -> bool {
+    let s = stderr.to_ascii_lowercase();
+    let denied = ["permission denied", "operation not permitted", "eacces", "eperm", "errno 13]", "errno 1]"];
+    let network = ["connect", "socket", "http", "url", "tcp", "port ", "network"];
+    denied.iter().any(|d| s.contains(d)) && network.iter().any(|n| s.contains(n))
 }
 
 /// The protocol as read from the agent's stdout, one line at a time.
@@ -181,6 +196,8 @@ struct Protocol {
     events: usize,
     terminal_seen: bool,
     final_answer: Option<serde_json::Value>,
+    /// A line was not a protocol event.
+    not_protocol: bool,
 }
 
 type Problem = (TerminatedBy, String);
@@ -206,6 +223,7 @@ impl Protocol {
             Ok(ev) => ev,
             Err(e) => {
                 let shown: String = text.chars().take(80).collect();
+                self.not_protocol = true;
                 return agent_error(format!("output line {n} is not a protocol event ({e}): {shown:?}"));
             }
         };
@@ -314,7 +332,7 @@ impl AgentRunner for CommandAgent {
         // Said plainly before anything starts: through the sandbox launcher a missing program
         // would only be an exit status 127.
         if let Err(why) = runnable(prog) {
-            return agent_error(format!("cannot start agent `{prog}`: {why}"));
+            return cannot_start(prog, why);
         }
         // A scratch folder for the agent: the benchmark's if it prepared one, else a fresh
         // temporary folder removed when this function returns.
@@ -343,10 +361,7 @@ impl AgentRunner for CommandAgent {
                 match crate::environments::socket::serve(s.clone(), path, ctx.limits.wall_seconds(), owner.clone()) {
                     Ok(served) => Some(served),
                     Err(e) => {
-                        return AgentOutcome {
-                            final_answer: None,
-                            error: Some((TerminatedBy::InfraFailure, e.to_string())),
-                        };
+                        return AgentOutcome::stopped(TerminatedBy::InfraFailure, e.to_string());
                     }
                 }
             }
@@ -364,7 +379,7 @@ impl AgentRunner for CommandAgent {
         }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
-            Err(e) => return agent_error(format!("cannot start agent `{prog}`: {e}")),
+            Err(e) => return cannot_start(prog, e),
         };
         let _guard = TreeGuard(child.id().map(|p| p as i32));
         if let Some(pid) = child.id() {
@@ -399,7 +414,8 @@ impl AgentRunner for CommandAgent {
         // A descendant that escaped the kill could hold stderr open: wait for it only briefly.
         let stderr_tail =
             tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
-        finish(&protocol, problem, status, &stderr_tail)
+        let restricted = view.as_ref().is_some_and(|v| !matches!(v.net, Net::All));
+        finish(&protocol, problem, status, &stderr_tail, restricted)
     }
 }
 
@@ -446,32 +462,43 @@ fn disk_left(
 
 /// The outcome of a run whose protocol was read to its end: a limit or protocol problem, a
 /// failed exit, a missing `agent.terminal`, else the final answer. Errors end with the tail of
-/// the agent's stderr.
+/// the agent's stderr, and the fault when the agent could not run at all: its output broke the
+/// protocol, it exited before its first event, or (under a sandbox that restricts the network,
+/// `restricted`) its stderr says a connection was refused it.
 fn finish(
     protocol: &Protocol,
     problem: Option<(TerminatedBy, String)>,
     status: std::io::Result<std::process::ExitStatus>,
     stderr_tail: &str,
+    restricted: bool,
 ) -> AgentOutcome {
     let with_stderr = |msg: String| {
         if stderr_tail.trim().is_empty() { msg } else { format!("{msg}; stderr: {}", stderr_tail.trim()) }
     };
-    if let Some((term, msg)) = problem {
-        return AgentOutcome { final_answer: None, error: Some((term, with_stderr(msg))) };
-    }
-    match status {
-        Ok(st) if st.success() => {}
-        // Said in a fixed form: the controller tells "cannot run at all" by it.
-        Ok(st) if protocol.events == 0 => {
-            return agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
+    let mut outcome = match (problem, status) {
+        (Some((term, msg)), _) => AgentOutcome::stopped(term, with_stderr(msg)),
+        (None, Ok(st)) if st.success() && !protocol.terminal_seen => {
+            agent_error(with_stderr("agent exited without an agent.terminal event".into()))
         }
-        Ok(st) => return agent_error(with_stderr(format!("agent exited with {st}"))),
-        Err(e) => return agent_error(format!("waiting for agent: {e}")),
+        (None, Ok(st)) if st.success() => {
+            return AgentOutcome { final_answer: protocol.final_answer.clone(), ..Default::default() };
+        }
+        (None, Ok(st)) if protocol.events == 0 => {
+            let mut o = agent_error(with_stderr(format!("agent exited with {st} before sending any protocol event")));
+            o.fault = st.code().map(AgentFault::ExitedBeforeProtocol);
+            o
+        }
+        (None, Ok(st)) => agent_error(with_stderr(format!("agent exited with {st}"))),
+        (None, Err(e)) => return agent_error(format!("waiting for agent: {e}")),
+    };
+    if outcome.error.as_ref().is_some_and(|(t, _)| *t == TerminatedBy::AgentError) {
+        if protocol.not_protocol {
+            outcome.fault = Some(AgentFault::NotProtocol);
+        } else if restricted && refused_connection(stderr_tail) {
+            outcome.fault = Some(AgentFault::NetworkRefused);
+        }
     }
-    if !protocol.terminal_seen {
-        return agent_error(with_stderr("agent exited without an agent.terminal event".into()));
-    }
-    AgentOutcome { final_answer: protocol.final_answer.clone(), error: None }
+    outcome
 }
 
 impl CommandAgent {
@@ -526,13 +553,12 @@ impl CommandAgent {
         max_disk: u64,
         ctx: &AgentContext<'_>,
     ) -> Result<(Option<View>, Option<crate::isolation::uids::Lease>), AgentOutcome> {
-        let mut view = self
-            .view(prog, args, scratch, max_disk)
-            .map_err(|why| agent_error(format!("cannot start agent `{prog}`: {why}")))?;
-        let lease = view.as_mut().map(View::lease_user).transpose().map_err(|e| AgentOutcome {
-            final_answer: None,
-            error: Some((TerminatedBy::InfraFailure, e.to_string())),
-        })?;
+        let mut view = self.view(prog, args, scratch, max_disk).map_err(|why| cannot_start(prog, why))?;
+        let lease = view
+            .as_mut()
+            .map(View::lease_user)
+            .transpose()
+            .map_err(|e| AgentOutcome::stopped(TerminatedBy::InfraFailure, e.to_string()))?;
         if let Some(v) = view.as_mut() {
             let real = |p: &std::path::Path| p.canonicalize().unwrap_or(p.to_path_buf());
             v.exclude.extend(ctx.task.tests.iter().filter_map(|t| t.dir.as_deref()).map(real));
@@ -602,5 +628,171 @@ impl CommandAgent {
             cmd.env(var, secret.expose());
         }
         cmd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt as _;
+
+    /// Keeps what it is given; stops after `limit` events, as a sink at its token limit does.
+    #[derive(Default)]
+    struct Kept {
+        events: Vec<AgentEvent>,
+        limit: Option<usize>,
+    }
+
+    #[async_trait]
+    impl EventSink for Kept {
+        async fn emit(&mut self, event: AgentEvent) -> Result<(), agenteval_core::traits::Stop> {
+            if self.limit.is_some_and(|l| self.events.len() >= l) {
+                return Err(agenteval_core::traits::Stop {
+                    terminated_by: TerminatedBy::LimitTokens,
+                    reason: "past max_tokens".into(),
+                });
+            }
+            self.events.push(event);
+            Ok(())
+        }
+    }
+
+    /// Feeds `lines` to a fresh protocol: the first problem (kind and message), the events kept.
+    fn read(lines: &[&str], limit: Option<usize>) -> (Protocol, Option<(TerminatedBy, String)>, usize) {
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        rt.block_on(async {
+            let mut p = Protocol::default();
+            let mut sink = Kept { limit, ..Default::default() };
+            let mut problem = None;
+            for l in lines {
+                if let Err(e) = p.line(l.as_bytes(), &mut sink).await {
+                    problem = Some(e);
+                    break;
+                }
+            }
+            (p, problem, sink.events.len())
+        })
+    }
+
+    #[test]
+    fn the_protocol_takes_events_and_refuses_what_is_not_one() {
+        let step = r#"{"kind": "agent.plan", "payload": {"n": 1}}"#;
+        let done = r#"{"kind": "agent.terminal", "payload": {"final_answer": "42"}}"#;
+        let long = format!(r#"{{"kind": "agent.plan", "payload": "{}"}}"#, "x".repeat(MAX_LINE));
+        // (lines, the problem's kind and a word of its message, events kept, not_protocol)
+        type Row<'a> = (Vec<&'a str>, Option<(TerminatedBy, &'a str)>, usize, bool);
+        let table: Vec<Row> = vec![
+            (vec![step, "", "  ", done], None, 2, false),
+            (vec!["debug: starting"], Some((TerminatedBy::AgentError, "line 1 is not a protocol event")), 0, true),
+            (vec![step, "{\"kind\": \"no.such\"}"], Some((TerminatedBy::AgentError, "line 2 is not")), 1, true),
+            (vec![done, step], Some((TerminatedBy::AgentError, "line 2 comes after agent.terminal")), 1, false),
+            (
+                vec![r#"{"kind": "agent.terminal", "payload": {}}"#],
+                Some((TerminatedBy::AgentError, "no payload.final_answer")),
+                1,
+                false,
+            ),
+            (
+                vec![r#"{"kind": "evaluator.score", "payload": {"score": 1}}"#],
+                Some((TerminatedBy::AgentError, "cannot emit `evaluator.score`")),
+                0,
+                false,
+            ),
+            (
+                vec![r#"{"kind": "model.call", "payload": {}}"#],
+                Some((TerminatedBy::AgentError, "graders and the gateway write them")),
+                0,
+                false,
+            ),
+            (vec![long.as_str()], Some((TerminatedBy::AgentError, "longer than")), 0, false),
+        ];
+        for (lines, want, kept, not_protocol) in table {
+            let (p, got, n) = read(&lines, None);
+            match (&want, &got) {
+                (None, None) => {}
+                (Some((kind, says)), Some((k, msg))) => {
+                    assert_eq!(kind, k, "{lines:?}: {msg}");
+                    assert!(msg.contains(says), "{lines:?}: {msg}");
+                }
+                _ => panic!("{lines:?}: wanted {want:?}, got {got:?}"),
+            }
+            assert_eq!(n, kept, "{lines:?}");
+            assert_eq!(p.not_protocol, not_protocol, "{lines:?}");
+        }
+        let (p, problem, _) = read(&[step, done], None);
+        assert!(problem.is_none() && p.terminal_seen && p.final_answer == Some(json!("42")));
+        // A sink that stops the agent (a limit) ends the protocol for the sink's reason.
+        let (_, problem, n) = read(&[step, step, step], Some(2));
+        assert_eq!((problem.map(|p| p.0), n), (Some(TerminatedBy::LimitTokens), 2));
+    }
+
+    fn status(code: i32) -> std::io::Result<std::process::ExitStatus> {
+        Ok(std::process::ExitStatus::from_raw(code << 8))
+    }
+
+    #[test]
+    fn an_ending_is_its_fault_set_where_it_is_known() {
+        let none = Protocol::default();
+        let started = Protocol { events: 1, ..Default::default() };
+        let chatty = Protocol { not_protocol: true, ..Default::default() };
+        let done = Protocol { events: 1, terminal_seen: true, final_answer: Some(json!("a")), ..Default::default() };
+        let refused = "PermissionError: [Errno 13] Permission denied: connect to 127.0.0.1:11434";
+        let not_proto = Some((TerminatedBy::AgentError, "output line 1 is not a protocol event".to_string()));
+        // (protocol, problem, exit status, stderr, restricted network) -> fault, ended by
+        type Row<'a> = (
+            &'a Protocol,
+            Option<(TerminatedBy, String)>,
+            i32,
+            &'a str,
+            bool,
+            Option<AgentFault>,
+            Option<TerminatedBy>,
+        );
+        let table: Vec<Row> = vec![
+            (&done, None, 0, "", true, None, None),
+            (
+                &none,
+                None,
+                2,
+                "can't open file 'agnet.py'",
+                true,
+                Some(AgentFault::ExitedBeforeProtocol(2)),
+                Some(TerminatedBy::AgentError),
+            ),
+            (&none, None, 1, refused, true, Some(AgentFault::NetworkRefused), Some(TerminatedBy::AgentError)),
+            (&started, None, 1, refused, true, Some(AgentFault::NetworkRefused), Some(TerminatedBy::AgentError)),
+            // With the network open, the same words are the agent's own failure.
+            (&none, None, 1, refused, false, Some(AgentFault::ExitedBeforeProtocol(1)), Some(TerminatedBy::AgentError)),
+            (&started, None, 1, refused, false, None, Some(TerminatedBy::AgentError)),
+            // Denied, but not a connection: a file the agent may not write.
+            (
+                &started,
+                None,
+                1,
+                "PermissionError: [Errno 13] Permission denied: '/etc/passwd'",
+                true,
+                None,
+                Some(TerminatedBy::AgentError),
+            ),
+            (&chatty, not_proto, 0, "", true, Some(AgentFault::NotProtocol), Some(TerminatedBy::AgentError)),
+            (&started, None, 0, "", true, None, Some(TerminatedBy::AgentError)),
+            (
+                &started,
+                Some((TerminatedBy::LimitDisk, "full".into())),
+                1,
+                refused,
+                true,
+                None,
+                Some(TerminatedBy::LimitDisk),
+            ),
+        ];
+        for (protocol, problem, code, stderr, restricted, fault, by) in table {
+            let o = finish(protocol, problem, status(code), stderr, restricted);
+            assert_eq!(o.fault, fault, "{code} {stderr:?} {restricted}: {o:?}");
+            assert_eq!(o.error.as_ref().map(|e| e.0), by, "{o:?}");
+            if let Some((_, msg)) = &o.error {
+                assert!(!msg.contains("Some(") && !msg.contains("ExitStatus("), "no Debug output: {msg}");
+            }
+        }
     }
 }

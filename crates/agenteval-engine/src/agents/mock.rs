@@ -61,7 +61,7 @@ impl AgentRunner for MockAgent {
         let steps = 2 + 2 * script.tool_calls.len() as u64;
         let (tok_step, cost_step) = (tokens / steps, cost / steps as f64);
 
-        let mut outcome = AgentOutcome { final_answer: None, error: None };
+        let mut outcome = AgentOutcome::default();
         let plan = json!({"model": self.model, "plan": "answer the question"});
         if let Err(stop) = sink.emit(tokens_event(EventKind::AgentPlan, plan, tok_step, cost_step)).await {
             outcome.error = Some((stop.terminated_by, stop.reason));

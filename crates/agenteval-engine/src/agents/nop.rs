@@ -17,8 +17,8 @@ impl AgentRunner for NopAgent {
 
     async fn run(&self, _ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
         if let Err(stop) = sink.emit(AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": null}))).await {
-            return AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
+            return AgentOutcome::stopped(stop.terminated_by, stop.reason);
         }
-        AgentOutcome { final_answer: None, error: None }
+        AgentOutcome::default()
     }
 }

@@ -16,13 +16,13 @@ use serde_json::json;
 pub struct OracleAgent;
 
 fn failed(why: String) -> AgentOutcome {
-    AgentOutcome { final_answer: None, error: Some((TerminatedBy::AgentError, why)) }
+    AgentOutcome::stopped(TerminatedBy::AgentError, why)
 }
 
 async fn emit_all(sink: &mut dyn EventSink, events: Vec<AgentEvent>) -> Option<AgentOutcome> {
     for ev in events {
         if let Err(stop) = sink.emit(ev).await {
-            return Some(AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) });
+            return Some(AgentOutcome::stopped(stop.terminated_by, stop.reason));
         }
     }
     None
@@ -46,7 +46,7 @@ async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, sink: &mut dyn Even
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(&command, Duration::from_secs_f64(secs)) };
     let out = match session.env.exec(&session.handle, &req).await {
         Ok(o) => o,
-        Err(e) => return AgentOutcome { final_answer: None, error: Some((TerminatedBy::InfraFailure, e.to_string())) },
+        Err(e) => return AgentOutcome::stopped(TerminatedBy::InfraFailure, e.to_string()),
     };
     let result = AgentEvent::new(
         EventKind::AgentToolResult,
@@ -58,7 +58,7 @@ async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, sink: &mut dyn Even
         return stop;
     }
     // Whether the solution worked is the tests' to say, not the agent's.
-    AgentOutcome { final_answer: Some(json!(summary)), error: None }
+    AgentOutcome::answer(json!(summary))
 }
 
 #[async_trait]
@@ -81,6 +81,6 @@ impl AgentRunner for OracleAgent {
         if let Some(stop) = emit_all(sink, events).await {
             return stop;
         }
-        AgentOutcome { final_answer: Some(answer), error: None }
+        AgentOutcome::answer(answer)
     }
 }

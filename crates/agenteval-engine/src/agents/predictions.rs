@@ -37,9 +37,9 @@ impl AgentRunner for PredictionsAgent {
         if let Err(stop) =
             sink.emit(AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": answer.clone()}))).await
         {
-            return AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
+            return AgentOutcome::stopped(stop.terminated_by, stop.reason);
         }
-        AgentOutcome { final_answer: Some(answer), error: None }
+        AgentOutcome::answer(answer)
     }
 }
 

@@ -184,6 +184,7 @@ mod tests {
             terminated_by: TerminatedBy::Completed,
             steps: 1,
             cost_unknown: false,
+            fault: None,
         }
     }
 

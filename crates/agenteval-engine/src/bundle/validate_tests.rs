@@ -127,6 +127,7 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
                 terminated_by: TerminatedBy::Completed,
                 steps: 1,
                 cost_unknown: false,
+                fault: None,
             },
             scores: vec![EvaluatorScore {
                 optional: false,

@@ -5,7 +5,7 @@
 use std::collections::VecDeque;
 
 use agenteval_core::JobId;
-use agenteval_core::model::{JobStatus, RunStatus, TaskCounts};
+use agenteval_core::model::{AgentFault, JobStatus, RunStatus, TaskCounts, TerminatedBy};
 use agenteval_core::traits::worker_exit;
 
 /// A job waiting to be dispatched: tasks by their position in the run's task table.
@@ -29,80 +29,54 @@ pub enum StopReason {
     LaunchFailed,
 }
 
-/// What kind of mistake an agent error is, from the worker's message: the usual ways an agent
-/// cannot run at all, told apart from a task-specific failure. Two tasks failing "the same
-/// way" fail with the same kind, whatever path or text their messages carry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AgentErrorKind {
-    /// The program named by `agent.command` cannot be started.
-    CannotStart,
-    /// The program exited with this status before it sent one protocol event (a mistyped
-    /// script: status 2 for `python3`, 126/127 for a shell).
-    ExitedBeforeProtocol(String),
-    /// A stdout line was not a protocol event (a debug print on stdout).
-    NotProtocol,
-    /// The model provider refused the key (HTTP 401/403).
-    KeyRefused,
-    /// Anything else, by its whole message.
-    Other(String),
+/// A task's message on one line: a multi-line one (a traceback in the agent's stderr) as its
+/// first line and its last, which says what was raised; the task's log keeps it whole.
+fn one_line(said: &str) -> String {
+    let mut lines = said.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or("");
+    match lines.next_back() {
+        Some(last) => format!("{first} … {last}"),
+        None => first.to_string(),
+    }
 }
 
-impl AgentErrorKind {
-    /// Classifies a task's error message (`command` agent and `llm` agent wording).
-    pub fn of(detail: &str) -> AgentErrorKind {
-        if detail.starts_with("cannot start agent") {
-            AgentErrorKind::CannotStart
-        } else if let Some(rest) = detail.strip_prefix("agent exited with ")
-            && let Some((status, _)) = rest.split_once(" before sending any protocol event")
-        {
-            AgentErrorKind::ExitedBeforeProtocol(status.to_string())
-        } else if detail.starts_with("output line ") && detail.contains(" is not a protocol event") {
-            AgentErrorKind::NotProtocol
-        } else if detail.contains("answered HTTP 401") || detail.contains("answered HTTP 403") {
-            AgentErrorKind::KeyRefused
-        } else {
-            AgentErrorKind::Other(detail.to_string())
-        }
-    }
+/// A finished task as the broken-agent check reads it from the index: how it ended, the fault
+/// the worker recorded (set where the failure arose, never read from the message) and what it
+/// said.
+#[derive(Debug, Clone, Copy)]
+pub struct Ended<'a> {
+    pub by: TerminatedBy,
+    pub fault: Option<&'a AgentFault>,
+    pub detail: Option<&'a str>,
+}
 
-    /// What went wrong, for people, with the fix where there is one.
-    pub fn describe(&self) -> String {
-        match self {
-            AgentErrorKind::CannotStart => "its program cannot be started".into(),
-            AgentErrorKind::ExitedBeforeProtocol(status) => format!(
-                "it exited with {status} before sending any protocol event (a mistyped script or a missing file?)"
-            ),
-            AgentErrorKind::NotProtocol => {
-                "it printed a line that is not a protocol event on stdout (write diagnostics to stderr: stdout carries only protocol events)".into()
-            }
-            AgentErrorKind::KeyRefused => "the model provider refused its key".into(),
-            AgentErrorKind::Other(_) => "the same error on every task".into(),
-        }
-    }
+/// An agent that cannot run: the fault its tasks share (`None` when they share only the same
+/// message) and what to tell people.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Broken {
+    pub fault: Option<AgentFault>,
+    pub detail: String,
 }
 
 /// Whether a run's first finished tasks show an agent that cannot run: at least `need` of them
-/// (`backend.stop_after_identical_errors`; 0 turns the check off), every one an `agent_error`
-/// of the same kind ([`AgentErrorKind`]). Returns what the first said, prefixed with the kind's
-/// description when the kind is one of the usual mistakes.
-pub fn broken_agent<'a>(
-    finished: impl IntoIterator<Item = (agenteval_core::model::TerminatedBy, Option<&'a str>)>,
-    need: usize,
-) -> Option<String> {
+/// (`backend.stop_after_identical_errors`; 0 turns the check off), each an `agent_error` or an
+/// install that failed (`infra` with a fault), all with the same fault — or, with none, the
+/// same message. The first one's message, after the fault's description where that says more.
+pub fn broken_agent<'a>(finished: impl IntoIterator<Item = Ended<'a>>, need: usize) -> Option<Broken> {
     if need == 0 {
         return None;
     }
-    let mut first: Option<(AgentErrorKind, &str)> = None;
+    let mut first: Option<Ended<'a>> = None;
     let mut n = 0;
-    for (ended, detail) in finished {
-        if ended != agenteval_core::model::TerminatedBy::AgentError {
+    for t in finished {
+        let agents = t.by == TerminatedBy::AgentError || (t.by == TerminatedBy::InfraFailure && t.fault.is_some());
+        if !agents {
             return None;
         }
-        let detail = detail.unwrap_or("");
-        let kind = AgentErrorKind::of(detail);
         match &first {
-            None => first = Some((kind, detail)),
-            Some((f, _)) if *f != kind => return None,
+            None => first = Some(t),
+            Some(f) if f.fault != t.fault => return None,
+            Some(f) if f.fault.is_none() && f.detail != t.detail => return None,
             Some(_) => {}
         }
         n += 1;
@@ -110,10 +84,13 @@ pub fn broken_agent<'a>(
     if n < need {
         return None;
     }
-    first.map(|(kind, detail)| match kind {
-        AgentErrorKind::Other(_) | AgentErrorKind::CannotStart => detail.to_string(),
-        kind => format!("{}; the first said: {detail}", kind.describe()),
-    })
+    let first = first?;
+    let said = one_line(first.detail.unwrap_or(""));
+    let detail = match first.fault {
+        None | Some(AgentFault::CannotStart | AgentFault::SetupFailed | AgentFault::InstallFailed) => said,
+        Some(f) => format!("{}; the first said: {said}", f.describe()),
+    };
+    Some(Broken { fault: first.fault.cloned(), detail })
 }
 
 /// The first jobs of a (resumed) run: `todo` in chunks of `per_job`, numbered in the epoch.
@@ -319,58 +296,66 @@ mod tests {
         assert_eq!(final_status(None, false, &short), RunStatus::Failed);
     }
 
-    #[test]
-    fn a_broken_agent_is_the_same_agent_error_on_every_first_task() {
-        use agenteval_core::model::TerminatedBy::{AgentError, Completed, LimitTime};
-        let cannot = Some("cannot start agent `nopython`: No such file or directory");
-        assert_eq!(broken_agent([(AgentError, cannot); 3], 3).as_deref(), cannot);
-        assert_eq!(broken_agent([(AgentError, cannot); 2], 3), None, "too few yet");
-        assert_eq!(broken_agent([(AgentError, cannot), (AgentError, Some("other")), (AgentError, cannot)], 3), None);
-        assert_eq!(broken_agent([(AgentError, cannot), (Completed, None), (AgentError, cannot)], 3), None);
-        assert_eq!(broken_agent([(LimitTime, cannot); 3], 3), None, "a limit is not a broken agent");
-        assert_eq!(broken_agent([(AgentError, cannot); 3], 0), None, "0 turns it off");
+    fn ended<'a>(by: TerminatedBy, fault: Option<&'a AgentFault>, detail: &'a str) -> Ended<'a> {
+        Ended { by, fault, detail: Some(detail) }
     }
 
     #[test]
-    fn the_usual_mistakes_are_the_same_kind_whatever_path_or_text_they_carry() {
-        use agenteval_core::model::TerminatedBy::AgentError;
+    fn a_broken_agent_is_the_same_agent_error_on_every_first_task() {
+        use TerminatedBy::{AgentError, Completed, LimitTime};
+        let start = AgentFault::CannotStart;
+        let cannot = ended(AgentError, Some(&start), "cannot start agent `nopython`: No such file or directory");
+        let got = broken_agent([cannot; 3], 3).unwrap();
+        assert_eq!((got.fault, got.detail.as_str()), (Some(start.clone()), cannot.detail.unwrap()));
+        assert_eq!(broken_agent([cannot; 2], 3), None, "too few yet");
+        assert_eq!(broken_agent([cannot, ended(AgentError, None, "other"), cannot], 3), None);
+        assert_eq!(broken_agent([cannot, ended(Completed, None, ""), cannot], 3), None);
+        assert_eq!(broken_agent([ended(LimitTime, None, "x"); 3], 3), None, "a limit is not a broken agent");
+        assert_eq!(broken_agent([cannot; 3], 0), None, "0 turns it off");
+        // The same message with no fault is the same mistake too.
+        let same = ended(AgentError, None, "agent.terminal has no payload.final_answer");
+        assert_eq!(broken_agent([same; 3], 3).unwrap().fault, None);
+    }
+
+    #[test]
+    fn tasks_are_the_same_mistake_by_their_fault_whatever_their_messages_say() {
+        use TerminatedBy::{AgentError, InfraFailure};
+        let two = AgentFault::ExitedBeforeProtocol(2);
         let typo = |dir: &str| {
             format!(
                 "agent exited with exit status: 2 before sending any protocol event; stderr: python3: can't open file '/tmp/agenteval-{dir}/agnet.py'"
             )
         };
         let (a, b, c) = (typo("c00-x1"), typo("c01-y2"), typo("c02-z3"));
-        let got = broken_agent(
-            [(AgentError, Some(a.as_str())), (AgentError, Some(b.as_str())), (AgentError, Some(c.as_str()))],
-            3,
-        )
-        .unwrap();
-        assert!(got.starts_with("it exited with exit status: 2 before sending any protocol event"), "{got}");
-        assert!(got.contains("agnet.py"), "the first message is kept: {got}");
-        let chatty = |t: &str| {
-            format!("output line 1 is not a protocol event (expected value at line 1 column 1): \"debug: task {t}\"")
-        };
-        let (a, b, c) = (chatty("c00"), chatty("c01"), chatty("c02"));
-        let got = broken_agent(
-            [(AgentError, Some(a.as_str())), (AgentError, Some(b.as_str())), (AgentError, Some(c.as_str()))],
-            3,
-        )
-        .unwrap();
-        assert!(got.contains("write diagnostics to stderr"), "{got}");
+        let got = broken_agent([&a, &b, &c].map(|d| ended(AgentError, Some(&two), d)), 3).unwrap();
+        assert!(got.detail.starts_with("it exited with status 2 before sending any protocol event"), "{got:?}");
+        assert!(got.detail.contains("agnet.py"), "the first message is kept: {got:?}");
+        assert_eq!(got.fault.as_ref().map(AgentFault::field), Some("agent.command"));
+        // A message that reads like a fault is not one: only the field counts.
+        let words = "agent exited with exit status: 2 before sending any protocol event";
+        let mixed =
+            [ended(AgentError, Some(&two), &a), ended(AgentError, None, words), ended(AgentError, Some(&two), &c)];
+        assert_eq!(broken_agent(mixed, 3), None);
         // Different statuses are different mistakes; task-specific failures never stop a run.
-        let s1 = "agent exited with exit status: 1 before sending any protocol event";
-        assert_eq!(
-            broken_agent([(AgentError, Some(a.as_str())), (AgentError, Some(s1)), (AgentError, Some(c.as_str()))], 3),
-            None
-        );
-        let (x, y) = (
-            "agent exited with exit status: 1; stderr: KeyError 'c00'",
-            "agent exited with exit status: 1; stderr: KeyError 'c01'",
-        );
-        assert_eq!(broken_agent([(AgentError, Some(x)), (AgentError, Some(y)), (AgentError, Some(x))], 3), None);
-        let key = "openai answered HTTP 401 (invalid_api_key) after 1 attempt(s)";
+        let one = AgentFault::ExitedBeforeProtocol(1);
+        assert_eq!(broken_agent([ended(AgentError, Some(&two), &a), ended(AgentError, Some(&one), &b)], 2), None);
+        let (x, y) = ("agent exited with exit status: 1; stderr: KeyError 'c00'", "... KeyError 'c01'");
+        assert_eq!(broken_agent([ended(AgentError, None, x), ended(AgentError, None, y)], 2), None);
+        // A setup that fails is the agent's, though its task is infra; other infra is not.
+        let setup = AgentFault::SetupFailed;
+        let failed =
+            ended(InfraFailure, Some(&setup), "installing the agent (agent.setup) failed: `bash setup.sh` exited 100");
+        assert_eq!(broken_agent([failed; 3], 3).unwrap().fault.map(|f| f.field()), Some("agent.setup"));
+        assert_eq!(broken_agent([ended(InfraFailure, None, "docker is down"); 3], 3), None);
+        let traceback = "agent exited with exit status: 1; stderr: Traceback (most recent call last):\n  File \"a.py\", line 3\nPermissionError: [Errno 1] Operation not permitted";
+        let net = AgentFault::NetworkRefused;
+        let got = broken_agent([ended(AgentError, Some(&net), traceback); 2], 2).unwrap();
         assert!(
-            broken_agent([(AgentError, Some(key)); 3], 3).unwrap().starts_with("the model provider refused its key")
+            !got.detail.contains('\n') && got.detail.ends_with("… PermissionError: [Errno 1] Operation not permitted"),
+            "{got:?}"
         );
+        let key = AgentFault::KeyRefused;
+        let refused = ended(AgentError, Some(&key), "openai answered HTTP 401 (invalid_api_key) after 1 attempt(s)");
+        assert!(broken_agent([refused; 3], 3).unwrap().detail.starts_with("the model provider refused its key"));
     }
 }

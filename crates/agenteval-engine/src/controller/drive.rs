@@ -44,6 +44,15 @@ struct Fleet<'a> {
     broken_checked: bool,
     /// Why the run stopped early, when it did for a reason worth recording.
     reason: Option<String>,
+    /// The fault of an agent that cannot run, when its tasks recorded one.
+    fault: Option<AgentFault>,
+}
+
+/// How a drive ended: the run's status, and why it stopped early when it did.
+pub(super) struct Driven {
+    pub status: RunStatus,
+    pub reason: Option<String>,
+    pub fault: Option<AgentFault>,
 }
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
@@ -56,7 +65,7 @@ pub(super) async fn drive_jobs(
     mut opts: ControllerOptions,
     run_span: &tracing::Span,
     spans: &mut SpanFile,
-) -> Result<(RunStatus, Option<String>)> {
+) -> Result<Driven> {
     let Some(metrics) = run.metrics.as_ref() else {
         return Err(agenteval_core::Error::internal("fleet metrics are set before driving"));
     };
@@ -83,6 +92,7 @@ pub(super) async fn drive_jobs(
         gave_up: false,
         broken_checked: false,
         reason: None,
+        fault: None,
     };
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
@@ -150,7 +160,8 @@ pub(super) async fn drive_jobs(
     gauges(metrics, &fleet.counts, 0, fleet.queue.len());
     fleet.export().await;
     progress.message("sealing bundle");
-    Ok((decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts), fleet.reason))
+    let status = decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts);
+    Ok(Driven { status, reason: fleet.reason, fault: fleet.fault })
 }
 
 impl Fleet<'_> {
@@ -194,17 +205,22 @@ impl Fleet<'_> {
             return Ok(());
         }
         self.broken_checked = true;
-        if self.counts.errored != self.counts.finished() {
+        if self.counts.passed + self.counts.failed > 0 {
             return Ok(());
         }
         let tasks = self.run.index.list_tasks(&self.run.run_id).await?;
-        let finished = tasks
-            .iter()
-            .filter(|t| t.state == TaskState::Completed)
-            .map(|t| (t.terminated_by.unwrap_or(TerminatedBy::Completed), t.detail.as_deref()));
-        if let Some(detail) = decide::broken_agent(finished, need as usize) {
+        let finished = tasks.iter().filter(|t| matches!(t.state, TaskState::Completed | TaskState::Failed)).map(|t| {
+            decide::Ended {
+                by: t.terminated_by.unwrap_or(TerminatedBy::InfraFailure),
+                fault: t.fault.as_ref(),
+                detail: t.detail.as_deref(),
+            }
+        });
+        if let Some(broken) = decide::broken_agent(finished, need as usize) {
+            let detail = &broken.detail;
             opts.progress.message(&format!("the first {need} tasks all failed the same way; stopping: {detail}"));
             self.reason = Some(format!("{}: {detail}", super::BROKEN_AGENT));
+            self.fault = broken.fault;
             self.stop = Some(StopReason::BrokenAgent);
         }
         Ok(())

@@ -91,6 +91,8 @@ pub struct RunOutcome {
     pub summary: RunSummary,
     /// Why the run stopped early, when it did for a reason (also in `metadata.json`).
     pub reason: Option<String>,
+    /// The fault of an agent that cannot run (the run stopped for it), naming the field to fix.
+    pub fault: Option<agenteval_core::model::AgentFault>,
 }
 
 /// Options that come from the command line rather than the config.
@@ -607,7 +609,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
     let resolver = opts.resolver.clone();
-    let (status, reason) =
+    let drive::Driven { status, reason, fault } =
         match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
             Ok(s) => s,
             Err(e) => {
@@ -635,6 +637,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         bundle_uri: run.store.bundle_uri(&run.run_id),
         summary: sealed.summary,
         reason,
+        fault,
     })
 }
 

@@ -79,6 +79,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
             terminated_by: TerminatedBy::Completed,
             steps,
             cost_unknown: false,
+            fault: None,
         },
         scores: vec![],
         started_at: now,

@@ -297,6 +297,7 @@ mod tests {
             terminated_by: TerminatedBy::Completed,
             steps: 4,
             cost_unknown: false,
+            fault: None,
         }
     }
 

@@ -324,17 +324,14 @@ pub(super) async fn run_agent(
             // A refused call is seen before the agent's reaction to it: the task ends for the
             // refusal's reason (a limit, a replay miss), not for the error the agent then met.
             biased;
-            stop = calls => AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) },
+            stop = calls => AgentOutcome::stopped(stop.terminated_by, stop.reason),
             run = tokio::time::timeout(Duration::from_secs_f64(secs), ctx.agent.run(&actx, &mut agent_sink)) => match run {
                 Ok(o) => o,
-                Err(_) => AgentOutcome {
-                    final_answer: None,
-                    error: Some((TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)"))),
-                },
+                Err(_) => AgentOutcome::stopped(TerminatedBy::LimitTime, format!("killed after {secs}s (max_wall_seconds)")),
             },
             // The environment's storage, watched while the agent writes: stopped at the cap
             // (within a poll), so the machine keeps its disk.
-            why = storage_watch(env, task) => AgentOutcome { final_answer: None, error: Some((TerminatedBy::LimitDisk, why)) },
+            why = storage_watch(env, task) => AgentOutcome::stopped(TerminatedBy::LimitDisk, why),
         }
     }
     .instrument(execute.clone())
@@ -348,7 +345,7 @@ pub(super) async fn run_agent(
         // answered in one step) ends the task for the refusal's reason, not the agent's error.
         let overridable = outcome.error.as_ref().is_none_or(|(t, _)| *t == TerminatedBy::AgentError);
         if let (true, Some(stop)) = (overridable, late) {
-            outcome = AgentOutcome { final_answer: None, error: Some((stop.terminated_by, stop.reason)) };
+            outcome = AgentOutcome::stopped(stop.terminated_by, stop.reason);
         }
     }
     drop(door);
@@ -389,7 +386,10 @@ pub(super) async fn run_agent(
         let payload = json!({"terminated_by": terminated_by.as_str(), "error": error, "written_by": "runner"});
         sink.write(EventKind::AgentTerminal, payload, 0.0, 0, 0).await;
     }
+    // A fault says why an agent could not run; any other ending keeps none.
+    let fault = outcome.fault.filter(|_| terminated_by == TerminatedBy::AgentError);
     let agent = AgentResult {
+        fault,
         success: error.is_none(),
         final_answer: outcome.final_answer.map(|a| ctx.redactor.redact_json(&a)),
         error,

@@ -29,6 +29,7 @@ use agenteval_core::config::EvaluatorConfig;
 use agenteval_llm::{CassetteMode, Cassettes};
 
 use crate::agents::agent_from_config;
+use crate::agents::installed::layer::LayerError;
 use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{publish_staged, read_json, stage_task_pack};
 use crate::resolve::{read_bundle_file, store_from_bundle_uri};
@@ -635,6 +636,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     let prepare = tracing::info_span!("benchmark.prepare");
     let mut env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(prepare.clone()).await;
     let mut setup_seconds = None;
+    let mut fault = None;
     if let Ok(te) = &mut env
         && let Some(spec) = &task.environment
         && let Some(e) = &ctx.environment
@@ -656,7 +658,10 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         setup_seconds = setup;
         match prepared {
             Ok(s) => te.session = Some(s),
-            Err(e) => env = Err(e),
+            Err(e) => {
+                fault = e.fault;
+                env = Err(e.error);
+            }
         }
     }
     if let Err(e) = &env {
@@ -681,7 +686,9 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         Ok(x) => x,
         Err(e) => {
             log.push(format!("infrastructure failure: {e}"));
-            let (agent, scores) = decide::infra_failure(ctx.redactor.redact(&e.to_string()));
+            let (mut agent, scores) = decide::infra_failure(ctx.redactor.redact(&e.to_string()));
+            // The install's own failure is the agent's, and says which field fixes it.
+            agent.fault = fault;
             (agent, scores, 0)
         }
     };
@@ -713,7 +720,7 @@ async fn prepare_with_agent(
     spec: &agenteval_core::environment::EnvSpec,
     prepare: &tracing::Span,
     log: &mut Vec<String>,
-) -> (Result<EnvSession>, Option<f64>) {
+) -> (Result<EnvSession, LayerError>, Option<f64>) {
     let mut setup_seconds = None;
     let layer = crate::agents::installed::layer::Layer::of(&ctx.config.agent).filter(|_| ctx.regrade.is_none());
     // An installed agent's layer first: its time is the task's setup, not the agent's.
@@ -729,7 +736,7 @@ async fn prepare_with_agent(
     let mut prepared = match layered {
         Ok(layered) => {
             let spec = layered.as_ref().unwrap_or(spec);
-            prepare_session(ctx, task, spec, true, log).instrument(prepare.clone()).await
+            prepare_session(ctx, task, spec, true, log).instrument(prepare.clone()).await.map_err(LayerError::from)
         }
         Err(e) => Err(e),
     };
@@ -751,7 +758,10 @@ async fn prepare_with_agent(
                 started.elapsed().as_secs_f64(),
                 ctx.redactor.redact(out.trim_end())
             )),
-            Err(e) => prepared = Err(Error::new(e.kind(), ctx.redactor.redact(&e.to_string()))),
+            Err(e) => {
+                let error = Error::new(e.error.kind(), ctx.redactor.redact(&e.to_string()));
+                prepared = Err(LayerError { error, fault: e.fault });
+            }
         }
     }
     (prepared, setup_seconds)
@@ -766,8 +776,8 @@ async fn agent_layer(
     spec: &agenteval_core::environment::EnvSpec,
     layer: &crate::agents::installed::layer::Layer,
     log: &mut Vec<String>,
-) -> Result<agenteval_core::environment::EnvSpec> {
-    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
+) -> Result<agenteval_core::environment::EnvSpec, LayerError> {
+    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id).into()) };
     let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
     let made = layer.ensure(env, &ctx.run_id, task, ctx.job.attempt, spec, &ctx.secrets).instrument(span.clone()).await;
     match made {
@@ -779,9 +789,9 @@ async fn agent_layer(
             Ok(agenteval_core::environment::EnvSpec { image: Some(ready.image), context: None, ..spec.clone() })
         }
         Err(e) => {
-            let e = Error::new(e.kind(), ctx.redactor.redact(&e.to_string()));
-            telemetry::set_error(&span, &e.to_string());
-            Err(e)
+            let error = Error::new(e.error.kind(), ctx.redactor.redact(&e.to_string()));
+            telemetry::set_error(&span, &error.to_string());
+            Err(LayerError { error, fault: e.fault })
         }
     }
 }

@@ -51,7 +51,8 @@ impl Images {
     ) -> Result<(String, String)> {
         let env: std::sync::Arc<dyn agenteval_core::traits::Environment> = self.docker.clone();
         let spec = task.environment.clone().unwrap_or_default();
-        let ready = layer.ensure(&env, &agenteval_core::RunId::new(), task, 0, &spec, &[]).await?;
+        let ready =
+            layer.ensure(&env, &agenteval_core::RunId::new(), task, 0, &spec, &[]).await.map_err(|e| e.error)?;
         Ok((ready.image, ready.note))
     }
 

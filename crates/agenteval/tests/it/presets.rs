@@ -178,14 +178,44 @@ fn a_preset_install_that_fails_is_infra_naming_the_version() {
     let ws = Workspace::new();
     let tasks = hello_tasks(&ws);
     let cfg = config(&ws, &tasks, "  preset: codex\n  version: 0.0.0-does-not-exist", "http://127.0.0.1:9/v1");
-    let (v, _code, out) = ws.submit(&cfg, &[]);
+    let (v, code, out) = ws.submit(&cfg, &[]);
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
     for id in ["hello-solve", "hello-fail"] {
         let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
         assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
+        assert_eq!(r["agent"]["fault"], "install_failed", "{r}");
         let why = r["agent"]["error"].as_str().unwrap();
         assert!(why.contains("agent.version 0.0.0-does-not-exist") && why.contains("npm"), "{why}");
     }
+    // Every task failing the same install is an agent that cannot run, and the fix is named.
+    let err = text(&out.stderr);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.lines().last().unwrap().contains("(fix `agent.version`: check the version exists"), "{err}");
+}
+
+/// A setup script that fails on every task stops the run, naming `agent.setup` (the task is the
+/// infrastructure's to count, the fix the config's), with no Rust debug output in the message.
+#[test]
+fn a_setup_that_fails_stops_the_run_naming_agent_setup() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    for i in 0..6 {
+        copy_dir(&repo().join("configs/harbor-mini/hello-file"), &tasks.join(format!("t{i}")));
+    }
+    let nonce = format!("{:?}-{}", std::time::SystemTime::now(), std::process::id());
+    ws.write(
+        "setup.sh",
+        &format!("#!/bin/bash\n# {nonce}\necho 'E: Unable to locate package hello-agent' >&2\nexit 100\n"),
+    );
+    let cfg = crate::environments::harbor_config(&ws, &tasks, "installed\n  setup: setup.sh\n  command: hello", "");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(last.starts_with("error: the agent cannot run: installing the agent (agent.setup) failed"), "{err}");
+    assert!(last.contains("exited 100") && !last.contains("Some("), "{last}");
+    assert!(last.contains("(fix `agent.setup`: the script's last lines are in each task's log)"), "{last}");
 }
 
 /// `--agent` and `--model` pick a preset over a config's installed agent; a preset name that is

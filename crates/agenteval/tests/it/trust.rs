@@ -336,3 +336,41 @@ fn limit_rerun_failed_runs_show_and_show_task_give_the_why() {
     assert_eq!(meta["rerun_of"], run.as_str());
     assert!(meta["name"].as_str().unwrap().ends_with("(rerun)"), "{meta}");
 }
+
+#[test]
+fn an_agent_its_sandbox_refuses_a_connection_is_told_to_fix_agent_sandbox_network() {
+    let ws = Workspace::new();
+    cases(&ws, 12);
+    // Reaches for a local model server first, as an agent pointed at Ollama would.
+    ws.write(
+        "local_model.py",
+        "import json, socket, sys\nreq = json.loads(sys.stdin.readline())\ns = socket.create_connection(('127.0.0.1', 11434), timeout=5)\n",
+    );
+    let cfg = ws.write(
+        "refused.yaml",
+        "name: refused\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, local_model.py]\n  sandbox: {network: none}\nbackend: {max_concurrent_jobs: 2, tasks_per_job: 1}\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(last.starts_with("error: the agent cannot run: its sandbox refused it a connection"), "{err}");
+    assert!(last.contains("Operation not permitted (fix `agent.sandbox.network`"), "one line, the fix last: {err}");
+    assert!(!last.contains("agent.command"), "the hint names the one field: {last}");
+    let status: serde_json::Value = serde_json::from_slice(&ws.run(&["status", "latest", "--json"]).stdout).unwrap();
+    let bundle = Path::new(status["run"]["bundle_uri"].as_str().unwrap()).to_path_buf();
+    let shown = text(&ws.run(&["show", "latest", "c00", "--json"]).stdout);
+    let v: serde_json::Value = serde_json::from_str(&shown).unwrap_or_else(|_| panic!("{shown}"));
+    assert_eq!(v["result"]["agent"]["fault"], "network_refused", "the fault is a field of the result: {v}");
+    assert!(bundle.exists());
+
+    // The same program allowed the port gets past the sandbox: a refused connection from an
+    // empty port is the agent's own failure, not the sandbox's, and names no sandbox field.
+    let cfg = ws.write(
+        "allowed.yaml",
+        "name: allowed\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, local_model.py]\n  sandbox: {network: all}\nbackend: {max_concurrent_jobs: 2, tasks_per_job: 1}\n",
+    );
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("agent.sandbox.network"), "{err}");
+}

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use agenteval_core::config::AgentConfig;
 use agenteval_core::environment::{EnvSpec, ExecRequest};
-use agenteval_core::model::TaskSpec;
+use agenteval_core::model::{AgentFault, TaskSpec};
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::Environment;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
@@ -25,6 +25,22 @@ const SETUP_DIR: &str = "/installed-agent";
 /// The file a layer's install leaves in the image: its key, so a container of the layer (a
 /// fleet job in its task's layered image) knows the agent is there.
 const MARKER: &str = "/etc/agenteval-agent-layer";
+
+/// A layer that could not be made: the machine's failure (its engine, its disk), or the
+/// install's own, which is the agent's fault (`agent.setup`, `agent.version`) and names it.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct LayerError {
+    pub error: Error,
+    /// Set when the install itself failed, not the machine.
+    pub fault: Option<AgentFault>,
+}
+
+impl From<Error> for LayerError {
+    fn from(error: Error) -> Self {
+        LayerError { error, fault: None }
+    }
+}
 
 /// What installs the agent.
 #[derive(Debug, Clone)]
@@ -133,13 +149,14 @@ impl Layer {
         attempt: u32,
         spec: &EnvSpec,
         secrets: &[(String, Secret)],
-    ) -> Result<Ready> {
+    ) -> Result<Ready, LayerError> {
         let started = Instant::now();
         let Some((base, base_id)) = env.base_image(run, spec).await? else {
             return Err(Error::invalid(format!(
                 "an installed agent needs tasks that run in a container, and {} environments have no images",
                 env.kind()
-            )));
+            ))
+            .into());
         };
         let names: Vec<&str> = secrets.iter().map(|(k, _)| k.as_str()).collect();
         let key = self.key(&names)?;
@@ -175,14 +192,15 @@ impl Layer {
     }
 
     /// The install's failure, naming the field that fixes it.
-    fn failed(&self, why: String) -> Error {
-        let field = match &self.source {
+    fn failed(&self, why: String) -> LayerError {
+        let (field, fault) = match &self.source {
             Source::Preset { preset, version } => {
-                format!("preset {} at agent.version {version}", preset.name)
+                (format!("preset {} at agent.version {version}", preset.name), AgentFault::InstallFailed)
             }
-            Source::Setup { .. } => "agent.setup".into(),
+            Source::Setup { .. } => ("agent.setup".into(), AgentFault::SetupFailed),
         };
-        Error::new(ErrorKind::Io, format!("installing the agent ({field}) failed: {why}"))
+        let error = Error::new(ErrorKind::Io, format!("installing the agent ({field}) failed: {why}"));
+        LayerError { error, fault: Some(fault) }
     }
 
     /// Runs the install in a container of the base image and saves it as `tag`; the install's
@@ -197,7 +215,7 @@ impl Layer {
         base: &EnvSpec,
         secrets: &[(String, Secret)],
         tag: &str,
-    ) -> Result<String> {
+    ) -> Result<String, LayerError> {
         // A preset's files come from the worker: its container needs no network. A custom setup
         // gets the task's network (an apt install).
         let spec = match &self.source {
@@ -207,7 +225,7 @@ impl Layer {
         let handle = env.prepare(run, task, attempt, &spec).await?;
         let out = self.install(env, &handle, secrets).await;
         let saved = match out {
-            Ok(output) => env.commit(&handle, tag).await.map(|()| output),
+            Ok(output) => env.commit(&handle, tag).await.map(|()| output).map_err(LayerError::from),
             Err(e) => Err(e),
         };
         if let Err(e) = env.teardown(&handle).await {
@@ -223,7 +241,7 @@ impl Layer {
         env: &Arc<dyn Environment>,
         handle: &agenteval_core::environment::EnvHandle,
         key: &str,
-    ) -> Result<()> {
+    ) -> Result<(), LayerError> {
         let look = ExecRequest::new(format!("cat {MARKER} 2>/dev/null"), Duration::from_secs(30));
         let found = env.exec(handle, &look).await?;
         if found.ok() && found.stdout.trim() == key {
@@ -240,7 +258,7 @@ impl Layer {
         env: &Arc<dyn Environment>,
         handle: &agenteval_core::environment::EnvHandle,
         secrets: &[(String, Secret)],
-    ) -> Result<Option<String>> {
+    ) -> Result<Option<String>, LayerError> {
         let names: Vec<&str> = secrets.iter().map(|(k, _)| k.as_str()).collect();
         let key = self.key(&names)?;
         let look = ExecRequest::new(format!("cat {MARKER} 2>/dev/null"), Duration::from_secs(30));
@@ -258,7 +276,7 @@ impl Layer {
         env: &Arc<dyn Environment>,
         handle: &agenteval_core::environment::EnvHandle,
         secrets: &[(String, Secret)],
-    ) -> Result<String> {
+    ) -> Result<String, LayerError> {
         let root = |command: String, env_vars: Vec<(String, String)>| ExecRequest {
             user: Some("0".into()),
             env: env_vars.into_iter().collect(),

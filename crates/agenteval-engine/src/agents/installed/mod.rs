@@ -84,7 +84,7 @@ impl InstalledAgent {
 }
 
 fn stopped(t: TerminatedBy, why: String) -> AgentOutcome {
-    AgentOutcome { final_answer: None, error: Some((t, why)) }
+    AgentOutcome::stopped(t, why)
 }
 
 /// How a command ended, in words: `exited 100`, or `was killed by a signal`.
@@ -203,6 +203,6 @@ impl AgentRunner for InstalledAgent {
         if let Err(stop) = sink.emit(AgentEvent::new(EventKind::AgentTerminal, terminal)).await {
             return stopped(stop.terminated_by, stop.reason);
         }
-        AgentOutcome { final_answer: Some(answer), error: None }
+        AgentOutcome::answer(answer)
     }
 }
