@@ -347,7 +347,9 @@ pub enum Command {
     /// Check that everything a run needs exists, before launching anything.
     ///
     /// Locally: the bundle folder, the agent's program (readable by the agents' uids under a
-    /// root worker), the secrets; for tasks in containers the Docker engine and each task image.
+    /// root worker), the secrets, each model endpoint the agent's calls go to (answers from this
+    /// machine); for tasks in containers the Docker engine, each task image and, for an installed
+    /// agent behind the gateway, whether a container of the first task reaches the gateway.
     /// On AWS: credentials, region, bucket, table, cluster, task definition, network, secrets.
     Doctor {
         #[command(flatten)]

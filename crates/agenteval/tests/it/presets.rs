@@ -255,3 +255,42 @@ fn a_matrix_of_presets_compares_two_agents_on_one_benchmark() {
     let wires: std::collections::BTreeSet<String> = mock.received().iter().map(|r| r.path.clone()).collect();
     assert_eq!(wires, ["anthropic".to_string(), "responses".to_string()].into(), "each agent on its own wire");
 }
+
+/// `doctor` on an installed agent behind the gateway: the model endpoint answers from this
+/// machine, and from a container of the first task's image the gateway's address and ports are
+/// reached; an endpoint that does not answer is one failing line naming its field, exit 2.
+#[test]
+fn doctor_checks_the_model_endpoint_and_the_gateway_from_a_task_container() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    // The hello-file image with its Dockerfile as shipped: built by `--build`.
+    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &tasks.join("t0"));
+    let setup = "#!/bin/bash\nprintf '#!/bin/sh\\ntrue\\n' > /usr/local/bin/hello && chmod +x /usr/local/bin/hello\n";
+    ws.write("setup.sh", setup);
+    let cfg = config(&ws, &tasks, "  setup: setup.sh\n  command: hello", &mock.base_url());
+    let lines = |out: &std::process::Output| text(&out.stdout).lines().map(String::from).collect::<Vec<_>>();
+    let out = ws.run(&["doctor", "--build", "--config", cfg.to_str().unwrap()]);
+    let said = lines(&out);
+    assert_eq!(out.status.code(), Some(0), "{said:?} {}", text(&out.stderr));
+    let line =
+        |what: &str| said.iter().find(|l| l.contains(what)).unwrap_or_else(|| panic!("{what}: {said:?}")).clone();
+    let endpoint = line("model endpoint openai");
+    assert!(endpoint.starts_with("ok") && endpoint.contains("answers (HTTP"), "{endpoint}");
+    let gateway = line("gateway from a container of task t0");
+    assert!(gateway.starts_with("ok") && gateway.contains("reached"), "{gateway}");
+
+    // A port nothing listens on: the endpoint's line fails, and only it.
+    let cfg = config(&ws, &tasks, "  setup: setup.sh\n  command: hello", "http://127.0.0.1:9/v1");
+    let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let said = lines(&out);
+    assert_eq!(out.status.code(), Some(2), "{said:?}");
+    let failed: Vec<&String> = said.iter().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(failed.len(), 2, "openai and anthropic, both at the dead port: {said:?}");
+    assert!(
+        failed.iter().all(|l| l.contains("http://127.0.0.1:9/v1 does not answer") && l.contains("base_url)")),
+        "{said:?}"
+    );
+    assert!(failed[0].contains("(agent.upstream.openai.base_url)"), "{failed:?}");
+}
