@@ -660,7 +660,7 @@ impl RunIndex for DynamoDbRunIndex {
         item.insert("job_id".into(), s(job.handle.job_id.as_str()));
         item.insert("attempt".into(), n(job.handle.attempt));
         item.insert("native_id".into(), s(&job.handle.native_id));
-        item.insert("status".into(), s(&job.status));
+        item.insert("status".into(), s(job.status.as_str()));
         item.insert("task_count".into(), n(job.task_count));
         item.insert("updated_at".into(), s(ts(job.updated_at)));
         if let Some(e) = self.expiry(job.updated_at) {
@@ -689,7 +689,7 @@ impl RunIndex for DynamoDbRunIndex {
                         attempt: get_n(i, "attempt")?,
                         native_id: get_s(i, "native_id")?.into(),
                     },
-                    status: get_s(i, "status")?.into(),
+                    status: JobState::parse(get_s(i, "status")?).ok_or_else(|| corrupt("job status"))?,
                     task_count: get_n(i, "task_count")?,
                     updated_at: get_ts(i, "updated_at")?,
                 })

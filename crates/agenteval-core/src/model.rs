@@ -1005,9 +1005,50 @@ impl TaskCounts {
 pub struct JobRecord {
     pub run_id: RunId,
     pub handle: JobHandle,
-    pub status: String,
+    pub status: JobState,
     pub task_count: u32,
     pub updated_at: DateTime<Utc>,
+}
+
+/// Where a dispatched job stands, as the index records it: [`JobStatus`] without its details.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 5] =
+        [JobState::Queued, JobState::Running, JobState::Succeeded, JobState::Failed, JobState::Cancelled];
+
+    /// The state a backend's status is.
+    pub fn of(status: &JobStatus) -> JobState {
+        match status {
+            JobStatus::Queued => JobState::Queued,
+            JobStatus::Running => JobState::Running,
+            JobStatus::Succeeded => JobState::Succeeded,
+            JobStatus::Failed { .. } => JobState::Failed,
+            JobStatus::Cancelled => JobState::Cancelled,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<JobState> {
+        Self::ALL.into_iter().find(|j| j.as_str() == s)
+    }
 }
 
 /// Per-evaluator aggregate in the run summary.

@@ -150,6 +150,11 @@ pub trait Resolver: Send + Sync {
 pub trait Environment: Send + Sync {
     /// `workspace`, `docker`.
     fn kind(&self) -> &str;
+    /// Whether a task's environment is a container of its own on a task network, where the
+    /// model gateway is reached at the network's host address, not on loopback.
+    fn is_container(&self) -> bool {
+        false
+    }
     /// Makes the task's environment. An `Err` is an infrastructure failure of the task (never
     /// the agent's): its message says what failed (a Dockerfile's last build lines).
     async fn prepare(

@@ -259,6 +259,10 @@ impl DockerEnvironment {
 
 #[async_trait]
 impl Environment for DockerEnvironment {
+    fn is_container(&self) -> bool {
+        true
+    }
+
     fn kind(&self) -> &str {
         "docker"
     }

@@ -680,7 +680,7 @@ impl RunIndex for SqliteRunIndex {
                     job.handle.job_id.as_str(),
                     job.handle.attempt as i64,
                     job.handle.native_id,
-                    job.status,
+                    job.status.as_str(),
                     job.task_count as i64,
                     ts(job.updated_at),
                 ])
@@ -706,7 +706,10 @@ impl RunIndex for SqliteRunIndex {
                             attempt: r.get::<_, i64>("attempt")? as u32,
                             native_id: r.get("native_id")?,
                         },
-                        status: r.get("status")?,
+                        status: {
+                            let s: String = r.get("status")?;
+                            JobState::parse(&s).ok_or_else(|| corrupt(format!("unknown job status {s}")))?
+                        },
                         task_count: r.get::<_, i64>("task_count")? as u32,
                         updated_at: parse_ts(&r.get::<_, String>("updated_at")?)?,
                     })

@@ -458,16 +458,16 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let mut jr = JobRecord {
         run_id: run,
         handle: handle.clone(),
-        status: "running".into(),
+        status: JobState::Running,
         task_count: 1,
         updated_at: Utc::now(),
     };
     index.record_job(&jr).await.unwrap();
-    jr.status = "succeeded".into();
+    jr.status = JobState::Succeeded;
     index.record_job(&jr).await.unwrap();
     let jobs = index.list_jobs(&run).await.unwrap();
     assert_eq!(jobs.len(), 1, "recording a job again updates it");
-    assert_eq!(jobs[0].status, "succeeded");
+    assert_eq!(jobs[0].status, JobState::Succeeded);
     assert_eq!(jobs[0].handle, handle);
 
     // Listing runs: newest first.

@@ -172,13 +172,13 @@ pub async fn replay(
             Some(now) => first_difference(&was, &now),
         };
         let (word, detail) = match verdict {
-            None => ("MATCH", String::new()),
-            Some(d) if code_changed.is_some() => ("CODE_CHANGED", d),
-            Some(d) => ("DIFFER", d),
+            None => (Verdict::Match, String::new()),
+            Some(d) if code_changed.is_some() => (Verdict::CodeChanged, d),
+            Some(d) => (Verdict::Differ, d),
         };
         rows.push((task.clone(), word, detail));
     }
-    let all_match = rows.iter().all(|r| r.1 == "MATCH");
+    let all_match = rows.iter().all(|r| r.1 == Verdict::Match);
     let code = if !all_match {
         exit::CHECK_FAILED
     } else if outcome.status != RunStatus::Complete {
@@ -272,32 +272,53 @@ async fn unpack_cassettes(
     Ok((dir, recorded_tasks))
 }
 
+/// What a replay found for one task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// It behaved as recorded.
+    Match,
+    /// It did not (the first difference beside it).
+    Differ,
+    /// It did not, and agenteval's version or how it reads the config changed since.
+    CodeChanged,
+}
+
+impl Verdict {
+    fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Match => "MATCH",
+            Verdict::Differ => "DIFFER",
+            Verdict::CodeChanged => "CODE_CHANGED",
+        }
+    }
+}
+
 /// What a replay found, task by task, for the terminal or `--json`.
 struct Replayed<'a> {
     run: agenteval_core::RunId,
     outcome: &'a controller::RunOutcome,
     code_changed: Option<&'a str>,
-    /// `(task, MATCH | DIFFER | CODE_CHANGED, the first difference)`.
-    rows: &'a [(String, &'static str, String)],
+    /// `(task, verdict, the first difference)`.
+    rows: &'a [(String, Verdict, String)],
     code: u8,
 }
 
 impl Replayed<'_> {
-    fn count(&self, word: &str) -> usize {
-        self.rows.iter().filter(|r| r.1 == word).count()
+    fn count(&self, verdict: Verdict) -> usize {
+        self.rows.iter().filter(|r| r.1 == verdict).count()
     }
 
     fn json(&self) -> Value {
         let tasks: Vec<Value> =
-            self.rows.iter().map(|(t, w, d)| json!({"task_id": t, "verdict": w, "difference": d})).collect();
+            self.rows.iter().map(|(t, w, d)| json!({"task_id": t, "verdict": w.as_str(), "difference": d})).collect();
         json!({
             "run_id": self.run,
             "replay_run_id": self.outcome.run_id,
             "replay_status": self.outcome.status,
             "code_changed": self.code_changed,
-            "match": self.count("MATCH"),
-            "differ": self.count("DIFFER"),
-            "code_changed_tasks": self.count("CODE_CHANGED"),
+            "match": self.count(Verdict::Match),
+            "differ": self.count(Verdict::Differ),
+            "code_changed_tasks": self.count(Verdict::CodeChanged),
             "tasks": tasks,
             "exit_code": self.code,
         })
@@ -313,6 +334,7 @@ impl Replayed<'_> {
             say!("note: {why}");
         }
         for (task, word, detail) in self.rows {
+            let word = word.as_str();
             if detail.is_empty() {
                 say!("{word:<12} {task}");
             } else {
@@ -323,9 +345,9 @@ impl Replayed<'_> {
             "replay of {}: {} tasks, {} MATCH, {} DIFFER, {} CODE_CHANGED",
             self.run,
             self.rows.len(),
-            self.count("MATCH"),
-            self.count("DIFFER"),
-            self.count("CODE_CHANGED")
+            self.count(Verdict::Match),
+            self.count(Verdict::Differ),
+            self.count(Verdict::CodeChanged)
         );
     }
 }

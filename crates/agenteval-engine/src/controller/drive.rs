@@ -13,7 +13,7 @@ use chrono::Utc;
 use tracing::Instrument;
 
 use super::decide::{self, Pending, StopReason, Verdict};
-use super::jobs::{dispatch, finished_and_not, give_up, job_span, job_status_word, record_job, stop_jobs};
+use super::jobs::{dispatch, finished_and_not, give_up, job_span, record_job, stop_jobs};
 use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
 use super::{
@@ -393,7 +393,7 @@ impl Fleet<'_> {
                 self.counts.add_finished(t);
             }
         }
-        f.span.record("agenteval.job.status", job_status_word(&status));
+        f.span.record("agenteval.job.status", JobState::of(&status).as_str());
         f.span.record("agenteval.job.unfinished", left.len() as i64);
         let end = decide::on_job_end(
             &handle.job_id,

@@ -32,16 +32,6 @@ pub(super) fn job_span(run_span: &tracing::Span, p: &Pending) -> tracing::Span {
     )
 }
 
-pub(super) fn job_status_word(status: &JobStatus) -> &'static str {
-    match status {
-        JobStatus::Queued => "queued",
-        JobStatus::Running => "running",
-        JobStatus::Succeeded => "succeeded",
-        JobStatus::Failed { .. } => "failed",
-        JobStatus::Cancelled => "cancelled",
-    }
-}
-
 pub(super) async fn dispatch(
     run: &Run,
     p: &Pending,
@@ -83,7 +73,7 @@ pub(super) async fn dispatch(
         .record_job(&JobRecord {
             run_id: run.run_id,
             handle: handle.clone(),
-            status: "running".into(),
+            status: JobState::Running,
             task_count: spec.tasks.len() as u32,
             updated_at: Utc::now(),
         })
@@ -92,12 +82,11 @@ pub(super) async fn dispatch(
 }
 
 pub(super) async fn record_job(run: &Run, handle: &JobHandle, status: &JobStatus, n: usize) -> Result<()> {
-    let s = job_status_word(status);
     run.index
         .record_job(&JobRecord {
             run_id: run.run_id,
             handle: handle.clone(),
-            status: s.into(),
+            status: JobState::of(status),
             task_count: n as u32,
             updated_at: Utc::now(),
         })

@@ -405,10 +405,10 @@ async fn sweep_environments(config: &RunConfig, resolver: &dyn Resolver, run_id:
 
 async fn stop_leftovers(index: &dyn RunIndex, backend: &dyn CloudBackend, run_id: &RunId) -> Result<()> {
     for job in index.list_jobs(run_id).await? {
-        if job.status == "running" {
+        if job.status == JobState::Running {
             backend.cancel_job(&job.handle, "controller gone").await?;
             let mut j = job.clone();
-            j.status = "cancelled".into();
+            j.status = JobState::Cancelled;
             j.updated_at = Utc::now();
             index.record_job(&j).await?;
         }

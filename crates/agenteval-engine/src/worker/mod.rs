@@ -1027,7 +1027,7 @@ async fn run_and_grade(
     let (mut agent, mut sink) = match &ctx.regrade {
         Some(source) => regrade::recorded(ctx, source, task, env, log).await?,
         // Only the reference agent is given the task's solution, fetched for it alone.
-        None if ctx.config.agent.kind() == "oracle" => {
+        None if matches!(ctx.config.agent, agenteval_core::config::AgentConfig::Oracle { .. }) => {
             let (task, _solution) =
                 crate::environments::files::with_local_solution(ctx.store.as_ref(), &ctx.run_id, task).await?;
             execute::run_agent(ctx, &task, env, log).await?

@@ -73,7 +73,7 @@ impl InstalledAgent {
             env.insert(var.clone(), secret.expose().to_string());
         }
         if let Some(g) = ctx.gateway {
-            let in_container = s.env.kind() == "docker";
+            let in_container = s.env.is_container();
             if in_container && g.container.is_none() {
                 return Err("the task's container has no way to the model gateway".to_string());
             }
