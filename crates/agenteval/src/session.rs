@@ -381,8 +381,7 @@ pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Resul
     agenteval_core::config::load_config_checked(path, overrides, &|config| {
         let mut problems = crate::wiring::backend_problems(config);
         problems.extend(agenteval_engine::benchmarks::at_load(config));
-        problems.extend(agenteval_engine::agents::installed::presets::at_load(config));
-        problems.extend(agenteval_engine::agents::predictions::at_load(config));
+        problems.extend(agenteval_engine::agents::at_load(config));
         problems.extend(agenteval_llm::validate_config(config));
         problems
     })

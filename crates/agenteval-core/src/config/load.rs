@@ -796,81 +796,98 @@ fn resolve_pass(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Pro
         }
         config.backend.secrets_file = Some(abs);
     }
-    if let AgentConfig::Command { workdir, .. } = &mut config.agent {
-        *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
-    }
-    if let BenchmarkConfig::Command { workdir, .. } = &mut config.benchmark {
-        *workdir = Some(base.to_path_buf());
-    }
-    resolve_registry(config, base);
-    if let AgentConfig::Predictions { path, .. } = &mut config.agent {
-        *path = resolve(base, path);
-        if !path.is_file() {
-            problems.push(Problem {
-                origin: pos.find("/agent/path", false),
-                pointer: "/agent/path".into(),
-                message: not_a_file("predictions file", path),
-            });
-        }
-    }
-    if let AgentConfig::Installed { setup, setup_files, .. } = &mut config.agent {
-        if let Some(setup) = setup {
-            *setup = resolve(base, setup);
-            if !setup.is_file() {
-                problems.push(Problem {
-                    origin: pos.find("/agent/setup", false),
-                    pointer: "/agent/setup".into(),
-                    message: not_a_file("setup script", setup),
-                });
-            }
-        }
-        if let Some(files) = setup_files {
-            *files = resolve(base, files);
-            if !files.is_dir() {
-                problems.push(Problem {
-                    origin: pos.find("/agent/setup_files", false),
-                    pointer: "/agent/setup_files".into(),
-                    message: format!("setup_files {} is not a folder", files.display()),
-                });
-            }
-        }
-    }
-    // Prices travel inside the resolved config, like schemas: workers elsewhere cannot read the file.
-    if let AgentConfig::Llm(a) = &mut config.agent
-        && let Some(f) = &a.prices_file
-    {
-        let path = resolve(base, f);
-        let read = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read prices file {}: {e}", path.display()))
-            .and_then(|t| {
-                #[derive(serde::Deserialize)]
-                struct PricesFile {
-                    models: std::collections::BTreeMap<String, super::ModelPrice>,
-                }
-                serde_json::from_str::<PricesFile>(&t)
-                    .map_err(|e| format!("prices file {} is not a prices table: {e}", path.display()))
-            });
-        match read {
-            Ok(p) => {
-                a.prices = p.models;
-                a.prices_file = Some(path);
-            }
-            Err(message) => problems.push(Problem {
-                origin: pos.find("/agent/prices_file", false),
-                pointer: "/agent/prices_file".into(),
-                message,
-            }),
-        }
-    }
+    config.benchmark.resolve_files(base);
+    problems.extend(config.agent.resolve_files(base, pos));
     problems
 }
 
-/// A Harbor registry given as a file is the config folder's (a URL stays as it is).
-fn resolve_registry(config: &mut RunConfig, base: &Path) {
-    if let BenchmarkConfig::Harbor { registry: Some(r), .. } = &mut config.benchmark
-        && !r.contains("://")
-    {
-        *r = resolve(base, Path::new(r.as_str())).to_string_lossy().into_owned();
+impl BenchmarkConfig {
+    /// Paths beside the config made absolute, by kind (its data files are resolved with the
+    /// others, `data_files_mut`): a command's folder, a Harbor registry given as a file (a URL
+    /// stays as it is).
+    fn resolve_files(&mut self, base: &Path) {
+        match self {
+            BenchmarkConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
+            BenchmarkConfig::Harbor { registry: Some(r), .. } if !r.contains("://") => {
+                *r = resolve(base, Path::new(r.as_str())).to_string_lossy().into_owned();
+            }
+            BenchmarkConfig::Harbor { .. }
+            | BenchmarkConfig::Toy { .. }
+            | BenchmarkConfig::Jsonl { .. }
+            | BenchmarkConfig::Humaneval { .. }
+            | BenchmarkConfig::Swebench { .. } => {}
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Paths beside the config made absolute and checked, by kind: a command's folder, a
+    /// predictions file, a setup script and its files, a prices file (read in: prices travel
+    /// inside the resolved config, like schemas, since workers elsewhere cannot read the file).
+    fn resolve_files(&mut self, base: &Path, pos: &Positions) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let mut must_be = |path: &Path, pointer: &str, what: &str, folder: bool| {
+            let ok = if folder { path.is_dir() } else { path.is_file() };
+            if !ok {
+                let message =
+                    if folder { format!("{what} {} is not a folder", path.display()) } else { not_a_file(what, path) };
+                problems.push(Problem { origin: pos.find(pointer, false), pointer: pointer.into(), message });
+            }
+        };
+        match self {
+            AgentConfig::Command { workdir, .. } => {
+                *workdir = Some(workdir.as_ref().map_or_else(|| base.to_path_buf(), |w| resolve(base, w)));
+            }
+            AgentConfig::Predictions { path, .. } => {
+                *path = resolve(base, path);
+                must_be(path, "/agent/path", "predictions file", false);
+            }
+            AgentConfig::Installed { setup, setup_files, .. } => {
+                if let Some(setup) = setup {
+                    *setup = resolve(base, setup);
+                    must_be(setup, "/agent/setup", "setup script", false);
+                }
+                if let Some(files) = setup_files {
+                    *files = resolve(base, files);
+                    must_be(files, "/agent/setup_files", "setup_files", true);
+                }
+            }
+            AgentConfig::Llm(a) => {
+                if let Some(problem) = read_prices(a, base, pos) {
+                    problems.push(problem);
+                }
+            }
+            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => {}
+        }
+        problems
+    }
+}
+
+/// An `llm` agent's `prices_file`, read into its `prices`.
+fn read_prices(a: &mut super::LlmAgentConfig, base: &Path, pos: &Positions) -> Option<Problem> {
+    let f = a.prices_file.as_ref()?;
+    let path = resolve(base, f);
+    let read = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read prices file {}: {e}", path.display()))
+        .and_then(|t| {
+            #[derive(serde::Deserialize)]
+            struct PricesFile {
+                models: std::collections::BTreeMap<String, super::ModelPrice>,
+            }
+            serde_json::from_str::<PricesFile>(&t)
+                .map_err(|e| format!("prices file {} is not a prices table: {e}", path.display()))
+        });
+    match read {
+        Ok(p) => {
+            a.prices = p.models;
+            a.prices_file = Some(path);
+            None
+        }
+        Err(message) => Some(Problem {
+            origin: pos.find("/agent/prices_file", false),
+            pointer: "/agent/prices_file".into(),
+            message,
+        }),
     }
 }
 

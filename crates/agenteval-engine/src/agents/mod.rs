@@ -31,6 +31,23 @@ pub use nop::NopAgent;
 pub use oracle::OracleAgent;
 pub use python_tool::PythonTool;
 
+/// What the agent completes and checks when a config loads (the loader's `ExtraChecks`), by
+/// kind: every kind has its arm, so a new one is a compile error here until it says what it
+/// needs.
+pub fn at_load(config: &mut RunConfig) -> Vec<(String, String)> {
+    match &config.agent {
+        AgentConfig::Mock { .. }
+        | AgentConfig::Command { .. }
+        | AgentConfig::Llm(_)
+        | AgentConfig::Oracle { .. }
+        | AgentConfig::Nop { .. } => Vec::new(),
+        // A preset that exists, at a version that is one.
+        AgentConfig::Installed { .. } => installed::presets::at_load(config),
+        // The predictions read into the config, each for an instance the dataset has.
+        AgentConfig::Predictions { .. } => predictions::at_load(config),
+    }
+}
+
 /// Builds the agent a run configuration names; `cassettes` and `redactor` serve the `llm` agent.
 pub fn agent_from_config(
     run: &RunConfig,

@@ -79,19 +79,30 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
     })
 }
 
-/// What the benchmarks complete and check when a config loads, once its paths are resolved
-/// (the loader's `ExtraChecks`): HumanEval's data file found through Python; Harbor tasks run
-/// in containers.
+/// What the benchmark completes and checks when a config loads, once its paths are resolved
+/// (the loader's `ExtraChecks`), by kind: every kind has its arm, so a new one is a compile
+/// error here until it says what it needs.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    let mut problems = humaneval::find_data(config);
-    problems.extend(harbor::dataset_at_load(config));
-    problems.extend(swebench::at_load(config));
-    if matches!(config.benchmark, BenchmarkConfig::Harbor { .. })
-        && matches!(
-            config.environment.kind,
-            agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None
-        )
-    {
+    match &config.benchmark {
+        BenchmarkConfig::Toy { .. } | BenchmarkConfig::Jsonl { .. } | BenchmarkConfig::Command { .. } => Vec::new(),
+        // The data file found through Python.
+        BenchmarkConfig::Humaneval { .. } => humaneval::find_data(config),
+        BenchmarkConfig::Harbor { .. } => {
+            let mut problems = harbor::dataset_at_load(config);
+            problems.extend(harbor_in_containers(config));
+            problems
+        }
+        BenchmarkConfig::Swebench { .. } => swebench::at_load(config),
+    }
+}
+
+/// Harbor tasks run in containers.
+fn harbor_in_containers(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
+    if matches!(
+        config.environment.kind,
+        agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None
+    ) {
         problems.push((
             "/environment/kind".into(),
             format!(
