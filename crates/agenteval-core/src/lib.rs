@@ -23,3 +23,19 @@ pub use ids::{JobId, RunId, TaskId};
 /// Version of every JSON document agenteval writes (bundle files, job specs, task results).
 /// Readers accept documents with the same major version.
 pub const SCHEMA_VERSION: &str = "1.1";
+
+/// Where agenteval keeps what it fetched (installed agents' packages, Harbor datasets):
+/// `$AGENTEVAL_CACHE_DIR`, else `$XDG_CACHE_HOME/agenteval`, else `~/.cache/agenteval`.
+pub fn cache_dir() -> std::path::PathBuf {
+    use std::path::PathBuf;
+    if let Some(d) = std::env::var_os("AGENTEVAL_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("agenteval");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(h) => PathBuf::from(h).join(".cache/agenteval"),
+        None => std::env::temp_dir().join("agenteval-cache"),
+    }
+}

@@ -12,8 +12,6 @@ pub mod bundle;
 pub mod controller;
 pub mod environments;
 pub mod evaluators;
-pub mod isolation;
-pub mod python;
 pub mod rebuild;
 pub mod report;
 pub mod resolve;
@@ -21,21 +19,11 @@ pub mod scorers;
 pub mod telemetry;
 pub mod worker;
 
+/// How untrusted programs run, from its own crate (the paths the engine names stay `isolation::…`).
+pub use agenteval_isolation as isolation;
+pub use agenteval_isolation::python;
+
 /// Version of this build, recorded in every bundle.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Where agenteval keeps what it fetched (installed agents' packages, Harbor datasets):
-/// `$AGENTEVAL_CACHE_DIR`, else `$XDG_CACHE_HOME/agenteval`, else `~/.cache/agenteval`.
-pub fn cache_dir() -> std::path::PathBuf {
-    use std::path::PathBuf;
-    if let Some(d) = std::env::var_os("AGENTEVAL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("agenteval");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(h) => PathBuf::from(h).join(".cache/agenteval"),
-        None => std::env::temp_dir().join("agenteval-cache"),
-    }
-}
+pub use agenteval_core::cache_dir;

@@ -11,6 +11,7 @@ mod drive;
 mod fleet_file;
 mod images;
 mod jobs;
+mod run;
 pub mod set;
 mod spans;
 #[cfg(test)]
@@ -35,6 +36,7 @@ use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{self, Metadata, TaskTable, read_json, sha256_hex, to_json_bytes};
 use crate::resolve::store_from_bundle_uri;
 use crate::telemetry::{self, FleetMetrics, Journal};
+use run::{InFlight, Run};
 use spans::SpanFile;
 
 /// How the reason of a run stopped for a broken agent begins (the agent's fault, not the
@@ -116,81 +118,6 @@ pub struct ControllerOptions {
 
 /// See `ControllerOptions::worker_env`.
 pub type WorkerEnv = Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>;
-
-struct InFlight {
-    handle: JobHandle,
-    tasks: Vec<u32>,
-    submitted: Instant,
-    /// Whether the job has been seen running (its start latency is recorded once).
-    started: bool,
-    /// The job's `eval.job` span, from submit to end.
-    span: tracing::Span,
-    /// The set's job slot this job holds (a run of a set), given back when the job is let go.
-    _slot: Option<set::Slot>,
-}
-
-impl Drop for InFlight {
-    /// The OpenTelemetry bridge ends a span at its last exit, not when it closes: a job's span
-    /// is entered only while it is submitted, so without this it would end then, before its
-    /// tasks start. Entering it once more as the job is let go makes it cover the job.
-    fn drop(&mut self) {
-        self.span.in_scope(|| {});
-    }
-}
-
-struct Run {
-    run_id: RunId,
-    config: RunConfig,
-    index_uri: String,
-    tasks: TaskTable,
-    store: Arc<dyn BundleStore>,
-    index: Arc<dyn RunIndex>,
-    backend: Arc<dyn CloudBackend>,
-    meta: Metadata,
-    /// Attempts already used before this controller started (resume); retry limits count from it.
-    attempt_base: u32,
-    /// The lease this controller holds on the run (see `RunUpdate::if_epoch`).
-    epoch: u32,
-    /// Set when the run starts driving.
-    metrics: Option<FleetMetrics>,
-    journal: Journal,
-    /// The run's `telemetry.jsonl`.
-    fleet_file: fleet_file::TelemetryFile,
-    /// Each job runs in its tasks' own image (`JobSpec::image`): jobs are made of tasks of one
-    /// image. Set when the run starts driving.
-    task_images: bool,
-}
-
-impl Run {
-    /// A run ready to drive; its id comes from the metadata, its index URI from the config, and
-    /// its metrics and journal are set when driving starts.
-    fn new(
-        config: RunConfig,
-        tasks: TaskTable,
-        store: Arc<dyn BundleStore>,
-        index: Arc<dyn RunIndex>,
-        backend: Arc<dyn CloudBackend>,
-        meta: Metadata,
-        attempt_base: u32,
-    ) -> Self {
-        Run {
-            run_id: meta.run_id,
-            fleet_file: fleet_file::TelemetryFile::new(store.clone(), meta.run_id),
-            task_images: false,
-            index_uri: config.storage.index_location().to_string(),
-            config,
-            tasks,
-            store,
-            index,
-            backend,
-            meta,
-            attempt_base,
-            epoch: 0,
-            metrics: None,
-            journal: None,
-        }
-    }
-}
 
 /// The hash recorded as `config_hash`: sha256 of the resolved config's JSON.
 pub fn config_hash(resolved: &serde_json::Value) -> String {

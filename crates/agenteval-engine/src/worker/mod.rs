@@ -2,6 +2,7 @@
 //! streaming trace events to the bundle as they happen. Running the agent is [`execute`]'s,
 //! grading is [`grade`]'s.
 
+mod ctx;
 mod decide;
 mod execute;
 mod fresh;
@@ -18,7 +19,7 @@ use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
-use agenteval_core::{Error, ErrorKind, Result, RunId, TaskId, taskpack};
+use agenteval_core::{Error, ErrorKind, Result, taskpack};
 use chrono::Utc;
 use futures::{FutureExt as _, StreamExt as _};
 use serde_json::json;
@@ -34,81 +35,7 @@ use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{publish_staged, read_json, stage_task_pack};
 use crate::resolve::{read_bundle_file, store_from_bundle_uri};
 use crate::telemetry::{self, Journal, TRACEPARENT_ENV};
-
-/// Everything a worker needs, built once per job.
-struct Ctx {
-    run_id: RunId,
-    job: JobSpec,
-    config: RunConfig,
-    /// The bundle. (No sums are recorded: the seal takes each task pack's from reading it.)
-    store: Arc<dyn BundleStore>,
-    index: Arc<dyn RunIndex>,
-    benchmark: Arc<dyn BenchmarkAdapter>,
-    agent: Arc<dyn AgentRunner>,
-    evaluators: Vec<Arc<dyn Evaluator>>,
-    /// The agent's secrets, by environment variable name.
-    secrets: Vec<(String, Secret)>,
-    redactor: Redactor,
-    /// Where this job's tasks hang in the run's trace (the controller's `eval.job` span).
-    traceparent: Option<String>,
-    journal: Journal,
-    /// The judges' keys, for evaluators a task brings.
-    judge_secrets: Vec<(String, Secret)>,
-    /// Where the tasks' agents act, for a run whose tasks have environments.
-    environment: Option<Arc<dyn Environment>>,
-    /// The container this worker runs in, when it is the tasks' environment (a job with an
-    /// `image`): its tasks run one after another, and a task that changed it beyond what a
-    /// reset puts back ends the job early.
-    here: Option<Arc<crate::environments::here::HereEnvironment>>,
-    /// The environments this worker has prepared and not yet torn down (a cancelled job tears
-    /// them down on its way out).
-    live: std::sync::Mutex<Vec<EnvSession>>,
-    /// The starting state of each live environment's working folder, by its handle's id (the
-    /// agent's patch is taken against it).
-    snapshots: std::sync::Mutex<std::collections::HashMap<String, Arc<crate::environments::snapshot::Snapshot>>>,
-    /// The run whose recorded answers are graded again instead of running the agent
-    /// (`agenteval regrade`).
-    regrade: Option<regrade::Source>,
-    /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
-    _fetched_cassettes: Option<tempfile::TempDir>,
-    /// The model gateway the agent's calls go through (`agent.upstream`), and the cassettes
-    /// its doors record to or replay from.
-    gateway: Option<Arc<dyn agenteval_core::gateway::ModelGateway>>,
-    cassettes: Option<Cassettes>,
-    /// Files of a running task that go into its pack besides its trace (attachments such as
-    /// `cassette.jsonl`, `artifacts/…`), by task: held until the pack is made rather than
-    /// staged, so no file is created and removed for them.
-    kept: std::sync::Mutex<std::collections::HashMap<TaskId, Kept>>,
-}
-
-/// What is kept for a task's pack.
-#[derive(Default)]
-struct Kept {
-    /// Files besides the trace: `(name in the pack, bytes)`.
-    files: Vec<(String, Vec<u8>)>,
-    /// The whole trace as written, when it was small enough to keep.
-    trace: Option<Vec<u8>>,
-}
-
-impl Ctx {
-    /// Keeps a file for `task`'s pack (a later one of the same name replaces it).
-    fn keep(&self, task: &TaskId, name: String, bytes: Vec<u8>) {
-        let mut kept = self.kept.lock().expect("not poisoned");
-        let files = &mut kept.entry(task.clone()).or_default().files;
-        files.retain(|(n, _)| *n != name);
-        files.push((name, bytes));
-    }
-
-    /// Keeps the copy of `task`'s whole trace its sink made.
-    fn keep_trace(&self, task: &TaskId, trace: Vec<u8>) {
-        self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = Some(trace);
-    }
-
-    /// What was kept for `task`'s pack, in the order kept.
-    fn take_kept(&self, task: &TaskId) -> Kept {
-        self.kept.lock().expect("not poisoned").remove(task).unwrap_or_default()
-    }
-}
+use ctx::Ctx;
 
 /// Where a worker finds model-call cassettes (`submit --cassettes`), and what to do with them.
 pub const CASSETTES_ENV: &str = "AGENTEVAL_CASSETTES";

@@ -363,6 +363,10 @@ fn long_functions(rel: &str, code: &str, max: usize) -> Vec<String> {
             "pub(super) async fn ",
         ];
         let Some(rest) = sig.iter().find_map(|s| body.strip_prefix(s)) else { continue };
+        // A declaration (`fn f();`) or a body on its own line (`fn f() {}`) ends where it starts.
+        if rest.trim_end().ends_with(';') || rest.trim_end().ends_with('}') {
+            continue;
+        }
         let name = rest.split(['(', '<']).next().unwrap_or_default();
         let close = format!("{indent}}}");
         let Some(end) = lines[i + 1..].iter().position(|l| *l == close) else { continue };
@@ -402,6 +406,9 @@ fn the_long_function_finder_counts_bodies_and_reads_reasons() {
     assert!(long_functions("a.rs", &reasoned, 100).is_empty());
     let short = format!("    pub async fn g(&self) {{\n{}    }}\n", body(10));
     assert!(long_functions("a.rs", &short, 100).is_empty());
+    // A trait's one-line defaults and declarations, then a short method far below them.
+    let one_liners = format!("    fn a(&self) {{}}\n    fn b(&self);\n{}    fn c() {{\n    }}\n", body(120));
+    assert!(long_functions("a.rs", &one_liners, 100).is_empty(), "{:?}", long_functions("a.rs", &one_liners, 100));
 }
 
 #[test]

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
-use crate::isolation::confine::{self, Net};
-use crate::isolation::{TreeGuard, sandbox, warn_unsandboxed};
+use crate::confine::{self, Net};
+use crate::{TreeGuard, sandbox, warn_unsandboxed};
 
 /// What one program may use.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,7 +121,7 @@ fn check_view(
     python: &str,
     dir: &std::path::Path,
     limits: &PythonLimits,
-) -> std::io::Result<(Option<sandbox::View>, Option<crate::isolation::uids::Lease>)> {
+) -> std::io::Result<(Option<sandbox::View>, Option<crate::uids::Lease>)> {
     if sandbox::launcher().is_none() {
         warn_unsandboxed("no sandbox launcher in this process");
         return Ok((None, None));

@@ -1,10 +1,12 @@
 //! How untrusted programs run: the per-task supervisor and process-tree killing (`reap`), the
 //! Landlock view and launcher (`sandbox`), seccomp, users and capabilities (`confine`), the uid
-//! each task attempt leases under a root worker (`uids`), and the scratch folder's disk limit
-//! (`disk`). Agents, checks and graders all start through it.
+//! each task attempt leases under a root worker (`uids`), the scratch folder's disk limit
+//! (`disk`), and untrusted Python in a sandboxed process (`python`: HumanEval checks and the
+//! `python` tool). Agents, checks and graders all start through it.
 
 pub mod confine;
 pub mod disk;
+pub mod python;
 pub mod reap;
 pub mod sandbox;
 pub mod uids;

@@ -102,10 +102,10 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     // fixes.
     match &run.benchmark {
         agenteval_core::config::BenchmarkConfig::Harbor { dataset: Some(_), .. } => {
-            exclude.push(real(&crate::cache_dir().join("harbor")))
+            exclude.push(real(&agenteval_core::cache_dir().join("harbor")))
         }
         agenteval_core::config::BenchmarkConfig::Swebench { .. } => {
-            exclude.push(real(&crate::cache_dir().join("swebench")))
+            exclude.push(real(&agenteval_core::cache_dir().join("swebench")))
         }
         _ => {}
     }
@@ -552,7 +552,7 @@ mod fetched_tests {
         std::fs::write(dir.path().join("d.jsonl"), "").unwrap();
         let run = agenteval_core::config::load_config_str(yaml, "s.yaml", dir.path(), &[]).unwrap().config;
         let hidden = super::hidden_paths(&run);
-        let fixes = crate::cache_dir().join("swebench");
+        let fixes = agenteval_core::cache_dir().join("swebench");
         let fixes = fixes.canonicalize().unwrap_or(fixes);
         assert!(hidden.contains(&fixes), "{hidden:?}");
     }
