@@ -233,6 +233,20 @@ impl EcsBackend {
 
 #[async_trait]
 impl CloudBackend for EcsBackend {
+    /// What ECS's refusal of RunTask names: the task definition, the cluster, the network.
+    fn launch_field(&self, error: &Error) -> &'static str {
+        let r = error.to_string().to_ascii_lowercase();
+        if r.contains("task definition") || r.contains("taskdefinition") {
+            "aws.task_definition"
+        } else if r.contains("cluster") {
+            "aws.cluster"
+        } else if r.contains("subnet") || r.contains("security group") {
+            "aws.subnets / aws.security_groups"
+        } else {
+            "aws"
+        }
+    }
+
     fn id(&self) -> &str {
         "aws"
     }

@@ -274,6 +274,11 @@ pub trait CloudBackend: Send + Sync {
     async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>>;
     /// Stops a job; stopping a job that already ended is not an error.
     async fn cancel_job(&self, handle: &JobHandle, reason: &str) -> Result<()>;
+    /// The config field behind a launch no retry fixes (`submit_job`'s error that is not
+    /// transient): the backend knows its own settings and its platform's refusals.
+    fn launch_field(&self, _error: &Error) -> &'static str {
+        "backend"
+    }
     /// Waits until some job may have changed state, or `timeout`. Backends that learn of exits
     /// (local processes) return early; polling backends just sleep.
     async fn wait_for_change(&self, timeout: Duration) {

@@ -171,7 +171,7 @@ pub(crate) fn print_outcome(
     if let Some(reason) = &o.reason {
         return Err(Failure {
             code: exit::FAILED,
-            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, o, reason), o.run_id),
+            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, o), o.run_id),
         });
     }
     Ok(code)
@@ -179,7 +179,7 @@ pub(crate) fn print_outcome(
 
 /// The config field behind an agent that cannot run (its tasks' fault, recorded where it arose),
 /// or jobs that cannot launch, with the fix where one is known.
-fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome, reason: &str) -> String {
+fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome) -> String {
     use agenteval_core::model::AgentFault;
     if let Some(fault) = &o.fault {
         let probe = match fault {
@@ -188,31 +188,20 @@ fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome, reason: &
         };
         return format!("fix `{}`: {}{probe}", fault.field(), fault.fix());
     }
-    format!("fix `{}`", field_to_fix(config, reason))
+    format!("fix `{}`", o.launch_field.unwrap_or_else(|| field_to_fix(config)))
 }
 
-/// The config field behind jobs that cannot launch (the backend's refusal names what it
-/// refused), or an agent whose tasks failed alike with no fault recorded: its kind's main field.
-fn field_to_fix(config: &agenteval_core::config::RunConfig, reason: &str) -> &'static str {
+/// The config field behind an agent whose tasks failed alike with no fault recorded: its
+/// kind's main field.
+fn field_to_fix(config: &agenteval_core::config::RunConfig) -> &'static str {
     use agenteval_core::config::AgentConfig;
-    if reason.starts_with("cannot launch jobs") {
-        let r = reason.to_ascii_lowercase();
-        return if r.contains("task definition") || r.contains("taskdefinition") {
-            "aws.task_definition"
-        } else if r.contains("cluster") {
-            "aws.cluster"
-        } else if r.contains("subnet") || r.contains("security group") {
-            "aws.subnets / aws.security_groups"
-        } else if config.aws.is_some() {
-            "aws"
-        } else {
-            "backend"
-        };
-    }
     match &config.agent {
         AgentConfig::Command { .. } | AgentConfig::Installed { .. } => "agent.command",
         AgentConfig::Llm(_) => "agent.model",
-        _ => "agent",
+        AgentConfig::Mock { .. }
+        | AgentConfig::Oracle { .. }
+        | AgentConfig::Nop { .. }
+        | AgentConfig::Predictions { .. } => "agent",
     }
 }
 

@@ -46,6 +46,8 @@ struct Fleet<'a> {
     reason: Option<String>,
     /// The fault of an agent that cannot run, when its tasks recorded one.
     fault: Option<AgentFault>,
+    /// The config field behind a launch that cannot work, as the backend names it.
+    fix: Option<&'static str>,
 }
 
 /// How a drive ended: the run's status, and why it stopped early when it did.
@@ -53,6 +55,7 @@ pub(super) struct Driven {
     pub status: RunStatus,
     pub reason: Option<String>,
     pub fault: Option<AgentFault>,
+    pub fix: Option<&'static str>,
 }
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
@@ -93,6 +96,7 @@ pub(super) async fn drive_jobs(
         broken_checked: false,
         reason: None,
         fault: None,
+        fix: None,
     };
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
@@ -161,7 +165,7 @@ pub(super) async fn drive_jobs(
     fleet.export().await;
     progress.message("sealing bundle");
     let status = decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts);
-    Ok(Driven { status, reason: fleet.reason, fault: fleet.fault })
+    Ok(Driven { status, reason: fleet.reason, fault: fleet.fault, fix: fleet.fix })
 }
 
 impl Fleet<'_> {
@@ -322,6 +326,7 @@ impl Fleet<'_> {
                         if self.stop.is_none() {
                             opts.progress.message(&format!("cannot launch jobs; stopping: {e}"));
                             self.reason = Some(format!("cannot launch jobs: {e}"));
+                            self.fix = Some(run.backend.launch_field(&e));
                             self.stop = Some(StopReason::LaunchFailed);
                         }
                     }

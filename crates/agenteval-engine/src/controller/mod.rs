@@ -95,6 +95,9 @@ pub struct RunOutcome {
     pub reason: Option<String>,
     /// The fault of an agent that cannot run (the run stopped for it), naming the field to fix.
     pub fault: Option<agenteval_core::model::AgentFault>,
+    /// The config field behind jobs that cannot launch (the run stopped for it), as the
+    /// backend names it.
+    pub launch_field: Option<&'static str>,
 }
 
 /// Options that come from the command line rather than the config.
@@ -536,7 +539,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
     let resolver = opts.resolver.clone();
-    let drive::Driven { status, reason, fault } =
+    let drive::Driven { status, reason, fault, fix } =
         match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
             Ok(s) => s,
             Err(e) => {
@@ -565,6 +568,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         summary: sealed.summary,
         reason,
         fault,
+        launch_field: fix,
     })
 }
 

@@ -564,3 +564,75 @@ fn the_cycle_finder_finds_cycles_and_the_reader_reads_groups() {
     g.get_mut("c").unwrap().insert("a".into());
     assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
 }
+
+/// The span names product code makes: each `info_span!`'s literal name, or its `otel.name`'s
+/// fixed start when it has one (`evaluator.{kind}` → `evaluator.`), and each span built by
+/// name (`span_builder(format!("chat {…}"))` → `chat `).
+fn span_names(code: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("info_span!(") {
+        rest = &rest[at + "info_span!(".len()..];
+        let call = &rest[..rest.find(");").unwrap_or(rest.len()).min(rest.len())];
+        let quoted = |s: &str| s.split('"').nth(1).map(str::to_string);
+        let named = call.find("otel.name = format!(").and_then(|i| quoted(&call[i..]));
+        let name = named.map(|n| n.split('{').next().unwrap_or_default().to_string()).or_else(|| {
+            // The first literal after an optional `parent: …,`.
+            let body = call.trim_start();
+            let body = if body.starts_with("parent:") { &body[body.find(',').map_or(0, |i| i + 1)..] } else { body };
+            body.trim_start().starts_with('"').then(|| quoted(body)).flatten()
+        });
+        out.extend(name);
+    }
+    let mut rest = code;
+    while let Some(at) = rest.find("span_builder(format!(\"") {
+        rest = &rest[at + "span_builder(format!(\"".len()..];
+        out.insert(rest.split(['{', '"']).next().unwrap_or_default().to_string());
+    }
+    out
+}
+
+/// The names of docs/telemetry.md's span tree, placeholders cut at their `<` (`chat <model>`
+/// → `chat `, `evaluator.<kind>` → `evaluator.`).
+fn documented_spans() -> BTreeSet<String> {
+    let doc = read("docs/telemetry.md");
+    let tree = doc.split("## The span tree").nth(1).and_then(|t| t.split("```").nth(1)).unwrap_or_default();
+    tree.lines()
+        .filter_map(|l| {
+            let l = l.trim_start_matches(|c: char| "│├└─ ".contains(c));
+            let name: String = l.split("  ").next()?.trim().to_string();
+            if name.is_empty() { None } else { Some(name.split('<').next().unwrap_or_default().to_string()) }
+        })
+        .collect()
+}
+
+/// Every span product code makes is in docs/telemetry.md's span tree, and every span there is
+/// made by the code (ARCHITECTURE.md says the tree is the table of names).
+#[test]
+fn every_span_is_in_the_span_tree_and_every_span_there_is_made() {
+    let mut made = BTreeSet::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f) && !f.starts_with("crates/agenteval-testkit/")) {
+        made.extend(span_names(&product_code(&f)));
+    }
+    let documented = documented_spans();
+    let undocumented: Vec<&String> = made.difference(&documented).collect();
+    let unmade: Vec<&String> = documented.difference(&made).collect();
+    assert!(undocumented.is_empty(), "spans the code makes that docs/telemetry.md's tree lacks: {undocumented:?}");
+    assert!(unmade.is_empty(), "spans docs/telemetry.md's tree names that no code makes: {unmade:?}");
+}
+
+#[test]
+fn the_span_name_reader_reads_literals_parents_and_otel_names() {
+    let code = r#"
+        let a = tracing::info_span!("benchmark.grade", x = 1);
+        let b = tracing::info_span!(
+            parent: run_span,
+            "eval.job",
+            y = Empty,
+        );
+        let c = tracing::info_span!("evaluator", otel.name = format!("evaluator.{}", k), z = 2);
+        let d = tracer.span_builder(format!("chat {model}"));
+    "#;
+    let names: Vec<String> = span_names(code).into_iter().collect();
+    assert_eq!(names, ["benchmark.grade", "chat ", "eval.job", "evaluator."]);
+}
