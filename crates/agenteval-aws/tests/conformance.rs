@@ -1,5 +1,6 @@
-//! The shared `BundleStore` and `RunIndex` conformance suites against S3 and DynamoDB on the
-//! AWS emulator (the same suites run against the filesystem and SQLite in agenteval-local).
+//! The shared `BundleStore`, `RunIndex` and `SecretStore` conformance suites against S3,
+//! DynamoDB and Secrets Manager on the AWS emulator (the same suites run against the
+//! filesystem, SQLite and local secrets in agenteval-local).
 
 use std::sync::Arc;
 
@@ -19,6 +20,16 @@ async fn s3_bundle_store_conformance() {
         .await;
     // The same store at the bucket root.
     agenteval_testkit::conformance::bundle_store_suite(Arc::new(S3BundleStore::new(c, &bucket, ""))).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_manager_conformance() {
+    let c = clients().await;
+    let name = emulator::unique("agent-key");
+    let value = "sk-in-secrets-manager-0123456789";
+    c.secrets.create_secret().name(&name).secret_string(value).send().await.unwrap();
+    let store = Arc::new(agenteval_aws::SecretsManager::new(c));
+    agenteval_testkit::conformance::secret_store_suite(store, &[(&name, value)], &emulator::unique("absent")).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

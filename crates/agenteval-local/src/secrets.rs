@@ -74,4 +74,16 @@ mod tests {
         assert_eq!(read_secrets_file(&p, "B_KEY").unwrap().unwrap().expose(), "plain=with=equals");
         assert!(read_secrets_file(&p, "C_KEY").unwrap().is_none());
     }
+
+    #[tokio::test]
+    async fn local_secrets_conformance() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("s.env");
+        std::fs::write(&p, "FILE_KEY=sk-from-the-file-0123456789\n").unwrap();
+        let store = std::sync::Arc::new(LocalSecrets::new(Some(p)));
+        // PATH is in every test process's environment: the fallback after the file.
+        let path = std::env::var("PATH").unwrap();
+        let present = [("FILE_KEY", "sk-from-the-file-0123456789"), ("PATH", path.as_str())];
+        agenteval_testkit::conformance::secret_store_suite(store, &present, "AGENTEVAL_NO_SUCH_SECRET_4711").await;
+    }
 }

@@ -10,7 +10,7 @@ use chrono::Utc;
 
 use agenteval_core::ErrorKind;
 use agenteval_core::model::*;
-use agenteval_core::traits::{BundleStore, RunIndex};
+use agenteval_core::traits::{BundleStore, RunIndex, SecretStore};
 use agenteval_core::{JobId, RunId, TaskId};
 
 /// Runs every bundle-store check against `store`.
@@ -724,4 +724,27 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// A `SecretStore` holding `present` (name, value pairs the caller stored its own way: an
+/// environment or file locally, Secrets Manager on AWS) and not `absent`: each present secret
+/// reads back whole, again the same, and shows its value to no `Debug` or error; an absent one
+/// is `NotFound` naming it, never an empty secret.
+pub async fn secret_store_suite(store: Arc<dyn SecretStore>, present: &[(&str, &str)], absent: &str) {
+    for (name, value) in present {
+        let s = store.fetch(name).await.unwrap_or_else(|e| panic!("fetching {name}: {e}"));
+        assert_eq!(s.expose(), *value, "{name} reads back whole");
+        assert_eq!(store.fetch(name).await.unwrap().expose(), *value, "{name} reads the same twice");
+        let shown = format!("{s:?}");
+        assert!(!shown.contains(value), "Debug of a secret shows its value: {shown}");
+    }
+    let e = match store.fetch(absent).await {
+        Ok(s) => panic!("an absent secret read as {} bytes", s.expose().len()),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), agenteval_core::ErrorKind::NotFound, "{e}");
+    assert!(e.to_string().contains(absent), "the error names the secret: {e}");
+    for (_, value) in present {
+        assert!(!e.to_string().contains(value), "an error shows a secret's value: {e}");
+    }
 }
