@@ -10,6 +10,8 @@ mod genai_spans;
 mod grade;
 mod metered;
 mod regrade;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 

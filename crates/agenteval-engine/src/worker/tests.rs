@@ -1,0 +1,229 @@
+//! The worker run in this process over the real folder store and SQLite index, with the mock
+//! agent: a job's tasks run, graded, packed and recorded as the controller then reads them; a
+//! task another attempt completed is left alone; a job spec that is missing or points at
+//! another run ends with its exit code. The controller dispatches through a backend that runs
+//! each job's worker inline, so no process is started.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agenteval_core::config::{LoadedConfig, RunConfig, load_config_str};
+use agenteval_core::layout;
+use agenteval_core::location::{BundleRoot, IndexLocation};
+use agenteval_core::model::*;
+use agenteval_core::secret::Secret;
+use agenteval_core::traits::*;
+use agenteval_core::{Error, Result, RunId, taskpack};
+use agenteval_local::{FsBundleStore, SqliteRunIndex};
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::run_job;
+use crate::controller::{ControllerOptions, NoProgress, RunOutcome, submit};
+
+/// What a worker is handed: the run's store and index, and no secrets.
+struct Worker {
+    store: Arc<dyn BundleStore>,
+    index: Arc<dyn RunIndex>,
+}
+
+#[async_trait]
+impl Resolver for Worker {
+    async fn store(&self, _root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
+        Ok(self.store.clone())
+    }
+    async fn index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        Ok(self.index.clone())
+    }
+    async fn create_index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        Ok(self.index.clone())
+    }
+    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
+        Err(Error::internal("a worker launches no job"))
+    }
+    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
+        Ok(Arc::new(NoSecrets))
+    }
+}
+
+struct NoSecrets;
+
+#[async_trait]
+impl SecretStore for NoSecrets {
+    async fn fetch(&self, name: &str) -> Result<Secret> {
+        Err(Error::not_found(format!("no secret {name}")))
+    }
+}
+
+/// Runs the worker of the job at `uri` to its end on a runtime of its own: its exit code.
+fn work(worker: &Worker, uri: &str) -> i32 {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(run_job(uri, worker, None, std::future::pending()))
+}
+
+/// Runs each job's worker inline as it is submitted, and reports its exit code as its status.
+struct Inline {
+    worker: Arc<Worker>,
+    exits: Mutex<HashMap<String, i32>>,
+}
+
+#[async_trait]
+impl CloudBackend for Inline {
+    fn id(&self) -> &str {
+        "inline"
+    }
+    async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
+        let uri = format!("{}/{}", job.bundle_uri, layout::job_spec(&job.job_id, job.attempt));
+        let worker = self.worker.clone();
+        // On a runtime of its own, as a worker process has.
+        let code = tokio::task::spawn_blocking(move || work(&worker, &uri)).await.unwrap();
+        let native_id = format!("{}#{}", job.job_id, job.attempt);
+        self.exits.lock().unwrap().insert(native_id.clone(), code);
+        Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id })
+    }
+    async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>> {
+        let exits = self.exits.lock().unwrap();
+        Ok(handles
+            .iter()
+            .map(|h| worker_exit::job_status(exits.get(&h.native_id).copied(), None, || "never ran".into()))
+            .collect())
+    }
+    async fn cancel_job(&self, _handle: &JobHandle, _reason: &str) -> Result<()> {
+        Ok(())
+    }
+    async fn wait_for_change(&self, _timeout: Duration) {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The controller's resolver: the same store and index, and the inline backend.
+struct Controller {
+    worker: Arc<Worker>,
+    backend: Arc<Inline>,
+}
+
+#[async_trait]
+impl Resolver for Controller {
+    async fn store(&self, root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
+        self.worker.store(root).await
+    }
+    async fn index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        self.worker.index(at).await
+    }
+    async fn create_index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        self.worker.create_index(at).await
+    }
+    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
+        Ok(self.backend.clone())
+    }
+    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
+        Ok(Arc::new(NoSecrets))
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    loaded: LoadedConfig,
+    worker: Arc<Worker>,
+    resolver: Arc<Controller>,
+}
+
+impl Harness {
+    /// A toy run of `tasks` tasks with the mock agent, `per_job` tasks to a job.
+    fn new(tasks: u32, per_job: u32) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name: inline\nbenchmark:\n  kind: toy\n  size: {tasks}\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: {per_job}\n  stop_after_identical_errors: 0\n"
+        );
+        let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
+        let index: Arc<dyn RunIndex> = Arc::new(SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap());
+        let loaded = load_config_str(&text, "inline.yaml", dir.path(), &[]).unwrap();
+        let worker = Arc::new(Worker { store, index });
+        let backend = Arc::new(Inline { worker: worker.clone(), exits: Mutex::default() });
+        let resolver = Arc::new(Controller { worker: worker.clone(), backend });
+        Harness { _dir: dir, loaded, worker, resolver }
+    }
+
+    async fn submit(&self) -> RunOutcome {
+        let (_tx, rx) = watch::channel(false);
+        let opts = ControllerOptions {
+            rerun_of: None,
+            set: None,
+            resolver: self.resolver.clone(),
+            progress: Arc::new(NoProgress),
+            interrupt: rx,
+            journal: None,
+            worker_env: Arc::new(BTreeMap::new),
+        };
+        submit(&self.loaded, opts).await.unwrap()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_tasks_are_run_graded_packed_and_recorded() {
+    let h = Harness::new(12, 4);
+    let out = h.submit().await;
+    assert_eq!(out.status, RunStatus::Complete, "{out:?}");
+    let s = &out.summary;
+    assert_eq!(s.passed + s.failed + s.errored + s.infra, 12, "{s:?}");
+    assert!(s.passed > 0 && s.failed + s.errored > 0, "the toy mix grades both ways: {s:?}");
+    let index = &h.worker.index;
+    let records = index.list_tasks(&out.run_id).await.unwrap();
+    assert_eq!(records.len(), 12);
+    for r in &records {
+        assert_eq!(r.state, TaskState::Completed, "{r:?}");
+        assert_eq!(r.attempt, 1, "{r:?}");
+        // The task's pack is where the index's record says it finished, with the same verdict.
+        let bytes = h.worker.store.get(&out.run_id, &layout::task_pack(&r.task_id)).await.unwrap();
+        let result: TaskResult =
+            serde_json::from_slice(&taskpack::unpack_one(&bytes, layout::TASK_RESULT, "pack").unwrap().unwrap())
+                .unwrap();
+        assert_eq!((Some(result.passed), Some(result.agent.terminated_by)), (r.passed, r.terminated_by), "{r:?}");
+        assert_eq!(result.job_id, *r.job_id.as_ref().unwrap());
+    }
+    // Three jobs of four: every task ran in the job the controller gave it.
+    let jobs = index.list_jobs(&out.run_id).await.unwrap();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.status == JobState::Succeeded && j.task_count == 4), "{jobs:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_another_attempt_completed_is_left_alone() {
+    let h = Harness::new(3, 3);
+    let out = h.submit().await;
+    let index = &h.worker.index;
+    let before = index.list_tasks(&out.run_id).await.unwrap();
+    let job = index.list_jobs(&out.run_id).await.unwrap().remove(0).handle;
+    let pack = layout::task_pack(&before[0].task_id);
+    let pack_before = h.worker.store.get(&out.run_id, &pack).await.unwrap();
+    // The same job attempt started again (a duplicated launch): it finds every task done.
+    let uri = format!("{}/{}", out.bundle_uri, layout::job_spec(&job.job_id, job.attempt));
+    let worker = h.worker.clone();
+    let code = tokio::task::spawn_blocking(move || work(&worker, &uri)).await.unwrap();
+    assert_eq!(code, worker_exit::OK);
+    let after = index.list_tasks(&out.run_id).await.unwrap();
+    assert_eq!(before, after, "no record moved");
+    assert_eq!(h.worker.store.get(&out.run_id, &pack).await.unwrap(), pack_before, "no pack rewritten");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_spec_missing_or_of_another_run_ends_with_its_exit_code() {
+    let h = Harness::new(2, 2);
+    let out = h.submit().await;
+    let missing = format!("{}/jobs/nope/attempt-1/job.json", out.bundle_uri);
+    let worker = h.worker.clone();
+    let code = tokio::task::spawn_blocking(move || work(&worker, &missing)).await.unwrap();
+    assert_eq!(code, worker_exit::FAILED);
+    // A spec that says it is another run's: not this bundle's to run, and retrying won't help.
+    let job = h.worker.index.list_jobs(&out.run_id).await.unwrap().remove(0).handle;
+    let path = layout::job_spec(&job.job_id, job.attempt);
+    let mut spec: serde_json::Value =
+        serde_json::from_slice(&h.worker.store.get(&out.run_id, &path).await.unwrap()).unwrap();
+    spec["run_id"] = serde_json::json!(RunId::new());
+    h.worker.store.put(&out.run_id, &path, &serde_json::to_vec(&spec).unwrap()).await.unwrap();
+    let uri = format!("{}/{path}", out.bundle_uri);
+    let worker = h.worker.clone();
+    let code = tokio::task::spawn_blocking(move || work(&worker, &uri)).await.unwrap();
+    assert_eq!(code, worker_exit::BAD_JOB);
+}
