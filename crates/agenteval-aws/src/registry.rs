@@ -73,8 +73,7 @@ impl ImageRepository {
                 match out {
                     Ok(o) => Ok(o.image_details().first().and_then(|d| d.image_digest()).map(str::to_string)),
                     Err(e) => {
-                        let code = e.as_service_error().map(|s| format!("{s:?}")).unwrap_or_default();
-                        if code.contains("ImageNotFound") {
+                        if e.as_service_error().is_some_and(|s| s.is_image_not_found_exception()) {
                             Ok(None)
                         } else {
                             Err(classify(&format!("looking up {reference} in ECR"), e))

@@ -30,9 +30,12 @@ impl Judge for ToolSequence {
             }
             SequenceMode::Subset => want.iter().all(|w| names.contains(w)),
         };
-        let reason =
-            format!("{:?} match of {want:?} against calls {names:?}: {}", self.mode, if ok { "ok" } else { "no" })
-                .to_lowercase();
+        let mode = match self.mode {
+            SequenceMode::Strict => "strict",
+            SequenceMode::Ordered => "ordered",
+            SequenceMode::Subset => "subset",
+        };
+        let reason = format!("{mode} match of {want:?} against calls {names:?}: {}", if ok { "ok" } else { "no" });
         Ok(verdict(ok, reason, calls.iter().map(|(s, _)| *s).collect()))
     }
 }
