@@ -12,16 +12,15 @@ pub mod bundle;
 pub mod controller;
 pub mod environments;
 pub mod evaluators;
-pub mod rebuild;
-pub mod report;
 pub mod resolve;
-pub mod scorers;
 pub mod telemetry;
 pub mod worker;
 
 /// How untrusted programs run, from its own crate (the paths the engine names stay `isolation::…`).
 pub use agenteval_isolation as isolation;
 pub use agenteval_isolation::python;
+/// What a bundle seal writes and what reads bundles back, at the paths callers name.
+pub use bundle::{rebuild, report, scorers};
 
 /// Version of this build, recorded in every bundle.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -4,6 +4,9 @@
 
 mod files;
 mod outcome;
+pub mod rebuild;
+pub mod report;
+pub mod scorers;
 mod seal;
 mod table;
 mod validate;
