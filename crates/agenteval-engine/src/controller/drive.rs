@@ -14,12 +14,10 @@ use tracing::Instrument;
 
 use super::decide::{self, Pending, StopReason, Verdict};
 use super::jobs::{dispatch, finished_and_not, give_up, job_span, record_job, stop_jobs};
+use super::run::{InFlight, Run};
 use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
-use super::{
-    COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, InFlight, POLL, ProgressView, Run,
-    TELEMETRY_EVERY,
-};
+use super::{COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY};
 use crate::telemetry::{self, FleetMetrics};
 
 #[derive(Debug, Default)]

@@ -13,8 +13,9 @@ use opentelemetry::KeyValue;
 use serde_json::json;
 use tracing::field::Empty;
 
+use super::STOP_GRACE;
 use super::decide::Pending;
-use super::{InFlight, Run, STOP_GRACE};
+use super::run::{InFlight, Run};
 use crate::bundle::{self, to_json_bytes};
 use crate::telemetry::{self, TRACEPARENT_ENV};
 

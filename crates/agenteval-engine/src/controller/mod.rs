@@ -36,7 +36,7 @@ use crate::benchmarks::benchmark_from_config;
 use crate::bundle::{self, Metadata, TaskTable, read_json, sha256_hex, to_json_bytes};
 use crate::resolve::store_from_bundle_uri;
 use crate::telemetry::{self, FleetMetrics, Journal};
-use run::{InFlight, Run};
+use run::Run;
 use spans::SpanFile;
 
 /// How the reason of a run stopped for a broken agent begins (the agent's fault, not the

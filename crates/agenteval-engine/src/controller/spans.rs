@@ -5,7 +5,7 @@ use agenteval_core::Result;
 use agenteval_core::layout;
 use agenteval_core::traits::Appender;
 
-use super::Run;
+use super::run::Run;
 use crate::telemetry::Journal;
 
 /// The run's `spans.jsonl`, appended as the controller's spans finish so that a crash loses at

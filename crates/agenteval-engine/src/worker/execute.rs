@@ -17,7 +17,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::genai_spans::{CallModel, CallSpans};
 use crate::telemetry;
 

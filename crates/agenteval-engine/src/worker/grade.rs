@@ -7,7 +7,7 @@ use agenteval_core::traits::*;
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use agenteval_core::config::EvaluatorConfig;
 
 use crate::evaluators::{evaluate_safely, evaluator_from_config, verifier};

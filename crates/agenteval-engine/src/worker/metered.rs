@@ -15,7 +15,7 @@ use agenteval_llm::CassetteMode;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::execute::TraceSink;
 
 /// How long calls still streaming when the agent stops are waited for: their usage counts.

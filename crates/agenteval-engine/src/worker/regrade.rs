@@ -6,7 +6,7 @@ use agenteval_core::model::{AgentResult, EventKind, TaskSpec, TraceEvent};
 use agenteval_core::traits::BundleStore;
 use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
 
-use super::Ctx;
+use super::ctx::Ctx;
 use super::execute::TraceSink;
 use agenteval_core::traits::TaskEnvironment;
 
