@@ -100,14 +100,14 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     // What agenteval fetched for the benchmark is its data too: a Harbor dataset's checkouts
     // (the task folder is a link into them, with tests and solutions) and SWE-bench's reference
     // fixes.
+    // Every kind is named: a new benchmark is a compile error here until it says what it
+    // fetches that agents must not see.
+    use agenteval_core::config::BenchmarkConfig as B;
     match &run.benchmark {
-        agenteval_core::config::BenchmarkConfig::Harbor { dataset: Some(_), .. } => {
-            exclude.push(real(&agenteval_core::cache_dir().join("harbor")))
+        B::Harbor { dataset: Some(_), .. } => exclude.push(real(&agenteval_core::cache_dir().join("harbor"))),
+        B::Swebench { .. } => exclude.push(real(&agenteval_core::cache_dir().join("swebench"))),
+        B::Harbor { dataset: None, .. } | B::Toy { .. } | B::Jsonl { .. } | B::Humaneval { .. } | B::Command { .. } => {
         }
-        agenteval_core::config::BenchmarkConfig::Swebench { .. } => {
-            exclude.push(real(&agenteval_core::cache_dir().join("swebench")))
-        }
-        _ => {}
     }
     for e in &run.evaluators {
         if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {

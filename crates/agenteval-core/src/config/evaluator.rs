@@ -255,7 +255,18 @@ impl EvaluatorConfig {
             EvaluatorConfig::LlmRubric { judge, .. }
             | EvaluatorConfig::LlmPassFail { judge, .. }
             | EvaluatorConfig::LlmPairwise { judge, .. } => Some(judge),
-            _ => None,
+            EvaluatorConfig::ExactMatch { .. }
+            | EvaluatorConfig::Contains { .. }
+            | EvaluatorConfig::Regex { .. }
+            | EvaluatorConfig::NoError { .. }
+            | EvaluatorConfig::MaxSteps { .. }
+            | EvaluatorConfig::ToolSequence { .. }
+            | EvaluatorConfig::CostBudget { .. }
+            | EvaluatorConfig::LatencyBudget { .. }
+            | EvaluatorConfig::JsonSchema { .. }
+            | EvaluatorConfig::Command { .. }
+            | EvaluatorConfig::Tests { .. }
+            | EvaluatorConfig::Policy { .. } => None,
         }
     }
 

@@ -931,7 +931,22 @@ fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) ->
                     Err(message) => problems.push(Problem { origin: pos.find(&at, false), pointer: at, message }),
                 }
             }
-            _ => {}
+            // Every kind is named: a new one is a compile error here until it says which files
+            // it names beside the config.
+            EvaluatorConfig::Tests { tests: None, .. }
+            | EvaluatorConfig::JsonSchema { .. }
+            | EvaluatorConfig::ExactMatch { .. }
+            | EvaluatorConfig::Contains { .. }
+            | EvaluatorConfig::Regex { .. }
+            | EvaluatorConfig::NoError { .. }
+            | EvaluatorConfig::MaxSteps { .. }
+            | EvaluatorConfig::ToolSequence { .. }
+            | EvaluatorConfig::CostBudget { .. }
+            | EvaluatorConfig::LatencyBudget { .. }
+            | EvaluatorConfig::Policy { .. }
+            | EvaluatorConfig::LlmRubric { .. }
+            | EvaluatorConfig::LlmPassFail { .. }
+            | EvaluatorConfig::LlmPairwise { .. } => {}
         }
     }
     problems

@@ -513,7 +513,9 @@ impl BenchmarkConfig {
             BenchmarkConfig::Harbor { .. } | BenchmarkConfig::Swebench { .. } => EnvironmentKind::Docker,
             // Only its cases that name an `environment` get one; the others run as ever.
             BenchmarkConfig::Jsonl { .. } => EnvironmentKind::Workspace,
-            _ => EnvironmentKind::None,
+            BenchmarkConfig::Toy { .. } | BenchmarkConfig::Humaneval { .. } | BenchmarkConfig::Command { .. } => {
+                EnvironmentKind::None
+            }
         }
     }
 
@@ -898,7 +900,13 @@ impl AgentConfig {
     pub fn upstream(&self) -> Option<&Upstream> {
         match self {
             AgentConfig::Command { upstream, .. } | AgentConfig::Installed { upstream, .. } => upstream.as_ref(),
-            _ => None,
+            // The `llm` agent's calls go through the gateway too, to its model's endpoint
+            // (`worker::upstream_of`); the others call no model.
+            AgentConfig::Llm(_)
+            | AgentConfig::Mock { .. }
+            | AgentConfig::Oracle { .. }
+            | AgentConfig::Nop { .. }
+            | AgentConfig::Predictions { .. } => None,
         }
     }
 
