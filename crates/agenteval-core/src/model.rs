@@ -369,6 +369,13 @@ impl AgentFault {
     }
 }
 
+/// A recorded fault, read leniently: a code this build does not know (a newer agenteval's)
+/// reads as none rather than making the whole result unreadable.
+pub fn lenient_fault<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<AgentFault>, D::Error> {
+    let code: Option<String> = Option::deserialize(d)?;
+    Ok(code.as_deref().and_then(AgentFault::parse))
+}
+
 impl From<AgentFault> for String {
     fn from(f: AgentFault) -> String {
         f.code()
@@ -465,7 +472,7 @@ pub struct AgentResult {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cost_unknown: bool,
     /// Why the agent could not run at all, when that is what ended it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_fault")]
     pub fault: Option<AgentFault>,
 }
 
@@ -837,7 +844,7 @@ pub struct TaskRecord {
     pub terminated_by: Option<TerminatedBy>,
     pub detail: Option<String>,
     /// Why the agent could not run at all, when that ended the task.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_fault")]
     pub fault: Option<AgentFault>,
     pub updated_at: DateTime<Utc>,
 }
@@ -1221,6 +1228,37 @@ mod tests {
             cost_unknown: false,
             fault: None,
         }
+    }
+
+    #[test]
+    fn a_fault_reads_back_from_its_code_and_an_unknown_code_reads_as_none() {
+        let all = [
+            AgentFault::CannotStart,
+            AgentFault::ExitedBeforeProtocol(127),
+            AgentFault::ExitedBeforeProtocol(-1),
+            AgentFault::NotProtocol,
+            AgentFault::KeyRefused,
+            AgentFault::NetworkRefused,
+            AgentFault::SetupFailed,
+            AgentFault::InstallFailed,
+        ];
+        for f in all {
+            assert_eq!(AgentFault::parse(&f.code()), Some(f.clone()), "{f:?}");
+            assert!(f.field().starts_with("agent."), "{f:?}");
+            assert!(!f.describe().contains("Some(") && !f.fix().is_empty());
+        }
+        assert_eq!(AgentFault::parse("exited_before_protocol:x"), None);
+        let mut r = result(TerminatedBy::AgentError, None);
+        r.fault = Some(AgentFault::NetworkRefused);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["fault"], "network_refused");
+        let mut newer = json.clone();
+        newer["fault"] = serde_json::json!("a_fault_of_a_newer_agenteval");
+        let read: AgentResult = serde_json::from_value(newer).unwrap();
+        assert_eq!(read.fault, None, "a newer code leaves the result readable");
+        let mut older = json;
+        older.as_object_mut().unwrap().remove("fault");
+        assert_eq!(serde_json::from_value::<AgentResult>(older).unwrap().fault, None);
     }
 
     #[test]
