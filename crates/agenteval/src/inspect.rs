@@ -250,6 +250,10 @@ pub async fn show_task(
                 a.steps,
                 a.total_tokens,
             );
+            if let Some(f) = &a.fault {
+                let fix = format!("{} (fix `{}`: {})", f.describe(), f.field(), f.fix());
+                say!("{}", output::wrapped("fault    ", &fix, WIDTH));
+            }
             if let Some(setup) = r.setup_seconds {
                 say!(
                     "setup    {setup:.3} s getting the agent ready (its install or agent layer), not the agent's time"

@@ -362,6 +362,8 @@ fn an_agent_its_sandbox_refuses_a_connection_is_told_to_fix_agent_sandbox_networ
     let shown = text(&ws.run(&["show", "latest", "c00", "--json"]).stdout);
     let v: serde_json::Value = serde_json::from_str(&shown).unwrap_or_else(|_| panic!("{shown}"));
     assert_eq!(v["result"]["agent"]["fault"], "network_refused", "the fault is a field of the result: {v}");
+    let shown = text(&ws.run(&["show", "latest", "c00"]).stdout);
+    assert!(shown.contains("fault    its sandbox refused it a connection (fix `agent.sandbox.network`"), "{shown}");
     assert!(bundle.exists());
 
     // The same program allowed the port gets past the sandbox: a refused connection from an
