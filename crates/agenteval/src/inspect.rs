@@ -228,47 +228,7 @@ pub async fn show_task(
     }
     say!("task     {task_id} (run {run_id})");
     match &result {
-        Some(r) => {
-            let why = r.why();
-            let outcome = if why.is_empty() {
-                r.outcome().as_str().to_string()
-            } else {
-                format!("{}: {why}", r.outcome().as_str())
-            };
-            say!("{}", output::wrapped("outcome  ", &outcome, WIDTH));
-            let a = &r.agent;
-            // An unknown cost is said as such, never as $0.
-            let cost = match (a.cost_unknown, a.total_cost_usd > 0.0) {
-                (false, _) => format!("${:.4}", a.total_cost_usd),
-                (true, false) => "cost unknown".to_string(),
-                (true, true) => format!("${:.4} (cost partly unknown)", a.total_cost_usd),
-            };
-            say!(
-                "agent    {} after {:.3} s, {} steps, {} tokens, {cost}",
-                a.terminated_by.as_str(),
-                a.wall_seconds,
-                a.steps,
-                a.total_tokens,
-            );
-            if let Some(f) = &a.fault {
-                let fix = format!("{} (fix `{}`: {})", f.describe(), f.field(), f.fix());
-                say!("{}", output::wrapped("fault    ", &fix, WIDTH));
-            }
-            if let Some(setup) = r.setup_seconds {
-                say!(
-                    "setup    {setup:.3} s getting the agent ready (its install or agent layer), not the agent's time"
-                );
-            }
-            for doubt in &r.suspect {
-                say!("suspect  {doubt} (the verdict stands)");
-            }
-            if let Some(answer) = &a.final_answer {
-                // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
-                let answer =
-                    output::middle_cut(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), ANSWER_CHARS);
-                say!("{}", output::wrapped("answer   ", &answer, WIDTH));
-            }
-        }
+        Some(r) => say_result(r),
         None => say!("outcome  {} (no result yet)", record.state.as_str()),
     }
     if !trace.is_empty() {
@@ -304,6 +264,44 @@ pub async fn show_task(
         }
     }
     Ok(exit::OK)
+}
+
+/// A task's result for `show`: its outcome and why, the agent's ending, its fault and the
+/// field that fixes it, its setup time, doubts about its log, its answer.
+fn say_result(r: &TaskResult) {
+    let why = r.why();
+    let outcome =
+        if why.is_empty() { r.outcome().as_str().to_string() } else { format!("{}: {why}", r.outcome().as_str()) };
+    say!("{}", output::wrapped("outcome  ", &outcome, WIDTH));
+    let a = &r.agent;
+    // An unknown cost is said as such, never as $0.
+    let cost = match (a.cost_unknown, a.total_cost_usd > 0.0) {
+        (false, _) => format!("${:.4}", a.total_cost_usd),
+        (true, false) => "cost unknown".to_string(),
+        (true, true) => format!("${:.4} (cost partly unknown)", a.total_cost_usd),
+    };
+    say!(
+        "agent    {} after {:.3} s, {} steps, {} tokens, {cost}",
+        a.terminated_by.as_str(),
+        a.wall_seconds,
+        a.steps,
+        a.total_tokens,
+    );
+    if let Some(f) = &a.fault {
+        let fix = format!("{} (fix `{}`: {})", f.describe(), f.field(), f.fix());
+        say!("{}", output::wrapped("fault    ", &fix, WIDTH));
+    }
+    if let Some(setup) = r.setup_seconds {
+        say!("setup    {setup:.3} s getting the agent ready (its install or agent layer), not the agent's time");
+    }
+    for doubt in &r.suspect {
+        say!("suspect  {doubt} (the verdict stands)");
+    }
+    if let Some(answer) = &a.final_answer {
+        // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
+        let answer = output::middle_cut(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), ANSWER_CHARS);
+        say!("{}", output::wrapped("answer   ", &answer, WIDTH));
+    }
 }
 
 /// One event's payload, shortly: a tool call's tool and arguments, a result's output, a final
