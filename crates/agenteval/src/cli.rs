@@ -349,7 +349,8 @@ pub enum Command {
     /// Locally: the bundle folder, the agent's program (readable by the agents' uids under a
     /// root worker), the secrets, each model endpoint the agent's calls go to (answers from this
     /// machine); for tasks in containers the Docker engine, each task image and, for an installed
-    /// agent behind the gateway, whether a container of the first task reaches the gateway.
+    /// agent behind the gateway, whether the model gateway answers a task's token from a
+    /// container of the first task.
     /// On AWS: credentials, region, bucket, table, cluster, task definition, network, secrets.
     Doctor {
         #[command(flatten)]

@@ -1,7 +1,7 @@
 //! Pre-flight checks of a run config's resources (`agenteval doctor`): the backend's own, the
 //! agent program where workers run on this machine, the model endpoints the run's calls go to,
-//! and for tasks in containers the Docker engine, every task image, and whether an agent in a
-//! container of the first task reaches the model gateway.
+//! and for tasks in containers the Docker engine, every task image, and whether the model
+//! gateway answers an agent in a container of the first task.
 
 use agenteval_core::config::RunConfig;
 use agenteval_core::traits::Check;
@@ -40,7 +40,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         checks.extend(endpoint_checks(&up).await);
     }
     if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {
-        checks.extend(docker_checks(cfg, build).await);
+        checks.extend(docker_checks(wiring, cfg, build).await);
     }
     checks
 }
@@ -86,10 +86,14 @@ fn reqwest_why(e: &reqwest::Error) -> String {
     cause.to_string()
 }
 
-/// From a container of the first task's image, on the network its agent gets, a connection to
-/// a listener on the gateway's address and ports (the one way out an installed agent has):
-/// what a firewall, a missing network or an image without a shell would break.
+/// From a container of the first task's image, on the network its agent gets, the run's model
+/// gateway (started here as a worker starts it, with no key) asked `GET /v1/models` with a
+/// task's token, as the agent would ask it: what a firewall, a missing network, a gateway that
+/// cannot listen on the task network or an image without curl, python3 or bash would break.
+/// (The endpoint behind the gateway is asked from this machine, where the gateway runs.)
 async fn gateway_from_container(
+    wiring: &Wiring,
+    up: &agenteval_core::config::Upstream,
     env: &agenteval_docker::DockerEnvironment,
     task: &agenteval_core::model::TaskSpec,
     spec: &agenteval_core::environment::EnvSpec,
@@ -101,55 +105,72 @@ async fn gateway_from_container(
         Ok(h) => h,
         Err(e) => return Check::new(name, Err(format!("no container of the task's image: {e}"))),
     };
-    let r = probe_gateway(env, &handle).await;
+    let r = probe_gateway(wiring, up, env, &handle, run, task).await;
     if let Err(e) = env.teardown(&handle).await {
         tracing::warn!("the probe's container {} was not removed: {e}", handle.id);
     }
     Check::new(name, r)
 }
 
+/// The probe itself: the gateway listening on the task network's host address, a door opened
+/// for it, and the request from the container with whichever of curl, python3 or bash it has.
 async fn probe_gateway(
+    wiring: &Wiring,
+    up: &agenteval_core::config::Upstream,
     env: &agenteval_docker::DockerEnvironment,
     handle: &agenteval_core::environment::EnvHandle,
+    run_id: agenteval_core::RunId,
+    task: &agenteval_core::model::TaskSpec,
 ) -> Result<String, String> {
-    use agenteval_core::traits::Environment as _;
+    use agenteval_core::gateway::{DoorSpec, Reach};
+    use agenteval_core::traits::{Environment as _, Resolver as _};
     let host = env.gateway_host(handle).await.ok_or("the container is on no network that reaches the gateway")?;
-    let mut bound = None;
-    for port in agenteval_core::gateway::GATEWAY_PORTS.rev() {
-        if let Ok(l) = tokio::net::TcpListener::bind((host, port)).await {
-            bound = Some((l, port));
-            break;
-        }
-    }
-    let (listener, port) = bound.ok_or("no free port in the gateway's range on this machine")?;
-    let accepted = tokio::spawn(async move {
-        use tokio::io::AsyncWriteExt as _;
-        let (mut s, _) = listener.accept().await.ok()?;
-        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n").await.ok()
-    });
+    let gateway = wiring
+        .gateway(up, Vec::new())
+        .await
+        .map_err(|e| format!("the model gateway does not start: {e}"))?
+        .ok_or("this build has no model gateway")?;
+    gateway.listen_on(host).await.map_err(|e| format!("the gateway cannot listen on {host}: {e}"))?;
+    let spec = DoorSpec {
+        run_id,
+        task_id: task.id.clone(),
+        attempt: 0,
+        max_tokens: None,
+        max_cost_usd: None,
+        replay: None,
+        record: false,
+        redactor: agenteval_core::secret::Redactor::new(),
+    };
+    let mut door = gateway.open(spec).await.map_err(|e| e.to_string())?;
+    let (base, _) = door.base_urls(Reach::Container(host)).map_err(|e| e.to_string())?;
+    let at = base.trim_start_matches("http://").trim_end_matches("/v1").to_string();
+    let (ip, port) = at.split_once(':').ok_or("the gateway's address has no port")?;
+    // The token goes in the request only, and dies with the door when this check ends.
+    let token = door.token().expose().to_string();
     let probe = format!(
-        "if command -v bash >/dev/null; then bash -c 'exec 3<>/dev/tcp/{host}/{port}' && echo reached; \
-         elif command -v python3 >/dev/null; then python3 -c 'import socket; socket.create_connection((\"{host}\", {port}), 5)' && echo reached; \
-         elif command -v curl >/dev/null; then curl -s -m 5 -o /dev/null http://{host}:{port}/ && echo reached; \
-         else echo 'no bash, python3 or curl in the image'; fi"
+        r#"if command -v curl >/dev/null; then curl -s -m 5 -o /dev/null -w 'HTTP %{{http_code}}\n' -H 'Authorization: Bearer {token}' {base}/models;
+elif command -v python3 >/dev/null; then python3 -c 'import urllib.request as u; r = u.urlopen(u.Request("{base}/models", headers={{"Authorization": "Bearer {token}"}}), timeout=5); print("HTTP", r.status)';
+elif command -v bash >/dev/null; then bash -c 'exec 3<>/dev/tcp/{ip}/{port} && printf "GET /v1/models HTTP/1.0\r\nAuthorization: Bearer {token}\r\n\r\n" >&3 && head -c 12 <&3'; echo;
+else echo 'no curl, python3 or bash in the image'; fi"#
     );
     let req = agenteval_core::environment::ExecRequest::new(probe, ANSWER_WITHIN);
-    let out = env.exec(handle, &req).await.map_err(|e| e.to_string())?;
-    let reached =
-        tokio::time::timeout(std::time::Duration::from_secs(1), accepted).await.ok().and_then(|r| r.ok().flatten());
-    match (reached, out.stdout.trim()) {
-        (Some(()), _) => Ok(format!("{host}:{port} reached (the gateway's address and ports)")),
-        (None, "reached") => Err(format!("{host}:{port}: the container connected to something else")),
-        (None, said) => {
-            let said = if said.is_empty() { out.stderr.trim() } else { said };
-            Err(format!("{host}:{port} not reached from the container: {}", said.lines().last().unwrap_or("no output")))
-        }
+    let out = env.exec(handle, &req).await.map_err(|e| e.to_string());
+    door.close();
+    let out = out?;
+    let hide = |s: &str| s.replace(&token, "<token>");
+    let said = hide(out.stdout.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or(""));
+    let status = said.split_whitespace().nth(1);
+    if said.starts_with("HTTP") && status == Some("200") {
+        Ok(format!("{base} answers a task's token (GET /models)"))
+    } else {
+        let why = if said.is_empty() { hide(out.stderr.trim().lines().last().unwrap_or("no output")) } else { said };
+        Err(format!("{base} does not answer from the container: {why}"))
     }
 }
 
 /// The Docker engine (reachable, its version) and every task image: present, not built yet
 /// (submit builds it), or, with `build`, built now or failing with its build's last lines.
-async fn docker_checks(cfg: &RunConfig, build: bool) -> Vec<Check> {
+async fn docker_checks(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
     let env = agenteval_docker::DockerEnvironment::new(cfg.environment.base_image.clone());
     let version = env.engine_version().await;
     let engine_ok = version.is_ok();
@@ -203,13 +224,13 @@ async fn docker_checks(cfg: &RunConfig, build: bool) -> Vec<Check> {
     // An installed agent calls its model from inside the container, through the gateway.
     let in_container = matches!(cfg.agent, agenteval_core::config::AgentConfig::Installed { .. });
     if in_container
-        && cfg.agent.upstream().is_some()
+        && let Some(up) = cfg.agent.upstream()
         && let Some((task, spec)) = tasks.iter().find_map(|t| Some((t, t.environment.as_ref()?)))
     {
         let ready = matches!(env.image_present(spec).await, Ok((_, true)));
         if ready {
             let env = env.with_gateway(true);
-            checks.push(gateway_from_container(&env, task, spec).await);
+            checks.push(gateway_from_container(wiring, up, &env, task, spec).await);
         } else {
             let what = format!("gateway from a container of task {}", task.id);
             checks.push(Check::new(what, Ok("not tried: the task's image is not built yet (`doctor --build`)".into())));

@@ -279,7 +279,7 @@ fn doctor_checks_the_model_endpoint_and_the_gateway_from_a_task_container() {
     let endpoint = line("model endpoint openai");
     assert!(endpoint.starts_with("ok") && endpoint.contains("answers (HTTP"), "{endpoint}");
     let gateway = line("gateway from a container of task t0");
-    assert!(gateway.starts_with("ok") && gateway.contains("reached"), "{gateway}");
+    assert!(gateway.starts_with("ok") && gateway.contains("answers a task's token (GET /models)"), "{gateway}");
 
     // A port nothing listens on: the endpoint's line fails, and only it.
     let cfg = config(&ws, &tasks, "  setup: setup.sh\n  command: hello", "http://127.0.0.1:9/v1");
