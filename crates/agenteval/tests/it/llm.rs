@@ -130,6 +130,10 @@ fn provider_failures_are_classified_infra_or_errored() {
     for (id, _, ended) in want {
         let r = task(&bundle, id);
         assert_eq!(r["agent"]["terminated_by"], ended, "{id}: {r}\n{}", text(&out.stderr));
+        // A refused key is the fault the client found, by its status; nothing else is one.
+        let fault =
+            if matches!(id, "c401" | "c403") { serde_json::json!("key_refused") } else { serde_json::Value::Null };
+        assert_eq!(r["agent"]["fault"], fault, "{id}: {r}");
     }
     let calls = |tag: &str| mock.received().iter().filter(|c| c.body.to_string().contains(tag)).count();
     assert_eq!(calls("ALWAYS503"), 3, "a 5xx is retried up to max_attempts");
@@ -142,6 +146,22 @@ fn provider_failures_are_classified_infra_or_errored() {
     let r = task(&bundle_of(&v), "gone");
     assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
     assert!(r["agent"]["error"].as_str().unwrap().contains("cannot reach"), "{r}");
+}
+
+/// A key the provider refuses on every first task stops the run, naming `agent.secrets`.
+#[test]
+fn a_refused_key_stops_the_run_naming_agent_secrets() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let inputs: Vec<(String, String)> = (0..8).map(|i| (format!("k{i}"), format!("ALWAYS401 q{i}"))).collect();
+    cases(&ws, &inputs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect::<Vec<_>>());
+    let cfg = config(&ws, "refused", "openai:gpt-4o-mini", &mock.base_url(), "", "");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(last.starts_with("error: the agent cannot run: the model provider refused its key"), "{err}");
+    assert!(last.contains("(fix `agent.secrets`: check the key the secret holds)"), "{last}");
 }
 
 #[test]
