@@ -9,3 +9,4 @@ pub mod conformance;
 pub mod emulator;
 pub mod fixtures;
 pub mod llm_mock;
+pub mod resolver;

@@ -23,15 +23,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agenteval_aws::{AwsClients, AwsSettings, DynamoDbRunIndex, S3BundleStore};
-use agenteval_core::config::{RunConfig, load_config_str};
-use agenteval_core::location::{BundleRoot, IndexLocation};
+use agenteval_core::config::load_config_str;
 use agenteval_core::model::*;
-use agenteval_core::secret::Secret;
 use agenteval_core::traits::*;
 use agenteval_core::{Error, Result, RunId, SCHEMA_VERSION, TaskId, layout};
 use agenteval_engine::bundle::{RecordingStore, write_files_part};
 use agenteval_engine::controller::{ControllerOptions, Progress, ProgressView, submit};
 use agenteval_testkit::emulator;
+use agenteval_testkit::resolver::{FixedResolver, NoSecrets};
 use async_trait::async_trait;
 use util::{Children, fault_proxy, read_json};
 
@@ -200,41 +199,6 @@ impl RunIndex for CountedIndex {
     }
 }
 
-/// Hands the controller the counted store and index and the simulated fleet.
-struct Fixed {
-    store: Arc<dyn BundleStore>,
-    index: Arc<dyn RunIndex>,
-    fleet: Arc<Fleet>,
-}
-
-#[async_trait]
-impl Resolver for Fixed {
-    async fn store(&self, _root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
-        Ok(self.store.clone())
-    }
-    async fn index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn create_index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
-        Ok(self.fleet.clone())
-    }
-    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
-        Ok(Arc::new(NoSecrets))
-    }
-}
-
-/// The controller reads no secret; a worker of this fleet needs none.
-struct NoSecrets;
-#[async_trait]
-impl SecretStore for NoSecrets {
-    async fn fetch(&self, name: &str) -> Result<Secret> {
-        Err(Error::not_found(format!("no secret {name}")))
-    }
-}
-
 /// Counts the progress polls.
 #[derive(Default)]
 struct Polls(AtomicU64);
@@ -297,7 +261,12 @@ async fn one(endpoint: &str, tasks: u64, dir: &Path) {
     let polls = Arc::new(Polls::default());
     let (_tx, interrupt) = tokio::sync::watch::channel(false);
     let opts = ControllerOptions {
-        resolver: Arc::new(Fixed { store, index: index.clone(), fleet }),
+        resolver: Arc::new(FixedResolver {
+            store,
+            index: index.clone(),
+            backend: Some(fleet),
+            secrets: Arc::new(NoSecrets),
+        }),
         progress: polls.clone(),
         interrupt,
         journal: None,

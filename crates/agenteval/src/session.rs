@@ -196,7 +196,9 @@ fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome) -> String
 fn field_to_fix(config: &agenteval_core::config::RunConfig) -> &'static str {
     use agenteval_core::config::AgentConfig;
     match &config.agent {
-        AgentConfig::Command { .. } | AgentConfig::Installed { .. } => "agent.command",
+        AgentConfig::Command { .. } | AgentConfig::Installed { preset: None, .. } => "agent.command",
+        // A preset's command line is agenteval's: what is the user's is the agent block.
+        AgentConfig::Installed { preset: Some(_), .. } => "agent",
         AgentConfig::Llm(_) => "agent.model",
         AgentConfig::Mock { .. }
         | AgentConfig::Oracle { .. }

@@ -45,7 +45,7 @@ struct Fleet<'a> {
     /// The fault of an agent that cannot run, when its tasks recorded one.
     fault: Option<AgentFault>,
     /// The config field behind a launch that cannot work, as the backend names it.
-    fix: Option<&'static str>,
+    launch_field: Option<&'static str>,
 }
 
 /// How a drive ended: the run's status, and why it stopped early when it did.
@@ -53,7 +53,7 @@ pub(super) struct Driven {
     pub status: RunStatus,
     pub reason: Option<String>,
     pub fault: Option<AgentFault>,
-    pub fix: Option<&'static str>,
+    pub launch_field: Option<&'static str>,
 }
 
 /// Dispatches and watches jobs until every task is done or the run is stopped; returns the
@@ -94,7 +94,7 @@ pub(super) async fn drive_jobs(
         broken_checked: false,
         reason: None,
         fault: None,
-        fix: None,
+        launch_field: None,
     };
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
@@ -163,7 +163,7 @@ pub(super) async fn drive_jobs(
     fleet.export().await;
     progress.message("sealing bundle");
     let status = decide::final_status(fleet.stop, fleet.gave_up, &fleet.counts);
-    Ok(Driven { status, reason: fleet.reason, fault: fleet.fault, fix: fleet.fix })
+    Ok(Driven { status, reason: fleet.reason, fault: fleet.fault, launch_field: fleet.launch_field })
 }
 
 impl Fleet<'_> {
@@ -324,7 +324,7 @@ impl Fleet<'_> {
                         if self.stop.is_none() {
                             opts.progress.message(&format!("cannot launch jobs; stopping: {e}"));
                             self.reason = Some(format!("cannot launch jobs: {e}"));
-                            self.fix = Some(run.backend.launch_field(&e));
+                            self.launch_field = Some(run.backend.launch_field(&e));
                             self.stop = Some(StopReason::LaunchFailed);
                         }
                     }

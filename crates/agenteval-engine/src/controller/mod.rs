@@ -539,7 +539,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
     let resolver = opts.resolver.clone();
-    let drive::Driven { status, reason, fault, fix } =
+    let drive::Driven { status, reason, fault, launch_field } =
         match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
             Ok(s) => s,
             Err(e) => {
@@ -568,7 +568,7 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         summary: sealed.summary,
         reason,
         fault,
-        launch_field: fix,
+        launch_field,
     })
 }
 

@@ -7,15 +7,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agenteval_core::config::{LoadedConfig, RunConfig, load_config_str};
+use agenteval_core::config::{LoadedConfig, load_config_str};
 use agenteval_core::format::Metadata;
 use agenteval_core::layout;
-use agenteval_core::location::{BundleRoot, IndexLocation};
 use agenteval_core::model::*;
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::*;
 use agenteval_core::{Error, Result, RunId, SCHEMA_VERSION};
 use agenteval_local::{FsBundleStore, SqliteRunIndex};
+use agenteval_testkit::resolver::FixedResolver;
 use async_trait::async_trait;
 use chrono::Utc;
 use tokio::sync::watch;
@@ -210,32 +210,6 @@ impl CloudBackend for Scripted {
     }
 }
 
-/// Hands the controller the test's store, index and scripted backend.
-struct Fixed {
-    store: Arc<dyn BundleStore>,
-    index: Arc<dyn RunIndex>,
-    backend: Arc<Scripted>,
-}
-
-#[async_trait]
-impl Resolver for Fixed {
-    async fn store(&self, _root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
-        Ok(self.store.clone())
-    }
-    async fn index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn create_index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
-        Ok(self.backend.clone())
-    }
-    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
-        Ok(self.backend.clone())
-    }
-}
-
 /// The scripted fleet has no secrets, and counts who asked.
 #[async_trait]
 impl SecretStore for Scripted {
@@ -309,7 +283,8 @@ struct Harness {
     counting: Arc<Counting>,
     _dir: tempfile::TempDir,
     loaded: LoadedConfig,
-    resolver: Arc<Fixed>,
+    resolver: Arc<FixedResolver>,
+    backend: Arc<Scripted>,
 }
 
 impl Harness {
@@ -344,7 +319,9 @@ impl Harness {
             secrets_fetched: Default::default(),
             completed: Default::default(),
         });
-        Harness { counting, _dir: dir, loaded, resolver: Arc::new(Fixed { store, index, backend }) }
+        let resolver =
+            Arc::new(FixedResolver { store, index, backend: Some(backend.clone()), secrets: backend.clone() });
+        Harness { counting, _dir: dir, loaded, resolver, backend }
     }
 
     fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
@@ -367,7 +344,7 @@ impl Harness {
     /// Submits, and interrupts the run once `ready` says so (polled every few milliseconds).
     async fn submit_and_interrupt(&self, ready: impl Fn(&Scripted) -> bool + Send + 'static) -> RunOutcome {
         let (tx, rx) = watch::channel(false);
-        let backend = self.resolver.backend.clone();
+        let backend = self.backend.clone();
         let watcher = tokio::spawn(async move {
             while !ready(&backend) {
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -382,7 +359,7 @@ impl Harness {
     }
 
     fn backend(&self) -> &Scripted {
-        &self.resolver.backend
+        &self.backend
     }
 
     async fn tasks(&self, run: &RunId) -> Vec<TaskRecord> {

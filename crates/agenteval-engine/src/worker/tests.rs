@@ -8,63 +8,28 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agenteval_core::config::{LoadedConfig, RunConfig, load_config_str};
+use agenteval_core::config::{LoadedConfig, load_config_str};
 use agenteval_core::layout;
-use agenteval_core::location::{BundleRoot, IndexLocation};
 use agenteval_core::model::*;
-use agenteval_core::secret::Secret;
 use agenteval_core::traits::*;
-use agenteval_core::{Error, Result, RunId, taskpack};
+use agenteval_core::{Result, RunId, taskpack};
 use agenteval_local::{FsBundleStore, SqliteRunIndex};
+use agenteval_testkit::resolver::{FixedResolver, NoSecrets};
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::run_job;
 use crate::controller::{ControllerOptions, NoProgress, RunOutcome, submit};
 
-/// What a worker is handed: the run's store and index, and no secrets.
-struct Worker {
-    store: Arc<dyn BundleStore>,
-    index: Arc<dyn RunIndex>,
-}
-
-#[async_trait]
-impl Resolver for Worker {
-    async fn store(&self, _root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
-        Ok(self.store.clone())
-    }
-    async fn index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn create_index(&self, _at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        Ok(self.index.clone())
-    }
-    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
-        Err(Error::internal("a worker launches no job"))
-    }
-    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
-        Ok(Arc::new(NoSecrets))
-    }
-}
-
-struct NoSecrets;
-
-#[async_trait]
-impl SecretStore for NoSecrets {
-    async fn fetch(&self, name: &str) -> Result<Secret> {
-        Err(Error::not_found(format!("no secret {name}")))
-    }
-}
-
 /// Runs the worker of the job at `uri` to its end on a runtime of its own: its exit code.
-fn work(worker: &Worker, uri: &str) -> i32 {
+fn work(worker: &FixedResolver, uri: &str) -> i32 {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(run_job(uri, worker, None, std::future::pending()))
 }
 
 /// Runs each job's worker inline as it is submitted, and reports its exit code as its status.
 struct Inline {
-    worker: Arc<Worker>,
+    worker: Arc<FixedResolver>,
     exits: Mutex<HashMap<String, i32>>,
 }
 
@@ -97,36 +62,13 @@ impl CloudBackend for Inline {
     }
 }
 
-/// The controller's resolver: the same store and index, and the inline backend.
-struct Controller {
-    worker: Arc<Worker>,
-    backend: Arc<Inline>,
-}
-
-#[async_trait]
-impl Resolver for Controller {
-    async fn store(&self, root: &BundleRoot) -> Result<Arc<dyn BundleStore>> {
-        self.worker.store(root).await
-    }
-    async fn index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        self.worker.index(at).await
-    }
-    async fn create_index(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
-        self.worker.create_index(at).await
-    }
-    async fn backend(&self, _config: &RunConfig) -> Result<Arc<dyn CloudBackend>> {
-        Ok(self.backend.clone())
-    }
-    async fn secrets(&self, _config: &RunConfig) -> Result<Arc<dyn SecretStore>> {
-        Ok(Arc::new(NoSecrets))
-    }
-}
-
 struct Harness {
     _dir: tempfile::TempDir,
     loaded: LoadedConfig,
-    worker: Arc<Worker>,
-    resolver: Arc<Controller>,
+    /// What a worker is handed: the run's store and index, no backend and no secrets.
+    worker: Arc<FixedResolver>,
+    /// The controller's: the same, and the inline backend.
+    resolver: Arc<FixedResolver>,
 }
 
 impl Harness {
@@ -139,9 +81,14 @@ impl Harness {
         let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
         let index: Arc<dyn RunIndex> = Arc::new(SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap());
         let loaded = load_config_str(&text, "inline.yaml", dir.path(), &[]).unwrap();
-        let worker = Arc::new(Worker { store, index });
+        let worker = Arc::new(FixedResolver {
+            store: store.clone(),
+            index: index.clone(),
+            backend: None,
+            secrets: Arc::new(NoSecrets),
+        });
         let backend = Arc::new(Inline { worker: worker.clone(), exits: Mutex::default() });
-        let resolver = Arc::new(Controller { worker: worker.clone(), backend });
+        let resolver = Arc::new(FixedResolver { store, index, backend: Some(backend), secrets: Arc::new(NoSecrets) });
         Harness { _dir: dir, loaded, worker, resolver }
     }
 
