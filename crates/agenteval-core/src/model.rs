@@ -1117,7 +1117,8 @@ pub struct RunSummary {
     #[serde(default, skip_serializing_if = "is_zero")]
     pub passed_with_changes: u64,
     /// Tasks whose grader doubted its own verdict (`TaskResult::suspect`: a test log that claims
-    /// passes the tests did not make); their verdicts stand, counted in `passed`/`failed`.
+    /// passes the tests did not make, an agent process that ran beside Harbor's tests, a patch to
+    /// SWE-bench's test machinery); their verdicts stand, counted in `passed`/`failed`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspect: u64,
     /// The mean reward as Harbor computes it, over the tasks that have rewards (`unscored` ones

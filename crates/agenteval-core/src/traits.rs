@@ -200,6 +200,12 @@ pub trait Environment: Send + Sync {
     async fn quiesce(&self, _env: &crate::environment::EnvHandle) -> Result<()> {
         Ok(())
     }
+    /// Whether processes the agent started can outlive it here (a container's, kept for Harbor's
+    /// tests): then the tests run with them held still (`environments::leftovers`). The default:
+    /// no (a workspace's die with the agent's process tree).
+    fn leftovers_outlive_agent(&self, _env: &crate::environment::EnvHandle) -> bool {
+        false
+    }
     /// The folder the worker's own files go under, outside the agent's working folder (the
     /// start snapshot, the tests once the agent stopped, the verifier's logs): `/` in a
     /// container (Harbor's `/tests` and `/logs/verifier`); a workspace's attempt folder.

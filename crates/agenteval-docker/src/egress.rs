@@ -2,8 +2,11 @@
 //! (which reaches nothing but this machine's gateway ports) with `HTTP_PROXY`/`HTTPS_PROXY`
 //! naming this proxy, which the worker runs on one of those ports. It forwards a `CONNECT` or an
 //! absolute-form request only to a host the container's task allows (a name, a `*.` suffix, an
-//! IP address or a CIDR range), never to a loopback address, and answers anything else
-//! `403` with `x-agenteval-egress: refused`. Each container is known by its address.
+//! IP address or a CIDR range, each on ports 80 and 443 unless it names its own: `host:8080`),
+//! never to an address of this machine (loopback, IPv4-mapped or not; link-local and the cloud
+//! metadata address; any address of any local interface or bridge; unspecified), never with a
+//! `Host` header other than its target, and answers anything else `403` with
+//! `x-agenteval-egress: refused`. Each container is known by its address.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -30,14 +33,40 @@ impl Allowed {
     }
 }
 
-/// Whether `host` is one the list allows: the name itself, a subdomain of a `*.` entry, or an
-/// address equal to (or inside) an address entry.
-pub(crate) fn allows(list: &[String], host: &str) -> bool {
+/// Ports an allowlist entry that names none allows.
+const DEFAULT_PORTS: [u16; 2] = [80, 443];
+
+/// An entry split into its host part and the port it names, if any (`host:8080`,
+/// `[2001:db8::1]:443`; a bare IPv6 address names none).
+fn entry_port(e: &str) -> (&str, Option<u16>) {
+    if let Some(rest) = e.strip_prefix('[')
+        && let Some((h, p)) = rest.split_once("]:")
+    {
+        return (h, p.parse().ok());
+    }
+    if e.matches(':').count() == 1
+        && let Some((h, p)) = e.rsplit_once(':')
+        && let Ok(p) = p.parse()
+    {
+        return (h, Some(p));
+    }
+    (e.trim_start_matches('[').trim_end_matches(']'), None)
+}
+
+/// Whether `host` on `port` is one the list allows: the name itself, a subdomain of a `*.`
+/// entry, or an address equal to (or inside) an address entry; on the entry's port, else 80 or
+/// 443.
+pub(crate) fn allows(list: &[String], host: &str, port: u16) -> bool {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host.trim_start_matches('[').trim_end_matches(']');
-    let ip: Option<IpAddr> = host.parse().ok();
+    let ip: Option<IpAddr> = host.parse().ok().map(canonical);
     list.iter().any(|e| {
         let e = e.trim_end_matches('.').to_ascii_lowercase();
+        let (e, named) = entry_port(&e);
+        let port_ok = named.map_or(DEFAULT_PORTS.contains(&port), |p| p == port);
+        if !port_ok {
+            return false;
+        }
         if let Some(suffix) = e.strip_prefix("*.") {
             return ip.is_none() && host.ends_with(&format!(".{suffix}"));
         }
@@ -54,8 +83,68 @@ pub(crate) fn allows(list: &[String], host: &str) -> bool {
                 _ => false,
             };
         }
-        e == host
+        match (ip, e.parse::<IpAddr>()) {
+            (Some(a), Ok(b)) => a == canonical(b),
+            _ => e == host,
+        }
     })
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it is (`::ffff:127.0.0.1` is loopback).
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Whether `ip` is this machine or what only this machine reaches: loopback, unspecified,
+/// link-local (the cloud metadata address among them), multicast, or an address of one of its
+/// interfaces (a bridge's, `docker0`'s, its own).
+fn is_this_machine(ip: IpAddr) -> bool {
+    let ip = canonical(ip);
+    let special = match ip {
+        IpAddr::V4(a) => a.is_loopback() || a.is_unspecified() || a.is_link_local() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V6(a) => {
+            a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || (a.segments()[0] & 0xffc0) == 0xfe80
+        }
+    };
+    special || local_addresses().contains(&ip)
+}
+
+/// Every address of this machine's interfaces now (bridges come and go with tasks).
+fn local_addresses() -> Vec<IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
+    addrs
+        .filter_map(|a| {
+            let a = a.address?;
+            if let Some(v4) = a.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                a.as_sockaddr_in6().map(|v6| canonical(IpAddr::V6(v6.ip())))
+            }
+        })
+        .collect()
+}
+
+/// The `Host` header of a request head, if it has one.
+fn host_header(head: &str) -> Option<&str> {
+    head.lines().skip(1).take_while(|l| !l.is_empty()).find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case("host").then(|| v.trim())
+    })
+}
+
+/// Whether a `Host` header names the request's target (its port, when it names one, too).
+fn same_host(header: &str, host: &str, port: u16) -> bool {
+    let header = header.to_ascii_lowercase();
+    let (h, p) = entry_port(&header);
+    let target = host.to_ascii_lowercase();
+    let target = target.trim_start_matches('[').trim_end_matches(']');
+    h.trim_end_matches('.') == target.trim_end_matches('.') && p.is_none_or(|p| p == port)
 }
 
 /// Serves the proxy on `listener` until the process ends.
@@ -106,15 +195,21 @@ async fn handle(mut s: TcpStream, peer: SocketAddr, allowed: &Allowed) -> std::i
         return refuse(s, "only CONNECT and absolute http:// requests go through this proxy").await;
     };
     let list = allowed.of(peer.ip());
-    if !allows(&list, &host) {
-        return refuse(s, &format!("{host} is not among the task's allowed_hosts")).await;
+    if !allows(&list, &host, port) {
+        return refuse(s, &format!("{host}:{port} is not among the task's allowed_hosts (80 and 443 unless an entry names its port)")).await;
+    }
+    if rest.is_some()
+        && let Some(h) = host_header(&text)
+        && !same_host(h, &host, port)
+    {
+        return refuse(s, &format!("the Host header `{h}` is not the request's target {host}")).await;
     }
     let upstream = match tokio::net::lookup_host((host.trim_start_matches('[').trim_end_matches(']'), port)).await {
-        Ok(addrs) => addrs.filter(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()).collect::<Vec<_>>(),
+        Ok(addrs) => addrs.filter(|a| !is_this_machine(a.ip())).collect::<Vec<_>>(),
         Err(_) => vec![],
     };
     let Some(addr) = upstream.first() else {
-        return refuse(s, &format!("{host} does not resolve to an address this proxy reaches")).await;
+        return refuse(s, &format!("{host} does not resolve to an address this proxy reaches (never this machine)")).await;
     };
     let mut up = match TcpStream::connect(addr).await {
         Ok(u) => u,
@@ -141,10 +236,41 @@ mod tests {
     #[test]
     fn names_suffixes_addresses_and_ranges_are_allowed_as_listed() {
         let list: Vec<String> = ["pypi.org", "*.example.com", "10.0.0.0/8", "192.0.2.1"].map(String::from).to_vec();
-        assert!(allows(&list, "pypi.org") && allows(&list, "PyPI.org."));
-        assert!(!allows(&list, "files.pypi.org"), "a name is not its subdomains");
-        assert!(allows(&list, "a.example.com") && !allows(&list, "example.com"), "a `*.` entry is its subdomains");
-        assert!(allows(&list, "10.1.2.3") && !allows(&list, "11.1.2.3"));
-        assert!(allows(&list, "192.0.2.1") && !allows(&list, "evil.com"));
+        let ok = |h: &str| allows(&list, h, 443);
+        assert!(ok("pypi.org") && ok("PyPI.org."));
+        assert!(!ok("files.pypi.org"), "a name is not its subdomains");
+        assert!(ok("a.example.com") && !ok("example.com"), "a `*.` entry is its subdomains");
+        assert!(ok("10.1.2.3") && !ok("11.1.2.3"));
+        assert!(ok("192.0.2.1") && !ok("evil.com"));
+        assert!(ok("[::ffff:192.0.2.1]"), "an IPv4-mapped address is its IPv4 address");
+    }
+
+    #[test]
+    fn only_the_port_an_entry_names_or_80_and_443_are_allowed() {
+        let list: Vec<String> = ["pypi.org", "10.0.0.5:8080", "[2001:db8::1]:8443"].map(String::from).to_vec();
+        assert!(allows(&list, "pypi.org", 443) && allows(&list, "pypi.org", 80));
+        assert!(!allows(&list, "pypi.org", 22), "any other port of an allowed host is refused");
+        assert!(allows(&list, "10.0.0.5", 8080) && !allows(&list, "10.0.0.5", 443));
+        assert!(allows(&list, "[2001:db8::1]", 8443) && !allows(&list, "2001:db8::1", 443));
+    }
+
+    #[test]
+    fn every_address_of_this_machine_is_refused() {
+        for a in ["127.0.0.1", "::1", "::ffff:127.0.0.1", "0.0.0.0", "169.254.169.254", "fe80::1", "::ffff:169.254.169.254"] {
+            assert!(is_this_machine(a.parse().unwrap()), "{a}");
+        }
+        for a in local_addresses() {
+            assert!(is_this_machine(a), "{a}, an interface's");
+        }
+        assert!(!is_this_machine("192.0.2.7".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_host_header_must_name_the_target() {
+        let head = "GET http://a.example/x HTTP/1.1\r\nHost: evil.example\r\n\r\n";
+        assert_eq!(host_header(head), Some("evil.example"));
+        assert!(!same_host("evil.example", "a.example", 80));
+        assert!(same_host("A.example:80", "a.example", 80) && same_host("a.example", "a.example", 8080));
+        assert!(!same_host("a.example:8080", "a.example", 80));
     }
 }

@@ -194,8 +194,10 @@ fn container_env(spec: &EnvSpec, proxy: Option<SocketAddr>) -> Option<Vec<String
         for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
             env.push(format!("{k}=http://{p}"));
         }
-        env.push("NO_PROXY=localhost,127.0.0.1".into());
-        env.push("no_proxy=localhost,127.0.0.1".into());
+        // The model gateway listens on the proxy's host address: an agent's calls go straight there.
+        let direct = format!("localhost,127.0.0.1,{}", p.ip());
+        env.push(format!("NO_PROXY={direct}"));
+        env.push(format!("no_proxy={direct}"));
     }
     (!env.is_empty()).then_some(env)
 }
@@ -448,6 +450,10 @@ impl Environment for DockerEnvironment {
         self.baselines.lock().expect("not poisoned").insert(env.id.clone(), std::sync::Arc::new(now));
     }
 
+    fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
+        true
+    }
+
     async fn quiesce(&self, env: &EnvHandle) -> Result<()> {
         // A restart kills every process of the container (an exec's children included, which
         // nothing else reaches) and keeps its filesystem.
@@ -637,17 +643,73 @@ impl DockerEnvironment {
         baseline: Option<std::sync::Arc<HashMap<String, Seen>>>,
     ) -> Vec<(String, Seen)> {
         let Ok(docker) = self.docker().await else { return Vec::new() };
-        if let Some(upper) = self.upper_dir(env).await
+        let mut found = if let Some(upper) = self.upper_dir(env).await
             && let Ok(Ok(found)) = tokio::task::spawn_blocking(move || layer_changes(&upper, baseline.as_deref())).await
         {
-            return found;
-        }
-        match docker.container_changes(&env.id).await {
-            Ok(Some(changes)) => changes.into_iter().map(|c| (c.path, Seen::Kind(c.kind as i32))).collect(),
-            _ => Vec::new(),
-        }
+            found
+        } else {
+            match docker.container_changes(&env.id).await {
+                Ok(Some(changes)) => changes.into_iter().map(|c| (c.path, Seen::Kind(c.kind as i32))).collect(),
+                _ => Vec::new(),
+            }
+        };
+        found.extend(mounted_files(docker, env).await);
+        found
     }
 }
+
+/// The files mounted into a container rather than kept in its layer (Docker's `/etc/hosts`,
+/// `/etc/resolv.conf`, `/etc/hostname`, and any file bound in), each by a digest of what it holds
+/// now: the layer's changes never show them, yet the tests read them (a service name pointed at
+/// a fake). Read through the engine's archive API, never a program in the container.
+async fn mounted_files(docker: &Docker, env: &EnvHandle) -> Vec<(String, Seen)> {
+    use sha2::{Digest as _, Sha256};
+    let mut paths = vec!["/etc/hosts".to_string(), "/etc/resolv.conf".to_string(), "/etc/hostname".to_string()];
+    if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
+        for m in info.mounts.unwrap_or_default() {
+            if let Some(d) = m.destination.filter(|d| !paths.contains(d)) {
+                paths.push(d);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for path in paths {
+        let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default().path(&path).build();
+        let mut stream = docker.download_from_container(&env.id, Some(options));
+        let mut tar = Vec::new();
+        let mut whole = true;
+        while let Some(piece) = stream.next().await {
+            match piece {
+                // A mounted folder is as big as it is: its changes are its own (a volume's).
+                Ok(bytes) if tar.len() + bytes.len() <= MOUNTED_FILE_CAP => tar.extend_from_slice(&bytes),
+                Ok(_) | Err(_) => {
+                    whole = false;
+                    break;
+                }
+            }
+        }
+        if !whole || tar.is_empty() {
+            continue;
+        }
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let Ok(mut entries) = archive.entries() else { continue };
+        let Some(Ok(mut entry)) = entries.next() else { continue };
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let mut bytes = Vec::new();
+        if std::io::Read::read_to_end(&mut entry, &mut bytes).is_ok() {
+            let d = Sha256::digest(&bytes);
+            let mut first = [0u8; 8];
+            first.copy_from_slice(&d[..8]);
+            out.push((path, Seen::Mounted(u64::from_le_bytes(first))));
+        }
+    }
+    out
+}
+
+/// The most of one mounted file read for its digest.
+const MOUNTED_FILE_CAP: usize = 4 << 20;
 
 impl DockerEnvironment {
     /// The container's own layer, where the engine keeps it on this machine (overlay2).
@@ -692,6 +754,8 @@ enum Seen {
     Folder,
     Deleted,
     Kind(i32),
+    /// A file mounted into the container, by a digest of its bytes.
+    Mounted(u64),
 }
 
 /// Every path of a container's overlay layer (`upper`), with what it is now; links are not
@@ -775,5 +839,16 @@ mod changes_tests {
             got,
             ["/etc/ld.so.preload", "/root/.local/lib/python3.11/site-packages/x.pth", "/usr/local/bin/python3"]
         );
+    }
+}
+
+#[cfg(test)]
+mod env_tests {
+    #[test]
+    fn an_allowlisted_container_reaches_the_gateway_past_its_proxy() {
+        let spec = agenteval_core::environment::EnvSpec::default();
+        let env = super::container_env(&spec, Some("172.20.0.1:47600".parse().unwrap())).unwrap();
+        assert!(env.contains(&"HTTPS_PROXY=http://172.20.0.1:47600".to_string()), "{env:?}");
+        assert!(env.contains(&"NO_PROXY=localhost,127.0.0.1,172.20.0.1".to_string()), "{env:?}");
     }
 }

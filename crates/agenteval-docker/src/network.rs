@@ -1,10 +1,13 @@
 //! The networks of task containers, bridges of agenteval's own on which containers cannot talk
 //! to each other: `agenteval-net` (interface `agenteval0`) for containers that may reach the
 //! internet, and `agenteval-tasks` (`agenteval1`, internal: nothing is routed out) for those
-//! that may not but whose agent reaches the model gateway. From either, nothing reaches this
-//! machine's own addresses but the gateway's ports (`GATEWAY_PORTS`): firewall rules accept
-//! those and reject every other packet the bridge delivers to the host itself, while what is
-//! routed onward (the internet, from `agenteval-net` only) passes.
+//! that may not but whose agent reaches the model gateway. From these and every other network
+//! agenteval makes (a multi-container task's own), nothing reaches this machine's own addresses
+//! but the gateway's ports (`GATEWAY_PORTS`): every bridge agenteval makes is named
+//! `agenteval…` (`BRIDGE_PREFIX`), and one pair of firewall rules on that prefix (IPv4 and IPv6)
+//! accepts those ports and rejects every other packet such a bridge delivers to the host
+//! itself, whatever address it was sent to (the bridge's, `docker0`'s, the host's own), while
+//! what is routed onward (the internet, from `agenteval-net` only) passes.
 
 use std::collections::HashMap;
 
@@ -66,8 +69,17 @@ pub async fn ensure(docker: &Docker, net: TaskNet) -> Result<String> {
             Err(e) => return Err(crate::infra(&format!("creating the task network {name}"), e)),
         }
     }
-    close_host(net.bridge()).await?;
+    close_host().await?;
     Ok(name.into())
+}
+
+/// What the name of every bridge agenteval makes starts with: the firewall rules name it.
+pub const BRIDGE_PREFIX: &str = "agenteval";
+
+/// A bridge name for a task's own network from its network's unique suffix (Linux allows 15
+/// bytes).
+pub fn task_bridge(unique_hex: &str) -> String {
+    format!("{BRIDGE_PREFIX}{}", &unique_hex[..unique_hex.len().min(15 - BRIDGE_PREFIX.len())])
 }
 
 /// The host's address on `name`, where its containers reach the model gateway.
@@ -79,22 +91,30 @@ pub async fn host_address(docker: &Docker, name: &str) -> Option<std::net::Ipv4A
 /// Rejects every packet from the bridge addressed to this machine itself (the `INPUT` chain;
 /// what the host routes onward goes through `FORWARD`) but those to the gateway's ports, once:
 /// each rule is looked for first, and the accepting one always ends above the rejecting one.
-async fn close_host(bridge: &str) -> Result<()> {
+pub(crate) async fn close_host() -> Result<()> {
     let (first, last) = (agenteval_core::gateway::GATEWAY_PORTS.start(), agenteval_core::gateway::GATEWAY_PORTS.end());
     let ports = format!("{first}:{last}");
-    close_with(&["INPUT", "-i", bridge, "-j", "REJECT"]).await?;
-    close_with(&["INPUT", "-i", bridge, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await
+    let every = format!("{BRIDGE_PREFIX}+");
+    close_with("iptables", &["INPUT", "-i", &every, "-j", "REJECT"]).await?;
+    close_with("iptables", &["INPUT", "-i", &every, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await?;
+    // IPv6: agenteval's bridges carry none of it but a link-local address; where the machine
+    // has no ip6tables (no IPv6 at all) there is nothing to close.
+    if tokio::process::Command::new("ip6tables").arg("--version").output().await.is_ok_and(|o| o.status.success()) {
+        close_with("ip6tables", &["INPUT", "-i", &every, "-j", "REJECT"]).await?;
+        close_with("ip6tables", &["INPUT", "-i", &every, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await?;
+    }
+    Ok(())
 }
 
 /// Puts `rule` (its chain first) at the top of its chain unless it is there already.
-async fn close_with(rule: &[&str]) -> Result<()> {
+async fn close_with(tool: &'static str, rule: &[&str]) -> Result<()> {
     let run = |args: Vec<&str>| {
         let args: Vec<String> = args.into_iter().map(str::to_string).collect();
         async move {
-            tokio::process::Command::new("iptables").args(&args).output().await.map_err(|e| {
+            tokio::process::Command::new(tool).args(&args).output().await.map_err(|e| {
                 Error::new(
                     ErrorKind::Io,
-                    format!("cannot close this machine to task containers: running iptables: {e}"),
+                    format!("cannot close this machine to task containers: running {tool}: {e}"),
                 )
             })
         }
@@ -111,7 +131,7 @@ async fn close_with(rule: &[&str]) -> Result<()> {
         return Err(Error::new(
             ErrorKind::Io,
             format!(
-                "cannot close this machine to task containers (iptables: {}); run the worker as root, or give such tasks no internet and no gateway",
+                "cannot close this machine to task containers ({tool}: {}); run the worker as root, or give such tasks no internet and no gateway",
                 String::from_utf8_lossy(&out.stderr).trim()
             ),
         ));

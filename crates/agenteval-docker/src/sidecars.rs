@@ -24,11 +24,18 @@ pub(crate) const LABEL_TASK_NETWORK: &str = "agenteval.task-network";
 pub(crate) async fn task_network(docker: &Docker, run: &RunId) -> Result<String> {
     use sha2::{Digest as _, Sha256};
     let seed = format!("{run}-{:?}-{}", Instant::now(), std::process::id());
-    let name = format!("agenteval-task-{}", &hex::encode(Sha256::digest(seed.as_bytes()))[..16]);
+    let unique = hex::encode(Sha256::digest(seed.as_bytes()));
+    let name = format!("agenteval-task-{}", &unique[..16]);
+    // Its bridge is closed to this machine by the rule on every agenteval bridge's name.
+    crate::network::close_host().await?;
+    let options = HashMap::from([
+        ("com.docker.network.bridge.name".to_string(), crate::network::task_bridge(&unique)),
+    ]);
     let request = NetworkCreateRequest {
         name: name.clone(),
         driver: Some("bridge".into()),
         internal: Some(true),
+        options: Some(options),
         labels: Some(HashMap::from([
             (LABEL_MANAGED.to_string(), "1".to_string()),
             (LABEL_RUN.to_string(), run.to_string()),

@@ -89,7 +89,19 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
     // Calls are written to the record as they end, not held.
     let mut recording = match args.record {
         Some(file) => {
-            Some(std::fs::File::create(file).map_err(|e| Error::io(format!("creating {}", file.display()), e))?)
+            // Owner-only, as a cassette holds every prompt and answer (the key is never in it).
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(file)
+                .map_err(|e| Error::io(format!("creating {}", file.display()), e))?;
+            // An existing file keeps its mode through `open`: set it.
+            std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| Error::io(format!("making {} owner-only", file.display()), e))?;
+            Some(f)
         }
         None => None,
     };

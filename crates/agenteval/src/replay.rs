@@ -38,6 +38,8 @@ struct Behaviour {
     scores: Vec<(String, String)>,
     /// sha256 of the agent's patch to its environment (its final state), when it has one.
     patch: Option<String>,
+    /// It had a patch, but neither it nor its digest was kept.
+    patch_unknown: bool,
 }
 
 async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
@@ -60,13 +62,22 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         .map(|s| (s.evaluator_id.clone(), format!("{} ({})", s.score, if s.passed { "passed" } else { "failed" })))
         .collect();
     scores.sort();
-    let patch = taskpack::read_task_file(store, run, &id, "artifacts/patch.diff")
-        .await
-        .ok()
-        .map(|p| <sha2::Sha256 as sha2::Digest>::digest(&p).iter().map(|b| format!("{b:02x}")).collect::<String>());
+    // The digest the worker kept (whole, even when the patch was too big to keep), else the
+    // kept patch's own (a bundle from before digests were kept).
+    let patch = match taskpack::read_task_file(store, run, &id, "artifacts/patch.sha256").await {
+        Ok(d) => Some(String::from_utf8_lossy(&d).trim().to_string()),
+        Err(_) => taskpack::read_task_file(store, run, &id, "artifacts/patch.diff")
+            .await
+            .ok()
+            .map(|p| <sha2::Sha256 as sha2::Digest>::digest(&p).iter().map(|b| format!("{b:02x}")).collect()),
+    };
+    // A patch neither kept nor digested: the final state cannot be compared.
+    let log = taskpack::read_task_file(store, run, &id, layout::TASK_LOG).await.unwrap_or_default();
+    let patch_unknown = patch.is_none() && String::from_utf8_lossy(&log).contains("artifact patch.diff not kept");
     Some(Behaviour {
         scores,
         patch,
+        patch_unknown,
         passed: result.passed,
         answer: result.agent.final_answer.clone(),
         terminated_by: result.agent.terminated_by.as_str().to_string(),
@@ -104,6 +115,9 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
     }
     if was.tools.len() != now.tools.len() {
         return Some(format!("{} tool calls → {}", was.tools.len(), now.tools.len()));
+    }
+    if was.patch_unknown || now.patch_unknown {
+        return Some("the environment's final state cannot be compared (a patch too big to keep, with no digest)".into());
     }
     if was.patch != now.patch {
         let show = |p: &Option<String>| p.as_ref().map_or("none".to_string(), |h| format!("sha256 {}", &h[..12]));

@@ -255,6 +255,11 @@ impl Environment for HereEnvironment {
         super::host::copy_out(&self.path(env, from)?, from, to, max_bytes)
     }
 
+    fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
+        // Only the worker's own container: a rooted copy (tests) shares this machine's processes.
+        self.root == Path::new("/")
+    }
+
     async fn quiesce(&self, _env: &EnvHandle) -> Result<()> {
         if self.root == Path::new("/") {
             tokio::task::spawn_blocking(kill_others).await.map_err(blocking_err)?;

@@ -6,6 +6,7 @@
 
 pub mod files;
 pub mod here;
+pub mod leftovers;
 mod host;
 pub mod snapshot;
 pub mod socket;

@@ -131,6 +131,19 @@ impl Snapshot {
     /// What the agent changed in its working folder since the start, as a git patch of at most
     /// `max_bytes`: `Err` names why there is none (a patch over the budget is never cut).
     pub async fn patch(&self, session: &EnvSession, max_bytes: u64) -> Result<String> {
+        let p = self.patch_digested(session, max_bytes).await?;
+        p.text.ok_or_else(|| {
+            Error::invalid(format!(
+                "left out: it is {} bytes, over the task's {max_bytes} (environment.max_artifact_bytes, for the patch and the artifacts together)",
+                p.bytes
+            ))
+        })
+    }
+
+    /// The patch (when it fits in `max_bytes`) and, always, its size and sha256: the final state
+    /// stays comparable (`replay`) when the patch itself is too big to keep.
+    pub async fn patch_digested(&self, session: &EnvSession, max_bytes: u64) -> Result<Patch> {
+        use sha2::{Digest as _, Sha256};
         let d = self.dir.path();
         let tree = d.join("end");
         let made = async {
@@ -142,32 +155,41 @@ impl Snapshot {
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|e| Error::io("running the worker's git", e))?;
-            let mut out = Vec::new();
+            let mut kept = Vec::new();
+            let mut hash = Sha256::new();
+            let mut bytes = 0u64;
             let mut stdout = child.stdout.take().expect("piped");
-            (&mut stdout)
-                .take(max_bytes + 1)
-                .read_to_end(&mut out)
-                .await
-                .map_err(|e| Error::io("reading the patch", e))?;
-            if out.len() as u64 > max_bytes {
-                // Counted to its end, not kept: the log says how large it was.
-                let rest = tokio::io::copy(&mut stdout, &mut tokio::io::sink()).await.unwrap_or(0);
-                let _ = child.wait().await;
-                return Err(Error::invalid(format!(
-                    "left out: it is {} bytes, over the task's {max_bytes} (environment.max_artifact_bytes, for the patch and the artifacts together)",
-                    out.len() as u64 + rest
-                )));
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = stdout.read(&mut buf).await.map_err(|e| Error::io("reading the patch", e))?;
+                if n == 0 {
+                    break;
+                }
+                hash.update(&buf[..n]);
+                bytes += n as u64;
+                if bytes <= max_bytes {
+                    kept.extend_from_slice(&buf[..n]);
+                }
             }
             let status = child.wait().await.map_err(|e| Error::io("waiting for git diff", e))?;
             if !status.success() {
                 return Err(Error::new(ErrorKind::Io, format!("git diff exited with {status}")));
             }
-            Ok(String::from_utf8_lossy(&out).into_owned())
+            let text = (bytes <= max_bytes).then(|| String::from_utf8_lossy(&kept).into_owned());
+            Ok(Patch { text, bytes, sha256: hex::encode(hash.finalize()) })
         }
         .await;
         remove(tree).await;
         made
     }
+}
+
+/// The agent's patch as taken: its text when it fit, its size and digest always.
+#[derive(Debug, Clone)]
+pub struct Patch {
+    pub text: Option<String>,
+    pub bytes: u64,
+    pub sha256: String,
 }
 
 /// The working folder's regular files and folders (no links, devices or fifos: the agent's

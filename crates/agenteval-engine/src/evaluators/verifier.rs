@@ -99,13 +99,8 @@ pub struct Verified {
     pub named: Vec<EvaluatorScore>,
     pub rewards: Option<BTreeMap<String, f64>>,
     pub unscored: bool,
-}
-
-/// What marks, in the tests' output, when they started and ended (the container's clock), so a
-/// reward written outside that window is found: a nonce the agent cannot print in advance.
-fn window_markers() -> (String, String) {
-    let nonce = uuid::Uuid::now_v7().simple().to_string();
-    (format!("agenteval-tests-started-{nonce}"), format!("agenteval-tests-ended-{nonce}"))
+    /// Why the grade is in doubt (an agent process ran beside the tests): counted apart.
+    pub suspect: Vec<String>,
 }
 
 /// Terminations after which Harbor still grades and counts the reward (its `AgentTimeoutError`,
@@ -127,7 +122,7 @@ fn harbor_graded(t: TerminatedBy) -> Option<bool> {
 // check who wrote it), each step's failure an evaluator error that says which step it was.
 pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, result: &AgentResult) -> Verified {
     let harbor = spec.rules == VerifierRules::Harbor;
-    let done = |score: EvaluatorScore| Verified { score, named: vec![], rewards: None, unscored: false };
+    let done = |score: EvaluatorScore| Verified { score, named: vec![], rewards: None, unscored: false, suspect: vec![] };
     let errored = |why: String| done(EvaluatorScore { error: Some(why), ..score(id, false, 0.0, String::new()) });
     let Some(session) = session else {
         return errored("the task has no environment to run its tests in".into());
@@ -170,29 +165,25 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         let own = format!("chown -R {} {}", quote(user), quote(&logs_dir));
         let _ = e.exec(handle, &as_root(&own, 60.0)).await;
     }
-    // Under Harbor's rules the agent's processes still run: the window the tests ran in is
-    // recorded (the container's clock) to find a reward written outside it.
-    let (started, ended) = window_markers();
-    let wrapped = if harbor {
-        format!(
-            "echo \"{started} $(date +%s.%N)\"; bash -c {}; rc=$?; echo \"{ended} $(date +%s.%N)\"; exit $rc",
-            quote(&command)
-        )
-    } else {
-        command.clone()
-    };
+    // Under Harbor's rules the agent's processes outlive it: all but its servers are held still
+    // while the tests run, so nothing of the agent's writes the reward; those that ran are named.
+    let held = if harbor { crate::environments::leftovers::hold(session).await } else { None };
     let user = Some(spec.user.clone().unwrap_or_else(|| "0".into()));
-    let out = match e.exec(handle, &ExecRequest { env, user, ..as_root(&wrapped, secs) }).await {
+    let out = match e.exec(handle, &ExecRequest { env, user, ..as_root(&command, secs) }).await {
         Ok(o) => o,
         Err(err) => return errored(format!("the tests could not run: {err}")),
     };
-    let window = harbor.then(|| (stamp(&out.stdout, &started), stamp(&out.stdout, &ended)));
-    let stdout = out
-        .stdout
-        .lines()
-        .filter(|l| !l.starts_with(&started) && !l.starts_with(&ended))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let mut ran_beside = held.as_ref().map(|h| h.running.clone()).unwrap_or_default();
+    if let Some(h) = &held {
+        ran_beside.extend(crate::environments::leftovers::woken(session, h).await);
+    }
+    let suspect = (!ran_beside.is_empty()).then(|| {
+        format!(
+            "the agent's processes ran while the tests did and could have written the reward: {}",
+            crate::environments::leftovers::Held::names(&ran_beside)
+        )
+    });
+    let stdout = out.stdout.clone();
     let said = || tail(&format!("{stdout}{}", out.stderr), QUOTED_OUTPUT);
     if out.timed_out {
         // Harbor grades such a trial but leaves its reward out (`VerifierTimeoutError`).
@@ -207,10 +198,6 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
             None => Err("the tests were killed before they exited".to_string()),
         },
         RewardFrom::File => {
-            if harbor {
-                // A writer that loops shows itself within this second.
-                tokio::time::sleep(REWRITE_SETTLE).await;
-            }
             let logs = match tempfile::tempdir() {
                 Ok(d) => d,
                 Err(err) => return errored(format!("no folder for the verifier's logs: {err}")),
@@ -230,14 +217,6 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         let reason = format!("not graded: {why}; the agent left a process running that changed the tests");
         return done(score(id, false, 0.0, reason));
     }
-    if let (Some((Some(from), Some(to))), RewardFrom::File) = (window, spec.reward)
-        && let Some(why) = written_outside(session, &logs_dir, &from, &to).await
-    {
-        let reason = format!(
-            "not graded: {why}; the agent left a process running that wrote the reward (Harbor's tests would have trusted it)"
-        );
-        return done(score(id, false, 0.0, reason));
-    }
     let rewards = match rewards {
         Ok(r) => r,
         Err(why) if harbor => {
@@ -245,51 +224,21 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
                 error: Some(format!("unscored: {why}; tests exit {exit}: {}", said())),
                 ..score(id, false, 0.0, String::new())
             };
-            return Verified { score, named: vec![], rewards: None, unscored: true };
+            return Verified { score, named: vec![], rewards: None, unscored: true, suspect: vec![] };
         }
         Err(why) => return errored(format!("{why}; tests exit {exit}: {}", said())),
     };
     if let Some((k, r)) = rewards.iter().find(|(_, r)| !r.is_finite()) {
         return errored(format!("the reward `{k}` is {r}, not a number"));
     }
-    grade_rewards(id, rewards, harbor, result, &exit, said())
-}
-
-/// How long after the tests end the verifier folder is read, under Harbor's rules.
-const REWRITE_SETTLE: Duration = Duration::from_secs(1);
-
-/// The container-clock time a marker line carries.
-fn stamp(stdout: &str, marker: &str) -> Option<String> {
-    let line = stdout.lines().rev().find(|l| l.starts_with(marker))?;
-    let t = line[marker.len()..].trim();
-    (!t.is_empty() && t.chars().all(|c| c.is_ascii_digit() || c == '.')).then(|| t.to_string())
-}
-
-/// A file of the verifier folder changed before the tests started or after they ended (by its
-/// change time, which no process can set back): who wrote it was not the tests.
-async fn written_outside(s: &EnvSession, logs: &str, from: &str, to: &str) -> Option<String> {
-    let cmd = format!(
-        "cd {logs} 2>/dev/null || exit 0; find . -type f -newerct @{to} -printf 'after %P\\n'; find . -type f ! -newerct @{from} -printf 'before %P\\n'",
-        logs = quote(logs)
-    );
-    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(30)) };
-    let out = s.env.exec(&s.handle, &req).await.ok()?;
-    let mut after: Vec<&str> = Vec::new();
-    let mut before: Vec<&str> = Vec::new();
-    for l in out.stdout.lines() {
-        match l.split_once(' ') {
-            Some(("after", f)) => after.push(f),
-            Some(("before", f)) => before.push(f),
-            _ => {}
+    let mut verified = grade_rewards(id, rewards, harbor, result, &exit, said());
+    if let Some(why) = suspect {
+        if verified.score.passed {
+            verified.score.reason.push_str(&format!("; note: {why}"));
         }
+        verified.suspect.push(why);
     }
-    if !after.is_empty() {
-        return Some(format!("{} changed after the tests ended", after.join(", ")));
-    }
-    if !before.is_empty() {
-        return Some(format!("{} was written before the tests started", before.join(", ")));
-    }
-    None
+    verified
 }
 
 /// The tests' files (relative path, sha256) as the task holds them.
@@ -394,7 +343,7 @@ fn grade_rewards(
         score.error =
             Some(format!("unscored: the agent ended {} (Harbor leaves its reward out)", result.terminated_by.as_str()));
     }
-    Verified { score, named, rewards: (!unscored).then_some(rewards), unscored }
+    Verified { score, named, rewards: (!unscored).then_some(rewards), unscored, suspect: vec![] }
 }
 
 /// The rewards the tests wrote: `reward.txt` (a number) or `reward.json` (a number, or named

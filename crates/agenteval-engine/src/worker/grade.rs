@@ -39,6 +39,7 @@ pub(super) async fn grade(
         let mut findings = env.findings.lock().expect("not poisoned");
         findings.rewards = verified.rewards;
         findings.unscored = verified.unscored;
+        findings.suspect.extend(verified.suspect);
     }
     // A case that names its own check of the answer is graded by it: the benchmark's own (the
     // answer equals `expected`, as it is) would overrule what the case asked for (an

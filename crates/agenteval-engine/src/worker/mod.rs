@@ -839,10 +839,20 @@ async fn keep_artifacts(ctx: &Ctx, task: &TaskSpec, s: &EnvSession, log: &mut Ve
     let mut left = ctx.config.environment.artifact_bytes();
     let snapshot = ctx.snapshots.lock().expect("not poisoned").get(&s.handle.id).cloned();
     if let Some(snapshot) = snapshot {
-        match snapshot.patch(s, left).await {
+        match snapshot.patch_digested(s, left).await {
             Ok(patch) => {
-                left = left.saturating_sub(patch.len() as u64);
-                ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&patch).into_bytes());
+                // The digest is kept even when the patch is not: `replay` compares final states by it.
+                ctx.keep(&task.id, "artifacts/patch.sha256".into(), format!("{}\n", patch.sha256).into_bytes());
+                match patch.text {
+                    Some(text) => {
+                        left = left.saturating_sub(text.len() as u64);
+                        ctx.keep(&task.id, "artifacts/patch.diff".into(), ctx.redactor.redact(&text).into_bytes());
+                    }
+                    None => log.push(format!(
+                        "artifact patch.diff not kept: left out: it is {} bytes, over the task's {left} (environment.max_artifact_bytes, for the patch and the artifacts together)",
+                        patch.bytes
+                    )),
+                }
             }
             Err(e) => log.push(format!("artifact patch.diff not kept: {e}")),
         }
@@ -966,8 +976,8 @@ async fn run_and_grade(
     if let Some(s) = &env.session {
         environment_limits(task, s, &mut agent, log).await;
         // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's
-        // rules its services keep running for the tests, and the verifier checks who wrote the
-        // reward instead.
+        // rules its servers keep running for the tests and the rest is held still while they run
+        // (`environments::leftovers`).
         if !harbor_rules(task) {
             s.env.quiesce(&s.handle).await?;
         }

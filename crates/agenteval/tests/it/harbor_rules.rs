@@ -57,15 +57,19 @@ fn probes(root: &Path) {
         "true",
         &format!("ls /sys/class/net | grep -vqx lo {VERDICT}"),
     );
-    // The allowed host is a server of this test's, by this machine's own address; any other
-    // host is refused by the egress proxy.
-    let (ip, port) = allowed_server();
+    // The allowed host is a server of this test's in a container on Docker's default bridge (not
+    // this machine: the proxy reaches none of its addresses), on ports 80 and 8080.
+    // The list's ranges hold this machine's docker0 and loopback too: refused all the same.
+    let (ip, docker0) = (allowed_server(), docker0());
+    let range = ip.split('.').take(2).collect::<Vec<_>>().join(".");
     task(
         root,
         "allowlist",
-        &format!("[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"{ip}\"]\n"),
+        &format!(
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"{range}.0.0/16\", \"127.0.0.0/8\", \"{docker0}\"]\n"
+        ),
         "true",
-        &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py http://{ip}:{port}/", ALLOWLIST_PROBE),
+        &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py {ip} {docker0}", ALLOWLIST_PROBE),
     );
     task(
         root,
@@ -88,41 +92,94 @@ fn probes(root: &Path) {
         "nohup setsid bash -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.2; done' >/dev/null 2>&1 < /dev/null &\nsleep 0.5",
         FAIL,
     );
+    hijackers(root);
+    // The tests' service name pointed at a fake the agent left on loopback: a bind-mounted file
+    // the container's layer never shows.
+    task(
+        root,
+        "hosts-pointer",
+        "",
+        "echo '127.0.0.1 grader.internal' >> /etc/hosts",
+        &format!("getent hosts grader.internal {VERDICT}"),
+    );
 }
 
-/// What the allowlist probe's tests run: the allowed URL answers through the proxy, any other
-/// host is refused by it (`x-agenteval-egress: refused`).
+/// Two leftover processes that write the reward while the tests run, inside any time window:
+/// one stops `test.sh` as it starts, writes `reward.json` (read before `reward.txt`) and lets
+/// it go on; one waits for the tests' own `reward.txt` and rewrites it before they exit.
+fn hijackers(root: &Path) {
+    task(
+        root,
+        "reward-json-hijacker",
+        "",
+        "nohup setsid bash -c 'while true; do for p in /proc/[0-9]*; do if grep -q \"tes[t].sh\" $p/cmdline 2>/dev/null; then kill -STOP ${p#/proc/}; mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.json; kill -CONT ${p#/proc/}; exit; fi; done; sleep 0.02; done' >/dev/null 2>&1 < /dev/null &\nsleep 0.5",
+        FAIL,
+    );
+    task(
+        root,
+        "reward-txt-racer",
+        "",
+        "nohup setsid bash -c 'while true; do grep -qx 0 /logs/verifier/reward.txt 2>/dev/null && echo 1 > /logs/verifier/reward.txt; sleep 0.01; done' >/dev/null 2>&1 < /dev/null &\nsleep 0.5",
+        &format!("{FAIL}\nsleep 1"),
+    );
+}
+
+/// What the allowlist probe's tests run: the allowed host answers on port 80 through the proxy;
+/// the same host on another port, another host, this machine by an IPv4-mapped loopback and by
+/// docker0's address, and a `Host` header that is not the target are all refused by it
+/// (`x-agenteval-egress: refused`).
 const ALLOWLIST_PROBE: &str = r#"import sys, urllib.request, urllib.error
-def reach(url):
+ip = sys.argv[1]
+def reach(url, host=None):
     try:
-        r = urllib.request.urlopen(url, timeout=20)
+        req = urllib.request.Request(url, headers={'Host': host} if host else {})
+        r = urllib.request.urlopen(req, timeout=20)
         return r.status, r.headers.get('x-agenteval-egress')
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get('x-agenteval-egress')
     except Exception as e:
         return None, str(e)
-allowed, other = reach(sys.argv[1]), reach('http://example.com/')
-print(allowed, other)
-ok = allowed[0] == 200 and other[1] == 'refused'
+allowed = reach('http://%s/' % ip)
+refused = [reach('http://%s:8080/' % ip), reach('http://example.com/'), reach('http://[::ffff:127.0.0.1]/'),
+           reach('http://%s/' % sys.argv[2]), reach('http://%s/' % ip, host='internal.example')]
+print(allowed, refused)
+ok = allowed[0] == 200 and all(r[1] == 'refused' for r in refused)
 open('/logs/verifier/reward.txt', 'w').write('1' if ok else '0')"#;
 
-/// A tiny HTTP server on this machine's own address (not loopback, which the proxy never
-/// reaches), answering 200 until the test ends: its address and port.
-fn allowed_server() -> (std::net::IpAddr, u16) {
-    use std::io::{Read as _, Write as _};
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
-    probe.connect("10.255.255.255:9").unwrap();
-    let ip = probe.local_addr().unwrap().ip();
-    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for mut s in listener.incoming().flatten() {
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-        }
-    });
-    (ip, port)
+/// This machine's address on Docker's default bridge (`docker0`).
+fn docker0() -> String {
+    let out = std::process::Command::new("docker")
+        .args(["network", "inspect", "bridge", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}"])
+        .output()
+        .unwrap();
+    text(&out.stdout).trim().to_string()
+}
+
+/// A tiny HTTP server in a container on Docker's default bridge, answering 200 on ports 80 and
+/// 8080 until the test binary ends: its address.
+fn allowed_server() -> String {
+    static SERVER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            let serve = "for p in 80 8080; do perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalPort => $ARGV[0], Listen => 5, ReuseAddr => 1) or die; while ($c = $s->accept) { sysread($c, $b, 4096); print $c \"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\nconnection: close\\r\\n\\r\\nok\"; close $c }' $p & done; wait";
+            let out = std::process::Command::new("docker")
+                .args(["run", "-d", "--rm", "--label", "agenteval-test=allowlist", "--stop-timeout", "1"])
+                .args([crate::environments::BASE, "timeout", "1800", "bash", "-c", serve])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let id = text(&out.stdout).trim().to_string();
+            let ip = std::process::Command::new("docker")
+                .args(["inspect", "-f", "{{.NetworkSettings.IPAddress}}", &id])
+                .output()
+                .unwrap();
+            text(&ip.stdout).trim().to_string()
+        })
+        .clone()
+}
+
+fn summary_of(bundle: &Path) -> serde_json::Value {
+    read_json(&bundle.join("summary.json"))
 }
 
 fn result(bundle: &Path, id: &str) -> serde_json::Value {
@@ -140,7 +197,10 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
     let r = |id: &str| result(&bundle, id);
-    assert_eq!(r("server")["passed"], true, "the agent's server still runs for the tests: {}", r("server"));
+    let server = r("server");
+    assert_eq!(server["passed"], true, "the agent's server still runs for the tests: {server}");
+    let why = server["suspect"][0].as_str().unwrap_or_default();
+    assert!(why.contains("python3 /app/serve.py (pid"), "a pass beside an agent process is counted apart, named: {server}");
     let timed = r("timeout-after-work");
     assert_eq!(
         (timed["passed"].clone(), timed["agent"]["terminated_by"].clone()),
@@ -168,14 +228,19 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
         tampered["scores"][0]["reason"].as_str().unwrap().contains("test.sh changed while the tests ran"),
         "{tampered}"
     );
-    let rewritten = r("reward-rewriter");
-    assert_eq!(rewritten["passed"], false, "{rewritten}");
-    assert!(
-        rewritten["scores"][0]["reason"].as_str().unwrap().contains("changed after the tests ended"),
-        "{rewritten}"
-    );
+    // The writers were held still while the tests ran: the tests' own 0 stands.
+    for id in ["reward-rewriter", "reward-json-hijacker", "reward-txt-racer"] {
+        let r = r(id);
+        assert_eq!((r["passed"].clone(), r["rewards"].clone()), (false.into(), serde_json::json!({"reward": 0.0})), "{id}: {r}");
+        assert!(r["suspect"].is_null(), "nothing of the agent's ran beside the tests: {r}");
+    }
+    assert_eq!(summary_of(&bundle)["suspect"], 1, "the server task alone is counted apart");
+    let hosts = r("hosts-pointer");
+    assert_eq!((hosts["passed"].clone(), hosts["changed_outside"].clone()), (true.into(), 1.into()), "{hosts}");
+    let listed = read_text(bundle.join("tasks/hosts-pointer/artifacts/changed-outside.txt")).unwrap();
+    assert_eq!(listed, "/etc/hosts\n", "the change report sees a mounted file");
     // Harbor's mean: the unscored task left out; two names, so one mean per name.
-    let summary = read_json(&bundle.join("summary.json"));
+    let summary = summary_of(&bundle);
     assert_eq!(summary["unscored"], 1, "{summary}");
     let means = summary["mean_reward"].as_object().unwrap();
     assert!(means.contains_key("accuracy") && means.contains_key("reward"), "{summary}");
@@ -197,7 +262,7 @@ fn strict_grading_stays_available_and_grades_the_same_probes_as_before() {
             "--set",
             "benchmark.grading=strict",
             "--set",
-            "benchmark.filter.ids=[server, timeout-after-work, no-reward, reward-rewriter]",
+            "benchmark.filter.ids=[server, timeout-after-work, no-reward, reward-rewriter, reward-json-hijacker]",
         ],
     );
     assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
@@ -208,6 +273,7 @@ fn strict_grading_stays_available_and_grades_the_same_probes_as_before() {
     assert!(r("no-reward")["scores"][0]["error"].as_str().unwrap().contains("no reward"));
     assert!(r("no-reward")["unscored"].is_null());
     assert_eq!(r("reward-rewriter")["passed"], false, "the rewriter was stopped: the tests' 0 stands");
+    assert_eq!(r("reward-json-hijacker")["passed"], false);
 }
 
 #[test]
@@ -309,6 +375,34 @@ fn a_dataset_by_name_from_a_local_registry_runs_and_is_fetched_once() {
     assert!(format!("{}{}", text(&out.stdout), text(&out.stderr)).contains("1.0, 0.9"));
 }
 
+/// What a compose task's tests run: this machine's service at each address given and at the
+/// task network's bridge (`.1` of the container's own address) must all be refused.
+const HOST_PROBE: &str = r#"import socket, sys
+port = int(sys.argv[1])
+me = socket.gethostbyname(socket.gethostname())
+addrs = sys.argv[2:] + [me.rsplit('.', 1)[0] + '.1']
+reached = []
+for a in addrs:
+    try:
+        socket.create_connection((a, port), timeout=3).close()
+        reached.append(a)
+    except Exception:
+        pass
+print('reached', reached, 'of', addrs)
+open('/logs/verifier/reward.txt', 'w').write('0' if reached else '1')"#;
+
+/// A TCP service on every address of this machine until the test ends: this machine's own
+/// address (where the default route leaves) and the port.
+fn listener_everywhere() -> (std::net::IpAddr, u16) {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("10.255.255.255:9").unwrap();
+    let ip = probe.local_addr().unwrap().ip();
+    let listener = std::net::TcpListener::bind(("0.0.0.0", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    (ip, port)
+}
+
 /// A multi-container task: the agent's container and a sidecar (a web service built from its
 /// own folder, healthy before the agent starts) on the task's own network; the tests reach the
 /// sidecar by its service name, and nothing of it outlives the task.
@@ -333,12 +427,27 @@ fn a_compose_task_with_a_sidecar_passes_under_docker() {
         "services:\n  main:\n    build: .\n    depends_on:\n      api: {condition: service_healthy}\n  api:\n    build: ./api\n    command: [python3, -m, http.server, \"8080\"]\n    healthcheck:\n      test: [CMD-SHELL, \"python3 -c 'import urllib.request; urllib.request.urlopen(\\\"http://127.0.0.1:8080\\\")'\"]\n      interval: 1s\n      retries: 20\n",
     )
     .unwrap();
+    // Beside it, a task on its own compose network whose tests look for this machine: a service
+    // of this test's on every address, asked at the bridge's address, docker0's and the host's own.
+    let (host_ip, port) = listener_everywhere();
+    let docker0 = docker0();
+    task(
+        &tasks,
+        "compose-host-probe",
+        "",
+        "true",
+        &format!("cat > /tmp/probe.py <<'PY'\n{HOST_PROBE}\nPY\npython3 /tmp/probe.py {port} {host_ip} {docker0}"),
+    );
+    let probe_env = tasks.join("compose-host-probe/environment");
+    crate::environments::copy_dir(&env, &probe_env);
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let run = v["run_id"].as_str().unwrap();
     let r = result(&ws.runs().join(run), "with-sidecar");
     assert_eq!(r["passed"], true, "{r}");
+    let probe = result(&ws.runs().join(run), "compose-host-probe");
+    assert_eq!(probe["passed"], true, "a compose network reaches none of this machine's addresses: {probe}");
     let left = std::process::Command::new("docker")
         .args(["ps", "-aq", "--filter", &format!("label=agenteval.run={run}")])
         .output()
@@ -349,4 +458,44 @@ fn a_compose_task_with_a_sidecar_passes_under_docker() {
         .output()
         .unwrap();
     assert!(text(&nets.stdout).trim().is_empty(), "networks left: {}", text(&nets.stdout));
+}
+
+/// 50 honest passes under Harbor's rules, half of them tests that print a line just before they
+/// write the reward (which a check by file times once failed): every one passes, none counted apart.
+#[test]
+fn fifty_honest_passes_under_harbors_rules_all_pass() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    for i in 0..50 {
+        let test = if i % 2 == 0 { format!("echo checking the answer\n{PASS}") } else { PASS.to_string() };
+        task(&tasks, &format!("honest-{i:02}"), "", "echo done > /app/done", &test);
+        std::fs::write(tasks.join(format!("honest-{i:02}/environment/Dockerfile")), "FROM debian:bookworm-slim\nWORKDIR /app\n")
+            .unwrap();
+    }
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
+    let summary = summary_of(&ws.runs().join(v["run_id"].as_str().unwrap()));
+    assert_eq!((summary["passed"].as_u64(), summary["suspect"].as_u64()), (Some(50), None), "{summary}");
+}
+
+/// A final state too big to keep as a patch is still compared by its digest: an agent that
+/// leaves a different state each time never replays as MATCH.
+#[test]
+fn replay_tells_final_states_apart_when_the_patch_is_too_big_to_keep() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    task(&tasks, "random-state", "", "head -c 65536 /dev/urandom | base64 > /app/state.txt", PASS);
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "environment.max_artifact_bytes=1000"]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let digest = read_text(ws.runs().join(run).join("tasks/random-state/artifacts/patch.sha256")).unwrap();
+    assert_eq!(digest.trim().len(), 64, "the digest is kept without the patch: {digest}");
+    let out = ws.run(&["replay", run, "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(r["match"], 0, "two different final states are no MATCH: {r}");
+    assert!(r.to_string().contains("final state"), "{r}");
 }

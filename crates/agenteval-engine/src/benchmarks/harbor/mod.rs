@@ -222,11 +222,20 @@ fn network_of(t: &toml::Table) -> Option<std::result::Result<Net, String>> {
             if hosts.is_empty() {
                 Some(Err("network_mode = \"allowlist\" names no allowed_hosts".into()))
             } else if let Some(bad) = hosts.iter().find(|h| {
-                h.contains("://")
-                    || h.contains('@')
-                    || (h.contains(':') && !h.contains('/') && h.parse::<std::net::IpAddr>().is_err())
+                // A port of its own (`host:8080`, `[2001:db8::1]:443`) is agenteval's addition.
+                let bare = match h.rsplit_once(':') {
+                    Some((rest, p)) if p.parse::<u16>().is_ok() && (rest.ends_with(']') || !rest.contains(':')) => {
+                        rest.trim_start_matches('[').trim_end_matches(']')
+                    }
+                    _ => h.as_str(),
+                };
+                bare.contains("://")
+                    || bare.contains('@')
+                    || (bare.contains(':') && !bare.contains('/') && bare.parse::<std::net::IpAddr>().is_err())
             }) {
-                Some(Err(format!("allowed_hosts entry `{bad}` is not a hostname, address or CIDR range")))
+                Some(Err(format!(
+                    "allowed_hosts entry `{bad}` is not a hostname, address or CIDR range (with a `:port` of its own, or 80 and 443)"
+                )))
             } else {
                 Some(Ok(Net::Allow(hosts)))
             }
