@@ -31,6 +31,8 @@ pub struct DoorSpec {
     pub record: bool,
     /// Scrubs the task's secrets from what is recorded and reported.
     pub redactor: Redactor,
+    /// The models its calls may name (the agent's and `upstream.models`); empty: any.
+    pub models: Vec<String>,
 }
 
 /// Calls answered from a recording instead of the provider.
@@ -90,6 +92,10 @@ pub struct ModelCall {
     /// Why the gateway refused the call (a spent budget, a replay miss, an unknown price).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<Refusal>,
+    /// Its tokens and cost are what it could have cost, not the provider's word: its usage was
+    /// unreadable under a limit, or it was still running when its task ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub at_cap: bool,
 }
 
 /// Why a call was refused, and what that means for the task.
@@ -105,6 +111,9 @@ pub enum Refusal {
     ReplayMiss { reason: String },
     /// The provider could not be reached, or the call is not one the gateway serves.
     Upstream { reason: String },
+    /// The call asks what the run does not allow: another model, a tool or store the provider
+    /// runs itself (`agent.upstream.models`, `agent.upstream.allow`).
+    Policy { reason: String },
 }
 
 impl Refusal {
@@ -113,7 +122,8 @@ impl Refusal {
             Refusal::Tokens { reason }
             | Refusal::Cost { reason }
             | Refusal::ReplayMiss { reason }
-            | Refusal::Upstream { reason } => reason,
+            | Refusal::Upstream { reason }
+            | Refusal::Policy { reason } => reason,
         }
     }
 }

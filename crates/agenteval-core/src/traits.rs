@@ -206,6 +206,11 @@ pub trait Environment: Send + Sync {
     fn leftovers_outlive_agent(&self, _env: &crate::environment::EnvHandle) -> bool {
         false
     }
+    /// The processes the environment had when its baseline was last taken (`mark_baseline`:
+    /// before the agent ran), by pid: the image's own, never the agent's leftovers.
+    fn processes_before_agent(&self, _env: &crate::environment::EnvHandle) -> Vec<u32> {
+        Vec::new()
+    }
     /// The folder the worker's own files go under, outside the agent's working folder (the
     /// start snapshot, the tests once the agent stopped, the verifier's logs): `/` in a
     /// container (Harbor's `/tests` and `/logs/verifier`); a workspace's attempt folder.

@@ -104,12 +104,11 @@ fn canonical(ip: IpAddr) -> IpAddr {
 fn is_this_machine(ip: IpAddr) -> bool {
     let ip = canonical(ip);
     let special = match ip {
-        IpAddr::V4(a) => a.is_loopback() || a.is_unspecified() || a.is_link_local() || a.is_multicast() || a.is_broadcast(),
+        IpAddr::V4(a) => {
+            a.is_loopback() || a.is_unspecified() || a.is_link_local() || a.is_multicast() || a.is_broadcast()
+        }
         IpAddr::V6(a) => {
-            a.is_loopback()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || (a.segments()[0] & 0xffc0) == 0xfe80
+            a.is_loopback() || a.is_unspecified() || a.is_multicast() || (a.segments()[0] & 0xffc0) == 0xfe80
         }
     };
     special || local_addresses().contains(&ip)
@@ -196,7 +195,11 @@ async fn handle(mut s: TcpStream, peer: SocketAddr, allowed: &Allowed) -> std::i
     };
     let list = allowed.of(peer.ip());
     if !allows(&list, &host, port) {
-        return refuse(s, &format!("{host}:{port} is not among the task's allowed_hosts (80 and 443 unless an entry names its port)")).await;
+        return refuse(
+            s,
+            &format!("{host}:{port} is not among the task's allowed_hosts (80 and 443 unless an entry names its port)"),
+        )
+        .await;
     }
     if rest.is_some()
         && let Some(h) = host_header(&text)
@@ -209,7 +212,8 @@ async fn handle(mut s: TcpStream, peer: SocketAddr, allowed: &Allowed) -> std::i
         Err(_) => vec![],
     };
     let Some(addr) = upstream.first() else {
-        return refuse(s, &format!("{host} does not resolve to an address this proxy reaches (never this machine)")).await;
+        return refuse(s, &format!("{host} does not resolve to an address this proxy reaches (never this machine)"))
+            .await;
     };
     let mut up = match TcpStream::connect(addr).await {
         Ok(u) => u,
@@ -256,7 +260,9 @@ mod tests {
 
     #[test]
     fn every_address_of_this_machine_is_refused() {
-        for a in ["127.0.0.1", "::1", "::ffff:127.0.0.1", "0.0.0.0", "169.254.169.254", "fe80::1", "::ffff:169.254.169.254"] {
+        for a in
+            ["127.0.0.1", "::1", "::ffff:127.0.0.1", "0.0.0.0", "169.254.169.254", "fe80::1", "::ffff:169.254.169.254"]
+        {
             assert!(is_this_machine(a.parse().unwrap()), "{a}");
         }
         for a in local_addresses() {

@@ -45,6 +45,8 @@ pub struct DockerEnvironment {
     /// Each live container's changes (path and kind) at its baseline: agenteval's own and an
     /// agent's setup, never counted as the agent's.
     baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
+    /// Each live container's processes at its baseline (the image's, before the agent ran).
+    processes: std::sync::Mutex<HashMap<String, Vec<u32>>>,
     /// The network of containers with internet, made (and the host closed to it) once.
     network: OnceCell<String>,
     /// The network of containers without internet whose agent reaches the model gateway.
@@ -77,6 +79,7 @@ impl DockerEnvironment {
             docker: OnceCell::new(),
             base_image,
             baselines: Default::default(),
+            processes: Default::default(),
             network: OnceCell::new(),
             gateway_network: OnceCell::new(),
             gateway: false,
@@ -408,6 +411,7 @@ impl Environment for DockerEnvironment {
 
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         self.baselines.lock().expect("not poisoned").remove(&env.id);
+        self.processes.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
         // Its sidecars and network go with it, and what it was allowed to reach.
         if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
@@ -427,7 +431,12 @@ impl Environment for DockerEnvironment {
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
         let baseline = self.baselines.lock().expect("not poisoned").get(&env.id).cloned().unwrap_or_default();
         let changes = self.changes(env, Some(baseline.clone())).await;
-        let after = changes.into_iter().filter(|(p, seen)| baseline.get(p) != Some(seen)).map(|(p, _)| p).collect();
+        let mut after: Vec<String> =
+            changes.into_iter().filter(|(p, seen)| baseline.get(p) != Some(seen)).map(|(p, _)| p).collect();
+        // A mounted file is seen by its digest and, where the engine made its mount point in the
+        // layer, there too: once.
+        after.sort_unstable();
+        after.dedup();
         outside(after, &env.workdir)
     }
 
@@ -448,10 +457,25 @@ impl Environment for DockerEnvironment {
     async fn mark_baseline(&self, env: &EnvHandle) {
         let now = self.changes(env, None).await.into_iter().collect();
         self.baselines.lock().expect("not poisoned").insert(env.id.clone(), std::sync::Arc::new(now));
+        // By the shell's builtins alone: the image's programs are not the worker's to trust.
+        let list = ExecRequest {
+            user: Some("0".into()),
+            ..ExecRequest::new("for p in /proc/[0-9]*; do echo ${p#/proc/}; done", Duration::from_secs(30))
+        };
+        if let Ok(docker) = self.docker().await
+            && let Ok(out) = exec_in(docker, env, &list).await
+        {
+            let pids = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            self.processes.lock().expect("not poisoned").insert(env.id.clone(), pids);
+        }
     }
 
     fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
         true
+    }
+
+    fn processes_before_agent(&self, env: &EnvHandle) -> Vec<u32> {
+        self.processes.lock().expect("not poisoned").get(&env.id).cloned().unwrap_or_default()
     }
 
     async fn quiesce(&self, env: &EnvHandle) -> Result<()> {

@@ -112,10 +112,7 @@ async fn close_with(tool: &'static str, rule: &[&str]) -> Result<()> {
         let args: Vec<String> = args.into_iter().map(str::to_string).collect();
         async move {
             tokio::process::Command::new(tool).args(&args).output().await.map_err(|e| {
-                Error::new(
-                    ErrorKind::Io,
-                    format!("cannot close this machine to task containers: running {tool}: {e}"),
-                )
+                Error::new(ErrorKind::Io, format!("cannot close this machine to task containers: running {tool}: {e}"))
             })
         }
     };

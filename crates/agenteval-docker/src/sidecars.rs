@@ -28,9 +28,7 @@ pub(crate) async fn task_network(docker: &Docker, run: &RunId) -> Result<String>
     let name = format!("agenteval-task-{}", &unique[..16]);
     // Its bridge is closed to this machine by the rule on every agenteval bridge's name.
     crate::network::close_host().await?;
-    let options = HashMap::from([
-        ("com.docker.network.bridge.name".to_string(), crate::network::task_bridge(&unique)),
-    ]);
+    let options = HashMap::from([("com.docker.network.bridge.name".to_string(), crate::network::task_bridge(&unique))]);
     let request = NetworkCreateRequest {
         name: name.clone(),
         driver: Some("bridge".into()),

@@ -20,14 +20,43 @@ pub(crate) struct Session {
     pub redactor: Redactor,
     /// Requests and answers are kept for the cassette.
     pub record: bool,
+    /// The models its calls may name; empty: any.
+    pub models: Vec<String>,
     pub state: Mutex<State>,
     pub calls: Arc<CallQueue>,
+    /// Told when the door closes: calls still reading an answer stop (their cost was counted).
+    pub closing: tokio::sync::Notify,
+}
+
+/// What a forwarded call holds of its task's budget while it runs: the prompt as guessed and
+/// the most its answer may be (the length it was held to), at the model's price.
+#[derive(Debug, Clone)]
+pub(crate) struct Hold {
+    pub wire: &'static str,
+    pub model: String,
+    pub stream: bool,
+    pub input: u64,
+    pub output: u64,
+    pub cost: Option<f64>,
+}
+
+impl Hold {
+    pub fn tokens(&self) -> u64 {
+        self.input.saturating_add(self.output)
+    }
 }
 
 pub(crate) struct State {
     /// Tokens and dollars spent so far (calls that ended).
     pub tokens: u64,
     pub cost: f64,
+    /// What calls in flight hold of the budget (see [`Hold`]): their answers' most, and the
+    /// dollars of those and their prompts.
+    pub held_tokens: u64,
+    pub held_cost: f64,
+    pub holds: std::collections::HashMap<u32, Hold>,
+    /// Calls counted at their hold when the door closed: their late end counts no more.
+    pub written_off: std::collections::HashSet<u32>,
     /// Calls that arrived so far (the next call's 0-based number).
     pub arrived: u32,
     /// Calls that arrived and have not ended.
@@ -38,16 +67,66 @@ pub(crate) struct State {
 }
 
 impl Session {
-    /// A call ended: its spend counts, its line is kept (a refused call has none), the worker
-    /// hears of it.
-    pub fn ended(&self, entry: Option<Entry>, call: ModelCall) {
+    /// A call ended: its hold is released and its spend counts, its line is kept (a refused
+    /// call has none), the worker hears of it. A call already counted when the door closed is
+    /// not counted again.
+    pub fn ended(&self, n: u32, entry: Option<Entry>, call: ModelCall) {
         let mut s = self.state.lock().expect("not poisoned");
+        if s.written_off.contains(&n) {
+            return;
+        }
+        if let Some(h) = s.holds.remove(&n) {
+            s.held_tokens = s.held_tokens.saturating_sub(h.output);
+            s.held_cost = (s.held_cost - h.cost.unwrap_or(0.0)).max(0.0);
+        }
         s.tokens = s.tokens.saturating_add(call.input_tokens.saturating_add(call.output_tokens));
         s.cost += call.cost_usd.unwrap_or(0.0);
         s.in_flight = s.in_flight.saturating_sub(1);
         s.recorded.extend(entry);
         drop(s);
         self.calls.push(call);
+    }
+
+    /// The door closes: every call still in flight is counted at what it could cost (its hold)
+    /// and recorded so, and told to stop reading its answer.
+    pub fn write_off(&self) {
+        let mut s = self.state.lock().expect("not poisoned");
+        let holds: Vec<(u32, Hold)> = s.holds.drain().collect();
+        let mut calls = Vec::new();
+        for (n, h) in holds {
+            s.written_off.insert(n);
+            s.tokens = s.tokens.saturating_add(h.tokens());
+            s.cost += h.cost.unwrap_or(0.0);
+            calls.push(ModelCall {
+                call: n + 1,
+                wire: h.wire.into(),
+                model: h.model.clone(),
+                stream: h.stream,
+                status: 499,
+                input_tokens: h.input,
+                output_tokens: h.output,
+                cached_input_tokens: 0,
+                cost_usd: h.cost,
+                latency_ms: 0,
+                ttfb_ms: 0,
+                finish_reason: "cut off: still running when its task ended".into(),
+                prompt: String::new(),
+                answer: String::new(),
+                replayed: false,
+                refused: None,
+                at_cap: true,
+            });
+        }
+        s.held_tokens = 0;
+        s.held_cost = 0.0;
+        s.in_flight = 0;
+        s.closed = true;
+        drop(s);
+        calls.sort_by_key(|c| c.call);
+        for c in calls {
+            self.calls.push(c);
+        }
+        self.closing.notify_waiters();
     }
 }
 
@@ -109,9 +188,15 @@ pub(crate) fn open(
         max_cost_usd: spec.max_cost_usd,
         redactor: spec.redactor.clone(),
         record: spec.record,
+        models: spec.models.clone(),
+        closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {
             tokens: 0,
             cost: 0.0,
+            held_tokens: 0,
+            held_cost: 0.0,
+            holds: Default::default(),
+            written_off: Default::default(),
             arrived: 0,
             in_flight: 0,
             recorded: Vec::new(),
@@ -177,7 +262,7 @@ impl Door for GatewayDoor {
     }
 
     fn close(&mut self) -> Vec<u8> {
-        self.session.state.lock().expect("not poisoned").closed = true;
+        self.session.write_off();
         self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
         self.cassette()
     }
@@ -185,7 +270,7 @@ impl Door for GatewayDoor {
 
 impl Drop for GatewayDoor {
     fn drop(&mut self) {
-        self.session.state.lock().expect("not poisoned").closed = true;
+        self.session.write_off();
         self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
     }
 }

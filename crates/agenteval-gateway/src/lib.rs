@@ -9,6 +9,7 @@
 
 mod cassette;
 mod door;
+mod policy;
 mod serve;
 pub mod wire;
 
@@ -69,6 +70,7 @@ pub struct GatewayConfig {
     pub(crate) anthropic: Option<Provider>,
     pub(crate) prices: PriceTable,
     pub(crate) replay_match: ReplayMatch,
+    pub(crate) allow: agenteval_core::config::UpstreamAllow,
 }
 
 impl std::fmt::Debug for GatewayConfig {
@@ -107,13 +109,21 @@ impl GatewayConfig {
         };
         let mut prices = PriceTable::packaged();
         prices.extend(upstream.prices.clone());
-        Ok(GatewayConfig { openai, anthropic, prices, replay_match: upstream.replay_match })
+        Ok(GatewayConfig {
+            openai,
+            anthropic,
+            prices,
+            replay_match: upstream.replay_match,
+            allow: upstream.allow.clone(),
+        })
     }
 
-    /// The price of `model` on `wire`'s provider: the endpoint's own, else the table's.
-    pub(crate) fn price(&self, wire: wire::Wire, model: &str) -> Option<Price> {
+    /// The price of `model` on `wire`'s provider: an endpoint's own `price` is its model's
+    /// (`agent.model`, `own`) and no other's; every other model is priced by the table.
+    pub(crate) fn price(&self, wire: wire::Wire, model: &str, own: Option<&str>) -> Option<Price> {
         let p = if wire.is_anthropic() { &self.anthropic } else { &self.openai };
-        p.as_ref().and_then(|p| p.price).or_else(|| self.prices.lookup(model))
+        let endpoint = p.as_ref().and_then(|p| p.price).filter(|_| own.is_none_or(|o| o == model));
+        endpoint.or_else(|| self.prices.lookup(model))
     }
 }
 
@@ -158,6 +168,8 @@ impl Gateway {
         let http = reqwest::Client::builder()
             .pool_max_idle_per_host(1024)
             .connect_timeout(Duration::from_secs(10))
+            // A redirect would carry the key to another host.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| GatewayError::Config(format!("cannot build the HTTP client: {e}")))?;
         let inner = Arc::new(Inner { config, http, doors: Mutex::new(HashMap::new()) });
@@ -266,6 +278,7 @@ mod tests {
             replay: None,
             record: true,
             redactor: Redactor::new(),
+            models: vec![],
         }
     }
 
@@ -402,5 +415,136 @@ mod tests {
             Some(Refusal::ReplayMiss { reason }) => assert!(reason.contains("/messages/0/content"), "{reason}"),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A request from outside the test's task: its status and body.
+    async fn post_as(url: String, token: String, body: Value) -> (u16, String) {
+        let r = reqwest::Client::new().post(url).bearer_auth(token).json(&body).send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
+    fn asking(text: &str, max_tokens: u64) -> Value {
+        json!({"model": "mock-model", "max_tokens": max_tokens, "messages": [{"role": "user", "content": text}]})
+    }
+
+    #[tokio::test]
+    async fn calls_in_flight_hold_the_budget_and_each_answer_is_held_to_what_is_left() {
+        let mock = MockLlm::start(Duration::from_millis(800));
+        let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
+        let door = gw.open_door(DoorSpec { max_tokens: Some(1500), ..spec("t1") });
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let token = door.token().expose().to_string();
+        let calls: Vec<_> = (0..20)
+            .map(|i| tokio::spawn(post_as(url.clone(), token.clone(), asking(&format!("call {i}"), 1000))))
+            .collect();
+        let mut refused = 0;
+        for c in calls {
+            if c.await.unwrap().0 == 429 {
+                refused += 1;
+            }
+        }
+        let mut asked: Vec<u64> = mock.received().iter().map(|r| r.body["max_tokens"].as_u64().unwrap()).collect();
+        asked.sort_unstable();
+        assert_eq!(asked, vec![500, 1000], "two forwarded, the second held to what the first left");
+        assert_eq!(refused, 18);
+    }
+
+    #[tokio::test]
+    async fn a_call_still_running_when_the_door_closes_counts_at_what_it_could_cost() {
+        let mock = MockLlm::start(Duration::from_secs(2));
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let mut door = gw.open_door(DoorSpec { max_tokens: Some(10_000), ..spec("t1") });
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let late = tokio::spawn(post_as(url, door.token().expose().to_string(), asking("slow", 4000)));
+        while door.in_flight() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        door.close();
+        let c = door.next_call().await;
+        assert!(c.at_cap && c.status == 499 && c.output_tokens == 4000 && c.input_tokens > 0, "{c:?}");
+        assert!(c.cost_usd.is_some_and(|d| d > 0.0), "priced at its most: {c:?}");
+        let (tokens, _) = door.spent();
+        let _ = late.await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(door.spent().0, tokens, "its late end counts no more");
+        assert!(door.calls().take(|_| true).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_answer_without_usage_counts_at_its_cap_under_a_limit_and_unknown_without() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let limited = gw.open_door(DoorSpec { max_tokens: Some(1000), ..spec("t1") });
+        assert_eq!(post(&limited, "chat/completions", asking("NO_USAGE", 300)).await.0, 200);
+        let c = limited.next_call().await;
+        assert!(c.at_cap && c.output_tokens == 300 && c.cost_usd.is_some(), "{c:?}");
+        let free = gw.open_door(spec("t2"));
+        assert_eq!(post(&free, "chat/completions", asking("NO_USAGE", 300)).await.0, 200);
+        let c = free.next_call().await;
+        assert!(!c.at_cap && c.output_tokens == 0 && c.cost_usd.is_none(), "{c:?}");
+    }
+
+    #[tokio::test]
+    async fn what_the_run_does_not_allow_never_reaches_the_provider() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let door = gw.open_door(DoorSpec { models: vec!["mock-model".into()], ..spec("t1") });
+        for (path, body, why) in [
+            (
+                "chat/completions",
+                json!({"model": "o1-pro", "messages": [{"role": "user", "content": "x"}]}),
+                "`o1-pro`",
+            ),
+            ("chat/completions", json!({"model": "mock-model", "stream": 1, "messages": []}), "true or false"),
+            (
+                "responses",
+                json!({"model": "mock-model", "input": "x", "tools": [{"type": "web_search"}]}),
+                "server_tools",
+            ),
+            (
+                "responses",
+                json!({"model": "mock-model", "input": "x", "previous_response_id": "resp_9"}),
+                "stored_responses",
+            ),
+            (
+                "messages",
+                json!({"model": "mock-model", "max_tokens": 9, "messages": [], "mcp_servers": [{"url": "https://evil"}]}),
+                "mcp_servers",
+            ),
+        ] {
+            let (status, text) = post(&door, path, body).await;
+            assert_eq!(status, 400, "{text}");
+            assert!(text.contains(why), "{text}");
+            assert!(matches!(door.next_call().await.refused, Some(Refusal::Policy { .. })));
+        }
+        assert!(mock.received().is_empty(), "the provider saw none of them");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed_and_an_error_never_quotes_the_key() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let door = gw.open_door(spec("t1"));
+        let client = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let r =
+            client.post(url).bearer_auth(door.token().expose()).json(&chat("REDIRECT", false)).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 307, "passed back, not followed with the key");
+        assert_eq!(door.next_call().await.status, 307);
+        let (status, body) = post(&door, "chat/completions", chat("KEY_ERROR", false)).await;
+        assert_eq!(status, 401);
+        assert!(!body.contains(KEY) && body.contains("[REDACTED]"), "{body}");
+    }
+
+    #[test]
+    fn an_endpoints_price_prices_only_its_own_model() {
+        let endpoint = Endpoint {
+            price: Some(ModelPrice { input_per_mtok: 1.0, output_per_mtok: 1.0, cached_input_per_mtok: None }),
+            ..Endpoint::default()
+        };
+        let up = Upstream { openai: Some(endpoint), ..Upstream::default() };
+        let cfg = GatewayConfig::new(&up, vec![]).unwrap();
+        assert!(cfg.price(wire::Wire::Chat, "mock-model", Some("mock-model")).is_some());
+        assert!(cfg.price(wire::Wire::Chat, "my-other-model", Some("mock-model")).is_none());
     }
 }

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::Inner;
 use crate::cassette::{self, Entry, MAX_RECORDED_BYTES};
-use crate::door::Session;
+use crate::door::{Hold, Session};
 use crate::wire::{self, Heard, Listener, Wire};
 
 /// Headers of a provider's answer that are the connection's, not the answer's.
@@ -140,10 +140,13 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         }
     };
     let asked = wire::asked(wire, &request);
+    let policy = crate::policy::refusal(wire, &request, &inner.config.allow, &session.models);
     let needs_fingerprint = session.record || session.state.lock().expect("not poisoned").replay.is_some();
     let fingerprint = if needs_fingerprint { cassette::fingerprint(wire.name(), &request) } else { String::new() };
-    let price = inner.config.price(wire, &asked.model);
-    let (n, plan) = {
+    let price = inner.config.price(wire, &asked.model, session.models.first().map(String::as_str));
+    let input = crate::policy::input_estimate(body.len());
+    let requested = crate::policy::requested_output(wire, &request);
+    let (n, plan, hold) = {
         let mut s = session.state.lock().expect("not poisoned");
         if s.closed {
             drop(s);
@@ -152,13 +155,21 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         let n = s.arrived;
         s.arrived += 1;
         s.in_flight += 1;
-        let plan = if let Some(max) = session.max_tokens.filter(|m| s.tokens >= *m) {
+        let mut plan = if let Some(reason) = policy {
+            Plan::Refuse(Refusal::Policy { reason })
+        } else if let Some(max) = session.max_tokens.filter(|m| s.tokens.saturating_add(s.held_tokens) >= *m) {
             Plan::Refuse(Refusal::Tokens {
-                reason: format!("the task's tokens are spent: {} used, max_tokens {max}", s.tokens),
+                reason: format!(
+                    "the task's tokens are spent: {} used, {} held by calls in flight, max_tokens {max}",
+                    s.tokens, s.held_tokens
+                ),
             })
-        } else if let Some(max) = session.max_cost_usd.filter(|m| s.cost >= *m) {
+        } else if let Some(max) = session.max_cost_usd.filter(|m| s.cost + s.held_cost >= *m) {
             Plan::Refuse(Refusal::Cost {
-                reason: format!("the task's budget is spent: ${:.6} used, max_cost_usd ${max:.6}", s.cost),
+                reason: format!(
+                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
+                    s.cost, s.held_cost
+                ),
             })
         } else if session.max_cost_usd.is_some() && price.is_none() {
             Plan::Refuse(Refusal::Cost {
@@ -182,14 +193,85 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
                 },
             }
         };
-        (n, plan)
+        let mut hold = None;
+        if matches!(plan, Plan::Forward) {
+            match room(&session, &s, input, requested, price) {
+                Ok(cap) => {
+                    let output = cap.unwrap_or(0);
+                    let cost = price.filter(|_| cap.is_some()).map(|p| {
+                        cost(&p, &Usage { input_tokens: input, output_tokens: output, cached_input_tokens: 0 })
+                    });
+                    let h = Hold {
+                        wire: wire.name(),
+                        model: asked.model.clone(),
+                        stream: asked.stream,
+                        input,
+                        output,
+                        cost,
+                    };
+                    s.held_tokens = s.held_tokens.saturating_add(h.output);
+                    s.held_cost += h.cost.unwrap_or(0.0);
+                    s.holds.insert(n, h.clone());
+                    hold = Some((h, cap));
+                }
+                Err(why) => plan = Plan::Refuse(why),
+            }
+        }
+        (n, plan, hold)
     };
-    let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started };
+    let limited = session.max_tokens.is_some() || session.max_cost_usd.is_some();
+    let (hold, cap) = match hold {
+        Some((h, cap)) => (Some(h), cap),
+        None => (None, None),
+    };
+    let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started, hold, cap, limited };
     match plan {
         Plan::Refuse(why) => record.refuse(why),
         Plan::Replay(entry) => record.replay(*entry, &request),
         Plan::Forward => forward(&inner, &headers, body, request, record).await,
     }
+}
+
+/// The most a forwarded call's answer may be so that, with every call in flight at its most,
+/// the task's limits hold: the tokens left after what is spent and held by calls in flight (a
+/// prompt is not held: it is sent whole or not at all), and the dollars left after those and
+/// this call's prompt (as guessed) at the model's output price. `None`: no limit and no length
+/// asked. `Err`: nothing is left.
+fn room(
+    session: &Session,
+    s: &crate::door::State,
+    input: u64,
+    requested: Option<u64>,
+    price: Option<agenteval_llm::Price>,
+) -> Result<Option<u64>, Refusal> {
+    let mut cap = requested;
+    if let Some(max) = session.max_tokens {
+        let left = max.saturating_sub(s.tokens.saturating_add(s.held_tokens));
+        cap = Some(cap.map_or(left, |c| c.min(left)));
+    }
+    if let (Some(max), Some(p)) = (session.max_cost_usd, price) {
+        let left = max - s.cost - s.held_cost - input as f64 * p.input_per_mtok / 1e6;
+        let out =
+            if p.output_per_mtok > 0.0 { (left / (p.output_per_mtok / 1e6)).floor().max(0.0) as u64 } else { u64::MAX };
+        if left <= 0.0 || out == 0 {
+            return Err(Refusal::Cost {
+                reason: format!(
+                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, this call's prompt would pass max_cost_usd ${max:.6}",
+                    s.cost, s.held_cost
+                ),
+            });
+        }
+        cap = Some(cap.map_or(out, |c| c.min(out)));
+    }
+    if cap == Some(0) {
+        return Err(Refusal::Tokens {
+            reason: format!(
+                "the task's tokens are spent: no room is left for an answer under max_tokens {}",
+                session.max_tokens.unwrap_or(0)
+            ),
+        });
+    }
+    Ok(cap)
 }
 
 /// A call in progress: what its record needs once it ends.
@@ -201,12 +283,23 @@ struct Record {
     asked: wire::Asked,
     price: Option<agenteval_llm::Price>,
     started: Instant,
+    /// What it holds of the budget while it runs (a forwarded call).
+    hold: Option<Hold>,
+    /// The answer's length it was held to, when a limit or its own ask set one.
+    cap: Option<u64>,
+    /// The task has a token or cost limit: an answer whose usage cannot be read counts at its hold.
+    limited: bool,
 }
 
 impl Record {
     fn call(&self, status: u16, heard: &Heard, ttfb_ms: u64) -> ModelCall {
-        let usage = heard.usage.unwrap_or_default();
         let ok = (200..300).contains(&status);
+        // Under a limit, an answer whose usage cannot be read counts at what it could cost.
+        let at_cap = ok && heard.usage.is_none() && self.limited && self.hold.is_some();
+        let (usage, known) = match (&self.hold, at_cap) {
+            (Some(h), true) => (Usage { input_tokens: h.input, output_tokens: h.output, cached_input_tokens: 0 }, true),
+            _ => (heard.usage.unwrap_or_default(), heard.usage.is_some()),
+        };
         ModelCall {
             call: self.n + 1,
             wire: self.wire.name().into(),
@@ -217,7 +310,7 @@ impl Record {
             output_tokens: usage.output_tokens,
             cached_input_tokens: usage.cached_input_tokens,
             // A failed call costs nothing; a successful one without usage or price is unknown.
-            cost_usd: if ok { heard.usage.and(self.price).map(|p| cost(&p, &usage)) } else { Some(0.0) },
+            cost_usd: if ok { self.price.filter(|_| known).map(|p| cost(&p, &usage)) } else { Some(0.0) },
             latency_ms: self.started.elapsed().as_millis() as u64,
             ttfb_ms,
             finish_reason: heard.finish.clone(),
@@ -225,6 +318,7 @@ impl Record {
             answer: self.session.redactor.redact(&heard.text),
             replayed: false,
             refused: None,
+            at_cap,
         }
     }
 
@@ -265,7 +359,7 @@ impl Record {
         call.refused = Some(why);
         let body = wire::error_body(self.wire, kind, &message);
         // Not a model call: nothing is recorded to replay, the worker hears of it.
-        self.session.ended(None, call);
+        self.session.ended(self.n, None, call);
         answer(status, &body)
     }
 
@@ -298,7 +392,7 @@ impl Record {
             entry.stream = recorded.stream;
             entry
         });
-        self.session.ended(entry, call);
+        self.session.ended(self.n, entry, call);
         Response::builder()
             .status(status)
             .header(header::CONTENT_TYPE, content_type)
@@ -325,13 +419,14 @@ async fn forward(
             reason: format!("no agent.upstream.{which} is configured: {} calls go nowhere", wire.name()),
         });
     };
-    // The agent's bytes as sent, unless the gateway must ask a stream for its usage.
+    // The agent's bytes as sent, unless the gateway must ask a stream for its usage or hold the
+    // answer to what the budget has left.
     let mut body = request.clone();
-    let sent = if wire::ensure_stream_usage(wire, &mut body) {
-        Bytes::from(serde_json::to_vec(&body).expect("JSON serializes"))
-    } else {
-        raw
-    };
+    let mut changed = wire::ensure_stream_usage(wire, &mut body);
+    if let Some(cap) = record.cap {
+        changed |= crate::policy::clamp_output(wire, &mut body, cap);
+    }
+    let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
     let mut req = inner
         .http
         .post(format!("{}/{}", provider.base, wire.path()))
@@ -341,8 +436,14 @@ async fn forward(
     if wire.is_anthropic() {
         let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
         req = req.header("anthropic-version", version);
-        if let Some(beta) = headers.get("anthropic-beta") {
-            req = req.header("anthropic-beta", beta.clone());
+        // Only the flags that change how an answer is made, and those the config allows.
+        if let Some(beta) = headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|b| crate::policy::betas(b, &inner.config.allow))
+            && let Ok(v) = HeaderValue::from_str(&beta)
+        {
+            req = req.header("anthropic-beta", v);
         }
         if let Some(key) = &provider.key {
             req = req.header("x-api-key", key.expose());
@@ -364,7 +465,7 @@ async fn forward(
             let why = format!("cannot reach the provider at {host}: {reason}");
             let mut call = record.call(502, &Heard::default(), 0);
             call.refused = Some(Refusal::Upstream { reason: why.clone() });
-            record.session.ended(None, call);
+            record.session.ended(record.n, None, call);
             let mut out = answer(
                 StatusCode::BAD_GATEWAY,
                 &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")),
@@ -387,6 +488,23 @@ async fn forward(
         .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
         .map(|(n, v)| (n.clone(), v.clone()))
         .collect();
+    // A provider's error may quote the key it was given: read whole (bounded) and scrubbed.
+    let upstream: Upstream = if !status.is_success() && !streamed {
+        let mut whole = Vec::new();
+        let mut stream = resp.bytes_stream();
+        use futures::StreamExt as _;
+        while let Some(Ok(chunk)) = stream.next().await {
+            whole.extend_from_slice(&chunk);
+            if whole.len() > MAX_ERROR_BYTES {
+                whole.truncate(MAX_ERROR_BYTES);
+                break;
+            }
+        }
+        let scrubbed = scrub(&String::from_utf8_lossy(&whole), provider.key.as_ref(), &record.session);
+        Box::pin(futures::stream::once(async move { Ok(Bytes::from(scrubbed)) }))
+    } else {
+        Box::pin(resp.bytes_stream())
+    };
     let listening = Listening {
         listener: Listener::new(wire, streamed),
         kept: Vec::new(),
@@ -397,7 +515,7 @@ async fn forward(
         status: status.as_u16(),
         streamed,
     };
-    let tee = Tee { inner: Box::pin(resp.bytes_stream()), listening: Some(listening) };
+    let tee = Tee { inner: upstream, listening: Some(listening) };
     let mut out = Response::builder().status(status.as_u16());
     for (name, value) in passed {
         out = out.header(name, value);
@@ -409,6 +527,18 @@ async fn forward(
 }
 
 type Upstream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+
+/// The most of a provider's error answer read (and passed on).
+const MAX_ERROR_BYTES: usize = 1 << 20;
+
+/// `text` with the provider's key (and the task's secrets) taken out.
+fn scrub(text: &str, key: Option<&agenteval_core::secret::Secret>, session: &Session) -> String {
+    let mut out = text.to_string();
+    if let Some(k) = key.map(|k| k.expose()).filter(|k| !k.is_empty()) {
+        out = out.replace(k, "[REDACTED]");
+    }
+    session.redactor.redact(&out)
+}
 
 /// The provider's answer on its way to the agent, listened to as it passes: each chunk goes on
 /// as it arrives (no task or buffer between them); the call's record is made at its end.
@@ -452,7 +582,7 @@ impl Listening {
         // A rate limit or an outage says nothing of the model: not recorded, so a replay
         // answers the call that then went through.
         if !record.session.record || agenteval_llm::is_retryable_status(status) {
-            record.session.ended(None, call);
+            record.session.ended(record.n, None, call);
             return;
         }
         let mut entry = record.entry(&request, status, &heard, ttfb);
@@ -464,7 +594,7 @@ impl Listening {
             let v = body.unwrap_or_else(|| Value::String(String::from_utf8_lossy(&kept).into()));
             entry.response = Some(record.session.redactor.redact_json(&v));
         }
-        record.session.ended(Some(entry), call);
+        record.session.ended(record.n, Some(entry), call);
     }
 }
 
@@ -510,9 +640,23 @@ impl Drop for Tee {
             Ok(runtime) => {
                 runtime.spawn(async move {
                     use futures::StreamExt as _;
-                    while let Some(Ok(chunk)) = rest.next().await {
-                        listening.chunk(&chunk);
+                    // Until the door closes: then the call was counted at its hold, and reading
+                    // on (the provider billing on) is stopped.
+                    let session = listening.record.session.clone();
+                    let closing = session.closing.notified();
+                    tokio::pin!(closing);
+                    closing.as_mut().enable();
+                    let closed = session.state.lock().expect("not poisoned").closed;
+                    while !closed {
+                        tokio::select! {
+                            _ = &mut closing => break,
+                            next = rest.next() => match next {
+                                Some(Ok(chunk)) => listening.chunk(&chunk),
+                                _ => break,
+                            },
+                        }
                     }
+                    drop(rest);
                     listening.finish();
                 });
             }

@@ -238,6 +238,65 @@ pub fn report(
 /// the runner counted, or the same test twice with different outcomes). A non-zero exit with
 /// no failure logged the harness itself refuses (see [`logs_eval`]). Each one
 /// line; empty when nothing is suspect. The official verdict stands either way.
+/// The files a patch changes (`diff --git a/X b/Y`: `Y`, or `X` for a deletion).
+fn patched_files(patch: &str) -> Vec<String> {
+    let mut out: Vec<String> = patch
+        .lines()
+        .filter_map(|l| l.strip_prefix("diff --git "))
+        .filter_map(|rest| {
+            rest.split_once(" b/").map(|(a, b)| if b.is_empty() { a.trim_start_matches("a/") } else { b })
+        })
+        .map(|f| f.trim().trim_matches('"').to_string())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Why a patch's verdict is not evidence alone: it changes what runs or judges the tests rather
+/// than the code they test (a `conftest.py` that marks every test passed, pytest's
+/// configuration, `sitecustomize`, a `.pth` file, or the instance's own test files, those the
+/// diffs in `tests_from` change: its test patch, or the eval script that applies it). Each names
+/// the file; the official verdict stands.
+pub fn machinery_touched(patch: &str, tests_from: &str) -> Vec<String> {
+    let tests = patched_files(tests_from);
+    let mut out = Vec::new();
+    for f in patched_files(patch) {
+        let name = f.rsplit('/').next().unwrap_or(&f);
+        let why = if name == "conftest.py" {
+            Some("a conftest.py, which pytest loads before the tests")
+        } else if name == "pytest.ini" {
+            Some("pytest's configuration")
+        } else if matches!(name, "setup.cfg" | "tox.ini" | "pyproject.toml") && touches_pytest(patch, &f) {
+            Some("pytest's configuration")
+        } else if matches!(name, "sitecustomize.py" | "usercustomize.py") {
+            Some("a module Python runs at every start")
+        } else if name.ends_with(".pth") {
+            Some("a .pth file, which Python runs at every start")
+        } else if tests.contains(&f) {
+            Some("a test file of the instance's own tests")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            out.push(format!("the patch changes {f} ({why})"));
+        }
+    }
+    out
+}
+
+/// Whether the patch's hunks for `file` mention pytest.
+fn touches_pytest(patch: &str, file: &str) -> bool {
+    let mut inside = false;
+    for l in patch.lines() {
+        if let Some(rest) = l.strip_prefix("diff --git ") {
+            inside = rest.ends_with(&format!("b/{file}"));
+        } else if inside && (l.starts_with('+') || l.starts_with('-')) && l.contains("pytest") {
+            return true;
+        }
+    }
+    false
+}
+
 pub fn suspects(parser: parsers::Parser, log: &str) -> Vec<String> {
     let mut out = Vec::new();
     if !(log.contains(START_TEST_OUTPUT) && log.contains(END_TEST_OUTPUT)) {
@@ -319,6 +378,25 @@ fn conflicting_lines(log: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_patch_to_the_test_machinery_is_named() {
+        let conftest = "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1,2 @@\n+import pytest\n+def pytest_runtest_makereport(item, call): pass\n";
+        let code = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n-x\n+y\n";
+        let tests = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n";
+        let cfg =
+            "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1 +1,2 @@\n+[tool:pytest]\n";
+        let meta = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1 +1 @@\n-version = 1\n+version = 2\n";
+        assert!(machinery_touched(code, tests).is_empty(), "a fix of the code is none of it");
+        let found = machinery_touched(&format!("{code}{conftest}"), tests);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("conftest.py"), "{found:?}");
+        assert!(machinery_touched(tests, tests)[0].contains("tests/test_calc.py"));
+        assert!(machinery_touched(cfg, "")[0].contains("pytest's configuration"));
+        assert!(machinery_touched(meta, "").is_empty(), "setup.cfg without pytest is the package's");
+        let pth = "diff --git a/site/x.pth b/site/x.pth\n";
+        assert!(machinery_touched(pth, "")[0].contains(".pth"));
+    }
 
     fn v(xs: &[&str]) -> Vec<String> {
         xs.iter().map(|s| s.to_string()).collect()

@@ -14,6 +14,9 @@
 //! - `ECHO_KEY`: the answer quotes the `Authorization`/`x-api-key` header it got and a key-like
 //!   string;
 //! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
+//! - `NO_USAGE`: answers without any usage (as a lax OpenAI-compatible server may);
+//! - `KEY_ERROR`: 401 with the credential it got quoted in the error body, as providers do;
+//! - `REDIRECT`: 307 to another server's address (`http://127.0.0.1:9/…`);
 //! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
 //! - a pairwise judge's prompt (`## Answer A` and `## Answer B`): the answer that says `GOOD`
 //!   wins (a tie when both or neither do), or always `A` when the task says `POSITION_BIAS`;
@@ -242,6 +245,26 @@ async fn answer(
         let body = format!(r#"{{"error": {{"type": "scripted_{status}", "message": "scripted failure"}}}}"#);
         return Response::builder().status(status).body(Body::from(body)).unwrap();
     }
+    if first.contains("KEY_ERROR") {
+        record(401);
+        let body = format!(
+            r#"{{"error": {{"type": "invalid_api_key", "message": "Incorrect API key provided: {}"}}}}"#,
+            credential.clone().unwrap_or_default().trim_start_matches("Bearer ")
+        );
+        return Response::builder()
+            .status(401)
+            .header("content-type", "application/json")
+            .body(Body::from(body))
+            .unwrap();
+    }
+    if first.contains("REDIRECT") {
+        record(307);
+        return Response::builder()
+            .status(307)
+            .header("location", "http://127.0.0.1:9/v1/elsewhere")
+            .body(Body::empty())
+            .unwrap();
+    }
     if first.contains("FAIL500") && call_no <= 2 {
         record(500);
         return Response::builder().status(500).body(Body::from("upstream exploded")).unwrap();
@@ -386,6 +409,12 @@ async fn answer(
             "usage": {"input_tokens": input, "output_tokens": output},
         }),
     };
+    let mut reply = reply;
+    if first.contains("NO_USAGE")
+        && let Some(o) = reply.as_object_mut()
+    {
+        o.remove("usage");
+    }
     Response::builder()
         .status(200)
         .header("content-type", "application/json")

@@ -85,6 +85,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         replay,
         record: args.record.is_some(),
         redactor,
+        models: agenteval_engine::worker::door_models(config),
     });
     // Calls are written to the record as they end, not held.
     let mut recording = match args.record {

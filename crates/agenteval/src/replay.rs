@@ -117,7 +117,9 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
         return Some(format!("{} tool calls → {}", was.tools.len(), now.tools.len()));
     }
     if was.patch_unknown || now.patch_unknown {
-        return Some("the environment's final state cannot be compared (a patch too big to keep, with no digest)".into());
+        return Some(
+            "the environment's final state cannot be compared (a patch too big to keep, with no digest)".into(),
+        );
     }
     if was.patch != now.patch {
         let show = |p: &Option<String>| p.as_ref().map_or("none".to_string(), |h| format!("sha256 {}", &h[..12]));

@@ -170,6 +170,42 @@ pub struct Upstream {
     /// it has the same wire and model: for agents whose requests carry ids or times).
     #[serde(default, skip_serializing_if = "ReplayMatch::is_default")]
     pub replay_match: ReplayMatch,
+    /// Models the agent may call besides `agent.model` (a preset's small model, say): a call to
+    /// any other is refused. With no `agent.model` and no list, any model may be called.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub models: Vec<String>,
+    /// What the provider may be asked beyond a model's answer, each refused unless allowed here.
+    #[serde(default, skip_serializing_if = "UpstreamAllow::is_default")]
+    pub allow: UpstreamAllow,
+}
+
+/// What the gateway lets through to the provider beyond a model's answer (`docs/agents.md`): the
+/// provider acts on these with the real key, outside the task's network and budget.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamAllow {
+    /// Tools the provider runs itself (web search and fetch, code execution, file search,
+    /// computer use on the provider's side, image generation): refused unless `true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub server_tools: bool,
+    /// MCP servers the provider connects to (`mcp_servers`, an `mcp` tool): refused unless `true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub mcp_servers: bool,
+    /// Responses kept by the provider and read back (`store: true`, `previous_response_id`,
+    /// `conversation`, `background`): refused unless `true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stored_responses: bool,
+    /// `anthropic-beta` flags passed on besides the built-in ones that only change how an answer
+    /// is made (`interleaved-thinking-…`, `fine-grained-tool-streaming-…`, …): each a prefix.
+    /// Any other flag is dropped from the call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub anthropic_betas: Vec<String>,
+}
+
+impl UpstreamAllow {
+    pub fn is_default(&self) -> bool {
+        *self == UpstreamAllow::default()
+    }
 }
 
 /// How a replayed call is matched to its recording.

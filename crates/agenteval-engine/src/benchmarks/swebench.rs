@@ -286,7 +286,9 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
     }
     report = grading::report(parser, &log, &t.row.fail_to_pass, &t.row.pass_to_pass, eval_type);
     keep_report(&report, &mut files, None);
-    let suspect = grading::suspects(parser, &log);
+    let mut suspect = grading::suspects(parser, &log);
+    // The row's eval script carries the instance's test patch: its files are the tests'.
+    suspect.extend(grading::machinery_touched(&patch, &t.row.eval_script));
     Graded { score: score(report.resolved, reason(&report)), files, suspect }
 }
 

@@ -39,11 +39,12 @@ impl Held {
     }
 }
 
-/// Stops every process of the environment but PID 1, this script and its ancestors; then lets
-/// the listeners go on. Prints `frozen PID CMD` and `running PID CMD` lines.
+/// Stops every process of the environment but PID 1, this script and its ancestors, and those
+/// that ran before the agent did (`$KEEP`: the image's own services); then lets the listeners go
+/// on. Prints `frozen PID CMD` and `running PID CMD` lines.
 const HOLD: &str = r#"
 me=$$
-keep=" 1 $me "
+keep=" 1 $me $KEEP "
 p=$me
 while [ "$p" -gt 1 ] 2>/dev/null; do
   read -r line < /proc/$p/stat || break
@@ -52,7 +53,10 @@ while [ "$p" -gt 1 ] 2>/dev/null; do
   p=$2
   keep="$keep$p "
 done
-case "$keep" in *" 0 "*) kill -s STOP -1 2>/dev/null ;; esac
+case "$keep" in *" 0 "*)
+  kill -s STOP -1 2>/dev/null
+  for a in $keep; do [ "$a" -gt 1 ] 2>/dev/null && kill -s CONT $a 2>/dev/null; done ;;
+esac
 pass=0
 while [ $pass -lt 20 ]; do
   pass=$((pass + 1))
@@ -119,7 +123,10 @@ pub async fn hold(s: &EnvSession) -> Option<Held> {
     if !s.env.leftovers_outlive_agent(&s.handle) {
         return None;
     }
-    let out = s.env.exec(&s.handle, &req(HOLD.to_string())).await.ok()?;
+    let before: Vec<String> = s.env.processes_before_agent(&s.handle).iter().map(u32::to_string).collect();
+    let mut r = req(HOLD.to_string());
+    r.env.insert("KEEP".into(), before.join(" "));
+    let out = s.env.exec(&s.handle, &r).await.ok()?;
     Some(parse(&out.stdout))
 }
 

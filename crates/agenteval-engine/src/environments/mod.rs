@@ -6,8 +6,8 @@
 
 pub mod files;
 pub mod here;
-pub mod leftovers;
 mod host;
+pub mod leftovers;
 pub mod snapshot;
 pub mod socket;
 pub mod workspace;

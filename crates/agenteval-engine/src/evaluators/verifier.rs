@@ -122,7 +122,8 @@ fn harbor_graded(t: TerminatedBy) -> Option<bool> {
 // check who wrote it), each step's failure an evaluator error that says which step it was.
 pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec, result: &AgentResult) -> Verified {
     let harbor = spec.rules == VerifierRules::Harbor;
-    let done = |score: EvaluatorScore| Verified { score, named: vec![], rewards: None, unscored: false, suspect: vec![] };
+    let done =
+        |score: EvaluatorScore| Verified { score, named: vec![], rewards: None, unscored: false, suspect: vec![] };
     let errored = |why: String| done(EvaluatorScore { error: Some(why), ..score(id, false, 0.0, String::new()) });
     let Some(session) = session else {
         return errored("the task has no environment to run its tests in".into());

@@ -108,7 +108,8 @@ impl Shared {
             Some(Refusal::Tokens { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitTokens, reason }),
             Some(Refusal::Cost { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitCost, reason }),
             Some(Refusal::ReplayMiss { reason }) => Err(Stop { terminated_by: TerminatedBy::ReplayMiss, reason }),
-            Some(Refusal::Upstream { .. }) | None => Ok(()),
+            // The agent met it as an error, as it would any provider's refusal.
+            Some(Refusal::Upstream { .. } | Refusal::Policy { .. }) | None => Ok(()),
         }
     }
 }
@@ -151,6 +152,7 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         replay,
         record: true,
         redactor: ctx.redactor.clone(),
+        models: door_models(&ctx.config),
     };
     let door = gateway.open(spec).await?;
     let host = door.base_urls(Reach::Host)?;
@@ -167,6 +169,22 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
     };
     let access = GatewayAccess { token: door.token().clone(), host, port, container, local: gateway.local() };
     Ok(Some(Opened { door, access }))
+}
+
+/// The models a task's calls may name: the agent's (as the provider knows it) and the upstream's
+/// `models`. Empty (any) only when the config names neither.
+pub fn door_models(config: &agenteval_core::config::RunConfig) -> Vec<String> {
+    use agenteval_core::config::AgentConfig;
+    let mut out = Vec::new();
+    match &config.agent {
+        AgentConfig::Llm(c) => out.extend(agenteval_llm::ModelSpec::parse(&c.model).ok().map(|s| s.name)),
+        AgentConfig::Command { model, .. } | AgentConfig::Installed { model, .. } => out.extend(model.clone()),
+        _ => {}
+    }
+    if let Some(up) = super::upstream_of(config) {
+        out.extend(up.models.iter().cloned());
+    }
+    out
 }
 
 /// Writes each call as it ends (but those the `llm` agent's ticks take); resolves only when

@@ -9,6 +9,7 @@ mod fresh;
 mod genai_spans;
 mod grade;
 mod metered;
+pub use metered::door_models;
 mod regrade;
 #[cfg(test)]
 mod tests;

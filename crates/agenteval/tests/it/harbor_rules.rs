@@ -149,10 +149,20 @@ open('/logs/verifier/reward.txt', 'w').write('1' if ok else '0')"#;
 /// This machine's address on Docker's default bridge (`docker0`).
 fn docker0() -> String {
     let out = std::process::Command::new("docker")
-        .args(["network", "inspect", "bridge", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}"])
+        .args(["network", "inspect", "bridge", "-f", "{{range .IPAM.Config}}{{.Gateway}} {{.Subnet}}{{end}}"])
         .output()
         .unwrap();
-    text(&out.stdout).trim().to_string()
+    let said = text(&out.stdout);
+    let (gateway, subnet) = said.trim().split_once(' ').unwrap_or(("", said.trim()));
+    if !gateway.is_empty() {
+        return gateway.to_string();
+    }
+    // No gateway named: the engine gives the bridge its subnet's first address.
+    let net = subnet.split('/').next().unwrap_or_default();
+    let mut octets: Vec<u32> = net.split('.').filter_map(|o| o.parse().ok()).collect();
+    assert_eq!(octets.len(), 4, "docker0's subnet: {said}");
+    octets[3] += 1;
+    octets.iter().map(u32::to_string).collect::<Vec<_>>().join(".")
 }
 
 /// A tiny HTTP server in a container on Docker's default bridge, answering 200 on ports 80 and
@@ -200,7 +210,10 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
     let server = r("server");
     assert_eq!(server["passed"], true, "the agent's server still runs for the tests: {server}");
     let why = server["suspect"][0].as_str().unwrap_or_default();
-    assert!(why.contains("python3 /app/serve.py (pid"), "a pass beside an agent process is counted apart, named: {server}");
+    assert!(
+        why.contains("python3 /app/serve.py (pid"),
+        "a pass beside an agent process is counted apart, named: {server}"
+    );
     let timed = r("timeout-after-work");
     assert_eq!(
         (timed["passed"].clone(), timed["agent"]["terminated_by"].clone()),
@@ -231,7 +244,11 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
     // The writers were held still while the tests ran: the tests' own 0 stands.
     for id in ["reward-rewriter", "reward-json-hijacker", "reward-txt-racer"] {
         let r = r(id);
-        assert_eq!((r["passed"].clone(), r["rewards"].clone()), (false.into(), serde_json::json!({"reward": 0.0})), "{id}: {r}");
+        assert_eq!(
+            (r["passed"].clone(), r["rewards"].clone()),
+            (false.into(), serde_json::json!({"reward": 0.0})),
+            "{id}: {r}"
+        );
         assert!(r["suspect"].is_null(), "nothing of the agent's ran beside the tests: {r}");
     }
     assert_eq!(summary_of(&bundle)["suspect"], 1, "the server task alone is counted apart");
@@ -470,8 +487,11 @@ fn fifty_honest_passes_under_harbors_rules_all_pass() {
     for i in 0..50 {
         let test = if i % 2 == 0 { format!("echo checking the answer\n{PASS}") } else { PASS.to_string() };
         task(&tasks, &format!("honest-{i:02}"), "", "echo done > /app/done", &test);
-        std::fs::write(tasks.join(format!("honest-{i:02}/environment/Dockerfile")), "FROM debian:bookworm-slim\nWORKDIR /app\n")
-            .unwrap();
+        std::fs::write(
+            tasks.join(format!("honest-{i:02}/environment/Dockerfile")),
+            "FROM debian:bookworm-slim\nWORKDIR /app\n",
+        )
+        .unwrap();
     }
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &[]);
@@ -486,10 +506,36 @@ fn fifty_honest_passes_under_harbors_rules_all_pass() {
 fn replay_tells_final_states_apart_when_the_patch_is_too_big_to_keep() {
     docker_ready();
     let ws = Workspace::new();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(std::time::Duration::ZERO);
     let tasks = ws.path().join("tasks");
-    task(&tasks, "random-state", "", "head -c 65536 /dev/urandom | base64 > /app/state.txt", PASS);
-    let cfg = harbor_config(&ws, &tasks, "oracle", "");
-    let (v, code, out) = ws.submit(&cfg, &["--set", "environment.max_artifact_bytes=1000"]);
+    task(&tasks, "random-state", "", "true", PASS);
+    // One model call (so the run has a recording), then a state of its own each time.
+    ws.write(
+        "setup.sh",
+        r#"#!/bin/bash
+cat > /usr/local/bin/random-agent <<'PY'
+#!/usr/bin/env python3
+import json, os, urllib.request
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+    data=json.dumps({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]}).encode(),
+    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"})
+urllib.request.urlopen(req, timeout=30).read()
+import base64
+open("/app/state.txt", "w").write(base64.b64encode(os.urandom(65536)).decode())
+PY
+chmod +x /usr/local/bin/random-agent
+"#,
+    );
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-test-0123456789\n");
+    let agent = format!(
+        "installed\n  model: mock-model\n  setup: setup.sh\n  command: random-agent\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}",
+        mock.base_url()
+    );
+    let cfg = harbor_config(&ws, &tasks, &agent, "");
+    let with_secrets =
+        std::fs::read_to_string(&cfg).unwrap().replace("backend:\n", "backend:\n  secrets_file: secrets.env\n");
+    std::fs::write(&cfg, with_secrets).unwrap();
+    let (v, code, out) = ws.submit(&cfg, &["--set", "environment.max_artifact_bytes=2048"]);
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let run = v["run_id"].as_str().unwrap();
     let digest = read_text(ws.runs().join(run).join("tasks/random-state/artifacts/patch.sha256")).unwrap();
@@ -498,4 +544,83 @@ fn replay_tells_final_states_apart_when_the_patch_is_too_big_to_keep() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
     assert_eq!(r["match"], 0, "two different final states are no MATCH: {r}");
     assert!(r.to_string().contains("final state"), "{r}");
+}
+
+/// Hostile datasets: a task whose `instruction.md` links to a root-only file of this machine, a
+/// registry repository that commits such a link, a version that names a path and a commit that
+/// is an option of git's: each is refused or read as data, and the file's text shows nowhere.
+#[test]
+fn a_hostile_dataset_reads_no_file_of_this_machine() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let ws = Workspace::new();
+    let secret = ws.write("root-only.txt", "TOP-SECRET-MARKER\n");
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let said = |out: &std::process::Output| format!("{}{}", text(&out.stdout), text(&out.stderr));
+    // A task folder whose instruction is a link out of it.
+    let tasks = ws.path().join("tasks");
+    task(&tasks, "linky", "", "true", PASS);
+    std::fs::remove_file(tasks.join("linky/instruction.md")).unwrap();
+    std::os::unix::fs::symlink(&secret, tasks.join("linky/instruction.md")).unwrap();
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(said(&out).contains("instruction.md is a link out of the task's folder"), "{}", said(&out));
+    assert!(!said(&out).contains("TOP-SECRET"), "{}", said(&out));
+    // A registry's repository that commits the same link: checked out as a plain file.
+    let repo_dir = ws.path().join("hostile-repo");
+    std::fs::create_dir_all(repo_dir.join("tasks")).unwrap();
+    task(&repo_dir.join("tasks"), "t1", "", "true", PASS);
+    std::fs::remove_file(repo_dir.join("tasks/t1/instruction.md")).unwrap();
+    std::os::unix::fs::symlink(&secret, repo_dir.join("tasks/t1/instruction.md")).unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(&repo_dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "hostile"]);
+    let commit = git(&["rev-parse", "HEAD"]);
+    let entry = |version: &str, commit: &str| {
+        serde_json::json!({"name": "evil", "version": version, "tasks": [
+            {"name": "t1", "git_url": repo_dir, "git_commit_id": commit, "path": "tasks/t1"}]})
+    };
+    let option = format!("--pathspec-from-file={}", secret.display());
+    let registry = serde_json::json!([entry("1.0", &commit), entry("../../escape", &commit), entry("2.0", &option)]);
+    ws.write("registry.json", &registry.to_string());
+    let cache = ws.path().join("cache");
+    let validate = |dataset: &str| {
+        let cfg = ws.write(
+            "dataset.yaml",
+            &format!(
+                "name: evil\nbenchmark:\n  kind: harbor\n  dataset: {dataset}\n  registry: registry.json\nagent:\n  kind: oracle\nstorage:\n  bundle_root: runs\n"
+            ),
+        );
+        ws.cmd(&["config", "validate", cfg.to_str().unwrap()]).env("AGENTEVAL_CACHE_DIR", &cache).output().unwrap()
+    };
+    let out = validate("evil@1.0");
+    assert!(out.status.success(), "{}", said(&out));
+    let checkouts: Vec<_> = std::fs::read_dir(cache.join("harbor/checkouts")).unwrap().flatten().collect();
+    for c in checkouts {
+        let f = c.path().join("tasks/t1/instruction.md");
+        let m = std::fs::symlink_metadata(&f).unwrap();
+        assert!(m.file_type().is_file(), "the link is a plain file in the checkout: {}", f.display());
+        assert!(!std::fs::read_to_string(&f).unwrap().contains("TOP-SECRET"));
+    }
+    let out = validate("evil@2.0");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(said(&out).contains("is not a commit") && !said(&out).contains("TOP-SECRET"), "{}", said(&out));
+    let out = validate("evil@../../escape");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    let made: Vec<String> = std::fs::read_dir(cache.join("harbor"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!made.iter().any(|n| n.starts_with("escape")), "a version named a folder: {made:?}");
 }

@@ -63,10 +63,15 @@ fn predictions_are_graded_as_the_official_harness_grades_them_and_export_in_its_
     let fake = read_json(&bundle.join("tasks/calc-fake-output/result.json"));
     assert!(fake["suspect"][0].as_str().is_some_and(|s| s.contains("exited early")), "{fake}");
     assert!(read_json(&bundle.join("tasks/calc-gold/result.json"))["suspect"].is_null());
+    // A patch to the test machinery is named too: a conftest.py, the instance's own test file.
+    for (id, file) in [("calc-conftest", "conftest.py"), ("calc-edits-tests", "tests/test_calc.py")] {
+        let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+        assert!(r["suspect"].to_string().contains(&format!("the patch changes {file}")), "{r}");
+    }
     let summary = read_json(&bundle.join("summary.json"));
-    assert_eq!(summary["suspect"], 1, "{summary}");
+    assert_eq!(summary["suspect"], 3, "{summary}");
     let runs_show = ws.run(&["runs", "show", &run]);
-    assert!(text(&runs_show.stdout).contains("suspect    1 task(s)"), "{}", text(&runs_show.stdout));
+    assert!(text(&runs_show.stdout).contains("suspect    3 task(s)"), "{}", text(&runs_show.stdout));
     let show = ws.run(&["show", &run, "calc-fake-output"]);
     assert!(text(&show.stdout).contains("suspect  the output claims passes"), "{}", text(&show.stdout));
 

@@ -35,6 +35,13 @@ pub(crate) async fn fetch(
         Some(py) => format!("{}-{version}-py{py}-l{LAYOUT}", preset.name),
         None => format!("{}-{version}-l{LAYOUT}", preset.name),
     };
+    // One folder's name, never a path: what went into it came from a config and an image.
+    if name.starts_with('.')
+        || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b))
+        || name.contains("..")
+    {
+        return Err(format!("`{name}` cannot name a folder of the agent cache"));
+    }
     let root = cache_dir().join("agents");
     std::fs::create_dir_all(&root).map_err(|e| format!("making the agent cache {}: {e}", root.display()))?;
     let dest = root.join(&name);

@@ -308,7 +308,13 @@ impl Layer {
                         let v = run_root(probe.into(), Vec::new()).await.map_err(|_| {
                             self.failed(format!("{} runs on Python, and the task's image has no python3", preset.name))
                         })?;
-                        Some(v.trim().to_string())
+                        // The image's answer names a folder of the cache: read strictly first.
+                        Some(python_version(&v).ok_or_else(|| {
+                            self.failed(format!(
+                                "the task's image's python3 answered `{}`, not a Python 3 version",
+                                v.trim().chars().take(80).collect::<String>()
+                            ))
+                        })?)
                     }
                     Package::NpmBinary { .. } => None,
                 };
@@ -334,6 +340,15 @@ impl Layer {
         run_root(mark, Vec::new()).await?;
         Ok(output)
     }
+}
+
+/// A `3.N` version as a task image's `python3` printed it, or `None` for anything else (it
+/// becomes part of a cache path on this machine).
+fn python_version(said: &str) -> Option<String> {
+    let v = said.trim();
+    let (major, minor) = v.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.len() <= 2 && s.bytes().all(|b| b.is_ascii_digit());
+    (major == "3" && digits(minor)).then(|| v.to_string())
 }
 
 /// Every file below `dir` into `h`, by relative path, in a fixed order.
@@ -364,6 +379,14 @@ fn folder_hash(dir: &std::path::Path, h: &mut Sha256) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_python_3_version_from_an_image_names_a_folder() {
+        assert_eq!(python_version("3.11\n").as_deref(), Some("3.11"));
+        for hostile in ["../../../etc", "3.11/../../x", "3", "2.7", "3.11 ", "3.1a", "3.123", "", "3.11\nmore"] {
+            assert_eq!(python_version(hostile), None, "{hostile:?}");
+        }
+    }
 
     fn installed(yaml: &str) -> AgentConfig {
         let v: serde_json::Value = serde_json::from_str(yaml).unwrap();

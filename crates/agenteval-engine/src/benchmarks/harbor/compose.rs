@@ -84,6 +84,20 @@ fn healthcheck(v: &Value) -> Option<Healthcheck> {
     })
 }
 
+/// A build context as the compose file names it, which must be a folder inside the task's
+/// `environment/` (no absolute path, no `..`, no link out): it is packed into an image.
+fn inside(name: &str, dir: &Path, context: &str) -> Result<std::path::PathBuf, String> {
+    let rel = Path::new(context);
+    let lexical = rel.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir));
+    let joined = dir.join(rel);
+    let real_dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let linked_out = joined.canonicalize().is_ok_and(|real| !real.starts_with(&real_dir));
+    if !lexical || linked_out {
+        return Err(format!("service `{name}`: build context `{context}` is outside the task's environment/ folder"));
+    }
+    Ok(joined)
+}
+
 fn service(name: &str, v: &Value, dir: &Path) -> Result<(Sidecar, Vec<String>), String> {
     let Some(obj) = v.as_object() else { return Err(format!("service `{name}` is not a mapping")) };
     let unknown: Vec<&str> = obj.keys().map(String::as_str).filter(|k| !KNOWN.contains(k)).collect();
@@ -91,12 +105,12 @@ fn service(name: &str, v: &Value, dir: &Path) -> Result<(Sidecar, Vec<String>), 
         return Err(format!("service `{name}` uses {}, which agenteval does not run", unknown.join(", ")));
     }
     let context = match obj.get("build") {
-        Some(Value::String(s)) => Some(dir.join(s)),
+        Some(Value::String(s)) => Some(inside(name, dir, s)?),
         Some(Value::Object(b)) => {
             if b.get("dockerfile").and_then(Value::as_str).is_some_and(|f| f != "Dockerfile") {
                 return Err(format!("service `{name}`: only a build context's own `Dockerfile` is supported"));
             }
-            Some(dir.join(b.get("context").and_then(Value::as_str).unwrap_or(".")))
+            Some(inside(name, dir, b.get("context").and_then(Value::as_str).unwrap_or("."))?)
         }
         Some(_) => return Err(format!("service `{name}`: `build` is a folder or {{context}}")),
         None => None,
@@ -176,6 +190,19 @@ pub(crate) fn read(file: &Path) -> Result<Compose, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_context_outside_the_environment_folder_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("env/api")).unwrap();
+        std::os::unix::fs::symlink("/etc", d.path().join("env/out")).unwrap();
+        let env = d.path().join("env");
+        assert!(inside("api", &env, "api").is_ok() && inside("api", &env, ".").is_ok());
+        for bad in ["..", "../x", "/etc", "api/../../x", "out"] {
+            let why = inside("api", &env, bad).unwrap_err();
+            assert!(why.contains("outside the task's environment/"), "{bad}: {why}");
+        }
+    }
 
     #[test]
     fn the_subset_reads_and_what_it_lacks_is_named() {

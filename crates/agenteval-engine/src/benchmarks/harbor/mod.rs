@@ -267,6 +267,22 @@ fn string_map(t: &toml::Table, key: &str) -> std::collections::BTreeMap<String, 
 
 /// One task folder as a task. What agenteval cannot run (a compose file, a GPU, an allowlist)
 /// makes a task that is `infra` with the reason, never an error for the whole dataset.
+/// The files and folders of a task that agenteval reads or copies, each refused when a link
+/// takes it out of the task's folder.
+const TASK_PATHS: &[&str] = &[
+    "instruction.md",
+    "task.toml",
+    "environment",
+    "environment/Dockerfile",
+    "environment/docker-compose.yaml",
+    "environment/docker-compose.yml",
+    "environment/compose.yaml",
+    "tests",
+    "tests/test.sh",
+    "solution",
+    "solution/solve.sh",
+];
+
 pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     read_task_with(dir, VerifierRules::Harbor)
 }
@@ -278,6 +294,20 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
     let id: TaskId = name.parse().map_err(|_| {
         Error::invalid(format!("Harbor task folder `{name}`: a task id is letters, digits, `-`, `_` and `.`"))
     })?;
+    // A dataset is data: none of the task's files may be a link out of its folder (a registry's
+    // checkout keeps links, and one to a root-only file of this machine would become the
+    // agent's input, the bundle's and the tests').
+    let inside = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    for f in TASK_PATHS {
+        let p = dir.join(f);
+        if let Ok(real) = p.canonicalize()
+            && !real.starts_with(&inside)
+        {
+            return Err(Error::invalid(format!(
+                "task {id}: {f} is a link out of the task's folder; a dataset's files are read only inside it"
+            )));
+        }
+    }
     let instruction = std::fs::read_to_string(dir.join("instruction.md"))
         .map_err(|e| Error::io(format!("task {id}: reading instruction.md"), e))?;
     let toml_path = dir.join("task.toml");

@@ -144,6 +144,16 @@ fn git(args: &[&str], dir: Option<&Path>) -> Result<String> {
 /// The dataset's tasks in `cache`: each repository checked out once at its commit, the tasks
 /// linked by name into one folder. `base` resolves a repository given as a relative path.
 pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
+    // Its name and version become a folder's name: they may not name a path.
+    let plain = |s: &str| {
+        !s.is_empty() && !s.starts_with('.') && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b))
+    };
+    if !plain(&d.name) || !plain(&d.version) {
+        return Err(Error::invalid(format!(
+            "the registry's dataset `{}@{}`: a name and a version are letters, digits, `.`, `_`, `+` and `-`",
+            d.name, d.version
+        )));
+    }
     let key = short_hash(&serde_json::to_string(d).unwrap_or_default());
     let folder = cache.join("harbor").join("datasets").join(format!("{}@{}-{key}", d.name, d.version));
     let done = folder.join(".agenteval-complete");
@@ -177,6 +187,18 @@ pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
                     base.join(url).to_string_lossy().into_owned()
                 };
                 let commit = t.git_commit_id.clone().unwrap_or_else(|| "HEAD".into());
+                // A commit is hex (or HEAD), never an option git would read.
+                if commit != "HEAD"
+                    && !(commit.len() >= 4 && commit.len() <= 64 && commit.bytes().all(|b| b.is_ascii_hexdigit()))
+                {
+                    return Err(Error::invalid(format!(
+                        "dataset {}@{}: task `{}`: git_commit_id `{}` is not a commit (hex)",
+                        d.name,
+                        d.version,
+                        t.name,
+                        commit.chars().take(64).collect::<String>()
+                    )));
+                }
                 let checkout = cache.join("harbor").join("checkouts").join(format!(
                     "{}-{}",
                     short_hash(&url),
@@ -187,8 +209,24 @@ pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
                     let _ = std::fs::remove_dir_all(&tmp);
                     std::fs::create_dir_all(tmp.parent().unwrap_or(Path::new(".")))
                         .map_err(|e| io("creating the checkouts", e))?;
-                    git(&["clone", "--quiet", &url, &tmp.to_string_lossy()], None)?;
-                    git(&["checkout", "--quiet", &commit], Some(&tmp))?;
+                    // Links are checked out as plain files: a dataset's link never reads this
+                    // machine's files.
+                    git(
+                        &[
+                            "-c",
+                            "core.symlinks=false",
+                            "clone",
+                            "--quiet",
+                            "--end-of-options",
+                            &url,
+                            &tmp.to_string_lossy(),
+                        ],
+                        None,
+                    )?;
+                    git(
+                        &["-c", "core.symlinks=false", "checkout", "--quiet", "--end-of-options", &commit],
+                        Some(&tmp),
+                    )?;
                     std::fs::rename(&tmp, &checkout).map_err(|e| io("keeping the checkout", e))?;
                 }
                 let head = git(&["rev-parse", "HEAD"], Some(&checkout))?;

@@ -104,7 +104,7 @@ pub fn row(id: &str, statement: &str, image: &str, base: &str) -> Value {
     })
 }
 
-/// The seven predictions, by instance: what each is and its patch.
+/// The eight predictions, by instance: what each is and its patch.
 pub fn predictions() -> Vec<(&'static str, String)> {
     let calc = |after: &str| diff("calc.py", Some(BUGGY), after);
     let fake = format!(
@@ -125,6 +125,23 @@ pub fn predictions() -> Vec<(&'static str, String)> {
             ),
         ),
         ("calc-fake-output", calc(&fake)),
+        // Fixes nothing, and adds a conftest.py that would make pytest pass every test.
+        (
+            "calc-conftest",
+            diff(
+                "conftest.py",
+                None,
+                "import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    r = outcome.get_result()
+    r.outcome = 'passed'
+",
+            ),
+        ),
     ]
 }
 
