@@ -595,6 +595,9 @@ pub struct TaskResult {
     /// as Harbor leaves it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unscored: bool,
+    /// The models its agent called, with how many calls each (refused ones included).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, u64>,
 }
 
 impl TaskResult {
@@ -1129,6 +1132,9 @@ pub struct RunSummary {
     /// Tasks graded by Harbor's rules that got no reward.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unscored: u64,
+    /// The models the run's agents called, with how many calls each.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, u64>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -611,6 +611,8 @@ pub struct Findings {
     pub rewards: Option<BTreeMap<String, f64>>,
     /// Graded by Harbor's rules and no reward came: left out of the mean reward.
     pub unscored: bool,
+    /// The models the agent called, with how many calls each.
+    pub models: BTreeMap<String, u64>,
 }
 
 /// A maker of fresh environments for one task (see [`TaskEnvironment::fresh`]).

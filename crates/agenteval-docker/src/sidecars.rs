@@ -104,6 +104,10 @@ pub(crate) async fn start(
             host_config: Some(HostConfig {
                 network_mode: Some(network.to_string()),
                 init: Some(true),
+                // The task's limits, else the documented defaults (a sidecar is no way around them).
+                memory: Some(sidecar_memory(spec)),
+                memory_swap: Some(sidecar_memory(spec)),
+                nano_cpus: Some((spec.cpus.unwrap_or(SIDECAR_CPUS).clamp(0.01, 1024.0) * 1e9) as i64),
                 pids_limit: Some(4096),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 ..Default::default()
@@ -127,6 +131,16 @@ pub(crate) async fn start(
         }
     }
     Ok(notes)
+}
+
+/// A sidecar's memory when the task names none, in MiB.
+pub const SIDECAR_MEMORY_MB: u64 = 2048;
+/// A sidecar's CPUs when the task names none.
+pub const SIDECAR_CPUS: f64 = 1.0;
+
+/// Bytes of memory (and of memory and swap together) each sidecar of `spec` gets.
+fn sidecar_memory(spec: &EnvSpec) -> i64 {
+    (spec.memory_mb.unwrap_or(SIDECAR_MEMORY_MB).min(1 << 30) * 1024 * 1024) as i64
 }
 
 /// Runs the healthcheck until it passes, as compose and Harbor do.

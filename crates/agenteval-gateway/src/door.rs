@@ -37,7 +37,11 @@ pub(crate) struct Hold {
     pub stream: bool,
     pub input: u64,
     pub output: u64,
+    /// What it could cost: its prompt as guessed and its answer at its most.
     pub cost: Option<f64>,
+    /// What it holds of a cost limit: its answer at its most (a prompt is sent whole or not at
+    /// all, so it is not held).
+    pub held_cost: f64,
 }
 
 impl Hold {
@@ -50,8 +54,8 @@ pub(crate) struct State {
     /// Tokens and dollars spent so far (calls that ended).
     pub tokens: u64,
     pub cost: f64,
-    /// What calls in flight hold of the budget (see [`Hold`]): their answers' most, and the
-    /// dollars of those and their prompts.
+    /// What calls in flight hold of the budget (see [`Hold`]): their answers' most, in tokens
+    /// and in dollars.
     pub held_tokens: u64,
     pub held_cost: f64,
     pub holds: std::collections::HashMap<u32, Hold>,
@@ -77,7 +81,7 @@ impl Session {
         }
         if let Some(h) = s.holds.remove(&n) {
             s.held_tokens = s.held_tokens.saturating_sub(h.output);
-            s.held_cost = (s.held_cost - h.cost.unwrap_or(0.0)).max(0.0);
+            s.held_cost = (s.held_cost - h.held_cost).max(0.0);
         }
         s.tokens = s.tokens.saturating_add(call.input_tokens.saturating_add(call.output_tokens));
         s.cost += call.cost_usd.unwrap_or(0.0);

@@ -23,6 +23,9 @@ const HARMLESS_BETAS: &[&str] = &[
     "effort-",
 ];
 
+/// Tool types the Responses API runs on its own side.
+const RESPONSES_SERVER_TOOLS: &[&str] = &["web_search", "file_search", "code_interpreter", "image_generation"];
+
 /// Tool types the Anthropic API runs on its own side (their names carry a date: `web_search_20250305`).
 const ANTHROPIC_SERVER_TOOLS: &[&str] = &["web_search", "web_fetch", "code_execution", "tool_search"];
 
@@ -70,9 +73,11 @@ pub(crate) fn refusal(wire: Wire, body: &Value, allow: &UpstreamAllow, models: &
             continue;
         }
         let server_side = match wire {
-            // The agent's own tools are `function` (and `custom`); every other kind runs at the
-            // provider (`web_search`, `file_search`, `code_interpreter`, `image_generation`, …).
-            Wire::Chat | Wire::Responses => !matches!(kind, "function" | "custom"),
+            // Chat completions has no tool the provider runs (its web search is a field).
+            Wire::Chat => false,
+            // Responses' client tools (`function`, `custom`, `local_shell`, `namespace`, …) run at
+            // the agent; these at the provider.
+            Wire::Responses => RESPONSES_SERVER_TOOLS.iter().any(|p| kind.starts_with(p)),
             // Untyped tools are the agent's; typed ones are too (bash, text editor, computer,
             // memory: the client runs them) but for those the API runs itself.
             Wire::Messages => ANTHROPIC_SERVER_TOOLS.iter().any(|p| kind.starts_with(p)),
@@ -180,6 +185,9 @@ mod tests {
         let refused = |wire, extra: Value| refusal(wire, &m(extra), &none, &models());
         assert!(refused(Wire::Responses, json!({"tools": [{"type": "web_search"}]})).is_some());
         assert!(refused(Wire::Responses, json!({"tools": [{"type": "function", "name": "f"}]})).is_none());
+        assert!(refused(Wire::Responses, json!({"tools": [{"type": "local_shell"}, {"type": "namespace"}]})).is_none());
+        assert!(refused(Wire::Responses, json!({"tools": [{"type": "web_search_preview"}]})).is_some());
+        assert!(refused(Wire::Responses, json!({"tools": [{"type": "code_interpreter"}]})).is_some());
         assert!(refused(Wire::Responses, json!({"tools": [{"type": "mcp", "server_url": "https://x"}]})).is_some());
         assert!(refused(Wire::Responses, json!({"previous_response_id": "resp_1"})).is_some());
         assert!(refused(Wire::Responses, json!({"store": true})).is_some());

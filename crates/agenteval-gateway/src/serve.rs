@@ -195,22 +195,25 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         };
         let mut hold = None;
         if matches!(plan, Plan::Forward) {
-            match room(&session, &s, input, requested, price) {
+            match room(&session, &s, requested, price) {
                 Ok(cap) => {
                     let output = cap.unwrap_or(0);
-                    let cost = price.filter(|_| cap.is_some()).map(|p| {
-                        cost(&p, &Usage { input_tokens: input, output_tokens: output, cached_input_tokens: 0 })
-                    });
+                    let priced = |input_tokens| {
+                        price
+                            .filter(|_| cap.is_some())
+                            .map(|p| cost(&p, &Usage { input_tokens, output_tokens: output, cached_input_tokens: 0 }))
+                    };
                     let h = Hold {
                         wire: wire.name(),
                         model: asked.model.clone(),
                         stream: asked.stream,
                         input,
                         output,
-                        cost,
+                        cost: priced(input),
+                        held_cost: priced(0).unwrap_or(0.0),
                     };
                     s.held_tokens = s.held_tokens.saturating_add(h.output);
-                    s.held_cost += h.cost.unwrap_or(0.0);
+                    s.held_cost += h.held_cost;
                     s.holds.insert(n, h.clone());
                     hold = Some((h, cap));
                 }
@@ -234,13 +237,11 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
 
 /// The most a forwarded call's answer may be so that, with every call in flight at its most,
 /// the task's limits hold: the tokens left after what is spent and held by calls in flight (a
-/// prompt is not held: it is sent whole or not at all), and the dollars left after those and
-/// this call's prompt (as guessed) at the model's output price. `None`: no limit and no length
-/// asked. `Err`: nothing is left.
+/// prompt is not held: it is sent whole or not at all), and the dollars left likewise at the
+/// model's output price. `None`: no limit and no length asked. `Err`: nothing is left.
 fn room(
     session: &Session,
     s: &crate::door::State,
-    input: u64,
     requested: Option<u64>,
     price: Option<agenteval_llm::Price>,
 ) -> Result<Option<u64>, Refusal> {
@@ -250,13 +251,13 @@ fn room(
         cap = Some(cap.map_or(left, |c| c.min(left)));
     }
     if let (Some(max), Some(p)) = (session.max_cost_usd, price) {
-        let left = max - s.cost - s.held_cost - input as f64 * p.input_per_mtok / 1e6;
+        let left = max - s.cost - s.held_cost;
         let out =
             if p.output_per_mtok > 0.0 { (left / (p.output_per_mtok / 1e6)).floor().max(0.0) as u64 } else { u64::MAX };
         if left <= 0.0 || out == 0 {
             return Err(Refusal::Cost {
                 reason: format!(
-                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, this call's prompt would pass max_cost_usd ${max:.6}",
+                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
                     s.cost, s.held_cost
                 ),
             });

@@ -94,6 +94,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         suspect: vec![],
         rewards: None,
         unscored: false,
+        models: Default::default(),
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

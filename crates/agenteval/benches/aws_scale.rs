@@ -61,6 +61,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             suspect: vec![],
             rewards: None,
             unscored: false,
+            models: Default::default(),
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

@@ -82,6 +82,9 @@ pub async fn runs_show(
     match &summary {
         Some(s) => {
             say!("{}", output::summary_table(s));
+            if let Some(l) = output::models_line(s) {
+                say!("{l}");
+            }
             if let Some(l) = output::changes_line(s) {
                 say!("{l}");
             }

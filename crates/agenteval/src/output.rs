@@ -382,6 +382,15 @@ pub fn pass_at_k_line(s: &RunSummary) -> Option<String> {
     Some(wrapped("repeated: ", &ks.join(", "), 80))
 }
 
+/// The models the run's agents called, with their calls: which model a run measured.
+pub fn models_line(s: &RunSummary) -> Option<String> {
+    (!s.models.is_empty()).then(|| {
+        let models: Vec<String> =
+            s.models.iter().map(|(m, n)| format!("{m} ({n} call{})", if *n == 1 { "" } else { "s" })).collect();
+        wrapped("models     ", &models.join(", "), 80)
+    })
+}
+
 /// Passes whose tests trusted files the agent changed outside its working folder, said apart
 /// (`verify_in: same`): a pass that is not evidence alone.
 pub fn changes_line(s: &RunSummary) -> Option<String> {
@@ -463,6 +472,7 @@ pub fn report_text(
             80,
         ));
     }
+    out.extend(models_line(s));
     out.extend(changes_line(s));
     out.extend(suspect_line(s));
     out.extend(reward_line(s));

@@ -137,6 +137,9 @@ pub(crate) fn print_outcome(
         );
     } else {
         say!("{}", output::summary_table(&o.summary));
+        if let Some(l) = output::models_line(&o.summary) {
+            say!("{l}");
+        }
         if let Some(l) = output::changes_line(&o.summary) {
             say!("{l}");
         }

@@ -71,6 +71,12 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         s.latency_p50_seconds,
         s.latency_p95_seconds
     );
+    if !s.models.is_empty() {
+        let _ = writeln!(out, "\n## Models\n\n| model | calls |\n|---|---:|");
+        for (m, n) in &s.models {
+            let _ = writeln!(out, "| {} | {n} |", md_escape(m));
+        }
+    }
     if !s.tags.is_empty() {
         let _ = writeln!(out, "\n## By tag\n\n| tag | tasks | passed | pass rate |\n|---|---:|---:|---:|");
         for (tag, t) in &s.tags {

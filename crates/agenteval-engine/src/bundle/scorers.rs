@@ -18,6 +18,7 @@ pub struct PassRate {
     /// Tasks with rewards, and each reward name's sum over them (Harbor's mean, kept as sums).
     rewarded: u64,
     reward_sums: BTreeMap<String, f64>,
+    models: BTreeMap<String, u64>,
 }
 
 impl Scorer for PassRate {
@@ -26,6 +27,9 @@ impl Scorer for PassRate {
         self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
         self.suspect += u64::from(!r.suspect.is_empty());
         self.unscored += u64::from(r.unscored);
+        for (m, n) in &r.models {
+            *self.models.entry(m.clone()).or_default() += n;
+        }
         if let Some(rewards) = r.rewards.as_ref().filter(|m| !m.is_empty()) {
             self.rewarded += 1;
             for (k, v) in rewards {
@@ -49,6 +53,7 @@ impl Scorer for PassRate {
         s.suspect = self.suspect;
         s.unscored = self.unscored;
         s.mean_reward = harbor_mean(self.rewarded, &self.reward_sums);
+        s.models = self.models.clone();
     }
 }
 
@@ -307,6 +312,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         suspect: 0,
         mean_reward: BTreeMap::new(),
         unscored: 0,
+        models: Default::default(),
     }
 }
 
@@ -324,6 +330,7 @@ mod tests {
             suspect: vec![],
             rewards: None,
             unscored: false,
+            models: Default::default(),
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

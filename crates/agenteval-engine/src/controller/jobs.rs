@@ -176,6 +176,7 @@ pub(super) async fn give_up(
             suspect: vec![],
             rewards: None,
             unscored: false,
+            models: Default::default(),
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

@@ -63,6 +63,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         suspect: vec![],
         rewards: None,
         unscored: false,
+        models: Default::default(),
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

@@ -70,6 +70,7 @@ pub(super) fn task_result(
         suspect: vec![],
         rewards: None,
         unscored: false,
+        models: Default::default(),
         // The worker ran inside the task's image: that is the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),

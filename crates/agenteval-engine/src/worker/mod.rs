@@ -636,6 +636,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         result.suspect = found.suspect;
         result.rewards = found.rewards;
         result.unscored = found.unscored;
+        result.models = found.models;
     }
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
@@ -822,6 +823,22 @@ async fn tear_down(ctx: &Ctx, s: &EnvSession, log: &mut Vec<String>) {
     ctx.snapshots.lock().expect("not poisoned").remove(&s.handle.id);
 }
 
+/// The models a trace's calls used, with how many calls each: the gateway's `model.call`
+/// events (but those it refused), and the `llm` agent's ticks that stand for theirs.
+fn models_called(events: &[TraceEvent]) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    // A refused call used no model.
+    let used = |e: &&TraceEvent| {
+        matches!(e.kind, EventKind::ModelCall | EventKind::CostTick) && e.payload.get("refused").is_none()
+    };
+    for e in events.iter().filter(used) {
+        if let Some(m) = e.payload.get("model").and_then(serde_json::Value::as_str).filter(|m| !m.is_empty()) {
+            *out.entry(m.to_string()).or_default() += 1;
+        }
+    }
+    out
+}
+
 /// Tears down every environment this worker still holds (a cancelled job's).
 async fn tear_down_live(ctx: &Ctx) {
     let live: Vec<EnvSession> = std::mem::take(&mut *ctx.live.lock().expect("not poisoned"));
@@ -974,6 +991,7 @@ async fn run_and_grade(
         }
         None => execute::run_agent(ctx, task, env, log).await?,
     };
+    env.findings.lock().expect("not poisoned").models = models_called(&sink.events);
     if let Some(s) = &env.session {
         environment_limits(task, s, &mut agent, log).await;
         // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's

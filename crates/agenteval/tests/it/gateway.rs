@@ -81,6 +81,44 @@ elif mode == "steal":
         answer = "stolen token worked"
     except urllib.error.HTTPError as e:
         answer = "stolen token refused %d" % e.code
+elif mode == "burst":
+    # 20 calls at once, each asking 500 tokens of a task that may use 1,500.
+    import threading
+    codes = []
+    def one(i):
+        body = {"model": "mock-model", "max_tokens": 500, "messages": [{"role": "user", "content": "burst %d" % i}]}
+        try:
+            openai("chat/completions", body)
+            codes.append(200)
+        except urllib.error.HTTPError as e:
+            codes.append(e.code)
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(20)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    answer = "%d answered" % codes.count(200)
+elif mode == "cutoff":
+    # A call the provider is still answering when the agent is gone.
+    import threading
+    body = {"model": "mock-model", "max_tokens": 1000, "stream": True, "messages": [{"role": "user", "content": "cut"}]}
+    threading.Thread(target=lambda: openai("chat/completions", body), daemon=True).start()
+    import time
+    time.sleep(0.5)
+    emit("agent.terminal", {"final_answer": "gone"})
+    os._exit(0)
+elif mode == "forbidden":
+    said = []
+    for path, body in [
+        ("chat/completions", {"model": "o1-pro", "messages": [{"role": "user", "content": "x"}]}),
+        ("responses", {"model": "mock-model", "input": "x", "tools": [{"type": "web_search"}]}),
+        ("chat/completions", {"model": "mock-model", "stream": 1, "messages": [{"role": "user", "content": "x"}]}),
+    ]:
+        try:
+            openai(path, body)
+            said.append("200")
+        except urllib.error.HTTPError as e:
+            said.append(str(e.code))
+    said.append(chat("allowed"))
+    answer = " ".join(said)
 elif mode == "leave":
     open(os.environ["STOLEN"], "w").write(os.environ["OPENAI_API_KEY"])
     answer = chat("left a token")
@@ -359,4 +397,54 @@ fn compare_judges_metered_cost_and_leaves_unknown_cost_out() {
         c["comparison"]["metrics"].as_array().cloned().unwrap_or_else(|| c["metrics"].as_array().cloned().unwrap());
     assert!(metrics.iter().all(|m| m["metric"] != "cost_per_task"), "unknown cost compared: {c}");
     assert!(metrics.iter().any(|m| m["metric"] == "pass_rate"), "{c}");
+}
+
+/// Calls in flight hold the task's budget: of 20 at once under `max_tokens: 1500`, each asking
+/// 500, no more than three go to the provider and each is counted at what it could cost when
+/// the fourth ends the task; a call the provider is still answering when its agent is gone is
+/// counted likewise, never as free.
+#[test]
+fn calls_in_flight_hold_the_budget_and_a_call_cut_off_by_the_agents_end_is_counted() {
+    // Slower than the 5 s the worker waits for calls still running when an agent ends.
+    let mock = MockLlm::start(Duration::from_secs(8));
+    let ws = workspace();
+    cases(&ws, &["burst", "cutoff"]);
+    let cfg = config(&ws, "held", &mock.base_url(), "  limits: {max_tokens: 1500}\n");
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    // Three calls hold the 1,500 tokens; the next is refused and ends the task at its limit,
+    // the three counted at their most (never more than the budget and their prompts).
+    let burst = result(&bundle, "burst");
+    assert_eq!(burst["agent"]["terminated_by"], "limit_tokens", "{burst}");
+    let calls = trace(&bundle, "burst");
+    let forwarded = calls.iter().filter(|e| e["kind"] == "model.call" && e["payload"]["refused"].is_null()).count();
+    assert!((1..=3).contains(&forwarded), "{forwarded} of 20 calls went to the provider: {burst}");
+    let tokens = burst["agent"]["total_tokens"].as_u64().unwrap();
+    assert!((1500..2000).contains(&tokens), "counted at their most, no more: {burst}");
+    let cut = result(&bundle, "cutoff");
+    assert!(cut["agent"]["total_tokens"].as_u64().unwrap() >= 1000, "counted at its most: {cut}");
+    assert!(cut["agent"]["total_cost_usd"].as_f64().unwrap() >= 1.0, "$1,000/Mtok for 1,000 tokens: {cut}");
+    let calls: Vec<_> = trace(&bundle, "cutoff").into_iter().filter(|e| e["kind"] == "model.call").collect();
+    assert!(calls.iter().any(|c| c["payload"]["at_cap"] == true), "{calls:?}");
+}
+
+/// What the run does not allow never reaches the provider: another model than `agent.model`, a
+/// tool the provider runs itself, a `stream` that is not a boolean; the models a run used are
+/// named in its summary and `runs show`.
+#[test]
+fn calls_the_run_does_not_allow_are_refused_and_the_models_used_are_named() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &["forbidden"]);
+    let cfg = config(&ws, "forbidden", &mock.base_url(), "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = result(&bundle, "forbidden");
+    assert_eq!(r["agent"]["final_answer"], "400 400 400 echo: allowed", "{r}");
+    assert_eq!(mock.received().len(), 1, "only the allowed call reached the provider");
+    assert_eq!(v["summary"]["models"], serde_json::json!({"mock-model": 1}), "{v}");
+    let shown = text(&ws.run(&["runs", "show", v["run_id"].as_str().unwrap()]).stdout);
+    assert!(shown.contains("models     mock-model (1 call)"), "{shown}");
 }

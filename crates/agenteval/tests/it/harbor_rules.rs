@@ -457,12 +457,24 @@ fn a_compose_task_with_a_sidecar_passes_under_docker() {
     );
     let probe_env = tasks.join("compose-host-probe/environment");
     crate::environments::copy_dir(&env, &probe_env);
+    // A sidecar that says its own memory limit: the documented default, not the machine's.
+    let limit = "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://api:8080/limit', timeout=5).read().decode().strip())\"";
+    task(&tasks, "sidecar-limits", "", "true", &format!("[ \"$({limit})\" = 2147483648 ] {VERDICT}"));
+    let limits_env = tasks.join("sidecar-limits/environment");
+    crate::environments::copy_dir(&env, &limits_env);
+    std::fs::write(
+        limits_env.join("docker-compose.yaml"),
+        "services:\n  main:\n    build: .\n    depends_on:\n      api: {condition: service_healthy}\n  api:\n    build: ./api\n    command: [sh, -c, \"mkdir -p /srv && (cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes) > /srv/limit && cd /srv && exec python3 -m http.server 8080\"]\n    healthcheck:\n      test: [CMD-SHELL, \"python3 -c 'import urllib.request; urllib.request.urlopen(\\\"http://127.0.0.1:8080\\\")'\"]\n      interval: 1s\n      retries: 20\n",
+    )
+    .unwrap();
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let run = v["run_id"].as_str().unwrap();
     let r = result(&ws.runs().join(run), "with-sidecar");
     assert_eq!(r["passed"], true, "{r}");
+    let limits = result(&ws.runs().join(run), "sidecar-limits");
+    assert_eq!(limits["passed"], true, "a sidecar gets the default memory limit: {limits}");
     let probe = result(&ws.runs().join(run), "compose-host-probe");
     assert_eq!(probe["passed"], true, "a compose network reaches none of this machine's addresses: {probe}");
     let left = std::process::Command::new("docker")

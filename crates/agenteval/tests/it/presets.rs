@@ -70,7 +70,8 @@ fn solves_then_fails(preset: &str, tool: &str, record: &str, result_says: &str) 
     let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
     let failed = read_json(&bundle.join("tasks/hello-fail/result.json"));
     let log = read_text(bundle.join("tasks/hello-solve/worker.log")).unwrap_or_default();
-    assert_eq!(solved["passed"], true, "{solved}\n{log}");
+    let calls = read_text(bundle.join("tasks/hello-solve/trace.jsonl")).unwrap_or_default();
+    assert_eq!(solved["passed"], true, "{solved}\n{log}\n{calls}");
     assert_eq!(v["status"], "complete", "{v}");
     assert_eq!(code, 0, "{v}");
     assert_eq!(

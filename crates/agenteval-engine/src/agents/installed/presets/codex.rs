@@ -19,7 +19,9 @@ pub const PRESET: Preset = Preset {
         ],
     },
     // Its own home under the task's logs: the provider is the gateway; updates, analytics and
-    // telemetry are off; approvals and its sandbox are off (the container is the sandbox).
+    // telemetry are off; approvals and its sandbox are off (the container is the sandbox); its
+    // web search (a tool the provider runs, outside the task's network) is off, as the gateway
+    // refuses it unless `agent.upstream.allow.server_tools`.
     // Codex has no step limit of its own: max_tokens, max_cost_usd and max_wall_seconds bound it.
     command: r#"set -e
 export CODEX_HOME=/logs/agent/codex-home PATH="/opt/agenteval-agent/bin:$PATH"
@@ -28,6 +30,7 @@ cat > "$CODEX_HOME/config.toml" <<EOF
 model = "${AGENTEVAL_MODEL}"
 model_provider = "agenteval"
 check_for_update_on_startup = false
+web_search = "disabled"
 [model_providers.agenteval]
 name = "agenteval gateway"
 base_url = "${OPENAI_BASE_URL}"
