@@ -155,71 +155,8 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         let n = s.arrived;
         s.arrived += 1;
         s.in_flight += 1;
-        let mut plan = if let Some(reason) = policy {
-            Plan::Refuse(Refusal::Policy { reason })
-        } else if let Some(max) = session.max_tokens.filter(|m| s.tokens.saturating_add(s.held_tokens) >= *m) {
-            Plan::Refuse(Refusal::Tokens {
-                reason: format!(
-                    "the task's tokens are spent: {} used, {} held by calls in flight, max_tokens {max}",
-                    s.tokens, s.held_tokens
-                ),
-            })
-        } else if let Some(max) = session.max_cost_usd.filter(|m| s.cost + s.held_cost >= *m) {
-            Plan::Refuse(Refusal::Cost {
-                reason: format!(
-                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
-                    s.cost, s.held_cost
-                ),
-            })
-        } else if session.max_cost_usd.is_some() && price.is_none() {
-            Plan::Refuse(Refusal::Cost {
-                reason: format!(
-                    "no price is known for model `{}`, so the task's max_cost_usd cannot be kept: give its price in \
-                     agent.upstream.prices",
-                    asked.model
-                ),
-            })
-        } else {
-            match s.replay.as_mut() {
-                None => Plan::Forward,
-                Some((r, strict)) => match r.find(n as usize, &fingerprint, wire.name(), &asked.model) {
-                    Some(e) => Plan::Replay(Box::new(e)),
-                    None if *strict => {
-                        let why =
-                            r.miss(n as usize, wire.name(), &asked.model, &session.redactor.redact_json(&request));
-                        Plan::Refuse(Refusal::ReplayMiss { reason: format!("task {}: {why}", session.task) })
-                    }
-                    None => Plan::Forward,
-                },
-            }
-        };
-        let mut hold = None;
-        if matches!(plan, Plan::Forward) {
-            match room(&session, &s, requested, price) {
-                Ok(cap) => {
-                    let output = cap.unwrap_or(0);
-                    let priced = |input_tokens| {
-                        price
-                            .filter(|_| cap.is_some())
-                            .map(|p| cost(&p, &Usage { input_tokens, output_tokens: output, cached_input_tokens: 0 }))
-                    };
-                    let h = Hold {
-                        wire: wire.name(),
-                        model: asked.model.clone(),
-                        stream: asked.stream,
-                        input,
-                        output,
-                        cost: priced(input),
-                        held_cost: priced(0).unwrap_or(0.0),
-                    };
-                    s.held_tokens = s.held_tokens.saturating_add(h.output);
-                    s.held_cost += h.held_cost;
-                    s.holds.insert(n, h.clone());
-                    hold = Some((h, cap));
-                }
-                Err(why) => plan = Plan::Refuse(why),
-            }
-        }
+        let arrival = Arrival { wire, asked: &asked, policy, price, input, requested, fingerprint: &fingerprint };
+        let (plan, hold) = plan_of(&session, &mut s, n, &arrival, &request);
         (n, plan, hold)
     };
     let limited = session.max_tokens.is_some() || session.max_cost_usd.is_some();
@@ -233,6 +170,96 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         Plan::Replay(entry) => record.replay(*entry, &request),
         Plan::Forward => forward(&inner, &headers, body, request, record).await,
     }
+}
+
+/// A call as it arrives: what the plan for it is made from.
+struct Arrival<'a> {
+    wire: Wire,
+    asked: &'a wire::Asked,
+    /// Why the run does not allow it, if it does not.
+    policy: Option<String>,
+    price: Option<agenteval_llm::Price>,
+    /// Its prompt's tokens as guessed.
+    input: u64,
+    /// The answer's length it asks, if it names one.
+    requested: Option<u64>,
+    fingerprint: &'a str,
+}
+
+/// What the gateway does with the `n`-th call of a door (refuse, replay, forward), and, for a
+/// call it forwards, what that call holds of the budget and the length its answer is held to.
+fn plan_of(
+    session: &Session,
+    s: &mut crate::door::State,
+    n: u32,
+    a: &Arrival<'_>,
+    request: &Value,
+) -> (Plan, Option<(Hold, Option<u64>)>) {
+    let mut plan = if let Some(reason) = a.policy.clone() {
+        Plan::Refuse(Refusal::Policy { reason })
+    } else if let Some(max) = session.max_tokens.filter(|m| s.tokens.saturating_add(s.held_tokens) >= *m) {
+        Plan::Refuse(Refusal::Tokens {
+            reason: format!(
+                "the task's tokens are spent: {} used, {} held by calls in flight, max_tokens {max}",
+                s.tokens, s.held_tokens
+            ),
+        })
+    } else if let Some(max) = session.max_cost_usd.filter(|m| s.cost + s.held_cost >= *m) {
+        Plan::Refuse(Refusal::Cost {
+            reason: format!(
+                "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
+                s.cost, s.held_cost
+            ),
+        })
+    } else if session.max_cost_usd.is_some() && a.price.is_none() {
+        Plan::Refuse(Refusal::Cost {
+            reason: format!(
+                "no price is known for model `{}`, so the task's max_cost_usd cannot be kept: give its price in \
+                 agent.upstream.prices",
+                a.asked.model
+            ),
+        })
+    } else {
+        match s.replay.as_mut() {
+            None => Plan::Forward,
+            Some((r, strict)) => match r.find(n as usize, a.fingerprint, a.wire.name(), &a.asked.model) {
+                Some(e) => Plan::Replay(Box::new(e)),
+                None if *strict => {
+                    let why = r.miss(n as usize, a.wire.name(), &a.asked.model, &session.redactor.redact_json(request));
+                    Plan::Refuse(Refusal::ReplayMiss { reason: format!("task {}: {why}", session.task) })
+                }
+                None => Plan::Forward,
+            },
+        }
+    };
+    let mut hold = None;
+    if matches!(plan, Plan::Forward) {
+        match room(session, s, a.requested, a.price) {
+            Ok(cap) => {
+                let output = cap.unwrap_or(0);
+                let priced = |input_tokens| {
+                    a.price
+                        .filter(|_| cap.is_some())
+                        .map(|p| cost(&p, &Usage { input_tokens, output_tokens: output, cached_input_tokens: 0 }))
+                };
+                let h = Hold {
+                    wire: a.wire.name(),
+                    model: a.asked.model.clone(),
+                    stream: a.asked.stream,
+                    input: a.input,
+                    output,
+                    cost: priced(a.input),
+                    held_cost: priced(0).unwrap_or(0.0),
+                };
+                s.held_tokens = s.held_tokens.saturating_add(h.output);
+                s.held_cost += h.held_cost;
+                s.holds.insert(n, h.clone());
+                hold = Some((h, cap));
+            }
+            Err(why) => plan = Plan::Refuse(why),
+        }
+    }
+    (plan, hold)
 }
 
 /// The most a forwarded call's answer may be so that, with every call in flight at its most,
@@ -428,30 +455,7 @@ async fn forward(
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
-    let mut req = inner
-        .http
-        .post(format!("{}/{}", provider.base, wire.path()))
-        .timeout(provider.timeout)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(sent);
-    if wire.is_anthropic() {
-        let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
-        req = req.header("anthropic-version", version);
-        // Only the flags that change how an answer is made, and those the config allows.
-        if let Some(beta) = headers
-            .get("anthropic-beta")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|b| crate::policy::betas(b, &inner.config.allow))
-            && let Ok(v) = HeaderValue::from_str(&beta)
-        {
-            req = req.header("anthropic-beta", v);
-        }
-        if let Some(key) = &provider.key {
-            req = req.header("x-api-key", key.expose());
-        }
-    } else if let Some(key) = &provider.key {
-        req = req.bearer_auth(key.expose());
-    }
+    let req = provider_request(inner, provider, wire, headers, sent);
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) => {
@@ -491,17 +495,7 @@ async fn forward(
         .collect();
     // A provider's error may quote the key it was given: read whole (bounded) and scrubbed.
     let upstream: Upstream = if !status.is_success() && !streamed {
-        let mut whole = Vec::new();
-        let mut stream = resp.bytes_stream();
-        use futures::StreamExt as _;
-        while let Some(Ok(chunk)) = stream.next().await {
-            whole.extend_from_slice(&chunk);
-            if whole.len() > MAX_ERROR_BYTES {
-                whole.truncate(MAX_ERROR_BYTES);
-                break;
-            }
-        }
-        let scrubbed = scrub(&String::from_utf8_lossy(&whole), provider.key.as_ref(), &record.session);
+        let scrubbed = scrubbed_error(resp, provider.key.as_ref(), &record.session).await;
         Box::pin(futures::stream::once(async move { Ok(Bytes::from(scrubbed)) }))
     } else {
         Box::pin(resp.bytes_stream())
@@ -525,6 +519,62 @@ async fn forward(
         out = out.header(header::CACHE_CONTROL, "no-cache");
     }
     out.body(Body::from_stream(tee)).expect("a valid response")
+}
+
+/// The call to the provider: its wire's path under the upstream's base URL, the body as it is
+/// sent, the real key, and of the agent's headers only Anthropic's version and the beta flags the
+/// run allows.
+fn provider_request(
+    inner: &Inner,
+    provider: &crate::Provider,
+    wire: Wire,
+    headers: &HeaderMap,
+    sent: Bytes,
+) -> reqwest::RequestBuilder {
+    let mut req = inner
+        .http
+        .post(format!("{}/{}", provider.base, wire.path()))
+        .timeout(provider.timeout)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(sent);
+    if wire.is_anthropic() {
+        let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
+        req = req.header("anthropic-version", version);
+        // Only the flags that change how an answer is made, and those the config allows.
+        if let Some(beta) = headers
+            .get("anthropic-beta")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|b| crate::policy::betas(b, &inner.config.allow))
+            && let Ok(v) = HeaderValue::from_str(&beta)
+        {
+            req = req.header("anthropic-beta", v);
+        }
+        if let Some(key) = &provider.key {
+            req = req.header("x-api-key", key.expose());
+        }
+    } else if let Some(key) = &provider.key {
+        req = req.bearer_auth(key.expose());
+    }
+    req
+}
+
+/// A provider's error answer, read whole up to [`MAX_ERROR_BYTES`], without the key's bytes.
+async fn scrubbed_error(
+    resp: reqwest::Response,
+    key: Option<&agenteval_core::secret::Secret>,
+    session: &Session,
+) -> String {
+    use futures::StreamExt as _;
+    let mut whole = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(Ok(chunk)) = stream.next().await {
+        whole.extend_from_slice(&chunk);
+        if whole.len() > MAX_ERROR_BYTES {
+            whole.truncate(MAX_ERROR_BYTES);
+            break;
+        }
+    }
+    scrub(&String::from_utf8_lossy(&whole), key, session)
 }
 
 type Upstream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
@@ -648,13 +698,15 @@ impl Drop for Tee {
                     tokio::pin!(closing);
                     closing.as_mut().enable();
                     let closed = session.state.lock().expect("not poisoned").closed;
-                    while !closed {
-                        tokio::select! {
-                            _ = &mut closing => break,
-                            next = rest.next() => match next {
-                                Some(Ok(chunk)) => listening.chunk(&chunk),
-                                _ => break,
-                            },
+                    if !closed {
+                        loop {
+                            tokio::select! {
+                                _ = &mut closing => break,
+                                next = rest.next() => match next {
+                                    Some(Ok(chunk)) => listening.chunk(&chunk),
+                                    _ => break,
+                                },
+                            }
                         }
                     }
                     drop(rest);

@@ -264,9 +264,9 @@ pub fn machinery_touched(patch: &str, tests_from: &str) -> Vec<String> {
         let name = f.rsplit('/').next().unwrap_or(&f);
         let why = if name == "conftest.py" {
             Some("a conftest.py, which pytest loads before the tests")
-        } else if name == "pytest.ini" {
-            Some("pytest's configuration")
-        } else if matches!(name, "setup.cfg" | "tox.ini" | "pyproject.toml") && touches_pytest(patch, &f) {
+        } else if name == "pytest.ini"
+            || (matches!(name, "setup.cfg" | "tox.ini" | "pyproject.toml") && touches_pytest(patch, &f))
+        {
             Some("pytest's configuration")
         } else if matches!(name, "sitecustomize.py" | "usercustomize.py") {
             Some("a module Python runs at every start")

@@ -24,6 +24,13 @@
 //!   peer check; and the change report of a container holding 100,000 files the agent wrote.
 //!   Median and p95 over 100 tasks each (targets: +10 ms or less a task; the report ≤ 100 ms).
 //!
+//! - Harbor's checks, alone with `AGENTEVAL_BENCH_ONLY=harbor-checks`: what a Harbor task pays
+//!   for the agent's leftover processes held still while its tests run (the image's processes
+//!   listed at the baseline, every other process stopped and listed, the woken ones looked for
+//!   after), and for the change report's mounted files, with one leftover process; next to the
+//!   check it replaced (the verifier folder read a second after the tests, and a `find` of the
+//!   reward's change times). Median and p95 over 100 tasks.
+//!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks every scenario for a quick look.
 
 #[path = "../tests/it/util/mod.rs"]
@@ -126,6 +133,10 @@ fn main() {
         task_image_start(&rt, &docker, &context, scale(10));
         return;
     }
+    if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("harbor-checks") {
+        rt.block_on(harbor_checks(Arc::new(docker), &spec, n));
+        return;
+    }
     if std::env::var("AGENTEVAL_BENCH_ONLY").as_deref() == Ok("containment") {
         containment(&rt, Arc::new(docker), &dir, n);
         return;
@@ -196,6 +207,48 @@ fn main() {
         v["summary"]["passed"],
         peak_kb / 1024
     );
+}
+
+/// Harbor's checks around a task's tests, new and replaced, per task (see the header).
+async fn harbor_checks(env: Arc<dyn Environment>, spec: &EnvSpec, n: usize) {
+    use agenteval_core::environment::ExecRequest;
+    use agenteval_engine::environments::leftovers;
+    let run = RunId::new();
+    let task: TaskSpec = serde_json::from_value(serde_json::json!({"id": "bench", "input": ""})).unwrap();
+    let root = |cmd: &str| ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(30)) };
+    let (mut new, mut old, mut report) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..n {
+        let h = env.prepare(&run, &task, i as u32, spec).await.expect("prepare");
+        let session = agenteval_core::traits::EnvSession { env: env.clone(), handle: h.clone() };
+        // The baseline's process listing (one more exec at prepare), then the agent leaves one
+        // process behind and the tests' turn comes.
+        let started = Instant::now();
+        env.exec(&h, &root("for p in /proc/[0-9]*; do echo ${p#/proc/}; done")).await.unwrap();
+        let listing = started.elapsed();
+        env.exec(&h, &root("nohup sh -c 'while true; do sleep 1; done' >/dev/null 2>&1 &")).await.unwrap();
+        let started = Instant::now();
+        let held = leftovers::hold(&session).await.expect("a container's leftovers are held");
+        assert!(!held.frozen.is_empty() && held.running.is_empty(), "{held:?}");
+        let _ = leftovers::woken(&session, &held).await;
+        new.push(started.elapsed() + listing);
+        let started = Instant::now();
+        let _ = env.changed_outside(&h).await;
+        report.push(started.elapsed());
+        // What it replaced: a second's wait, then a `find` of the reward's change times.
+        let started = Instant::now();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let find = "cd /logs/verifier 2>/dev/null || exit 0; find . -type f -newerct @1 -printf 'after %P\\n'; find . -type f ! -newerct @1 -printf 'before %P\\n'";
+        let _ = env.exec(&h, &root(find)).await;
+        old.push(started.elapsed());
+        env.teardown(&h).await.unwrap();
+    }
+    let show = |what: &str, xs: Vec<Duration>| {
+        let (p50, p95) = quantiles(xs);
+        println!("{what}: p50 {:.1} ms, p95 {:.1} ms over {n} tasks", ms(p50), ms(p95));
+    };
+    show("Harbor's rules, leftovers held still (baseline listing, stop and list, woken after)", new);
+    show("the change report with its mounted files (/etc/hosts, resolv.conf, hostname)", report);
+    show("the check it replaced (a 1 s wait, then a find of the reward's change times)", old);
 }
 
 fn ms(d: Duration) -> f64 {

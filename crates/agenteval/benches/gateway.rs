@@ -8,6 +8,10 @@
 //!   and through the gateway (target: within 5%), and the gateway's peak memory (target: at most
 //!   100 MB).
 //!
+//! The gateway runs with a token and a cost limit (so every call holds its budget and is clamped)
+//! and a model of its own (so every call's body is checked). `AGENTEVAL_BENCH_BIN=PATH` measures
+//! another build of agenteval (an older one, for a figure next to today's).
+//!
 //! `AGENTEVAL_BENCH_SCALE=0.1` shrinks both for a quick look.
 
 use std::io::BufRead as _;
@@ -46,12 +50,13 @@ impl Served {
         std::fs::write(
             &cfg,
             format!(
-                "name: gateway-bench\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: ['true']\n  upstream:\n    openai: {{base_url: '{}'}}\n    prices:\n      mock-model: {{input_per_mtok: 1, output_per_mtok: 2}}\n",
+                "name: gateway-bench\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: ['true']\n  model: mock-model\n  limits: {{max_tokens: 1000000000, max_cost_usd: 1000000}}\n  upstream:\n    openai: {{base_url: '{}'}}\n    prices:\n      mock-model: {{input_per_mtok: 1, output_per_mtok: 2}}\n",
                 mock.base_url()
             ),
         )
         .unwrap();
-        let mut child = Command::new(BIN)
+        let bin = std::env::var("AGENTEVAL_BENCH_BIN").unwrap_or_else(|_| BIN.to_string());
+        let mut child = Command::new(bin)
             .args(["gateway", "serve", "--json", "--listen", "127.0.0.1:0", "--config"])
             .arg(&cfg)
             .env("RUST_LOG", "error")

@@ -623,8 +623,8 @@ pub enum GatewayCommand {
         /// Where to listen (keep it on loopback: anyone who reaches it spends with your token).
         #[arg(long, default_value = "127.0.0.1:8787", value_name = "ADDR:PORT")]
         listen: String,
-        /// Write every call (request, answer or stream, usage, timing) to this cassette file
-        /// when the gateway stops.
+        /// Write every call (request, answer or stream, usage, timing) to this cassette file as
+        /// it ends; the file is owner-only (0600): it holds every prompt and answer.
         #[arg(long, value_name = "FILE", conflicts_with = "replay")]
         record: Option<PathBuf>,
         /// Answer every call from this cassette file (by fingerprint), with no provider and no

@@ -88,24 +88,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         models: agenteval_engine::worker::door_models(config),
     });
     // Calls are written to the record as they end, not held.
-    let mut recording = match args.record {
-        Some(file) => {
-            // Owner-only, as a cassette holds every prompt and answer (the key is never in it).
-            use std::os::unix::fs::OpenOptionsExt as _;
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(file)
-                .map_err(|e| Error::io(format!("creating {}", file.display()), e))?;
-            // An existing file keeps its mode through `open`: set it.
-            std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-                .map_err(|e| Error::io(format!("making {} owner-only", file.display()), e))?;
-            Some(f)
-        }
-        None => None,
-    };
+    let mut recording = args.record.map(open_record).transpose()?;
     let (openai, anthropic) = door.base_urls(Reach::Host)?;
     let token = door.token().expose().to_string();
     if args.json {
@@ -147,6 +130,22 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         say!("{calls} calls, {tokens} tokens, {cost}{recorded}");
     }
     Ok(exit::OK)
+}
+
+/// The record file, owner-only (0600): a cassette holds every prompt and answer (the key is
+/// never in it). An existing file keeps its mode through `open`, so it is set.
+fn open_record(file: &Path) -> agenteval_core::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|e| Error::io(format!("creating {}", file.display()), e))?;
+    std::fs::set_permissions(file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .map_err(|e| Error::io(format!("making {} owner-only", file.display()), e))?;
+    Ok(f)
 }
 
 /// One call, in a line.

@@ -135,6 +135,10 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         user: Some("0".into()),
         ..ExecRequest::new(cmd, Duration::from_secs_f64(secs))
     };
+    // Under Harbor's rules the agent's processes outlive it: all but its servers are held still
+    // from before the verifier's folders are made until the reward is read, so nothing of the
+    // agent's writes the reward or the tests; those that ran beside them are named.
+    let held = if harbor { crate::environments::leftovers::hold(session).await } else { None };
     // Whatever the agent left at these paths goes first: a reward it wrote is not the tests'.
     let agent_logs = format!("{}/logs/agent", root.trim_end_matches('/'));
     let prep = format!(
@@ -166,9 +170,6 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         let own = format!("chown -R {} {}", quote(user), quote(&logs_dir));
         let _ = e.exec(handle, &as_root(&own, 60.0)).await;
     }
-    // Under Harbor's rules the agent's processes outlive it: all but its servers are held still
-    // while the tests run, so nothing of the agent's writes the reward; those that ran are named.
-    let held = if harbor { crate::environments::leftovers::hold(session).await } else { None };
     let user = Some(spec.user.clone().unwrap_or_else(|| "0".into()));
     let out = match e.exec(handle, &ExecRequest { env, user, ..as_root(&command, secs) }).await {
         Ok(o) => o,

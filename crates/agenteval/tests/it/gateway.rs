@@ -448,3 +448,46 @@ fn calls_the_run_does_not_allow_are_refused_and_the_models_used_are_named() {
     let shown = text(&ws.run(&["runs", "show", v["run_id"].as_str().unwrap()]).stdout);
     assert!(shown.contains("models     mock-model (1 call)"), "{shown}");
 }
+
+/// `gateway serve --record` writes its cassette owner-only, even over a file that was not.
+#[test]
+fn gateway_serve_records_owner_only() {
+    use std::io::BufRead as _;
+    use std::os::unix::fs::PermissionsExt as _;
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &["chat"]);
+    let cfg = config(&ws, "serve", &mock.base_url(), "");
+    let calls = ws.write("calls.jsonl", "");
+    std::fs::set_permissions(&calls, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = ws
+        .cmd(&["gateway", "serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0", "--record"])
+        .arg(&calls)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let (base, token) = (first["openai_base_url"].as_str().unwrap(), first["token"].as_str().unwrap());
+    let body = serde_json::json!({"model": "mock-model", "messages": [{"role": "user", "content": "hi"}]});
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let status = rt.block_on(async {
+        reqwest::Client::new()
+            .post(format!("{base}/chat/completions"))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(status.as_u16(), 200);
+    let _ = lines.next();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
+    assert!(child.wait().unwrap().success());
+    let mode = std::fs::metadata(&calls).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the cassette is owner-only");
+    assert_eq!(read_text(&calls).unwrap().lines().count(), 1);
+}

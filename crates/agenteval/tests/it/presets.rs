@@ -295,3 +295,38 @@ fn doctor_checks_the_model_endpoint_and_the_gateway_from_a_task_container() {
     );
     assert!(failed[0].contains("(agent.upstream.openai.base_url)"), "{failed:?}");
 }
+
+/// A hostile task image whose `python3` answers a path instead of its version: a Python preset's
+/// install fails naming the answer, and nothing of this machine is made or touched by it.
+#[test]
+fn an_images_python3_that_answers_a_path_names_no_folder_of_this_machine() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    let nonce = format!("agenteval-pwned-{}", std::process::id());
+    let escape = "../".repeat(12);
+    for id in ["hello-solve", "hello-fail"] {
+        let dockerfile = tasks.join(id).join("environment/Dockerfile");
+        let was = std::fs::read_to_string(&dockerfile).unwrap();
+        std::fs::write(
+            &dockerfile,
+            format!("{was}\nRUN printf '#!/bin/sh\\necho {escape}tmp/{nonce}\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3\n"),
+        )
+        .unwrap();
+    }
+    let cfg = config(&ws, &tasks, "  preset: mini-swe-agent", "http://127.0.0.1:9/v1");
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+    for id in ["hello-solve", "hello-fail"] {
+        let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+        assert_eq!(r["agent"]["fault"], "install_failed", "{r}");
+        assert!(r["agent"]["error"].as_str().unwrap().contains("not a Python 3 version"), "{r}");
+    }
+    let made: Vec<String> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&nonce))
+        .collect();
+    assert!(made.is_empty(), "the image's answer named a folder: {made:?}");
+}

@@ -141,19 +141,39 @@ fn git(args: &[&str], dir: Option<&Path>) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// The dataset's tasks in `cache`: each repository checked out once at its commit, the tasks
-/// linked by name into one folder. `base` resolves a repository given as a relative path.
-pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
-    // Its name and version become a folder's name: they may not name a path.
+/// A dataset's name and version become a folder's name: they may not name a path.
+fn plain_names(d: &Dataset) -> Result<()> {
     let plain = |s: &str| {
         !s.is_empty() && !s.starts_with('.') && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"._+-".contains(&b))
     };
-    if !plain(&d.name) || !plain(&d.version) {
-        return Err(Error::invalid(format!(
-            "the registry's dataset `{}@{}`: a name and a version are letters, digits, `.`, `_`, `+` and `-`",
-            d.name, d.version
-        )));
+    if plain(&d.name) && plain(&d.version) {
+        return Ok(());
     }
+    Err(Error::invalid(format!(
+        "the registry's dataset `{}@{}`: a name and a version are letters, digits, `.`, `_`, `+` and `-`",
+        d.name, d.version
+    )))
+}
+
+/// A commit is hex (or `HEAD`), never an option git would read.
+fn check_commit(d: &Dataset, t: &RegistryTask, commit: &str) -> Result<()> {
+    let hex = (4..=64).contains(&commit.len()) && commit.bytes().all(|b| b.is_ascii_hexdigit());
+    if commit == "HEAD" || hex {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "dataset {}@{}: task `{}`: git_commit_id `{}` is not a commit (hex)",
+        d.name,
+        d.version,
+        t.name,
+        commit.chars().take(64).collect::<String>()
+    )))
+}
+
+/// The dataset's tasks in `cache`: each repository checked out once at its commit, the tasks
+/// linked by name into one folder. `base` resolves a repository given as a relative path.
+pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
+    plain_names(d)?;
     let key = short_hash(&serde_json::to_string(d).unwrap_or_default());
     let folder = cache.join("harbor").join("datasets").join(format!("{}@{}-{key}", d.name, d.version));
     let done = folder.join(".agenteval-complete");
@@ -187,18 +207,7 @@ pub fn fetch(d: &Dataset, cache: &Path, base: &Path) -> Result<Fetched> {
                     base.join(url).to_string_lossy().into_owned()
                 };
                 let commit = t.git_commit_id.clone().unwrap_or_else(|| "HEAD".into());
-                // A commit is hex (or HEAD), never an option git would read.
-                if commit != "HEAD"
-                    && !(commit.len() >= 4 && commit.len() <= 64 && commit.bytes().all(|b| b.is_ascii_hexdigit()))
-                {
-                    return Err(Error::invalid(format!(
-                        "dataset {}@{}: task `{}`: git_commit_id `{}` is not a commit (hex)",
-                        d.name,
-                        d.version,
-                        t.name,
-                        commit.chars().take(64).collect::<String>()
-                    )));
-                }
+                check_commit(d, t, &commit)?;
                 let checkout = cache.join("harbor").join("checkouts").join(format!(
                     "{}-{}",
                     short_hash(&url),
