@@ -53,6 +53,8 @@ pub(crate) fn refusal(wire: Wire, body: &Value, allow: &UpstreamAllow, models: &
             Some("`previous_response_id` (a response the provider kept)")
         } else if body.get("conversation").is_some_and(|v| !v.is_null()) {
             Some("`conversation` (a conversation the provider kept)")
+        } else if wire == Wire::Responses && body.pointer("/prompt/id").is_some() {
+            Some("`prompt` with an `id` (a prompt the provider kept)")
         } else {
             None
         };
@@ -191,6 +193,7 @@ mod tests {
         assert!(refused(Wire::Responses, json!({"tools": [{"type": "mcp", "server_url": "https://x"}]})).is_some());
         assert!(refused(Wire::Responses, json!({"previous_response_id": "resp_1"})).is_some());
         assert!(refused(Wire::Responses, json!({"store": true})).is_some());
+        assert!(refused(Wire::Responses, json!({"prompt": {"id": "pmpt_1"}})).is_some());
         assert!(refused(Wire::Responses, json!({"store": false})).is_none());
         assert!(refused(Wire::Responses, json!({"background": true})).is_some());
         assert!(refused(Wire::Chat, json!({"stream": 1})).unwrap().contains("true or false"));

@@ -192,7 +192,7 @@ pub struct UpstreamAllow {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mcp_servers: bool,
     /// Responses kept by the provider and read back (`store: true`, `previous_response_id`,
-    /// `conversation`, `background`): refused unless `true`.
+    /// `conversation`, `background`, a stored `prompt`): refused unless `true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stored_responses: bool,
     /// `anthropic-beta` flags passed on besides the built-in ones that only change how an answer
