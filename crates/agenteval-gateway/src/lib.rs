@@ -547,4 +547,17 @@ mod tests {
         assert!(cfg.price(wire::Wire::Chat, "mock-model", Some("mock-model")).is_some());
         assert!(cfg.price(wire::Wire::Chat, "my-other-model", Some("mock-model")).is_none());
     }
+
+    #[tokio::test]
+    async fn a_call_that_names_no_length_holds_a_default_and_is_held_to_one_only_near_the_limit() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
+        let roomy = gw.open_door(DoorSpec { max_tokens: Some(1_000_000), ..spec("t1") });
+        assert_eq!(post(&roomy, "chat/completions", chat("roomy", false)).await.0, 200);
+        let tight = gw.open_door(DoorSpec { max_tokens: Some(1_000), ..spec("t2") });
+        assert_eq!(post(&tight, "chat/completions", chat("tight", false)).await.0, 200);
+        let sent: Vec<Value> = mock.received().into_iter().map(|r| r.body).collect();
+        assert!(sent[0].get("max_tokens").is_none(), "a length the model may not allow is never written: {}", sent[0]);
+        assert_eq!(sent[1]["max_tokens"], 1000, "near the limit the call is held to what is left");
+    }
 }

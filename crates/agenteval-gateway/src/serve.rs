@@ -235,11 +235,11 @@ fn plan_of(
     let mut hold = None;
     if matches!(plan, Plan::Forward) {
         match room(session, s, a.requested, a.price) {
-            Ok(cap) => {
-                let output = cap.unwrap_or(0);
+            Ok(Room { held, clamp }) => {
+                let output = held.unwrap_or(0);
                 let priced = |input_tokens| {
                     a.price
-                        .filter(|_| cap.is_some())
+                        .filter(|_| held.is_some())
                         .map(|p| cost(&p, &Usage { input_tokens, output_tokens: output, cached_input_tokens: 0 }))
                 };
                 let h = Hold {
@@ -254,7 +254,7 @@ fn plan_of(
                 s.held_tokens = s.held_tokens.saturating_add(h.output);
                 s.held_cost += h.held_cost;
                 s.holds.insert(n, h.clone());
-                hold = Some((h, cap));
+                hold = Some((h, clamp));
             }
             Err(why) => plan = Plan::Refuse(why),
         }
@@ -262,26 +262,44 @@ fn plan_of(
     (plan, hold)
 }
 
-/// The most a forwarded call's answer may be so that, with every call in flight at its most,
-/// the task's limits hold: the tokens left after what is spent and held by calls in flight (a
-/// prompt is not held: it is sent whole or not at all), and the dollars left likewise at the
-/// model's output price. `None`: no limit and no length asked. `Err`: nothing is left.
+/// An answer's length held for a call that names none: past what most models write at once, so
+/// that calls without one can run side by side under a limit.
+const UNNAMED_HOLD: u64 = 65_536;
+
+/// What a forwarded call's answer holds of the budget, and the length the forwarded call is held
+/// to, so that with every call in flight at its most the task's limits hold: the tokens left after
+/// what is spent and held (a prompt is not held: it is sent whole or not at all), and the dollars
+/// left likewise at the model's output price.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Room {
+    /// Output tokens held: the length asked, else [`UNNAMED_HOLD`], never more than is left.
+    /// `None`: no limit and no length asked (what it could cost is not known).
+    held: Option<u64>,
+    /// The length written into the forwarded call: what it asked, lowered to what is left; for a
+    /// call that asked none, only when less than [`UNNAMED_HOLD`] is left (a larger number than
+    /// a model allows would be refused by the provider).
+    clamp: Option<u64>,
+}
+
+/// The [`Room`] of a call asking `requested` tokens now; `Err` when nothing is left.
 fn room(
     session: &Session,
     s: &crate::door::State,
     requested: Option<u64>,
     price: Option<agenteval_llm::Price>,
-) -> Result<Option<u64>, Refusal> {
-    let mut cap = requested;
+) -> Result<Room, Refusal> {
+    let mut left: Option<u64> = None;
     if let Some(max) = session.max_tokens {
-        let left = max.saturating_sub(s.tokens.saturating_add(s.held_tokens));
-        cap = Some(cap.map_or(left, |c| c.min(left)));
+        left = Some(max.saturating_sub(s.tokens.saturating_add(s.held_tokens)));
     }
     if let (Some(max), Some(p)) = (session.max_cost_usd, price) {
-        let left = max - s.cost - s.held_cost;
-        let out =
-            if p.output_per_mtok > 0.0 { (left / (p.output_per_mtok / 1e6)).floor().max(0.0) as u64 } else { u64::MAX };
-        if left <= 0.0 || out == 0 {
+        let dollars = max - s.cost - s.held_cost;
+        let out = if p.output_per_mtok > 0.0 {
+            (dollars / (p.output_per_mtok / 1e6)).floor().max(0.0) as u64
+        } else {
+            u64::MAX
+        };
+        if dollars <= 0.0 || out == 0 {
             return Err(Refusal::Cost {
                 reason: format!(
                     "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
@@ -289,9 +307,10 @@ fn room(
                 ),
             });
         }
-        cap = Some(cap.map_or(out, |c| c.min(out)));
+        left = Some(left.map_or(out, |l| l.min(out)));
     }
-    if cap == Some(0) {
+    let Some(left) = left else { return Ok(Room { held: requested, clamp: None }) };
+    if left == 0 {
         return Err(Refusal::Tokens {
             reason: format!(
                 "the task's tokens are spent: no room is left for an answer under max_tokens {}",
@@ -299,7 +318,12 @@ fn room(
             ),
         });
     }
-    Ok(cap)
+    let held = requested.unwrap_or(UNNAMED_HOLD).min(left);
+    let clamp = match requested {
+        Some(_) => Some(held),
+        None => (left < UNNAMED_HOLD).then_some(left),
+    };
+    Ok(Room { held: Some(held), clamp })
 }
 
 /// A call in progress: what its record needs once it ends.
@@ -313,7 +337,7 @@ struct Record {
     started: Instant,
     /// What it holds of the budget while it runs (a forwarded call).
     hold: Option<Hold>,
-    /// The answer's length it was held to, when a limit or its own ask set one.
+    /// The length written into the forwarded call, when it is held to one (see [`Room`]).
     cap: Option<u64>,
     /// The task has a token or cost limit: an answer whose usage cannot be read counts at its hold.
     limited: bool,

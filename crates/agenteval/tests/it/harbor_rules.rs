@@ -199,6 +199,24 @@ fn allowed_server() -> String {
         .clone()
 }
 
+/// A new git repository of everything in `dir`, committed: its commit.
+fn commit_all(dir: &Path) -> String {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "tasks"]);
+    git(&["rev-parse", "HEAD"])
+}
+
 fn summary_of(bundle: &Path) -> serde_json::Value {
     read_json(&bundle.join("summary.json"))
 }
@@ -350,20 +368,7 @@ fn a_dataset_by_name_from_a_local_registry_runs_and_is_fetched_once() {
     for t in ["hello-file", "count-failed"] {
         crate::environments::copy_dir(&repo().join("configs/harbor-mini").join(t), &repo_dir.join("tasks").join(t));
     }
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&repo_dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        text(&out.stdout).trim().to_string()
-    };
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "tasks"]);
-    let commit = git(&["rev-parse", "HEAD"]);
+    let commit = commit_all(&repo_dir);
     let task = |name: &str| serde_json::json!({"name": name, "git_url": repo_dir, "git_commit_id": commit, "path": format!("tasks/{name}")});
     let registry = serde_json::json!([
         {"name": "mini", "version": "1.0", "description": "two tasks", "tasks": [task("hello-file"), task("count-failed")]},
@@ -524,7 +529,7 @@ fn fifty_honest_passes_under_harbors_rules_all_pass() {
         .unwrap();
     }
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
-    let (v, code, out) = ws.submit(&cfg, &[]);
+    let (v, code, out) = ws.submit(&cfg, &["--set", "backend.max_concurrent_jobs=8"]);
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     let summary = summary_of(&ws.runs().join(v["run_id"].as_str().unwrap()));
     assert_eq!((summary["passed"].as_u64(), summary["suspect"].as_u64()), (Some(50), None), "{summary}");
@@ -602,20 +607,7 @@ fn a_hostile_dataset_reads_no_file_of_this_machine() {
     task(&repo_dir.join("tasks"), "t1", "", "true", PASS);
     std::fs::remove_file(repo_dir.join("tasks/t1/instruction.md")).unwrap();
     std::os::unix::fs::symlink(&secret, repo_dir.join("tasks/t1/instruction.md")).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args)
-            .current_dir(&repo_dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        text(&out.stdout).trim().to_string()
-    };
-    git(&["init", "-q"]);
-    git(&["add", "-A"]);
-    git(&["commit", "-qm", "hostile"]);
-    let commit = git(&["rev-parse", "HEAD"]);
+    let commit = commit_all(&repo_dir);
     let entry = |version: &str, commit: &str| {
         serde_json::json!({"name": "evil", "version": version, "tasks": [
             {"name": "t1", "git_url": repo_dir, "git_commit_id": commit, "path": "tasks/t1"}]})
