@@ -190,6 +190,14 @@ impl DockerEnvironment {
     }
 }
 
+/// A container's host name from its task's id: letters, digits and `-`, at most 63, never empty.
+fn hostname_of(task: &str) -> String {
+    let name: String =
+        task.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' }).take(63).collect();
+    let name = name.trim_matches('-').to_string();
+    if name.is_empty() { "task".into() } else { name }
+}
+
 /// A container's variables: the spec's, and for an allowlisted one the egress proxy's address.
 fn container_env(spec: &EnvSpec, proxy: Option<SocketAddr>) -> Option<Vec<String>> {
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -313,6 +321,11 @@ impl Environment for DockerEnvironment {
             security_opt: Some(vec!["no-new-privileges".into()]),
             ..Default::default()
         };
+        let offline = host.network_mode.as_deref() == Some("none");
+        let mut host = host;
+        if offline {
+            host.extra_hosts = Some(vec![format!("{}:127.0.1.1", hostname_of(&task.id.to_string()))]);
+        }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             labels: Some(labels),
@@ -323,7 +336,9 @@ impl Environment for DockerEnvironment {
             user: spec.user.clone(),
             env: container_env(spec, self.egress_proxy(docker, spec).await?),
             host_config: Some(host),
-            network_disabled: Some(!spec.network && !self.gateway && spec.allowed_hosts.is_empty()),
+            // Loopback is not network: a container without one still resolves `localhost` and its
+            // own name (Docker writes no `/etc/hosts` for a container whose network is disabled).
+            hostname: offline.then(|| hostname_of(&task.id.to_string())),
             ..Default::default()
         };
         // With sidecars, the task's own network first: its containers reach each other there.
@@ -868,6 +883,12 @@ mod changes_tests {
 
 #[cfg(test)]
 mod env_tests {
+    #[test]
+    fn a_hostname_is_a_plain_name() {
+        assert_eq!(super::hostname_of("fix_python.bug-2"), "fix-python-bug-2");
+        assert_eq!(super::hostname_of("__"), "task");
+    }
+
     #[test]
     fn an_allowlisted_container_reaches_the_gateway_past_its_proxy() {
         let spec = agenteval_core::environment::EnvSpec::default();

@@ -10,9 +10,12 @@
 //! reward; a stopped process that something woke while the tests ran is named too.
 //!
 //! The script runs as root inside the environment with only the shell's builtins while it stops
-//! processes (a command substitution would fork a child the loop could stop and then wait on),
-//! and stops everything at once first (`kill -STOP -1`) where it runs in a process namespace of
-//! its own (a container: its parent is outside, pid 0).
+//! processes (a command substitution would fork a child the loop could stop and then wait on; its
+//! own `sleep` between passes is its child, which the loop skips), and stops everything at once
+//! first (`kill -STOP -1`) where it runs in a process namespace of its own (a container: its
+//! parent is outside, pid 0). A signalled process stops when it next runs, which on a loaded
+//! machine can take a while: the loop looks again every 50 ms, for up to 2 s, before it names one
+//! still running.
 
 use std::time::Duration;
 
@@ -58,7 +61,7 @@ case "$keep" in *" 0 "*)
   for a in $keep; do [ "$a" -gt 1 ] 2>/dev/null && kill -s CONT $a 2>/dev/null; done ;;
 esac
 pass=0
-while [ $pass -lt 20 ]; do
+while [ $pass -lt 40 ]; do
   pass=$((pass + 1))
   moving=0
   for d in /proc/[0-9]*; do
@@ -73,6 +76,7 @@ while [ $pass -lt 20 ]; do
     moving=1
   done
   [ $moving = 0 ] && break
+  sleep 0.05 2>/dev/null
 done
 socks=" "
 for f in /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6; do
