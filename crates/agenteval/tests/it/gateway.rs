@@ -102,7 +102,7 @@ elif mode == "cutoff":
     body = {"model": "mock-model", "max_tokens": 1000, "stream": True, "messages": [{"role": "user", "content": "cut"}]}
     threading.Thread(target=lambda: openai("chat/completions", body), daemon=True).start()
     import time
-    time.sleep(0.5)
+    time.sleep(2)
     emit("agent.terminal", {"final_answer": "gone"})
     os._exit(0)
 elif mode == "forbidden":

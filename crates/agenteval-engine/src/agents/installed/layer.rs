@@ -383,7 +383,7 @@ mod tests {
     #[test]
     fn only_a_python_3_version_from_an_image_names_a_folder() {
         assert_eq!(python_version("3.11\n").as_deref(), Some("3.11"));
-        for hostile in ["../../../etc", "3.11/../../x", "3", "2.7", "3.11 ", "3.1a", "3.123", "", "3.11\nmore"] {
+        for hostile in ["../../../etc", "3.11/../../x", "3", "2.7", "3.1 1", "3.1a", "3.123", "", "3.11\nmore"] {
             assert_eq!(python_version(hostile), None, "{hostile:?}");
         }
     }

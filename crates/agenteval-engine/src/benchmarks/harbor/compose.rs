@@ -20,7 +20,10 @@ pub struct Compose {
     pub sidecars: Vec<Sidecar>,
 }
 
-const KNOWN: [&str; 7] = ["build", "image", "environment", "command", "depends_on", "healthcheck", "container_name"];
+/// The keys of a service agenteval runs. `expose` only documents a port (every service of a task
+/// reaches every other on its own network whatever it says), so it is accepted and does nothing.
+const KNOWN: [&str; 8] =
+    ["build", "image", "environment", "command", "depends_on", "healthcheck", "container_name", "expose"];
 
 /// A duration as compose writes it (`10s`, `1m30s`, `500ms`, a bare number of seconds).
 fn seconds(v: Option<&Value>) -> Option<f64> {
@@ -222,6 +225,8 @@ mod tests {
         assert_eq!(api.command.as_deref().unwrap()[2], "python3 -m http.server 80");
         let hc = api.healthcheck.clone().unwrap();
         assert_eq!((hc.command.as_str(), hc.interval_secs, hc.retries), ("curl -f localhost", 1.0, 5));
+        std::fs::write(&f, "services:\n  main:\n    image: x\n  api:\n    image: y\n    expose: [\"8080\"]\n").unwrap();
+        assert!(read(&f).is_ok(), "`expose` is accepted (it only documents a port)");
         std::fs::write(&f, "services:\n  main:\n    image: x\n    ports: [\"80:80\"]\n").unwrap();
         assert!(read(&f).unwrap_err().contains("ports"));
         assert_eq!(seconds(Some(&Value::String("1m30s".into()))), Some(90.0));
