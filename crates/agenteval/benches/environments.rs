@@ -227,7 +227,7 @@ async fn harbor_checks(env: Arc<dyn Environment>, spec: &EnvSpec, n: usize) {
         let listing = started.elapsed();
         env.exec(&h, &root("nohup sh -c 'while true; do sleep 1; done' >/dev/null 2>&1 &")).await.unwrap();
         let started = Instant::now();
-        let held = leftovers::hold(&session).await.expect("a container's leftovers are held");
+        let held = leftovers::hold(&session).await.expect("held").expect("a container's leftovers are held");
         assert!(!held.frozen.is_empty() && held.running.is_empty(), "{held:?}");
         let _ = leftovers::woken(&session, &held).await;
         new.push(started.elapsed() + listing);

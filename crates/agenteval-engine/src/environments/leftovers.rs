@@ -114,24 +114,31 @@ for d in /proc/[0-9]*; do
     case "$1" in T|t) echo "frozen $pid $cmd" ;; *) echo "running $pid $cmd" ;; esac
   fi
 done
+echo "held $DONE"
 "#;
 
 fn req(cmd: String) -> ExecRequest {
     ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }
 }
 
-/// Holds the agent's leftover processes still for the tests. `None`: this environment's
-/// processes do not outlive the agent (a workspace's die with its process tree), or it could
-/// not tell.
-pub async fn hold(s: &EnvSession) -> Option<Held> {
+/// Holds the agent's leftover processes still for the tests. `Ok(None)`: this environment's
+/// processes do not outlive the agent (a workspace's die with its process tree). `Err`: they
+/// could not be held (the script did not run to its end), said why: the grade is then in doubt.
+pub async fn hold(s: &EnvSession) -> Result<Option<Held>, String> {
     if !s.env.leftovers_outlive_agent(&s.handle) {
-        return None;
+        return Ok(None);
     }
     let before: Vec<String> = s.env.processes_before_agent(&s.handle).iter().map(u32::to_string).collect();
+    let done = uuid::Uuid::now_v7().simple().to_string();
     let mut r = req(HOLD.to_string());
     r.env.insert("KEEP".into(), before.join(" "));
-    let out = s.env.exec(&s.handle, &r).await.ok()?;
-    Some(parse(&out.stdout))
+    r.env.insert("DONE".into(), done.clone());
+    let out = s.env.exec(&s.handle, &r).await.map_err(|e| e.to_string())?;
+    if !out.stdout.lines().any(|l| l == format!("held {done}")) {
+        let said = out.stderr.trim().chars().take(200).collect::<String>();
+        return Err(format!("the script that holds them did not finish ({said})"));
+    }
+    Ok(Some(parse(&out.stdout)))
 }
 
 fn parse(stdout: &str) -> Held {

@@ -138,7 +138,13 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
     // Under Harbor's rules the agent's processes outlive it: all but its servers are held still
     // from before the verifier's folders are made until the reward is read, so nothing of the
     // agent's writes the reward or the tests; those that ran beside them are named.
-    let held = if harbor { crate::environments::leftovers::hold(session).await } else { None };
+    let (held, unheld) = match harbor {
+        true => match crate::environments::leftovers::hold(session).await {
+            Ok(h) => (h, None),
+            Err(why) => (None, Some(format!("the agent's leftover processes could not be held still: {why}"))),
+        },
+        false => (None, None),
+    };
     // Whatever the agent left at these paths goes first: a reward it wrote is not the tests'.
     let agent_logs = format!("{}/logs/agent", root.trim_end_matches('/'));
     let prep = format!(
@@ -179,12 +185,14 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
     if let Some(h) = &held {
         ran_beside.extend(crate::environments::leftovers::woken(session, h).await);
     }
-    let suspect = (!ran_beside.is_empty()).then(|| {
-        format!(
-            "the agent's processes ran while the tests did and could have written the reward: {}",
-            crate::environments::leftovers::Held::names(&ran_beside)
-        )
-    });
+    let suspect = (!ran_beside.is_empty())
+        .then(|| {
+            format!(
+                "the agent's processes ran while the tests did and could have written the reward: {}",
+                crate::environments::leftovers::Held::names(&ran_beside)
+            )
+        })
+        .or(unheld);
     let stdout = out.stdout.clone();
     let said = || tail(&format!("{stdout}{}", out.stderr), QUOTED_OUTPUT);
     if out.timed_out {

@@ -630,10 +630,12 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
             let text = ctx.redactor.redact(&String::from_utf8_lossy(&bytes));
             ctx.keep(&task.id, format!("artifacts/{name}"), text.into_bytes());
         }
-        for s in &found.suspect {
+        // What a grader doubts may quote the environment (a process's command line): redacted.
+        let suspect: Vec<String> = found.suspect.iter().map(|s| ctx.redactor.redact(s)).collect();
+        for s in &suspect {
             log.push(format!("suspect: {s}"));
         }
-        result.suspect = found.suspect;
+        result.suspect = suspect;
         result.rewards = found.rewards;
         result.unscored = found.unscored;
         result.models = found.models;
