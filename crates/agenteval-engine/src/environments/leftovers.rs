@@ -124,7 +124,7 @@ fn req(cmd: String) -> ExecRequest {
 /// Holds the agent's leftover processes still for the tests. `Ok(None)`: this environment's
 /// processes do not outlive the agent (a workspace's die with its process tree). `Err`: they
 /// could not be held (the script did not run to its end), said why: the grade is then in doubt.
-pub async fn hold(s: &EnvSession) -> Result<Option<Held>, String> {
+pub async fn hold(s: &EnvSession) -> agenteval_core::Result<Option<Held>> {
     if !s.env.leftovers_outlive_agent(&s.handle) {
         return Ok(None);
     }
@@ -133,10 +133,13 @@ pub async fn hold(s: &EnvSession) -> Result<Option<Held>, String> {
     let mut r = req(HOLD.to_string());
     r.env.insert("KEEP".into(), before.join(" "));
     r.env.insert("DONE".into(), done.clone());
-    let out = s.env.exec(&s.handle, &r).await.map_err(|e| e.to_string())?;
+    let out = s.env.exec(&s.handle, &r).await?;
     if !out.stdout.lines().any(|l| l == format!("held {done}")) {
         let said = out.stderr.trim().chars().take(200).collect::<String>();
-        return Err(format!("the script that holds them did not finish ({said})"));
+        return Err(agenteval_core::Error::new(
+            agenteval_core::ErrorKind::Io,
+            format!("the script that holds them did not finish ({said})"),
+        ));
     }
     Ok(Some(parse(&out.stdout)))
 }
