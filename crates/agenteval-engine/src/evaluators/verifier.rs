@@ -243,8 +243,13 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
     }
     let mut verified = grade_rewards(id, rewards, harbor, result, &exit, said());
     if let Some(why) = suspect {
+        // The processes' command lines are the environment's words: they stay in `suspect`, which
+        // the worker redacts, not in the score's reason.
         if verified.score.passed {
-            verified.score.reason.push_str(&format!("; note: {why}"));
+            verified
+                .score
+                .reason
+                .push_str("; note: the agent's processes were not all held still while the tests ran (see suspect)");
         }
         verified.suspect.push(why);
     }
