@@ -69,6 +69,10 @@ pub struct EnvSpec {
     /// (Harbor's `docker-compose.yaml` services), started in this order. `docker` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sidecars: Vec<Sidecar>,
+    /// Volumes the agent's container mounts (compose's named volumes, shared with sidecars).
+    /// `docker` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 /// A container beside the task's: its image (built from `context`, or `image`), variables,
@@ -87,6 +91,21 @@ pub struct Sidecar {
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthcheck: Option<Healthcheck>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
+}
+
+/// A volume a task's container mounts at `target`: a named one (`name`), made for the task
+/// attempt, shared by every container of it that names it and removed with it; or, without a
+/// name, the container's own. Never a host folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub target: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 /// A readiness check, as Harbor's: `command` (exit 0: healthy) every `interval_secs`, each try

@@ -40,6 +40,72 @@ pub struct TaskSpec {
     /// A folder with its reference solution (`solve.sh`), which only the `oracle` agent runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub solution: Option<std::path::PathBuf>,
+    /// A task told in steps (Harbor's `[[steps]]`): each step's instruction goes to the agent in
+    /// turn, in the same environment, and is graded before the next; `input`, `tests` and
+    /// `solution` are then the first step's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Steps>,
+}
+
+/// The steps of a task told in steps, and how their rewards make the task's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Steps {
+    pub list: Vec<TaskStep>,
+    /// The task's rewards: each name's mean over the steps that have rewards (a name a step
+    /// lacks counting 0), or the last step's (`final`).
+    #[serde(default)]
+    pub reward: StepsReward,
+}
+
+/// How a task told in steps gets its rewards from its steps' (Harbor's
+/// `multi_step_reward_strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepsReward {
+    #[default]
+    Mean,
+    Final,
+}
+
+/// One step of a task told in steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskStep {
+    pub name: String,
+    /// What the agent is told for this step.
+    pub input: serde_json::Value,
+    /// This step's tests (the task's shared tests with the step's own over them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tests: Option<crate::environment::TestsSpec>,
+    /// This step's reference solution (the `oracle` agent's), else the task's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub solution: Option<std::path::PathBuf>,
+    /// Files put in the environment's working folder before the step (a `setup.sh` among them
+    /// is run there, before the agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<std::path::PathBuf>,
+    /// A check that must pass before the step's agent starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthcheck: Option<crate::environment::Healthcheck>,
+    /// The step's agent time limit in seconds (lowering the run's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_timeout_secs: Option<f64>,
+    /// The least reward of each name for the steps after this one to run.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub min_reward: BTreeMap<String, f64>,
+}
+
+/// What became of one step of a task told in steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepResult {
+    pub name: String,
+    pub passed: bool,
+    /// Its verifier's rewards, when it gave any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rewards: Option<BTreeMap<String, f64>>,
+    pub terminated_by: TerminatedBy,
+    pub wall_seconds: f64,
+    /// Its grade in one line.
+    pub reason: String,
 }
 
 /// A content fingerprint in 16 bytes (the first half of its SHA-256), for readers that compare
@@ -598,6 +664,14 @@ pub struct TaskResult {
     /// The models its agent called, with how many calls each (refused ones included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, u64>,
+    /// A task told in steps: each step run, in order (the steps after one that stopped the
+    /// task are not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StepResult>,
+    /// Why Harbor itself would not run this task (its `task.toml` breaks a rule of Harbor's),
+    /// so a comparison with Harbor's numbers knows the datasets differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harbor_would_skip: Option<String>,
 }
 
 impl TaskResult {
@@ -1132,6 +1206,9 @@ pub struct RunSummary {
     /// Tasks graded by Harbor's rules that got no reward.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unscored: u64,
+    /// Tasks Harbor itself would have skipped (`TaskResult::harbor_would_skip`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub harbor_would_skip: u64,
     /// The models the run's agents called, with how many calls each.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, u64>,
@@ -1282,6 +1359,7 @@ mod tests {
             content: None,
             tests: None,
             solution: None,
+            steps: None,
         };
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);

@@ -613,6 +613,8 @@ pub struct Findings {
     pub unscored: bool,
     /// The models the agent called, with how many calls each.
     pub models: BTreeMap<String, u64>,
+    /// A task told in steps: what became of each step run.
+    pub steps: Vec<crate::model::StepResult>,
 }
 
 /// A maker of fresh environments for one task (see [`TaskEnvironment::fresh`]).

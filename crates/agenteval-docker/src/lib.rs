@@ -10,6 +10,7 @@ mod copy;
 mod egress;
 mod network;
 mod sidecars;
+mod volumes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -47,6 +48,8 @@ pub struct DockerEnvironment {
     baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
     /// Each live container's processes at its baseline (the image's, before the agent ran).
     processes: std::sync::Mutex<HashMap<String, Vec<u32>>>,
+    /// Each live container's default user for commands (the task's `user`), when it has one.
+    users: std::sync::Mutex<HashMap<String, String>>,
     /// The network of containers with internet, made (and the host closed to it) once.
     network: OnceCell<String>,
     /// The network of containers without internet whose agent reaches the model gateway.
@@ -80,6 +83,7 @@ impl DockerEnvironment {
             base_image,
             baselines: Default::default(),
             processes: Default::default(),
+            users: Default::default(),
             network: OnceCell::new(),
             gateway_network: OnceCell::new(),
             gateway: false,
@@ -188,6 +192,73 @@ impl DockerEnvironment {
         }
         Ok(())
     }
+}
+
+/// The container's command: it only waits. Run by the image's ENTRYPOINT when it has one.
+const KEEP_ALIVE: [&str; 3] = ["sh", "-c", "sleep infinity"];
+
+/// How long an image's ENTRYPOINT has to hand over to the container's command (`exec "$@"`).
+pub const HANDOVER_SECS: u64 = 60;
+
+/// Waits until the container runs its command ([`KEEP_ALIVE`]): at once without an ENTRYPOINT,
+/// else once the image's ENTRYPOINT has handed over to it. One that exits first, or never hands
+/// over, makes the task `infra`, named.
+async fn handed_over(docker: &Docker, id: &str, image: &str) -> Result<()> {
+    let info = docker
+        .inspect_container(id, None::<InspectContainerOptions>)
+        .await
+        .map_err(|e| infra("inspecting the container", e))?;
+    let entrypoint = info.config.and_then(|c| c.entrypoint).unwrap_or_default();
+    if entrypoint.is_empty() {
+        return Ok(());
+    }
+    let named = entrypoint.join(" ");
+    let keep_alive = KEEP_ALIVE.join(" ");
+    let deadline = std::time::Instant::now() + Duration::from_secs(HANDOVER_SECS);
+    loop {
+        let info = docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| infra("inspecting the container", e))?;
+        let state = info.state.unwrap_or_default();
+        if state.running != Some(true) {
+            let tail = container_log_tail(docker, id).await;
+            return Err(Error::invalid(format!(
+                "the ENTRYPOINT of {image} (`{named}`) exited with code {} before starting the container's command{}",
+                state.exit_code.unwrap_or(-1),
+                if tail.is_empty() { String::new() } else { format!(": {tail}") }
+            )));
+        }
+        // The engine lists the container's processes from this machine: nothing in the image runs.
+        let options = bollard::query_parameters::TopOptionsBuilder::default().ps_args("-eo pid,args").build();
+        if let Ok(top) = docker.top_processes(id, Some(options)).await
+            && top
+                .processes
+                .unwrap_or_default()
+                .iter()
+                .any(|p| p.last().is_some_and(|a| a.trim() == keep_alive || a.trim() == "sleep infinity"))
+        {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(Error::invalid(format!(
+                "the ENTRYPOINT of {image} (`{named}`) did not hand over to the container's command in {HANDOVER_SECS} s (it must end with `exec \"$@\"`)"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The last lines a container wrote, on one line, at most 300 characters.
+async fn container_log_tail(docker: &Docker, id: &str) -> String {
+    let options = bollard::query_parameters::LogsOptionsBuilder::default().stdout(true).stderr(true).tail("5").build();
+    let mut logs = docker.logs(id, Some(options));
+    let mut text = String::new();
+    while let Some(Ok(piece)) = logs.next().await {
+        text.push_str(&String::from_utf8_lossy(&piece.into_bytes()));
+    }
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    line.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect()
 }
 
 /// A container's host name from its task's id: letters, digits and `-`, at most 63, never empty.
@@ -326,14 +397,19 @@ impl Environment for DockerEnvironment {
         if offline {
             host.extra_hosts = Some(vec![format!("{}:127.0.1.1", hostname_of(&task.id.to_string()))]);
         }
+        let task_volumes = volumes::make(docker, run, spec).await?;
+        host.mounts = task_volumes.mounts(&spec.volumes);
+        let mut labels = labels;
+        if !task_volumes.token.is_empty() {
+            labels.insert(volumes::LABEL_VOLUMES_OF.to_string(), task_volumes.token.clone());
+        }
         let body = ContainerCreateBody {
             image: Some(image.clone()),
             labels: Some(labels),
-            // The container only waits; every command is an exec into it.
-            entrypoint: Some(vec!["sleep".into()]),
-            cmd: Some(vec!["infinity".into()]),
+            // The container only waits; every command is an exec into it. The image's ENTRYPOINT
+            // runs first, with this as its arguments, as Docker and Harbor's compose run it.
+            cmd: Some(KEEP_ALIVE.iter().map(|s| s.to_string()).collect()),
             working_dir: spec.workdir.clone(),
-            user: spec.user.clone(),
             env: container_env(spec, self.egress_proxy(docker, spec).await?),
             host_config: Some(host),
             // Loopback is not network: a container without one still resolves `localhost` and its
@@ -344,10 +420,13 @@ impl Environment for DockerEnvironment {
         // With sidecars, the task's own network first: its containers reach each other there.
         let (body, task_net) = match spec.sidecars.is_empty() {
             true => (body, None),
-            false => {
-                let (body, net, extra) = sidecars::join_task_network(docker, run, body).await?;
-                (body, Some((net, extra)))
-            }
+            false => match sidecars::join_task_network(docker, run, body).await {
+                Ok((body, net, extra)) => (body, Some((net, extra))),
+                Err(e) => {
+                    volumes::remove(docker, &task_volumes.token).await;
+                    return Err(e);
+                }
+            },
         };
         let created = match docker.create_container(Some(CreateContainerOptionsBuilder::default().build()), body).await
         {
@@ -356,6 +435,7 @@ impl Environment for DockerEnvironment {
                 if let Some((net, _)) = &task_net {
                     let _ = docker.remove_network(net).await;
                 }
+                volumes::remove(docker, &task_volumes.token).await;
                 return Err(infra(&format!("creating a container of {image}"), e));
             }
         };
@@ -371,13 +451,16 @@ impl Environment for DockerEnvironment {
                         .await
                         .map_err(|e| infra(&format!("connecting to {other}"), e))?;
                 }
-                let notes = sidecars::start(self, docker, (run, task, attempt), spec, net, &created.id).await?;
+                let notes =
+                    sidecars::start(self, docker, (run, task, attempt), spec, (net, &task_volumes), &created.id)
+                        .await?;
                 handle.notes.extend(notes);
             }
             docker
                 .start_container(&created.id, None::<StartContainerOptions>)
                 .await
                 .map_err(|e| infra(&format!("starting a container of {image}"), e))?;
+            handed_over(docker, &created.id, &image).await?;
             let info = docker
                 .inspect_container(&created.id, None::<InspectContainerOptions>)
                 .await
@@ -402,6 +485,9 @@ impl Environment for DockerEnvironment {
                         }
                     }
                 }
+                if let Some(u) = &spec.user {
+                    self.users.lock().expect("not poisoned").insert(handle.id.clone(), u.clone());
+                }
                 self.mark_baseline(&handle).await;
                 Ok(handle)
             }
@@ -413,7 +499,13 @@ impl Environment for DockerEnvironment {
     }
 
     async fn exec(&self, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
-        exec_in(self.docker().await?, env, req).await
+        // The task's user is each command's default, not the container's: the image's
+        // ENTRYPOINT runs as the image says (it may edit /etc/hosts as root), as under Harbor.
+        let user = self.users.lock().expect("not poisoned").get(&env.id).cloned();
+        match (user, &req.user) {
+            (Some(u), None) => exec_in(self.docker().await?, env, &ExecRequest { user: Some(u), ..req.clone() }).await,
+            _ => exec_in(self.docker().await?, env, req).await,
+        }
     }
 
     async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
@@ -427,6 +519,7 @@ impl Environment for DockerEnvironment {
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
         self.baselines.lock().expect("not poisoned").remove(&env.id);
         self.processes.lock().expect("not poisoned").remove(&env.id);
+        self.users.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
         // Its sidecars and network go with it, and what it was allowed to reach.
         if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
@@ -434,11 +527,15 @@ impl Environment for DockerEnvironment {
                 self.allowed.forget(ip);
             }
             let labels = info.config.and_then(|c| c.labels).unwrap_or_default();
+            let removed = self.remove_main(docker, env).await;
             if let Some(net) = labels.get(sidecars::LABEL_TASK_NETWORK) {
-                let removed = self.remove_main(docker, env).await;
                 sidecars::remove(docker, &env.id, Some(net.clone())).await;
-                return removed;
             }
+            // Its volumes once no container of it mounts them.
+            if let Some(token) = labels.get(volumes::LABEL_VOLUMES_OF) {
+                volumes::remove(docker, token).await;
+            }
+            return removed;
         }
         self.remove_main(docker, env).await
     }
@@ -501,7 +598,9 @@ impl Environment for DockerEnvironment {
         docker
             .restart_container(&env.id, Some(options))
             .await
-            .map_err(|e| infra("stopping what the agent left running", e))
+            .map_err(|e| infra("stopping what the agent left running", e))?;
+        // The image's ENTRYPOINT runs again (its services with it), as it did at the start.
+        handed_over(docker, &env.id, "the task's image").await
     }
 
     async fn gateway_host(&self, env: &EnvHandle) -> Option<std::net::Ipv4Addr> {
@@ -543,6 +642,7 @@ impl Environment for DockerEnvironment {
                 let _ = docker.remove_network(&name).await;
             }
         }
+        volumes::remove_labelled(docker, format!("{LABEL_RUN}={run}")).await;
         Ok(removed)
     }
 

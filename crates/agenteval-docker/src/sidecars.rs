@@ -81,7 +81,7 @@ pub(crate) async fn start(
     docker: &Docker,
     (run, task, attempt): (&RunId, &TaskSpec, u32),
     spec: &EnvSpec,
-    network: &str,
+    (network, volumes): (&str, &crate::volumes::TaskVolumes),
     main: &str,
 ) -> Result<Vec<String>> {
     let mut notes = Vec::new();
@@ -110,6 +110,7 @@ pub(crate) async fn start(
                 nano_cpus: Some((spec.cpus.unwrap_or(SIDECAR_CPUS).clamp(0.01, 1024.0) * 1e9) as i64),
                 pids_limit: Some(4096),
                 security_opt: Some(vec!["no-new-privileges".into()]),
+                mounts: volumes.mounts(&s.volumes),
                 ..Default::default()
             }),
             networking_config: Some(on_network(network, &s.name)),

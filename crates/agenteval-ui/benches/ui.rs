@@ -127,6 +127,8 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         }],
         started_at: now,
         finished_at: now,
+        steps: vec![],
+        harbor_would_skip: None,
     }
 }
 

@@ -431,6 +431,8 @@ struct TaskSection<'a> {
     scores: Vec<ScoreRow>,
     /// Why the grader doubted its verdict.
     suspect: &'a [String],
+    /// A task told in steps: each step run, in a line.
+    steps: Vec<String>,
     log: &'a str,
 }
 
@@ -493,6 +495,14 @@ fn task_section(
         values,
         scores,
         suspect: &result.suspect,
+        steps: result
+            .steps
+            .iter()
+            .map(|st| {
+                let word = if st.passed { "passed" } else { "not passed" };
+                format!("{} {word} ({}, {:.2} s): {}", st.name, st.terminated_by.as_str(), st.wall_seconds, st.reason)
+            })
+            .collect(),
         log: log.unwrap_or("(no worker log)"),
     })
 }

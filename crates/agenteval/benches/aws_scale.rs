@@ -62,6 +62,8 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             rewards: None,
             unscored: false,
             models: Default::default(),
+            steps: vec![],
+            harbor_would_skip: None,
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

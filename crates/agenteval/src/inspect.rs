@@ -300,6 +300,20 @@ fn say_result(r: &TaskResult) {
     for doubt in &r.suspect {
         say!("suspect  {doubt} (the verdict stands)");
     }
+    for st in &r.steps {
+        let word = if st.passed { "passed" } else { "not passed" };
+        say!(
+            "{}",
+            output::wrapped(
+                "step     ",
+                &format!("{} {word}, {}: {}", st.name, st.terminated_by.as_str(), st.reason),
+                WIDTH
+            )
+        );
+    }
+    if let Some(why) = &r.harbor_would_skip {
+        say!("{}", output::wrapped("harbor   ", &format!("Harbor itself would skip this task: {why}"), WIDTH));
+    }
     if let Some(answer) = &a.final_answer {
         // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
         let answer = output::middle_cut(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), ANSWER_CHARS);

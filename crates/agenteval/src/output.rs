@@ -409,22 +409,25 @@ pub fn changes_line(s: &RunSummary) -> Option<String> {
 /// The mean reward as Harbor computes it (tasks without a reward left out), beside the pass rate,
 /// for runs graded by rewards.
 pub fn reward_line(s: &RunSummary) -> Option<String> {
-    (!s.mean_reward.is_empty() || s.unscored > 0).then(|| {
+    (!s.mean_reward.is_empty() || s.unscored > 0 || s.harbor_would_skip > 0).then(|| {
         let means: Vec<String> = s
             .mean_reward
             .iter()
             .map(|(k, v)| if k == "mean" { format!("{v:.3}") } else { format!("{k} {v:.3}") })
             .collect();
         let means = if means.is_empty() { "none".to_string() } else { means.join(", ") };
-        wrapped(
-            "reward     ",
-            &format!(
-                "mean {means} as Harbor computes it ({} unscored task(s) left out); pass rate {:.1}%",
-                s.unscored,
-                s.pass_rate * 100.0
-            ),
-            80,
-        )
+        let mut said = format!(
+            "mean {means} as Harbor computes it ({} unscored task(s) left out); pass rate {:.1}%",
+            s.unscored,
+            s.pass_rate * 100.0
+        );
+        if s.harbor_would_skip > 0 {
+            said.push_str(&format!(
+                "; Harbor itself would skip {} task(s) whose task.toml it rejects, so its mean is over fewer (`show RUN TASK` says why)",
+                s.harbor_would_skip
+            ));
+        }
+        wrapped("reward     ", &said, 80)
     })
 }
 

@@ -233,6 +233,7 @@ esac"#,
             content: None,
             tests: None,
             solution: None,
+            steps: None,
         };
         let s = b.grade(&task, &completed("x"), &[], &TaskEnvironment::default()).await;
         assert!(!s.passed && s.error.as_deref().is_some_and(|e| e.contains("printed no verdict")), "{s:?}");

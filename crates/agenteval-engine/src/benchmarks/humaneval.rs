@@ -187,6 +187,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 content: Some(problem_content(&p)),
                 tests: None,
                 solution: None,
+                steps: None,
             };
             if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);

@@ -294,6 +294,7 @@ fn case_to_task(
         content,
         tests,
         solution: case.solution,
+        steps: None,
     })
 }
 

@@ -92,6 +92,7 @@ impl SwebenchBenchmark {
             content: Some(content),
             tests: None,
             solution,
+            steps: None,
         })
     }
 }

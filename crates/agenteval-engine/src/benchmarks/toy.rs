@@ -57,6 +57,7 @@ impl ToyBenchmark {
             content: None,
             tests: None,
             solution: None,
+            steps: None,
         }
     }
 }

@@ -71,6 +71,13 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
         s.latency_p50_seconds,
         s.latency_p95_seconds
     );
+    if s.harbor_would_skip > 0 {
+        let _ = writeln!(
+            out,
+            "\n> Harbor itself would skip {} task(s) of this run whose task.toml breaks a rule of its own (each task's `show` says which): its numbers are over fewer tasks.",
+            s.harbor_would_skip
+        );
+    }
     if !s.models.is_empty() {
         let _ = writeln!(out, "\n## Models\n\n| model | calls |\n|---|---:|");
         for (m, n) in &s.models {

@@ -15,6 +15,7 @@ pub struct PassRate {
     passed_with_changes: u64,
     suspect: u64,
     unscored: u64,
+    harbor_would_skip: u64,
     /// Tasks with rewards, and each reward name's sum over them (Harbor's mean, kept as sums).
     rewarded: u64,
     reward_sums: BTreeMap<String, f64>,
@@ -27,6 +28,7 @@ impl Scorer for PassRate {
         self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
         self.suspect += u64::from(!r.suspect.is_empty());
         self.unscored += u64::from(r.unscored);
+        self.harbor_would_skip += u64::from(r.harbor_would_skip.is_some());
         for (m, n) in &r.models {
             *self.models.entry(m.clone()).or_default() += n;
         }
@@ -52,6 +54,7 @@ impl Scorer for PassRate {
         s.passed_with_changes = self.passed_with_changes;
         s.suspect = self.suspect;
         s.unscored = self.unscored;
+        s.harbor_would_skip = self.harbor_would_skip;
         s.mean_reward = harbor_mean(self.rewarded, &self.reward_sums);
         s.models = self.models.clone();
     }
@@ -313,6 +316,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         mean_reward: BTreeMap::new(),
         unscored: 0,
         models: Default::default(),
+        harbor_would_skip: 0,
     }
 }
 
@@ -352,6 +356,8 @@ mod tests {
             scores: vec![],
             started_at: chrono::Utc::now(),
             finished_at: chrono::Utc::now(),
+            steps: vec![],
+            harbor_would_skip: None,
         };
         let mut s = PassAtK::default();
         // Task a: 5 repetitions, 2 pass. Task b: 5 repetitions, all pass.

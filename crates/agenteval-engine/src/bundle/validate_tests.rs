@@ -71,6 +71,7 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
                 content: None,
                 tests: None,
                 solution: None,
+                steps: None,
             })
             .unwrap();
     }
@@ -144,6 +145,8 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
             }],
             started_at: now,
             finished_at: now,
+            steps: vec![],
+            harbor_would_skip: None,
         };
         if packed {
             write_task_outcome(&worker, &result, "log\n", Some(spans.as_bytes()), &line, &|s: &str| s.to_string())

@@ -187,6 +187,8 @@ pub(super) async fn give_up(
             scores: vec![EvaluatorScore::errored("benchmark", "benchmark", msg.clone())],
             started_at: now,
             finished_at: now,
+            steps: vec![],
+            harbor_would_skip: None,
         };
         let trace = TraceEvent {
             run_id: run.run_id,

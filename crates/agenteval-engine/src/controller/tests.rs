@@ -85,6 +85,8 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         scores: vec![],
         started_at: now,
         finished_at: now,
+        steps: vec![],
+        harbor_would_skip: None,
     }
 }
 

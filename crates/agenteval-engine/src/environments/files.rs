@@ -41,6 +41,19 @@ impl Packed {
         if let Some(dir) = &task.solution {
             task.solution = Some(self.folder(dir)?);
         }
+        // A task told in steps: each step's folders too.
+        if let Some(steps) = &mut task.steps {
+            for step in &mut steps.list {
+                if let Some(tests) = &mut step.tests
+                    && let Some(dir) = &tests.dir
+                {
+                    tests.dir = Some(self.folder(dir)?);
+                }
+                for dir in [&mut step.solution, &mut step.files].into_iter().flatten() {
+                    *dir = self.folder(dir)?;
+                }
+            }
+        }
         Ok(())
     }
 
@@ -134,6 +147,20 @@ pub async fn with_local_tests(
         tests.dir = Some(fetched.path().to_path_buf());
     }
     Ok(Some((t, fetched)))
+}
+
+/// A folder of the task's (a step's files) on this machine: fetched when it is kept in the
+/// bundle (with the guard that removes it), else as it is.
+pub async fn local_folder(
+    store: &dyn BundleStore,
+    run: &RunId,
+    dir: &Path,
+) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    if !is_packed(dir) {
+        return Ok((dir.to_path_buf(), None));
+    }
+    let fetched = fetch(store, run, dir).await?;
+    Ok((fetched.path().to_path_buf(), Some(fetched)))
 }
 
 /// `task` with its solution folder on this machine (for the `oracle` agent only).

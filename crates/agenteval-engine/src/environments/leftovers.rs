@@ -22,6 +22,10 @@ use std::time::Duration;
 use agenteval_core::environment::ExecRequest;
 use agenteval_core::traits::EnvSession;
 
+/// Lets every held process go on (a task told in steps: the next step's agent finds what the
+/// last one left running, as under Harbor). A continue signal to a running process does nothing.
+pub const RESUME: &str = "kill -s CONT -1 2>/dev/null; true";
+
 /// The agent's processes as the tests found them.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Held {

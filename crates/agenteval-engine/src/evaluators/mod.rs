@@ -283,6 +283,7 @@ mod tests {
             content: None,
             tests: None,
             solution: None,
+            steps: None,
         }
     }
 

@@ -106,7 +106,7 @@ pub struct Verified {
 /// Terminations after which Harbor still grades and counts the reward (its `AgentTimeoutError`,
 /// `NonZeroAgentExitCodeError`, context and output limits), and the one it grades but leaves out
 /// (a budget).
-fn harbor_graded(t: TerminatedBy) -> Option<bool> {
+pub(crate) fn harbor_graded(t: TerminatedBy) -> Option<bool> {
     match t {
         TerminatedBy::Completed
         | TerminatedBy::LimitTime
@@ -301,6 +301,23 @@ async fn tests_changed(s: &EnvSession, dir: &Path, in_env: &str) -> Option<Strin
     (!changed.is_empty()).then(|| format!("{} changed while the tests ran", changed.join(", ")))
 }
 
+/// The score rewards make (in [0, 1] unclamped) and whether they pass: `reward` when it is
+/// there, else every named reward whole (Harbor's rules) or their mean whole (strict).
+pub(crate) fn rewards_pass(rewards: &BTreeMap<String, f64>, harbor: bool) -> (f64, bool) {
+    match (harbor, rewards.get("reward").copied()) {
+        (_, Some(r)) => (r, r >= 1.0 - 1e-9),
+        (true, None) => {
+            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
+            (mean, !rewards.is_empty() && rewards.values().all(|v| *v >= 1.0 - 1e-9))
+        }
+        (false, None) => {
+            // agenteval's strict reading: the mean of the named rewards.
+            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
+            (mean, mean >= 1.0 - 1e-9)
+        }
+    }
+}
+
 /// The grade from the rewards, by the spec's rules.
 fn grade_rewards(
     id: &str,
@@ -313,18 +330,7 @@ fn grade_rewards(
     let shown: Vec<String> = rewards.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let main = rewards.get("reward").copied();
     let named_only = main.is_none() && rewards.len() > 1;
-    let (r, passed_by_rewards) = match (harbor, main) {
-        (_, Some(r)) => (r, r >= 1.0 - 1e-9),
-        (true, None) => {
-            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
-            (mean, !rewards.is_empty() && rewards.values().all(|v| *v >= 1.0 - 1e-9))
-        }
-        (false, None) => {
-            // agenteval's strict reading: the mean of the named rewards.
-            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
-            (mean, mean >= 1.0 - 1e-9)
-        }
-    };
+    let (r, passed_by_rewards) = rewards_pass(&rewards, harbor);
     let counted = if harbor { harbor_graded(result.terminated_by) } else { None };
     let stopped = result.terminated_by != TerminatedBy::Completed && counted != Some(true);
     let passed = passed_by_rewards && !stopped;

@@ -84,6 +84,11 @@ impl Ctx {
         self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = Some(trace);
     }
 
+    /// Replaces the kept copy of `task`'s trace (`None`: the pack reads the staged file).
+    pub(super) fn replace_trace(&self, task: &TaskId, trace: Option<Vec<u8>>) {
+        self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = trace;
+    }
+
     /// What was kept for `task`'s pack, in the order kept.
     pub(super) fn take_kept(&self, task: &TaskId) -> Kept {
         self.kept.lock().expect("not poisoned").remove(task).unwrap_or_default()

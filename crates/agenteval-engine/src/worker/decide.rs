@@ -83,6 +83,8 @@ pub(super) fn task_result(
         scores,
         started_at,
         finished_at: Utc::now(),
+        steps: vec![],
+        harbor_would_skip: None,
     }
 }
 
@@ -164,6 +166,7 @@ mod tests {
             content: None,
             tests: None,
             solution: None,
+            steps: None,
         };
         let r = task_result(&job(0), &task, agent, scores, 0, Utc::now());
         assert!(!r.passed, "an errored score fails the task");

@@ -11,6 +11,7 @@ mod grade;
 mod metered;
 pub use metered::door_models;
 mod regrade;
+mod steps;
 #[cfg(test)]
 mod tests;
 
@@ -599,7 +600,7 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
     }
     drop(prepare);
     let result = match &env {
-        Ok(env) => run_and_grade(ctx, task, env, &mut log).await,
+        Ok(env) => steps::run(ctx, task, env, &mut log).await,
         Err(e) => Err(e.clone_message()),
     };
     if let Ok(env) = &env {
@@ -639,7 +640,9 @@ async fn run_task(ctx: &Ctx, task: &TaskSpec) -> Result<Option<(TaskResult, Stri
         result.rewards = found.rewards;
         result.unscored = found.unscored;
         result.models = found.models;
+        result.steps = found.steps;
     }
+    result.harbor_would_skip = crate::benchmarks::harbor::HarborTask::of(task).and_then(|h| h.harbor_rejects);
     log.push(decide::finished_line(&result));
     Ok(Some((result, log.join("\n") + "\n")))
 }

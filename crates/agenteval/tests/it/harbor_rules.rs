@@ -369,7 +369,7 @@ fn a_compose_task_and_a_gpu_task_fail_alone_and_the_rest_of_the_dataset_runs() {
     assert_eq!((v["status"].as_str(), code), (Some("failed"), 3), "{v} {}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
     assert_eq!(result(&bundle, "plain")["passed"], true);
-    for (id, why) in [("gpu", "GPU"), ("compose", "uses volumes")] {
+    for (id, why) in [("gpu", "GPU"), ("compose", "a folder of this machine")] {
         let r = result(&bundle, id);
         assert_eq!(r["agent"]["terminated_by"], "infra_failure", "{r}");
         assert!(r["agent"]["error"].as_str().unwrap().contains(why), "{r}");

@@ -15,6 +15,7 @@ mod environments;
 mod export;
 mod gateway;
 mod harbor_rules;
+mod harbor_tasks;
 mod hardening;
 mod html;
 mod humaneval;

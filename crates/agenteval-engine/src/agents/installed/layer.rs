@@ -94,9 +94,10 @@ impl Layer {
     /// What the layer's content is, for its tag: the preset, its version and the install it runs;
     /// or the setup script, its files, its environment (names and values: a changed value may
     /// change the install) and its secrets' names (never their values).
+    // Version 2: layers made while containers had their own ENTRYPOINT (`sleep`) kept it.
     pub fn key(&self, secret_names: &[&str]) -> Result<String> {
         let mut h = Sha256::new();
-        h.update(format!("agenteval-agent-layer-1\0{}\0", fetch::LAYOUT).as_bytes());
+        h.update(format!("agenteval-agent-layer-2\0{}\0", fetch::LAYOUT).as_bytes());
         match &self.source {
             Source::Preset { preset, version } => {
                 h.update(format!("preset\0{}\0{version}\0{}\0", preset.name, preset.check).as_bytes());

@@ -1,12 +1,13 @@
 //! A Harbor task's `environment/docker-compose.yaml`, in the subset agenteval runs: the `main`
 //! service (the agent's container) and its sidecars, each `build` (a folder, or `context` and
-//! `dockerfile`) or `image`, `environment`, `command`, `depends_on` and `healthcheck`. Anything
-//! else a service says (ports, volumes, networks, …) is refused by name: the task is `infra`.
+//! `dockerfile`) or `image`, `environment`, `command`, `depends_on`, `healthcheck` and named
+//! `volumes` shared between services. Anything else a service says (ports, a host folder,
+//! networks, …) is refused by name: the task is `infra`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use agenteval_core::environment::{Healthcheck, Sidecar};
+use agenteval_core::environment::{Healthcheck, Sidecar, Volume};
 use serde_json::Value;
 
 /// The main service's name, as Harbor names it.
@@ -18,12 +19,113 @@ pub const MAIN: &str = "main";
 pub struct Compose {
     pub main: Sidecar,
     pub sidecars: Vec<Sidecar>,
+    /// `main` says `network_mode: none`: no network, whatever task.toml says.
+    pub offline: bool,
 }
 
 /// The keys of a service agenteval runs. `expose` only documents a port (every service of a task
-/// reaches every other on its own network whatever it says), so it is accepted and does nothing.
-const KNOWN: [&str; 8] =
-    ["build", "image", "environment", "command", "depends_on", "healthcheck", "container_name", "expose"];
+/// reaches every other on its own network whatever it says), and `pull_policy` (Harbor's own
+/// template sets it) says when to pull an image that agenteval never pulls: both are accepted and
+/// do nothing. `network_mode` is accepted as `none` on a task without sidecars.
+const KNOWN: [&str; 11] = [
+    "build",
+    "image",
+    "environment",
+    "command",
+    "depends_on",
+    "healthcheck",
+    "container_name",
+    "expose",
+    "volumes",
+    "pull_policy",
+    "network_mode",
+];
+
+/// A service's `volumes`: named volumes the file declares (short `NAME:/path[:ro]` or long
+/// `{type: volume, source, target, read_only}`) and the service's own (`/path`); a host folder,
+/// a bind mount or the Docker socket is refused.
+fn volumes(name: &str, v: Option<&Value>, declared: &[String]) -> Result<Vec<Volume>, String> {
+    let Some(v) = v else { return Ok(vec![]) };
+    let Some(list) = v.as_array() else { return Err(format!("service `{name}`: `volumes` is not a list")) };
+    let mut out = Vec::new();
+    for item in list {
+        let (source, target, read_only) = match item {
+            Value::String(s) => {
+                let parts: Vec<&str> = s.split(':').collect();
+                match parts.as_slice() {
+                    [target] => (None, target.to_string(), false),
+                    [source, target] => (Some(source.to_string()), target.to_string(), false),
+                    [source, target, mode] if ["ro", "rw"].contains(mode) => {
+                        (Some(source.to_string()), target.to_string(), *mode == "ro")
+                    }
+                    _ => return Err(format!("service `{name}`: volume `{s}` is not NAME:/PATH[:ro|rw]")),
+                }
+            }
+            Value::Object(m) => {
+                let kind = m.get("type").and_then(Value::as_str).unwrap_or("volume");
+                if kind != "volume" {
+                    return Err(format!(
+                        "service `{name}`: a `{kind}` mount, which agenteval does not run (only named volumes)"
+                    ));
+                }
+                let unknown: Vec<&str> = m
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| !["type", "source", "target", "read_only"].contains(k))
+                    .collect();
+                if !unknown.is_empty() {
+                    return Err(format!(
+                        "service `{name}`: a volume's {}, which agenteval does not run",
+                        unknown.join(", ")
+                    ));
+                }
+                let Some(target) = m.get("target").and_then(Value::as_str) else {
+                    return Err(format!("service `{name}`: a volume without `target`"));
+                };
+                let source = m.get("source").and_then(Value::as_str).map(String::from);
+                (source, target.to_string(), m.get("read_only").and_then(Value::as_bool).unwrap_or(false))
+            }
+            _ => return Err(format!("service `{name}`: a volume is a string or a mapping")),
+        };
+        if !target.starts_with('/') {
+            return Err(format!("service `{name}`: volume target `{target}` is not an absolute path"));
+        }
+        if let Some(src) = &source
+            && !declared.contains(src)
+        {
+            let why = if src.starts_with(['/', '.', '~', '$']) || src.contains('/') {
+                "a folder of this machine, which a task never mounts"
+            } else {
+                "not declared under the file's top-level `volumes`"
+            };
+            return Err(format!("service `{name}`: volume `{src}` is {why}"));
+        }
+        out.push(Volume { name: source, target, read_only });
+    }
+    Ok(out)
+}
+
+/// The file's top-level `volumes`: names, each plain (no driver, no external volume).
+fn declared_volumes(doc: &Value) -> Result<Vec<String>, String> {
+    let Some(v) = doc.get("volumes") else { return Ok(vec![]) };
+    let Some(m) = v.as_object() else { return Err("the top-level `volumes` is not a mapping".into()) };
+    let mut out = Vec::new();
+    for (k, v) in m {
+        let plain = k.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) && !k.is_empty();
+        if !plain {
+            return Err(format!("volume name `{k}` is not letters, digits, `_`, `.` and `-`"));
+        }
+        if let Some(opts) = v.as_object().filter(|o| !o.is_empty()) {
+            let keys: Vec<&str> = opts.keys().map(String::as_str).collect();
+            return Err(format!(
+                "volume `{k}` sets {}, which agenteval does not run (a plain named volume only)",
+                keys.join(", ")
+            ));
+        }
+        out.push(k.clone());
+    }
+    Ok(out)
+}
 
 /// A duration as compose writes it (`10s`, `1m30s`, `500ms`, a bare number of seconds).
 fn seconds(v: Option<&Value>) -> Option<f64> {
@@ -101,7 +203,7 @@ fn inside(name: &str, dir: &Path, context: &str) -> Result<std::path::PathBuf, S
     Ok(joined)
 }
 
-fn service(name: &str, v: &Value, dir: &Path) -> Result<(Sidecar, Vec<String>), String> {
+fn service(name: &str, v: &Value, dir: &Path, declared: &[String]) -> Result<(Sidecar, Vec<String>), String> {
     let Some(obj) = v.as_object() else { return Err(format!("service `{name}` is not a mapping")) };
     let unknown: Vec<&str> = obj.keys().map(String::as_str).filter(|k| !KNOWN.contains(k)).collect();
     if !unknown.is_empty() {
@@ -143,7 +245,15 @@ fn service(name: &str, v: &Value, dir: &Path) -> Result<(Sidecar, Vec<String>), 
         Some(Value::Object(m)) => m.keys().cloned().collect(),
         _ => vec![],
     };
+    match obj.get("network_mode") {
+        None => {}
+        Some(Value::String(m)) if m == "none" => {}
+        Some(other) => {
+            return Err(format!("service `{name}`: network_mode {other}, which agenteval does not run (only `none`)"));
+        }
+    }
     let sidecar = Sidecar {
+        volumes: volumes(name, obj.get("volumes"), declared)?,
         name: name.to_string(),
         context,
         image: if obj.contains_key("build") { None } else { image },
@@ -164,13 +274,21 @@ pub(crate) fn read(file: &Path) -> Result<Compose, String> {
     let Some(services) = doc.value.get("services").and_then(Value::as_object) else {
         return Err(format!("{} has no `services`", file.display()));
     };
+    let declared = declared_volumes(&doc.value)?;
     let mut read: BTreeMap<String, (Sidecar, Vec<String>)> = BTreeMap::new();
     for (name, v) in services {
-        read.insert(name.clone(), service(name, v, dir)?);
+        read.insert(name.clone(), service(name, v, dir, &declared)?);
     }
     let Some((main, _)) = read.get(MAIN).cloned() else {
         return Err(format!("{} has no `{MAIN}` service (the agent's container)", file.display()));
     };
+    // Without a network the agent's container could not reach its sidecars; a sidecar without one
+    // would serve nothing.
+    let offline: Vec<&String> =
+        services.iter().filter(|(_, v)| v.get("network_mode").is_some()).map(|(k, _)| k).collect();
+    if !offline.is_empty() && (services.len() > 1 || offline.iter().any(|k| *k != MAIN)) {
+        return Err("`network_mode: none` is run only on `main` in a task without sidecars".into());
+    }
     // Each sidecar after what it depends on; a cycle is refused.
     let mut order: Vec<String> = Vec::new();
     let mut todo: Vec<String> = read.keys().filter(|k| *k != MAIN).cloned().collect();
@@ -187,7 +305,7 @@ pub(crate) fn read(file: &Path) -> Result<Compose, String> {
         order.extend(ready);
     }
     let sidecars = order.into_iter().map(|n| read[&n].0.clone()).collect();
-    Ok(Compose { main, sidecars })
+    Ok(Compose { main, sidecars, offline: !offline.is_empty() })
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@
 
 mod compose;
 pub mod registry;
+mod rejects;
+mod steps;
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +19,7 @@ use agenteval_core::config::VerifyIn;
 use agenteval_core::environment::{EnvSpec, Healthcheck, RewardFrom, TestsSpec, VerifierRules};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment};
-use agenteval_core::{Error, Result, TaskId};
+use agenteval_core::{Error, ErrorKind, Result, TaskId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -37,6 +39,10 @@ pub struct HarborTask {
     /// with this reason, and the rest of the dataset runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unsupported: Option<String>,
+    /// Why Harbor itself would skip this task (a rule of Harbor's its `task.toml` breaks):
+    /// agenteval runs it, warns at load and counts it in the summary.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harbor_rejects: Option<String>,
 }
 
 impl HarborTask {
@@ -166,13 +172,13 @@ fn memory_mb(v: Option<&toml::Value>) -> Option<u64> {
 }
 
 /// A hash of what a task folder says: `instruction.md`, `task.toml`, `environment/` and
-/// `tests/` (not the solution: it is not part of the question), each file with its path below
+/// `tests/` and `steps/` (not the solution: it is not part of the question), each file with its path below
 /// the folder, so the same task checked out anywhere has one fingerprint.
 fn folder_content(dir: &Path) -> Result<String> {
     use sha2::{Digest as _, Sha256};
     let mut files = Vec::new();
     let mut todo: Vec<PathBuf> =
-        ["instruction.md", "task.toml", "environment", "tests"].iter().map(|p| dir.join(p)).collect();
+        ["instruction.md", "task.toml", "environment", "tests", "steps"].iter().map(|p| dir.join(p)).collect();
     while let Some(p) = todo.pop() {
         match std::fs::symlink_metadata(&p) {
             Ok(m) if m.is_dir() => {
@@ -287,36 +293,93 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     read_task_with(dir, VerifierRules::Harbor)
 }
 
-// Long: task.toml's sections in Harbor's order (metadata, environment, agent, verifier), each
-// key read where Harbor reads it; split, the table's keys would be spread far from each other.
+/// A task folder as a task; one whose files cannot be read as a task (no `instruction.md`, a
+/// `task.toml` that is not TOML, no verifier) is that task's failure (`infra`, with why), never
+/// the dataset's. A folder whose name is no task id, or whose files link out of it, is refused.
 fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let id: TaskId = name.parse().map_err(|_| {
         Error::invalid(format!("Harbor task folder `{name}`: a task id is letters, digits, `-`, `_` and `.`"))
     })?;
-    // A dataset is data: none of the task's files may be a link out of its folder (a registry's
-    // checkout keeps links, and one to a root-only file of this machine would become the
-    // agent's input, the bundle's and the tests').
+    links_out(dir, &id)?;
+    match read_folder(dir, &id, rules) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == ErrorKind::Invalid || e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::Io => {
+            let why = e.to_string();
+            let why = why.strip_prefix(&format!("task {id}: ")).unwrap_or(&why).to_string();
+            tracing::warn!(task = %id, "this task cannot run (it alone fails): {why}");
+            let harbor = HarborTask {
+                path: dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf()),
+                agent_timeout_secs: None,
+                unsupported: Some(why),
+                harbor_rejects: None,
+            };
+            Ok(TaskSpec {
+                id,
+                input: Value::String(String::new()),
+                expected: None,
+                tags: vec![],
+                evaluators: vec![],
+                metadata: json!({"harbor": harbor}),
+                environment: None,
+                content: Some(folder_content(dir).unwrap_or_default()),
+                tests: None,
+                solution: None,
+                steps: None,
+            })
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// None of the task's files may be a link out of its folder (a registry's checkout keeps
+/// links, and one to a root-only file of this machine would become the agent's input, the
+/// bundle's and the tests').
+fn links_out(dir: &Path, id: &TaskId) -> Result<()> {
     let inside = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    for f in TASK_PATHS {
-        let p = dir.join(f);
+    let mut paths: Vec<PathBuf> = TASK_PATHS.iter().map(|f| dir.join(f)).collect();
+    // A task told in steps: each step's folders too.
+    if let Ok(steps) = std::fs::read_dir(dir.join("steps")) {
+        paths.push(dir.join("steps"));
+        for step in steps.flatten() {
+            for f in ["", "instruction.md", "tests", "tests/test.sh", "solution", "solution/solve.sh", "workdir"] {
+                paths.push(if f.is_empty() { step.path() } else { step.path().join(f) });
+            }
+        }
+    }
+    for p in paths {
         if let Ok(real) = p.canonicalize()
             && !real.starts_with(&inside)
         {
+            let f = p.strip_prefix(dir).unwrap_or(&p).display().to_string();
             return Err(Error::invalid(format!(
                 "task {id}: {f} is a link out of the task's folder; a dataset's files are read only inside it"
             )));
         }
     }
-    let instruction = std::fs::read_to_string(dir.join("instruction.md"))
-        .map_err(|e| Error::io(format!("task {id}: reading instruction.md"), e))?;
+    Ok(())
+}
+
+// Long: task.toml's sections in Harbor's order (metadata, environment, agent, verifier), each
+// key read where Harbor reads it; split, the table's keys would be spread far from each other.
+fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec> {
+    let id = id.clone();
     let toml_path = dir.join("task.toml");
     let table: toml::Table = match std::fs::read_to_string(&toml_path) {
         Ok(text) => text.parse().map_err(|e: toml::de::Error| {
-            Error::invalid(format!("{}: {}", toml_path.display(), e.to_string().trim()))
+            Error::invalid(format!(
+                "task.toml is not TOML: {}",
+                e.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
+            ))
         })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => toml::Table::new(),
         Err(e) => return Err(Error::io(format!("reading {}", toml_path.display()), e)),
+    };
+    let stepped = table.get("steps").and_then(toml::Value::as_array).is_some_and(|a| !a.is_empty());
+    let instruction = match std::fs::read_to_string(dir.join("instruction.md")) {
+        Ok(text) => text,
+        Err(_) if stepped => String::new(),
+        Err(e) => return Err(Error::io(format!("task {id}: reading instruction.md"), e)),
     };
     let section = |k: &str| table.get(k).and_then(toml::Value::as_table).cloned().unwrap_or_default();
     let (meta, verifier, agent, env) =
@@ -412,17 +475,30 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         spec.context = c.main.context.or(spec.context);
         spec.image = if spec.context.is_some() { None } else { c.main.image.or(spec.image) };
         spec.env.extend(c.main.env);
+        spec.volumes = c.main.volumes;
         spec.sidecars = c.sidecars;
+        if c.offline {
+            (spec.network, spec.allowed_hosts) = (false, vec![]);
+        }
     }
     if spec.context.is_none() && spec.image.is_none() && compose_file.is_none() {
         unsupported.push("no environment/Dockerfile and no `environment.docker_image` in task.toml".to_string());
     }
-    if !dir.join("tests/test.sh").is_file() {
+    if !stepped && !dir.join("tests/test.sh").is_file() {
         return Err(Error::invalid(format!("task {id}: no tests/test.sh (its verifier)")));
     }
     let path = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let unsupported = (!unsupported.is_empty()).then(|| unsupported.join("; "));
-    let harbor = HarborTask { path: path.clone(), agent_timeout_secs: num(agent.get("timeout_sec")), unsupported };
+    let harbor_rejects = rejects::of(&table);
+    if let Some(why) = &harbor_rejects {
+        tracing::warn!(task = %id, "Harbor itself would skip this task: {why}");
+    }
+    let unsupported_now = (!unsupported.is_empty()).then(|| unsupported.join("; "));
+    let harbor = HarborTask {
+        path: path.clone(),
+        agent_timeout_secs: num(agent.get("timeout_sec")),
+        unsupported: unsupported_now,
+        harbor_rejects,
+    };
     // Harbor's verifier: `bash /tests/test.sh` as root, the reward in `/logs/verifier`.
     let tests = TestsSpec {
         dir: Some(path.join("tests")),
@@ -442,20 +518,34 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
         verify_in,
     };
     let solution = path.join("solution");
+    let solution = solution.is_dir().then_some(solution);
+    let (steps, first) = match stepped {
+        true => {
+            let s = steps::read(&path, &table, &tests, solution.as_ref(), &crate::cache_dir())?;
+            let first = s.list[0].clone();
+            (Some(s), Some(first))
+        }
+        false => (None, None),
+    };
     // Everything task.toml says is kept, known or not (a later Harbor's keys are not errors).
     let toml_json = serde_json::to_value(&table).unwrap_or(Value::Null);
     let runnable = harbor.unsupported.is_none();
+    let (input, tests, solution) = match first {
+        Some(f) => (f.input, f.tests, f.solution),
+        None => (Value::String(instruction), Some(tests), solution),
+    };
     Ok(TaskSpec {
         id,
-        input: Value::String(instruction),
+        input,
         expected: None,
         tags,
         evaluators: vec![],
         metadata: json!({"harbor": harbor, "task_toml": toml_json}),
         environment: runnable.then_some(spec),
         content: Some(folder_content(dir)?),
-        tests: runnable.then_some(tests),
-        solution: (runnable && solution.is_dir()).then_some(solution),
+        tests: tests.filter(|_| runnable),
+        solution: solution.filter(|_| runnable),
+        steps: steps.filter(|_| runnable),
     })
 }
 
