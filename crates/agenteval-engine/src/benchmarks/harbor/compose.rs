@@ -348,6 +348,29 @@ mod tests {
         std::fs::write(&f, "services:\n  main:\n    image: x\n    ports: [\"80:80\"]\n").unwrap();
         assert!(read(&f).unwrap_err().contains("ports"));
         assert_eq!(seconds(Some(&Value::String("1m30s".into()))), Some(90.0));
+        let head = "services:\n  main:\n    image: x\n    pull_policy: build\n";
+        std::fs::write(&f, format!("{head}    volumes: [\"logs:/var/log/tool:ro\"]\n  tool:\n    image: y\n    volumes:\n      - {{type: volume, source: logs, target: /var/log/tool}}\n      - /scratch\nvolumes:\n  logs:\n")).unwrap();
+        let c = read(&f).unwrap();
+        assert_eq!(
+            c.main.volumes,
+            [Volume { name: Some("logs".into()), target: "/var/log/tool".into(), read_only: true }]
+        );
+        assert_eq!(c.sidecars[0].volumes[1], Volume { name: None, target: "/scratch".into(), read_only: false });
+        for (bad, why) in [
+            ("    volumes: [\"/var/run/docker.sock:/var/run/docker.sock\"]\n", "a folder of this machine"),
+            ("    volumes: [\"./data:/data\"]\n", "a folder of this machine"),
+            ("    volumes: [\"other:/data\"]\n", "not declared"),
+            ("    volumes: [{type: bind, source: /etc, target: /x}]\n", "`bind` mount"),
+            ("    network_mode: host\n", "network_mode"),
+        ] {
+            std::fs::write(&f, format!("{head}{bad}volumes:\n  logs:\n")).unwrap();
+            let e = read(&f).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        std::fs::write(&f, format!("{head}volumes:\n  logs: {{driver: local}}\n")).unwrap();
+        assert!(read(&f).unwrap_err().contains("driver"));
+        std::fs::write(&f, format!("{head}    network_mode: none\n")).unwrap();
+        assert!(read(&f).unwrap().offline, "`none` on a lone main: no network");
         assert_eq!(seconds(Some(&Value::String("500ms".into()))), Some(0.5));
     }
 }

@@ -424,6 +424,9 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
             "the verifier's network differs from the agent's in a shared environment: agenteval cannot change a container's network between phases (give the verifier environment_mode = \"separate\")".into(),
         );
     }
+    if let Some(os) = env.get("os").and_then(toml::Value::as_str).filter(|o| !o.eq_ignore_ascii_case("linux")) {
+        unsupported.push(format!("the task runs on {os}, and agenteval's Docker environment runs Linux containers"));
+    }
     if let Some(g) = num(env.get("gpus")).filter(|g| *g > 0.0) {
         unsupported
             .push(format!("the task needs {g} GPU(s), and agenteval's Docker environment gives containers none"));
@@ -649,11 +652,34 @@ mod tests {
         );
         let tests = t.tests.clone().unwrap();
         assert_eq!((tests.verify_in, tests.network), (Some(VerifyIn::Fresh), Some((true, vec![]))));
-        let shared = task_dir("[verifier]\nnetwork_mode = \"public\"\n[environment]\ngpus = 2\n");
+        let shared = task_dir("[verifier]\nnetwork_mode = \"public\"\n[environment]\ngpus = 2\nos = \"windows\"\n");
         let t = read_task(&shared.path().join("fix-it")).unwrap();
         let why = HarborTask::of(&t).unwrap().unsupported.unwrap();
-        assert!(why.contains("2 GPU") && why.contains("shared environment"), "{why}");
+        assert!(why.contains("2 GPU") && why.contains("shared environment") && why.contains("windows"), "{why}");
         assert!(t.environment.is_none() && t.tests.is_none(), "it runs nothing: it is infra");
+    }
+
+    #[tokio::test]
+    async fn a_task_that_cannot_be_read_fails_alone_and_one_harbor_would_skip_is_named() {
+        let d = task_dir("[task]\nname = \"no-org\"\n");
+        let t = d.path();
+        for (name, toml) in [("bad-toml", "this is = = not toml"), ("bad-steps", "[[steps]]\nname = \"one\"\n")] {
+            std::fs::create_dir_all(t.join(name).join("tests")).unwrap();
+            std::fs::write(t.join(name).join("task.toml"), toml).unwrap();
+            std::fs::write(t.join(name).join("tests/test.sh"), "exit 0\n").unwrap();
+        }
+        let listed = HarborBenchmark::new(t.to_path_buf()).list_tasks(&TaskFilter::default()).await.unwrap();
+        let why = |id: &str| {
+            let task = listed.iter().find(|x| x.id.as_str() == id).unwrap();
+            (HarborTask::of(task).unwrap(), task.environment.is_none())
+        };
+        let (bad, alone) = why("bad-toml");
+        assert!(bad.unsupported.unwrap().contains("not TOML") && alone);
+        let (steps, alone) = why("bad-steps");
+        assert!(steps.unsupported.unwrap().contains("steps/one/instruction.md") && alone);
+        let (ok, runs) = why("fix-it");
+        assert!(ok.unsupported.is_none() && !runs);
+        assert!(ok.harbor_rejects.unwrap().contains("org/name"));
     }
 
     #[test]
