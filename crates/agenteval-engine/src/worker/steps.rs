@@ -68,7 +68,8 @@ pub(super) async fn run(
         let t = step_task(task, step);
         let (agent, scores, step_changed) = super::run_and_grade(ctx, &t, env, log).await?;
         trace.extend(ctx.store.get(&ctx.run_id, &staged).await?);
-        changed += step_changed;
+        // Each step's count is since the environment was made: the last is the task's.
+        changed = changed.max(step_changed);
         let rewards = {
             let mut found = env.findings.lock().expect("not poisoned");
             for (m, n) in std::mem::take(&mut found.models) {
