@@ -56,6 +56,8 @@ pub struct DockerEnvironment {
     gateway_network: OnceCell<String>,
     /// The run's agent reaches the model gateway from inside its container.
     gateway: bool,
+    /// How long an image's ENTRYPOINT may take to hand over (`environment.entrypoint_seconds`).
+    handover: Duration,
     /// The egress proxy of allowlisted containers (its address, once started) and what each
     /// may reach.
     egress: OnceCell<SocketAddr>,
@@ -87,6 +89,7 @@ impl DockerEnvironment {
             network: OnceCell::new(),
             gateway_network: OnceCell::new(),
             gateway: false,
+            handover: Duration::from_secs(HANDOVER_SECS),
             egress: OnceCell::new(),
             allowed: egress::Allowed::default(),
         }
@@ -96,6 +99,12 @@ impl DockerEnvironment {
     /// that the agent inside reaches the model gateway, and nothing else.
     pub fn with_gateway(mut self, gateway: bool) -> Self {
         self.gateway = gateway;
+        self
+    }
+
+    /// How long an image's ENTRYPOINT may take to hand over to the container's command.
+    pub fn with_entrypoint_timeout(mut self, timeout: Duration) -> Self {
+        self.handover = timeout;
         self
     }
 
@@ -197,13 +206,14 @@ impl DockerEnvironment {
 /// The container's command: it only waits. Run by the image's ENTRYPOINT when it has one.
 const KEEP_ALIVE: [&str; 3] = ["sh", "-c", "sleep infinity"];
 
-/// How long an image's ENTRYPOINT has to hand over to the container's command (`exec "$@"`).
+/// How long an image's ENTRYPOINT has to hand over to the container's command (`exec "$@"`)
+/// unless the run says (`environment.entrypoint_seconds`).
 pub const HANDOVER_SECS: u64 = 60;
 
 /// Waits until the container runs its command ([`KEEP_ALIVE`]): at once without an ENTRYPOINT,
 /// else once the image's ENTRYPOINT has handed over to it. One that exits first, or never hands
 /// over, makes the task `infra`, named.
-async fn handed_over(docker: &Docker, id: &str, image: &str) -> Result<()> {
+async fn handed_over(docker: &Docker, id: &str, image: &str, within: Duration) -> Result<()> {
     let info = docker
         .inspect_container(id, None::<InspectContainerOptions>)
         .await
@@ -214,7 +224,7 @@ async fn handed_over(docker: &Docker, id: &str, image: &str) -> Result<()> {
     }
     let named = entrypoint.join(" ");
     let keep_alive = KEEP_ALIVE.join(" ");
-    let deadline = std::time::Instant::now() + Duration::from_secs(HANDOVER_SECS);
+    let deadline = std::time::Instant::now() + within;
     loop {
         let info = docker
             .inspect_container(id, None::<InspectContainerOptions>)
@@ -242,7 +252,8 @@ async fn handed_over(docker: &Docker, id: &str, image: &str) -> Result<()> {
         }
         if std::time::Instant::now() >= deadline {
             return Err(Error::invalid(format!(
-                "the ENTRYPOINT of {image} (`{named}`) did not hand over to the container's command in {HANDOVER_SECS} s (it must end with `exec \"$@\"`)"
+                "the ENTRYPOINT of {image} (`{named}`) did not hand over to the container's command in {} s (it must end with `exec \"$@\"`; environment.entrypoint_seconds gives it longer)",
+                within.as_secs()
             )));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -460,7 +471,7 @@ impl Environment for DockerEnvironment {
                 .start_container(&created.id, None::<StartContainerOptions>)
                 .await
                 .map_err(|e| infra(&format!("starting a container of {image}"), e))?;
-            handed_over(docker, &created.id, &image).await?;
+            handed_over(docker, &created.id, &image, self.handover).await?;
             let info = docker
                 .inspect_container(&created.id, None::<InspectContainerOptions>)
                 .await
@@ -600,7 +611,7 @@ impl Environment for DockerEnvironment {
             .await
             .map_err(|e| infra("stopping what the agent left running", e))?;
         // The image's ENTRYPOINT runs again (its services with it), as it did at the start.
-        handed_over(docker, &env.id, "the task's image").await
+        handed_over(docker, &env.id, "the task's image", self.handover).await
     }
 
     async fn gateway_host(&self, env: &EnvHandle) -> Option<std::net::Ipv4Addr> {

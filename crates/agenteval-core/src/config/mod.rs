@@ -134,6 +134,12 @@ pub struct EnvironmentConfig {
     /// over, so nothing else the agent changed — a replaced `python3` — is trusted).
     #[serde(default)]
     pub verify_in: VerifyIn,
+    /// Seconds an image's ENTRYPOINT has to hand over to the container's command before the
+    /// task is `infra` (default 60): raise it for an image whose entrypoint initialises a
+    /// database.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub entrypoint_seconds: Option<u64>,
     /// Set by the worker, never written: the agent inside a task's container reaches the model
     /// gateway (an `installed` agent with `upstream`).
     #[serde(skip)]
@@ -146,6 +152,11 @@ pub use crate::environment::VerifyIn;
 impl EnvironmentConfig {
     pub fn artifact_bytes(&self) -> u64 {
         self.max_artifact_bytes.unwrap_or(8 << 20)
+    }
+
+    /// How long an image's ENTRYPOINT may take to hand over (`entrypoint_seconds`).
+    pub fn entrypoint_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.entrypoint_seconds.unwrap_or(60).clamp(1, 3600))
     }
 }
 

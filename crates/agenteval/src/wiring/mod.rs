@@ -36,7 +36,7 @@ fn registry(exe: &Path, aws: &Arc<ClientCache>) -> Vec<Arc<dyn BackendKind>> {
 fn environment_of(kind: EnvironmentKind, settings: &EnvironmentConfig) -> Option<Arc<dyn Environment>> {
     match kind {
         EnvironmentKind::Docker => Some(Arc::new(
-            agenteval_docker::DockerEnvironment::new(settings.base_image.clone()).with_gateway(settings.gateway),
+            agenteval_docker::DockerEnvironment::new(settings.base_image.clone()).with_gateway(settings.gateway).with_entrypoint_timeout(settings.entrypoint_timeout()),
         )),
         _ => None,
     }

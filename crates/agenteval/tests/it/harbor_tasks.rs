@@ -267,19 +267,21 @@ fn an_entrypoint_that_exits_or_never_hands_over_is_the_task_s_infra_named() {
         "echo 1 > /logs/verifier/reward.txt",
     );
     write(d.join("environment/e.sh"), "exec sleep 100000\n");
-    let (bundle, v, code, err) = run(&ws, &root, "oracle", "harbor");
+    let cfg = harbor_config(&ws, &root, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &["--set", "environment.entrypoint_seconds=5"]);
+    let (bundle, err) = (ws.runs().join(v["run_id"].as_str().unwrap_or_default()), text(&out.stderr));
     assert_eq!(code, 3, "{v} {err}");
     let exits = result(&bundle, "exits");
     let why = exits["agent"]["error"].as_str().unwrap();
     assert!(why.contains("ENTRYPOINT") && why.contains("code 7") && why.contains("cannot start the service"), "{why}");
     let keeps = result(&bundle, "keeps");
     let why = keeps["agent"]["error"].as_str().unwrap();
-    assert!(why.contains("did not hand over"), "{why}");
+    assert!(why.contains("did not hand over") && why.contains("in 5 s"), "{why}");
 }
 
-/// Runs Harbor 0.26 itself (`tests/run.sh` installs it) with `agent` on the tasks under `root`:
-/// each task's reward and the steps it ran, by task name.
-fn harbor_verdicts(root: &Path, jobs: &Path, agent: &str) -> std::collections::BTreeMap<String, (f64, usize)> {
+/// Starts Harbor 0.26 itself (`tests/run.sh` installs it) with `agent` on the tasks under
+/// `root`, its job in `jobs/agent`.
+fn start_harbor(root: &Path, jobs: &Path, agent: &str) -> std::process::Child {
     let harbor = python_tool("harbor", "harbor");
     // Its Docker Compose v2 plugin sits beside it (Debian's docker-compose is v1).
     let docker_config = harbor.parent().unwrap().parent().unwrap().join("docker");
@@ -288,12 +290,23 @@ fn harbor_verdicts(root: &Path, jobs: &Path, agent: &str) -> std::collections::B
         "Docker Compose v2 is not installed: tests/run.sh installs it into {}",
         docker_config.display()
     );
-    let out = std::process::Command::new(&harbor)
+    std::process::Command::new(&harbor)
         .args(["run", "-p", root.to_str().unwrap(), "-a", agent, "-o", jobs.to_str().unwrap()])
-        .args(["--job-name", agent, "-n", "4", "-y", "-q"])
+        .args(["--job-name", agent, "-n", "6", "-y", "-q"])
         .env("DOCKER_CONFIG", &docker_config)
-        .output()
-        .unwrap();
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What Harbor's job `jobs/agent` gave each task: its reward and the steps it ran.
+fn harbor_verdicts(
+    harbor: std::process::Child,
+    jobs: &Path,
+    agent: &str,
+) -> std::collections::BTreeMap<String, (f64, usize)> {
+    let out = harbor.wait_with_output().unwrap();
     assert!(out.status.success(), "harbor run -a {agent}: {}{}", text(&out.stdout), text(&out.stderr));
     let mut verdicts = std::collections::BTreeMap::new();
     for trial in std::fs::read_dir(jobs.join(agent)).unwrap().flatten().filter(|e| e.path().is_dir()) {
@@ -325,9 +338,12 @@ fn harbor_itself_gives_the_same_verdicts_on_the_same_tasks() {
     let tagged =
         std::process::Command::new("docker").args(["tag", crate::environments::BASE, "debian:bookworm-slim"]).status();
     assert!(tagged.unwrap().success());
-    for agent in ["oracle", "nop"] {
-        let harbor = harbor_verdicts(&root, &ws.path().join("harbor-jobs"), agent);
-        let (bundle, v, code, err) = run(&ws, &root, agent, "harbor");
+    // Both of Harbor's jobs at once, while agenteval runs (Harbor mostly waits on containers).
+    let jobs = ws.path().join("harbor-jobs");
+    let started: Vec<_> = ["oracle", "nop"].into_iter().map(|a| (a, start_harbor(&root, &jobs, a))).collect();
+    let ours: Vec<_> = ["oracle", "nop"].into_iter().map(|a| run(&ws, &root, a, "harbor")).collect();
+    for ((agent, child), (bundle, v, code, err)) in started.into_iter().zip(ours) {
+        let harbor = harbor_verdicts(child, &jobs, agent);
         assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {err}");
         let ran: Vec<&str> = harbor.keys().map(String::as_str).collect();
         assert_eq!(

@@ -304,7 +304,12 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
     links_out(dir, &id)?;
     match read_folder(dir, &id, rules) {
         Ok(t) => Ok(t),
-        Err(e) if e.kind() == ErrorKind::Invalid || e.kind() == ErrorKind::NotFound || e.kind() == ErrorKind::Io => {
+        Err(e)
+            if matches!(
+                e.kind(),
+                ErrorKind::Invalid | ErrorKind::NotFound | ErrorKind::Io | ErrorKind::Unauthorized
+            ) =>
+        {
             let why = e.to_string();
             let why = why.strip_prefix(&format!("task {id}: ")).unwrap_or(&why).to_string();
             tracing::warn!(task = %id, "this task cannot run (it alone fails): {why}");
