@@ -633,10 +633,27 @@ impl std::fmt::Debug for dyn FreshEnvironment {
     }
 }
 
+/// What a benchmark says one of its tasks needs beyond the run's settings. The default asks
+/// nothing: a new benchmark declares only what differs, and the worker never asks which
+/// benchmark it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskPlan {
+    /// The task's own time limit for its agent, in seconds: it lowers the run's (the run's
+    /// stays when it is lower).
+    pub agent_timeout_secs: Option<f64>,
+    /// Why the benchmark's own tool would skip this task (it still runs here): kept in its
+    /// result and counted in the summary.
+    pub would_skip: Option<String>,
+}
+
 /// A source of tasks with its own grader.
 #[async_trait]
 pub trait BenchmarkAdapter: Send + Sync {
     fn name(&self) -> &str;
+    /// What `task` needs beyond the run's settings (see [`TaskPlan`]).
+    fn plan(&self, _task: &TaskSpec) -> TaskPlan {
+        TaskPlan::default()
+    }
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>>;
     /// Hands matching tasks to `f` one at a time. Benchmarks with very many tasks override it
     /// so that a run never holds them all as `TaskSpec`s.
@@ -831,10 +848,38 @@ impl AgentOutcome {
     }
 }
 
+/// What an agent asks of the task attempt around it. The defaults fit an agent that acts on
+/// its own in the task's environment and reports its own usage: a new kind of agent declares
+/// only what differs, and the worker never asks which kind it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AgentNeeds {
+    /// It is given the task's reference solution (the oracle), fetched for it alone.
+    pub sees_solution: bool,
+    /// A file it leaves in its environment as its own record of the run, kept with the task's
+    /// artifacts.
+    pub record: Option<String>,
+    /// It calls its model from this process (the built-in `llm` agent): its key stays here
+    /// (behind the gateway, the gateway's), it answers a strict replay from the cassettes
+    /// itself, and each `cost.tick` it writes stands for one call.
+    pub calls_in_process: bool,
+    /// A program of the user's: when its calls bypass the gateway and it reports no usage, its
+    /// cost is unknown, never $0.
+    pub usage_unknown_unless_metered: bool,
+    /// The system prompt it sends, which the GenAI spans may show when content is captured.
+    pub system_prompt: Option<String>,
+    /// Its answers were made elsewhere (the `predictions` agent): it gets no environment of
+    /// its own.
+    pub acts_elsewhere: bool,
+}
+
 /// An agent under evaluation.
 #[async_trait]
 pub trait AgentRunner: Send + Sync {
     fn name(&self) -> &str;
+    /// What it needs of the task attempt around it (see [`AgentNeeds`]).
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds::default()
+    }
     /// Runs the agent on one task, streaming events into `sink`. Failures of the agent are
     /// reported in the outcome, never as a panic or an `Err` of the worker.
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome;

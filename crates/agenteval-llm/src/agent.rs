@@ -9,7 +9,9 @@ use std::time::Duration;
 use agenteval_core::config::{DEFAULT_TURNS, LlmAgentConfig};
 use agenteval_core::model::{EventKind, TerminatedBy};
 use agenteval_core::secret::Redactor;
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, AgentTool, EventSink, Stop};
+use agenteval_core::traits::{
+    AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, AgentTool, EventSink, Stop,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -132,6 +134,10 @@ fn clip(s: String) -> String {
 impl AgentRunner for LlmAgent {
     fn name(&self) -> &str {
         "llm"
+    }
+
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds { calls_in_process: true, system_prompt: self.config.system.clone(), ..AgentNeeds::default() }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {

@@ -62,7 +62,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
     if replay.is_none() {
         let wiring = Wiring::new(exe()?, config.aws.as_ref());
         let secrets = wiring.secrets(config).await?;
-        for (which, name, required) in agenteval_engine::worker::upstream_secrets(upstream) {
+        for (which, name, required) in agenteval_engine::agents::access::upstream_secrets(upstream) {
             match secrets.fetch(&name).await {
                 Ok(s) => {
                     redactor.add(&s);
@@ -85,7 +85,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         replay,
         record: args.record.is_some(),
         redactor,
-        models: agenteval_engine::worker::door_models(config),
+        models: agenteval_engine::agents::access::door_models(config),
     });
     // Calls are written to the record as they end, not held.
     let mut recording = args.record.map(open_record).transpose()?;

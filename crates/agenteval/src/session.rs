@@ -389,7 +389,7 @@ pub(crate) async fn preflight(
     config: &agenteval_core::config::RunConfig,
     strict_replay: bool,
 ) -> Result<(), Failure> {
-    let needed = agenteval_engine::worker::required_secrets(config, strict_replay);
+    let needed = agenteval_engine::agents::access::required_secrets(config, strict_replay);
     let kind = wiring.kind(config)?;
     kind.preflight(config, &needed).await?;
     // Workers of this machine run as this process's user: a root worker's agents get uids of

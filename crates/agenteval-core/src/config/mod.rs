@@ -913,7 +913,7 @@ impl AgentConfig {
         match self {
             AgentConfig::Command { upstream, .. } | AgentConfig::Installed { upstream, .. } => upstream.as_ref(),
             // The `llm` agent's calls go through the gateway too, to its model's endpoint
-            // (`worker::upstream_of`); the others call no model.
+            // (`agents::access::upstream_of`); the others call no model.
             AgentConfig::Llm(_)
             | AgentConfig::Mock { .. }
             | AgentConfig::Oracle { .. }

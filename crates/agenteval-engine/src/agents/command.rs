@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agenteval_core::config::InheritEnv;
 use agenteval_core::model::{AgentFault, EventKind, TerminatedBy};
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, EventSink};
 
 use crate::isolation::confine::{self, Net};
 use crate::isolation::sandbox::{self, View};
@@ -322,6 +322,10 @@ async fn read_events(
 impl AgentRunner for CommandAgent {
     fn name(&self) -> &str {
         "command"
+    }
+
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds { usage_unknown_unless_metered: true, ..AgentNeeds::default() }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {

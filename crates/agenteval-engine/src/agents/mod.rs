@@ -3,6 +3,7 @@
 //! (a model with tools, from `agenteval-llm`), `installed` (a CLI agent in the task's image) and
 //! `predictions` (patches made elsewhere).
 
+pub mod access;
 mod command;
 mod env_tools;
 pub mod installed;

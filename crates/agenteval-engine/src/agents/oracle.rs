@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agenteval_core::environment::ExecRequest;
 use agenteval_core::model::{EventKind, TerminatedBy};
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EnvSession, EventSink};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, EnvSession, EventSink};
 use async_trait::async_trait;
 use serde_json::json;
 
@@ -65,6 +65,10 @@ async fn solve(ctx: &AgentContext<'_>, session: &EnvSession, sink: &mut dyn Even
 impl AgentRunner for OracleAgent {
     fn name(&self) -> &str {
         "oracle"
+    }
+
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds { sees_solution: true, ..AgentNeeds::default() }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use agenteval_core::Error;
 use agenteval_core::config::PredictedPatch;
 use agenteval_core::model::EventKind;
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, EventSink};
 use async_trait::async_trait;
 use serde_json::json;
 
@@ -29,6 +29,10 @@ pub fn answer(p: Option<&PredictedPatch>) -> serde_json::Value {
 impl AgentRunner for PredictionsAgent {
     fn name(&self) -> &str {
         "predictions"
+    }
+
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds { acts_elsewhere: true, ..AgentNeeds::default() }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {

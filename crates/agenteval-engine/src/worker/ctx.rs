@@ -1,17 +1,16 @@
-//! A worker's context, built once per job: its run, job and config, the store and index it
-//! writes, the benchmark, agent and evaluators it runs, the secrets, environments, gateway and
-//! cassettes of its tasks, and what each task keeps for its pack.
+//! A worker's context, built once per job (`start.rs`): its run, job and config, the store and
+//! index it writes, the benchmark, agent and evaluators it runs, the secrets, environments,
+//! gateway and cassettes of its tasks, and the environments still live.
 
 use std::sync::Arc;
 
+use agenteval_core::RunId;
 use agenteval_core::config::RunConfig;
 use agenteval_core::model::*;
 use agenteval_core::secret::{Redactor, Secret};
 use agenteval_core::traits::*;
-use agenteval_core::{RunId, TaskId};
 use agenteval_llm::Cassettes;
 
-use super::regrade;
 use crate::telemetry::Journal;
 
 /// Everything a worker needs, built once per job.
@@ -24,6 +23,8 @@ pub(super) struct Ctx {
     pub(super) index: Arc<dyn RunIndex>,
     pub(super) benchmark: Arc<dyn BenchmarkAdapter>,
     pub(super) agent: Arc<dyn AgentRunner>,
+    /// What the agent said it needs, asked once.
+    pub(super) needs: AgentNeeds,
     pub(super) evaluators: Vec<Arc<dyn Evaluator>>,
     /// The agent's secrets, by environment variable name.
     pub(super) secrets: Vec<(String, Secret)>,
@@ -46,51 +47,10 @@ pub(super) struct Ctx {
     /// agent's patch is taken against it).
     pub(super) snapshots:
         std::sync::Mutex<std::collections::HashMap<String, Arc<crate::environments::snapshot::Snapshot>>>,
-    /// The run whose recorded answers are graded again instead of running the agent
-    /// (`agenteval regrade`).
-    pub(super) regrade: Option<regrade::Source>,
     /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
     pub(super) _fetched_cassettes: Option<tempfile::TempDir>,
     /// The model gateway the agent's calls go through (`agent.upstream`), and the cassettes
     /// its doors record to or replay from.
     pub(super) gateway: Option<Arc<dyn agenteval_core::gateway::ModelGateway>>,
     pub(super) cassettes: Option<Cassettes>,
-    /// Files of a running task that go into its pack besides its trace (attachments such as
-    /// `cassette.jsonl`, `artifacts/…`), by task: held until the pack is made rather than
-    /// staged, so no file is created and removed for them.
-    pub(super) kept: std::sync::Mutex<std::collections::HashMap<TaskId, Kept>>,
-}
-
-/// What is kept for a task's pack.
-#[derive(Default)]
-pub(super) struct Kept {
-    /// Files besides the trace: `(name in the pack, bytes)`.
-    pub(super) files: Vec<(String, Vec<u8>)>,
-    /// The whole trace as written, when it was small enough to keep.
-    pub(super) trace: Option<Vec<u8>>,
-}
-
-impl Ctx {
-    /// Keeps a file for `task`'s pack (a later one of the same name replaces it).
-    pub(super) fn keep(&self, task: &TaskId, name: String, bytes: Vec<u8>) {
-        let mut kept = self.kept.lock().expect("not poisoned");
-        let files = &mut kept.entry(task.clone()).or_default().files;
-        files.retain(|(n, _)| *n != name);
-        files.push((name, bytes));
-    }
-
-    /// Keeps the copy of `task`'s whole trace its sink made.
-    pub(super) fn keep_trace(&self, task: &TaskId, trace: Vec<u8>) {
-        self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = Some(trace);
-    }
-
-    /// Replaces the kept copy of `task`'s trace (`None`: the pack reads the staged file).
-    pub(super) fn replace_trace(&self, task: &TaskId, trace: Option<Vec<u8>>) {
-        self.kept.lock().expect("not poisoned").entry(task.clone()).or_default().trace = trace;
-    }
-
-    /// What was kept for `task`'s pack, in the order kept.
-    pub(super) fn take_kept(&self, task: &TaskId) -> Kept {
-        self.kept.lock().expect("not poisoned").remove(task).unwrap_or_default()
-    }
 }

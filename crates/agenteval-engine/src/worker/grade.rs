@@ -1,5 +1,6 @@
-//! Grading one task: the benchmark's own grader, then the run's evaluators and the task's own,
-//! each in its span. An evaluator that fails gives an error score; it never fails the job.
+//! The grade stage: the benchmark's own grader (or the task's tests), then the run's evaluators
+//! and the task's own, each in its span, where the verify stage said; the scores then close the
+//! task's trace. An evaluator that fails gives an error score; it never fails the job.
 
 use agenteval_core::model::*;
 use agenteval_core::secret::Redactor;
@@ -7,16 +8,65 @@ use agenteval_core::traits::*;
 use tracing::Instrument;
 use tracing::field::Empty;
 
+use agenteval_core::Result;
+use serde_json::json;
+
+use super::attempt::Attempt;
 use super::ctx::Ctx;
-use agenteval_core::config::EvaluatorConfig;
+use super::plan::{Plan, has_tests_evaluator};
+use super::sink::TraceSink;
+use super::verify::Verified;
 
 use crate::evaluators::{evaluate_safely, evaluator_from_config, verifier};
 use crate::telemetry;
 
+/// Grades the attempt where `verified` says, and closes its trace with the scores (the trace's
+/// copy, when small, kept for the pack). `Err` only when the trace cannot be written.
+pub(super) async fn grade_attempt(
+    ctx: &Ctx,
+    plan: &Plan,
+    verified: &Verified,
+    agent: &AgentResult,
+    mut sink: TraceSink,
+    env: &TaskEnvironment,
+    at: &mut Attempt,
+) -> Result<Vec<EvaluatorScore>> {
+    let task = &verified.task;
+    let mut scores = match (&verified.fresh, &verified.refused) {
+        // Not graded: the tests would run where the agent's working folder is not.
+        (_, Some(why)) => vec![EvaluatorScore::errored("tests", "tests", why.clone())],
+        (Some(f), None) => {
+            let graded = TaskEnvironment { session: Some(f.clone()), ..env.clone() };
+            grade(ctx, plan, task, agent, &sink.events, &graded).await
+        }
+        (None, None) => grade(ctx, plan, task, agent, &sink.events, env).await,
+    };
+    if let Some(n) = &verified.changed_note {
+        for s in scores.iter_mut().filter(|s| s.kind == "tests" && s.passed) {
+            s.reason
+                .push_str(&format!("; note: {n}, which the tests trusted (environment.verify_in: fresh would not)"));
+        }
+    }
+    for s in &scores {
+        let mut payload = json!({"evaluator_id": s.evaluator_id, "kind": s.kind, "score": s.score, "passed": s.passed, "reason": s.reason});
+        if s.tokens > 0 {
+            payload["tokens"] = json!(s.tokens);
+        }
+        sink.write(EventKind::EvaluatorScore, payload, s.cost_usd, 0, 0).await;
+    }
+    sink.appender.finish().await?;
+    if let Some(e) = sink.write_error.take() {
+        return Err(e);
+    }
+    at.trace = sink.copy.take();
+    Ok(scores)
+}
+
 /// Every score of a task: the benchmark's grade first (unless the task names its own check of
 /// the answer), then the run's evaluators', then the task's.
-pub(super) async fn grade(
+async fn grade(
     ctx: &Ctx,
+    plan: &Plan,
     task: &TaskSpec,
     agent: &AgentResult,
     trace: &[TraceEvent],
@@ -27,8 +77,8 @@ pub(super) async fn grade(
     // A task that brings tests (Harbor's, a case's `tests`) is graded by them: by the run's
     // `tests` evaluator when it has one (its settings), else here, in the benchmark's place. A
     // task in an environment under a `tests` evaluator has no other check of the answer.
-    let tests_evaluator = has_tests_evaluator(ctx);
-    let by_tests = by_tests(ctx, task);
+    let tests_evaluator = has_tests_evaluator(&ctx.config);
+    let by_tests = plan.by_tests;
     if let Some(spec) = task.tests.as_ref().filter(|_| !tests_evaluator) {
         let grade = tracing::info_span!("benchmark.grade", agenteval.passed = Empty);
         let verified = verifier::verify_all("benchmark", session, spec, agent).instrument(grade.clone()).await;
@@ -70,15 +120,6 @@ pub(super) async fn grade(
         scores.push(s);
     }
     scores
-}
-
-fn has_tests_evaluator(ctx: &Ctx) -> bool {
-    ctx.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }))
-}
-
-/// Whether the task is graded by tests run in its environment.
-pub(super) fn by_tests(ctx: &Ctx, task: &TaskSpec) -> bool {
-    task.tests.is_some() || (has_tests_evaluator(ctx) && task.environment.is_some())
 }
 
 fn score_span(span: &tracing::Span, s: &EvaluatorScore, redactor: &Redactor) {

@@ -12,26 +12,22 @@ use agenteval_core::model::*;
 use agenteval_core::traits::{EnvSession, TaskEnvironment};
 use agenteval_core::{Error, Result, layout};
 
+use super::act::Act;
+use super::attempt::Attempt;
 use super::ctx::Ctx;
+use super::plan::Plan;
+use super::turn::{Turn, turn};
 use crate::environments::quote;
 use crate::evaluators::verifier;
 
-/// The task as its step `i` is: that step's instruction, tests, solution and time limit.
+/// The task as its step is: that step's instruction, tests and solution (its time limit is the
+/// step's plan's).
 pub(super) fn step_task(task: &TaskSpec, step: &TaskStep) -> TaskSpec {
     let mut t = task.clone();
     t.input = step.input.clone();
     t.tests = step.tests.clone();
     t.solution = step.solution.clone();
     t.steps = None;
-    if let Some(h) = t.metadata.get_mut("harbor").and_then(|h| h.as_object_mut()) {
-        h.insert(
-            "agent_timeout_secs".into(),
-            serde_json::json!(
-                step.agent_timeout_secs
-                    .or_else(|| { crate::benchmarks::harbor::HarborTask::of(task).and_then(|h| h.agent_timeout_secs) })
-            ),
-        );
-    }
     t
 }
 
@@ -41,32 +37,35 @@ pub(super) fn step_task(task: &TaskSpec, step: &TaskStep) -> TaskSpec {
 // threshold; split, the loop's state would travel through every part.
 pub(super) async fn run(
     ctx: &Ctx,
+    act: &dyn Act,
+    plan: &Plan,
     task: &TaskSpec,
     env: &TaskEnvironment,
-    log: &mut Vec<String>,
-) -> Result<(AgentResult, Vec<EvaluatorScore>, u64)> {
-    let Some(steps) = &task.steps else { return super::run_and_grade(ctx, task, env, log).await };
-    if ctx.regrade.is_some() {
+    at: &mut Attempt,
+) -> Result<Turn> {
+    let Some(steps) = &task.steps else { return turn(ctx, act, plan, task, env, at).await };
+    if plan.recorded {
         return Err(Error::invalid(
             "a task told in steps cannot be regraded (its steps' recorded acts are not kept apart)",
         ));
     }
     let staged = layout::staged_task_trace(&ctx.job.job_id, ctx.job.attempt, &task.id);
-    let harbor = task.tests.as_ref().is_some_and(|t| t.rules == agenteval_core::environment::VerifierRules::Harbor);
+    let harbor = plan.harbor_rules;
     let (mut done, mut agents, mut trace) = (Vec::<StepResult>::new(), Vec::<AgentResult>::new(), Vec::<u8>::new());
     let (mut rewarded, mut last_scores, mut changed) = (Vec::new(), Vec::new(), 0u64);
     let mut models = BTreeMap::new();
     let total = steps.list.len();
     for (i, step) in steps.list.iter().enumerate() {
-        log.push(format!("step {}/{total}: {}", i + 1, step.name));
+        at.say(format!("step {}/{total}: {}", i + 1, step.name));
         if let Some(s) = &env.session {
             if i > 0 {
                 between(s).await?;
             }
-            before(ctx, s, step, log).await.map_err(|e| Error::new(e.kind(), format!("step {}: {e}", step.name)))?;
+            before(ctx, s, step, at).await.map_err(|e| Error::new(e.kind(), format!("step {}: {e}", step.name)))?;
         }
         let t = step_task(task, step);
-        let (agent, scores, step_changed) = super::run_and_grade(ctx, &t, env, log).await?;
+        let Turn { agent, scores, changed: step_changed } =
+            turn(ctx, act, &plan.for_step(&ctx.config, &t, step), &t, env, at).await?;
         trace.extend(ctx.store.get(&ctx.run_id, &staged).await?);
         // Each step's count is since the environment was made: the last is the task's.
         changed = changed.max(step_changed);
@@ -79,7 +78,7 @@ pub(super) async fn run(
         };
         let passed = scores_pass(&scores);
         let reason = scores.first().map(|s| s.error.clone().unwrap_or_else(|| s.reason.clone())).unwrap_or_default();
-        log.push(format!("step {} {}: {reason}", step.name, if passed { "passed" } else { "not passed" }));
+        at.say(format!("step {} {}: {reason}", step.name, if passed { "passed" } else { "not passed" }));
         done.push(StepResult {
             name: step.name.clone(),
             passed,
@@ -98,11 +97,11 @@ pub(super) async fn run(
         };
         rewarded.push(rewards);
         if let Some(why) = stop.filter(|_| i + 1 < total) {
-            log.push(format!("step {} stops the task: {why}", step.name));
+            at.say(format!("step {} stops the task: {why}", step.name));
             break;
         }
     }
-    rewrite_trace(ctx, task, &staged, &trace).await?;
+    at.trace = rewrite_trace(ctx, &staged, &trace).await?;
     let agent = together(&agents, &done);
     let rewards = combined(&rewarded, steps.reward);
     let score = task_score(&rewards, harbor, &done, &agent);
@@ -117,7 +116,7 @@ pub(super) async fn run(
     // step left them.
     let mut scores = vec![score];
     scores.extend(last_scores.into_iter().filter(|s| s.kind != "tests" && s.kind != "benchmark"));
-    Ok((agent, scores, changed))
+    Ok(Turn { agent, scores, changed })
 }
 
 /// Between two steps, as Harbor leaves the environment: what the verifier held is let go, and
@@ -140,7 +139,7 @@ async fn between(s: &EnvSession) -> Result<()> {
 }
 
 /// A step's files put in the working folder, its `setup.sh` run there, its healthcheck passed.
-async fn before(ctx: &Ctx, s: &EnvSession, step: &TaskStep, log: &mut Vec<String>) -> Result<()> {
+async fn before(ctx: &Ctx, s: &EnvSession, step: &TaskStep, at: &mut Attempt) -> Result<()> {
     if let Some(dir) = &step.files {
         let (local, _guard) = crate::environments::files::local_folder(ctx.store.as_ref(), &ctx.run_id, dir).await?;
         s.env.copy_in(&s.handle, &local, &s.handle.workdir).await?;
@@ -155,19 +154,19 @@ async fn before(ctx: &Ctx, s: &EnvSession, step: &TaskStep, log: &mut Vec<String
                 let tail: String = said.trim().chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
                 return Err(Error::invalid(format!("its setup.sh exited {}: {tail}", out.exit_code.unwrap_or(-1))));
             }
-            log.push("setup.sh ran".into());
+            at.say("setup.sh ran");
         }
     }
     if let Some(hc) = &step.healthcheck {
         crate::environments::healthy(s, hc).await?;
-        log.push(format!("step healthcheck `{}` passed", hc.command));
+        at.say(format!("step healthcheck `{}` passed", hc.command));
     }
     Ok(())
 }
 
 /// The steps' traces as the task's one trace (events numbered in order), in place of the last
-/// step's.
-async fn rewrite_trace(ctx: &Ctx, task: &TaskSpec, staged: &str, trace: &[u8]) -> Result<()> {
+/// step's; its copy when short.
+async fn rewrite_trace(ctx: &Ctx, staged: &str, trace: &[u8]) -> Result<Option<Vec<u8>>> {
     let mut out = Vec::with_capacity(trace.len());
     let mut n = 0u32;
     for line in trace.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
@@ -180,8 +179,8 @@ async fn rewrite_trace(ctx: &Ctx, task: &TaskSpec, staged: &str, trace: &[u8]) -
     let mut appender = ctx.store.open_appender(&ctx.run_id, staged).await?;
     appender.append(&out).await?;
     appender.finish().await?;
-    ctx.replace_trace(&task.id, (out.len() <= 1 << 20).then_some(out));
-    Ok(())
+    // The pack takes a short trace from here rather than reading the staged file back.
+    Ok((out.len() <= 1 << 20).then_some(out))
 }
 
 /// The steps' agents as one: their costs, tokens, time and events summed; the first step that

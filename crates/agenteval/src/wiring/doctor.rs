@@ -15,7 +15,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         Ok(k) => k,
         Err(e) => return vec![Check::new("backend", Err(e.to_string()))],
     };
-    let secrets = agenteval_engine::worker::required_secrets(cfg, false);
+    let secrets = agenteval_engine::agents::access::required_secrets(cfg, false);
     let mut checks = kind.check(cfg, &secrets).await;
     if kind.on_this_machine()
         && let agenteval_core::config::AgentConfig::Command { command, workdir, .. } = &cfg.agent
@@ -36,7 +36,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
             .map_err(|e| e.to_string());
         checks.push(Check::new("agent programs for a root worker", r));
     }
-    if let Some(up) = agenteval_engine::worker::upstream_of(cfg) {
+    if let Some(up) = agenteval_engine::agents::access::upstream_of(cfg) {
         checks.extend(endpoint_checks(&up).await);
     }
     if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use agenteval_core::environment::ExecRequest;
 use agenteval_core::model::{EventKind, TerminatedBy};
-use agenteval_core::traits::{AgentContext, AgentEvent, AgentOutcome, AgentRunner, EventSink};
+use agenteval_core::traits::{AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, EventSink};
 use async_trait::async_trait;
 use serde_json::json;
 
@@ -111,6 +111,14 @@ fn tail(s: &str) -> String {
 impl AgentRunner for InstalledAgent {
     fn name(&self) -> &str {
         "installed"
+    }
+
+    fn needs(&self) -> AgentNeeds {
+        AgentNeeds {
+            record: self.preset.as_ref().map(|p| p.record.to_string()),
+            usage_unknown_unless_metered: true,
+            ..AgentNeeds::default()
+        }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {

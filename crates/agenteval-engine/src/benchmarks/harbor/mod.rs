@@ -18,7 +18,7 @@ use agenteval_core::config::TaskFilter;
 use agenteval_core::config::VerifyIn;
 use agenteval_core::environment::{EnvSpec, Healthcheck, RewardFrom, TestsSpec, VerifierRules};
 use agenteval_core::model::TaskSpec;
-use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment};
+use agenteval_core::traits::{BenchmarkAdapter, TaskEnvironment, TaskPlan};
 use agenteval_core::{Error, ErrorKind, Result, TaskId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -131,16 +131,6 @@ pub(crate) fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) ->
         }
         Err(e) => vec![("/benchmark/dataset".into(), e.to_string())],
     }
-}
-
-/// The run's limits for one task: a Harbor task's `agent.timeout_sec` lowers the wall-clock
-/// limit (the run's stays when it is lower).
-pub fn task_limits(limits: &agenteval_core::config::Limits, task: &TaskSpec) -> agenteval_core::config::Limits {
-    let mut out = limits.clone();
-    if let Some(secs) = HarborTask::of(task).and_then(|h| h.agent_timeout_secs).filter(|s| *s > 0.0) {
-        out.max_wall_seconds = Some(limits.wall_seconds().min(secs));
-    }
-    out
 }
 
 fn num(v: Option<&toml::Value>) -> Option<f64> {
@@ -561,6 +551,14 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
 impl BenchmarkAdapter for HarborBenchmark {
     fn name(&self) -> &str {
         "harbor"
+    }
+
+    fn plan(&self, task: &TaskSpec) -> TaskPlan {
+        let h = HarborTask::of(task);
+        TaskPlan {
+            agent_timeout_secs: h.as_ref().and_then(|h| h.agent_timeout_secs).filter(|s| *s > 0.0),
+            would_skip: h.and_then(|h| h.harbor_rejects),
+        }
     }
 
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {

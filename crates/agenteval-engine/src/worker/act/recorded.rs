@@ -1,20 +1,16 @@
-//! `agenteval regrade`: a task's recorded outcome (its answer, trace and patch, from the run
-//! being regraded) stands in for running the agent, so that only the grading runs again.
+//! The recorded act (`agenteval regrade`): a task's recorded outcome (its answer, trace and
+//! patch, from the run being regraded) stands in for running the agent, so that only the
+//! grading runs again.
 
 use agenteval_core::layout;
 use agenteval_core::model::{AgentResult, EventKind, TaskSpec, TraceEvent};
-use agenteval_core::traits::BundleStore;
-use agenteval_core::{Error, ErrorKind, Result, RunId, taskpack};
+use agenteval_core::{Error, ErrorKind, Result, taskpack};
 
-use super::ctx::Ctx;
-use super::execute::TraceSink;
 use agenteval_core::traits::TaskEnvironment;
 
-/// The bundle a regrade reads, opened once per worker.
-pub(super) struct Source {
-    pub store: std::sync::Arc<dyn BundleStore>,
-    pub run: RunId,
-}
+use crate::worker::attempt::Attempt;
+use crate::worker::ctx::Ctx;
+use crate::worker::sink::TraceSink;
 
 /// The task's outcome as the regraded run recorded it: its agent result, and its trace
 /// written again into this run (without the old scores: they are what is being redone). In an
@@ -22,10 +18,10 @@ pub(super) struct Source {
 /// agent left.
 pub(super) async fn recorded(
     ctx: &Ctx,
-    source: &Source,
+    source: &super::Recorded,
     task: &TaskSpec,
     env: &TaskEnvironment,
-    log: &mut Vec<String>,
+    at: &mut Attempt,
 ) -> Result<(AgentResult, TraceSink)> {
     let get = |file: &'static str| async move {
         taskpack::read_task_file(source.store.as_ref(), &source.run, &task.id, file).await
@@ -63,7 +59,7 @@ pub(super) async fn recorded(
         match get("artifacts/patch.diff").await {
             Ok(patch) if !patch.is_empty() => {
                 apply_patch(s, &patch).await?;
-                log.push(format!("applied run {}'s patch ({} bytes) to the environment", source.run, patch.len()));
+                at.say(format!("applied run {}'s patch ({} bytes) to the environment", source.run, patch.len()));
             }
             Ok(_) => {}
             // Without the patch the environment would start as new, and its tests would grade
@@ -80,7 +76,7 @@ pub(super) async fn recorded(
             Err(e) => return Err(e),
         }
     }
-    log.push(format!("regrade: the answer and trace of run {} (no agent ran)", source.run));
+    at.say(format!("regrade: the answer and trace of run {} (no agent ran)", source.run));
     Ok((result.agent, sink))
 }
 

@@ -15,8 +15,9 @@ use agenteval_llm::CassetteMode;
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
-use super::ctx::Ctx;
-use super::execute::TraceSink;
+use crate::worker::attempt::Attempt;
+use crate::worker::ctx::Ctx;
+use crate::worker::sink::TraceSink;
 
 /// How long calls still streaming when the agent stops are waited for: their usage counts.
 const SETTLE: Duration = Duration::from_secs(5);
@@ -152,7 +153,7 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         replay,
         record: true,
         redactor: ctx.redactor.clone(),
-        models: door_models(&ctx.config),
+        models: crate::agents::access::door_models(&ctx.config),
     };
     let door = gateway.open(spec).await?;
     let host = door.base_urls(Reach::Host)?;
@@ -171,22 +172,6 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
     Ok(Some(Opened { door, access }))
 }
 
-/// The models a task's calls may name: the agent's (as the provider knows it) and the upstream's
-/// `models`. Empty (any) only when the config names neither.
-pub fn door_models(config: &agenteval_core::config::RunConfig) -> Vec<String> {
-    use agenteval_core::config::AgentConfig;
-    let mut out = Vec::new();
-    match &config.agent {
-        AgentConfig::Llm(c) => out.extend(agenteval_llm::ModelSpec::parse(&c.model).ok().map(|s| s.name)),
-        AgentConfig::Command { model, .. } | AgentConfig::Installed { model, .. } => out.extend(model.clone()),
-        _ => {}
-    }
-    if let Some(up) = super::upstream_of(config) {
-        out.extend(up.models.iter().cloned());
-    }
-    out
-}
-
 /// Writes each call as it ends (but those the `llm` agent's ticks take); resolves only when
 /// one must stop the task.
 pub(super) async fn feed(calls: Arc<CallQueue>, shared: &Shared) -> Stop {
@@ -201,7 +186,13 @@ pub(super) async fn feed(calls: Arc<CallQueue>, shared: &Shared) -> Stop {
 /// Once the agent has stopped: waits (a little) for calls still streaming, writes them, closes
 /// the door (its token stops working) and keeps its cassette with the task (and in the
 /// cassette folder when recording). The first stop a late call brings, if any.
-pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shared: &Shared) -> Result<Option<Stop>> {
+pub(super) async fn settle(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    door: &mut dyn Door,
+    shared: &Shared,
+    at: &mut Attempt,
+) -> Result<Option<Stop>> {
     let deadline = Instant::now() + SETTLE;
     let calls = door.calls();
     let mut first_stop = None;
@@ -228,7 +219,7 @@ pub(super) async fn settle(ctx: &Ctx, task: &TaskSpec, door: &mut dyn Door, shar
             .map_err(|e| Error::io(format!("writing the cassette {}", file.display()), e))?;
     }
     if !cassette.is_empty() {
-        ctx.keep(&task.id, layout::TASK_CASSETTE.to_string(), cassette);
+        at.keep(layout::TASK_CASSETTE, cassette);
     }
     Ok(first_stop)
 }

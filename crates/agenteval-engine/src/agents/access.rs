@@ -1,0 +1,112 @@
+//! What an agent's calls need, read from the run's config: the keys it and the model gateway
+//! fetch, where the gateway sends its calls, and the models a call may name. The agent
+//! component declares these; the worker and `submit`/`doctor` only ask.
+
+use agenteval_core::config::{AgentConfig, RunConfig, Upstream};
+
+/// The agent's secrets: `(ENV_NAME, secret name, required)`. An `llm` agent with no `secrets`
+/// takes its provider's key from the secret of the variable's name (optional for
+/// `openai-compatible` servers, which often take none).
+pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
+    let listed = config.agent.secrets();
+    if let AgentConfig::Llm(a) = &config.agent
+        && listed.is_empty()
+        && let Ok(spec) = agenteval_llm::ModelSpec::parse(&a.model)
+    {
+        let var = spec.provider.key_var().to_string();
+        return vec![(var.clone(), var, spec.provider.needs_key())];
+    }
+    listed.iter().map(|(v, n)| (v.clone(), n.clone(), true)).collect()
+}
+
+/// Whether the agent calls its model from the worker's process (the built-in `llm` agent), as
+/// its runner's [`agenteval_core::traits::AgentNeeds::calls_in_process`] says once built.
+pub fn calls_in_process(config: &RunConfig) -> bool {
+    matches!(config.agent, AgentConfig::Llm(_))
+}
+
+/// The model gateway's keys: `(endpoint, secret name, required)`. A key named in the config is
+/// required; a provider's default one only for the provider itself (a server at a `base_url`
+/// of the user's may take none).
+pub fn upstream_secrets(upstream: &Upstream) -> Vec<(&'static str, String, bool)> {
+    upstream
+        .secrets()
+        .into_iter()
+        .map(|(which, name)| {
+            let endpoint = if which == "openai" { &upstream.openai } else { &upstream.anthropic };
+            let named = endpoint.as_ref().is_some_and(|e| !e.secrets.is_empty() || e.base_url.is_none());
+            (which, name, named)
+        })
+        .collect()
+}
+
+/// Every secret a worker of this run fetches and must find: the agent's and the judges',
+/// as `(secret name, what needs it)`. `submit` and `doctor` check them before anything starts.
+pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String, String)> {
+    let replayed = strict_replay && calls_in_process(config);
+    // A regrade runs no agent.
+    let agent = if replayed || config.regrade.is_some() { Vec::new() } else { agent_secrets(config) };
+    let mut out: Vec<(String, String)> = agent
+        .into_iter()
+        .filter(|(_, _, required)| *required)
+        .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
+        .collect();
+    // The gateway's keys, unless every call is answered from a recording.
+    if let Some(up) = config.agent.upstream()
+        && !strict_replay
+        && config.regrade.is_none()
+    {
+        for (which, name, required) in upstream_secrets(up) {
+            if required && !out.iter().any(|(n, _)| *n == name) {
+                out.push((name, format!("agent.upstream.{which}")));
+            }
+        }
+    }
+    for e in &config.evaluators {
+        if let Some(judge) = e.judge()
+            && let Some((_, name)) = crate::evaluators::judge_secret(judge)
+            && !out.iter().any(|(n, _)| *n == name)
+        {
+            out.push((name, format!("evaluator `{}`", e.id())));
+        }
+    }
+    out
+}
+
+/// Where the gateway sends a run's agent's calls: its `upstream`, or for the `llm` agent its
+/// model's endpoint (so that its calls are metered, budgeted and recorded on the same path).
+pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
+    match &config.agent {
+        AgentConfig::Llm(cfg) => {
+            let spec = agenteval_llm::ModelSpec::parse(&cfg.model).ok()?;
+            let mut endpoint = cfg.endpoint.clone();
+            if endpoint.secrets.is_empty() {
+                let var = spec.provider.key_var().to_string();
+                endpoint.secrets.insert(var.clone(), var);
+            }
+            endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
+            let mut up = Upstream { prices: cfg.prices.clone(), ..Upstream::default() };
+            match spec.provider {
+                agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
+                _ => up.openai = Some(endpoint),
+            }
+            Some(up)
+        }
+        other => other.upstream().cloned(),
+    }
+}
+
+/// The models a task's calls may name: the agent's (as the provider knows it) and the upstream's
+/// `models`. Empty (any) only when the config names neither.
+pub fn door_models(config: &RunConfig) -> Vec<String> {
+    let mut out = Vec::new();
+    match &config.agent {
+        AgentConfig::Llm(c) => out.extend(agenteval_llm::ModelSpec::parse(&c.model).ok().map(|s| s.name)),
+        AgentConfig::Command { model, .. } | AgentConfig::Installed { model, .. } => out.extend(model.clone()),
+        _ => {}
+    }
+    if let Some(up) = upstream_of(config) {
+        out.extend(up.models.iter().cloned());
+    }
+    out
+}

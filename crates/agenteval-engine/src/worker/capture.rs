@@ -1,0 +1,138 @@
+//! The capture stage: once the agent has stopped, what it left is taken before anything else
+//! runs: the limits of its environment it went past (storage, memory), its processes stopped
+//! (but under Harbor's rules), its patch against the starting state and the listed artifacts
+//! kept for the task's pack, and the models its calls used.
+
+use agenteval_core::environment::DEFAULT_STORAGE_MB;
+use agenteval_core::model::*;
+use agenteval_core::traits::{EnvSession, TaskEnvironment};
+use agenteval_core::{Error, Result};
+
+use super::attempt::Attempt;
+use super::ctx::Ctx;
+use super::plan::Plan;
+
+/// Takes what the agent left in `env` into `at`, and the limits it went past into `agent`.
+pub(super) async fn capture(
+    ctx: &Ctx,
+    plan: &Plan,
+    task: &TaskSpec,
+    env: &TaskEnvironment,
+    agent: &mut AgentResult,
+    events: &[TraceEvent],
+    at: &mut Attempt,
+) -> Result<()> {
+    env.findings.lock().expect("not poisoned").models = models_called(events);
+    let Some(s) = &env.session else { return Ok(()) };
+    environment_limits(task, s, agent, at).await;
+    // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's rules
+    // its servers keep running for the tests and the rest is held still while they run
+    // (`environments::leftovers`).
+    if !plan.harbor_rules {
+        s.env.quiesce(&s.handle).await?;
+    }
+    keep_artifacts(ctx, plan, s, at).await
+}
+
+/// The models a trace's calls used, with how many calls each: the gateway's `model.call`
+/// events (but those it refused), and the `llm` agent's ticks that stand for theirs.
+fn models_called(events: &[TraceEvent]) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    // A refused call used no model.
+    let used = |e: &&TraceEvent| {
+        matches!(e.kind, EventKind::ModelCall | EventKind::CostTick) && e.payload.get("refused").is_none()
+    };
+    for e in events.iter().filter(used) {
+        if let Some(m) = e.payload.get("model").and_then(serde_json::Value::as_str).filter(|m| !m.is_empty()) {
+            *out.entry(m.to_string()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// What the agent left: its patch against the starting state and the listed artifacts, kept
+/// for the task's pack as `artifacts/…`.
+async fn keep_artifacts(ctx: &Ctx, plan: &Plan, s: &EnvSession, at: &mut Attempt) -> Result<()> {
+    // One budget for the patch and the artifacts together; what does not fit is left out whole.
+    let mut left = ctx.config.environment.artifact_bytes();
+    let snapshot = ctx.snapshots.lock().expect("not poisoned").get(&s.handle.id).cloned();
+    if let Some(snapshot) = snapshot {
+        match snapshot.patch_digested(s, left).await {
+            Ok(patch) => {
+                // The digest is kept even when the patch is not: `replay` compares final states by it.
+                at.keep("artifacts/patch.sha256", format!("{}\n", patch.sha256).into_bytes());
+                match patch.text {
+                    Some(text) => {
+                        left = left.saturating_sub(text.len() as u64);
+                        at.keep("artifacts/patch.diff", ctx.redactor.redact(&text).into_bytes());
+                    }
+                    None => at.say(format!(
+                        "artifact patch.diff not kept: left out: it is {} bytes, over the task's {left} (environment.max_artifact_bytes, for the patch and the artifacts together)",
+                        patch.bytes
+                    )),
+                }
+            }
+            Err(e) => at.say(format!("artifact patch.diff not kept: {e}")),
+        }
+    }
+    // The agent's own record of its run is kept beside what the config lists (the plan has both).
+    let paths = &plan.artifacts;
+    if paths.is_empty() {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the artifacts", e))?;
+    at.log.extend(crate::environments::artifacts(s, paths, dir.path(), left).await);
+    let mut files = Vec::new();
+    let mut todo = vec![dir.path().to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| Error::io("reading the artifacts", e))?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    for f in files {
+        let rel = f.strip_prefix(dir.path()).expect("below the folder").to_string_lossy().into_owned();
+        let bytes = std::fs::read(&f).map_err(|e| Error::io(format!("reading artifact {rel}"), e))?;
+        at.keep(format!("artifacts/{rel}"), bytes);
+    }
+    Ok(())
+}
+
+/// The most a task's environment may grow by: its `storage_mb`, else the default.
+pub(super) fn storage_cap_bytes(task: &TaskSpec) -> u64 {
+    task.environment.as_ref().and_then(|e| e.storage_mb).unwrap_or(DEFAULT_STORAGE_MB).saturating_mul(1 << 20)
+}
+
+/// Why a task went past its environment's storage.
+pub(super) fn storage_exceeded(used: u64, cap: u64) -> String {
+    format!("the environment's files grew by {} MB, past its {} MB (the task's storage_mb)", used >> 20, cap >> 20)
+}
+
+/// The limits of its environment the agent went past, as its result says: the task's storage
+/// (what it wrote there) and the environment's memory (a process killed for it).
+async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentResult, at: &mut Attempt) {
+    let cap = storage_cap_bytes(task);
+    if let Some(used) = s.env.written_bytes(&s.handle).await
+        && used > cap
+        && agent.terminated_by != TerminatedBy::LimitDisk
+    {
+        agent.terminated_by = TerminatedBy::LimitDisk;
+        agent.success = false;
+        agent.error = Some(storage_exceeded(used, cap));
+    }
+    if agent.terminated_by == TerminatedBy::LimitDisk
+        && let Some(e) = &agent.error
+    {
+        at.say(e.clone());
+    }
+    if s.env.out_of_memory(&s.handle).await && agent.terminated_by != TerminatedBy::LimitMemory {
+        agent.terminated_by = TerminatedBy::LimitMemory;
+        agent.success = false;
+        agent.error = Some("a process went past the environment's memory limit and was killed".into());
+        at.say("the environment's memory limit killed a process");
+    }
+}

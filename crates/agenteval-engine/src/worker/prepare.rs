@@ -1,0 +1,226 @@
+//! The prepare stage: the task's environment made ready for its agent (the benchmark's
+//! preparation, the installed agent's layer found or built, the environment started, its
+//! healthcheck passed, its starting state snapshotted for the patch), and torn down again once
+//! the attempt is graded.
+
+use std::sync::Arc;
+
+use agenteval_core::environment::EnvSpec;
+use agenteval_core::model::{AgentFault, TaskSpec};
+use agenteval_core::traits::{EnvSession, TaskEnvironment};
+use agenteval_core::{Error, Result};
+use tracing::Instrument;
+
+use crate::agents::installed::layer::LayerError;
+use crate::telemetry;
+
+use super::attempt::Attempt;
+use super::ctx::Ctx;
+use super::plan::Plan;
+use super::verify::TaskFresh;
+
+/// What preparing came to: the task's environment (an `Err` is the task's infrastructure
+/// failure), the seconds getting its agent ready took, and the agent's fault when its install
+/// failed.
+pub(super) struct Prepared {
+    pub env: Result<TaskEnvironment>,
+    pub setup_seconds: Option<f64>,
+    pub fault: Option<AgentFault>,
+}
+
+/// Prepares the task's environment for its agent, in a `benchmark.prepare` span.
+pub(super) async fn prepare(ctx: &Ctx, plan: &Plan, task: &TaskSpec, at: &mut Attempt) -> Prepared {
+    let span = tracing::info_span!("benchmark.prepare");
+    let mut env = ctx.benchmark.prepare_environment(&ctx.run_id, task).instrument(span.clone()).await;
+    let (mut setup_seconds, mut fault) = (None, None);
+    if let Ok(te) = &mut env
+        && let Some(spec) = &task.environment
+        && let Some(e) = &ctx.environment
+    {
+        te.fresh = Some(Arc::new(TaskFresh {
+            env: e.clone(),
+            run: ctx.run_id,
+            task: task.clone(),
+            attempt: ctx.job.attempt,
+            spec: spec.clone(),
+            only_a_used_one: ctx.here.is_some() && plan.acts,
+        }));
+    }
+    // An agent that does not act (patches made elsewhere) gets no environment of its own.
+    if let Ok(te) = &mut env
+        && let Some(spec) = task.environment.as_ref().filter(|_| plan.acts)
+    {
+        let (prepared, setup) = prepare_with_agent(ctx, plan, task, spec, &span, at).await;
+        setup_seconds = setup;
+        match prepared {
+            Ok(s) => te.session = Some(s),
+            Err(e) => {
+                fault = e.fault;
+                env = Err(e.error);
+            }
+        }
+    }
+    if let Err(e) = &env {
+        telemetry::set_error(&span, &ctx.redactor.redact(&e.to_string()));
+    }
+    Prepared { env, setup_seconds, fault }
+}
+
+/// Tears down what preparing made, in a `benchmark.teardown` span; a failure is logged.
+pub(super) async fn release(ctx: &Ctx, env: &TaskEnvironment, at: &mut Attempt) {
+    let span = tracing::info_span!("benchmark.teardown");
+    if let Some(s) = &env.session {
+        tear_down(ctx, s, at).instrument(span.clone()).await;
+    }
+    if let Err(e) = ctx.benchmark.teardown(env).instrument(span.clone()).await {
+        telemetry::set_error(&span, &ctx.redactor.redact(&e.to_string()));
+        at.say(format!("teardown failed: {e}"));
+    }
+}
+
+/// The task's environment prepared with its installed agent ready in it (its agent layer found
+/// or built first; in a fleet job's own container, its install run there), and the seconds
+/// getting the agent ready took: the task's setup, never the agent's time.
+async fn prepare_with_agent(
+    ctx: &Ctx,
+    plan: &Plan,
+    task: &TaskSpec,
+    spec: &EnvSpec,
+    prepare: &tracing::Span,
+    at: &mut Attempt,
+) -> (Result<EnvSession, LayerError>, Option<f64>) {
+    let mut setup_seconds = None;
+    let layer = &plan.layer;
+    // An installed agent's layer first: its time is the task's setup, not the agent's.
+    let layered = match layer {
+        Some(layer) if ctx.here.is_none() => {
+            let started = std::time::Instant::now();
+            let made = agent_layer(ctx, task, spec, layer, at).await;
+            setup_seconds = Some(started.elapsed().as_secs_f64());
+            made.map(Some)
+        }
+        _ => Ok(None),
+    };
+    let mut prepared = match layered {
+        Ok(layered) => {
+            let spec = layered.as_ref().unwrap_or(spec);
+            prepare_session(ctx, task, spec, true, at).instrument(prepare.clone()).await.map_err(LayerError::from)
+        }
+        Err(e) => Err(e),
+    };
+    // A fleet job in the task's own image has no image to layer: the install runs in the
+    // task's container itself, still as its setup.
+    if let (Some(layer), Some(_), Ok(s)) = (layer, &ctx.here, &prepared) {
+        let started = std::time::Instant::now();
+        let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
+        let done = match &spec.agent_layer {
+            Some(key) => layer.verify_in(&s.env, &s.handle, key).instrument(span).await.map(|()| None),
+            None => layer.install_in(&s.env, &s.handle, &ctx.secrets).instrument(span).await,
+        };
+        setup_seconds = Some(started.elapsed().as_secs_f64());
+        match done {
+            Ok(None) => at.say(format!("agent layer {}: this container's image is the layer", layer.name())),
+            Ok(Some(out)) => at.say(format!(
+                "agent {} installed in this container in {:.1} s:\n{}",
+                layer.name(),
+                started.elapsed().as_secs_f64(),
+                ctx.redactor.redact(out.trim_end())
+            )),
+            Err(e) => {
+                let error = Error::new(e.error.kind(), ctx.redactor.redact(&e.to_string()));
+                prepared = Err(LayerError { error, fault: e.fault });
+            }
+        }
+    }
+    (prepared, setup_seconds)
+}
+
+/// The task's environment with its installed agent: the agent layer on its image, found or made
+/// (an `agent.setup` span; its output in the task's at). An `Err` is the task's infrastructure
+/// failure, naming the install.
+async fn agent_layer(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    spec: &EnvSpec,
+    layer: &crate::agents::installed::layer::Layer,
+    at: &mut Attempt,
+) -> Result<EnvSpec, LayerError> {
+    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id).into()) };
+    let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
+    let made = layer.ensure(env, &ctx.run_id, task, ctx.job.attempt, spec, &ctx.secrets).instrument(span.clone()).await;
+    match made {
+        Ok(ready) => {
+            at.say(ready.note);
+            if !ready.output.trim().is_empty() {
+                at.say(format!("the install said:\n{}", ctx.redactor.redact(ready.output.trim_end())));
+            }
+            Ok(EnvSpec { image: Some(ready.image), context: None, ..spec.clone() })
+        }
+        Err(e) => {
+            let error = Error::new(e.error.kind(), ctx.redactor.redact(&e.to_string()));
+            telemetry::set_error(&span, &error.to_string());
+            Err(LayerError { error, fault: e.fault })
+        }
+    }
+}
+
+/// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and,
+/// with `snapshot`, records its starting state for the patch.
+pub(super) async fn prepare_session(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    spec: &EnvSpec,
+    snapshot: bool,
+    at: &mut Attempt,
+) -> Result<EnvSession> {
+    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
+    let started = std::time::Instant::now();
+    let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
+    let session = EnvSession { env: env.clone(), handle };
+    ctx.live.lock().expect("not poisoned").push(session.clone());
+    at.log.extend(session.handle.notes.iter().cloned());
+    if let Some(hc) = &spec.healthcheck {
+        let checked = crate::environments::healthy(&session, hc).await;
+        if let Err(e) = checked {
+            tear_down(ctx, &session, at).await;
+            return Err(e);
+        }
+        at.say(format!("healthcheck `{}` passed", hc.command));
+    }
+    at.say(format!(
+        "environment {} {} prepared in {:.2} s",
+        env.kind(),
+        session.handle.id,
+        started.elapsed().as_secs_f64()
+    ));
+    if snapshot {
+        match crate::environments::snapshot::Snapshot::take(&session, &ctx.run_id).await {
+            Ok(snap) => {
+                ctx.snapshots.lock().expect("not poisoned").insert(session.handle.id.clone(), Arc::new(snap));
+            }
+            Err(e) => at.say(format!("no snapshot of the starting state ({e}): no patch")),
+        }
+    }
+    Ok(session)
+}
+
+/// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).
+pub(super) async fn tear_down(ctx: &Ctx, s: &EnvSession, at: &mut Attempt) {
+    match s.env.teardown(&s.handle).await {
+        Ok(()) => at.say(format!("environment {} removed", s.handle.id)),
+        Err(e) => at.say(format!("environment {} not removed ({e}); the run's sweep removes it", s.handle.id)),
+    }
+    ctx.live.lock().expect("not poisoned").retain(|l| l.handle != s.handle);
+    ctx.snapshots.lock().expect("not poisoned").remove(&s.handle.id);
+}
+
+/// Tears down every environment this worker still holds (a cancelled job's).
+pub(super) async fn tear_down_live(ctx: &Ctx) {
+    let live: Vec<EnvSession> = std::mem::take(&mut *ctx.live.lock().expect("not poisoned"));
+    ctx.snapshots.lock().expect("not poisoned").clear();
+    for s in live {
+        if let Err(e) = s.env.teardown(&s.handle).await {
+            tracing::warn!("environment {} not removed: {e}", s.handle.id);
+        }
+    }
+}
