@@ -1,14 +1,15 @@
 //! The prepare stage: the task's environment made ready for its agent (the benchmark's
 //! preparation, the installed agent's layer found or built, the environment started, its
-//! healthcheck passed, its starting state snapshotted for the patch), and torn down again once
-//! the attempt is graded.
+//! healthcheck passed, its starting state snapshotted for the patch, the fresh environments its
+//! benchmark's own grader may ask for), and torn down again once the attempt is graded.
 
 use std::sync::Arc;
 
 use agenteval_core::environment::EnvSpec;
 use agenteval_core::model::{AgentFault, TaskSpec};
-use agenteval_core::traits::{EnvSession, TaskEnvironment};
-use agenteval_core::{Error, Result};
+use agenteval_core::traits::{EnvSession, Environment, FreshEnvironment, TaskEnvironment};
+use agenteval_core::{Error, Result, RunId};
+use async_trait::async_trait;
 use tracing::Instrument;
 
 use crate::agents::installed::layer::LayerError;
@@ -17,7 +18,6 @@ use crate::telemetry;
 use super::attempt::Attempt;
 use super::ctx::Ctx;
 use super::plan::Plan;
-use super::verify::TaskFresh;
 
 /// What preparing came to: the task's environment (an `Err` is the task's infrastructure
 /// failure), the seconds getting its agent ready took, and the agent's fault when its install
@@ -221,6 +221,39 @@ pub(super) async fn tear_down_live(ctx: &Ctx) {
     for s in live {
         if let Err(e) = s.env.teardown(&s.handle).await {
             tracing::warn!("environment {} not removed: {e}", s.handle.id);
+        }
+    }
+}
+
+/// Fresh environments of one task's image for its benchmark's grader (SWE-bench grades in one).
+pub(super) struct TaskFresh {
+    pub env: Arc<dyn Environment>,
+    pub run: RunId,
+    pub task: TaskSpec,
+    pub attempt: u32,
+    pub spec: EnvSpec,
+    /// The worker runs in the task's own container (a fleet job of its image) and an agent acted
+    /// in it: there is no other container of the image to be had, and this one is not fresh.
+    pub only_a_used_one: bool,
+}
+
+#[async_trait]
+impl FreshEnvironment for TaskFresh {
+    async fn make(&self) -> Result<EnvSession> {
+        if self.only_a_used_one {
+            return Err(Error::invalid(
+                "this fleet runs each job inside its task's own container, where the agent acted: there is no fresh one to grade in (grade a `predictions` run there, or run agents on the local backend)",
+            ));
+        }
+        // The task's image as it is: never an installed agent's layer.
+        let spec = EnvSpec { agent_layer: None, ..self.spec.clone() };
+        let handle = self.env.prepare(&self.run, &self.task, self.attempt, &spec).await?;
+        Ok(EnvSession { env: self.env.clone(), handle })
+    }
+
+    async fn discard(&self, session: &EnvSession) {
+        if let Err(e) = session.env.teardown(&session.handle).await {
+            tracing::warn!("environment {} not removed ({e}); the run's sweep removes it", session.handle.id);
         }
     }
 }

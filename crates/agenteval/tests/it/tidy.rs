@@ -565,6 +565,177 @@ fn the_cycle_finder_finds_cycles_and_the_reader_reads_groups() {
     assert_eq!(find_cycle(&g).unwrap(), ["a", "b", "c", "a"]);
 }
 
+/// A source file's module path inside its crate: `src/lib.rs` is `[]`, `src/a/mod.rs` and
+/// `src/a.rs` are `[a]`, `src/a/b.rs` is `[a, b]`.
+fn module_of(in_src: &str) -> Vec<String> {
+    let mut parts: Vec<String> = in_src.trim_end_matches(".rs").split('/').map(str::to_string).collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every path `code` names through `crate::`, `super::` or `self::`, as the module path it
+/// starts from (`crate` `[]`, `super` the parent of `module`, `self` `module`) followed by its
+/// segments; a `{…}` group gives one path per item. Bare `child::` paths (how a module file
+/// names its children) are added for each of `children`.
+fn paths_named(code: &str, module: &[String], children: &BTreeSet<String>) -> Vec<Vec<String>> {
+    fn ident(s: &str) -> &str {
+        let end = s.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(s.len());
+        &s[..end]
+    }
+    /// The paths of `rest` (what follows a `::`) below `base`.
+    fn read(rest: &str, base: Vec<String>, out: &mut Vec<Vec<String>>) {
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut start = 0;
+            for (j, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        let item = group[start..j].trim();
+                        if !item.is_empty() && item != "self" {
+                            read(item, base.clone(), out);
+                        }
+                        start = j + 1;
+                        if c == '}' {
+                            break;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            return;
+        }
+        let name = ident(rest);
+        if name.is_empty() {
+            return;
+        }
+        let mut path = base;
+        path.push(name.to_string());
+        match rest[name.len()..].strip_prefix("::") {
+            Some(more) if more.starts_with('{') || more.starts_with(|c: char| c.is_alphabetic() || c == '_') => {
+                read(more, path, out)
+            }
+            _ => out.push(path),
+        }
+    }
+    let mut out = Vec::new();
+    let starts_path =
+        |i: usize| code[..i].chars().next_back().is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'));
+    for (i, _) in code.match_indices("crate::").filter(|(i, _)| starts_path(*i)) {
+        read(&code[i + "crate::".len()..], Vec::new(), &mut out);
+    }
+    for (i, _) in code.match_indices("self::").filter(|(i, _)| starts_path(*i)) {
+        read(&code[i + "self::".len()..], module.to_vec(), &mut out);
+    }
+    for (i, _) in code.match_indices("super::").filter(|(i, _)| starts_path(*i)) {
+        let mut base = module.to_vec();
+        let mut rest = &code[i..];
+        while let Some(r) = rest.strip_prefix("super::") {
+            base.pop();
+            rest = r;
+        }
+        read(rest, base, &mut out);
+    }
+    for child in children {
+        let bare = format!("{child}::");
+        for (i, _) in code.match_indices(&bare).filter(|(i, _)| starts_path(*i)) {
+            let mut base = module.to_vec();
+            base.push(child.clone());
+            read(&code[i + bare.len()..], base, &mut out);
+        }
+    }
+    out
+}
+
+/// For each module folder (`crate/a/b`), the graph between its files and sub-folders: an edge
+/// `x → y` when code in `x` (or below it) names something in `y` (or below it). The folder's
+/// own `mod.rs` (or `lib.rs`) is not a node: it is the module's face, declaring its files and
+/// re-exporting what they make, so every file may name it. Built from `(path in src, product
+/// code)` of one crate's files.
+fn folder_graphs(files: &[(String, String)]) -> BTreeMap<String, BTreeMap<String, BTreeSet<String>>> {
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|(f, _)| module_of(f)).collect();
+    let mut graphs: BTreeMap<String, BTreeMap<String, BTreeSet<String>>> = BTreeMap::new();
+    for (f, code) in files {
+        let module = module_of(f);
+        let is_folder = f.ends_with("/mod.rs") || matches!(f.as_str(), "lib.rs" | "main.rs");
+        let children: BTreeSet<String> = if is_folder {
+            modules
+                .iter()
+                .filter(|m| m.len() == module.len() + 1 && m.starts_with(&module))
+                .map(|m| m.last().unwrap().clone())
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        for path in paths_named(code, &module, &children) {
+            // The longest prefix of the path that is a module: where the named item lives.
+            let Some(target) = (0..=path.len()).rev().map(|n| path[..n].to_vec()).find(|p| modules.contains(p)) else {
+                continue;
+            };
+            let common = module.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            let folder = &module[..common];
+            // The node of each side in the folder's graph: the next segment, or `mod`.
+            let node = |m: &[String]| m.get(common).cloned().unwrap_or_else(|| "mod".into());
+            let (from, to) = (node(&module), node(&target));
+            if from != to && from != "mod" && to != "mod" {
+                let graph = graphs.entry(folder.join("/")).or_default();
+                graph.entry(to.clone()).or_default();
+                graph.entry(from).or_default().insert(to);
+            }
+        }
+    }
+    graphs
+}
+
+#[test]
+fn no_module_folder_has_a_cycle_between_its_files() {
+    let mut by_crate: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f)) {
+        let krate = f.strip_prefix("crates/").unwrap().split('/').next().unwrap().to_string();
+        let in_src = f.split_once("/src/").unwrap().1.to_string();
+        by_crate.entry(krate).or_default().push((in_src, product_code(&f)));
+    }
+    let mut cycles = Vec::new();
+    for (krate, files) in &by_crate {
+        for (folder, graph) in folder_graphs(files) {
+            if let Some(c) = find_cycle(&graph) {
+                cycles.push(format!("{krate}/src/{folder}: {}", c.join(" → ")));
+            }
+        }
+    }
+    assert!(cycles.is_empty(), "cycles between the files of a module: {cycles:#?}");
+}
+
+#[test]
+fn a_circle_of_three_files_inside_one_module_is_found() {
+    let file = |path: &str, code: &str| (path.to_string(), code.to_string());
+    let mut files = vec![
+        file("lib.rs", "mod worker;"),
+        file("worker/mod.rs", "mod ctx; mod run; mod sink;\nfn go() { run::task(); }"),
+        file("worker/ctx.rs", "use super::sink::Sink;"),
+        file("worker/run.rs", "use crate::worker::{ctx::Ctx, sink};"),
+        file("worker/sink.rs", "fn f() {}"),
+    ];
+    let graphs = folder_graphs(&files);
+    assert_eq!(graphs["worker"]["run"], ["ctx".to_string(), "sink".to_string()].into());
+    assert!(!graphs["worker"].contains_key("mod"), "the module's face is not a node: {graphs:?}");
+    assert!(find_cycle(&graphs["worker"]).is_none(), "{graphs:?}");
+    files[4] = file("worker/sink.rs", "fn f() { super::run::task(); }");
+    let cycle = find_cycle(&folder_graphs(&files)["worker"]).expect("ctx → sink → run → ctx");
+    assert_eq!(cycle.len(), 4, "{cycle:?}");
+    // One deeper: a file below a sub-folder counts as the sub-folder.
+    files[4] = file("worker/sink.rs", "fn f() {}");
+    files.push(file("worker/act/mod.rs", "mod live;"));
+    files.push(file("worker/act/live.rs", "use crate::worker::ctx::Ctx;"));
+    files[1] = file("worker/mod.rs", "mod act; mod ctx; mod run; mod sink;");
+    files[2] = file("worker/ctx.rs", "use super::act::Act;");
+    let cycle = find_cycle(&folder_graphs(&files)["worker"]).expect("act → ctx → act");
+    assert!(cycle.contains(&"act".to_string()) && cycle.contains(&"ctx".to_string()), "{cycle:?}");
+}
+
 /// The span names product code makes: each `info_span!`'s literal name, or its `otel.name`'s
 /// fixed start when it has one (`evaluator.{kind}` → `evaluator.`), and each span built by
 /// name (`span_builder(format!("chat {…}"))` → `chat `).
