@@ -105,3 +105,69 @@ pub(super) fn by_tests(config: &RunConfig, task: &TaskSpec) -> bool {
 pub(super) fn has_tests_evaluator(config: &RunConfig) -> bool {
     config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agenteval_core::config::load_config_str;
+
+    fn config(extra: &str) -> RunConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "name: p\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: mock\n  limits:\n    max_wall_seconds: 100\n{extra}"
+        );
+        load_config_str(&text, "p.yaml", dir.path(), &[]).unwrap().config
+    }
+
+    fn task() -> TaskSpec {
+        serde_json::from_value(serde_json::json!({"id": "t", "input": "q"})).unwrap()
+    }
+
+    #[test]
+    fn a_tasks_own_timeout_lowers_the_runs_and_a_steps_its_own() {
+        let cfg = config("");
+        let declared = TaskPlan { agent_timeout_secs: Some(30.0), would_skip: Some("no org".into()) };
+        let plan = make(&cfg, &AgentNeeds::default(), &declared, &task());
+        assert_eq!(plan.limits.max_wall_seconds, Some(30.0));
+        assert_eq!(plan.would_skip.as_deref(), Some("no org"));
+        let longer =
+            make(&cfg, &AgentNeeds::default(), &TaskPlan { agent_timeout_secs: Some(500.0), ..declared }, &task());
+        assert_eq!(longer.limits.max_wall_seconds, Some(100.0), "the run's stays when it is lower");
+        let step = |secs: Option<f64>| -> TaskStep {
+            serde_json::from_value(serde_json::json!({"name": "s", "input": "q", "agent_timeout_secs": secs})).unwrap()
+        };
+        assert_eq!(plan.for_step(&cfg, &task(), &step(Some(60.0))).limits.max_wall_seconds, Some(60.0));
+        assert_eq!(plan.for_step(&cfg, &task(), &step(None)).limits.max_wall_seconds, Some(30.0), "the task's");
+    }
+
+    #[test]
+    fn what_the_agent_declares_is_what_the_plan_does() {
+        let cfg = config("environment:\n  artifacts: [out.txt]\n");
+        let plain = make(&cfg, &AgentNeeds::default(), &TaskPlan::default(), &task());
+        assert!(plain.acts && !plain.sees_solution && !plain.recorded && plain.layer.is_none());
+        assert_eq!(plain.artifacts, ["out.txt"]);
+        let needs = AgentNeeds {
+            sees_solution: true,
+            record: Some("/logs/agent/record.json".into()),
+            acts_elsewhere: true,
+            ..AgentNeeds::default()
+        };
+        let plan = make(&cfg, &needs, &TaskPlan::default(), &task());
+        assert!(plan.sees_solution && !plan.acts);
+        assert_eq!(plan.artifacts, ["out.txt", "/logs/agent/record.json"], "the agent's record is kept too");
+    }
+
+    #[test]
+    fn where_and_how_the_tests_run_is_the_tasks_else_the_runs() {
+        let cfg = config("environment:\n  verify_in: fresh\n");
+        let plan = make(&cfg, &AgentNeeds::default(), &TaskPlan::default(), &task());
+        assert_eq!(plan.verify_in, VerifyIn::Fresh);
+        assert!(!plan.by_tests && !plan.harbor_rules, "a task without tests or environment");
+        let mut harbor = task();
+        harbor.tests =
+            Some(serde_json::from_value(serde_json::json!({"rules": "harbor", "verify_in": "same"})).unwrap());
+        let plan = make(&cfg, &AgentNeeds::default(), &TaskPlan::default(), &harbor);
+        assert!(plan.by_tests && plan.harbor_rules);
+        assert_eq!(plan.verify_in, VerifyIn::Same, "the task's own");
+    }
+}

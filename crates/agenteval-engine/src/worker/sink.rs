@@ -197,3 +197,134 @@ impl EventSink for TraceSink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// An appender that keeps what it was given, shared with the test.
+    struct Kept(Arc<Mutex<Vec<u8>>>);
+
+    #[async_trait]
+    impl Appender for Kept {
+        async fn append(&mut self, bytes: &[u8]) -> Result<()> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(())
+        }
+        async fn finish(self: Box<Self>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn sink(limits: Limits, redactor: Redactor) -> (TraceSink, Arc<Mutex<Vec<u8>>>) {
+        let written = Arc::new(Mutex::new(Vec::new()));
+        let sink = TraceSink {
+            run_id: RunId::new(),
+            task_id: "t".parse().unwrap(),
+            attempt: 2,
+            appender: Box::new(Kept(written.clone())),
+            redactor,
+            limits,
+            events: Vec::new(),
+            kept_payload_bytes: 0,
+            written_bytes: 0,
+            cost: 0.0,
+            tokens: 0,
+            write_error: None,
+            spans: CallSpans::new(opentelemetry::Context::new(), CallModel::of("m", false), None),
+            cost_unknown: false,
+            attachments: Vec::new(),
+            copy: Some(Vec::new()),
+        };
+        (sink, written)
+    }
+
+    fn used(tokens: u64, cost: f64) -> AgentEvent {
+        AgentEvent {
+            kind: Some(EventKind::CostTick),
+            payload: json!({}),
+            cost_usd: cost,
+            input_tokens: tokens,
+            output_tokens: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn each_limit_stops_the_agent_past_it_with_its_reason() {
+        let cases: [(Limits, AgentEvent, TerminatedBy, &str); 4] = [
+            (
+                Limits { max_tokens: Some(100), ..Limits::default() },
+                used(60, 0.0),
+                TerminatedBy::LimitTokens,
+                "limit 100",
+            ),
+            (
+                Limits { max_cost_usd: Some(0.01), ..Limits::default() },
+                used(0, 0.006),
+                TerminatedBy::LimitCost,
+                "limit $0.010000",
+            ),
+            (
+                Limits { max_trace_events: Some(1), ..Limits::default() },
+                used(0, 0.0),
+                TerminatedBy::LimitTrace,
+                "max_trace_events",
+            ),
+            (
+                Limits { max_trace_bytes: Some(10), ..Limits::default() },
+                used(0, 0.0),
+                TerminatedBy::LimitTrace,
+                "max_trace_bytes",
+            ),
+        ];
+        for (limits, event, by, reason) in cases {
+            let (mut s, _) = sink(limits.clone(), Redactor::new());
+            let first = s.emit(event.clone()).await;
+            let stop = match first {
+                Err(stop) => stop,
+                Ok(()) => s.emit(event).await.expect_err("the second event crosses the limit"),
+            };
+            assert_eq!(stop.terminated_by, by, "{limits:?}");
+            assert!(stop.reason.contains(reason), "{limits:?}: {}", stop.reason);
+        }
+    }
+
+    #[tokio::test]
+    async fn unbelievable_usage_is_refused_and_never_counted() {
+        let (mut s, written) = sink(Limits::default(), Redactor::new());
+        let stop = s.emit(used(0, -1.0)).await.unwrap_err();
+        assert_eq!(stop.terminated_by, TerminatedBy::AgentError);
+        assert!(stop.reason.starts_with("event 1 reports cost_usd -1"), "{}", stop.reason);
+        assert_eq!((s.cost, s.events.len()), (0.0, 0));
+        assert!(written.lock().unwrap().is_empty(), "not written");
+    }
+
+    #[tokio::test]
+    async fn events_are_numbered_redacted_and_written_as_they_come() {
+        let redactor = Redactor::new();
+        redactor.add(&agenteval_core::secret::Secret::new("sk-test-very-secret-value"));
+        let (mut s, written) = sink(Limits::default(), redactor);
+        s.emit(AgentEvent::new(EventKind::AgentPlan, json!({"said": "key sk-test-very-secret-value"}))).await.unwrap();
+        s.emit(used(7, 0.5)).await.unwrap();
+        s.emit(AgentEvent { payload: json!({"cost_unknown": true}), ..used(0, 0.0) }).await.unwrap();
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains("very-secret"), "{text}");
+        let steps: Vec<u32> = s.events.iter().map(|e| e.step).collect();
+        assert_eq!(steps, [0, 1, 2]);
+        assert!(s.events.iter().all(|e| e.attempt == 2));
+        assert_eq!((s.tokens, s.cost, s.cost_unknown), (7, 0.5, true));
+        assert_eq!(s.copy.as_deref(), Some(text.as_bytes()), "a short trace is kept for the pack");
+    }
+
+    #[tokio::test]
+    async fn an_agent_attaches_plain_names_only() {
+        let (mut s, _) = sink(Limits::default(), Redactor::new());
+        for name in ["notes.txt", "../escape", "a/b", ".hidden", "", layout::TASK_RESULT, "notes.txt"] {
+            s.attach(name, name.as_bytes().to_vec()).await;
+        }
+        let names: Vec<&str> = s.attachments.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["notes.txt"], "one, the later of two");
+    }
+}
