@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod controller;
 pub mod environments;
 pub mod evaluators;
+pub mod refs;
 pub mod resolve;
 pub mod telemetry;
 pub mod worker;

@@ -11,6 +11,7 @@ use agenteval_core::model::{RunStatus, RunSummary};
 use agenteval_core::traits::{Resolver, worker_exit};
 use agenteval_core::{Error, RunId};
 use agenteval_engine::bundle::{self, Metadata, read_json};
+use agenteval_engine::controller::start::Start;
 use agenteval_engine::controller::{self, RunOutcome};
 use agenteval_engine::resolve::store_from_bundle_uri;
 use agenteval_judge::compare::CompareOptions;
@@ -24,8 +25,7 @@ use crate::cli::{
 use crate::judging;
 use crate::output::{self};
 use crate::session::{
-    config_failure, controller_options, exe, load_config, open_index, preflight, print_outcome, record_json,
-    with_cassettes,
+    config_failure, controller_options, exe, load_config, open_index, print_outcome, record_json, start,
 };
 use crate::telemetry::{Role, Settings, Telemetry};
 use crate::wiring::{self, Wiring};
@@ -143,28 +143,27 @@ async fn submit(
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
-    let mut loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
-    judging::resolve_pairwise(wiring.as_ref(), &mut loaded).await?;
-    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
-    preflight(wiring.as_ref(), &loaded.config, strict_replay).await?;
-    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
-    if let Some(dir) = &cassettes.cassettes {
-        opts = with_cassettes(opts, &wiring, &loaded.config, dir, cassettes.cassette_mode)?;
-    }
-    let outcome = controller::submit(&loaded, opts).await?;
+    let how =
+        Start { cassettes: cassettes.cassettes.as_deref().map(|d| (d, cassettes.cassette_mode)), preflight: true };
+    let strict_replay = matches!(how.cassettes, Some((_, agenteval_llm::CassetteMode::Replay)));
+    let ready = start(&wiring, loaded, how).await?;
+    let opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
+    let outcome = ready.submit(opts).await?;
+    let loaded_config = ready.config();
     if strict_replay && let Some(dir) = &cassettes.cassettes {
-        stale_recordings(wiring.as_ref(), &loaded.config, &outcome, dir, json, quiet).await?;
+        stale_recordings(wiring.as_ref(), loaded_config, &outcome, dir, json, quiet).await?;
     }
     if baseline.is_none() && gates.is_none() {
-        return print_outcome(&outcome, &loaded.config, json, quiet);
+        return print_outcome(&outcome, loaded_config, json, quiet);
     }
-    let index = wiring.index(&loaded.config.storage.index_location()).await?;
+    let index = wiring.index(&loaded_config.storage.index_location()).await?;
     let shown = crate::cli::ReportArgs { format: Some(agenteval_judge::report::Format::Text), output: None };
     if !json {
-        print_outcome(&outcome, &loaded.config, false, quiet)?;
+        print_outcome(&outcome, loaded_config, false, quiet)?;
         say!("");
     }
     let judged = judging::judge_run(
@@ -457,14 +456,12 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
     let mut config = located.config.clone();
     *config.benchmark.filter_mut() = agenteval_core::config::TaskFilter { ids, tags: vec![], limit: None };
     config.name = format!("{} (rerun)", config.name);
-    let resolved = serde_json::to_value(&config).expect("configs serialize");
-    let loaded =
-        LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG), resolved };
-    preflight(wiring.as_ref(), &loaded.config, false).await?;
-    let mut opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
+    let loaded = LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG) };
+    let ready = start(&wiring, loaded, Start { preflight: true, ..Start::default() }).await?;
+    let mut opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
     opts.rerun_of = Some(run_id);
-    let outcome = controller::submit(&loaded, opts).await?;
-    print_outcome(&outcome, &loaded.config, json, quiet)
+    let outcome = ready.submit(opts).await?;
+    print_outcome(&outcome, ready.config(), json, quiet)
 }
 
 async fn resume(
@@ -596,7 +593,7 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
     match load_config(file, &sets) {
         Ok(loaded) => {
             if json {
-                say!("{}", json!({"valid": true, "file": file, "config": loaded.resolved}));
+                say!("{}", json!({"valid": true, "file": file, "config": loaded.resolved()}));
             } else {
                 let c = &loaded.config;
                 say!(
@@ -677,13 +674,19 @@ async fn probe_agent(args: &RunConfigArgs, telemetry: &Telemetry) -> Result<agen
     ]);
     let loaded = load_config(&args.config, &sets).map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, None);
-    let opts = controller_options(&loaded.config, wiring.clone(), true, true, telemetry).await?;
+    let index_at = loaded.config.storage.index_location();
     let name = "probe: the agent on the first task".to_string();
-    let outcome = match controller::submit(&loaded, opts).await {
+    // No pre-flight: what would fail is what the probe reports.
+    let ready = match start(&wiring, loaded, Start::default()).await {
+        Ok(r) => r,
+        Err(f) => return Ok(agenteval_core::traits::Check { name, ok: false, detail: f.error.to_string() }),
+    };
+    let opts = controller_options(ready.config(), wiring.clone(), true, true, telemetry).await?;
+    let outcome = match ready.submit(opts).await {
         Ok(o) => o,
         Err(e) => return Ok(agenteval_core::traits::Check { name, ok: false, detail: e.to_string() }),
     };
-    let index = wiring.index(&loaded.config.storage.index_location()).await?;
+    let index = wiring.index(&index_at).await?;
     let tasks = index.list_tasks(&outcome.run_id).await?;
     let Some(task) = tasks.first() else {
         return Ok(agenteval_core::traits::Check { name, ok: false, detail: "the benchmark has no task".into() });

@@ -5,7 +5,6 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use agenteval_core::config::LoadedConfig;
 use agenteval_core::layout;
 use agenteval_core::model::{RunStatus, RunUpdate, RunVerdict};
 use agenteval_core::traits::{Resolver, RunIndex};
@@ -22,72 +21,17 @@ use crate::cli::ReportArgs;
 use crate::{Failure, exit};
 
 /// How many runs `latest:NAME` looks back through.
-const LATEST_WINDOW: usize = 10_000;
+const LATEST_WINDOW: usize = agenteval_engine::refs::LATEST_WINDOW;
 
-/// A run named on the command line: its id or a unique prefix of it (at least 4 characters),
-/// `latest` (the newest run), `latest:NAME` (the newest complete run of that name) or
-/// `baseline:NAME` (the pinned one).
+/// A run named on the command line (see [`agenteval_engine::refs`]).
 pub async fn resolve_ref(index: &dyn RunIndex, reference: &str) -> Result<RunId, Failure> {
-    resolve_ref_except(index, reference, None).await
-}
-
-/// A unique prefix of a run id among the runs the index lists.
-async fn by_prefix(index: &dyn RunIndex, prefix: &str) -> Result<RunId, Failure> {
-    let runs = index.list_runs(LATEST_WINDOW).await?;
-    let hits: Vec<&RunId> = runs.iter().map(|r| &r.run_id).filter(|id| id.to_string().starts_with(prefix)).collect();
-    match hits.as_slice() {
-        [one] => Ok(**one),
-        [] => Err(Error::not_found(format!("no run id starts with `{prefix}`")).into()),
-        many => {
-            let shown: Vec<String> = many.iter().take(5).map(|id| id.to_string()).collect();
-            Err(Error::invalid(format!(
-                "`{prefix}` is the start of {} run ids ({}{}): give more of it",
-                many.len(),
-                shown.join(", "),
-                if many.len() > 5 { ", …" } else { "" }
-            ))
-            .into())
-        }
-    }
+    Ok(agenteval_engine::refs::resolve_ref(index, reference).await?)
 }
 
 /// Like [`resolve_ref`], but `latest:` skips `except` (a run judged against the latest one
 /// before it).
 async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Option<&RunId>) -> Result<RunId, Failure> {
-    if let Some(name) = reference.strip_prefix("latest:") {
-        let runs = index.list_runs(LATEST_WINDOW).await?;
-        // Only a run that completed can stand for "the latest": an interrupted or failed one
-        // would make every comparison against it meaningless.
-        return runs
-            .iter()
-            .find(|r| r.name == name && r.status == RunStatus::Complete && Some(&r.run_id) != except)
-            .map(|r| r.run_id)
-            .ok_or_else(|| Error::not_found(format!("no complete run named `{name}` in the index")).into());
-    }
-    if let Some(name) = reference.strip_prefix("baseline:") {
-        return index.get_baseline(name).await?.ok_or_else(|| {
-            Error::not_found(format!("no baseline pinned for `{name}` (pin one with `agenteval baseline set RUN`)"))
-                .into()
-        });
-    }
-    if reference == "latest" {
-        return index
-            .list_runs(1)
-            .await?
-            .first()
-            .map(|r| r.run_id)
-            .ok_or_else(|| Error::not_found("the index has no runs yet").into());
-    }
-    if let Ok(id) = RunId::from_str(reference) {
-        return Ok(id);
-    }
-    if reference.len() >= 4 && reference.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-') {
-        return by_prefix(index, &reference.to_ascii_lowercase()).await;
-    }
-    Err(Error::invalid(format!(
-        "`{reference}` is not a run id (or a prefix of one), `latest`, `latest:NAME` or `baseline:NAME`"
-    ))
-    .into())
+    Ok(agenteval_engine::refs::resolve_ref_except(index, reference, except).await?)
 }
 
 /// A run's results, and where it lives (its bundle store and index record), found once.
@@ -376,47 +320,6 @@ pub async fn compare_cmd(
     )
     .await?;
     Ok(judged.code)
-}
-
-/// Resolves each `llm_pairwise` evaluator's `baseline` to one run and records where its bundle
-/// is, in the config the workers read, before anything is created: a run the index does not
-/// know is a usage error (exit 2) naming the evaluator. Runs that share the config's index only.
-pub async fn resolve_pairwise(resolver: &dyn Resolver, loaded: &mut LoadedConfig) -> Result<(), Failure> {
-    use agenteval_core::config::EvaluatorConfig;
-    if !loaded.config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::LlmPairwise { .. })) {
-        return Ok(());
-    }
-    let at = loaded.config.storage.index_location();
-    let index = resolver.index(&at).await.map_err(|e| {
-        Failure::from(Error::invalid(format!(
-            "llm_pairwise: its baseline is looked up in the run index, which cannot be opened: {e}"
-        )))
-    })?;
-    let mut problems = Vec::new();
-    for (i, e) in loaded.config.evaluators.iter_mut().enumerate() {
-        let EvaluatorConfig::LlmPairwise { baseline, baseline_bundle, .. } = e else { continue };
-        let found = async {
-            let id = resolve_ref(index.as_ref(), baseline).await?;
-            let record = index
-                .get_run(&id)
-                .await?
-                .ok_or_else(|| Failure::from(Error::not_found(format!("run {id} is not in the index"))))?;
-            Ok::<_, Failure>((id, record.bundle_uri))
-        }
-        .await;
-        match found {
-            Ok((id, uri)) => {
-                *baseline = id.to_string();
-                *baseline_bundle = Some(uri);
-            }
-            Err(f) => problems.push(format!("evaluators[{i}] (llm_pairwise) baseline `{baseline}`: {}", f.error)),
-        }
-    }
-    if !problems.is_empty() {
-        return Err(Failure { code: exit::USAGE, error: anyhow::anyhow!(problems.join("\n")) });
-    }
-    loaded.resolved["evaluators"] = serde_json::to_value(&loaded.config.evaluators).expect("evaluators serialize");
-    Ok(())
 }
 
 /// `agenteval compare --set SET`: every run of a set against its base combination.

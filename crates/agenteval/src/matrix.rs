@@ -10,15 +10,16 @@ use agenteval_core::format::{SetMember, SetValue};
 use agenteval_core::model::RunStatus;
 use agenteval_core::{Error, RunId};
 use agenteval_engine::controller::set::{SetRun, SharedFleet};
-use agenteval_engine::controller::{self, ControllerOptions, Progress, ProgressView, RunOutcome};
+use agenteval_engine::controller::{ControllerOptions, Progress, ProgressView, RunOutcome};
 use serde_json::json;
 
 use crate::cli::{CassetteArgs, RunConfigArgs};
 use crate::output::{self, Bar};
-use crate::session::{config_failure, exe, load_config, with_cassettes};
+use crate::session::{config_failure, exe, load_config, start};
 use crate::telemetry::{Settings, Telemetry};
 use crate::wiring::Wiring;
 use crate::{Failure, exit};
+use agenteval_engine::controller::start::Start;
 
 /// More combinations than this is a typo more often than a plan (and as many bundles).
 pub const MAX_COMBINATIONS: usize = 64;
@@ -163,17 +164,18 @@ pub async fn submit_matrix(
     // The base config carries the set's fleet size and budget, and must load on its own too.
     let base = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let set_id = RunId::new().to_string();
-    let mut members = load_members(args, &axes, &set_id)?;
+    let members = load_members(args, &axes, &set_id)?;
     let wiring = Wiring::new(exe()?, base.config.aws.as_ref());
-    for m in &mut members {
-        crate::judging::resolve_pairwise(wiring.as_ref(), &mut m.loaded).await?;
-    }
-    let strict_replay = cassettes.cassettes.is_some() && cassettes.cassette_mode == agenteval_llm::CassetteMode::Replay;
+    // Every combination resolved and checked before any starts.
+    let how =
+        Start { cassettes: cassettes.cassettes.as_deref().map(|d| (d, cassettes.cassette_mode)), preflight: true };
+    let mut ready = Vec::with_capacity(members.len());
     for m in &members {
-        crate::session::preflight(wiring.as_ref(), &m.loaded.config, strict_replay).await.map_err(|f| Failure {
+        let r = start(&wiring, m.loaded.clone(), how).await.map_err(|f| Failure {
             code: f.code,
             error: anyhow::anyhow!("combination {} ({}): {}", m.member.position + 1, m.member.label(), f.error),
         })?;
+        ready.push(r);
     }
     let fleet = SharedFleet::new(
         base.config.backend.max_concurrent_jobs as usize,
@@ -186,10 +188,10 @@ pub async fn submit_matrix(
     let set_progress = Arc::new(SetProgress::new(&set_id, members.len(), shown));
     let (started, interrupt) = crate::session::interrupts(set_progress.clone());
     let mut runs = Vec::new();
-    for m in &members {
+    for (m, ready) in members.iter().zip(&ready) {
         let progress: Arc<dyn Progress> =
             Arc::new(MemberProgress { set: set_progress.clone(), label: m.member.label(), started: started.clone() });
-        let mut opts = ControllerOptions {
+        let opts = ControllerOptions {
             resolver: wiring.clone(),
             progress,
             interrupt: interrupt.clone(),
@@ -198,12 +200,9 @@ pub async fn submit_matrix(
             rerun_of: None,
             set: Some(SetRun { member: m.member.clone(), fleet: fleet.clone() }),
         };
-        if let Some(dir) = &cassettes.cassettes {
-            opts = with_cassettes(opts, &wiring, &m.loaded.config, dir, cassettes.cassette_mode)?;
-        }
         let (fleet, position) = (fleet.clone(), m.member.position);
         runs.push(async move {
-            let outcome = controller::submit(&m.loaded, opts).await;
+            let outcome = ready.submit(opts).await;
             // A run that failed before driving never said it was done: its share is the others'.
             fleet.waiting(position, false);
             outcome

@@ -13,8 +13,9 @@ use agenteval_engine::controller;
 use crate::Failure;
 use crate::cli::IndexArgs;
 use crate::judging;
-use crate::session::{config_failure, controller_options, load_config, open_index, preflight, print_outcome};
+use crate::session::{config_failure, controller_options, load_config, open_index, print_outcome, start};
 use crate::telemetry::Telemetry;
+use agenteval_engine::controller::start::Start;
 
 /// Runs the regrade and prints its outcome like `submit` does.
 pub async fn regrade(
@@ -64,15 +65,13 @@ pub async fn regrade(
     *config.benchmark.filter_mut() = TaskFilter { ids, tags: vec![], limit: None };
     config.name = format!("{} (regrade)", located.config.name);
     config.regrade = Some(RegradeSource { run: run_id, bundle: located.record.bundle_uri.clone() });
-    loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
-    judging::resolve_pairwise(wiring.as_ref(), &mut loaded).await?;
-    preflight(wiring.as_ref(), &loaded.config, false).await?;
-    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
-    let outcome = controller::submit(&loaded, opts).await?;
+    let ready = start(&wiring, loaded, Start { preflight: true, ..Start::default() }).await?;
+    let opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
+    let outcome = ready.submit(opts).await?;
     if !json && !quiet {
         say!("regrade of {run_id}: `agenteval compare {run_id} {}` shows what changed", outcome.run_id);
     }
-    print_outcome(&outcome, &loaded.config, json, quiet)
+    print_outcome(&outcome, ready.config(), json, quiet)
 }
 
 /// The config the regrade grades with: `--config FILE` (with `--set`), or RUN's own recorded

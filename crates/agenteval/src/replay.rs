@@ -17,10 +17,11 @@ use agenteval_engine::bundle::{Metadata, read_json};
 use agenteval_engine::controller;
 use serde_json::{Value, json};
 
-use crate::session::{config_failure, controller_options, load_config, print_outcome, with_cassettes};
+use crate::session::{config_failure, controller_options, load_config, print_outcome, start};
 use crate::telemetry::Telemetry;
 use crate::wiring::Wiring;
 use crate::{Failure, exit, judging};
+use agenteval_engine::controller::start::Start;
 
 /// Relative cost difference a match allows.
 const COST_TOLERANCE: f64 = 0.05;
@@ -159,7 +160,7 @@ pub async fn replay(
     let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config).await?;
     let code_changed = if meta.agenteval_version != agenteval_engine::VERSION {
         Some(format!("recorded with agenteval {}, replayed with {}", meta.agenteval_version, agenteval_engine::VERSION))
-    } else if with_config.is_none() && controller::config_hash(&loaded.resolved) != meta.config_hash {
+    } else if with_config.is_none() && controller::config_hash(&loaded.resolved()) != meta.config_hash {
         Some("this agenteval reads the recorded config differently (its hash changed)".to_string())
     } else {
         None
@@ -172,13 +173,14 @@ pub async fn replay(
     filter.ids.dedup();
     filter.limit = None;
     loaded.config.name = format!("{} (replay)", meta.name);
-    loaded.resolved = serde_json::to_value(&loaded.config).expect("configs serialize");
 
-    let opts = controller_options(&loaded.config, wiring.clone(), json, quiet, telemetry).await?;
-    let opts = with_cassettes(opts, &wiring, &loaded.config, dir.path(), agenteval_llm::CassetteMode::Replay)?;
-    let outcome = controller::submit(&loaded, opts).await?;
+    let how = Start { cassettes: Some((dir.path(), agenteval_llm::CassetteMode::Replay)), ..Start::default() };
+    let ready = start(&wiring, loaded, how).await?;
+    let opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
+    let outcome = ready.submit(opts).await?;
+    let loaded_config = ready.config();
     let new_store =
-        agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded.config.storage.bundle_root).await?;
+        agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded_config.storage.bundle_root).await?;
 
     let mut rows = Vec::new();
     for task in &recorded_tasks {
@@ -206,7 +208,7 @@ pub async fn replay(
     if json {
         say!("{}", shown.json());
     } else {
-        shown.print(&loaded.config, quiet);
+        shown.print(loaded_config, quiet);
     }
     Ok(code)
 }
@@ -227,12 +229,7 @@ async fn replay_config(
             let config: RunConfig = serde_json::from_value(recorded).map_err(|e| {
                 Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
             })?;
-            let resolved = serde_json::to_value(&config).expect("configs serialize");
-            LoadedConfig {
-                config,
-                path: std::path::PathBuf::from(store.bundle_uri(run)).join(layout::CONFIG),
-                resolved,
-            }
+            LoadedConfig { config, path: std::path::PathBuf::from(store.bundle_uri(run)).join(layout::CONFIG) }
         }
     };
     if !matches!(loaded.config.agent, AgentConfig::Llm(_)) && loaded.config.agent.upstream().is_none() {

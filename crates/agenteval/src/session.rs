@@ -11,6 +11,7 @@ use agenteval_core::location::IndexLocation;
 use agenteval_core::model::{RunRecord, RunStatus};
 use agenteval_core::traits::{Resolver, RunIndex};
 use agenteval_core::{Error, RunId};
+use agenteval_engine::controller::start::{Ready, Start};
 use agenteval_engine::controller::{self, ControllerOptions, NoProgress, Progress, RunOutcome};
 use anyhow::Context;
 use serde_json::json;
@@ -241,62 +242,11 @@ pub(crate) async fn controller_options(
     })
 }
 
-/// Adds the cassette settings to what every worker gets.
-pub(crate) fn with_cassettes(
-    mut opts: ControllerOptions,
-    wiring: &Wiring,
-    config: &agenteval_core::config::RunConfig,
-    dir: &Path,
-    mode: agenteval_llm::CassetteMode,
-) -> Result<ControllerOptions, Failure> {
-    if !matches!(config.agent, agenteval_core::config::AgentConfig::Llm(_)) && config.agent.upstream().is_none() {
-        return Err(Error::invalid(format!(
-            "--cassettes records the model calls of the `llm` agent or of an agent whose calls go through the \
-             gateway (`agent.upstream`); this run's `{}` agent has no upstream",
-            config.agent.kind()
-        ))
-        .into());
-    }
-    let setting = dir.display().to_string();
-    let dir = match agenteval_engine::worker::cassettes_bundle(&setting) {
-        // A run's bundle on S3: every worker, wherever it runs, replays from it.
-        Some(uri) => {
-            if mode == agenteval_llm::CassetteMode::Record {
-                return Err(Error::invalid(
-                    "--cassettes s3://…/RUN replays a run's recorded calls; on the fleet a run records its calls in its own bundle (each task pack's cassette.jsonl): run without --cassettes, then replay from that run's bundle",
-                )
-                .into());
-            }
-            agenteval_core::location::BundleRoot::split_bundle_uri(&uri).map_err(|e| {
-                Failure::from(Error::invalid(format!(
-                    "--cassettes {uri}: not a run's bundle (s3://BUCKET/PREFIX/RUN_ID): {e}"
-                )))
-            })?;
-            uri
-        }
-        None => {
-            if !wiring.kind(config)?.on_this_machine() {
-                return Err(Error::invalid(
-                    "--cassettes DIR is a folder of this machine, which the fleet's workers do not see: replay from a run's bundle instead (--cassettes s3://BUCKET/PREFIX/RUN_ID)",
-                )
-                .into());
-            }
-            if mode != agenteval_llm::CassetteMode::Record && !dir.is_dir() {
-                return Err(Error::invalid(format!("cassette folder {} does not exist", dir.display())).into());
-            }
-            let dir = std::path::absolute(dir).map_err(|e| Error::io("resolving the cassette folder", e))?;
-            dir.display().to_string()
-        }
-    };
-    let mode = mode.as_str().to_string();
-    let inner = opts.worker_env.clone();
-    opts.worker_env = Arc::new(move || {
-        let mut env = inner();
-        env.insert(agenteval_engine::worker::CASSETTES_ENV.into(), dir.clone());
-        env.insert(agenteval_engine::worker::CASSETTE_MODE_ENV.into(), mode.clone());
-        env
-    });
-    Ok(opts)
+/// A run resolved, checked and ready, through the engine's one door
+/// (`controller::start::prepare`) with this build's backend for it.
+pub(crate) async fn start(wiring: &Arc<Wiring>, loaded: LoadedConfig, how: Start<'_>) -> Result<Ready, Failure> {
+    let kind = wiring.kind(&loaded.config)?;
+    Ok(agenteval_engine::controller::start::prepare(wiring.as_ref(), kind.as_ref(), loaded, how).await?)
 }
 
 /// The run index the arguments name, and the wiring that opened it: `--index` (or
@@ -379,23 +329,4 @@ pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Resul
         problems.extend(agenteval_llm::validate_config(config));
         problems
     })
-}
-
-/// What must hold before a run is created, as the run's backend says (`BackendKind::preflight`:
-/// locally every secret the workers will fetch exists; on AWS the cluster and task definition
-/// do): a run that cannot start is a usage error naming the fix (exit 2).
-pub(crate) async fn preflight(
-    wiring: &Wiring,
-    config: &agenteval_core::config::RunConfig,
-    strict_replay: bool,
-) -> Result<(), Failure> {
-    let needed = agenteval_engine::agents::access::required_secrets(config, strict_replay);
-    let kind = wiring.kind(config)?;
-    kind.preflight(config, &needed).await?;
-    // Workers of this machine run as this process's user: a root worker's agents get uids of
-    // their own, which must be able to read what runs them.
-    if kind.on_this_machine() {
-        agenteval_engine::agents::preflight(config)?;
-    }
-    Ok(())
 }

@@ -5,14 +5,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 
+use agenteval_core::RunId;
 use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
-use agenteval_core::{Error, ErrorKind, RunId};
 use agenteval_ui::{Access, UiError, UiOptions};
 use async_trait::async_trait;
 
 use crate::cli::IndexArgs;
 use crate::wiring::Wiring;
-use crate::{Failure, exit, judging};
+use crate::{Failure, exit};
 
 struct Source {
     wiring: Arc<Wiring>,
@@ -32,10 +32,7 @@ impl agenteval_ui::Source for Source {
     }
 
     async fn resolve(&self, reference: &str) -> agenteval_core::Result<RunId> {
-        judging::resolve_ref(self.index.as_ref(), reference).await.map_err(|f| match f.error.downcast::<Error>() {
-            Ok(e) => e,
-            Err(other) => Error::new(ErrorKind::Invalid, other.to_string()),
-        })
+        agenteval_engine::refs::resolve_ref(self.index.as_ref(), reference).await
     }
 
     fn describe(&self) -> String {

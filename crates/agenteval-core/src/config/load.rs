@@ -68,8 +68,15 @@ pub struct LoadedConfig {
     pub config: RunConfig,
     /// Absolute path of the file.
     pub path: PathBuf,
-    /// The configuration after overrides, as JSON, with paths resolved.
-    pub resolved: Value,
+}
+
+impl LoadedConfig {
+    /// The configuration after overrides, as JSON, with paths resolved: what a run keeps as
+    /// `config.resolved.json` and hashes. Made from `config` each time it is asked for, so that
+    /// a change to `config` can never be missing from it.
+    pub fn resolved(&self) -> Value {
+        serde_json::to_value(&self.config).expect("configs serialize")
+    }
 }
 
 /// `/a/b/0` → `a.b[0]`, the way users write `--set`.
@@ -720,8 +727,7 @@ pub fn load_config_str_checked(
         problems.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
         return Err(fail(in_file_order(problems)));
     }
-    let resolved = serde_json::to_value(&config).expect("config serializes");
-    Ok(LoadedConfig { config, path: base.join(file), resolved })
+    Ok(LoadedConfig { config, path: base.join(file) })
 }
 
 /// YAML to JSON with a pointer→position map, the `--set` overrides, evaluator shorthands, and

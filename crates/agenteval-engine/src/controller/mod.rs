@@ -14,6 +14,7 @@ mod jobs;
 mod run;
 pub mod set;
 mod spans;
+pub mod start;
 #[cfg(test)]
 mod tests;
 
@@ -185,7 +186,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     }
     let now = Utc::now();
     // A packed agent travels in the run: its archive first, then the config that names it.
-    let (mut config, mut resolved) = (config, loaded.resolved.clone());
+    let (mut config, mut resolved) = (config, loaded.resolved());
     let agent_sha256 =
         crate::agents::pack::store_for_run(archive, &mut config, &mut resolved, store.as_ref(), &run_id).await?;
     let hash = config_hash(&resolved);
