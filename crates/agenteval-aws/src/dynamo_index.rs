@@ -58,6 +58,21 @@ fn opt_s(v: Option<impl Into<String>>) -> AttributeValue {
     v.map(|x| s(x)).unwrap_or(AttributeValue::Null(true))
 }
 
+/// The core's task-state rule (`model::state_rule`) as a DynamoDB condition over the task's
+/// item (`#st` and `#rk` name `state` and `rank`; `:a`, `:rk` and `:completed` are the
+/// transition's attempt, rank and the literal `completed`).
+fn transition_guard() -> String {
+    agenteval_core::model::state_rule(&agenteval_core::model::StateRuleText {
+        state: "#st",
+        completed: ":completed",
+        not_equal: "<>",
+        attempt: "attempt",
+        new_attempt: ":a",
+        rank: "#rk",
+        new_rank: ":rk",
+    })
+}
+
 fn run_pk(run: &RunId) -> String {
     format!("RUN#{run}")
 }
@@ -523,11 +538,8 @@ impl RunIndex for DynamoDbRunIndex {
             .key("pk", s(run_pk(run)))
             .key("sk", s(format!("TASK#{}", t.task_id)))
             .update_expression(format!("SET {}", sets.join(", ")))
-            // The whole state machine: exists, not completed, and a later attempt or a higher
-            // rank within the same attempt.
-            .condition_expression(
-                "attribute_exists(pk) AND #st <> :completed AND (attempt < :a OR (attempt = :a AND #rk < :rk))",
-            )
+            // The whole state machine (the core's `state_rule`), on a task that exists.
+            .condition_expression(format!("attribute_exists(pk) AND {}", transition_guard()))
             .expression_attribute_names("#st", "state")
             .expression_attribute_names("#rk", "rank")
             .set_expression_attribute_values(Some(values))

@@ -791,12 +791,97 @@ impl TaskState {
         .find(|st| st.as_str() == s)
     }
 
-    /// Whether moving from `(cur_attempt, self)` to `(attempt, next)` is allowed.
+    /// Whether moving from `(cur_attempt, self)` to `(attempt, next)` is allowed: [`state_rule`]
+    /// read in Rust.
     pub fn may_move_to(self, cur_attempt: u32, next: TaskState, attempt: u32) -> bool {
-        if self == TaskState::Completed {
-            return false;
+        struct Here {
+            cur: (TaskState, u32),
+            next: (TaskState, u32),
         }
-        attempt > cur_attempt || (attempt == cur_attempt && next.rank() > self.rank())
+        impl StateRule for Here {
+            type Out = bool;
+            fn not_completed(&self) -> bool {
+                self.cur.0 != TaskState::Completed
+            }
+            fn earlier_attempt(&self) -> bool {
+                self.cur.1 < self.next.1
+            }
+            fn same_attempt(&self) -> bool {
+                self.cur.1 == self.next.1
+            }
+            fn lower_rank(&self) -> bool {
+                self.cur.0.rank() < self.next.0.rank()
+            }
+            fn and(&self, a: bool, b: bool) -> bool {
+                a && b
+            }
+            fn or(&self, a: bool, b: bool) -> bool {
+                a || b
+            }
+        }
+        state_rule(&Here { cur: (self, cur_attempt), next: (next, attempt) })
+    }
+}
+
+/// The terms of the task-state rule, as a reader of it (Rust, SQL, a DynamoDB condition)
+/// expresses them: each says something of the task as recorded against the transition asked.
+pub trait StateRule {
+    type Out;
+    /// The recorded state is not `completed`.
+    fn not_completed(&self) -> Self::Out;
+    /// The recorded attempt is earlier than the transition's.
+    fn earlier_attempt(&self) -> Self::Out;
+    /// The recorded attempt is the transition's.
+    fn same_attempt(&self) -> Self::Out;
+    /// The recorded state's rank is below the transition's.
+    fn lower_rank(&self) -> Self::Out;
+    fn and(&self, a: Self::Out, b: Self::Out) -> Self::Out;
+    fn or(&self, a: Self::Out, b: Self::Out) -> Self::Out;
+}
+
+/// The whole task-state machine, written once: a task moves unless it is completed, to a later
+/// attempt, or within its attempt to a state of higher rank. Every index applies it in one
+/// conditional write (SQLite's `UPDATE … WHERE`, DynamoDB's condition expression), read from
+/// here; [`TaskState::may_move_to`] is its reading in Rust.
+pub fn state_rule<R: StateRule + ?Sized>(r: &R) -> R::Out {
+    let later = r.or(r.earlier_attempt(), r.and(r.same_attempt(), r.lower_rank()));
+    r.and(r.not_completed(), later)
+}
+
+/// The task-state rule written as an expression over named columns or placeholders (SQL, a
+/// DynamoDB condition): `state != completed AND (attempt < A OR (attempt = A AND rank < R))`.
+pub struct StateRuleText<'a> {
+    /// The recorded state, and the literal or placeholder for `completed`.
+    pub state: &'a str,
+    pub completed: &'a str,
+    /// How the language says "not equal".
+    pub not_equal: &'a str,
+    /// The recorded attempt and rank, and the transition's.
+    pub attempt: &'a str,
+    pub new_attempt: &'a str,
+    pub rank: &'a str,
+    pub new_rank: &'a str,
+}
+
+impl StateRule for StateRuleText<'_> {
+    type Out = String;
+    fn not_completed(&self) -> String {
+        format!("{} {} {}", self.state, self.not_equal, self.completed)
+    }
+    fn earlier_attempt(&self) -> String {
+        format!("{} < {}", self.attempt, self.new_attempt)
+    }
+    fn same_attempt(&self) -> String {
+        format!("{} = {}", self.attempt, self.new_attempt)
+    }
+    fn lower_rank(&self) -> String {
+        format!("{} < {}", self.rank, self.new_rank)
+    }
+    fn and(&self, a: String, b: String) -> String {
+        format!("{a} AND {b}")
+    }
+    fn or(&self, a: String, b: String) -> String {
+        format!("({a} OR ({b}))")
     }
 }
 
@@ -1393,5 +1478,15 @@ mod tests {
             "a result that arrives after a cancel is kept rather than re-run"
         );
         assert!(!Completed.may_move_to(1, Completed, 2), "a task completes exactly once");
+        let text = state_rule(&StateRuleText {
+            state: "state",
+            completed: "'completed'",
+            not_equal: "!=",
+            attempt: "attempt",
+            new_attempt: "?5",
+            rank: "rank",
+            new_rank: "?4",
+        });
+        assert_eq!(text, "state != 'completed' AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))");
     }
 }

@@ -325,15 +325,31 @@ fn pause_before(tries: u32) -> Option<Duration> {
 
 /// The whole task state machine is the WHERE clause: not completed, and a later attempt or a
 /// higher rank in the same attempt. One statement, so racing writers serialize in SQLite.
-fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool> {
-    let n = c
-        .prepare_cached(
+/// The update of a task's record, guarded by the core's task-state rule (`model::state_rule`).
+fn transition_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| {
+        let guard = agenteval_core::model::state_rule(&agenteval_core::model::StateRuleText {
+            state: "state",
+            completed: "'completed'",
+            not_equal: "!=",
+            attempt: "attempt",
+            new_attempt: "?5",
+            rank: "rank",
+            new_rank: "?4",
+        });
+        format!(
             "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
                 passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
                 detail = ?12, updated_at = ?13, fault = ?14
-             WHERE run_id = ?1 AND task_id = ?2 AND state != 'completed'
-               AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))",
+             WHERE run_id = ?1 AND task_id = ?2 AND {guard}"
         )
+    })
+}
+
+fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool> {
+    let n = c
+        .prepare_cached(transition_sql())
         .and_then(|mut st| {
             st.execute(params![
                 id,

@@ -736,6 +736,32 @@ fn a_circle_of_three_files_inside_one_module_is_found() {
     assert!(cycle.contains(&"act".to_string()) && cycle.contains(&"ctx".to_string()), "{cycle:?}");
 }
 
+/// Text that states (part of) the task-state rule: its comparisons of ranks and attempts, and
+/// its `completed` guard, in Rust, SQL or a DynamoDB condition.
+const STATE_RULE_TERMS: &[&str] =
+    &["rank() < ", "rank() > ", "rank < ", "rank > ", "#rk < ", "!= 'completed'", "<> 'completed'", "<> :completed"];
+
+#[test]
+fn the_task_state_rule_is_written_once() {
+    let home = "crates/agenteval-core/src/model.rs";
+    let mut elsewhere = Vec::new();
+    for f in sources().into_iter().filter(|f| !is_test_file(f) && f != home) {
+        let code = product_code(&f);
+        for term in STATE_RULE_TERMS.iter().filter(|t| code.contains(*t)) {
+            elsewhere.push(format!("{f}: `{term}`"));
+        }
+    }
+    assert!(
+        elsewhere.is_empty(),
+        "the task-state rule is `model::state_rule`'s alone; also written in: {elsewhere:#?}"
+    );
+    let rule = product_code(home);
+    assert!(rule.contains("pub fn state_rule<"), "the rule's one home moved: update this test");
+    for reader in ["crates/agenteval-local/src/sqlite_index.rs", "crates/agenteval-aws/src/dynamo_index.rs"] {
+        assert!(product_code(reader).contains("state_rule(&"), "{reader} applies its own rule");
+    }
+}
+
 /// The span names product code makes: each `info_span!`'s literal name, or its `otel.name`'s
 /// fixed start when it has one (`evaluator.{kind}` → `evaluator.`), and each span built by
 /// name (`span_builder(format!("chat {…}"))` → `chat `).
