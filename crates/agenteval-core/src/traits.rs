@@ -188,6 +188,11 @@ pub trait Environment: Send + Sync {
     async fn teardown(&self, env: &crate::environment::EnvHandle) -> Result<()>;
     /// Removes every environment of `run` still there (a killed worker's); how many it found.
     async fn sweep(&self, run: &RunId) -> Result<usize>;
+    /// Whether an environment of a killed worker is left behind for [`Environment::sweep`]. Not
+    /// for one that is the worker's own container, which ends with it.
+    fn outlives_its_worker(&self) -> bool {
+        true
+    }
     /// The host's address as the environment's processes reach it, when they run in a
     /// container of their own (the model gateway listens there for them). The default: they
     /// run on this machine and reach it at loopback.

@@ -150,7 +150,7 @@ fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> RunVerdict {
             RunVerdict::Fail
         }
         RunStatus::Failed => RunVerdict::Infra,
-        _ => RunVerdict::Incomplete,
+        RunStatus::Running | RunStatus::Interrupted | RunStatus::BudgetExceeded => RunVerdict::Incomplete,
     }
 }
 
@@ -362,10 +362,12 @@ pub async fn compare_set_cmd(
         },
     };
     let s = agenteval_judge::set::compare_set(&set_id, &runs, base, opts);
+    // Every format named: a new one must say what a set looks like in it.
     let text = match format {
         Format::Json => format!("{}\n", serde_json::to_string_pretty(&s).expect("serializes")),
         Format::Md => agenteval_judge::set::md(&s),
-        _ => set_text(&s),
+        Format::Text => set_text(&s),
+        Format::Html => unreachable!("refused before the set is read"),
     };
     emit(out, &text)?;
     Ok(exit::OK)

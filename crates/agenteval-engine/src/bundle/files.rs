@@ -385,3 +385,19 @@ impl std::fmt::Debug for RecordingStore {
         f.debug_struct("RecordingStore").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod recording_tests {
+    use super::*;
+
+    /// A recording store is a bundle store like any other: the port's conformance suite runs
+    /// through it, over the folder store.
+    #[tokio::test]
+    async fn the_recording_store_passes_the_bundle_store_suite() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner: Arc<dyn BundleStore> = Arc::new(agenteval_local::FsBundleStore::new(dir.path()));
+        let store = Arc::new(RecordingStore::new(inner));
+        agenteval_testkit::conformance::bundle_store_suite(store.clone()).await;
+        assert!(!store.written().is_empty(), "it recorded what the suite wrote");
+    }
+}

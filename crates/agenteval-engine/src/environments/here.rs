@@ -65,6 +65,11 @@ impl HereEnvironment {
     }
 
     fn at(&self, abs: &str) -> PathBuf {
+        // A rooted copy's handle names its working folder as this machine does (already below
+        // the root); in the worker's own container the root is `/` and every path is its own.
+        if Path::new(abs).starts_with(&self.root) {
+            return PathBuf::from(abs);
+        }
         self.root.join(abs.trim_start_matches('/'))
     }
 
@@ -320,6 +325,10 @@ impl Environment for HereEnvironment {
         Ok(0)
     }
 
+    fn outlives_its_worker(&self) -> bool {
+        false
+    }
+
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
         let start = self.state.lock().expect("state lock").start.as_ref().map(|(_, _, s)| s.clone());
         let Some(stamps) = start else { return vec![] };
@@ -348,6 +357,18 @@ mod tests {
 
     fn task() -> TaskSpec {
         serde_json::from_value(serde_json::json!({"id": "t1", "input": "x"})).unwrap()
+    }
+
+    /// The fleet job's own container is an environment like any other: the port's conformance
+    /// suite runs on one rooted in a folder (its image's working folder holding the seed).
+    #[tokio::test]
+    async fn the_here_environment_passes_the_environment_suite() {
+        let root = tempfile::tempdir().unwrap();
+        let work = root.path().join("app");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(work.join("seed.txt"), "hello\n").unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), work);
+        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default()).await;
     }
 
     #[tokio::test]
