@@ -198,8 +198,9 @@ impl EventSink for TraceSink {
     }
 }
 
+/// A sink for unit tests of the stages around it: its trace written to memory.
 #[cfg(test)]
-mod tests {
+pub(super) mod testing {
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -218,7 +219,7 @@ mod tests {
         }
     }
 
-    fn sink(limits: Limits, redactor: Redactor) -> (TraceSink, Arc<Mutex<Vec<u8>>>) {
+    pub(in crate::worker) fn sink(limits: Limits, redactor: Redactor) -> (TraceSink, Arc<Mutex<Vec<u8>>>) {
         let written = Arc::new(Mutex::new(Vec::new()));
         let sink = TraceSink {
             run_id: RunId::new(),
@@ -240,6 +241,12 @@ mod tests {
         };
         (sink, written)
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::sink;
+    use super::*;
 
     fn used(tokens: u64, cost: f64) -> AgentEvent {
         AgentEvent {

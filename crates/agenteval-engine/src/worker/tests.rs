@@ -74,9 +74,18 @@ struct Harness {
 impl Harness {
     /// A toy run of `tasks` tasks with the mock agent, `per_job` tasks to a job.
     fn new(tasks: u32, per_job: u32) -> Harness {
+        Harness::with(&format!("benchmark:\n  kind: toy\n  size: {tasks}\nagent:\n  kind: mock\n"), per_job, &[])
+    }
+
+    /// A run of the config's `benchmark` and `agent` (and what else `body` says), with `files`
+    /// written beside the config first.
+    fn with(body: &str, per_job: u32, files: &[(&str, &str)]) -> Harness {
         let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
         let text = format!(
-            "name: inline\nbenchmark:\n  kind: toy\n  size: {tasks}\nagent:\n  kind: mock\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: {per_job}\n  stop_after_identical_errors: 0\n"
+            "name: inline\n{body}backend:\n  max_concurrent_jobs: 2\n  tasks_per_job: {per_job}\n  stop_after_identical_errors: 0\n"
         );
         let store: Arc<dyn BundleStore> = Arc::new(FsBundleStore::new(dir.path().join("runs")));
         let index: Arc<dyn RunIndex> = Arc::new(SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap());
@@ -173,4 +182,90 @@ async fn a_job_spec_missing_or_of_another_run_ends_with_its_exit_code() {
     let worker = h.worker.clone();
     let code = tokio::task::spawn_blocking(move || work(&worker, &uri)).await.unwrap();
     assert_eq!(code, worker_exit::BAD_JOB);
+}
+
+/// The result the worker packed for `task` of `run`.
+async fn packed(h: &Harness, run: &RunId, task: &str) -> (TaskResult, String) {
+    let bytes = h.worker.store.get(run, &layout::task_pack(&task.parse().unwrap())).await.unwrap();
+    let file = |name| String::from_utf8(taskpack::unpack_one(&bytes, name, "pack").unwrap().unwrap()).unwrap();
+    (serde_json::from_str(&file(layout::TASK_RESULT)).unwrap(), file(layout::TASK_LOG))
+}
+
+const CASES: &str = r#"{"id": "pass", "input": "q", "expected": "a"}
+{"id": "fail", "input": "q", "expected": "a", "metadata": {"mock": {"answer": "b"}}}
+{"id": "errored", "input": "q", "expected": "a", "metadata": {"mock": {"fail": "boom"}}}
+{"id": "limit", "input": "q", "expected": "a", "metadata": {"mock": {"runaway": true}}}
+{"id": "infra", "input": "q", "expected": "a", "environment": {"healthcheck": {"command": "exit 1", "interval_secs": 0.01, "retries": 1}}}
+{"id": "unscored", "input": "q", "environment": {}, "tests": {"command": "true", "rules": "harbor"}}
+{"id": "fresh", "input": "q", "environment": {}, "tests": {"command": "echo 1 > \"$AGENTEVAL_VERIFIER_DIR/reward.txt\"", "verify_in": "fresh"}}
+"#;
+
+/// Each outcome a task can come to, from one job of the real worker: graded pass and fail, an
+/// agent that errors, one stopped at its limit, one the infrastructure failed; then the same
+/// run regraded from its record, where no agent runs and the verdicts stand.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_outcome_of_a_task_and_its_regrade() {
+    let body = "benchmark:\n  kind: jsonl\n  cases: cases.jsonl\n  trust_case_evaluators: true\nagent:\n  kind: mock\n  limits:\n    max_tokens: 5000\n";
+    let mut h = Harness::with(body, 7, &[("cases.jsonl", CASES)]);
+    let out = h.submit().await;
+    let expect = [
+        ("pass", Outcome::Passed, TerminatedBy::Completed),
+        ("fail", Outcome::Failed, TerminatedBy::Completed),
+        ("errored", Outcome::Errored, TerminatedBy::AgentError),
+        ("limit", Outcome::Errored, TerminatedBy::LimitTokens),
+        ("infra", Outcome::Infra, TerminatedBy::InfraFailure),
+    ];
+    for (task, outcome, by) in expect {
+        let (r, log) = packed(&h, &out.run_id, task).await;
+        assert_eq!(
+            (Outcome::of(r.passed, r.agent.terminated_by), r.agent.terminated_by),
+            (outcome, by),
+            "{task}: {log}"
+        );
+        assert!(
+            log.lines().last().unwrap().contains("finished: passed="),
+            "{task}: the log ends with the verdict: {log}"
+        );
+    }
+    let (limit, _) = packed(&h, &out.run_id, "limit").await;
+    assert!(limit.agent.error.as_deref().unwrap().contains("limit 5000"), "{limit:?}");
+    let (unscored, log) = packed(&h, &out.run_id, "unscored").await;
+    assert!(unscored.unscored && !unscored.passed, "Harbor's rules, no reward: {unscored:?} {log}");
+    let (fresh, log) = packed(&h, &out.run_id, "fresh").await;
+    assert!(fresh.passed && log.contains("the tests run in a fresh environment"), "{fresh:?} {log}");
+    let (infra, log) = packed(&h, &out.run_id, "infra").await;
+    assert!(log.contains("infrastructure failure"), "{log}");
+    assert!(!infra.scores.is_empty() && infra.scores.iter().all(|s| !s.passed), "{infra:?}");
+
+    // The run regraded: its recorded answers graded again, no agent run.
+    let record = h.worker.index.get_run(&out.run_id).await.unwrap().unwrap();
+    h.loaded.config.regrade =
+        Some(agenteval_core::config::RegradeSource { run: out.run_id, bundle: record.bundle_uri });
+    *h.loaded.config.benchmark.filter_mut() =
+        agenteval_core::config::TaskFilter { ids: vec!["pass".into(), "fail".into()], tags: vec![], limit: None };
+    let again = h.submit().await;
+    assert_eq!(again.status, RunStatus::Complete, "{again:?}");
+    for (task, passed) in [("pass", true), ("fail", false)] {
+        let (r, log) = packed(&h, &again.run_id, task).await;
+        assert_eq!(r.passed, passed, "{task}: {log}");
+        assert!(log.contains(&format!("regrade: the answer and trace of run {}", out.run_id)), "{log}");
+        assert!(!log.contains("agent mock ended"), "no agent ran: {log}");
+    }
+}
+
+/// The capture stage keeps what the run lists of the agent's environment within one budget:
+/// what fits is kept, what does not is left out whole and the task's log says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_agent_left_is_kept_within_the_artifact_budget() {
+    let case = r#"{"id": "left", "input": "q", "expected": "a", "environment": {"healthcheck": {"command": "printf small > small.txt && head -c 4096 /dev/zero > big.txt"}}}"#;
+    let body = "benchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: mock\nenvironment:\n  artifacts: [small.txt, big.txt]\n  max_artifact_bytes: 1024\n";
+    let h = Harness::with(body, 1, &[("cases.jsonl", &format!("{case}\n"))]);
+    let out = h.submit().await;
+    let (r, log) = packed(&h, &out.run_id, "left").await;
+    assert!(r.passed, "{r:?} {log}");
+    let bytes = h.worker.store.get(&out.run_id, &layout::task_pack(&"left".parse().unwrap())).await.unwrap();
+    let file = |name: &str| taskpack::unpack_one(&bytes, name, "pack").unwrap();
+    assert_eq!(file("artifacts/small.txt").as_deref(), Some(&b"small"[..]));
+    assert_eq!(file("artifacts/big.txt"), None, "over the budget: left out whole");
+    assert!(log.contains("artifact big.txt not kept"), "{log}");
 }

@@ -223,3 +223,72 @@ pub(super) async fn settle(
     }
     Ok(first_stop)
 }
+
+#[cfg(test)]
+mod tests {
+    use agenteval_core::config::Limits;
+    use agenteval_core::gateway::{ModelCall, Refusal};
+    use agenteval_core::secret::Redactor;
+
+    use super::*;
+    use crate::worker::sink::testing::sink;
+
+    fn shared(limits: Limits) -> Shared {
+        let (sink, _) = sink(limits, Redactor::new());
+        Shared { sink: Arc::new(Mutex::new(sink)), calls: Some(Arc::new(CallQueue::default())), merge_ticks: false }
+    }
+
+    fn answered(tokens: u64, cost: Option<f64>) -> ModelCall {
+        ModelCall { status: 200, model: "m".into(), input_tokens: tokens, cost_usd: cost, ..ModelCall::default() }
+    }
+
+    #[tokio::test]
+    async fn a_call_refused_for_a_limit_stops_the_task_for_it_and_is_in_the_trace() {
+        let s = shared(Limits::default());
+        s.model_call(answered(10, Some(0.01))).await.unwrap();
+        let refused = ModelCall {
+            status: 429,
+            refused: Some(Refusal::Tokens { reason: "the task's max_tokens is spent".into() }),
+            ..ModelCall::default()
+        };
+        let stop = s.model_call(refused).await.unwrap_err();
+        assert_eq!(stop.terminated_by, TerminatedBy::LimitTokens);
+        assert_eq!(stop.reason, "the task's max_tokens is spent");
+        let miss =
+            ModelCall { refused: Some(Refusal::ReplayMiss { reason: "no recording".into() }), ..ModelCall::default() };
+        assert_eq!(s.model_call(miss).await.unwrap_err().terminated_by, TerminatedBy::ReplayMiss);
+        let sink = s.sink.lock().await;
+        let kinds: Vec<EventKind> = sink.events.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [EventKind::ModelCall; 3], "every call is written, the refused ones too");
+        assert_eq!((sink.tokens, sink.cost), (10, 0.01), "usage is the gateway's");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_the_agent_meets_as_an_error_does_not_stop_the_task() {
+        let s = shared(Limits::default());
+        let policy = ModelCall {
+            status: 400,
+            refused: Some(Refusal::Policy { reason: "web_search".into() }),
+            ..ModelCall::default()
+        };
+        s.model_call(policy).await.expect("the agent sees a provider's refusal");
+    }
+
+    #[tokio::test]
+    async fn the_agents_own_usage_is_never_taken_and_an_unpriced_answer_is_unknown() {
+        let mut s = shared(Limits::default());
+        let claimed = AgentEvent {
+            kind: Some(EventKind::CostTick),
+            payload: serde_json::json!({"cost_unknown": true}),
+            cost_usd: 5.0,
+            input_tokens: 1_000,
+            output_tokens: 0,
+        };
+        s.emit(claimed).await.unwrap();
+        s.model_call(answered(3, None)).await.unwrap();
+        let sink = s.sink.lock().await;
+        assert_eq!((sink.tokens, sink.cost), (3, 0.0), "the agent's word is zeroed");
+        assert!(sink.cost_unknown, "an answer without a price is unknown, not $0");
+        assert!(sink.events[0].payload.get("cost_unknown").is_none(), "the agent's own flag is dropped");
+    }
+}
