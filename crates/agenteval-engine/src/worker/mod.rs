@@ -14,6 +14,7 @@ mod pipeline;
 mod plan;
 mod prepare;
 mod record;
+mod sessions;
 mod sink;
 mod start;
 mod steps;
@@ -136,7 +137,7 @@ async fn process_task(
         r = pipeline::run_task(ctx, act, task).instrument(span.clone()) => r,
         _ = cancel => {
             tracing::warn!(task = %task.id, "stopping: cancelled");
-            prepare::tear_down_live(ctx).await;
+            sessions::tear_down_live(ctx).await;
             // The task's span ends here, marked, and is flushed before the process exits.
             telemetry::set_error(&span, "worker cancelled");
             return Err(worker_exit::CANCELLED);

@@ -18,6 +18,7 @@ use crate::telemetry;
 use super::attempt::Attempt;
 use super::ctx::Ctx;
 use super::plan::Plan;
+use super::sessions::{prepare_session, tear_down};
 
 /// What preparing came to: the task's environment (an `Err` is the task's infrastructure
 /// failure), the seconds getting its agent ready took, and the agent's fault when its install
@@ -160,67 +161,6 @@ async fn agent_layer(
             let error = Error::new(e.error.kind(), ctx.redactor.redact(&e.to_string()));
             telemetry::set_error(&span, &error.to_string());
             Err(LayerError { error, fault: e.fault })
-        }
-    }
-}
-
-/// Prepares the task's environment (an `Err` is an infrastructure failure of the task) and,
-/// with `snapshot`, records its starting state for the patch.
-pub(super) async fn prepare_session(
-    ctx: &Ctx,
-    task: &TaskSpec,
-    spec: &EnvSpec,
-    snapshot: bool,
-    at: &mut Attempt,
-) -> Result<EnvSession> {
-    let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
-    let started = std::time::Instant::now();
-    let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
-    let session = EnvSession { env: env.clone(), handle };
-    ctx.live.lock().expect("not poisoned").push(session.clone());
-    at.log.extend(session.handle.notes.iter().cloned());
-    if let Some(hc) = &spec.healthcheck {
-        let checked = crate::environments::healthy(&session, hc).await;
-        if let Err(e) = checked {
-            tear_down(ctx, &session, at).await;
-            return Err(e);
-        }
-        at.say(format!("healthcheck `{}` passed", hc.command));
-    }
-    at.say(format!(
-        "environment {} {} prepared in {:.2} s",
-        env.kind(),
-        session.handle.id,
-        started.elapsed().as_secs_f64()
-    ));
-    if snapshot {
-        match crate::environments::snapshot::Snapshot::take(&session, &ctx.run_id).await {
-            Ok(snap) => {
-                ctx.snapshots.lock().expect("not poisoned").insert(session.handle.id.clone(), Arc::new(snap));
-            }
-            Err(e) => at.say(format!("no snapshot of the starting state ({e}): no patch")),
-        }
-    }
-    Ok(session)
-}
-
-/// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).
-pub(super) async fn tear_down(ctx: &Ctx, s: &EnvSession, at: &mut Attempt) {
-    match s.env.teardown(&s.handle).await {
-        Ok(()) => at.say(format!("environment {} removed", s.handle.id)),
-        Err(e) => at.say(format!("environment {} not removed ({e}); the run's sweep removes it", s.handle.id)),
-    }
-    ctx.live.lock().expect("not poisoned").retain(|l| l.handle != s.handle);
-    ctx.snapshots.lock().expect("not poisoned").remove(&s.handle.id);
-}
-
-/// Tears down every environment this worker still holds (a cancelled job's).
-pub(super) async fn tear_down_live(ctx: &Ctx) {
-    let live: Vec<EnvSession> = std::mem::take(&mut *ctx.live.lock().expect("not poisoned"));
-    ctx.snapshots.lock().expect("not poisoned").clear();
-    for s in live {
-        if let Err(e) = s.env.teardown(&s.handle).await {
-            tracing::warn!("environment {} not removed: {e}", s.handle.id);
         }
     }
 }

@@ -10,7 +10,7 @@ use agenteval_core::{Error, ErrorKind, Result};
 use super::attempt::Attempt;
 use super::ctx::Ctx;
 use super::plan::Plan;
-use super::prepare::{prepare_session, tear_down};
+use super::sessions::{prepare_session, tear_down};
 
 /// Where a task's tests run, and what they trust.
 pub(super) struct Verified {
