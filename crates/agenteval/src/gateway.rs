@@ -103,6 +103,10 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         say!("  export ANTHROPIC_BASE_URL={anthropic} ANTHROPIC_API_KEY={token}");
     }
     let (mut calls, mut tokens, mut cost, mut unknown) = (0u32, 0u64, 0.0f64, false);
+    // One listener for the whole loop: a Ctrl-C that comes while a call is being written must
+    // not fall between two listeners and be lost.
+    let stop = tokio::signal::ctrl_c();
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             call = door.next_call() => {
@@ -116,7 +120,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
                         .map_err(|e| Error::io("writing the record", e))?;
                 }
             }
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut stop => break,
         }
     }
     door.close();
