@@ -136,3 +136,52 @@ async fn environment_limits(task: &TaskSpec, s: &EnvSession, agent: &mut AgentRe
         at.say("the environment's memory limit killed a process");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agenteval_core::environment::EnvHandle;
+    use agenteval_testkit::fake_env::{Asked, FakeEnvironment, Script};
+
+    use super::*;
+    use crate::worker::testing;
+
+    fn env_of(fake: &Arc<FakeEnvironment>) -> TaskEnvironment {
+        let handle = EnvHandle { kind: "fake".into(), id: "e1".into(), workdir: "/work".into(), notes: vec![] };
+        TaskEnvironment { session: Some(EnvSession { env: fake.clone(), handle }), ..TaskEnvironment::default() }
+    }
+
+    #[tokio::test]
+    async fn an_environment_grown_past_its_storage_or_memory_ends_the_agent_at_that_limit() {
+        let fake = Arc::new(FakeEnvironment::new(Script { written_bytes: Some(3 << 30), ..Script::default() }));
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q", "environment": {"storage_mb": 1024}}));
+        let (plan, mut at, mut agent) =
+            (super::super::plan::Plan::of(&ctx, &task), testing::attempt(), testing::completed());
+        capture(&ctx, &plan, &task, &env_of(&fake), &mut agent, &[], &mut at).await.unwrap();
+        assert_eq!(agent.terminated_by, TerminatedBy::LimitDisk);
+        assert!(agent.error.as_deref().unwrap().contains("grew by 3072 MB, past its 1024 MB"), "{agent:?}");
+        assert!(fake.asked().contains(&Asked::Quiesce), "nothing of the agent runs while it is graded");
+
+        let fake = Arc::new(FakeEnvironment::new(Script { out_of_memory: true, ..Script::default() }));
+        let mut agent = testing::completed();
+        capture(&ctx, &plan, &task, &env_of(&fake), &mut agent, &[], &mut at).await.unwrap();
+        assert_eq!((agent.terminated_by, agent.success), (TerminatedBy::LimitMemory, false));
+        assert!(at.log.iter().any(|l| l.contains("memory limit killed a process")), "{:?}", at.log);
+    }
+
+    #[tokio::test]
+    async fn under_harbors_rules_the_agents_services_keep_running_for_the_tests() {
+        let fake = Arc::new(FakeEnvironment::default());
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = testing::task(
+            serde_json::json!({"id": "t", "input": "q", "environment": {}, "tests": {"rules": "harbor"}}),
+        );
+        let plan = super::super::plan::Plan::of(&ctx, &task);
+        let mut agent = testing::completed();
+        capture(&ctx, &plan, &task, &env_of(&fake), &mut agent, &[], &mut testing::attempt()).await.unwrap();
+        assert!(!fake.asked().contains(&Asked::Quiesce), "{:?}", fake.asked());
+        assert_eq!(agent.terminated_by, TerminatedBy::Completed);
+    }
+}

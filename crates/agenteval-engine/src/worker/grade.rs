@@ -143,3 +143,46 @@ async fn evaluate_in_span(e: &dyn Evaluator, input: &EvalInput<'_>, redactor: &R
     score_span(&span, &score, redactor);
     score
 }
+
+#[cfg(test)]
+mod tests {
+    use agenteval_core::config::Limits;
+
+    use super::*;
+    use crate::worker::plan::Plan;
+    use crate::worker::sink::testing::sink;
+    use crate::worker::testing;
+
+    #[tokio::test]
+    async fn tests_that_cannot_run_are_an_evaluator_error_and_the_scores_close_the_trace() {
+        let (ctx, _dir) = testing::ctx("", None);
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q", "expected": "a"}));
+        let verified = Verified::for_tests(task.clone(), Some("the working folder is over 1 GiB".into()), None);
+        let (trace, written) = sink(Limits::default(), ctx.redactor.clone());
+        let mut at = testing::attempt();
+        let plan = Plan::of(&ctx, &task);
+        let env = TaskEnvironment::default();
+        let scores = grade_attempt(&ctx, &plan, &verified, &testing::completed(), trace, &env, &mut at).await.unwrap();
+        assert_eq!(scores.len(), 1, "{scores:?}");
+        assert!(!scores[0].passed && scores[0].error.as_deref() == Some("the working folder is over 1 GiB"));
+        let text = String::from_utf8(written.lock().unwrap().clone()).unwrap();
+        assert!(text.contains("\"evaluator.score\""), "{text}");
+        assert_eq!(at.trace.as_deref(), Some(text.as_bytes()), "the short trace is kept for the pack");
+    }
+
+    #[tokio::test]
+    async fn the_benchmark_grades_the_answer_where_there_are_no_tests() {
+        let (ctx, _dir) = testing::ctx("", None);
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q", "expected": "a"}));
+        let verified = Verified::for_tests(task.clone(), None, None);
+        let (trace, _) = sink(Limits::default(), ctx.redactor.clone());
+        let plan = Plan::of(&ctx, &task);
+        let env = TaskEnvironment::default();
+        let mut at = testing::attempt();
+        let scores = grade_attempt(&ctx, &plan, &verified, &testing::completed(), trace, &env, &mut at).await.unwrap();
+        assert_eq!(
+            scores.iter().map(|s| (s.evaluator_id.as_str(), s.passed)).collect::<Vec<_>>(),
+            [("benchmark", true)]
+        );
+    }
+}

@@ -19,6 +19,8 @@ mod sink;
 mod start;
 mod steps;
 #[cfg(test)]
+mod testing;
+#[cfg(test)]
 mod tests;
 mod turn;
 mod verify;

@@ -197,3 +197,43 @@ impl FreshEnvironment for TaskFresh {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agenteval_testkit::fake_env::{Asked, FakeEnvironment, Script};
+
+    use super::*;
+    use crate::worker::testing;
+
+    #[tokio::test]
+    async fn an_environment_that_fails_its_healthcheck_is_the_tasks_infra_and_is_torn_down() {
+        let fake = Arc::new(FakeEnvironment::new(Script { exit_code: 1, ..Script::default() }));
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = testing::task(serde_json::json!({
+            "id": "t", "input": "q",
+            "environment": {"healthcheck": {"command": "curl -f localhost", "interval_secs": 0.01, "timeout_secs": 1, "retries": 1}}
+        }));
+        let mut at = testing::attempt();
+        let prepared = prepare(&ctx, &Plan::of(&ctx, &task), &task, &mut at).await;
+        let err = prepared.env.expect_err("the task cannot run");
+        assert!(err.to_string().contains("curl -f localhost"), "{err}");
+        assert!(prepared.fault.is_none(), "an environment's failure is not the agent's");
+        assert!(matches!(fake.asked().last(), Some(Asked::Teardown(_))), "{:?}", fake.asked());
+        assert!(ctx.live.lock().unwrap().is_empty(), "nothing left live");
+    }
+
+    #[tokio::test]
+    async fn an_agent_whose_answers_were_made_elsewhere_gets_no_environment() {
+        let fake = Arc::new(FakeEnvironment::default());
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q", "environment": {}}));
+        let mut plan = Plan::of(&ctx, &task);
+        plan.acts = false;
+        let prepared = prepare(&ctx, &plan, &task, &mut testing::attempt()).await;
+        let env = prepared.env.unwrap();
+        assert!(env.session.is_none() && env.fresh.is_some(), "its grader may still ask for a fresh one");
+        assert!(fake.asked().is_empty(), "{:?}", fake.asked());
+    }
+}

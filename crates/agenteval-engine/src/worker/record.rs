@@ -95,3 +95,58 @@ pub(super) async fn write(
     publish_staged(ctx.store.as_ref(), run, job, attempt, &task.id).await?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use agenteval_core::Error;
+    use agenteval_core::secret::Secret;
+    use agenteval_core::traits::Findings;
+
+    use super::*;
+    use crate::worker::testing;
+
+    #[tokio::test]
+    async fn an_infrastructure_failure_keeps_the_agents_fault_and_what_the_benchmark_declared() {
+        let (ctx, _dir) = testing::ctx("", None);
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q"}));
+        let mut plan = Plan::of(&ctx, &task);
+        plan.would_skip = Some("its name has no org/".into());
+        let prepared = Prepared {
+            env: Err(Error::invalid("the install failed")),
+            setup_seconds: Some(2.5),
+            fault: Some(AgentFault::KeyRefused),
+        };
+        let mut at = testing::attempt();
+        let turn = Err(Error::invalid("the install failed"));
+        let r = result(&ctx, &plan, &task, turn, &prepared, Utc::now(), &mut at);
+        assert_eq!((r.passed, r.agent.terminated_by), (false, TerminatedBy::InfraFailure));
+        assert_eq!(r.agent.fault, Some(AgentFault::KeyRefused), "the field that fixes it travels");
+        assert_eq!((r.setup_seconds, r.harbor_would_skip.as_deref()), (Some(2.5), Some("its name has no org/")));
+        assert!(at.log.iter().any(|l| l == "infrastructure failure: the install failed"), "{:?}", at.log);
+        assert!(at.log.last().unwrap().contains("finished: passed=false"), "{:?}", at.log);
+    }
+
+    #[tokio::test]
+    async fn what_a_grader_found_is_redacted_into_the_result_and_the_pack() {
+        let (ctx, _dir) = testing::ctx("", None);
+        ctx.redactor.add(&Secret::new("sk-live-0123456789abcdef"));
+        let task = testing::task(serde_json::json!({"id": "t", "input": "q"}));
+        let env = TaskEnvironment::default();
+        *env.findings.lock().unwrap() = Findings {
+            files: vec![("report.txt".into(), b"token sk-live-0123456789abcdef".to_vec())],
+            suspect: vec!["python3 serve.py --key sk-live-0123456789abcdef (pid 12)".into()],
+            unscored: true,
+            ..Findings::default()
+        };
+        let prepared = Prepared { env: Ok(env), setup_seconds: None, fault: None };
+        let turn = Turn { agent: testing::completed(), scores: vec![], changed: 3 };
+        let mut at = testing::attempt();
+        let r = result(&ctx, &Plan::of(&ctx, &task), &task, Ok(turn), &prepared, Utc::now(), &mut at);
+        assert!(r.unscored && r.changed_outside == 3, "{r:?}");
+        assert!(r.suspect[0].starts_with("python3 serve.py") && !r.suspect[0].contains("0123456789"), "{r:?}");
+        let (name, bytes) = &at.files[0];
+        assert_eq!(name, "artifacts/report.txt");
+        assert!(!String::from_utf8_lossy(bytes).contains("0123456789"), "redacted in the pack");
+        assert!(!at.log_text().contains("0123456789"), "nor in the log");
+    }
+}

@@ -141,3 +141,78 @@ fn changed_note(changed: &[String]) -> Option<String> {
         )
     })
 }
+
+#[cfg(test)]
+impl Verified {
+    /// Where a grade stage's test says the tests run.
+    pub(super) fn for_tests(task: TaskSpec, refused: Option<String>, changed_note: Option<String>) -> Verified {
+        Verified { task, _tests: None, fresh: None, refused, changed: vec![], changed_note }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use agenteval_core::environment::EnvHandle;
+    use agenteval_testkit::fake_env::{Asked, FakeEnvironment, Script};
+
+    use super::*;
+    use crate::worker::plan::Plan;
+    use crate::worker::testing;
+
+    fn env_of(fake: &Arc<FakeEnvironment>) -> TaskEnvironment {
+        let handle = EnvHandle { kind: "fake".into(), id: "left".into(), workdir: "/work".into(), notes: vec![] };
+        TaskEnvironment { session: Some(EnvSession { env: fake.clone(), handle }), ..TaskEnvironment::default() }
+    }
+
+    fn tested(verify_in: &str) -> TaskSpec {
+        testing::task(serde_json::json!({
+            "id": "t", "input": "q", "environment": {}, "tests": {"command": "true", "verify_in": verify_in}
+        }))
+    }
+
+    #[tokio::test]
+    async fn in_the_same_environment_what_changed_outside_is_said_and_kept() {
+        let changed: Vec<String> = (0..7).map(|i| format!("/usr/bin/tool{i}")).collect();
+        let fake = Arc::new(FakeEnvironment::new(Script { changed_outside: changed, ..Script::default() }));
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = tested("same");
+        let (mut at, mut agent) = (testing::attempt(), testing::completed());
+        let v = verify(&ctx, &Plan::of(&ctx, &task), &task, &env_of(&fake), &mut agent, &mut at).await.unwrap();
+        assert!(v.fresh.is_none() && v.refused.is_none());
+        assert_eq!(v.changed.len(), 7);
+        let note = v.changed_note.unwrap();
+        assert!(note.contains("changed 7 file(s)") && note.contains("and 2 more"), "every one counted: {note}");
+        let kept = &at.files.iter().find(|(n, _)| n == "artifacts/changed-outside.txt").unwrap().1;
+        assert_eq!(String::from_utf8_lossy(kept).lines().count(), 7, "all of them listed");
+    }
+
+    #[tokio::test]
+    async fn fresh_tests_get_a_new_environment_with_the_working_folder_and_it_is_released() {
+        let fake = Arc::new(FakeEnvironment::default());
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = tested("fresh");
+        let (mut at, mut agent) = (testing::attempt(), testing::completed());
+        let v = verify(&ctx, &Plan::of(&ctx, &task), &task, &env_of(&fake), &mut agent, &mut at).await.unwrap();
+        let fresh = v.fresh.clone().expect("a fresh environment");
+        assert!(v.changed.is_empty(), "nothing the agent changed elsewhere is trusted");
+        let asked = fake.asked();
+        assert_eq!(asked[0], Asked::CopyOut("/work/.".into()), "the working folder is carried: {asked:?}");
+        assert!(asked.contains(&Asked::CopyIn("/work".into())), "{asked:?}");
+        release(&ctx, &v, &mut at).await;
+        assert!(fake.asked().contains(&Asked::Teardown(fresh.handle.id)), "{:?}", fake.asked());
+    }
+
+    #[tokio::test]
+    async fn a_working_folder_too_big_to_carry_is_the_agents_limit_not_a_failure() {
+        let fake = Arc::new(FakeEnvironment::new(Script { copy_out_over_cap: true, ..Script::default() }));
+        let (ctx, _dir) = testing::ctx("", Some(fake.clone()));
+        let task = tested("fresh");
+        let (mut at, mut agent) = (testing::attempt(), testing::completed());
+        let v = verify(&ctx, &Plan::of(&ctx, &task), &task, &env_of(&fake), &mut agent, &mut at).await.unwrap();
+        assert!(v.fresh.is_none());
+        assert!(v.refused.as_deref().unwrap().contains("cannot be carried"), "{:?}", v.refused);
+        assert_eq!((agent.terminated_by, agent.success), (TerminatedBy::LimitDisk, false));
+    }
+}
