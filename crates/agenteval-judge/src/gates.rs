@@ -275,11 +275,18 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             0.0,
             None,
             ok,
-            if ok { "no baseline: comparison gates skipped".into() } else { "no baseline to compare with".into() },
+            if ok {
+                "no baseline: comparison gates skipped (min_tasks, regressions, drops)".into()
+            } else {
+                "no baseline to compare with".into()
+            },
         );
     }
+    // Too few tasks to tell a change from noise is a comparison's gate: a first night that may
+    // pass without a baseline (`on_missing_baseline: pass`) is not failed by it.
+    let skipped = comparison.is_none() && gates.on_missing_baseline == OnMissingBaseline::Pass;
     let tasks = comparison.map(|c| c.paired_tasks as u64).unwrap_or(cand_tasks);
-    if let Some(min) = gates.min_tasks {
+    if let Some(min) = gates.min_tasks.filter(|_| !skipped) {
         let detail = if tasks >= min {
             format!("{tasks} tasks judged")
         } else {
@@ -474,6 +481,19 @@ mod tests {
         for bad in ["regressions: 0\n", "regressions: {most: 1}\n", "regressions: {max: -1}\n", "regressions: {}\n"] {
             assert!(load_gates_str(bad, "g").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_first_night_that_may_pass_without_a_baseline_is_not_failed_for_its_size() {
+        let g = load_gates_str("on_missing_baseline: pass\nmin_tasks: 20\nmetrics:\n  pass_rate: {min: 0.3}\n", "g")
+            .unwrap();
+        let v = judge(&g, None, &|m| (m == "pass_rate").then_some(0.5), 5);
+        assert!(v.passed, "{v:?}");
+        assert!(v.gates.iter().all(|r| r.gate != "min_tasks"), "not judged: {v:?}");
+        assert!(!judge(&g, None, &|_| Some(0.1), 5).passed, "the candidate's own bounds still hold");
+        let g = load_gates_str("on_missing_baseline: fail\nmin_tasks: 20\n", "g").unwrap();
+        let v = judge(&g, None, &|_| None, 5);
+        assert!(!v.passed && !gate(&v, "min_tasks").passed, "{v:?}");
     }
 
     #[test]

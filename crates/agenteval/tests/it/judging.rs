@@ -489,3 +489,26 @@ fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
     let shown = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
     assert!(shown.contains("0.2000 lower than the base (95% CI"), "{shown}");
 }
+
+/// The shipped `configs/gates.yaml` on a small benchmark's first night (no baseline yet):
+/// it passes, as docs/operations.md says, though the run has fewer tasks than `min_tasks`.
+#[test]
+fn the_shipped_gates_pass_a_small_first_night() {
+    let ws = Workspace::new();
+    let cases: String =
+        (0..5).map(|i| format!("{{\"id\": \"c{i}\", \"input\": \"q\", \"expected\": \"a{i}\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "first.yaml",
+        "name: first-night\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: mock\nbackend:\n  tasks_per_job: 5\n",
+    );
+    let gates = crate::util::repo().join("configs/gates.yaml");
+    let out =
+        ws.run(&["submit", "-q", "--config", cfg.to_str().unwrap(), "--gates", gates.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"]["passed"], true, "{v}");
+    let gates: Vec<&str> =
+        v["verdict"]["gates"].as_array().unwrap().iter().map(|g| g["gate"].as_str().unwrap()).collect();
+    assert!(gates.contains(&"on_missing_baseline") && !gates.contains(&"min_tasks"), "{gates:?}");
+}
