@@ -334,17 +334,24 @@ fn grade_rewards(
     let counted = if harbor { harbor_graded(result.terminated_by) } else { None };
     let stopped = result.terminated_by != TerminatedBy::Completed && counted != Some(true);
     let passed = passed_by_rewards && !stopped;
-    let mut reason = if rewards.len() == 1 && main.is_some() {
-        format!("reward {r} (tests exit {exit})")
+    let rewarded = if rewards.len() == 1 && main.is_some() {
+        format!("reward {r}")
     } else {
-        format!("rewards {} (tests exit {exit})", shown.join(", "))
+        format!("rewards {}", shown.join(", "))
     };
-    if stopped {
-        reason.push_str(&format!("; not a pass: the agent ended {}", result.terminated_by.as_str()));
-    } else if result.terminated_by != TerminatedBy::Completed {
+    // A verdict first, then why: `reward 0 (tests exit 0)` alone reads like a pass.
+    let mut reason = if passed {
+        format!("passed: {rewarded} (tests exit {exit})")
+    } else if stopped {
+        format!("not passed: the agent ended {}; {rewarded} (tests exit {exit})", result.terminated_by.as_str())
+    } else {
+        format!("not passed: {rewarded}, below a pass (tests exit {exit})")
+    };
+    if !stopped && result.terminated_by != TerminatedBy::Completed {
         reason.push_str(&format!("; the agent ended {}, graded as Harbor grades it", result.terminated_by.as_str()));
     }
-    if !passed {
+    let said = said.trim();
+    if !passed && !said.is_empty() {
         reason.push_str(&format!(": {said}"));
     }
     let named = if harbor && named_only {
@@ -487,5 +494,19 @@ mod tests {
             (Some(Path::new("/own")), Some(5.0), RewardFrom::ExitCode)
         );
         assert_eq!(e.spec_for(None).dir.as_deref(), Some(Path::new("/shared")));
+    }
+
+    #[test]
+    fn a_reason_says_its_verdict_first_and_ends_with_what_the_tests_said_if_anything() {
+        let agent = |t: TerminatedBy| AgentResult { terminated_by: t, ..AgentResult::infra_failure(String::new()) };
+        let one = |r: f64| BTreeMap::from([("reward".to_string(), r)]);
+        let v = grade_rewards("tests", one(0.0), false, &agent(TerminatedBy::Completed), "0", String::new());
+        assert_eq!(v.score.reason, "not passed: reward 0, below a pass (tests exit 0)", "no empty colon");
+        let v = grade_rewards("tests", one(0.0), false, &agent(TerminatedBy::Completed), "1", "FAILED test_x\n".into());
+        assert_eq!(v.score.reason, "not passed: reward 0, below a pass (tests exit 1): FAILED test_x");
+        let v = grade_rewards("tests", one(1.0), false, &agent(TerminatedBy::Completed), "0", "ok".into());
+        assert_eq!(v.score.reason, "passed: reward 1 (tests exit 0)");
+        let v = grade_rewards("tests", one(1.0), false, &agent(TerminatedBy::LimitTime), "0", String::new());
+        assert_eq!(v.score.reason, "not passed: the agent ended limit_time; reward 1 (tests exit 0)");
     }
 }

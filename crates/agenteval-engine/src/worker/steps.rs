@@ -250,11 +250,13 @@ fn task_score(
     let stopped = agent.terminated_by != TerminatedBy::Completed && counted != Some(true);
     let passed = by_rewards && !stopped;
     let shown: Vec<String> = r.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let mut reason =
-        format!("{} step(s) of the task's rewards ({}): {}", done.len(), shown.join(", "), each.join("; "));
-    if stopped {
-        reason.push_str(&format!("; not a pass: the agent ended {}", agent.terminated_by.as_str()));
-    }
+    let verdict = match (passed, stopped) {
+        (true, _) => "passed".to_string(),
+        (false, true) => format!("not passed: the agent ended {}", agent.terminated_by.as_str()),
+        (false, false) => "not passed".to_string(),
+    };
+    let reason =
+        format!("{verdict}: {} step(s) of the task's rewards ({}): {}", done.len(), shown.join(", "), each.join("; "));
     EvaluatorScore::graded("benchmark", "tests", value.clamp(0.0, 1.0), passed, reason)
 }
 
