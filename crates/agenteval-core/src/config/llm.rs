@@ -24,6 +24,7 @@ pub struct ModelPrice {
 
 /// Where a model is and how to reach it; shared by the agent and the judges.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
 pub struct Endpoint {
     /// Server root for `openai-compatible` models (vLLM, Ollama, LiteLLM), or to reach OpenAI
     /// or Anthropic through a proxy: `https://…/v1`. Plain `http://` only to a loopback address.

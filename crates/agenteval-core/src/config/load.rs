@@ -473,6 +473,23 @@ fn known_fields(schema: &Value, err: &SchemaError<'_>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Where a key that is not known here belongs, when it is known elsewhere: a model endpoint's
+/// setting on an agent whose calls go through the gateway belongs to its `upstream`; the model
+/// of such an agent is `agent.model`, not its endpoint's.
+fn misplaced(ptr: &str, kind: Option<&str>, key: &str) -> Option<String> {
+    const ENDPOINT: &[&str] =
+        &["base_url", "allow_insecure_http", "secrets", "price", "request_timeout_seconds", "max_attempts"];
+    match (ptr, kind) {
+        ("/agent", Some("installed" | "command")) if ENDPOINT.contains(&key) => Some(format!(
+            " (a model endpoint's setting: it goes under `agent.upstream.openai.{key}` or `agent.upstream.anthropic.{key}`, docs/agents.md)"
+        )),
+        ("/agent/upstream/openai" | "/agent/upstream/anthropic", _) if key == "model" => {
+            Some(" (the model is `agent.model`; `agent.upstream.models` lists others a call may name)".into())
+        }
+        _ => None,
+    }
+}
+
 /// Turns one schema error into problems users can act on. Configs with a `kind` (benchmark,
 /// agent, evaluators) are `oneOf` their kinds' schemas; the validator's "not valid under any
 /// of the schemas" is replaced by the problems of the kind the user chose, or by an unknown
@@ -487,8 +504,10 @@ fn explain(err: &SchemaError<'_>, schema: &Value, value: &Value, pos: &Positions
             let known = known_fields(schema, err);
             for u in unexpected {
                 let child = format!("{ptr}/{}", escape(u));
-                let hint = did_you_mean(u, known.iter().map(String::as_str))
-                    .map(|k| format!(" (did you mean `{k}`?)"))
+                let hint = misplaced(&ptr, kind, u)
+                    .or_else(|| {
+                        did_you_mean(u, known.iter().map(String::as_str)).map(|k| format!(" (did you mean `{k}`?)"))
+                    })
                     .unwrap_or_default();
                 let message = match kind {
                     Some(k) => format!("unknown field `{u}` for {} kind `{k}`{hint}", section(&ptr)),
@@ -1134,6 +1153,16 @@ mod tests {
         let c = load(GOOD, &["storage.bundle_root=../runs", "agent.kind=command", "agent.command=[a]"]).unwrap().config;
         assert_eq!(c.storage.bundle_root, BundleRoot::Local("/runs".into()));
         assert!(matches!(c.agent, AgentConfig::Command { workdir: Some(w), .. } if w == Path::new("/base")));
+    }
+
+    #[test]
+    fn a_key_known_elsewhere_says_where_it_goes_and_no_endpoint_key_is_dropped_in_silence() {
+        let text = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: installed\n  preset: codex\n  base_url: http://127.0.0.1:1/v1\n  upstream:\n    openai:\n      rate_limit: 5\n      model: gpt-5\n    anthropic:\n      bedrock: true\n";
+        let shown = load(text, &[]).unwrap_err().to_string();
+        assert!(shown.contains("c.yaml:8:3: unknown field `base_url` for agent kind `installed` (a model endpoint's setting: it goes under `agent.upstream.openai.base_url`"), "{shown}");
+        assert!(shown.contains("c.yaml:11:7: unknown field `rate_limit`"), "{shown}");
+        assert!(shown.contains("c.yaml:12:7: unknown field `model` (the model is `agent.model`"), "{shown}");
+        assert!(shown.contains("c.yaml:14:7: unknown field `bedrock`"), "{shown}");
     }
 
     #[test]
