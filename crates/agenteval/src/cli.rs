@@ -145,6 +145,10 @@ pub enum Command {
         task: String,
         #[command(flatten)]
         index: IndexArgs,
+        /// Every tool call, tool result and the answer whole (else each is cut, its middle left
+        /// out).
+        #[arg(long)]
+        full: bool,
         #[arg(long)]
         json: bool,
     },
@@ -475,6 +479,10 @@ pub enum RunsCommand {
         /// Only the tasks with this tag (repeatable); implies --tasks.
         #[arg(long, value_name = "TAG")]
         tag: Vec<String>,
+        /// Each task's reason whole, however long (else cut to the terminal's width); implies
+        /// --tasks.
+        #[arg(long)]
+        full: bool,
         #[arg(long)]
         json: bool,
     },

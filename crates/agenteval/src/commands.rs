@@ -87,14 +87,15 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             .await
         }
         Command::Baseline { command } => judging::baseline(command).await,
-        Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, json } } => {
+        Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, full, json } } => {
             let (wiring, index) = open_index(&index).await?;
-            let filter = crate::inspect::TaskFilter { all: tasks || failed || !tag.is_empty(), failed, tags: tag };
+            let all = tasks || failed || full || !tag.is_empty();
+            let filter = crate::inspect::TaskFilter { all, failed, tags: tag, full };
             crate::inspect::runs_show(wiring.as_ref(), index.as_ref(), &run, &filter, json).await
         }
-        Command::Show { run, task, index, json } => {
+        Command::Show { run, task, index, full, json } => {
             let (wiring, index) = open_index(&index).await?;
-            crate::inspect::show_task(wiring.as_ref(), index.as_ref(), &run, &task, json).await
+            crate::inspect::show_task(wiring.as_ref(), index.as_ref(), &run, &task, full, json).await
         }
         Command::Cancel { run, index, wait, json } => cancel(&run, &index, wait, json).await,
         Command::Resume { run, index, json, force, sets } => {

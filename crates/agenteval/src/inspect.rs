@@ -24,6 +24,8 @@ pub struct TaskFilter {
     pub failed: bool,
     /// Only those with one of these tags.
     pub tags: Vec<String>,
+    /// Each reason whole, wrapped, rather than cut to the width.
+    pub full: bool,
 }
 
 /// Columns a terminal has.
@@ -119,12 +121,22 @@ pub async fn runs_show(
         ),
     }
     if filter.all {
+        let width = output::stdout_width();
         let task_w = rows.iter().map(|r| r.task.chars().count()).max().unwrap_or(4).clamp(4, 30);
-        // task, outcome (7), cost (8), why: the rest of 80 columns.
-        let why_w = WIDTH.saturating_sub(task_w + 1 + 8 + 9).max(20);
+        // task, outcome (7), cost (8), why: the rest of the terminal's columns.
+        let why_w = width.saturating_sub(task_w + 1 + 8 + 9).max(20);
         say!("{:<task_w$} {:<7} {:>8} why", "task", "outcome", "cost $");
         for r in &rows {
-            say!("{:<task_w$} {:<7} {:>8.4} {}", clip(&r.task, task_w), r.outcome, r.cost, clip(&r.why, why_w));
+            let head = format!("{:<task_w$} {:<7} {:>8.4} ", clip(&r.task, task_w), r.outcome, r.cost);
+            if filter.full {
+                // Whole, wrapped under its column.
+                say!("{}", output::wrapped(&head, &r.why, width));
+            } else {
+                say!("{head}{}", clip(&r.why, why_w));
+            }
+        }
+        if !filter.full && rows.iter().any(|r| r.why.chars().count() > why_w) {
+            say!("(reasons cut to the terminal's width: --full prints them whole)");
         }
         if rows.is_empty() {
             say!("(no task matches)");
@@ -210,6 +222,7 @@ pub async fn show_task(
     index: &dyn RunIndex,
     run: &str,
     task: &str,
+    full: bool,
     json: bool,
 ) -> Result<u8, Failure> {
     let run_id = judging::resolve_ref(index, run).await?;
@@ -231,11 +244,12 @@ pub async fn show_task(
     }
     say!("task     {task_id} (run {run_id})");
     match &result {
-        Some(r) => say_result(r),
+        Some(r) => say_result(r, full),
         None => say!("outcome  {} (no result yet)", record.state.as_str()),
     }
     if !trace.is_empty() {
         say!("trace");
+        let mut cut = false;
         let start = trace[0].timestamp;
         for e in &trace {
             let at = (e.timestamp - start).num_milliseconds() as f64 / 1000.0;
@@ -246,8 +260,19 @@ pub async fn show_task(
                 String::new()
             };
             let head = format!("{indent}{:>3} {:>7.3}s {}", e.step, at, e.kind.as_str());
+            if full {
+                say!("{}", output::wrapped(&format!("{head}{usage} "), &describe(e), WIDTH));
+                continue;
+            }
             let room = WIDTH.saturating_sub(head.chars().count() + usage.chars().count() + 1);
-            say!("{head} {}{usage}", clip(&describe(e), room));
+            let shown = describe(e);
+            if shown.chars().count() > room {
+                cut = true;
+            }
+            say!("{head} {}{usage}", clip(&shown, room));
+        }
+        if cut {
+            say!("  (cut to fit: --full prints every call and result whole, --json the events)");
         }
     }
     if let Some(r) = &result {
@@ -271,7 +296,7 @@ pub async fn show_task(
 
 /// A task's result for `show`: its outcome and why, the agent's ending, its fault and the
 /// field that fixes it, its setup time, doubts about its log, its answer.
-fn say_result(r: &TaskResult) {
+fn say_result(r: &TaskResult, full: bool) {
     let why = r.why();
     let outcome =
         if why.is_empty() { r.outcome().as_str().to_string() } else { format!("{}: {why}", r.outcome().as_str()) };
@@ -315,8 +340,10 @@ fn say_result(r: &TaskResult) {
         say!("{}", output::wrapped("harbor   ", &format!("Harbor itself would skip this task: {why}"), WIDTH));
     }
     if let Some(answer) = &a.final_answer {
-        // An answer may be megabytes: its start and end, wrapped (`--json` has it whole).
-        let answer = output::middle_cut(&agenteval_core::model::answer_text(answer).replace('\n', "⏎"), ANSWER_CHARS);
+        // An answer may be megabytes: its start and end, wrapped (`--full` and `--json` have it
+        // whole).
+        let text = agenteval_core::model::answer_text(answer).replace('\n', "⏎");
+        let answer = if full { text } else { output::middle_cut(&text, ANSWER_CHARS) };
         say!("{}", output::wrapped("answer   ", &answer, WIDTH));
     }
 }

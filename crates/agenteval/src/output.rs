@@ -48,6 +48,12 @@ const OWN_TARGETS: &[&str] = &[
     "agenteval_llm",
 ];
 
+/// The columns a table printed to stdout may take: the terminal's width, at least 80; 80 when
+/// stdout is not a terminal (a file, a pipe: what scripts read stays as it was).
+pub fn stdout_width() -> usize {
+    console::Term::stdout().size_checked().map_or(80, |(_rows, cols)| usize::from(cols).max(80))
+}
+
 /// Colour only on a terminal and only without NO_COLOR (https://no-color.org).
 pub fn color_enabled(stream: &impl IsTerminal) -> bool {
     stream.is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())

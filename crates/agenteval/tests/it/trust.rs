@@ -376,3 +376,38 @@ fn an_agent_its_sandbox_refuses_a_connection_is_told_to_fix_agent_sandbox_networ
     let err = text(&out.stderr);
     assert!(!err.contains("agent.sandbox.network"), "{err}");
 }
+
+/// A long reason is cut to the width with a note saying how to see it whole, and `--full` prints
+/// it whole (wrapped); `show --full` prints the answer and every event whole.
+#[test]
+fn full_prints_whole_reasons_answers_and_events() {
+    let ws = Workspace::new();
+    let expected = "e".repeat(300);
+    let answer = format!("{}MIDDLE{}", "a".repeat(1500), "z".repeat(1500));
+    ws.write(
+        "cases.jsonl",
+        &format!("{}\n", serde_json::json!({"id": "long", "input": "q", "expected": expected, "metadata": {"mock": {"answer": answer}}})),
+    );
+    let cfg =
+        ws.write("long.yaml", "name: long\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: mock\n");
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let cut = text(&ws.run(&["runs", "show", &run, "--tasks"]).stdout);
+    assert!(!cut.contains(&expected) && cut.contains("--full prints them whole"), "{cut}");
+    assert!(cut.lines().all(|l| l.chars().count() <= 80), "{cut}");
+    let whole = text(&ws.run(&["runs", "show", &run, "--full"]).stdout);
+    let joined: String = whole.split_whitespace().collect();
+    assert!(joined.contains(&expected), "the reason whole, wrapped: {whole}");
+    assert!(whole.lines().all(|l| l.chars().count() <= 80), "{whole}");
+    // The answer's section: from its label to the trace.
+    let answer_of = |out: &str| -> String {
+        let from = out.find("\nanswer   ").expect("an answer");
+        let to = out[from..].find("\ntrace").map_or(out.len(), |i| from + i);
+        out[from..to].split_whitespace().collect()
+    };
+    let shown = text(&ws.run(&["show", &run, "long"]).stdout);
+    assert!(!answer_of(&shown).contains("MIDDLE"), "the answer's middle is cut: {shown}");
+    let full = text(&ws.run(&["show", &run, "long", "--full"]).stdout);
+    assert!(answer_of(&full).contains(&answer), "the answer whole: {full}");
+}
