@@ -121,28 +121,34 @@ pub async fn runs_show(
         ),
     }
     if filter.all {
-        let width = output::stdout_width();
-        let task_w = rows.iter().map(|r| r.task.chars().count()).max().unwrap_or(4).clamp(4, 30);
-        // task, outcome (7), cost (8), why: the rest of the terminal's columns.
-        let why_w = width.saturating_sub(task_w + 1 + 8 + 9).max(20);
-        say!("{:<task_w$} {:<7} {:>8} why", "task", "outcome", "cost $");
-        for r in &rows {
-            let head = format!("{:<task_w$} {:<7} {:>8.4} ", clip(&r.task, task_w), r.outcome, r.cost);
-            if filter.full {
-                // Whole, wrapped under its column.
-                say!("{}", output::wrapped(&head, &r.why, width));
-            } else {
-                say!("{head}{}", clip(&r.why, why_w));
-            }
-        }
-        if !filter.full && rows.iter().any(|r| r.why.chars().count() > why_w) {
-            say!("(reasons cut to the terminal's width: --full prints them whole)");
-        }
-        if rows.is_empty() {
-            say!("(no task matches)");
-        }
+        say_rows(&rows, filter.full);
     }
     Ok(exit::OK)
+}
+
+/// The tasks' table: task, outcome, cost and why, within the terminal's width (each reason
+/// whole, wrapped, with `full`).
+fn say_rows(rows: &[Row], full: bool) {
+    let width = output::stdout_width();
+    let task_w = rows.iter().map(|r| r.task.chars().count()).max().unwrap_or(4).clamp(4, 30);
+    // task, outcome (7), cost (8), why: the rest of the terminal's columns.
+    let why_w = width.saturating_sub(task_w + 1 + 8 + 9).max(20);
+    say!("{:<task_w$} {:<7} {:>8} why", "task", "outcome", "cost $");
+    for r in rows {
+        let head = format!("{:<task_w$} {:<7} {:>8.4} ", clip(&r.task, task_w), r.outcome, r.cost);
+        if full {
+            // Whole, wrapped under its column.
+            say!("{}", output::wrapped(&head, &r.why, width));
+        } else {
+            say!("{head}{}", clip(&r.why, why_w));
+        }
+    }
+    if !full && rows.iter().any(|r| r.why.chars().count() > why_w) {
+        say!("(reasons cut to the terminal's width: --full prints them whole)");
+    }
+    if rows.is_empty() {
+        say!("(no task matches)");
+    }
 }
 
 /// `s` cut to `w` characters, with `…` where it was cut.
