@@ -257,6 +257,29 @@ pub struct Verdict {
     pub gates: Vec<GateResult>,
 }
 
+/// A drop gate's line, signed and in the unit of `compare`'s table: the candidate's difference
+/// from the base (`-20.00 pts`: the candidate is lower; a rate in percentage points, a
+/// `max_drop_pct` in percent of the base), its 95% interval, and the drop allowed. The gate's
+/// value stays the amount worse, for scripts.
+fn drop_detail(metric: &str, limit_name: &str, better: Better, limit: f64, worse: (f64, f64, f64)) -> String {
+    let rate = metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:");
+    let (k, unit) = match limit_name {
+        "max_drop_pct" => (1.0, "%"),
+        _ if rate => (100.0, " pts"),
+        _ => (1.0, ""),
+    };
+    // Worse is lower for a metric where higher is better, higher for the others.
+    let sign = if better == Better::Higher { -1.0 } else { 1.0 };
+    let signed = |x: f64| sign * x * k + 0.0;
+    let (point, a, b) = (signed(worse.0), signed(worse.1), signed(worse.2));
+    format!(
+        "{point:+.2}{unit} vs base (95% CI {:+.2} to {:+.2}); drop allowed {:.2}{unit}",
+        a.min(b),
+        a.max(b),
+        limit * k
+    )
+}
+
 /// A candidate's own value of a metric, for judging without a baseline.
 pub type Standalone<'a> = &'a dyn Fn(&str) -> Option<f64>;
 
@@ -288,15 +311,21 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
     let tasks = comparison.map(|c| c.paired_tasks as u64).unwrap_or(cand_tasks);
     if let Some(min) = gates.min_tasks.filter(|_| !skipped) {
         let detail = if tasks >= min {
-            format!("{tasks} tasks judged")
+            format!("{} judged", crate::report::tasks(tasks as usize))
         } else {
-            format!("only {tasks} tasks judged: too few to tell a change from noise")
+            format!("only {} judged: too few to tell a change from noise", crate::report::tasks(tasks as usize))
         };
         push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, detail);
     }
     if let (Some(max), Some(c)) = (gates.max_task_regressions, comparison) {
         let n = c.regressions.len() as u64;
-        push("max_task_regressions".into(), max as f64, Some(n as f64), n <= max, format!("{n} tasks regressed"));
+        push(
+            "max_task_regressions".into(),
+            max as f64,
+            Some(n as f64),
+            n <= max,
+            format!("{} regressed", crate::report::tasks(n as usize)),
+        );
     }
     if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {
         let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();
@@ -357,20 +386,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             let (point, best, worst) = (scale(point) + 0.0, scale(best) + 0.0, scale(worst) + 0.0);
             // A hair of tolerance, so 0.05 allowed is not failed by 0.05000000000000002 measured.
             let passed = point <= limit + 1e-9 * limit.abs().max(1.0);
-            let unit = if name == "max_drop_pct" { "%" } else { "" };
-            let direction = match better_of(metric) {
-                Some(Better::Higher) => "lower",
-                _ => "higher",
-            };
-            push(
-                gate,
-                limit,
-                Some(point),
-                passed,
-                // The gate names the metric and the report names the base: the detail stays short
-                // enough for a 100-column terminal line.
-                format!("{point:.4}{unit} {direction} than the base (95% CI {best:.4}{unit} to {worst:.4}{unit})"),
-            );
+            push(gate, limit, Some(point), passed, drop_detail(metric, name, d.better, limit, (point, best, worst)));
         }
     }
     let passed = out.iter().all(|g| g.passed);
@@ -460,7 +476,8 @@ mod tests {
         assert!(!v.passed);
         let drop = gate(&v, "pass_rate.max_drop");
         assert!(!drop.passed && (drop.value.unwrap() - 0.2).abs() < 1e-12, "{drop:?}");
-        assert!(drop.detail.starts_with("0.2000 lower than the base (95% CI"), "{}", drop.detail);
+        assert!(drop.detail.starts_with("-20.00 pts vs base (95% CI -"), "{}", drop.detail);
+        assert!(drop.detail.ends_with("; drop allowed 5.00 pts"), "{}", drop.detail);
         let pct = gate(&v, "pass_rate.max_drop_pct");
         assert!(!pct.passed && (pct.value.unwrap() - 0.2 / 0.75 * 100.0).abs() < 1e-9, "{pct:?}");
         // A budget the drop fits in passes.

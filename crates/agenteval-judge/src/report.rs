@@ -120,8 +120,8 @@ pub fn warnings(c: &Comparison) -> Vec<String> {
         let shown: Vec<&str> = c.changed.iter().take(5).map(String::as_str).collect();
         let more = if c.changed.len() > 5 { format!(" and {} more", c.changed.len() - 5) } else { String::new() };
         out.push(format!(
-            "{} tasks changed content (input, expected answer or evaluators) under the same id and are not compared: {}{more}",
-            c.changed.len(),
+            "{} changed content (input, expected answer or evaluators) under the same id and are not compared: {}{more}",
+            tasks(c.changed.len()),
             shown.join(", ")
         ));
     }
@@ -138,8 +138,10 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let _ = writeln!(o, "candidate  {} ({}, {})", c.cand.run_id, c.cand.name, c.cand.status.as_str());
     let _ = writeln!(
         o,
-        "paired     {} tasks; {} bootstrap resamples, seed {}; intervals are 95%\n",
-        c.paired_tasks, c.resamples, c.seed
+        "paired     {}; {} bootstrap resamples, seed {}; intervals are 95%\n",
+        tasks(c.paired_tasks),
+        c.resamples,
+        c.seed
     );
     for w in warnings(c) {
         let _ = writeln!(o, "warning: {w}");
@@ -202,6 +204,11 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     o
 }
 
+/// `1 task`, `2 tasks`.
+pub fn tasks(n: usize) -> String {
+    if n == 1 { "1 task".into() } else { format!("{n} tasks") }
+}
+
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
 }
@@ -234,7 +241,7 @@ pub fn pairwise_line(p: &crate::compare::PairwiseTally) -> String {
     let mut line =
         format!("pairwise judge {}: {} wins, {} ties, {} losses for the candidate", p.judge, p.wins, p.ties, p.losses);
     if p.errors > 0 {
-        line.push_str(&format!(" ({} tasks undecided: the judge failed)", p.errors));
+        line.push_str(&format!(" ({} undecided: the judge failed)", tasks(p.errors)));
     }
     line
 }
@@ -295,7 +302,7 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
     md_tasks(&mut o, "Infrastructure failures (not counted)", c.infra_failures.iter().map(|t| t.task_id.clone()));
     md_tasks(&mut o, "Changed tasks (different content, not counted)", c.changed.iter().cloned());
     if !c.added.is_empty() || !c.removed.is_empty() {
-        let _ = writeln!(o, "\n{} tasks only in the candidate, {} only in the base.", c.added.len(), c.removed.len());
+        let _ = writeln!(o, "\n{} only in the candidate, {} only in the base.", tasks(c.added.len()), c.removed.len());
     }
     o
 }

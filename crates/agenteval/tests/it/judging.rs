@@ -487,7 +487,9 @@ fn the_docs_twenty_task_drop_fails_max_drop_and_regressions() {
     let extra = if detail.contains("wall_seconds") { 1.0 } else { 0.0 };
     assert_eq!(g["value"].as_f64(), Some(3.0 + extra), "{g}");
     let shown = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
-    assert!(shown.contains("0.2000 lower than the base (95% CI"), "{shown}");
+    // The gate's line says the drop as the table does: signed, in points.
+    assert!(shown.contains("-20.00 pts vs base (95% CI"), "{shown}");
+    assert!(shown.contains("-20.00 pts ["), "the table's difference, the same number: {shown}");
 }
 
 /// The shipped `configs/gates.yaml` on a small benchmark's first night (no baseline yet):
