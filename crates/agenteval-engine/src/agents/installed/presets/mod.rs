@@ -79,7 +79,7 @@ pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, Strin
                 format!("no preset named `{name}`{hint}: the presets are {}", known.join(", ")),
             ));
         }
-        Some(_) => {
+        Some(preset) => {
             if let Some(v) = version
                 && !valid_version(v)
             {
@@ -87,6 +87,9 @@ pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, Strin
                     "/agent/version".into(),
                     format!("`{v}` is not a package version (letters, digits, `.`, `-`, `+`)"),
                 ));
+            }
+            if let Some(p) = unreachable_model(preset, &config.agent) {
+                problems.push(p);
             }
         }
     }
@@ -97,6 +100,22 @@ pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, Strin
         ));
     }
     problems
+}
+
+/// A preset calls a model: with no `agent.upstream` and no key of its own it cannot start (it
+/// would exit at once, "not logged in"), so the config is refused naming the field to add.
+fn unreachable_model(preset: &Preset, agent: &agenteval_core::config::AgentConfig) -> Option<(String, String)> {
+    if agent.upstream().is_some() || !agent.secrets().is_empty() {
+        return None;
+    }
+    let provider = if preset.wire == "messages" { "anthropic" } else { "openai" };
+    Some((
+        "/agent".into(),
+        format!(
+            "the {} preset calls a model, and nothing says which: add `agent.upstream.{provider}` (its `base_url` and key; the gateway holds the key, meters and records the calls, docs/agents.md), or give the agent a key of its own with `agent.secrets`",
+            preset.name
+        ),
+    ))
 }
 
 /// A version is passed to `npm` and `pip` as part of one argument: nothing else may ride in it.
@@ -121,6 +140,23 @@ mod tests {
             assert!(p.record.starts_with(LOGS), "{}", p.name);
             assert!(["chat", "responses", "messages"].contains(&p.wire), "{}", p.name);
         }
+    }
+
+    #[test]
+    fn a_preset_with_no_way_to_its_model_is_refused_naming_the_field() {
+        use agenteval_core::config::load_config_str;
+        let dir = tempfile::tempdir().unwrap();
+        let load = |extra: &str| {
+            let text = format!(
+                "name: p\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: installed\n  preset: claude-code\n{extra}"
+            );
+            load_config_str(&text, "p.yaml", dir.path(), &[]).unwrap().config
+        };
+        let (at, why) = at_load(&load("")).pop().expect("refused");
+        assert_eq!(at, "/agent");
+        assert!(why.contains("add `agent.upstream.anthropic`"), "{why}");
+        assert!(at_load(&load("  upstream:\n    anthropic: {}\n")).is_empty());
+        assert!(at_load(&load("  secrets: {ANTHROPIC_API_KEY: my-key}\n")).is_empty());
     }
 
     #[test]
