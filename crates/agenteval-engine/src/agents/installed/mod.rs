@@ -102,6 +102,19 @@ async fn read_record(s: &agenteval_core::traits::EnvSession, path: &str) -> Stri
     std::fs::read(dir.path().join(name)).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
 }
 
+/// What an agent that ended early said last: its stderr's end, else its stdout's last line
+/// (an agent may say "Not logged in" there), else its record's, else that it said nothing.
+fn last_said(stderr: &str, stdout: &str, record: &str) -> String {
+    if !stderr.trim().is_empty() {
+        return tail(stderr);
+    }
+    let last_line = |s: &str| s.lines().rev().map(str::trim).find(|l| !l.is_empty()).map(tail);
+    last_line(stdout)
+        .map(|l| format!("it printed `{l}`"))
+        .or_else(|| last_line(record).map(|l| format!("its record ends `{l}`")))
+        .unwrap_or_else(|| "it printed nothing (its record, if any, is in the task's artifacts)".into())
+}
+
 fn tail(s: &str) -> String {
     let chars: Vec<char> = s.trim_end().chars().collect();
     chars[chars.len().saturating_sub(500)..].iter().collect()
@@ -171,8 +184,9 @@ impl AgentRunner for InstalledAgent {
         // A preset's own record, read also when it was stopped: the steps it took are the trace.
         let mut answer = json!(stdout.trim());
         let mut reported = None;
+        let mut record = String::new();
         if let Some(p) = self.preset {
-            let record = read_record(s, p.record).await;
+            record = read_record(s, p.record).await;
             let (events, said, usage) = trajectory::events(&(p.read)(&record, &stdout));
             for ev in events {
                 if let Err(stop) = sink.emit(ev).await {
@@ -196,7 +210,10 @@ impl AgentRunner for InstalledAgent {
         }
         if !out.ok() {
             let what = self.preset.map_or_else(|| "the agent".to_string(), |p| format!("the {} agent", p.name));
-            return stopped(TerminatedBy::AgentError, format!("{what} {}: {}", exited(out.exit_code), tail(&stderr)));
+            return stopped(
+                TerminatedBy::AgentError,
+                format!("{what} {}: {}", exited(out.exit_code), last_said(&stderr, &stdout, &record)),
+            );
         }
         let mut terminal = json!({"final_answer": answer});
         if let Some(u) = reported {
@@ -212,5 +229,24 @@ impl AgentRunner for InstalledAgent {
             return stopped(stop.terminated_by, stop.reason);
         }
         AgentOutcome::answer(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agent_that_ended_early_is_quoted_from_wherever_it_spoke() {
+        assert_eq!(last_said("fatal: no model\n", "x", ""), "fatal: no model");
+        assert_eq!(
+            last_said("", "starting\nNot logged in · Please run /login\n\n", ""),
+            "it printed `Not logged in · Please run /login`"
+        );
+        assert_eq!(
+            last_said(" \n", "", "{\"step\": 1}\n{\"error\": \"401\"}\n"),
+            "its record ends `{\"error\": \"401\"}`"
+        );
+        assert!(last_said("", "", "").starts_with("it printed nothing"));
     }
 }
