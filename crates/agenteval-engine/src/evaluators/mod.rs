@@ -519,4 +519,37 @@ mod tests {
         assert!(!s.passed);
         assert_eq!(s.citations, vec![1]);
     }
+
+    #[tokio::test]
+    async fn an_unknown_cost_is_never_within_a_budget_and_a_failed_tool_call_is_an_error() {
+        let t = task(None);
+        let unknown = AgentResult { cost_unknown: true, total_cost_usd: 0.0, ..result(Some("x")) };
+        let budget = EvaluatorConfig::CostBudget { id: None, max_cost_usd: 1.0 };
+        let s = run(budget.clone(), &t, &unknown, &[]).await;
+        assert!(!s.passed && s.reason.starts_with("cost unknown"), "{s:?}");
+        assert!(run(budget, &t, &result(Some("x")), &[]).await.passed, "a known cost within it passes");
+        let policy = EvaluatorConfig::Policy {
+            id: None,
+            max_cost_usd: Some(1.0),
+            max_steps: None,
+            allow_tools: vec![],
+            deny_tools: vec![],
+            forbidden_patterns: vec![],
+            on_violation: None,
+        };
+        let s = run(policy, &t, &unknown, &[]).await;
+        assert!(!s.passed && s.reason.contains("cost unknown"), "{s:?}");
+
+        let mut tr = trace(&["bash", "bash"]);
+        tr[1].kind = EventKind::AgentToolResult;
+        tr[1].payload = json!({"tool": "bash", "output": "command not found", "is_error": true});
+        let no_error = EvaluatorConfig::NoError { id: None };
+        let s = run(no_error.clone(), &t, &result(Some("x")), &tr).await;
+        assert!(
+            !s.passed && s.reason == "1 failed tool call(s), the first `bash` at step 1" && s.citations == [1],
+            "{s:?}"
+        );
+        tr[1].payload["is_error"] = json!(false);
+        assert!(run(no_error, &t, &result(Some("x")), &tr).await.passed);
+    }
 }

@@ -46,13 +46,15 @@ impl Policy {
         {
             broken.push((max, format!("{} steps (max {max})", input.result.steps)));
         }
-        if let Some(max) = self.max_cost_usd
-            && input.result.total_cost_usd > max
-        {
-            broken.push((
-                input.trace.last().map(|e| e.step).unwrap_or(0),
-                format!("cost ${:.6} (max ${max:.6})", input.result.total_cost_usd),
-            ));
+        if let Some(max) = self.max_cost_usd {
+            let last = input.trace.last().map(|e| e.step).unwrap_or(0);
+            let cost = input.result.total_cost_usd;
+            if cost > max {
+                broken.push((last, format!("cost ${cost:.6} (max ${max:.6})")));
+            } else if input.result.cost_unknown {
+                // Never counted as $0: an unknown cost is not shown within the ceiling.
+                broken.push((last, format!("cost unknown (a call had no price; ${cost:.6} known; max ${max:.6})")));
+            }
         }
         broken.sort_by_key(|(s, _)| *s);
         broken
