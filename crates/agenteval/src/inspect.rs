@@ -38,7 +38,8 @@ struct Row {
     record: TaskRecord,
     task: String,
     outcome: String,
-    cost: f64,
+    /// `None`: unknown (a call without a price), never $0.
+    cost: Option<f64>,
     why: String,
 }
 
@@ -135,7 +136,8 @@ fn say_rows(rows: &[Row], full: bool) {
     let why_w = width.saturating_sub(task_w + 1 + 8 + 9).max(20);
     say!("{:<task_w$} {:<7} {:>8} why", "task", "outcome", "cost $");
     for r in rows {
-        let head = format!("{:<task_w$} {:<7} {:>8.4} ", clip(&r.task, task_w), r.outcome, r.cost);
+        let cost = r.cost.map_or_else(|| "unknown".to_string(), |c| format!("{c:.4}"));
+        let head = format!("{:<task_w$} {:<7} {cost:>8} ", clip(&r.task, task_w), r.outcome);
         if full {
             // Whole, wrapped under its column.
             say!("{}", output::wrapped(&head, &r.why, width));
@@ -189,18 +191,21 @@ async fn rows(
                 TaskState::Completed => {
                     let result: Option<TaskResult> = task_json(store, run, &t.task_id, layout::TASK_RESULT).await;
                     match result {
-                        Some(r) => (r.outcome().as_str().to_string(), r.total_cost_usd(), r.why()),
+                        Some(r) => {
+                            let cost = (!r.agent.cost_unknown).then(|| r.total_cost_usd());
+                            (r.outcome().as_str().to_string(), cost, r.why())
+                        }
                         None => {
                             let ended = t.terminated_by.unwrap_or(agenteval_core::model::TerminatedBy::Completed);
                             let o = Outcome::of(t.passed.unwrap_or(false), ended);
-                            (o.as_str().to_string(), t.cost_usd, t.detail.clone().unwrap_or_default())
+                            (o.as_str().to_string(), Some(t.cost_usd), t.detail.clone().unwrap_or_default())
                         }
                     }
                 }
                 TaskState::Failed => {
-                    (Outcome::Infra.as_str().to_string(), t.cost_usd, t.detail.clone().unwrap_or_default())
+                    (Outcome::Infra.as_str().to_string(), Some(t.cost_usd), t.detail.clone().unwrap_or_default())
                 }
-                other => (other.as_str().to_string(), t.cost_usd, String::new()),
+                other => (other.as_str().to_string(), Some(t.cost_usd), String::new()),
             };
             Row { task: t.task_id.to_string(), outcome, cost, why, record: t }
         })
@@ -260,7 +265,11 @@ pub async fn show_task(
         for e in &trace {
             let at = (e.timestamp - start).num_milliseconds() as f64 / 1000.0;
             let indent = if e.kind == EventKind::AgentToolResult { "    " } else { "  " };
-            let usage = if e.input_tokens + e.output_tokens > 0 || e.cost_usd > 0.0 {
+            // A call without a price costs an unknown amount, never $0.
+            let unknown = e.payload.get("cost_unknown") == Some(&json!(true));
+            let usage = if unknown {
+                format!(" [{}+{} tok $ unknown]", e.input_tokens, e.output_tokens)
+            } else if e.input_tokens + e.output_tokens > 0 || e.cost_usd > 0.0 {
                 format!(" [{}+{} tok ${:.4}]", e.input_tokens, e.output_tokens, e.cost_usd)
             } else {
                 String::new()

@@ -199,6 +199,16 @@ fn a_model_without_a_price_has_an_unknown_cost_and_refuses_a_cost_limit() {
     assert_eq!(task(&bundle_of(&v), "t")["agent"]["cost_unknown"], true);
     let report = ws.run(&["report", v["run_id"].as_str().unwrap()]);
     assert!(text(&report.stdout).contains("unknown"), "{}", text(&report.stdout));
+    // Never $0 where a task or a call is shown: unknown in text, null in JSON.
+    let run = v["run_id"].as_str().unwrap();
+    let table = text(&ws.run(&["runs", "show", run, "--tasks"]).stdout);
+    let row = table.lines().find(|l| l.starts_with("t ")).unwrap_or_default();
+    assert!(row.contains("unknown") && !row.contains("0.0000"), "{table}");
+    let shown: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["runs", "show", run, "--tasks", "--json"]).stdout).unwrap();
+    assert_eq!(shown["tasks"][0]["cost_usd"], serde_json::Value::Null, "{shown}");
+    let one = text(&ws.run(&["show", run, "t"]).stdout);
+    assert!(one.contains("$ unknown]") && !one.contains("$0.0000"), "{one}");
 
     let limited =
         config(&ws, "limited", "openai-compatible:my-finetune", &mock.base_url(), "  limits: {max_cost_usd: 1}\n", "");
