@@ -311,9 +311,9 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
     let tasks = comparison.map(|c| c.paired_tasks as u64).unwrap_or(cand_tasks);
     if let Some(min) = gates.min_tasks.filter(|_| !skipped) {
         let detail = if tasks >= min {
-            format!("{} judged", crate::report::tasks(tasks as usize))
+            format!("{} judged", crate::tasks(tasks as usize))
         } else {
-            format!("only {} judged: too few to tell a change from noise", crate::report::tasks(tasks as usize))
+            format!("only {} judged: too few to tell a change from noise", crate::tasks(tasks as usize))
         };
         push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, detail);
     }
@@ -324,7 +324,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             max as f64,
             Some(n as f64),
             n <= max,
-            format!("{} regressed", crate::report::tasks(n as usize)),
+            format!("{} regressed", crate::tasks(n as usize)),
         );
     }
     if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {

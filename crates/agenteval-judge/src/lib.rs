@@ -14,3 +14,8 @@ pub mod results;
 pub mod samples;
 pub mod set;
 pub mod stats;
+
+/// `1 task`, `2 tasks`: a count of tasks as every report says it.
+pub fn tasks(n: usize) -> String {
+    if n == 1 { "1 task".into() } else { format!("{n} tasks") }
+}

@@ -121,7 +121,7 @@ pub fn warnings(c: &Comparison) -> Vec<String> {
         let more = if c.changed.len() > 5 { format!(" and {} more", c.changed.len() - 5) } else { String::new() };
         out.push(format!(
             "{} changed content (input, expected answer or evaluators) under the same id and are not compared: {}{more}",
-            tasks(c.changed.len()),
+            crate::tasks(c.changed.len()),
             shown.join(", ")
         ));
     }
@@ -139,7 +139,7 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let _ = writeln!(
         o,
         "paired     {}; {} bootstrap resamples, seed {}; intervals are 95%\n",
-        tasks(c.paired_tasks),
+        crate::tasks(c.paired_tasks),
         c.resamples,
         c.seed
     );
@@ -204,11 +204,6 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     o
 }
 
-/// `1 task`, `2 tasks`.
-pub fn tasks(n: usize) -> String {
-    if n == 1 { "1 task".into() } else { format!("{n} tasks") }
-}
-
 fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_string() } else { format!("{}…", s.chars().take(n - 1).collect::<String>()) }
 }
@@ -241,7 +236,7 @@ pub fn pairwise_line(p: &crate::compare::PairwiseTally) -> String {
     let mut line =
         format!("pairwise judge {}: {} wins, {} ties, {} losses for the candidate", p.judge, p.wins, p.ties, p.losses);
     if p.errors > 0 {
-        line.push_str(&format!(" ({} undecided: the judge failed)", tasks(p.errors)));
+        line.push_str(&format!(" ({} undecided: the judge failed)", crate::tasks(p.errors)));
     }
     line
 }
@@ -302,7 +297,12 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
     md_tasks(&mut o, "Infrastructure failures (not counted)", c.infra_failures.iter().map(|t| t.task_id.clone()));
     md_tasks(&mut o, "Changed tasks (different content, not counted)", c.changed.iter().cloned());
     if !c.added.is_empty() || !c.removed.is_empty() {
-        let _ = writeln!(o, "\n{} only in the candidate, {} only in the base.", tasks(c.added.len()), c.removed.len());
+        let _ = writeln!(
+            o,
+            "\n{} only in the candidate, {} only in the base.",
+            crate::tasks(c.added.len()),
+            c.removed.len()
+        );
     }
     o
 }

@@ -335,11 +335,9 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
     t.set_header(vec!["run", "name", "status", "verdict", "passed", "created"]);
     for (r, p) in runs.iter().zip(&passed) {
         let id = r.run_id.to_string();
-        let name: String =
-            if r.name.chars().count() > 17 { r.name.chars().take(16).chain(['…']).collect() } else { r.name.clone() };
         t.add_row(vec![
             short_id(&id),
-            name,
+            name_cell(&r.name, &r.agent),
             if r.status == RunStatus::Running && !controller::controller_alive(r) {
                 "running (gone)".to_string()
             } else {
@@ -360,6 +358,22 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
     let t = output::compact(t);
     say!("{t}");
     Ok(exit::OK)
+}
+
+/// A run's name in `runs list`, 17 columns wide: the name, a set member's combination (`[…]`)
+/// on a line of its own, then the agent and model, each cut to fit.
+fn name_cell(name: &str, agent: &str) -> String {
+    let fit = |s: &str| -> String {
+        if s.chars().count() > 17 { s.chars().take(16).chain(['…']).collect() } else { s.to_string() }
+    };
+    let mut lines: Vec<String> = match name.split_once(" [") {
+        Some((base, member)) => vec![fit(base), fit(&format!("[{member}"))],
+        None => vec![fit(name)],
+    };
+    if !agent.is_empty() {
+        lines.push(fit(agent));
+    }
+    lines.join("\n")
 }
 
 /// A run id's first 13 characters: its creation time to the millisecond, a prefix that names it.

@@ -49,6 +49,34 @@ pub fn at_load(config: &mut RunConfig) -> Vec<(String, String)> {
     }
 }
 
+/// The agent a run configuration names, as runs are listed and shown: a preset with its version
+/// (`codex 0.171.0`), else the kind (with a command agent's program), and the model after a
+/// `·` (`codex 0.171.0 · gpt-5-codex`, `llm · openai:gpt-4o-mini`).
+pub fn label(agent: &AgentConfig) -> String {
+    let who = match agent {
+        AgentConfig::Installed { preset: Some(name), version, .. } => {
+            let pinned = installed::presets::find(name).map(|p| p.version);
+            match version.as_deref().or(pinned) {
+                Some(v) => format!("{name} {v}"),
+                None => name.clone(),
+            }
+        }
+        AgentConfig::Command { command, .. } => {
+            let program = command.first().map(|p| p.rsplit('/').next().unwrap_or(p)).unwrap_or_default();
+            let script = command.get(1).filter(|a| !a.starts_with('-')).map(|a| a.rsplit('/').next().unwrap_or(a));
+            match script {
+                Some(s) => format!("command {program} {s}"),
+                None => format!("command {program}"),
+            }
+        }
+        other => other.kind().to_string(),
+    };
+    match agent.model() {
+        Some(m) if !m.is_empty() && m != who => format!("{who} · {m}"),
+        _ => who,
+    }
+}
+
 /// Builds the agent a run configuration names; `cassettes` and `redactor` serve the `llm` agent.
 pub fn agent_from_config(
     run: &RunConfig,
@@ -174,4 +202,35 @@ pub fn preflight(run: &RunConfig) -> Result<()> {
         check(field, p);
     }
     if problems.is_empty() { Ok(()) } else { Err(Error::invalid(problems.join("; "))) }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+
+    fn agent(yaml: &str) -> AgentConfig {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("name: l\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n{yaml}");
+        agenteval_core::config::load_config_str(&text, "l.yaml", dir.path(), &[]).unwrap().config.agent
+    }
+
+    #[test]
+    fn a_run_is_labelled_by_its_agent_and_model() {
+        let codex = installed::presets::find("codex").unwrap().version;
+        assert_eq!(
+            label(&agent("  kind: installed\n  preset: codex\n  model: gpt-5\n  upstream: {openai: {}}\n")),
+            format!("codex {codex} · gpt-5")
+        );
+        assert_eq!(
+            label(&agent("  kind: installed\n  preset: claude-code\n  version: 2.0.1\n  upstream: {anthropic: {}}\n")),
+            "claude-code 2.0.1"
+        );
+        assert_eq!(label(&agent("  kind: llm\n  model: openai:gpt-4o-mini\n")), "llm · openai:gpt-4o-mini");
+        assert_eq!(
+            label(&agent("  kind: command\n  command: [python3, /x/agent.py, -v]\n  model: m\n")),
+            "command python3 agent.py · m"
+        );
+        assert_eq!(label(&agent("  kind: oracle\n")), "oracle");
+        assert_eq!(label(&agent("  kind: mock\n")), "mock");
+    }
 }

@@ -198,7 +198,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         sealed: false,
         backend: backend.id().to_string(),
         benchmark: benchmark.name().to_string(),
-        agent: config.agent.kind().to_string(),
+        agent: crate::agents::label(&config.agent),
         config_hash: hash.clone(),
         agenteval_version: crate::VERSION.into(),
         git_sha: loaded.path.parent().and_then(git_sha),

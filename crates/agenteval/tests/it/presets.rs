@@ -255,6 +255,17 @@ fn a_matrix_of_presets_compares_two_agents_on_one_benchmark() {
     assert_eq!(passed, [("agent.preset=codex", 1), ("agent.preset=claude-code", 1)], "{v}");
     let wires: std::collections::BTreeSet<String> = mock.received().iter().map(|r| r.path.clone()).collect();
     assert_eq!(wires, ["anthropic".to_string(), "responses".to_string()].into(), "each agent on its own wire");
+    // The two runs are told apart wherever they are listed: by agent, version and model.
+    let list = text(&ws.run(&["runs", "list"]).stdout);
+    for preset in ["codex", "claude-code"] {
+        assert!(list.contains(&format!("[agent.preset={preset}")), "the combination on its own line: {list}");
+    }
+    assert!(list.lines().all(|l| l.chars().count() <= 80), "{list}");
+    let listed: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "list", "--json"]).stdout).unwrap();
+    let agents: std::collections::BTreeSet<&str> =
+        listed.as_array().unwrap().iter().map(|r| r["agent"].as_str().unwrap()).collect();
+    assert_eq!(agents.len(), 2, "{listed}");
+    assert!(agents.iter().all(|a| a.ends_with(" · mock-model")), "{agents:?}");
 }
 
 /// `doctor` on an installed agent behind the gateway: the model endpoint answers from this
