@@ -9,7 +9,9 @@ use sha2::{Digest as _, Sha256};
 
 /// Request fields left out of a fingerprint: ids and tags an agent may set per run, which say
 /// nothing of what it asks.
-const UNFINGERPRINTED: &[&str] = &["user", "metadata", "prompt_cache_key", "safety_identifier", "stream_options"];
+// `client_metadata`: Codex's per-turn ids (`root_turn_id`), new on every call of every run.
+const UNFINGERPRINTED: &[&str] =
+    &["user", "metadata", "client_metadata", "prompt_cache_key", "safety_identifier", "stream_options"];
 
 /// Most bytes of one answer kept in a cassette line; a longer one is recorded without its body
 /// and cannot be replayed.
@@ -207,6 +209,9 @@ mod tests {
         assert_ne!(fingerprint("openai.chat", &a), fingerprint("openai.responses", &a));
         let c = json!({"model": "m", "messages": [{"role": "user", "content": "y"}]});
         assert_ne!(fingerprint("openai.chat", &a), fingerprint("openai.chat", &c));
+        // Codex's Responses calls carry a new turn id each time: a recording still replays.
+        let turn = |id: &str| json!({"model": "m", "input": "x", "client_metadata": {"root_turn_id": id}});
+        assert_eq!(fingerprint("openai.responses", &turn("t-1")), fingerprint("openai.responses", &turn("t-2")));
     }
 
     #[test]

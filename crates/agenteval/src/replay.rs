@@ -95,7 +95,8 @@ fn clip(v: &impl std::fmt::Display) -> String {
 
 /// The first way `now` differs from `was`, if it does.
 fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
-    let because = now.error.as_deref().map(|e| format!(" ({})", clip(&e))).unwrap_or_default();
+    // Whole enough to keep where a recording and a call differ (the JSON pointer comes first).
+    let because = now.error.as_deref().map(|e| format!(" ({})", crate::output::middle_cut(e, 400))).unwrap_or_default();
     if was.terminated_by != now.terminated_by {
         return Some(format!("terminated_by {} → {}{because}", was.terminated_by, now.terminated_by));
     }
