@@ -119,16 +119,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Start a new run of the tasks of a run that did not pass.
+    /// Start a new run of a run's tasks, with its config: those that did not pass (`--failed`)
+    /// or every one (`--all`).
     ///
-    /// The tasks that failed, errored or were infra failures, with the run's config; the new run
-    /// is named `NAME (rerun)` and records the run in its metadata (`rerun_of`).
+    /// `--failed`: the tasks that failed, errored or were infra failures. The new run is named
+    /// `NAME (rerun)` and records the run in its metadata (`rerun_of`). `--all` runs the whole
+    /// run again, as its `replay_command.txt` does for a bundle in a bucket.
     Rerun {
         /// The run: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
         run: String,
-        /// Re-run the tasks that did not pass (required: the one selection there is).
-        #[arg(long, required = true)]
+        /// Re-run the tasks that did not pass.
+        #[arg(long, required_unless_present = "all", conflicts_with = "all")]
         failed: bool,
+        /// Re-run every task of the run.
+        #[arg(long)]
+        all: bool,
         #[command(flatten)]
         index: IndexArgs,
         #[arg(long)]

@@ -44,7 +44,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             }
             submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
         }
-        Command::Rerun { run, failed: _, index, json } => rerun(&run, &index, json, quiet, telemetry).await,
+        Command::Rerun { run, all, index, json, .. } => rerun(&run, all, &index, json, quiet, telemetry).await,
         Command::Regrade { run, sets, index, json } => {
             crate::regrade::regrade(&run, &sets, &index, json, quiet, telemetry).await
         }
@@ -439,7 +439,14 @@ async fn cancel(run: &str, index: &IndexArgs, wait: u64, json: bool) -> Result<u
 }
 
 /// `rerun RUN --failed`: a new run of the tasks of RUN that did not pass.
-async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry: &Telemetry) -> Result<u8, Failure> {
+async fn rerun(
+    run: &str,
+    all: bool,
+    index: &IndexArgs,
+    json: bool,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
     use agenteval_core::model::{Outcome, TaskState, TerminatedBy};
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
@@ -449,6 +456,7 @@ async fn rerun(run: &str, index: &IndexArgs, json: bool, quiet: bool, telemetry:
         .await?
         .into_iter()
         .filter(|t| match t.state {
+            _ if all => true,
             TaskState::Completed => {
                 let ended = t.terminated_by.unwrap_or(TerminatedBy::Completed);
                 Outcome::of(t.passed.unwrap_or(false), ended) != Outcome::Passed

@@ -456,7 +456,7 @@ pub async fn seal_contents(
     // in a bucket is run again by its id, from the run index the AWS backend names.
     let uri = store.bundle_uri(run);
     let replay = if uri.contains("://") {
-        format!("agenteval rerun {run} --backend aws\n")
+        format!("agenteval rerun {run} --all --backend aws\n")
     } else {
         format!("agenteval submit --config {uri}/{}\n", layout::CONFIG)
     };

@@ -335,6 +335,13 @@ fn limit_rerun_failed_runs_show_and_show_task_give_the_why() {
     let meta = read_json(&Path::new(again["bundle"].as_str().unwrap()).join("metadata.json"));
     assert_eq!(meta["rerun_of"], run.as_str());
     assert!(meta["name"].as_str().unwrap().ends_with("(rerun)"), "{meta}");
+    // `--all` runs the whole run again; a selection is required, and only one.
+    let out = ws.run(&["rerun", &run, "--all", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(all["summary"]["tasks_total"].as_u64(), Some(10), "{all}");
+    assert_eq!(ws.run(&["rerun", &run]).status.code(), Some(2));
+    assert_eq!(ws.run(&["rerun", &run, "--all", "--failed"]).status.code(), Some(2));
 }
 
 #[test]
