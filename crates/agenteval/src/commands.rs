@@ -360,11 +360,12 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
     Ok(exit::OK)
 }
 
-/// A run's name in `runs list`, 17 columns wide: the name, a set member's combination (`[…]`)
-/// on a line of its own, then the agent and model, each cut to fit.
+/// A run's name in `runs list`, 15 columns wide (the table stays within 80 with a judged run's
+/// baseline beside it): the name, a set member's combination (`[…]`) on a line of its own, then
+/// the agent and model, each cut to fit.
 fn name_cell(name: &str, agent: &str) -> String {
     let fit = |s: &str| -> String {
-        if s.chars().count() > 17 { s.chars().take(16).chain(['…']).collect() } else { s.to_string() }
+        if s.chars().count() > 15 { s.chars().take(14).chain(['…']).collect() } else { s.to_string() }
     };
     let mut lines: Vec<String> = match name.split_once(" [") {
         Some((base, member)) => vec![fit(base), fit(&format!("[{member}"))],
