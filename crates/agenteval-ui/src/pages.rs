@@ -255,11 +255,14 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
         let matching: Vec<&RunRecord> = all.iter().filter(|r| f.keeps(r)).collect();
         let pages = matching.len().div_ceil(PER_PAGE).max(1);
         let shown: Vec<&RunRecord> = matching.iter().skip((page - 1) * PER_PAGE).take(PER_PAGE).copied().collect();
-        // A name's history: pass rate and cost of its newest runs, oldest first.
+        // A name's history: pass rate and cost of its newest complete runs, oldest first. A run
+        // that was interrupted, failed or stopped by its budget is listed (its status says so),
+        // never plotted: its pass rate is not a night's.
         let history = if f.name.is_empty() {
             None
         } else {
-            let recent: Vec<&RunRecord> = matching.iter().take(HISTORY).copied().collect();
+            let recent: Vec<&RunRecord> =
+                matching.iter().filter(|r| r.status == RunStatus::Complete).take(HISTORY).copied().collect();
             let points: Vec<(f64, f64)> = figures(&a, &recent).await.into_iter().rev().flatten().collect();
             (!points.is_empty()).then(|| chart(&points))
         };
