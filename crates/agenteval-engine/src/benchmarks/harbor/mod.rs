@@ -133,6 +133,19 @@ pub(crate) fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) ->
     }
 }
 
+/// The `healthcheck` table of a `task.toml` section (`[environment]`, a step's), Harbor's
+/// defaults for what it leaves out.
+fn healthcheck_of(section: &toml::Table) -> Option<Healthcheck> {
+    let h = section.get("healthcheck")?.as_table()?;
+    Some(Healthcheck {
+        command: h.get("command")?.as_str()?.to_string(),
+        interval_secs: num(h.get("interval_sec")).unwrap_or(5.0),
+        timeout_secs: num(h.get("timeout_sec")).unwrap_or(30.0),
+        start_period_secs: num(h.get("start_period_sec")).unwrap_or(0.0),
+        retries: num(h.get("retries")).map_or(3, |r| r.max(0.0) as u32),
+    })
+}
+
 fn num(v: Option<&toml::Value>) -> Option<f64> {
     match v? {
         toml::Value::Integer(i) => Some(*i as f64),
@@ -441,15 +454,7 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         },
         None => None,
     };
-    let healthcheck = env.get("healthcheck").and_then(toml::Value::as_table).and_then(|h| {
-        Some(Healthcheck {
-            command: h.get("command")?.as_str()?.to_string(),
-            interval_secs: num(h.get("interval_sec")).unwrap_or(5.0),
-            timeout_secs: num(h.get("timeout_sec")).unwrap_or(30.0),
-            start_period_secs: num(h.get("start_period_sec")).unwrap_or(0.0),
-            retries: num(h.get("retries")).map_or(3, |r| r.max(0.0) as u32),
-        })
-    });
+    let healthcheck = healthcheck_of(&env);
     let mut spec = EnvSpec {
         context: context.join("Dockerfile").is_file().then_some(context.clone()),
         image: env.get("docker_image").and_then(toml::Value::as_str).map(String::from),

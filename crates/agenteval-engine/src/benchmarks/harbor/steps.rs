@@ -6,12 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use agenteval_core::environment::{Healthcheck, TestsSpec};
+use agenteval_core::environment::TestsSpec;
 use agenteval_core::model::{Steps, StepsReward, TaskStep};
 use agenteval_core::{Error, Result};
 use serde_json::Value;
 
-use super::{num, string_map, user_of};
+use super::{healthcheck_of, num, string_map, user_of};
 
 /// Harbor's rule for a step's name: one portable folder name.
 pub(super) fn name_ok(name: &str) -> bool {
@@ -104,15 +104,7 @@ fn step_of(
         user: user_of(&verifier).or_else(|| task_tests.user.clone()),
         ..task_tests.clone()
     };
-    let healthcheck = t.get("healthcheck").and_then(toml::Value::as_table).and_then(|h| {
-        Some(Healthcheck {
-            command: h.get("command")?.as_str()?.to_string(),
-            interval_secs: num(h.get("interval_sec")).unwrap_or(5.0),
-            timeout_secs: num(h.get("timeout_sec")).unwrap_or(30.0),
-            start_period_secs: num(h.get("start_period_sec")).unwrap_or(0.0),
-            retries: num(h.get("retries")).map_or(3, |r| r.max(0.0) as u32),
-        })
-    });
+    let healthcheck = healthcheck_of(t);
     let min_reward: BTreeMap<String, f64> = match t.get("min_reward") {
         None => BTreeMap::new(),
         Some(v) => match num(Some(v)) {
