@@ -477,8 +477,7 @@ fn known_fields(schema: &Value, err: &SchemaError<'_>) -> Vec<String> {
 /// setting on an agent whose calls go through the gateway belongs to its `upstream`; the model
 /// of such an agent is `agent.model`, not its endpoint's.
 fn misplaced(ptr: &str, kind: Option<&str>, key: &str) -> Option<String> {
-    const ENDPOINT: &[&str] =
-        &["base_url", "allow_insecure_http", "secrets", "price", "request_timeout_seconds", "max_attempts"];
+    const ENDPOINT: &[&str] = &["base_url", "allow_insecure_http", "price", "request_timeout_seconds", "max_attempts"];
     match (ptr, kind) {
         ("/agent", Some("installed" | "command")) if ENDPOINT.contains(&key) => Some(format!(
             " (a model endpoint's setting: it goes under `agent.upstream.openai.{key}` or `agent.upstream.anthropic.{key}`, docs/agents.md)"
