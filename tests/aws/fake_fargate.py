@@ -16,23 +16,85 @@ Fargate would; a stop is `docker stop` (SIGTERM to the image's init, SIGKILL aft
 --interrupt-first-after S then `docker stop`s the first task S seconds after it started and
 stops it in ECS as a Spot interruption, so the controller retries what the worker had not done.
 
-With --image, a task whose task definition has an `agenteval-init` container (a task image's,
-registered by agenteval) runs as Fargate would run it: the init container (of --image, the
-agenteval image) first, with a fresh volume, then the task's own image with that volume mounted
-and its entry point, user and environment from the task definition; an image not on this engine
-is pulled first (from a registry on this machine). The stats then count tasks per image and
-record how long each took to start (pull and init).
+A task whose task definition has an `agenteval-init` container (a task's environment, launched
+by a worker) runs as Fargate would run it, always as containers: the init container (of
+--image, the agenteval image) first, with a fresh volume, then the task's own image with that
+volume mounted and its entry point, user, command and environment from the task definition and
+the overrides, sized as the task asks; without --image the binary itself is mounted where the
+init container would have copied it. An image not on this engine is pulled first (from a
+registry on this machine). The stats count such tasks per image and record how long each took
+to start (pull and init).
+
+Networks, as the task's security groups say. The cluster is one VPC: an internal bridge whose
+containers cannot reach each other, nor this machine but on the workers' ports (47600-47699,
+the same firewall rule the docker environments use), nor the internet. Every task runs on its
+ENI's security groups (read back from the emulator's EC2): a group whose egress allows
+0.0.0.0/0 also puts the container on a bridge with a route out. Workers (processes on this
+machine, or containers on its network) are reached at the VPC bridge's address, which the ECS
+task metadata endpoint (v4, served here; `ECS_CONTAINER_METADATA_URI_V4`) gives them as their
+own, as Fargate gives each task its ENI's address.
+
+What it cannot model: IAM (the emulator takes any credentials, so a container's reach to the
+emulator is what keeps it out), security-group rules finer than "the workers' ports or
+everything", DNS inside the VPC, and Fargate's image caching and start times.
 """
 import argparse
+import hashlib
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 import boto3
+
+
+def quiet(argv):
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def close_host():
+    """This machine closed to agenteval's bridges but for the workers' ports (as the docker
+    environments close it: the same two rules, each added once)."""
+    for rule in (["INPUT", "-i", "agenteval+", "-j", "REJECT"],
+                 ["INPUT", "-i", "agenteval+", "-p", "tcp", "--dport", "47600:47699", "-j", "ACCEPT"]):
+        if quiet(["iptables", "-w", "-C"] + rule).returncode != 0:
+            subprocess.run(["iptables", "-w", "-I", rule[0], "1"] + rule[1:], check=True)
+
+
+def bridge(name, internal):
+    """A bridge of agenteval's (its interface named `agenteval…`, so the firewall rule holds it)
+    whose containers cannot reach each other; its address on this machine."""
+    iface = "agenteval" + hashlib.sha256(name.encode()).hexdigest()[:6]
+    if quiet(["docker", "network", "inspect", name]).returncode != 0:
+        argv = ["docker", "network", "create", "-o", "com.docker.network.bridge.enable_icc=false",
+                "-o", f"com.docker.network.bridge.name={iface}", "--label", "agenteval.fake-fargate=1"]
+        subprocess.run(argv + (["--internal"] if internal else []) + [name], stdout=subprocess.DEVNULL, check=True)
+    out = subprocess.run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", name],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def metadata_server(address):
+    """The ECS task metadata endpoint (v4) of every task: its network's address."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"Networks": [{"NetworkMode": "awsvpc", "IPv4Addresses": [address]}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv.server_address[1]
 
 
 def main():
@@ -65,8 +127,17 @@ def main():
         "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+    ec2 = boto3.client("ec2", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    close_host()
+    scope = a.cluster or "all"
+    vpc = f"fake-fargate-vpc-{scope}"
+    internet = f"fake-fargate-net-{scope}"
+    vpc_address = bridge(vpc, internal=True)
+    bridge(internet, internal=False)
+    metadata_port = metadata_server(vpc_address)
     seen = set()
     running = {}  # arn -> (process, stop_requested_at)
+    in_containers = set()  # tasks run as containers (stopped with `docker stop`)
     started_at = {}  # arn -> time the worker started
     cluster_of = {}  # arn -> its cluster
     interrupted = set()
@@ -80,40 +151,62 @@ def main():
             task_defs[arn] = ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
         return task_defs[arn]
 
-    def image_argv(arn, t, ov, env):
-        """The docker commands of a task of a task image: None for the worker image's own."""
+    def public(t):
+        """Whether the task's security groups let it reach the internet."""
+        details = {d["name"]: d["value"] for att in t.get("attachments", []) for d in att.get("details", [])}
+        eni = details.get("networkInterfaceId")
+        if not eni:
+            return False
+        groups = [g["GroupId"] for g in ec2.describe_network_interfaces(NetworkInterfaceIds=[eni])["NetworkInterfaces"][0]["Groups"]]
+        rules = ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"]
+        return any(r.get("CidrIp") == "0.0.0.0/0" for g in rules for e in g["IpPermissionsEgress"] for r in e.get("IpRanges", []))
+
+    def env_argv(arn, t):
+        """The docker commands of a task's environment (a task definition with the init
+        container): None for a worker's."""
         td = task_def(t["taskDefinitionArn"])
         defs = td.get("containerDefinitions", [])
         init = next((c for c in defs if c["name"] == "agenteval-init"), None)
         if init is None:
             return None
-        main = next(c for c in defs if c["name"] == ov["name"])
+        main = next(c for c in defs if c["name"] != "agenteval-init")
+        ov = next((o for o in t["overrides"].get("containerOverrides", []) if o.get("name") == main["name"]), {})
         image = main["image"]
         t0 = time.time()
-        if subprocess.run(["docker", "image", "inspect", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode != 0:
+        if quiet(["docker", "image", "inspect", image]).returncode != 0:
             p0 = time.time()
             subprocess.run(["docker", "pull", "-q", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
             stats["pulls"].append({"image": image, "seconds": round(time.time() - p0, 3)})
-        vol = "agenteval-w-" + arn.rsplit("/", 1)[-1]
         mount = init["mountPoints"][0]["containerPath"]
-        subprocess.run(["docker", "volume", "create", vol], stdout=subprocess.DEVNULL, check=True)
-        # The init container: the agenteval image's binary into the task's volume.
-        user = ["--user", init["user"]] if init.get("user") else []
-        subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0]] + user
-                       + [a.image] + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
-        volumes[arn] = vol
+        if a.image:
+            # The init container: the agenteval image's binary into the task's volume.
+            vol = "agenteval-w-" + arn.rsplit("/", 1)[-1]
+            subprocess.run(["docker", "volume", "create", vol], stdout=subprocess.DEVNULL, check=True)
+            user = ["--user", init["user"]] if init.get("user") else []
+            subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0]] + user
+                           + [a.image] + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
+            volumes[arn] = vol
+            binary = ["-v", f"{vol}:{mount}:ro"]
+        else:
+            binary = ["-v", f"{os.path.abspath(a.agenteval)}:{mount}/agenteval:ro"]
         stats["ready_seconds"].append(round(time.time() - t0, 3))
         stats["images"][image] = stats["images"].get(image, 0) + 1
-        argv = ["docker", "run", "--rm", "--name", container(arn), "--network", "host",
-                "-v", f"{vol}:{mount}:ro", "--entrypoint", main["entryPoint"][0]]
+        name = container(arn)
+        argv = ["docker", "create", "--name", name, "--network", vpc, "--entrypoint", main["entryPoint"][0]] + binary
+        overrides = t["overrides"]
+        if overrides.get("cpu"):
+            argv += ["--cpus", str(int(overrides["cpu"]) / 1024)]
+        if overrides.get("memory"):
+            argv += ["--memory", f"{overrides['memory']}m"]
         if main.get("user"):
             argv += ["--user", main["user"]]
-        for kv in main.get("environment", []):
+        for kv in main.get("environment", []) + ov.get("environment", []):
             argv += ["-e", f"{kv['name']}={kv['value']}"]
-        for k, v in env.items():
-            if k not in ("PATH", "HOME"):
-                argv += ["-e", f"{k}={v}"]
-        return argv + [image] + ov["command"]
+        argv += [image] + (ov.get("command") or main.get("command", []))
+        subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
+        if public(t):
+            subprocess.run(["docker", "network", "connect", internet, name], stdout=subprocess.DEVNULL, check=True)
+        return ["docker", "start", "-a", name]
     ghosts = []  # the second copies of --duplicate: same job, same attempt, nobody waits for them
 
     def container(arn):
@@ -121,7 +214,7 @@ def main():
         return "agenteval-task-" + (f"{a.cluster}-" if a.cluster else "") + arn.rsplit("/", 1)[-1]
 
     def terminate(arn, proc):
-        if a.image:
+        if arn in in_containers:
             subprocess.run(["docker", "stop", "-t", "10", container(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         elif proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -163,15 +256,18 @@ def main():
                     continue
                 ov = t["overrides"]["containerOverrides"][0]
                 env = dict(platform_env)
+                env["ECS_CONTAINER_METADATA_URI_V4"] = f"http://127.0.0.1:{metadata_port}/v4/{arn.rsplit('/', 1)[-1]}"
                 env.update({kv["name"]: kv["value"] for kv in ov.get("environment", [])})
                 out = subprocess.DEVNULL
                 if a.logs:
                     os.makedirs(a.logs, exist_ok=True)
                     out = open(os.path.join(a.logs, arn.rsplit("/", 1)[-1] + ".log"), "wb")
-                task_image = image_argv(arn, t, ov, env) if a.image else None
-                if task_image:
-                    argv = task_image
+                environment = env_argv(arn, t)
+                if environment:
+                    argv = environment
+                    in_containers.add(arn)
                 elif a.image:
+                    in_containers.add(arn)
                     argv = ["docker", "run", "--rm", "--name", container(arn), "--network", "host"]
                     for k, v in env.items():
                         if k not in ("PATH", "HOME"):
@@ -185,7 +281,7 @@ def main():
                 if a.logs:
                     out.close()
                 running[arn] = (proc, None)
-                if a.duplicate and not a.image:
+                if a.duplicate and arn not in in_containers:
                     ghosts.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                    stderr=subprocess.DEVNULL, start_new_session=True))
                     stats["duplicates"] += 1
@@ -213,10 +309,12 @@ def main():
         for arn, (proc, stop_at) in list(running.items()):
             rc = proc.poll()
             if rc is None:
-                if stop_at is not None and time.time() - stop_at > 5 and not a.image:
+                if stop_at is not None and time.time() - stop_at > 5 and arn not in in_containers:
                     os.killpg(proc.pid, signal.SIGKILL)
                 continue
             del running[arn]
+            if arn in in_containers:
+                quiet(["docker", "rm", "-f", container(arn)])
             if arn in volumes:
                 subprocess.run(["docker", "volume", "rm", "-f", volumes.pop(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
@@ -228,10 +326,14 @@ def main():
         if g.poll() is None:
             os.killpg(g.pid, signal.SIGKILL)
     for arn, (proc, _) in running.items():
-        if a.image:
-            subprocess.run(["docker", "kill", container(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if arn in in_containers:
+            quiet(["docker", "rm", "-f", container(arn)])
         elif proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    for vol in volumes.values():
+        quiet(["docker", "volume", "rm", "-f", vol])
+    for net in (vpc, internet):
+        quiet(["docker", "network", "rm", net])
     return 0
 
 

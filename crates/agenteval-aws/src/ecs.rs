@@ -137,6 +137,46 @@ fn failures_text(failures: impl Iterator<Item = (String, String)>) -> String {
     failures.map(|(r, d)| format!("{r} {d}").trim().to_string()).collect::<Vec<_>>().join("; ")
 }
 
+type RunTaskResult = std::result::Result<
+    aws_sdk_ecs::operation::run_task::RunTaskOutput,
+    aws_sdk_ecs::error::SdkError<
+        aws_sdk_ecs::operation::run_task::RunTaskError,
+        aws_sdk_ecs::config::http::HttpResponse,
+    >,
+>;
+
+/// What a RunTask answered: the tasks it started and its `failures[]` in one line, read from
+/// the typed answer or from an emulator's the SDK could not parse; `Err` is the call failing,
+/// classified (`what` names the launch).
+pub(crate) fn run_task_answer(answer: RunTaskResult, what: &str) -> Result<(Vec<String>, String)> {
+    match answer {
+        Ok(o) => Ok((
+            o.tasks().iter().filter_map(|t| t.task_arn().map(str::to_string)).collect(),
+            failures_text(
+                o.failures()
+                    .iter()
+                    .map(|f| (f.reason().unwrap_or("").to_string(), f.detail().unwrap_or("").to_string())),
+            ),
+        )),
+        Err(e) => {
+            let Some(v) = unparsed_success(&e) else { return Err(classify(what, e)) };
+            let arns = v["tasks"]
+                .as_array()
+                .map(|ts| ts.iter().filter_map(|t| t["taskArn"].as_str().map(str::to_string)).collect())
+                .unwrap_or_default();
+            let failures = v["failures"]
+                .as_array()
+                .map(|fs| {
+                    failures_text(fs.iter().map(|f| {
+                        (f["reason"].as_str().unwrap_or("").to_string(), f["detail"].as_str().unwrap_or("").to_string())
+                    }))
+                })
+                .unwrap_or_default();
+            Ok((arns, failures))
+        }
+    }
+}
+
 pub struct EcsBackend {
     clients: Arc<AwsClients>,
     settings: EcsSettings,
@@ -164,7 +204,7 @@ fn client_token(job: &JobSpec) -> String {
 }
 
 /// Failures of `RunTask` worth retrying: capacity and throttling.
-fn retryable_launch_failure(reason: &str) -> bool {
+pub(crate) fn retryable_launch_failure(reason: &str) -> bool {
     let r = reason.to_ascii_lowercase();
     r.contains("capacity")
         || r.contains("throttl")
@@ -255,24 +295,16 @@ impl CloudBackend for EcsBackend {
     // way an answer can come back (typed, unparsed, failures), in the order they are tried.
     async fn submit_job(&self, job: &JobSpec) -> Result<JobHandle> {
         let s = &self.settings;
-        // A job of tasks in their own image runs that image's task definition, sized for the
-        // largest of its tasks.
-        let (task_definition, size) = match &job.image {
-            Some(image) => {
-                let def = self.task_defs.for_image(&self.clients, &s.task_definition, &s.container_name, image).await?;
-                let envs = job.tasks.iter().filter_map(|t| t.environment.as_ref());
-                let cpus =
-                    envs.clone().filter_map(|e| e.cpus).fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))));
-                let mem = envs.filter_map(|e| e.memory_mb).max();
-                (def, Some(crate::task_images::fargate_size(cpus, mem)))
-            }
-            None => (s.task_definition.clone(), None),
-        };
-        let mut overrides = TaskOverride::builder().container_overrides(self.container_override(job));
-        if let Some((cpu, memory)) = size {
-            overrides = overrides.cpu(cpu.to_string()).memory(memory.to_string());
+        // A job of tasks in their own image runs in the worker's task definition like any other;
+        // its tasks' environments are ECS tasks of that image's definition, which the worker
+        // launches (`env_tasks`).
+        let mut container = self.container_override(job);
+        if let Some(image) = &job.image {
+            let def = self.task_defs.for_image(&self.clients, &s.task_definition, image).await?;
+            let var = KeyValuePair::builder().name(crate::env_tasks::TASK_DEFINITION_ENV).value(def).build();
+            container.environment.get_or_insert_with(Vec::new).push(var);
         }
-        let overrides = overrides.build();
+        let overrides = TaskOverride::builder().container_overrides(container).build();
         let vpc = AwsVpcConfiguration::builder()
             .set_subnets(Some(s.subnets.clone()))
             .set_security_groups(Some(s.security_groups.clone()))
@@ -287,7 +319,7 @@ impl CloudBackend for EcsBackend {
                 .ecs
                 .run_task()
                 .cluster(&s.cluster)
-                .task_definition(&task_definition)
+                .task_definition(&s.task_definition)
                 .count(1)
                 .network_configuration(NetworkConfiguration::builder().awsvpc_configuration(vpc.clone()).build())
                 .overrides(overrides.clone())
@@ -308,44 +340,17 @@ impl CloudBackend for EcsBackend {
                 req.launch_type(LaunchType::Fargate)
             };
             self.count(|c| c.run_task += 1);
-            let (arns, failures): (Vec<String>, String) = match req.send().await {
-                Ok(o) => (
-                    o.tasks().iter().filter_map(|t| t.task_arn().map(str::to_string)).collect(),
-                    failures_text(
-                        o.failures()
-                            .iter()
-                            .map(|f| (f.reason().unwrap_or("").to_string(), f.detail().unwrap_or("").to_string())),
-                    ),
-                ),
-                Err(e) => {
-                    if let Some(v) = unparsed_success(&e) {
-                        let arns = v["tasks"]
-                            .as_array()
-                            .map(|ts| ts.iter().filter_map(|t| t["taskArn"].as_str().map(str::to_string)).collect())
-                            .unwrap_or_default();
-                        let failures = v["failures"]
-                            .as_array()
-                            .map(|fs| {
-                                failures_text(fs.iter().map(|f| {
-                                    (
-                                        f["reason"].as_str().unwrap_or("").to_string(),
-                                        f["detail"].as_str().unwrap_or("").to_string(),
-                                    )
-                                }))
-                            })
-                            .unwrap_or_default();
-                        (arns, failures)
-                    } else {
-                        let err = classify(&format!("starting job {}", job.job_id), e);
-                        if err.kind() == ErrorKind::Transient && attempt < 6 {
-                            tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
-                            self.count(|c| c.launch_retries += 1);
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_secs(20));
-                            continue;
-                        }
-                        return Err(err);
+            let (arns, failures) = match run_task_answer(req.send().await, &format!("starting job {}", job.job_id)) {
+                Ok(answer) => answer,
+                Err(err) => {
+                    if err.kind() == ErrorKind::Transient && attempt < 6 {
+                        tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
+                        self.count(|c| c.launch_retries += 1);
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(20));
+                        continue;
                     }
+                    return Err(err);
                 }
             };
             if let Some(arn) = arns.into_iter().next() {

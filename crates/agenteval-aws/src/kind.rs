@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use agenteval_core::config::{FargateCapacity, IndexLocation, RunConfig};
 use agenteval_core::location::BundleRoot;
-use agenteval_core::traits::{BackendKind, Check, CloudBackend, SecretStore};
+use agenteval_core::traits::{BackendKind, Check, CloudBackend, Environment, SecretStore};
 use agenteval_core::{Error, Result};
 use async_trait::async_trait;
 
@@ -162,6 +162,15 @@ impl BackendKind for EcsBackendKind {
             .filter(|c| !c.ok && (c.name.starts_with("cluster") || c.name.starts_with("task definition")))
             .collect();
         if failed.is_empty() { Ok(()) } else { Err(Error::invalid(launch_problem(&failed))) }
+    }
+
+    /// Each environment an ECS task of the job's image with no role, on its network mode's
+    /// security groups, dialing this worker back.
+    async fn image_environments(&self, cfg: &RunConfig) -> Result<Arc<dyn Environment>> {
+        let a = cfg.aws.as_ref().ok_or_else(|| Error::invalid("backend `aws` needs an `aws` section"))?;
+        let clients = self.clients.get(&AwsSettings::of(Some(a))).await;
+        let tasks = crate::env_tasks::EnvTasks::for_worker(clients, a).await?;
+        Ok(Arc::new(agenteval_envlink::LinkedEnvironment::new(Arc::new(tasks))))
     }
 }
 

@@ -8,6 +8,7 @@
 pub mod doctor;
 pub mod dynamo_index;
 pub mod ecs;
+pub mod env_tasks;
 pub mod kind;
 pub mod registry;
 pub mod s3_store;

@@ -1,10 +1,12 @@
-//! Jobs in their tasks' own images on Fargate. Each image (pinned by digest) gets one task
-//! definition, registered the first time a run needs it and found again by its family name
+//! Tasks' environments in their own images on Fargate. Each image (pinned by digest) gets one
+//! task definition, registered the first time a run needs it and found again by its family name
 //! afterwards (`<worker family>-env-<digest>`): an init container of the agenteval image copies
-//! the worker binary into a task-scoped volume, then the task's image runs it from there as its
-//! entry point, as root, in the image's working folder. Roles, logging and network mode are the
-//! worker task definition's (`aws.task_definition`); CPU and memory are set per job, rounded up
-//! to a valid Fargate size.
+//! the binary into a task-scoped volume, then the task's image runs it from there as its entry
+//! point (`agenteval env serve`, which dials the worker that launched it), as root, in the
+//! image's working folder. It has **no task role**: nothing in it can use the fleet's AWS
+//! credentials. Its execution role (image pull, logs) and logging are the worker task
+//! definition's (`aws.task_definition`); CPU and memory are set per launch, rounded up to a
+//! valid Fargate size.
 
 use std::collections::HashMap;
 
@@ -21,8 +23,13 @@ pub const WORKER_IN_IMAGE: &str = "/usr/local/bin/agenteval";
 pub const VOLUME_PATH: &str = "/agenteval";
 const VOLUME: &str = "agenteval-worker";
 pub const INIT_CONTAINER: &str = "agenteval-init";
+/// The container of the task's image, which serves the environment.
+pub const ENV_CONTAINER: &str = "environment";
 /// The variable that tells the worker which image it runs in (recorded in each task's log).
 pub const IMAGE_ENV: &str = "AGENTEVAL_TASK_IMAGE";
+
+/// The environment's command behind the binary.
+const SERVE: &[&str] = &["env", "serve"];
 
 /// The Fargate sizes: CPU units with the memory (MiB) each allows, from, to, by.
 const SIZES: &[(u32, u32, u32, u32)] = &[
@@ -55,7 +62,6 @@ pub fn fargate_size(cpus: Option<f64>, memory_mb: Option<u64>) -> (u32, u32) {
 #[derive(Debug, Clone, Default)]
 struct Base {
     family: String,
-    task_role: Option<String>,
     execution_role: Option<String>,
     worker_image: String,
     logs: Option<LogConfiguration>,
@@ -104,7 +110,6 @@ impl TaskDefinitions {
                     .ok_or_else(|| Error::invalid(format!("task definition {worker_def} has no container")))?;
                 Ok(Base {
                     family: td.family().unwrap_or("agenteval-worker").to_string(),
-                    task_role: td.task_role_arn().map(str::to_string),
                     execution_role: td.execution_role_arn().map(str::to_string),
                     worker_image: c.image().unwrap_or_default().to_string(),
                     logs: c.log_configuration().cloned(),
@@ -113,25 +118,23 @@ impl TaskDefinitions {
             .await
     }
 
-    /// The task definition that runs `image` (pinned), registered unless it already is.
-    pub async fn for_image(
-        &self,
-        clients: &AwsClients,
-        worker_def: &str,
-        container_name: &str,
-        image: &str,
-    ) -> Result<String> {
+    /// The task definition of `image`'s environments (pinned), registered unless it already is.
+    pub async fn for_image(&self, clients: &AwsClients, worker_def: &str, image: &str) -> Result<String> {
         let mut known = self.known.lock().await;
         if let Some(arn) = known.get(image) {
             return Ok(arn.clone());
         }
         let base = self.base(clients, worker_def).await?.clone();
         let family = family_for(&base.family, image);
-        // Registered by an earlier run: reuse it when it runs this very image.
+        // Registered by an earlier run: reuse it when it serves this very image, with no role.
         self.described.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(o) = clients.ecs.describe_task_definition().task_definition(&family).send().await
             && let Some(td) = o.task_definition()
-            && td.container_definitions().iter().any(|c| c.name() == Some(container_name) && c.image() == Some(image))
+            && td.task_role_arn().is_none()
+            && td
+                .container_definitions()
+                .iter()
+                .any(|c| c.name() == Some(ENV_CONTAINER) && c.image() == Some(image) && c.command() == SERVE)
             && let Some(arn) = td.task_definition_arn()
         {
             known.insert(image.to_string(), arn.to_string());
@@ -155,13 +158,14 @@ impl TaskDefinitions {
             .build();
         let (cpu, memory) = fargate_size(None, None);
         let main = ContainerDefinition::builder()
-            .name(container_name)
+            .name(ENV_CONTAINER)
             .image(image)
             .essential(true)
             // A soft limit: the job's own size (a task override) bounds the task.
             .memory_reservation(256)
             .user("0")
             .entry_point(format!("{VOLUME_PATH}/agenteval"))
+            .set_command(Some(SERVE.iter().map(|s| s.to_string()).collect()))
             .depends_on(
                 ContainerDependency::builder()
                     .container_name(INIT_CONTAINER)
@@ -182,7 +186,6 @@ impl TaskDefinitions {
             .requires_compatibilities(Compatibility::Fargate)
             .cpu(cpu.to_string())
             .memory(memory.to_string())
-            .set_task_role_arn(base.task_role.clone())
             .set_execution_role_arn(base.execution_role.clone())
             .volumes(Volume::builder().name(VOLUME).build())
             .container_definitions(init)

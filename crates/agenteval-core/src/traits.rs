@@ -121,6 +121,11 @@ pub trait Resolver: Send + Sync {
     ) -> Result<std::sync::Arc<dyn Environment>> {
         Err(crate::Error::invalid(format!("no `{}` environments here", kind.as_str())))
     }
+    /// The environments of a job whose tasks run in their own images on `config`'s backend
+    /// ([`BackendKind::image_environments`]). The default has none.
+    async fn image_environments(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn Environment>> {
+        Err(crate::Error::invalid(format!("no environments for backend `{}` here", config.backend.id)))
+    }
     /// The model gateway a worker runs for agents whose calls go through one (`agent.upstream`,
     /// and the `llm` agent's model), forwarding to `upstream` with the keys fetched for it:
     /// `(endpoint, key)`. The default has none (`None`).
@@ -371,6 +376,12 @@ pub trait BackendKind: Send + Sync {
     async fn preflight(&self, config: &RunConfig, secrets: &[(String, String)]) -> Result<()> {
         let _ = (config, secrets);
         Ok(())
+    }
+    /// For a worker of a job whose tasks run in their own images (`JobSpec::image`), where
+    /// their environments are made: on ECS, an ECS task of the image each, driven over a link.
+    /// The default has none.
+    async fn image_environments(&self, config: &RunConfig) -> Result<std::sync::Arc<dyn Environment>> {
+        Err(crate::Error::invalid(format!("backend `{}` runs no tasks in their own images", config.backend.id)))
     }
 }
 

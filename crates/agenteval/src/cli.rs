@@ -576,6 +576,11 @@ pub enum EnvCommand {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
         command: Vec<String>,
     },
+    /// Serve this container as a task's environment to the worker that launched it, over the
+    /// link `AGENTEVAL_ENVLINK_DIAL`, `_ID` and `_TOKEN` name (started by a fleet's environment
+    /// task, not by people).
+    #[command(hide = true)]
+    Serve,
 }
 
 #[derive(Debug, Subcommand)]

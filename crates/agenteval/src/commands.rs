@@ -132,6 +132,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Env { command: EnvCommand::Exec { timeout, workdir, command } } => {
             env_exec(timeout, workdir, &command)
         }
+        Command::Env { command: EnvCommand::Serve } => env_serve().await,
     }
 }
 
@@ -774,6 +775,26 @@ async fn index_rebuild(bundles: &str, args: &IndexArgs, json: bool) -> Result<u8
         );
     }
     Ok(if rebuilt.skipped.is_empty() { exit::OK } else { exit::FAILED })
+}
+
+/// `env serve`: this container (a task's image, on a fleet) served as the task's environment to
+/// the worker that launched it. The link's token is this process's only secret: it makes itself
+/// non-dumpable first, so the agent's commands (root here too) cannot read it from its memory or
+/// `/proc/PID/environ`, and its commands get only their own variables.
+async fn env_serve() -> Result<u8, Failure> {
+    agenteval_engine::isolation::reap::close_to_same_user();
+    agenteval_engine::isolation::reap::own_descendants();
+    let var = |name: &str| {
+        std::env::var(name).map_err(|_| Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!("`env serve` is started by a fleet's environment task, which sets {name}"),
+        })
+    };
+    let (dial, id, token) =
+        (var(agenteval_envlink::DIAL_ENV)?, var(agenteval_envlink::ID_ENV)?, var(agenteval_envlink::TOKEN_ENV)?);
+    let here = Arc::new(agenteval_engine::environments::here::HereEnvironment::new());
+    agenteval_envlink::dial_and_serve(&dial, &id, &token, here).await?;
+    Ok(exit::OK)
 }
 
 async fn worker(job: &str, telemetry: &Telemetry) -> u8 {

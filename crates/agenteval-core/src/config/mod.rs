@@ -295,6 +295,60 @@ pub struct AwsConfig {
     /// (`agenteval images build --push` puts them there; docs/aws.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_repository: Option<String>,
+    /// The security groups of the tasks' environments, one set per network mode: each task's
+    /// environment runs as an ECS task of its own on its mode's groups (docs/aws.md).
+    #[serde(default, skip_serializing_if = "EnvironmentGroups::is_empty")]
+    pub environment_security_groups: EnvironmentGroups,
+}
+
+/// `aws.environment_security_groups`: what a task's environment may reach, per its network
+/// mode. `no_network` reaches the worker (its model gateway and link) only; `allowlist` that
+/// and the worker's egress proxy; `public` the internet too. The stack makes all three.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct EnvironmentGroups {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_network: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowlist: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public: Vec<String>,
+}
+
+impl EnvironmentGroups {
+    pub fn is_empty(&self) -> bool {
+        self.no_network.is_empty() && self.allowlist.is_empty() && self.public.is_empty()
+    }
+
+    /// The groups of a network mode, with the field that names them.
+    pub fn of(&self, reach: Reach) -> (&[String], &'static str) {
+        match reach {
+            Reach::NoNetwork => (&self.no_network, "aws.environment_security_groups.no_network"),
+            Reach::Allowlist => (&self.allowlist, "aws.environment_security_groups.allowlist"),
+            Reach::Public => (&self.public, "aws.environment_security_groups.public"),
+        }
+    }
+}
+
+/// What a task's environment may reach: nothing but the worker, some hosts through its egress
+/// proxy, or the internet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    NoNetwork,
+    Allowlist,
+    Public,
+}
+
+impl Reach {
+    pub fn of(spec: &crate::environment::EnvSpec) -> Reach {
+        if spec.network {
+            Reach::Public
+        } else if !spec.allowed_hosts.is_empty() {
+            Reach::Allowlist
+        } else {
+            Reach::NoNetwork
+        }
+    }
 }
 
 impl Default for AwsConfig {
@@ -315,6 +369,7 @@ impl Default for AwsConfig {
             poll_seconds: default_poll(),
             index_retention_days: None,
             image_repository: None,
+            environment_security_groups: EnvironmentGroups::default(),
         }
     }
 }

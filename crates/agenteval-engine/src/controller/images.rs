@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use agenteval_core::config::{EnvironmentKind, RunConfig, VerifyIn};
+use agenteval_core::config::{EnvironmentKind, RunConfig};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::{CloudBackend, Resolver};
 use agenteval_core::{Error, Result};
@@ -26,11 +26,6 @@ pub(super) async fn prepare(
     backend: &dyn CloudBackend,
     tasks: &mut [TaskSpec],
 ) -> Result<Packed> {
-    if config.environment.verify_in == VerifyIn::Fresh {
-        return Err(Error::invalid(
-            "environment.verify_in: fresh needs a second container for the tests, and on this backend a task's environment is the worker's own container: use verify_in: same (the default)",
-        ));
-    }
     // An installed agent's tasks run in their image's agent layer, pushed beside it.
     // (A setup that needs secrets installs in the task's container instead.)
     let layer = crate::agents::installed::layer::Layer::of(&config.agent)

@@ -192,7 +192,7 @@ impl Environment for HereEnvironment {
         };
         let mut notes = vec![];
         if let Some(image) = &spec.image {
-            notes.push(format!("image {image}, the worker's own container"));
+            notes.push(format!("image {image}, this container's own"));
         }
         // The working folder is copied and restored whole: it cannot be the root, or hold the
         // worker's own state.
@@ -368,6 +368,19 @@ mod tests {
         std::fs::create_dir_all(&work).unwrap();
         std::fs::write(work.join("seed.txt"), "hello\n").unwrap();
         let env = HereEnvironment::rooted(root.path().to_path_buf(), work);
+        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default()).await;
+    }
+
+    #[tokio::test]
+    async fn the_here_environment_served_over_a_link_passes_the_environment_suite() {
+        // As a fleet's environment task serves it (`agenteval env serve`) to its worker.
+        let root = tempfile::tempdir().unwrap();
+        let workdir = root.path().join("app");
+        std::fs::create_dir_all(&workdir).unwrap();
+        std::fs::write(workdir.join("seed.txt"), "hello").unwrap();
+        let here = std::sync::Arc::new(HereEnvironment::rooted(root.path().to_path_buf(), workdir));
+        let launcher = std::sync::Arc::new(agenteval_envlink::testing::InProcess::new(here).await);
+        let env = agenteval_envlink::LinkedEnvironment::new(launcher);
         agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default()).await;
     }
 

@@ -36,10 +36,9 @@ pub(super) struct Ctx {
     pub(super) judge_secrets: Vec<(String, Secret)>,
     /// Where the tasks' agents act, for a run whose tasks have environments.
     pub(super) environment: Option<Arc<dyn Environment>>,
-    /// The container this worker runs in, when it is the tasks' environment (a job with an
-    /// `image`): its tasks run one after another, and a task that changed it beyond what a
-    /// reset puts back ends the job early.
-    pub(super) here: Option<Arc<crate::environments::here::HereEnvironment>>,
+    /// The job's tasks run in their own image on a fleet (a job with an `image`): each
+    /// environment is launched there, the image already holding an installed agent's layer.
+    pub(super) in_task_images: bool,
     /// The environments this worker has prepared and not yet torn down (a cancelled job tears
     /// them down on its way out).
     pub(super) live: std::sync::Mutex<Vec<EnvSession>>,

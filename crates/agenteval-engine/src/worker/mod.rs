@@ -75,31 +75,14 @@ pub async fn run_job(
         "job started"
     );
     let cancel = cancel.shared();
-    // Tasks that share this container as their environment take turns in it.
-    let parallel = if ctx.here.is_some() { 1 } else { ctx.config.backend.tasks_in_parallel.max(1) as usize };
+    let parallel = ctx.config.backend.tasks_in_parallel.max(1) as usize;
     let code = async {
         let mut tasks = futures::stream::iter(ctx.job.tasks.iter())
             .map(|task| process_task(&ctx, act.as_ref(), task, cancel.clone()))
             .buffer_unordered(parallel);
-        let mut done_n = 0;
         while let Some(done) = tasks.next().await {
             if let Err(code) = done {
                 return code;
-            }
-            done_n += 1;
-            if let Some(here) = &ctx.here
-                && done_n < ctx.job.tasks.len()
-                && !here.tainted().is_empty()
-            {
-                let changed = here.tainted();
-                tracing::warn!(
-                    job = %ctx.job.job_id,
-                    "a task changed this container outside what is reset ({}{}): the job's {} other task(s) go back to the controller for a fresh container",
-                    changed.iter().take(3).cloned().collect::<Vec<_>>().join(", "),
-                    if changed.len() > 3 { format!(" and {} more", changed.len() - 3) } else { String::new() },
-                    ctx.job.tasks.len() - done_n
-                );
-                return worker_exit::HANDED_BACK;
             }
         }
         worker_exit::OK

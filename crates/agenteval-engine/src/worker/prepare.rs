@@ -44,7 +44,6 @@ pub(super) async fn prepare(ctx: &Ctx, plan: &Plan, task: &TaskSpec, at: &mut At
             task: task.clone(),
             attempt: ctx.job.attempt,
             spec: spec.clone(),
-            only_a_used_one: ctx.here.is_some() && plan.acts,
         }));
     }
     // An agent that does not act (patches made elsewhere) gets no environment of its own.
@@ -94,7 +93,7 @@ async fn prepare_with_agent(
     let layer = &plan.layer;
     // An installed agent's layer first: its time is the task's setup, not the agent's.
     let layered = match layer {
-        Some(layer) if ctx.here.is_none() => {
+        Some(layer) if !ctx.in_task_images => {
             let started = std::time::Instant::now();
             let made = agent_layer(ctx, task, spec, layer, at).await;
             setup_seconds = Some(started.elapsed().as_secs_f64());
@@ -109,9 +108,9 @@ async fn prepare_with_agent(
         }
         Err(e) => Err(e),
     };
-    // A fleet job in the task's own image has no image to layer: the install runs in the
-    // task's container itself, still as its setup.
-    if let (Some(layer), Some(_), Ok(s)) = (layer, &ctx.here, &prepared) {
+    // A fleet job in the task's own image has no image to layer: the image holds the layer, or
+    // the install runs in the task's container itself, still as its setup.
+    if let (Some(layer), true, Ok(s)) = (layer, ctx.in_task_images, &prepared) {
         let started = std::time::Instant::now();
         let span = tracing::info_span!("agent.setup", "agenteval.agent.layer" = %layer.name());
         let done = match &spec.agent_layer {
@@ -120,9 +119,9 @@ async fn prepare_with_agent(
         };
         setup_seconds = Some(started.elapsed().as_secs_f64());
         match done {
-            Ok(None) => at.say(format!("agent layer {}: this container's image is the layer", layer.name())),
+            Ok(None) => at.say(format!("agent layer {}: the environment's image is the layer", layer.name())),
             Ok(Some(out)) => at.say(format!(
-                "agent {} installed in this container in {:.1} s:\n{}",
+                "agent {} installed in the environment in {:.1} s:\n{}",
                 layer.name(),
                 started.elapsed().as_secs_f64(),
                 ctx.redactor.redact(out.trim_end())
@@ -172,19 +171,11 @@ pub(super) struct TaskFresh {
     pub task: TaskSpec,
     pub attempt: u32,
     pub spec: EnvSpec,
-    /// The worker runs in the task's own container (a fleet job of its image) and an agent acted
-    /// in it: there is no other container of the image to be had, and this one is not fresh.
-    pub only_a_used_one: bool,
 }
 
 #[async_trait]
 impl FreshEnvironment for TaskFresh {
     async fn make(&self) -> Result<EnvSession> {
-        if self.only_a_used_one {
-            return Err(Error::invalid(
-                "this fleet runs each job inside its task's own container, where the agent acted: there is no fresh one to grade in (grade a `predictions` run there, or run agents on the local backend)",
-            ));
-        }
         // The task's image as it is: never an installed agent's layer.
         let spec = EnvSpec { agent_layer: None, ..self.spec.clone() };
         let handle = self.env.prepare(&self.run, &self.task, self.attempt, &spec).await?;

@@ -88,15 +88,12 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
     }
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
-    let here = job.image.as_ref().map(|_| Arc::new(crate::environments::here::HereEnvironment::new()));
-    let environment = match &here {
-        Some(h) => {
-            // The agent's commands share this container, as root: they must not read this
-            // process's memory or environment (its AWS credentials' location).
-            let _ = nix::sys::prctl::set_dumpable(false);
-            Some(h.clone() as Arc<dyn Environment>)
-        }
-        None => crate::environments::open(&config, resolver).await?,
+    // A job of tasks in their own images: each environment is launched by the backend, apart
+    // from this worker (its credentials and keys stay here).
+    let in_task_images = job.image.is_some();
+    let environment = match in_task_images {
+        true => Some(resolver.image_environments(&config).await?),
+        false => crate::environments::open(&config, resolver).await?,
     };
     let act = super::act::chosen(config.regrade.as_ref(), resolver).await?;
     let ctx = Ctx {
@@ -108,7 +105,7 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
         needs,
         judge_secrets,
         environment,
-        here,
+        in_task_images,
         live: std::sync::Mutex::new(Vec::new()),
         snapshots: Default::default(),
         _fetched_cassettes: fetched_cassettes,

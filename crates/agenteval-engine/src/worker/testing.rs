@@ -53,7 +53,7 @@ pub(super) fn ctx(body: &str, env: Option<Arc<dyn Environment>>) -> (Ctx, tempfi
         journal: None,
         judge_secrets: vec![],
         environment: env,
-        here: None,
+        in_task_images: false,
         live: Default::default(),
         snapshots: Default::default(),
         _fetched_cassettes: None,

@@ -161,6 +161,10 @@ impl Resolver for Wiring {
             .ok_or_else(|| Error::invalid(format!("this build has no `{}` environments", kind.as_str())))
     }
 
+    async fn image_environments(&self, cfg: &RunConfig) -> Result<Arc<dyn Environment>> {
+        self.kind(cfg)?.image_environments(cfg).await
+    }
+
     async fn gateway(
         &self,
         upstream: &agenteval_core::config::Upstream,

@@ -21,6 +21,8 @@ struct Aws {
     cluster: String,
     subnet: String,
     security_group: String,
+    /// The environments' security groups: (no network, public).
+    env_groups: (String, String),
     task_definition: String,
     harnesses: Vec<Child>,
 }
@@ -67,6 +69,10 @@ impl Aws {
             cluster,
             subnet: v["subnet"].as_str().unwrap().into(),
             security_group: v["security_group"].as_str().unwrap().into(),
+            env_groups: (
+                v["environment_groups"]["no_network"].as_str().unwrap().into(),
+                v["environment_groups"]["public"].as_str().unwrap().into(),
+            ),
             task_definition: v["task_definition"].as_str().unwrap().into(),
             harnesses: vec![],
         }
@@ -158,6 +164,9 @@ aws:
   task_definition: {td}
   subnets: [{subnet}]
   security_groups: [{sg}]
+  environment_security_groups:
+    no_network: [{no_network}]
+    public: [{public}]
   poll_seconds: 0.3
 "#,
                 bucket = self.bucket,
@@ -166,6 +175,8 @@ aws:
                 td = self.task_definition,
                 subnet = self.subnet,
                 sg = self.security_group,
+                no_network = self.env_groups.0,
+                public = self.env_groups.1,
             ),
         )
     }
@@ -1214,20 +1225,19 @@ fn image_task(root: &Path, id: &str, marker: &str, also: &str) {
 
 /// Harbor tasks on the fleet, each in its own image: two folders (three tasks) make two images,
 /// which `agenteval images build --push` puts in a registry; until then `submit` refuses (exit
-/// 2, naming both, nothing created). Then every task runs as an ECS task of its own image (the
-/// worker entering it from the init container), two tasks of one image are one job (the second
-/// handed back to a fresh container when the first changed a program outside its folder),
-/// each image's task definition is registered once (a second run registers nothing), the
-/// result names the image, the bundle validates and holds each patch, and an agent that does
-/// nothing passes nothing.
+/// 2, naming both, nothing created). Then every task's environment is an ECS task of its own
+/// image (the server arriving from the init container, dialing its worker back), two tasks of
+/// one image are one job, each in an environment of its own (the first one's planted program
+/// never reaches the second), each image's task definition is registered once (a second run
+/// registers nothing), the result names the image, the bundle validates and holds each patch,
+/// and an agent that does nothing passes nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry() {
     let tag = image();
     let reg = registry();
     let mut aws = Aws::new(&[], true).await;
     let tasks = aws.ws.path().join("tasks");
-    // alpha-1 also leaves a program behind outside its folder: the container cannot be put
-    // back, so alpha-2 is handed back to a fresh one.
+    // alpha-1 also leaves a program behind outside its folder, in its own environment only.
     image_task(
         &tasks,
         "alpha-1",
@@ -1283,7 +1293,7 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     let per_image = f["images"].as_object().unwrap();
     assert_eq!(per_image.len(), 2, "two images ran: {f}");
     assert_eq!(per_image.get(&beta_pinned).and_then(|n| n.as_u64()), Some(1), "{f}");
-    // alpha's two tasks were one job; alpha-1 tainted its container, so alpha-2 ran in a second.
+    // alpha's two tasks were one job, each in an environment of its own.
     assert_eq!(per_image.values().map(|n| n.as_u64().unwrap()).sum::<u64>(), 3, "{f}");
     assert!(f["pulls"].as_array().unwrap().iter().any(|p| p["image"] == beta_pinned.as_str()), "beta was pulled: {f}");
     // The figure the issue asks for (the benchmark's note quotes it): how long a container of a
@@ -1324,9 +1334,11 @@ async fn harbor_tasks_on_the_fleet_run_each_in_its_own_image_from_the_registry()
     let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
     let attempt =
         |id: &str| shown["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == id).unwrap()["attempt"].clone();
-    assert_eq!((attempt("alpha-1"), attempt("alpha-2")), (1.into(), 2.into()), "alpha-2 was handed back: {shown}");
+    // Each task had an environment of its own: alpha-1's planted program never reached alpha-2.
+    assert_eq!((attempt("alpha-1"), attempt("alpha-2")), (1.into(), 1.into()), "{shown}");
     let log = get(format!("team/runs/{run}/tasks/alpha-1/worker.log")).await;
     assert!(log.contains("/usr/local/bin/pytest"), "the change is named in alpha-1's log: {log}");
+    assert!(log.contains("environment: ECS task") && log.contains("no_network"), "{log}");
     let out = aws.run(&["validate-bundle", &bundle]);
     assert!(out.status.success(), "{}{}", text(&out.stdout), text(&out.stderr));
     // This test's images' task definitions (other tests share the emulator's account).
@@ -1408,7 +1420,7 @@ async fn an_installed_agent_runs_in_its_agent_layer_pushed_beside_the_task_image
     let o = clients.s3.get_object().bucket(&aws.bucket).key(&pack).send().await.unwrap();
     let files = agenteval_core::taskpack::unpack(&o.body.collect().await.unwrap().into_bytes(), &pack).unwrap();
     let log = String::from_utf8(files.get("worker.log").unwrap().to_vec()).unwrap();
-    assert!(log.contains("this container's image is the layer"), "{log}");
+    assert!(log.contains("the environment's image is the layer"), "{log}");
     let r: serde_json::Value = serde_json::from_slice(files.get("result.json").unwrap()).unwrap();
     assert_eq!(r["image"].as_str(), Some(layer.as_str()), "{r}");
 }
