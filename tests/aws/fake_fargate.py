@@ -25,8 +25,8 @@ init container would have copied it. An image not on this engine is pulled first
 registry on this machine). The stats count such tasks per image and record how long each took
 to start (pull and init).
 
-Networks, as the task's security groups say. The cluster is one VPC: an internal bridge whose
-containers cannot reach each other, nor this machine but on the workers' ports (47600-47699,
+Networks, as the task's security groups say. The machine is one VPC: an internal bridge (shared by
+every stand-in, kept) whose containers cannot reach each other, nor this machine but on the workers' ports (47600-47699,
 the same firewall rule the docker environments use), nor the internet. Every task runs on its
 ENI's security groups (read back from the emulator's EC2): a group whose egress allows
 0.0.0.0/0 also puts the container on a bridge with a route out. Workers (processes on this
@@ -66,24 +66,27 @@ def close_host():
             subprocess.run(["iptables", "-w", "-I", rule[0], "1"] + rule[1:], check=True)
 
 
-def bridge(name, internal):
+def bridge(name, iface, internal):
     """A bridge of agenteval's (its interface named `agenteval…`, so the firewall rule holds it)
-    whose containers cannot reach each other; its address on this machine."""
-    iface = "agenteval" + hashlib.sha256(name.encode()).hexdigest()[:6]
+    whose containers cannot reach each other, shared by every stand-in on this machine (as one
+    VPC holds every task) and kept, as the docker environments keep theirs; its address here."""
     if quiet(["docker", "network", "inspect", name]).returncode != 0:
         argv = ["docker", "network", "create", "-o", "com.docker.network.bridge.enable_icc=false",
-                "-o", f"com.docker.network.bridge.name={iface}", "--label", "agenteval.fake-fargate=1"]
-        subprocess.run(argv + (["--internal"] if internal else []) + [name], stdout=subprocess.DEVNULL, check=True)
+                "-o", f"com.docker.network.bridge.name={iface}"]
+        made = subprocess.run(argv + (["--internal"] if internal else []) + [name], capture_output=True, text=True)
+        # Another stand-in may have made it first.
+        if made.returncode != 0 and quiet(["docker", "network", "inspect", name]).returncode != 0:
+            raise RuntimeError(f"docker network create {name}: {made.stderr.strip()}")
     out = subprocess.run(["docker", "network", "inspect", "-f", "{{(index .IPAM.Config 0).Gateway}}", name],
                          capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
 def metadata_server(address):
-    """The ECS task metadata endpoint (v4) of every task: its network's address."""
+    """The ECS task metadata endpoint (v4) of every task: its network's address (`address()`)."""
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps({"Networks": [{"NetworkMode": "awsvpc", "IPv4Addresses": [address]}]}).encode()
+            body = json.dumps({"Networks": [{"NetworkMode": "awsvpc", "IPv4Addresses": [address()]}]}).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -128,12 +131,16 @@ def main():
         "AWS_EC2_METADATA_DISABLED": "true",
     }
     ec2 = boto3.client("ec2", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
-    close_host()
-    scope = a.cluster or "all"
-    vpc = f"fake-fargate-vpc-{scope}"
-    internet = f"fake-fargate-net-{scope}"
-    vpc_address = bridge(vpc, internal=True)
-    bridge(internet, internal=False)
+    # The VPC's networks, made when a task first needs them (most runs have no environments).
+    vpc, internet = "fake-fargate-vpc", "fake-fargate-net"
+    networks = {}
+
+    def vpc_address():
+        if not networks:
+            close_host()
+            networks["vpc"] = bridge(vpc, "agenteval-fvpc", internal=True)
+            bridge(internet, "agenteval-fnet", internal=False)
+        return networks["vpc"]
     metadata_port = metadata_server(vpc_address)
     seen = set()
     running = {}  # arn -> (process, stop_requested_at)
@@ -192,6 +199,7 @@ def main():
         stats["ready_seconds"].append(round(time.time() - t0, 3))
         stats["images"][image] = stats["images"].get(image, 0) + 1
         name = container(arn)
+        vpc_address()
         argv = ["docker", "create", "--name", name, "--network", vpc, "--entrypoint", main["entryPoint"][0]] + binary
         overrides = t["overrides"]
         if overrides.get("cpu"):
@@ -332,8 +340,6 @@ def main():
             os.killpg(proc.pid, signal.SIGKILL)
     for vol in volumes.values():
         quiet(["docker", "volume", "rm", "-f", vol])
-    for net in (vpc, internet):
-        quiet(["docker", "network", "rm", net])
     return 0
 
 

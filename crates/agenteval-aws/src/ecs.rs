@@ -301,7 +301,7 @@ impl CloudBackend for EcsBackend {
         let mut container = self.container_override(job);
         if let Some(image) = &job.image {
             let def = self.task_defs.for_image(&self.clients, &s.task_definition, image).await?;
-            let var = KeyValuePair::builder().name(crate::env_tasks::TASK_DEFINITION_ENV).value(def).build();
+            let var = KeyValuePair::builder().name(crate::task_images::TASK_DEFINITION_ENV).value(def).build();
             container.environment.get_or_insert_with(Vec::new).push(var);
         }
         let overrides = TaskOverride::builder().container_overrides(container).build();

@@ -21,11 +21,8 @@ use aws_sdk_ecs::types::{
 };
 
 use crate::sdk::{AwsClients, classify, unparsed_success};
-use crate::task_images::{ENV_CONTAINER, fargate_size};
+use crate::task_images::{ENV_CONTAINER, TASK_DEFINITION_ENV, fargate_size};
 
-/// The variable that names, to a worker, its job's environment task definition (set by the
-/// backend that launched it).
-pub const TASK_DEFINITION_ENV: &str = "AGENTEVAL_ENV_TASK_DEFINITION";
 /// How long an environment may take to start (its image pulled) and dial in.
 const READY: Duration = Duration::from_secs(900);
 /// How often a launch not yet dialed in is looked at (a task that stopped fails it at once).
@@ -186,6 +183,14 @@ impl Launcher for EnvTasks {
             return Err(Error::invalid(format!(
                 "task {}'s environment needs {field}: set it to the security groups its network mode may use (the stack's outputs name them)",
                 task.id
+            )));
+        }
+        if !spec.sidecars.is_empty() || !spec.volumes.is_empty() {
+            let services: Vec<&str> = spec.sidecars.iter().map(|s| s.name.as_str()).collect();
+            return Err(Error::invalid(format!(
+                "task {}'s environment has services beside its own ({}) or named volumes: the fleet does not run a compose task's other containers yet; run it on the local backend",
+                task.id,
+                if services.is_empty() { "none".to_string() } else { services.join(", ") }
             )));
         }
         if reach == Reach::Allowlist {

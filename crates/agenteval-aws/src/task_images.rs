@@ -23,6 +23,9 @@ pub const WORKER_IN_IMAGE: &str = "/usr/local/bin/agenteval";
 pub const VOLUME_PATH: &str = "/agenteval";
 const VOLUME: &str = "agenteval-worker";
 pub const INIT_CONTAINER: &str = "agenteval-init";
+/// The variable that names, to a worker, its job's environment task definition (set by the
+/// backend that launched it).
+pub const TASK_DEFINITION_ENV: &str = "AGENTEVAL_ENV_TASK_DEFINITION";
 /// The container of the task's image, which serves the environment.
 pub const ENV_CONTAINER: &str = "environment";
 /// The variable that tells the worker which image it runs in (recorded in each task's log).

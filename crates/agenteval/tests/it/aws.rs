@@ -28,8 +28,18 @@ struct Aws {
 }
 
 impl Drop for Aws {
+    /// The stand-ins are asked to stop (they remove the containers and networks they made), and
+    /// killed if they take longer than a few seconds.
     fn drop(&mut self) {
         for h in &mut self.harnesses {
+            let pid = nix::unistd::Pid::from_raw(h.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for h in &mut self.harnesses {
+            while h.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             let _ = h.kill();
             let _ = h.wait();
         }
@@ -1481,4 +1491,151 @@ async fn swebench_predictions_are_graded_on_the_fleet_in_each_instances_image() 
     let image =
         gold.pointer("/result/image").or_else(|| gold.get("image")).and_then(|i| i.as_str()).unwrap_or_default();
     assert!(image.contains("swebench-calc"), "{gold}");
+}
+
+/// SWE-bench with an acting agent on the fleet: the `llm` agent (the mock, scripted to fix one
+/// instance) acts in an ECS task of the instance's image, and its patch is graded in a second,
+/// fresh one, as the local backend grades it (`swebench.rs`: the same two verdicts); the
+/// tests never see the container the agent acted in.
+#[tokio::test(flavor = "multi_thread")]
+async fn swebench_with_an_acting_agent_is_graded_on_the_fleet_in_a_fresh_environment() {
+    use crate::util::swebench::{instance_image, row, write_jsonl};
+    let reg = registry();
+    let secret = emulator::unique("openai");
+    let mut aws = Aws::new(&[(&secret, "sk-test-not-a-real-key-000000000000")], true).await;
+    let (local, base) = instance_image();
+    let remote = format!("127.0.0.1:{}/swebench-calc:1", reg.port);
+    assert!(docker(&["tag", &local, &remote]).status.success());
+    let pushed = docker(&["push", &remote]);
+    assert!(pushed.status.success(), "{}", text(&pushed.stderr));
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let rows = [
+        row("calc-agent", "`add` subtracts; make it add. FIX_CALC", &remote, &base),
+        row("calc-idle", "`add` subtracts; make it add.", &remote, &base),
+    ];
+    write_jsonl(&aws.ws, "dataset.jsonl", &rows);
+    let body = format!(
+        "benchmark:\n  kind: swebench\n  dataset: dataset.jsonl\nagent:\n  kind: llm\n  model: openai:gpt-4o-mini\n  base_url: {}\n  secrets: {{OPENAI_API_KEY: {secret}}}\n  tools: []\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n",
+        mock.base_url()
+    );
+    let cfg = aws.config("swebench-agent", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: 127.0.0.1:{}/agenteval-envs\n", reg.port));
+    std::fs::write(&cfg, yaml).unwrap();
+    aws.fargate(0);
+    let (v, code) =
+        aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "backend.tasks_per_job=1"]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let (agent, _) = aws.json(&["show", &run, "calc-agent", "--json", "--backend", "aws"]);
+    assert_eq!(agent["result"]["passed"], true, "{agent}");
+    let (idle, _) = aws.json(&["show", &run, "calc-idle", "--json", "--backend", "aws"]);
+    assert_eq!(idle["result"]["passed"], false, "{idle}");
+    assert!(idle.to_string().contains("empty patch"), "{idle}");
+    // The eval script says which container it ran in: a fresh one, never the agent's.
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let pack = format!("team/runs/{run}/tasks/calc-agent.tar.gz");
+    let o = clients.s3.get_object().bucket(&aws.bucket).key(&pack).send().await.unwrap();
+    let files = agenteval_core::taskpack::unpack(&o.body.collect().await.unwrap().into_bytes(), &pack).unwrap();
+    let log = String::from_utf8_lossy(files.get("artifacts/swebench/test_output.txt").unwrap()).into_owned();
+    assert!(log.contains("FRESH-CONTAINER") && !log.contains("AGENT-CONTAINER"), "{log}");
+    // Each instance had an environment task its agent acted in, and calc-agent a second, fresh,
+    // to be graded in (an empty patch is not run, as the harness does not run one).
+    let started_by = format!("env-{}", run.replace('-', ""));
+    let envs = clients.ecs.list_tasks().cluster(&aws.cluster).started_by(&started_by).desired_status("STOPPED".into());
+    let envs = envs.send().await.unwrap();
+    assert_eq!(envs.task_arns().len(), 3, "{envs:?}");
+}
+
+/// A hostile agent on the fleet, root in its container under `no-network`, with the gateway in
+/// front of a real key: it finds its worker (the link's connection is in its network
+/// namespace's table) but reaches nothing of it but the workers' ports, not the emulator (the
+/// AWS APIs) on the worker's address or its own, no credentials endpoint, no metadata; and no
+/// key, credential or link token is in any environment it can read. Each finding is one line
+/// of the file it leaves, read back from its patch.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hostile_agent_on_the_fleet_reaches_only_the_gateway_and_finds_no_key_or_credentials() {
+    const KEY: &str = "sk-fleet-PROVIDER-KEY-7f21c";
+    let reg = registry();
+    let secret = emulator::unique("openai");
+    let mut aws = Aws::new(&[(&secret, KEY)], true).await;
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let moto_port = aws.endpoint.rsplit(':').next().unwrap().trim_end_matches('/').to_string();
+    let t = aws.ws.path().join("tasks/probe");
+    for d in ["environment", "tests"] {
+        std::fs::create_dir_all(t.join(d)).unwrap();
+    }
+    std::fs::write(t.join("instruction.md"), "Look around.\n").unwrap();
+    std::fs::write(t.join("task.toml"), "version = \"1.0\"\n[environment]\nnetwork_mode = \"no-network\"\n").unwrap();
+    std::fs::write(
+        t.join("environment/Dockerfile"),
+        "FROM debian:bookworm-slim\nCOPY probe.sh /probe.sh\nWORKDIR /app\n",
+    )
+    .unwrap();
+    std::fs::write(
+        t.join("environment/probe.sh"),
+        format!(
+            r#"#!/bin/bash
+out=/app/findings.txt
+: > "$out"
+try() {{ if timeout 3 bash -c "echo > /dev/tcp/$2/$3" 2>/dev/null; then echo "$1: reached" >> "$out"; else echo "$1: refused" >> "$out"; fi; }}
+# The worker this environment's server dialed, from the namespace's connection table.
+rem=$(awk 'NR>1 && $4=="01" {{print $3; exit}}' /proc/net/tcp)
+hexip=${{rem%:*}}; port=$((16#${{rem#*:}}))
+ip=$((16#${{hexip:6:2}})).$((16#${{hexip:4:2}})).$((16#${{hexip:2:2}})).$((16#${{hexip:0:2}}))
+try worker-link "$ip" "$port"
+try emulator-on-worker "$ip" {moto_port}
+try emulator-loopback 127.0.0.1 {moto_port}
+try credentials-endpoint 169.254.170.2 80
+try metadata-endpoint 169.254.169.254 80
+gw=${{OPENAI_BASE_URL#http://}}; gw=${{gw%%/*}}
+try gateway "${{gw%:*}}" "${{gw#*:}}"
+if grep -qs -e {KEY} -e AWS_SECRET_ACCESS_KEY -e AWS_CONTAINER_CREDENTIALS -e AGENTEVAL_ENVLINK_TOKEN /proc/[0-9]*/environ; then
+  echo "secrets: found" >> "$out"; else echo "secrets: none" >> "$out"; fi
+[ "$OPENAI_API_KEY" = {KEY} ] && echo "key: given" >> "$out"
+exit 0
+"#
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        t.join("tests/test.sh"),
+        "#!/bin/bash\nmkdir -p /logs/verifier\nif [ -s /app/findings.txt ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n",
+    )
+    .unwrap();
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n  command: bash /probe.sh\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: {secret}}}\n  limits:\n    max_wall_seconds: 120\nenvironment:\n  base_image: agenteval-local/debian:bookworm\n",
+        aws.ws.path().join("tasks").display(),
+        mock.base_url()
+    );
+    let cfg = aws.config("hostile", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg.to_str().unwrap(), "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    aws.fargate(0);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!((v["summary"]["passed"].as_u64(), code), (Some(1), 0), "{v}");
+    let run = v["run_id"].as_str().unwrap();
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let pack = format!("team/runs/{run}/tasks/probe.tar.gz");
+    let o = clients.s3.get_object().bucket(&aws.bucket).key(&pack).send().await.unwrap();
+    let files = agenteval_core::taskpack::unpack(&o.body.collect().await.unwrap().into_bytes(), &pack).unwrap();
+    let patch = String::from_utf8_lossy(files.get("artifacts/patch.diff").expect("the findings' patch")).into_owned();
+    let found: Vec<&str> = patch.lines().filter_map(|l| l.strip_prefix('+')).filter(|l| l.contains(": ")).collect();
+    assert_eq!(
+        found,
+        [
+            "worker-link: reached",
+            "emulator-on-worker: refused",
+            "emulator-loopback: refused",
+            "credentials-endpoint: refused",
+            "metadata-endpoint: refused",
+            "gateway: reached",
+            "secrets: none",
+        ],
+        "{patch}"
+    );
 }
