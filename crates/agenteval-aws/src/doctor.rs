@@ -34,6 +34,8 @@ pub struct DoctorInput {
     pub secrets: Vec<String>,
     /// `aws.image_repository`, when the run's tasks have images.
     pub image_repository: Option<String>,
+    /// `aws.environment_security_groups`, when the run's tasks have environments (checked then).
+    pub environment_groups: Option<agenteval_core::config::EnvironmentGroups>,
 }
 
 pub use agenteval_core::traits::Check;
@@ -159,9 +161,99 @@ pub async fn run_checks(clients: Arc<AwsClients>, input: &DoctorInput) -> Vec<Ch
         };
         out.push(check(format!("image repository {repo}"), r));
     }
+    if let Some(groups) = &input.environment_groups {
+        out.extend(environment_groups(&clients, groups, &input.security_groups).await);
+    }
     for name in &input.secrets {
         let r = clients.secrets.describe_secret().secret_id(name).send().await;
         out.push(check(format!("secret {name}"), r.map(|_| "exists".into()).map_err(failure)));
+    }
+    out
+}
+
+/// The workers' ports, where environments reach their worker (the gateway and the link).
+const WORKER_PORTS: (i32, i32) = (47600, 47699);
+
+/// One check per network mode's groups: each exists, a `no_network` one reaches no address
+/// beyond the workers' ports, and each reaches the workers' ports, which the workers' groups
+/// accept from it. A mode left unset is `no_network`'s failure (every task without a network
+/// needs it) and only said for the others.
+async fn environment_groups(
+    clients: &AwsClients,
+    groups: &agenteval_core::config::EnvironmentGroups,
+    workers: &[String],
+) -> Vec<Check> {
+    use agenteval_core::config::Reach;
+    let covers = |p: &aws_sdk_ec2::types::IpPermission| {
+        p.ip_protocol() == Some("-1")
+            || (p.ip_protocol() == Some("tcp")
+                && p.from_port().is_some_and(|f| f <= WORKER_PORTS.0)
+                && p.to_port().is_some_and(|t| t >= WORKER_PORTS.1))
+    };
+    let worker_groups = match clients.ec2.describe_security_groups().set_group_ids(Some(workers.to_vec())).send().await
+    {
+        Ok(o) => o.security_groups().to_vec(),
+        Err(_) => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for reach in [Reach::NoNetwork, Reach::Allowlist, Reach::Public] {
+        let (ids, field) = groups.of(reach);
+        let name = format!("environment groups {field}");
+        if ids.is_empty() {
+            out.push(if reach == Reach::NoNetwork {
+                check(
+                    name,
+                    Err("not set: tasks without a network have no groups to run on (the stack's outputs name them)"
+                        .into()),
+                )
+            } else {
+                check(name, Ok("not set: tasks of this network mode fail with the reason".into()))
+            });
+            continue;
+        }
+        let r = clients.ec2.describe_security_groups().set_group_ids(Some(ids.to_vec())).send().await;
+        let found = match r {
+            Ok(o) => o.security_groups().to_vec(),
+            Err(e) => {
+                out.push(check(name, Err(format!("{}: {}", ids.join(", "), failure(e)))));
+                continue;
+            }
+        };
+        let open = found.iter().flat_map(|g| g.ip_permissions_egress()).any(|p| {
+            p.ip_ranges().iter().any(|r| r.cidr_ip() == Some("0.0.0.0/0"))
+                || p.ipv6_ranges().iter().any(|r| r.cidr_ipv6() == Some("::/0"))
+        });
+        let to_workers = found.iter().flat_map(|g| g.ip_permissions_egress()).any(&covers);
+        let accepted = ids.iter().all(|id| {
+            worker_groups
+                .iter()
+                .flat_map(|g| g.ip_permissions())
+                .any(|p| covers(p) && p.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(id.as_str())))
+        });
+        let r = if reach != Reach::Public && open {
+            Err(format!("{}: allows egress to the internet, which a {field} task must not reach", ids.join(", ")))
+        } else if !to_workers {
+            Err(format!(
+                "{}: no egress to the workers' ports {}-{}: its tasks could not reach their worker",
+                ids.join(", "),
+                WORKER_PORTS.0,
+                WORKER_PORTS.1
+            ))
+        } else if !accepted {
+            Err(format!(
+                "{}: the workers' groups (aws.security_groups) accept no connection from it on {}-{}",
+                ids.join(", "),
+                WORKER_PORTS.0,
+                WORKER_PORTS.1
+            ))
+        } else {
+            Ok(format!(
+                "{}: reaches its worker's ports{}",
+                ids.join(", "),
+                if open { " and the internet" } else { " only" }
+            ))
+        };
+        out.push(check(name, r));
     }
     out
 }

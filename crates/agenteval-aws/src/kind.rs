@@ -148,6 +148,9 @@ impl BackendKind for EcsBackendKind {
             security_groups: a.security_groups.clone(),
             secrets: secrets.iter().map(|(name, _)| name.clone()).collect(),
             image_repository: a.image_repository.clone(),
+            // Tasks in their own images act in environment tasks, on these groups.
+            environment_groups: (a.image_repository.is_some() || !a.environment_security_groups.is_empty())
+                .then(|| a.environment_security_groups.clone()),
         };
         run_checks(clients, &input).await
     }

@@ -74,6 +74,8 @@ pub struct AwsClients {
     pub dynamodb: aws_sdk_dynamodb::Client,
     pub ecs: aws_sdk_ecs::Client,
     pub ecr: aws_sdk_ecr::Client,
+    /// `doctor`'s look at the security groups (nothing else calls EC2).
+    pub ec2: aws_sdk_ec2::Client,
     pub secrets: aws_sdk_secretsmanager::Client,
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
@@ -119,6 +121,7 @@ impl AwsClients {
             dynamodb: aws_sdk_dynamodb::Client::new(sdk),
             ecs: aws_sdk_ecs::Client::new(sdk),
             ecr: aws_sdk_ecr::Client::new(sdk),
+            ec2: aws_sdk_ec2::Client::new(sdk),
             secrets: aws_sdk_secretsmanager::Client::new(sdk),
             region: sdk.region().map(|r| r.to_string()),
             endpoint_url: endpoint,

@@ -650,6 +650,44 @@ async fn doctor_names_a_missing_task_definition_secret_and_bad_network() {
     assert_eq!(aws.ecs_tasks("RUNNING").await + aws.ecs_tasks("STOPPED").await, 0, "no ECS task was launched");
 }
 
+/// The environments' security groups, per network mode: doctor passes the ones the stack's shape
+/// makes (no network: the workers' ports only), and names a missing group and a no-network group
+/// that lets its tasks out, one failing line each, exit 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn doctor_checks_each_network_modes_security_groups_and_names_a_missing_one() {
+    let aws = Aws::new(&[], true).await;
+    let cfg = aws.config("aws-doctor-groups", TOY, &aws.endpoint.clone());
+    let out = aws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}{}", text(&out.stderr));
+    let line = shown.lines().find(|l| l.contains("environment_security_groups.no_network")).unwrap_or_default();
+    assert!(
+        line.starts_with("ok") && line.contains(&aws.env_groups.0) && line.contains("reaches its worker's ports only"),
+        "{shown}"
+    );
+    let out = aws.run(&[
+        "doctor",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "aws.environment_security_groups.public=[sg-00000000000dead01]",
+        "--set",
+        &format!("aws.environment_security_groups.no_network=[{}]", aws.env_groups.1),
+    ]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{shown}{}", text(&out.stderr));
+    let failed: Vec<&str> = shown.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(failed.len(), 2, "{shown}");
+    assert!(
+        failed.iter().any(|l| l.contains("environment_security_groups.public") && l.contains("sg-00000000000dead01")),
+        "{shown}"
+    );
+    assert!(
+        failed.iter().any(|l| l.contains("environment_security_groups.no_network") && l.contains("internet")),
+        "{shown}"
+    );
+}
+
 /// An endpoint nobody answers: one cause, said once, and nothing called "missing" that was
 /// never looked at.
 #[tokio::test(flavor = "multi_thread")]
