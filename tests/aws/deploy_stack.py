@@ -7,8 +7,8 @@ cluster, task definitions, roles and log group, and silently skips what it does 
   deploy_stack.py --endpoint URL --stack NAME --template FILE --param Key=Value ...
   deploy_stack.py --endpoint URL --stack NAME --delete
 
-Without Subnets/SecurityGroups parameters it uses the emulator's default VPC (its first subnet
-and a security group it makes); with --set-flags it prints only the stack's `SetFlags` output
+Without Subnets/SecurityGroups/VpcId parameters it uses the emulator's default VPC (its first
+subnet and a security group it makes); with --set-flags it prints only the stack's `SetFlags` output
 (docker/compose.yaml uses it so, for a laptop).
 """
 import argparse
@@ -38,10 +38,11 @@ def main():
         print(json.dumps({"status": status}))
         return
     given = dict(kv.split("=", 1) for kv in a.param)
-    if "Subnets" not in given or "SecurityGroups" not in given:
+    if "Subnets" not in given or "SecurityGroups" not in given or "VpcId" not in given:
         ec2 = boto3.client("ec2", **kw)
         subnet = ec2.describe_subnets()["Subnets"][0]
         given.setdefault("Subnets", subnet["SubnetId"])
+        given.setdefault("VpcId", subnet["VpcId"])
         if "SecurityGroups" not in given:
             sg = ec2.create_security_group(GroupName=f"{a.stack}-tasks", Description="agenteval tasks", VpcId=subnet["VpcId"])
             given["SecurityGroups"] = sg["GroupId"]

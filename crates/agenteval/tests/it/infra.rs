@@ -150,9 +150,17 @@ fn iam_is_least_privilege() {
     }
     // Who may do what.
     let worker = allowed(&t, "WorkerRole");
+    // Workers launch their tasks' environments only: the task images' definitions, with no role
+    // but the execution role.
+    let launch = statements(&t, "WorkerRole").into_iter().find(|s| s["Action"] == "ecs:RunTask").unwrap();
+    assert!(launch.to_string().contains("-worker-env-*:*") && !launch.to_string().contains("-worker:*"), "{launch}");
+    let pass = statements(&t, "WorkerRole").into_iter().find(|s| s["Action"] == "iam:PassRole").unwrap();
+    let passed: Vec<&str> =
+        pass["Resource"].as_array().unwrap().iter().map(|r| r["Fn::GetAtt"][0].as_str().unwrap()).collect();
+    assert_eq!(passed, ["ExecutionRole"], "an environment gets no task role");
     assert!(
-        worker.iter().all(|a| !a.starts_with("ecs:") && !a.starts_with("iam:")),
-        "workers launch nothing: {worker:?}"
+        !worker.iter().any(|a| a.starts_with("ecs:Register") || a.starts_with("ecs:DescribeTaskDefinition")),
+        "{worker:?}"
     );
     assert!(worker.contains(&"secretsmanager:GetSecretValue".to_string()), "workers read the listed secrets");
     let controller = allowed(&t, "ControllerRole");
