@@ -1677,3 +1677,65 @@ exit 0
         "{patch}"
     );
 }
+
+/// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
+/// tests, a timeout after the work, no reward, named rewards, `public`, a `separate` verifier,
+/// reward rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
+/// on the local backend and on the fleet, and every task gets the same outcome and rewards on
+/// both.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_fleet() {
+    crate::environments::docker_ready();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let tasks = aws.ws.path().join("tasks");
+    crate::harbor_rules::fleet_probes(&tasks);
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
+        tasks.display(),
+        crate::environments::BASE
+    );
+    let cfg = aws.config("probes", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let local = aws.ws.path().join("local-runs");
+    let index = format!("{}/index.sqlite", local.display());
+    let local_set =
+        ["--set", &format!("storage.bundle_root={}", local.display()), "--set", &format!("storage.index={index}")];
+    let mut args = vec!["submit", "--json", "--config", cfg, "--backend", "local"];
+    args.extend(local_set);
+    let (here, code) = aws.json(&args);
+    assert_eq!((here["status"].as_str(), code), (Some("complete"), 0), "{here}");
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    aws.fargate(0);
+    let (fleet, code) = aws.json(&["submit", "--json", "--config", cfg]);
+    assert_eq!((fleet["status"].as_str(), code), (Some("complete"), 0), "{fleet}");
+    // Each task's outcome, rewards, and whether it is unscored or counted apart (suspect).
+    let verdicts = |run: &str, place: [&str; 2]| -> std::collections::BTreeMap<String, String> {
+        let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", place[0], place[1]]);
+        let ids: Vec<String> =
+            shown["tasks"].as_array().unwrap().iter().map(|t| t["task_id"].as_str().unwrap().to_string()).collect();
+        ids.into_iter()
+            .map(|id| {
+                let (t, _) = aws.json(&["show", run, &id, "--json", place[0], place[1]]);
+                let r = &t["result"];
+                let verdict = format!(
+                    "{} {} unscored={} suspect={}",
+                    r["passed"],
+                    r["rewards"],
+                    r["unscored"],
+                    r["suspect"].is_array()
+                );
+                (id, verdict)
+            })
+            .collect()
+    };
+    let on_local = verdicts(here["run_id"].as_str().unwrap(), ["--index", &index]);
+    let on_fleet = verdicts(fleet["run_id"].as_str().unwrap(), ["--backend", "aws"]);
+    assert_eq!(on_local.len(), 13, "{on_local:?}");
+    assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
+}

@@ -32,6 +32,26 @@ const FAIL: &str = "echo 0 > /logs/verifier/reward.txt";
 const VERDICT: &str = "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
 
 fn probes(root: &Path) {
+    fleet_probes(root);
+    // The allowed host is a server of this test's in a container on Docker's default bridge (not
+    // this machine: the proxy reaches none of its addresses), on ports 80 and 8080.
+    // The list's ranges hold this machine's docker0 and loopback too: refused all the same.
+    let (ip, docker0) = (allowed_server(), docker0());
+    let range = ip.split('.').take(2).collect::<Vec<_>>().join(".");
+    task(
+        root,
+        "allowlist",
+        &format!(
+            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"{range}.0.0/16\", \"127.0.0.0/8\", \"{docker0}\"]\n"
+        ),
+        "true",
+        &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py {ip} {docker0}", ALLOWLIST_PROBE),
+    );
+}
+
+/// The probes but the allowlist (which the fleet does not run yet): every one of them runs on
+/// either backend (`aws.rs` runs them on both).
+pub(crate) fn fleet_probes(root: &Path) {
     task(
         root,
         "server",
@@ -56,20 +76,6 @@ fn probes(root: &Path) {
         "[environment]\nnetwork_mode = \"public\"\n",
         "true",
         &format!("ls /sys/class/net | grep -vqx lo {VERDICT}"),
-    );
-    // The allowed host is a server of this test's in a container on Docker's default bridge (not
-    // this machine: the proxy reaches none of its addresses), on ports 80 and 8080.
-    // The list's ranges hold this machine's docker0 and loopback too: refused all the same.
-    let (ip, docker0) = (allowed_server(), docker0());
-    let range = ip.split('.').take(2).collect::<Vec<_>>().join(".");
-    task(
-        root,
-        "allowlist",
-        &format!(
-            "[environment]\nnetwork_mode = \"allowlist\"\nallowed_hosts = [\"{range}.0.0/16\", \"127.0.0.0/8\", \"{docker0}\"]\n"
-        ),
-        "true",
-        &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py {ip} {docker0}", ALLOWLIST_PROBE),
     );
     task(
         root,
