@@ -217,9 +217,9 @@ pub struct JobSpec {
     /// Extra environment for the worker, set by the controller (e.g. trace context).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
-    /// The image every task of this job runs in, pinned by digest, on a backend that runs each
-    /// job in its tasks' own image (ECS): the worker runs inside a container of it, and that
-    /// container is the tasks' environment. `None`: the worker's own image.
+    /// The image every task of this job acts in, pinned by digest, on a backend that launches
+    /// each task's environment from its own image (ECS: an environment task of it, apart from
+    /// the worker). `None`: the worker makes its environments (`docker`, `workspace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 }
@@ -637,8 +637,8 @@ pub struct TaskResult {
     pub scores: Vec<EvaluatorScore>,
     pub started_at: DateTime<Utc>,
     pub finished_at: DateTime<Utc>,
-    /// The image the task's environment ran, pinned by digest, when the worker ran inside it
-    /// (a fleet job of the task's own image): what its agent and its tests saw.
+    /// The image the task's environment ran, pinned by digest, on a fleet that runs each task's
+    /// environment as a launch of its own image (ECS): what its agent and its tests saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     /// Files the agent changed outside its working folder that the task's tests then trusted

@@ -8,7 +8,14 @@
 //!    = 95 s and zero errors surfacing;
 //! 3. task images: 1,000 Harbor-like tasks over 10 images (an ECR repository in the emulator)
 //!    dispatched through the ECS backend in jobs of 10 tasks of one image: the ECS and ECR
-//!    calls per task, and the task definitions registered (target: 10, one per image).
+//!    calls per task, and the task definitions registered (target: 10, one per image);
+//! 4. environments on the Fargate stand-in with the Docker engine (`AGENTEVAL_BENCH_ONLY=
+//!    environments`, not in the default set): 50 Harbor tasks, each acting in an environment
+//!    task of its own (`docs/aws.md`), with the `nop` agent: per task, the time from the task's
+//!    start to its result (launching the environment task, its dial-in, the snapshot, the
+//!    tests, the patch, the stop: the layout's overhead, nothing of an agent's), median and
+//!    p95, next to the same tasks on the local backend's Docker environments; and the AWS calls
+//!    per task (controller and workers), through the counting proxy.
 //!
 //! Run with `cargo bench -p agenteval --bench aws`. `AGENTEVAL_BENCH_SCALE=0.1` shrinks both.
 
@@ -58,6 +65,8 @@ struct Setup {
     subnet: String,
     sg: String,
     td: String,
+    /// The environments' security groups: (no network, public).
+    env_groups: (String, String),
 }
 
 /// The ECS backend's settings for a cluster `setup` made, launching at `(burst, per second)`.
@@ -91,6 +100,10 @@ fn setup(endpoint: &str, cluster: &str, bucket: Option<&str>) -> Setup {
         subnet: v["subnet"].as_str().unwrap().into(),
         sg: v["security_group"].as_str().unwrap().into(),
         td: v["task_definition"].as_str().unwrap().into(),
+        env_groups: (
+            v["environment_groups"]["no_network"].as_str().unwrap().into(),
+            v["environment_groups"]["public"].as_str().unwrap().into(),
+        ),
     }
 }
 
@@ -249,6 +262,134 @@ async fn main() {
     if only.is_empty() || only == "images" {
         task_images(&endpoint, n(1000.0), 10).await;
     }
+    if only == "environments" {
+        environments(&endpoint, n(50.0), dir.path()).await;
+    }
+}
+
+/// Median and p95.
+fn quantiles(mut xs: Vec<f64>) -> (f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    let at = |q: f64| xs[((xs.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.95))
+}
+
+/// Each task's time from its start to its result, read back with `show`.
+fn task_seconds(run: &str, tasks: u64, place: &[&str]) -> Vec<f64> {
+    (0..tasks)
+        .map(|i| {
+            let out = Command::new(BIN)
+                .args(["show", run, &format!("t{i:03}"), "--json"])
+                .args(place)
+                .env("AWS_ACCESS_KEY_ID", "test")
+                .env("AWS_SECRET_ACCESS_KEY", "test")
+                .env("AWS_EC2_METADATA_DISABLED", "true")
+                .output()
+                .unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show --json");
+            let at = |k: &str| chrono::DateTime::parse_from_rfc3339(v["result"][k].as_str().unwrap()).unwrap();
+            (at("finished_at") - at("started_at")).as_seconds_f64()
+        })
+        .collect()
+}
+
+/// Section 4: the environment-task layout's per-task overhead on the stand-in, beside the local
+/// backend's Docker environments, and the AWS calls per task.
+async fn environments(endpoint: &str, tasks: u64, dir: &Path) {
+    let bucket = emulator::unique("bench-bundles");
+    let table = emulator::unique("bench-runs");
+    let cluster = emulator::unique("bench-fleet");
+    let clients = AwsClients::connect(&AwsSettings::emulator(endpoint)).await;
+    DynamoDbRunIndex::new(clients, &table).create_table().await.unwrap();
+    let s = setup(endpoint, &cluster, Some(&bucket));
+    let root = dir.join("env-tasks");
+    for i in 0..tasks {
+        let t = root.join(format!("t{i:03}"));
+        std::fs::create_dir_all(t.join("tests")).unwrap();
+        std::fs::write(t.join("instruction.md"), "Nothing to do.\n").unwrap();
+        std::fs::write(
+            t.join("task.toml"),
+            "version = \"1.0\"\n[environment]\ndocker_image = \"agenteval-local/debian:bookworm\"\nworkdir = \"/root\"\n",
+        )
+        .unwrap();
+        std::fs::write(
+            t.join("tests/test.sh"),
+            "#!/bin/bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n",
+        )
+        .unwrap();
+    }
+    let mut kill = Children(vec![]);
+    let stats = dir.join("proxy-env.json");
+    let counted = proxy(endpoint, &stats, 0, &mut kill);
+    let ready = dir.join("fargate-env.json");
+    kill.0.push(
+        python("fake_fargate.py")
+            .args(["--endpoint", endpoint, "--cluster", &cluster, "--agenteval", BIN])
+            .args(["--stats", ready.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    while !ready.exists() {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cfg = dir.join("bench-env.yaml");
+    let local = dir.join("local-runs");
+    std::fs::write(
+        &cfg,
+        format!(
+            "name: bench-env\nbenchmark:\n  kind: harbor\n  path: {path}\nagent:\n  kind: nop\nbackend:\n  id: aws\n  max_concurrent_jobs: 2\n  tasks_per_job: 5\n\
+             storage:\n  bundle_root: s3://{bucket}/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {counted}\n  cluster: {cluster}\n\
+             task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  environment_security_groups:\n    no_network: [{nn}]\n    public: [{public}]\n\
+             image_repository: 127.0.0.1:9/unused\n  poll_seconds: 0.5\n",
+            path = root.display(),
+            td = s.td,
+            subnet = s.subnet,
+            sg = s.sg,
+            nn = s.env_groups.0,
+            public = s.env_groups.1,
+        ),
+    )
+    .unwrap();
+    let submit = |extra: &[&str]| {
+        let out = Command::new(BIN)
+            .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
+            .args(extra)
+            .env("AWS_ACCESS_KEY_ID", "test")
+            .env("AWS_SECRET_ACCESS_KEY", "test")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json");
+        assert_eq!(v["status"], "complete", "{v} {}", String::from_utf8_lossy(&out.stderr));
+        v["run_id"].as_str().unwrap().to_string()
+    };
+    let index = format!("{}/index.sqlite", local.display());
+    let local_run = submit(&[
+        "--backend",
+        "local",
+        "--set",
+        &format!("storage.bundle_root={}", local.display()),
+        "--set",
+        &format!("storage.index={index}"),
+    ]);
+    let started = Instant::now();
+    let fleet_run = submit(&[]);
+    let fleet_wall = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_millis(600));
+    let ops: BTreeMap<String, u64> = serde_json::from_value(read_json(&stats)["ops"].clone()).unwrap();
+    let (fleet50, fleet95) = quantiles(task_seconds(&fleet_run, tasks, &["--backend", "aws"]));
+    let (local50, local95) = quantiles(task_seconds(&local_run, tasks, &["--index", &index]));
+    println!("\n{tasks} tasks, each in an environment of its own, the nop agent ({fleet_wall:.1} s on the stand-in)");
+    println!("{:<48} {:>10} {:>10}", "seconds per task, start to result", "median", "p95");
+    println!("{:<48} {fleet50:>10.2} {fleet95:>10.2}", "fleet: an ECS environment task each (stand-in)");
+    println!("{:<48} {local50:>10.2} {local95:>10.2}", "local: a Docker container each");
+    println!("{:<32} {:>10} {:>12}", "AWS operation", "calls", "per task");
+    for (op, n) in &ops {
+        println!("{op:<32} {n:>10} {:>12.3}", *n as f64 / tasks as f64);
+    }
+    let calls: u64 = ops.values().sum();
+    println!("{:<32} {calls:>10} {:>12.3}", "total", calls as f64 / tasks as f64);
 }
 
 /// Dispatches `tasks` tasks over `images` images of an ECR repository through the ECS backend

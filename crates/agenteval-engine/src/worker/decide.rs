@@ -71,7 +71,7 @@ pub(super) fn task_result(
         rewards: None,
         unscored: false,
         models: Default::default(),
-        // The worker ran inside the task's image: that is the one its agent and tests saw.
+        // The job's environments were launched from the task's image: the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),
         run_id: job.run_id,
