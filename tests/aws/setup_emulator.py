@@ -36,7 +36,7 @@ def main():
     subnet = ec2.describe_subnets()["Subnets"][0]
     sg = ec2.create_security_group(GroupName=f"{a.cluster}-sg", Description="agenteval workers", VpcId=subnet["VpcId"])["GroupId"]
     groups = {}
-    for mode in ("no_network", "public"):
+    for mode in ("no_network", "allowlist", "public"):
         g = ec2.create_security_group(GroupName=f"{a.cluster}-env-{mode}", Description=f"agenteval environments ({mode})",
                                       VpcId=subnet["VpcId"])["GroupId"]
         worker_ports = {"IpProtocol": "tcp", "FromPort": 47600, "ToPort": 47699, "UserIdGroupPairs": [{"GroupId": sg}]}

@@ -39,6 +39,11 @@ pub struct EnvTasks {
     spot: bool,
     address: Ipv4Addr,
     listener: Listener,
+    /// The egress proxy of `allowlist` environments (started for the first), what each may
+    /// reach by its address, and each launch's address.
+    proxy: tokio::sync::OnceCell<std::net::SocketAddr>,
+    allowed: agenteval_egress::Allowed,
+    addresses: std::sync::Mutex<std::collections::HashMap<String, std::net::IpAddr>>,
 }
 
 /// `startedBy` of a run's environments (ECS allows 36 characters), apart from its jobs'.
@@ -68,7 +73,28 @@ impl EnvTasks {
             spot: aws.capacity == FargateCapacity::FargateSpot,
             address,
             listener,
+            proxy: tokio::sync::OnceCell::new(),
+            allowed: agenteval_egress::Allowed::default(),
+            addresses: Default::default(),
         })
+    }
+
+    /// The egress proxy, on this worker's address and a port its environments reach.
+    async fn proxy(&self) -> Result<std::net::SocketAddr> {
+        let at = self
+            .proxy
+            .get_or_try_init(|| async {
+                for port in agenteval_core::gateway::GATEWAY_PORTS.rev() {
+                    if let Ok(l) = tokio::net::TcpListener::bind((self.address, port)).await {
+                        let at = l.local_addr().map_err(|e| Error::io("the egress proxy's address", e))?;
+                        agenteval_egress::serve(l, self.allowed.clone());
+                        return Ok(at);
+                    }
+                }
+                Err(Error::new(ErrorKind::Transient, "no free port in the workers' range for the egress proxy"))
+            })
+            .await?;
+        Ok(*at)
     }
 
     fn overrides(&self, id: &str, token: &str, spec: &EnvSpec) -> TaskOverride {
@@ -193,12 +219,6 @@ impl Launcher for EnvTasks {
                 if services.is_empty() { "none".to_string() } else { services.join(", ") }
             )));
         }
-        if reach == Reach::Allowlist {
-            return Err(Error::invalid(format!(
-                "task {}'s environment allows some hosts only (network_mode = \"allowlist\"): the fleet has no egress proxy beside its workers yet; run it on the local backend",
-                task.id
-            )));
-        }
         let id = uuid::Uuid::new_v4().simple().to_string();
         let token = agenteval_envlink::random();
         let mut pending = self.listener.expect(&id, &token);
@@ -232,10 +252,32 @@ impl Launcher for EnvTasks {
             self.task_definition,
             started.elapsed().as_secs_f64()
         );
-        Ok(Launched { id: arn, link, notes: vec![note] })
+        // An allowlisted environment reaches its hosts through this worker's egress proxy, known
+        // there by the address its link came from.
+        let mut env = std::collections::BTreeMap::new();
+        if reach == Reach::Allowlist {
+            let Some(peer) = link.peer() else {
+                let _ = self.stop(&arn).await;
+                return Err(Error::internal("the environment's link has no address to allow its hosts for"));
+            };
+            let proxy = match self.proxy().await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = self.stop(&arn).await;
+                    return Err(e);
+                }
+            };
+            self.allowed.set(peer.ip(), spec.allowed_hosts.clone());
+            self.addresses.lock().expect("not poisoned").insert(arn.clone(), peer.ip());
+            env.extend(agenteval_egress::proxy_env(proxy));
+        }
+        Ok(Launched { id: arn, link, notes: vec![note], env })
     }
 
     async fn stop(&self, id: &str) -> Result<()> {
+        if let Some(ip) = self.addresses.lock().expect("not poisoned").remove(id) {
+            self.allowed.forget(ip);
+        }
         let out = self
             .clients
             .ecs

@@ -7,7 +7,6 @@
 
 mod build;
 mod copy;
-mod egress;
 mod network;
 mod sidecars;
 mod volumes;
@@ -61,7 +60,7 @@ pub struct DockerEnvironment {
     /// The egress proxy of allowlisted containers (its address, once started) and what each
     /// may reach.
     egress: OnceCell<SocketAddr>,
-    allowed: egress::Allowed,
+    allowed: agenteval_egress::Allowed,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -91,7 +90,7 @@ impl DockerEnvironment {
             gateway: false,
             handover: Duration::from_secs(HANDOVER_SECS),
             egress: OnceCell::new(),
-            allowed: egress::Allowed::default(),
+            allowed: agenteval_egress::Allowed::default(),
         }
     }
 
@@ -284,13 +283,8 @@ fn hostname_of(task: &str) -> String {
 fn container_env(spec: &EnvSpec, proxy: Option<SocketAddr>) -> Option<Vec<String>> {
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     if let Some(p) = proxy {
-        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-            env.push(format!("{k}=http://{p}"));
-        }
         // The model gateway listens on the proxy's host address: an agent's calls go straight there.
-        let direct = format!("localhost,127.0.0.1,{}", p.ip());
-        env.push(format!("NO_PROXY={direct}"));
-        env.push(format!("no_proxy={direct}"));
+        env.extend(agenteval_egress::proxy_env(p).into_iter().map(|(k, v)| format!("{k}={v}")));
     }
     (!env.is_empty()).then_some(env)
 }
@@ -321,7 +315,7 @@ impl DockerEnvironment {
                 for port in agenteval_core::gateway::GATEWAY_PORTS.rev() {
                     if let Ok(l) = tokio::net::TcpListener::bind((host, port)).await {
                         let at = l.local_addr().map_err(|e| Error::io("the egress proxy's address", e))?;
-                        egress::serve(l, self.allowed.clone());
+                        agenteval_egress::serve(l, self.allowed.clone());
                         return Ok(at);
                     }
                 }

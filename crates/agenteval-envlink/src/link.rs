@@ -65,7 +65,7 @@ impl Listener {
                 let _ = stream.set_nodelay(true);
                 let w = w.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = admit(Box::new(stream), &w).await {
+                    if let Err(e) = admit(Box::new(stream), Some(peer), &w).await {
                         tracing::warn!("refused an environment's connection from {peer}: {e}");
                     }
                 });
@@ -88,7 +88,7 @@ impl Listener {
 
     /// Admits one connection (tests drive this over an in-memory stream).
     pub async fn admit(&self, stream: impl AsyncStream + 'static) -> Result<()> {
-        admit(Box::new(stream), &self.waiting).await
+        admit(Box::new(stream), None, &self.waiting).await
     }
 }
 
@@ -115,7 +115,7 @@ impl Pending {
 /// The handshake on a connection: the environment's hello, the worker's proof and nonce, the
 /// environment's proof. Only then is the waiting launch handed the link (and no longer
 /// waiting): an impostor that knows the launch's id but not its token takes nothing.
-async fn admit(stream: Stream, waiting: &SyncMutex<HashMap<String, Waiting>>) -> Result<()> {
+async fn admit(stream: Stream, peer: Option<SocketAddr>, waiting: &SyncMutex<HashMap<String, Waiting>>) -> Result<()> {
     let (mut r, mut w) = tokio::io::split(stream);
     let limit = Duration::from_secs(wire::HANDSHAKE_SECONDS);
     let hello = tokio::time::timeout(limit, wire::read_frame(&mut r, 0))
@@ -143,7 +143,7 @@ async fn admit(stream: Stream, waiting: &SyncMutex<HashMap<String, Waiting>>) ->
     let Some(waiter) = waiting.lock().expect("not poisoned").remove(&hello.id) else {
         return Err(Error::invalid(format!("launch {} was admitted already", hello.id)));
     };
-    let _ = waiter.tx.send(Link::over(r, w));
+    let _ = waiter.tx.send(Link::over(r, w, peer));
     Ok(())
 }
 
@@ -156,6 +156,7 @@ pub struct Link {
     replies: Replies,
     next: Arc<std::sync::atomic::AtomicU64>,
     _reader: Arc<ReaderTask>,
+    peer: Option<SocketAddr>,
 }
 
 struct ReaderTask(tokio::task::JoinHandle<()>);
@@ -167,10 +168,15 @@ impl Drop for ReaderTask {
 }
 
 impl Link {
-    fn over(r: ReadHalf<Stream>, w: WriteHalf<Stream>) -> Link {
+    fn over(r: ReadHalf<Stream>, w: WriteHalf<Stream>, peer: Option<SocketAddr>) -> Link {
         let replies: Replies = Arc::new(SyncMutex::new(Some(HashMap::new())));
         let reader = tokio::spawn(read_replies(r, replies.clone()));
-        Link { w: Arc::new(Mutex::new(w)), replies, next: Arc::default(), _reader: Arc::new(ReaderTask(reader)) }
+        Link { w: Arc::new(Mutex::new(w)), replies, next: Arc::default(), _reader: Arc::new(ReaderTask(reader)), peer }
+    }
+
+    /// Where the environment's connection came from: its address as the worker sees it.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
     }
 
     /// Sends `op` (with `body`) and waits `wait` at most for its reply, whose body may be at

@@ -24,6 +24,9 @@ pub struct Launched {
     pub link: Link,
     /// What launching it did, for the task's log.
     pub notes: Vec<String>,
+    /// Variables every process of the environment gets besides the task's own (an egress
+    /// proxy's address).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// Starts environments' servers and stops them.
@@ -100,7 +103,9 @@ impl Environment for LinkedEnvironment {
 
     async fn prepare(&self, run: &RunId, task: &TaskSpec, attempt: u32, spec: &EnvSpec) -> Result<EnvHandle> {
         let launched = self.launcher.launch(run, task, attempt, spec).await?;
-        let op = Op::Prepare { run: *run, task: Box::new(task.clone()), attempt, spec: Box::new(spec.clone()) };
+        let mut spec = spec.clone();
+        spec.env.extend(launched.env.clone());
+        let op = Op::Prepare { run: *run, task: Box::new(task.clone()), attempt, spec: Box::new(spec) };
         let prepared = match launched.link.call(op, &[], 0, CALL).await {
             Ok((v, _)) => decode::<Prepared>(v),
             Err(e) => Err(e),

@@ -60,7 +60,7 @@ impl Launcher for InProcess {
         let link = tokio::time::timeout(Duration::from_secs(10), pending.link())
             .await
             .map_err(|_| agenteval_core::Error::internal("the in-process server did not dial in"))??;
-        Ok(Launched { id, link, notes: vec!["launched in process".into()] })
+        Ok(Launched { id, link, notes: vec!["launched in process".into()], env: Default::default() })
     }
 
     async fn stop(&self, id: &str) -> Result<()> {

@@ -42,6 +42,8 @@ struct State {
     start: Option<(PathBuf, PathBuf, BTreeMap<PathBuf, Stamp>)>,
     /// What a task changed outside what is reset, once found.
     tainted: Vec<String>,
+    /// The task's variables (Harbor's `[environment] env`), for every command.
+    env: BTreeMap<String, String>,
 }
 
 #[derive(Debug)]
@@ -51,17 +53,27 @@ pub struct HereEnvironment {
     default_workdir: PathBuf,
     root: PathBuf,
     state: Mutex<State>,
+    /// What every command starts from: the image's own variables (`ENV` in its Dockerfile, as a
+    /// container's commands get them), never the launch's (its link's token, the platform's).
+    base: BTreeMap<String, String>,
+}
+
+/// Variables of the serving process that are the launch's, not the image's.
+fn launch_variable(name: &str) -> bool {
+    name.starts_with("AGENTEVAL_") || name.starts_with("AWS_") || name.starts_with("ECS_")
 }
 
 impl HereEnvironment {
     pub fn new() -> Self {
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
-        HereEnvironment::rooted(PathBuf::from("/"), cwd)
+        let mut here = HereEnvironment::rooted(PathBuf::from("/"), cwd);
+        here.base = std::env::vars().filter(|(k, _)| !launch_variable(k)).collect();
+        here
     }
 
     /// Rooted elsewhere than `/` (tests).
     pub fn rooted(root: PathBuf, default_workdir: PathBuf) -> Self {
-        HereEnvironment { default_workdir, root, state: Mutex::new(State::default()) }
+        HereEnvironment { default_workdir, root, state: Mutex::new(State::default()), base: BTreeMap::new() }
     }
 
     fn at(&self, abs: &str) -> PathBuf {
@@ -203,6 +215,7 @@ impl Environment for HereEnvironment {
                 workdir.display()
             )));
         }
+        self.state.lock().expect("state lock").env = spec.env.clone();
         let first = self.state.lock().expect("state lock").start.is_none();
         if first {
             let (root_state, wd) = (self.at(STATE), workdir.clone());
@@ -238,9 +251,10 @@ impl Environment for HereEnvironment {
         };
         let mut cmd = tokio::process::Command::new("bash");
         cmd.arg("-c").arg(&req.command).current_dir(&cwd).env_clear();
-        // Only what the command is given: never the worker's own variables (its credentials'
-        // location among them).
-        cmd.env("PATH", SYSTEM_PATH).env("HOME", "/root").envs(&req.env);
+        // The image's variables, the task's, the command's: never the serving process's own
+        // (its link's token among them).
+        let task_env = self.state.lock().expect("state lock").env.clone();
+        cmd.env("PATH", SYSTEM_PATH).env("HOME", "/root").envs(&self.base).envs(&task_env).envs(&req.env);
         if let Some(user) = req.user.as_deref().filter(|u| *u != "0" && *u != "root") {
             let u = match user.parse::<u32>() {
                 Ok(uid) => nix::unistd::User::from_uid(uid.into()).ok().flatten(),
@@ -442,6 +456,26 @@ mod tests {
             assert!(!out.stdout.lines().any(|l| l.starts_with(&format!("{k}="))), "{k} leaked: {}", out.stdout);
         }
         assert!(env.copy_out(&h, "../x", root.path(), 10).await.is_err());
+    }
+
+    /// As a container's commands get them: the image's variables, then the task's, then the
+    /// command's own; the serving process's launch variables (the link's token) never.
+    #[tokio::test]
+    async fn the_images_and_the_tasks_variables_reach_every_command_the_launchs_never() {
+        let root = tempfile::tempdir().unwrap();
+        let mut env = HereEnvironment::rooted(root.path().to_path_buf(), root.path().join("w"));
+        let served = [("PYTHONPATH", "/opt/lib"), ("AGENTEVAL_ENVLINK_TOKEN", "secret"), ("AWS_REGION", "x")];
+        env.base =
+            served.iter().filter(|(k, _)| !launch_variable(k)).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let spec = EnvSpec { env: [("TASK_VAR".to_string(), "t".to_string())].into(), ..EnvSpec::default() };
+        let h = env.prepare(&RunId::new(), &task(), 1, &spec).await.unwrap();
+        let out = env.exec(&h, &ExecRequest::new("env", Duration::from_secs(5))).await.unwrap();
+        assert!(out.stdout.contains("PYTHONPATH=/opt/lib") && out.stdout.contains("TASK_VAR=t"), "{}", out.stdout);
+        assert!(
+            !out.stdout.contains("AGENTEVAL_ENVLINK_TOKEN") && !out.stdout.contains("AWS_REGION"),
+            "{}",
+            out.stdout
+        );
     }
 
     #[tokio::test]

@@ -21,8 +21,8 @@ struct Aws {
     cluster: String,
     subnet: String,
     security_group: String,
-    /// The environments' security groups: (no network, public).
-    env_groups: (String, String),
+    /// The environments' security groups: (no network, public, allowlist).
+    env_groups: (String, String, String),
     task_definition: String,
     harnesses: Vec<Child>,
 }
@@ -82,6 +82,7 @@ impl Aws {
             env_groups: (
                 v["environment_groups"]["no_network"].as_str().unwrap().into(),
                 v["environment_groups"]["public"].as_str().unwrap().into(),
+                v["environment_groups"]["allowlist"].as_str().unwrap().into(),
             ),
             task_definition: v["task_definition"].as_str().unwrap().into(),
             harnesses: vec![],
@@ -176,6 +177,7 @@ aws:
   security_groups: [{sg}]
   environment_security_groups:
     no_network: [{no_network}]
+    allowlist: [{allowlist}]
     public: [{public}]
   poll_seconds: 0.3
 "#,
@@ -187,6 +189,7 @@ aws:
                 sg = self.security_group,
                 no_network = self.env_groups.0,
                 public = self.env_groups.1,
+                allowlist = self.env_groups.2,
             ),
         )
     }
@@ -1679,8 +1682,9 @@ exit 0
 }
 
 /// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
-/// tests, a timeout after the work, no reward, named rewards, `public`, a `separate` verifier,
-/// reward rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
+/// tests, a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
+/// reached through the worker's egress proxy, another refused), a `separate` verifier, reward
+/// rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
 /// on the local backend and on the fleet, and every task gets the same outcome and rewards on
 /// both.
 #[tokio::test(flavor = "multi_thread")]
@@ -1689,7 +1693,7 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     let reg = registry();
     let mut aws = Aws::new(&[], true).await;
     let tasks = aws.ws.path().join("tasks");
-    crate::harbor_rules::fleet_probes(&tasks);
+    crate::harbor_rules::probes(&tasks);
     let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
     let body = format!(
         "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
@@ -1736,6 +1740,6 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     };
     let on_local = verdicts(here["run_id"].as_str().unwrap(), ["--index", &index]);
     let on_fleet = verdicts(fleet["run_id"].as_str().unwrap(), ["--backend", "aws"]);
-    assert_eq!(on_local.len(), 13, "{on_local:?}");
+    assert_eq!(on_local.len(), 14, "{on_local:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }

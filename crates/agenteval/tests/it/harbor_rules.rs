@@ -31,8 +31,8 @@ const PASS: &str = "echo 1 > /logs/verifier/reward.txt";
 const FAIL: &str = "echo 0 > /logs/verifier/reward.txt";
 const VERDICT: &str = "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
 
-fn probes(root: &Path) {
-    fleet_probes(root);
+/// Every probe task (`aws.rs` runs them on the fleet too).
+pub(crate) fn probes(root: &Path) {
     // The allowed host is a server of this test's in a container on Docker's default bridge (not
     // this machine: the proxy reaches none of its addresses), on ports 80 and 8080.
     // The list's ranges hold this machine's docker0 and loopback too: refused all the same.
@@ -47,11 +47,6 @@ fn probes(root: &Path) {
         "true",
         &format!("cat > /tmp/probe.py <<'PY'\n{}\nPY\npython3 /tmp/probe.py {ip} {docker0}", ALLOWLIST_PROBE),
     );
-}
-
-/// The probes but the allowlist (which the fleet does not run yet): every one of them runs on
-/// either backend (`aws.rs` runs them on both).
-pub(crate) fn fleet_probes(root: &Path) {
     task(
         root,
         "server",

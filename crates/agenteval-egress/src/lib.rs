@@ -6,7 +6,9 @@
 //! never to an address of this machine (loopback, IPv4-mapped or not; link-local and the cloud
 //! metadata address; any address of any local interface or bridge; unspecified), never with a
 //! `Host` header other than its target, and answers anything else `403` with
-//! `x-agenteval-egress: refused`. Each container is known by its address.
+//! `x-agenteval-egress: refused`. Each container is known by its address. The local Docker
+//! environments run it on the gateway network's host address; a fleet's worker on its own
+//! address, for its environment tasks (`agenteval-aws`'s `env_tasks`).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -17,20 +19,33 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The hosts each container (by its address) may reach.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Allowed(Arc<Mutex<HashMap<IpAddr, Vec<String>>>>);
+pub struct Allowed(Arc<Mutex<HashMap<IpAddr, Vec<String>>>>);
 
 impl Allowed {
-    pub(crate) fn set(&self, ip: IpAddr, hosts: Vec<String>) {
+    pub fn set(&self, ip: IpAddr, hosts: Vec<String>) {
         self.0.lock().expect("not poisoned").insert(ip, hosts);
     }
 
-    pub(crate) fn forget(&self, ip: IpAddr) {
+    pub fn forget(&self, ip: IpAddr) {
         self.0.lock().expect("not poisoned").remove(&ip);
     }
 
     fn of(&self, ip: IpAddr) -> Vec<String> {
         self.0.lock().expect("not poisoned").get(&ip).cloned().unwrap_or_default()
     }
+}
+
+/// The variables that send an environment's HTTP(S) through the proxy at `proxy`, with the
+/// proxy's own address (where the model gateway listens too) and loopback reached directly.
+pub fn proxy_env(proxy: SocketAddr) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        .into_iter()
+        .map(|k| (k.to_string(), format!("http://{proxy}")))
+        .collect();
+    let direct = format!("localhost,127.0.0.1,{}", proxy.ip());
+    env.push(("NO_PROXY".into(), direct.clone()));
+    env.push(("no_proxy".into(), direct));
+    env
 }
 
 /// Ports an allowlist entry that names none allows.
@@ -56,7 +71,7 @@ fn entry_port(e: &str) -> (&str, Option<u16>) {
 /// Whether `host` on `port` is one the list allows: the name itself, a subdomain of a `*.`
 /// entry, or an address equal to (or inside) an address entry; on the entry's port, else 80 or
 /// 443.
-pub(crate) fn allows(list: &[String], host: &str, port: u16) -> bool {
+pub fn allows(list: &[String], host: &str, port: u16) -> bool {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let host = host.trim_start_matches('[').trim_end_matches(']');
     let ip: Option<IpAddr> = host.parse().ok().map(canonical);
@@ -147,7 +162,7 @@ fn same_host(header: &str, host: &str, port: u16) -> bool {
 }
 
 /// Serves the proxy on `listener` until the process ends.
-pub(crate) fn serve(listener: TcpListener, allowed: Allowed) {
+pub fn serve(listener: TcpListener, allowed: Allowed) {
     tokio::spawn(async move {
         while let Ok((stream, peer)) = listener.accept().await {
             let allowed = allowed.clone();
