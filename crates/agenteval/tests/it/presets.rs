@@ -142,7 +142,7 @@ fn ten_tasks_on_one_image_build_the_agent_layer_once() {
     let nonce = format!("{:?}-{}", std::time::SystemTime::now(), std::process::id());
     ws.write(
         "setup.sh",
-        &format!("#!/bin/bash\nset -e\n# {nonce}\nsleep 3\nprintf '#!/bin/sh\\necho \"Hello, agenteval!\" > /app/hello.txt\\n' > /usr/local/bin/hello\nchmod +x /usr/local/bin/hello\n"),
+        &format!("#!/bin/bash\nset -e\n# {nonce}\nsleep 8\nprintf '#!/bin/sh\\necho \"Hello, agenteval!\" > /app/hello.txt\\n' > /usr/local/bin/hello\nchmod +x /usr/local/bin/hello\n"),
     );
     let cfg = crate::environments::harbor_config(&ws, &tasks, "installed\n  setup: setup.sh\n  command: hello", "");
     let built = |run: &str| -> (usize, usize) {
@@ -160,9 +160,11 @@ fn ten_tasks_on_one_image_build_the_agent_layer_once() {
     for i in 0..10 {
         let r = read_json(&ws.runs().join(&first).join(format!("tasks/t{i}/result.json")));
         let wall = r["agent"]["wall_seconds"].as_f64().unwrap();
-        assert!(wall < 3.0, "the 3 s install is not the agent's time: {r}");
+        // The install sleeps 8 s; the agent writes one file: counted in its time, the install
+        // would make it 8 s at least, however loaded the machine.
+        assert!(wall < 8.0, "the 8 s install is not the agent's time: {r}");
         assert!(r["setup_seconds"].as_f64().is_some(), "{r}");
-        if r["setup_seconds"].as_f64().unwrap() >= 3.0 {
+        if r["setup_seconds"].as_f64().unwrap() >= 8.0 {
             assert!(r["passed"] == true, "{r}");
         }
     }
