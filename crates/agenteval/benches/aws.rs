@@ -275,18 +275,20 @@ fn quantiles(mut xs: Vec<f64>) -> (f64, f64) {
 }
 
 /// Each task's time from its start to its result, read back with `show`.
-fn task_seconds(run: &str, tasks: u64, place: &[&str]) -> Vec<f64> {
+fn task_seconds(run: &str, tasks: u64, place: &[&str], env: &[(&str, &str)]) -> Vec<f64> {
     (0..tasks)
         .map(|i| {
             let out = Command::new(BIN)
                 .args(["show", run, &format!("t{i:03}"), "--json"])
                 .args(place)
+                .envs(env.iter().copied())
                 .env("AWS_ACCESS_KEY_ID", "test")
                 .env("AWS_SECRET_ACCESS_KEY", "test")
                 .env("AWS_EC2_METADATA_DISABLED", "true")
                 .output()
                 .unwrap();
-            let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("show --json");
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+                .unwrap_or_else(|e| panic!("show --json ({e}): {}", String::from_utf8_lossy(&out.stderr)));
             let at = |k: &str| chrono::DateTime::parse_from_rfc3339(v["result"][k].as_str().unwrap()).unwrap();
             (at("finished_at") - at("started_at")).as_seconds_f64()
         })
@@ -338,10 +340,32 @@ async fn environments(endpoint: &str, tasks: u64, dir: &Path) {
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-env\nbenchmark:\n  kind: harbor\n  path: {path}\nagent:\n  kind: nop\nbackend:\n  id: aws\n  max_concurrent_jobs: 2\n  tasks_per_job: 5\n\
-             storage:\n  bundle_root: s3://{bucket}/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  endpoint_url: {counted}\n  cluster: {cluster}\n\
-             task_definition: {td}\n  subnets: [{subnet}]\n  security_groups: [{sg}]\n  environment_security_groups:\n    no_network: [{nn}]\n    public: [{public}]\n\
-             image_repository: 127.0.0.1:9/unused\n  poll_seconds: 0.5\n",
+            r#"name: bench-env
+benchmark:
+  kind: harbor
+  path: {path}
+agent:
+  kind: nop
+backend:
+  id: aws
+  max_concurrent_jobs: 2
+  tasks_per_job: 5
+storage:
+  bundle_root: s3://{bucket}/runs
+  index: dynamodb://{table}
+aws:
+  region: us-east-1
+  endpoint_url: {counted}
+  cluster: {cluster}
+  task_definition: {td}
+  subnets: [{subnet}]
+  security_groups: [{sg}]
+  environment_security_groups:
+    no_network: [{nn}]
+    public: [{public}]
+  image_repository: 127.0.0.1:9/unused
+  poll_seconds: 0.5
+"#,
             path = root.display(),
             td = s.td,
             subnet = s.subnet,
@@ -360,7 +384,8 @@ async fn environments(endpoint: &str, tasks: u64, dir: &Path) {
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .output()
             .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("submit --json ({e}): {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(v["status"], "complete", "{v} {}", String::from_utf8_lossy(&out.stderr));
         v["run_id"].as_str().unwrap().to_string()
     };
@@ -378,8 +403,10 @@ async fn environments(endpoint: &str, tasks: u64, dir: &Path) {
     let fleet_wall = started.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_millis(600));
     let ops: BTreeMap<String, u64> = serde_json::from_value(read_json(&stats)["ops"].clone()).unwrap();
-    let (fleet50, fleet95) = quantiles(task_seconds(&fleet_run, tasks, &["--backend", "aws"]));
-    let (local50, local95) = quantiles(task_seconds(&local_run, tasks, &["--index", &index]));
+    let aws_env = [("AWS_ENDPOINT_URL", endpoint), ("AWS_REGION", "us-east-1")];
+    let fleet = task_seconds(&fleet_run, tasks, &["--index", &format!("dynamodb://{table}")], &aws_env);
+    let (fleet50, fleet95) = quantiles(fleet);
+    let (local50, local95) = quantiles(task_seconds(&local_run, tasks, &["--index", &index], &[]));
     println!("\n{tasks} tasks, each in an environment of its own, the nop agent ({fleet_wall:.1} s on the stand-in)");
     println!("{:<48} {:>10} {:>10}", "seconds per task, start to result", "median", "p95");
     println!("{:<48} {fleet50:>10.2} {fleet95:>10.2}", "fleet: an ECS environment task each (stand-in)");
