@@ -299,6 +299,22 @@ mod tests {
         assert!(env.exec(&h, &ExecRequest::new("true", Duration::from_secs(5))).await.unwrap().ok());
     }
 
+    /// A worker that goes away (killed, interrupted) ends its environments' servers: on the
+    /// fleet each one's container, and with it its ECS task.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn the_server_ends_when_its_worker_hangs_up() {
+        let listener = crate::Listener::bind(std::net::Ipv4Addr::LOCALHOST.into(), 0..=0).await.unwrap();
+        let token = crate::random();
+        let mut pending = listener.expect("l1", &token);
+        let addr = listener.addr().to_string();
+        let env = Arc::new(FakeEnvironment::new(Script::default())) as Arc<dyn Environment>;
+        let server = tokio::spawn(async move { crate::dial_and_serve(&addr, "l1", &token, env).await });
+        let link = pending.link().await.unwrap();
+        drop(link);
+        let ended = tokio::time::timeout(Duration::from_secs(10), server).await.expect("the server ends");
+        assert!(ended.unwrap().is_ok(), "a hang-up is the end of its work, not an error");
+    }
+
     #[tokio::test(flavor = "multi_thread")]
     async fn a_copy_out_past_its_cap_is_refused_over_the_link() {
         let (env, _launcher, _) = linked(Script { copy_out_over_cap: true, ..Script::default() }, false).await;
