@@ -151,7 +151,8 @@ def main():
     stats = {"started": 0, "dropped": 0, "stopped_by_controller": 0, "interrupted": 0, "duplicates": 0, "exits": {},
              "images": {}, "pulls": [], "ready_seconds": []}
     task_defs = {}  # arn -> definition
-    volumes = {}  # task arn -> its volume
+    volumes = {}  # task arn -> its volumes
+    extras = {}  # task arn -> the containers beside its own (its services, its network's holder)
 
     def task_def(arn):
         if arn not in task_defs:
@@ -168,39 +169,84 @@ def main():
         rules = ec2.describe_security_groups(GroupIds=groups)["SecurityGroups"]
         return any(r.get("CidrIp") == "0.0.0.0/0" for g in rules for e in g["IpPermissionsEgress"] for r in e.get("IpRanges", []))
 
+    def healthy(name, check):
+        """Waits for a container's ECS health check (["CMD-SHELL", command]) to pass, within what
+        its interval, retries and start period allow (tried every second here)."""
+        deadline = time.time() + max(check.get("startPeriod", 0) + check.get("interval", 30) * check.get("retries", 3), 10)
+        while time.time() < deadline:
+            if quiet(["docker", "exec", name, "sh", "-c", check["command"][1]]).returncode == 0:
+                return True
+            time.sleep(1)
+        return False
+
     def env_argv(arn, t):
         """The docker commands of a task's environment (a task definition with the init
-        container): None for a worker's."""
+        container): None for a worker's. A compose task's services (`svc-*` containers) start
+        first, in order, each waited for until healthy, all sharing one network namespace with
+        the task's own container (an awsvpc task's), as its named volumes are shared."""
         td = task_def(t["taskDefinitionArn"])
         defs = td.get("containerDefinitions", [])
         init = next((c for c in defs if c["name"] == "agenteval-init"), None)
         if init is None:
             return None
-        main = next(c for c in defs if c["name"] != "agenteval-init")
+        main = next(c for c in defs if c["name"] != "agenteval-init" and not c["name"].startswith("svc-"))
+        services = [c for c in defs if c["name"].startswith("svc-")]
         ov = next((o for o in t["overrides"].get("containerOverrides", []) if o.get("name") == main["name"]), {})
         image = main["image"]
         t0 = time.time()
-        if quiet(["docker", "image", "inspect", image]).returncode != 0:
-            p0 = time.time()
-            subprocess.run(["docker", "pull", "-q", image], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-            stats["pulls"].append({"image": image, "seconds": round(time.time() - p0, 3)})
+        for im in [image] + [c["image"] for c in services]:
+            if quiet(["docker", "image", "inspect", im]).returncode != 0:
+                p0 = time.time()
+                subprocess.run(["docker", "pull", "-q", im], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+                stats["pulls"].append({"image": im, "seconds": round(time.time() - p0, 3)})
+        name = container(arn)
+        task_id = arn.rsplit("/", 1)[-1]
+        own = volumes.setdefault(arn, [])
+        # The task's volumes, as Docker volumes of this task alone.
+        vol = {v["name"]: f"agenteval-w-{task_id}-{v['name']}" for v in td.get("volumes", [])}
+        for v in vol.values():
+            subprocess.run(["docker", "volume", "create", v], stdout=subprocess.DEVNULL, check=True)
+            own.append(v)
+
+        def mounts(c):
+            return [x for m in c.get("mountPoints", []) if m["sourceVolume"] != init["mountPoints"][0]["sourceVolume"]
+                    for x in ["-v", f"{vol[m['sourceVolume']]}:{m['containerPath']}" + (":ro" if m.get("readOnly") else "")]]
         mount = init["mountPoints"][0]["containerPath"]
         if a.image:
             # The init container: the agenteval image's binary into the task's volume.
-            vol = "agenteval-w-" + arn.rsplit("/", 1)[-1]
-            subprocess.run(["docker", "volume", "create", vol], stdout=subprocess.DEVNULL, check=True)
+            worker_vol = vol[init["mountPoints"][0]["sourceVolume"]]
             user = ["--user", init["user"]] if init.get("user") else []
-            subprocess.run(["docker", "run", "--rm", "-v", f"{vol}:{mount}", "--entrypoint", init["entryPoint"][0]] + user
+            subprocess.run(["docker", "run", "--rm", "-v", f"{worker_vol}:{mount}", "--entrypoint", init["entryPoint"][0]] + user
                            + [a.image] + init.get("command", []), stdout=subprocess.DEVNULL, check=True)
-            volumes[arn] = vol
-            binary = ["-v", f"{vol}:{mount}:ro"]
+            binary = ["-v", f"{worker_vol}:{mount}:ro"]
         else:
             binary = ["-v", f"{os.path.abspath(a.agenteval)}:{mount}/agenteval:ro"]
+        vpc_address()
+        network = ["--network", vpc]
+        if services:
+            # The task's network namespace, held by a container of its own.
+            holder = f"{name}-net"
+            extras.setdefault(arn, []).append(holder)
+            subprocess.run(["docker", "run", "-d", "--name", holder, "--network", vpc, "--entrypoint", "sleep", image, "infinity"],
+                           stdout=subprocess.DEVNULL, check=True)
+            if public(t):
+                subprocess.run(["docker", "network", "connect", internet, holder], stdout=subprocess.DEVNULL, check=True)
+            network = ["--network", f"container:{holder}"]
+            for c in services:
+                svc = f"{name}-{c['name']}"
+                extras[arn].append(svc)
+                argv = ["docker", "run", "-d", "--name", svc] + network + mounts(c)
+                for kv in c.get("environment", []):
+                    argv += ["-e", f"{kv['name']}={kv['value']}"]
+                subprocess.run(argv + [c["image"]] + c.get("command", []), stdout=subprocess.DEVNULL, check=True)
+                if c.get("healthCheck") and not healthy(svc, c["healthCheck"]):
+                    # A dependency that never turns healthy: ECS never starts the task's container.
+                    return ["sh", "-c", f"echo 'service {c['name']} did not turn healthy' >&2; exit 1"]
         stats["ready_seconds"].append(round(time.time() - t0, 3))
         stats["images"][image] = stats["images"].get(image, 0) + 1
-        name = container(arn)
-        vpc_address()
-        argv = ["docker", "create", "--name", name, "--network", vpc, "--entrypoint", main["entryPoint"][0]] + binary
+        argv = ["docker", "create", "--name", name] + network + binary + mounts(main)
+        if main.get("entryPoint"):
+            argv += ["--entrypoint", main["entryPoint"][0]]
         overrides = t["overrides"]
         if overrides.get("cpu"):
             argv += ["--cpus", str(int(overrides["cpu"]) / 1024)]
@@ -212,7 +258,7 @@ def main():
             argv += ["-e", f"{kv['name']}={kv['value']}"]
         argv += [image] + (ov.get("command") or main.get("command", []))
         subprocess.run(argv, stdout=subprocess.DEVNULL, check=True)
-        if public(t):
+        if public(t) and not services:
             subprocess.run(["docker", "network", "connect", internet, name], stdout=subprocess.DEVNULL, check=True)
         return ["docker", "start", "-a", name]
     ghosts = []  # the second copies of --duplicate: same job, same attempt, nobody waits for them
@@ -322,9 +368,9 @@ def main():
                 continue
             del running[arn]
             if arn in in_containers:
-                quiet(["docker", "rm", "-f", container(arn)])
-            if arn in volumes:
-                subprocess.run(["docker", "volume", "rm", "-f", volumes.pop(arn)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                quiet(["docker", "rm", "-f", container(arn)] + extras.pop(arn, []))
+            for v in volumes.pop(arn, []):
+                quiet(["docker", "volume", "rm", "-f", v])
             stats["exits"][str(rc)] = stats["exits"].get(str(rc), 0) + 1
             if stop_at is None:
                 ecs.stop_task(cluster=cluster_of[arn], task=arn, reason=f"Essential container in task exited (exit code {rc})")
@@ -335,11 +381,12 @@ def main():
             os.killpg(g.pid, signal.SIGKILL)
     for arn, (proc, _) in running.items():
         if arn in in_containers:
-            quiet(["docker", "rm", "-f", container(arn)])
+            quiet(["docker", "rm", "-f", container(arn)] + extras.pop(arn, []))
         elif proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    for vol in volumes.values():
-        quiet(["docker", "volume", "rm", "-f", vol])
+    for vols in volumes.values():
+        for v in vols:
+            quiet(["docker", "volume", "rm", "-f", v])
     return 0
 
 

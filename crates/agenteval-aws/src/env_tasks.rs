@@ -211,14 +211,6 @@ impl Launcher for EnvTasks {
                 task.id
             )));
         }
-        if !spec.sidecars.is_empty() || !spec.volumes.is_empty() {
-            let services: Vec<&str> = spec.sidecars.iter().map(|s| s.name.as_str()).collect();
-            return Err(Error::invalid(format!(
-                "task {}'s environment has services beside its own ({}) or named volumes: the fleet does not run a compose task's other containers yet; run it on the local backend",
-                task.id,
-                if services.is_empty() { "none".to_string() } else { services.join(", ") }
-            )));
-        }
         let id = uuid::Uuid::new_v4().simple().to_string();
         let token = agenteval_envlink::random();
         let mut pending = self.listener.expect(&id, &token);

@@ -31,8 +31,9 @@ pub const ENV_CONTAINER: &str = "environment";
 /// The variable that tells the worker which image it runs in (recorded in each task's log).
 pub const IMAGE_ENV: &str = "AGENTEVAL_TASK_IMAGE";
 
-/// The environment's command behind the binary.
-const SERVE: &[&str] = &["env", "serve"];
+/// The environment's command: the binary serving it, behind the image's own ENTRYPOINT (an
+/// entrypoint that starts a service and then `exec "$@"` hands over to it, as locally).
+const SERVE: &[&str] = &["/agenteval/agenteval", "env", "serve"];
 
 /// The Fargate sizes: CPU units with the memory (MiB) each allows, from, to, by.
 const SIZES: &[(u32, u32, u32, u32)] = &[
@@ -81,8 +82,9 @@ pub struct TaskDefinitions {
     pub described: std::sync::atomic::AtomicU64,
 }
 
-/// The family of an image's task definition (ECS allows 255 letters, digits, `-`, `_`).
-pub fn family_for(base_family: &str, image: &str) -> String {
+/// The family of an image's task definition (ECS allows 255 letters, digits, `-`, `_`), and of
+/// a compose task's (its services and volumes hashed after the image's digest).
+pub fn family_for(base_family: &str, image: &str, services: &Services) -> String {
     let digest = image.rsplit_once("@sha256:").map(|(_, d)| d.to_string()).unwrap_or_else(|| {
         use std::hash::{Hash as _, Hasher as _};
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -90,7 +92,111 @@ pub fn family_for(base_family: &str, image: &str) -> String {
         format!("{:016x}", h.finish())
     });
     let base: String = base_family.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
-    format!("{}-env-{}", base.chars().take(200).collect::<String>(), &digest[..digest.len().min(16)])
+    let layout = match services.is_empty() {
+        true => String::new(),
+        false => {
+            use sha2::Digest as _;
+            let text = serde_json::to_string(services).expect("serializable");
+            format!("-{}", &hex::encode(sha2::Sha256::digest(text.as_bytes()))[..12])
+        }
+    };
+    format!("{}-env-{}{layout}", base.chars().take(200).collect::<String>(), &digest[..digest.len().min(16)])
+}
+
+/// What a compose task runs beside its own container: its services (images pinned) and the
+/// named volumes its container mounts.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Services {
+    pub sidecars: Vec<agenteval_core::environment::Sidecar>,
+    pub volumes: Vec<agenteval_core::environment::Volume>,
+}
+
+impl Services {
+    pub fn of(spec: &agenteval_core::environment::EnvSpec) -> Services {
+        Services { sidecars: spec.sidecars.clone(), volumes: spec.volumes.clone() }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sidecars.is_empty() && self.volumes.is_empty()
+    }
+
+    /// Every named volume, once.
+    fn volume_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = (self.volumes.iter())
+            .chain(self.sidecars.iter().flat_map(|s| &s.volumes))
+            .filter_map(|v| v.name.clone())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// A volume's mount in a container (named volumes only: an unnamed one is the container's own).
+fn mounts(volumes: &[agenteval_core::environment::Volume]) -> Vec<MountPoint> {
+    volumes
+        .iter()
+        .filter_map(|v| {
+            let name = v.name.as_ref()?;
+            Some(
+                MountPoint::builder()
+                    .source_volume(volume_name(name))
+                    .container_path(&v.target)
+                    .read_only(v.read_only)
+                    .build(),
+            )
+        })
+        .collect()
+}
+
+/// A compose volume's name in the task definition (apart from agenteval's own).
+fn volume_name(name: &str) -> String {
+    let clean: String = name.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect();
+    format!("task-{clean}")
+}
+
+/// A sidecar as a container of the environment's task: its image, command, variables, volumes,
+/// and its healthcheck in ECS's bounds; started after the one before it (healthy, if that one
+/// has a check), as compose starts them.
+fn sidecar_container(
+    s: &agenteval_core::environment::Sidecar,
+    before: Option<&agenteval_core::environment::Sidecar>,
+) -> Result<ContainerDefinition> {
+    let image = s.image.as_deref().ok_or_else(|| Error::internal(format!("sidecar {} has no pinned image", s.name)))?;
+    let mut c = ContainerDefinition::builder()
+        .name(format!("svc-{}", s.name))
+        .image(image)
+        .essential(false)
+        .memory_reservation(128)
+        .set_command(s.command.clone())
+        .set_environment(Some(s.env.iter().map(|(k, v)| KeyValuePair::builder().name(k).value(v).build()).collect()))
+        .set_mount_points(Some(mounts(&s.volumes)));
+    if let Some(hc) = &s.healthcheck {
+        let check = aws_sdk_ecs::types::HealthCheck::builder()
+            .command("CMD-SHELL")
+            .command(&hc.command)
+            .interval((hc.interval_secs.round() as i32).clamp(5, 300))
+            .timeout((hc.timeout_secs.round() as i32).clamp(2, 60))
+            .retries((hc.retries as i32).clamp(1, 10))
+            .start_period((hc.start_period_secs.round() as i32).clamp(0, 300))
+            .build()
+            .map_err(|e| Error::internal(format!("healthcheck of {}: {e}", s.name)))?;
+        c = c.health_check(check);
+    }
+    if let Some(b) = before {
+        c = c.depends_on(started(b)?);
+    }
+    Ok(c.build())
+}
+
+/// The dependency on a sidecar having started: healthy when it has a check.
+fn started(s: &agenteval_core::environment::Sidecar) -> Result<ContainerDependency> {
+    let condition = if s.healthcheck.is_some() { ContainerCondition::Healthy } else { ContainerCondition::Start };
+    ContainerDependency::builder()
+        .container_name(format!("svc-{}", s.name))
+        .condition(condition)
+        .build()
+        .map_err(|e| Error::internal(format!("container dependency: {e}")))
 }
 
 impl TaskDefinitions {
@@ -121,14 +227,23 @@ impl TaskDefinitions {
             .await
     }
 
-    /// The task definition of `image`'s environments (pinned), registered unless it already is.
-    pub async fn for_image(&self, clients: &AwsClients, worker_def: &str, image: &str) -> Result<String> {
+    /// The task definition of `image`'s environments (pinned) with a compose task's `services`,
+    /// registered unless it already is.
+    // Long: one container list, built in the order ECS starts them.
+    pub async fn for_image(
+        &self,
+        clients: &AwsClients,
+        worker_def: &str,
+        image: &str,
+        services: &Services,
+    ) -> Result<String> {
         let mut known = self.known.lock().await;
-        if let Some(arn) = known.get(image) {
+        let family_key = family_for("", image, services);
+        if let Some(arn) = known.get(&family_key) {
             return Ok(arn.clone());
         }
         let base = self.base(clients, worker_def).await?.clone();
-        let family = family_for(&base.family, image);
+        let family = family_for(&base.family, image, services);
         // Registered by an earlier run: reuse it when it serves this very image, with no role.
         self.described.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(o) = clients.ecs.describe_task_definition().task_definition(&family).send().await
@@ -140,7 +255,7 @@ impl TaskDefinitions {
                 .any(|c| c.name() == Some(ENV_CONTAINER) && c.image() == Some(image) && c.command() == SERVE)
             && let Some(arn) = td.task_definition_arn()
         {
-            known.insert(image.to_string(), arn.to_string());
+            known.insert(family_key, arn.to_string());
             return Ok(arn.to_string());
         }
         let mount = |read_only| {
@@ -160,14 +275,13 @@ impl TaskDefinitions {
             .set_log_configuration(base.logs.clone())
             .build();
         let (cpu, memory) = fargate_size(None, None);
-        let main = ContainerDefinition::builder()
+        let mut main = ContainerDefinition::builder()
             .name(ENV_CONTAINER)
             .image(image)
             .essential(true)
             // A soft limit: the job's own size (a task override) bounds the task.
             .memory_reservation(256)
             .user("0")
-            .entry_point(format!("{VOLUME_PATH}/agenteval"))
             .set_command(Some(SERVE.iter().map(|s| s.to_string()).collect()))
             .depends_on(
                 ContainerDependency::builder()
@@ -178,8 +292,16 @@ impl TaskDefinitions {
             )
             .mount_points(mount(true))
             .environment(KeyValuePair::builder().name(IMAGE_ENV).value(image).build())
-            .set_log_configuration(base.logs.clone())
-            .build();
+            .set_log_configuration(base.logs.clone());
+        for m in mounts(&services.volumes) {
+            main = main.mount_points(m);
+        }
+        let mut sidecars = Vec::new();
+        for (i, s) in services.sidecars.iter().enumerate() {
+            sidecars.push(sidecar_container(s, i.checked_sub(1).map(|j| &services.sidecars[j]))?);
+            main = main.depends_on(started(s)?);
+        }
+        let main = main.build();
         self.registered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let out = clients
             .ecs
@@ -190,9 +312,12 @@ impl TaskDefinitions {
             .cpu(cpu.to_string())
             .memory(memory.to_string())
             .set_execution_role_arn(base.execution_role.clone())
-            .volumes(Volume::builder().name(VOLUME).build())
-            .container_definitions(init)
-            .container_definitions(main)
+            .set_volumes(Some(
+                std::iter::once(Volume::builder().name(VOLUME).build())
+                    .chain(services.volume_names().iter().map(|n| Volume::builder().name(volume_name(n)).build()))
+                    .collect(),
+            ))
+            .set_container_definitions(Some([init, main].into_iter().chain(sidecars).collect()))
             .send()
             .await;
         let arn = match out {
@@ -205,7 +330,7 @@ impl TaskDefinitions {
         }
         .ok_or_else(|| Error::internal(format!("ECS named no task definition for {image}")))?;
         tracing::info!(image, task_definition = %arn, "registered a task definition for a task image");
-        known.insert(image.to_string(), arn.clone());
+        known.insert(family_key, arn.clone());
         Ok(arn)
     }
 }
@@ -227,8 +352,14 @@ mod tests {
 
     #[test]
     fn one_family_per_digest() {
-        let a = family_for("agenteval-worker", "r.example/envs@sha256:0123456789abcdef0123");
+        let none = Services::default();
+        let a = family_for("agenteval-worker", "r.example/envs@sha256:0123456789abcdef0123", &none);
         assert_eq!(a, "agenteval-worker-env-0123456789abcdef");
-        assert_ne!(a, family_for("agenteval-worker", "r.example/envs@sha256:ffff456789abcdef0123"));
+        assert_ne!(a, family_for("agenteval-worker", "r.example/envs@sha256:ffff456789abcdef0123", &none));
+        let volume =
+            agenteval_core::environment::Volume { name: Some("v".into()), target: "/v".into(), read_only: false };
+        let compose = Services { sidecars: vec![], volumes: vec![volume] };
+        let b = family_for("agenteval-worker", "r.example/envs@sha256:0123456789abcdef0123", &compose);
+        assert!(b.starts_with(&format!("{a}-")) && b.len() == a.len() + 13, "a compose layout has its own: {b}");
     }
 }

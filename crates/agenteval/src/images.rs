@@ -49,6 +49,10 @@ pub async fn build(args: &RunConfigArgs, push: Option<&str>, json: bool) -> Resu
                     (None, Some(i)) => *named.entry(i.clone()).or_default() += 1,
                     (None, None) => {}
                 }
+                // A compose task's services are built and pushed beside it.
+                for c in env.sidecars.iter().filter_map(|s| s.context.as_ref()) {
+                    *contexts.entry(c.clone()).or_default() += 1;
+                }
             }
             Ok(())
         })

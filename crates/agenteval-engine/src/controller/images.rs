@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
 use agenteval_core::config::{EnvironmentKind, RunConfig};
+use agenteval_core::environment::EnvSpec;
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::{CloudBackend, Resolver};
 use agenteval_core::{Error, Result};
@@ -61,7 +62,16 @@ pub(super) async fn prepare(
         };
         local.push(Some(tag));
     }
-    let distinct: Vec<String> = local.iter().flatten().cloned().collect::<BTreeSet<_>>().into_iter().collect();
+    // A compose task's services run from their own images, built and pushed beside it.
+    let mut services: HashMap<PathBuf, String> = HashMap::new();
+    for s in tasks.iter().filter_map(|t| t.environment.as_ref()).flat_map(|e| &e.sidecars) {
+        if let Some(ctx) = s.context.as_ref().filter(|c| !services.contains_key(*c)) {
+            let spec = EnvSpec { context: Some(ctx.clone()), ..EnvSpec::default() };
+            services.insert(ctx.clone(), resolver.task_image(&spec, &config.environment)?);
+        }
+    }
+    let distinct: Vec<String> =
+        local.iter().flatten().chain(services.values()).cloned().collect::<BTreeSet<_>>().into_iter().collect();
     let fleet: BTreeMap<String, String> = backend.task_images(&distinct).await?.unwrap_or_default();
     let mut packed = Packed::default();
     for (t, tag) in tasks.iter_mut().zip(local) {
@@ -73,6 +83,14 @@ pub(super) async fn prepare(
         }
         // Built already: the fleet runs the image, not the folder.
         spec.context = None;
+        for s in &mut spec.sidecars {
+            if let Some(ctx) = s.context.take() {
+                let tag = &services[&ctx];
+                let pinned =
+                    fleet.get(tag).ok_or_else(|| Error::internal(format!("the backend did not name image {tag}")))?;
+                s.image = Some(pinned.clone());
+            }
+        }
         packed.pack(t)?;
     }
     Ok(packed)

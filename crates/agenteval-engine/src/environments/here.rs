@@ -44,6 +44,15 @@ struct State {
     tainted: Vec<String>,
     /// The task's variables (Harbor's `[environment] env`), for every command.
     env: BTreeMap<String, String>,
+    /// The container's processes when it was prepared (its image's own services, started by
+    /// its ENTRYPOINT), or when its baseline was last taken: never the agent's.
+    before_agent: Vec<u32>,
+}
+
+/// Every process of this container, by pid.
+fn processes() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
 }
 
 #[derive(Debug)]
@@ -215,8 +224,28 @@ impl Environment for HereEnvironment {
                 workdir.display()
             )));
         }
-        self.state.lock().expect("state lock").env = spec.env.clone();
+        {
+            let mut st = self.state.lock().expect("state lock");
+            st.env = spec.env.clone();
+            // Only the container's own root has its own processes (a rooted copy shares this
+            // machine's).
+            if self.root == Path::new("/") {
+                st.before_agent = processes();
+            }
+        }
         let first = self.state.lock().expect("state lock").start.is_none();
+        // A compose task's services share this container's network (one ECS task): each is
+        // reached by its name, on loopback, as under Docker by its own address.
+        if first && !spec.sidecars.is_empty() {
+            let names: Vec<&str> = spec.sidecars.iter().map(|s| s.name.as_str()).collect();
+            let hosts = self.at("/etc/hosts");
+            let mut text = std::fs::read_to_string(&hosts).unwrap_or_default();
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!("127.0.0.1 {}\n", names.join(" ")));
+            std::fs::write(&hosts, text).map_err(|e| Error::io("naming the task's services in /etc/hosts", e))?;
+        }
         if first {
             let (root_state, wd) = (self.at(STATE), workdir.clone());
             let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
@@ -272,6 +301,27 @@ impl Environment for HereEnvironment {
 
     async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
         super::host::copy_out(&self.path(env, from)?, from, to, max_bytes)
+    }
+
+    fn processes_before_agent(&self, _env: &EnvHandle) -> Vec<u32> {
+        self.state.lock().expect("state lock").before_agent.clone()
+    }
+
+    /// What is in the container now is its own from here on (an agent's install, before the
+    /// agent runs): its files for `changed_outside`, its processes for the tests' hold.
+    async fn mark_baseline(&self, _env: &EnvHandle) {
+        let workdir = self.state.lock().expect("state lock").start.as_ref().map(|(w, _, _)| w.clone());
+        if let Some(workdir) = workdir {
+            let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
+            if let Ok(now) = tokio::task::spawn_blocking(move || this.stamps(&workdir)).await
+                && let Some(start) = self.state.lock().expect("state lock").start.as_mut()
+            {
+                start.2 = now;
+            }
+        }
+        if self.root == Path::new("/") {
+            self.state.lock().expect("state lock").before_agent = processes();
+        }
     }
 
     fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
@@ -456,6 +506,22 @@ mod tests {
             assert!(!out.stdout.lines().any(|l| l.starts_with(&format!("{k}="))), "{k} leaked: {}", out.stdout);
         }
         assert!(env.copy_out(&h, "../x", root.path(), 10).await.is_err());
+    }
+
+    /// An install before the agent (the baseline taken after it) is the container's own; what
+    /// comes after is the agent's.
+    #[tokio::test]
+    async fn what_changed_before_the_baseline_is_the_containers_own() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("usr/bin")).unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), root.path().join("w"));
+        let h = env.prepare(&RunId::new(), &task(), 1, &EnvSpec::default()).await.unwrap();
+        std::fs::write(root.path().join("usr/bin/installed"), "x").unwrap();
+        env.mark_baseline(&h).await;
+        assert!(env.changed_outside(&h).await.is_empty(), "the install is the container's");
+        std::fs::write(root.path().join("usr/bin/planted"), "x").unwrap();
+        let changed = env.changed_outside(&h).await;
+        assert!(changed.len() == 1 && changed[0].ends_with("usr/bin/planted"), "{changed:?}");
     }
 
     /// As a container's commands get them: the image's variables, then the task's, then the

@@ -1681,31 +1681,23 @@ exit 0
     );
 }
 
-/// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
-/// tests, a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
-/// reached through the worker's egress proxy, another refused), a `separate` verifier, reward
-/// rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
-/// on the local backend and on the fleet, and every task gets the same outcome and rewards on
-/// both.
-#[tokio::test(flavor = "multi_thread")]
-async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_fleet() {
-    crate::environments::docker_ready();
-    let reg = registry();
-    let mut aws = Aws::new(&[], true).await;
-    let tasks = aws.ws.path().join("tasks");
-    crate::harbor_rules::probes(&tasks);
+/// Runs the Harbor tasks in `tasks` with `agent` from one config file on the local backend and
+/// on the fleet (their images built and pushed between), and gives each backend's verdicts: per
+/// task its outcome, rewards, and whether it is unscored or counted apart (suspect).
+type Verdicts = std::collections::BTreeMap<String, String>;
+async fn on_both_backends(aws: &mut Aws, reg: &Registry, tasks: &Path, agent: &str) -> (Verdicts, Verdicts) {
     let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
     let body = format!(
-        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: {agent}\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
         tasks.display(),
         crate::environments::BASE
     );
-    let cfg = aws.config("probes", &body, &aws.endpoint.clone());
+    let cfg = aws.config(&format!("both-{agent}"), &body, &aws.endpoint.clone());
     let mut yaml = std::fs::read_to_string(&cfg).unwrap();
     yaml.push_str(&format!("  image_repository: {repo}\n"));
     std::fs::write(&cfg, yaml).unwrap();
     let cfg = cfg.to_str().unwrap();
-    let local = aws.ws.path().join("local-runs");
+    let local = aws.ws.path().join(format!("local-runs-{agent}"));
     let index = format!("{}/index.sqlite", local.display());
     let local_set =
         ["--set", &format!("storage.bundle_root={}", local.display()), "--set", &format!("storage.index={index}")];
@@ -1715,11 +1707,12 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     assert_eq!((here["status"].as_str(), code), (Some("complete"), 0), "{here}");
     let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
     assert_eq!(code, 0, "{built}");
-    aws.fargate(0);
+    if aws.harnesses.is_empty() {
+        aws.fargate(0);
+    }
     let (fleet, code) = aws.json(&["submit", "--json", "--config", cfg]);
     assert_eq!((fleet["status"].as_str(), code), (Some("complete"), 0), "{fleet}");
-    // Each task's outcome, rewards, and whether it is unscored or counted apart (suspect).
-    let verdicts = |run: &str, place: [&str; 2]| -> std::collections::BTreeMap<String, String> {
+    let verdicts = |run: &str, place: [&str; 2]| -> Verdicts {
         let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", place[0], place[1]]);
         let ids: Vec<String> =
             shown["tasks"].as_array().unwrap().iter().map(|t| t["task_id"].as_str().unwrap().to_string()).collect();
@@ -1740,6 +1733,43 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     };
     let on_local = verdicts(here["run_id"].as_str().unwrap(), ["--index", &index]);
     let on_fleet = verdicts(fleet["run_id"].as_str().unwrap(), ["--backend", "aws"]);
+    (on_local, on_fleet)
+}
+
+/// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
+/// tests, a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
+/// reached through the worker's egress proxy, another refused), a `separate` verifier, reward
+/// rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
+/// on the local backend and on the fleet, and every task gets the same outcome and rewards on
+/// both.
+#[tokio::test(flavor = "multi_thread")]
+async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_fleet() {
+    crate::environments::docker_ready();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let tasks = aws.ws.path().join("tasks");
+    crate::harbor_rules::probes(&tasks);
+    let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle").await;
     assert_eq!(on_local.len(), 14, "{on_local:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
+}
+
+/// Real-shaped Harbor tasks on the fleet as locally: an image whose ENTRYPOINT starts a service
+/// and hands over, a no-network task on `localhost`, a sidecar declared with `expose` reached by
+/// its name, a named volume a sidecar writes and the task's container reads only, three steps, a
+/// task Harbor would skip. The oracle passes every one on both backends, and `nop` none.
+#[tokio::test(flavor = "multi_thread")]
+async fn real_shaped_tasks_with_sidecars_and_volumes_get_the_same_verdicts_on_the_fleet() {
+    crate::environments::docker_ready();
+    let reg = registry();
+    let mut aws = Aws::new(&[], true).await;
+    let tasks = aws.ws.path().join("tasks");
+    crate::harbor_tasks::tasks(&tasks, false);
+    for agent in ["oracle", "nop"] {
+        let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, agent).await;
+        assert_eq!(on_local.len(), 6, "{on_local:?}");
+        let passed = on_local.values().filter(|v| v.starts_with("true")).count();
+        assert_eq!(passed, if agent == "oracle" { 6 } else { 0 }, "{agent}: {on_local:?}");
+        assert_eq!(on_fleet, on_local, "{agent}: the same verdict for every task on both backends");
+    }
 }
