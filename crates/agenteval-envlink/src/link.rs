@@ -61,7 +61,11 @@ impl Listener {
         let w = waiting.clone();
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, peer)) = l.accept().await else { continue };
+                let Ok((stream, peer)) = l.accept().await else {
+                    // Out of descriptors, say: wait rather than spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
                 let w = w.clone();
                 tokio::spawn(async move {
@@ -147,7 +151,9 @@ async fn admit(stream: Stream, peer: Option<SocketAddr>, waiting: &SyncMutex<Has
     Ok(())
 }
 
-type Replies = Arc<SyncMutex<Option<HashMap<u64, (u64, oneshot::Sender<Result<(serde_json::Value, Vec<u8>)>>)>>>>;
+/// A reply: its value, and its body spooled to a file (files copied out), if it has one.
+pub(crate) type Answer = (serde_json::Value, Option<std::fs::File>);
+type Replies = Arc<SyncMutex<Option<HashMap<u64, (u64, oneshot::Sender<Result<Answer>>)>>>>;
 
 /// A proved connection to one environment's server.
 #[derive(Clone)]
@@ -181,13 +187,7 @@ impl Link {
 
     /// Sends `op` (with `body`) and waits `wait` at most for its reply, whose body may be at
     /// most `max_body` bytes.
-    pub(crate) async fn call(
-        &self,
-        op: Op,
-        body: &[u8],
-        max_body: u64,
-        wait: Duration,
-    ) -> Result<(serde_json::Value, Vec<u8>)> {
+    pub(crate) async fn call(&self, op: Op, body: &[u8], max_body: u64, wait: Duration) -> Result<Answer> {
         let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         match self.replies.lock().expect("not poisoned").as_mut() {
@@ -225,7 +225,7 @@ async fn read_replies(mut r: ReadHalf<Stream>, replies: Replies) {
         };
         let waiter = replies.lock().expect("not poisoned").as_mut().and_then(|m| m.remove(&reply.id));
         let max = waiter.as_ref().map_or(0, |(max, _)| *max);
-        let body = match wire::read_body(&mut r, max).await {
+        let body = match wire::spool_body(&mut r, max).await {
             Ok(b) => b,
             Err(e) => break e.to_string(),
         };

@@ -170,14 +170,18 @@ impl Environment for LinkedEnvironment {
     async fn copy_out(&self, env: &EnvHandle, from: &str, to: &Path, max_bytes: u64) -> Result<()> {
         let (link, inner) = self.live(env, |l| (l.link.clone(), l.inner.clone()))?;
         // Headers and padding: a tar is at most its content plus a KiB per entry, and the server
-        // copied at most `max_bytes` of content; the unpack counts the content again.
+        // copied at most `max_bytes` of content; the unpack counts the content again. The body
+        // goes to a file as it comes, never into memory whole.
         let max_body = max_bytes.saturating_mul(2).saturating_add(16 << 20);
         let op = Op::CopyOut { handle: inner, from: from.into(), max_bytes };
         let (_, body) = link.call(op, &[], max_body, CALL).await?;
         let to = to.to_path_buf();
-        tokio::task::spawn_blocking(move || crate::tarball::unpack(&body, &to, max_bytes))
-            .await
-            .map_err(|e| Error::internal(e.to_string()))?
+        tokio::task::spawn_blocking(move || match body {
+            Some(file) => crate::tarball::unpack(std::io::BufReader::new(file), &to, max_bytes),
+            None => crate::tarball::unpack(std::io::empty(), &to, max_bytes),
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
     }
 
     /// The launch stopped: everything in it goes with it (an environment is never reused, so

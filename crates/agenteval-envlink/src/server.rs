@@ -115,7 +115,7 @@ async fn run(env: &dyn Environment, op: Op, body: Vec<u8>) -> Result<(serde_json
         }
         Op::CopyIn { handle, to, name } => {
             let dir = tempfile::tempdir().map_err(|e| Error::io("a folder for the copy", e))?;
-            crate::tarball::unpack(&body, dir.path(), u64::MAX)?;
+            crate::tarball::unpack(&body[..], dir.path(), u64::MAX)?;
             let from = match name {
                 Some(n) => dir.path().join(n),
                 None => dir.path().to_path_buf(),

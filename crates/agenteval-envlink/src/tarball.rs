@@ -29,7 +29,7 @@ pub(crate) fn pack(from: &Path) -> Result<(Vec<u8>, Option<String>)> {
 /// Unpacks `bytes` into `into` (made if missing): plain files and folders at relative paths
 /// only, their modes without set-id bits, `max_bytes` of content in all; anything else is
 /// skipped, and past the cap the copy is refused (`Invalid`).
-pub(crate) fn unpack(bytes: &[u8], into: &Path, max_bytes: u64) -> Result<()> {
+pub(crate) fn unpack(bytes: impl std::io::Read, into: &Path, max_bytes: u64) -> Result<()> {
     let io = |e: std::io::Error| Error::io(format!("unpacking into {}", into.display()), e);
     std::fs::create_dir_all(into).map_err(io)?;
     let mut archive = tar::Archive::new(bytes);
@@ -83,12 +83,12 @@ mod tests {
         let (bytes, name) = pack(src.path()).unwrap();
         assert_eq!(name, None);
         let out = tempfile::tempdir().unwrap();
-        unpack(&bytes, out.path(), 100).unwrap();
+        unpack(&bytes[..], out.path(), 100).unwrap();
         assert_eq!(std::fs::read_to_string(out.path().join("a/b/c.txt")).unwrap(), "c");
         let (bytes, name) = pack(&src.path().join("a/b/c.txt")).unwrap();
         assert_eq!(name.as_deref(), Some("c.txt"));
         let out = tempfile::tempdir().unwrap();
-        unpack(&bytes, out.path(), 100).unwrap();
+        unpack(&bytes[..], out.path(), 100).unwrap();
         assert_eq!(std::fs::read_to_string(out.path().join("c.txt")).unwrap(), "c");
     }
 
@@ -114,12 +114,12 @@ mod tests {
         let bytes = b.into_inner().unwrap();
         let root = tempfile::tempdir().unwrap();
         let out = root.path().join("out");
-        unpack(&bytes, &out, 100).unwrap();
+        unpack(&bytes[..], &out, 100).unwrap();
         assert!(!root.path().join("escape").exists(), "nothing lands outside");
         assert!(std::fs::symlink_metadata(out.join("link")).is_err(), "no link is made");
         use std::os::unix::fs::PermissionsExt as _;
         assert_eq!(std::fs::metadata(out.join("setuid")).unwrap().permissions().mode() & 0o7777, 0o755);
-        let err = unpack(&bytes, &root.path().join("small"), 0).unwrap_err();
+        let err = unpack(&bytes[..], &root.path().join("small"), 0).unwrap_err();
         assert!(err.to_string().contains("larger than the 0 bytes"), "{err}");
     }
 }

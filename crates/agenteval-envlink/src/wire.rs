@@ -56,6 +56,31 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std:
     Ok(body)
 }
 
+/// Reads a frame's body into a file of its own (none when it is empty), refusing one longer than
+/// `max` without reading it: what an environment sends back is never held in memory whole.
+pub(crate) async fn spool_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<Option<std::fs::File>> {
+    let mut len = [0u8; 8];
+    r.read_exact(&mut len).await?;
+    let len = u64::from_be_bytes(len);
+    if len > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a body of {len} bytes, past the {max} it may have"),
+        ));
+    }
+    if len == 0 {
+        return Ok(None);
+    }
+    let mut file = tokio::fs::File::from_std(tempfile::tempfile()?);
+    let copied = tokio::io::copy(&mut r.take(len), &mut file).await?;
+    if copied != len {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the body ended early"));
+    }
+    let mut file = file.into_std().await;
+    std::io::Seek::rewind(&mut file)?;
+    Ok(Some(file))
+}
+
 /// Reads a whole frame whose body may be at most `max` bytes.
 pub(crate) async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     let header = read_header(r).await?;
@@ -242,6 +267,24 @@ mod tests {
         let e = Error::new(ErrorKind::Transient, "busy");
         let back = WireError::of(&e).into_error();
         assert_eq!((back.kind(), back.to_string()), (ErrorKind::Transient, e.to_string()));
+    }
+
+    #[tokio::test]
+    async fn a_reply_body_goes_to_a_file_and_one_past_its_cap_is_refused() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, b"{}", b"hello").await.unwrap();
+        write_frame(&mut a, b"{}", &[]).await.unwrap();
+        write_frame(&mut a, b"{}", &[7u8; 100]).await.unwrap();
+        read_header(&mut b).await.unwrap();
+        let mut file = spool_body(&mut b, 5).await.unwrap().expect("a file");
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut file, &mut text).unwrap();
+        assert_eq!(text, "hello");
+        read_header(&mut b).await.unwrap();
+        assert!(spool_body(&mut b, 5).await.unwrap().is_none(), "no file for an empty body");
+        read_header(&mut b).await.unwrap();
+        let err = spool_body(&mut b, 99).await.unwrap_err();
+        assert!(err.to_string().contains("past the 99"), "{err}");
     }
 
     #[tokio::test]
