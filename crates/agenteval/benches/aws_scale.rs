@@ -3,7 +3,7 @@
 //! (`controller::submit`: dispatch, polling loop, job ends, seal) over the real DynamoDB index and
 //! S3 store, every one of its calls through the counting proxy, with a simulated fleet in place
 //! of ECS: a job "runs" for `JOB_SECONDS`, then its tasks are recorded (completed) and
-//! their `result.json` and the attempt's manifest part are written, as a worker would, by
+//! their packs (`tasks/<id>.tar.gz`) and the attempt's manifest part are written, as a worker would, by
 //! clients that bypass the proxy (the fleet's calls per task are the other benchmark's).
 //!
 //! Per size it prints the controller's API calls per task by operation, DynamoDB read and write
@@ -86,8 +86,10 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             started_at: now,
             finished_at: now,
         };
+        // A finished task's pack, as a worker leaves it (bundle schema 1.1).
         let bytes = serde_json::to_vec_pretty(&result).expect("serializes");
-        recording.put(&job.run_id, &layout::task_file(&t.id, layout::TASK_RESULT), &bytes).await?;
+        let pack = agenteval_core::taskpack::pack(&[(layout::TASK_RESULT, &bytes)])?;
+        recording.put(&job.run_id, &layout::task_pack(&t.id), &pack).await?;
         index.record_task(&job.run_id, &TaskTransition::completed(&result)).await?;
     }
     write_files_part(&recording, &job.run_id, &job.job_id, job.attempt, recording.written()).await
