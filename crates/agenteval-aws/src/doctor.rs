@@ -190,13 +190,30 @@ async fn environment_groups(
                 && p.from_port().is_some_and(|f| f <= WORKER_PORTS.0)
                 && p.to_port().is_some_and(|t| t >= WORKER_PORTS.1))
     };
-    let worker_groups = match clients.ec2.describe_security_groups().set_group_ids(Some(workers.to_vec())).send().await
-    {
-        Ok(o) => o.security_groups().to_vec(),
-        Err(_) => Vec::new(),
+    // Every group in one call; only when one is missing (the call names none apart) is each
+    // mode's looked up alone, to say which. An unreachable EC2 is one cause, said per mode.
+    let modes = [Reach::NoNetwork, Reach::Allowlist, Reach::Public];
+    let mut every: Vec<String> = workers.to_vec();
+    every.extend(modes.iter().flat_map(|m| groups.of(*m).0.iter().cloned()));
+    every.sort();
+    every.dedup();
+    let all = clients.ec2.describe_security_groups().set_group_ids(Some(every)).send().await;
+    let (known, unreachable) = match all {
+        Ok(o) => (Some(o.security_groups().to_vec()), None),
+        // EC2's own answer (a group it does not have): looked up mode by mode below.
+        Err(aws_sdk_ec2::error::SdkError::ServiceError(_)) => (None, None),
+        // No answer at all (unreachable, no credentials): the same for every mode.
+        Err(e) => (None, Some(failure(e))),
+    };
+    let worker_groups = match &known {
+        Some(all) => all.clone(),
+        None => match clients.ec2.describe_security_groups().set_group_ids(Some(workers.to_vec())).send().await {
+            Ok(o) => o.security_groups().to_vec(),
+            Err(_) => Vec::new(),
+        },
     };
     let mut out = Vec::new();
-    for reach in [Reach::NoNetwork, Reach::Allowlist, Reach::Public] {
+    for reach in modes {
         let (ids, field) = groups.of(reach);
         let name = format!("environment groups {field}");
         if ids.is_empty() {
@@ -211,13 +228,21 @@ async fn environment_groups(
             });
             continue;
         }
-        let r = clients.ec2.describe_security_groups().set_group_ids(Some(ids.to_vec())).send().await;
-        let found = match r {
-            Ok(o) => o.security_groups().to_vec(),
-            Err(e) => {
-                out.push(check(name, Err(format!("{}: {}", ids.join(", "), failure(e)))));
-                continue;
+        if let Some(cause) = &unreachable {
+            out.push(check(name, Err(format!("{}: {cause}", ids.join(", ")))));
+            continue;
+        }
+        let found = match &known {
+            Some(all) => {
+                all.iter().filter(|g| g.group_id().is_some_and(|id| ids.contains(&id.to_string()))).cloned().collect()
             }
+            None => match clients.ec2.describe_security_groups().set_group_ids(Some(ids.to_vec())).send().await {
+                Ok(o) => o.security_groups().to_vec(),
+                Err(e) => {
+                    out.push(check(name, Err(format!("{}: {}", ids.join(", "), failure(e)))));
+                    continue;
+                }
+            },
         };
         let open = found.iter().flat_map(|g| g.ip_permissions_egress()).any(|p| {
             p.ip_ranges().iter().any(|r| r.cidr_ip() == Some("0.0.0.0/0"))

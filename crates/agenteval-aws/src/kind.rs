@@ -131,35 +131,17 @@ impl BackendKind for EcsBackendKind {
 
     async fn check(&self, cfg: &RunConfig, secrets: &[(String, String)]) -> Vec<Check> {
         let clients = self.clients.get(&AwsSettings::of(cfg.aws.as_ref())).await;
-        let a = cfg.aws.clone().unwrap_or_default();
-        let input = DoctorInput {
-            bucket: match &cfg.storage.bundle_root {
-                BundleRoot::S3 { bucket, .. } => Some(bucket.clone()),
-                BundleRoot::Local(_) => None,
-            },
-            table: match cfg.storage.index_location() {
-                IndexLocation::DynamoDb { table } => Some(table),
-                IndexLocation::Sqlite(_) => None,
-            },
-            cluster: a.cluster.clone(),
-            task_definition: a.task_definition.clone(),
-            container_name: a.container_name.clone(),
-            subnets: a.subnets.clone(),
-            security_groups: a.security_groups.clone(),
-            secrets: secrets.iter().map(|(name, _)| name.clone()).collect(),
-            image_repository: a.image_repository.clone(),
-            // Tasks in their own images act in environment tasks, on these groups.
-            environment_groups: (a.image_repository.is_some() || !a.environment_security_groups.is_empty())
-                .then(|| a.environment_security_groups.clone()),
-        };
-        run_checks(clients, &input).await
+        run_checks(clients, &doctor_input(cfg, secrets)).await
     }
 
     /// The cheap checks that concern launching (cluster, task definition and its container): a
     /// launch that cannot work is a usage error naming the resource, not a run whose every task
-    /// is charged with it. Secrets are `doctor`'s: the controller does not read them on AWS.
+    /// is charged with it. Secrets and the environments' groups are `doctor`'s: the controller
+    /// reads no secret on AWS, and a group missing fails only the tasks of its network mode.
     async fn preflight(&self, cfg: &RunConfig, _secrets: &[(String, String)]) -> Result<()> {
-        let checks = self.check(cfg, &[]).await;
+        let clients = self.clients.get(&AwsSettings::of(cfg.aws.as_ref())).await;
+        let input = DoctorInput { environment_groups: None, ..doctor_input(cfg, &[]) };
+        let checks = run_checks(clients, &input).await;
         let failed: Vec<&Check> = checks
             .iter()
             .filter(|c| !c.ok && (c.name.starts_with("cluster") || c.name.starts_with("task definition")))
@@ -174,6 +156,31 @@ impl BackendKind for EcsBackendKind {
         let clients = self.clients.get(&AwsSettings::of(Some(a))).await;
         let tasks = crate::env_tasks::EnvTasks::for_worker(clients, a).await?;
         Ok(Arc::new(agenteval_envlink::LinkedEnvironment::new(Arc::new(tasks))))
+    }
+}
+
+/// What `doctor` looks at for `cfg`; `secrets` are the names its workers will fetch.
+fn doctor_input(cfg: &RunConfig, secrets: &[(String, String)]) -> DoctorInput {
+    let a = cfg.aws.clone().unwrap_or_default();
+    DoctorInput {
+        bucket: match &cfg.storage.bundle_root {
+            BundleRoot::S3 { bucket, .. } => Some(bucket.clone()),
+            BundleRoot::Local(_) => None,
+        },
+        table: match cfg.storage.index_location() {
+            IndexLocation::DynamoDb { table } => Some(table),
+            IndexLocation::Sqlite(_) => None,
+        },
+        cluster: a.cluster.clone(),
+        task_definition: a.task_definition.clone(),
+        container_name: a.container_name.clone(),
+        subnets: a.subnets.clone(),
+        security_groups: a.security_groups.clone(),
+        secrets: secrets.iter().map(|(name, _)| name.clone()).collect(),
+        image_repository: a.image_repository.clone(),
+        // Tasks in their own images act in environment tasks, on these groups.
+        environment_groups: (a.image_repository.is_some() || !a.environment_security_groups.is_empty())
+            .then(|| a.environment_security_groups.clone()),
     }
 }
 
