@@ -363,6 +363,8 @@ pub enum AgentFault {
     SetupFailed,
     /// The preset's package at `agent.version` could not be installed.
     InstallFailed,
+    /// The task's image cannot run the preset (a Python preset on an image without python3).
+    ImageCannotRun,
 }
 
 impl AgentFault {
@@ -374,6 +376,7 @@ impl AgentFault {
             AgentFault::NetworkRefused => "agent.sandbox.network",
             AgentFault::SetupFailed => "agent.setup",
             AgentFault::InstallFailed => "agent.version",
+            AgentFault::ImageCannotRun => "agent.preset",
         }
     }
 
@@ -391,6 +394,7 @@ impl AgentFault {
             AgentFault::NetworkRefused => "its sandbox refused it a connection".into(),
             AgentFault::SetupFailed => "its setup script failed".into(),
             AgentFault::InstallFailed => "its package could not be installed".into(),
+            AgentFault::ImageCannotRun => "the task's image cannot run it".into(),
         }
     }
 
@@ -405,6 +409,9 @@ impl AgentFault {
             }
             AgentFault::SetupFailed => "the script's last lines are in each task's log",
             AgentFault::InstallFailed => "check the version exists; npm's or pip's last lines are in each task's log",
+            AgentFault::ImageCannotRun => {
+                "a Python preset needs python3 in the task's image: pick a preset installed by npm (codex, claude-code, opencode), or give the image python3"
+            }
         }
     }
 
@@ -418,6 +425,7 @@ impl AgentFault {
             AgentFault::NetworkRefused => "network_refused".into(),
             AgentFault::SetupFailed => "setup_failed".into(),
             AgentFault::InstallFailed => "install_failed".into(),
+            AgentFault::ImageCannotRun => "image_cannot_run".into(),
         }
     }
 
@@ -430,6 +438,7 @@ impl AgentFault {
             "network_refused" => AgentFault::NetworkRefused,
             "setup_failed" => AgentFault::SetupFailed,
             "install_failed" => AgentFault::InstallFailed,
+            "image_cannot_run" => AgentFault::ImageCannotRun,
             other => AgentFault::ExitedBeforeProtocol(other.strip_prefix("exited_before_protocol:")?.parse().ok()?),
         })
     }
@@ -1410,6 +1419,7 @@ mod tests {
             AgentFault::NetworkRefused,
             AgentFault::SetupFailed,
             AgentFault::InstallFailed,
+            AgentFault::ImageCannotRun,
         ];
         for f in all {
             assert_eq!(AgentFault::parse(&f.code()), Some(f.clone()), "{f:?}");

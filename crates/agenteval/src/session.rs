@@ -187,7 +187,10 @@ fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome) -> String
     use agenteval_core::model::AgentFault;
     if let Some(fault) = &o.fault {
         let probe = match fault {
-            AgentFault::SetupFailed | AgentFault::InstallFailed | AgentFault::KeyRefused => "",
+            AgentFault::SetupFailed
+            | AgentFault::InstallFailed
+            | AgentFault::ImageCannotRun
+            | AgentFault::KeyRefused => "",
             _ => "; `agenteval doctor --probe` tries one task",
         };
         return format!("fix `{}`: {}{probe}", fault.field(), fault.fix());

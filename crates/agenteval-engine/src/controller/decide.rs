@@ -87,7 +87,10 @@ pub fn broken_agent<'a>(finished: impl IntoIterator<Item = Ended<'a>>, need: usi
     let first = first?;
     let said = one_line(first.detail.unwrap_or(""));
     let detail = match first.fault {
-        None | Some(AgentFault::CannotStart | AgentFault::SetupFailed | AgentFault::InstallFailed) => said,
+        None
+        | Some(
+            AgentFault::CannotStart | AgentFault::SetupFailed | AgentFault::InstallFailed | AgentFault::ImageCannotRun,
+        ) => said,
         Some(f) => format!("{}; the first said: {said}", f.describe()),
     };
     Some(Broken { fault: first.fault.cloned(), detail })

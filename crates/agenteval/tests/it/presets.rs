@@ -332,9 +332,13 @@ fn an_images_python3_that_answers_a_path_names_no_folder_of_this_machine() {
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
     for id in ["hello-solve", "hello-fail"] {
         let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
-        assert_eq!(r["agent"]["fault"], "install_failed", "{r}");
+        assert_eq!(r["agent"]["fault"], "image_cannot_run", "{r}");
         assert!(r["agent"]["error"].as_str().unwrap().contains("not a Python 3 version"), "{r}");
     }
+    // No version would install: the hint names the preset and what the image lacks, not the version.
+    let err = text(&out.stderr);
+    let last = err.lines().last().unwrap_or_default();
+    assert!(last.contains("(fix `agent.preset`: a Python preset needs python3"), "{err}");
     let made: Vec<String> = std::fs::read_dir("/tmp")
         .unwrap()
         .flatten()

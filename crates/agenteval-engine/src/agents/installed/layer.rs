@@ -192,6 +192,13 @@ impl Layer {
         })
     }
 
+    /// The task's image cannot run the preset at all: no version would install.
+    fn unrunnable(&self, why: String) -> LayerError {
+        let mut e = self.failed(why);
+        e.fault = Some(AgentFault::ImageCannotRun);
+        e
+    }
+
     /// The install's failure, naming the field that fixes it.
     fn failed(&self, why: String) -> LayerError {
         let (field, fault) = match &self.source {
@@ -307,11 +314,14 @@ impl Layer {
                     Package::Pip { .. } => {
                         let probe = "python3 -c 'import sys; print(\"%d.%d\" % sys.version_info[:2])'";
                         let v = run_root(probe.into(), Vec::new()).await.map_err(|_| {
-                            self.failed(format!("{} runs on Python, and the task's image has no python3", preset.name))
+                            self.unrunnable(format!(
+                                "{} runs on Python, and the task's image has no python3",
+                                preset.name
+                            ))
                         })?;
                         // The image's answer names a folder of the cache: read strictly first.
                         Some(python_version(&v).ok_or_else(|| {
-                            self.failed(format!(
+                            self.unrunnable(format!(
                                 "the task's image's python3 answered `{}`, not a Python 3 version",
                                 v.trim().chars().take(80).collect::<String>()
                             ))
