@@ -147,11 +147,12 @@ impl Default for HereEnvironment {
     }
 }
 
-/// Kills every process of the container but this worker and its ancestors (what a task's
-/// commands started, in whatever group or session they moved to).
-fn kill_others() {
+/// Kills every process of the container but this process, its ancestors and `spare` (what a
+/// task's commands started, in whatever group or session they moved to).
+fn kill_others(spare: &[u32]) {
     let me = std::process::id() as i32;
     let mut keep = vec![me];
+    keep.extend(spare.iter().map(|&p| p as i32));
     let mut p = me;
     while let Some(parent) = parent_of(p).filter(|&pp| pp > 0) {
         keep.push(parent);
@@ -329,9 +330,13 @@ impl Environment for HereEnvironment {
         self.root == Path::new("/")
     }
 
+    /// What the agent left running is killed; the image's own processes (its ENTRYPOINT's
+    /// services, running when the environment was prepared) go on, as a container restarted
+    /// runs them again.
     async fn quiesce(&self, _env: &EnvHandle) -> Result<()> {
         if self.root == Path::new("/") {
-            tokio::task::spawn_blocking(kill_others).await.map_err(blocking_err)?;
+            let spare = self.state.lock().expect("state lock").before_agent.clone();
+            tokio::task::spawn_blocking(move || kill_others(&spare)).await.map_err(blocking_err)?;
         }
         Ok(())
     }
@@ -346,7 +351,7 @@ impl Environment for HereEnvironment {
         };
         let Some((workdir, copy, stamps)) = start else { return Ok(()) };
         if self.root == Path::new("/") {
-            tokio::task::spawn_blocking(kill_others).await.map_err(blocking_err)?;
+            tokio::task::spawn_blocking(|| kill_others(&[])).await.map_err(blocking_err)?;
         }
         let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
         let scratch: Vec<PathBuf> = SCRATCH.iter().map(|p| self.at(p)).collect();

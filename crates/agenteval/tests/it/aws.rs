@@ -1685,19 +1685,25 @@ exit 0
 /// on the fleet (their images built and pushed between), and gives each backend's verdicts: per
 /// task its outcome, rewards, and whether it is unscored or counted apart (suspect).
 type Verdicts = std::collections::BTreeMap<String, String>;
-async fn on_both_backends(aws: &mut Aws, reg: &Registry, tasks: &Path, agent: &str) -> (Verdicts, Verdicts) {
+async fn on_both_backends(
+    aws: &mut Aws,
+    reg: &Registry,
+    tasks: &Path,
+    agent: &str,
+    grading: &str,
+) -> (Verdicts, Verdicts) {
     let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
     let body = format!(
-        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: {agent}\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
+        "benchmark:\n  kind: harbor\n  grading: {grading}\n  path: {}\nagent:\n  kind: {agent}\n  limits:\n    max_wall_seconds: 300\nenvironment:\n  kind: docker\n  base_image: {}\n",
         tasks.display(),
         crate::environments::BASE
     );
-    let cfg = aws.config(&format!("both-{agent}"), &body, &aws.endpoint.clone());
+    let cfg = aws.config(&format!("both-{agent}-{grading}"), &body, &aws.endpoint.clone());
     let mut yaml = std::fs::read_to_string(&cfg).unwrap();
     yaml.push_str(&format!("  image_repository: {repo}\n"));
     std::fs::write(&cfg, yaml).unwrap();
     let cfg = cfg.to_str().unwrap();
-    let local = aws.ws.path().join(format!("local-runs-{agent}"));
+    let local = aws.ws.path().join(format!("local-runs-{agent}-{grading}"));
     let index = format!("{}/index.sqlite", local.display());
     let local_set =
         ["--set", &format!("storage.bundle_root={}", local.display()), "--set", &format!("storage.index={index}")];
@@ -1749,7 +1755,7 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     let mut aws = Aws::new(&[], true).await;
     let tasks = aws.ws.path().join("tasks");
     crate::harbor_rules::probes(&tasks);
-    let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle").await;
+    let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle", "harbor").await;
     assert_eq!(on_local.len(), 14, "{on_local:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }
@@ -1757,7 +1763,9 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
 /// Real-shaped Harbor tasks on the fleet as locally: an image whose ENTRYPOINT starts a service
 /// and hands over, a no-network task on `localhost`, a sidecar declared with `expose` reached by
 /// its name, a named volume a sidecar writes and the task's container reads only, three steps, a
-/// task Harbor would skip. The oracle passes every one on both backends, and `nop` none.
+/// task Harbor would skip. The oracle passes every one on both backends under Harbor's rules and
+/// agenteval's strict ones (the agent's leftovers killed, the image's services kept), and `nop`
+/// none.
 #[tokio::test(flavor = "multi_thread")]
 async fn real_shaped_tasks_with_sidecars_and_volumes_get_the_same_verdicts_on_the_fleet() {
     crate::environments::docker_ready();
@@ -1765,11 +1773,11 @@ async fn real_shaped_tasks_with_sidecars_and_volumes_get_the_same_verdicts_on_th
     let mut aws = Aws::new(&[], true).await;
     let tasks = aws.ws.path().join("tasks");
     crate::harbor_tasks::tasks(&tasks, false);
-    for agent in ["oracle", "nop"] {
-        let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, agent).await;
+    for (agent, grading) in [("oracle", "harbor"), ("oracle", "strict"), ("nop", "harbor")] {
+        let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, agent, grading).await;
         assert_eq!(on_local.len(), 6, "{on_local:?}");
         let passed = on_local.values().filter(|v| v.starts_with("true")).count();
         assert_eq!(passed, if agent == "oracle" { 6 } else { 0 }, "{agent}: {on_local:?}");
-        assert_eq!(on_fleet, on_local, "{agent}: the same verdict for every task on both backends");
+        assert_eq!(on_fleet, on_local, "{agent}, {grading}: the same verdict for every task on both backends");
     }
 }
