@@ -184,12 +184,6 @@ async fn environment_groups(
     workers: &[String],
 ) -> Vec<Check> {
     use agenteval_core::config::Reach;
-    let covers = |p: &aws_sdk_ec2::types::IpPermission| {
-        p.ip_protocol() == Some("-1")
-            || (p.ip_protocol() == Some("tcp")
-                && p.from_port().is_some_and(|f| f <= WORKER_PORTS.0)
-                && p.to_port().is_some_and(|t| t >= WORKER_PORTS.1))
-    };
     // Every group in one call; only when one is missing (the call names none apart) is each
     // mode's looked up alone, to say which. An unreachable EC2 is one cause, said per mode.
     let modes = [Reach::NoNetwork, Reach::Allowlist, Reach::Public];
@@ -244,41 +238,48 @@ async fn environment_groups(
                 }
             },
         };
-        let open = found.iter().flat_map(|g| g.ip_permissions_egress()).any(|p| {
-            p.ip_ranges().iter().any(|r| r.cidr_ip() == Some("0.0.0.0/0"))
-                || p.ipv6_ranges().iter().any(|r| r.cidr_ipv6() == Some("::/0"))
-        });
-        let to_workers = found.iter().flat_map(|g| g.ip_permissions_egress()).any(&covers);
-        let accepted = ids.iter().all(|id| {
-            worker_groups
-                .iter()
-                .flat_map(|g| g.ip_permissions())
-                .any(|p| covers(p) && p.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(id.as_str())))
-        });
-        let r = if reach != Reach::Public && open {
-            Err(format!("{}: allows egress to the internet, which a {field} task must not reach", ids.join(", ")))
-        } else if !to_workers {
-            Err(format!(
-                "{}: no egress to the workers' ports {}-{}: its tasks could not reach their worker",
-                ids.join(", "),
-                WORKER_PORTS.0,
-                WORKER_PORTS.1
-            ))
-        } else if !accepted {
-            Err(format!(
-                "{}: the workers' groups (aws.security_groups) accept no connection from it on {}-{}",
-                ids.join(", "),
-                WORKER_PORTS.0,
-                WORKER_PORTS.1
-            ))
-        } else {
-            Ok(format!(
-                "{}: reaches its worker's ports{}",
-                ids.join(", "),
-                if open { " and the internet" } else { " only" }
-            ))
-        };
+        let r = judge_groups(&found, &worker_groups, ids, reach != Reach::Public, field);
         out.push(check(name, r));
     }
     out
+}
+
+/// Whether a rule covers the workers' ports.
+fn covers(p: &aws_sdk_ec2::types::IpPermission) -> bool {
+    p.ip_protocol() == Some("-1")
+        || (p.ip_protocol() == Some("tcp")
+            && p.from_port().is_some_and(|f| f <= WORKER_PORTS.0)
+            && p.to_port().is_some_and(|t| t >= WORKER_PORTS.1))
+}
+
+/// One mode's groups (`found`, the ids `ids`) judged: no egress to the internet where it must
+/// have none (`closed`), egress to the workers' ports, and the workers' groups accepting it there.
+fn judge_groups(
+    found: &[aws_sdk_ec2::types::SecurityGroup],
+    workers: &[aws_sdk_ec2::types::SecurityGroup],
+    ids: &[String],
+    closed: bool,
+    field: &str,
+) -> std::result::Result<String, String> {
+    let open = found.iter().flat_map(|g| g.ip_permissions_egress()).any(|p| {
+        p.ip_ranges().iter().any(|r| r.cidr_ip() == Some("0.0.0.0/0"))
+            || p.ipv6_ranges().iter().any(|r| r.cidr_ipv6() == Some("::/0"))
+    });
+    let to_workers = found.iter().flat_map(|g| g.ip_permissions_egress()).any(covers);
+    let accepted = ids.iter().all(|id| {
+        workers
+            .iter()
+            .flat_map(|g| g.ip_permissions())
+            .any(|p| covers(p) && p.user_id_group_pairs().iter().any(|pair| pair.group_id() == Some(id.as_str())))
+    });
+    let (list, (from, to)) = (ids.join(", "), WORKER_PORTS);
+    if closed && open {
+        Err(format!("{list}: allows egress to the internet, which a {field} task must not reach"))
+    } else if !to_workers {
+        Err(format!("{list}: no egress to the workers' ports {from}-{to}: its tasks could not reach their worker"))
+    } else if !accepted {
+        Err(format!("{list}: the workers' groups (aws.security_groups) accept no connection from it on {from}-{to}"))
+    } else {
+        Ok(format!("{list}: reaches its worker's ports{}", if open { " and the internet" } else { " only" }))
+    }
 }
