@@ -114,9 +114,11 @@ impl EnvTasks {
             .build()
     }
 
-    /// One RunTask of the environment, retried while ECS says it is busy; its ARN.
+    /// One RunTask of the environment (launch `id`), retried while ECS says it is busy; its ARN.
+    /// The launch's id is the idempotency token: a retried call never starts a second one.
     async fn run_task(
         &self,
+        id: &str,
         run: &RunId,
         task: &TaskSpec,
         groups: &[String],
@@ -140,6 +142,7 @@ impl EnvTasks {
                 .network_configuration(NetworkConfiguration::builder().awsvpc_configuration(vpc.clone()).build())
                 .overrides(overrides.clone())
                 .started_by(started_by(run))
+                .client_token(id)
                 .tags(Tag::builder().key("agenteval:run").value(run.to_string()).build())
                 .tags(Tag::builder().key("agenteval:task").value(task.id.to_string()).build());
             req = if self.spot {
@@ -214,7 +217,7 @@ impl Launcher for EnvTasks {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let token = agenteval_envlink::random();
         let mut pending = self.listener.expect(&id, &token);
-        let arn = self.run_task(run, task, groups, self.overrides(&id, &token, spec)).await?;
+        let arn = self.run_task(&id, run, task, groups, self.overrides(&id, &token, spec)).await?;
         let started = tokio::time::Instant::now();
         let link = loop {
             tokio::select! {
