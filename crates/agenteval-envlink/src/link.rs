@@ -122,11 +122,11 @@ impl Pending {
 async fn admit(stream: Stream, peer: Option<SocketAddr>, waiting: &SyncMutex<HashMap<String, Waiting>>) -> Result<()> {
     let (mut r, mut w) = tokio::io::split(stream);
     let limit = Duration::from_secs(wire::HANDSHAKE_SECONDS);
-    let hello = tokio::time::timeout(limit, wire::read_frame(&mut r, 0))
+    let hello = tokio::time::timeout(limit, wire::read_handshake(&mut r))
         .await
         .map_err(|_| wire::link_error("hello", "none in time"))?
         .map_err(|e| wire::link_error("hello", e))?;
-    let hello: Hello = serde_json::from_slice(&hello.0).map_err(|e| wire::link_error("hello", e))?;
+    let hello: Hello = serde_json::from_slice(&hello).map_err(|e| wire::link_error("hello", e))?;
     let token = match waiting.lock().expect("not poisoned").get(&hello.id) {
         Some(w) => w.token.clone(),
         None => return Err(Error::invalid(format!("no launch {} is waiting", hello.id))),
@@ -136,11 +136,11 @@ async fn admit(stream: Stream, peer: Option<SocketAddr>, waiting: &SyncMutex<Has
     wire::write_frame(&mut w, &serde_json::to_vec(&challenge).expect("serializable"), &[])
         .await
         .map_err(|e| wire::link_error("challenge", e))?;
-    let proof = tokio::time::timeout(limit, wire::read_frame(&mut r, 0))
+    let proof = tokio::time::timeout(limit, wire::read_handshake(&mut r))
         .await
         .map_err(|_| wire::link_error("proof", "none in time"))?
         .map_err(|e| wire::link_error("proof", e))?;
-    let proof: Proof = serde_json::from_slice(&proof.0).map_err(|e| wire::link_error("proof", e))?;
+    let proof: Proof = serde_json::from_slice(&proof).map_err(|e| wire::link_error("proof", e))?;
     if !wire::proves(&token, wire::ENVIRONMENT, &nonce, &proof.proof) {
         return Err(Error::new(ErrorKind::Unauthorized, format!("launch {} did not prove its token", hello.id)));
     }

@@ -45,7 +45,7 @@ where
     let hello = serde_json::to_vec(&Hello { id: id.into(), nonce: nonce.clone() }).expect("serializable");
     wire::write_frame(&mut w, &hello, &[]).await.map_err(|e| wire::link_error("saying hello", e))?;
     let limit = Duration::from_secs(wire::HANDSHAKE_SECONDS);
-    let (challenge, _) = tokio::time::timeout(limit, wire::read_frame(&mut r, 0))
+    let challenge = tokio::time::timeout(limit, wire::read_handshake(&mut r))
         .await
         .map_err(|_| wire::link_error("the worker's answer", "none in time"))?
         .map_err(|e| wire::link_error("the worker's answer", e))?;

@@ -15,6 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 pub(crate) const MAX_HEADER: usize = 64 << 20;
 /// A request's body (files copied in): the worker's own, bounded all the same.
 pub(crate) const MAX_REQUEST_BODY: u64 = 4 << 30;
+/// A handshake message's header at most: read before anyone is proved, so kept small.
+pub(crate) const MAX_HANDSHAKE: usize = 4096;
 /// How long either end waits for the other's part of the handshake.
 pub(crate) const HANDSHAKE_SECONDS: u64 = 20;
 
@@ -29,10 +31,15 @@ pub(crate) async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, header: &[u8],
 
 /// Reads one frame's header; its body's length comes next ([`read_body`]).
 pub(crate) async fn read_header<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
+    read_header_within(r, MAX_HEADER).await
+}
+
+/// Reads one frame's header of at most `max` bytes, refusing a longer one unread.
+async fn read_header_within<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> std::io::Result<Vec<u8>> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len).await?;
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_HEADER {
+    if len > max {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("a header of {len} bytes")));
     }
     let mut header = vec![0u8; len];
@@ -40,8 +47,8 @@ pub(crate) async fn read_header<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Res
     Ok(header)
 }
 
-/// Reads a frame's body, refusing one longer than `max` without reading it.
-pub(crate) async fn read_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<Vec<u8>> {
+/// A body's length, refused past `max` before anything of it is read.
+async fn body_len<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<u64> {
     let mut len = [0u8; 8];
     r.read_exact(&mut len).await?;
     let len = u64::from_be_bytes(len);
@@ -51,6 +58,12 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std:
             format!("a body of {len} bytes, past the {max} it may have"),
         ));
     }
+    Ok(len)
+}
+
+/// Reads a frame's body, refusing one longer than `max` without reading it.
+pub(crate) async fn read_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<Vec<u8>> {
+    let len = body_len(r, max).await?;
     let mut body = vec![0u8; len as usize];
     r.read_exact(&mut body).await?;
     Ok(body)
@@ -59,15 +72,7 @@ pub(crate) async fn read_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std:
 /// Reads a frame's body into a file of its own (none when it is empty), refusing one longer than
 /// `max` without reading it: what an environment sends back is never held in memory whole.
 pub(crate) async fn spool_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std::io::Result<Option<std::fs::File>> {
-    let mut len = [0u8; 8];
-    r.read_exact(&mut len).await?;
-    let len = u64::from_be_bytes(len);
-    if len > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("a body of {len} bytes, past the {max} it may have"),
-        ));
-    }
+    let len = body_len(r, max).await?;
     if len == 0 {
         return Ok(None);
     }
@@ -79,6 +84,14 @@ pub(crate) async fn spool_body<R: AsyncRead + Unpin>(r: &mut R, max: u64) -> std
     let mut file = file.into_std().await;
     std::io::Seek::rewind(&mut file)?;
     Ok(Some(file))
+}
+
+/// Reads a handshake message: a small header, no body. What an unproved peer sends is never
+/// allowed more.
+pub(crate) async fn read_handshake<R: AsyncRead + Unpin>(r: &mut R) -> std::io::Result<Vec<u8>> {
+    let header = read_header_within(r, MAX_HANDSHAKE).await?;
+    body_len(r, 0).await?;
+    Ok(header)
 }
 
 /// Reads a whole frame whose body may be at most `max` bytes.
@@ -285,6 +298,14 @@ mod tests {
         read_header(&mut b).await.unwrap();
         let err = spool_body(&mut b, 99).await.unwrap_err();
         assert!(err.to_string().contains("past the 99"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_handshake_message_past_a_few_kib_is_refused_unread() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        write_frame(&mut a, &vec![b' '; MAX_HANDSHAKE + 1], &[]).await.unwrap();
+        let err = read_handshake(&mut b).await.unwrap_err();
+        assert!(err.to_string().contains("a header of 4097 bytes"), "{err}");
     }
 
     #[tokio::test]
