@@ -87,6 +87,13 @@ fn ecs_settings(cluster: String, s: Setup, pacing: (u32, f64), image_repository:
     }
 }
 
+/// The binary with the emulator's credentials, as every command of this bench runs it.
+fn agenteval() -> Command {
+    let mut c = Command::new(BIN);
+    c.env("AWS_ACCESS_KEY_ID", "test").env("AWS_SECRET_ACCESS_KEY", "test").env("AWS_EC2_METADATA_DISABLED", "true");
+    c
+}
+
 fn setup(endpoint: &str, cluster: &str, bucket: Option<&str>) -> Setup {
     let mut c = python("setup_emulator.py");
     c.args(["--endpoint", endpoint, "--cluster", cluster]);
@@ -169,13 +176,7 @@ aws:
     )
     .unwrap();
     let start = Instant::now();
-    let out = Command::new(BIN)
-        .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .env("AWS_ACCESS_KEY_ID", "test")
-        .env("AWS_SECRET_ACCESS_KEY", "test")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .output()
-        .unwrap();
+    let out = agenteval().args(["submit", "--json", "--config", cfg.to_str().unwrap()]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("submit --json");
     assert_eq!(v["status"], "complete", "{v}");
     std::thread::sleep(Duration::from_millis(600));
@@ -278,13 +279,10 @@ fn quantiles(mut xs: Vec<f64>) -> (f64, f64) {
 fn task_seconds(run: &str, tasks: u64, place: &[&str], env: &[(&str, &str)]) -> Vec<f64> {
     (0..tasks)
         .map(|i| {
-            let out = Command::new(BIN)
+            let out = agenteval()
                 .args(["show", run, &format!("t{i:03}"), "--json"])
                 .args(place)
                 .envs(env.iter().copied())
-                .env("AWS_ACCESS_KEY_ID", "test")
-                .env("AWS_SECRET_ACCESS_KEY", "test")
-                .env("AWS_EC2_METADATA_DISABLED", "true")
                 .output()
                 .unwrap();
             let v: serde_json::Value = serde_json::from_slice(&out.stdout)
@@ -376,14 +374,8 @@ aws:
     )
     .unwrap();
     let submit = |extra: &[&str]| {
-        let out = Command::new(BIN)
-            .args(["submit", "--json", "--config", cfg.to_str().unwrap()])
-            .args(extra)
-            .env("AWS_ACCESS_KEY_ID", "test")
-            .env("AWS_SECRET_ACCESS_KEY", "test")
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .output()
-            .unwrap();
+        let out =
+            agenteval().args(["submit", "--json", "--config", cfg.to_str().unwrap()]).args(extra).output().unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("submit --json ({e}): {}", String::from_utf8_lossy(&out.stderr)));
         assert_eq!(v["status"], "complete", "{v} {}", String::from_utf8_lossy(&out.stderr));
