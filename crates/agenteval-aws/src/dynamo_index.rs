@@ -135,6 +135,7 @@ fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
         job_id: get_opt_s(item, "job_id").map(|j| JobId::from_str(&j)).transpose()?,
         passed: get_bool(item, "passed"),
         cost_usd: get_n(item, "cost_usd").unwrap_or(0.0),
+        cost_unknown: get_bool(item, "cost_unknown").unwrap_or(false),
         tokens: get_n(item, "tokens").unwrap_or(0),
         wall_seconds: get_n(item, "wall_seconds").unwrap_or(0.0),
         terminated_by: get_opt_s(item, "terminated_by")
@@ -505,6 +506,7 @@ impl RunIndex for DynamoDbRunIndex {
             "attempt = :a",
             "passed = :passed",
             "cost_usd = :cost",
+            "cost_unknown = :cu",
             "tokens = :tokens",
             "wall_seconds = :wall",
             "terminated_by = :term",
@@ -518,6 +520,7 @@ impl RunIndex for DynamoDbRunIndex {
             (":a".to_string(), n(t.attempt)),
             (":passed".to_string(), t.passed.map(AttributeValue::Bool).unwrap_or(AttributeValue::Null(true))),
             (":cost".to_string(), n(t.cost_usd)),
+            (":cu".to_string(), AttributeValue::Bool(t.cost_unknown)),
             (":tokens".to_string(), n(t.tokens)),
             (":wall".to_string(), n(t.wall_seconds)),
             (":term".to_string(), opt_s(t.terminated_by.map(|x| x.as_str()))),
@@ -638,7 +641,8 @@ impl RunIndex for DynamoDbRunIndex {
     }
 
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
-        let items = self.query_all(run, "TASK#", Some("#st, passed, cost_usd, tokens, terminated_by")).await?;
+        let items =
+            self.query_all(run, "TASK#", Some("#st, passed, cost_usd, cost_unknown, tokens, terminated_by")).await?;
         let mut c = TaskCounts::default();
         for i in &items {
             c.total += 1;
@@ -652,6 +656,7 @@ impl RunIndex for DynamoDbRunIndex {
                     let ended =
                         get_s(i, "terminated_by").ok().and_then(TerminatedBy::parse).unwrap_or(TerminatedBy::Completed);
                     c.add_outcome(Outcome::of(passed, ended), 1);
+                    c.cost_unknown += u64::from(get_bool(i, "cost_unknown").unwrap_or(false));
                 }
                 TaskState::Failed => {
                     c.given_up += 1;

@@ -32,6 +32,10 @@ pub struct Metadata {
     /// Why the run ended as it did, when that needs saying (an agent that cannot run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// What the command line's `--agent` and `--model` set (`agent.preset=codex`,
+    /// `agent.model=gpt-5`): `replay --with-config FILE` applies them to FILE.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub agent_flags: Vec<String>,
     /// `--set` overrides given to `resume` (budget, limits, concurrency), in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resume_overrides: Vec<String>,
@@ -206,8 +210,9 @@ impl<'de> Deserialize<'de> for LineScores {
 }
 
 /// One line of `results.jsonl`: a finished task in the few numbers that comparisons and
-/// reports read, so that judging a run costs one read, not one per task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// reports read, so that judging a run costs one read, not one per task. Written by
+/// `crate::cost` (an unknown cost is `null`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ResultLine {
     pub task_id: crate::TaskId,
     pub attempt: u32,
@@ -215,23 +220,20 @@ pub struct ResultLine {
     pub terminated_by: crate::model::TerminatedBy,
     /// Every score by evaluator id (the benchmark's own grade is `benchmark`).
     pub scores: LineScores,
-    /// Agent and evaluator cost, US dollars.
+    /// Agent and evaluator cost, US dollars; with `cost_unknown`, written as `null`.
+    #[serde(deserialize_with = "crate::cost::number_or_null")]
     pub cost_usd: f64,
     pub tokens: u64,
     pub wall_seconds: f64,
     pub steps: u32,
     /// Files the agent changed outside its working folder that its tests trusted (see
     /// `TaskResult::changed_outside`).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default)]
     pub changed_outside: u64,
     /// The agent's cost is not known (a model without a price, an agent whose calls did not go
     /// through the gateway): left out of cost comparisons, never counted as $0.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default)]
     pub cost_unknown: bool,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl From<&crate::model::TaskResult> for ResultLine {
@@ -255,6 +257,45 @@ impl From<&crate::model::TaskResult> for ResultLine {
             changed_outside: r.changed_outside,
             cost_unknown: r.agent.cost_unknown,
         }
+    }
+}
+
+// A line as written: the derived `Serialize` but for the cost, `null` when unknown
+// (`crate::cost`).
+
+#[derive(Serialize)]
+struct ResultLineOut<'a> {
+    task_id: &'a crate::TaskId,
+    attempt: u32,
+    passed: bool,
+    terminated_by: crate::model::TerminatedBy,
+    scores: &'a LineScores,
+    cost_usd: Option<f64>,
+    tokens: u64,
+    wall_seconds: f64,
+    steps: u32,
+    #[serde(skip_serializing_if = "crate::cost::is_zero")]
+    changed_outside: u64,
+    #[serde(skip_serializing_if = "crate::cost::is_false")]
+    cost_unknown: bool,
+}
+
+impl Serialize for ResultLine {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        ResultLineOut {
+            task_id: &self.task_id,
+            attempt: self.attempt,
+            passed: self.passed,
+            terminated_by: self.terminated_by,
+            scores: &self.scores,
+            cost_usd: crate::cost::written(self.cost_usd, self.cost_unknown),
+            tokens: self.tokens,
+            wall_seconds: self.wall_seconds,
+            steps: self.steps,
+            changed_outside: self.changed_outside,
+            cost_unknown: self.cost_unknown,
+        }
+        .serialize(s)
     }
 }
 

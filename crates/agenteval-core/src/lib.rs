@@ -4,6 +4,7 @@
 //! line; every backend (local, AWS) and every front end builds on the types defined here.
 
 pub mod config;
+pub mod cost;
 pub mod environment;
 pub mod error;
 pub mod format;
@@ -22,7 +23,7 @@ pub use ids::{JobId, RunId, TaskId};
 
 /// Version of every JSON document agenteval writes (bundle files, job specs, task results).
 /// Readers accept documents with the same major version.
-pub const SCHEMA_VERSION: &str = "1.1";
+pub const SCHEMA_VERSION: &str = "1.2";
 
 /// Where agenteval keeps what it fetched (installed agents' packages, Harbor datasets):
 /// `$AGENTEVAL_CACHE_DIR`, else `$XDG_CACHE_HOME/agenteval`, else `~/.cache/agenteval`.

@@ -329,7 +329,9 @@ pub struct TraceEvent {
     pub kind: EventKind,
     #[serde(default)]
     pub payload: serde_json::Value,
-    #[serde(default)]
+    /// What the event cost (a priced model call); left out when nothing, so an unpriced call
+    /// (`payload.cost_unknown`) never reads as $0.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub cost_usd: f64,
     #[serde(default)]
     pub input_tokens: u64,
@@ -339,6 +341,10 @@ pub struct TraceEvent {
 
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// Why an agent could not run at all, set where the failure arose (never read back from a
@@ -530,12 +536,15 @@ impl TerminatedBy {
     }
 }
 
-/// The outcome of one agent run on one task.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The outcome of one agent run on one task. Written by `crate::cost` (an unknown cost is
+/// `null`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct AgentResult {
     pub success: bool,
     pub final_answer: Option<serde_json::Value>,
     pub error: Option<String>,
+    /// What the priced calls cost; with `cost_unknown`, written as `null`.
+    #[serde(deserialize_with = "crate::cost::number_or_null")]
     pub total_cost_usd: f64,
     pub total_tokens: u64,
     pub wall_seconds: f64,
@@ -582,7 +591,8 @@ pub struct EvaluatorScore {
     /// Trace steps that justify the score.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub citations: Vec<u32>,
-    #[serde(default)]
+    /// What the evaluator itself cost (an LLM judge); left out when nothing.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub cost_usd: f64,
     /// Tokens the evaluator itself used (an LLM judge's), apart from the agent's.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -1000,8 +1010,8 @@ pub struct CompletedTasks {
     pub max_attempt: u32,
 }
 
-/// A task as the index records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A task as the index records it. Written by `crate::cost` (an unknown cost is `null`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct TaskRecord {
     pub run_id: RunId,
     pub task_id: TaskId,
@@ -1009,13 +1019,18 @@ pub struct TaskRecord {
     pub attempt: u32,
     pub job_id: Option<JobId>,
     pub passed: Option<bool>,
+    /// What the priced part cost; with `cost_unknown`, written as `null`.
+    #[serde(deserialize_with = "crate::cost::number_or_null")]
     pub cost_usd: f64,
+    /// Some of the task's cost has no price (see [`AgentResult::cost_unknown`]).
+    #[serde(default)]
+    pub cost_unknown: bool,
     pub tokens: u64,
     pub wall_seconds: f64,
     pub terminated_by: Option<TerminatedBy>,
     pub detail: Option<String>,
     /// Why the agent could not run at all, when that ended the task.
-    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "lenient_fault")]
+    #[serde(default, deserialize_with = "lenient_fault")]
     pub fault: Option<AgentFault>,
     pub updated_at: DateTime<Utc>,
 }
@@ -1029,6 +1044,7 @@ pub struct TaskTransition {
     pub job_id: Option<JobId>,
     pub passed: Option<bool>,
     pub cost_usd: f64,
+    pub cost_unknown: bool,
     pub tokens: u64,
     pub wall_seconds: f64,
     pub terminated_by: Option<TerminatedBy>,
@@ -1045,6 +1061,7 @@ impl TaskTransition {
             job_id: None,
             passed: None,
             cost_usd: 0.0,
+            cost_unknown: false,
             tokens: 0,
             wall_seconds: 0.0,
             terminated_by: None,
@@ -1071,6 +1088,7 @@ impl TaskTransition {
             job_id: Some(result.job_id.clone()),
             passed: Some(result.passed),
             cost_usd: result.total_cost_usd(),
+            cost_unknown: result.agent.cost_unknown,
             tokens: result.agent.total_tokens,
             wall_seconds: result.agent.wall_seconds,
             terminated_by: Some(result.agent.terminated_by),
@@ -1117,8 +1135,9 @@ impl Outcome {
 
 /// Aggregates over a run's tasks, cheap enough to poll for progress: where the tasks are
 /// (`pending` … `cancelled`) and what became of the finished ones (`passed`, `failed`,
-/// `errored`, `infra`, which add up to `finished()`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+/// `errored`, `infra`, which add up to `finished()`). Written by `crate::cost` (the cost is
+/// `null` once a task's is unknown).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 pub struct TaskCounts {
     pub total: u64,
     pub pending: u64,
@@ -1137,7 +1156,12 @@ pub struct TaskCounts {
     pub errored: u64,
     #[serde(default)]
     pub infra: u64,
+    /// What the finished tasks with a known cost cost; written `null` when `cost_unknown > 0`.
+    #[serde(deserialize_with = "crate::cost::number_or_null")]
     pub cost_usd: f64,
+    /// Finished tasks whose cost is unknown.
+    #[serde(default)]
+    pub cost_unknown: u64,
     pub tokens: u64,
 }
 
@@ -1157,6 +1181,7 @@ impl TaskCounts {
                     1,
                 );
                 self.cost_usd += t.cost_usd;
+                self.cost_unknown += u64::from(t.cost_unknown);
                 self.tokens = self.tokens.saturating_add(t.tokens);
             }
             TaskState::Failed => {
@@ -1263,8 +1288,14 @@ pub struct RunSummary {
     /// pass rate over finished tasks, in [0, 1].
     pub pass_rate: f64,
     pub terminated_by: BTreeMap<String, u64>,
-    pub total_cost_usd: f64,
-    pub mean_cost_usd: f64,
+    /// What the finished tasks cost: `null` when one of them has an unknown cost (see
+    /// `cost_unknown_tasks` and `known_cost_usd`), never a partial sum read as the whole.
+    pub total_cost_usd: Option<f64>,
+    /// `total_cost_usd` per finished task, `null` as it is.
+    pub mean_cost_usd: Option<f64>,
+    /// When some tasks' costs are unknown: what the others cost, a lower bound of the total.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_cost_usd: Option<f64>,
     pub total_tokens: u64,
     pub latency_p50_seconds: f64,
     pub latency_p95_seconds: f64,
@@ -1279,8 +1310,8 @@ pub struct RunSummary {
     /// Pass rates by task tag (tasks without tags are in no group).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, TagSummary>,
-    /// Tasks whose cost is partly unknown (a model missing from the price table):
-    /// `total_cost_usd` is then a lower bound.
+    /// Tasks whose cost is unknown (a model missing from the price table, an agent whose calls
+    /// did not go through the gateway): `total_cost_usd` is then `null`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cost_unknown_tasks: u64,
     /// Passed tasks whose tests trusted files the agent changed outside its working folder
@@ -1316,11 +1347,36 @@ impl RunSummary {
     /// The run's cost for people: dollars, or `unknown` / `≥ dollars (N tasks unknown)` when
     /// some model had no price, so a partial sum never reads as the whole.
     pub fn cost_text(&self) -> String {
-        match self.cost_unknown_tasks {
-            0 => format!("{:.4}", self.total_cost_usd),
-            n if n >= self.tasks_finished && self.total_cost_usd == 0.0 => "unknown".into(),
-            n => format!(">={:.4} ({n} unknown)", self.total_cost_usd),
+        match (self.cost_is_known(), self.known_cost()) {
+            (true, cost) => format!("{cost:.4}"),
+            (false, known) if known > 0.0 => {
+                let n = self.cost_unknown_tasks.max(1);
+                format!(">={known:.4} ({n} task{} unknown)", if n == 1 { "" } else { "s" })
+            }
+            (false, _) => "unknown".into(),
         }
+    }
+
+    /// [`Self::cost_text`] with its dollar sign: `$0.1234`, `>=$0.1234 (2 tasks unknown)` or
+    /// `unknown`.
+    pub fn cost_dollars(&self) -> String {
+        let text = self.cost_text();
+        match text.strip_prefix(">=") {
+            Some(rest) => format!(">=${rest}"),
+            None if self.cost_is_known() => format!("${text}"),
+            None => text,
+        }
+    }
+
+    /// Whether `total_cost_usd` is the whole cost. Summaries written before 1.2 carried a
+    /// partial sum beside `cost_unknown_tasks`, read here as unknown too.
+    pub fn cost_is_known(&self) -> bool {
+        self.total_cost_usd.is_some() && self.cost_unknown_tasks == 0
+    }
+
+    /// What the tasks with a known cost cost: the total when it is known, else a lower bound.
+    pub fn known_cost(&self) -> f64 {
+        self.total_cost_usd.or(self.known_cost_usd).unwrap_or(0.0)
     }
 }
 
@@ -1387,6 +1443,128 @@ pub fn grade_expected(task: &TaskSpec, result: &AgentResult) -> EvaluatorScore {
         score.citations = vec![result.steps - 1];
     }
     score
+}
+
+// What a cost that may be unknown looks like written (`crate::cost`): the derived `Serialize`
+// but for the cost, `null` when unknown.
+
+#[derive(Serialize)]
+struct AgentResultOut<'a> {
+    success: bool,
+    final_answer: &'a Option<serde_json::Value>,
+    error: &'a Option<String>,
+    total_cost_usd: Option<f64>,
+    total_tokens: u64,
+    wall_seconds: f64,
+    terminated_by: TerminatedBy,
+    steps: u32,
+    #[serde(skip_serializing_if = "crate::cost::is_false")]
+    cost_unknown: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault: &'a Option<AgentFault>,
+}
+
+impl Serialize for AgentResult {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        AgentResultOut {
+            success: self.success,
+            final_answer: &self.final_answer,
+            error: &self.error,
+            total_cost_usd: crate::cost::written(self.total_cost_usd, self.cost_unknown),
+            total_tokens: self.total_tokens,
+            wall_seconds: self.wall_seconds,
+            terminated_by: self.terminated_by,
+            steps: self.steps,
+            cost_unknown: self.cost_unknown,
+            fault: &self.fault,
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(Serialize)]
+struct TaskRecordOut<'a> {
+    run_id: &'a crate::RunId,
+    task_id: &'a crate::TaskId,
+    state: TaskState,
+    attempt: u32,
+    job_id: &'a Option<crate::JobId>,
+    passed: Option<bool>,
+    cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "crate::cost::is_false")]
+    cost_unknown: bool,
+    tokens: u64,
+    wall_seconds: f64,
+    terminated_by: Option<TerminatedBy>,
+    detail: &'a Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault: &'a Option<AgentFault>,
+    updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl Serialize for TaskRecord {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        TaskRecordOut {
+            run_id: &self.run_id,
+            task_id: &self.task_id,
+            state: self.state,
+            attempt: self.attempt,
+            job_id: &self.job_id,
+            passed: self.passed,
+            cost_usd: crate::cost::written(self.cost_usd, self.cost_unknown),
+            cost_unknown: self.cost_unknown,
+            tokens: self.tokens,
+            wall_seconds: self.wall_seconds,
+            terminated_by: self.terminated_by,
+            detail: &self.detail,
+            fault: &self.fault,
+            updated_at: self.updated_at,
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(Serialize)]
+struct TaskCountsOut {
+    total: u64,
+    pending: u64,
+    queued: u64,
+    running: u64,
+    completed: u64,
+    given_up: u64,
+    cancelled: u64,
+    passed: u64,
+    failed: u64,
+    errored: u64,
+    infra: u64,
+    /// The finished tasks' cost: `null` once one of them is unknown.
+    cost_usd: Option<f64>,
+    #[serde(skip_serializing_if = "crate::cost::is_zero")]
+    cost_unknown: u64,
+    tokens: u64,
+}
+
+impl Serialize for TaskCounts {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let unknown = self.cost_unknown > 0;
+        TaskCountsOut {
+            total: self.total,
+            pending: self.pending,
+            queued: self.queued,
+            running: self.running,
+            completed: self.completed,
+            given_up: self.given_up,
+            cancelled: self.cancelled,
+            passed: self.passed,
+            failed: self.failed,
+            errored: self.errored,
+            infra: self.infra,
+            cost_usd: crate::cost::written(self.cost_usd, unknown),
+            cost_unknown: self.cost_unknown,
+            tokens: self.tokens,
+        }
+        .serialize(s)
+    }
 }
 
 #[cfg(test)]

@@ -396,7 +396,8 @@ pub struct TelemetrySnapshot {
     pub jobs_retried: u64,
     pub tasks_finished: u64,
     pub tasks_passed: u64,
-    pub cost_usd: f64,
+    /// What the finished tasks cost; `None` (`null`) once one of them is unknown.
+    pub cost_usd: Option<f64>,
     pub tokens: u64,
 }
 

@@ -85,16 +85,51 @@ pub fn fingerprint(wire: &str, body: &Value) -> String {
             other => out.push_str(&other.to_string()),
         }
     }
+    let mut text = String::from(wire);
+    text.push('\n');
+    canonical(&fingerprinted(wire, body), &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+/// The part of a request its fingerprint covers: all but [`UNFINGERPRINTED`], and on the
+/// Responses wire what Codex makes anew each run: the `id` of each `input` item (it names each
+/// message it sends `msg_<uuid>`; the ids of items the model made come back the same from a
+/// recording anyway) and, in a tool's output, the lines of [`VOLATILE_OUTPUT_LINES`].
+fn fingerprinted(wire: &str, body: &Value) -> Value {
     let mut body = body.clone();
     if let Some(o) = body.as_object_mut() {
         for k in UNFINGERPRINTED {
             o.remove(*k);
         }
+        if wire == crate::wire::Wire::Responses.name()
+            && let Some(items) = o.get_mut("input").and_then(Value::as_array_mut)
+        {
+            for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                item.remove("id");
+                if let Some(Value::String(output)) = item.get_mut("output") {
+                    *output = steady_output(output);
+                }
+            }
+        }
     }
-    let mut text = String::from(wire);
-    text.push('\n');
-    canonical(&body, &mut text);
-    hex::encode(Sha256::digest(text.as_bytes()))
+    body
+}
+
+/// Lines of a tool's output that differ between two runs of the same command, by their start
+/// and end: Codex's `exec` reports a random chunk id and the time the command took.
+const VOLATILE_OUTPUT_LINES: &[(&str, &str)] = &[("Chunk ID: ", ""), ("Wall time: ", " seconds")];
+
+/// A tool's output with its [`VOLATILE_OUTPUT_LINES`] reduced to their fixed parts.
+fn steady_output(output: &str) -> String {
+    let steady = |line: &str| {
+        VOLATILE_OUTPUT_LINES
+            .iter()
+            .find(|(start, end)| {
+                line.starts_with(start) && line.ends_with(end) && line.len() >= start.len() + end.len()
+            })
+            .map_or_else(|| line.to_string(), |(start, end)| format!("{start}…{end}"))
+    };
+    output.split('\n').map(steady).collect::<Vec<_>>().join("\n")
 }
 
 /// Parses cassette lines; lines of another shape (the `llm` agent's) are an error naming the
@@ -157,15 +192,20 @@ impl Replayer {
                 format!("call {} is {wire} {model}; the recording's was {} {}", n + 1, e.wire, e.model)
             }
             Some(e) if e.truncated => format!("call {}: its recorded answer was too long to keep", n + 1),
-            Some(e) => match agenteval_llm::first_difference(&e.request, now) {
-                Some((at, was, is)) => format!(
-                    "call {} differs from the recording at {at}: recorded {}, now {}",
-                    n + 1,
-                    shown(was),
-                    shown(is)
-                ),
-                None => format!("call {} differs from the recording (in a redacted value)", n + 1),
-            },
+            // Where the fingerprints differ: a field left out of them is no reason for a miss.
+            Some(e) => {
+                match agenteval_llm::first_difference(&fingerprinted(wire, &e.request), &fingerprinted(wire, now)) {
+                    Some((at, was, is)) => format!(
+                        "call {} differs from the recording at {at}: recorded {}, now {} (a changed prompt or \
+                     setting is a real difference: record again; an id or time the agent makes anew each run \
+                     is not: `agent.upstream.replay_match: order` answers such calls by position)",
+                        n + 1,
+                        shown(was),
+                        shown(is)
+                    ),
+                    None => format!("call {} differs from the recording (in a redacted value)", n + 1),
+                }
+            }
         }
     }
 }
@@ -212,6 +252,21 @@ mod tests {
         // Codex's Responses calls carry a new turn id each time: a recording still replays.
         let turn = |id: &str| json!({"model": "m", "input": "x", "client_metadata": {"root_turn_id": id}});
         assert_eq!(fingerprint("openai.responses", &turn("t-1")), fingerprint("openai.responses", &turn("t-2")));
+        // …and names each message it sends anew; what the message says still counts.
+        let said =
+            |id: &str, text: &str| json!({"model": "m", "input": [{"type": "message", "id": id, "content": text}]});
+        let r = "openai.responses";
+        assert_eq!(fingerprint(r, &said("msg_1", "hi")), fingerprint(r, &said("msg_2", "hi")));
+        assert_ne!(fingerprint(r, &said("msg_1", "hi")), fingerprint(r, &said("msg_1", "bye")));
+        assert_ne!(fingerprint("openai.chat", &said("msg_1", "hi")), fingerprint("openai.chat", &said("msg_2", "hi")));
+        // …and its tool output says a random chunk id and the time taken; not the output itself.
+        let ran = |chunk: &str, took: &str, out: &str| {
+            let output =
+                format!("Chunk ID: {chunk}\nWall time: {took} seconds\nProcess exited with code 0\nOutput:\n{out}");
+            json!({"model": "m", "input": [{"type": "function_call_output", "call_id": "c1", "output": output}]})
+        };
+        assert_eq!(fingerprint(r, &ran("2f9f97", "0.0512", "42")), fingerprint(r, &ran("4cdc19", "0.0020", "42")));
+        assert_ne!(fingerprint(r, &ran("2f9f97", "0.0512", "42")), fingerprint(r, &ran("2f9f97", "0.0512", "43")));
     }
 
     #[test]

@@ -115,7 +115,8 @@ impl TaskRows {
             "outcome": agenteval_core::model::Outcome::of(l.passed, l.terminated_by).as_str(),
             "change": change,
             "scores": l.scores,
-            "cost": l.cost_usd,
+            // `null` when unknown: the page says so, never $0.
+            "cost": (!l.cost_unknown).then_some(l.cost_usd),
             "tokens": l.tokens,
             "wall": l.wall_seconds,
             "steps": l.steps,
@@ -349,7 +350,7 @@ function el(tag, attrs, ...kids) {
   return e;
 }
 const pct = v => (v * 100).toFixed(1) + "%";
-const money = v => "$" + Number(v).toFixed(4);
+const money = v => v == null ? "unknown" : "$" + Number(v).toFixed(4);
 const num = (v, d) => Number(v).toFixed(d == null ? 3 : d);
 function fmtMetric(name, v) { return (name === "pass_rate" || name.startsWith("score:")) ? pct(v) : name === "cost_per_task" ? money(v) : num(v); }
 
@@ -377,7 +378,8 @@ for (const o of ["failed", "errored", "infra"]) card(o, String(count(o)), count(
 card("pass rate", finished ? pct(passed / finished) : "–");
 if (S) {
   // A model without a price has an unknown cost: never shown as if the sum were whole.
-  card("total cost", S.cost_unknown_tasks ? (S.total_cost_usd ? ">= " + money(S.total_cost_usd) + " (" + S.cost_unknown_tasks + " unknown)" : "unknown") : money(S.total_cost_usd));
+  const known = S.total_cost_usd != null ? S.total_cost_usd : S.known_cost_usd;
+  card("total cost", (S.cost_unknown_tasks || S.total_cost_usd == null) ? (known ? ">= " + money(known) + " (" + S.cost_unknown_tasks + " unknown)" : "unknown") : money(S.total_cost_usd));
   card("tokens", String(S.total_tokens));
   card("latency p50 / p95", num(S.latency_p50_seconds, 2) + " / " + num(S.latency_p95_seconds, 2) + " s");
   for (const [k, v] of Object.entries(S.pass_at_k || {})) card("pass@" + k, pct(v));
@@ -480,7 +482,8 @@ function openTask(id) {
     const isErr = kind === "agent.error" || (e.payload && (e.payload.error || e.payload.terminated_by && e.payload.terminated_by !== "completed"));
     const cls = "event" + (isErr ? " err" : kind === "agent.tool_call" ? " tool" : kind === "agent.tool_result" ? " result" : "");
     const wf = el("div", {class: "wf", title: "from " + (start - t0) + " ms to " + (next - t0) + " ms"}, el("span", {style: "left:" + (100 * (start - t0) / total) + "%;width:" + (100 * Math.max(next - start, 0) / total) + "%"}));
-    const usage = (e.input_tokens || e.output_tokens || e.cost_usd) ? " · " + e.input_tokens + " in / " + e.output_tokens + " out tokens · " + money(e.cost_usd) : "";
+    const unpriced = e.payload && e.payload.cost_unknown === true;
+    const usage = (e.input_tokens || e.output_tokens || e.cost_usd) ? " · " + (e.input_tokens || 0) + " in / " + (e.output_tokens || 0) + " out tokens · " + (unpriced ? "cost unknown" : money(e.cost_usd || 0)) : "";
     const tool = e.payload && typeof e.payload === "object" && e.payload.tool ? " · tool " + e.payload.tool : kind === "model.call" && e.payload ? " · " + e.payload.model + " over " + e.payload.wire + " in " + e.payload.latency_ms + " ms" : "";
     panel.append(el("div", {class: cls, id: "step-" + e.step}, el("div", {}, el("span", {class: "badge", text: "#" + e.step}), el("strong", {text: kind}), el("span", {class: "muted", text: " +" + (start - t0) + " ms" + tool + usage})), wf, el("pre", {text: JSON.stringify(e.payload, null, 2)})));
   });

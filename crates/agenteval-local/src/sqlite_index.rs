@@ -56,6 +56,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     detail TEXT,
     updated_at TEXT NOT NULL,
     fault TEXT,
+    cost_unknown INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, task_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (
@@ -87,7 +88,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// The schema version an index file says it has (0 for a new file).
 fn schema_version(conn: &Connection) -> Result<i64> {
@@ -113,6 +114,7 @@ fn migrate(conn: &Connection) -> Result<()> {
         ("runs", "baseline", "TEXT"),
         ("runs", "set_id", "TEXT"),
         ("tasks", "fault", "TEXT"),
+        ("tasks", "cost_unknown", "INTEGER NOT NULL DEFAULT 0"),
     ] {
         let has: bool = conn
             .query_row(&format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| {
@@ -281,6 +283,7 @@ fn task_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<TaskRecord> {
         job_id: r.get::<_, Option<String>>("job_id")?.map(|s| conv(JobId::from_str(&s))).transpose()?,
         passed: r.get::<_, Option<i64>>("passed")?.map(|v| v != 0),
         cost_usd: r.get("cost_usd")?,
+        cost_unknown: r.get::<_, i64>("cost_unknown")? != 0,
         tokens: r.get::<_, i64>("tokens")? as u64,
         wall_seconds: r.get("wall_seconds")?,
         terminated_by: term.map(|t| conv(serde_json::from_value(serde_json::Value::String(t)))).transpose()?,
@@ -341,7 +344,7 @@ fn transition_sql() -> &'static str {
         format!(
             "UPDATE tasks SET state = ?3, rank = ?4, attempt = ?5, job_id = COALESCE(?6, job_id),
                 passed = ?7, cost_usd = ?8, tokens = ?9, wall_seconds = ?10, terminated_by = ?11,
-                detail = ?12, updated_at = ?13, fault = ?14
+                detail = ?12, updated_at = ?13, fault = ?14, cost_unknown = ?15
              WHERE run_id = ?1 AND task_id = ?2 AND {guard}"
         )
     })
@@ -366,6 +369,7 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
                 t.detail,
                 ts(Utc::now()),
                 t.fault.as_ref().map(AgentFault::code),
+                t.cost_unknown as i64,
             ])
         })
         .map_err(|e| db_err("recording task", e))?;
@@ -643,7 +647,7 @@ impl RunIndex for SqliteRunIndex {
             let mut stmt = c
                 .prepare(
                     "SELECT state, COUNT(*), COALESCE(SUM(passed), 0), COALESCE(SUM(cost_usd), 0), TOTAL(tokens),
-                            COALESCE(passed, 0), terminated_by
+                            COALESCE(passed, 0), terminated_by, TOTAL(cost_unknown)
                      FROM tasks WHERE run_id = ?1 GROUP BY state, COALESCE(passed, 0), terminated_by",
                 )
                 .map_err(|e| db_err("preparing", e))?;
@@ -667,6 +671,7 @@ impl RunIndex for SqliteRunIndex {
                     Some(TaskState::Completed) => {
                         counts.completed += n;
                         counts.add_outcome(Outcome::of(passed, ended), n);
+                        counts.cost_unknown += r.get::<_, f64>(7).map_err(|e| db_err("counting", e))? as u64;
                     }
                     Some(TaskState::Failed) => {
                         counts.given_up += n;

@@ -323,6 +323,8 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let mut a = TaskTransition::new(tid("t2"), 1, TaskState::Completed);
     a.passed = Some(true);
     a.terminated_by = Some(TerminatedBy::Completed);
+    // Both completions had an unpriced model call: whichever wins, t2's cost is unknown.
+    a.cost_unknown = true;
     let mut b = a.clone();
     b.passed = Some(false);
     b.terminated_by = Some(TerminatedBy::LimitTokens);
@@ -356,6 +358,9 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!((counts.failed, counts.infra), (0, 1));
     assert_eq!(counts.passed + counts.failed + counts.errored + counts.infra, counts.finished());
     assert!((counts.cost_usd - 0.25).abs() < 1e-9, "cost sums completed tasks");
+    assert_eq!(counts.cost_unknown, 1, "a task whose cost is unknown is counted as such, never as $0");
+    assert!(index.get_task(&run, &tid("t2")).await.unwrap().unwrap().cost_unknown);
+    assert!(!index.get_task(&run, &tid("t1")).await.unwrap().unwrap().cost_unknown);
     assert_eq!(counts.tokens, 100);
 
     // Batches apply each transition by the same rules.

@@ -25,6 +25,7 @@ pub fn metadata(run_id: RunId, name: &str, benchmark: &str, tasks: u64) -> Metad
         finished_at: Some(now),
         resumed: 0,
         reason: None,
+        agent_flags: vec![],
         resume_overrides: vec![],
         rerun_of: None,
         regrade_of: None,

@@ -114,21 +114,23 @@ pub async fn judged(app: &App, r: &RunRecord) -> Result<Option<Judgement>, Probl
 /// where that is cheap; `None` when neither can say (a partial run on DynamoDB).
 pub async fn tally(app: &App, r: &RunRecord) -> Option<Tally> {
     if let Some(s) = summary(app, r).await {
-        return Some(Tally { passed: s.passed, finished: s.tasks_finished, cost_usd: s.total_cost_usd });
+        let cost_usd = s.cost_is_known().then(|| s.known_cost());
+        return Some(Tally { passed: s.passed, finished: s.tasks_finished, cost_usd });
     }
     let index = app.source.index();
     if !index.counts_are_cheap() {
         return None;
     }
     let c = index.task_counts(&r.run_id).await.ok()?;
-    Some(Tally { passed: c.passed, finished: c.finished(), cost_usd: c.cost_usd })
+    Some(Tally { passed: c.passed, finished: c.finished(), cost_usd: (c.cost_unknown == 0).then_some(c.cost_usd) })
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct Tally {
     pub passed: u64,
     pub finished: u64,
-    pub cost_usd: f64,
+    /// `None` when a task's cost is unknown.
+    pub cost_usd: Option<f64>,
 }
 
 impl Tally {
@@ -146,7 +148,8 @@ pub struct Progress {
     /// Finished without passing (failed, errored or given up).
     pub not_passed: u64,
     pub running: u64,
-    pub cost_usd: f64,
+    /// What the finished tasks cost; `None` (`null`) once one of them is unknown.
+    pub cost_usd: Option<f64>,
     /// Where the figures come from: `index` (counted) or `telemetry` (the fleet's last snapshot).
     pub source: &'static str,
 }
@@ -163,7 +166,7 @@ pub async fn progress(app: &App, r: &RunRecord) -> Result<Progress, Problem> {
             passed: c.passed,
             not_passed: c.finished().saturating_sub(c.passed),
             running: c.running + c.queued,
-            cost_usd: c.cost_usd,
+            cost_usd: (c.cost_unknown == 0).then_some(c.cost_usd),
             source: "index",
         });
     }
@@ -191,7 +194,7 @@ pub async fn progress(app: &App, r: &RunRecord) -> Result<Progress, Problem> {
             passed: 0,
             not_passed: 0,
             running: 0,
-            cost_usd: 0.0,
+            cost_usd: Some(0.0),
             source: "telemetry",
         },
     })

@@ -224,26 +224,42 @@ struct RunsPage<'a> {
     next: Option<String>,
 }
 
-/// A summary's pass rate and cost, for the history.
-async fn figures(app: &App, runs: &[&RunRecord]) -> Vec<Option<(f64, f64)>> {
+/// A summary's pass rate and cost (`None` when unknown), for the history.
+async fn figures(app: &App, runs: &[&RunRecord]) -> Vec<Option<Point>> {
     let reads: Vec<_> = runs.iter().map(|r| data::summary(app, r)).collect();
-    futures::future::join_all(reads).await.into_iter().map(|s| s.map(|s| (s.pass_rate, s.total_cost_usd))).collect()
+    futures::future::join_all(reads)
+        .await
+        .into_iter()
+        .map(|s| s.map(|s| (s.pass_rate, s.cost_is_known().then(|| s.known_cost()))))
+        .collect()
 }
 
-fn chart(points: &[(f64, f64)]) -> History {
+/// One run of a history: its pass rate and its cost (`None` when unknown).
+type Point = (f64, Option<f64>);
+
+/// The history's two lines. A run whose cost is unknown has no point on the cost line: it is
+/// not a run that cost nothing.
+fn chart(points: &[Point]) -> History {
     let n = points.len().max(2) - 1;
-    let max_cost = points.iter().map(|p| p.1).fold(0.0f64, f64::max);
+    let max_cost = points.iter().filter_map(|p| p.1).fold(0.0f64, f64::max);
     let x = |i: usize| 10.0 + 700.0 * i as f64 / n as f64;
     let y = |v: f64| 130.0 - 120.0 * v;
-    let line = |f: &dyn Fn(&(f64, f64)) -> f64| {
-        points.iter().enumerate().map(|(i, p)| format!("{:.1},{:.1}", x(i), y(f(p)))).collect::<Vec<_>>().join(" ")
+    let line = |f: &dyn Fn(&Point) -> Option<f64>| {
+        let at = points.iter().enumerate().filter_map(|(i, p)| f(p).map(|v| format!("{:.1},{:.1}", x(i), y(v))));
+        at.collect::<Vec<_>>().join(" ")
     };
+    let known = points.iter().any(|p| p.1.is_some());
     History {
-        rate_points: line(&|p| p.0.clamp(0.0, 1.0)),
-        cost_points: line(&|p| if max_cost > 0.0 { p.1 / max_cost } else { 0.0 }),
-        max_cost: format!("${max_cost:.4}"),
+        rate_points: line(&|p| Some(p.0.clamp(0.0, 1.0))),
+        cost_points: line(&|p| p.1.map(|c| if max_cost > 0.0 { c / max_cost } else { 0.0 })),
+        max_cost: if known { format!("${max_cost:.4}") } else { "unknown".into() },
         count: points.len(),
     }
+}
+
+/// A cost for a page: dollars, or `unknown`.
+fn money(cost: Option<f64>) -> String {
+    cost.map_or_else(|| "unknown".into(), |c| format!("${c:.4}"))
 }
 
 pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
@@ -263,7 +279,7 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
         } else {
             let recent: Vec<&RunRecord> =
                 matching.iter().filter(|r| r.status == RunStatus::Complete).take(HISTORY).copied().collect();
-            let points: Vec<(f64, f64)> = figures(&a, &recent).await.into_iter().rev().flatten().collect();
+            let points: Vec<Point> = figures(&a, &recent).await.into_iter().rev().flatten().collect();
             (!points.is_empty()).then(|| chart(&points))
         };
         let tallies = futures::future::join_all(shown.iter().map(|r| data::tally(&a, r))).await;
@@ -288,7 +304,7 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
                     None => format!("?/{}", r.tasks_total),
                 },
                 pass_rate: t.map(|t| format!("{:.1}%", t.pass_rate() * 100.0)).unwrap_or_else(|| "-".into()),
-                cost: t.map(|t| format!("${:.4}", t.cost_usd)).unwrap_or_else(|| "-".into()),
+                cost: t.map(|t| money(t.cost_usd)).unwrap_or_else(|| "-".into()),
                 created: r.created_at.format("%Y-%m-%d %H:%M").to_string(),
             })
             .collect();
@@ -352,7 +368,7 @@ async fn live_page(app: &App, r: &RunRecord) -> Result<String, Problem> {
         agent: &r.agent,
         backend: &r.backend,
         created: r.created_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-        cost: format!("${:.4}", p.cost_usd),
+        cost: money(p.cost_usd),
         p,
     })
 }
@@ -492,7 +508,7 @@ fn task_section(
         outcome_class: if result.passed { "pass" } else { "fail" },
         attempt: result.attempt,
         ended: result.agent.terminated_by.as_str(),
-        cost: format!("${:.4}", result.agent.total_cost_usd),
+        cost: agenteval_core::cost::text(result.agent.total_cost_usd, result.agent.cost_unknown),
         tokens: result.agent.total_tokens,
         wall: format!("{:.2} s", result.agent.wall_seconds),
         values,

@@ -56,12 +56,10 @@ pub struct RunConfigArgs {
 }
 
 impl RunConfigArgs {
-    /// The `--set` overrides, with `--backend` as one more.
-    pub fn overrides(&self) -> Vec<String> {
-        let mut sets = self.sets.clone();
-        if let Some(b) = &self.backend {
-            sets.push(format!("backend.id={b}"));
-        }
+    /// The overrides `--agent` and `--model` make, as a run records them
+    /// (`Metadata::agent_flags`).
+    pub fn agent_flags(&self) -> Vec<String> {
+        let mut sets = vec![];
         if let Some(a) = &self.agent {
             sets.push("agent.kind=installed".into());
             sets.push(format!("agent.preset={a}"));
@@ -71,6 +69,49 @@ impl RunConfigArgs {
         }
         sets
     }
+
+    /// The `--set` overrides, with `--backend` as one more.
+    pub fn overrides(&self) -> Vec<String> {
+        let mut sets = self.sets.clone();
+        if let Some(b) = &self.backend {
+            sets.push(format!("backend.id={b}"));
+        }
+        sets.extend(self.agent_flags());
+        sets
+    }
+}
+
+/// What a run is called: `submit`'s `--name` and `--try`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct Naming {
+    /// The run's name. Without it the run takes the config's `name`, with `[PRESET · MODEL]`
+    /// added when `--agent` or `--model` chose them: runs of two agents are never one history.
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// A try: the run is named `NAME (try)`, so it never joins NAME's history in the UI, is never
+    /// `latest:NAME` and never its baseline.
+    #[arg(long = "try")]
+    pub try_run: bool,
+}
+
+impl Naming {
+    /// The name of a run of a config named `config_name`, started with `args`.
+    pub fn name(&self, config_name: &str, args: &RunConfigArgs) -> String {
+        let mut name = match &self.name {
+            Some(n) => n.trim().to_string(),
+            None => {
+                let chosen: Vec<&str> = [args.agent.as_deref(), args.model.as_deref()].into_iter().flatten().collect();
+                match chosen.is_empty() {
+                    true => config_name.to_string(),
+                    false => format!("{config_name} [{}]", chosen.join(" · ")),
+                }
+            }
+        };
+        if self.try_run {
+            name.push_str(" (try)");
+        }
+        name
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,6 +120,8 @@ pub enum Command {
     Submit {
         #[command(flatten)]
         run: RunConfigArgs,
+        #[command(flatten)]
+        naming: Naming,
         /// Print one JSON object with run_id, status and bundle, nothing else on stdout.
         #[arg(long)]
         json: bool,
@@ -166,7 +209,8 @@ pub enum Command {
     Replay {
         /// The run to replay: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
         run: String,
-        /// Replay with this config instead of the bundle's (e.g. a changed system prompt).
+        /// Replay with this config instead of the bundle's (e.g. a changed system prompt). The
+        /// `--agent` and `--model` the run was submitted with apply to it too.
         #[arg(long = "with-config", value_name = "FILE")]
         with_config: Option<PathBuf>,
         #[command(flatten)]
@@ -208,6 +252,9 @@ pub enum Command {
         /// `pairwise` metric (50% is a tie) and the wins, ties and losses.
         #[arg(long, value_name = "FILE", conflicts_with = "set")]
         pairwise: Option<PathBuf>,
+        /// The comparison as JSON (same as `--format json`).
+        #[arg(long, conflicts_with = "format")]
+        json: bool,
         #[command(flatten)]
         out: ReportArgs,
         /// Bootstrap resamples.

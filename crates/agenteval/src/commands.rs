@@ -35,14 +35,18 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { mut run, json, baseline, gates, cassettes, limit, matrix } => {
+        Command::Submit { mut run, naming, json, baseline, gates, cassettes, limit, matrix } => {
             if let Some(n) = limit {
                 run.sets.push(format!("benchmark.filter.limit={n}"));
             }
-            if !matrix.is_empty() {
-                return crate::matrix::submit_matrix(&run, &matrix, json, &cassettes, quiet, telemetry).await;
+            if naming.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                return Err(Failure { code: exit::USAGE, error: anyhow::anyhow!("--name: a run needs a name") });
             }
-            submit(&run, json, baseline.as_deref(), gates.as_deref(), &cassettes, quiet, telemetry).await
+            if !matrix.is_empty() {
+                return crate::matrix::submit_matrix(&run, &naming, &matrix, json, &cassettes, quiet, telemetry).await;
+            }
+            let how = Judge { baseline: baseline.as_deref(), gates: gates.as_deref() };
+            submit(&run, &naming, json, how, &cassettes, quiet, telemetry).await
         }
         Command::Rerun { run, all, index, json, .. } => rerun(&run, all, &index, json, quiet, telemetry).await,
         Command::Regrade { run, sets, index, json } => {
@@ -60,7 +64,11 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
-        Command::Compare { base, cand, set, against, gates, record, pairwise, out, resamples, seed, index } => {
+        Command::Compare { base, cand, set, against, gates, record, pairwise, json, out, resamples, seed, index } => {
+            let out = match json {
+                true => crate::cli::ReportArgs { format: Some(agenteval_judge::report::Format::Json), ..out },
+                false => out,
+            };
             // The judge's file is checked before anything is opened, like a gates file.
             let pairwise = pairwise.as_deref().map(judging::load_pairwise).transpose()?;
             let (wiring, index) = open_index(&index).await?;
@@ -136,16 +144,24 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     }
 }
 
+/// What `submit` judges the finished run against: `--baseline` and `--gates`.
+struct Judge<'a> {
+    baseline: Option<&'a str>,
+    gates: Option<&'a Path>,
+}
+
 async fn submit(
     args: &RunConfigArgs,
+    naming: &crate::cli::Naming,
     json: bool,
-    baseline: Option<&str>,
-    gates: Option<&Path>,
+    Judge { baseline, gates }: Judge<'_>,
     cassettes: &crate::cli::CassetteArgs,
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
-    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    let mut loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    loaded.config.name = naming.name(&loaded.config.name, args);
+    loaded.agent_flags = args.agent_flags();
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
@@ -288,7 +304,12 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
         counts.errored,
         counts.infra
     );
-    say!("cost      ${:.4}, {} tokens", counts.cost_usd, counts.tokens);
+    let cost = match (counts.cost_unknown, counts.cost_usd) {
+        (0, d) => format!("${d:.4}"),
+        (n, d) if d > 0.0 => format!(">=${d:.4} ({n} task{} unknown)", if n == 1 { "" } else { "s" }),
+        _ => "unknown".into(),
+    };
+    say!("cost      {cost}, {} tokens", counts.tokens);
     for l in judged.iter().flat_map(output::verdict_lines) {
         say!("{l}");
     }
@@ -481,7 +502,9 @@ async fn rerun(
     let mut config = located.config.clone();
     *config.benchmark.filter_mut() = agenteval_core::config::TaskFilter { ids, tags: vec![], limit: None };
     config.name = format!("{} (rerun)", config.name);
-    let loaded = LoadedConfig { config, path: PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG) };
+    let path = PathBuf::from(&located.record.bundle_uri).join(layout::CONFIG);
+    // The recorded config already holds what `--agent` and `--model` changed.
+    let loaded = LoadedConfig { config, path, agent_flags: vec![] };
     let ready = start(&wiring, loaded, Start { preflight: true, ..Start::default() }).await?;
     let mut opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
     opts.rerun_of = Some(run_id);

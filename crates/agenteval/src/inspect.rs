@@ -198,7 +198,8 @@ async fn rows(
                         None => {
                             let ended = t.terminated_by.unwrap_or(agenteval_core::model::TerminatedBy::Completed);
                             let o = Outcome::of(t.passed.unwrap_or(false), ended);
-                            (o.as_str().to_string(), Some(t.cost_usd), t.detail.clone().unwrap_or_default())
+                            let cost = (!t.cost_unknown).then_some(t.cost_usd);
+                            (o.as_str().to_string(), cost, t.detail.clone().unwrap_or_default())
                         }
                     }
                 }

@@ -13,7 +13,7 @@ use agenteval_engine::controller::set::{SetRun, SharedFleet};
 use agenteval_engine::controller::{ControllerOptions, Progress, ProgressView, RunOutcome};
 use serde_json::json;
 
-use crate::cli::{CassetteArgs, RunConfigArgs};
+use crate::cli::{CassetteArgs, Naming, RunConfigArgs};
 use crate::output::{self, Bar};
 use crate::session::{config_failure, exe, load_config, start};
 use crate::telemetry::{Settings, Telemetry};
@@ -112,7 +112,7 @@ struct Member {
 
 /// Loads the config once per combination. Every combination's problems are reported together,
 /// each under the combination that has it: nothing starts until all of them load.
-fn load_members(args: &RunConfigArgs, axes: &[Axis], set_id: &str) -> Result<Vec<Member>, Failure> {
+fn load_members(args: &RunConfigArgs, naming: &Naming, axes: &[Axis], set_id: &str) -> Result<Vec<Member>, Failure> {
     let combos = combinations(axes);
     let size = combos.len() as u32;
     let mut members = Vec::new();
@@ -128,7 +128,8 @@ fn load_members(args: &RunConfigArgs, axes: &[Axis], set_id: &str) -> Result<Vec
         };
         match load_config(&args.config, &sets) {
             Ok(mut loaded) => {
-                loaded.config.name = format!("{} [{}]", loaded.config.name, member.label());
+                loaded.config.name = format!("{} [{}]", naming.name(&loaded.config.name, args), member.label());
+                loaded.agent_flags = args.agent_flags();
                 members.push(Member { loaded, member });
             }
             Err(e) => failed.push(format!("combination {} ({}): {}", i + 1, member.label(), shown_problems(&e))),
@@ -153,6 +154,7 @@ fn shown_problems(e: &ConfigError) -> String {
 // Long: loading, checking, wiring the shared options and printing are one sequence.
 pub async fn submit_matrix(
     args: &RunConfigArgs,
+    naming: &Naming,
     matrix: &[String],
     json: bool,
     cassettes: &CassetteArgs,
@@ -164,7 +166,7 @@ pub async fn submit_matrix(
     // The base config carries the set's fleet size and budget, and must load on its own too.
     let base = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     let set_id = RunId::new().to_string();
-    let members = load_members(args, &axes, &set_id)?;
+    let members = load_members(args, naming, &axes, &set_id)?;
     let wiring = Wiring::new(exe()?, base.config.aws.as_ref());
     // Every combination resolved and checked before any starts.
     let how =
@@ -276,7 +278,7 @@ fn report(
                         o.run_id.to_string().chars().take(13).collect(),
                         output::status_word(o.status).to_string(),
                         format!("{}/{}", s.passed, s.tasks_total),
-                        format!("${}", s.cost_text()),
+                        s.cost_dollars(),
                     ]);
                 }
                 None => {
@@ -351,6 +353,7 @@ impl SetProgress {
                 a.errored += v.errored;
                 a.infra += v.infra;
                 a.cost_usd += v.cost_usd;
+                a.cost_unknown += v.cost_unknown;
                 a.jobs_in_flight += v.jobs_in_flight;
                 a.retries += v.retries;
                 a

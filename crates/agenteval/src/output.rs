@@ -75,7 +75,12 @@ pub fn status_word(status: RunStatus) -> String {
 
 /// One line of counts, in the words every output uses.
 pub fn counts_line(v: &ProgressView) -> String {
-    format!("passed {} failed {} errored {} infra {}, ${}", v.passed, v.failed, v.errored, v.infra, dollars(v.cost_usd))
+    let cost = match (v.cost_unknown, v.cost_usd) {
+        (0, d) => format!("${}", dollars(d)),
+        (_, d) if d > 0.0 => format!(">=${}", dollars(d)),
+        _ => "cost unknown".into(),
+    };
+    format!("passed {} failed {} errored {} infra {}, {cost}", v.passed, v.failed, v.errored, v.infra)
 }
 
 /// Dollars with the decimals that matter at that size.
@@ -300,6 +305,7 @@ mod tests {
             errored: 20_000,
             infra: 4_999,
             cost_usd: 1234.5678,
+            cost_unknown: 0,
             jobs_in_flight: 64,
             retries: 12,
         };

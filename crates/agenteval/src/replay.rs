@@ -17,7 +17,7 @@ use agenteval_engine::bundle::{Metadata, read_json};
 use agenteval_engine::controller;
 use serde_json::{Value, json};
 
-use crate::session::{config_failure, controller_options, load_config, print_outcome, start};
+use crate::session::{config_failure, controller_options, load_config, print_outcome_of, start};
 use crate::telemetry::Telemetry;
 use crate::wiring::Wiring;
 use crate::{Failure, exit, judging};
@@ -158,7 +158,10 @@ pub async fn replay(
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run).await?;
     let store = located.store.clone();
     let meta: Metadata = read_json(store.as_ref(), &run, layout::METADATA).await?;
-    let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config).await?;
+    let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config, &meta.agent_flags).await?;
+    if with_config.is_some() && !meta.agent_flags.is_empty() && !json && !quiet {
+        say!("with the run's own agent and model: --set {}", meta.agent_flags.join(" --set "));
+    }
     let code_changed = if meta.agenteval_version != agenteval_engine::VERSION {
         Some(format!("recorded with agenteval {}, replayed with {}", meta.agenteval_version, agenteval_engine::VERSION))
     } else if with_config.is_none() && controller::config_hash(&loaded.resolved()) != meta.config_hash {
@@ -214,23 +217,25 @@ pub async fn replay(
     Ok(code)
 }
 
-/// The config a replay runs: the recorded one (or `with_config`), which must be an `llm` run or
-/// one whose agent's calls went through the gateway, on
-/// a backend of this machine with a local bundle folder.
+/// The config a replay runs: the recorded one (or `with_config`, with the `--agent` and
+/// `--model` the run was submitted with), which must be an `llm` run or one whose agent's calls
+/// went through the gateway, on a backend of this machine with a local bundle folder.
 async fn replay_config(
     wiring: &Wiring,
     store: &dyn agenteval_core::traits::BundleStore,
     run: &agenteval_core::RunId,
     with_config: Option<&Path>,
+    agent_flags: &[String],
 ) -> Result<LoadedConfig, Failure> {
     let loaded = match with_config {
-        Some(path) => load_config(path, &[]).map_err(config_failure)?,
+        Some(path) => load_config(path, agent_flags).map_err(config_failure)?,
         None => {
             let recorded: Value = read_json(store, run, layout::CONFIG).await?;
             let config: RunConfig = serde_json::from_value(recorded).map_err(|e| {
                 Error::corrupt(format!("the recorded config of run {run} cannot be read by this agenteval: {e}"))
             })?;
-            LoadedConfig { config, path: std::path::PathBuf::from(store.bundle_uri(run)).join(layout::CONFIG) }
+            let path = std::path::PathBuf::from(store.bundle_uri(run)).join(layout::CONFIG);
+            LoadedConfig { config, path, agent_flags: vec![] }
         }
     };
     if !matches!(loaded.config.agent, AgentConfig::Llm(_)) && loaded.config.agent.upstream().is_none() {
@@ -341,7 +346,7 @@ impl Replayed<'_> {
     fn print(&self, config: &RunConfig, quiet: bool) {
         if !quiet {
             // A replay that could not run says so below, task by task.
-            let _ = print_outcome(self.outcome, config, false, quiet);
+            let _ = print_outcome_of(self.outcome, config, false, quiet, false);
             say!("");
         }
         if let Some(why) = self.code_changed {

@@ -108,6 +108,18 @@ pub(crate) fn print_outcome(
     json: bool,
     quiet: bool,
 ) -> Result<u8, Failure> {
+    print_outcome_of(o, config, json, quiet, true)
+}
+
+/// [`print_outcome`], saying how to finish a run that did not (`resume`) only with `next_step`:
+/// a replay's run is not one to finish.
+pub(crate) fn print_outcome_of(
+    o: &RunOutcome,
+    config: &agenteval_core::config::RunConfig,
+    json: bool,
+    quiet: bool,
+    next_step: bool,
+) -> Result<u8, Failure> {
     let code = outcome_code(o.status);
     if json {
         let v = json!({
@@ -125,7 +137,7 @@ pub(crate) fn print_outcome(
     } else if quiet {
         let s = &o.summary;
         say!(
-            "{} {}: {} tasks, passed {} failed {} errored {} infra {}, ${}, {}",
+            "{} {}: {} tasks, passed {} failed {} errored {} infra {}, cost {}, {}",
             o.run_id,
             o.status.as_str(),
             s.tasks_total,
@@ -133,7 +145,7 @@ pub(crate) fn print_outcome(
             s.failed,
             s.errored,
             s.infra,
-            s.cost_text(),
+            s.cost_dollars(),
             o.bundle_uri
         );
     } else {
@@ -161,6 +173,7 @@ pub(crate) fn print_outcome(
         say!("bundle  {}", o.bundle_uri);
         say!("report  {}/{}", o.bundle_uri, layout::REPORT);
         match o.status {
+            _ if !next_step => {}
             RunStatus::BudgetExceeded => {
                 say!("the budget stopped it; to finish it: agenteval resume {} --set max_run_cost_usd=<more>", o.run_id)
             }

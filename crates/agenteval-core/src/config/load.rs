@@ -68,6 +68,10 @@ pub struct LoadedConfig {
     pub config: RunConfig,
     /// Absolute path of the file.
     pub path: PathBuf,
+    /// The overrides the command line's `--agent` and `--model` made (`agent.preset=codex`,
+    /// `agent.model=gpt-5`): recorded in the run's metadata, so that a replay with another
+    /// config file runs the same agent and model.
+    pub agent_flags: Vec<String>,
 }
 
 impl LoadedConfig {
@@ -745,7 +749,7 @@ pub fn load_config_str_checked(
         problems.dedup_by(|a, b| a.pointer == b.pointer && a.message == b.message);
         return Err(fail(in_file_order(problems)));
     }
-    Ok(LoadedConfig { config, path: base.join(file) })
+    Ok(LoadedConfig { config, path: base.join(file), agent_flags: vec![] })
 }
 
 /// YAML to JSON with a pointer→position map, the `--set` overrides, evaluator shorthands, and

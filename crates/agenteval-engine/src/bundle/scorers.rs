@@ -119,14 +119,22 @@ pub struct CostTokens {
 impl Scorer for CostTokens {
     fn observe(&mut self, r: &TaskResult) {
         self.n += 1;
-        self.cost += r.total_cost_usd();
+        // A task whose cost is unknown adds nothing, not the priced part it may have had: its
+        // result.json writes that part as `null`, and a summary recomputed from the bundle
+        // must be the one written live.
+        if r.agent.cost_unknown {
+            self.unknown += 1;
+        } else {
+            self.cost += r.total_cost_usd();
+        }
         self.tokens = self.tokens.saturating_add(r.agent.total_tokens);
-        self.unknown += u64::from(r.agent.cost_unknown);
     }
 
     fn finish(&self, s: &mut RunSummary) {
-        s.total_cost_usd = self.cost;
-        s.mean_cost_usd = if self.n == 0 { 0.0 } else { self.cost / self.n as f64 };
+        let known = self.unknown == 0;
+        s.total_cost_usd = known.then_some(self.cost);
+        s.mean_cost_usd = known.then(|| if self.n == 0 { 0.0 } else { self.cost / self.n as f64 });
+        s.known_cost_usd = (!known && self.cost > 0.0).then_some(self.cost);
         s.total_tokens = self.tokens;
         s.cost_unknown_tasks = self.unknown;
     }
@@ -301,8 +309,9 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         infra: 0,
         pass_rate: 0.0,
         terminated_by: BTreeMap::new(),
-        total_cost_usd: 0.0,
-        mean_cost_usd: 0.0,
+        total_cost_usd: Some(0.0),
+        mean_cost_usd: Some(0.0),
+        known_cost_usd: None,
         total_tokens: 0,
         latency_p50_seconds: 0.0,
         latency_p95_seconds: 0.0,

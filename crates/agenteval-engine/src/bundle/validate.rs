@@ -526,7 +526,8 @@ async fn summary(b: &Bundle<'_>, v: &mut Validation) -> Result<()> {
             s.tasks_finished, s.passed, re.tasks_finished, re.passed
         ));
     }
-    if !close(s.total_cost_usd, re.total_cost_usd) || s.total_tokens != re.total_tokens {
+    let costs_agree = s.cost_is_known() == re.cost_is_known() && close(s.known_cost(), re.known_cost());
+    if !costs_agree || s.total_tokens != re.total_tokens {
         v.problems.push(format!("{at}: cost or tokens disagree with the task results"));
     }
     if m.status == RunStatus::Complete && s.tasks_finished != m.tasks_total {

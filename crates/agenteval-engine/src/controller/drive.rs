@@ -464,7 +464,7 @@ impl Fleet<'_> {
             jobs_retried: k.retried,
             tasks_finished: c.finished(),
             tasks_passed: c.passed,
-            cost_usd: c.cost_usd,
+            cost_usd: (c.cost_unknown == 0).then_some(c.cost_usd),
             tokens: c.tokens,
         };
         if let Err(e) = self.run.fleet_file.append(&snap).await {
@@ -500,6 +500,7 @@ fn view(c: &TaskCounts, jobs: usize, retries: u64) -> ProgressView {
         errored: c.errored,
         infra: c.infra,
         cost_usd: c.cost_usd,
+        cost_unknown: c.cost_unknown,
         jobs_in_flight: jobs as u64,
         retries,
     }

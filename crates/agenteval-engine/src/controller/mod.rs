@@ -67,7 +67,10 @@ pub struct ProgressView {
     pub failed: u64,
     pub errored: u64,
     pub infra: u64,
+    /// What the done tasks with a known cost cost.
     pub cost_usd: f64,
+    /// Done tasks whose cost is unknown: `cost_usd` is then not the whole.
+    pub cost_unknown: u64,
     pub jobs_in_flight: u64,
     pub retries: u64,
 }
@@ -207,6 +210,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         finished_at: None,
         resumed: 0,
         reason: None,
+        agent_flags: loaded.agent_flags.clone(),
         resume_overrides: vec![],
         rerun_of: opts.rerun_of,
         regrade_of: loaded.config.regrade.as_ref().map(|r| r.run),

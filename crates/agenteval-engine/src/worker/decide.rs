@@ -91,11 +91,11 @@ pub(super) fn task_result(
 /// The line a task's `worker.log` ends with.
 pub(super) fn finished_line(result: &TaskResult) -> String {
     format!(
-        "{} finished: passed={} terminated_by={} cost=${:.6} tokens={} wall={:.3}s",
+        "{} finished: passed={} terminated_by={} cost={} tokens={} wall={:.3}s",
         Utc::now().to_rfc3339(),
         result.passed,
         result.agent.terminated_by.as_str(),
-        result.total_cost_usd(),
+        if result.agent.cost_unknown { "unknown".to_string() } else { format!("${:.6}", result.total_cost_usd()) },
         result.agent.total_tokens,
         result.agent.wall_seconds
     )

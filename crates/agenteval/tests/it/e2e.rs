@@ -60,7 +60,7 @@ fn toy_run_produces_a_valid_bundle_that_agrees_with_the_index() {
     let meta = read_json(&bundle.join("metadata.json"));
     assert_eq!(meta["status"], "complete");
     assert_eq!(meta["sealed"], true);
-    assert_eq!(meta["schema_version"], "1.1");
+    assert_eq!(meta["schema_version"], "1.2");
     assert_eq!(meta["config_hash"].as_str().unwrap().len(), 64);
     let rs = results(&bundle);
     assert_eq!(rs.len(), 25);

@@ -429,7 +429,7 @@ fn judges_score_cache_and_an_optional_one_fails_without_failing_the_task() {
     let again = task(&bundle_of(&v2), "good")["scores"].as_array().unwrap().clone();
     let rubric = again.iter().find(|s| s["evaluator_id"] == "llm_rubric").unwrap();
     assert_eq!(rubric["score"], 0.9);
-    assert_eq!(rubric["cost_usd"], 0.0);
+    assert!(rubric.get("cost_usd").is_none(), "a cached verdict costs nothing: {rubric}");
     assert!(rubric["reason"].as_str().unwrap().contains("cached"), "{rubric}");
     assert_eq!(mock.received().len() - before, 2, "only the agent's two calls reach the model");
 
@@ -840,5 +840,160 @@ fn regrade_grades_the_recorded_answers_again_without_running_the_agent() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("is itself a regrade"), "{}", text(&out.stderr));
     let out = ws.run(&["regrade", &first, "--set", "evaluators.0.bogus=1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
+/// Whether a text shows an unknown cost as a number: `0.0000` (or `$0.00`) anywhere.
+fn shows_zero_cost(text: &str) -> bool {
+    text.contains("0.0000") || text.contains("$0.00")
+}
+
+/// The cost fields of a JSON document that hold a number where the cost is unknown: every key
+/// naming a cost (`cost_usd`, `total_cost_usd`, …) must be `null` or absent, never `0`.
+fn zero_costs(v: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let here = format!("{at}/{k}");
+                if k.contains("cost") && !k.contains("unknown") && v.as_f64() == Some(0.0) {
+                    out.push(here.clone());
+                }
+                zero_costs(v, &here, out);
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| zero_costs(v, &format!("{at}/{i}"), out)),
+        _ => {}
+    }
+}
+
+/// What in a JSON output (one document, or one per line) reads an unknown cost as 0.
+fn zero_cost_json(what: &str, text: &str) -> Vec<String> {
+    let docs: Vec<serde_json::Value> = match serde_json::from_str(text) {
+        Ok(v) => vec![v],
+        Err(_) => text.lines().filter(|l| !l.trim().is_empty()).filter_map(|l| serde_json::from_str(l).ok()).collect(),
+    };
+    if docs.is_empty() {
+        return vec![format!("{what} printed no JSON: {text}")];
+    }
+    let mut found = vec![];
+    docs.iter().for_each(|v| zero_costs(v, "", &mut found));
+    found.into_iter().map(|at| format!("{what}: {at} is 0")).collect()
+}
+
+/// Issue 58: a run whose costs are unknown (a model without a price) says so in every output:
+/// `unknown` in text, `null` in JSON, never `0.0000` or `0.0`.
+#[test]
+fn every_output_of_a_run_with_unknown_costs_says_unknown_never_zero() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("t", "hello"), ("u", "USE_TOOL please")]);
+    let cfg = config(&ws, "unpriced", "openai-compatible:my-finetune", &mock.base_url(), "", "");
+    let mut wrong = vec![];
+    let mut check_text = |what: &str, body: &str| {
+        let lines: Vec<&str> = body.lines().filter(|l| shows_zero_cost(l)).collect();
+        if !lines.is_empty() {
+            wrong.push(format!("{what}:\n{}", lines.join("\n")));
+        }
+    };
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    check_text("submit", &text(&out.stdout));
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = bundle_of(&v);
+
+    let texts: &[&[&str]] = &[
+        &["status", &run],
+        &["runs", "list"],
+        &["runs", "show", &run],
+        &["runs", "show", &run, "--tasks"],
+        &["runs", "show", &run, "--tasks", "--full"],
+        &["show", &run, "t"],
+        &["show", &run, "u", "--full"],
+        &["report", &run],
+        &["report", &run, "--format", "md"],
+        &["report", &run, "--format", "html"],
+        &["compare", &run, &run],
+    ];
+    for args in texts {
+        let out = ws.run(args);
+        assert!(out.status.success() || args[0] == "compare", "{args:?}: {}", text(&out.stderr));
+        check_text(&format!("{args:?}"), &text(&out.stdout));
+    }
+    for file in ["report.md", "report.html"] {
+        if let Ok(body) = read_text(bundle.join(file)) {
+            check_text(file, &body);
+        }
+    }
+    // The page as a browser builds it: its scripts render the costs.
+    let page = ws.path().join("report.html");
+    let out = ws.run(&["report", &run, "-o", page.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (dom, _) = crate::util::ui::browse(&format!("file://{}", page.display()), None);
+    assert!(dom.contains("unknown"), "{dom}");
+    check_text("report.html in a browser", &dom);
+    let index = ws.index();
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    for page in ["/", &format!("/runs/{run}"), &format!("/runs/{run}/tasks/u")] {
+        let r = ui.get(page);
+        assert_eq!(r.status, 200, "{page}: {}", r.body);
+        check_text(&format!("ui {page}"), &r.body);
+    }
+    let (dom, _) = crate::util::ui::browse(&ui.page(&format!("/runs/{run}")), None);
+    check_text("the ui's run page in a browser", &dom);
+
+    wrong.extend(zero_cost_json("submit --json", &v.to_string()));
+    let jsons: &[&[&str]] = &[
+        &["status", &run, "--json"],
+        &["runs", "list", "--json"],
+        &["runs", "show", &run, "--json"],
+        &["runs", "show", &run, "--tasks", "--json"],
+        &["show", &run, "u", "--json"],
+        &["report", &run, "--json"],
+        &["compare", &run, &run, "--json"],
+    ];
+    for args in jsons {
+        wrong.extend(zero_cost_json(&format!("{args:?}"), &text(&ws.run(args).stdout)));
+    }
+    for file in ["summary.json", "results.jsonl", "tasks/t/result.json", "tasks/u/result.json", "tasks/u/trace.jsonl"] {
+        wrong.extend(zero_cost_json(file, &read_text(bundle.join(file)).unwrap()));
+    }
+    for api in ["/api/runs", &format!("/api/runs/{run}"), &format!("/api/runs/{run}/tasks/u")] {
+        let r = ui.get(api);
+        assert_eq!(r.status, 200, "{api}: {}", r.body);
+        wrong.extend(zero_cost_json(api, &r.body));
+    }
+    assert!(wrong.is_empty(), "an unknown cost reads as zero:\n{}", wrong.join("\n---\n"));
+}
+
+/// Issue 58: a run's default name carries the model the command line chose, so two models'
+/// runs are two histories; `--name` names it; `--try` keeps a run out of its name's history,
+/// `latest:NAME` and baselines.
+#[test]
+fn runs_are_named_for_the_model_chosen_and_a_try_stays_out_of_the_history() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("t", "hello")]);
+    let cfg = config(&ws, "nightly", "openai:gpt-4o-mini", &mock.base_url(), "", "");
+    let name_of = |v: &serde_json::Value| {
+        let shown = ws.run(&["runs", "show", v["run_id"].as_str().unwrap(), "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&shown.stdout).unwrap()["run"]["name"].as_str().unwrap().to_string()
+    };
+    let (plain, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{plain}");
+    assert_eq!(name_of(&plain), "nightly");
+    let (other, _, _) = ws.submit(&cfg, &["--model", "anthropic:claude-3-5-haiku-20241022"]);
+    assert_eq!(name_of(&other), "nightly [anthropic:claude-3-5-haiku-20241022]");
+    let (named, _, _) = ws.submit(&cfg, &["--model", "anthropic:claude-3-5-haiku-20241022", "--name", "nightly-haiku"]);
+    assert_eq!(name_of(&named), "nightly-haiku");
+    let (tried, code, _) = ws.submit(&cfg, &["--try"]);
+    assert_eq!(code, 0, "{tried}");
+    assert_eq!(name_of(&tried), "nightly (try)");
+    // The newest run is the try, yet `latest:nightly` is still the plain one.
+    let st: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["status", "latest:nightly", "--json"]).stdout).unwrap();
+    assert_eq!(st["run"]["run_id"], plain["run_id"], "{st}");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--name", " "]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }

@@ -101,6 +101,27 @@ fn solves_then_fails(preset: &str, tool: &str, record: &str, result_says: &str) 
     // The install is the image's: nothing of it counts as the agent's change.
     let changed = read_text(bundle.join("tasks/hello-solve/artifacts/changed-outside.txt")).unwrap_or_default();
     assert!(solved["changed_outside"].is_null(), "{changed}");
+    // Named for the agent and model the command line chose: never one history with another's.
+    let run = v["run_id"].as_str().unwrap();
+    let shown: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "show", run, "--json"]).stdout).unwrap();
+    assert_eq!(shown["run"]["name"], format!("presets [{preset} · mock-model]"), "{shown}");
+
+    // The recording replays with no change to anything: every task MATCH, no call reaches the
+    // model. Codex's through `--with-config` with the config file as it is, whose agent is
+    // another preset: the run's `--agent` and `--model` still apply.
+    let before = mock.received().len();
+    let mut args = vec!["replay", run, "--json"];
+    if preset == "codex" {
+        args.extend(["--with-config", cfg.to_str().unwrap()]);
+    }
+    let out = ws.run(&args);
+    let replayed: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {} {}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{replayed}\n{}", text(&out.stderr));
+    let verdicts: Vec<&str> =
+        replayed["tasks"].as_array().unwrap().iter().map(|t| t["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["MATCH", "MATCH"], "{replayed}");
+    assert_eq!(mock.received().len(), before, "a replay calls no model");
 }
 
 #[test]
