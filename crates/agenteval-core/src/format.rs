@@ -24,6 +24,10 @@ pub struct Metadata {
     pub config_hash: String,
     pub agenteval_version: String,
     pub git_sha: Option<String>,
+    /// The git checkout the agent ran from, when its folder is in one (a `command` agent's
+    /// folder): its commit and whether tracked files differed from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_git: Option<GitCheckout>,
     pub tasks_total: u64,
     pub created_at: DateTime<Utc>,
     pub finished_at: Option<DateTime<Utc>>,
@@ -55,6 +59,14 @@ pub struct Metadata {
     /// registry and commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<crate::config::ResolvedDataset>,
+}
+
+/// A git checkout's state: the commit, and whether its tracked files were changed (`git
+/// status --untracked-files=no` listed something).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitCheckout {
+    pub commit: String,
+    pub dirty: bool,
 }
 
 /// A run's place in a set: the runs one `submit --matrix` started from one config, each with

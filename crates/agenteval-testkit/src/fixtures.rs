@@ -20,6 +20,7 @@ pub fn metadata(run_id: RunId, name: &str, benchmark: &str, tasks: u64) -> Metad
         config_hash: "0".repeat(64),
         agenteval_version: "test".into(),
         git_sha: None,
+        agent_git: None,
         tasks_total: tasks,
         created_at: now,
         finished_at: Some(now),

@@ -164,6 +164,10 @@ fn document(meta: &Metadata, summary: &Value, config: &Value) -> RunExport {
     if let Some(sha) = &meta.git_sha {
         params.push(("git_sha".into(), sha.clone()));
     }
+    if let Some(g) = &meta.agent_git {
+        params.push(("agent_git_commit".into(), g.commit.clone()));
+        params.push(("agent_git_dirty".into(), g.dirty.to_string()));
+    }
     let tags = vec![("agenteval.status".to_string(), meta.status.as_str().to_string())];
     let status = match meta.status {
         RunStatus::Complete => "FINISHED",

@@ -55,6 +55,10 @@ pub async fn runs_show(
     let store = located.store.as_ref();
     let counts = index.task_counts(&run_id).await?;
     let summary: Option<RunSummary> = read_json(store, &run_id, layout::SUMMARY).await.ok();
+    let agent_git = read_json::<agenteval_core::format::Metadata>(store, &run_id, layout::METADATA)
+        .await
+        .ok()
+        .and_then(|m| m.agent_git);
     let rows = if filter.all { rows(store, index, &run_id, filter).await? } else { vec![] };
     if json {
         let tasks: Vec<Value> = rows
@@ -69,7 +73,7 @@ pub async fn runs_show(
             .collect();
         say!(
             "{}",
-            json!({"run": record_json(&located.record), "tasks_counts": counts, "summary": summary, "tasks": tasks})
+            json!({"run": record_json(&located.record), "agent_git": agent_git, "tasks_counts": counts, "summary": summary, "tasks": tasks})
         );
         return Ok(exit::OK);
     }
@@ -82,6 +86,9 @@ pub async fn runs_show(
         say!("finished   {}", f.to_rfc3339());
     }
     say!("bundle     {}", r.bundle_uri);
+    if let Some(g) = &agent_git {
+        say!("agent git  {}{}", g.commit, if g.dirty { ", with changed files" } else { "" });
+    }
     match &summary {
         Some(s) => {
             say!("{}", output::summary_table(s));

@@ -473,6 +473,10 @@ pub fn report_text(
             80,
         ),
     ];
+    if let Some(g) = &meta.agent_git {
+        let changed = if g.dirty { ", with changed files" } else { "" };
+        out.push(wrapped("agent git  ", &format!("{}{changed}", g.commit), 80));
+    }
     if let Some(why) = &meta.reason {
         out.push(wrapped("why        ", why, 80));
     }

@@ -47,6 +47,9 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
     if let Some(g) = &meta.git_sha {
         let _ = writeln!(out, "| git | `{g}` |");
     }
+    if let Some(g) = &meta.agent_git {
+        let _ = writeln!(out, "| agent's git | `{}`{} |", g.commit, if g.dirty { " (changed files)" } else { "" });
+    }
     let _ = writeln!(out, "\n## Results\n");
     let _ = writeln!(out, "| tasks | finished | passed | failed | errored | infra | pass rate |");
     let _ = writeln!(out, "|---:|---:|---:|---:|---:|---:|---:|");

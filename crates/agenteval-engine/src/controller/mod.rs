@@ -133,13 +133,28 @@ pub fn config_hash(resolved: &serde_json::Value) -> String {
 }
 
 fn git_sha(dir: &Path) -> Option<String> {
+    git(dir, &["rev-parse", "HEAD"])
+}
+
+/// What `git ARGS` prints in `dir`, when it succeeds.
+fn git(dir: &Path, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
+        .args(args)
         .current_dir(dir)
         .stderr(std::process::Stdio::null())
         .output()
         .ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The git checkout of the agent's folder (a `command` agent's), when there is one: which
+/// commit ran, and whether tracked files were changed. Untracked files are not counted: the
+/// bundles and the index often sit in that folder.
+fn agent_git(config: &agenteval_core::config::RunConfig) -> Option<agenteval_core::format::GitCheckout> {
+    let agenteval_core::config::AgentConfig::Command { workdir: Some(dir), .. } = &config.agent else { return None };
+    let commit = git(dir, &["rev-parse", "HEAD"])?;
+    let dirty = !git(dir, &["status", "--porcelain", "--untracked-files=no"])?.is_empty();
+    Some(agenteval_core::format::GitCheckout { commit, dirty })
 }
 
 /// Starts a new run from a loaded config and drives it to the end.
@@ -205,6 +220,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         config_hash: hash.clone(),
         agenteval_version: crate::VERSION.into(),
         git_sha: loaded.path.parent().and_then(git_sha),
+        agent_git: agent_git(&config),
         tasks_total: tasks.len() as u64,
         created_at: now,
         finished_at: None,

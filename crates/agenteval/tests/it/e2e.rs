@@ -950,3 +950,45 @@ fn the_replay_command_of_a_bundle_runs_as_it_is() {
     assert_eq!(again["summary"]["tasks_total"], v["summary"]["tasks_total"], "{again}");
     assert_eq!(again["summary"]["passed"], v["summary"]["passed"], "{again}");
 }
+
+/// Issue 58: a `command` agent's folder in a git checkout: the run records which commit ran and
+/// whether tracked files were changed (untracked ones, such as the runs folder, do not count).
+#[test]
+fn the_agents_git_checkout_and_its_changes_are_recorded() {
+    let ws = Workspace::new();
+    std::fs::copy(repo().join("examples/echo_agent.py"), ws.path().join("agent.py")).unwrap();
+    ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"hi\"}\n");
+    let cfg = ws.write(
+        "g.yaml",
+        "name: git\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nstorage:\n  bundle_root: runs\n",
+    );
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .current_dir(ws.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+        text(&out.stdout).trim().to_string()
+    };
+    git(&["init", "-q"]);
+    git(&["add", "agent.py", "cases.jsonl", "g.yaml"]);
+    git(&["commit", "-qm", "agent"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let recorded =
+        |v: &serde_json::Value| read_json(&PathBuf::from(v["bundle"].as_str().unwrap()).join("metadata.json"));
+    let (clean, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{clean}");
+    assert_eq!(recorded(&clean)["agent_git"], serde_json::json!({"commit": head, "dirty": false}));
+    std::fs::write(
+        ws.path().join("agent.py"),
+        std::fs::read_to_string(ws.path().join("agent.py")).unwrap() + "\n# changed\n",
+    )
+    .unwrap();
+    let (dirty, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{dirty}");
+    assert_eq!(recorded(&dirty)["agent_git"], serde_json::json!({"commit": head, "dirty": true}));
+    let shown = text(&ws.run(&["runs", "show", dirty["run_id"].as_str().unwrap()]).stdout);
+    assert!(shown.contains(&format!("agent git  {head}, with changed files")), "{shown}");
+}
