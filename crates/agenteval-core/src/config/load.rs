@@ -453,11 +453,18 @@ fn section(ptr: &str) -> String {
 
 /// Whether an error inside one branch of a `kind`-tagged `oneOf` says "this is not my kind":
 /// the tag differs, is missing, or the value is not even an object.
-fn rules_out_branch(e: &SchemaError<'_>, ptr: &str) -> bool {
+fn rules_out_branch(e: &SchemaError<'_>, ptr: &str, value: &Value) -> bool {
     use jsonschema::error::ValidationErrorKind as K;
     let at = e.instance_path().as_str();
+    // A map where a branch wants one of some words (`sandbox: none` or its paths): that branch
+    // is not the one meant, so the other's problems are the ones to say.
+    let a_map_for_a_word = at == ptr && value.pointer(ptr).is_some_and(Value::is_object);
     match e.kind() {
-        K::Constant { .. } | K::Enum { .. } => at == format!("{ptr}/kind"),
+        K::Constant { .. } | K::Enum { .. } => at == format!("{ptr}/kind") || a_map_for_a_word,
+        // A choice here (a `oneOf` of words) none of whose branches can be meant.
+        K::OneOfNotValid { context } | K::AnyOf { context } if at == ptr => {
+            context.iter().all(|branch| branch.iter().any(|e| rules_out_branch(e, ptr, value)))
+        }
         K::Required { property } => at == ptr && property.as_str() == Some("kind"),
         K::Type { .. } => at == ptr,
         _ => false,
@@ -547,7 +554,7 @@ fn explain(err: &SchemaError<'_>, schema: &Value, value: &Value, pos: &Positions
                 return;
             }
             let fitting: Vec<_> =
-                context.iter().filter(|branch| !branch.iter().any(|e| rules_out_branch(e, &ptr))).collect();
+                context.iter().filter(|branch| !branch.iter().any(|e| rules_out_branch(e, &ptr, value))).collect();
             if let [only] = fitting.as_slice() {
                 for e in only.iter() {
                     explain(e, schema, value, pos, out);
@@ -586,7 +593,7 @@ fn explain(err: &SchemaError<'_>, schema: &Value, value: &Value, pos: &Positions
             let mut common: Vec<Problem> = Vec::new();
             for (i, branch) in context.iter().enumerate() {
                 let mut found = Vec::new();
-                for e in branch.iter().filter(|e| !rules_out_branch(e, &ptr)) {
+                for e in branch.iter().filter(|e| !rules_out_branch(e, &ptr, value)) {
                     if matches!(e.kind(), K::AdditionalProperties { .. }) && e.instance_path().as_str() == ptr {
                         continue;
                     }
@@ -1102,6 +1109,22 @@ mod tests {
     }
 
     const GOOD: &str = "name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: mock\n";
+
+    #[test]
+    fn a_word_or_a_map_names_what_is_wrong_inside_the_map() {
+        // `sandbox` is `none` or a map of paths: a map's own problem is the one to say.
+        let agent = |sandbox: &str| {
+            let text = format!(
+                "name: t\nbenchmark:\n  kind: toy\n  size: 5\nagent:\n  kind: command\n  command: [x]\n  sandbox: {sandbox}\n"
+            );
+            load(&text, &[]).unwrap_err().to_string()
+        };
+        let e = agent("{netwrk: none}");
+        assert!(e.contains("unknown field `netwrk` (did you mean `network`?)"), "{e}");
+        let e = agent("{network: nne}");
+        assert!(e.contains("`nne` is not one of: https, none, all (agent.sandbox.network)"), "{e}");
+        assert!(agent("nne").contains("`nne` is not one of: none (agent.sandbox)"));
+    }
 
     #[test]
     fn evaluator_shorthand_and_did_you_mean() {
