@@ -280,6 +280,10 @@ fn drop_detail(metric: &str, limit_name: &str, better: Better, limit: f64, worse
     )
 }
 
+/// Why a cost gate fails when a cost is unknown: never judged as $0.
+const UNKNOWN_COST: &str = "cost_per_task is unknown (a model without a price, or an agent whose calls did not go \
+     through the gateway): a cost gate cannot pass on it";
+
 /// A candidate's own value of a metric, for judging without a baseline.
 pub type Standalone<'a> = &'a dyn Fn(&str) -> Option<f64>;
 
@@ -348,6 +352,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 let passed = ok.unwrap_or(false);
                 let detail = match value {
                     Some(v) => format!("{metric} is {v:.4}"),
+                    None if metric == "cost_per_task" => UNKNOWN_COST.into(),
                     None => format!("{metric} is not measured in this run"),
                 };
                 push(format!("{metric}.{name}"), limit, value, passed, detail);
@@ -360,7 +365,11 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             let Some(limit) = limit else { continue };
             let gate = format!("{metric}.{name}");
             let (Some(d), Some((best, worst))) = (diff, diff.and_then(|d| d.worse_range())) else {
-                push(gate, limit, None, false, format!("{metric} is not measured on both sides"));
+                let why = match metric.as_str() {
+                    "cost_per_task" => format!("{UNKNOWN_COST} on one side or both"),
+                    _ => format!("{metric} is not measured on both sides"),
+                };
+                push(gate, limit, None, false, why);
                 continue;
             };
             // How much worse the mean paired difference is (positive is worse).
@@ -498,6 +507,16 @@ mod tests {
         for bad in ["regressions: 0\n", "regressions: {most: 1}\n", "regressions: {max: -1}\n", "regressions: {}\n"] {
             assert!(load_gates_str(bad, "g").is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_cost_gate_on_an_unknown_cost_fails_saying_so_never_as_zero() {
+        let g = load_gates_str("on_missing_baseline: pass\nmetrics:\n  cost_per_task: {max: 0.01}\n", "g").unwrap();
+        // An unknown cost has no value (`run_metric` gives none): not $0, which would pass.
+        let v = judge(&g, None, &|_| None, 5);
+        let r = gate(&v, "cost_per_task.max");
+        assert!(!r.passed && r.detail.contains("cost_per_task is unknown"), "{r:?}");
+        assert!(!v.passed);
     }
 
     #[test]
