@@ -58,6 +58,25 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
             }
         }
     }
+    if let Some(up) = config.agent.upstream() {
+        let limited = config.agent.limits().max_cost_usd.is_some() || config.max_run_cost_usd.is_some();
+        // An endpoint's own price covers every model it serves.
+        let flat = [&up.openai, &up.anthropic].into_iter().flatten().any(|e| e.price.is_some());
+        let models = config.agent.model().into_iter().map(|m| ("/agent/model".to_string(), m));
+        let others = up.models.iter().enumerate().map(|(i, m)| (format!("/agent/upstream/models/{i}"), m.as_str()));
+        for (at, model) in models.chain(others) {
+            let model = ModelSpec::parse(model).map_or(model.to_string(), |s| s.name);
+            if limited && !flat && !up.prices.contains_key(&model) && table.lookup(&model).is_none() {
+                p.push((
+                    at,
+                    format!(
+                        "no price is known for `{model}`, so a cost limit cannot be enforced: give its price in \
+                         `agent.upstream.prices.{model}` (USD per million input and output tokens) or drop the limit"
+                    ),
+                ));
+            }
+        }
+    }
     for (i, e) in config.evaluators.iter().enumerate() {
         if let Some(judge) = e.judge()
             && let Err(msg) = ModelSpec::parse(&judge.model)

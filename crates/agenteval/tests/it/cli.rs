@@ -223,3 +223,49 @@ fn show_prints_a_600_character_error_whole_within_80_columns() {
     let joined = words.join(" ");
     assert!(joined.contains(&error), "the error is not there whole:\n{shown}");
 }
+
+/// Issue 58: the first mistakes a new user makes with a shipped agent are refused before any
+/// run, by `config validate`, `doctor` and `submit` alike, each naming the field to fix: a
+/// preset with no way to its model, an unpriced model under a cost limit, an endpoint's key in
+/// the agent's own section.
+#[test]
+fn a_new_users_first_mistakes_with_a_preset_are_refused_naming_the_field() {
+    let ws = Workspace::new();
+    ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"hi\"}\n");
+    let head =
+        "name: first\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: installed\n  preset: codex\n";
+    let refused = |name: &str, agent: &str, wants: &[&str]| {
+        let cfg = ws.write(name, &format!("{head}{agent}"));
+        let cfg = cfg.to_str().unwrap();
+        for args in [vec!["config", "validate", cfg], vec!["doctor", "--config", cfg], vec!["submit", "--config", cfg]]
+        {
+            let out = ws.run(&args);
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            for want in wants {
+                assert!(err.contains(want), "{args:?} should say {want:?}: {err}");
+            }
+        }
+        assert!(!ws.runs().join("index.sqlite").exists() || listed(&ws.run(&["runs", "list", "--json"])).is_empty());
+    };
+    refused("no-upstream.yaml", "  model: gpt-5\n", &["no-upstream.yaml:6:3:", "add `agent.upstream.openai`"]);
+    refused(
+        "unpriced.yaml",
+        "  model: my-finetune\n  limits: {max_cost_usd: 1}\n  upstream: {openai: {base_url: 'http://127.0.0.1:9/v1'}}\n",
+        &["unpriced.yaml:8:10:", "no price is known for `my-finetune`", "`agent.upstream.prices.my-finetune`"],
+    );
+    refused(
+        "misplaced.yaml",
+        "  model: gpt-5\n  base_url: http://127.0.0.1:9/v1\n",
+        &["misplaced.yaml:9:3:", "it goes under `agent.upstream.openai.base_url`"],
+    );
+    // With its price given, the same agent and limit are valid.
+    let priced = ws.write(
+        "priced.yaml",
+        &format!(
+            "{head}  model: my-finetune\n  limits: {{max_cost_usd: 1}}\n  upstream:\n    openai: {{base_url: 'http://127.0.0.1:9/v1'}}\n    prices:\n      my-finetune: {{input_per_mtok: 1, output_per_mtok: 2}}\n"
+        ),
+    );
+    let out = ws.run(&["config", "validate", priced.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
