@@ -13,6 +13,10 @@ use sha2::{Digest as _, Sha256};
 const UNFINGERPRINTED: &[&str] =
     &["user", "metadata", "client_metadata", "prompt_cache_key", "safety_identifier", "stream_options"];
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 /// Most bytes of one answer kept in a cassette line; a longer one is recorded without its body
 /// and cannot be replayed.
 pub const MAX_RECORDED_BYTES: usize = 8 << 20;
@@ -44,6 +48,8 @@ pub struct Entry {
     pub output_tokens: u64,
     #[serde(default)]
     pub cached_input_tokens: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     /// The provider reported its usage.
     #[serde(default)]
     pub usage_known: bool,
@@ -235,6 +241,7 @@ mod tests {
             input_tokens: 1,
             output_tokens: 1,
             cached_input_tokens: 0,
+            cache_write_tokens: 0,
             usage_known: true,
             ttfb_ms: 0,
             latency_ms: 0,

@@ -262,7 +262,12 @@ mod tests {
         let endpoint = Endpoint { base_url: Some(mock.base_url()), ..Endpoint::default() };
         let mut up = Upstream { openai: Some(endpoint.clone()), anthropic: Some(endpoint), ..Upstream::default() };
         if prices {
-            let p = ModelPrice { input_per_mtok: 1.0, output_per_mtok: 2.0, cached_input_per_mtok: None };
+            let p = ModelPrice {
+                input_per_mtok: 1.0,
+                output_per_mtok: 2.0,
+                cached_input_per_mtok: None,
+                cache_write_per_mtok: None,
+            };
             up.prices.insert("mock-model".into(), p);
         }
         GatewayConfig::new(&up, vec![("openai", Secret::new(KEY)), ("anthropic", Secret::new(KEY))]).unwrap()
@@ -539,7 +544,12 @@ mod tests {
     #[test]
     fn an_endpoints_price_prices_only_its_own_model() {
         let endpoint = Endpoint {
-            price: Some(ModelPrice { input_per_mtok: 1.0, output_per_mtok: 1.0, cached_input_per_mtok: None }),
+            price: Some(ModelPrice {
+                input_per_mtok: 1.0,
+                output_per_mtok: 1.0,
+                cached_input_per_mtok: None,
+                cache_write_per_mtok: None,
+            }),
             ..Endpoint::default()
         };
         let up = Upstream { openai: Some(endpoint), ..Upstream::default() };

@@ -238,9 +238,17 @@ fn plan_of(
             Ok(Room { held, clamp }) => {
                 let output = held.unwrap_or(0);
                 let priced = |input_tokens| {
-                    a.price
-                        .filter(|_| held.is_some())
-                        .map(|p| cost(&p, &Usage { input_tokens, output_tokens: output, cached_input_tokens: 0 }))
+                    a.price.filter(|_| held.is_some()).map(|p| {
+                        cost(
+                            &p,
+                            &Usage {
+                                input_tokens,
+                                output_tokens: output,
+                                cached_input_tokens: 0,
+                                cache_write_tokens: 0,
+                            },
+                        )
+                    })
                 };
                 let h = Hold {
                     wire: a.wire.name(),
@@ -349,7 +357,10 @@ impl Record {
         // Under a limit, an answer whose usage cannot be read counts at what it could cost.
         let at_cap = ok && heard.usage.is_none() && self.limited && self.hold.is_some();
         let (usage, known) = match (&self.hold, at_cap) {
-            (Some(h), true) => (Usage { input_tokens: h.input, output_tokens: h.output, cached_input_tokens: 0 }, true),
+            (Some(h), true) => (
+                Usage { input_tokens: h.input, output_tokens: h.output, cached_input_tokens: 0, cache_write_tokens: 0 },
+                true,
+            ),
             _ => (heard.usage.unwrap_or_default(), heard.usage.is_some()),
         };
         ModelCall {
@@ -389,6 +400,7 @@ impl Record {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             cached_input_tokens: usage.cached_input_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
             usage_known: heard.usage.is_some(),
             ttfb_ms,
             latency_ms: self.started.elapsed().as_millis() as u64,
@@ -421,6 +433,7 @@ impl Record {
                 input_tokens: recorded.input_tokens,
                 output_tokens: recorded.output_tokens,
                 cached_input_tokens: recorded.cached_input_tokens,
+                cache_write_tokens: recorded.cache_write_tokens,
             }),
             finish: String::new(),
             text: String::new(),

@@ -308,11 +308,12 @@ fn openai_usage(u: &Value, input: &str, output: &str, details: &str) -> Usage {
         input_tokens: n(&format!("/{input}")),
         output_tokens: n(&format!("/{output}")),
         cached_input_tokens: n(&format!("/{details}/cached_tokens")),
+        cache_write_tokens: 0,
     }
 }
 
 /// Anthropic counts cache reads and writes apart from `input_tokens`; the gateway's input is
-/// all three (cache writes priced as input). `before`: what an earlier event of the same stream
+/// all three (reads and writes each at their own price). `before`: what an earlier event of the same stream
 /// said, which a `message_delta` only updates.
 fn anthropic_usage(u: &Value, before: Option<Usage>) -> Usage {
     let n = |k: &str| u.get(k).and_then(Value::as_u64);
@@ -327,6 +328,7 @@ fn anthropic_usage(u: &Value, before: Option<Usage>) -> Usage {
         input_tokens: input,
         output_tokens: n("output_tokens").unwrap_or(before.output_tokens),
         cached_input_tokens: n("cache_read_input_tokens").unwrap_or(before.cached_input_tokens),
+        cache_write_tokens: n("cache_creation_input_tokens").unwrap_or(before.cache_write_tokens),
     }
 }
 
@@ -361,7 +363,10 @@ mod tests {
         let h = streamed(Wire::Chat, sse);
         assert_eq!(h.text, "hello");
         assert_eq!(h.finish, "stop");
-        assert_eq!(h.usage, Some(Usage { input_tokens: 12, output_tokens: 3, cached_input_tokens: 2 }));
+        assert_eq!(
+            h.usage,
+            Some(Usage { input_tokens: 12, output_tokens: 3, cached_input_tokens: 2, cache_write_tokens: 0 })
+        );
     }
 
     #[test]
@@ -370,7 +375,10 @@ mod tests {
                    event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"ok\"}}\n\n\
                    event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":9}}\n\n";
         let h = streamed(Wire::Messages, sse);
-        assert_eq!(h.usage, Some(Usage { input_tokens: 25, output_tokens: 9, cached_input_tokens: 5 }));
+        assert_eq!(
+            h.usage,
+            Some(Usage { input_tokens: 25, output_tokens: 9, cached_input_tokens: 5, cache_write_tokens: 0 })
+        );
         assert_eq!((h.text.as_str(), h.finish.as_str()), ("ok", "end_turn"));
     }
 
@@ -379,7 +387,10 @@ mod tests {
         let sse = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"hi\"}\n\n\
                    event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":7,\"output_tokens\":2}}}\n\n";
         let h = streamed(Wire::Responses, sse);
-        assert_eq!(h.usage, Some(Usage { input_tokens: 7, output_tokens: 2, cached_input_tokens: 0 }));
+        assert_eq!(
+            h.usage,
+            Some(Usage { input_tokens: 7, output_tokens: 2, cached_input_tokens: 0, cache_write_tokens: 0 })
+        );
         assert_eq!((h.text.as_str(), h.finish.as_str()), ("hi", "completed"));
     }
 

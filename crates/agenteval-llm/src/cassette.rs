@@ -309,7 +309,7 @@ mod tests {
             response: ChatResponse {
                 text: Some("hi".into()),
                 tool_calls: vec![],
-                usage: Usage { input_tokens: 3, output_tokens: 1, cached_input_tokens: 0 },
+                usage: Usage { input_tokens: 3, output_tokens: 1, cached_input_tokens: 0, cache_write_tokens: 0 },
                 stop_reason: "stop".into(),
             },
         };

@@ -69,6 +69,14 @@ pub struct Usage {
     /// Input tokens served from the provider's prompt cache (part of `input_tokens`).
     #[serde(default)]
     pub cached_input_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (part of `input_tokens`; Anthropic
+    /// bills them apart).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What the model answered.

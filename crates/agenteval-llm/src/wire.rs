@@ -92,6 +92,7 @@ pub fn openai_response(body: &Value) -> Result<ChatResponse, Unreadable> {
             input_tokens: n("/prompt_tokens"),
             output_tokens: n("/completion_tokens"),
             cached_input_tokens: n("/prompt_tokens_details/cached_tokens"),
+            cache_write_tokens: 0,
         },
         stop_reason: choice.get("finish_reason").and_then(Value::as_str).unwrap_or("").to_string(),
     })
@@ -168,15 +169,17 @@ pub fn anthropic_response(body: &Value) -> Result<ChatResponse, Unreadable> {
     }
     let usage = body.get("usage");
     let n = |k: &str| usage.and_then(|u| u.get(k)).and_then(Value::as_u64).unwrap_or(0);
-    let cached = n("cache_read_input_tokens");
+    let (cached, written) = (n("cache_read_input_tokens"), n("cache_creation_input_tokens"));
     Ok(ChatResponse {
         text: (!text.is_empty()).then_some(text),
         tool_calls,
-        // Anthropic counts cached reads apart from `input_tokens`; the neutral shape includes them.
+        // Anthropic counts cache reads and writes apart from `input_tokens`; the neutral shape
+        // includes them.
         usage: Usage {
-            input_tokens: n("input_tokens") + cached,
+            input_tokens: n("input_tokens") + cached + written,
             output_tokens: n("output_tokens"),
             cached_input_tokens: cached,
+            cache_write_tokens: written,
         },
         stop_reason: body.get("stop_reason").and_then(Value::as_str).unwrap_or("").to_string(),
     })

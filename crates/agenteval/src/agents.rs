@@ -25,7 +25,7 @@ pub fn list(json: bool) -> u8 {
                 json!({"preset": name, "version": version, "wire": wire, "package": package, "record": record})
             })
             .collect();
-        println!("{}", json!({"presets": list}));
+        say!("{}", json!({"presets": list}));
         return exit::OK;
     }
     let mut t = crate::output::table();
@@ -33,8 +33,8 @@ pub fn list(json: bool) -> u8 {
     for (name, version, wire, package, record) in rows {
         t.add_row([name.to_string(), version.to_string(), wire.to_string(), package, record.to_string()]);
     }
-    println!("{}", crate::output::compact(t));
-    println!(
+    say!("{}", crate::output::compact(t));
+    say!(
         "Use one with `agent: {{kind: installed, preset: NAME, model: M}}` and `agent.upstream`, or `submit --agent NAME --model M`."
     );
     exit::OK
@@ -52,7 +52,7 @@ pub fn datasets(registry: Option<&str>, json: bool) -> Result<u8, crate::Failure
                 |d| json!({"name": d.name, "version": d.version, "tasks": d.tasks.len(), "description": d.description}),
             )
             .collect();
-        println!("{}", json!({"registry": source, "datasets": list}));
+        say!("{}", json!({"registry": source, "datasets": list}));
         return Ok(exit::OK);
     }
     let mut t = crate::output::table();
@@ -61,7 +61,7 @@ pub fn datasets(registry: Option<&str>, json: bool) -> Result<u8, crate::Failure
         let about: String = d.description.chars().take(60).collect();
         t.add_row([format!("{}@{}", d.name, d.version), d.tasks.len().to_string(), about]);
     }
-    println!("{}", crate::output::compact(t));
-    println!("Run one with `benchmark: {{kind: harbor, dataset: NAME@VERSION, registry: {source}}}`.");
+    say!("{}", crate::output::compact(t));
+    say!("Run one with `benchmark: {{kind: harbor, dataset: NAME@VERSION, registry: {source}}}`.");
     Ok(exit::OK)
 }

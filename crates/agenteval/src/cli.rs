@@ -441,6 +441,17 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// The packaged price table (USD per million tokens: input, cached input, cache write,
+    /// output) and the provider page each price came from; with `--config`, the prices that
+    /// config adds and whether each model it calls has one (a model without a price has an
+    /// unknown cost, and a cost limit on it is refused).
+    Prices {
+        /// Also the prices this run config gives and the models it calls.
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Harbor datasets a registry names (`benchmark: {kind: harbor, dataset: NAME@VERSION}`).
     Datasets {
         #[command(subcommand)]

@@ -72,10 +72,10 @@ pub async fn export(
             "artifacts": done.artifacts,
             "url": done.url,
         });
-        println!("{v}");
+        say!("{v}");
     } else {
         let how = if done.created { "exported" } else { "updated" };
-        println!(
+        say!(
             "{how} run {run_id} as MLflow run {} in experiment `{experiment}`: {} metrics, {} params, {} artifacts\n{}",
             done.mlflow_run_id,
             doc.metrics.len(),
@@ -277,12 +277,12 @@ pub async fn swebench(
     std::fs::write(&report_file, serde_json::to_vec_pretty(&report).unwrap_or_default())
         .map_err(|e| io("writing the report", e))?;
     if json {
-        println!(
+        say!(
             "{}",
             serde_json::json!({"run_id": run_id.to_string(), "out": out, "report": report_file, "summary": report})
         );
     } else {
-        println!(
+        say!(
             "exported run {run_id} as SWE-bench files in {}: {} of {} instances resolved ({} submitted, {} errors, {} empty patches); report {}",
             out.display(),
             report["resolved_instances"],

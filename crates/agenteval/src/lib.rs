@@ -34,6 +34,7 @@ mod inspect;
 mod judging;
 mod matrix;
 mod output;
+mod prices;
 mod regrade;
 mod replay;
 mod session;

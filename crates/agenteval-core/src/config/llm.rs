@@ -20,6 +20,11 @@ pub struct ModelPrice {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 1000000))]
     pub cached_input_per_mtok: Option<f64>,
+    /// Input tokens written to the provider's prompt cache (Anthropic bills them apart);
+    /// default the input price.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 1000000))]
+    pub cache_write_per_mtok: Option<f64>,
 }
 
 /// Where a model is and how to reach it; shared by the agent and the judges.

@@ -269,3 +269,52 @@ fn a_new_users_first_mistakes_with_a_preset_are_refused_naming_the_field() {
     let out = ws.run(&["config", "validate", priced.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// Issue 59: `agenteval prices` shows the packaged table, dated, each price with the provider
+/// page it came from; with `--config`, the prices the config adds and the models it calls that
+/// have none.
+#[test]
+fn prices_show_the_dated_table_its_sources_and_a_configs_unpriced_models() {
+    let ws = Workspace::new();
+    let out = ws.run(&["prices", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["date"].as_str().unwrap() >= "2026-11-01", "{}", v["date"]);
+    let model = |name: &str| v["models"].as_array().unwrap().iter().find(|m| m["model"] == name).cloned();
+    for (name, source) in [("gpt-5-codex", "openai"), ("claude-sonnet-4-5", "anthropic"), ("gemini-2.5-pro", "google")]
+    {
+        let m = model(name).unwrap_or_else(|| panic!("{name} is not priced: {v}"));
+        assert_eq!(m["source"], source, "{m}");
+        assert!(v["sources"][source]["url"].as_str().unwrap().starts_with("https://"), "{v}");
+    }
+    assert_eq!(model("claude-sonnet-4-5").unwrap()["price"]["cache_write_per_mtok"], 3.75);
+    let shown = text(&ws.run(&["prices"]).stdout);
+    assert!(
+        shown.contains("gpt-5-codex") && shown.contains("https://developers.openai.com/api/docs/pricing"),
+        "{shown}"
+    );
+
+    ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"hi\"}\n");
+    let cfg = ws.write(
+        "p.yaml",
+        "name: p\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: installed\n  preset: codex\n  model: my-finetune\n  upstream:\n    openai: {base_url: 'http://127.0.0.1:9/v1'}\n    models: [gpt-5-mini]\n    prices:\n      other-tune: {input_per_mtok: 1, output_per_mtok: 2}\n",
+    );
+    let out = ws.run(&["prices", "--config", cfg.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(model_source(&v, "other-tune"), "config");
+    let used: Vec<(String, bool)> = v["config_models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["model"].as_str().unwrap().to_string(), m["priced"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(used, [("my-finetune".to_string(), false), ("gpt-5-mini".to_string(), true)]);
+    let said = text(&ws.run(&["prices", "--config", cfg.to_str().unwrap()]).stdout);
+    assert!(said.contains("`my-finetune` has no price"), "{said}");
+}
+
+fn model_source(v: &serde_json::Value, name: &str) -> String {
+    let m = v["models"].as_array().unwrap().iter().find(|m| m["model"] == name).unwrap();
+    m["source"].as_str().unwrap().to_string()
+}

@@ -289,6 +289,17 @@ fn a_matrix_of_presets_compares_two_agents_on_one_benchmark() {
         listed.as_array().unwrap().iter().map(|r| r["agent"].as_str().unwrap()).collect();
     assert_eq!(agents.len(), 2, "{listed}");
     assert!(agents.iter().all(|a| a.ends_with(" · mock-model")), "{agents:?}");
+    let names: std::collections::BTreeSet<&str> =
+        listed.as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 2, "two agents' runs are two histories: {listed}");
+    // And in the UI's list of runs: each run's name and agent.
+    let index = ws.index();
+    let ui = crate::util::ui::UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    let page = ui.get("/");
+    assert_eq!(page.status, 200, "{}", page.body);
+    for shown in names.iter().copied().chain(["codex 0.", "claude-code 2."]) {
+        assert!(page.body.contains(shown), "the UI's runs list shows {shown:?}: {}", page.body);
+    }
 }
 
 /// `doctor` on an installed agent behind the gateway: the model endpoint answers from this
