@@ -7,9 +7,13 @@ use serde_json::json;
 use crate::session::config_failure;
 use crate::{Failure, exit};
 
+/// Prices a config gives by model, and those an endpoint gives every model it serves (by the
+/// field that says so).
+type ConfigPrices = (Vec<(String, Price)>, Vec<(&'static str, Price)>);
+
 /// What a config prices itself: an `llm` agent's `price`/`prices`, an agent's
 /// `upstream.prices` and an endpoint's `price` (for every model it serves).
-fn config_prices(config: &agenteval_core::config::RunConfig) -> (Vec<(String, Price)>, Vec<(&'static str, Price)>) {
+fn config_prices(config: &agenteval_core::config::RunConfig) -> ConfigPrices {
     use agenteval_core::config::AgentConfig;
     let mut named: Vec<(String, Price)> = vec![];
     let mut flat: Vec<(&'static str, Price)> = vec![];
