@@ -62,6 +62,33 @@ pub(crate) struct Provider {
     pub key: Option<Secret>,
     pub price: Option<Price>,
     pub timeout: Duration,
+    /// An Azure OpenAI resource: its paths, deployments and credential header.
+    pub azure: Option<Azure>,
+}
+
+/// How calls reach an Azure OpenAI resource.
+#[derive(Debug, Clone)]
+pub(crate) struct Azure {
+    /// A dated API version; `None`: the v1 API.
+    pub api_version: Option<String>,
+    pub deployments: std::collections::BTreeMap<String, String>,
+    /// The credential is an Entra token (a bearer), not an `api-key`.
+    pub entra: bool,
+}
+
+impl Azure {
+    /// The URL of a call on `wire` for `deployment`, under the resource's `base`.
+    pub(crate) fn url(&self, base: &str, wire: wire::Wire, deployment: &str) -> String {
+        match (&self.api_version, wire) {
+            (None, _) => format!("{base}/openai/v1/{}", wire.path()),
+            (Some(v), wire::Wire::Responses) => format!("{base}/openai/responses?api-version={v}"),
+            (Some(v), _) => format!("{base}/openai/deployments/{deployment}/{}?api-version={v}", wire.path()),
+        }
+    }
+
+    pub(crate) fn deployment<'a>(&'a self, model: &'a str) -> &'a str {
+        self.deployments.get(model).map_or(model, String::as_str)
+    }
 }
 
 /// What the gateway forwards to and how it prices and replays.
@@ -97,11 +124,27 @@ impl GatewayConfig {
                 key,
                 price: e.price,
                 timeout: Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+                azure: None,
             })
         };
-        let openai = match &upstream.openai {
-            Some(e) => Some(provider("openai", e, "https://api.openai.com/v1", keys.remove("openai"))?),
-            None => None,
+        let openai = match (&upstream.openai, &upstream.azure) {
+            (Some(e), _) => Some(provider("openai", e, "https://api.openai.com/v1", keys.remove("openai"))?),
+            (None, Some(a)) => {
+                agenteval_core::config::check_base_url(&a.base_url, a.allow_insecure_http)
+                    .map_err(|m| GatewayError::Config(format!("upstream.azure.base_url: {m}")))?;
+                Some(Provider {
+                    base: a.base_url.trim_end_matches('/').to_string(),
+                    key: keys.remove("azure"),
+                    price: a.price,
+                    timeout: Duration::from_secs_f64(a.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+                    azure: Some(Azure {
+                        api_version: a.api_version.clone(),
+                        deployments: a.deployments.clone(),
+                        entra: a.entra(),
+                    }),
+                })
+            }
+            (None, None) => None,
         };
         let anthropic = match &upstream.anthropic {
             Some(e) => Some(provider("anthropic", e, "https://api.anthropic.com/v1", keys.remove("anthropic"))?),
@@ -330,6 +373,57 @@ mod tests {
         assert!(mock.received().iter().all(|r| r.credential.as_deref().is_some_and(|c| c.contains(KEY))));
         let cassette = door.close();
         assert_eq!(String::from_utf8_lossy(&cassette).lines().count(), 4);
+    }
+
+    /// Azure OpenAI: the OpenAI wires go to the resource's deployment (v1 API, or a dated one
+    /// with its `api-version`), with its `api-key` (or an Entra bearer); the agent's model is
+    /// what is priced and recorded.
+    #[tokio::test]
+    async fn openais_wires_reach_an_azure_resource_by_deployment_metered_as_the_agents_model() {
+        use agenteval_core::config::AzureEndpoint;
+        let mock = MockLlm::start(Duration::ZERO);
+        let resource = format!("http://{}", mock.addr);
+        for (api_version, entra, chat_path, responses_path) in [
+            (None, false, "azure-v1:chat", "azure-v1:responses"),
+            (Some("2024-10-21"), false, "azure-dated:chat:my-deployment", "azure-dated:responses"),
+            (None, true, "azure-v1:chat", "azure-v1:responses"),
+        ] {
+            let before = mock.received().len();
+            let azure = AzureEndpoint {
+                base_url: resource.clone(),
+                api_version: api_version.map(str::to_string),
+                deployments: [("gpt-5".to_string(), "my-deployment".to_string())].into(),
+                secrets: [(
+                    if entra { "AZURE_OPENAI_AD_TOKEN" } else { "AZURE_OPENAI_API_KEY" }.to_string(),
+                    "k".into(),
+                )]
+                .into(),
+                ..AzureEndpoint::default()
+            };
+            let up = Upstream { azure: Some(azure), ..Upstream::default() };
+            let cfg = GatewayConfig::new(&up, vec![("azure", Secret::new(KEY))]).unwrap();
+            let gw = Gateway::start(cfg, 0).await.unwrap();
+            let mut door = gw.open_door(spec("t1"));
+            let asked = json!({"model": "gpt-5", "messages": [{"role": "user", "content": "hello"}]});
+            let (status, body) = post(&door, "chat/completions", asked).await;
+            assert_eq!(status, 200, "{body}");
+            let (status, body) = post(&door, "responses", json!({"model": "gpt-5", "input": "resp"})).await;
+            assert_eq!(status, 200, "{body}");
+            let got: Vec<_> = mock.received().into_iter().skip(before).collect();
+            let paths: Vec<&str> = got.iter().map(|r| r.path.as_str()).collect();
+            assert_eq!(paths, [chat_path, responses_path]);
+            for r in &got {
+                assert_eq!(r.body["model"], "my-deployment", "{r:?}");
+                let want = if entra { format!("Bearer {KEY}") } else { format!("api-key {KEY}") };
+                assert_eq!(r.credential.as_deref(), Some(want.as_str()));
+            }
+            for _ in 0..2 {
+                let c = door.next_call().await;
+                // gpt-5 at the packaged price: 10 tokens in at $1.25, 5 out at $10 per million.
+                assert_eq!((c.model.as_str(), c.input_tokens, c.output_tokens), ("gpt-5", 10, 5), "{c:?}");
+                assert!((c.cost_usd.unwrap() - (10.0 * 1.25 + 5.0 * 10.0) / 1e6).abs() < 1e-12, "{c:?}");
+            }
+        }
     }
 
     #[tokio::test]

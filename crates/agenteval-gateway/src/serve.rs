@@ -488,11 +488,21 @@ async fn forward(
     // answer to what the budget has left.
     let mut body = request.clone();
     let mut changed = wire::ensure_stream_usage(wire, &mut body);
+    // Azure's v1 API and its Responses name the deployment as the model; the agent's model stays
+    // what is priced and recorded.
+    let deployment = provider.azure.as_ref().map(|a| a.deployment(&record.asked.model).to_string());
+    if let Some(d) = &deployment
+        && body.get("model").and_then(Value::as_str) != Some(d.as_str())
+        && let Some(o) = body.as_object_mut()
+    {
+        o.insert("model".into(), Value::String(d.clone()));
+        changed = true;
+    }
     if let Some(cap) = record.cap {
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
-    let req = provider_request(inner, provider, wire, headers, sent);
+    let req = provider_request(inner, provider, wire, headers, sent, deployment.as_deref());
     let resp = match req.send().await {
         Ok(r) => r,
         Err(e) => {
@@ -567,13 +577,14 @@ fn provider_request(
     wire: Wire,
     headers: &HeaderMap,
     sent: Bytes,
+    deployment: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    let mut req = inner
-        .http
-        .post(format!("{}/{}", provider.base, wire.path()))
-        .timeout(provider.timeout)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(sent);
+    let url = match (&provider.azure, deployment) {
+        (Some(a), Some(d)) => a.url(&provider.base, wire, d),
+        _ => format!("{}/{}", provider.base, wire.path()),
+    };
+    let mut req =
+        inner.http.post(url).timeout(provider.timeout).header(header::CONTENT_TYPE, "application/json").body(sent);
     if wire.is_anthropic() {
         let version = headers.get("anthropic-version").cloned().unwrap_or(HeaderValue::from_static("2023-06-01"));
         req = req.header("anthropic-version", version);
@@ -590,7 +601,10 @@ fn provider_request(
             req = req.header("x-api-key", key.expose());
         }
     } else if let Some(key) = &provider.key {
-        req = req.bearer_auth(key.expose());
+        req = match &provider.azure {
+            Some(a) if !a.entra => req.header("api-key", key.expose()),
+            _ => req.bearer_auth(key.expose()),
+        };
     }
     req
 }
@@ -763,7 +777,8 @@ async fn models(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response
         return unauthorized(wire);
     }
     let provider = if anthropic { &inner.config.anthropic } else { &inner.config.openai };
-    if let Some(p) = provider {
+    // An Azure resource lists its deployments, not models: the run's priced models are answered.
+    if let Some(p) = provider.as_ref().filter(|p| p.azure.is_none()) {
         let mut req = inner.http.get(format!("{}/models", p.base)).timeout(std::time::Duration::from_secs(30));
         req = match (&p.key, anthropic) {
             (Some(k), true) => req.header("x-api-key", k.expose()).header("anthropic-version", "2023-06-01"),

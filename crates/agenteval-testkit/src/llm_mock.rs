@@ -113,7 +113,8 @@ impl MockLlm {
                     .route(
                         "/v1/messages",
                         post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)),
-                    );
+                    )
+                    .merge(azure_routes(shared.clone(), latency));
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = stop_rx.await;
@@ -165,6 +166,75 @@ fn text_of(v: &Value) -> String {
 /// The module `FIX_STATS` writes: harbor-mini's `calc/stats.py`, fixed.
 const FIXED_STATS: &str = "def mean(values):\n    values = list(values)\n    if not values:\n        raise ValueError(\"mean of nothing\")\n    return sum(values) / len(values)\n\n\ndef median(values):\n    s = sorted(values)\n    n = len(s)\n    if n == 0:\n        raise ValueError(\"median of nothing\")\n    mid = n // 2\n    return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2\n";
 
+/// Azure OpenAI's paths, answered as OpenAI's: the v1 API (`/openai/v1/chat/completions`,
+/// `/openai/v1/responses`, the deployment as `model`) and the dated one
+/// (`/openai/deployments/<deployment>/chat/completions?api-version=…`,
+/// `/openai/responses?api-version=…`). As Azure does, a call without an `api-key` (or an Entra
+/// bearer token) is refused 401, and a dated call without `api-version` 404. Recorded as
+/// `azure-v1:<wire>` or `azure-dated:<wire>:<deployment>` with the `api-key` as its credential.
+fn azure_routes(state: Arc<Mutex<State>>, latency: Duration) -> axum::Router {
+    use axum::extract::{Path, RawQuery};
+    let (s1, s2, s3, s4) = (state.clone(), state.clone(), state.clone(), state);
+    axum::Router::new()
+        .route(
+            "/openai/v1/chat/completions",
+            post(move |h: HeaderMap, b: Bytes| {
+                azure(s1.clone(), latency, "openai", "azure-v1:chat".into(), None, h, b)
+            }),
+        )
+        .route(
+            "/openai/v1/responses",
+            post(move |h: HeaderMap, b: Bytes| {
+                azure(s2.clone(), latency, "responses", "azure-v1:responses".into(), None, h, b)
+            }),
+        )
+        .route(
+            "/openai/deployments/{deployment}/chat/completions",
+            post(move |Path(d): Path<String>, RawQuery(q): RawQuery, h: HeaderMap, b: Bytes| {
+                azure(s3.clone(), latency, "openai", format!("azure-dated:chat:{d}"), Some(q), h, b)
+            }),
+        )
+        .route(
+            "/openai/responses",
+            post(move |RawQuery(q): RawQuery, h: HeaderMap, b: Bytes| {
+                azure(s4.clone(), latency, "responses", "azure-dated:responses".into(), Some(q), h, b)
+            }),
+        )
+}
+
+async fn azure(
+    state: Arc<Mutex<State>>,
+    latency: Duration,
+    shape: &'static str,
+    label: String,
+    query: Option<Option<String>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let key = headers.get("api-key").and_then(|v| v.to_str().ok());
+    let bearer = headers.get("authorization").and_then(|v| v.to_str().ok()).filter(|v| v.starts_with("Bearer "));
+    let Some(credential) = key.map(|k| format!("api-key {k}")).or(bearer.map(str::to_string)) else {
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"error": {"code": "401", "message": "Access denied due to invalid subscription key or wrong API endpoint."}}"#))
+            .unwrap();
+    };
+    if let Some(q) = query
+        && !q.unwrap_or_default().split('&').any(|p| p.starts_with("api-version=") && p.len() > 12)
+    {
+        return Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .header("content-type", "application/json")
+            .body(Body::from(r#"{"error": {"code": "404", "message": "Resource not found"}}"#))
+            .unwrap();
+    }
+    let mut headers = headers;
+    headers.remove("authorization");
+    headers.insert("x-credential", credential.parse().expect("a header value"));
+    answer_as(state, latency, shape, label, headers, body).await
+}
+
 async fn answer(
     state: Arc<Mutex<State>>,
     latency: Duration,
@@ -172,10 +242,23 @@ async fn answer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
+    answer_as(state, latency, shape, shape.to_string(), headers, body).await
+}
+
+/// Answers a call in `shape`'s format, recording it under `label`.
+async fn answer_as(
+    state: Arc<Mutex<State>>,
+    latency: Duration,
+    shape: &'static str,
+    label: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
     let at = Instant::now();
     let credential = headers
         .get("authorization")
         .or_else(|| headers.get("x-api-key"))
+        .or_else(|| headers.get("x-credential"))
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
@@ -224,7 +307,7 @@ async fn answer(
     }
     let record = |status: u16| {
         state.lock().unwrap().received.push(Received {
-            path: shape.into(),
+            path: label.clone(),
             credential: credential.clone(),
             body: body.clone(),
             at,

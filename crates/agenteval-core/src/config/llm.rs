@@ -85,6 +85,9 @@ pub struct LlmAgentConfig {
     pub python: Option<String>,
     #[serde(flatten)]
     pub endpoint: Endpoint,
+    /// An `openai:` model served by an Azure OpenAI resource instead of OpenAI's API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureEndpoint>,
     /// A JSON file of prices (`{"models": {"id": {"input_per_mtok": …, "output_per_mtok": …}}}`)
     /// extending or overriding the packaged table; read when the config loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -154,6 +157,84 @@ impl Endpoint {
     }
 }
 
+/// OpenAI's models as an Azure OpenAI resource serves them (`docs/agents.md`): the calls on
+/// OpenAI's wires go to the resource's deployments, with its `api-key` or an Entra token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct AzureEndpoint {
+    /// The resource's endpoint, `https://RESOURCE.openai.azure.com` (no path). Plain `http://`
+    /// only to a loopback address.
+    pub base_url: String,
+    /// Allows `http://` to a non-loopback `base_url` (the key then travels unencrypted).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
+    /// A dated API version (`2024-10-21`): calls go to
+    /// `/openai/deployments/<deployment>/chat/completions?api-version=…` (and
+    /// `/openai/responses?api-version=…`). Without it, Azure's v1 API (`/openai/v1/…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// The deployment serving each model the agent asks for (`gpt-5: my-gpt5`); a model not
+    /// listed goes to a deployment of its own name. The agent's model name is what is priced and
+    /// recorded.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deployments: BTreeMap<String, String>,
+    /// The credential: `AZURE_OPENAI_API_KEY: secret-name` (sent as `api-key`, the default, from
+    /// the secret `AZURE_OPENAI_API_KEY`) or `AZURE_OPENAI_AD_TOKEN: secret-name` (a Microsoft
+    /// Entra token, sent as a bearer).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, String>,
+    /// Price of every model the resource serves, when the packaged table does not know it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
+    /// Seconds one model call may take (default 120).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_WALL_SECONDS))]
+    pub request_timeout_seconds: Option<f64>,
+}
+
+/// The variables an Azure credential may be named by: an API key, or an Entra token.
+pub const AZURE_KEY_VARS: [&str; 2] = ["AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN"];
+
+impl AzureEndpoint {
+    /// The deployment serving `model`.
+    pub fn deployment<'a>(&'a self, model: &'a str) -> &'a str {
+        self.deployments.get(model).map_or(model, String::as_str)
+    }
+
+    /// Whether the credential is an Entra token (a bearer) rather than an `api-key`.
+    pub fn entra(&self) -> bool {
+        self.secrets.keys().next().is_some_and(|v| v == AZURE_KEY_VARS[1])
+    }
+
+    /// The secret the credential is fetched from.
+    pub fn secret(&self) -> String {
+        self.secrets.values().next().cloned().unwrap_or_else(|| AZURE_KEY_VARS[0].to_string())
+    }
+
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        match super::check_base_url(&self.base_url, self.allow_insecure_http) {
+            Err(e) => p.push((format!("{at}/base_url"), e.to_string())),
+            Ok(()) if self.base_url.trim_end_matches('/').contains("/openai") => p.push((
+                format!("{at}/base_url"),
+                "the resource's endpoint only (`https://RESOURCE.openai.azure.com`): the path is agenteval's".into(),
+            )),
+            Ok(()) => {}
+        }
+        if self.secrets.len() > 1 {
+            p.push((format!("{at}/secrets"), "one credential: name one secret".into()));
+        }
+        if let Some(var) = self.secrets.keys().find(|v| !AZURE_KEY_VARS.contains(&v.as_str())) {
+            p.push((
+                format!("{at}/secrets/{var}"),
+                format!("`{var}`: Azure's credential is `AZURE_OPENAI_API_KEY` (an api-key) or `AZURE_OPENAI_AD_TOKEN` (an Entra token)"),
+            ));
+        }
+        if self.request_timeout_seconds.is_some_and(|v| v <= 0.0) {
+            p.push((format!("{at}/request_timeout_seconds"), "must be greater than zero".into()));
+        }
+    }
+}
+
 /// Where the model gateway sends a `command` or `installed` agent's calls (`docs/agents.md`):
 /// the agent is given a token of its task and the gateway's base URLs, never these keys.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -164,6 +245,9 @@ pub struct Upstream {
     /// `OPENAI_API_KEY`), and a price for every model it serves.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub openai: Option<Endpoint>,
+    /// Or an Azure OpenAI resource serves OpenAI's wires (not both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureEndpoint>,
     /// Where Anthropic Messages calls go: `base_url` (default `https://api.anthropic.com/v1`),
     /// the key (default the secret `ANTHROPIC_API_KEY`), a price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -230,8 +314,8 @@ impl ReplayMatch {
 }
 
 impl Upstream {
-    /// The secret each endpoint's key is fetched from: `(endpoint, secret name)`, `openai` or
-    /// `anthropic`; by default the provider's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
+    /// The secret each endpoint's key is fetched from: `(endpoint, secret name)`, `openai`,
+    /// `azure` or `anthropic`; by default the provider's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
     pub fn secrets(&self) -> Vec<(&'static str, String)> {
         let mut out = Vec::new();
         for (endpoint, which, var) in
@@ -241,6 +325,9 @@ impl Upstream {
                 let name = e.secrets.values().next().cloned().unwrap_or_else(|| var.to_string());
                 out.push((which, name));
             }
+        }
+        if let Some(a) = &self.azure {
+            out.push(("azure", a.secret()));
         }
         out
     }

@@ -19,8 +19,8 @@ pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{
-    DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig, ModelPrice, ReplayMatch, Upstream,
-    UpstreamAllow,
+    AZURE_KEY_VARS, AzureEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig,
+    ModelPrice, ReplayMatch, Upstream, UpstreamAllow,
 };
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
@@ -1261,15 +1261,37 @@ impl RunConfig {
                     }
                 }
             }
-            if up.openai.is_none() && up.anthropic.is_none() {
+            if let Some(a) = &up.azure {
+                a.validate("/agent/upstream/azure", &mut p);
+                if up.openai.is_some() {
+                    p.push((
+                        "/agent/upstream/azure".into(),
+                        "OpenAI's wires go to one place: `openai` or `azure`, not both".into(),
+                    ));
+                }
+            }
+            if up.openai.is_none() && up.anthropic.is_none() && up.azure.is_none() {
                 p.push((
                     "/agent/upstream".into(),
-                    "name the provider the calls go to: `openai`, `anthropic` or both".into(),
+                    "name the provider the calls go to: `openai` (or `azure`), `anthropic` or both".into(),
                 ));
             }
         }
         if let AgentConfig::Llm(a) = &self.agent {
             a.endpoint.validate("/agent", &mut p);
+            if let Some(azure) = &a.azure {
+                azure.validate("/agent/azure", &mut p);
+                if !a.model.starts_with("openai:") {
+                    p.push(("/agent/azure".into(), "Azure OpenAI serves `openai:` models".into()));
+                }
+                if a.endpoint.base_url.is_some() || !a.endpoint.secrets.is_empty() {
+                    p.push((
+                        "/agent/azure".into(),
+                        "with `azure`, the agent's `base_url` and `secrets` are Azure's: give them under `agent.azure`"
+                            .into(),
+                    ));
+                }
+            }
             for (i, t) in a.tools.iter().enumerate() {
                 if t != "python" {
                     p.push((format!("/agent/tools/{i}"), format!("unknown built-in tool `{t}` (built-in: python)")));

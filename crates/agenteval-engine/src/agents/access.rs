@@ -10,6 +10,12 @@ use agenteval_core::config::{AgentConfig, RunConfig, Upstream};
 pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
     let listed = config.agent.secrets();
     if let AgentConfig::Llm(a) = &config.agent
+        && let Some(azure) = &a.azure
+    {
+        // Its calls go through the gateway to Azure: the key is the gateway's.
+        return vec![(azure.secrets.keys().next().cloned().unwrap_or_default(), azure.secret(), true)];
+    }
+    if let AgentConfig::Llm(a) = &config.agent
         && listed.is_empty()
         && let Ok(spec) = agenteval_llm::ModelSpec::parse(&a.model)
     {
@@ -33,8 +39,14 @@ pub fn upstream_secrets(upstream: &Upstream) -> Vec<(&'static str, String, bool)
         .secrets()
         .into_iter()
         .map(|(which, name)| {
-            let endpoint = if which == "openai" { &upstream.openai } else { &upstream.anthropic };
-            let named = endpoint.as_ref().is_some_and(|e| !e.secrets.is_empty() || e.base_url.is_none());
+            let named = match which {
+                // An Azure resource always takes a credential.
+                "azure" => true,
+                _ => {
+                    let endpoint = if which == "openai" { &upstream.openai } else { &upstream.anthropic };
+                    endpoint.as_ref().is_some_and(|e| !e.secrets.is_empty() || e.base_url.is_none())
+                }
+            };
             (which, name, named)
         })
         .collect()
@@ -86,6 +98,10 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
             }
             endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
             let mut up = Upstream { prices: cfg.prices.clone(), ..Upstream::default() };
+            if let Some(azure) = &cfg.azure {
+                up.azure = Some(azure.clone());
+                return Some(up);
+            }
             match spec.provider {
                 agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
                 _ => up.openai = Some(endpoint),

@@ -140,7 +140,11 @@ async fn gateway_of(
     } else if llm {
         // The key of an agent calling from this process: required as the provider needs one (an openai-compatible
         // server may take none).
-        let which = if upstream.anthropic.is_some() { "anthropic" } else { "openai" };
+        let which = match (&upstream.anthropic, &upstream.azure) {
+            (Some(_), _) => "anthropic",
+            (None, Some(_)) => "azure",
+            (None, None) => "openai",
+        };
         agent_secrets(config).into_iter().map(|(_, name, required)| (which, name, required)).collect()
     } else {
         upstream_secrets(&upstream)

@@ -136,7 +136,12 @@ storage:
     assert!(ws.validate(bundle).status.success(), "{}", text(&ws.validate(bundle).stdout));
     for r in results(Path::new(bundle)) {
         let id = r["task_id"].as_str().unwrap();
-        let cost = r["agent"]["total_cost_usd"].as_f64().unwrap_or_else(|| panic!("{id}: cost not a number: {r}"));
+        // A refused cost leaves the task's cost unknown: `null`, flagged, never a number.
+        let cost = match r["agent"]["total_cost_usd"].as_f64() {
+            Some(c) => c,
+            None if r["agent"]["cost_unknown"] == true && r["agent"]["total_cost_usd"].is_null() => 0.0,
+            None => panic!("{id}: cost neither a number nor unknown: {r}"),
+        };
         assert!(cost.is_finite() && cost >= 0.0, "{id}: {cost}");
         if id.starts_with("honest") {
             assert_eq!(r["agent"]["terminated_by"], "completed", "{r}");
@@ -150,8 +155,11 @@ storage:
         }
     }
     let summary = &v["summary"];
-    let total = summary["total_cost_usd"].as_f64().unwrap();
-    assert!((7.99..8.01).contains(&total), "only the honest $4 + $4 count: {summary}");
+    // The poisoned tasks' costs are unknown: the total is too, and what is known is the honest
+    // $4 + $4.
+    assert!(summary["total_cost_usd"].is_null(), "{summary}");
+    let known = summary["known_cost_usd"].as_f64().unwrap();
+    assert!((7.99..8.01).contains(&known), "only the honest $4 + $4 count: {summary}");
     assert_eq!(summary["total_tokens"], 30, "{summary}");
     let index = ws.index().display().to_string();
     let run = v["run_id"].as_str().unwrap();

@@ -997,3 +997,44 @@ fn runs_are_named_for_the_model_chosen_and_a_try_stays_out_of_the_history() {
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--name", " "]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }
+
+/// Issue 59: the `llm` agent's `openai:` model served by an Azure OpenAI resource (the stand-in
+/// answers Azure's paths and refuses a call without its `api-key`): the calls reach the
+/// deployment, metered from the resource's usage at the model's price, the key never in the
+/// bundle.
+#[test]
+fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
+    const AZURE_KEY: &str = "azure-key-THEREALAZUREKEY0123456789";
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("AZURE_OPENAI_API_KEY={AZURE_KEY}\n"));
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
+    let cfg = ws.write(
+        "azure.yaml",
+        &format!(
+            "name: azure\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: openai:gpt-5\n  tools: [python]\n  azure:\n    base_url: http://{}\n    deployments: {{gpt-5: eval-gpt5}}\n  limits: {{max_cost_usd: 1}}\nbackend:\n  secrets_file: secrets.env\n",
+            mock.addr
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = bundle_of(&v);
+    let r = task(&bundle, "tool");
+    assert_eq!(r["agent"]["final_answer"], "the tool said 42", "{r}");
+    let got = mock.received();
+    assert!(got.iter().all(|c| c.path == "azure-v1:chat" && c.body["model"] == "eval-gpt5"), "{got:?}");
+    assert!(got.iter().all(|c| c.credential.as_deref() == Some(&format!("api-key {AZURE_KEY}"))), "{got:?}");
+    // Two calls of 10 input and 5 output tokens, at gpt-5's packaged price.
+    let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 2.0 * (10.0 * 1.25 + 5.0 * 10.0) / 1e6).abs() < 1e-12, "{r}");
+    assert_eq!(r["agent"]["total_tokens"], 30);
+    for file in ["tasks/tool/trace.jsonl", "tasks/tool/cassette.jsonl", "tasks/tool/worker.log"] {
+        let body = read_text(bundle.join(file)).unwrap_or_default();
+        assert!(!body.contains(AZURE_KEY), "{file} holds the key");
+    }
+    // Without its credential the resource is not asked at all: the secret is missing at submit.
+    ws.write("secrets.env", "");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("AZURE_OPENAI_API_KEY"), "{}", text(&out.stderr));
+}
