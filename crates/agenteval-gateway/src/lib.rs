@@ -403,7 +403,7 @@ mod tests {
             let up = Upstream { azure: Some(azure), ..Upstream::default() };
             let cfg = GatewayConfig::new(&up, vec![("azure", Secret::new(KEY))]).unwrap();
             let gw = Gateway::start(cfg, 0).await.unwrap();
-            let mut door = gw.open_door(spec("t1"));
+            let door = gw.open_door(spec("t1"));
             let asked = json!({"model": "gpt-5", "messages": [{"role": "user", "content": "hello"}]});
             let (status, body) = post(&door, "chat/completions", asked).await;
             assert_eq!(status, 200, "{body}");
