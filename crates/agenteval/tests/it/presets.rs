@@ -379,3 +379,39 @@ fn an_images_python3_that_answers_a_path_names_no_folder_of_this_machine() {
         .collect();
     assert!(made.is_empty(), "the image's answer named a folder: {made:?}");
 }
+
+/// Issue 59: Codex (the preset) on an Azure OpenAI resource: its Responses calls reach the
+/// resource's deployment with its `api-key`, metered from the resource's usage at the model's
+/// price; the agent is unchanged.
+#[test]
+fn the_codex_preset_reaches_an_azure_resource_through_the_gateway() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    ws.write("secrets.env", "AZURE_OPENAI_API_KEY=azure-key-0000000000000000\n");
+    let cfg = ws.write(
+        "azure.yaml",
+        &format!(
+            "name: azure\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n  preset: codex\n  model: mock-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    azure:\n      base_url: http://{}\n      deployments: {{mock-model: codex-eval}}\n    prices:\n      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
+            tasks.display(),
+            mock.addr
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
+    assert_eq!(solved["passed"], true, "{solved}");
+    let got = mock.received();
+    assert!(!got.is_empty());
+    for r in &got {
+        assert_eq!((r.path.as_str(), &r.body["model"]), ("azure-v1:responses", &serde_json::json!("codex-eval")));
+        assert_eq!(r.credential.as_deref(), Some("api-key azure-key-0000000000000000"));
+    }
+    let calls = got.iter().filter(|r| r.body.to_string().contains("HELLO_SOLVE")).count() as u64;
+    assert_eq!(solved["agent"]["total_tokens"].as_u64(), Some(15 * calls), "{solved}");
+    let cost = solved["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 15.0 * calls as f64 * PRICE as f64 / 1e6).abs() < 1e-9, "{solved}");
+}
