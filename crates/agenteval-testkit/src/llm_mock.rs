@@ -2,7 +2,8 @@
 //! OpenAI Responses (`POST /v1/responses`) and Anthropic messages (`POST /v1/messages`), each
 //! streamed as server-sent events when the request says `"stream": true` (a streamed chat call
 //! reports usage only with `stream_options.include_usage`, as OpenAI's does), and
-//! `GET /v1/models`; so agents, the gateway and the judges are tested without a network or a
+//! `GET /v1/models`; and, as an Azure OpenAI resource, the same under Azure's paths (see
+//! `azure_routes`); so agents, the gateway and the judges are tested without a network or a
 //! key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`.
 //!
 //! What it answers is scripted by words in the conversation's first user message:
