@@ -30,51 +30,57 @@ pub use types::*;
 /// (`HOST; REASON`): a client reads it as the provider being unreachable, not as an HTTP 502.
 pub const GATEWAY_UNREACHABLE: &str = "x-agenteval-unreachable";
 
+/// The models a run's agent calls that no price covers: `(json pointer, model, the field that
+/// would price it)`. Their cost is unknown; a cost limit or a cost gate cannot be kept on them.
+pub fn unpriced_models(config: &agenteval_core::config::RunConfig) -> Vec<(String, String, String)> {
+    use agenteval_core::config::AgentConfig;
+    let table = PriceTable::packaged();
+    let mut out = Vec::new();
+    if let AgentConfig::Llm(a) = &config.agent
+        && let Ok(spec) = ModelSpec::parse(&a.model)
+    {
+        let flat = a.endpoint.price.is_some() || a.azure.as_ref().is_some_and(|z| z.price.is_some());
+        if !flat && !a.prices.contains_key(&spec.name) && table.lookup(&spec.name).is_none() {
+            out.push(("/agent/model".into(), spec.name, "`agent.price`".into()));
+        }
+    }
+    if let Some(up) = config.agent.upstream() {
+        // An endpoint's own price covers every model it serves.
+        let flat = [&up.openai, &up.anthropic].into_iter().flatten().any(|e| e.price.is_some())
+            || up.azure.as_ref().is_some_and(|a| a.price.is_some());
+        let models = config.agent.model().into_iter().map(|m| ("/agent/model".to_string(), m));
+        let others = up.models.iter().enumerate().map(|(i, m)| (format!("/agent/upstream/models/{i}"), m.as_str()));
+        for (at, model) in models.chain(others) {
+            let model = ModelSpec::parse(model).map_or(model.to_string(), |s| s.name);
+            if !flat && !up.prices.contains_key(&model) && table.lookup(&model).is_none() {
+                out.push((at, model.clone(), format!("`agent.upstream.prices.{model}`")));
+            }
+        }
+    }
+    out
+}
+
 /// Problems with the LLM parts of a run config that only this crate can see (an unknown price
 /// under a cost limit, a model spec it cannot parse): `(json pointer, message)` pairs, like
 /// `RunConfig::validate`.
 pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     use agenteval_core::config::AgentConfig;
     let mut p = Vec::new();
-    let table = PriceTable::packaged();
-    if let AgentConfig::Llm(a) = &config.agent {
-        match ModelSpec::parse(&a.model) {
-            Err(e) => p.push(("/agent/model".into(), e.to_string())),
-            Ok(spec) => {
-                let priced = a.endpoint.price.is_some()
-                    || a.prices.contains_key(&spec.name)
-                    || table.lookup(&spec.name).is_some();
-                let limited = a.limits.max_cost_usd.is_some() || config.max_run_cost_usd.is_some();
-                if limited && !priced {
-                    p.push((
-                        "/agent/model".into(),
-                        format!(
-                            "no price is known for `{}`, so a cost limit cannot be enforced: give `agent.price` \
-                             (USD per million input and output tokens) or drop the limit",
-                            spec.name
-                        ),
-                    ));
-                }
-            }
-        }
+    if let AgentConfig::Llm(a) = &config.agent
+        && let Err(e) = ModelSpec::parse(&a.model)
+    {
+        p.push(("/agent/model".into(), e.to_string()));
     }
-    if let Some(up) = config.agent.upstream() {
-        let limited = config.agent.limits().max_cost_usd.is_some() || config.max_run_cost_usd.is_some();
-        // An endpoint's own price covers every model it serves.
-        let flat = [&up.openai, &up.anthropic].into_iter().flatten().any(|e| e.price.is_some());
-        let models = config.agent.model().into_iter().map(|m| ("/agent/model".to_string(), m));
-        let others = up.models.iter().enumerate().map(|(i, m)| (format!("/agent/upstream/models/{i}"), m.as_str()));
-        for (at, model) in models.chain(others) {
-            let model = ModelSpec::parse(model).map_or(model.to_string(), |s| s.name);
-            if limited && !flat && !up.prices.contains_key(&model) && table.lookup(&model).is_none() {
-                p.push((
-                    at,
-                    format!(
-                        "no price is known for `{model}`, so a cost limit cannot be enforced: give its price in \
-                         `agent.upstream.prices.{model}` (USD per million input and output tokens) or drop the limit"
-                    ),
-                ));
-            }
+    let limited = config.agent.limits().max_cost_usd.is_some() || config.max_run_cost_usd.is_some();
+    if limited {
+        for (at, model, field) in unpriced_models(config) {
+            p.push((
+                at,
+                format!(
+                    "no price is known for `{model}`, so a cost limit cannot be enforced: give its price in {field} \
+                     (USD per million input and output tokens) or drop the limit"
+                ),
+            ));
         }
     }
     for (i, e) in config.evaluators.iter().enumerate() {

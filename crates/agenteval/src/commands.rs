@@ -164,7 +164,21 @@ async fn submit(
     loaded.config.name = naming.name(&loaded.config.name, args);
     loaded.agent_flags = args.agent_flags();
     // A bad gates file is a usage error before anything runs, like a bad config.
+    let gates_file = gates;
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
+    if let (Some(g), Some(file)) = (&gates, gates_file)
+        && g.metrics.contains_key("cost_per_task")
+        && let Some((_, model, field)) = agenteval_llm::unpriced_models(&loaded.config).into_iter().next()
+    {
+        return Err(Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!(
+                "{}: `cost_per_task` is gated, but no price is known for `{model}`: its cost would be unknown and \
+                 the gate could never pass; give its price in {field} (`agenteval prices --config` lists the prices)",
+                file.display()
+            ),
+        });
+    }
     let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
     let how =
         Start { cassettes: cassettes.cassettes.as_deref().map(|d| (d, cassettes.cassette_mode)), preflight: true };

@@ -1038,3 +1038,31 @@ fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("AZURE_OPENAI_API_KEY"), "{}", text(&out.stderr));
 }
+
+/// Issue 59: a cost gate on a model without a price is refused before the run, naming the gates
+/// file, the model and the field that would price it: the gate could never pass.
+#[test]
+fn a_cost_gate_on_an_unpriced_model_is_refused_before_the_run() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("t", "hello")]);
+    let cfg = config(&ws, "gated", "openai-compatible:my-finetune", &mock.base_url(), "", "");
+    let gates = repo().join("configs/gates.yaml");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--gates", gates.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("gates.yaml: `cost_per_task` is gated, but no price is known for `my-finetune`"), "{err}");
+    assert!(err.contains("`agent.price`"), "{err}");
+    assert!(mock.received().is_empty(), "nothing ran");
+    // Priced, the same gates run.
+    let priced = config(
+        &ws,
+        "gated-priced",
+        "openai-compatible:my-finetune",
+        &mock.base_url(),
+        "  price: {input_per_mtok: 1, output_per_mtok: 2}\n",
+        "",
+    );
+    let out = ws.run(&["submit", "--config", priced.to_str().unwrap(), "--gates", gates.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
