@@ -33,6 +33,10 @@ pub struct DoorSpec {
     pub redactor: Redactor,
     /// The models its calls may name (the agent's and `upstream.models`); empty: any.
     pub models: Vec<String>,
+    /// The gateway retries a call the provider refused for now (429, 5xx, unreachable), waiting
+    /// as it asks: for an agent that is someone else's program. The built-in `llm` agent retries
+    /// on its own.
+    pub retry: bool,
 }
 
 /// Calls answered from a recording instead of the provider.
@@ -96,6 +100,13 @@ pub struct ModelCall {
     /// unreadable under a limit, or it was still running when its task ended.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub at_cap: bool,
+    /// Milliseconds the gateway waited for the provider before it answered (its rate limits,
+    /// its outages): not the model's time, not the agent's.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub waited_ms: u64,
+    /// Times the gateway asked the provider again before this answer.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub retries: u32,
 }
 
 /// Why a call was refused, and what that means for the task.
@@ -111,6 +122,9 @@ pub enum Refusal {
     ReplayMiss { reason: String },
     /// The provider could not be reached, or the call is not one the gateway serves.
     Upstream { reason: String },
+    /// The provider stayed unavailable (rate limited, overloaded, failing, unreachable) through
+    /// the gateway's retries: the task's `infra_failure`, never the agent's error.
+    Unavailable { reason: String },
     /// The call asks what the run does not allow: another model, a tool or store the provider
     /// runs itself (`agent.upstream.models`, `agent.upstream.allow`).
     Policy { reason: String },
@@ -123,6 +137,7 @@ impl Refusal {
             | Refusal::Cost { reason }
             | Refusal::ReplayMiss { reason }
             | Refusal::Upstream { reason }
+            | Refusal::Unavailable { reason }
             | Refusal::Policy { reason } => reason,
         }
     }
@@ -220,4 +235,12 @@ pub fn door_env(token: &Secret, openai_base: &str, anthropic_base: &str) -> Vec<
         ("AGENTEVAL_GATEWAY_TOKEN".into(), t),
         ("AGENTEVAL_GATEWAY_URL".into(), openai_base.into()),
     ]
+}
+
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }

@@ -683,6 +683,10 @@ pub struct TaskResult {
     /// The models its agent called, with how many calls each (refused ones included).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, u64>,
+    /// Seconds the model gateway waited for the provider before answering the agent's calls
+    /// (rate limits, outages it retried through): neither the model's time nor the agent's.
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub provider_wait_seconds: f64,
     /// A task told in steps: each step run, in order (the steps after one that stopped the
     /// task are not).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -1337,6 +1341,9 @@ pub struct RunSummary {
     /// The models the run's agents called, with how many calls each.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub models: BTreeMap<String, u64>,
+    /// Seconds the tasks' calls waited for their provider in all (`TaskResult::provider_wait_seconds`).
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub provider_wait_seconds: f64,
 }
 
 fn is_zero(n: &u64) -> bool {

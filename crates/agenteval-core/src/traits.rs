@@ -630,6 +630,8 @@ pub struct Findings {
     pub unscored: bool,
     /// The models the agent called, with how many calls each.
     pub models: BTreeMap<String, u64>,
+    /// Milliseconds the gateway waited for the provider across the agent's calls.
+    pub provider_wait_ms: u64,
     /// A task told in steps: what became of each step run.
     pub steps: Vec<crate::model::StepResult>,
 }

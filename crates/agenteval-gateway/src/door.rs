@@ -22,6 +22,8 @@ pub(crate) struct Session {
     pub record: bool,
     /// The models its calls may name; empty: any.
     pub models: Vec<String>,
+    /// Calls the provider refuses for now are asked again (`DoorSpec::retry`).
+    pub retry: bool,
     pub state: Mutex<State>,
     pub calls: Arc<CallQueue>,
     /// Told when the door closes: calls still reading an answer stop (their cost was counted).
@@ -119,6 +121,8 @@ impl Session {
                 replayed: false,
                 refused: None,
                 at_cap: true,
+                waited_ms: 0,
+                retries: 0,
             });
         }
         s.held_tokens = 0;
@@ -193,6 +197,7 @@ pub(crate) fn open(
         redactor: spec.redactor.clone(),
         record: spec.record,
         models: spec.models.clone(),
+        retry: spec.retry,
         closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {
             tokens: 0,

@@ -31,6 +31,9 @@ pub use door::GatewayDoor;
 /// Seconds one forwarded call may take by default: agents' calls stream long answers.
 const DEFAULT_TIMEOUT_SECONDS: f64 = 600.0;
 
+/// Tries of one call a provider refuses for now (429, 5xx), as the `llm` agent's client makes.
+const DEFAULT_ATTEMPTS: u32 = 5;
+
 /// Typed errors of building and starting the gateway.
 #[derive(Debug, thiserror::Error)]
 pub enum GatewayError {
@@ -62,6 +65,8 @@ pub(crate) struct Provider {
     pub key: Option<Secret>,
     pub price: Option<Price>,
     pub timeout: Duration,
+    /// Tries of one call while the provider refuses it for now (`Endpoint::max_attempts`).
+    pub max_attempts: u32,
     /// An Azure OpenAI resource: its paths, deployments and credential header.
     pub azure: Option<Azure>,
 }
@@ -124,6 +129,7 @@ impl GatewayConfig {
                 key,
                 price: e.price,
                 timeout: Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+                max_attempts: e.max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
                 azure: None,
             })
         };
@@ -137,6 +143,7 @@ impl GatewayConfig {
                     key: keys.remove("azure"),
                     price: a.price,
                     timeout: Duration::from_secs_f64(a.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+                    max_attempts: DEFAULT_ATTEMPTS,
                     azure: Some(Azure {
                         api_version: a.api_version.clone(),
                         deployments: a.deployments.clone(),
@@ -327,6 +334,7 @@ mod tests {
             record: true,
             redactor: Redactor::new(),
             models: vec![],
+            retry: true,
         }
     }
 

@@ -3,6 +3,7 @@
 //! worker and its cassette line.
 
 use std::sync::Arc;
+use std::time::Duration;
 use std::time::Instant;
 
 use agenteval_core::gateway::{ModelCall, Refusal};
@@ -164,7 +165,20 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         Some((h, cap)) => (Some(h), cap),
         None => (None, None),
     };
-    let record = Record { session: session.clone(), wire, n, fingerprint, asked, price, started, hold, cap, limited };
+    let record = Record {
+        session: session.clone(),
+        wire,
+        n,
+        fingerprint,
+        asked,
+        price,
+        started,
+        hold,
+        cap,
+        limited,
+        waited: Duration::ZERO,
+        retries: 0,
+    };
     match plan {
         Plan::Refuse(why) => record.refuse(why),
         Plan::Replay(entry) => record.replay(*entry, &request),
@@ -349,6 +363,9 @@ struct Record {
     cap: Option<u64>,
     /// The task has a token or cost limit: an answer whose usage cannot be read counts at its hold.
     limited: bool,
+    /// How long the gateway waited for the provider (its retries), and how many it made.
+    waited: Duration,
+    retries: u32,
 }
 
 impl Record {
@@ -382,6 +399,8 @@ impl Record {
             replayed: false,
             refused: None,
             at_cap,
+            waited_ms: self.waited.as_millis() as u64,
+            retries: self.retries,
         }
     }
 
@@ -502,30 +521,29 @@ async fn forward(
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
-    let req = provider_request(inner, provider, wire, headers, sent, deployment.as_deref());
-    let resp = match req.send().await {
-        Ok(r) => r,
-        Err(e) => {
-            let reason = if e.is_timeout() {
-                "timed out"
-            } else if e.is_connect() {
-                "connection failed"
-            } else {
-                "the request failed"
-            };
-            let host = provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
-            let why = format!("cannot reach the provider at {host}: {reason}");
-            let mut call = record.call(502, &Heard::default(), 0);
-            call.refused = Some(Refusal::Upstream { reason: why.clone() });
-            record.session.ended(record.n, None, call);
-            let mut out = answer(
-                StatusCode::BAD_GATEWAY,
-                &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")),
-            );
-            if let Ok(v) = HeaderValue::from_str(&format!("{host}; {reason}")) {
-                out.headers_mut().insert(agenteval_llm::GATEWAY_UNREACHABLE, v);
+    let mut record = record;
+    let resp = loop {
+        let req = provider_request(inner, provider, wire, headers, sent.clone(), deployment.as_deref());
+        let sent_at = req.send().await;
+        let pause = match &sent_at {
+            Ok(r) if record.session.retry && RETRIED.contains(&r.status().as_u16()) => {
+                Some(retry_after(r.headers()).unwrap_or_else(|| backoff(record.retries)))
             }
-            return out;
+            Err(e) if record.session.retry && e.is_connect() => Some(backoff(record.retries)),
+            _ => None,
+        };
+        match pause {
+            Some(p) if record.retries + 1 < provider.max_attempts && record.waited + p <= MAX_WAIT => {
+                tokio::time::sleep(p).await;
+                record.waited += p;
+                record.retries += 1;
+            }
+            // Asked again as long as the bound allows and still unavailable: the infrastructure's.
+            Some(_) => return unavailable(record, wire, sent_at),
+            None => match sent_at {
+                Ok(r) => break r,
+                Err(e) => return unreachable(record, provider, wire, &e),
+            },
         }
     };
     let status = resp.status();
@@ -566,6 +584,75 @@ async fn forward(
         out = out.header(header::CACHE_CONTROL, "no-cache");
     }
     out.body(Body::from_stream(tee)).expect("a valid response")
+}
+
+/// Statuses the gateway asks again after (its agent never sees them unless it gives up): rate
+/// limited, failing, overloaded (Anthropic's 529).
+const RETRIED: [u16; 6] = [429, 500, 502, 503, 504, 529];
+
+/// The longest the gateway waits for a provider in all, for one call.
+const MAX_WAIT: Duration = Duration::from_secs(120);
+
+/// How long the provider asked to be left alone (`retry-after-ms`, `retry-after` in seconds),
+/// at most a minute.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    let wait = get("retry-after-ms").map(|ms| ms / 1000.0).or_else(|| get("retry-after"))?;
+    (wait.is_finite() && wait >= 0.0).then(|| Duration::from_secs_f64(wait.min(60.0)))
+}
+
+/// The pause before retry `n + 1` when the provider named none: 0.5 s doubling, at most 30 s.
+fn backoff(n: u32) -> Duration {
+    Duration::from_millis(500u64.saturating_mul(1 << n.min(6))).min(Duration::from_secs(30))
+}
+
+/// The provider stayed unavailable through the retries: the agent gets its last answer's status
+/// with the gateway's reason, and the task ends as the infrastructure's (`Refusal::Unavailable`).
+fn unavailable(
+    record: Record,
+    wire: Wire,
+    last: std::result::Result<reqwest::Response, reqwest::Error>,
+) -> Response<Body> {
+    let status = last.as_ref().map_or(502, |r| r.status().as_u16());
+    let why = format!(
+        "the provider answered {status} to {} tries over {:.1} s (rate limited or unavailable)",
+        record.retries + 1,
+        record.waited.as_secs_f64()
+    );
+    let mut call = record.call(status, &Heard::default(), 0);
+    call.refused = Some(Refusal::Unavailable { reason: why.clone() });
+    record.session.ended(record.n, None, call);
+    answer(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")),
+    )
+}
+
+/// The provider could not be reached at all.
+fn unreachable(record: Record, provider: &crate::Provider, wire: Wire, e: &reqwest::Error) -> Response<Body> {
+    let reason = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "connection failed"
+    } else {
+        "the request failed"
+    };
+    let host = provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
+    let why = format!("cannot reach the provider at {host}: {reason}");
+    let mut call = record.call(502, &Heard::default(), 0);
+    // For an agent the gateway retries for, an outage is the infrastructure's; else the agent
+    // meets it as any client would (the `llm` agent's own client retries and says so).
+    call.refused = Some(match record.session.retry {
+        true => Refusal::Unavailable { reason: why.clone() },
+        false => Refusal::Upstream { reason: why.clone() },
+    });
+    record.session.ended(record.n, None, call);
+    let mut out =
+        answer(StatusCode::BAD_GATEWAY, &wire::error_body(wire, "api_error", &format!("agenteval gateway: {why}")));
+    if let Ok(v) = HeaderValue::from_str(&format!("{host}; {reason}")) {
+        out.headers_mut().insert(agenteval_llm::GATEWAY_UNREACHABLE, v);
+    }
+    out
 }
 
 /// The call to the provider: its wire's path under the upstream's base URL, the body as it is

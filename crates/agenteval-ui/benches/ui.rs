@@ -95,6 +95,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         rewards: None,
         unscored: false,
         models: Default::default(),
+        provider_wait_seconds: 0.0,
         schema_version: SCHEMA_VERSION.into(),
         run_id: run,
         task_id: task.clone(),

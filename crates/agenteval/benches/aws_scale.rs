@@ -62,6 +62,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             rewards: None,
             unscored: false,
             models: Default::default(),
+            provider_wait_seconds: 0.0,
             steps: vec![],
             harbor_would_skip: None,
             schema_version: SCHEMA_VERSION.into(),

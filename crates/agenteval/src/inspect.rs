@@ -92,6 +92,9 @@ pub async fn runs_show(
     match &summary {
         Some(s) => {
             say!("{}", output::summary_table(s));
+            if let Some(l) = output::wait_line(s) {
+                say!("{l}");
+            }
             if let Some(l) = output::models_line(s) {
                 say!("{l}");
             }
@@ -395,6 +398,10 @@ fn describe(e: &TraceEvent) -> String {
             }
             if p["replayed"] == json!(true) {
                 s.push_str(" replayed");
+            }
+            if let Some(ms) = p.get("waited_ms").and_then(Value::as_u64).filter(|ms| *ms > 0) {
+                let tries = p.get("retries").and_then(Value::as_u64).unwrap_or(0) + 1;
+                s.push_str(&format!(" (waited {:.1} s for the provider, {tries} tries)", ms as f64 / 1000.0));
             }
             match p.pointer("/refused/reason") {
                 Some(why) => s.push_str(&format!(" refused: {}", text(why))),

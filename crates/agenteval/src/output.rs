@@ -403,6 +403,21 @@ pub fn models_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// The time the model gateway waited for the provider (rate limits, outages it retried
+/// through), said when there was any: neither the model's time nor the agent's.
+pub fn wait_line(s: &RunSummary) -> Option<String> {
+    (s.provider_wait_seconds > 0.0).then(|| {
+        wrapped(
+            "waited     ",
+            &format!(
+                "{:.1} s for the model provider (rate limits or outages the gateway retried through)",
+                s.provider_wait_seconds
+            ),
+            80,
+        )
+    })
+}
+
 /// Passes whose tests trusted files the agent changed outside its working folder, said apart
 /// (`verify_in: same`): a pass that is not evidence alone.
 pub fn changes_line(s: &RunSummary) -> Option<String> {
@@ -492,6 +507,7 @@ pub fn report_text(
         ));
     }
     out.extend(models_line(s));
+    out.extend(wait_line(s));
     out.extend(changes_line(s));
     out.extend(suspect_line(s));
     out.extend(reward_line(s));

@@ -150,6 +150,9 @@ pub(crate) fn print_outcome_of(
         );
     } else {
         say!("{}", output::summary_table(&o.summary));
+        if let Some(l) = output::wait_line(&o.summary) {
+            say!("{l}");
+        }
         if let Some(l) = output::models_line(&o.summary) {
             say!("{l}");
         }

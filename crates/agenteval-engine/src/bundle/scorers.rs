@@ -114,6 +114,8 @@ pub struct CostTokens {
     cost: f64,
     tokens: u64,
     unknown: u64,
+    /// Seconds the calls waited for their provider.
+    waited: f64,
 }
 
 impl Scorer for CostTokens {
@@ -128,6 +130,7 @@ impl Scorer for CostTokens {
             self.cost += r.total_cost_usd();
         }
         self.tokens = self.tokens.saturating_add(r.agent.total_tokens);
+        self.waited += r.provider_wait_seconds;
     }
 
     fn finish(&self, s: &mut RunSummary) {
@@ -137,6 +140,7 @@ impl Scorer for CostTokens {
         s.known_cost_usd = (!known && self.cost > 0.0).then_some(self.cost);
         s.total_tokens = self.tokens;
         s.cost_unknown_tasks = self.unknown;
+        s.provider_wait_seconds = self.waited;
     }
 }
 
@@ -325,6 +329,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         mean_reward: BTreeMap::new(),
         unscored: 0,
         models: Default::default(),
+        provider_wait_seconds: 0.0,
         harbor_would_skip: 0,
     }
 }
@@ -344,6 +349,7 @@ mod tests {
             rewards: None,
             unscored: false,
             models: Default::default(),
+            provider_wait_seconds: 0.0,
             schema_version: agenteval_core::SCHEMA_VERSION.into(),
             run_id: RunId::new(),
             task_id: id.parse().unwrap(),

@@ -177,6 +177,7 @@ pub(super) async fn give_up(
             rewards: None,
             unscored: false,
             models: Default::default(),
+            provider_wait_seconds: 0.0,
             schema_version: SCHEMA_VERSION.into(),
             run_id: run.run_id,
             task_id: task.id.clone(),

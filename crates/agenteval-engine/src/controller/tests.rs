@@ -64,6 +64,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         rewards: None,
         unscored: false,
         models: Default::default(),
+        provider_wait_seconds: 0.0,
         schema_version: SCHEMA_VERSION.into(),
         run_id: spec.run_id,
         task_id: task.clone(),

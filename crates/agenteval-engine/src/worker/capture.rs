@@ -22,7 +22,11 @@ pub(super) async fn capture(
     events: &[TraceEvent],
     at: &mut Attempt,
 ) -> Result<()> {
-    env.findings.lock().expect("not poisoned").models = models_called(events);
+    {
+        let mut found = env.findings.lock().expect("not poisoned");
+        found.models = models_called(events);
+        found.provider_wait_ms = provider_wait(events);
+    }
     let Some(s) = &env.session else { return Ok(()) };
     environment_limits(task, s, agent, at).await;
     // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's rules
@@ -48,6 +52,12 @@ fn models_called(events: &[TraceEvent]) -> std::collections::BTreeMap<String, u6
         }
     }
     out
+}
+
+/// Milliseconds the gateway's `model.call` events say it waited for the provider.
+fn provider_wait(events: &[TraceEvent]) -> u64 {
+    let waited = |e: &TraceEvent| e.payload.get("waited_ms").and_then(serde_json::Value::as_u64).unwrap_or(0);
+    events.iter().filter(|e| e.kind == EventKind::ModelCall).map(waited).fold(0, u64::saturating_add)
 }
 
 /// What the agent left: its patch against the starting state and the listed artifacts, kept

@@ -71,6 +71,7 @@ pub(super) fn task_result(
         rewards: None,
         unscored: false,
         models: Default::default(),
+        provider_wait_seconds: 0.0,
         // The job's environments were launched from the task's image: the one its agent and tests saw.
         image: job.image.clone().filter(|_| task.environment.is_some()),
         schema_version: SCHEMA_VERSION.into(),

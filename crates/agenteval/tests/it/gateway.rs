@@ -119,6 +119,14 @@ elif mode == "forbidden":
             said.append(str(e.code))
     said.append(chat("allowed"))
     answer = " ".join(said)
+elif mode == "rate-limited":
+    # An agent that does not retry: the provider's 429 would end it.
+    answer = chat("RATE_LIMIT me")
+elif mode == "outage":
+    try:
+        answer = chat("ALWAYS503 down")
+    except urllib.error.HTTPError as e:
+        answer = "gave up on %d" % e.code
 elif mode == "leave":
     open(os.environ["STOLEN"], "w").write(os.environ["OPENAI_API_KEY"])
     answer = chat("left a token")
@@ -490,4 +498,47 @@ fn gateway_serve_records_owner_only() {
     let mode = std::fs::metadata(&calls).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the cassette is owner-only");
     assert_eq!(read_text(&calls).unwrap().lines().count(), 1);
+}
+
+/// Issue 59: the gateway asks the provider again after a 429 or a 5xx, waiting as it asks
+/// (`retry-after`): an agent that does not retry never sees the refusal, and the wait is said per
+/// call, per task and per run. A provider still unavailable after the retries is the task's
+/// `infra_failure`, never the agent's error.
+#[test]
+fn the_gateway_waits_out_a_providers_rate_limit_and_an_outage_is_infra() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &["rate-limited", "outage"]);
+    let cfg = config(&ws, "limits", &mock.base_url(), "");
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replacen(
+        "      secrets: {OPENAI_API_KEY: OPENAI_API_KEY}\n",
+        "      secrets: {OPENAI_API_KEY: OPENAI_API_KEY}\n      max_attempts: 3\n",
+        1,
+    );
+    std::fs::write(&cfg, yaml).unwrap();
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+    let limited = result(&bundle, "rate-limited");
+    assert_eq!(limited["agent"]["final_answer"], "echo: RATE_LIMIT me", "{limited}");
+    assert_eq!(limited["passed"], true, "{limited}");
+    assert!(limited["provider_wait_seconds"].as_f64().unwrap() >= 1.0, "{limited}");
+    let calls: Vec<_> = trace(&bundle, "rate-limited").into_iter().filter(|e| e["kind"] == "model.call").collect();
+    assert_eq!(calls.len(), 1, "one call, answered after the wait: {calls:?}");
+    assert_eq!((calls[0]["payload"]["status"].as_u64(), calls[0]["payload"]["retries"].as_u64()), (Some(200), Some(1)));
+    assert!(calls[0]["payload"]["waited_ms"].as_u64().unwrap() >= 1000, "{:?}", calls[0]);
+    let statuses: Vec<u16> =
+        mock.received().iter().filter(|c| c.body.to_string().contains("RATE_LIMIT")).map(|c| c.status).collect();
+    assert_eq!(statuses, [429, 200]);
+
+    let down = result(&bundle, "outage");
+    assert_eq!(down["agent"]["terminated_by"], "infra_failure", "{down}");
+    assert!(down["agent"]["error"].as_str().unwrap().contains("503 to 3 tries"), "{down}");
+    assert_eq!(mock.received().iter().filter(|c| c.body.to_string().contains("ALWAYS503")).count(), 3);
+
+    assert!(v["summary"]["provider_wait_seconds"].as_f64().unwrap() >= 1.0, "{v}");
+    let run = v["run_id"].as_str().unwrap();
+    let shown = text(&ws.run(&["runs", "show", run]).stdout);
+    assert!(shown.contains("s for the model provider"), "{shown}");
+    let one = text(&ws.run(&["show", run, "rate-limited", "--full"]).stdout);
+    assert!(one.contains("waited 1.") && one.contains("2 tries"), "{one}");
 }

@@ -109,6 +109,7 @@ impl Shared {
             Some(Refusal::Tokens { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitTokens, reason }),
             Some(Refusal::Cost { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitCost, reason }),
             Some(Refusal::ReplayMiss { reason }) => Err(Stop { terminated_by: TerminatedBy::ReplayMiss, reason }),
+            Some(Refusal::Unavailable { reason }) => Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason }),
             // The agent met it as an error, as it would any provider's refusal.
             Some(Refusal::Upstream { .. } | Refusal::Policy { .. }) | None => Ok(()),
         }
@@ -154,6 +155,9 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         record: true,
         redactor: ctx.redactor.clone(),
         models: crate::agents::access::door_models(&ctx.config),
+        // The `llm` agent's own client retries a provider's refusals; someone else's program
+        // gets the gateway's.
+        retry: !crate::agents::access::calls_in_process(&ctx.config),
     };
     let door = gateway.open(spec).await?;
     let host = door.base_urls(Reach::Host)?;
