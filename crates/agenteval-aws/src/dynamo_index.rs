@@ -640,6 +640,41 @@ impl RunIndex for DynamoDbRunIndex {
         false
     }
 
+    async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
+        // A cost that is not a number, or nothing, adds nothing.
+        if !(usd.is_finite() && usd > 0.0) {
+            return match self.get_item(run_pk(run), "#RUN".into()).await? {
+                Some(i) => Ok(get_n::<f64>(&i, "wire_spend").unwrap_or(0.0)),
+                None => Err(Error::not_found(format!("run {run} is not in the index"))),
+            };
+        }
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("ADD wire_spend :usd")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":usd", n(usd))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await;
+        match res {
+            Ok(out) => Ok(out.attributes().and_then(|a| get_n::<f64>(a, "wire_spend").ok()).unwrap_or(usd)),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify(&format!("adding spend to run {run}"), e)),
+        }
+    }
+
+    async fn spend(&self, run: &RunId) -> Result<f64> {
+        let item = self.get_item(run_pk(run), "#RUN".into()).await?;
+        Ok(item.and_then(|i| get_n::<f64>(&i, "wire_spend").ok()).unwrap_or(0.0))
+    }
+
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
         let items =
             self.query_all(run, "TASK#", Some("#st, passed, cost_usd, cost_unknown, tokens, terminated_by")).await?;

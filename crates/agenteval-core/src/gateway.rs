@@ -33,10 +33,36 @@ pub struct DoorSpec {
     pub redactor: Redactor,
     /// The models its calls may name (the agent's and `upstream.models`); empty: any.
     pub models: Vec<String>,
+    /// The run's budget, kept at the wire: once what every task's calls spent reaches it, the
+    /// next call is refused (`Refusal::RunBudget`).
+    pub run_budget: Option<RunBudget>,
     /// The gateway retries a call the provider refused for now (429, 5xx, unreachable), waiting
     /// as it asks: for an agent that is someone else's program. The built-in `llm` agent retries
     /// on its own.
     pub retry: bool,
+}
+
+/// A run's budget as each door keeps it: its dollars, and the ledger every worker of the run
+/// adds its calls' costs to (the run index).
+#[derive(Clone)]
+pub struct RunBudget {
+    pub max_usd: f64,
+    pub ledger: std::sync::Arc<dyn SpendLedger>,
+}
+
+impl std::fmt::Debug for RunBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunBudget").field("max_usd", &self.max_usd).finish_non_exhaustive()
+    }
+}
+
+/// What a run's model calls spent, shared by every worker of the run.
+#[async_trait]
+pub trait SpendLedger: Send + Sync {
+    /// The run's spend so far.
+    async fn spent(&self) -> Result<f64>;
+    /// Adds one call's cost; returns the run's spend.
+    async fn add(&self, usd: f64) -> Result<f64>;
 }
 
 /// Calls answered from a recording instead of the provider.
@@ -122,6 +148,9 @@ pub enum Refusal {
     ReplayMiss { reason: String },
     /// The provider could not be reached, or the call is not one the gateway serves.
     Upstream { reason: String },
+    /// The run's budget (`max_run_cost_usd`) was spent by the run's calls: the task is cut, as
+    /// the infrastructure's (`infra_failure`), never the agent's.
+    RunBudget { reason: String },
     /// The provider stayed unavailable (rate limited, overloaded, failing, unreachable) through
     /// the gateway's retries: the task's `infra_failure`, never the agent's error.
     Unavailable { reason: String },
@@ -138,6 +167,7 @@ impl Refusal {
             | Refusal::ReplayMiss { reason }
             | Refusal::Upstream { reason }
             | Refusal::Unavailable { reason }
+            | Refusal::RunBudget { reason }
             | Refusal::Policy { reason } => reason,
         }
     }

@@ -580,6 +580,12 @@ pub trait RunIndex: Send + Sync {
         })
     }
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;
+    /// Adds `usd` to what the run's model calls spent at the wire (every worker's gateway adds
+    /// each call's cost as it ends) and returns the run's total: one atomic addition, so that
+    /// every worker of a fleet reads one budget. Unknown runs fail with `NotFound`.
+    async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64>;
+    /// What the run's model calls spent at the wire so far (0 for a run without any).
+    async fn spend(&self, run: &RunId) -> Result<f64>;
     /// Whether `task_counts` is cheap enough to call several times a second whatever the run's
     /// size (an indexed SQL aggregate). When it is not (DynamoDB reads every task item), the
     /// controller reads it once at the start and at the end and keeps the counts in between

@@ -24,6 +24,8 @@ pub(crate) struct Session {
     pub models: Vec<String>,
     /// Calls the provider refuses for now are asked again (`DoorSpec::retry`).
     pub retry: bool,
+    /// The run's budget at the wire (`DoorSpec::run_budget`).
+    pub run_budget: Option<agenteval_core::gateway::RunBudget>,
     pub state: Mutex<State>,
     pub calls: Arc<CallQueue>,
     /// Told when the door closes: calls still reading an answer stop (their cost was counted).
@@ -90,7 +92,23 @@ impl Session {
         s.in_flight = s.in_flight.saturating_sub(1);
         s.recorded.extend(entry);
         drop(s);
+        if !call.replayed {
+            self.spend(call.cost_usd.unwrap_or(0.0));
+        }
         self.calls.push(call);
+    }
+
+    /// Adds a call's cost to the run's ledger, in the background: the next call of any task
+    /// reads it.
+    fn spend(&self, usd: f64) {
+        if let Some(budget) = self.run_budget.as_ref().filter(|_| usd > 0.0) {
+            let ledger = budget.ledger.clone();
+            tokio::spawn(async move {
+                if let Err(e) = ledger.add(usd).await {
+                    tracing::warn!("cannot add a call's cost to the run's spend: {e}");
+                }
+            });
+        }
     }
 
     /// The door closes: every call still in flight is counted at what it could cost (its hold)
@@ -99,10 +117,12 @@ impl Session {
         let mut s = self.state.lock().expect("not poisoned");
         let holds: Vec<(u32, Hold)> = s.holds.drain().collect();
         let mut calls = Vec::new();
+        let mut cut_off = 0.0;
         for (n, h) in holds {
             s.written_off.insert(n);
             s.tokens = s.tokens.saturating_add(h.tokens());
             s.cost += h.cost.unwrap_or(0.0);
+            cut_off += h.cost.unwrap_or(0.0);
             calls.push(ModelCall {
                 call: n + 1,
                 wire: h.wire.into(),
@@ -130,6 +150,7 @@ impl Session {
         s.in_flight = 0;
         s.closed = true;
         drop(s);
+        self.spend(cut_off);
         calls.sort_by_key(|c| c.call);
         for c in calls {
             self.calls.push(c);
@@ -198,6 +219,7 @@ pub(crate) fn open(
         record: spec.record,
         models: spec.models.clone(),
         retry: spec.retry,
+        run_budget: spec.run_budget.clone(),
         closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {
             tokens: 0,

@@ -335,6 +335,7 @@ mod tests {
             redactor: Redactor::new(),
             models: vec![],
             retry: true,
+            run_budget: None,
         }
     }
 

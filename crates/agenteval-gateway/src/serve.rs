@@ -428,10 +428,10 @@ impl Record {
 
     fn refuse(self, why: Refusal) -> Response<Body> {
         let (status, kind) = match (&why, self.wire.is_anthropic()) {
-            (Refusal::Tokens { .. } | Refusal::Cost { .. }, false) => {
+            (Refusal::Tokens { .. } | Refusal::Cost { .. } | Refusal::RunBudget { .. }, false) => {
                 (StatusCode::TOO_MANY_REQUESTS, "insufficient_quota")
             }
-            (Refusal::Tokens { .. } | Refusal::Cost { .. }, true) => {
+            (Refusal::Tokens { .. } | Refusal::Cost { .. } | Refusal::RunBudget { .. }, true) => {
                 (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error")
             }
             (_, false) => (StatusCode::BAD_REQUEST, "invalid_request_error"),
@@ -496,6 +496,18 @@ async fn forward(
     record: Record,
 ) -> Response<Body> {
     let wire = record.wire;
+    // The run's budget, kept at the wire: spent by every task's calls, the next one is refused.
+    if let Some(budget) = record.session.run_budget.clone() {
+        let spent = budget.ledger.spent().await.unwrap_or(0.0);
+        if spent >= budget.max_usd {
+            return record.refuse(Refusal::RunBudget {
+                reason: format!(
+                    "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent ${spent:.4})",
+                    budget.max_usd
+                ),
+            });
+        }
+    }
     let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
     let Some(provider) = provider else {
         let which = if wire.is_anthropic() { "anthropic" } else { "openai" };

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS runs (
     leased_at TEXT,
     verdict TEXT,
     baseline TEXT,
-    set_id TEXT
+    set_id TEXT,
+    wire_spend REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS baselines (
     name TEXT PRIMARY KEY,
@@ -115,6 +116,7 @@ fn migrate(conn: &Connection) -> Result<()> {
         ("runs", "set_id", "TEXT"),
         ("tasks", "fault", "TEXT"),
         ("tasks", "cost_unknown", "INTEGER NOT NULL DEFAULT 0"),
+        ("runs", "wire_spend", "REAL NOT NULL DEFAULT 0"),
     ] {
         let has: bool = conn
             .query_row(&format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| {
@@ -637,6 +639,30 @@ impl RunIndex for SqliteRunIndex {
                 ids.push(TaskId::from_str(&text)?);
             }
             Ok(CompletedTasks { ids, max_attempt: max_attempt.max(0) as u32 })
+        })
+        .await
+    }
+
+    async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
+        let id = run.to_string();
+        // A cost that is not a number adds nothing.
+        let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
+        self.with(move |c| {
+            c.prepare_cached("UPDATE runs SET wire_spend = wire_spend + ?2 WHERE run_id = ?1 RETURNING wire_spend")
+                .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
+                .map_err(|e| db_err("adding spend", e))?
+                .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
+        })
+        .await
+    }
+
+    async fn spend(&self, run: &RunId) -> Result<f64> {
+        let id = run.to_string();
+        self.with(move |c| {
+            c.prepare_cached("SELECT wire_spend FROM runs WHERE run_id = ?1")
+                .and_then(|mut st| st.query_row([id], |r| r.get::<_, f64>(0)).optional())
+                .map_err(|e| db_err("reading spend", e))
+                .map(|v| v.unwrap_or(0.0))
         })
         .await
     }

@@ -360,6 +360,20 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!((counts.cost_usd - 0.25).abs() < 1e-9, "cost sums completed tasks");
     assert_eq!(counts.cost_unknown, 1, "a task whose cost is unknown is counted as such, never as $0");
     assert!(index.get_task(&run, &tid("t2")).await.unwrap().unwrap().cost_unknown);
+    // What the run's calls spent at the wire: additions from several workers at once all count.
+    assert_eq!(index.spend(&run).await.unwrap(), 0.0);
+    let (a, b, c, d) = tokio::join!(
+        index.add_spend(&run, 0.25),
+        index.add_spend(&run, 0.25),
+        index.add_spend(&run, 0.25),
+        index.add_spend(&run, 0.25)
+    );
+    let totals = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
+    assert!((totals.iter().copied().fold(0.0, f64::max) - 1.0).abs() < 1e-9, "{totals:?}");
+    assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9);
+    assert!((index.add_spend(&run, f64::NAN).await.unwrap() - 1.0).abs() < 1e-9, "a NaN adds nothing");
+    let unknown = index.add_spend(&RunId::new(), 1.0).await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::NotFound);
     assert!(!index.get_task(&run, &tid("t1")).await.unwrap().unwrap().cost_unknown);
     assert_eq!(counts.tokens, 100);
 

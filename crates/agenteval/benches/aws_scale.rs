@@ -185,6 +185,12 @@ impl RunIndex for CountedIndex {
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
         counted!(self, "task_counts", self.tasks, self.inner.task_counts(run))
     }
+    async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
+        counted!(self, "add_spend", 1, self.inner.add_spend(run, usd))
+    }
+    async fn spend(&self, run: &RunId) -> Result<f64> {
+        counted!(self, "spend", 1, self.inner.spend(run))
+    }
     fn counts_are_cheap(&self) -> bool {
         self.inner.counts_are_cheap()
     }

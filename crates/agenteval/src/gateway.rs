@@ -88,6 +88,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         models: agenteval_engine::agents::access::door_models(config),
         // The agent being developed meets the provider's refusals as it will in a run.
         retry: true,
+        run_budget: None,
     });
     // Calls are written to the record as they end, not held.
     let mut recording = args.record.map(open_record).transpose()?;

@@ -178,6 +178,13 @@ pub(crate) fn print_outcome_of(
         match o.status {
             _ if !next_step => {}
             RunStatus::BudgetExceeded => {
+                if let Some(max) = config.max_run_cost_usd {
+                    let spent = o.summary.known_cost();
+                    say!(
+                        "spent ${spent:.4} of the ${max:.4} budget (over by ${:.4}: the calls in flight when it was reached)",
+                        (spent - max).max(0.0)
+                    );
+                }
                 say!("the budget stopped it; to finish it: agenteval resume {} --set max_run_cost_usd=<more>", o.run_id)
             }
             RunStatus::Interrupted => say!("finish it with: agenteval resume {}", o.run_id),

@@ -183,7 +183,14 @@ impl Fleet<'_> {
         // A run of a set shares the set's budget: what all its runs spent together counts.
         let (max, spent, whose) = match &opts.set {
             Some(set) => (set.fleet.max_cost_usd(), set.fleet.spend(self.run.run_id, self.counts.cost_usd), "set"),
-            None => (self.run.config.max_run_cost_usd, self.counts.cost_usd, "run"),
+            None => {
+                // What the calls spent at the wire, every worker's, finished tasks or not.
+                let wire = match self.run.config.max_run_cost_usd {
+                    Some(_) => self.run.index.spend(&self.run.run_id).await.unwrap_or(0.0),
+                    None => 0.0,
+                };
+                (self.run.config.max_run_cost_usd, self.counts.cost_usd.max(wire), "run")
+            }
         };
         let reached = decide::budget_reached(max, spent);
         if let (Some(set), true) = (&opts.set, reached) {

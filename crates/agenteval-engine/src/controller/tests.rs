@@ -263,6 +263,12 @@ impl RunIndex for Counting {
         self.counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.inner.task_counts(run).await
     }
+    async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
+        self.inner.add_spend(run, usd).await
+    }
+    async fn spend(&self, run: &RunId) -> Result<f64> {
+        self.inner.spend(run).await
+    }
     fn counts_are_cheap(&self) -> bool {
         !self.costly
     }

@@ -542,3 +542,35 @@ fn the_gateway_waits_out_a_providers_rate_limit_and_an_outage_is_infra() {
     let one = text(&ws.run(&["show", run, "rate-limited", "--full"]).stdout);
     assert!(one.contains("waited 1.") && one.contains("2 tries"), "{one}");
 }
+
+/// Issue 59: the run's budget is kept at the wire: once the calls of every task together spent
+/// `max_run_cost_usd`, the next call of any task is refused, so the agents still running stop
+/// there instead of spending on; the overshoot is the calls in flight, and it is said.
+#[test]
+fn the_runs_budget_refuses_the_next_call_of_every_task_once_spent() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let ids: Vec<String> = (0..4).map(|i| format!("loop-{i}")).collect();
+    let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "loop"}))).collect();
+    ws.write("cases.jsonl", &lines);
+    let cfg = config(&ws, "budget", &mock.base_url(), "");
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replacen("backend:\n", "max_run_cost_usd: 0.1\nbackend:\n", 1);
+    std::fs::write(&cfg, yaml).unwrap();
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(3), "{said}\n{}", text(&out.stderr));
+    assert!(said.contains("of the $0.1000 budget"), "{said}");
+    let calls = mock.received().len() as f64;
+    // Each call costs $0.015; two tasks run at once, so at most two calls were in flight.
+    assert!(calls * 0.015 <= 0.1 + 2.0 * 0.015 + 1e-9, "{calls} calls were made past a $0.10 budget");
+    let bundle = ws.runs().join(said.lines().find_map(|l| l.strip_prefix("run     ")).unwrap().trim());
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(summary["status"], "budget_exceeded", "{summary}");
+    assert!(summary["total_cost_usd"].as_f64().unwrap() <= 0.1 + 2.0 * 0.015 + 1e-9, "{summary}");
+    let cut: Vec<serde_json::Value> = results(&bundle)
+        .into_iter()
+        .filter(|r| r["agent"]["error"].as_str().is_some_and(|e| e.contains("the run's budget is spent")))
+        .collect();
+    assert!(!cut.is_empty(), "a running task's next call was refused");
+    assert!(cut.iter().all(|r| r["agent"]["terminated_by"] == "infra_failure"), "{cut:?}");
+}

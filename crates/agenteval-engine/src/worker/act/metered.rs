@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenteval_core::config::Limits;
-use agenteval_core::gateway::{CallQueue, Door, DoorSpec, ModelCall, Reach, Refusal, Replay};
+use agenteval_core::gateway::{CallQueue, Door, DoorSpec, ModelCall, Reach, Refusal, Replay, RunBudget, SpendLedger};
 use agenteval_core::model::{EventKind, TaskSpec, TerminatedBy};
 use agenteval_core::traits::{AgentEvent, EventSink, GatewayAccess, Stop, TaskEnvironment};
 use agenteval_core::{Error, Result, layout};
@@ -109,10 +109,29 @@ impl Shared {
             Some(Refusal::Tokens { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitTokens, reason }),
             Some(Refusal::Cost { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitCost, reason }),
             Some(Refusal::ReplayMiss { reason }) => Err(Stop { terminated_by: TerminatedBy::ReplayMiss, reason }),
-            Some(Refusal::Unavailable { reason }) => Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason }),
+            Some(Refusal::Unavailable { reason } | Refusal::RunBudget { reason }) => {
+                Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason })
+            }
             // The agent met it as an error, as it would any provider's refusal.
             Some(Refusal::Upstream { .. } | Refusal::Policy { .. }) | None => Ok(()),
         }
+    }
+}
+
+/// The run's spend at the wire, in the run index every worker of the run writes.
+struct IndexLedger {
+    index: Arc<dyn agenteval_core::traits::RunIndex>,
+    run: agenteval_core::RunId,
+}
+
+#[async_trait::async_trait]
+impl SpendLedger for IndexLedger {
+    async fn spent(&self) -> Result<f64> {
+        self.index.spend(&self.run).await
+    }
+
+    async fn add(&self, usd: f64) -> Result<f64> {
+        self.index.add_spend(&self.run, usd).await
     }
 }
 
@@ -158,6 +177,10 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         // The `llm` agent's own client retries a provider's refusals; someone else's program
         // gets the gateway's.
         retry: !crate::agents::access::calls_in_process(&ctx.config),
+        run_budget: ctx.config.max_run_cost_usd.map(|max_usd| RunBudget {
+            max_usd,
+            ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.run_id }),
+        }),
     };
     let door = gateway.open(spec).await?;
     let host = door.base_urls(Reach::Host)?;
