@@ -496,17 +496,8 @@ async fn forward(
     record: Record,
 ) -> Response<Body> {
     let wire = record.wire;
-    // The run's budget, kept at the wire: spent by every task's calls, the next one is refused.
-    if let Some(budget) = record.session.run_budget.clone() {
-        let spent = budget.ledger.spent().await.unwrap_or(0.0);
-        if spent >= budget.max_usd {
-            return record.refuse(Refusal::RunBudget {
-                reason: format!(
-                    "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent ${spent:.4})",
-                    budget.max_usd
-                ),
-            });
-        }
+    if let Some(why) = run_budget_spent(&record.session).await {
+        return record.refuse(why);
     }
     let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
     let Some(provider) = provider else {
@@ -533,30 +524,10 @@ async fn forward(
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
-    let mut record = record;
-    let resp = loop {
-        let req = provider_request(inner, provider, wire, headers, sent.clone(), deployment.as_deref());
-        let sent_at = req.send().await;
-        let pause = match &sent_at {
-            Ok(r) if record.session.retry && RETRIED.contains(&r.status().as_u16()) => {
-                Some(retry_after(r.headers()).unwrap_or_else(|| backoff(record.retries)))
-            }
-            Err(e) if record.session.retry && e.is_connect() => Some(backoff(record.retries)),
-            _ => None,
-        };
-        match pause {
-            Some(p) if record.retries + 1 < provider.max_attempts && record.waited + p <= MAX_WAIT => {
-                tokio::time::sleep(p).await;
-                record.waited += p;
-                record.retries += 1;
-            }
-            // Asked again as long as the bound allows and still unavailable: the infrastructure's.
-            Some(_) => return unavailable(record, wire, sent_at),
-            None => match sent_at {
-                Ok(r) => break r,
-                Err(e) => return unreachable(record, provider, wire, &e),
-            },
-        }
+    let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
+    let (resp, record) = match sending.send(record).await {
+        Ok(answered) => answered,
+        Err(refused) => return refused,
     };
     let status = resp.status();
     let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
@@ -596,6 +567,65 @@ async fn forward(
         out = out.header(header::CACHE_CONTROL, "no-cache");
     }
     out.body(Body::from_stream(tee)).expect("a valid response")
+}
+
+/// Why the next call is refused when the run's budget, kept at the wire, is spent by every
+/// task's calls together.
+async fn run_budget_spent(session: &Session) -> Option<Refusal> {
+    let budget = session.run_budget.as_ref()?;
+    let spent = budget.ledger.spent().await.unwrap_or(0.0);
+    (spent >= budget.max_usd).then(|| Refusal::RunBudget {
+        reason: format!(
+            "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent ${spent:.4})",
+            budget.max_usd
+        ),
+    })
+}
+
+/// A call on its way to the provider.
+struct Sending<'a> {
+    inner: &'a Arc<Inner>,
+    provider: &'a crate::Provider,
+    wire: Wire,
+    headers: &'a HeaderMap,
+    sent: Bytes,
+    deployment: Option<&'a str>,
+}
+
+impl Sending<'_> {
+    /// Sends the call, asking again while the provider refuses it for now (for an agent the
+    /// gateway retries for), waiting as it asks, within the bounds; the answer, or the response
+    /// the agent gets when the provider stayed unavailable or unreachable.
+    async fn send(&self, mut record: Record) -> std::result::Result<(reqwest::Response, Record), Response<Body>> {
+        let (provider, wire) = (self.provider, self.wire);
+        loop {
+            let req = provider_request(self.inner, provider, wire, self.headers, self.sent.clone(), self.deployment);
+            let sent_at = req.send().await;
+            let pause = match &sent_at {
+                Ok(r) if record.session.retry && RETRIED.contains(&r.status().as_u16()) => {
+                    Some(retry_after(r.headers()).unwrap_or_else(|| backoff(record.retries)))
+                }
+                Err(e) if record.session.retry && e.is_connect() => Some(backoff(record.retries)),
+                _ => None,
+            };
+            match pause {
+                Some(p) if record.retries + 1 < provider.max_attempts && record.waited + p <= MAX_WAIT => {
+                    tokio::time::sleep(p).await;
+                    record.waited += p;
+                    record.retries += 1;
+                }
+                // Asked again as long as the bound allows and still unavailable: the
+                // infrastructure's.
+                Some(_) => return Err(unavailable(record, wire, sent_at)),
+                None => {
+                    return match sent_at {
+                        Ok(r) => Ok((r, record)),
+                        Err(e) => Err(unreachable(record, provider, wire, &e)),
+                    };
+                }
+            }
+        }
+    }
 }
 
 /// Statuses the gateway asks again after (its agent never sees them unless it gives up): rate

@@ -58,21 +58,8 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         None => None,
     };
     let redactor = Redactor::new();
-    let mut keys = Vec::new();
-    if replay.is_none() {
-        let wiring = Wiring::new(exe()?, config.aws.as_ref());
-        let secrets = wiring.secrets(config).await?;
-        for (which, name, required) in agenteval_engine::agents::access::upstream_secrets(upstream) {
-            match secrets.fetch(&name).await {
-                Ok(s) => {
-                    redactor.add(&s);
-                    keys.push((which, s));
-                }
-                Err(e) if !required && e.kind() == agenteval_core::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
+    // A strict replay needs no key.
+    let keys = if replay.is_none() { keys(config, upstream, &redactor).await? } else { Vec::new() };
     let gateway_config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
     let gateway = agenteval_gateway::Gateway::start_at(gateway_config, addr).await?;
     let limits = config.agent.limits();
@@ -137,6 +124,29 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         say!("{calls} calls, {tokens} tokens, {cost}{recorded}");
     }
     Ok(exit::OK)
+}
+
+/// The provider keys the gateway holds, fetched from the config's secret store (each one
+/// redacted from what is shown).
+async fn keys(
+    config: &agenteval_core::config::RunConfig,
+    upstream: &agenteval_core::config::Upstream,
+    redactor: &Redactor,
+) -> Result<Vec<(&'static str, agenteval_core::secret::Secret)>, Failure> {
+    let wiring = Wiring::new(exe()?, config.aws.as_ref());
+    let secrets = wiring.secrets(config).await?;
+    let mut keys = Vec::new();
+    for (which, name, required) in agenteval_engine::agents::access::upstream_secrets(upstream) {
+        match secrets.fetch(&name).await {
+            Ok(s) => {
+                redactor.add(&s);
+                keys.push((which, s));
+            }
+            Err(e) if !required && e.kind() == agenteval_core::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(keys)
 }
 
 /// The record file, owner-only (0600): a cassette holds every prompt and answer (the key is

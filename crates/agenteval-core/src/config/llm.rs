@@ -99,6 +99,24 @@ pub struct LlmAgentConfig {
     pub limits: Limits,
 }
 
+impl LlmAgentConfig {
+    /// The problems of where its model is: its endpoint, or the Azure resource serving it.
+    pub fn validate_endpoint(&self, p: &mut Vec<(String, String)>) {
+        self.endpoint.validate("/agent", p);
+        let Some(azure) = &self.azure else { return };
+        azure.validate("/agent/azure", p);
+        if !self.model.starts_with("openai:") {
+            p.push(("/agent/azure".into(), "Azure OpenAI serves `openai:` models".into()));
+        }
+        if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
+            p.push((
+                "/agent/azure".into(),
+                "with `azure`, the agent's `base_url` and `secrets` are Azure's: give them under `agent.azure`".into(),
+            ));
+        }
+    }
+}
+
 /// The model an LLM judge asks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct JudgeConfig {
@@ -314,6 +332,27 @@ impl ReplayMatch {
 }
 
 impl Upstream {
+    /// Its problems, each at its place under `at` (`/agent/upstream`).
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        for (name, e) in [("openai", &self.openai), ("anthropic", &self.anthropic)] {
+            if let Some(e) = e {
+                e.validate(&format!("{at}/{name}"), p);
+                if e.secrets.len() > 1 {
+                    p.push((format!("{at}/{name}/secrets"), "one key per provider: name one secret".into()));
+                }
+            }
+        }
+        if let Some(a) = &self.azure {
+            a.validate(&format!("{at}/azure"), p);
+            if self.openai.is_some() {
+                p.push((format!("{at}/azure"), "OpenAI's wires go to one place: `openai` or `azure`, not both".into()));
+            }
+        }
+        if self.openai.is_none() && self.anthropic.is_none() && self.azure.is_none() {
+            p.push((at.into(), "name the provider the calls go to: `openai` (or `azure`), `anthropic` or both".into()));
+        }
+    }
+
     /// The secret each endpoint's key is fetched from: `(endpoint, secret name)`, `openai`,
     /// `azure` or `anthropic`; by default the provider's variable (`OPENAI_API_KEY`, `ANTHROPIC_API_KEY`).
     pub fn secrets(&self) -> Vec<(&'static str, String)> {

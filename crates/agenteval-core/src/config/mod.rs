@@ -1250,48 +1250,10 @@ impl RunConfig {
             p.push(("/benchmark/command".into(), "benchmark `command` needs a program to run".into()));
         }
         if let Some(up) = self.agent.upstream() {
-            for (name, e) in [("openai", &up.openai), ("anthropic", &up.anthropic)] {
-                if let Some(e) = e {
-                    e.validate(&format!("/agent/upstream/{name}"), &mut p);
-                    if e.secrets.len() > 1 {
-                        p.push((
-                            format!("/agent/upstream/{name}/secrets"),
-                            "one key per provider: name one secret".into(),
-                        ));
-                    }
-                }
-            }
-            if let Some(a) = &up.azure {
-                a.validate("/agent/upstream/azure", &mut p);
-                if up.openai.is_some() {
-                    p.push((
-                        "/agent/upstream/azure".into(),
-                        "OpenAI's wires go to one place: `openai` or `azure`, not both".into(),
-                    ));
-                }
-            }
-            if up.openai.is_none() && up.anthropic.is_none() && up.azure.is_none() {
-                p.push((
-                    "/agent/upstream".into(),
-                    "name the provider the calls go to: `openai` (or `azure`), `anthropic` or both".into(),
-                ));
-            }
+            up.validate("/agent/upstream", &mut p);
         }
         if let AgentConfig::Llm(a) = &self.agent {
-            a.endpoint.validate("/agent", &mut p);
-            if let Some(azure) = &a.azure {
-                azure.validate("/agent/azure", &mut p);
-                if !a.model.starts_with("openai:") {
-                    p.push(("/agent/azure".into(), "Azure OpenAI serves `openai:` models".into()));
-                }
-                if a.endpoint.base_url.is_some() || !a.endpoint.secrets.is_empty() {
-                    p.push((
-                        "/agent/azure".into(),
-                        "with `azure`, the agent's `base_url` and `secrets` are Azure's: give them under `agent.azure`"
-                            .into(),
-                    ));
-                }
-            }
+            a.validate_endpoint(&mut p);
             for (i, t) in a.tools.iter().enumerate() {
                 if t != "python" {
                     p.push((format!("/agent/tools/{i}"), format!("unknown built-in tool `{t}` (built-in: python)")));
