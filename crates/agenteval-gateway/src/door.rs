@@ -101,9 +101,11 @@ impl Session {
     /// Adds a call's cost to the run's ledger, in the background: the next call of any task
     /// reads it.
     fn spend(&self, usd: f64) {
-        if let Some(budget) = self.run_budget.as_ref().filter(|_| usd > 0.0) {
+        // A door dropped where no runtime runs (its worker ending) has nothing left to tell.
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd > 0.0), runtime) {
             let ledger = budget.ledger.clone();
-            tokio::spawn(async move {
+            rt.spawn(async move {
                 if let Err(e) = ledger.add(usd).await {
                     tracing::warn!("cannot add a call's cost to the run's spend: {e}");
                 }
