@@ -51,15 +51,20 @@ const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 /// Each model endpoint the run's calls go to (through the gateway), asked `GET …/models` from
 /// this machine with no key: any HTTP answer (a 401 too) is an endpoint that answers.
 async fn endpoint_checks(up: &agenteval_core::config::Upstream) -> Vec<Check> {
+    let base = |e: Option<&agenteval_core::config::Endpoint>, default: &str| {
+        e.map(|e| e.base_url.clone().unwrap_or_else(|| default.to_string()))
+    };
+    // An Azure resource is asked where its v1 API lists models.
+    let azure = up.azure.as_ref().map(|a| format!("{}/openai/v1", a.base_url.trim_end_matches('/')));
     let endpoints = [
-        ("openai", up.openai.as_ref(), "https://api.openai.com/v1"),
-        ("anthropic", up.anthropic.as_ref(), "https://api.anthropic.com/v1"),
+        ("openai", base(up.openai.as_ref(), "https://api.openai.com/v1")),
+        ("azure", azure),
+        ("anthropic", base(up.anthropic.as_ref(), "https://api.anthropic.com/v1")),
     ];
     let client = reqwest::Client::builder().timeout(ANSWER_WITHIN).build();
     let mut checks = Vec::new();
-    for (name, endpoint, default) in endpoints {
-        let Some(endpoint) = endpoint else { continue };
-        let base = endpoint.base_url.clone().unwrap_or_else(|| default.to_string());
+    for (name, base) in endpoints {
+        let Some(base) = base else { continue };
         let url = format!("{}/models", base.trim_end_matches('/'));
         let r = match &client {
             Ok(c) => match c.get(&url).send().await {

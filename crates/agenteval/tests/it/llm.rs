@@ -1032,6 +1032,10 @@ fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
         let body = read_text(bundle.join(file)).unwrap_or_default();
         assert!(!body.contains(AZURE_KEY), "{file} holds the key");
     }
+    // `doctor` asks the resource where its v1 API lists models.
+    let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert!(out.status.success() && said.contains("model endpoint azure"), "{said}\n{}", text(&out.stderr));
     // Without its credential the resource is not asked at all: the secret is missing at submit.
     ws.write("secrets.env", "");
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
