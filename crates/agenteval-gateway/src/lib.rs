@@ -435,6 +435,23 @@ mod tests {
         }
     }
 
+    /// A call that timed out is the agent's to meet, never an outage that would make its task
+    /// uncounted: an agent could ask for an answer too long to come in time.
+    #[tokio::test]
+    async fn a_call_that_times_out_is_not_an_outage() {
+        let slow = MockLlm::start(Duration::from_secs(3));
+        let endpoint =
+            Endpoint { base_url: Some(slow.base_url()), request_timeout_seconds: Some(1.0), ..Endpoint::default() };
+        let up = Upstream { openai: Some(endpoint), ..Upstream::default() };
+        let gw = Gateway::start(GatewayConfig::new(&up, vec![("openai", Secret::new(KEY))]).unwrap(), 0).await.unwrap();
+        let door = gw.open_door(spec("t1"));
+        let (status, _) = post(&door, "chat/completions", chat("slow", false)).await;
+        assert_eq!(status, 502);
+        let c = door.next_call().await;
+        assert!(matches!(c.refused, Some(Refusal::Upstream { .. })), "{c:?}");
+        assert_eq!(c.retries, 0, "not retried: {c:?}");
+    }
+
     #[tokio::test]
     async fn debug_output_shows_neither_the_key_nor_a_token() {
         let mock = MockLlm::start(Duration::ZERO);

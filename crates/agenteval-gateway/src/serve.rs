@@ -682,9 +682,11 @@ fn unreachable(record: Record, provider: &crate::Provider, wire: Wire, e: &reqwe
     let host = provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
     let why = format!("cannot reach the provider at {host}: {reason}");
     let mut call = record.call(502, &Heard::default(), 0);
-    // For an agent the gateway retries for, an outage is the infrastructure's; else the agent
-    // meets it as any client would (the `llm` agent's own client retries and says so).
-    call.refused = Some(match record.session.retry {
+    // For an agent the gateway retries for, a provider it cannot connect to is the
+    // infrastructure's. A call that timed out is not: an agent could ask for an answer too long
+    // to come in time and turn its own failure into an uncounted task. Otherwise the agent meets
+    // it as any client would (the `llm` agent's own client retries and says so).
+    call.refused = Some(match record.session.retry && e.is_connect() {
         true => Refusal::Unavailable { reason: why.clone() },
         false => Refusal::Upstream { reason: why.clone() },
     });
