@@ -246,6 +246,9 @@ pub struct ResultLine {
     /// through the gateway): left out of cost comparisons, never counted as $0.
     #[serde(default)]
     pub cost_unknown: bool,
+    /// Files the tamper audit named (`TaskResult::tampered`).
+    #[serde(default)]
+    pub tampered: u64,
 }
 
 impl From<&crate::model::TaskResult> for ResultLine {
@@ -268,6 +271,7 @@ impl From<&crate::model::TaskResult> for ResultLine {
             steps: r.agent.steps,
             changed_outside: r.changed_outside,
             cost_unknown: r.agent.cost_unknown,
+            tampered: r.tampered.len() as u64,
         }
     }
 }
@@ -290,6 +294,8 @@ struct ResultLineOut<'a> {
     changed_outside: u64,
     #[serde(skip_serializing_if = "crate::cost::is_false")]
     cost_unknown: bool,
+    #[serde(skip_serializing_if = "crate::cost::is_zero")]
+    tampered: u64,
 }
 
 impl Serialize for ResultLine {
@@ -306,6 +312,7 @@ impl Serialize for ResultLine {
             steps: self.steps,
             changed_outside: self.changed_outside,
             cost_unknown: self.cost_unknown,
+            tampered: self.tampered,
         }
         .serialize(s)
     }

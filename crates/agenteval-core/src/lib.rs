@@ -15,6 +15,7 @@ pub mod lines;
 pub mod location;
 pub mod model;
 pub mod secret;
+pub mod tamper;
 pub mod taskpack;
 pub mod traits;
 

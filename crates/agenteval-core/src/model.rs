@@ -642,6 +642,15 @@ impl EvaluatorScore {
     }
 }
 
+/// A task's verdict graded again with the files the tamper audit named taken out of its patch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WithoutTampering {
+    pub passed: bool,
+    pub reason: String,
+    /// The files taken out, relative to the working folder.
+    pub removed: Vec<String>,
+}
+
 /// `tasks/<task_id>/result.json`: everything about one finished task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskResult {
@@ -673,6 +682,15 @@ pub struct TaskResult {
     /// passes the test command did not make): shown and counted apart; the verdict stands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub suspect: Vec<String>,
+    /// The tamper audit: files the agent changed that its grading reads (a `conftest.py`, a
+    /// module the tests import, a reward file), each with why. The verdict stands; this says
+    /// why not to believe it. Counted in the summary (`tampered`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tampered: Vec<crate::tamper::Tampered>,
+    /// With SWE-bench's `grade_without_tampering`: the verdict of the patch with the hunks the
+    /// audit named taken out, beside the official one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub without_tampering: Option<WithoutTampering>,
     /// Its verifier's rewards by name (`{"reward": 1.0}`; a Harbor task's named rewards each).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rewards: Option<BTreeMap<String, f64>>,
@@ -1327,6 +1345,13 @@ pub struct RunSummary {
     /// SWE-bench's test machinery); their verdicts stand, counted in `passed`/`failed`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspect: u64,
+    /// Tasks whose agent changed files their grading reads (`TaskResult::tampered`); their
+    /// verdicts stand, counted in `passed`/`failed`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tampered: u64,
+    /// Passed tasks among `tampered`: passes the audit says not to believe.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub passed_tampered: u64,
     /// The mean reward as Harbor computes it, over the tasks that have rewards (`unscored` ones
     /// left out): one `mean` for a single reward, else one per reward name (a task missing a
     /// name counting 0 for it).

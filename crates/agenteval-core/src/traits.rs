@@ -630,6 +630,10 @@ pub struct TaskEnvironment {
 pub struct Findings {
     pub files: Vec<(String, Vec<u8>)>,
     pub suspect: Vec<String>,
+    /// The tamper audit's findings: files the agent changed that the grading reads.
+    pub tampered: Vec<crate::tamper::Tampered>,
+    /// The verdict without the tampering (SWE-bench's `grade_without_tampering`).
+    pub without_tampering: Option<crate::model::WithoutTampering>,
     /// A verifier's rewards by name, as Harbor records them (`{"reward": 1.0}` for a number).
     pub rewards: Option<BTreeMap<String, f64>>,
     /// Graded by Harbor's rules and no reward came: left out of the mean reward.

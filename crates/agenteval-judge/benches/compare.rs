@@ -31,6 +31,7 @@ fn run(tasks: usize, worse: bool) -> RunResults {
                 steps: 3 + (i % 4) as u32,
                 changed_outside: 0,
                 cost_unknown: false,
+                tampered: 0,
             }
         })
         .collect();

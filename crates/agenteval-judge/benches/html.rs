@@ -33,6 +33,7 @@ fn main() {
             steps: 6,
             changed_outside: 0,
             cost_unknown: false,
+            tampered: 0,
         })
         .collect();
     let ids: Vec<String> = (0..TASKS).map(|i| format!("task-{i:04}")).collect();

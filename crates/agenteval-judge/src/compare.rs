@@ -48,6 +48,8 @@ pub const METRICS: &[(&str, Better)] = &[
     ("steps", Better::Lower),
     // Passes whose tests trusted files the agent changed outside its folder (`verify_in: same`).
     ("passed_with_changes", Better::Lower),
+    // Tasks whose agent changed files their grading reads (the tamper audit), as a share.
+    ("tampered", Better::Lower),
 ];
 
 /// Which way is better for a metric name, `score:<id>` included; `None` for an unknown name.
@@ -248,6 +250,7 @@ impl<'a> Folds<'a> {
             "wall_seconds" | "wall_seconds_p50" => sum(&|l| l.wall_seconds),
             "steps" => sum(&|l| f64::from(l.steps)),
             "passed_with_changes" => sum(&|l| f64::from(u8::from(l.passed && l.changed_outside > 0))),
+            "tampered" => sum(&|l| f64::from(u8::from(l.tampered > 0))),
             m => {
                 let id = m.strip_prefix("score:")?;
                 let (found, total) = self
@@ -269,10 +272,18 @@ impl<'a> Folds<'a> {
     }
 }
 
+/// `run_metric`'s name for how many tasks the tamper audit flagged (the `max_tampered` gate).
+pub const TAMPERED_TASKS: &str = "tampered_tasks";
+
 /// A metric of one run alone (gates judged without a baseline), computed the way a comparison
 /// computes each side: repetitions folded per task, infrastructure failures left out.
 pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
     let f = Folds::new(lines);
+    // A count, not a mean: the tasks with any repetition the tamper audit flagged.
+    if metric == TAMPERED_TASKS {
+        let flagged = (0..f.len()).filter(|&g| f.reps(g).any(|(_, l)| l.tampered > 0)).count();
+        return Some(flagged as f64);
+    }
     let values: Vec<f64> = (0..f.len()).filter(|&g| !f.infra(g)).map(|g| f.value(g, metric)).collect::<Option<_>>()?;
     if values.is_empty() {
         return None;
@@ -507,6 +518,7 @@ pub(crate) mod tests {
                 steps: 3,
                 changed_outside: 0,
                 cost_unknown: false,
+                tampered: 0,
             })
             .collect();
         let fingerprints: Vec<String> =

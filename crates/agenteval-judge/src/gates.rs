@@ -8,6 +8,7 @@
 //! max_task_regressions: 2
 //! regressions: {max: 0}            # metrics worse beyond noise (whole interval on the bad side)
 //! max_changed_share: 0.1           # above it, no verdict: the runs asked different questions
+//! max_tampered: 0                  # tasks whose agent changed files their grading reads
 //! metrics:
 //!   pass_rate: {min: 0.6, max_drop: 0.05}
 //!   cost_per_task: {max_drop_pct: 20}
@@ -52,11 +53,20 @@ pub struct Gates {
     /// Largest share (0..=1) of the tasks on both sides whose content changed for which a
     /// verdict is still given; above it the gates refuse to judge.
     pub max_changed_share: f64,
+    /// Most tasks of the candidate the tamper audit may flag (`max_tampered: 0`: none).
+    pub max_tampered: Option<u64>,
     pub metrics: BTreeMap<String, MetricGate>,
 }
 
-const TOP: &[&str] =
-    &["on_missing_baseline", "min_tasks", "max_task_regressions", "regressions", "max_changed_share", "metrics"];
+const TOP: &[&str] = &[
+    "on_missing_baseline",
+    "min_tasks",
+    "max_task_regressions",
+    "regressions",
+    "max_changed_share",
+    "max_tampered",
+    "metrics",
+];
 
 /// `max_changed_share` when a gates file does not say.
 pub const DEFAULT_MAX_CHANGED_SHARE: f64 = 0.1;
@@ -90,6 +100,7 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
         max_task_regressions: None,
         max_regressions: None,
         max_changed_share: DEFAULT_MAX_CHANGED_SHARE,
+        max_tampered: None,
         metrics: BTreeMap::new(),
     };
     let Value::Object(top) = &doc.value else {
@@ -114,6 +125,10 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
             },
             "max_task_regressions" => match count(v) {
                 Ok(n) => gates.max_task_regressions = Some(n),
+                Err(m) => problem(at, m),
+            },
+            "max_tampered" => match count(v) {
+                Ok(n) => gates.max_tampered = Some(n),
                 Err(m) => problem(at, m),
             },
             "max_changed_share" => match v.as_f64() {
@@ -330,6 +345,18 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             n <= max,
             format!("{} regressed", crate::tasks(n as usize)),
         );
+    }
+    // The candidate's own audit, with or without a baseline: a tampered pass is no evidence.
+    if let Some(max) = gates.max_tampered {
+        let n = standalone(crate::compare::TAMPERED_TASKS).unwrap_or(0.0) as u64;
+        let detail = match n {
+            0 => "no task's agent changed a file its grading reads".to_string(),
+            n => format!(
+                "{} whose agent changed files their grading reads (`show RUN TASK` names them)",
+                crate::tasks(n as usize)
+            ),
+        };
+        push("max_tampered".into(), max as f64, Some(n as f64), n <= max, detail);
     }
     if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {
         let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();

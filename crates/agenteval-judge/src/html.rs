@@ -372,6 +372,8 @@ card("passed", String(passed), "pass");
 if (S && S.passed_with_changes) card("passed with changes", String(S.passed_with_changes), "fail");
 // Verdicts from a test log that claims passes the tests did not make: shown, never hidden.
 if (S && S.suspect) card("suspect", String(S.suspect), "fail");
+// Tasks whose agent changed files their grading reads (the tamper audit): shown, never hidden.
+if (S && S.tampered) card("tampered", String(S.tampered) + (S.passed_tampered ? " (" + S.passed_tampered + " passed)" : ""), "fail");
 // Which model the run measured: each the agents called, with its calls.
 if (S && S.models && Object.keys(S.models).length) card("models", Object.entries(S.models).map(([m, n]) => m + " (" + n + ")").join(", "));
 for (const o of ["failed", "errored", "infra"]) card(o, String(count(o)), count(o) ? "fail" : "");

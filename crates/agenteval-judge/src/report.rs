@@ -370,6 +370,7 @@ mod tests {
                     steps: 2,
                     changed_outside: 0,
                     cost_unknown: false,
+                    tampered: 0,
                 }
             })
             .collect();

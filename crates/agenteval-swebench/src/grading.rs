@@ -4,6 +4,7 @@
 //! harness's rules (truncated ids, skipped tests, `fail_only` repositories), and the report
 //! fields it writes. Beside the verdict, and never changing it: what makes the log suspect.
 
+use agenteval_core::tamper::{self, Changes, GradingReads, Tampered};
 use std::sync::LazyLock;
 
 use regex::Regex;
@@ -233,11 +234,6 @@ pub fn report(
     r
 }
 
-/// What makes a test log untrustworthy beside its verdict: output that claims passes the test
-/// command did not make (it exited before its runner's summary, the log names more passes than
-/// the runner counted, or the same test twice with different outcomes). A non-zero exit with
-/// no failure logged the harness itself refuses (see [`logs_eval`]). Each one
-/// line; empty when nothing is suspect. The official verdict stands either way.
 /// The files a patch changes (`diff --git a/X b/Y`: `Y`, or `X` for a deletion).
 fn patched_files(patch: &str) -> Vec<String> {
     let mut out: Vec<String> = patch
@@ -252,51 +248,26 @@ fn patched_files(patch: &str) -> Vec<String> {
     out
 }
 
-/// Why a patch's verdict is not evidence alone: it changes what runs or judges the tests rather
-/// than the code they test (a `conftest.py` that marks every test passed, pytest's
-/// configuration, `sitecustomize`, a `.pth` file, or the instance's own test files, those the
-/// diffs in `tests_from` change: its test patch, or the eval script that applies it). Each names
-/// the file; the official verdict stands.
-pub fn machinery_touched(patch: &str, tests_from: &str) -> Vec<String> {
-    let tests = patched_files(tests_from);
-    let mut out = Vec::new();
-    for f in patched_files(patch) {
-        let name = f.rsplit('/').next().unwrap_or(&f);
-        let why = if name == "conftest.py" {
-            Some("a conftest.py, which pytest loads before the tests")
-        } else if name == "pytest.ini"
-            || (matches!(name, "setup.cfg" | "tox.ini" | "pyproject.toml") && touches_pytest(patch, &f))
-        {
-            Some("pytest's configuration")
-        } else if matches!(name, "sitecustomize.py" | "usercustomize.py") {
-            Some("a module Python runs at every start")
-        } else if name.ends_with(".pth") {
-            Some("a .pth file, which Python runs at every start")
-        } else if tests.contains(&f) {
-            Some("a test file of the instance's own tests")
-        } else {
-            None
-        };
-        if let Some(why) = why {
-            out.push(format!("the patch changes {f} ({why})"));
-        }
-    }
-    out
+/// The tamper audit of a prediction (`agenteval_core::tamper`'s rules): the files of `patch`
+/// that change what runs or judges the tests rather than the code they test (a `conftest.py`
+/// that marks every test passed, pytest's configuration, `sitecustomize`, a `.pth` file, or the
+/// instance's own test files, those the diffs in `tests_from` change: its test patch, or the
+/// eval script that applies it), absolute under `workdir`. The official verdict stands.
+pub fn machinery_touched(patch: &str, tests_from: &str, workdir: &str) -> Vec<Tampered> {
+    let w = workdir.trim_end_matches('/');
+    let reads = GradingReads {
+        workdir: w.to_string(),
+        test_files: patched_files(tests_from).into_iter().map(|f| format!("{w}/{f}")).collect(),
+        ..GradingReads::default()
+    };
+    tamper::audit(&reads, &Changes { patch: Some(patch), ..Changes::default() })
 }
 
-/// Whether the patch's hunks for `file` mention pytest.
-fn touches_pytest(patch: &str, file: &str) -> bool {
-    let mut inside = false;
-    for l in patch.lines() {
-        if let Some(rest) = l.strip_prefix("diff --git ") {
-            inside = rest.ends_with(&format!("b/{file}"));
-        } else if inside && (l.starts_with('+') || l.starts_with('-')) && l.contains("pytest") {
-            return true;
-        }
-    }
-    false
-}
-
+/// What makes a test log untrustworthy beside its verdict: output that claims passes the test
+/// command did not make (it exited before its runner's summary, the log names more passes than
+/// the runner counted, or the same test twice with different outcomes). A non-zero exit with
+/// no failure logged the harness itself refuses (see [`logs_eval`]). Each one
+/// line; empty when nothing is suspect. The official verdict stands either way.
 pub fn suspects(parser: parsers::Parser, log: &str) -> Vec<String> {
     let mut out = Vec::new();
     if !(log.contains(START_TEST_OUTPUT) && log.contains(END_TEST_OUTPUT)) {
@@ -387,15 +358,16 @@ mod tests {
         let cfg =
             "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1 +1,2 @@\n+[tool:pytest]\n";
         let meta = "diff --git a/setup.cfg b/setup.cfg\n--- a/setup.cfg\n+++ b/setup.cfg\n@@ -1 +1 @@\n-version = 1\n+version = 2\n";
-        assert!(machinery_touched(code, tests).is_empty(), "a fix of the code is none of it");
-        let found = machinery_touched(&format!("{code}{conftest}"), tests);
+        let touched = |p: &str, t: &str| machinery_touched(p, t, "/testbed/");
+        assert!(touched(code, tests).is_empty(), "a fix of the code is none of it");
+        let found = touched(&format!("{code}{conftest}"), tests);
         assert_eq!(found.len(), 1);
-        assert!(found[0].contains("conftest.py"), "{found:?}");
-        assert!(machinery_touched(tests, tests)[0].contains("tests/test_calc.py"));
-        assert!(machinery_touched(cfg, "")[0].contains("pytest's configuration"));
-        assert!(machinery_touched(meta, "").is_empty(), "setup.cfg without pytest is the package's");
+        assert_eq!(found[0].path, "/testbed/conftest.py", "{found:?}");
+        assert!(touched(tests, tests)[0].why.contains("test file"));
+        assert!(touched(cfg, "")[0].why.contains("pytest's configuration"));
+        assert!(touched(meta, "").is_empty(), "setup.cfg without pytest is the package's");
         let pth = "diff --git a/site/x.pth b/site/x.pth\n";
-        assert!(machinery_touched(pth, "")[0].contains(".pth"));
+        assert!(touched(pth, "")[0].why.contains(".pth"));
     }
 
     fn v(xs: &[&str]) -> Vec<String> {

@@ -92,6 +92,8 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         changed_outside: 0,
         setup_seconds: None,
         suspect: vec![],
+        tampered: vec![],
+        without_tampering: None,
         rewards: None,
         unscored: false,
         models: Default::default(),

@@ -450,6 +450,8 @@ struct TaskSection<'a> {
     scores: Vec<ScoreRow>,
     /// Why the grader doubted its verdict.
     suspect: &'a [String],
+    /// The tamper audit's findings, each a file and why the grading reads it.
+    tampered: Vec<String>,
     /// A task told in steps: each step run, in a line.
     steps: Vec<String>,
     log: &'a str,
@@ -514,6 +516,7 @@ fn task_section(
         values,
         scores,
         suspect: &result.suspect,
+        tampered: result.tampered.iter().map(ToString::to_string).collect(),
         steps: result
             .steps
             .iter()

@@ -59,6 +59,8 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            tampered: vec![],
+            without_tampering: None,
             rewards: None,
             unscored: false,
             models: Default::default(),

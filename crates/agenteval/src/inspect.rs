@@ -104,6 +104,9 @@ pub async fn runs_show(
             if let Some(l) = output::suspect_line(s) {
                 say!("{l}");
             }
+            if let Some(l) = output::tampered_line(s) {
+                say!("{l}");
+            }
             if let Some(l) = output::reward_line(s) {
                 say!("{l}");
             }
@@ -350,6 +353,14 @@ fn say_result(r: &TaskResult, full: bool) {
     }
     for doubt in &r.suspect {
         say!("suspect  {doubt} (the verdict stands)");
+    }
+    for t in &r.tampered {
+        say!("{}", output::wrapped("tampered ", &format!("{t}; the verdict stands"), WIDTH));
+    }
+    if let Some(w) = &r.without_tampering {
+        let verdict = if w.passed { "passes" } else { "does not pass" };
+        let line = format!("{} taken out, the patch {verdict}: {}", w.removed.join(", "), w.reason);
+        say!("{}", output::wrapped("without  ", &line, WIDTH));
     }
     for st in &r.steps {
         let word = if st.passed { "passed" } else { "not passed" };

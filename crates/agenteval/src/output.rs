@@ -472,6 +472,20 @@ pub fn suspect_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// Tasks whose agent changed files their grading reads (the tamper audit).
+pub fn tampered_line(s: &RunSummary) -> Option<String> {
+    (s.tampered > 0).then(|| {
+        wrapped(
+            "tampered   ",
+            &format!(
+                "{} task(s) whose agent changed files their grading reads, {} of them passed (verdicts stand; `show RUN TASK` names the files)",
+                s.tampered, s.passed_tampered
+            ),
+            80,
+        )
+    })
+}
+
 /// A run's report for a terminal, within 80 columns: what ran, the summary table, pass rates by
 /// tag, pass@k with repetitions, and why each task that did not pass did not.
 pub fn report_text(
@@ -510,6 +524,7 @@ pub fn report_text(
     out.extend(wait_line(s));
     out.extend(changes_line(s));
     out.extend(suspect_line(s));
+    out.extend(tampered_line(s));
     out.extend(reward_line(s));
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));

@@ -162,6 +162,9 @@ pub(crate) fn print_outcome_of(
         if let Some(l) = output::suspect_line(&o.summary) {
             say!("{l}");
         }
+        if let Some(l) = output::tampered_line(&o.summary) {
+            say!("{l}");
+        }
         if let Some(l) = output::reward_line(&o.summary) {
             say!("{l}");
         }

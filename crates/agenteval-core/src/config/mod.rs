@@ -499,6 +499,11 @@ pub enum BenchmarkConfig {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[schemars(range(min = 1024, max = MAX_DATA_FILE_BYTES))]
         max_file_bytes: Option<u64>,
+        /// When the tamper audit flags a patch (it changes the instance's test files or adds test
+        /// configuration), grade it a second time with those files' hunks taken out, so both
+        /// verdicts are on record (`without_tampering` in the result). The official verdict stands.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        grade_without_tampering: bool,
         #[serde(default)]
         filter: TaskFilter,
     },

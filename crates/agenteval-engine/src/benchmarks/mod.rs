@@ -49,14 +49,15 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
             // A config loaded without the load-time checks (`at_load`) has no dataset folder yet.
             Arc::new(harbor::HarborBenchmark::new(path.clone().unwrap_or_default()).with_rules(*grading))
         }
-        BenchmarkConfig::Swebench { dataset, hints, timeout_seconds, max_file_bytes, .. } => {
-            Arc::new(swebench::SwebenchBenchmark {
-                dataset: dataset.clone(),
-                hints: *hints,
-                timeout_secs: timeout_seconds.unwrap_or(agenteval_swebench::grading::DEFAULT_TIMEOUT_SECS),
-                max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
-            })
-        }
+        BenchmarkConfig::Swebench {
+            dataset, hints, timeout_seconds, max_file_bytes, grade_without_tampering, ..
+        } => Arc::new(swebench::SwebenchBenchmark {
+            dataset: dataset.clone(),
+            hints: *hints,
+            timeout_secs: timeout_seconds.unwrap_or(agenteval_swebench::grading::DEFAULT_TIMEOUT_SECS),
+            max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
+            without_tampering: *grade_without_tampering,
+        }),
         BenchmarkConfig::Command {
             command,
             workdir,

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use agenteval_core::config::TaskFilter;
 use agenteval_core::environment::{EnvSpec, ExecRequest};
-use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent};
+use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent, WithoutTampering};
+use agenteval_core::tamper::Tampered;
 use agenteval_core::traits::{BenchmarkAdapter, EnvSession, TaskEnvironment};
 use agenteval_core::{Error, Result, TaskId};
 use agenteval_swebench::grading::{self, EvalType, InstanceReport};
@@ -32,6 +33,8 @@ pub struct SwebenchBenchmark {
     pub hints: bool,
     pub timeout_secs: f64,
     pub max_file_bytes: u64,
+    /// `grade_without_tampering`: a flagged patch graded again without the flagged files.
+    pub without_tampering: bool,
 }
 
 /// What grading an instance needs, kept in its task (`metadata.swebench`); never the agent's to
@@ -42,6 +45,9 @@ pub struct SwebenchTask {
     #[serde(flatten)]
     pub row: Instance,
     pub timeout_secs: f64,
+    /// Grade a patch the tamper audit flags a second time without the flagged files.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub without_tampering: bool,
 }
 
 impl SwebenchTask {
@@ -69,7 +75,11 @@ impl SwebenchBenchmark {
         if self.hints && !i.hints_text.trim().is_empty() {
             instruction.push_str(&format!("\n\nHints:\n{}", i.hints_text));
         }
-        let meta = SwebenchTask { row: Instance { patch: None, ..i.clone() }, timeout_secs: self.timeout_secs };
+        let meta = SwebenchTask {
+            row: Instance { patch: None, ..i.clone() },
+            timeout_secs: self.timeout_secs,
+            without_tampering: self.without_tampering,
+        };
         // What grades it, wherever the file sits: the question and everything its grade reads.
         let content = {
             use sha2::{Digest as _, Sha256};
@@ -149,6 +159,8 @@ impl BenchmarkAdapter for SwebenchBenchmark {
         let graded = grade(&t, result, env).await;
         let mut findings = env.findings.lock().expect("not poisoned");
         findings.suspect.extend(graded.suspect);
+        findings.tampered.extend(graded.tampered);
+        findings.without_tampering = graded.without_tampering;
         findings.files.extend(graded.files);
         graded.score
     }
@@ -159,6 +171,14 @@ struct Graded {
     score: EvaluatorScore,
     files: Vec<(String, Vec<u8>)>,
     suspect: Vec<String>,
+    tampered: Vec<Tampered>,
+    without_tampering: Option<WithoutTampering>,
+}
+
+impl Graded {
+    fn new(score: EvaluatorScore, files: Vec<(String, Vec<u8>)>, tampered: &[Tampered]) -> Graded {
+        Graded { score, files, suspect: vec![], tampered: tampered.to_vec(), without_tampering: None }
+    }
 }
 
 fn score(passed: bool, reason: String) -> EvaluatorScore {
@@ -206,10 +226,8 @@ async fn patch_of(
 // failure the grade it gives there; split, the order would be spread over five functions.
 async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) -> Graded {
     let mut files = Vec::new();
-    let errored = |why: String, files: Vec<(String, Vec<u8>)>| Graded {
-        score: EvaluatorScore::errored("benchmark", "swebench", why),
-        files,
-        suspect: vec![],
+    let errored = |why: String, files: Vec<(String, Vec<u8>)>, tampered: &[Tampered]| {
+        Graded::new(EvaluatorScore::errored("benchmark", "swebench", why), files, tampered)
     };
     let (Some(parser), Some(eval_type)) = (parsers::parser(&t.row.log_parser), EvalType::parse(&t.row.eval_type))
     else {
@@ -222,6 +240,7 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
                 parsers::KNOWN.join(", ")
             ),
             files,
+            &[],
         );
     };
     let mut report = InstanceReport::default();
@@ -236,7 +255,7 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
         Ok(p) => p,
         Err(why) => {
             keep_report(&report, &mut files, Some(&why));
-            return Graded { score: score(false, format!("not resolved: no patch: {why}")), files, suspect: vec![] };
+            return Graded::new(score(false, format!("not resolved: no patch: {why}")), files, &[]);
         }
     };
     let model = result.final_answer.as_ref().and_then(|a| a.get("model_name_or_path")).and_then(Value::as_str);
@@ -253,44 +272,82 @@ async fn grade(t: &SwebenchTask, result: &AgentResult, env: &TaskEnvironment) ->
             } else {
                 "an empty patch"
             };
-            return Graded {
-                score: score(false, format!("not resolved: {none} (not graded)")),
-                files,
-                suspect: vec![],
-            };
+            return Graded::new(score(false, format!("not resolved: {none} (not graded)")), files, &[]);
         }
     };
     report.patch_exists = true;
+    // The row's eval script carries the instance's test patch: its files are the tests'.
+    let tampered = grading::machinery_touched(&patch, &t.row.eval_script, TESTBED);
     let Some(fresh) = &env.fresh else {
-        return errored("no fresh environment to grade in (the task has none)".into(), files);
+        return errored("no fresh environment to grade in (the task has none)".into(), files, &tampered);
     };
     let session = match fresh.make().await {
         Ok(s) => s,
-        Err(e) => return errored(format!("could not make a fresh container of {}: {e}", t.row.image), files),
+        Err(e) => {
+            return errored(format!("could not make a fresh container of {}: {e}", t.row.image), files, &tampered);
+        }
     };
     let ran = apply_and_eval(t, &session, &patch).await;
     fresh.discard(&session).await;
     let ran = match ran {
         Ok(x) => x,
-        Err(e) => return errored(e, files),
+        Err(e) => return errored(e, files, &tampered),
     };
     files.push(("swebench/test_output.txt".into(), ran.log.clone().into_bytes()));
     if let Err(why) = ran.applied {
         keep_report(&report, &mut files, Some(&why));
-        return Graded { score: score(false, format!("not resolved: {why}")), files, suspect: vec![] };
+        return Graded::new(score(false, format!("not resolved: {why}")), files, &tampered);
     }
     let log = ran.log;
     if ran.timed_out {
         let why = format!("the eval script ran past {} s (the harness's timeout)", t.timeout_secs);
         keep_report(&report, &mut files, Some(&why));
-        return Graded { score: score(false, format!("not resolved: {why}")), files, suspect: vec![] };
+        return Graded::new(score(false, format!("not resolved: {why}")), files, &tampered);
     }
     report = grading::report(parser, &log, &t.row.fail_to_pass, &t.row.pass_to_pass, eval_type);
     keep_report(&report, &mut files, None);
-    let mut suspect = grading::suspects(parser, &log);
-    // The row's eval script carries the instance's test patch: its files are the tests'.
-    suspect.extend(grading::machinery_touched(&patch, &t.row.eval_script));
-    Graded { score: score(report.resolved, reason(&report)), files, suspect }
+    let suspect = grading::suspects(parser, &log);
+    let without_tampering = match t.without_tampering && !tampered.is_empty() {
+        true => Some(graded_without(t, fresh.as_ref(), &patch, &tampered, parser, eval_type).await),
+        false => None,
+    };
+    Graded { score: score(report.resolved, reason(&report)), files, suspect, tampered, without_tampering }
+}
+
+/// The patch graded again in another fresh container with the files the audit named taken out:
+/// the verdict the code alone earns. An environment's failure is said as its reason.
+async fn graded_without(
+    t: &SwebenchTask,
+    fresh: &dyn agenteval_core::traits::FreshEnvironment,
+    patch: &str,
+    tampered: &[Tampered],
+    parser: parsers::Parser,
+    eval_type: EvalType,
+) -> WithoutTampering {
+    let prefix = format!("{TESTBED}/");
+    let removed: std::collections::BTreeSet<String> =
+        tampered.iter().filter_map(|x| x.path.strip_prefix(&prefix)).map(String::from).collect();
+    let stripped = agenteval_core::tamper::without_files(patch, &removed);
+    let removed: Vec<String> = removed.into_iter().collect();
+    let not = |reason: String| WithoutTampering { passed: false, reason, removed: removed.clone() };
+    if stripped.trim().is_empty() {
+        return not("not resolved: nothing of the patch is left".into());
+    }
+    let session = match fresh.make().await {
+        Ok(s) => s,
+        Err(e) => return not(format!("not graded: could not make a fresh container of {}: {e}", t.row.image)),
+    };
+    let ran = apply_and_eval(t, &session, &stripped).await;
+    fresh.discard(&session).await;
+    match ran {
+        Err(e) => not(format!("not graded: {e}")),
+        Ok(r) if r.applied.is_err() => not(format!("not resolved: {}", r.applied.err().unwrap_or_default())),
+        Ok(r) if r.timed_out => not("not resolved: the eval script ran past its timeout".into()),
+        Ok(r) => {
+            let report = grading::report(parser, &r.log, &t.row.fail_to_pass, &t.row.pass_to_pass, eval_type);
+            WithoutTampering { passed: report.resolved, reason: reason(&report), removed }
+        }
+    }
 }
 
 /// What the fresh container said: whether the patch applied (or why not), the test log (the

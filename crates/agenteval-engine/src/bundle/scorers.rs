@@ -14,6 +14,8 @@ pub struct PassRate {
     terminated_by: BTreeMap<String, u64>,
     passed_with_changes: u64,
     suspect: u64,
+    tampered: u64,
+    passed_tampered: u64,
     unscored: u64,
     harbor_would_skip: u64,
     /// Tasks with rewards, and each reward name's sum over them (Harbor's mean, kept as sums).
@@ -27,6 +29,8 @@ impl Scorer for PassRate {
         self.finished += 1;
         self.passed_with_changes += u64::from(r.passed && r.changed_outside > 0);
         self.suspect += u64::from(!r.suspect.is_empty());
+        self.tampered += u64::from(!r.tampered.is_empty());
+        self.passed_tampered += u64::from(r.passed && !r.tampered.is_empty());
         self.unscored += u64::from(r.unscored);
         self.harbor_would_skip += u64::from(r.harbor_would_skip.is_some());
         for (m, n) in &r.models {
@@ -53,6 +57,8 @@ impl Scorer for PassRate {
         s.terminated_by = self.terminated_by.clone();
         s.passed_with_changes = self.passed_with_changes;
         s.suspect = self.suspect;
+        s.tampered = self.tampered;
+        s.passed_tampered = self.passed_tampered;
         s.unscored = self.unscored;
         s.harbor_would_skip = self.harbor_would_skip;
         s.mean_reward = harbor_mean(self.rewarded, &self.reward_sums);
@@ -326,6 +332,8 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         cost_unknown_tasks: 0,
         passed_with_changes: 0,
         suspect: 0,
+        tampered: 0,
+        passed_tampered: 0,
         mean_reward: BTreeMap::new(),
         unscored: 0,
         models: Default::default(),
@@ -346,6 +354,8 @@ mod tests {
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            tampered: vec![],
+            without_tampering: None,
             rewards: None,
             unscored: false,
             models: Default::default(),

@@ -174,6 +174,8 @@ pub(super) async fn give_up(
             changed_outside: 0,
             setup_seconds: None,
             suspect: vec![],
+            tampered: vec![],
+            without_tampering: None,
             rewards: None,
             unscored: false,
             models: Default::default(),

@@ -61,6 +61,8 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         changed_outside: 0,
         setup_seconds: None,
         suspect: vec![],
+        tampered: vec![],
+        without_tampering: None,
         rewards: None,
         unscored: false,
         models: Default::default(),

@@ -176,7 +176,24 @@ impl Snapshot {
                 return Err(Error::new(ErrorKind::Io, format!("git diff exited with {status}")));
             }
             let text = (bytes <= max_bytes).then(|| String::from_utf8_lossy(&kept).into_owned());
-            Ok(Patch { text, bytes, sha256: hex::encode(hash.finalize()) })
+            // A patch too big to keep still names its files, for the tamper audit.
+            let names = match &text {
+                Some(t) => agenteval_core::tamper::patched_files(t),
+                None => {
+                    let out = git(d, &tree)
+                        .args(["diff", "--cached", "--name-only", "-z", "--no-renames", "HEAD"])
+                        .stderr(Stdio::null())
+                        .output()
+                        .await
+                        .map_err(|e| Error::io("running the worker's git", e))?;
+                    out.stdout
+                        .split(|b| *b == 0)
+                        .filter(|n| !n.is_empty())
+                        .map(|n| String::from_utf8_lossy(n).into_owned())
+                        .collect()
+                }
+            };
+            Ok(Patch { text, bytes, sha256: hex::encode(hash.finalize()), names })
         }
         .await;
         remove(tree).await;
@@ -190,6 +207,8 @@ pub struct Patch {
     pub text: Option<String>,
     pub bytes: u64,
     pub sha256: String,
+    /// The files it changes, relative to the working folder.
+    pub names: Vec<String>,
 }
 
 /// The working folder's regular files and folders (no links, devices or fifos: the agent's

@@ -13,11 +13,14 @@ pub(super) struct Attempt {
     /// The whole trace as written, when it was small enough to keep (else the pack reads the
     /// staged file).
     pub(super) trace: Option<Vec<u8>>,
+    /// The agent's patch of its working folder as the capture stage took it (unredacted, held
+    /// for the tamper audit, never written).
+    pub(super) patch: Option<String>,
 }
 
 impl Attempt {
     pub(super) fn new(first_line: String) -> Attempt {
-        Attempt { log: vec![first_line], files: Vec::new(), trace: None }
+        Attempt { log: vec![first_line], files: Vec::new(), trace: None, patch: None }
     }
 
     /// Adds a line to its log.

@@ -69,6 +69,11 @@ async fn keep_artifacts(ctx: &Ctx, plan: &Plan, s: &EnvSession, at: &mut Attempt
     if let Some(snapshot) = snapshot {
         match snapshot.patch_digested(s, left).await {
             Ok(patch) => {
+                // The tamper audit reads every file the patch names, kept or not.
+                at.patch = Some(match &patch.text {
+                    Some(t) => t.clone(),
+                    None => patch.names.iter().map(|n| format!("diff --git a/{n} b/{n}\n")).collect(),
+                });
                 // The digest is kept even when the patch is not: `replay` compares final states by it.
                 at.keep("artifacts/patch.sha256", format!("{}\n", patch.sha256).into_bytes());
                 match patch.text {

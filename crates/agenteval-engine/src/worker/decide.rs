@@ -68,6 +68,8 @@ pub(super) fn task_result(
         changed_outside,
         setup_seconds: None,
         suspect: vec![],
+        tampered: vec![],
+        without_tampering: None,
         rewards: None,
         unscored: false,
         models: Default::default(),

@@ -18,6 +18,7 @@ mod sessions;
 mod sink;
 mod start;
 mod steps;
+mod tamper;
 #[cfg(test)]
 mod testing;
 #[cfg(test)]

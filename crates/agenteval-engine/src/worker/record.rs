@@ -61,6 +61,25 @@ fn found(ctx: &Ctx, env: &TaskEnvironment, result: &mut TaskResult, at: &mut Att
         at.say(format!("suspect: {s}"));
     }
     result.suspect = suspect;
+    // Paths are the environment's words: redacted like the rest; each file once.
+    let mut tampered: Vec<agenteval_core::tamper::Tampered> = Vec::new();
+    for t in found.tampered {
+        let t =
+            agenteval_core::tamper::Tampered { path: ctx.redactor.redact(&t.path), why: ctx.redactor.redact(&t.why) };
+        if !tampered.iter().any(|x| x.path == t.path) {
+            tampered.push(t);
+        }
+    }
+    result.tampered = tampered;
+    if let Some(w) = &found.without_tampering {
+        at.say(format!(
+            "without the tampering ({} taken out) the patch {}: {}",
+            w.removed.join(", "),
+            if w.passed { "passes" } else { "does not pass" },
+            w.reason
+        ));
+    }
+    result.without_tampering = found.without_tampering;
     result.rewards = found.rewards;
     result.unscored = found.unscored;
     result.models = found.models;

@@ -9,7 +9,7 @@ use super::act::Act;
 use super::attempt::Attempt;
 use super::ctx::Ctx;
 use super::plan::Plan;
-use super::{capture, grade, verify};
+use super::{capture, grade, tamper, verify};
 
 /// What a turn came to: the agent's result, its scores, and how many files the agent changed
 /// outside its working folder that the tests trusted.
@@ -28,9 +28,11 @@ pub(super) async fn turn(
     env: &TaskEnvironment,
     at: &mut Attempt,
 ) -> Result<Turn> {
+    let since = std::time::SystemTime::now();
     let (mut agent, sink) = act.act(ctx, plan, task, env, at).await?;
     capture::capture(ctx, plan, task, env, &mut agent, &sink.events, at).await?;
     let verified = verify::verify(ctx, plan, task, env, &mut agent, at).await?;
+    tamper::audit(plan, &verified, env, since, at).await;
     let scores = grade::grade_attempt(ctx, plan, &verified, &agent, sink, env, at).await;
     verify::release(ctx, &verified, at).await;
     Ok(Turn { scores: scores?, changed: verified.changed.len() as u64, agent })

@@ -26,6 +26,7 @@ mod matrix;
 mod presets;
 mod protocol;
 mod swebench;
+mod tamper;
 mod telemetry;
 mod tidy;
 mod trust;

@@ -25,7 +25,7 @@ fn predictions_are_graded_as_the_official_harness_grades_them_and_export_in_its_
     let pred_file = write_jsonl(&ws, "preds.jsonl", &pred_rows);
     let cfg = ws.write(
         "swebench.yaml",
-        "name: swebench-preds\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n  timeout_seconds: 300\n\
+        "name: swebench-preds\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n  timeout_seconds: 300\n  grade_without_tampering: true\n\
          agent:\n  kind: predictions\n  path: preds.jsonl\nenvironment:\n  kind: docker\n\
          backend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
     );
@@ -63,15 +63,32 @@ fn predictions_are_graded_as_the_official_harness_grades_them_and_export_in_its_
     let fake = read_json(&bundle.join("tasks/calc-fake-output/result.json"));
     assert!(fake["suspect"][0].as_str().is_some_and(|s| s.contains("exited early")), "{fake}");
     assert!(read_json(&bundle.join("tasks/calc-gold/result.json"))["suspect"].is_null());
-    // A patch to the test machinery is named too: a conftest.py, the instance's own test file.
-    for (id, file) in [("calc-conftest", "conftest.py"), ("calc-edits-tests", "tests/test_calc.py")] {
+    // A patch to the test machinery is named by the tamper audit: a conftest.py, the instance's
+    // own test file; graded again without them (`grade_without_tampering`), nothing is left.
+    for (id, file, why) in [
+        ("calc-conftest", "conftest.py", "pytest loads"),
+        ("calc-edits-tests", "tests/test_calc.py", "test file of the task's own tests"),
+    ] {
         let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
-        assert!(r["suspect"].to_string().contains(&format!("the patch changes {file}")), "{r}");
+        assert_eq!(r["tampered"][0]["path"], format!("/testbed/{file}"), "{r}");
+        assert!(r["tampered"][0]["why"].as_str().unwrap().contains(why), "{r}");
+        assert_eq!(r["without_tampering"]["passed"], false, "{r}");
+        assert_eq!(r["without_tampering"]["removed"], json!([file]), "{r}");
+        assert!(r["suspect"].is_null(), "the audit's finding is not a doubt of the log: {r}");
     }
+    assert!(read_json(&bundle.join("tasks/calc-gold/result.json"))["tampered"].is_null());
     let summary = read_json(&bundle.join("summary.json"));
-    assert_eq!(summary["suspect"], 3, "{summary}");
+    assert_eq!((summary["suspect"].clone(), summary["tampered"].clone()), (json!(1), json!(2)), "{summary}");
+    let shown = ws.run(&["show", &run, "calc-conftest"]);
+    let shown = text(&shown.stdout);
+    assert!(
+        shown.contains("tampered /testbed/conftest.py (a conftest.py")
+            && shown.contains("without  conftest.py taken out"),
+        "{shown}"
+    );
     let runs_show = ws.run(&["runs", "show", &run]);
-    assert!(text(&runs_show.stdout).contains("suspect    3 task(s)"), "{}", text(&runs_show.stdout));
+    let listed = text(&runs_show.stdout);
+    assert!(listed.contains("suspect    1 task(s)") && listed.contains("tampered   2 task(s)"), "{listed}");
     let show = ws.run(&["show", &run, "calc-fake-output"]);
     assert!(text(&show.stdout).contains("suspect  the output claims passes"), "{}", text(&show.stdout));
 
