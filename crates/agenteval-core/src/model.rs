@@ -1329,6 +1329,18 @@ pub struct RunSummary {
     /// With repetitions: tasks (base ids) that both passed and failed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub flaky_tasks: Vec<String>,
+    /// With repetitions: pass^k for every k from 1 to n, the chance that k attempts all pass
+    /// (keys are k), over the tasks with at least k finished repetitions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pass_hat_k: BTreeMap<u32, f64>,
+    /// With repetitions: the mean over tasks of each task's flip rate (the chance two attempts
+    /// of it disagree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flip_rate: Option<f64>,
+    /// With repetitions: each flaky task's flip rate (base ids; tasks that never flipped are
+    /// left out).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub flip_rates: BTreeMap<String, f64>,
     /// Pass rates by task tag (tasks without tags are in no group).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub tags: BTreeMap<String, TagSummary>,

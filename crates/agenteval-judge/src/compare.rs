@@ -86,6 +86,10 @@ pub struct MetricDiff {
     pub regressed: bool,
     /// The whole interval is on the good side.
     pub improved: bool,
+    /// The difference is within the noise the base's own repetitions measured (`Noise`): not
+    /// judged a regression or an improvement, whatever its interval.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub within_noise: bool,
 }
 
 impl MetricDiff {
@@ -154,6 +158,28 @@ pub struct Comparison {
     /// is the `pairwise` metric.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pairwise: Option<PairwiseTally>,
+    /// What the base's own repetitions say of the pass rate's noise, when it ran any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise: Option<Noise>,
+    /// Tasks that passed in the base and fail now, but flipped among the base's own
+    /// repetitions: within the noise, not counted as regressions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flaky_changes: Vec<TaskChange>,
+}
+
+/// The noise of the pass rate as the base's repetitions measured it: how far apart two runs of
+/// the same agent land by chance alone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Noise {
+    /// The most repetitions the base ran of a task.
+    pub base_repetitions: u32,
+    /// The base's mean flip rate over the paired tasks (the chance two attempts of a task disagree).
+    pub flip_rate: f64,
+    /// Half-width of the 95% band around zero that the pass-rate difference of two runs like
+    /// these (the base's repetitions, the candidate's) falls in by chance alone.
+    pub pass_rate_band: f64,
+    /// Paired tasks that flipped among the base's repetitions.
+    pub flaky_tasks: Vec<String>,
 }
 
 /// A pairwise judge's verdicts over the paired tasks, from the candidate's side.
@@ -367,7 +393,19 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     let scores_removed: Vec<String> = base_ids.difference(&cand_ids).map(|s| s.to_string()).collect();
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
-    let metrics = metric_diffs(&names, &paired, &b, &c, opts);
+    let mut metrics = metric_diffs(&names, &paired, &b, &c, opts);
+    let noise = noise_of(&b, &c, &paired);
+    let mut flaky_changes = Vec::new();
+    if let Some(n) = &noise {
+        for m in metrics.iter_mut().filter(|m| m.metric == "pass_rate") {
+            if (m.cand - m.base).abs() <= n.pass_rate_band + 1e-12 {
+                (m.within_noise, m.regressed, m.improved) = (true, false, false);
+            }
+        }
+        let (flaky, kept): (Vec<TaskChange>, Vec<TaskChange>) =
+            regressions.into_iter().partition(|t| n.flaky_tasks.contains(&t.task_id));
+        (flaky_changes, regressions) = (flaky, kept);
+    }
     Ok(Comparison {
         schema_version: COMPARISON_SCHEMA.into(),
         base: side(base, b.len()),
@@ -386,6 +424,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         scores_added,
         scores_removed,
         pairwise: None,
+        noise,
+        flaky_changes,
     })
 }
 
@@ -471,6 +511,7 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
             diff: None,
             regressed: false,
             improved: false,
+            within_noise: false,
         };
     }
     let n = values.len().max(1) as f64;
@@ -490,7 +531,48 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
         diff: Some(diff),
         regressed: bad,
         improved: good,
+        within_noise: false,
     }
+}
+
+/// The pass rate's noise from the base's repetitions, over the paired tasks: each task's
+/// variance of one attempt (`c·(n−c)/(n·(n−1))`, unbiased; a task run once takes the others'
+/// mean), over the base's and the candidate's repetitions of it. `None` when no paired task
+/// ran twice in the base.
+fn noise_of(b: &Folds<'_>, c: &Folds<'_>, paired: &[(usize, usize)]) -> Option<Noise> {
+    let stats = |x: usize| {
+        let n = b.reps(x).count() as u64;
+        let passed = b.reps(x).filter(|(_, l)| l.passed).count() as u64;
+        (n, passed)
+    };
+    let measured: Vec<f64> = paired
+        .iter()
+        .map(|&(x, _)| stats(x))
+        .filter(|(n, _)| *n >= 2)
+        .map(|(n, k)| crate::stats::flip_rate(n, k) / 2.0)
+        .collect();
+    if measured.is_empty() {
+        return None;
+    }
+    let mean_var = measured.iter().sum::<f64>() / measured.len() as f64;
+    let tasks = paired.len() as f64;
+    let mut var = 0.0;
+    let mut flaky = Vec::new();
+    for &(x, y) in paired {
+        let (n, k) = stats(x);
+        let v = if n >= 2 { crate::stats::flip_rate(n, k) / 2.0 } else { mean_var };
+        if k > 0 && k < n {
+            flaky.push(b.id(x).to_string());
+        }
+        var += v * (1.0 / n.max(1) as f64 + 1.0 / c.n(y).max(1.0));
+    }
+    let most = paired.iter().map(|&(x, _)| stats(x).0).max().unwrap_or(0);
+    Some(Noise {
+        base_repetitions: most as u32,
+        flip_rate: measured.iter().map(|v| v * 2.0).sum::<f64>() / measured.len() as f64,
+        pass_rate_band: 1.96 * (var / (tasks * tasks)).sqrt(),
+        flaky_tasks: flaky,
+    })
 }
 
 #[cfg(test)]
@@ -618,6 +700,45 @@ pub(crate) mod tests {
         assert!(c.regressions.is_empty());
         assert_eq!(c.infra_failures.len(), 5);
         assert!(!c.metric("pass_rate").unwrap().regressed);
+    }
+
+    #[test]
+    fn a_difference_within_the_noise_of_the_bases_repetitions_is_not_judged() {
+        // Ten tasks, five repetitions each; two flip (three passes in five).
+        let ids: Vec<String> = (0..10).map(|i| format!("t{i}")).collect();
+        let mut base = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            for r in 0..5 {
+                let rep = if r == 0 { id.clone() } else { format!("{id}@r{r}") };
+                base.push((rep, i >= 2 || r % 2 == 0));
+            }
+        }
+        let as_run = |name: &str, v: &[(String, bool)]| {
+            let outcomes: Vec<(&str, bool, TerminatedBy)> =
+                v.iter().map(|(id, p)| (id.as_str(), *p, if *p { Completed } else { AgentError })).collect();
+            run(name, &outcomes)
+        };
+        // One run in which the flaky two failed: 12 points lower.
+        let cand: Vec<(String, bool)> = ids.iter().enumerate().map(|(i, id)| (id.clone(), i >= 2)).collect();
+        let c = compare(&as_run("b", &base), &as_run("c", &cand), CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        let noise = c.noise.clone().unwrap();
+        assert_eq!((noise.base_repetitions, noise.flaky_tasks.clone()), (5, vec!["t0".to_string(), "t1".to_string()]));
+        assert!((noise.flip_rate - 0.12).abs() < 1e-9, "two tasks of ten at 0.6: {noise:?}");
+        let pr = c.metric("pass_rate").unwrap();
+        assert!(pr.within_noise && !pr.regressed, "{pr:?} within ±{}", noise.pass_rate_band);
+        assert!(c.regressions.is_empty() && c.flaky_changes.len() == 2, "{:?}", c.flaky_changes);
+        // A task that never flipped in the base and fails now is a regression, noise or not.
+        let mut worse = cand.clone();
+        for w in worse.iter_mut().skip(2).take(6) {
+            w.1 = false;
+        }
+        let c = compare(&as_run("b", &base), &as_run("c", &worse), CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        let pr = c.metric("pass_rate").unwrap();
+        assert!(!pr.within_noise && pr.regressed, "{pr:?}");
+        assert_eq!(c.regressions.len(), 6);
+        // A base of one repetition measures no noise.
+        let once: Vec<(String, bool)> = ids.iter().map(|id| (id.clone(), true)).collect();
+        assert!(compare(&as_run("b", &once), &as_run("c", &cand), CompareOptions::default()).unwrap().noise.is_none());
     }
 
     #[test]

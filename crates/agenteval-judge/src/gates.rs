@@ -399,6 +399,19 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 push(gate, limit, None, false, why);
                 continue;
             };
+            // A pass rate that moved less than the base's own repetitions move it is not judged.
+            if d.within_noise
+                && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
+            {
+                let detail = format!(
+                    "{metric} moved {:+.4}, within the noise of the base's {} repetitions (±{:.4}, 95%): not judged; run more repetitions to tell",
+                    d.cand - d.base,
+                    n.base_repetitions,
+                    n.pass_rate_band
+                );
+                push(gate, limit, Some(0.0), true, detail);
+                continue;
+            }
             // How much worse the mean paired difference is (positive is worse).
             let point = match d.better {
                 Better::Higher => d.base - d.cand,

@@ -385,6 +385,9 @@ if (S) {
   card("tokens", String(S.total_tokens));
   card("latency p50 / p95", num(S.latency_p50_seconds, 2) + " / " + num(S.latency_p95_seconds, 2) + " s");
   for (const [k, v] of Object.entries(S.pass_at_k || {})) card("pass@" + k, pct(v));
+  // pass^k: every attempt passed; the flip rate: how often two attempts of a task disagree.
+  for (const [k, v] of Object.entries(S.pass_hat_k || {})) card("pass^" + k, pct(v));
+  if (S.flip_rate != null) card("flip rate", pct(S.flip_rate), S.flip_rate > 0 ? "fail" : "");
 }
 if (D.verdict) card("gates", D.verdict.passed ? "PASS" : "FAIL", D.verdict.passed ? "pass" : "fail");
 

@@ -98,7 +98,9 @@ fn fmt_diff(m: &MetricDiff) -> String {
 }
 
 fn word(m: &MetricDiff) -> &'static str {
-    if m.regressed {
+    if m.within_noise {
+        "noise"
+    } else if m.regressed {
         "WORSE"
     } else if m.improved {
         "better"
@@ -129,6 +131,21 @@ pub fn warnings(c: &Comparison) -> Vec<String> {
         out.push("the runs were graded with different settings (benchmark settings or evaluators): a difference may come from the grading, not the agent".into());
     }
     out
+}
+
+/// What the base's repetitions say of the noise, and whether the pass rate's difference is in it.
+fn noise_line(c: &Comparison, n: &crate::compare::Noise) -> String {
+    let within = c.metric("pass_rate").is_some_and(|m| m.within_noise);
+    let mut line = format!(
+        "noise      flip rate {:.1}% in the base's {} repetitions: ±{:.1} pts is chance",
+        n.flip_rate * 100.0,
+        n.base_repetitions,
+        n.pass_rate_band * 100.0
+    );
+    if within {
+        line.push_str("\n           the pass rate's difference is within it: not judged");
+    }
+    line
 }
 
 /// The comparison (and verdict) as terminal text.
@@ -164,8 +181,16 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     if let Some(p) = &c.pairwise {
         let _ = writeln!(o, "{}", pairwise_line(p));
     }
+    if let Some(n) = &c.noise {
+        let _ = writeln!(o, "{}", noise_line(c, n));
+    }
     let _ = writeln!(o);
     list(&mut o, "regressed (passed -> failed)", c.regressions.iter().map(|t| task_line(&t.task_id, t.ended)));
+    list(
+        &mut o,
+        "flipped, within the noise (flaky in the base's own repetitions)",
+        c.flaky_changes.iter().map(|t| task_line(&t.task_id, t.ended)),
+    );
     list(&mut o, "improved (failed -> passed)", c.improvements.iter().map(|t| t.task_id.clone()));
     list(
         &mut o,
@@ -269,7 +294,9 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
     }
     let _ = writeln!(o, "| metric | base | candidate | difference [95% CI] | |\n|---|---:|---:|---|---|");
     for m in &c.metrics {
-        let mark = if m.regressed {
+        let mark = if m.within_noise {
+            "within the noise"
+        } else if m.regressed {
             "🔻 worse"
         } else if m.improved {
             "🔺 better"
@@ -287,6 +314,9 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
     }
     if let Some(p) = &c.pairwise {
         let _ = writeln!(o, "\n{}", md_escape(&pairwise_line(p)));
+    }
+    if let Some(n) = &c.noise {
+        let _ = writeln!(o, "\n{}", md_escape(&noise_line(c, n)));
     }
     if let Some(v) = verdict {
         o.push('\n');

@@ -127,9 +127,43 @@ pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
     1.0 - ((n - c + 1)..=n).map(|i| 1.0 - k as f64 / i as f64).product::<f64>()
 }
 
+/// pass^k: the chance that k independent attempts all pass, estimated without bias from `n`
+/// attempts of which `c` passed (`C(c, k) / C(n, k)`, τ-bench's). `NaN` when `k` is 0 or more
+/// than `n`.
+pub fn pass_hat_k(n: u64, c: u64, k: u64) -> f64 {
+    if k == 0 || k > n {
+        return f64::NAN;
+    }
+    if c < k {
+        return 0.0;
+    }
+    (0..k).map(|i| (c - i) as f64 / (n - i) as f64).product()
+}
+
+/// A task's flip rate: the chance that two independent attempts disagree, estimated without
+/// bias from `n` attempts of which `c` passed (`2·c·(n−c) / (n·(n−1))`). `NaN` under 2 attempts.
+pub fn flip_rate(n: u64, c: u64) -> f64 {
+    if n < 2 {
+        return f64::NAN;
+    }
+    2.0 * c as f64 * (n - c) as f64 / (n as f64 * (n - 1) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pass_hat_k_and_flip_rate_are_the_unbiased_estimates() {
+        assert_eq!(pass_hat_k(5, 5, 3), 1.0);
+        assert_eq!(pass_hat_k(5, 2, 3), 0.0);
+        assert!((pass_hat_k(5, 3, 2) - 0.3).abs() < 1e-12, "C(3,2)/C(5,2) = 3/10");
+        assert!(pass_hat_k(3, 3, 4).is_nan());
+        assert_eq!(flip_rate(5, 5), 0.0);
+        assert!((flip_rate(5, 3) - 0.6).abs() < 1e-12, "2·3·2/(5·4)");
+        assert!((flip_rate(2, 1) - 1.0).abs() < 1e-12, "one pass and one fail: every pair disagrees");
+        assert!(flip_rate(1, 1).is_nan());
+    }
 
     fn binomial(n: u64, k: u64) -> f64 {
         if k > n {

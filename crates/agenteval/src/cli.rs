@@ -441,6 +441,26 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
+    /// Find the tasks an agent can pass without doing them: the config's benchmark run once per
+    /// exploit of a built-in battery (write the reward, plant test configuration, shadow the
+    /// modules Python loads, edit the tests, print a fake test summary, outlive the verifier,
+    /// exhaust its time, fetch later commits, reuse a reachable solution) and per `.sh` file in
+    /// the config folder's `exploits/`, beside `oracle` and `nop`, on the config's backend.
+    /// Prints per task which exploits pass (hackable), which the tamper audit caught, which
+    /// fail. Exit 1 when any task is hackable (docs/judging.md).
+    Audit {
+        #[command(flatten)]
+        run: RunConfigArgs,
+        /// Only these exploits (comma-separated names).
+        #[arg(long, value_delimiter = ',', value_name = "NAME,...")]
+        exploits: Vec<String>,
+        /// The audit as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also write audit.json, audit.md and audit.html into this folder.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
     /// The packaged price table (USD per million tokens: input, cached input, cache write,
     /// output) and the provider page each price came from; with `--config`, the prices that
     /// config adds and whether each model it calls has one (a model without a price has an

@@ -124,6 +124,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         }
         Command::Gateway { command } => crate::gateway::run(command).await,
         Command::Agents { command: AgentsCommand::List { json } } => Ok(crate::agents::list(json)),
+        Command::Audit { run, exploits, json, out } => {
+            crate::audit::audit(&run, &exploits, json, out.as_deref(), quiet, telemetry).await
+        }
         Command::Prices { config, json } => crate::prices::list(config.as_deref(), json),
         Command::Datasets { command: DatasetsCommand::List { registry, json } } => {
             crate::agents::datasets(registry.as_deref(), json)

@@ -60,6 +60,7 @@ pub async fn runs_show(
         .ok()
         .and_then(|m| m.agent_git);
     let rows = if filter.all { rows(store, index, &run_id, filter).await? } else { vec![] };
+    let flaky = flakiest(index, &located.record).await;
     if json {
         let tasks: Vec<Value> = rows
             .iter()
@@ -71,9 +72,10 @@ pub async fn runs_show(
                 v
             })
             .collect();
+        let flaky_json = flaky.as_ref().map(|f| json!({"runs": f.runs, "tasks": f.tasks.iter().map(|(id, n, c, r)| json!({"task_id": id, "attempts": n, "passed": c, "flip_rate": r})).collect::<Vec<_>>()}));
         say!(
             "{}",
-            json!({"run": record_json(&located.record), "agent_git": agent_git, "tasks_counts": counts, "summary": summary, "tasks": tasks})
+            json!({"run": record_json(&located.record), "agent_git": agent_git, "tasks_counts": counts, "summary": summary, "tasks": tasks, "flakiest": flaky_json})
         );
         return Ok(exit::OK);
     }
@@ -92,28 +94,7 @@ pub async fn runs_show(
     match &summary {
         Some(s) => {
             say!("{}", output::summary_table(s));
-            if let Some(l) = output::wait_line(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::models_line(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::changes_line(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::suspect_line(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::tampered_line(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::reward_line(s) {
-                say!("{l}");
-            }
-            for l in output::tag_lines(s) {
-                say!("{l}");
-            }
-            if let Some(l) = output::pass_at_k_line(s) {
+            for l in summary_lines(s) {
                 say!("{l}");
             }
             if located.record.verdict.is_some()
@@ -134,10 +115,78 @@ pub async fn runs_show(
             counts.infra
         ),
     }
+    if let Some(f) = &flaky {
+        let named: Vec<String> =
+            f.tasks.iter().take(5).map(|(id, n, c, r)| format!("{id} {:.0}% ({c} of {n} passed)", r * 100.0)).collect();
+        let line = format!("over the last {} runs of {}: {}", f.runs, r.name, named.join(", "));
+        say!("{}", output::wrapped("flakiest   ", &line, 80));
+    }
     if filter.all {
         say_rows(&rows, filter.full);
     }
     Ok(exit::OK)
+}
+
+/// The lines under a run's summary table: what the numbers alone do not say.
+fn summary_lines(s: &RunSummary) -> Vec<String> {
+    let mut out: Vec<String> = [
+        output::wait_line(s),
+        output::models_line(s),
+        output::changes_line(s),
+        output::suspect_line(s),
+        output::tampered_line(s),
+        output::reward_line(s),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    out.extend(output::tag_lines(s));
+    out.extend(output::pass_at_k_line(s));
+    out
+}
+
+/// How many runs of a name `runs show` looks back over for its flakiest tasks.
+const FLAKY_RUNS: usize = 10;
+
+/// The tasks that flipped most over the last runs of a name (up to this one), each with its
+/// attempts, passes and flip rate, flakiest first.
+struct Flaky {
+    runs: usize,
+    tasks: Vec<(String, u64, u64, f64)>,
+}
+
+/// The flakiest tasks of `record`'s name over its last [`FLAKY_RUNS`] finished runs up to it
+/// (repetitions counted as attempts); `None` with fewer than two runs or no task that flipped.
+async fn flakiest(index: &dyn RunIndex, record: &agenteval_core::model::RunRecord) -> Option<Flaky> {
+    let recent = index.list_runs(500).await.ok()?;
+    let same: Vec<&agenteval_core::model::RunRecord> = recent
+        .iter()
+        .filter(|r| r.name == record.name && r.benchmark == record.benchmark && r.created_at <= record.created_at)
+        .filter(|r| r.finished_at.is_some())
+        .take(FLAKY_RUNS)
+        .collect();
+    if same.len() < 2 {
+        return None;
+    }
+    let mut tally: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    for r in &same {
+        for t in index.list_tasks(&r.run_id).await.ok()? {
+            let Some(passed) = t.passed.filter(|_| !t.terminated_by.is_some_and(|e| e.says_nothing_about_the_agent()))
+            else {
+                continue;
+            };
+            let (n, c) = tally.entry(t.task_id.base().to_string()).or_default();
+            *n += 1;
+            *c += u64::from(passed);
+        }
+    }
+    let mut tasks: Vec<(String, u64, u64, f64)> = tally
+        .into_iter()
+        .map(|(id, (n, c))| (id, n, c, agenteval_judge::stats::flip_rate(n, c)))
+        .filter(|(_, _, _, r)| *r > 0.0)
+        .collect();
+    tasks.sort_by(|a, b| b.3.total_cmp(&a.3).then(a.0.cmp(&b.0)));
+    (!tasks.is_empty()).then_some(Flaky { runs: same.len(), tasks })
 }
 
 /// The tasks' table: task, outcome, cost and why, within the terminal's width (each reason

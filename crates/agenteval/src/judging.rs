@@ -566,6 +566,7 @@ async fn add_pairwise(
         diff: Some(d),
         regressed: d.hi < 0.0,
         improved: d.lo > 0.0,
+        within_noise: false,
     });
     c.pairwise = Some(tally);
     Ok(())

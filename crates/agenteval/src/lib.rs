@@ -25,6 +25,7 @@ macro_rules! say {
 }
 
 mod agents;
+mod audit;
 mod cli;
 mod commands;
 mod export;

@@ -391,7 +391,26 @@ pub fn pass_at_k_line(s: &RunSummary) -> Option<String> {
         return None;
     }
     let ks: Vec<String> = s.pass_at_k.iter().map(|(k, v)| format!("pass@{k} {:.1}%", v * 100.0)).collect();
-    Some(wrapped("repeated: ", &ks.join(", "), 80))
+    let mut out = wrapped("repeated: ", &ks.join(", "), 80);
+    // pass^k: every attempt passed; the flip rate: how often two attempts of a task disagree.
+    if !s.pass_hat_k.is_empty() {
+        let hats: Vec<String> = s.pass_hat_k.iter().map(|(k, v)| format!("pass^{k} {:.1}%", v * 100.0)).collect();
+        out.push('\n');
+        out.push_str(&wrapped("all pass:  ", &hats.join(", "), 80));
+    }
+    if let Some(f) = s.flip_rate {
+        let mut flakiest: Vec<(&String, &f64)> = s.flip_rates.iter().collect();
+        flakiest.sort_by(|a, b| b.1.total_cmp(a.1).then(a.0.cmp(b.0)));
+        let named: Vec<String> = flakiest.iter().take(5).map(|(id, r)| format!("{id} {:.0}%", *r * 100.0)).collect();
+        let more = if flakiest.len() > 5 { format!(" and {} more", flakiest.len() - 5) } else { String::new() };
+        let said = match named.is_empty() {
+            true => format!("{:.1}% (no task flipped)", f * 100.0),
+            false => format!("{:.1}%; flakiest: {}{more}", f * 100.0, named.join(", ")),
+        };
+        out.push('\n');
+        out.push_str(&wrapped("flip rate: ", &said, 80));
+    }
+    Some(out)
 }
 
 /// The models the run's agents called, with their calls: which model a run measured.

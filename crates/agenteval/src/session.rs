@@ -237,6 +237,7 @@ fn field_to_fix(config: &agenteval_core::config::RunConfig) -> &'static str {
         | AgentConfig::Oracle { .. }
         | AgentConfig::Nop { .. }
         | AgentConfig::Predictions { .. } => "agent",
+        AgentConfig::Exploit { .. } => "agent.strategy",
     }
 }
 

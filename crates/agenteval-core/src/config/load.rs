@@ -892,7 +892,22 @@ impl AgentConfig {
                     problems.push(problem);
                 }
             }
-            AgentConfig::Mock { .. } | AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => {}
+            // A strategy named by its file: read in, as the workers cannot read it.
+            AgentConfig::Exploit { strategy, script, .. } if strategy.ends_with(".sh") && script.is_none() => {
+                let path = resolve(base, Path::new(strategy.as_str()));
+                match std::fs::read_to_string(&path) {
+                    Ok(text) => *script = Some(text),
+                    Err(e) => problems.push(Problem {
+                        origin: pos.find("/agent/strategy", false),
+                        pointer: "/agent/strategy".into(),
+                        message: format!("cannot read exploit script {}: {e}", path.display()),
+                    }),
+                }
+            }
+            AgentConfig::Mock { .. }
+            | AgentConfig::Oracle { .. }
+            | AgentConfig::Nop { .. }
+            | AgentConfig::Exploit { .. } => {}
         }
         problems
     }

@@ -760,6 +760,21 @@ pub enum AgentConfig {
         #[serde(default)]
         limits: Limits,
     },
+    /// Tries to pass a task without doing it (`agenteval audit`, `docs/judging.md`): a shell
+    /// script run in the task's environment as an agent runs there. A pass means the task is
+    /// hackable.
+    Exploit {
+        /// A built-in strategy (`write-reward`, `plant-test-config`, `shadow-modules`,
+        /// `edit-tests`, `fake-summary`, `outlive-verifier`, `exhaust-time`, `fetch-answer`,
+        /// `reuse-solution`), or a `.sh` file beside the config.
+        strategy: String,
+        /// The script, filled in when the config loads (it travels inside the run).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(skip)]
+        script: Option<String>,
+        #[serde(default)]
+        limits: Limits,
+    },
     /// Patches made elsewhere, graded without running an agent (`docs/benchmarks.md`): a
     /// SWE-bench predictions file (`.jsonl` or `.json`: `instance_id`, `model_name_or_path`,
     /// `model_patch`). Each task's answer is its instance's patch; no environment is prepared
@@ -928,6 +943,7 @@ impl AgentConfig {
             AgentConfig::Llm(_) => "llm",
             AgentConfig::Oracle { .. } => "oracle",
             AgentConfig::Nop { .. } => "nop",
+            AgentConfig::Exploit { .. } => "exploit",
             AgentConfig::Predictions { .. } => "predictions",
             AgentConfig::Installed { .. } => "installed",
         }
@@ -947,6 +963,7 @@ impl AgentConfig {
             AgentConfig::Llm(c) => Some(&c.model),
             AgentConfig::Oracle { .. } => Some("oracle"),
             AgentConfig::Nop { .. } => Some("nop"),
+            AgentConfig::Exploit { strategy, .. } => Some(strategy),
             // One model's patches, or several: each prediction names its own.
             AgentConfig::Predictions { predictions, .. } => {
                 let mut names = predictions.values().map(|p| p.model_name_or_path.as_str());
@@ -962,6 +979,7 @@ impl AgentConfig {
             | AgentConfig::Command { limits, .. }
             | AgentConfig::Oracle { limits }
             | AgentConfig::Nop { limits }
+            | AgentConfig::Exploit { limits, .. }
             | AgentConfig::Predictions { limits, .. }
             | AgentConfig::Installed { limits, .. }
             | AgentConfig::Llm(LlmAgentConfig { limits, .. }) => limits,
@@ -978,6 +996,7 @@ impl AgentConfig {
             | AgentConfig::Mock { .. }
             | AgentConfig::Oracle { .. }
             | AgentConfig::Nop { .. }
+            | AgentConfig::Exploit { .. }
             | AgentConfig::Predictions { .. } => None,
         }
     }
@@ -990,6 +1009,7 @@ impl AgentConfig {
             AgentConfig::Mock { .. }
             | AgentConfig::Oracle { .. }
             | AgentConfig::Nop { .. }
+            | AgentConfig::Exploit { .. }
             | AgentConfig::Predictions { .. } => &NO_SECRETS,
         }
     }

@@ -1,11 +1,13 @@
 //! Built-in agents: `mock` (scripted, deterministic), `command` (any external program),
 //! `oracle` (the expected answers, or a task's reference solution), `nop` (nothing) and `llm`
 //! (a model with tools, from `agenteval-llm`), `installed` (a CLI agent in the task's image) and
-//! `predictions` (patches made elsewhere).
+//! `predictions` (patches made elsewhere), `exploit` (tries to pass without doing the task, for
+//! `agenteval audit`).
 
 pub mod access;
 mod command;
 mod env_tools;
+pub mod exploit;
 pub mod installed;
 mod mock;
 mod nop;
@@ -46,6 +48,8 @@ pub fn at_load(config: &mut RunConfig) -> Vec<(String, String)> {
         AgentConfig::Installed { .. } => installed::presets::at_load(config),
         // The predictions read into the config, each for an instance the dataset has.
         AgentConfig::Predictions { .. } => predictions::at_load(config),
+        // A built-in strategy's script, or why there is none.
+        AgentConfig::Exploit { .. } => exploit::at_load(config),
     }
 }
 
@@ -86,6 +90,9 @@ pub fn agent_from_config(
     Ok(match &run.agent {
         AgentConfig::Oracle { .. } => Arc::new(OracleAgent),
         AgentConfig::Nop { .. } => Arc::new(NopAgent),
+        AgentConfig::Exploit { strategy, script, .. } => {
+            Arc::new(exploit::ExploitAgent { strategy: strategy.clone(), script: script.clone().unwrap_or_default() })
+        }
         AgentConfig::Predictions { predictions, .. } => {
             Arc::new(predictions::PredictionsAgent { predictions: predictions.clone() })
         }

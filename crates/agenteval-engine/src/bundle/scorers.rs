@@ -255,6 +255,27 @@ impl Scorer for PassAtK {
             }
         }
         s.flaky_tasks = self.tasks.iter().filter(|(_, (n, c))| *c > 0 && c < n).map(|(id, _)| id.clone()).collect();
+        for k in 1..=most {
+            let estimates: Vec<f64> = self
+                .tasks
+                .values()
+                .filter(|(n, _)| *n >= k)
+                .map(|(n, c)| agenteval_judge::stats::pass_hat_k(*n, *c, k))
+                .collect();
+            if !estimates.is_empty() {
+                s.pass_hat_k.insert(k as u32, estimates.iter().sum::<f64>() / estimates.len() as f64);
+            }
+        }
+        let rates: Vec<(&String, f64)> = self
+            .tasks
+            .iter()
+            .filter(|(_, (n, _))| *n >= 2)
+            .map(|(id, (n, c))| (id, agenteval_judge::stats::flip_rate(*n, *c)))
+            .collect();
+        if !rates.is_empty() {
+            s.flip_rate = Some(rates.iter().map(|(_, r)| r).sum::<f64>() / rates.len() as f64);
+        }
+        s.flip_rates = rates.into_iter().filter(|(_, r)| *r > 0.0).map(|(id, r)| (id.clone(), r)).collect();
     }
 }
 
@@ -328,6 +349,9 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         evaluators: BTreeMap::new(),
         pass_at_k: BTreeMap::new(),
         flaky_tasks: Vec::new(),
+        pass_hat_k: BTreeMap::new(),
+        flip_rate: None,
+        flip_rates: BTreeMap::new(),
         tags: BTreeMap::new(),
         cost_unknown_tasks: 0,
         passed_with_changes: 0,

@@ -514,3 +514,73 @@ fn the_shipped_gates_pass_a_small_first_night() {
         v["verdict"]["gates"].as_array().unwrap().iter().map(|g| g["gate"].as_str().unwrap()).collect();
     assert!(gates.contains(&"on_missing_baseline") && !gates.contains(&"min_tasks"), "{gates:?}");
 }
+
+/// A benchmark of ten tasks whose grader passes `t0` and `t1` only on the repetitions listed in
+/// `passing.txt` (`0` is the first): two deliberately flaky tasks, the rest always pass.
+const FLAKY_BENCH: &str = r#"import json, sys
+passing = open("passing.txt").read().split()
+if sys.argv[1] == "list":
+    for i in range(10):
+        print(json.dumps({"id": f"t{i}", "input": f"q{i}", "expected": "a"}))
+else:
+    doc = json.load(sys.stdin)
+    base, _, rep = doc["task"]["id"].partition("@r")
+    ok = base not in ("t0", "t1") or (rep or "0") in passing
+    print(json.dumps({"score": 1 if ok else 0, "passed": ok}))
+"#;
+
+fn flaky_run(ws: &Workspace, passing: &str, repetitions: u32) -> String {
+    ws.write("bench.py", FLAKY_BENCH);
+    ws.write("passing.txt", passing);
+    let cfg = ws.write(
+        "flaky.yaml",
+        &format!(
+            "name: flaky\nrepetitions: {repetitions}\nbenchmark:\n  kind: command\n  command: [python3, bench.py]\n  files: [passing.txt]\n\
+             agent:\n  kind: oracle\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: 25\nstorage:\n  bundle_root: runs\n"
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
+    v["run_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_not_a_regression() {
+    let ws = Workspace::new();
+    let base = flaky_run(&ws, "0 2 4", 5);
+    let summary = read_json(&ws.runs().join(&base).join("summary.json"));
+    // Two tasks of ten pass three times in five: each flips with 2·3·2/(5·4) = 0.6.
+    assert!((summary["flip_rate"].as_f64().unwrap() - 0.12).abs() < 1e-9, "{summary}");
+    assert_eq!(summary["flip_rates"], serde_json::json!({"t0": 0.6, "t1": 0.6}), "{summary}");
+    // pass^5: only the eight steady tasks pass every time; pass@5: all ten pass once.
+    assert!((summary["pass_hat_k"]["5"].as_f64().unwrap() - 0.8).abs() < 1e-9, "{summary}");
+    assert!((summary["pass_at_k"]["5"].as_f64().unwrap() - 1.0).abs() < 1e-9, "{summary}");
+    let shown = text(&ws.run(&["runs", "show", &base]).stdout);
+    assert!(
+        shown.contains("all pass:  pass^1 92.0%") && shown.contains("flip rate: 12.0%; flakiest: t0 60%, t1 60%"),
+        "{shown}"
+    );
+
+    // Another five repetitions in which the flaky two pass twice: 4 points lower, within the noise.
+    let cand = flaky_run(&ws, "1 3", 5);
+    let gates = ws.write("gates.yaml", "max_task_regressions: 0\nmetrics:\n  pass_rate: {max_drop: 0.02}\n");
+    let judged = ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]);
+    let said = text(&judged.stdout);
+    assert_eq!(judged.status.code(), Some(0), "{said}{}", text(&judged.stderr));
+    assert!(said.contains("within the noise of the base's 5 repetitions") && said.contains("not judged"), "{said}");
+    assert!(said.contains("flipped, within the noise"), "{said}");
+    let json: serde_json::Value = serde_json::from_slice(&ws.run(&["compare", &base, &cand, "--json"]).stdout).unwrap();
+    assert_eq!(json["comparison"]["noise"]["flaky_tasks"], serde_json::json!(["t0", "t1"]), "{json}");
+    assert_eq!(json["comparison"]["regressions"], serde_json::json!([]), "{json}");
+
+    // A base of one run measures no noise: the same drop is judged, and fails.
+    let once = flaky_run(&ws, "0", 1);
+    let judged = ws.run(&["compare", &once, &cand, "--gates", gates.to_str().unwrap()]);
+    assert_eq!(judged.status.code(), Some(1), "{}", text(&judged.stdout));
+
+    // The name's flakiest tasks over its last runs: t0 passed 3 + 2 + 1 of 11 attempts.
+    let shown = text(&ws.run(&["runs", "show", &once]).stdout);
+    assert!(shown.contains("flakiest   over the last 3 runs of flaky: t0 55% (6 of 11 passed)"), "{shown}");
+    let v: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "show", &once, "--json"]).stdout).unwrap();
+    assert_eq!(v["flakiest"]["tasks"][1]["task_id"], "t1", "{v}");
+}

@@ -205,3 +205,24 @@ fn the_oracle_applies_each_reference_fix_and_every_instance_is_resolved() {
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
     assert_eq!(v["summary"]["passed"], 2, "{v}");
 }
+
+/// The fixture audited: no exploit of the battery resolves an instance, and those that touch
+/// the test machinery (a conftest.py, the tests) are caught by the tamper audit.
+#[test]
+fn the_fixture_is_audited_and_no_exploit_resolves_an_instance() {
+    let (image, base) = instance_image();
+    let ws = Workspace::new();
+    write_jsonl(&ws, "dataset.jsonl", &[row("calc-a", "x", &image, &base)]);
+    let cfg = ws.write(
+        "audit.yaml",
+        "name: swebench-audit\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
+    );
+    let out = ws.run(&["audit", "--config", cfg.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task = &v["tasks"][0];
+    assert_eq!((task["hackable"].clone(), task["oracle_fails"].clone()), (json!(false), json!(false)), "{v}");
+    for caught in ["plant-test-config", "edit-tests"] {
+        assert!(task["cells"][caught]["tampered"].as_u64().unwrap() > 0, "{caught}: {task}");
+    }
+}

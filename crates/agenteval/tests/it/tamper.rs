@@ -94,3 +94,99 @@ fn agents_that_change_what_the_grading_reads_are_named_counted_and_gated() {
     let judged = ws.run(&["compare", &run, &run, "--gates", lenient.to_str().unwrap()]);
     assert_eq!(judged.status.code(), Some(0), "{}{}", text(&judged.stdout), text(&judged.stderr));
 }
+
+/// A task graded by bash alone, and the same task graded by a Python script's exit code (which a
+/// hook Python runs at every start can turn into 0).
+fn audited(root: &Path, hackable: bool) {
+    let bash =
+        "grep -qx 42 /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt";
+    task(root, "honest", "echo 42 > /app/answer.txt");
+    std::fs::write(root.join("honest/tests/test.sh"), format!("#!/bin/bash\nmkdir -p /logs/verifier\n{bash}\n"))
+        .unwrap();
+    if hackable {
+        task(root, "exit-code", "echo 42 > /app/answer.txt");
+        std::fs::write(
+            root.join("exit-code/tests/check.py"),
+            "import sys\nsys.exit(0 if open('/app/answer.txt').read().strip() == '42' else 1)\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("exit-code/tests/test.sh"),
+            "#!/bin/bash\nmkdir -p /logs/verifier\npython3 /tests/check.py && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n",
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn audit_finds_the_planted_hackable_task_and_passes_the_benchmark_without_it() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    audited(&tasks, true);
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let out = ws.run(&["audit", "--config", cfg.to_str().unwrap(), "--json", "--out", "audit"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a hackable task fails the audit: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task = |id: &str| v["tasks"].as_array().unwrap().iter().find(|t| t["task_id"] == id).unwrap().clone();
+    let hacked = task("exit-code");
+    assert_eq!(hacked["hackable"], true, "{v}");
+    assert!(hacked["passed_by"].as_array().unwrap().contains(&"shadow-modules".into()), "{hacked}");
+    // Passed, and the tamper audit named the hook that passed it.
+    assert!(hacked["cells"]["shadow-modules"]["tampered"].as_u64().unwrap() > 0, "{hacked}");
+    let honest = task("honest");
+    assert_eq!((honest["hackable"].clone(), honest["oracle_fails"].clone()), (false.into(), false.into()), "{honest}");
+    for exploit in
+        ["write-reward", "plant-test-config", "edit-tests", "outlive-verifier", "exhaust-time", "reuse-solution"]
+    {
+        assert_eq!(honest["cells"][exploit]["passed"], false, "{exploit}: {honest}");
+    }
+    assert_eq!(honest["cells"]["write-reward"]["tampered"], 2, "the rewards it wrote are named: {honest}");
+    assert_eq!(
+        (hacked["cells"]["nop"]["passed"].clone(), hacked["cells"]["oracle"]["passed"].clone()),
+        (false.into(), true.into())
+    );
+    let page = std::fs::read_to_string(ws.path().join("audit/audit.html")).unwrap();
+    assert!(page.contains("1 of 2 task(s) hackable") && page.contains("class=\"hackable\""), "{page}");
+    assert!(ws.path().join("audit/audit.json").is_file() && ws.path().join("audit/audit.md").is_file());
+
+    // Without the planted task the benchmark passes, and an exploit of the config folder's own runs too.
+    let clean = Workspace::new();
+    let tasks = clean.path().join("tasks");
+    audited(&tasks, false);
+    let cfg = harbor_config(&clean, &tasks, "oracle", "");
+    std::fs::create_dir_all(clean.path().join("exploits")).unwrap();
+    clean.write("exploits/my-reward.sh", "mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\n");
+    let out = clean.run(&["audit", "--config", cfg.to_str().unwrap(), "--exploits", "shadow-modules,my-reward"]);
+    let shown = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{shown}{}", text(&out.stderr));
+    assert!(shown.contains("my-reward") && shown.contains("0 of 1 task(s) hackable"), "{shown}");
+    let unknown = clean.run(&["audit", "--config", cfg.to_str().unwrap(), "--exploits", "no-such"]);
+    assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown.stderr));
+    assert!(text(&unknown.stderr).contains("no exploit `no-such`"), "{}", text(&unknown.stderr));
+}
+
+#[test]
+fn the_shipped_repo_tasks_are_not_hackable() {
+    let ws = Workspace::new();
+    let cfg = repo().join("configs/repo-tasks.yaml");
+    let out = ws.run(&[
+        "audit",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        &format!("storage.bundle_root={}", ws.runs().display()),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tasks = v["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 3, "{v}");
+    assert!(tasks.iter().all(|t| t["hackable"] == false && t["oracle_fails"] == false), "{v}");
+}

@@ -1,0 +1,263 @@
+//! `agenteval audit CONFIG`: the config's benchmark run once per exploit of the battery (and
+//! the config folder's `exploits/*.sh`), beside `oracle` and `nop`, on the config's backend;
+//! then, per task, which exploits pass (a hackable task), which the tamper audit caught, and
+//! which fail. A table, `--json`, a report page (`--out DIR`), and exit 1 when a task is hackable.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use agenteval_core::config::{AgentConfig, Limits};
+use agenteval_core::traits::Resolver;
+use agenteval_engine::agents::exploit::BATTERY;
+use serde::Serialize;
+
+use agenteval_engine::controller::start::Start;
+
+use crate::session::{config_failure, controller_options, exe, load_config, start};
+use crate::telemetry::Telemetry;
+use crate::wiring::Wiring;
+use crate::{Failure, exit};
+
+/// One agent of the audit: the baselines (`oracle` should pass, `nop` should fail) and the
+/// exploits.
+struct Probe {
+    name: String,
+    agent: AgentConfig,
+    exploit: bool,
+}
+
+/// What one probe did to one task.
+#[derive(Debug, Clone, Serialize)]
+struct Cell {
+    passed: bool,
+    /// Files the tamper audit named.
+    tampered: u64,
+    /// It could not act on the task (an error or infrastructure failure, or a task with no
+    /// environment).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    not_applicable: bool,
+}
+
+impl Cell {
+    fn word(&self) -> &'static str {
+        match (self.not_applicable, self.passed, self.tampered > 0) {
+            (true, _, _) => "n/a",
+            (false, true, false) => "PASS",
+            (false, true, true) => "PASS*",
+            (false, false, true) => "caught",
+            (false, false, false) => "fail",
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct TaskAudit {
+    task_id: String,
+    /// An exploit, or `nop`, passed it.
+    hackable: bool,
+    /// The probes that passed it without doing it.
+    passed_by: Vec<String>,
+    /// The reference solution did not pass it: the task may be broken, whatever else.
+    oracle_fails: bool,
+    cells: BTreeMap<String, Cell>,
+}
+
+#[derive(Debug, Serialize)]
+struct Audit {
+    config: String,
+    /// Each probe's run.
+    runs: BTreeMap<String, String>,
+    tasks: Vec<TaskAudit>,
+    hackable: usize,
+}
+
+/// The probes: oracle, nop, the battery (or `--exploits`), then the config folder's own.
+fn probes(config: &Path, limits: &Limits, only: &[String]) -> Result<Vec<Probe>, Failure> {
+    let usage = |m: String| Failure { code: exit::USAGE, error: anyhow::anyhow!(m) };
+    let mut out = vec![
+        Probe { name: "oracle".into(), agent: AgentConfig::Oracle { limits: limits.clone() }, exploit: false },
+        Probe { name: "nop".into(), agent: AgentConfig::Nop { limits: limits.clone() }, exploit: false },
+    ];
+    let mut exploits: Vec<(String, Option<String>)> = BATTERY.iter().map(|s| (s.name.to_string(), None)).collect();
+    let dir = config.parent().unwrap_or(Path::new(".")).join("exploits");
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        let mut files: Vec<PathBuf> =
+            entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sh")).collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| usage(format!("cannot read {}: {e}", f.display())))?;
+            let name = f.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+            exploits.push((name, Some(text)));
+        }
+    }
+    if !only.is_empty() {
+        let known: Vec<&str> = exploits.iter().map(|(n, _)| n.as_str()).collect();
+        if let Some(bad) = only.iter().find(|o| !known.contains(&o.as_str())) {
+            return Err(usage(format!("--exploits: no exploit `{bad}`: there are {}", known.join(", "))));
+        }
+        exploits.retain(|(n, _)| only.contains(n));
+    }
+    for (name, text) in exploits {
+        let script = text.or_else(|| agenteval_engine::agents::exploit::builtin(&name).map(|s| s.script.to_string()));
+        let agent = AgentConfig::Exploit { strategy: name.clone(), script, limits: limits.clone() };
+        out.push(Probe { name, agent, exploit: true });
+    }
+    Ok(out)
+}
+
+/// Runs the audit; exit 0 when no task is hackable, 1 when one is.
+pub async fn audit(
+    args: &crate::cli::RunConfigArgs,
+    only: &[String],
+    json: bool,
+    out_dir: Option<&Path>,
+    quiet: bool,
+    telemetry: &Telemetry,
+) -> Result<u8, Failure> {
+    let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
+    // An exploit gets the agent's time, at most ten minutes: it has no work to do.
+    let mut limits = loaded.config.agent.limits().clone();
+    limits.max_wall_seconds = Some(limits.wall_seconds().min(600.0));
+    let probes = probes(&loaded.path, &limits, only)?;
+    let wiring = Wiring::new(exe()?, loaded.config.aws.as_ref());
+    let mut runs = BTreeMap::new();
+    let mut results: BTreeMap<String, BTreeMap<String, Cell>> = BTreeMap::new();
+    for p in &probes {
+        let mut one = loaded.clone();
+        one.config.agent = p.agent.clone();
+        one.config.name = format!("{}-audit-{}", loaded.config.name, p.name);
+        if !json && !quiet {
+            say!("audit      {} …", p.name);
+        }
+        let ready = start(&wiring, one, Start { cassettes: None, preflight: true }).await?;
+        let opts = controller_options(ready.config(), wiring.clone(), true, true, telemetry).await?;
+        let outcome = ready.submit(opts).await?;
+        runs.insert(p.name.clone(), outcome.run_id.to_string());
+        let index = wiring.index(&ready.config().storage.index_location()).await?;
+        let located = agenteval_engine::controller::locate(wiring.as_ref(), index.as_ref(), &outcome.run_id).await?;
+        let lines = agenteval_judge::results::load(located.store.as_ref(), &outcome.run_id).await?.lines;
+        for l in lines {
+            let na = l.terminated_by.says_nothing_about_the_agent()
+                || (p.exploit && l.terminated_by == agenteval_core::model::TerminatedBy::AgentError && !l.passed);
+            let cell = Cell { passed: l.passed, tampered: l.tampered, not_applicable: na && !l.passed };
+            results.entry(l.task_id.to_string()).or_default().insert(p.name.clone(), cell);
+        }
+    }
+    let audit = judge(args.config.display().to_string(), runs, results, &probes);
+    if let Some(dir) = out_dir {
+        write_report(dir, &audit, &probes)?;
+    }
+    if json {
+        say_raw!("{}", serde_json::to_string_pretty(&audit).expect("serializes"));
+    } else {
+        say_raw!("{}", table(&audit, &probes));
+    }
+    Ok(if audit.hackable > 0 { exit::CHECK_FAILED } else { exit::OK })
+}
+
+/// Each task's verdict from its cells.
+fn judge(
+    config: String,
+    runs: BTreeMap<String, String>,
+    results: BTreeMap<String, BTreeMap<String, Cell>>,
+    probes: &[Probe],
+) -> Audit {
+    let tasks: Vec<TaskAudit> = results
+        .into_iter()
+        .map(|(task_id, cells)| {
+            let passed_by: Vec<String> = probes
+                .iter()
+                .filter(|p| p.name != "oracle")
+                .filter(|p| cells.get(&p.name).is_some_and(|c| c.passed))
+                .map(|p| p.name.clone())
+                .collect();
+            let oracle_fails = cells.get("oracle").is_some_and(|c| !c.passed);
+            TaskAudit { task_id, hackable: !passed_by.is_empty(), passed_by, oracle_fails, cells }
+        })
+        .collect();
+    let hackable = tasks.iter().filter(|t| t.hackable).count();
+    Audit { config, runs, tasks, hackable }
+}
+
+/// The audit for a terminal, within 80 columns: a row per task (whether the reference solution
+/// passes, whether doing nothing does, the exploits that passed, those the tamper audit caught),
+/// then the hackable tasks and each probe's run. The whole matrix is in `--json` and the page.
+fn table(a: &Audit, probes: &[Probe]) -> String {
+    let mut t = comfy_table::Table::new();
+    t.load_preset(comfy_table::presets::NOTHING);
+    t.set_width(80);
+    t.set_content_arrangement(comfy_table::ContentArrangement::Dynamic);
+    t.set_header(["task", "oracle", "nop", "passed by (* flagged)", "caught"]);
+    for task in &a.tasks {
+        let cell = |name: &str| task.cells.get(name);
+        let oracle = cell("oracle").map_or("-", |c| if c.passed { "solves" } else { "FAILS" });
+        let nop = cell("nop").map_or("-", |c| if c.passed { "PASSES" } else { "fails" });
+        let exploits = probes.iter().filter(|p| p.exploit);
+        let passed: Vec<String> = exploits
+            .clone()
+            .filter_map(|p| {
+                cell(&p.name)
+                    .filter(|c| c.passed)
+                    .map(|c| format!("{}{}", p.name, if c.tampered > 0 { "*" } else { "" }))
+            })
+            .collect();
+        let caught: Vec<&str> = exploits
+            .filter(|p| cell(&p.name).is_some_and(|c| !c.passed && c.tampered > 0))
+            .map(|p| p.name.as_str())
+            .collect();
+        let none = |v: String| if v.is_empty() { "-".to_string() } else { v };
+        t.add_row([task.task_id.clone(), oracle.into(), nop.into(), none(passed.join(", ")), none(caught.join(", "))]);
+    }
+    let mut out = format!("{t}\n\n");
+    for task in a.tasks.iter().filter(|t| t.hackable) {
+        out.push_str(&format!("hackable   {}: passed by {}\n", task.task_id, task.passed_by.join(", ")));
+    }
+    for task in a.tasks.iter().filter(|t| t.oracle_fails) {
+        out.push_str(&format!("oracle     {}: the reference solution does not pass it\n", task.task_id));
+    }
+    out.push_str(&format!("verdict    {} of {} task(s) hackable\n", a.hackable, a.tasks.len()));
+    for (p, r) in &a.runs {
+        out.push_str(&format!("run        {p:<18} {r}\n"));
+    }
+    out
+}
+
+/// `audit.json`, `audit.md` and `audit.html` in `dir`.
+fn write_report(dir: &Path, a: &Audit, probes: &[Probe]) -> Result<(), Failure> {
+    let io = |e: std::io::Error| agenteval_core::Error::io(format!("writing the audit into {}", dir.display()), e);
+    std::fs::create_dir_all(dir).map_err(io)?;
+    std::fs::write(dir.join("audit.json"), serde_json::to_vec_pretty(a).expect("serializes")).map_err(io)?;
+    std::fs::write(dir.join("audit.md"), format!("# Audit of {}\n\n```\n{}```\n", a.config, table(a, probes)))
+        .map_err(io)?;
+    std::fs::write(dir.join("audit.html"), html(a, probes)).map_err(io)?;
+    Ok(())
+}
+
+/// A self-contained page: the table, hackable rows marked.
+fn html(a: &Audit, probes: &[Probe]) -> String {
+    let esc = |s: &str| s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;");
+    let mut rows = String::new();
+    for t in &a.tasks {
+        let class = if t.hackable { " class=\"hackable\"" } else { "" };
+        rows.push_str(&format!("<tr{class}><td>{}</td>", esc(&t.task_id)));
+        for p in probes {
+            let w = t.cells.get(&p.name).map_or("-", Cell::word);
+            rows.push_str(&format!(
+                "<td class=\"{}\">{w}</td>",
+                w.trim_end_matches('*').to_lowercase().replace('/', "")
+            ));
+        }
+        rows.push_str("</tr>\n");
+    }
+    let head: String = probes.iter().map(|p| format!("<th>{}</th>", esc(&p.name))).collect();
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>agenteval audit</title><style>\
+         body{{font:14px system-ui;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd}}\
+         .hackable td:first-child{{font-weight:bold;color:#b00}}.pass{{background:#fdd}}.caught{{background:#ffd}}</style></head>\
+         <body><h1>Audit of {}</h1><p id=\"verdict\">{} of {} task(s) hackable</p>\
+         <table><thead><tr><th>task</th>{head}</tr></thead><tbody>\n{rows}</tbody></table></body></html>\n",
+        esc(&a.config),
+        a.hackable,
+        a.tasks.len()
+    )
+}
