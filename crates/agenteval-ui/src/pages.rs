@@ -202,6 +202,8 @@ struct History {
     cost_points: String,
     max_cost: String,
     count: usize,
+    /// The tasks that flipped most over these runs: id, flip rate, passes of attempts.
+    flakiest: Vec<(String, String, String)>,
 }
 
 #[derive(Template)]
@@ -254,7 +256,29 @@ fn chart(points: &[Point]) -> History {
         cost_points: line(&|p| p.1.map(|c| if max_cost > 0.0 { c / max_cost } else { 0.0 })),
         max_cost: if known { format!("${max_cost:.4}") } else { "unknown".into() },
         count: points.len(),
+        flakiest: Vec::new(),
     }
+}
+
+/// The ten tasks that flipped most over `runs` (each repetition an attempt): id, flip rate (the
+/// chance two attempts disagree) and passes of attempts, flakiest first.
+async fn flakiest(app: &App, runs: &[&RunRecord]) -> Vec<(String, String, String)> {
+    let reads: Vec<_> = runs.iter().map(|r| data::results(app, r)).collect();
+    let mut tally: std::collections::BTreeMap<String, (u64, u64)> = std::collections::BTreeMap::new();
+    for results in futures::future::join_all(reads).await.into_iter().flatten() {
+        for l in results.lines.iter().filter(|l| !l.terminated_by.says_nothing_about_the_agent()) {
+            let (n, c) = tally.entry(l.task_id.base().to_string()).or_default();
+            *n += 1;
+            *c += u64::from(l.passed);
+        }
+    }
+    let mut rates: Vec<(String, f64, u64, u64)> = tally
+        .into_iter()
+        .map(|(id, (n, c))| (id, agenteval_judge::stats::flip_rate(n, c), n, c))
+        .filter(|(_, r, _, _)| *r > 0.0)
+        .collect();
+    rates.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    rates.into_iter().take(10).map(|(id, r, n, c)| (id, format!("{:.0}%", r * 100.0), format!("{c} of {n}"))).collect()
 }
 
 /// A cost for a page: dollars, or `unknown`.
@@ -280,7 +304,8 @@ pub async fn runs(State(app): State<Arc<App>>, Query(q): Params) -> Response {
             let recent: Vec<&RunRecord> =
                 matching.iter().filter(|r| r.status == RunStatus::Complete).take(HISTORY).copied().collect();
             let points: Vec<Point> = figures(&a, &recent).await.into_iter().rev().flatten().collect();
-            (!points.is_empty()).then(|| chart(&points))
+            let flakiest = flakiest(&a, &recent).await;
+            (!points.is_empty()).then(|| History { flakiest, ..chart(&points) })
         };
         let tallies = futures::future::join_all(shown.iter().map(|r| data::tally(&a, r))).await;
         let rows = shown

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::util::ui::UiServer;
 use crate::util::*;
 
 const AGENT: &str = r#"
@@ -583,4 +584,13 @@ fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_n
     assert!(shown.contains("flakiest   over the last 3 runs of flaky: t0 55% (6 of 11 passed)"), "{shown}");
     let v: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "show", &once, "--json"]).stdout).unwrap();
     assert_eq!(v["flakiest"]["tasks"][1]["task_id"], "t1", "{v}");
+    // And the UI's history of the name.
+    let index = ws.index();
+    let server = UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    let page = server.get("/?name=flaky").body;
+    assert!(
+        page.contains("Flakiest tasks over these runs")
+            && page.contains("<td>t0</td><td class=\"num\">55%</td><td class=\"num\">6 of 11</td>"),
+        "{page}"
+    );
 }
