@@ -35,6 +35,8 @@ pub struct GradingReads {
     pub verifier_dirs: Vec<String>,
     /// Top-level modules the tests import (`pytest`, `json`, `requests`).
     pub imports: BTreeSet<String>,
+    /// Folders the tests add to Python's path (`sys.path.insert(0, "/opt/grader")`).
+    pub import_dirs: BTreeSet<String>,
     /// Words of the tests' scripts: the programs they may run (`python3`, `curl`, `uv`).
     pub programs: BTreeSet<String>,
 }
@@ -194,6 +196,13 @@ fn outside(reads: &GradingReads, path: &str) -> Option<String> {
             return Some(format!("a module the tests import (`{m}`)"));
         }
     }
+    // Wherever it lives (a folder the tests put on Python's path): a module of an imported name.
+    if let Some(m) = module_named(path).filter(|m| reads.imports.contains(*m)) {
+        return Some(format!("a module the tests import (`{m}`)"));
+    }
+    if let Some(d) = reads.import_dirs.iter().find(|d| under(path, d)).filter(|_| is_python_file(name)) {
+        return Some(format!("a module on the tests' import path ({d})"));
+    }
     if in_bin_dir(path) {
         let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
         if ALWAYS_RUN.contains(&name) || ALWAYS_RUN.contains(&base) || reads.programs.contains(name) {
@@ -274,6 +283,21 @@ fn python_module(path: &str) -> Option<String> {
     (!module.is_empty() && !module.ends_with("dist-info") && !module.contains('-')).then(|| module.to_string())
 }
 
+/// The module a Python file is, by its name: `x` for `x.py`, `x.cpython-312-….so` or
+/// `x/__init__.py`.
+fn module_named(path: &str) -> Option<&str> {
+    let name = file_name(path);
+    if name == "__init__.py" {
+        let dir = path.rsplit_once('/')?.0;
+        return Some(file_name(dir));
+    }
+    is_python_file(name).then(|| name.split('.').next().unwrap_or(name))
+}
+
+fn is_python_file(name: &str) -> bool {
+    name.ends_with(".py") || name.ends_with(".so") || name.ends_with(".pyc") || name.ends_with(".pth")
+}
+
 fn in_bin_dir(path: &str) -> bool {
     let dir = path.rsplit_once('/').map_or("", |(d, _)| d);
     dir.ends_with("/bin") || dir.ends_with("/sbin") || dir == "/bin" || dir == "/sbin"
@@ -329,6 +353,24 @@ pub fn imports_of(source: &str) -> BTreeSet<String> {
             && let Some(top) = module_top(name)
         {
             out.insert(top);
+        }
+    }
+    out
+}
+
+/// The absolute folders a Python source adds to its import path (`sys.path.insert(0, "/x")`,
+/// `sys.path.append('/x')`).
+pub fn import_dirs_of(source: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for line in source.lines().filter(|l| l.contains("sys.path")) {
+        for quote in ['"', '\''] {
+            let mut parts = line.split(quote);
+            parts.next();
+            while let (Some(inside), _) = (parts.next(), parts.next()) {
+                if inside.starts_with('/') && !inside.contains(' ') {
+                    out.insert(inside.trim_end_matches('/').to_string());
+                }
+            }
         }
     }
     out
@@ -442,6 +484,34 @@ mod tests {
         let drop: BTreeSet<String> = ["tests/test_a.py".to_string()].into();
         let kept = without_files(patch, &drop);
         assert!(kept.contains("src/a.py") && kept.contains("tests/__init__.py") && !kept.contains("+skip"), "{kept}");
+    }
+
+    #[test]
+    fn a_module_the_tests_import_from_a_folder_of_their_own_is_named_wherever_it_lives() {
+        let source =
+            "import sys\nsys.path.insert(0, '/opt/grader')\nsys.path.append(\"/srv/lib/\")\nimport grader_lib\n";
+        let reads = GradingReads {
+            workdir: "/app".into(),
+            imports: imports_of(source),
+            import_dirs: import_dirs_of(source),
+            ..GradingReads::default()
+        };
+        assert_eq!(reads.import_dirs, ["/opt/grader".to_string(), "/srv/lib".to_string()].into());
+        let outside = [
+            "/opt/grader/grader_lib.py".to_string(),
+            "/srv/lib/helpers/__init__.py".into(),
+            "/srv/lib/data.csv".into(),
+            "/opt/other/grader_lib/__init__.py".into(),
+        ];
+        let found = audit(&reads, &Changes { outside: &outside, ..Changes::default() });
+        let named: Vec<&str> = found.iter().map(|t| t.path.as_str()).collect();
+        assert_eq!(
+            named,
+            ["/opt/grader/grader_lib.py", "/opt/other/grader_lib/__init__.py", "/srv/lib/helpers/__init__.py"]
+        );
+        // The working folder's own modules are the agent's work, even when the tests import them.
+        let patch = "diff --git a/grader_lib.py b/grader_lib.py\n+x\n";
+        assert!(audit(&reads, &Changes { patch: Some(patch), ..Changes::default() }).is_empty());
     }
 
     #[test]

@@ -94,7 +94,10 @@ fn read_tests(dir: &Path, reads: &mut GradingReads) {
             let small = e.metadata().is_ok_and(|m| m.len() <= MAX_TEST_FILE_BYTES);
             let Some(text) = small.then(|| std::fs::read_to_string(&p).ok()).flatten() else { continue };
             match p.extension().and_then(|x| x.to_str()) {
-                Some("py") => reads.imports.extend(tamper::imports_of(&text)),
+                Some("py") => {
+                    reads.imports.extend(tamper::imports_of(&text));
+                    reads.import_dirs.extend(tamper::import_dirs_of(&text));
+                }
                 Some("sh" | "bash") => reads.programs.extend(tamper::words_of(&text)),
                 _ => {}
             }
