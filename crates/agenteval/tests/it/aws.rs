@@ -1526,7 +1526,8 @@ async fn swebench_predictions_are_graded_on_the_fleet_in_each_instances_image() 
         .collect();
     passed.sort();
     assert_eq!(passed, ["calc-fake-output", "calc-gold"], "the harness's resolved set: {shown}\n{}", logs());
-    assert_eq!(v["summary"]["suspect"], 3, "fake output, an edited test file, a conftest.py: {v}");
+    assert_eq!(v["summary"]["suspect"], 1, "fake output: {v}");
+    assert_eq!(v["summary"]["tampered"], 2, "an edited test file, a conftest.py: {v}");
     // Graded inside the instance's own image, its report in the pack.
     let (gold, _) = aws.json(&["show", &run, "calc-gold", "--json", "--backend", "aws"]);
     let image =
