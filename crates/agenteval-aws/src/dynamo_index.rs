@@ -670,6 +670,48 @@ impl RunIndex for DynamoDbRunIndex {
         }
     }
 
+    async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
+        let attr = format!("rate:{key}");
+        let db = &self.clients.dynamodb;
+        // Brought up to now first (where it is behind), then the cost added: each step atomic,
+        // and the limit's time only ever grows, so two workers booking at once both count.
+        let raised = db
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("SET #r = :now")
+            .condition_expression("attribute_exists(pk) AND (attribute_not_exists(#r) OR #r < :now)")
+            .expression_attribute_names("#r", &attr)
+            .expression_attribute_values(":now", n(now_ms))
+            .send()
+            .await;
+        if let Err(e) = raised
+            && !e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception())
+        {
+            return Err(classify(&format!("booking a rate of run {run}"), e));
+        }
+        let res = db
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("ADD #r :cost")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_names("#r", &attr)
+            .expression_attribute_values(":cost", n(cost_ms.max(0)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await;
+        match res {
+            Ok(out) => Ok(out.attributes().and_then(|a| get_n::<i64>(a, &attr).ok()).unwrap_or(now_ms + cost_ms)),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify(&format!("booking a rate of run {run}"), e)),
+        }
+    }
+
     async fn spend(&self, run: &RunId) -> Result<f64> {
         let item = self.get_item(run_pk(run), "#RUN".into()).await?;
         Ok(item.and_then(|i| get_n::<f64>(&i, "wire_spend").ok()).unwrap_or(0.0))

@@ -40,6 +40,71 @@ pub struct DoorSpec {
     /// as it asks: for an agent that is someone else's program. The built-in `llm` agent retries
     /// on its own.
     pub retry: bool,
+    /// The provider's rate limits, kept for every worker of the run together: a call waits its
+    /// turn before it is sent.
+    pub rate: Option<RateGovernor>,
+}
+
+/// The run's rate limits at the provider and the ledger every worker books its calls in (the
+/// run index): a generic cell rate algorithm whose one number per limit is the time the limit is
+/// booked until, so calls go in the order they booked, across the fleet.
+#[derive(Clone)]
+pub struct RateGovernor {
+    pub limits: Vec<crate::config::RateLimit>,
+    pub ledger: std::sync::Arc<dyn RateLedger>,
+}
+
+impl std::fmt::Debug for RateGovernor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateGovernor").field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+/// Where the run's rate limits are booked, shared by every worker of the run.
+#[async_trait]
+pub trait RateLedger: Send + Sync {
+    /// Books `cost_ms` of the limit `key`: its time becomes `max(its time, now_ms) + cost_ms`,
+    /// atomically; returns that time (ms since the epoch).
+    async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64>;
+}
+
+impl RateGovernor {
+    /// Waits until a call to `model` of about `tokens` may go, booking it in every limit that
+    /// applies; returns how long it waited. A ledger that cannot be reached lets the call go: the
+    /// provider's own limit (and the gateway's retries) still hold.
+    pub async fn wait_turn(&self, model: &str, tokens: u64) -> std::time::Duration {
+        let mut until = 0i64;
+        let now = || chrono::Utc::now().timestamp_millis();
+        for (i, l) in self.limits.iter().enumerate() {
+            if l.model.as_deref().is_some_and(|m| m != model) {
+                continue;
+            }
+            let scope = l.model.clone().unwrap_or_else(|| format!("*{i}"));
+            // One unit's share of a minute, and a second's worth that may go at once.
+            let books = [
+                l.requests_per_minute.map(|rpm| ("requests", 1u64, rpm)),
+                l.tokens_per_minute.map(|tpm| ("tokens", tokens.max(1), tpm)),
+            ];
+            for (what, units, per_minute) in books.into_iter().flatten() {
+                let unit_ms = 60_000.0 / per_minute as f64;
+                let cost = (units as f64 * unit_ms).ceil() as i64;
+                // A second's share may go at once, but for one unit: the provider's own bucket
+                // is never run to its last token, so a call that arrives a little early is no 429.
+                let burst = ((per_minute as f64 / 60.0) - 1.0).max(0.0) * unit_ms;
+                let at = now();
+                if let Ok(tat) = self.ledger.book(&format!("{scope}:{what}"), at, cost).await {
+                    until = until.max(tat - burst.ceil() as i64);
+                }
+            }
+        }
+        let wait = until - now();
+        if wait <= 0 {
+            return std::time::Duration::ZERO;
+        }
+        let wait = std::time::Duration::from_millis(wait as u64);
+        tokio::time::sleep(wait).await;
+        wait
+    }
 }
 
 /// A run's budget as each door keeps it: its dollars, and the ledger every worker of the run

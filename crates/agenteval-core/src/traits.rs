@@ -586,6 +586,10 @@ pub trait RunIndex: Send + Sync {
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64>;
     /// What the run's model calls spent at the wire so far (0 for a run without any).
     async fn spend(&self, run: &RunId) -> Result<f64>;
+    /// Books `cost_ms` of the run's rate limit `key` (the gateway's governor, shared by every
+    /// worker of the run): the limit's time becomes `max(its time, now_ms) + cost_ms`, in one
+    /// atomic step, and is returned (ms since the epoch). Unknown runs fail with `NotFound`.
+    async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64>;
     /// Whether `task_counts` is cheap enough to call several times a second whatever the run's
     /// size (an indexed SQL aggregate). When it is not (DynamoDB reads every task item), the
     /// controller reads it once at the start and at the end and keeps the counts in between

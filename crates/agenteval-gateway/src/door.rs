@@ -26,6 +26,8 @@ pub(crate) struct Session {
     pub retry: bool,
     /// The run's budget at the wire (`DoorSpec::run_budget`).
     pub run_budget: Option<agenteval_core::gateway::RunBudget>,
+    /// The provider's rate limits, booked for every worker of the run (`DoorSpec::rate`).
+    pub rate: Option<agenteval_core::gateway::RateGovernor>,
     pub state: Mutex<State>,
     pub calls: Arc<CallQueue>,
     /// Told when the door closes: calls still reading an answer stop (their cost was counted).
@@ -222,6 +224,7 @@ pub(crate) fn open(
         models: spec.models.clone(),
         retry: spec.retry,
         run_budget: spec.run_budget.clone(),
+        rate: spec.rate.clone(),
         closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {
             tokens: 0,

@@ -336,6 +336,7 @@ mod tests {
             models: vec![],
             retry: true,
             run_budget: None,
+            rate: None,
         }
     }
 

@@ -178,6 +178,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         limited,
         waited: Duration::ZERO,
         retries: 0,
+        queued: Duration::ZERO,
     };
     match plan {
         Plan::Refuse(why) => record.refuse(why),
@@ -366,6 +367,9 @@ struct Record {
     /// How long the gateway waited for the provider (its retries), and how many it made.
     waited: Duration,
     retries: u32,
+    /// How long the call waited its turn under the run's rate limits (not part of `waited`'s
+    /// bound on retries).
+    queued: Duration,
 }
 
 impl Record {
@@ -399,7 +403,7 @@ impl Record {
             replayed: false,
             refused: None,
             at_cap,
-            waited_ms: self.waited.as_millis() as u64,
+            waited_ms: (self.waited + self.queued).as_millis() as u64,
             retries: self.retries,
         }
     }
@@ -524,6 +528,13 @@ async fn forward(
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
+    let mut record = record;
+    // The run's rate limits, booked across its workers: the call waits its turn (the wait is
+    // the task's, never the agent's time to the model).
+    if let Some(rate) = &record.session.rate {
+        let tokens = sent.len() as u64 / 4 + record.cap.unwrap_or(0);
+        record.queued += rate.wait_turn(&record.asked.model, tokens).await;
+    }
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
     let (resp, record) = match sending.send(record).await {
         Ok(answered) => answered,

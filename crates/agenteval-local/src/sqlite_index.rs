@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS tasks (
     cost_unknown INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, task_id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS rates (
+    run_id TEXT NOT NULL,
+    key TEXT NOT NULL,
+    tat INTEGER NOT NULL,
+    PRIMARY KEY (run_id, key)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jobs (
     run_id TEXT NOT NULL,
     job_id TEXT NOT NULL,
@@ -89,7 +95,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// The schema version an index file says it has (0 for a new file).
 fn schema_version(conn: &Connection) -> Result<i64> {
@@ -652,6 +658,28 @@ impl RunIndex for SqliteRunIndex {
                 .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
                 .map_err(|e| db_err("adding spend", e))?
                 .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
+        })
+        .await
+    }
+
+    async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
+        let (id, key) = (run.to_string(), key.to_string());
+        self.with(move |c| {
+            let known: bool = c
+                .prepare_cached("SELECT COUNT(*) FROM runs WHERE run_id = ?1")
+                .and_then(|mut st| st.query_row([&id], |r| r.get::<_, i64>(0)))
+                .map_err(|e| db_err("booking a rate", e))?
+                > 0;
+            if !known {
+                return Err(Error::not_found(format!("run {id} is not in the index")));
+            }
+            c.prepare_cached(
+                "INSERT INTO rates (run_id, key, tat) VALUES (?1, ?2, ?3 + ?4)
+                 ON CONFLICT (run_id, key) DO UPDATE SET tat = MAX(tat, ?3) + ?4
+                 RETURNING tat",
+            )
+            .and_then(|mut st| st.query_row(params![id, key, now_ms, cost_ms.max(0)], |r| r.get::<_, i64>(0)))
+            .map_err(|e| db_err("booking a rate", e))
         })
         .await
     }

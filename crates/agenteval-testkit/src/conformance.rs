@@ -376,6 +376,21 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(unknown.kind(), ErrorKind::NotFound);
     assert!(!index.get_task(&run, &tid("t1")).await.unwrap().unwrap().cost_unknown);
     assert_eq!(counts.tokens, 100);
+    // A rate limit booked by several workers at once: every booking counts, each after the
+    // last, and a limit left behind is brought up to now before it is booked.
+    let (a, b, c, d) = tokio::join!(
+        index.book_rate(&run, "gpt:requests", 1_000, 100),
+        index.book_rate(&run, "gpt:requests", 1_000, 100),
+        index.book_rate(&run, "gpt:requests", 1_000, 100),
+        index.book_rate(&run, "gpt:requests", 1_000, 100)
+    );
+    let mut booked = [a.unwrap(), b.unwrap(), c.unwrap(), d.unwrap()];
+    booked.sort_unstable();
+    assert_eq!(booked, [1_100, 1_200, 1_300, 1_400], "each booking after the last");
+    assert_eq!(index.book_rate(&run, "gpt:requests", 5_000, 100).await.unwrap(), 5_100, "an idle limit starts at now");
+    assert_eq!(index.book_rate(&run, "gpt:tokens", 5_000, 7).await.unwrap(), 5_007, "each key its own");
+    let unknown = index.book_rate(&RunId::new(), "gpt:requests", 1, 1).await.unwrap_err();
+    assert_eq!(unknown.kind(), ErrorKind::NotFound);
 
     // Batches apply each transition by the same rules.
     let batch = [

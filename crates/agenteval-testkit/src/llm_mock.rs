@@ -4,7 +4,9 @@
 //! reports usage only with `stream_options.include_usage`, as OpenAI's does), and
 //! `GET /v1/models`; and, as an Azure OpenAI resource, the same under Azure's paths (see
 //! `azure_routes`); so agents, the gateway and the judges are tested without a network or a
-//! key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`.
+//! key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`. Started with a
+//! rate limit (`start_limited`), it enforces it as a provider does: a bucket of a second's share
+//! of requests, refilled evenly, and a call that finds it empty gets 429 with `Retry-After`.
 //!
 //! What it answers is scripted by words in the conversation's first user message:
 //! - `USE_TOOL`: asks for the `python` tool with `print(6 * 7)`, then answers `the tool said …`;
@@ -65,6 +67,24 @@ pub struct Received {
 struct State {
     received: Vec<Received>,
     calls_per_conversation: HashMap<String, u32>,
+    /// Requests per second allowed, and the bucket: requests left and when it was last filled.
+    limit: Option<(f64, f64, Instant)>,
+}
+
+impl State {
+    /// Takes one request from the bucket, if the server is limited; `false`: it is empty.
+    fn admit(&mut self) -> bool {
+        let Some((per_second, left, at)) = &mut self.limit else { return true };
+        let now = Instant::now();
+        *left = (*left + now.duration_since(*at).as_secs_f64() * *per_second).min(*per_second);
+        *at = now;
+        if *left >= 1.0 {
+            *left -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// A running mock server; stops when dropped.
@@ -78,7 +98,21 @@ pub struct MockLlm {
 impl MockLlm {
     /// Starts a server answering every call after `latency`.
     pub fn start(latency: Duration) -> MockLlm {
-        let state = Arc::new(Mutex::new(State::default()));
+        MockLlm::start_with(latency, State::default())
+    }
+
+    /// Starts a server that allows `requests_per_minute` (a second's share at once, refilled
+    /// evenly) and answers 429 beyond them.
+    pub fn start_limited(latency: Duration, requests_per_minute: u64) -> MockLlm {
+        let per_second = requests_per_minute as f64 / 60.0;
+        MockLlm::start_with(
+            latency,
+            State { limit: Some((per_second, per_second, Instant::now())), ..State::default() },
+        )
+    }
+
+    fn start_with(latency: Duration, state: State) -> MockLlm {
+        let state = Arc::new(Mutex::new(state));
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
         let shared = state.clone();
@@ -263,6 +297,14 @@ async fn answer_as(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !state.lock().unwrap().admit() {
+        state.lock().unwrap().received.push(Received { path: label, credential, body, at, status: 429 });
+        return Response::builder()
+            .status(StatusCode::TOO_MANY_REQUESTS)
+            .header("retry-after", "1")
+            .body(Body::from(r#"{"error": {"type": "rate_limit_exceeded", "message": "requests per minute"}}"#))
+            .unwrap();
+    }
     let messages = match body.get("input") {
         // Responses: its input items as messages (a function call's output as a tool message).
         Some(Value::String(s)) => vec![json!({"role": "user", "content": s})],

@@ -190,6 +190,10 @@ impl RunIndex for CountedIndex {
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
         counted!(self, "add_spend", 1, self.inner.add_spend(run, usd))
     }
+    async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
+        counted!(self, "book_rate", 1, self.inner.book_rate(run, key, now_ms, cost_ms))
+    }
+
     async fn spend(&self, run: &RunId) -> Result<f64> {
         counted!(self, "spend", 1, self.inner.spend(run))
     }

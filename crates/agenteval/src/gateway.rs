@@ -76,6 +76,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         // The agent being developed meets the provider's refusals as it will in a run.
         retry: true,
         run_budget: None,
+        rate: None,
     });
     // Calls are written to the record as they end, not held.
     let mut recording = args.record.map(open_record).transpose()?;

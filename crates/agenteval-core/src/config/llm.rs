@@ -95,6 +95,10 @@ pub struct LlmAgentConfig {
     /// The prices read from `prices_file` (filled in when loading).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, ModelPrice>,
+    /// The provider's rate limits, kept for every worker of the run together (as
+    /// `agent.upstream.rate_limits`): each call waits its turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimit>,
     #[serde(default)]
     pub limits: Limits,
 }
@@ -285,6 +289,28 @@ pub struct Upstream {
     /// What the provider may be asked beyond a model's answer, each refused unless allowed here.
     #[serde(default, skip_serializing_if = "UpstreamAllow::is_default")]
     pub allow: UpstreamAllow,
+    /// The provider's rate limits, kept by the gateway for every worker of the run together:
+    /// each call waits its turn (queued, never refused) so the run stays within them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rate_limits: Vec<RateLimit>,
+}
+
+/// A provider's limit on one model (or every model), per minute, as the run's workers share it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RateLimit {
+    /// The model it limits (as the agent names it); none: every model of the upstream together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Requests per minute, spread evenly (at most a second's share at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub requests_per_minute: Option<u64>,
+    /// Tokens per minute (a call counts its prompt, guessed from its size, and the most its
+    /// answer may be), spread evenly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10_000_000_000u64))]
+    pub tokens_per_minute: Option<u64>,
 }
 
 /// What the gateway lets through to the provider beyond a model's answer (`docs/agents.md`): the
@@ -331,6 +357,15 @@ impl ReplayMatch {
     }
 }
 
+/// A rate limit must limit something: requests, tokens or both.
+pub fn validate_rate_limits(limits: &[RateLimit], at: &str, p: &mut Vec<(String, String)>) {
+    for (i, l) in limits.iter().enumerate() {
+        if l.requests_per_minute.is_none() && l.tokens_per_minute.is_none() {
+            p.push((format!("{at}/{i}"), "give `requests_per_minute`, `tokens_per_minute` or both".into()));
+        }
+    }
+}
+
 impl Upstream {
     /// Its problems, each at its place under `at` (`/agent/upstream`).
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
@@ -351,6 +386,7 @@ impl Upstream {
         if self.openai.is_none() && self.anthropic.is_none() && self.azure.is_none() {
             p.push((at.into(), "name the provider the calls go to: `openai` (or `azure`), `anthropic` or both".into()));
         }
+        validate_rate_limits(&self.rate_limits, &format!("{at}/rate_limits"), p);
     }
 
     /// The secret each endpoint's key is fetched from: `(endpoint, secret name)`, `openai`,

@@ -20,7 +20,7 @@ pub use bounds::*;
 pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{
     AZURE_KEY_VARS, AzureEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig,
-    ModelPrice, ReplayMatch, Upstream, UpstreamAllow,
+    ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
 };
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
@@ -1279,6 +1279,7 @@ impl RunConfig {
         }
         if let AgentConfig::Llm(a) = &self.agent {
             a.validate_endpoint(&mut p);
+            llm::validate_rate_limits(&a.rate_limits, "/agent/rate_limits", &mut p);
             for (i, t) in a.tools.iter().enumerate() {
                 if t != "python" {
                     p.push((format!("/agent/tools/{i}"), format!("unknown built-in tool `{t}` (built-in: python)")));

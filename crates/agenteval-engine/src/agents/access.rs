@@ -97,7 +97,8 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
                 endpoint.secrets.insert(var.clone(), var);
             }
             endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
-            let mut up = Upstream { prices: cfg.prices.clone(), ..Upstream::default() };
+            let mut up =
+                Upstream { prices: cfg.prices.clone(), rate_limits: cfg.rate_limits.clone(), ..Upstream::default() };
             if let Some(azure) = &cfg.azure {
                 up.azure = Some(azure.clone());
                 return Some(up);

@@ -148,6 +148,7 @@ async fn probe_gateway(
         models: Vec::new(),
         retry: false,
         run_budget: None,
+        rate: None,
     };
     let mut door = gateway.open(spec).await.map_err(|e| e.to_string())?;
     let (base, _) = door.base_urls(Reach::Container(host)).map_err(|e| e.to_string())?;

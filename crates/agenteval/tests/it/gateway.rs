@@ -574,3 +574,36 @@ fn the_runs_budget_refuses_the_next_call_of_every_task_once_spent() {
     assert!(!cut.is_empty(), "a running task's next call was refused");
     assert!(cut.iter().all(|r| r["agent"]["terminated_by"] == "infra_failure"), "{cut:?}");
 }
+
+/// Issue 59: 200 tasks against a provider that allows 600 requests a minute and answers 429
+/// beyond. With `upstream.rate_limits` at that limit, the workers' gateways book every call in
+/// the run index together and each waits its turn: no 429, no task errs, the wait is said. Without
+/// it, the provider refuses calls (the gateway waits those out).
+#[test]
+fn two_hundred_tasks_share_one_rate_limit_across_workers_and_the_provider_never_refuses() {
+    let ids: Vec<String> = (0..200).map(|i| format!("c{i:03}")).collect();
+    let run = |governed: bool| {
+        let mock = MockLlm::start_limited(Duration::ZERO, 600);
+        let ws = workspace();
+        let lines: String =
+            ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "chat"}))).collect();
+        ws.write("cases.jsonl", &lines);
+        let limits = if governed { "    rate_limits: [{model: mock-model, requests_per_minute: 600}]\n" } else { "" };
+        let cfg = config(&ws, "rate", &mock.base_url(), "");
+        let yaml = std::fs::read_to_string(&cfg)
+            .unwrap()
+            .replacen("    prices:\n", &format!("{limits}    prices:\n"), 1)
+            .replacen("  max_concurrent_jobs: 2\n", "  max_concurrent_jobs: 4\n  tasks_per_job: 50\n", 1);
+        std::fs::write(&cfg, yaml).unwrap();
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+        let refused = mock.received().iter().filter(|c| c.status == 429).count();
+        (v, code, refused)
+    };
+    let (v, code, refused) = run(true);
+    assert_eq!((code, v["summary"]["passed"].as_u64()), (0, Some(200)), "{v}");
+    assert_eq!(refused, 0, "the provider never had to refuse a call: {v}");
+    assert!(v["summary"]["provider_wait_seconds"].as_f64().unwrap() > 1.0, "the calls waited their turn: {v}");
+    let (v, _, refused) = run(false);
+    assert!(refused > 0, "without the governor the provider refuses calls: {v}");
+}

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agenteval_core::config::Limits;
-use agenteval_core::gateway::{CallQueue, Door, DoorSpec, ModelCall, Reach, Refusal, Replay, RunBudget, SpendLedger};
+use agenteval_core::gateway::{
+    CallQueue, Door, DoorSpec, ModelCall, RateGovernor, RateLedger, Reach, Refusal, Replay, RunBudget, SpendLedger,
+};
 use agenteval_core::model::{EventKind, TaskSpec, TerminatedBy};
 use agenteval_core::traits::{AgentEvent, EventSink, GatewayAccess, Stop, TaskEnvironment};
 use agenteval_core::{Error, Result, layout};
@@ -135,6 +137,13 @@ impl SpendLedger for IndexLedger {
     }
 }
 
+#[async_trait::async_trait]
+impl RateLedger for IndexLedger {
+    async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
+        self.index.book_rate(&self.run, key, now_ms, cost_ms).await
+    }
+}
+
 /// The task's door and what its agent is told of it.
 pub(super) struct Opened {
     pub door: Box<dyn Door>,
@@ -180,6 +189,12 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         run_budget: ctx.config.max_run_cost_usd.map(|max_usd| RunBudget {
             max_usd,
             ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.run_id }),
+        }),
+        rate: crate::agents::access::upstream_of(&ctx.config).filter(|u| !u.rate_limits.is_empty()).map(|u| {
+            RateGovernor {
+                limits: u.rate_limits,
+                ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.run_id }),
+            }
         }),
     };
     let door = gateway.open(spec).await?;
