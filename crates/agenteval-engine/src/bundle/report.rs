@@ -118,10 +118,28 @@ pub fn render(meta: &Metadata, s: &RunSummary, failures: &[Failure]) -> String {
             );
         }
     }
+    if s.tampered > 0 {
+        let _ = writeln!(
+            out,
+            "\n**Tampered:** {} task(s) whose agent changed files their grading reads, {} of them passed (the verdicts stand; each task's `tampered` names the files).",
+            s.tampered, s.passed_tampered
+        );
+    }
     if !s.pass_at_k.is_empty() {
-        let _ = writeln!(out, "\n## pass@k (unbiased estimator over repetitions)\n\n| k | pass@k |\n|---:|---:|");
+        let _ = writeln!(
+            out,
+            "\n## pass@k and pass^k (unbiased estimators over repetitions)\n\n| k | pass@k (one passes) | pass^k (all pass) |\n|---:|---:|---:|"
+        );
         for (k, v) in &s.pass_at_k {
-            let _ = writeln!(out, "| {k} | {:.1}% |", v * 100.0);
+            let hat = s.pass_hat_k.get(k).map_or("-".to_string(), |h| format!("{:.1}%", h * 100.0));
+            let _ = writeln!(out, "| {k} | {:.1}% | {hat} |", v * 100.0);
+        }
+        if let Some(f) = s.flip_rate {
+            let _ = writeln!(
+                out,
+                "\nFlip rate (the chance two attempts of a task disagree), mean over tasks: {:.1}%",
+                f * 100.0
+            );
         }
         if !s.flaky_tasks.is_empty() {
             let shown: Vec<String> = s.flaky_tasks.iter().take(50).map(|t| format!("`{t}`")).collect();
