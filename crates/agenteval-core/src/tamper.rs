@@ -37,6 +37,10 @@ pub struct GradingReads {
     pub imports: BTreeSet<String>,
     /// Folders the tests add to Python's path (`sys.path.insert(0, "/opt/grader")`).
     pub import_dirs: BTreeSet<String>,
+    /// The words of the task's reference solution (its scripts and patches), when the worker
+    /// has it: a module of the working folder the tests import that the solution never names is
+    /// the grader's, not the agent's work.
+    pub solution_words: Option<BTreeSet<String>>,
     /// Words of the tests' scripts: the programs they may run (`python3`, `curl`, `uv`).
     pub programs: BTreeSet<String>,
 }
@@ -172,6 +176,16 @@ fn inside(reads: &GradingReads, rel: &str, path: &str, pytest_hunk: &dyn Fn() ->
         && (STDLIB.contains(&m) || PYTEST_OWN.contains(&m))
     {
         return Some(format!("shadows the module `{m}` the tests import"));
+    }
+    // A module of the working folder the tests import, which the reference solution never
+    // touches: the task's checker, not the work it asks for.
+    let named = module_named(path).filter(|m| reads.imports.contains(*m));
+    let package = rel.split_once('/').map(|(top, _)| top).filter(|t| reads.imports.contains(*t));
+    if let (Some(words), Some(m)) = (&reads.solution_words, package.or(named))
+        && !words.contains(m)
+        && !words.contains(file_name(path))
+    {
+        return Some(format!("a module the tests import (`{m}`) that the task's reference solution leaves alone"));
     }
     None
 }
@@ -381,6 +395,18 @@ fn module_top(name: &str) -> Option<String> {
     (!top.is_empty() && top.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then(|| top.to_string())
 }
 
+/// Every word of a reference solution (identifiers and path segments), to tell the files it
+/// changes from those it leaves alone.
+pub fn solution_words_of(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '-'))
+        .flat_map(|w| {
+            let stem = w.split('.').next().unwrap_or(w).to_string();
+            [w.to_string(), stem]
+        })
+        .filter(|w| !w.is_empty() && w.len() <= 128)
+        .collect()
+}
+
 /// The words of a shell script that may name programs it runs.
 pub fn words_of(script: &str) -> BTreeSet<String> {
     script
@@ -512,6 +538,26 @@ mod tests {
         // The working folder's own modules are the agent's work, even when the tests import them.
         let patch = "diff --git a/grader_lib.py b/grader_lib.py\n+x\n";
         assert!(audit(&reads, &Changes { patch: Some(patch), ..Changes::default() }).is_empty());
+    }
+
+    #[test]
+    fn a_checker_in_the_working_folder_the_solution_leaves_alone_is_named_and_the_work_is_not() {
+        let tests = "import sys\nsys.path.insert(0, '/app')\nfrom checker import verify\nimport calc\n";
+        let reads = GradingReads {
+            workdir: "/app".into(),
+            imports: imports_of(tests),
+            solution_words: Some(solution_words_of("cat > /app/calc/stats.py <<'EOF'\ndef mean(xs): ...\nEOF\n")),
+            ..GradingReads::default()
+        };
+        let patch = "diff --git a/checker.py b/checker.py\n+def verify(): return True\n\
+                     diff --git a/calc/stats.py b/calc/stats.py\n+fixed\n";
+        let found = audit(&reads, &Changes { patch: Some(patch), ..Changes::default() });
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].path, "/app/checker.py");
+        assert!(found[0].why.contains("`checker`") && found[0].why.contains("leaves alone"), "{found:?}");
+        // Without the solution, nothing of the working folder is the grader's for certain.
+        let unknown = GradingReads { solution_words: None, ..reads };
+        assert!(audit(&unknown, &Changes { patch: Some(patch), ..Changes::default() }).is_empty());
     }
 
     #[test]

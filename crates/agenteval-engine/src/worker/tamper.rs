@@ -37,6 +37,9 @@ pub(super) async fn audit(
         verifier_dirs: vec![tests_dir.clone(), logs_dir.clone()],
         ..GradingReads::default()
     };
+    if let Some(dir) = verified.task.solution.as_deref().filter(|d| d.is_dir()) {
+        reads.solution_words = Some(solution_words(dir));
+    }
     if let Some(spec) = &verified.task.tests {
         if let Some(dir) = &spec.dir {
             read_tests(dir, &mut reads);
@@ -103,6 +106,34 @@ fn read_tests(dir: &Path, reads: &mut GradingReads) {
             }
         }
     }
+}
+
+/// Every word of the task's reference solution folder (its scripts, patches and files), read
+/// within the same caps as the tests.
+fn solution_words(dir: &Path) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut todo = vec![dir.to_path_buf()];
+    let mut seen = 0;
+    while let Some(d) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                todo.push(e.path());
+                continue;
+            }
+            seen += 1;
+            if seen > MAX_TEST_FILES || !kind.is_file() || !e.metadata().is_ok_and(|m| m.len() <= MAX_TEST_FILE_BYTES) {
+                continue;
+            }
+            // A file's own name counts: a solution that ships `checker.py` changes it.
+            out.extend(tamper::solution_words_of(&e.file_name().to_string_lossy()));
+            if let Ok(text) = std::fs::read_to_string(e.path()) {
+                out.extend(tamper::solution_words_of(&text));
+            }
+        }
+    }
+    out
 }
 
 /// The files in the verifier's folders changed since the agent started (by their status-change
