@@ -3,7 +3,7 @@
 //! the comparison (or, with no baseline, of the candidate alone).
 //!
 //! ```yaml
-//! on_missing_baseline: fail        # or pass
+//! on_missing_baseline: fail        # or pass (default: fail when a gate compares, else pass)
 //! min_tasks: 20
 //! max_task_regressions: 2
 //! regressions: {max: 0}            # metrics worse beyond noise (whole interval on the bad side)
@@ -56,6 +56,16 @@ pub struct Gates {
     /// Most tasks of the candidate the tamper audit may flag (`max_tampered: 0`: none).
     pub max_tampered: Option<u64>,
     pub metrics: BTreeMap<String, MetricGate>,
+}
+
+impl Gates {
+    /// Whether a gate compares with a baseline (a drop, regressions): only then can a missing
+    /// baseline leave the file unjudged.
+    pub fn needs_baseline(&self) -> bool {
+        self.max_task_regressions.is_some()
+            || self.max_regressions.is_some()
+            || self.metrics.values().any(|g| g.max_drop.is_some() || g.max_drop_pct.is_some())
+    }
 }
 
 const TOP: &[&str] = &[
@@ -207,6 +217,11 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
             }
             other => problem(at, unknown("key", other, TOP)),
         }
+    }
+    // A file that judges the candidate alone (`max_tampered`, metrics' `min`/`max`) has nothing
+    // to miss without a baseline: unless it says otherwise, a missing one does not fail it.
+    if !top.contains_key("on_missing_baseline") && !gates.needs_baseline() {
+        gates.on_missing_baseline = OnMissingBaseline::Pass;
     }
     if problems.is_empty() {
         Ok(gates)
@@ -482,6 +497,22 @@ mod tests {
         assert_eq!(g.on_missing_baseline, OnMissingBaseline::Pass);
         assert_eq!(g.metrics["pass_rate"].max_drop, Some(0.05));
         assert_eq!(g.metrics["score:exact"].max_drop_pct, Some(10.0));
+    }
+
+    #[test]
+    fn a_file_that_needs_no_baseline_is_not_failed_for_missing_one() {
+        let g = load_gates_str("max_tampered: 0\nmetrics:\n  pass_rate: {min: 0.5}\n", "g").unwrap();
+        assert_eq!(g.on_missing_baseline, OnMissingBaseline::Pass);
+        let clean = |m: &str| match m {
+            "pass_rate" => Some(0.7),
+            crate::compare::TAMPERED_TASKS => Some(0.0),
+            _ => None,
+        };
+        assert!(judge(&g, None, &clean, 10).passed);
+        let tampered = |m: &str| if m == crate::compare::TAMPERED_TASKS { Some(1.0) } else { Some(0.7) };
+        assert!(!judge(&g, None, &tampered, 10).passed, "one tampered task fails max_tampered: 0");
+        let said = load_gates_str("on_missing_baseline: fail\nmax_tampered: 0\n", "g").unwrap();
+        assert_eq!(said.on_missing_baseline, OnMissingBaseline::Fail, "what the file says stands");
     }
 
     #[test]
