@@ -114,6 +114,12 @@ pub async fn audit(
     quiet: bool,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
+    if args.agent.is_some() || args.model.is_some() {
+        return Err(Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!("--agent and --model: the audit runs its own agents (oracle, nop and the exploits)"),
+        });
+    }
     let loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
     // An exploit gets the agent's time, at most ten minutes: it has no work to do.
     let mut limits = loaded.config.agent.limits().clone();

@@ -441,8 +441,9 @@ pub enum Command {
         #[command(subcommand)]
         command: AgentsCommand,
     },
-    /// Find the tasks an agent can pass without doing them: the config's benchmark run once per
-    /// exploit of a built-in battery (write the reward, plant test configuration, shadow the
+    /// Find the tasks an agent can pass without doing them (exploit agents beside oracle and nop).
+    ///
+    /// The config's benchmark runs once per exploit of a built-in battery (write the reward, plant test configuration, shadow the
     /// modules Python loads, edit the tests, print a fake test summary, outlive the verifier,
     /// exhaust its time, fetch later commits, reuse a reachable solution) and per `.sh` file in
     /// the config folder's `exploits/`, beside `oracle` and `nop`, on the config's backend.

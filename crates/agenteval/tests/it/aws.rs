@@ -1789,14 +1789,15 @@ async fn real_shaped_tasks_with_sidecars_and_volumes_get_the_same_verdicts_on_th
 /// provider never answers 429.
 #[tokio::test(flavor = "multi_thread")]
 async fn fleet_workers_share_one_rate_limit_through_dynamodb() {
-    let mut aws = Aws::new(&[("prod/openai", "sk-aws-RATE-0d3a9")], true).await;
+    // Secrets live as long as the emulator: a name of this test's own.
+    let mut aws = Aws::new(&[("prod/rate-openai", "sk-aws-RATE-0d3a9")], true).await;
     aws.fargate(0);
     let mock = agenteval_testkit::llm_mock::MockLlm::start_limited(Duration::ZERO, 120);
     let program = aws.ws.write("agent.py", crate::gateway::AGENT);
     let lines: String = (0..20).map(|i| format!("{{\"id\": \"c{i:02}\", \"input\": \"chat\"}}\n")).collect();
     aws.ws.write("cases.jsonl", &lines);
     let body = format!(
-        "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [python3, {}]\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: prod/openai}}\n    rate_limits: [{{requests_per_minute: 120}}]\n    prices:\n      mock-model: {{input_per_mtok: 1, output_per_mtok: 1}}\n",
+        "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: command\n  command: [python3, {}]\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: prod/rate-openai}}\n    rate_limits: [{{requests_per_minute: 120}}]\n    prices:\n      mock-model: {{input_per_mtok: 1, output_per_mtok: 1}}\n",
         program.display(),
         mock.base_url()
     );

@@ -190,6 +190,9 @@ fn audit_finds_the_planted_hackable_task_and_passes_the_benchmark_without_it() {
     let shown = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{shown}{}", text(&out.stderr));
     assert!(shown.contains("my-reward") && shown.contains("0 of 1 task(s) hackable"), "{shown}");
+    let agent = clean.run(&["audit", "--config", cfg.to_str().unwrap(), "--agent", "codex"]);
+    assert_eq!(agent.status.code(), Some(2), "{}", text(&agent.stderr));
+    assert!(text(&agent.stderr).contains("the audit runs its own agents"), "{}", text(&agent.stderr));
     let unknown = clean.run(&["audit", "--config", cfg.to_str().unwrap(), "--exploits", "no-such"]);
     assert_eq!(unknown.status.code(), Some(2), "{}", text(&unknown.stderr));
     assert!(text(&unknown.stderr).contains("no exploit `no-such`"), "{}", text(&unknown.stderr));
