@@ -381,8 +381,10 @@ pub fn import_dirs_of(source: &str) -> BTreeSet<String> {
             let mut parts = line.split(quote);
             parts.next();
             while let (Some(inside), _) = (parts.next(), parts.next()) {
-                if inside.starts_with('/') && !inside.contains(' ') {
-                    out.insert(inside.trim_end_matches('/').to_string());
+                // The root itself is every folder: it names none in particular.
+                let dir = inside.trim_end_matches('/');
+                if inside.starts_with('/') && !inside.contains(' ') && !dir.is_empty() {
+                    out.insert(dir.to_string());
                 }
             }
         }

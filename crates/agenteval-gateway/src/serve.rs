@@ -532,7 +532,12 @@ async fn forward(
     // The run's rate limits, booked across its workers: the call waits its turn (the wait is
     // the task's, never the agent's time to the model).
     if let Some(rate) = &record.session.rate {
-        let tokens = sent.len() as u64 / 4 + record.cap.unwrap_or(0);
+        // The prompt guessed from its size, and the most the answer may be: as the call asks it
+        // (`max_tokens`, `max_completion_tokens`, `max_output_tokens`), or as it is held to.
+        let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+            .iter()
+            .find_map(|k| body.get(*k).and_then(Value::as_u64));
+        let tokens = sent.len() as u64 / 4 + record.cap.or(asked_most).unwrap_or(0);
         record.queued += rate.wait_turn(&record.asked.model, tokens).await;
     }
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
