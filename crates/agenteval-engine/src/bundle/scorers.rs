@@ -231,6 +231,20 @@ pub struct PassAtK {
     tasks: BTreeMap<String, (u64, u64)>,
 }
 
+impl PassAtK {
+    /// An estimator's mean for every k from 1 to `most`, over the tasks with at least k
+    /// finished repetitions.
+    fn per_k(&self, most: u64, estimate: fn(u64, u64, u64) -> f64) -> BTreeMap<u32, f64> {
+        (1..=most)
+            .filter_map(|k| {
+                let of: Vec<f64> =
+                    self.tasks.values().filter(|(n, _)| *n >= k).map(|(n, c)| estimate(*n, *c, k)).collect();
+                (!of.is_empty()).then(|| (k as u32, of.iter().sum::<f64>() / of.len() as f64))
+            })
+            .collect()
+    }
+}
+
 impl Scorer for PassAtK {
     fn observe(&mut self, r: &TaskResult) {
         let (n, c) = self.tasks.entry(r.task_id.base().to_string()).or_default();
@@ -243,29 +257,9 @@ impl Scorer for PassAtK {
         if most < 2 {
             return;
         }
-        for k in 1..=most {
-            let estimates: Vec<f64> = self
-                .tasks
-                .values()
-                .filter(|(n, _)| *n >= k)
-                .map(|(n, c)| agenteval_judge::stats::pass_at_k(*n, *c, k))
-                .collect();
-            if !estimates.is_empty() {
-                s.pass_at_k.insert(k as u32, estimates.iter().sum::<f64>() / estimates.len() as f64);
-            }
-        }
+        s.pass_at_k = self.per_k(most, agenteval_judge::stats::pass_at_k);
         s.flaky_tasks = self.tasks.iter().filter(|(_, (n, c))| *c > 0 && c < n).map(|(id, _)| id.clone()).collect();
-        for k in 1..=most {
-            let estimates: Vec<f64> = self
-                .tasks
-                .values()
-                .filter(|(n, _)| *n >= k)
-                .map(|(n, c)| agenteval_judge::stats::pass_hat_k(*n, *c, k))
-                .collect();
-            if !estimates.is_empty() {
-                s.pass_hat_k.insert(k as u32, estimates.iter().sum::<f64>() / estimates.len() as f64);
-            }
-        }
+        s.pass_hat_k = self.per_k(most, agenteval_judge::stats::pass_hat_k);
         let rates: Vec<(&String, f64)> = self
             .tasks
             .iter()

@@ -77,8 +77,9 @@ fn merge(into: &mut Vec<Tampered>, more: Vec<Tampered>) {
     }
 }
 
-/// What the tests import and the programs their scripts name, from the task's tests folder.
-fn read_tests(dir: &Path, reads: &mut GradingReads) {
+/// Each small file of `dir` and its folders (at most [`MAX_TEST_FILES`] files, each at most
+/// [`MAX_TEST_FILE_BYTES`]), with its text: what the audit reads of a task's tests and solution.
+fn each_small_file(dir: &Path, mut f: impl FnMut(&Path, &str)) {
     let mut todo = vec![dir.to_path_buf()];
     let mut seen = 0;
     while let Some(d) = todo.pop() {
@@ -91,48 +92,36 @@ fn read_tests(dir: &Path, reads: &mut GradingReads) {
                 continue;
             }
             seen += 1;
-            if seen > MAX_TEST_FILES || !kind.is_file() {
+            if seen > MAX_TEST_FILES || !kind.is_file() || !e.metadata().is_ok_and(|m| m.len() <= MAX_TEST_FILE_BYTES) {
                 continue;
             }
-            let small = e.metadata().is_ok_and(|m| m.len() <= MAX_TEST_FILE_BYTES);
-            let Some(text) = small.then(|| std::fs::read_to_string(&p).ok()).flatten() else { continue };
-            match p.extension().and_then(|x| x.to_str()) {
-                Some("py") => {
-                    reads.imports.extend(tamper::imports_of(&text));
-                    reads.import_dirs.extend(tamper::import_dirs_of(&text));
-                }
-                Some("sh" | "bash") => reads.programs.extend(tamper::words_of(&text)),
-                _ => {}
+            if let Ok(text) = std::fs::read_to_string(&p) {
+                f(&p, &text);
             }
         }
     }
 }
 
-/// Every word of the task's reference solution folder (its scripts, patches and files), read
-/// within the same caps as the tests.
+/// What the tests import and the programs their scripts name, from the task's tests folder.
+fn read_tests(dir: &Path, reads: &mut GradingReads) {
+    each_small_file(dir, |p, text| match p.extension().and_then(|x| x.to_str()) {
+        Some("py") => {
+            reads.imports.extend(tamper::imports_of(text));
+            reads.import_dirs.extend(tamper::import_dirs_of(text));
+        }
+        Some("sh" | "bash") => reads.programs.extend(tamper::words_of(text)),
+        _ => {}
+    });
+}
+
+/// Every word of the task's reference solution folder (its scripts, patches and files' names).
 fn solution_words(dir: &Path) -> std::collections::BTreeSet<String> {
     let mut out = std::collections::BTreeSet::new();
-    let mut todo = vec![dir.to_path_buf()];
-    let mut seen = 0;
-    while let Some(d) = todo.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            let Ok(kind) = e.file_type() else { continue };
-            if kind.is_dir() {
-                todo.push(e.path());
-                continue;
-            }
-            seen += 1;
-            if seen > MAX_TEST_FILES || !kind.is_file() || !e.metadata().is_ok_and(|m| m.len() <= MAX_TEST_FILE_BYTES) {
-                continue;
-            }
-            // A file's own name counts: a solution that ships `checker.py` changes it.
-            out.extend(tamper::solution_words_of(&e.file_name().to_string_lossy()));
-            if let Ok(text) = std::fs::read_to_string(e.path()) {
-                out.extend(tamper::solution_words_of(&text));
-            }
-        }
-    }
+    each_small_file(dir, |p, text| {
+        // A file's own name counts: a solution that ships `checker.py` changes it.
+        out.extend(tamper::solution_words_of(&p.file_name().unwrap_or_default().to_string_lossy()));
+        out.extend(tamper::solution_words_of(text));
+    });
     out
 }
 
