@@ -5,6 +5,7 @@
 //! place ([`sdk::AwsClients::connect`]) and every SDK error goes through one classifier
 //! ([`sdk::classify`]) that decides what is worth retrying.
 
+pub mod bedrock;
 pub mod doctor;
 pub mod dynamo_index;
 pub mod ecs;
@@ -16,6 +17,7 @@ pub mod sdk;
 pub mod secrets;
 pub mod task_images;
 
+pub use bedrock::BedrockHost;
 pub use dynamo_index::DynamoDbRunIndex;
 pub use ecs::{EcsBackend, EcsSettings, TokenBucket};
 pub use kind::EcsBackendKind;

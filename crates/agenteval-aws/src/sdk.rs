@@ -84,27 +84,7 @@ pub struct AwsClients {
 impl AwsClients {
     /// Loads the SDK configuration once and builds every client from it.
     pub async fn connect(settings: &AwsSettings) -> Arc<AwsClients> {
-        use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
-        let http =
-            aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
-        let mut loader = aws_config::defaults(BehaviorVersion::latest())
-            .http_client(http)
-            .retry_config(RetryConfig::standard().with_max_attempts(4));
-        if let Some(r) = &settings.region {
-            loader = loader.region(aws_config::Region::new(r.clone()));
-        }
-        if let Some(p) = &settings.profile {
-            loader = loader.profile_name(p);
-        }
-        if let Some(e) = &settings.endpoint_url {
-            loader = loader.endpoint_url(e);
-        }
-        if settings.emulator_credentials {
-            loader = loader
-                .credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
-        }
-        let sdk = loader.load().await;
-        Self::from_sdk_config(&sdk)
+        Self::from_sdk_config(&sdk_config(settings, 4).await)
     }
 
     /// Every client from one loaded SDK configuration.
@@ -127,6 +107,30 @@ impl AwsClients {
             endpoint_url: endpoint,
         })
     }
+}
+
+/// The SDK configuration for `settings`, the one place it is built: ring's TLS, the region,
+/// profile and endpoint asked for (else the standard chain's), `max_attempts` tries per call.
+pub async fn sdk_config(settings: &AwsSettings, max_attempts: u32) -> aws_config::SdkConfig {
+    use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+    let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .http_client(http)
+        .retry_config(RetryConfig::standard().with_max_attempts(max_attempts));
+    if let Some(r) = &settings.region {
+        loader = loader.region(aws_config::Region::new(r.clone()));
+    }
+    if let Some(p) = &settings.profile {
+        loader = loader.profile_name(p);
+    }
+    if let Some(e) = &settings.endpoint_url {
+        loader = loader.endpoint_url(e);
+    }
+    if settings.emulator_credentials {
+        loader =
+            loader.credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));
+    }
+    loader.load().await
 }
 
 const TRANSIENT_CODES: &[&str] = &[

@@ -255,6 +255,61 @@ pub struct Posted {
     pub body: Vec<u8>,
 }
 
+/// A cloud's model service reached with the cloud's own credentials instead of a key (Amazon
+/// Bedrock). It takes a call on Anthropic's Messages wire and answers on the same wire (streamed
+/// as server-sent events when asked), so the gateway meters, budgets, records and replays it as
+/// any other. Its one implementation lives in the crate that owns the cloud's SDK.
+#[async_trait]
+pub trait ModelHost: Send + Sync {
+    /// What it is and where (`bedrock at bedrock-runtime.us-east-1.amazonaws.com`), for errors.
+    fn describe(&self) -> String;
+    /// Sends one call; `Err` when the service could not be reached or did not answer in time.
+    async fn invoke(&self, call: HostCall) -> std::result::Result<HostAnswer, HostFailure>;
+}
+
+/// One call to a [`ModelHost`].
+#[derive(Debug, Clone)]
+pub struct HostCall {
+    /// The service's id of the model (a Bedrock model id or inference profile).
+    pub model_id: String,
+    /// The Messages request as the gateway forwards it (its `model` and `stream` included).
+    pub body: Vec<u8>,
+    pub stream: bool,
+    /// The `anthropic-beta` flags the run lets through.
+    pub betas: Vec<String>,
+    /// How long the answer may take to start.
+    pub timeout: std::time::Duration,
+}
+
+/// A [`ModelHost`]'s answer: a status, a content type, a pause asked before a retry, and the
+/// body as it arrives (chunks, or why it broke off).
+#[derive(Debug)]
+pub struct HostAnswer {
+    pub status: u16,
+    /// `application/json`, or `text/event-stream` for a streamed answer.
+    pub content_type: String,
+    pub retry_after: Option<std::time::Duration>,
+    pub body: tokio::sync::mpsc::Receiver<std::result::Result<Vec<u8>, String>>,
+}
+
+impl HostAnswer {
+    /// A whole answer of `body`.
+    pub fn whole(status: u16, body: Vec<u8>) -> HostAnswer {
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let _ = tx.try_send(Ok(body));
+        HostAnswer { status, content_type: "application/json".into(), retry_after: None, body: rx }
+    }
+}
+
+/// Why a [`ModelHost`] gave no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostFailure {
+    /// It could not be reached (connection, DNS, TLS, credentials not found).
+    Connect(String),
+    /// The answer did not start in time.
+    Timeout,
+}
+
 /// The worker's model gateway: opens a door per task attempt.
 #[async_trait]
 pub trait ModelGateway: Send + Sync {

@@ -69,6 +69,23 @@ pub(crate) struct Provider {
     pub max_attempts: u32,
     /// An Azure OpenAI resource: its paths, deployments and credential header.
     pub azure: Option<Azure>,
+    /// Amazon Bedrock serves this wire: calls go to its host, not to `base`.
+    pub bedrock: Option<Bedrock>,
+}
+
+/// How Anthropic's wire reaches Amazon Bedrock.
+#[derive(Clone)]
+pub(crate) struct Bedrock {
+    /// The Bedrock model id serving each model the agent asks for.
+    pub models: std::collections::BTreeMap<String, String>,
+    /// The SDK's client (the binary's wiring gives it); `None`: this build cannot reach Bedrock.
+    pub host: Option<Arc<dyn agenteval_core::gateway::ModelHost>>,
+}
+
+impl Bedrock {
+    pub(crate) fn model_id<'a>(&'a self, model: &'a str) -> &'a str {
+        self.models.get(model).map_or(model, String::as_str)
+    }
 }
 
 /// How calls reach an Azure OpenAI resource.
@@ -131,6 +148,7 @@ impl GatewayConfig {
                 timeout: Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
                 max_attempts: e.max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
                 azure: None,
+                bedrock: None,
             })
         };
         let openai = match (&upstream.openai, &upstream.azure) {
@@ -149,13 +167,23 @@ impl GatewayConfig {
                         deployments: a.deployments.clone(),
                         entra: a.entra(),
                     }),
+                    bedrock: None,
                 })
             }
             (None, None) => None,
         };
-        let anthropic = match &upstream.anthropic {
-            Some(e) => Some(provider("anthropic", e, "https://api.anthropic.com/v1", keys.remove("anthropic"))?),
-            None => None,
+        let anthropic = match (&upstream.anthropic, &upstream.bedrock) {
+            (Some(e), _) => Some(provider("anthropic", e, "https://api.anthropic.com/v1", keys.remove("anthropic"))?),
+            (None, Some(b)) => Some(Provider {
+                base: b.endpoint_url.clone().unwrap_or_else(|| "bedrock".into()),
+                key: None,
+                price: b.price,
+                timeout: Duration::from_secs_f64(b.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+                max_attempts: b.max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
+                azure: None,
+                bedrock: Some(Bedrock { models: b.models.clone(), host: None }),
+            }),
+            (None, None) => None,
         };
         let mut prices = PriceTable::packaged();
         prices.extend(upstream.prices.clone());
@@ -168,12 +196,22 @@ impl GatewayConfig {
         })
     }
 
+    /// Anthropic's wire served by `host` (Amazon Bedrock), as the config's `upstream.bedrock` says.
+    pub fn with_host(mut self, host: Arc<dyn agenteval_core::gateway::ModelHost>) -> GatewayConfig {
+        if let Some(b) = self.anthropic.as_mut().and_then(|p| p.bedrock.as_mut()) {
+            b.host = Some(host);
+        }
+        self
+    }
+
     /// The price of `model` on `wire`'s provider: an endpoint's own `price` is its model's
     /// (`agent.model`, `own`) and no other's; every other model is priced by the table.
     pub(crate) fn price(&self, wire: wire::Wire, model: &str, own: Option<&str>) -> Option<Price> {
         let p = if wire.is_anthropic() { &self.anthropic } else { &self.openai };
         let endpoint = p.as_ref().and_then(|p| p.price).filter(|_| own.is_none_or(|o| o == model));
-        endpoint.or_else(|| self.prices.lookup(model))
+        // A Bedrock model id is priced as its model when the agent's name is not.
+        let id = p.as_ref().and_then(|p| p.bedrock.as_ref()).map(|b| b.model_id(model));
+        endpoint.or_else(|| self.prices.lookup(model)).or_else(|| id.and_then(|id| self.prices.lookup(id)))
     }
 }
 

@@ -541,28 +541,17 @@ async fn forward(
         record.queued += rate.wait_turn(&record.asked.model, tokens).await;
     }
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
-    let (resp, record) = match sending.send(record).await {
+    let (answered, record) = match sending.send(record).await {
         Ok(answered) => answered,
         Err(refused) => return refused,
     };
-    let status = resp.status();
-    let content_type = resp.headers().get(header::CONTENT_TYPE).cloned();
-    let streamed =
-        content_type.as_ref().and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("text/event-stream"));
-    // The provider's own headers go to the agent (`retry-after`, rate limits, request ids), but
-    // those of the connection, which are the gateway's to set.
-    let passed: Vec<(header::HeaderName, HeaderValue)> = resp
-        .headers()
-        .iter()
-        .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .collect();
+    let Answer { status, headers: passed, streamed, body, .. } = answered;
     // A provider's error may quote the key it was given: read whole (bounded) and scrubbed.
-    let upstream: Upstream = if !status.is_success() && !streamed {
-        let scrubbed = scrubbed_error(resp, provider.key.as_ref(), &record.session).await;
+    let upstream: Upstream = if !(200..300).contains(&status) && !streamed {
+        let scrubbed = scrubbed_error(body, provider.key.as_ref(), &record.session).await;
         Box::pin(futures::stream::once(async move { Ok(Bytes::from(scrubbed)) }))
     } else {
-        Box::pin(resp.bytes_stream())
+        body
     };
     let listening = Listening {
         listener: Listener::new(wire, streamed),
@@ -571,11 +560,11 @@ async fn forward(
         ttfb: None,
         record,
         request,
-        status: status.as_u16(),
+        status,
         streamed,
     };
     let tee = Tee { inner: upstream, listening: Some(listening) };
-    let mut out = Response::builder().status(status.as_u16());
+    let mut out = Response::builder().status(status);
     for (name, value) in passed {
         out = out.header(name, value);
     }
@@ -583,6 +572,62 @@ async fn forward(
         out = out.header(header::CACHE_CONTROL, "no-cache");
     }
     out.body(Body::from_stream(tee)).expect("a valid response")
+}
+
+/// A provider's answer, from its HTTP API or its cloud's model host: what the gateway passes on.
+struct Answer {
+    status: u16,
+    /// The provider's own headers (`retry-after`, rate limits, request ids), but those of the
+    /// connection, which are the gateway's to set.
+    headers: Vec<(header::HeaderName, HeaderValue)>,
+    /// Server-sent events, passed on as they arrive.
+    streamed: bool,
+    /// The pause the provider asked for before asking again.
+    retry_after: Option<Duration>,
+    body: Upstream,
+}
+
+impl Answer {
+    fn of_http(resp: reqwest::Response) -> Answer {
+        use futures::TryStreamExt as _;
+        let content_type = resp.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+        let streamed = content_type.is_some_and(|v| v.starts_with("text/event-stream"));
+        let headers = resp
+            .headers()
+            .iter()
+            .filter(|(name, _)| !HOP_BY_HOP.contains(&name.as_str()))
+            .map(|(n, v)| (n.clone(), v.clone()))
+            .collect();
+        Answer {
+            status: resp.status().as_u16(),
+            retry_after: retry_after(resp.headers()),
+            headers,
+            streamed,
+            body: Box::pin(resp.bytes_stream().map_err(|e| e.to_string())),
+        }
+    }
+
+    fn of_host(a: agenteval_core::gateway::HostAnswer) -> Answer {
+        let streamed = a.content_type.starts_with("text/event-stream");
+        let content_type = HeaderValue::from_str(&a.content_type).unwrap_or(HeaderValue::from_static("application/json"));
+        let body = futures::stream::unfold(a.body, |mut rx| async move {
+            rx.recv().await.map(|chunk| (chunk.map(Bytes::from), rx))
+        });
+        Answer {
+            status: a.status,
+            headers: vec![(header::CONTENT_TYPE, content_type)],
+            streamed,
+            retry_after: a.retry_after.map(|d| d.min(Duration::from_secs(60))),
+            body: Box::pin(body),
+        }
+    }
+}
+
+/// Why a provider gave no answer.
+enum NoAnswer {
+    Connect(String),
+    Timeout,
+    Failed(String),
 }
 
 /// Why the next call is refused when the run's budget, kept at the wire, is spent by every
@@ -612,16 +657,15 @@ impl Sending<'_> {
     /// Sends the call, asking again while the provider refuses it for now (for an agent the
     /// gateway retries for), waiting as it asks, within the bounds; the answer, or the response
     /// the agent gets when the provider stayed unavailable or unreachable.
-    async fn send(&self, mut record: Record) -> std::result::Result<(reqwest::Response, Record), Response<Body>> {
+    async fn send(&self, mut record: Record) -> std::result::Result<(Answer, Record), Response<Body>> {
         let (provider, wire) = (self.provider, self.wire);
         loop {
-            let req = provider_request(self.inner, provider, wire, self.headers, self.sent.clone(), self.deployment);
-            let sent_at = req.send().await;
+            let sent_at = self.once(&record).await;
             let pause = match &sent_at {
-                Ok(r) if record.session.retry && RETRIED.contains(&r.status().as_u16()) => {
-                    Some(retry_after(r.headers()).unwrap_or_else(|| backoff(record.retries)))
+                Ok(a) if record.session.retry && RETRIED.contains(&a.status) => {
+                    Some(a.retry_after.unwrap_or_else(|| backoff(record.retries)))
                 }
-                Err(e) if record.session.retry && e.is_connect() => Some(backoff(record.retries)),
+                Err(NoAnswer::Connect(_)) if record.session.retry => Some(backoff(record.retries)),
                 _ => None,
             };
             match pause {
@@ -635,11 +679,47 @@ impl Sending<'_> {
                 Some(_) => return Err(unavailable(record, wire, sent_at)),
                 None => {
                     return match sent_at {
-                        Ok(r) => Ok((r, record)),
+                        Ok(a) => Ok((a, record)),
                         Err(e) => Err(unreachable(record, provider, wire, &e)),
                     };
                 }
             }
+        }
+    }
+
+    /// One try: to the provider's HTTP API, or to the cloud's model host serving its wire.
+    async fn once(&self, record: &Record) -> std::result::Result<Answer, NoAnswer> {
+        let provider = self.provider;
+        if let Some(bedrock) = &provider.bedrock {
+            let Some(host) = &bedrock.host else {
+                return Err(NoAnswer::Failed("this build of agenteval has no Amazon Bedrock client".into()));
+            };
+            let betas = self
+                .headers
+                .get("anthropic-beta")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|b| crate::policy::betas(b, &self.inner.config.allow))
+                .map(|b| b.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
+                .unwrap_or_default();
+            let call = agenteval_core::gateway::HostCall {
+                model_id: bedrock.model_id(&record.asked.model).to_string(),
+                body: self.sent.to_vec(),
+                stream: record.asked.stream,
+                betas,
+                timeout: provider.timeout,
+            };
+            return match host.invoke(call).await {
+                Ok(a) => Ok(Answer::of_host(a)),
+                Err(agenteval_core::gateway::HostFailure::Timeout) => Err(NoAnswer::Timeout),
+                Err(agenteval_core::gateway::HostFailure::Connect(why)) => Err(NoAnswer::Connect(why)),
+            };
+        }
+        let req = provider_request(self.inner, provider, self.wire, self.headers, self.sent.clone(), self.deployment);
+        match req.send().await {
+            Ok(r) => Ok(Answer::of_http(r)),
+            Err(e) if e.is_timeout() => Err(NoAnswer::Timeout),
+            Err(e) if e.is_connect() => Err(NoAnswer::Connect("connection failed".into())),
+            Err(_) => Err(NoAnswer::Failed("the request failed".into())),
         }
     }
 }
@@ -653,7 +733,7 @@ const MAX_WAIT: Duration = Duration::from_secs(120);
 
 /// How long the provider asked to be left alone (`retry-after-ms`, `retry-after` in seconds),
 /// at most a minute.
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
     let wait = get("retry-after-ms").map(|ms| ms / 1000.0).or_else(|| get("retry-after"))?;
     (wait.is_finite() && wait >= 0.0).then(|| Duration::from_secs_f64(wait.min(60.0)))
@@ -666,12 +746,8 @@ fn backoff(n: u32) -> Duration {
 
 /// The provider stayed unavailable through the retries: the agent gets its last answer's status
 /// with the gateway's reason, and the task ends as the infrastructure's (`Refusal::Unavailable`).
-fn unavailable(
-    record: Record,
-    wire: Wire,
-    last: std::result::Result<reqwest::Response, reqwest::Error>,
-) -> Response<Body> {
-    let status = last.as_ref().map_or(502, |r| r.status().as_u16());
+fn unavailable(record: Record, wire: Wire, last: std::result::Result<Answer, NoAnswer>) -> Response<Body> {
+    let status = last.as_ref().map_or(502, |a| a.status);
     let why = format!(
         "the provider answered {status} to {} tries over {:.1} s (rate limited or unavailable)",
         record.retries + 1,
@@ -687,22 +763,22 @@ fn unavailable(
 }
 
 /// The provider could not be reached at all.
-fn unreachable(record: Record, provider: &crate::Provider, wire: Wire, e: &reqwest::Error) -> Response<Body> {
-    let reason = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "connection failed"
-    } else {
-        "the request failed"
+fn unreachable(record: Record, provider: &crate::Provider, wire: Wire, e: &NoAnswer) -> Response<Body> {
+    let reason = match e {
+        NoAnswer::Timeout => "timed out",
+        NoAnswer::Connect(why) | NoAnswer::Failed(why) => why.as_str(),
     };
-    let host = provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string();
+    let host = match provider.bedrock.as_ref().and_then(|b| b.host.as_ref()) {
+        Some(h) => h.describe(),
+        None => provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string(),
+    };
     let why = format!("cannot reach the provider at {host}: {reason}");
     let mut call = record.call(502, &Heard::default(), 0);
     // For an agent the gateway retries for, a provider it cannot connect to is the
     // infrastructure's. A call that timed out is not: an agent could ask for an answer too long
     // to come in time and turn its own failure into an uncounted task. Otherwise the agent meets
     // it as any client would (the `llm` agent's own client retries and says so).
-    call.refused = Some(match record.session.retry && e.is_connect() {
+    call.refused = Some(match record.session.retry && matches!(e, NoAnswer::Connect(_)) {
         true => Refusal::Unavailable { reason: why.clone() },
         false => Refusal::Upstream { reason: why.clone() },
     });
@@ -758,13 +834,12 @@ fn provider_request(
 
 /// A provider's error answer, read whole up to [`MAX_ERROR_BYTES`], without the key's bytes.
 async fn scrubbed_error(
-    resp: reqwest::Response,
+    mut stream: Upstream,
     key: Option<&agenteval_core::secret::Secret>,
     session: &Session,
 ) -> String {
     use futures::StreamExt as _;
     let mut whole = Vec::new();
-    let mut stream = resp.bytes_stream();
     while let Some(Ok(chunk)) = stream.next().await {
         whole.extend_from_slice(&chunk);
         if whole.len() > MAX_ERROR_BYTES {
@@ -775,7 +850,8 @@ async fn scrubbed_error(
     scrub(&String::from_utf8_lossy(&whole), key, session)
 }
 
-type Upstream = std::pin::Pin<Box<dyn futures::Stream<Item = reqwest::Result<Bytes>> + Send>>;
+/// An answer's body as it arrives, or why it broke off.
+type Upstream = std::pin::Pin<Box<dyn futures::Stream<Item = std::result::Result<Bytes, String>> + Send>>;
 
 /// The most of a provider's error answer read (and passed on).
 const MAX_ERROR_BYTES: usize = 1 << 20;

@@ -238,6 +238,10 @@ impl Listener {
                 }
                 _ => {}
             },
+            // Amazon Bedrock's own count, on its stream's last event, is the one it bills.
+            Wire::Messages if v.get("amazon-bedrock-invocationMetrics").is_some_and(Value::is_object) => {
+                self.heard.usage = v.get("amazon-bedrock-invocationMetrics").map(bedrock_usage);
+            }
             Wire::Messages => match v.get("type").and_then(Value::as_str) {
                 Some("message_start") => {
                     if let Some(u) = v.pointer("/message/usage") {
@@ -299,6 +303,19 @@ pub fn whole(wire: Wire, v: &Value) -> Heard {
             finish: s("/stop_reason"),
             text: cut(&text_of(v.get("content").unwrap_or(&Value::Null))),
         },
+    }
+}
+
+/// Bedrock's `amazon-bedrock-invocationMetrics`: its input count leaves out the cache's reads and
+/// writes, which it counts apart (as Anthropic does).
+fn bedrock_usage(m: &Value) -> Usage {
+    let n = |k: &str| m.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let (read, write) = (n("cacheReadInputTokenCount"), n("cacheWriteInputTokenCount"));
+    Usage {
+        input_tokens: n("inputTokenCount") + read + write,
+        output_tokens: n("outputTokenCount"),
+        cached_input_tokens: read,
+        cache_write_tokens: write,
     }
 }
 
@@ -380,6 +397,19 @@ mod tests {
             Some(Usage { input_tokens: 25, output_tokens: 9, cached_input_tokens: 5, cache_write_tokens: 0 })
         );
         assert_eq!((h.text.as_str(), h.finish.as_str()), ("ok", "end_turn"));
+    }
+
+    #[test]
+    fn bedrocks_invocation_metrics_are_the_count_of_its_stream() {
+        let sse = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n\
+                   event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n\
+                   event: message_stop\ndata: {\"type\":\"message_stop\",\"amazon-bedrock-invocationMetrics\":{\"inputTokenCount\":30,\"outputTokenCount\":7,\"cacheReadInputTokenCount\":4,\"cacheWriteInputTokenCount\":2,\"invocationLatency\":9}}\n\n";
+        let h = streamed(Wire::Messages, sse);
+        assert_eq!(
+            h.usage,
+            Some(Usage { input_tokens: 36, output_tokens: 7, cached_input_tokens: 4, cache_write_tokens: 2 })
+        );
+        assert_eq!(h.finish, "end_turn");
     }
 
     #[test]

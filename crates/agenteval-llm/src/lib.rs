@@ -39,20 +39,34 @@ pub fn unpriced_models(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
     if let AgentConfig::Llm(a) = &config.agent
         && let Ok(spec) = ModelSpec::parse(&a.model)
     {
-        let flat = a.endpoint.price.is_some() || a.azure.as_ref().is_some_and(|z| z.price.is_some());
-        if !flat && !a.prices.contains_key(&spec.name) && table.lookup(&spec.name).is_none() {
+        let flat = a.endpoint.price.is_some()
+            || a.azure.as_ref().is_some_and(|z| z.price.is_some())
+            || a.bedrock.as_ref().is_some_and(|b| b.price.is_some());
+        // A model Bedrock serves under an id of its own is priced as that id's model.
+        let id = a.bedrock.as_ref().map(|b| b.model_id(&spec.name));
+        if !flat
+            && !a.prices.contains_key(&spec.name)
+            && table.lookup(&spec.name).is_none()
+            && id.is_none_or(|id| table.lookup(id).is_none())
+        {
             out.push(("/agent/model".into(), spec.name, "`agent.price`".into()));
         }
     }
     if let Some(up) = config.agent.upstream() {
         // An endpoint's own price covers every model it serves.
         let flat = [&up.openai, &up.anthropic].into_iter().flatten().any(|e| e.price.is_some())
-            || up.azure.as_ref().is_some_and(|a| a.price.is_some());
+            || up.azure.as_ref().is_some_and(|a| a.price.is_some())
+            || up.bedrock.as_ref().is_some_and(|b| b.price.is_some());
         let models = config.agent.model().into_iter().map(|m| ("/agent/model".to_string(), m));
         let others = up.models.iter().enumerate().map(|(i, m)| (format!("/agent/upstream/models/{i}"), m.as_str()));
         for (at, model) in models.chain(others) {
             let model = ModelSpec::parse(model).map_or(model.to_string(), |s| s.name);
-            if !flat && !up.prices.contains_key(&model) && table.lookup(&model).is_none() {
+            let id = up.bedrock.as_ref().map(|b| b.model_id(&model));
+            if !flat
+                && !up.prices.contains_key(&model)
+                && table.lookup(&model).is_none()
+                && id.is_none_or(|id| table.lookup(id).is_none())
+            {
                 out.push((at, model.clone(), format!("`agent.upstream.prices.{model}`")));
             }
         }

@@ -3,7 +3,7 @@
 //! streamed as server-sent events when the request says `"stream": true` (a streamed chat call
 //! reports usage only with `stream_options.include_usage`, as OpenAI's does), and
 //! `GET /v1/models`; and, as an Azure OpenAI resource, the same under Azure's paths (see
-//! `azure_routes`); so agents, the gateway and the judges are tested without a network or a
+//! `azure_routes`), and as Amazon Bedrock's runtime, Anthropic's under Bedrock's (`bedrock.rs`); so agents, the gateway and the judges are tested without a network or a
 //! key. It runs on its own thread and runtime, on `127.0.0.1:<free port>`. Started with a
 //! rate limit (`start_limited`), it enforces it as a provider does: a bucket of a second's share
 //! of requests, refilled evenly, and a call that finds it empty gets 429 with `Retry-After`.
@@ -64,7 +64,7 @@ pub struct Received {
 }
 
 #[derive(Default)]
-struct State {
+pub(crate) struct State {
     received: Vec<Received>,
     calls_per_conversation: HashMap<String, u32>,
     /// Requests per second allowed, and the bucket: requests left and when it was last filled.
@@ -149,7 +149,8 @@ impl MockLlm {
                         "/v1/messages",
                         post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)),
                     )
-                    .merge(azure_routes(shared.clone(), latency));
+                    .merge(azure_routes(shared.clone(), latency))
+                    .merge(crate::bedrock::routes(shared.clone(), latency));
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = stop_rx.await;
@@ -281,7 +282,7 @@ async fn answer(
 }
 
 /// Answers a call in `shape`'s format, recording it under `label`.
-async fn answer_as(
+pub(crate) async fn answer_as(
     state: Arc<Mutex<State>>,
     latency: Duration,
     shape: &'static str,

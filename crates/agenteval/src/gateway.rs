@@ -60,7 +60,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
     let redactor = Redactor::new();
     // A strict replay needs no key.
     let keys = if replay.is_none() { keys(config, upstream, &redactor).await? } else { Vec::new() };
-    let gateway_config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
+    let gateway_config = Wiring::new(exe()?, config.aws.as_ref()).gateway_config(upstream, keys).await?;
     let gateway = agenteval_gateway::Gateway::start_at(gateway_config, addr).await?;
     let limits = config.agent.limits();
     let mut door = gateway.open_door(DoorSpec {

@@ -88,6 +88,10 @@ pub struct LlmAgentConfig {
     /// An `openai:` model served by an Azure OpenAI resource instead of OpenAI's API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub azure: Option<AzureEndpoint>,
+    /// An `anthropic:` model served by Amazon Bedrock instead of Anthropic's API (no key: the
+    /// AWS credential chain signs the calls).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bedrock: Option<BedrockEndpoint>,
     /// A JSON file of prices (`{"models": {"id": {"input_per_mtok": …, "output_per_mtok": …}}}`)
     /// extending or overriding the packaged table; read when the config loads.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,6 +111,19 @@ impl LlmAgentConfig {
     /// The problems of where its model is: its endpoint, or the Azure resource serving it.
     pub fn validate_endpoint(&self, p: &mut Vec<(String, String)>) {
         self.endpoint.validate("/agent", p);
+        if let Some(bedrock) = &self.bedrock {
+            bedrock.validate("/agent/bedrock", p);
+            if !self.model.starts_with("anthropic:") {
+                p.push(("/agent/bedrock".into(), "Bedrock serves `anthropic:` models here (the Messages wire)".into()));
+            }
+            if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
+                p.push((
+                    "/agent/bedrock".into(),
+                    "with `bedrock`, the calls are signed with AWS credentials: drop the agent's `base_url` and `secrets`"
+                        .into(),
+                ));
+            }
+        }
         let Some(azure) = &self.azure else { return };
         azure.validate("/agent/azure", p);
         if !self.model.starts_with("openai:") {
@@ -214,6 +231,65 @@ pub struct AzureEndpoint {
     pub request_timeout_seconds: Option<f64>,
 }
 
+/// Anthropic's models as Amazon Bedrock serves them (`docs/agents.md`): calls on Anthropic's
+/// Messages wire go to Bedrock's `InvokeModel` (`InvokeModelWithResponseStream` when streamed),
+/// signed with the AWS credential chain (the worker's task role on the fleet): no key.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct BedrockEndpoint {
+    /// Bedrock's region (`us-east-1`). Default: the environment's (`AWS_REGION`, the profile's,
+    /// the fleet task's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The Bedrock model id (or inference profile) serving each model the agent asks for
+    /// (`claude-sonnet-4-5: us.anthropic.claude-sonnet-4-5-20250929-v1:0`); a model not listed
+    /// is sent as its own id. The agent's model name is what is recorded; either is priced.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub models: BTreeMap<String, String>,
+    /// Bedrock runtime's endpoint, for a VPC interface endpoint or a stand-in. Default: the
+    /// region's (or `AWS_ENDPOINT_URL_BEDROCK_RUNTIME`). Plain `http://` only to a loopback
+    /// address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint_url: Option<String>,
+    /// Allows `http://` to a non-loopback `endpoint_url`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_insecure_http: bool,
+    /// Price of every model it serves, when the packaged table does not know it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<ModelPrice>,
+    /// Seconds one model call may take (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_WALL_SECONDS))]
+    pub request_timeout_seconds: Option<f64>,
+    /// Tries of one call Bedrock refuses for now (throttled, unavailable; default 5).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_ATTEMPTS))]
+    pub max_attempts: Option<u32>,
+}
+
+impl BedrockEndpoint {
+    /// The Bedrock model id serving `model`.
+    pub fn model_id<'a>(&'a self, model: &'a str) -> &'a str {
+        self.models.get(model).map_or(model, String::as_str)
+    }
+
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        if let Some(url) = &self.endpoint_url
+            && let Err(e) = super::check_base_url(url, self.allow_insecure_http)
+        {
+            p.push((format!("{at}/endpoint_url"), e.to_string()));
+        }
+        if let Some(r) = &self.region
+            && (r.is_empty() || !r.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        {
+            p.push((format!("{at}/region"), format!("`{r}` is not an AWS region (`us-east-1`)")));
+        }
+        if self.request_timeout_seconds.is_some_and(|v| v <= 0.0) {
+            p.push((format!("{at}/request_timeout_seconds"), "must be greater than zero".into()));
+        }
+    }
+}
+
 /// The variables an Azure credential may be named by: an API key, or an Entra token.
 pub const AZURE_KEY_VARS: [&str; 2] = ["AZURE_OPENAI_API_KEY", "AZURE_OPENAI_AD_TOKEN"];
 
@@ -274,6 +350,10 @@ pub struct Upstream {
     /// the key (default the secret `ANTHROPIC_API_KEY`), a price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic: Option<Endpoint>,
+    /// Or Amazon Bedrock serves Anthropic's Messages wire (not both): signed with the AWS
+    /// credential chain, no key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bedrock: Option<BedrockEndpoint>,
     /// Prices by model id, extending or overriding the packaged table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub prices: BTreeMap<String, ModelPrice>,
@@ -383,8 +463,20 @@ impl Upstream {
                 p.push((format!("{at}/azure"), "OpenAI's wires go to one place: `openai` or `azure`, not both".into()));
             }
         }
-        if self.openai.is_none() && self.anthropic.is_none() && self.azure.is_none() {
-            p.push((at.into(), "name the provider the calls go to: `openai` (or `azure`), `anthropic` or both".into()));
+        if let Some(b) = &self.bedrock {
+            b.validate(&format!("{at}/bedrock"), p);
+            if self.anthropic.is_some() {
+                p.push((
+                    format!("{at}/bedrock"),
+                    "Anthropic's wire goes to one place: `anthropic` or `bedrock`, not both".into(),
+                ));
+            }
+        }
+        if self.openai.is_none() && self.anthropic.is_none() && self.azure.is_none() && self.bedrock.is_none() {
+            p.push((
+                at.into(),
+                "name the provider the calls go to: `openai` (or `azure`), `anthropic` (or `bedrock`) or both".into(),
+            ));
         }
         validate_rate_limits(&self.rate_limits, &format!("{at}/rate_limits"), p);
     }

@@ -19,7 +19,7 @@ pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{
-    AZURE_KEY_VARS, AzureEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig,
+    AZURE_KEY_VARS, AzureEndpoint, BedrockEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig,
     ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
 };
 pub use load::{

@@ -16,6 +16,12 @@ pub fn agent_secrets(config: &RunConfig) -> Vec<(String, String, bool)> {
         return vec![(azure.secrets.keys().next().cloned().unwrap_or_default(), azure.secret(), true)];
     }
     if let AgentConfig::Llm(a) = &config.agent
+        && a.bedrock.is_some()
+    {
+        // Its calls go through the gateway to Bedrock, signed with AWS credentials: no key.
+        return Vec::new();
+    }
+    if let AgentConfig::Llm(a) = &config.agent
         && listed.is_empty()
         && let Ok(spec) = agenteval_llm::ModelSpec::parse(&a.model)
     {
@@ -101,6 +107,10 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
                 Upstream { prices: cfg.prices.clone(), rate_limits: cfg.rate_limits.clone(), ..Upstream::default() };
             if let Some(azure) = &cfg.azure {
                 up.azure = Some(azure.clone());
+                return Some(up);
+            }
+            if let Some(bedrock) = &cfg.bedrock {
+                up.bedrock = Some(bedrock.clone());
                 return Some(up);
             }
             match spec.provider {

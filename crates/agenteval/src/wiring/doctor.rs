@@ -38,6 +38,10 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
     }
     if let Some(up) = agenteval_engine::agents::access::upstream_of(cfg) {
         checks.extend(endpoint_checks(&up).await);
+        if let Some(b) = &up.bedrock {
+            let host = agenteval_aws::BedrockHost::connect(&wiring.aws, b.region.as_deref(), b.endpoint_url.as_deref());
+            checks.push(Check::new("model endpoint bedrock", host.await.check().await));
+        }
     }
     if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {
         checks.extend(docker_checks(wiring, cfg, build).await);

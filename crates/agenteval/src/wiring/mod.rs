@@ -116,6 +116,21 @@ impl Wiring {
             .ok_or_else(|| Error::invalid(unknown_backend(id, &self.backends)))
     }
 
+    /// The gateway's config for `upstream`, with the Amazon Bedrock client its `bedrock` asks
+    /// for (the AWS credential chain of this command's settings).
+    pub async fn gateway_config(
+        &self,
+        upstream: &agenteval_core::config::Upstream,
+        keys: Vec<(&'static str, agenteval_core::secret::Secret)>,
+    ) -> Result<agenteval_gateway::GatewayConfig> {
+        let mut config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
+        if let Some(b) = &upstream.bedrock {
+            let host = agenteval_aws::BedrockHost::connect(&self.aws, b.region.as_deref(), b.endpoint_url.as_deref());
+            config = config.with_host(Arc::new(host.await));
+        }
+        Ok(config)
+    }
+
     async fn default_clients(&self) -> Arc<agenteval_aws::AwsClients> {
         self.clients.get(&self.aws).await
     }
@@ -170,7 +185,7 @@ impl Resolver for Wiring {
         upstream: &agenteval_core::config::Upstream,
         keys: Vec<(&'static str, agenteval_core::secret::Secret)>,
     ) -> Result<Option<Arc<dyn agenteval_core::gateway::ModelGateway>>> {
-        let gateway_config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
+        let gateway_config = self.gateway_config(upstream, keys).await?;
         Ok(Some(Arc::new(agenteval_gateway::Gateway::start(gateway_config, 0).await?)))
     }
 

@@ -1,0 +1,316 @@
+//! Amazon Bedrock as the gateway's model host: an Anthropic Messages call sent to
+//! `InvokeModel` (or `InvokeModelWithResponseStream`), signed by the SDK with the AWS credential
+//! chain, and its answer given back on Anthropic's wire (the event stream's chunks as
+//! server-sent events, as they arrive).
+
+use std::time::Duration;
+
+use agenteval_core::gateway::{HostAnswer, HostCall, HostFailure, ModelHost};
+use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_bedrockruntime::primitives::Blob;
+use aws_sdk_bedrockruntime::types::ResponseStream;
+use serde_json::{Value, json};
+
+use crate::sdk::{AwsSettings, sdk_config};
+
+/// The Messages API version Bedrock takes in the body (it has no `anthropic-version` header).
+const BEDROCK_ANTHROPIC_VERSION: &str = "bedrock-2023-05-31";
+
+/// Bedrock's runtime, reached with the SDK (its signing, its event-stream framing).
+#[derive(Debug, Clone)]
+pub struct BedrockHost {
+    client: aws_sdk_bedrockruntime::Client,
+    /// Where it is reached, for errors.
+    endpoint: String,
+    credentials: Option<aws_sdk_bedrockruntime::config::SharedCredentialsProvider>,
+}
+
+impl BedrockHost {
+    /// A client for Bedrock in `region` (else the environment's), at `endpoint_url` (else the
+    /// region's), with the credential chain of `settings` (its profile). One try per call: the
+    /// gateway retries Bedrock's refusals itself, and counts the wait.
+    pub async fn connect(settings: &AwsSettings, region: Option<&str>, endpoint_url: Option<&str>) -> BedrockHost {
+        let settings = AwsSettings {
+            region: region.map(str::to_string).or_else(|| settings.region.clone()),
+            profile: settings.profile.clone(),
+            endpoint_url: endpoint_url.map(str::to_string),
+            emulator_credentials: false,
+        };
+        Self::of_sdk(&sdk_config(&settings, 1).await)
+    }
+
+    /// A client from a loaded SDK configuration.
+    pub fn of_sdk(sdk: &aws_config::SdkConfig) -> BedrockHost {
+        let region = sdk.region().map(|r| r.to_string()).unwrap_or_else(|| "no region".into());
+        let endpoint = sdk
+            .endpoint_url()
+            .map(str::to_string)
+            .or_else(|| std::env::var("AWS_ENDPOINT_URL_BEDROCK_RUNTIME").ok())
+            .unwrap_or_else(|| format!("bedrock-runtime.{region}.amazonaws.com"));
+        BedrockHost {
+            client: aws_sdk_bedrockruntime::Client::new(sdk),
+            endpoint,
+            credentials: sdk.credentials_provider(),
+        }
+    }
+
+    /// `doctor`'s check: the credential chain gives credentials to sign with (nothing is sent).
+    pub async fn check(&self) -> Result<String, String> {
+        use aws_sdk_bedrockruntime::config::ProvideCredentials as _;
+        let Some(chain) = &self.credentials else {
+            return Err(format!("{}: no AWS credential chain is configured", self.describe()));
+        };
+        match chain.provide_credentials().await {
+            Ok(_) => Ok(format!("{}: calls are signed with AWS credentials from the chain", self.describe())),
+            Err(e) => Err(format!(
+                "{}: no AWS credentials to sign with ({e}; set AWS_PROFILE or AWS_ACCESS_KEY_ID, or run with a role)",
+                self.describe()
+            )),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ModelHost for BedrockHost {
+    fn describe(&self) -> String {
+        format!("Amazon Bedrock at {}", self.endpoint)
+    }
+
+    async fn invoke(&self, call: HostCall) -> Result<HostAnswer, HostFailure> {
+        let body = Blob::new(bedrock_body(&call.body, &call.betas));
+        if call.stream {
+            let sent = self
+                .client
+                .invoke_model_with_response_stream()
+                .model_id(&call.model_id)
+                .content_type("application/json")
+                .accept("application/json")
+                .body(body)
+                .send();
+            let out = match tokio::time::timeout(call.timeout, sent).await {
+                Err(_) => return Err(HostFailure::Timeout),
+                Ok(Err(e)) => return refused(e),
+                Ok(Ok(out)) => out,
+            };
+            let (tx, rx) = tokio::sync::mpsc::channel(32);
+            let mut events = out.body;
+            tokio::spawn(async move {
+                loop {
+                    let next = match events.recv().await {
+                        Ok(Some(ResponseStream::Chunk(part))) => {
+                            part.bytes.map(|b| Ok(server_sent(b.as_ref()))).unwrap_or_else(|| Ok(Vec::new()))
+                        }
+                        Ok(Some(_)) => continue,
+                        Ok(None) => break,
+                        // An exception in the stream: said as Anthropic says one, then the end.
+                        Err(e) => {
+                            let message = match &e {
+                                SdkError::ServiceError(se) => se.err().message().unwrap_or("").to_string(),
+                                other => other.to_string(),
+                            };
+                            let event = json!({"type": "error", "error": {"type": "api_error", "message": message}});
+                            let _ = tx.send(Ok(format!("event: error\ndata: {event}\n\n").into_bytes())).await;
+                            break;
+                        }
+                    };
+                    if tx.send(next).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            return Ok(HostAnswer {
+                status: 200,
+                content_type: "text/event-stream".into(),
+                retry_after: None,
+                body: rx,
+            });
+        }
+        let sent = self
+            .client
+            .invoke_model()
+            .model_id(&call.model_id)
+            .content_type("application/json")
+            .accept("application/json")
+            .body(body)
+            .send();
+        match tokio::time::timeout(call.timeout, sent).await {
+            Err(_) => Err(HostFailure::Timeout),
+            Ok(Err(e)) => refused(e),
+            Ok(Ok(out)) => Ok(HostAnswer::whole(200, out.body.into_inner())),
+        }
+    }
+}
+
+/// The body Bedrock takes for an Anthropic model: the Messages request without `model` and
+/// `stream` (the path and the operation say them), with Bedrock's `anthropic_version` and the
+/// beta flags (which Bedrock reads from the body, not a header).
+fn bedrock_body(request: &[u8], betas: &[String]) -> Vec<u8> {
+    let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(request) else { return request.to_vec() };
+    body.remove("model");
+    body.remove("stream");
+    body.entry("anthropic_version").or_insert_with(|| Value::String(BEDROCK_ANTHROPIC_VERSION.into()));
+    if !betas.is_empty() {
+        body.insert("anthropic_beta".into(), json!(betas));
+    }
+    serde_json::to_vec(&Value::Object(body)).expect("JSON serializes")
+}
+
+/// One chunk of Bedrock's stream (an Anthropic event as JSON) as the server-sent event the
+/// Messages wire sends for it.
+fn server_sent(event: &[u8]) -> Vec<u8> {
+    let kind = serde_json::from_slice::<Value>(event)
+        .ok()
+        .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| "message".into());
+    let mut out = format!("event: {kind}\ndata: ").into_bytes();
+    out.extend(event.iter().copied().filter(|b| *b != b'\n' && *b != b'\r'));
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+/// Bedrock refused the call, or could not be reached: its status with an Anthropic-shaped error
+/// (the gateway retries what is for now), or why nothing answered.
+fn refused<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
+    e: SdkError<E, aws_sdk_bedrockruntime::config::http::HttpResponse>,
+) -> Result<HostAnswer, HostFailure> {
+    match &e {
+        SdkError::ServiceError(se) => {
+            let status = se.raw().status().as_u16();
+            let code = se.err().code().unwrap_or("");
+            let message = se.err().message().unwrap_or("");
+            let kind = match status {
+                429 => "rate_limit_error",
+                401 | 403 => "permission_error",
+                404 => "not_found_error",
+                503 | 529 => "overloaded_error",
+                s if s >= 500 => "api_error",
+                _ => "invalid_request_error",
+            };
+            let retry_after = se
+                .raw()
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .map(Duration::from_secs_f64);
+            let said = if code.is_empty() { message.to_string() } else { format!("Bedrock {code}: {message}") };
+            let body = json!({"type": "error", "error": {"type": kind, "message": said}});
+            let mut answer = HostAnswer::whole(status, body.to_string().into_bytes());
+            answer.retry_after = retry_after;
+            Ok(answer)
+        }
+        SdkError::TimeoutError(_) => Err(HostFailure::Timeout),
+        _ => Err(HostFailure::Connect(crate::sdk::kind_and_detail(&e).1)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_bedrock_takes_has_no_model_or_stream_and_names_its_version_and_betas() {
+        let sent = br#"{"model":"claude-sonnet-4-5","stream":true,"max_tokens":5,"messages":[]}"#;
+        let body: Value = serde_json::from_slice(&bedrock_body(sent, &["fine-grained-tool-streaming".into()])).unwrap();
+        assert_eq!(
+            body,
+            json!({"max_tokens": 5, "messages": [], "anthropic_version": "bedrock-2023-05-31",
+                   "anthropic_beta": ["fine-grained-tool-streaming"]})
+        );
+        // Not JSON: sent as it is, for Bedrock to refuse.
+        assert_eq!(bedrock_body(b"nope", &[]), b"nope");
+    }
+
+    /// A host signing with the stand-in's key for `region`, at the stand-in.
+    async fn host(mock: &agenteval_testkit::llm_mock::MockLlm, region: &str) -> BedrockHost {
+        host_with(mock, region, agenteval_testkit::bedrock::BEDROCK_SECRET_KEY).await
+    }
+
+    async fn host_with(mock: &agenteval_testkit::llm_mock::MockLlm, region: &str, secret: &str) -> BedrockHost {
+        use agenteval_testkit::bedrock::BEDROCK_ACCESS_KEY;
+        let settings = AwsSettings {
+            region: Some(region.into()),
+            endpoint_url: Some(format!("http://{}", mock.addr)),
+            ..AwsSettings::default()
+        };
+        let key = aws_sdk_bedrockruntime::config::Credentials::new(BEDROCK_ACCESS_KEY, secret.to_string(), None, None, "t");
+        let sdk = sdk_config(&settings, 1)
+            .await
+            .into_builder()
+            .credentials_provider(aws_sdk_bedrockruntime::config::SharedCredentialsProvider::new(key))
+            .build();
+        BedrockHost::of_sdk(&sdk)
+    }
+
+    async fn read(mut a: HostAnswer) -> String {
+        let mut out = Vec::new();
+        while let Some(chunk) = a.body.recv().await {
+            out.extend(chunk.unwrap());
+        }
+        String::from_utf8(out).unwrap()
+    }
+
+    fn call(stream: bool) -> HostCall {
+        HostCall {
+            model_id: "us.anthropic.claude-sonnet-4-5-20250929-v1:0".into(),
+            body: serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "stream": stream, "max_tokens": 50,
+                "messages": [{"role": "user", "content": "hello bedrock"}]}))
+            .unwrap(),
+            stream,
+            betas: Vec::new(),
+            timeout: Duration::from_secs(20),
+        }
+    }
+
+    #[tokio::test]
+    async fn invoke_and_its_stream_reach_the_stand_in_signed_and_come_back_on_anthropics_wire() {
+        let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+        let bedrock = host(&mock, agenteval_testkit::bedrock::BEDROCK_REGION).await;
+        let whole = bedrock.invoke(call(false)).await.unwrap();
+        assert_eq!((whole.status, whole.content_type.as_str()), (200, "application/json"));
+        let v: Value = serde_json::from_str(&read(whole).await).unwrap();
+        assert_eq!(v["content"][0]["text"], "echo: hello bedrock", "{v}");
+        let streamed = bedrock.invoke(call(true)).await.unwrap();
+        assert_eq!(streamed.content_type, "text/event-stream");
+        let sse = read(streamed).await;
+        assert!(sse.starts_with("event: message_start\ndata: {"), "{sse}");
+        assert!(sse.contains("\"amazon-bedrock-invocationMetrics\":{"), "{sse}");
+        let seen = mock.received();
+        let paths: Vec<&str> = seen.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(
+            paths,
+            ["bedrock:invoke:us.anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock:stream:us.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+        );
+        assert!(seen[0].credential.as_deref().unwrap().starts_with("AWS4-HMAC-SHA256 Credential=AKIDAGENTEVALBEDROCK/"));
+
+        // Signed for another region: refused as Bedrock refuses it, in Anthropic's shape.
+        let elsewhere = host(&mock, "eu-west-1").await;
+        let refused = elsewhere.invoke(call(false)).await.unwrap();
+        assert_eq!(refused.status, 403);
+        let said = read(refused).await;
+        assert!(said.contains("permission_error") && said.contains("InvalidSignatureException"), "{said}");
+        // Signed with another secret: the signature does not match.
+        let forged = host_with(&mock, agenteval_testkit::bedrock::BEDROCK_REGION, "not-the-secret").await;
+        let said = read(forged.invoke(call(true)).await.unwrap()).await;
+        assert!(said.contains("signature we calculated does not match"), "{said}");
+        // Nothing listening: no answer, said so.
+        let gone = {
+            let settings = AwsSettings {
+                region: Some("us-west-2".into()),
+                endpoint_url: Some("http://127.0.0.1:9".into()),
+                ..AwsSettings::default()
+            };
+            BedrockHost::of_sdk(&sdk_config(&settings, 1).await)
+        };
+        assert!(matches!(gone.invoke(call(false)).await, Err(HostFailure::Connect(_))));
+    }
+
+    #[test]
+    fn a_chunk_becomes_the_server_sent_event_of_its_type() {
+        let out = server_sent(br#"{"type":"message_stop","amazon-bedrock-invocationMetrics":{"inputTokenCount":3}}"#);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: message_stop\ndata: {\"type\":\"message_stop\",\"amazon-bedrock-invocationMetrics\":{\"inputTokenCount\":3}}\n\n"
+        );
+    }
+}
