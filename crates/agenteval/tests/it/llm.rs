@@ -1043,6 +1043,76 @@ fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
     assert!(text(&out.stderr).contains("AZURE_OPENAI_API_KEY"), "{}", text(&out.stderr));
 }
 
+/// Issue 59: the `llm` agent on Amazon Bedrock: its Messages calls reach the stand-in as
+/// `InvokeModel` for the mapped model id, SigV4-signed for the configured region with the AWS
+/// credentials of the environment (no key anywhere), metered from Bedrock's usage at the model's
+/// price; `doctor` finds credentials to sign with; and the recording replays with the stand-in
+/// gone and no credentials at all.
+#[test]
+fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed() {
+    use agenteval_testkit::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", "");
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
+    let cfg = ws.write(
+        "bedrock.yaml",
+        &format!(
+            "name: bedrock\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  tools: [python]\n  bedrock:\n    region: {BEDROCK_REGION}\n    endpoint_url: http://{}\n    models: {{claude-sonnet-4-5: \"{ID}\"}}\n  limits: {{max_cost_usd: 1}}\nbackend:\n  secrets_file: secrets.env\n",
+            mock.addr
+        ),
+    );
+    let signed = |args: &[&str]| {
+        ws.cmd(args)
+            .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env_remove("AWS_PROFILE")
+            .output()
+            .unwrap()
+    };
+    let tapes = ws.path().join("tapes");
+    let out = signed(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "record"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    let bundle = bundle_of(&v);
+    let r = task(&bundle, "tool");
+    assert_eq!(r["agent"]["final_answer"], "the tool said 42", "{r}");
+    let got = mock.received();
+    assert_eq!(got.len(), 3, "{got:?}");
+    for call in &got {
+        assert_eq!(call.path, format!("bedrock:invoke:{ID}"));
+        let credential = call.credential.as_deref().unwrap_or_default();
+        let scope = format!("Credential={BEDROCK_ACCESS_KEY}/");
+        assert!(credential.starts_with("AWS4-HMAC-SHA256 ") && credential.contains(&scope), "{credential}");
+        assert!(credential.contains(&format!("/{BEDROCK_REGION}/bedrock/aws4_request")), "{credential}");
+    }
+    // Two calls of 10 input and 5 output tokens, at Claude Sonnet 4.5's packaged price.
+    let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 2.0 * (10.0 * 3.0 + 5.0 * 15.0) / 1e6).abs() < 1e-12, "{r}");
+    assert_eq!(r["agent"]["total_tokens"], 30);
+    for file in ["tasks/tool/trace.jsonl", "tasks/tool/cassette.jsonl", "tasks/tool/worker.log"] {
+        let body = read_text(bundle.join(file)).unwrap_or_default();
+        assert!(!body.contains(BEDROCK_SECRET_KEY), "{file} holds the AWS secret");
+    }
+    let out = signed(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert!(out.status.success() && said.contains("model endpoint bedrock"), "{said}\n{}", text(&out.stderr));
+    assert!(said.contains("signed with AWS credentials"), "{said}");
+
+    // With the stand-in gone and no AWS credentials: the same answers, tokens and cost.
+    drop(mock);
+    let (rep, code, out) = ws.submit(&cfg, &["--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "replay"]);
+    assert_eq!(code, 0, "{rep}\n{}", text(&out.stderr));
+    for id in ["tool", "plain"] {
+        let (a, b) = (task(&bundle, id), task(&bundle_of(&rep), id));
+        for field in ["final_answer", "total_tokens", "total_cost_usd"] {
+            assert_eq!(a["agent"][field], b["agent"][field], "{id} {field}");
+        }
+    }
+}
+
 /// Issue 59: a cost gate on a model without a price is refused before the run, naming the gates
 /// file, the model and the field that would price it: the gate could never pass.
 #[test]

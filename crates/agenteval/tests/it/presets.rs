@@ -415,3 +415,60 @@ fn the_codex_preset_reaches_an_azure_resource_through_the_gateway() {
     let cost = solved["agent"]["total_cost_usd"].as_f64().unwrap();
     assert!((cost - 15.0 * calls as f64 * PRICE as f64 / 1e6).abs() < 1e-9, "{solved}");
 }
+
+/// Issue 59: Claude Code (the preset) on Amazon Bedrock, unchanged: its Messages calls reach the
+/// stand-in as Bedrock's `InvokeModelWithResponseStream` for the mapped model id, SigV4-signed
+/// (the worker's AWS credentials, never the agent's), and stream back through the gateway,
+/// metered from Bedrock's own counts; the run replays with the stand-in gone.
+#[test]
+fn the_claude_code_preset_reaches_bedrock_through_the_gateway() {
+    use agenteval_testkit::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = hello_tasks(&ws);
+    let cfg = ws.write(
+        "bedrock.yaml",
+        &format!(
+            "name: bedrock\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: installed\n  preset: claude-code\n  model: mock-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    bedrock:\n      region: {BEDROCK_REGION}\n      endpoint_url: http://{}\n      models: {{mock-model: \"{ID}\"}}\n    prices:\n      mock-model: {{input_per_mtok: {PRICE}, output_per_mtok: {PRICE}}}\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n",
+            tasks.display(),
+            mock.addr
+        ),
+    );
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let solved = read_json(&bundle.join("tasks/hello-solve/result.json"));
+    assert_eq!(solved["passed"], true, "{solved}");
+    let got = mock.received();
+    assert!(!got.is_empty());
+    for r in &got {
+        assert_eq!(r.path, format!("bedrock:stream:{ID}"));
+        assert!(r.credential.as_deref().unwrap_or_default().starts_with("AWS4-HMAC-SHA256 Credential="), "{r:?}");
+    }
+    let calls = got.iter().filter(|r| r.body.to_string().contains("HELLO_SOLVE")).count() as u64;
+    assert_eq!(solved["agent"]["total_tokens"].as_u64(), Some(15 * calls), "{solved}");
+    let cost = solved["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 15.0 * calls as f64 * PRICE as f64 / 1e6).abs() < 1e-9, "{solved}");
+    for file in ["tasks/hello-solve/trace.jsonl", "tasks/hello-solve/worker.log"] {
+        let body = read_text(bundle.join(file)).unwrap_or_default();
+        assert!(!body.contains(BEDROCK_SECRET_KEY), "{file} holds the AWS secret");
+    }
+    // The recording replays with the stand-in gone and no credentials: every task MATCH.
+    drop(mock);
+    let out = ws.run(&["replay", v["run_id"].as_str().unwrap(), "--json"]);
+    let replayed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{replayed}\n{}", text(&out.stderr));
+    let verdicts: Vec<&str> =
+        replayed["tasks"].as_array().unwrap().iter().map(|t| t["verdict"].as_str().unwrap()).collect();
+    assert_eq!(verdicts, ["MATCH", "MATCH"], "{replayed}");
+}
