@@ -55,16 +55,20 @@ impl BedrockHost {
     }
 
     /// `doctor`'s check: the credential chain gives credentials to sign with (nothing is sent).
-    pub async fn check(&self) -> Result<String, String> {
+    pub async fn check(&self) -> agenteval_core::Result<String> {
         use aws_sdk_bedrockruntime::config::ProvideCredentials as _;
         let Some(chain) = &self.credentials else {
-            return Err(format!("{}: no AWS credential chain is configured", self.describe()));
+            let why = format!("{}: no AWS credential chain is configured", self.describe());
+            return Err(agenteval_core::Error::new(agenteval_core::ErrorKind::Unauthorized, why));
         };
         match chain.provide_credentials().await {
             Ok(_) => Ok(format!("{}: calls are signed with AWS credentials from the chain", self.describe())),
-            Err(e) => Err(format!(
-                "{}: no AWS credentials to sign with ({e}; set AWS_PROFILE or AWS_ACCESS_KEY_ID, or run with a role)",
-                self.describe()
+            Err(e) => Err(agenteval_core::Error::new(
+                agenteval_core::ErrorKind::Unauthorized,
+                format!(
+                    "{}: no AWS credentials to sign with ({e}; set AWS_PROFILE or AWS_ACCESS_KEY_ID, or run with a role)",
+                    self.describe()
+                ),
             )),
         }
     }
@@ -223,11 +227,11 @@ mod tests {
 
     /// A host signing with the stand-in's key for `region`, at the stand-in.
     async fn host(mock: &agenteval_testkit::llm_mock::MockLlm, region: &str) -> BedrockHost {
-        host_with(mock, region, agenteval_testkit::bedrock::BEDROCK_SECRET_KEY).await
+        host_with(mock, region, agenteval_testkit::llm_mock::bedrock::BEDROCK_SECRET_KEY).await
     }
 
     async fn host_with(mock: &agenteval_testkit::llm_mock::MockLlm, region: &str, secret: &str) -> BedrockHost {
-        use agenteval_testkit::bedrock::BEDROCK_ACCESS_KEY;
+        use agenteval_testkit::llm_mock::bedrock::BEDROCK_ACCESS_KEY;
         let settings = AwsSettings {
             region: Some(region.into()),
             endpoint_url: Some(format!("http://{}", mock.addr)),
@@ -265,7 +269,7 @@ mod tests {
     #[tokio::test]
     async fn invoke_and_its_stream_reach_the_stand_in_signed_and_come_back_on_anthropics_wire() {
         let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
-        let bedrock = host(&mock, agenteval_testkit::bedrock::BEDROCK_REGION).await;
+        let bedrock = host(&mock, agenteval_testkit::llm_mock::bedrock::BEDROCK_REGION).await;
         let whole = bedrock.invoke(call(false)).await.unwrap();
         assert_eq!((whole.status, whole.content_type.as_str()), (200, "application/json"));
         let v: Value = serde_json::from_str(&read(whole).await).unwrap();
@@ -290,7 +294,7 @@ mod tests {
         let said = read(refused).await;
         assert!(said.contains("permission_error") && said.contains("InvalidSignatureException"), "{said}");
         // Signed with another secret: the signature does not match.
-        let forged = host_with(&mock, agenteval_testkit::bedrock::BEDROCK_REGION, "not-the-secret").await;
+        let forged = host_with(&mock, agenteval_testkit::llm_mock::bedrock::BEDROCK_REGION, "not-the-secret").await;
         let said = read(forged.invoke(call(true)).await.unwrap()).await;
         assert!(said.contains("signature we calculated does not match"), "{said}");
         // Nothing listening: no answer, said so.

@@ -6,7 +6,6 @@
 //! Only `[dev-dependencies]` name this crate, so the libraries and the binary do not export
 //! test helpers.
 
-pub mod bedrock;
 pub mod conformance;
 pub mod emulator;
 pub mod fake_env;

@@ -42,6 +42,8 @@
 //! A request that offers no tools never gets a tool call. Every call reports 10 input and 5
 //! output tokens unless `BIG`. A latency applies to every call.
 
+pub mod bedrock;
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -150,7 +152,7 @@ impl MockLlm {
                         post(move |h: HeaderMap, b: Bytes| answer(s2.clone(), latency, "anthropic", h, b)),
                     )
                     .merge(azure_routes(shared.clone(), latency))
-                    .merge(crate::bedrock::routes(shared.clone(), latency));
+                    .merge(bedrock::routes(shared.clone(), latency));
                 let _ = axum::serve(listener, app)
                     .with_graceful_shutdown(async {
                         let _ = stop_rx.await;

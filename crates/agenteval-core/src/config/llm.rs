@@ -277,7 +277,14 @@ impl BedrockEndpoint {
         if let Some(url) = &self.endpoint_url
             && let Err(e) = super::check_base_url(url, self.allow_insecure_http)
         {
-            p.push((format!("{at}/endpoint_url"), e.to_string()));
+            // No key travels to Bedrock; the calls and their signatures would.
+            let why = match url.starts_with("http://") {
+                true => format!(
+                    "`{url}` would send the signed calls unencrypted: use https://, a loopback address, or set `allow_insecure_http: true`"
+                ),
+                false => e.to_string(),
+            };
+            p.push((format!("{at}/endpoint_url"), why));
         }
         if let Some(r) = &self.region
             && (r.is_empty() || !r.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))

@@ -1207,6 +1207,20 @@ mod tests {
     }
 
     #[test]
+    fn bedrock_serves_anthropics_wire_alone_and_its_region_and_endpoint_are_checked() {
+        let text = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: installed\n  preset: claude-code\n  upstream:\n    anthropic: {}\n    bedrock:\n      region: US East\n      endpoint_url: http://10.0.0.5\n";
+        let shown = load(text, &[]).unwrap_err().to_string();
+        assert!(shown.contains("c.yaml:11:7: Anthropic's wire goes to one place: `anthropic` or `bedrock`"), "{shown}");
+        assert!(shown.contains("c.yaml:11:15: `US East` is not an AWS region"), "{shown}");
+        assert!(shown.contains("c.yaml:12:21: `http://10.0.0.5` would send the signed calls unencrypted"), "{shown}");
+        let llm = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: openai:gpt-5\n  bedrock: {region: us-east-1}\n";
+        let shown = load(llm, &[]).unwrap_err().to_string();
+        assert!(shown.contains("Bedrock serves `anthropic:` models"), "{shown}");
+        let fine = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  bedrock: {region: us-east-1, models: {claude-sonnet-4-5: \"us.anthropic.claude-sonnet-4-5-20250929-v1:0\"}}\n";
+        assert!(load(fine, &[]).is_ok());
+    }
+
+    #[test]
     fn every_problem_is_reported_with_its_position() {
         let text = "name: t\nbenchmark:\n  kind: toy\n  sise: 5\nagent:\n  kind: robot\nbackend:\n  max_attempts: -1\ncolour: blue\n";
         let err = load(text, &[]).unwrap_err();

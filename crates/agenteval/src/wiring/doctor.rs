@@ -40,7 +40,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         checks.extend(endpoint_checks(&up).await);
         if let Some(b) = &up.bedrock {
             let host = agenteval_aws::BedrockHost::connect(&wiring.aws, b.region.as_deref(), b.endpoint_url.as_deref());
-            checks.push(Check::new("model endpoint bedrock", host.await.check().await));
+            checks.push(Check::new("model endpoint bedrock", host.await.check().await.map_err(|e| e.to_string())));
         }
     }
     if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {

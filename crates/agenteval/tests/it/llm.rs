@@ -1050,7 +1050,7 @@ fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
 /// gone and no credentials at all.
 #[test]
 fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed() {
-    use agenteval_testkit::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
     const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();

@@ -422,7 +422,7 @@ fn the_codex_preset_reaches_an_azure_resource_through_the_gateway() {
 /// metered from Bedrock's own counts; the run replays with the stand-in gone.
 #[test]
 fn the_claude_code_preset_reaches_bedrock_through_the_gateway() {
-    use agenteval_testkit::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
     const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
     docker_ready();
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);

@@ -21,7 +21,7 @@ use hmac::{KeyInit as _, Mac as _};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use crate::llm_mock::{State, answer_as};
+use super::{State, answer_as};
 
 /// The region the stand-in serves: a call signed for another is refused.
 pub const BEDROCK_REGION: &str = "us-west-2";
