@@ -5,7 +5,7 @@
 //! event base64-encoded, the last with `amazon-bedrock-invocationMetrics`).
 //!
 //! Like Bedrock, it refuses a call not SigV4-signed for [`BEDROCK_REGION`] and the `bedrock`
-//! service with [`BEDROCK_ACCESS_KEY`]'s secret (403), and a body that names `model` or
+//! service with [`BEDROCK_ACCESS_KEY`]'s secret (or the AWS stand-in's task role's) (403), and a body that names `model` or
 //! `stream` or lacks `anthropic_version: bedrock-2023-05-31` (400). Calls are recorded as
 //! `bedrock:invoke:<id>` or `bedrock:stream:<id>`, with the `Authorization` header as their
 //! credential.
@@ -29,6 +29,9 @@ pub const BEDROCK_REGION: &str = "us-west-2";
 /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
 pub const BEDROCK_ACCESS_KEY: &str = "AKIDAGENTEVALBEDROCK";
 pub const BEDROCK_SECRET_KEY: &str = "agenteval-bedrock-stand-in-secret";
+/// The credentials the AWS stand-in's fleet gives its tasks (their task role, as
+/// `tests/aws/fake_fargate.py` sets them): the stand-in knows these too.
+const TASK_ROLE: (&str, &str) = ("test", "test");
 
 pub(crate) fn routes(state: Arc<Mutex<State>>, latency: Duration) -> axum::Router {
     let s2 = state.clone();
@@ -191,9 +194,11 @@ fn verify_sigv4(method: &str, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Re
     let [key, date, region, service, "aws4_request"] = scope[..] else {
         return Err(format!("a malformed credential scope `{credential}`"));
     };
-    if key != BEDROCK_ACCESS_KEY {
-        return Err("The security token included in the request is invalid.".into());
-    }
+    let secret = match key {
+        BEDROCK_ACCESS_KEY => BEDROCK_SECRET_KEY,
+        k if k == TASK_ROLE.0 => TASK_ROLE.1,
+        _ => return Err("The security token included in the request is invalid.".into()),
+    };
     if region != BEDROCK_REGION || service != "bedrock" {
         return Err(format!(
             "Credential should be scoped to a valid region and service: signed for {region}/{service}, not {BEDROCK_REGION}/bedrock"
@@ -223,7 +228,7 @@ fn verify_sigv4(method: &str, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Re
         "AWS4-HMAC-SHA256\n{amz_date}\n{date}/{region}/{service}/aws4_request\n{}",
         hex(&sha2::Sha256::digest(canonical.as_bytes()))
     );
-    let mut k = hmac(format!("AWS4{BEDROCK_SECRET_KEY}").as_bytes(), date.as_bytes());
+    let mut k = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
     for part in [region, service, "aws4_request"] {
         k = hmac(&k, part.as_bytes());
     }

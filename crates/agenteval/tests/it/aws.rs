@@ -1811,3 +1811,31 @@ async fn fleet_workers_share_one_rate_limit_through_dynamodb() {
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
     assert!(v["summary"]["provider_wait_seconds"].as_f64().unwrap() > 1.0, "the calls waited their turn: {v}");
 }
+
+/// Issue 59: on the fleet, Bedrock is reached with the worker's task role, no key: the `llm`
+/// agent's calls reach Bedrock's stand-in signed with the credentials the fleet gives its tasks,
+/// and no secret is fetched for them.
+#[tokio::test(flavor = "multi_thread")]
+async fn fleet_workers_reach_bedrock_with_their_task_role() {
+    use agenteval_testkit::llm_mock::bedrock::BEDROCK_REGION;
+    const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    aws.ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"hello\"}\n{\"id\": \"b\", \"input\": \"USE_TOOL please\"}\n");
+    let body = format!(
+        "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  tools: [python]\n  bedrock:\n    region: {BEDROCK_REGION}\n    endpoint_url: http://{}\n    models: {{claude-sonnet-4-5: \"{ID}\"}}\n",
+        mock.addr
+    );
+    let cfg = aws.config("bedrock-aws", &body, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!((code, v["summary"]["passed"].as_u64()), (0, Some(2)), "{v}");
+    let got = mock.received();
+    assert_eq!(got.len(), 3, "{got:?}");
+    for call in &got {
+        assert_eq!(call.path, format!("bedrock:invoke:{ID}"));
+        let credential = call.credential.as_deref().unwrap_or_default();
+        assert!(credential.starts_with("AWS4-HMAC-SHA256 Credential=test/"), "the task role signs: {credential}");
+    }
+    assert_eq!(v["summary"]["total_tokens"].as_u64(), Some(45), "{v}");
+}
