@@ -136,6 +136,14 @@ pub trait Resolver: Send + Sync {
     ) -> Result<Option<std::sync::Arc<dyn crate::gateway::ModelGateway>>> {
         Ok(None)
     }
+    /// The client of Amazon Bedrock a judge on `bedrock` asks (the gateway's own is made with
+    /// it). The default has none.
+    async fn model_host(
+        &self,
+        _bedrock: &crate::config::BedrockEndpoint,
+    ) -> Result<std::sync::Arc<dyn crate::gateway::ModelHost>> {
+        Err(crate::Error::invalid("this build cannot reach Amazon Bedrock"))
+    }
     /// The image a task's environment is built as (`agenteval-env:<hash of its folder>`, the
     /// tag `docker` environments and `agenteval images build` give it), or the image it names.
     /// The default knows none.

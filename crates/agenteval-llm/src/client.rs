@@ -37,6 +37,8 @@ pub struct LlmClient {
     auth: Option<(reqwest::header::HeaderName, HeaderValue)>,
     /// Calls go to the model gateway of this very process, without a connection.
     local: Option<std::sync::Arc<dyn agenteval_core::gateway::LocalCall>>,
+    /// Calls go to a cloud's model host (Amazon Bedrock) for this model id, signed by it.
+    hosted: Option<(std::sync::Arc<dyn agenteval_core::gateway::ModelHost>, String)>,
     spec: ModelSpec,
     url: String,
     host: String,
@@ -90,7 +92,36 @@ impl LlmClient {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
-        Ok(LlmClient { http, auth, local: None, spec, url, host, retry })
+        Ok(LlmClient { http, auth, local: None, hosted: None, spec, url, host, retry })
+    }
+
+    /// A client for an `anthropic:` `spec` served by `host` (Amazon Bedrock) as `model_id`: no
+    /// key, no URL of its own.
+    pub fn on_host(
+        spec: ModelSpec,
+        host: std::sync::Arc<dyn agenteval_core::gateway::ModelHost>,
+        model_id: &str,
+        timeout: Duration,
+        retry: RetryPolicy,
+    ) -> Result<Self, LlmError> {
+        if spec.provider != Provider::Anthropic {
+            return Err(LlmError::Config(format!("{} serves `anthropic:` models here", host.describe())));
+        }
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .build()
+            .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
+        let described = host.describe();
+        Ok(LlmClient {
+            http,
+            auth: None,
+            local: None,
+            hosted: Some((host, model_id.to_string())),
+            spec,
+            url: described.clone(),
+            host: described,
+            retry,
+        })
     }
 
     /// The same client (its connections shared) sending `key` instead.
@@ -181,6 +212,9 @@ impl LlmClient {
     /// One attempt: over HTTP, or to the gateway of this process (the same door, no
     /// connection). `Err`: no answer at all, and why.
     async fn send(&self, body: &[u8]) -> Result<Reply, String> {
+        if let Some((host, model_id)) = &self.hosted {
+            return hosted(host.as_ref(), model_id, body, self.retry.max_delay.max(Duration::from_secs(120))).await;
+        }
         if let Some(local) = &self.local {
             let path = match self.spec.provider {
                 Provider::Anthropic => "/v1/messages",
@@ -230,6 +264,36 @@ impl LlmClient {
         let window = self.retry.base_delay.saturating_mul(1u32 << (attempt - 1).min(16)).min(self.retry.max_delay);
         window.mul_f64(jitter())
     }
+}
+
+/// One call to a cloud's model host, its whole answer read.
+async fn hosted(
+    host: &dyn agenteval_core::gateway::ModelHost,
+    model_id: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Reply, String> {
+    use agenteval_core::gateway::{HostCall, HostFailure};
+    let call = HostCall { model_id: model_id.into(), body: body.to_vec(), stream: false, betas: Vec::new(), timeout };
+    let mut answer = host.invoke(call).await.map_err(|f| match f {
+        HostFailure::Timeout => "timed out".to_string(),
+        HostFailure::Connect(why) => why,
+    })?;
+    let mut whole = Vec::new();
+    let mut broke = None;
+    while let Some(chunk) = answer.body.recv().await {
+        match chunk {
+            Ok(c) => whole.extend(c),
+            Err(e) => broke = Some(e),
+        }
+    }
+    let mut headers = HeaderMap::new();
+    if let Some(d) = answer.retry_after
+        && let Ok(v) = HeaderValue::from_str(&format!("{}", d.as_secs_f64()))
+    {
+        headers.insert("retry-after", v);
+    }
+    Ok(Reply { status: answer.status, headers, body: broke.map_or(Ok(whole), Err) })
 }
 
 /// The header that carries `key` for `spec`'s provider, marked sensitive.

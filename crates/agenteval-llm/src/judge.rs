@@ -88,14 +88,25 @@ impl LlmJudge {
         kind: JudgeKind,
         config: &JudgeConfig,
         key: Option<&Secret>,
+        host: Option<std::sync::Arc<dyn agenteval_core::gateway::ModelHost>>,
     ) -> std::result::Result<Self, crate::LlmError> {
         let spec = ModelSpec::parse(&config.model)?;
         let e = &config.endpoint;
         let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
         let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
-        let client =
-            LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string());
-        let price = e.price.or_else(|| PriceTable::packaged().lookup(&spec.name));
+        let model_id = config.bedrock.as_ref().map(|b| b.model_id(&spec.name).to_string());
+        let client = match (host, &model_id) {
+            (Some(host), Some(id)) => LlmClient::on_host(spec.clone(), host, id, timeout, retry),
+            _ => LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry),
+        }
+        .map_err(|e| e.to_string());
+        // A Bedrock model id is priced as its model when the judge's name is not.
+        let table = PriceTable::packaged();
+        let price = e
+            .price
+            .or(config.bedrock.as_ref().and_then(|b| b.price))
+            .or_else(|| table.lookup(&spec.name))
+            .or_else(|| model_id.and_then(|id| table.lookup(&id)));
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);
         let max_answer_chars =
             config.max_answer_chars.unwrap_or(agenteval_core::config::DEFAULT_MAX_ANSWER_CHARS) as usize;

@@ -505,7 +505,11 @@ async fn add_pairwise(
         criteria: criteria.clone(),
         pass_threshold: pass_threshold.unwrap_or(0.5),
     };
-    let llm = agenteval_llm::LlmJudge::new("pairwise".into(), kind, judge, key.as_ref())
+    let host = match &judge.bedrock {
+        Some(b) => Some(crate::wiring::Wiring::new(crate::session::exe()?, None).model_host(b).await?),
+        None => None,
+    };
+    let llm = agenteval_llm::LlmJudge::new("pairwise".into(), kind, judge, key.as_ref(), host)
         .map_err(|e| Failure::from(Error::invalid(format!("the pairwise judge: {e}"))))?;
     // The tasks the comparison pairs: on both sides, the same content, no infrastructure failure.
     let infra = |l: &agenteval_core::format::ResultLine| l.terminated_by.says_nothing_about_the_agent();

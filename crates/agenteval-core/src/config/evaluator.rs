@@ -443,10 +443,10 @@ impl EvaluatorConfig {
                 }
             }
             EvaluatorConfig::LlmRubric { judge, .. } | EvaluatorConfig::LlmPassFail { judge, .. } => {
-                judge.endpoint.validate(at, problems);
+                judge.validate_endpoint(at, problems);
             }
             EvaluatorConfig::LlmPairwise { judge, baseline, .. } => {
-                judge.endpoint.validate(at, problems);
+                judge.validate_endpoint(at, problems);
                 if baseline.trim().is_empty() {
                     problems.push((
                         format!("{at}/baseline"),

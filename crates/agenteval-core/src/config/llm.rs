@@ -107,6 +107,25 @@ pub struct LlmAgentConfig {
     pub limits: Limits,
 }
 
+impl JudgeConfig {
+    /// The problems of where the judge's model is, under `at` (an evaluator's place).
+    pub fn validate_endpoint(&self, at: &str, p: &mut Vec<(String, String)>) {
+        self.endpoint.validate(at, p);
+        let Some(bedrock) = &self.bedrock else { return };
+        bedrock.validate(&format!("{at}/bedrock"), p);
+        if !self.model.starts_with("anthropic:") {
+            p.push((format!("{at}/bedrock"), "Bedrock serves `anthropic:` judges here (the Messages wire)".into()));
+        }
+        if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
+            p.push((
+                format!("{at}/bedrock"),
+                "with `bedrock`, the calls are signed with AWS credentials: drop the judge's `base_url` and `secrets`"
+                    .into(),
+            ));
+        }
+    }
+}
+
 impl LlmAgentConfig {
     /// The problems of where its model is: its endpoint, or the Azure resource serving it.
     pub fn validate_endpoint(&self, p: &mut Vec<(String, String)>) {
@@ -145,6 +164,9 @@ pub struct JudgeConfig {
     pub model: String,
     #[serde(flatten)]
     pub endpoint: Endpoint,
+    /// An `anthropic:` judge served by Amazon Bedrock (signed with AWS credentials, no key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bedrock: Option<BedrockEndpoint>,
     /// Where verdicts are cached, keyed by sha256 of (model, prompt, answer, rubric): re-judging
     /// the same answer costs nothing and gives the same verdict. Default
     /// `$XDG_CACHE_HOME/agenteval/judge` (or `~/.cache/agenteval/judge`).

@@ -32,6 +32,10 @@ use async_trait::async_trait;
 
 /// The secret a judge's provider key comes from: `(ENV_NAME, secret name)`, when it needs one.
 pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(String, String)> {
+    // Bedrock's calls are signed with AWS credentials: no key.
+    if judge.bedrock.is_some() {
+        return None;
+    }
     let spec = agenteval_llm::ModelSpec::parse(&judge.model).ok()?;
     let var = spec.provider.key_var();
     match judge.endpoint.secrets.get(var) {
@@ -58,6 +62,8 @@ pub struct Shared {
     /// Where the judges also keep and find their verdicts: the run's bundle store, shared by
     /// every worker and run under its root.
     pub verdicts: Option<Arc<dyn agenteval_llm::VerdictCache>>,
+    /// The Amazon Bedrock client a judge on `bedrock` asks (from the resolver).
+    pub host: Option<Arc<dyn agenteval_core::gateway::ModelHost>>,
 }
 
 /// [`evaluator_from_config`], with what a run's evaluators share.
@@ -66,7 +72,7 @@ pub fn evaluator_with(
     secrets: &[(String, Secret)],
     shared: Shared,
 ) -> Result<Arc<dyn Evaluator>> {
-    let Shared { baseline, verdicts } = shared;
+    let Shared { baseline, verdicts, host } = shared;
     let bad = |what: String| Error::invalid(format!("evaluator {}: {what}", cfg.id()));
     use EvaluatorConfig as C;
     let judge: Box<dyn Judge> = match cfg {
@@ -125,17 +131,17 @@ pub fn evaluator_with(
         }
         C::LlmRubric { rubric, pass_threshold, judge, .. } => {
             let kind = JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts)?));
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?));
         }
         C::LlmPassFail { criteria, judge, .. } => {
             let kind = JudgeKind::PassFail { criteria: criteria.clone() };
-            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts)?));
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?));
         }
         C::LlmPairwise { criteria, pass_threshold, judge, .. } => {
             let baseline = baseline.ok_or_else(|| bad("its baseline run's bundle was not opened".into()))?;
             let kind =
                 JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            let judge = llm_judge_of(cfg, kind, judge, secrets, verdicts)?;
+            let judge = llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?;
             return Ok(Arc::new(pairwise::Pairwise { judge, baseline }));
         }
     };
@@ -148,10 +154,13 @@ fn llm_judge_of(
     kind: JudgeKind,
     judge: &agenteval_core::config::JudgeConfig,
     secrets: &[(String, Secret)],
-    verdicts: Option<Arc<dyn agenteval_llm::VerdictCache>>,
+    (verdicts, host): (Option<Arc<dyn agenteval_llm::VerdictCache>>, Option<Arc<dyn agenteval_core::gateway::ModelHost>>),
 ) -> Result<LlmJudge> {
     let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
-    let built = LlmJudge::new(cfg.id().to_string(), kind, judge, key)
+    if judge.bedrock.is_some() && host.is_none() {
+        return Err(Error::invalid(format!("evaluator {}: no Amazon Bedrock client was given to its judge", cfg.id())));
+    }
+    let built = LlmJudge::new(cfg.id().to_string(), kind, judge, key, host)
         .map_err(|e| Error::invalid(format!("evaluator {}: {e}", cfg.id())))?;
     Ok(match verdicts {
         Some(v) => built.with_shared_cache(v),

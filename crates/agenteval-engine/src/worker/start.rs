@@ -243,7 +243,11 @@ async fn run_evaluators(
             }
             _ => None,
         };
-        let shared = crate::evaluators::Shared { baseline, verdicts: e.judge().map(|_| verdicts.clone()) };
+        let host = match e.judge().and_then(|j| j.bedrock.as_ref()) {
+            Some(b) => Some(resolver.model_host(b).await?),
+            None => None,
+        };
+        let shared = crate::evaluators::Shared { baseline, verdicts: e.judge().map(|_| verdicts.clone()), host };
         evaluators.push(crate::evaluators::evaluator_with(e, judge_secrets, shared)?);
     }
     Ok(evaluators)

@@ -125,8 +125,7 @@ impl Wiring {
     ) -> Result<agenteval_gateway::GatewayConfig> {
         let mut config = agenteval_gateway::GatewayConfig::new(upstream, keys)?;
         if let Some(b) = &upstream.bedrock {
-            let host = agenteval_aws::BedrockHost::connect(&self.aws, b.region.as_deref(), b.endpoint_url.as_deref());
-            config = config.with_host(Arc::new(host.await));
+            config = config.with_host(self.model_host(b).await?);
         }
         Ok(config)
     }
@@ -187,6 +186,14 @@ impl Resolver for Wiring {
     ) -> Result<Option<Arc<dyn agenteval_core::gateway::ModelGateway>>> {
         let gateway_config = self.gateway_config(upstream, keys).await?;
         Ok(Some(Arc::new(agenteval_gateway::Gateway::start(gateway_config, 0).await?)))
+    }
+
+    async fn model_host(
+        &self,
+        b: &agenteval_core::config::BedrockEndpoint,
+    ) -> Result<Arc<dyn agenteval_core::gateway::ModelHost>> {
+        let host = agenteval_aws::BedrockHost::connect(&self.aws, b.region.as_deref(), b.endpoint_url.as_deref());
+        Ok(Arc::new(host.await))
     }
 
     fn task_image(&self, spec: &agenteval_core::environment::EnvSpec, settings: &EnvironmentConfig) -> Result<String> {

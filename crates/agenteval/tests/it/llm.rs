@@ -1113,6 +1113,37 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
     }
 }
 
+/// Issue 59: a judge on Amazon Bedrock: its verdict comes from the stand-in's `InvokeModel`,
+/// signed with the environment's AWS credentials, and no key is asked of the secret store.
+#[test]
+fn a_judge_on_bedrock_is_signed_and_needs_no_key() {
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("good", "JUDGE this GOOD ANSWER")]);
+    let judge = format!(
+        "evaluators:\n  - kind: llm_pass_fail\n    id: bedrock\n    model: anthropic:claude-haiku-4-5\n    criteria: is polite\n    cache_dir: judge-cache\n    bedrock:\n      region: {BEDROCK_REGION}\n      endpoint_url: http://{}\n      models: {{claude-haiku-4-5: us.anthropic.claude-haiku-4-5-20251001-v1:0}}\n",
+        mock.addr
+    );
+    let cfg = config(&ws, "judged-bedrock", "openai:gpt-4o-mini", &mock.base_url(), "", &judge);
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    let r = task(&bundle_of(&v), "good");
+    let score = r["scores"].as_array().unwrap().iter().find(|s| s["evaluator_id"] == "bedrock").unwrap().clone();
+    assert_eq!((score["passed"].as_bool(), score["tokens"].as_u64()), (Some(true), Some(15)), "{score}");
+    let judged: Vec<_> = mock.received().into_iter().filter(|c| c.path.starts_with("bedrock:")).collect();
+    assert_eq!(judged.len(), 1, "{judged:?}");
+    assert_eq!(judged[0].path, "bedrock:invoke:us.anthropic.claude-haiku-4-5-20251001-v1:0");
+    assert!(judged[0].credential.as_deref().unwrap_or_default().starts_with("AWS4-HMAC-SHA256 "), "{judged:?}");
+}
+
 /// Issue 59: a cost gate on a model without a price is refused before the run, naming the gates
 /// file, the model and the field that would price it: the gate could never pass.
 #[test]
