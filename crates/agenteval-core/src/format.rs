@@ -55,6 +55,10 @@ pub struct Metadata {
     /// The set of runs this one was started with (`submit --matrix`), and what it changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub set: Option<SetMember>,
+    /// The run's own budget (`max_run_cost_usd`) as last set: a run stopped by it says in its
+    /// summary by how much its calls in flight went over. (A set's runs share the set's.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
     /// The Harbor dataset the tasks came from (`benchmark.dataset`): its name, version,
     /// registry and commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -222,6 +222,11 @@ pub struct JobSpec {
     /// the worker). `None`: the worker makes its environments (`docker`, `workspace`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The run whose spend at the wire and rate bookings in the index this job's calls count
+    /// against, when not its own: a set's runs (`submit --matrix`) share one budget and one
+    /// provider's limits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<RunId>,
 }
 
 /// What a backend returns for a submitted job; opaque to the controller, stored in the index so
@@ -1381,6 +1386,12 @@ pub struct RunSummary {
     /// Seconds the tasks' calls waited for their provider in all (`TaskResult::provider_wait_seconds`).
     #[serde(default, skip_serializing_if = "is_zero_f64")]
     pub provider_wait_seconds: f64,
+    /// For a run its budget stopped: the budget (`max_run_cost_usd`), and by how much the calls
+    /// in flight when it was reached went over it (what the tasks spent past it; 0 within it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_usd: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over_budget_usd: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {

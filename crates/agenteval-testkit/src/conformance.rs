@@ -572,6 +572,7 @@ fn stand_in_job(run: RunId, bundle_uri: &str, n: u32, exit: i32, sleep: u32) -> 
             .into_iter()
             .collect(),
         image: None,
+        ledger: None,
     }
 }
 

@@ -32,6 +32,7 @@ pub fn metadata(run_id: RunId, name: &str, benchmark: &str, tasks: u64) -> Metad
         regrade_of: None,
         agent_sha256: None,
         set: None,
+        budget_usd: None,
         dataset: None,
     }
 }

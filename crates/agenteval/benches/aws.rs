@@ -221,6 +221,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
                     index_uri: "dynamodb://unused".into(),
                     env: BTreeMap::new(),
                     image: None,
+                    ledger: None,
                 };
                 backend.submit_job(&job).await.is_ok()
             }
@@ -476,6 +477,7 @@ async fn task_images(endpoint: &str, tasks: u64, images: u64) {
                     bundle_uri: "s3://unused/runs".into(),
                     index_uri: "dynamodb://unused".into(),
                     env: BTreeMap::new(),
+                    ledger: None,
                 };
                 backend.submit_job(&job).await.map_err(|e| eprintln!("{e}")).is_ok()
             }

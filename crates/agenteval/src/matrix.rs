@@ -212,7 +212,7 @@ pub async fn submit_matrix(
     }
     let outcomes = futures::future::join_all(runs).await;
     set_progress.finish_all();
-    report(&set_id, &members, outcomes, json, quiet)
+    report(&set_id, &members, outcomes, (json, quiet), base.config.max_run_cost_usd)
 }
 
 /// The set's table (or JSON) and its exit code: 0 when every run completed, 3 when one did not,
@@ -221,8 +221,8 @@ fn report(
     set_id: &str,
     members: &[Member],
     outcomes: Vec<agenteval_core::Result<RunOutcome>>,
-    json: bool,
-    quiet: bool,
+    (json, quiet): (bool, bool),
+    budget: Option<f64>,
 ) -> Result<u8, Failure> {
     let mut code = exit::OK;
     let mut rows = Vec::new();
@@ -245,6 +245,10 @@ fn report(
             }
         }
     }
+    // What the set spent together, and by how much past its budget when the budget stopped it.
+    let spent: f64 = rows.iter().filter_map(|(_, o)| o.as_ref()).map(|o| o.summary.known_cost()).sum();
+    let stopped = rows.iter().any(|(_, o)| o.as_ref().is_some_and(|o| o.status == RunStatus::BudgetExceeded));
+    let over = budget.filter(|_| stopped).map(|max| (spent - max).max(0.0));
     if json {
         let runs: Vec<serde_json::Value> = rows
             .iter()
@@ -264,7 +268,11 @@ fn report(
                 })
             })
             .collect();
-        say!("{}", json!({ "set_id": set_id, "exit_code": code, "runs": runs, "errors": errors }));
+        say!(
+            "{}",
+            json!({ "set_id": set_id, "exit_code": code, "runs": runs, "errors": errors,
+                    "budget_usd": budget, "spent_usd": spent, "over_budget_usd": over })
+        );
     } else {
         let mut t = output::table();
         t.set_header(["#", "combination", "run", "status", "passed", "cost"]);
@@ -290,6 +298,11 @@ fn report(
         }
         if !quiet {
             say!("{}", output::compact(t));
+        }
+        if let (Some(max), Some(over)) = (budget, over) {
+            say!(
+                "spent ${spent:.4} of the set's ${max:.4} budget (over by ${over:.4}: the calls in flight when it was reached)"
+            );
         }
         say!("set     {set_id}");
         if !quiet {

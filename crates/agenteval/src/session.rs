@@ -181,11 +181,11 @@ pub(crate) fn print_outcome_of(
         match o.status {
             _ if !next_step => {}
             RunStatus::BudgetExceeded => {
-                if let Some(max) = config.max_run_cost_usd {
+                if let Some(max) = config.max_run_cost_usd.filter(|_| o.summary.budget_usd.is_some()) {
                     let spent = o.summary.known_cost();
+                    let over = o.summary.over_budget_usd.unwrap_or((spent - max).max(0.0));
                     say!(
-                        "spent ${spent:.4} of the ${max:.4} budget (over by ${:.4}: the calls in flight when it was reached)",
-                        (spent - max).max(0.0)
+                        "spent ${spent:.4} of the ${max:.4} budget (over by ${over:.4}: the calls in flight when it was reached)"
                     );
                 }
                 say!("the budget stopped it; to finish it: agenteval resume {} --set max_run_cost_usd=<more>", o.run_id)

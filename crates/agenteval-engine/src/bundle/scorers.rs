@@ -356,6 +356,8 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         unscored: 0,
         models: Default::default(),
         provider_wait_seconds: 0.0,
+        budget_usd: None,
+        over_budget_usd: None,
         harbor_would_skip: 0,
     }
 }

@@ -437,9 +437,13 @@ pub async fn seal_contents(
     let store: &dyn BundleStore = &recording;
     let run = &meta.run_id;
     let started = std::time::Instant::now();
-    let (summary, kept) = summarize(store, run, ids, meta.status, Lines::Write)
+    let (mut summary, kept) = summarize(store, run, ids, meta.status, Lines::Write)
         .instrument(tracing::info_span!("scorer.summarize"))
         .await?;
+    if let (RunStatus::BudgetExceeded, Some(budget)) = (meta.status, meta.budget_usd) {
+        summary.budget_usd = Some(budget);
+        summary.over_budget_usd = Some((summary.known_cost() - budget).max(0.0));
+    }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the
     // result lines just written (a capped table, failing tasks first, and a few traces).

@@ -182,7 +182,14 @@ impl Fleet<'_> {
         gauges(self.metrics, &self.counts, self.in_flight.len(), self.queue.len());
         // A run of a set shares the set's budget: what all its runs spent together counts.
         let (max, spent, whose) = match &opts.set {
-            Some(set) => (set.fleet.max_cost_usd(), set.fleet.spend(self.run.run_id, self.counts.cost_usd), "set"),
+            Some(set) => {
+                // What every run's calls spent at the wire, in the set's ledger.
+                let wire = match (set.fleet.max_cost_usd(), set.fleet.ledger_run()) {
+                    (Some(_), Some(ledger)) => self.run.index.spend(&ledger).await.unwrap_or(0.0),
+                    _ => 0.0,
+                };
+                (set.fleet.max_cost_usd(), set.fleet.spend(self.run.run_id, self.counts.cost_usd).max(wire), "set")
+            }
             None => {
                 // What the calls spent at the wire, every worker's, finished tasks or not.
                 let wire = match self.run.config.max_run_cost_usd {
@@ -300,8 +307,10 @@ impl Fleet<'_> {
                 })
                 .collect();
             let env: BTreeMap<String, String> = (opts.worker_env)();
+            // A set's runs share one budget and one provider's rate limits at the wire.
+            let ledger = opts.set.as_ref().map(|s| s.fleet.ledger(run.run_id));
             let results = futures::future::join_all(
-                batch.iter().map(|(p, span)| dispatch(run, p, span, &env).instrument(span.clone())),
+                batch.iter().map(|(p, span)| dispatch(run, p, span, &env, ledger).instrument(span.clone())),
             )
             .await;
             let mut retry_later = Vec::new();

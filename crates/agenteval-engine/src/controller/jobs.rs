@@ -38,6 +38,7 @@ pub(super) async fn dispatch(
     p: &Pending,
     span: &tracing::Span,
     worker_env: &BTreeMap<String, String>,
+    ledger: Option<agenteval_core::RunId>,
 ) -> Result<JobHandle> {
     let mut env = worker_env.clone();
     if let Some(tp) = telemetry::traceparent(span) {
@@ -61,6 +62,7 @@ pub(super) async fn dispatch(
         index_uri: run.index_uri.clone(),
         env,
         image,
+        ledger: ledger.filter(|l| *l != run.run_id),
     };
     run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
     let queued: Vec<_> = spec

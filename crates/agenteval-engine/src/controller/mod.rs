@@ -232,6 +232,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         regrade_of: loaded.config.regrade.as_ref().map(|r| r.run),
         agent_sha256,
         set: opts.set.as_ref().map(|s| s.member.clone()),
+        budget_usd: config.max_run_cost_usd.filter(|_| opts.set.is_none()),
         dataset: match &config.benchmark {
             agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
             _ => None,
@@ -476,6 +477,7 @@ pub async fn resume(
         store.put(run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
         meta.config_hash = config_hash(&resolved);
         meta.resume_overrides.extend(sets.iter().cloned());
+        meta.budget_usd = config.max_run_cost_usd.filter(|_| meta.set.is_none());
     }
     store.put(run_id, layout::METADATA, &to_json_bytes(&meta)).await?;
     let run = Run::new(config, tasks, store, index, backend, meta, attempt_base);

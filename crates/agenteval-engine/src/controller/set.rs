@@ -30,6 +30,9 @@ pub struct SharedFleet {
     /// Woken when a slot comes free, so that a run waiting for one does not wait for its own
     /// next poll.
     freed: Arc<Notify>,
+    /// The run whose spend at the wire (and rate bookings) in the index every run of the set
+    /// counts against: the first to launch a job, so its record exists by then.
+    ledger: std::sync::OnceLock<RunId>,
 }
 
 #[derive(Debug, Default)]
@@ -98,7 +101,19 @@ impl SharedFleet {
             exhausted: AtomicBool::new(false),
             turns: Arc::new(Mutex::new(turns)),
             freed: Arc::new(Notify::new()),
+            ledger: std::sync::OnceLock::new(),
         })
+    }
+
+    /// The run the set's calls are counted against at the wire: `run` when it is the first to
+    /// ask (its record is in the index: it is launching a job).
+    pub fn ledger(&self, run: RunId) -> RunId {
+        *self.ledger.get_or_init(|| run)
+    }
+
+    /// The ledger run, once one is chosen.
+    pub fn ledger_run(&self) -> Option<RunId> {
+        self.ledger.get().copied()
     }
 
     fn turns(&self) -> std::sync::MutexGuard<'_, Turns> {

@@ -122,6 +122,7 @@ mod tests {
             index_uri: "/b/index.sqlite".into(),
             env: Default::default(),
             image: None,
+            ledger: None,
         }
     }
 

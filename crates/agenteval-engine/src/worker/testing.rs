@@ -37,6 +37,7 @@ pub(super) fn ctx(body: &str, env: Option<Arc<dyn Environment>>) -> (Ctx, tempfi
         index_uri: dir.path().join("index.sqlite").display().to_string(),
         env: Default::default(),
         image: None,
+        ledger: None,
     };
     let ctx = Ctx {
         run_id,

@@ -575,6 +575,30 @@ fn the_runs_budget_refuses_the_next_call_of_every_task_once_spent() {
     assert!(cut.iter().all(|r| r["agent"]["terminated_by"] == "infra_failure"), "{cut:?}");
 }
 
+/// Issue 59: the runs of a set (`--matrix`) share one budget at the wire: every worker of both
+/// runs reads the set's one ledger before each call, so four looping agents in each run stop
+/// together once the set, not each run, spent `max_run_cost_usd`; the set's table says by how
+/// much the calls in flight went over.
+#[test]
+fn a_sets_runs_share_one_budget_at_the_wire() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let lines: String =
+        (0..4).map(|i| format!("{}\n", serde_json::json!({"id": format!("loop-{i}"), "input": "loop"}))).collect();
+    ws.write("cases.jsonl", &lines);
+    let cfg = config(&ws, "set-budget", &mock.base_url(), "");
+    let yaml = std::fs::read_to_string(&cfg).unwrap().replacen("backend:\n", "max_run_cost_usd: 0.1\nbackend:\n", 1);
+    std::fs::write(&cfg, yaml).unwrap();
+    let (v, code, out) = ws.submit(&cfg, &["--matrix", "agent.limits.max_wall_seconds=100,101"]);
+    assert_eq!(code, 3, "{v}\n{}", text(&out.stderr));
+    // Each call costs $0.015; the set's fleet runs two tasks at once: two calls in flight at most.
+    let calls = mock.received().len() as f64;
+    assert!(calls * 0.015 <= 0.1 + 2.0 * 0.015 + 1e-9, "{calls} calls were made past the set's $0.10 budget: {v}");
+    assert_eq!(v["budget_usd"], 0.1, "{v}");
+    let (spent, over) = (v["spent_usd"].as_f64().unwrap(), v["over_budget_usd"].as_f64().unwrap());
+    assert!(spent <= 0.1 + 2.0 * 0.015 + 1e-9 && (over - (spent - 0.1).max(0.0)).abs() < 1e-9, "{v}");
+}
+
 /// Issue 59: 200 tasks against a provider that allows 600 requests a minute and answers 429
 /// beyond. With `upstream.rate_limits` at that limit, the workers' gateways book every call in
 /// the run index together and each waits its turn: no 429, no task errs, the wait is said. Without

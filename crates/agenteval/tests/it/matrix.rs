@@ -146,11 +146,14 @@ fn a_set_shares_one_budget_and_bad_combinations_are_all_named_before_anything_ru
     assert_eq!(code, 3, "a set stopped by its budget is incomplete: {v}\n{}", text(&out.stderr));
     let runs = v["runs"].as_array().unwrap();
     let spent: f64 = runs.iter().map(|r| r["summary"]["total_cost_usd"].as_f64().unwrap_or(0.0)).sum();
-    // The budget is the set's, not each run's (six runs of $0.15 would be $0.90): what
-    // finishes between two reads of the counts (every 200 ms, later on a loaded machine) is all
-    // it can go over by.
-    assert!((0.15..=0.30).contains(&spent), "the set spent ${spent}: {v}");
+    // The budget is the set's, not each run's (six runs of $0.15 would be $0.90), and it is
+    // kept at the wire: every worker of every run reads the set's one ledger before each call,
+    // so only the calls in flight when it was reached (two jobs of one task: two calls) go over.
+    assert!((0.15..=0.15 + 2.0 * 0.015 + 1e-9).contains(&spent), "the set spent ${spent}: {v}");
     assert!(runs.iter().any(|r| r["status"] == "budget_exceeded"), "{v}");
+    assert_eq!(v["budget_usd"], 0.15, "{v}");
+    let over = v["over_budget_usd"].as_f64().unwrap();
+    assert!((over - (spent - 0.15).max(0.0)).abs() < 1e-9, "the set says by how much it went over: {v}");
     // The combinations took turns: each got about as far as the others (not the first one
     // done and the last one never started).
     let finished: Vec<u64> = runs.iter().map(|r| r["summary"]["tasks_finished"].as_u64().unwrap()).collect();

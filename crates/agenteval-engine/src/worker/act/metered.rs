@@ -188,12 +188,12 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         retry: !crate::agents::access::calls_in_process(&ctx.config),
         run_budget: ctx.config.max_run_cost_usd.map(|max_usd| RunBudget {
             max_usd,
-            ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.run_id }),
+            ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.job.ledger.unwrap_or(ctx.run_id) }),
         }),
         rate: crate::agents::access::upstream_of(&ctx.config).filter(|u| !u.rate_limits.is_empty()).map(|u| {
             RateGovernor {
                 limits: u.rate_limits,
-                ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.run_id }),
+                ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.job.ledger.unwrap_or(ctx.run_id) }),
             }
         }),
     };
