@@ -59,6 +59,10 @@ pub struct Metadata {
     /// summary by how much its calls in flight went over. (A set's runs share the set's.)
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_usd: Option<f64>,
+    /// What the run's calls spent at the wire (every worker's gateway's count in the run
+    /// index), read when the run is sealed; with `budget_usd`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent_usd: Option<f64>,
     /// The Harbor dataset the tasks came from (`benchmark.dataset`): its name, version,
     /// registry and commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]

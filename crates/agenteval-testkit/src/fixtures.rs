@@ -33,6 +33,7 @@ pub fn metadata(run_id: RunId, name: &str, benchmark: &str, tasks: u64) -> Metad
         agent_sha256: None,
         set: None,
         budget_usd: None,
+        spent_usd: None,
         dataset: None,
     }
 }

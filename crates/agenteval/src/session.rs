@@ -182,8 +182,8 @@ pub(crate) fn print_outcome_of(
             _ if !next_step => {}
             RunStatus::BudgetExceeded => {
                 if let Some(max) = config.max_run_cost_usd.filter(|_| o.summary.budget_usd.is_some()) {
-                    let spent = o.summary.known_cost();
-                    let over = o.summary.over_budget_usd.unwrap_or((spent - max).max(0.0));
+                    let over = o.summary.over_budget_usd.unwrap_or_default();
+                    let spent = max + over;
                     say!(
                         "spent ${spent:.4} of the ${max:.4} budget (over by ${over:.4}: the calls in flight when it was reached)"
                     );

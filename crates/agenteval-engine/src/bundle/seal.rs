@@ -441,8 +441,10 @@ pub async fn seal_contents(
         .instrument(tracing::info_span!("scorer.summarize"))
         .await?;
     if let (RunStatus::BudgetExceeded, Some(budget)) = (meta.status, meta.budget_usd) {
+        // What the calls spent at the wire, or what the finished tasks did, whichever is more.
+        let spent = meta.spent_usd.unwrap_or(0.0).max(summary.known_cost());
         summary.budget_usd = Some(budget);
-        summary.over_budget_usd = Some((summary.known_cost() - budget).max(0.0));
+        summary.over_budget_usd = Some((spent - budget).max(0.0));
     }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the

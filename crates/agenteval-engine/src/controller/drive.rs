@@ -17,7 +17,7 @@ use super::jobs::{dispatch, finished_and_not, give_up, job_span, record_job, sto
 use super::run::{InFlight, Run};
 use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
-use super::{COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY};
+use super::{BUDGET_DRAIN, COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY};
 use crate::telemetry::{self, FleetMetrics};
 
 #[derive(Debug, Default)]
@@ -101,6 +101,10 @@ pub(super) async fn drive_jobs(
     let mut last_beat = Instant::now();
     let mut last_telemetry = Instant::now();
     let shared = opts.set.as_ref().map(|s| s.fleet.clone());
+    // A budget kept at the wire refuses every task's next call: the tasks running when it is
+    // reached end on their own within a call, their results and costs kept, rather than cut.
+    let wire_kept = crate::agents::access::upstream_of(&run.config).is_some();
+    let mut budget_reached_at: Option<Instant> = None;
 
     let driven: Result<()> = async {
         loop {
@@ -120,14 +124,20 @@ pub(super) async fn drive_jobs(
                 fleet.export().await;
                 spans.flush().await?;
             }
-            if fleet.stop.is_some() {
+            if fleet.stop == Some(StopReason::Budget) && wire_kept {
+                let at = *budget_reached_at.get_or_insert_with(Instant::now);
+                if fleet.in_flight.is_empty() || at.elapsed() >= BUDGET_DRAIN {
+                    break;
+                }
+            } else if fleet.stop.is_some() {
                 break;
+            } else {
+                fleet.dispatch_ready(max_conc, &opts).await?;
             }
-            fleet.dispatch_ready(max_conc, &opts).await?;
             if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
                 break;
             }
-            let waits_for_slot = !fleet.queue.is_empty() && shared.is_some();
+            let waits_for_slot = !fleet.queue.is_empty() && shared.is_some() && fleet.stop.is_none();
             tokio::select! {
                 _ = run.backend.wait_for_change(POLL) => {}
                 _ = opts.interrupt.changed() => {}

@@ -52,6 +52,9 @@ const TELEMETRY_EVERY: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(250);
 /// Jobs submitted concurrently in one dispatch round.
 const DISPATCH_BATCH: usize = 32;
+/// How long the tasks running when a budget kept at the wire is reached get to end on their own
+/// (their next call is refused) before their jobs are stopped.
+const BUDGET_DRAIN: Duration = Duration::from_secs(30);
 /// How long cancelled jobs get to stop before the controller seals without them.
 const STOP_GRACE: Duration = Duration::from_secs(15);
 
@@ -233,6 +236,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         agent_sha256,
         set: opts.set.as_ref().map(|s| s.member.clone()),
         budget_usd: config.max_run_cost_usd.filter(|_| opts.set.is_none()),
+        spent_usd: None,
         dataset: match &config.benchmark {
             agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
             _ => None,
@@ -684,6 +688,10 @@ async fn seal_run(
     let mut meta = meta.clone();
     meta.status = status;
     meta.finished_at = Some(Utc::now());
+    if meta.budget_usd.is_some() {
+        // Tasks cut short by the budget leave no result, but their calls were paid for.
+        meta.spent_usd = index.spend(&meta.run_id).await.ok();
+    }
     let span = run_span.unwrap_or_else(tracing::Span::none);
     let sealed = bundle::seal_contents(store.clone(), &meta, ids).instrument(span.clone()).await;
     let (summary, hints) = match sealed {

@@ -548,25 +548,34 @@ fn the_gateway_waits_out_a_providers_rate_limit_and_an_outage_is_infra() {
 /// there instead of spending on; the overshoot is the calls in flight, and it is said.
 #[test]
 fn the_runs_budget_refuses_the_next_call_of_every_task_once_spent() {
-    let mock = MockLlm::start(Duration::ZERO);
+    // Fifty looping agents at once (two workers of 25), each call 0.2 s: fifty calls in flight.
+    let mock = MockLlm::start(Duration::from_millis(200));
     let ws = workspace();
-    let ids: Vec<String> = (0..4).map(|i| format!("loop-{i}")).collect();
+    let ids: Vec<String> = (0..50).map(|i| format!("loop-{i:02}")).collect();
     let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "loop"}))).collect();
     ws.write("cases.jsonl", &lines);
     let cfg = config(&ws, "budget", &mock.base_url(), "");
-    let yaml = std::fs::read_to_string(&cfg).unwrap().replacen("backend:\n", "max_run_cost_usd: 0.1\nbackend:\n", 1);
+    let yaml = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replacen("backend:\n", "max_run_cost_usd: 1.5\nbackend:\n", 1)
+        .replacen("  max_concurrent_jobs: 2\n", "  max_concurrent_jobs: 2\n  tasks_per_job: 25\n  tasks_in_parallel: 25\n", 1);
     std::fs::write(&cfg, yaml).unwrap();
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
     let said = text(&out.stdout);
     assert_eq!(out.status.code(), Some(3), "{said}\n{}", text(&out.stderr));
-    assert!(said.contains("of the $0.1000 budget"), "{said}");
+    assert!(said.contains("of the $1.5000 budget (over by $"), "{said}");
+    // Each call costs $0.015: the budget is 100 calls, and at most the fifty in flight when it
+    // was reached go past it.
     let calls = mock.received().len() as f64;
-    // Each call costs $0.015; two tasks run at once, so at most two calls were in flight.
-    assert!(calls * 0.015 <= 0.1 + 2.0 * 0.015 + 1e-9, "{calls} calls were made past a $0.10 budget");
+    assert!(calls * 0.015 <= 1.5 + 50.0 * 0.015 + 1e-9, "{calls} calls were made past a $1.50 budget");
     let bundle = ws.runs().join(said.lines().find_map(|l| l.strip_prefix("run     ")).unwrap().trim());
     let summary = read_json(&bundle.join("summary.json"));
     assert_eq!(summary["status"], "budget_exceeded", "{summary}");
-    assert!(summary["total_cost_usd"].as_f64().unwrap() <= 0.1 + 2.0 * 0.015 + 1e-9, "{summary}");
+    assert!(summary["total_cost_usd"].as_f64().unwrap() <= 1.5 + 50.0 * 0.015 + 1e-9, "{summary}");
+    // The overshoot is what every call cost past the budget (tasks cut short included).
+    assert_eq!(summary["budget_usd"], 1.5, "{summary}");
+    let over = summary["over_budget_usd"].as_f64().unwrap();
+    assert!((over - (calls * 0.015 - 1.5).max(0.0)).abs() < 1e-6, "{calls} calls; the summary says {summary}");
     let cut: Vec<serde_json::Value> = results(&bundle)
         .into_iter()
         .filter(|r| r["agent"]["error"].as_str().is_some_and(|e| e.contains("the run's budget is spent")))
