@@ -8,6 +8,11 @@
 //!   and through the gateway (target: within 5%), and the gateway's peak memory (target: at most
 //!   100 MB).
 //!
+//! - the rate governor's and the run budget's cost when idle: p50 and p95 of 2,000 bookings of a
+//!   call under a limit it never reaches (`RateGovernor::wait_turn`, one request and one token
+//!   bucket) and of 2,000 reads of the run's spend (`SpendLedger::spent`) in a SQLite run index,
+//!   as every worker's gateway makes them before each call.
+//!
 //! The gateway runs with a token and a cost limit (so every call holds its budget and is clamped)
 //! and a model of its own (so every call's body is checked). `AGENTEVAL_BENCH_BIN=PATH` measures
 //! another build of agenteval (an older one, for a figure next to today's).
@@ -151,9 +156,64 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+/// The governor and the budget's ledger when nothing waits: what each call pays for them.
+async fn idle_governor(n: usize) {
+    use agenteval_core::gateway::{RateGovernor, RateLedger, SpendLedger};
+    use agenteval_core::traits::RunIndex as _;
+    struct Ledger(agenteval_local::SqliteRunIndex, agenteval_core::RunId);
+    #[async_trait::async_trait]
+    impl RateLedger for Ledger {
+        async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> agenteval_core::Result<i64> {
+            self.0.book_rate(&self.1, key, now_ms, cost_ms).await
+        }
+    }
+    #[async_trait::async_trait]
+    impl SpendLedger for Ledger {
+        async fn spent(&self) -> agenteval_core::Result<f64> {
+            self.0.spend(&self.1).await
+        }
+        async fn add(&self, usd: f64) -> agenteval_core::Result<f64> {
+            self.0.add_spend(&self.1, usd).await
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let index = agenteval_local::SqliteRunIndex::open(&dir.path().join("index.sqlite")).unwrap();
+    let run = agenteval_core::RunId::new();
+    index.create_run(&agenteval_testkit::conformance::run_record(run, "bench"), &[]).await.unwrap();
+    let ledger = std::sync::Arc::new(Ledger(index, run));
+    let limit = agenteval_core::config::RateLimit {
+        model: None,
+        requests_per_minute: Some(10_000_000),
+        tokens_per_minute: Some(10_000_000_000),
+    };
+    let governor = RateGovernor { limits: vec![limit], ledger: ledger.clone() };
+    let mut booked = Vec::with_capacity(n);
+    let mut read = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let waited = governor.wait_turn("mock-model", 100).await;
+        booked.push(t.elapsed());
+        assert!(waited.is_zero(), "an idle governor never waits");
+        let t = Instant::now();
+        ledger.spent().await.unwrap();
+        read.push(t.elapsed());
+    }
+    booked.sort();
+    read.sort();
+    println!("rate governor and run budget when idle (SQLite run index, {n} calls each)");
+    println!(
+        "  governor booking p50 {:.3} ms p95 {:.3} ms | budget read p50 {:.3} ms p95 {:.3} ms",
+        ms(percentile(&booked, 0.5)),
+        ms(percentile(&booked, 0.95)),
+        ms(percentile(&read, 0.5)),
+        ms(percentile(&read, 0.95))
+    );
+}
+
 #[tokio::main]
 async fn main() {
     let scale = scale();
+    idle_governor(((2000.0 * scale) as usize).max(100)).await;
     let client = reqwest::Client::builder().pool_max_idle_per_host(2048).build().unwrap();
 
     let mock = MockLlm::start(Duration::ZERO);
