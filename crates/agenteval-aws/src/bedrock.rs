@@ -1,11 +1,14 @@
 //! Amazon Bedrock as the gateway's model host: an Anthropic Messages call sent to
-//! `InvokeModel` (or `InvokeModelWithResponseStream`), signed by the SDK with the AWS credential
-//! chain, and its answer given back on Anthropic's wire (the event stream's chunks as
-//! server-sent events, as they arrive).
+//! `InvokeModel` (or `InvokeModelWithResponseStream`), an OpenAI chat call to `Converse` (or
+//! `ConverseStream`, `converse.rs`), signed by the SDK with the AWS credential chain, and each
+//! answer given back on its own wire (an event stream's events as server-sent events, as they
+//! arrive).
+
+mod converse;
 
 use std::time::Duration;
 
-use agenteval_core::gateway::{HostAnswer, HostCall, HostFailure, ModelHost};
+use agenteval_core::gateway::{HostAnswer, HostCall, HostFailure, HostWire, ModelHost};
 use aws_sdk_bedrockruntime::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_bedrockruntime::primitives::Blob;
 use aws_sdk_bedrockruntime::types::ResponseStream;
@@ -81,6 +84,9 @@ impl ModelHost for BedrockHost {
     }
 
     async fn invoke(&self, call: HostCall) -> Result<HostAnswer, HostFailure> {
+        if call.wire == HostWire::Chat {
+            return self.converse(call).await;
+        }
         let body = Blob::new(bedrock_body(&call.body, &call.betas));
         if call.stream {
             let sent = self
@@ -93,7 +99,7 @@ impl ModelHost for BedrockHost {
                 .send();
             let out = match tokio::time::timeout(call.timeout, sent).await {
                 Err(_) => return Err(HostFailure::Timeout),
-                Ok(Err(e)) => return refused(e),
+                Ok(Err(e)) => return refused(e, HostWire::Messages),
                 Ok(Ok(out)) => out,
             };
             let (tx, rx) = tokio::sync::mpsc::channel(32);
@@ -139,9 +145,81 @@ impl ModelHost for BedrockHost {
             .send();
         match tokio::time::timeout(call.timeout, sent).await {
             Err(_) => Err(HostFailure::Timeout),
-            Ok(Err(e)) => refused(e),
+            Ok(Err(e)) => refused(e, HostWire::Messages),
             Ok(Ok(out)) => Ok(HostAnswer::whole(200, out.body.into_inner())),
         }
+    }
+}
+
+impl BedrockHost {
+    /// An OpenAI chat call on `Converse` (`ConverseStream` when streamed).
+    async fn converse(&self, call: HostCall) -> Result<HostAnswer, HostFailure> {
+        let asked = match converse::asked(&call.body) {
+            Ok(a) => a,
+            Err(why) => {
+                let body = json!({"error": {"type": "invalid_request_error", "message": why}});
+                return Ok(HostAnswer::whole(400, body.to_string().into_bytes()));
+            }
+        };
+        let system = (!asked.system.is_empty()).then_some(asked.system);
+        if !call.stream {
+            let sent = self
+                .client
+                .converse()
+                .model_id(&call.model_id)
+                .set_system(system)
+                .set_messages(Some(asked.messages))
+                .inference_config(asked.inference)
+                .set_tool_config(asked.tools)
+                .send();
+            return match tokio::time::timeout(call.timeout, sent).await {
+                Err(_) => Err(HostFailure::Timeout),
+                Ok(Err(e)) => refused(e, HostWire::Chat),
+                Ok(Ok(out)) => {
+                    let c = converse::completion(&asked.model, out.output(), out.stop_reason(), out.usage());
+                    Ok(HostAnswer::whole(200, c.to_string().into_bytes()))
+                }
+            };
+        }
+        let sent = self
+            .client
+            .converse_stream()
+            .model_id(&call.model_id)
+            .set_system(system)
+            .set_messages(Some(asked.messages))
+            .inference_config(asked.inference)
+            .set_tool_config(asked.tools)
+            .send();
+        let out = match tokio::time::timeout(call.timeout, sent).await {
+            Err(_) => return Err(HostFailure::Timeout),
+            Ok(Err(e)) => return refused(e, HostWire::Chat),
+            Ok(Ok(out)) => out,
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(32);
+        let (mut events, mut chunks) = (out.stream, converse::Chunks::new(&asked.model));
+        tokio::spawn(async move {
+            loop {
+                let (bytes, last) = match events.recv().await {
+                    Ok(Some(event)) => chunks.of(&event),
+                    Ok(None) => break,
+                    Err(e) => {
+                        let message = match &e {
+                            SdkError::ServiceError(se) => se.err().message().unwrap_or("").to_string(),
+                            other => other.to_string(),
+                        };
+                        let _ = tx.send(Err(format!("Bedrock's stream broke off: {message}"))).await;
+                        break;
+                    }
+                };
+                if !bytes.is_empty() && tx.send(Ok(bytes)).await.is_err() {
+                    break;
+                }
+                if last {
+                    break;
+                }
+            }
+        });
+        Ok(HostAnswer { status: 200, content_type: "text/event-stream".into(), retry_after: None, body: rx })
     }
 }
 
@@ -176,6 +254,7 @@ fn server_sent(event: &[u8]) -> Vec<u8> {
 /// (the gateway retries what is for now), or why nothing answered.
 fn refused<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
     e: SdkError<E, aws_sdk_bedrockruntime::config::http::HttpResponse>,
+    wire: HostWire,
 ) -> Result<HostAnswer, HostFailure> {
     match &e {
         SdkError::ServiceError(se) => {
@@ -198,7 +277,10 @@ fn refused<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
                 .filter(|s| s.is_finite() && *s >= 0.0)
                 .map(Duration::from_secs_f64);
             let said = if code.is_empty() { message.to_string() } else { format!("Bedrock {code}: {message}") };
-            let body = json!({"type": "error", "error": {"type": kind, "message": said}});
+            let body = match wire {
+                HostWire::Messages => json!({"type": "error", "error": {"type": kind, "message": said}}),
+                HostWire::Chat => json!({"error": {"type": kind, "code": code, "message": said}}),
+            };
             let mut answer = HostAnswer::whole(status, body.to_string().into_bytes());
             answer.retry_after = retry_after;
             Ok(answer)
@@ -256,6 +338,7 @@ mod tests {
 
     fn call(stream: bool) -> HostCall {
         HostCall {
+            wire: HostWire::Messages,
             model_id: "us.anthropic.claude-sonnet-4-5-20250929-v1:0".into(),
             body: serde_json::to_vec(&json!({"model": "claude-sonnet-4-5", "stream": stream, "max_tokens": 50,
                 "messages": [{"role": "user", "content": "hello bedrock"}]}))
@@ -307,6 +390,37 @@ mod tests {
             BedrockHost::of_sdk(&sdk_config(&settings, 1).await)
         };
         assert!(matches!(gone.invoke(call(false)).await, Err(HostFailure::Connect(_))));
+    }
+
+    #[tokio::test]
+    async fn converse_and_its_stream_come_back_as_chat_completions_with_tool_calls() {
+        let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+        let bedrock = host(&mock, agenteval_testkit::llm_mock::bedrock::BEDROCK_REGION).await;
+        let chat = |stream: bool| HostCall {
+            wire: HostWire::Chat,
+            model_id: "meta.llama3-3-70b-instruct-v1:0".into(),
+            body: serde_json::to_vec(&json!({"model": "llama-3.3-70b", "stream": stream,
+                "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "USE_TOOL please"}],
+                "tools": [{"type": "function", "function": {"name": "python", "parameters": {"type": "object"}}}]}))
+            .unwrap(),
+            stream,
+            betas: Vec::new(),
+            timeout: Duration::from_secs(20),
+        };
+        let whole: Value = serde_json::from_str(&read(bedrock.invoke(chat(false)).await.unwrap()).await).unwrap();
+        assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls", "{whole}");
+        let call = &whole["choices"][0]["message"]["tool_calls"][0];
+        assert_eq!(call["function"]["name"], "python", "{whole}");
+        assert_eq!(serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap(), json!({"code": "print(6 * 7)"}));
+        assert_eq!((whole["usage"]["prompt_tokens"].as_u64(), whole["usage"]["completion_tokens"].as_u64()), (Some(10), Some(5)));
+        let sse = read(bedrock.invoke(chat(true)).await.unwrap()).await;
+        assert!(sse.contains("\"function\":{\"name\":\"python\",\"arguments\":\"\"}"), "{sse}");
+        assert!(sse.contains("\"finish_reason\":\"tool_calls\""), "{sse}");
+        assert!(sse.contains("\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5") && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+        let seen: Vec<String> = mock.received().into_iter().map(|r| r.path).collect();
+        assert_eq!(seen, ["bedrock:converse:meta.llama3-3-70b-instruct-v1:0", "bedrock:converse-stream:meta.llama3-3-70b-instruct-v1:0"]);
+        // The system prompt reached the model as a system message.
+        assert_eq!(mock.received()[0].body["messages"][0], json!({"role": "system", "content": "be brief"}));
     }
 
     #[test]

@@ -256,8 +256,8 @@ pub struct Posted {
 }
 
 /// A cloud's model service reached with the cloud's own credentials instead of a key (Amazon
-/// Bedrock). It takes a call on Anthropic's Messages wire and answers on the same wire (streamed
-/// as server-sent events when asked), so the gateway meters, budgets, records and replays it as
+/// Bedrock). It takes a call on Anthropic's Messages wire or OpenAI's chat completions wire and
+/// answers on the same wire (streamed as server-sent events when asked), so the gateway meters, budgets, records and replays it as
 /// any other. Its one implementation lives in the crate that owns the cloud's SDK.
 #[async_trait]
 pub trait ModelHost: Send + Sync {
@@ -267,12 +267,22 @@ pub trait ModelHost: Send + Sync {
     async fn invoke(&self, call: HostCall) -> std::result::Result<HostAnswer, HostFailure>;
 }
 
+/// The wire a [`ModelHost`] call comes in on and its answer goes back on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HostWire {
+    /// Anthropic Messages.
+    Messages,
+    /// OpenAI chat completions.
+    Chat,
+}
+
 /// One call to a [`ModelHost`].
 #[derive(Debug, Clone)]
 pub struct HostCall {
+    pub wire: HostWire,
     /// The service's id of the model (a Bedrock model id or inference profile).
     pub model_id: String,
-    /// The Messages request as the gateway forwards it (its `model` and `stream` included).
+    /// The request as the gateway forwards it (its `model` and `stream` included).
     pub body: Vec<u8>,
     pub stream: bool,
     /// The `anthropic-beta` flags the run lets through.

@@ -59,6 +59,7 @@ impl From<GatewayError> for Error {
 }
 
 /// One provider the gateway forwards to.
+#[derive(Clone)]
 pub(crate) struct Provider {
     /// Ends without a slash; the wire's path is appended.
     pub base: String,
@@ -151,6 +152,17 @@ impl GatewayConfig {
                 bedrock: None,
             })
         };
+        // Bedrock serves Anthropic's wire (InvokeModel) and, for other models, OpenAI's chat
+        // wire (Converse) when nothing else serves it.
+        let bedrock = upstream.bedrock.as_ref().map(|b| Provider {
+            base: b.endpoint_url.clone().unwrap_or_else(|| "bedrock".into()),
+            key: None,
+            price: b.price,
+            timeout: Duration::from_secs_f64(b.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
+            max_attempts: b.max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
+            azure: None,
+            bedrock: Some(Bedrock { models: b.models.clone(), host: None }),
+        });
         let openai = match (&upstream.openai, &upstream.azure) {
             (Some(e), _) => Some(provider("openai", e, "https://api.openai.com/v1", keys.remove("openai"))?),
             (None, Some(a)) => {
@@ -170,20 +182,11 @@ impl GatewayConfig {
                     bedrock: None,
                 })
             }
-            (None, None) => None,
+            (None, None) => bedrock.clone(),
         };
-        let anthropic = match (&upstream.anthropic, &upstream.bedrock) {
-            (Some(e), _) => Some(provider("anthropic", e, "https://api.anthropic.com/v1", keys.remove("anthropic"))?),
-            (None, Some(b)) => Some(Provider {
-                base: b.endpoint_url.clone().unwrap_or_else(|| "bedrock".into()),
-                key: None,
-                price: b.price,
-                timeout: Duration::from_secs_f64(b.request_timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
-                max_attempts: b.max_attempts.unwrap_or(DEFAULT_ATTEMPTS).max(1),
-                azure: None,
-                bedrock: Some(Bedrock { models: b.models.clone(), host: None }),
-            }),
-            (None, None) => None,
+        let anthropic = match &upstream.anthropic {
+            Some(e) => Some(provider("anthropic", e, "https://api.anthropic.com/v1", keys.remove("anthropic"))?),
+            None => bedrock,
         };
         let mut prices = PriceTable::packaged();
         prices.extend(upstream.prices.clone());
@@ -198,8 +201,10 @@ impl GatewayConfig {
 
     /// Anthropic's wire served by `host` (Amazon Bedrock), as the config's `upstream.bedrock` says.
     pub fn with_host(mut self, host: Arc<dyn agenteval_core::gateway::ModelHost>) -> GatewayConfig {
-        if let Some(b) = self.anthropic.as_mut().and_then(|p| p.bedrock.as_mut()) {
-            b.host = Some(host);
+        for p in [&mut self.anthropic, &mut self.openai] {
+            if let Some(b) = p.as_mut().and_then(|p| p.bedrock.as_mut()) {
+                b.host = Some(host.clone());
+            }
         }
         self
     }

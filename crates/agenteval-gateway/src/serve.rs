@@ -510,6 +510,13 @@ async fn forward(
             reason: format!("no agent.upstream.{which} is configured: {} calls go nowhere", wire.name()),
         });
     };
+    if provider.bedrock.is_some() && wire == Wire::Responses {
+        return record.refuse(Refusal::Upstream {
+            reason: "Amazon Bedrock serves chat completions and Anthropic Messages, not OpenAI's Responses: give the \
+                     agent an `upstream.openai` or `upstream.azure` for it"
+                .into(),
+        });
+    }
     // The agent's bytes as sent, unless the gateway must ask a stream for its usage or hold the
     // answer to what the budget has left.
     let mut body = request.clone();
@@ -702,6 +709,10 @@ impl Sending<'_> {
                 .map(|b| b.split(',').map(|f| f.trim().to_string()).filter(|f| !f.is_empty()).collect())
                 .unwrap_or_default();
             let call = agenteval_core::gateway::HostCall {
+                wire: match self.wire {
+                    Wire::Messages => agenteval_core::gateway::HostWire::Messages,
+                    _ => agenteval_core::gateway::HostWire::Chat,
+                },
                 model_id: bedrock.model_id(&record.asked.model).to_string(),
                 body: self.sent.to_vec(),
                 stream: record.asked.stream,

@@ -273,8 +273,15 @@ async fn hosted(
     body: &[u8],
     timeout: Duration,
 ) -> Result<Reply, String> {
-    use agenteval_core::gateway::{HostCall, HostFailure};
-    let call = HostCall { model_id: model_id.into(), body: body.to_vec(), stream: false, betas: Vec::new(), timeout };
+    use agenteval_core::gateway::{HostCall, HostFailure, HostWire};
+    let call = HostCall {
+        wire: HostWire::Messages,
+        model_id: model_id.into(),
+        body: body.to_vec(),
+        stream: false,
+        betas: Vec::new(),
+        timeout,
+    };
     let mut answer = host.invoke(call).await.map_err(|f| match f {
         HostFailure::Timeout => "timed out".to_string(),
         HostFailure::Connect(why) => why,

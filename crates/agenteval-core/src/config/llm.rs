@@ -88,8 +88,9 @@ pub struct LlmAgentConfig {
     /// An `openai:` model served by an Azure OpenAI resource instead of OpenAI's API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub azure: Option<AzureEndpoint>,
-    /// An `anthropic:` model served by Amazon Bedrock instead of Anthropic's API (no key: the
-    /// AWS credential chain signs the calls).
+    /// The model served by Amazon Bedrock instead of its provider's API (no key: the AWS
+    /// credential chain signs the calls): an `anthropic:` model on `InvokeModel`, any other on
+    /// `Converse`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bedrock: Option<BedrockEndpoint>,
     /// A JSON file of prices (`{"models": {"id": {"input_per_mtok": …, "output_per_mtok": …}}}`)
@@ -132,9 +133,6 @@ impl LlmAgentConfig {
         self.endpoint.validate("/agent", p);
         if let Some(bedrock) = &self.bedrock {
             bedrock.validate("/agent/bedrock", p);
-            if !self.model.starts_with("anthropic:") {
-                p.push(("/agent/bedrock".into(), "Bedrock serves `anthropic:` models here (the Messages wire)".into()));
-            }
             if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
                 p.push((
                     "/agent/bedrock".into(),
@@ -253,9 +251,10 @@ pub struct AzureEndpoint {
     pub request_timeout_seconds: Option<f64>,
 }
 
-/// Anthropic's models as Amazon Bedrock serves them (`docs/agents.md`): calls on Anthropic's
-/// Messages wire go to Bedrock's `InvokeModel` (`InvokeModelWithResponseStream` when streamed),
-/// signed with the AWS credential chain (the worker's task role on the fleet): no key.
+/// Models as Amazon Bedrock serves them (`docs/agents.md`): calls on Anthropic's Messages wire
+/// go to Bedrock's `InvokeModel` (`InvokeModelWithResponseStream` when streamed), calls on
+/// OpenAI's chat wire to `Converse` (`ConverseStream`), signed with the AWS credential chain
+/// (the worker's task role on the fleet): no key.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct BedrockEndpoint {
@@ -379,8 +378,8 @@ pub struct Upstream {
     /// the key (default the secret `ANTHROPIC_API_KEY`), a price.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub anthropic: Option<Endpoint>,
-    /// Or Amazon Bedrock serves Anthropic's Messages wire (not both): signed with the AWS
-    /// credential chain, no key.
+    /// Or Amazon Bedrock serves Anthropic's Messages wire (not both), and OpenAI's chat wire
+    /// (`Converse`) unless `openai` or `azure` does: signed with the AWS credential chain, no key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bedrock: Option<BedrockEndpoint>,
     /// Prices by model id, extending or overriding the packaged table.

@@ -1213,9 +1213,9 @@ mod tests {
         assert!(shown.contains("c.yaml:11:7: Anthropic's wire goes to one place: `anthropic` or `bedrock`"), "{shown}");
         assert!(shown.contains("c.yaml:11:15: `US East` is not an AWS region"), "{shown}");
         assert!(shown.contains("c.yaml:12:21: `http://10.0.0.5` would send the signed calls unencrypted"), "{shown}");
-        let llm = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: openai:gpt-5\n  bedrock: {region: us-east-1}\n";
+        let llm = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: openai:gpt-5\n  base_url: https://x/v1\n  bedrock: {region: us-east-1}\n";
         let shown = load(llm, &[]).unwrap_err().to_string();
-        assert!(shown.contains("Bedrock serves `anthropic:` models"), "{shown}");
+        assert!(shown.contains("with `bedrock`, the calls are signed with AWS credentials"), "{shown}");
         let fine = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  bedrock: {region: us-east-1, models: {claude-sonnet-4-5: \"us.anthropic.claude-sonnet-4-5-20250929-v1:0\"}}\n";
         assert!(load(fine, &[]).is_ok());
     }

@@ -2,7 +2,9 @@
 //! `/model/{id}/invoke-with-response-stream` for Anthropic models, answered from the same script
 //! as Anthropic's Messages wire, framed as Bedrock frames them (a whole JSON answer, or the
 //! `application/vnd.amazon.eventstream` binary framing whose `chunk` events carry each Anthropic
-//! event base64-encoded, the last with `amazon-bedrock-invocationMetrics`).
+//! event base64-encoded, the last with `amazon-bedrock-invocationMetrics`); and `Converse`
+//! (`/model/{id}/converse`, `/model/{id}/converse-stream`) for the others, answered from the
+//! script of OpenAI's chat wire, in Converse's JSON and its stream's typed events.
 //!
 //! Like Bedrock, it refuses a call not SigV4-signed for [`BEDROCK_REGION`] and the `bedrock`
 //! service with [`BEDROCK_ACCESS_KEY`]'s secret (or the AWS stand-in's task role's) (403), and a body that names `model` or
@@ -34,8 +36,16 @@ pub const BEDROCK_SECRET_KEY: &str = "agenteval-bedrock-stand-in-secret";
 const TASK_ROLE: (&str, &str) = ("test", "test");
 
 pub(crate) fn routes(state: Arc<Mutex<State>>, latency: Duration) -> axum::Router {
-    let s2 = state.clone();
+    let (s2, s3, s4) = (state.clone(), state.clone(), state.clone());
     axum::Router::new()
+        .route(
+            "/model/{id}/converse",
+            post(move |uri: Uri, h: HeaderMap, b: Bytes| converse(s3.clone(), latency, false, uri, h, b)),
+        )
+        .route(
+            "/model/{id}/converse-stream",
+            post(move |uri: Uri, h: HeaderMap, b: Bytes| converse(s4.clone(), latency, true, uri, h, b)),
+        )
         .route(
             "/model/{id}/invoke",
             post(move |uri: Uri, h: HeaderMap, b: Bytes| invoke(state.clone(), latency, false, uri, h, b)),
@@ -105,6 +115,135 @@ async fn invoke(
         .header("content-type", "application/vnd.amazon.eventstream")
         .body(Body::from(event_stream(&String::from_utf8_lossy(&bytes))))
         .unwrap()
+}
+
+/// `Converse`: the request as OpenAI's chat wire, answered by the script, the answer as
+/// Converse's JSON or its stream's events.
+async fn converse(
+    state: Arc<Mutex<State>>,
+    latency: Duration,
+    stream: bool,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    if let Err(why) = verify_sigv4("POST", &uri, &headers, &body) {
+        return error(StatusCode::FORBIDDEN, "InvalidSignatureException", &why);
+    }
+    let id = percent_decode(uri.path().split('/').nth(2).unwrap_or(""));
+    let Ok(request) = serde_json::from_slice::<Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "ValidationException", "Malformed input request");
+    };
+    if request.get("messages").and_then(Value::as_array).is_none_or(|m| m.is_empty()) {
+        return error(StatusCode::BAD_REQUEST, "ValidationException", "messages: at least one is required");
+    }
+    let mut asked = HeaderMap::new();
+    if let Some(a) = headers.get("authorization") {
+        asked.insert("x-credential", a.clone());
+    }
+    let label = format!("bedrock:{}:{id}", if stream { "converse-stream" } else { "converse" });
+    let chat = chat_of(&request, &id);
+    let answered = answer_as(state, latency, "openai", label, asked, Bytes::from(chat.to_string())).await;
+    let status = answered.status();
+    let bytes = axum::body::to_bytes(answered.into_body(), usize::MAX).await.unwrap_or_default();
+    if status == StatusCode::TOO_MANY_REQUESTS {
+        return error(status, "ThrottlingException", "Too many requests, please wait before trying again.");
+    }
+    if !status.is_success() {
+        return error(status, "InternalServerException", &String::from_utf8_lossy(&bytes));
+    }
+    let answer: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    let (content, stop, usage) = converse_answer(&answer);
+    if !stream {
+        let out = json!({"output": {"message": {"role": "assistant", "content": content}}, "stopReason": stop,
+                         "usage": usage, "metrics": {"latencyMs": 10}});
+        return Response::builder().header("content-type", "application/json").body(Body::from(out.to_string())).unwrap();
+    }
+    let mut events = vec![("messageStart", json!({"role": "assistant"}))];
+    for (i, block) in content.iter().enumerate() {
+        if let Some(text) = block.get("text") {
+            events.push(("contentBlockDelta", json!({"contentBlockIndex": i, "delta": {"text": text}})));
+        } else if let Some(u) = block.get("toolUse") {
+            let start = json!({"toolUse": {"toolUseId": u["toolUseId"], "name": u["name"]}});
+            events.push(("contentBlockStart", json!({"contentBlockIndex": i, "start": start})));
+            let input = u["input"].to_string();
+            events.push(("contentBlockDelta", json!({"contentBlockIndex": i, "delta": {"toolUse": {"input": input}}})));
+        }
+        events.push(("contentBlockStop", json!({"contentBlockIndex": i})));
+    }
+    events.push(("messageStop", json!({"stopReason": stop})));
+    events.push(("metadata", json!({"usage": usage, "metrics": {"latencyMs": 10}})));
+    let mut out = Vec::new();
+    for (kind, payload) in events {
+        let headers = [(":event-type", kind), (":content-type", "application/json"), (":message-type", "event")];
+        out.extend(frame(&headers, payload.to_string().as_bytes()));
+    }
+    Response::builder().header("content-type", "application/vnd.amazon.eventstream").body(Body::from(out)).unwrap()
+}
+
+/// A Converse request as the chat request the script answers.
+fn chat_of(request: &Value, model: &str) -> Value {
+    let mut messages: Vec<Value> = Vec::new();
+    let system: Vec<&str> =
+        request.get("system").and_then(Value::as_array).into_iter().flatten().filter_map(|b| b["text"].as_str()).collect();
+    if !system.is_empty() {
+        messages.push(json!({"role": "system", "content": system.join("\n")}));
+    }
+    for m in request["messages"].as_array().into_iter().flatten() {
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        let text: String = blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n");
+        for r in blocks.iter().filter_map(|b| b.get("toolResult")) {
+            let said: String = r["content"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect();
+            messages.push(json!({"role": "tool", "tool_call_id": r["toolUseId"], "content": said}));
+        }
+        let calls: Vec<Value> = blocks
+            .iter()
+            .filter_map(|b| b.get("toolUse"))
+            .map(|u| json!({"id": u["toolUseId"], "type": "function",
+                            "function": {"name": u["name"], "arguments": u["input"].to_string()}}))
+            .collect();
+        if !calls.is_empty() {
+            messages.push(json!({"role": "assistant", "content": text, "tool_calls": calls}));
+        } else if !text.is_empty() {
+            messages.push(json!({"role": m["role"], "content": text}));
+        }
+    }
+    let tools: Vec<Value> = request
+        .pointer("/toolConfig/tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t.get("toolSpec"))
+        .map(|s| json!({"type": "function", "function": {"name": s["name"], "description": s["description"],
+                                                          "parameters": s["inputSchema"]["json"]}}))
+        .collect();
+    let mut chat = json!({"model": model, "messages": messages});
+    if !tools.is_empty() {
+        chat["tools"] = Value::Array(tools);
+    }
+    chat
+}
+
+/// The script's chat completion as Converse's content blocks, stop reason and usage.
+fn converse_answer(answer: &Value) -> (Vec<Value>, &'static str, Value) {
+    let message = &answer["choices"][0]["message"];
+    let mut content = Vec::new();
+    if let Some(text) = message["content"].as_str().filter(|t| !t.is_empty()) {
+        content.push(json!({"text": text}));
+    }
+    for call in message["tool_calls"].as_array().into_iter().flatten() {
+        let input: Value = call["function"]["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
+        content.push(json!({"toolUse": {"toolUseId": call["id"], "name": call["function"]["name"], "input": input}}));
+    }
+    let stop = match answer["choices"][0]["finish_reason"].as_str() {
+        Some("tool_calls") => "tool_use",
+        Some("length") => "max_tokens",
+        _ => "end_turn",
+    };
+    let n = |k: &str| answer["usage"][k].as_u64().unwrap_or(0);
+    let usage = json!({"inputTokens": n("prompt_tokens"), "outputTokens": n("completion_tokens"),
+                       "totalTokens": n("prompt_tokens") + n("completion_tokens")});
+    (content, stop, usage)
 }
 
 /// Anthropic's server-sent events as Bedrock's event stream: one `chunk` message per event, its

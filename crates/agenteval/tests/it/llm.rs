@@ -1113,6 +1113,43 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
     }
 }
 
+/// Issue 59: a model Bedrock serves through `Converse` (not Anthropic's): the `llm` agent's
+/// chat calls, its tool call and the tool's result included, reach the stand-in's Converse for
+/// the mapped id, signed, and are metered from Converse's usage.
+#[test]
+fn the_llm_agent_reaches_a_converse_model_on_bedrock() {
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    const ID: &str = "meta.llama3-3-70b-instruct-v1:0";
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", "");
+    cases(&ws, &[("tool", "USE_TOOL please")]);
+    let cfg = ws.write(
+        "converse.yaml",
+        &format!(
+            "name: converse\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: openai-compatible:llama-3.3-70b\n  tools: [python]\n  bedrock:\n    region: {BEDROCK_REGION}\n    endpoint_url: http://{}\n    models: {{llama-3.3-70b: \"{ID}\"}}\n    price: {{input_per_mtok: 1, output_per_mtok: 2}}\nbackend:\n  secrets_file: secrets.env\n",
+            mock.addr
+        ),
+    );
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    let r = task(&bundle_of(&v), "tool");
+    assert_eq!(r["agent"]["final_answer"], "the tool said 42", "{r}");
+    let got = mock.received();
+    let want = format!("bedrock:converse:{ID}");
+    assert_eq!(got.iter().map(|c| c.path.as_str()).collect::<Vec<_>>(), [want.as_str(), want.as_str()]);
+    assert_eq!(r["agent"]["total_tokens"], 30, "{r}");
+    let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 2.0 * (10.0 * 1.0 + 5.0 * 2.0) / 1e6).abs() < 1e-12, "{r}");
+}
+
 /// Issue 59: a judge on Amazon Bedrock: its verdict comes from the stand-in's `InvokeModel`,
 /// signed with the environment's AWS credentials, and no key is asked of the secret store.
 #[test]
