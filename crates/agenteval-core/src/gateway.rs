@@ -88,12 +88,13 @@ impl RateGovernor {
             for (what, units, per_minute) in books.into_iter().flatten() {
                 let unit_ms = 60_000.0 / per_minute as f64;
                 let cost = (units as f64 * unit_ms).ceil() as i64;
-                // A second's share may go at once, but for one unit: the provider's own bucket
-                // is never run to its last token, so a call that arrives a little early is no 429.
-                let burst = ((per_minute as f64 / 60.0) - 1.0).max(0.0) * unit_ms;
+                // A call goes when its booked start is due. A quarter of a second's share may
+                // start at once: the rest of the provider's own bucket is slack for calls that
+                // reach it bunched (a worker held up, a network hiccup), so that none is a 429.
+                let burst = ((per_minute as f64 / 240.0).floor() - 1.0).max(0.0) * unit_ms;
                 let at = now();
                 if let Ok(tat) = self.ledger.book(&format!("{scope}:{what}"), at, cost).await {
-                    until = until.max(tat - burst.ceil() as i64);
+                    until = until.max(tat - cost - burst.ceil() as i64);
                 }
             }
         }
@@ -403,4 +404,60 @@ fn is_zero_u64(n: &u64) -> bool {
 
 fn is_zero_u32(n: &u32) -> bool {
     *n == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ledger in memory, as the run index keeps one: a time per key, moved in one step.
+    #[derive(Default)]
+    struct Memory(std::sync::Mutex<std::collections::HashMap<String, i64>>);
+
+    #[async_trait]
+    impl RateLedger for Memory {
+        async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
+            let mut m = self.0.lock().unwrap();
+            let t = m.entry(key.to_string()).or_insert(0);
+            *t = (*t).max(now_ms) + cost_ms;
+            Ok(*t)
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_go_a_quarter_of_a_seconds_share_at_once_then_evenly() {
+        // 600 a minute: 100 ms a request, a second's share of 10, two at once.
+        let limit = crate::config::RateLimit { model: None, requests_per_minute: Some(600), tokens_per_minute: None };
+        let governor = RateGovernor { limits: vec![limit], ledger: std::sync::Arc::new(Memory::default()) };
+        let waits: Vec<std::time::Duration> =
+            booked_together(&governor, 4).await.into_iter().map(|w| w.round_to_10ms()).collect();
+        assert_eq!(waits[..2], [std::time::Duration::ZERO; 2], "{waits:?}");
+        assert!(waits[2] >= std::time::Duration::from_millis(50), "{waits:?}");
+        assert!(waits[3] >= waits[2] + std::time::Duration::from_millis(50), "{waits:?}");
+    }
+
+    /// `n` calls booked one after the other, each waiting its turn at once.
+    async fn booked_together(g: &RateGovernor, n: usize) -> Vec<std::time::Duration> {
+        let mut handles = Vec::new();
+        for _ in 0..n {
+            let g = g.clone();
+            handles.push(tokio::spawn(async move { g.wait_turn("m", 1).await }));
+            tokio::task::yield_now().await;
+        }
+        let mut out = Vec::new();
+        for h in handles {
+            out.push(h.await.unwrap());
+        }
+        out
+    }
+
+    trait Round {
+        fn round_to_10ms(self) -> Self;
+    }
+
+    impl Round for std::time::Duration {
+        fn round_to_10ms(self) -> Self {
+            std::time::Duration::from_millis((self.as_millis() as u64 / 10) * 10)
+        }
+    }
 }

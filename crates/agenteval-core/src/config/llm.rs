@@ -410,7 +410,7 @@ pub struct RateLimit {
     /// The model it limits (as the agent names it); none: every model of the upstream together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
-    /// Requests per minute, spread evenly (at most a second's share at once).
+    /// Requests per minute, spread evenly (at most a quarter of a second's share at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10_000_000))]
     pub requests_per_minute: Option<u64>,
