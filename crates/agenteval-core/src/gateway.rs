@@ -63,8 +63,9 @@ impl std::fmt::Debug for RateGovernor {
 /// Where the run's rate limits are booked, shared by every worker of the run.
 #[async_trait]
 pub trait RateLedger: Send + Sync {
-    /// Books `cost_ms` of the limit `key`: its time becomes `max(its time, now_ms) + cost_ms`,
-    /// atomically; returns that time (ms since the epoch).
+    /// Books `cost` of the limit `key`: its time becomes `max(its time, now) + cost`,
+    /// atomically; returns that time. (The governor counts in microseconds since the epoch; the
+    /// ledger only adds and compares.)
     async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64>;
 }
 
@@ -73,8 +74,10 @@ impl RateGovernor {
     /// applies; returns how long it waited. A ledger that cannot be reached lets the call go: the
     /// provider's own limit (and the gateway's retries) still hold.
     pub async fn wait_turn(&self, model: &str, tokens: u64) -> std::time::Duration {
+        // In microseconds: a limit of more than 60,000 a minute is still its own, not a
+        // millisecond's.
         let mut until = 0i64;
-        let now = || chrono::Utc::now().timestamp_millis();
+        let now = || chrono::Utc::now().timestamp_micros();
         for (i, l) in self.limits.iter().enumerate() {
             if l.model.as_deref().is_some_and(|m| m != model) {
                 continue;
@@ -86,14 +89,14 @@ impl RateGovernor {
                 l.tokens_per_minute.map(|tpm| ("tokens", tokens.max(1), tpm)),
             ];
             for (what, units, per_minute) in books.into_iter().flatten() {
-                let unit_ms = 60_000.0 / per_minute as f64;
-                let cost = (units as f64 * unit_ms).ceil() as i64;
+                let unit_us = 60_000_000.0 / per_minute as f64;
+                let cost = (units as f64 * unit_us).ceil() as i64;
                 // A call goes when its booked start is due. A quarter of a second's share may
                 // start at once: the rest of the provider's own bucket is slack for calls that
                 // reach it bunched (a worker held up, a network hiccup), so that none is a 429.
-                let burst = ((per_minute as f64 / 240.0).floor() - 1.0).max(0.0) * unit_ms;
+                let burst = ((per_minute as f64 / 240.0).floor() - 1.0).max(0.0) * unit_us;
                 let at = now();
-                if let Ok(tat) = self.ledger.book(&format!("{scope}:{what}"), at, cost).await {
+                if let Ok(tat) = self.ledger.book(&format!("{scope}:{what}:us"), at, cost).await {
                     until = until.max(tat - cost - burst.ceil() as i64);
                 }
             }
@@ -102,7 +105,7 @@ impl RateGovernor {
         if wait <= 0 {
             return std::time::Duration::ZERO;
         }
-        let wait = std::time::Duration::from_millis(wait as u64);
+        let wait = std::time::Duration::from_micros(wait as u64);
         tokio::time::sleep(wait).await;
         wait
     }

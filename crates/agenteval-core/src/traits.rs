@@ -596,7 +596,8 @@ pub trait RunIndex: Send + Sync {
     async fn spend(&self, run: &RunId) -> Result<f64>;
     /// Books `cost_ms` of the run's rate limit `key` (the gateway's governor, shared by every
     /// worker of the run): the limit's time becomes `max(its time, now_ms) + cost_ms`, in one
-    /// atomic step, and is returned (ms since the epoch). Unknown runs fail with `NotFound`.
+    /// atomic step, and is returned (the governor counts in microseconds since the epoch, despite
+    /// the names). Unknown runs fail with `NotFound`.
     async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64>;
     /// Whether `task_counts` is cheap enough to call several times a second whatever the run's
     /// size (an indexed SQL aggregate). When it is not (DynamoDB reads every task item), the

@@ -163,8 +163,9 @@ fn forked_worker(args: &[String]) -> u8 {
 /// Runs a parsed command line to its exit code.
 fn run(cli: Cli) -> u8 {
     // A worker does one task at a time: a single-threaded runtime avoids cross-thread wake-ups,
-    // which dominated the cost of small tasks with several workers on two cores.
-    let builder = if matches!(cli.command, cli::Command::Worker { .. }) {
+    // which dominated the cost of small tasks with several workers on two cores. The model
+    // gateway on its own is the worker's gateway: the same runtime, for the same reason.
+    let builder = if matches!(cli.command, cli::Command::Worker { .. } | cli::Command::Gateway { .. }) {
         tokio::runtime::Builder::new_current_thread()
     } else {
         tokio::runtime::Builder::new_multi_thread()
