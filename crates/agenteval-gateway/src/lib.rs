@@ -31,6 +31,10 @@ pub use door::GatewayDoor;
 /// Seconds one forwarded call may take by default: agents' calls stream long answers.
 const DEFAULT_TIMEOUT_SECONDS: f64 = 600.0;
 
+/// Connections the gateway's listening socket queues before it accepts them (the kernel caps it
+/// at `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+
 /// Tries of one call a provider refuses for now (429, 5xx), as the `llm` agent's client makes.
 const DEFAULT_ATTEMPTS: u32 = 5;
 
@@ -272,8 +276,17 @@ impl Gateway {
     }
 
     async fn bind(&self, addr: SocketAddr) -> Result<u16, GatewayError> {
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.map_err(|source| GatewayError::Listen { addr, source })?;
+        // A queue deep enough for every agent of a fleet's first wave connecting at once: the
+        // default (1,024) overflows, and a dropped connection is tried again a second later.
+        let listen = || {
+            let socket =
+                if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }?;
+            // As `TcpListener::bind` does: a port of the range is bound again at once after a run.
+            socket.set_reuseaddr(true)?;
+            socket.bind(addr)?;
+            socket.listen(LISTEN_BACKLOG)
+        };
+        let listener = listen().map_err(|source| GatewayError::Listen { addr, source })?;
         let port = listener.local_addr().map_err(|source| GatewayError::Listen { addr, source })?.port();
         let app = serve::router(self.inner.clone());
         // Answers stream as several small writes: without NODELAY each waits for the client's

@@ -122,7 +122,12 @@ impl MockLlm {
             let rt =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+                // A provider does not drop connections: a queue deep enough for a fleet's first
+                // wave of calls (the default 1,024 overflows at 1,000 connecting at once, and a
+                // dropped SYN is retried a second later).
+                let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+                socket.bind("127.0.0.1:0".parse().expect("an address")).expect("bind");
+                let listener = socket.listen(4096).expect("listen");
                 addr_tx.send(listener.local_addr().expect("addr")).expect("send addr");
                 let s1 = shared.clone();
                 let s2 = shared.clone();
