@@ -319,7 +319,8 @@ mod tests {
             endpoint_url: Some(format!("http://{}", mock.addr)),
             ..AwsSettings::default()
         };
-        let key = aws_sdk_bedrockruntime::config::Credentials::new(BEDROCK_ACCESS_KEY, secret.to_string(), None, None, "t");
+        let key =
+            aws_sdk_bedrockruntime::config::Credentials::new(BEDROCK_ACCESS_KEY, secret.to_string(), None, None, "t");
         let sdk = sdk_config(&settings, 1)
             .await
             .into_builder()
@@ -366,9 +367,14 @@ mod tests {
         let paths: Vec<&str> = seen.iter().map(|r| r.path.as_str()).collect();
         assert_eq!(
             paths,
-            ["bedrock:invoke:us.anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock:stream:us.anthropic.claude-sonnet-4-5-20250929-v1:0"]
+            [
+                "bedrock:invoke:us.anthropic.claude-sonnet-4-5-20250929-v1:0",
+                "bedrock:stream:us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+            ]
         );
-        assert!(seen[0].credential.as_deref().unwrap().starts_with("AWS4-HMAC-SHA256 Credential=AKIDAGENTEVALBEDROCK/"));
+        assert!(
+            seen[0].credential.as_deref().unwrap().starts_with("AWS4-HMAC-SHA256 Credential=AKIDAGENTEVALBEDROCK/")
+        );
 
         // Signed for another region: refused as Bedrock refuses it, in Anthropic's shape.
         let elsewhere = host(&mock, "eu-west-1").await;
@@ -411,14 +417,30 @@ mod tests {
         assert_eq!(whole["choices"][0]["finish_reason"], "tool_calls", "{whole}");
         let call = &whole["choices"][0]["message"]["tool_calls"][0];
         assert_eq!(call["function"]["name"], "python", "{whole}");
-        assert_eq!(serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap(), json!({"code": "print(6 * 7)"}));
-        assert_eq!((whole["usage"]["prompt_tokens"].as_u64(), whole["usage"]["completion_tokens"].as_u64()), (Some(10), Some(5)));
+        assert_eq!(
+            serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap(),
+            json!({"code": "print(6 * 7)"})
+        );
+        assert_eq!(
+            (whole["usage"]["prompt_tokens"].as_u64(), whole["usage"]["completion_tokens"].as_u64()),
+            (Some(10), Some(5))
+        );
         let sse = read(bedrock.invoke(chat(true)).await.unwrap()).await;
         assert!(sse.contains("\"function\":{\"name\":\"python\",\"arguments\":\"\"}"), "{sse}");
         assert!(sse.contains("\"finish_reason\":\"tool_calls\""), "{sse}");
-        assert!(sse.contains("\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5") && sse.ends_with("data: [DONE]\n\n"), "{sse}");
+        assert!(
+            sse.contains("\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5")
+                && sse.ends_with("data: [DONE]\n\n"),
+            "{sse}"
+        );
         let seen: Vec<String> = mock.received().into_iter().map(|r| r.path).collect();
-        assert_eq!(seen, ["bedrock:converse:meta.llama3-3-70b-instruct-v1:0", "bedrock:converse-stream:meta.llama3-3-70b-instruct-v1:0"]);
+        assert_eq!(
+            seen,
+            [
+                "bedrock:converse:meta.llama3-3-70b-instruct-v1:0",
+                "bedrock:converse-stream:meta.llama3-3-70b-instruct-v1:0"
+            ]
+        );
         // The system prompt reached the model as a system message.
         assert_eq!(mock.received()[0].body["messages"][0], json!({"role": "system", "content": "be brief"}));
     }

@@ -616,7 +616,8 @@ impl Answer {
 
     fn of_host(a: agenteval_core::gateway::HostAnswer) -> Answer {
         let streamed = a.content_type.starts_with("text/event-stream");
-        let content_type = HeaderValue::from_str(&a.content_type).unwrap_or(HeaderValue::from_static("application/json"));
+        let content_type =
+            HeaderValue::from_str(&a.content_type).unwrap_or(HeaderValue::from_static("application/json"));
         let body = futures::stream::unfold(a.body, |mut rx| async move {
             rx.recv().await.map(|chunk| (chunk.map(Bytes::from), rx))
         });

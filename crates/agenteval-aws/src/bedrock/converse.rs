@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use aws_sdk_bedrockruntime::types::{
     self as t, ContentBlock, ConversationRole, ConverseOutput, ConverseStreamOutput, InferenceConfiguration, Message,
-    StopReason, SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock,
-    ToolResultContentBlock, ToolSpecification, ToolUseBlock,
+    StopReason, SystemContentBlock, Tool, ToolConfiguration, ToolInputSchema, ToolResultBlock, ToolResultContentBlock,
+    ToolSpecification, ToolUseBlock,
 };
 use aws_smithy_types::{Document, Number};
 use serde_json::{Value, json};
@@ -159,7 +159,9 @@ pub(crate) fn document(v: &Value) -> Document {
         }),
         Value::String(s) => Document::String(s.clone()),
         Value::Array(a) => Document::Array(a.iter().map(document).collect()),
-        Value::Object(o) => Document::Object(o.iter().map(|(k, v)| (k.clone(), document(v))).collect::<HashMap<_, _>>()),
+        Value::Object(o) => {
+            Document::Object(o.iter().map(|(k, v)| (k.clone(), document(v))).collect::<HashMap<_, _>>())
+        }
     }
 }
 
@@ -260,7 +262,9 @@ impl Chunks {
     /// The chunks one event makes (none for most), and whether it was the last.
     pub(crate) fn of(&mut self, event: &ConverseStreamOutput) -> (Vec<u8>, bool) {
         match event {
-            ConverseStreamOutput::MessageStart(_) => (self.chunk(json!({"role": "assistant", "content": ""}), None), false),
+            ConverseStreamOutput::MessageStart(_) => {
+                (self.chunk(json!({"role": "assistant", "content": ""}), None), false)
+            }
             ConverseStreamOutput::ContentBlockStart(s) => match s.start() {
                 Some(t::ContentBlockStart::ToolUse(u)) => {
                     let n = self.tool_index.len();
@@ -346,7 +350,10 @@ mod tests {
         assert_eq!(c["choices"][0]["finish_reason"], "tool_calls");
         assert_eq!(c["choices"][0]["message"]["content"], "hi");
         assert_eq!(c["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], "{\"x\":1}");
-        assert_eq!(c["usage"], json!({"prompt_tokens": 14, "completion_tokens": 5, "total_tokens": 19,
-                                      "prompt_tokens_details": {"cached_tokens": 4}}));
+        assert_eq!(
+            c["usage"],
+            json!({"prompt_tokens": 14, "completion_tokens": 5, "total_tokens": 19,
+                                      "prompt_tokens_details": {"cached_tokens": 4}})
+        );
     }
 }

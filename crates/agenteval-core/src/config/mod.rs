@@ -19,8 +19,8 @@ pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
 pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
 pub use llm::{
-    AZURE_KEY_VARS, AzureEndpoint, BedrockEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude, LlmAgentConfig,
-    ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
+    AZURE_KEY_VARS, AzureEndpoint, BedrockEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude,
+    LlmAgentConfig, ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
 };
 pub use load::{
     ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,

@@ -17,7 +17,9 @@ use super::jobs::{dispatch, finished_and_not, give_up, job_span, record_job, sto
 use super::run::{InFlight, Run};
 use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
-use super::{BUDGET_DRAIN, COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY};
+use super::{
+    BUDGET_DRAIN, COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY,
+};
 use crate::telemetry::{self, FleetMetrics};
 
 #[derive(Debug, Default)]

@@ -131,17 +131,17 @@ pub fn evaluator_with(
         }
         C::LlmRubric { rubric, pass_threshold, judge, .. } => {
             let kind = JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?));
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?));
         }
         C::LlmPassFail { criteria, judge, .. } => {
             let kind = JudgeKind::PassFail { criteria: criteria.clone() };
-            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?));
+            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?));
         }
         C::LlmPairwise { criteria, pass_threshold, judge, .. } => {
             let baseline = baseline.ok_or_else(|| bad("its baseline run's bundle was not opened".into()))?;
             let kind =
                 JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
-            let judge = llm_judge_of(cfg, kind, judge, secrets, (verdicts.clone(), host.clone()))?;
+            let judge = llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?;
             return Ok(Arc::new(pairwise::Pairwise { judge, baseline }));
         }
     };
@@ -154,7 +154,8 @@ fn llm_judge_of(
     kind: JudgeKind,
     judge: &agenteval_core::config::JudgeConfig,
     secrets: &[(String, Secret)],
-    (verdicts, host): (Option<Arc<dyn agenteval_llm::VerdictCache>>, Option<Arc<dyn agenteval_core::gateway::ModelHost>>),
+    verdicts: Option<Arc<dyn agenteval_llm::VerdictCache>>,
+    host: Option<Arc<dyn agenteval_core::gateway::ModelHost>>,
 ) -> Result<LlmJudge> {
     let key = judge_secret(judge).and_then(|(var, _)| secrets.iter().find(|(v, _)| *v == var).map(|(_, s)| s));
     if judge.bedrock.is_some() && host.is_none() {

@@ -157,7 +157,10 @@ async fn converse(
     if !stream {
         let out = json!({"output": {"message": {"role": "assistant", "content": content}}, "stopReason": stop,
                          "usage": usage, "metrics": {"latencyMs": 10}});
-        return Response::builder().header("content-type", "application/json").body(Body::from(out.to_string())).unwrap();
+        return Response::builder()
+            .header("content-type", "application/json")
+            .body(Body::from(out.to_string()))
+            .unwrap();
     }
     let mut events = vec![("messageStart", json!({"role": "assistant"}))];
     for (i, block) in content.iter().enumerate() {
@@ -184,8 +187,13 @@ async fn converse(
 /// A Converse request as the chat request the script answers.
 fn chat_of(request: &Value, model: &str) -> Value {
     let mut messages: Vec<Value> = Vec::new();
-    let system: Vec<&str> =
-        request.get("system").and_then(Value::as_array).into_iter().flatten().filter_map(|b| b["text"].as_str()).collect();
+    let system: Vec<&str> = request
+        .get("system")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|b| b["text"].as_str())
+        .collect();
     if !system.is_empty() {
         messages.push(json!({"role": "system", "content": system.join("\n")}));
     }
@@ -193,14 +201,17 @@ fn chat_of(request: &Value, model: &str) -> Value {
         let blocks = m["content"].as_array().cloned().unwrap_or_default();
         let text: String = blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n");
         for r in blocks.iter().filter_map(|b| b.get("toolResult")) {
-            let said: String = r["content"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect();
+            let said: String =
+                r["content"].as_array().into_iter().flatten().filter_map(|c| c["text"].as_str()).collect();
             messages.push(json!({"role": "tool", "tool_call_id": r["toolUseId"], "content": said}));
         }
         let calls: Vec<Value> = blocks
             .iter()
             .filter_map(|b| b.get("toolUse"))
-            .map(|u| json!({"id": u["toolUseId"], "type": "function",
-                            "function": {"name": u["name"], "arguments": u["input"].to_string()}}))
+            .map(|u| {
+                json!({"id": u["toolUseId"], "type": "function",
+                            "function": {"name": u["name"], "arguments": u["input"].to_string()}})
+            })
             .collect();
         if !calls.is_empty() {
             messages.push(json!({"role": "assistant", "content": text, "tool_calls": calls}));
@@ -214,8 +225,10 @@ fn chat_of(request: &Value, model: &str) -> Value {
         .into_iter()
         .flatten()
         .filter_map(|t| t.get("toolSpec"))
-        .map(|s| json!({"type": "function", "function": {"name": s["name"], "description": s["description"],
-                                                          "parameters": s["inputSchema"]["json"]}}))
+        .map(|s| {
+            json!({"type": "function", "function": {"name": s["name"], "description": s["description"],
+                                                          "parameters": s["inputSchema"]["json"]}})
+        })
         .collect();
     let mut chat = json!({"model": model, "messages": messages});
     if !tools.is_empty() {
@@ -232,7 +245,8 @@ fn converse_answer(answer: &Value) -> (Vec<Value>, &'static str, Value) {
         content.push(json!({"text": text}));
     }
     for call in message["tool_calls"].as_array().into_iter().flatten() {
-        let input: Value = call["function"]["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
+        let input: Value =
+            call["function"]["arguments"].as_str().and_then(|a| serde_json::from_str(a).ok()).unwrap_or(json!({}));
         content.push(json!({"toolUse": {"toolUseId": call["id"], "name": call["function"]["name"], "input": input}}));
     }
     let stop = match answer["choices"][0]["finish_reason"].as_str() {
@@ -325,10 +339,11 @@ fn verify_sigv4(method: &str, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Re
             parts.insert(k, v);
         }
     }
-    let (credential, signed, signature) = match (parts.get("Credential"), parts.get("SignedHeaders"), parts.get("Signature")) {
-        (Some(c), Some(s), Some(g)) => (*c, *s, *g),
-        _ => return Err("an incomplete Authorization header".into()),
-    };
+    let (credential, signed, signature) =
+        match (parts.get("Credential"), parts.get("SignedHeaders"), parts.get("Signature")) {
+            (Some(c), Some(s), Some(g)) => (*c, *s, *g),
+            _ => return Err("an incomplete Authorization header".into()),
+        };
     let scope: Vec<&str> = credential.split('/').collect();
     let [key, date, region, service, "aws4_request"] = scope[..] else {
         return Err(format!("a malformed credential scope `{credential}`"));
@@ -358,11 +373,8 @@ fn verify_sigv4(method: &str, uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Re
     };
     let mut query: Vec<&str> = uri.query().unwrap_or("").split('&').filter(|q| !q.is_empty()).collect();
     query.sort();
-    let canonical = format!(
-        "{method}\n{}\n{}\n{canonical_headers}\n{signed}\n{payload}",
-        uri_encode(uri.path()),
-        query.join("&")
-    );
+    let canonical =
+        format!("{method}\n{}\n{}\n{canonical_headers}\n{signed}\n{payload}", uri_encode(uri.path()), query.join("&"));
     let to_sign = format!(
         "AWS4-HMAC-SHA256\n{amz_date}\n{date}/{region}/{service}/aws4_request\n{}",
         hex(&sha2::Sha256::digest(canonical.as_bytes()))

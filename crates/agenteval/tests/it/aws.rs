@@ -1822,7 +1822,10 @@ async fn fleet_workers_reach_bedrock_with_their_task_role() {
     let mut aws = Aws::new(&[], true).await;
     aws.fargate(0);
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
-    aws.ws.write("cases.jsonl", "{\"id\": \"a\", \"input\": \"hello\"}\n{\"id\": \"b\", \"input\": \"USE_TOOL please\"}\n");
+    aws.ws.write(
+        "cases.jsonl",
+        "{\"id\": \"a\", \"input\": \"hello\"}\n{\"id\": \"b\", \"input\": \"USE_TOOL please\"}\n",
+    );
     let body = format!(
         "benchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  tools: [python]\n  bedrock:\n    region: {BEDROCK_REGION}\n    endpoint_url: http://{}\n    models: {{claude-sonnet-4-5: \"{ID}\"}}\n",
         mock.addr

@@ -555,10 +555,12 @@ fn the_runs_budget_refuses_the_next_call_of_every_task_once_spent() {
     let lines: String = ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "loop"}))).collect();
     ws.write("cases.jsonl", &lines);
     let cfg = config(&ws, "budget", &mock.base_url(), "");
-    let yaml = std::fs::read_to_string(&cfg)
-        .unwrap()
-        .replacen("backend:\n", "max_run_cost_usd: 1.5\nbackend:\n", 1)
-        .replacen("  max_concurrent_jobs: 2\n", "  max_concurrent_jobs: 2\n  tasks_per_job: 25\n  tasks_in_parallel: 25\n", 1);
+    let yaml =
+        std::fs::read_to_string(&cfg).unwrap().replacen("backend:\n", "max_run_cost_usd: 1.5\nbackend:\n", 1).replacen(
+            "  max_concurrent_jobs: 2\n",
+            "  max_concurrent_jobs: 2\n  tasks_per_job: 25\n  tasks_in_parallel: 25\n",
+            1,
+        );
     std::fs::write(&cfg, yaml).unwrap();
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
     let said = text(&out.stdout);

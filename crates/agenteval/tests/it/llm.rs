@@ -1073,7 +1073,16 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
             .unwrap()
     };
     let tapes = ws.path().join("tapes");
-    let out = signed(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--cassettes", tapes.to_str().unwrap(), "--cassette-mode", "record"]);
+    let out = signed(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--cassettes",
+        tapes.to_str().unwrap(),
+        "--cassette-mode",
+        "record",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     let bundle = bundle_of(&v);
