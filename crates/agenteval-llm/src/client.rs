@@ -37,8 +37,9 @@ pub struct LlmClient {
     auth: Option<(reqwest::header::HeaderName, HeaderValue)>,
     /// Calls go to the model gateway of this very process, without a connection.
     local: Option<std::sync::Arc<dyn agenteval_core::gateway::LocalCall>>,
-    /// Calls go to a cloud's model host (Amazon Bedrock) for this model id, signed by it.
-    hosted: Option<(std::sync::Arc<dyn agenteval_core::gateway::ModelHost>, String)>,
+    /// Calls go to a cloud's model host (Amazon Bedrock) for this model id, signed by it, each
+    /// within this time.
+    hosted: Option<(std::sync::Arc<dyn agenteval_core::gateway::ModelHost>, String, Duration)>,
     spec: ModelSpec,
     url: String,
     host: String,
@@ -116,7 +117,7 @@ impl LlmClient {
             http,
             auth: None,
             local: None,
-            hosted: Some((host, model_id.to_string())),
+            hosted: Some((host, model_id.to_string(), timeout)),
             spec,
             url: described.clone(),
             host: described,
@@ -212,8 +213,8 @@ impl LlmClient {
     /// One attempt: over HTTP, or to the gateway of this process (the same door, no
     /// connection). `Err`: no answer at all, and why.
     async fn send(&self, body: &[u8]) -> Result<Reply, String> {
-        if let Some((host, model_id)) = &self.hosted {
-            return hosted(host.as_ref(), model_id, body, self.retry.max_delay.max(Duration::from_secs(120))).await;
+        if let Some((host, model_id, timeout)) = &self.hosted {
+            return hosted(host.as_ref(), model_id, body, *timeout).await;
         }
         if let Some(local) = &self.local {
             let path = match self.spec.provider {
