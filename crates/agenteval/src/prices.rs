@@ -20,11 +20,15 @@ fn config_prices(config: &agenteval_core::config::RunConfig) -> ConfigPrices {
     if let AgentConfig::Llm(a) = &config.agent {
         named.extend(a.prices.iter().map(|(m, p)| (m.clone(), *p)));
         flat.extend(a.endpoint.price.map(|p| ("agent.price", p)));
+        flat.extend(a.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.azure.price", p)));
+        flat.extend(a.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.bedrock.price", p)));
     }
     if let Some(up) = config.agent.upstream() {
         named.extend(up.prices.iter().map(|(m, p)| (m.clone(), *p)));
         flat.extend(up.openai.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.openai.price", p)));
         flat.extend(up.anthropic.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.anthropic.price", p)));
+        flat.extend(up.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.upstream.azure.price", p)));
+        flat.extend(up.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.upstream.bedrock.price", p)));
     }
     (named, flat)
 }
@@ -48,11 +52,17 @@ pub fn list(config: Option<&std::path::Path>, json: bool) -> Result<u8, Failure>
             let models = agent.model().map(str::to_string).into_iter();
             let others = agent.upstream().into_iter().flat_map(|u| u.models.iter().cloned());
             let flat_price = flat.first().map(|f| f.1);
+            // A model Bedrock serves under an id of its own is priced as that id's model.
+            let bedrock = match agent {
+                agenteval_core::config::AgentConfig::Llm(a) => a.bedrock.clone(),
+                _ => agent.upstream().and_then(|u| u.bedrock.clone()),
+            };
             models
                 .chain(others)
                 .map(|m| {
                     let name = agenteval_llm::ModelSpec::parse(&m).map_or(m.clone(), |s| s.name);
-                    let price = table.lookup(&name).or(flat_price);
+                    let id = bedrock.as_ref().map(|b| b.model_id(&name).to_string());
+                    let price = table.lookup(&name).or_else(|| id.and_then(|id| table.lookup(&id))).or(flat_price);
                     (name, price)
                 })
                 .collect()

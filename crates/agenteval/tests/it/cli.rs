@@ -312,6 +312,16 @@ fn prices_show_the_dated_table_its_sources_and_a_configs_unpriced_models() {
     assert_eq!(used, [("my-finetune".to_string(), false), ("gpt-5-mini".to_string(), true)]);
     let said = text(&ws.run(&["prices", "--config", cfg.to_str().unwrap()]).stdout);
     assert!(said.contains("`my-finetune` has no price"), "{said}");
+
+    // A model Bedrock serves under a model id is priced as that id's model.
+    let bedrock = ws.write(
+        "b.yaml",
+        "name: b\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: installed\n  preset: claude-code\n  model: house-claude\n  upstream:\n    bedrock:\n      region: us-east-1\n      models: {house-claude: 'us.anthropic.claude-sonnet-4-5-20250929-v1:0'}\n",
+    );
+    let out = ws.run(&["prices", "--config", bedrock.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["config_models"][0]["priced"], true, "{v}");
+    assert_eq!(v["config_models"][0]["price"]["input_per_mtok"], 3.0, "{v}");
 }
 
 fn model_source(v: &serde_json::Value, name: &str) -> String {
