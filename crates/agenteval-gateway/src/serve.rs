@@ -1012,8 +1012,9 @@ async fn models(State(inner): State<Arc<Inner>>, headers: HeaderMap) -> Response
         return unauthorized(wire);
     }
     let provider = if anthropic { &inner.config.anthropic } else { &inner.config.openai };
-    // An Azure resource lists its deployments, not models: the run's priced models are answered.
-    if let Some(p) = provider.as_ref().filter(|p| p.azure.is_none()) {
+    // An Azure resource lists its deployments, not models, and Bedrock lists none on its runtime:
+    // the run's priced models are answered.
+    if let Some(p) = provider.as_ref().filter(|p| p.azure.is_none() && p.bedrock.is_none()) {
         let mut req = inner.http.get(format!("{}/models", p.base)).timeout(std::time::Duration::from_secs(30));
         req = match (&p.key, anthropic) {
             (Some(k), true) => req.header("x-api-key", k.expose()).header("anthropic-version", "2023-06-01"),
