@@ -113,16 +113,9 @@ impl JudgeConfig {
     pub fn validate_endpoint(&self, at: &str, p: &mut Vec<(String, String)>) {
         self.endpoint.validate(at, p);
         let Some(bedrock) = &self.bedrock else { return };
-        bedrock.validate(&format!("{at}/bedrock"), p);
+        bedrock.validate_beside(&self.endpoint, &format!("{at}/bedrock"), "judge", p);
         if !self.model.starts_with("anthropic:") {
             p.push((format!("{at}/bedrock"), "Bedrock serves `anthropic:` judges here (the Messages wire)".into()));
-        }
-        if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
-            p.push((
-                format!("{at}/bedrock"),
-                "with `bedrock`, the calls are signed with AWS credentials: drop the judge's `base_url` and `secrets`"
-                    .into(),
-            ));
         }
     }
 }
@@ -132,12 +125,11 @@ impl LlmAgentConfig {
     pub fn validate_endpoint(&self, p: &mut Vec<(String, String)>) {
         self.endpoint.validate("/agent", p);
         if let Some(bedrock) = &self.bedrock {
-            bedrock.validate("/agent/bedrock", p);
-            if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
+            bedrock.validate_beside(&self.endpoint, "/agent/bedrock", "agent", p);
+            if self.azure.is_some() {
                 p.push((
                     "/agent/bedrock".into(),
-                    "with `bedrock`, the calls are signed with AWS credentials: drop the agent's `base_url` and `secrets`"
-                        .into(),
+                    "the model is served by one of `azure` or `bedrock`, not both".into(),
                 ));
             }
         }
@@ -292,6 +284,20 @@ impl BedrockEndpoint {
     /// The Bedrock model id serving `model`.
     pub fn model_id<'a>(&'a self, model: &'a str) -> &'a str {
         self.models.get(model).map_or(model, String::as_str)
+    }
+
+    /// Its problems at `at`, and those of the `endpoint` of the `whose` (agent or judge) it
+    /// serves: a `base_url` or `secrets` there would be ignored.
+    pub fn validate_beside(&self, endpoint: &Endpoint, at: &str, whose: &str, p: &mut Vec<(String, String)>) {
+        self.validate(at, p);
+        if endpoint.base_url.is_some() || !endpoint.secrets.is_empty() {
+            p.push((
+                at.into(),
+                format!(
+                    "with `bedrock`, the calls are signed with AWS credentials: drop the {whose}'s `base_url` and `secrets`"
+                ),
+            ));
+        }
     }
 
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {

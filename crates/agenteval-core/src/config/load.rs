@@ -1216,6 +1216,9 @@ mod tests {
         let llm = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: openai:gpt-5\n  base_url: https://x/v1\n  bedrock: {region: us-east-1}\n";
         let shown = load(llm, &[]).unwrap_err().to_string();
         assert!(shown.contains("with `bedrock`, the calls are signed with AWS credentials"), "{shown}");
+        let both = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: openai:gpt-5\n  azure: {base_url: 'https://r.openai.azure.com'}\n  bedrock: {region: us-east-1}\n";
+        let shown = load(both, &[]).unwrap_err().to_string();
+        assert!(shown.contains("one of `azure` or `bedrock`, not both"), "{shown}");
         let fine = "name: t\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  bedrock: {region: us-east-1, models: {claude-sonnet-4-5: \"us.anthropic.claude-sonnet-4-5-20250929-v1:0\"}}\n";
         assert!(load(fine, &[]).is_ok());
     }
