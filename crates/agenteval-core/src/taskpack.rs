@@ -149,6 +149,9 @@ pub fn unpack_one(bytes: &[u8], name: &str, what: &str) -> Result<Option<Vec<u8>
 /// [`unpack_one`], keeping at most `cap` bytes of the file (a caller that wants no more than
 /// a limit asks for one byte over it, to tell).
 pub fn unpack_one_capped(bytes: &[u8], name: &str, what: &str, cap: u64) -> Result<Option<Vec<u8>>> {
+    if let Some(first) = first_file(bytes, name, cap) {
+        return Ok(Some(first));
+    }
     let mut found = None;
     walk(bytes, what, cap, &mut |n, b| {
         if n == name {
@@ -159,6 +162,53 @@ pub fn unpack_one_capped(bytes: &[u8], name: &str, what: &str, cap: u64) -> Resu
         }
     })?;
     Ok(found)
+}
+
+/// The pack's first file when it is `name`, a plain file as [`pack`] writes it (at most `cap`
+/// bytes of it), inflated no further than its end. A reader of gzip inflates 32 KB at a time,
+/// which is the whole pack of most tasks: the seal reads every result and wants none of the
+/// rest. `None` for any other shape (another first file, a gzip header with extras, a header
+/// that does not check out): the caller then walks the pack, which refuses what is wrong.
+fn first_file(bytes: &[u8], name: &str, cap: u64) -> Option<Vec<u8>> {
+    use miniz_oxide::inflate::TINFLStatus;
+    use miniz_oxide::inflate::core::{DecompressorOxide, decompress, inflate_flags};
+    const BLOCK: usize = 512;
+    // ID1 ID2, deflate, no flags: the header `gzip` writes, 10 bytes.
+    let body = bytes.get(10..).filter(|_| bytes.starts_with(&[0x1f, 0x8b, 8, 0]))?;
+    let mut inflater = Box::<DecompressorOxide>::default();
+    let (mut out, mut made, mut used) = (vec![0u8; 4 * BLOCK], 0usize, 0usize);
+    // Inflates until `want` bytes are out; the whole output is kept, for back-references.
+    let mut fill = |out: &mut Vec<u8>, want: usize| -> Option<()> {
+        if out.len() < want {
+            out.resize(want, 0);
+        }
+        while made < want {
+            let flags = inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
+            let (status, read, wrote) = decompress(&mut inflater, body.get(used..)?, &mut out[..want], made, flags);
+            (used, made) = (used + read, made + wrote);
+            match status {
+                TINFLStatus::HasMoreOutput | TINFLStatus::Done if made >= want => {}
+                TINFLStatus::HasMoreOutput if wrote > 0 || read > 0 => {}
+                _ => return None,
+            }
+        }
+        Some(())
+    };
+    fill(&mut out, BLOCK)?;
+    let header = tar::Header::from_byte_slice(&out[..BLOCK]);
+    let sum: u32 =
+        out[..BLOCK].iter().enumerate().map(|(i, b)| if (148..156).contains(&i) { 32 } else { u32::from(*b) }).sum();
+    if header.cksum().ok()? != sum
+        || header.entry_type() != tar::EntryType::Regular
+        || header.path_bytes().as_ref() != name.as_bytes()
+    {
+        return None;
+    }
+    let size = usize::try_from(header.entry_size().ok()?.min(cap)).ok()?;
+    fill(&mut out, BLOCK.checked_add(size)?)?;
+    out.truncate(BLOCK + size);
+    out.drain(..BLOCK);
+    Some(out)
 }
 
 /// One file of a pack handed to `f` in pieces as it inflates; its size, or `None` when the
@@ -297,6 +347,56 @@ mod tests {
         .unwrap();
         assert_eq!((calls, got.is_some_and(|n| n > 0 && n < 300_000)), (1, true));
         assert_eq!(unpack_pieces(&bytes, "nope", "t", &mut |_| true).unwrap(), None);
+    }
+
+    #[test]
+    fn the_first_file_is_read_without_inflating_the_rest_and_any_other_shape_the_long_way() {
+        let gz = |raw: &[u8]| {
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            std::io::Write::write_all(&mut gz, raw).unwrap();
+            gz.finish().unwrap()
+        };
+        let rest = vec![b'y'; 200_000];
+        for n in [0usize, 1, 511, 512, 513, 4096, 40_000, 300_000] {
+            let result: Vec<u8> = (0..n).map(|i| b"{}\"ab x"[i % 7]).collect();
+            let bytes = pack(&[("result.json", &result), ("trace.jsonl", &rest)]).unwrap();
+            assert_eq!(first_file(&bytes, "result.json", UNPACKED_LIMIT).as_deref(), Some(&result[..]), "{n} bytes");
+            assert_eq!(unpack_one(&bytes, "result.json", "t").unwrap().unwrap(), result, "{n} bytes");
+            let capped = first_file(&bytes, "result.json", 100).unwrap();
+            assert_eq!(capped, result[..n.min(100)], "{n} bytes, capped");
+            // Not the first file: the pack is walked, and still found.
+            assert_eq!(first_file(&bytes, "trace.jsonl", UNPACKED_LIMIT), None);
+            assert_eq!(unpack_one(&bytes, "trace.jsonl", "t").unwrap().unwrap(), rest);
+            // Cut short: no fast answer, and the walk says what is wrong.
+            let cut = &bytes[..20];
+            assert_eq!(first_file(cut, "result.json", UNPACKED_LIMIT), None, "{n} bytes, cut");
+        }
+        // A header that does not check out, or a gzip header with a name, is walked.
+        let mut header = tar::Header::new_gnu();
+        header.set_path("result.json").unwrap();
+        header.set_size(2);
+        header.set_entry_type(tar::EntryType::Regular);
+        header.set_cksum();
+        let mut raw = header.as_bytes().to_vec();
+        raw.extend_from_slice(b"{}");
+        raw.resize(512 * 4, 0);
+        assert_eq!(first_file(&gz(&raw), "result.json", UNPACKED_LIMIT).as_deref(), Some(&b"{}"[..]));
+        raw[0] = b'R';
+        assert_eq!(first_file(&gz(&raw), "result.json", UNPACKED_LIMIT), None, "a bad checksum");
+        assert_eq!(unpack_one(&gz(&raw), "result.json", "t").unwrap_err().kind(), ErrorKind::Corrupt);
+        let named = flate2::GzBuilder::new().filename("p.tar");
+        let mut enc = named.write(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut enc, &pack_raw(&[("result.json", b"{}")])).unwrap();
+        let named = enc.finish().unwrap();
+        assert_eq!(first_file(&named, "result.json", UNPACKED_LIMIT), None);
+        assert_eq!(unpack_one(&named, "result.json", "t").unwrap().unwrap(), b"{}");
+    }
+
+    /// The tar `pack` would gzip.
+    fn pack_raw(files: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut back = Vec::new();
+        flate2::read::GzDecoder::new(&pack(files).unwrap()[..]).read_to_end(&mut back).unwrap();
+        back
     }
 
     #[test]
