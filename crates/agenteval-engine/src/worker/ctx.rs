@@ -46,6 +46,9 @@ pub(super) struct Ctx {
     /// agent's patch is taken against it).
     pub(super) snapshots:
         std::sync::Mutex<std::collections::HashMap<String, Arc<crate::environments::snapshot::Snapshot>>>,
+    /// When the run's lease last said to go on: tasks starting together read it once
+    /// (`LEASE_FRESH`), not once each.
+    pub(super) lease_seen: std::sync::Mutex<Option<std::time::Instant>>,
     /// Cassettes fetched from a run's bundle for this job, removed when the job ends.
     pub(super) _fetched_cassettes: Option<tempfile::TempDir>,
     /// The model gateway the agent's calls go through (`agent.upstream`), and the cassettes

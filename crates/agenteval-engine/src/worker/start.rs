@@ -108,6 +108,7 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
         in_task_images,
         live: std::sync::Mutex::new(Vec::new()),
         snapshots: Default::default(),
+        lease_seen: std::sync::Mutex::new(None),
         _fetched_cassettes: fetched_cassettes,
         gateway,
         cassettes,

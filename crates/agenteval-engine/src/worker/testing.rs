@@ -57,6 +57,7 @@ pub(super) fn ctx(body: &str, env: Option<Arc<dyn Environment>>) -> (Ctx, tempfi
         in_task_images: false,
         live: Default::default(),
         snapshots: Default::default(),
+        lease_seen: std::sync::Mutex::new(None),
         _fetched_cassettes: None,
         gateway: None,
         cassettes: None,
