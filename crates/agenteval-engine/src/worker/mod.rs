@@ -1,7 +1,8 @@
 //! The worker: runs every task of one job, each as a pipeline of stages (`pipeline.rs`: plan →
 //! prepare → act → capture → verify → grade → record), streaming trace events to the bundle as
-//! they happen. This file is the job loop: the run's lease checked before each task, tasks run
-//! side by side, a cancelled job's environments torn down, and each task's span.
+//! they happen. This file is the job loop: the run's lease checked before tasks start, tasks
+//! run side by side and each written once the next has started, a cancelled job's
+//! environments torn down, and each task's span.
 
 mod act;
 mod attempt;

@@ -12,7 +12,7 @@ use agenteval_core::config::{LoadedConfig, load_config_str};
 use agenteval_core::layout;
 use agenteval_core::model::*;
 use agenteval_core::traits::*;
-use agenteval_core::{Result, RunId, taskpack};
+use agenteval_core::{Result, RunId, TaskId, taskpack};
 use agenteval_local::{FsBundleStore, SqliteRunIndex};
 use agenteval_testkit::resolver::{FixedResolver, NoSecrets};
 use async_trait::async_trait;
@@ -268,4 +268,60 @@ async fn what_the_agent_left_is_kept_within_the_artifact_budget() {
     assert_eq!(file("artifacts/small.txt").as_deref(), Some(&b"small"[..]));
     assert_eq!(file("artifacts/big.txt"), None, "over the budget: left out whole");
     assert!(log.contains("artifact big.txt not kept"), "{log}");
+}
+
+/// Whether a pack of `task` was written anywhere under `dir` (staged or published).
+fn pack_written(dir: &std::path::Path, task: &str) -> bool {
+    let name = format!("{task}{}", layout::PACK_SUFFIX);
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(e.path());
+            } else if e.file_name().to_string_lossy() == name {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A finished task's slot goes to the next task before its files are written; whatever then
+/// stops the job, every task that finished is written before the job ends with its code.
+#[tokio::test(flavor = "current_thread")]
+async fn the_next_task_starts_before_the_finished_one_is_written_and_a_stop_writes_what_finished() {
+    use super::{Finished, run_tasks, testing};
+    use futures::StreamExt as _;
+    type Done<'a> =
+        std::pin::Pin<Box<dyn std::future::Future<Output = std::result::Result<Option<Finished<'a>>, i32>> + 'a>>;
+    let (ctx, dir) = testing::ctx("", None);
+    let tasks: Vec<TaskSpec> =
+        ["t1", "t2", "t3"].iter().map(|id| testing::task(serde_json::json!({"id": id, "input": "q"}))).collect();
+    let ids: Vec<TaskId> = tasks.iter().map(|t| t.id.clone()).collect();
+    ctx.index.create_run(&agenteval_testkit::conformance::run_record(ctx.run_id, "unit"), &ids).await.unwrap();
+    fn finished<'a>(ctx: &super::ctx::Ctx, t: &'a TaskSpec) -> Finished<'a> {
+        let result = super::decide::task_result(&ctx.job, t, testing::completed(), vec![], 0, chrono::Utc::now());
+        Finished { task: t, result, at: testing::attempt(), spans: None }
+    }
+    let seen = Mutex::new(None);
+    let runs: Vec<Done<'_>> = vec![
+        Box::pin(async { Ok(Some(finished(&ctx, &tasks[0]))) }),
+        Box::pin(async {
+            *seen.lock().unwrap() = Some(pack_written(dir.path(), "t1"));
+            tokio::task::yield_now().await;
+            Ok(Some(finished(&ctx, &tasks[1])))
+        }),
+    ];
+    let code = run_tasks(&ctx, futures::stream::iter(runs).buffer_unordered(1), 1).await;
+    assert_eq!(code, worker_exit::OK);
+    assert_eq!(*seen.lock().unwrap(), Some(false), "t2 started with t1 not yet written");
+    assert!(pack_written(dir.path(), "t1") && pack_written(dir.path(), "t2"));
+    let recorded = ctx.index.get_tasks(&ctx.run_id, &ids).await.unwrap();
+    assert!(recorded[..2].iter().all(|r| r.as_ref().is_some_and(|r| r.state == TaskState::Completed)), "{recorded:?}");
+    // A job stopped (cancelled) right after a task finished still writes it.
+    let runs: Vec<Done<'_>> =
+        vec![Box::pin(async { Ok(Some(finished(&ctx, &tasks[2]))) }), Box::pin(async { Err(worker_exit::CANCELLED) })];
+    let code = run_tasks(&ctx, futures::stream::iter(runs).buffer_unordered(2), 2).await;
+    assert_eq!(code, worker_exit::CANCELLED);
+    assert!(pack_written(dir.path(), "t3"), "what finished before the stop is written");
 }
