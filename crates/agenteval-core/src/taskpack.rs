@@ -177,14 +177,18 @@ fn first_file(bytes: &[u8], name: &str, cap: u64) -> Option<Vec<u8>> {
     let body = bytes.get(10..).filter(|_| bytes.starts_with(&[0x1f, 0x8b, 8, 0]))?;
     let mut inflater = Box::<DecompressorOxide>::default();
     let (mut out, mut made, mut used) = (vec![0u8; 4 * BLOCK], 0usize, 0usize);
-    // Inflates until `want` bytes are out; the whole output is kept, for back-references.
+    // Inflates until `want` bytes are out; the whole output is kept, for back-references. The
+    // buffer grows as the bytes come, never to what a header claims: a hostile pack's first
+    // file may claim a gigabyte and hold nothing.
     let mut fill = |out: &mut Vec<u8>, want: usize| -> Option<()> {
-        if out.len() < want {
-            out.resize(want, 0);
-        }
         while made < want {
+            if made == out.len() {
+                let grown = out.len().saturating_mul(2).min(want);
+                out.resize(grown, 0);
+            }
+            let end = out.len().min(want);
             let flags = inflate_flags::TINFL_FLAG_USING_NON_WRAPPING_OUTPUT_BUF;
-            let (status, read, wrote) = decompress(&mut inflater, body.get(used..)?, &mut out[..want], made, flags);
+            let (status, read, wrote) = decompress(&mut inflater, body.get(used..)?, &mut out[..end], made, flags);
             (used, made) = (used + read, made + wrote);
             match status {
                 TINFLStatus::HasMoreOutput | TINFLStatus::Done if made >= want => {}
@@ -381,6 +385,13 @@ mod tests {
         raw.extend_from_slice(b"{}");
         raw.resize(512 * 4, 0);
         assert_eq!(first_file(&gz(&raw), "result.json", UNPACKED_LIMIT).as_deref(), Some(&b"{}"[..]));
+        // Claiming half a gigabyte and holding two bytes: nothing is made of the claim.
+        let mut claims = header.clone();
+        claims.set_size(1 << 29);
+        claims.set_cksum();
+        let mut lying = claims.as_bytes().to_vec();
+        lying.extend_from_slice(b"{}");
+        assert_eq!(first_file(&gz(&lying), "result.json", UNPACKED_LIMIT), None, "a size it does not hold");
         raw[0] = b'R';
         assert_eq!(first_file(&gz(&raw), "result.json", UNPACKED_LIMIT), None, "a bad checksum");
         assert_eq!(unpack_one(&gz(&raw), "result.json", "t").unwrap_err().kind(), ErrorKind::Corrupt);

@@ -101,9 +101,10 @@ struct Finished<'a> {
 /// A task's slot is free once its agent is graded: the next task starts then, and the finished
 /// one's files and record are written when no task has anything else to do. With a hundred
 /// tasks at once, their calls all end together; writing each before starting the next held
-/// every next call back behind the others' writes (a tenth of a second per wave of calls at
-/// 1,000 in flight on two cores). Writes still run side by side (a bucket's are slow), at most
-/// `parallel` waiting; whatever stops the job, the tasks that finished are written first.
+/// the next calls back behind the others' writes (up to 80 ms a wave of calls at 1,000 in
+/// flight on two cores). Writes still run side by side (a bucket's are slow), at most
+/// `parallel` at once; no further task starts while twice that many wait. Whatever stops the
+/// job, the tasks that finished are written first.
 async fn run_tasks<'a>(
     ctx: &'a Ctx,
     mut tasks: impl futures::Stream<Item = std::result::Result<Option<Finished<'a>>, i32>> + Unpin,
@@ -206,8 +207,8 @@ async fn process_task<'a>(
 }
 
 /// How long a reading of the run's lease holds for the tasks that start after it. A hundred
-/// tasks at once start together when their calls end together: each reading the run's record
-/// was a tenth of their start. A cancel or a lost lease is still seen within this.
+/// tasks at once start together when their calls end together, and each read the run's record
+/// from the index. A cancel or a lost lease is still seen within this.
 const LEASE_FRESH: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Whether the job may start another task: the run's lease, read at most once per
