@@ -31,6 +31,15 @@ pub const BEDROCK_REGION: &str = "us-west-2";
 /// `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY`.
 pub const BEDROCK_ACCESS_KEY: &str = "AKIDAGENTEVALBEDROCK";
 pub const BEDROCK_SECRET_KEY: &str = "agenteval-bedrock-stand-in-secret";
+/// `cmd` with the credentials the stand-in knows, as the AWS credential chain finds them first
+/// (no profile of the machine's, no instance metadata asked for).
+pub fn signing_for_stand_in(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    cmd.env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("AWS_PROFILE")
+}
+
 /// The credentials the AWS stand-in's fleet gives its tasks (their task role, as
 /// `tests/aws/fake_fargate.py` sets them): the stand-in knows these too.
 const TASK_ROLE: (&str, &str) = ("test", "test");
@@ -56,6 +65,14 @@ pub(crate) fn routes(state: Arc<Mutex<State>>, latency: Duration) -> axum::Route
         )
 }
 
+/// The model id a call names (`/model/{id}/…`), once its signature checks out; else
+/// Bedrock's refusal.
+fn signed_model_id(uri: &Uri, headers: &HeaderMap, body: &[u8]) -> Result<String, Box<Response<Body>>> {
+    verify_sigv4("POST", uri, headers, body)
+        .map_err(|why| Box::new(error(StatusCode::FORBIDDEN, "InvalidSignatureException", &why)))?;
+    Ok(percent_decode(uri.path().split('/').nth(2).unwrap_or("")))
+}
+
 async fn invoke(
     state: Arc<Mutex<State>>,
     latency: Duration,
@@ -64,11 +81,10 @@ async fn invoke(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
-    if let Err(why) = verify_sigv4("POST", &uri, &headers, &body) {
-        return error(StatusCode::FORBIDDEN, "InvalidSignatureException", &why);
-    }
-    let id = uri.path().split('/').nth(2).unwrap_or("");
-    let id = percent_decode(id);
+    let id = match signed_model_id(&uri, &headers, &body) {
+        Ok(id) => id,
+        Err(refused) => return *refused,
+    };
     let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "ValidationException", "Malformed input request");
     };
@@ -127,10 +143,10 @@ async fn converse(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response<Body> {
-    if let Err(why) = verify_sigv4("POST", &uri, &headers, &body) {
-        return error(StatusCode::FORBIDDEN, "InvalidSignatureException", &why);
-    }
-    let id = percent_decode(uri.path().split('/').nth(2).unwrap_or(""));
+    let id = match signed_model_id(&uri, &headers, &body) {
+        Ok(id) => id,
+        Err(refused) => return *refused,
+    };
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "ValidationException", "Malformed input request");
     };

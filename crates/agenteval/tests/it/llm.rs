@@ -1050,7 +1050,9 @@ fn the_llm_agent_reaches_an_azure_resource_through_the_gateway_metered() {
 /// gone and no credentials at all.
 #[test]
 fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed() {
-    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{
+        BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY, signing_for_stand_in,
+    };
     const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
@@ -1063,15 +1065,7 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
             mock.addr
         ),
     );
-    let signed = |args: &[&str]| {
-        ws.cmd(args)
-            .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
-            .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
-            .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env_remove("AWS_PROFILE")
-            .output()
-            .unwrap()
-    };
+    let signed = |args: &[&str]| signing_for_stand_in(&mut ws.cmd(args)).output().unwrap();
     let tapes = ws.path().join("tapes");
     let out = signed(&[
         "submit",
@@ -1127,7 +1121,7 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
 /// the mapped id, signed, and are metered from Converse's usage.
 #[test]
 fn the_llm_agent_reaches_a_converse_model_on_bedrock() {
-    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_REGION, signing_for_stand_in};
     const ID: &str = "meta.llama3-3-70b-instruct-v1:0";
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
@@ -1140,13 +1134,8 @@ fn the_llm_agent_reaches_a_converse_model_on_bedrock() {
             mock.addr
         ),
     );
-    let out = ws
-        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .output()
-        .unwrap();
+    let out =
+        signing_for_stand_in(&mut ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     let r = task(&bundle_of(&v), "tool");
@@ -1163,7 +1152,7 @@ fn the_llm_agent_reaches_a_converse_model_on_bedrock() {
 /// signed with the environment's AWS credentials, and no key is asked of the secret store.
 #[test]
 fn a_judge_on_bedrock_is_signed_and_needs_no_key() {
-    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_REGION, signing_for_stand_in};
     let mock = MockLlm::start(Duration::ZERO);
     let ws = workspace();
     cases(&ws, &[("good", "JUDGE this GOOD ANSWER")]);
@@ -1172,13 +1161,8 @@ fn a_judge_on_bedrock_is_signed_and_needs_no_key() {
         mock.addr
     );
     let cfg = config(&ws, "judged-bedrock", "openai:gpt-4o-mini", &mock.base_url(), "", &judge);
-    let out = ws
-        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .output()
-        .unwrap();
+    let out =
+        signing_for_stand_in(&mut ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     let r = task(&bundle_of(&v), "good");

@@ -422,7 +422,7 @@ fn the_codex_preset_reaches_an_azure_resource_through_the_gateway() {
 /// metered from Bedrock's own counts; the run replays with the stand-in gone.
 #[test]
 fn the_claude_code_preset_reaches_bedrock_through_the_gateway() {
-    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_ACCESS_KEY, BEDROCK_REGION, BEDROCK_SECRET_KEY};
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_REGION, BEDROCK_SECRET_KEY, signing_for_stand_in};
     const ID: &str = "us.anthropic.claude-sonnet-4-5-20250929-v1:0";
     docker_ready();
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
@@ -437,13 +437,8 @@ fn the_claude_code_preset_reaches_bedrock_through_the_gateway() {
             mock.addr
         ),
     );
-    let out = ws
-        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
-        .env("AWS_ACCESS_KEY_ID", BEDROCK_ACCESS_KEY)
-        .env("AWS_SECRET_ACCESS_KEY", BEDROCK_SECRET_KEY)
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .output()
-        .unwrap();
+    let out =
+        signing_for_stand_in(&mut ws.cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
