@@ -345,6 +345,33 @@ pub struct WireExec {
     pub workdir: Option<String>,
 }
 
+/// A process as the environment saw it: its pid and its start time (clock ticks after boot,
+/// `/proc/PID/stat`'s 22nd field). A pid alone is not a process: the kernel gives it again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ProcessMark {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl ProcessMark {
+    /// `PID:START`, as the hold script reads its list.
+    pub fn word(&self) -> String {
+        format!("{}:{}", self.pid, self.start)
+    }
+}
+
+/// Reads a `/proc/PID/stat` line: (state, parent pid, start time). The command name may hold
+/// spaces and parentheses, so the fields are counted from its last `)`.
+pub fn parse_proc_stat(line: &str) -> Option<(char, u32, u64)> {
+    let rest = &line[line.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state (3rd field), ppid (4th) ... starttime (22nd).
+    let state = f.first()?.chars().next()?;
+    let ppid = f.get(1)?.parse().ok()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((state, ppid, start))
+}
+
 /// The variable naming the socket a `command` agent acts in its environment through.
 pub const ENV_SOCKET_VAR: &str = "AGENTEVAL_ENV_SOCKET";
 
@@ -356,6 +383,14 @@ pub const LABEL_ATTEMPT: &str = "agenteval.attempt";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stat_line_is_read_past_a_name_with_spaces_and_parentheses() {
+        let line = "4242 (evil) (x) y) S 17 4242 4242 0 -1 4194560 90 0 0 0 1 2 0 0 20 0 1 0 987654 2408448 389 18446744073709551615";
+        assert_eq!(parse_proc_stat(line), Some(('S', 17, 987654)));
+        assert_eq!(parse_proc_stat("12 (sh) T 1"), None, "too short a line is no process");
+        assert_eq!(ProcessMark { pid: 12, start: 34 }.word(), "12:34");
+    }
 
     #[test]
     fn a_request_shows_its_variables_names_not_their_values() {

@@ -224,9 +224,11 @@ pub trait Environment: Send + Sync {
     fn leftovers_outlive_agent(&self, _env: &crate::environment::EnvHandle) -> bool {
         false
     }
-    /// The processes the environment had when its baseline was last taken (`mark_baseline`:
-    /// before the agent ran), by pid: the image's own, never the agent's leftovers.
-    fn processes_before_agent(&self, _env: &crate::environment::EnvHandle) -> Vec<u32> {
+    /// The image's own processes: those the environment had when its baseline was first taken
+    /// (before anything of the agent's ran; a task's steps share it), each by pid and start
+    /// time, so that a pid used again later is not taken for one of them. Never agenteval's
+    /// keep-alive, which is held with the agent's processes.
+    fn processes_before_agent(&self, _env: &crate::environment::EnvHandle) -> Vec<crate::environment::ProcessMark> {
         Vec::new()
     }
     /// The folder the worker's own files go under, outside the agent's working folder (the

@@ -8,6 +8,7 @@
 mod build;
 mod copy;
 mod network;
+mod seccomp;
 mod sidecars;
 mod volumes;
 
@@ -17,7 +18,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use agenteval_core::environment::{
-    Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest, LABEL_ATTEMPT, LABEL_RUN, LABEL_TASK,
+    Bounded, EnvHandle, EnvSpec, ExecOutput, ExecRequest, LABEL_ATTEMPT, LABEL_RUN, LABEL_TASK, ProcessMark,
 };
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::Environment;
@@ -45,8 +46,9 @@ pub struct DockerEnvironment {
     /// Each live container's changes (path and kind) at its baseline: agenteval's own and an
     /// agent's setup, never counted as the agent's.
     baselines: std::sync::Mutex<HashMap<String, std::sync::Arc<HashMap<String, Seen>>>>,
-    /// Each live container's processes at its baseline (the image's, before the agent ran).
-    processes: std::sync::Mutex<HashMap<String, Vec<u32>>>,
+    /// Each live container's processes at its first baseline (the image's, before anything of
+    /// the agent's ran), by pid and start time; never the keep-alive.
+    processes: std::sync::Mutex<HashMap<String, Vec<ProcessMark>>>,
     /// Each live container's default user for commands (the task's `user`), when it has one.
     users: std::sync::Mutex<HashMap<String, String>>,
     /// The network of containers with internet, made (and the host closed to it) once.
@@ -394,7 +396,7 @@ impl Environment for DockerEnvironment {
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(seccomp::security_options()),
             ..Default::default()
         };
         let offline = host.network_mode.as_deref() == Some("none");
@@ -574,16 +576,18 @@ impl Environment for DockerEnvironment {
     async fn mark_baseline(&self, env: &EnvHandle) {
         let now = self.changes(env, None).await.into_iter().collect();
         self.baselines.lock().expect("not poisoned").insert(env.id.clone(), std::sync::Arc::new(now));
+        // The image's own processes are those of the first baseline (as prepared): an agent's
+        // setup, an earlier step's agent and a step's setup come later and are not spared.
+        if self.processes.lock().expect("not poisoned").contains_key(&env.id) {
+            return;
+        }
         // By the shell's builtins alone: the image's programs are not the worker's to trust.
-        let list = ExecRequest {
-            user: Some("0".into()),
-            ..ExecRequest::new("for p in /proc/[0-9]*; do echo ${p#/proc/}; done", Duration::from_secs(30))
-        };
+        let list = ExecRequest { user: Some("0".into()), ..ExecRequest::new(IMAGE_PROCESSES, Duration::from_secs(30)) };
         if let Ok(docker) = self.docker().await
             && let Ok(out) = exec_in(docker, env, &list).await
         {
-            let pids = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
-            self.processes.lock().expect("not poisoned").insert(env.id.clone(), pids);
+            let marks = image_processes(&out.stdout);
+            self.processes.lock().expect("not poisoned").insert(env.id.clone(), marks);
         }
     }
 
@@ -591,7 +595,7 @@ impl Environment for DockerEnvironment {
         true
     }
 
-    fn processes_before_agent(&self, env: &EnvHandle) -> Vec<u32> {
+    fn processes_before_agent(&self, env: &EnvHandle) -> Vec<ProcessMark> {
         self.processes.lock().expect("not poisoned").get(&env.id).cloned().unwrap_or_default()
     }
 
@@ -717,6 +721,26 @@ impl Environment for DockerEnvironment {
             Err(_) => false,
         }
     }
+}
+
+/// Lists the container's processes (`PID STAT-LINE`) but agenteval's keep-alive ([`KEEP_ALIVE`]:
+/// the container's command, and its `sleep`), which is held with the agent's.
+const IMAGE_PROCESSES: &str = r#"for p in /proc/[0-9]*; do
+  read -r line 2>/dev/null < $p/stat || continue
+  a=()
+  mapfile -d '' -t a 2>/dev/null < $p/cmdline
+  case "${a[*]}" in "sh -c sleep infinity"|"sleep infinity") continue ;; esac
+  echo "${p#/proc/} $line"
+done"#;
+
+/// The image's processes from [`IMAGE_PROCESSES`]'s lines.
+fn image_processes(stdout: &str) -> Vec<ProcessMark> {
+    let mark = |l: &str| {
+        let (pid, stat) = l.split_once(' ')?;
+        let (_, _, start) = agenteval_core::environment::parse_proc_stat(stat)?;
+        Some(ProcessMark { pid: pid.parse().ok()?, start })
+    };
+    stdout.lines().filter_map(mark).collect()
 }
 
 /// Runs a command in the container, within its timeout, keeping a bounded part of its output.
@@ -988,6 +1012,19 @@ mod changes_tests {
 
 #[cfg(test)]
 mod env_tests {
+    use super::*;
+
+    #[test]
+    fn the_image_processes_are_read_by_pid_and_start_time_and_the_keep_alive_is_not_listed() {
+        let out = "1 1 (docker-init) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 5000 1 1\n7 7 (a b) c) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5100 1 1\nnoise\n";
+        let marks = image_processes(out);
+        assert_eq!(marks, vec![ProcessMark { pid: 1, start: 5000 }, ProcessMark { pid: 7, start: 5100 }]);
+        // The script itself: valid bash that leaves the keep-alive out.
+        let out = std::process::Command::new("bash").args(["-n", "-c", IMAGE_PROCESSES]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(IMAGE_PROCESSES.contains(&KEEP_ALIVE.join(" ")), "the keep-alive is the one left out");
+    }
+
     #[test]
     fn a_hostname_is_a_plain_name() {
         assert_eq!(super::hostname_of("fix_python.bug-2"), "fix-python-bug-2");

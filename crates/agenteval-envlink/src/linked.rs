@@ -50,7 +50,7 @@ struct Live {
     inner: EnvHandle,
     worker_root: String,
     leftovers_outlive_agent: bool,
-    processes_before_agent: Vec<u32>,
+    processes_before_agent: Vec<agenteval_core::environment::ProcessMark>,
 }
 
 /// Environments launched by a [`Launcher`], driven over their links.
@@ -207,7 +207,7 @@ impl Environment for LinkedEnvironment {
         self.live(env, |l| l.leftovers_outlive_agent).unwrap_or(false)
     }
 
-    fn processes_before_agent(&self, env: &EnvHandle) -> Vec<u32> {
+    fn processes_before_agent(&self, env: &EnvHandle) -> Vec<agenteval_core::environment::ProcessMark> {
         self.live(env, |l| l.processes_before_agent.clone()).unwrap_or_default()
     }
 
@@ -225,7 +225,10 @@ impl Environment for LinkedEnvironment {
     }
 
     async fn mark_baseline(&self, env: &EnvHandle) {
-        let v = self.call(env, |handle| Op::MarkBaseline { handle }, CALL).await.and_then(decode::<Vec<u32>>);
+        let v = self
+            .call(env, |handle| Op::MarkBaseline { handle }, CALL)
+            .await
+            .and_then(decode::<Vec<agenteval_core::environment::ProcessMark>>);
         if let Ok(pids) = v
             && let Some(l) = self.live.lock().expect("not poisoned").get_mut(&env.id)
         {

@@ -253,7 +253,7 @@ pub(crate) struct Prepared {
     pub handle: EnvHandle,
     pub worker_root: String,
     pub leftovers_outlive_agent: bool,
-    pub processes_before_agent: Vec<u32>,
+    pub processes_before_agent: Vec<agenteval_core::environment::ProcessMark>,
 }
 
 /// A link failing: the environment is gone or spoke out of turn (an infrastructure failure).

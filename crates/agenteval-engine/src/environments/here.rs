@@ -13,7 +13,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use agenteval_core::environment::{EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+use agenteval_core::environment::{EnvHandle, EnvSpec, ExecOutput, ExecRequest, ProcessMark};
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::Environment;
 use agenteval_core::{Error, ErrorKind, Result, RunId};
@@ -32,27 +32,36 @@ const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
 const NOT_COMPARED: &[&str] = &["/proc", "/sys", "/dev", "/agenteval", "/tests", "/logs", "/solution"];
 /// Files compared at most: past it the container is taken as changed (never as clean).
 const MAX_FILES: usize = 500_000;
+/// Changed files named at most in the change report; the rest are counted.
+const MAX_LISTED: usize = 10_000;
 
 /// One file's identity as the task found it.
 type Stamp = (u64, i64, i64, u32, u32);
 
 #[derive(Debug, Default)]
 struct State {
-    /// The working folder, its starting copy and the root's files as the first task found them.
-    start: Option<(PathBuf, PathBuf, BTreeMap<PathBuf, Stamp>)>,
+    /// The working folder, its starting copy and the root's files as the first task found them
+    /// (and whether that walk stopped at its limit).
+    start: Option<(PathBuf, PathBuf, (BTreeMap<PathBuf, Stamp>, bool))>,
     /// What a task changed outside what is reset, once found.
     tainted: Vec<String>,
     /// The task's variables (Harbor's `[environment] env`), for every command.
     env: BTreeMap<String, String>,
-    /// The container's processes when it was prepared (its image's own services, started by
-    /// its ENTRYPOINT), or when its baseline was last taken: never the agent's.
-    before_agent: Vec<u32>,
+    /// The container's processes when the task's environment was prepared (its image's own
+    /// services, started by its ENTRYPOINT): never the agent's, nor its setup's, nor a step's.
+    before_agent: Vec<ProcessMark>,
 }
 
-/// Every process of this container, by pid.
-fn processes() -> Vec<u32> {
+/// Every process of this container, by pid and start time.
+fn processes() -> Vec<ProcessMark> {
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries.flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect()
+    entries.flatten().filter_map(|e| mark_of(e.file_name().to_str()?.parse().ok()?)).collect()
+}
+
+fn mark_of(pid: u32) -> Option<ProcessMark> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, _, start) = agenteval_core::environment::parse_proc_stat(&stat)?;
+    Some(ProcessMark { pid, start })
 }
 
 #[derive(Debug)]
@@ -110,18 +119,24 @@ impl HereEnvironment {
         Ok(p)
     }
 
-    /// Every file below the root but the skipped places, with what identifies its content.
-    fn stamps(&self, workdir: &Path) -> BTreeMap<PathBuf, Stamp> {
+    /// Every file below the root but the skipped places, with what identifies its content, and
+    /// whether the walk stopped at [`MAX_FILES`] (then what it did not reach cannot be compared).
+    fn stamps(&self, workdir: &Path) -> (BTreeMap<PathBuf, Stamp>, bool) {
         let mut skip: Vec<PathBuf> = NOT_COMPARED.iter().chain(SCRATCH).map(|p| self.at(p)).collect();
         skip.push(workdir.to_path_buf());
         let mut out = BTreeMap::new();
         let mut stack = vec![self.root.clone()];
+        let mut cut = false;
         while let Some(dir) = stack.pop() {
             let Ok(entries) = std::fs::read_dir(&dir) else { continue };
             for e in entries.flatten() {
                 let p = e.path();
                 if skip.contains(&p) {
                     continue;
+                }
+                if out.len() >= MAX_FILES {
+                    cut = true;
+                    break;
                 }
                 let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
                 // A folder's times move whenever an entry comes or goes (the verifier's `/tests`
@@ -132,13 +147,34 @@ impl HereEnvironment {
                     (m.len(), m.mtime(), m.ctime(), m.mode(), m.uid())
                 };
                 out.insert(p.clone(), stamp);
-                if m.is_dir() && out.len() < MAX_FILES {
+                if m.is_dir() {
                     stack.push(p);
                 }
             }
         }
-        out
+        (out, cut)
     }
+}
+
+/// What changed between two walks of the container: every file added, changed or removed, in
+/// order, at most [`MAX_LISTED`] by name and the rest counted; a walk that stopped at its limit
+/// says so, which counts as a change (a file past the limit cannot be compared, so it is never
+/// taken as unchanged).
+fn changed_between(start: &(BTreeMap<PathBuf, Stamp>, bool), walked: &(BTreeMap<PathBuf, Stamp>, bool)) -> Vec<String> {
+    let (before, now) = (&start.0, &walked.0);
+    let mut changed: Vec<&PathBuf> = now.iter().filter(|(p, s)| before.get(*p) != Some(*s)).map(|(p, _)| p).collect();
+    changed.extend(before.keys().filter(|p| !now.contains_key(*p)));
+    changed.sort_unstable();
+    let mut out: Vec<String> = changed.iter().take(MAX_LISTED).map(|p| p.display().to_string()).collect();
+    if changed.len() > MAX_LISTED {
+        out.push(format!("(and {} more files changed)", changed.len() - MAX_LISTED));
+    }
+    if start.1 || walked.1 {
+        out.push(format!(
+            "(the container holds more than {MAX_FILES} files: those past them cannot be compared, so the rest of it is taken as changed)"
+        ));
+    }
+    out
 }
 
 impl Default for HereEnvironment {
@@ -149,10 +185,11 @@ impl Default for HereEnvironment {
 
 /// Kills every process of the container but this process, its ancestors and `spare` (what a
 /// task's commands started, in whatever group or session they moved to).
-fn kill_others(spare: &[u32]) {
+fn kill_others(spare: &[ProcessMark]) {
     let me = std::process::id() as i32;
     let mut keep = vec![me];
-    keep.extend(spare.iter().map(|&p| p as i32));
+    // A spared pid is the image's process only while its start time is the one seen then.
+    keep.extend(spare.iter().filter(|m| mark_of(m.pid).as_ref() == Some(*m)).map(|m| m.pid as i32));
     let mut p = me;
     while let Some(parent) = parent_of(p).filter(|&pp| pp > 0) {
         keep.push(parent);
@@ -304,12 +341,14 @@ impl Environment for HereEnvironment {
         super::host::copy_out(&self.path(env, from)?, from, to, max_bytes)
     }
 
-    fn processes_before_agent(&self, _env: &EnvHandle) -> Vec<u32> {
+    fn processes_before_agent(&self, _env: &EnvHandle) -> Vec<ProcessMark> {
         self.state.lock().expect("state lock").before_agent.clone()
     }
 
     /// What is in the container now is its own from here on (an agent's install, before the
-    /// agent runs): its files for `changed_outside`, its processes for the tests' hold.
+    /// agent runs): its files for `changed_outside`. Not its processes: those the image had when
+    /// the environment was prepared stay the only ones the hold spares (an agent's setup, or a
+    /// step's writer, must not become the image's own).
     async fn mark_baseline(&self, _env: &EnvHandle) {
         let workdir = self.state.lock().expect("state lock").start.as_ref().map(|(w, _, _)| w.clone());
         if let Some(workdir) = workdir {
@@ -319,9 +358,6 @@ impl Environment for HereEnvironment {
             {
                 start.2 = now;
             }
-        }
-        if self.root == Path::new("/") {
-            self.state.lock().expect("state lock").before_agent = processes();
         }
     }
 
@@ -368,15 +404,19 @@ impl Environment for HereEnvironment {
             for d in &verifier {
                 let _ = std::fs::remove_dir_all(d);
             }
-            let now = this.stamps(&workdir);
+            let (now, cut) = this.stamps(&workdir);
             let mut changed: Vec<String> = Vec::new();
             for (p, s) in &now {
-                if stamps.get(p) != Some(s) {
+                if stamps.0.get(p) != Some(s) {
                     changed.push(p.display().to_string());
                 }
             }
-            changed
-                .extend(stamps.keys().filter(|p| !now.contains_key(*p)).map(|p| format!("{} (removed)", p.display())));
+            changed.extend(
+                stamps.0.keys().filter(|p| !now.contains_key(*p)).map(|p| format!("{} (removed)", p.display())),
+            );
+            if cut || stamps.1 {
+                changed.push(format!("(more than {MAX_FILES} files: the rest cannot be compared)"));
+            }
             Ok(changed)
         })
         .await
@@ -403,19 +443,11 @@ impl Environment for HereEnvironment {
         let Some(stamps) = start else { return vec![] };
         let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
         let workdir = PathBuf::from(&env.workdir);
-        tokio::task::spawn_blocking(move || {
-            let now = this.stamps(&workdir);
-            let home = this.at("/root");
-            let mut out: Vec<String> = now
-                .iter()
-                .filter(|(p, s)| stamps.get(*p) != Some(*s) && !p.starts_with(&home))
-                .map(|(p, _)| p.display().to_string())
-                .collect();
-            out.truncate(50);
-            out
-        })
-        .await
-        .unwrap_or_default()
+        // Homes are compared as locally (a `usercustomize.py` under `/root` runs in every test's
+        // `python3`).
+        tokio::task::spawn_blocking(move || changed_between(&stamps, &this.stamps(&workdir)))
+            .await
+            .unwrap_or_else(|e| vec![format!("(the change report could not be taken: {e})")])
     }
 }
 
@@ -511,6 +543,28 @@ mod tests {
             assert!(!out.stdout.lines().any(|l| l.starts_with(&format!("{k}="))), "{k} leaked: {}", out.stdout);
         }
         assert!(env.copy_out(&h, "../x", root.path(), 10).await.is_err());
+    }
+
+    /// The fleet's change report reads as the local one: a file under `/root` and a removed file
+    /// are changes, and a walk past its limit is "cannot be compared", never clean.
+    #[test]
+    fn homes_removals_and_a_walk_past_its_limit_are_changes() {
+        let root = tempfile::tempdir().unwrap();
+        for d in ["root", "usr/bin", "app"] {
+            std::fs::create_dir_all(root.path().join(d)).unwrap();
+        }
+        std::fs::write(root.path().join("usr/bin/tool"), "x").unwrap();
+        let env = HereEnvironment::rooted(root.path().to_path_buf(), root.path().join("app"));
+        let start = env.stamps(&root.path().join("app"));
+        std::fs::write(root.path().join("root/usercustomize.py"), "import os").unwrap();
+        std::fs::remove_file(root.path().join("usr/bin/tool")).unwrap();
+        let changed = changed_between(&start, &env.stamps(&root.path().join("app")));
+        let named = |end: &str| changed.iter().any(|c| c.ends_with(end));
+        assert!(named("root/usercustomize.py") && named("usr/bin/tool"), "{changed:?}");
+        assert_eq!(changed.len(), 2, "{changed:?}");
+        let cut = (start.0.clone(), true);
+        let changed = changed_between(&cut, &cut);
+        assert!(changed.len() == 1 && changed[0].contains("cannot be compared"), "{changed:?}");
     }
 
     /// An install before the agent (the baseline taken after it) is the container's own; what

@@ -1,22 +1,31 @@
-//! What the agent left running, held still while a task's tests run under Harbor's rules: every
-//! process but the servers the tests may need is stopped (SIGSTOP) before the tests start, so
-//! nothing of the agent's can write the reward; what had to keep running is named.
+//! What the agent left running, held still before anything of its work is read under Harbor's
+//! rules: every process but the image's own and the servers the tests may need is stopped
+//! (SIGSTOP) when the agent ends, before its patch, the change report and the tamper audit are
+//! taken, and stays stopped until the tests' reward is read; what had to keep running is named.
 //!
 //! Harbor's rules let the agent's processes outlive it (a task may ask the agent to start a
 //! service the tests then call), so they cannot simply be killed as agenteval's strict rules do.
 //! The rule here: a process that holds a listening socket (TCP, UDP or a Unix socket that
-//! accepts) keeps running, every other one is stopped. A pass while any agent process ran is
-//! counted apart (`suspect`), naming the processes, since one of them could have written the
-//! reward; a stopped process that something woke while the tests ran is named too.
+//! accepts) keeps running, every other one is stopped. The image's own processes are those the
+//! environment had when it was first prepared, each by pid *and* start time (a pid given again
+//! is another process); agenteval's keep-alive is not one of them and is held with the rest. A
+//! pass while any agent process ran is counted apart (`suspect`), naming the processes, since
+//! one of them could have written the reward; so is a held process that ran at all while held:
+//! each one's CPU time and context switches are read when it is stopped and again after the
+//! reward is read, and a process that woke itself (a timer that sends it SIGCONT) and stopped
+//! itself again is seen by what it spent.
 //!
-//! The script runs as root inside the environment with only the shell's builtins while it stops
-//! processes (a command substitution would fork a child the loop could stop and then wait on; its
-//! own `sleep` between passes is its child, which the loop skips), and stops everything at once
+//! The script runs as root inside the environment with only bash's builtins while it stops
+//! processes and reads them (a program of the image's it ran could start something after the
+//! last pass; its wait between passes is a read with a timeout), and stops everything at once
 //! first (`kill -STOP -1`) where it runs in a process namespace of its own (a container: its
 //! parent is outside, pid 0). A signalled process stops when it next runs, which on a loaded
 //! machine can take a while: the loop looks again every 50 ms, for up to 2 s, before it names one
-//! still running.
+//! still running. The one program it runs, `readlink` (a process's sockets), runs after every
+//! process is stopped, and a last pass stops and names anything that started since.
 
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use agenteval_core::environment::ExecRequest;
@@ -31,8 +40,11 @@ pub const RESUME: &str = "kill -s CONT -1 2>/dev/null; true";
 pub struct Held {
     /// Stopped for the tests: (pid, command line).
     pub frozen: Vec<(u32, String)>,
-    /// Kept running (a listening socket) or not stoppable: (pid, command line).
+    /// Kept running (a listening socket), not stoppable, or started while the hold ran:
+    /// (pid, command line).
     pub running: Vec<(u32, String)>,
+    /// What each stopped process had spent when it was stopped (`TICKS:SWITCHES`).
+    pub spent: BTreeMap<u32, String>,
 }
 
 impl Held {
@@ -46,42 +58,74 @@ impl Held {
     }
 }
 
-/// Stops every process of the environment but PID 1, this script and its ancestors, and those
-/// that ran before the agent did (`$KEEP`: the image's own services); then lets the listeners go
-/// on. Prints `frozen PID CMD` and `running PID CMD` lines.
+/// Reads what a process at `$d` (`/proc/PID`) has spent, into `$spent`: its user and system CPU
+/// ticks and its context switches. A stopped process spends nothing.
+const SPENT: &str = r#"spent_of() {
+  local dir=$1 line rest k v sw=0
+  read -r line 2>/dev/null < $dir/stat || { spent=gone; return; }
+  rest=${line##*) }
+  set -- $rest
+  while read -r k v; do
+    case $k in voluntary_ctxt_switches:|nonvoluntary_ctxt_switches:) sw=$((sw + v)) ;; esac
+  done 2>/dev/null < $dir/status
+  spent="$(( ${12} + ${13} )):$sw"
+}
+"#;
+
+/// Stops every process of the environment but PID 1, this script and its ancestors, and the
+/// image's own that are still the processes seen then (`$KEEP`: `PID:START` words); then lets
+/// the listeners go on. Prints `frozen PID SPENT CMD`, `running PID CMD` and `late PID CMD` lines.
 const HOLD: &str = r#"
 me=$$
-keep=" 1 $me $KEEP "
+keep=" 1 $me "
 p=$me
 while [ "$p" -gt 1 ] 2>/dev/null; do
-  read -r line < /proc/$p/stat || break
+  read -r line 2>/dev/null < /proc/$p/stat || break
   rest=${line##*) }
   set -- $rest
   p=$2
   keep="$keep$p "
 done
+for m in $KEEP; do
+  pid=${m%%:*}
+  read -r line 2>/dev/null < /proc/$pid/stat || continue
+  rest=${line##*) }
+  set -- $rest
+  [ "${20}" = "${m#*:}" ] && keep="$keep$pid "
+done
 case "$keep" in *" 0 "*)
   kill -s STOP -1 2>/dev/null
   for a in $keep; do [ "$a" -gt 1 ] 2>/dev/null && kill -s CONT $a 2>/dev/null; done ;;
 esac
-pass=0
-while [ $pass -lt 40 ]; do
-  pass=$((pass + 1))
-  moving=0
-  for d in /proc/[0-9]*; do
-    pid=${d#/proc/}
-    case "$keep" in *" $pid "*) continue ;; esac
-    read -r line < $d/stat 2>/dev/null || continue
-    rest=${line##*) }
-    set -- $rest
-    case "$1" in T|t|Z|X|x) continue ;; esac
-    [ "$2" = "$me" ] && continue
-    kill -s STOP $pid 2>/dev/null
-    moving=1
+exec {nap}<> <(:)
+stop_all() {
+  pass=0
+  while [ $pass -lt 40 ]; do
+    pass=$((pass + 1))
+    moving=0
+    for d in /proc/[0-9]*; do
+      pid=${d#/proc/}
+      case "$keep" in *" $pid "*) continue ;; esac
+      read -r line 2>/dev/null < $d/stat || continue
+      rest=${line##*) }
+      set -- $rest
+      case "$1" in T|t|Z|X|x) continue ;; esac
+      [ "$2" = "$me" ] && continue
+      kill -s STOP $pid 2>/dev/null
+      moving=1
+    done
+    [ $moving = 0 ] && break
+    read -t 0.05 -u $nap 2>/dev/null
   done
-  [ $moving = 0 ] && break
-  sleep 0.05 2>/dev/null
-done
+}
+cmd_of() {
+  local a=()
+  mapfile -d '' -t a 2>/dev/null < $1/cmdline
+  cmd="${a[*]}"
+  cmd=${cmd:0:120}
+  [ -n "$cmd" ] || cmd="[$2]"
+}
+stop_all
 socks=" "
 for f in /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6; do
   [ -r $f ] || continue
@@ -94,47 +138,109 @@ if [ -r /proc/net/unix ]; then
     [ "$flags" = 00010000 ] && socks="$socks$inode "
   done < /proc/net/unix
 fi
+listening=" "
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
   case "$keep" in *" $pid "*) continue ;; esac
-  read -r line < $d/stat 2>/dev/null || continue
+  read -r line 2>/dev/null < $d/stat || continue
   rest=${line##*) }
   set -- $rest
   [ "$2" = "$me" ] && continue
   case "$1" in Z|X|x) continue ;; esac
-  comm=${line#*(}
-  comm=${comm%)*}
-  cmd=$(tr '\000' ' ' < $d/cmdline 2>/dev/null | cut -c1-120)
-  [ -n "$cmd" ] || cmd="[$comm]"
-  listens=0
   for fd in $d/fd/*; do
     l=$(readlink "$fd" 2>/dev/null) || continue
-    case "$l" in "socket:["*) i=${l#socket:[}; i=${i%]}; case "$socks" in *" $i "*) listens=1; break ;; esac ;; esac
+    case "$l" in "socket:["*) i=${l#socket:[}; i=${i%]}; case "$socks" in *" $i "*) listening="$listening$pid "; break ;; esac ;; esac
   done
-  if [ $listens = 1 ]; then
-    kill -s CONT $pid 2>/dev/null
-    echo "running $pid $cmd"
-  else
-    case "$1" in T|t) echo "frozen $pid $cmd" ;; *) echo "running $pid $cmd" ;; esac
-  fi
+done
+before=" "
+for d in /proc/[0-9]*; do before="$before${d#/proc/} "; done
+stop_all
+"#;
+
+/// The report, once every process is stopped: the listeners let go on, what each stopped one has
+/// spent, and anything the last pass had to stop (started while the hold ran). A process shows
+/// as stopped a moment before it is switched out (which counts as one more switch): the report
+/// waits a tenth of a second first, so that what it reads is what a process that stays stopped
+/// keeps.
+const REPORT: &str = r#"
+read -t 0.1 -u $nap 2>/dev/null
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  case "$keep" in *" $pid "*) continue ;; esac
+  read -r line 2>/dev/null < $d/stat || continue
+  comm=${line#*(}
+  comm=${comm%)*}
+  rest=${line##*) }
+  set -- $rest
+  [ "$2" = "$me" ] && continue
+  case "$1" in Z|X|x) continue ;; esac
+  cmd_of $d "$comm"
+  case "$listening" in *" $pid "*) kill -s CONT $pid 2>/dev/null; echo "running $pid $cmd"; continue ;; esac
+  case "$before" in *" $pid "*) ;; *) echo "late $pid $cmd"; continue ;; esac
+  case "$1" in
+    T|t) spent_of $d; echo "frozen $pid $spent $cmd" ;;
+    *) echo "running $pid $cmd" ;;
+  esac
 done
 echo "held $DONE"
 "#;
+
+/// After the tests: which of the stopped processes ran while held (`$SPENT`: `PID:TICKS:SWITCHES`
+/// words): one not stopped now, or that spent anything since.
+const WOKEN: &str = r#"
+for w in $SPENT; do
+  pid=${w%%:*}
+  d=/proc/$pid
+  read -r line 2>/dev/null < $d/stat || continue
+  rest=${line##*) }
+  set -- $rest
+  case "$1" in Z|X|x) continue ;; esac
+  spent_of $d
+  case "$1" in
+    T|t) [ "$pid:$spent" = "$w" ] || echo "$pid ran while held (ticks:switches ${w#*:} then $spent)" ;;
+    *) echo "$pid not stopped ($1)" ;;
+  esac
+done
+"#;
+
+/// The holds in force, by environment: taken when the agent ends (the capture stage), read by
+/// the tests' grading, let go between a task's steps and when its turn ends.
+static HOLDS: LazyLock<Mutex<HashMap<String, std::result::Result<Held, String>>>> = LazyLock::new(Default::default);
 
 fn req(cmd: String) -> ExecRequest {
     ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }
 }
 
-/// Holds the agent's leftover processes still for the tests. `Ok(None)`: this environment's
-/// processes do not outlive the agent (a workspace's die with its process tree). `Err`: they
-/// could not be held (the script did not run to its end), said why: the grade is then in doubt.
+/// Holds the agent's leftover processes still, once per turn: the first call stops them, a later
+/// one (the tests' grading, after the capture stage held them) finds them held. `Ok(None)`: this
+/// environment's processes do not outlive the agent (a workspace's die with its process tree).
+/// `Err`: they could not be held (the script did not run to its end), said why: the grade is
+/// then in doubt.
 pub async fn hold(s: &EnvSession) -> agenteval_core::Result<Option<Held>> {
     if !s.env.leftovers_outlive_agent(&s.handle) {
         return Ok(None);
     }
-    let before: Vec<String> = s.env.processes_before_agent(&s.handle).iter().map(u32::to_string).collect();
+    let held = HOLDS.lock().expect("not poisoned").get(&s.handle.id).cloned();
+    let held = match held {
+        Some(h) => h,
+        None => {
+            let h = hold_now(s).await.map_err(|e| e.to_string());
+            HOLDS.lock().expect("not poisoned").insert(s.handle.id.clone(), h.clone());
+            h
+        }
+    };
+    held.map(Some).map_err(|why| agenteval_core::Error::new(agenteval_core::ErrorKind::Io, why))
+}
+
+/// Forgets the environment's hold (its processes are let go, or it is torn down).
+pub fn forget(s: &EnvSession) {
+    HOLDS.lock().expect("not poisoned").remove(&s.handle.id);
+}
+
+async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
+    let before: Vec<String> = s.env.processes_before_agent(&s.handle).iter().map(|m| m.word()).collect();
     let done = uuid::Uuid::now_v7().simple().to_string();
-    let mut r = req(HOLD.to_string());
+    let mut r = req(format!("{SPENT}{HOLD}{REPORT}"));
     r.env.insert("KEEP".into(), before.join(" "));
     r.env.insert("DONE".into(), done.clone());
     let out = s.env.exec(&s.handle, &r).await?;
@@ -145,40 +251,54 @@ pub async fn hold(s: &EnvSession) -> agenteval_core::Result<Option<Held>> {
             format!("the script that holds them did not finish ({said})"),
         ));
     }
-    Ok(Some(parse(&out.stdout)))
+    Ok(parse(&out.stdout))
 }
 
 fn parse(stdout: &str) -> Held {
     let mut held = Held::default();
     for l in stdout.lines() {
         let mut parts = l.splitn(3, ' ');
-        let (Some(what), Some(pid), cmd) = (parts.next(), parts.next(), parts.next().unwrap_or("").trim()) else {
+        let (Some(what), Some(pid), rest) = (parts.next(), parts.next(), parts.next().unwrap_or("").trim()) else {
             continue;
         };
         let Ok(pid) = pid.parse::<u32>() else { continue };
-        let entry = (pid, cmd.to_string());
         match what {
-            "frozen" => held.frozen.push(entry),
-            "running" => held.running.push(entry),
+            "frozen" => {
+                let (spent, cmd) = rest.split_once(' ').unwrap_or((rest, ""));
+                held.spent.insert(pid, spent.to_string());
+                held.frozen.push((pid, cmd.trim().to_string()));
+            }
+            "running" => held.running.push((pid, rest.to_string())),
+            "late" => held.running.push((pid, format!("{rest} [started while the hold ran]"))),
             _ => {}
         }
     }
     held
 }
 
-/// After the tests: the frozen processes something woke while they ran (a running one's signal).
+/// After the tests: the stopped processes that ran while held (something woke them, or they
+/// woke themselves and stopped again), by what they spent.
 pub async fn woken(s: &EnvSession, held: &Held) -> Vec<(u32, String)> {
     if held.frozen.is_empty() {
         return vec![];
     }
-    let pids: Vec<String> = held.frozen.iter().map(|(p, _)| p.to_string()).collect();
-    let cmd = format!(
-        "for p in {}; do read -r line < /proc/$p/stat 2>/dev/null || continue; rest=${{line##*) }}; set -- $rest; case \"$1\" in T|t|Z|X|x) ;; *) echo $p ;; esac; done",
-        pids.join(" ")
-    );
-    let Ok(out) = s.env.exec(&s.handle, &req(cmd)).await else { return vec![] };
-    let awake: Vec<u32> = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
-    held.frozen.iter().filter(|(p, _)| awake.contains(p)).cloned().collect()
+    let spent: Vec<String> = held.spent.iter().map(|(p, w)| format!("{p}:{w}")).collect();
+    let mut r = req(format!("{SPENT}{WOKEN}"));
+    r.env.insert("SPENT".into(), spent.join(" "));
+    let Ok(out) = s.env.exec(&s.handle, &r).await else {
+        // Not knowing is not knowing that none woke.
+        return held.frozen.clone();
+    };
+    let awake: BTreeMap<u32, String> = out
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let (pid, why) = l.trim().split_once(' ')?;
+            Some((pid.parse().ok()?, why.to_string()))
+        })
+        .collect();
+    let named = |(p, c): &(u32, String)| awake.get(p).map(|why| (*p, format!("{c} [{why}]")));
+    held.frozen.iter().filter_map(named).collect()
 }
 
 #[cfg(test)]
@@ -187,15 +307,51 @@ mod tests {
 
     #[test]
     fn the_scripts_lines_are_read_and_anything_else_is_skipped() {
-        let h = parse("frozen 12 bash -c while true\nrunning 7 python3 /app/serve.py\nnoise\nfrozen x y\n");
+        let h = parse(
+            "frozen 12 5:3 bash -c while true\nrunning 7 python3 /app/serve.py\nlate 9 sh -c x\nnoise\nfrozen x y\n",
+        );
         assert_eq!(h.frozen, vec![(12, "bash -c while true".to_string())]);
-        assert_eq!(h.running, vec![(7, "python3 /app/serve.py".to_string())]);
-        assert_eq!(Held::names(&h.running), "python3 /app/serve.py (pid 7)");
+        assert_eq!(h.spent.get(&12).map(String::as_str), Some("5:3"));
+        assert_eq!(h.running[0], (7, "python3 /app/serve.py".to_string()));
+        assert!(h.running[1].1.contains("started while the hold ran"), "{:?}", h.running);
+        assert_eq!(Held::names(&h.running[..1]), "python3 /app/serve.py (pid 7)");
     }
 
     #[test]
-    fn the_hold_script_is_valid_posix_shell() {
-        let out = std::process::Command::new("sh").args(["-n", "-c", HOLD]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    fn the_scripts_are_valid_bash() {
+        for script in [format!("{SPENT}{HOLD}{REPORT}"), format!("{SPENT}{WOKEN}")] {
+            let out = std::process::Command::new("bash").args(["-n", "-c", &script]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+
+    /// The woken check on this machine's own processes: a stopped child that spent nothing is
+    /// still held; one that ran and stopped itself again is named.
+    #[test]
+    fn a_process_that_ran_while_held_is_seen_by_what_it_spent() {
+        use std::process::Command;
+        let quiet = Command::new("sleep").arg("30").spawn().unwrap();
+        // Stops itself at once, then wakes (a child's SIGCONT after 0.3 s), spins, stops again.
+        let waker = Command::new("bash")
+            .args(["-c", "(sleep 0.3; kill -CONT $$) & kill -STOP $$; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; kill -STOP $$"])
+            .spawn()
+            .unwrap();
+        let (q, w) = (quiet.id(), waker.id());
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(q as i32), nix::sys::signal::Signal::SIGSTOP).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let run = |script: String, env: &[(&str, String)]| {
+            let out = Command::new("bash").args(["-c", &script]).envs(env.iter().cloned()).output().unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let spent_now =
+            |pid: u32| run(format!("{SPENT}d=/proc/{pid}; spent_of $d; echo $spent"), &[]).trim().to_string();
+        let spent = format!("{q}:{} {w}:{}", spent_now(q), spent_now(w));
+        std::thread::sleep(Duration::from_millis(1500));
+        let woke = run(format!("{SPENT}{WOKEN}"), &[("SPENT", spent)]);
+        let woke: Vec<u32> = woke.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
+        for p in [q, w] {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+        assert_eq!(woke, vec![w], "only the process that woke itself is named");
     }
 }

@@ -1,7 +1,7 @@
 //! The capture stage: once the agent has stopped, what it left is taken before anything else
 //! runs: the limits of its environment it went past (storage, memory), its processes stopped
-//! (but under Harbor's rules), its patch against the starting state and the listed artifacts
-//! kept for the task's pack, and the models its calls used.
+//! (under Harbor's rules held still, but its servers), its patch against the starting state
+//! and the listed artifacts kept for the task's pack, and the models its calls used.
 
 use agenteval_core::environment::DEFAULT_STORAGE_MB;
 use agenteval_core::model::*;
@@ -30,10 +30,14 @@ pub(super) async fn capture(
     let Some(s) = &env.session else { return Ok(()) };
     environment_limits(task, s, agent, at).await;
     // Nothing of the agent runs while its patch is taken and it is graded; under Harbor's rules
-    // its servers keep running for the tests and the rest is held still while they run
-    // (`environments::leftovers`).
+    // its servers keep running for the tests and the rest is held still from here until the
+    // tests' reward is read (`environments::leftovers`): a leftover cannot act between the
+    // patch, the change report, the tamper audit and the tests.
     if !plan.harbor_rules {
         s.env.quiesce(&s.handle).await?;
+    } else if let Err(e) = crate::environments::leftovers::hold(s).await {
+        // The tests' grade says so (`suspect`); the hold is not tried again.
+        at.say(format!("the agent's leftover processes could not be held still: {e}"));
     }
     keep_artifacts(ctx, plan, s, at).await
 }

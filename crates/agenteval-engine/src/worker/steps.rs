@@ -61,7 +61,29 @@ pub(super) async fn run(
             if i > 0 {
                 between(s).await?;
             }
-            before(ctx, s, step, at).await.map_err(|e| Error::new(e.kind(), format!("step {}: {e}", step.name)))?;
+            match before(ctx, s, step, at).await {
+                Ok(()) => {}
+                Err(e) if i == 0 => return Err(Error::new(e.kind(), format!("step {}: {e}", step.name))),
+                // An agent has acted in this environment: a step that cannot be prepared after
+                // it (its `setup.sh` or healthcheck broken by what the agent left) is the agent's
+                // doing, not agenteval's `infra`, which `compare` would leave out and `resume`
+                // would give the agent another try at.
+                Err(e) => {
+                    let why = format!("it could not be prepared after the agent's earlier steps: {e}");
+                    at.say(format!("step {}: {why}", step.name));
+                    agents.push(unprepared(why.clone()));
+                    done.push(StepResult {
+                        name: step.name.clone(),
+                        passed: false,
+                        rewards: None,
+                        terminated_by: TerminatedBy::AgentError,
+                        wall_seconds: 0.0,
+                        reason: why,
+                    });
+                    rewarded.push(Some(BTreeMap::from([("reward".to_string(), 0.0)])));
+                    break;
+                }
+            }
         }
         let t = step_task(task, step);
         let Turn { agent, scores, changed: step_changed } =
@@ -131,6 +153,7 @@ async fn between(s: &EnvSession) -> Result<()> {
         resume = crate::environments::leftovers::RESUME
     );
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) };
+    crate::environments::leftovers::forget(s);
     let out = s.env.exec(&s.handle, &req).await?;
     if !out.ok() {
         return Err(Error::invalid(format!("could not clear the last step's tests: {}", out.stderr.trim())));
@@ -181,6 +204,22 @@ async fn rewrite_trace(ctx: &Ctx, staged: &str, trace: &[u8]) -> Result<Option<V
     appender.finish().await?;
     // The pack takes a short trace from here rather than reading the staged file back.
     Ok((out.len() <= 1 << 20).then_some(out))
+}
+
+/// The agent's result for a step that could not be prepared after the agent's earlier steps.
+fn unprepared(why: String) -> AgentResult {
+    AgentResult {
+        success: false,
+        final_answer: None,
+        error: Some(why),
+        total_cost_usd: 0.0,
+        total_tokens: 0,
+        wall_seconds: 0.0,
+        terminated_by: TerminatedBy::AgentError,
+        steps: 0,
+        cost_unknown: false,
+        fault: None,
+    }
 }
 
 /// The steps' agents as one: their costs, tokens, time and events summed; the first step that

@@ -35,5 +35,8 @@ pub(super) async fn turn(
     tamper::audit(plan, &verified, env, since, at).await;
     let scores = grade::grade_attempt(ctx, plan, &verified, &agent, sink, env, at).await;
     verify::release(ctx, &verified, at).await;
+    if let Some(s) = &env.session {
+        crate::environments::leftovers::forget(s);
+    }
     Ok(Turn { scores: scores?, changed: verified.changed.len() as u64, agent })
 }

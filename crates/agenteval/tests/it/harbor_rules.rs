@@ -610,16 +610,28 @@ fn a_hostile_dataset_reads_no_file_of_this_machine() {
     let secret = ws.write("root-only.txt", "TOP-SECRET-MARKER\n");
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
     let said = |out: &std::process::Output| format!("{}{}", text(&out.stdout), text(&out.stderr));
-    // A task folder whose instruction is a link out of it.
+    // A task folder whose instruction is a link out of it fails alone, named; the rest of the
+    // dataset runs, and the linked file is read nowhere.
     let tasks = ws.path().join("tasks");
     task(&tasks, "linky", "", "true", PASS);
+    task(&tasks, "plain", "", "true", PASS);
     std::fs::remove_file(tasks.join("linky/instruction.md")).unwrap();
     std::os::unix::fs::symlink(&secret, tasks.join("linky/instruction.md")).unwrap();
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
-    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
-    assert!(said(&out).contains("instruction.md is a link out of the task's folder"), "{}", said(&out));
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 3, "one task could not be read: the run is incomplete: {v} {}", said(&out));
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    assert_eq!(result(&bundle, "plain")["passed"], true, "{v}");
+    let linky = result(&bundle, "linky");
+    assert_eq!(linky["agent"]["terminated_by"], "infra_failure", "{linky}");
+    let why = linky["agent"]["error"].as_str().unwrap_or_default();
+    assert!(why.contains("instruction.md is a link out of the task's folder"), "{linky}");
     assert!(!said(&out).contains("TOP-SECRET"), "{}", said(&out));
+    let found = std::process::Command::new("grep").args(["-rl", "TOP-SECRET"]).arg(&bundle).output().unwrap();
+    assert!(text(&found.stdout).trim().is_empty(), "the linked file reached the bundle: {}", text(&found.stdout));
+    // Left out by the filter, it is not even named.
+    let (v, code, out) = ws.submit(&cfg, &["--set", "benchmark.filter.ids=[plain]"]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", said(&out));
     // A registry's repository that commits the same link: checked out as a plain file.
     let repo_dir = ws.path().join("hostile-repo");
     std::fs::create_dir_all(repo_dir.join("tasks")).unwrap();
@@ -664,4 +676,177 @@ fn a_hostile_dataset_reads_no_file_of_this_machine() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     assert!(!made.iter().any(|n| n.starts_with("escape")), "a version named a folder: {made:?}");
+}
+
+/// A leftover that keeps appending to a file of the working folder: its count when the tests ran
+/// is the count the recorded patch holds only if it was held before the patch was taken.
+const TICKER: &str = "nohup setsid bash -c 'while true; do echo t >> /app/ticks; sleep 0.01; done' >/dev/null 2>&1 < /dev/null &\nsleep 0.5";
+
+/// Tries to trace agenteval's keep-alive (`sleep infinity`, which the hold once left running as
+/// the image's own) and says what the kernel answered.
+const PTRACE_KEEP_ALIVE: &str = r#"cat > /tmp/pt.py <<'PY'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+target = None
+for p in os.listdir('/proc'):
+    if p.isdigit():
+        try:
+            cmd = open('/proc/%s/cmdline' % p, 'rb').read()
+        except Exception:
+            continue
+        if cmd == b'sleep\x00infinity\x00':
+            target = int(p)
+if target is None:
+    said = 'no keep-alive'
+elif libc.ptrace(16, target, None, None) == 0:
+    os.waitpid(target, 0)
+    libc.ptrace(17, target, None, None)
+    said = 'attached'
+else:
+    said = 'refused %d' % ctypes.get_errno()
+open('/app/ptrace.txt', 'w').write(said)
+PY
+python3 /tmp/pt.py"#;
+
+/// A leftover that stops itself and is woken by its own POSIX timer's SIGCONT every 0.2 s: each
+/// time it writes `reward.json` if the verifier's folder is there, then stops again.
+const SELF_WAKER: &str = r#"cat > /app/waker.py <<'PY'
+import ctypes, os, signal
+libc = ctypes.CDLL(None, use_errno=True)
+class SigEvent(ctypes.Structure):
+    _fields_ = [('value', ctypes.c_void_p), ('signo', ctypes.c_int), ('notify', ctypes.c_int), ('pad', ctypes.c_byte * 48)]
+class TimeSpec(ctypes.Structure):
+    _fields_ = [('sec', ctypes.c_long), ('nsec', ctypes.c_long)]
+class ITimerSpec(ctypes.Structure):
+    _fields_ = [('interval', TimeSpec), ('value', TimeSpec)]
+ev = SigEvent(signo=signal.SIGCONT, notify=0)
+timer = ctypes.c_void_p()
+assert libc.timer_create(1, ctypes.byref(ev), ctypes.byref(timer)) == 0
+every = TimeSpec(0, 200000000)
+assert libc.timer_settime(timer, 0, ctypes.byref(ITimerSpec(every, every)), None) == 0
+while True:
+    if os.path.isdir('/logs/verifier'):
+        try:
+            open('/logs/verifier/reward.json', 'w').write('{"reward": 1}')
+        except Exception:
+            pass
+    os.kill(os.getpid(), signal.SIGSTOP)
+PY
+nohup setsid python3 /app/waker.py >/dev/null 2>&1 < /dev/null &
+sleep 0.5"#;
+
+/// What a leftover can do once its agent has ended, under Harbor's rules and the shipped
+/// defaults: it is held before the patch, the change report and the audit are taken (the ticker's
+/// count in the patch is the count the tests saw); it cannot trace the keep-alive (the kernel
+/// refuses `ptrace`); and one that wakes itself with a timer while held is named (`suspect`),
+/// never an unflagged pass.
+#[test]
+fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselves() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    task(
+        &tasks,
+        "ticker",
+        "",
+        TICKER,
+        "echo \"{\\\"reward\\\": 1, \\\"ticks\\\": $(wc -l < /app/ticks)}\" > /logs/verifier/reward.json",
+    );
+    task(
+        &tasks,
+        "ptrace-keep-alive",
+        "",
+        PTRACE_KEEP_ALIVE,
+        &format!("cat /app/ptrace.txt; grep -qx 'refused 1' /app/ptrace.txt {VERDICT}"),
+    );
+    task(&tasks, "self-waker", "", SELF_WAKER, &format!("{FAIL}\nsleep 1.5"));
+    let cfg = harbor_config(&ws, &tasks, "oracle", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"].as_str(), Some("complete"), "{v} {}", text(&out.stderr));
+    assert!(code == 0 || code == 1, "{v}");
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let r = |id: &str| result(&bundle, id);
+
+    let ticker = r("ticker");
+    let patch = read_text(bundle.join("tasks/ticker/artifacts/patch.diff")).unwrap();
+    let in_patch = patch.lines().filter(|l| *l == "+t").count() as f64;
+    assert!(in_patch > 0.0, "{patch}");
+    assert_eq!(
+        ticker["rewards"]["ticks"].as_f64(),
+        Some(in_patch),
+        "the ticker ran on after its patch was taken: {ticker}"
+    );
+    assert!(ticker["suspect"].is_null(), "held, and it stayed held: {ticker}");
+
+    let traced = r("ptrace-keep-alive");
+    assert_eq!(traced["passed"], true, "the kernel let the agent trace the keep-alive: {traced}");
+
+    let waker = r("self-waker");
+    assert!(
+        waker["passed"] == false || !waker["suspect"].is_null(),
+        "a process that woke itself while held wrote the reward unflagged: {waker}"
+    );
+    if waker["passed"] == true {
+        let why = waker["suspect"][0].as_str().unwrap_or_default();
+        assert!(why.contains("waker.py"), "the process is named: {waker}");
+    }
+}
+
+/// A task told in steps whose agent (`installed`, which takes a new baseline each step) leaves a
+/// reward writer in step one, and breaks step three's `setup.sh` in step two: the writer is held
+/// in step two as in step one (steps share one baseline; step one's writer never becomes "the
+/// image's own"), and the step that cannot be prepared after the agent acted is the agent's
+/// failure, not `infra`.
+#[test]
+fn a_writer_left_between_steps_is_held_and_a_setup_the_agent_broke_is_its_failure() {
+    docker_ready();
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    task(
+        &tasks,
+        "steps-writer",
+        "[agent]\ntimeout_sec = 60\n[[steps]]\nname = \"one\"\n[[steps]]\nname = \"two\"\n[[steps]]\nname = \"three\"\n",
+        "true",
+        PASS,
+    );
+    let d = tasks.join("steps-writer");
+    for (step, test) in [("one", PASS), ("two", &format!("{FAIL}\nsleep 0.5")[..]), ("three", PASS)] {
+        let s = d.join("steps").join(step);
+        std::fs::create_dir_all(s.join("tests")).unwrap();
+        std::fs::write(s.join("instruction.md"), format!("Step {step}.\n")).unwrap();
+        std::fs::write(s.join("tests/test.sh"), format!("#!/bin/bash\nmkdir -p /logs/verifier\n{test}\n")).unwrap();
+    }
+    std::fs::create_dir_all(d.join("steps/three/workdir")).unwrap();
+    std::fs::write(d.join("steps/three/workdir/setup.sh"), "#!/bin/bash\nset -e\n/app/prepare-step-three\n").unwrap();
+    ws.write(
+        "setup.sh",
+        r#"#!/bin/bash
+cat > /usr/local/bin/step-agent <<'SH'
+#!/bin/bash
+if grep -q 'Step one' /logs/agent/instruction.md; then
+  nohup setsid bash -c 'while true; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt 2>/dev/null; sleep 0.05; done' >/dev/null 2>&1 < /dev/null &
+  printf '#!/bin/sh\nexit 0\n' > /app/prepare-step-three; chmod +x /app/prepare-step-three
+fi
+if grep -q 'Step two' /logs/agent/instruction.md; then
+  printf '#!/bin/sh\necho the agent broke this >&2; exit 7\n' > /app/prepare-step-three
+fi
+sleep 0.3
+echo done
+SH
+chmod +x /usr/local/bin/step-agent
+"#,
+    );
+    let cfg = harbor_config(&ws, &tasks, "installed\n  setup: setup.sh\n  command: step-agent", "");
+    // One task that errs: not "an agent that cannot run" (that check wants several).
+    let (v, _code, out) = ws.submit(&cfg, &["--set", "backend.stop_after_identical_errors=0"]);
+    assert_eq!(v["status"].as_str(), Some("complete"), "the agent's doing is not infra: {v} {}", text(&out.stderr));
+    let r = result(&ws.runs().join(v["run_id"].as_str().unwrap()), "steps-writer");
+    let steps = r["steps"].as_array().unwrap();
+    let names: Vec<&str> = steps.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["one", "two", "three"], "{r}");
+    assert_eq!(steps[1]["rewards"]["reward"], 0.0, "step one's writer was held in step two: {r}");
+    assert_eq!(steps[2]["terminated_by"], "agent_error", "{r}");
+    assert!(steps[2]["reason"].as_str().unwrap().contains("could not be prepared after the agent"), "{r}");
+    assert_eq!(r["passed"], false, "{r}");
+    assert_ne!(r["agent"]["terminated_by"], "infra_failure", "{r}");
 }
