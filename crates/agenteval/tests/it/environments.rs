@@ -443,8 +443,8 @@ fn an_installed_agent_is_set_up_in_the_container_and_runs_there() {
 const REPLACE_PYTHON: &str = r#"
 import json, subprocess, sys
 req = json.loads(sys.stdin.readline())
-# It answers whatever a test's nonce is with "all passed": it stands in for any Python test.
-fake = "printf '#!/bin/sh\\nread n\\necho \"all passed $n\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3 -c 'raise SystemExit(3)' >/dev/null; echo $?"
+# It answers "all passed": it stands in for any Python test.
+fake = "printf '#!/bin/sh\\necho \"all passed\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3 && python3 -c 'raise SystemExit(3)' >/dev/null; echo $?"
 done = subprocess.run(req["environment"]["exec"] + [fake], capture_output=True, text=True)
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": done.stdout.strip()}}), flush=True)
 "#;
@@ -564,7 +564,7 @@ import json, subprocess, sys
 req = json.loads(sys.stdin.readline())
 cmd = "mkdir -p /aaa && for i in 0 1 2 3 4 5 6 7 8 9; do touch /aaa/dummy$i; done; " \
       "mkdir -p /root/.local/lib/python3.11/site-packages && echo 'import os' > /root/.local/lib/python3.11/site-packages/zz.pth; " \
-      "printf '#!/bin/sh\\nread n\\necho \"all passed $n\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
+      "printf '#!/bin/sh\\necho \"all passed\"\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3"
 subprocess.run(req["environment"]["exec"] + [cmd], capture_output=True, text=True)
 print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "done"}}), flush=True)
 "#;
