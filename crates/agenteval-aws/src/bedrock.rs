@@ -225,11 +225,14 @@ impl BedrockHost {
 
 /// The body Bedrock takes for an Anthropic model: the Messages request without `model` and
 /// `stream` (the path and the operation say them), with Bedrock's `anthropic_version` and the
-/// beta flags (which Bedrock reads from the body, not a header).
+/// beta flags (which Bedrock reads from the body, not a header). The flags are always the
+/// gateway's filtered ones: an `anthropic_beta` the agent put in the body is replaced (or
+/// removed), never passed on, as a flag in its header that the run does not allow is dropped.
 fn bedrock_body(request: &[u8], betas: &[String]) -> Vec<u8> {
     let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(request) else { return request.to_vec() };
     body.remove("model");
     body.remove("stream");
+    body.remove("anthropic_beta");
     body.entry("anthropic_version").or_insert_with(|| Value::String(BEDROCK_ANTHROPIC_VERSION.into()));
     if !betas.is_empty() {
         body.insert("anthropic_beta".into(), json!(betas));
@@ -305,6 +308,13 @@ mod tests {
         );
         // Not JSON: sent as it is, for Bedrock to refuse.
         assert_eq!(bedrock_body(b"nope", &[]), b"nope");
+        // The agent's own flags in the body never reach Bedrock: only the filtered ones do.
+        let smuggled = br#"{"max_tokens":5,"messages":[],"anthropic_beta":["computer-use-2025-01-24"]}"#;
+        let body: Value = serde_json::from_slice(&bedrock_body(smuggled, &[])).unwrap();
+        assert!(body.get("anthropic_beta").is_none(), "{body}");
+        let body: Value =
+            serde_json::from_slice(&bedrock_body(smuggled, &["fine-grained-tool-streaming".into()])).unwrap();
+        assert_eq!(body["anthropic_beta"], json!(["fine-grained-tool-streaming"]), "{body}");
     }
 
     /// A host signing with the stand-in's key for `region`, at the stand-in.

@@ -43,6 +43,14 @@ pub(crate) fn refusal(wire: Wire, body: &Value, allow: &UpstreamAllow, models: &
             return Some(format!("`{key}` must be true or false, not {v}"));
         }
     }
+    // Each choice is an answer the provider bills: a count the gateway cannot read is not sent.
+    for key in CHOICE_FIELDS {
+        if let Some(v) = body.get(*key).filter(|v| !v.is_null())
+            && v.as_u64().is_none_or(|n| n == 0 || n > MAX_CHOICES)
+        {
+            return Some(format!("`{key}` must be a whole number from 1 to {MAX_CHOICES}, not {v}"));
+        }
+    }
     let yes = |key: &str| body.get(key).and_then(Value::as_bool) == Some(true);
     if !allow.stored_responses {
         let stored = if yes("store") {
@@ -113,6 +121,19 @@ pub(crate) fn betas(header: &str, allow: &UpstreamAllow) -> Option<String> {
         })
         .collect();
     (!kept.is_empty()).then(|| kept.join(","))
+}
+
+/// The fields that ask the provider for more than one answer to a call, each billed (OpenAI's
+/// `n`, and `best_of` of its older wire, which bills every candidate).
+const CHOICE_FIELDS: &[&str] = &["n", "best_of"];
+
+/// The most answers a call may ask for (OpenAI's own limit on `n`).
+const MAX_CHOICES: u64 = 128;
+
+/// How many answers a call asks the provider to write (and bill): its `n` or `best_of`, the
+/// larger, else one. [`refusal`] has refused a count that is not a whole number in range.
+pub(crate) fn choices(body: &Value) -> u64 {
+    CHOICE_FIELDS.iter().filter_map(|f| body.get(*f).and_then(Value::as_u64)).max().unwrap_or(1).clamp(1, MAX_CHOICES)
 }
 
 /// The answer length a call asks for, in its wire's field, if it names one.
@@ -225,6 +246,19 @@ mod tests {
         assert_eq!(betas("files-api-2025-04-14", &none), None);
         let some = UpstreamAllow { anthropic_betas: vec!["files-api-".into()], ..UpstreamAllow::default() };
         assert_eq!(betas("files-api-2025-04-14", &some).as_deref(), Some("files-api-2025-04-14"));
+    }
+
+    #[test]
+    fn every_choice_a_call_asks_is_counted_and_a_count_that_cannot_be_read_is_refused() {
+        assert_eq!(choices(&json!({"n": 50})), 50);
+        assert_eq!(choices(&json!({"n": 2, "best_of": 5})), 5);
+        assert_eq!(choices(&json!({"messages": []})), 1);
+        let allow = UpstreamAllow::default();
+        for bad in [json!({"n": 0}), json!({"n": 1.5}), json!({"n": "50"}), json!({"best_of": 10_000})] {
+            let why = refusal(Wire::Chat, &bad, &allow, &[]).unwrap_or_default();
+            assert!(why.contains("whole number from 1 to 128"), "{bad}: {why}");
+        }
+        assert_eq!(refusal(Wire::Chat, &json!({"n": 3}), &allow, &[]), None);
     }
 
     #[test]

@@ -147,6 +147,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
     let price = inner.config.price(wire, &asked.model, session.models.first().map(String::as_str));
     let input = crate::policy::input_estimate(body.len());
     let requested = crate::policy::requested_output(wire, &request);
+    let choices = crate::policy::choices(&request);
     let (n, plan, hold) = {
         let mut s = session.state.lock().expect("not poisoned");
         if s.closed {
@@ -156,7 +157,8 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         let n = s.arrived;
         s.arrived += 1;
         s.in_flight += 1;
-        let arrival = Arrival { wire, asked: &asked, policy, price, input, requested, fingerprint: &fingerprint };
+        let arrival =
+            Arrival { wire, asked: &asked, policy, price, input, requested, choices, fingerprint: &fingerprint };
         let (plan, hold) = plan_of(&session, &mut s, n, &arrival, &request);
         (n, plan, hold)
     };
@@ -198,6 +200,8 @@ struct Arrival<'a> {
     input: u64,
     /// The answer's length it asks, if it names one.
     requested: Option<u64>,
+    /// How many answers it asks for (each billed at that length).
+    choices: u64,
     fingerprint: &'a str,
 }
 
@@ -249,7 +253,7 @@ fn plan_of(
     };
     let mut hold = None;
     if matches!(plan, Plan::Forward) {
-        match room(session, s, a.requested, a.price) {
+        match room(session, s, a.requested, a.choices, a.price) {
             Ok(Room { held, clamp }) => {
                 let output = held.unwrap_or(0);
                 let priced = |input_tokens| {
@@ -304,13 +308,17 @@ struct Room {
     clamp: Option<u64>,
 }
 
-/// The [`Room`] of a call asking `requested` tokens now; `Err` when nothing is left.
+/// The [`Room`] of a call asking `choices` answers of `requested` tokens each now; `Err` when
+/// nothing is left. Every choice is billed, so the hold is all of them and each is held to its
+/// share of what is left.
 fn room(
     session: &Session,
     s: &crate::door::State,
     requested: Option<u64>,
+    choices: u64,
     price: Option<agenteval_llm::Price>,
 ) -> Result<Room, Refusal> {
+    let choices = choices.max(1);
     let mut left: Option<u64> = None;
     if let Some(max) = session.max_tokens {
         left = Some(max.saturating_sub(s.tokens.saturating_add(s.held_tokens)));
@@ -332,7 +340,8 @@ fn room(
         }
         left = Some(left.map_or(out, |l| l.min(out)));
     }
-    let Some(left) = left else { return Ok(Room { held: requested, clamp: None }) };
+    let Some(left) = left else { return Ok(Room { held: requested.map(|r| r.saturating_mul(choices)), clamp: None }) };
+    let left = left / choices;
     if left == 0 {
         return Err(Refusal::Tokens {
             reason: format!(
@@ -341,12 +350,12 @@ fn room(
             ),
         });
     }
-    let held = requested.unwrap_or(UNNAMED_HOLD).min(left);
+    let each = requested.unwrap_or(UNNAMED_HOLD).min(left);
     let clamp = match requested {
-        Some(_) => Some(held),
+        Some(_) => Some(each),
         None => (left < UNNAMED_HOLD).then_some(left),
     };
-    Ok(Room { held: Some(held), clamp })
+    Ok(Room { held: Some(each.saturating_mul(choices)), clamp })
 }
 
 /// A call in progress: what its record needs once it ends.
@@ -544,7 +553,8 @@ async fn forward(
         let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
             .iter()
             .find_map(|k| body.get(*k).and_then(Value::as_u64));
-        let tokens = sent.len() as u64 / 4 + record.cap.or(asked_most).unwrap_or(0);
+        let each = record.cap.or(asked_most).unwrap_or(0);
+        let tokens = sent.len() as u64 / 4 + each.saturating_mul(crate::policy::choices(&body));
         record.queued += rate.wait_turn(&record.asked.model, tokens).await;
     }
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
