@@ -297,15 +297,15 @@ pub fn read_task(dir: &Path) -> Result<TaskSpec> {
 }
 
 /// A task folder as a task; one whose files cannot be read as a task (no `instruction.md`, a
-/// `task.toml` that is not TOML, no verifier) is that task's failure (`infra`, with why), never
-/// the dataset's. A folder whose name is no task id, or whose files link out of it, is refused.
+/// `task.toml` that is not TOML, no verifier, a file that links out of the folder, which is
+/// never read) is that task's failure (`infra`, with why), never the dataset's: the rest of it
+/// runs. A folder whose name is no task id is refused.
 fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
     let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let id: TaskId = name.parse().map_err(|_| {
         Error::invalid(format!("Harbor task folder `{name}`: a task id is letters, digits, `-`, `_` and `.`"))
     })?;
-    links_out(dir, &id)?;
-    match read_folder(dir, &id, rules) {
+    match links_out(dir, &id).and_then(|()| read_folder(dir, &id, rules)) {
         Ok(t) => Ok(t),
         Err(e)
             if matches!(
