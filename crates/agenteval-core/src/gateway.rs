@@ -69,26 +69,54 @@ pub trait RateLedger: Send + Sync {
     async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64>;
 }
 
+/// The longest a call waits for its turn under the run's rate limits: past it the call is
+/// refused (`Refusal::RateLimited`) and what it booked is given back.
+pub const MAX_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A call's place under the run's rate limits: what it booked, to be corrected by what the
+/// provider said it used ([`RateGovernor::settle`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Booked {
+    /// The tokens booked, in each tokens-per-minute limit that applies.
+    pub tokens: u64,
+    /// How long the call waited for its turn.
+    pub waited: std::time::Duration,
+}
+
 impl RateGovernor {
+    /// The limits that apply to `model`, each with the ledger's key prefix.
+    fn applying<'a>(&'a self, model: &'a str) -> impl Iterator<Item = (String, &'a crate::config::RateLimit)> + 'a {
+        self.limits
+            .iter()
+            .enumerate()
+            .filter(move |(_, l)| l.model.as_deref().is_none_or(|m| m == model))
+            .map(|(i, l)| (l.model.clone().unwrap_or_else(|| format!("*{i}")), l))
+    }
+
     /// Waits until a call to `model` of about `tokens` may go, booking it in every limit that
-    /// applies; returns how long it waited. A ledger that cannot be reached lets the call go: the
-    /// provider's own limit (and the gateway's retries) still hold.
-    pub async fn wait_turn(&self, model: &str, tokens: u64) -> std::time::Duration {
+    /// applies. A call books at most a minute of any limit (a provider refuses a call larger than
+    /// its limit a minute anyway): one call asking for a trillion tokens cannot hold the run's
+    /// limit for a year. A call whose turn is more than [`MAX_TURN_WAIT`] away is not made to
+    /// wait: what it booked is given back and `Err` says how long it would have waited. A ledger
+    /// that cannot be reached lets the call go: the provider's own limit (and the gateway's
+    /// retries) still hold.
+    pub async fn wait_turn(&self, model: &str, tokens: u64) -> std::result::Result<Booked, std::time::Duration> {
         // In microseconds: a limit of more than 60,000 a minute is still its own, not a
         // millisecond's.
         let mut until = 0i64;
         let now = || chrono::Utc::now().timestamp_micros();
-        for (i, l) in self.limits.iter().enumerate() {
-            if l.model.as_deref().is_some_and(|m| m != model) {
-                continue;
-            }
-            let scope = l.model.clone().unwrap_or_else(|| format!("*{i}"));
+        let mut booked: Vec<(String, i64)> = Vec::new();
+        let mut tokens_booked = 0u64;
+        for (scope, l) in self.applying(model) {
             // One unit's share of a minute, and a second's worth that may go at once.
             let books = [
                 l.requests_per_minute.map(|rpm| ("requests", 1u64, rpm)),
-                l.tokens_per_minute.map(|tpm| ("tokens", tokens.max(1), tpm)),
+                l.tokens_per_minute.map(|tpm| ("tokens", tokens.clamp(1, tpm.max(1)), tpm)),
             ];
             for (what, units, per_minute) in books.into_iter().flatten() {
+                if what == "tokens" {
+                    tokens_booked = tokens_booked.max(units);
+                }
                 let unit_us = 60_000_000.0 / per_minute as f64;
                 let cost = (units as f64 * unit_us).ceil() as i64;
                 // A call goes when its booked start is due. A quarter of a second's share may
@@ -96,18 +124,45 @@ impl RateGovernor {
                 // reach it bunched (a worker held up, a network hiccup), so that none is a 429.
                 let burst = ((per_minute as f64 / 240.0).floor() - 1.0).max(0.0) * unit_us;
                 let at = now();
-                if let Ok(tat) = self.ledger.book(&format!("{scope}:{what}:us"), at, cost).await {
+                let key = format!("{scope}:{what}:us");
+                if let Ok(tat) = self.ledger.book(&key, at, cost).await {
                     until = until.max(tat - cost - burst.ceil() as i64);
+                    booked.push((key, cost));
                 }
             }
         }
         let wait = until - now();
         if wait <= 0 {
-            return std::time::Duration::ZERO;
+            return Ok(Booked { tokens: tokens_booked, waited: std::time::Duration::ZERO });
         }
         let wait = std::time::Duration::from_micros(wait as u64);
+        if wait > MAX_TURN_WAIT {
+            // Given back: the calls behind it keep their turns.
+            for (key, cost) in booked {
+                let _ = self.ledger.book(&key, now(), -cost).await;
+            }
+            return Err(wait);
+        }
         tokio::time::sleep(wait).await;
-        wait
+        Ok(Booked { tokens: tokens_booked, waited: wait })
+    }
+
+    /// Corrects a call's booking by what the provider said it used: the tokens it did not use
+    /// are given back (calls behind it go sooner), those past its booking are booked.
+    pub async fn settle(&self, model: &str, booked: &Booked, used: u64) {
+        if booked.tokens == used {
+            return;
+        }
+        for (scope, l) in self.applying(model) {
+            let Some(tpm) = l.tokens_per_minute else { continue };
+            let unit_us = 60_000_000.0 / tpm as f64;
+            let used = used.min(tpm.max(1));
+            let delta = ((used as f64 - booked.tokens as f64) * unit_us).round() as i64;
+            if delta != 0 {
+                let key = format!("{scope}:tokens:us");
+                let _ = self.ledger.book(&key, chrono::Utc::now().timestamp_micros(), delta).await;
+            }
+        }
     }
 }
 
@@ -226,6 +281,9 @@ pub enum Refusal {
     /// The call asks what the run does not allow: another model, a tool or store the provider
     /// runs itself (`agent.upstream.models`, `agent.upstream.allow`).
     Policy { reason: String },
+    /// The run's rate limits have no turn for the call within a minute: the agent hears a 429
+    /// (with when to try again), as it would from the provider, and may retry.
+    RateLimited { reason: String },
 }
 
 impl Refusal {
@@ -237,7 +295,8 @@ impl Refusal {
             | Refusal::Upstream { reason }
             | Refusal::Unavailable { reason }
             | Refusal::RunBudget { reason }
-            | Refusal::Policy { reason } => reason,
+            | Refusal::Policy { reason }
+            | Refusal::RateLimited { reason } => reason,
         }
     }
 }
@@ -439,12 +498,39 @@ mod tests {
         assert!(waits[3] >= waits[2] + std::time::Duration::from_millis(50), "{waits:?}");
     }
 
+    /// One call asking for far more than a limit allows books at most a minute of it, and is
+    /// corrected by what it used; a call whose turn is more than a minute away is refused and
+    /// gives back what it booked.
+    #[tokio::test]
+    async fn a_huge_ask_books_a_minute_at_most_and_is_corrected_by_its_usage() {
+        let limit =
+            crate::config::RateLimit { model: None, requests_per_minute: None, tokens_per_minute: Some(6_000_000) };
+        let ledger = std::sync::Arc::new(Memory::default());
+        let governor = RateGovernor { limits: vec![limit], ledger: ledger.clone() };
+        let booked_until = || ledger.0.lock().unwrap().get("*0:tokens:us").copied().unwrap_or(0);
+        let start = chrono::Utc::now().timestamp_micros();
+        let huge = governor.wait_turn("m", 1_000_000_000_000).await.expect("the first call goes at once");
+        assert_eq!(huge.tokens, 6_000_000, "a minute of the limit, not a year");
+        assert!(booked_until() - start <= 61_000_000, "booked until {} s on", (booked_until() - start) / 1_000_000);
+        // Its answer used 600 tokens: the rest is given back, so the next call goes at once.
+        governor.settle("m", &huge, 600).await;
+        assert!(booked_until() - start < 1_000_000, "corrected by its usage");
+        let next = governor.wait_turn("m", 100).await.expect("a turn");
+        assert!(next.waited < std::time::Duration::from_secs(1), "{next:?}");
+        // Two minutes booked ahead: the next call is refused, and what it booked is given back.
+        let ahead = ledger.book("*0:tokens:us", chrono::Utc::now().timestamp_micros(), 120_000_000).await.unwrap();
+        let refused = governor.wait_turn("m", 100).await;
+        assert!(refused.is_err_and(|w| w > MAX_TURN_WAIT), "refused, not made to wait two minutes");
+        assert_eq!(booked_until(), ahead, "what it booked is given back");
+    }
+
     /// `n` calls booked one after the other, each waiting its turn at once.
     async fn booked_together(g: &RateGovernor, n: usize) -> Vec<std::time::Duration> {
         let mut handles = Vec::new();
         for _ in 0..n {
             let g = g.clone();
-            handles.push(tokio::spawn(async move { g.wait_turn("m", 1).await }));
+            handles
+                .push(tokio::spawn(async move { g.wait_turn("m", 1).await.expect("a turn within a minute").waited }));
             tokio::task::yield_now().await;
         }
         let mut out = Vec::new();

@@ -45,8 +45,7 @@ pub(crate) struct Hold {
     pub output: u64,
     /// What it could cost: its prompt as guessed and its answer at its most.
     pub cost: Option<f64>,
-    /// What it holds of a cost limit: its answer at its most (a prompt is sent whole or not at
-    /// all, so it is not held).
+    /// What it holds of a cost limit: its prompt as guessed and its answer at its most.
     pub held_cost: f64,
 }
 
@@ -60,8 +59,8 @@ pub(crate) struct State {
     /// Tokens and dollars spent so far (calls that ended).
     pub tokens: u64,
     pub cost: f64,
-    /// What calls in flight hold of the budget (see [`Hold`]): their answers' most, in tokens
-    /// and in dollars.
+    /// What calls in flight hold of the budget (see [`Hold`]): their prompts and their answers'
+    /// most, in tokens and in dollars.
     pub held_tokens: u64,
     pub held_cost: f64,
     pub holds: std::collections::HashMap<u32, Hold>,
@@ -86,7 +85,7 @@ impl Session {
             return;
         }
         if let Some(h) = s.holds.remove(&n) {
-            s.held_tokens = s.held_tokens.saturating_sub(h.output);
+            s.held_tokens = s.held_tokens.saturating_sub(h.tokens());
             s.held_cost = (s.held_cost - h.held_cost).max(0.0);
         }
         s.tokens = s.tokens.saturating_add(call.input_tokens.saturating_add(call.output_tokens));

@@ -533,12 +533,16 @@ mod tests {
     async fn a_spent_budget_refuses_the_next_call_and_a_closed_door_its_token() {
         let mock = MockLlm::start(Duration::ZERO);
         let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
-        let mut door = gw.open_door(DoorSpec { max_tokens: Some(15), ..spec("t1") });
+        // Room for the first call's prompt (as guessed: a token for each three bytes) and a few
+        // tokens of answer; none for a second prompt once the first is spent.
+        let guess = |v: &Value| (serde_json::to_vec(v).unwrap().len() as u64).div_ceil(3);
+        let max = guess(&chat("one", false)) + 13;
+        let mut door = gw.open_door(DoorSpec { max_tokens: Some(max), ..spec("t1") });
         assert_eq!(post(&door, "chat/completions", chat("one", false)).await.0, 200);
         let _ = door.next_call().await;
         let (status, body) = post(&door, "chat/completions", chat("two", false)).await;
         assert_eq!(status, 429, "{body}");
-        assert!(body.contains("max_tokens 15"), "{body}");
+        assert!(body.contains(&format!("max_tokens {max}")), "{body}");
         let refused = door.next_call().await;
         assert!(matches!(refused.refused, Some(Refusal::Tokens { .. })), "{refused:?}");
         // A cost limit without a price refuses at once: the limit could not be kept.
@@ -617,7 +621,7 @@ mod tests {
         let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
         let token = door.token().expose().to_string();
         let calls: Vec<_> = (0..20)
-            .map(|i| tokio::spawn(post_as(url.clone(), token.clone(), asking(&format!("call {i}"), 1000))))
+            .map(|i| tokio::spawn(post_as(url.clone(), token.clone(), asking(&format!("call {i:02}"), 1000))))
             .collect();
         let mut refused = 0;
         for c in calls {
@@ -627,8 +631,78 @@ mod tests {
         }
         let mut asked: Vec<u64> = mock.received().iter().map(|r| r.body["max_tokens"].as_u64().unwrap()).collect();
         asked.sort_unstable();
-        assert_eq!(asked, vec![500, 1000], "two forwarded, the second held to what the first left");
+        // Each prompt is held too (a token for each three bytes): the second answer gets what the
+        // first call and its own prompt left.
+        let prompt = (serde_json::to_vec(&asking("call 00", 1000)).unwrap().len() as u64).div_ceil(3);
+        assert_eq!(
+            asked,
+            vec![1500 - 2 * prompt - 1000, 1000],
+            "two forwarded, the second held to what the first left"
+        );
         assert_eq!(refused, 18);
+    }
+
+    /// `n` answers are `n` bills: a call asking 50 choices of 1,500 tokens holds all of them, is
+    /// held to its share of what is left, and one cut off when the door closes counts at them all.
+    #[tokio::test]
+    async fn every_choice_is_held_and_a_call_cut_off_counts_them_all() {
+        let mock = MockLlm::start(Duration::from_secs(2));
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let mut door = gw.open_door(DoorSpec { max_tokens: Some(1_000_000), ..spec("t1") });
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let mut many = asking("fifty", 1500);
+        many["n"] = json!(50);
+        let late = tokio::spawn(post_as(url.clone(), door.token().expose().to_string(), many));
+        while door.in_flight() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        door.close();
+        let c = door.next_call().await;
+        assert!(c.at_cap && c.output_tokens == 50 * 1500, "every choice counted: {c:?}");
+        let _ = late.await;
+        // Under a tight limit each choice gets its share.
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let door = gw.open_door(DoorSpec { max_tokens: Some(10_000), ..spec("t2") });
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let mut many = asking("ten", 1500);
+        many["n"] = json!(10);
+        let prompt = (serde_json::to_vec(&many).unwrap().len() as u64).div_ceil(3);
+        assert_eq!(post_as(url.clone(), door.token().expose().to_string(), many).await.0, 200);
+        let sent = mock.received()[0].body.clone();
+        assert_eq!(sent["max_tokens"], (10_000 - prompt) / 10, "{sent}");
+        let mut bad = asking("bad", 10);
+        bad["n"] = json!("50");
+        let (status, body) = post_as(url, door.token().expose().to_string(), bad).await;
+        assert_eq!(status, 400, "a count the gateway cannot read is not sent: {body}");
+    }
+
+    /// A prompt is billed whatever the answer: under a cost limit one that costs more than is
+    /// left is refused before it is sent, and calls in flight hold their prompts.
+    #[tokio::test]
+    async fn prompts_are_held_and_one_past_the_budget_is_never_sent() {
+        let mock = MockLlm::start(Duration::from_millis(500));
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        // $1 a million prompt tokens: a 3 MB prompt is about $1.
+        let door = gw.open_door(DoorSpec { max_cost_usd: Some(0.05), ..spec("t1") });
+        let url = format!("{}/chat/completions", door.base_urls(Reach::Host).unwrap().0);
+        let big = asking(&"x".repeat(3 << 20), 10);
+        let (status, body) = post_as(url.clone(), door.token().expose().to_string(), big).await;
+        assert_eq!(status, 429, "{body}");
+        assert!(body.contains("prompt"), "{body}");
+        assert!(mock.received().is_empty(), "never sent");
+        // Ten calls of about $0.02 of prompt each: two fit, the rest are refused while they run.
+        let each = asking(&"y".repeat(60_000), 10);
+        let calls: Vec<_> = (0..10)
+            .map(|_| tokio::spawn(post_as(url.clone(), door.token().expose().to_string(), each.clone())))
+            .collect();
+        let mut ok = 0;
+        for c in calls {
+            if c.await.unwrap().0 == 200 {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, 2, "the prompts in flight are held");
     }
 
     #[tokio::test]
@@ -745,6 +819,11 @@ mod tests {
         assert_eq!(post(&tight, "chat/completions", chat("tight", false)).await.0, 200);
         let sent: Vec<Value> = mock.received().into_iter().map(|r| r.body).collect();
         assert!(sent[0].get("max_tokens").is_none(), "a length the model may not allow is never written: {}", sent[0]);
-        assert_eq!(sent[1]["max_tokens"], 1000, "near the limit the call is held to what is left");
+        let prompt = (serde_json::to_vec(&chat("tight", false)).unwrap().len() as u64).div_ceil(3);
+        assert_eq!(
+            sent[1]["max_tokens"],
+            1000 - prompt,
+            "near the limit the call is held to what is left after its prompt"
+        );
     }
 }

@@ -162,7 +162,9 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         let (plan, hold) = plan_of(&session, &mut s, n, &arrival, &request);
         (n, plan, hold)
     };
-    let limited = session.max_tokens.is_some() || session.max_cost_usd.is_some();
+    // Under any budget (the task's or the run's) an answer whose usage cannot be read counts at
+    // what it could cost, never at nothing.
+    let limited = session.max_tokens.is_some() || session.max_cost_usd.is_some() || session.run_budget.is_some();
     let (hold, cap) = match hold {
         Some((h, cap)) => (Some(h), cap),
         None => (None, None),
@@ -181,6 +183,7 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         waited: Duration::ZERO,
         retries: 0,
         queued: Duration::ZERO,
+        booked: None,
     };
     match plan {
         Plan::Refuse(why) => record.refuse(why),
@@ -253,7 +256,7 @@ fn plan_of(
     };
     let mut hold = None;
     if matches!(plan, Plan::Forward) {
-        match room(session, s, a.requested, a.choices, a.price) {
+        match room(session, s, a.requested, a.choices, a.input, a.price) {
             Ok(Room { held, clamp }) => {
                 let output = held.unwrap_or(0);
                 let priced = |input_tokens| {
@@ -276,9 +279,10 @@ fn plan_of(
                     input: a.input,
                     output,
                     cost: priced(a.input),
-                    held_cost: priced(0).unwrap_or(0.0),
+                    // The prompt is billed as soon as the provider reads it: held with the answer.
+                    held_cost: priced(a.input).unwrap_or(0.0),
                 };
-                s.held_tokens = s.held_tokens.saturating_add(h.output);
+                s.held_tokens = s.held_tokens.saturating_add(h.tokens());
                 s.held_cost += h.held_cost;
                 s.holds.insert(n, h.clone());
                 hold = Some((h, clamp));
@@ -293,10 +297,14 @@ fn plan_of(
 /// that calls without one can run side by side under a limit.
 const UNNAMED_HOLD: u64 = 65_536;
 
+/// The most of an answer booked under the run's rate limits, whatever the call asks: past what
+/// any model writes at once (its usage then corrects the booking).
+const MAX_BOOKED_OUTPUT: u64 = 128_000;
+
 /// What a forwarded call's answer holds of the budget, and the length the forwarded call is held
 /// to, so that with every call in flight at its most the task's limits hold: the tokens left after
-/// what is spent and held (a prompt is not held: it is sent whole or not at all), and the dollars
-/// left likewise at the model's output price.
+/// what is spent and held (prompts included, each call's own as guessed), and the dollars left
+/// likewise at the model's output price.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Room {
     /// Output tokens held: the length asked, else [`UNNAMED_HOLD`], never more than is left.
@@ -308,23 +316,26 @@ struct Room {
     clamp: Option<u64>,
 }
 
-/// The [`Room`] of a call asking `choices` answers of `requested` tokens each now; `Err` when
-/// nothing is left. Every choice is billed, so the hold is all of them and each is held to its
-/// share of what is left.
+/// The [`Room`] of a call asking `choices` answers of `requested` tokens each now, with a
+/// prompt of `input` tokens (as guessed); `Err` when nothing is left. Every choice is billed, so
+/// the hold is all of them and each is held to its share of what is left; the prompt is billed
+/// whatever the answer, so it is held too, and a prompt past what is left is refused.
 fn room(
     session: &Session,
     s: &crate::door::State,
     requested: Option<u64>,
     choices: u64,
+    input: u64,
     price: Option<agenteval_llm::Price>,
 ) -> Result<Room, Refusal> {
     let choices = choices.max(1);
     let mut left: Option<u64> = None;
     if let Some(max) = session.max_tokens {
-        left = Some(max.saturating_sub(s.tokens.saturating_add(s.held_tokens)));
+        left = Some(max.saturating_sub(s.tokens.saturating_add(s.held_tokens).saturating_add(input)));
     }
     if let (Some(max), Some(p)) = (session.max_cost_usd, price) {
-        let dollars = max - s.cost - s.held_cost;
+        let prompt = input as f64 * p.input_per_mtok / 1e6;
+        let dollars = max - s.cost - s.held_cost - prompt;
         let out = if p.output_per_mtok > 0.0 {
             (dollars / (p.output_per_mtok / 1e6)).floor().max(0.0) as u64
         } else {
@@ -333,19 +344,26 @@ fn room(
         if dollars <= 0.0 || out == 0 {
             return Err(Refusal::Cost {
                 reason: format!(
-                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, max_cost_usd ${max:.6}",
+                    "the task's budget is spent: ${:.6} used, ${:.6} held by calls in flight, this call's prompt \
+                     ${prompt:.6} (about {input} tokens), max_cost_usd ${max:.6}",
                     s.cost, s.held_cost
                 ),
             });
         }
         left = Some(left.map_or(out, |l| l.min(out)));
     }
-    let Some(left) = left else { return Ok(Room { held: requested.map(|r| r.saturating_mul(choices)), clamp: None }) };
+    let Some(left) = left else {
+        // No limit of the task's: under the run's budget an answer that names no length is held
+        // at [`UNNAMED_HOLD`] all the same, so that one whose usage cannot be read counts at it.
+        let unnamed = session.run_budget.as_ref().map(|_| UNNAMED_HOLD);
+        return Ok(Room { held: requested.or(unnamed).map(|r| r.saturating_mul(choices)), clamp: None });
+    };
     let left = left / choices;
     if left == 0 {
         return Err(Refusal::Tokens {
             reason: format!(
-                "the task's tokens are spent: no room is left for an answer under max_tokens {}",
+                "the task's tokens are spent: no room is left for an answer (after this call's prompt of about \
+                 {input} tokens) under max_tokens {}",
                 session.max_tokens.unwrap_or(0)
             ),
         });
@@ -379,6 +397,8 @@ struct Record {
     /// How long the call waited its turn under the run's rate limits (not part of `waited`'s
     /// bound on retries).
     queued: Duration,
+    /// What it booked of the run's rate limits, corrected by its usage when it ends.
+    booked: Option<agenteval_core::gateway::Booked>,
 }
 
 impl Record {
@@ -439,8 +459,21 @@ impl Record {
         }
     }
 
+    /// Corrects the call's booking under the run's rate limits by what it used (in the
+    /// background: the answer is not held up for it).
+    fn settle(&self, call: &ModelCall) {
+        let (Some(rate), Some(booked)) = (self.session.rate.clone(), self.booked.clone()) else { return };
+        let used = call.input_tokens.saturating_add(call.output_tokens);
+        let model = self.asked.model.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { rate.settle(&model, &booked, used).await });
+        }
+    }
+
     fn refuse(self, why: Refusal) -> Response<Body> {
         let (status, kind) = match (&why, self.wire.is_anthropic()) {
+            (Refusal::RateLimited { .. }, false) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded"),
+            (Refusal::RateLimited { .. }, true) => (StatusCode::TOO_MANY_REQUESTS, "rate_limit_error"),
             (Refusal::Tokens { .. } | Refusal::Cost { .. } | Refusal::RunBudget { .. }, false) => {
                 (StatusCode::TOO_MANY_REQUESTS, "insufficient_quota")
             }
@@ -553,9 +586,23 @@ async fn forward(
         let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
             .iter()
             .find_map(|k| body.get(*k).and_then(Value::as_u64));
-        let each = record.cap.or(asked_most).unwrap_or(0);
+        // Booked at no more than any model writes at once: the answer's actual usage corrects it.
+        let each = record.cap.or(asked_most).unwrap_or(0).min(MAX_BOOKED_OUTPUT);
         let tokens = sent.len() as u64 / 4 + each.saturating_mul(crate::policy::choices(&body));
-        record.queued += rate.wait_turn(&record.asked.model, tokens).await;
+        match rate.wait_turn(&record.asked.model, tokens).await {
+            Ok(booked) => {
+                record.queued += booked.waited;
+                record.booked = Some(booked);
+            }
+            Err(wait) => {
+                return record.refuse(Refusal::RateLimited {
+                    reason: format!(
+                        "the run's rate limits (agent.upstream.rate_limits) have no turn for this call for {} s; try again later",
+                        wait.as_secs()
+                    ),
+                });
+            }
+        }
     }
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
     let (answered, record) = match sending.send(record).await {
@@ -926,6 +973,7 @@ impl Listening {
         let (heard, body) = listener.finish_with_body();
         let ttfb = ttfb.unwrap_or_else(|| record.started.elapsed().as_millis() as u64);
         let call = record.call(status, &heard, ttfb);
+        record.settle(&call);
         // A rate limit or an outage says nothing of the model: not recorded, so a replay
         // answers the call that then went through.
         if !record.session.record || agenteval_llm::is_retryable_status(status) {

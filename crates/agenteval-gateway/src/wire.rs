@@ -7,9 +7,11 @@ use serde_json::{Value, json};
 
 /// Most characters of a prompt or an answer kept in a call's record.
 pub const SHOWN_CHARS: usize = 4_000;
-/// Most bytes of a whole (not streamed) answer read for its usage; a longer answer is passed
-/// through and its usage is unknown.
+/// Most bytes of a whole (not streamed) answer parsed as JSON; a longer answer is passed through
+/// and its usage read from its last [`TAIL_BYTES`] (the providers write `usage` after the answer).
 const MAX_JSON_BYTES: usize = 32 << 20;
+/// What is kept of the end of an answer too long to parse whole, to read its usage from.
+const TAIL_BYTES: usize = 1 << 20;
 
 /// A wire, named by the path it is called at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,11 +152,13 @@ impl Listener {
 
     pub fn feed(&mut self, chunk: &[u8]) {
         if !self.stream {
-            if self.buf.len() + chunk.len() > MAX_JSON_BYTES {
+            if !self.too_big && self.buf.len() + chunk.len() > MAX_JSON_BYTES {
                 self.too_big = true;
-                self.buf = Vec::new();
-            } else if !self.too_big {
-                self.buf.extend_from_slice(chunk);
+            }
+            self.buf.extend_from_slice(chunk);
+            // Past the cap only the answer's end is kept, for its usage.
+            if self.too_big && self.buf.len() > 2 * TAIL_BYTES {
+                self.buf.drain(..self.buf.len() - TAIL_BYTES);
             }
             return;
         }
@@ -179,9 +183,10 @@ impl Listener {
         if self.stream {
             let rest = std::mem::take(&mut self.buf);
             self.line(&rest);
-        } else if !self.too_big
-            && let Ok(v) = serde_json::from_slice::<Value>(&self.buf)
-        {
+        } else if self.too_big {
+            // The usage is all that is read of an answer this long: what the provider bills.
+            self.heard.usage = usage_in_tail(&self.buf).and_then(|u| whole(self.wire, &u).usage);
+        } else if let Ok(v) = serde_json::from_slice::<Value>(&self.buf) {
             self.heard = whole(self.wire, &v);
             body = Some(v);
         }
@@ -269,6 +274,21 @@ impl Listener {
 }
 
 /// Reads a whole answer.
+/// `{"usage": …}` from the last top-level-looking `"usage":` object in the end of an answer too
+/// long to parse whole. A model's text cannot forge it: inside a JSON string a quote is escaped
+/// (`\"usage\"`), and the providers write their `usage` after the answer's text.
+fn usage_in_tail(tail: &[u8]) -> Option<Value> {
+    const KEY: &[u8] = b"\"usage\"";
+    let at = tail.windows(KEY.len()).rposition(|w| w == KEY)?;
+    let rest = &tail[at + KEY.len()..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    if rest[colon] != b':' {
+        return None;
+    }
+    let value = serde_json::Deserializer::from_slice(&rest[colon + 1..]).into_iter::<Value>().next()?.ok()?;
+    value.is_object().then(|| serde_json::json!({ "usage": value }))
+}
+
 pub fn whole(wire: Wire, v: &Value) -> Heard {
     let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
     match wire {
@@ -361,6 +381,32 @@ pub fn error_body(wire: Wire, kind: &str, message: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An answer past what is parsed whole still has its usage read (what the provider bills),
+    /// not a forged one inside its text.
+    #[test]
+    fn the_usage_of_an_answer_too_long_to_parse_whole_is_read_from_its_end() {
+        let filler = "x".repeat(MAX_JSON_BYTES + 1000);
+        let forged = r#"\"usage\": {\"prompt_tokens\": 1, \"completion_tokens\": 1}"#;
+        let body = format!(
+            r#"{{"id":"c1","choices":[{{"message":{{"role":"assistant","content":"{forged} {filler}"}},"finish_reason":"length"}}],"usage":{{"prompt_tokens":12,"completion_tokens":50025,"total_tokens":50037}},"system_fingerprint":"fp"}}"#
+        );
+        let mut l = Listener::new(Wire::Chat, false);
+        for piece in body.as_bytes().chunks(1 << 16) {
+            l.feed(piece);
+        }
+        let (heard, parsed) = l.finish_with_body();
+        assert!(parsed.is_none(), "too long to parse whole");
+        let u = heard.usage.expect("the usage is read");
+        assert_eq!((u.input_tokens, u.output_tokens), (12, 50025));
+        // Anthropic's answer, the same way.
+        let body = format!(
+            r#"{{"type":"message","content":[{{"type":"text","text":"{filler}"}}],"stop_reason":"max_tokens","usage":{{"input_tokens":7,"output_tokens":64000}}}}"#
+        );
+        let mut l = Listener::new(Wire::Messages, false);
+        l.feed(body.as_bytes());
+        assert_eq!(l.finish().usage.map(|u| u.output_tokens), Some(64000));
+    }
 
     fn streamed(wire: Wire, text: &str) -> Heard {
         let mut l = Listener::new(wire, true);

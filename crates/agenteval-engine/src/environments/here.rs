@@ -38,11 +38,14 @@ const MAX_LISTED: usize = 10_000;
 /// One file's identity as the task found it.
 type Stamp = (u64, i64, i64, u32, u32);
 
+/// A walk of the container: each file's stamp, and whether the walk stopped at [`MAX_FILES`].
+type Walk = (BTreeMap<PathBuf, Stamp>, bool);
+
 #[derive(Debug, Default)]
 struct State {
     /// The working folder, its starting copy and the root's files as the first task found them
     /// (and whether that walk stopped at its limit).
-    start: Option<(PathBuf, PathBuf, (BTreeMap<PathBuf, Stamp>, bool))>,
+    start: Option<(PathBuf, PathBuf, Walk)>,
     /// What a task changed outside what is reset, once found.
     tainted: Vec<String>,
     /// The task's variables (Harbor's `[environment] env`), for every command.
@@ -121,7 +124,7 @@ impl HereEnvironment {
 
     /// Every file below the root but the skipped places, with what identifies its content, and
     /// whether the walk stopped at [`MAX_FILES`] (then what it did not reach cannot be compared).
-    fn stamps(&self, workdir: &Path) -> (BTreeMap<PathBuf, Stamp>, bool) {
+    fn stamps(&self, workdir: &Path) -> Walk {
         let mut skip: Vec<PathBuf> = NOT_COMPARED.iter().chain(SCRATCH).map(|p| self.at(p)).collect();
         skip.push(workdir.to_path_buf());
         let mut out = BTreeMap::new();
@@ -160,7 +163,7 @@ impl HereEnvironment {
 /// order, at most [`MAX_LISTED`] by name and the rest counted; a walk that stopped at its limit
 /// says so, which counts as a change (a file past the limit cannot be compared, so it is never
 /// taken as unchanged).
-fn changed_between(start: &(BTreeMap<PathBuf, Stamp>, bool), walked: &(BTreeMap<PathBuf, Stamp>, bool)) -> Vec<String> {
+fn changed_between(start: &Walk, walked: &Walk) -> Vec<String> {
     let (before, now) = (&start.0, &walked.0);
     let mut changed: Vec<&PathBuf> = now.iter().filter(|(p, s)| before.get(*p) != Some(*s)).map(|(p, _)| p).collect();
     changed.extend(before.keys().filter(|p| !now.contains_key(*p)));

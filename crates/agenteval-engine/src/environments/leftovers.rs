@@ -330,9 +330,9 @@ mod tests {
     #[test]
     fn a_process_that_ran_while_held_is_seen_by_what_it_spent() {
         use std::process::Command;
-        let quiet = Command::new("sleep").arg("30").spawn().unwrap();
+        let mut quiet = Command::new("sleep").arg("30").spawn().unwrap();
         // Stops itself at once, then wakes (a child's SIGCONT after 0.3 s), spins, stops again.
-        let waker = Command::new("bash")
+        let mut waker = Command::new("bash")
             .args(["-c", "(sleep 0.3; kill -CONT $$) & kill -STOP $$; i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; kill -STOP $$"])
             .spawn()
             .unwrap();
@@ -349,8 +349,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(1500));
         let woke = run(format!("{SPENT}{WOKEN}"), &[("SPENT", spent)]);
         let woke: Vec<u32> = woke.lines().filter_map(|l| l.split_whitespace().next()?.parse().ok()).collect();
-        for p in [q, w] {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p as i32), nix::sys::signal::Signal::SIGKILL);
+        for child in [&mut quiet, &mut waker] {
+            let _ = child.kill();
+            let _ = child.wait();
         }
         assert_eq!(woke, vec![w], "only the process that woke itself is named");
     }

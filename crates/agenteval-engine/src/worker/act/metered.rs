@@ -115,7 +115,7 @@ impl Shared {
                 Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason })
             }
             // The agent met it as an error, as it would any provider's refusal.
-            Some(Refusal::Upstream { .. } | Refusal::Policy { .. }) | None => Ok(()),
+            Some(Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. }) | None => Ok(()),
         }
     }
 }
