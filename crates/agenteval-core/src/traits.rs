@@ -224,6 +224,16 @@ pub trait Environment: Send + Sync {
     fn leftovers_outlive_agent(&self, _env: &crate::environment::EnvHandle) -> bool {
         false
     }
+    /// Moves the processes `pids` (as the environment numbers them: the hold's stopped ones)
+    /// into a group the environment freezes as a whole (the cgroup freezer), which no signal
+    /// wakes; whether it did. The default, and an environment that cannot (no cgroup it may
+    /// write): `false`, and the hold is by signals alone.
+    async fn freeze(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) -> bool {
+        false
+    }
+    /// Lets the frozen group go (its processes stay stopped by the hold's signal until it lets
+    /// them go too). Nothing to do where [`Environment::freeze`] made none.
+    async fn thaw(&self, _env: &crate::environment::EnvHandle) {}
     /// The image's own processes: those the environment had when its baseline was first taken
     /// (before anything of the agent's ran; a task's steps share it), each by pid and start
     /// time, so that a pid used again later is not taken for one of them. Never agenteval's

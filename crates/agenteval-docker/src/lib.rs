@@ -7,6 +7,7 @@
 
 mod build;
 mod copy;
+mod freezer;
 mod network;
 mod seccomp;
 mod sidecars;
@@ -524,6 +525,8 @@ impl Environment for DockerEnvironment {
     }
 
     async fn teardown(&self, env: &EnvHandle) -> Result<()> {
+        // A frozen process cannot die: the group goes before its container.
+        self.thaw(env).await;
         self.baselines.lock().expect("not poisoned").remove(&env.id);
         self.processes.lock().expect("not poisoned").remove(&env.id);
         self.users.lock().expect("not poisoned").remove(&env.id);
@@ -593,6 +596,25 @@ impl Environment for DockerEnvironment {
 
     fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
         true
+    }
+
+    async fn freeze(&self, env: &EnvHandle, pids: &[u32]) -> bool {
+        let Some(main) = self.main_pid(env).await else { return false };
+        let pids = pids.to_vec();
+        match tokio::task::spawn_blocking(move || freezer::freeze(main, &pids)).await {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::debug!("the held processes are not frozen as a group: {e}");
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    async fn thaw(&self, env: &EnvHandle) {
+        if let Some(main) = self.main_pid(env).await {
+            let _ = tokio::task::spawn_blocking(move || freezer::thaw(main)).await;
+        }
     }
 
     fn processes_before_agent(&self, env: &EnvHandle) -> Vec<ProcessMark> {
@@ -720,6 +742,15 @@ impl Environment for DockerEnvironment {
                 .any(|l| l.strip_prefix("oom_kill ").and_then(|n| n.trim().parse::<u64>().ok()).is_some_and(|n| n > 0)),
             Err(_) => false,
         }
+    }
+}
+
+impl DockerEnvironment {
+    /// The host's pid of the container's first process, while it runs.
+    async fn main_pid(&self, env: &EnvHandle) -> Option<u32> {
+        let docker = self.docker().await.ok()?;
+        let info = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await.ok()?;
+        info.state?.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)
     }
 }
 

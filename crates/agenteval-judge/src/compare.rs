@@ -300,6 +300,8 @@ impl<'a> Folds<'a> {
 
 /// `run_metric`'s name for how many tasks the tamper audit flagged (the `max_tampered` gate).
 pub const TAMPERED_TASKS: &str = "tampered_tasks";
+/// `run_metric`'s name for how many tasks ended `infra` (the `max_infra` gate).
+pub const INFRA_TASKS: &str = "infra_tasks";
 
 /// A metric of one run alone (gates judged without a baseline), computed the way a comparison
 /// computes each side: repetitions folded per task, infrastructure failures left out.
@@ -309,6 +311,9 @@ pub fn run_metric(lines: &[ResultLine], metric: &str) -> Option<f64> {
     if metric == TAMPERED_TASKS {
         let flagged = (0..f.len()).filter(|&g| f.reps(g).any(|(_, l)| l.tampered > 0)).count();
         return Some(flagged as f64);
+    }
+    if metric == INFRA_TASKS {
+        return Some((0..f.len()).filter(|&g| f.infra(g)).count() as f64);
     }
     let values: Vec<f64> = (0..f.len()).filter(|&g| !f.infra(g)).map(|g| f.value(g, metric)).collect::<Option<_>>()?;
     if values.is_empty() {

@@ -9,6 +9,7 @@
 //! regressions: {max: 0}            # metrics worse beyond noise (whole interval on the bad side)
 //! max_changed_share: 0.1           # above it, no verdict: the runs asked different questions
 //! max_tampered: 0                  # tasks whose agent changed files their grading reads
+//! max_infra: 0                     # tasks that say nothing of the agent (infra), left out of the rest
 //! metrics:
 //!   pass_rate: {min: 0.6, max_drop: 0.05}
 //!   cost_per_task: {max_drop_pct: 20}
@@ -55,6 +56,8 @@ pub struct Gates {
     pub max_changed_share: f64,
     /// Most tasks of the candidate the tamper audit may flag (`max_tampered: 0`: none).
     pub max_tampered: Option<u64>,
+    /// Most tasks of the candidate that ended `infra` (left out of every other figure).
+    pub max_infra: Option<u64>,
     pub metrics: BTreeMap<String, MetricGate>,
 }
 
@@ -75,6 +78,7 @@ const TOP: &[&str] = &[
     "regressions",
     "max_changed_share",
     "max_tampered",
+    "max_infra",
     "metrics",
 ];
 
@@ -111,6 +115,7 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
         max_regressions: None,
         max_changed_share: DEFAULT_MAX_CHANGED_SHARE,
         max_tampered: None,
+        max_infra: None,
         metrics: BTreeMap::new(),
     };
     let Value::Object(top) = &doc.value else {
@@ -135,6 +140,10 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
             },
             "max_task_regressions" => match count(v) {
                 Ok(n) => gates.max_task_regressions = Some(n),
+                Err(m) => problem(at, m),
+            },
+            "max_infra" => match count(v) {
+                Ok(n) => gates.max_infra = Some(n),
                 Err(m) => problem(at, m),
             },
             "max_tampered" => match count(v) {
@@ -373,6 +382,19 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
         };
         push("max_tampered".into(), max as f64, Some(n as f64), n <= max, detail);
     }
+    // Infra tasks are left out of every other figure: an agent that turns its failures into
+    // infra would otherwise pass every gate on the tasks it did not break.
+    if let Some(max) = gates.max_infra {
+        let n = standalone(crate::compare::INFRA_TASKS).unwrap_or(0.0) as u64;
+        let detail = match n {
+            0 => "no task ended infra".to_string(),
+            n => format!(
+                "{} ended infra (left out of every other figure; `runs show RUN --tag infra`)",
+                crate::tasks(n as usize)
+            ),
+        };
+        push("max_infra".into(), max as f64, Some(n as f64), n <= max, detail);
+    }
     if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {
         let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();
         let n = worse.len() as u64;
@@ -511,6 +533,14 @@ mod tests {
         assert!(judge(&g, None, &clean, 10).passed);
         let tampered = |m: &str| if m == crate::compare::TAMPERED_TASKS { Some(1.0) } else { Some(0.7) };
         assert!(!judge(&g, None, &tampered, 10).passed, "one tampered task fails max_tampered: 0");
+        let g = load_gates_str("max_infra: 1\n", "g").unwrap();
+        let infra = |n: f64| move |m: &str| (m == crate::compare::INFRA_TASKS).then_some(n);
+        assert!(judge(&g, None, &infra(1.0), 10).passed);
+        let v = judge(&g, None, &infra(2.0), 10);
+        assert!(
+            !v.passed && v.gates.iter().any(|r| r.gate == "max_infra" && !r.passed),
+            "two infra tasks fail max_infra: 1"
+        );
         let said = load_gates_str("on_missing_baseline: fail\nmax_tampered: 0\n", "g").unwrap();
         assert_eq!(said.on_missing_baseline, OnMissingBaseline::Fail, "what the file says stands");
     }

@@ -192,9 +192,16 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         c.flaky_changes.iter().map(|t| task_line(&t.task_id, t.ended)),
     );
     list(&mut o, "improved (failed -> passed)", c.improvements.iter().map(|t| t.task_id.clone()));
+    // Per side: an agent that turns its failures into infra is seen here (and by `max_infra`).
+    let on = |side: fn(&crate::compare::InfraTask) -> bool| c.infra_failures.iter().filter(|t| side(t)).count();
+    let infra_title = format!(
+        "infrastructure failures, left out of the statistics (base {}, candidate {})",
+        on(|t| t.base),
+        on(|t| t.cand)
+    );
     list(
         &mut o,
-        "infrastructure failures (left out of the statistics)",
+        &infra_title,
         c.infra_failures.iter().map(|t| {
             format!(
                 "{} ({})",

@@ -552,6 +552,18 @@ async fn resume(
         return Ok(exit::OK);
     }
     let config = controller::resume_config(&located.config, sets).map_err(config_failure)?;
+    // Tasks given up on infrastructure run again: for the agent that is one more try, which a
+    // reader of the night's figures should know of.
+    let again = index
+        .list_tasks(&run_id)
+        .await
+        .map(|ts| ts.iter().filter(|t| t.state == agenteval_core::model::TaskState::Failed).count())
+        .unwrap_or(0);
+    if again > 0 && !quiet {
+        eprintln!(
+            "{again} task(s) given up on infrastructure run again: each is another attempt of the agent (the earlier one stays in the bundle)"
+        );
+    }
     let opts = controller_options(&config, wiring, json, quiet, telemetry).await?;
     let outcome = controller::resume(index, &run_id, force, sets, opts).await?;
     print_outcome(&outcome, &config, json, quiet)

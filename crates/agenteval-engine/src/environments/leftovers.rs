@@ -45,6 +45,9 @@ pub struct Held {
     pub running: Vec<(u32, String)>,
     /// What each stopped process had spent when it was stopped (`TICKS:SWITCHES`).
     pub spent: BTreeMap<u32, String>,
+    /// The stopped processes are frozen as one group too (the cgroup freezer, which no signal
+    /// undoes), not held by their stop signal alone.
+    pub group: bool,
 }
 
 impl Held {
@@ -232,9 +235,15 @@ pub async fn hold(s: &EnvSession) -> agenteval_core::Result<Option<Held>> {
     held.map(Some).map_err(|why| agenteval_core::Error::new(agenteval_core::ErrorKind::Io, why))
 }
 
-/// Forgets the environment's hold (its processes are let go, or it is torn down).
-pub fn forget(s: &EnvSession) {
-    HOLDS.lock().expect("not poisoned").remove(&s.handle.id);
+/// Forgets the environment's hold and thaws its frozen group (its processes are let go by
+/// [`RESUME`], or the environment is torn down).
+pub async fn forget(s: &EnvSession) {
+    let held = HOLDS.lock().expect("not poisoned").remove(&s.handle.id);
+    if let Some(Ok(h)) = held
+        && h.group
+    {
+        s.env.thaw(&s.handle).await;
+    }
 }
 
 async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
@@ -251,7 +260,12 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
             format!("the script that holds them did not finish ({said})"),
         ));
     }
-    Ok(parse(&out.stdout))
+    let mut held = parse(&out.stdout);
+    // Stopped, and where the environment can, frozen as one group: a process that sends itself
+    // SIGCONT (a timer) stays frozen.
+    let pids: Vec<u32> = held.frozen.iter().map(|(p, _)| *p).collect();
+    held.group = !pids.is_empty() && s.env.freeze(&s.handle, &pids).await;
+    Ok(held)
 }
 
 fn parse(stdout: &str) -> Held {

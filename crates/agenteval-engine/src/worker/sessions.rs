@@ -60,7 +60,7 @@ pub(super) async fn tear_down(ctx: &Ctx, s: &EnvSession, at: &mut Attempt) {
     }
     ctx.live.lock().expect("not poisoned").retain(|l| l.handle != s.handle);
     ctx.snapshots.lock().expect("not poisoned").remove(&s.handle.id);
-    crate::environments::leftovers::forget(s);
+    crate::environments::leftovers::forget(s).await;
 }
 
 /// Tears down every environment this worker still holds (a cancelled job's).

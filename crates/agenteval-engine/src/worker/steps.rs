@@ -153,7 +153,7 @@ async fn between(s: &EnvSession) -> Result<()> {
         resume = crate::environments::leftovers::RESUME
     );
     let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) };
-    crate::environments::leftovers::forget(s);
+    crate::environments::leftovers::forget(s).await;
     let out = s.env.exec(&s.handle, &req).await?;
     if !out.ok() {
         return Err(Error::invalid(format!("could not clear the last step's tests: {}", out.stderr.trim())));

@@ -36,7 +36,7 @@ pub(super) async fn turn(
     let scores = grade::grade_attempt(ctx, plan, &verified, &agent, sink, env, at).await;
     verify::release(ctx, &verified, at).await;
     if let Some(s) = &env.session {
-        crate::environments::leftovers::forget(s);
+        crate::environments::leftovers::forget(s).await;
     }
     Ok(Turn { scores: scores?, changed: verified.changed.len() as u64, agent })
 }

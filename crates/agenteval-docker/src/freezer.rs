@@ -1,0 +1,114 @@
+//! The agent's held processes frozen as one group: a child cgroup of the container's own, frozen
+//! with the cgroup freezer (v1's `freezer.state`, or v2's `cgroup.freeze`), which no signal
+//! undoes: a held process with a timer that sends it `SIGCONT` stays frozen, where a `SIGSTOP`
+//! alone would let it run between two checks.
+//!
+//! Done from this machine, as the engine's cgroups are laid out (`cgroupfs` or `systemd`, v1 or
+//! v2): the container's cgroup is read from `/proc/PID/cgroup` of its first process, and each
+//! process to hold is found among the cgroup's by its pid in the container's namespace
+//! (`NSpid`). Where the worker cannot write the cgroup (not root, a remote engine, a read-only
+//! cgroup file system) nothing is moved and the hold is by signals alone.
+//!
+//! A v1-frozen process cannot even die: the group is thawed and removed before its container is.
+
+use std::path::{Path, PathBuf};
+
+/// The child cgroup the held processes are moved to.
+const HELD: &str = "agenteval-held";
+
+/// The container's cgroup in a hierarchy that can freeze: its folder and whether it is v1's.
+fn container_cgroup(main_pid: u32) -> Option<(PathBuf, bool)> {
+    let text = std::fs::read_to_string(format!("/proc/{main_pid}/cgroup")).ok()?;
+    let root = Path::new("/sys/fs/cgroup");
+    let at = |base: PathBuf, path: &str| base.join(path.trim_start_matches('/'));
+    // v1's freezer where it is mounted; else the unified hierarchy (v2 alone, or beside v1).
+    for line in text.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "freezer") {
+            let dir = at(root.join("freezer"), path);
+            if dir.is_dir() {
+                return Some((dir, true));
+            }
+        }
+    }
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let unified = if root.join("cgroup.controllers").exists() { root.to_path_buf() } else { root.join("unified") };
+    let dir = at(unified, path);
+    dir.join("cgroup.freeze").exists().then_some((dir, false))
+}
+
+/// The host's pid of each process of `cgroup` numbered `pid` in the container's namespace.
+fn host_pids(cgroup: &Path, pids: &[u32]) -> Vec<u32> {
+    let Ok(listed) = std::fs::read_to_string(cgroup.join("cgroup.procs")) else { return Vec::new() };
+    listed
+        .lines()
+        .filter_map(|l| l.trim().parse::<u32>().ok())
+        .filter(|host| {
+            let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap_or_default();
+            let inner = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|l| l.split_whitespace().last()?.parse::<u32>().ok());
+            inner.is_some_and(|p| pids.contains(&p))
+        })
+        .collect()
+}
+
+fn set_frozen(dir: &Path, v1: bool, frozen: bool) -> std::io::Result<()> {
+    match (v1, frozen) {
+        (true, true) => std::fs::write(dir.join("freezer.state"), "FROZEN"),
+        (true, false) => std::fs::write(dir.join("freezer.state"), "THAWED"),
+        (false, true) => std::fs::write(dir.join("cgroup.freeze"), "1"),
+        (false, false) => std::fs::write(dir.join("cgroup.freeze"), "0"),
+    }
+}
+
+/// Moves the processes `pids` (as the container numbers them) of the container whose first
+/// process is `main_pid` into a frozen group of its own; how many it moved. `Err`: this
+/// machine's cgroups cannot be written (the hold is then by signals alone).
+pub(crate) fn freeze(main_pid: u32, pids: &[u32]) -> std::io::Result<usize> {
+    let not_here = || std::io::Error::new(std::io::ErrorKind::Unsupported, "no cgroup of the container to freeze");
+    let (cgroup, v1) = container_cgroup(main_pid).ok_or_else(not_here)?;
+    let held = cgroup.join(HELD);
+    std::fs::create_dir_all(&held)?;
+    set_frozen(&held, v1, true)?;
+    let mut moved = 0;
+    for host in host_pids(&cgroup, pids) {
+        // A process that ended meanwhile cannot be moved: nothing to hold.
+        if std::fs::write(held.join("cgroup.procs"), host.to_string()).is_ok() {
+            moved += 1;
+        }
+    }
+    Ok(moved)
+}
+
+/// Lets the frozen group go: its processes back in the container's cgroup (still stopped by
+/// the hold's signal), the group removed. Nothing to do where none was made.
+pub(crate) fn thaw(main_pid: u32) {
+    let Some((cgroup, v1)) = container_cgroup(main_pid) else { return };
+    let held = cgroup.join(HELD);
+    if !held.is_dir() {
+        return;
+    }
+    let _ = set_frozen(&held, v1, false);
+    if let Ok(listed) = std::fs::read_to_string(held.join("cgroup.procs")) {
+        for host in listed.lines().filter(|l| !l.trim().is_empty()) {
+            let _ = std::fs::write(cgroup.join("cgroup.procs"), host.trim());
+        }
+    }
+    let _ = std::fs::remove_dir(&held);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_without_a_freezable_cgroup_is_not_frozen() {
+        // No such process: no cgroup, nothing made, and thawing it is harmless.
+        assert!(freeze(u32::MAX - 1, &[1]).is_err());
+        thaw(u32::MAX - 1);
+        assert!(host_pids(Path::new("/nonexistent"), &[1]).is_empty());
+    }
+}
