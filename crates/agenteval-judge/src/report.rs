@@ -194,11 +194,8 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     list(&mut o, "improved (failed -> passed)", c.improvements.iter().map(|t| t.task_id.clone()));
     // Per side: an agent that turns its failures into infra is seen here (and by `max_infra`).
     let on = |side: fn(&crate::compare::InfraTask) -> bool| c.infra_failures.iter().filter(|t| side(t)).count();
-    let infra_title = format!(
-        "infrastructure failures, left out of the statistics (base {}, candidate {})",
-        on(|t| t.base),
-        on(|t| t.cand)
-    );
+    let infra_title =
+        format!("infra failures, not in the statistics (base {}, candidate {})", on(|t| t.base), on(|t| t.cand));
     list(
         &mut o,
         &infra_title,
