@@ -73,6 +73,12 @@ pub struct EnvSpec {
     /// `docker` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<Volume>,
+    /// The agent may trace processes (`ptrace`: a debugging task; a Harbor task's
+    /// `[environment] allow_ptrace = true`). Off by default: no process of a task container
+    /// can trace another. Under Harbor's rules a pass of such a task is `suspect` unless its
+    /// tests ran in a fresh environment (the agent could have traced the tests).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ptrace: bool,
 }
 
 /// A container beside the task's: its image (built from `context`, or `image`), variables,

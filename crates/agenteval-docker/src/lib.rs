@@ -397,7 +397,7 @@ impl Environment for DockerEnvironment {
             // tini as PID 1 reaps what the agent's commands leave behind.
             init: Some(true),
             pids_limit: Some(4096),
-            security_opt: Some(seccomp::security_options()),
+            security_opt: Some(seccomp::security_options(spec.ptrace)),
             ..Default::default()
         };
         let offline = host.network_mode.as_deref() == Some("none");

@@ -91,10 +91,15 @@ const NAMESPACE_FLAGS: &[u64] = &[
 const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
 
-/// The profile, as Docker's `seccomp=` security option takes it (the profile's JSON itself).
-pub fn profile() -> String {
+/// What a task that may trace its own processes (`EnvSpec::ptrace`) is still refused: the rest.
+const TRACING: &[&str] = &["ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp"];
+
+/// The profile, as Docker's `seccomp=` security option takes it (the profile's JSON itself);
+/// with `ptrace`, the tracing calls are allowed (Docker's default allows them too).
+pub fn profile(ptrace: bool) -> String {
+    let refused: Vec<&str> = REFUSED.iter().copied().filter(|n| !(ptrace && TRACING.contains(n))).collect();
     let mut rules = vec![serde_json::json!({
-        "names": REFUSED, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
+        "names": refused, "action": "SCMP_ACT_ERRNO", "errnoRet": EPERM,
     })];
     // `clone3` passes its flags in memory a filter cannot read: "not implemented", so that the C
     // library falls back to `clone`, whose flags are checked.
@@ -118,8 +123,8 @@ pub fn profile() -> String {
 
 /// The security options of a task container: no privilege gained by `exec` (set-uid programs),
 /// and [`profile`].
-pub fn security_options() -> Vec<String> {
-    vec!["no-new-privileges".into(), format!("seccomp={}", profile())]
+pub fn security_options(ptrace: bool) -> Vec<String> {
+    vec!["no-new-privileges".into(), format!("seccomp={}", profile(ptrace))]
 }
 
 #[cfg(test)]
@@ -128,7 +133,7 @@ mod tests {
 
     #[test]
     fn the_profile_refuses_another_processs_memory_and_what_dockers_default_refuses() {
-        let p: serde_json::Value = serde_json::from_str(&profile()).unwrap();
+        let p: serde_json::Value = serde_json::from_str(&profile(false)).unwrap();
         assert_eq!(p["defaultAction"], "SCMP_ACT_ALLOW");
         let refused: Vec<&str> =
             p["syscalls"][0]["names"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
@@ -137,7 +142,12 @@ mod tests {
         }
         let clones = p["syscalls"].as_array().unwrap().iter().filter(|r| r["names"][0] == "clone").count();
         assert_eq!(clones, NAMESPACE_FLAGS.len(), "each namespace flag of clone is its own rule");
-        let opts = security_options();
+        let opts = security_options(false);
         assert!(opts[0] == "no-new-privileges" && opts[1].starts_with("seccomp={"), "{opts:?}");
+        // A debugging task may trace; the rest is refused all the same.
+        let p: serde_json::Value = serde_json::from_str(&profile(true)).unwrap();
+        let refused: Vec<&str> =
+            p["syscalls"][0]["names"].as_array().unwrap().iter().filter_map(|n| n.as_str()).collect();
+        assert!(!refused.contains(&"ptrace") && refused.contains(&"mount"), "{refused:?}");
     }
 }

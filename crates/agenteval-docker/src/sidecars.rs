@@ -109,7 +109,7 @@ pub(crate) async fn start(
                 memory_swap: Some(sidecar_memory(spec)),
                 nano_cpus: Some((spec.cpus.unwrap_or(SIDECAR_CPUS).clamp(0.01, 1024.0) * 1e9) as i64),
                 pids_limit: Some(4096),
-                security_opt: Some(crate::seccomp::security_options()),
+                security_opt: Some(crate::seccomp::security_options(false)),
                 mounts: volumes.mounts(&s.volumes),
                 ..Default::default()
             }),

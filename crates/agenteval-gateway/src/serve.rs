@@ -577,33 +577,12 @@ async fn forward(
         changed |= crate::policy::clamp_output(wire, &mut body, cap);
     }
     let sent = if changed { Bytes::from(serde_json::to_vec(&body).expect("JSON serializes")) } else { raw };
-    let mut record = record;
     // The run's rate limits, booked across its workers: the call waits its turn (the wait is
     // the task's, never the agent's time to the model).
-    if let Some(rate) = &record.session.rate {
-        // The prompt guessed from its size, and the most the answer may be: as the call asks it
-        // (`max_tokens`, `max_completion_tokens`, `max_output_tokens`), or as it is held to.
-        let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
-            .iter()
-            .find_map(|k| body.get(*k).and_then(Value::as_u64));
-        // Booked at no more than any model writes at once: the answer's actual usage corrects it.
-        let each = record.cap.or(asked_most).unwrap_or(0).min(MAX_BOOKED_OUTPUT);
-        let tokens = sent.len() as u64 / 4 + each.saturating_mul(crate::policy::choices(&body));
-        match rate.wait_turn(&record.asked.model, tokens).await {
-            Ok(booked) => {
-                record.queued += booked.waited;
-                record.booked = Some(booked);
-            }
-            Err(wait) => {
-                return record.refuse(Refusal::RateLimited {
-                    reason: format!(
-                        "the run's rate limits (agent.upstream.rate_limits) have no turn for this call for {} s; try again later",
-                        wait.as_secs()
-                    ),
-                });
-            }
-        }
-    }
+    let record = match wait_turn(record, &body, sent.len()).await {
+        Ok(r) => r,
+        Err(refused) => return refused,
+    };
     let sending = Sending { inner, provider, wire, headers, sent, deployment: deployment.as_deref() };
     let (answered, record) = match sending.send(record).await {
         Ok(answered) => answered,
@@ -693,6 +672,33 @@ enum NoAnswer {
     Connect(String),
     Timeout,
     Failed(String),
+}
+
+/// Books the call in the run's rate limits and waits its turn: the prompt guessed from its
+/// size, and the most the answer may be (as the call asks it, `max_tokens`,
+/// `max_completion_tokens`, `max_output_tokens`, or as it is held to), every choice of it. A
+/// call whose turn is more than a minute away is refused (`Err`: the agent's 429).
+async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::result::Result<Record, Response<Body>> {
+    let Some(rate) = record.session.rate.clone() else { return Ok(record) };
+    let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
+        .iter()
+        .find_map(|k| body.get(*k).and_then(Value::as_u64));
+    // Booked at no more than any model writes at once: the answer's actual usage corrects it.
+    let each = record.cap.or(asked_most).unwrap_or(0).min(MAX_BOOKED_OUTPUT);
+    let tokens = sent_bytes as u64 / 4 + each.saturating_mul(crate::policy::choices(body));
+    match rate.wait_turn(&record.asked.model, tokens).await {
+        Ok(booked) => {
+            record.queued += booked.waited;
+            record.booked = Some(booked);
+            Ok(record)
+        }
+        Err(wait) => Err(record.refuse(Refusal::RateLimited {
+            reason: format!(
+                "the run's rate limits (agent.upstream.rate_limits) have no turn for this call for {} s; try again later",
+                wait.as_secs()
+            ),
+        })),
+    }
 }
 
 /// Why the next call is refused when the run's budget, kept at the wire, is spent by every

@@ -189,7 +189,8 @@ echo "held $DONE"
 "#;
 
 /// After the tests: which of the stopped processes ran while held (`$SPENT`: `PID:TICKS:SWITCHES`
-/// words): one not stopped now, or that spent anything since.
+/// words): one not stopped now (`$GROUP`: frozen as a group, which shows as `D`), or that spent
+/// anything since.
 const WOKEN: &str = r#"
 for w in $SPENT; do
   pid=${w%%:*}
@@ -199,7 +200,10 @@ for w in $SPENT; do
   set -- $rest
   case "$1" in Z|X|x) continue ;; esac
   spent_of $d
-  case "$1" in
+  state=$1
+  # A process in a frozen group shows as `D` (the freezer's sleep) until it is thawed.
+  [ -n "$GROUP" ] && [ "$state" = D ] && state=T
+  case "$state" in
     T|t) [ "$pid:$spent" = "$w" ] || echo "$pid ran while held (ticks:switches ${w#*:} then $spent)" ;;
     *) echo "$pid not stopped ($1)" ;;
   esac
@@ -299,6 +303,9 @@ pub async fn woken(s: &EnvSession, held: &Held) -> Vec<(u32, String)> {
     let spent: Vec<String> = held.spent.iter().map(|(p, w)| format!("{p}:{w}")).collect();
     let mut r = req(format!("{SPENT}{WOKEN}"));
     r.env.insert("SPENT".into(), spent.join(" "));
+    if held.group {
+        r.env.insert("GROUP".into(), "1".into());
+    }
     let Ok(out) = s.env.exec(&s.handle, &r).await else {
         // Not knowing is not knowing that none woke.
         return held.frozen.clone();

@@ -41,6 +41,16 @@ pub(super) async fn grade_attempt(
         }
         (None, None) => grade(ctx, plan, task, agent, &sink.events, env).await,
     };
+    // An agent allowed to trace processes could have traced the tests it shared a container
+    // with: under Harbor's rules such a pass is in doubt unless the tests ran elsewhere.
+    let traced = task.environment.as_ref().is_some_and(|e| e.ptrace);
+    if traced && plan.harbor_rules && verified.fresh.is_none() && scores.iter().any(|s| s.kind == "tests" && s.passed) {
+        env.findings.lock().expect("not poisoned").suspect.push(
+            "the task lets its agent trace processes (allow_ptrace) and its tests ran in the container the agent \
+             left: the agent could have traced them (environment.verify_in: fresh would not)"
+                .into(),
+        );
+    }
     if let Some(n) = &verified.changed_note {
         for s in scores.iter_mut().filter(|s| s.kind == "tests" && s.passed) {
             s.reason

@@ -269,11 +269,12 @@ fn a_looping_agent_is_stopped_at_its_cost_limit_by_the_gateway() {
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let r = result(&bundle, "loop");
     assert_eq!(r["agent"]["terminated_by"], "limit_cost", "{r}");
-    // $0.015 a call: the fourth crosses $0.05, and nothing after it reaches the model.
+    // $0.015 a call, its prompt held (as guessed, on the safe side) before it is sent: the
+    // limit is reached without being crossed, and nothing after it reaches the model.
     let calls = mock.received().len();
-    assert!((4..=5).contains(&calls), "{calls} calls reached the model");
+    assert!((2..=3).contains(&calls), "{calls} calls reached the model");
     let cost = r["agent"]["total_cost_usd"].as_f64().unwrap();
-    assert!((0.05..0.08).contains(&cost), "{cost}");
+    assert!((0.03..=0.05).contains(&cost), "never past the limit: {cost}");
 
     // The run's budget counts the gateway's costs: $0.015 a task, $0.03 for the run, one task
     // at a time: dispatch stops after the second.

@@ -760,6 +760,15 @@ fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselve
         &format!("cat /app/ptrace.txt; grep -qx 'refused 1' /app/ptrace.txt {VERDICT}"),
     );
     task(&tasks, "self-waker", "", SELF_WAKER, &format!("{FAIL}\nsleep 1.5"));
+    // A debugging task may let its agent trace (agenteval's `allow_ptrace`): a pass in the
+    // container it shared with the tests is then in doubt.
+    task(
+        &tasks,
+        "ptrace-allowed",
+        "[environment]\nallow_ptrace = true\n",
+        PTRACE_KEEP_ALIVE,
+        &format!("cat /app/ptrace.txt; grep -qx attached /app/ptrace.txt {VERDICT}"),
+    );
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &[]);
     assert_eq!(v["status"].as_str(), Some("complete"), "{v} {}", text(&out.stderr));
@@ -780,6 +789,11 @@ fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselve
 
     let traced = r("ptrace-keep-alive");
     assert_eq!(traced["passed"], true, "the kernel let the agent trace the keep-alive: {traced}");
+
+    let allowed = r("ptrace-allowed");
+    assert_eq!(allowed["passed"], true, "a task that allows tracing traces: {allowed}");
+    let why = allowed["suspect"].to_string();
+    assert!(why.contains("allow_ptrace"), "and its pass in the same container is in doubt: {allowed}");
 
     let waker = r("self-waker");
     assert!(

@@ -471,6 +471,8 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         user: user_of(&agent),
         env: string_map(&env, "env"),
         healthcheck,
+        // agenteval's own key: Harbor's containers allow `ptrace` to everything in them.
+        ptrace: env.get("allow_ptrace").and_then(toml::Value::as_bool).unwrap_or(false),
         ..Default::default()
     };
     // A compose file's `main` service is the agent's container; the others are its sidecars.
