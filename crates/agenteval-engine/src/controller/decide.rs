@@ -104,6 +104,19 @@ pub fn shard(todo: &[u32], per_job: u32, epoch: u32, attempt: u32) -> VecDeque<P
         .collect()
 }
 
+/// What tasks must share to share a job on a fleet that runs each job's environments from one
+/// task definition: the image and, for a compose task, its services and volumes (two tasks of
+/// one image with different sidecars must not run under the first one's). `None`: no image.
+pub fn job_key(env: &agenteval_core::environment::EnvSpec) -> Option<String> {
+    use sha2::Digest as _;
+    let image = env.image.clone()?;
+    if env.sidecars.is_empty() && env.volumes.is_empty() {
+        return Some(image);
+    }
+    let layout = serde_json::to_vec(&(&env.sidecars, &env.volumes)).expect("serializable");
+    Some(format!("{image} {}", hex::encode(&sha2::Sha256::digest(&layout)[..8])))
+}
+
 /// Like [`shard`], with tasks of one `key` (their image) in jobs of their own: each key's
 /// tasks keep their order, and keys come in the order their first task does.
 pub fn shard_by(
@@ -233,6 +246,17 @@ mod tests {
     #[test]
     fn shards_by_key_keep_one_key_a_job() {
         let key = |t: u32| Some(if t.is_multiple_of(2) { "even" } else { "odd" }.to_string());
+        // One image, two compose layouts: two keys.
+        let env = |sidecar: Option<&str>| agenteval_core::environment::EnvSpec {
+            image: Some("envs@sha256:aa".into()),
+            sidecars: sidecar
+                .map(|n| serde_json::from_value(serde_json::json!([{"name": n, "image": "svc@sha256:bb"}])).unwrap())
+                .unwrap_or_default(),
+            ..Default::default()
+        };
+        assert_eq!(job_key(&env(None)).as_deref(), Some("envs@sha256:aa"));
+        assert_ne!(job_key(&env(Some("api"))), job_key(&env(Some("tool"))), "different sidecars, different jobs");
+        assert_ne!(job_key(&env(Some("api"))), job_key(&env(None)));
         let q = shard_by(&[0, 1, 2, 3, 4, 5, 6], 2, 0, 1, key);
         let jobs: Vec<Vec<u32>> = q.iter().map(|p| p.tasks.clone()).collect();
         assert_eq!(jobs, vec![vec![0, 2], vec![4, 6], vec![1, 3], vec![5]]);

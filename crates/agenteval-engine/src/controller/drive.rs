@@ -79,12 +79,12 @@ pub(super) async fn drive_jobs(
         metrics,
         run_span,
         queue: {
-            // Tasks of one image share a job (and so a container of it).
+            // Tasks of one image (and compose layout) share a job (and so its task definition).
             let image = |i: u32| {
                 if !run.task_images {
                     return None;
                 }
-                run.tasks.spec(i as usize).ok().and_then(|t| t.environment).and_then(|e| e.image)
+                run.tasks.spec(i as usize).ok().and_then(|t| t.environment).and_then(|e| decide::job_key(&e))
             };
             decide::shard_by(&todo, run.config.backend.tasks_per_job, epoch, run.attempt_base + 1, image)
         },
