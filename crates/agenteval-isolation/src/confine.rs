@@ -154,6 +154,23 @@ mod filter {
             .map_err(|e| ConfineError(format!("seccomp: {e}")))
     }
 
+    /// Installs the filter that keeps this process and everything it starts from tracing any
+    /// other process: `ptrace`, `process_vm_readv`/`process_vm_writev`, `pidfd_getfd` and
+    /// `kcmp` fail with `EPERM`. Needs `no_new_privs` (set first by [`super::no_tracing`]).
+    pub fn install_no_tracing() -> Result<(), ConfineError> {
+        let deny: BTreeMap<i64, Vec<SeccompRule>> = [
+            libc::SYS_ptrace,
+            libc::SYS_process_vm_readv,
+            libc::SYS_process_vm_writev,
+            libc::SYS_pidfd_getfd,
+            libc::SYS_kcmp,
+        ]
+        .into_iter()
+        .map(|n| (n, vec![]))
+        .collect();
+        seccompiler::apply_filter(&compile(deny, libc::EPERM)?).map_err(|e| ConfineError(format!("seccomp: {e}")))
+    }
+
     /// Installs the filters: with `no_processes`, `fork`, `vfork` and a `clone` that is not a
     /// thread fail with `EPERM` (`clone3`, whose flags a filter cannot read, fails with `ENOSYS`
     /// so that the C library falls back to `clone` for threads); with `no_ip`, an `AF_INET` or
@@ -197,9 +214,22 @@ mod filter {
     pub fn install(_no_processes: bool, _no_ip: bool) -> Result<(), ConfineError> {
         Ok(())
     }
+
+    pub fn install_no_tracing() -> Result<(), ConfineError> {
+        Ok(())
+    }
 }
 
 pub use filter::install as install_filters;
+
+/// Keeps this process and everything it starts from tracing another process (`ptrace`,
+/// `process_vm_*`, `pidfd_getfd`, `kcmp`): `no_new_privs`, then a seccomp filter, which every
+/// descendant inherits and none can lift. For a fleet's environment, whose container's own
+/// seccomp profile agenteval cannot choose.
+pub fn no_tracing() -> Result<(), ConfineError> {
+    no_new_privileges()?;
+    filter::install_no_tracing()
+}
 
 /// The TCP ports a `command` agent reaches by default: HTTPS, and the port of the proxy the
 /// worker's environment names, if any (model APIs behind a corporate proxy).

@@ -496,6 +496,10 @@ pub enum Command {
         /// The supervised side: apply the view, then become the program.
         #[arg(long)]
         inner: bool,
+        /// With `--inner`: the program and all it starts cannot trace another process
+        /// (`ptrace`, `process_vm_*`; a fleet's environment commands).
+        #[arg(long)]
+        no_trace: bool,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },

@@ -845,6 +845,10 @@ async fn env_serve() -> Result<u8, Failure> {
     };
     let (dial, id, token) =
         (var(agenteval_envlink::DIAL_ENV)?, var(agenteval_envlink::ID_ENV)?, var(agenteval_envlink::TOKEN_ENV)?);
+    // Its commands start through this binary, which keeps them from tracing another process.
+    if let Ok(exe) = std::env::current_exe() {
+        agenteval_engine::isolation::sandbox::set_launcher(exe);
+    }
     let here = Arc::new(agenteval_engine::environments::here::HereEnvironment::new());
     agenteval_envlink::dial_and_serve(&dial, &id, &token, here).await?;
     Ok(exit::OK)

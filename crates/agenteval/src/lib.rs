@@ -111,7 +111,11 @@ pub fn main() -> ExitCode {
     agenteval_engine::isolation::reap::close_to_same_user();
     // Before any thread exists: a Landlock ruleset binds the thread that applies it, and the
     // process becomes the agent right after.
-    if let cli::Command::AgentSandbox { view, inner, command } = &cli.command {
+    if let cli::Command::AgentSandbox { view, inner, no_trace, command } = &cli.command {
+        if *no_trace && let Err(e) = agenteval_engine::isolation::confine::no_tracing() {
+            eprintln!("agent-sandbox: {e}");
+            return ExitCode::from(126);
+        }
         return ExitCode::from(agenteval_engine::isolation::sandbox::launch(view.as_deref(), *inner, command));
     }
     // Before any thread exists too: the fork server forks, and each child it returns from

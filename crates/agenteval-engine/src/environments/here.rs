@@ -53,6 +53,8 @@ struct State {
     /// The container's processes when the task's environment was prepared (its image's own
     /// services, started by its ENTRYPOINT): never the agent's, nor its setup's, nor a step's.
     before_agent: Vec<ProcessMark>,
+    /// The task lets its agent trace processes (`EnvSpec::ptrace`).
+    ptrace: bool,
 }
 
 /// Every process of this container, by pid and start time.
@@ -268,6 +270,7 @@ impl Environment for HereEnvironment {
         {
             let mut st = self.state.lock().expect("state lock");
             st.env = spec.env.clone();
+            st.ptrace = spec.ptrace;
             // Only the container's own root has its own processes (a rooted copy shares this
             // machine's).
             if self.root == Path::new("/") {
@@ -319,7 +322,19 @@ impl Environment for HereEnvironment {
             Some(w) => self.path(env, w)?,
             None => PathBuf::from(&env.workdir),
         };
-        let mut cmd = tokio::process::Command::new("bash");
+        // In the worker's own container every command starts through agenteval's launcher,
+        // which keeps it and all it starts from tracing another process (the container's own
+        // seccomp profile is the platform's, which allows `ptrace`), unless the task allows it.
+        let traced = self.state.lock().expect("state lock").ptrace;
+        let launcher = crate::isolation::sandbox::launcher().filter(|_| self.root == Path::new("/") && !traced);
+        let mut cmd = match launcher {
+            Some(l) => {
+                let mut c = tokio::process::Command::new(l);
+                c.args(["agent-sandbox", "--inner", "--no-trace", "--", "bash"]);
+                c
+            }
+            None => tokio::process::Command::new("bash"),
+        };
         cmd.arg("-c").arg(&req.command).current_dir(&cwd).env_clear();
         // The image's variables, the task's, the command's: never the serving process's own
         // (its link's token among them).

@@ -1757,7 +1757,7 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     let tasks = aws.ws.path().join("tasks");
     crate::harbor_rules::probes(&tasks);
     let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle", "harbor").await;
-    assert_eq!(on_local.len(), 14, "{on_local:?}");
+    assert_eq!(on_local.len(), 15, "{on_local:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }
 
