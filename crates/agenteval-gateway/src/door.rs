@@ -28,6 +28,9 @@ pub(crate) struct Session {
     pub run_budget: Option<agenteval_core::gateway::RunBudget>,
     /// The provider's rate limits, booked for every worker of the run (`DoorSpec::rate`).
     pub rate: Option<agenteval_core::gateway::RateGovernor>,
+    /// One call of the task at a time books its turn under the run's rate limits: a task with
+    /// many calls at once cannot book the limit ahead of the other tasks' next calls.
+    pub turn: tokio::sync::Mutex<()>,
     pub state: Mutex<State>,
     pub calls: Arc<CallQueue>,
     /// Told when the door closes: calls still reading an answer stop (their cost was counted).
@@ -224,6 +227,7 @@ pub(crate) fn open(
         retry: spec.retry,
         run_budget: spec.run_budget.clone(),
         rate: spec.rate.clone(),
+        turn: tokio::sync::Mutex::new(()),
         closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {
             tokens: 0,

@@ -705,6 +705,51 @@ mod tests {
         assert_eq!(ok, 2, "the prompts in flight are held");
     }
 
+    /// A ledger in memory, as the run index keeps one.
+    #[derive(Default)]
+    struct MemoryLedger(std::sync::Mutex<HashMap<String, i64>>);
+
+    #[async_trait::async_trait]
+    impl agenteval_core::gateway::RateLedger for MemoryLedger {
+        async fn book(&self, key: &str, now: i64, cost: i64) -> agenteval_core::Result<i64> {
+            let mut m = self.0.lock().unwrap();
+            let t = m.entry(key.to_string()).or_insert(0);
+            *t = (*t).max(now) + cost;
+            Ok(*t)
+        }
+    }
+
+    /// Fair between tasks: one task's burst of calls books one at a time, so another task's call
+    /// that arrives just after goes before most of the burst, not behind all of it.
+    #[tokio::test]
+    async fn a_tasks_burst_does_not_book_the_rate_limit_ahead_of_another_task() {
+        let mock = MockLlm::start(Duration::ZERO);
+        let gw = Gateway::start(config(&mock, false), 0).await.unwrap();
+        // 240 a minute: a call every 250 ms, none at once.
+        let limit =
+            agenteval_core::config::RateLimit { model: None, requests_per_minute: Some(240), tokens_per_minute: None };
+        let governor = agenteval_core::gateway::RateGovernor {
+            limits: vec![limit],
+            ledger: std::sync::Arc::new(MemoryLedger::default()),
+        };
+        let run = agenteval_core::RunId::new();
+        let door = |t: &str| gw.open_door(DoorSpec { run_id: run, rate: Some(governor.clone()), ..spec(t) });
+        let (busy, other) = (door("busy"), door("other"));
+        let url = |d: &GatewayDoor| format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
+        let burst: Vec<_> = (0..8)
+            .map(|i| tokio::spawn(post_as(url(&busy), busy.token().expose().to_string(), asking(&format!("b{i}"), 5))))
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        assert_eq!(post_as(url(&other), other.token().expose().to_string(), asking("o", 5)).await.0, 200);
+        let waited = started.elapsed();
+        // Behind the whole burst it would wait about 8 turns (2 s); it waits one or two.
+        assert!(waited < Duration::from_millis(1200), "the other task waited {waited:?} behind the burst");
+        for b in burst {
+            assert_eq!(b.await.unwrap().0, 200);
+        }
+    }
+
     #[tokio::test]
     async fn a_call_still_running_when_the_door_closes_counts_at_what_it_could_cost() {
         let mock = MockLlm::start(Duration::from_secs(2));

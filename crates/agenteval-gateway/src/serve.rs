@@ -677,7 +677,8 @@ enum NoAnswer {
 /// Books the call in the run's rate limits and waits its turn: the prompt guessed from its
 /// size, and the most the answer may be (as the call asks it, `max_tokens`,
 /// `max_completion_tokens`, `max_output_tokens`, or as it is held to), every choice of it. A
-/// call whose turn is more than a minute away is refused (`Err`: the agent's 429).
+/// task's calls book one at a time. A call whose turn is more than a minute away is refused
+/// (`Err`: the agent's 429).
 async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::result::Result<Record, Response<Body>> {
     let Some(rate) = record.session.rate.clone() else { return Ok(record) };
     let asked_most = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
@@ -686,6 +687,10 @@ async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::
     // Booked at no more than any model writes at once: the answer's actual usage corrects it.
     let each = record.cap.or(asked_most).unwrap_or(0).min(MAX_BOOKED_OUTPUT);
     let tokens = sent_bytes as u64 / 4 + each.saturating_mul(crate::policy::choices(body));
+    // Fair between tasks: a task's calls book one after the other, each once the one before
+    // it has had its turn, so the other tasks' calls book between them.
+    let session = record.session.clone();
+    let _one_at_a_time = session.turn.lock().await;
     match rate.wait_turn(&record.asked.model, tokens).await {
         Ok(booked) => {
             record.queued += booked.waited;

@@ -61,7 +61,7 @@ impl Held {
     }
 }
 
-/// Reads what a process at `$d` (`/proc/PID`) has spent, into `$spent`: its user and system CPU
+/// Reads what the process at `$1` (`/proc/PID`) has spent, into `$spent`: its user and system CPU
 /// ticks and its context switches. A stopped process spends nothing.
 const SPENT: &str = r#"spent_of() {
   local dir=$1 line rest k v sw=0

@@ -118,7 +118,7 @@ fn an_agent_in_its_workspace_cannot_forge_plant_read_or_shadow_the_tests() {
     assert_eq!(r["passed"], false, "nothing the agent did passes the unfixed task: {r}");
     let s = &r["scores"][0];
     assert!(s["error"].is_null() && s["score"] == 0.0, "the real tests ran and failed: {s}");
-    assert!(s["reason"].as_str().unwrap().contains("FAIL"), "{s}");
+    assert!(s["reason"].as_str().unwrap().contains("want 'hello-world'"), "the real tests' own words: {s}");
 }
 
 /// A shared `test.sh` for cases that bring no tests: it reads what the agent left (`answer.txt`)
