@@ -20,9 +20,10 @@
 //! last pass; its wait between passes is a read with a timeout), and stops everything at once
 //! first (`kill -STOP -1`) where it runs in a process namespace of its own (a container: its
 //! parent is outside, pid 0). A signalled process stops when it next runs, which on a loaded
-//! machine can take a while: the loop looks again every 50 ms, for up to 2 s, before it names one
-//! still running. The one program it runs, `readlink` (a process's sockets), runs after every
-//! process is stopped, and a last pass stops and names anything that started since.
+//! machine can take a while (one waiting on a busy disk does not stop until the wait ends): the
+//! loop looks again every 50 ms, for up to 10 s, before it names one still running. The one
+//! program it runs, `readlink` (a process's sockets), runs after every process is stopped, and a
+//! last pass stops and names anything that started since.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{LazyLock, Mutex};
@@ -103,7 +104,7 @@ esac
 exec {nap}<> <(:)
 stop_all() {
   pass=0
-  while [ $pass -lt 40 ]; do
+  while [ $pass -lt 200 ]; do
     pass=$((pass + 1))
     moving=0
     for d in /proc/[0-9]*; do

@@ -561,8 +561,14 @@ fn fifty_honest_passes_under_harbors_rules_all_pass() {
     let cfg = harbor_config(&ws, &tasks, "oracle", "");
     let (v, code, out) = ws.submit(&cfg, &["--set", "backend.max_concurrent_jobs=8"]);
     assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {}", text(&out.stderr));
-    let summary = summary_of(&ws.runs().join(v["run_id"].as_str().unwrap()));
-    assert_eq!((summary["passed"].as_u64(), summary["suspect"].as_u64()), (Some(50), None), "{summary}");
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap());
+    let summary = summary_of(&bundle);
+    let suspects: Vec<String> = (0..50)
+        .map(|i| result(&bundle, &format!("honest-{i:02}")))
+        .filter(|r| !r["suspect"].is_null())
+        .map(|r| format!("{}: {}", r["task_id"], r["suspect"]))
+        .collect();
+    assert_eq!((summary["passed"].as_u64(), summary["suspect"].as_u64()), (Some(50), None), "{summary} {suspects:?}");
 }
 
 /// A final state too big to keep as a patch is still compared by its digest: an agent that
