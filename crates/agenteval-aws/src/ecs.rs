@@ -32,6 +32,8 @@ pub struct EcsSettings {
     pub security_groups: Vec<String>,
     pub assign_public_ip: bool,
     pub spot: bool,
+    /// A Spot launch that fails goes on on-demand Fargate for a while (`aws.spot_fallback`).
+    pub spot_fallback: bool,
     pub launch_burst: u32,
     pub launch_per_second: f64,
     pub poll: Duration,
@@ -188,7 +190,16 @@ pub struct EcsBackend {
     missing_since: Mutex<HashMap<String, Instant>>,
     /// The task definitions of task images.
     task_defs: crate::task_images::TaskDefinitions,
+    /// Until when Spot launches go on on-demand Fargate instead (`aws.spot_fallback`).
+    on_demand_until: Mutex<Option<Instant>>,
 }
+
+/// How long launches stay on on-demand Fargate after a Spot launch failed, before Spot is tried
+/// again.
+const SPOT_PAUSE: Duration = Duration::from_secs(300);
+/// RunTask calls for one job per `submit_job`: the controller retries a launch that keeps
+/// failing, within its launch deadline, so this only rides out a blip.
+const LAUNCH_TRIES: u32 = 3;
 
 impl std::fmt::Debug for EcsBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -224,7 +235,39 @@ impl EcsBackend {
             calls: Mutex::new(CallCounts::default()),
             missing_since: Mutex::new(HashMap::new()),
             task_defs: Default::default(),
+            on_demand_until: Mutex::new(None),
         }
+    }
+
+    /// Whether Spot launches are paused for on-demand ones after a Spot launch failed.
+    fn spot_paused(&self) -> bool {
+        let mut until = self.on_demand_until.lock().expect("spot lock");
+        match *until {
+            Some(t) if Instant::now() < t => true,
+            Some(_) => {
+                *until = None;
+                tracing::info!("trying Fargate Spot again");
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// After a Spot launch failed with `why`: whether launches go on on-demand Fargate now
+    /// (`aws.spot_fallback`), said once per switch.
+    fn fall_back_from_spot(&self, why: &str) -> bool {
+        if !self.settings.spot_fallback {
+            return false;
+        }
+        let mut until = self.on_demand_until.lock().expect("spot lock");
+        if until.is_none() {
+            tracing::warn!(
+                "Fargate Spot launch failed ({why}); launching on on-demand Fargate for the next {} minutes (aws.spot_fallback)",
+                SPOT_PAUSE.as_secs() / 60
+            );
+        }
+        *until = Some(Instant::now() + SPOT_PAUSE);
+        true
     }
 
     pub fn calls(&self) -> CallCounts {
@@ -315,7 +358,10 @@ impl CloudBackend for EcsBackend {
             .build()
             .map_err(|e| Error::invalid(format!("network configuration: {e}")))?;
         let mut backoff = Duration::from_millis(500);
-        for attempt in 1..=6 {
+        let mut attempt = 0;
+        while attempt < LAUNCH_TRIES {
+            attempt += 1;
+            let spot = s.spot && !self.spot_paused();
             self.bucket.take().await;
             let mut req = self
                 .clients
@@ -331,7 +377,7 @@ impl CloudBackend for EcsBackend {
                 .client_token(client_token(job))
                 .tags(Tag::builder().key("agenteval:run").value(job.run_id.to_string()).build())
                 .tags(Tag::builder().key("agenteval:job").value(format!("{}/{}", job.job_id, job.attempt)).build());
-            req = if s.spot {
+            req = if spot {
                 req.capacity_provider_strategy(
                     CapacityProviderStrategyItem::builder()
                         .capacity_provider("FARGATE_SPOT")
@@ -346,7 +392,12 @@ impl CloudBackend for EcsBackend {
             let (arns, failures) = match run_task_answer(req.send().await, &format!("starting job {}", job.job_id)) {
                 Ok(answer) => answer,
                 Err(err) => {
-                    if err.kind() == ErrorKind::Transient && attempt < 6 {
+                    if spot && err.kind() == ErrorKind::Transient && self.fall_back_from_spot(&err.to_string()) {
+                        // The on-demand launch is a try of its own.
+                        attempt -= 1;
+                        continue;
+                    }
+                    if err.kind() == ErrorKind::Transient && attempt < LAUNCH_TRIES {
                         tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
                         self.count(|c| c.launch_retries += 1);
                         tokio::time::sleep(backoff).await;
@@ -360,7 +411,11 @@ impl CloudBackend for EcsBackend {
                 return Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: arn });
             }
             let reason = failures;
-            if retryable_launch_failure(&reason) && attempt < 6 {
+            if spot && retryable_launch_failure(&reason) && self.fall_back_from_spot(&reason) {
+                attempt -= 1;
+                continue;
+            }
+            if retryable_launch_failure(&reason) && attempt < LAUNCH_TRIES {
                 tracing::warn!(job = %job.job_id, "RunTask could not place the task, retrying: {reason}");
                 self.count(|c| c.launch_retries += 1);
                 tokio::time::sleep(backoff).await;

@@ -114,6 +114,7 @@ impl BackendKind for EcsBackendKind {
             security_groups: a.security_groups.clone(),
             assign_public_ip: a.assign_public_ip,
             spot: a.capacity == FargateCapacity::FargateSpot,
+            spot_fallback: a.spot_fallback,
             launch_burst: a.launch_burst,
             launch_per_second: a.launch_per_second,
             // The controller's heartbeat rides on its polling loop: polls longer than 10 s would

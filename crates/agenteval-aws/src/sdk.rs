@@ -199,11 +199,24 @@ pub fn kind_and_detail<E: ProvideErrorMetadata + std::error::Error + Send + Sync
                 root_cause(err)
             ),
         ),
-        SdkError::ResponseError(_) => (ErrorKind::Transient, format!("unreadable response: {}", root_cause(err))),
+        SdkError::ResponseError(r) => {
+            let status = r.raw().status().as_u16();
+            match r.raw().body().bytes().and_then(page_says) {
+                // A proxy's or a server's error page: its own words, not the parser's.
+                Some(said) => (ErrorKind::Transient, format!("HTTP {status}: {said}")),
+                None => (ErrorKind::Transient, format!("unreadable response: {}", root_cause(err))),
+            }
+        }
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
-            let message = se.err().message().unwrap_or("");
             let status = se.raw().status().as_u16();
+            let page = se.raw().body().bytes().and_then(page_says);
+            let message = match &page {
+                Some(said) if code.is_empty() => said.as_str(),
+                _ => se.err().message().unwrap_or(""),
+            };
+            // An error page's parse failure says nothing of what the service meant.
+            let message = if page.is_none() && message.contains("unexpected token") { "" } else { message };
             let kind = if TRANSIENT_CODES.contains(&code) || status >= 500 || status == 429 {
                 ErrorKind::Transient
             } else if NOT_FOUND_CODES.contains(&code) {
@@ -236,6 +249,52 @@ pub fn kind_and_detail<E: ProvideErrorMetadata + std::error::Error + Send + Sync
     }
 }
 
+/// What an HTML (or plain text) error page says, in one line: its `<title>`, else its first
+/// line of text. `None` for a body that is not such a page (JSON, XML, empty).
+pub fn page_says(body: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(&body[..body.len().min(64 * 1024)]);
+    let t = text.trim_start();
+    let lower = t.to_ascii_lowercase();
+    if t.is_empty() || t.starts_with('{') || lower.starts_with("<?xml") {
+        return None;
+    }
+    let is_html = lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.contains("<title>");
+    let line = if is_html {
+        let title = lower.find("<title>").and_then(|at| {
+            let from = at + "<title>".len();
+            lower[from..].find("</title>").map(|len| t[from..from + len].to_string())
+        });
+        match title.filter(|s| !s.trim().is_empty()) {
+            Some(title) => title,
+            None => strip_tags(t).lines().map(str::trim).find(|l| !l.is_empty())?.to_string(),
+        }
+    } else if t.starts_with('<') {
+        return None;
+    } else {
+        t.lines().map(str::trim).find(|l| !l.is_empty())?.to_string()
+    };
+    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!line.is_empty()).then(|| line.chars().take(200).collect())
+}
+
+/// The text of an HTML page, its tags dropped.
+fn strip_tags(html: &str) -> String {
+    let mut out = String::with_capacity(html.len());
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push('\n');
+            }
+            _ if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// The innermost error of a chain, in its own words (`Connection refused (os error 111)`),
 /// not the chain's debug dump.
 fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
@@ -265,5 +324,25 @@ pub(crate) fn unparsed_success<E>(
             r.raw().body().bytes().and_then(|b| serde_json::from_slice(b).ok())
         }
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_says;
+
+    #[test]
+    fn an_error_page_is_told_by_its_title_or_first_line() {
+        let werkzeug = b"<!doctype html>\n<html lang=en>\n<title>500 Internal Server Error</title>\n<h1>Internal Server Error</h1>\n<p>The server encountered an internal error.</p>\n";
+        assert_eq!(page_says(werkzeug).as_deref(), Some("500 Internal Server Error"));
+        let untitled = b"<html><body>\n<h1>502   Bad\n Gateway</h1><hr><center>nginx</center></body></html>";
+        assert_eq!(page_says(untitled).as_deref(), Some("502 Bad Gateway"));
+        assert_eq!(
+            page_says(b"upstream connect error or disconnect/reset before headers\n").as_deref(),
+            Some("upstream connect error or disconnect/reset before headers")
+        );
+        assert_eq!(page_says(br#"{"__type":"ServerException","message":"boom"}"#), None);
+        assert_eq!(page_says(b"<?xml version=\"1.0\"?><Error/>"), None);
+        assert_eq!(page_says(b"  \n"), None);
     }
 }

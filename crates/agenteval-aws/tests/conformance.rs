@@ -245,6 +245,7 @@ async fn ecs_job_backend_conformance() {
         security_groups: vec![made["security_group"].as_str().unwrap().into()],
         assign_public_ip: false,
         spot: false,
+        spot_fallback: true,
         launch_burst: 10,
         launch_per_second: 10.0,
         poll: std::time::Duration::from_millis(200),

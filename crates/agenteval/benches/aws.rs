@@ -79,6 +79,7 @@ fn ecs_settings(cluster: String, s: Setup, pacing: (u32, f64), image_repository:
         security_groups: vec![s.sg],
         assign_public_ip: false,
         spot: false,
+        spot_fallback: true,
         launch_burst: pacing.0,
         launch_per_second: pacing.1,
         poll: Duration::from_secs(1),

@@ -51,6 +51,8 @@ pub const MAX_CONCURRENT_JOBS: u32 = 10_000;
 pub const MAX_TASKS_PER_JOB: u32 = 100_000;
 /// Dispatches of one task.
 pub const MAX_ATTEMPTS: u32 = 100;
+/// Longest a run keeps trying to launch a job that fails to launch, in seconds (one day).
+pub const MAX_LAUNCH_DEADLINE_SECONDS: u64 = 86_400;
 /// RunTask calls in a burst.
 pub const MAX_LAUNCH_BURST: u32 = 10_000;
 /// Sustained RunTask calls per second.

@@ -270,6 +270,12 @@ pub struct AwsConfig {
     pub assign_public_ip: bool,
     #[serde(default)]
     pub capacity: FargateCapacity,
+    /// With `capacity: fargate_spot`: when a Spot launch fails (no Spot capacity, or the service
+    /// refusing Spot), launch on on-demand Fargate instead for the next five minutes, and say so
+    /// (default true). False waits for Spot within the launch deadline
+    /// (`backend.launch_deadline_seconds`).
+    #[serde(default = "spot_fallback")]
+    pub spot_fallback: bool,
     /// Launch pacing: RunTask calls allowed in a burst.
     #[serde(default = "default_burst")]
     #[schemars(range(min = 1, max = MAX_LAUNCH_BURST))]
@@ -364,6 +370,7 @@ impl Default for AwsConfig {
             security_groups: vec![],
             assign_public_ip: false,
             capacity: FargateCapacity::default(),
+            spot_fallback: true,
             launch_burst: default_burst(),
             launch_per_second: default_rate(),
             poll_seconds: default_poll(),
@@ -374,6 +381,9 @@ impl Default for AwsConfig {
     }
 }
 
+fn spot_fallback() -> bool {
+    true
+}
 fn default_container() -> String {
     "agenteval".into()
 }
@@ -1172,6 +1182,12 @@ pub struct BackendConfig {
     /// environment).
     #[serde(default)]
     pub secrets_file: Option<PathBuf>,
+    /// Seconds the controller keeps trying to launch jobs that fail to launch (a service
+    /// error, an unreadable answer, no capacity) before it gives their tasks up as `infra` with
+    /// the provider's message and stops the run (default 600).
+    #[serde(default = "default_launch_deadline")]
+    #[schemars(range(min = 1, max = MAX_LAUNCH_DEADLINE_SECONDS))]
+    pub launch_deadline_seconds: u64,
     /// Settings of a backend that has no section of its own (a backend crate registered in the
     /// binary reads and checks them itself; `local` and `aws` take none here).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -1183,6 +1199,9 @@ fn default_concurrency() -> u32 {
 }
 fn default_attempts() -> u32 {
     3
+}
+fn default_launch_deadline() -> u64 {
+    600
 }
 fn default_identical_errors() -> u32 {
     3
@@ -1197,6 +1216,7 @@ impl Default for BackendConfig {
             max_attempts: default_attempts(),
             tasks_in_parallel: 1,
             stop_after_identical_errors: default_identical_errors(),
+            launch_deadline_seconds: default_launch_deadline(),
             secrets_file: None,
             options: serde_json::Map::new(),
         }

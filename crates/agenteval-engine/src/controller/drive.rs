@@ -4,7 +4,7 @@
 //! is the caller's.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use agenteval_core::model::*;
 use agenteval_core::traits::TelemetrySnapshot;
@@ -48,6 +48,9 @@ struct Fleet<'a> {
     fault: Option<AgentFault>,
     /// The config field behind a launch that cannot work, as the backend names it.
     launch_field: Option<&'static str>,
+    /// Since when every launch has failed (a success clears it): past
+    /// `backend.launch_deadline_seconds`, the failing job's tasks are given up and the run stops.
+    launch_failing_since: Option<Instant>,
 }
 
 /// How a drive ended: the run's status, and why it stopped early when it did.
@@ -97,6 +100,7 @@ pub(super) async fn drive_jobs(
         reason: None,
         fault: None,
         launch_field: None,
+        launch_failing_since: None,
     };
     let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
@@ -329,6 +333,7 @@ impl Fleet<'_> {
             for ((p, span), res) in batch.into_iter().zip(results) {
                 match res {
                     Ok(handle) => {
+                        self.launch_failing_since = None;
                         self.metrics.jobs_submitted.add(1, self.metrics.attrs());
                         span.record("agenteval.job.handle", handle.native_id.as_str());
                         let _slot = slots.pop().flatten();
@@ -338,9 +343,34 @@ impl Fleet<'_> {
                         );
                     }
                     Err(e) if e.kind().is_retryable() => {
-                        tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
-                        telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
-                        retry_later.push(p);
+                        let since = *self.launch_failing_since.get_or_insert_with(Instant::now);
+                        let deadline = Duration::from_secs(run.config.backend.launch_deadline_seconds);
+                        if since.elapsed() < deadline {
+                            tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                            telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
+                            retry_later.push(p);
+                            continue;
+                        }
+                        // Launches have failed for the whole deadline: a night must end with a
+                        // verdict, not a hang. This job's tasks are `infra` with the provider's
+                        // words; the others stay untried and the run stops.
+                        let reason = format!(
+                            "could not launch for {}s (backend.launch_deadline_seconds): {e}",
+                            since.elapsed().as_secs()
+                        );
+                        telemetry::set_error(&span, &reason);
+                        give_up(run, &span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
+                        self.gave_up = true;
+                        if !run.index.counts_are_cheap() {
+                            self.counts.given_up += p.tasks.len() as u64;
+                            self.counts.infra += p.tasks.len() as u64;
+                        }
+                        if self.stop.is_none() {
+                            opts.progress.message(&format!("cannot launch jobs; stopping: {reason}"));
+                            self.reason = Some(format!("cannot launch jobs: {reason}"));
+                            self.launch_field = Some(run.backend.launch_field(&e));
+                            self.stop = Some(StopReason::LaunchFailed);
+                        }
                     }
                     Err(e) => {
                         // A launch no retry can fix (a missing task definition, cluster or

@@ -471,6 +471,63 @@ async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
     assert_eq!(v["summary"]["tasks_finished"], 12, "no task counted twice");
 }
 
+/// The emulator answers every Fargate Spot RunTask with an HTML 500 page (it places Spot tasks
+/// on EC2 instances it has none of): a launch that fails forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_answered_with_an_html_500_forever_ends_infra_within_the_deadline_and_the_run_seals() {
+    let aws = Aws::new(&[], true).await;
+    let cfg = aws.config("html-500", TOY, &aws.endpoint);
+    let started = Instant::now();
+    let out = aws.run(&[
+        "submit",
+        "--json",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--set",
+        "aws.capacity=fargate_spot",
+        "--set",
+        "aws.spot_fallback=false",
+        "--set",
+        "backend.launch_deadline_seconds=3",
+    ]);
+    let took = started.elapsed();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(4), "a launch that cannot work exits 4: {v}\n{}", text(&out.stderr));
+    assert_eq!(v["status"], "failed", "{v}");
+    assert!(took < Duration::from_secs(60), "gave up in {took:?}, not within the deadline and its last try");
+    let stderr = text(&out.stderr);
+    assert!(!stderr.contains("unexpected token"), "the parser's complaint is not the provider's message: {stderr}");
+    let run = v["run_id"].as_str().unwrap();
+    let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
+    let tasks = shown["tasks"].as_array().unwrap();
+    let infra: Vec<&serde_json::Value> = tasks.iter().filter(|t| t["state"] == "failed").collect();
+    assert!(!infra.is_empty(), "the failing job's tasks end infra: {shown}");
+    let said = shown.to_string();
+    assert!(said.contains("500 Internal Server Error"), "the page's own words: {said}");
+    assert!(!said.contains("unexpected token"), "{said}");
+    let bundle = v["bundle"].as_str().unwrap();
+    let out = aws.run(&["validate-bundle", bundle]);
+    assert!(out.status.success(), "the sealed bundle is valid: {}{}", text(&out.stdout), text(&out.stderr));
+}
+
+/// The same Spot launches, with the config's default `aws.spot_fallback`: launched on on-demand
+/// Fargate, said so, and the run completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_spot_launch_that_fails_falls_back_to_on_demand_fargate_and_says_so() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let cfg = aws.config("spot-fallback", TOY, &aws.endpoint);
+    let out = aws.run(&["submit", "--json", "--config", cfg.to_str().unwrap(), "--set", "aws.capacity=fargate_spot"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["summary"]["tasks_finished"], 12, "{v}");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("launching on on-demand Fargate"), "the fallback is said: {stderr}");
+    assert_eq!(stderr.matches("launching on on-demand Fargate").count(), 1, "said once: {stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cancel_stops_every_ecs_task_and_resume_from_anywhere_finishes() {
     let mut aws = Aws::new(&[], true).await;
