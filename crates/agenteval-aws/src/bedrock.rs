@@ -51,7 +51,19 @@ impl BedrockHost {
             .or_else(|| std::env::var("AWS_ENDPOINT_URL_BEDROCK_RUNTIME").ok())
             .unwrap_or_else(|| format!("bedrock-runtime.{region}.amazonaws.com"));
         BedrockHost {
-            client: aws_sdk_bedrockruntime::Client::new(sdk),
+            // A model's answer may take many minutes to write: the gateway's own limits (the
+            // task's wall clock) bound a call, not the SDK's deadline for quick API calls.
+            client: aws_sdk_bedrockruntime::Client::from_conf(
+                aws_sdk_bedrockruntime::config::Builder::from(sdk)
+                    .timeout_config(
+                        aws_config::timeout::TimeoutConfig::builder()
+                            .connect_timeout(std::time::Duration::from_secs(10))
+                            .disable_operation_attempt_timeout()
+                            .disable_operation_timeout()
+                            .build(),
+                    )
+                    .build(),
+            ),
             endpoint,
             credentials: sdk.credentials_provider(),
         }

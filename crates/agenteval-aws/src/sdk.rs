@@ -110,13 +110,23 @@ impl AwsClients {
 }
 
 /// The SDK configuration for `settings`, the one place it is built: ring's TLS, the region,
-/// profile and endpoint asked for (else the standard chain's), `max_attempts` tries per call.
+/// profile and endpoint asked for (else the standard chain's), `max_attempts` tries per call,
+/// each call within 300 s (a try within 120 s, a connection within 10 s).
 pub async fn sdk_config(settings: &AwsSettings, max_attempts: u32) -> aws_config::SdkConfig {
     use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
     let http = aws_smithy_http_client::Builder::new().tls_provider(Provider::Rustls(CryptoMode::Ring)).build_https();
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .http_client(http)
-        .retry_config(RetryConfig::standard().with_max_attempts(max_attempts));
+        .retry_config(RetryConfig::standard().with_max_attempts(max_attempts))
+        // Every call has a deadline as well as a retry budget: a host that accepts and never
+        // answers must not hold a night. Streamed bodies are read after the call returns.
+        .timeout_config(
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(std::time::Duration::from_secs(10))
+                .operation_attempt_timeout(std::time::Duration::from_secs(120))
+                .operation_timeout(std::time::Duration::from_secs(300))
+                .build(),
+        );
     if let Some(r) = &settings.region {
         loader = loader.region(aws_config::Region::new(r.clone()));
     }
