@@ -50,7 +50,7 @@ def main():
     for s in a.secret:
         name, value = s.split("=", 1)
         sm.create_secret(Name=name, SecretString=value)
-    print(json.dumps({"subnet": subnet["SubnetId"], "security_group": sg, "task_definition": td, "environment_groups": groups}))
+    print(json.dumps({"subnet": subnet["SubnetId"], "vpc": subnet["VpcId"], "security_group": sg, "task_definition": td, "environment_groups": groups}))
 
 
 if __name__ == "__main__":

@@ -176,6 +176,19 @@ impl DynamoDbRunIndex {
         &self.table
     }
 
+    /// Fails `NotFound` when the table is not there, for a read command to say so before it
+    /// reads (a worker, which may not describe tables, never asks).
+    pub async fn exists(&self) -> Result<()> {
+        self.clients
+            .dynamodb
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| classify(&format!("the run index table {}", self.table), e))
+    }
+
     /// Creates the table with its GSIs (on-demand billing). For tests and first-time setup;
     /// production tables come from the deployment template.
     pub async fn create_table(&self) -> Result<()> {

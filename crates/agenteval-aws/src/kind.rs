@@ -7,13 +7,17 @@ use std::time::Duration;
 
 use agenteval_core::config::{FargateCapacity, IndexLocation, RunConfig};
 use agenteval_core::location::BundleRoot;
-use agenteval_core::traits::{BackendKind, Check, CloudBackend, Environment, SecretStore};
+use agenteval_core::traits::{BackendKind, Check, CloudBackend, Deployed, Environment, SecretStore};
 use agenteval_core::{Error, Result};
 use async_trait::async_trait;
 
 use crate::doctor::{DoctorInput, run_checks};
 use crate::sdk::{AwsSettings, ClientCache};
+use crate::stack::StackProfile;
 use crate::{EcsBackend, EcsSettings, S3BundleStore, SecretsManager};
+
+/// How the stack's settings reach a config that lacks them.
+const NO_STACK: &str = "set it, or let the stack fill it in: `agenteval aws deploy` or `agenteval aws use STACK` remembers a deployed stack's settings";
 
 /// `backend.id: aws`.
 #[derive(Debug, Clone)]
@@ -38,12 +42,44 @@ impl BackendKind for EcsBackendKind {
         "ECS Fargate tasks"
     }
 
-    /// `AGENTEVAL_AWS_INDEX`, else the stack's default table.
-    fn default_index(&self) -> IndexLocation {
-        std::env::var("AGENTEVAL_AWS_INDEX")
-            .ok()
-            .and_then(|u| u.parse().ok())
-            .unwrap_or_else(|| IndexLocation::DynamoDb { table: "agenteval-runs".into() })
+    /// `AGENTEVAL_AWS_INDEX`, else the stack profile's table, else `agenteval-runs`; said with
+    /// where it came from and how to choose another.
+    fn default_index(&self) -> (IndexLocation, String) {
+        if let Some(at) = std::env::var("AGENTEVAL_AWS_INDEX").ok().and_then(|u| u.parse().ok()) {
+            return (at, "named by AGENTEVAL_AWS_INDEX".into());
+        }
+        match StackProfile::current() {
+            Ok(Some((p, path))) => {
+                let table =
+                    p.settings.iter().find_map(|s| s.strip_prefix("storage.index=")).and_then(|u| u.parse().ok());
+                if let Some(at) = table {
+                    return (
+                        at,
+                        format!("the table of {}; AGENTEVAL_AWS_INDEX or --index names another", p.source(&path)),
+                    );
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!("{e}"),
+        }
+        (
+            IndexLocation::DynamoDb { table: "agenteval-runs".into() },
+            "the default table of backend `aws`, no stack profile chosen: `agenteval aws deploy` or `agenteval aws use STACK` \
+             remembers a stack's table, AGENTEVAL_AWS_INDEX=dynamodb://TABLE or --index names one"
+                .into(),
+        )
+    }
+
+    /// The stack profile in use (`aws deploy`, `aws use`, `AGENTEVAL_STACK_PROFILE`).
+    fn deployed(&self) -> Option<Deployed> {
+        match StackProfile::current() {
+            Ok(Some((p, path))) => Some(Deployed { source: p.source(&path), settings: p.settings_now() }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
     }
 
     fn validate(&self, cfg: &RunConfig) -> Vec<(String, String)> {
@@ -58,7 +94,7 @@ impl BackendKind for EcsBackendKind {
             p.push(("/backend/options".into(), "backend `aws` takes its settings from the `aws` section".into()));
         }
         match &cfg.aws {
-            None => p.push(("/backend/id".into(), "backend `aws` requires an `aws` section".into())),
+            None => p.push(("/backend/id".into(), format!("backend `aws` requires an `aws` section ({NO_STACK})"))),
             Some(a) => {
                 for (field, ok) in [
                     ("cluster", a.cluster.is_some()),
@@ -67,7 +103,7 @@ impl BackendKind for EcsBackendKind {
                     ("security_groups", !a.security_groups.is_empty()),
                 ] {
                     if !ok {
-                        p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}`")));
+                        p.push((format!("/aws/{field}"), format!("backend `aws` requires `aws.{field}` ({NO_STACK})")));
                     }
                 }
                 if a.launch_per_second <= 0.0 || a.launch_burst == 0 {

@@ -15,6 +15,7 @@ pub mod registry;
 pub mod s3_store;
 pub mod sdk;
 pub mod secrets;
+pub mod stack;
 pub mod task_images;
 
 pub use bedrock::BedrockHost;

@@ -35,15 +35,30 @@ impl AwsSettings {
 
 impl AwsSettings {
     /// The settings a config's `aws` section asks for; unset fields fall back to the standard
-    /// chain and environment.
+    /// chain and environment. With no config (a read command's `--backend aws`), the stack
+    /// profile in use gives the region and endpoint the environment does not.
     pub fn of(cfg: Option<&agenteval_core::config::AwsConfig>) -> AwsSettings {
-        cfg.map(|a| AwsSettings {
-            region: a.region.clone(),
-            profile: a.profile.clone(),
-            endpoint_url: a.endpoint_url.clone(),
-            emulator_credentials: false,
-        })
-        .unwrap_or_default()
+        match cfg {
+            Some(a) => AwsSettings {
+                region: a.region.clone(),
+                profile: a.profile.clone(),
+                endpoint_url: a.endpoint_url.clone(),
+                emulator_credentials: false,
+            },
+            None => {
+                let mut s = AwsSettings::default();
+                if let Ok(Some((p, _))) = crate::stack::StackProfile::current() {
+                    for setting in p.settings_now() {
+                        if let Some(r) = setting.strip_prefix("aws.region=") {
+                            s.region = Some(r.to_string());
+                        } else if let Some(e) = setting.strip_prefix("aws.endpoint_url=") {
+                            s.endpoint_url = Some(e.to_string());
+                        }
+                    }
+                }
+                s
+            }
+        }
     }
 }
 
@@ -77,6 +92,8 @@ pub struct AwsClients {
     /// `doctor`'s look at the security groups (nothing else calls EC2).
     pub ec2: aws_sdk_ec2::Client,
     pub secrets: aws_sdk_secretsmanager::Client,
+    /// `aws deploy` and `aws use`: the stack and its outputs.
+    pub cloudformation: aws_sdk_cloudformation::Client,
     pub region: Option<String>,
     pub endpoint_url: Option<String>,
 }
@@ -103,6 +120,7 @@ impl AwsClients {
             ecr: aws_sdk_ecr::Client::new(sdk),
             ec2: aws_sdk_ec2::Client::new(sdk),
             secrets: aws_sdk_secretsmanager::Client::new(sdk),
+            cloudformation: aws_sdk_cloudformation::Client::new(sdk),
             region: sdk.region().map(|r| r.to_string()),
             endpoint_url: endpoint,
         })

@@ -360,6 +360,15 @@ impl Check {
     }
 }
 
+/// What a deployment of a backend supplies to its run configs ([`BackendKind::deployed`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Deployed {
+    /// Where the settings come from, for messages (`the stack profile "agenteval" (FILE)`).
+    pub source: String,
+    /// `key.path=value`, as `--set` takes them.
+    pub settings: Vec<String>,
+}
+
 /// A kind of backend as the binary registers it (`crates/agenteval/src/wiring/`, one line
 /// each): its name in `backend.id`, the config checks only it can make, and how its job runner
 /// and secrets are opened. The core names no backend, so a new one is its own crate implementing
@@ -375,9 +384,17 @@ pub trait BackendKind: Send + Sync {
     fn on_this_machine(&self) -> bool {
         false
     }
-    /// Where its runs are indexed when no config says (`--backend NAME` on a read command).
-    fn default_index(&self) -> crate::location::IndexLocation {
-        crate::location::IndexLocation::Sqlite(PathBuf::from("runs").join("index.sqlite"))
+    /// Where its runs are indexed when no config says (`--backend NAME` on a read command), and
+    /// how that was chosen, for an error that names it.
+    fn default_index(&self) -> (crate::location::IndexLocation, String) {
+        let at = crate::location::IndexLocation::Sqlite(PathBuf::from("runs").join("index.sqlite"));
+        (at, format!("the default index of backend `{}`", self.id()))
+    }
+    /// Settings a deployment of this backend supplies (a deployed stack's outputs, remembered
+    /// on this machine) for the fields a run config of it leaves out; what the config or `--set`
+    /// says wins. `None`: nothing deployed, or nothing to supply.
+    fn deployed(&self) -> Option<Deployed> {
+        None
     }
     /// Problems of `config` only this backend knows, as `(json pointer, message)`: pure, run by
     /// the loader so they come with positions.

@@ -483,6 +483,18 @@ pub enum Command {
         #[command(subcommand)]
         command: GatewayCommand,
     },
+    /// The AWS stack: deploy it, and remember its settings for every `--backend aws` command.
+    ///
+    /// `aws deploy` creates or updates the stack (`infra/agenteval.yaml`, built into this
+    /// binary), waits for it, and keeps its outputs (bucket, table, cluster, task definitions,
+    /// security groups, image repository) as a stack profile on this machine. Then a config
+    /// with `backend.id: aws` takes them for every field it leaves out, and `runs list
+    /// --backend aws`, `status`, `resume`, `baseline`, `report` and `ui` find the stack's
+    /// table. What the config, `--set`, `--index` or `AGENTEVAL_AWS_INDEX` says wins.
+    Aws {
+        #[command(subcommand)]
+        command: AwsCommand,
+    },
     /// The run index: recreate it from the bundles when it was lost.
     Index {
         #[command(subcommand)]
@@ -736,6 +748,58 @@ pub enum GatewayCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AwsCommand {
+    /// Create the stack, or update it, wait until it is done, and remember its outputs as the
+    /// stack profile in use (`~/.config/agenteval/stacks/PROFILE.json`; `AGENTEVAL_CONFIG_HOME`
+    /// moves the folder).
+    Deploy {
+        #[command(flatten)]
+        stack: StackArgs,
+        /// The template (default: `infra/agenteval.yaml` as built into this binary).
+        #[arg(long, value_name = "FILE")]
+        template: Option<PathBuf>,
+        /// A stack parameter (repeatable): `--param ImageUri=… --param Subnets=subnet-a,subnet-b
+        /// --param SecurityGroups=sg-c --param VpcId=vpc-d`. An existing stack keeps the
+        /// values of those not given.
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remember a stack that is already deployed (by `aws cloudformation deploy`, a console, a
+    /// colleague) as the stack profile in use.
+    Use {
+        #[command(flatten)]
+        stack: StackArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The stack profile in use: its file, its stack and the settings it supplies.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Which stack, and the profile it is remembered as.
+#[derive(Debug, Args)]
+pub struct StackArgs {
+    /// The CloudFormation stack's name.
+    #[arg(long, default_value = "agenteval")]
+    pub stack: String,
+    /// The name to remember it by (default: the stack's); `AGENTEVAL_STACK_PROFILE=NAME`
+    /// chooses a profile other than the last one deployed or used.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// The region (default: the standard chain's, `AWS_REGION` or the AWS profile's).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// An endpoint other than AWS's own, such as an emulator (default: `AWS_ENDPOINT_URL`).
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

@@ -131,6 +131,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Datasets { command: DatasetsCommand::List { registry, json } } => {
             crate::agents::datasets(registry.as_deref(), json)
         }
+        Command::Aws { command } => crate::stack::run(command, quiet).await,
         Command::Index { command: IndexCommand::Rebuild { bundles, index, json } } => {
             index_rebuild(&bundles, &index, json).await
         }
@@ -694,9 +695,14 @@ fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Fai
                         let (line, column, set) = match &p.origin {
                             Origin::File { line, column } => (Some(*line), Some(*column), None),
                             Origin::Override(s) => (None, None, Some(s.clone())),
+                            Origin::Deployed { set, .. } => (None, None, Some(set.clone())),
                             Origin::Unknown => (None, None, None),
                         };
-                        json!({"file": e.file, "line": line, "column": column, "set": set, "field": p.pointer, "message": p.message})
+                        let from = match &p.origin {
+                            Origin::Deployed { from, .. } => Some(from.clone()),
+                            _ => None,
+                        };
+                        json!({"file": e.file, "line": line, "column": column, "set": set, "from": from, "field": p.pointer, "message": p.message})
                     })
                     .collect();
                 say!("{}", json!({"valid": false, "file": file, "problems": problems}));

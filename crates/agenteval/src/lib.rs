@@ -39,6 +39,7 @@ mod prices;
 mod regrade;
 mod replay;
 mod session;
+mod stack;
 pub mod telemetry;
 mod ui;
 mod wiring;

@@ -292,16 +292,18 @@ pub(crate) async fn open_index(args: &IndexArgs) -> Result<(Arc<Wiring>, Arc<dyn
         let cfg = load_config(c, &[]).map_err(config_failure)?.config;
         let wiring = Wiring::new(exe()?, cfg.aws.as_ref());
         let at = cfg.storage.index_location();
-        let index =
-            wiring.index(&at).await.map_err(|e| missing_index(e, &at, &format!("the index of {}", c.display())))?;
+        let index = wiring
+            .index_there(&at)
+            .await
+            .map_err(|e| missing_index(e, &at, &format!("the index of {}", c.display())))?;
         return Ok((wiring, index));
     } else if let Some(b) = args.backend.as_deref() {
-        (crate::wiring::default_index(Some(b))?, format!("the default index of backend `{b}`"))
+        crate::wiring::default_index(Some(b))?
     } else {
         nearest_index()?
     };
     let wiring = Wiring::new(exe()?, None);
-    let index = wiring.index(&at).await.map_err(|e| missing_index(e, &at, &how))?;
+    let index = wiring.index_there(&at).await.map_err(|e| missing_index(e, &at, &how))?;
     Ok((wiring, index))
 }
 
@@ -338,6 +340,10 @@ fn missing_index(e: Error, at: &IndexLocation, how: &str) -> Failure {
             "its folder holds {bundles} run bundle(s): `agenteval index rebuild --bundles {}` recreates it",
             p.parent().unwrap_or(Path::new(".")).display()
         ),
+        IndexLocation::DynamoDb { .. } if !how.contains("AGENTEVAL_AWS_INDEX") => {
+            "name another with --index dynamodb://TABLE (or AGENTEVAL_AWS_INDEX), or --config FILE".into()
+        }
+        IndexLocation::DynamoDb { .. } => "or --config FILE for a run config's".into(),
         _ => "name another with --index FILE (or AGENTEVAL_INDEX), or --config FILE".into(),
     };
     Error::new(e.kind(), format!("{e} ({how}); {fix}")).into()
@@ -352,7 +358,8 @@ pub(crate) fn record_json(r: &RunRecord) -> serde_json::Value {
 /// Loads a run config with every check, the LLM crate's included (prices under a cost limit,
 /// model specs).
 pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Result<LoadedConfig, ConfigError> {
-    agenteval_core::config::load_config_checked(path, overrides, &|config| {
+    let deployed = |config: &serde_json::Value| crate::wiring::deployed_settings(config);
+    agenteval_core::config::load_config_layered(path, &deployed, overrides, &|config| {
         let mut problems = crate::wiring::backend_problems(config);
         problems.extend(agenteval_engine::benchmarks::at_load(config));
         problems.extend(agenteval_engine::agents::at_load(config));

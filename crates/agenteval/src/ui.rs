@@ -133,7 +133,7 @@ pub async fn serve(
     let describe = match (&index.index, &index.config, index.backend.as_deref()) {
         (Some(i), _, _) => format!("index {}", i.display()),
         (None, Some(c), _) => format!("the index of {}", c.display()),
-        (None, None, backend) => format!("index {}", crate::wiring::default_index(backend)?),
+        (None, None, backend) => format!("index {}", crate::wiring::default_index(backend)?.0),
     };
     let source = Arc::new(Source { wiring, index: index_handle, describe });
     let opts =

@@ -21,6 +21,9 @@ pub enum Origin {
     File { line: usize, column: usize },
     /// A `--set` override on the command line.
     Override(String),
+    /// A setting a deployment supplied for a field the file left out (`aws.cluster=… from the
+    /// stack profile NAME`): the setting, and where it came from.
+    Deployed { set: String, from: String },
     /// Somewhere in the file, position unknown.
     Unknown,
 }
@@ -53,6 +56,7 @@ impl fmt::Display for ConfigError {
                     writeln!(f, "  {}:{}:{}: {}{}", self.file, line, column, p.message, field)?
                 }
                 Origin::Override(set) => writeln!(f, "  --set {}: {}{}", set, p.message, field)?,
+                Origin::Deployed { set, from } => writeln!(f, "  {set} (from {from}): {}{}", p.message, field)?,
                 Origin::Unknown => writeln!(f, "  {}: {}{}", self.file, p.message, field)?,
             }
         }
@@ -296,8 +300,21 @@ impl YamlDoc {
 
 /// Applies `key.path=value` overrides. Values are YAML scalars or flow collections.
 fn apply_overrides(root: &mut Value, overrides: &[String], pos: &mut Positions, problems: &mut Vec<Problem>) {
+    apply_settings(root, overrides, &|set| Origin::Override(set.to_string()), false, pos, problems)
+}
+
+/// Applies `key.path=value` settings, each said to come from `origin`; with `only_missing`, a
+/// setting whose field already has a value (from the file or `--set`) is left out.
+fn apply_settings(
+    root: &mut Value,
+    overrides: &[String],
+    origin: &dyn Fn(&str) -> Origin,
+    only_missing: bool,
+    pos: &mut Positions,
+    problems: &mut Vec<Problem>,
+) {
     for set in overrides {
-        let bad = |message: String| Problem { origin: Origin::Override(set.clone()), pointer: String::new(), message };
+        let bad = |message: String| Problem { origin: origin(set), pointer: String::new(), message };
         let Some((path, raw)) = set.split_once('=') else {
             problems.push(bad("expected `key.path=value`".into()));
             continue;
@@ -318,6 +335,9 @@ fn apply_overrides(root: &mut Value, overrides: &[String], pos: &mut Positions, 
         if !root.is_object() {
             *root = Value::Object(Map::new());
         }
+        if only_missing && segments.iter().try_fold(&*root, |v, seg| v.get(seg).filter(|v| !v.is_null())).is_some() {
+            continue;
+        }
         match slot(root, &segments, path) {
             Ok((target, ptr)) => {
                 *target = value;
@@ -332,10 +352,10 @@ fn apply_overrides(root: &mut Value, overrides: &[String], pos: &mut Positions, 
                 for seg in ptr.split('/').skip(1) {
                     prefix.push('/');
                     prefix.push_str(seg);
-                    pos.keys.entry(prefix.clone()).or_insert_with(|| Origin::Override(set.clone()));
+                    pos.keys.entry(prefix.clone()).or_insert_with(|| origin(set));
                 }
-                pos.values.insert(ptr.clone(), Origin::Override(set.clone()));
-                pos.keys.insert(ptr, Origin::Override(set.clone()));
+                pos.values.insert(ptr.clone(), origin(set));
+                pos.keys.insert(ptr, origin(set));
             }
             Err(m) => problems.push(bad(m)),
         }
@@ -633,7 +653,8 @@ fn in_file_order(mut problems: Vec<Problem>) -> Vec<Problem> {
     problems.sort_by_key(|p| match p.origin {
         Origin::File { line, column } => (0, line, column),
         Origin::Override(_) => (1, 0, 0),
-        Origin::Unknown => (2, 0, 0),
+        Origin::Deployed { .. } => (2, 0, 0),
+        Origin::Unknown => (3, 0, 0),
     });
     problems
 }
@@ -732,8 +753,26 @@ pub fn load_config_str_checked(
     overrides: &[String],
     extra: ExtraChecks<'_>,
 ) -> Result<LoadedConfig, ConfigError> {
+    load_config_str_layered(text, file, base, &|_| None, overrides, extra)
+}
+
+/// Settings a deployment supplies for the fields a config leaves out, asked once the file and
+/// its `--set` overrides are read (so that it can look at `backend.id`): where they come from,
+/// and `key.path=value` settings as `--set` takes them.
+pub type DeployedFn<'a> = &'a dyn Fn(&Value) -> Option<(String, Vec<String>)>;
+
+/// [`load_config_str_checked`] with a deployment's settings under the file's: what the file or
+/// `--set` gives a field wins; a field neither gives takes the deployment's.
+pub fn load_config_str_layered(
+    text: &str,
+    file: &str,
+    base: &Path,
+    deployed: DeployedFn<'_>,
+    overrides: &[String],
+    extra: ExtraChecks<'_>,
+) -> Result<LoadedConfig, ConfigError> {
     let fail = |problems: Vec<Problem>| ConfigError { file: file.to_string(), problems };
-    let (value, pos, mut problems) = parse_pass(text, overrides).map_err(fail)?;
+    let (value, pos, mut problems) = parse_pass(text, deployed, overrides).map_err(fail)?;
     // Every problem at once: when the schema found some, the rest of the checks still run, on
     // the config with the offending values taken out (and a section that cannot be read at all
     // stood in for), and report what they find outside what was already reported.
@@ -761,7 +800,11 @@ pub fn load_config_str_checked(
 
 /// YAML to JSON with a pointer→position map, the `--set` overrides, evaluator shorthands, and
 /// the schema's problems. `Err`: the text cannot be read as a config at all.
-fn parse_pass(text: &str, overrides: &[String]) -> Result<(Value, Positions, Vec<Problem>), Vec<Problem>> {
+fn parse_pass(
+    text: &str,
+    deployed: DeployedFn<'_>,
+    overrides: &[String],
+) -> Result<(Value, Positions, Vec<Problem>), Vec<Problem>> {
     let mut pos = Positions::default();
     let mut value = parse_yaml(text, &mut pos)?;
     if value.is_null() {
@@ -769,6 +812,12 @@ fn parse_pass(text: &str, overrides: &[String]) -> Result<(Value, Positions, Vec
     }
     let mut problems = Vec::new();
     apply_overrides(&mut value, overrides, &mut pos, &mut problems);
+    if value.is_object()
+        && let Some((from, settings)) = deployed(&value)
+    {
+        let origin = |set: &str| Origin::Deployed { set: set.to_string(), from: from.clone() };
+        apply_settings(&mut value, &settings, &origin, true, &mut pos, &mut problems);
+    }
     if !value.is_object() {
         problems.push(Problem {
             origin: pos.find("", false),
@@ -1092,6 +1141,17 @@ pub fn load_config_checked(
     overrides: &[String],
     extra: ExtraChecks<'_>,
 ) -> Result<LoadedConfig, ConfigError> {
+    load_config_layered(path, &|_| None, overrides, extra)
+}
+
+/// [`load_config_checked`] with a deployment's settings for the fields the file and `--set`
+/// leave out ([`load_config_str_layered`]).
+pub fn load_config_layered(
+    path: &Path,
+    deployed: DeployedFn<'_>,
+    overrides: &[String],
+    extra: ExtraChecks<'_>,
+) -> Result<LoadedConfig, ConfigError> {
     let display = path.display().to_string();
     let text = read_config_file(path).map_err(|message| ConfigError {
         file: display.clone(),
@@ -1099,7 +1159,7 @@ pub fn load_config_checked(
     })?;
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let base = abs.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut loaded = load_config_str_checked(&text, &display, &base, overrides, extra)?;
+    let mut loaded = load_config_str_layered(&text, &display, &base, deployed, overrides, extra)?;
     loaded.path = abs;
     Ok(loaded)
 }

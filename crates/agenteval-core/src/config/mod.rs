@@ -23,8 +23,9 @@ pub use llm::{
     LlmAgentConfig, ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
 };
 pub use load::{
-    ConfigError, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config, load_config_checked,
-    load_config_str, load_config_str_checked, load_evaluator_str,
+    ConfigError, DeployedFn, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config,
+    load_config_checked, load_config_layered, load_config_str, load_config_str_checked, load_config_str_layered,
+    load_evaluator_str,
 };
 pub use transport::check_base_url;
 

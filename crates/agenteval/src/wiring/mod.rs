@@ -55,14 +55,23 @@ pub fn backend_parser() -> clap::builder::PossibleValuesParser {
 }
 
 /// The index a read command uses when neither `--index` nor `--config` names one: the
-/// default of `--backend`'s kind, else of the default backend.
-pub fn default_index(backend: Option<&str>) -> Result<IndexLocation> {
+/// default of `--backend`'s kind, else of the default backend; with how it was chosen.
+pub fn default_index(backend: Option<&str>) -> Result<(IndexLocation, String)> {
     let kinds = kinds();
     let kind = match backend {
         None => kinds.first(),
         Some(id) => kinds.iter().find(|k| k.id() == id),
     };
     kind.map(|k| k.default_index()).ok_or_else(|| Error::invalid(unknown_backend(backend.unwrap_or_default(), &kinds)))
+}
+
+/// What the deployment of the backend a config (read so far, as JSON) names supplies for the
+/// fields it leaves out: its source and settings ([`BackendKind::deployed`]).
+pub fn deployed_settings(config: &serde_json::Value) -> Option<(String, Vec<String>)> {
+    let id = config.pointer("/backend/id").and_then(|v| v.as_str())?;
+    let kinds = kinds();
+    let d = kinds.iter().find(|k| k.id() == id)?.deployed()?;
+    Some((d.source, d.settings))
 }
 
 /// Config problems about the backend: an unknown `backend.id` (with the known ones), else what
@@ -128,6 +137,17 @@ impl Wiring {
             config = config.with_host(self.model_host(b).await?);
         }
         Ok(config)
+    }
+
+    /// The index at `at`, checked to be there: a read command's (a DynamoDB table that does not
+    /// exist is `NotFound` before anything is read from it).
+    pub async fn index_there(&self, at: &IndexLocation) -> Result<Arc<dyn RunIndex>> {
+        if let IndexLocation::DynamoDb { table } = at {
+            let index = DynamoDbRunIndex::new(self.default_clients().await, table);
+            index.exists().await?;
+            return Ok(Arc::new(index));
+        }
+        self.index(at).await
     }
 
     async fn default_clients(&self) -> Arc<agenteval_aws::AwsClients> {

@@ -20,6 +20,7 @@ struct Aws {
     table: String,
     cluster: String,
     subnet: String,
+    vpc: String,
     security_group: String,
     /// The environments' security groups: (no network, public, allowlist).
     env_groups: (String, String, String),
@@ -78,6 +79,7 @@ impl Aws {
             table,
             cluster,
             subnet: v["subnet"].as_str().unwrap().into(),
+            vpc: v["vpc"].as_str().unwrap().into(),
             security_group: v["security_group"].as_str().unwrap().into(),
             env_groups: (
                 v["environment_groups"]["no_network"].as_str().unwrap().into(),
@@ -206,6 +208,8 @@ aws:
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("AWS_ENDPOINT_URL", &self.endpoint)
             .env("AGENTEVAL_AWS_INDEX", format!("dynamodb://{}", self.table))
+            .env("AGENTEVAL_CONFIG_HOME", self.ws.path().join(".agenteval-home"))
+            .env_remove("AGENTEVAL_STACK_PROFILE")
             .env_remove("RUST_LOG");
         for (k, _) in std::env::vars() {
             if k.starts_with("OTEL_") || k == "TRACEPARENT" {
@@ -1033,6 +1037,122 @@ async fn the_stack_deploys_into_the_emulator_and_a_fleet_runs_on_exactly_its_out
     assert!(out.status.success(), "delete_stack: {}", text(&out.stderr));
     let gone: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(["DELETED", "DELETE_COMPLETE"].contains(&gone["status"].as_str().unwrap()), "{gone}");
+}
+
+/// A command as a new user types it: no `AGENTEVAL_AWS_INDEX`, nothing but the environment's
+/// credentials, region and endpoint (the emulator's), in a folder of their own.
+fn as_new_user(aws: &Aws, args: &[&str]) -> Output {
+    let child = aws
+        .cmd_in(aws.ws.path(), args)
+        .env_remove("AGENTEVAL_AWS_INDEX")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_output(child, Duration::from_secs(300))
+}
+
+/// The first nights on AWS as docs/operations.md tells them: before any deploy a read command
+/// says how to find the stack; `aws deploy` deploys and remembers it; `doctor`, the shipped
+/// nightly config as shipped (Fargate Spot included, which the emulator cannot place: it falls
+/// back to on-demand), `runs list`, `baseline set`, `status` and `report` with `--backend aws`
+/// and no other flag; the second night compared with the first through the shipped gates.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_docs_first_nights_on_aws_deploy_remember_the_stack_and_judge_the_second_night() {
+    const KEY: &str = "sk-nightly-FIRST-NIGHT-5be1c";
+    let mut aws = Aws::new(&[("OPENAI_API_KEY", KEY)], false).await;
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+
+    let out = as_new_user(&aws, &["runs", "list", "--backend", "aws"]);
+    let said = text(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "no stack yet: {said}");
+    assert!(
+        said.contains("agenteval-runs") && said.contains("aws deploy") && said.contains("AGENTEVAL_AWS_INDEX"),
+        "{said}"
+    );
+    assert!(said.lines().filter(|l| !l.trim().is_empty()).count() <= 2, "one or two lines: {said}");
+
+    let stack = emulator::unique("agenteval");
+    let out = as_new_user(
+        &aws,
+        &[
+            "aws",
+            "deploy",
+            "--stack",
+            &stack,
+            "--param",
+            "ImageUri=agenteval:dev",
+            "--param",
+            &format!("Subnets={}", aws.subnet),
+            "--param",
+            &format!("SecurityGroups={}", aws.security_group),
+            "--param",
+            &format!("VpcId={}", aws.vpc),
+        ],
+    );
+    assert!(out.status.success(), "aws deploy: {}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("remembered as stack profile"), "{}", text(&out.stdout));
+    let out = as_new_user(&aws, &["aws", "show", "--json"]);
+    let profile: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let setting = |key: &str| {
+        profile["settings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|s| s.as_str().unwrap().strip_prefix(&format!("{key}=")).map(str::to_string))
+            .unwrap_or_else(|| panic!("{key} in {profile}"))
+    };
+    aws.cluster = setting("aws.cluster");
+    aws.table = setting("storage.index").trim_start_matches("dynamodb://").to_string();
+    aws.bucket = setting("storage.bundle_root").trim_start_matches("s3://").split('/').next().unwrap().to_string();
+    aws.fargate(0);
+
+    let nightly = repo().join("configs/nightly.yaml");
+    let nightly = nightly.to_str().unwrap();
+    let model = format!("agent.base_url={}", mock.base_url());
+    let out = as_new_user(&aws, &["doctor", "--config", nightly, "--set", &model]);
+    assert!(out.status.success(), "doctor after the deploy: {}{}", text(&out.stdout), text(&out.stderr));
+
+    let night = |extra: &[&str]| {
+        let mut args =
+            vec!["submit", "--backend", "aws", "--config", nightly, "--json", "--set", &model, "--limit", "21"];
+        args.extend(extra);
+        let out = as_new_user(&aws, &args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
+        (v, out)
+    };
+    let (first, out) = night(&[]);
+    assert_eq!(out.status.code(), Some(0), "{first}\n{}", text(&out.stderr));
+    assert_eq!(first["summary"]["tasks_finished"], 21, "{first}");
+    assert!(text(&out.stderr).contains("launching on on-demand Fargate"), "{}", text(&out.stderr));
+    let first_run = first["run_id"].as_str().unwrap().to_string();
+    assert!(first["bundle"].as_str().unwrap().starts_with(&setting("storage.bundle_root")), "{first}");
+
+    let out = as_new_user(&aws, &["runs", "list", "--backend", "aws", "--name", "nightly", "--json"]);
+    assert!(out.status.success(), "runs list: {}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(&first_run), "{}", text(&out.stdout));
+    let out = as_new_user(&aws, &["baseline", "set", &first_run, "--backend", "aws"]);
+    assert!(out.status.success(), "baseline set: {}{}", text(&out.stdout), text(&out.stderr));
+
+    let gates = repo().join("configs/gates.yaml");
+    let (second, out) = night(&["--baseline", "baseline:nightly", "--gates", gates.to_str().unwrap()]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "a verdict: {second}\n{}", text(&out.stderr));
+    let second_run = second["run_id"].as_str().unwrap();
+    for args in [
+        vec!["status", second_run, "--backend", "aws"],
+        vec!["report", second_run, "--backend", "aws"],
+        vec!["runs", "show", second_run, "--backend", "aws"],
+    ] {
+        let out = as_new_user(&aws, &args);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    }
+    let out = as_new_user(&aws, &["compare", "baseline:nightly", second_run, "--backend", "aws", "--json"]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out.stderr));
+    let judged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(judged["comparison"]["base"]["run_id"].as_str(), Some(first_run.as_str()), "{judged}");
+    assert_eq!(judged["comparison"]["cand"]["tasks"], 21, "{judged}");
+    assert!(!mock.received().is_empty());
 }
 
 /// `agenteval ui --backend aws`, started in an empty folder of "another machine": the pages and

@@ -64,6 +64,8 @@ impl Workspace {
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(BIN);
         c.args(args).current_dir(self.path()).env("NO_COLOR", "1").env_remove("RUST_LOG").env("PATH", agent_path());
+        // A stack profile of this machine's (`aws deploy`) must not fill in a test's config.
+        c.env("AGENTEVAL_CONFIG_HOME", self.path().join(".agenteval-home")).env_remove("AGENTEVAL_STACK_PROFILE");
         // Tests choose their own telemetry; the machine's must not leak in.
         for (k, _) in std::env::vars() {
             if k.starts_with("OTEL_") || k == "TRACEPARENT" {
