@@ -287,6 +287,25 @@ def main():
                 json.dump(stats, f)
             os.replace(a.stats + ".tmp", a.stats)
 
+    definitions = {}
+
+    def main_container(t):
+        """The command and environment a task's main container runs with: its task definition's
+        (the first essential container not a sidecar), with the RunTask's overrides on top. A
+        launch made as EventBridge Scheduler makes it carries no overrides at all."""
+        arn = t["taskDefinitionArn"]
+        if arn not in definitions:
+            definitions[arn] = ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
+        containers = definitions[arn].get("containerDefinitions", [])
+        main = next((c for c in containers if c.get("essential", True) and "otel" not in c["name"]
+                     and "adot" not in c.get("image", "")), containers[0] if containers else {})
+        overrides = t.get("overrides", {}).get("containerOverrides", [])
+        ov = next((o for o in overrides if o.get("name") == main.get("name")), overrides[0] if overrides else {})
+        env = {kv["name"]: kv["value"] for kv in main.get("environment", [])}
+        env.update({kv["name"]: kv["value"] for kv in ov.get("environment", [])})
+        return {"command": ov.get("command") or main.get("command", []),
+                "environment": [{"name": k, "value": v} for k, v in env.items()]}
+
     # The first counts say it is ready: tasks launched from now on stay RUNNING until stopped.
     write_stats()
     while not stop:
@@ -308,7 +327,7 @@ def main():
                     stats["dropped"] += 1
                     ecs.stop_task(cluster=cluster, task=arn, reason="Host EC2 instance terminated (simulated)")
                     continue
-                ov = t["overrides"]["containerOverrides"][0]
+                ov = main_container(t)
                 env = dict(platform_env)
                 env["ECS_CONTAINER_METADATA_URI_V4"] = f"http://127.0.0.1:{metadata_port}/v4/{arn.rsplit('/', 1)[-1]}"
                 env.update({kv["name"]: kv["value"] for kv in ov.get("environment", [])})

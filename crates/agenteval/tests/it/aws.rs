@@ -1155,6 +1155,74 @@ async fn the_docs_first_nights_on_aws_deploy_remember_the_stack_and_judge_the_se
     assert!(!mock.received().is_empty());
 }
 
+/// `docker/rehearse.sh` as docs/operations.md tells it: the emulator, the stack deployed into it
+/// and remembered, the Fargate stand-in; then the commands it prints work with no other flag.
+#[test]
+fn the_rehearsal_script_deploys_into_an_emulator_and_the_commands_it_prints_work() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::CommandExt as _;
+    let ws = Workspace::new();
+    let home = ws.path().join("home");
+    let port = free_port();
+    let mut script = Command::new(repo().join("docker/rehearse.sh"));
+    script
+        .args(["--processes", "--port", &port.to_string(), "--agenteval", BIN])
+        .current_dir(ws.path())
+        .env("AGENTEVAL_CONFIG_HOME", &home)
+        .env_remove("AWS_ENDPOINT_URL")
+        .env_remove("AGENTEVAL_STACK_PROFILE")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0);
+    let mut child = Server(script.spawn().unwrap());
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = String::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !said.contains("The rehearsal is up") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => said += &format!("{line}\n"),
+            Err(_) => panic!("the rehearsal did not come up: {said}"),
+        }
+    }
+    let export = loop {
+        let line = rx.recv_timeout(Duration::from_secs(10)).expect("the export line");
+        if let Some(rest) = line.trim().strip_prefix("export ") {
+            break rest.to_string();
+        }
+    };
+    let user = |args: &[&str]| {
+        let mut c = ws.cmd(args);
+        c.current_dir(repo()).env("AGENTEVAL_CONFIG_HOME", &home);
+        for kv in export.split_whitespace() {
+            let (k, v) = kv.split_once('=').unwrap();
+            c.env(k, v);
+        }
+        let child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        wait_output(child, Duration::from_secs(240))
+    };
+    let out = user(&["doctor", "--config", "configs/toy-aws.yaml"]);
+    assert!(out.status.success(), "doctor: {}{}", text(&out.stdout), text(&out.stderr));
+    let out = user(&["submit", "--backend", "aws", "--config", "configs/toy-aws.yaml", "--set", "benchmark.size=20", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["summary"]["tasks_finished"], 20, "{v}");
+    let out = user(&["runs", "list", "--backend", "aws"]);
+    assert!(out.status.success() && text(&out.stdout).contains("toy-aws"), "{}{}", text(&out.stdout), text(&out.stderr));
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.0.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = child.0.wait();
+}
+
 /// `agenteval ui --backend aws`, started in an empty folder of "another machine": the pages and
 /// the API over DynamoDB and S3, for a run submitted from elsewhere.
 #[tokio::test(flavor = "multi_thread")]
