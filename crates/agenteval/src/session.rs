@@ -192,8 +192,9 @@ pub(crate) fn print_outcome_of(
             }
             RunStatus::Interrupted => say!("finish it with: agenteval resume {}", o.run_id),
             RunStatus::Failed => say!(
-                "tasks were given up after retries; see `agenteval runs show {} --tasks --failed`, then resume it",
-                o.run_id
+                "tasks were given up after retries (`agenteval runs show {id} --tasks --failed` says why); once the cause \
+                 is fixed, `agenteval resume {id}` runs them again in this run, `agenteval rerun {id} --failed` in a new one",
+                id = o.run_id
             ),
             RunStatus::Complete | RunStatus::Running => {}
         }
@@ -201,7 +202,11 @@ pub(crate) fn print_outcome_of(
     if let Some(reason) = &o.reason {
         return Err(Failure {
             code: exit::FAILED,
-            error: anyhow::anyhow!("{reason} ({}); run {} sealed failed", fix_for(config, o), o.run_id),
+            error: anyhow::anyhow!(
+                "{reason} ({}); run {id} sealed failed: after the fix, `agenteval resume {id}` runs its tasks without a result",
+                fix_for(config, o),
+                id = o.run_id
+            ),
         });
     }
     Ok(code)

@@ -388,6 +388,18 @@ pub const RESUME_SETTABLE: &[&str] = &[
     "backend.max_attempts",
     "backend.tasks_per_job",
     "backend.tasks_in_parallel",
+    // Where and how the fleet launches, the fix of a night whose launches failed: not what the
+    // tasks run on (the task definition, the environments' groups stay).
+    "backend.launch_deadline_seconds",
+    "aws.capacity",
+    "aws.spot_fallback",
+    "aws.cluster",
+    "aws.subnets",
+    "aws.security_groups",
+    "aws.assign_public_ip",
+    "aws.launch_burst",
+    "aws.launch_per_second",
+    "aws.poll_seconds",
 ];
 
 /// A run's config with `resume --set` overrides applied and checked like a config file's.

@@ -502,6 +502,10 @@ async fn a_launch_answered_with_an_html_500_forever_ends_infra_within_the_deadli
     assert!(took < Duration::from_secs(60), "gave up in {took:?}, not within the deadline and its last try");
     let stderr = text(&out.stderr);
     assert!(!stderr.contains("unexpected token"), "the parser's complaint is not the provider's message: {stderr}");
+    assert!(
+        stderr.contains(&format!("agenteval resume {}", v["run_id"].as_str().unwrap())),
+        "the way to finish it: {stderr}"
+    );
     let run = v["run_id"].as_str().unwrap();
     let (shown, _) = aws.json(&["runs", "show", run, "--tasks", "--json", "--backend", "aws"]);
     let tasks = shown["tasks"].as_array().unwrap();
@@ -513,6 +517,14 @@ async fn a_launch_answered_with_an_html_500_forever_ends_infra_within_the_deadli
     let bundle = v["bundle"].as_str().unwrap();
     let out = aws.run(&["validate-bundle", bundle]);
     assert!(out.status.success(), "the sealed bundle is valid: {}{}", text(&out.stdout), text(&out.stderr));
+    // The cause fixed, the advice it gave finishes the night in the same run: the given-up
+    // tasks and the untried ones.
+    let mut aws = aws;
+    aws.fargate(0);
+    let (r, code) = aws.json(&["resume", run, "--json", "--backend", "aws", "--set", "aws.capacity=fargate"]);
+    assert_eq!(code, 0, "{r}");
+    assert_eq!(r["status"], "complete", "{r}");
+    assert_eq!(r["summary"]["tasks_finished"], 12, "{r}");
 }
 
 /// The same Spot launches, with the config's default `aws.spot_fallback`: launched on on-demand
@@ -1209,17 +1221,29 @@ fn the_rehearsal_script_deploys_into_an_emulator_and_the_commands_it_prints_work
     };
     let out = user(&["doctor", "--config", "configs/toy-aws.yaml"]);
     assert!(out.status.success(), "doctor: {}{}", text(&out.stdout), text(&out.stderr));
-    let out = user(&["submit", "--backend", "aws", "--config", "configs/toy-aws.yaml", "--set", "benchmark.size=20", "--json"]);
+    let out = user(&[
+        "submit",
+        "--backend",
+        "aws",
+        "--config",
+        "configs/toy-aws.yaml",
+        "--set",
+        "benchmark.size=20",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("no JSON ({e}): {}\n{}", text(&out.stdout), text(&out.stderr)));
     assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
     assert_eq!(v["summary"]["tasks_finished"], 20, "{v}");
     let out = user(&["runs", "list", "--backend", "aws"]);
-    assert!(out.status.success() && text(&out.stdout).contains("toy-aws"), "{}{}", text(&out.stdout), text(&out.stderr));
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.0.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
+    assert!(
+        out.status.success() && text(&out.stdout).contains("toy-aws"),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
     );
+    let _ =
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(child.0.id() as i32), nix::sys::signal::Signal::SIGTERM);
     let _ = child.0.wait();
 }
 
