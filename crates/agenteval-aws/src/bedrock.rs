@@ -69,7 +69,81 @@ impl BedrockHost {
         }
     }
 
-    /// `doctor`'s check: the credential chain gives credentials to sign with (nothing is sent).
+    /// `doctor`'s check: one signed request to Bedrock, answered. With `model`, an `InvokeModel`
+    /// of an empty body, which a model that exists refuses as invalid (nothing is generated or
+    /// billed) and proves the endpoint, the signature, the permission to invoke and the model
+    /// id; without, a `ListAsyncInvokes` of one item.
+    pub async fn probe(&self, model: Option<&str>) -> agenteval_core::Result<String> {
+        use agenteval_core::{Error, ErrorKind};
+        self.check().await?;
+        let at = self.describe();
+        let said = |code: &str, message: &str| {
+            if message.is_empty() { code.to_string() } else { format!("{code}: {message}") }
+        };
+        let answer = match model {
+            Some(m) => match self
+                .client
+                .invoke_model()
+                .model_id(m)
+                .content_type("application/json")
+                .accept("application/json")
+                .body(Blob::new("{}"))
+                .send()
+                .await
+            {
+                Ok(_) => return Ok(format!("{at} answered an invocation of {m}")),
+                Err(e) => Probed::of(&e),
+            },
+            None => match self.client.list_async_invokes().max_results(1).send().await {
+                Ok(_) => return Ok(format!("{at} answered a signed request")),
+                Err(e) => Probed::of(&e),
+            },
+        };
+        match answer {
+            Probed::Service { status, code, message } => match code.as_str() {
+                "ValidationException" => Ok(match model {
+                    Some(m) => format!(
+                        "{at} accepts the credentials and knows {m} (it refused an empty request, as it should)"
+                    ),
+                    None => format!("{at} accepts the credentials"),
+                }),
+                "AccessDeniedException" if model.is_none() => Ok(format!(
+                    "{at} accepts the signature (this identity may not list async invocations, which runs do not need)"
+                )),
+                "ResourceNotFoundException" => Err(Error::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "{at} does not know model {}: {} (check its id in `bedrock.models`, and that the account has access to it)",
+                        model.unwrap_or("?"),
+                        said(&code, &message)
+                    ),
+                )),
+                "AccessDeniedException"
+                | "UnrecognizedClientException"
+                | "InvalidSignatureException"
+                | "ExpiredTokenException" => Err(Error::new(
+                    ErrorKind::Unauthorized,
+                    format!("{at} refused the credentials: {}", said(&code, &message)),
+                )),
+                _ => Err(Error::new(
+                    ErrorKind::Transient,
+                    format!(
+                        "{at} answered HTTP {status}: {}",
+                        said(if code.is_empty() { "no error code" } else { &code }, &message)
+                    ),
+                )),
+            },
+            Probed::Timeout => {
+                Err(Error::new(ErrorKind::Transient, format!("{at} did not answer within its deadline")))
+            }
+            Probed::Unreachable(why) => {
+                Err(Error::new(ErrorKind::Transient, format!("cannot reach {} ({why})", self.endpoint)))
+            }
+            Probed::Other(why) => Err(Error::new(ErrorKind::Transient, format!("{at}: {why}"))),
+        }
+    }
+
+    /// Whether the credential chain gives credentials to sign with (nothing is sent).
     pub async fn check(&self) -> agenteval_core::Result<String> {
         use aws_sdk_bedrockruntime::config::ProvideCredentials as _;
         let Some(chain) = &self.credentials else {
@@ -85,6 +159,34 @@ impl BedrockHost {
                     self.describe()
                 ),
             )),
+        }
+    }
+}
+
+/// What `doctor`'s one request to Bedrock got.
+enum Probed {
+    Service { status: u16, code: String, message: String },
+    Timeout,
+    Unreachable(String),
+    Other(String),
+}
+
+impl Probed {
+    fn of<E>(e: &SdkError<E, aws_sdk_bedrockruntime::config::http::HttpResponse>) -> Probed
+    where
+        E: aws_sdk_bedrockruntime::error::ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        match e {
+            SdkError::ServiceError(se) => Probed::Service {
+                status: se.raw().status().as_u16(),
+                code: se.err().code().unwrap_or("").to_string(),
+                message: se.err().message().unwrap_or("").to_string(),
+            },
+            SdkError::TimeoutError(_) => Probed::Timeout,
+            SdkError::DispatchFailure(_) => {
+                Probed::Unreachable(agenteval_core::gateway::reach_failure(&crate::sdk::root_cause(e)))
+            }
+            other => Probed::Other(crate::sdk::root_cause(other)),
         }
     }
 }
@@ -301,6 +403,9 @@ fn refused<E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static>(
             Ok(answer)
         }
         SdkError::TimeoutError(_) => Err(HostFailure::Timeout),
+        SdkError::DispatchFailure(_) => {
+            Err(HostFailure::Connect(agenteval_core::gateway::reach_failure(&crate::sdk::root_cause(&e))))
+        }
         _ => Err(HostFailure::Connect(crate::sdk::kind_and_detail(&e).1)),
     }
 }

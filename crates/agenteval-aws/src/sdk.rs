@@ -325,7 +325,7 @@ fn strip_tags(html: &str) -> String {
 
 /// The innermost error of a chain, in its own words (`Connection refused (os error 111)`),
 /// not the chain's debug dump.
-fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
     let mut last: &(dyn std::error::Error + 'static) = err;
     while let Some(next) = last.source() {
         last = next;

@@ -374,6 +374,24 @@ impl HostAnswer {
     }
 }
 
+/// Why a host could not be reached, from the innermost error's words: `DNS: …`, `TLS: …` or
+/// `connect: …`, so that an unreachable provider is never read as one that answered.
+pub fn reach_failure(cause: &str) -> String {
+    let c = cause.trim();
+    let l = c.to_ascii_lowercase();
+    let kind = if ["dns", "lookup", "name or service not known", "no such host", "nodename nor servname", "resolve"]
+        .iter()
+        .any(|k| l.contains(k))
+    {
+        "DNS"
+    } else if ["certificate", "tls", "ssl", "handshake"].iter().any(|k| l.contains(k)) {
+        "TLS"
+    } else {
+        "connect"
+    };
+    format!("{kind}: {}", if c.is_empty() { "no detail" } else { c })
+}
+
 /// Why a [`ModelHost`] gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HostFailure {

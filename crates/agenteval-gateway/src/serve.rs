@@ -752,7 +752,13 @@ impl Sending<'_> {
                 }
                 // Asked again as long as the bound allows and still unavailable: the
                 // infrastructure's.
-                Some(_) => return Err(unavailable(record, wire, sent_at)),
+                Some(_) => {
+                    return Err(match &sent_at {
+                        // Never reached: no status to report, and none is made up.
+                        Err(e) => unreachable(record, provider, wire, e),
+                        Ok(_) => unavailable(record, wire, sent_at),
+                    });
+                }
                 None => {
                     return match sent_at {
                         Ok(a) => Ok((a, record)),
@@ -798,10 +804,21 @@ impl Sending<'_> {
         match req.send().await {
             Ok(r) => Ok(Answer::of_http(r)),
             Err(e) if e.is_timeout() => Err(NoAnswer::Timeout),
-            Err(e) if e.is_connect() => Err(NoAnswer::Connect("connection failed".into())),
-            Err(_) => Err(NoAnswer::Failed("the request failed".into())),
+            Err(e) if e.is_connect() => Err(NoAnswer::Connect(agenteval_core::gateway::reach_failure(&innermost(&e)))),
+            Err(e) => Err(NoAnswer::Failed(format!("the request failed: {}", innermost(&e)))),
         }
     }
+}
+
+/// The innermost error of a chain in its own words (`failed to lookup address information: …`),
+/// with no URL or key in it (reqwest's outer errors name the URL; the key is a header).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut last = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    let text = last.to_string();
+    text.lines().next().unwrap_or("").chars().take(200).collect()
 }
 
 /// Statuses the gateway asks again after (its agent never sees them unless it gives up): rate
@@ -852,7 +869,11 @@ fn unreachable(record: Record, provider: &crate::Provider, wire: Wire, e: &NoAns
         Some(h) => h.describe(),
         None => provider.base.split("://").nth(1).and_then(|r| r.split('/').next()).unwrap_or("").to_string(),
     };
-    let why = format!("cannot reach the provider at {host}: {reason}");
+    let tries = match record.retries {
+        0 => String::new(),
+        n => format!(" after {} tries over {:.1} s", n + 1, record.waited.as_secs_f64()),
+    };
+    let why = format!("cannot reach {host} ({reason}){tries}");
     let mut call = record.call(502, &Heard::default(), 0);
     // For an agent the gateway retries for, a provider it cannot connect to is the
     // infrastructure's. A call that timed out is not: an agent could ask for an answer too long

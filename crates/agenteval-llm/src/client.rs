@@ -245,7 +245,11 @@ impl LlmClient {
             if e.is_timeout() {
                 "timed out".to_string()
             } else if e.is_connect() {
-                "connection failed".to_string()
+                let mut last: &(dyn std::error::Error + 'static) = &e;
+                while let Some(next) = last.source() {
+                    last = next;
+                }
+                agenteval_core::gateway::reach_failure(&last.to_string())
             } else {
                 "the request failed".to_string()
             }

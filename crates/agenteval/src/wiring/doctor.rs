@@ -40,7 +40,11 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         checks.extend(endpoint_checks(&up).await);
         if let Some(b) = &up.bedrock {
             let host = agenteval_aws::BedrockHost::connect(&wiring.aws, b.region.as_deref(), b.endpoint_url.as_deref());
-            checks.push(Check::new("model endpoint bedrock", host.await.check().await.map_err(|e| e.to_string())));
+            // The model a call names, as the gateway sends it to Bedrock.
+            let model = cfg.agent.model().map(|m| m.strip_prefix("bedrock:").unwrap_or(m));
+            let model = model.map(|m| b.models.get(m).map_or(m, String::as_str));
+            let probe = host.await.probe(model).await.map_err(|e| e.to_string());
+            checks.push(Check::new("model endpoint bedrock", probe));
         }
     }
     if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {

@@ -1102,7 +1102,7 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
     let out = signed(&["doctor", "--config", cfg.to_str().unwrap()]);
     let said = text(&out.stdout);
     assert!(out.status.success() && said.contains("model endpoint bedrock"), "{said}\n{}", text(&out.stderr));
-    assert!(said.contains("signed with AWS credentials"), "{said}");
+    assert!(said.contains("answered an invocation") || said.contains("accepts the credentials"), "{said}");
 
     // With the stand-in gone and no AWS credentials: the same answers, tokens and cost.
     drop(mock);
@@ -1114,6 +1114,36 @@ fn the_llm_agent_reaches_bedrock_through_the_gateway_signed_metered_and_replayed
             assert_eq!(a["agent"][field], b["agent"][field], "{id} {field}");
         }
     }
+}
+
+/// Bedrock that cannot be reached (no such host): `doctor` says so before any run, having sent
+/// its one signed request, and a run's tasks end `infra` saying the host cannot be reached,
+/// never with a status no provider gave.
+#[test]
+fn an_unreachable_bedrock_is_said_as_such_by_doctor_and_by_the_run() {
+    use agenteval_testkit::llm_mock::bedrock::{BEDROCK_REGION, signing_for_stand_in};
+    let ws = Workspace::new();
+    ws.write("secrets.env", "");
+    cases(&ws, &[("plain", "hello")]);
+    let cfg = ws.write(
+        "gone.yaml",
+        &format!(
+            "name: gone\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: llm\n  model: anthropic:claude-sonnet-4-5\n  max_attempts: 2\n  bedrock:\n    region: {BEDROCK_REGION}\n    endpoint_url: https://bedrock-runtime.no-such-host.invalid\n  limits: {{max_cost_usd: 1}}\nbackend:\n  secrets_file: secrets.env\n"
+        ),
+    );
+    let signed = |args: &[&str]| signing_for_stand_in(&mut ws.cmd(args)).output().unwrap();
+    let out = signed(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    let line = said.lines().find(|l| l.contains("model endpoint bedrock")).unwrap_or_else(|| panic!("{said}"));
+    assert!(line.starts_with("FAIL") && line.contains("cannot reach") && line.contains("(DNS: "), "{line}");
+
+    let out = signed(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let r = task(&bundle_of(&v), "plain");
+    let why = r.to_string();
+    assert!(why.contains("cannot reach") && why.contains("DNS: "), "{r}");
+    assert!(!why.contains("answered 502"), "no status was given by anyone: {r}");
 }
 
 /// Issue 59: a model Bedrock serves through `Converse` (not Anthropic's): the `llm` agent's
