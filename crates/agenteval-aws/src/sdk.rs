@@ -35,30 +35,15 @@ impl AwsSettings {
 
 impl AwsSettings {
     /// The settings a config's `aws` section asks for; unset fields fall back to the standard
-    /// chain and environment. With no config (a read command's `--backend aws`), the stack
-    /// profile in use gives the region and endpoint the environment does not.
+    /// chain and environment.
     pub fn of(cfg: Option<&agenteval_core::config::AwsConfig>) -> AwsSettings {
-        match cfg {
-            Some(a) => AwsSettings {
-                region: a.region.clone(),
-                profile: a.profile.clone(),
-                endpoint_url: a.endpoint_url.clone(),
-                emulator_credentials: false,
-            },
-            None => {
-                let mut s = AwsSettings::default();
-                if let Ok(Some((p, _))) = crate::stack::StackProfile::current() {
-                    for setting in p.settings_now() {
-                        if let Some(r) = setting.strip_prefix("aws.region=") {
-                            s.region = Some(r.to_string());
-                        } else if let Some(e) = setting.strip_prefix("aws.endpoint_url=") {
-                            s.endpoint_url = Some(e.to_string());
-                        }
-                    }
-                }
-                s
-            }
-        }
+        cfg.map(|a| AwsSettings {
+            region: a.region.clone(),
+            profile: a.profile.clone(),
+            endpoint_url: a.endpoint_url.clone(),
+            emulator_credentials: false,
+        })
+        .unwrap_or_default()
     }
 }
 
@@ -316,6 +301,8 @@ fn strip_tags(html: &str) -> String {
                 in_tag = false;
                 out.push('\n');
             }
+            // A line break inside an element's text is a space: an element is one line.
+            '\n' | '\r' if !in_tag => out.push(' '),
             _ if !in_tag => out.push(c),
             _ => {}
         }

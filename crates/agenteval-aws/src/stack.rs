@@ -10,7 +10,7 @@ use agenteval_core::{Error, ErrorKind, Result};
 use aws_sdk_cloudformation::types::{Capability, Parameter, StackStatus};
 use serde::{Deserialize, Serialize};
 
-use crate::sdk::{AwsClients, classify, kind_and_detail};
+use crate::sdk::{AwsClients, AwsSettings, classify, kind_and_detail};
 
 /// Chooses a stack profile other than the current one.
 pub const PROFILE_ENV: &str = "AGENTEVAL_STACK_PROFILE";
@@ -150,6 +150,22 @@ impl StackProfile {
     pub fn source(&self, path: &Path) -> String {
         format!("the stack profile `{}` ({})", self.name, path.display())
     }
+}
+
+/// The AWS settings of a command with no run config (a read command's `--backend aws`): the
+/// stack profile in use gives the region and endpoint the environment does not.
+pub fn settings_without_config() -> AwsSettings {
+    let mut s = AwsSettings::default();
+    if let Ok(Some((p, _))) = StackProfile::current() {
+        for setting in p.settings_now() {
+            if let Some(r) = setting.strip_prefix("aws.region=") {
+                s.region = Some(r.to_string());
+            } else if let Some(e) = setting.strip_prefix("aws.endpoint_url=") {
+                s.endpoint_url = Some(e.to_string());
+            }
+        }
+    }
+    s
 }
 
 fn write_atomically(path: &Path, body: &[u8]) -> Result<()> {

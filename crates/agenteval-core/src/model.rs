@@ -1733,3 +1733,29 @@ mod tests {
         assert_eq!(text, "state != 'completed' AND (attempt < ?5 OR (attempt = ?5 AND rank < ?4))");
     }
 }
+
+/// Whether a run named `run_name` is of the history `asked` names: that name, or a config's
+/// name with its agent, `asked [AGENT · MODEL]` (not a try's or a set member's).
+pub fn of_history(run_name: &str, asked: &str) -> bool {
+    if run_name == asked {
+        return true;
+    }
+    let Some(label) = run_name.strip_prefix(asked).and_then(|r| r.strip_prefix(" [")) else { return false };
+    label.strip_suffix(']').is_some_and(|l| !l.is_empty() && !l.contains(']') && !l.contains('['))
+}
+
+#[cfg(test)]
+mod history_tests {
+    use super::of_history;
+
+    #[test]
+    fn a_configs_name_is_the_history_of_its_agents_runs_not_of_tries_or_set_members() {
+        assert!(of_history("nightly", "nightly"));
+        assert!(of_history("nightly [llm · openai:gpt-4o-mini]", "nightly"));
+        assert!(of_history("nightly [codex · gpt-5]", "nightly [codex · gpt-5]"));
+        assert!(!of_history("nightly [codex] (try)", "nightly"));
+        assert!(!of_history("nightly [llm · a] [model=a]", "nightly"));
+        assert!(!of_history("nightly-2 [oracle]", "nightly"));
+        assert!(!of_history("nightly []", "nightly"));
+    }
+}

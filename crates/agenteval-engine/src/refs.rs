@@ -18,6 +18,33 @@ pub async fn resolve_ref(index: &dyn RunIndex, reference: &str) -> Result<RunId>
     resolve_ref_except(index, reference, None).await
 }
 
+pub use agenteval_core::model::of_history;
+
+/// The distinct names of the runs of `asked`'s history, newest first.
+fn histories<'r>(runs: &'r [agenteval_core::model::RunRecord], asked: &str) -> Vec<&'r str> {
+    let mut seen: Vec<&str> = Vec::new();
+    for r in runs {
+        if of_history(&r.name, asked) && !seen.contains(&r.name.as_str()) {
+            seen.push(&r.name);
+        }
+    }
+    seen
+}
+
+/// The one name of an agent's runs a config's name stands for; runs of several agents are
+/// never taken for one history.
+fn one_history(runs: &[agenteval_core::model::RunRecord], asked: &str, how: &str) -> Result<String> {
+    match histories(runs, asked).as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => Err(Error::not_found(format!("no complete run named `{asked}` in the index"))),
+        many => Err(Error::invalid(format!(
+            "`{asked}` names the runs of {} agents, which are never one history: name one, {}",
+            many.len(),
+            many.iter().map(|h| format!("`{how}:{h}`")).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
 /// A unique prefix of a run id among the runs the index lists.
 async fn by_prefix(index: &dyn RunIndex, prefix: &str) -> Result<RunId> {
     let runs = index.list_runs(LATEST_WINDOW).await?;
@@ -42,6 +69,10 @@ async fn by_prefix(index: &dyn RunIndex, prefix: &str) -> Result<RunId> {
 pub async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Option<&RunId>) -> Result<RunId> {
     if let Some(name) = reference.strip_prefix("latest:") {
         let runs = index.list_runs(LATEST_WINDOW).await?;
+        let name = match runs.iter().any(|r| r.name == name) {
+            true => name.to_string(),
+            false => one_history(&runs, name, "latest")?,
+        };
         // Only a run that completed can stand for "the latest": an interrupted or failed one
         // would make every comparison against it meaningless.
         return runs
@@ -51,9 +82,28 @@ pub async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: O
             .ok_or_else(|| Error::not_found(format!("no complete run named `{name}` in the index")));
     }
     if let Some(name) = reference.strip_prefix("baseline:") {
-        return index.get_baseline(name).await?.ok_or_else(|| {
-            Error::not_found(format!("no baseline pinned for `{name}` (pin one with `agenteval baseline set RUN`)"))
-        });
+        if let Some(id) = index.get_baseline(name).await? {
+            return Ok(id);
+        }
+        // A config's name: the baseline of its one agent that has one.
+        let runs = index.list_runs(LATEST_WINDOW).await?;
+        let mut pinned = Vec::new();
+        for h in histories(&runs, name) {
+            if let Some(id) = index.get_baseline(h).await? {
+                pinned.push((h.to_string(), id));
+            }
+        }
+        return match pinned.as_slice() {
+            [(_, id)] => Ok(*id),
+            [] => Err(Error::not_found(format!(
+                "no baseline pinned for `{name}` (pin one with `agenteval baseline set RUN`)"
+            ))),
+            many => Err(Error::invalid(format!(
+                "`{name}` has baselines for {} agents: name one, {}",
+                many.len(),
+                many.iter().map(|(h, _)| format!("`baseline:{h}`")).collect::<Vec<_>>().join(", ")
+            ))),
+        };
     }
     if reference == "latest" {
         return index

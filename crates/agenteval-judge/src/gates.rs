@@ -472,7 +472,18 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             let (point, best, worst) = (scale(point) + 0.0, scale(best) + 0.0, scale(worst) + 0.0);
             // A hair of tolerance, so 0.05 allowed is not failed by 0.05000000000000002 measured.
             let passed = point <= limit + 1e-9 * limit.abs().max(1.0);
-            push(gate, limit, Some(point), passed, drop_detail(metric, name, d.better, limit, (point, best, worst)));
+            let mut detail = drop_detail(metric, name, d.better, limit, (point, best, worst));
+            // Judged or not, a gate names the noise band the comparison measured, so that it
+            // and the noise verdict never seem to disagree.
+            if metric == "pass_rate"
+                && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
+            {
+                detail.push_str(&format!(
+                    "; outside the noise of the base's {} repetitions (±{:.4}, 95%)",
+                    n.base_repetitions, n.pass_rate_band
+                ));
+            }
+            push(gate, limit, Some(point), passed, detail);
         }
     }
     let passed = out.iter().all(|g| g.passed);

@@ -127,7 +127,7 @@ impl Filters {
     }
 
     fn keeps(&self, r: &RunRecord) -> bool {
-        (self.name.is_empty() || r.name == self.name)
+        (self.name.is_empty() || agenteval_core::model::of_history(&r.name, &self.name))
             && (self.benchmark.is_empty() || r.benchmark == self.benchmark)
             && (self.status.is_empty() || r.status.as_str() == self.status)
             && (self.verdict.is_empty() || r.verdict.map_or("", RunVerdict::as_str) == self.verdict)

@@ -84,8 +84,9 @@ impl RunConfigArgs {
 /// What a run is called: `submit`'s `--name` and `--try`.
 #[derive(Debug, Args, Clone, Default)]
 pub struct Naming {
-    /// The run's name. Without it the run takes the config's `name`, with `[PRESET · MODEL]`
-    /// added when `--agent` or `--model` chose them: runs of two agents are never one history.
+    /// The run's name. Without it the run takes the config's `name` with its agent added,
+    /// `NAME [AGENT · MODEL]` however they were set: runs of two agents are never one history,
+    /// and `latest:NAME`, `baseline:NAME` and `runs list --name NAME` find a name's one agent.
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// A try: the run is named `NAME (try)`, so it never joins NAME's history in the UI, is never
@@ -95,17 +96,12 @@ pub struct Naming {
 }
 
 impl Naming {
-    /// The name of a run of a config named `config_name`, started with `args`.
-    pub fn name(&self, config_name: &str, args: &RunConfigArgs) -> String {
+    /// The name of a run of a config named `config_name` whose agent (after every override) is
+    /// `agent`: `NAME [AGENT · MODEL]`, unless `--name` named it outright.
+    pub fn name(&self, config_name: &str, agent: &agenteval_core::config::AgentConfig) -> String {
         let mut name = match &self.name {
             Some(n) => n.trim().to_string(),
-            None => {
-                let chosen: Vec<&str> = [args.agent.as_deref(), args.model.as_deref()].into_iter().flatten().collect();
-                match chosen.is_empty() {
-                    true => config_name.to_string(),
-                    false => format!("{config_name} [{}]", chosen.join(" · ")),
-                }
-            }
+            None => format!("{config_name} [{}]", agent.label()),
         };
         if self.try_run {
             name.push_str(" (try)");

@@ -165,7 +165,7 @@ async fn submit(
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
     let mut loaded = load_config(&args.config, &args.overrides()).map_err(config_failure)?;
-    loaded.config.name = naming.name(&loaded.config.name, args);
+    loaded.config.name = naming.name(&loaded.config.name, &loaded.config.agent);
     loaded.agent_flags = args.agent_flags();
     // A bad gates file is a usage error before anything runs, like a bad config.
     let gates_file = gates;
@@ -344,7 +344,7 @@ async fn runs_list(index: &IndexArgs, name: Option<&str>, limit: usize, json: bo
             .list_runs(limit.saturating_mul(50).max(1_000))
             .await?
             .into_iter()
-            .filter(|r| r.name == n)
+            .filter(|r| agenteval_engine::refs::of_history(&r.name, n))
             .take(limit)
             .collect(),
         None => index.list_runs(limit).await?,
@@ -670,6 +670,29 @@ async fn validate_bundle(path: &str, index: &IndexArgs, json: bool) -> Result<u8
 
 fn config_validate(file: &Path, sets: Vec<String>, json: bool) -> Result<u8, Failure> {
     match load_config(file, &sets) {
+        Ok(loaded) if !agenteval_engine::benchmarks::unreadable_tasks(&loaded.config).is_empty() => {
+            // The config is sound, but tasks of its benchmark would end `infra` unread.
+            let broken = agenteval_engine::benchmarks::unreadable_tasks(&loaded.config);
+            if json {
+                let problems: Vec<_> = broken
+                    .iter()
+                    .map(|(task, why)| json!({"file": file, "field": "/benchmark/path", "task": task, "message": why}))
+                    .collect();
+                say!("{}", json!({"valid": false, "file": file, "problems": problems}));
+                return Ok(exit::USAGE);
+            }
+            let n = broken.len();
+            let mut text = format!(
+                "{} has {n} task{} that cannot be read (a run would end {} infra and run the rest):",
+                file.display(),
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "it" } else { "them" }
+            );
+            for (task, why) in &broken {
+                text.push_str(&format!("\n  task {task}: {why}"));
+            }
+            Err(Failure { code: exit::USAGE, error: anyhow::anyhow!(text) })
+        }
         Ok(loaded) => {
             if json {
                 say!("{}", json!({"valid": true, "file": file, "config": loaded.resolved()}));

@@ -128,7 +128,8 @@ fn load_members(args: &RunConfigArgs, naming: &Naming, axes: &[Axis], set_id: &s
         };
         match load_config(&args.config, &sets) {
             Ok(mut loaded) => {
-                loaded.config.name = format!("{} [{}]", naming.name(&loaded.config.name, args), member.label());
+                loaded.config.name =
+                    format!("{} [{}]", naming.name(&loaded.config.name, &loaded.config.agent), member.label());
                 loaded.agent_flags = args.agent_flags();
                 members.push(Member { loaded, member });
             }

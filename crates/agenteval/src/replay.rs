@@ -41,6 +41,47 @@ struct Behaviour {
     patch: Option<String>,
     /// It had a patch, but neither it nor its digest was kept.
     patch_unknown: bool,
+    /// Each file the kept patch changes, with the digest of its part of the patch (bytecode
+    /// left out), to name the first file that differs.
+    patch_files: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// Python's bytecode caches: written by whatever imported the code, at times and with
+/// timestamps no replay can repeat, and never the agent's work.
+fn is_bytecode(path: &str) -> bool {
+    path.starts_with("__pycache__/")
+        || path.contains("/__pycache__/")
+        || path.ends_with(".pyc")
+        || path.ends_with(".pyo")
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    <sha2::Sha256 as sha2::Digest>::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A git patch's files and their parts' digests, bytecode caches left out.
+fn patch_files(patch: &[u8]) -> std::collections::BTreeMap<String, String> {
+    let text = String::from_utf8_lossy(patch);
+    let mut files = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    let flush = |c: Option<(String, String)>, files: &mut std::collections::BTreeMap<String, String>| {
+        if let Some((path, body)) = c
+            && !is_bytecode(&path)
+        {
+            files.insert(path, sha256_hex(body.as_bytes()));
+        }
+    };
+    for line in text.split_inclusive('\n') {
+        if let Some(header) = line.strip_prefix("diff --git ") {
+            flush(current.take(), &mut files);
+            let path = header.trim_end().rsplit_once(" b/").map_or(header.trim_end(), |(_, b)| b).to_string();
+            current = Some((path, line.to_string()));
+        } else if let Some((_, body)) = current.as_mut() {
+            body.push_str(line);
+        }
+    }
+    flush(current, &mut files);
+    files
 }
 
 async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
@@ -65,12 +106,16 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
     scores.sort();
     // The digest the worker kept (whole, even when the patch was too big to keep), else the
     // kept patch's own (a bundle from before digests were kept).
-    let patch = match taskpack::read_task_file(store, run, &id, "artifacts/patch.sha256").await {
-        Ok(d) => Some(String::from_utf8_lossy(&d).trim().to_string()),
-        Err(_) => taskpack::read_task_file(store, run, &id, "artifacts/patch.diff")
+    // The kept patch, compared without bytecode caches, file by file; else the digest the
+    // worker kept (whole, even when the patch was too big to keep).
+    let kept = taskpack::read_task_file(store, run, &id, "artifacts/patch.diff").await.ok();
+    let patch_files = kept.as_deref().map(patch_files);
+    let patch = match &patch_files {
+        Some(files) => Some(sha256_hex(serde_json::to_string(files).unwrap_or_default().as_bytes())),
+        None => taskpack::read_task_file(store, run, &id, "artifacts/patch.sha256")
             .await
             .ok()
-            .map(|p| <sha2::Sha256 as sha2::Digest>::digest(&p).iter().map(|b| format!("{b:02x}")).collect()),
+            .map(|d| String::from_utf8_lossy(&d).trim().to_string()),
     };
     // A patch neither kept nor digested: the final state cannot be compared.
     let log = taskpack::read_task_file(store, run, &id, layout::TASK_LOG).await.unwrap_or_default();
@@ -79,6 +124,7 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         scores,
         patch,
         patch_unknown,
+        patch_files,
         passed: result.passed,
         answer: result.agent.final_answer.clone(),
         terminated_by: result.agent.terminated_by.as_str().to_string(),
@@ -123,8 +169,21 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
             "the environment's final state cannot be compared (a patch too big to keep, with no digest)".into(),
         );
     }
-    if was.patch != now.patch {
-        let show = |p: &Option<String>| p.as_ref().map_or("none".to_string(), |h| format!("sha256 {}", &h[..12]));
+    if let (Some(a), Some(b)) = (&was.patch_files, &now.patch_files) {
+        let paths: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+        for p in paths {
+            match (a.get(p), b.get(p)) {
+                (Some(x), Some(y)) if x == y => continue,
+                (Some(_), Some(_)) => return Some(format!("the environment's final state: {p} differs")),
+                (Some(_), None) => {
+                    return Some(format!("the environment's final state: {p} changed only in the recording"));
+                }
+                _ => return Some(format!("the environment's final state: {p} changed only in the replay")),
+            }
+        }
+    } else if was.patch != now.patch {
+        let show =
+            |p: &Option<String>| p.as_ref().map_or("none".to_string(), |h| format!("sha256 {}", &h[..12.min(h.len())]));
         return Some(format!("the environment's final state (patch {} → {})", show(&was.patch), show(&now.patch)));
     }
     if was.scores != now.scores {
@@ -367,6 +426,52 @@ impl Replayed<'_> {
             self.count(Verdict::Match),
             self.count(Verdict::Differ),
             self.count(Verdict::CodeChanged)
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn patch(files: &[(&str, &str)]) -> Vec<u8> {
+        files
+            .iter()
+            .map(|(p, body)| format!("diff --git a/{p} b/{p}\n--- a/{p}\n+++ b/{p}\n@@ -1 +1 @@\n-x\n+{body}\n"))
+            .collect::<String>()
+            .into_bytes()
+    }
+
+    fn with(files: &[(&str, &str)]) -> Behaviour {
+        let pf = patch_files(&patch(files));
+        Behaviour {
+            passed: true,
+            answer: None,
+            terminated_by: "completed".into(),
+            error: None,
+            tools: vec![],
+            cost: 0.0,
+            scores: vec![],
+            patch: Some(sha256_hex(serde_json::to_string(&pf).unwrap().as_bytes())),
+            patch_unknown: false,
+            patch_files: Some(pf),
+        }
+    }
+
+    #[test]
+    fn bytecode_caches_are_left_out_and_the_first_differing_file_is_named() {
+        let was = with(&[("src/app.py", "y"), ("src/__pycache__/app.cpython-311.pyc", "\u{1}")]);
+        let same = with(&[("src/app.py", "y"), ("src/__pycache__/app.cpython-311.pyc", "\u{2}"), ("x.pyc", "z")]);
+        assert_eq!(first_difference(&was, &same), None);
+        let other = with(&[("src/app.py", "z")]);
+        assert_eq!(
+            first_difference(&was, &other).as_deref(),
+            Some("the environment's final state: src/app.py differs")
+        );
+        let more = with(&[("src/app.py", "y"), ("notes.txt", "n")]);
+        assert_eq!(
+            first_difference(&was, &more).as_deref(),
+            Some("the environment's final state: notes.txt changed only in the replay")
         );
     }
 }

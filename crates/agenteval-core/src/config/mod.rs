@@ -960,6 +960,25 @@ impl AgentConfig {
         }
     }
 
+    /// Who the agent is, in a run's name (`llm · openai:gpt-4o-mini`, `codex · gpt-5`,
+    /// `oracle`): its preset or kind, and its model when it has one of its own, however the
+    /// config, `--set`, `--agent` or `--model` set them. Runs of two agents never share a name.
+    pub fn label(&self) -> String {
+        let who = match self {
+            AgentConfig::Installed { preset: Some(p), .. } => p.clone(),
+            other => other.kind().to_string(),
+        };
+        let model = match self {
+            // These name what they are, not a model.
+            AgentConfig::Oracle { .. } | AgentConfig::Nop { .. } => None,
+            other => other.model(),
+        };
+        match model.filter(|m| !m.is_empty() && *m != who) {
+            Some(m) => format!("{who} · {m}"),
+            None => who,
+        }
+    }
+
     /// Whether the agent runs at all: a `predictions` agent only hands over patches made
     /// elsewhere, so its tasks get no environment to act in.
     pub fn acts(&self) -> bool {

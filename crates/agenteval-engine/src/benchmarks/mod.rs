@@ -97,6 +97,17 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
     }
 }
 
+/// The tasks of `config`'s benchmark that cannot be read as tasks, each with why: a run makes
+/// each one `infra` and runs the rest; `config validate` names them.
+pub fn unreadable_tasks(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    match &config.benchmark {
+        BenchmarkConfig::Harbor { path: Some(path), .. } => {
+            harbor::unreadable_tasks(path).unwrap_or_else(|e| vec![(path.display().to_string(), e.to_string())])
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// Harbor tasks run in containers.
 fn harbor_in_containers(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = Vec::new();

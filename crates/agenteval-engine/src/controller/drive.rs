@@ -344,33 +344,13 @@ impl Fleet<'_> {
                     }
                     Err(e) if e.kind().is_retryable() => {
                         let since = *self.launch_failing_since.get_or_insert_with(Instant::now);
-                        let deadline = Duration::from_secs(run.config.backend.launch_deadline_seconds);
-                        if since.elapsed() < deadline {
+                        if since.elapsed() < Duration::from_secs(run.config.backend.launch_deadline_seconds) {
                             tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
                             telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
                             retry_later.push(p);
                             continue;
                         }
-                        // Launches have failed for the whole deadline: a night must end with a
-                        // verdict, not a hang. This job's tasks are `infra` with the provider's
-                        // words; the others stay untried and the run stops.
-                        let reason = format!(
-                            "could not launch for {}s (backend.launch_deadline_seconds): {e}",
-                            since.elapsed().as_secs()
-                        );
-                        telemetry::set_error(&span, &reason);
-                        give_up(run, &span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
-                        self.gave_up = true;
-                        if !run.index.counts_are_cheap() {
-                            self.counts.given_up += p.tasks.len() as u64;
-                            self.counts.infra += p.tasks.len() as u64;
-                        }
-                        if self.stop.is_none() {
-                            opts.progress.message(&format!("cannot launch jobs; stopping: {reason}"));
-                            self.reason = Some(format!("cannot launch jobs: {reason}"));
-                            self.launch_field = Some(run.backend.launch_field(&e));
-                            self.stop = Some(StopReason::LaunchFailed);
-                        }
+                        self.launch_overdue(&p, &span, &e, since, opts).await?;
                     }
                     Err(e) => {
                         // A launch no retry can fix (a missing task definition, cluster or
@@ -394,6 +374,36 @@ impl Fleet<'_> {
                 }
                 break;
             }
+        }
+        Ok(())
+    }
+
+    /// Launches have failed for the whole `backend.launch_deadline_seconds`: a night must end
+    /// with a verdict, not a hang. This job's tasks are `infra` with the provider's words; the
+    /// others stay untried and the run stops.
+    async fn launch_overdue(
+        &mut self,
+        p: &Pending,
+        span: &tracing::Span,
+        e: &agenteval_core::Error,
+        since: Instant,
+        opts: &ControllerOptions,
+    ) -> Result<()> {
+        let run = self.run;
+        let reason =
+            format!("could not launch for {}s (backend.launch_deadline_seconds): {e}", since.elapsed().as_secs());
+        telemetry::set_error(span, &reason);
+        give_up(run, span, &p.job_id, p.attempt, &p.tasks, &reason).await?;
+        self.gave_up = true;
+        if !run.index.counts_are_cheap() {
+            self.counts.given_up += p.tasks.len() as u64;
+            self.counts.infra += p.tasks.len() as u64;
+        }
+        if self.stop.is_none() {
+            opts.progress.message(&format!("cannot launch jobs; stopping: {reason}"));
+            self.reason = Some(format!("cannot launch jobs: {reason}"));
+            self.launch_field = Some(run.backend.launch_field(e));
+            self.stop = Some(StopReason::LaunchFailed);
         }
         Ok(())
     }

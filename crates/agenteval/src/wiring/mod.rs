@@ -108,7 +108,10 @@ impl Wiring {
     pub fn new(exe: PathBuf, aws: Option<&AwsConfig>) -> Arc<Wiring> {
         let clients = Arc::new(ClientCache::default());
         Arc::new(Wiring {
-            aws: AwsSettings::of(aws),
+            aws: match aws {
+                Some(_) => AwsSettings::of(aws),
+                None => agenteval_aws::stack::settings_without_config(),
+            },
             backends: registry(&exe, &clients),
             clients,
             retention_days: aws.and_then(|a| a.index_retention_days),

@@ -1308,7 +1308,7 @@ async fn a_regrade_on_the_fleet_grades_the_recorded_answers_from_s3() {
     // The recorded run, not a new one: the agent's time is the first run's to the nanosecond.
     assert_eq!(shown["result"]["agent"]["wall_seconds"], was["result"]["agent"]["wall_seconds"], "{shown}");
     let (listed, _) = aws.json(&["runs", "list", "--json", "--backend", "aws"]);
-    assert_eq!(listed[0]["name"], "regrade-aws (regrade)", "{listed}");
+    assert_eq!(listed[0]["name"], "regrade-aws [mock] (regrade)", "{listed}");
 }
 
 /// A user's own `command` agent on the fleet (`agent.pack: true`): its folder travels in the

@@ -328,3 +328,30 @@ fn model_source(v: &serde_json::Value, name: &str) -> String {
     let m = v["models"].as_array().unwrap().iter().find(|m| m["model"] == name).unwrap();
     m["source"].as_str().unwrap().to_string()
 }
+
+/// `config validate` reads every task of a Harbor folder: one whose `task.toml` is not TOML is
+/// named (a run would make it `infra` and run the rest), and the config is not called valid.
+#[test]
+fn config_validate_names_a_harbor_task_whose_task_toml_is_broken() {
+    let ws = Workspace::new();
+    for (task, toml) in
+        [("fine", "version = \"1.0\"\n[verifier]\ntimeout_sec = 60.0\n"), ("broken", "[verifier\ntimeout_sec = 60\n")]
+    {
+        for sub in ["environment", "tests"] {
+            std::fs::create_dir_all(ws.path().join(format!("tasks/{task}/{sub}"))).unwrap();
+        }
+        ws.write(&format!("tasks/{task}/instruction.md"), "Do the thing.\n");
+        ws.write(&format!("tasks/{task}/task.toml"), toml);
+        ws.write(&format!("tasks/{task}/environment/Dockerfile"), "FROM debian:bookworm\n");
+        ws.write(&format!("tasks/{task}/tests/test.sh"), "#!/bin/sh\necho 1 > /logs/verifier/reward.txt\n");
+    }
+    let cfg = ws.write("harbor.yaml", "name: h\nbenchmark:\n  kind: harbor\n  path: tasks\nagent:\n  kind: oracle\n");
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}{said}", text(&out.stdout));
+    assert!(said.contains("task broken:") && !said.contains("task fine:"), "{said}");
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["valid"], false, "{v}");
+    assert_eq!(v["problems"][0]["task"], "broken", "{v}");
+}

@@ -581,7 +581,7 @@ fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_n
 
     // The name's flakiest tasks over its last runs: t0 passed 3 + 2 + 1 of 11 attempts.
     let shown = text(&ws.run(&["runs", "show", &once]).stdout);
-    assert!(shown.contains("flakiest   over the last 3 runs of flaky: t0 55% (6 of 11 passed)"), "{shown}");
+    assert!(shown.contains("flakiest   over the last 3 runs of flaky [oracle]: t0 55% (6 of 11 passed)"), "{shown}");
     let v: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "show", &once, "--json"]).stdout).unwrap();
     assert_eq!(v["flakiest"]["tasks"][1]["task_id"], "t1", "{v}");
     // And the UI's history of the name.
@@ -593,4 +593,40 @@ fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_n
             && page.contains("<td>t0</td><td class=\"num\">55%</td><td class=\"num\">6 of 11</td>"),
         "{page}"
     );
+}
+
+/// Three runs of one config, each with another agent set in the config (not by `--agent`):
+/// three names, three histories, no flip rate across them; the config's name alone finds none
+/// of them as "the" latest, and names the three.
+#[test]
+fn runs_of_one_config_with_three_agents_are_three_histories_never_one() {
+    let ws = Workspace::new();
+    ws.write(
+        "cases.jsonl",
+        "{\"id\": \"a\", \"input\": \"2+2\", \"expected\": \"4\"}\n{\"id\": \"b\", \"input\": \"3+3\", \"expected\": \"6\"}\n",
+    );
+    let mut names = Vec::new();
+    for agent in ["oracle", "nop", "mock"] {
+        let cfg = ws.write(
+            &format!("{agent}.yaml"),
+            &format!(
+                "name: agents\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: {agent}\nevaluators:\n  - kind: exact_match\nstorage:\n  bundle_root: runs\n"
+            ),
+        );
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+        let out = ws.run(&["runs", "show", v["run_id"].as_str().unwrap(), "--json"]);
+        let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(shown["flakiest"].is_null(), "no flip rate across agents: {shown}");
+        names.push(shown["run"]["name"].as_str().unwrap().to_string());
+    }
+    assert_eq!(names, ["agents [oracle]", "agents [nop]", "agents [mock]"]);
+    let out = ws.run(&["runs", "list", "--name", "agents", "--json"]);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap().as_array().unwrap().len(), 3);
+    let out = ws.run(&["compare", "latest:agents", "latest"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("3 agents") && said.contains("latest:agents [oracle]"), "{said}");
+    let out = ws.run(&["compare", "latest:agents [oracle]", "latest:agents [nop]", "--json"]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out.stderr));
 }

@@ -805,7 +805,7 @@ fn regrade_grades_the_recorded_answers_again_without_running_the_agent() {
     let second = v["run_id"].as_str().unwrap().to_string();
     let (old, new) = (ws.path().join("runs").join(&first), bundle_of(&v));
     assert_eq!(read_json(&new.join("metadata.json"))["regrade_of"], first.as_str());
-    assert_eq!(read_json(&new.join("metadata.json"))["name"], "graded (regrade)");
+    assert_eq!(read_json(&new.join("metadata.json"))["name"], "graded [llm · openai:gpt-4o-mini] (regrade)");
     for id in ["a", "b", "c"] {
         let (was, now) = (task(&old, id), task(&new, id));
         assert_eq!(was["agent"]["final_answer"], now["agent"]["final_answer"], "the same answer");
@@ -982,18 +982,24 @@ fn runs_are_named_for_the_model_chosen_and_a_try_stays_out_of_the_history() {
     };
     let (plain, code, _) = ws.submit(&cfg, &[]);
     assert_eq!(code, 0, "{plain}");
-    assert_eq!(name_of(&plain), "nightly");
+    assert_eq!(name_of(&plain), "nightly [llm · openai:gpt-4o-mini]");
     let (other, _, _) = ws.submit(&cfg, &["--model", "anthropic:claude-3-5-haiku-20241022"]);
-    assert_eq!(name_of(&other), "nightly [anthropic:claude-3-5-haiku-20241022]");
+    assert_eq!(name_of(&other), "nightly [llm · anthropic:claude-3-5-haiku-20241022]");
     let (named, _, _) = ws.submit(&cfg, &["--model", "anthropic:claude-3-5-haiku-20241022", "--name", "nightly-haiku"]);
     assert_eq!(name_of(&named), "nightly-haiku");
     let (tried, code, _) = ws.submit(&cfg, &["--try"]);
     assert_eq!(code, 0, "{tried}");
-    assert_eq!(name_of(&tried), "nightly (try)");
-    // The newest run is the try, yet `latest:nightly` is still the plain one.
+    assert_eq!(name_of(&tried), "nightly [llm · openai:gpt-4o-mini] (try)");
+    // The newest run is the try, yet the model's latest is still the plain one.
     let st: serde_json::Value =
-        serde_json::from_slice(&ws.run(&["status", "latest:nightly", "--json"]).stdout).unwrap();
+        serde_json::from_slice(&ws.run(&["status", "latest:nightly [llm · openai:gpt-4o-mini]", "--json"]).stdout)
+            .unwrap();
     assert_eq!(st["run"]["run_id"], plain["run_id"], "{st}");
+    // The config's name alone stands for two models' runs here: it names both, and picks none.
+    let out = ws.run(&["status", "latest:nightly"]);
+    let said = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(said.contains("2 agents") && said.contains("latest:nightly [llm · anthropic"), "{said}");
     let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--name", " "]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
 }

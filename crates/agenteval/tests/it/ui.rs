@@ -132,7 +132,7 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
             "run" => {
                 assert!(dom.contains("id=\"tasks\"") && dom.contains("c03"), "{name}: the task table");
                 assert!(
-                    dom.contains(&format!("Gates: fail (against {NAME_TEXT}, {base})")),
+                    dom.contains(&format!("Gates: fail (against {NAME_TEXT} [command], {base})")),
                     "{name}: the verdict and its baseline"
                 );
                 assert!(dom.contains("max_task_regressions"), "{name}: each gate");
@@ -183,7 +183,10 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
     let (dom, console) = browse(&format!("file://{}#task=c03", report.display()), Some(&shot("report-task.png")));
     assert!(console.is_empty(), "{console:?}");
     assert_inert("report", &dom);
-    assert!(dom.contains(&format!("Gates: fail (against {NAME_TEXT}, {base})")), "the report's verdict and baseline");
+    assert!(
+        dom.contains(&format!("Gates: fail (against {NAME_TEXT} [command], {base})")),
+        "the report's verdict and baseline"
+    );
     for (class, value) in [("s-input", "w3"), ("s-expected", "W3"), ("s-answer", "javascript:alert(2)")] {
         let at = dom.find(&format!("value {class}")).unwrap_or_else(|| panic!("the report's task view has no {class}"));
         assert!(dom[at..at + 400].contains(value), "{class} shows {value}: {}", &dom[at..at + 400]);

@@ -292,6 +292,25 @@ const TASK_PATHS: &[&str] = &[
     "solution/solve.sh",
 ];
 
+/// The task folders under `root` whose files cannot be read as a task (a `task.toml` that is
+/// not TOML or says what Harbor does not, no `instruction.md`, a link out of the folder), each
+/// with why: what a run makes `infra`, and `config validate` names before it.
+pub fn unreadable_tasks(root: &Path) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for dir in HarborBenchmark::new(root.to_path_buf()).folders()? {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let Ok(id) = name.parse::<TaskId>() else {
+            out.push((name, "the folder's name is no task id (letters, digits, `-`, `_` and `.`)".into()));
+            continue;
+        };
+        if let Err(e) = links_out(&dir, &id).and_then(|()| read_folder(&dir, &id, VerifierRules::Harbor)) {
+            let why = e.to_string();
+            out.push((name.clone(), why.strip_prefix(&format!("task {id}: ")).unwrap_or(&why).to_string()));
+        }
+    }
+    Ok(out)
+}
+
 pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     read_task_with(dir, VerifierRules::Harbor)
 }
