@@ -129,6 +129,10 @@ def main():
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
         "AWS_EC2_METADATA_DISABLED": "true",
+        # Fargate tells every task its region; the emulator is this VPC's AWS. A launch made as
+        # the scheduler makes it carries nothing else (its overrides name both for workers).
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": a.endpoint,
     }
     ec2 = boto3.client("ec2", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
     # The VPC's networks, made when a task first needs them (most runs have no environments).

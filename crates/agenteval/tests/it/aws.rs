@@ -1167,6 +1167,64 @@ async fn the_docs_first_nights_on_aws_deploy_remember_the_stack_and_judge_the_se
     assert!(!mock.received().is_empty());
 }
 
+/// The nightly schedule's launch, as EventBridge Scheduler makes it: a RunTask of the stack's
+/// controller task definition with no overrides at all. The stand-in runs the definition's own
+/// command (the night's `submit … --baseline baseline:nightly --gates …` with the stack's
+/// settings), which launches its workers and seals a run the index shows.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_launch_made_as_the_nightly_schedule_makes_it_runs_the_nights_command() {
+    let mut aws = Aws::new(&[], false).await;
+    let night = aws.ws.write(
+        "night.yaml",
+        &format!("name: nightly\n{TOY}backend:\n  id: aws\n  tasks_per_job: 4\naws:\n  poll_seconds: 0.3\n"),
+    );
+    let gates = repo().join("configs/gates.yaml");
+    let stack = emulator::unique("scheduled");
+    let out = as_new_user(
+        &aws,
+        &[
+            "aws",
+            "deploy",
+            "--stack",
+            &stack,
+            "--param",
+            "ImageUri=agenteval:dev",
+            "--param",
+            &format!("Subnets={}", aws.subnet),
+            "--param",
+            &format!("SecurityGroups={}", aws.security_group),
+            "--param",
+            &format!("VpcId={}", aws.vpc),
+            "--param",
+            &format!("NightlyConfig={}", night.display()),
+            "--param",
+            &format!("NightlyGates={}", gates.display()),
+        ],
+    );
+    assert!(out.status.success(), "aws deploy: {}{}", text(&out.stdout), text(&out.stderr));
+    let out = as_new_user(&aws, &["aws", "show", "--json"]);
+    let profile: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let output = |k: &str| profile["outputs"][k].as_str().unwrap_or_else(|| panic!("{k}: {profile}")).to_string();
+    aws.cluster = output("Cluster");
+    aws.fargate(0);
+    let out = python("run_task.py")
+        .args(["--endpoint", &aws.endpoint, "--cluster", &aws.cluster])
+        .args(["--task-definition", &output("ControllerTaskDefinition")])
+        .args(["--subnet", &aws.subnet, "--group", &aws.security_group])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the scheduler's RunTask: {}", text(&out.stderr));
+    let mut listed = serde_json::Value::Null;
+    wait_until("the scheduled night is sealed", Duration::from_secs(180), || {
+        let out = as_new_user(&aws, &["runs", "list", "--backend", "aws", "--json"]);
+        listed = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        listed.as_array().is_some_and(|runs| runs.iter().any(|r| r["status"] == "complete"))
+    });
+    let run = &listed[0];
+    assert_eq!(run["name"], "nightly [mock]", "{listed}");
+    assert_eq!(run["tasks_finished"], 12, "{listed}");
+}
+
 /// `docker/rehearse.sh` as docs/operations.md tells it: the emulator, the stack deployed into it
 /// and remembered, the Fargate stand-in; then the commands it prints work with no other flag.
 #[test]

@@ -197,7 +197,10 @@ fn the_nightly_schedule_runs_the_gated_controller_task() {
             .collect();
     let joined = command.join(" ");
     assert!(joined.starts_with("submit --backend aws --config"), "{joined}");
-    assert!(joined.contains("--baseline baseline:nightly --gates /etc/agenteval/configs/gates.yaml"), "{joined}");
+    assert!(joined.contains("--baseline baseline:nightly --gates"), "{joined}");
+    let params = &t["Parameters"];
+    assert_eq!(params["NightlyGates"]["Default"], "/etc/agenteval/configs/gates.yaml");
+    assert_eq!(params["NightlyConfig"]["Default"], "/etc/agenteval/configs/nightly.yaml");
     // The flags the command uses are the binary's.
     let help = std::process::Command::new(BIN).args(["submit", "--help"]).output().unwrap();
     for flag in command.iter().filter(|c| c.starts_with("--")) {
