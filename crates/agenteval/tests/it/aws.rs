@@ -1164,6 +1164,12 @@ async fn the_docs_first_nights_on_aws_deploy_remember_the_stack_and_judge_the_se
     let judged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(judged["comparison"]["base"]["run_id"].as_str(), Some(first_run.as_str()), "{judged}");
     assert_eq!(judged["comparison"]["cand"]["tasks"], 21, "{judged}");
+    // The UI over the stack's table and bucket, from the same folder, with no other flag.
+    let mut ui = aws.cmd_in(aws.ws.path(), &["ui", "--backend", "aws", "--port", "0", "--no-token"]);
+    ui.env_remove("AGENTEVAL_AWS_INDEX");
+    let server = crate::util::ui::UiServer::start(ui);
+    let page = server.get("/").body;
+    assert!(page.contains(&first_run[..13]) && page.contains(&second_run[..13]), "both nights listed: {page}");
     assert!(!mock.received().is_empty());
 }
 
