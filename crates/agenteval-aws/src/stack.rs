@@ -219,6 +219,8 @@ pub struct Deployed {
     pub status: String,
     pub outputs: BTreeMap<String, String>,
     pub descriptions: BTreeMap<String, String>,
+    /// Why the stack did not reach a complete state (a rollback), with where to look.
+    pub failed: Option<String>,
 }
 
 /// Creates the stack, or updates it if it exists, and waits until it is done.
@@ -292,16 +294,20 @@ pub async fn deploy(clients: &AwsClients, req: &DeployRequest, progress: &dyn Fn
                 if clients.endpoint_url.is_some() {
                     close_emulator_groups(clients, &req.stack, &req.template).await?;
                 }
-                return Ok(Deployed { action, status: text, outputs, descriptions });
+                return Ok(Deployed { action, status: text, outputs, descriptions, failed: None });
             }
             let reason = stack.stack_status_reason().unwrap_or("no reason given");
-            return Err(Error::new(
-                ErrorKind::Invalid,
-                format!(
-                    "stack {} ended {text}: {reason} (its events: aws cloudformation describe-stack-events --stack-name {})",
-                    req.stack, req.stack
-                ),
-            ));
+            let failed = format!(
+                "stack {} ended {text}: {reason} (its events: aws cloudformation describe-stack-events --stack-name {})",
+                req.stack, req.stack
+            );
+            return Ok(Deployed {
+                action,
+                status: text,
+                outputs: BTreeMap::new(),
+                descriptions: BTreeMap::new(),
+                failed: Some(failed),
+            });
         }
         if started.elapsed() > DEPLOY_DEADLINE {
             return Err(Error::new(
@@ -336,7 +342,7 @@ pub async fn outputs(clients: &AwsClients, stack: &str) -> Result<Deployed> {
             }
         }
     }
-    Ok(Deployed { action: "unchanged", status, outputs, descriptions })
+    Ok(Deployed { action: "unchanged", status, outputs, descriptions, failed: None })
 }
 
 /// On an emulator (an endpoint override), the stack's security groups as CloudFormation makes

@@ -65,6 +65,10 @@ async fn deploy(
         eprintln!("deploying stack {} ({})", args.stack, clients.region.as_deref().unwrap_or("the default region"));
     }
     let done = stack::deploy(&clients, &req, &progress).await?;
+    if let Some(why) = done.failed {
+        // The deploy ran and the stack did not come up: an operation that failed (exit 4).
+        return Err(Failure { code: exit::FAILED, error: anyhow::anyhow!(why) });
+    }
     remember(args, &clients, done, json)
 }
 
