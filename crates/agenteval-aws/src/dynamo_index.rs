@@ -730,6 +730,37 @@ impl RunIndex for DynamoDbRunIndex {
         Ok(item.and_then(|i| get_n::<f64>(&i, "wire_spend").ok()).unwrap_or(0.0))
     }
 
+    async fn add_calls(&self, run: &RunId, calls: u64, usd: f64) -> Result<()> {
+        let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("ADD call_count :one, call_usd :usd")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":one", n(calls))
+            .expression_attribute_values(":usd", n(usd))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify("counting a call", e)),
+        }
+    }
+
+    async fn calls(&self, run: &RunId) -> Result<(u64, f64)> {
+        let item = self.get_item(run_pk(run), "#RUN".into()).await?;
+        Ok(item.map_or((0, 0.0), |i| {
+            (get_n::<u64>(&i, "call_count").unwrap_or(0), get_n::<f64>(&i, "call_usd").unwrap_or(0.0))
+        }))
+    }
+
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts> {
         let items =
             self.query_all(run, "TASK#", Some("#st, passed, cost_usd, cost_unknown, tokens, terminated_by")).await?;

@@ -63,6 +63,10 @@ pub struct Metadata {
     /// index), read when the run is sealed; with `budget_usd`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent_usd: Option<f64>,
+    /// Every model call of the run and what they cost, as its gateways counted them in the run
+    /// index (tasks with no result included), read when the run is sealed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calls_at_wire: Option<(u64, f64)>,
     /// The Harbor dataset the tasks came from (`benchmark.dataset`): its name, version,
     /// registry and commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -43,6 +43,9 @@ pub struct DoorSpec {
     /// The provider's rate limits, kept for every worker of the run together: a call waits its
     /// turn before it is sent.
     pub rate: Option<RateGovernor>,
+    /// The run's count of calls and their cost, kept outside the task (the run index): a task
+    /// cancelled before its result is written still has its calls counted.
+    pub usage: Option<Usage>,
 }
 
 /// The run's rate limits at the provider and the ledger every worker books its calls in (the
@@ -178,6 +181,24 @@ impl std::fmt::Debug for RunBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunBudget").field("max_usd", &self.max_usd).finish_non_exhaustive()
     }
+}
+
+/// The run's call count a door adds to ([`CallLedger`]).
+#[derive(Clone)]
+pub struct Usage(pub std::sync::Arc<dyn CallLedger>);
+
+impl std::fmt::Debug for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Usage")
+    }
+}
+
+/// Every call of a run and what it cost, counted as the door sees them (the run index's
+/// `add_calls`): what the run's calls were, whether their tasks end with a result or not.
+#[async_trait]
+pub trait CallLedger: Send + Sync {
+    /// Adds `calls` calls and `usd` dollars.
+    async fn add(&self, calls: u64, usd: f64) -> Result<()>;
 }
 
 /// What a run's model calls spent, shared by every worker of the run.

@@ -1392,6 +1392,14 @@ pub struct RunSummary {
     pub budget_usd: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub over_budget_usd: Option<f64>,
+    /// Model calls of tasks that ended with no result (cancelled, interrupted, cut short): the
+    /// run's calls as its gateways counted them in the run index, less those in the results.
+    /// They were made, and may be billed, though no task's figures hold them.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub calls_without_result: u64,
+    /// What those calls cost, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_without_result_usd: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -623,6 +623,17 @@ pub trait RunIndex: Send + Sync {
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64>;
     /// What the run's model calls spent at the wire so far (0 for a run without any).
     async fn spend(&self, run: &RunId) -> Result<f64>;
+    /// Adds model calls of the run and their cost (every worker's gateway counts each call as it
+    /// arrives and its cost as it ends, whether its task ends with a result or not: a cancelled
+    /// task's calls were paid for too). Kept apart from the budget's `add_spend`, which a set of
+    /// runs shares. The default counts nothing.
+    async fn add_calls(&self, _run: &RunId, _calls: u64, _usd: f64) -> Result<()> {
+        Ok(())
+    }
+    /// The run's calls and what they cost (`add_calls`).
+    async fn calls(&self, _run: &RunId) -> Result<(u64, f64)> {
+        Ok((0, 0.0))
+    }
     /// Books `cost_ms` of the run's rate limit `key` (the gateway's governor, shared by every
     /// worker of the run): the limit's time becomes `max(its time, now_ms) + cost_ms`, in one
     /// atomic step, and is returned (the governor counts in microseconds since the epoch, despite

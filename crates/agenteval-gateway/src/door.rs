@@ -28,6 +28,8 @@ pub(crate) struct Session {
     pub run_budget: Option<agenteval_core::gateway::RunBudget>,
     /// The provider's rate limits, booked for every worker of the run (`DoorSpec::rate`).
     pub rate: Option<agenteval_core::gateway::RateGovernor>,
+    /// The run's calls and their cost, outside the task (`DoorSpec::usage`).
+    pub usage: Option<std::sync::Arc<dyn agenteval_core::gateway::CallLedger>>,
     /// One call of the task at a time books its turn under the run's rate limits: a task with
     /// many calls at once cannot book the limit ahead of the other tasks' next calls.
     pub turn: tokio::sync::Mutex<()>,
@@ -99,7 +101,22 @@ impl Session {
         if !call.replayed {
             self.spend(call.cost_usd.unwrap_or(0.0));
         }
+        if let Some(usd) = call.cost_usd.filter(|c| *c > 0.0) {
+            self.count_calls(0, usd);
+        }
         self.calls.push(call);
+    }
+
+    /// Adds calls and their cost to the run's count, in the background.
+    pub fn count_calls(&self, calls: u64, usd: f64) {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (Some(usage), Some(rt)) = (self.usage.clone(), runtime) {
+            rt.spawn(async move {
+                if let Err(e) = usage.add(calls, usd).await {
+                    tracing::warn!("cannot count a call for the run: {e}");
+                }
+            });
+        }
     }
 
     /// Adds a call's cost to the run's ledger, in the background: the next call of any task
@@ -157,6 +174,9 @@ impl Session {
         s.closed = true;
         drop(s);
         self.spend(cut_off);
+        if cut_off > 0.0 {
+            self.count_calls(0, cut_off);
+        }
         calls.sort_by_key(|c| c.call);
         for c in calls {
             self.calls.push(c);
@@ -227,6 +247,7 @@ pub(crate) fn open(
         retry: spec.retry,
         run_budget: spec.run_budget.clone(),
         rate: spec.rate.clone(),
+        usage: spec.usage.clone().map(|u| u.0),
         turn: tokio::sync::Mutex::new(()),
         closing: tokio::sync::Notify::new(),
         state: Mutex::new(State {

@@ -393,6 +393,7 @@ mod tests {
             retry: true,
             run_budget: None,
             rate: None,
+            usage: None,
         }
     }
 

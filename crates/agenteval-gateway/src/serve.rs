@@ -162,6 +162,9 @@ async fn call(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes, 
         let (plan, hold) = plan_of(&session, &mut s, n, &arrival, &request);
         (n, plan, hold)
     };
+    // Counted for the run as it arrives: a task cancelled before its result is written has
+    // made this call all the same.
+    session.count_calls(1, 0.0);
     // Under any budget (the task's or the run's) an answer whose usage cannot be read counts at
     // what it could cost, never at nothing.
     let limited = session.max_tokens.is_some() || session.max_cost_usd.is_some() || session.run_budget.is_some();

@@ -34,7 +34,9 @@ CREATE TABLE IF NOT EXISTS runs (
     verdict TEXT,
     baseline TEXT,
     set_id TEXT,
-    wire_spend REAL NOT NULL DEFAULT 0
+    wire_spend REAL NOT NULL DEFAULT 0,
+    call_count INTEGER NOT NULL DEFAULT 0,
+    call_usd REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS baselines (
     name TEXT PRIMARY KEY,
@@ -123,6 +125,8 @@ fn migrate(conn: &Connection) -> Result<()> {
         ("tasks", "fault", "TEXT"),
         ("tasks", "cost_unknown", "INTEGER NOT NULL DEFAULT 0"),
         ("runs", "wire_spend", "REAL NOT NULL DEFAULT 0"),
+        ("runs", "call_count", "INTEGER NOT NULL DEFAULT 0"),
+        ("runs", "call_usd", "REAL NOT NULL DEFAULT 0"),
     ] {
         let has: bool = conn
             .query_row(&format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| {
@@ -658,6 +662,38 @@ impl RunIndex for SqliteRunIndex {
                 .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
                 .map_err(|e| db_err("adding spend", e))?
                 .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
+        })
+        .await
+    }
+
+    async fn add_calls(&self, run: &RunId, calls: u64, usd: f64) -> Result<()> {
+        let id = run.to_string();
+        let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
+        let calls = calls.min(i64::MAX as u64) as i64;
+        self.with(move |c| {
+            let n = c
+                .prepare_cached(
+                    "UPDATE runs SET call_count = call_count + ?2, call_usd = call_usd + ?3 WHERE run_id = ?1",
+                )
+                .and_then(|mut st| st.execute(params![id, calls, usd]))
+                .map_err(|e| db_err("counting a call", e))?;
+            if n == 0 {
+                return Err(Error::not_found(format!("run {id} is not in the index")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn calls(&self, run: &RunId) -> Result<(u64, f64)> {
+        let id = run.to_string();
+        self.with(move |c| {
+            c.prepare_cached("SELECT call_count, call_usd FROM runs WHERE run_id = ?1")
+                .and_then(|mut st| {
+                    st.query_row([id], |r| Ok((r.get::<_, i64>(0)?.max(0) as u64, r.get::<_, f64>(1)?))).optional()
+                })
+                .map_err(|e| db_err("reading calls", e))
+                .map(|v| v.unwrap_or((0, 0.0)))
         })
         .await
     }

@@ -374,6 +374,18 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!((index.add_spend(&run, f64::NAN).await.unwrap() - 1.0).abs() < 1e-9, "a NaN adds nothing");
     let unknown = index.add_spend(&RunId::new(), 1.0).await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::NotFound);
+    // The run's calls, apart from the budget's spend: counted as they arrive, their costs as
+    // they end, from several workers at once.
+    assert_eq!(index.calls(&run).await.unwrap(), (0, 0.0));
+    let (a, b, c) =
+        tokio::join!(index.add_calls(&run, 1, 0.0), index.add_calls(&run, 1, 0.0), index.add_calls(&run, 0, 0.5));
+    (a.unwrap(), b.unwrap(), c.unwrap());
+    index.add_calls(&run, 0, f64::NAN).await.unwrap();
+    let (n, usd) = index.calls(&run).await.unwrap();
+    assert_eq!(n, 2, "two calls counted");
+    assert!((usd - 0.5).abs() < 1e-9, "their cost, a NaN adding nothing: {usd}");
+    assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9, "the budget's spend is apart");
+    assert_eq!(index.add_calls(&RunId::new(), 1, 0.0).await.unwrap_err().kind(), ErrorKind::NotFound);
     assert!(!index.get_task(&run, &tid("t1")).await.unwrap().unwrap().cost_unknown);
     assert_eq!(counts.tokens, 100);
     // A rate limit booked by several workers at once: every booking counts, each after the

@@ -34,6 +34,7 @@ pub fn metadata(run_id: RunId, name: &str, benchmark: &str, tasks: u64) -> Metad
         set: None,
         budget_usd: None,
         spent_usd: None,
+        calls_at_wire: None,
         dataset: None,
     }
 }

@@ -77,6 +77,7 @@ pub async fn serve(args: ServeArgs<'_>) -> Result<u8, Failure> {
         retry: true,
         run_budget: None,
         rate: None,
+        usage: None,
     });
     // Calls are written to the record as they end, not held.
     let mut recording = args.record.map(open_record).transpose()?;

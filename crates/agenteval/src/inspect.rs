@@ -132,6 +132,7 @@ fn summary_lines(s: &RunSummary) -> Vec<String> {
     let mut out: Vec<String> = [
         output::wait_line(s),
         output::models_line(s),
+        output::without_result_line(s),
         output::changes_line(s),
         output::suspect_line(s),
         output::tampered_line(s),

@@ -422,6 +422,23 @@ pub fn models_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// Model calls no task's result holds (tasks cancelled or cut short with their calls made),
+/// said when there were any: made, and perhaps billed, though outside the figures above.
+pub fn without_result_line(s: &RunSummary) -> Option<String> {
+    (s.calls_without_result > 0).then(|| {
+        let cost = s.cost_without_result_usd.map_or_else(|| "cost unknown".to_string(), |c| format!("at least ${c:.4}"));
+        wrapped(
+            "no result  ",
+            &format!(
+                "{} model call{} ({cost}) by tasks that ended with no result (cancelled or cut short), not in the figures above",
+                s.calls_without_result,
+                if s.calls_without_result == 1 { "" } else { "s" }
+            ),
+            80,
+        )
+    })
+}
+
 /// The time the model gateway waited for the provider (rate limits, outages it retried
 /// through), said when there was any: neither the model's time nor the agent's.
 pub fn wait_line(s: &RunSummary) -> Option<String> {
@@ -540,6 +557,7 @@ pub fn report_text(
         ));
     }
     out.extend(models_line(s));
+    out.extend(without_result_line(s));
     out.extend(wait_line(s));
     out.extend(changes_line(s));
     out.extend(suspect_line(s));

@@ -156,6 +156,9 @@ pub(crate) fn print_outcome_of(
         if let Some(l) = output::models_line(&o.summary) {
             say!("{l}");
         }
+        if let Some(l) = output::without_result_line(&o.summary) {
+            say!("{l}");
+        }
         if let Some(l) = output::changes_line(&o.summary) {
             say!("{l}");
         }

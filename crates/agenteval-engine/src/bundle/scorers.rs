@@ -358,6 +358,8 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         provider_wait_seconds: 0.0,
         budget_usd: None,
         over_budget_usd: None,
+        calls_without_result: 0,
+        cost_without_result_usd: None,
         harbor_would_skip: 0,
     }
 }

@@ -446,6 +446,14 @@ pub async fn seal_contents(
         summary.budget_usd = Some(budget);
         summary.over_budget_usd = Some((spent - budget).max(0.0));
     }
+    if let Some((calls, usd)) = meta.calls_at_wire {
+        // The calls no result holds: a cancelled or cut-short task's, made all the same.
+        let in_results: u64 = summary.models.values().sum();
+        summary.calls_without_result = calls.saturating_sub(in_results);
+        if summary.calls_without_result > 0 {
+            summary.cost_without_result_usd = Some((usd - summary.known_cost()).max(0.0));
+        }
+    }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the
     // result lines just written (a capped table, failing tasks first, and a few traces).

@@ -237,6 +237,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         set: opts.set.as_ref().map(|s| s.member.clone()),
         budget_usd: config.max_run_cost_usd.filter(|_| opts.set.is_none()),
         spent_usd: None,
+        calls_at_wire: None,
         dataset: match &config.benchmark {
             agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
             _ => None,
@@ -704,6 +705,8 @@ async fn seal_run(
         // Tasks cut short by the budget leave no result, but their calls were paid for.
         meta.spent_usd = index.spend(&meta.run_id).await.ok();
     }
+    // Every call the run's gateways counted, its tasks with no result included.
+    meta.calls_at_wire = index.calls(&meta.run_id).await.ok().filter(|(n, _)| *n > 0);
     let span = run_span.unwrap_or_else(tracing::Span::none);
     let sealed = bundle::seal_contents(store.clone(), &meta, ids).instrument(span.clone()).await;
     let (summary, hints) = match sealed {

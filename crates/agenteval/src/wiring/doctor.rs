@@ -157,6 +157,7 @@ async fn probe_gateway(
         retry: false,
         run_budget: None,
         rate: None,
+        usage: None,
     };
     let mut door = gateway.open(spec).await.map_err(|e| e.to_string())?;
     let (base, _) = door.base_urls(Reach::Container(host)).map_err(|e| e.to_string())?;

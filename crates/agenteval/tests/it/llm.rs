@@ -1237,3 +1237,33 @@ fn a_cost_gate_on_an_unpriced_model_is_refused_before_the_run() {
     let out = ws.run(&["submit", "--config", priced.to_str().unwrap(), "--gates", gates.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
 }
+
+/// A run cancelled while its tasks' model calls are in flight: the tasks with no result still
+/// made those calls, and the run says how many (its gateways counted every call in the index).
+#[test]
+fn a_cancelled_tasks_model_calls_are_counted_for_the_run() {
+    let mock = MockLlm::start(Duration::from_millis(1500));
+    let ws = workspace();
+    let inputs: Vec<(String, String)> = (0..8).map(|i| (format!("c{i}"), format!("hello {i}"))).collect();
+    let inputs: Vec<(&str, &str)> = inputs.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    cases(&ws, &inputs);
+    let cfg = config(&ws, "cut", "openai:gpt-4o-mini", &mock.base_url(), "", "");
+    let child = ws.spawn(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    // Cancelled once the first tasks' calls are out, before they are answered.
+    wait_until("calls in flight", Duration::from_secs(60), || !mock.received().is_empty());
+    let listed = ws.run(&["runs", "list", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let run = runs[0]["run_id"].as_str().unwrap().to_string();
+    let out = ws.run(&["cancel", &run]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = wait_output(child, Duration::from_secs(120));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let s = &v["summary"];
+    let in_results: u64 = s["models"].as_object().map_or(0, |m| m.values().filter_map(|n| n.as_u64()).sum());
+    let without = s["calls_without_result"].as_u64().unwrap_or(0);
+    assert!(without > 0, "the cancelled tasks' calls are counted: {v}\n{}", text(&out.stderr));
+    // The mock lists the calls it answered; the cancelled ones were cut before their answer.
+    assert!(in_results + without > mock.received().len() as u64, "every call made, answered or not: {v}");
+    let shown = text(&ws.run(&["runs", "show", &run]).stdout);
+    assert!(shown.contains("by tasks that ended with no result"), "{shown}");
+}

@@ -138,6 +138,13 @@ impl SpendLedger for IndexLedger {
 }
 
 #[async_trait::async_trait]
+impl agenteval_core::gateway::CallLedger for IndexLedger {
+    async fn add(&self, calls: u64, usd: f64) -> Result<()> {
+        self.index.add_calls(&self.run, calls, usd).await
+    }
+}
+
+#[async_trait::async_trait]
 impl RateLedger for IndexLedger {
     async fn book(&self, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
         self.index.book_rate(&self.run, key, now_ms, cost_ms).await
@@ -196,6 +203,11 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
                 ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.job.ledger.unwrap_or(ctx.run_id) }),
             }
         }),
+        // This run's own count, never a set's ledger.
+        usage: Some(agenteval_core::gateway::Usage(Arc::new(IndexLedger {
+            index: ctx.index.clone(),
+            run: ctx.run_id,
+        }))),
     };
     let door = gateway.open(spec).await?;
     let host = door.base_urls(Reach::Host)?;
