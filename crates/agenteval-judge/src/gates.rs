@@ -441,10 +441,10 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
             {
                 let detail = format!(
-                    "{metric} moved {:+.4}, within the noise of the base's {} repetitions (±{:.4}, 95%): not judged; run more repetitions to tell",
-                    d.cand - d.base,
+                    "{metric} moved {:+.2} pts, within the noise of the base's {} repetitions (±{:.1} pts, 95%): not judged; run more repetitions to tell",
+                    (d.cand - d.base) * 100.0 + 0.0,
                     n.base_repetitions,
-                    n.pass_rate_band
+                    n.pass_rate_band * 100.0
                 );
                 push(gate, limit, Some(0.0), true, detail);
                 continue;
@@ -479,8 +479,9 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
             {
                 detail.push_str(&format!(
-                    "; outside the noise of the base's {} repetitions (±{:.4}, 95%)",
-                    n.base_repetitions, n.pass_rate_band
+                    "; outside the noise of the base's {} repetitions (±{:.1} pts, 95%)",
+                    n.base_repetitions,
+                    n.pass_rate_band * 100.0
                 ));
             }
             push(gate, limit, Some(point), passed, detail);
