@@ -281,16 +281,7 @@ pub async fn deploy(clients: &AwsClients, req: &DeployRequest, progress: &dyn Fn
         let text = status.as_ref().map_or("UNKNOWN", |s| s.as_str()).to_string();
         if !text.ends_with("_IN_PROGRESS") {
             if matches!(status, Some(StackStatus::CreateComplete | StackStatus::UpdateComplete)) {
-                let mut outputs = BTreeMap::new();
-                let mut descriptions = BTreeMap::new();
-                for o in stack.outputs() {
-                    if let (Some(k), Some(v)) = (o.output_key(), o.output_value()) {
-                        outputs.insert(k.to_string(), v.to_string());
-                        if let Some(d) = o.description() {
-                            descriptions.insert(k.to_string(), d.to_string());
-                        }
-                    }
-                }
+                let (outputs, descriptions) = outputs_of(&stack);
                 if clients.endpoint_url.is_some() {
                     close_emulator_groups(clients, &req.stack, &req.template).await?;
                 }
@@ -332,16 +323,7 @@ pub async fn outputs(clients: &AwsClients, stack: &str) -> Result<Deployed> {
         )
     })?;
     let status = found.stack_status().map(|s| s.as_str().to_string()).unwrap_or_default();
-    let mut outputs = BTreeMap::new();
-    let mut descriptions = BTreeMap::new();
-    for o in found.outputs() {
-        if let (Some(k), Some(v)) = (o.output_key(), o.output_value()) {
-            outputs.insert(k.to_string(), v.to_string());
-            if let Some(d) = o.description() {
-                descriptions.insert(k.to_string(), d.to_string());
-            }
-        }
-    }
+    let (outputs, descriptions) = outputs_of(&found);
     Ok(Deployed { action: "unchanged", status, outputs, descriptions, failed: None })
 }
 
@@ -421,6 +403,21 @@ async fn close_emulator_groups(clients: &AwsClients, stack: &str, template: &str
         }
     }
     Ok(())
+}
+
+/// A stack's outputs by key, and their descriptions.
+fn outputs_of(stack: &aws_sdk_cloudformation::types::Stack) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let mut outputs = BTreeMap::new();
+    let mut descriptions = BTreeMap::new();
+    for o in stack.outputs() {
+        if let (Some(k), Some(v)) = (o.output_key(), o.output_value()) {
+            outputs.insert(k.to_string(), v.to_string());
+            if let Some(d) = o.description() {
+                descriptions.insert(k.to_string(), d.to_string());
+            }
+        }
+    }
+    (outputs, descriptions)
 }
 
 async fn describe(clients: &AwsClients, stack: &str) -> Result<Option<aws_sdk_cloudformation::types::Stack>> {

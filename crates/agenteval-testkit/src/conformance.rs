@@ -379,7 +379,9 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert_eq!(index.calls(&run).await.unwrap(), (0, 0.0));
     let (a, b, c) =
         tokio::join!(index.add_calls(&run, 1, 0.0), index.add_calls(&run, 1, 0.0), index.add_calls(&run, 0, 0.5));
-    (a.unwrap(), b.unwrap(), c.unwrap());
+    for r in [a, b, c] {
+        r.unwrap();
+    }
     index.add_calls(&run, 0, f64::NAN).await.unwrap();
     let (n, usd) = index.calls(&run).await.unwrap();
     assert_eq!(n, 2, "two calls counted");

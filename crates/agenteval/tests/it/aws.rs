@@ -1064,6 +1064,29 @@ fn as_new_user(aws: &Aws, args: &[&str]) -> Output {
     wait_output(child, Duration::from_secs(300))
 }
 
+/// `agenteval aws deploy` of the stack into the emulator, on the test account's network, with
+/// `extra` parameters, as a new user types it.
+fn deploy_as_new_user(aws: &Aws, stack: &str, extra: &[String]) {
+    let mut args: Vec<String> = ["aws", "deploy", "--stack", stack, "--param", "ImageUri=agenteval:dev"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for p in [
+        format!("Subnets={}", aws.subnet),
+        format!("SecurityGroups={}", aws.security_group),
+        format!("VpcId={}", aws.vpc),
+    ]
+    .iter()
+    .chain(extra)
+    {
+        args.extend(["--param".to_string(), p.clone()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = as_new_user(aws, &args);
+    assert!(out.status.success(), "aws deploy: {}{}", text(&out.stdout), text(&out.stderr));
+    assert!(text(&out.stdout).contains("remembered as stack profile"), "{}", text(&out.stdout));
+}
+
 /// The first nights on AWS as docs/operations.md tells them: before any deploy a read command
 /// says how to find the stack; `aws deploy` deploys and remembers it; `doctor`, the shipped
 /// nightly config as shipped (Fargate Spot included, which the emulator cannot place: it falls
@@ -1084,26 +1107,7 @@ async fn the_docs_first_nights_on_aws_deploy_remember_the_stack_and_judge_the_se
     );
     assert!(said.lines().filter(|l| !l.trim().is_empty()).count() <= 2, "one or two lines: {said}");
 
-    let stack = emulator::unique("agenteval");
-    let out = as_new_user(
-        &aws,
-        &[
-            "aws",
-            "deploy",
-            "--stack",
-            &stack,
-            "--param",
-            "ImageUri=agenteval:dev",
-            "--param",
-            &format!("Subnets={}", aws.subnet),
-            "--param",
-            &format!("SecurityGroups={}", aws.security_group),
-            "--param",
-            &format!("VpcId={}", aws.vpc),
-        ],
-    );
-    assert!(out.status.success(), "aws deploy: {}{}", text(&out.stdout), text(&out.stderr));
-    assert!(text(&out.stdout).contains("remembered as stack profile"), "{}", text(&out.stdout));
+    deploy_as_new_user(&aws, &emulator::unique("agenteval"), &[]);
     let out = as_new_user(&aws, &["aws", "show", "--json"]);
     let profile: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let setting = |key: &str| {
@@ -1185,29 +1189,8 @@ async fn a_launch_made_as_the_nightly_schedule_makes_it_runs_the_nights_command(
         &format!("name: nightly\n{TOY}backend:\n  id: aws\n  tasks_per_job: 4\naws:\n  poll_seconds: 0.3\n"),
     );
     let gates = repo().join("configs/gates.yaml");
-    let stack = emulator::unique("scheduled");
-    let out = as_new_user(
-        &aws,
-        &[
-            "aws",
-            "deploy",
-            "--stack",
-            &stack,
-            "--param",
-            "ImageUri=agenteval:dev",
-            "--param",
-            &format!("Subnets={}", aws.subnet),
-            "--param",
-            &format!("SecurityGroups={}", aws.security_group),
-            "--param",
-            &format!("VpcId={}", aws.vpc),
-            "--param",
-            &format!("NightlyConfig={}", night.display()),
-            "--param",
-            &format!("NightlyGates={}", gates.display()),
-        ],
-    );
-    assert!(out.status.success(), "aws deploy: {}{}", text(&out.stdout), text(&out.stderr));
+    let nights = [format!("NightlyConfig={}", night.display()), format!("NightlyGates={}", gates.display())];
+    deploy_as_new_user(&aws, &emulator::unique("scheduled"), &nights);
     let out = as_new_user(&aws, &["aws", "show", "--json"]);
     let profile: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let output = |k: &str| profile["outputs"][k].as_str().unwrap_or_else(|| panic!("{k}: {profile}")).to_string();
