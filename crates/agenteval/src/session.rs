@@ -150,25 +150,17 @@ pub(crate) fn print_outcome_of(
         );
     } else {
         say!("{}", output::summary_table(&o.summary));
-        if let Some(l) = output::wait_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::models_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::without_result_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::changes_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::suspect_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::tampered_line(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::reward_line(&o.summary) {
+        let s = &o.summary;
+        let lines = [
+            output::wait_line(s),
+            output::models_line(s),
+            output::without_result_line(s),
+            output::changes_line(s),
+            output::suspect_line(s),
+            output::tampered_line(s),
+            output::reward_line(s),
+        ];
+        for l in lines.into_iter().flatten() {
             say!("{l}");
         }
         for l in output::tag_lines(&o.summary) {
