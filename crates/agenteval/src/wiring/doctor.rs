@@ -37,7 +37,14 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         checks.push(Check::new("agent programs for a root worker", r));
     }
     if let Some(up) = agenteval_engine::agents::access::upstream_of(cfg) {
-        checks.extend(endpoint_checks(&up).await);
+        // The field that sets each endpoint, as this agent's config writes it: the `llm` agent
+        // has its own `base_url` (and refuses `agent.upstream`), other agents an upstream.
+        let field = |name: &str| match (&cfg.agent, name) {
+            (agenteval_core::config::AgentConfig::Llm(_), "azure") => "agent.azure.base_url".to_string(),
+            (agenteval_core::config::AgentConfig::Llm(_), _) => "agent.base_url".to_string(),
+            _ => format!("agent.upstream.{name}.base_url"),
+        };
+        checks.extend(endpoint_checks(&up, &field).await);
         if let Some(b) = &up.bedrock {
             let host = agenteval_aws::BedrockHost::connect(&wiring.aws, b.region.as_deref(), b.endpoint_url.as_deref());
             // The model a call names, as the gateway sends it to Bedrock.
@@ -58,7 +65,7 @@ const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Each model endpoint the run's calls go to (through the gateway), asked `GET …/models` from
 /// this machine with no key: any HTTP answer (a 401 too) is an endpoint that answers.
-async fn endpoint_checks(up: &agenteval_core::config::Upstream) -> Vec<Check> {
+async fn endpoint_checks(up: &agenteval_core::config::Upstream, field: &dyn Fn(&str) -> String) -> Vec<Check> {
     let base = |e: Option<&agenteval_core::config::Endpoint>, default: &str| {
         e.map(|e| e.base_url.clone().unwrap_or_else(|| default.to_string()))
     };
@@ -77,7 +84,14 @@ async fn endpoint_checks(up: &agenteval_core::config::Upstream) -> Vec<Check> {
         let r = match &client {
             Ok(c) => match c.get(&url).send().await {
                 Ok(answer) => Ok(format!("{base} answers (HTTP {} to GET /models)", answer.status().as_u16())),
-                Err(e) => Err(format!("{base} does not answer: {} (agent.upstream.{name}.base_url)", reqwest_why(&e))),
+                Err(e) if e.is_timeout() => {
+                    Err(format!("{base} does not answer: {} ({})", reqwest_why(&e), field(name)))
+                }
+                Err(e) => Err(format!(
+                    "cannot reach {base} ({}) ({})",
+                    agenteval_core::gateway::reach_failure(&reqwest_why(&e)),
+                    field(name)
+                )),
             },
             Err(e) => Err(format!("no HTTP client: {e}")),
         };

@@ -1267,3 +1267,24 @@ fn a_cancelled_tasks_model_calls_are_counted_for_the_run() {
     let shown = text(&ws.run(&["runs", "show", &run]).stdout);
     assert!(shown.contains("by tasks that ended with no result"), "{shown}");
 }
+
+/// `doctor` of an `llm` agent whose endpoint does not answer names the field that sets it in
+/// this agent's config (`agent.base_url`), never `agent.upstream`, which the `llm` agent refuses.
+#[test]
+fn doctor_names_the_llm_agents_own_base_url_for_an_endpoint_that_does_not_answer() {
+    let ws = workspace();
+    cases(&ws, &[("t", "hello")]);
+    let cfg = config(&ws, "dead", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "", "");
+    let out = ws.run(&["doctor", "--config", cfg.to_str().unwrap()]);
+    let said = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{said}{}", text(&out.stderr));
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("FAIL") && l.contains("model endpoint"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        line.contains("cannot reach http://127.0.0.1:9/v1 (connect: ") && line.contains("(agent.base_url)"),
+        "{line}"
+    );
+    assert!(!said.contains("agent.upstream"), "{said}");
+}

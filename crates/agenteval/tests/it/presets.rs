@@ -335,7 +335,7 @@ fn doctor_checks_the_model_endpoint_and_the_gateway_from_a_task_container() {
     let failed: Vec<&String> = said.iter().filter(|l| l.starts_with("FAIL")).collect();
     assert_eq!(failed.len(), 2, "openai and anthropic, both at the dead port: {said:?}");
     assert!(
-        failed.iter().all(|l| l.contains("http://127.0.0.1:9/v1 does not answer") && l.contains("base_url)")),
+        failed.iter().all(|l| l.contains("cannot reach http://127.0.0.1:9/v1 (connect: ") && l.contains("base_url)")),
         "{said:?}"
     );
     assert!(failed[0].contains("(agent.upstream.openai.base_url)"), "{failed:?}");
