@@ -94,7 +94,7 @@ pub async fn runs_show(
     match &summary {
         Some(s) => {
             say!("{}", output::summary_table(s));
-            for l in summary_lines(s) {
+            for l in output::summary_lines(s) {
                 say!("{l}");
             }
             if located.record.verdict.is_some()
@@ -125,25 +125,6 @@ pub async fn runs_show(
         say_rows(&rows, filter.full);
     }
     Ok(exit::OK)
-}
-
-/// The lines under a run's summary table: what the numbers alone do not say.
-fn summary_lines(s: &RunSummary) -> Vec<String> {
-    let mut out: Vec<String> = [
-        output::wait_line(s),
-        output::models_line(s),
-        output::without_result_line(s),
-        output::changes_line(s),
-        output::suspect_line(s),
-        output::tampered_line(s),
-        output::reward_line(s),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
-    out.extend(output::tag_lines(s));
-    out.extend(output::pass_at_k_line(s));
-    out
 }
 
 /// How many runs of a name `runs show` looks back over for its flakiest tasks.

@@ -422,6 +422,25 @@ pub fn models_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// The lines under a run's summary table: what the numbers alone do not say.
+pub fn summary_lines(s: &RunSummary) -> Vec<String> {
+    let mut out: Vec<String> = [
+        wait_line(s),
+        models_line(s),
+        without_result_line(s),
+        changes_line(s),
+        suspect_line(s),
+        tampered_line(s),
+        reward_line(s),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    out.extend(tag_lines(s));
+    out.extend(pass_at_k_line(s));
+    out
+}
+
 /// Model calls no task's result holds (tasks cancelled or cut short with their calls made),
 /// said when there were any: made, and perhaps billed, though outside the figures above.
 pub fn without_result_line(s: &RunSummary) -> Option<String> {

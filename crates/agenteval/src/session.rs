@@ -150,23 +150,7 @@ pub(crate) fn print_outcome_of(
         );
     } else {
         say!("{}", output::summary_table(&o.summary));
-        let s = &o.summary;
-        let lines = [
-            output::wait_line(s),
-            output::models_line(s),
-            output::without_result_line(s),
-            output::changes_line(s),
-            output::suspect_line(s),
-            output::tampered_line(s),
-            output::reward_line(s),
-        ];
-        for l in lines.into_iter().flatten() {
-            say!("{l}");
-        }
-        for l in output::tag_lines(&o.summary) {
-            say!("{l}");
-        }
-        if let Some(l) = output::pass_at_k_line(&o.summary) {
+        for l in output::summary_lines(&o.summary) {
             say!("{l}");
         }
         say!("run     {}", o.run_id);
