@@ -90,6 +90,14 @@ pub struct MetricDiff {
     /// judged a regression or an improvement, whatever its interval.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub within_noise: bool,
+    /// The paired test of the tasks' differences (McNemar's exact test on pass/fail, the sign
+    /// test otherwise), beside the bootstrap's interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paired_test: Option<crate::stats::PairedTest>,
+    /// The smallest difference this many paired tasks can detect (80% power, 5% two-sided),
+    /// in the metric's unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mde: Option<f64>,
 }
 
 impl MetricDiff {
@@ -517,6 +525,8 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
             regressed: false,
             improved: false,
             within_noise: false,
+            paired_test: None,
+            mde: None,
         };
     }
     let n = values.len().max(1) as f64;
@@ -537,6 +547,8 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
         regressed: bad,
         improved: good,
         within_noise: false,
+        paired_test: Some(crate::stats::paired_test(&diffs)),
+        mde: crate::stats::minimum_detectable(&diffs),
     }
 }
 

@@ -44,9 +44,57 @@ pub struct MetricGate {
     pub max_drop_pct: Option<f64>,
 }
 
+/// How a drop gate decides from the comparison.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecideBy {
+    /// The mean paired difference against the drop allowed: GO or NO-GO (a drop is a budget).
+    #[default]
+    Point,
+    /// The whole 95% interval: GO when even its worst end is within the drop allowed, NO-GO
+    /// when even its best end is beyond it, INCONCLUSIVE when it straddles the limit.
+    Interval,
+}
+
+/// A gate's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Decision {
+    #[serde(rename = "GO")]
+    Go,
+    #[serde(rename = "NO-GO")]
+    NoGo,
+    /// The data cannot tell (within noise, or an interval across the limit): never a pass.
+    #[serde(rename = "INCONCLUSIVE")]
+    Inconclusive,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Go => "GO",
+            Decision::NoGo => "NO-GO",
+            Decision::Inconclusive => "INCONCLUSIVE",
+        }
+    }
+
+    /// A set of answers as one: NO-GO if any is, else INCONCLUSIVE if any is, else GO.
+    pub fn of_all(all: impl IntoIterator<Item = Decision>) -> Decision {
+        all.into_iter().fold(Decision::Go, |acc, d| match (acc, d) {
+            (Decision::NoGo, _) | (_, Decision::NoGo) => Decision::NoGo,
+            (Decision::Inconclusive, _) | (_, Decision::Inconclusive) => Decision::Inconclusive,
+            _ => Decision::Go,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gates {
     pub on_missing_baseline: OnMissingBaseline,
+    /// How drop gates decide (`decide_by: point | interval`).
+    pub decide_by: DecideBy,
+    /// `baseline: promote`: a complete run whose gates all say GO, judged and kept (`submit`,
+    /// `compare --record`), becomes its name's baseline.
+    pub promote: bool,
     pub min_tasks: Option<u64>,
     pub max_task_regressions: Option<u64>,
     /// Most metrics allowed to be worse beyond noise (`regressions: {max: N}`).
@@ -73,6 +121,8 @@ impl Gates {
 
 const TOP: &[&str] = &[
     "on_missing_baseline",
+    "decide_by",
+    "baseline",
     "min_tasks",
     "max_task_regressions",
     "regressions",
@@ -110,6 +160,8 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
     };
     let mut gates = Gates {
         on_missing_baseline: OnMissingBaseline::Fail,
+        decide_by: DecideBy::Point,
+        promote: false,
         min_tasks: None,
         max_task_regressions: None,
         max_regressions: None,
@@ -133,6 +185,19 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
                 Some("fail") => gates.on_missing_baseline = OnMissingBaseline::Fail,
                 Some("pass") => gates.on_missing_baseline = OnMissingBaseline::Pass,
                 _ => problem(at, format!("must be `fail` or `pass`, not {v}")),
+            },
+            "baseline" => match v.as_str() {
+                Some("promote") => gates.promote = true,
+                Some("keep") => gates.promote = false,
+                _ => problem(
+                    at,
+                    format!("must be `promote` (a night whose gates hold becomes the baseline) or `keep`, not {v}"),
+                ),
+            },
+            "decide_by" => match v.as_str() {
+                Some("point") => gates.decide_by = DecideBy::Point,
+                Some("interval") => gates.decide_by = DecideBy::Interval,
+                _ => problem(at, format!("must be `point` or `interval`, not {v}")),
             },
             "min_tasks" => match count(v) {
                 Ok(n) => gates.min_tasks = Some(n),
@@ -284,16 +349,53 @@ pub struct GateResult {
     pub limit: f64,
     /// The value judged (for a drop: how much worse the mean paired difference is).
     pub value: Option<f64>,
+    /// GO (and only GO) passes.
     pub passed: bool,
     pub detail: String,
+    /// GO, NO-GO or INCONCLUSIVE; absent from documents written before gates had three
+    /// answers (then `passed` says GO or NO-GO).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl GateResult {
+    pub fn decision(&self) -> Decision {
+        self.decision.unwrap_or(if self.passed { Decision::Go } else { Decision::NoGo })
+    }
 }
 
 /// The verdict of a set of gates.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Verdict {
+    /// The decision is GO.
     pub passed: bool,
     pub baseline: bool,
     pub gates: Vec<GateResult>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+}
+
+impl Verdict {
+    pub fn decision(&self) -> Decision {
+        self.decision.unwrap_or_else(|| Decision::of_all(self.gates.iter().map(GateResult::decision)))
+    }
+}
+
+/// How many more task-attempts would bring an interval of half-width `half` around `point` off
+/// `limit` (the width shrinks as one over the square root of the attempts), said as attempts and
+/// repetitions of each task.
+fn more_to_decide(point: f64, half: f64, limit: f64, tasks: u64, reps: u64) -> String {
+    let distance = (point - limit).abs();
+    let attempts = (tasks * reps.max(1)) as f64;
+    if distance < 1e-12 || !half.is_finite() || tasks == 0 {
+        return "its difference sits on the limit: no number of repetitions decides it".into();
+    }
+    let needed = (attempts * (half / distance).powi(2)).ceil();
+    let more = (needed - attempts).max(1.0);
+    let per_task = (more / tasks as f64).ceil() as u64;
+    format!(
+        "about {more:.0} more task-attempts ({per_task} more repetition(s) of each of the {tasks} tasks) would decide it"
+    )
 }
 
 /// A drop gate's line, signed and in the unit of `compare`'s table: the candidate's difference
@@ -330,13 +432,29 @@ pub type Standalone<'a> = &'a dyn Fn(&str) -> Option<f64>;
 /// count is `cand_tasks`) against the gates.
 // Long: one block per kind of gate, each adding its result; the verdict is their conjunction.
 pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standalone<'_>, cand_tasks: u64) -> Verdict {
-    let mut out = Vec::new();
-    let mut push = |gate: String, limit: f64, value: Option<f64>, passed: bool, detail: String| {
-        out.push(GateResult { gate, limit, value, passed, detail });
-    };
+    let mut out: Vec<GateResult> = Vec::new();
+    // Macros, not closures: both add to `out`.
+    macro_rules! decided {
+        ($gate:expr, $limit:expr, $value:expr, $decision:expr, $detail:expr $(,)?) => {{
+            let decision: Decision = $decision;
+            out.push(GateResult {
+                gate: $gate,
+                limit: $limit,
+                value: $value,
+                passed: decision == Decision::Go,
+                detail: $detail,
+                decision: Some(decision),
+            })
+        }};
+    }
+    macro_rules! push {
+        ($gate:expr, $limit:expr, $value:expr, $passed:expr, $detail:expr $(,)?) => {
+            decided!($gate, $limit, $value, if $passed { Decision::Go } else { Decision::NoGo }, $detail)
+        };
+    }
     if comparison.is_none() {
         let ok = gates.on_missing_baseline == OnMissingBaseline::Pass;
-        push(
+        push!(
             "on_missing_baseline".into(),
             0.0,
             None,
@@ -358,11 +476,11 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
         } else {
             format!("only {} judged: too few to tell a change from noise", crate::tasks(tasks as usize))
         };
-        push("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, detail);
+        push!("min_tasks".into(), min as f64, Some(tasks as f64), tasks >= min, detail);
     }
     if let (Some(max), Some(c)) = (gates.max_task_regressions, comparison) {
         let n = c.regressions.len() as u64;
-        push(
+        push!(
             "max_task_regressions".into(),
             max as f64,
             Some(n as f64),
@@ -380,7 +498,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 crate::tasks(n as usize)
             ),
         };
-        push("max_tampered".into(), max as f64, Some(n as f64), n <= max, detail);
+        push!("max_tampered".into(), max as f64, Some(n as f64), n <= max, detail);
     }
     // Infra tasks are left out of every other figure: an agent that turns its failures into
     // infra would otherwise pass every gate on the tasks it did not break.
@@ -393,7 +511,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 crate::tasks(n as usize)
             ),
         };
-        push("max_infra".into(), max as f64, Some(n as f64), n <= max, detail);
+        push!("max_infra".into(), max as f64, Some(n as f64), n <= max, detail);
     }
     if let (Some(max), Some(c)) = (gates.max_regressions, comparison) {
         let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();
@@ -403,7 +521,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
         } else {
             format!("worse beyond noise (95% CI): {}", worse.join(", "))
         };
-        push("regressions.max".into(), max as f64, Some(n as f64), n <= max, detail);
+        push!("regressions.max".into(), max as f64, Some(n as f64), n <= max, detail);
     }
     for (metric, g) in &gates.metrics {
         let diff = comparison.and_then(|c| c.metric(metric));
@@ -419,7 +537,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                     None if metric == "cost_per_task" => UNKNOWN_COST.into(),
                     None => format!("{metric} is not measured in this run"),
                 };
-                push(format!("{metric}.{name}"), limit, value, passed, detail);
+                push!(format!("{metric}.{name}"), limit, value, passed, detail);
             }
         }
         if comparison.is_none() {
@@ -433,20 +551,23 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                     "cost_per_task" => format!("{UNKNOWN_COST} on one side or both"),
                     _ => format!("{metric} is not measured on both sides"),
                 };
-                push(gate, limit, None, false, why);
+                push!(gate, limit, None, false, why);
                 continue;
             };
             // A pass rate that moved less than the base's own repetitions move it is not judged.
             if d.within_noise
                 && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
             {
+                let moved = d.cand - d.base;
+                let tasks = comparison.map_or(0, |c| c.paired_tasks as u64);
                 let detail = format!(
-                    "{metric} moved {:+.2} pts, within the noise of the base's {} repetitions (±{:.1} pts, 95%): not judged; run more repetitions to tell",
-                    (d.cand - d.base) * 100.0 + 0.0,
+                    "{metric} moved {:+.2} pts, within the noise of the base's {} repetitions (±{:.1} pts, 95%): INCONCLUSIVE; {}",
+                    moved * 100.0 + 0.0,
                     n.base_repetitions,
-                    n.pass_rate_band * 100.0
+                    n.pass_rate_band * 100.0,
+                    more_to_decide(moved, n.pass_rate_band, 0.0, tasks, n.base_repetitions as u64)
                 );
-                push(gate, limit, Some(0.0), true, detail);
+                decided!(gate, limit, Some(0.0), Decision::Inconclusive, detail);
                 continue;
             }
             // How much worse the mean paired difference is (positive is worse).
@@ -471,8 +592,37 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             // `+ 0.0` turns a negative zero into a plain one for display.
             let (point, best, worst) = (scale(point) + 0.0, scale(best) + 0.0, scale(worst) + 0.0);
             // A hair of tolerance, so 0.05 allowed is not failed by 0.05000000000000002 measured.
-            let passed = point <= limit + 1e-9 * limit.abs().max(1.0);
+            let within = |x: f64| x <= limit + 1e-9 * limit.abs().max(1.0);
+            let decision = match gates.decide_by {
+                DecideBy::Point if within(point) => Decision::Go,
+                DecideBy::Point => Decision::NoGo,
+                DecideBy::Interval if within(worst) => Decision::Go,
+                DecideBy::Interval if !within(best) => Decision::NoGo,
+                DecideBy::Interval => Decision::Inconclusive,
+            };
             let mut detail = drop_detail(metric, name, d.better, limit, (point, best, worst));
+            let rate = metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:");
+            let (k, unit) = match name {
+                "max_drop_pct" => (1.0, "%"),
+                _ if rate => (100.0, " pts"),
+                _ => (1.0, ""),
+            };
+            if let Some(mde) = d.mde {
+                detail.push_str(&format!("; this run detects a change of {:.2}{unit} (80% power)", scale(mde) * k));
+            }
+            if let Some(t) = &d.paired_test {
+                let name = if t.test == "mcnemar_exact" { "McNemar exact" } else { "sign test" };
+                let p = if t.p < 0.001 { "< 0.001".to_string() } else { format!("= {:.3}", t.p) };
+                detail.push_str(&format!("; {name} p {p} ({} up, {} down)", t.up, t.down));
+            }
+            if decision == Decision::Inconclusive {
+                let tasks = comparison.map_or(0, |c| c.paired_tasks as u64);
+                let reps = comparison.and_then(|c| c.noise.as_ref()).map_or(1, |n| n.base_repetitions as u64);
+                detail.push_str(&format!(
+                    "; INCONCLUSIVE: the 95% interval straddles the drop allowed; {}",
+                    more_to_decide(point, (worst - best).abs() / 2.0, limit, tasks, reps)
+                ));
+            }
             // Judged or not, a gate names the noise band the comparison measured, so that it
             // and the noise verdict never seem to disagree.
             if metric == "pass_rate"
@@ -484,11 +634,11 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                     n.pass_rate_band * 100.0
                 ));
             }
-            push(gate, limit, Some(point), passed, detail);
+            decided!(gate, limit, Some(point), decision, detail);
         }
     }
-    let passed = out.iter().all(|g| g.passed);
-    Verdict { passed, baseline: comparison.is_some(), gates: out }
+    let decision = Decision::of_all(out.iter().map(GateResult::decision));
+    Verdict { passed: decision == Decision::Go, baseline: comparison.is_some(), gates: out, decision: Some(decision) }
 }
 
 #[cfg(test)]
@@ -599,12 +749,42 @@ mod tests {
         let drop = gate(&v, "pass_rate.max_drop");
         assert!(!drop.passed && (drop.value.unwrap() - 0.2).abs() < 1e-12, "{drop:?}");
         assert!(drop.detail.starts_with("-20.00 pts vs base (95% CI -"), "{}", drop.detail);
-        assert!(drop.detail.ends_with("; drop allowed 5.00 pts"), "{}", drop.detail);
+        assert!(drop.detail.contains("; drop allowed 5.00 pts"), "{}", drop.detail);
+        // Beside the interval: what this size can detect, and McNemar's exact test (4 tasks
+        // regressed, none improved: p = 2 / 2^4).
+        assert!(drop.detail.contains("this run detects a change of"), "{}", drop.detail);
+        assert!(drop.detail.contains("McNemar exact p = 0.125 (0 up, 4 down)"), "{}", drop.detail);
         let pct = gate(&v, "pass_rate.max_drop_pct");
         assert!(!pct.passed && (pct.value.unwrap() - 0.2 / 0.75 * 100.0).abs() < 1e-9, "{pct:?}");
         // A budget the drop fits in passes.
         let g = load_gates_str("metrics:\n  pass_rate: {max_drop: 0.2, max_drop_pct: 30}\n", "g").unwrap();
         assert!(judge(&g, Some(&c), &|_| None, 20).passed);
+    }
+
+    #[test]
+    fn decided_by_the_interval_a_gate_says_go_no_go_or_inconclusive() {
+        let c = twenty_point_drop();
+        let (best, worst) = c.metric("pass_rate").unwrap().worse_range().unwrap();
+        let at = |limit: f64| {
+            let g =
+                load_gates_str(&format!("decide_by: interval\nmetrics:\n  pass_rate: {{max_drop: {limit}}}\n"), "g")
+                    .unwrap();
+            judge(&g, Some(&c), &|_| None, 20)
+        };
+        // The whole interval within the drop allowed: GO; beyond it: NO-GO; across it: neither.
+        assert_eq!(at(worst + 0.01).decision(), Decision::Go);
+        assert_eq!(at((best - 0.01).max(0.0)).decision(), Decision::NoGo);
+        let v = at(0.2);
+        assert_eq!(v.decision(), Decision::Inconclusive, "{v:?}");
+        assert!(!v.passed, "INCONCLUSIVE is never a pass");
+        let g = gate(&v, "pass_rate.max_drop");
+        assert!(g.detail.contains("INCONCLUSIVE: the 95% interval straddles"), "{}", g.detail);
+        // Decided by the point (the default), the same drop is a NO-GO or a GO, never open.
+        let g = load_gates_str("metrics:\n  pass_rate: {max_drop: 0.19}\n", "g").unwrap();
+        assert_eq!(judge(&g, Some(&c), &|_| None, 20).decision(), Decision::NoGo);
+        assert_eq!(Decision::of_all([Decision::Go, Decision::Inconclusive]), Decision::Inconclusive);
+        assert_eq!(Decision::of_all([Decision::NoGo, Decision::Inconclusive]), Decision::NoGo);
+        assert!(load_gates_str("decide_by: bayes\n", "g").unwrap_err().to_string().contains("`point` or `interval`"));
     }
 
     #[test]

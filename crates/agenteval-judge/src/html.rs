@@ -389,7 +389,9 @@ if (S) {
   for (const [k, v] of Object.entries(S.pass_hat_k || {})) card("pass^" + k, pct(v));
   if (S.flip_rate != null) card("flip rate", pct(S.flip_rate), S.flip_rate > 0 ? "fail" : "");
 }
-if (D.verdict) card("gates", D.verdict.passed ? "PASS" : "FAIL", D.verdict.passed ? "pass" : "fail");
+const decisionOf = v => v.decision || (v.passed ? "GO" : "NO-GO");
+const decisionClass = d => d === "GO" ? "pass" : d === "NO-GO" ? "fail" : "warn";
+if (D.verdict) card("gates", decisionOf(D.verdict), decisionClass(decisionOf(D.verdict)));
 
 // Comparison with interval bars.
 if (D.comparison) {
@@ -421,7 +423,7 @@ if (D.verdict) {
   sec.append(el("h2", {text: "Gates: " + (D.verdict.passed ? "pass" : "fail") + (D.comparison ? " (against " + D.comparison.base.name + ", " + D.comparison.base.run_id + ")" : " (no baseline: judged alone)")}));
   const t = el("table", {}, el("thead", {}, el("tr", {}, ...["gate", "limit", "result", "detail"].map(h => el("th", {class: "nosort", text: h})))));
   const body = el("tbody");
-  for (const g of D.verdict.gates) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: String(g.limit)}), el("td", {}, el("span", {class: g.passed ? "pass" : "fail", text: g.passed ? "pass" : "FAIL"})), el("td", {text: g.detail})));
+  for (const g of D.verdict.gates) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: String(g.limit)}), el("td", {}, el("span", {class: decisionClass(decisionOf(g)), text: decisionOf(g)})), el("td", {text: g.detail})));
   t.append(body);
   sec.append(t);
 }

@@ -56,7 +56,11 @@ impl Judgement {
     pub fn md(&self) -> String {
         let mut o = String::new();
         let outcome = self.outcome();
-        let mark = if outcome == RunVerdict::Pass { "✅" } else { "❌" };
+        let mark = match outcome {
+            RunVerdict::Pass => "✅",
+            RunVerdict::Inconclusive => "❔",
+            _ => "❌",
+        };
         let _ = write!(o, "\n## Verdict: {mark} {}\n\n", outcome.as_str());
         match self.baseline() {
             Some(b) => {
@@ -89,7 +93,9 @@ mod tests {
                 value: Some(0.5),
                 passed,
                 detail: "0.5 against 0.9".into(),
+                decision: None,
             }],
+            decision: None,
         }
     }
 

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::compare::{Comparison, MetricDiff};
-use crate::gates::Verdict;
+use crate::gates::{Decision, Verdict};
 
 /// Output formats of `compare` and `report`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,14 +219,24 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     list(&mut o, "only in the candidate", c.added.iter().cloned());
     list(&mut o, "only in the base", c.removed.iter().cloned());
     if let Some(v) = verdict {
-        let _ = writeln!(o, "gates: {}", if v.passed { "PASS" } else { "FAIL" });
+        let word = match v.decision() {
+            Decision::Go => "GO (pass)",
+            Decision::NoGo => "NO-GO (fail)",
+            Decision::Inconclusive => "INCONCLUSIVE (not a pass: the data cannot decide)",
+        };
+        let _ = writeln!(o, "gates: {word}");
         for g in &v.gates {
-            let head = format!("  {} {:<24} limit {:<8}", if g.passed { "ok  " } else { "FAIL" }, g.gate, g.limit);
-            // Within 80 columns: a long detail goes on a line of its own.
+            let head = format!("  {} {:<24} limit {:<8}", gate_word(g.decision()), g.gate, g.limit);
+            // Within 80 columns: a long detail goes under the gate, a clause a line, wrapped.
             if head.chars().count() + 1 + g.detail.chars().count() <= 80 {
                 let _ = writeln!(o, "{head} {}", g.detail);
             } else {
-                let _ = writeln!(o, "{}\n       {}", head.trim_end(), g.detail);
+                let _ = writeln!(o, "{}", head.trim_end());
+                for clause in g.detail.split("; ") {
+                    for line in wrap_words(clause, 80 - 7) {
+                        let _ = writeln!(o, "       {line}");
+                    }
+                }
             }
         }
     }
@@ -270,10 +280,47 @@ pub fn pairwise_line(p: &crate::compare::PairwiseTally) -> String {
     line
 }
 
+/// Words in lines of at most `width` characters (a longer word alone on its line).
+fn wrap_words(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// A gate's word in a line of text: `ok`, `FAIL` or `INCONCLUSIVE`.
+pub fn gate_word(d: Decision) -> &'static str {
+    match d {
+        Decision::Go => "ok  ",
+        Decision::NoGo => "FAIL",
+        Decision::Inconclusive => "INCONCLUSIVE",
+    }
+}
+
+fn gate_mark(d: Decision) -> &'static str {
+    match d {
+        Decision::Go => "✅",
+        Decision::NoGo => "❌",
+        Decision::Inconclusive => "❔",
+    }
+}
+
 pub fn md(c: &Comparison, verdict: Option<&Verdict>) -> String {
-    let head = match verdict {
-        Some(v) if v.passed => "✅ gates pass",
-        Some(_) => "❌ gates fail",
+    let head = match verdict.map(Verdict::decision) {
+        Some(Decision::Go) => "✅ GO: gates pass",
+        Some(Decision::NoGo) => "❌ NO-GO: gates fail",
+        Some(Decision::Inconclusive) => "❔ INCONCLUSIVE: the gates cannot decide (not a pass)",
         None => "comparison",
     };
     format!("### agenteval: {head}\n\n{}", md_body(c, verdict))
@@ -347,10 +394,11 @@ pub fn md_gates(v: &Verdict) -> String {
     for g in &v.gates {
         let _ = writeln!(
             o,
-            "| {} | {} | {} {} |",
+            "| {} | {} | {} {} {} |",
             md_escape(&g.gate),
             g.limit,
-            if g.passed { "✅" } else { "❌" },
+            gate_mark(g.decision()),
+            g.decision().as_str(),
             md_escape(&g.detail)
         );
     }

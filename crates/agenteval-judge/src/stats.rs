@@ -115,6 +115,69 @@ fn categories(values: &[f64]) -> Option<(Vec<u8>, Vec<f64>)> {
     Some((codes, table))
 }
 
+/// A paired test of signs: how many tasks moved each way, and the exact two-sided p-value of
+/// that split if neither way were likelier. On pass/fail outcomes it is McNemar's exact test
+/// (its discordant pairs are the tasks that moved); on rewards or costs, the sign test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedTest {
+    /// `mcnemar_exact` or `sign`.
+    pub test: String,
+    /// Tasks whose difference is above zero, below it, and zero.
+    pub up: u64,
+    pub down: u64,
+    pub ties: u64,
+    pub p: f64,
+}
+
+/// `ln C(n, k)` by sums of logs (exact enough for any task count a run has).
+fn ln_choose(n: u64, k: u64) -> f64 {
+    let k = k.min(n - k);
+    (0..k).map(|i| ((n - i) as f64).ln() - ((i + 1) as f64).ln()).sum()
+}
+
+/// The exact two-sided binomial p-value of `k` successes in `n` draws at one half: twice the
+/// smaller tail, at most 1.
+pub fn binomial_two_sided(k: u64, n: u64) -> f64 {
+    if n == 0 {
+        return 1.0;
+    }
+    let small = k.min(n - k);
+    let ln_half = -(n as f64) * std::f64::consts::LN_2;
+    // Summed in log space from the largest term: no underflow at 10,000 pairs.
+    let terms: Vec<f64> = (0..=small).map(|i| ln_choose(n, i) + ln_half).collect();
+    let top = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let tail = top.exp() * terms.iter().map(|t| (t - top).exp()).sum::<f64>();
+    (2.0 * tail).min(1.0)
+}
+
+/// The paired test of `diffs` (candidate − base per task): McNemar's exact test when every
+/// difference is −1, 0 or 1 (one attempt a side, passed or not), else the sign test.
+pub fn paired_test(diffs: &[f64]) -> PairedTest {
+    let up = diffs.iter().filter(|d| **d > 0.0).count() as u64;
+    let down = diffs.iter().filter(|d| **d < 0.0).count() as u64;
+    let ties = diffs.len() as u64 - up - down;
+    let binary = diffs.iter().all(|d| *d == 0.0 || d.abs() == 1.0);
+    PairedTest {
+        test: if binary { "mcnemar_exact" } else { "sign" }.into(),
+        up,
+        down,
+        ties,
+        p: binomial_two_sided(up, up + down),
+    }
+}
+
+/// The smallest mean difference the paired design can detect with 80% power at a two-sided 5%
+/// level: (1.96 + 0.84) standard errors of the mean difference.
+pub fn minimum_detectable(diffs: &[f64]) -> Option<f64> {
+    let n = diffs.len();
+    if n < 2 {
+        return None;
+    }
+    let mean = diffs.iter().sum::<f64>() / n as f64;
+    let var = diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+    Some(2.8 * (var / n as f64).sqrt())
+}
+
 /// The unbiased pass@k estimator of Chen et al. (2021) for one task with `n` samples of which
 /// `c` passed: 1 − C(n−c, k) / C(n, k), in its product form (no huge binomials).
 pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
@@ -152,6 +215,21 @@ pub fn flip_rate(n: u64, c: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exact_binomial_and_mcnemar_match_their_tables() {
+        // Two-sided exact p of 1 in 10, 0 in 5, 5 in 10 (R's binom.test).
+        assert!((binomial_two_sided(1, 10) - 0.021_484_375).abs() < 1e-12);
+        assert!((binomial_two_sided(0, 5) - 0.0625).abs() < 1e-12);
+        assert_eq!(binomial_two_sided(5, 10), 1.0);
+        assert!(binomial_two_sided(4_000, 10_000) < 1e-80, "no underflow to a wrong 0 or NaN");
+        let t = paired_test(&[-1.0, -1.0, -1.0, 0.0, 1.0, 0.0]);
+        assert_eq!((t.test.as_str(), t.up, t.down, t.ties), ("mcnemar_exact", 1, 3, 2));
+        assert!((t.p - 0.625).abs() < 1e-12, "{t:?}");
+        assert_eq!(paired_test(&[0.5, -0.2]).test, "sign");
+        let mde = minimum_detectable(&[1.0, 0.0, -1.0, 0.0]).unwrap();
+        assert!((mde - 2.8 * (2.0f64 / 3.0 / 4.0).sqrt()).abs() < 1e-12);
+    }
 
     #[test]
     fn pass_hat_k_and_flip_rate_are_the_unbiased_estimates() {

@@ -131,6 +131,8 @@ pub async fn report_html(
 /// What a judgement decided: the exit code it means, and the documents (for `submit --json`).
 pub struct Judged {
     pub code: u8,
+    /// `baseline: promote` made the run its name's baseline.
+    pub promoted: bool,
     pub comparison: Option<Comparison>,
     pub verdict: Option<Verdict>,
     /// The word the index records for the run (with gates): `pass`, `fail` (a gate failed: a
@@ -144,8 +146,11 @@ pub struct Judged {
 /// report); a run stopped because its agent cannot run is the agent's failure, judged as such.
 fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> RunVerdict {
     match meta.status {
-        RunStatus::Complete if v.passed => RunVerdict::Pass,
-        RunStatus::Complete => RunVerdict::Fail,
+        RunStatus::Complete => match v.decision() {
+            agenteval_judge::gates::Decision::Go => RunVerdict::Pass,
+            agenteval_judge::gates::Decision::NoGo => RunVerdict::Fail,
+            agenteval_judge::gates::Decision::Inconclusive => RunVerdict::Inconclusive,
+        },
         RunStatus::Failed if meta.reason.as_deref().is_some_and(|r| r.starts_with(controller::BROKEN_AGENT)) => {
             RunVerdict::Fail
         }
@@ -224,7 +229,7 @@ pub async fn judge_run(
                     for g in &v.gates {
                         t.push_str(&format!(
                             "  {} {:<32} {}\n",
-                            if g.passed { "ok  " } else { "FAIL" },
+                            agenteval_judge::report::gate_word(g.decision()),
                             g.gate,
                             g.detail
                         ));
@@ -236,24 +241,39 @@ pub async fn judge_run(
         }
     }
     let outcome = verdict.as_ref().map(|v| outcome(&cand_results.meta, v));
+    let mut promoted = false;
     if let (Some(v), Some(word)) = (&verdict, outcome) {
         // A question asked of two runs changes neither, unless the verdict is to be kept.
         if record_verdict {
             record(&cand_at, index, cand, comparison.as_ref(), v, word).await?;
+            // The nightly loop closes itself: a night whose gates hold is the next one's base.
+            if gates.is_some_and(|g| g.promote) && word == RunVerdict::Pass {
+                index.set_baseline(&cand_results.meta.name, cand).await?;
+                promoted = true;
+            }
         }
         if word == RunVerdict::Infra {
             let reason = cand_results.meta.reason.as_deref().unwrap_or("tasks were given up");
             tracing::warn!("outcome infra ({reason}): the infrastructure failed this run; it is not a regression");
         }
     }
-    let code = if cand_results.meta.status != RunStatus::Complete && gates.is_some() {
-        exit::INCOMPLETE
-    } else if verdict.as_ref().is_some_and(|v| !v.passed) {
-        exit::CHECK_FAILED
-    } else {
-        exit::OK
-    };
-    Ok(Judged { code, comparison, verdict, outcome })
+    let code = exit_of(cand_results.meta.status, gates.is_some(), verdict.as_ref());
+    if promoted && out.is_some() {
+        say!("baseline:{} is now {cand} (promoted: its gates hold)", cand_results.meta.name);
+    }
+    Ok(Judged { code, promoted, comparison, verdict, outcome })
+}
+
+/// A judged run's exit code: incomplete under gates, else its gates' decision.
+fn exit_of(status: RunStatus, gated: bool, verdict: Option<&Verdict>) -> u8 {
+    if status != RunStatus::Complete && gated {
+        return exit::INCOMPLETE;
+    }
+    match verdict.map(Verdict::decision) {
+        Some(agenteval_judge::gates::Decision::NoGo) => exit::CHECK_FAILED,
+        Some(agenteval_judge::gates::Decision::Inconclusive) => exit::INCONCLUSIVE,
+        _ => exit::OK,
+    }
 }
 
 fn is_not_found(f: &Failure) -> bool {
@@ -297,6 +317,7 @@ pub async fn compare_cmd(
     seed: u64,
     record_verdict: bool,
     pairwise: Option<&agenteval_core::config::EvaluatorConfig>,
+    junit: Option<&Path>,
 ) -> Result<u8, Failure> {
     // Every problem of the gates file before anything else.
     let gates = match gates {
@@ -319,6 +340,8 @@ pub async fn compare_cmd(
         pairwise,
     )
     .await?;
+    let shown = Some((judged.comparison.as_ref(), judged.verdict.as_ref()));
+    crate::ci::after(resolver, index, &cand, junit, shown, false).await?;
     Ok(judged.code)
 }
 
@@ -571,6 +594,8 @@ async fn add_pairwise(
         regressed: d.hi < 0.0,
         improved: d.lo > 0.0,
         within_noise: false,
+        paired_test: Some(agenteval_judge::stats::paired_test(&diffs)),
+        mde: agenteval_judge::stats::minimum_detectable(&diffs),
     });
     c.pairwise = Some(tally);
     Ok(())
@@ -586,7 +611,24 @@ pub async fn baseline(command: crate::cli::BaselineCommand) -> Result<u8, Failur
         }
         crate::cli::BaselineCommand::Show { name, index, json } => {
             let (_, index) = crate::session::open_index(&index).await?;
+            let name = agenteval_engine::refs::history_name(index.as_ref(), &name).await?;
             baseline_show(index.as_ref(), &name, json).await
+        }
+        crate::cli::BaselineCommand::Unset { name, index, json } => {
+            let (_, index) = crate::session::open_index(&index).await?;
+            let name = agenteval_engine::refs::history_name(index.as_ref(), &name).await?;
+            let was = index.unset_baseline(&name).await?;
+            if json {
+                say!("{}", json!({"name": name, "was": was}));
+            } else {
+                match was {
+                    Some(id) => {
+                        say!("baseline:{name} unpinned (it was {id}); `latest:{name}` still names its newest run")
+                    }
+                    None => say!("baseline:{name} was not pinned: nothing to do"),
+                }
+            }
+            Ok(exit::OK)
         }
     }
 }

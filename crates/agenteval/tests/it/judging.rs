@@ -567,8 +567,15 @@ fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_n
     let gates = ws.write("gates.yaml", "max_task_regressions: 0\nmetrics:\n  pass_rate: {max_drop: 0.02}\n");
     let judged = ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]);
     let said = text(&judged.stdout);
-    assert_eq!(judged.status.code(), Some(0), "{said}{}", text(&judged.stderr));
-    assert!(said.contains("within the noise of the base's 5 repetitions") && said.contains("not judged"), "{said}");
+    // Within the noise, the gate cannot decide: INCONCLUSIVE, its own exit code, never a pass,
+    // and how many more repetitions would decide it.
+    assert_eq!(judged.status.code(), Some(5), "{said}{}", text(&judged.stderr));
+    assert!(said.contains("within the noise of the base's 5 repetitions") && said.contains("INCONCLUSIVE"), "{said}");
+    let flat = said.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        flat.contains("gates: INCONCLUSIVE") && flat.contains("more repetition(s) of each of the 10 tasks"),
+        "{said}"
+    );
     assert!(said.contains("flipped, within the noise"), "{said}");
     let json: serde_json::Value = serde_json::from_slice(&ws.run(&["compare", &base, &cand, "--json"]).stdout).unwrap();
     assert_eq!(json["comparison"]["noise"]["flaky_tasks"], serde_json::json!(["t0", "t1"]), "{json}");
@@ -629,4 +636,73 @@ fn runs_of_one_config_with_three_agents_are_three_histories_never_one() {
     assert!(said.contains("3 agents") && said.contains("latest:agents [oracle]"), "{said}");
     let out = ws.run(&["compare", "latest:agents [oracle]", "latest:agents [nop]", "--json"]);
     assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out.stderr));
+}
+
+/// The nightly loop closes itself: with `baseline: promote` each night whose gates hold becomes
+/// the baseline of the next; `baseline unset` unpins it; a saved results JSON renders its report
+/// again with no index; `history NAME --task ID` shows one task over 30 nights in order, a night
+/// that did not complete marked, not counted.
+#[test]
+fn nights_promote_their_baseline_and_one_task_is_followed_across_thirty_nights() {
+    let ws = Workspace::new();
+    let cfg = ws.write("toy.yaml", &toy_yaml("nightly-loop", 5, 1, 1, 1, "runs"));
+    let gates = ws
+        .write("gates.yaml", "on_missing_baseline: pass\nbaseline: promote\nmetrics:\n  pass_rate: {max_drop: 0.05}\n");
+    let mut ids = Vec::new();
+    for night in 0..30 {
+        let mut args = vec!["--baseline", "baseline:nightly-loop", "--gates", gates.to_str().unwrap()];
+        // Night 12 runs out of budget after its first task: it does not complete.
+        if night == 12 {
+            args = vec!["--set", "max_run_cost_usd=0.0001"];
+        }
+        let (v, code, out) = ws.submit(&cfg, &args);
+        let run = v["run_id"].as_str().unwrap().to_string();
+        if night == 12 {
+            assert_eq!((v["status"].as_str(), code), (Some("budget_exceeded"), 3), "{v}");
+        } else {
+            assert_eq!(code, 0, "night {night}: {v}\n{}", text(&out.stderr));
+            let shown = text(&ws.run(&["baseline", "show", "nightly-loop"]).stdout);
+            assert!(shown.contains(&run), "night {night} promoted: {shown}");
+        }
+        ids.push(run);
+    }
+    // Unpinned, the name has no baseline until the next night that promotes one.
+    let out = ws.run(&["baseline", "unset", "nightly-loop"]);
+    assert!(text(&out.stdout).contains(&format!("unpinned (it was {})", ids[29])), "{}", text(&out.stdout));
+    assert_ne!(ws.run(&["baseline", "show", "nightly-loop"]).status.code(), Some(0));
+
+    // One task across the 30 nights, oldest first; the night that ran out of budget is marked.
+    let out = ws.run(&["history", "nightly-loop", "--task", "toy-0000004", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let h: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nights = h["nights"].as_array().unwrap();
+    let runs: Vec<&str> = nights.iter().map(|n| n["run_id"].as_str().unwrap()).collect();
+    assert_eq!(runs, ids.iter().map(String::as_str).collect::<Vec<_>>(), "30 nights in order");
+    for (i, n) in nights.iter().enumerate() {
+        if i == 12 {
+            assert_eq!((n["completed"].as_bool(), n["outcome"].as_str()), (Some(false), None), "{n}");
+        } else {
+            assert_eq!(n["outcome"], "passed", "night {i}: {n}");
+        }
+    }
+    let shown = text(&ws.run(&["history", "nightly-loop", "--task", "toy-0000004"]).stdout);
+    assert!(shown.contains("passed 29 of 29 night(s) with a result; 1 night(s) did not complete"), "{shown}");
+    // A task that fails says why, night by night.
+    let shown = text(&ws.run(&["history", "nightly-loop", "--task", "toy-0000001", "--last", "3"]).stdout);
+    assert!(shown.contains("failed") && shown.contains("benchmark: expected"), "{shown}");
+
+    // A saved results JSON renders its report again, anywhere, without the index.
+    let saved = ws.run(&["report", &ids[29], "--json"]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let file = elsewhere.path().join("night.json");
+    std::fs::write(&file, &saved.stdout).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_agenteval"))
+        .args(["report", file.to_str().unwrap(), "--format", "md"])
+        .current_dir(elsewhere.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let md = text(&out.stdout);
+    assert!(md.contains("# agenteval run `nightly-loop [mock]`") && md.contains(&ids[29]), "{md}");
+    assert!(md.contains("## Verdict"), "its verdict too: {md}");
 }
