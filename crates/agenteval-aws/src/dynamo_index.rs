@@ -410,6 +410,23 @@ impl RunIndex for DynamoDbRunIndex {
         RunId::from_str(&id).map(Some).map_err(|e| Error::corrupt(format!("baseline run id: {e}")))
     }
 
+    async fn unset_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        let out = self
+            .clients
+            .dynamodb
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("BASELINE#{name}")))
+            .key("sk", s("#BASELINE"))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(|e| classify(&format!("unpinning baseline {name}"), e))?;
+        let Some(item) = out.attributes else { return Ok(None) };
+        let id = get_opt_s(&item, "run_id").ok_or_else(|| corrupt("baseline run_id"))?;
+        RunId::from_str(&id).map(Some).map_err(|e| Error::corrupt(format!("baseline run id: {e}")))
+    }
+
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
         self.get_item(run_pk(run), "#RUN".into()).await?.map(|i| run_from_item(&i)).transpose()
     }

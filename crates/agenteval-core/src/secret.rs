@@ -39,6 +39,18 @@ impl fmt::Display for Secret {
 #[derive(Clone, Default)]
 pub struct Redactor {
     values: Arc<RwLock<Vec<String>>>,
+    /// The run's own rules (`redact:` in its config): patterns and fields.
+    rules: Arc<RwLock<Rules>>,
+}
+
+/// What a run's config asks to scrub beside secrets.
+#[derive(Default)]
+struct Rules {
+    patterns: Vec<Regex>,
+    /// Field names, compared without case, anywhere in a JSON document.
+    fields: Vec<String>,
+    /// Paths from a document's root (`$.user.email` as `["user", "email"]`).
+    paths: Vec<Vec<String>>,
 }
 
 impl fmt::Debug for Redactor {
@@ -141,6 +153,25 @@ impl Redactor {
         self.values.read().map(|v| v.is_empty()).unwrap_or(true)
     }
 
+    /// Adds a run's own rules: every match of each pattern (a regular expression) is scrubbed
+    /// from text, and the value of each field (a name, anywhere; or `$.a.b`, a path from a
+    /// document's root) from JSON. A pattern that does not compile is refused, naming it.
+    pub fn add_rules(&self, patterns: &[String], fields: &[String]) -> crate::Result<()> {
+        let mut rules = self.rules.write().unwrap_or_else(|e| e.into_inner());
+        for p in patterns {
+            rules
+                .patterns
+                .push(Regex::new(p).map_err(|e| crate::Error::invalid(format!("redact pattern `{p}`: {e}")))?);
+        }
+        for f in fields {
+            match f.strip_prefix("$.") {
+                Some(path) => rules.paths.push(path.split('.').map(str::to_string).collect()),
+                None => rules.fields.push(f.to_lowercase()),
+            }
+        }
+        Ok(())
+    }
+
     /// Scrubs the known secrets, then everything shaped like a key.
     pub fn redact(&self, text: &str) -> String {
         let values = self.values.read().unwrap_or_else(|e| e.into_inner());
@@ -150,25 +181,51 @@ impl Redactor {
                 out = out.replace(v.as_str(), "[REDACTED]");
             }
         }
-        match scrub_key_shapes(&out) {
+        let mut out = match scrub_key_shapes(&out) {
             std::borrow::Cow::Borrowed(_) => out,
             std::borrow::Cow::Owned(o) => o,
+        };
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        for p in &rules.patterns {
+            if p.is_match(&out) {
+                out = p.replace_all(&out, "[REDACTED]").into_owned();
+            }
         }
+        out
+    }
+
+    /// Whether the run's rules name the field `key` at `path` (the keys above it).
+    fn field_ruled(&self, path: &[String], key: &str) -> bool {
+        let rules = self.rules.read().unwrap_or_else(|e| e.into_inner());
+        rules.fields.iter().any(|f| f.eq_ignore_ascii_case(key))
+            || rules.paths.iter().any(|p| p.len() == path.len() + 1 && p[..path.len()] == *path && p[path.len()] == key)
     }
 
     /// Redacts every string inside a JSON value (keys included); the value of a field named
     /// like a credential (`authorization`, `api-key`, `x-api-key`, …) is replaced whole.
     pub fn redact_json(&self, value: &serde_json::Value) -> serde_json::Value {
+        self.redact_json_at(value, &mut Vec::new())
+    }
+
+    fn redact_json_at(&self, value: &serde_json::Value, path: &mut Vec<String>) -> serde_json::Value {
         match value {
             serde_json::Value::String(s) => serde_json::Value::String(self.redact(s)),
-            serde_json::Value::Array(a) => serde_json::Value::Array(a.iter().map(|v| self.redact_json(v)).collect()),
+            serde_json::Value::Array(a) => {
+                serde_json::Value::Array(a.iter().map(|v| self.redact_json_at(v, path)).collect())
+            }
             serde_json::Value::Object(o) => serde_json::Value::Object(
                 o.iter()
                     .map(|(k, v)| {
-                        let v = if is_secret_field(k) && !v.is_null() {
+                        // The value only: it is never learned as text to scrub elsewhere, since
+                        // an agent writes these documents and must not choose what is removed
+                        // from the trace its policies and graders read (a pattern covers text).
+                        let v = if (is_secret_field(k) || self.field_ruled(path, k)) && !v.is_null() {
                             serde_json::Value::String("[REDACTED]".into())
                         } else {
-                            self.redact_json(v)
+                            path.push(k.clone());
+                            let v = self.redact_json_at(v, path);
+                            path.pop();
+                            v
                         };
                         (self.redact(k), v)
                     })
@@ -189,6 +246,23 @@ mod tests {
         assert!(!format!("{s:?}").contains("very"));
         assert!(!format!("{s}").contains("very"));
         assert_eq!(s.expose(), "sk-very-secret");
+    }
+
+    #[test]
+    fn a_runs_rules_scrub_patterns_fields_and_paths() {
+        let r = Redactor::new();
+        r.add_rules(&[r"[\w.+-]+@[\w-]+\.[\w.]+".into()], &["customer_id".into(), "$.user.phone".into()]).unwrap();
+        assert_eq!(r.redact("mail ann@example.com now"), "mail [REDACTED] now");
+        let j = serde_json::json!({"Customer_ID": 42, "user": {"phone": "555", "name": "Ann"}, "phone": "kept",
+            "list": [{"customer_id": "cust-1"}]});
+        let out = r.redact_json(&j);
+        assert_eq!(out["Customer_ID"], "[REDACTED]");
+        assert_eq!(out["user"]["phone"], "[REDACTED]");
+        assert_eq!(out["user"]["name"], "Ann");
+        assert_eq!(out["phone"], "kept", "a path names one place only");
+        assert_eq!(out["list"][0]["customer_id"], "[REDACTED]");
+        assert!(r.add_rules(&["(".into()], &[]).unwrap_err().to_string().contains("redact pattern `(`"));
+        assert_eq!(r.redact("the id cust-1 again"), "the id cust-1 again", "an agent never chooses what is scrubbed");
     }
 
     #[test]

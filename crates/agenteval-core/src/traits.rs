@@ -653,6 +653,8 @@ pub trait RunIndex: Send + Sync {
     async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()>;
     /// The run pinned as the baseline of `name`, if any.
     async fn get_baseline(&self, name: &str) -> Result<Option<RunId>>;
+    /// Unpins the baseline of `name`; returns the run that was pinned (`None`: there was none).
+    async fn unset_baseline(&self, name: &str) -> Result<Option<RunId>>;
     /// Fails (`Io`) when the index this handle opened is no longer the one at its location
     /// (a SQLite file deleted or replaced), so that a controller stops instead of writing into a
     /// file nobody else sees.

@@ -64,6 +64,20 @@ async fn by_prefix(index: &dyn RunIndex, prefix: &str) -> Result<RunId> {
     }
 }
 
+/// The history a name means: itself when runs (or a pinned baseline) have that name exactly,
+/// else a config's name with its one agent (`nightly` for `nightly [codex · gpt-5]`); a name
+/// of several agents' histories is an error naming them.
+pub async fn history_name(index: &dyn RunIndex, name: &str) -> Result<String> {
+    if index.get_baseline(name).await?.is_some() {
+        return Ok(name.to_string());
+    }
+    let runs = index.list_runs(LATEST_WINDOW).await?;
+    if runs.iter().any(|r| r.name == name) {
+        return Ok(name.to_string());
+    }
+    one_history(&runs, name, "baseline")
+}
+
 /// Like [`resolve_ref`], but `latest:` skips `except` (a run judged against the latest one
 /// before it).
 pub async fn resolve_ref_except(index: &dyn RunIndex, reference: &str, except: Option<&RunId>) -> Result<RunId> {

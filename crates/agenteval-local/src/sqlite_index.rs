@@ -501,6 +501,18 @@ impl RunIndex for SqliteRunIndex {
         .await
     }
 
+    async fn unset_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        let name = name.to_string();
+        self.with(move |c| {
+            let id: Option<String> = c
+                .query_row("DELETE FROM baselines WHERE name = ?1 RETURNING run_id", [name], |r| r.get(0))
+                .optional()
+                .map_err(|e| db_err("unpinning baseline", e))?;
+            id.map(|s| RunId::from_str(&s).map_err(|e| Error::corrupt(format!("baseline run id: {e}")))).transpose()
+        })
+        .await
+    }
+
     async fn verify(&self) -> Result<()> {
         // An open connection keeps reading a deleted file: only the path tells what others see.
         match file_identity(&self.path) {

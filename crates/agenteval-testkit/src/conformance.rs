@@ -500,6 +500,9 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     index.set_baseline(&name, &later).await.unwrap();
     assert_eq!(index.get_baseline(&name).await.unwrap(), Some(later), "a new pin replaces the old");
     assert!(index.list_runs(1000).await.unwrap().iter().all(|r| r.run_id != later), "a pin is not a run");
+    assert_eq!(index.unset_baseline(&name).await.unwrap(), Some(later), "unpinning says what was pinned");
+    assert_eq!(index.get_baseline(&name).await.unwrap(), None, "and leaves no pin");
+    assert_eq!(index.unset_baseline(&name).await.unwrap(), None, "unpinning twice is no error");
 
     // Jobs.
     let handle = JobHandle { job_id: job.clone(), attempt: 1, native_id: "pid:42".into() };

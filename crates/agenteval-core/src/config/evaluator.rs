@@ -17,6 +17,70 @@ pub enum SequenceMode {
     Subset,
 }
 
+/// How a `tool_calls` evaluator compares an expected call's arguments with a call's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgumentMode {
+    /// The same arguments, no more, no fewer.
+    Exact,
+    /// Every expected argument, with its value; the call may pass more.
+    #[default]
+    Subset,
+    /// Only expected arguments, each with its value; the call may leave some out.
+    Superset,
+    /// The tool's name alone (arguments with a rule of their own are still checked).
+    Ignore,
+}
+
+/// In which order a `tool_calls` evaluator looks for the expected calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CallOrder {
+    /// Each after the one before; other calls may come between.
+    #[default]
+    InOrder,
+    /// Each matched by a call of its own, anywhere.
+    AnyOrder,
+    /// One of them is enough.
+    AnyOf,
+}
+
+/// A rule of one argument of an expected call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ArgumentRule {
+    /// `ignore` (not checked) or `exact` (equal to the expected value, the default).
+    Word(ArgumentWord),
+    /// The value, as text, matches this regular expression.
+    Regex { regex: String },
+    /// The value is valid against this JSON Schema (draft 2020-12).
+    Schema { schema: serde_json::Value },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgumentWord {
+    Ignore,
+    Exact,
+}
+
+/// One call a `tool_calls` evaluator expects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ExpectedCall {
+    /// The tool's name.
+    pub tool: String,
+    /// Its arguments (an object); none: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<serde_json::Map<String, serde_json::Value>>,
+    /// How they compare (default: the evaluator's `arguments`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ArgumentMode>,
+    /// A rule per argument, over the mode: `ignore`, `exact`, `{regex: …}` or `{schema: …}`.
+    #[serde(default, rename = "match", skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub rules: std::collections::BTreeMap<String, ArgumentRule>,
+}
+
 /// One evaluator, tagged by `kind` (see `docs/configuration.md`). Every kind takes an `id`, the
 /// name used in scores and summaries (default: the kind).
 ///
@@ -56,6 +120,49 @@ pub enum EvaluatorConfig {
         #[schemars(extend("format" = "rust-regex"))]
         pattern: String,
     },
+    /// The final answer is close to the expected one as text: its similarity (1 − the
+    /// Levenshtein distance over the longer length, on trimmed text) is the score.
+    Similarity {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Expected answer; defaults to the task's `expected`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected: Option<serde_json::Value>,
+        /// The least similarity that passes (default 0.8).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        min: Option<f64>,
+        /// Compare case-sensitively (default true).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        case_sensitive: Option<bool>,
+    },
+    /// The final answer is a number within a tolerance of the expected one (the first number in
+    /// a text answer is read).
+    Numeric {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Expected number; defaults to the task's `expected`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected: Option<serde_json::Value>,
+        /// Largest absolute difference that passes (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        abs_tolerance: Option<f64>,
+        /// Largest difference relative to the expected number that passes (0.01 is 1%).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rel_tolerance: Option<f64>,
+    },
+    /// The final answer, as JSON, equals the expected JSON (key order aside; numbers by value),
+    /// the differences listed by JSON pointer; `ignore` leaves pointers out.
+    JsonEqual {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// Expected JSON; defaults to the task's `expected`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expected: Option<serde_json::Value>,
+        /// JSON pointers left out of the comparison (`/timestamp`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        ignore: Vec<String>,
+    },
     /// The agent completed without an error or a limit.
     NoError {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,6 +188,24 @@ pub enum EvaluatorConfig {
         /// Tools that must never be called.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         forbidden: Vec<String>,
+    },
+    /// The agent made the expected tool calls, each by its name and its arguments (a mode per
+    /// call, a rule per argument), in order, in any order, or one of them; the score is the
+    /// share of them matched, and the reason names each one missed with the nearest call made.
+    ToolCalls {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        calls: Vec<ExpectedCall>,
+        /// `in_order` (default), `any_order` or `any_of`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        order: Option<CallOrder>,
+        /// How arguments compare unless a call says (default `subset`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<ArgumentMode>,
+        /// The share of expected calls to match to pass (default 1: all of them).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 0.0, max = 1.0))]
+        pass_threshold: Option<f64>,
     },
     /// The task cost at most this many US dollars.
     CostBudget {
@@ -261,6 +386,10 @@ impl EvaluatorConfig {
             | EvaluatorConfig::NoError { .. }
             | EvaluatorConfig::MaxSteps { .. }
             | EvaluatorConfig::ToolSequence { .. }
+            | EvaluatorConfig::ToolCalls { .. }
+            | EvaluatorConfig::Similarity { .. }
+            | EvaluatorConfig::Numeric { .. }
+            | EvaluatorConfig::JsonEqual { .. }
             | EvaluatorConfig::CostBudget { .. }
             | EvaluatorConfig::LatencyBudget { .. }
             | EvaluatorConfig::JsonSchema { .. }
@@ -333,6 +462,34 @@ pub fn expand_shorthand(list: &mut serde_json::Value) {
     }
 }
 
+/// A `tool_calls` evaluator's expected calls: each names a tool, each rule compiles.
+fn validate_calls(calls: &[ExpectedCall], at: &str, problems: &mut Vec<(String, String)>) {
+    if calls.is_empty() {
+        problems.push((format!("{at}/calls"), "names no call: give at least one `{tool: …}`".into()));
+    }
+    for (i, c) in calls.iter().enumerate() {
+        if c.tool.trim().is_empty() {
+            problems.push((format!("{at}/calls/{i}/tool"), "names no tool".into()));
+        }
+        for (arg, rule) in &c.rules {
+            let here = format!("{at}/calls/{i}/match/{}", arg.replace('~', "~0").replace('/', "~1"));
+            match rule {
+                ArgumentRule::Regex { regex } => {
+                    if let Err(e) = regex::Regex::new(regex) {
+                        problems.push((format!("{here}/regex"), format!("invalid regex: {e}")));
+                    }
+                }
+                ArgumentRule::Schema { schema } => {
+                    if let Err(e) = jsonschema::draft202012::new(schema) {
+                        problems.push((format!("{here}/schema"), format!("not a valid JSON Schema: {e}")));
+                    }
+                }
+                ArgumentRule::Word(_) => {}
+            }
+        }
+    }
+}
+
 impl EvaluatorConfig {
     /// The kind as written in configs (`exact_match`, …).
     pub fn kind(&self) -> &'static str {
@@ -341,8 +498,12 @@ impl EvaluatorConfig {
             EvaluatorConfig::Contains { .. } => "contains",
             EvaluatorConfig::Regex { .. } => "regex",
             EvaluatorConfig::NoError { .. } => "no_error",
+            EvaluatorConfig::Similarity { .. } => "similarity",
+            EvaluatorConfig::Numeric { .. } => "numeric",
+            EvaluatorConfig::JsonEqual { .. } => "json_equal",
             EvaluatorConfig::MaxSteps { .. } => "max_steps",
             EvaluatorConfig::ToolSequence { .. } => "tool_sequence",
+            EvaluatorConfig::ToolCalls { .. } => "tool_calls",
             EvaluatorConfig::CostBudget { .. } => "cost_budget",
             EvaluatorConfig::LatencyBudget { .. } => "latency_budget",
             EvaluatorConfig::JsonSchema { .. } => "json_schema",
@@ -362,8 +523,12 @@ impl EvaluatorConfig {
             | EvaluatorConfig::Contains { id, .. }
             | EvaluatorConfig::Regex { id, .. }
             | EvaluatorConfig::NoError { id }
+            | EvaluatorConfig::Similarity { id, .. }
+            | EvaluatorConfig::Numeric { id, .. }
+            | EvaluatorConfig::JsonEqual { id, .. }
             | EvaluatorConfig::MaxSteps { id, .. }
             | EvaluatorConfig::ToolSequence { id, .. }
+            | EvaluatorConfig::ToolCalls { id, .. }
             | EvaluatorConfig::CostBudget { id, .. }
             | EvaluatorConfig::LatencyBudget { id, .. }
             | EvaluatorConfig::JsonSchema { id, .. }
@@ -390,6 +555,19 @@ impl EvaluatorConfig {
                     format!("{at}/kind"),
                     "evaluator kind `tool_sequence` requires `tools` or `forbidden`".into(),
                 ))
+            }
+            EvaluatorConfig::ToolCalls { calls, .. } => validate_calls(calls, at, problems),
+            EvaluatorConfig::Numeric { abs_tolerance, rel_tolerance, .. }
+                if abs_tolerance.is_some_and(|t| t < 0.0) || rel_tolerance.is_some_and(|t| t < 0.0) =>
+            {
+                problems.push((format!("{at}/kind"), "a tolerance is zero or more".into()))
+            }
+            EvaluatorConfig::JsonEqual { ignore, .. } => {
+                for (i, p) in ignore.iter().enumerate() {
+                    if !p.starts_with('/') {
+                        problems.push((format!("{at}/ignore/{i}"), format!("`{p}` is not a JSON pointer (`/a/0/b`)")));
+                    }
+                }
             }
             EvaluatorConfig::CostBudget { max_cost_usd: v, .. } if *v < 0.0 => {
                 problems.push((format!("{at}/max_cost_usd"), "must be zero or more".into()))

@@ -6,6 +6,7 @@
 //! into an `EvaluatorScore`; the kinds' configs and their checks are the variants of the core's
 //! `EvaluatorConfig`.
 
+mod closeness;
 pub(crate) mod command;
 mod contains;
 mod cost_budget;
@@ -17,6 +18,7 @@ mod no_error;
 pub mod pairwise;
 mod policy;
 mod regex;
+mod tool_calls;
 mod tool_sequence;
 pub mod verifier;
 
@@ -85,12 +87,28 @@ pub fn evaluator_with(
         }
         C::Regex { pattern, .. } => Box::new(regex::Regex::build(pattern).map_err(bad)?),
         C::NoError { .. } => Box::new(no_error::NoError),
+        C::Similarity { expected, min, case_sensitive, .. } => Box::new(closeness::Similarity {
+            expected: expected.clone(),
+            min: min.unwrap_or(0.8),
+            case_sensitive: case_sensitive.unwrap_or(true),
+        }),
+        C::Numeric { expected, abs_tolerance, rel_tolerance, .. } => Box::new(closeness::Numeric {
+            expected: expected.clone(),
+            abs_tolerance: abs_tolerance.unwrap_or(0.0),
+            rel_tolerance: rel_tolerance.unwrap_or(0.0),
+        }),
+        C::JsonEqual { expected, ignore, .. } => {
+            Box::new(closeness::JsonEqual { expected: expected.clone(), ignore: ignore.clone() })
+        }
         C::MaxSteps { max_steps, .. } => Box::new(max_steps::MaxSteps { max: *max_steps }),
         C::ToolSequence { tools, mode, forbidden, .. } => Box::new(tool_sequence::ToolSequence {
             tools: tools.clone(),
             mode: mode.unwrap_or_default(),
             forbidden: forbidden.clone(),
         }),
+        C::ToolCalls { calls, order, arguments, pass_threshold, .. } => {
+            Box::new(tool_calls::ToolCalls::build(calls, *order, *arguments, *pass_threshold).map_err(bad)?)
+        }
         C::CostBudget { max_cost_usd, .. } => Box::new(cost_budget::CostBudget { max_cost_usd: *max_cost_usd }),
         C::LatencyBudget { max_seconds, .. } => Box::new(latency_budget::LatencyBudget { max_seconds: *max_seconds }),
         C::JsonSchema { schema: Some(s), pointer, .. } => {
@@ -281,7 +299,8 @@ mod tests {
     use agenteval_core::model::{AgentResult, TaskSpec, TraceEvent};
     use serde_json::json;
 
-    fn task(expected: Option<&str>) -> TaskSpec {
+    /// A task for the evaluators' tests (`tool_calls`' too).
+    pub(super) fn task(expected: Option<&str>) -> TaskSpec {
         TaskSpec {
             id: "t".parse().unwrap(),
             input: json!("q"),
@@ -297,7 +316,7 @@ mod tests {
         }
     }
 
-    fn result(answer: Option<&str>) -> AgentResult {
+    pub(super) fn result(answer: Option<&str>) -> AgentResult {
         AgentResult {
             success: true,
             final_answer: answer.map(|a| json!(a)),

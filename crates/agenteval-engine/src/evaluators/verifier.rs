@@ -103,20 +103,7 @@ pub struct Verified {
     pub suspect: Vec<String>,
 }
 
-/// Terminations after which Harbor still grades and counts the reward (its `AgentTimeoutError`,
-/// `NonZeroAgentExitCodeError`, context and output limits), and the one it grades but leaves out
-/// (a budget).
-pub(crate) fn harbor_graded(t: TerminatedBy) -> Option<bool> {
-    match t {
-        TerminatedBy::Completed
-        | TerminatedBy::LimitTime
-        | TerminatedBy::AgentError
-        | TerminatedBy::LimitTokens
-        | TerminatedBy::LimitTurns => Some(true),
-        TerminatedBy::LimitCost => Some(false),
-        _ => None,
-    }
-}
+pub(crate) use agenteval_core::rewards::{harbor_graded, rewards_pass};
 
 // Long: one verifier run, step by step (prepare its folders, copy in, run, read the reward,
 // check who wrote it), each step's failure an evaluator error that says which step it was.
@@ -299,23 +286,6 @@ async fn tests_changed(s: &EnvSession, dir: &Path, in_env: &str) -> Option<Strin
         .collect();
     let changed: Vec<&str> = want.iter().filter(|(p, h)| got.get(p) != Some(h)).map(|(p, _)| p.as_str()).collect();
     (!changed.is_empty()).then(|| format!("{} changed while the tests ran", changed.join(", ")))
-}
-
-/// The score rewards make (in [0, 1] unclamped) and whether they pass: `reward` when it is
-/// there, else every named reward whole (Harbor's rules) or their mean whole (strict).
-pub(crate) fn rewards_pass(rewards: &BTreeMap<String, f64>, harbor: bool) -> (f64, bool) {
-    match (harbor, rewards.get("reward").copied()) {
-        (_, Some(r)) => (r, r >= 1.0 - 1e-9),
-        (true, None) => {
-            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
-            (mean, !rewards.is_empty() && rewards.values().all(|v| *v >= 1.0 - 1e-9))
-        }
-        (false, None) => {
-            // agenteval's strict reading: the mean of the named rewards.
-            let mean = rewards.values().sum::<f64>() / rewards.len().max(1) as f64;
-            (mean, mean >= 1.0 - 1e-9)
-        }
-    }
 }
 
 /// The grade from the rewards, by the spec's rules.
