@@ -119,6 +119,16 @@ export AGENTEVAL_CACHE_DIR="${AGENTEVAL_CACHE_DIR:-/var/cache/agenteval-ci/cache
 mkdir -p "$AGENTEVAL_CACHE_DIR" 2>/dev/null || export AGENTEVAL_CACHE_DIR="${TMPDIR:-/tmp}/agenteval-cache"
 tool_venv phoenix phoenix arize-phoenix
 tool_venv mlflow mlflow mlflow
+# A JUnit XML schema check (`--junit` files): PyPI's xmlschema, and the JUnit schema pytest's
+# own tests validate its reports with (junit-10.xsd, from pytest's source distribution).
+tool_venv junit xmlschema-validate xmlschema
+if [ ! -f "$tools/junit/junit-10.xsd" ]; then
+  junit_src=$(mktemp -d)
+  "$tools/junit/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$junit_src" "pytest==8.3.5"
+  tar -xzf "$junit_src"/pytest-8.3.5.tar.gz -C "$junit_src" pytest-8.3.5/testing/example_scripts/junit-10.xsd
+  install -m 644 "$junit_src"/pytest-8.3.5/testing/example_scripts/junit-10.xsd "$tools/junit/junit-10.xsd"
+  rm -rf "$junit_src"
+fi
 # The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
 tool_venv swebench swebench "swebench==5.0.2"
 # Harbor 0.26 (Terminal-Bench 2's harness), which the Harbor tests compare verdicts with. It needs

@@ -71,6 +71,59 @@ pub struct Metadata {
     /// registry and commits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dataset: Option<crate::config::ResolvedDataset>,
+    /// The run was made by another tool and read back (`agenteval import harbor`): nothing of
+    /// it ran here, so it is judged and shown but never resumed, rerun, replayed or regraded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub imported: Option<Imported>,
+}
+
+impl Metadata {
+    /// A run's metadata with what every run has; the optional facts (its git checkout, set,
+    /// budget, dataset, import, …) start empty, for the caller to fill in.
+    pub fn new(run_id: RunId, name: &str, status: RunStatus, tasks_total: u64, created_at: DateTime<Utc>) -> Self {
+        Metadata {
+            schema_version: crate::SCHEMA_VERSION.into(),
+            run_id,
+            name: name.into(),
+            status,
+            sealed: false,
+            backend: String::new(),
+            benchmark: String::new(),
+            agent: String::new(),
+            config_hash: String::new(),
+            agenteval_version: String::new(),
+            git_sha: None,
+            agent_git: None,
+            tasks_total,
+            created_at,
+            finished_at: None,
+            resumed: 0,
+            reason: None,
+            agent_flags: vec![],
+            resume_overrides: vec![],
+            rerun_of: None,
+            agent_sha256: None,
+            regrade_of: None,
+            set: None,
+            budget_usd: None,
+            spent_usd: None,
+            calls_at_wire: None,
+            dataset: None,
+            imported: None,
+        }
+    }
+}
+
+/// Where an imported run came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Imported {
+    /// The tool (`harbor`) and its version, when it said.
+    pub tool: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its own id of the run (a Harbor job's `id`) and the folder it was read from.
+    pub id: String,
+    pub from: String,
 }
 
 /// A git checkout's state: the commit, and whether its tracked files were changed (`git

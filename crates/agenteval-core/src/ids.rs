@@ -16,6 +16,17 @@ impl RunId {
     pub fn new() -> Self {
         RunId(uuid::Uuid::now_v7())
     }
+
+    /// The id of a run made elsewhere (a Harbor job read back): a UUIDv7 of when it started,
+    /// its other bits taken from `identity`, so the same outside run always gets the same id
+    /// and still sorts by time.
+    pub fn derived(started_ms: u64, identity: &[u8]) -> Self {
+        use sha2::{Digest as _, Sha256};
+        let digest = Sha256::digest(identity);
+        let mut bits = [0u8; 10];
+        bits.copy_from_slice(&digest[..10]);
+        RunId(uuid::Builder::from_unix_timestamp_millis(started_ms, &bits).into_uuid())
+    }
 }
 
 impl Default for RunId {
@@ -126,6 +137,15 @@ impl JobId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_derived_run_id_is_the_same_for_the_same_identity_and_sorts_by_time() {
+        let a = RunId::derived(1_700_000_000_000, b"job-1");
+        assert_eq!(a, RunId::derived(1_700_000_000_000, b"job-1"));
+        assert_ne!(a, RunId::derived(1_700_000_000_000, b"job-2"));
+        assert!(RunId::derived(1_700_000_000_001, b"job-0") > a);
+        assert_eq!(a.0.get_version_num(), 7);
+    }
 
     #[test]
     fn task_ids_reject_path_tricks() {

@@ -14,6 +14,7 @@ pub mod layout;
 pub mod lines;
 pub mod location;
 pub mod model;
+pub mod rewards;
 pub mod secret;
 pub mod tamper;
 pub mod taskpack;

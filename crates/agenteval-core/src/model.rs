@@ -978,10 +978,13 @@ pub enum RunVerdict {
     Fail,
     Infra,
     Incomplete,
+    /// The gates could not decide (within noise): neither a pass nor a regression.
+    Inconclusive,
 }
 
 impl RunVerdict {
-    pub const ALL: [RunVerdict; 4] = [RunVerdict::Pass, RunVerdict::Fail, RunVerdict::Infra, RunVerdict::Incomplete];
+    pub const ALL: [RunVerdict; 5] =
+        [RunVerdict::Pass, RunVerdict::Fail, RunVerdict::Infra, RunVerdict::Incomplete, RunVerdict::Inconclusive];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -989,6 +992,7 @@ impl RunVerdict {
             RunVerdict::Fail => "fail",
             RunVerdict::Infra => "infra",
             RunVerdict::Incomplete => "incomplete",
+            RunVerdict::Inconclusive => "inconclusive",
         }
     }
 

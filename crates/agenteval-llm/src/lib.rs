@@ -21,7 +21,7 @@ pub use agenteval_core::config::check_base_url;
 pub use cassette::{CassetteMode, Cassettes, TaskCalls, first_difference};
 pub use client::{LlmClient, RetryPolicy};
 pub use error::{LlmError, is_retryable_status};
-pub use judge::{JudgeKind, LlmJudge, VerdictCache};
+pub use judge::{JudgeKind, LlmJudge, VerdictCache, extract_json};
 pub use pricing::{PRICES_DATE, Price, PriceTable, cost};
 pub use spec::{ModelSpec, Provider};
 pub use types::*;

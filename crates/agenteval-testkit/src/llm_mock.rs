@@ -439,7 +439,11 @@ pub(crate) async fn answer_as(
     };
     let tool_call = planned.is_some();
     let pairwise = first.split_once("## Answer A\n").and_then(|(_, rest)| rest.split_once("## Answer B\n"));
-    let text = if let Some((a, rest)) = pairwise {
+    let text = if first.contains("REVIEW_TRIAL") {
+        // A certify review: earned unless the trial's record says otherwise.
+        let earned = !first.contains("SUSPICIOUS");
+        format!("```json\n{{\"earned\": {earned}, \"why\": \"scripted review\"}}\n```")
+    } else if let Some((a, rest)) = pairwise {
         let b = rest.split("## Criteria").next().unwrap_or(rest);
         let winner = if first.contains("POSITION_BIAS") {
             "A"

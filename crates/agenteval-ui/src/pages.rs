@@ -94,7 +94,7 @@ fn verdict_class(v: Option<RunVerdict>) -> &'static str {
     match v {
         Some(RunVerdict::Pass) => "pass",
         Some(RunVerdict::Fail) => "fail",
-        Some(RunVerdict::Infra | RunVerdict::Incomplete) => "warn",
+        Some(RunVerdict::Infra | RunVerdict::Incomplete | RunVerdict::Inconclusive) => "warn",
         None => "",
     }
 }

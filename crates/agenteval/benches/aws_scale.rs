@@ -212,6 +212,9 @@ impl RunIndex for CountedIndex {
     async fn get_baseline(&self, name: &str) -> Result<Option<RunId>> {
         counted!(self, "get_baseline", 1, self.inner.get_baseline(name))
     }
+    async fn unset_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        counted!(self, "unset_baseline", 1, self.inner.unset_baseline(name))
+    }
     async fn verify(&self) -> Result<()> {
         self.inner.verify().await
     }

@@ -132,11 +132,16 @@ pub enum Command {
         /// Run only the first N tasks of the benchmark (after its filter).
         #[arg(long, value_name = "N")]
         limit: Option<u64>,
+        /// Also write a JUnit XML report to FILE: one test case per task attempt (a failure
+        /// with its why; errored and infra tasks as errors; tasks never run as skipped), and
+        /// the gates as a suite of their own when the run is judged.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
         /// Run one run per combination: `--matrix agent.model=a,b,c --matrix
         /// agent.system=@p1.txt,@p2.txt` makes 6 runs (`@FILE` is the file's text), driven
         /// together as one set sharing `backend.max_concurrent_jobs` and `max_run_cost_usd`;
         /// `agenteval compare --set SET` puts them side by side (repeatable; at most 64 runs).
-        #[arg(long, value_name = "KEY.PATH=V1,V2,…", conflicts_with_all = ["baseline", "gates"])]
+        #[arg(long, value_name = "KEY.PATH=V1,V2,…", conflicts_with_all = ["baseline", "gates", "junit"])]
         matrix: Vec<String>,
     },
     /// Grade a finished run's answers again, without running any agent.
@@ -253,6 +258,10 @@ pub enum Command {
         json: bool,
         #[command(flatten)]
         out: ReportArgs,
+        /// Also write a JUnit XML report to FILE: the candidate's tasks as test cases (a task
+        /// that regressed from the base is a failure saying so) and the gates as a suite.
+        #[arg(long, value_name = "FILE", conflicts_with = "set")]
+        junit: Option<PathBuf>,
         /// Bootstrap resamples.
         #[arg(long, default_value_t = 10_000)]
         resamples: usize,
@@ -261,6 +270,23 @@ pub enum Command {
         seed: u64,
         #[command(flatten)]
         index: IndexArgs,
+    },
+    /// One task across a name's last nights: its outcome, cost, tokens and why each night,
+    /// oldest first (`--json` for a chart). A night that did not complete is marked (`-`, its
+    /// status beside the run), never counted as a failure or a zero.
+    History {
+        /// The runs' name (a config's `name`; its agents' runs `NAME [AGENT · MODEL]` too).
+        name: String,
+        /// The task.
+        #[arg(long, value_name = "ID")]
+        task: String,
+        /// How many of the name's newest runs.
+        #[arg(long, default_value_t = 30, value_name = "N")]
+        last: usize,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
     },
     /// Pin or show the baseline that `baseline:NAME` refers to.
     Baseline {
@@ -345,7 +371,9 @@ pub enum Command {
     /// Print a run's report (Markdown, JSON, or one HTML page with a trace viewer).
     ///
     /// `--format html -o report.html` writes the page. RUN may also be `latest:NAME` or
-    /// `baseline:NAME`.
+    /// `baseline:NAME`, or a saved results JSON (`FILE.json`, as `report RUN --json` or `submit
+    /// --json` wrote it): its report is rendered again (text, `md` or `json`) without the index
+    /// or the bundle, its verdict included when it was judged.
     Report {
         run: String,
         #[command(flatten)]
@@ -353,6 +381,11 @@ pub enum Command {
         /// The summary as JSON (same as `--format json`).
         #[arg(long)]
         json: bool,
+        /// Also write a JUnit XML report to FILE: one test case per task attempt (a failure
+        /// with its why; errored and infra tasks as errors; tasks never run as skipped), and
+        /// the gates as a suite of their own when the run is judged.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
         #[command(flatten)]
         out: ReportArgs,
     },
@@ -361,6 +394,10 @@ pub enum Command {
     /// `--to swebench` writes a SWE-bench run's predictions (`predictions.jsonl`), the official
     /// harness's run report (`<model>.<run>.json`) and each instance's `report.json` and
     /// `test_output.txt` (`logs/run_evaluation/<run>/<model>/<instance>/`) into `--out`.
+    /// `--to atif` writes each task attempt's trajectory as an ATIF v1.8 document
+    /// (`<task>.json`: the instruction, every model call with the gateway's tokens and cost,
+    /// the agent's text, tool calls and their results; scores and the agent's own usage report
+    /// under `extra`) and `summary.json` (what went under `extra`, the tasks with no trace).
     ///
     /// The tracking server comes from `--tracking-uri` or `MLFLOW_TRACKING_URI` (an http(s)://
     /// server; `MLFLOW_TRACKING_TOKEN` or `MLFLOW_TRACKING_USERNAME`/`PASSWORD` authenticate).
@@ -370,10 +407,11 @@ pub enum Command {
         run: String,
         #[command(flatten)]
         index: IndexArgs,
-        /// Where to: `mlflow` or `swebench`.
+        /// Where to: `mlflow`, `swebench`, `atif` or `harbor`.
         #[arg(long, value_enum)]
         to: ExportTarget,
-        /// The folder `--to swebench` writes into (default: `swebench-<run id>`).
+        /// The folder `--to swebench`, `--to atif` or `--to harbor` writes into (default:
+        /// `swebench-<run id>`, `atif-<run id>`; `harbor` needs one: the job folder).
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
         /// The MLflow tracking server (default: `MLFLOW_TRACKING_URI`).
@@ -385,6 +423,57 @@ pub enum Command {
         /// Print one JSON object (the MLflow run id, its URL, what was logged).
         #[arg(long)]
         json: bool,
+    },
+    /// Package a complete run for a leaderboard, sealed and checkable offline: each task
+    /// attempt's ATIF trajectory (`atif/`), the run as a Harbor job (`harbor/`), the tamper
+    /// audit per task (`audit/`, with the exploit battery's row from `--exploits`), the digests
+    /// of every input (`inputs.json`: tasks, images, agent, config), the metered cost per task
+    /// (`costs.json`) and a judge's review of every passing trial (`reviews/`: whether the pass
+    /// looks earned and why; a flag for people, never a change to the verdict), with
+    /// `manifest.json` listing every file's sha256. The judge's calls are recorded in the
+    /// package (`reviews/calls/`): `--replay PKG` makes the same reviews from them with no key.
+    ///
+    /// `certify --check DIR` checks a package offline: every file against the manifest (none
+    /// changed, missing or added), a trajectory and a review for every passing trial, no task
+    /// tampered, suspect or hackable. Exit 0 when it holds, 1 when not (each problem named).
+    Certify {
+        /// The run: an id, a prefix, `latest`, `latest:NAME` or `baseline:NAME`.
+        #[arg(required_unless_present = "check")]
+        run: Option<String>,
+        /// Check the package in DIR instead, offline.
+        #[arg(long, value_name = "DIR", conflicts_with_all = ["run", "judge", "out", "replay", "exploits", "judge_prompt"])]
+        check: Option<PathBuf>,
+        /// The folder to write (new or empty; default `certified-<run id>`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// The reviewing judge's settings: an `llm_pass_fail` judge's fields (`model`,
+        /// `base_url`, `secrets`, `price`, `bedrock`); its key comes from the environment.
+        #[arg(long, value_name = "FILE", required_unless_present = "check")]
+        judge: Option<PathBuf>,
+        /// The review prompt (default: the shipped one, kept in every package as
+        /// `reviews/prompt.md`; docs/coming-from-harbor.md). Its variables are
+        /// `{{task_id}}`, `{{instruction}}`, `{{trajectory}}`, `{{grading}}` and `{{verdict}}`;
+        /// any other is an error at load.
+        #[arg(long, value_name = "FILE")]
+        judge_prompt: Option<PathBuf>,
+        /// Make the reviews from the recorded calls of this package (no key, no call).
+        #[arg(long, value_name = "PKG")]
+        replay: Option<PathBuf>,
+        /// `agenteval audit --out DIR`'s `audit.json`: each task's exploit battery row.
+        #[arg(long, value_name = "FILE")]
+        exploits: Option<PathBuf>,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Print one JSON object (the package, whether it checks, each problem).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read another tool's run into the index: `import harbor JOB_DIR` makes a Harbor job
+    /// folder (`harbor run`'s `jobs/<name>/`) a run that `runs show`, `compare`, gates,
+    /// baselines, `report` and `ui` read like any other.
+    Import {
+        #[command(subcommand)]
+        command: ImportCommand,
     },
     /// Check a bundle: required files, checksums, consistency. Exit 0 only when valid.
     ValidateBundle {
@@ -650,6 +739,15 @@ pub enum BaselineCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Unpin a name's baseline (`baseline:NAME` then names none until one is pinned or
+    /// promoted).
+    Unset {
+        name: String,
+        #[command(flatten)]
+        index: IndexArgs,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -828,6 +926,37 @@ pub enum ConfigCommand {
     },
 }
 
+/// What `import` reads.
+#[derive(Debug, Subcommand)]
+pub enum ImportCommand {
+    /// A Harbor job folder: each trial a task attempt (a task's later trials its repetitions),
+    /// graded by Harbor's rules from the rewards Harbor recorded; an exception of the agent's
+    /// (its timeout, its exit status, its model's limits) is `errored`, any other (the
+    /// environment, Docker) `infra`. Harbor's tokens and cost are kept as the agent's own
+    /// report, never counted as metered. Trajectories, verifier output and logs are kept in each
+    /// task's pack. A task whose folder is found (where Harbor ran it, or under `--tasks`) gets
+    /// the fingerprint an agenteval run of it has, so `compare` pairs the two; the others carry
+    /// Harbor's digest. The run goes to `--config FILE`'s storage and index, else to `--index
+    /// FILE` (its bundles beside it; default: the nearest `runs/index.sqlite`, made if none).
+    /// Importing the same job again changes nothing.
+    Harbor {
+        /// The job folder (it holds `config.json`, `result.json` and a folder per trial).
+        job: PathBuf,
+        /// A folder holding the job's task folders by name, when they are not where Harbor ran
+        /// them.
+        #[arg(long, value_name = "DIR")]
+        tasks: Option<PathBuf>,
+        /// The run's name (default: `JOB [harbor:AGENT · MODEL]`).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Print one JSON object (the run id, its counts, its mean reward beside Harbor's).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// Where `export` sends a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ExportTarget {
@@ -835,4 +964,13 @@ pub enum ExportTarget {
     Mlflow,
     /// Files in the official SWE-bench harness's shapes (a `swebench` run).
     Swebench,
+    /// Each task attempt's trajectory as an ATIF v1.8 document (Harbor's Agent Trajectory
+    /// Interchange Format): `--out DIR/<task>.json`, with `summary.json` saying what ATIF
+    /// could not hold.
+    Atif,
+    /// A Harbor job folder at `--out DIR`: the job's `config.json`, `result.json` and
+    /// `lock.json` (task digests as Harbor computes them), a trial folder per task attempt
+    /// with its `config.json`, `result.json`, `agent/trajectory.json` (ATIF), the verifier's
+    /// rewards and output, and the attempt's log and files.
+    Harbor,
 }

@@ -35,7 +35,7 @@ use crate::{Failure, exit};
 pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
     let quiet = cli.quiet;
     match cli.command {
-        Command::Submit { mut run, naming, json, baseline, gates, cassettes, limit, matrix } => {
+        Command::Submit { mut run, naming, json, baseline, gates, cassettes, limit, junit, matrix } => {
             if let Some(n) = limit {
                 run.sets.push(format!("benchmark.filter.limit={n}"));
             }
@@ -45,7 +45,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             if !matrix.is_empty() {
                 return crate::matrix::submit_matrix(&run, &naming, &matrix, json, &cassettes, quiet, telemetry).await;
             }
-            let how = Judge { baseline: baseline.as_deref(), gates: gates.as_deref() };
+            let how = Judge { baseline: baseline.as_deref(), gates: gates.as_deref(), junit: junit.as_deref() };
             submit(&run, &naming, json, how, &cassettes, quiet, telemetry).await
         }
         Command::Rerun { run, all, index, json, .. } => rerun(&run, all, &index, json, quiet, telemetry).await,
@@ -64,7 +64,21 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Runs { command: RunsCommand::List { index, name, limit, json } } => {
             runs_list(&index, name.as_deref(), limit, json).await
         }
-        Command::Compare { base, cand, set, against, gates, record, pairwise, json, out, resamples, seed, index } => {
+        Command::Compare {
+            base,
+            cand,
+            set,
+            against,
+            gates,
+            record,
+            pairwise,
+            json,
+            out,
+            junit,
+            resamples,
+            seed,
+            index,
+        } => {
             let out = match json {
                 true => crate::cli::ReportArgs { format: Some(agenteval_judge::report::Format::Json), ..out },
                 false => out,
@@ -91,10 +105,14 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
                 seed,
                 record,
                 pairwise,
+                junit.as_deref(),
             )
             .await
         }
         Command::Baseline { command } => judging::baseline(command).await,
+        Command::History { name, task, last, index, json } => {
+            crate::history::history(&name, &task, last, &index, json).await
+        }
         Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, full, json } } => {
             let (wiring, index) = open_index(&index).await?;
             let all = tasks || failed || full || !tag.is_empty();
@@ -109,13 +127,35 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Resume { run, index, json, force, sets } => {
             resume(&run, &index, json, force, &sets, quiet, telemetry).await
         }
-        Command::Report { run, index, json, out } => report(&run, &index, json, &out).await,
+        Command::Report { run, index, json, junit, out } => report(&run, &index, json, junit.as_deref(), &out).await,
         Command::Export { run, index, to: crate::cli::ExportTarget::Swebench, out, json, .. } => {
             crate::export::swebench(&run, &index, out, json).await
+        }
+        Command::Export { run, index, to: crate::cli::ExportTarget::Atif, out, json, .. } => {
+            crate::export::atif(&run, &index, out, json).await
+        }
+        Command::Export { run, index, to: crate::cli::ExportTarget::Harbor, out, json, .. } => {
+            crate::export::harbor(&run, &index, out, json).await
         }
         Command::Export {
             run, index, to: crate::cli::ExportTarget::Mlflow, tracking_uri, experiment, json, ..
         } => crate::export::export(&run, &index, tracking_uri.as_deref(), experiment.as_deref(), json).await,
+        Command::Certify { check: Some(dir), json, .. } => crate::certify::check(&dir, json),
+        Command::Certify { run, judge, out, judge_prompt, replay, exploits, index, json, .. } => {
+            let (run, judge) = (run.unwrap_or_default(), judge.unwrap_or_default());
+            let o = crate::certify::Options {
+                out,
+                judge: &judge,
+                judge_prompt: judge_prompt.as_deref(),
+                replay: replay.as_deref(),
+                exploits: exploits.as_deref(),
+                json,
+            };
+            crate::certify::certify(&run, &index, o).await
+        }
+        Command::Import { command: crate::cli::ImportCommand::Harbor { job, tasks, name, index, json } } => {
+            crate::import::harbor(&job, tasks.as_deref(), name.as_deref(), &index, json).await
+        }
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json, probe, build } => doctor(&run, json, probe, build, telemetry).await,
@@ -153,13 +193,14 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
 struct Judge<'a> {
     baseline: Option<&'a str>,
     gates: Option<&'a Path>,
+    junit: Option<&'a Path>,
 }
 
 async fn submit(
     args: &RunConfigArgs,
     naming: &crate::cli::Naming,
     json: bool,
-    Judge { baseline, gates }: Judge<'_>,
+    Judge { baseline, gates, junit }: Judge<'_>,
     cassettes: &crate::cli::CassetteArgs,
     quiet: bool,
     telemetry: &Telemetry,
@@ -195,7 +236,12 @@ async fn submit(
         stale_recordings(wiring.as_ref(), loaded_config, &outcome, dir, json, quiet).await?;
     }
     if baseline.is_none() && gates.is_none() {
-        return print_outcome(&outcome, loaded_config, json, quiet);
+        let code = print_outcome(&outcome, loaded_config, json, quiet)?;
+        if crate::ci::wanted(junit) {
+            let index = wiring.index(&loaded_config.storage.index_location()).await?;
+            crate::ci::after(wiring.as_ref(), index.as_ref(), &outcome.run_id, junit, None, true).await?;
+        }
+        return Ok(code);
     }
     let index = wiring.index(&loaded_config.storage.index_location()).await?;
     let shown = crate::cli::ReportArgs { format: Some(agenteval_judge::report::Format::Text), output: None };
@@ -217,6 +263,8 @@ async fn submit(
     )
     .await?;
     let code = if outcome.status != RunStatus::Complete { exit::INCOMPLETE } else { judged.code };
+    let shown = Some((judged.comparison.as_ref(), judged.verdict.as_ref()));
+    crate::ci::after(wiring.as_ref(), index.as_ref(), &outcome.run_id, junit, shown, true).await?;
     if json {
         say!(
             "{}",
@@ -229,6 +277,7 @@ async fn submit(
                 "comparison": judged.comparison,
                 "verdict": judged.verdict,
                 "outcome": judged.outcome,
+                "promoted": judged.promoted,
             })
         );
     }
@@ -493,6 +542,7 @@ async fn rerun(
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    crate::session::not_imported(located.store.as_ref(), &run_id, "rerun").await?;
     let mut ids: Vec<String> = index
         .list_tasks(&run_id)
         .await?
@@ -570,11 +620,30 @@ async fn resume(
     print_outcome(&outcome, &config, json, quiet)
 }
 
-async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::ReportArgs) -> Result<u8, Failure> {
+async fn report(
+    run: &str,
+    index: &IndexArgs,
+    json: bool,
+    junit: Option<&Path>,
+    out: &crate::cli::ReportArgs,
+) -> Result<u8, Failure> {
     use agenteval_judge::report::Format;
     let format = if json { Format::Json } else { out.format()? };
+    // A saved results JSON is rendered as it is, without the index or the bundle.
+    if run.ends_with(".json") && Path::new(run).is_file() {
+        if junit.is_some() {
+            return Err(Failure {
+                code: exit::USAGE,
+                error: anyhow::anyhow!("--junit needs the run's tasks: give the run, not {run}"),
+            });
+        }
+        return report_from_file(Path::new(run), format, out);
+    }
     let (wiring, index) = open_index(index).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
+    if let Some(path) = junit {
+        crate::ci::report_junit(wiring.as_ref(), index.as_ref(), &run_id, path).await?;
+    }
     if format == Format::Html {
         return judging::report_html(wiring.as_ref(), index.as_ref(), &run_id, out).await;
     }
@@ -598,6 +667,8 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
             };
             let mut doc = serde_json::to_value(&s).expect("serializes");
             doc["judgement"] = serde_json::to_value(&judged).expect("serializes");
+            // What `report FILE.json` needs to render this again without the bundle.
+            doc["metadata"] = serde_json::to_value(&meta).expect("serializes");
             format!("{}\n", serde_json::to_string_pretty(&doc).expect("serializes"))
         }
         Format::Md => {
@@ -622,6 +693,80 @@ async fn report(run: &str, index: &IndexArgs, json: bool, out: &crate::cli::Repo
             text
         }
         Format::Html => unreachable!("an HTML report is written above"),
+    };
+    judging::emit(out, &shown)?;
+    Ok(exit::OK)
+}
+
+/// `report FILE.json`: a report rendered again from a saved results JSON (`report RUN --json`
+/// or `submit --json`), without the index or the bundle: the summary, and the verdict when the
+/// run was judged. (Each failed task's why is in the bundle only.)
+fn report_from_file(
+    path: &Path,
+    format: agenteval_judge::report::Format,
+    out: &crate::cli::ReportArgs,
+) -> Result<u8, Failure> {
+    use agenteval_judge::report::Format;
+    let usage = |msg: String| Failure { code: exit::USAGE, error: anyhow::anyhow!(msg) };
+    let file = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| usage(format!("{file}: cannot read: {e}")))?;
+    let doc: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| usage(format!("{file}: not JSON: {e}")))?;
+    let not_results = |e: String| {
+        usage(format!("{file}: not a saved results JSON (`report RUN --json` or `submit --json` writes one): {e}"))
+    };
+    let summary_doc = if doc["summary"].is_object() { doc["summary"].clone() } else { doc.clone() };
+    let s: RunSummary = serde_json::from_value(summary_doc).map_err(|e| not_results(e.to_string()))?;
+    let judged: Option<Judgement> = match (&doc["judgement"], &doc["verdict"]) {
+        (j, _) if j.is_object() => Some(serde_json::from_value(j.clone()).map_err(|e| not_results(e.to_string()))?),
+        (_, v) if v.is_object() => {
+            let verdict = serde_json::from_value(v.clone()).map_err(|e| not_results(e.to_string()))?;
+            let comparison = serde_json::from_value(doc["comparison"].clone()).unwrap_or(None);
+            let outcome = serde_json::from_value(doc["outcome"].clone()).unwrap_or(None);
+            Some(Judgement { outcome, ..Judgement::new(comparison, verdict, agenteval_core::model::RunVerdict::Fail) })
+        }
+        _ => None,
+    };
+    let meta: Metadata = match serde_json::from_value(doc["metadata"].clone()) {
+        Ok(m) => m,
+        Err(_) => Metadata {
+            sealed: true,
+            ..Metadata::new(
+                s.run_id,
+                doc["name"].as_str().unwrap_or(&format!("run {}", s.run_id)),
+                s.status,
+                s.tasks_total,
+                chrono::Utc::now(),
+            )
+        },
+    };
+    let shown = match format {
+        Format::Json => {
+            let mut v = serde_json::to_value(&s).expect("serializes");
+            v["judgement"] = serde_json::to_value(&judged).expect("serializes");
+            v["metadata"] = serde_json::to_value(&meta).expect("serializes");
+            format!("{}\n", serde_json::to_string_pretty(&v).expect("serializes"))
+        }
+        Format::Md => {
+            let mut md = agenteval_engine::report::render(&meta, &s, &[]);
+            if let Some(j) = &judged {
+                md.push_str(&j.md());
+            }
+            md
+        }
+        Format::Text => {
+            let mut text = output::report_text(&meta, &s, &[]);
+            for l in judged.iter().flat_map(output::verdict_lines) {
+                text.push_str(&l);
+                text.push('\n');
+            }
+            text
+        }
+        Format::Html => {
+            return Err(usage(format!(
+                "an HTML report needs the run's tasks: `agenteval report {} --format html` (from the index), or --format md from {file}",
+                s.run_id
+            )));
+        }
     };
     judging::emit(out, &shown)?;
     Ok(exit::OK)

@@ -295,3 +295,66 @@ pub async fn swebench(
     }
     Ok(exit::OK)
 }
+
+/// `export RUN --to atif`: each task attempt's trajectory as an ATIF document (`<task>.json`)
+/// and `summary.json`: how many documents, model calls and tool calls, what went under
+/// `extra`, and the tasks whose agent left no trace.
+pub async fn atif(run: &str, index: &IndexArgs, out: Option<std::path::PathBuf>, json: bool) -> Result<u8, Failure> {
+    let (wiring, index) = open_index(index).await?;
+    let run_id = crate::judging::resolve_ref(index.as_ref(), run).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    let store = located.store.as_ref();
+    let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from(format!("atif-{run_id}")));
+    let written = crate::interchange::write_atif(store, &run_id, &meta, &located.config, &out).await?;
+    if json {
+        say!("{}", serde_json::to_string(&written).expect("serializes"));
+    } else {
+        say!(
+            "wrote {} ATIF trajectories ({} model calls, {} tool calls) to {}",
+            written.documents,
+            written.model_calls,
+            written.tool_calls,
+            out.display()
+        );
+        if !written.no_trace.is_empty() {
+            say!(
+                "  {} task(s) whose agent left no trace: their documents hold the instruction only",
+                written.no_trace.len()
+            );
+        }
+        if !written.not_run.is_empty() {
+            say!("  {} task(s) never ran: no document", written.not_run.len());
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// `export RUN --to harbor --out DIR`: the run as a Harbor job folder (DIR's name is the job's;
+/// Harbor's viewer reads DIR's parent).
+pub async fn harbor(run: &str, index: &IndexArgs, out: Option<std::path::PathBuf>, json: bool) -> Result<u8, Failure> {
+    let Some(out) = out else {
+        return Err(Failure {
+            code: exit::USAGE,
+            error: anyhow::anyhow!("--to harbor needs --out DIR: the job folder to write"),
+        });
+    };
+    let (wiring, index) = open_index(index).await?;
+    let run_id = crate::judging::resolve_ref(index.as_ref(), run).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    let store = located.store.as_ref();
+    let meta: Metadata = read_json(store, &run_id, layout::METADATA).await?;
+    let written = crate::interchange::write_harbor(store, &run_id, &meta, &located.config, &out).await?;
+    if json {
+        say!("{}", serde_json::to_string(&written).expect("serializes"));
+    } else {
+        say!(
+            "wrote a Harbor job of {} trials to {} ({} tasks pinned in lock.json)",
+            written.trials,
+            written.job_dir,
+            written.locked
+        );
+        say!("  view it: harbor view {}", out.parent().map_or(".".into(), |p| p.display().to_string()));
+    }
+    Ok(exit::OK)
+}

@@ -26,12 +26,17 @@ macro_rules! say {
 
 mod agents;
 mod audit;
+mod certify;
+mod ci;
 mod cli;
 mod commands;
 mod export;
 mod gateway;
+mod history;
 mod images;
+mod import;
 mod inspect;
+mod interchange;
 mod judging;
 mod matrix;
 mod output;
@@ -56,6 +61,9 @@ pub mod exit {
     pub const USAGE: u8 = 2;
     pub const INCOMPLETE: u8 = 3;
     pub const FAILED: u8 = 4;
+    /// A gate could not decide (the data is within noise, or its interval straddles the limit):
+    /// never a pass, never a regression; more repetitions decide it.
+    pub const INCONCLUSIVE: u8 = 5;
 }
 
 /// An error that knows its exit code.

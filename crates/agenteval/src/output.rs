@@ -621,7 +621,7 @@ pub fn verdict_lines(j: &Judgement) -> Vec<String> {
     };
     let mut out = vec![wrapped("verdict    ", &format!("{}{against}", j.outcome().as_str()), 80)];
     for g in &j.verdict.gates {
-        let word = if g.passed { "ok  " } else { "FAIL" };
+        let word = agenteval_judge::report::gate_word(g.decision());
         let value = g.value.map_or("-".to_string(), figure);
         out.push(wrapped(&format!("  {word} "), &format!("{} {value} (limit {})", g.gate, figure(g.limit)), 80));
     }

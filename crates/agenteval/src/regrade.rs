@@ -29,6 +29,7 @@ pub async fn regrade(
     let (wiring, index) = open_index(index_args).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    crate::session::not_imported(located.store.as_ref(), &run_id, "regraded").await?;
     if located.config.regrade.is_some() {
         return Err(Error::invalid(format!(
             "run {run_id} is itself a regrade: regrade the run it graded ({})",

@@ -216,6 +216,7 @@ pub async fn replay(
     let run = judging::resolve_ref(index.as_ref(), reference).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run).await?;
     let store = located.store.clone();
+    crate::session::not_imported(store.as_ref(), &run, "replayed").await?;
     let meta: Metadata = read_json(store.as_ref(), &run, layout::METADATA).await?;
     let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config, &meta.agent_flags).await?;
     if with_config.is_some() && !meta.agent_flags.is_empty() && !json && !quiet {

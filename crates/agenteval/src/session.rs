@@ -177,6 +177,15 @@ pub(crate) fn print_outcome_of(
             ),
             RunStatus::Complete | RunStatus::Running => {}
         }
+        // Last, where a reader comparing with Harbor's numbers looks: its dataset is smaller.
+        if o.summary.harbor_would_skip > 0 {
+            say!(
+                "harbor  Harbor itself would skip {} of these {} tasks (its task.toml rules; `agenteval show RUN TASK` says why): its numbers are over {}",
+                o.summary.harbor_would_skip,
+                o.summary.tasks_total,
+                o.summary.tasks_total.saturating_sub(o.summary.harbor_would_skip)
+            );
+        }
     }
     if let Some(reason) = &o.reason {
         return Err(Failure {
@@ -350,4 +359,25 @@ pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Resul
         problems.extend(agenteval_llm::validate_config(config));
         problems
     })
+}
+
+/// A run imported from another tool ran nothing here: it cannot be run again from its bundle.
+pub(crate) async fn not_imported(
+    store: &dyn agenteval_core::traits::BundleStore,
+    run: &agenteval_core::RunId,
+    what: &str,
+) -> Result<(), Failure> {
+    let meta: agenteval_engine::bundle::Metadata =
+        agenteval_engine::bundle::read_json(store, run, agenteval_core::layout::METADATA).await?;
+    match meta.imported {
+        Some(i) => Err(Failure {
+            code: crate::exit::USAGE,
+            error: anyhow::anyhow!(
+                "run {run} was imported from a {} job ({}): nothing of it ran here, so it cannot be {what}; run its tasks with `agenteval submit`",
+                i.tool,
+                i.from
+            ),
+        }),
+        None => Ok(()),
+    }
 }

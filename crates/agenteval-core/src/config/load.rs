@@ -1040,6 +1040,10 @@ fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) ->
             | EvaluatorConfig::NoError { .. }
             | EvaluatorConfig::MaxSteps { .. }
             | EvaluatorConfig::ToolSequence { .. }
+            | EvaluatorConfig::ToolCalls { .. }
+            | EvaluatorConfig::Similarity { .. }
+            | EvaluatorConfig::Numeric { .. }
+            | EvaluatorConfig::JsonEqual { .. }
             | EvaluatorConfig::CostBudget { .. }
             | EvaluatorConfig::LatencyBudget { .. }
             | EvaluatorConfig::Policy { .. }

@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::location::{BundleRoot, IndexLocation};
 pub use bounds::*;
-pub use evaluator::{EvaluatorConfig, PolicyAction, SequenceMode};
+pub use evaluator::{
+    ArgumentMode, ArgumentRule, ArgumentWord, CallOrder, EvaluatorConfig, ExpectedCall, PolicyAction, SequenceMode,
+};
 pub use llm::{
     AZURE_KEY_VARS, AzureEndpoint, BedrockEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude,
     LlmAgentConfig, ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow,
@@ -28,6 +30,24 @@ pub use load::{
     load_evaluator_str,
 };
 pub use transport::check_base_url;
+
+/// A run's own redaction rules (`redact:`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RedactConfig {
+    /// Regular expressions; every match is scrubbed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patterns: Vec<String>,
+    /// JSON fields whose values are scrubbed: a name (anywhere, without case) or `$.a.b`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<String>,
+}
+
+impl RedactConfig {
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty() && self.fields.is_empty()
+    }
+}
 
 /// A whole run: what to evaluate, with which agent, graded how, run where.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -61,6 +81,12 @@ pub struct RunConfig {
     /// nothing (question-and-answer benchmarks).
     #[serde(default)]
     pub environment: EnvironmentConfig,
+    /// What is scrubbed from everything that leaves the worker (bundles, the index, spans and
+    /// OTLP, recordings, logs) beside secrets and key shapes: `patterns` (regular expressions:
+    /// an e-mail address, a card number) and `fields` (a JSON field's name, anywhere, or
+    /// `$.a.b`, a path from a document's root), each value replaced by `[REDACTED]`.
+    #[serde(default, skip_serializing_if = "RedactConfig::is_empty")]
+    pub redact: RedactConfig,
     /// Set by `agenteval regrade` (never written in a config file): the run whose recorded
     /// answers, traces and artifacts this run grades again, instead of running the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1309,6 +1335,16 @@ impl RunConfig {
             p.push(("/agent/command".into(), "agent `command` needs a program to run".into()));
         }
         p.extend(installed_problems(&self.agent));
+        for (i, pat) in self.redact.patterns.iter().enumerate() {
+            if let Err(e) = regex::Regex::new(pat) {
+                p.push((format!("/redact/patterns/{i}"), format!("invalid regex: {e}")));
+            }
+        }
+        for (i, f) in self.redact.fields.iter().enumerate() {
+            if f.trim().is_empty() || f == "$." {
+                p.push((format!("/redact/fields/{i}"), "names no field".into()));
+            }
+        }
         if let BenchmarkConfig::Command { command, .. } = &self.benchmark
             && command.first().is_none_or(|c| c.trim().is_empty())
         {

@@ -18,7 +18,7 @@ use sha2::{Digest, Sha256};
 
 pub use agenteval_core::format::{Manifest, ManifestEntry, Metadata};
 pub use files::{FileSum, FilesPart, ManifestHints, PackSums, RecordingStore, write_files_part};
-pub use outcome::{Outcome, publish_staged, stage_task_pack, write_task_outcome};
+pub use outcome::{Outcome, publish_staged, stage_task_pack, write_task_outcome, write_task_pack};
 pub use seal::{Lines, Summarized, seal, seal_contents, summarize, write_manifest};
 pub use table::{TaskTable, read_tasks};
 pub use validate::{Validation, validate};

@@ -49,6 +49,19 @@ pub async fn write_task_outcome(
     store.put(&result.run_id, &layout::task_pack(&result.task_id), &pack).await
 }
 
+/// Writes a finished task's pack, with its attachments (`artifacts/…`), straight into place: a
+/// task read back from another tool's run, which has no job attempt to stage it.
+pub async fn write_task_pack(
+    store: &dyn BundleStore,
+    result: &TaskResult,
+    log: &str,
+    trace: &[u8],
+    kept: &[(String, Vec<u8>)],
+) -> Result<()> {
+    let pack = pack_outcome(result, log, None, trace, kept, &|s: &str| s.to_string())?;
+    store.put(&result.run_id, &layout::task_pack(&result.task_id), &pack).await
+}
+
 /// A finished task's outcome, as its pack holds it.
 pub struct Outcome<'a> {
     pub result: &'a TaskResult,

@@ -41,7 +41,8 @@ pub async fn rebuild_index(store: &dyn BundleStore, index: &dyn RunIndex) -> Res
     Ok(out)
 }
 
-async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId) -> Result<u64> {
+/// Adds one run of `store` to `index` from its bundle; returns its finished task count.
+pub async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &RunId) -> Result<u64> {
     let meta: Metadata = read_json(store, run, layout::METADATA).await?;
     let tasks = TaskTable::read(store, run).await?;
     // Read every result first: a run is only added once all of it can be.

@@ -242,6 +242,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
             agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
             _ => None,
         },
+        imported: None,
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
     tasks.write_to(store.as_ref(), &run_id, layout::TASKS).await?;

@@ -290,6 +290,9 @@ impl RunIndex for Counting {
     async fn get_baseline(&self, name: &str) -> Result<Option<RunId>> {
         self.inner.get_baseline(name).await
     }
+    async fn unset_baseline(&self, name: &str) -> Result<Option<RunId>> {
+        self.inner.unset_baseline(name).await
+    }
     async fn verify(&self) -> Result<()> {
         self.inner.verify().await
     }

@@ -51,6 +51,7 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
     }
     let secret_store = resolver.secrets(&config).await?;
     let redactor = Redactor::new();
+    redactor.add_rules(&config.redact.patterns, &config.redact.fields)?;
     let (cassettes, fetched_cassettes) = cassettes_of(resolver, &job).await?;
     let agent = agent_from_config(&config, cassettes.clone(), &redactor)?;
     let needs = agent.needs();

@@ -211,3 +211,108 @@ fn an_agent_cannot_read_the_benchmarks_program_dataset_or_scorer() {
         assert_eq!(tried[what], "PermissionError", "the agent read the benchmark's {what}: {tried}");
     }
 }
+
+/// An agent that makes the tool calls its case lists (`{"calls": [[tool, arguments], …]}`),
+/// then answers.
+const CALLING_AGENT: &str = r#"import json, sys
+request = json.loads(sys.stdin.readline())
+for tool, args in request["input"]["calls"]:
+    print(json.dumps({"kind": "agent.tool_call", "payload": {"tool": tool, "arguments": args}}), flush=True)
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": "done"}}), flush=True)
+"#;
+
+/// `tool_calls` through the real binary: the right calls pass; the right tool with the wrong
+/// arguments, the right calls in another order and a missing call each get the partial score
+/// and the why docs/judging.md describes; a bad rule is refused at load with its place.
+#[test]
+fn tool_calls_score_wrong_arguments_wrong_order_and_a_missing_call_in_part_saying_why() {
+    let ws = Workspace::new();
+    ws.write("agent.py", CALLING_AGENT);
+    let search = r#"["search", {"q": "weather paris", "limit": 5}]"#;
+    let book = r#"["book", {"city": "Paris", "nights": 2}]"#;
+    let cases = [
+        ("right", format!("[{search}, {book}]")),
+        ("wrong-args", format!(r#"[["search", {{"q": "weather paris", "limit": 50}}], {book}]"#)),
+        ("wrong-order", format!("[{book}, {search}]")),
+        ("missing", format!("[{search}]")),
+    ];
+    let lines: String =
+        cases.iter().map(|(id, calls)| format!("{{\"id\": \"{id}\", \"input\": {{\"calls\": {calls}}}}}\n")).collect();
+    ws.write("cases.jsonl", &lines);
+    let evaluator = "  - kind: tool_calls\n    calls:\n      - tool: search\n        arguments: {q: weather paris, limit: 5}\n        match: {q: {regex: '(?i)paris'}}\n      - tool: book\n        arguments: {city: Paris}\n";
+    let cfg = ws.write(
+        "calls.yaml",
+        &format!(
+            "name: calls\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nevaluators:\n{evaluator}storage:\n  bundle_root: runs\n"
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = std::path::PathBuf::from(v["bundle"].as_str().unwrap());
+    let score = |id: &str| {
+        let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+        let s = r["scores"].as_array().unwrap().iter().find(|s| s["kind"] == "tool_calls").unwrap().clone();
+        (s["score"].as_f64().unwrap(), s["passed"].as_bool().unwrap(), s["reason"].as_str().unwrap().to_string())
+    };
+    assert_eq!(score("right").0, 1.0, "{:?}", score("right"));
+    let (s, passed, why) = score("wrong-args");
+    assert_eq!((s, passed), (0.5, false), "{why}");
+    assert!(why.contains("call 1 `search`: nearest call at step 0: argument `limit` is 50, expected 5"), "{why}");
+    let (s, _, why) = score("wrong-order");
+    assert_eq!(s, 0.5, "{why}");
+    assert!(why.contains("call 2 `book`: its call at step 0 came out of order"), "{why}");
+    let (s, _, why) = score("missing");
+    assert_eq!(s, 0.5, "{why}");
+    assert!(why.contains("call 2 `book` was never called (the agent called: search)"), "{why}");
+
+    // A rule that cannot compile is named where it is, before anything runs.
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("'(?i)paris'", "'(unclosed'")).unwrap();
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("calls.yaml:") && said.contains("invalid regex"), "{said}");
+}
+
+/// An agent that answers each case with the case's `say` (a text or a JSON value).
+const SAYING_AGENT: &str = r#"import json, sys
+request = json.loads(sys.stdin.readline())
+print(json.dumps({"kind": "agent.terminal", "payload": {"final_answer": request["input"]["say"]}}), flush=True)
+"#;
+
+/// `similarity`, `numeric` and `json_equal` through the binary, each with the score and reason
+/// docs/judging.md describes.
+#[test]
+fn near_answers_are_scored_by_similarity_number_and_json_difference() {
+    let ws = Workspace::new();
+    ws.write("agent.py", SAYING_AGENT);
+    let cases = [
+        r#"{"id": "near", "input": {"say": "Paris, France"}, "evaluators": [{"kind": "similarity", "expected": "Paris France", "min": 0.9}]}"#,
+        r#"{"id": "far", "input": {"say": "London"}, "evaluators": [{"kind": "similarity", "expected": "Paris France"}]}"#,
+        r#"{"id": "close", "input": {"say": "about 101.2 km"}, "evaluators": [{"kind": "numeric", "expected": 100, "rel_tolerance": 0.02}]}"#,
+        r#"{"id": "off", "input": {"say": "105"}, "evaluators": [{"kind": "numeric", "expected": 100, "abs_tolerance": 1}]}"#,
+        r#"{"id": "same", "input": {"say": {"b": [1, 2], "a": 1.0, "t": 9}}, "evaluators": [{"kind": "json_equal", "expected": {"a": 1, "b": [1, 2], "t": 3}, "ignore": ["/t"]}]}"#,
+        r#"{"id": "differs", "input": {"say": "{\"a\": 2}"}, "evaluators": [{"kind": "json_equal", "expected": {"a": 1, "b": true}}]}"#,
+    ];
+    ws.write("cases.jsonl", &cases.map(|c| format!("{c}\n")).concat());
+    let cfg = ws.write(
+        "near.yaml",
+        "name: near\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = std::path::PathBuf::from(v["bundle"].as_str().unwrap());
+    let score = |id: &str, kind: &str| {
+        let r = read_json(&bundle.join(format!("tasks/{id}/result.json")));
+        let s = r["scores"].as_array().unwrap().iter().find(|s| s["kind"] == kind).unwrap().clone();
+        (s["score"].as_f64().unwrap(), s["passed"].as_bool().unwrap(), s["reason"].as_str().unwrap().to_string())
+    };
+    let (s, passed, why) = score("near", "similarity");
+    assert!(passed && s > 0.9 && s < 1.0, "{s} {why}");
+    assert!(!score("far", "similarity").1);
+    assert!(score("close", "numeric").1, "{:?}", score("close", "numeric"));
+    let (_, passed, why) = score("off", "numeric");
+    assert!(!passed && why.contains("105 against 100: off by 5 (allowed 1)"), "{why}");
+    assert!(score("same", "json_equal").1, "{:?}", score("same", "json_equal"));
+    let (_, passed, why) = score("differs", "json_equal");
+    assert!(!passed && why.contains("/a: 2, expected 1") && why.contains("/b: missing"), "{why}");
+}

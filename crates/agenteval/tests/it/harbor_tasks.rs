@@ -95,31 +95,38 @@ pub(crate) fn tasks(root: &Path, broken: bool) {
         "echo done > /app/done",
         &format!("[ -e /app/done ] && python3 - <<'PY' {VERDICT}\n{LOCALHOST_TEST}PY"),
     );
-    // 3. A sidecar declared with `expose`.
+    // 3. A sidecar declared with `expose` and a healthcheck; `main` without a `build` (Harbor's
+    // base file gives it environment/), its values `${VAR:-default}`, and task.toml's
+    // `[environment.env]` beside the compose file's `environment` (task.toml's wins).
     let d = task(
         root,
         "expose-sidecar",
-        "",
+        "[environment.env]\nGREETING = \"from-task\"\n",
         "",
         &format!("{} > /app/reached", fetch("http://api:8080/")),
-        &format!("[ -s /app/reached ] && {} {VERDICT}", fetch("http://api:8080/")),
+        &format!(
+            "echo \"GREETING=$GREETING MODE=$MODE API=$API_URL\"; [ \"$GREETING\" = from-task ] && [ \"$MODE\" = fast ] && [ \"$API_URL\" = http://api:8080/ ] && [ -s /app/reached ] && {} {VERDICT}",
+            fetch("http://api:8080/")
+        ),
     );
     write(d.join("environment/api/Dockerfile"), &format!("{PYTHON_IMAGE}RUN echo served > /app/index.html\n"));
     write(
         d.join("environment/docker-compose.yaml"),
         &format!(
-            "services:\n  main:\n    build: .\n    depends_on:\n      api: {{condition: service_healthy}}\n  api:\n    build: ./api\n    command: [python3, -m, http.server, \"8080\"]\n    expose: [\"8080\"]\n{HEALTHCHECK}"
+            "services:\n  main:\n    environment:\n      GREETING: from-compose\n      MODE: ${{MODE:-fast}}\n      API_URL: http://api:${{API_PORT:-8080}}/\n    depends_on:\n      api: {{condition: service_healthy}}\n  api:\n    build: ./api\n    command: [python3, -m, http.server, \"${{API_PORT:-8080}}\"]\n    expose: [\"8080\"]\n{HEALTHCHECK}"
         ),
     );
     // 4. A named volume the tool sidecar writes and `main` reads only: the log is the tool's.
+    // `main` without a `build`, its volume and a sidecar's path given as `${VAR:-default}`, and a
+    // variable both files set.
     let d = task(
         root,
         "shared-volume",
-        "",
+        "[environment.env]\nTOKEN = \"t-1\"\nLOG_DIR = \"/var/log/tool\"\n",
         "",
         &format!("{} >/dev/null", fetch("http://tool:8080/ping/solved")),
         &format!(
-            "grep -qx solved /var/log/tool/calls.log && ! touch /var/log/tool/forged 2>/dev/null && {} >/dev/null {VERDICT}",
+            "echo \"TOKEN=$TOKEN TOOL_HOME=$TOOL_HOME\"; [ \"$TOKEN\" = t-1 ] && [ \"$TOOL_HOME\" = /srv ] && grep -qx solved /var/log/tool/calls.log && ! touch /var/log/tool/forged 2>/dev/null && {} >/dev/null {VERDICT}",
             fetch("http://tool:8080/")
         ),
     );
@@ -128,7 +135,7 @@ pub(crate) fn tasks(root: &Path, broken: bool) {
     write(
         d.join("environment/docker-compose.yaml"),
         &format!(
-            "services:\n  main:\n    build: .\n    depends_on:\n      tool: {{condition: service_healthy}}\n    volumes:\n      - toollog:/var/log/tool:ro\n  tool:\n    build: ./tool\n    command: [python3, /srv/tool.py]\n    volumes:\n      - toollog:/var/log/tool\n{HEALTHCHECK}volumes:\n  toollog:\n"
+            "services:\n  main:\n    environment:\n      - TOKEN=compose-token\n      - TOOL_HOME=${{TOOL_HOME-/srv}}\n    depends_on:\n      tool: {{condition: service_healthy}}\n    volumes:\n      - ${{LOG_VOLUME:-toollog}}:${{LOG_DIR}}:ro\n  tool:\n    build: ./tool\n    command: [python3, /srv/tool.py]\n    volumes:\n      - toollog:/var/log/tool\n{HEALTHCHECK}volumes:\n  toollog:\n"
         ),
     );
     // 5. Three steps in one environment: each its own instruction, solution and tests (the third
@@ -363,5 +370,68 @@ fn harbor_itself_gives_the_same_verdicts_on_the_same_tasks() {
             let ours = r["steps"].as_array().map_or(0, Vec::len);
             assert_eq!(ours, *steps, "{agent}: {name}: the same steps ran: {r}");
         }
+        imported_as_harbor_reported(&ws, &jobs.join(agent), &harbor, v["run_id"].as_str().unwrap());
+    }
+}
+
+/// Harbor's job read into the index: the same reward per task and the same mean as Harbor
+/// reports; `compare` with agenteval's run of the same tasks pairs every task Harbor ran;
+/// importing it again makes no second run.
+fn imported_as_harbor_reported(
+    ws: &Workspace,
+    job: &Path,
+    harbor: &std::collections::BTreeMap<String, (f64, usize)>,
+    ours: &str,
+) {
+    let out = ws.run(&["import", "harbor", job.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let imp: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let reported = read_json(&job.join("result.json"));
+    let mean = reported["stats"]["evals"].as_object().unwrap().values().next().unwrap()["metrics"][0]["mean"]
+        .as_f64()
+        .unwrap();
+    assert!((imp["mean_reward"].as_f64().unwrap() - mean).abs() < 1e-9, "{imp} vs Harbor's {mean}");
+    assert_eq!(imp["tasks_with_folder"].as_u64(), Some(harbor.len() as u64), "{imp}");
+    let run = imp["run_id"].as_str().unwrap();
+    let bundle = ws.runs().join(run);
+    for (name, (reward, _)) in harbor {
+        let r = result(&bundle, name);
+        assert_eq!(r["rewards"]["reward"].as_f64(), Some(*reward), "{name}: {r}");
+        assert_eq!(r["passed"].as_bool(), Some(*reward >= 1.0), "{name}: {r}");
+    }
+    assert!(ws.validate(bundle.to_str().unwrap()).status.success());
+    let out = ws.run(&["compare", run, ours, "--json"]);
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}{}", text(&out.stdout), text(&out.stderr)));
+    assert_eq!(c["comparison"]["paired_tasks"].as_u64(), Some(harbor.len() as u64), "{c}");
+    assert_eq!(c["comparison"]["changed"], serde_json::json!([]), "{c}");
+    let again: serde_json::Value =
+        serde_json::from_slice(&ws.run(&["import", "harbor", job.to_str().unwrap(), "--json"]).stdout).unwrap();
+    assert_eq!((again["already"].as_bool(), again["run_id"].as_str()), (Some(true), Some(run)), "{again}");
+    let out = ws.run(&["rerun", run]);
+    assert_eq!(out.status.code(), Some(2), "an import cannot be rerun: {}", text(&out.stderr));
+}
+
+/// Harbor 0.26's own jobs of the shipped harbor-mini tasks (its `oracle` and `nop`), imported:
+/// each task's reward and the mean as Harbor reports them, and every task paired with
+/// agenteval's run of the same tasks.
+#[test]
+fn harbor_jobs_of_the_shipped_tasks_import_with_harbors_rewards_and_pair_with_agentevals_runs() {
+    docker_ready();
+    let ws = Workspace::new();
+    let root = ws.path().join("harbor-mini");
+    crate::environments::copy_dir(&repo().join("configs/harbor-mini"), &root);
+    let tagged =
+        std::process::Command::new("docker").args(["tag", crate::environments::BASE, "debian:bookworm-slim"]).status();
+    assert!(tagged.unwrap().success());
+    let jobs = ws.path().join("harbor-jobs");
+    let started: Vec<_> = ["oracle", "nop"].into_iter().map(|a| (a, start_harbor(&root, &jobs, a))).collect();
+    let ours: Vec<_> = ["oracle", "nop"].into_iter().map(|a| run(&ws, &root, a, "harbor")).collect();
+    for ((agent, child), (_, v, code, err)) in started.into_iter().zip(ours) {
+        let harbor = harbor_verdicts(child, &jobs, agent);
+        assert_eq!(harbor.len(), 5, "{agent}: {harbor:?}");
+        assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v} {err}");
+        assert!(harbor.values().all(|(r, _)| *r == if agent == "oracle" { 1.0 } else { 0.0 }), "{agent}: {harbor:?}");
+        imported_as_harbor_reported(&ws, &jobs.join(agent), &harbor, v["run_id"].as_str().unwrap());
     }
 }

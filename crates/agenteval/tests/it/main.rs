@@ -20,6 +20,7 @@ mod hardening;
 mod html;
 mod humaneval;
 mod infra;
+mod interchange;
 mod judging;
 mod llm;
 mod matrix;

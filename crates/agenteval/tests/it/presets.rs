@@ -106,6 +106,25 @@ fn solves_then_fails(preset: &str, tool: &str, record: &str, result_says: &str) 
     let shown: serde_json::Value = serde_json::from_slice(&ws.run(&["runs", "show", run, "--json"]).stdout).unwrap();
     assert_eq!(shown["run"]["name"], format!("presets [{preset} · mock-model]"), "{shown}");
 
+    // Its trajectories as ATIF, read by Harbor's own models: every tool call and every model
+    // call of the trace, with the gateway's tokens.
+    let out = ws.run(&["export", run, "--to", "atif", "--out", "atif"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs = crate::interchange::harbor_reads_atif(&ws.path().join("atif"));
+    assert_eq!(docs.len(), 2);
+    for doc in &docs {
+        let task = doc["extra"]["task_id"].as_str().unwrap();
+        crate::interchange::atif_holds_the_trace(doc, &trace(&bundle, task));
+        assert_eq!(doc["agent"]["name"], preset, "{doc}");
+    }
+    // The run as a Harbor job: Harbor's models read every file, its viewer lists and opens
+    // every trial, the lock pins each task by the digest Harbor computes.
+    let out = ws.run(&["export", run, "--to", "harbor", "--out", "jobs/presets"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let job = crate::interchange::harbor_reads_job(&ws.path().join("jobs/presets"));
+    assert_eq!(job["trials"].as_array().unwrap().len(), 2, "{job}");
+    assert_eq!(job["locked"].as_array().unwrap().len(), 2, "{job}");
+
     // The recording replays with no change to anything: every task MATCH, no call reaches the
     // model. Codex's through `--with-config` with the config file as it is, whose agent is
     // another preset: the run's `--agent` and `--model` still apply.

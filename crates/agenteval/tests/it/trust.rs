@@ -3,7 +3,7 @@
 //! problem at once, and an agent environment that holds only what was declared.
 
 use std::io::BufRead as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::util::*;
@@ -417,4 +417,69 @@ fn full_prints_whole_reasons_answers_and_events() {
     assert!(!answer_of(&shown).contains("MIDDLE"), "the answer's middle is cut: {shown}");
     let full = text(&ws.run(&["show", &run, "long", "--full"]).stdout);
     assert!(answer_of(&full).contains(&answer), "the answer whole: {full}");
+}
+
+/// An agent that meets a customer's e-mail address and id and puts them in its messages, its
+/// tool calls, its tool results and its answer.
+const LEAKY_AGENT: &str = r#"import json, sys
+json.loads(sys.stdin.readline())
+def emit(kind, payload):
+    print(json.dumps({"kind": kind, "payload": payload}), flush=True)
+mail = "ann.secret" + "@example.com"
+emit("agent.plan", {"text": "write to " + mail})
+emit("agent.tool_call", {"tool": "crm", "arguments": {"customer_id": "CUST-" + "99812", "note": "mail " + mail}, "call_id": "c1"})
+emit("agent.tool_result", {"tool": "crm", "output": "found " + mail + " for CUST-" + "99812", "call_id": "c1"})
+emit("agent.terminal", {"final_answer": {"to": mail, "customer_id": "CUST-" + "99812", "text": "sent to " + mail}})
+"#;
+
+/// `redact:` in a config: patterns and a field, planted by the agent in its messages, tool
+/// calls, tool results and answer, are found nowhere downstream — no bundle file (packs
+/// unpacked, spans included), not the run index — and the answer is still graded.
+#[test]
+fn configured_redaction_scrubs_planted_values_from_everything_downstream() {
+    let ws = Workspace::new();
+    ws.write("agent.py", LEAKY_AGENT);
+    ws.write("cases.jsonl", "{\"id\": \"c1\", \"input\": \"write to the customer\"}\n");
+    let cfg = ws.write(
+        "redact.yaml",
+        "name: redact\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nevaluators:\n  - kind: contains\n    value: sent to\nredact:\n  patterns: ['[\\w.+-]+@[\\w-]+\\.[\\w.]+', 'CUST-\\d+']\n  fields: [customer_id]\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = read_json(&bundle.join("tasks/c1/result.json"));
+    assert_eq!(r["agent"]["final_answer"]["customer_id"], "[REDACTED]", "{r}");
+    assert!(r["agent"]["final_answer"]["text"].as_str().unwrap().starts_with("sent to [REDACTED]"), "{r}");
+    let mut seen = 0;
+    let mut files = vec![];
+    let mut stack = vec![ws.runs()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() { stack.push(e.path()) } else { files.push(e.path()) }
+        }
+    }
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        let texts: Vec<(String, Vec<u8>)> = if f.to_string_lossy().ends_with(".tar.gz") {
+            agenteval_core::taskpack::unpack(&bytes, "pack")
+                .unwrap()
+                .iter()
+                .map(|(n, b)| (format!("{}:{n}", f.display()), b.to_vec()))
+                .collect()
+        } else {
+            vec![(f.display().to_string(), bytes)]
+        };
+        for (name, b) in texts {
+            seen += 1;
+            let t = String::from_utf8_lossy(&b);
+            assert!(!t.contains("ann.secret@example.com") && !t.contains("CUST-99812"), "{name} holds a planted value");
+        }
+    }
+    assert!(seen > 10, "{seen} files read");
+    // The bad pattern of another config is named where it is, before anything runs.
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("patterns: ['", "patterns: ['(")).unwrap();
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("redact.yaml:12:") && said.contains("redact.patterns[0]"), "{said}");
 }

@@ -1,6 +1,10 @@
-//! A Harbor task's `environment/docker-compose.yaml`, in the subset agenteval runs: the `main`
-//! service (the agent's container) and its sidecars, each `build` (a folder, or `context` and
-//! `dockerfile`) or `image`, `environment`, `command`, `depends_on`, `healthcheck` and named
+//! A Harbor task's `environment/docker-compose.yaml`, read as Compose and Harbor read it, in the
+//! subset agenteval runs: the file laid over Harbor's base file (which gives `main` its build
+//! from `environment/`, or the task's `docker_image`), its values interpolated as Compose does
+//! (`${VAR}`, `${VAR:-default}`, `${VAR:?error}`, `$$`) from the task's own variables only (its
+//! `[environment.env]` and Harbor's `CONTEXT_DIR` and image names, never this machine's), and the
+//! `main` service (the agent's container) and its sidecars, each `build` (a folder, or `context`
+//! and `dockerfile`) or `image`, `environment`, `command`, `depends_on`, `healthcheck` and named
 //! `volumes` shared between services. Anything else a service says (ports, a host folder,
 //! networks, …) is refused by name: the task is `infra`.
 
@@ -221,7 +225,8 @@ fn service(name: &str, v: &Value, dir: &Path, declared: &[String]) -> Result<(Si
         None => None,
     };
     let image = obj.get("image").and_then(Value::as_str).map(String::from);
-    if context.is_none() && image.is_none() {
+    // `main` gets its build (or the task's image) from Harbor's base file, under the task's.
+    if context.is_none() && image.is_none() && name != MAIN {
         return Err(format!("service `{name}` has neither `build` nor `image`"));
     }
     let env: BTreeMap<String, String> = match obj.get("environment") {
@@ -264,12 +269,122 @@ fn service(name: &str, v: &Value, dir: &Path, declared: &[String]) -> Result<(Si
     Ok((sidecar, depends))
 }
 
-/// The compose file of a task's `environment/` folder, read in agenteval's subset.
-pub(crate) fn read(file: &Path) -> Result<Compose, String> {
+/// One value interpolated as Compose interpolates: `$$` is `$`; `$VAR` and `${VAR}` its value
+/// (empty when unset); `${VAR:-x}` / `${VAR-x}` `x` when unset or empty / unset; `${VAR:+x}` /
+/// `${VAR+x}` `x` when set and not empty / set; `${VAR:?msg}` / `${VAR?msg}` an error when unset
+/// or empty / unset. Defaults are interpolated in turn.
+fn interpolate(s: &str, vars: &BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'$' {
+            let ch = s[i..].chars().next().expect("in bounds");
+            out.push(ch);
+            i += ch.len_utf8();
+            continue;
+        }
+        match b.get(i + 1) {
+            Some(b'$') => {
+                out.push('$');
+                i += 2;
+            }
+            Some(b'{') => {
+                // The closing brace of this one, past nested `${…}` in its default.
+                let (mut depth, mut j) = (1, i + 2);
+                while j < b.len() && depth > 0 {
+                    match b[j] {
+                        b'{' => depth += 1,
+                        b'}' => depth -= 1,
+                        _ => {}
+                    }
+                    j += 1;
+                }
+                if depth > 0 {
+                    return Err(format!("`{s}`: a `${{` is not closed"));
+                }
+                let inner = &s[i + 2..j - 1];
+                let name_len = inner.bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+                let (name, op) = inner.split_at(name_len);
+                if name.is_empty() {
+                    return Err(format!("`{s}`: `${{{inner}}}` names no variable"));
+                }
+                let value = vars.get(name);
+                let set_nonempty = value.is_some_and(|v| !v.is_empty());
+                let said = match op {
+                    "" => value.cloned().unwrap_or_default(),
+                    _ if op.starts_with(":-") => {
+                        if set_nonempty {
+                            value.cloned().unwrap_or_default()
+                        } else {
+                            interpolate(&op[2..], vars)?
+                        }
+                    }
+                    _ if op.starts_with('-') => match value {
+                        Some(v) => v.clone(),
+                        None => interpolate(&op[1..], vars)?,
+                    },
+                    _ if op.starts_with(":+") => {
+                        if set_nonempty {
+                            interpolate(&op[2..], vars)?
+                        } else {
+                            String::new()
+                        }
+                    }
+                    _ if op.starts_with('+') => {
+                        if value.is_some() {
+                            interpolate(&op[1..], vars)?
+                        } else {
+                            String::new()
+                        }
+                    }
+                    _ if op.starts_with(":?") || op.starts_with('?') => {
+                        let strict = op.starts_with(':');
+                        let missing = if strict { !set_nonempty } else { value.is_none() };
+                        if missing {
+                            let msg = &op[if strict { 2 } else { 1 }..];
+                            return Err(format!("required variable {name} is missing a value: {msg}"));
+                        }
+                        value.cloned().unwrap_or_default()
+                    }
+                    _ => return Err(format!("`{s}`: `${{{inner}}}` is not an interpolation Compose reads")),
+                };
+                out.push_str(&said);
+                i = j;
+            }
+            Some(c) if c.is_ascii_alphabetic() || *c == b'_' => {
+                let len = s[i + 1..].bytes().take_while(|c| c.is_ascii_alphanumeric() || *c == b'_').count();
+                out.push_str(vars.get(&s[i + 1..i + 1 + len]).map(String::as_str).unwrap_or(""));
+                i += 1 + len;
+            }
+            _ => {
+                out.push('$');
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every string value of a document interpolated (keys stay as written, as Compose keeps them).
+fn interpolate_all(v: &mut Value, vars: &BTreeMap<String, String>) -> Result<(), String> {
+    match v {
+        Value::String(s) => *s = interpolate(s, vars)?,
+        Value::Array(a) => a.iter_mut().try_for_each(|x| interpolate_all(x, vars))?,
+        Value::Object(m) => m.values_mut().try_for_each(|x| interpolate_all(x, vars))?,
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The compose file of a task's `environment/` folder, read in agenteval's subset, its values
+/// interpolated from `vars`.
+pub(crate) fn read(file: &Path, vars: &BTreeMap<String, String>) -> Result<Compose, String> {
     let text = std::fs::read_to_string(file).map_err(|e| format!("reading {}: {e}", file.display()))?;
-    let doc = agenteval_core::config::YamlDoc::parse(&text).map_err(|p| {
+    let mut doc = agenteval_core::config::YamlDoc::parse(&text).map_err(|p| {
         format!("{} is not YAML: {}", file.display(), p.first().map(|p| p.message.clone()).unwrap_or_default())
     })?;
+    interpolate_all(&mut doc.value, vars)?;
     let dir = file.parent().unwrap_or(Path::new("."));
     let Some(services) = doc.value.get("services").and_then(Value::as_object) else {
         return Err(format!("{} has no `services`", file.display()));
@@ -313,6 +428,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn values_are_interpolated_as_compose_interpolates_them() {
+        let vars: BTreeMap<String, String> =
+            [("SET", "yes"), ("EMPTY", "")].iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for (given, want) in [
+            ("${SET}", "yes"),
+            ("$SET/x", "yes/x"),
+            ("${UNSET:-fallback}", "fallback"),
+            ("${EMPTY:-fallback}", "fallback"),
+            ("${EMPTY-fallback}", ""),
+            ("${UNSET-${SET}}", "yes"),
+            ("${SET:+alt}", "alt"),
+            ("${EMPTY:+alt}", ""),
+            ("${EMPTY+alt}", "alt"),
+            ("$$HOME and $$", "$HOME and $"),
+            ("${UNSET}", ""),
+            ("cost: 5$", "cost: 5$"),
+        ] {
+            assert_eq!(interpolate(given, &vars).unwrap(), want, "{given}");
+        }
+        assert!(interpolate("${UNSET:?set it}", &vars).unwrap_err().contains("UNSET is missing a value: set it"));
+        assert!(interpolate("${EMPTY?x}", &vars).is_ok());
+        assert!(interpolate("${OPEN", &vars).is_err());
+    }
+
+    #[test]
+    fn main_may_leave_its_build_to_harbors_base_file() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("docker-compose.yaml");
+        std::fs::write(&f, "services:\n  main:\n    environment:\n      MODE: ${MODE:-quick}\n  side:\n    image: x\n")
+            .unwrap();
+        let c = read(&f, &BTreeMap::new()).unwrap();
+        assert_eq!((c.main.context.as_ref(), c.main.image.as_ref()), (None, None));
+        assert_eq!(c.main.env["MODE"], "quick");
+        std::fs::write(&f, "services:\n  main:\n    image: x\n  side:\n    environment: [A=1]\n").unwrap();
+        assert!(read(&f, &BTreeMap::new()).unwrap_err().contains("`side` has neither"));
+    }
+
+    #[test]
     fn a_build_context_outside_the_environment_folder_is_refused() {
         let d = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(d.path().join("env/api")).unwrap();
@@ -334,7 +487,7 @@ mod tests {
             "services:\n  main:\n    build: .\n    depends_on: [api]\n  api:\n    image: app:1\n    command: python3 -m http.server 80\n    environment:\n      MODE: test\n    depends_on:\n      db: {condition: service_healthy}\n    healthcheck:\n      test: [CMD-SHELL, curl -f localhost]\n      interval: 1s\n      retries: 5\n  db:\n    image: db:1\n",
         )
         .unwrap();
-        let c = read(&f).unwrap();
+        let c = read(&f, &BTreeMap::new()).unwrap();
         assert_eq!(c.main.context.as_deref(), Some(d.path().join(".").as_path()));
         let names: Vec<&str> = c.sidecars.iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["db", "api"], "each after what it depends on");
@@ -344,13 +497,13 @@ mod tests {
         let hc = api.healthcheck.clone().unwrap();
         assert_eq!((hc.command.as_str(), hc.interval_secs, hc.retries), ("curl -f localhost", 1.0, 5));
         std::fs::write(&f, "services:\n  main:\n    image: x\n  api:\n    image: y\n    expose: [\"8080\"]\n").unwrap();
-        assert!(read(&f).is_ok(), "`expose` is accepted (it only documents a port)");
+        assert!(read(&f, &BTreeMap::new()).is_ok(), "`expose` is accepted (it only documents a port)");
         std::fs::write(&f, "services:\n  main:\n    image: x\n    ports: [\"80:80\"]\n").unwrap();
-        assert!(read(&f).unwrap_err().contains("ports"));
+        assert!(read(&f, &BTreeMap::new()).unwrap_err().contains("ports"));
         assert_eq!(seconds(Some(&Value::String("1m30s".into()))), Some(90.0));
         let head = "services:\n  main:\n    image: x\n    pull_policy: build\n";
         std::fs::write(&f, format!("{head}    volumes: [\"logs:/var/log/tool:ro\"]\n  tool:\n    image: y\n    volumes:\n      - {{type: volume, source: logs, target: /var/log/tool}}\n      - /scratch\nvolumes:\n  logs:\n")).unwrap();
-        let c = read(&f).unwrap();
+        let c = read(&f, &BTreeMap::new()).unwrap();
         assert_eq!(
             c.main.volumes,
             [Volume { name: Some("logs".into()), target: "/var/log/tool".into(), read_only: true }]
@@ -364,13 +517,13 @@ mod tests {
             ("    network_mode: host\n", "network_mode"),
         ] {
             std::fs::write(&f, format!("{head}{bad}volumes:\n  logs:\n")).unwrap();
-            let e = read(&f).unwrap_err();
+            let e = read(&f, &BTreeMap::new()).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
         std::fs::write(&f, format!("{head}volumes:\n  logs: {{driver: local}}\n")).unwrap();
-        assert!(read(&f).unwrap_err().contains("driver"));
+        assert!(read(&f, &BTreeMap::new()).unwrap_err().contains("driver"));
         std::fs::write(&f, format!("{head}    network_mode: none\n")).unwrap();
-        assert!(read(&f).unwrap().offline, "`none` on a lone main: no network");
+        assert!(read(&f, &BTreeMap::new()).unwrap().offline, "`none` on a lone main: no network");
         assert_eq!(seconds(Some(&Value::String("500ms".into()))), Some(0.5));
     }
 }

@@ -204,6 +204,25 @@ fn folder_content(dir: &Path) -> Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
+/// The task's `[environment.env]`, a value that is a whole `${VAR:-default}` read as Harbor
+/// reads it with no such variable: its default (agenteval hands a task none of this machine's
+/// variables).
+fn task_env(env: &toml::Table) -> std::collections::BTreeMap<String, String> {
+    string_map(env, "env")
+        .into_iter()
+        .map(|(k, v)| {
+            let inner = v.strip_prefix("${").and_then(|r| r.strip_suffix('}'));
+            let default = inner
+                .and_then(|i| i.split_once(":-"))
+                .filter(|(name, _)| !name.is_empty() && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_'));
+            match default {
+                Some((_, d)) => (k, d.to_string()),
+                None => (k, v),
+            }
+        })
+        .collect()
+}
+
 /// A phase's network as `task.toml` says it.
 #[derive(Debug, Clone, PartialEq)]
 enum Net {
@@ -463,8 +482,23 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         .iter()
         .map(|f| context.join(f))
         .find(|f| f.is_file());
+    // What Compose interpolates the file with, as Harbor hands it over: the task's own
+    // variables, then Harbor's (which win); never this machine's environment.
+    let task_env = task_env(&env);
+    let mut vars = task_env.clone();
+    vars.insert("CONTEXT_DIR".into(), context.canonicalize().unwrap_or_else(|_| context.clone()).display().to_string());
+    vars.insert("MAIN_IMAGE_NAME".into(), format!("hb__{}", id.as_str().to_lowercase()));
+    if let Some(image) = env.get("docker_image").and_then(toml::Value::as_str) {
+        vars.insert("PREBUILT_IMAGE_NAME".into(), image.to_string());
+    }
+    if let Some(c) = num(env.get("cpus")) {
+        vars.insert("CPUS".into(), c.to_string());
+    }
+    if let Some(m) = memory_mb(env.get("memory_mb").or_else(|| env.get("memory"))) {
+        vars.insert("MEMORY".into(), format!("{m}M"));
+    }
     let compose = match &compose_file {
-        Some(f) => match compose::read(f) {
+        Some(f) => match compose::read(f, &vars) {
             Ok(c) => Some(c),
             Err(why) => {
                 unsupported.push(format!("its compose file: {why}"));
@@ -488,7 +522,7 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         workdir: env.get("workdir").and_then(toml::Value::as_str).map(String::from),
         storage_mb: num(env.get("storage_mb")).filter(|n| *n > 0.0).map(|n| n.ceil() as u64),
         user: user_of(&agent),
-        env: string_map(&env, "env"),
+        env: task_env,
         healthcheck,
         // agenteval's own key: Harbor's containers allow `ptrace` to everything in them.
         ptrace: env.get("allow_ptrace").and_then(toml::Value::as_bool).unwrap_or(false),
@@ -498,14 +532,17 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
     if let Some(c) = compose {
         spec.context = c.main.context.or(spec.context);
         spec.image = if spec.context.is_some() { None } else { c.main.image.or(spec.image) };
-        spec.env.extend(c.main.env);
+        // Harbor lays the task's `[environment.env]` over the compose file's, last.
+        let mut merged = c.main.env;
+        merged.extend(std::mem::take(&mut spec.env));
+        spec.env = merged;
         spec.volumes = c.main.volumes;
         spec.sidecars = c.sidecars;
         if c.offline {
             (spec.network, spec.allowed_hosts) = (false, vec![]);
         }
     }
-    if spec.context.is_none() && spec.image.is_none() && compose_file.is_none() {
+    if spec.context.is_none() && spec.image.is_none() {
         unsupported.push("no environment/Dockerfile and no `environment.docker_image` in task.toml".to_string());
     }
     if !stepped && !dir.join("tests/test.sh").is_file() {
