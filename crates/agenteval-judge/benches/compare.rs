@@ -52,7 +52,7 @@ fn main() {
     for tasks in [10_000, 100_000, 1_000_000] {
         let (base, cand) = (run(tasks, false), run(tasks, true));
         let started = Instant::now();
-        let c = compare(&base, &cand, CompareOptions { resamples: 10_000, seed: 7 }).unwrap();
+        let c = compare(&base, &cand, CompareOptions { resamples: 10_000, seed: 7, ..Default::default() }).unwrap();
         let secs = started.elapsed().as_secs_f64();
         let pr = c.metric("pass_rate").unwrap();
         let d = pr.diff.unwrap();

@@ -11,7 +11,7 @@ use agenteval_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::results::RunResults;
-use crate::stats::{Interval, median, paired_bootstrap};
+use crate::stats::{Interval, median};
 
 /// Version of the comparison document (`docs/report-schema.md`).
 pub const COMPARISON_SCHEMA: &str = "1";
@@ -22,12 +22,19 @@ pub struct CompareOptions {
     pub resamples: usize,
     /// Seed of the bootstrap, recorded in the output.
     pub seed: u64,
+    /// Confidence of the intervals and the noise band (0.95). A run whose repetitions were
+    /// spent adaptively is judged at the level of its looks (`adaptive::Design::level`).
+    pub level: f64,
 }
 
 impl Default for CompareOptions {
     fn default() -> Self {
-        CompareOptions { resamples: 10_000, seed: 20_211_207 }
+        CompareOptions { resamples: 10_000, seed: 20_211_207, level: 0.95 }
     }
+}
+
+fn ninety_five() -> f64 {
+    0.95
 }
 
 /// Which way is better for a metric.
@@ -138,6 +145,10 @@ pub struct Comparison {
     pub cand: Side,
     pub resamples: usize,
     pub seed: u64,
+    /// The confidence of the intervals and the noise band (0.95 unless the run's repetitions
+    /// were spent adaptively).
+    #[serde(default = "ninety_five")]
+    pub level: f64,
     /// Tasks on both sides without an infrastructure failure: what the statistics cover.
     pub paired_tasks: usize,
     pub metrics: Vec<MetricDiff>,
@@ -407,7 +418,7 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
     let mut metrics = metric_diffs(&names, &paired, &b, &c, opts);
-    let noise = noise_of(&b, &c, &paired);
+    let noise = noise_of(&b, &c, &paired, opts.level);
     let mut flaky_changes = Vec::new();
     if let Some(n) = &noise {
         for m in metrics.iter_mut().filter(|m| m.metric == "pass_rate") {
@@ -425,6 +436,7 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         cand: side(cand, c.len()),
         resamples: opts.resamples,
         seed: opts.seed,
+        level: opts.level,
         paired_tasks: paired.len(),
         metrics,
         regressions,
@@ -533,7 +545,7 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
     let (bsum, csum) = values.iter().fold((0.0, 0.0), |(x, y), (b, c)| (x + b, y + c));
     let diffs: Vec<f64> = values.iter().map(|(b, c)| c - b).collect();
     let seed = opts.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let diff = paired_bootstrap(&diffs, opts.resamples, seed);
+    let diff = crate::stats::paired_bootstrap_at(&diffs, opts.resamples, seed, opts.level);
     let (bad, good) = match better {
         Better::Higher => (diff.hi < 0.0, diff.lo > 0.0),
         Better::Lower => (diff.lo > 0.0, diff.hi < 0.0),
@@ -556,7 +568,7 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
 /// variance of one attempt (`c·(n−c)/(n·(n−1))`, unbiased; a task run once takes the others'
 /// mean), over the base's and the candidate's repetitions of it. `None` when no paired task
 /// ran twice in the base.
-fn noise_of(b: &Folds<'_>, c: &Folds<'_>, paired: &[(usize, usize)]) -> Option<Noise> {
+fn noise_of(b: &Folds<'_>, c: &Folds<'_>, paired: &[(usize, usize)], level: f64) -> Option<Noise> {
     let stats = |x: usize| {
         let n = b.reps(x).count() as u64;
         let passed = b.reps(x).filter(|(_, l)| l.passed).count() as u64;
@@ -587,7 +599,7 @@ fn noise_of(b: &Folds<'_>, c: &Folds<'_>, paired: &[(usize, usize)]) -> Option<N
     Some(Noise {
         base_repetitions: most as u32,
         flip_rate: measured.iter().map(|v| v * 2.0).sum::<f64>() / measured.len() as f64,
-        pass_rate_band: 1.96 * (var / (tasks * tasks)).sqrt(),
+        pass_rate_band: crate::stats::z_of(level) * (var / (tasks * tasks)).sqrt(),
         flaky_tasks: flaky,
     })
 }
@@ -652,7 +664,12 @@ pub(crate) mod tests {
         }
         base.push(("gone", true, Completed));
         cand.push(("new", true, Completed));
-        let c = compare(&run("b", &base), &run("c", &cand), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
+        let c = compare(
+            &run("b", &base),
+            &run("c", &cand),
+            CompareOptions { resamples: 2_000, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         let names: Vec<&str> = c.regressions.iter().map(|r| r.task_id.as_str()).collect();
         assert_eq!(names, (0..10).map(|i| format!("t{i:02}")).collect::<Vec<_>>());
         assert_eq!(c.regressions[0].ended, Some(AgentError));
@@ -666,7 +683,12 @@ pub(crate) mod tests {
         assert!(c.metric("score:exact").unwrap().regressed);
         assert!(!c.metric("cost_per_task").unwrap().regressed, "equal costs: no change");
         // The other way round the same tasks are improvements, nothing regressed.
-        let r = compare(&run("c", &cand), &run("b", &base), CompareOptions { resamples: 2_000, seed: 1 }).unwrap();
+        let r = compare(
+            &run("c", &cand),
+            &run("b", &base),
+            CompareOptions { resamples: 2_000, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         assert!(r.regressions.is_empty() && r.improvements.len() == 10);
         assert!(r.metric("pass_rate").unwrap().improved);
     }
@@ -682,14 +704,19 @@ pub(crate) mod tests {
             .collect();
         // t0..t2 were edited under the same ids: their failures say nothing about the agent.
         let mut c = run("c", &cand).with_tasks(["t0", "t1", "t2"].map(|id| (id, Vec::new(), "edited")));
-        let r = compare(&run("b", &base), &c, CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        let r =
+            compare(&run("b", &base), &c, CompareOptions { resamples: 500, seed: 1, ..Default::default() }).unwrap();
         assert_eq!(r.changed, vec!["t0", "t1", "t2"]);
         assert_eq!(r.paired_tasks, 7);
         assert!(r.regressions.is_empty(), "{:?}", r.regressions);
         assert_eq!(r.metric("pass_rate").unwrap().cand, 1.0);
         assert!(!r.grading_changed);
         c.grading = Some("other".into());
-        assert!(compare(&run("b", &base), &c, CompareOptions { resamples: 50, seed: 1 }).unwrap().grading_changed);
+        assert!(
+            compare(&run("b", &base), &c, CompareOptions { resamples: 50, seed: 1, ..Default::default() })
+                .unwrap()
+                .grading_changed
+        );
     }
 
     #[test]
@@ -737,7 +764,12 @@ pub(crate) mod tests {
         };
         // One run in which the flaky two failed: 12 points lower.
         let cand: Vec<(String, bool)> = ids.iter().enumerate().map(|(i, id)| (id.clone(), i >= 2)).collect();
-        let c = compare(&as_run("b", &base), &as_run("c", &cand), CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        let c = compare(
+            &as_run("b", &base),
+            &as_run("c", &cand),
+            CompareOptions { resamples: 500, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         let noise = c.noise.clone().unwrap();
         assert_eq!((noise.base_repetitions, noise.flaky_tasks.clone()), (5, vec!["t0".to_string(), "t1".to_string()]));
         assert!((noise.flip_rate - 0.12).abs() < 1e-9, "two tasks of ten at 0.6: {noise:?}");
@@ -749,7 +781,12 @@ pub(crate) mod tests {
         for w in worse.iter_mut().skip(2).take(6) {
             w.1 = false;
         }
-        let c = compare(&as_run("b", &base), &as_run("c", &worse), CompareOptions { resamples: 500, seed: 1 }).unwrap();
+        let c = compare(
+            &as_run("b", &base),
+            &as_run("c", &worse),
+            CompareOptions { resamples: 500, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         let pr = c.metric("pass_rate").unwrap();
         assert!(!pr.within_noise && pr.regressed, "{pr:?}");
         assert_eq!(c.regressions.len(), 6);
@@ -764,7 +801,12 @@ pub(crate) mod tests {
             [("a@r1", true, Completed), ("a", true, Completed), ("b", false, AgentError), ("b@r1", true, Completed)];
         let cand =
             [("a", false, AgentError), ("a@r1", false, AgentError), ("b", true, Completed), ("b@r1", true, Completed)];
-        let c = compare(&run("b", &base), &run("c", &cand), CompareOptions { resamples: 200, seed: 3 }).unwrap();
+        let c = compare(
+            &run("b", &base),
+            &run("c", &cand),
+            CompareOptions { resamples: 200, seed: 3, ..Default::default() },
+        )
+        .unwrap();
         assert_eq!(c.paired_tasks, 2);
         assert_eq!(c.regressions.len(), 1);
         assert_eq!(c.regressions[0].task_id, "a");

@@ -402,7 +402,14 @@ fn more_to_decide(point: f64, half: f64, limit: f64, tasks: u64, reps: u64) -> S
 /// from the base (`-20.00 pts`: the candidate is lower; a rate in percentage points, a
 /// `max_drop_pct` in percent of the base), its 95% interval, and the drop allowed. The gate's
 /// value stays the amount worse, for scripts.
-fn drop_detail(metric: &str, limit_name: &str, better: Better, limit: f64, worse: (f64, f64, f64)) -> String {
+fn drop_detail(
+    metric: &str,
+    limit_name: &str,
+    better: Better,
+    limit: f64,
+    worse: (f64, f64, f64),
+    level: &str,
+) -> String {
     let rate = metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:");
     let (k, unit) = match limit_name {
         "max_drop_pct" => (1.0, "%"),
@@ -414,11 +421,17 @@ fn drop_detail(metric: &str, limit_name: &str, better: Better, limit: f64, worse
     let signed = |x: f64| sign * x * k + 0.0;
     let (point, a, b) = (signed(worse.0), signed(worse.1), signed(worse.2));
     format!(
-        "{point:+.2}{unit} vs base (95% CI {:+.2} to {:+.2}); drop allowed {:.2}{unit}",
+        "{point:+.2}{unit} vs base ({level} CI {:+.2} to {:+.2}); drop allowed {:.2}{unit}",
         a.min(b),
         a.max(b),
         limit * k
     )
+}
+
+/// A confidence level in words: `95%`, `99%`, `99.5%`.
+pub fn level_words(level: f64) -> String {
+    let pct = level * 100.0;
+    if (pct - pct.round()).abs() < 1e-9 { format!("{pct:.0}%") } else { format!("{pct:.1}%") }
 }
 
 /// Why a cost gate fails when a cost is unknown: never judged as $0.
@@ -452,6 +465,8 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             decided!($gate, $limit, $value, if $passed { Decision::Go } else { Decision::NoGo }, $detail)
         };
     }
+    // The intervals' confidence as the comparison computed them (`99%` for an adaptive run).
+    let level = level_words(comparison.map_or(0.95, |c| c.level));
     if comparison.is_none() {
         let ok = gates.on_missing_baseline == OnMissingBaseline::Pass;
         push!(
@@ -517,9 +532,9 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
         let worse: Vec<&str> = c.metrics.iter().filter(|m| m.regressed).map(|m| m.metric.as_str()).collect();
         let n = worse.len() as u64;
         let detail = if worse.is_empty() {
-            "no metric worse beyond noise (95% CI)".to_string()
+            format!("no metric worse beyond noise ({level} CI)")
         } else {
-            format!("worse beyond noise (95% CI): {}", worse.join(", "))
+            format!("worse beyond noise ({level} CI): {}", worse.join(", "))
         };
         push!("regressions.max".into(), max as f64, Some(n as f64), n <= max, detail);
     }
@@ -561,7 +576,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 let moved = d.cand - d.base;
                 let tasks = comparison.map_or(0, |c| c.paired_tasks as u64);
                 let detail = format!(
-                    "{metric} moved {:+.2} pts, within the noise of the base's {} repetitions (±{:.1} pts, 95%): INCONCLUSIVE; {}",
+                    "{metric} moved {:+.2} pts, within the noise of the base's {} repetitions (±{:.1} pts, {level}): INCONCLUSIVE; {}",
                     moved * 100.0 + 0.0,
                     n.base_repetitions,
                     n.pass_rate_band * 100.0,
@@ -600,7 +615,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 DecideBy::Interval if !within(best) => Decision::NoGo,
                 DecideBy::Interval => Decision::Inconclusive,
             };
-            let mut detail = drop_detail(metric, name, d.better, limit, (point, best, worst));
+            let mut detail = drop_detail(metric, name, d.better, limit, (point, best, worst), &level);
             let rate = metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:");
             let (k, unit) = match name {
                 "max_drop_pct" => (1.0, "%"),
@@ -619,7 +634,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 let tasks = comparison.map_or(0, |c| c.paired_tasks as u64);
                 let reps = comparison.and_then(|c| c.noise.as_ref()).map_or(1, |n| n.base_repetitions as u64);
                 detail.push_str(&format!(
-                    "; INCONCLUSIVE: the 95% interval straddles the drop allowed; {}",
+                    "; INCONCLUSIVE: the {level} interval straddles the drop allowed; {}",
                     more_to_decide(point, (worst - best).abs() / 2.0, limit, tasks, reps)
                 ));
             }
@@ -629,7 +644,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
                 && let Some(n) = comparison.and_then(|c| c.noise.as_ref())
             {
                 detail.push_str(&format!(
-                    "; outside the noise of the base's {} repetitions (±{:.1} pts, 95%)",
+                    "; outside the noise of the base's {} repetitions (±{:.1} pts, {level})",
                     n.base_repetitions,
                     n.pass_rate_band * 100.0
                 ));

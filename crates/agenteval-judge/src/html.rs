@@ -397,8 +397,8 @@ if (D.verdict) card("gates", decisionOf(D.verdict), decisionClass(decisionOf(D.v
 if (D.comparison) {
   const C = D.comparison, sec = document.getElementById("comparison");
   sec.append(el("h2", {text: "Compared with " + C.base.name + " (" + C.base.run_id + ")"}));
-  sec.append(el("p", {class: "muted", text: C.paired_tasks + " paired tasks; 95% intervals from " + C.resamples + " paired-bootstrap resamples, seed " + C.seed + ". A metric is worse or better only when its whole interval is."}));
-  const t = el("table", {}, el("thead", {}, el("tr", {}, ...["metric", "base", "candidate", "difference [95% interval]", "", "verdict"].map(h => el("th", {class: "nosort", text: h})))));
+  sec.append(el("p", {class: "muted", text: C.paired_tasks + " paired tasks; " + Math.round((C.level || 0.95) * 1000) / 10 + "% intervals from " + C.resamples + " paired-bootstrap resamples, seed " + C.seed + ". A metric is worse or better only when its whole interval is."}));
+  const t = el("table", {}, el("thead", {}, el("tr", {}, ...["metric", "base", "candidate", "difference [" + Math.round((C.level || 0.95) * 1000) / 10 + "% interval]", "", "verdict"].map(h => el("th", {class: "nosort", text: h})))));
   const body = el("tbody");
   for (const m of C.metrics) {
     const bar = el("div", {class: "ci"});

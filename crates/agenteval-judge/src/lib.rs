@@ -5,6 +5,7 @@
 //! (`set`). Reads bundles through the core's `BundleStore`; knows nothing of backends, the
 //! engine or the CLI.
 
+pub mod adaptive;
 pub mod compare;
 pub mod gates;
 pub mod html;

@@ -155,10 +155,11 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let _ = writeln!(o, "candidate  {} ({}, {})", c.cand.run_id, c.cand.name, c.cand.status.as_str());
     let _ = writeln!(
         o,
-        "paired     {}; {} bootstrap resamples, seed {}; intervals are 95%\n",
+        "paired     {}; {} bootstrap resamples, seed {}; intervals are {}\n",
         crate::tasks(c.paired_tasks),
         c.resamples,
-        c.seed
+        c.seed,
+        crate::gates::level_words(c.level)
     );
     for w in warnings(c) {
         let _ = writeln!(o, "warning: {w}");
@@ -166,7 +167,8 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
     if !warnings(c).is_empty() {
         let _ = writeln!(o);
     }
-    let _ = writeln!(o, "{:<18} {:>9} {:>9}  difference [95% interval]", "metric", "base", "candidate");
+    let head = format!("difference [{} interval]", crate::gates::level_words(c.level));
+    let _ = writeln!(o, "{:<18} {:>9} {:>9}  {head}", "metric", "base", "candidate");
     for m in &c.metrics {
         let _ = writeln!(
             o,
@@ -331,19 +333,24 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "`{}` ({}) → `{}` ({}): {} paired tasks, 95% intervals from {} paired-bootstrap resamples (seed {}).\n",
+        "`{}` ({}) → `{}` ({}): {} paired tasks, {} intervals from {} paired-bootstrap resamples (seed {}).\n",
         c.base.run_id,
         md_escape(&c.base.name),
         c.cand.run_id,
         md_escape(&c.cand.name),
         c.paired_tasks,
+        crate::gates::level_words(c.level),
         c.resamples,
         c.seed
     );
     for w in warnings(c) {
         let _ = writeln!(o, "> ⚠️ {}\n", md_escape(&w));
     }
-    let _ = writeln!(o, "| metric | base | candidate | difference [95% CI] | |\n|---|---:|---:|---|---|");
+    let _ = writeln!(
+        o,
+        "| metric | base | candidate | difference [{} CI] | |\n|---|---:|---:|---|---|",
+        crate::gates::level_words(c.level)
+    );
     for m in &c.metrics {
         let mark = if m.within_noise {
             "within the noise"
@@ -462,7 +469,12 @@ mod tests {
     #[test]
     fn the_markdown_of_a_10000_task_comparison_fits_a_pr_comment() {
         use crate::compare::{CompareOptions, compare};
-        let c = compare(&synthetic(false), &synthetic(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
+        let c = compare(
+            &synthetic(false),
+            &synthetic(true),
+            CompareOptions { resamples: 200, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         assert!(c.regressions.len() > 3_000);
         let md = md(&c, None);
         assert!(md.len() < 65_536, "{} characters", md.len());
@@ -474,7 +486,12 @@ mod tests {
     fn the_text_report_fits_80_columns() {
         use crate::compare::{CompareOptions, compare};
         use crate::gates::{judge, load_gates_str};
-        let c = compare(&synthetic(false), &synthetic(true), CompareOptions { resamples: 200, seed: 1 }).unwrap();
+        let c = compare(
+            &synthetic(false),
+            &synthetic(true),
+            CompareOptions { resamples: 200, seed: 1, ..Default::default() },
+        )
+        .unwrap();
         let g = load_gates_str(
             "min_tasks: 10\nmax_task_regressions: 0\nmetrics:\n  pass_rate: {min: 0.9, max_drop: 0.01, max_drop_pct: 1}\n  score:exact: {max_drop: 0.01}\n  cost_per_task: {max: 0.001}\n",
             "g",

@@ -203,7 +203,7 @@ mod tests {
         let a = results_with("a", &[true, false, false, false, true, false, false, false, true, false]);
         let b = results_with("b", &[true; 10]);
         let c = results_with("c", &[true, true, false, true, true, false, true, true, false, true]);
-        let s = compare_set("set-1", &[a, b, c], 0, CompareOptions { resamples: 2000, seed: 7 });
+        let s = compare_set("set-1", &[a, b, c], 0, CompareOptions { resamples: 2000, seed: 7, ..Default::default() });
         assert_eq!(s.entries.len(), 3);
         assert!(s.entries[0].vs_base.is_none(), "the base is not compared with itself");
         assert_eq!(s.best, Some(1));
@@ -225,7 +225,7 @@ mod tests {
         for l in &mut a.lines {
             l.cost_usd = 1.0;
         }
-        let s = compare_set("s", &[a, b], 0, CompareOptions { resamples: 100, seed: 1 });
+        let s = compare_set("s", &[a, b], 0, CompareOptions { resamples: 100, seed: 1, ..Default::default() });
         assert_eq!(s.best, Some(1));
     }
 }

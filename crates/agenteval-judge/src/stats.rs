@@ -58,6 +58,11 @@ pub fn median(values: &[f64]) -> f64 {
 /// task): `resamples` resamples of the tasks with replacement, the 2.5th and 97.5th
 /// percentiles of their means. Empty input gives NaNs.
 pub fn paired_bootstrap(diffs: &[f64], resamples: usize, seed: u64) -> Interval {
+    paired_bootstrap_at(diffs, resamples, seed, 0.95)
+}
+
+/// [`paired_bootstrap`] at confidence `level` (0.95: the 2.5th and 97.5th percentiles).
+pub fn paired_bootstrap_at(diffs: &[f64], resamples: usize, seed: u64, level: f64) -> Interval {
     let n = diffs.len();
     if n == 0 {
         return Interval { mean: f64::NAN, lo: f64::NAN, hi: f64::NAN };
@@ -90,7 +95,8 @@ pub fn paired_bootstrap(diffs: &[f64], resamples: usize, seed: u64) -> Interval 
             .collect(),
     };
     means.sort_by(f64::total_cmp);
-    Interval { mean, lo: quantile_sorted(&means, 0.025), hi: quantile_sorted(&means, 0.975) }
+    let tail = ((1.0 - level) / 2.0).clamp(0.0, 0.5);
+    Interval { mean, lo: quantile_sorted(&means, tail), hi: quantile_sorted(&means, 1.0 - tail) }
 }
 
 /// Differences from which the bootstrap draws codes rather than values (2 MB of `f64`s).
@@ -178,6 +184,60 @@ pub fn minimum_detectable(diffs: &[f64]) -> Option<f64> {
     Some(2.8 * (var / n as f64).sqrt())
 }
 
+/// The standard normal quantile at `p` (0 < p < 1), by Acklam's rational approximation
+/// (relative error below 1.2e-9): the `z` of a two-sided interval at level `l` is
+/// `normal_quantile(1 − (1 − l)/2)`.
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] =
+        [7.784_695_709_041_462e-3, 3.224_671_290_700_398e-1, 2.445_134_137_142_996, 3.754_408_661_907_416];
+    if !(p > 0.0 && p < 1.0) {
+        return if p <= 0.0 { f64::NEG_INFINITY } else { f64::INFINITY };
+    }
+    let low = 0.024_25;
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < low {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - low {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+/// The `z` of a two-sided interval at confidence `level` (1.96 at 0.95).
+pub fn z_of(level: f64) -> f64 {
+    normal_quantile(1.0 - (1.0 - level) / 2.0)
+}
+
 /// The unbiased pass@k estimator of Chen et al. (2021) for one task with `n` samples of which
 /// `c` passed: 1 − C(n−c, k) / C(n, k), in its product form (no huge binomials).
 pub fn pass_at_k(n: u64, c: u64, k: u64) -> f64 {
@@ -215,6 +275,23 @@ pub fn flip_rate(n: u64, c: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normal_quantiles_are_the_tables() {
+        assert!((z_of(0.95) - 1.959_964).abs() < 1e-5);
+        assert!((z_of(0.99) - 2.575_829).abs() < 1e-5);
+        assert!((normal_quantile(0.8) - 0.841_621).abs() < 1e-5);
+        assert!((normal_quantile(0.001) + 3.090_232).abs() < 1e-5);
+    }
+
+    #[test]
+    fn a_wider_level_gives_a_wider_interval() {
+        let diffs: Vec<f64> = (0..60).map(|i| f64::from(i % 3 == 0) - f64::from(i % 5 == 0)).collect();
+        let a = paired_bootstrap_at(&diffs, 4000, 3, 0.95);
+        let b = paired_bootstrap_at(&diffs, 4000, 3, 0.99);
+        assert!(b.lo < a.lo && b.hi > a.hi, "{a:?} {b:?}");
+        assert_eq!(a, paired_bootstrap(&diffs, 4000, 3));
+    }
 
     #[test]
     fn the_exact_binomial_and_mcnemar_match_their_tables() {

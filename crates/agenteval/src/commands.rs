@@ -87,7 +87,7 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
             let pairwise = pairwise.as_deref().map(judging::load_pairwise).transpose()?;
             let (wiring, index) = open_index(&index).await?;
             let (resolver, index) = (wiring.as_ref(), index.as_ref());
-            let opts = CompareOptions { resamples: resamples.max(1), seed };
+            let opts = CompareOptions { resamples: resamples.max(1), seed, ..Default::default() };
             if let Some(set) = set {
                 return judging::compare_set_cmd(resolver, index, &set, against.as_deref(), &out, opts).await;
             }

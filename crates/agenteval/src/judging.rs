@@ -334,7 +334,7 @@ pub async fn compare_cmd(
         &cand,
         gates.as_ref(),
         Some(out),
-        CompareOptions { resamples: resamples.max(1), seed },
+        CompareOptions { resamples: resamples.max(1), seed, ..Default::default() },
         false,
         record_verdict,
         pairwise,
