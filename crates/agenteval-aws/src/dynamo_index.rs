@@ -159,6 +159,50 @@ impl DynamoDbRunIndex {
         self
     }
 
+    /// Writes `tasks` of `run` as `pending` items, 25 to a `BatchWriteItem`; unprocessed ones
+    /// (throttling) are written again with backoff.
+    async fn put_tasks(&self, run: &RunId, tasks: &[TaskId], expires: Option<AttributeValue>) -> Result<()> {
+        let pk = run_pk(run);
+        let now = s(ts(Utc::now()));
+        let mut pending: Vec<WriteRequest> = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            let mut item: Item = HashMap::new();
+            item.insert("pk".into(), s(&pk));
+            item.insert("sk".into(), s(format!("TASK#{t}")));
+            item.insert("task_id".into(), s(t.as_str()));
+            item.insert("state".into(), s("pending"));
+            item.insert("rank".into(), n(0));
+            item.insert("attempt".into(), n(0));
+            item.insert("updated_at".into(), now.clone());
+            if let Some(e) = &expires {
+                item.insert(TTL_ATTRIBUTE.into(), e.clone());
+            }
+            let put = PutRequest::builder().set_item(Some(item)).build().map_err(build_err)?;
+            pending.push(WriteRequest::builder().put_request(put).build());
+        }
+        let mut backoff = Duration::from_millis(50);
+        while !pending.is_empty() {
+            let rest = pending.split_off(pending.len().min(25));
+            let batch = std::mem::replace(&mut pending, rest);
+            let out = self
+                .clients
+                .dynamodb
+                .batch_write_item()
+                .request_items(&self.table, batch)
+                .send()
+                .await
+                .map_err(|e| classify(&format!("writing tasks of run {run}"), e))?;
+            if let Some(left) = out.unprocessed_items().and_then(|m| m.get(&self.table))
+                && !left.is_empty()
+            {
+                pending.extend(left.iter().cloned());
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+        Ok(())
+    }
+
     fn expiry(&self, from: chrono::DateTime<Utc>) -> Option<AttributeValue> {
         self.retention.map(|r| n((from + r).timestamp()))
     }
@@ -346,45 +390,25 @@ impl RunIndex for DynamoDbRunIndex {
             .await
             .map_err(|e| classify(&format!("creating run {} in {}", run.run_id, self.table), e))?;
 
-        let now = s(ts(Utc::now()));
-        let mut pending: Vec<WriteRequest> = Vec::with_capacity(tasks.len());
-        for t in tasks {
-            let mut item: Item = HashMap::new();
-            item.insert("pk".into(), s(&pk));
-            item.insert("sk".into(), s(format!("TASK#{t}")));
-            item.insert("task_id".into(), s(t.as_str()));
-            item.insert("state".into(), s("pending"));
-            item.insert("rank".into(), n(0));
-            item.insert("attempt".into(), n(0));
-            item.insert("updated_at".into(), now.clone());
-            if let Some(e) = &expires {
-                item.insert(TTL_ATTRIBUTE.into(), e.clone());
-            }
-            let put = PutRequest::builder().set_item(Some(item)).build().map_err(build_err)?;
-            pending.push(WriteRequest::builder().put_request(put).build());
-        }
-        // BatchWriteItem takes 25 items; unprocessed ones (throttling) are retried with backoff.
-        let mut backoff = Duration::from_millis(50);
-        while !pending.is_empty() {
-            let rest = pending.split_off(pending.len().min(25));
-            let batch = std::mem::replace(&mut pending, rest);
-            let out = self
-                .clients
-                .dynamodb
-                .batch_write_item()
-                .request_items(&self.table, batch)
-                .send()
-                .await
-                .map_err(|e| classify(&format!("writing tasks of run {}", run.run_id), e))?;
-            if let Some(left) = out.unprocessed_items().and_then(|m| m.get(&self.table))
-                && !left.is_empty()
-            {
-                pending.extend(left.iter().cloned());
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-        Ok(())
+        self.put_tasks(&run.run_id, tasks, expires).await
+    }
+
+    async fn add_tasks(&self, run: &RunId, tasks: &[TaskId], tasks_total: u64) -> Result<()> {
+        let Some(record) = self.get_run(run).await? else {
+            return Err(Error::not_found(format!("run {run} is not in the index")));
+        };
+        self.clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("SET tasks_total = :t")
+            .expression_attribute_values(":t", n(tasks_total))
+            .send()
+            .await
+            .map_err(|e| classify(&format!("counting the tasks of run {run}"), e))?;
+        self.put_tasks(run, tasks, self.expiry(record.created_at)).await
     }
 
     async fn set_baseline(&self, name: &str, run: &RunId) -> Result<()> {

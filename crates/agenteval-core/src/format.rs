@@ -75,6 +75,28 @@ pub struct Metadata {
     /// it ran here, so it is judged and shown but never resumed, rerun, replayed or regraded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub imported: Option<Imported>,
+    /// What an adaptive run's repetitions spent (`repetitions: {until: decided}`), against the
+    /// fixed design it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveSpend>,
+}
+
+/// What an adaptive run spent against the fixed design it replaces (`max` attempts of every
+/// task), and how its looks ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveSpend {
+    pub min: u32,
+    pub max: u32,
+    /// Looks taken (rounds judged).
+    pub looks: u32,
+    /// The confidence of the last look's intervals (the level the run is judged at).
+    pub level: f64,
+    /// Task-attempts made.
+    pub attempts: u64,
+    /// Task-attempts the fixed design would have made (`max` of every task).
+    pub fixed_attempts: u64,
+    /// How the looks ended: `decided GO`, `decided NO-GO`, `undecidable`, or why they stopped.
+    pub ended: String,
 }
 
 impl Metadata {

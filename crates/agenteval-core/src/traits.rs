@@ -576,6 +576,9 @@ pub fn check_bundle_path(path: &str) -> Result<()> {
 pub trait RunIndex: Send + Sync {
     /// Records a new run and all its tasks as `pending`, atomically where the store allows.
     async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()>;
+    /// Adds tasks to a running run as `pending` (the further repetitions of an adaptive run)
+    /// and makes its `tasks_total` say `tasks_total`. Unknown runs fail with `NotFound`.
+    async fn add_tasks(&self, run: &RunId, tasks: &[TaskId], tasks_total: u64) -> Result<()>;
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>>;
     /// Runs, newest first.
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunRecord>>;

@@ -162,44 +162,27 @@ pub fn look(
     Ok(Look { next, comparison, verdict })
 }
 
-/// What an adaptive run spent against the fixed design it replaces (`max` attempts of every
-/// task), as its metadata records it and the report says it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Spend {
-    pub min: u32,
-    pub max: u32,
-    /// Looks taken (rounds judged).
-    pub looks: u32,
-    /// The confidence every look's intervals had.
-    pub level: f64,
-    /// Task-attempts made.
-    pub attempts: u64,
-    /// Task-attempts the fixed design would have made (`max` of every task).
-    pub fixed_attempts: u64,
-    /// How the looks ended: `decided`, `undecidable`, `max`, or why they stopped early.
-    pub ended: String,
-}
+pub use agenteval_core::format::AdaptiveSpend as Spend;
 
-impl Spend {
-    /// One line: `decided at look 2 of 5 with 64 task-attempts against 250 for 5 of each (26%)`.
-    pub fn line(&self, cost_usd: Option<f64>) -> String {
-        let share = if self.fixed_attempts > 0 {
-            format!(" ({:.0}%)", 100.0 * self.attempts as f64 / self.fixed_attempts as f64)
-        } else {
-            String::new()
-        };
-        let cost = cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default();
-        format!(
-            "adaptive repetitions: {} after {} of {} looks (last at {}): {} task-attempts{cost} against {} for {} of each task{share}",
-            self.ended,
-            self.looks,
-            Design { min: self.min, max: self.max }.looks(),
-            crate::gates::level_words(self.level),
-            self.attempts,
-            self.fixed_attempts,
-            self.max,
-        )
-    }
+/// One line: `decided GO after 2 of 5 looks (last at 95.2%): 64 task-attempts, $1.50 against 250
+/// for 5 of each task (26%)`.
+pub fn spend_line(spend: &Spend, cost_usd: Option<f64>) -> String {
+    let share = if spend.fixed_attempts > 0 {
+        format!(" ({:.0}%)", 100.0 * spend.attempts as f64 / spend.fixed_attempts as f64)
+    } else {
+        String::new()
+    };
+    let cost = cost_usd.map(|c| format!(", ${c:.2}")).unwrap_or_default();
+    format!(
+        "adaptive repetitions: {} after {} of {} looks (last at {}): {} task-attempts{cost} against {} for {} of each task{share}",
+        spend.ended,
+        spend.looks,
+        Design { min: spend.min, max: spend.max }.looks(),
+        crate::gates::level_words(spend.level),
+        spend.attempts,
+        spend.fixed_attempts,
+        spend.max,
+    )
 }
 
 #[cfg(test)]
@@ -279,7 +262,7 @@ mod tests {
         let s =
             Spend { min: 1, max: 5, looks: 2, level: 0.99, attempts: 64, fixed_attempts: 250, ended: "decided".into() };
         assert_eq!(
-            s.line(Some(1.5)),
+            spend_line(&s, Some(1.5)),
             "adaptive repetitions: decided after 2 of 5 looks (last at 99%): 64 task-attempts, $1.50 against 250 for 5 of each task (26%)"
         );
     }

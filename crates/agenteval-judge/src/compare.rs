@@ -77,6 +77,12 @@ pub struct Side {
     pub benchmark: String,
     /// Tasks (base ids) with a result on this side.
     pub tasks: usize,
+    /// What this side's adaptive repetitions spent against the fixed design (`None`: fixed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<agenteval_core::format::AdaptiveSpend>,
+    /// What this side's finished attempts cost (`None`: a cost is unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }
 
 /// One metric on both sides.
@@ -356,6 +362,8 @@ fn side(r: &RunResults, tasks: usize) -> Side {
         bundle: r.bundle_uri.clone(),
         benchmark: r.meta.benchmark.clone(),
         tasks,
+        adaptive: r.meta.adaptive.clone(),
+        cost_usd: (!r.lines.iter().any(|l| l.cost_unknown)).then(|| r.lines.iter().map(|l| l.cost_usd).sum()),
     }
 }
 

@@ -161,6 +161,9 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         c.seed,
         crate::gates::level_words(c.level)
     );
+    if let Some(a) = &c.cand.adaptive {
+        let _ = writeln!(o, "spent      {}\n", crate::adaptive::spend_line(a, c.cand.cost_usd));
+    }
     for w in warnings(c) {
         let _ = writeln!(o, "warning: {w}");
     }
@@ -343,6 +346,9 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
         c.resamples,
         c.seed
     );
+    if let Some(a) = &c.cand.adaptive {
+        let _ = writeln!(o, "{}\n", md_escape(&crate::adaptive::spend_line(a, c.cand.cost_usd)));
+    }
     for w in warnings(c) {
         let _ = writeln!(o, "> ⚠️ {}\n", md_escape(&w));
     }

@@ -404,6 +404,31 @@ fn apply_transition(c: &Connection, id: &str, t: &TaskTransition) -> Result<bool
 
 #[async_trait]
 impl RunIndex for SqliteRunIndex {
+    async fn add_tasks(&self, run: &RunId, tasks: &[TaskId], tasks_total: u64) -> Result<()> {
+        let rid = run.to_string();
+        let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+        self.with(move |c| {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(|e| db_err("begin", e))?;
+            let changed = tx
+                .execute("UPDATE runs SET tasks_total = ?2 WHERE run_id = ?1", params![rid, tasks_total as i64])
+                .map_err(|e| db_err("updating run", e))?;
+            if changed == 0 {
+                return Err(Error::not_found(format!("run {rid} is not in the index")));
+            }
+            {
+                let now = ts(Utc::now());
+                let mut stmt = tx
+                    .prepare("INSERT OR IGNORE INTO tasks (run_id, task_id, state, rank, attempt, updated_at) VALUES (?1, ?2, 'pending', 0, 0, ?3)")
+                    .map_err(|e| db_err("preparing", e))?;
+                for t in &tasks {
+                    stmt.execute(params![rid, t, now]).map_err(|e| db_err("inserting task", e))?;
+                }
+            }
+            tx.commit().map_err(|e| db_err("commit", e))
+        })
+        .await
+    }
+
     async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()> {
         let run = run.clone();
         let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();

@@ -287,6 +287,18 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     let counts = index.task_counts(&run).await.unwrap();
     assert_eq!((counts.total, counts.pending), (3, 3));
 
+    // An adaptive run's further repetitions join it as pending tasks; the total follows.
+    let other = RunId::new();
+    index.create_run(&run_record(other, "adaptive"), &[tid("a1"), tid("a2")]).await.unwrap();
+    index.add_tasks(&other, &[tid("a1@r1"), tid("a2@r1")], 4).await.unwrap();
+    assert_eq!(index.get_run(&other).await.unwrap().unwrap().tasks_total, 4);
+    let added = index.list_tasks(&other).await.unwrap();
+    assert_eq!(added.iter().map(|t| t.task_id.to_string()).collect::<Vec<_>>(), ["a1", "a1@r1", "a2", "a2@r1"]);
+    assert!(added.iter().all(|t| t.state == TaskState::Pending));
+    assert_eq!(index.task_counts(&other).await.unwrap().total, 4);
+    let unknown = index.add_tasks(&RunId::new(), &[tid("x")], 1).await.unwrap_err();
+    assert_eq!(unknown.kind(), agenteval_core::ErrorKind::NotFound);
+
     // Forward moves apply; backward moves within an attempt do not.
     let job = JobId::numbered(0, 1);
     let q = TaskTransition::new(tid("t1"), 1, TaskState::Queued).job(&job);

@@ -160,6 +160,9 @@ impl RunIndex for CountedIndex {
     async fn create_run(&self, run: &RunRecord, tasks: &[TaskId]) -> Result<()> {
         counted!(self, "create_run", tasks.len() as u64 + 1, self.inner.create_run(run, tasks))
     }
+    async fn add_tasks(&self, run: &RunId, tasks: &[TaskId], total: u64) -> Result<()> {
+        counted!(self, "add_tasks", tasks.len() as u64 + 1, self.inner.add_tasks(run, tasks, total))
+    }
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
         counted!(self, "get_run", 1, self.inner.get_run(run))
     }
@@ -282,6 +285,7 @@ async fn one(endpoint: &str, tasks: u64, dir: &Path) {
     let polls = Arc::new(Polls::default());
     let (_tx, interrupt) = tokio::sync::watch::channel(false);
     let opts = ControllerOptions {
+        rounds: None,
         resolver: Arc::new(FixedResolver {
             store,
             index: index.clone(),

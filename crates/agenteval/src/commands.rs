@@ -229,7 +229,8 @@ async fn submit(
         Start { cassettes: cassettes.cassettes.as_deref().map(|d| (d, cassettes.cassette_mode)), preflight: true };
     let strict_replay = matches!(how.cassettes, Some((_, agenteval_llm::CassetteMode::Replay)));
     let ready = start(&wiring, loaded, how).await?;
-    let opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
+    let mut opts = controller_options(ready.config(), wiring.clone(), json, quiet, telemetry).await?;
+    opts.rounds = crate::adaptive::Adaptive::for_submit(wiring.clone(), ready.config(), gates_file, baseline).await?;
     let outcome = ready.submit(opts).await?;
     let loaded_config = ready.config();
     if strict_replay && let Some(dir) = &cassettes.cassettes {
@@ -615,7 +616,8 @@ async fn resume(
             "{again} task(s) given up on infrastructure run again: each is another attempt of the agent (the earlier one stays in the bundle)"
         );
     }
-    let opts = controller_options(&config, wiring, json, quiet, telemetry).await?;
+    let mut opts = controller_options(&config, wiring.clone(), json, quiet, telemetry).await?;
+    opts.rounds = crate::adaptive::Adaptive::for_resume(wiring, index.clone(), &run_id, &config).await?;
     let outcome = controller::resume(index, &run_id, force, sets, opts).await?;
     print_outcome(&outcome, &config, json, quiet)
 }

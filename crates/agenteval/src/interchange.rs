@@ -290,7 +290,7 @@ pub async fn write_harbor_of(
         agent,
         started_at: started,
         finished_at: meta.finished_at,
-        n_attempts: config.repetitions,
+        n_attempts: config.repetitions.max(),
         n_concurrent: u64::from(config.backend.max_concurrent_jobs),
         n_total: total,
     };

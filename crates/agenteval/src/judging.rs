@@ -177,6 +177,17 @@ pub async fn judge_run(
 ) -> Result<Judged, Failure> {
     let format = out.map(ReportArgs::format).transpose()?;
     let (cand_results, cand_at) = load(resolver, index, cand).await?;
+    // A run whose repetitions were spent adaptively is judged as its looks were: at the level
+    // its last look had, drops by their interval (what keeps its error rate under optional
+    // stopping).
+    let sequential;
+    let (opts, gates) = match &cand_results.meta.adaptive {
+        Some(a) if a.level > 0.0 && a.level < 1.0 => {
+            sequential = gates.map(agenteval_judge::adaptive::sequential);
+            (CompareOptions { level: a.level, ..opts }, sequential.as_ref())
+        }
+        _ => (opts, gates),
+    };
     let base = match base_ref {
         None => None,
         Some(r) => match resolve_ref_except(index, r, Some(cand)).await {

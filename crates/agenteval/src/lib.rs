@@ -24,6 +24,7 @@ macro_rules! say {
     };
 }
 
+mod adaptive;
 mod agents;
 mod audit;
 mod certify;

@@ -195,6 +195,7 @@ pub async fn submit_matrix(
         let progress: Arc<dyn Progress> =
             Arc::new(MemberProgress { set: set_progress.clone(), label: m.member.label(), started: started.clone() });
         let opts = ControllerOptions {
+            rounds: None,
             resolver: wiring.clone(),
             progress,
             interrupt: interrupt.clone(),

@@ -255,6 +255,7 @@ pub(crate) async fn controller_options(
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let progress: Arc<dyn Progress> = Arc::new(Started { inner: shown, started: started.clone() });
     Ok(ControllerOptions {
+        rounds: None,
         rerun_of: None,
         set: None,
         resolver,

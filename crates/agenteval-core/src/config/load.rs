@@ -1252,7 +1252,7 @@ mod tests {
         let c = load(GOOD, &[]).unwrap().config;
         assert_eq!(c.backend.tasks_per_job, 1);
         assert_eq!(c.backend.max_attempts, 3);
-        assert_eq!(c.repetitions, 1);
+        assert_eq!(c.repetitions, crate::config::Repetitions::Fixed(1));
         assert_eq!(c.storage.bundle_root, BundleRoot::Local("/base/runs".into()));
         assert_eq!(c.storage.index_location(), IndexLocation::Sqlite("/base/runs/index.sqlite".into()));
         let c = load(GOOD, &["storage.bundle_root=../runs", "agent.kind=command", "agent.command=[a]"]).unwrap().config;

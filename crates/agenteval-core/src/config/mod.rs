@@ -63,10 +63,11 @@ pub struct RunConfig {
     pub backend: BackendConfig,
     #[serde(default)]
     pub storage: StorageConfig,
-    /// How many times each task is run (each repetition is its own task `<id>@r<n>`).
-    #[serde(default = "one")]
-    #[schemars(range(min = 1, max = MAX_REPETITIONS))]
-    pub repetitions: u32,
+    /// How many times each task is run (each repetition is its own task `<id>@r<n>`): a number,
+    /// or `{min: 1, max: 5, until: decided}` to spend repetitions only on the tasks that can
+    /// still change the gates' answer, and stop once it is decided (`docs/judging.md`).
+    #[serde(default)]
+    pub repetitions: Repetitions,
     /// Stop dispatching and cancel running jobs once the run has spent this much.
     #[serde(default)]
     #[schemars(range(max = MAX_RUN_COST_USD))]
@@ -92,6 +93,71 @@ pub struct RunConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(skip)]
     pub regrade: Option<RegradeSource>,
+}
+
+/// `repetitions:` as a config says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum Repetitions {
+    /// Every task this many times.
+    Fixed(#[schemars(range(min = 1, max = MAX_REPETITIONS))] u32),
+    /// Adaptive: `min` attempts of every task, then more only where the verdict is still open.
+    Adaptive(AdaptiveRepetitions),
+}
+
+impl Default for Repetitions {
+    fn default() -> Self {
+        Repetitions::Fixed(1)
+    }
+}
+
+impl Repetitions {
+    /// The most attempts a task can get.
+    pub fn max(&self) -> u32 {
+        match self {
+            Repetitions::Fixed(n) => *n,
+            Repetitions::Adaptive(a) => a.max,
+        }
+    }
+
+    /// The attempts every task gets at the start.
+    pub fn first(&self) -> u32 {
+        match self {
+            Repetitions::Fixed(n) => *n,
+            Repetitions::Adaptive(a) => a.min,
+        }
+    }
+
+    /// The adaptive design, when the repetitions are adaptive.
+    pub fn adaptive(&self) -> Option<&AdaptiveRepetitions> {
+        match self {
+            Repetitions::Fixed(_) => None,
+            Repetitions::Adaptive(a) => Some(a),
+        }
+    }
+}
+
+/// `repetitions: {min, max, until: decided}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct AdaptiveRepetitions {
+    /// Attempts of every task before the first look (default 1).
+    #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_REPETITIONS))]
+    pub min: u32,
+    /// The most attempts any task gets (the fixed design this replaces runs every task `max`
+    /// times).
+    #[schemars(range(min = 1, max = MAX_REPETITIONS))]
+    pub max: u32,
+    /// When to stop: `decided` (every gate says GO or NO-GO, or nothing left can decide it).
+    pub until: Until,
+}
+
+/// When adaptive repetitions stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Until {
+    Decided,
 }
 
 /// A packed agent folder: the archive's sha256, and the bundle of the run that holds it
@@ -1392,8 +1458,14 @@ impl RunConfig {
                 "an s3:// bundle root needs `storage.index` (dynamodb://table)".into(),
             ));
         }
-        if self.repetitions == 0 {
-            p.push(("/repetitions".into(), "must be at least 1".into()));
+        match self.repetitions {
+            Repetitions::Fixed(0) => p.push(("/repetitions".into(), "must be at least 1".into())),
+            Repetitions::Adaptive(a) if a.min == 0 => p.push(("/repetitions/min".into(), "must be at least 1".into())),
+            Repetitions::Adaptive(a) if a.max < a.min => p.push((
+                "/repetitions/max".into(),
+                format!("must be at least `min` ({}): the most attempts a task gets", a.min),
+            )),
+            _ => {}
         }
         if self.max_run_cost_usd.is_some_and(|v| v <= 0.0) {
             p.push(("/max_run_cost_usd".into(), "must be greater than zero".into()));

@@ -68,7 +68,7 @@ pub(super) async fn drive_jobs(
     run: &Run,
     todo: Vec<u32>,
     epoch: u32,
-    mut opts: ControllerOptions,
+    opts: &mut ControllerOptions,
     run_span: &tracing::Span,
     spans: &mut SpanFile,
 ) -> Result<Driven> {

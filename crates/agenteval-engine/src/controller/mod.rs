@@ -124,6 +124,25 @@ pub struct ControllerOptions {
     /// The set this run is one of (`submit --matrix`): its combination, and the job slots and
     /// budget it shares with the set's other runs.
     pub set: Option<set::SetRun>,
+    /// Decides between the rounds of a run whose repetitions are adaptive (`repetitions:
+    /// {until: decided}`); `None` runs the tasks it was given and stops.
+    pub rounds: Option<Arc<dyn Rounds>>,
+}
+
+/// What a look between two rounds of an adaptive run decides.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Round {
+    /// These tasks (base ids) get one more attempt each.
+    Repeat(Vec<String>),
+    /// The run is over: decided, or nothing left can decide it.
+    Done(agenteval_core::format::AdaptiveSpend),
+}
+
+/// Judges an adaptive run between its rounds (the binary's: judging is not the engine's).
+#[async_trait::async_trait]
+pub trait Rounds: Send + Sync {
+    /// Looks at what the run's finished tasks say so far.
+    async fn look(&self, run: &RunId) -> Result<Round>;
 }
 
 /// See `ControllerOptions::worker_env`.
@@ -170,7 +189,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     let backend = opts.resolver.backend(&config).await?;
     let benchmark = benchmark_from_config(&config.benchmark)?;
     let mut tasks = TaskTable::default();
-    let reps = config.repetitions.max(1);
+    let reps = config.repetitions.first().max(1);
     // On a fleet that runs each task in its own image the tasks are named again before the
     // table is made (their images as the fleet runs them, their folders in the bundle).
     let task_images = images::uses_task_images(&config, backend.as_ref()).await?;
@@ -243,6 +262,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
             _ => None,
         },
         imported: None,
+        adaptive: None,
     };
     store.put(&run_id, layout::CONFIG, &to_json_bytes(&resolved)).await?;
     tasks.write_to(store.as_ref(), &run_id, layout::TASKS).await?;
@@ -580,14 +600,40 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     run.journal = opts.journal.clone();
     let progress = opts.progress.clone();
     let resolver = opts.resolver.clone();
-    let drive::Driven { status, reason, fault, launch_field } =
-        match drive::drive_jobs(&run, todo, epoch, opts, &span, &mut spans).instrument(span.clone()).await {
+    let mut opts = opts;
+    let mut todo = todo;
+    let drive::Driven { status, reason, fault, launch_field } = loop {
+        let driven = match drive::drive_jobs(&run, todo, epoch, &mut opts, &span, &mut spans)
+            .instrument(span.clone())
+            .await
+        {
             Ok(s) => s,
             Err(e) => {
                 telemetry::set_error(&span, &e.to_string());
                 return Err(e);
             }
         };
+        let Some(rounds) = opts.rounds.clone().filter(|_| driven.status == RunStatus::Complete) else {
+            break driven;
+        };
+        match rounds.look(&run.run_id).await {
+            Ok(Round::Repeat(ids)) if !ids.is_empty() => {
+                progress.message(&format!("adaptive repetitions: {} more attempt(s) where the verdict is open", ids.len()));
+                todo = repeat(&mut run, &ids).await?;
+            }
+            Ok(Round::Repeat(_)) => break driven,
+            Ok(Round::Done(spend)) => {
+                run.meta.adaptive = Some(spend);
+                break driven;
+            }
+            // The tasks' results stand; only the spending stops. Judging after the seal says
+            // what is wrong with the comparison.
+            Err(e) => {
+                tracing::warn!("adaptive repetitions stopped: the run cannot be judged between rounds: {e}");
+                break driven;
+            }
+        }
+    };
     run.meta.reason = reason.clone();
     // Whatever the workers left (a killed one's environments) goes before the seal.
     sweep_environments(&run.config, resolver.as_ref(), &run.run_id).await;
@@ -611,6 +657,36 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         fault,
         launch_field,
     })
+}
+
+/// Adds one more attempt of each task of `ids` (base ids) to a running run: its table (and
+/// `tasks.jsonl`), the index and the metadata's count; returns their positions to dispatch.
+async fn repeat(run: &mut Run, ids: &[String]) -> Result<Vec<u32>> {
+    let mut first: std::collections::HashMap<String, (usize, u32)> = std::collections::HashMap::new();
+    for (i, id) in run.tasks.ids().iter().enumerate() {
+        let e = first.entry(id.base().to_string()).or_insert((i, 0));
+        e.1 += 1;
+        if id.as_str() == id.base() {
+            e.0 = i;
+        }
+    }
+    let mut added = Vec::new();
+    let mut todo = Vec::new();
+    for id in ids {
+        let Some(&(at, reps)) = first.get(id) else {
+            return Err(Error::internal(format!("adaptive repetitions named task {id}, which the run does not have")));
+        };
+        let mut spec = run.tasks.spec(at)?;
+        spec.id = spec.id.repetition(reps);
+        todo.push(run.tasks.len() as u32);
+        run.tasks.push(&spec)?;
+        added.push(spec.id);
+    }
+    run.tasks.write_to(run.store.as_ref(), &run.run_id, layout::TASKS).await?;
+    run.meta.tasks_total = run.tasks.len() as u64;
+    run.index.add_tasks(&run.run_id, &added, run.meta.tasks_total).await?;
+    run.store.put(&run.run_id, layout::METADATA, &to_json_bytes(&run.meta)).await?;
+    Ok(todo)
 }
 
 /// A sealed run.

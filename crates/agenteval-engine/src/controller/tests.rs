@@ -237,6 +237,9 @@ impl RunIndex for Counting {
     async fn create_run(&self, run: &RunRecord, tasks: &[agenteval_core::TaskId]) -> Result<()> {
         self.inner.create_run(run, tasks).await
     }
+    async fn add_tasks(&self, run: &RunId, tasks: &[agenteval_core::TaskId], total: u64) -> Result<()> {
+        self.inner.add_tasks(run, tasks, total).await
+    }
     async fn get_run(&self, run: &RunId) -> Result<Option<RunRecord>> {
         self.inner.get_run(run).await
     }
@@ -344,7 +347,9 @@ impl Harness {
     }
 
     fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
+        rounds: None,
         ControllerOptions {
+            rounds: None,
             rerun_of: None,
             set: None,
             resolver: self.resolver.clone(),

@@ -104,6 +104,7 @@ impl Harness {
     async fn submit(&self) -> RunOutcome {
         let (_tx, rx) = watch::channel(false);
         let opts = ControllerOptions {
+            rounds: None,
             rerun_of: None,
             set: None,
             resolver: self.resolver.clone(),

@@ -706,3 +706,85 @@ fn nights_promote_their_baseline_and_one_task_is_followed_across_thirty_nights()
     assert!(md.contains("# agenteval run `nightly-loop [mock]`") && md.contains(&ids[29]), "{md}");
     assert!(md.contains("## Verdict"), "its verdict too: {md}");
 }
+
+/// A benchmark whose task `tN` passes each attempt with the probability `world.json` gives it,
+/// drawn from a hash of the task, the attempt and the world's seed: a seeded coin per attempt.
+const COIN_BENCH: &str = r#"
+import hashlib, json, sys
+world = json.load(open("world.json"))
+if sys.argv[1:] == ["list"]:
+    for i in range(len(world["p"])):
+        print(json.dumps({"id": f"t{i:02}", "input": f"q{i}", "expected": "a"}))
+else:
+    doc = json.load(sys.stdin)
+    tid = doc["task"]["id"]
+    base = int(tid.partition("@r")[0][1:])
+    draw = int(hashlib.sha256(f"{world['seed']}:{tid}".encode()).hexdigest()[:8], 16) / 2**32
+    ok = draw < world["p"][base]
+    print(json.dumps({"score": 1 if ok else 0, "passed": ok}))
+"#;
+
+fn coin_config(ws: &Workspace, repetitions: &str) -> std::path::PathBuf {
+    ws.write("bench.py", COIN_BENCH);
+    ws.write(
+        "coins.yaml",
+        &format!(
+            "name: coins\nrepetitions: {repetitions}\nbenchmark:\n  kind: command\n  command: [python3, bench.py]\n  files: [world.json]\n\
+             agent:\n  kind: oracle\nbackend:\n  max_concurrent_jobs: 4\n  tasks_per_job: 10\nstorage:\n  bundle_root: runs\n"
+        ),
+    )
+}
+
+#[test]
+fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempts() {
+    let ws = Workspace::new();
+    // Forty tasks: half always pass, a quarter never, a quarter pass half the time.
+    let p: Vec<f64> = (0..40).map(|i| if i < 20 { 1.0 } else if i < 30 { 0.0 } else { 0.5 }).collect();
+    ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
+    let fixed = coin_config(&ws, "5");
+    let (v, code, out) = ws.submit(&fixed, &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let base = v["run_id"].as_str().unwrap().to_string();
+    // The candidate breaks ten of the tasks that always passed: 25 points worse.
+    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
+    ws.write("world.json", &serde_json::json!({"seed": 2, "p": worse}).to_string());
+    let gates = ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
+    let adaptive = coin_config(&ws, "{min: 1, max: 5, until: decided}");
+    let out = ws.run(&[
+        "submit",
+        "--config",
+        adaptive.to_str().unwrap(),
+        "--baseline",
+        &base,
+        "--gates",
+        gates.to_str().unwrap(),
+    ]);
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "NO-GO is exit 1: {said}");
+    let cand = ws.run(&["runs", "list", "--json"]);
+    let runs: serde_json::Value = serde_json::from_slice(&cand.stdout).unwrap();
+    let cand = runs.as_array().unwrap().iter().find(|r| r["run_id"] != base.as_str()).unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let meta = read_json(&ws.runs().join(&cand).join("metadata.json"));
+    let spent = &meta["adaptive"];
+    assert_eq!(spent["ended"], "decided NO-GO", "{meta}");
+    assert_eq!(spent["fixed_attempts"], 200, "{meta}");
+    let attempts = spent["attempts"].as_u64().unwrap();
+    assert!((40..=100).contains(&attempts), "at most half the fixed design's attempts: {meta}");
+    // The table, the index and the summary hold every attempt made, and only those.
+    assert_eq!(meta["tasks_total"].as_u64(), Some(attempts), "{meta}");
+    let summary = read_json(&ws.runs().join(&cand).join("summary.json"));
+    assert_eq!(summary["tasks_finished"].as_u64(), Some(attempts), "{summary}");
+    assert!(said.contains("adaptive repetitions: decided NO-GO after"), "the spend is said: {said}");
+    assert!(said.contains(&format!("{attempts} task-attempts")) && said.contains("against 200"), "{said}");
+    // `compare` says the same, from the bundle.
+    let again = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
+    assert!(again.contains("spent      adaptive repetitions: decided NO-GO"), "{again}");
+
+    // Without --gates there is nothing to decide: refused before anything runs.
+    let out = ws.run(&["submit", "--config", adaptive.to_str().unwrap(), "--baseline", &base]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("needs a verdict to reach: give --gates FILE"), "{}", text(&out.stderr));
+}
