@@ -132,6 +132,7 @@ impl Metadata {
             calls_at_wire: None,
             dataset: None,
             imported: None,
+            adaptive: None,
         }
     }
 }

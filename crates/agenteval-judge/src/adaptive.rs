@@ -8,8 +8,8 @@
 //! judge it (the looks in between would see the same data at stricter levels).
 //!
 //! Only tasks whose outcome can still move the answer are repeated: those whose attempts
-//! disagree so far, those the base's own repetitions (or earlier nights) saw flip, and those
-//! whose outcome differs from the base's. A task that passed (or failed) on both sides and never
+//! disagree so far, those the base's own repetitions (or earlier nights) saw flip, and, up to
+//! three attempts, those whose outcome differs from the base's. A task that passed (or failed) on both sides and never
 //! flipped anywhere adds nothing a repetition could change.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,7 +101,7 @@ pub fn attempts(run: &RunResults) -> BTreeMap<String, (u32, u32)> {
 
 /// The tasks worth another attempt: those of `cand` below `design.max` attempts whose
 /// attempts disagree, that flipped in the base or in `flaky_before` (earlier nights), or whose
-/// majority differs from the base's.
+/// attempts differ from the base's majority (up to three attempts).
 pub fn open_tasks(
     design: &Design,
     base: &RunResults,
@@ -115,11 +115,11 @@ pub fn open_tasks(
             let Some(&(bn, bp)) = base.get(id) else { return false };
             let mixed = |n: u32, p: u32| p > 0 && p < n;
             let majority = |n: u32, p: u32| 2 * p >= n;
-            *n < design.max
-                && (mixed(*n, *passed)
-                    || mixed(bn, bp)
-                    || flaky_before.contains(id)
-                    || majority(*n, *passed) != majority(bn, bp))
+            // A task that differs from the base is tried up to three times: three agreeing
+            // attempts against a base that never flipped show a steady change, which more
+            // attempts would not move.
+            let differs = majority(*n, *passed) != majority(bn, bp) && *n < 3;
+            *n < design.max && (mixed(*n, *passed) || mixed(bn, bp) || flaky_before.contains(id) || differs)
         })
         .map(|(id, _)| id)
         .collect()

@@ -113,7 +113,12 @@ async fn load(resolver: &dyn Resolver, index: &dyn RunIndex, run: &RunId) -> Res
 
 /// The tasks that flipped (passed and failed among their attempts) in the name's latest
 /// complete runs: the index's memory of which tasks are noisy.
-async fn flaky_before(resolver: &dyn Resolver, index: &dyn RunIndex, name: &str, base: Option<&RunId>) -> BTreeSet<String> {
+async fn flaky_before(
+    resolver: &dyn Resolver,
+    index: &dyn RunIndex,
+    name: &str,
+    base: Option<&RunId>,
+) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let Ok(runs) = index.list_runs(200).await else { return out };
     let earlier = runs

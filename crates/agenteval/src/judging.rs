@@ -162,6 +162,7 @@ fn outcome(meta: &agenteval_core::format::Metadata, v: &Verdict) -> RunVerdict {
 /// Compares `cand` with `base_ref` (if it resolves) and judges it with `gates`: renders the
 /// result, records the verdict in the candidate's bundle and the index, and says which exit
 /// code it means (0 pass, 1 a gate failed, 3 the candidate did not complete).
+// Long: the comparison, its refusal, the verdict, each way it is shown and kept, in order.
 #[allow(clippy::too_many_arguments)]
 pub async fn judge_run(
     resolver: &dyn Resolver,

@@ -119,11 +119,11 @@ pub(super) async fn drive_jobs(
             }
             if last_counts.elapsed() >= COUNTS_EVERY {
                 last_counts = Instant::now();
-                fleet.refresh_counts(&opts).await?;
+                fleet.refresh_counts(opts).await?;
             }
             if last_beat.elapsed() >= HEARTBEAT_EVERY {
                 last_beat = Instant::now();
-                fleet.heartbeat(&opts).await?;
+                fleet.heartbeat(opts).await?;
             }
             if last_telemetry.elapsed() >= TELEMETRY_EVERY {
                 last_telemetry = Instant::now();
@@ -138,7 +138,7 @@ pub(super) async fn drive_jobs(
             } else if fleet.stop.is_some() {
                 break;
             } else {
-                fleet.dispatch_ready(max_conc, &opts).await?;
+                fleet.dispatch_ready(max_conc, opts).await?;
             }
             if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
                 break;
@@ -150,7 +150,7 @@ pub(super) async fn drive_jobs(
                 // Another run of the set let a job go: its slot may be this run's.
                 _ = slot_freed(shared.as_deref()), if waits_for_slot => {}
             }
-            fleet.collect_ended(&opts).await?;
+            fleet.collect_ended(opts).await?;
         }
         Ok(())
     }
@@ -173,7 +173,7 @@ pub(super) async fn drive_jobs(
     }
     fleet.counts = run.index.task_counts(&run.run_id).await?;
     // A run whose every task failed at once the same way is a broken agent too.
-    fleet.check_broken_agent(&opts).await?;
+    fleet.check_broken_agent(opts).await?;
     progress.update(&view(&fleet.counts, 0, fleet.counters.retried));
     gauges(metrics, &fleet.counts, 0, fleet.queue.len());
     fleet.export().await;

@@ -603,22 +603,21 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
     let mut opts = opts;
     let mut todo = todo;
     let drive::Driven { status, reason, fault, launch_field } = loop {
-        let driven = match drive::drive_jobs(&run, todo, epoch, &mut opts, &span, &mut spans)
-            .instrument(span.clone())
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                telemetry::set_error(&span, &e.to_string());
-                return Err(e);
-            }
-        };
+        let driven =
+            match drive::drive_jobs(&run, todo, epoch, &mut opts, &span, &mut spans).instrument(span.clone()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    telemetry::set_error(&span, &e.to_string());
+                    return Err(e);
+                }
+            };
         let Some(rounds) = opts.rounds.clone().filter(|_| driven.status == RunStatus::Complete) else {
             break driven;
         };
         match rounds.look(&run.run_id).await {
             Ok(Round::Repeat(ids)) if !ids.is_empty() => {
-                progress.message(&format!("adaptive repetitions: {} more attempt(s) where the verdict is open", ids.len()));
+                progress
+                    .message(&format!("adaptive repetitions: {} more attempt(s) where the verdict is open", ids.len()));
                 todo = repeat(&mut run, &ids).await?;
             }
             Ok(Round::Repeat(_)) => break driven,

@@ -347,7 +347,6 @@ impl Harness {
     }
 
     fn options(&self, interrupt: watch::Receiver<bool>) -> ControllerOptions {
-        rounds: None,
         ControllerOptions {
             rounds: None,
             rerun_of: None,

@@ -738,8 +738,18 @@ fn coin_config(ws: &Workspace, repetitions: &str) -> std::path::PathBuf {
 #[test]
 fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempts() {
     let ws = Workspace::new();
-    // Forty tasks: half always pass, a quarter never, a quarter pass half the time.
-    let p: Vec<f64> = (0..40).map(|i| if i < 20 { 1.0 } else if i < 30 { 0.0 } else { 0.5 }).collect();
+    // Forty tasks: twenty always pass, fourteen never, six pass half the time.
+    let p: Vec<f64> = (0..40)
+        .map(|i| {
+            if i < 20 {
+                1.0
+            } else if i < 34 {
+                0.0
+            } else {
+                0.5
+            }
+        })
+        .collect();
     ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
     let fixed = coin_config(&ws, "5");
     let (v, code, out) = ws.submit(&fixed, &[]);
