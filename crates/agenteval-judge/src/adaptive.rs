@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agenteval_core::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::compare::{CompareOptions, Comparison, compare};
+use crate::compare::{CompareOptions, Comparison, compare_clustered};
 use crate::gates::{DecideBy, Decision, Gates, Verdict, judge};
 use crate::results::RunResults;
 
@@ -139,7 +139,7 @@ pub fn look(
 ) -> Result<Look> {
     let gates = sequential(gates);
     let judged = |level_of: u32| -> Result<(Comparison, Verdict)> {
-        let comparison = compare(base, cand, design.options(opts, level_of))?;
+        let comparison = compare_clustered(base, cand, design.options(opts, level_of), gates.cluster_by.as_deref())?;
         let lines = &cand.lines;
         let verdict =
             judge(&gates, Some(&comparison), &|metric| crate::compare::run_metric(lines, metric), lines.len() as u64);

@@ -155,6 +155,12 @@ pub struct Comparison {
     /// were spent adaptively).
     #[serde(default = "ninety_five")]
     pub level: f64,
+    /// The tag whose values group the tasks when the intervals come from resampling groups
+    /// (`cluster_by` in a gates file), and how many groups there were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clustered_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<usize>,
     /// Tasks on both sides without an infrastructure failure: what the statistics cover.
     pub paired_tasks: usize,
     pub metrics: Vec<MetricDiff>,
@@ -370,6 +376,20 @@ fn side(r: &RunResults, tasks: usize) -> Side {
 /// Compares a candidate run with a base run. Runs of different benchmarks, or with no task in
 /// common, cannot be compared (`Invalid`).
 pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Result<Comparison> {
+    compare_clustered(base, cand, opts, None)
+}
+
+/// [`compare`] with the tasks in groups: the tasks whose candidate line has the tag
+/// `<cluster_by>:<value>` form one group per value (a SWE-bench run's `repo:…`), and every
+/// interval comes from resampling groups, not tasks (a cluster bootstrap: tasks of one repo
+/// fail together, so they are not independent draws). Tasks without the tag are each a group of
+/// their own. Fewer than two groups: not clustered.
+pub fn compare_clustered(
+    base: &RunResults,
+    cand: &RunResults,
+    opts: CompareOptions,
+    cluster_by: Option<&str>,
+) -> Result<Comparison> {
     if base.meta.benchmark != cand.meta.benchmark {
         return Err(Error::invalid(format!(
             "cannot compare runs of different benchmarks: {} is `{}`, {} is `{}`",
@@ -425,7 +445,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
     let scores_removed: Vec<String> = base_ids.difference(&cand_ids).map(|s| s.to_string()).collect();
     let mut names: Vec<(String, Better)> = METRICS.iter().map(|(m, b)| (m.to_string(), *b)).collect();
     names.extend(scores.into_iter().map(|id| (format!("score:{id}"), Better::Higher)));
-    let mut metrics = metric_diffs(&names, &paired, &b, &c, opts);
+    let clusters = cluster_by.and_then(|key| clusters_of(cand, &c, &paired, key));
+    let mut metrics = metric_diffs(&names, &paired, clusters.as_ref().map(|(g, _)| g.as_slice()), &b, &c, opts);
     let noise = noise_of(&b, &c, &paired, opts.level);
     let mut flaky_changes = Vec::new();
     if let Some(n) = &noise {
@@ -445,6 +466,8 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         resamples: opts.resamples,
         seed: opts.seed,
         level: opts.level,
+        clustered_by: clusters.as_ref().map(|_| cluster_by.unwrap_or_default().to_string()),
+        clusters: clusters.as_ref().map(|(_, n)| *n),
         paired_tasks: paired.len(),
         metrics,
         regressions,
@@ -460,6 +483,28 @@ pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Re
         noise,
         flaky_changes,
     })
+}
+
+/// Each paired task's group (by the candidate's `<key>:<value>` tag) and the number of groups;
+/// `None` when there are fewer than two.
+fn clusters_of(cand: &RunResults, c: &Folds<'_>, paired: &[(usize, usize)], key: &str) -> Option<(Vec<u32>, usize)> {
+    let prefix = format!("{key}:");
+    let mut ids: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let groups: Vec<u32> = paired
+        .iter()
+        .map(|&(_, y)| {
+            let value = cand
+                .tags(c.first(y))
+                .iter()
+                .find_map(|t| t.strip_prefix(&prefix))
+                .map(str::to_string)
+                // Untagged: a group of its own.
+                .unwrap_or_else(|| format!("\u{0}{}", c.id(y)));
+            let next = ids.len() as u32;
+            *ids.entry(value).or_insert(next)
+        })
+        .collect();
+    (ids.len() >= 2).then_some((groups, ids.len()))
 }
 
 /// The tasks of both sides (positions in each), and those only the candidate or only the base
@@ -500,6 +545,7 @@ fn merge(b: &Folds<'_>, c: &Folds<'_>) -> (Vec<(usize, usize)>, Vec<String>, Vec
 fn metric_diffs(
     names: &[(String, Better)],
     paired: &[(usize, usize)],
+    clusters: Option<&[u32]>,
     b: &Folds<'_>,
     c: &Folds<'_>,
     opts: CompareOptions,
@@ -516,13 +562,24 @@ fn metric_diffs(
                 .enumerate()
                 .map(|(k, (name, better))| {
                     s.spawn(move || {
-                        let values: Vec<(f64, f64)> =
-                            paired.iter().filter_map(|&(x, y)| Some((b.value(x, name)?, c.value(y, name)?))).collect();
+                        let mut groups: Vec<u32> = Vec::new();
+                        let values: Vec<(f64, f64)> = paired
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(at, &(x, y))| {
+                                let v = (b.value(x, name)?, c.value(y, name)?);
+                                if let Some(cl) = clusters {
+                                    groups.push(cl[at]);
+                                }
+                                Some(v)
+                            })
+                            .collect();
                         // No task whose cost both sides know: cost is not compared at all.
                         if values.is_empty() && !paired.is_empty() && name == "cost_per_task" {
                             return None;
                         }
-                        Some(metric_diff(name, *better, &values, opts, (chunk_at * threads + k) as u64))
+                        let groups = clusters.map(|_| groups.as_slice());
+                        Some(metric_diff(name, *better, (&values, groups), opts, (chunk_at * threads + k) as u64))
                     })
                 })
                 .collect();
@@ -533,7 +590,13 @@ fn metric_diffs(
     metrics
 }
 
-fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareOptions, index: u64) -> MetricDiff {
+fn metric_diff(
+    name: &str,
+    better: Better,
+    (values, clusters): (&[(f64, f64)], Option<&[u32]>),
+    opts: CompareOptions,
+    index: u64,
+) -> MetricDiff {
     if name == "wall_seconds_p50" {
         let (bs, cs): (Vec<f64>, Vec<f64>) = values.iter().copied().unzip();
         return MetricDiff {
@@ -553,7 +616,10 @@ fn metric_diff(name: &str, better: Better, values: &[(f64, f64)], opts: CompareO
     let (bsum, csum) = values.iter().fold((0.0, 0.0), |(x, y), (b, c)| (x + b, y + c));
     let diffs: Vec<f64> = values.iter().map(|(b, c)| c - b).collect();
     let seed = opts.seed ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    let diff = crate::stats::paired_bootstrap_at(&diffs, opts.resamples, seed, opts.level);
+    let diff = match clusters {
+        Some(cl) => crate::stats::cluster_bootstrap_at(&diffs, cl, opts.resamples, seed, opts.level),
+        None => crate::stats::paired_bootstrap_at(&diffs, opts.resamples, seed, opts.level),
+    };
     let (bad, good) = match better {
         Better::Higher => (diff.hi < 0.0, diff.lo > 0.0),
         Better::Lower => (diff.lo > 0.0, diff.hi < 0.0),
@@ -655,6 +721,34 @@ pub(crate) mod tests {
     }
 
     use TerminatedBy::*;
+
+    #[test]
+    fn tasks_of_one_repo_are_resampled_together_when_clustered() {
+        // Ten repositories of four tasks; the candidate fails every task of three of them.
+        let ids: Vec<String> = (0..40).map(|i| format!("t{i:02}")).collect();
+        let tags: Vec<Vec<String>> = (0..40).map(|i| vec![format!("repo:r{}", i / 4)]).collect();
+        let made = |name: &str, fails: &dyn Fn(usize) -> bool| {
+            let outcomes: Vec<(&str, bool, TerminatedBy)> =
+                ids.iter().enumerate().map(|(i, id)| (id.as_str(), !fails(i), Completed)).collect();
+            let mut meta = agenteval_testkit::fixtures::metadata(agenteval_core::RunId::new(), name, "jsonl", 40);
+            meta.agent = "command".into();
+            let r = run(name, &outcomes);
+            RunResults::new(meta, String::new(), r.lines.clone(), None)
+                .with_tasks(ids.iter().zip(&tags).map(|(id, t)| (id.as_str(), t.clone(), "fp")))
+        };
+        let base = made("b", &|_| false);
+        let cand = made("c", &|i| i / 4 < 3);
+        let opts = CompareOptions { resamples: 4000, seed: 5, ..Default::default() };
+        let flat = compare(&base, &cand, opts).unwrap();
+        let grouped = compare_clustered(&base, &cand, opts, Some("repo")).unwrap();
+        assert_eq!((grouped.clustered_by.as_deref(), grouped.clusters), (Some("repo"), Some(10)));
+        assert_eq!((flat.clustered_by.as_deref(), flat.clusters), (None, None));
+        let width = |c: &Comparison| c.metric("pass_rate").and_then(|m| m.diff).map(|d| d.hi - d.lo).unwrap();
+        assert!(width(&grouped) > 1.4 * width(&flat), "{} vs {}", width(&grouped), width(&flat));
+        // A tag no task has leaves every task its own group: the same as not clustering.
+        assert_eq!(compare_clustered(&base, &cand, opts, Some("domain")).unwrap().clusters, Some(40));
+        assert!(crate::report::text(&grouped, None).contains("intervals are 95%, clustered by repo (10 groups)"));
+    }
 
     #[test]
     fn regressions_improvements_and_infrastructure_are_told_apart() {

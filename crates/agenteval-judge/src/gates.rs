@@ -4,6 +4,7 @@
 //!
 //! ```yaml
 //! on_missing_baseline: fail        # or pass (default: fail when a gate compares, else pass)
+//! cluster_by: repo                 # intervals resample groups of tasks (tag `repo:…`), not tasks
 //! min_tasks: 20
 //! max_task_regressions: 2
 //! regressions: {max: 0}            # metrics worse beyond noise (whole interval on the bad side)
@@ -92,6 +93,9 @@ pub struct Gates {
     pub on_missing_baseline: OnMissingBaseline,
     /// How drop gates decide (`decide_by: point | interval`).
     pub decide_by: DecideBy,
+    /// `cluster_by: repo`: tasks tagged `repo:<value>` are resampled by group (a cluster
+    /// bootstrap) for every interval the gates judge.
+    pub cluster_by: Option<String>,
     /// `baseline: promote`: a complete run whose gates all say GO, judged and kept (`submit`,
     /// `compare --record`), becomes its name's baseline.
     pub promote: bool,
@@ -122,6 +126,7 @@ impl Gates {
 const TOP: &[&str] = &[
     "on_missing_baseline",
     "decide_by",
+    "cluster_by",
     "baseline",
     "min_tasks",
     "max_task_regressions",
@@ -161,6 +166,7 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
     let mut gates = Gates {
         on_missing_baseline: OnMissingBaseline::Fail,
         decide_by: DecideBy::Point,
+        cluster_by: None,
         promote: false,
         min_tasks: None,
         max_task_regressions: None,
@@ -198,6 +204,10 @@ pub fn load_gates_str(text: &str, file: &str) -> Result<Gates, ConfigError> {
                 Some("point") => gates.decide_by = DecideBy::Point,
                 Some("interval") => gates.decide_by = DecideBy::Interval,
                 _ => problem(at, format!("must be `point` or `interval`, not {v}")),
+            },
+            "cluster_by" => match v.as_str() {
+                Some(key) if !key.is_empty() && !key.contains(':') => gates.cluster_by = Some(key.to_string()),
+                _ => problem(at, format!("must be a tag's name (`repo` groups the tasks tagged `repo:…`), not {v}")),
             },
             "min_tasks" => match count(v) {
                 Ok(n) => gates.min_tasks = Some(n),
@@ -659,6 +669,14 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cluster_by_names_a_tag_and_a_bad_one_is_named_with_its_line() {
+        let g = load_gates_str("cluster_by: repo\nmetrics:\n  pass_rate: {max_drop: 0.05}\n", "g.yaml").unwrap();
+        assert_eq!(g.cluster_by.as_deref(), Some("repo"));
+        let e = load_gates_str("metrics: {}\ncluster_by: \"repo:django\"\n", "g.yaml").unwrap_err().to_string();
+        assert!(e.contains("g.yaml:2:") && e.contains("must be a tag's name"), "{e}");
+    }
 
     #[test]
     fn every_problem_of_a_gates_file_is_named_with_its_position() {

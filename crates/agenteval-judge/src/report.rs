@@ -110,6 +110,14 @@ fn word(m: &MetricDiff) -> &'static str {
 }
 
 /// What a reader must know before trusting the numbers: the inputs of the two runs differ.
+/// `, clustered by repo (12 groups)` when the intervals resampled groups of tasks.
+fn clustered(c: &Comparison) -> String {
+    match (&c.clustered_by, c.clusters) {
+        (Some(key), Some(n)) => format!(", clustered by {key} ({n} groups)"),
+        _ => String::new(),
+    }
+}
+
 pub fn warnings(c: &Comparison) -> Vec<String> {
     let mut out = Vec::new();
     if !c.scores_added.is_empty() {
@@ -159,7 +167,7 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         crate::tasks(c.paired_tasks),
         c.resamples,
         c.seed,
-        crate::gates::level_words(c.level)
+        crate::gates::level_words(c.level) + &clustered(c)
     );
     if let Some(a) = &c.cand.adaptive {
         let _ = writeln!(o, "spent      {}\n", crate::adaptive::spend_line(a, c.cand.cost_usd));
@@ -342,7 +350,7 @@ pub fn md_body(c: &Comparison, verdict: Option<&Verdict>) -> String {
         c.cand.run_id,
         md_escape(&c.cand.name),
         c.paired_tasks,
-        crate::gates::level_words(c.level),
+        crate::gates::level_words(c.level) + &clustered(c),
         c.resamples,
         c.seed
     );

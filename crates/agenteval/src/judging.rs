@@ -10,7 +10,7 @@ use agenteval_core::model::{RunStatus, RunUpdate, RunVerdict};
 use agenteval_core::traits::{Resolver, RunIndex};
 use agenteval_core::{Error, ErrorKind, RunId};
 use agenteval_engine::controller;
-use agenteval_judge::compare::{CompareOptions, Comparison, compare, run_metric};
+use agenteval_judge::compare::{CompareOptions, Comparison, compare_clustered, run_metric};
 use agenteval_judge::gates::{Gates, Verdict, judge, load_gates};
 use agenteval_judge::judgement::Judgement;
 use agenteval_judge::report::{self, Format};
@@ -204,7 +204,10 @@ pub async fn judge_run(
         },
     };
     let comparison = match base {
-        Some(b) => Some(compared(resolver, index, &b, (&cand_results, &cand_at), pairwise, opts).await?),
+        Some(b) => {
+            let cluster_by = gates.and_then(|g| g.cluster_by.as_deref());
+            Some(compared(resolver, index, &b, (&cand_results, &cand_at), pairwise, (opts, cluster_by)).await?)
+        }
         None => None,
     };
     // Gates judge an agent on the same questions: when too many tasks changed content, no
@@ -479,10 +482,10 @@ async fn compared(
     base: &RunId,
     (cand, cand_at): (&RunResults, &controller::Located),
     pairwise: Option<&agenteval_core::config::EvaluatorConfig>,
-    opts: CompareOptions,
+    (opts, cluster_by): (CompareOptions, Option<&str>),
 ) -> Result<Comparison, Failure> {
     let (base_results, base_at) = load(resolver, index, base).await?;
-    let mut c = compare(&base_results, cand, opts)?;
+    let mut c = compare_clustered(&base_results, cand, opts, cluster_by)?;
     if let Some(judge) = pairwise {
         let sides = [(&base_results, base_at.store.as_ref()), (cand, cand_at.store.as_ref())];
         add_pairwise(judge, sides, &mut c, opts).await?;
