@@ -134,7 +134,21 @@ fn parse<T: serde::de::DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> 
 /// Reads a run's results from its bundle. `results.jsonl` and `tasks.jsonl` are read a piece at
 /// a time, and of each task only what judging uses is kept.
 pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
+    load_from(store, run, false).await
+}
+
+/// [`load`] of a run still going: from its task packs, never from a `results.jsonl` an earlier
+/// seal left (a resumed run's is the state it was interrupted in).
+pub async fn load_live(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
+    load_from(store, run, true).await
+}
+
+async fn load_from(store: &dyn BundleStore, run: &RunId, live: bool) -> Result<RunResults> {
     let meta: Metadata = parse(&store.get(run, layout::METADATA).await?, layout::METADATA)?;
+    if live {
+        let lines = from_task_folders(store, run).await?;
+        return finish(store, run, meta, lines).await;
+    }
     let mut lines = Vec::new();
     let read = lines::each_line(store, run, layout::RESULTS, &mut |n, line| {
         if !lines::is_blank(line) {
@@ -152,6 +166,11 @@ pub async fn load(store: &dyn BundleStore, run: &RunId) -> Result<RunResults> {
         Err(e) if e.kind() == ErrorKind::NotFound => from_task_folders(store, run).await?,
         Err(e) => return Err(e),
     };
+    finish(store, run, meta, lines).await
+}
+
+/// The run's results from its lines: its grading settings and what `tasks.jsonl` says of them.
+async fn finish(store: &dyn BundleStore, run: &RunId, meta: Metadata, lines: Vec<ResultLine>) -> Result<RunResults> {
     let grading = match store.get(run, layout::CONFIG).await {
         Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
             .ok()

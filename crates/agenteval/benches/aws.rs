@@ -460,7 +460,7 @@ async fn task_images(endpoint: &str, tasks: u64, images: u64) {
         .collect();
     let todo: Vec<u32> = (0..tasks as u32).collect();
     let image_of = |i: u32| specs[i as usize].environment.as_ref().and_then(|e| e.image.clone());
-    let jobs = agenteval_engine::controller::decide::shard_by(&todo, 10, 0, 1, image_of);
+    let jobs = agenteval_engine::controller::decide::shard_by(&todo, 10, (0, 0), 1, image_of);
     use futures::StreamExt;
     let launched: Vec<bool> = futures::stream::iter(jobs)
         .map(|p| {

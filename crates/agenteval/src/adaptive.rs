@@ -141,7 +141,7 @@ impl Rounds for Adaptive {
         if !store.exists(run, KEPT).await? {
             store.put(run, KEPT, &serde_json::to_vec_pretty(&self.kept).expect("serializes")).await?;
         }
-        let cand = results::load(store, run).await?;
+        let cand = results::load_live(store, run).await?;
         let per_task = attempts(&cand);
         let most = per_task.values().map(|(n, _)| *n).max().unwrap_or(0);
         let n = most.saturating_sub(self.design.min.max(1)) + 1;

@@ -122,7 +122,7 @@ pub fn job_key(env: &agenteval_core::environment::EnvSpec) -> Option<String> {
 pub fn shard_by(
     todo: &[u32],
     per_job: u32,
-    epoch: u32,
+    (epoch, from): (u32, usize),
     attempt: u32,
     key: impl Fn(u32) -> Option<String>,
 ) -> VecDeque<Pending> {
@@ -136,7 +136,9 @@ pub fn shard_by(
         });
         groups[i].1.push(t);
     }
-    let mut n = 0;
+    // Numbered on from the jobs of the epoch's earlier rounds (adaptive repetitions), so that no
+    // job's folder is another's.
+    let mut n = from;
     let mut out = VecDeque::new();
     for (_, tasks) in groups {
         for chunk in tasks.chunks(per_job.max(1) as usize) {
@@ -257,11 +259,14 @@ mod tests {
         assert_eq!(job_key(&env(None)).as_deref(), Some("envs@sha256:aa"));
         assert_ne!(job_key(&env(Some("api"))), job_key(&env(Some("tool"))), "different sidecars, different jobs");
         assert_ne!(job_key(&env(Some("api"))), job_key(&env(None)));
-        let q = shard_by(&[0, 1, 2, 3, 4, 5, 6], 2, 0, 1, key);
+        let q = shard_by(&[0, 1, 2, 3, 4, 5, 6], 2, (0, 0), 1, key);
         let jobs: Vec<Vec<u32>> = q.iter().map(|p| p.tasks.clone()).collect();
         assert_eq!(jobs, vec![vec![0, 2], vec![4, 6], vec![1, 3], vec![5]]);
         assert_eq!(q[3].job_id.as_str(), "j000004");
-        assert_eq!(shard_by(&[0, 1, 2], 2, 0, 1, |_| None), shard(&[0, 1, 2], 2, 0, 1));
+        assert_eq!(shard_by(&[0, 1, 2], 2, (0, 0), 1, |_| None), shard(&[0, 1, 2], 2, 0, 1));
+        // A later round goes on numbering.
+        let later = shard_by(&[7, 8], 2, (0, 4), 1, |_| None);
+        assert_eq!(later[0].job_id, JobId::numbered(0, 5));
     }
 
     #[test]

@@ -89,7 +89,11 @@ pub(super) async fn drive_jobs(
                 }
                 run.tasks.spec(i as usize).ok().and_then(|t| t.environment).and_then(|e| decide::job_key(&e))
             };
-            decide::shard_by(&todo, run.config.backend.tasks_per_job, epoch, run.attempt_base + 1, image)
+            let from = run.jobs_made.load(std::sync::atomic::Ordering::Relaxed);
+            let queue =
+                decide::shard_by(&todo, run.config.backend.tasks_per_job, (epoch, from), run.attempt_base + 1, image);
+            run.jobs_made.fetch_add(queue.len(), std::sync::atomic::Ordering::Relaxed);
+            queue
         },
         in_flight: HashMap::new(),
         counters: Counters::default(),

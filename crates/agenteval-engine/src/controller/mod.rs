@@ -616,9 +616,14 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         };
         match rounds.look(&run.run_id).await {
             Ok(Round::Repeat(ids)) if !ids.is_empty() => {
-                progress
-                    .message(&format!("adaptive repetitions: {} more attempt(s) where the verdict is open", ids.len()));
                 todo = repeat(&mut run, &ids).await?;
+                if todo.is_empty() {
+                    break driven;
+                }
+                progress.message(&format!(
+                    "adaptive repetitions: {} more attempt(s) where the verdict is open",
+                    todo.len()
+                ));
             }
             Ok(Round::Repeat(_)) => break driven,
             Ok(Round::Done(spend)) => {
@@ -671,15 +676,24 @@ async fn repeat(run: &mut Run, ids: &[String]) -> Result<Vec<u32>> {
     }
     let mut added = Vec::new();
     let mut todo = Vec::new();
+    // However the judge answers, no task gets more than `max` attempts: a round adds nothing
+    // past it, and a round that can add nothing ends the run.
+    let most = run.config.repetitions.max();
     for id in ids {
         let Some(&(at, reps)) = first.get(id) else {
             return Err(Error::internal(format!("adaptive repetitions named task {id}, which the run does not have")));
         };
+        if reps >= most {
+            continue;
+        }
         let mut spec = run.tasks.spec(at)?;
         spec.id = spec.id.repetition(reps);
         todo.push(run.tasks.len() as u32);
         run.tasks.push(&spec)?;
         added.push(spec.id);
+    }
+    if added.is_empty() {
+        return Ok(todo);
     }
     run.tasks.write_to(run.store.as_ref(), &run.run_id, layout::TASKS).await?;
     run.meta.tasks_total = run.tasks.len() as u64;

@@ -57,6 +57,8 @@ pub(super) struct Run {
     /// Each job runs in its tasks' own image (`JobSpec::image`): jobs are made of tasks of one
     /// image. Set when the run starts driving.
     pub(super) task_images: bool,
+    /// Jobs made so far in this controller's epoch: a further round numbers its jobs on.
+    pub(super) jobs_made: std::sync::atomic::AtomicUsize,
 }
 
 impl Run {
@@ -75,6 +77,7 @@ impl Run {
             run_id: meta.run_id,
             fleet_file: fleet_file::TelemetryFile::new(store.clone(), meta.run_id),
             task_images: false,
+            jobs_made: std::sync::atomic::AtomicUsize::new(0),
             index_uri: config.storage.index_location().to_string(),
             config,
             tasks,

@@ -710,7 +710,7 @@ fn nights_promote_their_baseline_and_one_task_is_followed_across_thirty_nights()
 /// A benchmark whose task `tN` passes each attempt with the probability `world.json` gives it,
 /// drawn from a hash of the task, the attempt and the world's seed: a seeded coin per attempt.
 const COIN_BENCH: &str = r#"
-import hashlib, json, sys
+import hashlib, json, os, sys, time
 world = json.load(open("world.json"))
 if sys.argv[1:] == ["list"]:
     for i in range(len(world["p"])):
@@ -718,6 +718,8 @@ if sys.argv[1:] == ["list"]:
 else:
     doc = json.load(sys.stdin)
     tid = doc["task"]["id"]
+    if "@r" in tid and os.path.exists(world.get("slow", "/nonexistent")):
+        time.sleep(60)
     base = int(tid.partition("@r")[0][1:])
     draw = int(hashlib.sha256(f"{world['seed']}:{tid}".encode()).hexdigest()[:8], 16) / 2**32
     ok = draw < world["p"][base]
@@ -797,4 +799,67 @@ fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempt
     let out = ws.run(&["submit", "--config", adaptive.to_str().unwrap(), "--baseline", &base]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("needs a verdict to reach: give --gates FILE"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn an_interrupted_adaptive_run_resumes_and_goes_on_deciding() {
+    use nix::sys::signal::{Signal, kill};
+    let ws = Workspace::new();
+    let p: Vec<f64> = (0..40)
+        .map(|i| {
+            if i < 20 {
+                1.0
+            } else if i < 34 {
+                0.0
+            } else {
+                0.5
+            }
+        })
+        .collect();
+    let slow = ws.path().join("slow");
+    ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
+    let (v, code, out) = ws.submit(&coin_config(&ws, "5"), &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let base = v["run_id"].as_str().unwrap().to_string();
+    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
+    // The further attempts hang until the flag goes: the run is cut in its second round.
+    std::fs::write(&slow, "").unwrap();
+    ws.write("world.json", &serde_json::json!({"seed": 2, "p": worse, "slow": slow}).to_string());
+    let gates = ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
+    let adaptive = coin_config(&ws, "{min: 1, max: 5, until: decided}");
+    let child = ws.spawn(&[
+        "submit",
+        "--json",
+        "--config",
+        adaptive.to_str().unwrap(),
+        "--baseline",
+        &base,
+        "--gates",
+        gates.to_str().unwrap(),
+    ]);
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let cand_bundle = || -> Option<PathBuf> {
+        std::fs::read_dir(ws.runs()).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir() && !p.ends_with(&base))
+    };
+    let second_round = || {
+        cand_bundle().is_some_and(|b| std::fs::read_to_string(b.join("tasks.jsonl")).is_ok_and(|t| t.contains("@r1")))
+    };
+    wait_until("the second round", std::time::Duration::from_secs(60), second_round);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    kill(pid, Signal::SIGINT).unwrap();
+    let out = wait_output(child, std::time::Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(3), "an interrupted run exits 3: {}", text(&out.stderr));
+    let bundle = cand_bundle().unwrap();
+    assert!(bundle.join("adaptive.json").exists(), "the gates and baseline are kept for a resume");
+    let cand = bundle.file_name().unwrap().to_str().unwrap().to_string();
+
+    std::fs::remove_file(&slow).unwrap();
+    let out = ws.run(&["resume", &cand, "--json", "--index", ws.index().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let meta = read_json(&bundle.join("metadata.json"));
+    assert_eq!(meta["status"], "complete", "{meta}");
+    assert_eq!(meta["adaptive"]["ended"], "decided NO-GO", "the resumed run went on deciding: {meta}");
+    assert!(meta["adaptive"]["attempts"].as_u64().unwrap() < 100, "{meta}");
+    let judged = ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]);
+    assert_eq!(judged.status.code(), Some(1), "{}", text(&judged.stdout));
 }
