@@ -2158,3 +2158,80 @@ async fn fleet_workers_reach_bedrock_with_their_task_role() {
     }
     assert_eq!(v["summary"]["total_tokens"].as_u64(), Some(45), "{v}");
 }
+
+/// Adaptive repetitions on the fleet: the further attempts join the run's table in S3 and its
+/// tasks in DynamoDB between rounds, and the night is decided with fewer attempts than the fixed
+/// design's.
+#[tokio::test(flavor = "multi_thread")]
+async fn adaptive_repetitions_decide_on_the_fleet_with_tasks_added_to_s3_and_dynamodb() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let dir = aws.ws.path().join("coin-agent");
+    std::fs::create_dir_all(&dir).unwrap();
+    // Answers right with the probability world.json gives the task, a seeded coin per attempt.
+    let agent = "import hashlib, json, os, sys\nreq = json.loads(sys.stdin.readline())\nhere = os.path.dirname(os.path.abspath(__file__))\nworld = json.load(open(os.path.join(here, 'world.json')))\ntid = req['task_id']\np = world['p'][int(tid.partition('@r')[0][1:])]\ndraw = int(hashlib.sha256(f\"{world['seed']}:{tid}\".encode()).hexdigest()[:8], 16) / 2**32\nanswer = 'yes' if draw < p else 'no'\nprint(json.dumps({'kind': 'agent.final_answer', 'payload': {'answer': answer}}), flush=True)\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': answer}}), flush=True)\n";
+    std::fs::write(dir.join("agent.py"), agent).unwrap();
+    let p: Vec<f64> = (0..16)
+        .map(|i| {
+            if i < 8 {
+                1.0
+            } else if i < 12 {
+                0.0
+            } else {
+                0.5
+            }
+        })
+        .collect();
+    let nonce = emulator::unique("n");
+    let world = |seed: u32, p: &[f64]| serde_json::json!({"seed": seed, "p": p, "nonce": nonce}).to_string();
+    std::fs::write(dir.join("world.json"), world(1, &p)).unwrap();
+    let cases: String =
+        (0..16).map(|i| format!("{{\"id\": \"t{i:02}\", \"input\": \"q\", \"expected\": \"yes\"}}\n")).collect();
+    aws.ws.write("cases.jsonl", &cases);
+    let agent_cfg = "agent:\n  kind: command\n  command: [python3, agent.py]\n  workdir: coin-agent\n  pack: true\nevaluators:\n  - kind: exact_match\n";
+    let fixed = aws.config(
+        "coins-aws",
+        &format!("repetitions: 4\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\n{agent_cfg}"),
+        &aws.endpoint.clone(),
+    );
+    let jobs = ["--set", "backend.tasks_per_job=10"];
+    let (v, code) = aws.json(&["submit", "--json", "--config", fixed.to_str().unwrap(), jobs[0], jobs[1]]);
+    assert_eq!(code, 0, "{v}");
+    let base = v["run_id"].as_str().unwrap().to_string();
+    // The candidate breaks ten of the twenty tasks that always passed: 25 points worse.
+    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
+    std::fs::write(dir.join("world.json"), world(2, &worse)).unwrap();
+    let gates = aws.ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
+    let adaptive = aws.config(
+        "coins-aws",
+        &format!("repetitions: {{min: 1, max: 4, until: decided}}\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\n{agent_cfg}"),
+        &aws.endpoint.clone(),
+    );
+    let (v, code) = aws.json(&[
+        "submit",
+        "--json",
+        "--config",
+        adaptive.to_str().unwrap(),
+        "--baseline",
+        &base,
+        "--gates",
+        gates.to_str().unwrap(),
+        jobs[0],
+        jobs[1],
+    ]);
+    assert_eq!(code, 1, "NO-GO: {v}");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let (shown, _) = aws.json(&["runs", "show", &run, "--tasks", "--json", "--backend", "aws"]);
+    let tasks = shown["tasks"].as_array().unwrap();
+    assert!(tasks.iter().any(|t| t["task_id"].as_str().unwrap().contains("@r1")), "{shown}");
+    assert!(tasks.len() <= 80, "at most half the fixed design's 160 attempts: {}", tasks.len());
+    // DynamoDB holds every attempt the bundle's summary counts, each completed.
+    let (summary, _) = aws.json(&["report", &run, "--json", "--backend", "aws"]);
+    assert_eq!(tasks.len() as u64, summary["tasks_total"].as_u64().unwrap(), "{summary}");
+    assert!(tasks.iter().all(|t| t["state"] == "completed"), "{shown}");
+    let (c, code) =
+        aws.json(&["compare", &base, &run, "--format", "json", "--backend", "aws", "--gates", gates.to_str().unwrap()]);
+    assert_eq!(code, 1, "{c}");
+    assert_eq!(c["comparison"]["cand"]["adaptive"]["ended"], "decided NO-GO", "{c}");
+    assert_eq!(c["comparison"]["cand"]["adaptive"]["attempts"].as_u64(), Some(tasks.len() as u64), "{c}");
+}
