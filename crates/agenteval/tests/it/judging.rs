@@ -737,31 +737,30 @@ fn coin_config(ws: &Workspace, repetitions: &str) -> std::path::PathBuf {
     )
 }
 
+/// The coin benchmark's nights: forty tasks (twenty always pass, fourteen never, six pass half
+/// the time) run five times each as the base; then the world the candidate meets, with ten of
+/// the always-passing tasks broken (25 points worse) and `extra` fields in `world.json`. Returns
+/// the base run, the gates file and the adaptive config.
+fn coin_nights(ws: &Workspace, extra: serde_json::Value) -> (String, PathBuf, PathBuf) {
+    let p: Vec<f64> = (0..40).map(|i| [1.0, 0.0, 0.5][usize::from(i >= 20) + usize::from(i >= 34)]).collect();
+    ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
+    let (v, code, out) = ws.submit(&coin_config(ws, "5"), &[]);
+    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
+    let base = v["run_id"].as_str().unwrap().to_string();
+    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
+    let mut world = serde_json::json!({"seed": 2, "p": worse});
+    if let (Some(w), Some(e)) = (world.as_object_mut(), extra.as_object()) {
+        w.extend(e.clone());
+    }
+    ws.write("world.json", &world.to_string());
+    let gates = ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
+    (base, gates, coin_config(ws, "{min: 1, max: 5, until: decided}"))
+}
+
 #[test]
 fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempts() {
     let ws = Workspace::new();
-    // Forty tasks: twenty always pass, fourteen never, six pass half the time.
-    let p: Vec<f64> = (0..40)
-        .map(|i| {
-            if i < 20 {
-                1.0
-            } else if i < 34 {
-                0.0
-            } else {
-                0.5
-            }
-        })
-        .collect();
-    ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
-    let fixed = coin_config(&ws, "5");
-    let (v, code, out) = ws.submit(&fixed, &[]);
-    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
-    let base = v["run_id"].as_str().unwrap().to_string();
-    // The candidate breaks ten of the tasks that always passed: 25 points worse.
-    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
-    ws.write("world.json", &serde_json::json!({"seed": 2, "p": worse}).to_string());
-    let gates = ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
-    let adaptive = coin_config(&ws, "{min: 1, max: 5, until: decided}");
+    let (base, gates, adaptive) = coin_nights(&ws, serde_json::json!({}));
     let out = ws.run(&[
         "submit",
         "--config",
@@ -805,28 +804,10 @@ fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempt
 fn an_interrupted_adaptive_run_resumes_and_goes_on_deciding() {
     use nix::sys::signal::{Signal, kill};
     let ws = Workspace::new();
-    let p: Vec<f64> = (0..40)
-        .map(|i| {
-            if i < 20 {
-                1.0
-            } else if i < 34 {
-                0.0
-            } else {
-                0.5
-            }
-        })
-        .collect();
-    let slow = ws.path().join("slow");
-    ws.write("world.json", &serde_json::json!({"seed": 1, "p": p}).to_string());
-    let (v, code, out) = ws.submit(&coin_config(&ws, "5"), &[]);
-    assert_eq!(code, 0, "{v} {}", text(&out.stderr));
-    let base = v["run_id"].as_str().unwrap().to_string();
-    let worse: Vec<f64> = p.iter().enumerate().map(|(i, &p)| if i < 10 { 0.0 } else { p }).collect();
     // The further attempts hang until the flag goes: the run is cut in its second round.
+    let slow = ws.path().join("slow");
     std::fs::write(&slow, "").unwrap();
-    ws.write("world.json", &serde_json::json!({"seed": 2, "p": worse, "slow": slow}).to_string());
-    let gates = ws.write("gates.yaml", "metrics:\n  pass_rate: {max_drop: 0.05}\n");
-    let adaptive = coin_config(&ws, "{min: 1, max: 5, until: decided}");
+    let (base, gates, adaptive) = coin_nights(&ws, serde_json::json!({"slow": slow}));
     let child = ws.spawn(&[
         "submit",
         "--json",
