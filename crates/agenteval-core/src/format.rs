@@ -78,25 +78,7 @@ pub struct Metadata {
     /// What an adaptive run's repetitions spent (`repetitions: {until: decided}`), against the
     /// fixed design it replaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adaptive: Option<AdaptiveSpend>,
-}
-
-/// What an adaptive run spent against the fixed design it replaces (`max` attempts of every
-/// task), and how its looks ended.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct AdaptiveSpend {
-    pub min: u32,
-    pub max: u32,
-    /// Looks taken (rounds judged).
-    pub looks: u32,
-    /// The confidence of the last look's intervals (the level the run is judged at).
-    pub level: f64,
-    /// Task-attempts made.
-    pub attempts: u64,
-    /// Task-attempts the fixed design would have made (`max` of every task).
-    pub fixed_attempts: u64,
-    /// How the looks ended: `decided GO`, `decided NO-GO`, `undecidable`, or why they stopped.
-    pub ended: String,
+    pub adaptive: Option<crate::model::AdaptiveSpend>,
 }
 
 impl Metadata {

@@ -1404,6 +1404,10 @@ pub struct RunSummary {
     /// What those calls cost, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_without_result_usd: Option<f64>,
+    /// What the run's adaptive repetitions spent against the fixed design (`metadata.json`'s
+    /// `adaptive`), for a run whose repetitions were adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveSpend>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -1754,6 +1758,24 @@ pub fn of_history(run_name: &str, asked: &str) -> bool {
     }
     let Some(label) = run_name.strip_prefix(asked).and_then(|r| r.strip_prefix(" [")) else { return false };
     label.strip_suffix(']').is_some_and(|l| !l.is_empty() && !l.contains(']') && !l.contains('['))
+}
+
+/// What an adaptive run spent against the fixed design it replaces (`max` attempts of every
+/// task), and how its looks ended.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdaptiveSpend {
+    pub min: u32,
+    pub max: u32,
+    /// Looks taken (rounds judged).
+    pub looks: u32,
+    /// The confidence of the last look's intervals (the level the run is judged at).
+    pub level: f64,
+    /// Task-attempts made.
+    pub attempts: u64,
+    /// Task-attempts the fixed design would have made (`max` of every task).
+    pub fixed_attempts: u64,
+    /// How the looks ended: `decided GO`, `decided NO-GO`, `undecidable`, or why they stopped.
+    pub ended: String,
 }
 
 #[cfg(test)]

@@ -162,7 +162,7 @@ pub fn look(
     Ok(Look { next, comparison, verdict })
 }
 
-pub use agenteval_core::format::AdaptiveSpend as Spend;
+pub use agenteval_core::model::AdaptiveSpend as Spend;
 
 /// One line: `decided GO after 2 of 5 looks (last at 95.2%): 64 task-attempts, $1.50 against 250
 /// for 5 of each task (26%)`.

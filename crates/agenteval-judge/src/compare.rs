@@ -79,7 +79,7 @@ pub struct Side {
     pub tasks: usize,
     /// What this side's adaptive repetitions spent against the fixed design (`None`: fixed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adaptive: Option<agenteval_core::format::AdaptiveSpend>,
+    pub adaptive: Option<agenteval_core::model::AdaptiveSpend>,
     /// What this side's finished attempts cost (`None`: a cost is unknown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_usd: Option<f64>,

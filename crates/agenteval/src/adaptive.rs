@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use agenteval_core::config::{AdaptiveRepetitions, RunConfig};
-use agenteval_core::format::AdaptiveSpend;
+use agenteval_core::model::AdaptiveSpend;
 use agenteval_core::traits::{BundleStore, Resolver, RunIndex};
 use agenteval_core::{Error, Result, RunId};
 use agenteval_engine::controller::{self, Round, Rounds};

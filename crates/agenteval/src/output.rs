@@ -438,7 +438,15 @@ pub fn summary_lines(s: &RunSummary) -> Vec<String> {
     .collect();
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));
+    out.extend(adaptive_line(s));
     out
+}
+
+/// What an adaptive run's repetitions spent against the fixed design, and how they ended.
+fn adaptive_line(s: &RunSummary) -> Option<String> {
+    let a = s.adaptive.as_ref()?;
+    let line = agenteval_judge::adaptive::spend_line(a, s.total_cost_usd);
+    Some(wrapped("adaptive   ", line.trim_start_matches("adaptive repetitions: "), 80))
 }
 
 /// Model calls no task's result holds (tasks cancelled or cut short with their calls made),

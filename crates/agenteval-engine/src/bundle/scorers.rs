@@ -361,6 +361,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         calls_without_result: 0,
         cost_without_result_usd: None,
         harbor_would_skip: 0,
+        adaptive: None,
     }
 }
 

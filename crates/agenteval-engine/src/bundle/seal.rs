@@ -446,6 +446,7 @@ pub async fn seal_contents(
         summary.budget_usd = Some(budget);
         summary.over_budget_usd = Some((spent - budget).max(0.0));
     }
+    summary.adaptive = meta.adaptive.clone();
     if let Some((calls, usd)) = meta.calls_at_wire {
         // The calls no result holds: a cancelled or cut-short task's, made all the same.
         let in_results: u64 = summary.models.values().sum();

@@ -135,7 +135,7 @@ pub enum Round {
     /// These tasks (base ids) get one more attempt each.
     Repeat(Vec<String>),
     /// The run is over: decided, or nothing left can decide it.
-    Done(agenteval_core::format::AdaptiveSpend),
+    Done(agenteval_core::model::AdaptiveSpend),
 }
 
 /// Judges an adaptive run between its rounds (the binary's: judging is not the engine's).

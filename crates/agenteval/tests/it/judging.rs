@@ -793,6 +793,11 @@ fn adaptive_repetitions_decide_a_clear_regression_with_a_fraction_of_the_attempt
     // `compare` says the same, from the bundle.
     let again = text(&ws.run(&["compare", &base, &cand, "--gates", gates.to_str().unwrap()]).stdout);
     assert!(again.contains("spent      adaptive repetitions: decided NO-GO"), "{again}");
+    // `runs show` says it under the run's summary, from the bundle's summary.
+    let shown = text(&ws.run(&["runs", "show", &cand]).stdout);
+    assert!(shown.contains("adaptive   decided NO-GO after"), "{shown}");
+    let summary = read_json(&ws.runs().join(&cand).join("summary.json"));
+    assert_eq!(summary["adaptive"]["attempts"].as_u64(), Some(attempts), "{summary}");
 
     // Without --gates there is nothing to decide: refused before anything runs.
     let out = ws.run(&["submit", "--config", adaptive.to_str().unwrap(), "--baseline", &base]);
