@@ -163,11 +163,26 @@ stop_all
 
 /// The report, once every process is stopped: the listeners let go on, what each stopped one has
 /// spent, and anything the last pass had to stop (started while the hold ran). A process shows
-/// as stopped a moment before it is switched out (which counts as one more switch): the report
-/// waits a tenth of a second first, so that what it reads is what a process that stays stopped
-/// keeps.
+/// as stopped a moment before it is switched out (which counts as one more switch), longer on a
+/// busy machine: the report reads the stopped processes' counts every tenth of a second until
+/// two reads agree (for at most a second), so that what it keeps is what a process that stays
+/// stopped keeps. One that wakes itself keeps moving and is caught after the tests all the same.
 const REPORT: &str = r#"
-read -t 0.1 -u $nap 2>/dev/null
+settled=""
+n=0
+while [ $n -lt 10 ]; do
+  read -t 0.1 -u $nap 2>/dev/null
+  now=""
+  for d in /proc/[0-9]*; do
+    read -r line 2>/dev/null < $d/stat || continue
+    rest=${line##*) }
+    set -- $rest
+    case "$1" in T|t) spent_of $d; now="$now ${d#/proc/}:$spent" ;; esac
+  done
+  [ "$now" = "$settled" ] && break
+  settled=$now
+  n=$((n + 1))
+done
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
   case "$keep" in *" $pid "*) continue ;; esac
