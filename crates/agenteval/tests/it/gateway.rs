@@ -41,6 +41,9 @@ def chat(text, stream=False):
 answer = None
 if mode == "chat":
     answer = chat("hello")
+elif mode == "chat3":
+    # Three calls back to back: more than a limit of two a second lets go at once.
+    answer = " ".join(chat("hello %d" % i) for i in range(3))
 elif mode == "chat-stream":
     answer = chat("streamed", stream=True)
 elif mode == "anthropic-stream":
