@@ -123,6 +123,7 @@ fn run_from_item(item: &Item) -> Result<RunRecord> {
         verdict: get_opt_s(item, "verdict").as_deref().and_then(RunVerdict::parse),
         baseline: get_opt_s(item, "baseline").and_then(|b| RunId::from_str(&b).ok()),
         set_id: get_opt_s(item, "set_id"),
+        concurrency: get_opt_s(item, "concurrency").and_then(|s| serde_json::from_str(&s).ok()),
     })
 }
 
@@ -512,6 +513,10 @@ impl RunIndex for DynamoDbRunIndex {
             sets.push("baseline = :baseline".into());
             values.insert(":baseline".into(), opt_s(u.baseline.map(|b| b.to_string())));
         }
+        if let Some(c) = &u.concurrency {
+            sets.push("concurrency = :conc".into());
+            values.insert(":conc".into(), s(serde_json::to_string(c).map_err(|e| Error::json("encoding", e))?));
+        }
         let res = self
             .clients
             .dynamodb
@@ -793,6 +798,33 @@ impl RunIndex for DynamoDbRunIndex {
             }
             Err(e) => Err(classify("counting a call", e)),
         }
+    }
+
+    async fn add_throttled(&self, run: &RunId, calls: u64) -> Result<()> {
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("ADD throttled :n")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":n", n(calls))
+            .send()
+            .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify("counting a throttled call", e)),
+        }
+    }
+
+    async fn throttled(&self, run: &RunId) -> Result<u64> {
+        let item = self.get_item(run_pk(run), "#RUN".into()).await?;
+        Ok(item.map_or(0, |i| get_n::<u64>(&i, "throttled").unwrap_or(0)))
     }
 
     async fn calls(&self, run: &RunId) -> Result<(u64, f64)> {

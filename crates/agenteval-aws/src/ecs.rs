@@ -192,6 +192,9 @@ pub struct EcsBackend {
     task_defs: crate::task_images::TaskDefinitions,
     /// Until when Spot launches go on on-demand Fargate instead (`aws.spot_fallback`).
     on_demand_until: Mutex<Option<Instant>>,
+    /// Launches ECS refused for now (throttled, no capacity) since the controller last asked,
+    /// and what the last one said: its concurrency backs off on them (`pressure`).
+    refused: Mutex<(u64, String)>,
 }
 
 /// How long launches stay on on-demand Fargate after a Spot launch failed, before Spot is tried
@@ -236,7 +239,15 @@ impl EcsBackend {
             missing_since: Mutex::new(HashMap::new()),
             task_defs: Default::default(),
             on_demand_until: Mutex::new(None),
+            refused: Mutex::new((0, String::new())),
         }
+    }
+
+    /// A launch ECS refused for now, for the controller's concurrency.
+    fn refused_for_now(&self, said: &str) {
+        let mut r = self.refused.lock().expect("refused lock");
+        r.0 += 1;
+        r.1 = said.chars().take(200).collect();
     }
 
     /// Whether Spot launches are paused for on-demand ones after a Spot launch failed.
@@ -397,6 +408,9 @@ impl CloudBackend for EcsBackend {
                         attempt -= 1;
                         continue;
                     }
+                    if err.kind() == ErrorKind::Transient {
+                        self.refused_for_now(&err.to_string());
+                    }
                     if err.kind() == ErrorKind::Transient && attempt < LAUNCH_TRIES {
                         tracing::warn!(job = %job.job_id, "RunTask failed, retrying: {err}");
                         self.count(|c| c.launch_retries += 1);
@@ -411,6 +425,9 @@ impl CloudBackend for EcsBackend {
                 return Ok(JobHandle { job_id: job.job_id.clone(), attempt: job.attempt, native_id: arn });
             }
             let reason = failures;
+            if retryable_launch_failure(&reason) {
+                self.refused_for_now(&reason);
+            }
             if spot && retryable_launch_failure(&reason) && self.fall_back_from_spot(&reason) {
                 attempt -= 1;
                 continue;
@@ -426,6 +443,11 @@ impl CloudBackend for EcsBackend {
             return Err(Error::new(kind, format!("RunTask failed for job {}: {reason}", job.job_id)));
         }
         Err(Error::new(ErrorKind::Transient, format!("RunTask kept failing for job {}", job.job_id)))
+    }
+
+    async fn pressure(&self) -> Option<String> {
+        let (n, said) = std::mem::take(&mut *self.refused.lock().expect("refused lock"));
+        (n > 0).then(|| format!("ECS refused {n} launch{} for now ({said})", if n == 1 { "" } else { "es" }))
     }
 
     async fn job_status(&self, handles: &[JobHandle]) -> Result<Vec<JobStatus>> {

@@ -199,6 +199,10 @@ impl std::fmt::Debug for Usage {
 pub trait CallLedger: Send + Sync {
     /// Adds `calls` calls and `usd` dollars.
     async fn add(&self, calls: u64, usd: f64) -> Result<()>;
+    /// Adds `calls` calls that were rate limited (`RunIndex::add_throttled`).
+    async fn throttled(&self, _calls: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What a run's model calls spent, shared by every worker of the run.

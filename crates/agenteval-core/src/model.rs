@@ -967,6 +967,22 @@ pub struct RunRecord {
     /// The set the run belongs to (`submit --matrix`; `compare --set`).
     #[serde(default)]
     pub set_id: Option<String>,
+    /// How many jobs the controller keeps in flight now and why, when it has changed from
+    /// `backend.max_concurrent_jobs` (`status` shows it).
+    #[serde(default)]
+    pub concurrency: Option<Concurrency>,
+}
+
+/// The jobs a controller keeps in flight: `limit` of at most `max`, and what held it below
+/// `max` (the provider's 429s, ECS throttling launches, the machine's memory, failing
+/// containers) or let it rise again.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Concurrency {
+    pub limit: u32,
+    pub max: u32,
+    /// Why it last changed, in a line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
 }
 
 /// What a judged run came to, one word each (`runs list`, the UI, `comparison.json`): its gates
@@ -1016,6 +1032,8 @@ pub struct RunUpdate {
     pub verdict: Option<RunVerdict>,
     /// The run that verdict was judged against.
     pub baseline: Option<RunId>,
+    /// The controller's concurrency, when it changed.
+    pub concurrency: Option<Concurrency>,
     /// Applies the update only while the run's epoch is this one; otherwise the update fails
     /// with `Conflict`. This is the run's lease: a controller claims a run by moving its epoch
     /// on from the one it read, and every heartbeat and the seal are conditional on it, so two

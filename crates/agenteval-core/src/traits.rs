@@ -333,6 +333,12 @@ pub trait CloudBackend: Send + Sync {
     async fn task_images(&self, _images: &[String]) -> Result<Option<BTreeMap<String, String>>> {
         Ok(None)
     }
+    /// What held this backend's launches back since the last ask, in a line (the platform
+    /// throttling launches, the machine short of memory): the controller launches fewer jobs
+    /// at once while there is something. `None`: nothing did.
+    async fn pressure(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Secrets by name, for workers (and the local pre-flight). Implementations never log a value.
@@ -636,6 +642,16 @@ pub trait RunIndex: Send + Sync {
     /// The run's calls and what they cost (`add_calls`).
     async fn calls(&self, _run: &RunId) -> Result<(u64, f64)> {
         Ok((0, 0.0))
+    }
+    /// Adds model calls of the run that were rate limited (the provider answered 429 or 529, or
+    /// the run's own rate limits held them back): what the controller's concurrency backs off
+    /// on. The default counts nothing.
+    async fn add_throttled(&self, _run: &RunId, _calls: u64) -> Result<()> {
+        Ok(())
+    }
+    /// The run's rate-limited calls so far (`add_throttled`).
+    async fn throttled(&self, _run: &RunId) -> Result<u64> {
+        Ok(0)
     }
     /// Books `cost_ms` of the run's rate limit `key` (the gateway's governor, shared by every
     /// worker of the run): the limit's time becomes `max(its time, now_ms) + cost_ms`, in one

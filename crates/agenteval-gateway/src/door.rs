@@ -119,6 +119,19 @@ impl Session {
         }
     }
 
+    /// Counts a call the provider refused for its rate (or the run's rate limits held back long)
+    /// for the run, in the background: the controller's concurrency backs off on it.
+    pub fn count_throttled(&self) {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (Some(usage), Some(rt)) = (self.usage.clone(), runtime) {
+            rt.spawn(async move {
+                if let Err(e) = usage.throttled(1).await {
+                    tracing::warn!("cannot count a rate-limited call for the run: {e}");
+                }
+            });
+        }
+    }
+
     /// Adds a call's cost to the run's ledger, in the background: the next call of any task
     /// reads it.
     fn spend(&self, usd: f64) {

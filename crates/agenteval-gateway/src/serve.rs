@@ -696,16 +696,22 @@ async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::
     let _one_at_a_time = session.turn.lock().await;
     match rate.wait_turn(&record.asked.model, tokens).await {
         Ok(booked) => {
+            if booked.waited >= HELD_BACK {
+                session.count_throttled();
+            }
             record.queued += booked.waited;
             record.booked = Some(booked);
             Ok(record)
         }
-        Err(wait) => Err(record.refuse(Refusal::RateLimited {
+        Err(wait) => {
+            session.count_throttled();
+            Err(record.refuse(Refusal::RateLimited {
             reason: format!(
                 "the run's rate limits (agent.upstream.rate_limits) have no turn for this call for {} s; try again later",
                 wait.as_secs()
             ),
-        })),
+        }))
+        }
     }
 }
 
@@ -740,6 +746,9 @@ impl Sending<'_> {
         let (provider, wire) = (self.provider, self.wire);
         loop {
             let sent_at = self.once(&record).await;
+            if sent_at.as_ref().is_ok_and(|a| THROTTLED.contains(&a.status)) {
+                record.session.count_throttled();
+            }
             let pause = match &sent_at {
                 Ok(a) if record.session.retry && RETRIED.contains(&a.status) => {
                     Some(a.retry_after.unwrap_or_else(|| backoff(record.retries)))
@@ -827,6 +836,14 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
 /// Statuses the gateway asks again after (its agent never sees them unless it gives up): rate
 /// limited, failing, overloaded (Anthropic's 529).
 const RETRIED: [u16; 6] = [429, 500, 502, 503, 504, 529];
+
+/// Statuses that say the provider is asked more than it takes (rate limited, overloaded): each
+/// counts for the run, and the controller's concurrency backs off on them.
+const THROTTLED: [u16; 2] = [429, 529];
+
+/// A wait for a turn under the run's rate limits past which the call counts as held back (as a
+/// 429 would): more tasks in flight would only wait longer.
+const HELD_BACK: Duration = Duration::from_secs(2);
 
 /// The longest the gateway waits for a provider in all, for one call.
 const MAX_WAIT: Duration = Duration::from_secs(120);

@@ -61,7 +61,8 @@ impl BackendKind for LocalBackendKind {
         let BundleRoot::Local(root) = &cfg.storage.bundle_root else {
             return Err(Error::invalid("the local backend needs a local bundle folder"));
         };
-        let backend = LocalProcessBackend::new(self.exe.clone(), FsBundleStore::new(root));
+        let backend = LocalProcessBackend::new(self.exe.clone(), FsBundleStore::new(root))
+            .memory_floor(cfg.backend.min_free_memory_mb);
         // Workers start by fork from one server (an `exec` of the binary costs as much as a small
         // job's work); `AGENTEVAL_WORKER_START=exec` starts each by `exec`, as before.
         let by_exec = match std::env::var(WORKER_START).as_deref() {

@@ -43,6 +43,9 @@ pub struct LocalProcessBackend {
     fork_server: Option<Vec<String>>,
     /// The fork server once started; `None` inside if it could not be (workers `exec`).
     forks: std::sync::OnceLock<Option<ForkServer>>,
+    /// The memory (MiB) the machine keeps available (`backend.min_free_memory_mb`); `None`: a
+    /// twentieth of the machine's, at least 512.
+    memory_floor_mb: Option<u64>,
 }
 
 impl std::fmt::Debug for LocalProcessBackend {
@@ -61,7 +64,14 @@ impl LocalProcessBackend {
             changed: Arc::new(Notify::new()),
             fork_server: None,
             forks: std::sync::OnceLock::new(),
+            memory_floor_mb: None,
         }
+    }
+
+    /// Below `mb` of available memory, the controller is told to launch fewer workers.
+    pub fn memory_floor(mut self, mb: Option<u64>) -> Self {
+        self.memory_floor_mb = mb;
+        self
     }
 
     /// Workers start by fork from one server started as `exe ARGS` (which must end in
@@ -274,13 +284,44 @@ impl CloudBackend for LocalProcessBackend {
         Ok(())
     }
 
+    /// The machine's memory: every worker and its agent's containers share it, and a machine
+    /// that runs out kills what runs (the kernel's OOM killer) rather than saying no.
+    async fn pressure(&self) -> Option<String> {
+        let (available, total) = meminfo(&std::fs::read_to_string("/proc/meminfo").ok()?)?;
+        let floor = self.memory_floor_mb.unwrap_or((total / 20).max(512));
+        (available < floor).then(|| {
+            format!(
+                "the machine has {available} MiB of memory available, under {floor} MiB (backend.min_free_memory_mb)"
+            )
+        })
+    }
+
     async fn wait_for_change(&self, timeout: Duration) {
         let _ = tokio::time::timeout(timeout, self.changed.notified()).await;
     }
 }
 
+/// `MemAvailable` and `MemTotal` of `/proc/meminfo`, in MiB.
+fn meminfo(text: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb / 1024)
+    };
+    Some((field("MemAvailable:")?, field("MemTotal:")?))
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn meminfo_reads_available_and_total_in_mib() {
+        let text = "MemTotal:       24576000 kB\nMemFree:         1000 kB\nMemAvailable:    2048000 kB\n";
+        assert_eq!(super::meminfo(text), Some((2000, 24000)));
+        assert_eq!(super::meminfo("MemTotal: 1 kB\n"), None);
+    }
+
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

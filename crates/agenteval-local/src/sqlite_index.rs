@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS runs (
     set_id TEXT,
     wire_spend REAL NOT NULL DEFAULT 0,
     call_count INTEGER NOT NULL DEFAULT 0,
-    call_usd REAL NOT NULL DEFAULT 0
+    call_usd REAL NOT NULL DEFAULT 0,
+    throttled INTEGER NOT NULL DEFAULT 0,
+    concurrency TEXT
 );
 CREATE TABLE IF NOT EXISTS baselines (
     name TEXT PRIMARY KEY,
@@ -97,7 +99,7 @@ impl std::fmt::Debug for SqliteRunIndex {
 }
 
 /// Version of the schema this build writes, kept in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// The schema version an index file says it has (0 for a new file).
 fn schema_version(conn: &Connection) -> Result<i64> {
@@ -127,6 +129,8 @@ fn migrate(conn: &Connection) -> Result<()> {
         ("runs", "wire_spend", "REAL NOT NULL DEFAULT 0"),
         ("runs", "call_count", "INTEGER NOT NULL DEFAULT 0"),
         ("runs", "call_usd", "REAL NOT NULL DEFAULT 0"),
+        ("runs", "throttled", "INTEGER NOT NULL DEFAULT 0"),
+        ("runs", "concurrency", "TEXT"),
     ] {
         let has: bool = conn
             .query_row(&format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"), [column], |r| {
@@ -281,6 +285,7 @@ fn run_from_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRecord> {
         verdict: r.get::<_, Option<String>>("verdict")?.as_deref().and_then(RunVerdict::parse),
         baseline: r.get::<_, Option<String>>("baseline")?.and_then(|s| RunId::from_str(&s).ok()),
         set_id: r.get("set_id")?,
+        concurrency: r.get::<_, Option<String>>("concurrency")?.and_then(|s| serde_json::from_str(&s).ok()),
     })
 }
 
@@ -556,6 +561,10 @@ impl RunIndex for SqliteRunIndex {
     async fn update_run(&self, run: &RunId, u: &RunUpdate) -> Result<()> {
         let id = run.to_string();
         let u = u.clone();
+        let concurrency = match &u.concurrency {
+            Some(c) => Some(serde_json::to_string(c).map_err(|e| Error::json("encoding", e))?),
+            None => None,
+        };
         self.with(move |c| {
             let now = ts(Utc::now());
             let n = c
@@ -570,6 +579,7 @@ impl RunIndex for SqliteRunIndex {
                         leased_at = CASE WHEN ?8 IS NOT NULL THEN ?5 ELSE leased_at END,
                         verdict = COALESCE(?10, verdict),
                         baseline = CASE WHEN ?10 IS NOT NULL THEN ?11 ELSE baseline END,
+                        concurrency = COALESCE(?12, concurrency),
                         updated_at = ?5
                      WHERE run_id = ?1 AND (?9 IS NULL OR epoch = ?9)",
                 )
@@ -586,6 +596,7 @@ impl RunIndex for SqliteRunIndex {
                         u.if_epoch.map(|e| e as i64),
                         u.verdict.map(|v| v.as_str()),
                         u.baseline.map(|b| b.to_string()),
+                        concurrency,
                     ])
                 })
                 .map_err(|e| db_err("updating run", e))?;
@@ -718,6 +729,33 @@ impl RunIndex for SqliteRunIndex {
                 return Err(Error::not_found(format!("run {id} is not in the index")));
             }
             Ok(())
+        })
+        .await
+    }
+
+    async fn add_throttled(&self, run: &RunId, calls: u64) -> Result<()> {
+        let id = run.to_string();
+        let calls = calls.min(i64::MAX as u64) as i64;
+        self.with(move |c| {
+            let n = c
+                .prepare_cached("UPDATE runs SET throttled = throttled + ?2 WHERE run_id = ?1")
+                .and_then(|mut st| st.execute(params![id, calls]))
+                .map_err(|e| db_err("counting a throttled call", e))?;
+            if n == 0 {
+                return Err(Error::not_found(format!("run {id} is not in the index")));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn throttled(&self, run: &RunId) -> Result<u64> {
+        let id = run.to_string();
+        self.with(move |c| {
+            c.prepare_cached("SELECT throttled FROM runs WHERE run_id = ?1")
+                .and_then(|mut st| st.query_row([id], |r| Ok(r.get::<_, i64>(0)?.max(0) as u64)).optional())
+                .map_err(|e| db_err("reading throttled calls", e))
+                .map(|v| v.unwrap_or(0))
         })
         .await
     }

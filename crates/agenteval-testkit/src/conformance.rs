@@ -201,6 +201,7 @@ pub fn run_record(run: RunId, name: &str) -> RunRecord {
         verdict: None,
         baseline: None,
         set_id: None,
+        concurrency: None,
     }
 }
 
@@ -400,6 +401,19 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!((usd - 0.5).abs() < 1e-9, "their cost, a NaN adding nothing: {usd}");
     assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9, "the budget's spend is apart");
     assert_eq!(index.add_calls(&RunId::new(), 1, 0.0).await.unwrap_err().kind(), ErrorKind::NotFound);
+    // Rate-limited calls, counted by several workers at once, apart from the calls.
+    assert_eq!(index.throttled(&run).await.unwrap(), 0);
+    let (a, b) = tokio::join!(index.add_throttled(&run, 1), index.add_throttled(&run, 2));
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(index.throttled(&run).await.unwrap(), 3);
+    assert_eq!(index.calls(&run).await.unwrap().0, 2, "rate-limited calls are not calls made");
+    assert_eq!(index.add_throttled(&RunId::new(), 1).await.unwrap_err().kind(), ErrorKind::NotFound);
+    // The controller's concurrency, kept with the run and left alone by other updates.
+    let concurrency = Concurrency { limit: 3, max: 8, why: Some("the provider's 429s".into()) };
+    index.update_run(&run, &RunUpdate { concurrency: Some(concurrency.clone()), ..Default::default() }).await.unwrap();
+    index.update_run(&run, &RunUpdate { heartbeat: true, ..Default::default() }).await.unwrap();
+    assert_eq!(index.get_run(&run).await.unwrap().unwrap().concurrency, Some(concurrency));
     assert!(!index.get_task(&run, &tid("t1")).await.unwrap().unwrap().cost_unknown);
     assert_eq!(counts.tokens, 100);
     // A rate limit booked by several workers at once: every booking counts, each after the

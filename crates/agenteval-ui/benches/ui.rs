@@ -64,6 +64,7 @@ fn record(run: RunId, name: &str, tasks: u64, store: &dyn BundleStore) -> RunRec
         verdict: Some(agenteval_core::model::RunVerdict::Pass),
         baseline: None,
         set_id: None,
+        concurrency: None,
     }
 }
 

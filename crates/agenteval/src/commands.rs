@@ -357,6 +357,13 @@ async fn status(run: &str, index: &IndexArgs, json: bool) -> Result<u8, Failure>
     if let Some(why) = &reason {
         say!("why       {why}");
     }
+    if let Some(c) = &r.concurrency {
+        let at = if r.status == RunStatus::Running { "" } else { " at the end" };
+        match &c.why {
+            Some(why) => say!("jobs      at most {} of {} in flight{at}: {why}", c.limit, c.max),
+            None => say!("jobs      at most {} in flight (backend.max_concurrent_jobs){at}", c.limit),
+        }
+    }
     say!(
         "tasks     {} total: {} finished, {} running, {} waiting, {} cancelled",
         counts.total,

@@ -1268,9 +1268,22 @@ pub struct BackendConfig {
     /// `aws` (ECS Fargate); `agenteval --help` lists every backend this build has.
     #[serde(default)]
     pub id: BackendId,
+    /// The most jobs in flight at once (default 4). Under `concurrency: adaptive` the controller
+    /// keeps fewer while something pushes back, and rises to this again when it clears.
     #[serde(default = "default_concurrency")]
     #[schemars(range(min = 1, max = MAX_CONCURRENT_JOBS))]
     pub max_concurrent_jobs: u32,
+    /// `adaptive` (the default): the jobs in flight follow what holds: fewer when the provider
+    /// answers 429 or the run's rate limits hold calls back, when the platform throttles
+    /// launches, when jobs fail for the infrastructure (a container that would not start) or
+    /// the machine runs short of memory; back up to `max_concurrent_jobs` when they clear.
+    /// `fixed`: always `max_concurrent_jobs`.
+    #[serde(default)]
+    pub concurrency: ConcurrencyMode,
+    /// `local`: the memory (MiB) the machine keeps available; below it the controller launches
+    /// fewer jobs (default: a twentieth of the machine's memory, at least 512 MiB).
+    #[serde(default)]
+    pub min_free_memory_mb: Option<u64>,
     /// Tasks per job; 1 runs one worker per task.
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = MAX_TASKS_PER_JOB))]
@@ -1306,6 +1319,15 @@ pub struct BackendConfig {
     pub options: serde_json::Map<String, serde_json::Value>,
 }
 
+/// How the controller sets the number of jobs in flight (`backend.concurrency`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ConcurrencyMode {
+    #[default]
+    Adaptive,
+    Fixed,
+}
+
 fn default_concurrency() -> u32 {
     4
 }
@@ -1324,6 +1346,8 @@ impl Default for BackendConfig {
         BackendConfig {
             id: BackendId::default(),
             max_concurrent_jobs: default_concurrency(),
+            concurrency: ConcurrencyMode::default(),
+            min_free_memory_mb: None,
             tasks_per_job: 1,
             max_attempts: default_attempts(),
             tasks_in_parallel: 1,

@@ -86,6 +86,7 @@ pub async fn rebuild_run(store: &dyn BundleStore, index: &dyn RunIndex, run: &Ru
         verdict,
         set_id: meta.set.as_ref().map(|s| s.id.clone()),
         baseline,
+        concurrency: None,
     };
     index.create_run(&record, tasks.ids()).await?;
     for chunk in finished.chunks(500) {

@@ -12,13 +12,15 @@ use agenteval_core::{JobId, Result};
 use chrono::Utc;
 use tracing::Instrument;
 
+use super::concurrency::Concurrency;
 use super::decide::{self, Pending, StopReason, Verdict};
 use super::jobs::{dispatch, finished_and_not, give_up, job_span, record_job, stop_jobs};
 use super::run::{InFlight, Run};
 use super::set::{SharedFleet, Slot};
 use super::spans::SpanFile;
 use super::{
-    BUDGET_DRAIN, COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, ProgressView, TELEMETRY_EVERY,
+    BUDGET_DRAIN, COUNTS_EVERY, ControllerOptions, DISPATCH_BATCH, HEARTBEAT_EVERY, POLL, PRESSURE_EVERY, ProgressView,
+    TELEMETRY_EVERY,
 };
 use crate::telemetry::{self, FleetMetrics};
 
@@ -51,6 +53,10 @@ struct Fleet<'a> {
     /// Since when every launch has failed (a success clears it): past
     /// `backend.launch_deadline_seconds`, the failing job's tasks are given up and the run stops.
     launch_failing_since: Option<Instant>,
+    /// How many jobs may be in flight now, and why.
+    concurrency: Concurrency,
+    /// The run's rate-limited calls already acted on (the index's `throttled`).
+    throttled_seen: u64,
 }
 
 /// How a drive ended: the run's status, and why it stopped early when it did.
@@ -105,9 +111,18 @@ pub(super) async fn drive_jobs(
         fault: None,
         launch_field: None,
         launch_failing_since: None,
+        concurrency: Concurrency::new(
+            run.config.backend.max_concurrent_jobs,
+            run.config.backend.concurrency,
+            Instant::now(),
+        ),
+        // Calls rate limited before this drive (an earlier round, a controller before a resume)
+        // were acted on then.
+        throttled_seen: run.index.throttled(&run.run_id).await.unwrap_or(0),
     };
-    let max_conc = run.config.backend.max_concurrent_jobs.max(1) as usize;
+    fleet.publish(opts, false).await?;
     let mut last_counts = Instant::now() - COUNTS_EVERY;
+    let mut last_pressure = Instant::now();
     let mut last_beat = Instant::now();
     let mut last_telemetry = Instant::now();
     let shared = opts.set.as_ref().map(|s| s.fleet.clone());
@@ -129,6 +144,10 @@ pub(super) async fn drive_jobs(
                 last_beat = Instant::now();
                 fleet.heartbeat(opts).await?;
             }
+            if last_pressure.elapsed() >= PRESSURE_EVERY {
+                last_pressure = Instant::now();
+                fleet.sense(opts).await?;
+            }
             if last_telemetry.elapsed() >= TELEMETRY_EVERY {
                 last_telemetry = Instant::now();
                 fleet.export().await;
@@ -142,7 +161,7 @@ pub(super) async fn drive_jobs(
             } else if fleet.stop.is_some() {
                 break;
             } else {
-                fleet.dispatch_ready(max_conc, opts).await?;
+                fleet.dispatch_ready(opts).await?;
             }
             if fleet.in_flight.is_empty() && fleet.queue.is_empty() {
                 break;
@@ -294,8 +313,9 @@ impl Fleet<'_> {
         opts.set.as_ref().is_some_and(|s| s.fleet.exhausted())
     }
 
-    async fn dispatch_ready(&mut self, max_conc: usize, opts: &ControllerOptions) -> Result<()> {
+    async fn dispatch_ready(&mut self, opts: &ControllerOptions) -> Result<()> {
         let run = self.run;
+        let max_conc = self.concurrency.limit();
         if self.set_exhausted(opts) {
             // Seen at the next count; nothing more is launched meanwhile.
             return Ok(());
@@ -350,6 +370,10 @@ impl Fleet<'_> {
                         let since = *self.launch_failing_since.get_or_insert_with(Instant::now);
                         if since.elapsed() < Duration::from_secs(run.config.backend.launch_deadline_seconds) {
                             tracing::warn!(job = %p.job_id, "submit failed, will retry: {e}");
+                            let in_flight = self.in_flight.len();
+                            if self.concurrency.push(&format!("launches failing: {e}"), in_flight, Instant::now()) {
+                                self.publish(opts, true).await?;
+                            }
                             telemetry::set_error(&span, &format!("submit failed, will retry: {e}"));
                             retry_later.push(p);
                             continue;
@@ -501,6 +525,10 @@ impl Fleet<'_> {
         match end.verdict {
             Verdict::Done => {}
             Verdict::Retry(p) => {
+                let why = format!("a job failed for the infrastructure ({})", end.reason.as_deref().unwrap_or("unknown"));
+                if self.concurrency.push(&why, self.in_flight.len(), Instant::now()) {
+                    self.publish(opts, true).await?;
+                }
                 self.counters.retried += 1;
                 self.metrics.jobs_retried.add(1, self.metrics.attrs());
                 opts.progress.message(&format!(
@@ -522,6 +550,54 @@ impl Fleet<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Looks at what may push back (the run's rate-limited calls, the backend's pressure) and
+    /// moves the concurrency: down on a push, up a step after a calm spell with jobs waiting.
+    async fn sense(&mut self, opts: &ControllerOptions) -> Result<()> {
+        let now = Instant::now();
+        let mut pushes = Vec::new();
+        // Telemetry of a kind: an index that cannot answer now pushes nothing.
+        if let Ok(n) = self.run.index.throttled(&self.run.run_id).await
+            && n > self.throttled_seen
+        {
+            let new = n - self.throttled_seen;
+            self.throttled_seen = n;
+            pushes.push(format!(
+                "{new} model call{} rate limited (the provider's 429s, or held back by the run's rate limits)",
+                if new == 1 { " was" } else { "s were" }
+            ));
+        }
+        pushes.extend(self.run.backend.pressure().await);
+        let in_flight = self.in_flight.len();
+        let changed = match pushes.is_empty() {
+            true => {
+                let waiting = !self.queue.is_empty() && in_flight >= self.concurrency.limit();
+                self.concurrency.calm(waiting, now)
+            }
+            false => self.concurrency.push(&pushes.join("; "), in_flight, now),
+        };
+        if changed {
+            self.publish(opts, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Tells the index (`status`) the concurrency and why, and the progress display when it
+    /// `changed`.
+    async fn publish(&self, opts: &ControllerOptions, changed: bool) -> Result<()> {
+        let view = self.concurrency.view();
+        if let (true, Some(why)) = (changed, view.why.as_deref()) {
+            opts.progress.message(&format!("concurrency {} of {}: {why}", view.limit, view.max));
+            tracing::info!(limit = view.limit, max = view.max, "concurrency: {why}");
+        }
+        let run = self.run;
+        run.index
+            .update_run(
+                &run.run_id,
+                &RunUpdate { concurrency: Some(view), if_epoch: Some(run.epoch), ..Default::default() },
+            )
+            .await
     }
 
     /// A telemetry snapshot to the run's `telemetry.jsonl`; telemetry never harms a run.

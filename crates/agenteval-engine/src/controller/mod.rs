@@ -6,6 +6,7 @@
 //! `jobs` the operations on one job; `spans` the run's span file. This module holds the run's
 //! lifecycle: start, resume, cancel, and [`seal_run`], the one way every run ends.
 
+mod concurrency;
 pub mod decide;
 mod drive;
 mod fleet_file;
@@ -50,6 +51,8 @@ pub(crate) const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 const COUNTS_EVERY: Duration = Duration::from_millis(200);
 const TELEMETRY_EVERY: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(250);
+/// How often the controller looks at what may push its concurrency back (an index read).
+const PRESSURE_EVERY: Duration = Duration::from_secs(1);
 /// Jobs submitted concurrently in one dispatch round.
 const DISPATCH_BATCH: usize = 32;
 /// How long the tasks running when a budget kept at the wire is reached get to end on their own
@@ -298,6 +301,7 @@ fn new_run_record(meta: &Metadata, bundle_uri: String, now: chrono::DateTime<Utc
         verdict: None,
         baseline: None,
         set_id: meta.set.as_ref().map(|s| s.id.clone()),
+        concurrency: None,
     }
 }
 
@@ -407,6 +411,8 @@ pub const RESUME_SETTABLE: &[&str] = &[
     "max_run_cost_usd",
     "agent.limits.",
     "backend.max_concurrent_jobs",
+    "backend.concurrency",
+    "backend.min_free_memory_mb",
     "backend.max_attempts",
     "backend.tasks_per_job",
     "backend.tasks_in_parallel",

@@ -142,6 +142,10 @@ impl agenteval_core::gateway::CallLedger for IndexLedger {
     async fn add(&self, calls: u64, usd: f64) -> Result<()> {
         self.index.add_calls(&self.run, calls, usd).await
     }
+
+    async fn throttled(&self, calls: u64) -> Result<()> {
+        self.index.add_throttled(&self.run, calls).await
+    }
 }
 
 #[async_trait::async_trait]
