@@ -1,6 +1,7 @@
 //! How many jobs the controller keeps in flight: `backend.max_concurrent_jobs` at most, fewer
-//! while something pushes back, and back up when it clears (additive increase, multiplicative
-//! decrease, as TCP does with a network it cannot see).
+//! while something pushes back, and back up when it clears (as TCP does with a network it
+//! cannot see: a slow start that doubles from a few until the first push, then additive
+//! increase and multiplicative decrease).
 //!
 //! What pushes back: the provider's 429s and the run's rate limits holding calls back (every
 //! worker's gateway counts them in the run index), the platform refusing launches for now (ECS
@@ -18,6 +19,11 @@ use agenteval_core::model;
 const HOLD: Duration = Duration::from_secs(3);
 /// No push for this long while jobs wait: the limit rises a step, and again each time it passes.
 const CALM: Duration = Duration::from_secs(5);
+/// A run starts with this many jobs in flight (or its most, if fewer)...
+const INITIAL: usize = 4;
+/// ...and doubles them this often while jobs wait, until the first push or its most: the first
+/// wave of a large fleet does not all meet a provider's limit at once.
+const SLOW_START_EVERY: Duration = Duration::from_secs(2);
 
 /// The controller's concurrency and why it is what it is.
 #[derive(Debug, Clone)]
@@ -25,23 +31,30 @@ pub(super) struct Concurrency {
     adaptive: bool,
     max: usize,
     limit: usize,
+    /// Nothing pushed back yet: the limit doubles ([`SLOW_START_EVERY`]).
+    starting: bool,
     /// When the limit was last cut (further pushes wait for [`HOLD`]).
     cut_at: Option<Instant>,
     /// The last push, or the last rise: the next rise is [`CALM`] after it.
     quiet_since: Instant,
     why: Option<String>,
+    /// What pushed back last, which a rise keeps saying.
+    pushed: Option<String>,
 }
 
 impl Concurrency {
     pub(super) fn new(max: u32, mode: ConcurrencyMode, now: Instant) -> Self {
         let max = max.max(1) as usize;
+        let adaptive = mode == ConcurrencyMode::Adaptive;
         Concurrency {
-            adaptive: mode == ConcurrencyMode::Adaptive,
+            adaptive,
             max,
-            limit: max,
+            limit: if adaptive { max.min(INITIAL) } else { max },
+            starting: adaptive,
             cut_at: None,
             quiet_since: now,
             why: None,
+            pushed: None,
         }
     }
 
@@ -58,6 +71,8 @@ impl Concurrency {
             return false;
         }
         self.quiet_since = now;
+        self.starting = false;
+        self.pushed = Some(why.to_string());
         let settled = self.cut_at.is_none_or(|at| now.duration_since(at) >= HOLD && in_flight <= self.limit);
         if !settled || self.limit == 1 {
             if self.limit == 1 {
@@ -71,20 +86,29 @@ impl Concurrency {
         true
     }
 
-    /// Nothing pushed back: after [`CALM`] with jobs waiting for a slot (`waiting`), the limit
-    /// rises by a sixteenth of the most (at least one), up to the most. Returns whether it did.
+    /// Nothing pushed back: with jobs waiting for a slot (`waiting`), the limit doubles every
+    /// [`SLOW_START_EVERY`] until the first push; after one, it rises by a sixteenth of the most
+    /// (at least one) after each [`CALM`] spell. Never past the most. Returns whether it rose.
     pub(super) fn calm(&mut self, waiting: bool, now: Instant) -> bool {
-        if !self.adaptive || self.limit >= self.max || now.duration_since(self.quiet_since) < CALM {
+        let spell = if self.starting { SLOW_START_EVERY } else { CALM };
+        if !self.adaptive || !waiting || self.limit >= self.max || now.duration_since(self.quiet_since) < spell {
             return false;
         }
-        if !waiting {
-            return false;
+        self.limit = match self.starting {
+            true => self.limit * 2,
+            false => self.limit + (self.max / 16).max(1),
         }
-        self.limit = (self.limit + (self.max / 16).max(1)).min(self.max);
+        .min(self.max);
         self.quiet_since = now;
-        self.why = Some(match self.limit == self.max {
-            true => "back to backend.max_concurrent_jobs: nothing pushed back".to_string(),
-            false => format!("rising: nothing pushed back for {} s", CALM.as_secs()),
+        let why = match (self.limit == self.max, self.starting) {
+            (true, true) => "started: nothing pushed back".to_string(),
+            (true, false) => "back to backend.max_concurrent_jobs: nothing pushed back".to_string(),
+            (false, true) => "starting: doubling while nothing pushes back".to_string(),
+            (false, false) => format!("rising: nothing pushed back for {} s", CALM.as_secs()),
+        };
+        self.why = Some(match &self.pushed {
+            Some(p) => format!("{why} (last pushed back: {p})"),
+            None => why,
         });
         true
     }
@@ -112,6 +136,10 @@ mod tests {
     fn a_push_halves_the_limit_once_until_the_cut_has_taken_hold() {
         let t0 = Instant::now();
         let mut c = Concurrency::new(16, ConcurrencyMode::Adaptive, t0);
+        while c.limit() < 16 {
+            c.calm(true, at(t0, 0.0) + SLOW_START_EVERY * 4);
+            c.quiet_since = t0;
+        }
         assert!(c.push("429s", 16, at(t0, 1.0)));
         assert_eq!(c.limit(), 8);
         // The jobs launched before the cut still push: no further cut yet.
@@ -136,6 +164,7 @@ mod tests {
     fn the_limit_rises_again_in_steps_when_nothing_pushes_and_jobs_wait() {
         let t0 = Instant::now();
         let mut c = Concurrency::new(32, ConcurrencyMode::Adaptive, t0);
+        c.limit = 32;
         c.push("memory", 32, t0);
         assert_eq!(c.limit(), 16);
         assert!(!c.calm(true, at(t0, 4.0)), "not calm yet");
@@ -148,7 +177,32 @@ mod tests {
             t += 5.0;
         }
         assert_eq!(c.limit(), 32);
-        assert_eq!(c.view().why.as_deref(), Some("back to backend.max_concurrent_jobs: nothing pushed back"));
+        assert_eq!(
+            c.view().why.as_deref(),
+            Some("back to backend.max_concurrent_jobs: nothing pushed back (last pushed back: memory)")
+        );
+    }
+
+    #[test]
+    fn a_run_starts_with_a_few_jobs_and_doubles_them_until_something_pushes_back() {
+        let t0 = Instant::now();
+        let mut c = Concurrency::new(64, ConcurrencyMode::Adaptive, t0);
+        assert_eq!(c.limit(), INITIAL);
+        assert!(!c.calm(true, at(t0, 1.0)));
+        assert!(c.calm(true, at(t0, 2.0)));
+        assert_eq!(c.limit(), 8);
+        assert!(c.calm(true, at(t0, 4.0)));
+        assert_eq!(c.limit(), 16);
+        assert!(c.push("429s", 16, at(t0, 5.0)));
+        assert_eq!(c.limit(), 8);
+        // Past the first push it rises by steps, after calm spells.
+        assert!(!c.calm(true, at(t0, 8.0)));
+        assert!(c.calm(true, at(t0, 10.0)));
+        assert_eq!(c.limit(), 12);
+        // A run whose most is the start never moves up: the default of 4.
+        let mut c = Concurrency::new(4, ConcurrencyMode::Adaptive, t0);
+        assert!(!c.calm(true, at(t0, 100.0)));
+        assert_eq!(c.view(), model::Concurrency { limit: 4, max: 4, why: None });
     }
 
     #[test]
@@ -157,6 +211,9 @@ mod tests {
         let mut c = Concurrency::new(8, ConcurrencyMode::Fixed, t0);
         assert!(!c.push("429s", 8, at(t0, 1.0)));
         assert!(!c.calm(true, at(t0, 100.0)));
-        assert_eq!(c.view(), model::Concurrency { limit: 8, max: 8, why: Some("fixed (backend.concurrency: fixed)".into()) });
+        assert_eq!(
+            c.view(),
+            model::Concurrency { limit: 8, max: 8, why: Some("fixed (backend.concurrency: fixed)".into()) }
+        );
     }
 }

@@ -525,7 +525,8 @@ impl Fleet<'_> {
         match end.verdict {
             Verdict::Done => {}
             Verdict::Retry(p) => {
-                let why = format!("a job failed for the infrastructure ({})", end.reason.as_deref().unwrap_or("unknown"));
+                let why =
+                    format!("a job failed for the infrastructure ({})", end.reason.as_deref().unwrap_or("unknown"));
                 if self.concurrency.push(&why, self.in_flight.len(), Instant::now()) {
                     self.publish(opts, true).await?;
                 }

@@ -422,6 +422,8 @@ agent:
     assert_eq!(scan_for(SHELL_ONLY), Some(0), "an undeclared variable of the controller reached the agent");
 }
 
+/// ECS throttling launches and short of capacity, as Fargate is under load: the run is
+/// delayed, never failed, and the controller launches fewer jobs at once while ECS refuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
     let mut aws = Aws::new(&[], true).await;
@@ -473,6 +475,10 @@ async fn throttling_and_capacity_failures_delay_the_run_but_never_fail_it() {
         "launch faults cost no attempt: {shown}"
     );
     assert_eq!(v["summary"]["tasks_finished"], 12, "no task counted twice");
+    // The refusals were met with fewer launches at once, and `status` says so.
+    let (st, _) = aws.json(&["status", run, "--json", "--backend", "aws"]);
+    let why = st["run"]["concurrency"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("ECS refused"), "{st}");
 }
 
 /// The emulator answers every Fargate Spot RunTask with an HTML 500 page (it places Spot tasks

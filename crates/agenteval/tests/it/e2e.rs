@@ -152,6 +152,33 @@ storage:
     assert_index_agrees(&ws, v["run_id"].as_str().unwrap(), &bundle);
 }
 
+/// Issue 73: a machine short of memory (here: a floor above any machine's memory) is a push
+/// the local backend reports: the controller keeps fewer workers in flight, down to one, the run
+/// still completes, and `status` says why.
+#[test]
+fn a_machine_short_of_memory_keeps_fewer_workers_in_flight_and_status_says_why() {
+    let ws = Workspace::new();
+    ws.write("slow.py", "import json, sys, time\nreq = json.loads(sys.stdin.readline())\ntime.sleep(1.5)\nprint(json.dumps({'kind': 'agent.terminal', 'payload': {'final_answer': 'ok'}}), flush=True)\n");
+    let cases: String = (0..8).map(|i| format!("{{\"id\": \"m{i}\", \"input\": \"q\"}}\n")).collect();
+    ws.write("cases.jsonl", &cases);
+    let cfg = ws.write(
+        "m.yaml",
+        "name: memory\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, slow.py]\nbackend:\n  max_concurrent_jobs: 8\n  min_free_memory_mb: 100000000000\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!((code, v["summary"]["tasks_finished"].as_u64()), (0, Some(8)), "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let index = ws.index();
+    let status = ws.run(&["status", run, "--json", "--index", index.to_str().unwrap()]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let conc = &status["run"]["concurrency"];
+    assert_eq!(conc["limit"], 1, "{conc}");
+    assert_eq!(conc["max"], 8, "{conc}");
+    assert!(conc["why"].as_str().unwrap().contains("MiB of memory available"), "{conc}");
+    let shown = text(&ws.run(&["status", run, "--index", index.to_str().unwrap()]).stdout);
+    assert!(shown.contains("jobs      at most 1 of 8 in flight at the end: the machine has "), "{shown}");
+}
+
 #[test]
 fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let ws = Workspace::new();

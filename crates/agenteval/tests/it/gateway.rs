@@ -646,3 +646,49 @@ fn two_hundred_tasks_share_one_rate_limit_across_workers_and_the_provider_never_
     let (v, _, refused) = run(false);
     assert!(refused > 0, "without the governor the provider refuses calls: {v}");
 }
+
+/// Issue 73: a provider that allows 120 requests a minute and a run that may keep twelve jobs
+/// in flight, with no rate limit configured. Under `concurrency: fixed` the twelve keep hitting
+/// the provider's limit, and calls refused through all the gateway's tries lose their tasks;
+/// under the default `adaptive` the controller starts with a few jobs, sees the 429s the
+/// workers' gateways count in the index and keeps fewer jobs in flight: fewer 429s, every task
+/// passed, and `status` says how many jobs it kept and why.
+#[test]
+fn concurrency_backs_off_on_the_providers_429s_and_says_why() {
+    let ids: Vec<String> = (0..24).map(|i| format!("c{i:02}")).collect();
+    let run = |mode: &str| {
+        let mock = MockLlm::start_limited(Duration::ZERO, 120);
+        let ws = workspace();
+        let lines: String =
+            ids.iter().map(|id| format!("{}\n", serde_json::json!({"id": id, "input": "chat"}))).collect();
+        ws.write("cases.jsonl", &lines);
+        let cfg = config(&ws, "conc", &mock.base_url(), "");
+        let yaml = std::fs::read_to_string(&cfg).unwrap().replacen(
+            "  max_concurrent_jobs: 2\n",
+            &format!("  max_concurrent_jobs: 12\n  concurrency: {mode}\n"),
+            1,
+        );
+        std::fs::write(&cfg, yaml).unwrap();
+        let (v, _, out) = ws.submit(&cfg, &[]);
+        let refused = mock.received().iter().filter(|c| c.status == 429).count();
+        let run = v["run_id"].as_str().unwrap().to_string();
+        let index = ws.index();
+        let index = index.to_str().unwrap();
+        let status: serde_json::Value =
+            serde_json::from_slice(&ws.run(&["status", &run, "--json", "--index", index]).stdout).unwrap();
+        let shown = ws.run(&["status", &run, "--index", index]);
+        (v, refused, status["run"]["concurrency"].clone(), text(&shown.stdout), text(&out.stderr))
+    };
+    let (fixed, fixed_refused, fixed_conc, _, _) = run("fixed");
+    let (v, refused, conc, shown, stderr) = run("adaptive");
+    eprintln!("429s: fixed {fixed_refused}, adaptive {refused}; adaptive ended at {conc}");
+    assert!(fixed_refused > 0, "twelve jobs at once meet the provider's limit: {fixed}");
+    assert_eq!(fixed_conc["limit"], 12, "fixed never moves: {fixed_conc}");
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(24), "no task errored: {v}");
+    assert!(refused < fixed_refused, "fewer 429s adaptive ({refused}) than fixed ({fixed_refused})");
+    assert!(conc["limit"].as_u64().unwrap() < 12, "{conc}");
+    assert_eq!(conc["max"], 12, "{conc}");
+    assert!(conc["why"].as_str().unwrap().contains("rate limited"), "{conc}");
+    assert_eq!(v["status"], "complete", "{v} {stderr}");
+    assert!(shown.contains("of 12 in flight at the end: "), "{shown}");
+}
