@@ -157,6 +157,7 @@ evaluators:
 backend:
   id: aws
   max_concurrent_jobs: 16
+  concurrency: fixed
   tasks_per_job: {per_job}
 storage:
   bundle_root: s3://{bucket}/runs

@@ -277,7 +277,7 @@ async fn one(endpoint: &str, tasks: u64, dir: &Path) {
     });
     let yaml = format!(
         "name: scale\nbenchmark:\n  kind: toy\n  size: {tasks}\n  latency_ms: 0\n  slow_ms: 0\nagent:\n  kind: mock\n\
-         evaluators:\n  - kind: no_error\nbackend:\n  id: aws\n  max_concurrent_jobs: {JOBS_IN_FLIGHT}\n  \
+         evaluators:\n  - kind: no_error\nbackend:\n  id: aws\n  max_concurrent_jobs: {JOBS_IN_FLIGHT}\n  concurrency: fixed\n  \
          tasks_per_job: {TASKS_PER_JOB}\nstorage:\n  bundle_root: s3://{bucket}/runs\n  index: dynamodb://{table}\naws:\n  region: us-east-1\n  \
          cluster: simulated\n  task_definition: simulated:1\n  subnets: [subnet-1]\n  security_groups: [sg-1]\n"
     );

@@ -170,7 +170,7 @@ fn main() {
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-repo-tasks\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: oracle\nrepetitions: {}\nenvironment:\n  kind: workspace\nbackend:\n  max_concurrent_jobs: 8\n  tasks_per_job: 1\nstorage:\n  bundle_root: {}\n",
+            "name: bench-repo-tasks\nbenchmark:\n  kind: jsonl\n  cases: {}\nagent:\n  kind: oracle\nrepetitions: {}\nenvironment:\n  kind: workspace\nbackend:\n  max_concurrent_jobs: 8\n  concurrency: fixed\n  tasks_per_job: 1\nstorage:\n  bundle_root: {}\n",
             util::repo().join("configs/repo-tasks/cases.jsonl").display(),
             scale(33),
             dir.path().join("runs").display()
@@ -191,7 +191,7 @@ fn main() {
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-harbor\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nrepetitions: {reps}\nenvironment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 8\n  tasks_per_job: 1\nstorage:\n  bundle_root: {}\n",
+            "name: bench-harbor\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nrepetitions: {reps}\nenvironment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  max_concurrent_jobs: 8\n  concurrency: fixed\n  tasks_per_job: 1\nstorage:\n  bundle_root: {}\n",
             util::repo().join("configs/harbor-mini").display(),
             dir.path().join("runs").display()
         ),

@@ -151,7 +151,7 @@ fn many_in_flight(dir: &Path, tasks: u64) {
     std::fs::write(
         &cfg,
         format!(
-            "name: bench-llm-many\nbenchmark: {{kind: jsonl, cases: cases-many.jsonl}}\nagent:\n  kind: llm\n  model: openai-compatible:mock\n  base_url: {}\nbackend:\n  max_concurrent_jobs: 8\n  tasks_per_job: {per_job}\n  tasks_in_parallel: 125\nstorage: {{bundle_root: runs-llm-many}}\n",
+            "name: bench-llm-many\nbenchmark: {{kind: jsonl, cases: cases-many.jsonl}}\nagent:\n  kind: llm\n  model: openai-compatible:mock\n  base_url: {}\nbackend:\n  max_concurrent_jobs: 8\n  concurrency: fixed\n  tasks_per_job: {per_job}\n  tasks_in_parallel: 125\nstorage: {{bundle_root: runs-llm-many}}\n",
             mock.base_url()
         ),
     )

@@ -45,7 +45,7 @@ fn agenteval(ws: &Workspace, workers: usize, ids: &[String]) -> (f64, Vec<String
         &format!(
             "name: swebench-bench\nbenchmark:\n  kind: swebench\n  dataset: dataset.jsonl\n  timeout_seconds: 300\n\
              agent:\n  kind: predictions\n  path: preds.jsonl\nenvironment:\n  kind: docker\n\
-             backend:\n  max_concurrent_jobs: {workers}\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n"
+             backend:\n  max_concurrent_jobs: {workers}\n  concurrency: fixed\n  tasks_per_job: 1\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n"
         ),
     );
     let started = Instant::now();
