@@ -1,6 +1,7 @@
 //! Tidy checks, as rust-analyzer keeps them: `docs/ARCHITECTURE.md` names only files that exist
-//! and names every source file, the invariants a reading of the source can check hold, and no
-//! crate has a cycle between its modules.
+//! and names every source file, each of its invariants names the tests that hold it, the
+//! invariants a reading of the source can check hold, and no crate has a cycle between its
+//! modules.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -832,4 +833,179 @@ fn the_span_name_reader_reads_literals_parents_and_otel_names() {
     "#;
     let names: Vec<String> = span_names(code).into_iter().collect();
     assert_eq!(names, ["benchmark.grade", "chat ", "eval.job", "evaluator."]);
+}
+
+/// The invariants of docs/ARCHITECTURE.md, one per top-level bullet of its `## Invariants`
+/// section.
+fn invariants(doc: &str) -> Vec<String> {
+    let Some(section) = doc.split("\n## Invariants\n").nth(1) else { return Vec::new() };
+    let section = section.split("\n## ").next().unwrap_or("");
+    let mut out: Vec<String> = Vec::new();
+    for line in section.lines() {
+        if line.starts_with("- ") {
+            out.push(line.to_string());
+        } else if let Some(last) = out.last_mut()
+            && (line.starts_with(' ') || !line.trim().is_empty())
+        {
+            last.push('\n');
+            last.push_str(line);
+        }
+    }
+    out
+}
+
+/// The tests an invariant names after its `Held by`: backticked `it::MODULE::test` (the binary's
+/// test binary) or `CRATE::module::…::test` (a crate's unit test).
+fn held_by(invariant: &str) -> Vec<String> {
+    invariant
+        .split_once("Held by")
+        .map(|(_, rest)| code_spans(rest).into_iter().map(|s| s.trim().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Whether `text` declares the test `name`: a function with `#[test]` or `#[tokio::test…]`
+/// above it (doc comments and other attributes between them allowed).
+fn declares_test(text: &str, name: &str) -> bool {
+    let lines: Vec<&str> = text.lines().collect();
+    lines.iter().enumerate().any(|(i, l)| {
+        let decl = l.trim_start();
+        let decl = decl.strip_prefix("async ").unwrap_or(decl);
+        decl.starts_with(&format!("fn {name}(")) && {
+            lines[..i]
+                .iter()
+                .rev()
+                .take_while(|a| a.trim_start().starts_with("#[") || a.trim_start().starts_with("///"))
+                .any(|a| a.trim_start().starts_with("#[test]") || a.trim_start().starts_with("#[tokio::test"))
+        }
+    })
+}
+
+/// Where a test an invariant names is, if it exists: `it::tidy::x` is `fn x` in
+/// `crates/agenteval/tests/it/tidy.rs`; `agenteval-engine::controller::decide::tests::x` is
+/// `fn x` in a file of `crates/agenteval-engine/src` whose path has every module named (an inline
+/// `tests` module may be in the file); `agenteval-aws::conformance::x` is in the crate's
+/// `tests/conformance.rs`.
+fn find_test(files: &[String], reference: &str) -> Option<String> {
+    let parts: Vec<&str> = reference.split("::").collect();
+    let (name, modules) = parts.split_last()?;
+    let (krate, modules) = modules.split_first()?;
+    let candidates: Vec<&String> = match *krate {
+        "it" => {
+            let [module] = modules else { return None };
+            files.iter().filter(|f| **f == format!("crates/agenteval/tests/it/{module}.rs")).collect()
+        }
+        k => files
+            .iter()
+            .filter(|f| {
+                (f.starts_with(&format!("crates/{k}/src/")) || f.starts_with(&format!("crates/{k}/tests/")))
+                    && f.ends_with(".rs")
+            })
+            .filter(|f| {
+                let path: Vec<&str> =
+                    f.trim_end_matches(".rs").split('/').skip(3).filter(|p| *p != "mod" && *p != "lib").collect();
+                let wanted: Vec<&str> = modules.iter().copied().filter(|m| *m != "tests").collect();
+                path == wanted || path.iter().copied().filter(|p| *p != "tests").eq(wanted.iter().copied())
+            })
+            .collect(),
+    };
+    candidates.into_iter().find(|f| declares_test(&read(f), name)).cloned()
+}
+
+#[test]
+fn every_invariant_names_the_tests_that_hold_it_and_they_exist() {
+    let files = repo_files();
+    let doc = architecture();
+    let all = invariants(&doc);
+    assert!(all.len() >= 20, "the invariants were not found in docs/ARCHITECTURE.md: {}", all.len());
+    let mut problems = Vec::new();
+    for inv in &all {
+        let title: String = inv.lines().next().unwrap_or("").chars().take(90).collect();
+        let tests = held_by(inv);
+        if tests.is_empty() {
+            problems.push(format!("names no test (`Held by` …): {title}"));
+        }
+        for t in tests {
+            if find_test(&files, &t).is_none() {
+                problems.push(format!("names `{t}`, which is no test: {title}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "docs/ARCHITECTURE.md's invariants:\n{}", problems.join("\n"));
+}
+
+#[test]
+fn the_invariant_reader_finds_tests_named_and_refuses_what_is_not_one() {
+    let doc = "# A\n\n## Invariants\n\n- **One.** Words.\n  More. Held by `it::tidy::only_the_wiring_chooses_by_backend`.\n- **Two.** No test here.\n\n## Next\n- not an invariant\n";
+    let all = invariants(doc);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert_eq!(held_by(&all[0]), ["it::tidy::only_the_wiring_chooses_by_backend"]);
+    assert!(held_by(&all[1]).is_empty());
+    let files = repo_files();
+    assert!(find_test(&files, "it::tidy::only_the_wiring_chooses_by_backend").is_some());
+    assert!(find_test(&files, "it::tidy::no_such_test").is_none());
+    // A helper is not a test.
+    assert!(find_test(&files, "it::tidy::invariants").is_none());
+    assert!(find_test(&files, "agenteval-engine::controller::decide::tests::no_such").is_none());
+    assert!(
+        find_test(&files, "agenteval-engine::controller::concurrency::tests::fixed_never_moves").is_some(),
+        "a unit test in its module's inline tests"
+    );
+    assert!(
+        find_test(&files, "agenteval-engine::worker::concurrency::tests::fixed_never_moves").is_none(),
+        "the module path counts"
+    );
+}
+
+/// The crates a crate's `Cargo.toml` names under `[dependencies]`.
+fn dependencies(krate: &str) -> Vec<String> {
+    let text = read(&format!("crates/{krate}/Cargo.toml"));
+    let Some(section) = text.split("[dependencies]").nth(1) else { return Vec::new() };
+    let section = section.split("\n[").next().unwrap_or("");
+    section
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split(['.', ' ', '=']).next().map(str::to_string))
+        .collect()
+}
+
+/// The core is the domain and its ports: no other agenteval crate, no cloud, HTTP, telemetry
+/// exporter, database or CLI crate. The engine runs the fleet: no backend crate, no AWS SDK, no
+/// OpenTelemetry SDK or exporter, no CLI.
+#[test]
+fn the_core_and_the_engine_depend_on_no_cloud_exporter_or_cli_crate() {
+    let outside = |deps: &[String], forbidden: &[&str]| -> Vec<String> {
+        deps.iter().filter(|d| forbidden.iter().any(|f| d.starts_with(f))).cloned().collect()
+    };
+    let core = dependencies("agenteval-core");
+    assert!(core.contains(&"serde".to_string()), "the reader read the core's Cargo.toml: {core:?}");
+    let core_forbidden = [
+        "agenteval-",
+        "aws-",
+        "opentelemetry",
+        "tracing-opentelemetry",
+        "reqwest",
+        "hyper",
+        "axum",
+        "tonic",
+        "rusqlite",
+        "bollard",
+        "clap",
+        "indicatif",
+        "anyhow",
+    ];
+    assert_eq!(outside(&core, &core_forbidden), Vec::<String>::new(), "agenteval-core's dependencies");
+    let engine = dependencies("agenteval-engine");
+    assert!(engine.contains(&"agenteval-core".to_string()), "{engine:?}");
+    let engine_forbidden = [
+        "aws-",
+        "agenteval-aws",
+        "agenteval-local",
+        "opentelemetry_sdk",
+        "opentelemetry-sdk",
+        "opentelemetry-otlp",
+        "clap",
+        "anyhow",
+    ];
+    assert_eq!(outside(&engine, &engine_forbidden), Vec::<String>::new(), "agenteval-engine's dependencies");
 }
