@@ -1,7 +1,9 @@
 //! `agenteval audit CONFIG`: the config's benchmark run once per exploit of the battery (and
 //! the config folder's `exploits/*.sh`), beside `oracle` and `nop`, on the config's backend;
 //! then, per task, which exploits pass (a hackable task), which the tamper audit caught, and
-//! which fail. A table, `--json`, a report page (`--out DIR`), and exit 1 when a task is hackable.
+//! which fail; for each exploit that passed, why in one sentence and the fix that closes it,
+//! checked by running it again under that fix. A table, `--json`, a report page (`--out DIR`),
+//! and exit 1 when a task is hackable.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,36 @@ struct Probe {
     name: String,
     agent: AgentConfig,
     exploit: bool,
+    /// Why it passes a task when it does, and what closes it.
+    explains: Option<String>,
+    fix: Option<(String, Vec<String>)>,
+}
+
+/// An exploit (or `nop`) that passed tasks: why, the fix that closes it, and what running it
+/// again under that fix showed.
+#[derive(Debug, Serialize)]
+struct Finding {
+    exploit: String,
+    tasks: Vec<String>,
+    explains: String,
+    fix: String,
+    /// The run settings that apply the fix (`--set`); empty: the fix is the task's own.
+    set: Vec<String>,
+    checked: Checked,
+}
+
+/// What the fix did when the exploit ran again under it.
+#[derive(Debug, Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+enum Checked {
+    /// It passes none of its tasks under the fix.
+    Closed { run: String },
+    /// It still passes these.
+    StillPasses { run: String, tasks: Vec<String> },
+    /// The fix is to the task (its tests, its image): the audit cannot apply it.
+    TaskFix,
+    /// The fix's settings do not apply to this config.
+    CannotApply { why: String },
 }
 
 /// What one probe did to one task.
@@ -69,14 +101,40 @@ struct Audit {
     runs: BTreeMap<String, String>,
     tasks: Vec<TaskAudit>,
     hackable: usize,
+    /// Each exploit that passed, why, and its fix, checked.
+    findings: Vec<Finding>,
+}
+
+/// `# explains: …`, `# fix: …` and `# set: KEY=VALUE …` lines at the top of a config folder's
+/// exploit script.
+fn script_notes(text: &str) -> (Option<String>, Option<(String, Vec<String>)>) {
+    let note = |key: &str| {
+        text.lines().take_while(|l| l.starts_with('#') || l.trim().is_empty()).find_map(|l| {
+            l.strip_prefix('#').map(str::trim).and_then(|l| l.strip_prefix(key)).map(|v| v.trim().to_string())
+        })
+    };
+    let set = note("set:").map(|s| s.split_whitespace().map(str::to_string).collect()).unwrap_or_default();
+    (note("explains:"), note("fix:").map(|f| (f, set)))
 }
 
 /// The probes: oracle, nop, the battery (or `--exploits`), then the config folder's own.
 fn probes(config: &Path, limits: &Limits, only: &[String]) -> Result<Vec<Probe>, Failure> {
     let usage = |m: String| Failure { code: exit::USAGE, error: anyhow::anyhow!(m) };
     let mut out = vec![
-        Probe { name: "oracle".into(), agent: AgentConfig::Oracle { limits: limits.clone() }, exploit: false },
-        Probe { name: "nop".into(), agent: AgentConfig::Nop { limits: limits.clone() }, exploit: false },
+        Probe {
+            name: "oracle".into(),
+            agent: AgentConfig::Oracle { limits: limits.clone() },
+            exploit: false,
+            explains: None,
+            fix: None,
+        },
+        Probe {
+            name: "nop".into(),
+            agent: AgentConfig::Nop { limits: limits.clone() },
+            exploit: false,
+            explains: Some("the task passes with nothing done: its tests do not check what the task asks".into()),
+            fix: Some(("make the tests fail on the task's starting state (run them on it once to see)".into(), vec![])),
+        },
     ];
     let mut exploits: Vec<(String, Option<String>)> = BATTERY.iter().map(|s| (s.name.to_string(), None)).collect();
     let dir = config.parent().unwrap_or(Path::new(".")).join("exploits");
@@ -98,9 +156,18 @@ fn probes(config: &Path, limits: &Limits, only: &[String]) -> Result<Vec<Probe>,
         exploits.retain(|(n, _)| only.contains(n));
     }
     for (name, text) in exploits {
-        let script = text.or_else(|| agenteval_engine::agents::exploit::builtin(&name).map(|s| s.script.to_string()));
+        let builtin = agenteval_engine::agents::exploit::builtin(&name);
+        let (explains, fix) = match (&text, builtin) {
+            (Some(t), _) => script_notes(t),
+            (None, Some(b)) => (
+                Some(b.explains.to_string()),
+                Some((b.fix.says.to_string(), b.fix.set.iter().map(|s| s.to_string()).collect())),
+            ),
+            (None, None) => (None, None),
+        };
+        let script = text.or_else(|| builtin.map(|s| s.script.to_string()));
         let agent = AgentConfig::Exploit { strategy: name.clone(), script, limits: limits.clone() };
-        out.push(Probe { name, agent, exploit: true });
+        out.push(Probe { name, agent, exploit: true, explains, fix });
     }
     Ok(out)
 }
@@ -135,21 +202,32 @@ pub async fn audit(
         if !json && !quiet {
             say!("audit      {} …", p.name);
         }
-        let ready = start(&wiring, one, Start { cassettes: None, preflight: true }).await?;
-        let opts = controller_options(ready.config(), wiring.clone(), true, true, telemetry).await?;
-        let outcome = ready.submit(opts).await?;
-        runs.insert(p.name.clone(), outcome.run_id.to_string());
-        let index = wiring.index(&ready.config().storage.index_location()).await?;
-        let located = agenteval_engine::controller::locate(wiring.as_ref(), index.as_ref(), &outcome.run_id).await?;
-        let lines = agenteval_judge::results::load(located.store.as_ref(), &outcome.run_id).await?.lines;
-        for l in lines {
-            let na = l.terminated_by.says_nothing_about_the_agent()
-                || (p.exploit && l.terminated_by == agenteval_core::model::TerminatedBy::AgentError && !l.passed);
-            let cell = Cell { passed: l.passed, tampered: l.tampered, not_applicable: na && !l.passed };
-            results.entry(l.task_id.to_string()).or_default().insert(p.name.clone(), cell);
+        let (run, cells) = run_probe(&wiring, one, p, telemetry).await?;
+        runs.insert(p.name.clone(), run);
+        for (task, cell) in cells {
+            results.entry(task).or_default().insert(p.name.clone(), cell);
         }
     }
-    let audit = judge(args.config.display().to_string(), runs, results, &probes);
+    let mut audit = judge(args.config.display().to_string(), runs, results, &probes);
+    for p in probes.iter().filter(|p| p.name != "oracle") {
+        let tasks: Vec<String> =
+            audit.tasks.iter().filter(|t| t.passed_by.contains(&p.name)).map(|t| t.task_id.clone()).collect();
+        let (Some(explains), Some((fix, set))) = (&p.explains, &p.fix) else { continue };
+        if tasks.is_empty() {
+            continue;
+        }
+        let checked = match set.is_empty() {
+            true => Checked::TaskFix,
+            false => {
+                if !json && !quiet {
+                    say!("audit      {} under its fix ({}) …", p.name, set.join(" "));
+                }
+                check_fix(&wiring, args, p, set, &tasks, telemetry).await?
+            }
+        };
+        let (explains, fix, set) = (explains.clone(), fix.clone(), set.clone());
+        audit.findings.push(Finding { exploit: p.name.clone(), tasks, explains, fix, set, checked });
+    }
     if let Some(dir) = out_dir {
         write_report(dir, &audit, &probes)?;
     }
@@ -159,6 +237,63 @@ pub async fn audit(
         say_raw!("{}", table(&audit, &probes));
     }
     Ok(if audit.hackable > 0 { exit::CHECK_FAILED } else { exit::OK })
+}
+
+/// Runs one probe: its run's id and, per task, what it did.
+async fn run_probe(
+    wiring: &std::sync::Arc<Wiring>,
+    config: agenteval_core::config::LoadedConfig,
+    p: &Probe,
+    telemetry: &Telemetry,
+) -> Result<(String, BTreeMap<String, Cell>), Failure> {
+    let ready = start(wiring, config, Start { cassettes: None, preflight: true }).await?;
+    let opts = controller_options(ready.config(), wiring.clone(), true, true, telemetry).await?;
+    let outcome = ready.submit(opts).await?;
+    let index = wiring.index(&ready.config().storage.index_location()).await?;
+    let located = agenteval_engine::controller::locate(wiring.as_ref(), index.as_ref(), &outcome.run_id).await?;
+    let lines = agenteval_judge::results::load(located.store.as_ref(), &outcome.run_id).await?.lines;
+    let mut cells = BTreeMap::new();
+    for l in lines {
+        let na = l.terminated_by.says_nothing_about_the_agent()
+            || (p.exploit && l.terminated_by == agenteval_core::model::TerminatedBy::AgentError && !l.passed);
+        cells.insert(
+            l.task_id.to_string(),
+            Cell { passed: l.passed, tampered: l.tampered, not_applicable: na && !l.passed },
+        );
+    }
+    Ok((outcome.run_id.to_string(), cells))
+}
+
+/// Runs the exploit again on the tasks it passed, under its fix's settings: whether the fix
+/// closes it. Settings the config cannot take say so, and are not a failure of the audit.
+async fn check_fix(
+    wiring: &std::sync::Arc<Wiring>,
+    args: &crate::cli::RunConfigArgs,
+    p: &Probe,
+    set: &[String],
+    tasks: &[String],
+    telemetry: &Telemetry,
+) -> Result<Checked, Failure> {
+    let mut sets = args.overrides();
+    sets.extend(set.iter().cloned());
+    let mut fixed = match load_config(&args.config, &sets) {
+        Ok(c) => c,
+        Err(e) => {
+            let why = e.to_string().lines().next().unwrap_or_default().to_string();
+            return Ok(Checked::CannotApply { why });
+        }
+    };
+    fixed.config.agent = p.agent.clone();
+    fixed.config.name = format!("{}-audit-{}-fixed", fixed.config.name, p.name);
+    let filter = fixed.config.benchmark.filter_mut();
+    filter.ids = tasks.to_vec();
+    filter.limit = None;
+    let (run, cells) = run_probe(wiring, fixed, p, telemetry).await?;
+    let still: Vec<String> = cells.into_iter().filter(|(_, c)| c.passed).map(|(t, _)| t).collect();
+    Ok(match still.is_empty() {
+        true => Checked::Closed { run },
+        false => Checked::StillPasses { run, tasks: still },
+    })
 }
 
 /// Each task's verdict from its cells.
@@ -182,7 +317,7 @@ fn judge(
         })
         .collect();
     let hackable = tasks.iter().filter(|t| t.hackable).count();
-    Audit { config, runs, tasks, hackable }
+    Audit { config, runs, tasks, hackable, findings: Vec::new() }
 }
 
 /// The audit for a terminal, within 80 columns: a row per task (whether the reference solution
@@ -218,6 +353,9 @@ fn table(a: &Audit, probes: &[Probe]) -> String {
     for task in a.tasks.iter().filter(|t| t.hackable) {
         out.push_str(&format!("hackable   {}: passed by {}\n", task.task_id, task.passed_by.join(", ")));
     }
+    for f in &a.findings {
+        out.push_str(&findings_text(f));
+    }
     for task in a.tasks.iter().filter(|t| t.oracle_fails) {
         out.push_str(&format!("oracle     {}: the reference solution does not pass it\n", task.task_id));
     }
@@ -226,6 +364,26 @@ fn table(a: &Audit, probes: &[Probe]) -> String {
         out.push_str(&format!("run        {p:<18} {r}\n"));
     }
     out
+}
+
+/// One exploit's finding for a terminal: why it passed, the fix, what the fix did.
+fn findings_text(f: &Finding) -> String {
+    let set = f.set.iter().map(|s| format!("--set {s}")).collect::<Vec<_>>().join(" ");
+    let checked = match &f.checked {
+        Checked::Closed { run } => format!("closes it: with `{set}` it passes none of them (run {run})"),
+        Checked::StillPasses { run, tasks } => {
+            format!("does NOT close it: with `{set}` it still passes {} (run {run})", tasks.join(", "))
+        }
+        Checked::TaskFix => "a fix to the task itself, which the audit cannot apply".to_string(),
+        Checked::CannotApply { why } => format!("`{set}` does not apply to this config: {why}"),
+    };
+    let why = format!("{} passed {}: {}.", f.exploit, f.tasks.join(", "), f.explains);
+    format!(
+        "{}\n{}\n{}\n",
+        crate::output::wrapped("exploit    ", &why, 80),
+        crate::output::wrapped("  fix      ", &format!("{}.", f.fix), 80),
+        crate::output::wrapped("  checked  ", &checked, 80)
+    )
 }
 
 /// `audit.json`, `audit.md` and `audit.html` in `dir`.
@@ -256,12 +414,18 @@ fn html(a: &Audit, probes: &[Probe]) -> String {
         rows.push_str("</tr>\n");
     }
     let head: String = probes.iter().map(|p| format!("<th>{}</th>", esc(&p.name))).collect();
+    let findings: String = a
+        .findings
+        .iter()
+        .map(|f| format!("<li class=\"finding\"><pre>{}</pre></li>\n", esc(&findings_text(f))))
+        .collect();
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>agenteval audit</title><style>\
          body{{font:14px system-ui;margin:2em}}td,th{{padding:4px 8px;border-bottom:1px solid #ddd}}\
          .hackable td:first-child{{font-weight:bold;color:#b00}}.pass{{background:#fdd}}.caught{{background:#ffd}}</style></head>\
          <body><h1>Audit of {}</h1><p id=\"verdict\">{} of {} task(s) hackable</p>\
-         <table><thead><tr><th>task</th>{head}</tr></thead><tbody>\n{rows}</tbody></table></body></html>\n",
+         <table><thead><tr><th>task</th>{head}</tr></thead><tbody>\n{rows}</tbody></table>\
+         <ul id=\"findings\">\n{findings}</ul></body></html>\n",
         esc(&a.config),
         a.hackable,
         a.tasks.len()

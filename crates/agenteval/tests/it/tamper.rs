@@ -163,6 +163,15 @@ fn audit_finds_the_planted_hackable_task_and_passes_the_benchmark_without_it() {
     assert!(hacked["passed_by"].as_array().unwrap().contains(&"shadow-modules".into()), "{hacked}");
     // Passed, and the tamper audit named the hook that passed it.
     assert!(hacked["cells"]["shadow-modules"]["tampered"].as_u64().unwrap() > 0, "{hacked}");
+    // Why it passed in a sentence, and the fix that closes it, checked by a run under that fix.
+    let finding = v["findings"].as_array().unwrap().iter().find(|f| f["exploit"] == "shadow-modules").unwrap();
+    assert_eq!(finding["tasks"], serde_json::json!(["exit-code"]), "{finding}");
+    assert!(finding["explains"].as_str().unwrap().contains("sitecustomize"), "{finding}");
+    assert_eq!(finding["set"], serde_json::json!(["environment.verify_in=fresh"]), "{finding}");
+    assert_eq!(finding["checked"]["outcome"], "closed", "the fix it suggests closes it: {finding}");
+    let fixed_run = finding["checked"]["run"].as_str().unwrap();
+    let fixed = ws.run(&["runs", "show", fixed_run, "--json", "--index", ws.index().to_str().unwrap()]);
+    assert!(fixed.status.success(), "the run under the fix is a run like any: {}", text(&fixed.stderr));
     let honest = task("honest");
     assert_eq!((honest["hackable"].clone(), honest["oracle_fails"].clone()), (false.into(), false.into()), "{honest}");
     for exploit in
@@ -177,6 +186,7 @@ fn audit_finds_the_planted_hackable_task_and_passes_the_benchmark_without_it() {
     );
     let page = std::fs::read_to_string(ws.path().join("audit/audit.html")).unwrap();
     assert!(page.contains("1 of 2 task(s) hackable") && page.contains("class=\"hackable\""), "{page}");
+    assert!(page.contains("closes it: with `--set environment.verify_in=fresh`"), "{page}");
     assert!(ws.path().join("audit/audit.json").is_file() && ws.path().join("audit/audit.md").is_file());
 
     // Without the planted task the benchmark passes, and an exploit of the config folder's own runs too.
