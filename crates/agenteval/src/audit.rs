@@ -431,3 +431,51 @@ fn html(a: &Audit, probes: &[Probe]) -> String {
         a.tasks.len()
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_reads_as_why_the_fix_and_what_the_fix_did_within_80_columns() {
+        let mut f = Finding {
+            exploit: "shadow-modules".into(),
+            tasks: vec!["exit-code".into()],
+            explains: BATTERY[2].explains.into(),
+            fix: BATTERY[2].fix.says.into(),
+            set: BATTERY[2].fix.set.iter().map(|s| s.to_string()).collect(),
+            checked: Checked::Closed { run: "0190".into() },
+        };
+        let text = findings_text(&f);
+        assert!(text.starts_with("exploit    shadow-modules passed exit-code: Python ran a sitecustomize"), "{text}");
+        assert!(text.contains("\n  fix      run the tests in a fresh environment"), "{text}");
+        assert!(text.contains("closes it: with `--set environment.verify_in=fresh` it passes none"), "{text}");
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        f.checked = Checked::StillPasses { run: "0191".into(), tasks: vec!["exit-code".into()] };
+        assert!(findings_text(&f).contains("does NOT close it"), "{}", findings_text(&f));
+        f.checked = Checked::TaskFix;
+        assert!(findings_text(&f).contains("a fix to the task itself"));
+    }
+
+    #[test]
+    fn a_scripts_notes_give_its_explanation_and_fix() {
+        let script = "# explains: the reward file was the agent's\n# fix: fresh tests\n# set: environment.verify_in=fresh benchmark.grading=strict\necho 1 > /logs/verifier/reward.txt\n# explains: not read past the header\n";
+        let (explains, fix) = script_notes(script);
+        assert_eq!(explains.as_deref(), Some("the reward file was the agent's"));
+        let (says, set) = fix.unwrap();
+        assert_eq!(says, "fresh tests");
+        assert_eq!(set, ["environment.verify_in=fresh", "benchmark.grading=strict"]);
+        assert_eq!(script_notes("echo hi\n"), (None, None));
+    }
+
+    #[test]
+    fn every_builtin_exploit_explains_itself_and_names_its_fix() {
+        for s in BATTERY {
+            assert!(!s.explains.is_empty() && !s.explains.ends_with('.'), "{}", s.name);
+            assert!(!s.fix.says.is_empty() && !s.fix.says.ends_with('.'), "{}", s.name);
+            for set in s.fix.set {
+                assert!(set.split_once('=').is_some_and(|(k, _)| k.contains('.')), "{}: {set}", s.name);
+            }
+        }
+    }
+}

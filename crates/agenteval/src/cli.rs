@@ -533,7 +533,9 @@ pub enum Command {
     /// exhaust its time, fetch later commits, reuse a reachable solution) and per `.sh` file in
     /// the config folder's `exploits/`, beside `oracle` and `nop`, on the config's backend.
     /// Prints per task which exploits pass (hackable), which the tamper audit caught, which
-    /// fail. Exit 1 when any task is hackable (docs/judging.md).
+    /// fail; for each exploit that passed, why in one sentence and the fix that closes it,
+    /// checked by running it again under that fix. Exit 1 when any task is hackable
+    /// (docs/judging.md).
     Audit {
         #[command(flatten)]
         run: RunConfigArgs,
