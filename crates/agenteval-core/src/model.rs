@@ -1422,6 +1422,11 @@ pub struct RunSummary {
     /// What those calls cost, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_without_result_usd: Option<f64>,
+    /// What every model call of the run cost at the wire, its tasks' with a result or not
+    /// (`total_cost_usd` plus `cost_without_result_usd`): the run's cost as the provider bills
+    /// it. Set when the run's calls were counted at the wire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_cost_usd: Option<f64>,
     /// What the run's adaptive repetitions spent against the fixed design (`metadata.json`'s
     /// `adaptive`), for a run whose repetitions were adaptive.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -457,9 +457,10 @@ pub fn without_result_line(s: &RunSummary) -> Option<String> {
         wrapped(
             "no result  ",
             &format!(
-                "{} model call{} ({cost}) by tasks that ended with no result (cancelled or cut short), not in the figures above",
+                "{} model call{} ({cost}) by tasks that ended with no result (cancelled or cut short), not in the figures above{}",
                 s.calls_without_result,
-                if s.calls_without_result == 1 { "" } else { "s" }
+                if s.calls_without_result == 1 { "" } else { "s" },
+                s.run_cost_usd.map_or_else(String::new, |c| format!("; the run's calls cost ${c:.4} in all"))
             ),
             80,
         )

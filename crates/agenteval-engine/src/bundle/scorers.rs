@@ -360,6 +360,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         over_budget_usd: None,
         calls_without_result: 0,
         cost_without_result_usd: None,
+        run_cost_usd: None,
         harbor_would_skip: 0,
         adaptive: None,
     }

@@ -454,6 +454,7 @@ pub async fn seal_contents(
         if summary.calls_without_result > 0 {
             summary.cost_without_result_usd = Some((usd - summary.known_cost()).max(0.0));
         }
+        summary.run_cost_usd = Some(usd.max(summary.known_cost()));
     }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the

@@ -1264,8 +1264,15 @@ fn a_cancelled_tasks_model_calls_are_counted_for_the_run() {
     assert!(without > 0, "the cancelled tasks' calls are counted: {v}\n{}", text(&out.stderr));
     // The mock lists the calls it answered; the cancelled ones were cut before their answer.
     assert!(in_results + without > mock.received().len() as u64, "every call made, answered or not: {v}");
+    // The run's cost is every call's: the finished tasks' and the cancelled ones'.
+    let total = s["total_cost_usd"].as_f64().unwrap_or(0.0);
+    let without_cost = s["cost_without_result_usd"].as_f64().unwrap_or(0.0);
+    let run_cost = s["run_cost_usd"].as_f64().unwrap();
+    assert!((run_cost - (total + without_cost)).abs() < 1e-9 && run_cost >= total, "{v}");
     let shown = text(&ws.run(&["runs", "show", &run]).stdout);
     assert!(shown.contains("by tasks that ended with no result"), "{shown}");
+    let flat = shown.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(flat.contains("the run's calls cost $"), "{shown}");
 }
 
 /// `doctor` of an `llm` agent whose endpoint does not answer names the field that sets it in
