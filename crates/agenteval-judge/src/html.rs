@@ -205,6 +205,12 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         "samples": r.traces.samples,
         "comparison": r.comparison,
         "verdict": r.verdict,
+        // Each figure as the terminal shows it, in its one unit (a share in percent and its
+        // differences in points, a cost in dollars): the page never shows a fraction for a rate.
+        "shown": {
+            "diffs": r.comparison.map(|c| c.metrics.iter().map(|m| crate::report::diff_text(m)).collect::<Vec<_>>()),
+            "limits": r.verdict.map(|v| v.gates.iter().map(|g| crate::report::gate_figure(&g.gate, g.limit)).collect::<Vec<_>>()),
+        },
         "generator": r.generator,
         "open": r.frame.open_task,
     });
@@ -352,7 +358,7 @@ function el(tag, attrs, ...kids) {
 const pct = v => (v * 100).toFixed(1) + "%";
 const money = v => v == null ? "unknown" : "$" + Number(v).toFixed(4);
 const num = (v, d) => Number(v).toFixed(d == null ? 3 : d);
-function fmtMetric(name, v) { return (name === "pass_rate" || name.startsWith("score:")) ? pct(v) : name === "cost_per_task" ? money(v) : num(v); }
+function fmtMetric(name, v) { return (name === "pass_rate" || name === "pairwise" || name.startsWith("score:")) ? pct(v) : name === "cost_per_task" ? money(v) : num(v); }
 
 document.getElementById("title").textContent = "agenteval: " + D.run.name;
 document.getElementById("subtitle").textContent = D.run.id + " · " + D.run.status + " · benchmark " + D.run.benchmark + " · agent " + D.run.agent + " · " + D.run.backend + " · " + D.run.created;
@@ -400,7 +406,7 @@ if (D.comparison) {
   sec.append(el("p", {class: "muted", text: C.paired_tasks + " paired tasks; " + Math.round((C.level || 0.95) * 1000) / 10 + "% intervals from " + C.resamples + " paired-bootstrap resamples, seed " + C.seed + ". A metric is worse or better only when its whole interval is."}));
   const t = el("table", {}, el("thead", {}, el("tr", {}, ...["metric", "base", "candidate", "difference [" + Math.round((C.level || 0.95) * 1000) / 10 + "% interval]", "", "verdict"].map(h => el("th", {class: "nosort", text: h})))));
   const body = el("tbody");
-  for (const m of C.metrics) {
+  for (const [i, m] of C.metrics.entries()) {
     const bar = el("div", {class: "ci"});
     let diffText = "not judged";
     if (m.diff) {
@@ -409,6 +415,7 @@ if (D.comparison) {
       bar.append(el("div", {class: "zero", style: "left:50%"}), el("div", {class: "span", style: "left:" + x(m.diff.lo) + ";width:calc(" + x(m.diff.hi) + " - " + x(m.diff.lo) + ")"}), el("div", {class: "mean", style: "left:" + x(m.diff.mean)}));
       diffText = num(m.diff.mean, 4) + " [" + num(m.diff.lo, 4) + ", " + num(m.diff.hi, 4) + "]";
     }
+    if (D.shown && D.shown.diffs) diffText = D.shown.diffs[i];
     const verdict = m.regressed ? el("span", {class: "fail", text: "worse"}) : m.improved ? el("span", {class: "pass", text: "better"}) : el("span", {class: "muted", text: "no change"});
     body.append(el("tr", {}, el("td", {text: m.metric + " (" + (m.better === "higher" ? "higher" : "lower") + " is better)"}), el("td", {class: "num", text: fmtMetric(m.metric, m.base)}), el("td", {class: "num", text: fmtMetric(m.metric, m.cand)}), el("td", {class: "num", text: diffText}), el("td", {}, bar), el("td", {}, verdict)));
   }
@@ -423,7 +430,7 @@ if (D.verdict) {
   sec.append(el("h2", {text: "Gates: " + (D.verdict.passed ? "pass" : "fail") + (D.comparison ? " (against " + D.comparison.base.name + ", " + D.comparison.base.run_id + ")" : " (no baseline: judged alone)")}));
   const t = el("table", {}, el("thead", {}, el("tr", {}, ...["gate", "limit", "result", "detail"].map(h => el("th", {class: "nosort", text: h})))));
   const body = el("tbody");
-  for (const g of D.verdict.gates) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: String(g.limit)}), el("td", {}, el("span", {class: decisionClass(decisionOf(g)), text: decisionOf(g)})), el("td", {text: g.detail})));
+  for (const [i, g] of D.verdict.gates.entries()) body.append(el("tr", {}, el("td", {text: g.gate}), el("td", {class: "num", text: D.shown && D.shown.limits ? D.shown.limits[i] : String(g.limit)}), el("td", {}, el("span", {class: decisionClass(decisionOf(g)), text: decisionOf(g)})), el("td", {text: g.detail})));
   t.append(body);
   sec.append(t);
 }

@@ -79,8 +79,15 @@ pub fn md_escape(s: &str) -> String {
     out
 }
 
-fn fmt_value(metric: &str, v: f64) -> String {
-    if metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:") {
+/// Whether a metric is a share (shown in percent, its differences in points).
+fn is_share(metric: &str) -> bool {
+    metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:")
+}
+
+/// A metric's value in its one unit, as text, the HTML page and the gates show it: a share in
+/// percent, a cost in dollars, anything else as a number.
+pub fn fmt_value(metric: &str, v: f64) -> String {
+    if is_share(metric) {
         format!("{:.1}%", v * 100.0)
     } else if metric == "cost_per_task" {
         format!("${v:.4}")
@@ -89,12 +96,42 @@ fn fmt_value(metric: &str, v: f64) -> String {
     }
 }
 
+/// A difference of a metric in its unit: points for a share, dollars for a cost.
+fn fmt_delta(metric: &str, v: f64) -> String {
+    if is_share(metric) {
+        format!("{:+.2} pts", v * 100.0)
+    } else if metric == "cost_per_task" {
+        format!("{}${:.4}", if v < 0.0 { "-" } else { "+" }, v.abs())
+    } else {
+        format!("{v:+.3}")
+    }
+}
+
+/// A metric's difference and its interval, as the terminal and the page show it.
+pub fn diff_text(m: &MetricDiff) -> String {
+    fmt_diff(m)
+}
+
 fn fmt_diff(m: &MetricDiff) -> String {
-    let Some(d) = m.diff else { return format!("{:+.3} (not judged)", m.cand - m.base) };
-    let scale =
-        if m.metric == "pass_rate" || m.metric == "pairwise" || m.metric.starts_with("score:") { 100.0 } else { 1.0 };
-    let unit = if scale == 100.0 { " pts" } else { "" };
-    format!("{:+.2}{unit} [{:+.2}, {:+.2}]", d.mean * scale, d.lo * scale, d.hi * scale)
+    let Some(d) = m.diff else { return format!("{} (not judged)", fmt_delta(&m.metric, m.cand - m.base)) };
+    let bare = |v: f64| fmt_delta(&m.metric, v).trim_end_matches(" pts").to_string();
+    let unit = if is_share(&m.metric) { " pts" } else { "" };
+    format!("{}{unit} [{}, {}]", bare(d.mean), bare(d.lo), bare(d.hi))
+}
+
+/// A gate's limit (or the value it judged) in the unit of what it judges: `pass_rate.min`
+/// and `max` in percent, `pass_rate.max_drop` in points, `cost_per_task` limits in dollars,
+/// `…max_drop_pct` in percent, counts as whole numbers.
+pub fn gate_figure(gate: &str, v: f64) -> String {
+    let (metric, kind) = gate.rsplit_once('.').unwrap_or((gate, ""));
+    match kind {
+        "min" | "max" => fmt_value(metric, v),
+        "max_drop" if is_share(metric) => format!("{:.2} pts", v * 100.0),
+        "max_drop" if metric == "cost_per_task" => format!("${v:.4}"),
+        "max_drop_pct" => format!("{v:.2}%"),
+        _ if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+        _ => format!("{v:.4}"),
+    }
 }
 
 fn word(m: &MetricDiff) -> &'static str {
@@ -239,7 +276,8 @@ pub fn text(c: &Comparison, verdict: Option<&Verdict>) -> String {
         };
         let _ = writeln!(o, "gates: {word}");
         for g in &v.gates {
-            let head = format!("  {} {:<24} limit {:<8}", gate_word(g.decision()), g.gate, g.limit);
+            let limit = gate_figure(&g.gate, g.limit);
+            let head = format!("  {} {:<24} limit {:<8}", gate_word(g.decision()), g.gate, limit);
             // Within 80 columns: a long detail goes under the gate, a clause a line, wrapped.
             if head.chars().count() + 1 + g.detail.chars().count() <= 80 {
                 let _ = writeln!(o, "{head} {}", g.detail);
@@ -444,6 +482,33 @@ pub fn json(c: &Comparison, verdict: Option<&Verdict>) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_figure_has_one_unit_whether_a_value_a_difference_or_a_gate() {
+        assert_eq!(fmt_value("pass_rate", 0.4), "40.0%");
+        assert_eq!(fmt_value("cost_per_task", 0.0013), "$0.0013");
+        assert_eq!(gate_figure("pass_rate.min", 0.3), "30.0%");
+        assert_eq!(gate_figure("pass_rate.max_drop", 0.05), "5.00 pts");
+        assert_eq!(gate_figure("cost_per_task.max", 0.02), "$0.0200");
+        assert_eq!(gate_figure("cost_per_task.max_drop_pct", 25.0), "25.00%");
+        assert_eq!(gate_figure("max_task_regressions", 3.0), "3");
+        assert_eq!(gate_figure("score:exact_match.min", 0.9), "90.0%");
+        let m = |metric: &str, d: Option<f64>| MetricDiff {
+            metric: metric.into(),
+            better: crate::compare::Better::Higher,
+            base: 0.5,
+            cand: 0.45,
+            diff: d.map(|d| crate::stats::Interval { mean: d, lo: d - 0.01, hi: d + 0.01 }),
+            regressed: false,
+            improved: false,
+            within_noise: false,
+            paired_test: None,
+            mde: None,
+        };
+        assert_eq!(diff_text(&m("pass_rate", Some(-0.05))), "-5.00 pts [-6.00, -4.00]");
+        assert_eq!(diff_text(&m("cost_per_task", Some(-0.05))), "-$0.0500 [-$0.0600, -$0.0400]");
+        assert_eq!(diff_text(&m("tokens_per_task", None)), "-0.050 (not judged)");
+    }
 
     /// A 10,000-task run; `broken`: half the tasks fail and a tenth fail on infrastructure.
     fn synthetic(broken: bool) -> crate::results::RunResults {

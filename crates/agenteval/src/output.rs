@@ -616,11 +616,6 @@ pub fn report_text(
     out.join("\n") + "\n"
 }
 
-/// A gate's number: a count as a whole number, anything else to four places.
-fn figure(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{v:.0}") } else { format!("{v:.4}") }
-}
-
 /// A judged run's verdict, its baseline and each gate, from the bundle's `comparison.json`, as
 /// lines within 80 columns.
 pub fn verdict_lines(j: &Judgement) -> Vec<String> {
@@ -631,6 +626,7 @@ pub fn verdict_lines(j: &Judgement) -> Vec<String> {
     let mut out = vec![wrapped("verdict    ", &format!("{}{against}", j.outcome().as_str()), 80)];
     for g in &j.verdict.gates {
         let word = agenteval_judge::report::gate_word(g.decision());
+        let figure = |v: f64| agenteval_judge::report::gate_figure(&g.gate, v);
         let value = g.value.map_or("-".to_string(), figure);
         out.push(wrapped(&format!("  {word} "), &format!("{} {value} (limit {})", g.gate, figure(g.limit)), 80));
     }
