@@ -208,7 +208,7 @@ pub fn render(r: &HtmlReport<'_>) -> String {
         // Each figure as the terminal shows it, in its one unit (a share in percent and its
         // differences in points, a cost in dollars): the page never shows a fraction for a rate.
         "shown": {
-            "diffs": r.comparison.map(|c| c.metrics.iter().map(|m| crate::report::diff_text(m)).collect::<Vec<_>>()),
+            "diffs": r.comparison.map(|c| c.metrics.iter().map(crate::report::diff_text).collect::<Vec<_>>()),
             "limits": r.verdict.map(|v| v.gates.iter().map(|g| crate::report::gate_figure(&g.gate, g.limit)).collect::<Vec<_>>()),
         },
         "generator": r.generator,
