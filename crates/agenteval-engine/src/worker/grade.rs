@@ -19,6 +19,7 @@ use super::verify::Verified;
 
 use crate::evaluators::{evaluate_safely, evaluator_from_config, verifier};
 use crate::telemetry;
+use futures::FutureExt as _;
 
 /// Grades the attempt where `verified` says, and closes its trace with the scores (the trace's
 /// copy, when small, kept for the pack). `Err` only when the trace cannot be written.
@@ -115,20 +116,31 @@ async fn grade(
     let task_evaluators =
         task.evaluators.iter().map(|e| evaluator_from_config(e, &ctx.judge_secrets)).collect::<Vec<_>>();
     let input = EvalInput { task, result: agent, trace, env: session };
-    // `ctx.evaluators` were built from `config.evaluators`, in order.
-    for (e, cfg) in ctx.evaluators.iter().zip(&ctx.config.evaluators) {
-        let mut s = evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await;
-        s.optional = cfg.optional();
-        scores.push(s);
-    }
-    for (i, (e, cfg)) in task_evaluators.into_iter().zip(&task.evaluators).enumerate() {
-        let mut s = match e {
-            Ok(e) => evaluate_in_span(e.as_ref(), &input, &ctx.redactor).await,
-            Err(err) => EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string()),
-        };
-        s.optional = cfg.optional();
-        scores.push(s);
-    }
+    // The run's evaluators and the task's own run at once (a judge waits on its model, a
+    // `command` on its program), their scores kept in the config's order. `ctx.evaluators`
+    // were built from `config.evaluators`, in order.
+    let run_scores = ctx.evaluators.iter().zip(&ctx.config.evaluators).map(|(e, cfg)| {
+        let input = &input;
+        async move {
+            let mut s = evaluate_in_span(e.as_ref(), input, &ctx.redactor).await;
+            s.optional = cfg.optional();
+            s
+        }
+        .boxed()
+    });
+    let task_scores = task_evaluators.iter().zip(&task.evaluators).enumerate().map(|(i, (e, cfg))| {
+        let input = &input;
+        async move {
+            let mut s = match e {
+                Ok(e) => evaluate_in_span(e.as_ref(), input, &ctx.redactor).await,
+                Err(err) => EvaluatorScore::errored(&format!("task-evaluator-{i}"), "unknown", err.to_string()),
+            };
+            s.optional = cfg.optional();
+            s
+        }
+        .boxed()
+    });
+    scores.extend(futures::future::join_all(run_scores.chain(task_scores)).await);
     scores
 }
 

@@ -179,6 +179,35 @@ fn a_machine_short_of_memory_keeps_fewer_workers_in_flight_and_status_says_why()
     assert!(shown.contains("jobs      at most 1 of 8 in flight at the end: the machine has "), "{shown}");
 }
 
+/// Issue 74: a task's evaluators run at once. Two `command` evaluators meet: each leaves a mark
+/// and waits for the other's; run one after the other, the first would wait alone and fail.
+#[test]
+fn a_tasks_evaluators_run_at_once() {
+    let ws = Workspace::new();
+    let meet = ws.path().join("meet");
+    std::fs::create_dir_all(&meet).unwrap();
+    ws.write(
+        "meet.py",
+        "import json, os, sys, time\nsys.stdin.read()\nme, other, where = sys.argv[1:4]\nopen(os.path.join(where, me), 'w').close()\nfor _ in range(200):\n    if os.path.exists(os.path.join(where, other)):\n        print(json.dumps({'score': 1, 'passed': True, 'reason': 'met ' + other}))\n        sys.exit(0)\n    time.sleep(0.05)\nprint(json.dumps({'score': 0, 'passed': False, 'reason': 'waited alone'}))\n",
+    );
+    ws.write("cases.jsonl", "{\"id\": \"only\", \"input\": \"q\", \"expected\": \"q\"}\n");
+    let cfg = ws.write(
+        "meet.yaml",
+        &format!(
+            "name: meet\nbenchmark: {{kind: jsonl, cases: cases.jsonl}}\nagent: {{kind: mock}}\nevaluators:\n  - {{kind: command, id: a, command: [python3, meet.py, a, b, {0}]}}\n  - {{kind: command, id: b, command: [python3, meet.py, b, a, {0}]}}\nstorage:\n  bundle_root: runs\n",
+            meet.display()
+        ),
+    );
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let evals = &v["summary"]["evaluators"];
+    assert_eq!(
+        (evals["a"]["passed"].as_u64(), evals["b"]["passed"].as_u64()),
+        (Some(1), Some(1)),
+        "{v} {}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let ws = Workspace::new();
