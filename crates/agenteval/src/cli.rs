@@ -666,6 +666,17 @@ pub enum RunsCommand {
         /// Only the tasks with this tag (repeatable); implies --tasks.
         #[arg(long, value_name = "TAG")]
         tag: Vec<String>,
+        /// Only the tasks whose agent called this tool (its trace's tool calls); implies --tasks.
+        #[arg(long, value_name = "NAME")]
+        tool: Option<String>,
+        /// Only the tasks that ended this way: completed, agent_error, infra_failure,
+        /// replay_miss, limit_tokens, limit_time, limit_cost, limit_turns, limit_trace,
+        /// limit_disk or limit_memory; implies --tasks.
+        #[arg(long = "ended-by", value_name = "KIND", value_parser = ended_by_parser())]
+        ended_by: Option<String>,
+        /// Only the tasks whose why holds this text (any case); implies --tasks.
+        #[arg(long, value_name = "TEXT")]
+        why: Option<String>,
         /// Each task's reason whole, however long (else cut to the terminal's width); implies
         /// --tasks.
         #[arg(long)]
@@ -673,6 +684,11 @@ pub enum RunsCommand {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Parses `--ended-by`: the ways a task ends, as results and the index name them.
+fn ended_by_parser() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(agenteval_core::model::TerminatedBy::ALL.map(|t| t.as_str()))
 }
 
 /// Parses `--format`: the judge's formats, each listed with what it is for.

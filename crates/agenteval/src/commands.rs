@@ -113,10 +113,14 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::History { name, task, last, index, json } => {
             crate::history::history(&name, &task, last, &index, json).await
         }
-        Command::Runs { command: RunsCommand::Show { run, index, tasks, failed, tag, full, json } } => {
+        Command::Runs {
+            command: RunsCommand::Show { run, index, tasks, failed, tag, tool, ended_by, why, full, json },
+        } => {
             let (wiring, index) = open_index(&index).await?;
-            let all = tasks || failed || full || !tag.is_empty();
-            let filter = crate::inspect::TaskFilter { all, failed, tags: tag, full };
+            let all =
+                tasks || failed || full || !tag.is_empty() || tool.is_some() || ended_by.is_some() || why.is_some();
+            let ended_by = ended_by.as_deref().and_then(agenteval_core::model::TerminatedBy::parse);
+            let filter = crate::inspect::TaskFilter { all, failed, tags: tag, tool, ended_by, why, full };
             crate::inspect::runs_show(wiring.as_ref(), index.as_ref(), &run, &filter, json).await
         }
         Command::Show { run, task, index, full, json } => {

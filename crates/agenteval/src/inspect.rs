@@ -24,6 +24,12 @@ pub struct TaskFilter {
     pub failed: bool,
     /// Only those with one of these tags.
     pub tags: Vec<String>,
+    /// Only those whose agent called this tool.
+    pub tool: Option<String>,
+    /// Only those that ended this way.
+    pub ended_by: Option<agenteval_core::model::TerminatedBy>,
+    /// Only those whose why holds this text, in any case.
+    pub why: Option<String>,
     /// Each reason whole, wrapped, rather than cut to the width.
     pub full: bool,
 }
@@ -260,7 +266,33 @@ async fn rows(
     if filter.failed {
         out.retain(|r| matches!(r.outcome.as_str(), "failed" | "errored" | "infra"));
     }
+    if let Some(ended) = filter.ended_by {
+        out.retain(|r| r.record.terminated_by == Some(ended));
+    }
+    if let Some(text) = &filter.why {
+        let text = text.to_lowercase();
+        out.retain(|r| r.why.to_lowercase().contains(&text));
+    }
+    if let Some(tool) = &filter.tool {
+        // The calls are in each task's trace: read only for the tasks still in the list.
+        let used: Vec<bool> = futures::stream::iter(&out)
+            .map(|r| async move { called(store, run, &r.record.task_id, tool).await })
+            .buffered(16)
+            .collect()
+            .await;
+        let mut used = used.into_iter();
+        out.retain(|_| used.next().unwrap_or(false));
+    }
     Ok(out)
+}
+
+/// Whether a task's trace has a call of `tool` (an `agent.tool_call` naming it).
+async fn called(store: &dyn BundleStore, run: &RunId, task: &TaskId, tool: &str) -> bool {
+    let Ok(trace) = taskpack::read_task_file(store, run, task, layout::TASK_TRACE).await else { return false };
+    trace.split(|&b| b == b'\n').filter_map(|l| serde_json::from_slice::<Value>(l).ok()).any(|e| {
+        e["kind"] == "agent.tool_call"
+            && (e["payload"]["tool"].as_str() == Some(tool) || e["payload"]["name"].as_str() == Some(tool))
+    })
 }
 
 /// A finished task's result (from its pack, or its folder in an older bundle), if readable.

@@ -355,3 +355,46 @@ fn config_validate_names_a_harbor_task_whose_task_toml_is_broken() {
     assert_eq!(v["valid"], false, "{v}");
     assert_eq!(v["problems"][0]["task"], "broken", "{v}");
 }
+
+/// Issue 74: a run's tasks found by the tool their agent called, how they ended, or text in
+/// their why; the filters combine and imply `--tasks`.
+#[test]
+fn runs_show_finds_tasks_by_tool_ending_and_why() {
+    let ws = Workspace::new();
+    ws.write(
+        "agent.py",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nkind, _, arg = req['input'].partition(':')\ndef emit(k, p):\n    print(json.dumps({'kind': k, 'payload': p}), flush=True)\nif kind == 'crash':\n    print('the widget broke', file=sys.stderr)\n    sys.exit(3)\nif kind == 'tool':\n    emit('agent.tool_call', {'tool': arg, 'arguments': {}})\n    emit('agent.tool_result', {'tool': arg, 'result': 'ok'})\nemit('agent.final_answer', {'answer': 'done'})\nemit('agent.terminal', {'final_answer': 'done'})\n",
+    );
+    let cases = [("a", "tool:search"), ("b", "tool:browse"), ("c", "tool:search"), ("d", "crash:"), ("e", "plain:")];
+    let lines: String = cases
+        .iter()
+        .map(|(id, input)| format!("{{\"id\": \"{id}\", \"input\": \"{input}\", \"expected\": \"done\"}}\n"))
+        .collect();
+    ws.write("cases.jsonl", &lines);
+    let cfg = ws.write(
+        "f.yaml",
+        "name: finder\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, agent.py]\nbackend:\n  stop_after_identical_errors: 0\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["summary"]["tasks_finished"], 5, "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap();
+    let index = ws.index();
+    let found = |args: &[&str]| -> Vec<String> {
+        let mut all = vec!["runs", "show", run, "--json", "--index", index.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = ws.run(&all);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["tasks"].as_array().unwrap().iter().map(|t| t["task_id"].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(found(&["--tool", "search"]), ["a", "c"]);
+    assert_eq!(found(&["--tool", "browse"]), ["b"]);
+    assert!(found(&["--tool", "nothing"]).is_empty());
+    assert_eq!(found(&["--ended-by", "agent_error"]), ["d"]);
+    assert_eq!(found(&["--why", "WIDGET broke"]), ["d"], "the why, in any case");
+    assert_eq!(found(&["--tool", "search", "--ended-by", "completed"]), ["a", "c"], "filters combine");
+    let shown = text(&ws.run(&["runs", "show", run, "--tool", "browse", "--index", index.to_str().unwrap()]).stdout);
+    assert!(shown.lines().any(|l| l.starts_with("b ")) && !shown.lines().any(|l| l.starts_with("a ")), "{shown}");
+    let bad = ws.run(&["runs", "show", run, "--ended-by", "exploded", "--index", index.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+}
