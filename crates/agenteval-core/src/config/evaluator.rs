@@ -175,6 +175,23 @@ pub enum EvaluatorConfig {
         #[schemars(range(max = super::MAX_TRACE_EVENTS))]
         max_steps: u32,
     },
+    /// How the agent worked, from its trace: no loop, no failing call made again and again, no
+    /// final answer that contradicts what its tools said last.
+    TraceQuality {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
+        /// The most times one tool call with the same arguments may be made (default 3).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = super::MAX_TRACE_EVENTS))]
+        max_repeats: Option<u32>,
+        /// The most times one call with the same arguments may fail (default 2).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 1, max = super::MAX_TRACE_EVENTS))]
+        max_failed_repeats: Option<u32>,
+        /// Check that the answer does not contradict the last tool result (default true).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        contradictions: Option<bool>,
+    },
     /// The agent called the expected tools (and none of the forbidden ones).
     ToolSequence {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -385,6 +402,7 @@ impl EvaluatorConfig {
             | EvaluatorConfig::Regex { .. }
             | EvaluatorConfig::NoError { .. }
             | EvaluatorConfig::MaxSteps { .. }
+            | EvaluatorConfig::TraceQuality { .. }
             | EvaluatorConfig::ToolSequence { .. }
             | EvaluatorConfig::ToolCalls { .. }
             | EvaluatorConfig::Similarity { .. }
@@ -502,6 +520,7 @@ impl EvaluatorConfig {
             EvaluatorConfig::Numeric { .. } => "numeric",
             EvaluatorConfig::JsonEqual { .. } => "json_equal",
             EvaluatorConfig::MaxSteps { .. } => "max_steps",
+            EvaluatorConfig::TraceQuality { .. } => "trace_quality",
             EvaluatorConfig::ToolSequence { .. } => "tool_sequence",
             EvaluatorConfig::ToolCalls { .. } => "tool_calls",
             EvaluatorConfig::CostBudget { .. } => "cost_budget",
@@ -527,6 +546,7 @@ impl EvaluatorConfig {
             | EvaluatorConfig::Numeric { id, .. }
             | EvaluatorConfig::JsonEqual { id, .. }
             | EvaluatorConfig::MaxSteps { id, .. }
+            | EvaluatorConfig::TraceQuality { id, .. }
             | EvaluatorConfig::ToolSequence { id, .. }
             | EvaluatorConfig::ToolCalls { id, .. }
             | EvaluatorConfig::CostBudget { id, .. }

@@ -1039,6 +1039,7 @@ fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) ->
             | EvaluatorConfig::Regex { .. }
             | EvaluatorConfig::NoError { .. }
             | EvaluatorConfig::MaxSteps { .. }
+            | EvaluatorConfig::TraceQuality { .. }
             | EvaluatorConfig::ToolSequence { .. }
             | EvaluatorConfig::ToolCalls { .. }
             | EvaluatorConfig::Similarity { .. }

@@ -20,6 +20,7 @@ mod policy;
 mod regex;
 mod tool_calls;
 mod tool_sequence;
+mod trace_quality;
 pub mod verifier;
 
 use std::sync::Arc;
@@ -101,6 +102,13 @@ pub fn evaluator_with(
             Box::new(closeness::JsonEqual { expected: expected.clone(), ignore: ignore.clone() })
         }
         C::MaxSteps { max_steps, .. } => Box::new(max_steps::MaxSteps { max: *max_steps }),
+        C::TraceQuality { max_repeats, max_failed_repeats, contradictions, .. } => {
+            Box::new(trace_quality::TraceQuality {
+                max_repeats: max_repeats.unwrap_or(3),
+                max_failed_repeats: max_failed_repeats.unwrap_or(2),
+                contradictions: contradictions.unwrap_or(true),
+            })
+        }
         C::ToolSequence { tools, mode, forbidden, .. } => Box::new(tool_sequence::ToolSequence {
             tools: tools.clone(),
             mode: mode.unwrap_or_default(),

@@ -208,6 +208,43 @@ fn a_tasks_evaluators_run_at_once() {
     );
 }
 
+/// Issue 74: `trace_quality` reads how the agent worked: a loop, a failing call made again and
+/// again, and an answer that contradicts its last tool result each fail the task with the steps
+/// named; a clean trace passes.
+#[test]
+fn trace_quality_names_loops_repeated_failures_and_contradictions() {
+    let ws = Workspace::new();
+    ws.write(
+        "agent.py",
+        "import json, sys\nreq = json.loads(sys.stdin.readline())\nmode = req['input']\ndef emit(k, p):\n    print(json.dumps({'kind': k, 'payload': p}), flush=True)\ndef call(tool, args, result):\n    emit('agent.tool_call', {'tool': tool, 'arguments': args})\n    emit('agent.tool_result', dict(result, tool=tool))\nanswer = 'done'\nif mode == 'loop':\n    for _ in range(5):\n        call('search', {'q': 'same'}, {'result': 'nothing'})\nelif mode == 'retry':\n    for _ in range(3):\n        call('bash', {'cmd': 'make'}, {'exit_code': 2, 'output': 'no rule'})\n    answer = 'make is broken'\nelif mode == 'contradict':\n    call('calc', {'x': '6*7'}, {'result': '42'})\n    answer = 'the answer is 41'\nelse:\n    call('calc', {'x': '6*7'}, {'result': '42'})\n    answer = 'the answer is 42'\nemit('agent.final_answer', {'answer': answer})\nemit('agent.terminal', {'final_answer': answer})\n",
+    );
+    let lines: String = ["loop", "retry", "contradict", "clean"]
+        .iter()
+        .map(|m| format!("{{\"id\": \"{m}\", \"input\": \"{m}\"}}\n"))
+        .collect();
+    ws.write("cases.jsonl", &lines);
+    let cfg = ws.write(
+        "q.yaml",
+        "name: quality\nbenchmark: {kind: jsonl, cases: cases.jsonl}\nagent:\n  kind: command\n  command: [python3, agent.py]\nevaluators:\n  - kind: trace_quality\nstorage:\n  bundle_root: runs\n",
+    );
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["summary"]["evaluators"]["trace_quality"]["passed"], 1, "{v} {}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let why = |task: &str| -> (bool, String) {
+        let line = results(&bundle).into_iter().find(|r| r["task_id"] == task).unwrap();
+        let s =
+            line["scores"].as_array().unwrap().iter().find(|s| s["evaluator_id"] == "trace_quality").unwrap().clone();
+        (s["passed"].as_bool().unwrap(), s["reason"].as_str().unwrap_or_default().to_string())
+    };
+    let (passed, reason) = why("loop");
+    assert!(!passed && reason.contains("a loop: `search` called 5 times"), "{reason}");
+    let (passed, reason) = why("retry");
+    assert!(!passed && reason.contains("`bash` failed 3 times"), "{reason}");
+    let (passed, reason) = why("contradict");
+    assert!(!passed && reason.contains("gave 42"), "{reason}");
+    assert!(why("clean").0, "{}", why("clean").1);
+}
+
 #[test]
 fn a_misbehaving_command_agent_is_graded_not_fatal() {
     let ws = Workspace::new();
