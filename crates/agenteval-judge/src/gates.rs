@@ -558,7 +558,7 @@ pub fn judge(gates: &Gates, comparison: Option<&Comparison>, standalone: Standal
             if let Some(limit) = limit {
                 let passed = ok.unwrap_or(false);
                 let detail = match value {
-                    Some(v) => format!("{metric} is {}", crate::report::fmt_value(metric, v)),
+                    Some(v) => format!("{metric} is {}", crate::units::fmt_value(metric, v)),
                     None if metric == "cost_per_task" => UNKNOWN_COST.into(),
                     None => format!("{metric} is not measured in this run"),
                 };

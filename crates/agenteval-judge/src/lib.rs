@@ -15,6 +15,7 @@ pub mod results;
 pub mod samples;
 pub mod set;
 pub mod stats;
+pub mod units;
 
 /// `1 task`, `2 tasks`: a count of tasks as every report says it.
 pub fn tasks(n: usize) -> String {

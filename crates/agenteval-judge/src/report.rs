@@ -79,33 +79,7 @@ pub fn md_escape(s: &str) -> String {
     out
 }
 
-/// Whether a metric is a share (shown in percent, its differences in points).
-fn is_share(metric: &str) -> bool {
-    metric == "pass_rate" || metric == "pairwise" || metric.starts_with("score:")
-}
-
-/// A metric's value in its one unit, as text, the HTML page and the gates show it: a share in
-/// percent, a cost in dollars, anything else as a number.
-pub fn fmt_value(metric: &str, v: f64) -> String {
-    if is_share(metric) {
-        format!("{:.1}%", v * 100.0)
-    } else if metric == "cost_per_task" {
-        format!("${v:.4}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
-/// A difference of a metric in its unit: points for a share, dollars for a cost.
-fn fmt_delta(metric: &str, v: f64) -> String {
-    if is_share(metric) {
-        format!("{:+.2} pts", v * 100.0)
-    } else if metric == "cost_per_task" {
-        format!("{}${:.4}", if v < 0.0 { "-" } else { "+" }, v.abs())
-    } else {
-        format!("{v:+.3}")
-    }
-}
+pub use crate::units::{fmt_value, gate_figure};
 
 /// A metric's difference and its interval, as the terminal and the page show it.
 pub fn diff_text(m: &MetricDiff) -> String {
@@ -113,25 +87,11 @@ pub fn diff_text(m: &MetricDiff) -> String {
 }
 
 fn fmt_diff(m: &MetricDiff) -> String {
+    use crate::units::{fmt_delta, is_share};
     let Some(d) = m.diff else { return format!("{} (not judged)", fmt_delta(&m.metric, m.cand - m.base)) };
     let bare = |v: f64| fmt_delta(&m.metric, v).trim_end_matches(" pts").to_string();
     let unit = if is_share(&m.metric) { " pts" } else { "" };
     format!("{}{unit} [{}, {}]", bare(d.mean), bare(d.lo), bare(d.hi))
-}
-
-/// A gate's limit (or the value it judged) in the unit of what it judges: `pass_rate.min`
-/// and `max` in percent, `pass_rate.max_drop` in points, `cost_per_task` limits in dollars,
-/// `…max_drop_pct` in percent, counts as whole numbers.
-pub fn gate_figure(gate: &str, v: f64) -> String {
-    let (metric, kind) = gate.rsplit_once('.').unwrap_or((gate, ""));
-    match kind {
-        "min" | "max" => fmt_value(metric, v),
-        "max_drop" if is_share(metric) => format!("{:.2} pts", v * 100.0),
-        "max_drop" if metric == "cost_per_task" => format!("${v:.4}"),
-        "max_drop_pct" => format!("{v:.2}%"),
-        _ if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
-        _ => format!("{v:.4}"),
-    }
 }
 
 fn word(m: &MetricDiff) -> &'static str {

@@ -103,11 +103,7 @@ pub fn evaluator_with(
         }
         C::MaxSteps { max_steps, .. } => Box::new(max_steps::MaxSteps { max: *max_steps }),
         C::TraceQuality { max_repeats, max_failed_repeats, contradictions, .. } => {
-            Box::new(trace_quality::TraceQuality {
-                max_repeats: max_repeats.unwrap_or(3),
-                max_failed_repeats: max_failed_repeats.unwrap_or(2),
-                contradictions: contradictions.unwrap_or(true),
-            })
+            Box::new(trace_quality::TraceQuality::of(*max_repeats, *max_failed_repeats, *contradictions))
         }
         C::ToolSequence { tools, mode, forbidden, .. } => Box::new(tool_sequence::ToolSequence {
             tools: tools.clone(),

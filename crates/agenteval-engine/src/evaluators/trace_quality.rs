@@ -20,6 +20,18 @@ pub(super) struct TraceQuality {
     pub contradictions: bool,
 }
 
+impl TraceQuality {
+    /// From its config: a loop past 3 identical calls, a call failing more than twice, and
+    /// contradictions checked, unless the config says otherwise.
+    pub(super) fn of(max_repeats: Option<u32>, max_failed_repeats: Option<u32>, contradictions: Option<bool>) -> Self {
+        TraceQuality {
+            max_repeats: max_repeats.unwrap_or(3),
+            max_failed_repeats: max_failed_repeats.unwrap_or(2),
+            contradictions: contradictions.unwrap_or(true),
+        }
+    }
+}
+
 /// One tool call and what came back.
 struct Call<'a> {
     step: u32,
