@@ -454,7 +454,8 @@ pub async fn seal_contents(
         if summary.calls_without_result > 0 {
             summary.cost_without_result_usd = Some((usd - summary.known_cost()).max(0.0));
         }
-        summary.run_cost_usd = Some(usd.max(summary.known_cost()));
+        // Known only when every task's cost is: a call at an unknown price counts $0 at the wire.
+        summary.run_cost_usd = (summary.cost_unknown_tasks == 0).then(|| usd.max(summary.known_cost()));
     }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the
