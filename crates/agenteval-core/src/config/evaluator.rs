@@ -562,8 +562,26 @@ impl EvaluatorConfig {
         id.as_deref().unwrap_or(self.kind())
     }
 
+    /// A judge's inline prompt template names only what the judge fills (a `prompt_file` is
+    /// checked when the loader reads it).
+    fn validate_prompt(&self, at: &str, problems: &mut Vec<(String, String)>) {
+        let Some(judge) = self.judge() else { return };
+        match (&judge.prompt, &judge.prompt_file) {
+            (Some(_), Some(_)) => {
+                problems.push((format!("{at}/prompt"), "give `prompt` or `prompt_file`, not both".into()))
+            }
+            (Some(t), None) => {
+                if let Err(e) = super::llm::check_template(self.kind(), t) {
+                    problems.push((format!("{at}/prompt"), e));
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Pure checks the schema cannot express; `at` is the JSON pointer of this evaluator.
     pub fn validate(&self, at: &str, problems: &mut Vec<(String, String)>) {
+        self.validate_prompt(at, problems);
         match self {
             EvaluatorConfig::Regex { pattern, .. } => {
                 if let Err(e) = regex::Regex::new(pattern) {

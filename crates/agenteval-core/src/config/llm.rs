@@ -179,6 +179,54 @@ pub struct JudgeConfig {
     /// their results, cut to 4,000 characters). Part of the cached verdict's key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub include: Vec<JudgeInclude>,
+    /// The judge's prompt as a template file (relative to the config): `{{task}}`,
+    /// `{{answer}}` (`{{answers}}` for `llm_pairwise`), `{{rubric}}` or `{{criteria}}`,
+    /// `{{expected}}` and `{{steps}}` are filled in; any other `{{name}}` is a config error. The
+    /// reply's JSON shape is asked after it, always. Read at load into `prompt`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_file: Option<PathBuf>,
+    /// The judge's prompt template itself (or `prompt_file`'s, once loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<String>,
+}
+
+/// The variables a judge's prompt template may name, by evaluator kind; the first is required.
+pub fn template_variables(kind: &str) -> &'static [&'static str] {
+    match kind {
+        "llm_pairwise" => &["answers", "task", "criteria", "expected", "steps"],
+        "llm_pass_fail" => &["answer", "task", "criteria", "expected", "steps"],
+        _ => &["answer", "task", "rubric", "expected", "steps"],
+    }
+}
+
+/// The `{{name}}`s of a template, in order; `Err` for an opening `{{` never closed.
+pub(crate) fn template_names(template: &str) -> Result<Vec<&str>, String> {
+    let mut out = Vec::new();
+    let mut rest = template;
+    while let Some(at) = rest.find("{{") {
+        let after = &rest[at + 2..];
+        let Some(end) = after.find("}}") else { return Err("a `{{` is never closed by `}}`".into()) };
+        out.push(after[..end].trim());
+        rest = &after[end + 2..];
+    }
+    Ok(out)
+}
+
+/// Checks a judge's prompt template for an evaluator of `kind`: every variable it names is one
+/// the judge fills, and the answer is among them.
+pub(crate) fn check_template(kind: &str, template: &str) -> Result<(), String> {
+    let known = template_variables(kind);
+    let names = template_names(template)?;
+    if let Some(bad) = names.iter().find(|n| !known.contains(n)) {
+        return Err(format!(
+            "the prompt names `{{{{{bad}}}}}`, which the judge does not fill (it fills {})",
+            known.join(", ")
+        ));
+    }
+    if !names.contains(&known[0]) {
+        return Err(format!("the prompt never shows the judge `{{{{{}}}}}`", known[0]));
+    }
+    Ok(())
 }
 
 /// Something a judge may be shown besides the task and the answer.

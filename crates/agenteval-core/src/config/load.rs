@@ -990,11 +990,12 @@ fn read_prices(a: &mut super::LlmAgentConfig, base: &Path, pos: &Positions) -> O
     }
 }
 
-/// What evaluators name beside the config: a command's folder, a schema file (read in, so
-/// the schema travels inside the resolved config).
+/// What evaluators name beside the config: a command's folder, a schema file and a judge's
+/// prompt file (read in, so they travel inside the resolved config).
 fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) -> Vec<Problem> {
     let mut problems = Vec::new();
     for (i, e) in config.evaluators.iter_mut().enumerate() {
+        let kind = e.kind();
         match e {
             EvaluatorConfig::Command { workdir, .. } => *workdir = Some(base.to_path_buf()),
             EvaluatorConfig::Tests { tests: Some(dir), .. } => {
@@ -1005,6 +1006,29 @@ fn read_evaluator_files(config: &mut RunConfig, base: &Path, pos: &Positions) ->
                     let at = format!("/evaluators/{i}/tests");
                     let message = format!("{} is not a folder of tests", path.display());
                     problems.push(Problem { origin: pos.find(&at, false), pointer: at, message });
+                }
+            }
+            // A judge's prompt template travels inside the resolved config, as a schema does.
+            EvaluatorConfig::LlmRubric { judge, .. }
+            | EvaluatorConfig::LlmPassFail { judge, .. }
+            | EvaluatorConfig::LlmPairwise { judge, .. }
+                if judge.prompt_file.is_some() && judge.prompt.is_none() =>
+            {
+                let at = format!("/evaluators/{i}/prompt_file");
+                let path = resolve(base, judge.prompt_file.as_ref().expect("matched"));
+                let read = match std::fs::metadata(&path) {
+                    Ok(m) if m.len() > 64 * 1024 => Err(format!("prompt file {} is over 64 KiB", path.display())),
+                    _ => std::fs::read_to_string(&path)
+                        .map_err(|err| format!("cannot read prompt file {}: {err}", path.display())),
+                };
+                match read.and_then(|t| {
+                    super::llm::check_template(kind, &t).map(|_| t).map_err(|e| format!("{}: {e}", path.display()))
+                }) {
+                    Ok(t) => {
+                        judge.prompt = Some(t);
+                        judge.prompt_file = Some(path);
+                    }
+                    Err(message) => problems.push(Problem { origin: pos.find(&at, false), pointer: at, message }),
                 }
             }
             // The schema travels inside the resolved config: a worker on another machine has no

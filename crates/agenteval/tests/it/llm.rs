@@ -1295,3 +1295,57 @@ fn doctor_names_the_llm_agents_own_base_url_for_an_endpoint_that_does_not_answer
     );
     assert!(!said.contains("agent.upstream"), "{said}");
 }
+
+/// Issue 74: a judge's prompt is a template file of the team's, filled with the task, the
+/// answer and the criteria (the reply's JSON shape asked after it all the same), and checked at
+/// load: a variable the judge does not fill is a config error at the file's line.
+#[test]
+fn a_judges_prompt_is_a_template_file_checked_at_load() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("good", "a GOOD ANSWER please"), ("meh", "anything")]);
+    ws.write(
+        "judge.md",
+        "JUDGE as our team does.\nThe task: {{task}}\nWhat the agent said: {{ answer }}\nOur bar: {{criteria}}\n",
+    );
+    let judges = format!(
+        "evaluators:\n  - kind: llm_pass_fail\n    id: ours\n    model: openai:gpt-4o-mini\n    base_url: {}\n    criteria: is GOOD\n    prompt_file: judge.md\n    cache_dir: judge-cache\n",
+        mock.base_url()
+    );
+    let cfg = config(&ws, "templated", "openai:gpt-4o-mini", &mock.base_url(), "", &judges);
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = bundle_of(&v);
+    let score = |id: &str| {
+        task(&bundle, id)["scores"].as_array().unwrap().iter().find(|s| s["evaluator_id"] == "ours").unwrap().clone()
+    };
+    assert_eq!(score("good")["passed"], true, "{} {}", score("good"), text(&out.stderr));
+    assert_eq!(score("meh")["passed"], false, "{}", score("meh"));
+    let asked: Vec<String> =
+        mock.received().iter().map(|c| c.body.to_string()).filter(|b| b.contains("JUDGE as our team does")).collect();
+    assert_eq!(asked.len(), 2, "one judge call a task, with the team's words");
+    assert!(
+        asked.iter().all(|b| b.contains("Our bar: is GOOD") && b.contains("Reply with one JSON object")),
+        "{asked:?}"
+    );
+    // A variable the judge does not fill, and an unclosed one: config errors before any run.
+    ws.write("judge.md", "Task: {{task}}\nAnswer: {{answr}}\n");
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("prompt_file") && err.contains("`{{answr}}`") && err.contains("task, criteria"), "{err}");
+    let inline = config(
+        &ws,
+        "inline",
+        "openai:gpt-4o-mini",
+        &mock.base_url(),
+        "",
+        &format!(
+            "evaluators:\n  - kind: llm_rubric\n    model: openai:gpt-4o-mini\n    base_url: {}\n    rubric: r\n    prompt: 'Grade {{{{answer}}'\n",
+            mock.base_url()
+        ),
+    );
+    let out = ws.run(&["config", "validate", inline.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("never closed"), "{said}");
+}
