@@ -149,6 +149,36 @@ fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
 }
 
 impl DynamoDbRunIndex {
+    /// One atomic `ADD` to a run's counters (`expression` with its `values`); a run the table
+    /// does not have is `NotFound`.
+    async fn add_to_run(
+        &self,
+        run: &RunId,
+        expression: &str,
+        values: &[(&str, AttributeValue)],
+        what: &str,
+    ) -> Result<()> {
+        let mut req = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression(expression)
+            .condition_expression("attribute_exists(pk)");
+        for (name, value) in values {
+            req = req.expression_attribute_values(*name, value.clone());
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify(what, e)),
+        }
+    }
+
     pub fn new(clients: Arc<AwsClients>, table: impl Into<String>) -> Self {
         DynamoDbRunIndex { clients, table: table.into(), retention: None }
     }
@@ -778,48 +808,17 @@ impl RunIndex for DynamoDbRunIndex {
 
     async fn add_calls(&self, run: &RunId, calls: u64, usd: f64) -> Result<()> {
         let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
-        let res = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(run_pk(run)))
-            .key("sk", s("#RUN"))
-            .update_expression("ADD call_count :one, call_usd :usd")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":one", n(calls))
-            .expression_attribute_values(":usd", n(usd))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
-                Err(Error::not_found(format!("run {run} is not in the index")))
-            }
-            Err(e) => Err(classify("counting a call", e)),
-        }
+        self.add_to_run(
+            run,
+            "ADD call_count :one, call_usd :usd",
+            &[(":one", n(calls)), (":usd", n(usd))],
+            "counting a call",
+        )
+        .await
     }
 
     async fn add_throttled(&self, run: &RunId, calls: u64) -> Result<()> {
-        let res = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(run_pk(run)))
-            .key("sk", s("#RUN"))
-            .update_expression("ADD throttled :n")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":n", n(calls))
-            .send()
-            .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
-                Err(Error::not_found(format!("run {run} is not in the index")))
-            }
-            Err(e) => Err(classify("counting a throttled call", e)),
-        }
+        self.add_to_run(run, "ADD throttled :n", &[(":n", n(calls))], "counting a throttled call").await
     }
 
     async fn throttled(&self, run: &RunId) -> Result<u64> {
