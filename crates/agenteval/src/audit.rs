@@ -285,14 +285,26 @@ async fn check_fix(
     };
     fixed.config.agent = p.agent.clone();
     fixed.config.name = format!("{}-audit-{}-fixed", fixed.config.name, p.name);
+    // The benchmark's own ids: a repetition's (`t@r1`) is its task's.
+    let mut ids: Vec<String> = tasks.iter().map(|t| t.split("@r").next().unwrap_or(t).to_string()).collect();
+    ids.dedup();
     let filter = fixed.config.benchmark.filter_mut();
-    filter.ids = tasks.to_vec();
+    filter.ids = ids;
     filter.limit = None;
     let (run, cells) = run_probe(wiring, fixed, p, telemetry).await?;
-    let still: Vec<String> = cells.into_iter().filter(|(_, c)| c.passed).map(|(t, _)| t).collect();
-    Ok(match still.is_empty() {
-        true => Checked::Closed { run },
-        false => Checked::StillPasses { run, tasks: still },
+    if cells.is_empty() {
+        // Nothing ran: no evidence either way, never "closed".
+        return Ok(Checked::CannotApply { why: format!("the run under the fix ({run}) ran none of the tasks") });
+    }
+    let still: Vec<String> = cells.iter().filter(|(_, c)| c.passed).map(|(t, _)| t.clone()).collect();
+    // A task that could not run under the fix says nothing of whether the fix closes it.
+    let unrun: Vec<String> = cells.iter().filter(|(_, c)| c.not_applicable).map(|(t, _)| t.clone()).collect();
+    Ok(if !still.is_empty() {
+        Checked::StillPasses { run, tasks: still }
+    } else if !unrun.is_empty() {
+        Checked::CannotApply { why: format!("under the fix {} could not run (run {run})", unrun.join(", ")) }
+    } else {
+        Checked::Closed { run }
     })
 }
 
