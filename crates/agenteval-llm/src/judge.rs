@@ -220,7 +220,9 @@ impl LlmJudge {
 
     /// What a template's `{{expected}}` and `{{steps}}` show.
     fn shown(&self, expected: Option<&Value>, trace: &[TraceEvent]) -> Shown {
-        let wants = |v: &str| self.template.as_deref().is_some_and(|t| t.contains(&format!("{{{{{v}}}}}")));
+        // As the loader read the template: `{{ steps }}` is `{{steps}}`.
+        let names = self.template.as_deref().and_then(agenteval_core::config::template_names).unwrap_or_default();
+        let wants = |v: &str| names.contains(&v);
         Shown {
             expected: expected.filter(|_| wants("expected")).map(answer_text).unwrap_or_else(|| "(none)".into()),
             steps: if wants("steps") { steps_summary(trace) } else { String::new() },
@@ -616,5 +618,18 @@ mod tests {
         let prose = "I think {this} is fine: {\"score\": \"0.8\", \"reason\": \"has a } in it\"} overall";
         assert_eq!(extract_json(prose).unwrap()["reason"], "has a } in it");
         assert_eq!(extract_json("no verdict here"), None);
+    }
+
+    #[test]
+    fn a_template_is_filled_once_and_an_answer_naming_a_variable_stays_as_written() {
+        let t = "Task {{ task }}; answer {{answer}}; kept {{unknown}}";
+        let filled = fill(t, |n| match n {
+            "task" => Some("T".into()),
+            "answer" => Some("says {{task}}".into()),
+            _ => None,
+        });
+        assert_eq!(filled, "Task T; answer says {{task}}; kept {{unknown}}");
+        assert_eq!(agenteval_core::config::template_names("{{ expected }} {{steps}}"), Some(vec!["expected", "steps"]));
+        assert_eq!(agenteval_core::config::template_names("{{open"), None);
     }
 }

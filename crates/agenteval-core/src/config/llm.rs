@@ -199,24 +199,25 @@ pub fn template_variables(kind: &str) -> &'static [&'static str] {
     }
 }
 
-/// The `{{name}}`s of a template, in order; `Err` for an opening `{{` never closed.
-pub(crate) fn template_names(template: &str) -> Result<Vec<&str>, String> {
+/// The `{{name}}`s of a template, in order, spaces inside the braces trimmed; `None` for an
+/// opening `{{` never closed.
+pub fn template_names(template: &str) -> Option<Vec<&str>> {
     let mut out = Vec::new();
     let mut rest = template;
     while let Some(at) = rest.find("{{") {
         let after = &rest[at + 2..];
-        let Some(end) = after.find("}}") else { return Err("a `{{` is never closed by `}}`".into()) };
+        let end = after.find("}}")?;
         out.push(after[..end].trim());
         rest = &after[end + 2..];
     }
-    Ok(out)
+    Some(out)
 }
 
 /// Checks a judge's prompt template for an evaluator of `kind`: every variable it names is one
 /// the judge fills, and the answer is among them.
 pub(crate) fn check_template(kind: &str, template: &str) -> Result<(), String> {
     let known = template_variables(kind);
-    let names = template_names(template)?;
+    let names = template_names(template).ok_or("a `{{` is never closed by `}}`")?;
     if let Some(bad) = names.iter().find(|n| !known.contains(n)) {
         return Err(format!(
             "the prompt names `{{{{{bad}}}}}`, which the judge does not fill (it fills {})",
