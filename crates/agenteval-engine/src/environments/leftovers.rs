@@ -164,22 +164,38 @@ stop_all
 /// The report, once every process is stopped: the listeners let go on, what each stopped one has
 /// spent, and anything the last pass had to stop (started while the hold ran). A process shows
 /// as stopped a moment before it is switched out (which counts as one more switch), longer on a
-/// busy machine: the report reads the stopped processes' counts every tenth of a second until
-/// two reads agree (for at most a second), so that what it keeps is what a process that stays
-/// stopped keeps. One that wakes itself keeps moving and is caught after the tests all the same.
+/// busy machine, where it may wait its turn on the run queue for longer than any fixed pause: the
+/// report reads the stopped processes' counts every tenth of a second until two reads agree and
+/// every stopped process is off the run queue (its `wchan` is named: the kernel names it only
+/// for a task that is not queued to run), for at most 10 s, so that what it keeps is what a
+/// process that stays stopped keeps. Where the kernel names no `wchan` at all, two reads that
+/// agree after a second do. One that wakes itself keeps moving and is caught after the tests
+/// all the same.
 const REPORT: &str = r#"
 settled=""
 n=0
-while [ $n -lt 10 ]; do
+named=0
+while [ $n -lt 100 ]; do
   read -t 0.1 -u $nap 2>/dev/null
   now=""
+  queued=0
   for d in /proc/[0-9]*; do
     read -r line 2>/dev/null < $d/stat || continue
     rest=${line##*) }
     set -- $rest
-    case "$1" in T|t) spent_of $d; now="$now ${d#/proc/}:$spent" ;; esac
+    case "$1" in
+      T|t)
+        w=0
+        read -r w 2>/dev/null < $d/wchan
+        if [ "$w" = 0 ]; then queued=1; else named=1; fi
+        spent_of $d
+        now="$now ${d#/proc/}:$spent" ;;
+    esac
   done
-  [ "$now" = "$settled" ] && break
+  if [ "$now" = "$settled" ]; then
+    [ $queued = 0 ] && break
+    [ $named = 0 ] && [ $n -ge 10 ] && break
+  fi
   settled=$now
   n=$((n + 1))
 done
