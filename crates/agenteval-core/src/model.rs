@@ -287,10 +287,17 @@ pub enum EventKind {
     /// taken from an agent).
     #[serde(rename = "model.call")]
     ModelCall,
+    /// What the agent said to the simulated user in a conversation (`docs/roles.md`).
+    #[serde(rename = "agent.message")]
+    AgentMessage,
+    /// A simulated user's turn (written by the worker from the user's calls, never taken from an
+    /// agent).
+    #[serde(rename = "user.message")]
+    UserMessage,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 10] = [
+    pub const ALL: [EventKind; 12] = [
         EventKind::AgentPlan,
         EventKind::AgentToolCall,
         EventKind::AgentToolResult,
@@ -301,6 +308,8 @@ impl EventKind {
         EventKind::PolicyVerdict,
         EventKind::CostTick,
         EventKind::ModelCall,
+        EventKind::AgentMessage,
+        EventKind::UserMessage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -315,6 +324,8 @@ impl EventKind {
             EventKind::PolicyVerdict => "policy.verdict",
             EventKind::CostTick => "cost.tick",
             EventKind::ModelCall => "model.call",
+            EventKind::AgentMessage => "agent.message",
+            EventKind::UserMessage => "user.message",
         }
     }
 }
@@ -541,6 +552,17 @@ impl TerminatedBy {
     }
 }
 
+/// What one role of a task (the simulated user) spent, from the gateway's records of its calls.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoleUsage {
+    pub model: String,
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None`: some call's price is unknown.
+    pub cost_usd: Option<f64>,
+}
+
 /// The outcome of one agent run on one task. Written by `crate::cost` (an unknown cost is
 /// `null`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -718,6 +740,10 @@ pub struct TaskResult {
     /// so a comparison with Harbor's numbers knows the datasets differ.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub harbor_would_skip: Option<String>,
+    /// What the task's other actors spent (`user`: the simulated user's calls), apart from the
+    /// agent's: never part of `agent.total_cost_usd` nor under the agent's limits.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, RoleUsage>,
 }
 
 impl TaskResult {

@@ -716,6 +716,8 @@ pub struct Findings {
     pub models: BTreeMap<String, u64>,
     /// Milliseconds the gateway waited for the provider across the agent's calls.
     pub provider_wait_ms: u64,
+    /// What the task's other actors (the simulated user) spent, by role.
+    pub roles: BTreeMap<String, crate::model::RoleUsage>,
     /// A task told in steps: what became of each step run.
     pub steps: Vec<crate::model::StepResult>,
 }
@@ -747,6 +749,38 @@ pub struct TaskPlan {
     /// Why the benchmark's own tool would skip this task (it still runs here): kept in its
     /// result and counted in the summary.
     pub would_skip: Option<String>,
+    /// The task is a conversation with a simulated user (`roles.user`), briefed so.
+    pub user: Option<UserBrief>,
+}
+
+/// What a benchmark tells its simulated user of a task: its system prompt (the benchmark's own
+/// guidelines with the task's persona and instructions: a "standard" simulator is the
+/// benchmark's) and the agent's opening line, which the user answers first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserBrief {
+    pub system: String,
+    pub opening: String,
+    /// Words that, in a user's turn, end the conversation (`###STOP###`).
+    pub stop_words: Vec<String>,
+}
+
+/// One turn of a simulated user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserTurn {
+    pub text: String,
+    /// The user ended the conversation with it.
+    pub ends: bool,
+}
+
+/// The simulated user an agent converses with: each reply is a model call through the run's
+/// gateway under the user's own door (metered, budgeted and recorded apart from the agent's).
+#[async_trait]
+pub trait SimulatedUser: Send + Sync {
+    /// The agent's opening line, which the conversation starts with.
+    fn opening(&self) -> &str;
+    /// The user's reply to what the agent said; `Err` when the conversation cannot go on (the
+    /// user's budget is spent, its recording has no such turn, its model failed).
+    async fn reply(&self, agent_said: &str) -> std::result::Result<UserTurn, Stop>;
 }
 
 /// A source of tasks with its own grader.
@@ -863,6 +897,8 @@ pub struct AgentContext<'a> {
     pub tools: &'a [std::sync::Arc<dyn AgentTool>],
     /// The task's door to the model gateway, when the agent's calls go through one.
     pub gateway: Option<&'a GatewayAccess>,
+    /// The simulated user the agent converses with, when the task is a conversation.
+    pub user: Option<&'a dyn SimulatedUser>,
 }
 
 /// How an agent reaches the model gateway: its task's token and the gateway's addresses.

@@ -195,7 +195,18 @@ pub fn trajectory(a: &Attempt<'_>) -> Exported {
     let mut terminal = Value::Null;
     for e in a.events {
         match e.kind {
+            // The simulated user's calls are the user's, not the agent's: ATIF's steps and
+            // metrics are the agent's, so they are kept under `extra`.
+            EventKind::ModelCall if e.payload["role"] == "user" => {
+                *b.kept.entry("model.call (user)".to_string()).or_default() += 1;
+            }
             EventKind::CostTick | EventKind::ModelCall => b.model_call(e),
+            EventKind::AgentMessage => b.text(e, text(&e.payload["text"])),
+            EventKind::UserMessage => {
+                let step = b.open(e);
+                step.source = "user".into();
+                step.message = Value::String(text(&e.payload["text"]));
+            }
             EventKind::AgentPlan => b.text(e, text(&e.payload["plan"])),
             EventKind::AgentFinalAnswer => b.text(e, text(&e.payload["answer"])),
             EventKind::AgentToolCall => b.tool_call(e),

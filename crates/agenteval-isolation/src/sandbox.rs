@@ -106,8 +106,19 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     match &run.benchmark {
         B::Harbor { dataset: Some(_), .. } => exclude.push(real(&agenteval_core::cache_dir().join("harbor"))),
         B::Swebench { .. } => exclude.push(real(&agenteval_core::cache_dir().join("swebench"))),
-        B::Harbor { dataset: None, .. } | B::Toy { .. } | B::Jsonl { .. } | B::Humaneval { .. } | B::Command { .. } => {
+        // τ²-bench's gold actions are in its package: the environment's libraries, beside the
+        // interpreter's `bin` (a virtual environment's `lib`).
+        B::Tau2 { python: Some(py), .. } if Path::new(py).is_absolute() => {
+            if let Some(root) = Path::new(py).parent().and_then(Path::parent) {
+                exclude.push(real(&root.join("lib")));
+            }
         }
+        B::Harbor { dataset: None, .. }
+        | B::Toy { .. }
+        | B::Jsonl { .. }
+        | B::Humaneval { .. }
+        | B::Command { .. }
+        | B::Tau2 { .. } => {}
     }
     for e in &run.evaluators {
         if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {

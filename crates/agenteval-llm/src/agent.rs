@@ -167,6 +167,40 @@ impl AgentRunner for LlmAgent {
     }
 }
 
+/// The agent says `said` to the simulated user (`opening`: its first line) and hears its reply:
+/// `Some(reply)` to go on, `None` when the conversation ended (the user ended it, or the agent
+/// said τ²'s `###STOP###`), with the final answer written.
+async fn converse_turn(
+    sink: &mut dyn EventSink,
+    user: &dyn agenteval_core::traits::SimulatedUser,
+    said: &str,
+    opening: bool,
+) -> Result<Option<String>, Stop> {
+    let mut ev = json!({"text": said});
+    if opening {
+        ev["opening"] = json!(true);
+    }
+    sink.emit(AgentEvent::new(EventKind::AgentMessage, ev)).await?;
+    let end = async |sink: &mut dyn EventSink| -> Result<Option<String>, Stop> {
+        let answer = Value::String(said.to_string());
+        sink.emit(AgentEvent::new(EventKind::AgentFinalAnswer, json!({"answer": answer}))).await?;
+        sink.emit(AgentEvent::new(EventKind::AgentTerminal, json!({"final_answer": answer}))).await?;
+        Ok(None)
+    };
+    if said.contains(AGENT_STOP) {
+        return end(sink).await;
+    }
+    let turn = user.reply(said).await?;
+    sink.emit(AgentEvent::new(EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends}))).await?;
+    if turn.ends {
+        return end(sink).await;
+    }
+    Ok(Some(turn.text))
+}
+
+/// The agent's word that ends a conversation, as τ²-bench's agents say it.
+const AGENT_STOP: &str = "###STOP###";
+
 impl LlmAgent {
     async fn converse(
         &self,
@@ -179,11 +213,29 @@ impl LlmAgent {
         let tools: Vec<Arc<dyn AgentTool>> = self.builtin.iter().chain(ctx.tools.iter()).cloned().collect();
         let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_TURNS);
+        let mut system = self.config.system.clone();
         let mut messages = vec![Message::User { text: task_text(&ctx.task.input) }];
+        if let Some(user) = ctx.user {
+            // A conversation: the agent opens, the user answers first, and the task's brief
+            // (a τ² domain's policy) is the agent's system prompt after its own.
+            if let Some(brief) = ctx.task.input.get("system").and_then(Value::as_str) {
+                system = Some(match system {
+                    Some(own) => format!("{own}\n\n{brief}"),
+                    None => brief.to_string(),
+                });
+            }
+            let opening = user.opening().to_string();
+            messages = vec![Message::Assistant { text: Some(opening.clone()), tool_calls: Vec::new() }];
+            match converse_turn(sink, user, &opening, true).await {
+                Ok(Some(reply)) => messages.push(Message::User { text: reply }),
+                Ok(None) => return AgentOutcome::answer(Value::String(opening)),
+                Err(s) => return stopped(s),
+            }
+        }
         for turn in 0..max_turns {
             let req = ChatRequest {
                 model: self.spec.name.clone(),
-                system: self.config.system.clone(),
+                system: system.clone(),
                 messages: messages.clone(),
                 tools: specs.clone(),
                 temperature: self.config.temperature,
@@ -225,6 +277,20 @@ impl LlmAgent {
             if let Err(s) = sink.emit(tick).await {
                 return stopped(s);
             }
+            if resp.tool_calls.is_empty()
+                && let Some(user) = ctx.user
+            {
+                let said = resp.text.unwrap_or_default();
+                match converse_turn(sink, user, &said, false).await {
+                    Ok(Some(reply)) => {
+                        messages.push(Message::Assistant { text: Some(said), tool_calls: Vec::new() });
+                        messages.push(Message::User { text: reply });
+                        continue;
+                    }
+                    Ok(None) => return AgentOutcome::answer(Value::String(said)),
+                    Err(s) => return stopped(s),
+                }
+            }
             if resp.tool_calls.is_empty() {
                 let answer = Value::String(resp.text.unwrap_or_default());
                 for ev in [
@@ -244,7 +310,7 @@ impl LlmAgent {
             }
             messages.push(Message::Assistant { text: resp.text.clone(), tool_calls: resp.tool_calls.clone() });
             for call in resp.tool_calls {
-                let ev = json!({"tool": call.name, "arguments": call.arguments, "call_id": call.id});
+                let ev = json!({"tool": call.name, "arguments": call.arguments, "call_id": call.id, "turn": turn + 1});
                 if let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentToolCall, ev)).await {
                     return stopped(s);
                 }

@@ -1,6 +1,6 @@
 //! LLM providers for agenteval: a retrying client for OpenAI-compatible chat completions and
 //! Anthropic messages, the packaged price table, record/replay cassettes, the built-in `llm`
-//! agent and the LLM judges.
+//! agent, the simulated user and the LLM judges.
 //!
 //! Everything here speaks one provider-neutral shape ([`ChatRequest`], [`ChatResponse`]); the
 //! wire formats live in [`wire`]. Cassettes and fingerprints are taken over the neutral shape, so
@@ -14,6 +14,7 @@ mod judge;
 mod pricing;
 mod spec;
 mod types;
+mod user;
 pub mod wire;
 
 pub use agent::LlmAgent;
@@ -25,6 +26,7 @@ pub use judge::{JudgeKind, LlmJudge, VerdictCache, extract_json};
 pub use pricing::{PRICES_DATE, Price, PriceTable, cost};
 pub use spec::{ModelSpec, Provider};
 pub use types::*;
+pub use user::GatewayUser;
 
 /// The header the model gateway puts on its answer when it could not reach the provider
 /// (`HOST; REASON`): a client reads it as the provider being unreachable, not as an HTTP 502.

@@ -37,12 +37,14 @@
 //!   when the prompt names that (mini-swe-agent's end); an agent that offers no tool gets the
 //!   file in aider's whole-file format (`hello.txt` then its content, fenced) when its prompt
 //!   speaks of a "file listing", else each command in a fenced `bash` block;
+//! - τ²-bench's `mock` domain, both sides: see `tau2.rs`;
 //! - otherwise it answers `echo: <the message>`.
 //!
 //! A request that offers no tools never gets a tool call. Every call reports 10 input and 5
 //! output tokens unless `BIG`. A latency applies to every call.
 
 pub mod bedrock;
+mod tau2;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -415,7 +417,10 @@ pub(crate) async fn answer_as(
     // mini-swe-agent ends a task by a command: its prompt names it.
     let submit = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
     let asks_submit = body.to_string().contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT");
-    let planned: Option<(&str, Value)> = if let (Some(cmd), Some((name, shape))) = (&hello_cmd, &shell) {
+    let tau2 = tau2::script(&body, &messages);
+    let planned: Option<(&str, Value)> = if let Some((call, _)) = &tau2 {
+        call.clone()
+    } else if let (Some(cmd), Some((name, shape))) = (&hello_cmd, &shell) {
         match tool_results {
             0 => Some((name.as_str(), shape.args(cmd))),
             1 if asks_submit => Some((name.as_str(), shape.args(submit))),
@@ -439,7 +444,9 @@ pub(crate) async fn answer_as(
     };
     let tool_call = planned.is_some();
     let pairwise = first.split_once("## Answer A\n").and_then(|(_, rest)| rest.split_once("## Answer B\n"));
-    let text = if first.contains("REVIEW_TRIAL") {
+    let text = if let Some((_, text)) = &tau2 {
+        text.clone()
+    } else if first.contains("REVIEW_TRIAL") {
         // A certify review: earned unless the trial's record says otherwise.
         let earned = !first.contains("SUSPICIOUS");
         format!("```json\n{{\"earned\": {earned}, \"why\": \"scripted review\"}}\n```")

@@ -133,6 +133,7 @@ fn result(run: RunId, task: &TaskId, passed: bool) -> TaskResult {
         finished_at: now,
         steps: vec![],
         harbor_would_skip: None,
+        roles: Default::default(),
     }
 }
 

@@ -67,6 +67,7 @@ async fn run_job(index: Arc<dyn RunIndex>, store: Arc<dyn BundleStore>, job: Job
             provider_wait_seconds: 0.0,
             steps: vec![],
             harbor_would_skip: None,
+            roles: Default::default(),
             schema_version: SCHEMA_VERSION.into(),
             run_id: job.run_id,
             task_id: t.id.clone(),

@@ -252,6 +252,7 @@ fn result_of(run: RunId, id: &TaskId, t: &Trial, g: &harbor::Graded) -> TaskResu
         provider_wait_seconds: 0.0,
         steps: vec![],
         harbor_would_skip: None,
+        roles: Default::default(),
     }
 }
 

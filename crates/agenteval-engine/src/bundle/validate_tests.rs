@@ -150,6 +150,7 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
             finished_at: now,
             steps: vec![],
             harbor_would_skip: None,
+            roles: Default::default(),
         };
         if packed {
             write_task_outcome(&worker, &result, "log\n", Some(spans.as_bytes()), &line, &|s: &str| s.to_string())

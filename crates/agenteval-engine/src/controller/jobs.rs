@@ -194,6 +194,7 @@ pub(super) async fn give_up(
             finished_at: now,
             steps: vec![],
             harbor_would_skip: None,
+            roles: Default::default(),
         };
         let trace = TraceEvent {
             run_id: run.run_id,

@@ -90,6 +90,7 @@ fn scripted_result(spec: &JobSpec, task: &agenteval_core::TaskId, cost: f64, ste
         finished_at: now,
         steps: vec![],
         harbor_would_skip: None,
+        roles: Default::default(),
     }
 }
 

@@ -26,6 +26,7 @@ pub(super) async fn capture(
         let mut found = env.findings.lock().expect("not poisoned");
         found.models = models_called(events);
         found.provider_wait_ms = provider_wait(events);
+        found.roles = roles_spent(events);
     }
     let Some(s) = &env.session else { return Ok(()) };
     environment_limits(task, s, agent, at).await;
@@ -48,12 +49,36 @@ fn models_called(events: &[TraceEvent]) -> std::collections::BTreeMap<String, u6
     let mut out = std::collections::BTreeMap::new();
     // A refused call used no model.
     let used = |e: &&TraceEvent| {
-        matches!(e.kind, EventKind::ModelCall | EventKind::CostTick) && e.payload.get("refused").is_none()
+        matches!(e.kind, EventKind::ModelCall | EventKind::CostTick)
+            && e.payload.get("refused").is_none()
+            && e.payload.get("role").is_none()
     };
     for e in events.iter().filter(used) {
         if let Some(m) = e.payload.get("model").and_then(serde_json::Value::as_str).filter(|m| !m.is_empty()) {
             *out.entry(m.to_string()).or_default() += 1;
         }
+    }
+    out
+}
+
+/// What each role's calls spent (the gateway's `model.call` events marked with a role).
+fn roles_spent(events: &[TraceEvent]) -> std::collections::BTreeMap<String, RoleUsage> {
+    let mut out: std::collections::BTreeMap<String, RoleUsage> = std::collections::BTreeMap::new();
+    for e in events.iter().filter(|e| e.kind == EventKind::ModelCall) {
+        let Some(role) = e.payload.get("role").and_then(serde_json::Value::as_str) else { continue };
+        let u = out.entry(role.to_string()).or_insert_with(|| RoleUsage { cost_usd: Some(0.0), ..RoleUsage::default() });
+        if u.model.is_empty() {
+            u.model = e.payload["model"].as_str().unwrap_or_default().to_string();
+        }
+        u.calls += 1;
+        u.input_tokens += e.payload["input_tokens"].as_u64().unwrap_or(0);
+        u.output_tokens += e.payload["output_tokens"].as_u64().unwrap_or(0);
+        u.cost_usd = match (u.cost_usd, e.payload["cost_usd"].as_f64()) {
+            (Some(a), Some(b)) => Some(a + b),
+            // A refused call cost nothing; an answered one with no price is unknown.
+            (Some(a), None) if e.payload.get("refused").is_some() => Some(a),
+            _ => None,
+        };
     }
     out
 }

@@ -88,6 +88,7 @@ pub(super) fn task_result(
         finished_at: Utc::now(),
         steps: vec![],
         harbor_would_skip: None,
+        roles: Default::default(),
     }
 }
 

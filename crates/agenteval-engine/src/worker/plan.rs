@@ -126,7 +126,7 @@ mod tests {
     #[test]
     fn a_tasks_own_timeout_lowers_the_runs_and_a_steps_its_own() {
         let cfg = config("");
-        let declared = TaskPlan { agent_timeout_secs: Some(30.0), would_skip: Some("no org".into()) };
+        let declared = TaskPlan { agent_timeout_secs: Some(30.0), would_skip: Some("no org".into()), user: None };
         let plan = make(&cfg, &AgentNeeds::default(), &declared, &task());
         assert_eq!(plan.limits.max_wall_seconds, Some(30.0));
         assert_eq!(plan.would_skip.as_deref(), Some("no org"));

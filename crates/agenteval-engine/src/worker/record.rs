@@ -83,6 +83,7 @@ fn found(ctx: &Ctx, env: &TaskEnvironment, result: &mut TaskResult, at: &mut Att
     result.rewards = found.rewards;
     result.unscored = found.unscored;
     result.models = found.models;
+    result.roles = found.roles;
     result.provider_wait_seconds = found.provider_wait_ms as f64 / 1000.0;
     result.steps = found.steps;
 }

@@ -26,6 +26,7 @@ mod llm;
 mod matrix;
 mod presets;
 mod protocol;
+mod roles;
 mod swebench;
 mod tamper;
 mod telemetry;

@@ -621,6 +621,7 @@ impl BenchmarkAdapter for HarborBenchmark {
         TaskPlan {
             agent_timeout_secs: h.as_ref().and_then(|h| h.agent_timeout_secs).filter(|s| *s > 0.0),
             would_skip: h.and_then(|h| h.harbor_rejects),
+            user: None,
         }
     }
 

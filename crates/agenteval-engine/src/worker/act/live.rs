@@ -110,6 +110,17 @@ pub(super) async fn run_agent(
         calls: door.as_ref().map(|d| d.calls()),
         merge_ticks: in_process,
     };
+    // A conversation: the simulated user, through a door of its own.
+    let (mut user_door, user) = match (ctx.benchmark.plan(task).user, &ctx.config.roles.user) {
+        (Some(brief), Some(role)) => {
+            let o = metered::open_user(ctx, task, role, env).await?;
+            let user = agenteval_llm::GatewayUser::new(role, brief, &o.access)
+                .map_err(|e| Error::invalid(format!("roles.user: {e}")))?;
+            (Some(o.door), Some(user))
+        }
+        _ => (None, None),
+    };
+    let user_calls = user_door.as_ref().map(|d| d.calls());
     let actx = AgentContext {
         run_id: ctx.run_id,
         task,
@@ -118,6 +129,7 @@ pub(super) async fn run_agent(
         secrets: &ctx.secrets,
         tools: &tools,
         gateway: access.as_ref(),
+        user: user.as_ref().map(|u| u as &dyn agenteval_core::traits::SimulatedUser),
     };
     let start = Instant::now();
     // Always a deadline: with none, an agent (or a child holding its stdout) could keep the
@@ -125,10 +137,19 @@ pub(super) async fn run_agent(
     let secs = limits.wall_seconds();
     let mut agent_sink = shared.clone();
     let calls = async {
-        match &shared.calls {
-            Some(c) => metered::feed(c.clone(), &shared).await,
-            None => std::future::pending().await,
-        }
+        let agent = async {
+            match &shared.calls {
+                Some(c) => metered::feed(c.clone(), &shared).await,
+                None => std::future::pending().await,
+            }
+        };
+        let user = async {
+            match &user_calls {
+                Some(c) => metered::feed_role(c.clone(), "user", &shared).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! { s = agent => s, s = user => s }
     };
     let mut outcome = async {
         tokio::select! {
@@ -150,8 +171,16 @@ pub(super) async fn run_agent(
     drop(agent_sink);
     // The agent's time: not the wait below for calls still streaming when it stopped.
     let wall = start.elapsed().as_secs_f64();
+    if let Some(d) = user_door.as_mut() {
+        let late = metered::settle(ctx, task, d.as_mut(), &shared, at, ctx.config.roles.user.as_ref()).await?;
+        let overridable = outcome.error.as_ref().is_none_or(|(t, _)| *t == TerminatedBy::AgentError);
+        if let (true, Some(stop)) = (overridable, late) {
+            outcome = AgentOutcome::stopped(stop.terminated_by, stop.reason);
+        }
+    }
+    drop(user_door);
     if let Some(d) = door.as_mut() {
-        let late = metered::settle(ctx, task, d.as_mut(), &shared, at).await?;
+        let late = metered::settle(ctx, task, d.as_mut(), &shared, at, None).await?;
         // A refused call the agent met as an error (a call in this process is refused and
         // answered in one step) ends the task for the refusal's reason, not the agent's error.
         let overridable = outcome.error.as_ref().is_none_or(|(t, _)| *t == TerminatedBy::AgentError);

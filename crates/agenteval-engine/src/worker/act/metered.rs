@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_core::config::Limits;
+use agenteval_core::config::{Limits, UserRole};
 use agenteval_core::gateway::{
     CallQueue, Door, DoorSpec, ModelCall, RateGovernor, RateLedger, Reach, Refusal, Replay, RunBudget, SpendLedger,
 };
@@ -91,6 +91,22 @@ impl Shared {
         Ok(())
     }
 
+    /// Writes one call of a role (the simulated user); `Err` when the task must stop.
+    pub async fn role_call(&self, call: ModelCall, role: &str) -> std::result::Result<(), Stop> {
+        let refused = call.refused.clone();
+        let mut payload = serde_json::to_value(&call).expect("calls serialize");
+        payload["role"] = serde_json::Value::String(role.to_string());
+        if (200..300).contains(&call.status) && call.cost_usd.is_none() {
+            payload["cost_unknown"] = serde_json::Value::Bool(true);
+        }
+        let event = AgentEvent { kind: Some(EventKind::ModelCall), payload, ..AgentEvent::default() };
+        self.sink.lock().await.emit(event).await?;
+        match refused.map(|r| stop_of(r, role)) {
+            Some(Some(stop)) => Err(stop),
+            _ => Ok(()),
+        }
+    }
+
     /// Writes one call; `Err` when the task must stop (a limit crossed, a replay miss).
     pub async fn model_call(&self, call: ModelCall) -> std::result::Result<(), Stop> {
         let refused = call.refused.clone();
@@ -118,6 +134,20 @@ impl Shared {
             Some(Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. }) | None => Ok(()),
         }
     }
+}
+
+/// What a role's refused call means for the task: the conversation ends for its reason.
+fn stop_of(refused: Refusal, role: &str) -> Option<Stop> {
+    let (terminated_by, reason) = match refused {
+        Refusal::Tokens { reason } => (TerminatedBy::LimitTokens, reason),
+        Refusal::Cost { reason } => (TerminatedBy::LimitCost, reason),
+        Refusal::ReplayMiss { reason } => (TerminatedBy::ReplayMiss, reason),
+        Refusal::Unavailable { reason } | Refusal::RunBudget { reason } => (TerminatedBy::InfraFailure, reason),
+        Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. } => {
+            return None;
+        }
+    };
+    Some(Stop { terminated_by, reason: format!("the {role} role: {reason}") })
 }
 
 /// The run's spend at the wire, in the run index every worker of the run writes.
@@ -164,11 +194,39 @@ pub(super) struct Opened {
 /// Opens the task's door: its limits, the recording it replays under `--cassettes`, the base
 /// URLs from this machine and, for a container, from the task network.
 pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &TaskEnvironment) -> Result<Option<Opened>> {
+    open_for(ctx, task, limits, env, None).await
+}
+
+/// The cassette file of a task's calls in a cassette folder: the agent's, or a role's.
+fn cassette_file(task: &TaskSpec, role: Option<&UserRole>) -> String {
+    match role {
+        Some(_) => format!("{}.user.jsonl", task.id),
+        None => format!("{}.jsonl", task.id),
+    }
+}
+
+/// The simulated user's door of a task: its own limits (`roles.user`), its own recording, its
+/// one model; the run's budget, rate limits and call count shared with the agent's.
+pub(super) async fn open_user(ctx: &Ctx, task: &TaskSpec, role: &UserRole, env: &TaskEnvironment) -> Result<Opened> {
+    let limits = Limits { max_tokens: role.max_tokens, max_cost_usd: role.max_cost_usd, ..Limits::default() };
+    open_for(ctx, task, &limits, env, Some(role)).await?.ok_or_else(|| {
+        Error::invalid("a simulated user's calls go through the model gateway, and this run has none (`roles.user` needs an `llm` agent or `agent.upstream`)")
+    })
+}
+
+// Long: a door's settings are one struct, each field read from the run where it is set.
+async fn open_for(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    limits: &Limits,
+    env: &TaskEnvironment,
+    role: Option<&UserRole>,
+) -> Result<Option<Opened>> {
     let Some(gateway) = &ctx.gateway else { return Ok(None) };
     let replay = match &ctx.cassettes {
         Some(c) if c.mode != CassetteMode::Record => {
             let strict = c.mode == CassetteMode::Replay;
-            match std::fs::read(c.dir.join(format!("{}.jsonl", task.id))) {
+            match std::fs::read(c.dir.join(cassette_file(task, role))) {
                 Ok(cassette) => Some(Replay { cassette, strict }),
                 // Nothing recorded: every call is a miss (strict) or goes to the provider.
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some(Replay { cassette: Vec::new(), strict }),
@@ -193,10 +251,13 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
         replay,
         record: true,
         redactor: ctx.redactor.clone(),
-        models: crate::agents::access::door_models(&ctx.config),
-        // The `llm` agent's own client retries a provider's refusals; someone else's program
-        // gets the gateway's.
-        retry: !crate::agents::access::calls_in_process(&ctx.config),
+        models: match role {
+            Some(r) => vec![agenteval_llm::ModelSpec::parse(&r.model).map_or_else(|_| r.model.clone(), |s| s.name)],
+            None => crate::agents::access::door_models(&ctx.config),
+        },
+        // The `llm` agent's own client (and the simulated user's) retries a provider's
+        // refusals; someone else's program gets the gateway's.
+        retry: role.is_none() && !crate::agents::access::calls_in_process(&ctx.config),
         run_budget: ctx.config.max_run_cost_usd.map(|max_usd| RunBudget {
             max_usd,
             ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.job.ledger.unwrap_or(ctx.run_id) }),
@@ -230,6 +291,20 @@ pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &Task
     Ok(Some(Opened { door, access }))
 }
 
+/// Writes each of a role's calls as it ends, marked with the role, its usage kept in its
+/// payload and out of the agent's (its limits are the role's own, kept at its door); resolves
+/// only when one must stop the task.
+pub(super) async fn feed_role(calls: Arc<CallQueue>, role: &str, shared: &Shared) -> Stop {
+    loop {
+        while let Some(call) = calls.take(|_| true) {
+            if let Err(stop) = shared.role_call(call, role).await {
+                return stop;
+            }
+        }
+        calls.pushed().await;
+    }
+}
+
 /// Writes each call as it ends (but those the `llm` agent's ticks take); resolves only when
 /// one must stop the task.
 pub(super) async fn feed(calls: Arc<CallQueue>, shared: &Shared) -> Stop {
@@ -250,14 +325,24 @@ pub(super) async fn settle(
     door: &mut dyn Door,
     shared: &Shared,
     at: &mut Attempt,
+    role: Option<&UserRole>,
 ) -> Result<Option<Stop>> {
     let deadline = Instant::now() + SETTLE;
     let calls = door.calls();
     let mut first_stop = None;
     // Every call is written, past any that would stop the task (the first such is returned).
-    let write_all = async |first_stop: &mut Option<Stop>| {
-        while let Err(s) = shared.write_pending(&calls, false).await {
-            first_stop.get_or_insert(s);
+    let write_all = async |first_stop: &mut Option<Stop>| match role {
+        Some(_) => {
+            while let Some(call) = calls.take(|_| true) {
+                if let Err(s) = shared.role_call(call, "user").await {
+                    first_stop.get_or_insert(s);
+                }
+            }
+        }
+        None => {
+            while let Err(s) = shared.write_pending(&calls, false).await {
+                first_stop.get_or_insert(s);
+            }
         }
     };
     loop {
@@ -271,13 +356,13 @@ pub(super) async fn settle(
     let cassette = door.close();
     write_all(&mut first_stop).await;
     if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
-        let file = c.dir.join(format!("{}.jsonl", task.id));
+        let file = c.dir.join(cassette_file(task, role));
         std::fs::create_dir_all(&c.dir)
             .and_then(|_| std::fs::write(&file, &cassette))
             .map_err(|e| Error::io(format!("writing the cassette {}", file.display()), e))?;
     }
     if !cassette.is_empty() {
-        at.keep(layout::TASK_CASSETTE, cassette);
+        at.keep(if role.is_some() { layout::USER_CASSETTE } else { layout::TASK_CASSETTE }, cassette);
     }
     Ok(first_stop)
 }

@@ -1,0 +1,70 @@
+//! `roles:` in a run config: the actors of a task beside the agent (a simulated user), each
+//! with its own pinned model and limits, reached through the run's model gateway.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{MAX_TASK_COST_USD, MAX_TASK_TOKENS};
+
+/// Most turns a simulated user may take in one conversation.
+pub const MAX_USER_TURNS: u32 = 1000;
+
+/// The other actors of a task (`docs/roles.md`). A benchmark whose tasks need one (τ²-bench's
+/// user) says so; the run pins its model here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct RolesConfig {
+    /// The simulated user the agent converses with, turn by turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserRole>,
+}
+
+impl RolesConfig {
+    pub fn is_empty(&self) -> bool {
+        self.user.is_none()
+    }
+}
+
+/// A simulated user: a model given the task's persona and instructions (the benchmark's own
+/// prompt, so a "standard" simulator is the benchmark's), speaking to the agent in turns until it
+/// ends the conversation. Its calls go through the run's model gateway (the agent's provider and
+/// endpoint, `agent.prices` pricing it): metered, budgeted and recorded apart from the agent's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct UserRole {
+    /// `provider/name`, as the agent's model is written; its provider must be the agent's.
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 2))]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub max_output_tokens: Option<u32>,
+    /// Most turns the user takes (default 30): past it the conversation ends unfinished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_USER_TURNS))]
+    pub max_turns: Option<u32>,
+    /// Tokens (input + output) the user's calls may use on one task; apart from the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TASK_TOKENS))]
+    pub max_tokens: Option<u64>,
+    /// Dollars the user's calls may spend on one task; apart from the agent's. Once spent, the
+    /// conversation ends (`limit_cost`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_TASK_COST_USD))]
+    pub max_cost_usd: Option<f64>,
+}
+
+/// The user's turns when `max_turns` is not given.
+pub const DEFAULT_USER_TURNS: u32 = 30;
+
+impl UserRole {
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        if self.model.trim().is_empty() {
+            p.push((format!("{at}/model"), "must name a model (`provider/name`)".into()));
+        }
+        if self.max_cost_usd.is_some_and(|v| v <= 0.0) {
+            p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
+        }
+    }
+}

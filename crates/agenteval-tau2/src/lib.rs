@@ -1,0 +1,191 @@
+//! τ²-bench (`docs/roles.md`) as its reference package runs and grades it: a domain's tasks
+//! (their policy, the user's scenario), the domain's tools answered by the package's own
+//! environment, and each conversation graded by the package's `evaluate_simulation`.
+//!
+//! The agent converses with the worker's simulated user (`roles.user`), briefed with the
+//! package's own user prompt and the task's scenario, so a run with the default guidelines is
+//! a "standard" simulator in τ²'s sense. The conversation is read back from the trace
+//! ([`conversation`]) and sent to the package as a `SimulationRun`; the run it graded is kept
+//! with the task (`artifacts/tau2-simulation.json`), so anyone can grade it again with the
+//! package alone.
+
+mod bridge;
+pub mod conversation;
+
+use std::sync::Arc;
+
+use agenteval_core::config::{TaskFilter, Tau2Evaluation};
+use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent};
+use agenteval_core::traits::{
+    AgentTool, BenchmarkAdapter, TaskEnvironment, TaskPlan, ToolSpec, UserBrief,
+};
+use agenteval_core::{Error, Result, TaskId};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+pub use bridge::Bridge;
+
+/// The artifact a graded conversation is kept as.
+pub const SIMULATION_FILE: &str = "tau2-simulation.json";
+
+/// The reference's `max_steps`: messages in one conversation.
+pub const DEFAULT_MAX_STEPS: u32 = 100;
+
+pub struct Tau2Benchmark {
+    pub domain: String,
+    pub evaluation: Tau2Evaluation,
+    pub max_steps: u32,
+    bridge: Arc<Bridge>,
+}
+
+impl Tau2Benchmark {
+    pub fn new(domain: String, python: String, evaluation: Tau2Evaluation, max_steps: u32) -> Self {
+        let bridge = Arc::new(Bridge::new(python, domain.clone()));
+        Tau2Benchmark { domain, evaluation, max_steps, bridge }
+    }
+}
+
+/// The package's own id of a task (a repetition's id is `<id>@r<n>`).
+fn reference_id(task: &TaskSpec) -> String {
+    task.metadata["tau2"]["task_id"].as_str().map_or_else(|| task.id.as_str().to_string(), str::to_string)
+}
+
+#[async_trait]
+impl BenchmarkAdapter for Tau2Benchmark {
+    fn name(&self) -> &str {
+        "tau2"
+    }
+
+    fn plan(&self, task: &TaskSpec) -> TaskPlan {
+        let m = &task.metadata["tau2"];
+        let text = |k: &str| m[k].as_str().unwrap_or_default().to_string();
+        let stop_words = m["stop_words"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string);
+        TaskPlan {
+            user: Some(UserBrief { system: text("user_system"), opening: text("opening"), stop_words: stop_words.collect() }),
+            ..TaskPlan::default()
+        }
+    }
+
+    async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
+        let listed = self.bridge.ask(&json!({"op": "tasks"})).await?;
+        let mut out = Vec::new();
+        for t in listed["tasks"].as_array().into_iter().flatten() {
+            let id = t["id"].as_str().unwrap_or_default();
+            // A conversation that starts from a recorded history is not run yet: its history
+            // would have to be told to both sides as they were.
+            if t["history"].as_bool() == Some(true) || !filter.matches(id, &[]) {
+                continue;
+            }
+            if let Some(limit) = filter.limit
+                && out.len() as u64 >= limit
+            {
+                break;
+            }
+            out.push(TaskSpec {
+                id: id.parse::<TaskId>()?,
+                // The agent's brief: the package's own agent instruction and the domain's policy.
+                input: json!({"system": t["system"], "domain": self.domain}),
+                expected: None,
+                tags: vec![format!("tau2:{}", self.domain)],
+                evaluators: Vec::new(),
+                metadata: json!({"tau2": {
+                    "task_id": id,
+                    "user_system": t["user_system"],
+                    "opening": t["opening"],
+                    "stop_words": t["stop_words"],
+                    "criteria": t["task"]["evaluation_criteria"],
+                    "tools": t["tools"],
+                }}),
+                environment: None,
+                content: None,
+                tests: None,
+                solution: None,
+                steps: None,
+            });
+        }
+        Ok(out)
+    }
+
+    fn tools(&self, task: &TaskSpec) -> Vec<Arc<dyn AgentTool>> {
+        // The domain's tools as the task was listed with them (a worker lists no tasks).
+        let specs = task.metadata["tau2"]["tools"].as_array().into_iter().flatten().map(|f| ToolSpec {
+            name: f["name"].as_str().unwrap_or_default().to_string(),
+            description: f["description"].as_str().unwrap_or_default().to_string(),
+            parameters: f["parameters"].clone(),
+        });
+        let env = Arc::new(Conversation {
+            bridge: self.bridge.clone(),
+            task: reference_id(task),
+            key: task.id.to_string(),
+            opened: OnceCell::new(),
+        });
+        specs.map(|spec| Arc::new(DomainTool { spec, env: env.clone() }) as Arc<dyn AgentTool>).collect()
+    }
+
+    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent], env: &TaskEnvironment) -> EvaluatorScore {
+        let said = conversation::read(trace, result, self.max_steps);
+        let request = json!({
+            "op": "evaluate",
+            "task": reference_id(task),
+            "evaluation": self.evaluation.as_str(),
+            "messages": said.messages,
+            "termination": said.termination,
+            "start_time": said.start_time,
+            "end_time": said.end_time,
+            "duration": result.wall_seconds,
+            "agent_cost": said.agent_cost,
+            "user_cost": said.user_cost,
+        });
+        match self.bridge.ask(&request).await {
+            Ok(v) => {
+                let reward = v["reward"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0);
+                let file = serde_json::to_vec_pretty(&v["simulation"]).unwrap_or_default();
+                let mut found = env.findings.lock().expect("not poisoned");
+                found.files.push((SIMULATION_FILE.to_string(), file));
+                found.rewards = Some([("reward".to_string(), reward)].into_iter().collect());
+                EvaluatorScore::graded("tau2", "benchmark", reward, reward >= 1.0 - 1e-6, conversation::why(&v, &said))
+            }
+            Err(e) => EvaluatorScore::errored("tau2", "benchmark", e.to_string()),
+        }
+    }
+}
+
+/// One conversation's domain environment in the bridge: opened at its first tool call (a
+/// fresh one per attempt, in the task's initial state).
+struct Conversation {
+    bridge: Arc<Bridge>,
+    task: String,
+    key: String,
+    opened: OnceCell<()>,
+}
+
+struct DomainTool {
+    spec: ToolSpec,
+    env: Arc<Conversation>,
+}
+
+#[async_trait]
+impl AgentTool for DomainTool {
+    fn spec(&self) -> ToolSpec {
+        self.spec.clone()
+    }
+
+    async fn call(&self, arguments: &Value, _env: &TaskEnvironment) -> std::result::Result<String, String> {
+        let c = &self.env;
+        c.opened
+            .get_or_try_init(|| async {
+                c.bridge.ask(&json!({"op": "open", "env": c.key, "task": c.task})).await.map(|_| ())
+            })
+            .await
+            .map_err(|e: Error| e.to_string())?;
+        let args = if arguments.is_object() { arguments.clone() } else { json!({}) };
+        let v = c
+            .bridge
+            .ask(&json!({"op": "call", "env": c.key, "name": self.spec.name, "arguments": args}))
+            .await
+            .map_err(|e| e.to_string())?;
+        let content = v["content"].as_str().unwrap_or_default().to_string();
+        if v["error"].as_bool() == Some(true) { Err(content) } else { Ok(content) }
+    }
+}

@@ -1,0 +1,82 @@
+//! The mock's τ²-bench script: it plays both sides of a conversation in τ²'s `mock` domain. A
+//! request whose system prompt holds a `<scenario>` is the simulated user's: its first turn asks
+//! for what the scenario asks, its next ends with `###STOP###`. A request offering the domain's
+//! `create_task` tool is the agent's: it acts on the user's last request with the domain's tools,
+//! then tells the user what the tool said. A model whose name holds `careless` gets the title
+//! wrong (the database then differs: reward 0). A scenario saying `CHATTY` keeps the user talking
+//! for three turns.
+
+use serde_json::{Value, json};
+
+use super::text_of;
+
+/// A tool call to make, or none, and the text of the answer.
+pub(crate) type Scripted = (Option<(&'static str, Value)>, String);
+
+fn quoted_after<'a>(text: &'a str, marker: &str) -> Option<&'a str> {
+    let rest = &text[text.find(marker)? + marker.len()..];
+    let rest = rest.strip_prefix('\'')?;
+    Some(&rest[..rest.find('\'')?])
+}
+
+fn word_starting<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let at = text.find(prefix)?;
+    let rest = &text[at..];
+    Some(&rest[..rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len())])
+}
+
+pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
+    let system = body
+        .get("system")
+        .map(text_of)
+        .or_else(|| messages.iter().find(|m| m["role"] == "system").map(|m| text_of(&m["content"])))
+        .unwrap_or_default();
+    if let Some(scenario) = system.split("<scenario>").nth(1) {
+        // The user: its own earlier turns are the request's assistant messages.
+        let said = messages.iter().filter(|m| m["role"] == "assistant").count();
+        let chatty = if scenario.contains("CHATTY") { 3 } else { 1 };
+        let text = if said == 0 {
+            if let (Some(title), Some(user)) = (quoted_after(scenario, "called "), word_starting(scenario, "user_")) {
+                format!("Hi. Please create a task called '{title}' for {user}.")
+            } else if let Some(task) = word_starting(scenario, "task_") {
+                format!("Please mark {task} as completed.")
+            } else if scenario.contains("delete") {
+                "I want to delete all my tasks.".to_string()
+            } else {
+                "Hello.".to_string()
+            }
+        } else if said < chatty {
+            "Are you sure it is done?".to_string()
+        } else {
+            "Thank you, that is all. ###STOP###".to_string()
+        };
+        return Some((None, text));
+    }
+    let offers = |name: &str| {
+        body["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == name || t["name"] == name))
+    };
+    if !offers("create_task") {
+        return None;
+    }
+    // The agent: the last message decides.
+    let last = messages.last()?;
+    if last["role"] == "tool" {
+        return Some((None, format!("Done: {}", text_of(&last["content"]).trim())));
+    }
+    let asked = messages.iter().rev().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+    let careless = body["model"].as_str().is_some_and(|m| m.contains("careless"));
+    let call = if let (Some(title), Some(user)) = (quoted_after(&asked, "called "), word_starting(&asked, "user_")) {
+        let title = if careless { title.to_lowercase() } else { title.to_string() };
+        Some(("create_task", json!({"user_id": user, "title": title})))
+    } else if let Some(task) = word_starting(&asked, "task_") {
+        Some(("update_task_status", json!({"task_id": task, "status": "completed"})))
+    } else if asked.contains("delete") {
+        Some(("transfer_to_human_agents", json!({"summary": "The user wants to delete all their tasks."})))
+    } else {
+        None
+    };
+    match call {
+        Some(c) => Some((Some(c), String::new())),
+        None => Some((None, "It is done.".to_string())),
+    }
+}
