@@ -563,6 +563,15 @@ pub struct RoleUsage {
     pub cost_usd: Option<f64>,
 }
 
+/// What one role's calls spent over a run's finished tasks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RoleSummary {
+    pub calls: u64,
+    pub tokens: u64,
+    /// `null` when a call's price is unknown.
+    pub cost_usd: Option<f64>,
+}
+
 /// The outcome of one agent run on one task. Written by `crate::cost` (an unknown cost is
 /// `null`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -1368,6 +1377,10 @@ pub struct RunSummary {
     pub total_cost_usd: Option<f64>,
     /// `total_cost_usd` per finished task, `null` as it is.
     pub mean_cost_usd: Option<f64>,
+    /// What the tasks' other actors spent, by role (`user`: the simulated user), apart from
+    /// `total_cost_usd` (the agent's and its graders').
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub roles: BTreeMap<String, RoleSummary>,
     /// When some tasks' costs are unknown: what the others cost, a lower bound of the total.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_cost_usd: Option<f64>,
@@ -1497,6 +1510,11 @@ impl RunSummary {
     /// What the tasks with a known cost cost: the total when it is known, else a lower bound.
     pub fn known_cost(&self) -> f64 {
         self.total_cost_usd.or(self.known_cost_usd).unwrap_or(0.0)
+    }
+
+    /// What the tasks' other actors' priced calls cost (`roles`).
+    pub fn role_cost(&self) -> f64 {
+        self.roles.values().filter_map(|r| r.cost_usd).sum()
     }
 }
 

@@ -179,6 +179,10 @@ pub struct Comparison {
     /// number may move for that reason alone.
     #[serde(default)]
     pub grading_changed: bool,
+    /// The runs' other actors differ (the simulated user's model or settings): each named, a
+    /// changed input rather than a changed agent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles_changed: Vec<String>,
     /// Evaluators that scored the candidate's paired tasks and none of the base's (added since,
     /// or by `agenteval regrade`), and the other way round: no difference can be measured.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -373,6 +377,31 @@ fn side(r: &RunResults, tasks: usize) -> Side {
     }
 }
 
+/// How the two runs' other actors differ, one line per role: a simulated user of another model
+/// (or prompt settings) is another conversation partner, so the agent's numbers move for it.
+fn roles_changed(base: Option<&serde_json::Value>, cand: Option<&serde_json::Value>) -> Vec<String> {
+    let (Some(base), Some(cand)) = (base, cand) else { return Vec::new() };
+    let mut names: Vec<&String> = base.as_object().into_iter().chain(cand.as_object()).flat_map(|m| m.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut out = Vec::new();
+    for role in names {
+        let (b, c) = (&base[role.as_str()], &cand[role.as_str()]);
+        if b == c {
+            continue;
+        }
+        let what = if role == "user" { "simulated user".to_string() } else { format!("`{role}` role") };
+        let model = |v: &serde_json::Value| v["model"].as_str().map_or_else(|| "none".to_string(), str::to_string);
+        let said = if model(b) != model(c) {
+            format!("the {what} differs: {} in the base, {} in the candidate", model(b), model(c))
+        } else {
+            format!("the {what}'s settings differ ({}): {b} in the base, {c} in the candidate", model(b))
+        };
+        out.push(format!("{said}; a changed input, not a changed agent"));
+    }
+    out
+}
+
 /// Compares a candidate run with a base run. Runs of different benchmarks, or with no task in
 /// common, cannot be compared (`Invalid`).
 pub fn compare(base: &RunResults, cand: &RunResults, opts: CompareOptions) -> Result<Comparison> {
@@ -477,6 +506,7 @@ pub fn compare_clustered(
         infra_failures,
         changed,
         grading_changed: matches!((&base.grading, &cand.grading), (Some(x), Some(y)) if x != y),
+        roles_changed: roles_changed(base.roles.as_ref(), cand.roles.as_ref()),
         scores_added,
         scores_removed,
         pairwise: None,

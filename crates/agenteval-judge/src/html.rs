@@ -388,6 +388,8 @@ if (S) {
   // A model without a price has an unknown cost: never shown as if the sum were whole.
   const known = S.total_cost_usd != null ? S.total_cost_usd : S.known_cost_usd;
   card("total cost", (S.cost_unknown_tasks || S.total_cost_usd == null) ? (known ? ">= " + money(known) + " (" + S.cost_unknown_tasks + " unknown)" : "unknown") : money(S.total_cost_usd));
+  // The simulated user's cost is the run's too, but never the agent's: its own card.
+  for (const [role, r] of Object.entries(S.roles || {})) card(role + " cost", r.cost_usd == null ? "unknown" : money(r.cost_usd));
   card("tokens", String(S.total_tokens));
   card("latency p50 / p95", num(S.latency_p50_seconds, 2) + " / " + num(S.latency_p95_seconds, 2) + " s");
   for (const [k, v] of Object.entries(S.pass_at_k || {})) card("pass@" + k, pct(v));

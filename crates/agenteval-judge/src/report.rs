@@ -116,7 +116,8 @@ fn clustered(c: &Comparison) -> String {
 }
 
 pub fn warnings(c: &Comparison) -> Vec<String> {
-    let mut out = Vec::new();
+    // Said first: the agent is compared against another partner.
+    let mut out = c.roles_changed.clone();
     if !c.scores_added.is_empty() {
         out.push(format!("evaluators only the candidate has (not compared): {}", c.scores_added.join(", ")));
     }

@@ -23,6 +23,9 @@ pub struct RunResults {
     /// The fingerprint of the run's grading settings (`config.resolved.json`: the benchmark's
     /// settings that are not task selection, and the evaluators), when readable.
     pub grading: Option<String>,
+    /// The run's other actors as its config pinned them (`roles`: the simulated user's model
+    /// and settings), when readable.
+    pub roles: Option<serde_json::Value>,
     /// What `tasks.jsonl` says of each line's task, by line position (`None`: not known).
     facts: Vec<Option<Facts>>,
     /// The distinct tag sets; `Facts::tags` indexes it.
@@ -41,7 +44,7 @@ impl RunResults {
         if !lines.is_sorted_by(|a, b| a.task_id <= b.task_id) {
             lines.sort_by(|a, b| a.task_id.cmp(&b.task_id));
         }
-        RunResults { meta, bundle_uri, lines, grading, facts: Vec::new(), tag_sets: vec![Vec::new()] }
+        RunResults { meta, bundle_uri, lines, grading, roles: None, facts: Vec::new(), tag_sets: vec![Vec::new()] }
     }
 
     /// The positions of task `id`'s lines (one, unless the file repeats it).
@@ -171,13 +174,13 @@ async fn load_from(store: &dyn BundleStore, run: &RunId, live: bool) -> Result<R
 
 /// The run's results from its lines: its grading settings and what `tasks.jsonl` says of them.
 async fn finish(store: &dyn BundleStore, run: &RunId, meta: Metadata, lines: Vec<ResultLine>) -> Result<RunResults> {
-    let grading = match store.get(run, layout::CONFIG).await {
-        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .map(|v| agenteval_core::model::grading_fingerprint(&v)),
+    let config = match store.get(run, layout::CONFIG).await {
+        Ok(bytes) => serde_json::from_slice::<serde_json::Value>(&bytes).ok(),
         Err(_) => None,
     };
+    let grading = config.as_ref().map(agenteval_core::model::grading_fingerprint);
     let mut results = RunResults::new(meta, store.bundle_uri(run), lines, grading);
+    results.roles = config.map(|c| c.get("roles").cloned().unwrap_or(serde_json::Value::Null));
     let mut tag_ids = std::collections::HashMap::new();
     let mut facts_of = |line: &[u8]| -> Result<()> {
         if lines::is_blank(line) {

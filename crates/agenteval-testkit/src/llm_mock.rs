@@ -16,7 +16,8 @@
 //! - `MALFORMED`: every answer is broken JSON;
 //! - `ECHO_KEY`: the answer quotes the `Authorization`/`x-api-key` header it got and a key-like
 //!   string;
-//! - `BIG`: reports 400,000 input and 100,000 output tokens per call;
+//! - `BIG` (or a model whose name holds `-big`): reports 400,000 input and 100,000 output tokens
+//!   per call;
 //! - `NO_USAGE`: answers without any usage (as a lax OpenAI-compatible server may);
 //! - `KEY_ERROR`: 401 with the credential it got quoted in the error body, as providers do;
 //! - `REDIRECT`: 307 to another server's address (`http://127.0.0.1:9/…`);
@@ -409,7 +410,8 @@ pub(crate) async fn answer_as(
     if first.contains("MALFORMED") {
         return Response::builder().status(200).body(Body::from("{\"choices\": [")).unwrap();
     }
-    let (input, output) = if first.contains("BIG") { (400_000, 100_000) } else { (10, 5) };
+    let big = first.contains("BIG") || body["model"].as_str().is_some_and(|m| m.contains("-big"));
+    let (input, output) = if big { (400_000, 100_000) } else { (10, 5) };
     let python = || Some(("python", json!({"code": "print(6 * 7)"})));
     let offers_tools = body.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty());
     let hello_cmd = hello.map(|line| format!("echo '{line}' > /app/hello.txt && cat /app/hello.txt"));

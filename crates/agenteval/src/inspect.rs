@@ -407,6 +407,15 @@ fn say_result(r: &TaskResult, full: bool) {
         a.steps,
         a.total_tokens,
     );
+    for (role, u) in &r.roles {
+        let cost = u.cost_usd.map_or_else(|| "cost unknown".to_string(), |c| format!("${c:.4}"));
+        say!(
+            "{role:<8} {} calls to {}, {} tokens, {cost} (apart from the agent's)",
+            u.calls,
+            u.model,
+            u.input_tokens + u.output_tokens
+        );
+    }
     if let Some(f) = &a.fault {
         let fix = format!("{} (fix `{}`: {})", f.describe(), f.field(), f.fix());
         say!("{}", output::wrapped("fault    ", &fix, WIDTH));

@@ -432,6 +432,7 @@ pub fn summary_lines(s: &RunSummary) -> Vec<String> {
         suspect_line(s),
         tampered_line(s),
         reward_line(s),
+        roles_line(s),
     ]
     .into_iter()
     .flatten()
@@ -522,6 +523,26 @@ pub fn reward_line(s: &RunSummary) -> Option<String> {
     })
 }
 
+/// What the tasks' other actors (the simulated user) cost, apart from the agent's.
+pub fn roles_line(s: &RunSummary) -> Option<String> {
+    (!s.roles.is_empty()).then(|| {
+        let roles: Vec<String> = s
+            .roles
+            .iter()
+            .map(|(role, r)| match r.cost_usd {
+                Some(c) => format!("{role} ${c:.4} ({} calls)", r.calls),
+                None => format!("{role} cost unknown ({} calls)", r.calls),
+            })
+            .collect();
+        let agent = s.total_cost_usd.map_or_else(|| "unknown".to_string(), |c| format!("${c:.4}"));
+        wrapped(
+            "roles      ",
+            &format!("{} (the simulated user's calls; the agent's cost is {agent}, apart)", roles.join(", ")),
+            80,
+        )
+    })
+}
+
 /// Tasks whose grader doubted its verdict (a test log that claims passes the tests did not make).
 pub fn suspect_line(s: &RunSummary) -> Option<String> {
     (s.suspect > 0).then(|| {
@@ -591,6 +612,7 @@ pub fn report_text(
     out.extend(suspect_line(s));
     out.extend(tampered_line(s));
     out.extend(reward_line(s));
+    out.extend(roles_line(s));
     out.extend(tag_lines(s));
     out.extend(pass_at_k_line(s));
     if !failures.is_empty() {

@@ -340,6 +340,15 @@ async fn unpack_cassettes(
         };
         std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
             .map_err(|e| Error::io("writing a cassette", e))?;
+        // A conversation's simulated user replays its turns from its own recording.
+        if let Ok(id) = task.parse::<agenteval_core::TaskId>() {
+            match taskpack::read_task_file(store, run, &id, layout::USER_CASSETTE).await {
+                Ok(b) => std::fs::write(dir.path().join(format!("{task}.user.jsonl")), b)
+                    .map_err(|e| Error::io("writing a cassette", e))?,
+                Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
         recorded_tasks.push(task.to_string());
     }
     if recorded_tasks.is_empty() {

@@ -122,6 +122,8 @@ pub struct CostTokens {
     unknown: u64,
     /// Seconds the calls waited for their provider.
     waited: f64,
+    /// Each role's calls, tokens and cost (`None` once a call's price is unknown).
+    roles: BTreeMap<String, agenteval_core::model::RoleSummary>,
 }
 
 impl Scorer for CostTokens {
@@ -137,6 +139,15 @@ impl Scorer for CostTokens {
         }
         self.tokens = self.tokens.saturating_add(r.agent.total_tokens);
         self.waited += r.provider_wait_seconds;
+        for (role, u) in &r.roles {
+            let sum = self
+                .roles
+                .entry(role.clone())
+                .or_insert_with(|| agenteval_core::model::RoleSummary { cost_usd: Some(0.0), ..Default::default() });
+            sum.calls += u.calls;
+            sum.tokens = sum.tokens.saturating_add(u.input_tokens.saturating_add(u.output_tokens));
+            sum.cost_usd = sum.cost_usd.zip(u.cost_usd).map(|(a, b)| a + b);
+        }
     }
 
     fn finish(&self, s: &mut RunSummary) {
@@ -147,6 +158,7 @@ impl Scorer for CostTokens {
         s.total_tokens = self.tokens;
         s.cost_unknown_tasks = self.unknown;
         s.provider_wait_seconds = self.waited;
+        s.roles = self.roles.clone();
     }
 }
 
@@ -336,6 +348,7 @@ pub fn empty_summary(run_id: RunId, status: RunStatus, tasks_total: u64) -> RunS
         terminated_by: BTreeMap::new(),
         total_cost_usd: Some(0.0),
         mean_cost_usd: Some(0.0),
+        roles: BTreeMap::new(),
         known_cost_usd: None,
         total_tokens: 0,
         latency_p50_seconds: 0.0,

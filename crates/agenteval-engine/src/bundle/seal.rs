@@ -449,13 +449,15 @@ pub async fn seal_contents(
     summary.adaptive = meta.adaptive.clone();
     if let Some((calls, usd)) = meta.calls_at_wire {
         // The calls no result holds: a cancelled or cut-short task's, made all the same.
-        let in_results: u64 = summary.models.values().sum();
+        // The agent's calls and its task's other actors' (a simulated user's).
+        let in_results: u64 = summary.models.values().sum::<u64>() + summary.roles.values().map(|r| r.calls).sum::<u64>();
         summary.calls_without_result = calls.saturating_sub(in_results);
         if summary.calls_without_result > 0 {
-            summary.cost_without_result_usd = Some((usd - summary.known_cost()).max(0.0));
+            summary.cost_without_result_usd = Some((usd - summary.known_cost() - summary.role_cost()).max(0.0));
         }
         // Known only when every task's cost is: a call at an unknown price counts $0 at the wire.
-        summary.run_cost_usd = (summary.cost_unknown_tasks == 0).then(|| usd.max(summary.known_cost()));
+        summary.run_cost_usd =
+            (summary.cost_unknown_tasks == 0).then(|| usd.max(summary.known_cost() + summary.role_cost()));
     }
     store.put(run, layout::SUMMARY, &to_json_bytes(&summary)).await?;
     // Both reports under one `report.render` span: Markdown from the summary, HTML from the

@@ -216,11 +216,14 @@ async fn fetch_cassettes(
         .tempdir()
         .map_err(|e| Error::io("creating a folder for the cassettes", e))?;
     for t in &job.tasks {
-        match taskpack::read_task_file(store.as_ref(), &run, &t.id, layout::TASK_CASSETTE).await {
-            Ok(bytes) => std::fs::write(dir.path().join(format!("{}.jsonl", t.id)), bytes)
-                .map_err(|e| Error::io("writing a fetched cassette", e))?,
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+        // The agent's calls, and a conversation's simulated user's.
+        for (file, name) in [(layout::TASK_CASSETTE, format!("{}.jsonl", t.id)), (layout::USER_CASSETTE, format!("{}.user.jsonl", t.id))] {
+            match taskpack::read_task_file(store.as_ref(), &run, &t.id, file).await {
+                Ok(bytes) => std::fs::write(dir.path().join(name), bytes)
+                    .map_err(|e| Error::io("writing a fetched cassette", e))?,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(dir)

@@ -3,8 +3,8 @@
 //! for what the scenario asks, its next ends with `###STOP###`. A request offering the domain's
 //! `create_task` tool is the agent's: it acts on the user's last request with the domain's tools,
 //! then tells the user what the tool said. A model whose name holds `careless` gets the title
-//! wrong (the database then differs: reward 0). A scenario saying `CHATTY` keeps the user talking
-//! for three turns.
+//! wrong (the database then differs: reward 0). A user model whose name holds `chatty` keeps
+//! talking for four turns.
 
 use serde_json::{Value, json};
 
@@ -34,7 +34,11 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
     if let Some(scenario) = system.split("<scenario>").nth(1) {
         // The user: its own earlier turns are the request's assistant messages.
         let said = messages.iter().filter(|m| m["role"] == "assistant").count();
-        let chatty = if scenario.contains("CHATTY") { 3 } else { 1 };
+        let chatty = if scenario.contains("CHATTY") || body["model"].as_str().is_some_and(|m| m.contains("chatty")) {
+            4
+        } else {
+            1
+        };
         let text = if said == 0 {
             if let (Some(title), Some(user)) = (quoted_after(scenario, "called "), word_starting(scenario, "user_")) {
                 format!("Hi. Please create a task called '{title}' for {user}.")

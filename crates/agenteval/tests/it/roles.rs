@@ -18,16 +18,19 @@ fn tau2_python() -> PathBuf {
 }
 
 /// A τ² run of the `mock` domain: the agent `agent_model` and the user `user_model`, both
-/// served by `mock`, the user priced ten times the agent; `extra` is added to `roles.user`
-/// (indented) and `top` at the top level.
-fn config(ws: &Workspace, name: &str, mock: &MockLlm, agent_model: &str, user_model: &str, user_extra: &str, top: &str) -> PathBuf {
+/// served by `mock`; a user's call costs a hundred times an agent's (a `-big` user's tokens are
+/// priced low: it reports 500,000 a call). `user_extra` is added to `roles.user` (indented),
+/// `agent_extra` to the agent.
+fn config(ws: &Workspace, name: &str, mock: &MockLlm, agent_model: &str, user_model: &str, user_extra: &str, agent_extra: &str) -> PathBuf {
     ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
     ws.write(
         &format!("{name}.yaml"),
         &format!(
-            "name: {name}\nbenchmark:\n  kind: tau2\n  domain: mock\n  python: {py}\n  filter:\n    ids: {TASKS}\nagent:\n  kind: llm\n  model: openai:{agent_model}\n  base_url: {url}\n  prices:\n    {agent_model}: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n    {user_model}: {{input_per_mtok: 10000, output_per_mtok: 20000}}\nroles:\n  user:\n    model: openai:{user_model}\n{user_extra}backend:\n  secrets_file: secrets.env\n{top}",
+            "name: {name}\nbenchmark:\n  kind: tau2\n  domain: mock\n  python: {py}\n  filter:\n    ids: {TASKS}\nagent:\n  kind: llm\n  model: openai:{agent_model}\n  base_url: {url}\n{agent_extra}  prices:\n    {agent_model}: {{input_per_mtok: 10, output_per_mtok: 20}}\n    {user_model}: {{input_per_mtok: {user_in}, output_per_mtok: {user_out}}}\nroles:\n  user:\n    model: openai:{user_model}\n{user_extra}backend:\n  secrets_file: secrets.env\n",
             py = tau2_python().display(),
             url = mock.base_url(),
+            user_in = if user_model.contains("-big") { 1 } else { 1000 },
+            user_out = if user_model.contains("-big") { 2 } else { 2000 },
         ),
     )
 }
@@ -88,4 +91,84 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
             .unwrap();
         assert_eq!(reference_reward(&sim, id), r["scores"][0]["score"].as_f64().unwrap(), "{id}");
     }
+    let run = v["run_id"].as_str().unwrap().to_string();
+
+    // A replay makes no model call, the user's turns included, and reproduces every reward.
+    let before = mock.received().len();
+    let out = ws.run(&["replay", &run, "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["match"], 4, "{r}");
+    assert_eq!(mock.received().len(), before, "the replay called the model");
+
+    // A careless agent (the wrong title) gets τ²'s 0 where the database differs, and the
+    // reference package agrees on the conversation kept.
+    let careless = config(&ws, "careless", &mock, "mock-careless", "mock-user", "", "");
+    let (v2, code, out) = ws.submit(&careless, &[]);
+    assert_eq!(code, 0, "{v2}\n{}", text(&out.stderr));
+    let bundle2 = PathBuf::from(v2["bundle"].as_str().unwrap());
+    for (id, passes) in [("create_task_1", false), ("update_task_1", true)] {
+        let r = result(&bundle2, id);
+        assert_eq!(r["passed"], passes, "{id}: {r}");
+        let sim = ws.path().join(format!("{id}.careless.json"));
+        std::fs::write(&sim, read_bundle_file(bundle2.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap())
+            .unwrap();
+        assert_eq!(reference_reward(&sim, id), r["scores"][0]["score"].as_f64().unwrap(), "{id}");
+    }
+}
+
+/// The simulated user's calls are its own figures: metered apart from the agent's (it costs ten
+/// times more here), shown apart in `summary.json`, `runs show` and `show`; a budget on the agent
+/// does not stop the user's calls and one on the user does; and `compare` of two runs that
+/// differ only in the user's model says so before it compares the agent.
+#[test]
+fn the_simulated_users_cost_is_its_own_and_a_changed_simulator_is_said_first() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let two = |name: &str, user: &str, user_extra: &str, agent_extra: &str| {
+        let cfg = config(&ws, name, &mock, "mock-agent", user, user_extra, agent_extra);
+        let yaml = std::fs::read_to_string(&cfg).unwrap();
+        std::fs::write(&cfg, yaml.replace(&format!("    ids: {TASKS}\n"), "    ids: [create_task_1, update_task_1]\n")).unwrap();
+        cfg
+    };
+    // The agent's budget ($0.02 a task) is half what the user spends: the user's calls do not
+    // count in it.
+    let cfg = two("costs", "mock-user", "", "  max_output_tokens: 100\n  limits: {max_cost_usd: 0.02}\n");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(summary["passed"], 2, "{summary}");
+    let agent = summary["total_cost_usd"].as_f64().unwrap();
+    let user = summary["roles"]["user"]["cost_usd"].as_f64().unwrap();
+    assert!(user > 0.04 && user > 50.0 * agent && agent > 0.0, "{summary}");
+    assert_eq!(summary["roles"]["user"]["calls"], 4, "{summary}");
+    assert_eq!(summary["calls_without_result"], serde_json::Value::Null, "every call is a task's: {summary}");
+    let r = result(&bundle, "create_task_1");
+    assert_eq!(r["roles"]["user"]["model"], "mock-user", "{r}");
+    let shown = text(&ws.run(&["runs", "show", &run]).stdout);
+    assert!(shown.contains("roles      user $0.0800 (4 calls)") && shown.contains("apart"), "{shown}");
+    let task = text(&ws.run(&["show", &run, "create_task_1"]).stdout);
+    assert!(task.contains("user     2 calls to mock-user"), "{task}");
+
+    // A budget on the user ends the conversation at it: the task is not passed, for the limit.
+    // (Its user talks four turns; each call reports 500,000 tokens, $0.60.)
+    let cfg = two("user-budget", "mock-user-big-chatty", "    max_output_tokens: 100\n    max_cost_usd: 1.0\n", "");
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let r = result(&PathBuf::from(v["bundle"].as_str().unwrap()), "create_task_1");
+    assert_eq!((r["passed"].as_bool(), r["agent"]["terminated_by"].as_str()), (Some(false), Some("limit_cost")), "{r}");
+    assert!(r["agent"]["error"].as_str().unwrap().contains("user"), "{r}");
+    assert!(r["roles"]["user"]["cost_usd"].as_f64().unwrap() < 1.3, "{r}");
+
+    // Two runs that differ only in the user's model: said first, as a changed input.
+    let cfg = two("costs-b", "mock-user-b", "", "  max_output_tokens: 100\n  limits: {max_cost_usd: 0.02}\n");
+    let (v2, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v2}\n{}", text(&out.stderr));
+    let out = ws.run(&["compare", &run, v2["run_id"].as_str().unwrap()]);
+    let said = text(&out.stdout);
+    let first = said.lines().find(|l| l.starts_with("warning:")).unwrap_or_default();
+    assert!(first.contains("simulated user differs: openai:mock-user in the base, openai:mock-user-b"), "{said}");
+    assert!(said.find("warning: the simulated user").unwrap() < said.find("metric").unwrap(), "{said}");
 }
