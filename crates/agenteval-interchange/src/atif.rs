@@ -194,32 +194,7 @@ pub fn trajectory(a: &Attempt<'_>) -> Exported {
     let mut grading = Vec::new();
     let mut terminal = Value::Null;
     for e in a.events {
-        match e.kind {
-            // The simulated user's calls are the user's, not the agent's: ATIF's steps and
-            // metrics are the agent's, so they are kept under `extra`.
-            EventKind::ModelCall if e.payload["role"] == "user" => {
-                *b.kept.entry("model.call (user)".to_string()).or_default() += 1;
-            }
-            EventKind::CostTick | EventKind::ModelCall => b.model_call(e),
-            EventKind::AgentMessage => b.text(e, text(&e.payload["text"])),
-            EventKind::UserMessage => {
-                let step = b.open(e);
-                step.source = "user".into();
-                step.message = Value::String(text(&e.payload["text"]));
-            }
-            EventKind::AgentPlan => b.text(e, text(&e.payload["plan"])),
-            EventKind::AgentFinalAnswer => b.text(e, text(&e.payload["answer"])),
-            EventKind::AgentToolCall => b.tool_call(e),
-            EventKind::AgentToolResult => b.tool_result(e),
-            EventKind::AgentObservation => b.observation(e),
-            EventKind::AgentTerminal => terminal = e.payload.clone(),
-            EventKind::EvaluatorScore | EventKind::PolicyVerdict => {
-                *b.kept.entry(e.kind.as_str().to_string()).or_default() += 1;
-                grading.push(
-                    json!({"kind": e.kind.as_str(), "timestamp": e.timestamp.to_rfc3339(), "payload": e.payload}),
-                );
-            }
-        }
+        b.event(e, &mut grading, &mut terminal);
     }
     let no_trace = b.steps.len() == 1;
     let totals = b.totals();
@@ -335,6 +310,36 @@ impl Builder {
     /// The last agent step, when what comes next still belongs to it (no results yet).
     fn current(&mut self) -> Option<&mut Step> {
         self.steps.last_mut().filter(|s| s.source == "agent" && s.observation.is_none())
+    }
+
+    /// One event of the trace into its step (or, for what ATIF has no step for, `extra`).
+    fn event(&mut self, e: &TraceEvent, grading: &mut Vec<Value>, terminal: &mut Value) {
+        match e.kind {
+            // The simulated user's calls are the user's, not the agent's: ATIF's steps and
+            // metrics are the agent's, so they are kept under `extra`.
+            EventKind::ModelCall if e.payload["role"] == "user" => {
+                *self.kept.entry("model.call (user)".to_string()).or_default() += 1;
+            }
+            EventKind::CostTick | EventKind::ModelCall => self.model_call(e),
+            EventKind::AgentMessage => self.text(e, text(&e.payload["text"])),
+            EventKind::UserMessage => {
+                let step = self.open(e);
+                step.source = "user".into();
+                step.message = Value::String(text(&e.payload["text"]));
+            }
+            EventKind::AgentPlan => self.text(e, text(&e.payload["plan"])),
+            EventKind::AgentFinalAnswer => self.text(e, text(&e.payload["answer"])),
+            EventKind::AgentToolCall => self.tool_call(e),
+            EventKind::AgentToolResult => self.tool_result(e),
+            EventKind::AgentObservation => self.observation(e),
+            EventKind::AgentTerminal => *terminal = e.payload.clone(),
+            EventKind::EvaluatorScore | EventKind::PolicyVerdict => {
+                *self.kept.entry(e.kind.as_str().to_string()).or_default() += 1;
+                grading.push(
+                    json!({"kind": e.kind.as_str(), "timestamp": e.timestamp.to_rfc3339(), "payload": e.payload}),
+                );
+            }
+        }
     }
 
     fn model_call(&mut self, e: &TraceEvent) {

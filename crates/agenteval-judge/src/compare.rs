@@ -449,18 +449,7 @@ pub fn compare_clustered(
         }
     }
     drop(common);
-    let mut regressions = Vec::new();
-    let mut improvements = Vec::new();
-    for &(x, y) in &paired {
-        let (bp, cp) = (b.value(x, "pass_rate").unwrap_or(0.0), c.value(y, "pass_rate").unwrap_or(0.0));
-        // A task "passes" when at least half of its repetitions do.
-        let change = |ended| TaskChange { task_id: b.id(x).to_string(), base_pass: bp, cand_pass: cp, ended };
-        match (bp >= 0.5, cp >= 0.5) {
-            (true, false) => regressions.push(change(c.first_failure(y))),
-            (false, true) => improvements.push(change(b.first_failure(x))),
-            _ => {}
-        }
-    }
+    let (mut regressions, improvements) = flips(&b, &c, &paired);
     let scores: BTreeSet<&str> = paired
         .iter()
         .flat_map(|&(x, y)| {
@@ -513,6 +502,23 @@ pub fn compare_clustered(
         noise,
         flaky_changes,
     })
+}
+
+/// The paired tasks that went from passing to failing, and the other way.
+fn flips(b: &Folds<'_>, c: &Folds<'_>, paired: &[(usize, usize)]) -> (Vec<TaskChange>, Vec<TaskChange>) {
+    let mut regressions = Vec::new();
+    let mut improvements = Vec::new();
+    for &(x, y) in paired {
+        let (bp, cp) = (b.value(x, "pass_rate").unwrap_or(0.0), c.value(y, "pass_rate").unwrap_or(0.0));
+        // A task "passes" when at least half of its repetitions do.
+        let change = |ended| TaskChange { task_id: b.id(x).to_string(), base_pass: bp, cand_pass: cp, ended };
+        match (bp >= 0.5, cp >= 0.5) {
+            (true, false) => regressions.push(change(c.first_failure(y))),
+            (false, true) => improvements.push(change(b.first_failure(x))),
+            _ => {}
+        }
+    }
+    (regressions, improvements)
 }
 
 /// Each paired task's group (by the candidate's `<key>:<value>` tag) and the number of groups;

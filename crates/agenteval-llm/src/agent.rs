@@ -198,10 +198,70 @@ async fn converse_turn(
     Ok(Some(turn.text))
 }
 
+/// The conversation's start: the agent's opening line and the user's first turn, or how it
+/// ended there.
+async fn open_conversation(
+    sink: &mut dyn EventSink,
+    user: &dyn agenteval_core::traits::SimulatedUser,
+) -> Result<Vec<Message>, AgentOutcome> {
+    let opening = user.opening().to_string();
+    let mut messages = vec![Message::Assistant { text: Some(opening.clone()), tool_calls: Vec::new() }];
+    match converse_turn(sink, user, &opening, true).await {
+        Ok(Some(reply)) => messages.push(Message::User { text: reply }),
+        Ok(None) => return Err(AgentOutcome::answer(Value::String(opening))),
+        Err(s) => return Err(AgentOutcome::stopped(s.terminated_by, s.reason)),
+    }
+    Ok(messages)
+}
+
+/// The agent said `said` to the user: `None` to go on (both lines added to `messages`), else how
+/// the conversation ended.
+async fn answer_user(
+    sink: &mut dyn EventSink,
+    user: &dyn agenteval_core::traits::SimulatedUser,
+    said: String,
+    messages: &mut Vec<Message>,
+) -> Option<AgentOutcome> {
+    match converse_turn(sink, user, &said, false).await {
+        Ok(Some(reply)) => {
+            messages.push(Message::Assistant { text: Some(said), tool_calls: Vec::new() });
+            messages.push(Message::User { text: reply });
+            None
+        }
+        Ok(None) => Some(AgentOutcome::answer(Value::String(said))),
+        Err(s) => Some(AgentOutcome::stopped(s.terminated_by, s.reason)),
+    }
+}
+
 /// The agent's word that ends a conversation, as τ²-bench's agents say it.
 const AGENT_STOP: &str = "###STOP###";
 
 impl LlmAgent {
+    /// The `cost.tick` of one answer: its tokens and cost, or `cost_unknown`.
+    fn tick(&self, turn: u32, resp: &crate::types::ChatResponse) -> AgentEvent {
+        let u = resp.usage;
+        let dollars = self.price.map(|p| cost(&p, &u));
+        let mut tick = AgentEvent::new(
+            EventKind::CostTick,
+            json!({
+                "model": self.spec.name,
+                "call": turn + 1,
+                "input_tokens": u.input_tokens,
+                "output_tokens": u.output_tokens,
+                "cached_input_tokens": u.cached_input_tokens,
+                "cost_usd": dollars,
+                "stop_reason": resp.stop_reason.clone(),
+            }),
+        );
+        if dollars.is_none() {
+            tick.payload["cost_unknown"] = json!(true);
+        }
+        tick.input_tokens = u.input_tokens;
+        tick.output_tokens = u.output_tokens;
+        tick.cost_usd = dollars.unwrap_or(0.0);
+        tick
+    }
+
     async fn converse(
         &self,
         ctx: &AgentContext<'_>,
@@ -219,18 +279,12 @@ impl LlmAgent {
             // A conversation: the agent opens, the user answers first, and the task's brief
             // (a τ² domain's policy) is the agent's system prompt after its own.
             if let Some(brief) = ctx.task.input.get("system").and_then(Value::as_str) {
-                system = Some(match system {
-                    Some(own) => format!("{own}\n\n{brief}"),
-                    None => brief.to_string(),
-                });
+                system = Some(system.map_or_else(|| brief.to_string(), |own| format!("{own}\n\n{brief}")));
             }
-            let opening = user.opening().to_string();
-            messages = vec![Message::Assistant { text: Some(opening.clone()), tool_calls: Vec::new() }];
-            match converse_turn(sink, user, &opening, true).await {
-                Ok(Some(reply)) => messages.push(Message::User { text: reply }),
-                Ok(None) => return AgentOutcome::answer(Value::String(opening)),
-                Err(s) => return stopped(s),
-            }
+            messages = match open_conversation(sink, user).await {
+                Ok(m) => m,
+                Err(ended) => return ended,
+            };
         }
         for turn in 0..max_turns {
             let req = ChatRequest {
@@ -254,41 +308,16 @@ impl LlmAgent {
                     return stopped;
                 }
             };
-            let u = resp.usage;
-            let dollars = self.price.map(|p| cost(&p, &u));
-            let mut tick = AgentEvent::new(
-                EventKind::CostTick,
-                json!({
-                    "model": self.spec.name,
-                    "call": turn + 1,
-                    "input_tokens": u.input_tokens,
-                    "output_tokens": u.output_tokens,
-                    "cached_input_tokens": u.cached_input_tokens,
-                    "cost_usd": dollars,
-                    "stop_reason": resp.stop_reason,
-                }),
-            );
-            if dollars.is_none() {
-                tick.payload["cost_unknown"] = json!(true);
-            }
-            tick.input_tokens = u.input_tokens;
-            tick.output_tokens = u.output_tokens;
-            tick.cost_usd = dollars.unwrap_or(0.0);
+            let tick = self.tick(turn, &resp);
             if let Err(s) = sink.emit(tick).await {
                 return stopped(s);
             }
             if resp.tool_calls.is_empty()
                 && let Some(user) = ctx.user
             {
-                let said = resp.text.unwrap_or_default();
-                match converse_turn(sink, user, &said, false).await {
-                    Ok(Some(reply)) => {
-                        messages.push(Message::Assistant { text: Some(said), tool_calls: Vec::new() });
-                        messages.push(Message::User { text: reply });
-                        continue;
-                    }
-                    Ok(None) => return AgentOutcome::answer(Value::String(said)),
-                    Err(s) => return stopped(s),
+                match answer_user(sink, user, resp.text.unwrap_or_default(), &mut messages).await {
+                    None => continue,
+                    Some(ended) => return ended,
                 }
             }
             if resp.tool_calls.is_empty() {

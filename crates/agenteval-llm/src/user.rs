@@ -10,10 +10,10 @@ use agenteval_core::traits::{GatewayAccess, SimulatedUser, Stop, UserBrief, User
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
+use crate::LlmError;
 use crate::client::{LlmClient, RetryPolicy};
 use crate::spec::{ModelSpec, Provider};
 use crate::types::{ChatRequest, Message};
-use crate::LlmError;
 
 /// How long one of the user's answers may take.
 const TIMEOUT: Duration = Duration::from_secs(120);

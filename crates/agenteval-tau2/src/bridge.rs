@@ -90,7 +90,8 @@ impl Bridge {
                 return Err(self.failed(why));
             }
         };
-        let v: Value = serde_json::from_str(&answer).map_err(|e| self.failed(format!("an answer that is not JSON: {e}")))?;
+        let v: Value =
+            serde_json::from_str(&answer).map_err(|e| self.failed(format!("an answer that is not JSON: {e}")))?;
         if let Some(e) = v.get("error").and_then(Value::as_str) {
             return Err(self.failed(e.to_string()));
         }

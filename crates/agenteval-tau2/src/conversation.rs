@@ -50,7 +50,8 @@ pub fn read(trace: &[TraceEvent], result: &AgentResult, max_steps: u32) -> Said 
             }
             EventKind::AgentPlan => plan = Some(text(e, "plan")),
             EventKind::AgentToolCall => {
-                let call = json!({"id": text(e, "call_id"), "name": text(e, "tool"), "arguments": e.payload["arguments"]});
+                let call =
+                    json!({"id": text(e, "call_id"), "name": text(e, "tool"), "arguments": e.payload["arguments"]});
                 let turn = e.payload["turn"].as_u64();
                 let same = turn.is_some() && turn == last_turn;
                 match messages.last_mut() {
@@ -158,7 +159,10 @@ mod tests {
             ev(EventKind::AgentToolCall, json!({"tool": "a", "arguments": {"x": 1}, "call_id": "c1", "turn": 2})),
             ev(EventKind::AgentToolResult, json!({"tool": "a", "output": "ok", "call_id": "c1"})),
             ev(EventKind::AgentToolCall, json!({"tool": "b", "arguments": {}, "call_id": "c2", "turn": 3})),
-            ev(EventKind::AgentToolResult, json!({"tool": "b", "output": "Error: no", "is_error": true, "call_id": "c2"})),
+            ev(
+                EventKind::AgentToolResult,
+                json!({"tool": "b", "output": "Error: no", "is_error": true, "call_id": "c2"}),
+            ),
             ev(EventKind::AgentMessage, json!({"text": "done"})),
             ev(EventKind::ModelCall, json!({"role": "user", "cost_usd": 0.5})),
             ev(EventKind::UserMessage, json!({"text": "thanks ###STOP###", "ends": true})),

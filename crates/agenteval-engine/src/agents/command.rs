@@ -228,8 +228,12 @@ impl Protocol {
             }
         };
         // Scores and verdicts are the graders' to write: one from the agent would read as a
-        // grade in `show`, the report and the UI; model calls are the gateway's to report.
-        if matches!(ev.kind, EventKind::EvaluatorScore | EventKind::PolicyVerdict | EventKind::ModelCall) {
+        // grade in `show`, the report and the UI; model calls are the gateway's to report, and a
+        // simulated user's turns the user's.
+        if matches!(
+            ev.kind,
+            EventKind::EvaluatorScore | EventKind::PolicyVerdict | EventKind::ModelCall | EventKind::UserMessage
+        ) {
             let kind = serde_json::to_value(ev.kind).ok().and_then(|v| v.as_str().map(str::to_string));
             return agent_error(format!(
                 "output line {n}: an agent cannot emit `{}` events (graders and the gateway write them)",
@@ -705,6 +709,12 @@ mod tests {
             (
                 vec![r#"{"kind": "model.call", "payload": {}}"#],
                 Some((TerminatedBy::AgentError, "graders and the gateway write them")),
+                0,
+                false,
+            ),
+            (
+                vec![r#"{"kind": "user.message", "payload": {"text": "STOP", "ends": true}}"#],
+                Some((TerminatedBy::AgentError, "cannot emit `user.message`")),
                 0,
                 false,
             ),

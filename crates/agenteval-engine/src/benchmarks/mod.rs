@@ -77,12 +77,14 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
                 max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
             },
         }),
-        BenchmarkConfig::Tau2 { domain, python, evaluation, max_steps, .. } => Arc::new(agenteval_tau2::Tau2Benchmark::new(
-            domain.clone(),
-            python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.to_string()),
-            evaluation.unwrap_or(agenteval_core::config::Tau2Evaluation::All),
-            max_steps.unwrap_or(agenteval_tau2::DEFAULT_MAX_STEPS),
-        )),
+        BenchmarkConfig::Tau2 { domain, python, evaluation, max_steps, .. } => {
+            Arc::new(agenteval_tau2::Tau2Benchmark::new(
+                domain.clone(),
+                python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.to_string()),
+                evaluation.unwrap_or(agenteval_core::config::Tau2Evaluation::All),
+                max_steps.unwrap_or(agenteval_tau2::DEFAULT_MAX_STEPS),
+            ))
+        }
     })
 }
 
@@ -91,10 +93,15 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 /// error here until it says what it needs.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     match &config.benchmark {
-        BenchmarkConfig::Toy { .. }
-        | BenchmarkConfig::Jsonl { .. }
-        | BenchmarkConfig::Command { .. }
-        | BenchmarkConfig::Tau2 { .. } => Vec::new(),
+        BenchmarkConfig::Toy { .. } | BenchmarkConfig::Jsonl { .. } | BenchmarkConfig::Command { .. } => Vec::new(),
+        // The reference package the tasks, tools and grading come from.
+        BenchmarkConfig::Tau2 { python, .. } => {
+            let python = python.as_deref().unwrap_or(crate::python::DEFAULT_PYTHON);
+            agenteval_tau2::missing_package(python)
+                .map(|why| ("/benchmark/python".to_string(), why))
+                .into_iter()
+                .collect()
+        }
         // The data file found through Python.
         BenchmarkConfig::Humaneval { .. } => humaneval::find_data(config),
         BenchmarkConfig::Harbor { .. } => {

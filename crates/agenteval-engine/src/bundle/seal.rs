@@ -450,7 +450,8 @@ pub async fn seal_contents(
     if let Some((calls, usd)) = meta.calls_at_wire {
         // The calls no result holds: a cancelled or cut-short task's, made all the same.
         // The agent's calls and its task's other actors' (a simulated user's).
-        let in_results: u64 = summary.models.values().sum::<u64>() + summary.roles.values().map(|r| r.calls).sum::<u64>();
+        let in_results: u64 =
+            summary.models.values().sum::<u64>() + summary.roles.values().map(|r| r.calls).sum::<u64>();
         summary.calls_without_result = calls.saturating_sub(in_results);
         if summary.calls_without_result > 0 {
             summary.cost_without_result_usd = Some((usd - summary.known_cost() - summary.role_cost()).max(0.0));

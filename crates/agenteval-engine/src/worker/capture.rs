@@ -66,7 +66,8 @@ fn roles_spent(events: &[TraceEvent]) -> std::collections::BTreeMap<String, Role
     let mut out: std::collections::BTreeMap<String, RoleUsage> = std::collections::BTreeMap::new();
     for e in events.iter().filter(|e| e.kind == EventKind::ModelCall) {
         let Some(role) = e.payload.get("role").and_then(serde_json::Value::as_str) else { continue };
-        let u = out.entry(role.to_string()).or_insert_with(|| RoleUsage { cost_usd: Some(0.0), ..RoleUsage::default() });
+        let u =
+            out.entry(role.to_string()).or_insert_with(|| RoleUsage { cost_usd: Some(0.0), ..RoleUsage::default() });
         if u.model.is_empty() {
             u.model = e.payload["model"].as_str().unwrap_or_default().to_string();
         }

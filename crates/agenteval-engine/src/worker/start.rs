@@ -217,7 +217,10 @@ async fn fetch_cassettes(
         .map_err(|e| Error::io("creating a folder for the cassettes", e))?;
     for t in &job.tasks {
         // The agent's calls, and a conversation's simulated user's.
-        for (file, name) in [(layout::TASK_CASSETTE, format!("{}.jsonl", t.id)), (layout::USER_CASSETTE, format!("{}.user.jsonl", t.id))] {
+        for (file, name) in [
+            (layout::TASK_CASSETTE, format!("{}.jsonl", t.id)),
+            (layout::USER_CASSETTE, format!("{}.user.jsonl", t.id)),
+        ] {
             match taskpack::read_task_file(store.as_ref(), &run, &t.id, file).await {
                 Ok(bytes) => std::fs::write(dir.path().join(name), bytes)
                     .map_err(|e| Error::io("writing a fetched cassette", e))?,

@@ -21,7 +21,15 @@ fn tau2_python() -> PathBuf {
 /// served by `mock`; a user's call costs a hundred times an agent's (a `-big` user's tokens are
 /// priced low: it reports 500,000 a call). `user_extra` is added to `roles.user` (indented),
 /// `agent_extra` to the agent.
-fn config(ws: &Workspace, name: &str, mock: &MockLlm, agent_model: &str, user_model: &str, user_extra: &str, agent_extra: &str) -> PathBuf {
+fn config(
+    ws: &Workspace,
+    name: &str,
+    mock: &MockLlm,
+    agent_model: &str,
+    user_model: &str,
+    user_extra: &str,
+    agent_extra: &str,
+) -> PathBuf {
     ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
     ws.write(
         &format!("{name}.yaml"),
@@ -87,8 +95,11 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
         assert!(kinds.iter().filter(|k| **k == "user.message").count() >= 2, "{id}: {kinds:?}");
         // The reference package grades the kept conversation as agenteval did.
         let sim = ws.path().join(format!("{id}.simulation.json"));
-        std::fs::write(&sim, read_bundle_file(bundle.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap())
-            .unwrap();
+        std::fs::write(
+            &sim,
+            read_bundle_file(bundle.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(reference_reward(&sim, id), r["scores"][0]["score"].as_f64().unwrap(), "{id}");
     }
     let run = v["run_id"].as_str().unwrap().to_string();
@@ -111,8 +122,11 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
         let r = result(&bundle2, id);
         assert_eq!(r["passed"], passes, "{id}: {r}");
         let sim = ws.path().join(format!("{id}.careless.json"));
-        std::fs::write(&sim, read_bundle_file(bundle2.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap())
-            .unwrap();
+        std::fs::write(
+            &sim,
+            read_bundle_file(bundle2.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(reference_reward(&sim, id), r["scores"][0]["score"].as_f64().unwrap(), "{id}");
     }
 }
@@ -128,7 +142,8 @@ fn the_simulated_users_cost_is_its_own_and_a_changed_simulator_is_said_first() {
     let two = |name: &str, user: &str, user_extra: &str, agent_extra: &str| {
         let cfg = config(&ws, name, &mock, "mock-agent", user, user_extra, agent_extra);
         let yaml = std::fs::read_to_string(&cfg).unwrap();
-        std::fs::write(&cfg, yaml.replace(&format!("    ids: {TASKS}\n"), "    ids: [create_task_1, update_task_1]\n")).unwrap();
+        std::fs::write(&cfg, yaml.replace(&format!("    ids: {TASKS}\n"), "    ids: [create_task_1, update_task_1]\n"))
+            .unwrap();
         cfg
     };
     // The agent's budget ($0.02 a task) is half what the user spends: the user's calls do not
@@ -171,4 +186,27 @@ fn the_simulated_users_cost_is_its_own_and_a_changed_simulator_is_said_first() {
     let first = said.lines().find(|l| l.starts_with("warning:")).unwrap_or_default();
     assert!(first.contains("simulated user differs: openai:mock-user in the base, openai:mock-user-b"), "{said}");
     assert!(said.find("warning: the simulated user").unwrap() < said.find("metric").unwrap(), "{said}");
+}
+
+/// A τ² config that cannot run is refused at load with every problem at once, each where it is:
+/// an agent that cannot converse, a domain not run, no simulated user, an interpreter without the
+/// package.
+#[test]
+fn a_tau2_config_that_cannot_run_names_every_problem_where_it_is() {
+    let ws = Workspace::new();
+    let cfg = ws.write(
+        "bad.yaml",
+        "name: bad\nbenchmark:\n  kind: tau2\n  domain: telecom\n  python: python3\nagent:\n  kind: command\n  command: [python3, agent.py]\n",
+    );
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    for (line, says) in [
+        ("bad.yaml:4:", "`telecom` is not run yet"),
+        ("bad.yaml:7:", "cannot converse yet"),
+        ("bad.yaml:3:", "roles.user.model"),
+        ("bad.yaml:5:", "no τ²-bench package"),
+    ] {
+        assert!(said.contains(line) && said.contains(says), "{line} {says}: {said}");
+    }
 }
