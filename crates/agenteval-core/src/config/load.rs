@@ -1420,7 +1420,7 @@ mod tests {
         let err = load(text, &[]).unwrap_err();
         let shown = err.to_string();
         for want in [
-            "c.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, swebench, command; did you mean `jsonl`?)",
+            "c.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, swebench, tau2, command; did you mean `jsonl`?)",
             "c.yaml:7:12: agent `command` needs a program to run",
             "c.yaml:9:11: evaluator `regex` requires `pattern`",
             "c.yaml:11:18: must be zero or more",

@@ -242,7 +242,7 @@ fn a_five_problem_config_reports_all_five() {
     let err = text(&out.stderr);
     assert!(err.contains("has 5 problems"), "{err}");
     for want in [
-        "five.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, swebench, command; did you mean `jsonl`?)",
+        "five.yaml:3:9: unknown benchmark kind `jsnl` (expected toy, jsonl, humaneval, harbor, swebench, tau2, command; did you mean `jsonl`?)",
         "five.yaml:7:12: agent `command` needs a program to run",
         "five.yaml:9:11: evaluator `regex` requires `pattern`",
         "five.yaml:11:24: 0 is less than the minimum of 1",
