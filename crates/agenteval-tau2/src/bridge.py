@@ -31,7 +31,8 @@ with contextlib.redirect_stdout(io.StringIO()):
     from tau2.user.user_simulator import SYSTEM_PROMPT as USER_PROMPT, get_global_user_sim_guidelines
 
 DOMAIN = sys.argv[1]
-TASKS = {t.id: t for t in registry.get_tasks_loader(DOMAIN)()}
+SPLIT = sys.argv[2]
+TASKS = {t.id: t for t in registry.get_tasks_loader(DOMAIN)(SPLIT)}
 ENVS = {}
 
 
@@ -45,9 +46,11 @@ def fresh_env(task):
 
 def listed():
     out = []
+    # One environment for what every task shares (the policy, the tools): a domain's database
+    # is read once.
+    env = registry.get_env_constructor(DOMAIN)()
     for t in TASKS.values():
         init = t.initial_state
-        env = registry.get_env_constructor(DOMAIN)()
         out.append({
             "id": t.id,
             "system": AGENT_PROMPT.format(domain_policy=env.get_policy(), agent_instruction=AGENT_INSTRUCTION),

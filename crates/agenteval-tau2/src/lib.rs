@@ -38,8 +38,8 @@ pub struct Tau2Benchmark {
 }
 
 impl Tau2Benchmark {
-    pub fn new(domain: String, python: String, evaluation: Tau2Evaluation, max_steps: u32) -> Self {
-        let bridge = Arc::new(Bridge::new(python, domain.clone()));
+    pub fn new(domain: String, split: String, python: String, evaluation: Tau2Evaluation, max_steps: u32) -> Self {
+        let bridge = Arc::new(Bridge::new(python, domain.clone(), split));
         Tau2Benchmark { domain, evaluation, max_steps, bridge }
     }
 }

