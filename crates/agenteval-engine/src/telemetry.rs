@@ -82,7 +82,7 @@ pub fn set_remote_parent(span: &tracing::Span, traceparent: &str) -> bool {
     match parse_traceparent(traceparent) {
         Some(sc) => span.set_parent(Context::new().with_remote_span_context(sc)).is_ok(),
         None => {
-            tracing::warn!("ignoring a malformed {TRACEPARENT_ENV}; the worker starts its own trace");
+            tracing::warn!("ignoring a malformed {TRACEPARENT_ENV}: a trace of its own starts");
             false
         }
     }

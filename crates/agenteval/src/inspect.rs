@@ -473,9 +473,18 @@ fn describe(e: &TraceEvent) -> String {
             format!("{} -> {}", text(&p["tool"]), p.get("output").map(text).unwrap_or_default())
         }
         EventKind::AgentFinalAnswer => p.get("answer").map(text).unwrap_or_default(),
+        // A conversation, both sides: what each said, and whether the user ended it.
+        EventKind::AgentMessage => format!("agent: {}", p.get("text").map(text).unwrap_or_default()),
+        EventKind::UserMessage => {
+            let ends = if p["ends"] == json!(true) { " (ends the conversation)" } else { "" };
+            format!("user: {}{ends}", p.get("text").map(text).unwrap_or_default())
+        }
         // A call through the gateway: model, wire, status, and what came of it.
         EventKind::ModelCall => {
             let mut s = format!("{} {}", text(&p["model"]), text(&p["wire"]));
+            if let Some(role) = p.get("role").and_then(Value::as_str) {
+                s.push_str(&format!(" ({role}'s)"));
+            }
             if p["stream"] == json!(true) {
                 s.push_str(" stream");
             }

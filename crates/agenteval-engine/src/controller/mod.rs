@@ -596,8 +596,11 @@ async fn drive(mut run: Run, todo: Vec<u32>, epoch: u32, opts: ControllerOptions
         agenteval.cost_usd = Empty,
         agenteval.tokens = Empty,
     );
-    // A resumed run stays one trace: its new root hangs under the first controller's.
-    if let Some(tp) = earlier_root {
+    // A resumed run stays one trace: its new root hangs under the first controller's. A new
+    // run's root hangs under its caller's span when the caller says which (`TRACEPARENT`: a CI
+    // pipeline's, a scheduler's), so the run is a part of the caller's trace.
+    let caller = || std::env::var(telemetry::TRACEPARENT_ENV).ok().filter(|t| !t.trim().is_empty());
+    if let Some(tp) = earlier_root.or_else(caller) {
         telemetry::set_remote_parent(&span, &tp);
     }
     run.epoch = epoch;

@@ -54,9 +54,35 @@ fn earlier_root(spans: &[u8]) -> Option<String> {
         name: String,
         parent_span_id: Option<String>,
     }
-    spans
+    let roots: Vec<Line> = spans
         .split(|b| *b == b'\n')
         .filter_map(|l| serde_json::from_slice::<Line>(l).ok())
-        .find(|l| l.name == "eval.run" && l.parent_span_id.is_none())
+        .filter(|l| l.name == "eval.run")
+        .collect();
+    // The outermost: under no other `eval.run` of the file (the first controller's root may
+    // hang under its caller's span, from `TRACEPARENT`).
+    roots
+        .iter()
+        .find(|l| l.parent_span_id.as_ref().is_none_or(|p| !roots.iter().any(|r| &r.span_id == p)))
         .map(|l| format!("00-{}-{}-01", l.trace_id, l.span_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_earlier_root_is_the_outermost_run_span_even_under_a_callers_span() {
+        let line = |span: &str, parent: Option<&str>| {
+            serde_json::json!({"trace_id": "t", "span_id": span, "name": "eval.run", "parent_span_id": parent})
+                .to_string()
+        };
+        let task = serde_json::json!({"trace_id": "t", "span_id": "k", "name": "eval.task", "parent_span_id": "a"});
+        // The first controller's root under the caller's span `c`; a resumed one under it.
+        let file = [line("b", Some("a")), line("a", Some("c")), task.to_string()].join("\n");
+        assert_eq!(earlier_root(file.as_bytes()).as_deref(), Some("00-t-a-01"));
+        let plain = [line("a", None)].join("\n");
+        assert_eq!(earlier_root(plain.as_bytes()).as_deref(), Some("00-t-a-01"));
+        assert_eq!(earlier_root(b""), None);
+    }
 }

@@ -1085,3 +1085,38 @@ fn the_agents_git_checkout_and_its_changes_are_recorded() {
     let shown = text(&ws.run(&["runs", "show", dirty["run_id"].as_str().unwrap()]).stdout);
     assert!(shown.contains(&format!("agent git  {head}, with changed files")), "{shown}");
 }
+
+/// A caller that traces (a CI pipeline, a scheduler) hands its span over in `TRACEPARENT`: the
+/// run's root span is its child, in its trace, and every task's spans with it; a malformed one
+/// is said and a trace of the run's own starts.
+#[test]
+fn the_callers_traceparent_is_the_parent_of_the_runs_root_span() {
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 3, 0, 1, 2);
+    let (trace, parent) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("TRACEPARENT", format!("00-{trace}-{parent}-01"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let spans: Vec<serde_json::Value> =
+        read_text(bundle.join("spans.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let root = spans.iter().find(|s| s["name"] == "eval.run").expect("the run's root");
+    assert_eq!((root["trace_id"].as_str(), root["parent_span_id"].as_str()), (Some(trace), Some(parent)), "{root}");
+    assert!(spans.iter().all(|s| s["trace_id"] == trace), "every span is in the caller's trace");
+    for r in results(&bundle) {
+        let task = r["task_id"].as_str().unwrap();
+        let log = read_text(bundle.join(format!("tasks/{task}/worker.log"))).unwrap();
+        assert!(log.lines().next().unwrap().contains(&format!("trace_id={trace}")), "{task}: {log}");
+    }
+
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("TRACEPARENT", "00-nonsense")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("ignoring a malformed TRACEPARENT"), "{}", text(&out.stderr));
+}

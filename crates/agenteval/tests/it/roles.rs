@@ -166,6 +166,22 @@ fn the_simulated_users_cost_is_its_own_and_a_changed_simulator_is_said_first() {
     assert!(shown.contains("roles      user $0.0800 (4 calls)") && shown.contains("apart"), "{shown}");
     let task = text(&ws.run(&["show", &run, "create_task_1"]).stdout);
     assert!(task.contains("user     2 calls to mock-user"), "{task}");
+    // The trace shows both sides of the conversation.
+    for said in [
+        "agent.message agent: Hi! How can I help you today?",
+        "user.message user: Hi. Please create",
+        "agent.tool_call create_task {",
+        "mock-user openai.chat (user's)",
+        "user.message user: Thank you, that is all. ###STOP###",
+    ] {
+        assert!(task.contains(said), "{said}: {task}");
+    }
+    // Each user turn follows the call that made it; the agent's own terminal ends the trace.
+    let t = trace(&bundle, "create_task_1");
+    let kinds: Vec<&str> = t.iter().map(|e| e["kind"].as_str().unwrap()).collect();
+    let first_turn = kinds.iter().position(|k| *k == "user.message").unwrap();
+    assert_eq!(kinds[first_turn - 1], "model.call", "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| **k == "agent.terminal").count(), 1, "{kinds:?}");
 
     // A budget on the user ends the conversation at it: the task is not passed, for the limit.
     // (Its user talks four turns; each call reports 500,000 tokens, $0.60.)

@@ -105,11 +105,6 @@ pub(super) async fn run_agent(
         Some(o) => (Some(o.door), Some(o.access)),
         None => (None, None),
     };
-    let shared = metered::Shared {
-        sink: std::sync::Arc::new(tokio::sync::Mutex::new(sink)),
-        calls: door.as_ref().map(|d| d.calls()),
-        merge_ticks: in_process,
-    };
     // A conversation: the simulated user, through a door of its own.
     let (mut user_door, user) = match (ctx.benchmark.plan(task).user, &ctx.config.roles.user) {
         (Some(brief), Some(role)) => {
@@ -121,6 +116,12 @@ pub(super) async fn run_agent(
         _ => (None, None),
     };
     let user_calls = user_door.as_ref().map(|d| d.calls());
+    let shared = metered::Shared {
+        sink: std::sync::Arc::new(tokio::sync::Mutex::new(sink)),
+        calls: door.as_ref().map(|d| d.calls()),
+        user_calls: user_calls.clone(),
+        merge_ticks: in_process,
+    };
     let actx = AgentContext {
         run_id: ctx.run_id,
         task,

@@ -31,6 +31,9 @@ pub(super) struct Shared {
     /// The door's calls, when the agent's calls go through the gateway: the agent's own usage
     /// numbers are then not taken.
     pub calls: Option<Arc<CallQueue>>,
+    /// The simulated user's door's calls, in a conversation: each is written before the next
+    /// event, so a user's turn follows the call that made it.
+    pub user_calls: Option<Arc<CallQueue>>,
     /// The agent is the built-in `llm` agent, whose `cost.tick` after each answer is that
     /// call's event: it takes the call's usage from the gateway's record of it (one event per
     /// call, the conversation's spans as they were).
@@ -45,6 +48,11 @@ fn answered(c: &ModelCall) -> bool {
 #[async_trait]
 impl EventSink for Shared {
     async fn emit(&mut self, mut event: AgentEvent) -> std::result::Result<(), Stop> {
+        if let Some(user) = &self.user_calls {
+            while let Some(call) = user.take(|_| true) {
+                self.role_call(call, "user").await?;
+            }
+        }
         let Some(calls) = self.calls.clone() else { return self.sink.lock().await.emit(event).await };
         // Calls that ended before this event come before it in the trace.
         self.write_pending(&calls, self.merge_ticks).await?;
@@ -378,7 +386,12 @@ mod tests {
 
     fn shared(limits: Limits) -> Shared {
         let (sink, _) = sink(limits, Redactor::new());
-        Shared { sink: Arc::new(Mutex::new(sink)), calls: Some(Arc::new(CallQueue::default())), merge_ticks: false }
+        Shared {
+            sink: Arc::new(Mutex::new(sink)),
+            calls: Some(Arc::new(CallQueue::default())),
+            user_calls: None,
+            merge_ticks: false,
+        }
     }
 
     fn answered(tokens: u64, cost: Option<f64>) -> ModelCall {
