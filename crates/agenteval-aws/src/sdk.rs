@@ -139,6 +139,16 @@ pub async fn sdk_config(settings: &AwsSettings, max_attempts: u32) -> aws_config
     if let Some(e) = &settings.endpoint_url {
         loader = loader.endpoint_url(e);
     }
+    // How the calls travel, said once per configuration (requests are SigV4-signed either way).
+    let endpoint = settings.endpoint_url.clone().or_else(|| std::env::var("AWS_ENDPOINT_URL").ok());
+    match &endpoint {
+        Some(e) => tracing::info!(
+            "transport: AWS calls go to {} over {} (the endpoint override), SigV4-signed",
+            agenteval_core::config::host_in(e),
+            agenteval_core::config::posture(e)
+        ),
+        None => tracing::info!("transport: AWS calls go to the region's endpoints over TLS, SigV4-signed"),
+    }
     if settings.emulator_credentials {
         loader =
             loader.credentials_provider(aws_sdk_s3::config::Credentials::new("test", "test", None, None, "emulator"));

@@ -194,6 +194,17 @@ impl GatewayConfig {
         };
         let mut prices = PriceTable::packaged();
         prices.extend(upstream.prices.clone());
+        for (wire, p) in [("OpenAI's", &openai), ("Anthropic's", &anthropic)] {
+            let Some(p) = p else { continue };
+            let how = match &p.bedrock {
+                Some(_) => "AWS's TLS, SigV4-signed (Amazon Bedrock)".to_string(),
+                None => agenteval_core::config::posture(&p.base).to_string(),
+            };
+            tracing::info!(
+                "transport: the model gateway sends {wire} wire to {} over {how}",
+                agenteval_core::config::host_in(&p.base)
+            );
+        }
         Ok(GatewayConfig {
             openai,
             anthropic,

@@ -74,7 +74,8 @@ impl LlmAgent {
             let e = &self.config.endpoint;
             let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
             let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
-            LlmClient::new(self.spec.clone(), e.base_url.as_deref(), key, timeout, retry).map_err(|e| e.to_string())
+            let client = LlmClient::new(self.spec.clone(), e.base_url.as_deref(), key, timeout, retry);
+            client.inspect(|c| c.say_transport("the llm agent")).map_err(|e| e.to_string())
         });
         built.as_ref().map(Some).map_err(Clone::clone)
     }

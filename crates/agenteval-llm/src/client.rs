@@ -144,6 +144,12 @@ impl LlmClient {
         &self.url
     }
 
+    /// Says in one INFO line how this client's calls travel; `who` names the caller.
+    pub fn say_transport(&self, who: &str) {
+        use agenteval_core::config::{host_in, posture};
+        tracing::info!("transport: {who} calls {} over {}", host_in(&self.url), posture(&self.url));
+    }
+
     /// Sends one call, retrying what is worth retrying.
     pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let provider = self.spec.provider.as_str();

@@ -135,7 +135,8 @@ impl LlmJudge {
         let model_id = config.bedrock.as_ref().map(|b| b.model_id(&spec.name).to_string());
         let client = match (host, &model_id) {
             (Some(host), Some(id)) => LlmClient::on_host(spec.clone(), host, id, timeout, retry),
-            _ => LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry),
+            _ => LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry)
+                .inspect(|c| c.say_transport(&format!("the judge `{}`", spec.name))),
         }
         .map_err(|e| e.to_string());
         // A Bedrock model id is priced as its model when the judge's name is not.

@@ -103,6 +103,11 @@ impl Mlflow {
             .timeout(std::time::Duration::from_secs(60))
             .build()
             .map_err(|e| MlflowError::Unreachable { url: base.clone(), message: e.to_string() })?;
+        tracing::info!(
+            "transport: MLflow calls {} over {}",
+            agenteval_core::config::host_in(&base),
+            agenteval_core::config::posture(&base)
+        );
         Ok(Mlflow { base, http, auth })
     }
 

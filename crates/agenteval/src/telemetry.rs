@@ -336,6 +336,12 @@ impl Telemetry {
             Role::Worker => settings.timeout.min(WORKER_EXIT_FLUSH),
         };
         let Some(endpoint) = &settings.endpoint else { return };
+        tracing::info!(
+            "transport: telemetry goes to {} over {} ({:?})",
+            agenteval_core::config::host_in(endpoint),
+            agenteval_core::config::posture(endpoint),
+            settings.protocol
+        );
         if let Some(note) = &settings.protocol_note {
             tracing::warn!("{note}");
         }

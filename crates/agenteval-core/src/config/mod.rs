@@ -31,7 +31,7 @@ pub use load::{
     load_evaluator_str,
 };
 pub use roles::{DEFAULT_USER_TURNS, MAX_USER_TURNS, RolesConfig, UserRole};
-pub use transport::check_base_url;
+pub use transport::{ENDPOINT_FIELDS, check_base_url, host_in, posture};
 
 /// A run's own redaction rules (`redact:`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -461,7 +461,8 @@ fn calls_the_run_does_not_allow_are_refused_and_the_models_used_are_named() {
     assert!(shown.contains("models     mock-model (1 call)"), "{shown}");
 }
 
-/// `gateway serve --record` writes its cassette owner-only, even over a file that was not.
+/// `gateway serve --record` writes its cassette owner-only, even over a file that was not, and
+/// says in one INFO line how it reaches the provider (issue 74: every connection's transport).
 #[test]
 fn gateway_serve_records_owner_only() {
     use std::io::BufRead as _;
@@ -473,7 +474,7 @@ fn gateway_serve_records_owner_only() {
     let calls = ws.write("calls.jsonl", "");
     std::fs::set_permissions(&calls, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut child = ws
-        .cmd(&["gateway", "serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0", "--record"])
+        .cmd(&["-v", "gateway", "serve", "--config", cfg.to_str().unwrap(), "--listen", "127.0.0.1:0", "--record"])
         .arg(&calls)
         .arg("--json")
         .stdout(std::process::Stdio::piped())
@@ -499,6 +500,14 @@ fn gateway_serve_records_owner_only() {
     let _ = lines.next();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGINT).unwrap();
     assert!(child.wait().unwrap().success());
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(
+        said.contains(
+            "transport: the model gateway sends OpenAI's wire to 127.0.0.1 over plain HTTP to a loopback address"
+        ),
+        "{said}"
+    );
     let mode = std::fs::metadata(&calls).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600, "the cassette is owner-only");
     assert_eq!(read_text(&calls).unwrap().lines().count(), 1);

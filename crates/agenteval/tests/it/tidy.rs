@@ -292,6 +292,43 @@ fn the_core_starts_no_process_and_opens_no_socket() {
     assert!(wrong.is_empty(), "{wrong:?}");
 }
 
+/// The config's fields that name a place to connect to: `pub NAME: …String…` lines whose name
+/// holds `url` or `endpoint`.
+fn endpoint_fields(code: &str) -> Vec<String> {
+    code.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub ")?.split_once(':'))
+        .map(|(name, ty)| (name.trim(), ty))
+        .filter(|(name, ty)| {
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && (name.contains("url") || name.contains("endpoint"))
+                && ty.contains("String")
+        })
+        .map(|(name, _)| name.to_string())
+        .collect()
+}
+
+/// Every config field that names a place agenteval connects to is in the transport table
+/// (`config::ENDPOINT_FIELDS`), which says how its transport is held (the `base_url` rule, or why
+/// another reading applies): a new endpoint field cannot skip the rule unsaid.
+#[test]
+fn every_endpoint_field_of_the_config_is_in_the_transport_table() {
+    let known: BTreeSet<&str> = agenteval_core::config::ENDPOINT_FIELDS.iter().map(|(f, _)| *f).collect();
+    let mut unsaid = Vec::new();
+    let mut seen = 0;
+    for f in sources().into_iter().filter(|f| f.starts_with("crates/agenteval-core/src/config/") && !is_test_file(f)) {
+        for name in endpoint_fields(&product_code(&f)) {
+            seen += 1;
+            if !known.contains(name.as_str()) {
+                unsaid.push(format!("{f}: {name}"));
+            }
+        }
+    }
+    assert!(seen >= 4, "the finder found {seen} endpoint fields");
+    assert!(unsaid.is_empty(), "endpoint fields the transport table does not name: {unsaid:?}");
+    let scratch = "    pub collector_url: Option<String>,\n    pub endpoint: Endpoint,\n    pub fn check_url(url: &str) -> String {";
+    assert_eq!(endpoint_fields(scratch), ["collector_url"]);
+}
+
 /// Where a line of product code decides something by which backend a run uses — a comparison or
 /// a `match` on `backend.id`, or a backend's name compared as a string — instead of asking the
 /// registered `BackendKind`.
