@@ -1,6 +1,6 @@
 //! `agenteval replay RUN`: re-runs a run's config (or another) with the model calls recorded in
 //! its bundle substituted for live ones, and compares every task with the recording: `MATCH`
-//! (same success, `terminated_by`, tool calls in order, final state of its environment (the
+//! (same success, `terminated_by`, tool calls in order, a simulated user's turns, final state of its environment (the
 //! agent's patch), scores, answer, cost within ±5%), `DIFFER`
 //! (with the first difference) or `CODE_CHANGED` (agenteval's version, or how it reads the
 //! recorded config, changed since the recording).
@@ -34,6 +34,8 @@ struct Behaviour {
     terminated_by: String,
     error: Option<String>,
     tools: Vec<(String, Value)>,
+    /// A conversation's simulated user, turn by turn (`user.message`).
+    said: Vec<String>,
     cost: f64,
     /// The grade: every score, by evaluator.
     scores: Vec<(String, String)>,
@@ -89,9 +91,14 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
     let result: TaskResult =
         serde_json::from_slice(&taskpack::read_task_file(store, run, &id, layout::TASK_RESULT).await.ok()?).ok()?;
     let trace = taskpack::read_task_file(store, run, &id, layout::TASK_TRACE).await.unwrap_or_default();
-    let tools = trace
-        .split(|&b| b == b'\n')
-        .filter_map(|l| serde_json::from_slice::<TraceEvent>(l).ok())
+    let events: Vec<TraceEvent> = trace.split(|&b| b == b'\n').filter_map(|l| serde_json::from_slice(l).ok()).collect();
+    let said = events
+        .iter()
+        .filter(|e| e.kind == EventKind::UserMessage)
+        .map(|e| e.payload.get("text").and_then(Value::as_str).unwrap_or("").to_string())
+        .collect();
+    let tools = events
+        .into_iter()
         .filter(|e| e.kind == EventKind::AgentToolCall)
         .map(|e| {
             let name = e.payload.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
@@ -131,6 +138,7 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         error: result.agent.error.clone(),
         cost: result.total_cost_usd(),
         tools,
+        said,
     })
 }
 
@@ -163,6 +171,12 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
     }
     if was.tools.len() != now.tools.len() {
         return Some(format!("{} tool calls → {}", was.tools.len(), now.tools.len()));
+    }
+    if let Some((i, (a, b))) = was.said.iter().zip(&now.said).enumerate().find(|(_, (a, b))| a != b) {
+        return Some(format!("the simulated user's turn {}: {} → {}", i + 1, clip(a), clip(b)));
+    }
+    if was.said.len() != now.said.len() {
+        return Some(format!("{} user turns → {}", was.said.len(), now.said.len()));
     }
     if was.patch_unknown || now.patch_unknown {
         return Some(
@@ -460,12 +474,23 @@ mod tests {
             terminated_by: "completed".into(),
             error: None,
             tools: vec![],
+            said: vec![],
             cost: 0.0,
             scores: vec![],
             patch: Some(sha256_hex(serde_json::to_string(&pf).unwrap().as_bytes())),
             patch_unknown: false,
             patch_files: Some(pf),
         }
+    }
+
+    #[test]
+    fn a_changed_user_turn_is_the_difference_named() {
+        let was = Behaviour { said: vec!["hi".into(), "bye ###STOP###".into()], ..with(&[]) };
+        let now = Behaviour { said: vec!["hi".into(), "more please".into()], ..with(&[]) };
+        assert_eq!(first_difference(&was, &now).unwrap(), "the simulated user's turn 2: bye ###STOP### → more please");
+        let short = Behaviour { said: vec!["hi".into()], ..with(&[]) };
+        assert_eq!(first_difference(&was, &short).unwrap(), "2 user turns → 1");
+        assert_eq!(first_difference(&was, &was), None);
     }
 
     #[test]
