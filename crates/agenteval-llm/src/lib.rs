@@ -99,6 +99,9 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
             ));
         }
     }
+    if let Some(user) = &config.roles.user {
+        user_role_problems(config, user, &mut p);
+    }
     for (i, e) in config.evaluators.iter().enumerate() {
         if let Some(judge) = e.judge()
             && let Err(msg) = ModelSpec::parse(&judge.model)
@@ -107,4 +110,59 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
         }
     }
     p
+}
+
+/// The simulated user's model: a spec this crate reads, and a price wherever a cost limit must
+/// hold its calls (its own `max_cost_usd`, or the run's budget).
+fn user_role_problems(
+    config: &agenteval_core::config::RunConfig,
+    user: &agenteval_core::config::UserRole,
+    p: &mut Vec<(String, String)>,
+) {
+    let spec = match ModelSpec::parse(&user.model) {
+        Ok(s) => s,
+        Err(e) => return p.push(("/roles/user/model".into(), e.to_string())),
+    };
+    if user.max_cost_usd.is_none() && config.max_run_cost_usd.is_none() {
+        return;
+    }
+    let mut table = PriceTable::packaged();
+    let (prices, flat) = match &config.agent {
+        agenteval_core::config::AgentConfig::Llm(a) => (a.prices.clone(), a.endpoint.price.is_some()),
+        other => (other.upstream().map(|u| u.prices.clone()).unwrap_or_default(), false),
+    };
+    table.extend(prices);
+    if !flat && table.lookup(&spec.name).is_none() {
+        p.push((
+            "/roles/user/model".into(),
+            format!(
+                "no price is known for `{}`, so a cost limit cannot be kept on the simulated user's calls: give its price in `agent.prices.{}` or drop the limit",
+                spec.name, spec.name
+            ),
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_simulated_user_under_a_cost_limit_needs_a_price() {
+        let yaml = |user: &str| {
+            format!(
+                "name: t\nbenchmark: {{kind: toy, size: 1}}\nagent: {{kind: llm, model: 'openai:gpt-4o-mini', prices: {{priced: {{input_per_mtok: 1, output_per_mtok: 2}}}}}}\nroles:\n  user: {{model: '{user}', max_cost_usd: 1}}\n"
+            )
+        };
+        let problems = |user: &str| {
+            let c = agenteval_core::config::load_config_str(&yaml(user), "c.yaml", std::path::Path::new("."), &[])
+                .unwrap()
+                .config;
+            validate_config(&c)
+        };
+        assert!(problems("openai:priced").is_empty());
+        let p = problems("openai:unpriced-user");
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].0 == "/roles/user/model" && p[0].1.contains("agent.prices.unpriced-user"), "{p:?}");
+    }
 }
