@@ -114,6 +114,8 @@ impl BenchmarkAdapter for Tau2Benchmark {
                     "user_system": t["user_system"],
                     "opening": t["opening"],
                     "stop_words": t["stop_words"],
+                    // In the fingerprint: a package whose grading of a task changed (τ²'s 1.0.1
+                    // moved scores) makes it another question for `compare`. Never the agent's.
                     "criteria": t["task"]["evaluation_criteria"],
                     "tools": t["tools"],
                 }}),
