@@ -153,6 +153,9 @@ impl BenchmarkAdapter for Tau2Benchmark {
         env: &TaskEnvironment,
     ) -> EvaluatorScore {
         let said = conversation::read(trace, result, self.max_steps);
+        // The conversation is over: its domain state is let go (a worker holding many tasks
+        // would keep every one's database otherwise). Grading replays from the messages.
+        let _ = self.bridge.ask(&json!({"op": "close", "env": task.id.to_string()})).await;
         let request = json!({
             "op": "evaluate",
             "task": reference_id(task),

@@ -109,9 +109,10 @@ impl Shared {
         }
         let event = AgentEvent { kind: Some(EventKind::ModelCall), payload, ..AgentEvent::default() };
         self.sink.lock().await.emit(event).await?;
-        match refused.map(|r| stop_of(r, role)) {
-            Some(Some(stop)) => Err(stop),
-            _ => Ok(()),
+        // The same stop as the agent's, said as the role's.
+        match refused.and_then(stop_of) {
+            Some(stop) => Err(Stop { reason: format!("the {role} role: {}", stop.reason), ..stop }),
+            None => Ok(()),
         }
     }
 
@@ -131,31 +132,24 @@ impl Shared {
             output_tokens: call.output_tokens,
         };
         self.sink.lock().await.emit(event).await?;
-        match refused {
-            Some(Refusal::Tokens { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitTokens, reason }),
-            Some(Refusal::Cost { reason }) => Err(Stop { terminated_by: TerminatedBy::LimitCost, reason }),
-            Some(Refusal::ReplayMiss { reason }) => Err(Stop { terminated_by: TerminatedBy::ReplayMiss, reason }),
-            Some(Refusal::Unavailable { reason } | Refusal::RunBudget { reason }) => {
-                Err(Stop { terminated_by: TerminatedBy::InfraFailure, reason })
-            }
-            // The agent met it as an error, as it would any provider's refusal.
-            Some(Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. }) | None => Ok(()),
+        match refused.and_then(stop_of) {
+            Some(stop) => Err(stop),
+            None => Ok(()),
         }
     }
 }
 
-/// What a role's refused call means for the task: the conversation ends for its reason.
-fn stop_of(refused: Refusal, role: &str) -> Option<Stop> {
+/// What a refused call means for the task: it stops for a limit, a replay miss or the
+/// provider's absence; any other refusal the caller met as an error, as it would a provider's.
+fn stop_of(refused: Refusal) -> Option<Stop> {
     let (terminated_by, reason) = match refused {
         Refusal::Tokens { reason } => (TerminatedBy::LimitTokens, reason),
         Refusal::Cost { reason } => (TerminatedBy::LimitCost, reason),
         Refusal::ReplayMiss { reason } => (TerminatedBy::ReplayMiss, reason),
         Refusal::Unavailable { reason } | Refusal::RunBudget { reason } => (TerminatedBy::InfraFailure, reason),
-        Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. } => {
-            return None;
-        }
+        Refusal::Upstream { .. } | Refusal::Policy { .. } | Refusal::RateLimited { .. } => return None,
     };
-    Some(Stop { terminated_by, reason: format!("the {role} role: {reason}") })
+    Some(Stop { terminated_by, reason })
 }
 
 /// The run's spend at the wire, in the run index every worker of the run writes.
