@@ -224,15 +224,22 @@ pub trait Environment: Send + Sync {
     fn leftovers_outlive_agent(&self, _env: &crate::environment::EnvHandle) -> bool {
         false
     }
-    /// Moves the processes `pids` (as the environment numbers them: the hold's stopped ones)
-    /// into a group the environment freezes as a whole (the cgroup freezer), which no signal
-    /// wakes; whether it did. The default, and an environment that cannot (no cgroup it may
-    /// write): `false`, and the hold is by signals alone.
-    async fn freeze(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) -> bool {
-        false
+    /// Freezes, as one group the environment controls (the cgroup freezer, which no signal
+    /// undoes), every process of the environment but its first and `keep` (the image's own),
+    /// before anything of the agent's work is read; their pids as the environment numbers them.
+    /// The default, and an environment that cannot (no cgroup it may write): `None`, and the hold
+    /// is by signals alone.
+    async fn freeze_all(
+        &self,
+        _env: &crate::environment::EnvHandle,
+        _keep: &[crate::environment::ProcessMark],
+    ) -> Option<Vec<u32>> {
+        None
     }
+    /// Lets `pids` out of the frozen group (the servers the tests may need).
+    async fn release(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) {}
     /// Lets the frozen group go (its processes stay stopped by the hold's signal until it lets
-    /// them go too). Nothing to do where [`Environment::freeze`] made none.
+    /// them go too). Nothing to do where [`Environment::freeze_all`] made none.
     async fn thaw(&self, _env: &crate::environment::EnvHandle) {}
     /// The image's own processes: those the environment had when its baseline was first taken
     /// (before anything of the agent's ran; a task's steps share it), each by pid and start

@@ -13,6 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
+use agenteval_core::environment::ProcessMark;
+
 /// The child cgroup the held processes are moved to.
 const HELD: &str = "agenteval-held";
 
@@ -38,21 +40,27 @@ fn container_cgroup(main_pid: u32) -> Option<(PathBuf, bool)> {
     dir.join("cgroup.freeze").exists().then_some((dir, false))
 }
 
-/// The host's pid of each process of `cgroup` numbered `pid` in the container's namespace.
-fn host_pids(cgroup: &Path, pids: &[u32]) -> Vec<u32> {
+/// Each process of `cgroup`: (its host pid, its pid in the container's namespace, its start
+/// time). A process that ended meanwhile is left out.
+fn members(cgroup: &Path) -> Vec<(u32, u32, u64)> {
     let Ok(listed) = std::fs::read_to_string(cgroup.join("cgroup.procs")) else { return Vec::new() };
     listed
         .lines()
-        .filter_map(|l| l.trim().parse::<u32>().ok())
-        .filter(|host| {
-            let status = std::fs::read_to_string(format!("/proc/{host}/status")).unwrap_or_default();
-            let inner = status
-                .lines()
-                .find_map(|l| l.strip_prefix("NSpid:"))
-                .and_then(|l| l.split_whitespace().last()?.parse::<u32>().ok());
-            inner.is_some_and(|p| pids.contains(&p))
+        .filter_map(|l| {
+            let host = l.trim().parse::<u32>().ok()?;
+            let status = std::fs::read_to_string(format!("/proc/{host}/status")).ok()?;
+            let inner =
+                status.lines().find_map(|l| l.strip_prefix("NSpid:"))?.split_whitespace().last()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{host}/stat")).ok()?;
+            let (_, _, start) = agenteval_core::environment::parse_proc_stat(&stat)?;
+            Some((host, inner, start))
         })
         .collect()
+}
+
+/// The host's pid of each process of `cgroup` numbered `pids` in the container's namespace.
+fn host_pids(cgroup: &Path, pids: &[u32]) -> Vec<u32> {
+    members(cgroup).into_iter().filter(|(_, inner, _)| pids.contains(inner)).map(|(host, _, _)| host).collect()
 }
 
 fn set_frozen(dir: &Path, v1: bool, frozen: bool) -> std::io::Result<()> {
@@ -64,23 +72,64 @@ fn set_frozen(dir: &Path, v1: bool, frozen: bool) -> std::io::Result<()> {
     }
 }
 
-/// Moves the processes `pids` (as the container numbers them) of the container whose first
-/// process is `main_pid` into a frozen group of its own; how many it moved. `Err`: this
-/// machine's cgroups cannot be written (the hold is then by signals alone).
-pub(crate) fn freeze(main_pid: u32, pids: &[u32]) -> std::io::Result<usize> {
+/// Freezes every process of the container whose first process is `main_pid` but that first
+/// process and `keep` (the image's own, each by pid and start time: a pid given again is
+/// another process), as one group, before anything else is done: a process that would send
+/// itself `SIGCONT` or be woken by its group's orphaning never runs again until it is let go.
+/// Returns their pids as the container numbers them, once the group is frozen. `Err`: this
+/// machine's cgroups cannot be written, or the group did not freeze (the hold is then by signals
+/// alone, and nothing stays moved).
+pub(crate) fn freeze_all(main_pid: u32, keep: &[ProcessMark]) -> std::io::Result<Vec<u32>> {
     let not_here = || std::io::Error::new(std::io::ErrorKind::Unsupported, "no cgroup of the container to freeze");
     let (cgroup, v1) = container_cgroup(main_pid).ok_or_else(not_here)?;
     let held = cgroup.join(HELD);
     std::fs::create_dir_all(&held)?;
     set_frozen(&held, v1, true)?;
-    let mut moved = 0;
-    for host in host_pids(&cgroup, pids) {
-        // A process that ended meanwhile cannot be moved: nothing to hold.
-        if std::fs::write(held.join("cgroup.procs"), host.to_string()).is_ok() {
-            moved += 1;
+    let kept = |inner: u32, start: u64| inner == 1 || keep.iter().any(|m| m.pid == inner && m.start == start);
+    let mut moved = Vec::new();
+    // A process not yet moved may fork meanwhile: its child is in the container's cgroup too,
+    // and the next pass moves it. A moved one cannot fork: it is frozen.
+    for _ in 0..50 {
+        let left: Vec<(u32, u32)> =
+            members(&cgroup).into_iter().filter(|(_, i, s)| !kept(*i, *s)).map(|(h, i, _)| (h, i)).collect();
+        if left.is_empty() {
+            break;
+        }
+        for (host, inner) in left {
+            if std::fs::write(held.join("cgroup.procs"), host.to_string()).is_ok() {
+                moved.push(inner);
+            }
         }
     }
+    // Frozen once every member is: a task mid-way through a system call takes a moment.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !is_frozen(&held, v1) {
+        if std::time::Instant::now() > deadline {
+            thaw(main_pid);
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the held group did not freeze in 10 s"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    moved.sort_unstable();
+    moved.dedup();
     Ok(moved)
+}
+
+fn is_frozen(dir: &Path, v1: bool) -> bool {
+    if v1 {
+        std::fs::read_to_string(dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+    } else {
+        std::fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|s| s.lines().any(|l| l.trim() == "frozen 1"))
+    }
+}
+
+/// Lets the processes `pids` (as the container numbers them) out of the frozen group: the
+/// servers a task's tests may need run again.
+pub(crate) fn release(main_pid: u32, pids: &[u32]) {
+    let Some((cgroup, _)) = container_cgroup(main_pid) else { return };
+    for host in host_pids(&cgroup.join(HELD), pids) {
+        let _ = std::fs::write(cgroup.join("cgroup.procs"), host.to_string());
+    }
 }
 
 /// Lets the frozen group go: its processes back in the container's cgroup (still stopped by
@@ -107,7 +156,8 @@ mod tests {
     #[test]
     fn a_process_without_a_freezable_cgroup_is_not_frozen() {
         // No such process: no cgroup, nothing made, and thawing it is harmless.
-        assert!(freeze(u32::MAX - 1, &[1]).is_err());
+        assert!(freeze_all(u32::MAX - 1, &[]).is_err());
+        release(u32::MAX - 1, &[1]);
         thaw(u32::MAX - 1);
         assert!(host_pids(Path::new("/nonexistent"), &[1]).is_empty());
     }

@@ -598,16 +598,23 @@ impl Environment for DockerEnvironment {
         true
     }
 
-    async fn freeze(&self, env: &EnvHandle, pids: &[u32]) -> bool {
-        let Some(main) = self.main_pid(env).await else { return false };
-        let pids = pids.to_vec();
-        match tokio::task::spawn_blocking(move || freezer::freeze(main, &pids)).await {
-            Ok(Ok(_)) => true,
+    async fn freeze_all(&self, env: &EnvHandle, keep: &[ProcessMark]) -> Option<Vec<u32>> {
+        let main = self.main_pid(env).await?;
+        let keep = keep.to_vec();
+        match tokio::task::spawn_blocking(move || freezer::freeze_all(main, &keep)).await {
+            Ok(Ok(pids)) => Some(pids),
             Ok(Err(e)) => {
-                tracing::debug!("the held processes are not frozen as a group: {e}");
-                false
+                tracing::debug!("the agent's processes are not frozen as a group: {e}");
+                None
             }
-            Err(_) => false,
+            Err(_) => None,
+        }
+    }
+
+    async fn release(&self, env: &EnvHandle, pids: &[u32]) {
+        if let Some(main) = self.main_pid(env).await {
+            let pids = pids.to_vec();
+            let _ = tokio::task::spawn_blocking(move || freezer::release(main, &pids)).await;
         }
     }
 

@@ -15,6 +15,13 @@
 //! reward is read, and a process that woke itself (a timer that sends it SIGCONT) and stopped
 //! itself again is seen by what it spent.
 //!
+//! Where the environment can (a container whose cgroups this machine may write), every process
+//! but its first and the image's own is first frozen as one group by the cgroup freezer, before
+//! any script runs: no signal undoes that, so nothing of the agent's runs between the hold and the
+//! reward (a timer's SIGCONT, or the kernel's SIGCONT to a process group it orphans, does
+//! nothing); the servers found then are let out of the group. Elsewhere (the fleet, a remote
+//! engine) the hold is by signals alone, and what a held process spent says whether it ran.
+//!
 //! The script runs as root inside the environment with only bash's builtins while it stops
 //! processes and reads them (a program of the image's it ran could start something after the
 //! last pass; its wait between passes is a read with a timeout), and stops everything at once
@@ -46,8 +53,8 @@ pub struct Held {
     pub running: Vec<(u32, String)>,
     /// What each stopped process had spent when it was stopped (`TICKS:SWITCHES`).
     pub spent: BTreeMap<u32, String>,
-    /// The stopped processes are frozen as one group too (the cgroup freezer, which no signal
-    /// undoes), not held by their stop signal alone.
+    /// The agent's processes were frozen as one group before anything was read (the cgroup
+    /// freezer, which no signal undoes), not held by their stop signal alone.
     pub group: bool,
 }
 
@@ -97,6 +104,8 @@ for m in $KEEP; do
   set -- $rest
   [ "${20}" = "${m#*:}" ] && keep="$keep$pid "
 done
+frozen=" $FROZEN "
+for f in $FROZEN; do kill -s STOP $f 2>/dev/null; done
 case "$keep" in *" 0 "*)
   kill -s STOP -1 2>/dev/null
   for a in $keep; do [ "$a" -gt 1 ] 2>/dev/null && kill -s CONT $a 2>/dev/null; done ;;
@@ -109,7 +118,7 @@ stop_all() {
     moving=0
     for d in /proc/[0-9]*; do
       pid=${d#/proc/}
-      case "$keep" in *" $pid "*) continue ;; esac
+      case "$keep$frozen" in *" $pid "*) continue ;; esac
       read -r line 2>/dev/null < $d/stat || continue
       rest=${line##*) }
       set -- $rest
@@ -211,6 +220,7 @@ for d in /proc/[0-9]*; do
   case "$1" in Z|X|x) continue ;; esac
   cmd_of $d "$comm"
   case "$listening" in *" $pid "*) kill -s CONT $pid 2>/dev/null; echo "running $pid $cmd"; continue ;; esac
+  case "$frozen" in *" $pid "*) spent_of $d; echo "frozen $pid $spent $cmd"; continue ;; esac
   case "$before" in *" $pid "*) ;; *) echo "late $pid $cmd"; continue ;; esac
   case "$1" in
     T|t) spent_of $d; echo "frozen $pid $spent $cmd" ;;
@@ -233,8 +243,9 @@ for w in $SPENT; do
   case "$1" in Z|X|x) continue ;; esac
   spent_of $d
   state=$1
-  # A process in a frozen group shows as `D` (the freezer's sleep) until it is thawed.
-  [ -n "$GROUP" ] && [ "$state" = D ] && state=T
+  # A process in a frozen group sleeps in the freezer (`D` under v1, `S` under v2) until it is
+  # thawed: what it spent says whether it ran.
+  [ -n "$GROUP" ] && case "$state" in D|S) state=T ;; esac
   was=${w#*:}
   # Ran: it spent more CPU or was switched in more often (a count that could not be read, or
   # reads lower, says nothing).
@@ -279,20 +290,24 @@ pub async fn hold(s: &EnvSession) -> agenteval_core::Result<Option<Held>> {
 /// Forgets the environment's hold and thaws its frozen group (its processes are let go by
 /// [`RESUME`], or the environment is torn down).
 pub async fn forget(s: &EnvSession) {
-    let held = HOLDS.lock().expect("not poisoned").remove(&s.handle.id);
-    if let Some(Ok(h)) = held
-        && h.group
-    {
+    // A hold that failed may have frozen the group all the same.
+    if HOLDS.lock().expect("not poisoned").remove(&s.handle.id).is_some() {
         s.env.thaw(&s.handle).await;
     }
 }
 
 async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
-    let before: Vec<String> = s.env.processes_before_agent(&s.handle).iter().map(|m| m.word()).collect();
+    let marks = s.env.processes_before_agent(&s.handle);
+    let before: Vec<String> = marks.iter().map(|m| m.word()).collect();
+    // Frozen as one group first, where the environment can: nothing of the agent's runs again
+    // (no timer's SIGCONT, no group's orphaning) from here until the tests' reward is read.
+    let frozen = s.env.freeze_all(&s.handle, &marks).await;
     let done = uuid::Uuid::now_v7().simple().to_string();
     let mut r = req(format!("{SPENT}{HOLD}{REPORT}"));
     r.env.insert("KEEP".into(), before.join(" "));
     r.env.insert("DONE".into(), done.clone());
+    let words: Vec<String> = frozen.iter().flatten().map(u32::to_string).collect();
+    r.env.insert("FROZEN".into(), words.join(" "));
     let out = s.env.exec(&s.handle, &r).await?;
     if !out.stdout.lines().any(|l| l == format!("held {done}")) {
         let said = out.stderr.trim().chars().take(200).collect::<String>();
@@ -302,10 +317,14 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
         ));
     }
     let mut held = parse(&out.stdout);
-    // Stopped, and where the environment can, frozen as one group: a process that sends itself
-    // SIGCONT (a timer) stays frozen.
-    let pids: Vec<u32> = held.frozen.iter().map(|(p, _)| *p).collect();
-    held.group = !pids.is_empty() && s.env.freeze(&s.handle, &pids).await;
+    if let Some(frozen) = &frozen {
+        held.group = true;
+        // The servers the tests may need run again.
+        let go: Vec<u32> = held.running.iter().map(|(p, _)| *p).filter(|p| frozen.contains(p)).collect();
+        if !go.is_empty() {
+            s.env.release(&s.handle, &go).await;
+        }
+    }
     Ok(held)
 }
 

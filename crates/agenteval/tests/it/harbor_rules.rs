@@ -831,6 +831,12 @@ fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselve
         waker["passed"] == false || !waker["suspect"].is_null(),
         "a process that woke itself while held wrote the reward unflagged: {waker}"
     );
+    // Where this machine can write the containers' cgroups (root beside a local engine, as CI
+    // runs), the agent's processes are frozen as a group before anything is read: the waker's
+    // timer wakes nothing, and it never writes the reward at all.
+    if nix::unistd::geteuid().is_root() && std::path::Path::new("/sys/fs/cgroup").is_dir() {
+        assert_eq!(waker["passed"], false, "frozen as a group, the waker could not run: {waker}");
+    }
     if waker["passed"] == true {
         let why = waker["suspect"][0].as_str().unwrap_or_default();
         assert!(why.contains("waker.py"), "the process is named: {waker}");
