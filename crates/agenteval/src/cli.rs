@@ -208,8 +208,18 @@ pub enum Command {
     /// version, or how it reads the config, changed); exit 1 when any task is not MATCH. Proves
     /// the platform did not change a result. Runs on the local backend; needs no model key.
     Replay {
-        /// The run to replay: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`.
+        /// The run to replay: an id, a prefix of one, `latest`, `latest:NAME` or `baseline:NAME`;
+        /// or a bundle folder (`runs/<run_id>`, or a copy kept in a repository), read with no
+        /// index.
         run: String,
+        /// For CI: the replay goes to a scratch folder that is removed afterwards (so it adds
+        /// nothing to an index or a runs folder), and only the verdicts are printed; exit 0 only
+        /// when every task MATCHes (its tool calls and their results, a simulated user's turns,
+        /// the final state, scores, answer and cost), 1 naming each task's first difference. A
+        /// task that differed keeps the replay's bundle, and says where. Give `--with-config`
+        /// the repository's config when the recording's paths are another machine's.
+        #[arg(long)]
+        check: bool,
         /// Replay with this config instead of the bundle's (e.g. a changed system prompt). The
         /// `--agent` and `--model` the run was submitted with apply to it too.
         #[arg(long = "with-config", value_name = "FILE")]

@@ -52,9 +52,17 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Regrade { run, sets, index, json } => {
             crate::regrade::regrade(&run, &sets, &index, json, quiet, telemetry).await
         }
-        Command::Replay { run, with_config, index, json } => {
-            let (wiring, index) = open_index(&index).await?;
-            crate::replay::replay(wiring, index, &run, with_config.as_deref(), json, quiet, telemetry).await
+        Command::Replay { run, with_config, index, json, check } => {
+            use crate::replay::{Recording, ReplayOptions};
+            let (wiring, recording) = match Recording::folder(&run) {
+                Some(dir) => (Wiring::new(exe()?, None), Recording::Folder(dir)),
+                None => {
+                    let (wiring, index) = open_index(&index).await?;
+                    (wiring, Recording::Indexed(index, run))
+                }
+            };
+            let o = ReplayOptions { with_config: with_config.as_deref(), check, json, quiet };
+            crate::replay::replay(wiring, recording, o, telemetry).await
         }
         Command::Status { run, index, json } => status(&run, &index, json).await,
         Command::Ui { index, host, port, token_file, no_token, token, gates, open } => {

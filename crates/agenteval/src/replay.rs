@@ -4,12 +4,18 @@
 //! agent's patch), scores, answer, cost within ±5%), `DIFFER`
 //! (with the first difference) or `CODE_CHANGED` (agenteval's version, or how it reads the
 //! recorded config, changed since the recording).
+//!
+//! The recording may be a bundle folder with no index (one kept in a repository), and `--check`
+//! replays it into a scratch folder that is removed afterwards: CI replays a recording against a
+//! new build of its agent, and the trajectory (tool calls, their results, the user's turns, the
+//! final state) is what must not change.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use agenteval_core::config::{AgentConfig, LoadedConfig, RunConfig};
 use agenteval_core::layout;
+use agenteval_core::location::BundleRoot;
 use agenteval_core::model::{EventKind, RunStatus, TaskResult, TraceEvent};
 use agenteval_core::traits::{BundleStore, RunIndex};
 use agenteval_core::{Error, RunId, taskpack};
@@ -34,6 +40,8 @@ struct Behaviour {
     terminated_by: String,
     error: Option<String>,
     tools: Vec<(String, Value)>,
+    /// What each tool call gave back, in order: (tool, its output).
+    results: Vec<(String, String)>,
     /// A conversation's simulated user, turn by turn (`user.message`).
     said: Vec<String>,
     cost: f64,
@@ -97,6 +105,19 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         .filter(|e| e.kind == EventKind::UserMessage)
         .map(|e| e.payload.get("text").and_then(Value::as_str).unwrap_or("").to_string())
         .collect();
+    let results = events
+        .iter()
+        .filter(|e| e.kind == EventKind::AgentToolResult)
+        .map(|e| {
+            let name = e.payload.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
+            let output = match e.payload.get("output") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            };
+            (name, output)
+        })
+        .collect();
     let tools = events
         .into_iter()
         .filter(|e| e.kind == EventKind::AgentToolCall)
@@ -138,6 +159,7 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         error: result.agent.error.clone(),
         cost: result.total_cost_usd(),
         tools,
+        results,
         said,
     })
 }
@@ -151,6 +173,11 @@ fn clip(v: &impl std::fmt::Display) -> String {
 fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
     // Whole enough to keep where a recording and a call differ (the JSON pointer comes first).
     let because = now.error.as_deref().map(|e| format!(" ({})", crate::output::middle_cut(e, 400))).unwrap_or_default();
+    // A tool that gave back something else is where a trajectory first parts from its recording
+    // (a changed image, a changed tool): the model's next request differs because of it.
+    if let Some((i, (a, b))) = was.results.iter().zip(&now.results).enumerate().find(|(_, (a, b))| a != b) {
+        return Some(format!("tool result {} ({}): {} → {}", i + 1, a.0, clip(&a.1), clip(&b.1)));
+    }
     if was.terminated_by != now.terminated_by {
         return Some(format!("terminated_by {} → {}{because}", was.terminated_by, now.terminated_by));
     }
@@ -218,18 +245,72 @@ fn first_difference(was: &Behaviour, now: &Behaviour) -> Option<String> {
     None
 }
 
+/// The recording a replay reads.
+pub enum Recording {
+    /// A run of the index, by reference (an id, a prefix, `latest:NAME`, ...).
+    Indexed(Arc<dyn RunIndex>, String),
+    /// A bundle folder, with or without an index (a recording kept in a repository).
+    Folder(std::path::PathBuf),
+}
+
+impl Recording {
+    /// `reference` as a bundle folder, when it names one (a folder with the bundle's metadata).
+    pub fn folder(reference: &str) -> Option<std::path::PathBuf> {
+        let p = Path::new(reference);
+        p.join(layout::METADATA).is_file().then(|| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+    }
+}
+
+/// The store of a bundle folder. A folder kept under another name than its run id (a
+/// repository's `recordings/nightly`) is read through a link named by the id its metadata
+/// gives, in `link` (kept for as long as the store is read).
+async fn folder_store(
+    wiring: &Wiring,
+    dir: &Path,
+    link: &mut Option<tempfile::TempDir>,
+) -> Result<(Arc<dyn BundleStore>, RunId), Failure> {
+    let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<RunId>().ok());
+    if named.is_some() {
+        return Ok(agenteval_engine::resolve::store_from_bundle_uri(wiring, &dir.display().to_string()).await?);
+    }
+    let meta_path = dir.join(layout::METADATA);
+    let bytes = std::fs::read(&meta_path).map_err(|e| Error::io(format!("reading {}", meta_path.display()), e))?;
+    let meta: agenteval_core::format::Metadata = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::corrupt(format!("{} is not a bundle's metadata: {e}", meta_path.display())))?;
+    let root =
+        tempfile::Builder::new().prefix("agenteval-recording-").tempdir().map_err(|e| Error::io("a link folder", e))?;
+    let at = root.path().join(meta.run_id.to_string());
+    std::os::unix::fs::symlink(dir, &at).map_err(|e| Error::io("linking the recording", e))?;
+    let found = agenteval_engine::resolve::store_from_bundle_uri(wiring, &at.display().to_string()).await?;
+    *link = Some(root);
+    Ok(found)
+}
+
+/// How a replay runs and says what it found.
+pub struct ReplayOptions<'a> {
+    pub with_config: Option<&'a Path>,
+    /// CI's check: the replay goes to a scratch folder removed afterwards (kept, and named, when
+    /// a task differs), so it adds nothing to an index or a runs folder.
+    pub check: bool,
+    pub json: bool,
+    pub quiet: bool,
+}
+
 pub async fn replay(
     wiring: Arc<Wiring>,
-    index: Arc<dyn RunIndex>,
-    reference: &str,
-    with_config: Option<&Path>,
-    json: bool,
-    quiet: bool,
+    recording: Recording,
+    o: ReplayOptions<'_>,
     telemetry: &Telemetry,
 ) -> Result<u8, Failure> {
-    let run = judging::resolve_ref(index.as_ref(), reference).await?;
-    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run).await?;
-    let store = located.store.clone();
+    let (with_config, json, quiet) = (o.with_config, o.json, o.quiet);
+    let mut renamed = None;
+    let (store, run) = match &recording {
+        Recording::Indexed(index, reference) => {
+            let run = judging::resolve_ref(index.as_ref(), reference).await?;
+            (controller::locate(wiring.as_ref(), index.as_ref(), &run).await?.store.clone(), run)
+        }
+        Recording::Folder(dir) => folder_store(wiring.as_ref(), dir, &mut renamed).await?,
+    };
     crate::session::not_imported(store.as_ref(), &run, "replayed").await?;
     let meta: Metadata = read_json(store.as_ref(), &run, layout::METADATA).await?;
     let mut loaded = replay_config(&wiring, store.as_ref(), &run, with_config, &meta.agent_flags).await?;
@@ -251,6 +332,21 @@ pub async fn replay(
     filter.ids.dedup();
     filter.limit = None;
     loaded.config.name = format!("{} (replay)", meta.name);
+    let scratch = match o.check {
+        true => Some(
+            tempfile::Builder::new()
+                .prefix("agenteval-replay-check-")
+                .tempdir()
+                .map_err(|e| Error::io("a scratch folder for the replay", e))?,
+        ),
+        false => None,
+    };
+    if let Some(dir) = &scratch {
+        loaded.config.storage = agenteval_core::config::StorageConfig {
+            bundle_root: BundleRoot::Local(dir.path().join("runs")),
+            index: None,
+        };
+    }
 
     let how = Start { cassettes: Some((dir.path(), agenteval_llm::CassetteMode::Replay)), ..Start::default() };
     let ready = start(&wiring, loaded, how).await?;
@@ -282,11 +378,23 @@ pub async fn replay(
     } else {
         exit::OK
     };
-    let shown = Replayed { run, outcome: &outcome, code_changed: code_changed.as_deref(), rows: &rows, code };
+    // A check that failed keeps its replay to look at; one that held leaves nothing behind.
+    let kept = match scratch {
+        Some(dir) if code != exit::OK => Some(dir.keep().join("runs").join(outcome.run_id.to_string())),
+        _ => None,
+    };
+    let shown = Replayed {
+        run,
+        outcome: &outcome,
+        code_changed: code_changed.as_deref(),
+        rows: &rows,
+        code,
+        kept: kept.as_deref(),
+    };
     if json {
         say!("{}", shown.json());
     } else {
-        shown.print(loaded_config, quiet);
+        shown.print(loaded_config, quiet || o.check);
     }
     Ok(code)
 }
@@ -403,6 +511,8 @@ struct Replayed<'a> {
     /// `(task, verdict, the first difference)`.
     rows: &'a [(String, Verdict, String)],
     code: u8,
+    /// `--check`'s replay bundle, kept because a task differed.
+    kept: Option<&'a Path>,
 }
 
 impl Replayed<'_> {
@@ -422,6 +532,7 @@ impl Replayed<'_> {
             "differ": self.count(Verdict::Differ),
             "code_changed_tasks": self.count(Verdict::CodeChanged),
             "tasks": tasks,
+            "replay_bundle": self.kept,
             "exit_code": self.code,
         })
     }
@@ -451,6 +562,9 @@ impl Replayed<'_> {
             self.count(Verdict::Differ),
             self.count(Verdict::CodeChanged)
         );
+        if let Some(dir) = self.kept {
+            say!("the replay is kept in {}", dir.display());
+        }
     }
 }
 
@@ -474,6 +588,7 @@ mod tests {
             terminated_by: "completed".into(),
             error: None,
             tools: vec![],
+            results: vec![],
             said: vec![],
             cost: 0.0,
             scores: vec![],
@@ -491,6 +606,17 @@ mod tests {
         let short = Behaviour { said: vec!["hi".into()], ..with(&[]) };
         assert_eq!(first_difference(&was, &short).unwrap(), "2 user turns → 1");
         assert_eq!(first_difference(&was, &was), None);
+    }
+
+    #[test]
+    fn a_tool_that_gave_back_something_else_is_named_before_what_followed_from_it() {
+        let was = Behaviour { results: vec![("bash".into(), "3 passed".into())], ..with(&[]) };
+        let now = Behaviour {
+            results: vec![("bash".into(), "1 failed".into())],
+            terminated_by: "replay_miss".into(),
+            ..with(&[])
+        };
+        assert_eq!(first_difference(&was, &now).unwrap(), "tool result 1 (bash): 3 passed → 1 failed");
     }
 
     #[test]

@@ -338,6 +338,56 @@ fn replay_of_a_bundle_matches_and_names_the_task_a_changed_prompt_breaks() {
     assert!(shown.contains("DIFFER       plain") && shown.contains("/messages/0/content"), "{shown}");
 }
 
+/// A recording kept in a repository (a bundle folder, no index) replays in CI with `--check`:
+/// MATCH leaves nothing behind, even when an older agenteval recorded it; a new build of the
+/// agent that changes its trajectory fails, naming the task and its first difference, and keeps
+/// the replay to look at.
+#[test]
+fn replay_check_replays_a_recording_kept_in_a_repository_and_fails_a_changed_trajectory() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("tool", "USE_TOOL please"), ("plain", "hello")]);
+    let cfg = config(&ws, "kept", "openai:gpt-4o-mini", &mock.base_url(), "  system: be brief\n", "");
+    let (v, code, _) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}");
+    drop(mock);
+    // The bundle checked into a repository; the runs folder (index and all) gone.
+    let kept = ws.path().join("repo/recordings/kept");
+    std::fs::create_dir_all(kept.parent().unwrap()).unwrap();
+    let cp = std::process::Command::new("cp").arg("-a").arg(bundle_of(&v)).arg(&kept).status().unwrap();
+    assert!(cp.success());
+    std::fs::remove_dir_all(ws.runs()).unwrap();
+    // Recorded by an older agenteval: said, not a failure.
+    let meta_path = kept.join("metadata.json");
+    let mut meta = read_json(&meta_path);
+    meta["agenteval_version"] = "0.0.1".into();
+    std::fs::write(&meta_path, meta.to_string()).unwrap();
+    std::fs::write(ws.path().join("secrets.env"), "").unwrap();
+
+    let out = ws.run(&["replay", "--check", "repo/recordings/kept", "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!((r["match"].as_u64(), r["replay_bundle"].is_null()), (Some(2), true), "{r}");
+    assert!(r["code_changed"].as_str().unwrap_or_default().contains("0.0.1"), "{r}");
+    assert!(!ws.runs().exists(), "a check leaves no runs folder behind");
+
+    // A new build of the agent (its prompt changed) parts from the recording.
+    let changed = config(&ws, "changed", "openai:gpt-4o-mini", "http://127.0.0.1:9/v1", "  system: be verbose\n", "");
+    let out = ws.run(&["replay", "--check", "repo/recordings/kept", "--with-config", changed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let shown = text(&out.stdout);
+    assert!(shown.contains("plain") && shown.contains("/messages/0/content"), "{shown}");
+    let kept_at =
+        shown.lines().find_map(|l| l.strip_prefix("the replay is kept in ")).unwrap_or_else(|| panic!("{shown}"));
+    assert!(Path::new(kept_at).join("metadata.json").is_file(), "{shown}");
+    assert!(!ws.runs().exists(), "{shown}");
+    let _ = std::fs::remove_dir_all(Path::new(kept_at).parent().unwrap().parent().unwrap());
+
+    // Not a bundle folder, and no index: said as such.
+    let out = ws.run(&["replay", "--check", "repo/recordings/nothing"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+}
+
 #[test]
 fn keys_and_key_like_answers_appear_nowhere() {
     let mock = MockLlm::start(Duration::ZERO);
