@@ -408,6 +408,8 @@ pub enum Command {
     /// (`<task>.json`: the instruction, every model call with the gateway's tokens and cost,
     /// the agent's text, tool calls and their results; scores and the agent's own usage report
     /// under `extra`) and `summary.json` (what went under `extra`, the tasks with no trace).
+    /// `--to otlp` writes the run's spans (the controller's and every task's) as OTLP JSON
+    /// lines, one `ExportTraceServiceRequest` per line, into `--out FILE`.
     ///
     /// The tracking server comes from `--tracking-uri` or `MLFLOW_TRACKING_URI` (an http(s)://
     /// server; `MLFLOW_TRACKING_TOKEN` or `MLFLOW_TRACKING_USERNAME`/`PASSWORD` authenticate).
@@ -417,11 +419,12 @@ pub enum Command {
         run: String,
         #[command(flatten)]
         index: IndexArgs,
-        /// Where to: `mlflow`, `swebench`, `atif` or `harbor`.
+        /// Where to: `mlflow`, `swebench`, `atif`, `harbor` or `otlp`.
         #[arg(long, value_enum)]
         to: ExportTarget,
         /// The folder `--to swebench`, `--to atif` or `--to harbor` writes into (default:
-        /// `swebench-<run id>`, `atif-<run id>`; `harbor` needs one: the job folder).
+        /// `swebench-<run id>`, `atif-<run id>`; `harbor` needs one: the job folder), or the
+        /// file `--to otlp` writes (default `traces-<run id>.jsonl`).
         #[arg(long, value_name = "DIR")]
         out: Option<std::path::PathBuf>,
         /// The MLflow tracking server (default: `MLFLOW_TRACKING_URI`).
@@ -996,6 +999,11 @@ pub enum ExportTarget {
     /// Interchange Format): `--out DIR/<task>.json`, with `summary.json` saying what ATIF
     /// could not hold.
     Atif,
+    /// The run's spans (the controller's and every task's) in OTLP's JSON encoding, one
+    /// `ExportTraceServiceRequest` per line (the OpenTelemetry file exporter's format; a
+    /// collector's `otlpjsonfile` receiver reads it): `--out FILE`, default
+    /// `traces-<run id>.jsonl`.
+    Otlp,
     /// A Harbor job folder at `--out DIR`: the job's `config.json`, `result.json` and
     /// `lock.json` (task digests as Harbor computes them), a trial folder per task attempt
     /// with its `config.json`, `result.json`, `agent/trajectory.json` (ATIF), the verifier's

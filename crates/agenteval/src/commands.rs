@@ -146,6 +146,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Export { run, index, to: crate::cli::ExportTarget::Atif, out, json, .. } => {
             crate::export::atif(&run, &index, out, json).await
         }
+        Command::Export { run, index, to: crate::cli::ExportTarget::Otlp, out, json, .. } => {
+            crate::export::otlp(&run, &index, out, json).await
+        }
         Command::Export { run, index, to: crate::cli::ExportTarget::Harbor, out, json, .. } => {
             crate::export::harbor(&run, &index, out, json).await
         }

@@ -358,3 +358,26 @@ pub async fn harbor(run: &str, index: &IndexArgs, out: Option<std::path::PathBuf
     }
     Ok(exit::OK)
 }
+
+/// `export RUN --to otlp`: the run's spans as OTLP JSON lines (`otlp.rs`).
+pub async fn otlp(run: &str, index: &IndexArgs, out: Option<std::path::PathBuf>, json: bool) -> Result<u8, Failure> {
+    let (wiring, index) = open_index(index).await?;
+    let run_id = crate::judging::resolve_ref(index.as_ref(), run).await?;
+    let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
+    let out = out.unwrap_or_else(|| std::path::PathBuf::from(format!("traces-{run_id}.jsonl")));
+    let written = crate::otlp::write(located.store.as_ref(), &run_id, &out).await?;
+    if json {
+        say!("{}", serde_json::to_string(&written).expect("serializes"));
+    } else {
+        say!(
+            "wrote {} spans of run {run_id} to {} ({} OTLP requests, one per line)",
+            written.spans,
+            written.out,
+            written.requests
+        );
+        if written.skipped > 0 {
+            say!("  {} line(s) of the bundle's span files were not spans: left out", written.skipped);
+        }
+    }
+    Ok(exit::OK)
+}

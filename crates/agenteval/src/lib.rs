@@ -40,6 +40,7 @@ mod inspect;
 mod interchange;
 mod judging;
 mod matrix;
+mod otlp;
 mod output;
 mod prices;
 mod regrade;

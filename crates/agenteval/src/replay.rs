@@ -332,21 +332,7 @@ pub async fn replay(
     filter.ids.dedup();
     filter.limit = None;
     loaded.config.name = format!("{} (replay)", meta.name);
-    let scratch = match o.check {
-        true => Some(
-            tempfile::Builder::new()
-                .prefix("agenteval-replay-check-")
-                .tempdir()
-                .map_err(|e| Error::io("a scratch folder for the replay", e))?,
-        ),
-        false => None,
-    };
-    if let Some(dir) = &scratch {
-        loaded.config.storage = agenteval_core::config::StorageConfig {
-            bundle_root: BundleRoot::Local(dir.path().join("runs")),
-            index: None,
-        };
-    }
+    let scratch = if o.check { Some(scratch_storage(&mut loaded.config)?) } else { None };
 
     let how = Start { cassettes: Some((dir.path(), agenteval_llm::CassetteMode::Replay)), ..Start::default() };
     let ready = start(&wiring, loaded, how).await?;
@@ -397,6 +383,17 @@ pub async fn replay(
         shown.print(loaded_config, quiet || o.check);
     }
     Ok(code)
+}
+
+/// `--check`'s scratch folder, which the replay's bundle and index go to.
+fn scratch_storage(config: &mut RunConfig) -> Result<tempfile::TempDir, Failure> {
+    let dir = tempfile::Builder::new()
+        .prefix("agenteval-replay-check-")
+        .tempdir()
+        .map_err(|e| Error::io("a scratch folder for the replay", e))?;
+    config.storage =
+        agenteval_core::config::StorageConfig { bundle_root: BundleRoot::Local(dir.path().join("runs")), index: None };
+    Ok(dir)
 }
 
 /// The config a replay runs: the recorded one (or `with_config`, with the `--agent` and

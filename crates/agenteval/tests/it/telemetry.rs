@@ -157,6 +157,43 @@ fn one_trace_for_the_whole_fleet(protocol: Protocol) {
     assert!(manifest["files"]["tasks/toy-0000000.tar.gz"].is_object());
     assert!(bundle_file_exists(&bundle.join("tasks/toy-0000000/spans.jsonl")), "the task's spans are in its pack");
 
+    // And they leave the bundle as OTLP JSON lines (`export --to otlp`): the protocol's own
+    // reader takes every line, and each span is the one the collector received.
+    let file = ws.path().join("traces.jsonl");
+    let out = ws.run(&["export", &run_id, "--to", "otlp", "--out", file.to_str().unwrap(), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (said["requests"].as_u64(), said["skipped"].as_u64()),
+        (Some(13), Some(0)),
+        "one line per task, one for the run: {said}"
+    );
+    let mut exported: HashMap<String, RSpan> = HashMap::new();
+    for line in crate::util::read_text(&file).unwrap().lines() {
+        let req: opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        for s in crate::util::otlp::spans_of(req) {
+            exported.insert(s.span_id.clone(), s);
+        }
+    }
+    assert_eq!(exported.len(), store.spans.len(), "every span, once");
+    for r in &store.spans {
+        let e = &exported[&r.span_id];
+        let shape = |s: &RSpan| {
+            (
+                s.trace_id.clone(),
+                s.parent_span_id.clone(),
+                s.name.clone(),
+                s.status_code,
+                s.start_unix_nano,
+                s.end_unix_nano,
+            )
+        };
+        assert_eq!(shape(e), shape(r), "{}", r.name);
+        assert_eq!(e.attrs, r.attrs, "{}", r.name);
+        assert_eq!(e.resource["agenteval.run.id"], serde_json::json!(run_id));
+    }
+
     // Fleet metrics: counts match the bundle.
     let summary = read_json(&bundle.join("summary.json"));
     assert_eq!(store.total("agenteval.tasks.completed"), 12.0);

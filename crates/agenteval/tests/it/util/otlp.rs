@@ -77,6 +77,30 @@ fn attrs(kvs: &[KeyValue]) -> BTreeMap<String, serde_json::Value> {
     kvs.iter().map(|kv| (kv.key.clone(), any_json(&kv.value))).collect()
 }
 
+/// The spans of one OTLP request, as the tests read them.
+pub fn spans_of(req: ExportTraceServiceRequest) -> Vec<RSpan> {
+    let mut out = Vec::new();
+    for rs in req.resource_spans {
+        let resource = attrs(&rs.resource.map(|r| r.attributes).unwrap_or_default());
+        for ss in rs.scope_spans {
+            for s in ss.spans {
+                out.push(RSpan {
+                    trace_id: hex::encode(&s.trace_id),
+                    span_id: hex::encode(&s.span_id),
+                    parent_span_id: hex::encode(&s.parent_span_id),
+                    name: s.name,
+                    attrs: attrs(&s.attributes),
+                    status_code: s.status.map(|st| st.code).unwrap_or(0),
+                    resource: resource.clone(),
+                    start_unix_nano: s.start_time_unix_nano,
+                    end_unix_nano: s.end_time_unix_nano,
+                });
+            }
+        }
+    }
+    out
+}
+
 impl Store {
     fn add_traces(&mut self, req: ExportTraceServiceRequest) {
         if !self.keep {
@@ -84,25 +108,9 @@ impl Store {
                 req.resource_spans.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len() as u64).sum::<u64>();
             return;
         }
-        for rs in req.resource_spans {
-            let resource = attrs(&rs.resource.map(|r| r.attributes).unwrap_or_default());
-            for ss in rs.scope_spans {
-                for s in ss.spans {
-                    self.span_count += 1;
-                    self.spans.push(RSpan {
-                        trace_id: hex::encode(&s.trace_id),
-                        span_id: hex::encode(&s.span_id),
-                        parent_span_id: hex::encode(&s.parent_span_id),
-                        name: s.name,
-                        attrs: attrs(&s.attributes),
-                        status_code: s.status.map(|st| st.code).unwrap_or(0),
-                        resource: resource.clone(),
-                        start_unix_nano: s.start_time_unix_nano,
-                        end_unix_nano: s.end_time_unix_nano,
-                    });
-                }
-            }
-        }
+        let spans = spans_of(req);
+        self.span_count += spans.len() as u64;
+        self.spans.extend(spans);
     }
 
     fn add_metrics(&mut self, req: ExportMetricsServiceRequest) {
