@@ -9,6 +9,7 @@ pub mod environment;
 pub mod error;
 pub mod format;
 pub mod gateway;
+pub mod history;
 pub mod ids;
 pub mod layout;
 pub mod lines;

@@ -180,3 +180,15 @@ pub async fn compare(State(app): State<Arc<App>>, Query(q): Query<HashMap<String
         .await,
     )
 }
+
+/// `/api/history?name=&task=&last=`: one task across a name's nights, as `agenteval history
+/// NAME --task ID --json` prints it.
+pub async fn history(State(app): State<Arc<App>>, Query(q): Query<HashMap<String, String>>) -> Response {
+    answer(
+        async {
+            let (name, task, nights) = data::task_history(&app, &q).await?;
+            Ok(json!({"name": name, "task": task.as_str(), "nights": nights}))
+        }
+        .await,
+    )
+}

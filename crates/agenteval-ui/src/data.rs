@@ -248,3 +248,37 @@ pub async fn task_files(app: &App, r: &RunRecord, task: &TaskId) -> Result<(Task
         });
     Ok((result, log))
 }
+
+/// Each night's bundle, through the UI's source.
+struct SourceBundles<'a>(&'a App);
+
+#[async_trait::async_trait]
+impl agenteval_core::history::Bundles for SourceBundles<'_> {
+    async fn bundle(&self, run: &RunRecord) -> Option<Arc<dyn BundleStore>> {
+        self.0.source.bundle(&run.bundle_uri).await.ok()
+    }
+}
+
+/// One task across a name's last nights (`?name=&task=&last=`, `last` 1 to 365, default 30):
+/// the name, the task and its nights, oldest first.
+pub async fn task_history(
+    app: &App,
+    q: &std::collections::HashMap<String, String>,
+) -> Result<(String, TaskId, Vec<agenteval_core::history::Night>), Problem> {
+    let name = q.get("name").map(|s| s.trim()).filter(|s| !s.is_empty());
+    let name = name.ok_or_else(|| Problem::bad_request("`name` is missing: the name whose nights to show"))?;
+    let task = q.get("task").map(|s| s.trim()).filter(|s| !s.is_empty());
+    let task = task_id(task.ok_or_else(|| Problem::bad_request("`task` is missing: the task to follow"))?)?;
+    let last = match q.get("last") {
+        None => 30,
+        Some(l) => l
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=365).contains(n))
+            .ok_or_else(|| Problem::bad_request(format!("`last={l}`: 1 to 365 nights")))?,
+    };
+    let index = app.source.index();
+    let runs = agenteval_core::history::nights(index, name, last, LISTING_LIMIT).await?;
+    let nights = agenteval_core::history::task_history(index, &SourceBundles(app), &runs, &task).await?;
+    Ok((name.to_string(), task, nights))
+}

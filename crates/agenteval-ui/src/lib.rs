@@ -1,5 +1,5 @@
 //! `agenteval ui`: a read-only web UI over a run index and its bundles (local or AWS alike):
-//! the runs and each name's history, a run's report and live progress, a task's trace, two runs
+//! the runs and each name's history (one task across its nights too), a run's report and live progress, a task's trace, two runs
 //! compared, and the same data as JSON under `/api/`.
 //!
 //! The pages around the report are rendered by askama (which escapes every value); the run,
@@ -103,6 +103,8 @@ fn router(app: Arc<App>) -> axum::Router {
         .route("/sets/{set}", get(pages::set))
         .route("/compare", get(pages::compare))
         .route("/compare/task", get(pages::compare_task))
+        .route("/history", get(pages::history))
+        .route("/api/history", get(api::history))
         .route("/api/runs", get(api::runs))
         .route("/api/runs/{run}", get(api::run))
         .route("/api/runs/{run}/tasks/{task}", get(api::task))

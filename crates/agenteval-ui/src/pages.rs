@@ -885,3 +885,82 @@ pub async fn set(State(app): State<Arc<App>>, Path(set): Path<String>, Query(q):
     })
     .await
 }
+
+/// One night's mark and row on the history page.
+struct NightRow {
+    night: String,
+    run_id: String,
+    short: String,
+    completed: bool,
+    run_status: String,
+    /// `passed`, `failed`, `errored`, `infra`, or `-` (no result that night).
+    outcome: &'static str,
+    /// Its mark's class: the outcome, or `none`.
+    class: &'static str,
+    cost: String,
+    tokens: String,
+    why: String,
+    /// Where its mark is on the strip.
+    x: usize,
+}
+
+#[derive(Template)]
+#[template(path = "history.html")]
+struct HistoryPage<'a> {
+    source: &'a str,
+    generator: &'a str,
+    name: String,
+    task: String,
+    task_path: String,
+    last: String,
+    rows: Vec<NightRow>,
+    mark_width: usize,
+    summary: String,
+}
+
+/// `/history?name=&task=&last=`: one task across a name's last nights, oldest first: a mark per
+/// night (a night without a result is an empty outline, never a failure or a zero) and a row
+/// with its outcome, cost, tokens and why.
+pub async fn history(State(app): State<Arc<App>>, Query(q): Params) -> Response {
+    page(&app, async {
+        let (name, task, nights) = crate::data::task_history(&app, &q).await?;
+        let step = 720 / nights.len().max(1);
+        let rows: Vec<NightRow> = nights
+            .iter()
+            .enumerate()
+            .map(|(i, n)| NightRow {
+                night: n.created_at.get(..16).unwrap_or(&n.created_at).replace('T', " "),
+                short: n.run_id.get(..13).unwrap_or(&n.run_id).to_string(),
+                run_id: n.run_id.clone(),
+                completed: n.completed,
+                run_status: n.run_status.clone(),
+                outcome: n.outcome.unwrap_or("-"),
+                class: n.outcome.unwrap_or("none"),
+                cost: if n.outcome.is_some() { money(n.cost_usd) } else { "-".into() },
+                tokens: n.tokens.map_or_else(|| "-".into(), |t| t.to_string()),
+                why: n.why.chars().take(300).collect(),
+                x: i * step,
+            })
+            .collect();
+        let judged = nights.iter().filter(|n| n.outcome.is_some()).count();
+        let passed = nights.iter().filter(|n| n.outcome == Some("passed")).count();
+        let incomplete = nights.iter().filter(|n| !n.completed).count();
+        let mut summary = format!("passed {passed} of {judged} night(s) with a result");
+        if incomplete > 0 {
+            summary.push_str(&format!("; {incomplete} night(s) did not complete (an empty mark, not counted)"));
+        }
+        let source = app.source.describe();
+        rendered(HistoryPage {
+            source: &source,
+            generator: &app.opts.generator,
+            task_path: encode(task.as_str()),
+            task: task.to_string(),
+            name,
+            last: q.get("last").cloned().unwrap_or_else(|| "30".into()),
+            mark_width: step.saturating_sub(2).max(1),
+            rows,
+            summary,
+        })
+    })
+    .await
+}

@@ -597,7 +597,9 @@ fn flip_rates_and_pass_hat_k_are_reported_and_a_difference_within_the_noise_is_n
     let page = server.get("/?name=flaky").body;
     assert!(
         page.contains("Flakiest tasks over these runs")
-            && page.contains("<td>t0</td><td class=\"num\">55%</td><td class=\"num\">6 of 11</td>"),
+            && page.contains(
+                "<td><a href=\"/history?name=flaky&amp;task=t0\">t0</a></td><td class=\"num\">55%</td><td class=\"num\">6 of 11</td>"
+            ),
         "{page}"
     );
 }
@@ -690,6 +692,24 @@ fn nights_promote_their_baseline_and_one_task_is_followed_across_thirty_nights()
     // A task that fails says why, night by night.
     let shown = text(&ws.run(&["history", "nightly-loop", "--task", "toy-0000001", "--last", "3"]).stdout);
     assert!(shown.contains("failed") && shown.contains("benchmark: expected"), "{shown}");
+
+    // The UI shows the same nights: the page a mark and a row each, the API the CLI's JSON.
+    let index = ws.index();
+    let server = UiServer::start(ws.cmd(&["ui", "--index", index.to_str().unwrap(), "--port", "0"]));
+    let api: serde_json::Value =
+        serde_json::from_str(&server.get("/api/history?name=nightly-loop&task=toy-0000004").body).unwrap();
+    assert_eq!(api["nights"], h["nights"], "the API is the CLI's JSON");
+    let page = server.get("/history?name=nightly-loop&task=toy-0000004").body;
+    assert_eq!(page.matches("<rect class=\"night passed\"").count(), 29, "{page}");
+    assert_eq!(page.matches("<rect class=\"night none\"").count(), 1, "the night that did not complete: {page}");
+    assert!(page.contains(&format!("{}</a> (budget_exceeded)", &ids[12][..13])), "{page}");
+    assert!(page.contains("passed 29 of 29 night(s) with a result; 1 night(s) did not complete"), "{page}");
+    let first = page.find(&ids[0][..13]).unwrap();
+    assert!(first < page.find(&ids[29][..13]).unwrap(), "oldest first");
+    let failing = server.get("/history?name=nightly-loop&task=toy-0000001&last=3").body;
+    assert!(failing.contains("benchmark: expected"), "{failing}");
+    assert_eq!(server.get("/history?name=nightly-loop&task=no-such-task").status, 404);
+    assert_eq!(server.get("/api/history?name=nightly-loop").status, 400);
 
     // A saved results JSON renders its report again, anywhere, without the index.
     let saved = ws.run(&["report", &ids[29], "--json"]);

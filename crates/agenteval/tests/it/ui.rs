@@ -98,6 +98,13 @@ fn pages_open_clean_in_chromium_and_hostile_text_stays_text() {
         ("task", server.page(&format!("runs/{cand}/tasks/c03"))),
         ("compare", server.page(&format!("compare?base={base}&cand={cand}"))),
         ("compare-task", server.page(&format!("compare/task?base={base}&cand={cand}&task=c03"))),
+        (
+            "history",
+            server.page(&format!(
+                "history?name={}&task=c03",
+                "nightly%22%3E%3Cimg%20src%3Dx%20onerror%3Dalert(9)%3E%3C%2Fscript%3E"
+            )),
+        ),
     ];
     for (name, url) in &pages {
         let (dom, console) = browse(url, Some(&shot(&format!("{name}.png"))));
