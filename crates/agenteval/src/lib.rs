@@ -1,4 +1,5 @@
-//! The agenteval command line: argument parsing, command dispatch, output and exit codes.
+//! The agenteval command line: argument parsing, command dispatch, output and exit codes; and
+//! [`api`], the entry point for programs that run and compare from Rust (docs/library.md).
 //!
 //! Exit codes (documented in the README): 0 ok, 1 a check failed (gate or bundle validation),
 //! 2 usage or configuration error, 3 run incomplete, 4 operation failed (storage, index,
@@ -26,6 +27,7 @@ macro_rules! say {
 
 mod adaptive;
 mod agents;
+pub mod api;
 mod audit;
 mod certify;
 mod ci;

@@ -22,6 +22,7 @@ mod humaneval;
 mod infra;
 mod interchange;
 mod judging;
+mod library;
 mod llm;
 mod matrix;
 mod presets;
