@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Searches every S3 object of a bucket and every item of a DynamoDB table in the emulator for
-a string (test code: proves a secret never reached them). Exit 1 when found."""
+"""Searches every S3 object of a bucket (each file of a task's pack, `*.tar.gz`, unpacked) and
+every item of a DynamoDB table in the emulator for a string (test code: proves a secret never
+reached them). Exit 1 when found."""
 import argparse
+import io
 import json
 import sys
+import tarfile
 
 import boto3
 
@@ -24,6 +27,12 @@ def main():
             body = s3.get_object(Bucket=a.bucket, Key=o["Key"])["Body"].read()
             if a.needle.encode() in body:
                 found.append("s3://%s/%s" % (a.bucket, o["Key"]))
+            if o["Key"].endswith(".tar.gz"):
+                with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as pack:
+                    for m in pack.getmembers():
+                        f = pack.extractfile(m) if m.isfile() else None
+                        if f is not None and a.needle.encode() in f.read():
+                            found.append("s3://%s/%s:%s" % (a.bucket, o["Key"], m.name))
     ddb = boto3.client("dynamodb", **kw)
     for page in ddb.get_paginator("scan").paginate(TableName=a.table):
         for it in page["Items"]:

@@ -422,6 +422,43 @@ agent:
     assert_eq!(scan_for(SHELL_ONLY), Some(0), "an undeclared variable of the controller reached the agent");
 }
 
+/// `redact:` on the fleet as locally: an agent's planted e-mail address and customer id (in its
+/// messages, tool calls, tool results and answer) are in no S3 object (packs unpacked), no
+/// DynamoDB item and no worker log, and the answer is still graded.
+#[tokio::test(flavor = "multi_thread")]
+async fn configured_redaction_scrubs_planted_values_on_the_fleet() {
+    let mut aws = Aws::new(&[], true).await;
+    aws.fargate(0);
+    let agent = aws.ws.write("leaky.py", crate::trust::LEAKY_AGENT);
+    aws.ws.write("cases.jsonl", "{\"id\": \"c1\", \"input\": \"write to the customer\"}\n");
+    let body = format!(
+        "benchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, {}]\nevaluators:\n  - kind: contains\n    value: sent to\nredact:\n  patterns: ['[\\w.+-]+@[\\w-]+\\.[\\w.]+', 'CUST-\\d+']\n  fields: [customer_id]\n",
+        agent.display()
+    );
+    let cfg = aws.config("aws-redact", &body, &aws.endpoint.clone());
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg.to_str().unwrap()]);
+    assert_eq!((code, v["summary"]["passed"].as_u64()), (0, Some(1)), "{v}");
+    let scan_for = |needle: &str| {
+        python("scan_for.py")
+            .args(["--endpoint", &aws.endpoint, "--bucket", &aws.bucket, "--table", &aws.table, "--needle", needle])
+            .output()
+            .unwrap()
+    };
+    for needle in ["ann.secret@example.com", "CUST-99812"] {
+        let scan = scan_for(needle);
+        let found: serde_json::Value = serde_json::from_slice(&scan.stdout).unwrap_or_default();
+        assert_eq!(scan.status.code(), Some(0), "{needle} stored: {found}");
+        assert!(found["objects"].as_u64().unwrap_or(0) > 5, "{found}");
+    }
+    assert_eq!(scan_for("sent to [REDACTED]").status.code(), Some(1), "the scrubbed answer is in the bundle");
+    let logs: Vec<_> = std::fs::read_dir(aws.ws.path().join("worker-logs")).unwrap().flatten().collect();
+    assert!(!logs.is_empty());
+    for l in logs {
+        let t = std::fs::read_to_string(l.path()).unwrap();
+        assert!(!t.contains("ann.secret@example.com") && !t.contains("CUST-99812"), "{}", l.path().display());
+    }
+}
+
 /// ECS throttling launches and short of capacity, as Fargate is under load: the run is
 /// delayed, never failed, and the controller launches fewer jobs at once while ECS refuses.
 #[tokio::test(flavor = "multi_thread")]

@@ -421,7 +421,7 @@ fn full_prints_whole_reasons_answers_and_events() {
 
 /// An agent that meets a customer's e-mail address and id and puts them in its messages, its
 /// tool calls, its tool results and its answer.
-const LEAKY_AGENT: &str = r#"import json, sys
+pub(crate) const LEAKY_AGENT: &str = r#"import json, sys
 json.loads(sys.stdin.readline())
 def emit(kind, payload):
     print(json.dumps({"kind": kind, "payload": payload}), flush=True)
@@ -444,8 +444,34 @@ fn configured_redaction_scrubs_planted_values_from_everything_downstream() {
         "redact.yaml",
         "name: redact\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: command\n  command: [python3, agent.py]\nevaluators:\n  - kind: contains\n    value: sent to\nredact:\n  patterns: ['[\\w.+-]+@[\\w-]+\\.[\\w.]+', 'CUST-\\d+']\n  fields: [customer_id]\nstorage:\n  bundle_root: runs\n",
     );
-    let (v, code, out) = ws.submit(&cfg, &[]);
-    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    // Spans leave for a collector too, message content and all.
+    let receiver = crate::util::otlp::Receiver::start(crate::util::otlp::Protocol::Grpc);
+    let out = ws
+        .cmd(&["submit", "--json", "--config", cfg.to_str().unwrap()])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{v}\n{}", text(&out.stderr));
+    for stream in [&out.stdout, &out.stderr] {
+        let t = text(stream);
+        assert!(!t.contains("ann.secret@example.com") && !t.contains("CUST-99812"), "{t}");
+    }
+    assert!(
+        receiver.wait_for(std::time::Duration::from_secs(20), |s| s.spans.iter().any(|s| s.name == "eval.run")),
+        "the spans arrived"
+    );
+    {
+        let store = receiver.store.lock().unwrap();
+        let tool = store.spans.iter().find(|s| s.name.starts_with("execute_tool")).expect("a tool span arrived");
+        assert!(format!("{:?}", tool.attrs).contains("[REDACTED]"), "its content arrived, scrubbed: {:?}", tool.attrs);
+        for sp in &store.spans {
+            let all = format!("{} {:?} {:?}", sp.name, sp.attrs, sp.resource);
+            assert!(!all.contains("ann.secret@example.com") && !all.contains("CUST-99812"), "span {all}");
+        }
+    }
     let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
     let r = read_json(&bundle.join("tasks/c1/result.json"));
     assert_eq!(r["agent"]["final_answer"]["customer_id"], "[REDACTED]", "{r}");
