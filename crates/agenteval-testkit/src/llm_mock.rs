@@ -22,6 +22,9 @@
 //! - `KEY_ERROR`: 401 with the credential it got quoted in the error body, as providers do;
 //! - `REDIRECT`: 307 to another server's address (`http://127.0.0.1:9/…`);
 //! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - `agenteval analyze`'s prompt (`## Why it was judged a failure`): a cause read from the why
+//!   (`expected` → wrong answer, a limit → budget, an exit or error → crashed, else other), its
+//!   words in varied case and spacing as a model's are;
 //! - a pairwise judge's prompt (`## Answer A` and `## Answer B`): the answer that says `GOOD`
 //!   wins (a tie when both or neither do), or always `A` when the task says `POSITION_BIAS`;
 //! - `SAY_MODEL`: answers `model=<the request's model> system=<its system prompt>` (a matrix of
@@ -448,6 +451,22 @@ pub(crate) async fn answer_as(
     let pairwise = first.split_once("## Answer A\n").and_then(|(_, rest)| rest.split_once("## Answer B\n"));
     let text = if let Some((_, text)) = &tau2 {
         text.clone()
+    } else if let Some((_, why)) = first.split_once("## Why it was judged a failure\n") {
+        // `agenteval analyze`: a cause read from the task's why.
+        let why = why.split("\n## ").next().unwrap_or(why).to_lowercase();
+        let cause = if why.contains("expected") {
+            "Wrong answer"
+        } else if why.contains("limit") || why.contains("timed out") {
+            "Ran out of budget."
+        } else if why.contains("exit") || why.contains("error") || why.contains("crash") {
+            "agent   crashed"
+        } else {
+            "other"
+        };
+        format!(
+            "```json\n{{\"cause\": \"{cause}\", \"why\": \"scripted from: {}\"}}\n```",
+            why.trim().chars().take(40).collect::<String>().replace('"', "'")
+        )
     } else if first.contains("REVIEW_TRIAL") {
         // A certify review: earned unless the trial's record says otherwise.
         let earned = !first.contains("SUSPICIOUS");

@@ -8,9 +8,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use agenteval_core::config::{EvaluatorConfig, JudgeConfig};
+use agenteval_core::config::JudgeConfig;
 use agenteval_core::model::{TaskResult, TaskSpec};
-use agenteval_core::traits::Resolver as _;
 use agenteval_core::{Error, layout};
 use agenteval_engine::bundle::{self, Metadata, read_json};
 use agenteval_engine::controller;
@@ -18,10 +17,10 @@ use agenteval_interchange::atif;
 use agenteval_interchange::certified::{
     self, Audit, CERTIFICATE, Certificate, CertifiedTask, MANIFEST, Review, SCHEMA, task_path,
 };
-use agenteval_llm::{CassetteMode, Cassettes, ChatRequest, LlmClient, Message, ModelSpec, PriceTable, TaskCalls};
 use serde_json::{Value, json};
 
 use crate::cli::IndexArgs;
+use crate::judge_door::JudgeDoor;
 use crate::session::open_index;
 use crate::{Failure, exit};
 
@@ -79,7 +78,7 @@ pub fn load_prompt(path: Option<&Path>) -> Result<(String, String), Failure> {
     Ok((text, file))
 }
 
-fn render(template: &str, vars: &BTreeMap<&str, String>) -> String {
+pub(crate) fn render(template: &str, vars: &BTreeMap<&str, String>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(at) = rest.find("{{") {
@@ -95,21 +94,11 @@ fn render(template: &str, vars: &BTreeMap<&str, String>) -> String {
 
 /// The judge's settings: an `llm_pass_fail` evaluator's (model, endpoint fields, secrets).
 pub fn load_judge(path: &Path) -> Result<JudgeConfig, Failure> {
-    let file = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{file}: cannot read: {e}")))?;
-    let fill = [("kind", json!("llm_pass_fail")), ("criteria", json!("(certify)"))];
-    let cfg = agenteval_core::config::load_evaluator_str(&text, &file, &fill).map_err(|e| usage(e.to_string()))?;
-    let EvaluatorConfig::LlmPassFail { judge, .. } = cfg else {
-        return Err(usage(format!(
-            "{file}: a certify judge is given as an llm_pass_fail judge's settings (model, base_url, …)"
-        )));
-    };
-    ModelSpec::parse(&judge.model).map_err(|e| usage(format!("{file}: model: {e}")))?;
-    Ok(judge)
+    crate::judge_door::load_judge(path, "certify")
 }
 
 /// The trajectory as a judge reads it: each step's text, calls and results, cut to size.
-fn trajectory_text(t: &atif::Trajectory) -> String {
+pub(crate) fn trajectory_text(t: &atif::Trajectory) -> String {
     let cut = |s: &str| -> String {
         if s.chars().count() <= STEP_CHARS {
             s.to_string()
@@ -163,72 +152,17 @@ fn grading_text(r: &TaskResult) -> String {
 
 /// The reviewer: the judge's model, live and recorded, or answered from a package's recording.
 struct Reviewer {
-    /// The judge's model as configured (`provider:name`).
-    model: String,
-    model_id: String,
-    client: Option<LlmClient>,
-    price: Option<agenteval_llm::Price>,
-    cassettes: Cassettes,
+    door: JudgeDoor,
     prompt: String,
     prompt_sha256: String,
-    /// The package being written.
-    out: PathBuf,
 }
 
 impl Reviewer {
     async fn new(judge: &JudgeConfig, prompt: String, out: &Path, replay: Option<&Path>) -> Result<Self, Failure> {
-        let spec = ModelSpec::parse(&judge.model).map_err(|e| usage(format!("the judge's model: {e}")))?;
-        let price = judge.endpoint.price.or_else(|| PriceTable::packaged().lookup(&spec.name));
         let prompt_sha256 = bundle::sha256_hex(prompt.as_bytes());
-        let (client, cassettes) = match replay {
-            Some(pkg) => {
-                // A replay needs no key and makes no call: every answer is the recording's.
-                let dir = pkg.join("reviews/calls");
-                if !dir.is_dir() {
-                    return Err(usage(format!(
-                        "--replay {}: no recorded reviews (reviews/calls/) in it",
-                        pkg.display()
-                    )));
-                }
-                (None, Cassettes { dir, mode: CassetteMode::Replay })
-            }
-            None => {
-                let key = match agenteval_engine::evaluators::judge_secret(judge) {
-                    Some((_, name)) => {
-                        Some(agenteval_core::secret::Secret::new(std::env::var(&name).map_err(|_| {
-                            usage(format!("the certify judge needs its key in the environment variable {name}"))
-                        })?))
-                    }
-                    None => None,
-                };
-                let e = &judge.endpoint;
-                let retry = agenteval_llm::RetryPolicy {
-                    max_attempts: e.max_attempts.unwrap_or(5).max(1),
-                    ..Default::default()
-                };
-                let timeout = std::time::Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
-                let client = match &judge.bedrock {
-                    Some(b) => {
-                        let host = crate::wiring::Wiring::new(crate::session::exe()?, None).model_host(b).await?;
-                        LlmClient::on_host(spec.clone(), host, b.model_id(&spec.name), timeout, retry)
-                    }
-                    None => LlmClient::new(spec.clone(), e.base_url.as_deref(), key.as_ref(), timeout, retry),
-                }
-                .map_err(|e| usage(format!("the certify judge: {e}")))?;
-                (Some(client), Cassettes { dir: out.join("reviews/calls"), mode: CassetteMode::Record })
-            }
-        };
-        let model_id = spec.name.clone();
-        Ok(Reviewer {
-            model: judge.model.clone(),
-            model_id,
-            client,
-            price,
-            cassettes,
-            prompt,
-            prompt_sha256,
-            out: out.to_path_buf(),
-        })
+        let recorded = replay.map(|pkg| pkg.join("reviews/calls"));
+        let door = JudgeDoor::open(judge, &out.join("reviews/calls"), recorded.as_deref(), "certify").await?;
+        Ok(Reviewer { door, prompt, prompt_sha256 })
     }
 
     /// Reviews one passing attempt.
@@ -242,27 +176,9 @@ impl Reviewer {
         ]
         .into_iter()
         .collect();
-        let req = ChatRequest {
-            model: self.model_id.clone(),
-            system: None,
-            messages: vec![Message::User { text: render(&self.prompt, &vars) }],
-            tools: vec![],
-            temperature: Some(0.0),
-            max_output_tokens: Some(1024),
-        };
         let stem = crate::interchange::file_stem(task.id.as_str());
-        let mut calls = TaskCalls::open(&stem, Some(&self.cassettes), agenteval_core::secret::Redactor::new())
-            .map_err(|e| Failure { code: exit::FAILED, error: anyhow::anyhow!("reviewing task {}: {e}", task.id) })?;
-        let answer = calls
-            .call(self.client.as_ref(), req)
-            .await
-            .map_err(|e| Failure { code: exit::FAILED, error: anyhow::anyhow!("reviewing task {}: {e}", task.id) })?;
-        if self.cassettes.mode == CassetteMode::Replay {
-            // The package made from a recording keeps it too: it replays as the first did.
-            let path = format!("reviews/calls/{stem}.jsonl");
-            write(&self.out, &path, &calls.to_jsonl())?;
-        }
-        let said = answer.text.clone().unwrap_or_default();
+        let answer = self.door.ask(&stem, render(&self.prompt, &vars), 1024).await?;
+        let said = answer.text;
         let parsed = agenteval_llm::extract_json(&said);
         let earned = parsed.as_ref().and_then(|v| v["earned"].as_bool());
         let why = parsed.as_ref().and_then(|v| v["why"].as_str().map(str::to_string)).unwrap_or_else(|| {
@@ -272,11 +188,11 @@ impl Reviewer {
             task_id: task.id.to_string(),
             earned,
             why,
-            model: self.model.clone(),
+            model: self.door.model.clone(),
             prompt_sha256: self.prompt_sha256.clone(),
             input_tokens: answer.usage.input_tokens,
             output_tokens: answer.usage.output_tokens,
-            cost_usd: self.price.as_ref().map(|p| agenteval_llm::cost(p, &answer.usage)),
+            cost_usd: answer.cost_usd,
         })
     }
 }

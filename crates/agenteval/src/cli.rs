@@ -481,6 +481,34 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Why a run's failed tasks failed, grouped by cause: a pinned judge model reads each failed
+    /// task (its instruction, why it was judged a failure, the end of its trajectory) and names
+    /// the cause in a few words; tasks with the same cause form a group, largest first.
+    /// Infrastructure failures are grouped apart without asking. Writes `analysis.json`, the
+    /// prompt and every call (`calls/`) into `--out`; `--replay DIR` makes the same analysis from
+    /// those calls with no key and no call.
+    Analyze {
+        /// The run: an id, a prefix, `latest`, `latest:NAME` or `baseline:NAME`.
+        run: String,
+        /// The judge's settings: an `llm_pass_fail` judge's fields (`model`, `base_url`,
+        /// `secrets`, `price`, `bedrock`); its key comes from the environment.
+        #[arg(long, value_name = "FILE")]
+        judge: PathBuf,
+        /// The folder to write (default `analysis-<run id>`).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Answer every call from an earlier analysis's folder (its `calls/`): no key, no call.
+        #[arg(long, value_name = "DIR")]
+        replay: Option<PathBuf>,
+        /// Read at most this many failed tasks (the rest are listed as not read).
+        #[arg(long, value_name = "N", default_value_t = 200)]
+        max_tasks: usize,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Print `analysis.json` instead of the groups.
+        #[arg(long)]
+        json: bool,
+    },
     /// Read another tool's run into the index: `import harbor JOB_DIR` makes a Harbor job
     /// folder (`harbor run`'s `jobs/<name>/`) a run that `runs show`, `compare`, gates,
     /// baselines, `report` and `ui` read like any other.

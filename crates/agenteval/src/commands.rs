@@ -155,6 +155,10 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Export {
             run, index, to: crate::cli::ExportTarget::Mlflow, tracking_uri, experiment, json, ..
         } => crate::export::export(&run, &index, tracking_uri.as_deref(), experiment.as_deref(), json).await,
+        Command::Analyze { run, judge, out, replay, max_tasks, index, json } => {
+            let o = crate::analyze::Options { judge: &judge, out, replay: replay.as_deref(), max_tasks, json };
+            crate::analyze::analyze(&run, &index, o).await
+        }
         Command::Certify { check: Some(dir), json, .. } => crate::certify::check(&dir, json),
         Command::Certify { run, judge, out, judge_prompt, replay, exploits, index, json, .. } => {
             let (run, judge) = (run.unwrap_or_default(), judge.unwrap_or_default());

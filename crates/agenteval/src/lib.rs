@@ -27,6 +27,7 @@ macro_rules! say {
 
 mod adaptive;
 mod agents;
+mod analyze;
 pub mod api;
 mod audit;
 mod certify;
@@ -40,6 +41,7 @@ mod images;
 mod import;
 mod inspect;
 mod interchange;
+mod judge_door;
 mod judging;
 mod matrix;
 mod otlp;

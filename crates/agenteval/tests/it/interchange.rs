@@ -400,3 +400,67 @@ fn an_llm_runs_trajectories_export_as_atif_that_harbor_reads() {
     assert_eq!(job["trials"].as_array().unwrap().len(), 2, "{job}");
     assert_eq!(job["locked"], serde_json::json!([]), "{job}");
 }
+
+/// `analyze`: a judge model names the cause of each failed task, the tasks are grouped by it
+/// (the same words in another case or spacing are one cause), every call is recorded, and
+/// `--replay` makes the same analysis with no key and no call.
+#[test]
+fn analyze_groups_a_runs_failed_tasks_by_the_cause_a_judge_names_and_replays_without_a_key() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let cfg = toy_config(&ws, 12, 1, 6, 2);
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v} {}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let summary = read_json(&PathBuf::from(v["bundle"].as_str().unwrap()).join("summary.json"));
+    let failed = summary["tasks_finished"].as_u64().unwrap() - summary["passed"].as_u64().unwrap();
+    assert!(failed >= 2, "{summary}");
+    ws.write("judge.yaml", &format!("model: openai:gpt-4o-mini\nbase_url: {}\n", mock.base_url()));
+    let analyze = |extra: &[&str], key: bool| {
+        let mut args = vec!["analyze", run.as_str(), "--judge", "judge.yaml"];
+        args.extend_from_slice(extra);
+        let mut c = ws.cmd(&args);
+        if key {
+            c.env("OPENAI_API_KEY", KEY);
+        } else {
+            c.env_remove("OPENAI_API_KEY");
+        }
+        c.output().unwrap()
+    };
+    let out = analyze(&["--out", "an", "--json"], true);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let a: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(a["failed"].as_u64(), Some(failed), "{a}");
+    assert_eq!(mock.received().len() as u64, failed, "one call per failed task");
+    let groups = a["groups"].as_array().unwrap();
+    let in_groups: usize = groups.iter().map(|g| g["tasks"].as_array().unwrap().len()).sum();
+    assert_eq!(in_groups as u64, failed, "{a}");
+    for t in a["tasks"].as_array().unwrap() {
+        let why = t["why"].as_str().unwrap();
+        let want = match () {
+            _ if t["outcome"] == "failed" => "wrong answer",
+            _ if why.contains("limit") => "ran out of budget",
+            _ => "agent crashed",
+        };
+        assert_eq!(t["cause"], want, "the model's words, normalised: {t}");
+    }
+    assert!(
+        groups.windows(2).all(|w| w[0]["tasks"].as_array().unwrap().len() >= w[1]["tasks"].as_array().unwrap().len())
+    );
+    assert_eq!(read_json(&ws.path().join("an/analysis.json")), a);
+    let shown = text(&analyze(&["--out", "an-text"], true).stdout);
+    assert!(shown.contains(&format!("{failed} failed task(s) in {} cause(s)", groups.len())), "{shown}");
+    assert!(shown.contains("wrong answer ("), "{shown}");
+
+    // From the recording: no key, no call, the same groups.
+    let calls = mock.received().len();
+    let out = analyze(&["--replay", "an", "--out", "an2", "--json"], false);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let again: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(again["groups"], a["groups"]);
+    assert_eq!(mock.received().len(), calls, "a replay makes no call");
+    // Without a key and without a recording: the key's variable is named, exit 2.
+    let out = analyze(&["--out", "an3"], false);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("OPENAI_API_KEY"), "{}", text(&out.stderr));
+}
