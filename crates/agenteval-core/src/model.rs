@@ -45,6 +45,22 @@ pub struct TaskSpec {
     /// `solution` are then the first step's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub steps: Option<Steps>,
+    /// The task is a conversation with a simulated user (`roles.user`) this scenario briefs
+    /// (a case's `user`; docs/roles.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<UserSpec>,
+}
+
+/// A task's simulated user, as a case file gives it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    /// Who the user is and what they want: the user model's instructions for this task.
+    pub scenario: String,
+    /// The agent's opening line, which the user answers first (default: "Hello! How can I help
+    /// you today?").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opening: Option<String>,
 }
 
 /// The steps of a task told in steps, and how their rewards make the task's.
@@ -141,6 +157,10 @@ impl TaskSpec {
             if let Some(tests) = &self.tests {
                 content["tests"] = serde_json::json!(tests);
             }
+        }
+        // Only when there is one: a task without a user keeps the fingerprint it had.
+        if let Some(user) = &self.user {
+            content["user"] = serde_json::json!(user);
         }
         hex::encode(Sha256::digest(canonical_json(&content)))
     }
@@ -1771,6 +1791,7 @@ mod tests {
             tests: None,
             solution: None,
             steps: None,
+            user: None,
         };
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(" 42\n")))).passed);
         assert!(grade_expected(&task, &result(TerminatedBy::Completed, Some(json!(42)))).passed);

@@ -604,7 +604,7 @@ impl Environment for DockerEnvironment {
         match tokio::task::spawn_blocking(move || freezer::freeze_all(main, &keep)).await {
             Ok(Ok(pids)) => Some(pids),
             Ok(Err(e)) => {
-                tracing::debug!("the agent's processes are not frozen as a group: {e}");
+                tracing::warn!("the agent's processes are not frozen as a group ({e}): they are held by signals alone");
                 None
             }
             Err(_) => None,

@@ -124,6 +124,7 @@ impl BenchmarkAdapter for Tau2Benchmark {
                 tests: None,
                 solution: None,
                 steps: None,
+                user: None,
             });
         }
         Ok(out)

@@ -125,6 +125,7 @@ fn task_spec(id: &TaskId, t: &Trial, tasks_dir: Option<&Path>, job: &Job) -> (Ta
         tests: None,
         solution: None,
         steps: None,
+        user: None,
     };
     (spec, false)
 }

@@ -40,7 +40,9 @@ struct Behaviour {
     terminated_by: String,
     error: Option<String>,
     tools: Vec<(String, Value)>,
-    /// What each tool call gave back, in order: (tool, its output).
+    /// What each tool call gave back, in order: (tool, its output). Only the `llm` agent's, whose
+    /// tools are agenteval's: an installed agent's record of its own tools holds what changes
+    /// from run to run (the gateway's address in its command line).
     results: Vec<(String, String)>,
     /// A conversation's simulated user, turn by turn (`user.message`).
     said: Vec<String>,
@@ -94,7 +96,7 @@ fn patch_files(patch: &[u8]) -> std::collections::BTreeMap<String, String> {
     files
 }
 
-async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<Behaviour> {
+async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str, with_results: bool) -> Option<Behaviour> {
     let id: agenteval_core::TaskId = task.parse().ok()?;
     let result: TaskResult =
         serde_json::from_slice(&taskpack::read_task_file(store, run, &id, layout::TASK_RESULT).await.ok()?).ok()?;
@@ -107,7 +109,7 @@ async fn behaviour(store: &dyn BundleStore, run: &RunId, task: &str) -> Option<B
         .collect();
     let results = events
         .iter()
-        .filter(|e| e.kind == EventKind::AgentToolResult)
+        .filter(|e| with_results && e.kind == EventKind::AgentToolResult)
         .map(|e| {
             let name = e.payload.get("tool").and_then(Value::as_str).unwrap_or("").to_string();
             let output = match e.payload.get("output") {
@@ -342,10 +344,11 @@ pub async fn replay(
     let new_store =
         agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded_config.storage.bundle_root).await?;
 
+    let own_tools = matches!(loaded_config.agent, AgentConfig::Llm(_));
     let mut rows = Vec::new();
     for task in &recorded_tasks {
-        let Some(was) = behaviour(store.as_ref(), &run, task).await else { continue };
-        let verdict = match behaviour(new_store.as_ref(), &outcome.run_id, task).await {
+        let Some(was) = behaviour(store.as_ref(), &run, task, own_tools).await else { continue };
+        let verdict = match behaviour(new_store.as_ref(), &outcome.run_id, task, own_tools).await {
             None => Some("no result in the replay".to_string()),
             Some(now) => first_difference(&was, &now),
         };

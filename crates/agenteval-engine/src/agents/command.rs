@@ -198,6 +198,8 @@ struct Protocol {
     final_answer: Option<serde_json::Value>,
     /// A line was not a protocol event.
     not_protocol: bool,
+    /// The text of the `agent.message` just read, for the conversation to answer.
+    said: Option<String>,
 }
 
 type Problem = (TerminatedBy, String);
@@ -241,6 +243,9 @@ impl Protocol {
             ));
         }
         let mut problem = None;
+        if ev.kind == EventKind::AgentMessage {
+            self.said = Some(ev.payload.get("text").and_then(|t| t.as_str()).unwrap_or_default().to_string());
+        }
         if ev.kind == EventKind::AgentTerminal {
             self.terminal_seen = true;
             self.final_answer = ev.payload.get("final_answer").cloned();
@@ -279,6 +284,7 @@ async fn read_events(
     child: &mut tokio::process::Child,
     mut disk: Option<disk::Watch>,
     sink: &mut dyn EventSink,
+    mut talk: Option<&mut super::converse::Talk<'_>>,
 ) -> (Protocol, Option<Problem>, Option<std::io::Result<std::process::ExitStatus>>) {
     let stdout = child.stdout.take().expect("stdout piped");
     let mut lines = BufReader::new(stdout);
@@ -314,7 +320,13 @@ async fn read_events(
             Next::DiskFull(why) => Some((TerminatedBy::LimitDisk, why)),
             Next::Line(Err(e)) => Some((TerminatedBy::AgentError, format!("reading agent output: {e}"))),
             Next::Line(Ok(_)) => match protocol.line(&buf, sink).await {
-                Ok(()) => continue,
+                Ok(()) => match (talk.as_deref_mut(), protocol.said.take()) {
+                    (Some(t), Some(said)) => match t.heard(&said, sink).await {
+                        Ok(()) => continue,
+                        Err(problem) => Some(problem),
+                    },
+                    _ => continue,
+                },
                 Err(problem) => Some(problem),
             },
         };
@@ -381,6 +393,14 @@ impl AgentRunner for CommandAgent {
         if let (Some(v), Some(g)) = (view.as_mut(), ctx.gateway) {
             open_to_gateway(v, g.port);
         }
+        // A conversation opens before the agent starts: its request holds the user's first turn.
+        let mut talk = match ctx.user {
+            Some(user) => match super::converse::open(user, sink).await {
+                Ok(t) => Some(t),
+                Err(outcome) => return outcome,
+            },
+            None => None,
+        };
         let mut cmd = self.command(prog, args, view.as_ref(), scratch.as_deref(), ctx);
         if let Some(path) = &socket {
             cmd.env(agenteval_core::environment::ENV_SOCKET_VAR, path);
@@ -394,18 +414,15 @@ impl AgentRunner for CommandAgent {
             let _ = owner.set(pid as i32);
         }
 
-        let request = self.request(ctx, scratch.as_deref(), max_disk, socket.as_deref());
-        if let Some(mut stdin) = child.stdin.take() {
-            let mut line = request.to_string();
-            line.push('\n');
-            // An agent that exits without reading its input is judged by its output below.
-            let _ = stdin.write_all(line.as_bytes()).await;
-            drop(stdin);
+        let mut request = self.request(ctx, scratch.as_deref(), max_disk, socket.as_deref());
+        if let Some(t) = &talk {
+            request["conversation"] = t.request();
         }
+        send_request(&mut child, &request, talk.as_mut()).await;
         let stderr_task = tokio::spawn(stderr_tail(child.stderr.take().expect("stderr piped")));
 
         let watch = scratch.clone().map(|dir| disk::Watch::new(dir, max_disk));
-        let (protocol, mut problem, exited) = read_events(&mut child, watch, sink).await;
+        let (protocol, mut problem, exited) = read_events(&mut child, watch, sink, talk.as_mut()).await;
         if problem.is_some()
             && let Some(pid) = child.id()
         {
@@ -424,6 +441,24 @@ impl AgentRunner for CommandAgent {
             tokio::time::timeout(DRAIN_AFTER_EXIT, stderr_task).await.ok().and_then(Result::ok).unwrap_or_default();
         let restricted = view.as_ref().is_some_and(|v| !matches!(v.net, Net::All));
         finish(&protocol, problem, status, &stderr_tail, restricted)
+    }
+}
+
+/// Writes the request line to the agent's stdin, and closes it unless a conversation goes on
+/// there (its next turns come the same way).
+async fn send_request(
+    child: &mut tokio::process::Child,
+    request: &serde_json::Value,
+    talk: Option<&mut super::converse::Talk<'_>>,
+) {
+    let Some(mut stdin) = child.stdin.take() else { return };
+    let mut line = request.to_string();
+    line.push('\n');
+    // An agent that exits without reading its input is judged by its output.
+    let _ = stdin.write_all(line.as_bytes()).await;
+    match talk {
+        Some(t) if !t.ended => t.stdin = Some(stdin),
+        _ => drop(stdin),
     }
 }
 

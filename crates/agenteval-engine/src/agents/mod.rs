@@ -6,6 +6,7 @@
 
 pub mod access;
 mod command;
+mod converse;
 mod env_tools;
 pub mod exploit;
 pub mod installed;
@@ -56,6 +57,28 @@ pub fn at_load(config: &mut RunConfig) -> Vec<(String, String)> {
 /// The agent a run configuration names, as runs are listed and shown: a preset with its version
 /// (`codex 0.171.0`), else the kind (with a command agent's program), and the model after a
 /// `·` (`codex 0.171.0 · gpt-5-codex`, `llm · openai:gpt-4o-mini`).
+/// Why this run cannot hold a task that converses with a simulated user (a case's `user`):
+/// no user model, or an agent that cannot take turns. `None` when it can.
+pub fn conversation_problem(config: &RunConfig) -> Option<String> {
+    if config.roles.user.is_none() {
+        return Some(
+            "it converses with a simulated user: give the user's model in `roles.user.model` (docs/roles.md)".into(),
+        );
+    }
+    match &config.agent {
+        AgentConfig::Llm(_) => None,
+        AgentConfig::Command { upstream: Some(_), .. } => None,
+        AgentConfig::Command { .. } => Some(
+            "a simulated user's calls go through the model gateway, which a `command` agent has with `agent.upstream` (docs/roles.md)"
+                .into(),
+        ),
+        other => Some(format!(
+            "the `{}` agent cannot converse with a simulated user: run an `llm` agent, or a `command` agent that speaks the conversation lines of docs/agent-protocol.md",
+            other.kind()
+        )),
+    }
+}
+
 pub fn label(agent: &AgentConfig) -> String {
     let who = match agent {
         AgentConfig::Installed { preset: Some(name), version, .. } => {

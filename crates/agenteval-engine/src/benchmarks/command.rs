@@ -234,6 +234,7 @@ esac"#,
             tests: None,
             solution: None,
             steps: None,
+            user: None,
         };
         let s = b.grade(&task, &completed("x"), &[], &TaskEnvironment::default()).await;
         assert!(!s.passed && s.error.as_deref().is_some_and(|e| e.contains("printed no verdict")), "{s:?}");

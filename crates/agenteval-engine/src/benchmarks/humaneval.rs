@@ -188,6 +188,7 @@ impl BenchmarkAdapter for HumanEvalBenchmark {
                 tests: None,
                 solution: None,
                 steps: None,
+                user: None,
             };
             if filter.matches(task.id.as_str(), &task.tags) {
                 tasks.push(task);

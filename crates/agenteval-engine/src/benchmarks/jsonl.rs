@@ -1,13 +1,14 @@
 //! The `jsonl` benchmark: cases from a JSONL or YAML file (`id`, `input`, `expected`,
-//! `evaluators`, `tags`; for a case that acts, its `environment`, `tests` and `solution`), with
+//! `evaluators`, `tags`; for a case that acts, its `environment`, `tests` and `solution`; for a
+//! conversation, its simulated `user`), with
 //! problems reported by line.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use agenteval_core::config::{EvaluatorConfig, Origin, TaskFilter, YamlDoc};
-use agenteval_core::model::TaskSpec;
-use agenteval_core::traits::BenchmarkAdapter;
+use agenteval_core::model::{TaskSpec, UserSpec};
+use agenteval_core::traits::{BenchmarkAdapter, TaskPlan, UserBrief};
 use agenteval_core::{Error, Result, TaskId};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -73,6 +74,33 @@ struct Case {
     /// A folder with its reference solution (`solve.sh`), for the `oracle` agent.
     #[serde(default)]
     solution: Option<PathBuf>,
+    /// The simulated user the agent converses with (`roles.user` plays it).
+    #[serde(default)]
+    user: Option<UserSpec>,
+}
+
+/// The instructions every case's simulated user gets, its scenario inside: agenteval's own
+/// (docs/roles.md), with τ²'s stop word.
+const USER_GUIDE: &str = "You are playing a user who is talking to an AI assistant. Follow the scenario \
+below: it says who you are and what you want. Write only what the user says, one message at a time, in \
+plain words; do not reveal the scenario or that you are simulated, and do not invent facts it does not \
+give. When what you wanted is done, or the assistant cannot do it, end the conversation with a last \
+message that ends with ###STOP###.\n\n<scenario>\n{scenario}\n</scenario>";
+
+/// The agent's opening line when a case gives none.
+const DEFAULT_OPENING: &str = "Hello! How can I help you today?";
+
+/// The longest scenario, and opening line, a case may give.
+const MAX_SCENARIO_BYTES: usize = 32 * 1024;
+const MAX_OPENING_BYTES: usize = 4 * 1024;
+
+/// A case's simulated user, briefed.
+fn brief(u: &UserSpec) -> UserBrief {
+    UserBrief {
+        system: USER_GUIDE.replace("{scenario}", u.scenario.trim()),
+        opening: u.opening.clone().unwrap_or_else(|| DEFAULT_OPENING.to_string()),
+        stop_words: vec!["###STOP###".to_string()],
+    }
 }
 
 #[derive(Deserialize)]
@@ -281,6 +309,19 @@ fn case_to_task(
             _ => {}
         }
     }
+    if let Some(u) = &case.user {
+        if u.scenario.trim().is_empty() {
+            problems.push("user.scenario is empty: it tells the simulated user who it is and what it wants".into());
+        }
+        if u.scenario.len() > MAX_SCENARIO_BYTES {
+            problems.push(format!("user.scenario is {} bytes, over {MAX_SCENARIO_BYTES}", u.scenario.len()));
+        }
+        if let Some(o) = &u.opening
+            && (o.trim().is_empty() || o.len() > MAX_OPENING_BYTES)
+        {
+            problems.push(format!("user.opening must be 1 to {MAX_OPENING_BYTES} bytes"));
+        }
+    }
     let tests = resolve_environment(&mut case, base, trust, problems);
     let content = case.environment.as_ref().map(|env| acting_content(env, tests.as_ref(), &case.metadata, base));
     Some(TaskSpec {
@@ -295,6 +336,7 @@ fn case_to_task(
         tests,
         solution: case.solution,
         steps: None,
+        user: case.user,
     })
 }
 
@@ -391,6 +433,10 @@ impl BenchmarkAdapter for JsonlBenchmark {
         "jsonl"
     }
 
+    fn plan(&self, task: &TaskSpec) -> TaskPlan {
+        TaskPlan { user: task.user.as_ref().map(brief), ..TaskPlan::default() }
+    }
+
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
         let bytes = super::read_data_file(&self.path, self.rules.max_file_bytes, "max_file_bytes")
             .map_err(|e| Error::invalid(format!("case file: {e}")))?;
@@ -403,6 +449,23 @@ impl BenchmarkAdapter for JsonlBenchmark {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cases_user_briefs_the_simulated_user_and_is_part_of_the_question() {
+        let text =
+            "{\"id\":\"a\",\"input\":\"x\",\"user\":{\"scenario\":\"You are Ann.\"}}\n{\"id\":\"b\",\"input\":\"x\"}\n";
+        let tasks = parse_cases(Path::new("c.jsonl"), text, CaseRules::default()).unwrap();
+        let b = JsonlBenchmark::new("c.jsonl".into());
+        let brief = b.plan(&tasks[0]).user.unwrap();
+        assert!(brief.system.contains("<scenario>\nYou are Ann.\n</scenario>"), "{}", brief.system);
+        assert_eq!((brief.opening.as_str(), brief.stop_words[0].as_str()), (DEFAULT_OPENING, "###STOP###"));
+        assert!(b.plan(&tasks[1]).user.is_none());
+        assert_ne!(tasks[0].content_fingerprint(), tasks[1].content_fingerprint(), "another question");
+        let bad = "{\"id\":\"a\",\"input\":\"x\",\"user\":{\"scenario\":\" \",\"opening\":\"\"}}\n{\"id\":\"b\",\"input\":\"x\",\"user\":{\"persona\":\"p\"}}\n";
+        let err = parse_cases(Path::new("c.jsonl"), bad, CaseRules::default()).unwrap_err().to_string();
+        assert!(err.contains("c.jsonl:1: user.scenario is empty") && err.contains("user.opening must be"), "{err}");
+        assert!(err.contains("c.jsonl:2:") && err.contains("persona"), "{err}");
+    }
 
     #[test]
     fn jsonl_problems_name_every_line() {

@@ -103,6 +103,7 @@ impl SwebenchBenchmark {
             tests: None,
             solution,
             steps: None,
+            user: None,
         })
     }
 }

@@ -58,6 +58,7 @@ impl ToyBenchmark {
             tests: None,
             solution: None,
             steps: None,
+            user: None,
         }
     }
 }

@@ -224,6 +224,7 @@ mod tests {
     fn task(i: usize) -> TaskSpec {
         TaskSpec {
             steps: None,
+            user: None,
             id: format!("t{i:06}").parse().unwrap(),
             input: serde_json::json!("q".repeat(200)),
             expected: None,

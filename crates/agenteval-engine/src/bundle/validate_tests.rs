@@ -72,6 +72,7 @@ async fn finished_bundle_of(root: &Path, packed: bool) -> (FsBundleStore, RunId,
                 tests: None,
                 solution: None,
                 steps: None,
+                user: None,
             })
             .unwrap();
     }

@@ -197,8 +197,12 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
     // table is made (their images as the fleet runs them, their folders in the bundle).
     let task_images = images::uses_task_images(&config, backend.as_ref()).await?;
     let mut held: Vec<TaskSpec> = Vec::new();
+    let conversation = crate::agents::conversation_problem(&config);
     benchmark
         .for_each_task(config.benchmark.filter(), &mut |t| {
+            if let (Some(_), Some(why)) = (&t.user, &conversation) {
+                return Err(Error::invalid(format!("task {}: {why}", t.id)));
+            }
             for r in 0..reps {
                 let rep = (r > 0).then(|| {
                     let mut rep = t.clone();

@@ -317,6 +317,7 @@ mod tests {
             tests: None,
             solution: None,
             steps: None,
+            user: None,
         }
     }
 

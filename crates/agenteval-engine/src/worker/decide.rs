@@ -172,6 +172,7 @@ mod tests {
             tests: None,
             solution: None,
             steps: None,
+            user: None,
         };
         let r = task_result(&job(0), &task, agent, scores, 0, Utc::now());
         assert!(!r.passed, "an errored score fails the task");

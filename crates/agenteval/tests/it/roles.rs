@@ -245,3 +245,96 @@ fn a_tau2_config_that_cannot_run_names_every_problem_where_it_is() {
         assert!(said.contains(line) && said.contains(says), "{line} {says}: {said}");
     }
 }
+
+/// A `command` agent in a conversation (docs/agent-protocol.md, "Conversations"): it finds the
+/// opening and the user's first turn in its request, writes `agent.message` lines, and reads the
+/// user's next turns from its stdin until the conversation ends (input closed).
+const TALKING_AGENT: &str = r#"import json, re, sys
+req = json.loads(sys.stdin.readline())
+conv = req["conversation"]
+heard, said, turns = conv["user"], [], 0
+def emit(kind, payload):
+    print(json.dumps({"kind": kind, "payload": payload}), flush=True)
+ended = conv["ended"]
+while not ended:
+    turns += 1
+    m = re.search(r"task_\w+", heard)
+    if "CHATTY" in req["input"] and turns == 2:
+        line = "It is done, goodbye. ###STOP###"
+    else:
+        line = "Marked %s completed." % (m.group(0) if m else "nothing")
+    said.append(line)
+    emit("agent.message", {"text": line})
+    nxt = sys.stdin.readline()
+    if not nxt:
+        break
+    turn = json.loads(nxt)
+    assert turn["kind"] == "user.message", turn
+    heard, ended = turn["payload"]["text"], turn["payload"]["ends"]
+emit("agent.terminal", {"final_answer": " / ".join(said)})
+"#;
+
+#[test]
+fn a_command_agent_converses_with_the_simulated_user_of_a_case_through_its_stdin() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
+    ws.write("agent.py", TALKING_AGENT);
+    ws.write(
+        "cases.jsonl",
+        "{\"id\": \"done\", \"input\": \"help\", \"user\": {\"scenario\": \"You want task_42 marked as completed.\"}, \"evaluators\": [{\"kind\": \"contains\", \"value\": \"Marked task_42 completed.\"}]}\n\
+         {\"id\": \"chatty\", \"input\": \"help CHATTY\", \"user\": {\"scenario\": \"CHATTY: you want task_7 done.\", \"opening\": \"Support here.\"}, \"evaluators\": [{\"kind\": \"contains\", \"value\": \"goodbye\"}]}\n",
+    );
+    let body = |agent: &str, roles: &str| {
+        format!(
+            "name: talk\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\n{agent}{roles}backend:\n  secrets_file: secrets.env\n"
+        )
+    };
+    let agent = format!(
+        "agent:\n  kind: command\n  command: [python3, agent.py]\n  upstream:\n    openai:\n      base_url: {}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n",
+        mock.base_url()
+    );
+    let roles = "roles:\n  user:\n    model: openai:mock-user\n";
+    let cfg = ws.write("talk.yaml", &body(&agent, roles));
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+
+    let said = |id: &str| -> Vec<(String, String)> {
+        trace(&bundle, id)
+            .iter()
+            .filter(|e| e["kind"] == "agent.message" || e["kind"] == "user.message")
+            .map(|e| (e["kind"].as_str().unwrap().to_string(), e["payload"]["text"].as_str().unwrap().to_string()))
+            .collect()
+    };
+    let done = said("done");
+    let kinds: Vec<&str> = done.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["agent.message", "user.message", "agent.message", "user.message"], "{done:?}");
+    assert_eq!(done[0].1, "Hello! How can I help you today?");
+    assert_eq!(done[1].1, "Please mark task_42 as completed.");
+    assert_eq!(done[2].1, "Marked task_42 completed.");
+    assert!(done[3].1.contains("###STOP###"), "the user ended it: {done:?}");
+    let r = result(&bundle, "done");
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(r["roles"]["user"]["calls"], 2, "the user's calls are metered apart: {r}");
+
+    // The agent ends it with `###STOP###`: no user call follows, the input closes.
+    let chatty = said("chatty");
+    assert_eq!(chatty[0].1, "Support here.");
+    assert_eq!(chatty.last().unwrap().1, "It is done, goodbye. ###STOP###", "{chatty:?}");
+    assert_eq!(chatty.iter().filter(|(k, _)| k == "user.message").count(), 2, "{chatty:?}");
+    assert_eq!(result(&bundle, "chatty")["passed"], true);
+    let shown = text(&ws.run(&["show", v["run_id"].as_str().unwrap(), "done"]).stdout);
+    assert!(shown.contains("Please mark task_42 as completed."), "{shown}");
+
+    // A case with a user and an agent that cannot converse, or no user model: refused before
+    // anything runs, naming what to change.
+    let mock_agent = ws.write("mock.yaml", &body("agent:\n  kind: mock\n", roles));
+    let out = ws.run(&["submit", "--config", mock_agent.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("cannot converse"), "{}", text(&out.stderr));
+    let no_user = ws.write("nouser.yaml", &body(&agent, ""));
+    let out = ws.run(&["submit", "--config", no_user.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("roles.user.model"), "{}", text(&out.stderr));
+}

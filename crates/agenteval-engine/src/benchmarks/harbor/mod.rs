@@ -372,6 +372,7 @@ fn read_task_with(dir: &Path, rules: VerifierRules) -> Result<TaskSpec> {
                 tests: None,
                 solution: None,
                 steps: None,
+                user: None,
             })
         }
         Err(e) => Err(e),
@@ -607,6 +608,7 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         tests: tests.filter(|_| runnable),
         solution: solution.filter(|_| runnable),
         steps: steps.filter(|_| runnable),
+        user: None,
     })
 }
 
