@@ -108,6 +108,9 @@ pub(crate) fn freeze_all(main_pid: u32, keep: &[ProcessMark]) -> std::io::Result
     while !is_frozen(&held, v1) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    // Every process of the group is held, one moved there by an earlier hold not let go yet
+    // among them: the hold names each as frozen, none as running.
+    moved.extend(members(&held).into_iter().map(|(_, inner, _)| inner));
     moved.sort_unstable();
     moved.dedup();
     Ok(moved)

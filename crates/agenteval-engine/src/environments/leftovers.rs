@@ -106,6 +106,13 @@ for m in $KEEP; do
 done
 frozen=" $FROZEN "
 for f in $FROZEN; do kill -s STOP $f 2>/dev/null; done
+# In the frozen group (the freezer's cgroup, named by agenteval): held, whether or not the list
+# above names it.
+in_group() {
+  local l
+  while read -r l; do case "$l" in *agenteval-held*) return 0 ;; esac; done 2>/dev/null < /proc/$1/cgroup
+  return 1
+}
 case "$keep" in *" 0 "*)
   kill -s STOP -1 2>/dev/null
   for a in $keep; do [ "$a" -gt 1 ] 2>/dev/null && kill -s CONT $a 2>/dev/null; done ;;
@@ -119,6 +126,7 @@ stop_all() {
     for d in /proc/[0-9]*; do
       pid=${d#/proc/}
       case "$keep$frozen" in *" $pid "*) continue ;; esac
+      [ -n "$GROUP" ] && in_group $pid && continue
       read -r line 2>/dev/null < $d/stat || continue
       rest=${line##*) }
       set -- $rest
@@ -221,6 +229,7 @@ for d in /proc/[0-9]*; do
   cmd_of $d "$comm"
   case "$listening" in *" $pid "*) kill -s CONT $pid 2>/dev/null; echo "running $pid $cmd"; continue ;; esac
   case "$frozen" in *" $pid "*) spent_of $d; echo "frozen $pid $spent $cmd"; continue ;; esac
+  if [ -n "$GROUP" ] && in_group $pid; then spent_of $d; echo "frozen $pid $spent $cmd"; continue; fi
   case "$before" in *" $pid "*) ;; *) echo "late $pid $cmd"; continue ;; esac
   case "$1" in
     T|t) spent_of $d; echo "frozen $pid $spent $cmd" ;;
@@ -308,6 +317,9 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
     r.env.insert("DONE".into(), done.clone());
     let words: Vec<String> = frozen.iter().flatten().map(u32::to_string).collect();
     r.env.insert("FROZEN".into(), words.join(" "));
+    if frozen.is_some() {
+        r.env.insert("GROUP".into(), "1".into());
+    }
     let out = s.env.exec(&s.handle, &r).await?;
     if !out.stdout.lines().any(|l| l == format!("held {done}")) {
         let said = out.stderr.trim().chars().take(200).collect::<String>();

@@ -306,7 +306,8 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
             (false.into(), serde_json::json!({"reward": 0.0})),
             "{id}: {r}"
         );
-        assert!(r["suspect"].is_null(), "nothing of the agent's ran beside the tests: {r}");
+        let log = read_text(bundle.join(format!("tasks/{id}/worker.log"))).unwrap_or_default();
+        assert!(r["suspect"].is_null(), "nothing of the agent's ran beside the tests: {r}\n{log}");
     }
     let suspects: Vec<String> = std::fs::read_dir(bundle.join("tasks"))
         .unwrap()
