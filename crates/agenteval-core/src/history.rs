@@ -32,10 +32,10 @@ pub trait Bundles: Send + Sync {
     async fn bundle(&self, run: &RunRecord) -> Option<Arc<dyn BundleStore>>;
 }
 
-/// The runs of `name` among the newest `window` of the index, oldest first, the last `last` of
+/// The runs of `name` in `listing` (the index's newest runs), oldest first, the last `last` of
 /// them. None: `NotFound`, naming where the names are listed.
-pub async fn nights(index: &dyn RunIndex, name: &str, last: usize, window: usize) -> Result<Vec<RunRecord>> {
-    let mut runs: Vec<_> = index.list_runs(window).await?.into_iter().filter(|r| of_history(&r.name, name)).collect();
+pub fn nights(listing: &[RunRecord], name: &str, last: usize) -> Result<Vec<RunRecord>> {
+    let mut runs: Vec<_> = listing.iter().filter(|r| of_history(&r.name, name)).cloned().collect();
     if runs.is_empty() {
         return Err(Error::not_found(format!("no run is named `{name}` (`agenteval runs list` shows the names)")));
     }

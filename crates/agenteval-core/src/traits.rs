@@ -771,6 +771,29 @@ pub struct UserBrief {
     pub stop_words: Vec<String>,
 }
 
+/// The instructions a case's simulated user gets, its scenario inside: agenteval's own
+/// (docs/roles.md), with τ²'s stop word.
+const USER_GUIDE: &str = "You are playing a user who is talking to an AI assistant. Follow the scenario \
+below: it says who you are and what you want. Write only what the user says, one message at a time, in \
+plain words; do not reveal the scenario or that you are simulated, and do not invent facts it does not \
+give. When what you wanted is done, or the assistant cannot do it, end the conversation with a last \
+message that ends with ###STOP###.\n\n<scenario>\n{scenario}\n</scenario>";
+
+/// The agent's opening line when a case gives none.
+pub const DEFAULT_OPENING: &str = "Hello! How can I help you today?";
+
+impl crate::model::UserSpec {
+    /// The simulated user briefed with it (every benchmark whose tasks carry one, unless the
+    /// benchmark briefs its users itself).
+    pub fn brief(&self) -> UserBrief {
+        UserBrief {
+            system: USER_GUIDE.replace("{scenario}", self.scenario.trim()),
+            opening: self.opening.clone().unwrap_or_else(|| DEFAULT_OPENING.to_string()),
+            stop_words: vec!["###STOP###".to_string()],
+        }
+    }
+}
+
 /// One turn of a simulated user.
 #[derive(Debug, Clone, PartialEq)]
 pub struct UserTurn {
@@ -795,8 +818,9 @@ pub trait SimulatedUser: Send + Sync {
 pub trait BenchmarkAdapter: Send + Sync {
     fn name(&self) -> &str;
     /// What `task` needs beyond the run's settings (see [`TaskPlan`]).
-    fn plan(&self, _task: &TaskSpec) -> TaskPlan {
-        TaskPlan::default()
+    fn plan(&self, task: &TaskSpec) -> TaskPlan {
+        // A task that carries its own simulated user (a case's `user`) is a conversation.
+        TaskPlan { user: task.user.as_ref().map(crate::model::UserSpec::brief), ..TaskPlan::default() }
     }
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>>;
     /// Hands matching tasks to `f` one at a time. Benchmarks with very many tasks override it

@@ -277,8 +277,8 @@ pub async fn task_history(
             .filter(|n| (1..=365).contains(n))
             .ok_or_else(|| Problem::bad_request(format!("`last={l}`: 1 to 365 nights")))?,
     };
-    let index = app.source.index();
-    let runs = agenteval_core::history::nights(index, name, last, LISTING_LIMIT).await?;
-    let nights = agenteval_core::history::task_history(index, &SourceBundles(app), &runs, &task).await?;
+    // The listing the runs page keeps, not the index read again.
+    let runs = agenteval_core::history::nights(&listing(app).await?, name, last)?;
+    let nights = agenteval_core::history::task_history(app.source.index(), &SourceBundles(app), &runs, &task).await?;
     Ok((name.to_string(), task, nights))
 }

@@ -101,7 +101,8 @@ pub async fn analyze(run: &str, index: &IndexArgs, o: Options<'_>) -> Result<u8,
     let failed: Vec<_> = done.attempts.iter().filter(|a| !a.result.passed).collect();
     let (mut tasks, mut not_read) = (Vec::new(), Vec::new());
     let mut cost = Some(0.0);
-    for (n, a) in failed.iter().enumerate() {
+    let mut asked = 0;
+    for a in &failed {
         let outcome = a.result.outcome();
         let task_id = a.task.id.to_string();
         if outcome == Outcome::Infra {
@@ -109,10 +110,11 @@ pub async fn analyze(run: &str, index: &IndexArgs, o: Options<'_>) -> Result<u8,
             tasks.push(Read { task_id, outcome: outcome.as_str(), cause: INFRA.into(), why, ..Read::empty() });
             continue;
         }
-        if n >= o.max_tasks {
+        if asked >= o.max_tasks {
             not_read.push(task_id);
             continue;
         }
+        asked += 1;
         let vars: BTreeMap<&str, String> = [
             ("task_id", task_id.clone()),
             ("instruction", crate::interchange::instruction(&a.task)),

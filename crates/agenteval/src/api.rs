@@ -116,10 +116,7 @@ pub async fn run(config: &Path, opts: RunOptions) -> Result<Ran, ApiError> {
     };
     let outcome = ready.submit(controller).await.map_err(Failure::from)?;
     drop(keep);
-    let code = match (&outcome.reason, outcome.status) {
-        (Some(_), s) if s != RunStatus::Complete => exit::FAILED,
-        (_, s) => crate::session::outcome_code(s),
-    };
+    let code = crate::session::exit_code_of(&outcome);
     Ok(Ran {
         run_id: outcome.run_id.to_string(),
         status: outcome.status,
@@ -148,7 +145,8 @@ pub struct Compared {
 pub async fn compare(index: &str, base: &str, cand: &str, gates: Option<&Path>) -> Result<Compared, ApiError> {
     let gates = gates.map(agenteval_judge::gates::load_gates).transpose().map_err(config_failure)?;
     let at: IndexLocation = index.parse().map_err(Failure::from)?;
-    let wiring = Wiring::new(worker_binary(None).unwrap_or_else(|_| PathBuf::from("agenteval")), None);
+    // A comparison starts no worker: the binary is never run.
+    let wiring = Wiring::new(PathBuf::from("agenteval"), None);
     let index = wiring.index_there(&at).await.map_err(Failure::from)?;
     let cand = crate::judging::resolve_ref(index.as_ref(), cand).await?;
     let judged = crate::judging::judge_run(

@@ -214,9 +214,10 @@ pub enum Command {
         run: String,
         /// For CI: the replay goes to a scratch folder that is removed afterwards (so it adds
         /// nothing to an index or a runs folder), and only the verdicts are printed; exit 0 only
-        /// when every task MATCHes (its tool calls and their results, a simulated user's turns,
-        /// the final state, scores, answer and cost), 1 naming each task's first difference. A
-        /// task that differed keeps the replay's bundle, and says where. Give `--with-config`
+        /// when every task MATCHes (its tool calls and, for the `llm` agent, their results, a
+        /// simulated user's turns, the final state, scores, answer and cost), 1 naming each
+        /// task's first difference, 3 when the replay did not complete. A check that did not
+        /// pass keeps the replay's bundle, and says where. Give `--with-config`
         /// the repository's config when the recording's paths are another machine's.
         #[arg(long)]
         check: bool,

@@ -30,7 +30,8 @@ impl Bundles for Wired<'_> {
 pub async fn history(name: &str, task: &str, last: usize, index: &IndexArgs, json: bool) -> Result<u8, Failure> {
     let task_id: TaskId = task.parse().map_err(|e: Error| Failure { code: exit::USAGE, error: e.into() })?;
     let (wiring, index) = open_index(index).await?;
-    let runs = nights(index.as_ref(), name, last, agenteval_engine::refs::LATEST_WINDOW).await?;
+    let listing = index.list_runs(agenteval_engine::refs::LATEST_WINDOW).await?;
+    let runs = nights(&listing, name, last)?;
     let bundles = Wired { resolver: wiring.as_ref(), index: index.as_ref() };
     let out = task_history(index.as_ref(), &bundles, &runs, &task_id).await.map_err(|e| match e.kind() {
         agenteval_core::ErrorKind::NotFound => {

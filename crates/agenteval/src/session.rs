@@ -99,6 +99,12 @@ pub(crate) fn outcome_code(status: RunStatus) -> u8 {
     if status == RunStatus::Complete { exit::OK } else { exit::INCOMPLETE }
 }
 
+/// What a run's ending exits with: a fault that stopped it (`reason`) is a failed operation,
+/// else its status says.
+pub(crate) fn exit_code_of(o: &RunOutcome) -> u8 {
+    if o.reason.is_some() { exit::FAILED } else { outcome_code(o.status) }
+}
+
 /// Prints how a run ended: one JSON object (`--json`), one line (`-q`), or the summary table
 /// and where things are. A run stopped because its agent cannot run is a failed operation: one
 /// line naming the cause and the config field to fix, exit 4.
@@ -126,7 +132,7 @@ pub(crate) fn print_outcome_of(
             "run_id": o.run_id,
             "status": o.status,
             "bundle": o.bundle_uri,
-            "exit_code": if o.reason.is_some() { exit::FAILED } else { code },
+            "exit_code": exit_code_of(o),
             "reason": o.reason,
             "summary": o.summary,
         });

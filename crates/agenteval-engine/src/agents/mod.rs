@@ -54,9 +54,6 @@ pub fn at_load(config: &mut RunConfig) -> Vec<(String, String)> {
     }
 }
 
-/// The agent a run configuration names, as runs are listed and shown: a preset with its version
-/// (`codex 0.171.0`), else the kind (with a command agent's program), and the model after a
-/// `·` (`codex 0.171.0 · gpt-5-codex`, `llm · openai:gpt-4o-mini`).
 /// Why this run cannot hold a task that converses with a simulated user (a case's `user`):
 /// no user model, or an agent that cannot take turns. `None` when it can.
 pub fn conversation_problem(config: &RunConfig) -> Option<String> {
@@ -79,6 +76,9 @@ pub fn conversation_problem(config: &RunConfig) -> Option<String> {
     }
 }
 
+/// The agent a run configuration names, as runs are listed and shown: a preset with its version
+/// (`codex 0.171.0`), else the kind (with a command agent's program), and the model after a
+/// `·` (`codex 0.171.0 · gpt-5-codex`, `llm · openai:gpt-4o-mini`).
 pub fn label(agent: &AgentConfig) -> String {
     let who = match agent {
         AgentConfig::Installed { preset: Some(name), version, .. } => {

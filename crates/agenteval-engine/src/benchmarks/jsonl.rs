@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use agenteval_core::config::{EvaluatorConfig, Origin, TaskFilter, YamlDoc};
 use agenteval_core::model::{TaskSpec, UserSpec};
-use agenteval_core::traits::{BenchmarkAdapter, TaskPlan, UserBrief};
+use agenteval_core::traits::BenchmarkAdapter;
 use agenteval_core::{Error, Result, TaskId};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -79,29 +79,9 @@ struct Case {
     user: Option<UserSpec>,
 }
 
-/// The instructions every case's simulated user gets, its scenario inside: agenteval's own
-/// (docs/roles.md), with τ²'s stop word.
-const USER_GUIDE: &str = "You are playing a user who is talking to an AI assistant. Follow the scenario \
-below: it says who you are and what you want. Write only what the user says, one message at a time, in \
-plain words; do not reveal the scenario or that you are simulated, and do not invent facts it does not \
-give. When what you wanted is done, or the assistant cannot do it, end the conversation with a last \
-message that ends with ###STOP###.\n\n<scenario>\n{scenario}\n</scenario>";
-
-/// The agent's opening line when a case gives none.
-const DEFAULT_OPENING: &str = "Hello! How can I help you today?";
-
 /// The longest scenario, and opening line, a case may give.
 const MAX_SCENARIO_BYTES: usize = 32 * 1024;
 const MAX_OPENING_BYTES: usize = 4 * 1024;
-
-/// A case's simulated user, briefed.
-fn brief(u: &UserSpec) -> UserBrief {
-    UserBrief {
-        system: USER_GUIDE.replace("{scenario}", u.scenario.trim()),
-        opening: u.opening.clone().unwrap_or_else(|| DEFAULT_OPENING.to_string()),
-        stop_words: vec!["###STOP###".to_string()],
-    }
-}
 
 #[derive(Deserialize)]
 #[serde(untagged)]
@@ -433,10 +413,6 @@ impl BenchmarkAdapter for JsonlBenchmark {
         "jsonl"
     }
 
-    fn plan(&self, task: &TaskSpec) -> TaskPlan {
-        TaskPlan { user: task.user.as_ref().map(brief), ..TaskPlan::default() }
-    }
-
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>> {
         let bytes = super::read_data_file(&self.path, self.rules.max_file_bytes, "max_file_bytes")
             .map_err(|e| Error::invalid(format!("case file: {e}")))?;
@@ -458,7 +434,10 @@ mod tests {
         let b = JsonlBenchmark::new("c.jsonl".into());
         let brief = b.plan(&tasks[0]).user.unwrap();
         assert!(brief.system.contains("<scenario>\nYou are Ann.\n</scenario>"), "{}", brief.system);
-        assert_eq!((brief.opening.as_str(), brief.stop_words[0].as_str()), (DEFAULT_OPENING, "###STOP###"));
+        assert_eq!(
+            (brief.opening.as_str(), brief.stop_words[0].as_str()),
+            (agenteval_core::traits::DEFAULT_OPENING, "###STOP###")
+        );
         assert!(b.plan(&tasks[1]).user.is_none());
         assert_ne!(tasks[0].content_fingerprint(), tasks[1].content_fingerprint(), "another question");
         let bad = "{\"id\":\"a\",\"input\":\"x\",\"user\":{\"scenario\":\" \",\"opening\":\"\"}}\n{\"id\":\"b\",\"input\":\"x\",\"user\":{\"persona\":\"p\"}}\n";
