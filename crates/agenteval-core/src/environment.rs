@@ -260,6 +260,12 @@ pub struct ExecRequest {
     pub workdir: Option<String>,
     /// Bytes of stdout and of stderr kept; the rest is counted, not kept.
     pub max_output_bytes: usize,
+    /// Run with the grading's rights, not the agent's (the default). Where the environment can,
+    /// an agent's command starts through agenteval's launcher, which drops a capability every
+    /// other process of the environment keeps: the kernel then refuses the command, and all it
+    /// starts, the memory, variables and files (`/proc/PID/mem`, `environ`, `root`) of any
+    /// process it did not start (PID 1, the image's services, the hold, the tests).
+    pub grader: bool,
 }
 
 impl std::fmt::Debug for ExecRequest {
@@ -271,6 +277,7 @@ impl std::fmt::Debug for ExecRequest {
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("workdir", &self.workdir)
             .field("max_output_bytes", &self.max_output_bytes)
+            .field("grader", &self.grader)
             .finish()
     }
 }
@@ -284,7 +291,13 @@ impl ExecRequest {
             env: BTreeMap::new(),
             workdir: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT,
+            grader: false,
         }
+    }
+
+    /// The same command, run with the grading's rights ([`ExecRequest::grader`]).
+    pub fn as_grader(self) -> Self {
+        ExecRequest { grader: true, ..self }
     }
 }
 

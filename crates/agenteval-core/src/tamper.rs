@@ -127,9 +127,10 @@ const STDLIB: &[&str] = &[
     "locale",
 ];
 
-/// Programs a test script runs whatever it says: the interpreter and the runner.
+/// Programs a test script runs whatever it says: the interpreter and the runner; and what
+/// starts every command of the grading in a container (`timeout`, `env`, `bash`).
 const ALWAYS_RUN: &[&str] =
-    &["python", "python3", "pytest", "py.test", "sh", "bash", "env", "uv", "uvx", "pip", "pip3"];
+    &["python", "python3", "pytest", "py.test", "sh", "bash", "env", "timeout", "uv", "uvx", "pip", "pip3"];
 
 /// Every file of `changes` the grading reads, with why; sorted, each file once.
 pub fn audit(reads: &GradingReads, changes: &Changes<'_>) -> Vec<Tampered> {
@@ -521,6 +522,7 @@ mod tests {
             "/usr/bin/python3.12".into(),
             "/usr/bin/curl".into(),
             "/usr/bin/nginx".into(),
+            "/usr/bin/timeout".into(),
             "/etc/nginx/nginx.conf".into(),
             "/tests/conftest.py".into(),
         ];
@@ -537,6 +539,7 @@ mod tests {
                 "/tests/conftest.py",
                 "/usr/bin/curl",
                 "/usr/bin/python3.12",
+                "/usr/bin/timeout",
                 "/usr/lib/python3.12/sitecustomize.py",
                 "/usr/lib/python3/dist-packages/requests/__init__.py",
                 "/usr/local/lib/python3.12/site-packages/_pytest/runner.py",

@@ -40,9 +40,12 @@ pub async fn copy_in(docker: &Docker, env: &EnvHandle, from: &Path, to: &str) ->
         format!("mkdir -p -- '{}'", dir.replace('\'', "'\\''")),
         std::time::Duration::from_secs(30),
     );
-    let made =
-        crate::exec_in(docker, env, &agenteval_core::environment::ExecRequest { user: Some("0".into()), ..mkdir })
-            .await?;
+    let made = crate::exec_in(
+        docker,
+        env,
+        &agenteval_core::environment::ExecRequest { user: Some("0".into()), grader: true, ..mkdir },
+    )
+    .await?;
     if !made.ok() {
         return Err(infra(&format!("creating {dir} in the container"), made.stderr.trim()));
     }

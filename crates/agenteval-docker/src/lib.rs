@@ -1,13 +1,15 @@
 //! Task environments in Docker containers (`environment.kind: docker`), through the Docker
 //! Engine API (bollard, never the CLI): one container per task attempt from the task's image,
 //! with its CPU and memory limits, no network unless the task asks, labels naming run, task and
-//! attempt, and no host folder mounted (files are copied in and out as tar streams). Images built
-//! from a task's `environment/` folder are tagged by a hash of its content, so each distinct
-//! folder is built once and reused by every task, repetition and run that shares it.
+//! attempt, and no host folder mounted but agenteval's launcher, read-only (files are copied in
+//! and out as tar streams). Images built from a task's `environment/` folder are tagged by a
+//! hash of its content, so each distinct folder is built once and reused by every task,
+//! repetition and run that shares it.
 
 mod build;
 mod copy;
 mod freezer;
+mod launch;
 mod network;
 mod seccomp;
 mod sidecars;
@@ -52,6 +54,11 @@ pub struct DockerEnvironment {
     processes: std::sync::Mutex<HashMap<String, Vec<ProcessMark>>>,
     /// Each live container's default user for commands (the task's `user`), when it has one.
     users: std::sync::Mutex<HashMap<String, String>>,
+    /// agenteval's launcher on this machine, mounted into every container (`launch`), once
+    /// known; `None` where the engine cannot mount it.
+    launcher: OnceCell<Option<std::path::PathBuf>>,
+    /// The live containers the launcher is mounted in: each agent's command starts through it.
+    launched: std::sync::Mutex<std::collections::HashSet<String>>,
     /// The network of containers with internet, made (and the host closed to it) once.
     network: OnceCell<String>,
     /// The network of containers without internet whose agent reaches the model gateway.
@@ -88,6 +95,8 @@ impl DockerEnvironment {
             baselines: Default::default(),
             processes: Default::default(),
             users: Default::default(),
+            launcher: OnceCell::new(),
+            launched: Default::default(),
             network: OnceCell::new(),
             gateway_network: OnceCell::new(),
             gateway: false,
@@ -334,6 +343,18 @@ impl DockerEnvironment {
         addresses(&info).into_iter().next()
     }
 
+    /// agenteval's launcher on this machine, where the engine mounts this machine's files (its
+    /// data root is a folder here); the engine is asked once.
+    async fn launcher(&self, docker: &Docker) -> Option<std::path::PathBuf> {
+        self.launcher
+            .get_or_init(|| async {
+                let root = docker.info().await.ok().and_then(|i| i.docker_root_dir);
+                launch::host_file(root.as_deref())
+            })
+            .await
+            .clone()
+    }
+
     /// Removes a task's container (idempotent: one already gone, or being removed, is fine).
     async fn remove_main(&self, docker: &Docker, env: &EnvHandle) -> Result<()> {
         match docker
@@ -407,6 +428,18 @@ impl Environment for DockerEnvironment {
         }
         let task_volumes = volumes::make(docker, run, spec).await?;
         host.mounts = task_volumes.mounts(&spec.volumes);
+        // A task that lets its agent trace (`allow_ptrace`) lets it reach the rest too: its pass
+        // in a shared container is in doubt anyway.
+        let launcher = if spec.ptrace { None } else { self.launcher(docker).await };
+        if let Some(source) = &launcher {
+            host.mounts.get_or_insert_with(Vec::new).push(bollard::models::Mount {
+                target: Some(launch::IN_CONTAINER.into()),
+                source: Some(source.display().to_string()),
+                typ: Some(bollard::models::MountType::BIND),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
         let mut labels = labels;
         if !task_volumes.token.is_empty() {
             labels.insert(volumes::LABEL_VOLUMES_OF.to_string(), task_volumes.token.clone());
@@ -449,6 +482,9 @@ impl Environment for DockerEnvironment {
         };
         let mut handle =
             EnvHandle { kind: "docker".into(), id: created.id.clone(), workdir: String::new(), notes: vec![note] };
+        if launcher.is_some() {
+            self.launched.lock().expect("not poisoned").insert(created.id.clone());
+        }
         let started = async {
             if let Some((net, extra)) = &task_net {
                 if let Some(other) = extra {
@@ -510,9 +546,12 @@ impl Environment for DockerEnvironment {
         // The task's user is each command's default, not the container's: the image's
         // ENTRYPOINT runs as the image says (it may edit /etc/hosts as root), as under Harbor.
         let user = self.users.lock().expect("not poisoned").get(&env.id).cloned();
+        let launched = !req.grader && self.launched.lock().expect("not poisoned").contains(&env.id);
         match (user, &req.user) {
-            (Some(u), None) => exec_in(self.docker().await?, env, &ExecRequest { user: Some(u), ..req.clone() }).await,
-            _ => exec_in(self.docker().await?, env, req).await,
+            (Some(u), None) => {
+                exec_as(self.docker().await?, env, &ExecRequest { user: Some(u), ..req.clone() }, launched).await
+            }
+            _ => exec_as(self.docker().await?, env, req, launched).await,
         }
     }
 
@@ -530,6 +569,7 @@ impl Environment for DockerEnvironment {
         self.baselines.lock().expect("not poisoned").remove(&env.id);
         self.processes.lock().expect("not poisoned").remove(&env.id);
         self.users.lock().expect("not poisoned").remove(&env.id);
+        self.launched.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
         // Its sidecars and network go with it, and what it was allowed to reach.
         if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
@@ -585,7 +625,8 @@ impl Environment for DockerEnvironment {
             return;
         }
         // By the shell's builtins alone: the image's programs are not the worker's to trust.
-        let list = ExecRequest { user: Some("0".into()), ..ExecRequest::new(IMAGE_PROCESSES, Duration::from_secs(30)) };
+        let list = ExecRequest { user: Some("0".into()), ..ExecRequest::new(IMAGE_PROCESSES, Duration::from_secs(30)) }
+            .as_grader();
         if let Ok(docker) = self.docker().await
             && let Ok(out) = exec_in(docker, env, &list).await
         {
@@ -741,7 +782,7 @@ impl Environment for DockerEnvironment {
         // A process killed inside a living container leaves only the cgroup's count (v2's
         // `memory.events`, v1's `memory.oom_control`): the engine's flag is for PID 1.
         let read = "cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control";
-        let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(read, Duration::from_secs(10)) };
+        let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(read, Duration::from_secs(10)) }.as_grader();
         match exec_in(docker, env, &req).await {
             Ok(o) => o
                 .stdout
@@ -783,6 +824,12 @@ fn image_processes(stdout: &str) -> Vec<ProcessMark> {
 
 /// Runs a command in the container, within its timeout, keeping a bounded part of its output.
 pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest) -> Result<ExecOutput> {
+    exec_as(docker, env, req, false).await
+}
+
+/// Runs a command in a container: as the agent (through agenteval's launcher, `launch`) when
+/// `launched`, else with the container's own rights.
+async fn exec_as(docker: &Docker, env: &EnvHandle, req: &ExecRequest, launched: bool) -> Result<ExecOutput> {
     let secs = req.timeout.as_secs_f64().max(0.001);
     // `timeout` kills the command (and, after 2 s more, what ignores SIGTERM) inside the
     // container: an exec cannot be stopped from outside.
@@ -795,6 +842,7 @@ pub(crate) async fn exec_in(docker: &Docker, env: &EnvHandle, req: &ExecRequest)
         "-c".into(),
         req.command.clone(),
     ];
+    let cmd = if launched { launch::wrap(cmd) } else { cmd };
     let config = ExecConfig {
         cmd: Some(cmd),
         attach_stdout: Some(true),
@@ -860,6 +908,8 @@ impl DockerEnvironment {
             }
         };
         found.extend(mounted_files(docker, env).await);
+        // agenteval's own, read-only: its mount point in the layer is no one's change.
+        found.retain(|(path, _)| path != launch::IN_CONTAINER);
         found
     }
 }

@@ -149,7 +149,8 @@ async fn healthy(docker: &Docker, h: &EnvHandle, hc: &Healthcheck) -> Result<()>
     let started = Instant::now();
     let mut failures = 0;
     loop {
-        let req = ExecRequest::new(hc.command.clone(), Duration::from_secs_f64(hc.timeout_secs.clamp(0.1, 3600.0)));
+        let req = ExecRequest::new(hc.command.clone(), Duration::from_secs_f64(hc.timeout_secs.clamp(0.1, 3600.0)))
+            .as_grader();
         let out = crate::exec_in(docker, h, &req).await?;
         if out.ok() {
             return Ok(());

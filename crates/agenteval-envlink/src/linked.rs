@@ -150,6 +150,7 @@ impl Environment for LinkedEnvironment {
                     env: req.env.clone(),
                     workdir: req.workdir.clone(),
                     max_output_bytes: req.max_output_bytes,
+                    grader: req.grader,
                 },
                 req.timeout.saturating_add(EXEC_SLACK),
             )

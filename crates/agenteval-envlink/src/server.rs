@@ -102,7 +102,7 @@ async fn run(env: &dyn Environment, op: Op, body: Vec<u8>) -> Result<(serde_json
             };
             json(serde_json::to_value(prepared).expect("serializable"))
         }
-        Op::Exec { handle, command, timeout_ms, user, env: vars, workdir, max_output_bytes } => {
+        Op::Exec { handle, command, timeout_ms, user, env: vars, workdir, max_output_bytes, grader } => {
             let req = ExecRequest {
                 command,
                 timeout: Duration::from_millis(timeout_ms),
@@ -110,6 +110,7 @@ async fn run(env: &dyn Environment, op: Op, body: Vec<u8>) -> Result<(serde_json
                 env: vars,
                 workdir,
                 max_output_bytes,
+                grader,
             };
             json(serde_json::to_value(env.exec(&handle, &req).await?).expect("serializable"))
         }

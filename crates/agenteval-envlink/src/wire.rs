@@ -168,6 +168,9 @@ pub(crate) enum Op {
         env: BTreeMap<String, String>,
         workdir: Option<String>,
         max_output_bytes: usize,
+        /// Absent from an older worker: the agent's rights, the safe side.
+        #[serde(default)]
+        grader: bool,
     },
     /// The body is a tar of what to copy; `name` is the file's name when one file was packed.
     CopyIn {

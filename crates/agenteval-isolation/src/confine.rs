@@ -231,6 +231,24 @@ pub fn no_tracing() -> Result<(), ConfineError> {
     filter::install_no_tracing()
 }
 
+/// Keeps an agent's command, and all it starts, from the memory, variables and files of every
+/// process it did not start (`/proc/PID/mem`, `environ`, `root`; `ptrace`): drops `CAP_MKNOD`,
+/// which no agent needs and every other process of its environment keeps, from each of its sets.
+/// The kernel lets a process reach another's only when the other's capabilities are a subset of
+/// its own. The bounding set goes first, so a program it runs as root does not regain it.
+pub fn drop_reach() -> Result<(), ConfineError> {
+    use caps::{CapSet, Capability::CAP_MKNOD};
+    if let Err(e) = caps::drop(None, CapSet::Bounding, CAP_MKNOD)
+        && nix::unistd::getuid().is_root()
+    {
+        return Err(ConfineError(format!("cannot drop CAP_MKNOD from the bounding set: {e}")));
+    }
+    for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
+        caps::drop(None, set, CAP_MKNOD).map_err(|e| format!("cannot drop CAP_MKNOD ({set:?}): {e}"))?;
+    }
+    Ok(())
+}
+
 /// The TCP ports a `command` agent reaches by default: HTTPS, and the port of the proxy the
 /// worker's environment names, if any (model APIs behind a corporate proxy).
 pub fn default_ports() -> Vec<u16> {

@@ -641,6 +641,10 @@ pub enum Command {
         /// (`ptrace`, `process_vm_*`; a fleet's environment commands).
         #[arg(long)]
         no_trace: bool,
+        /// With `--inner`: the agent's command: it and all it starts cannot reach the memory,
+        /// variables or files of a process they did not start (`CAP_MKNOD` dropped).
+        #[arg(long)]
+        agent: bool,
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },

@@ -126,8 +126,12 @@ pub fn main() -> ExitCode {
     agenteval_engine::isolation::reap::close_to_same_user();
     // Before any thread exists: a Landlock ruleset binds the thread that applies it, and the
     // process becomes the agent right after.
-    if let cli::Command::AgentSandbox { view, inner, no_trace, command } = &cli.command {
+    if let cli::Command::AgentSandbox { view, inner, no_trace, agent, command } = &cli.command {
         if *no_trace && let Err(e) = agenteval_engine::isolation::confine::no_tracing() {
+            eprintln!("agent-sandbox: {e}");
+            return ExitCode::from(126);
+        }
+        if *agent && let Err(e) = agenteval_engine::isolation::confine::drop_reach() {
             eprintln!("agent-sandbox: {e}");
             return ExitCode::from(126);
         }

@@ -191,6 +191,7 @@ fn as_root(cmd: String, secs: f64, max: usize) -> ExecRequest {
         user: Some("0".into()),
         workdir: Some(TESTBED.into()),
         max_output_bytes: max,
+        grader: true,
         ..ExecRequest::new(cmd, Duration::from_secs_f64(secs))
     }
 }

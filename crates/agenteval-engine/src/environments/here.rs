@@ -324,13 +324,18 @@ impl Environment for HereEnvironment {
         };
         // In the worker's own container every command starts through agenteval's launcher,
         // which keeps it and all it starts from tracing another process (the container's own
-        // seccomp profile is the platform's, which allows `ptrace`), unless the task allows it.
+        // seccomp profile is the platform's, which allows `ptrace`), unless the task allows it;
+        // an agent's command also from reaching any process it did not start (`drop_reach`).
         let traced = self.state.lock().expect("state lock").ptrace;
         let launcher = crate::isolation::sandbox::launcher().filter(|_| self.root == Path::new("/") && !traced);
         let mut cmd = match launcher {
             Some(l) => {
                 let mut c = tokio::process::Command::new(l);
-                c.args(["agent-sandbox", "--inner", "--no-trace", "--", "bash"]);
+                c.args(["agent-sandbox", "--inner", "--no-trace"]);
+                if !req.grader {
+                    c.arg("--agent");
+                }
+                c.args(["--", "bash"]);
                 c
             }
             None => tokio::process::Command::new("bash"),

@@ -272,7 +272,7 @@ done
 static HOLDS: LazyLock<Mutex<HashMap<String, std::result::Result<Held, String>>>> = LazyLock::new(Default::default);
 
 fn req(cmd: String) -> ExecRequest {
-    ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }
+    ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }.as_grader()
 }
 
 /// Holds the agent's leftover processes still, once per turn: the first call stops them, a later

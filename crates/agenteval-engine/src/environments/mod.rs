@@ -53,7 +53,8 @@ pub async fn healthy(s: &EnvSession, hc: &agenteval_core::environment::Healthche
     let mut failures = 0;
     let interval = Duration::from_secs_f64(hc.interval_secs.clamp(0.05, 3600.0));
     loop {
-        let req = ExecRequest::new(hc.command.clone(), Duration::from_secs_f64(hc.timeout_secs.clamp(0.1, 3600.0)));
+        let req = ExecRequest::new(hc.command.clone(), Duration::from_secs_f64(hc.timeout_secs.clamp(0.1, 3600.0)))
+            .as_grader();
         let out = s.env.exec(&s.handle, &req).await?;
         if out.ok() {
             return Ok(());

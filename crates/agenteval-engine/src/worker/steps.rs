@@ -152,7 +152,7 @@ async fn between(s: &EnvSession) -> Result<()> {
         verifier = quote(&format!("{root}/logs/verifier")),
         resume = crate::environments::leftovers::RESUME
     );
-    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) };
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }.as_grader();
     crate::environments::leftovers::forget(s).await;
     let out = s.env.exec(&s.handle, &req).await?;
     if !out.ok() {
@@ -170,7 +170,10 @@ async fn before(ctx: &Ctx, s: &EnvSession, step: &TaskStep, at: &mut Attempt) ->
             let script = format!("{}/setup.sh", s.handle.workdir.trim_end_matches('/'));
             let out = s
                 .env
-                .exec(&s.handle, &ExecRequest::new(format!("bash {}", quote(&script)), Duration::from_secs(600)))
+                .exec(
+                    &s.handle,
+                    &ExecRequest::new(format!("bash {}", quote(&script)), Duration::from_secs(600)).as_grader(),
+                )
                 .await?;
             if !out.ok() {
                 let said = format!("{}{}", out.stdout, out.stderr);

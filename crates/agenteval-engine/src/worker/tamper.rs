@@ -136,7 +136,7 @@ async fn left_for_verifier(s: &EnvSession, dirs: &[&str], since: SystemTime) -> 
         "for d in {}; do [ -d \"$d\" ] || continue; find \"$d\" -mindepth 1 ! -type d -newerct @{epoch} -print 2>/dev/null || find \"$d\" -mindepth 1 ! -type d -print; done | head -n {MAX_LEFT}",
         quoted.join(" ")
     );
-    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) };
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, Duration::from_secs(60)) }.as_grader();
     match s.env.exec(&s.handle, &req).await {
         Ok(out) => out.stdout.lines().map(str::trim).filter(|l| !l.is_empty()).map(String::from).collect(),
         Err(_) => Vec::new(),

@@ -2105,7 +2105,8 @@ async fn on_both_backends(
 /// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
 /// tests, a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
 /// reached through the worker's egress proxy, another refused), a `separate` verifier, reward
-/// rewriters and test tamperers held still, localhost, a hosts pointer) run by the oracle
+/// rewriters and test tamperers held still, localhost, a hosts pointer, PID 1 out of the agent's
+/// reach through `/proc`) run by the oracle
 /// on the local backend and on the fleet, and every task gets the same outcome and rewards on
 /// both.
 #[tokio::test(flavor = "multi_thread")]
@@ -2116,7 +2117,7 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     let tasks = aws.ws.path().join("tasks");
     crate::harbor_rules::probes(&tasks);
     let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle", "harbor").await;
-    assert_eq!(on_local.len(), 15, "{on_local:?}");
+    assert_eq!(on_local.len(), 16, "{on_local:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }
 

@@ -122,6 +122,17 @@ pub(crate) fn probes(root: &Path) {
         PTRACE_OWN_CHILD,
         &format!("cat /app/ptrace.txt; grep -qx 'refused 1' /app/ptrace.txt {VERDICT}"),
     );
+    // Nor can it reach a process it did not start through `/proc` (the kernel's own check: the agent's
+    // commands lack a capability every other process of the container keeps).
+    task(
+        root,
+        "proc-mem",
+        "",
+        PROC_MEM,
+        &format!(
+            "cat /app/mem.txt; grep -qx 'pid1-mem refused 13' /app/mem.txt && grep -qx 'pid1-environ refused 13' /app/mem.txt && grep -qx 'pid1-root refused 13' /app/mem.txt && grep -qx 'own-mem opened' /app/mem.txt {VERDICT}"
+        ),
+    );
     // The tests' service name pointed at a fake the agent left on loopback: a bind-mounted file
     // the container's layer never shows.
     task(
@@ -319,6 +330,8 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
     assert_eq!(suspects.len(), 1, "the server's pass alone is counted apart: {suspects:?}");
     assert_eq!(r("localhost")["passed"], true, "loopback is not network: {}", r("localhost"));
     assert_eq!(r("ptrace-refused")["passed"], true, "no process traces another: {}", r("ptrace-refused"));
+    let reached = r("proc-mem");
+    assert_eq!(reached["passed"], true, "the agent reached PID 1 through /proc: {reached}");
     let hosts = r("hosts-pointer");
     assert_eq!((hosts["passed"].clone(), hosts["changed_outside"].clone()), (true.into(), 1.into()), "{hosts}");
     let listed = read_text(bundle.join("tasks/hosts-pointer/artifacts/changed-outside.txt")).unwrap();
@@ -725,6 +738,24 @@ else:
 open('/app/ptrace.txt', 'w').write(said)
 PY
 python3 /tmp/pt.py"#;
+
+/// Opens PID 1's memory for writing and its variables, and the memory of a process of its own:
+/// what the kernel answered, one line each.
+const PROC_MEM: &str = r#"cat > /tmp/mem.py <<'PY'
+import subprocess
+said = []
+own = subprocess.Popen(['sleep', '30'])
+for name, path, mode in (('pid1-mem', '/proc/1/mem', 'r+b'), ('pid1-environ', '/proc/1/environ', 'rb'),
+                         ('pid1-root', '/proc/1/root/etc/hostname', 'rb'), ('own-mem', '/proc/%d/mem' % own.pid, 'r+b')):
+    try:
+        open(path, mode).close()
+        said.append('%s opened' % name)
+    except OSError as e:
+        said.append('%s refused %d' % (name, e.errno))
+own.kill()
+open('/app/mem.txt', 'w').write('\n'.join(said) + '\n')
+PY
+python3 /tmp/mem.py"#;
 
 /// Starts a process of its own and tries to trace it: what the kernel answered.
 const PTRACE_OWN_CHILD: &str = r#"cat > /tmp/pt.py <<'PY'

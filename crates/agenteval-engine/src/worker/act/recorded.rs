@@ -94,7 +94,8 @@ async fn apply_patch(s: &agenteval_core::traits::EnvSession, patch: &[u8]) -> Re
     // is not the run's; and with no configuration but the task's own repository's.
     let git = crate::environments::snapshot::hardened_shell_git();
     let cmd = format!("cd {workdir} && {git} apply --binary --whitespace=nowarn {}", crate::environments::quote(&into));
-    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, std::time::Duration::from_secs(120)) };
+    let req = ExecRequest { user: Some("0".into()), ..ExecRequest::new(cmd, std::time::Duration::from_secs(120)) }
+        .as_grader();
     let out = s.env.exec(&s.handle, &req).await?;
     if !out.ok() {
         return Err(Error::new(
