@@ -730,8 +730,9 @@ impl RunIndex for DynamoDbRunIndex {
     }
 
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
-        // A cost that is not a number, or nothing, adds nothing.
-        if !(usd.is_finite() && usd > 0.0) {
+        // A cost that is not a number, or nothing, adds nothing (a negative one gives a
+        // reservation back).
+        if !(usd.is_finite() && usd != 0.0) {
             return match self.get_item(run_pk(run), "#RUN".into()).await? {
                 Some(i) => Ok(get_n::<f64>(&i, "wire_spend").unwrap_or(0.0)),
                 None => Err(Error::not_found(format!("run {run} is not in the index"))),

@@ -210,7 +210,8 @@ pub trait CallLedger: Send + Sync {
 pub trait SpendLedger: Send + Sync {
     /// The run's spend so far.
     async fn spent(&self) -> Result<f64>;
-    /// Adds one call's cost; returns the run's spend.
+    /// Adds one call's cost, or what it reserves (negative: gives a reservation back); returns
+    /// the run's spend.
     async fn add(&self, usd: f64) -> Result<f64>;
 }
 

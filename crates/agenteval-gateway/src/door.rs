@@ -52,6 +52,9 @@ pub(crate) struct Hold {
     pub cost: Option<f64>,
     /// What it holds of a cost limit: its prompt as guessed and its answer at its most.
     pub held_cost: f64,
+    /// What it reserved of the run's budget in the run's ledger (its `cost`, once it is sent):
+    /// every worker's next call sees it until the call ends and its real cost replaces it.
+    pub reserved: f64,
 }
 
 impl Hold {
@@ -89,9 +92,11 @@ impl Session {
         if s.written_off.contains(&n) {
             return;
         }
+        let mut reserved = 0.0;
         if let Some(h) = s.holds.remove(&n) {
             s.held_tokens = s.held_tokens.saturating_sub(h.tokens());
             s.held_cost = (s.held_cost - h.held_cost).max(0.0);
+            reserved = h.reserved;
         }
         s.tokens = s.tokens.saturating_add(call.input_tokens.saturating_add(call.output_tokens));
         s.cost += call.cost_usd.unwrap_or(0.0);
@@ -99,7 +104,7 @@ impl Session {
         s.recorded.extend(entry);
         drop(s);
         if !call.replayed {
-            self.spend(call.cost_usd.unwrap_or(0.0));
+            self.spend(call.cost_usd.unwrap_or(0.0) - reserved);
         }
         if let Some(usd) = call.cost_usd.filter(|c| *c > 0.0) {
             self.count_calls(0, usd);
@@ -132,12 +137,14 @@ impl Session {
         }
     }
 
-    /// Adds a call's cost to the run's ledger, in the background: the next call of any task
+    /// Adds a call's cost to the run's ledger (less what it reserved there: a negative amount
+    /// gives the rest of a reservation back), in the background: the next call of any task
     /// reads it.
-    fn spend(&self, usd: f64) {
+    pub fn spend(&self, usd: f64) {
         // A door dropped where no runtime runs (its worker ending) has nothing left to tell.
         let runtime = tokio::runtime::Handle::try_current().ok();
-        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd > 0.0), runtime) {
+        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd != 0.0 && usd.is_finite()), runtime)
+        {
             let ledger = budget.ledger.clone();
             rt.spawn(async move {
                 if let Err(e) = ledger.add(usd).await {
@@ -153,8 +160,9 @@ impl Session {
         let mut s = self.state.lock().expect("not poisoned");
         let holds: Vec<(u32, Hold)> = s.holds.drain().collect();
         let mut calls = Vec::new();
-        let mut cut_off = 0.0;
+        let (mut cut_off, mut reserved) = (0.0, 0.0);
         for (n, h) in holds {
+            reserved += h.reserved;
             s.written_off.insert(n);
             s.tokens = s.tokens.saturating_add(h.tokens());
             s.cost += h.cost.unwrap_or(0.0);
@@ -186,7 +194,7 @@ impl Session {
         s.in_flight = 0;
         s.closed = true;
         drop(s);
-        self.spend(cut_off);
+        self.spend(cut_off - reserved);
         if cut_off > 0.0 {
             self.count_calls(0, cut_off);
         }

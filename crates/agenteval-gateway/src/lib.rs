@@ -762,6 +762,58 @@ mod tests {
         }
     }
 
+    /// The run's spend as the run index keeps it, in memory.
+    #[derive(Default)]
+    struct MemorySpend(std::sync::Mutex<f64>);
+
+    #[async_trait::async_trait]
+    impl agenteval_core::gateway::SpendLedger for MemorySpend {
+        async fn spent(&self) -> agenteval_core::Result<f64> {
+            Ok(*self.0.lock().unwrap())
+        }
+        async fn add(&self, usd: f64) -> agenteval_core::Result<f64> {
+            let mut t = self.0.lock().unwrap();
+            *t = (*t + usd).max(0.0);
+            Ok(*t)
+        }
+    }
+
+    /// Calls in flight at once on many tasks (many workers of a fleet) reserve what each could
+    /// cost in the run's ledger before they are sent: a run budget with room for two such calls
+    /// lets two go, however many arrive together, and their ends give the rest back.
+    #[tokio::test]
+    async fn calls_in_flight_on_every_task_reserve_the_runs_budget() {
+        let mock = MockLlm::start(Duration::from_millis(800));
+        let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
+        let ledger = std::sync::Arc::new(MemorySpend::default());
+        let budget = agenteval_core::gateway::RunBudget { max_usd: 0.01, ledger: ledger.clone() };
+        let run = agenteval_core::RunId::new();
+        let doors: Vec<GatewayDoor> = (0..5)
+            .map(|i| gw.open_door(DoorSpec { run_id: run, run_budget: Some(budget.clone()), ..spec(&format!("t{i}")) }))
+            .collect();
+        // 4,000 tokens at $2 a million: each could cost $0.008.
+        let calls: Vec<_> = (0..10)
+            .map(|i| {
+                let d = &doors[i % 5];
+                let url = format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
+                tokio::spawn(post_as(url, d.token().expose().to_string(), asking(&format!("c{i}"), 4000)))
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for c in calls {
+            statuses.push(c.await.unwrap().0);
+        }
+        assert_eq!(mock.received().len(), 2, "two reservations fit the budget: {statuses:?}");
+        assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
+        // The two ended: what they cost (a few tokens) replaces what they reserved.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let spent = *ledger.0.lock().unwrap();
+        assert!(spent > 0.0 && spent < 0.001, "the reservations were given back: {spent}");
+        let d = &doors[0];
+        let url = format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
+        assert_eq!(post_as(url, d.token().expose().to_string(), asking("again", 4000)).await.0, 200);
+    }
+
     #[tokio::test]
     async fn a_call_still_running_when_the_door_closes_counts_at_what_it_could_cost() {
         let mock = MockLlm::start(Duration::from_secs(2));

@@ -284,6 +284,7 @@ fn plan_of(
                     cost: priced(a.input),
                     // The prompt is billed as soon as the provider reads it: held with the answer.
                     held_cost: priced(a.input).unwrap_or(0.0),
+                    reserved: 0.0,
                 };
                 s.held_tokens = s.held_tokens.saturating_add(h.tokens());
                 s.held_cost += h.held_cost;
@@ -545,7 +546,7 @@ async fn forward(
     record: Record,
 ) -> Response<Body> {
     let wire = record.wire;
-    if let Some(why) = run_budget_spent(&record.session).await {
+    if let Some(why) = reserve_run_budget(&record).await {
         return record.refuse(why);
     }
     let provider = if wire.is_anthropic() { &inner.config.anthropic } else { &inner.config.openai };
@@ -715,17 +716,49 @@ async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::
     }
 }
 
-/// Why the next call is refused when the run's budget, kept at the wire, is spent by every
-/// task's calls together.
-async fn run_budget_spent(session: &Session) -> Option<Refusal> {
+/// Reserves what the call could cost in the run's ledger, which every worker of the run reads
+/// before its next call, so that calls in flight on many workers at once cannot all pass a
+/// budget that has room for one; or why it is refused: the run's budget, kept at the wire, is
+/// spent or reserved by every task's calls together. The call's end replaces the reservation
+/// with what it cost (`Session::ended`).
+async fn reserve_run_budget(record: &Record) -> Option<Refusal> {
+    let session = &record.session;
     let budget = session.run_budget.as_ref()?;
-    let spent = budget.ledger.spent().await.unwrap_or(0.0);
-    (spent >= budget.max_usd).then(|| Refusal::RunBudget {
+    let refusal = |spent: f64| Refusal::RunBudget {
         reason: format!(
-            "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent ${spent:.4})",
+            "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent or hold ${spent:.4})",
             budget.max_usd
         ),
-    })
+    };
+    let cost = record.hold.as_ref().and_then(|h| h.cost).filter(|c| c.is_finite() && *c > 0.0);
+    let Some(cost) = cost else {
+        let spent = budget.ledger.spent().await.unwrap_or(0.0);
+        return (spent >= budget.max_usd).then(|| refusal(spent));
+    };
+    let total = match budget.ledger.add(cost).await {
+        Ok(t) => t,
+        // A ledger that cannot be written: the call goes as before, its cost added when it ends.
+        Err(e) => {
+            tracing::warn!("cannot reserve a call's cost in the run's spend: {e}");
+            let spent = budget.ledger.spent().await.unwrap_or(0.0);
+            return (spent >= budget.max_usd).then(|| refusal(spent));
+        }
+    };
+    let before = total - cost;
+    if before >= budget.max_usd {
+        session.spend(-cost);
+        return Some(refusal(before));
+    }
+    let mut s = session.state.lock().expect("not poisoned");
+    match s.holds.get_mut(&record.n) {
+        Some(h) => h.reserved = cost,
+        // The door closed meanwhile and counted the call at its hold: the reservation goes back.
+        None => {
+            drop(s);
+            session.spend(-cost);
+        }
+    }
+    None
 }
 
 /// A call on its way to the provider.

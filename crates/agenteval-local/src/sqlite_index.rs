@@ -703,13 +703,15 @@ impl RunIndex for SqliteRunIndex {
 
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
         let id = run.to_string();
-        // A cost that is not a number adds nothing.
-        let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
+        // A cost that is not a number adds nothing; a reservation given back never below 0.
+        let usd = if usd.is_finite() { usd } else { 0.0 };
         self.with(move |c| {
-            c.prepare_cached("UPDATE runs SET wire_spend = wire_spend + ?2 WHERE run_id = ?1 RETURNING wire_spend")
-                .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
-                .map_err(|e| db_err("adding spend", e))?
-                .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
+            c.prepare_cached(
+                "UPDATE runs SET wire_spend = MAX(0, wire_spend + ?2) WHERE run_id = ?1 RETURNING wire_spend",
+            )
+            .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
+            .map_err(|e| db_err("adding spend", e))?
+            .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
         })
         .await
     }

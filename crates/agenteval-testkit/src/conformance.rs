@@ -385,6 +385,9 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!((totals.iter().copied().fold(0.0, f64::max) - 1.0).abs() < 1e-9, "{totals:?}");
     assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9);
     assert!((index.add_spend(&run, f64::NAN).await.unwrap() - 1.0).abs() < 1e-9, "a NaN adds nothing");
+    // A reservation given back.
+    assert!((index.add_spend(&run, 0.5).await.unwrap() - 1.5).abs() < 1e-9);
+    assert!((index.add_spend(&run, -0.5).await.unwrap() - 1.0).abs() < 1e-9, "a reservation given back");
     let unknown = index.add_spend(&RunId::new(), 1.0).await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::NotFound);
     // The run's calls, apart from the budget's spend: counted as they arrive, their costs as

@@ -70,15 +70,20 @@ socket.gethostbyname(socket.gethostname())
 
 /// Writes the five tasks, one Harbor itself would skip, and (with `broken`) one that cannot run.
 pub(crate) fn tasks(root: &Path, broken: bool) {
-    // 1. The image's ENTRYPOINT edits /etc/hosts, starts a service, then hands over.
+    // 1. The image's ENTRYPOINT edits /etc/hosts, starts a service, then hands over. On a fleet
+    // the service inherits the variables the environment's server was launched with (its link's
+    // token among them): the agent counts those it can read in every process's `environ`.
     let d = task(
         root,
         "entrypoint-service",
         "",
         "COPY entrypoint.sh /entrypoint.sh\nRUN chmod +x /entrypoint.sh\nENTRYPOINT [\"/entrypoint.sh\"]\n",
-        &format!("{} > /app/answer", fetch("http://svc.internal:8080/token")),
         &format!(
-            "[ \"$(cat /app/answer)\" = token-4711 ] && [ \"$({})\" = token-4711 ] {VERDICT}",
+            "{} > /app/answer\ncat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c AGENTEVAL_ENVLINK > /app/tokens || true",
+            fetch("http://svc.internal:8080/token")
+        ),
+        &format!(
+            "[ \"$(cat /app/answer)\" = token-4711 ] && [ \"$(cat /app/tokens)\" = 0 ] && [ \"$({})\" = token-4711 ] {VERDICT}",
             fetch("http://svc.internal:8080/token")
         ),
     );
