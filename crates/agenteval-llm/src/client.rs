@@ -41,6 +41,8 @@ pub struct LlmClient {
     /// within this time.
     hosted: Option<(std::sync::Arc<dyn agenteval_core::gateway::ModelHost>, String, Duration)>,
     spec: ModelSpec,
+    /// The `model` sent in place of the spec's name (an Azure deployment).
+    sent_model: Option<String>,
     url: String,
     host: String,
     retry: RetryPolicy,
@@ -93,7 +95,42 @@ impl LlmClient {
             .pool_max_idle_per_host(256)
             .build()
             .map_err(|e| LlmError::Config(format!("cannot build the HTTP client: {e}")))?;
-        Ok(LlmClient { http, auth, local: None, hosted: None, spec, url, host, retry })
+        Ok(LlmClient { http, auth, local: None, hosted: None, spec, sent_model: None, url, host, retry })
+    }
+
+    /// A client for an `openai:` `spec` served by an Azure OpenAI resource: its deployment (as
+    /// `model` on the v1 API, in the path on a dated one), its `api-key` or Entra token.
+    pub fn on_azure(
+        spec: ModelSpec,
+        azure: &agenteval_core::config::AzureEndpoint,
+        key: Option<&Secret>,
+        timeout: Duration,
+        retry: RetryPolicy,
+    ) -> Result<Self, LlmError> {
+        if spec.provider != Provider::OpenAi {
+            return Err(LlmError::Config("Azure OpenAI serves `openai:` models".into()));
+        }
+        let Some(key) = key else {
+            return Err(LlmError::Config(format!(
+                "no Azure OpenAI credential: set the secret {} (see docs/agents.md)",
+                azure.secret()
+            )));
+        };
+        let base = azure.base_url.trim_end_matches('/');
+        let deployment = azure.deployment(&spec.name).to_string();
+        let url = match &azure.api_version {
+            Some(v) => format!("{base}/openai/deployments/{deployment}/chat/completions?api-version={v}"),
+            None => format!("{base}/openai/v1/chat/completions"),
+        };
+        let bad = |_| LlmError::Config("the Azure OpenAI credential is not a valid header value".into());
+        let (name, mut value) = if azure.entra() {
+            (reqwest::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {}", key.expose())).map_err(bad)?)
+        } else {
+            (reqwest::header::HeaderName::from_static("api-key"), HeaderValue::from_str(key.expose()).map_err(bad)?)
+        };
+        value.set_sensitive(true);
+        let client = LlmClient::new(spec, Some(base), Some(key), timeout, retry)?;
+        Ok(LlmClient { auth: Some((name, value)), sent_model: Some(deployment), url, ..client })
     }
 
     /// A client for an `anthropic:` `spec` served by `host` (Amazon Bedrock) as `model_id`: no
@@ -119,6 +156,7 @@ impl LlmClient {
             local: None,
             hosted: Some((host, model_id.to_string(), timeout)),
             spec,
+            sent_model: None,
             url: described.clone(),
             host: described,
             retry,
@@ -153,10 +191,13 @@ impl LlmClient {
     /// Sends one call, retrying what is worth retrying.
     pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
         let provider = self.spec.provider.as_str();
-        let body = match self.spec.provider {
+        let mut body = match self.spec.provider {
             Provider::Anthropic => wire::anthropic_request(req),
             Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_request(req),
         };
+        if let Some(model) = &self.sent_model {
+            body["model"] = serde_json::Value::String(model.clone());
+        }
         let body = serde_json::to_vec(&body).expect("JSON serializes");
         let mut attempt = 0;
         loop {

@@ -133,8 +133,10 @@ impl LlmJudge {
         let retry = RetryPolicy { max_attempts: e.max_attempts.unwrap_or(5).max(1), ..RetryPolicy::default() };
         let timeout = Duration::from_secs_f64(e.request_timeout_seconds.unwrap_or(120.0));
         let model_id = config.bedrock.as_ref().map(|b| b.model_id(&spec.name).to_string());
-        let client = match (host, &model_id) {
-            (Some(host), Some(id)) => LlmClient::on_host(spec.clone(), host, id, timeout, retry),
+        let client = match (host, &model_id, &config.azure) {
+            (Some(host), Some(id), _) => LlmClient::on_host(spec.clone(), host, id, timeout, retry),
+            (_, _, Some(azure)) => LlmClient::on_azure(spec.clone(), azure, key, timeout, retry)
+                .inspect(|c| c.say_transport(&format!("the judge `{}`", spec.name))),
             _ => LlmClient::new(spec.clone(), e.base_url.as_deref(), key, timeout, retry)
                 .inspect(|c| c.say_transport(&format!("the judge `{}`", spec.name))),
         }
@@ -144,6 +146,7 @@ impl LlmJudge {
         let price = e
             .price
             .or(config.bedrock.as_ref().and_then(|b| b.price))
+            .or(config.azure.as_ref().and_then(|a| a.price))
             .or_else(|| table.lookup(&spec.name))
             .or_else(|| model_id.and_then(|id| table.lookup(&id)));
         let cache_dir = config.cache_dir.clone().or_else(default_cache_dir);

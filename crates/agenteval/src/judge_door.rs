@@ -64,7 +64,11 @@ impl JudgeDoor {
         what: &str,
     ) -> Result<Self, Failure> {
         let spec = ModelSpec::parse(&judge.model).map_err(|e| usage(format!("the judge's model: {e}")))?;
-        let price = judge.endpoint.price.or_else(|| PriceTable::packaged().lookup(&spec.name));
+        let price = judge
+            .endpoint
+            .price
+            .or(judge.azure.as_ref().and_then(|a| a.price))
+            .or_else(|| PriceTable::packaged().lookup(&spec.name));
         let (client, cassettes) = match replay_from {
             Some(dir) => {
                 if !dir.is_dir() {
@@ -92,7 +96,10 @@ impl JudgeDoor {
                         let host = crate::wiring::Wiring::new(crate::session::exe()?, None).model_host(b).await?;
                         LlmClient::on_host(spec.clone(), host, b.model_id(&spec.name), timeout, retry)
                     }
-                    None => LlmClient::new(spec.clone(), e.base_url.as_deref(), key.as_ref(), timeout, retry),
+                    None => match &judge.azure {
+                        Some(azure) => LlmClient::on_azure(spec.clone(), azure, key.as_ref(), timeout, retry),
+                        None => LlmClient::new(spec.clone(), e.base_url.as_deref(), key.as_ref(), timeout, retry),
+                    },
                 }
                 .map_err(|e| usage(format!("the {what} judge: {e}")))?;
                 (Some(client), Cassettes { dir: record_to.to_path_buf(), mode: CassetteMode::Record })

@@ -112,6 +112,21 @@ impl JudgeConfig {
     /// The problems of where the judge's model is, under `at` (an evaluator's place).
     pub fn validate_endpoint(&self, at: &str, p: &mut Vec<(String, String)>) {
         self.endpoint.validate(at, p);
+        if let Some(azure) = &self.azure {
+            azure.validate(&format!("{at}/azure"), p);
+            if !self.model.starts_with("openai:") {
+                p.push((format!("{at}/azure"), "Azure OpenAI serves `openai:` judges".into()));
+            }
+            if self.bedrock.is_some() {
+                p.push((format!("{at}/azure"), "the judge is served by one of `azure` or `bedrock`, not both".into()));
+            }
+            if self.endpoint.base_url.is_some() || !self.endpoint.secrets.is_empty() {
+                p.push((
+                    format!("{at}/azure"),
+                    "with `azure`, the judge's `base_url` and `secrets` are Azure's: give them under `azure`".into(),
+                ));
+            }
+        }
         let Some(bedrock) = &self.bedrock else { return };
         bedrock.validate_beside(&self.endpoint, &format!("{at}/bedrock"), "judge", p);
         if !self.model.starts_with("anthropic:") {
@@ -157,6 +172,10 @@ pub struct JudgeConfig {
     /// An `anthropic:` judge served by Amazon Bedrock (signed with AWS credentials, no key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bedrock: Option<BedrockEndpoint>,
+    /// An `openai:` judge served by an Azure OpenAI resource (its deployment, its `api-key` or
+    /// Entra token), as the `llm` agent's `azure`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureEndpoint>,
     /// Where verdicts are cached, keyed by sha256 of (model, prompt, answer, rubric): re-judging
     /// the same answer costs nothing and gives the same verdict. Default
     /// `$XDG_CACHE_HOME/agenteval/judge` (or `~/.cache/agenteval/judge`).

@@ -39,6 +39,10 @@ pub fn judge_secret(judge: &agenteval_core::config::JudgeConfig) -> Option<(Stri
     if judge.bedrock.is_some() {
         return None;
     }
+    if let Some(azure) = &judge.azure {
+        let var = azure.secrets.keys().next().map_or(agenteval_core::config::AZURE_KEY_VARS[0], String::as_str);
+        return Some((var.to_string(), azure.secret()));
+    }
     let spec = agenteval_llm::ModelSpec::parse(&judge.model).ok()?;
     let var = spec.provider.key_var();
     match judge.endpoint.secrets.get(var) {

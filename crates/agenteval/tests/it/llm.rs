@@ -1260,6 +1260,60 @@ fn a_judge_on_bedrock_is_signed_and_needs_no_key() {
     assert!(judged[0].credential.as_deref().unwrap_or_default().starts_with("AWS4-HMAC-SHA256 "), "{judged:?}");
 }
 
+/// Issue 74: a judge on an Azure OpenAI resource, as on Bedrock: its verdict comes from the
+/// resource's deployment (the v1 API, then a dated one), sent the resource's `api-key` from the
+/// secret the judge names; the key is nowhere in the bundle, and a judge without it is refused
+/// before anything runs.
+#[test]
+fn a_judge_on_an_azure_resource_answers_from_its_deployment_with_its_key() {
+    const JUDGE_KEY: &str = "azure-judge-key-SECRETJUDGE42";
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    let secrets = read_text(ws.path().join("secrets.env")).unwrap_or_default();
+    ws.write("secrets.env", &format!("{secrets}JUDGE_AZURE={JUDGE_KEY}\n"));
+    cases(&ws, &[("good", "JUDGE this GOOD ANSWER")]);
+    let judge = |version: &str| {
+        format!(
+            "evaluators:\n  - kind: llm_pass_fail\n    id: azure\n    model: openai:gpt-4o\n    criteria: is polite ({})\n    azure:\n      base_url: http://{}\n      deployments: {{gpt-4o: grader-4o}}\n{version}      secrets: {{AZURE_OPENAI_API_KEY: JUDGE_AZURE}}\n",
+            version.len(),
+            mock.addr
+        )
+    };
+    for (version, path) in [("", "azure-v1:chat"), ("      api_version: 2024-10-21\n", "azure-dated:chat:grader-4o")] {
+        let cfg = config(&ws, "judged-azure", "openai:gpt-4o-mini", &mock.base_url(), "", &judge(version));
+        let (v, code, out) = ws.submit(&cfg, &[]);
+        assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+        let bundle = bundle_of(&v);
+        let r = task(&bundle, "good");
+        let score = r["scores"].as_array().unwrap().iter().find(|s| s["evaluator_id"] == "azure").unwrap().clone();
+        assert_eq!((score["passed"].as_bool(), score["tokens"].as_u64()), (Some(true), Some(15)), "{score}");
+        let judged: Vec<_> = mock.received().into_iter().filter(|c| c.path.starts_with("azure")).collect();
+        let judged: Vec<_> = judged.into_iter().filter(|c| c.path == path).collect();
+        assert_eq!(judged.len(), 1, "one call to {path}: {judged:?}");
+        assert_eq!(judged[0].credential.as_deref(), Some(format!("api-key {JUDGE_KEY}").as_str()), "{judged:?}");
+        if version.is_empty() {
+            assert_eq!(judged[0].body["model"], "grader-4o", "the v1 API names the deployment as the model");
+        }
+        for file in ["tasks/good/result.json", "tasks/good/trace.jsonl", "tasks/good/worker.log"] {
+            assert!(!read_text(bundle.join(file)).unwrap_or_default().contains(JUDGE_KEY), "{file} holds the key");
+        }
+    }
+    // A judge without its credential: refused at submit, naming the secret.
+    ws.write("secrets.env", &secrets);
+    let cfg = config(&ws, "judged-azure-nokey", "openai:gpt-4o-mini", &mock.base_url(), "", &judge(""));
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("JUDGE_AZURE"), "{}", text(&out.stderr));
+    // Served by one of azure or bedrock, and only `openai:` judges: said at load, by place.
+    let both = judge("").replace("model: openai:gpt-4o", "model: anthropic:claude-haiku-4-5")
+        + "    bedrock: {region: us-east-1}\n";
+    let cfg = config(&ws, "judged-both", "openai:gpt-4o-mini", &mock.base_url(), "", &both);
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("Azure OpenAI serves `openai:` judges") && err.contains("not both"), "{err}");
+}
+
 /// Issue 59: a cost gate on a model without a price is refused before the run, naming the gates
 /// file, the model and the field that would price it: the gate could never pass.
 #[test]
