@@ -295,6 +295,7 @@ impl LlmAgent {
                 tools: specs.clone(),
                 temperature: self.config.temperature,
                 max_output_tokens: self.config.max_output_tokens,
+                response_format: None,
             };
             let resp = match calls.call(client, req).await {
                 Ok(r) => r,

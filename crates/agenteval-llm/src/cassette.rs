@@ -284,6 +284,7 @@ mod tests {
             tools: vec![],
             temperature: None,
             max_output_tokens: None,
+            response_format: None,
         }
     }
 

@@ -232,7 +232,9 @@ impl LlmClient {
                     Provider::Anthropic => wire::anthropic_response(&value),
                     Provider::OpenAi | Provider::OpenAiCompatible => wire::openai_response(&value),
                 };
-                return parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 });
+                let mut parsed = parsed.map_err(|e| LlmError::Decode { provider, reason: e.0 })?;
+                wire::structured_answer(req, &mut parsed);
+                return Ok(parsed);
             }
             // The model gateway could not reach the provider: said as if this client had not.
             if let Some((host, reason)) = reply

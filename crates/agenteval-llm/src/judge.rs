@@ -54,6 +54,8 @@ pub struct LlmJudge {
     shared: Option<std::sync::Arc<dyn VerdictCache>>,
     /// The config's prompt template (`prompt`, `prompt_file`), checked at load.
     template: Option<String>,
+    /// The verdict's shape asked as a JSON Schema the provider holds the reply to.
+    schema: bool,
 }
 
 /// A place verdicts are shared through, keyed by the same sha256 as the cache folder's files:
@@ -92,6 +94,24 @@ const PASS_FAIL_REPLY: &str = "Does the answer meet every criterion? Reply with 
     {\"passed\": true|false, \"reason\": \"<one sentence>\"}";
 const PAIRWISE_REPLY: &str = "Which answer meets the criteria better? Reply with one JSON object and nothing else: \
     {\"winner\": \"A\"|\"B\"|\"tie\", \"reason\": \"<one sentence>\"}";
+
+/// The verdict of a judge of `kind` as a JSON Schema, strict: every field required, no other.
+pub fn verdict_format(kind: &JudgeKind) -> crate::types::ResponseFormat {
+    let (field, shape) = match kind {
+        JudgeKind::Rubric { .. } => ("score", serde_json::json!({"type": "number", "minimum": 0, "maximum": 1})),
+        JudgeKind::PassFail { .. } => ("passed", serde_json::json!({"type": "boolean"})),
+        JudgeKind::Pairwise { .. } => ("winner", serde_json::json!({"type": "string", "enum": ["A", "B", "tie"]})),
+    };
+    crate::types::ResponseFormat {
+        name: "verdict".into(),
+        schema: serde_json::json!({
+            "type": "object",
+            "properties": {field: shape, "reason": {"type": "string", "description": "one sentence"}},
+            "required": [field, "reason"],
+            "additionalProperties": false,
+        }),
+    }
+}
 
 /// A template with each `{{name}}` replaced by `value(name)` (a name it has no value for is
 /// left as it is: the loader refused such templates).
@@ -163,6 +183,7 @@ impl LlmJudge {
             include: config.include.clone(),
             shared: None,
             template: config.prompt.clone(),
+            schema: config.response_format == agenteval_core::config::JudgeReply::JsonSchema,
         })
     }
 
@@ -529,6 +550,7 @@ impl LlmJudge {
                 tools: vec![],
                 temperature: Some(0.0),
                 max_output_tokens: Some(512),
+                response_format: self.schema.then(|| verdict_format(&self.kind)),
             };
             let resp = self.traced_chat(client, &req).await?;
             usage.input_tokens += resp.usage.input_tokens;

@@ -19,6 +19,21 @@ pub struct ChatRequest {
     pub temperature: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// The answer must be one JSON object of this shape (a judge's verdict).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<ResponseFormat>,
+}
+
+/// The shape an answer must take: one JSON object valid against `schema`. OpenAI's wire asks it
+/// as `response_format: {type: json_schema, strict: true}`; Anthropic's, which has no such
+/// field, as a tool of that name the model must call (`tool_choice`), whose input is the answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseFormat {
+    /// A name for the shape (`verdict`): letters, digits, `_` and `-`.
+    pub name: String,
+    /// A JSON Schema of an object, every property required and no other allowed (as OpenAI's
+    /// strict mode requires).
+    pub schema: serde_json::Value,
 }
 
 impl ChatRequest {

@@ -68,6 +68,7 @@ impl SimulatedUser for GatewayUser {
             tools: Vec::new(),
             temperature: self.role.temperature,
             max_output_tokens: self.role.max_output_tokens,
+            response_format: None,
         };
         let answer = self.client.chat(&req).await.map_err(|e| Stop {
             terminated_by: match &e {

@@ -63,6 +63,10 @@ pub fn openai_request(req: &ChatRequest) -> Value {
     if let Some(n) = req.max_output_tokens {
         body["max_tokens"] = json!(n);
     }
+    if let Some(f) = &req.response_format {
+        body["response_format"] =
+            json!({"type": "json_schema", "json_schema": {"name": f.name, "schema": f.schema, "strict": true}});
+    }
     body
 }
 
@@ -148,7 +152,31 @@ pub fn anthropic_request(req: &ChatRequest) -> Value {
     if let Some(t) = req.temperature {
         body["temperature"] = json!(t);
     }
+    // Anthropic's wire has no answer format: the shape is a tool the model must call, and its
+    // input is the answer ([`structured_answer`]).
+    if let Some(f) = &req.response_format {
+        let tool =
+            json!({"name": f.name, "description": "Give your answer by calling this tool.", "input_schema": f.schema});
+        match body.get_mut("tools").and_then(Value::as_array_mut) {
+            Some(tools) => tools.push(tool),
+            None => body["tools"] = json!([tool]),
+        }
+        body["tool_choice"] = json!({"type": "tool", "name": f.name});
+    }
     body
+}
+
+/// The answer to a call that asked a `response_format`: its text, or, where the shape was asked
+/// as a tool (Anthropic's wire), that tool's input as JSON text.
+pub fn structured_answer(req: &ChatRequest, resp: &mut ChatResponse) {
+    let Some(f) = &req.response_format else { return };
+    if resp.text.as_deref().is_some_and(|t| !t.trim().is_empty()) {
+        return;
+    }
+    if let Some(at) = resp.tool_calls.iter().position(|c| c.name == f.name) {
+        let call = resp.tool_calls.remove(at);
+        resp.text = Some(call.arguments.to_string());
+    }
 }
 
 /// Reads a messages answer.
@@ -208,6 +236,7 @@ mod tests {
             tools: vec![],
             temperature: Some(0.0),
             max_output_tokens: None,
+            response_format: None,
         }
     }
 

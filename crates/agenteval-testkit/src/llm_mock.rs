@@ -21,7 +21,8 @@
 //! - `NO_USAGE`: answers without any usage (as a lax OpenAI-compatible server may);
 //! - `KEY_ERROR`: 401 with the credential it got quoted in the error body, as providers do;
 //! - `REDIRECT`: 307 to another server's address (`http://127.0.0.1:9/…`);
-//! - `JUDGE`: answers as a judge: a verdict in prose and a code fence;
+//! - `JUDGE`: answers as a judge: a verdict in prose and a code fence (the JSON alone, or a
+//!   call of the tool `tool_choice` names, when the call holds the answer to a schema);
 //! - `agenteval analyze`'s prompt (`## Why it was judged a failure`): a cause read from the why
 //!   (`expected` → wrong answer, a limit → budget, an exit or error → crashed, else other), its
 //!   words in varied case and spacing as a model's are;
@@ -527,6 +528,20 @@ pub(crate) async fn answer_as(
     } else {
         format!("echo: {first}")
     };
+    // Held to a schema, as a model is: the JSON alone (OpenAI's `response_format`), or a call of
+    // the tool it must call (Anthropic's `tool_choice`) with the JSON as its input.
+    let (mut text, mut planned, mut tool_call) = (text, planned, tool_call);
+    if body.pointer("/response_format/type").and_then(Value::as_str) == Some("json_schema") {
+        text = json_of(&text).to_string();
+    }
+    if body.pointer("/tool_choice/type").and_then(Value::as_str) == Some("tool")
+        && let Some(name) = body.pointer("/tool_choice/name").and_then(Value::as_str)
+    {
+        let input = serde_json::from_str(json_of(&text)).unwrap_or_else(|_| json!({}));
+        planned = Some((name, input));
+        tool_call = true;
+        text = String::new();
+    }
     let call_id = format!("call_{call_no}");
     let (tool, args) = planned.clone().unwrap_or(("python", Value::Null));
     let stream = body.get("stream").and_then(Value::as_bool) == Some(true);
@@ -586,6 +601,14 @@ pub(crate) async fn answer_as(
         .header("content-type", "application/json")
         .body(Body::from(reply.to_string()))
         .unwrap()
+}
+
+/// The JSON object of a scripted reply: its ```json fence, else the reply.
+fn json_of(text: &str) -> &str {
+    match text.split_once("```json\n").and_then(|(_, rest)| rest.split_once("```")) {
+        Some((json, _)) => json.trim(),
+        None => text.trim(),
+    }
 }
 
 /// How a shell tool takes its command.

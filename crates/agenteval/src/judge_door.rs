@@ -125,6 +125,7 @@ impl JudgeDoor {
             tools: vec![],
             temperature: Some(0.0),
             max_output_tokens: Some(max_output_tokens),
+            response_format: None,
         };
         let failed = |e: agenteval_llm::LlmError| Failure {
             code: exit::FAILED,

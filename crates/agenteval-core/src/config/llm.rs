@@ -172,6 +172,11 @@ pub struct JudgeConfig {
     /// An `anthropic:` judge served by Amazon Bedrock (signed with AWS credentials, no key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bedrock: Option<BedrockEndpoint>,
+    /// `json_schema`: the judge's reply is held to its verdict's JSON Schema by the provider
+    /// (OpenAI's strict `response_format`; a tool it must call on Anthropic's wire), for
+    /// models that stray from a shape asked in words. Default `text`.
+    #[serde(default, skip_serializing_if = "JudgeReply::is_text")]
+    pub response_format: JudgeReply,
     /// An `openai:` judge served by an Azure OpenAI resource (its deployment, its `api-key` or
     /// Entra token), as the `llm` agent's `azure`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +252,25 @@ pub(crate) fn check_template(kind: &str, template: &str) -> Result<(), String> {
         return Err(format!("the prompt never shows the judge `{{{{{}}}}}`", known[0]));
     }
     Ok(())
+}
+
+/// How a judge must reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum JudgeReply {
+    /// Its verdict's JSON shape is asked in words and read from the reply.
+    #[default]
+    Text,
+    /// The verdict's shape is a JSON Schema the provider holds the reply to: OpenAI's strict
+    /// `response_format` (Azure's too); on Anthropic's wire (and Bedrock's) a tool the judge must
+    /// call, whose input is the verdict.
+    JsonSchema,
+}
+
+impl JudgeReply {
+    pub fn is_text(&self) -> bool {
+        *self == JudgeReply::Text
+    }
 }
 
 /// Something a judge may be shown besides the task and the answer.

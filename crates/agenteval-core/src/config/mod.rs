@@ -23,7 +23,7 @@ pub use evaluator::{
 };
 pub use llm::{
     AZURE_KEY_VARS, AzureEndpoint, BedrockEndpoint, DEFAULT_MAX_ANSWER_CHARS, Endpoint, JudgeConfig, JudgeInclude,
-    LlmAgentConfig, ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow, template_names,
+    JudgeReply, LlmAgentConfig, ModelPrice, RateLimit, ReplayMatch, Upstream, UpstreamAllow, template_names,
 };
 pub use load::{
     ConfigError, DeployedFn, ExtraChecks, LoadedConfig, Origin, Problem, YamlDoc, did_you_mean, load_config,

@@ -1274,7 +1274,7 @@ fn a_judge_on_an_azure_resource_answers_from_its_deployment_with_its_key() {
     cases(&ws, &[("good", "JUDGE this GOOD ANSWER")]);
     let judge = |version: &str| {
         format!(
-            "evaluators:\n  - kind: llm_pass_fail\n    id: azure\n    model: openai:gpt-4o\n    criteria: is polite ({})\n    azure:\n      base_url: http://{}\n      deployments: {{gpt-4o: grader-4o}}\n{version}      secrets: {{AZURE_OPENAI_API_KEY: JUDGE_AZURE}}\n",
+            "evaluators:\n  - kind: llm_pass_fail\n    id: azure\n    model: openai:gpt-4o\n    criteria: is polite ({})\n    cache_dir: judge-cache\n    azure:\n      base_url: http://{}\n      deployments: {{gpt-4o: grader-4o}}\n{version}      secrets: {{AZURE_OPENAI_API_KEY: JUDGE_AZURE}}\n",
             version.len(),
             mock.addr
         )
@@ -1312,6 +1312,57 @@ fn a_judge_on_an_azure_resource_answers_from_its_deployment_with_its_key() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(err.contains("Azure OpenAI serves `openai:` judges") && err.contains("not both"), "{err}");
+}
+
+/// Issue 74: judges held to their verdict's JSON Schema (`response_format: json_schema`): an
+/// `openai:` judge asks it as OpenAI's strict `response_format` and reads the bare JSON; an
+/// `anthropic:` one, whose wire has no such field, as a tool it must call (`tool_choice`), and
+/// reads the verdict from that call's input.
+#[test]
+fn judges_held_to_a_schema_ask_it_on_each_wire_and_read_the_verdict() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    cases(&ws, &[("good", "JUDGE this GOOD ANSWER"), ("bad", "JUDGE this poor one")]);
+    let judges = format!(
+        "evaluators:\n  - kind: llm_rubric\n    id: strict-openai\n    model: openai:gpt-4o-mini\n    base_url: {url}\n    rubric: is polite\n    cache_dir: judge-cache\n    response_format: json_schema\n  - kind: llm_pass_fail\n    id: strict-anthropic\n    model: anthropic:claude-haiku-4-5\n    base_url: {url}\n    criteria: is polite\n    cache_dir: judge-cache\n    response_format: json_schema\n",
+        url = mock.base_url()
+    );
+    let cfg = config(&ws, "schema-judges", "openai:gpt-4o-mini", &mock.base_url(), "", &judges);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert!(code == 0 || code == 1, "{v}\n{}", text(&out.stderr));
+    let bundle = bundle_of(&v);
+    for (id, passed) in [("good", true), ("bad", false)] {
+        let r = task(&bundle, id);
+        for judge in ["strict-openai", "strict-anthropic"] {
+            let s = r["scores"].as_array().unwrap().iter().find(|s| s["evaluator_id"] == judge).unwrap().clone();
+            assert_eq!(s["passed"].as_bool(), Some(passed), "{id} by {judge}: {s}");
+            assert!(s["reason"].as_str().unwrap_or_default().starts_with("scripted"), "{s}");
+        }
+    }
+    let got = mock.received();
+    let asked: Vec<_> = got.iter().filter(|c| c.body.to_string().contains("## Rubric")).collect();
+    assert_eq!(asked.len(), 2, "{got:?}");
+    for c in &asked {
+        let f = &c.body["response_format"];
+        assert_eq!(
+            (f["type"].as_str(), f["json_schema"]["strict"].as_bool()),
+            (Some("json_schema"), Some(true)),
+            "{f}"
+        );
+        assert_eq!(f["json_schema"]["schema"]["required"], serde_json::json!(["score", "reason"]), "{f}");
+    }
+    let emulated: Vec<_> = got.iter().filter(|c| c.body.get("tool_choice").is_some()).collect();
+    assert_eq!(emulated.len(), 2, "the anthropic judge's two calls: {got:?}");
+    for c in &emulated {
+        assert_eq!(c.body["tool_choice"], serde_json::json!({"type": "tool", "name": "verdict"}), "{}", c.body);
+        assert_eq!(c.body["tools"][0]["input_schema"]["required"], serde_json::json!(["passed", "reason"]));
+    }
+    // A reply format the judge does not know is a config error, by place.
+    let bad = judges.replacen("response_format: json_schema", "response_format: yaml", 1);
+    let cfg = config(&ws, "schema-bad", "openai:gpt-4o-mini", &mock.base_url(), "", &bad);
+    let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("response_format"), "{}", text(&out.stderr));
 }
 
 /// Issue 59: a cost gate on a model without a price is refused before the run, naming the gates
