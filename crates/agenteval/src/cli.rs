@@ -1019,6 +1019,26 @@ pub enum ImportCommand {
         #[arg(long)]
         json: bool,
     },
+    /// An agent's traces recorded elsewhere: OTLP JSON (one `ExportTraceServiceRequest` per
+    /// line, as `export --to otlp` and a collector's file exporter write them, or one whole
+    /// request). Each task is the spans under a span (or resource) with `agenteval.task.id`;
+    /// its answer is its last model turn's text, its tool calls and results and its tokens come
+    /// from its GenAI spans (`chat`, `execute_tool`; content captured), a judge's spans left out.
+    /// The run is `--config CONFIG`'s tasks, unscored, in its storage and index: `agenteval
+    /// regrade RUN` grades them with CONFIG's evaluators. Importing the same file again changes
+    /// nothing.
+    Otlp {
+        /// The traces file.
+        file: PathBuf,
+        /// The run's name (default: `CONFIG's name [otlp]`).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        index: IndexArgs,
+        /// Print one JSON object (the run id, its tasks, its spans).
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Where `export` sends a run.

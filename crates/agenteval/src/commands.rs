@@ -175,6 +175,9 @@ pub async fn run(cli: Cli, telemetry: &Telemetry) -> Result<u8, Failure> {
         Command::Import { command: crate::cli::ImportCommand::Harbor { job, tasks, name, index, json } } => {
             crate::import::harbor(&job, tasks.as_deref(), name.as_deref(), &index, json).await
         }
+        Command::Import { command: crate::cli::ImportCommand::Otlp { file, name, index, json } } => {
+            crate::import_otlp::otlp(&file, name.as_deref(), &index, json).await
+        }
         Command::ValidateBundle { path, index, json } => validate_bundle(&path, &index, json).await,
         Command::Config { command: ConfigCommand::Validate { file, sets, json } } => config_validate(&file, sets, json),
         Command::Doctor { run, json, probe, build } => doctor(&run, json, probe, build, telemetry).await,

@@ -51,7 +51,7 @@ pub struct ImportedRun {
 
 /// Where the run goes: a config's storage and index, else `--index FILE` (or the nearest
 /// `runs/index.sqlite`, else `./runs/index.sqlite`, made) with its bundles beside it.
-async fn destination(
+pub(crate) async fn destination(
     index: &IndexArgs,
 ) -> Result<(Arc<Wiring>, Arc<dyn BundleStore>, Arc<dyn RunIndex>, String), Failure> {
     let exe = std::env::current_exe().map_err(|e| Error::io("finding agenteval's own program", e))?;

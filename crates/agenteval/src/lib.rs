@@ -39,6 +39,7 @@ mod gateway;
 mod history;
 mod images;
 mod import;
+mod import_otlp;
 mod inspect;
 mod interchange;
 mod judge_door;

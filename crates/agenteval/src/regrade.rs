@@ -29,7 +29,13 @@ pub async fn regrade(
     let (wiring, index) = open_index(index_args).await?;
     let run_id = judging::resolve_ref(index.as_ref(), run).await?;
     let located = controller::locate(wiring.as_ref(), index.as_ref(), &run_id).await?;
-    crate::session::not_imported(located.store.as_ref(), &run_id, "regraded").await?;
+    // Traces imported from OTLP hold answers and steps to grade; another tool's run holds its
+    // own verdicts only.
+    let meta: agenteval_engine::bundle::Metadata =
+        agenteval_engine::bundle::read_json(located.store.as_ref(), &run_id, layout::METADATA).await?;
+    if meta.imported.as_ref().is_none_or(|i| i.tool != "otlp") {
+        crate::session::not_imported(located.store.as_ref(), &run_id, "regraded").await?;
+    }
     if located.config.regrade.is_some() {
         return Err(Error::invalid(format!(
             "run {run_id} is itself a regrade: regrade the run it graded ({})",

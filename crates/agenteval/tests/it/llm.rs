@@ -659,6 +659,77 @@ fn model_calls_follow_the_genai_conventions_and_carry_content_only_when_asked() 
     }
 }
 
+/// Traces in (issue 74): a run's traces exported as OTLP JSON lines and imported back with the
+/// run's config are a run of its tasks whose answers and tool calls come from the spans alone;
+/// `regrade` grades them as the run itself was graded. Importing again changes nothing; a file
+/// that is not OTLP is named by line, one whose spans name no task says what to set.
+#[test]
+fn traces_exported_and_imported_back_are_graded_by_regrade_as_the_run_was() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = workspace();
+    ws.write(
+        "cases.jsonl",
+        "{\"id\": \"tool\", \"input\": \"USE_TOOL please\", \"expected\": \"the tool said 42\"}\n{\"id\": \"plain\", \"input\": \"hello\", \"expected\": \"not what it says\"}\n",
+    );
+    let extra = "evaluators:\n  - kind: exact_match\n  - kind: tool_calls\n    calls: [{tool: python}]\ntelemetry:\n  capture_content: true\n";
+    let cfg = config(&ws, "traced", "openai:gpt-4o-mini", &mock.base_url(), "", extra);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let verdicts = |bundle: &Path| -> Vec<(String, bool, String)> {
+        ["plain", "tool"]
+            .iter()
+            .map(|id| {
+                let r = task(bundle, id);
+                let answer = r["agent"]["final_answer"].as_str().unwrap_or_default().to_string();
+                (id.to_string(), r["passed"].as_bool().unwrap(), answer)
+            })
+            .collect()
+    };
+    let original = verdicts(&bundle_of(&v));
+    assert_eq!((original[0].1, original[1].1), (false, true), "{original:?}");
+    let file = ws.path().join("traces.jsonl");
+    let out = ws.run(&["export", &run, "--to", "otlp", "--out", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let import =
+        |f: &Path| ws.run(&["import", "otlp", f.to_str().unwrap(), "--config", cfg.to_str().unwrap(), "--json"]);
+    let out = import(&file);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let imported: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((imported["tasks"].as_u64(), imported["already"].as_bool()), (Some(2), Some(false)), "{imported}");
+    let imported_bundle = std::path::PathBuf::from(imported["bundle"].as_str().unwrap());
+    // The answers came from the spans alone, and the tool call with its arguments.
+    assert_eq!(
+        verdicts(&imported_bundle).iter().map(|v| v.2.clone()).collect::<Vec<_>>(),
+        [original[0].2.clone(), original[1].2.clone()]
+    );
+    let steps = trace(&imported_bundle, "tool");
+    let call = steps.iter().find(|e| e["kind"] == "agent.tool_call").expect("the tool call");
+    assert_eq!(call["payload"]["tool"], "python", "{call}");
+    assert!(call["payload"]["arguments"]["code"].is_string(), "{call}");
+    // Graded again, from the traces: the run's own verdicts.
+    let rid = imported["run_id"].as_str().unwrap().to_string();
+    let out = ws.run(&["regrade", &rid, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let regraded: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdicts(&bundle_of(&regraded)), original, "the traces graded as the run was");
+    // Again: nothing new.
+    let again: serde_json::Value = serde_json::from_slice(&import(&file).stdout).unwrap();
+    assert_eq!((again["already"].as_bool(), again["run_id"].clone()), (Some(true), imported["run_id"].clone()));
+    // Not OTLP: named by line and column, exit 2; spans that name no task: what to set.
+    let bad = ws.write("bad.jsonl", "{\"resourceSpans\": []}\n{\"resourceSpans\": 7}\n");
+    let out = import(&bad);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("bad.jsonl:2:"), "{}", text(&out.stderr));
+    let none = ws.write("none.jsonl", "{\"resourceSpans\": []}\n");
+    let out = import(&none);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("agenteval.task.id"), "{}", text(&out.stderr));
+    let out = ws.run(&["import", "otlp", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "--config is needed: {}", text(&out.stderr));
+}
+
 /// The judge's part of a call: the user message of a chat request (OpenAI puts the system
 /// prompt first).
 fn user_text(body: &serde_json::Value) -> String {
