@@ -730,9 +730,8 @@ impl RunIndex for DynamoDbRunIndex {
     }
 
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
-        // A cost that is not a number, or nothing, adds nothing (a negative one gives a
-        // reservation back).
-        if !(usd.is_finite() && usd != 0.0) {
+        // A cost that is not a number, or nothing, adds nothing.
+        if !(usd.is_finite() && usd > 0.0) {
             return match self.get_item(run_pk(run), "#RUN".into()).await? {
                 Some(i) => Ok(get_n::<f64>(&i, "wire_spend").unwrap_or(0.0)),
                 None => Err(Error::not_found(format!("run {run} is not in the index"))),
@@ -757,6 +756,36 @@ impl RunIndex for DynamoDbRunIndex {
                 Err(Error::not_found(format!("run {run} is not in the index")))
             }
             Err(e) => Err(classify(&format!("adding spend to run {run}"), e)),
+        }
+    }
+
+    async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)> {
+        let usd = if usd.is_finite() { usd } else { 0.0 };
+        let res = self
+            .clients
+            .dynamodb
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(run_pk(run)))
+            .key("sk", s("#RUN"))
+            .update_expression("ADD wire_held :usd")
+            .condition_expression("attribute_exists(pk)")
+            .expression_attribute_values(":usd", n(usd))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
+            .send()
+            .await;
+        match res {
+            Ok(out) => {
+                let a = out.attributes();
+                let spent = a.and_then(|a| get_n::<f64>(a, "wire_spend").ok()).unwrap_or(0.0);
+                // Floating sums of what was held and given back: never read below nothing.
+                let held = a.and_then(|a| get_n::<f64>(a, "wire_held").ok()).unwrap_or(0.0).max(0.0);
+                Ok((spent, held))
+            }
+            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
+                Err(Error::not_found(format!("run {run} is not in the index")))
+            }
+            Err(e) => Err(classify(&format!("holding spend of run {run}"), e)),
         }
     }
 

@@ -210,9 +210,13 @@ pub trait CallLedger: Send + Sync {
 pub trait SpendLedger: Send + Sync {
     /// The run's spend so far.
     async fn spent(&self) -> Result<f64>;
-    /// Adds one call's cost, or what it reserves (negative: gives a reservation back); returns
-    /// the run's spend.
+    /// Adds one call's cost; returns the run's spend.
     async fn add(&self, usd: f64) -> Result<f64>;
+    /// Adds to what calls in flight hold (negative: gives it back); returns the run's spend and
+    /// what is held. A ledger that holds nothing says so (`0` held).
+    async fn hold(&self, _usd: f64) -> Result<(f64, f64)> {
+        Ok((self.spent().await?, 0.0))
+    }
 }
 
 /// Calls answered from a recording instead of the provider.
@@ -457,6 +461,9 @@ pub trait Door: Send {
     /// Closes the door (the token stops working at once) and returns the task's calls as
     /// cassette lines (redacted).
     fn close(&mut self) -> Vec<u8>;
+    /// Waits until what its calls wrote to the run's ledgers (spend, budget held and given
+    /// back, calls counted) is written: a task's worker may end right after.
+    async fn settle(&mut self) {}
 }
 
 /// The calls of a door that ended and were not taken yet: the gateway puts them, the worker

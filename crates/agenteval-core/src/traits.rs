@@ -633,12 +633,14 @@ pub trait RunIndex: Send + Sync {
         })
     }
     async fn task_counts(&self, run: &RunId) -> Result<TaskCounts>;
-    /// Adds `usd` to what the run's model calls spent or hold at the wire (every worker's
-    /// gateway reserves what a call could cost as it is sent, and replaces it with its cost as
-    /// it ends: a negative `usd` gives the rest back) and returns the run's total: one atomic
-    /// addition, so that every worker of a fleet reads one budget. Unknown runs fail with
-    /// `NotFound`.
+    /// Adds `usd` to what the run's model calls spent at the wire (every worker's gateway adds
+    /// each call's cost as it ends) and returns the run's total: one atomic addition, so that
+    /// every worker of a fleet reads one budget. Unknown runs fail with `NotFound`.
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64>;
+    /// Adds `usd` to what the run's calls in flight hold of its budget (what each could cost,
+    /// reserved as it is sent; negative: given back as it ends) and returns the run's spend and
+    /// what is held after it, in one atomic step.
+    async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)>;
     /// What the run's model calls spent at the wire so far (0 for a run without any).
     async fn spend(&self, run: &RunId) -> Result<f64>;
     /// Adds model calls of the run and their cost (every worker's gateway counts each call as it

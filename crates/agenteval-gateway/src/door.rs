@@ -37,6 +37,10 @@ pub(crate) struct Session {
     pub calls: Arc<CallQueue>,
     /// Told when the door closes: calls still reading an answer stop (their cost was counted).
     pub closing: tokio::sync::Notify,
+    /// The run's ledger writes still under way (spend, holds given back, calls counted): the
+    /// worker waits for them before its task ends ([`Door::settle`]), so that a worker that
+    /// ends at once never leaves the run's budget held.
+    pub pending: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 /// What a forwarded call holds of its task's budget while it runs: the prompt as guessed and
@@ -52,8 +56,8 @@ pub(crate) struct Hold {
     pub cost: Option<f64>,
     /// What it holds of a cost limit: its prompt as guessed and its answer at its most.
     pub held_cost: f64,
-    /// What it reserved of the run's budget in the run's ledger (its `cost`, once it is sent):
-    /// every worker's next call sees it until the call ends and its real cost replaces it.
+    /// What it holds of the run's budget in the run's ledger (its `cost`, once it is sent):
+    /// every worker's next call sees it until the call ends and gives it back.
     pub reserved: f64,
 }
 
@@ -104,8 +108,9 @@ impl Session {
         s.recorded.extend(entry);
         drop(s);
         if !call.replayed {
-            self.spend(call.cost_usd.unwrap_or(0.0) - reserved);
+            self.spend(call.cost_usd.unwrap_or(0.0));
         }
+        self.release(reserved);
         if let Some(usd) = call.cost_usd.filter(|c| *c > 0.0) {
             self.count_calls(0, usd);
         }
@@ -116,11 +121,11 @@ impl Session {
     pub fn count_calls(&self, calls: u64, usd: f64) {
         let runtime = tokio::runtime::Handle::try_current().ok();
         if let (Some(usage), Some(rt)) = (self.usage.clone(), runtime) {
-            rt.spawn(async move {
+            self.track(rt.spawn(async move {
                 if let Err(e) = usage.add(calls, usd).await {
                     tracing::warn!("cannot count a call for the run: {e}");
                 }
-            });
+            }));
         }
     }
 
@@ -129,29 +134,47 @@ impl Session {
     pub fn count_throttled(&self) {
         let runtime = tokio::runtime::Handle::try_current().ok();
         if let (Some(usage), Some(rt)) = (self.usage.clone(), runtime) {
-            rt.spawn(async move {
+            self.track(rt.spawn(async move {
                 if let Err(e) = usage.throttled(1).await {
                     tracing::warn!("cannot count a rate-limited call for the run: {e}");
                 }
-            });
+            }));
         }
     }
 
-    /// Adds a call's cost to the run's ledger (less what it reserved there: a negative amount
-    /// gives the rest of a reservation back), in the background: the next call of any task
+    /// Gives back what a call held of the run's budget, in the background.
+    pub fn release(&self, usd: f64) {
+        let runtime = tokio::runtime::Handle::try_current().ok();
+        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd > 0.0), runtime) {
+            let ledger = budget.ledger.clone();
+            self.track(rt.spawn(async move {
+                if let Err(e) = ledger.hold(-usd).await {
+                    tracing::warn!("cannot give back what a call held of the run's budget: {e}");
+                }
+            }));
+        }
+    }
+
+    /// Adds a call's cost to the run's ledger, in the background: the next call of any task
     /// reads it.
-    pub fn spend(&self, usd: f64) {
+    fn spend(&self, usd: f64) {
         // A door dropped where no runtime runs (its worker ending) has nothing left to tell.
         let runtime = tokio::runtime::Handle::try_current().ok();
-        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd != 0.0 && usd.is_finite()), runtime)
-        {
+        if let (Some(budget), Some(rt)) = (self.run_budget.as_ref().filter(|_| usd > 0.0), runtime) {
             let ledger = budget.ledger.clone();
-            rt.spawn(async move {
+            self.track(rt.spawn(async move {
                 if let Err(e) = ledger.add(usd).await {
                     tracing::warn!("cannot add a call's cost to the run's spend: {e}");
                 }
-            });
+            }));
         }
+    }
+
+    /// Keeps a ledger write's task until [`Door::settle`] waits for it.
+    fn track(&self, task: tokio::task::JoinHandle<()>) {
+        let mut pending = self.pending.lock().expect("not poisoned");
+        pending.retain(|t| !t.is_finished());
+        pending.push(task);
     }
 
     /// The door closes: every call still in flight is counted at what it could cost (its hold)
@@ -194,7 +217,8 @@ impl Session {
         s.in_flight = 0;
         s.closed = true;
         drop(s);
-        self.spend(cut_off - reserved);
+        self.spend(cut_off);
+        self.release(reserved);
         if cut_off > 0.0 {
             self.count_calls(0, cut_off);
         }
@@ -271,6 +295,7 @@ pub(crate) fn open(
         usage: spec.usage.clone().map(|u| u.0),
         turn: tokio::sync::Mutex::new(()),
         closing: tokio::sync::Notify::new(),
+        pending: Mutex::new(Vec::new()),
         state: Mutex::new(State {
             tokens: 0,
             cost: 0.0,
@@ -346,6 +371,12 @@ impl Door for GatewayDoor {
         self.session.write_off();
         self.inner.doors.lock().expect("not poisoned").remove(self.token.expose());
         self.cassette()
+    }
+
+    async fn settle(&mut self) {
+        let pending: Vec<_> = std::mem::take(&mut *self.session.pending.lock().expect("not poisoned"));
+        // Bounded: a ledger that hangs (an index out of reach) does not keep the task open.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(30), futures::future::join_all(pending)).await;
     }
 }
 

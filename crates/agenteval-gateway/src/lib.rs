@@ -762,56 +762,63 @@ mod tests {
         }
     }
 
-    /// The run's spend as the run index keeps it, in memory.
+    /// The run's spend and what its calls in flight hold, as the run index keeps them.
     #[derive(Default)]
-    struct MemorySpend(std::sync::Mutex<f64>);
+    struct MemorySpend(std::sync::Mutex<(f64, f64)>);
 
     #[async_trait::async_trait]
     impl agenteval_core::gateway::SpendLedger for MemorySpend {
         async fn spent(&self) -> agenteval_core::Result<f64> {
-            Ok(*self.0.lock().unwrap())
+            Ok(self.0.lock().unwrap().0)
         }
         async fn add(&self, usd: f64) -> agenteval_core::Result<f64> {
             let mut t = self.0.lock().unwrap();
-            *t = (*t + usd).max(0.0);
+            t.0 += usd;
+            Ok(t.0)
+        }
+        async fn hold(&self, usd: f64) -> agenteval_core::Result<(f64, f64)> {
+            let mut t = self.0.lock().unwrap();
+            t.1 = (t.1 + usd).max(0.0);
             Ok(*t)
         }
     }
 
-    /// Calls in flight at once on many tasks (many workers of a fleet) reserve what each could
-    /// cost in the run's ledger before they are sent: a run budget with room for two such calls
-    /// lets two go, however many arrive together, and their ends give the rest back.
+    /// Calls in flight at once on many tasks (many workers of a fleet) hold what each could cost
+    /// in the run's ledger before they are sent: under a run budget with room for one such call,
+    /// calls arriving together go one after another (each waits for the one in flight to end and
+    /// give its hold back), never together past the budget; once the spend reaches the budget,
+    /// the next is refused.
     #[tokio::test]
-    async fn calls_in_flight_on_every_task_reserve_the_runs_budget() {
-        let mock = MockLlm::start(Duration::from_millis(800));
+    async fn calls_in_flight_on_every_task_hold_the_runs_budget() {
+        let mock = MockLlm::start(Duration::from_millis(400));
         let gw = Gateway::start(config(&mock, true), 0).await.unwrap();
         let ledger = std::sync::Arc::new(MemorySpend::default());
         let budget = agenteval_core::gateway::RunBudget { max_usd: 0.01, ledger: ledger.clone() };
         let run = agenteval_core::RunId::new();
-        let doors: Vec<GatewayDoor> = (0..5)
+        let doors: Vec<GatewayDoor> = (0..4)
             .map(|i| gw.open_door(DoorSpec { run_id: run, run_budget: Some(budget.clone()), ..spec(&format!("t{i}")) }))
             .collect();
-        // 4,000 tokens at $2 a million: each could cost $0.008.
-        let calls: Vec<_> = (0..10)
-            .map(|i| {
-                let d = &doors[i % 5];
-                let url = format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
-                tokio::spawn(post_as(url, d.token().expose().to_string(), asking(&format!("c{i}"), 4000)))
-            })
-            .collect();
-        let mut statuses = Vec::new();
+        let post_on = |d: &GatewayDoor, text: &str| {
+            let url = format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
+            // 4,000 tokens at $2 a million: each could cost $0.008.
+            tokio::spawn(post_as(url, d.token().expose().to_string(), asking(text, 4000)))
+        };
+        let calls: Vec<_> = doors.iter().enumerate().map(|(i, d)| post_on(d, &format!("c{i}"))).collect();
         for c in calls {
-            statuses.push(c.await.unwrap().0);
+            assert_eq!(c.await.unwrap().0, 200);
         }
-        assert_eq!(mock.received().len(), 2, "two reservations fit the budget: {statuses:?}");
-        assert_eq!(statuses.iter().filter(|s| **s == 429).count(), 8, "{statuses:?}");
-        // The two ended: what they cost (a few tokens) replaces what they reserved.
+        let mut at: Vec<std::time::Instant> = mock.received().iter().map(|r| r.at).collect();
+        at.sort();
+        assert_eq!(at.len(), 4);
+        for pair in at.windows(2) {
+            assert!(pair[1] - pair[0] >= Duration::from_millis(350), "two calls were in flight at once: {at:?}");
+        }
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let spent = *ledger.0.lock().unwrap();
-        assert!(spent > 0.0 && spent < 0.001, "the reservations were given back: {spent}");
-        let d = &doors[0];
-        let url = format!("{}/chat/completions", d.base_urls(Reach::Host).unwrap().0);
-        assert_eq!(post_as(url, d.token().expose().to_string(), asking("again", 4000)).await.0, 200);
+        let (spent, held) = *ledger.0.lock().unwrap();
+        assert!(held.abs() < 1e-12 && spent > 0.0 && spent < 0.001, "each hold given back: {spent} {held}");
+        // Spent up to the budget: refused.
+        ledger.0.lock().unwrap().0 = 0.01;
+        assert_eq!(post_on(&doors[0], "late").await.unwrap().0, 429);
     }
 
     #[tokio::test]

@@ -716,49 +716,84 @@ async fn wait_turn(mut record: Record, body: &Value, sent_bytes: usize) -> std::
     }
 }
 
-/// Reserves what the call could cost in the run's ledger, which every worker of the run reads
-/// before its next call, so that calls in flight on many workers at once cannot all pass a
-/// budget that has room for one; or why it is refused: the run's budget, kept at the wire, is
-/// spent or reserved by every task's calls together. The call's end replaces the reservation
-/// with what it cost (`Session::ended`).
+/// How long a call waits for the run's calls in flight to end when what they hold leaves no
+/// room for it; past that it goes if the budget is not spent (a worker that died holding some
+/// never gives it back).
+const RUN_BUDGET_WAIT: Duration = Duration::from_secs(20);
+
+/// What a call holds of the run's budget until it is kept by the call's record or given back:
+/// a call dropped while it waits (its agent gone) gives it back too.
+struct HeldInLedger {
+    session: Arc<Session>,
+    usd: f64,
+}
+
+impl HeldInLedger {
+    /// Kept: the call's end gives it back.
+    fn keep(mut self) -> f64 {
+        std::mem::take(&mut self.usd)
+    }
+}
+
+impl Drop for HeldInLedger {
+    fn drop(&mut self) {
+        self.session.release(self.usd);
+    }
+}
+
+/// Holds what the call could cost in the run's ledger, which every worker of the run reads
+/// before its next call, so that calls in flight on many workers at once cannot together pass a
+/// budget that has room for fewer: a call goes when the run's spend and what calls in flight
+/// hold leave room for it, or when no other call is in flight (the run then goes over by this
+/// call at most); else it waits for them to end. It is refused once the run's spend reaches
+/// the budget. The call's end gives what it held back (`Session::ended`).
 async fn reserve_run_budget(record: &Record) -> Option<Refusal> {
     let session = &record.session;
     let budget = session.run_budget.as_ref()?;
     let refusal = |spent: f64| Refusal::RunBudget {
         reason: format!(
-            "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent or hold ${spent:.4})",
+            "the run's budget is spent (max_run_cost_usd ${:.4}; its calls spent ${spent:.4})",
             budget.max_usd
         ),
     };
     let cost = record.hold.as_ref().and_then(|h| h.cost).filter(|c| c.is_finite() && *c > 0.0);
-    let Some(cost) = cost else {
+    let spent_alone = || async {
         let spent = budget.ledger.spent().await.unwrap_or(0.0);
-        return (spent >= budget.max_usd).then(|| refusal(spent));
+        (spent >= budget.max_usd).then(|| refusal(spent))
     };
-    let total = match budget.ledger.add(cost).await {
-        Ok(t) => t,
-        // A ledger that cannot be written: the call goes as before, its cost added when it ends.
-        Err(e) => {
-            tracing::warn!("cannot reserve a call's cost in the run's spend: {e}");
-            let spent = budget.ledger.spent().await.unwrap_or(0.0);
-            return (spent >= budget.max_usd).then(|| refusal(spent));
+    let Some(cost) = cost else { return spent_alone().await };
+    let waited_from = Instant::now();
+    loop {
+        // Given back on every way out but the call's keeping it, cancellation included.
+        let held_here = HeldInLedger { session: session.clone(), usd: cost };
+        let (spent, held) = match budget.ledger.hold(cost).await {
+            Ok(t) => t,
+            // A ledger that cannot be written: the call goes as before, its cost added as it ends.
+            Err(e) => {
+                let _ = held_here.keep();
+                tracing::warn!("cannot hold a call's cost in the run's ledger: {e}");
+                return spent_alone().await;
+            }
+        };
+        if spent >= budget.max_usd {
+            return Some(refusal(spent));
         }
-    };
-    let before = total - cost;
-    if before >= budget.max_usd {
-        session.spend(-cost);
-        return Some(refusal(before));
-    }
-    let mut s = session.state.lock().expect("not poisoned");
-    match s.holds.get_mut(&record.n) {
-        Some(h) => h.reserved = cost,
-        // The door closed meanwhile and counted the call at its hold: the reservation goes back.
-        None => {
-            drop(s);
-            session.spend(-cost);
+        let others = held - cost;
+        if spent + held <= budget.max_usd || others <= 1e-12 || waited_from.elapsed() >= RUN_BUDGET_WAIT {
+            let mut s = session.state.lock().expect("not poisoned");
+            // The door closed meanwhile and counted the call at its hold: nothing is kept.
+            if let Some(h) = s.holds.get_mut(&record.n) {
+                h.reserved = held_here.keep();
+            }
+            return None;
         }
+        // Given back before the next try, so that it does not count itself among the others.
+        let _ = budget.ledger.hold(-held_here.keep()).await;
+        if session.state.lock().expect("not poisoned").closed {
+            return Some(refusal(spent));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    None
 }
 
 /// A call on its way to the provider.

@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
     baseline TEXT,
     set_id TEXT,
     wire_spend REAL NOT NULL DEFAULT 0,
+    wire_held REAL NOT NULL DEFAULT 0,
     call_count INTEGER NOT NULL DEFAULT 0,
     call_usd REAL NOT NULL DEFAULT 0,
     throttled INTEGER NOT NULL DEFAULT 0,
@@ -127,6 +128,7 @@ fn migrate(conn: &Connection) -> Result<()> {
         ("tasks", "fault", "TEXT"),
         ("tasks", "cost_unknown", "INTEGER NOT NULL DEFAULT 0"),
         ("runs", "wire_spend", "REAL NOT NULL DEFAULT 0"),
+        ("runs", "wire_held", "REAL NOT NULL DEFAULT 0"),
         ("runs", "call_count", "INTEGER NOT NULL DEFAULT 0"),
         ("runs", "call_usd", "REAL NOT NULL DEFAULT 0"),
         ("runs", "throttled", "INTEGER NOT NULL DEFAULT 0"),
@@ -703,14 +705,28 @@ impl RunIndex for SqliteRunIndex {
 
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
         let id = run.to_string();
-        // A cost that is not a number adds nothing; a reservation given back never below 0.
+        // A cost that is not a number adds nothing.
+        let usd = if usd.is_finite() && usd > 0.0 { usd } else { 0.0 };
+        self.with(move |c| {
+            c.prepare_cached("UPDATE runs SET wire_spend = wire_spend + ?2 WHERE run_id = ?1 RETURNING wire_spend")
+                .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
+                .map_err(|e| db_err("adding spend", e))?
+                .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
+        })
+        .await
+    }
+
+    async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)> {
+        let id = run.to_string();
         let usd = if usd.is_finite() { usd } else { 0.0 };
         self.with(move |c| {
             c.prepare_cached(
-                "UPDATE runs SET wire_spend = MAX(0, wire_spend + ?2) WHERE run_id = ?1 RETURNING wire_spend",
+                "UPDATE runs SET wire_held = MAX(0, wire_held + ?2) WHERE run_id = ?1 RETURNING wire_spend, wire_held",
             )
-            .and_then(|mut st| st.query_row(params![id, usd], |r| r.get::<_, f64>(0)).optional())
-            .map_err(|e| db_err("adding spend", e))?
+            .and_then(|mut st| {
+                st.query_row(params![id, usd], |r| Ok((r.get::<_, f64>(0)?, r.get::<_, f64>(1)?))).optional()
+            })
+            .map_err(|e| db_err("holding spend", e))?
             .ok_or_else(|| Error::not_found(format!("run {id} is not in the index")))
         })
         .await

@@ -385,9 +385,17 @@ pub async fn run_index_suite(index: Arc<dyn RunIndex>) {
     assert!((totals.iter().copied().fold(0.0, f64::max) - 1.0).abs() < 1e-9, "{totals:?}");
     assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9);
     assert!((index.add_spend(&run, f64::NAN).await.unwrap() - 1.0).abs() < 1e-9, "a NaN adds nothing");
-    // A reservation given back.
-    assert!((index.add_spend(&run, 0.5).await.unwrap() - 1.5).abs() < 1e-9);
-    assert!((index.add_spend(&run, -0.5).await.unwrap() - 1.0).abs() < 1e-9, "a reservation given back");
+    // What calls in flight hold, apart from the spend: held by several workers at once, and
+    // given back.
+    let (a, b) = tokio::join!(index.add_held(&run, 0.25), index.add_held(&run, 0.5));
+    let held = a.unwrap().1.max(b.unwrap().1);
+    assert!((held - 0.75).abs() < 1e-9, "{held}");
+    let (spent, held) = index.add_held(&run, -0.25).await.unwrap();
+    assert!((spent - 1.0).abs() < 1e-9 && (held - 0.5).abs() < 1e-9, "{spent} {held}");
+    let (_, held) = index.add_held(&run, -0.5).await.unwrap();
+    assert!(held.abs() < 1e-9, "{held}");
+    assert!((index.spend(&run).await.unwrap() - 1.0).abs() < 1e-9, "holding is not spending");
+    assert_eq!(index.add_held(&RunId::new(), 1.0).await.unwrap_err().kind(), ErrorKind::NotFound);
     let unknown = index.add_spend(&RunId::new(), 1.0).await.unwrap_err();
     assert_eq!(unknown.kind(), ErrorKind::NotFound);
     // The run's calls, apart from the budget's spend: counted as they arrive, their costs as

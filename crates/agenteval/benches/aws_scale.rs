@@ -194,6 +194,9 @@ impl RunIndex for CountedIndex {
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
         counted!(self, "add_spend", 1, self.inner.add_spend(run, usd))
     }
+    async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)> {
+        counted!(self, "add_held", 1, self.inner.add_held(run, usd))
+    }
     async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
         counted!(self, "book_rate", 1, self.inner.book_rate(run, key, now_ms, cost_ms))
     }

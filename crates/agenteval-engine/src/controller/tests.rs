@@ -272,6 +272,9 @@ impl RunIndex for Counting {
     async fn add_spend(&self, run: &RunId, usd: f64) -> Result<f64> {
         self.inner.add_spend(run, usd).await
     }
+    async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)> {
+        self.inner.add_held(run, usd).await
+    }
     async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
         self.inner.book_rate(run, key, now_ms, cost_ms).await
     }

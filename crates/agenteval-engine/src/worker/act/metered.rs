@@ -167,6 +167,10 @@ impl SpendLedger for IndexLedger {
     async fn add(&self, usd: f64) -> Result<f64> {
         self.index.add_spend(&self.run, usd).await
     }
+
+    async fn hold(&self, usd: f64) -> Result<(f64, f64)> {
+        self.index.add_held(&self.run, usd).await
+    }
 }
 
 #[async_trait::async_trait]
@@ -356,6 +360,7 @@ pub(super) async fn settle(
         let _ = tokio::time::timeout(left, calls.pushed()).await;
     }
     let cassette = door.close();
+    door.settle().await;
     write_all(&mut first_stop).await;
     if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
         let file = c.dir.join(cassette_file(task, role));
