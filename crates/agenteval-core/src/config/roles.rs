@@ -28,11 +28,13 @@ impl RolesConfig {
 /// A simulated user: a model given the task's persona and instructions (the benchmark's own
 /// prompt, so a "standard" simulator is the benchmark's), speaking to the agent in turns until it
 /// ends the conversation. Its calls go through the run's model gateway (the agent's provider and
-/// endpoint, `agent.prices` pricing it): metered, budgeted and recorded apart from the agent's.
+/// endpoint, or its own on another provider; `agent.prices` or its `price` pricing it):
+/// metered, budgeted and recorded apart from the agent's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct UserRole {
-    /// `provider/name`, as the agent's model is written; its provider must be the agent's.
+    /// `provider:name`, as the agent's model is written; on another provider than the agent's,
+    /// served by `endpoint`.
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 2))]
@@ -53,6 +55,12 @@ pub struct UserRole {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = MAX_TASK_COST_USD))]
     pub max_cost_usd: Option<f64>,
+    /// Where its model is served when its provider is not the agent's (an `anthropic:` user of
+    /// an `openai:` agent): `base_url` (default: the provider's API), `secrets` (its key;
+    /// default the provider's variable, `ANTHROPIC_API_KEY`), `price`. A user on the agent's
+    /// provider goes where the agent's calls go, and these are not read.
+    #[serde(flatten)]
+    pub endpoint: super::Endpoint,
 }
 
 /// The user's turns when `max_turns` is not given.
@@ -66,5 +74,6 @@ impl UserRole {
         if self.max_cost_usd.is_some_and(|v| v <= 0.0) {
             p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
         }
+        self.endpoint.validate(at, p);
     }
 }

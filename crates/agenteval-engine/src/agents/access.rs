@@ -69,6 +69,9 @@ pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String,
         .filter(|(_, _, required)| *required)
         .map(|(_, name, _)| (name, format!("agent `{}`", config.agent.kind())))
         .collect();
+    if let Some((_, name, true)) = user_secret(config).filter(|_| !replayed && config.regrade.is_none()) {
+        out.push((name, "roles.user".into()));
+    }
     // The gateway's keys, unless every call is answered from a recording.
     if let Some(up) = config.agent.upstream()
         && !strict_replay
@@ -107,20 +110,86 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
                 Upstream { prices: cfg.prices.clone(), rate_limits: cfg.rate_limits.clone(), ..Upstream::default() };
             if let Some(azure) = &cfg.azure {
                 up.azure = Some(azure.clone());
-                return Some(up);
-            }
-            if let Some(bedrock) = &cfg.bedrock {
+            } else if let Some(bedrock) = &cfg.bedrock {
                 up.bedrock = Some(bedrock.clone());
-                return Some(up);
+            } else {
+                match spec.provider {
+                    agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
+                    _ => up.openai = Some(endpoint),
+                }
             }
-            match spec.provider {
-                agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
-                _ => up.openai = Some(endpoint),
-            }
-            Some(up)
+            Some(with_user_provider(up, config))
         }
-        other => other.upstream().cloned(),
+        other => other.upstream().cloned().map(|up| with_user_provider(up, config)),
     }
+}
+
+/// Whether `up` serves `provider`'s wire: its own endpoint, or Azure's (OpenAI's wire), or
+/// Bedrock (Anthropic's).
+fn serves(up: &Upstream, provider: agenteval_llm::Provider) -> bool {
+    match provider {
+        agenteval_llm::Provider::Anthropic => up.anthropic.is_some() || up.bedrock.is_some(),
+        _ => up.openai.is_some() || up.azure.is_some(),
+    }
+}
+
+/// The simulated user's endpoint, when the user's provider is not one the agent's upstream
+/// serves: `roles.user`'s own `base_url`, key and price (else the provider's API and key
+/// variable), beside the agent's.
+fn with_user_provider(mut up: Upstream, config: &RunConfig) -> Upstream {
+    let Some(user) = &config.roles.user else { return up };
+    let Ok(spec) = agenteval_llm::ModelSpec::parse(&user.model) else { return up };
+    if let Some(p) = user.endpoint.price {
+        up.prices.entry(spec.name.clone()).or_insert(p);
+    }
+    if serves(&up, spec.provider) {
+        return up;
+    }
+    let mut endpoint = user.endpoint.clone();
+    endpoint.price = None;
+    if endpoint.secrets.is_empty() && spec.provider.needs_key() {
+        let var = spec.provider.key_var().to_string();
+        endpoint.secrets.insert(var.clone(), var);
+    }
+    endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
+    match spec.provider {
+        agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
+        _ => up.openai = Some(endpoint),
+    }
+    up
+}
+
+/// The gateway endpoint the `llm` agent's calls go to (`openai`, `anthropic`, `azure`,
+/// `bedrock`), which its key is for.
+pub fn llm_agent_endpoint(config: &RunConfig) -> Option<&'static str> {
+    let AgentConfig::Llm(agent) = &config.agent else { return None };
+    Some(match (&agent.azure, &agent.bedrock) {
+        (Some(_), _) => "azure",
+        (None, Some(_)) => "bedrock",
+        (None, None) => match agenteval_llm::ModelSpec::parse(&agent.model).ok()?.provider {
+            agenteval_llm::Provider::Anthropic => "anthropic",
+            _ => "openai",
+        },
+    })
+}
+
+/// The simulated user's key for the `llm` agent's gateway, when the user's provider is not the
+/// agent's: `(endpoint, secret name, required)`.
+pub fn user_secret(config: &RunConfig) -> Option<(&'static str, String, bool)> {
+    let user = config.roles.user.as_ref()?;
+    let spec = agenteval_llm::ModelSpec::parse(&user.model).ok()?;
+    let which = if spec.provider == agenteval_llm::Provider::Anthropic { "anthropic" } else { "openai" };
+    let agent_wire = match llm_agent_endpoint(config)? {
+        "azure" => "openai",
+        "bedrock" => "anthropic",
+        w => w,
+    };
+    if agent_wire == which {
+        return None;
+    }
+    let var = spec.provider.key_var();
+    let name = user.endpoint.secrets.get(var).cloned().unwrap_or_else(|| var.to_string());
+    Some((which, name, spec.provider.needs_key()))
 }
 
 /// The models a task's calls may name: the agent's (as the provider knows it) and the upstream's

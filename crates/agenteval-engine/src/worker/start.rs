@@ -142,12 +142,13 @@ async fn gateway_of(
     } else if llm {
         // The key of an agent calling from this process: required as the provider needs one (an openai-compatible
         // server may take none).
-        let which = match (&upstream.anthropic, &upstream.azure) {
-            (Some(_), _) => "anthropic",
-            (None, Some(_)) => "azure",
-            (None, None) => "openai",
-        };
-        agent_secrets(config).into_iter().map(|(_, name, required)| (which, name, required)).collect()
+        // The agent's own endpoint: a simulated user on another provider has one beside it.
+        let which = crate::agents::access::llm_agent_endpoint(config).unwrap_or("openai");
+        let mut w: Vec<_> =
+            agent_secrets(config).into_iter().map(|(_, name, required)| (which, name, required)).collect();
+        // A simulated user on another provider: its key too, for its wire.
+        w.extend(crate::agents::access::user_secret(config));
+        w
     } else {
         upstream_secrets(&upstream)
     };

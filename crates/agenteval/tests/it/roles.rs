@@ -150,6 +150,52 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
     assert_eq!(reference_rewards(&bundle2, &ws, &["create_task_1", "update_task_1"]), graded);
 }
 
+/// A simulated user on another provider than the agent's (an `anthropic:` user of an `openai:`
+/// agent): its calls go on Anthropic's wire to its own endpoint with its own key, through the
+/// user's door, metered apart; the agent's keep theirs. Without the user's key the run is refused
+/// before anything runs, naming the secret.
+#[test]
+fn a_simulated_user_on_another_provider_calls_its_own_endpoint_with_its_own_key() {
+    const USER_KEY: &str = "sk-ant-USERSIMULATORKEY0042";
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let user = format!("    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: USER_KEY}}\n", mock.base_url());
+    let cfg = config(&ws, "other-provider", &mock, "mock-agent", "mock-user", &user, "");
+    let yaml = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("    model: openai:mock-user\n", "    model: anthropic:mock-user\n")
+        .replace(&format!("    ids: {TASKS}\n"), "    ids: [create_task_1]\n");
+    std::fs::write(&cfg, yaml).unwrap();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\nUSER_KEY={USER_KEY}\n"));
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let r = result(&bundle, "create_task_1");
+    assert_eq!(r["passed"], true, "{r}");
+    assert_eq!(
+        (r["roles"]["user"]["model"].as_str(), r["roles"]["user"]["calls"].as_u64()),
+        (Some("mock-user"), Some(2)),
+        "{r}"
+    );
+    let got = mock.received();
+    let (user, agent): (Vec<_>, Vec<_>) = got.iter().partition(|c| c.body["model"] == "mock-user");
+    assert_eq!(user.len(), 2, "{got:?}");
+    assert!(user.iter().all(|c| c.path == "anthropic" && c.credential.as_deref() == Some(USER_KEY)), "{user:?}");
+    assert!(
+        agent.iter().all(|c| c.path == "openai" && c.credential.as_deref() == Some(&format!("Bearer {KEY}"))),
+        "{agent:?}"
+    );
+    for file in ["trace.jsonl", "result.json", "worker.log", "cassette.user.jsonl"] {
+        let body = read_text(bundle.join("tasks/create_task_1").join(file)).unwrap_or_default();
+        assert!(!body.contains(USER_KEY), "{file} holds the user's key");
+    }
+    // Without the user's key: refused at submit, naming it.
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("USER_KEY"), "{}", text(&out.stderr));
+}
+
 /// The simulated user's calls are its own figures: metered apart from the agent's (it costs ten
 /// times more here), shown apart in `summary.json`, `runs show` and `show`; a budget on the agent
 /// does not stop the user's calls and one on the user does; and `compare` of two runs that
