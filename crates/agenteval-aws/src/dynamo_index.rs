@@ -149,15 +149,15 @@ fn task_from_item(run: &RunId, item: &Item) -> Result<TaskRecord> {
 }
 
 impl DynamoDbRunIndex {
-    /// One atomic `ADD` to a run's counters (`expression` with its `values`); a run the table
-    /// does not have is `NotFound`.
+    /// One atomic `ADD` to a run's counters (`expression` with its `values`), and the run's
+    /// item after it; a run the table does not have is `NotFound`.
     async fn add_to_run(
         &self,
         run: &RunId,
         expression: &str,
         values: &[(&str, AttributeValue)],
         what: &str,
-    ) -> Result<()> {
+    ) -> Result<Item> {
         let mut req = self
             .clients
             .dynamodb
@@ -166,12 +166,13 @@ impl DynamoDbRunIndex {
             .key("pk", s(run_pk(run)))
             .key("sk", s("#RUN"))
             .update_expression(expression)
-            .condition_expression("attribute_exists(pk)");
+            .condition_expression("attribute_exists(pk)")
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew);
         for (name, value) in values {
             req = req.expression_attribute_values(*name, value.clone());
         }
         match req.send().await {
-            Ok(_) => Ok(()),
+            Ok(out) => Ok(out.attributes.unwrap_or_default()),
             Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
                 Err(Error::not_found(format!("run {run} is not in the index")))
             }
@@ -737,56 +738,15 @@ impl RunIndex for DynamoDbRunIndex {
                 None => Err(Error::not_found(format!("run {run} is not in the index"))),
             };
         }
-        let res = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(run_pk(run)))
-            .key("sk", s("#RUN"))
-            .update_expression("ADD wire_spend :usd")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":usd", n(usd))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .send()
-            .await;
-        match res {
-            Ok(out) => Ok(out.attributes().and_then(|a| get_n::<f64>(a, "wire_spend").ok()).unwrap_or(usd)),
-            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
-                Err(Error::not_found(format!("run {run} is not in the index")))
-            }
-            Err(e) => Err(classify(&format!("adding spend to run {run}"), e)),
-        }
+        let item = self.add_to_run(run, "ADD wire_spend :usd", &[(":usd", n(usd))], "adding spend").await?;
+        Ok(get_n::<f64>(&item, "wire_spend").unwrap_or(usd))
     }
 
     async fn add_held(&self, run: &RunId, usd: f64) -> Result<(f64, f64)> {
         let usd = if usd.is_finite() { usd } else { 0.0 };
-        let res = self
-            .clients
-            .dynamodb
-            .update_item()
-            .table_name(&self.table)
-            .key("pk", s(run_pk(run)))
-            .key("sk", s("#RUN"))
-            .update_expression("ADD wire_held :usd")
-            .condition_expression("attribute_exists(pk)")
-            .expression_attribute_values(":usd", n(usd))
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllNew)
-            .send()
-            .await;
-        match res {
-            Ok(out) => {
-                let a = out.attributes();
-                let spent = a.and_then(|a| get_n::<f64>(a, "wire_spend").ok()).unwrap_or(0.0);
-                // Floating sums of what was held and given back: never read below nothing.
-                let held = a.and_then(|a| get_n::<f64>(a, "wire_held").ok()).unwrap_or(0.0).max(0.0);
-                Ok((spent, held))
-            }
-            Err(e) if e.as_service_error().is_some_and(|x| x.is_conditional_check_failed_exception()) => {
-                Err(Error::not_found(format!("run {run} is not in the index")))
-            }
-            Err(e) => Err(classify(&format!("holding spend of run {run}"), e)),
-        }
+        let item = self.add_to_run(run, "ADD wire_held :usd", &[(":usd", n(usd))], "holding spend").await?;
+        // Floating sums of what was held and given back: never read below nothing.
+        Ok((get_n::<f64>(&item, "wire_spend").unwrap_or(0.0), get_n::<f64>(&item, "wire_held").unwrap_or(0.0).max(0.0)))
     }
 
     async fn book_rate(&self, run: &RunId, key: &str, now_ms: i64, cost_ms: i64) -> Result<i64> {
@@ -845,10 +805,11 @@ impl RunIndex for DynamoDbRunIndex {
             "counting a call",
         )
         .await
+        .map(drop)
     }
 
     async fn add_throttled(&self, run: &RunId, calls: u64) -> Result<()> {
-        self.add_to_run(run, "ADD throttled :n", &[(":n", n(calls))], "counting a throttled call").await
+        self.add_to_run(run, "ADD throttled :n", &[(":n", n(calls))], "counting a throttled call").await.map(drop)
     }
 
     async fn throttled(&self, run: &RunId) -> Result<u64> {

@@ -13,7 +13,7 @@ use agenteval_core::traits::{BundleStore, Resolver as _, RunIndex};
 use agenteval_core::{Error, JobId, RunId, TaskId, layout};
 use agenteval_engine::bundle::{self, Metadata, TaskTable, to_json_bytes};
 use agenteval_interchange::harbor::{self, Job, Trial};
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -178,8 +178,7 @@ fn kept_files(t: &Trial) -> Vec<(String, Vec<u8>)> {
 
 /// The trace of a trial: its ATIF trajectory's steps as the agent's events (text, tool calls,
 /// results), then how it ended with the agent's own usage report.
-fn trace(run: RunId, id: &TaskId, t: &Trial, graded: &harbor::Graded) -> Vec<TraceEvent> {
-    let at = t.started_at.unwrap_or_else(Utc::now);
+fn events_of(t: &Trial, graded: &harbor::Graded) -> Vec<(EventKind, Value)> {
     let mut events: Vec<(EventKind, Value)> = Vec::new();
     if let Some(traj) = read_trajectory(t) {
         for step in traj["steps"].as_array().into_iter().flatten().filter(|s| s["source"] == "agent") {
@@ -211,9 +210,14 @@ fn trace(run: RunId, id: &TaskId, t: &Trial, graded: &harbor::Graded) -> Vec<Tra
         json!({"evaluator_id": "tests", "kind": "tests", "score": graded.score.score, "passed": graded.passed, "reason": graded.score.reason}),
     ));
     events
-        .into_iter()
-        .enumerate()
-        .map(|(i, (kind, payload))| TraceEvent {
+}
+
+/// An imported attempt's events as its `trace.jsonl`: numbered in order, all at `at`, its first
+/// attempt, nothing metered (another tool's numbers are its own report, kept in the events).
+pub(crate) fn trace_lines(run: RunId, id: &TaskId, at: DateTime<Utc>, events: Vec<(EventKind, Value)>) -> Vec<u8> {
+    let mut lines = Vec::new();
+    for (i, (kind, payload)) in events.into_iter().enumerate() {
+        let e = TraceEvent {
             run_id: run,
             task_id: id.clone(),
             step: i as u32,
@@ -224,8 +228,11 @@ fn trace(run: RunId, id: &TaskId, t: &Trial, graded: &harbor::Graded) -> Vec<Tra
             cost_usd: 0.0,
             input_tokens: 0,
             output_tokens: 0,
-        })
-        .collect()
+        };
+        lines.extend_from_slice(&serde_json::to_vec(&e).expect("serializes"));
+        lines.push(b'\n');
+    }
+    lines
 }
 
 fn result_of(run: RunId, id: &TaskId, t: &Trial, g: &harbor::Graded) -> TaskResult {
@@ -326,12 +333,7 @@ pub async fn harbor(
             rewarded += 1;
         }
         let result = result_of(run, &id, t, &g);
-        let events = trace(run, &id, t, &g);
-        let mut lines = Vec::new();
-        for e in &events {
-            lines.extend_from_slice(&serde_json::to_vec(e).expect("serializes"));
-            lines.push(b'\n');
-        }
+        let lines = trace_lines(run, &id, t.started_at.unwrap_or_else(Utc::now), events_of(t, &g));
         let log = format!("imported from Harbor trial {} (job {}) attempt 1\n", t.name, job.id);
         bundle::write_task_pack(store.as_ref(), &result, &log, &lines, &kept_files(t)).await?;
         ids.push(id);

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use agenteval_core::format::Imported;
-use agenteval_core::model::{AgentResult, EventKind, RunStatus, TaskResult, TaskSpec, TerminatedBy, TraceEvent};
+use agenteval_core::model::{AgentResult, EventKind, RunStatus, TaskResult, TaskSpec, TerminatedBy};
 use agenteval_core::{JobId, RunId, TaskId, layout};
 use agenteval_engine::bundle::{self, Metadata, TaskTable, to_json_bytes};
 use chrono::{DateTime, Utc};
@@ -263,8 +263,7 @@ pub fn read(bytes: &[u8], source: &str) -> Result<Traces, String> {
 }
 
 /// The task's events as its trace, then how it ended.
-fn trace(run: RunId, id: &TaskId, t: &TaskTrace, terminated_by: TerminatedBy) -> Vec<TraceEvent> {
-    let at = t.started.unwrap_or_else(Utc::now);
+fn events_of(t: &TaskTrace, terminated_by: TerminatedBy) -> Vec<(EventKind, Value)> {
     let mut events = t.events.clone();
     if let Some(a) = &t.answer {
         events.push((EventKind::AgentFinalAnswer, json!({"answer": a})));
@@ -274,21 +273,6 @@ fn trace(run: RunId, id: &TaskId, t: &TaskTrace, terminated_by: TerminatedBy) ->
         json!({"terminated_by": terminated_by.as_str(), "final_answer": t.answer, "imported": "otlp"}),
     ));
     events
-        .into_iter()
-        .enumerate()
-        .map(|(i, (kind, payload))| TraceEvent {
-            run_id: run,
-            task_id: id.clone(),
-            step: i as u32,
-            attempt: 1,
-            timestamp: at,
-            kind,
-            payload,
-            cost_usd: 0.0,
-            input_tokens: 0,
-            output_tokens: 0,
-        })
-        .collect()
 }
 
 fn result_of(run: RunId, id: &TaskId, t: &TaskTrace) -> (TaskResult, TerminatedBy) {
@@ -422,11 +406,8 @@ pub async fn otlp(file: &Path, name: Option<&str>, index: &IndexArgs, json: bool
         };
         table.push(&spec)?;
         let (result, terminated_by) = result_of(run, &id, t);
-        let mut lines = Vec::new();
-        for e in trace(run, &id, t, terminated_by) {
-            lines.extend_from_slice(&serde_json::to_vec(&e).expect("serializes"));
-            lines.push(b'\n');
-        }
+        let at = t.started.unwrap_or_else(Utc::now);
+        let lines = crate::import::trace_lines(run, &id, at, events_of(t, terminated_by));
         let log = format!("imported from the traces of {} (sha256 {digest})\n", file.display());
         bundle::write_task_pack(store.as_ref(), &result, &log, &lines, &[]).await?;
         ids.push(id);
