@@ -512,7 +512,8 @@ pub enum Command {
     },
     /// Read another tool's run into the index: `import harbor JOB_DIR` makes a Harbor job
     /// folder (`harbor run`'s `jobs/<name>/`) a run that `runs show`, `compare`, gates,
-    /// baselines, `report` and `ui` read like any other.
+    /// baselines, `report` and `ui` read like any other; `import otlp FILE --config CONFIG`
+    /// makes an agent's OTLP traces a run of CONFIG's tasks for `regrade` to grade.
     Import {
         #[command(subcommand)]
         command: ImportCommand,
