@@ -57,15 +57,17 @@ fn local_engine(docker_host: Option<&str>, engine_root: Option<&str>) -> bool {
 
 /// The launcher, in a folder of this user's that no one else can write, written once per content.
 fn write_once(program: &[u8]) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
     static WRITTEN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     if let Some(p) = WRITTEN.get() {
         return Ok(p.clone());
     }
     let uid = nix::unistd::geteuid().as_raw();
     let dir = std::env::temp_dir().join(format!("agenteval-launch-{uid}"));
-    match std::fs::create_dir(&dir) {
-        Ok(()) => std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?,
+    // Made with its mode at once (the umask only takes bits away): a second worker finding it a
+    // moment later never sees it writable by others.
+    match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
+        Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e),
     }

@@ -51,7 +51,7 @@ pub(crate) fn probes(root: &Path) {
         root,
         "server",
         "[agent]\ntimeout_sec = 60\n",
-        "cat > /app/serve.py <<'PY'\nimport http.server\nhttp.server.HTTPServer(('127.0.0.1', 8765), http.server.SimpleHTTPRequestHandler).serve_forever()\nPY\nnohup setsid python3 /app/serve.py >/dev/null 2>&1 < /dev/null &\nsleep 1",
+        "cat > /app/serve.py <<'PY'\nimport http.server\nhttp.server.HTTPServer(('127.0.0.1', 8765), http.server.SimpleHTTPRequestHandler).serve_forever()\nPY\nnohup setsid python3 /app/serve.py >/dev/null 2>&1 < /dev/null &\nfor i in $(seq 100); do python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/', timeout=1)\" 2>/dev/null && break; sleep 0.1; done",
         &format!(
             "python3 -c \"import urllib.request; urllib.request.urlopen('http://127.0.0.1:8765/', timeout=5)\" {VERDICT}"
         ),
