@@ -43,6 +43,8 @@
 //!   file in aider's whole-file format (`hello.txt` then its content, fenced) when its prompt
 //!   speaks of a "file listing", else each command in a fenced `bash` block;
 //! - τ²-bench's `mock` domain, both sides: see `tau2.rs`;
+//! - an installed agent's conversation (its prompt says `You are talking with a user.`): each
+//!   turn answers `You said: <the first line of the user's last words>`;
 //! - otherwise it answers `echo: <the message>`.
 //!
 //! A request that offers no tools never gets a tool call. Every call reports 10 input and 5
@@ -503,6 +505,19 @@ pub(crate) async fn answer_as(
         }
     } else if hello.is_some() {
         "done".to_string()
+    } else if all_user.contains("You are talking with a user.") {
+        // An installed agent in a conversation: each turn's prompt is the user's last words.
+        let mut last =
+            messages.iter().rev().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+        // Claude Code puts its own reminders beside the prompt.
+        while let (Some(a), Some(b)) = (last.find("<system-reminder>"), last.find("</system-reminder>")) {
+            if b < a {
+                break;
+            }
+            last.replace_range(a..b + "</system-reminder>".len(), "");
+        }
+        let words = last.rsplit("The user says: ").next().unwrap_or(&last).lines().find(|l| !l.trim().is_empty());
+        format!("You said: {}", words.unwrap_or_default().trim())
     } else if first.contains("SAY_MODEL") {
         // OpenAI sends the system prompt as a `system` message, Anthropic as a field.
         let system = body

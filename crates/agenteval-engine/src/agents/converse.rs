@@ -24,6 +24,8 @@ pub(super) struct Talk<'a> {
     user: &'a dyn SimulatedUser,
     opening: String,
     first: String,
+    /// The user's last turn (the first, until the agent is answered).
+    last: String,
     /// The conversation is over: no turn is written any more.
     pub ended: bool,
     /// Where the user's turns go; closed when the conversation ends.
@@ -42,13 +44,30 @@ pub(super) async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSi
     emit(sink, EventKind::AgentMessage, json!({"text": opening, "opening": true})).await.map_err(stopped)?;
     let turn = user.reply(&opening).await.map_err(|s| AgentOutcome::stopped(s.terminated_by, s.reason))?;
     emit(sink, EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends})).await.map_err(stopped)?;
-    Ok(Talk { user, opening, first: turn.text, ended: turn.ends, stdin: None })
+    Ok(Talk { user, opening, last: turn.text.clone(), first: turn.text, ended: turn.ends, stdin: None })
 }
 
 impl Talk<'_> {
     /// The request's `conversation`.
     pub(super) fn request(&self) -> Value {
         json!({"opening": self.opening, "user": self.first, "ended": self.ended, "stop_word": AGENT_STOP})
+    }
+
+    /// An agent's instruction for a CLI that takes one prompt a turn (an installed agent): the
+    /// task's `text`, the conversation so far, and how it goes on.
+    pub(super) fn brief(&self, text: &str) -> String {
+        format!(
+            "{text}\n\n## The conversation\n\nYou are talking with a user. You opened with: {opening}\n\nThe user says: {first}\n\n\
+             Answer the user: your last message of each turn is what they read, and their next words come as your next \
+             prompt. When the conversation is over, end your message with {AGENT_STOP}.\n",
+            opening = self.opening,
+            first = self.first,
+        )
+    }
+
+    /// The user's last turn.
+    pub(super) fn last_user(&self) -> &str {
+        &self.last
     }
 
     /// The agent said `said` to the user: the user's answer written to its stdin, or the end.
@@ -62,6 +81,7 @@ impl Talk<'_> {
         }
         let turn = self.user.reply(said).await.map_err(|s| (s.terminated_by, s.reason))?;
         emit(sink, EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends})).await?;
+        self.last.clone_from(&turn.text);
         let mut line = json!({"kind": "user.message", "payload": {"text": turn.text, "ends": turn.ends}}).to_string();
         line.push('\n');
         if let Some(stdin) = self.stdin.as_mut() {

@@ -69,6 +69,14 @@ pub fn conversation_problem(config: &RunConfig) -> Option<String> {
             "a simulated user's calls go through the model gateway, which a `command` agent has with `agent.upstream` (docs/roles.md)"
                 .into(),
         ),
+        AgentConfig::Installed { preset: Some(name), command: None, .. } => match installed::presets::find(name) {
+            Some(p) if p.resume.is_some() => None,
+            _ => Some(format!(
+                "the `{name}` preset cannot converse with a simulated user (its CLI cannot go on with a session headless): \
+                 run one that can ({}), an `llm` agent, or a `command` agent that speaks the conversation lines of docs/agent-protocol.md",
+                installed::presets::ALL.iter().filter(|p| p.resume.is_some()).map(|p| p.name).collect::<Vec<_>>().join(", ")
+            )),
+        },
         other => Some(format!(
             "the `{}` agent cannot converse with a simulated user: run an `llm` agent, or a `command` agent that speaks the conversation lines of docs/agent-protocol.md",
             other.kind()

@@ -486,3 +486,69 @@ fn the_claude_code_preset_reaches_bedrock_through_the_gateway() {
         replayed["tasks"].as_array().unwrap().iter().map(|t| t["verdict"].as_str().unwrap()).collect();
     assert_eq!(verdicts, ["MATCH", "MATCH"], "{replayed}");
 }
+
+/// The presets whose CLI can go on with a session (Claude Code, Codex, opencode) converse with a
+/// case's simulated user: each of the user's turns is the next prompt of the same session (the
+/// model sees the turns before it), the conversation is the worker's record, the user's calls
+/// are metered apart; a preset that cannot (aider, mini-swe-agent) is refused before anything
+/// runs, naming those that can.
+#[test]
+fn presets_that_resume_a_session_converse_with_a_simulated_user() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let case = serde_json::json!({
+        "id": "talk", "input": "You are a support agent for a task list.",
+        "user": {"scenario": "CHATTY: you want task_7 done."},
+        "environment": {"image": BASE, "memory_mb": 2048},
+        "evaluators": [{"kind": "contains", "value": "You said: Are you sure it is done?"}],
+    });
+    ws.write("cases.jsonl", &format!("{case}\n"));
+    ws.write(
+        "secrets.env",
+        "OPENAI_API_KEY=sk-upstream-test-0000000000000000\nANTHROPIC_API_KEY=sk-ant-test-000000000000000\n",
+    );
+    let url = mock.base_url();
+    let cfg = ws.write(
+        "talk.yaml",
+        &format!(
+            "name: talk\nbenchmark:\n  kind: jsonl\n  cases: cases.jsonl\nagent:\n  kind: installed\n  preset: codex\n  model: mock-model\n  limits:\n    max_wall_seconds: 240\n  upstream:\n    openai:\n      base_url: {url}\n      secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n    anthropic:\n      base_url: {url}\n      secrets: {{ANTHROPIC_API_KEY: ANTHROPIC_API_KEY}}\n\
+             roles:\n  user:\n    model: openai:mock-user\nenvironment:\n  kind: docker\nbackend:\n  secrets_file: secrets.env\n  max_attempts: 1\nstorage:\n  bundle_root: runs\n"
+        ),
+    );
+    for preset in ["claude-code", "codex", "opencode"] {
+        let before = mock.received().len();
+        let (v, code, out) = ws.submit(&cfg, &["--agent", preset]);
+        let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+        let r = read_json(&bundle.join("tasks/talk/result.json"));
+        let t = trace(&bundle, "talk");
+        let said: Vec<(String, String)> = t
+            .iter()
+            .filter(|e| e["kind"] == "agent.message" || e["kind"] == "user.message")
+            .map(|e| (e["kind"].as_str().unwrap().to_string(), e["payload"]["text"].as_str().unwrap().to_string()))
+            .collect();
+        assert_eq!((code, r["passed"].as_bool()), (0, Some(true)), "{preset}: {r}\n{said:?}\n{}", text(&out.stderr));
+        // The opening, then the user's five turns each answered: the chatty user's last ends it.
+        let kinds: Vec<&str> = said.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["agent.message", "user.message"].repeat(5), "{preset}: {said:?}");
+        assert_eq!(said[1].1, "Please mark task_7 as completed.", "{preset}");
+        assert_eq!(said[2].1, "You said: Please mark task_7 as completed.", "{preset}: {said:?}");
+        assert_eq!(said[4].1, "You said: Are you sure it is done?", "{preset}: {said:?}");
+        assert!(said[9].1.contains("###STOP###"), "{preset}: {said:?}");
+        assert_eq!(r["roles"]["user"]["calls"], 5, "{preset}: the user's calls are its own: {r}");
+        // A later turn went on with the same session: the model saw the first turn's brief and the
+        // user's later words in one request.
+        let resumed = mock.received()[before..].iter().any(|c| {
+            let body = c.body.to_string();
+            body.contains("You are talking with a user.") && body.contains("Are you sure it is done?")
+        });
+        assert!(resumed, "{preset}: no call held both the first turn and a later one");
+        assert!(t.iter().any(|e| e["kind"] == "model.call"), "{preset}: {t:?}");
+    }
+    for preset in ["aider", "mini-swe-agent"] {
+        let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--agent", preset]);
+        let said = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{preset}: {said}");
+        assert!(said.contains("cannot converse") && said.contains("(codex, claude-code, opencode)"), "{said}");
+    }
+}

@@ -2,7 +2,9 @@
 //! team's own) installed into its task's image as an agent layer (`layer.rs`, before the task
 //! starts: never in the agent's time) and run there. The instruction is a file in the
 //! environment (`$AGENTEVAL_INSTRUCTION`); the agent acts on the environment directly; a
-//! preset's own record of its run becomes the trace's steps (`trajectory.rs`).
+//! preset's own record of its run becomes the trace's steps (`trajectory.rs`). A preset whose
+//! CLI goes on with a session (`Preset::resume`) converses with a simulated user: one run of
+//! its CLI a turn, each user turn the next prompt of the same session.
 
 pub mod fetch;
 pub mod layer;
@@ -22,6 +24,8 @@ use presets::Preset;
 
 /// Where the instruction goes in the environment.
 const INSTRUCTION: &str = "/logs/agent/instruction.md";
+/// Where a conversation's next user turn goes in the environment (`$AGENTEVAL_USER_TURN`).
+const USER_TURN: &str = "/logs/agent/user-turn.md";
 /// A preset's step limit unless `agent.max_steps` says.
 pub const DEFAULT_MAX_STEPS: u32 = 50;
 /// Most bytes of a preset's record read back for the trace (the artifact keeps it whole).
@@ -144,21 +148,23 @@ impl AgentRunner for InstalledAgent {
         let started = Instant::now();
         let wall = ctx.limits.wall_seconds();
         let left = || Duration::from_secs_f64((wall - started.elapsed().as_secs_f64()).max(0.001));
-        let infra = |what: &str, e: agenteval_core::Error| stopped(TerminatedBy::InfraFailure, format!("{what}: {e}"));
-        let text = match &ctx.task.input {
+        let mut text = match &ctx.task.input {
             serde_json::Value::String(t) => t.clone(),
             v => v.to_string(),
         };
-        let dir = match tempfile::tempdir() {
-            Ok(d) => d,
-            Err(e) => return stopped(TerminatedBy::InfraFailure, format!("a folder for the instruction: {e}")),
+        // A conversation opens before the agent starts: its first turn holds the user's first words.
+        let mut talk = match ctx.user {
+            Some(user) => match crate::agents::converse::open(user, sink).await {
+                Ok(t) => Some(t),
+                Err(outcome) => return outcome,
+            },
+            None => None,
         };
-        let file = dir.path().join("instruction.md");
-        if let Err(e) = std::fs::write(&file, &text) {
-            return stopped(TerminatedBy::InfraFailure, format!("writing the instruction: {e}"));
+        if let Some(t) = &talk {
+            text = t.brief(&text);
         }
-        if let Err(e) = s.env.copy_in(&s.handle, &file, INSTRUCTION).await {
-            return infra("copying the instruction in", e);
+        if let Err(outcome) = put_file(s, &text, INSTRUCTION).await {
+            return outcome;
         }
         // The instruction is the environment's, not the agent's doing.
         s.env.mark_baseline(&s.handle).await;
@@ -175,48 +181,142 @@ impl AgentRunner for InstalledAgent {
                 return stopped(stop.terminated_by, stop.reason);
             }
         }
-        let req = ExecRequest { env, max_output_bytes: 1 << 20, ..ExecRequest::new(&self.command, left()) };
-        let out = match s.env.exec(&s.handle, &req).await {
-            Ok(o) => o,
-            Err(e) => return infra("running the agent", e),
-        };
+        let mut turn = Turn { command: &self.command, env, record_from: 0, usage: None };
+        loop {
+            let answer = match self.take_turn(s, &mut turn, left(), wall, sink).await {
+                Ok(a) => a,
+                Err(outcome) => return outcome,
+            };
+            let Some(t) = talk.as_mut() else { return self.finish(answer, turn.usage, sink).await };
+            let said = answer.as_str().map_or_else(|| answer.to_string(), str::to_string);
+            if let Err(stop) = sink.emit(AgentEvent::new(EventKind::AgentMessage, json!({"text": said}))).await {
+                return stopped(stop.terminated_by, stop.reason);
+            }
+            if let Err((by, why)) = t.heard(&said, sink).await {
+                return stopped(by, why);
+            }
+            if t.ended {
+                return self.finish(answer, turn.usage, sink).await;
+            }
+            // The user's next words, and the preset's own way to go on with its session.
+            if let Err(outcome) = put_file(s, t.last_user(), USER_TURN).await {
+                return outcome;
+            }
+            let Some(resume) = self.preset.and_then(|p| p.resume) else {
+                return stopped(TerminatedBy::AgentError, "the agent cannot take another turn".into());
+            };
+            turn.command = resume;
+            turn.env.insert("AGENTEVAL_USER_TURN".into(), USER_TURN.into());
+        }
+    }
+}
+
+/// One run of the agent's command: what it needs, and what its record held before it.
+struct Turn<'a> {
+    command: &'a str,
+    env: BTreeMap<String, String>,
+    /// Bytes of the preset's record earlier turns wrote: a turn reads what follows.
+    record_from: usize,
+    /// The agent's own usage figures, summed over its turns.
+    usage: Option<serde_json::Value>,
+}
+
+async fn emit(sink: &mut dyn EventSink, ev: AgentEvent) -> Result<(), AgentOutcome> {
+    sink.emit(ev).await.map_err(|stop| stopped(stop.terminated_by, stop.reason))
+}
+
+/// Writes `text` to `path` in the environment.
+async fn put_file(s: &agenteval_core::traits::EnvSession, text: &str, path: &str) -> Result<(), AgentOutcome> {
+    let dir =
+        tempfile::tempdir().map_err(|e| stopped(TerminatedBy::InfraFailure, format!("a folder for {path}: {e}")))?;
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let file = dir.path().join(name);
+    std::fs::write(&file, text).map_err(|e| stopped(TerminatedBy::InfraFailure, format!("writing {path}: {e}")))?;
+    s.env
+        .copy_in(&s.handle, &file, path)
+        .await
+        .map_err(|e| stopped(TerminatedBy::InfraFailure, format!("copying {path} in: {e}")))
+}
+
+/// Adds `more`'s numbers to `into`'s, key by key (a conversation's turns each report their own).
+fn add_usage(into: &mut Option<serde_json::Value>, more: serde_json::Value) {
+    let Some(sum) = into.as_mut().and_then(serde_json::Value::as_object_mut) else {
+        *into = Some(more);
+        return;
+    };
+    for (k, v) in more.as_object().into_iter().flatten() {
+        match (sum.get(k).and_then(serde_json::Value::as_f64), v.as_f64()) {
+            (Some(a), Some(b)) if sum[k].is_u64() && v.is_u64() => sum[k] = json!(a as u64 + b as u64),
+            (Some(a), Some(b)) => sum[k] = json!(a + b),
+            _ => {
+                sum.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl InstalledAgent {
+    /// Runs the agent's command once (its first turn, or a conversation's next), its record's
+    /// new steps emitted: what it answered.
+    async fn take_turn(
+        &self,
+        s: &agenteval_core::traits::EnvSession,
+        turn: &mut Turn<'_>,
+        left: Duration,
+        wall: f64,
+        sink: &mut dyn EventSink,
+    ) -> Result<serde_json::Value, AgentOutcome> {
+        let req =
+            ExecRequest { env: turn.env.clone(), max_output_bytes: 1 << 20, ..ExecRequest::new(turn.command, left) };
+        let out = s
+            .env
+            .exec(&s.handle, &req)
+            .await
+            .map_err(|e| stopped(TerminatedBy::InfraFailure, format!("running the agent: {e}")))?;
         let (stdout, stderr) = (trajectory::strip_ansi(&out.stdout), trajectory::strip_ansi(&out.stderr));
         // A preset's own record, read also when it was stopped: the steps it took are the trace.
         let mut answer = json!(stdout.trim());
-        let mut reported = None;
         let mut record = String::new();
         if let Some(p) = self.preset {
-            record = read_record(s, p.record).await;
+            let whole = read_record(s, p.record).await;
+            record = whole.get(turn.record_from..).unwrap_or_default().to_string();
+            turn.record_from = whole.len();
             let (events, said, usage) = trajectory::events(&(p.read)(&record, &stdout));
             for ev in events {
-                if let Err(stop) = sink.emit(ev).await {
-                    return stopped(stop.terminated_by, stop.reason);
-                }
+                emit(sink, ev).await?;
             }
             answer = json!(said.unwrap_or_default());
-            reported = usage;
-            let seen = json!({"agent": p.name, "exit_code": out.exit_code, "stderr": tail(&stderr), "timed_out": out.timed_out});
-            if let Err(stop) = sink.emit(AgentEvent::new(EventKind::AgentObservation, seen)).await {
-                return stopped(stop.terminated_by, stop.reason);
+            if let Some(u) = usage {
+                add_usage(&mut turn.usage, u);
             }
+            let seen = json!({"agent": p.name, "exit_code": out.exit_code, "stderr": tail(&stderr), "timed_out": out.timed_out});
+            emit(sink, AgentEvent::new(EventKind::AgentObservation, seen)).await?;
         } else {
             let result = json!({"tool": "installed", "exit_code": out.exit_code, "stdout": stdout, "stderr": stderr, "timed_out": out.timed_out});
-            if let Err(stop) = sink.emit(AgentEvent::new(EventKind::AgentToolResult, result)).await {
-                return stopped(stop.terminated_by, stop.reason);
-            }
+            emit(sink, AgentEvent::new(EventKind::AgentToolResult, result)).await?;
         }
         if out.timed_out {
-            return stopped(TerminatedBy::LimitTime, format!("killed after {wall}s (max_wall_seconds)"));
+            return Err(stopped(TerminatedBy::LimitTime, format!("killed after {wall}s (max_wall_seconds)")));
         }
         if !out.ok() {
             let what = self.preset.map_or_else(|| "the agent".to_string(), |p| format!("the {} agent", p.name));
-            return stopped(
+            return Err(stopped(
                 TerminatedBy::AgentError,
                 format!("{what} {}: {}", exited(out.exit_code), last_said(&stderr, &stdout, &record)),
-            );
+            ));
         }
+        Ok(answer)
+    }
+
+    /// The agent's last answer as its final one.
+    async fn finish(
+        &self,
+        answer: serde_json::Value,
+        usage: Option<serde_json::Value>,
+        sink: &mut dyn EventSink,
+    ) -> AgentOutcome {
         let mut terminal = json!({"final_answer": answer});
-        if let Some(u) = reported {
+        if let Some(u) = usage {
             // The agent's own figures, beside the gateway's measured ones (never counted).
             terminal["agent_reported_usage"] = u;
         }
@@ -235,6 +335,14 @@ impl AgentRunner for InstalledAgent {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_conversations_turns_add_their_usage_key_by_key() {
+        let mut sum = None;
+        add_usage(&mut sum, json!({"input_tokens": 10, "cost_usd": 0.5}));
+        add_usage(&mut sum, json!({"input_tokens": 5, "cost_usd": 0.25, "model": "m"}));
+        assert_eq!(sum, Some(json!({"input_tokens": 15, "cost_usd": 0.75, "model": "m"})));
+    }
 
     #[test]
     fn an_agent_that_ended_early_is_quoted_from_wherever_it_spoke() {

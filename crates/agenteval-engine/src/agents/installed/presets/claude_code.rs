@@ -22,6 +22,13 @@ pub const PRESET: Preset = Preset {
 export PATH="/opt/agenteval-agent/bin:$PATH" CLAUDE_CONFIG_DIR=/logs/agent/claude-home
 mkdir -p "$CLAUDE_CONFIG_DIR"
 claude -p "$(cat "$AGENTEVAL_INSTRUCTION")" --output-format stream-json --verbose --dangerously-skip-permissions --model "$AGENTEVAL_MODEL" --max-turns "$AGENTEVAL_MAX_STEPS" < /dev/null > /logs/agent/claude.jsonl"#,
+    // The most recent session of the working folder, the user's turn on stdin (never read as
+    // an option), its events appended to the record.
+    resume: Some(
+        r#"set -e
+export PATH="/opt/agenteval-agent/bin:$PATH" CLAUDE_CONFIG_DIR=/logs/agent/claude-home
+claude -p --continue --output-format stream-json --verbose --dangerously-skip-permissions --model "$AGENTEVAL_MODEL" --max-turns "$AGENTEVAL_MAX_STEPS" < "$AGENTEVAL_USER_TURN" >> /logs/agent/claude.jsonl"#,
+    ),
     // No telemetry, error reports, updates or other traffic of its own; `IS_SANDBOX` lets it
     // skip permissions under a container's root.
     env: &[

@@ -42,6 +42,14 @@ enabled = false
 exporter = "none"
 EOF
 codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --json -- "$(cat "$AGENTEVAL_INSTRUCTION")" < /dev/null > /logs/agent/codex.jsonl"#,
+    // The session the first turn started (its `thread.started` event), the user's turn on stdin.
+    resume: Some(
+        r#"set -e
+export CODEX_HOME=/logs/agent/codex-home PATH="/opt/agenteval-agent/bin:$PATH"
+thread=$(sed -n 's/.*"thread_id": *"\([^"]*\)".*/\1/p' /logs/agent/codex.jsonl | head -n 1)
+test -n "$thread" || { echo "no session of codex's to resume in /logs/agent/codex.jsonl" >&2; exit 1; }
+codex exec resume --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --json -- "$thread" - < "$AGENTEVAL_USER_TURN" >> /logs/agent/codex.jsonl"#,
+    ),
     env: &[],
     record: "/logs/agent/codex.jsonl",
     read,

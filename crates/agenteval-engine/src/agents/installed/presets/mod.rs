@@ -37,6 +37,11 @@ pub struct Preset {
     /// `$AGENTEVAL_INSTRUCTION`, `$AGENTEVAL_MODEL`, `$AGENTEVAL_MAX_STEPS`, the gateway's
     /// `$OPENAI_BASE_URL` / `$ANTHROPIC_BASE_URL` and the door's token.
     pub command: &'static str,
+    /// Run by `bash -c` as `command` is, for each later turn of a conversation with a simulated
+    /// user: continues the agent's own session with the user's turn (the file
+    /// `$AGENTEVAL_USER_TURN`) and appends to its record. `None`: the CLI cannot resume a
+    /// session headless, and the preset does not converse.
+    pub resume: Option<&'static str>,
     /// Variables the agent gets besides the gateway's (telemetry, updates and prompts off).
     pub env: &'static [(&'static str, &'static str)],
     /// The agent's own record of its run, in the container; kept as an artifact.

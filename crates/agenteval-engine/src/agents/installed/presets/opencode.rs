@@ -33,6 +33,14 @@ cat > "$OPENCODE_CONFIG" <<EOF
  "agent": {"build": {"steps": ${AGENTEVAL_MAX_STEPS}}}}
 EOF
 opencode run --format json "$(cat "$AGENTEVAL_INSTRUCTION")" < /dev/null > /logs/agent/opencode.jsonl"#,
+    // Its last session continued (`--continue`), the user's turn on stdin (an argument with a
+    // space it would quote).
+    resume: Some(
+        r#"set -e
+export PATH="/opt/agenteval-agent/bin:$PATH" OPENCODE_CONFIG=/logs/agent/opencode.json
+export XDG_DATA_HOME=/logs/agent/opencode/data XDG_CACHE_HOME=/logs/agent/opencode/cache XDG_CONFIG_HOME=/logs/agent/opencode/config XDG_STATE_HOME=/logs/agent/opencode/state
+opencode run --continue --format json < "$AGENTEVAL_USER_TURN" >> /logs/agent/opencode.jsonl"#,
+    ),
     // No update, share, model-list fetch, LSP download, default plugins or other agents' files.
     env: &[
         ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
