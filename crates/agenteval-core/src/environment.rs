@@ -79,6 +79,28 @@ pub struct EnvSpec {
     /// tests ran in a fresh environment (the agent could have traced the tests).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ptrace: bool,
+    /// The MCP servers the task gives its agent (Harbor's `[[environment.mcp_servers]]`): each
+    /// a sidecar reached by URL, or a program the agent's CLI starts (stdio).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<McpServer>,
+}
+
+/// An MCP server of a task, as Harbor's task format names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpServer {
+    /// The name the agent reaches its tools under.
+    pub name: String,
+    /// `streamable-http` (Harbor's `http`), `sse` or `stdio`.
+    pub transport: String,
+    /// Where an HTTP server answers (a sidecar's name as its host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The program a `stdio` server is, in the agent's container, and its arguments.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
 }
 
 /// A container beside the task's: its image (built from `context`, or `image`), variables,
@@ -93,6 +115,11 @@ pub struct Sidecar {
     pub image: Option<String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Variables of `env` whose value the run gives when the sidecar starts (compose's
+    /// `KEY: ${VAR}` with `VAR` none of the task's own): `KEY` → `VAR`, filled from the run's
+    /// `roles.tools.secrets` (empty, as Compose leaves an unset variable, when it names none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub from_run: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

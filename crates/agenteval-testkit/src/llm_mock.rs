@@ -42,6 +42,10 @@
 //!   when the prompt names that (mini-swe-agent's end); an agent that offers no tool gets the
 //!   file in aider's whole-file format (`hello.txt` then its content, fenced) when its prompt
 //!   speaks of a "file listing", else each command in a fenced `bash` block;
+//! - `MCP_ORDER` (anywhere in a user message), when a tool whose name ends `order_status` is
+//!   offered (an MCP server's, through the agent's CLI): calls it for order `8812`, then writes
+//!   what it said to `/app/answer.txt` with the shell tool and counts where the agent finds
+//!   `7f3a9c1e` (part of the test server's key) in its variables, every process's and its files;
 //! - τ²-bench's `mock` domain, both sides: see `tau2.rs`;
 //! - an installed agent's conversation (its prompt says `You are talking with a user.`): each
 //!   turn answers `You said: <the first line of the user's last words>`;
@@ -426,8 +430,77 @@ pub(crate) async fn answer_as(
     let submit = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT";
     let asks_submit = body.to_string().contains("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT");
     let tau2 = tau2::script(&body, &messages);
+    // An MCP tool the agent's CLI offers (`mcp__orders__order_status`, `orders_order_status`).
+    // Codex offers an MCP server's tools in a namespace of its own (`mcp__orders`): called by
+    // their full name.
+    let mcp_tool = body["tools"].as_array().into_iter().flatten().find_map(|t| {
+        if t["type"] == "namespace" {
+            let inner =
+                t["tools"].as_array()?.iter().any(|i| i["name"].as_str().is_some_and(|n| n.ends_with("order_status")));
+            return inner.then_some("mcp__orders__order_status");
+        }
+        let name = t["function"]["name"].as_str().or_else(|| t["name"].as_str())?;
+        name.ends_with("order_status").then_some(name)
+    });
     let planned: Option<(&str, Value)> = if let Some((call, _)) = &tau2 {
         call.clone()
+    } else if all_user.contains("MCP_ORDER") {
+        // Every tool result so far: the server's answer, then the look's, end the script.
+        let results: Vec<String> = messages
+            .iter()
+            .flat_map(|m| {
+                if m["role"] == "tool" {
+                    return vec![text_of(&m["content"])];
+                }
+                let blocks = m["content"].as_array().cloned().unwrap_or_default();
+                blocks.iter().filter(|b| b["type"] == "tool_result").map(|b| text_of(&b["content"])).collect()
+            })
+            .collect();
+        // The calls made so far, by name, on each wire.
+        let called: Vec<String> = messages
+            .iter()
+            .flat_map(|m| {
+                let mut names: Vec<String> =
+                    m["name"].as_str().filter(|_| m["type"] == "function_call").map(String::from).into_iter().collect();
+                let blocks = m["content"].as_array().cloned().unwrap_or_default();
+                names.extend(
+                    blocks
+                        .iter()
+                        .filter(|b| b["type"] == "tool_use")
+                        .filter_map(|b| b["name"].as_str().map(String::from)),
+                );
+                let calls = m["tool_calls"].as_array().cloned().unwrap_or_default();
+                names.extend(calls.iter().filter_map(|c| c["function"]["name"].as_str().map(String::from)));
+                names
+            })
+            .collect();
+        // The server's answer, or what the agent got back instead: never a second try.
+        let answered = called.iter().any(|n| n.ends_with("order_status")).then(|| {
+            results.iter().find(|r| r.contains("order 8812") || r.contains("unauthorised")).or(results.last())
+        });
+        let answered = answered.map(|r| r.cloned().unwrap_or_default());
+        let searched = called.iter().any(|n| n == "ToolSearch");
+        let deferred = body.to_string().contains("mcp__orders__order_status");
+        let offers_search = body["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["name"] == "ToolSearch"));
+        match (answered, mcp_tool, &shell) {
+            (None, Some(tool), _) => Some((tool, json!({"order_id": "8812"}))),
+            // Claude Code defers an MCP tool's schema until its ToolSearch loads it.
+            (None, None, _) if deferred && offers_search && !searched => {
+                Some(("ToolSearch", json!({"query": "select:mcp__orders__order_status", "max_results": 1})))
+            }
+            // What the server said, kept; then a look for the server's key where the agent can
+            // look: its variables, every process's, and its files (a count, never the key).
+            (Some(said), _, Some((name, shape))) if !results.iter().any(|r| r.contains("found: ")) => {
+                let said = said.replace(['\'', '\n'], " ");
+                // The needle is put together as it runs: the command's own text never holds it.
+                let look = "n=7f3a; n=${n}9c1e; (env; cat /proc/[0-9]*/environ; grep -rIs \"$n\" /etc /root /app /tmp /opt /logs /srv /home) 2>/dev/null | tr '\\0' '\\n' | grep -c \"$n\"";
+                Some((
+                    name.as_str(),
+                    shape.args(&format!("echo '{said}' > /app/answer.txt; echo \"found: $({look})\"; true")),
+                ))
+            }
+            _ => None,
+        }
     } else if let (Some(cmd), Some((name, shape))) = (&hello_cmd, &shell) {
         match tool_results {
             0 => Some((name.as_str(), shape.args(cmd))),
@@ -593,7 +666,7 @@ pub(crate) async fn answer_as(
         }),
         ("responses", true) => json!({
             "id": format!("resp_{call_no}"), "object": "response", "status": "completed",
-            "output": [{"type": "function_call", "call_id": call_id, "name": tool, "arguments": args.to_string()}],
+            "output": [responses_call(&call_id, tool, &args)],
             "usage": {"input_tokens": input, "output_tokens": output, "total_tokens": input + output},
         }),
         (_, false) => json!({
@@ -719,9 +792,7 @@ fn streamed(
         "responses" => {
             event(Some("response.created"), json!({"type": "response.created", "response": {"status": "in_progress"}}));
             let output_items = match tool {
-                Some((id, name, args)) => {
-                    json!([{"type": "function_call", "call_id": id, "name": name, "arguments": args.to_string()}])
-                }
+                Some((id, name, args)) => json!([responses_call(id, name, args)]),
                 None => {
                     event(
                         Some("response.output_item.added"),
@@ -797,4 +868,14 @@ fn streamed(
         }
     }
     out
+}
+
+/// A Responses function call; a namespaced tool's (`mcp__orders__order_status`, an MCP server's
+/// as Codex offers them) by its own name within its namespace.
+fn responses_call(id: &str, name: &str, args: &Value) -> Value {
+    match name.strip_prefix("mcp__").and_then(|rest| rest.split_once("__")) {
+        Some((server, tool)) => json!({"type": "function_call", "call_id": id, "name": tool,
+            "namespace": format!("mcp__{server}"), "arguments": args.to_string()}),
+        None => json!({"type": "function_call", "call_id": id, "name": name, "arguments": args.to_string()}),
+    }
 }

@@ -1506,6 +1506,9 @@ fn roles_problems(c: &RunConfig, p: &mut Vec<(String, String)>) {
     if let Some(u) = &c.roles.user {
         u.validate("/roles/user", p);
     }
+    if let Some(t) = &c.roles.tools {
+        t.validate("/roles/tools", p);
+    }
     if c.benchmark.needs_user() && c.roles.user.is_none() {
         p.push((
             "/benchmark/kind".into(),

@@ -17,11 +17,41 @@ pub struct RolesConfig {
     /// The simulated user the agent converses with, turn by turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<UserRole>,
+    /// The task's tool servers (MCP servers run as its sidecars): what they are given that the
+    /// agent never is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolsRole>,
 }
 
 impl RolesConfig {
     pub fn is_empty(&self) -> bool {
-        self.user.is_none()
+        self.user.is_none() && self.tools.is_none()
+    }
+}
+
+/// What a task's tool servers get from the run (`docs/roles.md`, "Tool servers").
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ToolsRole {
+    /// Variable → secret name. A sidecar whose compose `environment` gives a variable exactly as
+    /// `${VAR}` gets that secret's value there, fetched by the worker when the sidecar starts:
+    /// in that container only, never in the agent's, never in a file of the run.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, String>,
+}
+
+impl ToolsRole {
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        for (var, secret) in &self.secrets {
+            let name_ok = var.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !name_ok {
+                p.push((format!("{at}/secrets/{var}"), "must be a variable name (letters, digits, `_`)".into()));
+            }
+            if secret.trim().is_empty() {
+                p.push((format!("{at}/secrets/{var}"), "must name a secret".into()));
+            }
+        }
     }
 }
 

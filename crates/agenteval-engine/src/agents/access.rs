@@ -91,6 +91,12 @@ pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String,
             out.push((name, format!("evaluator `{}`", e.id())));
         }
     }
+    // The tool servers' own keys: a regrade starts no environment.
+    for (var, name) in config.roles.tools.iter().flat_map(|t| &t.secrets).filter(|_| config.regrade.is_none()) {
+        if !out.iter().any(|(n, _)| n == name) {
+            out.push((name.clone(), format!("roles.tools.secrets.{var}")));
+        }
+    }
     out
 }
 

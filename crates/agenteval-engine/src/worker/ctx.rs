@@ -34,6 +34,9 @@ pub(super) struct Ctx {
     pub(super) journal: Journal,
     /// The judges' keys, for evaluators a task brings.
     pub(super) judge_secrets: Vec<(String, Secret)>,
+    /// The task's tool servers' secrets (`roles.tools.secrets`), by variable: given to a
+    /// sidecar that names the variable, never to the agent.
+    pub(super) tool_secrets: Vec<(String, Secret)>,
     /// Where the tasks' agents act, for a run whose tasks have environments.
     pub(super) environment: Option<Arc<dyn Environment>>,
     /// The job's tasks run in their own image on a fleet (a job with an `image`): each

@@ -43,7 +43,7 @@ pub(super) async fn prepare(ctx: &Ctx, plan: &Plan, task: &TaskSpec, at: &mut At
             run: ctx.run_id,
             task: task.clone(),
             attempt: ctx.job.attempt,
-            spec: spec.clone(),
+            spec: super::sessions::with_tool_secrets(spec, &ctx.tool_secrets),
         }));
     }
     // An agent that does not act (patches made elsewhere) gets no environment of its own.

@@ -23,6 +23,16 @@ pub(super) async fn prepare_session(
 ) -> Result<EnvSession> {
     let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
     let started = std::time::Instant::now();
+    // A fleet's environment is a task definition, which would keep the value in the clear.
+    let named = |s: &agenteval_core::environment::Sidecar| {
+        s.from_run.values().any(|var| ctx.tool_secrets.iter().any(|(v, _)| v == var))
+    };
+    if ctx.in_task_images && spec.sidecars.iter().any(named) {
+        return Err(agenteval_core::Error::invalid(
+            "a tool server's secret (roles.tools.secrets) is given to sidecars on this machine's Docker only, not yet on the fleet",
+        ));
+    }
+    let spec = &with_tool_secrets(spec, &ctx.tool_secrets);
     let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
     let session = EnvSession { env: env.clone(), handle };
     ctx.live.lock().expect("not poisoned").push(session.clone());
@@ -50,6 +60,20 @@ pub(super) async fn prepare_session(
         }
     }
     Ok(session)
+}
+
+/// `spec` with each sidecar's run-given variables filled (`Sidecar::from_run`): the secret of
+/// `roles.tools.secrets` the variable names, else empty (as Compose leaves an unset variable).
+/// The copy goes to the environment alone; the task's spec, which the bundle keeps, holds none.
+pub(super) fn with_tool_secrets(spec: &EnvSpec, secrets: &[(String, agenteval_core::secret::Secret)]) -> EnvSpec {
+    let mut spec = spec.clone();
+    for sidecar in &mut spec.sidecars {
+        for (key, var) in &sidecar.from_run {
+            let value = secrets.iter().find(|(v, _)| v == var).map(|(_, s)| s.expose().to_string());
+            sidecar.env.insert(key.clone(), value.unwrap_or_default());
+        }
+    }
+    spec
 }
 
 /// Tears an environment down and forgets it; a failure is logged (a sweep removes it later).

@@ -87,6 +87,12 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
             judge_secrets.push((var, s));
         }
     }
+    let mut tool_secrets: Vec<(String, Secret)> = Vec::new();
+    for (var, name) in config.roles.tools.iter().flat_map(|t| &t.secrets).filter(|_| config.regrade.is_none()) {
+        let s = secret_store.fetch(name).await?;
+        redactor.add(&s);
+        tool_secrets.push((var.clone(), s));
+    }
     let evaluators = run_evaluators(&config, &judge_secrets, resolver, &store).await?;
     let traceparent = std::env::var(TRACEPARENT_ENV).ok().or_else(|| job.env.get(TRACEPARENT_ENV).cloned());
     // A job of tasks in their own images: each environment is launched by the backend, apart
@@ -105,6 +111,7 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
         agent,
         needs,
         judge_secrets,
+        tool_secrets,
         environment,
         in_task_images,
         live: std::sync::Mutex::new(Vec::new()),

@@ -53,6 +53,7 @@ pub(super) fn ctx(body: &str, env: Option<Arc<dyn Environment>>) -> (Ctx, tempfi
         traceparent: None,
         journal: None,
         judge_secrets: vec![],
+        tool_secrets: Vec::new(),
         environment: env,
         in_task_images: false,
         live: Default::default(),

@@ -552,3 +552,121 @@ fn presets_that_resume_a_session_converse_with_a_simulated_user() {
         assert!(said.contains("cannot converse") && said.contains("(codex, claude-code, opencode)"), "{said}");
     }
 }
+
+/// The MCP test server: one tool that answers only with the key the run gives its container.
+const ORDERS_SERVER: &str = r#"import os
+from mcp.server.fastmcp import FastMCP
+mcp = FastMCP("orders", host="0.0.0.0", port=8000)
+
+@mcp.tool()
+def order_status(order_id: str) -> str:
+    """The status of an order."""
+    if os.environ.get("ORDERS_API_KEY") != "sk-orders-7f3a9c1e-test":
+        raise ValueError("unauthorised: the server has no key")
+    return f"order {order_id}: shipped"
+
+mcp.run(transport="streamable-http")
+"#;
+
+/// The `mcp` SDK from PyPI for the test server's image (the image's Python, 3.11), fetched once.
+fn mcp_site() -> std::path::PathBuf {
+    let root = std::env::var_os("AGENTEVAL_CACHE_DIR").map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+    let site = root.join("test-mcp-1.30.0-py3.11");
+    if !site.join("mcp").is_dir() {
+        let part = root.join(format!("test-mcp-{}", std::process::id()));
+        let out = std::process::Command::new("python3")
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--only-binary=:all:"])
+            .args(["--python-version", "3.11", "--platform", "manylinux2014_x86_64", "--implementation", "cp"])
+            .arg("--target")
+            .arg(&part)
+            .arg("mcp==1.30.0")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let _ = std::fs::rename(&part, &site);
+    }
+    site
+}
+
+/// A Harbor task with an MCP server (`[[environment.mcp_servers]]`, a compose sidecar built on
+/// the `mcp` SDK) whose key comes from the run's secrets (`roles.tools.secrets`) into the
+/// server's container only: Claude Code, Codex and opencode reach it through their own MCP
+/// configurations, and the call and its answer are in the trace; the agent looks for the key in its variables, every
+/// process's and its files and finds none; the key is in no file of the run.
+#[test]
+fn a_task_s_mcp_server_answers_the_preset_with_a_key_the_agent_cannot_read() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let dir = tasks.join("order-status");
+    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
+    std::fs::write(dir.join("instruction.md"), "Find the status of order 8812 with the orders tool. MCP_ORDER\n")
+        .unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        "version = \"1.0\"\n[agent]\ntimeout_sec = 240\n[environment]\nmemory_mb = 2048\n[[environment.mcp_servers]]\nname = \"orders\"\ntransport = \"streamable-http\"\nurl = \"http://orders:8000/mcp\"\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -q 'order 8812: shipped' /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n").unwrap();
+    let env = dir.join("environment");
+    let server = env.join("orders");
+    crate::environments::copy_dir(&mcp_site(), &server.join("site"));
+    std::fs::write(server.join("server.py"), ORDERS_SERVER).unwrap();
+    std::fs::write(
+        server.join("Dockerfile"),
+        "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\nCOPY site /opt/mcp\nCOPY server.py /srv/server.py\nENV PYTHONPATH=/opt/mcp\nCMD [\"python3\", \"/srv/server.py\"]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        env.join("docker-compose.yaml"),
+        "services:\n  main:\n    build: .\n    depends_on:\n      orders: {condition: service_healthy}\n  orders:\n    build: ./orders\n    environment:\n      ORDERS_API_KEY: ${ORDERS_API_KEY}\n    healthcheck:\n      test: [CMD-SHELL, \"python3 -c 'import socket; socket.create_connection((\\\"127.0.0.1\\\", 8000), 1)'\"]\n      interval: 1s\n      retries: 60\n",
+    )
+    .unwrap();
+    let cfg = config(&ws, &tasks, "  preset: claude-code", &mock.base_url());
+    let with_tools =
+        std::fs::read_to_string(&cfg).unwrap() + "roles:\n  tools:\n    secrets: {ORDERS_API_KEY: orders-key}\n";
+    std::fs::write(&cfg, with_tools).unwrap();
+    // Without the key in the store: refused before anything runs, naming where it is asked for.
+    let out = ws.run(&["submit", "--config", cfg.to_str().unwrap(), "--model", "mock-model"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("roles.tools.secrets.ORDERS_API_KEY"), "{}", text(&out.stderr));
+
+    let secrets = std::fs::read_to_string(ws.path().join("secrets.env")).unwrap();
+    std::fs::write(ws.path().join("secrets.env"), secrets + "orders-key=sk-orders-7f3a9c1e-test\n").unwrap();
+    for preset in ["claude-code", "codex", "opencode"] {
+        mcp_order_passes(&ws, &cfg, preset);
+    }
+}
+
+/// `preset` on the MCP task: passed, the call and its answer in the trace, the key nowhere.
+fn mcp_order_passes(ws: &Workspace, cfg: &Path, preset: &str) {
+    let (v, code, out) = ws.submit(cfg, &["--agent", preset, "--model", "mock-model"]);
+    let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+    let r = read_json(&bundle.join("tasks/order-status/result.json"));
+    let t = trace(&bundle, "order-status");
+    assert_eq!((code, r["passed"].as_bool()), (0, Some(true)), "{preset}: {r}\n{t:?}\n{}", text(&out.stderr));
+    let call = t.iter().find(|e| {
+        e["kind"] == "agent.tool_call" && e["payload"]["tool"].as_str().unwrap_or("").ends_with("order_status")
+    });
+    let call = call.unwrap_or_else(|| panic!("{preset}: the MCP call is in the trace: {t:?}"));
+    assert_eq!(call["payload"]["arguments"]["order_id"], "8812", "{call}");
+    let results: Vec<String> =
+        t.iter().filter(|e| e["kind"] == "agent.tool_result").map(|e| e["payload"]["output"].to_string()).collect();
+    assert!(results.iter().any(|r| r.contains("order 8812: shipped")), "its answer is in the trace: {results:?}");
+    assert!(results.iter().any(|r| r.contains("found: 0")), "the agent found the key nowhere: {results:?}");
+    // The key (and any part of it) is in no file of the run.
+    for entry in walk(&bundle) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(!String::from_utf8_lossy(&bytes).contains("7f3a9c1e"), "{} holds the key", entry.display());
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}

@@ -73,6 +73,11 @@ impl InstalledAgent {
         env.insert("AGENTEVAL_INSTRUCTION".into(), INSTRUCTION.into());
         env.insert("AGENTEVAL_TASK_ID".into(), ctx.task.id.to_string());
         env.insert("AGENTEVAL_MODEL".into(), self.model.clone().unwrap_or_default());
+        // The task's MCP servers, in the preset's own configuration's shape.
+        let servers = ctx.task.environment.as_ref().map(|e| e.mcp_servers.as_slice()).unwrap_or_default();
+        if let Some(write) = self.preset.and_then(|p| p.mcp).filter(|_| !servers.is_empty()) {
+            env.insert("AGENTEVAL_MCP_CONFIG".into(), write(servers));
+        }
         for (var, secret) in ctx.secrets {
             env.insert(var.clone(), secret.expose().to_string());
         }

@@ -263,6 +263,7 @@ fn service(name: &str, v: &Value, dir: &Path, declared: &[String]) -> Result<(Si
         context,
         image: if obj.contains_key("build") { None } else { image },
         env,
+        from_run: BTreeMap::new(),
         command,
         healthcheck: obj.get("healthcheck").and_then(healthcheck),
     };
@@ -377,6 +378,35 @@ fn interpolate_all(v: &mut Value, vars: &BTreeMap<String, String>) -> Result<(),
     Ok(())
 }
 
+/// Each service's variables given exactly as `${VAR}` (or `$VAR`) of a variable the task does
+/// not set: service → (variable → `VAR`). A sidecar's are the run's to fill when it starts
+/// (`roles.tools.secrets`); interpolated, they are empty, as Compose leaves them.
+fn from_run(doc: &Value, vars: &BTreeMap<String, String>) -> BTreeMap<String, BTreeMap<String, String>> {
+    let whole = |v: &str| -> Option<String> {
+        let name = v.strip_prefix("${").and_then(|r| r.strip_suffix('}')).or_else(|| v.strip_prefix('$'))?;
+        let ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        (ok && !vars.contains_key(name)).then(|| name.to_string())
+    };
+    let mut out = BTreeMap::new();
+    for (service, v) in doc.get("services").and_then(Value::as_object).into_iter().flatten() {
+        let pairs: Vec<(String, String)> = match v.get("environment") {
+            Some(Value::Object(m)) => m.iter().filter_map(|(k, v)| Some((k.clone(), whole(v.as_str()?)?))).collect(),
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(Value::as_str)
+                .filter_map(|kv| kv.split_once('='))
+                .filter_map(|(k, v)| Some((k.to_string(), whole(v)?)))
+                .collect(),
+            _ => vec![],
+        };
+        if !pairs.is_empty() {
+            out.insert(service.clone(), pairs.into_iter().collect());
+        }
+    }
+    out
+}
+
 /// The compose file of a task's `environment/` folder, read in agenteval's subset, its values
 /// interpolated from `vars`.
 pub(crate) fn read(file: &Path, vars: &BTreeMap<String, String>) -> Result<Compose, String> {
@@ -384,6 +414,7 @@ pub(crate) fn read(file: &Path, vars: &BTreeMap<String, String>) -> Result<Compo
     let mut doc = agenteval_core::config::YamlDoc::parse(&text).map_err(|p| {
         format!("{} is not YAML: {}", file.display(), p.first().map(|p| p.message.clone()).unwrap_or_default())
     })?;
+    let deferred = from_run(&doc.value, vars);
     interpolate_all(&mut doc.value, vars)?;
     let dir = file.parent().unwrap_or(Path::new("."));
     let Some(services) = doc.value.get("services").and_then(Value::as_object) else {
@@ -392,7 +423,11 @@ pub(crate) fn read(file: &Path, vars: &BTreeMap<String, String>) -> Result<Compo
     let declared = declared_volumes(&doc.value)?;
     let mut read: BTreeMap<String, (Sidecar, Vec<String>)> = BTreeMap::new();
     for (name, v) in services {
-        read.insert(name.clone(), service(name, v, dir, &declared)?);
+        let (mut sidecar, depends) = service(name, v, dir, &declared)?;
+        if name != MAIN {
+            sidecar.from_run = deferred.get(name).cloned().unwrap_or_default();
+        }
+        read.insert(name.clone(), (sidecar, depends));
     }
     let Some((main, _)) = read.get(MAIN).cloned() else {
         return Err(format!("{} has no `{MAIN}` service (the agent's container)", file.display()));
@@ -463,6 +498,29 @@ mod tests {
         assert_eq!(c.main.env["MODE"], "quick");
         std::fs::write(&f, "services:\n  main:\n    image: x\n  side:\n    environment: [A=1]\n").unwrap();
         assert!(read(&f, &BTreeMap::new()).unwrap_err().contains("`side` has neither"));
+    }
+
+    #[test]
+    fn a_sidecars_variable_of_none_of_the_tasks_is_the_runs_to_give() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("docker-compose.yaml");
+        std::fs::write(
+            &f,
+            "services:\n  main:\n    environment:\n      LEAK: ${ORDERS_KEY}\n  orders:\n    image: x\n    environment:\n      ORDERS_API_KEY: ${ORDERS_KEY}\n      MODE: ${MODE}\n      MIXED: pre-${ORDERS_KEY}\n",
+        )
+        .unwrap();
+        let vars = BTreeMap::from([("MODE".to_string(), "test".to_string())]);
+        let c = read(&f, &vars).unwrap();
+        let orders = &c.sidecars[0];
+        assert_eq!(orders.from_run, BTreeMap::from([("ORDERS_API_KEY".to_string(), "ORDERS_KEY".to_string())]));
+        assert_eq!(
+            (orders.env["ORDERS_API_KEY"].as_str(), orders.env["MODE"].as_str(), orders.env["MIXED"].as_str()),
+            ("", "test", "pre-")
+        );
+        assert!(
+            c.main.from_run.is_empty() && c.main.env["LEAK"].is_empty(),
+            "the agent's container is never given one"
+        );
     }
 
     #[test]

@@ -330,6 +330,47 @@ pub fn unreadable_tasks(root: &Path) -> Result<Vec<(String, String)>> {
     Ok(out)
 }
 
+/// The task's `[[environment.mcp_servers]]`, checked as Harbor checks them: a name each, once;
+/// `transport` `sse` (the default), `streamable-http` (or `http`) with a `url`, or `stdio` with a
+/// `command`. Headers, which Harbor fills from this machine's variables, are not taken.
+fn mcp_servers(env: &toml::Table) -> std::result::Result<Vec<agenteval_core::environment::McpServer>, String> {
+    let Some(list) = env.get("mcp_servers") else { return Ok(vec![]) };
+    let list = list.as_array().ok_or("`environment.mcp_servers` is not a list of tables")?;
+    let mut out: Vec<agenteval_core::environment::McpServer> = Vec::new();
+    for (i, t) in list.iter().enumerate() {
+        let t = t.as_table().ok_or(format!("`environment.mcp_servers[{i}]` is not a table"))?;
+        let text = |k: &str| t.get(k).and_then(toml::Value::as_str).map(String::from);
+        let name = text("name").filter(|n| !n.trim().is_empty()).ok_or(format!("MCP server {i} has no `name`"))?;
+        if out.iter().any(|s| s.name == name) {
+            return Err(format!("MCP server `{name}` is named twice"));
+        }
+        let transport = match text("transport").as_deref().unwrap_or("sse") {
+            "http" | "streamable-http" => "streamable-http",
+            "sse" => "sse",
+            "stdio" => "stdio",
+            other => {
+                return Err(format!("MCP server `{name}`: transport `{other}` is not sse, streamable-http or stdio"));
+            }
+        };
+        let (url, command) = (text("url"), text("command"));
+        if transport == "stdio" && command.is_none() {
+            return Err(format!("MCP server `{name}`: a stdio server needs a `command`"));
+        }
+        if transport != "stdio" && url.is_none() {
+            return Err(format!("MCP server `{name}`: a {transport} server needs a `url`"));
+        }
+        if t.get("headers").and_then(toml::Value::as_table).is_some_and(|h| !h.is_empty()) {
+            return Err(format!(
+                "MCP server `{name}`: headers are not taken (a credential for a tool server goes to the server, as roles.tools.secrets)"
+            ));
+        }
+        let args = t.get("args").and_then(toml::Value::as_array).into_iter().flatten();
+        let args = args.filter_map(|a| a.as_str().map(String::from)).collect();
+        out.push(agenteval_core::environment::McpServer { name, transport: transport.into(), url, command, args });
+    }
+    Ok(out)
+}
+
 pub fn read_task(dir: &Path) -> Result<TaskSpec> {
     read_task_with(dir, VerifierRules::Harbor)
 }
@@ -527,6 +568,10 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         healthcheck,
         // agenteval's own key: Harbor's containers allow `ptrace` to everything in them.
         ptrace: env.get("allow_ptrace").and_then(toml::Value::as_bool).unwrap_or(false),
+        mcp_servers: mcp_servers(&env).unwrap_or_else(|why| {
+            unsupported.push(why);
+            vec![]
+        }),
         ..Default::default()
     };
     // A compose file's `main` service is the agent's container; the others are its sidecars.
@@ -749,6 +794,39 @@ mod tests {
         let (ok, runs) = why("fix-it");
         assert!(ok.unsupported.is_none() && !runs);
         assert!(ok.harbor_rejects.unwrap().contains("org/name"));
+    }
+
+    #[test]
+    fn mcp_servers_are_read_as_harbor_checks_them() {
+        let d = task_dir(
+            "[[environment.mcp_servers]]\nname = \"orders\"\ntransport = \"http\"\nurl = \"http://orders:8000/mcp\"\n\
+             [[environment.mcp_servers]]\nname = \"fs\"\ntransport = \"stdio\"\ncommand = \"mcp-fs\"\nargs = [\"/app\"]\n",
+        );
+        let t = read_task(&d.path().join("fix-it")).unwrap();
+        let servers = t.environment.unwrap().mcp_servers;
+        assert_eq!(servers.len(), 2);
+        assert_eq!(
+            (servers[0].transport.as_str(), servers[0].url.as_deref()),
+            ("streamable-http", Some("http://orders:8000/mcp"))
+        );
+        assert_eq!(
+            (servers[1].command.as_deref(), servers[1].args.as_slice()),
+            (Some("mcp-fs"), &["/app".to_string()][..])
+        );
+        for (toml, says) in [
+            ("[[environment.mcp_servers]]\nname = \"a\"\n", "needs a `url`"),
+            ("[[environment.mcp_servers]]\nname = \"a\"\ntransport = \"stdio\"\n", "needs a `command`"),
+            ("[[environment.mcp_servers]]\nname = \"a\"\ntransport = \"ws\"\n", "transport `ws`"),
+            (
+                "[[environment.mcp_servers]]\nname = \"a\"\nurl = \"http://a/mcp\"\nheaders = {Authorization = \"Bearer ${T}\"}\n",
+                "headers",
+            ),
+        ] {
+            let d = task_dir(toml);
+            let t = read_task(&d.path().join("fix-it")).unwrap();
+            let why = HarborTask::of(&t).unwrap().unsupported.unwrap_or_default();
+            assert!(why.contains(says), "{toml}: {why}");
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ echo '{"data": []}' > "$HOME/.aider/caches/openrouter_models.json"
 aider --model "openai/${AGENTEVAL_MODEL}" --openai-api-base "${OPENAI_BASE_URL}" --yes-always --no-git --no-auto-commits --map-tokens 0 --no-check-update --no-show-release-notes --no-show-model-warnings --no-analytics --no-pretty --no-stream --no-fancy-input --chat-history-file /logs/agent/aider.chat.history.md --input-history-file /logs/agent/aider.input.history --llm-history-file /logs/agent/aider.llm.history --message-file "$AGENTEVAL_INSTRUCTION" < /dev/null"#,
     // Its chat is a file of edits it replays, not a session a headless call continues.
     resume: None,
+    // No MCP client of its own.
+    mcp: None,
     env: &[("LITELLM_LOCAL_MODEL_COST_MAP", "True"), ("AIDER_ANALYTICS", "false"), ("NO_COLOR", "1")],
     record: "/logs/agent/aider.chat.history.md",
     read,

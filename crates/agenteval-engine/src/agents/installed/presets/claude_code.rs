@@ -21,6 +21,7 @@ pub const PRESET: Preset = Preset {
     command: r#"set -e
 export PATH="/opt/agenteval-agent/bin:$PATH" CLAUDE_CONFIG_DIR=/logs/agent/claude-home
 mkdir -p "$CLAUDE_CONFIG_DIR"
+if [ -n "${AGENTEVAL_MCP_CONFIG:-}" ]; then printf '%s' "$AGENTEVAL_MCP_CONFIG" > "$CLAUDE_CONFIG_DIR/.claude.json"; fi
 claude -p "$(cat "$AGENTEVAL_INSTRUCTION")" --output-format stream-json --verbose --dangerously-skip-permissions --model "$AGENTEVAL_MODEL" --max-turns "$AGENTEVAL_MAX_STEPS" < /dev/null > /logs/agent/claude.jsonl"#,
     // The most recent session of the working folder, the user's turn on stdin (never read as
     // an option), its events appended to the record.
@@ -29,6 +30,7 @@ claude -p "$(cat "$AGENTEVAL_INSTRUCTION")" --output-format stream-json --verbos
 export PATH="/opt/agenteval-agent/bin:$PATH" CLAUDE_CONFIG_DIR=/logs/agent/claude-home
 claude -p --continue --output-format stream-json --verbose --dangerously-skip-permissions --model "$AGENTEVAL_MODEL" --max-turns "$AGENTEVAL_MAX_STEPS" < "$AGENTEVAL_USER_TURN" >> /logs/agent/claude.jsonl"#,
     ),
+    mcp: Some(mcp),
     // No telemetry, error reports, updates or other traffic of its own; `IS_SANDBOX` lets it
     // skip permissions under a container's root.
     env: &[
@@ -93,6 +95,22 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
     steps
 }
 
+/// streamable HTTP, as Claude Code names it.
+fn mcp(servers: &[agenteval_core::environment::McpServer]) -> String {
+    let entries: serde_json::Map<String, Value> = servers
+        .iter()
+        .map(|s| {
+            let entry = match s.transport.as_str() {
+                "stdio" => json!({"type": "stdio", "command": s.command, "args": s.args}),
+                "sse" => json!({"type": "sse", "url": s.url}),
+                _ => json!({"type": "http", "url": s.url}),
+            };
+            (s.name.clone(), entry)
+        })
+        .collect();
+    json!({"mcpServers": entries}).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,5 +135,26 @@ mod tests {
         );
         assert_eq!(steps[3], Step::Answer("done".into()));
         assert!(matches!(&steps[4], Step::Usage(u) if u["cost_usd"] == 0.00028 && u["input_tokens"] == 20));
+    }
+    #[test]
+    fn mcp_servers_are_user_scoped_in_claude_json() {
+        use agenteval_core::environment::McpServer;
+        let http = McpServer {
+            name: "orders".into(),
+            transport: "streamable-http".into(),
+            url: Some("http://orders:8000/mcp".into()),
+            command: None,
+            args: vec![],
+        };
+        let stdio = McpServer {
+            name: "fs".into(),
+            transport: "stdio".into(),
+            url: None,
+            command: Some("mcp-fs".into()),
+            args: vec!["/app".into()],
+        };
+        let v: Value = serde_json::from_str(&mcp(&[http, stdio])).unwrap();
+        assert_eq!(v["mcpServers"]["orders"], json!({"type": "http", "url": "http://orders:8000/mcp"}));
+        assert_eq!(v["mcpServers"]["fs"], json!({"type": "stdio", "command": "mcp-fs", "args": ["/app"]}));
     }
 }

@@ -41,6 +41,7 @@ enabled = false
 [otel]
 exporter = "none"
 EOF
+printf '%s\n' "${AGENTEVAL_MCP_CONFIG:-}" >> "$CODEX_HOME/config.toml"
 codex exec --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --json -- "$(cat "$AGENTEVAL_INSTRUCTION")" < /dev/null > /logs/agent/codex.jsonl"#,
     // The session the first turn started (its `thread.started` event), the user's turn on stdin.
     resume: Some(
@@ -50,6 +51,7 @@ thread=$(sed -n 's/.*"thread_id": *"\([^"]*\)".*/\1/p' /logs/agent/codex.jsonl |
 test -n "$thread" || { echo "no session of codex's to resume in /logs/agent/codex.jsonl" >&2; exit 1; }
 codex exec resume --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox --json -- "$thread" - < "$AGENTEVAL_USER_TURN" >> /logs/agent/codex.jsonl"#,
     ),
+    mcp: Some(mcp),
     env: &[],
     record: "/logs/agent/codex.jsonl",
     read,
@@ -124,6 +126,28 @@ fn item(item: &Value, steps: &mut Vec<Step>) -> Option<String> {
     None
 }
 
+/// and its `args`.
+fn mcp(servers: &[agenteval_core::environment::McpServer]) -> String {
+    let mut tables = toml::Table::new();
+    for s in servers {
+        let mut t = toml::Table::new();
+        match (&s.command, &s.url) {
+            (Some(c), _) if s.transport == "stdio" => {
+                t.insert("command".into(), c.clone().into());
+                t.insert("args".into(), toml::Value::Array(s.args.iter().cloned().map(Into::into).collect()));
+            }
+            (_, Some(u)) => {
+                t.insert("url".into(), u.clone().into());
+            }
+            _ => continue,
+        }
+        tables.insert(s.name.clone(), toml::Value::Table(t));
+    }
+    let mut doc = toml::Table::new();
+    doc.insert("mcp_servers".into(), toml::Value::Table(tables));
+    toml::to_string(&doc).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,5 +175,27 @@ mod tests {
         assert!(matches!(&steps[1], Step::Result { output, is_error: false, .. } if output == "a\n"));
         assert_eq!(steps[3], Step::Answer("done".into()));
         assert_eq!(steps[4], Step::Usage(json!({"input_tokens": 20, "output_tokens": 10, "cached_input_tokens": 0})));
+    }
+    #[test]
+    fn mcp_servers_are_tables_of_its_config_toml() {
+        use agenteval_core::environment::McpServer;
+        let http = McpServer {
+            name: "orders".into(),
+            transport: "streamable-http".into(),
+            url: Some("http://orders:8000/mcp".into()),
+            command: None,
+            args: vec![],
+        };
+        let stdio = McpServer {
+            name: "fs".into(),
+            transport: "stdio".into(),
+            url: None,
+            command: Some("mcp-fs".into()),
+            args: vec!["/app".into()],
+        };
+        let t: toml::Table = toml::from_str(&mcp(&[http, stdio])).unwrap();
+        assert_eq!(t["mcp_servers"]["orders"]["url"].as_str(), Some("http://orders:8000/mcp"));
+        assert_eq!(t["mcp_servers"]["fs"]["command"].as_str(), Some("mcp-fs"));
+        assert_eq!(t["mcp_servers"]["fs"]["args"][0].as_str(), Some("/app"));
     }
 }

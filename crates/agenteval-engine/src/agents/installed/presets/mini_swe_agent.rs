@@ -20,6 +20,8 @@ export PATH="/opt/agenteval-agent/bin:$PATH"
 mini -y --exit-immediately -m "openai/${AGENTEVAL_MODEL}" -c mini.yaml -c "model.model_kwargs.api_base=${OPENAI_BASE_URL}" -c "agent.step_limit=${AGENTEVAL_MAX_STEPS}" -t "$(cat "$AGENTEVAL_INSTRUCTION")" -o /logs/agent/mini.traj.json < /dev/null"#,
     // One task to its submission: its CLI has no way to go on with a finished trajectory.
     resume: None,
+    // No MCP client of its own.
+    mcp: None,
     env: &[
         ("MSWEA_CONFIGURED", "true"),
         ("MSWEA_COST_TRACKING", "ignore_errors"),

@@ -8,6 +8,8 @@ mod codex;
 mod mini_swe_agent;
 mod opencode;
 
+use agenteval_core::environment::McpServer;
+
 use super::trajectory::Step;
 
 /// Where a preset's files come from. They are fetched on the worker (which reaches the
@@ -42,6 +44,9 @@ pub struct Preset {
     /// `$AGENTEVAL_USER_TURN`) and appends to its record. `None`: the CLI cannot resume a
     /// session headless, and the preset does not converse.
     pub resume: Option<&'static str>,
+    /// The task's MCP servers in the agent's own configuration (`$AGENTEVAL_MCP_CONFIG`, which
+    /// `command` puts where the CLI reads it). `None`: the CLI takes no MCP servers.
+    pub mcp: Option<fn(&[McpServer]) -> String>,
     /// Variables the agent gets besides the gateway's (telemetry, updates and prompts off).
     pub env: &'static [(&'static str, &'static str)],
     /// The agent's own record of its run, in the container; kept as an artifact.

@@ -24,13 +24,14 @@ pub const PRESET: Preset = Preset {
 export PATH="/opt/agenteval-agent/bin:$PATH" OPENCODE_CONFIG=/logs/agent/opencode.json
 export XDG_DATA_HOME=/logs/agent/opencode/data XDG_CACHE_HOME=/logs/agent/opencode/cache XDG_CONFIG_HOME=/logs/agent/opencode/config XDG_STATE_HOME=/logs/agent/opencode/state
 mkdir -p /logs/agent/opencode
+mcp=${AGENTEVAL_MCP_CONFIG:-}; [ -n "$mcp" ] || mcp='{}'
 cat > "$OPENCODE_CONFIG" <<EOF
 {"provider": {"agenteval": {"npm": "@ai-sdk/openai-compatible", "name": "agenteval gateway",
   "options": {"baseURL": "${OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}"},
   "models": {"${AGENTEVAL_MODEL}": {"name": "${AGENTEVAL_MODEL}"}}}},
  "model": "agenteval/${AGENTEVAL_MODEL}", "autoupdate": false, "share": "disabled",
  "permission": {"*": "allow", "external_directory": "allow", "bash": "allow", "edit": "allow"},
- "agent": {"build": {"steps": ${AGENTEVAL_MAX_STEPS}}}}
+ "agent": {"build": {"steps": ${AGENTEVAL_MAX_STEPS}}}, "mcp": ${mcp}}
 EOF
 opencode run --format json "$(cat "$AGENTEVAL_INSTRUCTION")" < /dev/null > /logs/agent/opencode.jsonl"#,
     // Its last session continued (`--continue`), the user's turn on stdin (an argument with a
@@ -41,6 +42,7 @@ export PATH="/opt/agenteval-agent/bin:$PATH" OPENCODE_CONFIG=/logs/agent/opencod
 export XDG_DATA_HOME=/logs/agent/opencode/data XDG_CACHE_HOME=/logs/agent/opencode/cache XDG_CONFIG_HOME=/logs/agent/opencode/config XDG_STATE_HOME=/logs/agent/opencode/state
 opencode run --continue --format json < "$AGENTEVAL_USER_TURN" >> /logs/agent/opencode.jsonl"#,
     ),
+    mcp: Some(mcp),
     // No update, share, model-list fetch, LSP download, default plugins or other agents' files.
     env: &[
         ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
@@ -102,6 +104,24 @@ fn read(record: &str, _stdout: &str) -> Vec<Step> {
     steps
 }
 
+/// Its config's `mcp` entries: `remote` servers by URL, `local` ones by their command line.
+fn mcp(servers: &[agenteval_core::environment::McpServer]) -> String {
+    let entries: serde_json::Map<String, serde_json::Value> = servers
+        .iter()
+        .map(|s| {
+            let entry = match s.transport.as_str() {
+                "stdio" => {
+                    let argv: Vec<String> = s.command.iter().cloned().chain(s.args.iter().cloned()).collect();
+                    json!({"type": "local", "command": argv, "enabled": true})
+                }
+                _ => json!({"type": "remote", "url": s.url, "enabled": true}),
+            };
+            (s.name.clone(), entry)
+        })
+        .collect();
+    serde_json::Value::Object(entries).to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,5 +143,26 @@ mod tests {
         assert!(matches!(&steps[1], Step::Result { output, is_error: false, .. } if output == "a\n"));
         assert_eq!(steps[3], Step::Answer("done".into()));
         assert!(matches!(&steps[4], Step::Usage(u) if u["input_tokens"] == 20 && u["output_tokens"] == 10));
+    }
+    #[test]
+    fn mcp_servers_are_remote_or_local_entries() {
+        use agenteval_core::environment::McpServer;
+        let http = McpServer {
+            name: "orders".into(),
+            transport: "streamable-http".into(),
+            url: Some("http://orders:8000/mcp".into()),
+            command: None,
+            args: vec![],
+        };
+        let stdio = McpServer {
+            name: "fs".into(),
+            transport: "stdio".into(),
+            url: None,
+            command: Some("mcp-fs".into()),
+            args: vec!["/app".into()],
+        };
+        let v: serde_json::Value = serde_json::from_str(&mcp(&[http, stdio])).unwrap();
+        assert_eq!(v["orders"], json!({"type": "remote", "url": "http://orders:8000/mcp", "enabled": true}));
+        assert_eq!(v["fs"], json!({"type": "local", "command": ["mcp-fs", "/app"], "enabled": true}));
     }
 }
