@@ -1044,6 +1044,9 @@ pub struct AgentNeeds {
     /// Its answers were made elsewhere (the `predictions` agent): it gets no environment of
     /// its own.
     pub acts_elsewhere: bool,
+    /// It is given a task's MCP servers (a preset with an MCP client): another agent runs
+    /// without them, and its task's log says so.
+    pub takes_mcp_servers: bool,
 }
 
 /// An agent under evaluation.

@@ -214,6 +214,25 @@ fn events_of(t: &Trial, graded: &harbor::Graded) -> Vec<(EventKind, Value)> {
 
 /// An imported attempt's events as its `trace.jsonl`: numbered in order, all at `at`, its first
 /// attempt, nothing metered (another tool's numbers are its own report, kept in the events).
+/// An imported run's documents, once its tasks' packs are written: its config, task table and
+/// metadata, then sealed (its summary) and put in the index, as a run of agenteval's is.
+pub(crate) async fn write_run(
+    store: &Arc<dyn BundleStore>,
+    idx: &dyn RunIndex,
+    config: &Value,
+    table: &TaskTable,
+    meta: &Metadata,
+    ids: &[TaskId],
+) -> Result<(), Error> {
+    let run = meta.run_id;
+    store.put(&run, layout::CONFIG, &to_json_bytes(config)).await?;
+    table.write_to(store.as_ref(), &run, layout::TASKS).await?;
+    store.put(&run, layout::METADATA, &to_json_bytes(meta)).await?;
+    bundle::seal(store.clone(), meta, ids).await?;
+    bundle::rebuild::rebuild_run(store.as_ref(), idx, &run).await?;
+    Ok(())
+}
+
 pub(crate) fn trace_lines(run: RunId, id: &TaskId, at: DateTime<Utc>, events: Vec<(EventKind, Value)>) -> Vec<u8> {
     let mut lines = Vec::new();
     for (i, (kind, payload)) in events.into_iter().enumerate() {
@@ -367,11 +386,7 @@ pub async fn harbor(
         }),
         ..Metadata::new(run, &run_name, RunStatus::Complete, ids.len() as u64, started)
     };
-    store.put(&run, layout::CONFIG, &to_json_bytes(&config)).await?;
-    table.write_to(store.as_ref(), &run, layout::TASKS).await?;
-    store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await?;
-    bundle::seal(store.clone(), &meta, &ids).await?;
-    bundle::rebuild::rebuild_run(store.as_ref(), idx.as_ref(), &run).await?;
+    write_run(&store, idx.as_ref(), &config, &table, &meta, &ids).await?;
     let done = ImportedRun {
         run_id: run.to_string(),
         name: run_name,

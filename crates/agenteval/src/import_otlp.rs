@@ -9,8 +9,8 @@ use std::path::Path;
 
 use agenteval_core::format::Imported;
 use agenteval_core::model::{AgentResult, EventKind, RunStatus, TaskResult, TaskSpec, TerminatedBy};
-use agenteval_core::{JobId, RunId, TaskId, layout};
-use agenteval_engine::bundle::{self, Metadata, TaskTable, to_json_bytes};
+use agenteval_core::{JobId, RunId, TaskId};
+use agenteval_engine::bundle::{self, Metadata, TaskTable};
 use chrono::{DateTime, Utc};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
@@ -432,11 +432,7 @@ pub async fn otlp(file: &Path, name: Option<&str>, index: &IndexArgs, json: bool
         }),
         ..Metadata::new(run, &run_name, RunStatus::Complete, ids.len() as u64, started)
     };
-    store.put(&run, layout::CONFIG, &to_json_bytes(&config)).await?;
-    table.write_to(store.as_ref(), &run, layout::TASKS).await?;
-    store.put(&run, layout::METADATA, &to_json_bytes(&meta)).await?;
-    bundle::seal(store.clone(), &meta, &ids).await?;
-    bundle::rebuild::rebuild_run(store.as_ref(), idx.as_ref(), &run).await?;
+    crate::import::write_run(&store, idx.as_ref(), &config, &table, &meta, &ids).await?;
     let done = ImportedTraces {
         run_id: run.to_string(),
         name: run_name,

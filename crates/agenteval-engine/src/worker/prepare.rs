@@ -90,6 +90,13 @@ async fn prepare_with_agent(
     at: &mut Attempt,
 ) -> (Result<EnvSession, LayerError>, Option<f64>) {
     let mut setup_seconds = None;
+    if !spec.mcp_servers.is_empty() && !ctx.needs.takes_mcp_servers {
+        let names: Vec<&str> = spec.mcp_servers.iter().map(|m| m.name.as_str()).collect();
+        at.say(format!(
+            "the task's MCP servers ({}) are not given to this agent, which has no MCP client of agenteval's (Claude Code, Codex and opencode take them)",
+            names.join(", ")
+        ));
+    }
     let layer = &plan.layer;
     // An installed agent's layer first: its time is the task's setup, not the agent's.
     let layered = match layer {

@@ -139,6 +139,7 @@ impl AgentRunner for InstalledAgent {
         AgentNeeds {
             record: self.preset.as_ref().map(|p| p.record.to_string()),
             usage_unknown_unless_metered: true,
+            takes_mcp_servers: self.preset.is_some_and(|p| p.mcp.is_some()),
             ..AgentNeeds::default()
         }
     }

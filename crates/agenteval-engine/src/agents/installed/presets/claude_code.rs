@@ -138,22 +138,7 @@ mod tests {
     }
     #[test]
     fn mcp_servers_are_user_scoped_in_claude_json() {
-        use agenteval_core::environment::McpServer;
-        let http = McpServer {
-            name: "orders".into(),
-            transport: "streamable-http".into(),
-            url: Some("http://orders:8000/mcp".into()),
-            command: None,
-            args: vec![],
-        };
-        let stdio = McpServer {
-            name: "fs".into(),
-            transport: "stdio".into(),
-            url: None,
-            command: Some("mcp-fs".into()),
-            args: vec!["/app".into()],
-        };
-        let v: Value = serde_json::from_str(&mcp(&[http, stdio])).unwrap();
+        let v: Value = serde_json::from_str(&mcp(&super::super::sample_mcp_servers())).unwrap();
         assert_eq!(v["mcpServers"]["orders"], json!({"type": "http", "url": "http://orders:8000/mcp"}));
         assert_eq!(v["mcpServers"]["fs"], json!({"type": "stdio", "command": "mcp-fs", "args": ["/app"]}));
     }

@@ -178,22 +178,7 @@ mod tests {
     }
     #[test]
     fn mcp_servers_are_tables_of_its_config_toml() {
-        use agenteval_core::environment::McpServer;
-        let http = McpServer {
-            name: "orders".into(),
-            transport: "streamable-http".into(),
-            url: Some("http://orders:8000/mcp".into()),
-            command: None,
-            args: vec![],
-        };
-        let stdio = McpServer {
-            name: "fs".into(),
-            transport: "stdio".into(),
-            url: None,
-            command: Some("mcp-fs".into()),
-            args: vec!["/app".into()],
-        };
-        let t: toml::Table = toml::from_str(&mcp(&[http, stdio])).unwrap();
+        let t: toml::Table = toml::from_str(&mcp(&super::super::sample_mcp_servers())).unwrap();
         assert_eq!(t["mcp_servers"]["orders"]["url"].as_str(), Some("http://orders:8000/mcp"));
         assert_eq!(t["mcp_servers"]["fs"]["command"].as_str(), Some("mcp-fs"));
         assert_eq!(t["mcp_servers"]["fs"]["args"][0].as_str(), Some("/app"));

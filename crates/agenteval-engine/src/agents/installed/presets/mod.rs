@@ -136,6 +136,26 @@ fn valid_version(v: &str) -> bool {
         && v.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '+'))
 }
 
+/// Two servers of each kind, as the presets' own tests write their configurations for them.
+#[cfg(test)]
+pub(super) fn sample_mcp_servers() -> [McpServer; 2] {
+    let http = McpServer {
+        name: "orders".into(),
+        transport: "streamable-http".into(),
+        url: Some("http://orders:8000/mcp".into()),
+        command: None,
+        args: vec![],
+    };
+    let stdio = McpServer {
+        name: "fs".into(),
+        transport: "stdio".into(),
+        url: None,
+        command: Some("mcp-fs".into()),
+        args: vec!["/app".into()],
+    };
+    [http, stdio]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -146,22 +146,7 @@ mod tests {
     }
     #[test]
     fn mcp_servers_are_remote_or_local_entries() {
-        use agenteval_core::environment::McpServer;
-        let http = McpServer {
-            name: "orders".into(),
-            transport: "streamable-http".into(),
-            url: Some("http://orders:8000/mcp".into()),
-            command: None,
-            args: vec![],
-        };
-        let stdio = McpServer {
-            name: "fs".into(),
-            transport: "stdio".into(),
-            url: None,
-            command: Some("mcp-fs".into()),
-            args: vec!["/app".into()],
-        };
-        let v: serde_json::Value = serde_json::from_str(&mcp(&[http, stdio])).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&mcp(&super::super::sample_mcp_servers())).unwrap();
         assert_eq!(v["orders"], json!({"type": "remote", "url": "http://orders:8000/mcp", "enabled": true}));
         assert_eq!(v["fs"], json!({"type": "local", "command": ["mcp-fs", "/app"], "enabled": true}));
     }
