@@ -256,6 +256,9 @@ for w in $SPENT; do
   # thawed: what it spent says whether it ran.
   [ -n "$GROUP" ] && case "$state" in D|S) state=T ;; esac
   was=${w#*:}
+  # In a frozen group a signal (a timer's, the hold's own) wakes a process only to send it back
+  # into the freezer: a context switch, no code of its own. There only CPU time says it ran.
+  if [ -n "$GROUP" ]; then spent=${spent%%:*}:0; was=${was%%:*}:0; fi
   # Ran: it spent more CPU or was switched in more often (a count that could not be read, or
   # reads lower, says nothing).
   case "$state" in
