@@ -1,0 +1,182 @@
+//! The filter put into a running process from outside: attached with `ptrace` (`PTRACE_SEIZE`,
+//! then `PTRACE_INTERRUPT`), the process is made to call `seccomp` with the filter written on
+//! its stack, its listener is copied here (`pidfd_getfd`) and closed there, and the process goes
+//! on where it was, a system call it was waiting in restarted as a signal would restart it.
+//!
+//! Each injected call runs the process's own `syscall` instruction (the one it stopped after, or
+//! one of its vDSO's): nothing is written into its code, which its other threads are running.
+
+use std::fs::File;
+use std::os::fd::{FromRawFd as _, OwnedFd};
+use std::os::unix::fs::FileExt as _;
+use std::time::{Duration, Instant};
+
+use nix::sys::ptrace;
+use nix::sys::signal::Signal;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use crate::Error;
+use crate::filter::{Insn, bytes};
+
+const SECCOMP_SET_MODE_FILTER: u64 = 1;
+const SECCOMP_FILTER_FLAG_TSYNC: u64 = 1;
+const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
+const SECCOMP_FILTER_FLAG_TSYNC_ESRCH: u64 = 1 << 4;
+const PTRACE_EVENT_STOP: i32 = 128;
+
+/// Puts `prog` into process `pid` (every thread of it), within `wait` for it to stop; its
+/// listener, as a descriptor of this process.
+pub(crate) fn install(pid: u32, prog: &[Insn], wait: Duration) -> Result<OwnedFd, Error> {
+    let raw = i32::try_from(pid).map_err(|_| Error::Gone(pid))?;
+    let tid = Pid::from_raw(raw);
+    ptrace::seize(tid, ptrace::Options::empty()).map_err(|e| Error::Attach(pid, e))?;
+    ptrace::interrupt(tid).map_err(|e| Error::Attach(pid, e))?;
+    let first = stopped(tid, pid, wait)?;
+    let mut held = Vec::new();
+    let saved = ptrace::getregs(tid).map_err(|e| Error::Attach(pid, e))?;
+    let out = with_stopped(pid, tid, &saved, prog, &mut held);
+    // Back where it was, whatever happened: its registers, the signal it stopped for, and any
+    // signal that arrived while it ran the injected calls.
+    let _ = ptrace::setregs(tid, saved);
+    let _ = ptrace::detach(tid, first);
+    for sig in held {
+        let _ = nix::sys::signal::kill(Pid::from_raw(raw), sig);
+    }
+    out
+}
+
+/// Waits for the attached thread's first stop; the signal it stopped for, if one.
+fn stopped(tid: Pid, pid: u32, wait: Duration) -> Result<Option<Signal>, Error> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match waitpid(tid, Some(WaitPidFlag::__WALL | WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(2)),
+            // Not stopped in time: this thread ends, and the kernel lets it go with it.
+            Ok(WaitStatus::StillAlive) => return Err(Error::NotStopped(pid)),
+            Ok(WaitStatus::PtraceEvent(_, _, PTRACE_EVENT_STOP)) => return Ok(None),
+            Ok(WaitStatus::Stopped(_, sig)) => return Ok(Some(sig)),
+            Ok(WaitStatus::PtraceEvent(..)) => return Ok(None),
+            Ok(_) => return Err(Error::Gone(pid)),
+            Err(e) => return Err(Error::Attach(pid, e)),
+        }
+    }
+}
+
+fn with_stopped(
+    pid: u32,
+    tid: Pid,
+    saved: &libc::user_regs_struct,
+    prog: &[Insn],
+    held: &mut Vec<Signal>,
+) -> Result<OwnedFd, Error> {
+    let io = |e: std::io::Error| Error::Memory(pid, e);
+    let mem = File::options().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(io)?;
+    let at = syscall_instruction(pid, &mem, saved.rip).ok_or(Error::NoSyscall(pid))?;
+    // `struct sock_fprog` and the program, below the red zone of the stack it stopped on.
+    let code = bytes(prog);
+    let scratch = (saved.rsp - 512 - code.len() as u64) & !15;
+    let mut was = vec![0u8; 16 + code.len()];
+    mem.read_exact_at(&mut was, scratch).map_err(io)?;
+    let mut fprog = Vec::with_capacity(16);
+    fprog.extend_from_slice(&u16::try_from(prog.len()).expect("a short program").to_ne_bytes());
+    fprog.extend_from_slice(&[0; 6]);
+    fprog.extend_from_slice(&(scratch + 16).to_ne_bytes());
+    mem.write_all_at(&fprog, scratch).map_err(io)?;
+    mem.write_all_at(&code, scratch + 16).map_err(io)?;
+    let flags = SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH | SECCOMP_FILTER_FLAG_NEW_LISTENER;
+    let fd = call(pid, tid, at, saved, libc::SYS_seccomp, [SECCOMP_SET_MODE_FILTER, flags, scratch], held);
+    let _ = mem.write_all_at(&was, scratch);
+    let fd = fd?;
+    if fd < 0 {
+        return Err(Error::Filter(pid, nix::errno::Errno::from_raw(i32::try_from(-fd).unwrap_or(0))));
+    }
+    let ours = copy_fd(pid, fd as i32);
+    // Closed there either way: the process must not answer for itself.
+    let _ = call(pid, tid, at, saved, libc::SYS_close, [fd as u64, 0, 0], held);
+    ours
+}
+
+/// Runs one system call in the stopped thread, from `at` (a `syscall` instruction); its result.
+fn call(
+    pid: u32,
+    tid: Pid,
+    at: u64,
+    saved: &libc::user_regs_struct,
+    nr: i64,
+    args: [u64; 3],
+    held: &mut Vec<Signal>,
+) -> Result<i64, Error> {
+    let mut r = *saved;
+    r.rip = at;
+    r.rax = nr as u64;
+    // Not in a system call: the kernel does not restart anything on the way out of this stop.
+    r.orig_rax = u64::MAX;
+    (r.rdi, r.rsi, r.rdx) = (args[0], args[1], args[2]);
+    ptrace::setregs(tid, r).map_err(|e| Error::Attach(pid, e))?;
+    for _ in 0..64 {
+        ptrace::step(tid, None).map_err(|e| Error::Attach(pid, e))?;
+        match waitpid(tid, Some(WaitPidFlag::__WALL)) {
+            Ok(WaitStatus::Stopped(_, Signal::SIGTRAP)) => {
+                let out = ptrace::getregs(tid).map_err(|e| Error::Attach(pid, e))?;
+                return if out.rip == at + 2 { Ok(out.rax as i64) } else { Err(Error::NoSyscall(pid)) };
+            }
+            // A signal came first: kept, sent again once the process is let go.
+            Ok(WaitStatus::Stopped(_, sig)) => held.push(sig),
+            Ok(WaitStatus::PtraceEvent(..)) => {}
+            Ok(_) => return Err(Error::Gone(pid)),
+            Err(e) => return Err(Error::Attach(pid, e)),
+        }
+    }
+    Err(Error::NoSyscall(pid))
+}
+
+/// A `syscall` instruction (`0f 05`) the process can run: the one it stopped just after, if it
+/// stopped in a system call, else the first in its vDSO or other code.
+fn syscall_instruction(pid: u32, mem: &File, rip: u64) -> Option<u64> {
+    let mut two = [0u8; 2];
+    if rip >= 2 && mem.read_exact_at(&mut two, rip - 2).is_ok() && two == [0x0f, 0x05] {
+        return Some(rip - 2);
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let mut code: Vec<(u64, u64, bool)> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (range, perms) = (f.next()?, f.next()?);
+            let (lo, hi) = range.split_once('-')?;
+            let lo = u64::from_str_radix(lo, 16).ok()?;
+            let hi = u64::from_str_radix(hi, 16).ok()?;
+            perms.contains('x').then_some((lo, hi, l.ends_with("[vdso]")))
+        })
+        .collect();
+    code.sort_by_key(|(_, _, vdso)| !vdso);
+    for (lo, hi, _) in code {
+        let mut buf = vec![0u8; usize::try_from((hi - lo).min(1 << 20)).ok()?];
+        if mem.read_exact_at(&mut buf, lo).is_ok()
+            && let Some(i) = buf.windows(2).position(|w| w == [0x0f, 0x05])
+        {
+            return Some(lo + i as u64);
+        }
+    }
+    None
+}
+
+/// The process's descriptor `fd`, copied into this process.
+fn copy_fd(pid: u32, fd: i32) -> Result<OwnedFd, Error> {
+    let gone = |e| Error::Copy(pid, nix::errno::Errno::from_raw(e));
+    #[allow(unsafe_code)]
+    // SAFETY: plain system calls on integers; a descriptor they return is this process's alone.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0);
+        if pidfd < 0 {
+            return Err(gone(nix::errno::Errno::last_raw()));
+        }
+        let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
+        let ours = libc::syscall(libc::SYS_pidfd_getfd, std::os::fd::AsRawFd::as_raw_fd(&pidfd), fd, 0);
+        if ours < 0 {
+            return Err(gone(nix::errno::Errno::last_raw()));
+        }
+        Ok(OwnedFd::from_raw_fd(ours as i32))
+    }
+}

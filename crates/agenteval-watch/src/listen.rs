@@ -1,0 +1,371 @@
+//! The listener's side: one thread per [`Watch`] answers every watched process's calls, and
+//! writes down each one that changed a file the tests could read.
+
+use std::fs::File;
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::unix::fs::FileExt as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::Error;
+
+/// One change a watched process made: the process as its own namespace numbers it, its command
+/// line, and what it did (`opened /logs/verifier/reward.txt to write`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub pid: u32,
+    pub command: String,
+    pub what: String,
+}
+
+/// Processes watched from this machine until this is dropped (their listeners are closed with
+/// it: a watched process's calls that change files then fail, so keep it as long as they run).
+pub struct Watch {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    listeners: Mutex<Vec<OwnedFd>>,
+    changes: Mutex<Vec<Change>>,
+    stop: AtomicBool,
+    /// Folders whose files are never a log (the tests', the verifier's).
+    guarded: Vec<String>,
+}
+
+impl Watch {
+    /// A watch of nothing yet; `guarded` are folders a log's name never excuses.
+    pub fn new(guarded: Vec<String>) -> Watch {
+        let shared = Arc::new(Shared {
+            listeners: Mutex::new(Vec::new()),
+            changes: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            guarded,
+        });
+        let serving = shared.clone();
+        let thread = std::thread::Builder::new().name("agenteval-watch".into()).spawn(move || serve(&serving)).ok();
+        Watch { shared, thread }
+    }
+
+    /// Watches process `pid` (as this machine numbers it) and all it starts from now on. It
+    /// must be able to run (the filter is put in while it runs to its stop).
+    pub fn add(&self, pid: u32) -> Result<(), Error> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // A thread of its own: a tracer that ends lets its tracee go, even one that never
+            // stopped for it.
+            let prog = crate::filter::program();
+            let fd = std::thread::spawn(move || crate::inject::install(pid, &prog, Duration::from_secs(5)))
+                .join()
+                .map_err(|_| Error::Gone(pid))??;
+            self.shared.listeners.lock().expect("not poisoned").push(fd);
+            Ok(())
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = pid;
+            Err(Error::Unsupported)
+        }
+    }
+
+    /// The changes made since the last call, each once (a file written a thousand times is one).
+    pub fn take(&self) -> Vec<Change> {
+        let all = std::mem::take(&mut *self.shared.changes.lock().expect("not poisoned"));
+        let mut seen = std::collections::HashSet::new();
+        all.into_iter().filter(|c| seen.insert((c.pid, c.what.clone()))).collect()
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve(shared: &Shared) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        let mut fds = shared.listeners.lock().expect("not poisoned");
+        if fds.is_empty() {
+            drop(fds);
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        let mut polls: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN)).collect();
+        if poll(&mut polls, PollTimeout::from(100u16)).unwrap_or(0) <= 0 {
+            continue;
+        }
+        let events: Vec<PollFlags> = polls.iter().map(|p| p.revents().unwrap_or(PollFlags::empty())).collect();
+        drop(polls);
+        let mut gone = Vec::new();
+        for (i, ev) in events.into_iter().enumerate() {
+            if ev.contains(PollFlags::POLLIN) {
+                answer(shared, &fds[i]);
+            } else if ev.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
+                gone.push(i);
+            }
+        }
+        // Every process that held the filter has ended.
+        for i in gone.into_iter().rev() {
+            fds.remove(i);
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct SeccompData {
+    nr: i32,
+    arch: u32,
+    ip: u64,
+    args: [u64; 6],
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Notif {
+    id: u64,
+    pid: u32,
+    flags: u32,
+    data: SeccompData,
+}
+
+#[repr(C)]
+struct Resp {
+    id: u64,
+    val: i64,
+    error: i32,
+    flags: u32,
+}
+
+const NOTIF_RECV: u64 = 0xc050_2100; // _IOWR('!', 0, struct seccomp_notif)
+const NOTIF_SEND: u64 = 0xc018_2101; // _IOWR('!', 1, struct seccomp_notif_resp)
+const FLAG_CONTINUE: u32 = 1;
+
+/// Takes one call, writes it down if it changes a file, and lets it go on.
+fn answer(shared: &Shared, listener: &OwnedFd) {
+    let mut n = Notif::default();
+    #[allow(unsafe_code)]
+    // SAFETY: the kernel fills `n`, a zeroed `struct seccomp_notif` of the size the request names.
+    let got = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut n as *mut Notif) };
+    if got != 0 {
+        return; // the caller went (a signal, its end) before it was taken
+    }
+    // Read while the caller waits: its descriptors and memory are as the call found them.
+    if let Some(what) = judge(&n, &shared.guarded) {
+        let (pid, command) = who(n.pid);
+        shared.changes.lock().expect("not poisoned").push(Change { pid, command, what });
+    }
+    let mut r = Resp { id: n.id, val: 0, error: 0, flags: FLAG_CONTINUE };
+    #[allow(unsafe_code)]
+    // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
+    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
+}
+
+/// The process of thread `tid`: its pid as its own namespace numbers it, and its command line.
+fn who(tid: u32) -> (u32, String) {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).unwrap_or_default();
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+    let tgid = field("Tgid:").and_then(|t| t.parse::<u32>().ok()).unwrap_or(tid);
+    let inner = std::fs::read_to_string(format!("/proc/{tgid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("NSpid:")?.split_whitespace().last()?.parse().ok()))
+        .unwrap_or(tgid);
+    let cmd = std::fs::read(format!("/proc/{tgid}/cmdline")).unwrap_or_default();
+    let cmd = String::from_utf8_lossy(&cmd).replace(|c: char| c.is_control(), " ");
+    let cmd: String = cmd.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(120).collect();
+    (inner, cmd)
+}
+
+const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+const AT_FDCWD: i32 = -100;
+
+/// What a descriptor is, as the kernel says.
+enum Target {
+    /// A socket, a pipe, a device, or no descriptor at all.
+    Nothing,
+    File { path: String, writable: bool },
+}
+
+fn target(tid: u32, fd: u64) -> Target {
+    let Ok(fd) = i32::try_from(fd as i64) else { return Target::Nothing };
+    if fd < 0 {
+        return Target::Nothing;
+    }
+    let Ok(link) = std::fs::read_link(format!("/proc/{tid}/fd/{fd}")) else { return Target::Nothing };
+    let link = link.to_string_lossy().into_owned();
+    if ["socket:[", "pipe:[", "anon_inode:"].iter().any(|p| link.starts_with(p)) {
+        return Target::Nothing;
+    }
+    let path = link.strip_suffix(" (deleted)").unwrap_or(&link).to_string();
+    if path.starts_with("/dev/") && !path.starts_with("/dev/shm/") {
+        return Target::Nothing;
+    }
+    let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).unwrap_or_default();
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .unwrap_or(0o2);
+    Target::File { path, writable: flags & 0o3 != 0 }
+}
+
+/// A file whose writes cannot decide a verdict: a log, outside the guarded folders.
+fn is_log(path: &str, guarded: &[String]) -> bool {
+    if guarded.iter().any(|g| path == g || path.starts_with(&format!("{}/", g.trim_end_matches('/')))) {
+        return false;
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    path.starts_with("/var/log/")
+        || name == "nohup.out"
+        || [".log", ".out", ".err"].iter().any(|ext| name.len() > ext.len() && name.ends_with(ext))
+}
+
+/// A string the process passed (a path): for the report only, never to decide.
+fn string_at(tid: u32, addr: u64) -> String {
+    let Ok(mem) = File::open(format!("/proc/{tid}/mem")) else { return "?".into() };
+    let mut out = Vec::new();
+    let mut at = addr;
+    while out.len() < 4096 {
+        // To the end of the page at most: the next one may not be mapped.
+        let mut buf = vec![0u8; (4096 - (at % 4096)) as usize];
+        let Ok(n) = mem.read_at(&mut buf, at) else { break };
+        if n == 0 {
+            break;
+        }
+        if let Some(end) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..end]);
+            return String::from_utf8_lossy(&out).into_owned();
+        }
+        out.extend_from_slice(&buf[..n]);
+        at += n as u64;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A path the process passed, relative to `dirfd` (or its working folder).
+fn path_at(tid: u32, dirfd: u64, addr: u64) -> String {
+    let p = string_at(tid, addr);
+    if p.starts_with('/') {
+        return p;
+    }
+    let base = match dirfd as i64 as i32 {
+        AT_FDCWD => std::fs::read_link(format!("/proc/{tid}/cwd")),
+        fd => std::fs::read_link(format!("/proc/{tid}/fd/{fd}")),
+    };
+    match base {
+        Ok(b) => format!("{}/{p}", b.to_string_lossy().trim_end_matches('/')),
+        Err(_) => p,
+    }
+}
+
+fn name(nr: i64) -> &'static str {
+    match nr {
+        libc::SYS_rename | libc::SYS_renameat | libc::SYS_renameat2 => "renamed",
+        libc::SYS_link | libc::SYS_linkat => "linked",
+        libc::SYS_symlink | libc::SYS_symlinkat => "made a symbolic link",
+        libc::SYS_unlink | libc::SYS_unlinkat | libc::SYS_rmdir => "removed",
+        libc::SYS_mkdir | libc::SYS_mkdirat => "made a folder",
+        libc::SYS_mknod | libc::SYS_mknodat => "made a node",
+        libc::SYS_chmod | libc::SYS_fchmodat | 452 | libc::SYS_fchmod => "changed the mode of",
+        libc::SYS_chown | libc::SYS_lchown | libc::SYS_fchownat | libc::SYS_fchown => "changed the owner of",
+        libc::SYS_truncate | libc::SYS_ftruncate => "truncated",
+        libc::SYS_fallocate => "allocated",
+        libc::SYS_utime | libc::SYS_utimes | libc::SYS_utimensat | libc::SYS_futimesat => "changed the times of",
+        libc::SYS_setxattr | libc::SYS_lsetxattr | libc::SYS_fsetxattr | 463 => "set an attribute of",
+        libc::SYS_removexattr | libc::SYS_lremovexattr | libc::SYS_fremovexattr | 466 => "removed an attribute of",
+        libc::SYS_dup | libc::SYS_dup2 | libc::SYS_dup3 | libc::SYS_fcntl => "copied a descriptor of",
+        libc::SYS_mmap => "mapped, shared,",
+        _ => "wrote",
+    }
+}
+
+/// What the call changes, if it can change a file the tests could read; `None`: nothing of
+/// the kind (a socket written, a read-only open, a log).
+// Long: one arm per family of calls the filter hands over, each reading its own arguments.
+fn judge(n: &Notif, guarded: &[String]) -> Option<String> {
+    let (tid, a, nr) = (n.pid, n.data.args, i64::from(n.data.nr));
+    if n.data.arch != AUDIT_ARCH_X86_64 || nr & 0x4000_0000 != 0 {
+        return Some(format!("made a system call of another ABI ({nr})"));
+    }
+    let opened = |path: String, flags: u64| {
+        (flags & u64::from(crate::filter::OPEN_CHANGES) != 0 && !is_log(&path, guarded))
+            .then(|| format!("opened {path} to write"))
+    };
+    // Through a descriptor: judged by what the kernel says it is.
+    let through = |fd: u64, only_writable: bool| match target(tid, fd) {
+        Target::File { path, writable } if (writable || !only_writable) && !is_log(&path, guarded) => {
+            Some(format!("{} {path}", name(nr)))
+        }
+        _ => None,
+    };
+    match nr {
+        libc::SYS_open => opened(path_at(tid, AT_FDCWD as u64, a[0]), a[1]),
+        libc::SYS_openat => opened(path_at(tid, a[0], a[1]), a[2]),
+        libc::SYS_creat => opened(path_at(tid, AT_FDCWD as u64, a[0]), 0o1),
+        libc::SYS_openat2 => {
+            let mut how = [0u8; 8];
+            let flags = File::open(format!("/proc/{tid}/mem"))
+                .and_then(|m| m.read_exact_at(&mut how, a[2]))
+                .map_or(0o1, |()| u64::from_ne_bytes(how));
+            opened(path_at(tid, a[0], a[1]), flags)
+        }
+        libc::SYS_write
+        | libc::SYS_pwrite64
+        | libc::SYS_writev
+        | libc::SYS_pwritev
+        | libc::SYS_pwritev2
+        | libc::SYS_sendfile
+        | libc::SYS_ftruncate
+        | libc::SYS_fallocate => through(a[0], true),
+        libc::SYS_copy_file_range | libc::SYS_splice => through(a[2], true),
+        libc::SYS_fchmod | libc::SYS_fchown | libc::SYS_fsetxattr | libc::SYS_fremovexattr => through(a[0], false),
+        libc::SYS_dup | libc::SYS_dup2 | libc::SYS_dup3 | libc::SYS_fcntl => through(a[0], true),
+        libc::SYS_mmap => through(a[4], true),
+        libc::SYS_utimensat if a[1] == 0 => through(a[0], false),
+        libc::SYS_io_submit => Some("submitted asynchronous I/O (io_submit)".into()),
+        libc::SYS_ptrace | libc::SYS_process_vm_writev | libc::SYS_pidfd_getfd => {
+            Some(format!("reached into another process (system call {nr})"))
+        }
+        libc::SYS_rename | libc::SYS_link | libc::SYS_symlink => {
+            Some(format!("{} {}", name(nr), path_at(tid, AT_FDCWD as u64, a[1])))
+        }
+        libc::SYS_renameat | libc::SYS_renameat2 | libc::SYS_linkat => {
+            Some(format!("{} {}", name(nr), path_at(tid, a[2], a[3])))
+        }
+        libc::SYS_symlinkat => Some(format!("{} {}", name(nr), path_at(tid, a[1], a[2]))),
+        libc::SYS_unlinkat
+        | libc::SYS_mkdirat
+        | libc::SYS_mknodat
+        | libc::SYS_fchmodat
+        | 452
+        | libc::SYS_fchownat
+        | libc::SYS_utimensat
+        | libc::SYS_futimesat
+        | 463
+        | 466 => Some(format!("{} {}", name(nr), path_at(tid, a[0], a[1]))),
+        _ => Some(format!("{} {}", name(nr), path_at(tid, AT_FDCWD as u64, a[0]))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_log_outside_the_guarded_folders_is_a_log_and_nothing_else_is() {
+        let guarded = vec!["/logs".to_string(), "/tests/".to_string()];
+        for p in ["/tmp/server.log", "/app/nohup.out", "/var/log/nginx/access", "/srv/x.err"] {
+            assert!(is_log(p, &guarded), "{p}");
+        }
+        for p in ["/logs/verifier/x.log", "/tests/a.log", "/app/main.py", "/tmp/.log", "/usr/bin/python3"] {
+            assert!(!is_log(p, &guarded), "{p}");
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! A real process watched from here: what it changes in files is seen, what it writes to a log,
+//! a socket or a pipe is not, and a read it was waiting in goes on as if nothing happened.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+
+const SERVER: &str = r#"
+import ctypes, os, socket, sys, threading
+ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # no_new_privs, as Docker's containers have it
+d = sys.argv[1]
+log = open(os.path.join(d, 'server.log'), 'a')
+print('ready', flush=True)
+sys.stdin.readline()
+log.write('a request\n'); log.flush()
+with open(os.path.join(d, 'access.log'), 'a') as f: f.write('x')
+a, b = socket.socketpair(); a.send(b'x'); os.write(b.fileno(), b'y')
+open(os.path.join(d, 'input.txt')).read()
+with open(os.path.join(d, 'reward.txt'), 'w') as f: f.write('1')
+os.rename(os.path.join(d, 'reward.txt'), os.path.join(d, 'moved.txt'))
+t = threading.Thread(target=lambda: open(os.path.join(d, 'thread.txt'), 'w').close()); t.start(); t.join()
+os.system('echo hi > ' + os.path.join(d, 'child.txt'))
+print('done', flush=True)
+sys.stdin.readline()
+"#;
+
+#[test]
+fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    std::fs::write(dir.path().join("input.txt"), "in").unwrap();
+    let mut child = Command::new("python3")
+        .args(["-c", SERVER, &d])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let watch = agenteval_watch::Watch::new(vec![]);
+    // It waits in a read when the filter goes in: the read goes on and takes the next line.
+    watch.add(child.id()).expect("watched");
+    let mut input = child.stdin.take().unwrap();
+    writeln!(input, "go").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done");
+    let changes = watch.take();
+    let _ = child.kill();
+    let _ = child.wait();
+    let said: Vec<String> = changes.iter().map(|c| c.what.clone()).collect();
+    for want in [
+        format!("opened {d}/reward.txt to write"),
+        format!("renamed {d}/moved.txt"),
+        format!("opened {d}/thread.txt to write"),
+        format!("opened {d}/child.txt to write"),
+    ] {
+        assert!(said.contains(&want), "{want} in {said:?}");
+    }
+    // Nothing else: each change is to one of those files (the writes through them included).
+    let files = ["reward.txt", "moved.txt", "thread.txt", "child.txt"];
+    assert!(said.iter().all(|s| files.iter().any(|f| s.contains(&format!("{d}/{f}")))), "{said:?}");
+    assert_eq!(said.iter().filter(|s| s.starts_with("wrote")).count(), 2, "each write once: {said:?}");
+    let by_python = changes.iter().find(|c| c.what.contains("reward.txt")).unwrap();
+    assert_eq!(by_python.pid, child.id());
+    assert!(by_python.command.contains("python3 -c import ctypes"), "{by_python:?}");
+}
