@@ -3,8 +3,8 @@
 //!
 //! Calls through a descriptor (`write`, `ftruncate`, `dup2`, …) go to the listener whatever the
 //! descriptor is, since a filter cannot tell a socket from a file: the listener asks the kernel.
-//! `open`/`openat` go only when their flags can change a file, `mmap` only when shared, `fcntl`
-//! only when it copies a descriptor. A call of another ABI (32-bit or x32) always goes.
+//! `open`/`openat` go only when their flags can change a file, `mmap` only when shared,
+//! `mprotect` only when it makes memory writable, `fcntl` only when it copies a descriptor. A call of another ABI (32-bit or x32) always goes.
 
 /// One classic BPF instruction, as `struct sock_filter` lays it out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +31,7 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 /// `O_TRUNC` even when opening to read).
 pub(crate) const OPEN_CHANGES: u32 = 0o1 | 0o2 | 0o100 | 0o1000;
 const MAP_SHARED: u32 = 0x01;
+const PROT_WRITE: u32 = 0x02;
 const F_DUPFD: u32 = 0;
 const F_DUPFD_CLOEXEC: u32 = 1030;
 
@@ -126,9 +127,13 @@ pub(crate) fn program() -> Vec<Insn> {
     ];
     ops.extend(ALWAYS.iter().map(|&n| Op::Jump(JEQ, nr(n), To::Notify, To::Next)));
     // Each block below loads an argument, so it ends in a return: the number is gone.
-    for (call, at, mask) in
-        [(libc::SYS_open, 1, OPEN_CHANGES), (libc::SYS_openat, 2, OPEN_CHANGES), (libc::SYS_mmap, 3, MAP_SHARED)]
-    {
+    for (call, at, mask) in [
+        (libc::SYS_open, 1, OPEN_CHANGES),
+        (libc::SYS_openat, 2, OPEN_CHANGES),
+        (libc::SYS_mmap, 3, MAP_SHARED),
+        (libc::SYS_mprotect, 2, PROT_WRITE),
+        (libc::SYS_pkey_mprotect, 2, PROT_WRITE),
+    ] {
         ops.push(Op::Jump(JEQ, nr(call), To::Next, To::Skip(2)));
         ops.push(Op::Ld(arg(at)));
         ops.push(Op::Jump(JSET, mask, To::Notify, To::Allow));
@@ -223,6 +228,8 @@ mod tests {
         // A private mapping runs, a shared one goes; `fcntl` goes only to copy a descriptor.
         assert!(!notified(libc::SYS_mmap, [0, 4096, 3, 0x22, u64::MAX, 0]));
         assert!(notified(libc::SYS_mmap, [0, 4096, 3, 0x01, 5, 0]));
+        assert!(!notified(libc::SYS_mprotect, [0, 4096, 1, 0, 0, 0]));
+        assert!(notified(libc::SYS_mprotect, [0, 4096, 3, 0, 0, 0]));
         assert!(!notified(libc::SYS_fcntl, [3, 3, 0, 0, 0, 0]));
         assert!(notified(libc::SYS_fcntl, [3, 1030, 0, 0, 0, 0]));
         assert!(notified(libc::SYS_fcntl, [3, 0, 0, 0, 0, 0]));

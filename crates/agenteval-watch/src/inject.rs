@@ -26,22 +26,41 @@ const SECCOMP_FILTER_FLAG_TSYNC_ESRCH: u64 = 1 << 4;
 const PTRACE_EVENT_STOP: i32 = 128;
 
 /// Puts `prog` into process `pid` (every thread of it), within `wait` for it to stop; its
-/// listener, as a descriptor of this process.
-pub(crate) fn install(pid: u32, prog: &[Insn], wait: Duration) -> Result<OwnedFd, Error> {
+/// listener, as a descriptor of this process. Every thread is attached and asked to stop before
+/// `ready` runs (which lets the process run: it was frozen), so no code of it runs unwatched.
+pub(crate) fn install(pid: u32, prog: &[Insn], wait: Duration, ready: &mut dyn FnMut()) -> Result<OwnedFd, Error> {
     let raw = i32::try_from(pid).map_err(|_| Error::Gone(pid))?;
-    let tid = Pid::from_raw(raw);
-    ptrace::seize(tid, ptrace::Options::empty()).map_err(|e| Error::Attach(pid, e))?;
-    ptrace::interrupt(tid).map_err(|e| Error::Attach(pid, e))?;
-    let first = stopped(tid, pid, wait)?;
+    let main = Pid::from_raw(raw);
+    ptrace::seize(main, ptrace::Options::empty()).map_err(|e| Error::Attach(pid, e))?;
+    ptrace::interrupt(main).map_err(|e| Error::Attach(pid, e))?;
+    let mut threads = vec![main];
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };
+        let tid = Pid::from_raw(tid);
+        // A thread that ended meanwhile is no thread to stop.
+        if tid != main && ptrace::seize(tid, ptrace::Options::empty()).is_ok() {
+            let _ = ptrace::interrupt(tid);
+            threads.push(tid);
+        }
+    }
+    ready();
+    let mut firsts = Vec::with_capacity(threads.len());
+    for &tid in &threads {
+        // A thread that never stops is let go when this thread ends, as the kernel lets a
+        // tracer's tracees go.
+        firsts.push(stopped(tid, pid, wait)?);
+    }
     let mut held = Vec::new();
-    let saved = ptrace::getregs(tid).map_err(|e| Error::Attach(pid, e))?;
-    let out = with_stopped(pid, tid, &saved, prog, &mut held);
-    // Back where it was, whatever happened: its registers, the signal it stopped for, and any
-    // signal that arrived while it ran the injected calls.
-    let _ = ptrace::setregs(tid, saved);
-    let _ = ptrace::detach(tid, first);
+    let saved = ptrace::getregs(main).map_err(|e| Error::Attach(pid, e))?;
+    let out = with_stopped(pid, main, &saved, prog, &mut held);
+    // Back where it was, whatever happened: its registers, the signal each thread stopped for,
+    // and any signal that arrived while it ran the injected calls.
+    let _ = ptrace::setregs(main, saved);
+    for (tid, first) in threads.into_iter().zip(firsts) {
+        let _ = ptrace::detach(tid, first);
+    }
     for sig in held {
-        let _ = nix::sys::signal::kill(Pid::from_raw(raw), sig);
+        let _ = nix::sys::signal::kill(main, sig);
     }
     out
 }

@@ -51,25 +51,47 @@ impl Watch {
         Watch { shared, thread }
     }
 
-    /// Watches process `pid` (as this machine numbers it) and all it starts from now on. It
-    /// must be able to run (the filter is put in while it runs to its stop).
-    pub fn add(&self, pid: u32) -> Result<(), Error> {
+    /// Watches process `pid` (as this machine numbers it) and all it starts from now on.
+    /// `ready` lets it run (it may be frozen: the filter goes in while it runs to its stop), and
+    /// runs once whatever happens, after every thread of the process is asked to stop.
+    pub fn add(&self, pid: u32, ready: impl FnOnce() + Send + 'static) -> Result<(), Error> {
+        let mut ready = Some(ready);
         #[cfg(target_arch = "x86_64")]
-        {
-            // A thread of its own: a tracer that ends lets its tracee go, even one that never
+        let got = {
+            // A thread of its own: a tracer that ends lets its tracees go, even one that never
             // stopped for it.
             let prog = crate::filter::program();
-            let fd = std::thread::spawn(move || crate::inject::install(pid, &prog, Duration::from_secs(5)))
-                .join()
-                .map_err(|_| Error::Gone(pid))??;
-            self.shared.listeners.lock().expect("not poisoned").push(fd);
-            Ok(())
-        }
+            let handed = std::thread::spawn(move || {
+                let mut go = || {
+                    if let Some(r) = ready.take() {
+                        r();
+                    }
+                };
+                let out = crate::inject::install(pid, &prog, Duration::from_secs(5), &mut go);
+                go();
+                out
+            })
+            .join();
+            handed.map_err(|_| Error::Gone(pid)).and_then(|r| r)
+        };
         #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = pid;
+        let got: Result<OwnedFd, Error> = {
+            if let Some(r) = ready.take() {
+                r();
+            }
             Err(Error::Unsupported)
-        }
+        };
+        self.shared.listeners.lock().expect("not poisoned").push(got?);
+        // A file it mapped, shared, before it was watched is written through memory, with no
+        // call to see: named now.
+        let (inner, command) = who(pid);
+        let mapped = shared_maps(pid, &self.shared.guarded, 0, u64::MAX).into_iter().map(|path| Change {
+            pid: inner,
+            command: command.clone(),
+            what: format!("holds {path} mapped, shared"),
+        });
+        self.shared.changes.lock().expect("not poisoned").extend(mapped);
+        Ok(())
     }
 
     /// The changes made since the last call, each once (a file written a thousand times is one).
@@ -181,6 +203,31 @@ fn who(tid: u32) -> (u32, String) {
     let cmd = String::from_utf8_lossy(&cmd).replace(|c: char| c.is_control(), " ");
     let cmd: String = cmd.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(120).collect();
     (inner, cmd)
+}
+
+/// The files process `pid` has mapped, shared and writable (each once), within `[lo, hi)`, but
+/// logs and shared memory.
+fn shared_maps(pid: u32, guarded: &[String], lo: u64, hi: u64) -> Vec<String> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    let mut out: Vec<String> = maps
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(6, char::is_whitespace).filter(|w| !w.is_empty());
+            let (range, perms) = (f.next()?, f.next()?);
+            let (start, end) = range.split_once('-')?;
+            let (start, end) = (u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?);
+            if end <= lo || start >= hi {
+                return None;
+            }
+            let path = l.split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
+            let path = path.strip_suffix(" (deleted)").unwrap_or(&path).to_string();
+            let memory = ["/dev/", "/SYSV", "/memfd:"].iter().any(|p| path.starts_with(p)) && !path.starts_with("/dev/shm/");
+            (perms.ends_with('s') && (perms.as_bytes()[1] == b'w' || lo > 0) && path.starts_with('/') && !memory && !is_log(&path, guarded)).then_some(path)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
@@ -328,6 +375,11 @@ fn judge(n: &Notif, guarded: &[String]) -> Option<String> {
         libc::SYS_fchmod | libc::SYS_fchown | libc::SYS_fsetxattr | libc::SYS_fremovexattr => through(a[0], false),
         libc::SYS_dup | libc::SYS_dup2 | libc::SYS_dup3 | libc::SYS_fcntl => through(a[0], true),
         libc::SYS_mmap => through(a[4], true),
+        // Made writable: a file mapped, shared, in the range (its memory is the file).
+        libc::SYS_mprotect | libc::SYS_pkey_mprotect => {
+            let files = shared_maps(tid, guarded, a[0].max(1), a[0].saturating_add(a[1]));
+            (!files.is_empty()).then(|| format!("made {} writable in memory", files.join(", ")))
+        }
         libc::SYS_utimensat if a[1] == 0 => through(a[0], false),
         libc::SYS_io_submit => Some("submitted asynchronous I/O (io_submit)".into()),
         libc::SYS_ptrace | libc::SYS_process_vm_writev | libc::SYS_pidfd_getfd => {

@@ -1,5 +1,6 @@
 //! A real process watched from here: what it changes in files is seen, what it writes to a log,
-//! a socket or a pipe is not, and a read it was waiting in goes on as if nothing happened.
+//! a socket or a pipe is not, and a read it was waiting in goes on as if nothing happened; its
+//! threads, older and newer, and its children are watched with it.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
@@ -9,8 +10,17 @@ import ctypes, os, socket, sys, threading
 ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # no_new_privs, as Docker's containers have it
 d = sys.argv[1]
 log = open(os.path.join(d, 'server.log'), 'a')
+go = threading.Event()
+def waiting():
+    go.wait()
+    open(os.path.join(d, 'existing.txt'), 'w').close()
+older = threading.Thread(target=waiting, daemon=True); older.start()
+import mmap
+held = open(os.path.join(d, 'mapped.bin'), 'r+b')
+mapped = mmap.mmap(held.fileno(), 0)
 print('ready', flush=True)
 sys.stdin.readline()
+go.set(); older.join()
 log.write('a request\n'); log.flush()
 with open(os.path.join(d, 'access.log'), 'a') as f: f.write('x')
 a, b = socket.socketpair(); a.send(b'x'); os.write(b.fileno(), b'y')
@@ -28,6 +38,7 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap().to_string();
     std::fs::write(dir.path().join("input.txt"), "in").unwrap();
+    std::fs::write(dir.path().join("mapped.bin"), "0123").unwrap();
     let mut child = Command::new("python3")
         .args(["-c", SERVER, &d])
         .stdin(Stdio::piped())
@@ -40,7 +51,7 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
     assert_eq!(line.trim(), "ready");
     let watch = agenteval_watch::Watch::new(vec![]);
     // It waits in a read when the filter goes in: the read goes on and takes the next line.
-    watch.add(child.id()).expect("watched");
+    watch.add(child.id(), || ()).expect("watched");
     let mut input = child.stdin.take().unwrap();
     writeln!(input, "go").unwrap();
     line.clear();
@@ -55,11 +66,13 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
         format!("renamed {d}/moved.txt"),
         format!("opened {d}/thread.txt to write"),
         format!("opened {d}/child.txt to write"),
+        format!("opened {d}/existing.txt to write"),
+        format!("holds {d}/mapped.bin mapped, shared"),
     ] {
         assert!(said.contains(&want), "{want} in {said:?}");
     }
     // Nothing else: each change is to one of those files (the writes through them included).
-    let files = ["reward.txt", "moved.txt", "thread.txt", "child.txt"];
+    let files = ["reward.txt", "moved.txt", "thread.txt", "child.txt", "existing.txt", "mapped.bin"];
     assert!(said.iter().all(|s| files.iter().any(|f| s.contains(&format!("{d}/{f}")))), "{said:?}");
     assert_eq!(said.iter().filter(|s| s.starts_with("wrote")).count(), 2, "each write once: {said:?}");
     let by_python = changes.iter().find(|c| c.what.contains("reward.txt")).unwrap();
