@@ -236,8 +236,17 @@ pub trait Environment: Send + Sync {
     ) -> Option<Vec<u32>> {
         None
     }
-    /// Lets `pids` out of the frozen group (the servers the tests may need).
-    async fn release(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) {}
+    /// Lets `pids` out of the frozen group (the servers the tests may need), each watched from
+    /// here where the environment can (its changes to files seen until [`Environment::watched`]
+    /// is asked); the pids watched. The default: none let out, none watched.
+    async fn release(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) -> Vec<u32> {
+        Vec::new()
+    }
+    /// What the watched servers (and what they started) changed in files since the last call:
+    /// (pid as the environment numbers it, command line, what it did).
+    async fn watched(&self, _env: &crate::environment::EnvHandle) -> Vec<(u32, String, String)> {
+        Vec::new()
+    }
     /// Lets the frozen group go (its processes stay stopped by the hold's signal until it lets
     /// them go too). Nothing to do where [`Environment::freeze_all`] made none.
     async fn thaw(&self, _env: &crate::environment::EnvHandle) {}

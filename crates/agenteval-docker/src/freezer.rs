@@ -58,11 +58,6 @@ fn members(cgroup: &Path) -> Vec<(u32, u32, u64)> {
         .collect()
 }
 
-/// The host's pid of each process of `cgroup` numbered `pids` in the container's namespace.
-fn host_pids(cgroup: &Path, pids: &[u32]) -> Vec<u32> {
-    members(cgroup).into_iter().filter(|(_, inner, _)| pids.contains(inner)).map(|(host, _, _)| host).collect()
-}
-
 fn set_frozen(dir: &Path, v1: bool, frozen: bool) -> std::io::Result<()> {
     match (v1, frozen) {
         (true, true) => std::fs::write(dir.join("freezer.state"), "FROZEN"),
@@ -124,11 +119,21 @@ fn is_frozen(dir: &Path, v1: bool) -> bool {
     }
 }
 
-/// Lets the processes `pids` (as the container numbers them) out of the frozen group: the
-/// servers a task's tests may need run again.
-pub(crate) fn release(main_pid: u32, pids: &[u32]) {
-    let Some((cgroup, _)) = container_cgroup(main_pid) else { return };
-    for host in host_pids(&cgroup.join(HELD), pids) {
+/// The processes `pids` (as the container numbers them) of the frozen group: (host pid, pid in
+/// the container).
+pub(crate) fn held(main_pid: u32, pids: &[u32]) -> Vec<(u32, u32)> {
+    let Some((cgroup, _)) = container_cgroup(main_pid) else { return Vec::new() };
+    members(&cgroup.join(HELD))
+        .into_iter()
+        .filter(|(_, inner, _)| pids.contains(inner))
+        .map(|(h, i, _)| (h, i))
+        .collect()
+}
+
+/// Lets process `host` (as this machine numbers it) out of the frozen group: a server the
+/// tests may need runs again.
+pub(crate) fn let_out(main_pid: u32, host: u32) {
+    if let Some((cgroup, _)) = container_cgroup(main_pid) {
         let _ = std::fs::write(cgroup.join("cgroup.procs"), host.to_string());
     }
 }
@@ -158,8 +163,8 @@ mod tests {
     fn a_process_without_a_freezable_cgroup_is_not_frozen() {
         // No such process: no cgroup, nothing made, and thawing it is harmless.
         assert!(freeze_all(u32::MAX - 1, &[]).is_err());
-        release(u32::MAX - 1, &[1]);
+        assert!(held(u32::MAX - 1, &[1]).is_empty());
+        let_out(u32::MAX - 1, 1);
         thaw(u32::MAX - 1);
-        assert!(host_pids(Path::new("/nonexistent"), &[1]).is_empty());
     }
 }

@@ -71,6 +71,10 @@ pub struct DockerEnvironment {
     /// may reach.
     egress: OnceCell<SocketAddr>,
     allowed: agenteval_egress::Allowed,
+    /// Each live container's servers let out for the tests, watched from here
+    /// (`agenteval-watch`): kept until the container goes, since a watched process's changes to
+    /// files wait for the watch's answer.
+    watches: std::sync::Mutex<HashMap<String, std::sync::Arc<agenteval_watch::Watch>>>,
 }
 
 impl std::fmt::Debug for DockerEnvironment {
@@ -103,6 +107,7 @@ impl DockerEnvironment {
             handover: Duration::from_secs(HANDOVER_SECS),
             egress: OnceCell::new(),
             allowed: agenteval_egress::Allowed::default(),
+            watches: Default::default(),
         }
     }
 
@@ -570,6 +575,7 @@ impl Environment for DockerEnvironment {
         self.processes.lock().expect("not poisoned").remove(&env.id);
         self.users.lock().expect("not poisoned").remove(&env.id);
         self.launched.lock().expect("not poisoned").remove(&env.id);
+        let watch = self.watches.lock().expect("not poisoned").remove(&env.id);
         let docker = self.docker().await?;
         // Its sidecars and network go with it, and what it was allowed to reach.
         if let Ok(info) = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await {
@@ -585,9 +591,13 @@ impl Environment for DockerEnvironment {
             if let Some(token) = labels.get(volumes::LABEL_VOLUMES_OF) {
                 volumes::remove(docker, token).await;
             }
+            // Its servers are gone: the watch's thread ends.
+            drop_blocking(watch);
             return removed;
         }
-        self.remove_main(docker, env).await
+        let removed = self.remove_main(docker, env).await;
+        drop_blocking(watch);
+        removed
     }
 
     async fn changed_outside(&self, env: &EnvHandle) -> Vec<String> {
@@ -652,11 +662,34 @@ impl Environment for DockerEnvironment {
         }
     }
 
-    async fn release(&self, env: &EnvHandle, pids: &[u32]) {
-        if let Some(main) = self.main_pid(env).await {
-            let pids = pids.to_vec();
-            let _ = tokio::task::spawn_blocking(move || freezer::release(main, &pids)).await;
-        }
+    async fn release(&self, env: &EnvHandle, pids: &[u32]) -> Vec<u32> {
+        let Some(main) = self.main_pid(env).await else { return Vec::new() };
+        let watch = self.watches.lock().expect("not poisoned").get(&env.id).cloned();
+        let watch = watch.unwrap_or_else(|| {
+            let (tests, logs, solution) = agenteval_core::environment::verifier_paths(&self.worker_root(env));
+            let logs = logs.trim_end_matches("/verifier").to_string();
+            let w = std::sync::Arc::new(agenteval_watch::Watch::new(vec![tests, logs, solution]));
+            self.watches.lock().expect("not poisoned").insert(env.id.clone(), w.clone());
+            w
+        });
+        let pids = pids.to_vec();
+        let released = tokio::task::spawn_blocking(move || {
+            let mut watched = Vec::new();
+            for (host, inner) in freezer::held(main, &pids) {
+                // Attached while frozen, let out, then watched before any code of it runs.
+                match watch.add(host, move || freezer::let_out(main, host)) {
+                    Ok(()) => watched.push(inner),
+                    Err(e) => tracing::warn!("a server the agent left runs unwatched beside the tests ({e})"),
+                }
+            }
+            watched
+        });
+        released.await.unwrap_or_default()
+    }
+
+    async fn watched(&self, env: &EnvHandle) -> Vec<(u32, String, String)> {
+        let watch = self.watches.lock().expect("not poisoned").get(&env.id).cloned();
+        watch.map(|w| w.take().into_iter().map(|c| (c.pid, c.command, c.what)).collect()).unwrap_or_default()
     }
 
     async fn thaw(&self, env: &EnvHandle) {
@@ -799,6 +832,13 @@ impl DockerEnvironment {
         let docker = self.docker().await.ok()?;
         let info = docker.inspect_container(&env.id, None::<InspectContainerOptions>).await.ok()?;
         info.state?.pid.and_then(|p| u32::try_from(p).ok()).filter(|p| *p > 0)
+    }
+}
+
+/// Ends a watch off the runtime's threads (its thread is joined).
+fn drop_blocking(watch: Option<std::sync::Arc<agenteval_watch::Watch>>) {
+    if let Some(w) = watch {
+        tokio::task::spawn_blocking(move || drop(w));
     }
 }
 

@@ -221,8 +221,14 @@ fn shared_maps(pid: u32, guarded: &[String], lo: u64, hi: u64) -> Vec<String> {
             }
             let path = l.split_whitespace().skip(5).collect::<Vec<_>>().join(" ");
             let path = path.strip_suffix(" (deleted)").unwrap_or(&path).to_string();
-            let memory = ["/dev/", "/SYSV", "/memfd:"].iter().any(|p| path.starts_with(p)) && !path.starts_with("/dev/shm/");
-            (perms.ends_with('s') && (perms.as_bytes()[1] == b'w' || lo > 0) && path.starts_with('/') && !memory && !is_log(&path, guarded)).then_some(path)
+            let memory =
+                ["/dev/", "/SYSV", "/memfd:"].iter().any(|p| path.starts_with(p)) && !path.starts_with("/dev/shm/");
+            (perms.ends_with('s')
+                && (perms.as_bytes()[1] == b'w' || lo > 0)
+                && path.starts_with('/')
+                && !memory
+                && !is_log(&path, guarded))
+            .then_some(path)
         })
         .collect();
     out.sort();
@@ -237,7 +243,10 @@ const AT_FDCWD: i32 = -100;
 enum Target {
     /// A socket, a pipe, a device, or no descriptor at all.
     Nothing,
-    File { path: String, writable: bool },
+    File {
+        path: String,
+        writable: bool,
+    },
 }
 
 fn target(tid: u32, fd: u64) -> Target {

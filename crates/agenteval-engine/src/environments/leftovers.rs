@@ -56,6 +56,9 @@ pub struct Held {
     /// The agent's processes were frozen as one group before anything was read (the cgroup
     /// freezer, which no signal undoes), not held by their stop signal alone.
     pub group: bool,
+    /// Of `running`, those watched from the environment's host while they ran: each change they
+    /// made to a file is known ([`watched_changes`]), so one that made none is not named.
+    pub watched: Vec<u32>,
 }
 
 impl Held {
@@ -334,10 +337,13 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
     let mut held = parse(&out.stdout);
     if let Some(frozen) = &frozen {
         held.group = true;
-        // The servers the tests may need run again.
+        // The servers the tests may need run again, watched where the environment can; what a
+        // server watched since an earlier step changed while that step's agent worked is not
+        // this grade's.
         let go: Vec<u32> = held.running.iter().map(|(p, _)| *p).filter(|p| frozen.contains(p)).collect();
         if !go.is_empty() {
-            s.env.release(&s.handle, &go).await;
+            let _ = s.env.watched(&s.handle).await;
+            held.watched = s.env.release(&s.handle, &go).await;
         }
     }
     Ok(held)
@@ -391,6 +397,28 @@ pub async fn woken(s: &EnvSession, held: &Held) -> Vec<(u32, String)> {
         .collect();
     let named = |(p, c): &(u32, String)| awake.get(p).map(|why| (*p, format!("{c} [{why}]")));
     held.frozen.iter().filter_map(named).collect()
+}
+
+/// After the reward is read: the watched servers (and what they started) that changed a file
+/// since they were let out, each named with what it changed.
+pub async fn watched_changes(s: &EnvSession, held: &Held) -> Vec<(u32, String)> {
+    if held.watched.is_empty() {
+        return vec![];
+    }
+    let mut by_pid: BTreeMap<u32, (String, Vec<String>)> = BTreeMap::new();
+    for (pid, cmd, what) in s.env.watched(&s.handle).await {
+        by_pid.entry(pid).or_insert_with(|| (cmd, Vec::new())).1.push(what);
+    }
+    by_pid
+        .into_iter()
+        .map(|(pid, (cmd, whats))| {
+            let mut said: Vec<String> = whats.iter().take(3).cloned().collect();
+            if whats.len() > 3 {
+                said.push(format!("and {} more", whats.len() - 3));
+            }
+            (pid, format!("{cmd} [changed files while the tests ran: {}]", said.join("; ")))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -169,18 +169,15 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         Ok(o) => o,
         Err(err) => return errored(format!("the tests could not run: {err}")),
     };
-    let mut ran_beside = held.as_ref().map(|h| h.running.clone()).unwrap_or_default();
+    // A server watched from the host is named only for what it changed (below, once the reward
+    // is read); one that could not be watched, for running at all.
+    let mut ran_beside: Vec<(u32, String)> = held
+        .as_ref()
+        .map(|h| h.running.iter().filter(|(p, _)| !h.watched.contains(p)).cloned().collect())
+        .unwrap_or_default();
     if let Some(h) = &held {
         ran_beside.extend(crate::environments::leftovers::woken(session, h).await);
     }
-    let suspect = (!ran_beside.is_empty())
-        .then(|| {
-            format!(
-                "the agent's processes ran while the tests did and could have written the reward: {}",
-                crate::environments::leftovers::Held::names(&ran_beside)
-            )
-        })
-        .or(unheld);
     let stdout = out.stdout.clone();
     let said = || tail(&format!("{stdout}{}", out.stderr), QUOTED_OUTPUT);
     if out.timed_out {
@@ -230,6 +227,17 @@ pub async fn verify_all(id: &str, session: Option<&EnvSession>, spec: &TestsSpec
         return errored(format!("the reward `{k}` is {r}, not a number"));
     }
     let mut verified = grade_rewards(id, rewards, harbor, result, &exit, said());
+    if let Some(h) = &held {
+        ran_beside.extend(crate::environments::leftovers::watched_changes(session, h).await);
+    }
+    let suspect = (!ran_beside.is_empty())
+        .then(|| {
+            format!(
+                "the agent's processes ran while the tests did and could have written the reward: {}",
+                crate::environments::leftovers::Held::names(&ran_beside)
+            )
+        })
+        .or(unheld);
     if let Some(why) = suspect {
         // The processes' command lines are the environment's words: they stay in `suspect`, which
         // the worker redacts, not in the score's reason.
