@@ -242,6 +242,12 @@ pub trait Environment: Send + Sync {
     async fn release(&self, _env: &crate::environment::EnvHandle, _pids: &[u32]) -> Vec<u32> {
         Vec::new()
     }
+    /// Whether servers the hold stopped by signal alone (no group frozen) are let go by
+    /// [`Environment::release`], which watches them first: the hold then leaves them stopped
+    /// for it. The default: no, the hold lets them go itself.
+    fn releases_servers(&self, _env: &crate::environment::EnvHandle) -> bool {
+        false
+    }
     /// What the watched servers (and what they started) changed in files since the last call:
     /// (pid as the environment numbers it, command line, what it did).
     async fn watched(&self, _env: &crate::environment::EnvHandle) -> Vec<(u32, String, String)> {

@@ -51,6 +51,7 @@ struct Live {
     worker_root: String,
     leftovers_outlive_agent: bool,
     processes_before_agent: Vec<agenteval_core::environment::ProcessMark>,
+    releases_servers: bool,
 }
 
 /// Environments launched by a [`Launcher`], driven over their links.
@@ -132,6 +133,7 @@ impl Environment for LinkedEnvironment {
                 inner: prepared.handle,
                 worker_root: prepared.worker_root,
                 leftovers_outlive_agent: prepared.leftovers_outlive_agent,
+                releases_servers: prepared.releases_servers,
                 processes_before_agent: prepared.processes_before_agent,
             },
         );
@@ -210,6 +212,26 @@ impl Environment for LinkedEnvironment {
 
     fn processes_before_agent(&self, env: &EnvHandle) -> Vec<agenteval_core::environment::ProcessMark> {
         self.live(env, |l| l.processes_before_agent.clone()).unwrap_or_default()
+    }
+
+    fn releases_servers(&self, env: &EnvHandle) -> bool {
+        self.live(env, |l| l.releases_servers).unwrap_or(false)
+    }
+
+    /// A link that fails lets nothing go watched: the servers are then named for running.
+    async fn release(&self, env: &EnvHandle, pids: &[u32]) -> Vec<u32> {
+        let pids = pids.to_vec();
+        let v = self.call(env, |handle| Op::Release { handle, pids }, CALL).await.and_then(decode::<Vec<u32>>);
+        v.unwrap_or_default()
+    }
+
+    /// A link that fails says "could not say", which is a change.
+    async fn watched(&self, env: &EnvHandle) -> Vec<(u32, String, String)> {
+        match self.call(env, |handle| Op::Watched { handle }, CALL).await.and_then(decode::<Vec<(u32, String, String)>>)
+        {
+            Ok(v) => v,
+            Err(e) => vec![(0, "the environment".into(), format!("could not say what its servers changed: {e}"))],
+        }
     }
 
     fn worker_root(&self, env: &EnvHandle) -> String {

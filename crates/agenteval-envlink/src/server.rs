@@ -98,6 +98,7 @@ async fn run(env: &dyn Environment, op: Op, body: Vec<u8>) -> Result<(serde_json
                 worker_root: env.worker_root(&handle),
                 leftovers_outlive_agent: env.leftovers_outlive_agent(&handle),
                 processes_before_agent: env.processes_before_agent(&handle),
+                releases_servers: env.releases_servers(&handle),
                 handle,
             };
             json(serde_json::to_value(prepared).expect("serializable"))
@@ -141,5 +142,7 @@ async fn run(env: &dyn Environment, op: Op, body: Vec<u8>) -> Result<(serde_json
         }
         Op::WrittenBytes { handle } => json(serde_json::json!(env.written_bytes(&handle).await)),
         Op::OutOfMemory { handle } => json(serde_json::json!(env.out_of_memory(&handle).await)),
+        Op::Release { handle, pids } => json(serde_json::json!(env.release(&handle, &pids).await)),
+        Op::Watched { handle } => json(serde_json::json!(env.watched(&handle).await)),
     }
 }

@@ -198,6 +198,13 @@ pub(crate) enum Op {
     OutOfMemory {
         handle: EnvHandle,
     },
+    Release {
+        handle: EnvHandle,
+        pids: Vec<u32>,
+    },
+    Watched {
+        handle: EnvHandle,
+    },
 }
 
 /// A request: an operation and the id its reply carries.
@@ -257,6 +264,9 @@ pub(crate) struct Prepared {
     pub worker_root: String,
     pub leftovers_outlive_agent: bool,
     pub processes_before_agent: Vec<agenteval_core::environment::ProcessMark>,
+    /// Absent from an older server: it lets no server go itself.
+    #[serde(default)]
+    pub releases_servers: bool,
 }
 
 /// A link failing: the environment is gone or spoke out of turn (an infrastructure failure).

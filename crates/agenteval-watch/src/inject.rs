@@ -92,28 +92,189 @@ fn with_stopped(
     let io = |e: std::io::Error| Error::Memory(pid, e);
     let mem = File::options().read(true).write(true).open(format!("/proc/{pid}/mem")).map_err(io)?;
     let at = syscall_instruction(pid, &mem, saved.rip).ok_or(Error::NoSyscall(pid))?;
-    // `struct sock_fprog` and the program, below the red zone of the stack it stopped on.
+    // Below the red zone of the stack it stopped on: `struct sock_fprog` and the program, and
+    // below them what a descriptor's passing needs; all put back as it was.
     let code = bytes(prog);
     let scratch = (saved.rsp - 512 - code.len() as u64) & !15;
-    let mut was = vec![0u8; 16 + code.len()];
-    mem.read_exact_at(&mut was, scratch).map_err(io)?;
-    let mut fprog = Vec::with_capacity(16);
-    fprog.extend_from_slice(&u16::try_from(prog.len()).expect("a short program").to_ne_bytes());
-    fprog.extend_from_slice(&[0; 6]);
-    fprog.extend_from_slice(&(scratch + 16).to_ne_bytes());
-    mem.write_all_at(&fprog, scratch).map_err(io)?;
-    mem.write_all_at(&code, scratch + 16).map_err(io)?;
-    let flags = SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH | SECCOMP_FILTER_FLAG_NEW_LISTENER;
-    let fd = call(pid, tid, at, saved, libc::SYS_seccomp, [SECCOMP_SET_MODE_FILTER, flags, scratch], held);
-    let _ = mem.write_all_at(&was, scratch);
-    let fd = fd?;
-    if fd < 0 {
-        return Err(Error::Filter(pid, nix::errno::Errno::from_raw(i32::try_from(-fd).unwrap_or(0))));
+    let passing = scratch - PASSING;
+    let mut was = vec![0u8; (PASSING as usize) + 16 + code.len()];
+    mem.read_exact_at(&mut was, passing).map_err(io)?;
+    let t = Target { pid, tid, at, saved, mem: &mem, scratch: passing };
+    let out = (|| {
+        // How its listener will come here, tried on a descriptor it has before the filter goes
+        // in: a filter whose listener cannot be taken would leave it waiting on nobody.
+        let way = t.way(held)?;
+        let mut fprog = Vec::with_capacity(16);
+        fprog.extend_from_slice(&u16::try_from(prog.len()).expect("a short program").to_ne_bytes());
+        fprog.extend_from_slice(&[0; 6]);
+        fprog.extend_from_slice(&(scratch + 16).to_ne_bytes());
+        mem.write_all_at(&fprog, scratch).map_err(io)?;
+        mem.write_all_at(&code, scratch + 16).map_err(io)?;
+        let flags = SECCOMP_FILTER_FLAG_TSYNC | SECCOMP_FILTER_FLAG_TSYNC_ESRCH | SECCOMP_FILTER_FLAG_NEW_LISTENER;
+        let fd = call(pid, tid, at, saved, libc::SYS_seccomp, [SECCOMP_SET_MODE_FILTER, flags, scratch], held)?;
+        if fd < 0 {
+            return Err(Error::Filter(pid, nix::errno::Errno::from_raw(i32::try_from(-fd).unwrap_or(0))));
+        }
+        let ours = t.take(&way, fd as i32, held);
+        // Closed there either way: the process must not answer for itself.
+        let _ = call(pid, tid, at, saved, libc::SYS_close, [fd as u64, 0, 0], held);
+        ours
+    })();
+    let _ = mem.write_all_at(&was, passing);
+    out
+}
+
+/// Room for passing a descriptor over a socket (an address, a message, its control data).
+const PASSING: u64 = 256;
+
+/// The stopped process, where it runs injected calls and where its scratch memory is.
+struct Target<'a> {
+    pid: u32,
+    tid: Pid,
+    at: u64,
+    saved: &'a libc::user_regs_struct,
+    mem: &'a File,
+    scratch: u64,
+}
+
+/// How a descriptor of the process comes here.
+enum Way {
+    /// `pidfd_getfd` (refused where a container's profile keeps it for `CAP_SYS_PTRACE`).
+    Copy,
+    /// Sent by the process over a Unix socket this process listens on (`SCM_RIGHTS`).
+    Sent(std::os::unix::net::UnixListener, Vec<u8>),
+}
+
+impl Target<'_> {
+    /// The way that works, tried on one of its descriptors.
+    fn way(&self, held: &mut Vec<Signal>) -> Result<Way, Error> {
+        let any = std::fs::read_dir(format!("/proc/{}/fd", self.pid))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .ok_or(Error::Gone(self.pid))?;
+        if copy_fd(self.pid, any).is_ok() {
+            return Ok(Way::Copy);
+        }
+        use std::os::linux::net::SocketAddrExt as _;
+        let name = format!("agenteval-watch-{}-{}", std::process::id(), self.pid).into_bytes();
+        let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).map_err(|e| Error::Memory(self.pid, e))?;
+        let listener = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Memory(self.pid, e))?;
+        let way = Way::Sent(listener, name);
+        self.take(&way, any, held)?;
+        Ok(way)
     }
-    let ours = copy_fd(pid, fd as i32);
-    // Closed there either way: the process must not answer for itself.
-    let _ = call(pid, tid, at, saved, libc::SYS_close, [fd as u64, 0, 0], held);
-    ours
+
+    /// Its descriptor `fd`, here.
+    fn take(&self, way: &Way, fd: i32, held: &mut Vec<Signal>) -> Result<OwnedFd, Error> {
+        match way {
+            Way::Copy => copy_fd(self.pid, fd),
+            Way::Sent(listener, name) => self.send(listener, name, fd, held),
+        }
+    }
+
+    fn call(&self, nr: i64, args: [u64; 3], held: &mut Vec<Signal>) -> Result<i64, Error> {
+        call(self.pid, self.tid, self.at, self.saved, nr, args, held)
+    }
+
+    /// Has the process connect to `listener` and send `fd` over it.
+    fn send(
+        &self,
+        listener: &std::os::unix::net::UnixListener,
+        name: &[u8],
+        fd: i32,
+        held: &mut Vec<Signal>,
+    ) -> Result<OwnedFd, Error> {
+        let io = |e: std::io::Error| Error::Memory(self.pid, e);
+        let refused = |r: i64| Error::Copy(self.pid, nix::errno::Errno::from_raw(i32::try_from(-r).unwrap_or(0)));
+        let base = self.scratch;
+        // struct sockaddr_un, abstract: the family, a 0, the name.
+        let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+        addr.push(0);
+        addr.extend_from_slice(name);
+        let (iov, byte, cmsg, msg) = (base + 112, base + 128, base + 136, base + 160);
+        let mut m = Vec::new();
+        m.extend_from_slice(&0u64.to_ne_bytes()); // msg_name
+        m.extend_from_slice(&0u64.to_ne_bytes()); // msg_namelen (and padding)
+        m.extend_from_slice(&iov.to_ne_bytes()); // msg_iov
+        m.extend_from_slice(&1u64.to_ne_bytes()); // msg_iovlen
+        m.extend_from_slice(&cmsg.to_ne_bytes()); // msg_control
+        m.extend_from_slice(&24u64.to_ne_bytes()); // msg_controllen: CMSG_SPACE(4)
+        m.extend_from_slice(&0u64.to_ne_bytes()); // msg_flags (and padding)
+        let mut c = Vec::new();
+        c.extend_from_slice(&20u64.to_ne_bytes()); // cmsg_len: CMSG_LEN(4)
+        c.extend_from_slice(&libc::SOL_SOCKET.to_ne_bytes());
+        c.extend_from_slice(&libc::SCM_RIGHTS.to_ne_bytes());
+        c.extend_from_slice(&fd.to_ne_bytes());
+        c.extend_from_slice(&[0; 4]);
+        let mut v = byte.to_ne_bytes().to_vec();
+        v.extend_from_slice(&1u64.to_ne_bytes());
+        for (at, bytes) in [(base, &addr), (iov, &v), (byte, &vec![b'!']), (cmsg, &c), (msg, &m)] {
+            self.mem.write_all_at(bytes, at).map_err(io)?;
+        }
+        let sock = self.call(
+            libc::SYS_socket,
+            [libc::AF_UNIX as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64, 0],
+            held,
+        )?;
+        if sock < 0 {
+            return Err(refused(sock));
+        }
+        let sent = (|| {
+            let r = self.call(libc::SYS_connect, [sock as u64, base, addr.len() as u64], held)?;
+            if r < 0 {
+                return Err(refused(r));
+            }
+            let r = self.call(libc::SYS_sendmsg, [sock as u64, msg, 0], held)?;
+            if r < 0 {
+                return Err(refused(r));
+            }
+            Ok(())
+        })();
+        let _ = self.call(libc::SYS_close, [sock as u64, 0, 0], held);
+        sent?;
+        // Its connection is waiting (a connect completes without an accept).
+        listener.set_nonblocking(true).map_err(io)?;
+        let (stream, _) = listener.accept().map_err(io)?;
+        let peer = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+            .map_err(|e| Error::Copy(self.pid, e))?;
+        if u32::try_from(peer.pid()).ok() != Some(self.pid) {
+            return Err(Error::Copy(self.pid, nix::errno::Errno::EPERM));
+        }
+        received(&stream).ok_or(Error::Copy(self.pid, nix::errno::Errno::EBADMSG))
+    }
+}
+
+/// The one descriptor a message on `stream` carries.
+fn received(stream: &std::os::unix::net::UnixStream) -> Option<OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg =
+        recvmsg::<()>(std::os::fd::AsRawFd::as_raw_fd(stream), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+            .ok()?;
+    let fds: Vec<i32> = msg
+        .cmsgs()
+        .ok()?
+        .filter_map(|c| match c {
+            ControlMessageOwned::ScmRights(fds) => Some(fds),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let mut owned: Vec<OwnedFd> = fds
+        .into_iter()
+        .map(|fd| {
+            #[allow(unsafe_code)]
+            // SAFETY: the kernel just gave this process the descriptor; nothing else owns it.
+            unsafe {
+                OwnedFd::from_raw_fd(fd)
+            }
+        })
+        .collect();
+    (owned.len() == 1).then(|| owned.remove(0))
 }
 
 /// Runs one system call in the stopped thread, from `at` (a `syscall` instruction); its result.

@@ -102,6 +102,13 @@ impl Watch {
     }
 }
 
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let listeners = self.shared.listeners.lock().map(|l| l.len()).unwrap_or(0);
+        f.debug_struct("Watch").field("listeners", &listeners).finish()
+    }
+}
+
 impl Drop for Watch {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);

@@ -79,6 +79,9 @@ pub struct HereEnvironment {
     /// What every command starts from: the image's own variables (`ENV` in its Dockerfile, as a
     /// container's commands get them), never the launch's (its link's token, the platform's).
     base: BTreeMap<String, String>,
+    /// The servers the agent left for the tests, watched from this process (`agenteval-watch`)
+    /// until the task's teardown kills them.
+    watch: Mutex<Option<std::sync::Arc<agenteval_watch::Watch>>>,
 }
 
 /// Variables of the serving process that are the launch's, not the image's.
@@ -96,7 +99,13 @@ impl HereEnvironment {
 
     /// Rooted elsewhere than `/` (tests).
     pub fn rooted(root: PathBuf, default_workdir: PathBuf) -> Self {
-        HereEnvironment { default_workdir, root, state: Mutex::new(State::default()), base: BTreeMap::new() }
+        HereEnvironment {
+            default_workdir,
+            root,
+            state: Mutex::new(State::default()),
+            base: BTreeMap::new(),
+            watch: Mutex::new(None),
+        }
     }
 
     fn at(&self, abs: &str) -> PathBuf {
@@ -384,6 +393,47 @@ impl Environment for HereEnvironment {
         }
     }
 
+    /// Where this process may trace the agent's (root in its own container, x86-64): the
+    /// servers the hold stopped are let go here, each watched first.
+    fn releases_servers(&self, env: &EnvHandle) -> bool {
+        self.leftovers_outlive_agent(env) && cfg!(target_arch = "x86_64") && nix::unistd::geteuid().is_root()
+    }
+
+    /// Each server attached while still stopped, then sent `SIGCONT`, then watched before any
+    /// code of it runs; one that cannot be watched is let go all the same.
+    async fn release(&self, _env: &EnvHandle, pids: &[u32]) -> Vec<u32> {
+        let watch = self
+            .watch
+            .lock()
+            .expect("watch lock")
+            .get_or_insert_with(|| {
+                let guarded = ["/tests", "/logs", "/solution"].iter().map(|p| p.to_string()).collect();
+                std::sync::Arc::new(agenteval_watch::Watch::new(guarded))
+            })
+            .clone();
+        let pids = pids.to_vec();
+        let released = tokio::task::spawn_blocking(move || {
+            let mut watched = Vec::new();
+            for pid in pids {
+                let go = move || {
+                    let _ = i32::try_from(pid)
+                        .map(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGCONT));
+                };
+                match watch.add(pid, go) {
+                    Ok(()) => watched.push(pid),
+                    Err(e) => tracing::warn!("a server the agent left runs unwatched beside the tests ({e})"),
+                }
+            }
+            watched
+        });
+        released.await.unwrap_or_default()
+    }
+
+    async fn watched(&self, _env: &EnvHandle) -> Vec<(u32, String, String)> {
+        let watch = self.watch.lock().expect("watch lock").clone();
+        watch.map(|w| w.take().into_iter().map(|c| (c.pid, c.command, c.what)).collect()).unwrap_or_default()
+    }
+
     fn leftovers_outlive_agent(&self, _env: &EnvHandle) -> bool {
         // Only the worker's own container: a rooted copy (tests) shares this machine's processes.
         self.root == Path::new("/")
@@ -411,6 +461,10 @@ impl Environment for HereEnvironment {
         let Some((workdir, copy, stamps)) = start else { return Ok(()) };
         if self.root == Path::new("/") {
             tokio::task::spawn_blocking(|| kill_others(&[])).await.map_err(blocking_err)?;
+        }
+        // Its servers are gone: the watch's thread ends.
+        if let Some(w) = self.watch.lock().expect("watch lock").take() {
+            tokio::task::spawn_blocking(move || drop(w));
         }
         let this = HereEnvironment::rooted(self.root.clone(), self.default_workdir.clone());
         let scratch: Vec<PathBuf> = SCRATCH.iter().map(|p| self.at(p)).collect();

@@ -56,6 +56,8 @@ pub struct Held {
     /// The agent's processes were frozen as one group before anything was read (the cgroup
     /// freezer, which no signal undoes), not held by their stop signal alone.
     pub group: bool,
+    /// Of `running`, those that hold a listening socket (the servers).
+    pub listening: Vec<u32>,
     /// Of `running`, those watched from the environment's host while they ran: each change they
     /// made to a file is known ([`watched_changes`]), so one that made none is not named.
     pub watched: Vec<u32>,
@@ -88,7 +90,8 @@ const SPENT: &str = r#"spent_of() {
 
 /// Stops every process of the environment but PID 1, this script and its ancestors, and the
 /// image's own that are still the processes seen then (`$KEEP`: `PID:START` words); then lets
-/// the listeners go on. Prints `frozen PID SPENT CMD`, `running PID CMD` and `late PID CMD` lines.
+/// the listeners go on. Prints `frozen PID SPENT CMD`, `server PID CMD` (it listens), `running
+/// PID CMD` (it could not be stopped) and `late PID CMD` lines.
 const HOLD: &str = r#"
 me=$$
 keep=" 1 $me "
@@ -230,7 +233,11 @@ for d in /proc/[0-9]*; do
   [ "$2" = "$me" ] && continue
   case "$1" in Z|X|x) continue ;; esac
   cmd_of $d "$comm"
-  case "$listening" in *" $pid "*) kill -s CONT $pid 2>/dev/null; echo "running $pid $cmd"; continue ;; esac
+  case "$listening" in *" $pid "*)
+    # Left stopped where the environment lets it go itself, watched (`$SERVERS_STOPPED`).
+    [ -z "$SERVERS_STOPPED" ] && kill -s CONT $pid 2>/dev/null
+    echo "server $pid $cmd"; continue ;;
+  esac
   case "$frozen" in *" $pid "*) spent_of $d; echo "frozen $pid $spent $cmd"; continue ;; esac
   if [ -n "$GROUP" ] && in_group $pid; then spent_of $d; echo "frozen $pid $spent $cmd"; continue; fi
   case "$before" in *" $pid "*) ;; *) echo "late $pid $cmd"; continue ;; esac
@@ -326,6 +333,12 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
     if frozen.is_some() {
         r.env.insert("GROUP".into(), "1".into());
     }
+    // Held by signals alone where the environment lets its servers go itself: they stay
+    // stopped until it has them watched.
+    let by_release = frozen.is_none() && s.env.releases_servers(&s.handle);
+    if by_release {
+        r.env.insert("SERVERS_STOPPED".into(), "1".into());
+    }
     let out = s.env.exec(&s.handle, &r).await?;
     if !out.stdout.lines().any(|l| l == format!("held {done}")) {
         let said = out.stderr.trim().chars().take(200).collect::<String>();
@@ -335,6 +348,11 @@ async fn hold_now(s: &EnvSession) -> agenteval_core::Result<Held> {
         ));
     }
     let mut held = parse(&out.stdout);
+    if by_release {
+        let _ = s.env.watched(&s.handle).await;
+        let servers: Vec<u32> = held.listening.clone();
+        held.watched = s.env.release(&s.handle, &servers).await;
+    }
     if let Some(frozen) = &frozen {
         held.group = true;
         // The servers the tests may need run again, watched where the environment can; what a
@@ -362,6 +380,10 @@ fn parse(stdout: &str) -> Held {
                 let (spent, cmd) = rest.split_once(' ').unwrap_or((rest, ""));
                 held.spent.insert(pid, spent.to_string());
                 held.frozen.push((pid, cmd.trim().to_string()));
+            }
+            "server" => {
+                held.listening.push(pid);
+                held.running.push((pid, rest.to_string()))
             }
             "running" => held.running.push((pid, rest.to_string())),
             "late" => held.running.push((pid, format!("{rest} [started while the hold ran]"))),
@@ -428,8 +450,9 @@ mod tests {
     #[test]
     fn the_scripts_lines_are_read_and_anything_else_is_skipped() {
         let h = parse(
-            "frozen 12 5:3 bash -c while true\nrunning 7 python3 /app/serve.py\nlate 9 sh -c x\nnoise\nfrozen x y\n",
+            "frozen 12 5:3 bash -c while true\nserver 7 python3 /app/serve.py\nlate 9 sh -c x\nnoise\nfrozen x y\nrunning 4 dd\n",
         );
+        assert_eq!(h.listening, vec![7], "a server listens; what could not be stopped does not");
         assert_eq!(h.frozen, vec![(12, "bash -c while true".to_string())]);
         assert_eq!(h.spent.get(&12).map(String::as_str), Some("5:3"));
         assert_eq!(h.running[0], (7, "python3 /app/serve.py".to_string()));
