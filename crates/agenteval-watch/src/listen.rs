@@ -96,9 +96,7 @@ impl Watch {
 
     /// The changes made since the last call, each once (a file written a thousand times is one).
     pub fn take(&self) -> Vec<Change> {
-        let all = std::mem::take(&mut *self.shared.changes.lock().expect("not poisoned"));
-        let mut seen = std::collections::HashSet::new();
-        all.into_iter().filter(|c| seen.insert((c.pid, c.what.clone()))).collect()
+        std::mem::take(&mut *self.shared.changes.lock().expect("not poisoned"))
     }
 }
 
@@ -173,6 +171,9 @@ struct Resp {
     flags: u32,
 }
 
+/// Changes kept between two [`Watch::take`]s: past it a process is already named many times.
+const MAX_CHANGES: usize = 1000;
+
 const NOTIF_RECV: u64 = 0xc050_2100; // _IOWR('!', 0, struct seccomp_notif)
 const NOTIF_SEND: u64 = 0xc018_2101; // _IOWR('!', 1, struct seccomp_notif_resp)
 const FLAG_CONTINUE: u32 = 1;
@@ -189,7 +190,12 @@ fn answer(shared: &Shared, listener: &OwnedFd) {
     // Read while the caller waits: its descriptors and memory are as the call found them.
     if let Some(what) = judge(&n, &shared.guarded) {
         let (pid, command) = who(n.pid);
-        shared.changes.lock().expect("not poisoned").push(Change { pid, command, what });
+        let mut changes = shared.changes.lock().expect("not poisoned");
+        // Each once, and a bounded list: a process that writes a file a million times is named
+        // once, and cannot fill this process's memory.
+        if changes.len() < MAX_CHANGES && !changes.iter().any(|c| c.pid == pid && c.what == what) {
+            changes.push(Change { pid, command, what });
+        }
     }
     let mut r = Resp { id: n.id, val: 0, error: 0, flags: FLAG_CONTINUE };
     #[allow(unsafe_code)]
