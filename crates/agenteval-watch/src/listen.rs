@@ -273,7 +273,7 @@ fn target(tid: u32, fd: u64) -> Target {
         return Target::Nothing;
     }
     let path = link.strip_suffix(" (deleted)").unwrap_or(&link).to_string();
-    if path.starts_with("/dev/") && !path.starts_with("/dev/shm/") {
+    if is_device(&path) {
         return Target::Nothing;
     }
     let info = std::fs::read_to_string(format!("/proc/{tid}/fdinfo/{fd}")).unwrap_or_default();
@@ -283,6 +283,11 @@ fn target(tid: u32, fd: u64) -> Target {
         .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
         .unwrap_or(0o2);
     Target::File { path, writable: flags & 0o3 != 0 }
+}
+
+/// A device (`/dev/null`, a terminal), not a file in `/dev/shm`.
+fn is_device(path: &str) -> bool {
+    path.starts_with("/dev/") && !path.starts_with("/dev/shm/")
 }
 
 /// A file whose writes cannot decide a verdict: a log, outside the guarded folders.
@@ -364,7 +369,7 @@ fn judge(n: &Notif, guarded: &[String]) -> Option<String> {
         return Some(format!("made a system call of another ABI ({nr})"));
     }
     let opened = |path: String, flags: u64| {
-        (flags & u64::from(crate::filter::OPEN_CHANGES) != 0 && !is_log(&path, guarded))
+        (flags & u64::from(crate::filter::OPEN_CHANGES) != 0 && !is_log(&path, guarded) && !is_device(&path))
             .then(|| format!("opened {path} to write"))
     };
     // Through a descriptor: judged by what the kernel says it is.
