@@ -187,6 +187,16 @@ fn answer(shared: &Shared, listener: &OwnedFd) {
     if got != 0 {
         return; // the caller went (a signal, its end) before it was taken
     }
+    // Python's bytecode cache is refused, not named: Python goes on without it, and a cache
+    // written beside the tests could be code they load. Refusing on a path the process gives
+    // is safe whatever the path really is: the call never runs.
+    if refused(&n) {
+        let mut r = Resp { id: n.id, val: 0, error: -libc::EACCES, flags: 0 };
+        #[allow(unsafe_code)]
+        // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
+        let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
+        return;
+    }
     // Read while the caller waits: its descriptors and memory are as the call found them.
     if let Some(what) = judge(&n, &shared.guarded) {
         let (pid, command) = who(n.pid);
@@ -360,6 +370,31 @@ fn name(nr: i64) -> &'static str {
     }
 }
 
+/// Python's bytecode cache: a file in `__pycache__`, a `.pyc` (or the temporary file Python
+/// writes one through, `x.pyc.140234`), or a `__pycache__` folder.
+fn is_bytecode(path: &str) -> bool {
+    let mut parts = path.trim_end_matches('/').rsplit('/');
+    let name = parts.next().unwrap_or("");
+    name == "__pycache__" || parts.next() == Some("__pycache__") || name.ends_with(".pyc") || name.contains(".pyc.")
+}
+
+/// Whether the call writes Python's bytecode cache (an open to write, a folder made, a rename
+/// onto one): refused.
+fn refused(n: &Notif) -> bool {
+    let (tid, a, nr) = (n.pid, n.data.args, i64::from(n.data.nr));
+    if n.data.arch != AUDIT_ARCH_X86_64 {
+        return false;
+    }
+    let path = match nr {
+        libc::SYS_open | libc::SYS_creat | libc::SYS_mkdir => path_at(tid, AT_FDCWD as u64, a[0]),
+        libc::SYS_openat | libc::SYS_openat2 | libc::SYS_mkdirat => path_at(tid, a[0], a[1]),
+        libc::SYS_rename => path_at(tid, AT_FDCWD as u64, a[1]),
+        libc::SYS_renameat | libc::SYS_renameat2 => path_at(tid, a[2], a[3]),
+        _ => return false,
+    };
+    is_bytecode(&path)
+}
+
 /// What the call changes, if it can change a file the tests could read; `None`: nothing of
 /// the kind (a socket written, a read-only open, a log).
 // Long: one arm per family of calls the filter hands over, each reading its own arguments.
@@ -436,6 +471,17 @@ fn judge(n: &Notif, guarded: &[String]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pythons_bytecode_cache_is_told_from_the_code_beside_it() {
+        for p in ["/app/__pycache__", "/app/__pycache__/m.cpython-312.pyc.140234", "/usr/lib/x.pyc", "/a/__pycache__/"]
+        {
+            assert!(is_bytecode(p), "{p}");
+        }
+        for p in ["/app/m.py", "/app/pycache/m.py", "/app/x.pycx", "/logs/verifier/reward.txt"] {
+            assert!(!is_bytecode(p), "{p}");
+        }
+    }
 
     #[test]
     fn a_log_outside_the_guarded_folders_is_a_log_and_nothing_else_is() {

@@ -1,6 +1,7 @@
 //! A real process watched from here: what it changes in files is seen, what it writes to a log,
 //! a socket or a pipe is not, and a read it was waiting in goes on as if nothing happened; its
-//! threads, older and newer, and its children are watched with it.
+//! threads, older and newer, and its children are watched with it; its Python bytecode cache is
+//! refused (Python goes on without it), not named.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};
@@ -29,6 +30,10 @@ with open(os.path.join(d, 'reward.txt'), 'w') as f: f.write('1')
 os.rename(os.path.join(d, 'reward.txt'), os.path.join(d, 'moved.txt'))
 t = threading.Thread(target=lambda: open(os.path.join(d, 'thread.txt'), 'w').close()); t.start(); t.join()
 os.system('echo hi > ' + os.path.join(d, 'child.txt'))
+sys.dont_write_bytecode = False
+sys.path.insert(0, os.path.join(d, 'lib'))
+import lazily  # its bytecode cache is refused, and the import works all the same
+assert lazily.VALUE == 42 and not os.path.exists(os.path.join(d, 'lib', '__pycache__'))
 print('done', flush=True)
 sys.stdin.readline()
 "#;
@@ -39,8 +44,11 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
     let d = dir.path().to_str().unwrap().to_string();
     std::fs::write(dir.path().join("input.txt"), "in").unwrap();
     std::fs::write(dir.path().join("mapped.bin"), "0123").unwrap();
+    std::fs::create_dir(dir.path().join("lib")).unwrap();
+    std::fs::write(dir.path().join("lib/lazily.py"), "VALUE = 42\n").unwrap();
     let mut child = Command::new("python3")
         .args(["-c", SERVER, &d])
+        .env_remove("PYTHONDONTWRITEBYTECODE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
