@@ -135,6 +135,9 @@ def main():
         "AWS_ENDPOINT_URL": a.endpoint,
     }
     ec2 = boto3.client("ec2", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
+    # A container definition's `secrets` read as the execution role reads them: by ARN, from the
+    # emulator's Secrets Manager, into the container's environment alone.
+    sm = boto3.client("secretsmanager", endpoint_url=a.endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test")
     # The VPC's networks, made when a task first needs them (most runs have no environments).
     vpc, internet = "fake-fargate-vpc", "fake-fargate-net"
     networks = {}
@@ -242,6 +245,9 @@ def main():
                 argv = ["docker", "run", "-d", "--name", svc] + network + mounts(c)
                 for kv in c.get("environment", []):
                     argv += ["-e", f"{kv['name']}={kv['value']}"]
+                for s in c.get("secrets", []):
+                    value = sm.get_secret_value(SecretId=s["valueFrom"])["SecretString"]
+                    argv += ["-e", f"{s['name']}={value}"]
                 subprocess.run(argv + [c["image"]] + c.get("command", []), stdout=subprocess.DEVNULL, check=True)
                 if c.get("healthCheck") and not healthy(svc, c["healthCheck"]):
                     # A dependency that never turns healthy: ECS never starts the task's container.

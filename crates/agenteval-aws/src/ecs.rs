@@ -356,7 +356,7 @@ impl CloudBackend for EcsBackend {
         if let Some(image) = &job.image {
             // The tasks of one image share its folder, and so its compose services.
             let services = job.tasks.iter().find_map(|t| t.environment.as_ref()).map(crate::task_images::Services::of);
-            let services = services.unwrap_or_default();
+            let services = services.unwrap_or_default().with_secrets(&job.tool_secrets);
             let def = self.task_defs.for_image(&self.clients, &s.task_definition, image, &services).await?;
             let var = KeyValuePair::builder().name(crate::task_images::TASK_DEFINITION_ENV).value(def).build();
             container.environment.get_or_insert_with(Vec::new).push(var);

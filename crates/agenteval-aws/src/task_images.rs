@@ -109,15 +109,27 @@ pub fn family_for(base_family: &str, image: &str, services: &Services) -> String
 pub struct Services {
     pub sidecars: Vec<agenteval_core::environment::Sidecar>,
     pub volumes: Vec<agenteval_core::environment::Volume>,
+    /// The tool servers' secrets, by the variable a sidecar's compose file names
+    /// (`roles.tools.secrets`): each sidecar that names one gets it from Secrets Manager as ECS
+    /// starts it, so the task definition holds its name, never its value.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub secrets: std::collections::BTreeMap<String, String>,
 }
 
 impl Services {
     pub fn of(spec: &agenteval_core::environment::EnvSpec) -> Services {
-        Services { sidecars: spec.sidecars.clone(), volumes: spec.volumes.clone() }
+        Services { sidecars: spec.sidecars.clone(), volumes: spec.volumes.clone(), secrets: Default::default() }
     }
 
     fn is_empty(&self) -> bool {
         self.sidecars.is_empty() && self.volumes.is_empty()
+    }
+
+    /// `secrets` (variable → secret name) kept for the variables a sidecar names.
+    pub fn with_secrets(mut self, secrets: &std::collections::BTreeMap<String, String>) -> Services {
+        let named = |var: &String| self.sidecars.iter().any(|s| s.from_run.values().any(|v| v == var));
+        self.secrets = secrets.iter().filter(|(var, _)| named(var)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        self
     }
 
     /// Every named volume, once.
@@ -161,6 +173,7 @@ fn volume_name(name: &str) -> String {
 fn sidecar_container(
     s: &agenteval_core::environment::Sidecar,
     before: Option<&agenteval_core::environment::Sidecar>,
+    arns: &std::collections::BTreeMap<String, String>,
 ) -> Result<ContainerDefinition> {
     let image = s.image.as_deref().ok_or_else(|| Error::internal(format!("sidecar {} has no pinned image", s.name)))?;
     let mut c = ContainerDefinition::builder()
@@ -171,6 +184,16 @@ fn sidecar_container(
         .set_command(s.command.clone())
         .set_environment(Some(s.env.iter().map(|(k, v)| KeyValuePair::builder().name(k).value(v).build()).collect()))
         .set_mount_points(Some(mounts(&s.volumes)));
+    for (key, var) in &s.from_run {
+        if let Some(arn) = arns.get(var) {
+            let secret = aws_sdk_ecs::types::Secret::builder()
+                .name(key)
+                .value_from(arn)
+                .build()
+                .map_err(|e| Error::internal(format!("secret of {}: {e}", s.name)))?;
+            c = c.secrets(secret);
+        }
+    }
     if let Some(hc) = &s.healthcheck {
         let check = aws_sdk_ecs::types::HealthCheck::builder()
             .command("CMD-SHELL")
@@ -296,9 +319,20 @@ impl TaskDefinitions {
         for m in mounts(&services.volumes) {
             main = main.mount_points(m);
         }
+        // Each tool secret by its ARN, which ECS asks for.
+        let mut arns = std::collections::BTreeMap::new();
+        for (var, name) in &services.secrets {
+            let described = clients.secrets.describe_secret().secret_id(name).send().await;
+            let arn = described
+                .map_err(|e| classify(&format!("looking up the tool server's secret {name}"), e))?
+                .arn()
+                .map(str::to_string)
+                .ok_or_else(|| Error::not_found(format!("the tool server's secret {name} has no ARN")))?;
+            arns.insert(var.clone(), arn);
+        }
         let mut sidecars = Vec::new();
         for (i, s) in services.sidecars.iter().enumerate() {
-            sidecars.push(sidecar_container(s, i.checked_sub(1).map(|j| &services.sidecars[j]))?);
+            sidecars.push(sidecar_container(s, i.checked_sub(1).map(|j| &services.sidecars[j]), &arns)?);
             main = main.depends_on(started(s)?);
         }
         let main = main.build();
@@ -358,7 +392,7 @@ mod tests {
         assert_ne!(a, family_for("agenteval-worker", "r.example/envs@sha256:ffff456789abcdef0123", &none));
         let volume =
             agenteval_core::environment::Volume { name: Some("v".into()), target: "/v".into(), read_only: false };
-        let compose = Services { sidecars: vec![], volumes: vec![volume] };
+        let compose = Services { sidecars: vec![], volumes: vec![volume], secrets: Default::default() };
         let b = family_for("agenteval-worker", "r.example/envs@sha256:0123456789abcdef0123", &compose);
         assert!(b.starts_with(&format!("{a}-")) && b.len() == a.len() + 13, "a compose layout has its own: {b}");
     }

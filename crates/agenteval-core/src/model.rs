@@ -247,6 +247,11 @@ pub struct JobSpec {
     /// provider's limits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<RunId>,
+    /// The secrets a task's tool servers get, by the variable their compose file names
+    /// (`roles.tools.secrets`), for a backend that starts those servers itself (ECS: containers
+    /// of the environment's task definition, which take them from Secrets Manager).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tool_secrets: BTreeMap<String, String>,
 }
 
 /// What a backend returns for a submitted job; opaque to the controller, stored in the index so

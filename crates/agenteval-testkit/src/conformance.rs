@@ -627,6 +627,7 @@ fn stand_in_job(run: RunId, bundle_uri: &str, n: u32, exit: i32, sleep: u32) -> 
             .collect(),
         image: None,
         ledger: None,
+        tool_secrets: Default::default(),
     }
 }
 

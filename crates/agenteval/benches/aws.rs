@@ -224,6 +224,7 @@ async fn pacing(endpoint: &str, jobs: u32, dir: &Path) {
                     env: BTreeMap::new(),
                     image: None,
                     ledger: None,
+                    tool_secrets: Default::default(),
                 };
                 backend.submit_job(&job).await.is_ok()
             }
@@ -480,6 +481,7 @@ async fn task_images(endpoint: &str, tasks: u64, images: u64) {
                     index_uri: "dynamodb://unused".into(),
                     env: BTreeMap::new(),
                     ledger: None,
+                    tool_secrets: Default::default(),
                 };
                 backend.submit_job(&job).await.map_err(|e| eprintln!("{e}")).is_ok()
             }

@@ -63,6 +63,7 @@ pub(super) async fn dispatch(
         env,
         image,
         ledger: ledger.filter(|l| *l != run.run_id),
+        tool_secrets: run.config.roles.tools.as_ref().map(|t| t.secrets.clone()).unwrap_or_default(),
     };
     run.store.put(&run.run_id, &layout::job_spec(&p.job_id, p.attempt), &to_json_bytes(&spec)).await?;
     let queued: Vec<_> = spec

@@ -124,6 +124,7 @@ mod tests {
             env: Default::default(),
             image: None,
             ledger: None,
+            tool_secrets: Default::default(),
         }
     }
 

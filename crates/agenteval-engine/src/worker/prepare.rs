@@ -43,8 +43,8 @@ pub(super) async fn prepare(ctx: &Ctx, plan: &Plan, task: &TaskSpec, at: &mut At
             run: ctx.run_id,
             task: task.clone(),
             attempt: ctx.job.attempt,
-            // A fleet's fresh environment is a task definition: never given a key (its first
-            // one refuses the task, `prepare_session`).
+            // A fleet's fresh environment is a task definition: never given a key (it names
+            // each for ECS to put into its sidecars, `prepare_session`).
             spec: match ctx.in_task_images {
                 true => spec.clone(),
                 false => super::sessions::with_tool_secrets(spec, &ctx.tool_secrets),

@@ -23,16 +23,12 @@ pub(super) async fn prepare_session(
 ) -> Result<EnvSession> {
     let Some(env) = &ctx.environment else { return Err(crate::environments::missing(&task.id)) };
     let started = std::time::Instant::now();
-    // A fleet's environment is a task definition, which would keep the value in the clear.
-    let named = |s: &agenteval_core::environment::Sidecar| {
-        s.from_run.values().any(|var| ctx.tool_secrets.iter().any(|(v, _)| v == var))
+    // A fleet's sidecars are containers of the environment's task definition, which names each
+    // tool secret for ECS to put in (`JobSpec::tool_secrets`): the worker gives them nothing.
+    let spec = &match ctx.in_task_images {
+        true => spec.clone(),
+        false => with_tool_secrets(spec, &ctx.tool_secrets),
     };
-    if ctx.in_task_images && spec.sidecars.iter().any(named) {
-        return Err(agenteval_core::Error::invalid(
-            "a tool server's secret (roles.tools.secrets) is given to sidecars on this machine's Docker only, not yet on the fleet",
-        ));
-    }
-    let spec = &with_tool_secrets(spec, &ctx.tool_secrets);
     let handle = env.prepare(&ctx.run_id, task, ctx.job.attempt, spec).await?;
     let session = EnvSession { env: env.clone(), handle };
     ctx.live.lock().expect("not poisoned").push(session.clone());

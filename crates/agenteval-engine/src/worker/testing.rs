@@ -38,6 +38,7 @@ pub(super) fn ctx(body: &str, env: Option<Arc<dyn Environment>>) -> (Ctx, tempfi
         env: Default::default(),
         image: None,
         ledger: None,
+        tool_secrets: Default::default(),
     };
     let ctx = Ctx {
         run_id,

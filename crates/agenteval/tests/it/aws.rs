@@ -2124,6 +2124,89 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }
 
+/// A tool server's key on the fleet: a compose task whose sidecar asks for `${TOOL_KEY}`
+/// (`roles.tools.secrets`) gets it from Secrets Manager as ECS starts it. The environment's task
+/// definition names the secret by its ARN and holds no part of the key; the sidecar answers the
+/// key's digest, which the tests check; the agent's container never has it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_servers_key_reaches_its_sidecar_on_the_fleet_by_the_task_definitions_secrets() {
+    crate::environments::docker_ready();
+    const KEY: &str = "tk-fleet-7f3a9c21e5";
+    let reg = registry();
+    let mut aws = Aws::new(&[("prod/tool-key", KEY)], true).await;
+    let d = aws.ws.path().join("tasks/tool-key");
+    let image = "FROM debian:bookworm-slim\nRUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\nWORKDIR /app\n";
+    let write = |p: &str, text: &str| {
+        std::fs::create_dir_all(d.join(p).parent().unwrap()).unwrap();
+        std::fs::write(d.join(p), text).unwrap();
+    };
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(KEY.as_bytes()));
+    write("instruction.md", "Nothing to do.\n");
+    write("task.toml", "version = \"1.0\"\n");
+    write("environment/Dockerfile", image);
+    write(
+        "environment/api/Dockerfile",
+        &format!("{image}RUN printf '%s\\n' {} > /srv/keyhash.py\n", shell_words(KEYHASH)),
+    );
+    write(
+        "environment/docker-compose.yaml",
+        "services:\n  main:\n    depends_on:\n      api: {condition: service_healthy}\n  api:\n    build: ./api\n    command: [python3, /srv/keyhash.py]\n    environment:\n      KEY: ${TOOL_KEY}\n    healthcheck:\n      test: [CMD-SHELL, \"python3 -c 'import urllib.request; urllib.request.urlopen(\\\"http://127.0.0.1:8080/\\\")'\"]\n      interval: 1s\n      retries: 30\n",
+    );
+    write("solution/solve.sh", "#!/bin/bash\ntrue\n");
+    write(
+        "tests/test.sh",
+        &format!(
+            "#!/bin/bash\nmkdir -p /logs/verifier\ngot=$(python3 -c \"import urllib.request; print(urllib.request.urlopen('http://api:8080/', timeout=10).read().decode().strip())\")\necho \"the server says $got\"\n[ \"$got\" = {digest} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+        ),
+    );
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\n  base_image: {}\nroles:\n  tools:\n    secrets:\n      TOOL_KEY: prod/tool-key\n",
+        d.parent().unwrap().display(),
+        crate::environments::BASE
+    );
+    let cfg = aws.config("tool-key", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    aws.fargate(0);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(1), "the sidecar had the key: {v}");
+    // The environment's task definition names the secret by its ARN, and holds no part of it.
+    let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
+    let all = clients.ecs.list_task_definitions().send().await.unwrap();
+    let mut named = 0;
+    for arn in all.task_definition_arns().iter().filter(|a| a.contains("-env-")) {
+        let td = clients.ecs.describe_task_definition().task_definition(arn).send().await.unwrap();
+        let td = td.task_definition().unwrap();
+        assert!(!format!("{td:?}").contains(&KEY[3..]), "the key is in a task definition: {td:?}");
+        for c in td.container_definitions() {
+            for s in c.secrets() {
+                assert_eq!(s.name(), "KEY", "{c:?}");
+                assert!(s.value_from().contains(":secret:prod/tool-key"), "by its ARN: {s:?}");
+                named += 1;
+            }
+        }
+    }
+    assert!(named >= 1, "no sidecar took the secret from its task definition");
+    // Nothing of the run's holds the key: the agent's container never had it.
+    let run = v["run_id"].as_str().unwrap();
+    let (shown, _) = aws.json(&["show", run, "tool-key", "--json", "--backend", "aws"]);
+    assert!(!shown.to_string().contains(&KEY[3..]), "{shown}");
+}
+
+/// A small HTTP server that answers the SHA-256 of its `KEY` variable.
+const KEYHASH: &str = "import hashlib, http.server, os\nkey = hashlib.sha256(os.environ.get('KEY', '').encode()).hexdigest().encode()\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_GET(self):\n        self.send_response(200); self.end_headers(); self.wfile.write(key)\n    def log_message(self, *a): pass\nhttp.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()";
+
+/// Each line of `text` as one single-quoted shell word, for `printf '%s\n' …` in a Dockerfile.
+fn shell_words(text: &str) -> String {
+    text.lines().map(|l| format!("'{}'", l.replace('\'', "'\\''"))).collect::<Vec<_>>().join(" ")
+}
+
 /// Real-shaped Harbor tasks on the fleet as locally: an image whose ENTRYPOINT starts a service
 /// and hands over, a no-network task on `localhost`, a sidecar declared with `expose` reached by
 /// its name, a named volume a sidecar writes and the task's container reads only, three steps, a

@@ -136,7 +136,19 @@ fn iam_is_least_privilege() {
                 let scoped = match a.split(':').next().unwrap() {
                     "s3" => text.contains("${Bundles}"),
                     "dynamodb" => text.contains("${RunIndex}"),
-                    "secretsmanager" => s["Resource"]["Ref"] == "SecretArns",
+                    // The agents' and judges' keys, read by the workers; the tool servers' keys,
+                    // read by ECS for their sidecars (the execution role) and described by the
+                    // controller, which names them in a task definition.
+                    "secretsmanager" => match role {
+                        "WorkerRole" => s["Resource"]["Ref"] == "SecretArns",
+                        "ExecutionRole" => {
+                            s["Resource"]["Ref"] == "ToolSecretArns" && a == "secretsmanager:GetSecretValue"
+                        }
+                        "ControllerRole" => {
+                            s["Resource"]["Ref"] == "ToolSecretArns" && a == "secretsmanager:DescribeSecret"
+                        }
+                        _ => false,
+                    },
                     "iam" => s["Resource"].as_array().is_some_and(|r| r.iter().all(|x| x["Fn::GetAtt"].is_array())),
                     "ecs" if a == "ecs:RunTask" => text.contains("task-definition/${AWS::StackName}-"),
                     "ecs" if a != "ecs:DescribeTaskDefinition" && a != "ecs:RegisterTaskDefinition" => {
@@ -164,7 +176,10 @@ fn iam_is_least_privilege() {
     );
     assert!(worker.contains(&"secretsmanager:GetSecretValue".to_string()), "workers read the listed secrets");
     let controller = allowed(&t, "ControllerRole");
-    assert!(!controller.iter().any(|a| a.starts_with("secretsmanager:")), "the controller never reads a secret");
+    assert!(
+        !controller.iter().any(|a| a.starts_with("secretsmanager:") && a != "secretsmanager:DescribeSecret"),
+        "the controller never reads a secret: {controller:?}"
+    );
     for a in ["ecs:RunTask", "ecs:DescribeTasks", "ecs:StopTask", "iam:PassRole"] {
         assert!(controller.contains(&a.to_string()), "the controller needs {a}");
     }
@@ -174,7 +189,11 @@ fn iam_is_least_privilege() {
     assert_eq!(passed, ["WorkerRole", "ExecutionRole"], "PassRole for exactly the worker's roles");
     assert_eq!(pass["Condition"]["StringEquals"]["iam:PassedToService"], "ecs-tasks.amazonaws.com");
     let execution = allowed(&t, "ExecutionRole");
-    assert!(!execution.iter().any(|a| a.starts_with("secretsmanager:") || a.starts_with("s3:")), "{execution:?}");
+    // The execution role reads the tool servers' keys alone (scoped above), and no bucket.
+    assert!(
+        !execution.iter().any(|a| (a.starts_with("secretsmanager:") && a != "secretsmanager:GetSecretValue") || a.starts_with("s3:")),
+        "{execution:?}"
+    );
     let scheduler = allowed(&t, "SchedulerRole");
     assert_eq!(scheduler, ["ecs:RunTask", "iam:PassRole"]);
 }
