@@ -118,7 +118,7 @@ fn with_stopped(
         let ours = t.take(&way, fd as i32, held);
         // Closed there either way: the process must not answer for itself.
         let _ = call(pid, tid, at, saved, libc::SYS_close, [fd as u64, 0, 0], held);
-        ours
+        t.proven(ours?, held)
     })();
     let _ = mem.write_all_at(&was, passing);
     out
@@ -172,6 +172,25 @@ impl Target<'_> {
             Way::Copy => copy_fd(self.pid, fd),
             Way::Sent(listener, name) => self.send(listener, name, fd, held),
         }
+    }
+
+    /// `listener` if it is the filter's: a listener, to which a call the filter hands over (a
+    /// `write` to no descriptor, made by the process) comes. A process with a filter of its own
+    /// could answer `seccomp` itself and hand back a listener of a filter that sees nothing.
+    fn proven(&self, listener: OwnedFd, held: &mut Vec<Signal>) -> Result<OwnedFd, Error> {
+        let fake = || Error::Filter(self.pid, nix::errno::Errno::EBADMSG);
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&listener)));
+        if !link.is_ok_and(|l| l.to_string_lossy() == "anon_inode:seccomp notify") {
+            return Err(fake());
+        }
+        let tid = u32::try_from(self.tid.as_raw()).map_err(|_| fake())?;
+        // The listener goes with the thread that answers: if it fails, it closes the listener,
+        // and the call waiting on it ends (a filter with no listener fails the call).
+        let answering = std::thread::spawn(move || crate::listen::probe(listener, tid));
+        let r = self.call(libc::SYS_write, [u64::MAX, 0, 0], held);
+        let listener = answering.join().ok().flatten();
+        r?;
+        listener.ok_or_else(fake)
     }
 
     fn call(&self, nr: i64, args: [u64; 3], held: &mut Vec<Signal>) -> Result<i64, Error> {

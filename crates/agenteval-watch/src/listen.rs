@@ -178,6 +178,28 @@ const NOTIF_RECV: u64 = 0xc050_2100; // _IOWR('!', 0, struct seccomp_notif)
 const NOTIF_SEND: u64 = 0xc018_2101; // _IOWR('!', 1, struct seccomp_notif_resp)
 const FLAG_CONTINUE: u32 = 1;
 
+/// Waits (2 s at most) for the probe `write(-1, …)` of thread `tid` on `listener` and lets it
+/// go on; the listener if the probe came.
+pub(crate) fn probe(listener: OwnedFd, tid: u32) -> Option<OwnedFd> {
+    let mut polls = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+    if poll(&mut polls, PollTimeout::from(2000u16)).unwrap_or(0) <= 0 {
+        return None;
+    }
+    let mut n = Notif::default();
+    #[allow(unsafe_code)]
+    // SAFETY: the kernel fills `n`, a zeroed `struct seccomp_notif` of the size the request names.
+    let got = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut n as *mut Notif) };
+    if got != 0 {
+        return None;
+    }
+    let mut r = Resp { id: n.id, val: 0, error: 0, flags: FLAG_CONTINUE };
+    #[allow(unsafe_code)]
+    // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
+    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
+    let ours = n.pid == tid && i64::from(n.data.nr) == libc::SYS_write && n.data.args[0] as i32 == -1;
+    ours.then_some(listener)
+}
+
 /// Takes one call, writes it down if it changes a file, and lets it go on.
 fn answer(shared: &Shared, listener: &OwnedFd) {
     let mut n = Notif::default();

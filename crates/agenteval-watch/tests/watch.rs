@@ -87,3 +87,38 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
     assert_eq!(by_python.pid, child.id());
     assert!(by_python.command.contains("python3 -c import ctypes"), "{by_python:?}");
 }
+
+/// A process that answers `seccomp` itself (a filter of its own makes the call "succeed" with
+/// no filter put in) is not taken as watched.
+const DECOY: &str = r#"
+import ctypes, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.prctl(38, 1, 0, 0, 0)
+# seccomp(2) returns 0 without doing anything; every other call runs.
+prog = [(0x20, 0, 0, 0), (0x15, 0, 1, 317), (0x06, 0, 0, 0x00050000), (0x06, 0, 0, 0x7fff0000)]
+code = ctypes.create_string_buffer(b''.join(struct.pack('HBBI', *i) for i in prog))
+class Prog(ctypes.Structure):
+    _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+assert libc.prctl(22, 2, ctypes.byref(Prog(len(prog), ctypes.addressof(code))), 0, 0) == 0
+print('ready', flush=True)
+sys.stdin.readline()
+"#;
+
+#[test]
+fn a_process_that_fakes_the_filter_is_not_taken_as_watched() {
+    let mut child = Command::new("python3")
+        .args(["-c", DECOY])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let watch = agenteval_watch::Watch::new(vec![]);
+    let got = watch.add(child.id(), || ());
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(got.is_err(), "a decoy listener was taken for the filter");
+}
