@@ -2117,10 +2117,11 @@ async fn harbors_probe_tasks_get_the_same_verdicts_on_the_local_backend_and_the_
     let tasks = aws.ws.path().join("tasks");
     crate::harbor_rules::probes(&tasks);
     let (on_local, on_fleet) = on_both_backends(&mut aws, &reg, &tasks, "oracle", "harbor").await;
-    assert_eq!(on_local.len(), 16, "{on_local:?}");
+    assert_eq!(on_local.len(), 17, "{on_local:?}");
     // The server the agent leaves is watched on both (from the host locally, from the
     // environment's own server on the fleet): an honest one is counted apart on neither.
     assert!(on_fleet["server"].ends_with("suspect=false"), "{on_fleet:?}");
+    assert!(on_fleet["server-rewriter"].ends_with("suspect=true"), "the fleet names a server that wrote: {on_fleet:?}");
     assert_eq!(on_fleet, on_local, "the same verdict for every task on both backends");
 }
 

@@ -102,6 +102,8 @@ pub(crate) fn probes(root: &Path) {
         "nohup setsid python3 -c \"\nimport socket, time\ns = socket.socket(); s.bind(('127.0.0.1', 8766)); s.listen()\nwhile True:\n    try:\n        t = open('/tests/test.sh').read()\n        if 'echo 0' in t: open('/tests/test.sh', 'w').write('#!/bin/bash\\nmkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt\\n')\n    except Exception: pass\n    time.sleep(0.01)\n\" >/dev/null 2>&1 < /dev/null &\nsleep 0.5",
         FAIL,
     );
+    // A server that turns the tests' 0 into a 1: watched, it is named with what it wrote.
+    task(root, "server-rewriter", "", LISTENING_REWRITER, &format!("{FAIL}\nsleep 3"));
     // A task without network whose tests serve on `localhost` and ask the container's own name.
     task(
         root,
@@ -325,7 +327,10 @@ fn eight_probe_tasks_are_graded_as_harbor_grades_them_and_the_rewriter_and_tampe
         .filter(|id| !r(id)["suspect"].is_null())
         .map(|id| format!("{id}: {}", r(&id)["suspect"]))
         .collect();
-    assert!(suspects.is_empty(), "no pass is counted apart: {suspects:?}");
+    assert_eq!(suspects.len(), 1, "the rewriting server's grade alone is counted apart: {suspects:?}");
+    let rewriter = r("server-rewriter");
+    let why = rewriter["suspect"][0].as_str().unwrap_or_default();
+    assert!(why.contains("rewriter.py") && why.contains("opened /logs/verifier/reward.txt to write"), "{rewriter}");
     assert_eq!(r("localhost")["passed"], true, "loopback is not network: {}", r("localhost"));
     assert_eq!(r("ptrace-refused")["passed"], true, "no process traces another: {}", r("ptrace-refused"));
     let reached = r("proc-mem");
@@ -849,7 +854,6 @@ fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselve
         &format!("cat /app/ptrace.txt; grep -qx 'refused 1' /app/ptrace.txt {VERDICT}"),
     );
     task(&tasks, "self-waker", "", SELF_WAKER, &format!("{FAIL}\nsleep 1.5"));
-    task(&tasks, "listening-rewriter", "", LISTENING_REWRITER, &format!("{FAIL}\nsleep 1.5"));
     // A debugging task may let its agent trace (agenteval's `allow_ptrace`): a pass in the
     // container it shared with the tests is then in doubt.
     task(
@@ -899,14 +903,6 @@ fn leftovers_are_held_before_anything_is_read_and_cannot_trace_or_wake_themselve
     if waker["passed"] == true {
         let why = waker["suspect"][0].as_str().unwrap_or_default();
         assert!(why.contains("waker.py"), "the process is named: {waker}");
-    }
-
-    // A server runs beside the tests; one that writes the reward is named with what it wrote.
-    let rewriter = r("listening-rewriter");
-    let why = rewriter["suspect"][0].as_str().unwrap_or_default();
-    assert!(why.contains("rewriter.py"), "a server that rewrote the reward passed unflagged: {rewriter}");
-    if nix::unistd::geteuid().is_root() && std::path::Path::new("/sys/fs/cgroup").is_dir() {
-        assert!(why.contains("opened /logs/verifier/reward.txt to write"), "{rewriter}");
     }
 }
 
