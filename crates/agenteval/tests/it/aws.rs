@@ -2103,7 +2103,7 @@ async fn on_both_backends(
 }
 
 /// One config file, either backend: Harbor's probe tasks (a server the agent leaves for the
-/// tests, a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
+/// tests, watched and not named; one that rewrites the reward, named; a timeout after the work, no reward, named rewards, `public`, an `allowlist` (its host
 /// reached through the worker's egress proxy, another refused), a `separate` verifier, reward
 /// rewriters and test tamperers held still, localhost, a hosts pointer, PID 1 out of the agent's
 /// reach through `/proc`) run by the oracle
