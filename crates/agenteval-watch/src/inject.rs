@@ -186,7 +186,7 @@ impl Target<'_> {
         let tid = u32::try_from(self.tid.as_raw()).map_err(|_| fake())?;
         // The listener goes with the thread that answers: if it fails, it closes the listener,
         // and the call waiting on it ends (a filter with no listener fails the call).
-        let answering = std::thread::spawn(move || crate::listen::probe(listener, tid));
+        let answering = std::thread::spawn(move || crate::notify::probe(listener, tid));
         let r = self.call(libc::SYS_write, [u64::MAX, 0, 0], held);
         let listener = answering.join().ok().flatten();
         r?;

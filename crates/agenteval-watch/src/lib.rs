@@ -17,6 +17,7 @@ mod filter;
 #[cfg(target_arch = "x86_64")]
 mod inject;
 mod listen;
+mod notify;
 
 pub use listen::{Change, Watch};
 

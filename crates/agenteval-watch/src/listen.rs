@@ -2,7 +2,7 @@
 //! writes down each one that changed a file the tests could read.
 
 use std::fs::File;
-use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::FileExt as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -12,6 +12,7 @@ use std::time::Duration;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use crate::Error;
+use crate::notify::{self, Notif};
 
 /// One change a watched process made: the process as its own namespace numbers it, its command
 /// line, and what it did (`opened /logs/verifier/reward.txt to write`).
@@ -145,78 +146,18 @@ fn serve(shared: &Shared) {
     }
 }
 
-#[repr(C)]
-#[derive(Default)]
-struct SeccompData {
-    nr: i32,
-    arch: u32,
-    ip: u64,
-    args: [u64; 6],
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct Notif {
-    id: u64,
-    pid: u32,
-    flags: u32,
-    data: SeccompData,
-}
-
-#[repr(C)]
-struct Resp {
-    id: u64,
-    val: i64,
-    error: i32,
-    flags: u32,
-}
-
 /// Changes kept between two [`Watch::take`]s: past it a process is already named many times.
 const MAX_CHANGES: usize = 1000;
 
-const NOTIF_RECV: u64 = 0xc050_2100; // _IOWR('!', 0, struct seccomp_notif)
-const NOTIF_SEND: u64 = 0xc018_2101; // _IOWR('!', 1, struct seccomp_notif_resp)
-const FLAG_CONTINUE: u32 = 1;
-
-/// Waits (2 s at most) for the probe `write(-1, …)` of thread `tid` on `listener` and lets it
-/// go on; the listener if the probe came.
-pub(crate) fn probe(listener: OwnedFd, tid: u32) -> Option<OwnedFd> {
-    let mut polls = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-    if poll(&mut polls, PollTimeout::from(2000u16)).unwrap_or(0) <= 0 {
-        return None;
-    }
-    let mut n = Notif::default();
-    #[allow(unsafe_code)]
-    // SAFETY: the kernel fills `n`, a zeroed `struct seccomp_notif` of the size the request names.
-    let got = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut n as *mut Notif) };
-    if got != 0 {
-        return None;
-    }
-    let mut r = Resp { id: n.id, val: 0, error: 0, flags: FLAG_CONTINUE };
-    #[allow(unsafe_code)]
-    // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
-    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
-    let ours = n.pid == tid && i64::from(n.data.nr) == libc::SYS_write && n.data.args[0] as i32 == -1;
-    ours.then_some(listener)
-}
-
 /// Takes one call, writes it down if it changes a file, and lets it go on.
 fn answer(shared: &Shared, listener: &OwnedFd) {
-    let mut n = Notif::default();
-    #[allow(unsafe_code)]
-    // SAFETY: the kernel fills `n`, a zeroed `struct seccomp_notif` of the size the request names.
-    let got = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_RECV as _, &mut n as *mut Notif) };
-    if got != 0 {
-        return; // the caller went (a signal, its end) before it was taken
-    }
+    // `None`: the caller went (a signal, its end) before it was taken.
+    let Some(n) = notify::recv(listener) else { return };
     // Python's bytecode cache is refused, not named: Python goes on without it, and a cache
     // written beside the tests could be code they load. Refusing on a path the process gives
     // is safe whatever the path really is: the call never runs.
     if refused(&n) {
-        let mut r = Resp { id: n.id, val: 0, error: -libc::EACCES, flags: 0 };
-        #[allow(unsafe_code)]
-        // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
-        let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
+        notify::refuse(listener, &n, libc::EACCES);
         return;
     }
     // Read while the caller waits: its descriptors and memory are as the call found them.
@@ -229,10 +170,7 @@ fn answer(shared: &Shared, listener: &OwnedFd) {
             changes.push(Change { pid, command, what });
         }
     }
-    let mut r = Resp { id: n.id, val: 0, error: 0, flags: FLAG_CONTINUE };
-    #[allow(unsafe_code)]
-    // SAFETY: `r` is a `struct seccomp_notif_resp` of the size the request names.
-    let _ = unsafe { libc::ioctl(listener.as_raw_fd(), NOTIF_SEND as _, &mut r as *mut Resp) };
+    notify::go_on(listener, &n);
 }
 
 /// The process of thread `tid`: its pid as its own namespace numbers it, and its command line.
