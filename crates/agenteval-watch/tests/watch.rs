@@ -4,7 +4,7 @@
 //! refused (Python goes on without it), not named.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, Stdio};
 
 const SERVER: &str = r#"
 import ctypes, os, socket, sys, threading
@@ -38,16 +38,10 @@ print('done', flush=True)
 sys.stdin.readline()
 "#;
 
-#[test]
-fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_are_not() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path().to_str().unwrap().to_string();
-    std::fs::write(dir.path().join("input.txt"), "in").unwrap();
-    std::fs::write(dir.path().join("mapped.bin"), "0123").unwrap();
-    std::fs::create_dir(dir.path().join("lib")).unwrap();
-    std::fs::write(dir.path().join("lib/lazily.py"), "VALUE = 42\n").unwrap();
+/// `script` run by Python with `arg`, once it says it is ready: the process and its output.
+fn started(script: &str, arg: &str) -> (Child, BufReader<ChildStdout>) {
     let mut child = Command::new("python3")
-        .args(["-c", SERVER, &d])
+        .args(["-c", script, arg])
         .env_remove("PYTHONDONTWRITEBYTECODE")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -57,12 +51,24 @@ fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready");
+    (child, out)
+}
+
+#[test]
+fn a_watched_process_s_changes_to_files_are_seen_and_its_logs_sockets_and_pipes_are_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap().to_string();
+    std::fs::write(dir.path().join("input.txt"), "in").unwrap();
+    std::fs::write(dir.path().join("mapped.bin"), "0123").unwrap();
+    std::fs::create_dir(dir.path().join("lib")).unwrap();
+    std::fs::write(dir.path().join("lib/lazily.py"), "VALUE = 42\n").unwrap();
+    let (mut child, mut out) = started(SERVER, &d);
     let watch = agenteval_watch::Watch::new(vec![]);
     // It waits in a read when the filter goes in: the read goes on and takes the next line.
     watch.add(child.id(), || ()).expect("watched");
     let mut input = child.stdin.take().unwrap();
     writeln!(input, "go").unwrap();
-    line.clear();
+    let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "done");
     let changes = watch.take();
@@ -106,16 +112,7 @@ sys.stdin.readline()
 
 #[test]
 fn a_process_that_fakes_the_filter_is_not_taken_as_watched() {
-    let mut child = Command::new("python3")
-        .args(["-c", DECOY])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+    let (mut child, _out) = started(DECOY, "");
     let watch = agenteval_watch::Watch::new(vec![]);
     let got = watch.add(child.id(), || ());
     let _ = child.kill();
