@@ -158,7 +158,13 @@ impl Target<'_> {
             return Ok(Way::Copy);
         }
         use std::os::linux::net::SocketAddrExt as _;
-        let name = format!("agenteval-watch-{}-{}", std::process::id(), self.pid).into_bytes();
+        // A name no process of the agent's can guess and take first (which would only make
+        // the watch fail: the peer's pid is checked, and the listener proven, either way).
+        let mut nonce = [0u8; 16];
+        std::io::Read::read_exact(&mut File::open("/dev/urandom").map_err(|e| Error::Memory(self.pid, e))?, &mut nonce)
+            .map_err(|e| Error::Memory(self.pid, e))?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let name = format!("agenteval-watch-{}-{nonce}", self.pid).into_bytes();
         let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name).map_err(|e| Error::Memory(self.pid, e))?;
         let listener = std::os::unix::net::UnixListener::bind_addr(&addr).map_err(|e| Error::Memory(self.pid, e))?;
         let way = Way::Sent(listener, name);
