@@ -28,6 +28,8 @@ pub const TASK_LOG: &str = "worker.log";
 pub const TASK_CASSETTE: &str = "cassette.jsonl";
 /// The simulated user's calls of a task, recorded as the agent's are (`roles.user`).
 pub const USER_CASSETTE: &str = "cassette.user.jsonl";
+/// The calls a task's verifier made to its judge, recorded as the agent's are (`roles.judge`).
+pub const JUDGE_CASSETTE: &str = "cassette.judge.jsonl";
 /// The task's OpenTelemetry spans (`eval.task` and everything under it).
 pub const TASK_SPANS: &str = "spans.jsonl";
 

@@ -588,6 +588,24 @@ pub struct RoleUsage {
     pub cost_usd: Option<f64>,
 }
 
+impl RoleUsage {
+    /// Adds another stretch of the same role's calls (a later step's, a judge's after the
+    /// agent's): an unknown cost stays unknown.
+    pub fn add(&mut self, other: &RoleUsage) {
+        if self.calls == 0 && self.model.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        if self.model.is_empty() {
+            self.model = other.model.clone();
+        }
+        self.calls += other.calls;
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cost_usd = self.cost_usd.zip(other.cost_usd).map(|(a, b)| a + b);
+    }
+}
+
 /// What one role's calls spent over a run's finished tasks.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoleSummary {

@@ -102,6 +102,9 @@ pub fn validate_config(config: &agenteval_core::config::RunConfig) -> Vec<(Strin
     if let Some(user) = &config.roles.user {
         user_role_problems(config, user, &mut p);
     }
+    if let Some(judge) = &config.roles.judge {
+        judge_role_problems(config, judge, &mut p);
+    }
     for (i, e) in config.evaluators.iter().enumerate() {
         if let Some(judge) = e.judge()
             && let Err(msg) = ModelSpec::parse(&judge.model)
@@ -143,9 +146,58 @@ fn user_role_problems(
     }
 }
 
+/// The judge's model: a spec this crate reads, and a price wherever a cost limit must hold its
+/// calls (its own `max_cost_usd`, or the run's budget).
+fn judge_role_problems(
+    config: &agenteval_core::config::RunConfig,
+    judge: &agenteval_core::config::JudgeRole,
+    p: &mut Vec<(String, String)>,
+) {
+    let spec = match ModelSpec::parse(&judge.model) {
+        Ok(s) => s,
+        Err(e) => return p.push(("/roles/judge/model".into(), e.to_string())),
+    };
+    if judge.endpoint.price.is_some() || (judge.max_cost_usd.is_none() && config.max_run_cost_usd.is_none()) {
+        return;
+    }
+    let mut table = PriceTable::packaged();
+    table.extend(match &config.agent {
+        agenteval_core::config::AgentConfig::Llm(a) => a.prices.clone(),
+        other => other.upstream().map(|u| u.prices.clone()).unwrap_or_default(),
+    });
+    if table.lookup(&spec.name).is_none() {
+        p.push((
+            "/roles/judge/model".into(),
+            format!(
+                "no price is known for `{}`, so a cost limit cannot be kept on the judge's calls: give its price in `roles.judge.price` or drop the limit",
+                spec.name
+            ),
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_judge_needs_a_model_this_crate_reads_and_a_price_under_a_cost_limit() {
+        let problems = |judge: &str| {
+            let yaml = format!(
+                "name: t\nbenchmark: {{kind: toy, size: 1}}\nagent: {{kind: oracle}}\nroles:\n  judge: {judge}\n"
+            );
+            let c = agenteval_core::config::load_config_str(&yaml, "c.yaml", std::path::Path::new("."), &[])
+                .unwrap()
+                .config;
+            validate_config(&c)
+        };
+        assert!(problems("{model: 'anthropic:mock-judge'}").is_empty());
+        let p = problems("{model: 'anthropic:mock-judge', max_cost_usd: 1}");
+        assert!(p.len() == 1 && p[0].0 == "/roles/judge/model" && p[0].1.contains("roles.judge.price"), "{p:?}");
+        let priced = "{model: 'anthropic:mock-judge', max_cost_usd: 1, price: {input_per_mtok: 1, output_per_mtok: 2}}";
+        assert!(problems(priced).is_empty());
+        assert_eq!(problems("{model: 'no-provider'}")[0].0, "/roles/judge/model");
+    }
 
     #[test]
     fn a_simulated_user_under_a_cost_limit_needs_a_price() {

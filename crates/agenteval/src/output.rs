@@ -523,7 +523,7 @@ pub fn reward_line(s: &RunSummary) -> Option<String> {
     })
 }
 
-/// What the tasks' other actors (the simulated user) cost, apart from the agent's.
+/// What the tasks' other actors (a simulated user, a judge) cost, apart from the agent's.
 pub fn roles_line(s: &RunSummary) -> Option<String> {
     (!s.roles.is_empty()).then(|| {
         let roles: Vec<String> = s
@@ -537,7 +537,7 @@ pub fn roles_line(s: &RunSummary) -> Option<String> {
         let agent = s.total_cost_usd.map_or_else(|| "unknown".to_string(), |c| format!("${c:.4}"));
         wrapped(
             "roles      ",
-            &format!("{} (the simulated user's calls; the agent's cost is {agent}, apart)", roles.join(", ")),
+            &format!("{} (the other actors' calls; the agent's cost is {agent}, apart)", roles.join(", ")),
             80,
         )
     })

@@ -420,7 +420,10 @@ async fn replay_config(
             LoadedConfig { config, path, agent_flags: vec![] }
         }
     };
-    if !matches!(loaded.config.agent, AgentConfig::Llm(_)) && loaded.config.agent.upstream().is_none() {
+    if !matches!(loaded.config.agent, AgentConfig::Llm(_))
+        && loaded.config.agent.upstream().is_none()
+        && loaded.config.roles.judge.is_none()
+    {
         return Err(Error::invalid(format!(
             "run {run} used the `{}` agent without `agent.upstream`: only runs of the `llm` agent or of an agent \
              whose calls went through the gateway recorded model calls to replay",
@@ -447,31 +450,34 @@ async fn unpack_cassettes(
     let suffix = format!("/{}", layout::TASK_CASSETTE);
     let mut recorded_tasks = Vec::new();
     for path in store.list(run, "tasks/").await? {
-        // A pack holds its task's cassette, if it has one; a task folder (older bundles) shows it.
-        let (task, bytes) = if let Some(task) = taskpack::task_of_pack(&path) {
+        // A pack holds its task's cassettes, if it has any: the agent's, a conversation's simulated
+        // user's (its turns replay from it) and the verifier's judge's (its verdicts do).
+        if let Some(task) = taskpack::task_of_pack(&path) {
             let id: agenteval_core::TaskId = task.parse()?;
-            match taskpack::read_task_file(store, run, &id, layout::TASK_CASSETTE).await {
-                Ok(b) => (task, b),
-                Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e.into()),
+            let mut any = false;
+            for (file, name) in [
+                (layout::TASK_CASSETTE, format!("{task}.jsonl")),
+                (layout::USER_CASSETTE, format!("{task}.user.jsonl")),
+                (layout::JUDGE_CASSETTE, format!("{task}.judge.jsonl")),
+            ] {
+                match taskpack::read_task_file(store, run, &id, file).await {
+                    Ok(b) => {
+                        std::fs::write(dir.path().join(name), b).map_err(|e| Error::io("writing a cassette", e))?;
+                        any = true;
+                    }
+                    Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            if any {
+                recorded_tasks.push(task.to_string());
             }
         } else if let Some(task) = path.strip_prefix("tasks/").and_then(|p| p.strip_suffix(&suffix)) {
-            (task, store.get(run, &path).await?)
-        } else {
-            continue;
-        };
-        std::fs::write(dir.path().join(format!("{task}.jsonl")), bytes)
-            .map_err(|e| Error::io("writing a cassette", e))?;
-        // A conversation's simulated user replays its turns from its own recording.
-        if let Ok(id) = task.parse::<agenteval_core::TaskId>() {
-            match taskpack::read_task_file(store, run, &id, layout::USER_CASSETTE).await {
-                Ok(b) => std::fs::write(dir.path().join(format!("{task}.user.jsonl")), b)
-                    .map_err(|e| Error::io("writing a cassette", e))?,
-                Err(e) if e.kind() == agenteval_core::ErrorKind::NotFound => {}
-                Err(e) => return Err(e.into()),
-            }
+            // A task folder (older bundles) shows its cassette.
+            std::fs::write(dir.path().join(format!("{task}.jsonl")), store.get(run, &path).await?)
+                .map_err(|e| Error::io("writing a cassette", e))?;
+            recorded_tasks.push(task.to_string());
         }
-        recorded_tasks.push(task.to_string());
     }
     if recorded_tasks.is_empty() {
         return Err(

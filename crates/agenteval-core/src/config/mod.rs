@@ -30,7 +30,7 @@ pub use load::{
     load_config_checked, load_config_layered, load_config_str, load_config_str_checked, load_config_str_layered,
     load_evaluator_str,
 };
-pub use roles::{DEFAULT_USER_TURNS, MAX_USER_TURNS, RolesConfig, UserRole};
+pub use roles::{DEFAULT_USER_TURNS, JudgeRole, MAX_USER_TURNS, RolesConfig, UserRole};
 pub use transport::{ENDPOINT_FIELDS, check_base_url, host_in, posture};
 
 /// A run's own redaction rules (`redact:`).
@@ -1508,6 +1508,9 @@ fn roles_problems(c: &RunConfig, p: &mut Vec<(String, String)>) {
     }
     if let Some(t) = &c.roles.tools {
         t.validate("/roles/tools", p);
+    }
+    if let Some(j) = &c.roles.judge {
+        j.validate("/roles/judge", p);
     }
     if c.benchmark.needs_user() && c.roles.user.is_none() {
         p.push((

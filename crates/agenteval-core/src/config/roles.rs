@@ -21,11 +21,54 @@ pub struct RolesConfig {
     /// agent never is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<ToolsRole>,
+    /// The model a task's own verifier calls to grade (a Harbor task whose `[verifier.env]` asks
+    /// for a provider's key): pinned, metered, budgeted, recorded and replayed apart from the
+    /// agent's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge: Option<JudgeRole>,
 }
 
 impl RolesConfig {
     pub fn is_empty(&self) -> bool {
-        self.user.is_none() && self.tools.is_none()
+        self.user.is_none() && self.tools.is_none() && self.judge.is_none()
+    }
+}
+
+/// The judge a task's verifier reaches (`docs/roles.md`, "The judge"): a door of the run's model
+/// gateway of its own, admitting its one model. The verifier gets the door's token where its
+/// `[verifier.env]` asks for a provider's key (`${ANTHROPIC_API_KEY}`, `${OPENAI_API_KEY}`), and
+/// the door's base URLs (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`); the real key stays in the
+/// gateway.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct JudgeRole {
+    /// `provider:name`: the only model the verifier's calls may name.
+    pub model: String,
+    /// Tokens (input + output) the judge's calls may use on one task; apart from the agent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = MAX_TASK_TOKENS))]
+    pub max_tokens: Option<u64>,
+    /// Dollars the judge's calls may spend on one task; apart from the agent's. Past it a call is
+    /// refused, and the task's grade is an error saying so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = MAX_TASK_COST_USD))]
+    pub max_cost_usd: Option<f64>,
+    /// Where its model is served when its provider is not one the agent's calls go to:
+    /// `base_url` (default: the provider's API), `secrets` (its key; default the provider's
+    /// variable), `price`.
+    #[serde(flatten)]
+    pub endpoint: super::Endpoint,
+}
+
+impl JudgeRole {
+    pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
+        if self.model.trim().is_empty() {
+            p.push((format!("{at}/model"), "must name a model (`provider:name`)".into()));
+        }
+        if self.max_cost_usd.is_some_and(|v| v <= 0.0) {
+            p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
+        }
+        self.endpoint.validate(at, p);
     }
 }
 

@@ -72,6 +72,11 @@ pub fn required_secrets(config: &RunConfig, strict_replay: bool) -> Vec<(String,
     if let Some((_, name, true)) = user_secret(config).filter(|_| !replayed && config.regrade.is_none()) {
         out.push((name, "roles.user".into()));
     }
+    if let Some((_, name, true)) = judge_secret(config).filter(|_| !strict_replay && config.regrade.is_none())
+        && !out.iter().any(|(n, _)| *n == name)
+    {
+        out.push((name, "roles.judge".into()));
+    }
     // The gateway's keys, unless every call is answered from a recording.
     if let Some(up) = config.agent.upstream()
         && !strict_replay
@@ -124,10 +129,23 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
                     _ => up.openai = Some(endpoint),
                 }
             }
-            Some(with_user_provider(up, config))
+            Some(with_judge_provider(with_user_provider(up, config), config))
         }
-        other => other.upstream().cloned().map(|up| with_user_provider(up, config)),
+        other => match (other.upstream(), &config.roles.judge) {
+            (Some(up), _) => Some(with_judge_provider(with_user_provider(up.clone(), config), config)),
+            // An agent that calls no model through agenteval, graded by tests that call a judge:
+            // the gateway serves the judge alone.
+            (None, Some(_)) => Some(with_judge_provider(Upstream::default(), config)),
+            (None, None) => None,
+        },
     }
+}
+
+/// Whether the agent's own calls go through the model gateway (the `llm` agent's, or an
+/// `upstream`'s): only then does it get a door of its task. A gateway that serves only a judge
+/// is none of the agent's.
+pub fn agent_calls_through_gateway(config: &RunConfig) -> bool {
+    calls_in_process(config) || config.agent.upstream().is_some()
 }
 
 /// Whether `up` serves `provider`'s wire: its own endpoint, or Azure's (OpenAI's wire), or
@@ -163,6 +181,54 @@ fn with_user_provider(mut up: Upstream, config: &RunConfig) -> Upstream {
         _ => up.openai = Some(endpoint),
     }
     up
+}
+
+/// The judge's endpoint, when its provider is not one `up` serves: `roles.judge`'s own
+/// `base_url`, key and price (else the provider's API and key variable).
+fn with_judge_provider(mut up: Upstream, config: &RunConfig) -> Upstream {
+    let Some(judge) = &config.roles.judge else { return up };
+    let Ok(spec) = agenteval_llm::ModelSpec::parse(&judge.model) else { return up };
+    if let Some(p) = judge.endpoint.price {
+        up.prices.insert(spec.name.clone(), p);
+    }
+    if serves(&up, spec.provider) {
+        return up;
+    }
+    let mut endpoint = judge.endpoint.clone();
+    endpoint.price = None;
+    if endpoint.secrets.is_empty() && spec.provider.needs_key() {
+        let var = spec.provider.key_var().to_string();
+        endpoint.secrets.insert(var.clone(), var);
+    }
+    endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
+    match spec.provider {
+        agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
+        _ => up.openai = Some(endpoint),
+    }
+    up
+}
+
+/// The judge's key, when its provider is not one the agent's calls go to: `(endpoint, secret
+/// name, required)`.
+pub fn judge_secret(config: &RunConfig) -> Option<(&'static str, String, bool)> {
+    let judge = config.roles.judge.as_ref()?;
+    let spec = agenteval_llm::ModelSpec::parse(&judge.model).ok()?;
+    let which = if spec.provider == agenteval_llm::Provider::Anthropic { "anthropic" } else { "openai" };
+    let agent_up = match &config.agent {
+        AgentConfig::Llm(_) => llm_agent_endpoint(config).map(|w| match w {
+            "azure" => "openai",
+            "bedrock" => "anthropic",
+            w => w,
+        }),
+        other => other.upstream().and_then(|up| serves(up, spec.provider).then_some(which)),
+    };
+    let user_wire = user_secret(config).map(|(w, _, _)| w);
+    if agent_up == Some(which) || user_wire == Some(which) {
+        return None;
+    }
+    let var = spec.provider.key_var();
+    let name = judge.endpoint.secrets.get(var).cloned().unwrap_or_else(|| var.to_string());
+    Some((which, name, spec.provider.needs_key()))
 }
 
 /// The gateway endpoint the `llm` agent's calls go to (`openai`, `anthropic`, `azure`,

@@ -124,10 +124,10 @@ pub async fn preflight(kind: &dyn BackendKind, config: &RunConfig, strict_replay
 /// The cassette setting every worker gets: a run's bundle as named, or a folder of this machine
 /// made absolute; refused when the agent's calls cannot be recorded or the workers cannot see it.
 fn cassette_setting(kind: &dyn BackendKind, config: &RunConfig, dir: &Path, mode: CassetteMode) -> Result<String> {
-    if !crate::agents::access::calls_in_process(config) && config.agent.upstream().is_none() {
+    if crate::agents::access::upstream_of(config).is_none() {
         return Err(Error::invalid(format!(
-            "--cassettes records the model calls of the `llm` agent or of an agent whose calls go through the \
-             gateway (`agent.upstream`); this run's `{}` agent has no upstream",
+            "--cassettes records the model calls of the `llm` agent, of an agent whose calls go through the \
+             gateway (`agent.upstream`) and of a judge (`roles.judge`); this run's `{}` agent has no upstream",
             config.agent.kind()
         )));
     }

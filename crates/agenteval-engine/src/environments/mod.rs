@@ -35,9 +35,11 @@ pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<
         EnvironmentKind::Workspace => Some(Arc::new(workspace::WorkspaceEnvironment::for_run(config))),
         k => {
             let mut settings = config.environment.clone();
-            // An installed agent calls its model from inside the container.
-            settings.gateway = matches!(config.agent, agenteval_core::config::AgentConfig::Installed { .. })
-                && config.agent.upstream().is_some();
+            // An installed agent calls its model from inside the container, and so do tests
+            // that call a judge (`roles.judge`).
+            settings.gateway = (matches!(config.agent, agenteval_core::config::AgentConfig::Installed { .. })
+                && config.agent.upstream().is_some())
+                || config.roles.judge.is_some();
             Some(resolver.environment(k, &settings).await?)
         }
     })

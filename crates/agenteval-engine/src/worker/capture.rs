@@ -62,7 +62,7 @@ fn models_called(events: &[TraceEvent]) -> std::collections::BTreeMap<String, u6
 }
 
 /// What each role's calls spent (the gateway's `model.call` events marked with a role).
-fn roles_spent(events: &[TraceEvent]) -> std::collections::BTreeMap<String, RoleUsage> {
+pub(super) fn roles_spent(events: &[TraceEvent]) -> std::collections::BTreeMap<String, RoleUsage> {
     let mut out: std::collections::BTreeMap<String, RoleUsage> = std::collections::BTreeMap::new();
     for e in events.iter().filter(|e| e.kind == EventKind::ModelCall) {
         let Some(role) = e.payload.get("role").and_then(serde_json::Value::as_str) else { continue };

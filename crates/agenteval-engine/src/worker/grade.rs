@@ -33,15 +33,35 @@ pub(super) async fn grade_attempt(
     at: &mut Attempt,
 ) -> Result<Vec<EvaluatorScore>> {
     let task = &verified.task;
-    let mut scores = match (&verified.fresh, &verified.refused) {
-        // Not graded: the tests would run where the agent's working folder is not.
-        (_, Some(why)) => vec![EvaluatorScore::errored("tests", "tests", why.clone())],
-        (Some(f), None) => {
-            let graded = TaskEnvironment { session: Some(f.clone()), ..env.clone() };
-            grade(ctx, plan, task, agent, &sink.events, &graded).await
-        }
-        (None, None) => grade(ctx, plan, task, agent, &sink.events, env).await,
+    let graded = match &verified.fresh {
+        Some(f) => TaskEnvironment { session: Some(f.clone()), ..env.clone() },
+        None => env.clone(),
     };
+    // Tests that call a model reach the run's judge, through a door of their own.
+    let judge = match &verified.refused {
+        Some(_) => Ok(None),
+        None => super::judge::open(ctx, task, &graded).await,
+    };
+    let (mut scores, judge) = match (&verified.refused, judge) {
+        // Not graded: the tests would run where the agent's working folder is not.
+        (Some(why), _) => (vec![EvaluatorScore::errored("tests", "tests", why.clone())], None),
+        (None, Err(why)) => (vec![EvaluatorScore::errored("tests", "tests", why)], None),
+        (None, Ok(None)) => (grade(ctx, plan, task, agent, &sink.events, &graded).await, None),
+        (None, Ok(Some((judged, door)))) => (grade(ctx, plan, &judged, agent, &sink.events, &graded).await, Some(door)),
+    };
+    if let Some(door) = judge {
+        let (back, usage, stop) = super::judge::settle(ctx, task, door, sink, at).await?;
+        sink = back;
+        if let Some(u) = usage {
+            env.findings.lock().expect("not poisoned").roles.entry("judge".into()).or_default().add(&u);
+        }
+        // A judge refused its call (its budget spent, a replay miss): the tests' grade is not theirs.
+        if let Some(why) = stop {
+            for s in scores.iter_mut().filter(|s| s.kind == "tests") {
+                *s = EvaluatorScore::errored(&s.evaluator_id, "tests", format!("the judge role: {why}"));
+            }
+        }
+    }
     // An agent allowed to trace processes could have traced the tests it shared a container
     // with: under Harbor's rules such a pass is in doubt unless the tests ran elsewhere.
     let traced = task.environment.as_ref().is_some_and(|e| e.ptrace);

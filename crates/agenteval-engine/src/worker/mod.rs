@@ -11,6 +11,7 @@ mod ctx;
 mod decide;
 mod genai_spans;
 mod grade;
+mod judge;
 mod pipeline;
 mod plan;
 mod prepare;

@@ -155,6 +155,8 @@ async fn gateway_of(
             agent_secrets(config).into_iter().map(|(_, name, required)| (which, name, required)).collect();
         // A simulated user on another provider: its key too, for its wire.
         w.extend(crate::agents::access::user_secret(config));
+        // A judge on yet another provider: its key, for its wire.
+        w.extend(crate::agents::access::judge_secret(config));
         w
     } else {
         upstream_secrets(&upstream)
@@ -224,10 +226,11 @@ async fn fetch_cassettes(
         .tempdir()
         .map_err(|e| Error::io("creating a folder for the cassettes", e))?;
     for t in &job.tasks {
-        // The agent's calls, and a conversation's simulated user's.
+        // The agent's calls, a conversation's simulated user's and the verifier's judge's.
         for (file, name) in [
             (layout::TASK_CASSETTE, format!("{}.jsonl", t.id)),
             (layout::USER_CASSETTE, format!("{}.user.jsonl", t.id)),
+            (layout::JUDGE_CASSETTE, format!("{}.judge.jsonl", t.id)),
         ] {
             match taskpack::read_task_file(store.as_ref(), &run, &t.id, file).await {
                 Ok(bytes) => std::fs::write(dir.path().join(name), bytes)

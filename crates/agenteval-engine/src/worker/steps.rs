@@ -54,6 +54,7 @@ pub(super) async fn run(
     let (mut done, mut agents, mut trace) = (Vec::<StepResult>::new(), Vec::<AgentResult>::new(), Vec::<u8>::new());
     let (mut rewarded, mut last_scores, mut changed) = (Vec::new(), Vec::new(), 0u64);
     let mut models = BTreeMap::new();
+    let mut roles: BTreeMap<String, RoleUsage> = BTreeMap::new();
     let total = steps.list.len();
     for (i, step) in steps.list.iter().enumerate() {
         at.say(format!("step {}/{total}: {}", i + 1, step.name));
@@ -96,6 +97,10 @@ pub(super) async fn run(
             for (m, n) in std::mem::take(&mut found.models) {
                 *models.entry(m).or_insert(0) += n;
             }
+            // Each step's trace is its own: its roles' spend (a judge's) is added up.
+            for (r, u) in std::mem::take(&mut found.roles) {
+                roles.entry(r).or_default().add(&u);
+            }
             std::mem::take(&mut found.rewards)
         };
         let passed = scores_pass(&scores);
@@ -133,6 +138,7 @@ pub(super) async fn run(
         found.rewards = rewards;
         found.steps = done;
         found.models = models;
+        found.roles = roles;
     }
     // The task's grade first, in the benchmark's place; the run's other evaluators as the last
     // step left them.

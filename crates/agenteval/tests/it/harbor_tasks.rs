@@ -26,7 +26,7 @@ fn write(path: PathBuf, text: &str) {
 
 /// A task folder with an instruction, `task.toml`, the environment's Dockerfile (`extra` after
 /// the Python image's lines), the oracle's solution and the tests.
-fn task(root: &Path, name: &str, toml: &str, extra: &str, solve: &str, test: &str) -> PathBuf {
+pub(crate) fn task(root: &Path, name: &str, toml: &str, extra: &str, solve: &str, test: &str) -> PathBuf {
     let d = root.join(name);
     write(d.join("instruction.md"), &format!("Do what {name} asks.\n"));
     write(d.join("task.toml"), &format!("version = \"1.0\"\n{toml}"));

@@ -384,3 +384,102 @@ fn a_command_agent_converses_with_the_simulated_user_of_a_case_through_its_stdin
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("roles.user.model"), "{}", text(&out.stderr));
 }
+
+/// The tests of a Harbor task that asks a model for its grade, in Harbor's LLM-as-a-judge
+/// shape: they send the poem the agent wrote to `$MODEL_NAME` on Anthropic's wire at
+/// `$ANTHROPIC_BASE_URL` with `$ANTHROPIC_API_KEY`, and reward what the judge says.
+const JUDGED_TEST: &str = r#"python3 - <<'PY'
+import json, os, urllib.request
+poem = open('/app/poem.txt').read() if os.path.exists('/app/poem.txt') else ''
+body = {"model": os.environ["MODEL_NAME"], "max_tokens": 200, "messages": [{"role": "user", "content": "JUDGE this poem: " + poem}]}
+req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages", data=json.dumps(body).encode(),
+    headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01", "content-type": "application/json"})
+said = json.load(urllib.request.urlopen(req, timeout=60))["content"][0]["text"]
+open('/logs/verifier/reward.txt', 'w').write('1' if '"passed": true' in said else '0')
+PY"#;
+
+/// A Harbor task whose tests call a judge (`[verifier.env]` asks for `${ANTHROPIC_API_KEY}`)
+/// reaches the run's `roles.judge` through the gateway: the real key stays there (the tests get a
+/// door's token), the judge's calls are the `judge` role's in the trace, `result.json` and
+/// `summary.json` (apart from the agent's cost), recorded with the task and replayed without the
+/// key to the same verdicts. A run without `roles.judge` gets an error naming it.
+#[test]
+fn a_harbor_tasks_judge_is_the_runs_role_metered_recorded_and_replayed_without_the_key() {
+    const JUDGE_KEY: &str = "sk-ant-JUDGEKEYNEVERSHOWN0077";
+    crate::environments::docker_ready();
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let root = ws.path().join("tasks");
+    let toml = "[verifier.env]\nANTHROPIC_API_KEY = \"${ANTHROPIC_API_KEY}\"\nMODEL_NAME = \"mock-judge\"\n";
+    for (name, poem) in [("poem-good", "a GOOD ANSWER of a poem"), ("poem-bad", "a dull poem")] {
+        crate::harbor_tasks::task(&root, name, toml, "", &format!("echo '{poem}' > /app/poem.txt"), JUDGED_TEST);
+    }
+    ws.write("secrets.env", &format!("JUDGE_KEY={JUDGE_KEY}\n"));
+    let config = |name: &str, roles: &str| {
+        ws.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "name: {name}\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\n{roles}environment:\n  kind: docker\n  base_image: {}\n\
+                 backend:\n  secrets_file: secrets.env\n  max_concurrent_jobs: 2\n  tasks_per_job: 1\n  max_attempts: 1\n",
+                root.display(),
+                crate::environments::BASE
+            ),
+        )
+    };
+    let judge = format!(
+        "roles:\n  judge:\n    model: anthropic:mock-judge\n    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: JUDGE_KEY}}\n    price: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n",
+        mock.base_url()
+    );
+    let cfg = config("judged", &judge);
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(v["status"], "complete", "{v}\n{}", text(&out.stderr));
+    assert!(code == 0 || code == 1, "{code}");
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    for (id, passes) in [("poem-good", true), ("poem-bad", false)] {
+        let r = result(&bundle, id);
+        assert_eq!(r["passed"], passes, "{id}: the judge's word is the grade: {r}");
+        assert_eq!(
+            (r["roles"]["judge"]["model"].as_str(), r["roles"]["judge"]["calls"].as_u64()),
+            (Some("mock-judge"), Some(1)),
+            "{id}: {r}"
+        );
+        assert!(r["roles"]["judge"]["cost_usd"].as_f64().unwrap() > 0.0, "{r}");
+        assert_eq!(r["agent"]["total_cost_usd"].as_f64(), Some(0.0), "the judge's cost is not the agent's: {r}");
+        let judged: Vec<_> = trace(&bundle, id)
+            .into_iter()
+            .filter(|e| e["kind"] == "model.call" && e["payload"]["role"] == "judge")
+            .collect();
+        assert_eq!(judged.len(), 1, "{id}: the judge's call is in the trace");
+        for file in ["trace.jsonl", "result.json", "worker.log", "cassette.judge.jsonl"] {
+            let body = read_text(bundle.join("tasks").join(id).join(file)).unwrap();
+            assert!(!body.contains(JUDGE_KEY), "{id}: {file} holds the judge's key");
+        }
+    }
+    let got = mock.received();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(
+        got.iter().all(|c| c.path == "anthropic"
+            && c.body["model"] == "mock-judge"
+            && c.credential.as_deref() == Some(JUDGE_KEY)),
+        "the gateway calls the judge with the run's key: {got:?}"
+    );
+    let summary = read_json(&bundle.join("summary.json"));
+    assert_eq!(summary["roles"]["judge"]["calls"], 2, "{summary}");
+
+    // Replayed without the key: no model call, the same verdicts.
+    ws.write("secrets.env", "");
+    let run = v["run_id"].as_str().unwrap().to_string();
+    let out = ws.run(&["replay", &run, "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!((out.status.code(), r["match"].as_u64()), (Some(0), Some(2)), "{r}");
+    assert_eq!(mock.received().len(), 2, "the replay called the model");
+
+    // No judge: the tests' grade is an error that names `roles.judge`, and no call is made.
+    let cfg = config("unjudged", "");
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
+    let r = result(&bundle, "poem-good");
+    let why = r["scores"][0]["error"].as_str().unwrap_or_default();
+    assert!(r["passed"] == false && why.contains("roles.judge") && why.contains("ANTHROPIC_API_KEY"), "{r}");
+    assert_eq!(mock.received().len(), 2);
+}

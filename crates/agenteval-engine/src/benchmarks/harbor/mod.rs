@@ -223,6 +223,21 @@ fn task_env(env: &toml::Table) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// The verifier's `[verifier.env]`: its values read as `[environment.env]`'s, but a provider's
+/// key written whole (`${ANTHROPIC_API_KEY}`, with or without a default), which the run's judge
+/// fills (`roles.judge`): Harbor reads it from its own machine's variables.
+fn verifier_env(verifier: &toml::Table) -> std::collections::BTreeMap<String, String> {
+    let raw = string_map(verifier, "env");
+    let mut env = task_env(verifier);
+    for (k, v) in raw {
+        let name = v.strip_prefix("${").and_then(|r| r.strip_suffix('}')).map(|i| i.split(":-").next().unwrap_or(i));
+        if let Some(name) = name.filter(|n| matches!(*n, "ANTHROPIC_API_KEY" | "OPENAI_API_KEY")) {
+            env.insert(k, format!("${{{name}}}"));
+        }
+    }
+    env
+}
+
 /// A phase's network as `task.toml` says it.
 #[derive(Debug, Clone, PartialEq)]
 enum Net {
@@ -611,7 +626,7 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
         dir: Some(path.join("tests")),
         command: Some("bash /tests/test.sh".into()),
         timeout_secs: num(verifier.get("timeout_sec")),
-        env: string_map(&verifier, "env"),
+        env: verifier_env(&verifier),
         reward: RewardFrom::File,
         rules,
         user: user_of(&verifier),
@@ -709,6 +724,17 @@ mod tests {
         std::fs::write(t.join("environment/Dockerfile"), "FROM debian\n").unwrap();
         std::fs::write(t.join("tests/test.sh"), "exit 0\n").unwrap();
         d
+    }
+
+    #[test]
+    fn a_verifiers_provider_key_is_left_for_the_judge_and_other_defaults_are_read() {
+        let t: toml::Table = toml::from_str(
+            "[env]\nK = \"${ANTHROPIC_API_KEY}\"\nO = \"${OPENAI_API_KEY:-unset}\"\nM = \"${MODEL:-haiku}\"\nL = \"plain\"\n",
+        )
+        .unwrap();
+        let env = verifier_env(&t);
+        let got: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, [("K", "${ANTHROPIC_API_KEY}"), ("L", "plain"), ("M", "haiku"), ("O", "${OPENAI_API_KEY}")]);
     }
 
     #[test]

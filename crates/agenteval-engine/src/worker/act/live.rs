@@ -108,7 +108,7 @@ pub(super) async fn run_agent(
     // A conversation: the simulated user, through a door of its own.
     let (mut user_door, user) = match (ctx.benchmark.plan(task).user, &ctx.config.roles.user) {
         (Some(brief), Some(role)) => {
-            let o = metered::open_user(ctx, task, role, env).await?;
+            let o = metered::open_role(ctx, task, &metered::RoleDoor::user(role), env).await?;
             let user = agenteval_llm::GatewayUser::new(role, brief, &o.access)
                 .map_err(|e| Error::invalid(format!("roles.user: {e}")))?;
             (Some(o.door), Some(user))
@@ -173,7 +173,8 @@ pub(super) async fn run_agent(
     // The agent's time: not the wait below for calls still streaming when it stopped.
     let wall = start.elapsed().as_secs_f64();
     if let Some(d) = user_door.as_mut() {
-        let late = metered::settle(ctx, task, d.as_mut(), &shared, at, ctx.config.roles.user.as_ref()).await?;
+        let user = ctx.config.roles.user.as_ref().map(metered::RoleDoor::user);
+        let late = metered::settle(ctx, task, d.as_mut(), &shared, at, user.as_ref()).await?;
         let overridable = outcome.error.as_ref().is_none_or(|(t, _)| *t == TerminatedBy::AgentError);
         if let (true, Some(stop)) = (overridable, late) {
             outcome = AgentOutcome::stopped(stop.terminated_by, stop.reason);

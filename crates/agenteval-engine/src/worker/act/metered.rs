@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agenteval_core::config::{Limits, UserRole};
+use agenteval_core::config::{JudgeRole, Limits, UserRole};
 use agenteval_core::gateway::{
     CallQueue, Door, DoorSpec, ModelCall, RateGovernor, RateLedger, Reach, Refusal, Replay, RunBudget, SpendLedger,
 };
@@ -26,7 +26,7 @@ const SETTLE: Duration = Duration::from_secs(5);
 
 /// The trace sink shared by the agent and the gateway's calls.
 #[derive(Clone)]
-pub(super) struct Shared {
+pub(in crate::worker) struct Shared {
     pub sink: Arc<Mutex<TraceSink>>,
     /// The door's calls, when the agent's calls go through the gateway: the agent's own usage
     /// numbers are then not taken.
@@ -192,7 +192,7 @@ impl RateLedger for IndexLedger {
 }
 
 /// The task's door and what its agent is told of it.
-pub(super) struct Opened {
+pub(in crate::worker) struct Opened {
     pub door: Box<dyn Door>,
     pub access: GatewayAccess,
 }
@@ -200,23 +200,62 @@ pub(super) struct Opened {
 /// Opens the task's door: its limits, the recording it replays under `--cassettes`, the base
 /// URLs from this machine and, for a container, from the task network.
 pub(super) async fn open(ctx: &Ctx, task: &TaskSpec, limits: &Limits, env: &TaskEnvironment) -> Result<Option<Opened>> {
+    // A gateway that serves only the tests' judge is none of the agent's.
+    if !crate::agents::access::agent_calls_through_gateway(&ctx.config) {
+        return Ok(None);
+    }
     open_for(ctx, task, limits, env, None).await
 }
 
+/// A role's door: the role's name (`user`, `judge`), its one model and its own limits.
+pub(in crate::worker) struct RoleDoor<'a> {
+    pub name: &'static str,
+    pub model: &'a str,
+    pub limits: Limits,
+}
+
+impl<'a> RoleDoor<'a> {
+    pub fn user(role: &'a UserRole) -> Self {
+        let limits = Limits { max_tokens: role.max_tokens, max_cost_usd: role.max_cost_usd, ..Limits::default() };
+        RoleDoor { name: "user", model: &role.model, limits }
+    }
+
+    pub fn judge(role: &'a JudgeRole) -> Self {
+        let limits = Limits { max_tokens: role.max_tokens, max_cost_usd: role.max_cost_usd, ..Limits::default() };
+        RoleDoor { name: "judge", model: &role.model, limits }
+    }
+
+    /// Where the task's pack keeps the role's recording.
+    fn pack_file(&self) -> &'static str {
+        match self.name {
+            "judge" => layout::JUDGE_CASSETTE,
+            _ => layout::USER_CASSETTE,
+        }
+    }
+}
+
 /// The cassette file of a task's calls in a cassette folder: the agent's, or a role's.
-fn cassette_file(task: &TaskSpec, role: Option<&UserRole>) -> String {
+fn cassette_file(task: &TaskSpec, role: Option<&RoleDoor>) -> String {
     match role {
-        Some(_) => format!("{}.user.jsonl", task.id),
+        Some(r) => format!("{}.{}.jsonl", task.id, r.name),
         None => format!("{}.jsonl", task.id),
     }
 }
 
-/// The simulated user's door of a task: its own limits (`roles.user`), its own recording, its
-/// one model; the run's budget, rate limits and call count shared with the agent's.
-pub(super) async fn open_user(ctx: &Ctx, task: &TaskSpec, role: &UserRole, env: &TaskEnvironment) -> Result<Opened> {
-    let limits = Limits { max_tokens: role.max_tokens, max_cost_usd: role.max_cost_usd, ..Limits::default() };
-    open_for(ctx, task, &limits, env, Some(role)).await?.ok_or_else(|| {
-        Error::invalid("a simulated user's calls go through the model gateway, and this run has none (`roles.user` needs an `llm` agent or `agent.upstream`)")
+/// A role's door of a task (the simulated user's, the judge's): its own limits, its own
+/// recording, its one model; the run's budget, rate limits and call count shared with the
+/// agent's.
+pub(in crate::worker) async fn open_role(
+    ctx: &Ctx,
+    task: &TaskSpec,
+    role: &RoleDoor<'_>,
+    env: &TaskEnvironment,
+) -> Result<Opened> {
+    open_for(ctx, task, &role.limits, env, Some(role)).await?.ok_or_else(|| {
+        Error::invalid(format!(
+            "the {} role's calls go through the model gateway, and this run has none (`roles.{}` needs an `llm` agent or `agent.upstream`)",
+            role.name, role.name
+        ))
     })
 }
 
@@ -226,7 +265,7 @@ async fn open_for(
     task: &TaskSpec,
     limits: &Limits,
     env: &TaskEnvironment,
-    role: Option<&UserRole>,
+    role: Option<&RoleDoor<'_>>,
 ) -> Result<Option<Opened>> {
     let Some(gateway) = &ctx.gateway else { return Ok(None) };
     let replay = match &ctx.cassettes {
@@ -258,12 +297,16 @@ async fn open_for(
         record: true,
         redactor: ctx.redactor.clone(),
         models: match role {
-            Some(r) => vec![agenteval_llm::ModelSpec::parse(&r.model).map_or_else(|_| r.model.clone(), |s| s.name)],
+            Some(r) => vec![agenteval_llm::ModelSpec::parse(r.model).map_or_else(|_| r.model.to_string(), |s| s.name)],
             None => crate::agents::access::door_models(&ctx.config),
         },
         // The `llm` agent's own client (and the simulated user's) retries a provider's
-        // refusals; someone else's program gets the gateway's.
-        retry: role.is_none() && !crate::agents::access::calls_in_process(&ctx.config),
+        // refusals; someone else's program (a verifier's judge calls among them) gets the
+        // gateway's.
+        retry: match role {
+            Some(r) => r.name == "judge",
+            None => !crate::agents::access::calls_in_process(&ctx.config),
+        },
         run_budget: ctx.config.max_run_cost_usd.map(|max_usd| RunBudget {
             max_usd,
             ledger: Arc::new(IndexLedger { index: ctx.index.clone(), run: ctx.job.ledger.unwrap_or(ctx.run_id) }),
@@ -325,22 +368,22 @@ pub(super) async fn feed(calls: Arc<CallQueue>, shared: &Shared) -> Stop {
 /// Once the agent has stopped: waits (a little) for calls still streaming, writes them, closes
 /// the door (its token stops working) and keeps its cassette with the task (and in the
 /// cassette folder when recording). The first stop a late call brings, if any.
-pub(super) async fn settle(
+pub(in crate::worker) async fn settle(
     ctx: &Ctx,
     task: &TaskSpec,
     door: &mut dyn Door,
     shared: &Shared,
     at: &mut Attempt,
-    role: Option<&UserRole>,
+    role: Option<&RoleDoor<'_>>,
 ) -> Result<Option<Stop>> {
     let deadline = Instant::now() + SETTLE;
     let calls = door.calls();
     let mut first_stop = None;
     // Every call is written, past any that would stop the task (the first such is returned).
     let write_all = async |first_stop: &mut Option<Stop>| match role {
-        Some(_) => {
+        Some(r) => {
             while let Some(call) = calls.take(|_| true) {
-                if let Err(s) = shared.role_call(call, "user").await {
+                if let Err(s) = shared.role_call(call, r.name).await {
                     first_stop.get_or_insert(s);
                 }
             }
@@ -369,7 +412,7 @@ pub(super) async fn settle(
             .map_err(|e| Error::io(format!("writing the cassette {}", file.display()), e))?;
     }
     if !cassette.is_empty() {
-        at.keep(if role.is_some() { layout::USER_CASSETTE } else { layout::TASK_CASSETTE }, cassette);
+        at.keep(role.map_or(layout::TASK_CASSETTE, RoleDoor::pack_file), cassette);
     }
     Ok(first_stop)
 }

@@ -3,7 +3,7 @@
 //! run's record stands in for it ([`recorded`]). Which one is chosen once per job.
 
 mod live;
-mod metered;
+pub(super) mod metered;
 mod recorded;
 
 use std::sync::Arc;
