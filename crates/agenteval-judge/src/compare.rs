@@ -719,6 +719,22 @@ pub(crate) mod tests {
     use super::*;
     use agenteval_core::format::LineScore;
 
+    #[test]
+    fn a_changed_judge_or_user_is_said_as_a_changed_input_and_an_unchanged_one_is_not() {
+        let base = serde_json::json!({"judge": {"model": "anthropic:haiku"}, "user": {"model": "openai:u"}});
+        let cand = serde_json::json!({"judge": {"model": "anthropic:sonnet"}, "user": {"model": "openai:u"}});
+        let said = roles_changed(Some(&base), Some(&cand));
+        assert_eq!(
+            said,
+            [
+                "the `judge` role differs: anthropic:haiku in the base, anthropic:sonnet in the candidate; a changed input, not a changed agent"
+            ]
+        );
+        let priced = serde_json::json!({"judge": {"model": "anthropic:haiku", "max_cost_usd": 1.0}, "user": {"model": "openai:u"}});
+        assert!(roles_changed(Some(&base), Some(&priced))[0].contains("`judge` role's settings differ"));
+        assert!(roles_changed(Some(&base), Some(&base)).is_empty());
+    }
+
     /// A sealed run of `outcomes` (task id, passed, how it ended), each costing $0.01.
     pub(crate) fn run(name: &str, outcomes: &[(&str, bool, TerminatedBy)]) -> RunResults {
         let mut meta =
