@@ -426,6 +426,11 @@ pub const LABEL_RUN: &str = "agenteval.run";
 pub const LABEL_TASK: &str = "agenteval.task";
 pub const LABEL_ATTEMPT: &str = "agenteval.attempt";
 
+/// `s` as one word of a POSIX shell command line, whatever it holds.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

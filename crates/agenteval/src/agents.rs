@@ -42,7 +42,7 @@ pub fn list(json: bool) -> u8 {
 
 /// `agenteval datasets list`: the registry's datasets.
 pub fn datasets(registry: Option<&str>, json: bool) -> Result<u8, crate::Failure> {
-    use agenteval_engine::benchmarks::harbor::registry;
+    use agenteval_harbor::registry;
     let source = registry.unwrap_or(registry::DEFAULT_REGISTRY);
     let all = registry::read(source, std::path::Path::new("."))?;
     if json {

@@ -104,7 +104,7 @@ fn task_spec(id: &TaskId, t: &Trial, tasks_dir: Option<&Path>, job: &Job) -> (Ta
     let candidates = tasks_dir.map(|d| d.join(&t.task_name)).into_iter().chain(t.task_path.clone());
     for dir in candidates {
         if dir.join("task.toml").is_file()
-            && let Ok(mut spec) = agenteval_engine::benchmarks::harbor::read_task(&dir)
+            && let Ok(mut spec) = agenteval_harbor::read_task(&dir)
         {
             spec.id = id.clone();
             return (spec, true);

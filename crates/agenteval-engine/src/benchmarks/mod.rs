@@ -1,7 +1,6 @@
 //! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`, and `tau2` from its crate) and the factory that picks one from the config.
 
 mod command;
-pub mod harbor;
 pub mod humaneval;
 mod jsonl;
 pub mod swebench;
@@ -13,6 +12,7 @@ use std::sync::Arc;
 use agenteval_core::Result;
 use agenteval_core::config::{BenchmarkConfig, DEFAULT_CASE_BYTES, DEFAULT_DATA_FILE_BYTES};
 use agenteval_core::traits::BenchmarkAdapter;
+use agenteval_harbor as harbor;
 
 pub use jsonl::{CaseRules, JsonlBenchmark, parse_cases};
 pub use toy::ToyBenchmark;

@@ -78,10 +78,7 @@ pub async fn healthy(s: &EnvSession, hc: &agenteval_core::environment::Healthche
     }
 }
 
-/// `s` as one shell word.
-pub(crate) fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
+pub(crate) use agenteval_core::environment::shell_quote as quote;
 
 /// Copies `paths` (relative to the working folder) out of the environment into `into`, within
 /// `max_bytes` in all; says what it left out.

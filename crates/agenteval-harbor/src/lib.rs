@@ -87,7 +87,7 @@ impl HarborBenchmark {
 /// A Harbor dataset named by `benchmark.dataset`: looked up in its registry and fetched into the
 /// cache (once), its folder made the benchmark's `path` and what it resolved to recorded. Every
 /// problem as `(pointer, message)`.
-pub(crate) fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+pub fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     use agenteval_core::config::{BenchmarkConfig, ResolvedDataset};
     let BenchmarkConfig::Harbor { path, dataset, registry, resolved, .. } = &mut config.benchmark else {
         return vec![];
@@ -116,7 +116,7 @@ pub(crate) fn dataset_at_load(config: &mut agenteval_core::config::RunConfig) ->
     };
     let found = registry::read(&source, &base).and_then(|all| {
         let d = registry::find(&all, &wanted)?.clone();
-        let fetched = registry::fetch(&d, &crate::cache_dir(), &base)?;
+        let fetched = registry::fetch(&d, &agenteval_core::cache_dir(), &base)?;
         Ok((d, fetched))
     });
     match found {
@@ -643,7 +643,7 @@ fn read_folder(dir: &Path, id: &TaskId, rules: VerifierRules) -> Result<TaskSpec
     let solution = solution.is_dir().then_some(solution);
     let (steps, first) = match stepped {
         true => {
-            let s = steps::read(&path, &table, &tests, solution.as_ref(), &crate::cache_dir())?;
+            let s = steps::read(&path, &table, &tests, solution.as_ref(), &agenteval_core::cache_dir())?;
             let first = s.list[0].clone();
             (Some(s), Some(first))
         }

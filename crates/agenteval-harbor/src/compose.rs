@@ -176,7 +176,7 @@ fn healthcheck(v: &Value) -> Option<Healthcheck> {
             match parts.split_first() {
                 Some((&"CMD-SHELL", rest)) => rest.join(" "),
                 Some((&"CMD", rest)) => {
-                    rest.iter().map(|p| crate::environments::quote(p)).collect::<Vec<_>>().join(" ")
+                    rest.iter().map(|p| agenteval_core::environment::shell_quote(p)).collect::<Vec<_>>().join(" ")
                 }
                 Some((&"NONE", _)) => return None,
                 _ => parts.join(" "),
