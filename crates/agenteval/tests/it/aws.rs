@@ -2200,6 +2200,62 @@ async fn a_tool_servers_key_reaches_its_sidecar_on_the_fleet_by_the_task_definit
     assert!(!shown.to_string().contains(&KEY[3..]), "{shown}");
 }
 
+/// A Harbor task whose tests call a judge, on the fleet: its tests reach the run's `roles.judge`
+/// through the worker's gateway from the environment's own task, the key fetched from Secrets
+/// Manager by the worker and never in the task; the judge's calls are the `judge` role's, and
+/// the verdicts are the local backend's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_harbor_tasks_judge_is_reached_through_the_gateway_on_the_fleet_as_locally() {
+    crate::environments::docker_ready();
+    const KEY: &str = "sk-ant-FLEETJUDGE0123456789";
+    let reg = registry();
+    let mut aws = Aws::new(&[("prod/judge-key", KEY)], true).await;
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let root = aws.ws.path().join("tasks");
+    let toml = "[verifier.env]\nANTHROPIC_API_KEY = \"${ANTHROPIC_API_KEY}\"\nMODEL_NAME = \"mock-judge\"\n";
+    for (name, poem) in [("poem-good", "a GOOD ANSWER of a poem"), ("poem-bad", "a dull poem")] {
+        crate::harbor_tasks::task(
+            &root,
+            name,
+            toml,
+            "",
+            &format!("echo '{poem}' > /app/poem.txt"),
+            crate::roles::JUDGED_TEST,
+        );
+    }
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let body = format!(
+        "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\n  base_image: {}\nroles:\n  judge:\n    model: anthropic:mock-judge\n    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: prod/judge-key}}\n    price: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n",
+        root.display(),
+        crate::environments::BASE,
+        mock.base_url()
+    );
+    let cfg = aws.config("judged", &body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    aws.fargate(0);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    assert_eq!(v["summary"]["passed"].as_u64(), Some(1), "the judge passed the good poem alone: {v}");
+    assert_eq!(v["summary"]["roles"]["judge"]["calls"].as_u64(), Some(2), "{v}");
+    let got = mock.received();
+    assert!(
+        got.len() == 2 && got.iter().all(|c| c.credential.as_deref() == Some(KEY) && c.body["model"] == "mock-judge"),
+        "the worker's gateway called the judge with the run's key: {got:?}"
+    );
+    let run = v["run_id"].as_str().unwrap();
+    for (id, passed) in [("poem-good", true), ("poem-bad", false)] {
+        let (shown, _) = aws.json(&["show", run, id, "--json", "--backend", "aws"]);
+        assert_eq!(shown["result"]["passed"], passed, "{shown}");
+        assert_eq!(shown["result"]["roles"]["judge"]["calls"], 1, "{shown}");
+        assert!(!shown.to_string().contains(&KEY[7..]), "{shown}");
+    }
+}
+
 /// A small HTTP server that answers the SHA-256 of its `KEY` variable.
 const KEYHASH: &str = "import hashlib, http.server, os\nkey = hashlib.sha256(os.environ.get('KEY', '').encode()).hexdigest().encode()\nclass H(http.server.BaseHTTPRequestHandler):\n    def do_GET(self):\n        self.send_response(200); self.end_headers(); self.wfile.write(key)\n    def log_message(self, *a): pass\nhttp.server.HTTPServer(('0.0.0.0', 8080), H).serve_forever()";
 

@@ -388,7 +388,7 @@ fn a_command_agent_converses_with_the_simulated_user_of_a_case_through_its_stdin
 /// The tests of a Harbor task that asks a model for its grade, in Harbor's LLM-as-a-judge
 /// shape: they send the poem the agent wrote to `$MODEL_NAME` on Anthropic's wire at
 /// `$ANTHROPIC_BASE_URL` with `$ANTHROPIC_API_KEY`, and reward what the judge says.
-const JUDGED_TEST: &str = r#"python3 - <<'PY'
+pub(crate) const JUDGED_TEST: &str = r#"python3 - <<'PY'
 import json, os, urllib.request
 poem = open('/app/poem.txt').read() if os.path.exists('/app/poem.txt') else ''
 body = {"model": os.environ["MODEL_NAME"], "max_tokens": 200, "messages": [{"role": "user", "content": "JUDGE this poem: " + poem}]}
