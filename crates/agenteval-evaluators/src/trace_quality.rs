@@ -195,7 +195,7 @@ mod tests {
     use serde_json::json;
 
     fn judge(events: &[(EventKind, Value)], answer: &str) -> Judgement {
-        let task = crate::evaluators::tests::task(None);
+        let task = crate::tests::task(None);
         let run = agenteval_core::RunId::new();
         let trace: Vec<TraceEvent> = events
             .iter()
@@ -213,7 +213,7 @@ mod tests {
                 output_tokens: 0,
             })
             .collect();
-        let result = crate::evaluators::tests::result(Some(answer));
+        let result = crate::tests::result(Some(answer));
         let input = EvalInput { task: &task, result: &result, trace: &trace, env: None };
         TraceQuality { max_repeats: 3, max_failed_repeats: 1, contradictions: true }.judge(&input).unwrap()
     }

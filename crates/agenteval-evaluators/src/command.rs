@@ -66,7 +66,7 @@ pub async fn run(
     };
     // Under its own supervisor, so its leftovers die with it and nobody else's do.
     let args: Vec<std::ffi::OsString> = args.iter().map(|a| resolve(a).into()).collect();
-    let mut cmd = tokio::process::Command::from(crate::isolation::sandbox::supervised(
+    let mut cmd = tokio::process::Command::from(agenteval_isolation::sandbox::supervised(
         std::ffi::OsStr::new(&resolve(prog)),
         &args,
         None,
@@ -95,7 +95,7 @@ pub async fn run(
     };
     let outcome = tokio::time::timeout(Duration::from_secs_f64(timeout), work).await;
     if let Some(pid) = pid {
-        crate::isolation::reap::kill_tree(pid);
+        agenteval_isolation::reap::kill_tree(pid);
     }
     let (status, out, err) =
         outcome.map_err(|_| Error::invalid(format!("`{prog}` did not answer within {timeout}s")))??;
