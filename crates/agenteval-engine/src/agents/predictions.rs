@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use agenteval_core::Error;
 use agenteval_core::config::PredictedPatch;
 use agenteval_core::model::EventKind;
 use agenteval_core::traits::{AgentContext, AgentEvent, AgentNeeds, AgentOutcome, AgentRunner, EventSink};
@@ -58,7 +57,6 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
     }
     let read =
         crate::benchmarks::read_data_file(path, agenteval_core::config::DEFAULT_DATA_FILE_BYTES, "max_file_bytes")
-            .map_err(Error::invalid)
             .and_then(|bytes| agenteval_swebench::read_predictions(path, &bytes));
     let read = match read {
         Ok(r) => r,

@@ -1,12 +1,7 @@
 //! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`, and `tau2` from its crate) and the factory that picks one from the config.
 
-mod command;
-pub mod humaneval;
-mod jsonl;
 pub mod swebench;
-mod toy;
 
-use std::path::Path;
 use std::sync::Arc;
 
 use agenteval_core::Result;
@@ -14,8 +9,10 @@ use agenteval_core::config::{BenchmarkConfig, DEFAULT_CASE_BYTES, DEFAULT_DATA_F
 use agenteval_core::traits::BenchmarkAdapter;
 use agenteval_harbor as harbor;
 
-pub use jsonl::{CaseRules, JsonlBenchmark, parse_cases};
-pub use toy::ToyBenchmark;
+pub use agenteval_benchmarks::{
+    CaseRules, JsonlBenchmark, ToyBenchmark, chosen, humaneval, parse_cases, read_data_file,
+};
+use agenteval_benchmarks::{command, toy};
 
 /// Builds the benchmark a configuration names.
 pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkAdapter>> {
@@ -143,81 +140,4 @@ fn harbor_in_containers(config: &agenteval_core::config::RunConfig) -> Vec<(Stri
     problems
 }
 
-/// Reads a benchmark's data file whole, gzip or not, refusing one that is not a regular file
-/// (a FIFO would hang the controller) or that holds more than `max` bytes once decompressed (a
-/// 3 MB gzip bomb is 3 GB of text). `option` names the setting that raises the cap.
-pub(crate) fn read_data_file(path: &Path, max: u64, option: &str) -> std::result::Result<Vec<u8>, String> {
-    use std::io::{BufRead as _, BufReader, Read as _};
-    let name = path.display();
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{name} is not a regular file"));
-    }
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {name}: {e}"))?;
-    let mut reader = BufReader::new(file);
-    let gzip = reader.fill_buf().map_err(|e| format!("cannot read {name}: {e}"))?.starts_with(&[0x1f, 0x8b]);
-    let mut out = Vec::new();
-    let read = if gzip {
-        flate2::read::GzDecoder::new(reader).take(max + 1).read_to_end(&mut out)
-    } else {
-        reader.take(max + 1).read_to_end(&mut out)
-    };
-    read.map_err(|e| {
-        if gzip { format!("{name} is not a readable gzip file: {e}") } else { format!("cannot read {name}: {e}") }
-    })?;
-    if out.len() as u64 > max {
-        return Err(format!(
-            "{name} holds more than {max} bytes{}; raise `benchmark.{option}` if it is meant to",
-            if gzip { " once decompressed" } else { "" }
-        ));
-    }
-    Ok(out)
-}
-
 pub use agenteval_core::model::{answer_text, grade_expected};
-
-/// The tasks a benchmark's filter chooses, in their order, at most `limit` of them.
-pub(crate) fn chosen(
-    mut tasks: Vec<agenteval_core::model::TaskSpec>,
-    filter: &agenteval_core::config::TaskFilter,
-) -> Vec<agenteval_core::model::TaskSpec> {
-    tasks.retain(|t| filter.matches(t.id.as_str(), &t.tags));
-    if let Some(limit) = filter.limit {
-        tasks.truncate(limit as usize);
-    }
-    tasks
-}
-
-/// Adds the files below `root` (or `root` itself, a file) to `h` under `label`: each one's path
-/// below `root`, whether it is executable, its length and its bytes, in path order; links are
-/// not followed. What cannot be read is hashed as unreadable, never skipped in silence.
-pub(crate) fn hash_tree(h: &mut sha2::Sha256, label: &str, root: &Path) {
-    use sha2::Digest as _;
-    use std::os::unix::fs::PermissionsExt as _;
-    let mut files = Vec::new();
-    let mut todo = vec![root.to_path_buf()];
-    while let Some(p) = todo.pop() {
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => match std::fs::read_dir(&p) {
-                Ok(entries) => todo.extend(entries.flatten().map(|e| e.path())),
-                Err(_) => files.push((p, None)),
-            },
-            Ok(m) if m.is_file() => files.push((p, Some(m.permissions().mode() & 0o111 != 0))),
-            _ => {}
-        }
-    }
-    files.sort();
-    h.update(label.as_bytes());
-    h.update([0]);
-    for (f, exec) in files {
-        h.update(f.strip_prefix(root).unwrap_or(&f).to_string_lossy().as_bytes());
-        h.update([0, u8::from(exec == Some(true))]);
-        match std::fs::read(&f) {
-            Ok(bytes) => {
-                h.update((bytes.len() as u64).to_le_bytes());
-                h.update(&bytes);
-            }
-            Err(_) => h.update(b"unreadable"),
-        }
-    }
-}

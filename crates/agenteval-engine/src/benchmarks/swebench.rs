@@ -58,8 +58,7 @@ impl SwebenchTask {
 
 impl SwebenchBenchmark {
     fn instances(&self) -> Result<Vec<Instance>> {
-        let bytes =
-            super::read_data_file(&self.dataset, self.max_file_bytes, "max_file_bytes").map_err(Error::invalid)?;
+        let bytes = super::read_data_file(&self.dataset, self.max_file_bytes, "max_file_bytes")?;
         agenteval_swebench::read_dataset(&self.dataset, &bytes)
     }
 

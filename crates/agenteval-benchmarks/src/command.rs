@@ -58,7 +58,8 @@ impl CommandBenchmark {
         let mut args: Vec<std::ffi::OsString> = args.iter().map(resolve).collect();
         args.push("list".into());
         // Under its own supervisor, so what it leaves running dies with it.
-        let mut cmd = tokio::process::Command::from(crate::isolation::sandbox::supervised(&resolve(prog), &args, None));
+        let mut cmd =
+            tokio::process::Command::from(agenteval_isolation::sandbox::supervised(&resolve(prog), &args, None));
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true).process_group(0);
         if let Some(w) = &self.workdir {
             cmd.current_dir(w);
@@ -82,7 +83,7 @@ impl CommandBenchmark {
         };
         let outcome = tokio::time::timeout(Duration::from_secs_f64(self.list_timeout), work).await;
         if let Some(pid) = pid {
-            crate::isolation::reap::kill_tree(pid);
+            agenteval_isolation::reap::kill_tree(pid);
         }
         let (status, out, err) = outcome.map_err(|_| {
             Error::invalid(format!(
@@ -146,7 +147,7 @@ impl BenchmarkAdapter for CommandBenchmark {
         }
         let input = EvalInput { task, result, trace, env: env.session.as_ref() };
         let argv = self.argv("grade");
-        match crate::evaluators::command::run(&argv, self.workdir.as_deref(), self.grade_timeout, &input).await {
+        match agenteval_evaluators::command::run(&argv, self.workdir.as_deref(), self.grade_timeout, &input).await {
             Ok((s, passed, reason)) => {
                 score.score = s;
                 score.passed = passed;
