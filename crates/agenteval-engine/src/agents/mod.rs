@@ -6,10 +6,10 @@
 
 pub mod access;
 mod command;
-mod converse;
+use agenteval_installed::converse;
 mod env_tools;
 pub mod exploit;
-pub mod installed;
+pub use agenteval_installed as installed;
 mod mock;
 mod nop;
 mod oracle;

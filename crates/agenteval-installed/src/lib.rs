@@ -6,6 +6,7 @@
 //! CLI goes on with a session (`Preset::resume`) converses with a simulated user: one run of
 //! its CLI a turn, each user turn the next prompt of the same session.
 
+pub mod converse;
 pub mod fetch;
 pub mod layer;
 pub mod presets;
@@ -160,7 +161,7 @@ impl AgentRunner for InstalledAgent {
         };
         // A conversation opens before the agent starts: its first turn holds the user's first words.
         let mut talk = match ctx.user {
-            Some(user) => match crate::agents::converse::open(user, sink).await {
+            Some(user) => match crate::converse::open(user, sink).await {
                 Ok(t) => Some(t),
                 Err(outcome) => return outcome,
             },

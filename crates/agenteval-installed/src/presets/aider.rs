@@ -4,7 +4,7 @@
 use serde_json::json;
 
 use super::{Package, Preset};
-use crate::agents::installed::trajectory::Step;
+use crate::trajectory::Step;
 
 pub const PRESET: Preset = Preset {
     name: "aider",

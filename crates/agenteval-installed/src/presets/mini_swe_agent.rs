@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{Package, Preset};
-use crate::agents::installed::trajectory::{Step, text_of};
+use crate::trajectory::{Step, text_of};
 
 pub const PRESET: Preset = Preset {
     name: "mini-swe-agent",

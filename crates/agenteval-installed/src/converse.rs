@@ -20,7 +20,7 @@ pub const AGENT_STOP: &str = "###STOP###";
 const WRITE_DEADLINE: Duration = Duration::from_secs(30);
 
 /// A conversation in progress.
-pub(super) struct Talk<'a> {
+pub struct Talk<'a> {
     user: &'a dyn SimulatedUser,
     opening: String,
     first: String,
@@ -38,7 +38,7 @@ async fn emit(sink: &mut dyn EventSink, kind: EventKind, payload: Value) -> Resu
 
 /// Opens the conversation before the agent starts: the opening line said for the agent, the
 /// user's first answer.
-pub(super) async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSink) -> Result<Talk<'a>, AgentOutcome> {
+pub async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSink) -> Result<Talk<'a>, AgentOutcome> {
     let opening = user.opening().to_string();
     let stopped = |(t, why): (TerminatedBy, String)| AgentOutcome::stopped(t, why);
     emit(sink, EventKind::AgentMessage, json!({"text": opening, "opening": true})).await.map_err(stopped)?;
@@ -49,13 +49,13 @@ pub(super) async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSi
 
 impl Talk<'_> {
     /// The request's `conversation`.
-    pub(super) fn request(&self) -> Value {
+    pub fn request(&self) -> Value {
         json!({"opening": self.opening, "user": self.first, "ended": self.ended, "stop_word": AGENT_STOP})
     }
 
     /// An agent's instruction for a CLI that takes one prompt a turn (an installed agent): the
     /// task's `text`, the conversation so far, and how it goes on.
-    pub(super) fn brief(&self, text: &str) -> String {
+    pub fn brief(&self, text: &str) -> String {
         format!(
             "{text}\n\n## The conversation\n\nYou are talking with a user. You opened with: {opening}\n\nThe user says: {first}\n\n\
              Answer the user: your last message of each turn is what they read, and their next words come as your next \
@@ -66,12 +66,12 @@ impl Talk<'_> {
     }
 
     /// The user's last turn.
-    pub(super) fn last_user(&self) -> &str {
+    pub fn last_user(&self) -> &str {
         &self.last
     }
 
     /// The agent said `said` to the user: the user's answer written to its stdin, or the end.
-    pub(super) async fn heard(&mut self, said: &str, sink: &mut dyn EventSink) -> Result<(), (TerminatedBy, String)> {
+    pub async fn heard(&mut self, said: &str, sink: &mut dyn EventSink) -> Result<(), (TerminatedBy, String)> {
         if self.ended {
             return Ok(());
         }

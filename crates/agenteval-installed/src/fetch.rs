@@ -14,7 +14,7 @@ pub const LAYOUT: u32 = 1;
 /// Lines of an installer's output an error quotes: the last ones, where the failure is.
 const TAIL_LINES: usize = 12;
 
-pub use crate::cache_dir;
+pub use agenteval_core::cache_dir;
 
 /// The last lines of an installer's output.
 pub fn tail(text: &str) -> String {

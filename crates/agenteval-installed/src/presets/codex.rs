@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::{Package, Preset};
-use crate::agents::installed::trajectory::{Step, json_lines, text_of};
+use crate::trajectory::{Step, json_lines, text_of};
 
 pub const PRESET: Preset = Preset {
     name: "codex",

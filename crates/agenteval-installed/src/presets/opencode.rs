@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::json;
 
 use super::{Package, Preset};
-use crate::agents::installed::trajectory::{Step, json_lines, text_of};
+use crate::trajectory::{Step, json_lines, text_of};
 
 pub const PRESET: Preset = Preset {
     name: "opencode",
