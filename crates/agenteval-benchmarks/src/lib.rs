@@ -1,12 +1,14 @@
 //! The benchmarks that need nothing of the engine's environments, each behind the benchmark port:
 //! `toy` (generated arithmetic), `jsonl` (cases from a file), `humaneval` (OpenAI's HumanEval,
 //! graded by its own check in a sandboxed Python) and `command` (a program in any language that
-//! lists the tasks and grades each answer); and the helpers every benchmark shares: its data
+//! lists the tasks and grades each answer), `swebench` (SWE-bench instances, the patch graded in a
+//! fresh container of the instance's image as the official harness grades it); and the helpers every benchmark shares: its data
 //! files read with caps, its filter applied, its files hashed.
 
 pub mod command;
 pub mod humaneval;
 pub mod jsonl;
+pub mod swebench;
 pub mod toy;
 
 use std::path::Path;

@@ -431,6 +431,43 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
+/// Settings every git the worker runs over an agent's files gets on its command line (which no
+/// configuration file overrides).
+pub const HARDENED_GIT: &[&str] = &[
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.safecrlf=false",
+    "-c",
+    "core.excludesFile=/dev/null",
+    "-c",
+    "core.untrackedCache=false",
+    "-c",
+    "diff.external=",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "commit.gpgSign=false",
+    "-c",
+    "user.name=agenteval",
+    "-c",
+    "user.email=agenteval@localhost",
+];
+
+/// The same settings as a shell prefix, for a git the worker runs inside an environment (to
+/// apply a recorded patch): no configuration but the repository's own, no hooks, no fsmonitor.
+pub fn hardened_shell_git() -> String {
+    let settings: Vec<String> = HARDENED_GIT.chunks(2).map(|kv| format!("-c '{}'", kv[1])).collect();
+    format!(
+        "HOME=/nonexistent XDG_CONFIG_HOME=/nonexistent GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 git {}",
+        settings.join(" ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,7 +1,5 @@
 //! Built-in benchmarks (`toy`, `jsonl`, `humaneval`, `harbor`, `swebench`, `command`, and `tau2` from its crate) and the factory that picks one from the config.
 
-pub mod swebench;
-
 use std::sync::Arc;
 
 use agenteval_core::Result;
@@ -9,6 +7,7 @@ use agenteval_core::config::{BenchmarkConfig, DEFAULT_CASE_BYTES, DEFAULT_DATA_F
 use agenteval_core::traits::BenchmarkAdapter;
 use agenteval_harbor as harbor;
 
+pub use agenteval_benchmarks::swebench;
 pub use agenteval_benchmarks::{
     CaseRules, JsonlBenchmark, ToyBenchmark, chosen, humaneval, parse_cases, read_data_file,
 };

@@ -51,42 +51,8 @@ fn git(dir: &Path, tree: &Path) -> tokio::process::Command {
     cmd
 }
 
-/// Settings every git the worker runs over an agent's files gets on its command line (which no
-/// configuration file overrides).
-pub const HARDENED: &[&str] = &[
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.autocrlf=false",
-    "-c",
-    "core.safecrlf=false",
-    "-c",
-    "core.excludesFile=/dev/null",
-    "-c",
-    "core.untrackedCache=false",
-    "-c",
-    "diff.external=",
-    "-c",
-    "gc.auto=0",
-    "-c",
-    "commit.gpgSign=false",
-    "-c",
-    "user.name=agenteval",
-    "-c",
-    "user.email=agenteval@localhost",
-];
-
-/// The same settings as a shell prefix, for a git the worker runs inside an environment (to
-/// apply a recorded patch): no configuration but the repository's own, no hooks, no fsmonitor.
-pub fn hardened_shell_git() -> String {
-    let settings: Vec<String> = HARDENED.chunks(2).map(|kv| format!("-c '{}'", kv[1])).collect();
-    format!(
-        "HOME=/nonexistent XDG_CONFIG_HOME=/nonexistent GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 git {}",
-        settings.join(" ")
-    )
-}
+use agenteval_core::environment::HARDENED_GIT as HARDENED;
+pub use agenteval_core::environment::hardened_shell_git;
 
 async fn run_git(cmd: &mut tokio::process::Command, what: &str) -> Result<()> {
     let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().await.map_err(|e| {

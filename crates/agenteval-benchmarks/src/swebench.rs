@@ -111,7 +111,9 @@ impl SwebenchBenchmark {
 /// `/testbed`), kept once per patch in the cache; like every solution, only the oracle sees it.
 fn gold_solution(gold: &str) -> Result<PathBuf> {
     use sha2::{Digest as _, Sha256};
-    let dir = crate::cache_dir().join("swebench/solutions").join(&hex::encode(Sha256::digest(gold.as_bytes()))[..16]);
+    let dir = agenteval_core::cache_dir()
+        .join("swebench/solutions")
+        .join(&hex::encode(Sha256::digest(gold.as_bytes()))[..16]);
     if dir.join("solve.sh").is_file() {
         return Ok(dir);
     }
@@ -208,10 +210,10 @@ async fn patch_of(
         return Ok(answer.and_then(|a| a.get("model_patch")).and_then(Value::as_str).map(String::from));
     };
     // Every file the agent added counts; what the repository ignores does not.
-    let git = crate::environments::snapshot::hardened_shell_git();
+    let git = agenteval_core::environment::hardened_shell_git();
     let cmd = format!(
         "cd {TESTBED} && {git} -c safe.directory='*' -c core.fileMode=false add -A >/dev/null && {git} -c safe.directory='*' -c core.fileMode=false diff --cached --no-color --no-ext-diff --no-textconv {}",
-        crate::environments::quote(&t.row.base_commit)
+        agenteval_core::environment::shell_quote(&t.row.base_commit)
     );
     let out = s.env.exec(&s.handle, &as_root(cmd, 300.0, MAX_PATCH_BYTES)).await.map_err(|e| e.to_string())?;
     if out.dropped_bytes > 0 {
@@ -431,7 +433,7 @@ async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::r
 
 /// What the benchmark checks when a config loads: its tasks run in containers, and a
 /// `predictions` agent's instances are all in the dataset.
-pub(crate) fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     use agenteval_core::config::{BenchmarkConfig, EnvironmentKind};
     let mut problems = Vec::new();
     let BenchmarkConfig::Swebench { .. } = &config.benchmark else { return problems };
