@@ -8,13 +8,8 @@ pub mod access;
 mod command;
 use agenteval_installed::converse;
 mod env_tools;
-pub mod exploit;
 pub use agenteval_installed as installed;
-mod mock;
-mod nop;
-mod oracle;
 pub mod pack;
-pub mod predictions;
 mod python_tool;
 
 use std::sync::Arc;
@@ -27,12 +22,10 @@ use agenteval_core::traits::{AgentRunner, AgentTool};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{Cassettes, LlmAgent};
 
+pub use agenteval_agents::{MockAgent, NopAgent, OracleAgent, exploit, predictions};
 pub use command::{CommandAgent, runnable};
 pub use env_tools::env_tools;
 pub use installed::InstalledAgent;
-pub use mock::MockAgent;
-pub use nop::NopAgent;
-pub use oracle::OracleAgent;
 pub use python_tool::PythonTool;
 
 /// What the agent completes and checks when a config loads (the loader's `ExtraChecks`), by

@@ -1046,3 +1046,25 @@ fn the_core_and_the_engine_depend_on_no_cloud_exporter_or_cli_crate() {
     ];
     assert_eq!(outside(&engine, &engine_forbidden), Vec::<String>::new(), "agenteval-engine's dependencies");
 }
+
+/// The engine holds the run machinery only: benchmarks, agents and evaluators that need nothing
+/// of it are crates of their own, so the engine stays at most a fifth of the product's code
+/// (lines that are neither blank nor comments, tests and the test kit left out).
+#[test]
+fn the_engine_is_at_most_a_fifth_of_the_products_code() {
+    let code =
+        |rel: &str| product_code(rel).lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("//")).count();
+    let product: Vec<String> = sources()
+        .into_iter()
+        .filter(|f| !is_test_file(f) && !f.ends_with("/testing.rs") && !f.starts_with("crates/agenteval-testkit/"))
+        .collect();
+    let all: usize = product.iter().map(|f| code(f)).sum();
+    let engine: usize = product.iter().filter(|f| f.starts_with("crates/agenteval-engine/")).map(|f| code(f)).sum();
+    assert!(all > 10_000, "the product's code was not found: {all} lines");
+    eprintln!("the engine: {engine} of the product's {all} lines of code");
+    assert!(
+        engine * 5 <= all,
+        "the engine is {engine} of the product's {all} lines of code ({:.1}%, at most 20%): move what needs nothing of it into a crate of its own",
+        100.0 * engine as f64 / all as f64
+    );
+}

@@ -56,7 +56,7 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
         return vec![];
     }
     let read =
-        crate::benchmarks::read_data_file(path, agenteval_core::config::DEFAULT_DATA_FILE_BYTES, "max_file_bytes")
+        agenteval_benchmarks::read_data_file(path, agenteval_core::config::DEFAULT_DATA_FILE_BYTES, "max_file_bytes")
             .and_then(|bytes| agenteval_swebench::read_predictions(path, &bytes));
     let read = match read {
         Ok(r) => r,
@@ -69,7 +69,7 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
         })
         .collect();
     let BenchmarkConfig::Swebench { dataset, max_file_bytes, .. } = &config.benchmark else { return vec![] };
-    let Ok(bytes) = crate::benchmarks::read_data_file(
+    let Ok(bytes) = agenteval_benchmarks::read_data_file(
         dataset,
         max_file_bytes.unwrap_or(agenteval_core::config::DEFAULT_DATA_FILE_BYTES),
         "max_file_bytes",

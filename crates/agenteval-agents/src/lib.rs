@@ -1,0 +1,15 @@
+//! The built-in agents that need nothing of the engine: `mock` (scripted, deterministic),
+//! `nop` (does nothing), `oracle` (the expected answers, or a task's reference solution in its
+//! environment), `predictions` (patches made elsewhere, read into the config at load, handed
+//! over as answers) and `exploit` (tries to pass without doing the task: the `audit` battery's
+//! strategies, each a shell script run in the task's environment).
+
+pub mod exploit;
+mod mock;
+mod nop;
+mod oracle;
+pub mod predictions;
+
+pub use mock::MockAgent;
+pub use nop::NopAgent;
+pub use oracle::OracleAgent;
