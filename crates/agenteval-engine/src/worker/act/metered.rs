@@ -252,9 +252,13 @@ pub(in crate::worker) async fn open_role(
     env: &TaskEnvironment,
 ) -> Result<Opened> {
     open_for(ctx, task, &role.limits, env, Some(role)).await?.ok_or_else(|| {
+        let why = match role.name {
+            "user" => "`roles.user` needs an `llm` agent or `agent.upstream`",
+            _ => "a regrade starts none",
+        };
         Error::invalid(format!(
-            "the {} role's calls go through the model gateway, and this run has none (`roles.{}` needs an `llm` agent or `agent.upstream`)",
-            role.name, role.name
+            "the {} role's calls go through the model gateway, and this run has none ({why})",
+            role.name
         ))
     })
 }
