@@ -62,13 +62,7 @@ pub struct JudgeRole {
 
 impl JudgeRole {
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
-        if self.model.trim().is_empty() {
-            p.push((format!("{at}/model"), "must name a model (`provider:name`)".into()));
-        }
-        if self.max_cost_usd.is_some_and(|v| v <= 0.0) {
-            p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
-        }
-        self.endpoint.validate(at, p);
+        model_role_problems(at, &self.model, self.max_cost_usd, &self.endpoint, p);
     }
 }
 
@@ -141,12 +135,24 @@ pub const DEFAULT_USER_TURNS: u32 = 30;
 
 impl UserRole {
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
-        if self.model.trim().is_empty() {
-            p.push((format!("{at}/model"), "must name a model (`provider/name`)".into()));
-        }
-        if self.max_cost_usd.is_some_and(|v| v <= 0.0) {
-            p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
-        }
-        self.endpoint.validate(at, p);
+        model_role_problems(at, &self.model, self.max_cost_usd, &self.endpoint, p);
     }
+}
+
+/// What a role played by a model must have: a model, a positive cost limit if any, and an
+/// endpoint that holds.
+fn model_role_problems(
+    at: &str,
+    model: &str,
+    max_cost_usd: Option<f64>,
+    endpoint: &super::Endpoint,
+    p: &mut Vec<(String, String)>,
+) {
+    if model.trim().is_empty() {
+        p.push((format!("{at}/model"), "must name a model (`provider:name`)".into()));
+    }
+    if max_cost_usd.is_some_and(|v| v <= 0.0) {
+        p.push((format!("{at}/max_cost_usd"), "must be greater than zero".into()));
+    }
+    endpoint.validate(at, p);
 }

@@ -160,41 +160,33 @@ fn serves(up: &Upstream, provider: agenteval_llm::Provider) -> bool {
 /// The simulated user's endpoint, when the user's provider is not one the agent's upstream
 /// serves: `roles.user`'s own `base_url`, key and price (else the provider's API and key
 /// variable), beside the agent's.
-fn with_user_provider(mut up: Upstream, config: &RunConfig) -> Upstream {
-    let Some(user) = &config.roles.user else { return up };
-    let Ok(spec) = agenteval_llm::ModelSpec::parse(&user.model) else { return up };
-    if let Some(p) = user.endpoint.price {
+fn with_user_provider(up: Upstream, config: &RunConfig) -> Upstream {
+    match &config.roles.user {
+        Some(user) => with_role_provider(up, &user.model, &user.endpoint),
+        None => up,
+    }
+}
+
+/// The judge's endpoint, when its provider is not one `up` serves: `roles.judge`'s own
+/// `base_url`, key and price (else the provider's API and key variable).
+fn with_judge_provider(up: Upstream, config: &RunConfig) -> Upstream {
+    match &config.roles.judge {
+        Some(judge) => with_role_provider(up, &judge.model, &judge.endpoint),
+        None => up,
+    }
+}
+
+/// A role's model served beside the agent's: its price, and its own endpoint when `up` does not
+/// serve its provider.
+fn with_role_provider(mut up: Upstream, model: &str, role_endpoint: &agenteval_core::config::Endpoint) -> Upstream {
+    let Ok(spec) = agenteval_llm::ModelSpec::parse(model) else { return up };
+    if let Some(p) = role_endpoint.price {
         up.prices.entry(spec.name.clone()).or_insert(p);
     }
     if serves(&up, spec.provider) {
         return up;
     }
-    let mut endpoint = user.endpoint.clone();
-    endpoint.price = None;
-    if endpoint.secrets.is_empty() && spec.provider.needs_key() {
-        let var = spec.provider.key_var().to_string();
-        endpoint.secrets.insert(var.clone(), var);
-    }
-    endpoint.base_url = endpoint.base_url.or_else(|| spec.provider.default_base_url().map(str::to_string));
-    match spec.provider {
-        agenteval_llm::Provider::Anthropic => up.anthropic = Some(endpoint),
-        _ => up.openai = Some(endpoint),
-    }
-    up
-}
-
-/// The judge's endpoint, when its provider is not one `up` serves: `roles.judge`'s own
-/// `base_url`, key and price (else the provider's API and key variable).
-fn with_judge_provider(mut up: Upstream, config: &RunConfig) -> Upstream {
-    let Some(judge) = &config.roles.judge else { return up };
-    let Ok(spec) = agenteval_llm::ModelSpec::parse(&judge.model) else { return up };
-    if let Some(p) = judge.endpoint.price {
-        up.prices.insert(spec.name.clone(), p);
-    }
-    if serves(&up, spec.provider) {
-        return up;
-    }
-    let mut endpoint = judge.endpoint.clone();
+    let mut endpoint = role_endpoint.clone();
     endpoint.price = None;
     if endpoint.secrets.is_empty() && spec.provider.needs_key() {
         let var = spec.provider.key_var().to_string();
