@@ -2160,22 +2160,12 @@ async fn a_tool_servers_key_reaches_its_sidecar_on_the_fleet_by_the_task_definit
             "#!/bin/bash\nmkdir -p /logs/verifier\ngot=$(python3 -c \"import urllib.request; print(urllib.request.urlopen('http://api:8080/', timeout=10).read().decode().strip())\")\necho \"the server says $got\"\n[ \"$got\" = {digest} ] && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
         ),
     );
-    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
     let body = format!(
         "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\n  base_image: {}\nroles:\n  tools:\n    secrets:\n      TOOL_KEY: prod/tool-key\n",
         d.parent().unwrap().display(),
         crate::environments::BASE
     );
-    let cfg = aws.config("tool-key", &body, &aws.endpoint.clone());
-    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
-    yaml.push_str(&format!("  image_repository: {repo}\n"));
-    std::fs::write(&cfg, yaml).unwrap();
-    let cfg = cfg.to_str().unwrap();
-    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
-    assert_eq!(code, 0, "{built}");
-    aws.fargate(0);
-    let (v, code) = aws.json(&["submit", "--json", "--config", cfg]);
-    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    let v = harbor_on_the_fleet(&mut aws, &reg, "tool-key", &body);
     assert_eq!(v["summary"]["passed"].as_u64(), Some(1), "the sidecar had the key: {v}");
     // The environment's task definition names the secret by its ARN, and holds no part of it.
     let clients = AwsClients::connect(&AwsSettings::emulator(&aws.endpoint)).await;
@@ -2223,23 +2213,13 @@ async fn a_harbor_tasks_judge_is_reached_through_the_gateway_on_the_fleet_as_loc
             crate::roles::JUDGED_TEST,
         );
     }
-    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
     let body = format!(
         "benchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: oracle\nenvironment:\n  kind: docker\n  base_image: {}\nroles:\n  judge:\n    model: anthropic:mock-judge\n    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: prod/judge-key}}\n    price: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n",
         root.display(),
         crate::environments::BASE,
         mock.base_url()
     );
-    let cfg = aws.config("judged", &body, &aws.endpoint.clone());
-    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
-    yaml.push_str(&format!("  image_repository: {repo}\n"));
-    std::fs::write(&cfg, yaml).unwrap();
-    let cfg = cfg.to_str().unwrap();
-    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
-    assert_eq!(code, 0, "{built}");
-    aws.fargate(0);
-    let (v, code) = aws.json(&["submit", "--json", "--config", cfg]);
-    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    let v = harbor_on_the_fleet(&mut aws, &reg, "judged", &body);
     assert_eq!(v["summary"]["passed"].as_u64(), Some(1), "the judge passed the good poem alone: {v}");
     assert_eq!(v["summary"]["roles"]["judge"]["calls"].as_u64(), Some(2), "{v}");
     let got = mock.received();
@@ -2254,6 +2234,23 @@ async fn a_harbor_tasks_judge_is_reached_through_the_gateway_on_the_fleet_as_loc
         assert_eq!(shown["result"]["roles"]["judge"]["calls"], 1, "{shown}");
         assert!(!shown.to_string().contains(&KEY[7..]), "{shown}");
     }
+}
+
+/// Runs the Harbor tasks a config `body` names on the fleet, their images built and pushed to
+/// `reg` first: the submit's answer, which must be a complete run.
+fn harbor_on_the_fleet(aws: &mut Aws, reg: &Registry, name: &str, body: &str) -> serde_json::Value {
+    let repo = format!("127.0.0.1:{}/agenteval-envs", reg.port);
+    let cfg = aws.config(name, body, &aws.endpoint.clone());
+    let mut yaml = std::fs::read_to_string(&cfg).unwrap();
+    yaml.push_str(&format!("  image_repository: {repo}\n"));
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let (built, code) = aws.json(&["images", "build", "--json", "--config", cfg, "--push", &repo]);
+    assert_eq!(code, 0, "{built}");
+    aws.fargate(0);
+    let (v, code) = aws.json(&["submit", "--json", "--config", cfg]);
+    assert_eq!((v["status"].as_str(), code), (Some("complete"), 0), "{v}");
+    v
 }
 
 /// A small HTTP server that answers the SHA-256 of its `KEY` variable.
