@@ -13,7 +13,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agenteval_core::config::{AgentConfig, LoadedConfig, RunConfig};
+use agenteval_core::config::{LoadedConfig, RunConfig};
 use agenteval_core::layout;
 use agenteval_core::location::BundleRoot;
 use agenteval_core::model::{EventKind, RunStatus, TaskResult, TraceEvent};
@@ -344,7 +344,7 @@ pub async fn replay(
     let new_store =
         agenteval_core::traits::Resolver::store(wiring.as_ref(), &loaded_config.storage.bundle_root).await?;
 
-    let own_tools = matches!(loaded_config.agent, AgentConfig::Llm(_));
+    let own_tools = agenteval_engine::agents::access::calls_in_process(loaded_config);
     let mut rows = Vec::new();
     for task in &recorded_tasks {
         let Some(was) = behaviour(store.as_ref(), &run, task, own_tools).await else { continue };
@@ -420,13 +420,10 @@ async fn replay_config(
             LoadedConfig { config, path, agent_flags: vec![] }
         }
     };
-    if !matches!(loaded.config.agent, AgentConfig::Llm(_))
-        && loaded.config.agent.upstream().is_none()
-        && loaded.config.roles.judge.is_none()
-    {
+    if agenteval_engine::agents::access::upstream_of(&loaded.config).is_none() {
         return Err(Error::invalid(format!(
-            "run {run} used the `{}` agent without `agent.upstream`: only runs of the `llm` agent or of an agent \
-             whose calls went through the gateway recorded model calls to replay",
+            "run {run} used the `{}` agent without `agent.upstream`: only runs of the `llm` agent, of an agent \
+             whose calls went through the gateway, or with a judge (`roles.judge`) recorded model calls to replay",
             loaded.config.agent.kind()
         ))
         .into());

@@ -220,24 +220,7 @@ fn fix_for(config: &agenteval_core::config::RunConfig, o: &RunOutcome) -> String
         };
         return format!("fix `{}`: {}{probe}", fault.field(), fault.fix());
     }
-    format!("fix `{}`", o.launch_field.unwrap_or_else(|| field_to_fix(config)))
-}
-
-/// The config field behind an agent whose tasks failed alike with no fault recorded: its
-/// kind's main field.
-fn field_to_fix(config: &agenteval_core::config::RunConfig) -> &'static str {
-    use agenteval_core::config::AgentConfig;
-    match &config.agent {
-        AgentConfig::Command { .. } | AgentConfig::Installed { preset: None, .. } => "agent.command",
-        // A preset's command line is agenteval's: what is the user's is the agent block.
-        AgentConfig::Installed { preset: Some(_), .. } => "agent",
-        AgentConfig::Llm(_) => "agent.model",
-        AgentConfig::Mock { .. }
-        | AgentConfig::Oracle { .. }
-        | AgentConfig::Nop { .. }
-        | AgentConfig::Predictions { .. } => "agent",
-        AgentConfig::Exploit { .. } => "agent.strategy",
-    }
+    format!("fix `{}`", o.launch_field.unwrap_or_else(|| agenteval_engine::agents::field_to_fix(config)))
 }
 
 pub(crate) fn config_failure(e: ConfigError) -> Failure {

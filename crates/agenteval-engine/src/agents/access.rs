@@ -141,6 +141,13 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
     }
 }
 
+/// Whether a task's containers need their way to the model gateway: an installed agent with an
+/// `upstream` calls its model from inside, and so do tests that call a judge (`roles.judge`).
+pub fn container_reaches_gateway(config: &RunConfig) -> bool {
+    (matches!(config.agent, AgentConfig::Installed { .. }) && config.agent.upstream().is_some())
+        || config.roles.judge.is_some()
+}
+
 /// Whether the agent's own calls go through the model gateway (the `llm` agent's, or an
 /// `upstream`'s): only then does it get a door of its task. A gateway that serves only a judge
 /// is none of the agent's.

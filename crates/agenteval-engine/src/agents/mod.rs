@@ -235,6 +235,22 @@ pub fn preflight(run: &RunConfig) -> Result<()> {
     if problems.is_empty() { Ok(()) } else { Err(Error::invalid(problems.join("; "))) }
 }
 
+/// The config field behind an agent whose tasks failed alike with no fault recorded: its
+/// kind's main field.
+pub fn field_to_fix(config: &agenteval_core::config::RunConfig) -> &'static str {
+    match &config.agent {
+        AgentConfig::Command { .. } | AgentConfig::Installed { preset: None, .. } => "agent.command",
+        // A preset's command line is agenteval's: what is the user's is the agent block.
+        AgentConfig::Installed { preset: Some(_), .. } => "agent",
+        AgentConfig::Llm(_) => "agent.model",
+        AgentConfig::Mock { .. }
+        | AgentConfig::Oracle { .. }
+        | AgentConfig::Nop { .. }
+        | AgentConfig::Predictions { .. } => "agent",
+        AgentConfig::Exploit { .. } => "agent.strategy",
+    }
+}
+
 #[cfg(test)]
 mod label_tests {
     use super::*;

@@ -382,7 +382,7 @@ fn held_by(r: &RunRecord) -> Error {
 /// Removes the task environments of a run that workers left behind (killed before their
 /// teardown), found by the run's label; a failure is only logged.
 async fn sweep_environments(config: &RunConfig, resolver: &dyn Resolver, run_id: &RunId) {
-    match crate::environments::open(config, resolver).await {
+    match crate::environments::open(config, resolver, crate::agents::access::container_reaches_gateway(config)).await {
         Ok(Some(env)) => crate::environments::sweep(env.as_ref(), run_id).await,
         Ok(None) => {}
         Err(e) => tracing::warn!("the run's environments cannot be checked for leftovers: {e}"),

@@ -29,17 +29,15 @@ pub fn kind_of(config: &RunConfig) -> EnvironmentKind {
 
 /// The run's environments, if its tasks have any: the engine's own `workspace`, or what the
 /// binary registered for the kind (`docker`).
-pub async fn open(config: &RunConfig, resolver: &dyn Resolver) -> Result<Option<Arc<dyn Environment>>> {
+/// `gateway`: its containers need their way to the model gateway (the agent calls its model from
+/// inside, or the tests call a judge; `agents::access::container_reaches_gateway`).
+pub async fn open(config: &RunConfig, resolver: &dyn Resolver, gateway: bool) -> Result<Option<Arc<dyn Environment>>> {
     Ok(match kind_of(config) {
         EnvironmentKind::None | EnvironmentKind::Auto => None,
         EnvironmentKind::Workspace => Some(Arc::new(workspace::WorkspaceEnvironment::for_run(config))),
         k => {
             let mut settings = config.environment.clone();
-            // An installed agent calls its model from inside the container, and so do tests
-            // that call a judge (`roles.judge`).
-            settings.gateway = (matches!(config.agent, agenteval_core::config::AgentConfig::Installed { .. })
-                && config.agent.upstream().is_some())
-                || config.roles.judge.is_some();
+            settings.gateway = gateway;
             Some(resolver.environment(k, &settings).await?)
         }
     })

@@ -100,7 +100,10 @@ pub(super) async fn build(job: JobSpec, resolver: &dyn Resolver, journal: Journa
     let in_task_images = job.image.is_some();
     let environment = match in_task_images {
         true => Some(resolver.image_environments(&config).await?),
-        false => crate::environments::open(&config, resolver).await?,
+        false => {
+            crate::environments::open(&config, resolver, crate::agents::access::container_reaches_gateway(&config))
+                .await?
+        }
     };
     let act = super::act::chosen(config.regrade.as_ref(), resolver).await?;
     let ctx = Ctx {

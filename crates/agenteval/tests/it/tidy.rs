@@ -1068,3 +1068,70 @@ fn the_engine_is_at_most_a_fifth_of_the_products_code() {
         100.0 * engine as f64 / all as f64
     );
 }
+
+/// Where the code names a component's kind (`AgentConfig::Llm`, `BenchmarkConfig::Harbor`,
+/// `EvaluatorConfig::Tests`, `EnvironmentKind::Docker`) outside the kind's own folders and the
+/// config's table of kinds: each such place is a fact about a kind derived again, which a new
+/// kind would have to find. Issue 71 brings the list to none; until then it may only shrink.
+#[test]
+fn places_that_name_a_kind_outside_its_folder_only_shrink() {
+    const AT_MOST: usize = 27;
+    let homes: [(&str, &[&str]); 4] = [
+        (
+            "AgentConfig::",
+            &[
+                "crates/agenteval-engine/src/agents/",
+                "crates/agenteval-agents/",
+                "crates/agenteval-installed/",
+                "crates/agenteval-llm/",
+            ],
+        ),
+        (
+            "BenchmarkConfig::",
+            &[
+                "crates/agenteval-engine/src/benchmarks/",
+                "crates/agenteval-benchmarks/",
+                "crates/agenteval-harbor/",
+                "crates/agenteval-tau2/",
+            ],
+        ),
+        ("EvaluatorConfig::", &["crates/agenteval-engine/src/evaluators/", "crates/agenteval-evaluators/"]),
+        (
+            "EnvironmentKind::",
+            &["crates/agenteval-engine/src/environments/", "crates/agenteval-docker/", "crates/agenteval-envlink/"],
+        ),
+    ];
+    let mut found = Vec::new();
+    for f in sources().into_iter().filter(|f| {
+        !is_test_file(f)
+            && !f.ends_with("/testing.rs")
+            && !f.starts_with("crates/agenteval-testkit/")
+            && !f.starts_with("crates/agenteval-core/src/config/")
+    }) {
+        for (n, line) in product_code(&f).lines().enumerate() {
+            let l = line.trim_start();
+            if l.starts_with("//") {
+                continue;
+            }
+            let named = homes.iter().find(|(kind, home)| {
+                l.match_indices(kind).any(|(at, _)| {
+                    l[at + kind.len()..].starts_with(|c: char| c.is_ascii_uppercase())
+                        && (at == 0 || !l[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+                }) && !home.iter().any(|h| f.starts_with(h))
+            });
+            if let Some((kind, _)) = named {
+                found.push(format!("{f}:{}: {}", n + 1, kind.trim_end_matches("::")));
+            }
+        }
+    }
+    assert!(
+        found.len() <= AT_MOST,
+        "{} places name a kind outside its folder (at most {AT_MOST}): {found:#?}",
+        found.len()
+    );
+    assert!(
+        found.len() == AT_MOST,
+        "only {} places name a kind outside its folder now: lower AT_MOST to it: {found:#?}",
+        found.len()
+    );
+}
