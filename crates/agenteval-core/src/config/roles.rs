@@ -53,7 +53,8 @@ pub struct JudgeRole {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = MAX_TASK_COST_USD))]
     pub max_cost_usd: Option<f64>,
-    /// Where its model is served when its provider is not one the agent's calls go to:
+    /// Where its model is served when its provider is not one the agent's or the simulated
+    /// user's calls go to (then it goes where theirs go):
     /// `base_url` (default: the provider's API), `secrets` (its key; default the provider's
     /// variable), `price`.
     #[serde(flatten)]

@@ -155,11 +155,11 @@ pub fn agent_calls_through_gateway(config: &RunConfig) -> bool {
     calls_in_process(config) || config.agent.upstream().is_some()
 }
 
-/// Whether `up` serves `provider`'s wire: its own endpoint, or Azure's (OpenAI's wire), or
+/// Whether `up` serves `wire` (`openai`, `anthropic`): its own endpoint, or Azure's (OpenAI's wire), or
 /// Bedrock (Anthropic's).
-fn serves(up: &Upstream, provider: agenteval_llm::Provider) -> bool {
-    match provider {
-        agenteval_llm::Provider::Anthropic => up.anthropic.is_some() || up.bedrock.is_some(),
+fn serves_wire(up: &Upstream, wire: &str) -> bool {
+    match wire {
+        "anthropic" => up.anthropic.is_some() || up.bedrock.is_some(),
         _ => up.openai.is_some() || up.azure.is_some(),
     }
 }
@@ -190,7 +190,7 @@ fn with_role_provider(mut up: Upstream, model: &str, role_endpoint: &agenteval_c
     if let Some(p) = role_endpoint.price {
         up.prices.entry(spec.name.clone()).or_insert(p);
     }
-    if serves(&up, spec.provider) {
+    if serves_wire(&up, wire_of(spec.provider)) {
         return up;
     }
     let mut endpoint = role_endpoint.clone();
@@ -205,29 +205,6 @@ fn with_role_provider(mut up: Upstream, model: &str, role_endpoint: &agenteval_c
         _ => up.openai = Some(endpoint),
     }
     up
-}
-
-/// The judge's key, when its provider is not one the agent's calls go to: `(endpoint, secret
-/// name, required)`.
-pub fn judge_secret(config: &RunConfig) -> Option<(&'static str, String, bool)> {
-    let judge = config.roles.judge.as_ref()?;
-    let spec = agenteval_llm::ModelSpec::parse(&judge.model).ok()?;
-    let which = if spec.provider == agenteval_llm::Provider::Anthropic { "anthropic" } else { "openai" };
-    let agent_up = match &config.agent {
-        AgentConfig::Llm(_) => llm_agent_endpoint(config).map(|w| match w {
-            "azure" => "openai",
-            "bedrock" => "anthropic",
-            w => w,
-        }),
-        other => other.upstream().and_then(|up| serves(up, spec.provider).then_some(which)),
-    };
-    let user_wire = user_secret(config).map(|(w, _, _)| w);
-    if agent_up == Some(which) || user_wire == Some(which) {
-        return None;
-    }
-    let var = spec.provider.key_var();
-    let name = judge.endpoint.secrets.get(var).cloned().unwrap_or_else(|| var.to_string());
-    Some((which, name, spec.provider.needs_key()))
 }
 
 /// The gateway endpoint the `llm` agent's calls go to (`openai`, `anthropic`, `azure`,
@@ -248,19 +225,48 @@ pub fn llm_agent_endpoint(config: &RunConfig) -> Option<&'static str> {
 /// agent's: `(endpoint, secret name, required)`.
 pub fn user_secret(config: &RunConfig) -> Option<(&'static str, String, bool)> {
     let user = config.roles.user.as_ref()?;
-    let spec = agenteval_llm::ModelSpec::parse(&user.model).ok()?;
-    let which = if spec.provider == agenteval_llm::Provider::Anthropic { "anthropic" } else { "openai" };
-    let agent_wire = match llm_agent_endpoint(config)? {
+    let (wire, name, required) = role_key(&user.model, &user.endpoint)?;
+    (llm_agent_wire(config)? != wire).then_some((wire, name, required))
+}
+
+/// The judge's key, when its provider is not one the agent's or the simulated user's calls go
+/// to: `(endpoint, secret name, required)`.
+pub fn judge_secret(config: &RunConfig) -> Option<(&'static str, String, bool)> {
+    let judge = config.roles.judge.as_ref()?;
+    let (wire, name, required) = role_key(&judge.model, &judge.endpoint)?;
+    let served = match &config.agent {
+        AgentConfig::Llm(_) => llm_agent_wire(config) == Some(wire),
+        other => other.upstream().is_some_and(|up| serves_wire(up, wire)),
+    };
+    let by_user = user_secret(config).is_some_and(|(w, _, _)| w == wire);
+    (!served && !by_user).then_some((wire, name, required))
+}
+
+/// A role's model's wire (`openai`, `anthropic`) and its key there: the secret its endpoint
+/// names for the provider's variable (else the variable's own name), and whether the provider
+/// needs one.
+fn role_key(model: &str, endpoint: &agenteval_core::config::Endpoint) -> Option<(&'static str, String, bool)> {
+    let spec = agenteval_llm::ModelSpec::parse(model).ok()?;
+    let var = spec.provider.key_var();
+    let name = endpoint.secrets.get(var).cloned().unwrap_or_else(|| var.to_string());
+    Some((wire_of(spec.provider), name, spec.provider.needs_key()))
+}
+
+/// The gateway wire a provider's calls go on.
+fn wire_of(provider: agenteval_llm::Provider) -> &'static str {
+    match provider {
+        agenteval_llm::Provider::Anthropic => "anthropic",
+        _ => "openai",
+    }
+}
+
+/// The wire the `llm` agent's calls go on (Azure serves OpenAI's, Bedrock Anthropic's).
+fn llm_agent_wire(config: &RunConfig) -> Option<&'static str> {
+    llm_agent_endpoint(config).map(|e| match e {
         "azure" => "openai",
         "bedrock" => "anthropic",
         w => w,
-    };
-    if agent_wire == which {
-        return None;
-    }
-    let var = spec.provider.key_var();
-    let name = user.endpoint.secrets.get(var).cloned().unwrap_or_else(|| var.to_string());
-    Some((which, name, spec.provider.needs_key()))
+    })
 }
 
 /// The models a task's calls may name: the agent's (as the provider knows it) and the upstream's
@@ -276,4 +282,31 @@ pub fn door_models(config: &RunConfig) -> Vec<String> {
         out.extend(up.models.iter().cloned());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(agent: &str, roles: &str) -> RunConfig {
+        let yaml = format!("name: t\nbenchmark: {{kind: toy, size: 1}}\nagent: {agent}\nroles:\n{roles}");
+        agenteval_core::config::load_config_str(&yaml, "c.yaml", std::path::Path::new("."), &[]).unwrap().config
+    }
+
+    #[test]
+    fn a_judge_needs_its_own_key_only_where_no_other_actor_goes_on_its_wire() {
+        let judge = "  judge: {model: 'anthropic:j', secrets: {ANTHROPIC_API_KEY: judge-key}}\n";
+        let alone = config("{kind: oracle}", judge);
+        assert_eq!(judge_secret(&alone), Some(("anthropic", "judge-key".to_string(), true)));
+        assert!(required_secrets(&alone, false).contains(&("judge-key".into(), "roles.judge".into())));
+        assert!(required_secrets(&alone, true).is_empty(), "a strict replay needs no key");
+        // On the agent's wire the judge's calls go where the agent's go.
+        assert_eq!(judge_secret(&config("{kind: llm, model: 'anthropic:a'}", judge)), None);
+        // On the simulated user's, where the user's go; the user's own key is its.
+        let user = "  user: {model: 'anthropic:u', secrets: {ANTHROPIC_API_KEY: user-key}}\n";
+        let both = config("{kind: llm, model: 'openai:a'}", &format!("{user}{judge}"));
+        assert_eq!(user_secret(&both), Some(("anthropic", "user-key".to_string(), true)));
+        assert_eq!(judge_secret(&both), None);
+        assert_eq!(judge_secret(&config("{kind: llm, model: 'openai:a'}", judge)).map(|k| k.0), Some("anthropic"));
+    }
 }
