@@ -28,6 +28,11 @@ impl Attempt {
         self.log.push(line.into());
     }
 
+    /// A file kept for its pack so far.
+    pub(super) fn kept(&self, name: &str) -> Option<&[u8]> {
+        self.files.iter().find(|(n, _)| n == name).map(|(_, b)| b.as_slice())
+    }
+
     /// Keeps a file for its pack (a later one of the same name replaces it).
     pub(super) fn keep(&mut self, name: impl Into<String>, bytes: Vec<u8>) {
         let name = name.into();

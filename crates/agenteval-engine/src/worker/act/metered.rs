@@ -406,7 +406,12 @@ pub(in crate::worker) async fn settle(
         }
         let _ = tokio::time::timeout(left, calls.pushed()).await;
     }
-    let cassette = door.close();
+    let pack = role.map_or(layout::TASK_CASSETTE, RoleDoor::pack_file);
+    // A task told in steps opens a door per step: its recording is every step's, in order.
+    let cassette = match (door.close(), at.kept(pack)) {
+        (now, Some(before)) => [before, now.as_slice()].concat(),
+        (now, None) => now,
+    };
     door.settle().await;
     write_all(&mut first_stop).await;
     if let Some(c) = ctx.cassettes.as_ref().filter(|c| c.mode == CassetteMode::Record) {
@@ -416,7 +421,7 @@ pub(in crate::worker) async fn settle(
             .map_err(|e| Error::io(format!("writing the cassette {}", file.display()), e))?;
     }
     if !cassette.is_empty() {
-        at.keep(role.map_or(layout::TASK_CASSETTE, RoleDoor::pack_file), cassette);
+        at.keep(pack, cassette);
     }
     Ok(first_stop)
 }
