@@ -13,3 +13,11 @@ pub mod predictions;
 pub use mock::MockAgent;
 pub use nop::NopAgent;
 pub use oracle::OracleAgent;
+
+use agenteval_core::config::{AgentConfig, Limits};
+
+/// The agents `agenteval audit` runs every task with besides its exploits: the reference
+/// solution (`oracle`, which must pass) and nothing done (`nop`, which must fail), by name.
+pub fn reference_probes(limits: &Limits) -> [(&'static str, AgentConfig); 2] {
+    [("oracle", AgentConfig::Oracle { limits: limits.clone() }), ("nop", AgentConfig::Nop { limits: limits.clone() })]
+}

@@ -46,11 +46,10 @@ impl AgentRunner for PredictionsAgent {
     }
 }
 
-/// Reads a `predictions` agent's file into its config (so the patches travel inside the run)
-/// and, under the `swebench` benchmark, refuses predictions for instances its dataset lacks, as
-/// the harness does: every problem at once, as `(pointer, message)`.
+/// Reads a `predictions` agent's file into its config (so the patches travel inside the run);
+/// the benchmark then refuses instances its dataset lacks (`AgentConfig::answered_tasks`).
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    use agenteval_core::config::{AgentConfig, BenchmarkConfig};
+    use agenteval_core::config::AgentConfig;
     let AgentConfig::Predictions { path, predictions, .. } = &mut config.agent else { return vec![] };
     if !predictions.is_empty() || !path.is_file() {
         return vec![];
@@ -68,29 +67,5 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
             (p.instance_id, PredictedPatch { model_name_or_path: p.model_name_or_path, model_patch: p.model_patch })
         })
         .collect();
-    let BenchmarkConfig::Swebench { dataset, max_file_bytes, .. } = &config.benchmark else { return vec![] };
-    let Ok(bytes) = agenteval_benchmarks::read_data_file(
-        dataset,
-        max_file_bytes.unwrap_or(agenteval_core::config::DEFAULT_DATA_FILE_BYTES),
-        "max_file_bytes",
-    ) else {
-        // The benchmark's own check names a dataset it cannot read.
-        return vec![];
-    };
-    let Ok(instances) = agenteval_swebench::read_dataset(dataset, &bytes) else { return vec![] };
-    let known: std::collections::BTreeSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
-    let unknown: Vec<&str> = predictions.keys().map(String::as_str).filter(|id| !known.contains(id)).collect();
-    if unknown.is_empty() {
-        return vec![];
-    }
-    vec![(
-        "/agent/path".into(),
-        format!(
-            "{} predicts {} instance(s) the dataset {} does not have: {}",
-            path.display(),
-            unknown.len(),
-            dataset.display(),
-            unknown.iter().take(10).copied().collect::<Vec<_>>().join(", ")
-        ),
-    )]
+    vec![]
 }

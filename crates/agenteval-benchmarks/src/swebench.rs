@@ -431,13 +431,39 @@ async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::r
     Ok(Ran { applied: Ok(()), log, timed_out: out.timed_out })
 }
 
-/// What the benchmark checks when a config loads: its tasks run in containers, and a
-/// `predictions` agent's instances are all in the dataset.
+/// What the benchmark checks when a config loads, once the agent has read its answers: its
+/// tasks run in containers, and an agent that answers instances by id (`predictions`) names
+/// only instances the dataset has, as the harness refuses the others: every problem at once,
+/// as `(pointer, message)`.
 pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    use agenteval_core::config::{BenchmarkConfig, EnvironmentKind};
+    use agenteval_core::config::BenchmarkConfig;
     let mut problems = Vec::new();
-    let BenchmarkConfig::Swebench { .. } = &config.benchmark else { return problems };
-    if matches!(config.environment.kind, EnvironmentKind::Workspace | EnvironmentKind::None) {
+    let BenchmarkConfig::Swebench { dataset, max_file_bytes, .. } = &config.benchmark else { return problems };
+    if let Some((path, answered)) = config.agent.answered_tasks()
+        && !answered.is_empty()
+    {
+        let max = max_file_bytes.unwrap_or(agenteval_core::config::DEFAULT_DATA_FILE_BYTES);
+        // A dataset that cannot be read is the loader's problem, named there.
+        let instances = super::read_data_file(dataset, max, "max_file_bytes")
+            .and_then(|bytes| agenteval_swebench::read_dataset(dataset, &bytes));
+        if let Ok(instances) = instances {
+            let known: std::collections::BTreeSet<&str> = instances.iter().map(|i| i.instance_id.as_str()).collect();
+            let unknown: Vec<&str> = answered.into_iter().filter(|id| !known.contains(id)).collect();
+            if !unknown.is_empty() {
+                problems.push((
+                    "/agent/path".into(),
+                    format!(
+                        "{} predicts {} instance(s) the dataset {} does not have: {}",
+                        path.display(),
+                        unknown.len(),
+                        dataset.display(),
+                        unknown.iter().take(10).copied().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    if config.environment.kind.without_containers() {
         problems.push((
             "/environment/kind".into(),
             format!(

@@ -145,23 +145,34 @@ pub fn evaluator_with(
         C::Tests { .. } => {
             return Err(bad("the `tests` evaluator runs in a task's environment: the engine builds it".into()));
         }
-        C::LlmRubric { rubric, pass_threshold, judge, .. } => {
-            let kind = JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
+        C::LlmRubric { judge, .. } | C::LlmPassFail { judge, .. } => {
+            let kind = judge_kind(cfg).expect("a judge's kind");
             return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?));
         }
-        C::LlmPassFail { criteria, judge, .. } => {
-            let kind = JudgeKind::PassFail { criteria: criteria.clone() };
-            return Ok(Arc::new(llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?));
-        }
-        C::LlmPairwise { criteria, pass_threshold, judge, .. } => {
+        C::LlmPairwise { judge, .. } => {
             let baseline = baseline.ok_or_else(|| bad("its baseline run's bundle was not opened".into()))?;
-            let kind =
-                JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) };
+            let kind = judge_kind(cfg).expect("a judge's kind");
             let judge = llm_judge_of(cfg, kind, judge, secrets, verdicts.clone(), host.clone())?;
             return Ok(Arc::new(pairwise::Pairwise { judge, baseline }));
         }
     };
     Ok(Arc::new(Builtin { id: cfg.id().to_string(), kind: cfg.kind(), judge }))
+}
+
+/// What an LLM judge evaluator asks its model (its rubric, criteria and pass threshold);
+/// `None` for an evaluator that asks none. `compare --pairwise` asks the same.
+pub fn judge_kind(cfg: &EvaluatorConfig) -> Option<JudgeKind> {
+    use EvaluatorConfig as C;
+    match cfg {
+        C::LlmRubric { rubric, pass_threshold, .. } => {
+            Some(JudgeKind::Rubric { rubric: rubric.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) })
+        }
+        C::LlmPassFail { criteria, .. } => Some(JudgeKind::PassFail { criteria: criteria.clone() }),
+        C::LlmPairwise { criteria, pass_threshold, .. } => {
+            Some(JudgeKind::Pairwise { criteria: criteria.clone(), pass_threshold: pass_threshold.unwrap_or(0.5) })
+        }
+        _ => None,
+    }
 }
 
 /// An LLM judge (`agenteval-llm`) with its provider key, and where it shares its verdicts.

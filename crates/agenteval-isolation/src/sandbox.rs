@@ -97,34 +97,10 @@ pub fn hidden_paths(run: &agenteval_core::config::RunConfig) -> Vec<std::path::P
     exclude.extend(run.backend.secrets_file.as_deref().map(real));
     exclude.extend(run.benchmark.data_files().into_iter().map(|(_, _, path)| real(path)));
     exclude.extend(run.benchmark.command_files().iter().map(|p| real(p)));
-    // What agenteval fetched for the benchmark is its data too: a Harbor dataset's checkouts
-    // (the task folder is a link into them, with tests and solutions) and SWE-bench's reference
-    // fixes.
-    // Every kind is named: a new benchmark is a compile error here until it says what it
-    // fetches that agents must not see.
-    use agenteval_core::config::BenchmarkConfig as B;
-    match &run.benchmark {
-        B::Harbor { dataset: Some(_), .. } => exclude.push(real(&agenteval_core::cache_dir().join("harbor"))),
-        B::Swebench { .. } => exclude.push(real(&agenteval_core::cache_dir().join("swebench"))),
-        // τ²-bench's gold actions are in its package: the environment's libraries, beside the
-        // interpreter's `bin` (a virtual environment's `lib`).
-        B::Tau2 { python: Some(py), .. } if Path::new(py).is_absolute() => {
-            if let Some(root) = Path::new(py).parent().and_then(Path::parent) {
-                exclude.push(real(&root.join("lib")));
-            }
-        }
-        B::Harbor { dataset: None, .. }
-        | B::Toy { .. }
-        | B::Jsonl { .. }
-        | B::Humaneval { .. }
-        | B::Command { .. }
-        | B::Tau2 { .. } => {}
-    }
-    for e in &run.evaluators {
-        if let agenteval_core::config::EvaluatorConfig::Tests { tests: Some(dir), .. } = e {
-            exclude.push(real(dir));
-        }
-    }
+    // What agenteval fetched for the benchmark is its data too (a dataset's checkouts, reference
+    // fixes, a package's gold answers), and so is a `tests` evaluator's folder.
+    exclude.extend(run.benchmark.fetched_data().iter().map(|p| real(p)));
+    exclude.extend(run.evaluators.iter().filter_map(|e| e.tests_folder()).map(real));
     exclude
 }
 

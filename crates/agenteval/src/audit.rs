@@ -120,17 +120,12 @@ fn script_notes(text: &str) -> (Option<String>, Option<(String, Vec<String>)>) {
 /// The probes: oracle, nop, the battery (or `--exploits`), then the config folder's own.
 fn probes(config: &Path, limits: &Limits, only: &[String]) -> Result<Vec<Probe>, Failure> {
     let usage = |m: String| Failure { code: exit::USAGE, error: anyhow::anyhow!(m) };
+    let [(oracle, oracle_agent), (nop, nop_agent)] = agenteval_engine::agents::reference_probes(limits);
     let mut out = vec![
+        Probe { name: oracle.into(), agent: oracle_agent, exploit: false, explains: None, fix: None },
         Probe {
-            name: "oracle".into(),
-            agent: AgentConfig::Oracle { limits: limits.clone() },
-            exploit: false,
-            explains: None,
-            fix: None,
-        },
-        Probe {
-            name: "nop".into(),
-            agent: AgentConfig::Nop { limits: limits.clone() },
+            name: nop.into(),
+            agent: nop_agent,
             exploit: false,
             explains: Some("the task passes with nothing done: its tests do not check what the task asks".into()),
             fix: Some(("make the tests fail on the task's starting state (run them on it once to see)".into(), vec![])),
@@ -166,7 +161,7 @@ fn probes(config: &Path, limits: &Limits, only: &[String]) -> Result<Vec<Probe>,
             (None, None) => (None, None),
         };
         let script = text.or_else(|| builtin.map(|s| s.script.to_string()));
-        let agent = AgentConfig::Exploit { strategy: name.clone(), script, limits: limits.clone() };
+        let agent = agenteval_engine::agents::exploit::agent(&name, script, limits);
         out.push(Probe { name, agent, exploit: true, explains, fix });
     }
     Ok(out)

@@ -251,12 +251,11 @@ pub async fn write_harbor_of(
     let out = std::path::absolute(out).map_err(|e| io(format!("reading {}", out.display()), e))?;
     let job_name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| run.to_string());
     let jobs_dir = out.parent().map(Path::to_path_buf).unwrap_or_default();
-    let source = meta.dataset.as_ref().map(|d| d.name.clone()).unwrap_or_else(|| match &config.benchmark {
-        agenteval_core::config::BenchmarkConfig::Harbor { path: Some(p), .. } => {
-            p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "adhoc".into())
-        }
-        _ => meta.benchmark.clone(),
-    });
+    let source =
+        meta.dataset.as_ref().map(|d| d.name.clone()).unwrap_or_else(|| match config.benchmark.task_folder() {
+            Some(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "adhoc".into()),
+            None => meta.benchmark.clone(),
+        });
     let mut w = HarborWritten { run_id: run.to_string(), job_dir: out.display().to_string(), ..Default::default() };
     let started = meta.created_at;
     let mut trials = Vec::new();

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agenteval_core::config::{EvaluatorConfig, JudgeConfig};
+use agenteval_core::config::JudgeConfig;
 use agenteval_core::traits::Resolver as _;
 use agenteval_llm::{
     CassetteMode, Cassettes, ChatRequest, LlmClient, Message, ModelSpec, PriceTable, TaskCalls, Usage,
@@ -24,7 +24,8 @@ pub fn load_judge(path: &Path, what: &str) -> Result<JudgeConfig, Failure> {
     let text = std::fs::read_to_string(path).map_err(|e| usage(format!("{file}: cannot read: {e}")))?;
     let fill = [("kind", json!("llm_pass_fail")), ("criteria", json!(format!("({what})")))];
     let cfg = agenteval_core::config::load_evaluator_str(&text, &file, &fill).map_err(|e| usage(e.to_string()))?;
-    let EvaluatorConfig::LlmPassFail { judge, .. } = cfg else {
+    // Any judge's settings are a judge's settings; the file may name its kind.
+    let Some(judge) = cfg.judge().cloned() else {
         return Err(usage(format!(
             "{file}: a {what} judge is given as an llm_pass_fail judge's settings (model, base_url, …)"
         )));

@@ -507,7 +507,7 @@ pub fn load_pairwise(path: &Path) -> Result<agenteval_core::config::EvaluatorCon
     {
         return Err(usage(format!("{file}: model: {e}")));
     }
-    if !matches!(cfg, agenteval_core::config::EvaluatorConfig::LlmPairwise { .. }) {
+    if !cfg.compares_runs() {
         return Err(usage(format!("{file}: a pairwise judge's kind is llm_pairwise (or leave it out)")));
     }
     Ok(cfg)
@@ -526,9 +526,10 @@ async fn add_pairwise(
     c: &mut Comparison,
     opts: CompareOptions,
 ) -> Result<(), Failure> {
-    use agenteval_core::config::EvaluatorConfig;
     use futures::StreamExt;
-    let EvaluatorConfig::LlmPairwise { criteria, pass_threshold, judge, .. } = cfg else {
+    let (Some(kind), Some(judge), true) =
+        (agenteval_engine::evaluators::judge_kind(cfg), cfg.judge(), cfg.compares_runs())
+    else {
         return Err(Error::internal("compare --pairwise takes an llm_pairwise judge").into());
     };
     let key = match agenteval_engine::evaluators::judge_secret(judge) {
@@ -538,10 +539,6 @@ async fn add_pairwise(
             )))
         })?)),
         None => None,
-    };
-    let kind = agenteval_llm::JudgeKind::Pairwise {
-        criteria: criteria.clone(),
-        pass_threshold: pass_threshold.unwrap_or(0.5),
     };
     let host = match &judge.bedrock {
         Some(b) => Some(crate::wiring::Wiring::new(crate::session::exe()?, None).model_host(b).await?),

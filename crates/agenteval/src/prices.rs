@@ -7,32 +7,6 @@ use serde_json::json;
 use crate::session::config_failure;
 use crate::{Failure, exit};
 
-/// Prices a config gives by model, and those an endpoint gives every model it serves (by the
-/// field that says so).
-type ConfigPrices = (Vec<(String, Price)>, Vec<(&'static str, Price)>);
-
-/// What a config prices itself: an `llm` agent's `price`/`prices`, an agent's
-/// `upstream.prices` and an endpoint's `price` (for every model it serves).
-fn config_prices(config: &agenteval_core::config::RunConfig) -> ConfigPrices {
-    use agenteval_core::config::AgentConfig;
-    let mut named: Vec<(String, Price)> = vec![];
-    let mut flat: Vec<(&'static str, Price)> = vec![];
-    if let AgentConfig::Llm(a) = &config.agent {
-        named.extend(a.prices.iter().map(|(m, p)| (m.clone(), *p)));
-        flat.extend(a.endpoint.price.map(|p| ("agent.price", p)));
-        flat.extend(a.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.azure.price", p)));
-        flat.extend(a.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.bedrock.price", p)));
-    }
-    if let Some(up) = config.agent.upstream() {
-        named.extend(up.prices.iter().map(|(m, p)| (m.clone(), *p)));
-        flat.extend(up.openai.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.openai.price", p)));
-        flat.extend(up.anthropic.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.anthropic.price", p)));
-        flat.extend(up.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.upstream.azure.price", p)));
-        flat.extend(up.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.upstream.bedrock.price", p)));
-    }
-    (named, flat)
-}
-
 fn money(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v}"))
 }
@@ -42,7 +16,8 @@ pub fn list(config: Option<&std::path::Path>, json: bool) -> Result<u8, Failure>
     let mut table = PriceTable::packaged();
     // Loaded without the price check: which of its models have no price is what this shows.
     let loaded = config.map(|c| agenteval_core::config::load_config(c, &[])).transpose().map_err(config_failure)?;
-    let (named, flat) = loaded.as_ref().map(|l| config_prices(&l.config)).unwrap_or_default();
+    let (named, flat) =
+        loaded.as_ref().map(|l| agenteval_engine::agents::access::config_prices(&l.config)).unwrap_or_default();
     table.extend(named);
     // The models the config calls, and whether each has a price.
     let used: Vec<(String, Option<Price>)> = loaded
@@ -52,16 +27,12 @@ pub fn list(config: Option<&std::path::Path>, json: bool) -> Result<u8, Failure>
             let models = agent.model().map(str::to_string).into_iter();
             let others = agent.upstream().into_iter().flat_map(|u| u.models.iter().cloned());
             let flat_price = flat.first().map(|f| f.1);
-            // A model Bedrock serves under an id of its own is priced as that id's model.
-            let bedrock = match agent {
-                agenteval_core::config::AgentConfig::Llm(a) => a.bedrock.clone(),
-                _ => agent.upstream().and_then(|u| u.bedrock.clone()),
-            };
+            let bedrock = agenteval_engine::agents::access::bedrock_of(&l.config);
             models
                 .chain(others)
                 .map(|m| {
                     let name = agenteval_llm::ModelSpec::parse(&m).map_or(m.clone(), |s| s.name);
-                    let id = bedrock.as_ref().map(|b| b.model_id(&name).to_string());
+                    let id = bedrock.map(|b| b.model_id(&name).to_string());
                     let price = table.lookup(&name).or_else(|| id.and_then(|id| table.lookup(&id))).or(flat_price);
                     (name, price)
                 })

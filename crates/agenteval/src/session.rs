@@ -344,8 +344,9 @@ pub(crate) fn load_config(path: &std::path::Path, overrides: &[String]) -> Resul
     let deployed = |config: &serde_json::Value| crate::wiring::deployed_settings(config);
     agenteval_core::config::load_config_layered(path, &deployed, overrides, &|config| {
         let mut problems = crate::wiring::backend_problems(config);
-        problems.extend(agenteval_engine::benchmarks::at_load(config));
+        // The agent first: a benchmark checks the answers an agent read (`predictions`).
         problems.extend(agenteval_engine::agents::at_load(config));
+        problems.extend(agenteval_engine::benchmarks::at_load(config));
         problems.extend(agenteval_llm::validate_config(config));
         problems
     })

@@ -509,6 +509,41 @@ fn validate_calls(calls: &[ExpectedCall], at: &str, problems: &mut Vec<(String, 
 }
 
 impl EvaluatorConfig {
+    /// Whether it runs the tests of a task's environment (`tests`).
+    pub fn runs_tests(&self) -> bool {
+        matches!(self, EvaluatorConfig::Tests { .. })
+    }
+
+    /// The folder of tests it brings for tasks that bring none: agents must not see it.
+    pub fn tests_folder(&self) -> Option<&std::path::Path> {
+        match self {
+            EvaluatorConfig::Tests { tests, .. } => tests.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Whether it judges against another run's answers (`llm_pairwise`).
+    pub fn compares_runs(&self) -> bool {
+        matches!(self, EvaluatorConfig::LlmPairwise { .. })
+    }
+
+    /// The run it judges against, as written, and where that run's bundle is once resolved:
+    /// the submitting controller fills the second in.
+    pub fn baseline_mut(&mut self) -> Option<(&mut String, &mut Option<String>)> {
+        match self {
+            EvaluatorConfig::LlmPairwise { baseline, baseline_bundle, .. } => Some((baseline, baseline_bundle)),
+            _ => None,
+        }
+    }
+
+    /// Where the run it judges against keeps its bundle, once resolved.
+    pub fn baseline_bundle(&self) -> Option<&str> {
+        match self {
+            EvaluatorConfig::LlmPairwise { baseline_bundle, .. } => baseline_bundle.as_deref(),
+            _ => None,
+        }
+    }
+
     /// The kind as written in configs (`exact_match`, …).
     pub fn kind(&self) -> &'static str {
         match self {

@@ -199,6 +199,16 @@ pub enum EnvironmentKind {
 }
 
 impl EnvironmentKind {
+    /// Chosen to be no container (`none`, `workspace`): refused by benchmarks whose tasks need one.
+    pub fn without_containers(self) -> bool {
+        matches!(self, EnvironmentKind::None | EnvironmentKind::Workspace)
+    }
+
+    /// One container per task.
+    pub fn in_containers(self) -> bool {
+        self == EnvironmentKind::Docker
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             EnvironmentKind::Auto => "auto",
@@ -775,6 +785,59 @@ impl BenchmarkConfig {
         let BenchmarkConfig::Command { command, workdir: Some(dir), .. } = self else { return vec![] };
         command.iter().map(|a| dir.join(a)).filter(|p| p.exists()).collect()
     }
+
+    /// What agenteval fetches for the benchmark outside the config's folder, which agents must
+    /// not see: a Harbor dataset's checkouts (the task folder links into them, tests and
+    /// solutions with it), SWE-bench's reference fixes, τ²-bench's package (its gold actions,
+    /// in the libraries beside an absolute interpreter's `bin`). Every kind is named: a new
+    /// benchmark is a compile error here until it says what it fetches.
+    pub fn fetched_data(&self) -> Vec<PathBuf> {
+        match self {
+            BenchmarkConfig::Harbor { dataset: Some(_), .. } => vec![crate::cache_dir().join("harbor")],
+            BenchmarkConfig::Swebench { .. } => vec![crate::cache_dir().join("swebench")],
+            BenchmarkConfig::Tau2 { python: Some(py), .. } if std::path::Path::new(py).is_absolute() => {
+                std::path::Path::new(py)
+                    .parent()
+                    .and_then(std::path::Path::parent)
+                    .map(|r| r.join("lib"))
+                    .into_iter()
+                    .collect()
+            }
+            BenchmarkConfig::Harbor { dataset: None, .. }
+            | BenchmarkConfig::Toy { .. }
+            | BenchmarkConfig::Jsonl { .. }
+            | BenchmarkConfig::Humaneval { .. }
+            | BenchmarkConfig::Command { .. }
+            | BenchmarkConfig::Tau2 { .. } => vec![],
+        }
+    }
+
+    /// The registry dataset the tasks were pinned to when the config loaded (a Harbor
+    /// dataset's), recorded in the run's metadata.
+    pub fn pinned_dataset(&self) -> Option<&ResolvedDataset> {
+        match self {
+            BenchmarkConfig::Harbor { resolved, .. } => resolved.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The folder the tasks are read from, when the config names a folder of tasks (Harbor's
+    /// format) rather than a file or a registry.
+    pub fn task_folder(&self) -> Option<&std::path::Path> {
+        match self {
+            BenchmarkConfig::Harbor { path, .. } => path.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The Python that checks the agent's answers by running them (HumanEval's), with the
+    /// field that sets it; `None` inside is the default interpreter.
+    pub fn answer_python(&self) -> Option<(&'static str, Option<&str>)> {
+        match self {
+            BenchmarkConfig::Humaneval { python, .. } => Some(("benchmark.python", python.as_deref())),
+            _ => None,
+        }
+    }
 }
 
 /// Which of τ²-bench's evaluator checks make a task's reward (its `EvaluationType`).
@@ -1100,6 +1163,35 @@ pub enum NetworkMode {
 static NO_SECRETS: BTreeMap<String, String> = BTreeMap::new();
 
 impl AgentConfig {
+    /// The tasks the agent brings its answers for by id (a `predictions` agent's instances,
+    /// once the config has read them), with the file they came from: a benchmark refuses ids
+    /// it does not have.
+    pub fn answered_tasks(&self) -> Option<(&std::path::Path, Vec<&str>)> {
+        match self {
+            AgentConfig::Predictions { path, predictions, .. } => {
+                Some((path.as_path(), predictions.keys().map(String::as_str).collect()))
+            }
+            _ => None,
+        }
+    }
+
+    /// The folder of the agent's own code (a `command` agent's), whose checkout a run records
+    /// and where the program its command names is looked for.
+    pub fn code_folder(&self) -> Option<&std::path::Path> {
+        match self {
+            AgentConfig::Command { workdir, .. } => workdir.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The program line the agent runs on the worker's machine (a `command` agent's).
+    pub fn program_line(&self) -> Option<&[String]> {
+        match self {
+            AgentConfig::Command { command, .. } => Some(command),
+            _ => None,
+        }
+    }
+
     /// The kind as written in configs.
     pub fn kind(&self) -> &'static str {
         match self {

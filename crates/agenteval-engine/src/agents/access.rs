@@ -2,7 +2,7 @@
 //! fetch, where the gateway sends its calls, and the models a call may name. The agent
 //! component declares these; the worker and `submit`/`doctor` only ask.
 
-use agenteval_core::config::{AgentConfig, RunConfig, Upstream};
+use agenteval_core::config::{AgentConfig, ModelPrice as Price, RunConfig, Upstream};
 
 /// The agent's secrets: `(ENV_NAME, secret name, required)`. An `llm` agent with no `secrets`
 /// takes its provider's key from the secret of the variable's name (optional for
@@ -144,8 +144,57 @@ pub fn upstream_of(config: &RunConfig) -> Option<Upstream> {
 /// Whether a task's containers need their way to the model gateway: an installed agent with an
 /// `upstream` calls its model from inside, and so do tests that call a judge (`roles.judge`).
 pub fn container_reaches_gateway(config: &RunConfig) -> bool {
-    (matches!(config.agent, AgentConfig::Installed { .. }) && config.agent.upstream().is_some())
-        || config.roles.judge.is_some()
+    agent_calls_from_container(config) || config.roles.judge.is_some()
+}
+
+/// Whether the agent calls its model from inside the task's container, through the gateway (an
+/// installed agent with an `upstream`).
+pub fn agent_calls_from_container(config: &RunConfig) -> bool {
+    matches!(config.agent, AgentConfig::Installed { .. }) && config.agent.upstream().is_some()
+}
+
+/// The config field that sets the agent's endpoint `name` (`openai`, `azure`, …), as this
+/// agent's config writes it: the `llm` agent has its own `base_url` (and refuses
+/// `agent.upstream`), other agents an upstream.
+pub fn endpoint_field(config: &RunConfig, name: &str) -> String {
+    match (&config.agent, name) {
+        (AgentConfig::Llm(_), "azure") => "agent.azure.base_url".to_string(),
+        (AgentConfig::Llm(_), _) => "agent.base_url".to_string(),
+        _ => format!("agent.upstream.{name}.base_url"),
+    }
+}
+
+/// Prices by model, and prices by the field that gives them for every model of an endpoint.
+pub type ConfigPrices = (Vec<(String, Price)>, Vec<(&'static str, Price)>);
+
+/// The prices a config gives: by model (an `llm` agent's `prices`, an upstream's), and those an
+/// endpoint gives every model it serves, by the field that says so (`agent.price`, …).
+pub fn config_prices(config: &RunConfig) -> ConfigPrices {
+    let mut named: Vec<(String, Price)> = vec![];
+    let mut flat: Vec<(&'static str, Price)> = vec![];
+    if let AgentConfig::Llm(a) = &config.agent {
+        named.extend(a.prices.iter().map(|(m, p)| (m.clone(), *p)));
+        flat.extend(a.endpoint.price.map(|p| ("agent.price", p)));
+        flat.extend(a.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.azure.price", p)));
+        flat.extend(a.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.bedrock.price", p)));
+    }
+    if let Some(up) = config.agent.upstream() {
+        named.extend(up.prices.iter().map(|(m, p)| (m.clone(), *p)));
+        flat.extend(up.openai.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.openai.price", p)));
+        flat.extend(up.anthropic.as_ref().and_then(|e| e.price).map(|p| ("agent.upstream.anthropic.price", p)));
+        flat.extend(up.azure.as_ref().and_then(|z| z.price).map(|p| ("agent.upstream.azure.price", p)));
+        flat.extend(up.bedrock.as_ref().and_then(|b| b.price).map(|p| ("agent.upstream.bedrock.price", p)));
+    }
+    (named, flat)
+}
+
+/// Where the agent's Bedrock models are served, when they are (its own `bedrock`, or its
+/// upstream's): a model Bedrock serves under an id of its own is priced as that id's model.
+pub fn bedrock_of(config: &RunConfig) -> Option<&agenteval_core::config::BedrockEndpoint> {
+    match &config.agent {
+        AgentConfig::Llm(a) => a.bedrock.as_ref(),
+        agent => agent.upstream().and_then(|u| u.bedrock.as_ref()),
+    }
 }
 
 /// Whether the agent's own calls go through the model gateway (the `llm` agent's, or an

@@ -22,7 +22,7 @@ use agenteval_core::traits::{AgentRunner, AgentTool};
 use agenteval_core::{Error, Result};
 use agenteval_llm::{Cassettes, LlmAgent};
 
-pub use agenteval_agents::{MockAgent, NopAgent, OracleAgent, exploit, predictions};
+pub use agenteval_agents::{MockAgent, NopAgent, OracleAgent, exploit, predictions, reference_probes};
 pub use command::{CommandAgent, runnable};
 pub use env_tools::env_tools;
 pub use installed::InstalledAgent;
@@ -218,11 +218,9 @@ pub fn preflight(run: &RunConfig) -> Result<()> {
             }
         }
     }
-    let python = match (&run.benchmark, &run.agent) {
-        (agenteval_core::config::BenchmarkConfig::Humaneval { python, .. }, _) => {
-            Some(("benchmark.python", python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into())))
-        }
-        (_, AgentConfig::Llm(cfg)) if cfg.tools.iter().any(|t| t == "python") => {
+    let python = match (run.benchmark.answer_python(), &run.agent) {
+        (Some((field, python)), _) => Some((field, python.unwrap_or(crate::python::DEFAULT_PYTHON).to_string())),
+        (None, AgentConfig::Llm(cfg)) if cfg.tools.iter().any(|t| t == "python") => {
             Some(("agent.python", cfg.python.clone().unwrap_or_else(|| crate::python::DEFAULT_PYTHON.into())))
         }
         _ => None,

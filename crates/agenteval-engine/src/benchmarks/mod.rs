@@ -124,10 +124,7 @@ pub fn unreadable_tasks(config: &agenteval_core::config::RunConfig) -> Vec<(Stri
 /// Harbor tasks run in containers.
 fn harbor_in_containers(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     let mut problems = Vec::new();
-    if matches!(
-        config.environment.kind,
-        agenteval_core::config::EnvironmentKind::Workspace | agenteval_core::config::EnvironmentKind::None
-    ) {
+    if config.environment.kind.without_containers() {
         problems.push((
             "/environment/kind".into(),
             format!(

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 
-use agenteval_core::config::{EnvironmentKind, RunConfig};
+use agenteval_core::config::RunConfig;
 use agenteval_core::environment::EnvSpec;
 use agenteval_core::model::TaskSpec;
 use agenteval_core::traits::{CloudBackend, Resolver};
@@ -16,7 +16,7 @@ use crate::environments::files::Packed;
 
 /// Whether the run's jobs each run in their tasks' own image.
 pub(super) async fn uses_task_images(config: &RunConfig, backend: &dyn CloudBackend) -> Result<bool> {
-    Ok(crate::environments::kind_of(config) == EnvironmentKind::Docker && backend.task_images(&[]).await?.is_some())
+    Ok(crate::environments::kind_of(config).in_containers() && backend.task_images(&[]).await?.is_some())
 }
 
 /// Names each task's image as the fleet runs it and packs its folders; an `Invalid` error (exit

@@ -176,7 +176,7 @@ fn git(dir: &Path, args: &[&str]) -> Option<String> {
 /// commit ran, and whether tracked files were changed. Untracked files are not counted: the
 /// bundles and the index often sit in that folder.
 fn agent_git(config: &agenteval_core::config::RunConfig) -> Option<agenteval_core::format::GitCheckout> {
-    let agenteval_core::config::AgentConfig::Command { workdir: Some(dir), .. } = &config.agent else { return None };
+    let dir = config.agent.code_folder()?;
     let commit = git(dir, &["rev-parse", "HEAD"])?;
     let dirty = !git(dir, &["status", "--porcelain", "--untracked-files=no"])?.is_empty();
     Some(agenteval_core::format::GitCheckout { commit, dirty })
@@ -264,10 +264,7 @@ pub async fn submit(loaded: &LoadedConfig, opts: ControllerOptions) -> Result<Ru
         budget_usd: config.max_run_cost_usd.filter(|_| opts.set.is_none()),
         spent_usd: None,
         calls_at_wire: None,
-        dataset: match &config.benchmark {
-            agenteval_core::config::BenchmarkConfig::Harbor { resolved, .. } => resolved.clone(),
-            _ => None,
-        },
+        dataset: config.benchmark.pinned_dataset().cloned(),
         imported: None,
         adaptive: None,
     };

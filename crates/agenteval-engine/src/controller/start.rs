@@ -77,7 +77,7 @@ pub async fn prepare(
 /// is, in the config the workers read: a run the index does not know is named with its
 /// evaluator, every such problem at once. Runs that share the config's index only.
 pub async fn resolve_references(resolver: &dyn Resolver, config: &mut RunConfig) -> Result<()> {
-    if !config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::LlmPairwise { .. })) {
+    if !config.evaluators.iter().any(EvaluatorConfig::compares_runs) {
         return Ok(());
     }
     let index = resolver.index(&config.storage.index_location()).await.map_err(|e| {
@@ -85,7 +85,8 @@ pub async fn resolve_references(resolver: &dyn Resolver, config: &mut RunConfig)
     })?;
     let mut problems = Vec::new();
     for (i, e) in config.evaluators.iter_mut().enumerate() {
-        let EvaluatorConfig::LlmPairwise { baseline, baseline_bundle, .. } = e else { continue };
+        let kind = e.kind();
+        let Some((baseline, baseline_bundle)) = e.baseline_mut() else { continue };
         let found = async {
             let id = crate::refs::resolve_ref(index.as_ref(), baseline).await?;
             let record =
@@ -98,7 +99,7 @@ pub async fn resolve_references(resolver: &dyn Resolver, config: &mut RunConfig)
                 *baseline = id.to_string();
                 *baseline_bundle = Some(uri);
             }
-            Err(e) => problems.push(format!("evaluators[{i}] (llm_pairwise) baseline `{baseline}`: {e}")),
+            Err(e) => problems.push(format!("evaluators[{i}] ({kind}) baseline `{baseline}`: {e}")),
         }
     }
     if !problems.is_empty() {

@@ -11,7 +11,7 @@ use agenteval_core::config::EvaluatorConfig;
 use agenteval_core::secret::Secret;
 use agenteval_core::traits::Evaluator;
 
-pub use agenteval_evaluators::{Shared, StoreVerdicts, command, evaluate_safely, judge_secret, pairwise};
+pub use agenteval_evaluators::{Shared, StoreVerdicts, command, evaluate_safely, judge_kind, judge_secret, pairwise};
 
 /// Builds an evaluator from its config. Fails only on configuration the loader would have
 /// refused. `secrets` hold the judges' keys, by environment variable name.

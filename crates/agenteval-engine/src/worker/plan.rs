@@ -103,7 +103,7 @@ pub(super) fn by_tests(config: &RunConfig, task: &TaskSpec) -> bool {
 }
 
 pub(super) fn has_tests_evaluator(config: &RunConfig) -> bool {
-    config.evaluators.iter().any(|e| matches!(e, EvaluatorConfig::Tests { .. }))
+    config.evaluators.iter().any(EvaluatorConfig::runs_tests)
 }
 
 #[cfg(test)]

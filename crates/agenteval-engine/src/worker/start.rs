@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use agenteval_core::config::{EvaluatorConfig, RunConfig};
+use agenteval_core::config::RunConfig;
 use agenteval_core::layout;
 use agenteval_core::model::JobSpec;
 use agenteval_core::secret::{Redactor, Secret};
@@ -258,12 +258,12 @@ async fn run_evaluators(
     // task too) and every later run under the same root finds them.
     let verdicts: Arc<dyn agenteval_llm::VerdictCache> = Arc::new(crate::evaluators::StoreVerdicts(store.clone()));
     for e in &config.evaluators {
-        let baseline = match e {
-            EvaluatorConfig::LlmPairwise { baseline_bundle: Some(uri), .. } => {
+        let baseline = match e.baseline_bundle() {
+            Some(uri) => {
                 let (store, run) = crate::resolve::store_from_bundle_uri(resolver, uri).await?;
                 Some(crate::evaluators::pairwise::Baseline { store, run })
             }
-            _ => None,
+            None => None,
         };
         let host = match e.judge().and_then(|j| j.bedrock.as_ref()) {
             Some(b) => Some(resolver.model_host(b).await?),

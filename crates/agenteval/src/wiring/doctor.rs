@@ -18,10 +18,9 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
     let secrets = agenteval_engine::agents::access::required_secrets(cfg, false);
     let mut checks = kind.check(cfg, &secrets).await;
     if kind.on_this_machine()
-        && let agenteval_core::config::AgentConfig::Command { command, workdir, .. } = &cfg.agent
-        && let Some(prog) = command.first()
+        && let Some(prog) = cfg.agent.program_line().and_then(<[String]>::first)
     {
-        let local = workdir.as_ref().map(|w| w.join(prog)).filter(|p| !prog.starts_with('/') && p.exists());
+        let local = cfg.agent.code_folder().map(|w| w.join(prog)).filter(|p| !prog.starts_with('/') && p.exists());
         let prog = local.map(|p| p.display().to_string()).unwrap_or_else(|| prog.clone());
         let r = match agenteval_engine::agents::runnable(&prog) {
             Ok(path) => Ok(format!("{} is executable", path.display())),
@@ -37,13 +36,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
         checks.push(Check::new("agent programs for a root worker", r));
     }
     if let Some(up) = agenteval_engine::agents::access::upstream_of(cfg) {
-        // The field that sets each endpoint, as this agent's config writes it: the `llm` agent
-        // has its own `base_url` (and refuses `agent.upstream`), other agents an upstream.
-        let field = |name: &str| match (&cfg.agent, name) {
-            (agenteval_core::config::AgentConfig::Llm(_), "azure") => "agent.azure.base_url".to_string(),
-            (agenteval_core::config::AgentConfig::Llm(_), _) => "agent.base_url".to_string(),
-            _ => format!("agent.upstream.{name}.base_url"),
-        };
+        let field = |name: &str| agenteval_engine::agents::access::endpoint_field(cfg, name);
         checks.extend(endpoint_checks(&up, &field).await);
         if let Some(b) = &up.bedrock {
             let host = agenteval_aws::BedrockHost::connect(&wiring.aws, b.region.as_deref(), b.endpoint_url.as_deref());
@@ -54,7 +47,7 @@ pub async fn run(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Check> {
             checks.push(Check::new("model endpoint bedrock", probe));
         }
     }
-    if agenteval_engine::environments::kind_of(cfg) == agenteval_core::config::EnvironmentKind::Docker {
+    if agenteval_engine::environments::kind_of(cfg).in_containers() {
         checks.extend(docker_checks(wiring, cfg, build).await);
     }
     checks
@@ -253,9 +246,7 @@ async fn docker_checks(wiring: &Wiring, cfg: &RunConfig, build: bool) -> Vec<Che
         };
         checks.push(Check::new(format!("image of {what}"), r));
     }
-    // An installed agent calls its model from inside the container, through the gateway.
-    let in_container = matches!(cfg.agent, agenteval_core::config::AgentConfig::Installed { .. });
-    if in_container
+    if agenteval_engine::agents::access::agent_calls_from_container(cfg)
         && let Some(up) = cfg.agent.upstream()
         && let Some((task, spec)) = tasks.iter().find_map(|t| Some((t, t.environment.as_ref()?)))
     {

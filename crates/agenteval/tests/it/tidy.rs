@@ -1070,12 +1070,13 @@ fn the_engine_is_at_most_a_fifth_of_the_products_code() {
 }
 
 /// Where the code names a component's kind (`AgentConfig::Llm`, `BenchmarkConfig::Harbor`,
-/// `EvaluatorConfig::Tests`, `EnvironmentKind::Docker`) outside the kind's own folders and the
-/// config's table of kinds: each such place is a fact about a kind derived again, which a new
-/// kind would have to find. Issue 71 brings the list to none; until then it may only shrink.
+/// `EvaluatorConfig::Tests`, `EnvironmentKind::Docker`, or the enum under another name, `use
+/// BenchmarkConfig as B`) outside the kind's own folders and the tables of kinds (the config's,
+/// which says each kind's facts as methods, and the binary's wiring, which registers the
+/// environments): each such place is a fact about a kind derived again, which a new kind would
+/// have to find. There are none; a new one fails here.
 #[test]
-fn places_that_name_a_kind_outside_its_folder_only_shrink() {
-    const AT_MOST: usize = 27;
+fn no_place_names_a_kind_outside_its_folder() {
     let homes: [(&str, &[&str]); 4] = [
         (
             "AgentConfig::",
@@ -1098,7 +1099,12 @@ fn places_that_name_a_kind_outside_its_folder_only_shrink() {
         ("EvaluatorConfig::", &["crates/agenteval-engine/src/evaluators/", "crates/agenteval-evaluators/"]),
         (
             "EnvironmentKind::",
-            &["crates/agenteval-engine/src/environments/", "crates/agenteval-docker/", "crates/agenteval-envlink/"],
+            &[
+                "crates/agenteval-engine/src/environments/",
+                "crates/agenteval-docker/",
+                "crates/agenteval-envlink/",
+                "crates/agenteval/src/wiring/mod.rs",
+            ],
         ),
     ];
     let mut found = Vec::new();
@@ -1114,10 +1120,14 @@ fn places_that_name_a_kind_outside_its_folder_only_shrink() {
                 continue;
             }
             let named = homes.iter().find(|(kind, home)| {
-                l.match_indices(kind).any(|(at, _)| {
-                    l[at + kind.len()..].starts_with(|c: char| c.is_ascii_uppercase())
-                        && (at == 0 || !l[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
-                }) && !home.iter().any(|h| f.starts_with(h))
+                let name = kind.trim_end_matches("::");
+                let aliased = [" as ", "::{", "::*"].iter().any(|a| l.contains(&format!("{name}{a}")));
+                (aliased
+                    || l.match_indices(kind).any(|(at, _)| {
+                        l[at + kind.len()..].starts_with(|c: char| c.is_ascii_uppercase())
+                            && (at == 0 || !l[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+                    }))
+                    && !home.iter().any(|h| f.starts_with(h))
             });
             if let Some((kind, _)) = named {
                 found.push(format!("{f}:{}: {}", n + 1, kind.trim_end_matches("::")));
@@ -1125,13 +1135,78 @@ fn places_that_name_a_kind_outside_its_folder_only_shrink() {
         }
     }
     assert!(
-        found.len() <= AT_MOST,
-        "{} places name a kind outside its folder (at most {AT_MOST}): {found:#?}",
+        found.is_empty(),
+        "{} places name a kind outside its folder and the tables of kinds: say the fact as a method of the \
+         kind's config (`crates/agenteval-core/src/config/`) or a function of its folder: {found:#?}",
         found.len()
     );
-    assert!(
-        found.len() == AT_MOST,
-        "only {} places name a kind outside its folder now: lower AT_MOST to it: {found:#?}",
-        found.len()
-    );
+}
+
+/// The variants of `pub enum NAME` in `src` (each at the enum's first indent, a capital first).
+fn enum_variants(src: &str, name: &str) -> Vec<String> {
+    let start = src.find(&format!("pub enum {name} {{")).unwrap_or_else(|| panic!("no `pub enum {name}`"));
+    src[start..]
+        .lines()
+        .skip(1)
+        .take_while(|l| *l != "}")
+        .filter_map(|l| l.strip_prefix("    "))
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_uppercase()))
+        .map(|l| l.split(|c: char| !c.is_alphanumeric()).next().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The product files that name every variant of `name` (under any alias the file gives it):
+/// the matches that list every kind, which the compiler sends a new kind to.
+fn files_naming_every_kind(name: &str, variants: &[String]) -> Vec<String> {
+    sources()
+        .into_iter()
+        .filter(|f| !is_test_file(f) && !f.ends_with("/testing.rs") && !f.starts_with("crates/agenteval-testkit/"))
+        .filter(|f| {
+            let code = product_code(f);
+            let mut names = vec![name.to_string()];
+            let alias = format!("{name} as ");
+            names.extend(code.lines().filter_map(|l| {
+                let at = l.find(&alias)?;
+                Some(l[at + alias.len()..].trim_end_matches(';').trim().to_string())
+            }));
+            variants.iter().all(|v| names.iter().any(|n| code.contains(&format!("{n}::{v}"))))
+        })
+        .collect()
+}
+
+/// Each recipe that adds a kind names every file whose matches list every kind (so the
+/// compiler lists no site the recipe leaves out) and only files that exist: a new exhaustive
+/// match outside them, or a recipe left behind by a move, fails here.
+#[test]
+fn each_add_a_kind_recipe_names_every_file_that_matches_every_kind() {
+    let doc = architecture();
+    let recipes = &doc[doc.find("## Recipes").expect("a Recipes section")..];
+    let recipe = |title: &str| -> String {
+        let at = recipes.find(&format!("- **{title}**")).unwrap_or_else(|| panic!("no recipe `{title}`"));
+        let rest = &recipes[at + 2..];
+        rest[..rest.find("\n- **").unwrap_or(rest.len())].to_string()
+    };
+    let core = read("crates/agenteval-core/src/config/mod.rs") + &read("crates/agenteval-core/src/config/evaluator.rs");
+    let mut problems = Vec::new();
+    for (title, kind) in [
+        ("Add an agent kind", "AgentConfig"),
+        ("Add a benchmark", "BenchmarkConfig"),
+        ("Add an evaluator", "EvaluatorConfig"),
+    ] {
+        let variants = enum_variants(&core, kind);
+        assert!(variants.len() >= 5, "{kind}'s variants were not found: {variants:?}");
+        let text = recipe(title);
+        let named: BTreeSet<&str> = code_spans(&text).into_iter().filter(|s| s.starts_with("crates/")).collect();
+        for f in files_naming_every_kind(kind, &variants) {
+            if !named.contains(f.as_str()) {
+                problems.push(format!("`{title}` does not name {f}, whose matches list every {kind}"));
+            }
+        }
+        for f in named.iter().filter(|f| !f.contains('<')) {
+            if !root().join(f).exists() {
+                problems.push(format!("`{title}` names {f}, which does not exist"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
 }
