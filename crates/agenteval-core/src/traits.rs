@@ -782,12 +782,46 @@ pub struct TaskPlan {
 /// What a benchmark tells its simulated user of a task: its system prompt (the benchmark's own
 /// guidelines with the task's persona and instructions: a "standard" simulator is the
 /// benchmark's) and the agent's opening line, which the user answers first.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct UserBrief {
     pub system: String,
     pub opening: String,
     /// Words that, in a user's turn, end the conversation (`###STOP###`).
     pub stop_words: Vec<String>,
+    /// The conversation the task starts from (τ²'s `message_history`), before the `opening`,
+    /// which is then the agent's last line of it: both sides are told it as they said it.
+    pub history: Vec<PriorMessage>,
+}
+
+/// A message of the conversation a task starts from, as its side said it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum PriorMessage {
+    User {
+        text: String,
+    },
+    Agent {
+        #[serde(default)]
+        text: Option<String>,
+        #[serde(default)]
+        tool_calls: Vec<PriorCall>,
+    },
+    /// A tool's answer to the agent's call `call_id`.
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+        #[serde(default)]
+        error: bool,
+    },
+}
+
+/// A tool call of the conversation a task starts from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PriorCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: serde_json::Value,
 }
 
 /// The instructions a case's simulated user gets, its scenario inside: agenteval's own
@@ -809,6 +843,7 @@ impl crate::model::UserSpec {
             system: USER_GUIDE.replace("{scenario}", self.scenario.trim()),
             opening: self.opening.clone().unwrap_or_else(|| DEFAULT_OPENING.to_string()),
             stop_words: vec!["###STOP###".to_string()],
+            history: Vec::new(),
         }
     }
 }
@@ -827,6 +862,10 @@ pub struct UserTurn {
 pub trait SimulatedUser: Send + Sync {
     /// The agent's opening line, which the conversation starts with.
     fn opening(&self) -> &str;
+    /// The conversation before the opening line, when the task starts from one.
+    fn history(&self) -> &[PriorMessage] {
+        &[]
+    }
     /// The user's reply to what the agent said; `Err` when the conversation cannot go on (the
     /// user's budget is spent, its recording has no such turn, its model failed).
     async fn reply(&self, agent_said: &str) -> std::result::Result<UserTurn, Stop>;

@@ -39,6 +39,13 @@ async fn emit(sink: &mut dyn EventSink, kind: EventKind, payload: Value) -> Resu
 /// Opens the conversation before the agent starts: the opening line said for the agent, the
 /// user's first answer.
 pub async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSink) -> Result<Talk<'a>, AgentOutcome> {
+    if !user.history().is_empty() {
+        // Its line protocol and the CLIs' sessions start empty: the task would be another one.
+        return Err(AgentOutcome::stopped(
+            TerminatedBy::InfraFailure,
+            "the task starts from a recorded conversation, which only the `llm` agent can be told (docs/roles.md)",
+        ));
+    }
     let opening = user.opening().to_string();
     let stopped = |(t, why): (TerminatedBy, String)| AgentOutcome::stopped(t, why);
     emit(sink, EventKind::AgentMessage, json!({"text": opening, "opening": true})).await.map_err(stopped)?;

@@ -206,13 +206,43 @@ async fn open_conversation(
     user: &dyn agenteval_core::traits::SimulatedUser,
 ) -> Result<Vec<Message>, AgentOutcome> {
     let opening = user.opening().to_string();
-    let mut messages = vec![Message::Assistant { text: Some(opening.clone()), tool_calls: Vec::new() }];
+    let mut messages = told_to_the_agent(user.history());
+    messages.push(Message::Assistant { text: Some(opening.clone()), tool_calls: Vec::new() });
     match converse_turn(sink, user, &opening, true).await {
         Ok(Some(reply)) => messages.push(Message::User { text: reply }),
         Ok(None) => return Err(AgentOutcome::answer(Value::String(opening))),
         Err(s) => return Err(AgentOutcome::stopped(s.terminated_by, s.reason)),
     }
     Ok(messages)
+}
+
+/// The conversation a task starts from as the agent said and heard it: its own lines and tool
+/// calls, the tools' answers, the user's lines.
+pub(crate) fn told_to_the_agent(history: &[agenteval_core::traits::PriorMessage]) -> Vec<Message> {
+    use agenteval_core::traits::PriorMessage as P;
+    history
+        .iter()
+        .map(|m| match m {
+            P::User { text } => Message::User { text: text.clone() },
+            P::Agent { text, tool_calls } => Message::Assistant {
+                text: text.clone(),
+                tool_calls: tool_calls
+                    .iter()
+                    .map(|c| crate::types::ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
+            },
+            P::Tool { call_id, name, content, error } => Message::Tool {
+                call_id: call_id.clone(),
+                name: name.clone(),
+                content: content.clone(),
+                is_error: *error,
+            },
+        })
+        .collect()
 }
 
 /// The agent said `said` to the user: `None` to go on (both lines added to `messages`), else how

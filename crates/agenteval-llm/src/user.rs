@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agenteval_core::config::{DEFAULT_USER_TURNS, UserRole};
 use agenteval_core::model::TerminatedBy;
-use agenteval_core::traits::{GatewayAccess, SimulatedUser, Stop, UserBrief, UserTurn};
+use agenteval_core::traits::{GatewayAccess, PriorMessage, SimulatedUser, Stop, UserBrief, UserTurn};
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
@@ -41,14 +41,37 @@ impl GatewayUser {
             Some(local) => client.through(local.clone()),
             None => client,
         };
-        Ok(GatewayUser { client, model: spec.name, role: role.clone(), brief, said: Mutex::new((Vec::new(), 0)) })
+        let seen = seen_by_the_user(&brief.history);
+        Ok(GatewayUser { client, model: spec.name, role: role.clone(), brief, said: Mutex::new((seen, 0)) })
     }
+}
+
+/// The conversation a task starts from as the user saw it, as τ²'s simulator is told it: its
+/// own lines are its model's, the agent's text its input; the agent's tool calls and their
+/// results it never saw.
+fn seen_by_the_user(history: &[PriorMessage]) -> Vec<Message> {
+    history
+        .iter()
+        .filter_map(|m| match m {
+            PriorMessage::User { text } => {
+                Some(Message::Assistant { text: Some(text.clone()), tool_calls: Vec::new() })
+            }
+            PriorMessage::Agent { text: Some(text), tool_calls } if tool_calls.is_empty() => {
+                Some(Message::User { text: text.clone() })
+            }
+            PriorMessage::Agent { .. } | PriorMessage::Tool { .. } => None,
+        })
+        .collect()
 }
 
 #[async_trait]
 impl SimulatedUser for GatewayUser {
     fn opening(&self) -> &str {
         &self.brief.opening
+    }
+
+    fn history(&self) -> &[PriorMessage] {
+        &self.brief.history
     }
 
     async fn reply(&self, agent_said: &str) -> Result<UserTurn, Stop> {
@@ -83,5 +106,41 @@ impl SimulatedUser for GatewayUser {
         said.1 += 1;
         let ends = self.brief.stop_words.iter().any(|w| !w.is_empty() && text.contains(w.as_str()));
         Ok(UserTurn { text, ends })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use agenteval_core::traits::PriorCall;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_recorded_conversation_is_told_to_the_user_as_it_saw_it_and_to_the_agent_as_it_happened() {
+        let history = vec![
+            PriorMessage::User { text: "make a task".into() },
+            PriorMessage::Agent {
+                text: None,
+                tool_calls: vec![PriorCall { id: "c1".into(), name: "create_task".into(), arguments: json!({"t": 1}) }],
+            },
+            PriorMessage::Tool { call_id: "c1".into(), name: "create_task".into(), content: "ok".into(), error: false },
+            PriorMessage::Agent { text: Some("made task_2".into()), tool_calls: vec![] },
+            PriorMessage::User { text: "thanks".into() },
+        ];
+        // The user's own lines are its model's; the agent's words its input; no tool call.
+        assert_eq!(
+            seen_by_the_user(&history),
+            vec![
+                Message::Assistant { text: Some("make a task".into()), tool_calls: vec![] },
+                Message::User { text: "made task_2".into() },
+                Message::Assistant { text: Some("thanks".into()), tool_calls: vec![] },
+            ]
+        );
+        // The agent hears all of it, its tool call answered.
+        let told = crate::agent::told_to_the_agent(&history);
+        assert_eq!(told.len(), 5);
+        assert!(matches!(&told[1], Message::Assistant { tool_calls, .. } if tool_calls[0].id == "c1"));
+        assert!(matches!(&told[2], Message::Tool { call_id, name, .. } if call_id == "c1" && name == "create_task"));
     }
 }

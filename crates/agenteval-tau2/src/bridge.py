@@ -4,6 +4,7 @@ conversation for the agent's tool calls, and grades a conversation with the pack
 `evaluate_simulation`. It reads JSON data only: nothing it is sent is run as code."""
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -36,12 +37,48 @@ TASKS = {t.id: t for t in registry.get_tasks_loader(DOMAIN)(SPLIT)}
 ENVS = {}
 
 
+def history(task):
+    init = task.initial_state
+    return list(init.message_history or []) if init is not None else []
+
+
 def fresh_env(task):
+    """The domain in the task's initial state, the tool calls of the conversation it starts from
+    replayed, as the reference's orchestrator starts it."""
     env = registry.get_env_constructor(DOMAIN)()
     init = task.initial_state
-    if init is not None and (init.initialization_data is not None or init.initialization_actions):
-        env.set_state(init.initialization_data, init.initialization_actions, [])
+    past = copy.deepcopy(history(task))
+    if init is not None and (init.initialization_data is not None or init.initialization_actions or past):
+        env.set_state(init.initialization_data, init.initialization_actions, past)
     return env
+
+
+def prior(task):
+    """The conversation a task starts from in agenteval's words, and the agent's last line of it
+    (the opening the user answers); or why it cannot be started from here."""
+    past = history(task)
+    if not past:
+        return None, None, None
+    last = past[-1]
+    if not isinstance(last, AssistantMessage) or last.is_tool_call() or not last.content:
+        return None, None, "its recorded conversation does not end with the agent's words to the user"
+    names = {}
+    out = []
+    for m in past[:-1]:
+        if isinstance(m, UserMessage):
+            if m.is_tool_call():
+                return None, None, "its recorded conversation has the user's own tool calls"
+            out.append({"role": "user", "text": m.content or ""})
+        elif isinstance(m, AssistantMessage):
+            calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls or []]
+            names.update({c["id"]: c["name"] for c in calls})
+            out.append({"role": "agent", "text": m.content, "tool_calls": calls})
+        elif isinstance(m, ToolMessage) and m.requestor == "assistant":
+            out.append({"role": "tool", "call_id": m.id, "name": names.get(m.id, ""), "content": m.content or "",
+                        "error": bool(m.error)})
+        else:
+            return None, None, "its recorded conversation has the user's own tool calls"
+    return out, last.content, None
 
 
 def listed():
@@ -50,7 +87,7 @@ def listed():
     # is read once.
     env = registry.get_env_constructor(DOMAIN)()
     for t in TASKS.values():
-        init = t.initial_state
+        past, opening, unsupported = prior(t)
         out.append({
             "id": t.id,
             "system": AGENT_PROMPT.format(domain_policy=env.get_policy(), agent_instruction=AGENT_INSTRUCTION),
@@ -58,9 +95,10 @@ def listed():
                 global_user_sim_guidelines=get_global_user_sim_guidelines(use_tools=False),
                 instructions=str(t.user_scenario),
             ),
-            "opening": DEFAULT_FIRST_AGENT_MESSAGE.content,
+            "opening": opening or DEFAULT_FIRST_AGENT_MESSAGE.content,
             "stop_words": [STOP, TRANSFER, OUT_OF_SCOPE],
-            "history": bool(init is not None and init.message_history),
+            "history": past or [],
+            "unsupported": unsupported,
             "tools": [tool.openai_schema["function"] for tool in env.get_tools()],
             "task": json.loads(t.model_dump_json()),
         })
@@ -90,7 +128,9 @@ def evaluate(req):
         termination_reason=TerminationReason(req["termination"]),
         agent_cost=req.get("agent_cost"),
         user_cost=req.get("user_cost"),
-        messages=[message(m) for m in req["messages"]],
+        # The conversation the task started from, then what was said here from its last line on
+        # (the opening), as the reference's trajectory holds it.
+        messages=copy.deepcopy(history(task)[:-1]) + [message(m) for m in req["messages"]],
     )
     info = evaluate_simulation(simulation=sim, task=task, evaluation_type=EvaluationType(req["evaluation"]),
                                solo_mode=False, domain=DOMAIN)

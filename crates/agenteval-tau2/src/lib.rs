@@ -82,6 +82,8 @@ impl BenchmarkAdapter for Tau2Benchmark {
                 system: text("user_system"),
                 opening: text("opening"),
                 stop_words: stop_words.collect(),
+                // The conversation the task starts from, as the bridge listed it.
+                history: serde_json::from_value(m["history"].clone()).unwrap_or_default(),
             }),
             ..TaskPlan::default()
         }
@@ -92,9 +94,9 @@ impl BenchmarkAdapter for Tau2Benchmark {
         let mut out = Vec::new();
         for t in listed["tasks"].as_array().into_iter().flatten() {
             let id = t["id"].as_str().unwrap_or_default();
-            // A conversation that starts from a recorded history is not run yet: its history
-            // would have to be told to both sides as they were.
-            if t["history"].as_bool() == Some(true) || !filter.matches(id, &[]) {
+            // A recorded conversation agenteval cannot start from (one that ends in a tool call,
+            // or holds the user's own tool calls) is not run.
+            if t["unsupported"].is_string() || !filter.matches(id, &[]) {
                 continue;
             }
             if let Some(limit) = filter.limit
@@ -114,6 +116,7 @@ impl BenchmarkAdapter for Tau2Benchmark {
                     "user_system": t["user_system"],
                     "opening": t["opening"],
                     "stop_words": t["stop_words"],
+                    "history": t["history"],
                     // In the fingerprint: a package whose grading of a task changed (τ²'s 1.0.1
                     // moved scores) makes it another question for `compare`. Never the agent's.
                     "criteria": t["task"]["evaluation_criteria"],

