@@ -854,6 +854,40 @@ pub struct UserTurn {
     pub text: String,
     /// The user ended the conversation with it.
     pub ends: bool,
+    /// What it did with tools of its own before it said `text` (τ²'s telecom user, on its
+    /// phone), in order.
+    pub acted: Vec<UserAct>,
+}
+
+impl UserTurn {
+    /// Its `user.message` event's payload: its words, whether they end the conversation, and
+    /// what it did with its own tools first (`acted`, when it did).
+    pub fn event_payload(&self) -> serde_json::Value {
+        let mut p = serde_json::json!({"text": self.text, "ends": self.ends});
+        if !self.acted.is_empty() {
+            p["acted"] = serde_json::to_value(&self.acted).unwrap_or_default();
+        }
+        p
+    }
+}
+
+/// One round of a simulated user's own tool calls: what it said with them, the calls, and the
+/// tools' answers, in the calls' order.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UserAct {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    pub calls: Vec<PriorCall>,
+    pub results: Vec<UserToolResult>,
+}
+
+/// A tool's answer to one of the simulated user's calls.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct UserToolResult {
+    pub call_id: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub error: bool,
 }
 
 /// The simulated user an agent converses with: each reply is a model call through the run's
@@ -879,6 +913,11 @@ pub trait BenchmarkAdapter: Send + Sync {
     fn plan(&self, task: &TaskSpec) -> TaskPlan {
         // A task that carries its own simulated user (a case's `user`) is a conversation.
         TaskPlan { user: task.user.as_ref().map(crate::model::UserSpec::brief), ..TaskPlan::default() }
+    }
+    /// Tools the task's simulated user acts with on its own side (τ²'s telecom user's phone):
+    /// answered by the benchmark, never offered to the agent.
+    fn user_tools(&self, _task: &TaskSpec) -> Vec<std::sync::Arc<dyn AgentTool>> {
+        Vec::new()
     }
     async fn list_tasks(&self, filter: &TaskFilter) -> Result<Vec<TaskSpec>>;
     /// Hands matching tasks to `f` one at a time. Benchmarks with very many tasks override it

@@ -50,7 +50,7 @@ pub async fn open<'a>(user: &'a dyn SimulatedUser, sink: &mut dyn EventSink) -> 
     let stopped = |(t, why): (TerminatedBy, String)| AgentOutcome::stopped(t, why);
     emit(sink, EventKind::AgentMessage, json!({"text": opening, "opening": true})).await.map_err(stopped)?;
     let turn = user.reply(&opening).await.map_err(|s| AgentOutcome::stopped(s.terminated_by, s.reason))?;
-    emit(sink, EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends})).await.map_err(stopped)?;
+    emit(sink, EventKind::UserMessage, turn.event_payload()).await.map_err(stopped)?;
     Ok(Talk { user, opening, last: turn.text.clone(), first: turn.text, ended: turn.ends, stdin: None })
 }
 
@@ -87,7 +87,7 @@ impl Talk<'_> {
             return Ok(());
         }
         let turn = self.user.reply(said).await.map_err(|s| (s.terminated_by, s.reason))?;
-        emit(sink, EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends})).await?;
+        emit(sink, EventKind::UserMessage, turn.event_payload()).await?;
         self.last.clone_from(&turn.text);
         let mut line = json!({"kind": "user.message", "payload": {"text": turn.text, "ends": turn.ends}}).to_string();
         line.push('\n');

@@ -192,7 +192,7 @@ async fn converse_turn(
         return end(sink).await;
     }
     let turn = user.reply(said).await?;
-    sink.emit(AgentEvent::new(EventKind::UserMessage, json!({"text": turn.text, "ends": turn.ends}))).await?;
+    sink.emit(AgentEvent::new(EventKind::UserMessage, turn.event_payload())).await?;
     if turn.ends {
         return end(sink).await;
     }

@@ -6,7 +6,12 @@ use std::time::Duration;
 
 use agenteval_core::config::{DEFAULT_USER_TURNS, UserRole};
 use agenteval_core::model::TerminatedBy;
-use agenteval_core::traits::{GatewayAccess, PriorMessage, SimulatedUser, Stop, UserBrief, UserTurn};
+use std::sync::Arc;
+
+use agenteval_core::traits::{
+    AgentTool, GatewayAccess, PriorCall, PriorMessage, SimulatedUser, Stop, TaskEnvironment, UserAct, UserBrief,
+    UserToolResult, UserTurn,
+};
 use async_trait::async_trait;
 use tokio::sync::Mutex;
 
@@ -18,11 +23,16 @@ use crate::types::{ChatRequest, Message};
 /// How long one of the user's answers may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Most rounds of its own tool calls a user makes before it says something to the agent.
+const MAX_ACTS: usize = 20;
+
 pub struct GatewayUser {
     client: LlmClient,
     model: String,
     role: UserRole,
     brief: UserBrief,
+    /// The tools it acts with on its own side (the benchmark's `user_tools`).
+    tools: Vec<Arc<dyn AgentTool>>,
     /// The conversation as the user sees it: the agent's lines are its `user` messages.
     said: Mutex<(Vec<Message>, u32)>,
 }
@@ -42,7 +52,39 @@ impl GatewayUser {
             None => client,
         };
         let seen = seen_by_the_user(&brief.history);
-        Ok(GatewayUser { client, model: spec.name, role: role.clone(), brief, said: Mutex::new((seen, 0)) })
+        Ok(GatewayUser {
+            client,
+            model: spec.name,
+            role: role.clone(),
+            brief,
+            tools: Vec::new(),
+            said: Mutex::new((seen, 0)),
+        })
+    }
+
+    /// The user with tools of its own, which it may call before it answers the agent.
+    pub fn with_tools(mut self, tools: Vec<Arc<dyn AgentTool>>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Its tools' answers to `calls`, in order; an unknown tool or a failed call is an error
+    /// answer the user reads, as the agent's would be.
+    async fn act(&self, calls: &[crate::types::ToolCall]) -> Vec<UserToolResult> {
+        let env = TaskEnvironment::default();
+        let mut out = Vec::with_capacity(calls.len());
+        for c in calls {
+            let answer = match self.tools.iter().find(|t| t.spec().name == c.name) {
+                Some(t) => t.call(&c.arguments, &env).await,
+                None => Err(format!("no tool named {}", c.name)),
+            };
+            let (content, error) = match answer {
+                Ok(text) => (text, false),
+                Err(text) => (text, true),
+            };
+            out.push(UserToolResult { call_id: c.id.clone(), content, error });
+        }
+        out
     }
 }
 
@@ -84,28 +126,57 @@ impl SimulatedUser for GatewayUser {
             });
         }
         said.0.push(Message::User { text: agent_said.to_string() });
-        let req = ChatRequest {
-            model: self.model.clone(),
-            system: Some(self.brief.system.clone()),
-            messages: said.0.clone(),
-            tools: Vec::new(),
-            temperature: self.role.temperature,
-            max_output_tokens: self.role.max_output_tokens,
-            response_format: None,
+        let tools: Vec<_> = self.tools.iter().map(|t| t.spec()).collect();
+        let mut acted = Vec::new();
+        let answer = loop {
+            let req = ChatRequest {
+                model: self.model.clone(),
+                system: Some(self.brief.system.clone()),
+                messages: said.0.clone(),
+                tools: tools.clone(),
+                temperature: self.role.temperature,
+                max_output_tokens: self.role.max_output_tokens,
+                response_format: None,
+            };
+            let answer = self.client.chat(&req).await.map_err(|e| Stop {
+                terminated_by: match &e {
+                    LlmError::ReplayMiss(_) => TerminatedBy::ReplayMiss,
+                    e if e.is_provider_outage() => TerminatedBy::InfraFailure,
+                    _ => TerminatedBy::AgentError,
+                },
+                reason: format!("the simulated user's model: {e}"),
+            })?;
+            if answer.tool_calls.is_empty() || self.tools.is_empty() {
+                break answer;
+            }
+            if acted.len() >= MAX_ACTS {
+                return Err(Stop {
+                    terminated_by: TerminatedBy::AgentError,
+                    reason: format!("the simulated user called its tools {MAX_ACTS} times without a word to the agent"),
+                });
+            }
+            let results = self.act(&answer.tool_calls).await;
+            said.0.push(Message::Assistant { text: answer.text.clone(), tool_calls: answer.tool_calls.clone() });
+            for (c, r) in answer.tool_calls.iter().zip(&results) {
+                said.0.push(Message::Tool {
+                    call_id: r.call_id.clone(),
+                    name: c.name.clone(),
+                    content: r.content.clone(),
+                    is_error: r.error,
+                });
+            }
+            let calls = answer.tool_calls.iter().map(|c| PriorCall {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: c.arguments.clone(),
+            });
+            acted.push(UserAct { text: answer.text.filter(|t| !t.is_empty()), calls: calls.collect(), results });
         };
-        let answer = self.client.chat(&req).await.map_err(|e| Stop {
-            terminated_by: match &e {
-                LlmError::ReplayMiss(_) => TerminatedBy::ReplayMiss,
-                e if e.is_provider_outage() => TerminatedBy::InfraFailure,
-                _ => TerminatedBy::AgentError,
-            },
-            reason: format!("the simulated user's model: {e}"),
-        })?;
         let text = answer.text.unwrap_or_default();
         said.0.push(Message::Assistant { text: Some(text.clone()), tool_calls: Vec::new() });
         said.1 += 1;
         let ends = self.brief.stop_words.iter().any(|w| !w.is_empty() && text.contains(w.as_str()));
-        Ok(UserTurn { text, ends })
+        Ok(UserTurn { text, ends, acted })
     }
 }
 

@@ -86,13 +86,18 @@ def listed():
     # One environment for what every task shares (the policy, the tools): a domain's database
     # is read once.
     env = registry.get_env_constructor(DOMAIN)()
+    # The user's own tools, in a domain that gives its user some (telecom's phone).
+    try:
+        user_tools = env.get_user_tools() or []
+    except Exception:
+        user_tools = []
     for t in TASKS.values():
         past, opening, unsupported = prior(t)
         out.append({
             "id": t.id,
             "system": AGENT_PROMPT.format(domain_policy=env.get_policy(), agent_instruction=AGENT_INSTRUCTION),
             "user_system": USER_PROMPT.format(
-                global_user_sim_guidelines=get_global_user_sim_guidelines(use_tools=False),
+                global_user_sim_guidelines=get_global_user_sim_guidelines(use_tools=bool(user_tools)),
                 instructions=str(t.user_scenario),
             ),
             "opening": opening or DEFAULT_FIRST_AGENT_MESSAGE.content,
@@ -100,6 +105,7 @@ def listed():
             "history": past or [],
             "unsupported": unsupported,
             "tools": [tool.openai_schema["function"] for tool in env.get_tools()],
+            "user_tools": [tool.openai_schema["function"] for tool in user_tools],
             "task": json.loads(t.model_dump_json()),
         })
     return out
@@ -112,8 +118,10 @@ def message(m):
                  for c in m.get("tool_calls") or []]
         return AssistantMessage(role="assistant", content=m.get("content"), tool_calls=calls or None)
     if role == "user":
-        return UserMessage(role="user", content=m.get("content"))
-    return ToolMessage(id=m["id"], role="tool", content=m.get("content"), requestor="assistant",
+        calls = [ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"], requestor="user")
+                 for c in m.get("tool_calls") or []]
+        return UserMessage(role="user", content=m.get("content"), tool_calls=calls or None)
+    return ToolMessage(id=m["id"], role="tool", content=m.get("content"), requestor=m.get("requestor") or "assistant",
                        error=bool(m.get("error")))
 
 
@@ -148,8 +156,9 @@ def handle(req):
         return {}
     if op == "call":
         env = ENVS[req["env"]]
+        requestor = "user" if req.get("requestor") == "user" else "assistant"
         msg = env.get_response(ToolCall(id=req.get("id") or "", name=req["name"], arguments=req["arguments"],
-                                        requestor="assistant"))
+                                        requestor=requestor))
         return {"content": msg.content, "error": msg.error}
     if op == "close":
         ENVS.pop(req["env"], None)

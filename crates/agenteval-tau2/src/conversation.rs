@@ -28,6 +28,30 @@ fn text(e: &TraceEvent, key: &str) -> String {
     }
 }
 
+/// What the user did on its own side before the words of its `user.message` event `e` (its
+/// `acted`): each round a user message of its calls, then the tools' answers to it (τ²'s
+/// requestor `user`).
+fn users_own_acts(e: &TraceEvent, messages: &mut Vec<Value>) {
+    for act in e.payload["acted"].as_array().into_iter().flatten() {
+        let calls: Vec<Value> = act["calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!({"id": c["id"], "name": c["name"], "arguments": c["arguments"]}))
+            .collect();
+        messages.push(json!({"role": "user", "content": act["text"], "tool_calls": calls}));
+        for r in act["results"].as_array().into_iter().flatten() {
+            messages.push(json!({
+                "role": "tool",
+                "id": r["call_id"],
+                "content": r["content"],
+                "error": r["error"].as_bool() == Some(true),
+                "requestor": "user",
+            }));
+        }
+    }
+}
+
 /// Reads `trace` (the agent's and the user's events in order) as τ²'s messages.
 pub fn read(trace: &[TraceEvent], result: &AgentResult, max_steps: u32) -> Said {
     let mut messages: Vec<Value> = Vec::new();
@@ -44,6 +68,7 @@ pub fn read(trace: &[TraceEvent], result: &AgentResult, max_steps: u32) -> Said 
                 last_turn = None;
             }
             EventKind::UserMessage => {
+                users_own_acts(e, &mut messages);
                 messages.push(json!({"role": "user", "content": text(e, "text")}));
                 user_ended = e.payload["ends"].as_bool() == Some(true);
                 last_turn = None;
@@ -165,14 +190,27 @@ mod tests {
             ),
             ev(EventKind::AgentMessage, json!({"text": "done"})),
             ev(EventKind::ModelCall, json!({"role": "user", "cost_usd": 0.5})),
-            ev(EventKind::UserMessage, json!({"text": "thanks ###STOP###", "ends": true})),
+            ev(
+                EventKind::UserMessage,
+                json!({"text": "thanks ###STOP###", "ends": true, "acted": [{
+                    "calls": [{"id": "u1", "name": "toggle_airplane_mode", "arguments": {}}],
+                    "results": [{"call_id": "u1", "content": "Airplane Mode is now OFF."}],
+                }]}),
+            ),
         ];
         let result = AgentResult::infra_failure(String::new());
         let said = read(&trace, &result, 100);
         assert_eq!(said.termination, "user_stop");
         assert_eq!(said.user_cost, Some(0.5));
         let roles: Vec<&str> = said.messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
-        assert_eq!(roles, ["assistant", "user", "assistant", "tool", "assistant", "tool", "assistant", "user"]);
+        assert_eq!(
+            roles,
+            ["assistant", "user", "assistant", "tool", "assistant", "tool", "assistant", "user", "tool", "user"]
+        );
+        // The user's own call, then its phone's answer as the user's, then its words.
+        assert_eq!(said.messages[7]["tool_calls"][0]["name"], "toggle_airplane_mode");
+        assert_eq!(said.messages[8]["requestor"], "user");
+        assert_eq!(said.messages[9]["content"], "thanks ###STOP###");
         assert_eq!(said.messages[2]["content"], "let me");
         assert_eq!(said.messages[5]["error"], true);
         assert_eq!(read(&trace, &result, 4).termination, "max_steps");

@@ -35,12 +35,45 @@ pub struct Tau2Benchmark {
     pub evaluation: Tau2Evaluation,
     pub max_steps: u32,
     bridge: Arc<Bridge>,
+    /// Each task's live conversation, which the agent's tools and the user's share (one domain
+    /// state): held by the tools, so a new attempt starts a fresh one.
+    live: std::sync::Mutex<std::collections::HashMap<String, std::sync::Weak<Conversation>>>,
 }
 
 impl Tau2Benchmark {
     pub fn new(domain: String, split: String, python: String, evaluation: Tau2Evaluation, max_steps: u32) -> Self {
         let bridge = Arc::new(Bridge::new(python, domain.clone(), split));
-        Tau2Benchmark { domain, evaluation, max_steps, bridge }
+        Tau2Benchmark { domain, evaluation, max_steps, bridge, live: Default::default() }
+    }
+
+    /// The conversation `task`'s tools act in: the one its agent's or user's tools hold, or a
+    /// new one.
+    fn conversation(&self, task: &TaskSpec) -> Arc<Conversation> {
+        let mut live = self.live.lock().expect("not poisoned");
+        live.retain(|_, c| c.strong_count() > 0);
+        let key = task.id.to_string();
+        if let Some(c) = live.get(&key).and_then(std::sync::Weak::upgrade) {
+            return c;
+        }
+        let c = Arc::new(Conversation {
+            bridge: self.bridge.clone(),
+            task: reference_id(task),
+            key: key.clone(),
+            opened: OnceCell::new(),
+        });
+        live.insert(key, Arc::downgrade(&c));
+        c
+    }
+
+    /// `task`'s tools of one side (`tools` or `user_tools` as listed), answered as `requestor`'s.
+    fn side(&self, task: &TaskSpec, listed: &str, requestor: &'static str) -> Vec<Arc<dyn AgentTool>> {
+        let specs = task.metadata["tau2"][listed].as_array().into_iter().flatten().map(|f| ToolSpec {
+            name: f["name"].as_str().unwrap_or_default().to_string(),
+            description: f["description"].as_str().unwrap_or_default().to_string(),
+            parameters: f["parameters"].clone(),
+        });
+        let env = self.conversation(task);
+        specs.map(|spec| Arc::new(DomainTool { spec, env: env.clone(), requestor }) as Arc<dyn AgentTool>).collect()
     }
 }
 
@@ -60,6 +93,23 @@ pub fn missing_package(python: &str) -> Option<String> {
         )),
         Err(e) => Some(format!("cannot run {python}: {e}")),
     }
+}
+
+/// agenteval's id of the reference's task `id`: the same where it is one (`create_task_1`);
+/// telecom's (`[service_issue]airplane_mode_on[PERSONA:None]`) with every character a task
+/// folder's name cannot hold made `_`, and trimmed (`service_issue_airplane_mode_on_PERSONA_None`).
+/// The reference's id stays the task's `tau2.task_id`, which filters and grading use.
+fn our_id(id: &str) -> String {
+    let mapped: String =
+        id.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect();
+    let mut out = String::new();
+    for c in mapped.trim_matches(|c| c == '_' || c == '.').chars() {
+        if !(c == '_' && out.ends_with('_')) {
+            out.push(c);
+        }
+    }
+    out.truncate(180);
+    if out.is_empty() { "task".to_string() } else { out }
 }
 
 /// The package's own id of a task (a repetition's id is `<id>@r<n>`).
@@ -96,7 +146,8 @@ impl BenchmarkAdapter for Tau2Benchmark {
             let id = t["id"].as_str().unwrap_or_default();
             // A recorded conversation agenteval cannot start from (one that ends in a tool call,
             // or holds the user's own tool calls) is not run.
-            if t["unsupported"].is_string() || !filter.matches(id, &[]) {
+            // A filter names a task by the reference's id or by agenteval's.
+            if t["unsupported"].is_string() || !(filter.matches(id, &[]) || filter.matches(&our_id(id), &[])) {
                 continue;
             }
             if let Some(limit) = filter.limit
@@ -104,8 +155,15 @@ impl BenchmarkAdapter for Tau2Benchmark {
             {
                 break;
             }
+            let mut ours = our_id(id);
+            // Two references' ids made the same by `our_id` stay apart, in the package's order.
+            let mut n = 1;
+            while out.iter().any(|t: &TaskSpec| t.id.as_str() == ours) {
+                n += 1;
+                ours = format!("{}-{n}", our_id(id));
+            }
             out.push(TaskSpec {
-                id: id.parse::<TaskId>()?,
+                id: ours.parse::<TaskId>()?,
                 // The agent's brief: the package's own agent instruction and the domain's policy.
                 input: json!({"system": t["system"], "domain": self.domain}),
                 expected: None,
@@ -121,6 +179,7 @@ impl BenchmarkAdapter for Tau2Benchmark {
                     // moved scores) makes it another question for `compare`. Never the agent's.
                     "criteria": t["task"]["evaluation_criteria"],
                     "tools": t["tools"],
+                    "user_tools": t["user_tools"],
                 }}),
                 environment: None,
                 content: None,
@@ -135,18 +194,12 @@ impl BenchmarkAdapter for Tau2Benchmark {
 
     fn tools(&self, task: &TaskSpec) -> Vec<Arc<dyn AgentTool>> {
         // The domain's tools as the task was listed with them (a worker lists no tasks).
-        let specs = task.metadata["tau2"]["tools"].as_array().into_iter().flatten().map(|f| ToolSpec {
-            name: f["name"].as_str().unwrap_or_default().to_string(),
-            description: f["description"].as_str().unwrap_or_default().to_string(),
-            parameters: f["parameters"].clone(),
-        });
-        let env = Arc::new(Conversation {
-            bridge: self.bridge.clone(),
-            task: reference_id(task),
-            key: task.id.to_string(),
-            opened: OnceCell::new(),
-        });
-        specs.map(|spec| Arc::new(DomainTool { spec, env: env.clone() }) as Arc<dyn AgentTool>).collect()
+        self.side(task, "tools", "assistant")
+    }
+
+    fn user_tools(&self, task: &TaskSpec) -> Vec<Arc<dyn AgentTool>> {
+        // The user's phone in `telecom`: the same domain state as the agent's tools.
+        self.side(task, "user_tools", "user")
     }
 
     async fn grade(
@@ -198,6 +251,8 @@ struct Conversation {
 struct DomainTool {
     spec: ToolSpec,
     env: Arc<Conversation>,
+    /// Whose tool it is (`assistant`, `user`), as the domain answers it.
+    requestor: &'static str,
 }
 
 #[async_trait]
@@ -217,10 +272,28 @@ impl AgentTool for DomainTool {
         let args = if arguments.is_object() { arguments.clone() } else { json!({}) };
         let v = c
             .bridge
-            .ask(&json!({"op": "call", "env": c.key, "name": self.spec.name, "arguments": args}))
+            .ask(&json!({"op": "call", "env": c.key, "name": self.spec.name, "arguments": args, "requestor": self.requestor}))
             .await
             .map_err(|e| e.to_string())?;
         let content = v["content"].as_str().unwrap_or_default().to_string();
         if v["error"].as_bool() == Some(true) { Err(content) } else { Ok(content) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_references_id_is_a_task_id_where_it_can_be_and_made_one_where_not() {
+        assert_eq!(our_id("create_task_1"), "create_task_1");
+        assert_eq!(
+            our_id("[service_issue]airplane_mode_on[PERSONA:None]"),
+            "service_issue_airplane_mode_on_PERSONA_None"
+        );
+        assert_eq!(our_id("[]"), "task");
+        for id in ["[mms_issue]break_app_both_permissions|x[PERSONA:Hard]", &"é".repeat(300)] {
+            assert!(our_id(id).parse::<TaskId>().is_ok(), "{id}");
+        }
     }
 }

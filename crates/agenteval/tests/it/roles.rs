@@ -161,6 +161,85 @@ fn tau2_conversations_are_graded_as_taus_evaluator_grades_them_and_replay_withou
     assert_eq!(reference_rewards(&bundle2, &ws, &["create_task_1", "update_task_1"]), graded);
 }
 
+/// τ²'s `telecom`: the user acts on a phone of its own. Told of airplane mode, the scripted user
+/// toggles it with its own tool (answered by the reference's domain as the user's), and says so.
+/// The reference package alone grades the kept conversation, the user's tool call in it, as
+/// agenteval did; the task's id is agenteval's, its reference id kept; a replay calls no model.
+#[test]
+fn a_telecom_user_acts_on_its_own_phone_and_the_reference_grades_it_alike() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
+    let cfg = ws.write(
+        "telecom.yaml",
+        &format!(
+            "name: telecom\nbenchmark:\n  kind: tau2\n  domain: telecom\n  split: small\n  python: {py}\n  filter:\n    ids: ['[service_issue]airplane_mode_on[PERSONA:None]']\nagent:\n  kind: llm\n  model: openai:mock-agent\n  base_url: {url}\n  prices:\n    mock-agent: {{input_per_mtok: 10, output_per_mtok: 20}}\n    mock-user: {{input_per_mtok: 10, output_per_mtok: 20}}\nroles:\n  user:\n    model: openai:mock-user\nbackend:\n  secrets_file: secrets.env\n",
+            py = tau2_python().display(),
+            url = mock.base_url(),
+        ),
+    );
+    let (v, code, out) = ws.submit(&cfg, &[]);
+    assert_eq!(code, 0, "{v}\n{}", text(&out.stderr));
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+    let id = "service_issue_airplane_mode_on_PERSONA_None";
+    let r = result(&bundle, id);
+    assert_eq!(r["passed"], true, "{r}");
+    // The user's own tool call is in its turn, with the phone's answer.
+    let t = trace(&bundle, id);
+    let acted: Vec<&serde_json::Value> = t
+        .iter()
+        .filter(|e| e["kind"] == "user.message")
+        .flat_map(|e| e["payload"]["acted"].as_array())
+        .flatten()
+        .collect();
+    assert_eq!(acted.len(), 1, "{t:?}");
+    assert_eq!(acted[0]["calls"][0]["name"], "toggle_airplane_mode", "{t:?}");
+    assert!(acted[0]["results"][0]["content"].as_str().unwrap().contains("Airplane Mode is now OFF"), "{t:?}");
+    // The agent was never offered the phone's tools.
+    let agent_offered = mock
+        .received()
+        .iter()
+        .filter(|r| r.body.to_string().contains("get_customer_by_phone"))
+        .all(|r| !r.body.to_string().contains("\"toggle_airplane_mode\""));
+    assert!(agent_offered, "the agent was offered the user's tools");
+    // The kept conversation, graded by the reference package alone: the same reward, 1.
+    let sim = read_bundle_file(bundle.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap();
+    let path = ws.path().join("telecom.simulation.json");
+    std::fs::write(&path, sim).unwrap();
+    let script = r#"
+import json, sys
+from tau2.data_model.simulation import SimulationRun
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.registry import registry
+tasks = {t.id: t for t in registry.get_tasks_loader("telecom")("small")}
+sim = SimulationRun.model_validate_json(open(sys.argv[1]).read())
+user_calls = [c.name for m in sim.messages if m.role == "user" for c in (m.tool_calls or [])]
+reward = evaluate_simulation(simulation=sim, task=tasks[sim.task_id], evaluation_type=EvaluationType.ALL, solo_mode=False, domain="telecom").reward
+sys.__stdout__.write(json.dumps([reward, user_calls, sim.task_id]) + "\n")
+"#;
+    let out = std::process::Command::new(tau2_python())
+        .args(["-c", script])
+        .arg(&path)
+        .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said: serde_json::Value = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
+    assert_eq!(
+        said,
+        serde_json::json!([1.0, ["toggle_airplane_mode"], "[service_issue]airplane_mode_on[PERSONA:None]"])
+    );
+    assert_eq!(r["scores"][0]["score"].as_f64(), Some(1.0), "{r}");
+
+    // A replay: no model call, the user's tool call made again by the domain, the same reward.
+    let before = mock.received().len();
+    let out = ws.run(&["replay", v["run_id"].as_str().unwrap(), "--json"]);
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", text(&out.stderr)));
+    assert_eq!(out.status.code(), Some(0), "{r}");
+    assert_eq!(r["match"], 1, "{r}");
+    assert_eq!(mock.received().len(), before, "the replay called the model");
+}
+
 /// A simulated user on another provider than the agent's (an `anthropic:` user of an `openai:`
 /// agent): its calls go on Anthropic's wire to its own endpoint with its own key, through the
 /// user's door, metered apart; the agent's keep theirs. Without the user's key the run is refused
@@ -288,13 +367,13 @@ fn a_tau2_config_that_cannot_run_names_every_problem_where_it_is() {
     let ws = Workspace::new();
     let cfg = ws.write(
         "bad.yaml",
-        "name: bad\nbenchmark:\n  kind: tau2\n  domain: telecom\n  python: python3\nagent:\n  kind: command\n  command: [python3, agent.py]\n",
+        "name: bad\nbenchmark:\n  kind: tau2\n  domain: banking\n  python: python3\nagent:\n  kind: command\n  command: [python3, agent.py]\n",
     );
     let out = ws.run(&["config", "validate", cfg.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
     let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
     for (line, says) in [
-        ("bad.yaml:4:", "`telecom` is not run yet"),
+        ("bad.yaml:4:", "unknown τ²-bench domain `banking`"),
         ("bad.yaml:7:", "cannot converse yet"),
         ("bad.yaml:3:", "roles.user.model"),
         ("bad.yaml:5:", "no τ²-bench package"),

@@ -110,7 +110,8 @@ pub(super) async fn run_agent(
         (Some(brief), Some(role)) => {
             let o = metered::open_role(ctx, task, &metered::RoleDoor::user(role), env).await?;
             let user = agenteval_llm::GatewayUser::new(role, brief, &o.access)
-                .map_err(|e| Error::invalid(format!("roles.user: {e}")))?;
+                .map_err(|e| Error::invalid(format!("roles.user: {e}")))?
+                .with_tools(ctx.benchmark.user_tools(task));
             (Some(o.door), Some(user))
         }
         _ => (None, None),
