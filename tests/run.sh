@@ -192,6 +192,10 @@ if [ "${1:-}" = -- ]; then
   shift
   filters=(-- "$@")
 fi
+# Four tests at a time on two cores: most of a test's time is spent waiting on the processes,
+# containers and emulator it drives (measured: the end-to-end tests in 851 s at four, 1,074 to
+# 1,198 s at two). RUST_TEST_THREADS set by the caller wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 status=0
 cargo test --workspace --locked "${filters[@]}" || status=$?
 phase "the tests"
