@@ -477,7 +477,21 @@ fn describe(e: &TraceEvent) -> String {
         EventKind::AgentMessage => format!("agent: {}", p.get("text").map(text).unwrap_or_default()),
         EventKind::UserMessage => {
             let ends = if p["ends"] == json!(true) { " (ends the conversation)" } else { "" };
-            format!("user: {}{ends}", p.get("text").map(text).unwrap_or_default())
+            // What it did with its own tools first (τ²'s telecom user, on its phone).
+            let acted: Vec<String> = p["acted"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|a| {
+                    let results = a["results"].as_array().cloned().unwrap_or_default();
+                    a["calls"].as_array().cloned().unwrap_or_default().into_iter().map(move |c| {
+                        let answer = results.iter().find(|r| r["call_id"] == c["id"]).map(|r| text(&r["content"]));
+                        format!("{} {} -> {}", text(&c["name"]), text(&c["arguments"]), answer.unwrap_or_default())
+                    })
+                })
+                .collect();
+            let acted = if acted.is_empty() { String::new() } else { format!("[on its side: {}] ", acted.join("; ")) };
+            format!("user: {acted}{}{ends}", p.get("text").map(text).unwrap_or_default())
         }
         // A call through the gateway: model, wire, status, and what came of it.
         EventKind::ModelCall => {

@@ -230,6 +230,14 @@ sys.__stdout__.write(json.dumps([reward, user_calls, sim.task_id]) + "\n")
         serde_json::json!([1.0, ["toggle_airplane_mode"], "[service_issue]airplane_mode_on[PERSONA:None]"])
     );
     assert_eq!(r["scores"][0]["score"].as_f64(), Some(1.0), "{r}");
+    // `show` says what the user did on its side, with what the phone answered.
+    let out = ws.run(&["show", v["run_id"].as_str().unwrap(), id, "--full"]);
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("[on its side: toggle_airplane_mode {} ->") && shown.contains("Airplane Mode is now OFF."),
+        "{shown}{}",
+        text(&out.stderr)
+    );
 
     // A replay: no model call, the user's tool call made again by the domain, the same reward.
     let before = mock.received().len();
