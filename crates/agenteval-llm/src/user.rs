@@ -2,12 +2,11 @@
 //! task's scenario), answering the agent turn by turn through its own door of the model gateway,
 //! which meters, budgets, records and replays its calls apart from the agent's.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use agenteval_core::config::{DEFAULT_USER_TURNS, UserRole};
 use agenteval_core::model::TerminatedBy;
-use std::sync::Arc;
-
 use agenteval_core::traits::{
     AgentTool, GatewayAccess, PriorCall, PriorMessage, SimulatedUser, Stop, TaskEnvironment, UserAct, UserBrief,
     UserToolResult, UserTurn,
