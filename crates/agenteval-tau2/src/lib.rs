@@ -98,7 +98,8 @@ pub fn missing_package(python: &str) -> Option<String> {
 /// agenteval's id of the reference's task `id`: the same where it is one (`create_task_1`);
 /// telecom's (`[service_issue]airplane_mode_on[PERSONA:None]`) with every character a task
 /// folder's name cannot hold made `_`, and trimmed (`service_issue_airplane_mode_on_PERSONA_None`).
-/// The reference's id stays the task's `tau2.task_id`, which filters and grading use.
+/// The reference's id stays the task's `tau2.task_id`, which grading uses; a filter may name
+/// either.
 fn our_id(id: &str) -> String {
     let mapped: String =
         id.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' }).collect();
