@@ -431,10 +431,10 @@ async fn apply_and_eval(t: &SwebenchTask, s: &EnvSession, patch: &str) -> std::r
     Ok(Ran { applied: Ok(()), log, timed_out: out.timed_out })
 }
 
-/// What the benchmark checks when a config loads, once the agent has read its answers: its
-/// tasks run in containers, and an agent that answers instances by id (`predictions`) names
-/// only instances the dataset has, as the harness refuses the others: every problem at once,
-/// as `(pointer, message)`.
+/// What the benchmark checks when a config loads, once the agent has read its answers: an agent
+/// that answers instances by id (`predictions`) names only instances the dataset has, as the
+/// harness refuses the others, as `(pointer, message)`. (That its tasks run in containers is
+/// the engine's check of every benchmark whose default environment is one.)
 pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     use agenteval_core::config::BenchmarkConfig;
     let mut problems = Vec::new();
@@ -462,15 +462,6 @@ pub fn at_load(config: &agenteval_core::config::RunConfig) -> Vec<(String, Strin
                 ));
             }
         }
-    }
-    if config.environment.kind.without_containers() {
-        problems.push((
-            "/environment/kind".into(),
-            format!(
-                "SWE-bench instances run in their images' containers: `environment.kind` must be `docker` or `auto`, not `{}`",
-                config.environment.kind.as_str()
-            ),
-        ));
     }
     problems
 }

@@ -89,6 +89,13 @@ pub fn benchmark_from_config(cfg: &BenchmarkConfig) -> Result<Arc<dyn BenchmarkA
 /// (the loader's `ExtraChecks`), by kind: every kind has its arm, so a new one is a compile
 /// error here until it says what it needs.
 pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    let mut problems = needs_containers(config);
+    problems.extend(kind_at_load(config));
+    problems
+}
+
+/// [`at_load`]'s part that is the kind's own.
+fn kind_at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, String)> {
     match &config.benchmark {
         BenchmarkConfig::Toy { .. } | BenchmarkConfig::Jsonl { .. } | BenchmarkConfig::Command { .. } => Vec::new(),
         // The reference package the tasks, tools and grading come from.
@@ -101,11 +108,7 @@ pub fn at_load(config: &mut agenteval_core::config::RunConfig) -> Vec<(String, S
         }
         // The data file found through Python.
         BenchmarkConfig::Humaneval { .. } => humaneval::find_data(config),
-        BenchmarkConfig::Harbor { .. } => {
-            let mut problems = harbor::dataset_at_load(config);
-            problems.extend(harbor_in_containers(config));
-            problems
-        }
+        BenchmarkConfig::Harbor { .. } => harbor::dataset_at_load(config),
         BenchmarkConfig::Swebench { .. } => swebench::at_load(config),
     }
 }
@@ -121,19 +124,40 @@ pub fn unreadable_tasks(config: &agenteval_core::config::RunConfig) -> Vec<(Stri
     }
 }
 
-/// Harbor tasks run in containers.
-fn harbor_in_containers(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
-    let mut problems = Vec::new();
-    if config.environment.kind.without_containers() {
-        problems.push((
-            "/environment/kind".into(),
-            format!(
-                "Harbor tasks run in a container (their tests use /tests and /logs): `environment.kind` must be `docker` or `auto`, not `{}`",
-                config.environment.kind.as_str()
-            ),
-        ));
+/// A benchmark whose tasks run in containers (its default environment is one: Harbor's tests
+/// use /tests and /logs, SWE-bench's instances are images) refuses an environment that is none.
+fn needs_containers(config: &agenteval_core::config::RunConfig) -> Vec<(String, String)> {
+    if !(config.benchmark.default_environment().in_containers() && config.environment.kind.without_containers()) {
+        return Vec::new();
     }
-    problems
+    vec![(
+        "/environment/kind".into(),
+        format!(
+            "`{}` tasks run in containers: `environment.kind` must be `docker` or `auto`, not `{}`",
+            config.benchmark.kind(),
+            config.environment.kind.as_str()
+        ),
+    )]
 }
 
 pub use agenteval_core::model::{answer_text, grade_expected};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_benchmark_whose_tasks_run_in_containers_refuses_no_container() {
+        let dir = tempfile::tempdir().unwrap();
+        let text =
+            "name: c\nbenchmark:\n  kind: toy\n  size: 1\nagent:\n  kind: nop\nenvironment:\n  kind: workspace\n";
+        let mut config = agenteval_core::config::load_config_str(text, "c.yaml", dir.path(), &[]).unwrap().config;
+        assert!(needs_containers(&config).is_empty(), "a toy task needs none");
+        config.benchmark =
+            serde_json::from_value(serde_json::json!({"kind": "swebench", "dataset": "d.jsonl"})).unwrap();
+        let said = needs_containers(&config);
+        assert_eq!(said.len(), 1);
+        assert_eq!(said[0].0, "/environment/kind");
+        assert!(said[0].1.contains("`swebench` tasks run in containers") && said[0].1.contains("not `workspace`"));
+    }
+}
