@@ -215,8 +215,9 @@ if [ "${1:-}" = -- ]; then
   filters=(-- "$@")
 fi
 # Four tests at a time on two cores: most of a test's time is spent waiting on the processes,
-# containers and emulator it drives (measured: the end-to-end tests in 851 s at four, 1,074 to
-# 1,198 s at two). RUST_TEST_THREADS set by the caller wins.
+# containers and emulator it drives (measured on one warm machine: the `aws::` tests in 280 s at
+# two, 223 s at four; every end-to-end test in 807 to 851 s at four). RUST_TEST_THREADS set by
+# the caller wins.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 status=0
 cargo test --workspace --locked "${filters[@]}" || status=$?
