@@ -212,6 +212,18 @@ pub trait Environment: Send + Sync {
     async fn gateway_host(&self, _env: &crate::environment::EnvHandle) -> Option<std::net::Ipv4Addr> {
         None
     }
+    /// Where this machine reaches `port` of the task's service `name` (a sidecar, by the name the
+    /// task's own network knows it by), when it can: the `llm` agent's MCP client dials it from
+    /// the worker. The default, and an environment whose task network this machine cannot
+    /// reach: `None`.
+    async fn service_address(
+        &self,
+        _env: &crate::environment::EnvHandle,
+        _name: &str,
+        _port: u16,
+    ) -> Option<std::net::SocketAddr> {
+        None
+    }
     /// Stops every process the agent left running (a background loop could rewrite the
     /// tests' reward after they ran), keeping the files as it left them: called before grading.
     /// The default does nothing (a workspace's processes die with the agent's process tree).

@@ -727,6 +727,13 @@ impl Environment for DockerEnvironment {
         None
     }
 
+    async fn service_address(&self, env: &EnvHandle, name: &str, port: u16) -> Option<std::net::SocketAddr> {
+        let docker = self.docker().await.ok()?;
+        // Let back in what this machine opens to a task network (older workers' rules lack it).
+        network::close_host().await.ok()?;
+        sidecars::address(docker, &env.id, name).await.map(|ip| std::net::SocketAddr::new(ip, port))
+    }
+
     async fn sweep(&self, run: &RunId) -> Result<usize> {
         let docker = self.docker().await?;
         let label = format!("{LABEL_RUN}={run}");

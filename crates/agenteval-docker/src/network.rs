@@ -4,9 +4,9 @@
 //! that may not but whose agent reaches the model gateway. From these and every other network
 //! agenteval makes (a multi-container task's own), nothing reaches this machine's own addresses
 //! but the gateway's ports (`GATEWAY_PORTS`): every bridge agenteval makes is named
-//! `agenteval…` (`BRIDGE_PREFIX`), and one pair of firewall rules on that prefix (IPv4 and IPv6)
-//! accepts those ports and rejects every other packet such a bridge delivers to the host
-//! itself, whatever address it was sent to (the bridge's, `docker0`'s, the host's own), while
+//! `agenteval…` (`BRIDGE_PREFIX`), and firewall rules on that prefix (IPv4 and IPv6) accept
+//! those ports and the answers on connections this machine opened, and reject every other packet
+//! such a bridge delivers to the host itself, whatever address it was sent to (the bridge's, `docker0`'s, the host's own), while
 //! what is routed onward (the internet, from `agenteval-net` only) passes.
 
 use std::collections::HashMap;
@@ -89,19 +89,28 @@ pub async fn host_address(docker: &Docker, name: &str) -> Option<std::net::Ipv4A
 }
 
 /// Rejects every packet from the bridge addressed to this machine itself (the `INPUT` chain;
-/// what the host routes onward goes through `FORWARD`) but those to the gateway's ports, once:
-/// each rule is looked for first, and the accepting one always ends above the rejecting one.
+/// what the host routes onward goes through `FORWARD`) but those to the gateway's ports and the
+/// answers on connections this machine opened (the `llm` agent's MCP client dialing a sidecar: a
+/// container cannot open such a connection itself), once: each rule is looked for first, and
+/// the accepting ones always end above the rejecting one.
 pub(crate) async fn close_host() -> Result<()> {
     let (first, last) = (agenteval_core::gateway::GATEWAY_PORTS.start(), agenteval_core::gateway::GATEWAY_PORTS.end());
     let ports = format!("{first}:{last}");
     let every = format!("{BRIDGE_PREFIX}+");
     close_with("iptables", &["INPUT", "-i", &every, "-j", "REJECT"]).await?;
     close_with("iptables", &["INPUT", "-i", &every, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await?;
+    close_with(
+        "iptables",
+        &["INPUT", "-i", &every, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
+    )
+    .await?;
     // IPv6: agenteval's bridges carry none of it but a link-local address; where the machine
     // has no ip6tables (no IPv6 at all) there is nothing to close.
     if tokio::process::Command::new("ip6tables").arg("--version").output().await.is_ok_and(|o| o.status.success()) {
         close_with("ip6tables", &["INPUT", "-i", &every, "-j", "REJECT"]).await?;
         close_with("ip6tables", &["INPUT", "-i", &every, "-p", "tcp", "--dport", &ports, "-j", "ACCEPT"]).await?;
+        let back = ["INPUT", "-i", &every, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"];
+        close_with("ip6tables", &back).await?;
     }
     Ok(())
 }

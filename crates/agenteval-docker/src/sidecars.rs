@@ -11,12 +11,16 @@ use agenteval_core::model::TaskSpec;
 use agenteval_core::{Error, Result, RunId};
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkCreateRequest, NetworkingConfig};
-use bollard::query_parameters::{CreateContainerOptionsBuilder, ListContainersOptionsBuilder, StartContainerOptions};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder, StartContainerOptions,
+};
 
 use crate::{DockerEnvironment, LABEL_MANAGED, infra};
 
 /// On a sidecar: the task container it serves.
 pub(crate) const LABEL_SIDECAR_OF: &str = "agenteval.sidecar-of";
+/// On a sidecar: its name on the task network (the compose service's).
+const LABEL_SIDECAR_NAME: &str = "agenteval.sidecar-name";
 /// On a task container with sidecars: its own network.
 pub(crate) const LABEL_TASK_NETWORK: &str = "agenteval.task-network";
 
@@ -95,6 +99,7 @@ pub(crate) async fn start(
             (LABEL_TASK.to_string(), task.id.to_string()),
             (LABEL_ATTEMPT.to_string(), attempt.to_string()),
             (LABEL_SIDECAR_OF.to_string(), main.to_string()),
+            (LABEL_SIDECAR_NAME.to_string(), s.name.clone()),
         ]);
         let body = ContainerCreateBody {
             image: Some(image.clone()),
@@ -167,6 +172,24 @@ async fn healthy(docker: &Docker, h: &EnvHandle, hc: &Healthcheck) -> Result<()>
         }
         tokio::time::sleep(Duration::from_secs_f64(hc.interval_secs.clamp(0.05, 3600.0))).await;
     }
+}
+
+/// The address of the sidecar `name` of the task container `main` on the task's own network,
+/// which this machine reaches through the network's bridge (the firewall lets back in what this
+/// machine opened: `network::close_host`).
+pub(crate) async fn address(docker: &Docker, main: &str, name: &str) -> Option<std::net::IpAddr> {
+    let main_info = docker.inspect_container(main, None::<InspectContainerOptions>).await.ok()?;
+    let network = main_info.config?.labels?.get(LABEL_TASK_NETWORK)?.clone();
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("{LABEL_SIDECAR_OF}={main}"), format!("{LABEL_SIDECAR_NAME}={name}")],
+    )]);
+    let listed =
+        docker.list_containers(Some(ListContainersOptionsBuilder::default().filters(&filters).build())).await.ok()?;
+    let id = listed.into_iter().find_map(|c| c.id)?;
+    let info = docker.inspect_container(&id, None::<InspectContainerOptions>).await.ok()?;
+    let ip = info.network_settings?.networks?.get(&network)?.ip_address.clone()?;
+    ip.parse().ok()
 }
 
 /// Removes the sidecars of the task container `main` and its network (named by its label).

@@ -138,7 +138,12 @@ impl AgentRunner for LlmAgent {
     }
 
     fn needs(&self) -> AgentNeeds {
-        AgentNeeds { calls_in_process: true, system_prompt: self.config.system.clone(), ..AgentNeeds::default() }
+        AgentNeeds {
+            calls_in_process: true,
+            system_prompt: self.config.system.clone(),
+            takes_mcp_servers: true,
+            ..AgentNeeds::default()
+        }
     }
 
     async fn run(&self, ctx: &AgentContext<'_>, sink: &mut dyn EventSink) -> AgentOutcome {
@@ -264,6 +269,30 @@ async fn answer_user(
     }
 }
 
+/// Runs one tool call of the model's, traced (the call, then its result) and answered in
+/// `messages`.
+async fn call_tool(
+    sink: &mut dyn EventSink,
+    tools: &[Arc<dyn AgentTool>],
+    env: &agenteval_core::traits::TaskEnvironment,
+    call: crate::types::ToolCall,
+    turn: u32,
+    messages: &mut Vec<Message>,
+) -> Result<(), Stop> {
+    let ev = json!({"tool": call.name, "arguments": call.arguments, "call_id": call.id, "turn": turn + 1});
+    sink.emit(AgentEvent::new(EventKind::AgentToolCall, ev)).await?;
+    let result = match tools.iter().find(|t| t.spec().name == call.name) {
+        Some(t) => t.call(&call.arguments, env).await,
+        None => Err(format!("there is no tool named `{}`", call.name)),
+    };
+    let is_error = result.is_err();
+    let content = clip(result.unwrap_or_else(|e| e));
+    let ev = json!({"tool": call.name, "output": content, "is_error": is_error, "call_id": call.id});
+    sink.emit(AgentEvent::new(EventKind::AgentToolResult, ev)).await?;
+    messages.push(Message::Tool { call_id: call.id, name: call.name, content, is_error });
+    Ok(())
+}
+
 /// The agent's word that ends a conversation, as τ²-bench's agents say it.
 const AGENT_STOP: &str = "###STOP###";
 
@@ -301,7 +330,13 @@ impl LlmAgent {
         calls: &mut TaskCalls,
     ) -> AgentOutcome {
         let stopped = |s: Stop| AgentOutcome::stopped(s.terminated_by, s.reason);
-        let tools: Vec<Arc<dyn AgentTool>> = self.builtin.iter().chain(ctx.tools.iter()).cloned().collect();
+        // The task's MCP servers, connected for as long as the agent runs.
+        let mcp = match crate::mcp::connect(ctx).await {
+            Ok(m) => m,
+            Err(e) => return AgentOutcome::stopped(TerminatedBy::InfraFailure, e),
+        };
+        let tools: Vec<Arc<dyn AgentTool>> =
+            self.builtin.iter().chain(ctx.tools.iter()).chain(mcp.tools.iter()).cloned().collect();
         let specs = tools.iter().map(|t| t.spec()).collect::<Vec<_>>();
         let max_turns = self.config.max_turns.unwrap_or(DEFAULT_TURNS);
         let mut system = self.config.system.clone();
@@ -371,21 +406,9 @@ impl LlmAgent {
             }
             messages.push(Message::Assistant { text: resp.text.clone(), tool_calls: resp.tool_calls.clone() });
             for call in resp.tool_calls {
-                let ev = json!({"tool": call.name, "arguments": call.arguments, "call_id": call.id, "turn": turn + 1});
-                if let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentToolCall, ev)).await {
+                if let Err(s) = call_tool(sink, &tools, ctx.env, call, turn, &mut messages).await {
                     return stopped(s);
                 }
-                let result = match tools.iter().find(|t| t.spec().name == call.name) {
-                    Some(t) => t.call(&call.arguments, ctx.env).await,
-                    None => Err(format!("there is no tool named `{}`", call.name)),
-                };
-                let is_error = result.is_err();
-                let content = clip(result.unwrap_or_else(|e| e));
-                let ev = json!({"tool": call.name, "output": content, "is_error": is_error, "call_id": call.id});
-                if let Err(s) = sink.emit(AgentEvent::new(EventKind::AgentToolResult, ev)).await {
-                    return stopped(s);
-                }
-                messages.push(Message::Tool { call_id: call.id, name: call.name, content, is_error });
             }
         }
         AgentOutcome::stopped(

@@ -11,6 +11,7 @@ mod cassette;
 mod client;
 mod error;
 mod judge;
+mod mcp;
 mod pricing;
 mod spec;
 mod types;

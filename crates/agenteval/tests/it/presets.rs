@@ -591,7 +591,7 @@ fn mcp_site() -> std::path::PathBuf {
 /// A Harbor task with an MCP server (`[[environment.mcp_servers]]`, a compose sidecar built on
 /// the `mcp` SDK) whose key comes from the run's secrets (`roles.tools.secrets`) into the
 /// server's container only: Claude Code, Codex and opencode reach it through their own MCP
-/// configurations, and the call and its answer are in the trace; the agent looks for the key in its variables, every
+/// configurations, the `llm` agent as tools of its own, and the call and its answer are in the trace; the agent looks for the key in its variables, every
 /// process's and its files and finds none; the key is in no file of the run.
 #[test]
 fn a_task_s_mcp_server_answers_the_preset_with_a_key_the_agent_cannot_read() {
@@ -635,13 +635,26 @@ fn a_task_s_mcp_server_answers_the_preset_with_a_key_the_agent_cannot_read() {
     let secrets = std::fs::read_to_string(ws.path().join("secrets.env")).unwrap();
     std::fs::write(ws.path().join("secrets.env"), secrets + "orders-key=sk-orders-7f3a9c1e-test\n").unwrap();
     for preset in ["claude-code", "codex", "opencode"] {
-        mcp_order_passes(&ws, &cfg, preset);
+        mcp_order_passes(&ws, &cfg, &["--agent", preset, "--model", "mock-model"], preset);
     }
+    // The `llm` agent: the server's tools are its own (`mcp__orders__order_status`), called from
+    // the worker through the task network's bridge.
+    let llm = ws.write(
+        "mcp-llm.yaml",
+        &format!(
+            "name: mcp-llm\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: llm\n  model: openai:mock-model\n  base_url: {}\n  secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n  tools: []\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  secrets_file: secrets.env\n  max_attempts: 1\n\
+             storage:\n  bundle_root: runs\nroles:\n  tools:\n    secrets: {{ORDERS_API_KEY: orders-key}}\n",
+            tasks.display(),
+            mock.base_url()
+        ),
+    );
+    mcp_order_passes(&ws, &llm, &[], "llm");
 }
 
-/// `preset` on the MCP task: passed, the call and its answer in the trace, the key nowhere.
-fn mcp_order_passes(ws: &Workspace, cfg: &Path, preset: &str) {
-    let (v, code, out) = ws.submit(cfg, &["--agent", preset, "--model", "mock-model"]);
+/// `who` on the MCP task: passed, the call and its answer in the trace, the key nowhere.
+fn mcp_order_passes(ws: &Workspace, cfg: &Path, args: &[&str], preset: &str) {
+    let (v, code, out) = ws.submit(cfg, args);
     let bundle = ws.runs().join(v["run_id"].as_str().unwrap_or_else(|| panic!("{v} {}", text(&out.stderr))));
     let r = read_json(&bundle.join("tasks/order-status/result.json"));
     let t = trace(&bundle, "order-status");
