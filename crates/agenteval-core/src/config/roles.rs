@@ -36,7 +36,8 @@ impl RolesConfig {
 
 /// The judge a task's verifier reaches (`docs/roles.md`, "The judge"): a door of the run's model
 /// gateway of its own, admitting its one model. The verifier gets the door's token where its
-/// `[verifier.env]` asks for a provider's key (`${ANTHROPIC_API_KEY}`, `${OPENAI_API_KEY}`), and
+/// `[verifier.env]` asks for a provider's key (`${ANTHROPIC_API_KEY}`, `${OPENAI_API_KEY}`, or a
+/// name of `key_variables`), and
 /// the door's base URLs (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`); the real key stays in the
 /// gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -59,12 +60,27 @@ pub struct JudgeRole {
     /// variable), `price`.
     #[serde(flatten)]
     pub endpoint: super::Endpoint,
+    /// Other names the tests' `${VAR}` may ask for the judge's key under (a task's
+    /// `JUDGE_KEY = "${MY_JUDGE_KEY}"`), beside the providers' own variables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_variables: Vec<String>,
 }
 
 impl JudgeRole {
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
         model_role_problems(at, &self.model, self.max_cost_usd, &self.endpoint, p);
+        for (i, var) in self.key_variables.iter().enumerate() {
+            if !is_variable_name(var) {
+                p.push((format!("{at}/key_variables/{i}"), "must be a variable name (letters, digits, `_`)".into()));
+            }
+        }
     }
+}
+
+/// A name a shell variable may have: letters, digits and `_`, not starting with a digit.
+fn is_variable_name(var: &str) -> bool {
+    var.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// What a task's tool servers get from the run (`docs/roles.md`, "Tool servers").
@@ -81,9 +97,7 @@ pub struct ToolsRole {
 impl ToolsRole {
     pub fn validate(&self, at: &str, p: &mut Vec<(String, String)>) {
         for (var, secret) in &self.secrets {
-            let name_ok = var.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !name_ok {
+            if !is_variable_name(var) {
                 p.push((format!("{at}/secrets/{var}"), "must be a variable name (letters, digits, `_`)".into()));
             }
             if secret.trim().is_empty() {

@@ -21,14 +21,16 @@ use super::sink::TraceSink;
 const KEY_VARS: &[&str] = &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
 
 /// The variables of a task's tests that ask for a judge: each whose value is exactly `${VAR}`
-/// for a provider's key variable.
-pub(super) fn asked_for(task: &TaskSpec) -> Vec<String> {
+/// for a provider's key variable or one of `also` (`roles.judge.key_variables`).
+pub(super) fn asked_for(task: &TaskSpec, also: &[String]) -> Vec<String> {
     let Some(tests) = &task.tests else { return Vec::new() };
     tests
         .env
         .iter()
         .filter(|(_, v)| {
-            v.strip_prefix("${").and_then(|r| r.strip_suffix('}')).is_some_and(|name| KEY_VARS.contains(&name))
+            v.strip_prefix("${")
+                .and_then(|r| r.strip_suffix('}'))
+                .is_some_and(|name| KEY_VARS.contains(&name) || also.iter().any(|a| a == name))
         })
         .map(|(k, _)| k.clone())
         .collect()
@@ -47,7 +49,8 @@ pub(super) async fn open(
     task: &TaskSpec,
     graded: &TaskEnvironment,
 ) -> Result<Option<(TaskSpec, Opened)>, String> {
-    let asked = asked_for(task);
+    let also = ctx.config.roles.judge.as_ref().map(|j| j.key_variables.as_slice()).unwrap_or_default();
+    let asked = asked_for(task, also);
     if asked.is_empty() {
         return Ok(None);
     }
@@ -110,7 +113,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_providers_key_written_whole_asks_for_a_judge() {
+    fn only_a_providers_key_or_a_named_variable_written_whole_asks_for_a_judge() {
         let mut task = crate::worker::testing::task(serde_json::json!({"id": "t", "input": "q"}));
         let env = [
             ("ANTHROPIC_API_KEY", "${ANTHROPIC_API_KEY}"),
@@ -123,8 +126,10 @@ mod tests {
             env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             ..Default::default()
         });
-        assert_eq!(asked_for(&task), ["ANTHROPIC_API_KEY", "KEY_FOR_SDK"]);
+        assert_eq!(asked_for(&task, &[]), ["ANTHROPIC_API_KEY", "KEY_FOR_SDK"]);
+        // A name the run's judge says its key may be asked for under.
+        assert_eq!(asked_for(&task, &["SOMETHING_ELSE".into()]), ["ANTHROPIC_API_KEY", "KEY_FOR_SDK", "OTHER"]);
         task.tests = None;
-        assert!(asked_for(&task).is_empty());
+        assert!(asked_for(&task, &[]).is_empty());
     }
 }

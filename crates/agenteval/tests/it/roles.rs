@@ -485,13 +485,14 @@ fn a_command_agent_converses_with_the_simulated_user_of_a_case_through_its_stdin
 
 /// The tests of a Harbor task that asks a model for its grade, in Harbor's LLM-as-a-judge
 /// shape: they send the poem the agent wrote to `$MODEL_NAME` on Anthropic's wire at
-/// `$ANTHROPIC_BASE_URL` with `$ANTHROPIC_API_KEY`, and reward what the judge says.
+/// `$ANTHROPIC_BASE_URL` with `$JUDGE_API_KEY` (a task's own name for it) or
+/// `$ANTHROPIC_API_KEY`, and reward what the judge says.
 pub(crate) const JUDGED_TEST: &str = r#"python3 - <<'PY'
 import json, os, urllib.request
 poem = open('/app/poem.txt').read() if os.path.exists('/app/poem.txt') else ''
 body = {"model": os.environ["MODEL_NAME"], "max_tokens": 200, "messages": [{"role": "user", "content": "JUDGE this poem: " + poem}]}
 req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"].rstrip("/") + "/v1/messages", data=json.dumps(body).encode(),
-    headers={"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01", "content-type": "application/json"})
+    headers={"x-api-key": os.environ.get("JUDGE_API_KEY") or os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01", "content-type": "application/json"})
 said = json.load(urllib.request.urlopen(req, timeout=60))["content"][0]["text"]
 open('/logs/verifier/reward.txt', 'w').write('1' if '"passed": true' in said else '0')
 PY"#;
@@ -508,8 +509,10 @@ fn a_harbor_tasks_judge_is_the_runs_role_metered_recorded_and_replayed_without_t
     let mock = MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
     let root = ws.path().join("tasks");
+    // The bad poem's task asks for the key under a name of its own (`roles.judge.key_variables`).
     let toml = "[verifier.env]\nANTHROPIC_API_KEY = \"${ANTHROPIC_API_KEY}\"\nMODEL_NAME = \"mock-judge\"\n";
-    for (name, poem) in [("poem-good", "a GOOD ANSWER of a poem"), ("poem-bad", "a dull poem")] {
+    let own_name = "[verifier.env]\nJUDGE_API_KEY = \"${MY_JUDGE_KEY}\"\nMODEL_NAME = \"mock-judge\"\n";
+    for (name, poem, toml) in [("poem-good", "a GOOD ANSWER of a poem", toml), ("poem-bad", "a dull poem", own_name)] {
         crate::harbor_tasks::task(&root, name, toml, "", &format!("echo '{poem}' > /app/poem.txt"), JUDGED_TEST);
     }
     ws.write("secrets.env", &format!("JUDGE_KEY={JUDGE_KEY}\n"));
@@ -525,7 +528,7 @@ fn a_harbor_tasks_judge_is_the_runs_role_metered_recorded_and_replayed_without_t
         )
     };
     let judge = format!(
-        "roles:\n  judge:\n    model: anthropic:mock-judge\n    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: JUDGE_KEY}}\n    price: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n",
+        "roles:\n  judge:\n    model: anthropic:mock-judge\n    base_url: {}\n    secrets: {{ANTHROPIC_API_KEY: JUDGE_KEY}}\n    price: {{input_per_mtok: 1000, output_per_mtok: 2000}}\n    key_variables: [MY_JUDGE_KEY]\n",
         mock.base_url()
     );
     let cfg = config("judged", &judge);
