@@ -34,6 +34,9 @@ pub struct GatewayUser {
     tools: Vec<Arc<dyn AgentTool>>,
     /// The conversation as the user sees it: the agent's lines are its `user` messages.
     said: Mutex<(Vec<Message>, u32)>,
+    /// What it did with its own tools in the turn it is in, until it says something: left
+    /// there when the turn is cut short, for the trace (`unfinished_turn`).
+    acting: std::sync::Mutex<Vec<UserAct>>,
 }
 
 impl GatewayUser {
@@ -58,6 +61,7 @@ impl GatewayUser {
             brief,
             tools: Vec::new(),
             said: Mutex::new((seen, 0)),
+            acting: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -65,6 +69,22 @@ impl GatewayUser {
     pub fn with_tools(mut self, tools: Vec<Arc<dyn AgentTool>>) -> Self {
         self.tools = tools;
         self
+    }
+
+    /// The `user.message` payload of a turn it did not finish (its model failed, its budget ran
+    /// out, the agent was stopped) after acting on its own side: those acts changed the task's
+    /// state, so the trace keeps them, with no words and `unfinished` saying why. `None` when
+    /// it had not acted; taken once.
+    pub fn unfinished_turn(&self, why: &str) -> Option<serde_json::Value> {
+        let acted = std::mem::take(&mut *self.acting.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        (!acted.is_empty()).then(|| {
+            serde_json::json!({
+                "text": "",
+                "ends": false,
+                "acted": serde_json::to_value(&acted).unwrap_or_default(),
+                "unfinished": why,
+            })
+        })
     }
 
     /// Its tools' answers to `calls`, in order; an unknown tool or a failed call is an error
@@ -126,7 +146,8 @@ impl SimulatedUser for GatewayUser {
         }
         said.0.push(Message::User { text: agent_said.to_string() });
         let tools: Vec<_> = self.tools.iter().map(|t| t.spec()).collect();
-        let mut acted = Vec::new();
+        let acting = || self.acting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        acting().clear();
         let answer = loop {
             let req = ChatRequest {
                 model: self.model.clone(),
@@ -148,7 +169,7 @@ impl SimulatedUser for GatewayUser {
             if answer.tool_calls.is_empty() || self.tools.is_empty() {
                 break answer;
             }
-            if acted.len() >= MAX_ACTS {
+            if acting().len() >= MAX_ACTS {
                 return Err(Stop {
                     terminated_by: TerminatedBy::AgentError,
                     reason: format!("the simulated user called its tools {MAX_ACTS} times without a word to the agent"),
@@ -169,8 +190,10 @@ impl SimulatedUser for GatewayUser {
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
             });
-            acted.push(UserAct { text: answer.text.filter(|t| !t.is_empty()), calls: calls.collect(), results });
+            let act = UserAct { text: answer.text.filter(|t| !t.is_empty()), calls: calls.collect(), results };
+            acting().push(act);
         };
+        let acted = std::mem::take(&mut *acting());
         let text = answer.text.unwrap_or_default();
         said.0.push(Message::Assistant { text: Some(text.clone()), tool_calls: Vec::new() });
         said.1 += 1;

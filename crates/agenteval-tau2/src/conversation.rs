@@ -69,7 +69,10 @@ pub fn read(trace: &[TraceEvent], result: &AgentResult, max_steps: u32) -> Said 
             }
             EventKind::UserMessage => {
                 users_own_acts(e, &mut messages);
-                messages.push(json!({"role": "user", "content": text(e, "text")}));
+                // A turn the user did not finish said nothing: only its acts are the trajectory's.
+                if e.payload.get("unfinished").is_none() {
+                    messages.push(json!({"role": "user", "content": text(e, "text")}));
+                }
                 user_ended = e.payload["ends"].as_bool() == Some(true);
                 last_turn = None;
             }
@@ -214,5 +217,24 @@ mod tests {
         assert_eq!(said.messages[2]["content"], "let me");
         assert_eq!(said.messages[5]["error"], true);
         assert_eq!(read(&trace, &result, 4).termination, "max_steps");
+    }
+
+    #[test]
+    fn a_turn_the_user_did_not_finish_keeps_its_acts_and_says_nothing() {
+        let trace = vec![
+            ev(EventKind::AgentMessage, json!({"text": "Toggle airplane mode, please."})),
+            ev(
+                EventKind::UserMessage,
+                json!({"text": "", "ends": false, "unfinished": "the user role: spent", "acted": [{
+                    "calls": [{"id": "u1", "name": "toggle_airplane_mode", "arguments": {}}],
+                    "results": [{"call_id": "u1", "content": "Airplane Mode is now OFF."}],
+                }]}),
+            ),
+        ];
+        let said = read(&trace, &AgentResult::infra_failure(String::new()), 100);
+        let roles: Vec<&str> = said.messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["assistant", "user", "tool"], "{:?}", said.messages);
+        assert_eq!(said.messages[1]["tool_calls"][0]["name"], "toggle_airplane_mode");
+        assert_ne!(said.termination, "user_stop");
     }
 }

@@ -476,7 +476,11 @@ fn describe(e: &TraceEvent) -> String {
         // A conversation, both sides: what each said, and whether the user ended it.
         EventKind::AgentMessage => format!("agent: {}", p.get("text").map(text).unwrap_or_default()),
         EventKind::UserMessage => {
-            let ends = if p["ends"] == json!(true) { " (ends the conversation)" } else { "" };
+            let ends = match p["unfinished"].as_str() {
+                Some(why) => format!("(did not answer: {why})"),
+                None if p["ends"] == json!(true) => " (ends the conversation)".into(),
+                None => String::new(),
+            };
             // What it did with its own tools first (τ²'s telecom user, on its phone).
             let acted: Vec<String> = p["acted"]
                 .as_array()

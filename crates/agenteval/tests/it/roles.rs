@@ -246,6 +246,28 @@ sys.__stdout__.write(json.dumps([reward, user_calls, sim.task_id]) + "\n")
     assert_eq!(out.status.code(), Some(0), "{r}");
     assert_eq!(r["match"], 1, "{r}");
     assert_eq!(mock.received().len(), before, "the replay called the model");
+
+    // A user whose token budget runs out right after it acted: what it did on its phone stays in
+    // the trace (a turn it did not finish, saying why), and in the conversation graded.
+    let spent = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace("name: telecom\n", "name: telecom-spent\n")
+        .replace("    model: openai:mock-user\n", "    model: openai:mock-user-big\n    max_tokens: 1000001\n")
+        .replace("    mock-user: {", "    mock-user-big: {");
+    let cfg = ws.write("telecom-spent.yaml", &spent);
+    let (v, _, out) = ws.submit(&cfg, &[]);
+    let bundle = PathBuf::from(v["bundle"].as_str().unwrap_or_else(|| panic!("{v}\n{}", text(&out.stderr))));
+    let r = result(&bundle, id);
+    let t = trace(&bundle, id);
+    assert_eq!(r["agent"]["terminated_by"], "limit_tokens", "{r}\n{t:#?}");
+    let unfinished: Vec<&serde_json::Value> =
+        t.iter().filter(|e| e["kind"] == "user.message" && e["payload"]["unfinished"].is_string()).collect();
+    assert_eq!(unfinished.len(), 1, "{t:#?}");
+    assert_eq!(unfinished[0]["payload"]["acted"][0]["calls"][0]["name"], "toggle_airplane_mode", "{t:#?}");
+    let sim = read_bundle_file(bundle.join("tasks").join(id).join("artifacts/tau2-simulation.json")).unwrap();
+    assert!(String::from_utf8_lossy(&sim).contains("toggle_airplane_mode"), "the graded conversation lost the act");
+    let shown = text(&ws.run(&["show", v["run_id"].as_str().unwrap(), id, "--full"]).stdout);
+    assert!(shown.contains("[on its side: toggle_airplane_mode") && shown.contains("(did not answer:"), "{shown}");
 }
 
 /// A simulated user on another provider than the agent's (an `anthropic:` user of an `openai:`

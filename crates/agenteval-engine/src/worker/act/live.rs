@@ -182,6 +182,11 @@ pub(super) async fn run_agent(
         }
     }
     drop(user_door);
+    // A user turn cut short after the user acted on its own side: its acts, after its calls.
+    let why = outcome.error.as_ref().map_or("the agent stopped", |(_, why)| why.as_str());
+    if let Some(payload) = user.as_ref().and_then(|u| u.unfinished_turn(why)) {
+        let _ = shared.sink.lock().await.emit(AgentEvent::new(EventKind::UserMessage, payload)).await;
+    }
     if let Some(d) = door.as_mut() {
         let late = metered::settle(ctx, task, d.as_mut(), &shared, at, None).await?;
         // A refused call the agent met as an error (a call in this process is refused and
