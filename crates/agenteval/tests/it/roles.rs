@@ -270,6 +270,58 @@ sys.__stdout__.write(json.dumps([reward, user_calls, sim.task_id]) + "\n")
     assert!(shown.contains("[on its side: toggle_airplane_mode") && shown.contains("(did not answer:"), "{shown}");
 }
 
+/// τ²'s `airline` and `retail` domains load, run and grade from the reference package: a task
+/// of each, its conversation with the scripted mock (whose agent does nothing there), graded by
+/// agenteval as the reference package grades the kept conversation. Airline's first task is
+/// one the agent must not act on (reward 1), retail's one it must (reward 0).
+#[test]
+fn taus_airline_and_retail_tasks_run_and_grade_as_the_reference_grades_them() {
+    let mock = MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    ws.write("secrets.env", &format!("OPENAI_API_KEY={KEY}\n"));
+    let mut kept = Vec::new();
+    for (domain, reward) in [("airline", 1.0), ("retail", 0.0)] {
+        let cfg = ws.write(
+            &format!("{domain}.yaml"),
+            &format!(
+                "name: {domain}\nbenchmark:\n  kind: tau2\n  domain: {domain}\n  python: {py}\n  filter:\n    ids: ['0']\nagent:\n  kind: llm\n  model: openai:mock-agent\n  base_url: {url}\n  prices:\n    mock-agent: {{input_per_mtok: 10, output_per_mtok: 20}}\n    mock-user: {{input_per_mtok: 10, output_per_mtok: 20}}\nroles:\n  user:\n    model: openai:mock-user\nbackend:\n  secrets_file: secrets.env\n",
+                py = tau2_python().display(),
+                url = mock.base_url(),
+            ),
+        );
+        let (v, _, out) = ws.submit(&cfg, &[]);
+        assert_eq!(v["status"], "complete", "{v}\n{}", text(&out.stderr));
+        let bundle = PathBuf::from(v["bundle"].as_str().unwrap());
+        let r = result(&bundle, "0");
+        assert_eq!(r["scores"][0]["score"].as_f64(), Some(reward), "{domain}: {r}");
+        let sim = read_bundle_file(bundle.join("tasks/0/artifacts/tau2-simulation.json")).unwrap();
+        let path = ws.path().join(format!("{domain}.simulation.json"));
+        std::fs::write(&path, sim).unwrap();
+        kept.push((domain, path, reward));
+    }
+    let script = r#"
+import json, sys
+from tau2.data_model.simulation import SimulationRun
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.registry import registry
+out = []
+for domain, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    tasks = {t.id: t for t in registry.get_tasks_loader(domain)()}
+    sim = SimulationRun.model_validate_json(open(path).read())
+    out.append(evaluate_simulation(simulation=sim, task=tasks[sim.task_id], evaluation_type=EvaluationType.ALL, solo_mode=False, domain=domain).reward)
+sys.__stdout__.write(json.dumps(out) + "\n")
+"#;
+    let mut cmd = std::process::Command::new(tau2_python());
+    cmd.args(["-c", script]).env("LITELLM_LOCAL_MODEL_COST_MAP", "True");
+    for (domain, path, _) in &kept {
+        cmd.arg(domain).arg(path);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let said: Vec<f64> = serde_json::from_str(text(&out.stdout).trim().lines().last().unwrap()).unwrap();
+    assert_eq!(said, kept.iter().map(|k| k.2).collect::<Vec<_>>(), "the reference's rewards");
+}
+
 /// A simulated user on another provider than the agent's (an `anthropic:` user of an `openai:`
 /// agent): its calls go on Anthropic's wire to its own endpoint with its own key, through the
 /// user's door, metered apart; the agent's keep theirs. Without the user's key the run is refused
