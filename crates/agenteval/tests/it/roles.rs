@@ -36,7 +36,7 @@ fn config(
     ws.write(
         &format!("{name}.yaml"),
         &format!(
-            "name: {name}\nbenchmark:\n  kind: tau2\n  domain: mock\n  python: {py}\n  filter:\n    ids: {TASKS}\nagent:\n  kind: llm\n  model: openai:{agent_model}\n  base_url: {url}\n{agent_extra}  prices:\n    {agent_model}: {{input_per_mtok: 10, output_per_mtok: 20}}\n    {user_model}: {{input_per_mtok: {user_in}, output_per_mtok: {user_out}}}\nroles:\n  user:\n    model: openai:{user_model}\n{user_extra}backend:\n  secrets_file: secrets.env\n",
+            "name: {name}\nbenchmark:\n  kind: tau2\n  domain: mock\n  python: {py}\n  filter:\n    ids: {TASKS}\nagent:\n  kind: llm\n  model: openai:{agent_model}\n  base_url: {url}\n{agent_extra}  prices:\n    {agent_model}: {{input_per_mtok: 10, output_per_mtok: 20}}\n    {user_model}: {{input_per_mtok: {user_in}, output_per_mtok: {user_out}}}\nroles:\n  user:\n    model: openai:{user_model}\n{user_extra}backend:\n  secrets_file: secrets.env\n  tasks_per_job: 4\n",
             py = tau2_python().display(),
             url = mock.base_url(),
             user_in = if user_model.contains("-big") { 1 } else { 1000 },
