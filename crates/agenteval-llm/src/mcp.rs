@@ -23,6 +23,12 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// The longest tool name the providers' APIs take.
 const MAX_TOOL_NAME: usize = 64;
+/// Most tools the task's servers give the agent, together (the providers take 128 a request):
+/// a server that lists more has the rest left out, and the agent is told so by their absence.
+const MAX_TOOLS: usize = 128;
+/// Longest description of a tool passed on to the model, in characters: a dataset's server
+/// does not fill the agent's context with its own words.
+const MAX_DESCRIPTION: usize = 4_000;
 
 /// The client's identity in the handshake.
 #[derive(Clone)]
@@ -53,13 +59,16 @@ pub(crate) async fn connect(ctx: &AgentContext<'_>) -> Result<McpTools, String> 
             .map_err(|e| format!("the llm agent cannot use the task's MCP server `{}`: {e}", server.name))?;
         for tool in listed {
             let name = tool_name(&server.name, &tool.name);
+            if out.tools.len() >= MAX_TOOLS {
+                break;
+            }
             if out.tools.iter().any(|t| t.spec().name == name) {
                 continue;
             }
             let parameters = Value::Object((*tool.input_schema).clone());
             let spec = ToolSpec {
                 name,
-                description: tool.description.as_deref().unwrap_or("").to_string(),
+                description: tool.description.as_deref().unwrap_or("").chars().take(MAX_DESCRIPTION).collect(),
                 parameters: if parameters.get("type").is_some() { parameters } else { json!({"type": "object"}) },
             };
             let peer = connection.peer().clone();
