@@ -5,9 +5,10 @@
 //! agenteval makes (a multi-container task's own), nothing reaches this machine's own addresses
 //! but the gateway's ports (`GATEWAY_PORTS`): every bridge agenteval makes is named
 //! `agenteval…` (`BRIDGE_PREFIX`), and firewall rules on that prefix (IPv4 and IPv6) accept
-//! those ports and the answers on connections this machine opened, and reject every other packet
-//! such a bridge delivers to the host itself, whatever address it was sent to (the bridge's, `docker0`'s, the host's own), while
-//! what is routed onward (the internet, from `agenteval-net` only) passes.
+//! those ports and the answers on connections this machine opened, and reject every other
+//! packet such a bridge delivers to the host itself, whatever address it was sent to (the
+//! bridge's, `docker0`'s, the host's own), while what is routed onward (the internet, from
+//! `agenteval-net` only) passes.
 
 use std::collections::HashMap;
 
