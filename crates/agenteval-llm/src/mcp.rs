@@ -99,8 +99,10 @@ async fn open(
         format!("this machine cannot reach `{host}` on the task's network (a {} environment)", session.env.kind())
     })?;
     // The request keeps the url's own host (a server may check it); only the address is ours.
+    // No redirect is followed: the dataset's server cannot send the worker anywhere else.
     let http = reqwest::Client::builder()
         .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .resolve(host, addr)
         .connect_timeout(Duration::from_secs(10))
         .build()
