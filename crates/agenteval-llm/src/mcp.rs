@@ -180,7 +180,113 @@ fn block_text(block: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use agenteval_core::environment::{EnvHandle, EnvSpec, ExecOutput, ExecRequest};
+    use agenteval_core::traits::{EnvSession, Environment};
+
     use super::*;
+
+    /// An environment that only says where its services answer: at `0` whatever their name.
+    struct Reaches(Option<SocketAddr>);
+
+    #[async_trait]
+    impl Environment for Reaches {
+        fn kind(&self) -> &str {
+            "test"
+        }
+        async fn prepare(
+            &self,
+            _: &agenteval_core::RunId,
+            _: &agenteval_core::model::TaskSpec,
+            _: u32,
+            _: &EnvSpec,
+        ) -> agenteval_core::Result<EnvHandle> {
+            unreachable!("not prepared here")
+        }
+        async fn exec(&self, _: &EnvHandle, _: &ExecRequest) -> agenteval_core::Result<ExecOutput> {
+            unreachable!("the client runs nothing in the environment")
+        }
+        async fn copy_in(&self, _: &EnvHandle, _: &std::path::Path, _: &str) -> agenteval_core::Result<()> {
+            unreachable!()
+        }
+        async fn copy_out(&self, _: &EnvHandle, _: &str, _: &std::path::Path, _: u64) -> agenteval_core::Result<()> {
+            unreachable!()
+        }
+        async fn teardown(&self, _: &EnvHandle) -> agenteval_core::Result<()> {
+            Ok(())
+        }
+        async fn sweep(&self, _: &agenteval_core::RunId) -> agenteval_core::Result<usize> {
+            Ok(0)
+        }
+        async fn service_address(&self, _: &EnvHandle, _: &str, _: u16) -> Option<SocketAddr> {
+            self.0
+        }
+    }
+
+    fn env(reaches: Option<SocketAddr>) -> TaskEnvironment {
+        let handle = EnvHandle { kind: "test".into(), id: "t".into(), workdir: "/".into(), notes: vec![] };
+        TaskEnvironment {
+            session: Some(EnvSession { env: Arc::new(Reaches(reaches)), handle }),
+            ..TaskEnvironment::default()
+        }
+    }
+
+    fn server(transport: &str, url: &str) -> McpServer {
+        McpServer {
+            name: "orders".into(),
+            transport: transport.into(),
+            url: Some(url.into()),
+            command: None,
+            args: vec![],
+        }
+    }
+
+    async fn refusal(s: &McpServer, env: &TaskEnvironment) -> String {
+        match tokio::time::timeout(CONNECT_TIMEOUT, open(s, env)).await {
+            Ok(Ok(_)) => panic!("{s:?} was opened"),
+            Ok(Err(e)) => e,
+            Err(_) => panic!("{s:?}: no answer within {CONNECT_TIMEOUT:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_server_the_client_cannot_use_is_refused_saying_why() {
+        let http = server("streamable-http", "http://orders:8000/mcp");
+        assert!(refusal(&server("stdio", "x"), &env(None)).await.contains("transport is `stdio`"));
+        assert!(refusal(&server("sse", "http://orders:8000/sse"), &env(None)).await.contains("`sse`"));
+        assert!(refusal(&http, &TaskEnvironment::default()).await.contains("no environment"));
+        assert!(refusal(&http, &env(None)).await.contains("cannot reach `orders`"));
+        assert!(refusal(&server("http", "not a url"), &env(None)).await.contains("its url"));
+    }
+
+    /// A dataset's server that answers with a redirect does not send the worker's request
+    /// anywhere else: the place it names is never asked.
+    #[tokio::test]
+    async fn a_server_that_redirects_sends_the_client_nowhere() {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let elsewhere = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let elsewhere_addr = elsewhere.local_addr().unwrap();
+        let counted = asked.clone();
+        let app = axum::Router::new().fallback(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { "{}" }
+        });
+        tokio::spawn(async move { axum::serve(elsewhere, app).await });
+        let redirecting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = redirecting.local_addr().unwrap();
+        let to = format!("http://{elsewhere_addr}/mcp");
+        let app = axum::Router::new().fallback(move || {
+            let to = to.clone();
+            async move { (axum::http::StatusCode::TEMPORARY_REDIRECT, [(axum::http::header::LOCATION, to)]) }
+        });
+        tokio::spawn(async move { axum::serve(redirecting, app).await });
+        let why =
+            refusal(&server("streamable-http", &format!("http://orders:{}/mcp", addr.port())), &env(Some(addr))).await;
+        assert!(why.contains("handshake failed"), "{why}");
+        assert_eq!(asked.load(Ordering::SeqCst), 0, "the redirect was followed");
+    }
 
     #[test]
     fn tool_names_are_what_every_provider_takes() {
