@@ -224,6 +224,13 @@ pub trait Environment: Send + Sync {
     ) -> Option<std::net::SocketAddr> {
         None
     }
+    /// Starts `argv` in the environment as one of the agent's commands, with its standard input
+    /// and output open to this machine (a task's `stdio` MCP server, which the `llm` agent's
+    /// client speaks to): its output, its input. It ends when its input closes or the
+    /// environment goes. The default, and an environment that cannot: `None`.
+    async fn open_stdio(&self, _env: &crate::environment::EnvHandle, _argv: &[String]) -> Option<StdioPair> {
+        None
+    }
     /// Stops every process the agent left running (a background loop could rewrite the
     /// tests' reward after they ran), keeping the files as it left them: called before grading.
     /// The default does nothing (a workspace's processes die with the agent's process tree).
@@ -322,6 +329,9 @@ pub trait Environment: Send + Sync {
         Err(crate::Error::invalid(format!("a {} environment cannot save image {tag}", self.kind())))
     }
 }
+
+/// A program's standard output and input, as [`Environment::open_stdio`] gives them.
+pub type StdioPair = (Box<dyn tokio::io::AsyncRead + Send + Unpin>, Box<dyn tokio::io::AsyncWrite + Send + Unpin>);
 
 /// A prepared environment and what drives it, as the agent and the evaluators get it.
 #[derive(Clone)]

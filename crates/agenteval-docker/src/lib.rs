@@ -560,6 +560,13 @@ impl Environment for DockerEnvironment {
         }
     }
 
+    async fn open_stdio(&self, env: &EnvHandle, argv: &[String]) -> Option<agenteval_core::traits::StdioPair> {
+        let user = self.users.lock().expect("not poisoned").get(&env.id).cloned();
+        let launched = self.launched.lock().expect("not poisoned").contains(&env.id);
+        let argv = if launched { launch::wrap(argv.to_vec()) } else { argv.to_vec() };
+        stdio_in(self.docker().await.ok()?, env, argv, user).await
+    }
+
     async fn copy_in(&self, env: &EnvHandle, from: &Path, to: &str) -> Result<()> {
         copy::copy_in(self.docker().await?, env, from, to).await
     }
@@ -930,6 +937,43 @@ async fn exec_as(docker: &Docker, env: &EnvHandle, req: &ExecRequest, launched: 
         timed_out,
         dropped_bytes: out.dropped + err.dropped,
     })
+}
+
+/// Starts `argv` in the container with its input and output attached: its output (stdout
+/// only; its stderr is dropped) through a pipe a task fills, its input as the engine gives it.
+async fn stdio_in(
+    docker: &Docker,
+    env: &EnvHandle,
+    argv: Vec<String>,
+    user: Option<String>,
+) -> Option<agenteval_core::traits::StdioPair> {
+    use tokio::io::AsyncWriteExt as _;
+    let config = ExecConfig {
+        cmd: Some(argv),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        working_dir: Some(env.workdir.clone()),
+        user,
+        ..Default::default()
+    };
+    let created = docker.create_exec(&env.id, config).await.ok()?;
+    let bollard::exec::StartExecResults::Attached { mut output, input } =
+        docker.start_exec(&created.id, None).await.ok()?
+    else {
+        return None;
+    };
+    let (reader, mut writer) = tokio::io::duplex(1 << 16);
+    tokio::spawn(async move {
+        while let Some(Ok(piece)) = output.next().await {
+            if let bollard::container::LogOutput::StdOut { message } = piece
+                && writer.write_all(&message).await.is_err()
+            {
+                break;
+            }
+        }
+    });
+    Some((Box::new(reader), Box::new(input)))
 }
 
 impl DockerEnvironment {

@@ -17,5 +17,5 @@ async fn the_docker_environment_passes_the_environment_suite() {
     std::fs::write(context.path().join("seed.txt"), "hello\n").unwrap();
     let env = agenteval_docker::DockerEnvironment::new(Some("agenteval-local/debian:bookworm".into()));
     let spec = EnvSpec { context: Some(context.path().to_path_buf()), ..Default::default() };
-    agenteval_testkit::conformance::environment_suite(&env, &spec).await;
+    agenteval_testkit::conformance::environment_suite(&env, &spec, true).await;
 }

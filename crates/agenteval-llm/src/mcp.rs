@@ -1,7 +1,9 @@
 //! The `llm` agent's MCP client: a task's HTTP MCP servers (Harbor's
 //! `[[environment.mcp_servers]]`, run as the task's sidecars) become the agent's tools, named
 //! `mcp__SERVER__TOOL` as Claude Code names them, dialed from the worker at the address its
-//! environment gives for the server's name. The agent's loop traces every call and its result
+//! environment gives for the server's name; a `stdio` server's program is started in the
+//! agent's environment, as the agent's CLI would start it, and spoken to over its input and
+//! output. The agent's loop traces every call and its result
 //! like its other tools', so an MCP call cannot leave the trace.
 
 use std::sync::Arc;
@@ -84,11 +86,12 @@ async fn open(
     server: &McpServer,
     env: &TaskEnvironment,
 ) -> Result<(RunningService<RoleClient, Client>, Vec<rmcp::model::Tool>), String> {
-    if !matches!(server.transport.as_str(), "streamable-http" | "http") {
-        return Err(format!(
-            "its transport is `{}`; the llm agent's client runs in the worker and speaks streamable HTTP only",
-            server.transport
-        ));
+    match server.transport.as_str() {
+        "streamable-http" | "http" => {}
+        "stdio" => return open_stdio(server, env).await,
+        other => {
+            return Err(format!("its transport is `{other}`; the llm agent's client speaks streamable HTTP and stdio"));
+        }
     }
     let raw = server.url.as_deref().ok_or("it names no url")?;
     let url = reqwest::Url::parse(raw).map_err(|e| format!("its url {raw:?}: {e}"))?;
@@ -112,6 +115,26 @@ async fn open(
         StreamableHttpClientTransportConfig::with_uri(raw.to_string()),
     );
     let connection = Client.serve(transport).await.map_err(|e| format!("its handshake failed: {e}"))?;
+    let tools = connection.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
+    Ok((connection, tools))
+}
+
+/// A `stdio` server: its program started in the agent's environment as the agent's CLI would
+/// start it, spoken to over its input and output.
+async fn open_stdio(
+    server: &McpServer,
+    env: &TaskEnvironment,
+) -> Result<(RunningService<RoleClient, Client>, Vec<rmcp::model::Tool>), String> {
+    let command = server.command.as_deref().filter(|c| !c.trim().is_empty()).ok_or("it names no command")?;
+    let session = env.session.as_ref().ok_or("the task has no environment for it to run in")?;
+    let argv: Vec<String> = std::iter::once(command.to_string()).chain(server.args.iter().cloned()).collect();
+    let (output, input) = session.env.open_stdio(&session.handle, &argv).await.ok_or_else(|| {
+        format!(
+            "a {} environment cannot start `{command}` with its input and output open to the worker",
+            session.env.kind()
+        )
+    })?;
+    let connection = Client.serve((output, input)).await.map_err(|e| format!("its handshake failed: {e}"))?;
     let tools = connection.list_all_tools().await.map_err(|e| format!("listing its tools failed: {e}"))?;
     Ok((connection, tools))
 }
@@ -254,7 +277,14 @@ mod tests {
     #[tokio::test]
     async fn a_server_the_client_cannot_use_is_refused_saying_why() {
         let http = server("streamable-http", "http://orders:8000/mcp");
-        assert!(refusal(&server("stdio", "x"), &env(None)).await.contains("transport is `stdio`"));
+        let no_command = McpServer { url: None, ..server("stdio", "") };
+        assert!(refusal(&no_command, &env(None)).await.contains("names no command"));
+        let stdio = McpServer { command: Some("orders-server".into()), ..no_command };
+        assert!(
+            refusal(&stdio, &env(None)).await.contains("cannot start `orders-server`"),
+            "{}",
+            refusal(&stdio, &env(None)).await
+        );
         assert!(refusal(&server("sse", "http://orders:8000/sse"), &env(None)).await.contains("`sse`"));
         assert!(refusal(&http, &TaskEnvironment::default()).await.contains("no environment"));
         assert!(refusal(&http, &env(None)).await.contains("cannot reach `orders`"));

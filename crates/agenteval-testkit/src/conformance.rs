@@ -748,10 +748,12 @@ async fn stops_and_waits(
 
 /// The `Environment` suite, for every implementation (`workspace`, `docker`): `spec` names a
 /// starting folder holding `seed.txt` (`hello`). Commands, exit codes, both streams, a timeout,
-/// the output bound, files in and out (and a cap), an idempotent teardown, and the sweep by run.
+/// the output bound, files in and out (and a cap), a program spoken to over its input and output
+/// (where the environment starts one: `starts_programs`), an idempotent teardown, and the sweep by run.
 pub async fn environment_suite(
     env: &dyn agenteval_core::traits::Environment,
     spec: &agenteval_core::environment::EnvSpec,
+    starts_programs: bool,
 ) {
     use agenteval_core::environment::ExecRequest;
     use std::time::Duration;
@@ -789,6 +791,19 @@ pub async fn environment_suite(
     let capped = tempfile_dir();
     assert!(env.copy_out(&h, &at("out"), &capped, 2).await.is_err(), "past its cap a copy is refused");
     assert!(env.copy_out(&h, &at("missing"), &capped, 1 << 20).await.is_err(), "a missing path is an error");
+    // A program with its input and output open to this machine, where the environment starts
+    // one (a task's `stdio` MCP server): what it is sent reaches it, and what it says comes back.
+    let stdio = env.open_stdio(&h, &["cat".to_string()]).await;
+    assert_eq!(stdio.is_some(), starts_programs, "whether it starts a program with its input and output open");
+    if let Some((mut output, mut input)) = stdio {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        input.write_all(b"ping\n").await.unwrap();
+        input.flush().await.unwrap();
+        let mut said = [0u8; 5];
+        let heard = tokio::time::timeout(Duration::from_secs(20), output.read_exact(&mut said)).await;
+        assert!(matches!(heard, Ok(Ok(5))), "the program's answer came back: {heard:?}");
+        assert_eq!(&said, b"ping\n");
+    }
     // Teardown twice; a second environment left behind is found by its run.
     env.teardown(&h).await.unwrap();
     env.teardown(&h).await.expect("a second teardown is harmless");

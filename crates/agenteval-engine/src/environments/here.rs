@@ -546,7 +546,7 @@ mod tests {
         std::fs::create_dir_all(&work).unwrap();
         std::fs::write(work.join("seed.txt"), "hello\n").unwrap();
         let env = HereEnvironment::rooted(root.path().to_path_buf(), work);
-        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default()).await;
+        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default(), false).await;
     }
 
     #[tokio::test]
@@ -559,7 +559,7 @@ mod tests {
         let here = std::sync::Arc::new(HereEnvironment::rooted(root.path().to_path_buf(), workdir));
         let launcher = std::sync::Arc::new(agenteval_envlink::testing::InProcess::new(here).await);
         let env = agenteval_envlink::LinkedEnvironment::new(launcher);
-        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default()).await;
+        agenteval_testkit::conformance::environment_suite(&env, &EnvSpec::default(), false).await;
     }
 
     #[tokio::test]

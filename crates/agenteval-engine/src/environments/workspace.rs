@@ -258,7 +258,7 @@ mod tests {
         std::fs::write(src.path().join("seed.txt"), "hello\n").unwrap();
         let env = WorkspaceEnvironment::new(root.path().to_path_buf(), vec![]);
         let spec = EnvSpec { context: Some(src.path().to_path_buf()), ..Default::default() };
-        agenteval_testkit::conformance::environment_suite(&env, &spec).await;
+        agenteval_testkit::conformance::environment_suite(&env, &spec, false).await;
     }
 
     #[tokio::test]

@@ -652,6 +652,49 @@ fn a_task_s_mcp_server_answers_the_preset_with_a_key_the_agent_cannot_read() {
     mcp_order_passes(&ws, &llm, &[], "llm");
 }
 
+/// A task's `stdio` MCP server (a program in the agent's own image, the `mcp` SDK's) is the
+/// `llm` agent's too: the worker starts it in the task's container as the agent's CLI would, and
+/// speaks to it over its input and output; the call and its answer are in the trace.
+#[test]
+fn a_stdio_mcp_server_is_started_in_the_tasks_container_for_the_llm_agent() {
+    docker_ready();
+    let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
+    let ws = Workspace::new();
+    let tasks = ws.path().join("tasks");
+    let dir = tasks.join("order-status");
+    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
+    std::fs::write(dir.join("instruction.md"), "Find the status of order 8812 with the orders tool. MCP_ORDER\n")
+        .unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        "version = \"1.0\"\n[agent]\ntimeout_sec = 240\n[environment]\nmemory_mb = 2048\n[[environment.mcp_servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"/srv/server.py\"]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -q 'order 8812: shipped' /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n").unwrap();
+    let env = dir.join("environment");
+    crate::environments::copy_dir(&mcp_site(), &env.join("site"));
+    std::fs::write(
+        env.join("server.py"),
+        "from mcp.server.fastmcp import FastMCP\nmcp = FastMCP(\"orders\")\n\n@mcp.tool()\ndef order_status(order_id: str) -> str:\n    \"\"\"The status of an order.\"\"\"\n    return f\"order {order_id}: shipped\"\n\nmcp.run(transport=\"stdio\")\n",
+    )
+    .unwrap();
+    let dockerfile = std::fs::read_to_string(env.join("Dockerfile")).unwrap()
+        + "COPY site /opt/mcp\nCOPY server.py /srv/server.py\nENV PYTHONPATH=/opt/mcp\n";
+    std::fs::write(env.join("Dockerfile"), dockerfile).unwrap();
+    ws.write("secrets.env", "OPENAI_API_KEY=sk-upstream-test-0000000000000000\n");
+    let cfg = ws.write(
+        "stdio.yaml",
+        &format!(
+            "name: mcp-stdio\nbenchmark:\n  kind: harbor\n  path: {}\nagent:\n  kind: llm\n  model: openai:mock-model\n  base_url: {}\n  secrets: {{OPENAI_API_KEY: OPENAI_API_KEY}}\n  tools: []\n\
+             environment:\n  kind: docker\n  base_image: {BASE}\nbackend:\n  secrets_file: secrets.env\n  max_attempts: 1\n\
+             storage:\n  bundle_root: runs\n",
+            tasks.display(),
+            mock.base_url()
+        ),
+    );
+    mcp_order_passes(&ws, &cfg, &[], "llm");
+}
+
 /// `who` on the MCP task: passed, the call and its answer in the trace, the key nowhere.
 fn mcp_order_passes(ws: &Workspace, cfg: &Path, args: &[&str], preset: &str) {
     let (v, code, out) = ws.submit(cfg, args);
@@ -659,6 +702,7 @@ fn mcp_order_passes(ws: &Workspace, cfg: &Path, args: &[&str], preset: &str) {
     let r = read_json(&bundle.join("tasks/order-status/result.json"));
     let t = trace(&bundle, "order-status");
     assert_eq!((code, r["passed"].as_bool()), (0, Some(true)), "{preset}: {r}\n{t:?}\n{}", text(&out.stderr));
+    assert!(r["suspect"].is_null(), "{preset}: a server of the task's is not the agent's doing: {r}");
     let call = t.iter().find(|e| {
         e["kind"] == "agent.tool_call" && e["payload"]["tool"].as_str().unwrap_or("").ends_with("order_status")
     });
