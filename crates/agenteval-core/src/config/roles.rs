@@ -36,10 +36,9 @@ impl RolesConfig {
 
 /// The judge a task's verifier reaches (`docs/roles.md`, "The judge"): a door of the run's model
 /// gateway of its own, admitting its one model. The verifier gets the door's token where its
-/// `[verifier.env]` asks for a provider's key (`${ANTHROPIC_API_KEY}`, `${OPENAI_API_KEY}`, or a
-/// name of `key_variables`), and
-/// the door's base URLs (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`); the real key stays in the
-/// gateway.
+/// `[verifier.env]` asks for a provider's key (`${ANTHROPIC_API_KEY}`, `${OPENAI_API_KEY}`, or
+/// a name of `key_variables`), and the door's base URLs (`ANTHROPIC_BASE_URL`,
+/// `OPENAI_BASE_URL`); the real key stays in the gateway.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[schemars(deny_unknown_fields)]
 pub struct JudgeRole {
