@@ -98,7 +98,7 @@ async fn prepare_with_agent(
     if !spec.mcp_servers.is_empty() && !ctx.needs.takes_mcp_servers {
         let names: Vec<&str> = spec.mcp_servers.iter().map(|m| m.name.as_str()).collect();
         at.say(format!(
-            "the task's MCP servers ({}) are not given to this agent, which has no MCP client of agenteval's (Claude Code, Codex and opencode take them)",
+            "the task's MCP servers ({}) are not given to this agent, which has no MCP client of agenteval's (the `llm` agent, Claude Code, Codex and opencode take them)",
             names.join(", ")
         ));
     }
