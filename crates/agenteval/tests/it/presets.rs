@@ -599,17 +599,7 @@ fn a_task_s_mcp_server_answers_the_preset_with_a_key_the_agent_cannot_read() {
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
     let tasks = ws.path().join("tasks");
-    let dir = tasks.join("order-status");
-    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
-    std::fs::write(dir.join("instruction.md"), "Find the status of order 8812 with the orders tool. MCP_ORDER\n")
-        .unwrap();
-    std::fs::write(
-        dir.join("task.toml"),
-        "version = \"1.0\"\n[agent]\ntimeout_sec = 240\n[environment]\nmemory_mb = 2048\n[[environment.mcp_servers]]\nname = \"orders\"\ntransport = \"streamable-http\"\nurl = \"http://orders:8000/mcp\"\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -q 'order 8812: shipped' /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n").unwrap();
-    let env = dir.join("environment");
+    let env = order_status_task(&tasks, "transport = \"streamable-http\"\nurl = \"http://orders:8000/mcp\"\n");
     let server = env.join("orders");
     crate::environments::copy_dir(&mcp_site(), &server.join("site"));
     std::fs::write(server.join("server.py"), ORDERS_SERVER).unwrap();
@@ -661,17 +651,7 @@ fn a_stdio_mcp_server_is_started_in_the_tasks_container_for_the_llm_agent() {
     let mock = agenteval_testkit::llm_mock::MockLlm::start(Duration::ZERO);
     let ws = Workspace::new();
     let tasks = ws.path().join("tasks");
-    let dir = tasks.join("order-status");
-    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
-    std::fs::write(dir.join("instruction.md"), "Find the status of order 8812 with the orders tool. MCP_ORDER\n")
-        .unwrap();
-    std::fs::write(
-        dir.join("task.toml"),
-        "version = \"1.0\"\n[agent]\ntimeout_sec = 240\n[environment]\nmemory_mb = 2048\n[[environment.mcp_servers]]\nname = \"orders\"\ntransport = \"stdio\"\ncommand = \"python3\"\nargs = [\"/srv/server.py\"]\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -q 'order 8812: shipped' /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n").unwrap();
-    let env = dir.join("environment");
+    let env = order_status_task(&tasks, "transport = \"stdio\"\ncommand = \"python3\"\nargs = [\"/srv/server.py\"]\n");
     crate::environments::copy_dir(&mcp_site(), &env.join("site"));
     std::fs::write(
         env.join("server.py"),
@@ -693,6 +673,23 @@ fn a_stdio_mcp_server_is_started_in_the_tasks_container_for_the_llm_agent() {
         ),
     );
     mcp_order_passes(&ws, &cfg, &[], "llm");
+}
+
+/// The task `order-status` under `tasks`, whose MCP server `orders` is `server` (the rest of
+/// its `[[environment.mcp_servers]]` table): find order 8812's status with the server's tool.
+/// Its environment folder, for the server's files.
+fn order_status_task(tasks: &Path, server: &str) -> std::path::PathBuf {
+    let dir = tasks.join("order-status");
+    copy_dir(&repo().join("configs/harbor-mini/hello-file"), &dir);
+    std::fs::write(dir.join("instruction.md"), "Find the status of order 8812 with the orders tool. MCP_ORDER\n")
+        .unwrap();
+    std::fs::write(
+        dir.join("task.toml"),
+        format!("version = \"1.0\"\n[agent]\ntimeout_sec = 240\n[environment]\nmemory_mb = 2048\n[[environment.mcp_servers]]\nname = \"orders\"\n{server}"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("tests/test.sh"), "#!/bin/bash\nmkdir -p /logs/verifier\ngrep -q 'order 8812: shipped' /app/answer.txt && echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n").unwrap();
+    dir.join("environment")
 }
 
 /// `who` on the MCP task: passed, the call and its answer in the trace, the key nowhere.
