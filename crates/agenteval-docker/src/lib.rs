@@ -735,9 +735,8 @@ impl Environment for DockerEnvironment {
     }
 
     async fn service_address(&self, env: &EnvHandle, name: &str, port: u16) -> Option<std::net::SocketAddr> {
+        // The firewall already lets the answers back in: the task network's making set its rules.
         let docker = self.docker().await.ok()?;
-        // Let back in what this machine opens to a task network (older workers' rules lack it).
-        network::close_host().await.ok()?;
         sidecars::address(docker, &env.id, name).await.map(|ip| std::net::SocketAddr::new(ip, port))
     }
 
